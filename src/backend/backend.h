@@ -1,0 +1,103 @@
+/* backend.h - the one interface every box backend implements (native now;
+ * Docker and Kubernetes later). A backend owns boxes' runtime: it creates
+ * them, starts and stops their init, destroys them, and hands out a
+ * connection to a box's agentbox-init. Exec and file operations then go
+ * through the init protocol (initclient.h), identical on every backend.
+ *
+ * Thread-safety: every op may be called concurrently from several threads and
+ * several processes; backends serialise per box themselves. */
+#ifndef AB_BACKEND_H
+#define AB_BACKEND_H
+
+#include "backend/initclient.h"
+#include "common/err.h"
+#include "core/limits.h"
+
+#define AB_ID_MAX 63
+
+typedef enum {
+        AB_BOX_CREATING = 1,
+        AB_BOX_RUNNING,
+        AB_BOX_STOPPED,
+        AB_BOX_DELETING,
+        AB_BOX_ERROR,
+} ab_box_status;
+
+const char *ab_box_status_name(ab_box_status s);
+
+typedef struct ab_box_spec {
+        const char *id;        /* validated with ab_id_valid */
+        ab_limits limits;
+        const char *rootfs;    /* NULL = curated host base; else a directory tree */
+} ab_box_spec;
+
+typedef struct ab_box_info {
+        char *id;
+        ab_box_status status;
+        ab_limits limits;
+        int64_t created_at;    /* unix seconds */
+        int64_t started_at;    /* unix seconds of the last start, 0 if stopped */
+        pid_t init_pid;        /* host pid of the box's init, 0 when not running */
+        char *rootfs;          /* NULL = host base */
+        char *error;           /* why the box is in AB_BOX_ERROR, else NULL */
+} ab_box_info;
+
+void ab_box_info_clear(ab_box_info *i);
+
+typedef struct ab_box_stats {
+        uint64_t memory_bytes, memory_limit;
+        uint64_t pids;
+        uint64_t cpu_usage_ns;
+        uint64_t disk_used_bytes, disk_limit_bytes;
+        uint64_t oom_kills;
+} ab_box_stats;
+
+typedef struct ab_backend ab_backend;
+
+typedef struct ab_backend_ops {
+        const char *name;
+        /* Creates the box's persistent disk and starts it. AB_E_CONFLICT if the id exists. */
+        int (*create)(ab_backend *b, const ab_box_spec *spec, ab_err **err);
+        /* Starts a stopped box over its existing disk. Starting a running box is a no-op. */
+        int (*start)(ab_backend *b, const char *id, ab_err **err);
+        /* Ends every process of the box and releases its mounts; the disk stays.
+         * Stopping a stopped box is a no-op. */
+        int (*stop)(ab_backend *b, const char *id, ab_err **err);
+        /* Stops the box if needed and removes everything of it. */
+        int (*destroy)(ab_backend *b, const char *id, ab_err **err);
+        /* Current state; a box whose init died is reported (and recorded) as stopped. */
+        int (*info)(ab_backend *b, const char *id, ab_box_info *out, ab_err **err);
+        /* Every box, sorted by id. Free each with ab_box_info_clear, then the array. */
+        int (*list)(ab_backend *b, ab_box_info **out, size_t *n, ab_err **err);
+        /* A new connection to the running box's init (caller closes).
+         * AB_E_CONFLICT when the box is not running. */
+        int (*connect)(ab_backend *b, const char *id, ab_err **err);
+        /* Resource usage of a running box. */
+        int (*stats)(ab_backend *b, const char *id, ab_box_stats *out, ab_err **err);
+        void (*free)(ab_backend *b);
+} ab_backend_ops;
+
+struct ab_backend {
+        const ab_backend_ops *ops;
+};
+
+typedef struct ab_native_opts {
+        const char *data_dir;  /* created if missing */
+        const char *init_path; /* agentbox-init binary; NULL = search next to the running binary */
+} ab_native_opts;
+
+/* The native backend: Linux namespaces, overlay rootfs, cgroups, seccomp. */
+int ab_native_open(const ab_native_opts *opts, ab_backend **out, ab_err **err);
+
+/* Convenience wrappers: connect to the box's init and run one request. */
+int ab_box_exec(ab_backend *b, const char *id, const abc_exec_req *req, abc_output_fn out,
+                void *ud, abc_exec_res *res, ab_err **err);
+
+static inline void ab_backend_freep(ab_backend **b)
+{
+        if (*b)
+                (*b)->ops->free(*b);
+}
+#define _cleanup_backend_ __attribute__((cleanup(ab_backend_freep)))
+
+#endif

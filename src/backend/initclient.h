@@ -1,0 +1,98 @@
+/* initclient.h - the host side of the agentbox-init protocol (src/init/proto.h).
+ * Every backend reaches a box's processes and files through this: native boxes
+ * via the unix socket under the box's directory, Docker/Kubernetes later via a
+ * socket that the container's init serves. One request per connection.
+ *
+ * All calls take a connected stream socket `fd` (the caller connects and
+ * closes it) and report failures through `err`: AB_E_NOT_FOUND for a missing
+ * path, AB_E_INVALID for bad arguments, AB_E_PERMISSION for a read-only path,
+ * AB_E_LIMIT for a full disk, AB_E_UNAVAILABLE when init is gone or speaks
+ * garbage. Paths are paths inside the box; relative ones are relative to
+ * /workspace. */
+#ifndef AB_INITCLIENT_H
+#define AB_INITCLIENT_H
+
+#include "common/err.h"
+#include <stdbool.h>
+#include <sys/types.h>
+
+/* Connects to a unix socket at dirfd/name (works for paths longer than
+ * sun_path). Returns the fd or a negative value with *err set. */
+int abc_connect(int dirfd, const char *name, ab_err **err);
+
+typedef struct abc_exec_req {
+        const char *command;      /* run as: bash -lc COMMAND */
+        const char *const *env;   /* extra "K=V" strings, NULL-terminated; may be NULL */
+        const char *cwd;          /* NULL = /workspace; must exist */
+        const void *stdin_data;   /* may be NULL */
+        size_t stdin_len;
+        int stdin_fd;             /* or -1; when >= 0, stdin is streamed from it until EOF */
+        uint32_t timeout_ms;      /* 0 = no timeout */
+        uint64_t output_cap;      /* bytes kept per stream; 0 = 1 MiB */
+} abc_exec_req;
+
+typedef struct abc_exec_res {
+        int exit_code;            /* 128+N when killed by signal N (as a shell reports it) */
+        bool timed_out;           /* the timeout fired and the exec's process tree was killed */
+        bool truncated;           /* some output was dropped at output_cap */
+        uint64_t duration_ms;
+        uint64_t stdout_bytes, stderr_bytes; /* produced, including dropped bytes */
+} abc_exec_res;
+
+/* Output callback: stream 1 = stdout, 2 = stderr. Return 0 to go on, <0 to
+ * abort the exec (its process tree is then killed). When output exceeds the
+ * cap, the last chunk delivered for that stream is the truncation marker
+ * "\n[agentbox: output truncated after N bytes]\n". */
+typedef int (*abc_output_fn)(void *ud, int stream, const void *buf, size_t len);
+
+int abc_exec(int fd, const abc_exec_req *req, abc_output_fn out, void *ud, abc_exec_res *res,
+             ab_err **err);
+
+typedef enum { ABC_FILE = 1, ABC_DIR, ABC_SYMLINK, ABC_OTHER } abc_ftype;
+
+typedef struct abc_stat {
+        abc_ftype type;
+        uint64_t size;
+        uint32_t mode;   /* permission bits */
+        int64_t mtime;   /* seconds since the epoch */
+        char *link;      /* symlink target, or NULL */
+} abc_stat;
+
+typedef struct abc_dirent {
+        char *path;      /* path relative to the listed directory, e.g. "src/main.c" */
+        abc_stat st;
+} abc_dirent;
+
+/* Reads up to `length` bytes (0 = to the end) from `offset`, delivering them
+ * through `out` (stream 1) in chunks. Directories are AB_E_INVALID. */
+int abc_read(int fd, const char *path, uint64_t offset, uint64_t length, abc_output_fn out,
+             void *ud, ab_err **err);
+
+enum { ABC_W_MKPARENTS = 1, ABC_W_APPEND = 2, ABC_W_EXCL = 4 };
+/* Writes `len` bytes of `data` (or, when src_fd >= 0, everything read from
+ * src_fd) to path, creating it with `mode` (0 = 0644). Flags ABC_W_*.
+ * The write is atomic for non-append writes (temp file + rename). */
+int abc_write(int fd, const char *path, const void *data, size_t len, int src_fd, uint32_t flags,
+              uint32_t mode, ab_err **err);
+
+/* Lists a directory `depth` levels deep (1 = its entries only), sorted by path.
+ * *out is an array of *n entries; free with abc_dirents_free. */
+int abc_list(int fd, const char *path, int depth, abc_dirent **out, size_t *n, ab_err **err);
+void abc_dirents_free(abc_dirent *d, size_t n);
+
+/* lstat of a path inside the box. Free st->link with free(). */
+int abc_stat_path(int fd, const char *path, abc_stat *st, ab_err **err);
+
+/* Deletes a file, a symlink, or (when recursive) a directory tree. */
+int abc_delete(int fd, const char *path, bool recursive, ab_err **err);
+
+/* Creates a directory (and its parents when `parents`). */
+int abc_mkdir(int fd, const char *path, bool parents, uint32_t mode, ab_err **err);
+
+/* Renames within the box. */
+int abc_rename(int fd, const char *from, const char *to, ab_err **err);
+
+/* Liveness probe: init answers with its version. */
+int abc_ping(int fd, char **version, ab_err **err);
+
+#endif

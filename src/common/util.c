@@ -1,0 +1,187 @@
+#include "util.h"
+
+#include <fcntl.h>
+#include <stdarg.h>
+#include <sys/stat.h>
+#include <time.h>
+
+static void oom(void)
+{
+        static const char msg[] = "agentbox: out of memory\n";
+        (void)!write(STDERR_FILENO, msg, sizeof(msg) - 1);
+        abort();
+}
+
+void *xmalloc(size_t n)
+{
+        void *p = malloc(n ? n : 1);
+        if (!p)
+                oom();
+        return p;
+}
+
+void *xzalloc(size_t n)
+{
+        void *p = calloc(1, n ? n : 1);
+        if (!p)
+                oom();
+        return p;
+}
+
+void *xcalloc(size_t n, size_t size)
+{
+        return xzalloc(xmul(n, size));
+}
+
+void *xrealloc(void *p, size_t n)
+{
+        void *q = realloc(p, n ? n : 1);
+        if (!q)
+                oom();
+        return q;
+}
+
+char *xstrdup(const char *s)
+{
+        char *p = strdup(s);
+        if (!p)
+                oom();
+        return p;
+}
+
+char *xstrndup(const char *s, size_t n)
+{
+        char *p = strndup(s, n);
+        if (!p)
+                oom();
+        return p;
+}
+
+char *xasprintf(const char *fmt, ...)
+{
+        va_list ap;
+        char *s = NULL;
+        va_start(ap, fmt);
+        int r = vasprintf(&s, fmt, ap);
+        va_end(ap);
+        if (r < 0)
+                oom();
+        return s;
+}
+
+size_t xadd(size_t a, size_t b)
+{
+        size_t r;
+        if (__builtin_add_overflow(a, b, &r))
+                abort();
+        return r;
+}
+
+size_t xmul(size_t a, size_t b)
+{
+        size_t r;
+        if (__builtin_mul_overflow(a, b, &r))
+                abort();
+        return r;
+}
+
+int ab_write_all(int fd, const void *buf, size_t len)
+{
+        const char *p = buf;
+        while (len > 0) {
+                ssize_t n = write(fd, p, len);
+                if (n < 0) {
+                        if (errno == EINTR)
+                                continue;
+                        return -errno;
+                }
+                p += n;
+                len -= (size_t)n;
+        }
+        return 0;
+}
+
+ssize_t ab_read_full(int fd, void *buf, size_t len)
+{
+        char *p = buf;
+        size_t got = 0;
+        while (got < len) {
+                ssize_t n = read(fd, p + got, len - got);
+                if (n < 0) {
+                        if (errno == EINTR)
+                                continue;
+                        return -errno;
+                }
+                if (n == 0)
+                        break;
+                got += (size_t)n;
+        }
+        return (ssize_t)got;
+}
+
+int ab_read_file(int dirfd, const char *path, char **out, size_t *len)
+{
+        _cleanup_close_ int fd = openat(dirfd, path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
+        if (fd < 0)
+                return -errno;
+        size_t cap = 4096, n = 0;
+        _cleanup_free_ char *buf = xmalloc(cap);
+        for (;;) {
+                if (n + 1 >= cap) {
+                        cap = xmul(cap, 2);
+                        buf = xrealloc(buf, cap);
+                }
+                ssize_t r = read(fd, buf + n, cap - n - 1);
+                if (r < 0) {
+                        if (errno == EINTR)
+                                continue;
+                        return -errno;
+                }
+                if (r == 0)
+                        break;
+                n += (size_t)r;
+        }
+        buf[n] = '\0';
+        if (len)
+                *len = n;
+        *out = steal_pointer(&buf);
+        return 0;
+}
+
+int ab_write_file_atomic(int dirfd, const char *path, const void *data, size_t len, mode_t mode)
+{
+        _cleanup_free_ char *tmp = xasprintf("%s.tmp.%d", path, (int)getpid());
+        _cleanup_close_ int fd =
+                openat(dirfd, tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, mode);
+        if (fd < 0)
+                return -errno;
+        int r = ab_write_all(fd, data, len);
+        if (r == 0 && fsync(fd) < 0)
+                r = -errno;
+        if (r == 0 && renameat(dirfd, tmp, dirfd, path) < 0)
+                r = -errno;
+        if (r < 0) {
+                unlinkat(dirfd, tmp, 0);
+                return r;
+        }
+        /* Make the rename itself durable. */
+        char dir[4096];
+        const char *slash = strrchr(path, '/');
+        _cleanup_close_ int dfd = -1;
+        if (slash) {
+                snprintf(dir, sizeof(dir), "%.*s", (int)(slash - path), path);
+                dfd = openat(dirfd, dir[0] ? dir : "/", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        } else {
+                dfd = openat(dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        }
+        if (dfd >= 0)
+                fsync(dfd);
+        return 0;
+}
+
+uint64_t ab_now_ns(void)
+{
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}

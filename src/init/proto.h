@@ -1,0 +1,1 @@
+/* placeholder: the init-protocol helper writes this file */

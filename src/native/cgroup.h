@@ -1,0 +1,66 @@
+/* cgroup.h - per-box control groups: memory, pids, cpu, with usage stats and
+ * kill-all. Works on cgroup v1 (one hierarchy per controller, as on this
+ * build host) and v2 (unified). Every path is relative to a root directory
+ * so tests can point it at a fake cgroupfs tree. */
+#ifndef AB_CGROUP_H
+#define AB_CGROUP_H
+
+#include "common/err.h"
+#include <sys/types.h>
+
+typedef enum { AB_CG_V1 = 1, AB_CG_V2 = 2 } ab_cg_version;
+
+typedef struct ab_cg {
+        ab_cg_version version;
+        char *root;   /* e.g. "/sys/fs/cgroup" */
+        char *parent; /* our sub-tree under each hierarchy, e.g. "agentbox" */
+        /* v1: directory of each controller's hierarchy under root ("memory", "pids",
+         * "cpu", "cpuacct", "freezer"), NULL when missing; v2: unused. */
+        char *v1_memory, *v1_pids, *v1_cpu, *v1_cpuacct, *v1_freezer;
+} ab_cg;
+
+typedef struct ab_cg_limits {
+        uint64_t memory_bytes; /* 0 = no limit */
+        uint64_t pids;         /* 0 = no limit */
+        double cpus;           /* 0 = no limit; quota = cpus * period */
+} ab_cg_limits;
+
+typedef struct ab_cg_stats {
+        uint64_t memory_bytes;      /* current usage */
+        uint64_t memory_limit;      /* 0 = none */
+        uint64_t pids;              /* current tasks */
+        uint64_t cpu_usage_ns;      /* total CPU time consumed */
+        uint64_t oom_kills;         /* OOM kills inside the box, when the kernel reports it */
+} ab_cg_stats;
+
+/* Detects the cgroup layout under `root` (normally "/sys/fs/cgroup"): v2 when
+ * root/cgroup.controllers lists memory and pids; otherwise v1 when root/memory
+ * and root/pids hierarchies exist. `parent` names our sub-tree ("agentbox").
+ * Fills *cg (free with ab_cg_free). AB_E_UNSUPPORTED when neither works. */
+int ab_cg_open(const char *root, const char *parent, ab_cg *cg, ab_err **err);
+void ab_cg_free(ab_cg *cg);
+
+/* Creates the box's cgroup (root/[ctrl/]parent/box_id), enabling controllers
+ * on the way for v2, and writes the limits. Idempotent: an existing cgroup is
+ * reused and its limits rewritten. */
+int ab_cg_create(const ab_cg *cg, const char *box_id, const ab_cg_limits *l, ab_err **err);
+
+/* Moves pid into the box's cgroup (every hierarchy for v1). */
+int ab_cg_attach(const ab_cg *cg, const char *box_id, pid_t pid, ab_err **err);
+
+/* Reads usage of the box's cgroup. */
+int ab_cg_stats_read(const ab_cg *cg, const char *box_id, ab_cg_stats *out, ab_err **err);
+
+/* Kills every process in the box's cgroup and waits (bounded, ~2 s) until it
+ * is empty: v2 cgroup.kill when present, else freeze + SIGKILL each pid in
+ * cgroup.procs + thaw, repeated until empty. */
+int ab_cg_kill_all(const ab_cg *cg, const char *box_id, ab_err **err);
+
+/* Removes the box's cgroup directories; missing ones are fine. */
+int ab_cg_destroy(const ab_cg *cg, const char *box_id, ab_err **err);
+
+/* Path of the box's cgroup in one controller ("memory", "pids", ... for v1;
+ * ignored for v2). Caller frees. For tests and diagnostics. */
+char *ab_cg_path(const ab_cg *cg, const char *controller, const char *box_id);
+
+#endif

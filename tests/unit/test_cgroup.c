@@ -1,0 +1,6 @@
+#include "tap.h"
+int main(void)
+{
+        tap_ok(1, "placeholder");
+        return tap_done();
+}
