@@ -1,1 +1,35 @@
-/* placeholder: being written */
+#include "backend/backend.h"
+
+const char *ab_box_status_name(ab_box_status s)
+{
+        switch (s) {
+        case AB_BOX_CREATING:
+                return "creating";
+        case AB_BOX_RUNNING:
+                return "running";
+        case AB_BOX_STOPPED:
+                return "stopped";
+        case AB_BOX_DELETING:
+                return "deleting";
+        case AB_BOX_ERROR:
+                return "error";
+        }
+        return "unknown";
+}
+
+void ab_box_info_clear(ab_box_info *i)
+{
+        free(i->id);
+        free(i->rootfs);
+        free(i->error);
+        memset(i, 0, sizeof(*i));
+}
+
+int ab_box_exec(ab_backend *b, const char *id, const abc_exec_req *req, abc_output_fn out,
+                void *ud, abc_exec_res *res, ab_err **err)
+{
+        _cleanup_close_ int fd = b->ops->connect(b, id, err);
+        if (fd < 0)
+                return -1;
+        return abc_exec(fd, req, out, ud, res, err);
+}

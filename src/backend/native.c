@@ -1,1 +1,623 @@
-/* placeholder: being written */
+/* The native backend: boxes as Linux namespaces on this machine.
+ *
+ * DATA/boxes/ID/      one directory per box (config.json, state.json, disk.img,
+ *                     init.sock, lock, and mount points used only inside the
+ *                     box's own mount namespace)
+ * DATA/skills/        shown read-only in every box
+ * DATA/trash/         boxes being deleted (renamed here first, so a crash
+ *                     mid-delete never leaves half a box under boxes/)
+ * DATA/uid.lock       serialises uid-range allocation
+ *
+ * Per-box operations hold an exclusive flock on boxes/ID/lock, so CLI
+ * processes and server threads can act on the same data folder at once. */
+#include "backend/backend.h"
+#include "common/log.h"
+#include "core/id.h"
+#include "native/box.h"
+#include "native/cgroup.h"
+#include "native/loopdisk.h"
+#include "native/seccomp.h"
+#include "native/state.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <libgen.h>
+#include <pthread.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <sys/statfs.h>
+#include <time.h>
+
+#define UID_FIRST 0x100000u /* 1048576: far above any regular host user */
+#define UID_STEP  0x10000u
+#define UID_SLOTS 60000u
+
+typedef struct native {
+        ab_backend base;
+        char *data;       /* absolute */
+        char *boxes;      /* DATA/boxes */
+        char *skills;     /* DATA/skills */
+        char *init_path;
+        int boxes_fd;
+        int data_fd;
+        ab_cg cg;
+        bool cg_ok;
+        char *cg_error;
+        ab_bpf bpf;
+        const char *hide[4];
+} native;
+
+static native *N(ab_backend *b)
+{
+        return (native *)b;
+}
+
+/* Opens and exclusively locks boxes/ID; verifies the directory is still the
+ * live one after the lock (destroy renames it away while holding the lock). */
+static int lock_box(native *n, const char *id, int *lockfd, ab_err **err)
+{
+        if (ab_id_check(id, err) < 0)
+                return -1;
+        _cleanup_close_ int bfd = openat(n->boxes_fd, id, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+        if (bfd < 0)
+                return ab_err_set(err, AB_E_NOT_FOUND, 0, "no box with id '%s'", id);
+        _cleanup_close_ int lfd = openat(bfd, "lock", O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+        if (lfd < 0)
+                return ab_err_set(err, AB_E_INTERNAL, errno, "open lock of box %s", id);
+        while (flock(lfd, LOCK_EX) < 0)
+                if (errno != EINTR)
+                        return ab_err_set(err, AB_E_INTERNAL, errno, "lock box %s", id);
+        struct stat a, b;
+        if (fstat(bfd, &a) < 0 || fstatat(n->boxes_fd, id, &b, AT_SYMLINK_NOFOLLOW) < 0 ||
+            a.st_ino != b.st_ino || a.st_dev != b.st_dev)
+                return ab_err_set(err, AB_E_NOT_FOUND, 0, "no box with id '%s'", id);
+        *lockfd = steal_fd(&lfd);
+        return steal_fd(&bfd);
+}
+
+static char *box_dir(native *n, const char *id)
+{
+        return xasprintf("%s/%s", n->boxes, id);
+}
+
+static int need_cgroups(native *n, ab_err **err)
+{
+        if (n->cg_ok)
+                return 0;
+        return ab_err_set(err, AB_E_UNSUPPORTED, 0, "cgroups are not usable: %s",
+                          n->cg_error ? n->cg_error : "unknown");
+}
+
+/* Starts the box; the caller holds its lock. */
+static int start_locked(native *n, int bfd, const char *id, ab_err **err)
+{
+        ab_box_state st;
+        int r = ab_state_read(bfd, &st, err);
+        if (r < 0)
+                return -1;
+        if (r == 0 && !st.error && ab_init_alive(st.init_pid, st.init_start)) {
+                ab_state_clear(&st);
+                return 0;
+        }
+        ab_state_clear(&st);
+        if (need_cgroups(n, err) < 0)
+                return -1;
+        ab_box_config c;
+        if (ab_config_read(bfd, &c, err) < 0)
+                return ab_err_wrap(err, "box %s", id);
+        _cleanup_free_ char *dir = box_dir(n, id);
+        _cleanup_close_ int exe = open(n->init_path, O_RDONLY | O_CLOEXEC);
+        if (exe < 0) {
+                ab_config_clear(&c);
+                return ab_err_set(err, AB_E_INTERNAL, errno, "cannot open agentbox-init at %s",
+                                  n->init_path);
+        }
+        ab_cg_limits cl = {
+                .memory_bytes = c.limits.memory_mib * 1024 * 1024,
+                .pids = c.limits.pids,
+                .cpus = c.limits.cpus,
+        };
+        /* Leftovers of a crashed start are cleared before the new one. */
+        ab_cg_kill_all(&n->cg, id, NULL);
+        if (ab_cg_create(&n->cg, id, &cl, err) < 0) {
+                ab_config_clear(&c);
+                return ab_err_wrap(err, "box %s", id);
+        }
+        ab_spawn_spec s = {
+                .id = id,
+                .box_dir = dir,
+                .base = c.rootfs ? c.rootfs : "/",
+                .skills_dir = n->skills,
+                .hide = n->hide,
+                .uid_base = c.uid_base,
+                .limits = &c.limits,
+                .cg = &n->cg,
+                .bpf = &n->bpf,
+                .init_exe_fd = exe,
+        };
+        pid_t pid;
+        uint64_t start;
+        r = ab_box_spawn(&s, &pid, &start, err);
+        ab_config_clear(&c);
+        if (r < 0) {
+                ab_box_state es = {.error = (*err) ? (*err)->msg : "start failed"};
+                ab_state_write(bfd, &es, NULL);
+                ab_cg_kill_all(&n->cg, id, NULL);
+                return -1;
+        }
+        ab_box_state ns = {.init_pid = pid, .init_start = start, .started_at = time(NULL)};
+        if (ab_state_write(bfd, &ns, err) < 0) {
+                ab_box_kill(pid, start, NULL);
+                return -1;
+        }
+        char pidbuf[16];
+        snprintf(pidbuf, sizeof(pidbuf), "%d", (int)pid);
+        ab_log(AB_LOG_INFO, "box started", "box", id, "init_pid", pidbuf, NULL);
+        return 0;
+}
+
+static int stop_locked(native *n, int bfd, const char *id, ab_err **err)
+{
+        ab_box_state st;
+        int r = ab_state_read(bfd, &st, err);
+        if (r < 0)
+                return -1;
+        if (r == 0 && !st.error && ab_box_kill(st.init_pid, st.init_start, err) < 0) {
+                ab_state_clear(&st);
+                return -1;
+        }
+        ab_state_clear(&st);
+        if (n->cg_ok) {
+                if (ab_cg_kill_all(&n->cg, id, err) < 0)
+                        return -1;
+                ab_cg_destroy(&n->cg, id, NULL);
+        }
+        if ((r = ab_state_remove(bfd)) < 0)
+                return ab_err_set(err, AB_E_INTERNAL, -r, "remove state of box %s", id);
+        unlinkat(bfd, "init.sock", 0);
+        ab_log(AB_LOG_INFO, "box stopped", "box", id, NULL);
+        return 0;
+}
+
+/* Picks the lowest free uid range; the caller holds uid.lock. */
+static int alloc_uid_base(native *n, uid_t *out, ab_err **err)
+{
+        _cleanup_free_ uint8_t *used = xzalloc(UID_SLOTS);
+        int dfd = dup(n->boxes_fd);
+        if (dfd < 0)
+                return ab_err_set(err, AB_E_INTERNAL, errno, "dup");
+        DIR *d = fdopendir(dfd);
+        if (!d) {
+                close(dfd);
+                return ab_err_set(err, AB_E_INTERNAL, errno, "read boxes dir");
+        }
+        rewinddir(d);
+        struct dirent *e;
+        while ((e = readdir(d))) {
+                if (e->d_name[0] == '.')
+                        continue;
+                _cleanup_close_ int bfd =
+                        openat(n->boxes_fd, e->d_name, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+                ab_box_config c;
+                if (bfd < 0 || ab_config_read(bfd, &c, NULL) < 0)
+                        continue;
+                if (c.uid_base >= UID_FIRST && (c.uid_base - UID_FIRST) % UID_STEP == 0 &&
+                    (c.uid_base - UID_FIRST) / UID_STEP < UID_SLOTS)
+                        used[(c.uid_base - UID_FIRST) / UID_STEP] = 1;
+                ab_config_clear(&c);
+        }
+        closedir(d);
+        for (uint32_t i = 0; i < UID_SLOTS; i++) {
+                if (!used[i]) {
+                        *out = UID_FIRST + i * UID_STEP;
+                        return 0;
+                }
+        }
+        return ab_err_set(err, AB_E_LIMIT, 0, "no free uid range: too many boxes");
+}
+
+/* Removes a directory tree without following symlinks or crossing mounts. */
+static int rm_tree_at(int dfd, const char *name, dev_t dev)
+{
+        struct stat st;
+        if (fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW) < 0)
+                return errno == ENOENT ? 0 : -errno;
+        if (!S_ISDIR(st.st_mode))
+                return unlinkat(dfd, name, 0) < 0 && errno != ENOENT ? -errno : 0;
+        if (st.st_dev != dev)
+                return -EBUSY; /* something is mounted there: never delete through it */
+        int fd = openat(dfd, name, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+        if (fd < 0)
+                return -errno;
+        DIR *d = fdopendir(fd);
+        if (!d) {
+                close(fd);
+                return -errno;
+        }
+        int r = 0;
+        struct dirent *e;
+        while ((e = readdir(d))) {
+                if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
+                        continue;
+                int q = rm_tree_at(dirfd(d), e->d_name, dev);
+                if (q < 0 && r == 0)
+                        r = q;
+        }
+        closedir(d);
+        if (unlinkat(dfd, name, AT_REMOVEDIR) < 0 && errno != ENOENT && r == 0)
+                r = -errno;
+        return r;
+}
+
+static int n_create(ab_backend *b, const ab_box_spec *spec, ab_err **err)
+{
+        native *n = N(b);
+        if (ab_id_check(spec->id, err) < 0 || ab_limits_validate(&spec->limits, err) < 0)
+                return -1;
+        if (need_cgroups(n, err) < 0)
+                return -1;
+        if (spec->rootfs) {
+                struct stat st;
+                if (spec->rootfs[0] != '/' || stat(spec->rootfs, &st) < 0 || !S_ISDIR(st.st_mode))
+                        return ab_err_set(err, AB_E_INVALID, 0,
+                                          "rootfs '%s' must be an absolute path to a directory",
+                                          spec->rootfs);
+        }
+        _cleanup_close_ int ulock = openat(n->data_fd, "uid.lock", O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+        if (ulock < 0 || flock(ulock, LOCK_EX) < 0)
+                return ab_err_set(err, AB_E_INTERNAL, errno, "lock uid allocation");
+        if (mkdirat(n->boxes_fd, spec->id, 0700) < 0) {
+                if (errno == EEXIST)
+                        return ab_err_set(err, AB_E_CONFLICT, 0, "box '%s' already exists",
+                                          spec->id);
+                return ab_err_set(err, AB_E_INTERNAL, errno, "create box directory");
+        }
+        _cleanup_close_ int lockfd = -1;
+        _cleanup_close_ int bfd = lock_box(n, spec->id, &lockfd, err);
+        if (bfd < 0)
+                return -1;
+        ab_box_config c = {.limits = spec->limits, .created_at = time(NULL)};
+        snprintf(c.id, sizeof(c.id), "%s", spec->id);
+        c.rootfs = (char *)spec->rootfs;
+        int r = alloc_uid_base(n, &c.uid_base, err);
+        if (r == 0)
+                r = ab_disk_create(bfd, "disk.img", spec->limits.disk_mib, c.uid_base, err);
+        if (r == 0)
+                r = ab_config_write(bfd, &c, err);
+        /* The uid range is taken once config.json exists. */
+        close(steal_fd(&ulock));
+        if (r == 0)
+                r = start_locked(n, bfd, spec->id, err);
+        if (r < 0) {
+                ab_cg_destroy(&n->cg, spec->id, NULL);
+                struct stat st;
+                fstat(bfd, &st);
+                rm_tree_at(n->boxes_fd, spec->id, st.st_dev);
+                return -1;
+        }
+        return 0;
+}
+
+static int n_start(ab_backend *b, const char *id, ab_err **err)
+{
+        native *n = N(b);
+        _cleanup_close_ int lockfd = -1;
+        _cleanup_close_ int bfd = lock_box(n, id, &lockfd, err);
+        if (bfd < 0)
+                return -1;
+        return start_locked(n, bfd, id, err);
+}
+
+static int n_stop(ab_backend *b, const char *id, ab_err **err)
+{
+        native *n = N(b);
+        _cleanup_close_ int lockfd = -1;
+        _cleanup_close_ int bfd = lock_box(n, id, &lockfd, err);
+        if (bfd < 0)
+                return -1;
+        return stop_locked(n, bfd, id, err);
+}
+
+static int n_destroy(ab_backend *b, const char *id, ab_err **err)
+{
+        native *n = N(b);
+        _cleanup_close_ int lockfd = -1;
+        _cleanup_close_ int bfd = lock_box(n, id, &lockfd, err);
+        if (bfd < 0)
+                return -1;
+        if (stop_locked(n, bfd, id, err) < 0)
+                return -1;
+        char ridbuf[17], trash[128];
+        ab_id_random(ridbuf);
+        snprintf(trash, sizeof(trash), "%s.%s", id, ridbuf);
+        _cleanup_close_ int tfd = openat(n->data_fd, "trash", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (tfd < 0)
+                return ab_err_set(err, AB_E_INTERNAL, errno, "open trash dir");
+        if (renameat(n->boxes_fd, id, tfd, trash) < 0)
+                return ab_err_set(err, AB_E_INTERNAL, errno, "move box %s to trash", id);
+        struct stat st;
+        fstat(tfd, &st);
+        int r = rm_tree_at(tfd, trash, st.st_dev);
+        if (r < 0)
+                ab_log(AB_LOG_WARN, "leftovers in trash", "box", id, "error", strerror(-r), NULL);
+        ab_log(AB_LOG_INFO, "box destroyed", "box", id, NULL);
+        return 0;
+}
+
+/* Fills info from the box files; a box whose init died is recorded as stopped. */
+static int info_at(native *n, const char *id, ab_box_info *out, ab_err **err)
+{
+        memset(out, 0, sizeof(*out));
+        _cleanup_close_ int bfd = openat(n->boxes_fd, id, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+        if (bfd < 0)
+                return ab_err_set(err, AB_E_NOT_FOUND, 0, "no box with id '%s'", id);
+        out->id = xstrdup(id);
+        ab_box_config c;
+        ab_err *e = NULL;
+        if (ab_config_read(bfd, &c, &e) < 0) {
+                /* No config yet: create is in progress (or crashed before it). */
+                out->status = e->code == AB_E_NOT_FOUND ? AB_BOX_CREATING : AB_BOX_ERROR;
+                if (out->status == AB_BOX_ERROR)
+                        out->error = xstrdup(e->msg);
+                ab_err_free(&e);
+                return 0;
+        }
+        out->limits = c.limits;
+        out->created_at = c.created_at;
+        out->rootfs = c.rootfs ? xstrdup(c.rootfs) : NULL;
+        ab_config_clear(&c);
+        ab_box_state st;
+        int r = ab_state_read(bfd, &st, err);
+        if (r < 0)
+                return -1;
+        if (r == 1) {
+                out->status = AB_BOX_STOPPED;
+        } else if (st.error) {
+                out->status = AB_BOX_ERROR;
+                out->error = xstrdup(st.error);
+        } else if (ab_init_alive(st.init_pid, st.init_start)) {
+                out->status = AB_BOX_RUNNING;
+                out->init_pid = st.init_pid;
+                out->started_at = st.started_at;
+        } else {
+                /* Its init died (crash, OOM, host reboot): record it as stopped,
+                 * unless someone holds the lock (a start/stop in flight). */
+                out->status = AB_BOX_STOPPED;
+                _cleanup_close_ int lfd = openat(bfd, "lock", O_RDWR | O_CLOEXEC | O_NOFOLLOW);
+                if (lfd >= 0 && flock(lfd, LOCK_EX | LOCK_NB) == 0) {
+                        ab_box_state again;
+                        if (ab_state_read(bfd, &again, NULL) == 0 && !again.error &&
+                            !ab_init_alive(again.init_pid, again.init_start)) {
+                                ab_state_remove(bfd);
+                                if (n->cg_ok) {
+                                        ab_cg_kill_all(&n->cg, id, NULL);
+                                        ab_cg_destroy(&n->cg, id, NULL);
+                                }
+                        }
+                        ab_state_clear(&again);
+                }
+        }
+        ab_state_clear(&st);
+        return 0;
+}
+
+static int n_info(ab_backend *b, const char *id, ab_box_info *out, ab_err **err)
+{
+        if (ab_id_check(id, err) < 0)
+                return -1;
+        int r = info_at(N(b), id, out, err);
+        if (r < 0)
+                ab_box_info_clear(out);
+        return r;
+}
+
+static int cmp_info(const void *a, const void *b)
+{
+        return strcmp(((const ab_box_info *)a)->id, ((const ab_box_info *)b)->id);
+}
+
+static int n_list(ab_backend *b, ab_box_info **out, size_t *count, ab_err **err)
+{
+        native *n = N(b);
+        int dfd = openat(n->boxes_fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        DIR *d = dfd >= 0 ? fdopendir(dfd) : NULL;
+        if (!d) {
+                if (dfd >= 0)
+                        close(dfd);
+                return ab_err_set(err, AB_E_INTERNAL, errno, "read %s", n->boxes);
+        }
+        size_t cap = 16, len = 0;
+        ab_box_info *v = xcalloc(cap, sizeof(*v));
+        struct dirent *e;
+        while ((e = readdir(d))) {
+                if (!ab_id_valid(e->d_name))
+                        continue;
+                if (len == cap) {
+                        cap = xmul(cap, 2);
+                        v = xrealloc(v, xmul(cap, sizeof(*v)));
+                }
+                if (info_at(n, e->d_name, &v[len], NULL) == 0)
+                        len++;
+                else
+                        ab_box_info_clear(&v[len]);
+        }
+        closedir(d);
+        qsort(v, len, sizeof(*v), cmp_info);
+        *out = v;
+        *count = len;
+        return 0;
+}
+
+static int n_connect(ab_backend *b, const char *id, ab_err **err)
+{
+        native *n = N(b);
+        ab_box_info i;
+        if (n_info(b, id, &i, err) < 0)
+                return -1;
+        ab_box_status s = i.status;
+        ab_box_info_clear(&i);
+        if (s != AB_BOX_RUNNING)
+                return ab_err_set(err, AB_E_CONFLICT, 0, "box '%s' is %s: start it first", id,
+                                  ab_box_status_name(s));
+        _cleanup_close_ int bfd = openat(n->boxes_fd, id, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (bfd < 0)
+                return ab_err_set(err, AB_E_NOT_FOUND, 0, "no box with id '%s'", id);
+        return abc_connect(bfd, "init.sock", err);
+}
+
+static int n_stats(ab_backend *b, const char *id, ab_box_stats *out, ab_err **err)
+{
+        native *n = N(b);
+        ab_box_info i;
+        if (n_info(b, id, &i, err) < 0)
+                return -1;
+        memset(out, 0, sizeof(*out));
+        int r = 0;
+        if (i.status != AB_BOX_RUNNING) {
+                r = ab_err_set(err, AB_E_CONFLICT, 0, "box '%s' is %s", id,
+                               ab_box_status_name(i.status));
+                goto out;
+        }
+        ab_cg_stats cs;
+        if ((r = ab_cg_stats_read(&n->cg, id, &cs, err)) < 0)
+                goto out;
+        out->memory_bytes = cs.memory_bytes;
+        out->memory_limit = cs.memory_limit;
+        out->pids = cs.pids;
+        out->cpu_usage_ns = cs.cpu_usage_ns;
+        out->oom_kills = cs.oom_kills;
+        /* The disk is mounted only inside the box: look through its init's root. */
+        char p[64];
+        snprintf(p, sizeof(p), "/proc/%d/root/workspace", (int)i.init_pid);
+        struct statfs sf;
+        if (statfs(p, &sf) == 0) {
+                out->disk_limit_bytes = (uint64_t)sf.f_blocks * (uint64_t)sf.f_bsize;
+                out->disk_used_bytes = (uint64_t)(sf.f_blocks - sf.f_bfree) * (uint64_t)sf.f_bsize;
+        }
+out:
+        ab_box_info_clear(&i);
+        return r;
+}
+
+static void n_free(ab_backend *b)
+{
+        native *n = N(b);
+        if (n->boxes_fd >= 0)
+                close(n->boxes_fd);
+        if (n->data_fd >= 0)
+                close(n->data_fd);
+        ab_cg_free(&n->cg);
+        ab_bpf_free(&n->bpf);
+        free(n->cg_error);
+        free(n->data);
+        free(n->boxes);
+        free(n->skills);
+        free(n->init_path);
+        free(n);
+}
+
+static const ab_backend_ops native_ops = {
+        .name = "native",
+        .create = n_create,
+        .start = n_start,
+        .stop = n_stop,
+        .destroy = n_destroy,
+        .info = n_info,
+        .list = n_list,
+        .connect = n_connect,
+        .stats = n_stats,
+        .free = n_free,
+};
+
+static char *find_init(const char *given)
+{
+        if (given)
+                return xstrdup(given);
+        const char *env = getenv("AGENTBOX_INIT");
+        if (env && *env)
+                return xstrdup(env);
+        char self[4096];
+        ssize_t len = readlink("/proc/self/exe", self, sizeof(self) - 1);
+        if (len > 0) {
+                self[len] = '\0';
+                char *p = xasprintf("%s/agentbox-init", dirname(self));
+                if (access(p, X_OK) == 0)
+                        return p;
+                free(p);
+        }
+#ifdef AGENTBOX_LIBEXECDIR
+        return xstrdup(AGENTBOX_LIBEXECDIR "/agentbox-init");
+#else
+        return xstrdup("/usr/local/libexec/agentbox/agentbox-init");
+#endif
+}
+
+static int mkdir_p(const char *path, mode_t mode)
+{
+        char buf[4096];
+        snprintf(buf, sizeof(buf), "%s", path);
+        for (char *p = buf + 1; *p; p++) {
+                if (*p != '/')
+                        continue;
+                *p = '\0';
+                if (mkdir(buf, 0755) < 0 && errno != EEXIST)
+                        return -errno;
+                *p = '/';
+        }
+        if (mkdir(buf, mode) < 0 && errno != EEXIST)
+                return -errno;
+        return 0;
+}
+
+int ab_native_open(const ab_native_opts *opts, ab_backend **out, ab_err **err)
+{
+        if (geteuid() != 0)
+                return ab_err_set(err, AB_E_PERMISSION, 0,
+                                  "the native backend needs root (it creates namespaces, cgroups "
+                                  "and loop devices): run as root");
+        const char *data = opts->data_dir;
+        int r = mkdir_p(data, 0700);
+        if (r < 0)
+                return ab_err_set(err, AB_E_INTERNAL, -r, "cannot create data folder %s", data);
+        native *n = xzalloc(sizeof(*n));
+        n->base.ops = &native_ops;
+        n->boxes_fd = n->data_fd = -1;
+        _cleanup_backend_ ab_backend *guard = &n->base;
+        n->data = realpath(data, NULL);
+        if (!n->data)
+                return ab_err_set(err, AB_E_INTERNAL, errno, "realpath %s", data);
+        n->boxes = xasprintf("%s/boxes", n->data);
+        n->skills = xasprintf("%s/skills", n->data);
+        char *trash = xasprintf("%s/trash", n->data);
+        r = 0;
+        if (mkdir(n->boxes, 0700) < 0 && errno != EEXIST)
+                r = -errno;
+        if (!r && mkdir(n->skills, 0755) < 0 && errno != EEXIST)
+                r = -errno;
+        if (!r && mkdir(trash, 0700) < 0 && errno != EEXIST)
+                r = -errno;
+        free(trash);
+        if (r < 0)
+                return ab_err_set(err, AB_E_INTERNAL, -r, "cannot set up data folder %s", n->data);
+        chmod(n->data, 0700);
+        n->data_fd = open(n->data, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        n->boxes_fd = open(n->boxes, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (n->data_fd < 0 || n->boxes_fd < 0)
+                return ab_err_set(err, AB_E_INTERNAL, errno, "open data folder %s", n->data);
+        n->hide[0] = n->data;
+        n->init_path = find_init(opts->init_path);
+        if (access(n->init_path, X_OK) < 0)
+                return ab_err_set(err, AB_E_INTERNAL, errno,
+                                  "agentbox-init not found at %s (set AGENTBOX_INIT)", n->init_path);
+        ab_err *cge = NULL;
+        if (ab_cg_open("/sys/fs/cgroup", "agentbox", &n->cg, &cge) == 0) {
+                n->cg_ok = true;
+        } else {
+                n->cg_error = xstrdup(cge->msg);
+                ab_err_free(&cge);
+        }
+        if (ab_seccomp_build(&n->bpf, err) < 0)
+                return -1;
+        *out = steal_pointer(&guard);
+        return 0;
+}

@@ -1,1 +1,215 @@
-/* placeholder: being written */
+/* agentbox cp: copies files and directory trees between the host and a box.
+ * Every read and write inside the box goes through the box's init, so paths
+ * (and symlinks in them) resolve inside the box, never on the host. */
+#include "cli/cli.h"
+#include "core/id.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <libgen.h>
+#include <sys/stat.h>
+
+typedef struct side {
+        char *id;   /* NULL for a host path */
+        char *path;
+} side;
+
+static void parse_side(const char *arg, side *s)
+{
+        const char *colon = strchr(arg, ':');
+        s->id = NULL;
+        if (colon && colon > arg && arg[0] != '/' && arg[0] != '.') {
+                char *id = xstrndup(arg, (size_t)(colon - arg));
+                if (ab_id_valid(id)) {
+                        s->id = id;
+                        s->path = xstrdup(colon[1] ? colon + 1 : ".");
+                        return;
+                }
+                free(id);
+        }
+        s->path = xstrdup(arg);
+}
+
+static const char *base_name(const char *p)
+{
+        const char *s = strrchr(p, '/');
+        while (s && !s[1] && s > p) {
+                /* trailing slash: look further back */
+                const char *q = s - 1;
+                while (q > p && *q != '/')
+                        q--;
+                return *q == '/' ? q + 1 : q;
+        }
+        return s ? s + 1 : p;
+}
+
+static int box_stat(ab_backend *b, const char *id, const char *path, abc_stat *st, ab_err **e)
+{
+        _cleanup_close_ int fd = b->ops->connect(b, id, e);
+        if (fd < 0)
+                return -1;
+        return abc_stat_path(fd, path, st, e);
+}
+
+static int put_file(ab_backend *b, const char *id, const char *host, const char *dst, mode_t mode,
+                    ab_err **e)
+{
+        _cleanup_close_ int src = open(host, O_RDONLY | O_CLOEXEC);
+        if (src < 0)
+                return ab_err_set(e, AB_E_NOT_FOUND, errno, "cannot read %s", host);
+        _cleanup_close_ int fd = b->ops->connect(b, id, e);
+        if (fd < 0)
+                return -1;
+        return abc_write(fd, dst, NULL, 0, src, ABC_W_MKPARENTS, mode & 07777, e);
+}
+
+static int put_tree(ab_backend *b, const char *id, const char *host, const char *dst, ab_err **e)
+{
+        struct stat st;
+        if (lstat(host, &st) < 0)
+                return ab_err_set(e, AB_E_NOT_FOUND, errno, "cannot read %s", host);
+        if (S_ISREG(st.st_mode))
+                return put_file(b, id, host, dst, st.st_mode, e);
+        if (!S_ISDIR(st.st_mode))
+                return 0; /* symlinks, devices, sockets are not copied */
+        {
+                _cleanup_close_ int fd = b->ops->connect(b, id, e);
+                if (fd < 0 || abc_mkdir(fd, dst, true, st.st_mode & 07777, e) < 0)
+                        return -1;
+        }
+        DIR *d = opendir(host);
+        if (!d)
+                return ab_err_set(e, AB_E_INTERNAL, errno, "cannot list %s", host);
+        int r = 0;
+        struct dirent *de;
+        while (r == 0 && (de = readdir(d))) {
+                if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
+                        continue;
+                _cleanup_free_ char *h = xasprintf("%s/%s", host, de->d_name);
+                _cleanup_free_ char *t = xasprintf("%s/%s", dst, de->d_name);
+                r = put_tree(b, id, h, t, e);
+        }
+        closedir(d);
+        return r;
+}
+
+static int write_fd(void *ud, int stream, const void *buf, size_t len)
+{
+        (void)stream;
+        return ab_write_all(*(int *)ud, buf, len);
+}
+
+static int get_file(ab_backend *b, const char *id, const char *src, const char *host, uint32_t mode,
+                    ab_err **e)
+{
+        _cleanup_close_ int out =
+                open(host, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, mode ? mode : 0644);
+        if (out < 0)
+                return ab_err_set(e, AB_E_INTERNAL, errno, "cannot write %s", host);
+        _cleanup_close_ int fd = b->ops->connect(b, id, e);
+        if (fd < 0)
+                return -1;
+        return abc_read(fd, src, 0, 0, write_fd, &out, e);
+}
+
+static int get_tree(ab_backend *b, const char *id, const char *src, const char *host, ab_err **e)
+{
+        abc_stat st;
+        if (box_stat(b, id, src, &st, e) < 0)
+                return -1;
+        free(st.link);
+        if (st.type == ABC_FILE)
+                return get_file(b, id, src, host, st.mode, e);
+        if (st.type != ABC_DIR)
+                return ab_err_set(e, AB_E_INVALID, 0, "%s:%s is not a file or directory", id, src);
+        if (mkdir(host, 0755) < 0 && errno != EEXIST)
+                return ab_err_set(e, AB_E_INTERNAL, errno, "cannot create %s", host);
+        abc_dirent *ents;
+        size_t n;
+        {
+                _cleanup_close_ int fd = b->ops->connect(b, id, e);
+                if (fd < 0 || abc_list(fd, src, 64, &ents, &n, e) < 0)
+                        return -1;
+        }
+        int r = 0;
+        /* Sorted by path, so a directory comes before what it holds. */
+        for (size_t i = 0; i < n && r == 0; i++) {
+                _cleanup_free_ char *h = xasprintf("%s/%s", host, ents[i].path);
+                _cleanup_free_ char *s = xasprintf("%s/%s", src, ents[i].path);
+                if (ents[i].st.type == ABC_DIR) {
+                        if (mkdir(h, 0755) < 0 && errno != EEXIST)
+                                r = ab_err_set(e, AB_E_INTERNAL, errno, "cannot create %s", h);
+                } else if (ents[i].st.type == ABC_FILE) {
+                        r = get_file(b, id, s, h, ents[i].st.mode, e);
+                } else if (ents[i].st.type == ABC_SYMLINK && ents[i].st.link) {
+                        /* Recreated as a link; its target is never followed here. */
+                        if (symlink(ents[i].st.link, h) < 0 && errno != EEXIST)
+                                r = ab_err_set(e, AB_E_INTERNAL, errno, "cannot create %s", h);
+                }
+        }
+        abc_dirents_free(ents, n);
+        return r;
+}
+
+int cli_cp(ab_backend *b, int argc, char **argv)
+{
+        if (argc == 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
+                fputs("Usage: agentbox cp SRC DST\n"
+                      "  agentbox cp ./file.txt ID:dir/      copy into the box (relative to "
+                      "/workspace)\n"
+                      "  agentbox cp ID:/workspace/out ./out copy a file or directory out\n",
+                      stdout);
+                return 0;
+        }
+        if (argc != 3) {
+                fprintf(stderr, "agentbox: cp needs SRC and DST, one of them ID:PATH\n");
+                return EXIT_USAGE;
+        }
+        side s, d;
+        parse_side(argv[1], &s);
+        parse_side(argv[2], &d);
+        _cleanup_err_ ab_err *e = NULL;
+        int r = 0;
+        if ((s.id == NULL) == (d.id == NULL)) {
+                fprintf(stderr, "agentbox: exactly one of SRC and DST must be ID:PATH\n");
+                r = EXIT_USAGE;
+                goto out;
+        }
+        if (d.id) {
+                /* Into an existing directory: keep the source's name, like cp. */
+                abc_stat st;
+                _cleanup_free_ char *dst = NULL;
+                ab_err *se = NULL;
+                if (box_stat(b, d.id, d.path, &st, &se) == 0 && st.type == ABC_DIR)
+                        dst = xasprintf("%s/%s", d.path, base_name(s.path));
+                else
+                        dst = xstrdup(d.path);
+                if (se == NULL)
+                        free(st.link);
+                else if (se->code != AB_E_NOT_FOUND) {
+                        cli_error(se);
+                        ab_err_free(&se);
+                        r = EXIT_AGENTBOX;
+                        goto out;
+                }
+                ab_err_free(&se);
+                r = put_tree(b, d.id, s.path, dst, &e) < 0 ? EXIT_AGENTBOX : 0;
+        } else {
+                struct stat st;
+                _cleanup_free_ char *src_copy = xstrdup(s.path);
+                _cleanup_free_ char *dst = NULL;
+                if (stat(d.path, &st) == 0 && S_ISDIR(st.st_mode))
+                        dst = xasprintf("%s/%s", d.path, base_name(src_copy));
+                else
+                        dst = xstrdup(d.path);
+                r = get_tree(b, s.id, s.path, dst, &e) < 0 ? EXIT_AGENTBOX : 0;
+        }
+        if (r == EXIT_AGENTBOX && e)
+                cli_error(e);
+out:
+        free(s.id);
+        free(s.path);
+        free(d.id);
+        free(d.path);
+        return r;
+}

@@ -1,4 +1,467 @@
-int main(void)
+/* agentbox - command line. Docker-like verbs acting directly on this machine's
+ * boxes (native backend); the server (`agentbox serve`) uses the same library. */
+#include "cli/cli.h"
+#include "common/log.h"
+#include "core/id.h"
+
+#include <getopt.h>
+#include <jansson.h>
+#include <signal.h>
+#include <time.h>
+
+static const char *usage_text =
+        "agentbox - isolated, persistent Linux boxes for AI agents\n"
+        "\n"
+        "Usage: agentbox [--data DIR] COMMAND [ARGS...]\n"
+        "\n"
+        "Commands:\n"
+        "  create [--id ID] [LIMITS...]   create and start a box; prints its id\n"
+        "  exec [OPTIONS] ID -- CMD [ARG...]\n"
+        "                                 run CMD in the box (through bash -lc), stream its\n"
+        "                                 output, exit with its exit code\n"
+        "  start ID...                    start stopped boxes (files are kept)\n"
+        "  stop ID...                     stop boxes: end every process, keep the disk\n"
+        "  rm ID...                       stop and delete boxes with all their files\n"
+        "  ls [--json]                    list boxes\n"
+        "  inspect ID                     show a box as JSON (state, limits, usage)\n"
+        "  cp SRC DST                     copy files or directories in or out of a box;\n"
+        "                                 one side is ID:PATH (relative to /workspace)\n"
+        "  version                        print the version\n"
+        "\n"
+        "Limits for create (defaults in brackets):\n"
+        "  --cpus N [1]  --memory SIZE [1G]  --pids N [512]  --disk SIZE [4G]\n"
+        "  --timeout DURATION [600s] (per exec)  --output-cap SIZE [1M] (per stream)\n"
+        "  --rootfs DIR  use DIR as the read-only base instead of the curated host base\n"
+        "\n"
+        "Options for exec:\n"
+        "  -t, --timeout DURATION   kill the command's process tree after this (default: the\n"
+        "                           box's timeout)\n"
+        "  -e, --env K=V            set an environment variable (repeatable)\n"
+        "  -w, --cwd DIR            working directory inside the box (default /workspace)\n"
+        "  -i, --stdin              pass this process's standard input to the command\n"
+        "\n"
+        "Global options:\n"
+        "  --data DIR   data folder (env AGENTBOX_DATA, default ./data)\n"
+        "  -h, --help   this help; `agentbox COMMAND --help` for one command\n"
+        "\n"
+        "Exit codes: 0 success; 2 bad usage; 125 agentbox failed (the message says why);\n"
+        "exec returns the command's own exit code (124 when it timed out).\n"
+        "Sizes take K, M, G, T suffixes (1024-based); durations ms, s, m, h.\n"
+        "Needs root: boxes are Linux namespaces, cgroups and loop-mounted disks.\n";
+
+void cli_error(const ab_err *e)
 {
+        fprintf(stderr, "agentbox: %s\n", e ? e->msg : "unknown error");
+        if (!e)
+                return;
+        if (e->code == AB_E_NOT_FOUND && strstr(e->msg, "no box"))
+                fprintf(stderr, "hint: `agentbox ls` lists the boxes\n");
+}
+
+static int fail(ab_err **e)
+{
+        cli_error(*e);
+        ab_err_free(e);
+        return EXIT_AGENTBOX;
+}
+
+static int usage_error(const char *fmt, const char *arg) AB_PRINTF(1, 0);
+static int usage_error(const char *fmt, const char *arg)
+{
+        fprintf(stderr, "agentbox: ");
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wformat-nonliteral"
+        fprintf(stderr, fmt, arg ? arg : "");
+#pragma GCC diagnostic pop
+        fprintf(stderr, "\nRun 'agentbox --help' for usage.\n");
+        return EXIT_USAGE;
+}
+
+static int cmd_create(ab_backend *b, int argc, char **argv)
+{
+        static const struct option opts[] = {
+                {"id", required_argument, NULL, 'n'},       {"cpus", required_argument, NULL, 'c'},
+                {"memory", required_argument, NULL, 'm'},   {"pids", required_argument, NULL, 'p'},
+                {"disk", required_argument, NULL, 'd'},     {"timeout", required_argument, NULL, 't'},
+                {"output-cap", required_argument, NULL, 'o'}, {"rootfs", required_argument, NULL, 'r'},
+                {"help", no_argument, NULL, 'h'},           {0},
+        };
+        ab_box_spec spec = {0};
+        ab_limits_default(&spec.limits);
+        char rid[17];
+        _cleanup_err_ ab_err *e = NULL;
+        int c;
+        optind = 1;
+        while ((c = getopt_long(argc, argv, "+h", opts, NULL)) != -1) {
+                uint64_t v;
+                char *end;
+                switch (c) {
+                case 'n':
+                        spec.id = optarg;
+                        break;
+                case 'c':
+                        spec.limits.cpus = strtod(optarg, &end);
+                        if (*end || end == optarg)
+                                return usage_error("--cpus wants a number, got '%s'", optarg);
+                        break;
+                case 'm':
+                        if (ab_parse_mib(optarg, &spec.limits.memory_mib, &e) < 0)
+                                return fail(&e);
+                        break;
+                case 'd':
+                        if (ab_parse_mib(optarg, &spec.limits.disk_mib, &e) < 0)
+                                return fail(&e);
+                        break;
+                case 'p':
+                        spec.limits.pids = strtoull(optarg, &end, 10);
+                        if (*end || end == optarg)
+                                return usage_error("--pids wants a number, got '%s'", optarg);
+                        break;
+                case 't':
+                        if (ab_parse_duration_ms(optarg, &v, &e) < 0)
+                                return fail(&e);
+                        spec.limits.timeout_s = (uint32_t)((v + 999) / 1000);
+                        break;
+                case 'o':
+                        if (ab_parse_bytes(optarg, &spec.limits.output_cap, &e) < 0)
+                                return fail(&e);
+                        break;
+                case 'r':
+                        spec.rootfs = optarg;
+                        break;
+                case 'h':
+                        fputs("Usage: agentbox create [--id ID] [--cpus N] [--memory SIZE] "
+                              "[--pids N] [--disk SIZE] [--timeout DURATION] [--output-cap SIZE] "
+                              "[--rootfs DIR]\nCreates a box and starts it; prints its id.\n",
+                              stdout);
+                        return 0;
+                default:
+                        return EXIT_USAGE;
+                }
+        }
+        if (optind < argc)
+                return usage_error("create takes no positional arguments (got '%s'); use --id",
+                                   argv[optind]);
+        if (!spec.id) {
+                ab_id_random(rid);
+                spec.id = rid;
+        }
+        if (b->ops->create(b, &spec, &e) < 0)
+                return fail(&e);
+        printf("%s\n", spec.id);
         return 0;
+}
+
+static int write_out(void *ud, int stream, const void *buf, size_t len)
+{
+        (void)ud;
+        int r = ab_write_all(stream == 2 ? STDERR_FILENO : STDOUT_FILENO, buf, len);
+        return r == -EPIPE ? r : 0;
+}
+
+/* Quotes one word for bash: 'it'\''s'. */
+static void append_quoted(char **s, size_t *len, const char *w)
+{
+        size_t need = *len + strlen(w) * 4 + 4;
+        *s = xrealloc(*s, need);
+        char *p = *s + *len;
+        if (*len)
+                *p++ = ' ';
+        *p++ = '\'';
+        for (; *w; w++) {
+                if (*w == '\'') {
+                        memcpy(p, "'\\''", 4);
+                        p += 4;
+                } else {
+                        *p++ = *w;
+                }
+        }
+        *p++ = '\'';
+        *p = '\0';
+        *len = (size_t)(p - *s);
+}
+
+static int cmd_exec(ab_backend *b, int argc, char **argv)
+{
+        static const struct option opts[] = {
+                {"timeout", required_argument, NULL, 't'}, {"env", required_argument, NULL, 'e'},
+                {"cwd", required_argument, NULL, 'w'},     {"stdin", no_argument, NULL, 'i'},
+                {"help", no_argument, NULL, 'h'},          {0},
+        };
+        _cleanup_err_ ab_err *e = NULL;
+        _cleanup_free_ const char **env = xcalloc((size_t)argc + 1, sizeof(char *));
+        size_t nenv = 0;
+        abc_exec_req req = {.stdin_fd = -1};
+        uint64_t timeout_ms = 0;
+        int c;
+        optind = 1;
+        while ((c = getopt_long(argc, argv, "+t:e:w:ih", opts, NULL)) != -1) {
+                switch (c) {
+                case 't':
+                        if (ab_parse_duration_ms(optarg, &timeout_ms, &e) < 0)
+                                return fail(&e);
+                        if (timeout_ms == 0 || timeout_ms > (uint64_t)AB_MAX_TIMEOUT_S * 1000)
+                                return usage_error("--timeout must be between 1ms and 24h (got %s)",
+                                                   optarg);
+                        break;
+                case 'e':
+                        if (!strchr(optarg, '=') || optarg[0] == '=')
+                                return usage_error("--env wants K=V, got '%s'", optarg);
+                        env[nenv++] = optarg;
+                        break;
+                case 'w':
+                        req.cwd = optarg;
+                        break;
+                case 'i':
+                        req.stdin_fd = STDIN_FILENO;
+                        break;
+                case 'h':
+                        fputs("Usage: agentbox exec [-t DURATION] [-e K=V]... [-w DIR] [-i] ID -- "
+                              "CMD [ARG...]\nRuns CMD in the box through `bash -lc` (one argument "
+                              "is passed as a shell command line; several are quoted as words) and "
+                              "exits with its exit code.\n",
+                              stdout);
+                        return 0;
+                default:
+                        return EXIT_USAGE;
+                }
+        }
+        if (optind >= argc)
+                return usage_error("exec needs a box id and a command%s", NULL);
+        const char *id = argv[optind++];
+        if (optind < argc && strcmp(argv[optind], "--") == 0)
+                optind++;
+        if (optind >= argc)
+                return usage_error("exec needs a command after the box id (agentbox exec %s -- CMD)",
+                                   id);
+        _cleanup_free_ char *cmd = NULL;
+        if (argc - optind == 1) {
+                cmd = xstrdup(argv[optind]);
+        } else {
+                size_t len = 0;
+                for (int i = optind; i < argc; i++)
+                        append_quoted(&cmd, &len, argv[i]);
+        }
+        ab_box_info info;
+        if (b->ops->info(b, id, &info, &e) < 0)
+                return fail(&e);
+        if (!timeout_ms)
+                timeout_ms = (uint64_t)info.limits.timeout_s * 1000;
+        req.output_cap = info.limits.output_cap;
+        ab_box_info_clear(&info);
+        req.command = cmd;
+        req.env = nenv ? env : NULL;
+        req.timeout_ms = (uint32_t)timeout_ms;
+        abc_exec_res res;
+        signal(SIGPIPE, SIG_IGN);
+        if (ab_box_exec(b, id, &req, write_out, NULL, &res, &e) < 0)
+                return fail(&e);
+        if (res.timed_out)
+                fprintf(stderr, "agentbox: command timed out after %llu ms; its processes were "
+                                "killed\n",
+                        (unsigned long long)timeout_ms);
+        if (res.truncated)
+                fprintf(stderr, "agentbox: output was truncated at %llu bytes per stream\n",
+                        (unsigned long long)req.output_cap);
+        return res.timed_out ? 124 : res.exit_code;
+}
+
+typedef int (*box_op)(ab_backend *, const char *, ab_err **);
+
+static int cmd_each(ab_backend *b, int argc, char **argv, box_op op, const char *verb)
+{
+        if (argc < 2)
+                return usage_error("%s needs at least one box id", verb);
+        if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
+                printf("Usage: agentbox %s ID...\n", verb);
+                return 0;
+        }
+        int rc = 0;
+        for (int i = 1; i < argc; i++) {
+                _cleanup_err_ ab_err *e = NULL;
+                if (op(b, argv[i], &e) < 0) {
+                        cli_error(e);
+                        rc = EXIT_AGENTBOX;
+                } else if (strcmp(verb, "start") != 0 || argc > 2) {
+                        printf("%s\n", argv[i]);
+                }
+        }
+        return rc;
+}
+
+static json_t *limits_json(const ab_limits *l)
+{
+        return json_pack("{s:f,s:I,s:I,s:I,s:I,s:I}", "cpus", l->cpus, "memory_mib",
+                         (json_int_t)l->memory_mib, "pids", (json_int_t)l->pids, "disk_mib",
+                         (json_int_t)l->disk_mib, "timeout_s", (json_int_t)l->timeout_s,
+                         "output_cap", (json_int_t)l->output_cap);
+}
+
+static json_t *info_json(const ab_box_info *i)
+{
+        json_t *j = json_pack("{s:s,s:s,s:I,s:o}", "id", i->id, "status",
+                              ab_box_status_name(i->status), "created_at", (json_int_t)i->created_at,
+                              "limits", limits_json(&i->limits));
+        if (i->status == AB_BOX_RUNNING) {
+                json_object_set_new(j, "init_pid", json_integer(i->init_pid));
+                json_object_set_new(j, "started_at", json_integer(i->started_at));
+        }
+        json_object_set_new(j, "rootfs", i->rootfs ? json_string(i->rootfs) : json_null());
+        if (i->error)
+                json_object_set_new(j, "error", json_string(i->error));
+        return j;
+}
+
+static int cmd_ls(ab_backend *b, int argc, char **argv)
+{
+        bool as_json = argc > 1 && !strcmp(argv[1], "--json");
+        if (argc > 1 && !as_json) {
+                if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
+                        puts("Usage: agentbox ls [--json]");
+                        return 0;
+                }
+                return usage_error("unknown option for ls: %s", argv[1]);
+        }
+        _cleanup_err_ ab_err *e = NULL;
+        ab_box_info *v;
+        size_t n;
+        if (b->ops->list(b, &v, &n, &e) < 0)
+                return fail(&e);
+        json_t *arr = json_array();
+        if (!as_json)
+                printf("%-24s %-9s %5s %8s %8s %6s  %s\n", "ID", "STATUS", "CPUS", "MEMORY", "DISK",
+                       "PIDS", "CREATED");
+        for (size_t i = 0; i < n; i++) {
+                if (as_json) {
+                        json_array_append_new(arr, info_json(&v[i]));
+                } else {
+                        char when[32] = "-";
+                        time_t t = (time_t)v[i].created_at;
+                        struct tm tm;
+                        if (t && localtime_r(&t, &tm))
+                                strftime(when, sizeof(when), "%Y-%m-%d %H:%M:%S", &tm);
+                        printf("%-24s %-9s %5g %7lluM %7lluM %6llu  %s\n", v[i].id,
+                               ab_box_status_name(v[i].status), v[i].limits.cpus,
+                               (unsigned long long)v[i].limits.memory_mib,
+                               (unsigned long long)v[i].limits.disk_mib,
+                               (unsigned long long)v[i].limits.pids, when);
+                }
+                ab_box_info_clear(&v[i]);
+        }
+        free(v);
+        if (as_json) {
+                char *s = json_dumps(arr, JSON_INDENT(2));
+                puts(s);
+                free(s);
+        }
+        json_decref(arr);
+        return 0;
+}
+
+static int cmd_inspect(ab_backend *b, int argc, char **argv)
+{
+        if (argc != 2)
+                return usage_error("inspect needs exactly one box id%s", NULL);
+        _cleanup_err_ ab_err *e = NULL;
+        ab_box_info i;
+        if (b->ops->info(b, argv[1], &i, &e) < 0)
+                return fail(&e);
+        json_t *j = info_json(&i);
+        ab_box_stats st;
+        if (i.status == AB_BOX_RUNNING && b->ops->stats(b, argv[1], &st, NULL) == 0) {
+                json_object_set_new(
+                        j, "usage",
+                        json_pack("{s:I,s:I,s:I,s:I,s:I,s:I,s:I}", "memory_bytes",
+                                  (json_int_t)st.memory_bytes, "memory_limit_bytes",
+                                  (json_int_t)st.memory_limit, "pids", (json_int_t)st.pids,
+                                  "cpu_usage_ns", (json_int_t)st.cpu_usage_ns, "disk_used_bytes",
+                                  (json_int_t)st.disk_used_bytes, "disk_limit_bytes",
+                                  (json_int_t)st.disk_limit_bytes, "oom_kills",
+                                  (json_int_t)st.oom_kills));
+        }
+        ab_box_info_clear(&i);
+        char *s = json_dumps(j, JSON_INDENT(2));
+        puts(s);
+        free(s);
+        json_decref(j);
+        return 0;
+}
+
+int main(int argc, char **argv)
+{
+        ab_log_init_from_env();
+        const char *data = getenv("AGENTBOX_DATA");
+        int i = 1;
+        for (; i < argc && argv[i][0] == '-'; i++) {
+                if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+                        fputs(usage_text, stdout);
+                        return 0;
+                } else if (!strcmp(argv[i], "--version")) {
+                        printf("agentbox %s\n", AGENTBOX_VERSION);
+                        return 0;
+                } else if (!strcmp(argv[i], "--data") && i + 1 < argc) {
+                        data = argv[++i];
+                } else if (!strncmp(argv[i], "--data=", 7)) {
+                        data = argv[i] + 7;
+                } else {
+                        return usage_error("unknown option '%s'", argv[i]);
+                }
+        }
+        if (i >= argc) {
+                fputs(usage_text, stderr);
+                return EXIT_USAGE;
+        }
+        const char *cmd = argv[i];
+        int sub_argc = argc - i;
+        char **sub_argv = argv + i;
+        if (!strcmp(cmd, "help")) {
+                fputs(usage_text, stdout);
+                return 0;
+        }
+        if (!strcmp(cmd, "version")) {
+                printf("agentbox %s\n", AGENTBOX_VERSION);
+                return 0;
+        }
+        static const char *const known[] = {"create", "exec", "start", "stop", "rm",
+                                            "ls",     "inspect", "cp"};
+        bool ok = false;
+        for (size_t k = 0; k < AB_ARRAY_LEN(known); k++)
+                ok |= !strcmp(cmd, known[k]);
+        if (!ok)
+                return usage_error("unknown command '%s'", cmd);
+        for (int k = 1; k < sub_argc; k++) {
+                if (!strcmp(sub_argv[k], "--"))
+                        break;
+                if (!strcmp(sub_argv[k], "--help") || !strcmp(sub_argv[k], "-h")) {
+                        if (!strcmp(cmd, "create"))
+                                return cmd_create(NULL, sub_argc, sub_argv);
+                        if (!strcmp(cmd, "exec"))
+                                return cmd_exec(NULL, sub_argc, sub_argv);
+                        if (!strcmp(cmd, "cp"))
+                                return cli_cp(NULL, sub_argc, sub_argv);
+                        printf("Usage: agentbox %s%s\n", cmd,
+                               !strcmp(cmd, "ls") ? " [--json]" : " ID...");
+                        return 0;
+                }
+        }
+        _cleanup_err_ ab_err *e = NULL;
+        _cleanup_backend_ ab_backend *b = NULL;
+        ab_native_opts o = {.data_dir = data && *data ? data : "./data"};
+        if (ab_native_open(&o, &b, &e) < 0)
+                return fail(&e);
+        if (!strcmp(cmd, "create"))
+                return cmd_create(b, sub_argc, sub_argv);
+        if (!strcmp(cmd, "exec"))
+                return cmd_exec(b, sub_argc, sub_argv);
+        if (!strcmp(cmd, "start"))
+                return cmd_each(b, sub_argc, sub_argv, b->ops->start, "start");
+        if (!strcmp(cmd, "stop"))
+                return cmd_each(b, sub_argc, sub_argv, b->ops->stop, "stop");
+        if (!strcmp(cmd, "rm"))
+                return cmd_each(b, sub_argc, sub_argv, b->ops->destroy, "rm");
+        if (!strcmp(cmd, "ls"))
+                return cmd_ls(b, sub_argc, sub_argv);
+        if (!strcmp(cmd, "inspect"))
+                return cmd_inspect(b, sub_argc, sub_argv);
+        return cli_cp(b, sub_argc, sub_argv);
 }

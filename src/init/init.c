@@ -1,4 +1,376 @@
-int main(void)
+/* init.c - agentbox-init: PID 1 of every box.
+ *
+ *   agentbox-init --fd N       [--workdir DIR]   serve on an inherited listening socket
+ *   agentbox-init --listen PATH [--workdir DIR]  bind and listen itself
+ *   agentbox-init --version
+ *
+ * The main loop only accepts connections, reaps zombies and handles SIGTERM:
+ * every connection is served by a forked session child (one request per
+ * connection), so nothing a request does can crash or block init. */
+#include "common/err.h"
+#include "init/init_int.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <sys/prctl.h>
+#include <sys/signalfd.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+
+#ifndef AGENTBOX_VERSION
+#define AGENTBOX_VERSION "unknown"
+#endif
+
+static void logmsg(const char *fmt, ...) AB_PRINTF(1, 2);
+static void logmsg(const char *fmt, ...)
 {
+        char buf[512];
+        va_list ap;
+        va_start(ap, fmt);
+        int n = vsnprintf(buf, sizeof(buf) - 1, fmt, ap);
+        va_end(ap);
+        if (n < 0)
+                return;
+        if ((size_t)n > sizeof(buf) - 2)
+                n = sizeof(buf) - 2;
+        buf[n++] = '\n';
+        (void)!write(STDERR_FILENO, "agentbox-init: ", 15);
+        (void)!write(STDERR_FILENO, buf, (size_t)n);
+}
+
+/* ---- answers shared by exec.c and fileops.c ---- */
+
+int init_send(init_conn *c, abp_buf *b)
+{
+        return abp_send(c->fd, b, INIT_IO_TIMEOUT_MS);
+}
+
+int init_send_error(init_conn *c, const char *code, const char *fmt, ...)
+{
+        va_list ap;
+        _cleanup_free_ char *msg = NULL;
+        va_start(ap, fmt);
+        int n = vasprintf(&msg, fmt, ap);
+        va_end(ap);
+        if (n < 0)
+                abort();
+        abp_buf b = {0};
+        if (abp_enc_error(&b, code, msg) < 0) {
+                abp_buf_free(&b);
+                return -1;
+        }
+        int r = init_send(c, &b);
+        abp_buf_free(&b);
+        return r < 0 ? r : -1;
+}
+
+int init_send_errno(init_conn *c, int e, const char *path)
+{
+        /* Paths may be long; keep messages readable. */
+        const int w = 1024;
+        switch (e) {
+        case ENOENT:
+                return init_send_error(c, "not_found", "no such file or directory: %.*s", w, path);
+        case EACCES:
+        case EPERM:
+                return init_send_error(c, "permission_denied", "permission denied: %.*s", w, path);
+        case EROFS:
+                return init_send_error(c, "permission_denied", "read-only path: %.*s", w, path);
+        case ENOSPC:
+        case EDQUOT:
+                return init_send_error(c, "limit_exceeded", "disk quota exceeded: %.*s", w, path);
+        case EISDIR:
+                return init_send_error(c, "invalid_argument", "is a directory: %.*s", w, path);
+        case ENOTDIR:
+                return init_send_error(c, "invalid_argument", "not a directory: %.*s", w, path);
+        case EINVAL:
+                return init_send_error(c, "invalid_argument", "invalid path or argument: %.*s", w,
+                                       path);
+        case ENAMETOOLONG:
+                return init_send_error(c, "invalid_argument", "path too long: %.*s", w, path);
+        case ELOOP:
+                return init_send_error(c, "invalid_argument",
+                                       "symlink not followed here, or a symlink loop: %.*s", w,
+                                       path);
+        case EXDEV:
+                return init_send_error(c, "invalid_argument", "cannot move across mounts: %.*s", w,
+                                       path);
+        case EEXIST:
+                return init_send_error(c, "conflict", "already exists: %.*s", w, path);
+        case ENOTEMPTY:
+                return init_send_error(c, "conflict", "directory not empty: %.*s", w, path);
+        default:
+                return init_send_error(c, "internal", "%.*s: %s", w, path, strerror(e));
+        }
+}
+
+/* ---- the session: one connection, one request ---- */
+
+static void session(int fd, const char *workdir)
+{
+        init_conn c = {.fd = fd};
+        init_conf conf = {.workdir = workdir, .workdir_fd = -1};
+        abp_frame f;
+
+        prctl(PR_SET_NAME, "ab-session");
+        /* Everything the request spawns stays our descendant, so a timeout or a
+         * disconnect can kill all of it. */
+        prctl(PR_SET_CHILD_SUBREAPER, 1);
+        /* init itself runs at -1000; user processes must be killable by the OOM killer. */
+        int oom = open("/proc/self/oom_score_adj", O_WRONLY | O_CLOEXEC);
+        if (oom >= 0) {
+                (void)!write(oom, "0", 1);
+                close(oom);
+        }
+        conf.workdir_fd = open(workdir, O_PATH | O_DIRECTORY | O_CLOEXEC);
+
+        int r = abp_recv(fd, &c.rd, &f, INIT_IO_TIMEOUT_MS);
+        if (r == -EBADMSG) {
+                init_send_error(&c, "invalid_argument", "malformed frame");
+        } else if (r == 0) {
+                switch (f.type) {
+                case ABP_PING: {
+                        abp_buf b = {0};
+                        abp_ok ok = {.version = AGENTBOX_VERSION, .proto = ABP_PROTO_VERSION};
+                        if (abp_enc_ok(&b, &ok) == 0)
+                                (void)!init_send(&c, &b);
+                        abp_buf_free(&b);
+                        break;
+                }
+                case ABP_EXEC:
+                        init_exec(&c, &f, &conf);
+                        break;
+                case ABP_READ:
+                case ABP_WRITE:
+                case ABP_LIST:
+                case ABP_STAT:
+                case ABP_DELETE:
+                case ABP_MKDIR:
+                case ABP_RENAME:
+                        init_fileop(&c, &f, &conf);
+                        break;
+                default:
+                        init_send_error(&c, "invalid_argument", "unknown request type %u", f.type);
+                        break;
+                }
+        }
+        abp_reader_free(&c.rd);
+        close(fd);
+        if (conf.workdir_fd >= 0)
+                close(conf.workdir_fd);
+}
+
+/* ---- PID 1 ---- */
+
+static void usage(FILE *f)
+{
+        fprintf(f, "usage: agentbox-init (--fd N | --listen PATH) [--workdir DIR]\n"
+                   "       agentbox-init --version\n");
+}
+
+/* Binds a unix socket at path, even when path is longer than sun_path. */
+static int listen_at(const char *path)
+{
+        _cleanup_close_ int s = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        _cleanup_close_ int dfd = -1;
+        struct sockaddr_un sa = {.sun_family = AF_UNIX};
+        struct stat st;
+
+        if (s < 0)
+                return -errno;
+        /* A stale socket from an earlier run; never remove anything else. */
+        if (lstat(path, &st) == 0 && S_ISSOCK(st.st_mode))
+                unlink(path);
+        if (strlen(path) < sizeof(sa.sun_path)) {
+                strcpy(sa.sun_path, path);
+        } else {
+                const char *slash = strrchr(path, '/');
+                _cleanup_free_ char *dir = slash ? xstrndup(path, (size_t)(slash - path)) : NULL;
+                const char *base = slash ? slash + 1 : path;
+                dfd = open(dir ? (dir[0] ? dir : "/") : ".", O_PATH | O_DIRECTORY | O_CLOEXEC);
+                if (dfd < 0)
+                        return -errno;
+                int n = snprintf(sa.sun_path, sizeof(sa.sun_path), "/proc/self/fd/%d/%s", dfd,
+                                 base);
+                if (n < 0 || (size_t)n >= sizeof(sa.sun_path))
+                        return -ENAMETOOLONG;
+        }
+        if (bind(s, (struct sockaddr *)&sa, sizeof(sa)) < 0)
+                return -errno;
+        if (listen(s, 128) < 0)
+                return -errno;
+        return steal_fd(&s);
+}
+
+static void reap_all(void)
+{
+        while (waitpid(-1, NULL, WNOHANG) > 0)
+                ;
+}
+
+static void on_signal(int sig)
+{
+        (void)sig;
+}
+
+static void shutdown_all(void)
+{
+        /* As PID 1 of a pid namespace, kill(-1) reaches every process of the box,
+         * including ones that entered it from outside (not our descendants). */
+        if (getpid() == 1)
+                kill(-1, SIGKILL);
+        init_kill_tree(0, NULL, NULL);
+}
+
+int main(int argc, char **argv)
+{
+        const char *workdir = "/workspace", *listen_path = NULL;
+        int lfd = -1;
+
+        for (int i = 1; i < argc; i++) {
+                const char *a = argv[i];
+                if (strcmp(a, "--version") == 0) {
+                        printf("agentbox-init %s (protocol %d)\n", AGENTBOX_VERSION,
+                               ABP_PROTO_VERSION);
+                        return 0;
+                } else if (strcmp(a, "--help") == 0) {
+                        usage(stdout);
+                        return 0;
+                } else if (i + 1 < argc && strcmp(a, "--fd") == 0) {
+                        char *end;
+                        errno = 0;
+                        long v = strtol(argv[++i], &end, 10);
+                        if (errno || *end || v < 0 || v > 1 << 20) {
+                                logmsg("bad --fd: %s", argv[i]);
+                                return 2;
+                        }
+                        lfd = (int)v;
+                } else if (i + 1 < argc && strcmp(a, "--listen") == 0) {
+                        listen_path = argv[++i];
+                } else if (i + 1 < argc && strcmp(a, "--workdir") == 0) {
+                        workdir = argv[++i];
+                } else {
+                        usage(stderr);
+                        return 2;
+                }
+        }
+        if ((lfd >= 0) == (listen_path != NULL)) {
+                usage(stderr);
+                return 2;
+        }
+
+        /* Keep the socket off 0-2 and make sure 0-2 are open, so that pipes and
+         * connections never land on a standard fd. */
+        if (lfd >= 0 && lfd < 3) {
+                int nfd = fcntl(lfd, F_DUPFD_CLOEXEC, 3);
+                if (nfd < 0) {
+                        logmsg("--fd %d: %s", lfd, strerror(errno));
+                        return 1;
+                }
+                close(lfd);
+                lfd = nfd;
+        }
+        for (;;) {
+                int fd = open("/dev/null", O_RDWR);
+                if (fd < 0 || fd >= 3) {
+                        if (fd >= 0)
+                                close(fd);
+                        break;
+                }
+        }
+
+        umask(022);
+        prctl(PR_SET_DUMPABLE, 0);
+        if (getpid() != 1)
+                prctl(PR_SET_CHILD_SUBREAPER, 1);
+
+        if (listen_path) {
+                lfd = listen_at(listen_path);
+                if (lfd < 0) {
+                        logmsg("cannot listen on %s: %s", listen_path, strerror(-lfd));
+                        return 1;
+                }
+        } else {
+                int acc = 0;
+                socklen_t sl = sizeof(acc);
+                if (getsockopt(lfd, SOL_SOCKET, SO_ACCEPTCONN, &acc, &sl) < 0 || !acc) {
+                        logmsg("--fd %d is not a listening socket", lfd);
+                        return 1;
+                }
+                fcntl(lfd, F_SETFD, FD_CLOEXEC);
+        }
+        int fl = fcntl(lfd, F_GETFL);
+        if (fl >= 0)
+                fcntl(lfd, F_SETFL, fl | O_NONBLOCK);
+
+        /* Signals arrive through a signalfd; the handlers only make sure that
+         * PID 1 does not ignore them. */
+        struct sigaction sa = {.sa_handler = on_signal};
+        sigaction(SIGTERM, &sa, NULL);
+        sigaction(SIGINT, &sa, NULL);
+        signal(SIGPIPE, SIG_IGN);
+        signal(SIGHUP, SIG_IGN);
+        sigset_t mask, oldmask;
+        sigemptyset(&mask);
+        sigaddset(&mask, SIGCHLD);
+        sigaddset(&mask, SIGTERM);
+        sigaddset(&mask, SIGINT);
+        sigprocmask(SIG_BLOCK, &mask, &oldmask);
+        int sfd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
+        if (sfd < 0) {
+                logmsg("signalfd: %s", strerror(errno));
+                return 1;
+        }
+
+        for (;;) {
+                struct pollfd p[2] = {{.fd = lfd, .events = POLLIN}, {.fd = sfd, .events = POLLIN}};
+                if (poll(p, 2, -1) < 0) {
+                        if (errno != EINTR)
+                                usleep(10000);
+                        continue;
+                }
+                if (p[1].revents) {
+                        struct signalfd_siginfo si;
+                        bool stop = false;
+                        while (read(sfd, &si, sizeof(si)) == sizeof(si))
+                                if (si.ssi_signo == SIGTERM || si.ssi_signo == SIGINT)
+                                        stop = true;
+                        reap_all();
+                        if (stop)
+                                break;
+                }
+                if (!p[0].revents)
+                        continue;
+                int cfd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
+                if (cfd < 0) {
+                        if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS ||
+                            errno == ENOMEM)
+                                usleep(50000); /* do not spin while out of resources */
+                        continue;
+                }
+                pid_t pid = fork();
+                if (pid == 0) {
+                        close(lfd);
+                        close(sfd);
+                        signal(SIGTERM, SIG_DFL);
+                        signal(SIGINT, SIG_DFL);
+                        signal(SIGHUP, SIG_DFL);
+                        sigprocmask(SIG_SETMASK, &oldmask, NULL);
+                        session(cfd, workdir);
+                        _exit(0);
+                }
+                if (pid < 0)
+                        logmsg("fork: %s", strerror(errno));
+                close(cfd);
+        }
+
+        close(lfd);
+        shutdown_all();
+        if (listen_path)
+                unlink(listen_path);
         return 0;
 }

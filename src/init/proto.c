@@ -1,1 +1,696 @@
-/* placeholder: being written */
+/* proto.c - framing and message encoding of the agentbox-init protocol. */
+#include "init/proto.h"
+#include "common/util.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <sys/socket.h>
+
+#define FIELD_HDR 8
+#define READER_MAX (ABP_HDR_SIZE + (size_t)ABP_MAX_PAYLOAD)
+
+static void le32(uint8_t *p, uint32_t v)
+{
+        p[0] = (uint8_t)v;
+        p[1] = (uint8_t)(v >> 8);
+        p[2] = (uint8_t)(v >> 16);
+        p[3] = (uint8_t)(v >> 24);
+}
+
+static void le64(uint8_t *p, uint64_t v)
+{
+        le32(p, (uint32_t)v);
+        le32(p + 4, (uint32_t)(v >> 32));
+}
+
+static uint32_t get32(const uint8_t *p)
+{
+        return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+static uint64_t get64(const uint8_t *p)
+{
+        return (uint64_t)get32(p) | (uint64_t)get32(p + 4) << 32;
+}
+
+/* ---- encoding ---- */
+
+void abp_buf_free(abp_buf *b)
+{
+        free(b->p);
+        *b = (abp_buf){0};
+}
+
+void abp_buf_consume(abp_buf *b, size_t n)
+{
+        if (n >= b->len) {
+                b->len = 0;
+        } else {
+                memmove(b->p, b->p + n, b->len - n);
+                b->len -= n;
+        }
+        b->frame = 0;
+}
+
+/* Makes room for n more bytes, or marks the frame as overflowing. */
+static uint8_t *reserve(abp_buf *b, size_t n)
+{
+        if (b->overflow)
+                return NULL;
+        if (n > READER_MAX || b->len - b->frame + n > READER_MAX) {
+                b->overflow = true;
+                return NULL;
+        }
+        if (b->len + n > b->cap) {
+                size_t cap = b->cap ? b->cap : 256;
+                while (cap < b->len + n)
+                        cap = xmul(cap, 2);
+                b->p = xrealloc(b->p, cap);
+                b->cap = cap;
+        }
+        uint8_t *p = b->p + b->len;
+        b->len += n;
+        return p;
+}
+
+void abp_frame_begin(abp_buf *b, uint32_t type)
+{
+        b->frame = b->len;
+        b->overflow = false;
+        uint8_t *p = reserve(b, ABP_HDR_SIZE);
+        le32(p, type);
+        le32(p + 4, 0);
+}
+
+int abp_frame_end(abp_buf *b)
+{
+        if (b->overflow) {
+                b->len = b->frame;
+                b->overflow = false;
+                return -EMSGSIZE;
+        }
+        le32(b->p + b->frame + 4, (uint32_t)(b->len - b->frame - ABP_HDR_SIZE));
+        return 0;
+}
+
+static void put_field(abp_buf *b, uint32_t tag, const void *v, size_t n, bool nul)
+{
+        size_t vlen = n + (nul ? 1 : 0);
+        if (n > READER_MAX) {
+                b->overflow = true;
+                return;
+        }
+        uint8_t *p = reserve(b, FIELD_HDR + vlen);
+        if (!p)
+                return;
+        le32(p, tag);
+        le32(p + 4, (uint32_t)vlen);
+        if (n)
+                memcpy(p + FIELD_HDR, v, n);
+        if (nul)
+                p[FIELD_HDR + n] = 0;
+}
+
+void abp_put_u32(abp_buf *b, uint32_t tag, uint32_t v)
+{
+        uint8_t x[4];
+        le32(x, v);
+        put_field(b, tag, x, sizeof(x), false);
+}
+
+void abp_put_u64(abp_buf *b, uint32_t tag, uint64_t v)
+{
+        uint8_t x[8];
+        le64(x, v);
+        put_field(b, tag, x, sizeof(x), false);
+}
+
+void abp_put_str(abp_buf *b, uint32_t tag, const char *s)
+{
+        put_field(b, tag, s, strlen(s), true);
+}
+
+void abp_put_bytes(abp_buf *b, uint32_t tag, const void *p, size_t n)
+{
+        put_field(b, tag, p, n, false);
+}
+
+int abp_enc_empty(abp_buf *b, uint32_t type)
+{
+        abp_frame_begin(b, type);
+        return abp_frame_end(b);
+}
+
+int abp_enc_exec(abp_buf *b, const abp_exec_req *m)
+{
+        abp_frame_begin(b, ABP_EXEC);
+        abp_put_str(b, ABP_F_COMMAND, m->command ? m->command : "");
+        for (size_t i = 0; i < m->n_env; i++)
+                abp_put_str(b, ABP_F_ENV, m->env[i]);
+        if (m->cwd)
+                abp_put_str(b, ABP_F_CWD, m->cwd);
+        if (m->stdin_data)
+                abp_put_bytes(b, ABP_F_STDIN, m->stdin_data, m->stdin_len);
+        if (m->stdin_stream)
+                abp_put_u32(b, ABP_F_STDIN_STREAM, 1);
+        if (m->timeout_ms)
+                abp_put_u32(b, ABP_F_TIMEOUT_MS, m->timeout_ms);
+        if (m->output_cap)
+                abp_put_u64(b, ABP_F_OUTPUT_CAP, m->output_cap);
+        return abp_frame_end(b);
+}
+
+int abp_enc_file(abp_buf *b, uint32_t type, const abp_file_req *m)
+{
+        abp_frame_begin(b, type);
+        abp_put_str(b, ABP_F_PATH, m->path ? m->path : "");
+        if (m->to)
+                abp_put_str(b, ABP_F_TO, m->to);
+        if (m->offset)
+                abp_put_u64(b, ABP_F_OFFSET, m->offset);
+        if (m->length)
+                abp_put_u64(b, ABP_F_LENGTH, m->length);
+        if (m->flags)
+                abp_put_u32(b, ABP_F_FLAGS, m->flags);
+        if (m->mode)
+                abp_put_u32(b, ABP_F_MODE, m->mode);
+        if (m->depth)
+                abp_put_u32(b, ABP_F_DEPTH, m->depth);
+        return abp_frame_end(b);
+}
+
+int abp_enc_data(abp_buf *b, uint32_t stream, const void *data, size_t len)
+{
+        abp_frame_begin(b, ABP_DATA);
+        abp_put_u32(b, ABP_F_STREAM, stream);
+        abp_put_bytes(b, ABP_F_DATA, data, len);
+        return abp_frame_end(b);
+}
+
+int abp_enc_ok(abp_buf *b, const abp_ok *m)
+{
+        abp_frame_begin(b, ABP_OK);
+        if (m && m->version)
+                abp_put_str(b, ABP_F_VERSION, m->version);
+        if (m && m->proto)
+                abp_put_u32(b, ABP_F_PROTO, m->proto);
+        return abp_frame_end(b);
+}
+
+int abp_enc_error(abp_buf *b, const char *code, const char *message)
+{
+        abp_frame_begin(b, ABP_ERROR);
+        abp_put_str(b, ABP_F_CODE, code);
+        abp_put_str(b, ABP_F_MESSAGE, message ? message : "");
+        return abp_frame_end(b);
+}
+
+int abp_enc_exit(abp_buf *b, const abp_exit *m)
+{
+        abp_frame_begin(b, ABP_EXIT);
+        abp_put_u32(b, ABP_F_EXIT_CODE, (uint32_t)m->exit_code);
+        abp_put_u32(b, ABP_F_TIMED_OUT, m->timed_out);
+        abp_put_u32(b, ABP_F_TRUNCATED, m->truncated);
+        abp_put_u64(b, ABP_F_DURATION_MS, m->duration_ms);
+        abp_put_u64(b, ABP_F_STDOUT_BYTES, m->stdout_bytes);
+        abp_put_u64(b, ABP_F_STDERR_BYTES, m->stderr_bytes);
+        return abp_frame_end(b);
+}
+
+int abp_enc_entry(abp_buf *b, const abp_entry *m)
+{
+        abp_frame_begin(b, ABP_ENTRY);
+        abp_put_str(b, ABP_F_PATH, m->path);
+        abp_put_u32(b, ABP_F_TYPE, m->type);
+        abp_put_u64(b, ABP_F_SIZE, m->size);
+        abp_put_u32(b, ABP_F_MODE, m->mode);
+        abp_put_u64(b, ABP_F_MTIME, (uint64_t)m->mtime);
+        if (m->link)
+                abp_put_str(b, ABP_F_LINK, m->link);
+        return abp_frame_end(b);
+}
+
+/* ---- decoding ---- */
+
+int abp_field_next(const abp_frame *f, size_t *off, abp_field *out)
+{
+        if (*off > f->len)
+                return -EBADMSG;
+        if (*off == f->len)
+                return 0;
+        size_t left = f->len - *off;
+        if (left < FIELD_HDR)
+                return -EBADMSG;
+        const uint8_t *p = f->payload + *off;
+        uint32_t len = get32(p + 4);
+        if (len > left - FIELD_HDR)
+                return -EBADMSG;
+        out->tag = get32(p);
+        out->len = len;
+        out->val = p + FIELD_HDR;
+        *off += FIELD_HDR + len;
+        return 1;
+}
+
+static int val_u32(const abp_field *fl, uint32_t *v)
+{
+        if (fl->len != 4)
+                return -EBADMSG;
+        *v = get32(fl->val);
+        return 0;
+}
+
+static int val_bool(const abp_field *fl, bool *v)
+{
+        uint32_t x;
+        if (val_u32(fl, &x) < 0 || x > 1)
+                return -EBADMSG;
+        *v = x;
+        return 0;
+}
+
+static int val_u64(const abp_field *fl, uint64_t *v)
+{
+        if (fl->len != 8)
+                return -EBADMSG;
+        *v = get64(fl->val);
+        return 0;
+}
+
+static int val_str(const abp_field *fl, const char **s)
+{
+        if (fl->len == 0 || fl->val[fl->len - 1] != 0 || memchr(fl->val, 0, fl->len - 1))
+                return -EBADMSG;
+        *s = (const char *)fl->val;
+        return 0;
+}
+
+/* Runs `body` (a switch on fl.tag that sets r) for every field of f. */
+#define FOR_FIELDS(f, fl, r, body)                                                                 \
+        do {                                                                                       \
+                size_t _off = 0;                                                                   \
+                int _n;                                                                            \
+                while ((_n = abp_field_next((f), &_off, &(fl))) > 0) {                             \
+                        body;                                                                      \
+                        if (r < 0)                                                                 \
+                                return -EBADMSG;                                                   \
+                }                                                                                  \
+                if (_n < 0)                                                                        \
+                        return -EBADMSG;                                                           \
+        } while (0)
+
+bool abp_is_request(uint32_t type)
+{
+        return type >= ABP_PING && type <= ABP_RENAME;
+}
+
+void abp_exec_req_clear(abp_exec_req *m)
+{
+        free(m->env);
+        *m = (abp_exec_req){0};
+}
+
+int abp_dec_exec(const abp_frame *f, abp_exec_req *m)
+{
+        abp_field fl;
+        int r = 0;
+        size_t n_env = 0;
+
+        *m = (abp_exec_req){0};
+        if (f->type != ABP_EXEC)
+                return -EBADMSG;
+        FOR_FIELDS(f, fl, r, {
+                if (fl.tag == ABP_F_ENV)
+                        n_env++;
+        });
+        /* n_env <= payload / FIELD_HDR, so this allocation is bounded. */
+        const char **env = xcalloc(n_env + 1, sizeof(*env));
+        m->env = env;
+        FOR_FIELDS(f, fl, r, {
+                switch (fl.tag) {
+                case ABP_F_COMMAND:
+                        r = val_str(&fl, &m->command);
+                        break;
+                case ABP_F_ENV:
+                        r = val_str(&fl, &env[m->n_env]);
+                        m->n_env++;
+                        break;
+                case ABP_F_CWD:
+                        r = val_str(&fl, &m->cwd);
+                        break;
+                case ABP_F_STDIN:
+                        m->stdin_data = fl.val;
+                        m->stdin_len = fl.len;
+                        break;
+                case ABP_F_STDIN_STREAM:
+                        r = val_bool(&fl, &m->stdin_stream);
+                        break;
+                case ABP_F_TIMEOUT_MS:
+                        r = val_u32(&fl, &m->timeout_ms);
+                        break;
+                case ABP_F_OUTPUT_CAP:
+                        r = val_u64(&fl, &m->output_cap);
+                        break;
+                }
+                if (r < 0)
+                        abp_exec_req_clear(m);
+        });
+        if (!m->command) {
+                abp_exec_req_clear(m);
+                return -EBADMSG;
+        }
+        return 0;
+}
+
+int abp_dec_file(const abp_frame *f, abp_file_req *m)
+{
+        abp_field fl;
+        int r = 0;
+
+        *m = (abp_file_req){0};
+        if (!abp_is_request(f->type) || f->type == ABP_PING || f->type == ABP_EXEC)
+                return -EBADMSG;
+        FOR_FIELDS(f, fl, r, {
+                switch (fl.tag) {
+                case ABP_F_PATH:
+                        r = val_str(&fl, &m->path);
+                        break;
+                case ABP_F_TO:
+                        r = val_str(&fl, &m->to);
+                        break;
+                case ABP_F_OFFSET:
+                        r = val_u64(&fl, &m->offset);
+                        break;
+                case ABP_F_LENGTH:
+                        r = val_u64(&fl, &m->length);
+                        break;
+                case ABP_F_FLAGS:
+                        r = val_u32(&fl, &m->flags);
+                        break;
+                case ABP_F_MODE:
+                        r = val_u32(&fl, &m->mode);
+                        break;
+                case ABP_F_DEPTH:
+                        r = val_u32(&fl, &m->depth);
+                        break;
+                }
+        });
+        if (!m->path || (f->type == ABP_RENAME && !m->to))
+                return -EBADMSG;
+        return 0;
+}
+
+int abp_dec_data(const abp_frame *f, abp_data *m)
+{
+        abp_field fl;
+        int r = 0;
+        bool have_stream = false;
+
+        *m = (abp_data){0};
+        if (f->type != ABP_DATA)
+                return -EBADMSG;
+        FOR_FIELDS(f, fl, r, {
+                switch (fl.tag) {
+                case ABP_F_STREAM:
+                        r = val_u32(&fl, &m->stream);
+                        have_stream = true;
+                        break;
+                case ABP_F_DATA:
+                        m->data = fl.val;
+                        m->len = fl.len;
+                        break;
+                }
+        });
+        if (!have_stream || m->stream > 2)
+                return -EBADMSG;
+        return 0;
+}
+
+int abp_dec_ok(const abp_frame *f, abp_ok *m)
+{
+        abp_field fl;
+        int r = 0;
+
+        *m = (abp_ok){0};
+        if (f->type != ABP_OK)
+                return -EBADMSG;
+        FOR_FIELDS(f, fl, r, {
+                switch (fl.tag) {
+                case ABP_F_VERSION:
+                        r = val_str(&fl, &m->version);
+                        break;
+                case ABP_F_PROTO:
+                        r = val_u32(&fl, &m->proto);
+                        break;
+                }
+        });
+        return 0;
+}
+
+int abp_dec_error(const abp_frame *f, abp_error *m)
+{
+        abp_field fl;
+        int r = 0;
+
+        *m = (abp_error){0};
+        if (f->type != ABP_ERROR)
+                return -EBADMSG;
+        FOR_FIELDS(f, fl, r, {
+                switch (fl.tag) {
+                case ABP_F_CODE:
+                        r = val_str(&fl, &m->code);
+                        break;
+                case ABP_F_MESSAGE:
+                        r = val_str(&fl, &m->message);
+                        break;
+                }
+        });
+        if (!m->code)
+                return -EBADMSG;
+        if (!m->message)
+                m->message = "";
+        return 0;
+}
+
+int abp_dec_exit(const abp_frame *f, abp_exit *m)
+{
+        abp_field fl;
+        int r = 0;
+        uint32_t code = 0;
+        bool have_code = false;
+
+        *m = (abp_exit){0};
+        if (f->type != ABP_EXIT)
+                return -EBADMSG;
+        FOR_FIELDS(f, fl, r, {
+                switch (fl.tag) {
+                case ABP_F_EXIT_CODE:
+                        r = val_u32(&fl, &code);
+                        have_code = true;
+                        break;
+                case ABP_F_TIMED_OUT:
+                        r = val_bool(&fl, &m->timed_out);
+                        break;
+                case ABP_F_TRUNCATED:
+                        r = val_bool(&fl, &m->truncated);
+                        break;
+                case ABP_F_DURATION_MS:
+                        r = val_u64(&fl, &m->duration_ms);
+                        break;
+                case ABP_F_STDOUT_BYTES:
+                        r = val_u64(&fl, &m->stdout_bytes);
+                        break;
+                case ABP_F_STDERR_BYTES:
+                        r = val_u64(&fl, &m->stderr_bytes);
+                        break;
+                }
+        });
+        if (!have_code)
+                return -EBADMSG;
+        m->exit_code = (int32_t)code;
+        return 0;
+}
+
+int abp_dec_entry(const abp_frame *f, abp_entry *m)
+{
+        abp_field fl;
+        int r = 0;
+        uint64_t mtime = 0;
+
+        *m = (abp_entry){0};
+        if (f->type != ABP_ENTRY)
+                return -EBADMSG;
+        FOR_FIELDS(f, fl, r, {
+                switch (fl.tag) {
+                case ABP_F_PATH:
+                        r = val_str(&fl, &m->path);
+                        break;
+                case ABP_F_TYPE:
+                        r = val_u32(&fl, &m->type);
+                        break;
+                case ABP_F_SIZE:
+                        r = val_u64(&fl, &m->size);
+                        break;
+                case ABP_F_MODE:
+                        r = val_u32(&fl, &m->mode);
+                        break;
+                case ABP_F_MTIME:
+                        r = val_u64(&fl, &mtime);
+                        break;
+                case ABP_F_LINK:
+                        r = val_str(&fl, &m->link);
+                        break;
+                }
+        });
+        if (!m->path || m->type < ABP_T_FILE || m->type > ABP_T_OTHER)
+                return -EBADMSG;
+        m->mtime = (int64_t)mtime;
+        return 0;
+}
+
+/* ---- reader ---- */
+
+void abp_reader_free(abp_reader *r)
+{
+        free(r->p);
+        *r = (abp_reader){0};
+}
+
+/* Moves unconsumed bytes to the front and grows the buffer (up to one
+ * maximal frame) so that at least some space is free. -ENOBUFS when full. */
+static int make_room(abp_reader *r)
+{
+        if (r->start > 0) {
+                memmove(r->p, r->p + r->start, r->end - r->start);
+                r->end -= r->start;
+                r->start = 0;
+        }
+        if (r->end < r->cap)
+                return 0;
+        if (r->cap >= READER_MAX)
+                return -ENOBUFS;
+        size_t cap = r->cap ? r->cap * 2 : 64 * 1024;
+        if (cap > READER_MAX)
+                cap = READER_MAX;
+        r->p = xrealloc(r->p, cap);
+        r->cap = cap;
+        return 0;
+}
+
+ssize_t abp_reader_fill(abp_reader *r, int fd)
+{
+        int k = make_room(r);
+        if (k < 0)
+                return k;
+        for (;;) {
+                ssize_t n = read(fd, r->p + r->end, r->cap - r->end);
+                if (n < 0 && errno == EINTR)
+                        continue;
+                if (n < 0)
+                        return -errno;
+                r->end += (size_t)n;
+                return n;
+        }
+}
+
+int abp_reader_feed(abp_reader *r, const void *data, size_t len)
+{
+        const uint8_t *p = data;
+        while (len > 0) {
+                int k = make_room(r);
+                if (k < 0)
+                        return k;
+                size_t n = r->cap - r->end < len ? r->cap - r->end : len;
+                memcpy(r->p + r->end, p, n);
+                r->end += n;
+                p += n;
+                len -= n;
+        }
+        return 0;
+}
+
+int abp_reader_next(abp_reader *r, abp_frame *f)
+{
+        size_t avail = r->end - r->start;
+        if (avail < ABP_HDR_SIZE)
+                return 0;
+        const uint8_t *h = r->p + r->start;
+        uint32_t len = get32(h + 4);
+        if (len > ABP_MAX_PAYLOAD)
+                return -EBADMSG;
+        if (avail - ABP_HDR_SIZE < len)
+                return 0;
+        f->type = get32(h);
+        f->len = len;
+        f->payload = h + ABP_HDR_SIZE;
+        r->start += ABP_HDR_SIZE + len;
+        return 1;
+}
+
+bool abp_reader_partial(const abp_reader *r)
+{
+        return r->end > r->start;
+}
+
+/* ---- blocking helpers ---- */
+
+static int wait_fd(int fd, short events, int timeout_ms)
+{
+        struct pollfd p = {.fd = fd, .events = events};
+        for (;;) {
+                int n = poll(&p, 1, timeout_ms);
+                if (n < 0 && errno == EINTR)
+                        continue;
+                if (n < 0)
+                        return -errno;
+                if (n == 0)
+                        return -ETIMEDOUT;
+                return 0;
+        }
+}
+
+int abp_send(int fd, abp_buf *b, int timeout_ms)
+{
+        size_t off = 0;
+        int r = 0;
+        while (off < b->len) {
+                ssize_t n = send(fd, b->p + off, b->len - off, MSG_NOSIGNAL | MSG_DONTWAIT);
+                if (n >= 0) {
+                        off += (size_t)n;
+                        continue;
+                }
+                if (errno == EINTR)
+                        continue;
+                if (errno != EAGAIN) {
+                        r = -errno;
+                        break;
+                }
+                r = wait_fd(fd, POLLOUT, timeout_ms);
+                if (r < 0)
+                        break;
+        }
+        b->len = 0;
+        b->frame = 0;
+        return r;
+}
+
+int abp_recv(int fd, abp_reader *r, abp_frame *f, int timeout_ms)
+{
+        for (;;) {
+                int k = abp_reader_next(r, f);
+                if (k < 0)
+                        return k;
+                if (k > 0)
+                        return 0;
+                k = wait_fd(fd, POLLIN, timeout_ms);
+                if (k < 0)
+                        return k;
+                ssize_t n = abp_reader_fill(r, fd);
+                if (n == -EAGAIN)
+                        continue;
+                if (n < 0)
+                        return (int)n;
+                if (n == 0)
+                        return -ECONNRESET;
+        }
+}

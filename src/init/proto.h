@@ -1,1 +1,258 @@
-/* placeholder: the init-protocol helper writes this file */
+/* proto.h - the agentbox-init wire protocol, shared by agentbox-init (src/init)
+ * and its host-side client (src/backend/initclient.c). libc only. The full
+ * description with message flows is docs/protocol.md.
+ *
+ * Transport: a unix stream socket, ONE request per connection.
+ *
+ * Frame:   u32 type | u32 length | payload[length]
+ * Field:   u32 tag  | u32 length | value[length]      (the payload is a sequence of fields)
+ *
+ * Every integer is little-endian. length <= ABP_MAX_PAYLOAD (1 MiB); a larger
+ * length is a protocol error, never an allocation. Values by tag:
+ *   u32 (4 bytes), u64 (8 bytes), str (the bytes then exactly one NUL, no NUL
+ *   inside), bytes (raw). A known tag with a wrong length is an error; an
+ *   unknown tag is skipped, so fields can be added later. A field given twice
+ *   keeps the last value, except ENV which repeats.
+ *
+ * Flows (C = client, I = init):
+ *   PING:    C: PING                          I: OK{VERSION,PROTO}
+ *   EXEC:    C: EXEC [DATA(0)* EOF]           I: DATA(1|2)* EXIT   or ERROR
+ *            stdin frames only when EXEC has STDIN_STREAM=1; the client keeps
+ *            the connection open until EXIT: closing it kills the exec.
+ *   READ:    C: READ                          I: DATA(1)* OK       or ERROR
+ *   WRITE:   C: WRITE DATA(0)* EOF            I: OK                or ERROR (maybe early)
+ *   LIST:    C: LIST                          I: ENTRY* OK         or ERROR
+ *   STAT:    C: STAT                          I: ENTRY             or ERROR
+ *   DELETE, MKDIR, RENAME:                    I: OK                or ERROR
+ * Either side treats the other as untrusted: every decoder bounds-checks and
+ * returns -EBADMSG on anything malformed. */
+#ifndef AB_PROTO_H
+#define AB_PROTO_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#define ABP_PROTO_VERSION 1
+#define ABP_HDR_SIZE      8
+#define ABP_MAX_PAYLOAD   (1u << 20)    /* hard limit on one frame's payload */
+#define ABP_CHUNK         (64u * 1024)  /* data bytes per DATA frame a sender emits */
+#define ABP_MAX_ENTRIES   100000        /* most ENTRY frames one LIST answers */
+#define ABP_DEFAULT_CAP   (1024 * 1024) /* default exec output cap per stream */
+#define ABP_TIMEOUT_EXIT  124           /* exit_code reported when the timeout fired */
+
+/* Frame types. */
+enum {
+        /* requests, client -> init */
+        ABP_PING = 1,
+        ABP_EXEC = 2,
+        ABP_READ = 3,
+        ABP_WRITE = 4,
+        ABP_LIST = 5,
+        ABP_STAT = 6,
+        ABP_DELETE = 7,
+        ABP_MKDIR = 8,
+        ABP_RENAME = 9,
+        /* streams, both ways */
+        ABP_DATA = 0x100,
+        ABP_EOF = 0x101,
+        /* answers, init -> client */
+        ABP_OK = 0x200,
+        ABP_ERROR = 0x201,
+        ABP_EXIT = 0x202,
+        ABP_ENTRY = 0x203,
+};
+
+/* Field tags. */
+enum {
+        ABP_F_COMMAND = 1,      /* str */
+        ABP_F_ENV = 2,          /* str "K=V", repeated */
+        ABP_F_CWD = 3,          /* str */
+        ABP_F_STDIN = 4,        /* bytes: inline stdin */
+        ABP_F_STDIN_STREAM = 5, /* u32 bool: DATA(0)... EOF frames follow */
+        ABP_F_TIMEOUT_MS = 6,   /* u32, 0 = none */
+        ABP_F_OUTPUT_CAP = 7,   /* u64, 0 = ABP_DEFAULT_CAP */
+        ABP_F_PATH = 16,        /* str */
+        ABP_F_OFFSET = 17,      /* u64 */
+        ABP_F_LENGTH = 18,      /* u64, 0 = to the end */
+        ABP_F_FLAGS = 19,       /* u32, ABP_W_* / ABP_RECURSIVE / ABP_PARENTS */
+        ABP_F_MODE = 20,        /* u32 permission bits */
+        ABP_F_DEPTH = 21,       /* u32 */
+        ABP_F_TO = 22,          /* str: RENAME target */
+        ABP_F_STREAM = 32,      /* u32: 0 stdin/upload, 1 stdout, 2 stderr */
+        ABP_F_DATA = 33,        /* bytes */
+        ABP_F_CODE = 48,        /* str: error code name, see ab_code_name() */
+        ABP_F_MESSAGE = 49,     /* str */
+        ABP_F_VERSION = 50,     /* str */
+        ABP_F_PROTO = 51,       /* u32 */
+        ABP_F_EXIT_CODE = 64,   /* u32 holding an int32 */
+        ABP_F_TIMED_OUT = 65,   /* u32 bool */
+        ABP_F_TRUNCATED = 66,   /* u32 bool */
+        ABP_F_DURATION_MS = 67, /* u64 */
+        ABP_F_STDOUT_BYTES = 68, /* u64 */
+        ABP_F_STDERR_BYTES = 69, /* u64 */
+        ABP_F_TYPE = 80,        /* u32 ABP_T_* */
+        ABP_F_SIZE = 81,        /* u64 */
+        ABP_F_MTIME = 82,       /* u64 holding an int64, seconds */
+        ABP_F_LINK = 83,        /* str: symlink target */
+};
+
+/* FLAGS bits: WRITE uses ABP_W_*, DELETE uses ABP_RECURSIVE, MKDIR ABP_PARENTS. */
+enum { ABP_W_MKPARENTS = 1, ABP_W_APPEND = 2, ABP_W_EXCL = 4 };
+enum { ABP_RECURSIVE = 1, ABP_PARENTS = 1 };
+
+/* ENTRY types (same values as abc_ftype). */
+enum { ABP_T_FILE = 1, ABP_T_DIR = 2, ABP_T_SYMLINK = 3, ABP_T_OTHER = 4 };
+
+/* ---- decoded messages; pointers point into the frame they came from ---- */
+
+typedef struct abp_frame {
+        uint32_t type;
+        uint32_t len;
+        const uint8_t *payload; /* valid until the next abp_reader call */
+} abp_frame;
+
+typedef struct abp_exec_req {
+        const char *command;
+        const char **env; /* n_env entries, NULL-terminated; owned: abp_exec_req_clear() */
+        size_t n_env;
+        const char *cwd; /* or NULL */
+        const void *stdin_data;
+        size_t stdin_len;
+        bool stdin_stream;
+        uint32_t timeout_ms;
+        uint64_t output_cap;
+} abp_exec_req;
+
+/* READ WRITE LIST STAT DELETE MKDIR RENAME: the fields each one uses. */
+typedef struct abp_file_req {
+        const char *path;
+        const char *to;
+        uint64_t offset, length;
+        uint32_t flags, mode, depth;
+} abp_file_req;
+
+typedef struct abp_data {
+        uint32_t stream;
+        const void *data;
+        size_t len;
+} abp_data;
+
+typedef struct abp_ok {
+        const char *version; /* or NULL */
+        uint32_t proto;
+} abp_ok;
+
+typedef struct abp_error {
+        const char *code;
+        const char *message;
+} abp_error;
+
+typedef struct abp_exit {
+        int32_t exit_code;
+        bool timed_out, truncated;
+        uint64_t duration_ms, stdout_bytes, stderr_bytes;
+} abp_exit;
+
+typedef struct abp_entry {
+        const char *path;
+        uint32_t type, mode;
+        uint64_t size;
+        int64_t mtime;
+        const char *link; /* or NULL */
+} abp_entry;
+
+/* ---- encoding ---- */
+
+/* A growable byte buffer holding zero or more complete frames (an output
+ * queue). Zero-initialise it; release with abp_buf_free. */
+typedef struct abp_buf {
+        uint8_t *p;
+        size_t len, cap;
+        size_t frame;  /* offset of the frame being built */
+        bool overflow; /* the frame being built went over ABP_MAX_PAYLOAD */
+} abp_buf;
+
+void abp_buf_free(abp_buf *b);
+/* Drops the first n bytes (those sent). */
+void abp_buf_consume(abp_buf *b, size_t n);
+
+/* Starts a frame at the end of b; add fields; abp_frame_end closes it.
+ * abp_frame_end returns 0, or -EMSGSIZE (and removes the frame) when the
+ * payload went over ABP_MAX_PAYLOAD. */
+void abp_frame_begin(abp_buf *b, uint32_t type);
+int abp_frame_end(abp_buf *b) __attribute__((warn_unused_result));
+void abp_put_u32(abp_buf *b, uint32_t tag, uint32_t v);
+void abp_put_u64(abp_buf *b, uint32_t tag, uint64_t v);
+void abp_put_str(abp_buf *b, uint32_t tag, const char *s);
+void abp_put_bytes(abp_buf *b, uint32_t tag, const void *p, size_t n);
+
+/* Whole-message encoders: append one frame to b. 0 or -EMSGSIZE. */
+int abp_enc_empty(abp_buf *b, uint32_t type); /* PING, EOF, OK without fields */
+int abp_enc_exec(abp_buf *b, const abp_exec_req *m);
+int abp_enc_file(abp_buf *b, uint32_t type, const abp_file_req *m);
+int abp_enc_data(abp_buf *b, uint32_t stream, const void *data, size_t len);
+int abp_enc_ok(abp_buf *b, const abp_ok *m);
+int abp_enc_error(abp_buf *b, const char *code, const char *message);
+int abp_enc_exit(abp_buf *b, const abp_exit *m);
+int abp_enc_entry(abp_buf *b, const abp_entry *m);
+
+/* ---- decoding: 0, or -EBADMSG (wrong type, malformed, required field missing) ---- */
+
+typedef struct abp_field {
+        uint32_t tag;
+        uint32_t len;
+        const uint8_t *val;
+} abp_field;
+
+/* Iterates over the fields of f: 1 = *out filled, 0 = end, -EBADMSG. *off starts at 0. */
+int abp_field_next(const abp_frame *f, size_t *off, abp_field *out);
+
+/* abp_dec_exec allocates m->env: release with abp_exec_req_clear. */
+int abp_dec_exec(const abp_frame *f, abp_exec_req *m) __attribute__((warn_unused_result));
+void abp_exec_req_clear(abp_exec_req *m);
+int abp_dec_file(const abp_frame *f, abp_file_req *m) __attribute__((warn_unused_result));
+int abp_dec_data(const abp_frame *f, abp_data *m) __attribute__((warn_unused_result));
+int abp_dec_ok(const abp_frame *f, abp_ok *m) __attribute__((warn_unused_result));
+int abp_dec_error(const abp_frame *f, abp_error *m) __attribute__((warn_unused_result));
+int abp_dec_exit(const abp_frame *f, abp_exit *m) __attribute__((warn_unused_result));
+int abp_dec_entry(const abp_frame *f, abp_entry *m) __attribute__((warn_unused_result));
+
+/* True for a request type (PING..RENAME). */
+bool abp_is_request(uint32_t type);
+
+/* ---- reading frames from a byte stream ---- */
+
+/* Accumulates bytes and cuts them into frames; holds at most one maximal
+ * frame (ABP_HDR_SIZE + ABP_MAX_PAYLOAD bytes). Zero-initialise; release with
+ * abp_reader_free. */
+typedef struct abp_reader {
+        uint8_t *p;
+        size_t start, end, cap;
+} abp_reader;
+
+void abp_reader_free(abp_reader *r);
+/* One read(2) from fd into free space: >0 bytes read, 0 at EOF, -errno
+ * (-EAGAIN on a non-blocking fd, -ENOBUFS when a whole frame is already
+ * buffered: call abp_reader_next first). */
+ssize_t abp_reader_fill(abp_reader *r, int fd);
+/* Appends bytes (for tests and non-fd transports). -ENOBUFS when full. */
+int abp_reader_feed(abp_reader *r, const void *data, size_t len);
+/* 1 = *f is the next frame (valid until the next call on r), 0 = need more
+ * bytes, -EBADMSG = the stream is corrupt (oversize length). */
+int abp_reader_next(abp_reader *r, abp_frame *f);
+/* True when bytes of an incomplete frame are buffered. */
+bool abp_reader_partial(const abp_reader *r);
+
+/* ---- blocking helpers (poll-based, so they also work on O_NONBLOCK fds) ---- */
+
+/* Sends every byte queued in b (MSG_NOSIGNAL) and empties it. timeout_ms
+ * bounds each wait for the peer (-1 = forever). 0 or -errno, -ETIMEDOUT. */
+int abp_send(int fd, abp_buf *b, int timeout_ms) __attribute__((warn_unused_result));
+/* Receives the next frame into *f. 0, -ECONNRESET at EOF, -EBADMSG,
+ * -ETIMEDOUT when nothing arrived for timeout_ms (-1 = forever), -errno. */
+int abp_recv(int fd, abp_reader *r, abp_frame *f, int timeout_ms)
+        __attribute__((warn_unused_result));
+
+#endif

@@ -1,1 +1,493 @@
-/* placeholder: being written */
+/* Starting a box (see docs/architecture.md, "Starting a box"):
+ *
+ *  caller --fork--> P  host root; joins the box cgroup; private mount namespace;
+ *     gets a user namespace with the box's uid map from a throwaway child (U) and
+ *     builds the rootfs with it (rootfs.c); unshares a pid namespace
+ *  P --fork--> C  pid 1 of the new pid namespace, still host root in P's mount
+ *     namespace: mounts the box's /proc (so no fully visible host /proc is needed),
+ *     then enters a new user namespace (P writes its uid/gid map), becomes root
+ *     there, unshares mount (a locked copy of P's), ipc, uts, net and cgroup
+ *     namespaces, mounts /dev/pts, pivots into the root, brings lo up, sets
+ *     rlimits, Landlock and seccomp, and execs agentbox-init from a sealed memfd.
+ *
+ * Errors travel back over a CLOEXEC pipe: EOF with no message means init was exec'd. */
+#include "native/box.h"
+#include "native/landlock.h"
+#include "native/rootfs.h"
+
+#include <fcntl.h>
+#include <grp.h>
+#include <net/if.h>
+#include <poll.h>
+#include <linux/mount.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <sys/ioctl.h>
+#include <sys/mman.h>
+#include <sys/mount.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/sendfile.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+
+#define BOX_NS_FLAGS (CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWNET | CLONE_NEWCGROUP)
+#define UID_RANGE 65536u
+#define SPAWN_TIMEOUT_MS 15000
+
+/* Message on the report pipe: 'E' + code byte + text, or 'I' + pid. */
+static void report(int fd, char kind, int code, const char *fmt, ...)
+{
+        char buf[1024];
+        int n = snprintf(buf, sizeof(buf), "%c%c", kind, (char)('A' + code));
+        va_list ap;
+        va_start(ap, fmt);
+        int m = vsnprintf(buf + n, sizeof(buf) - (size_t)n, fmt, ap);
+        va_end(ap);
+        if (m < 0)
+                m = 0;
+        size_t len = (size_t)n + ((size_t)m < sizeof(buf) - (size_t)n ? (size_t)m : sizeof(buf) - (size_t)n - 1);
+        (void)!write(fd, buf, len);
+}
+
+static void die(int fd, ab_code code, int e, const char *what) __attribute__((noreturn));
+static void die(int fd, ab_code code, int e, const char *what)
+{
+        if (e)
+                report(fd, 'E', code, "%s: %s", what, strerror(e));
+        else
+                report(fd, 'E', code, "%s", what);
+        _exit(1);
+}
+
+static int write_str(const char *path, const char *s)
+{
+        int fd = open(path, O_WRONLY | O_CLOEXEC);
+        if (fd < 0)
+                return -errno;
+        int r = ab_write_all(fd, s, strlen(s));
+        close(fd);
+        return r;
+}
+
+static int lo_up(void)
+{
+        int s = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+        if (s < 0)
+                return -errno;
+        struct ifreq ifr = {0};
+        snprintf(ifr.ifr_name, sizeof(ifr.ifr_name), "lo");
+        int r = 0;
+        if (ioctl(s, SIOCGIFFLAGS, &ifr) < 0)
+                r = -errno;
+        ifr.ifr_flags |= IFF_UP | IFF_RUNNING;
+        if (r == 0 && ioctl(s, SIOCSIFFLAGS, &ifr) < 0)
+                r = -errno;
+        close(s);
+        return r;
+}
+
+static int write_maps(pid_t pid, uid_t base)
+{
+        char path[64], map[64];
+        snprintf(map, sizeof(map), "0 %u %u", (unsigned)base, UID_RANGE);
+        snprintf(path, sizeof(path), "/proc/%d/uid_map", (int)pid);
+        int r = write_str(path, map);
+        if (r < 0)
+                return r;
+        snprintf(path, sizeof(path), "/proc/%d/gid_map", (int)pid);
+        return write_str(path, map);
+}
+
+/* A user namespace with the box's mapping, for the idmapped base: made by a
+ * short-lived child, kept alive by the returned fd. */
+static int idmap_userns(uid_t base)
+{
+        int sync[2];
+        if (pipe2(sync, O_CLOEXEC) < 0)
+                return -errno;
+        pid_t u = fork();
+        if (u < 0) {
+                int e = errno;
+                close(sync[0]);
+                close(sync[1]);
+                return -e;
+        }
+        if (u == 0) {
+                close(sync[0]);
+                if (unshare(CLONE_NEWUSER) < 0)
+                        _exit(1);
+                (void)!write(sync[1], "u", 1);
+                for (;;)
+                        pause();
+        }
+        close(sync[1]);
+        char c;
+        int r = ab_read_full(sync[0], &c, 1) == 1 ? 0 : -EPERM;
+        close(sync[0]);
+        if (r == 0)
+                r = write_maps(u, base);
+        int fd = -1;
+        if (r == 0) {
+                char path[64];
+                snprintf(path, sizeof(path), "/proc/%d/ns/user", (int)u);
+                fd = open(path, O_RDONLY | O_CLOEXEC);
+                if (fd < 0)
+                        r = -errno;
+        }
+        kill(u, SIGKILL);
+        while (waitpid(u, NULL, 0) < 0 && errno == EINTR)
+                ;
+        return r < 0 ? r : fd;
+}
+
+/* C: pid 1 of the box. Never returns. */
+static void run_init(const ab_spawn_spec *s, int sync, int go, int rep, int sock, int exe)
+{
+        char root[4200], p[4300];
+        snprintf(root, sizeof(root), "%s/root", s->box_dir);
+
+        /* Still host root: mount the box's own /proc before entering the user namespace. */
+        snprintf(p, sizeof(p), "%s/proc", root);
+        if (mount("proc", p, "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) < 0)
+                die(rep, AB_E_INTERNAL, errno, "mount /proc");
+        /* From here on paths are relative to the root: once in the user namespace
+         * this process can no longer traverse the host's 0700 box directory. */
+        if (chdir(root) < 0)
+                die(rep, AB_E_INTERNAL, errno, "chdir root");
+        if (unshare(CLONE_NEWUSER) < 0)
+                die(rep, AB_E_UNSUPPORTED, errno, "create the box's user namespace");
+        char c = 'm';
+        if (write(sync, &c, 1) != 1 || ab_read_full(go, &c, 1) != 1)
+                _exit(1); /* P gave up */
+        close(sync);
+        close(go);
+        if (setresgid(0, 0, 0) < 0 || setgroups(0, NULL) < 0 || setresuid(0, 0, 0) < 0)
+                die(rep, AB_E_INTERNAL, errno, "become root of the box's user namespace");
+        if (unshare(BOX_NS_FLAGS) < 0)
+                die(rep, AB_E_UNSUPPORTED, errno, "unshare the box namespaces");
+
+        if (mount("devpts", "dev/pts", "devpts", MS_NOSUID | MS_NOEXEC,
+                  "newinstance,ptmxmode=0666,mode=620,gid=5") < 0)
+                die(rep, AB_E_INTERNAL, errno, "mount /dev/pts");
+        if (sethostname(s->id, strlen(s->id)) < 0)
+                die(rep, AB_E_INTERNAL, errno, "sethostname");
+        int r = lo_up();
+        if (r < 0)
+                die(rep, AB_E_INTERNAL, -r, "bring up loopback");
+        /* The copied root mount is locked and pivot_root refuses locked mounts:
+         * put an unlocked recursive clone of it on top and step onto it. */
+        int tree = (int)syscall(SYS_open_tree, AT_FDCWD, ".",
+                                OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_RECURSIVE);
+        if (tree < 0)
+                die(rep, AB_E_INTERNAL, errno, "clone the root mount");
+        if (syscall(SYS_move_mount, tree, "", AT_FDCWD, ".", MOVE_MOUNT_F_EMPTY_PATH) < 0)
+                die(rep, AB_E_INTERNAL, errno, "attach the root mount");
+        if (fchdir(tree) < 0)
+                die(rep, AB_E_INTERNAL, errno, "enter the root mount");
+        close(tree);
+        if (syscall(SYS_pivot_root, ".", ".") < 0)
+                die(rep, AB_E_INTERNAL, errno, "pivot_root");
+        if (umount2(".", MNT_DETACH) < 0)
+                die(rep, AB_E_INTERNAL, errno, "detach the old root");
+        if (chdir("/workspace") < 0)
+                die(rep, AB_E_INTERNAL, errno, "chdir /workspace");
+
+        struct rlimit nofile = {s->limits->nofile, s->limits->nofile};
+        struct rlimit core = {0, 0};
+        if (setrlimit(RLIMIT_NOFILE, &nofile) < 0 || setrlimit(RLIMIT_CORE, &core) < 0)
+                die(rep, AB_E_INTERNAL, errno, "setrlimit");
+
+        if (dup2(sock, 3) < 0)
+                die(rep, AB_E_INTERNAL, errno, "dup2 socket");
+        int null = open("/dev/null", O_RDWR | O_CLOEXEC);
+        if (null < 0 || dup2(null, 0) < 0 || dup2(null, 1) < 0 || dup2(null, 2) < 0)
+                die(rep, AB_E_INTERNAL, errno, "open /dev/null");
+
+        if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0)
+                die(rep, AB_E_INTERNAL, errno, "no_new_privs");
+        if ((r = ab_landlock_apply()) < 0)
+                die(rep, AB_E_INTERNAL, -r, "landlock");
+        if ((r = ab_seccomp_install(s->bpf)) < 0)
+                die(rep, AB_E_INTERNAL, -r, "seccomp");
+
+        char *const argv[] = {"agentbox-init", "--fd", "3", NULL};
+        char *const envp[] = {"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+                              "container=agentbox", NULL};
+        syscall(SYS_execveat, exe, "", argv, envp, AT_EMPTY_PATH);
+        die(rep, AB_E_INTERNAL, errno, "exec agentbox-init");
+}
+
+/* Reads the C/I report pipe until EOF; returns init pid or -1 with *msg. */
+static pid_t collect(int rep, pid_t c, ab_code *code, char *msg, size_t msglen)
+{
+        pid_t init = 0;
+        char buf[1000];
+        uint64_t deadline = ab_now_ms() + SPAWN_TIMEOUT_MS;
+        *code = 0;
+        msg[0] = '\0';
+        for (;;) {
+                struct pollfd pfd = {rep, POLLIN, 0};
+                int64_t left = (int64_t)(deadline - ab_now_ms());
+                if (left <= 0) {
+                        *code = AB_E_TIMEOUT;
+                        snprintf(msg, msglen, "box did not start within %d ms", SPAWN_TIMEOUT_MS);
+                        return -1;
+                }
+                int pr = poll(&pfd, 1, (int)left);
+                if (pr < 0 && errno == EINTR)
+                        continue;
+                ssize_t n = read(rep, buf, sizeof(buf) - 1);
+                if (n < 0 && errno == EINTR)
+                        continue;
+                if (n <= 0)
+                        break;
+                buf[n] = '\0';
+                /* Messages are short single writes, so each read is one message. */
+                if (buf[0] == 'I') {
+                        init = (pid_t)atoi(buf + 2);
+                } else if (buf[0] == 'E' && !*code) {
+                        *code = (ab_code)(buf[1] - 'A');
+                        snprintf(msg, msglen, "%s", buf + 2);
+                }
+        }
+        if (c > 0) {
+                int st;
+                while (waitpid(c, &st, 0) < 0 && errno == EINTR)
+                        ;
+        }
+        if (*code)
+                return -1;
+        if (c > 0 && init <= 0) {
+                *code = AB_E_INTERNAL;
+                snprintf(msg, msglen, "box setup process died");
+                return -1;
+        }
+        return init;
+}
+
+/* P: the setup process. Writes "OK pid" or "E<code>msg" to out and exits. */
+static void run_setup(const ab_spawn_spec *s, int out, int sock, int exe)
+{
+        ab_err *err = NULL;
+        sigset_t none;
+        sigemptyset(&none);
+        sigprocmask(SIG_SETMASK, &none, NULL);
+        if (ab_cg_attach(s->cg, s->id, getpid(), &err) < 0)
+                die(out, err->code, 0, err->msg);
+        if (unshare(CLONE_NEWNS) < 0)
+                die(out, AB_E_UNSUPPORTED, errno, "unshare mount namespace");
+        if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0)
+                die(out, AB_E_INTERNAL, errno, "make mounts private");
+
+        int userns = idmap_userns(s->uid_base);
+        if (userns < 0)
+                die(out, AB_E_UNSUPPORTED, -userns, "create a user namespace for the box");
+        ab_rootfs_spec rs = {
+                .box_dir = s->box_dir,
+                .base = s->base,
+                .skills_dir = s->skills_dir,
+                .hide = s->hide,
+                .uid_base = s->uid_base,
+                .userns_fd = userns,
+                .tmp_mib = s->limits->memory_mib / 2 ? s->limits->memory_mib / 2 : 16,
+        };
+        if (ab_rootfs_build(&rs, &err) < 0)
+                die(out, err->code, 0, err->msg);
+        close(userns);
+        if (unshare(CLONE_NEWPID) < 0)
+                die(out, AB_E_UNSUPPORTED, errno, "unshare pid namespace");
+
+        int sync[2], go[2], rep[2];
+        if (pipe2(sync, O_CLOEXEC) < 0 || pipe2(go, O_CLOEXEC) < 0 || pipe2(rep, O_CLOEXEC) < 0)
+                die(out, AB_E_INTERNAL, errno, "pipe");
+        pid_t c = fork();
+        if (c < 0)
+                die(out, AB_E_INTERNAL, errno, "fork the box init");
+        if (c == 0) {
+                close(sync[0]);
+                close(go[1]);
+                close(rep[0]);
+                close(out);
+                run_init(s, sync[1], go[0], rep[1], sock, exe);
+        }
+        close(sync[1]);
+        close(go[0]);
+        close(rep[1]);
+        char ch;
+        if (ab_read_full(sync[0], &ch, 1) == 1) {
+                int r = write_maps(c, s->uid_base);
+                if (r < 0) {
+                        kill(c, SIGKILL);
+                        die(out, AB_E_INTERNAL, -r, "write the box's uid/gid map");
+                }
+                /* The OOM killer should pick user processes, never init; init's
+                 * sessions raise their own score back (raising needs no privilege).
+                 * Best effort: without CAP_SYS_RESOURCE (some container hosts) init
+                 * keeps score 0 and, with its tiny RSS, is still the last candidate. */
+                char path[64];
+                snprintf(path, sizeof(path), "/proc/%d/oom_score_adj", (int)c);
+                (void)write_str(path, "-1000");
+                (void)!write(go[1], "g", 1);
+        }
+        close(sync[0]);
+        close(go[1]);
+        ab_code code;
+        char msg[1024];
+        if (collect(rep[0], 0, &code, msg, sizeof(msg)) < 0 && code) {
+                kill(c, SIGKILL);
+                report(out, 'E', code, "%s", msg);
+                _exit(1);
+        }
+        report(out, 'I', 0, "%d", (int)c);
+        _exit(0);
+}
+
+uint64_t ab_proc_start_time(pid_t pid)
+{
+        char path[64];
+        snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+        _cleanup_free_ char *buf = NULL;
+        if (ab_read_file(AT_FDCWD, path, &buf, NULL) < 0)
+                return 0;
+        /* comm may contain spaces and parens: fields restart after the last ')'. */
+        char *p = strrchr(buf, ')');
+        if (!p)
+                return 0;
+        p++;
+        /* state is field 3; starttime is field 22. */
+        for (int field = 2; field < 22 && p; field++)
+                p = strchr(p + 1, ' ');
+        if (!p)
+                return 0;
+        if (p[-1] == 'Z')
+                return 0;
+        return strtoull(p + 1, NULL, 10);
+}
+
+bool ab_init_alive(pid_t pid, uint64_t start_time)
+{
+        if (pid <= 0)
+                return false;
+        uint64_t st = ab_proc_start_time(pid);
+        return st != 0 && st == start_time;
+}
+
+static int seal_exe(int exe)
+{
+        int m = memfd_create("agentbox-init", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+        if (m < 0)
+                return -errno;
+        struct stat st;
+        if (fstat(exe, &st) < 0)
+                goto fail;
+        off_t off = 0;
+        while (off < st.st_size) {
+                ssize_t n = sendfile(m, exe, &off, (size_t)(st.st_size - off));
+                if (n < 0 && errno == EINTR)
+                        continue;
+                if (n <= 0)
+                        goto fail;
+        }
+        /* A box can never change the binary its pid 1 runs from (cf. CVE-2019-5736). */
+        if (fcntl(m, F_ADD_SEALS, F_SEAL_SEAL | F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE) < 0)
+                goto fail;
+        return m;
+fail:;
+        int e = errno ? errno : EIO;
+        close(m);
+        return -e;
+}
+
+static int listen_socket(const char *box_dir, ab_err **err)
+{
+        _cleanup_close_ int dfd = open(box_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (dfd < 0)
+                return ab_err_set(err, AB_E_INTERNAL, errno, "open %s", box_dir);
+        unlinkat(dfd, "init.sock", 0);
+        _cleanup_close_ int s = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        if (s < 0)
+                return ab_err_set(err, AB_E_INTERNAL, errno, "socket");
+        struct sockaddr_un a = {.sun_family = AF_UNIX};
+        snprintf(a.sun_path, sizeof(a.sun_path), "/proc/self/fd/%d/init.sock", dfd);
+        mode_t old = umask(0077);
+        int r = bind(s, (struct sockaddr *)&a, sizeof(a));
+        umask(old);
+        if (r < 0)
+                return ab_err_set(err, AB_E_INTERNAL, errno, "bind %s/init.sock", box_dir);
+        if (listen(s, 256) < 0)
+                return ab_err_set(err, AB_E_INTERNAL, errno, "listen");
+        return steal_fd(&s);
+}
+
+int ab_box_spawn(const ab_spawn_spec *s, pid_t *init_pid, uint64_t *init_start, ab_err **err)
+{
+        _cleanup_close_ int sock = listen_socket(s->box_dir, err);
+        if (sock < 0)
+                return -1;
+        _cleanup_close_ int exe = seal_exe(s->init_exe_fd);
+        if (exe < 0)
+                return ab_err_set(err, AB_E_INTERNAL, -exe, "cannot load agentbox-init");
+        int out[2];
+        if (pipe2(out, O_CLOEXEC) < 0)
+                return ab_err_set(err, AB_E_INTERNAL, errno, "pipe");
+        _cleanup_close_ int rd = out[0];
+        pid_t p = fork();
+        if (p < 0) {
+                close(out[1]);
+                return ab_err_set(err, AB_E_INTERNAL, errno, "fork");
+        }
+        if (p == 0) {
+                close(out[0]);
+                run_setup(s, out[1], sock, exe);
+        }
+        close(out[1]);
+        ab_code code;
+        char msg[1024];
+        pid_t init = collect(rd, p, &code, msg, sizeof(msg));
+        if (init < 0)
+                return ab_err_set(err, code ? code : AB_E_INTERNAL, 0, "cannot start box %s: %s",
+                                  s->id, msg);
+        *init_pid = init;
+        *init_start = ab_proc_start_time(init);
+        if (!*init_start)
+                return ab_err_set(err, AB_E_INTERNAL, 0, "box %s: init exited right after start",
+                                  s->id);
+        return 0;
+}
+
+int ab_box_kill(pid_t pid, uint64_t start_time, ab_err **err)
+{
+        if (!ab_init_alive(pid, start_time))
+                return 0;
+        int pfd = (int)syscall(SYS_pidfd_open, pid, 0);
+        if (pfd < 0) {
+                if (errno == ESRCH)
+                        return 0;
+                return ab_err_set(err, AB_E_INTERNAL, errno, "pidfd_open %d", (int)pid);
+        }
+        /* The pid was verified a moment ago; re-check after pinning it with the pidfd. */
+        if (!ab_init_alive(pid, start_time)) {
+                close(pfd);
+                return 0;
+        }
+        int r = (int)syscall(SYS_pidfd_send_signal, pfd, SIGKILL, NULL, 0);
+        if (r < 0 && errno != ESRCH) {
+                int e = errno;
+                close(pfd);
+                return ab_err_set(err, AB_E_INTERNAL, e, "kill box init %d", (int)pid);
+        }
+        struct pollfd p = {pfd, POLLIN, 0};
+        int pr;
+        do
+                pr = poll(&p, 1, 5000);
+        while (pr < 0 && errno == EINTR);
+        close(pfd);
+        if (pr == 0)
+                return ab_err_set(err, AB_E_TIMEOUT, 0, "box init %d did not exit", (int)pid);
+        return 0;
+}

@@ -1,1 +1,146 @@
-/* placeholder: being written */
+#include "native/state.h"
+
+#include <fcntl.h>
+#include <jansson.h>
+
+static int write_json(int boxfd, const char *name, json_t *j, ab_err **err)
+{
+        _cleanup_free_ char *s = json_dumps(j, JSON_INDENT(2) | JSON_SORT_KEYS);
+        json_decref(j);
+        if (!s)
+                abort();
+        int r = ab_write_file_atomic(boxfd, name, s, strlen(s), 0600);
+        if (r < 0)
+                return ab_err_set(err, r == -ENOSPC ? AB_E_LIMIT : AB_E_INTERNAL, -r,
+                                  "cannot write %s", name);
+        return 0;
+}
+
+static json_t *read_json(int boxfd, const char *name, int *missing, ab_err **err)
+{
+        _cleanup_free_ char *buf = NULL;
+        int r = ab_read_file(boxfd, name, &buf, NULL);
+        *missing = (r == -ENOENT);
+        if (r < 0) {
+                ab_err_set(err, r == -ENOENT ? AB_E_NOT_FOUND : AB_E_INTERNAL, -r, "cannot read %s",
+                           name);
+                return NULL;
+        }
+        json_error_t je;
+        json_t *j = json_loads(buf, 0, &je);
+        if (!j || !json_is_object(j)) {
+                json_decref(j);
+                ab_err_set(err, AB_E_INTERNAL, 0, "%s is corrupt: %s", name, je.text);
+                return NULL;
+        }
+        return j;
+}
+
+int ab_config_write(int boxfd, const ab_box_config *c, ab_err **err)
+{
+        json_t *lim = json_pack("{s:f,s:I,s:I,s:I,s:I,s:I,s:I}", "cpus", c->limits.cpus,
+                                "memory_mib", (json_int_t)c->limits.memory_mib, "pids",
+                                (json_int_t)c->limits.pids, "disk_mib",
+                                (json_int_t)c->limits.disk_mib, "timeout_s",
+                                (json_int_t)c->limits.timeout_s, "output_cap",
+                                (json_int_t)c->limits.output_cap, "nofile",
+                                (json_int_t)c->limits.nofile);
+        json_t *j = json_pack("{s:s,s:o,s:I,s:I,s:i}", "id", c->id, "limits", lim, "uid_base",
+                              (json_int_t)c->uid_base, "created_at", (json_int_t)c->created_at,
+                              "version", 1);
+        if (c->rootfs)
+                json_object_set_new(j, "rootfs", json_string(c->rootfs));
+        return write_json(boxfd, "config.json", j, err);
+}
+
+static uint64_t get_u64(json_t *o, const char *k, uint64_t dflt)
+{
+        json_t *v = json_object_get(o, k);
+        return json_is_integer(v) ? (uint64_t)json_integer_value(v) : dflt;
+}
+
+int ab_config_read(int boxfd, ab_box_config *c, ab_err **err)
+{
+        int missing;
+        json_t *j = read_json(boxfd, "config.json", &missing, err);
+        if (!j)
+                return -1;
+        memset(c, 0, sizeof(*c));
+        ab_limits_default(&c->limits);
+        const char *id = json_string_value(json_object_get(j, "id"));
+        snprintf(c->id, sizeof(c->id), "%s", id ? id : "");
+        json_t *l = json_object_get(j, "limits");
+        json_t *cpus = json_object_get(l, "cpus");
+        if (json_is_number(cpus))
+                c->limits.cpus = json_number_value(cpus);
+        c->limits.memory_mib = get_u64(l, "memory_mib", c->limits.memory_mib);
+        c->limits.pids = get_u64(l, "pids", c->limits.pids);
+        c->limits.disk_mib = get_u64(l, "disk_mib", c->limits.disk_mib);
+        c->limits.timeout_s = (uint32_t)get_u64(l, "timeout_s", c->limits.timeout_s);
+        c->limits.output_cap = get_u64(l, "output_cap", c->limits.output_cap);
+        c->limits.nofile = get_u64(l, "nofile", c->limits.nofile);
+        c->uid_base = (uid_t)get_u64(j, "uid_base", 0);
+        c->created_at = (int64_t)get_u64(j, "created_at", 0);
+        const char *rootfs = json_string_value(json_object_get(j, "rootfs"));
+        c->rootfs = rootfs ? xstrdup(rootfs) : NULL;
+        json_decref(j);
+        if (!c->uid_base || !c->id[0])
+                return ab_err_set(err, AB_E_INTERNAL, 0, "config.json lacks id or uid_base");
+        return 0;
+}
+
+void ab_config_clear(ab_box_config *c)
+{
+        free(c->rootfs);
+        c->rootfs = NULL;
+}
+
+int ab_state_write(int boxfd, const ab_box_state *s, ab_err **err)
+{
+        json_t *j;
+        if (s->error)
+                j = json_pack("{s:s}", "error", s->error);
+        else
+                j = json_pack("{s:i,s:I,s:I}", "init_pid", (int)s->init_pid, "init_start",
+                              (json_int_t)s->init_start, "started_at", (json_int_t)s->started_at);
+        return write_json(boxfd, "state.json", j, err);
+}
+
+int ab_state_read(int boxfd, ab_box_state *s, ab_err **err)
+{
+        memset(s, 0, sizeof(*s));
+        int missing;
+        ab_err *e = NULL;
+        json_t *j = read_json(boxfd, "state.json", &missing, &e);
+        if (!j) {
+                if (missing) {
+                        ab_err_free(&e);
+                        return 1;
+                }
+                if (err && !*err)
+                        *err = e;
+                else
+                        ab_err_free(&e);
+                return -1;
+        }
+        const char *er = json_string_value(json_object_get(j, "error"));
+        s->error = er ? xstrdup(er) : NULL;
+        s->init_pid = (pid_t)get_u64(j, "init_pid", 0);
+        s->init_start = get_u64(j, "init_start", 0);
+        s->started_at = (int64_t)get_u64(j, "started_at", 0);
+        json_decref(j);
+        return 0;
+}
+
+int ab_state_remove(int boxfd)
+{
+        if (unlinkat(boxfd, "state.json", 0) < 0 && errno != ENOENT)
+                return -errno;
+        return 0;
+}
+
+void ab_state_clear(ab_box_state *s)
+{
+        free(s->error);
+        s->error = NULL;
+}

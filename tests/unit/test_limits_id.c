@@ -1,6 +1,97 @@
+/* Unit tests: box ids, limits, sizes and durations. */
+#include "core/id.h"
+#include "core/limits.h"
 #include "tap.h"
+
+static void test_ids(void)
+{
+        static const char *good[] = {"a", "0", "box-1", "my_box", "abc123",
+                                     "a23456789012345678901234567890123456789012345678901234567890123"};
+        static const char *bad[] = {"",       "-a",    "_a",  "A",     "box 1", "box/1", "../x",
+                                    "box.1", "bóx",   "a\n", "x;rm", "a234567890123456789012345678901234567890123456789012345678901234"};
+        for (size_t i = 0; i < AB_ARRAY_LEN(good); i++)
+                tap_ok(ab_id_valid(good[i]), "valid id '%s'", good[i]);
+        for (size_t i = 0; i < AB_ARRAY_LEN(bad); i++)
+                tap_ok(!ab_id_valid(bad[i]), "invalid id #%zu rejected", i);
+        tap_ok(!ab_id_valid(NULL), "NULL id rejected");
+        ab_err *e = NULL;
+        tap_ok(ab_id_check("Bad", &e) < 0 && e && e->code == AB_E_INVALID &&
+                       strstr(e->msg, "a-z"),
+               "check explains the rule");
+        ab_err_free(&e);
+        char a[17], b[17];
+        ab_id_random(a);
+        ab_id_random(b);
+        tap_ok(strlen(a) == 16 && ab_id_valid(a), "random id is 16 valid chars");
+        tap_ok(strcmp(a, b) != 0, "random ids differ");
+}
+
+static void test_sizes(void)
+{
+        uint64_t v = 0;
+        ab_err *e = NULL;
+        TAP_IS_INT(ab_parse_mib("512", &v, &e), 0, "plain MiB");
+        TAP_IS_INT(v, 512, "512");
+        ab_parse_mib("1G", &v, &e);
+        TAP_IS_INT(v, 1024, "1G = 1024 MiB");
+        ab_parse_mib("1.5GiB", &v, &e);
+        TAP_IS_INT(v, 1536, "1.5GiB");
+        ab_parse_mib("64k", &v, &e);
+        TAP_IS_INT(v, 1, "64k rounds up to 1 MiB");
+        tap_ok(ab_parse_mib("12parsecs", &v, &e) < 0 && e && e->code == AB_E_INVALID,
+               "bad unit rejected");
+        ab_err_free(&e);
+        tap_ok(ab_parse_mib("-5", &v, &e) < 0, "negative rejected");
+        ab_err_free(&e);
+        tap_ok(ab_parse_mib("", &v, &e) < 0, "empty rejected");
+        ab_err_free(&e);
+        ab_parse_bytes("2M", &v, &e);
+        TAP_IS_INT(v, 2 * 1024 * 1024, "bytes 2M");
+        ab_parse_duration_ms("30", &v, &e);
+        TAP_IS_INT(v, 30000, "30 = 30 s");
+        ab_parse_duration_ms("250ms", &v, &e);
+        TAP_IS_INT(v, 250, "250ms");
+        ab_parse_duration_ms("5m", &v, &e);
+        TAP_IS_INT(v, 300000, "5m");
+        tap_ok(ab_parse_duration_ms("soon", &v, &e) < 0, "bad duration rejected");
+        ab_err_free(&e);
+}
+
+static void test_limits(void)
+{
+        ab_limits l;
+        ab_limits_default(&l);
+        ab_err *e = NULL;
+        TAP_IS_INT(ab_limits_validate(&l, &e), 0, "defaults valid");
+        tap_ok(l.cpus == 1.0 && l.memory_mib == 1024 && l.pids == 512 && l.disk_mib == 4096 &&
+                       l.timeout_s == 600,
+               "defaults are 1 cpu, 1 GiB, 512 pids, 4 GiB, 600 s");
+        l.memory_mib = 1;
+        tap_ok(ab_limits_validate(&l, &e) < 0 && e && strstr(e->msg, "memory"),
+               "tiny memory rejected, message names it");
+        ab_err_free(&e);
+        ab_limits_default(&l);
+        l.cpus = 0;
+        tap_ok(ab_limits_validate(&l, &e) < 0 && e && strstr(e->msg, "cpus"), "0 cpus rejected");
+        ab_err_free(&e);
+        ab_limits_default(&l);
+        l.pids = 2;
+        tap_ok(ab_limits_validate(&l, &e) < 0 && strstr(e->msg, "pids"), "2 pids rejected");
+        ab_err_free(&e);
+        ab_limits_default(&l);
+        l.timeout_s = 0;
+        tap_ok(ab_limits_validate(&l, &e) < 0 && strstr(e->msg, "timeout"), "0 timeout rejected");
+        ab_err_free(&e);
+        ab_limits_default(&l);
+        l.disk_mib = 1;
+        tap_ok(ab_limits_validate(&l, &e) < 0 && strstr(e->msg, "disk"), "1 MiB disk rejected");
+        ab_err_free(&e);
+}
+
 int main(void)
 {
-        tap_ok(1, "placeholder");
+        test_ids();
+        test_sizes();
+        test_limits();
         return tap_done();
 }

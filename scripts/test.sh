@@ -1,0 +1,182 @@
+#!/usr/bin/env bash
+# test.sh - THE test command (the README's, and CI's via .ci/run).
+#
+# Installs what is missing (scripts/deps.sh), builds ./build and an
+# ASan+UBSan ./build-asan, checks formatting, runs every meson test in
+# ./build and the unit suite in ./build-asan, and ends with one line:
+#
+#   N passed, N failed, N skipped
+#
+# Every stage runs even when an earlier one failed. Counted as tests: every
+# meson test of both runs, plus "format". A failed stage that is no test
+# (deps, a build, a meson run that left no log) counts as one failed test.
+# Exit status: 0 when nothing failed, else 1.
+#
+# Environment:
+#   AGENTBOX_TEST_JOBS   parallel meson tests (default: nproc)
+#   AGENTBOX_ASAN_LEAKS  1 = LeakSanitizer on in the ASan run (default 1)
+set -u -o pipefail
+
+cd "$(dirname "$0")/.." || exit 1
+jobs=${AGENTBOX_TEST_JOBS:-$(nproc 2>/dev/null || echo 2)}
+asan_leaks=${AGENTBOX_ASAN_LEAKS:-1}
+
+failures=()     # "stage: why" for stages that count as one failed test each
+format_result=  # OK | FAIL
+runs=()         # "label=BUILDDIR" of meson test runs to count
+declare -A meson_rc
+
+stage() {
+        printf '\n===== [%4ds] %s =====\n' "$SECONDS" "$*"
+}
+
+stage "dependencies: scripts/deps.sh"
+./scripts/deps.sh || failures+=("deps: scripts/deps.sh failed")
+
+stage "build: build"
+build_ok=1
+./scripts/build.sh build || { build_ok=0; failures+=("build: build failed"); }
+
+stage "build: build-asan (ASan+UBSan)"
+asan_ok=1
+./scripts/build.sh build-asan -Db_sanitize=address,undefined -Db_lundef=false ||
+        { asan_ok=0; failures+=("build-asan: build failed"); }
+
+stage "format: clang-format --dry-run --Werror (src/ tests/ bench/)"
+if ! command -v clang-format >/dev/null; then
+        format_result=FAIL
+        echo "clang-format not found"
+else
+        bad=()
+        n=0
+        while IFS= read -r -d '' f; do
+                n=$((n + 1))
+                if ! out=$(clang-format --dry-run --Werror --ferror-limit=1 "$f" 2>&1); then
+                        bad+=("$f")
+                        printf '%s\n' "$out" | head -n 3
+                fi
+        done < <(find src tests bench \( -name '*.c' -o -name '*.h' \) -type f -print0 2>/dev/null | sort -z)
+        if [ ${#bad[@]} -eq 0 ]; then
+                format_result=OK
+                echo "$n files formatted correctly"
+        else
+                format_result=FAIL
+                echo "${#bad[@]} of $n files need formatting; fix with:"
+                echo "  clang-format -i ${bad[*]}"
+        fi
+fi
+
+# meson_test LABEL BUILDDIR [MESON-TEST-ARGS...]
+meson_test() {
+        local label=$1 dir=$2
+        shift 2
+        rm -f "$dir/meson-logs/testlog.json"
+        meson test -C "$dir" --print-errorlogs --num-processes "$jobs" "$@"
+        meson_rc[$label]=$?
+        runs+=("$label=$dir")
+}
+
+stage "test: build (all suites)"
+if [ $build_ok = 1 ]; then
+        meson_test build build
+else
+        echo "skipped: the build failed"
+fi
+
+stage "test: build-asan (unit suite under ASan+UBSan)"
+if [ $asan_ok = 1 ]; then
+        ASAN_OPTIONS="detect_leaks=$asan_leaks:halt_on_error=1:abort_on_error=0:print_summary=1" \
+                UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1" \
+                meson_test build-asan build-asan --suite unit --timeout-multiplier 3
+else
+        echo "skipped: the build failed"
+fi
+
+# Boxes left behind by an end-to-end test that was killed (timeout) are
+# removed now rather than by the next run.
+if [ $build_ok = 1 ] && [ -x build/agentbox ] && command -v python3 >/dev/null; then
+        AGENTBOX_BIN=$PWD/build/agentbox python3 tests/lib/abtest.py --sweep ||
+                echo "warning: sweeping stale test data dirs failed"
+fi
+
+stage "summary"
+args=("format=$format_result")
+for r in "${runs[@]}"; do
+        args+=("run=$r=${meson_rc[${r%%=*}]}")
+done
+for f in "${failures[@]}"; do
+        args+=("stagefail=$f")
+done
+if ! command -v python3 >/dev/null; then
+        printf 'FAIL  %s\n' "python3 missing: cannot read the test logs" "${failures[@]}"
+        echo "0 passed, $((${#failures[@]} + 1)) failed, 0 skipped"
+        exit 1
+fi
+python3 - "${args[@]}" <<'PY'
+import json, sys
+
+passed = failed = skipped = 0
+lines = []
+GOOD = {"OK", "EXPECTEDFAIL"}  # EXPECTEDFAIL: the test did what it declared
+SKIP = {"SKIP"}
+
+for arg in sys.argv[1:]:
+    kind, _, val = arg.partition("=")
+    if kind == "format":
+        if val == "OK":
+            passed += 1
+        elif val:
+            failed += 1
+            lines.append("FAIL  format (clang-format: see the format stage)")
+    elif kind == "stagefail":
+        failed += 1
+        lines.append("FAIL  " + val)
+    elif kind == "run":
+        label, bdir, rc = val.split("=")
+        rc = int(rc)
+        path = bdir + "/meson-logs/testlog.json"
+        n = bad = 0
+        try:
+            with open(path, encoding="utf-8", errors="replace") as f:
+                for raw in f:
+                    raw = raw.strip()
+                    if not raw:
+                        continue
+                    try:
+                        t = json.loads(raw)
+                    except ValueError:
+                        failed += 1
+                        bad += 1
+                        lines.append("FAIL  %s: unreadable line in %s" % (label, path))
+                        continue
+                    n += 1
+                    res = t.get("result", "?")
+                    if res in GOOD:
+                        passed += 1
+                    elif res in SKIP:
+                        skipped += 1
+                    else:
+                        failed += 1
+                        bad += 1
+                        lines.append("%-5s %s: %s (%s)" % ("FAIL", label, t.get("name", "?"), res))
+        except OSError as e:
+            failed += 1
+            lines.append("FAIL  %s: meson test left no log (exit %d): %s" % (label, rc, e))
+            continue
+        if rc != 0 and bad == 0:
+            # meson itself failed (rebuild error, bad arguments, interrupted).
+            failed += 1
+            lines.append("FAIL  %s: meson test exited %d with no failed test in its log" % (label, rc))
+        print("%s: %d tests in %s" % (label, n, path))
+
+for l in lines:
+    print(l)
+print("%d passed, %d failed, %d skipped" % (passed, failed, skipped))
+sys.exit(1 if failed else 0)
+PY
+rc=$?
+if [ $rc -gt 1 ]; then
+        echo "0 passed, 1 failed, 0 skipped"
+        exit 1
+fi
+exit $rc

@@ -1,0 +1,51 @@
+/* init_int.h - shared by the pieces of agentbox-init: init.c (PID 1, accept
+ * loop, session dispatch), exec.c (EXEC) and fileops.c (file requests).
+ * Everything here runs in a forked session child unless said otherwise. */
+#ifndef AB_INIT_INT_H
+#define AB_INIT_INT_H
+
+#include "common/util.h"
+#include "init/proto.h"
+
+#include <sys/types.h>
+
+/* How long a session waits for the client to send or take a frame outside of
+ * an exec (an exec has its own timeout). */
+#define INIT_IO_TIMEOUT_MS (120 * 1000)
+
+typedef struct init_conf {
+        const char *workdir; /* default cwd, HOME, base of relative paths */
+        int workdir_fd;      /* O_PATH fd of workdir in the session, or -1 */
+} init_conf;
+
+/* The connection to the client, with its frame reader. */
+typedef struct init_conn {
+        int fd;
+        abp_reader rd;
+} init_conn;
+
+/* Sends ERROR{code, message}. Returns -1 (the request failed) or -errno when
+ * the client is gone. */
+int init_send_error(init_conn *c, const char *code, const char *fmt, ...) AB_PRINTF(3, 4);
+/* Maps errno `e` about `path` to an error code and message and sends it
+ * (see docs/protocol.md for the mapping). Returns -1. */
+int init_send_errno(init_conn *c, int e, const char *path);
+/* Sends one frame already encoded in b. 0 or -errno. */
+int init_send(init_conn *c, abp_buf *b);
+
+/* Handles an EXEC request frame. */
+void init_exec(init_conn *c, const abp_frame *f, const init_conf *conf);
+/* Handles READ WRITE LIST STAT DELETE MKDIR RENAME request frames. */
+void init_fileop(init_conn *c, const abp_frame *f, const init_conf *conf);
+
+/* Opens a user path inside the box: relative paths are relative to the
+ * workdir, magic links (/proc/PID/fd/...) are never followed. fd or -errno. */
+int init_open(const init_conf *conf, const char *path, int flags, mode_t mode);
+
+/* SIGKILLs every descendant of the calling process (found through /proc
+ * ppid chains, plus process group `pgrp` when > 0) until none is left, and
+ * reaps its children. `reaped` (may be NULL) sees each reaped child.
+ * Also used by PID 1 on SIGTERM. */
+void init_kill_tree(pid_t pgrp, void (*reaped)(pid_t pid, int status, void *ud), void *ud);
+
+#endif

@@ -1,0 +1,22 @@
+/* loopdisk.h - a box's disk: a sparse ext4 image mounted through a loop
+ * device. Holds the overlay upper layer and the workspace, so the size of the
+ * image is a real quota on everything the box writes (ENOSPC at the limit). */
+#ifndef AB_LOOPDISK_H
+#define AB_LOOPDISK_H
+
+#include "common/err.h"
+#include <sys/types.h>
+
+/* Creates dirfd/name as a sparse file of size_mib MiB and formats it ext4
+ * with no reserved blocks and its root directory owned by owner:owner. */
+int ab_disk_create(int dirfd, const char *name, uint64_t size_mib, uid_t owner, ab_err **err);
+
+/* Grows the image to size_mib (never shrinks); takes effect at the next mount. */
+int ab_disk_resize(int dirfd, const char *name, uint64_t size_mib, ab_err **err);
+
+/* Attaches the image to a free loop device (auto-clear on last close) and
+ * mounts it at `target` (nosuid, nodev). The loop device detaches itself
+ * once the last mount of it is gone. Call in a private mount namespace. */
+int ab_disk_mount(int dirfd, const char *name, const char *target, ab_err **err);
+
+#endif

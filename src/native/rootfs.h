@@ -1,0 +1,36 @@
+/* rootfs.h - builds a box's root filesystem under BOX_DIR/root. Runs in the
+ * box's setup process: host root, in a private mount namespace, before the
+ * box's other namespaces exist (see docs/architecture.md, "Starting a box").
+ *
+ *   BOX_DIR/disk   the box's ext4 disk (loopdisk.h): upper/ work/ workspace/ uploads/ outputs/
+ *   BOX_DIR/mask   tmpfs: whiteouts and opaque directories that hide host paths
+ *   BOX_DIR/lower  the base (host "/" or a rootfs dir), idmapped so host uid N
+ *                  appears as N inside the box, read-only
+ *   BOX_DIR/root   overlay(lower = mask:lower, upper = disk/upper) plus binds of
+ *                  /workspace, /mnt/user-data/{workspace,uploads,outputs}, /mnt/skills, /skills (read-only),
+ *                  tmpfs /tmp /run /dev (with null zero full random urandom tty).
+ * /proc and /dev/pts are mounted later by the box's init-to-be, inside its namespaces. */
+#ifndef AB_ROOTFS_H
+#define AB_ROOTFS_H
+
+#include "common/err.h"
+#include <sys/types.h>
+
+typedef struct ab_rootfs_spec {
+        const char *box_dir;       /* absolute */
+        const char *base;          /* "/" = curated host base, else a rootfs directory */
+        const char *skills_dir;    /* shown read-only at /mnt/skills and /skills; may be NULL */
+        const char *const *hide;   /* absolute host paths never to show (data dir...), NULL-terminated */
+        uid_t uid_base;            /* host uid (and gid) of root inside the box */
+        int userns_fd;             /* a user namespace mapping 0..65535 to uid_base.. */
+        uint64_t tmp_mib;          /* size of /tmp */
+} ab_rootfs_spec;
+
+/* Mounts everything listed above. On failure the caller's mount namespace is
+ * simply discarded, so no cleanup of partial mounts is needed. */
+int ab_rootfs_build(const ab_rootfs_spec *s, ab_err **err);
+
+/* Makes the box-side directories on a freshly mounted disk (idempotent). */
+int ab_rootfs_prepare_disk(const char *disk_dir, uid_t uid_base, ab_err **err);
+
+#endif

@@ -1,0 +1,40 @@
+/* state.h - what a native box records under DATA/boxes/ID/:
+ *   config.json  written once at create (id, limits, uid base, rootfs, created_at)
+ *   state.json   present while the box runs (init pid + start time, started_at),
+ *                or holding {"error": ...} after a failed start.
+ * Both are replaced atomically (write temp, fsync, rename), so a crash leaves
+ * either the old or the new file, never half of one. */
+#ifndef AB_STATE_H
+#define AB_STATE_H
+
+#include "common/err.h"
+#include "core/limits.h"
+#include <sys/types.h>
+
+typedef struct ab_box_config {
+        char id[64];
+        ab_limits limits;
+        uid_t uid_base;
+        char *rootfs; /* NULL = host base */
+        int64_t created_at;
+} ab_box_config;
+
+typedef struct ab_box_state {
+        pid_t init_pid;
+        uint64_t init_start;
+        int64_t started_at;
+        char *error; /* non-NULL: the last start failed */
+} ab_box_state;
+
+int ab_config_write(int boxfd, const ab_box_config *c, ab_err **err);
+/* AB_E_NOT_FOUND when the file is missing (a box still being created). */
+int ab_config_read(int boxfd, ab_box_config *c, ab_err **err);
+void ab_config_clear(ab_box_config *c);
+
+int ab_state_write(int boxfd, const ab_box_state *s, ab_err **err);
+/* Returns 0 and fills *s, or 1 when there is no state file (stopped). */
+int ab_state_read(int boxfd, ab_box_state *s, ab_err **err);
+int ab_state_remove(int boxfd);
+void ab_state_clear(ab_box_state *s);
+
+#endif
