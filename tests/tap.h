@@ -39,7 +39,7 @@ static inline void tap_ok(int cond, const char *fmt, ...)
                 int _eq = (_g && _w) ? strcmp(_g, _w) == 0 : _g == _w;                             \
                 tap_ok(_eq, "%s", name);                                                           \
                 if (!_eq)                                                                          \
-                        printf("#   got \"%s\", want \"%s\"\n", _g ? _g : "(null)",               \
+                        printf("#   got \"%s\", want \"%s\"\n", _g ? _g : "(null)",                \
                                _w ? _w : "(null)");                                                \
         } while (0)
 

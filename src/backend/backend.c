@@ -25,8 +25,8 @@ void ab_box_info_clear(ab_box_info *i)
         memset(i, 0, sizeof(*i));
 }
 
-int ab_box_exec(ab_backend *b, const char *id, const abc_exec_req *req, abc_output_fn out,
-                void *ud, abc_exec_res *res, ab_err **err)
+int ab_box_exec(ab_backend *b, const char *id, const abc_exec_req *req, abc_output_fn out, void *ud,
+                abc_exec_res *res, ab_err **err)
 {
         _cleanup_close_ int fd = b->ops->connect(b, id, err);
         if (fd < 0)

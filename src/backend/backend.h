@@ -26,20 +26,20 @@ typedef enum {
 const char *ab_box_status_name(ab_box_status s);
 
 typedef struct ab_box_spec {
-        const char *id;        /* validated with ab_id_valid */
+        const char *id; /* validated with ab_id_valid */
         ab_limits limits;
-        const char *rootfs;    /* NULL = curated host base; else a directory tree */
+        const char *rootfs; /* NULL = curated host base; else a directory tree */
 } ab_box_spec;
 
 typedef struct ab_box_info {
         char *id;
         ab_box_status status;
         ab_limits limits;
-        int64_t created_at;    /* unix seconds */
-        int64_t started_at;    /* unix seconds of the last start, 0 if stopped */
-        pid_t init_pid;        /* host pid of the box's init, 0 when not running */
-        char *rootfs;          /* NULL = host base */
-        char *error;           /* why the box is in AB_BOX_ERROR, else NULL */
+        int64_t created_at; /* unix seconds */
+        int64_t started_at; /* unix seconds of the last start, 0 if stopped */
+        pid_t init_pid;     /* host pid of the box's init, 0 when not running */
+        char *rootfs;       /* NULL = host base */
+        char *error;        /* why the box is in AB_BOX_ERROR, else NULL */
 } ab_box_info;
 
 void ab_box_info_clear(ab_box_info *i);
@@ -90,8 +90,8 @@ typedef struct ab_native_opts {
 int ab_native_open(const ab_native_opts *opts, ab_backend **out, ab_err **err);
 
 /* Convenience wrappers: connect to the box's init and run one request. */
-int ab_box_exec(ab_backend *b, const char *id, const abc_exec_req *req, abc_output_fn out,
-                void *ud, abc_exec_res *res, ab_err **err);
+int ab_box_exec(ab_backend *b, const char *id, const abc_exec_req *req, abc_output_fn out, void *ud,
+                abc_exec_res *res, ab_err **err);
 
 static inline void ab_backend_freep(ab_backend **b)
 {

@@ -1,1 +1,564 @@
-/* placeholder: being written */
+/* initclient.c - the host side of the agentbox-init protocol (src/init/proto.h).
+ *
+ * init is treated as untrusted: every frame is decoded with bounds checks,
+ * every allocation is bounded by the protocol maximums, and anything that is
+ * not the expected answer makes the call fail with AB_E_UNAVAILABLE. */
+#include "backend/initclient.h"
+#include "init/proto.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+
+#define IO_TIMEOUT_MS    (120 * 1000) /* silence from init that ends a file request */
+#define EXEC_GRACE_MS    (30 * 1000)  /* how long after its timeout an exec may stay silent */
+#define INLINE_STDIN_MAX (256 * 1024) /* larger stdin is streamed in DATA frames */
+#define QUEUE_MAX        (256 * 1024) /* bytes queued for init before we stop producing */
+
+static int unavailable(ab_err **err)
+{
+        return ab_err_set(err, AB_E_UNAVAILABLE, 0, "box init is not responding");
+}
+
+int abc_connect(int dirfd, const char *name, ab_err **err)
+{
+        struct sockaddr_un sa = {.sun_family = AF_UNIX};
+        _cleanup_close_ int dfd = -1;
+
+        if (!name || !name[0])
+                return ab_err_set(err, AB_E_INVALID, 0, "no socket name");
+        if (name[0] == '/' || dirfd == AT_FDCWD) {
+                if (strlen(name) < sizeof(sa.sun_path))
+                        strcpy(sa.sun_path, name);
+        }
+        if (!sa.sun_path[0]) {
+                /* Too long for sun_path, or relative to dirfd: go through
+                 * /proc/self/fd/N/, where N is the directory holding the socket. */
+                const char *slash = strrchr(name, '/');
+                const char *base = slash ? slash + 1 : name;
+                if (slash) {
+                        _cleanup_free_ char *dir = xstrndup(name, (size_t)(slash - name));
+                        dfd = openat(dirfd, dir[0] ? dir : "/", O_PATH | O_DIRECTORY | O_CLOEXEC);
+                } else {
+                        dfd = openat(dirfd, ".", O_PATH | O_DIRECTORY | O_CLOEXEC);
+                }
+                if (dfd < 0)
+                        return ab_err_set(err, AB_E_UNAVAILABLE, errno,
+                                          "box init is not responding (socket %s)", name);
+                int n =
+                    snprintf(sa.sun_path, sizeof(sa.sun_path), "/proc/self/fd/%d/%s", dfd, base);
+                if (n < 0 || (size_t)n >= sizeof(sa.sun_path))
+                        return ab_err_set(err, AB_E_INVALID, 0, "socket name too long: %s", name);
+        }
+        _cleanup_close_ int s = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        if (s < 0)
+                return ab_err_set(err, AB_E_INTERNAL, errno, "socket");
+        while (connect(s, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
+                if (errno == EINTR)
+                        continue;
+                if (errno == EISCONN)
+                        break;
+                return ab_err_set(err, AB_E_UNAVAILABLE, errno, "box init is not responding");
+        }
+        return steal_fd(&s);
+}
+
+/* ---- one-request helpers ---- */
+
+/* Turns an ERROR frame into *err. */
+static int from_error(const abp_frame *f, ab_err **err)
+{
+        abp_error e;
+        if (abp_dec_error(f, &e) < 0)
+                return unavailable(err);
+        return ab_err_set(err, ab_code_from_name(e.code), 0, "%s", e.message);
+}
+
+/* Sends the frames in b. A failed send is not reported here: init may have
+ * answered (ERROR) and hung up, so the caller reads the answer next. */
+static void send_req(int fd, abp_buf *b)
+{
+        (void)!abp_send(fd, b, IO_TIMEOUT_MS);
+}
+
+/* The next frame that is not ERROR; an ERROR or a broken connection sets *err. */
+static int next_frame(int fd, abp_reader *rd, abp_frame *f, ab_err **err)
+{
+        if (abp_recv(fd, rd, f, IO_TIMEOUT_MS) < 0)
+                return unavailable(err);
+        if (f->type == ABP_ERROR)
+                return from_error(f, err);
+        return 0;
+}
+
+/* Sends b and expects a bare OK. */
+static int simple(int fd, abp_buf *b, ab_err **err)
+{
+        abp_reader rd = {0};
+        abp_frame f;
+        send_req(fd, b);
+        abp_buf_free(b);
+        int r = next_frame(fd, &rd, &f, err);
+        if (r == 0 && f.type != ABP_OK)
+                r = unavailable(err);
+        abp_reader_free(&rd);
+        return r;
+}
+
+static int enc_file(abp_buf *b, uint32_t type, const abp_file_req *m, ab_err **err)
+{
+        if (!m->path || !m->path[0])
+                return ab_err_set(err, AB_E_INVALID, 0, "empty path");
+        if (abp_enc_file(b, type, m) < 0)
+                return ab_err_set(err, AB_E_INVALID, 0, "path too long");
+        return 0;
+}
+
+/* ---- exec ---- */
+
+typedef struct xclient {
+        int fd;
+        abp_reader rd;
+        abp_buf q;           /* frames not yet sent */
+        bool stream;         /* stdin goes in DATA frames */
+        const uint8_t *data; /* stdin_data not yet queued */
+        size_t left;
+        int in_fd;
+        uint8_t *buf;   /* for reads from in_fd */
+        bool in_done;   /* EOF queued */
+        bool send_dead; /* init stopped reading (it answers or died) */
+} xclient;
+
+/* Queues stdin frames from stdin_data, or EOF when only stdin_fd could add more
+ * and it is absent. */
+static void produce(xclient *x)
+{
+        while (x->stream && !x->in_done && !x->send_dead && x->q.len < QUEUE_MAX) {
+                if (x->left > 0) {
+                        size_t n = x->left < ABP_CHUNK ? x->left : ABP_CHUNK;
+                        if (abp_enc_data(&x->q, 0, x->data, n) < 0)
+                                abort();
+                        x->data += n;
+                        x->left -= n;
+                } else if (x->in_fd >= 0) {
+                        return; /* read when poll says so */
+                } else {
+                        if (abp_enc_empty(&x->q, ABP_EOF) < 0)
+                                abort();
+                        x->in_done = true;
+                }
+        }
+}
+
+/* One read from stdin_fd into a DATA (or EOF) frame. 0 or -errno. */
+static int read_stdin(xclient *x)
+{
+        if (!x->buf)
+                x->buf = xmalloc(ABP_CHUNK);
+        ssize_t n = read(x->in_fd, x->buf, ABP_CHUNK);
+        if (n < 0)
+                return errno == EINTR || errno == EAGAIN ? 0 : -errno;
+        if (n == 0) {
+                x->in_fd = -1;
+                produce(x);
+                return 0;
+        }
+        if (abp_enc_data(&x->q, 0, x->buf, (size_t)n) < 0)
+                abort();
+        return 0;
+}
+
+static void send_some(xclient *x)
+{
+        while (x->q.len > 0) {
+                ssize_t n = send(x->fd, x->q.p, x->q.len, MSG_NOSIGNAL | MSG_DONTWAIT);
+                if (n < 0 && errno == EINTR)
+                        continue;
+                if (n < 0 && errno == EAGAIN)
+                        return;
+                if (n <= 0) {
+                        x->send_dead = true;
+                        x->q.len = 0;
+                        return;
+                }
+                abp_buf_consume(&x->q, (size_t)n);
+        }
+}
+
+/* Handles the frames buffered from init: 1 = EXIT received, 0 = go on, <0 = failed. */
+static int exec_frames(xclient *x, abc_output_fn out, void *ud, abc_exec_res *res, ab_err **err)
+{
+        abp_frame f;
+        int k;
+        while ((k = abp_reader_next(&x->rd, &f)) > 0) {
+                if (f.type == ABP_DATA) {
+                        abp_data d;
+                        if (abp_dec_data(&f, &d) < 0 || (d.stream != 1 && d.stream != 2))
+                                return unavailable(err);
+                        if (out && d.len > 0 && out(ud, (int)d.stream, d.data, d.len) < 0) {
+                                /* init sees the hang-up and kills the exec's process tree. */
+                                shutdown(x->fd, SHUT_RDWR);
+                                ab_err_set(err, AB_E_INTERNAL, 0,
+                                           "exec aborted by its output consumer");
+                                return -ECANCELED;
+                        }
+                } else if (f.type == ABP_EXIT) {
+                        abp_exit e;
+                        if (abp_dec_exit(&f, &e) < 0)
+                                return unavailable(err);
+                        *res = (abc_exec_res){
+                            .exit_code = e.exit_code,
+                            .timed_out = e.timed_out,
+                            .truncated = e.truncated,
+                            .duration_ms = e.duration_ms,
+                            .stdout_bytes = e.stdout_bytes,
+                            .stderr_bytes = e.stderr_bytes,
+                        };
+                        return 1;
+                } else if (f.type == ABP_ERROR) {
+                        return from_error(&f, err);
+                } else {
+                        return unavailable(err);
+                }
+        }
+        return k < 0 ? unavailable(err) : 0;
+}
+
+int abc_exec(int fd, const abc_exec_req *req, abc_output_fn out, void *ud, abc_exec_res *res,
+             ab_err **err)
+{
+        abc_exec_res dummy;
+        if (!res)
+                res = &dummy;
+        *res = (abc_exec_res){0};
+        if (!req->command)
+                return ab_err_set(err, AB_E_INVALID, 0, "no command");
+        if (req->stdin_len > 0 && !req->stdin_data)
+                return ab_err_set(err, AB_E_INVALID, 0, "stdin_len without stdin_data");
+
+        size_t n_env = 0;
+        while (req->env && req->env[n_env])
+                n_env++;
+        xclient x = {
+            .fd = fd,
+            .stream = req->stdin_fd >= 0 || req->stdin_len > INLINE_STDIN_MAX,
+            .in_fd = req->stdin_fd,
+        };
+        abp_exec_req m = {
+            .command = req->command,
+            .env = (const char **)req->env,
+            .n_env = n_env,
+            .cwd = req->cwd,
+            .stdin_stream = x.stream,
+            .timeout_ms = req->timeout_ms,
+            .output_cap = req->output_cap,
+        };
+        if (x.stream) {
+                x.data = req->stdin_data;
+                x.left = req->stdin_len;
+        } else if (req->stdin_len > 0) {
+                m.stdin_data = req->stdin_data;
+                m.stdin_len = req->stdin_len;
+        }
+        if (abp_enc_exec(&x.q, &m) < 0) {
+                abp_buf_free(&x.q);
+                return ab_err_set(err, AB_E_INVALID, 0,
+                                  "exec request too large: command, environment and cwd must "
+                                  "fit in %u bytes",
+                                  ABP_MAX_PAYLOAD);
+        }
+
+        uint64_t deadline = req->timeout_ms ? ab_now_ms() + req->timeout_ms : 0;
+        int r = 0;
+        while (r == 0) {
+                /* Until the socket is full or stdin has nothing ready in memory. */
+                do {
+                        produce(&x);
+                        send_some(&x);
+                } while (x.q.len == 0 && x.stream && !x.in_done && !x.send_dead &&
+                         (x.left > 0 || x.in_fd < 0));
+                struct pollfd p[2] = {{.fd = fd, .events = POLLIN}, {.fd = -1}};
+                if (x.q.len > 0)
+                        p[0].events |= POLLOUT;
+                if (x.stream && !x.in_done && !x.send_dead && x.left == 0 && x.in_fd >= 0 &&
+                    x.q.len < QUEUE_MAX)
+                        p[1] = (struct pollfd){.fd = x.in_fd, .events = POLLIN};
+                int wait = -1;
+                if (deadline) {
+                        uint64_t now = ab_now_ms();
+                        wait = (int)((deadline > now ? deadline - now : 0) + EXEC_GRACE_MS);
+                }
+                int n = poll(p, 2, wait);
+                if (n < 0 && errno == EINTR)
+                        continue;
+                if (n <= 0) {
+                        r = unavailable(err);
+                        break;
+                }
+                if (p[1].revents) {
+                        int k = read_stdin(&x);
+                        if (k < 0) {
+                                shutdown(fd, SHUT_RDWR);
+                                r = ab_err_set(err, AB_E_INTERNAL, -k, "reading the exec's stdin");
+                                break;
+                        }
+                }
+                if (p[0].revents & POLLOUT)
+                        send_some(&x);
+                if (p[0].revents & (POLLIN | POLLHUP | POLLERR)) {
+                        ssize_t got = abp_reader_fill(&x.rd, fd);
+                        r = exec_frames(&x, out, ud, res, err);
+                        if (r == 0 && got <= 0 && got != -EAGAIN)
+                                r = unavailable(err); /* EOF or error before EXIT */
+                }
+        }
+        abp_buf_free(&x.q);
+        abp_reader_free(&x.rd);
+        free(x.buf);
+        return r > 0 ? 0 : r;
+}
+
+/* ---- files ---- */
+
+int abc_read(int fd, const char *path, uint64_t offset, uint64_t length, abc_output_fn out,
+             void *ud, ab_err **err)
+{
+        abp_buf b = {0};
+        abp_file_req m = {.path = path, .offset = offset, .length = length};
+        if (enc_file(&b, ABP_READ, &m, err) < 0)
+                return -1;
+        send_req(fd, &b);
+        abp_buf_free(&b);
+
+        abp_reader rd = {0};
+        int r;
+        for (;;) {
+                abp_frame f;
+                abp_data d;
+                r = next_frame(fd, &rd, &f, err);
+                if (r < 0)
+                        break;
+                if (f.type == ABP_OK)
+                        break;
+                if (f.type != ABP_DATA || abp_dec_data(&f, &d) < 0 || d.stream != 1) {
+                        r = unavailable(err);
+                        break;
+                }
+                if (out && d.len > 0 && out(ud, 1, d.data, d.len) < 0) {
+                        shutdown(fd, SHUT_RDWR);
+                        r = ab_err_set(err, AB_E_INTERNAL, 0, "read aborted by its consumer");
+                        break;
+                }
+        }
+        abp_reader_free(&rd);
+        return r;
+}
+
+/* True when init has something to say (an early ERROR) before the upload is done. */
+static bool answered(int fd)
+{
+        struct pollfd p = {.fd = fd, .events = POLLIN};
+        return poll(&p, 1, 0) > 0;
+}
+
+int abc_write(int fd, const char *path, const void *data, size_t len, int src_fd, uint32_t flags,
+              uint32_t mode, ab_err **err)
+{
+        abp_buf b = {0};
+        abp_file_req m = {.path = path, .flags = flags, .mode = mode};
+        if (len > 0 && !data)
+                return ab_err_set(err, AB_E_INVALID, 0, "no data");
+        if (enc_file(&b, ABP_WRITE, &m, err) < 0)
+                return -1;
+
+        const uint8_t *p = data;
+        _cleanup_free_ uint8_t *buf = src_fd >= 0 ? xmalloc(ABP_CHUNK) : NULL;
+        bool dead = false;
+        while (!dead && !answered(fd)) {
+                if (len > 0) {
+                        size_t n = len < ABP_CHUNK ? len : ABP_CHUNK;
+                        if (abp_enc_data(&b, 0, p, n) < 0)
+                                abort();
+                        p += n;
+                        len -= n;
+                } else if (src_fd >= 0) {
+                        ssize_t n = read(src_fd, buf, ABP_CHUNK);
+                        if (n < 0 && errno == EINTR)
+                                continue;
+                        if (n < 0) {
+                                int e = errno;
+                                /* init sees the hang-up and throws the partial file away. */
+                                shutdown(fd, SHUT_RDWR);
+                                abp_buf_free(&b);
+                                return ab_err_set(err, AB_E_INTERNAL, e, "reading the source");
+                        }
+                        if (n == 0)
+                                src_fd = -1;
+                        else if (abp_enc_data(&b, 0, buf, (size_t)n) < 0)
+                                abort();
+                } else {
+                        if (abp_enc_empty(&b, ABP_EOF) < 0)
+                                abort();
+                        dead = abp_send(fd, &b, IO_TIMEOUT_MS) < 0;
+                        break;
+                }
+                if (b.len >= QUEUE_MAX)
+                        dead = abp_send(fd, &b, IO_TIMEOUT_MS) < 0;
+        }
+        abp_buf_free(&b);
+
+        abp_reader rd = {0};
+        abp_frame f;
+        int r = next_frame(fd, &rd, &f, err);
+        if (r == 0 && f.type != ABP_OK)
+                r = unavailable(err);
+        abp_reader_free(&rd);
+        return r;
+}
+
+static void dirent_clear(abc_dirent *d)
+{
+        free(d->path);
+        free(d->st.link);
+}
+
+void abc_dirents_free(abc_dirent *d, size_t n)
+{
+        for (size_t i = 0; d && i < n; i++)
+                dirent_clear(&d[i]);
+        free(d);
+}
+
+static void to_stat(const abp_entry *e, abc_stat *st)
+{
+        *st = (abc_stat){
+            .type = (abc_ftype)e->type,
+            .size = e->size,
+            .mode = e->mode & 07777,
+            .mtime = e->mtime,
+            .link = e->link ? xstrdup(e->link) : NULL,
+        };
+}
+
+int abc_list(int fd, const char *path, int depth, abc_dirent **out, size_t *n, ab_err **err)
+{
+        abp_buf b = {0};
+        abp_file_req m = {.path = path, .depth = depth > 0 ? (uint32_t)depth : 1};
+        *out = NULL;
+        *n = 0;
+        if (enc_file(&b, ABP_LIST, &m, err) < 0)
+                return -1;
+        send_req(fd, &b);
+        abp_buf_free(&b);
+
+        abp_reader rd = {0};
+        abc_dirent *v = NULL;
+        size_t cnt = 0, cap = 0;
+        int r;
+        for (;;) {
+                abp_frame f;
+                abp_entry e;
+                r = next_frame(fd, &rd, &f, err);
+                if (r < 0 || f.type == ABP_OK)
+                        break;
+                if (f.type != ABP_ENTRY || abp_dec_entry(&f, &e) < 0 || cnt >= ABP_MAX_ENTRIES) {
+                        r = unavailable(err);
+                        break;
+                }
+                if (cnt == cap) {
+                        cap = cap ? cap * 2 : 64;
+                        v = xrealloc(v, xmul(cap, sizeof(*v)));
+                }
+                v[cnt].path = xstrdup(e.path);
+                to_stat(&e, &v[cnt].st);
+                cnt++;
+        }
+        abp_reader_free(&rd);
+        if (r < 0) {
+                abc_dirents_free(v, cnt);
+                return r;
+        }
+        *out = v;
+        *n = cnt;
+        return 0;
+}
+
+int abc_stat_path(int fd, const char *path, abc_stat *st, ab_err **err)
+{
+        abp_buf b = {0};
+        abp_file_req m = {.path = path};
+        *st = (abc_stat){0};
+        if (enc_file(&b, ABP_STAT, &m, err) < 0)
+                return -1;
+        send_req(fd, &b);
+        abp_buf_free(&b);
+
+        abp_reader rd = {0};
+        abp_frame f;
+        abp_entry e;
+        int r = next_frame(fd, &rd, &f, err);
+        if (r == 0) {
+                if (f.type == ABP_ENTRY && abp_dec_entry(&f, &e) == 0)
+                        to_stat(&e, st);
+                else
+                        r = unavailable(err);
+        }
+        abp_reader_free(&rd);
+        return r;
+}
+
+int abc_delete(int fd, const char *path, bool recursive, ab_err **err)
+{
+        abp_buf b = {0};
+        abp_file_req m = {.path = path, .flags = recursive ? ABP_RECURSIVE : 0};
+        if (enc_file(&b, ABP_DELETE, &m, err) < 0)
+                return -1;
+        return simple(fd, &b, err);
+}
+
+int abc_mkdir(int fd, const char *path, bool parents, uint32_t mode, ab_err **err)
+{
+        abp_buf b = {0};
+        abp_file_req m = {.path = path, .flags = parents ? ABP_PARENTS : 0, .mode = mode};
+        if (enc_file(&b, ABP_MKDIR, &m, err) < 0)
+                return -1;
+        return simple(fd, &b, err);
+}
+
+int abc_rename(int fd, const char *from, const char *to, ab_err **err)
+{
+        abp_buf b = {0};
+        abp_file_req m = {.path = from, .to = to};
+        if (!to || !to[0])
+                return ab_err_set(err, AB_E_INVALID, 0, "empty target path");
+        if (enc_file(&b, ABP_RENAME, &m, err) < 0)
+                return -1;
+        return simple(fd, &b, err);
+}
+
+int abc_ping(int fd, char **version, ab_err **err)
+{
+        abp_buf b = {0};
+        if (version)
+                *version = NULL;
+        if (abp_enc_empty(&b, ABP_PING) < 0)
+                abort();
+        send_req(fd, &b);
+        abp_buf_free(&b);
+
+        abp_reader rd = {0};
+        abp_frame f;
+        abp_ok ok;
+        int r = next_frame(fd, &rd, &f, err);
+        if (r == 0) {
+                if (f.type == ABP_OK && abp_dec_ok(&f, &ok) == 0) {
+                        if (version)
+                                *version = xstrdup(ok.version ? ok.version : "");
+                } else {
+                        r = unavailable(err);
+                }
+        }
+        abp_reader_free(&rd);
+        return r;
+}

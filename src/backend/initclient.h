@@ -21,20 +21,20 @@
 int abc_connect(int dirfd, const char *name, ab_err **err);
 
 typedef struct abc_exec_req {
-        const char *command;      /* run as: bash -lc COMMAND */
-        const char *const *env;   /* extra "K=V" strings, NULL-terminated; may be NULL */
-        const char *cwd;          /* NULL = /workspace; must exist */
-        const void *stdin_data;   /* may be NULL */
+        const char *command;    /* run as: bash -lc COMMAND */
+        const char *const *env; /* extra "K=V" strings, NULL-terminated; may be NULL */
+        const char *cwd;        /* NULL = /workspace; must exist */
+        const void *stdin_data; /* may be NULL */
         size_t stdin_len;
-        int stdin_fd;             /* or -1; when >= 0, stdin is streamed from it until EOF */
-        uint32_t timeout_ms;      /* 0 = no timeout */
-        uint64_t output_cap;      /* bytes kept per stream; 0 = 1 MiB */
+        int stdin_fd;        /* or -1; when >= 0, stdin is streamed from it until EOF */
+        uint32_t timeout_ms; /* 0 = no timeout */
+        uint64_t output_cap; /* bytes kept per stream; 0 = 1 MiB */
 } abc_exec_req;
 
 typedef struct abc_exec_res {
-        int exit_code;            /* 128+N when killed by signal N (as a shell reports it) */
-        bool timed_out;           /* the timeout fired and the exec's process tree was killed */
-        bool truncated;           /* some output was dropped at output_cap */
+        int exit_code;  /* 128+N when killed by signal N (as a shell reports it) */
+        bool timed_out; /* the timeout fired and the exec's process tree was killed */
+        bool truncated; /* some output was dropped at output_cap */
         uint64_t duration_ms;
         uint64_t stdout_bytes, stderr_bytes; /* produced, including dropped bytes */
 } abc_exec_res;
@@ -53,13 +53,13 @@ typedef enum { ABC_FILE = 1, ABC_DIR, ABC_SYMLINK, ABC_OTHER } abc_ftype;
 typedef struct abc_stat {
         abc_ftype type;
         uint64_t size;
-        uint32_t mode;   /* permission bits */
-        int64_t mtime;   /* seconds since the epoch */
-        char *link;      /* symlink target, or NULL */
+        uint32_t mode; /* permission bits */
+        int64_t mtime; /* seconds since the epoch */
+        char *link;    /* symlink target, or NULL */
 } abc_stat;
 
 typedef struct abc_dirent {
-        char *path;      /* path relative to the listed directory, e.g. "src/main.c" */
+        char *path; /* path relative to the listed directory, e.g. "src/main.c" */
         abc_stat st;
 } abc_dirent;
 

@@ -34,9 +34,9 @@
 
 typedef struct native {
         ab_backend base;
-        char *data;       /* absolute */
-        char *boxes;      /* DATA/boxes */
-        char *skills;     /* DATA/skills */
+        char *data;   /* absolute */
+        char *boxes;  /* DATA/boxes */
+        char *skills; /* DATA/skills */
         char *init_path;
         int boxes_fd;
         int data_fd;
@@ -58,10 +58,12 @@ static int lock_box(native *n, const char *id, int *lockfd, ab_err **err)
 {
         if (ab_id_check(id, err) < 0)
                 return -1;
-        _cleanup_close_ int bfd = openat(n->boxes_fd, id, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+        _cleanup_close_ int bfd =
+            openat(n->boxes_fd, id, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
         if (bfd < 0)
                 return ab_err_set(err, AB_E_NOT_FOUND, 0, "no box with id '%s'", id);
-        _cleanup_close_ int lfd = openat(bfd, "lock", O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+        _cleanup_close_ int lfd =
+            openat(bfd, "lock", O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
         if (lfd < 0)
                 return ab_err_set(err, AB_E_INTERNAL, errno, "open lock of box %s", id);
         while (flock(lfd, LOCK_EX) < 0)
@@ -113,9 +115,9 @@ static int start_locked(native *n, int bfd, const char *id, ab_err **err)
                                   n->init_path);
         }
         ab_cg_limits cl = {
-                .memory_bytes = c.limits.memory_mib * 1024 * 1024,
-                .pids = c.limits.pids,
-                .cpus = c.limits.cpus,
+            .memory_bytes = c.limits.memory_mib * 1024 * 1024,
+            .pids = c.limits.pids,
+            .cpus = c.limits.cpus,
         };
         /* Leftovers of a crashed start are cleared before the new one. */
         ab_cg_kill_all(&n->cg, id, NULL);
@@ -124,16 +126,16 @@ static int start_locked(native *n, int bfd, const char *id, ab_err **err)
                 return ab_err_wrap(err, "box %s", id);
         }
         ab_spawn_spec s = {
-                .id = id,
-                .box_dir = dir,
-                .base = c.rootfs ? c.rootfs : "/",
-                .skills_dir = n->skills,
-                .hide = n->hide,
-                .uid_base = c.uid_base,
-                .limits = &c.limits,
-                .cg = &n->cg,
-                .bpf = &n->bpf,
-                .init_exe_fd = exe,
+            .id = id,
+            .box_dir = dir,
+            .base = c.rootfs ? c.rootfs : "/",
+            .skills_dir = n->skills,
+            .hide = n->hide,
+            .uid_base = c.uid_base,
+            .limits = &c.limits,
+            .cg = &n->cg,
+            .bpf = &n->bpf,
+            .init_exe_fd = exe,
         };
         pid_t pid;
         uint64_t start;
@@ -197,7 +199,7 @@ static int alloc_uid_base(native *n, uid_t *out, ab_err **err)
                 if (e->d_name[0] == '.')
                         continue;
                 _cleanup_close_ int bfd =
-                        openat(n->boxes_fd, e->d_name, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+                    openat(n->boxes_fd, e->d_name, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
                 ab_box_config c;
                 if (bfd < 0 || ab_config_read(bfd, &c, NULL) < 0)
                         continue;
@@ -263,7 +265,8 @@ static int n_create(ab_backend *b, const ab_box_spec *spec, ab_err **err)
                                           "rootfs '%s' must be an absolute path to a directory",
                                           spec->rootfs);
         }
-        _cleanup_close_ int ulock = openat(n->data_fd, "uid.lock", O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+        _cleanup_close_ int ulock =
+            openat(n->data_fd, "uid.lock", O_RDWR | O_CREAT | O_CLOEXEC, 0600);
         if (ulock < 0 || flock(ulock, LOCK_EX) < 0)
                 return ab_err_set(err, AB_E_INTERNAL, errno, "lock uid allocation");
         if (mkdirat(n->boxes_fd, spec->id, 0700) < 0) {
@@ -348,7 +351,8 @@ static int n_destroy(ab_backend *b, const char *id, ab_err **err)
 static int info_at(native *n, const char *id, ab_box_info *out, ab_err **err)
 {
         memset(out, 0, sizeof(*out));
-        _cleanup_close_ int bfd = openat(n->boxes_fd, id, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+        _cleanup_close_ int bfd =
+            openat(n->boxes_fd, id, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
         if (bfd < 0)
                 return ab_err_set(err, AB_E_NOT_FOUND, 0, "no box with id '%s'", id);
         out->id = xstrdup(id);
@@ -517,16 +521,16 @@ static void n_free(ab_backend *b)
 }
 
 static const ab_backend_ops native_ops = {
-        .name = "native",
-        .create = n_create,
-        .start = n_start,
-        .stop = n_stop,
-        .destroy = n_destroy,
-        .info = n_info,
-        .list = n_list,
-        .connect = n_connect,
-        .stats = n_stats,
-        .free = n_free,
+    .name = "native",
+    .create = n_create,
+    .start = n_start,
+    .stop = n_stop,
+    .destroy = n_destroy,
+    .info = n_info,
+    .list = n_list,
+    .connect = n_connect,
+    .stats = n_stats,
+    .free = n_free,
 };
 
 static char *find_init(const char *given)
@@ -608,9 +612,17 @@ int ab_native_open(const ab_native_opts *opts, ab_backend **out, ab_err **err)
         n->init_path = find_init(opts->init_path);
         if (access(n->init_path, X_OK) < 0)
                 return ab_err_set(err, AB_E_INTERNAL, errno,
-                                  "agentbox-init not found at %s (set AGENTBOX_INIT)", n->init_path);
+                                  "agentbox-init not found at %s (set AGENTBOX_INIT)",
+                                  n->init_path);
+        /* Box ids are unique per data folder only: the cgroup parent carries a
+         * hash of the folder, so two folders never share a box's cgroup. */
+        uint64_t h = 1469598103934665603ull;
+        for (const char *p = n->data; *p; p++)
+                h = (h ^ (unsigned char)*p) * 1099511628211ull;
+        char parent[64];
+        snprintf(parent, sizeof(parent), "agentbox-%08x", (unsigned)(h ^ (h >> 32)));
         ab_err *cge = NULL;
-        if (ab_cg_open("/sys/fs/cgroup", "agentbox", &n->cg, &cge) == 0) {
+        if (ab_cg_open("/sys/fs/cgroup", parent, &n->cg, &cge) == 0) {
                 n->cg_ok = true;
         } else {
                 n->cg_error = xstrdup(cge->msg);

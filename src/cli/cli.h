@@ -5,7 +5,7 @@
 #include "backend/backend.h"
 
 /* Exit codes (documented in `agentbox --help`). */
-#define EXIT_USAGE 2   /* bad command line */
+#define EXIT_USAGE    2   /* bad command line */
 #define EXIT_AGENTBOX 125 /* agentbox itself failed (box missing, not running, ...) */
 
 /* Prints "agentbox: MESSAGE" (and a hint for the error's code) to stderr. */

@@ -10,7 +10,7 @@
 #include <sys/stat.h>
 
 typedef struct side {
-        char *id;   /* NULL for a host path */
+        char *id; /* NULL for a host path */
         char *path;
 } side;
 
@@ -103,7 +103,7 @@ static int get_file(ab_backend *b, const char *id, const char *src, const char *
                     ab_err **e)
 {
         _cleanup_close_ int out =
-                open(host, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, mode ? mode : 0644);
+            open(host, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, mode ? mode : 0644);
         if (out < 0)
                 return ab_err_set(e, AB_E_INTERNAL, errno, "cannot write %s", host);
         _cleanup_close_ int fd = b->ops->connect(b, id, e);
@@ -180,7 +180,11 @@ int cli_cp(ab_backend *b, int argc, char **argv)
                 abc_stat st;
                 _cleanup_free_ char *dst = NULL;
                 ab_err *se = NULL;
-                if (box_stat(b, d.id, d.path, &st, &se) == 0 && st.type == ABC_DIR)
+                size_t dl = strlen(d.path);
+                if (dl > 0 && d.path[dl - 1] == '/')
+                        /* "DIR/" names a directory, made if missing, like cp -t. */
+                        dst = xasprintf("%s%s", d.path, base_name(s.path));
+                else if (box_stat(b, d.id, d.path, &st, &se) == 0 && st.type == ABC_DIR)
                         dst = xasprintf("%s/%s", d.path, base_name(s.path));
                 else
                         dst = xstrdup(d.path);

@@ -10,44 +10,44 @@
 #include <time.h>
 
 static const char *usage_text =
-        "agentbox - isolated, persistent Linux boxes for AI agents\n"
-        "\n"
-        "Usage: agentbox [--data DIR] COMMAND [ARGS...]\n"
-        "\n"
-        "Commands:\n"
-        "  create [--id ID] [LIMITS...]   create and start a box; prints its id\n"
-        "  exec [OPTIONS] ID -- CMD [ARG...]\n"
-        "                                 run CMD in the box (through bash -lc), stream its\n"
-        "                                 output, exit with its exit code\n"
-        "  start ID...                    start stopped boxes (files are kept)\n"
-        "  stop ID...                     stop boxes: end every process, keep the disk\n"
-        "  rm ID...                       stop and delete boxes with all their files\n"
-        "  ls [--json]                    list boxes\n"
-        "  inspect ID                     show a box as JSON (state, limits, usage)\n"
-        "  cp SRC DST                     copy files or directories in or out of a box;\n"
-        "                                 one side is ID:PATH (relative to /workspace)\n"
-        "  version                        print the version\n"
-        "\n"
-        "Limits for create (defaults in brackets):\n"
-        "  --cpus N [1]  --memory SIZE [1G]  --pids N [512]  --disk SIZE [4G]\n"
-        "  --timeout DURATION [600s] (per exec)  --output-cap SIZE [1M] (per stream)\n"
-        "  --rootfs DIR  use DIR as the read-only base instead of the curated host base\n"
-        "\n"
-        "Options for exec:\n"
-        "  -t, --timeout DURATION   kill the command's process tree after this (default: the\n"
-        "                           box's timeout)\n"
-        "  -e, --env K=V            set an environment variable (repeatable)\n"
-        "  -w, --cwd DIR            working directory inside the box (default /workspace)\n"
-        "  -i, --stdin              pass this process's standard input to the command\n"
-        "\n"
-        "Global options:\n"
-        "  --data DIR   data folder (env AGENTBOX_DATA, default ./data)\n"
-        "  -h, --help   this help; `agentbox COMMAND --help` for one command\n"
-        "\n"
-        "Exit codes: 0 success; 2 bad usage; 125 agentbox failed (the message says why);\n"
-        "exec returns the command's own exit code (124 when it timed out).\n"
-        "Sizes take K, M, G, T suffixes (1024-based); durations ms, s, m, h.\n"
-        "Needs root: boxes are Linux namespaces, cgroups and loop-mounted disks.\n";
+    "agentbox - isolated, persistent Linux boxes for AI agents\n"
+    "\n"
+    "Usage: agentbox [--data DIR] COMMAND [ARGS...]\n"
+    "\n"
+    "Commands:\n"
+    "  create [--id ID] [LIMITS...]   create and start a box; prints its id\n"
+    "  exec [OPTIONS] ID -- CMD [ARG...]\n"
+    "                                 run CMD in the box (through bash -lc), stream its\n"
+    "                                 output, exit with its exit code\n"
+    "  start ID...                    start stopped boxes (files are kept)\n"
+    "  stop ID...                     stop boxes: end every process, keep the disk\n"
+    "  rm ID...                       stop and delete boxes with all their files\n"
+    "  ls [--json]                    list boxes\n"
+    "  inspect ID                     show a box as JSON (state, limits, usage)\n"
+    "  cp SRC DST                     copy files or directories in or out of a box;\n"
+    "                                 one side is ID:PATH (relative to /workspace)\n"
+    "  version                        print the version\n"
+    "\n"
+    "Limits for create (defaults in brackets):\n"
+    "  --cpus N [1]  --memory SIZE [1G]  --pids N [512]  --disk SIZE [4G]\n"
+    "  --timeout DURATION [600s] (per exec)  --output-cap SIZE [1M] (per stream)\n"
+    "  --rootfs DIR  use DIR as the read-only base instead of the curated host base\n"
+    "\n"
+    "Options for exec:\n"
+    "  -t, --timeout DURATION   kill the command's process tree after this (default: the\n"
+    "                           box's timeout)\n"
+    "  -e, --env K=V            set an environment variable (repeatable)\n"
+    "  -w, --cwd DIR            working directory inside the box (default /workspace)\n"
+    "  -i, --stdin              pass this process's standard input to the command\n"
+    "\n"
+    "Global options:\n"
+    "  --data DIR   data folder (env AGENTBOX_DATA, default ./data)\n"
+    "  -h, --help   this help; `agentbox COMMAND --help` for one command\n"
+    "\n"
+    "Exit codes: 0 success; 2 bad usage; 125 agentbox failed (the message says why);\n"
+    "exec returns the command's own exit code (124 when it timed out).\n"
+    "Sizes take K, M, G, T suffixes (1024-based); durations ms, s, m, h.\n"
+    "Needs root: boxes are Linux namespaces, cgroups and loop-mounted disks.\n";
 
 void cli_error(const ab_err *e)
 {
@@ -65,6 +65,15 @@ static int fail(ab_err **e)
         return EXIT_AGENTBOX;
 }
 
+/* A malformed option value: the parser's message, and the usage exit code. */
+static int bad_option(ab_err **e, const char *opt)
+{
+        ab_err_wrap(e, "%s", opt);
+        cli_error(*e);
+        ab_err_free(e);
+        return EXIT_USAGE;
+}
+
 static int usage_error(const char *fmt, const char *arg) AB_PRINTF(1, 0);
 static int usage_error(const char *fmt, const char *arg)
 {
@@ -80,11 +89,16 @@ static int usage_error(const char *fmt, const char *arg)
 static int cmd_create(ab_backend *b, int argc, char **argv)
 {
         static const struct option opts[] = {
-                {"id", required_argument, NULL, 'n'},       {"cpus", required_argument, NULL, 'c'},
-                {"memory", required_argument, NULL, 'm'},   {"pids", required_argument, NULL, 'p'},
-                {"disk", required_argument, NULL, 'd'},     {"timeout", required_argument, NULL, 't'},
-                {"output-cap", required_argument, NULL, 'o'}, {"rootfs", required_argument, NULL, 'r'},
-                {"help", no_argument, NULL, 'h'},           {0},
+            {"id", required_argument, NULL, 'n'},
+            {"cpus", required_argument, NULL, 'c'},
+            {"memory", required_argument, NULL, 'm'},
+            {"pids", required_argument, NULL, 'p'},
+            {"disk", required_argument, NULL, 'd'},
+            {"timeout", required_argument, NULL, 't'},
+            {"output-cap", required_argument, NULL, 'o'},
+            {"rootfs", required_argument, NULL, 'r'},
+            {"help", no_argument, NULL, 'h'},
+            {0},
         };
         ab_box_spec spec = {0};
         ab_limits_default(&spec.limits);
@@ -106,11 +120,11 @@ static int cmd_create(ab_backend *b, int argc, char **argv)
                         break;
                 case 'm':
                         if (ab_parse_mib(optarg, &spec.limits.memory_mib, &e) < 0)
-                                return fail(&e);
+                                return bad_option(&e, "--memory");
                         break;
                 case 'd':
                         if (ab_parse_mib(optarg, &spec.limits.disk_mib, &e) < 0)
-                                return fail(&e);
+                                return bad_option(&e, "--disk");
                         break;
                 case 'p':
                         spec.limits.pids = strtoull(optarg, &end, 10);
@@ -119,12 +133,12 @@ static int cmd_create(ab_backend *b, int argc, char **argv)
                         break;
                 case 't':
                         if (ab_parse_duration_ms(optarg, &v, &e) < 0)
-                                return fail(&e);
+                                return bad_option(&e, "--timeout");
                         spec.limits.timeout_s = (uint32_t)((v + 999) / 1000);
                         break;
                 case 'o':
                         if (ab_parse_bytes(optarg, &spec.limits.output_cap, &e) < 0)
-                                return fail(&e);
+                                return bad_option(&e, "--output-cap");
                         break;
                 case 'r':
                         spec.rootfs = optarg;
@@ -184,9 +198,9 @@ static void append_quoted(char **s, size_t *len, const char *w)
 static int cmd_exec(ab_backend *b, int argc, char **argv)
 {
         static const struct option opts[] = {
-                {"timeout", required_argument, NULL, 't'}, {"env", required_argument, NULL, 'e'},
-                {"cwd", required_argument, NULL, 'w'},     {"stdin", no_argument, NULL, 'i'},
-                {"help", no_argument, NULL, 'h'},          {0},
+            {"timeout", required_argument, NULL, 't'}, {"env", required_argument, NULL, 'e'},
+            {"cwd", required_argument, NULL, 'w'},     {"stdin", no_argument, NULL, 'i'},
+            {"help", no_argument, NULL, 'h'},          {0},
         };
         _cleanup_err_ ab_err *e = NULL;
         _cleanup_free_ const char **env = xcalloc((size_t)argc + 1, sizeof(char *));
@@ -199,7 +213,7 @@ static int cmd_exec(ab_backend *b, int argc, char **argv)
                 switch (c) {
                 case 't':
                         if (ab_parse_duration_ms(optarg, &timeout_ms, &e) < 0)
-                                return fail(&e);
+                                return bad_option(&e, "--timeout");
                         if (timeout_ms == 0 || timeout_ms > (uint64_t)AB_MAX_TIMEOUT_S * 1000)
                                 return usage_error("--timeout must be between 1ms and 24h (got %s)",
                                                    optarg);
@@ -232,8 +246,8 @@ static int cmd_exec(ab_backend *b, int argc, char **argv)
         if (optind < argc && strcmp(argv[optind], "--") == 0)
                 optind++;
         if (optind >= argc)
-                return usage_error("exec needs a command after the box id (agentbox exec %s -- CMD)",
-                                   id);
+                return usage_error(
+                    "exec needs a command after the box id (agentbox exec %s -- CMD)", id);
         _cleanup_free_ char *cmd = NULL;
         if (argc - optind == 1) {
                 cmd = xstrdup(argv[optind]);
@@ -257,8 +271,9 @@ static int cmd_exec(ab_backend *b, int argc, char **argv)
         if (ab_box_exec(b, id, &req, write_out, NULL, &res, &e) < 0)
                 return fail(&e);
         if (res.timed_out)
-                fprintf(stderr, "agentbox: command timed out after %llu ms; its processes were "
-                                "killed\n",
+                fprintf(stderr,
+                        "agentbox: command timed out after %llu ms; its processes were "
+                        "killed\n",
                         (unsigned long long)timeout_ms);
         if (res.truncated)
                 fprintf(stderr, "agentbox: output was truncated at %llu bytes per stream\n",
@@ -299,9 +314,9 @@ static json_t *limits_json(const ab_limits *l)
 
 static json_t *info_json(const ab_box_info *i)
 {
-        json_t *j = json_pack("{s:s,s:s,s:I,s:o}", "id", i->id, "status",
-                              ab_box_status_name(i->status), "created_at", (json_int_t)i->created_at,
-                              "limits", limits_json(&i->limits));
+        json_t *j =
+            json_pack("{s:s,s:s,s:I,s:o}", "id", i->id, "status", ab_box_status_name(i->status),
+                      "created_at", (json_int_t)i->created_at, "limits", limits_json(&i->limits));
         if (i->status == AB_BOX_RUNNING) {
                 json_object_set_new(j, "init_pid", json_integer(i->init_pid));
                 json_object_set_new(j, "started_at", json_integer(i->started_at));
@@ -369,15 +384,15 @@ static int cmd_inspect(ab_backend *b, int argc, char **argv)
         json_t *j = info_json(&i);
         ab_box_stats st;
         if (i.status == AB_BOX_RUNNING && b->ops->stats(b, argv[1], &st, NULL) == 0) {
-                json_object_set_new(
-                        j, "usage",
-                        json_pack("{s:I,s:I,s:I,s:I,s:I,s:I,s:I}", "memory_bytes",
-                                  (json_int_t)st.memory_bytes, "memory_limit_bytes",
-                                  (json_int_t)st.memory_limit, "pids", (json_int_t)st.pids,
-                                  "cpu_usage_ns", (json_int_t)st.cpu_usage_ns, "disk_used_bytes",
-                                  (json_int_t)st.disk_used_bytes, "disk_limit_bytes",
-                                  (json_int_t)st.disk_limit_bytes, "oom_kills",
-                                  (json_int_t)st.oom_kills));
+                json_object_set_new(j, "usage",
+                                    json_pack("{s:I,s:I,s:I,s:I,s:I,s:I,s:I}", "memory_bytes",
+                                              (json_int_t)st.memory_bytes, "memory_limit_bytes",
+                                              (json_int_t)st.memory_limit, "pids",
+                                              (json_int_t)st.pids, "cpu_usage_ns",
+                                              (json_int_t)st.cpu_usage_ns, "disk_used_bytes",
+                                              (json_int_t)st.disk_used_bytes, "disk_limit_bytes",
+                                              (json_int_t)st.disk_limit_bytes, "oom_kills",
+                                              (json_int_t)st.oom_kills));
         }
         ab_box_info_clear(&i);
         char *s = json_dumps(j, JSON_INDENT(2));
@@ -422,8 +437,8 @@ int main(int argc, char **argv)
                 printf("agentbox %s\n", AGENTBOX_VERSION);
                 return 0;
         }
-        static const char *const known[] = {"create", "exec", "start", "stop", "rm",
-                                            "ls",     "inspect", "cp"};
+        static const char *const known[] = {"create", "exec", "start",   "stop",
+                                            "rm",     "ls",   "inspect", "cp"};
         bool ok = false;
         for (size_t k = 0; k < AB_ARRAY_LEN(known); k++)
                 ok |= !strcmp(cmd, known[k]);

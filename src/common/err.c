@@ -3,11 +3,15 @@
 #include <stdarg.h>
 
 static const char *const code_names[] = {
-        [AB_E_INTERNAL] = "internal",       [AB_E_INVALID] = "invalid_argument",
-        [AB_E_NOT_FOUND] = "not_found",     [AB_E_CONFLICT] = "conflict",
-        [AB_E_UNAVAILABLE] = "unavailable", [AB_E_LIMIT] = "limit_exceeded",
-        [AB_E_PERMISSION] = "permission_denied", [AB_E_TIMEOUT] = "timeout",
-        [AB_E_UNSUPPORTED] = "unsupported",
+    [AB_E_INTERNAL] = "internal",
+    [AB_E_INVALID] = "invalid_argument",
+    [AB_E_NOT_FOUND] = "not_found",
+    [AB_E_CONFLICT] = "conflict",
+    [AB_E_UNAVAILABLE] = "unavailable",
+    [AB_E_LIMIT] = "limit_exceeded",
+    [AB_E_PERMISSION] = "permission_denied",
+    [AB_E_TIMEOUT] = "timeout",
+    [AB_E_UNSUPPORTED] = "unsupported",
 };
 
 const char *ab_code_name(ab_code code)

@@ -13,15 +13,15 @@
 
 /* Stable error codes; the HTTP API and the CLI map them to statuses/exit codes. */
 typedef enum {
-        AB_E_INTERNAL = 1,   /* a bug or an unexpected system failure */
-        AB_E_INVALID,        /* bad input: fix the request */
-        AB_E_NOT_FOUND,      /* no such box, file, ... */
-        AB_E_CONFLICT,       /* exists already, or the box is in the wrong state */
-        AB_E_UNAVAILABLE,    /* the box could not be made available */
-        AB_E_LIMIT,          /* a limit was hit (size, quota, ...) */
-        AB_E_PERMISSION,     /* not allowed (read-only path, auth) */
-        AB_E_TIMEOUT,        /* deadline passed */
-        AB_E_UNSUPPORTED,    /* this host or backend cannot do it */
+        AB_E_INTERNAL = 1, /* a bug or an unexpected system failure */
+        AB_E_INVALID,      /* bad input: fix the request */
+        AB_E_NOT_FOUND,    /* no such box, file, ... */
+        AB_E_CONFLICT,     /* exists already, or the box is in the wrong state */
+        AB_E_UNAVAILABLE,  /* the box could not be made available */
+        AB_E_LIMIT,        /* a limit was hit (size, quota, ...) */
+        AB_E_PERMISSION,   /* not allowed (read-only path, auth) */
+        AB_E_TIMEOUT,      /* deadline passed */
+        AB_E_UNSUPPORTED,  /* this host or backend cannot do it */
 } ab_code;
 
 typedef struct ab_err {

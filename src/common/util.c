@@ -152,7 +152,7 @@ int ab_write_file_atomic(int dirfd, const char *path, const void *data, size_t l
 {
         _cleanup_free_ char *tmp = xasprintf("%s.tmp.%d", path, (int)getpid());
         _cleanup_close_ int fd =
-                openat(dirfd, tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, mode);
+            openat(dirfd, tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, mode);
         if (fd < 0)
                 return -errno;
         int r = ab_write_all(fd, data, len);

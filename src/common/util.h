@@ -13,8 +13,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#define AB_UNUSED      __attribute__((unused))
-#define AB_WUR         __attribute__((warn_unused_result))
+#define AB_UNUSED       __attribute__((unused))
+#define AB_WUR          __attribute__((warn_unused_result))
 #define AB_PRINTF(a, b) __attribute__((format(printf, a, b)))
 #define AB_NONNULL(...) __attribute__((nonnull(__VA_ARGS__)))
 #define AB_ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))

@@ -7,13 +7,13 @@
 void ab_limits_default(ab_limits *l)
 {
         *l = (ab_limits){
-                .cpus = AB_DEFAULT_CPUS,
-                .memory_mib = AB_DEFAULT_MEMORY_MIB,
-                .pids = AB_DEFAULT_PIDS,
-                .disk_mib = AB_DEFAULT_DISK_MIB,
-                .timeout_s = AB_DEFAULT_TIMEOUT_S,
-                .output_cap = AB_DEFAULT_OUTPUT_CAP,
-                .nofile = AB_DEFAULT_NOFILE,
+            .cpus = AB_DEFAULT_CPUS,
+            .memory_mib = AB_DEFAULT_MEMORY_MIB,
+            .pids = AB_DEFAULT_PIDS,
+            .disk_mib = AB_DEFAULT_DISK_MIB,
+            .timeout_s = AB_DEFAULT_TIMEOUT_S,
+            .output_cap = AB_DEFAULT_OUTPUT_CAP,
+            .nofile = AB_DEFAULT_NOFILE,
         };
 }
 
@@ -23,21 +23,20 @@ int ab_limits_validate(const ab_limits *l, ab_err **err)
                 return ab_err_set(err, AB_E_INVALID, 0, "cpus must be > 0 and <= %g (got %g)",
                                   AB_MAX_CPUS, l->cpus);
         if (l->memory_mib < AB_MIN_MEMORY_MIB || l->memory_mib > AB_MAX_MEMORY_MIB)
-                return ab_err_set(err, AB_E_INVALID, 0,
-                                  "memory must be between %u MiB and %u MiB (got %llu MiB)",
-                                  AB_MIN_MEMORY_MIB, AB_MAX_MEMORY_MIB,
-                                  (unsigned long long)l->memory_mib);
+                return ab_err_set(
+                    err, AB_E_INVALID, 0, "memory must be between %u MiB and %u MiB (got %llu MiB)",
+                    AB_MIN_MEMORY_MIB, AB_MAX_MEMORY_MIB, (unsigned long long)l->memory_mib);
         if (l->pids < AB_MIN_PIDS || l->pids > AB_MAX_PIDS)
                 return ab_err_set(err, AB_E_INVALID, 0, "pids must be between %u and %u (got %llu)",
                                   AB_MIN_PIDS, AB_MAX_PIDS, (unsigned long long)l->pids);
         if (l->disk_mib < AB_MIN_DISK_MIB || l->disk_mib > AB_MAX_DISK_MIB)
-                return ab_err_set(err, AB_E_INVALID, 0,
-                                  "disk must be between %u MiB and %u MiB (got %llu MiB)",
-                                  AB_MIN_DISK_MIB, AB_MAX_DISK_MIB, (unsigned long long)l->disk_mib);
+                return ab_err_set(
+                    err, AB_E_INVALID, 0, "disk must be between %u MiB and %u MiB (got %llu MiB)",
+                    AB_MIN_DISK_MIB, AB_MAX_DISK_MIB, (unsigned long long)l->disk_mib);
         if (l->timeout_s == 0 || l->timeout_s > AB_MAX_TIMEOUT_S)
                 return ab_err_set(err, AB_E_INVALID, 0,
-                                  "timeout must be between 1 s and %u s (got %u s)", AB_MAX_TIMEOUT_S,
-                                  l->timeout_s);
+                                  "timeout must be between 1 s and %u s (got %u s)",
+                                  AB_MAX_TIMEOUT_S, l->timeout_s);
         if (l->output_cap < 1024 || l->output_cap > (1ull << 30))
                 return ab_err_set(err, AB_E_INVALID, 0,
                                   "output cap must be between 1 KiB and 1 GiB (got %llu bytes)",
@@ -65,13 +64,20 @@ static int parse_scaled(const char *s, double plain, double *out)
                 const char *u;
                 double scale;
         } units[] = {
-                {"", 0},          {"b", 1},
-                {"k", 1024.0},    {"kb", 1024.0},
-                {"kib", 1024.0},  {"m", 1048576.0},
-                {"mb", 1048576.0}, {"mib", 1048576.0},
-                {"g", 1073741824.0}, {"gb", 1073741824.0},
-                {"gib", 1073741824.0}, {"t", 1099511627776.0},
-                {"tb", 1099511627776.0}, {"tib", 1099511627776.0},
+            {"", 0},
+            {"b", 1},
+            {"k", 1024.0},
+            {"kb", 1024.0},
+            {"kib", 1024.0},
+            {"m", 1048576.0},
+            {"mb", 1048576.0},
+            {"mib", 1048576.0},
+            {"g", 1073741824.0},
+            {"gb", 1073741824.0},
+            {"gib", 1073741824.0},
+            {"t", 1099511627776.0},
+            {"tb", 1099511627776.0},
+            {"tib", 1099511627776.0},
         };
         for (size_t i = 0; i < AB_ARRAY_LEN(units); i++) {
                 if (strcasecmp(end, units[i].u) == 0) {

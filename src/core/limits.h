@@ -5,13 +5,13 @@
 #include "common/err.h"
 
 typedef struct ab_limits {
-        double cpus;          /* CPU cores (cgroup quota); default 1 */
-        uint64_t memory_mib;  /* RAM, no swap; default 1024 */
-        uint64_t pids;        /* processes+threads; default 512 */
-        uint64_t disk_mib;    /* upper layer + workspace, a real quota; default 4096 */
-        uint32_t timeout_s;   /* per-exec default timeout; default 600 */
-        uint64_t output_cap;  /* bytes kept per output stream of an exec; default 1 MiB */
-        uint64_t nofile;      /* RLIMIT_NOFILE inside the box; default 4096 */
+        double cpus;         /* CPU cores (cgroup quota); default 1 */
+        uint64_t memory_mib; /* RAM, no swap; default 1024 */
+        uint64_t pids;       /* processes+threads; default 512 */
+        uint64_t disk_mib;   /* upper layer + workspace, a real quota; default 4096 */
+        uint32_t timeout_s;  /* per-exec default timeout; default 600 */
+        uint64_t output_cap; /* bytes kept per output stream of an exec; default 1 MiB */
+        uint64_t nofile;     /* RLIMIT_NOFILE inside the box; default 4096 */
 } ab_limits;
 
 #define AB_DEFAULT_CPUS       1.0
@@ -42,7 +42,8 @@ int ab_limits_validate(const ab_limits *l, ab_err **err);
 int ab_parse_mib(const char *s, uint64_t *out_mib, ab_err **err);
 /* Parses a size in bytes: "4096", "64K", "1M", "2GiB". */
 int ab_parse_bytes(const char *s, uint64_t *out, ab_err **err);
-/* Parses a duration "30", "30s", "5m", "1h", "250ms" into milliseconds (plain numbers are seconds). */
+/* Parses a duration "30", "30s", "5m", "1h", "250ms" into milliseconds (plain numbers are seconds).
+ */
 int ab_parse_duration_ms(const char *s, uint64_t *out_ms, ab_err **err);
 
 #endif

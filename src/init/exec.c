@@ -24,12 +24,12 @@
 #define DRAIN_MAX (4u << 20)   /* most bytes drained after the main process exited */
 
 static const char *const base_env[] = {
-        "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-        "LANG=C.UTF-8",
-        "USER=root",
-        "LOGNAME=root",
-        "SHELL=/bin/bash",
-        "TERM=dumb",
+    "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+    "LANG=C.UTF-8",
+    "USER=root",
+    "LOGNAME=root",
+    "SHELL=/bin/bash",
+    "TERM=dumb",
 };
 
 typedef struct ostream {
@@ -40,11 +40,11 @@ typedef struct ostream {
 
 typedef struct exec_state {
         init_conn *c;
-        abp_buf out;   /* frames waiting for the client */
-        bool gone;     /* the client went away */
-        bool bad;      /* ... or broke the protocol */
-        bool discard;  /* EXIT is queued: read pipes, send nothing more */
-        pid_t pid;     /* the main process (bash) */
+        abp_buf out;  /* frames waiting for the client */
+        bool gone;    /* the client went away */
+        bool bad;     /* ... or broke the protocol */
+        bool discard; /* EXIT is queued: read pipes, send nothing more */
+        pid_t pid;    /* the main process (bash) */
         bool exited;
         int status;
         uint64_t start_ms, end_ms;
@@ -122,9 +122,8 @@ static size_t kill_descendants(pid_t self)
                         if (v[i].mark)
                                 continue;
                         proc key = {.pid = v[i].ppid};
-                        proc *parent = v[i].ppid == self
-                                               ? NULL
-                                               : bsearch(&key, v, n, sizeof(*v), proc_cmp);
+                        proc *parent =
+                            v[i].ppid == self ? NULL : bsearch(&key, v, n, sizeof(*v), proc_cmp);
                         if (v[i].ppid == self || (parent && parent->mark)) {
                                 v[i].mark = true;
                                 changed = true;
@@ -230,8 +229,9 @@ static void on_output(exec_state *st, int i, const uint8_t *p, size_t n)
         }
         if (take < n && !o->marked) {
                 char m[96];
-                int len = snprintf(m, sizeof(m), "\n[agentbox: output truncated after %llu bytes]\n",
-                                   (unsigned long long)st->cap);
+                int len =
+                    snprintf(m, sizeof(m), "\n[agentbox: output truncated after %llu bytes]\n",
+                             (unsigned long long)st->cap);
                 queue_data(st, i, m, (size_t)len);
                 o->marked = true;
                 st->truncated = true;
@@ -302,18 +302,21 @@ static void write_stdin(exec_state *st)
                 close_stdin(st);
 }
 
-/* Takes buffered client frames while stdin has room for them. */
+/* Moves buffered client frames into the stdin pipe for as long as it takes them. */
 static void client_frames(exec_state *st)
 {
-        while (!st->gone && st->in_off == st->in_len) {
+        for (;;) {
                 abp_frame f;
                 abp_data d;
+                write_stdin(st);
+                if (st->gone || st->in_off < st->in_len)
+                        return;
                 int k = abp_reader_next(&st->c->rd, &f);
                 if (k == 0)
-                        break;
+                        return;
                 if (k < 0 || !st->in_stream || st->in_eof) {
                         st->gone = st->bad = true;
-                        break;
+                        return;
                 }
                 if (f.type == ABP_EOF) {
                         st->in_eof = true;
@@ -326,10 +329,9 @@ static void client_frames(exec_state *st)
                         }
                 } else {
                         st->gone = st->bad = true;
-                        break;
+                        return;
                 }
         }
-        write_stdin(st);
 }
 
 static void set_nonblock(int fd)
@@ -523,12 +525,12 @@ void init_exec(init_conn *c, const abp_frame *f, const init_conf *conf)
                 return;
         }
         exec_state st = {
-                .c = c,
-                .cap = req.output_cap ? req.output_cap : ABP_DEFAULT_CAP,
-                .in_fd = -1,
-                .in_stream = req.stdin_stream,
-                .in_eof = !req.stdin_stream,
-                .o = {{.fd = -1}, {.fd = -1}, {.fd = -1}},
+            .c = c,
+            .cap = req.output_cap ? req.output_cap : ABP_DEFAULT_CAP,
+            .in_fd = -1,
+            .in_stream = req.stdin_stream,
+            .in_eof = !req.stdin_stream,
+            .o = {{.fd = -1}, {.fd = -1}, {.fd = -1}},
         };
         uint32_t timeout_ms = req.timeout_ms;
         sigemptyset(&chld);
@@ -616,11 +618,11 @@ void init_exec(init_conn *c, const abp_frame *f, const init_conf *conf)
         drain(&st);
 
         abp_exit ex = {
-                .timed_out = timed_out,
-                .truncated = st.truncated,
-                .duration_ms = st.end_ms - st.start_ms,
-                .stdout_bytes = st.o[1].total,
-                .stderr_bytes = st.o[2].total,
+            .timed_out = timed_out,
+            .truncated = st.truncated,
+            .duration_ms = st.end_ms - st.start_ms,
+            .stdout_bytes = st.o[1].total,
+            .stderr_bytes = st.o[2].total,
         };
         if (timed_out)
                 ex.exit_code = ABP_TIMEOUT_EXIT;

@@ -159,7 +159,8 @@ static void session(int fd, const char *workdir)
                 }
         }
         abp_reader_free(&c.rd);
-        close(fd);
+        if (c.fd >= 0) /* an exec may have hung up already */
+                close(c.fd);
         if (conf.workdir_fd >= 0)
                 close(conf.workdir_fd);
 }
@@ -194,8 +195,8 @@ static int listen_at(const char *path)
                 dfd = open(dir ? (dir[0] ? dir : "/") : ".", O_PATH | O_DIRECTORY | O_CLOEXEC);
                 if (dfd < 0)
                         return -errno;
-                int n = snprintf(sa.sun_path, sizeof(sa.sun_path), "/proc/self/fd/%d/%s", dfd,
-                                 base);
+                int n =
+                    snprintf(sa.sun_path, sizeof(sa.sun_path), "/proc/self/fd/%d/%s", dfd, base);
                 if (n < 0 || (size_t)n >= sizeof(sa.sun_path))
                         return -ENAMETOOLONG;
         }
@@ -283,6 +284,18 @@ int main(int argc, char **argv)
                 }
         }
 
+        /* The workdir is also HOME and the base of relative paths: make it absolute. */
+        _cleanup_free_ char *abs_workdir = NULL;
+        if (workdir[0] != '/') {
+                char cwd[4096];
+                if (!getcwd(cwd, sizeof(cwd))) {
+                        logmsg("getcwd: %s", strerror(errno));
+                        return 1;
+                }
+                abs_workdir = xasprintf("%s/%s", cwd, workdir);
+                workdir = abs_workdir;
+        }
+
         umask(022);
         prctl(PR_SET_DUMPABLE, 0);
         if (getpid() != 1)
@@ -347,9 +360,8 @@ int main(int argc, char **argv)
                         continue;
                 int cfd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
                 if (cfd < 0) {
-                        if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS ||
-                            errno == ENOMEM)
-                                usleep(50000); /* do not spin while out of resources */
+                        if (errno != EAGAIN && errno != EINTR && errno != ECONNABORTED)
+                                usleep(50000); /* out of fds or memory: do not spin */
                         continue;
                 }
                 pid_t pid = fork();

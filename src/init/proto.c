@@ -6,7 +6,7 @@
 #include <poll.h>
 #include <sys/socket.h>
 
-#define FIELD_HDR 8
+#define FIELD_HDR  8
 #define READER_MAX (ABP_HDR_SIZE + (size_t)ABP_MAX_PAYLOAD)
 
 static void le32(uint8_t *p, uint32_t v)

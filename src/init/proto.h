@@ -66,36 +66,36 @@ enum {
 
 /* Field tags. */
 enum {
-        ABP_F_COMMAND = 1,      /* str */
-        ABP_F_ENV = 2,          /* str "K=V", repeated */
-        ABP_F_CWD = 3,          /* str */
-        ABP_F_STDIN = 4,        /* bytes: inline stdin */
-        ABP_F_STDIN_STREAM = 5, /* u32 bool: DATA(0)... EOF frames follow */
-        ABP_F_TIMEOUT_MS = 6,   /* u32, 0 = none */
-        ABP_F_OUTPUT_CAP = 7,   /* u64, 0 = ABP_DEFAULT_CAP */
-        ABP_F_PATH = 16,        /* str */
-        ABP_F_OFFSET = 17,      /* u64 */
-        ABP_F_LENGTH = 18,      /* u64, 0 = to the end */
-        ABP_F_FLAGS = 19,       /* u32, ABP_W_* / ABP_RECURSIVE / ABP_PARENTS */
-        ABP_F_MODE = 20,        /* u32 permission bits */
-        ABP_F_DEPTH = 21,       /* u32 */
-        ABP_F_TO = 22,          /* str: RENAME target */
-        ABP_F_STREAM = 32,      /* u32: 0 stdin/upload, 1 stdout, 2 stderr */
-        ABP_F_DATA = 33,        /* bytes */
-        ABP_F_CODE = 48,        /* str: error code name, see ab_code_name() */
-        ABP_F_MESSAGE = 49,     /* str */
-        ABP_F_VERSION = 50,     /* str */
-        ABP_F_PROTO = 51,       /* u32 */
-        ABP_F_EXIT_CODE = 64,   /* u32 holding an int32 */
-        ABP_F_TIMED_OUT = 65,   /* u32 bool */
-        ABP_F_TRUNCATED = 66,   /* u32 bool */
-        ABP_F_DURATION_MS = 67, /* u64 */
+        ABP_F_COMMAND = 1,       /* str */
+        ABP_F_ENV = 2,           /* str "K=V", repeated */
+        ABP_F_CWD = 3,           /* str */
+        ABP_F_STDIN = 4,         /* bytes: inline stdin */
+        ABP_F_STDIN_STREAM = 5,  /* u32 bool: DATA(0)... EOF frames follow */
+        ABP_F_TIMEOUT_MS = 6,    /* u32, 0 = none */
+        ABP_F_OUTPUT_CAP = 7,    /* u64, 0 = ABP_DEFAULT_CAP */
+        ABP_F_PATH = 16,         /* str */
+        ABP_F_OFFSET = 17,       /* u64 */
+        ABP_F_LENGTH = 18,       /* u64, 0 = to the end */
+        ABP_F_FLAGS = 19,        /* u32, ABP_W_* / ABP_RECURSIVE / ABP_PARENTS */
+        ABP_F_MODE = 20,         /* u32 permission bits */
+        ABP_F_DEPTH = 21,        /* u32 */
+        ABP_F_TO = 22,           /* str: RENAME target */
+        ABP_F_STREAM = 32,       /* u32: 0 stdin/upload, 1 stdout, 2 stderr */
+        ABP_F_DATA = 33,         /* bytes */
+        ABP_F_CODE = 48,         /* str: error code name, see ab_code_name() */
+        ABP_F_MESSAGE = 49,      /* str */
+        ABP_F_VERSION = 50,      /* str */
+        ABP_F_PROTO = 51,        /* u32 */
+        ABP_F_EXIT_CODE = 64,    /* u32 holding an int32 */
+        ABP_F_TIMED_OUT = 65,    /* u32 bool */
+        ABP_F_TRUNCATED = 66,    /* u32 bool */
+        ABP_F_DURATION_MS = 67,  /* u64 */
         ABP_F_STDOUT_BYTES = 68, /* u64 */
         ABP_F_STDERR_BYTES = 69, /* u64 */
-        ABP_F_TYPE = 80,        /* u32 ABP_T_* */
-        ABP_F_SIZE = 81,        /* u64 */
-        ABP_F_MTIME = 82,       /* u64 holding an int64, seconds */
-        ABP_F_LINK = 83,        /* str: symlink target */
+        ABP_F_TYPE = 80,         /* u32 ABP_T_* */
+        ABP_F_SIZE = 81,         /* u64 */
+        ABP_F_MTIME = 82,        /* u64 holding an int64, seconds */
+        ABP_F_LINK = 83,         /* str: symlink target */
 };
 
 /* FLAGS bits: WRITE uses ABP_W_*, DELETE uses ABP_RECURSIVE, MKDIR ABP_PARENTS. */
@@ -253,6 +253,6 @@ int abp_send(int fd, abp_buf *b, int timeout_ms) __attribute__((warn_unused_resu
 /* Receives the next frame into *f. 0, -ECONNRESET at EOF, -EBADMSG,
  * -ETIMEDOUT when nothing arrived for timeout_ms (-1 = forever), -errno. */
 int abp_recv(int fd, abp_reader *r, abp_frame *f, int timeout_ms)
-        __attribute__((warn_unused_result));
+    __attribute__((warn_unused_result));
 
 #endif

@@ -35,8 +35,8 @@
 #include <sys/un.h>
 #include <sys/wait.h>
 
-#define BOX_NS_FLAGS (CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWNET | CLONE_NEWCGROUP)
-#define UID_RANGE 65536u
+#define BOX_NS_FLAGS     (CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWNET | CLONE_NEWCGROUP)
+#define UID_RANGE        65536u
 #define SPAWN_TIMEOUT_MS 15000
 
 /* Message on the report pipe: 'E' + code byte + text, or 'I' + pid. */
@@ -50,7 +50,9 @@ static void report(int fd, char kind, int code, const char *fmt, ...)
         va_end(ap);
         if (m < 0)
                 m = 0;
-        size_t len = (size_t)n + ((size_t)m < sizeof(buf) - (size_t)n ? (size_t)m : sizeof(buf) - (size_t)n - 1);
+        size_t len =
+            (size_t)n +
+            ((size_t)m < sizeof(buf) - (size_t)n ? (size_t)m : sizeof(buf) - (size_t)n - 1);
         (void)!write(fd, buf, len);
 }
 
@@ -288,13 +290,13 @@ static void run_setup(const ab_spawn_spec *s, int out, int sock, int exe)
         if (userns < 0)
                 die(out, AB_E_UNSUPPORTED, -userns, "create a user namespace for the box");
         ab_rootfs_spec rs = {
-                .box_dir = s->box_dir,
-                .base = s->base,
-                .skills_dir = s->skills_dir,
-                .hide = s->hide,
-                .uid_base = s->uid_base,
-                .userns_fd = userns,
-                .tmp_mib = s->limits->memory_mib / 2 ? s->limits->memory_mib / 2 : 16,
+            .box_dir = s->box_dir,
+            .base = s->base,
+            .skills_dir = s->skills_dir,
+            .hide = s->hide,
+            .uid_base = s->uid_base,
+            .userns_fd = userns,
+            .tmp_mib = s->limits->memory_mib / 2 ? s->limits->memory_mib / 2 : 16,
         };
         if (ab_rootfs_build(&rs, &err) < 0)
                 die(out, err->code, 0, err->msg);
@@ -354,19 +356,22 @@ uint64_t ab_proc_start_time(pid_t pid)
         _cleanup_free_ char *buf = NULL;
         if (ab_read_file(AT_FDCWD, path, &buf, NULL) < 0)
                 return 0;
-        /* comm may contain spaces and parens: fields restart after the last ')'. */
+        /* comm (field 2) may hold spaces and parens: fields restart after the
+         * last ')'. Then come " S" (state, field 3) ... starttime (field 22). */
         char *p = strrchr(buf, ')');
+        if (!p || p[1] != ' ' || !p[2])
+                return 0;
+        p += 2;
+        if (*p == 'Z' || *p == 'X')
+                return 0; /* dead, waiting to be reaped: not alive */
+        for (int field = 3; field < 22 && p; field++) {
+                p = strchr(p, ' ');
+                if (p)
+                        p++;
+        }
         if (!p)
                 return 0;
-        p++;
-        /* state is field 3; starttime is field 22. */
-        for (int field = 2; field < 22 && p; field++)
-                p = strchr(p + 1, ' ');
-        if (!p)
-                return 0;
-        if (p[-1] == 'Z')
-                return 0;
-        return strtoull(p + 1, NULL, 10);
+        return strtoull(p, NULL, 10);
 }
 
 bool ab_init_alive(pid_t pid, uint64_t start_time)

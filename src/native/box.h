@@ -12,15 +12,15 @@
 
 typedef struct ab_spawn_spec {
         const char *id;
-        const char *box_dir;          /* absolute; holds disk.img, init.sock, ... */
-        const char *base;             /* "/" or a rootfs directory */
-        const char *skills_dir;       /* may be NULL */
-        const char *const *hide;      /* host paths to hide, NULL-terminated */
+        const char *box_dir;     /* absolute; holds disk.img, init.sock, ... */
+        const char *base;        /* "/" or a rootfs directory */
+        const char *skills_dir;  /* may be NULL */
+        const char *const *hide; /* host paths to hide, NULL-terminated */
         uid_t uid_base;
         const ab_limits *limits;
-        const ab_cg *cg;              /* the box's cgroup already exists */
-        const ab_bpf *bpf;            /* seccomp filter to install */
-        int init_exe_fd;              /* read-only fd of the agentbox-init binary */
+        const ab_cg *cg;   /* the box's cgroup already exists */
+        const ab_bpf *bpf; /* seccomp filter to install */
+        int init_exe_fd;   /* read-only fd of the agentbox-init binary */
 } ab_spawn_spec;
 
 /* Starts the box: returns its init's host pid and the init's start time (the

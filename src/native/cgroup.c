@@ -746,7 +746,7 @@ static int collect_at(int dfd, int depth, pidv *out)
         return 0;
 }
 
-/* Every pid in the box's cgroups (all v1 hierarchies), sorted. */
+/* Every pid in the box's cgroups (all v1 hierarchies), sorted and unique. */
 static int collect(const ab_cg *cg, const char *box_id, pidv *out)
 {
         const char *h[CG_MAX_HIERARCHIES];
@@ -763,7 +763,15 @@ static int collect(const ab_cg *cg, const char *box_id, pidv *out)
                 if (r < 0 && r != -ENOENT)
                         return r;
         }
+        if (out->n < 2)
+                return 0;
+        /* v1 lists each process once per hierarchy. */
         qsort(out->v, out->n, sizeof(pid_t), pid_cmp);
+        size_t u = 1;
+        for (size_t i = 1; i < out->n; i++)
+                if (out->v[i] != out->v[u - 1])
+                        out->v[u++] = out->v[i];
+        out->n = u;
         return 0;
 }
 
@@ -787,7 +795,7 @@ static int kill_round(const ab_cg *cg, const char *box_id, size_t *left)
         }
         r = collect(cg, box_id, &b);
         for (size_t i = 0; r == 0 && i < a.n; i++) {
-                if (!bsearch(&a.v[i], b.v, b.n, sizeof(pid_t), pid_cmp))
+                if (b.n == 0 || !bsearch(&a.v[i], b.v, b.n, sizeof(pid_t), pid_cmp))
                         continue;
                 if (fds[i] >= 0)
                         syscall(SYS_pidfd_send_signal, fds[i], SIGKILL, NULL, 0);

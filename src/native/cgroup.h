@@ -26,11 +26,11 @@ typedef struct ab_cg_limits {
 } ab_cg_limits;
 
 typedef struct ab_cg_stats {
-        uint64_t memory_bytes;      /* current usage */
-        uint64_t memory_limit;      /* 0 = none */
-        uint64_t pids;              /* current tasks */
-        uint64_t cpu_usage_ns;      /* total CPU time consumed */
-        uint64_t oom_kills;         /* OOM kills inside the box, when the kernel reports it */
+        uint64_t memory_bytes; /* current usage */
+        uint64_t memory_limit; /* 0 = none */
+        uint64_t pids;         /* current tasks */
+        uint64_t cpu_usage_ns; /* total CPU time consumed */
+        uint64_t oom_kills;    /* OOM kills inside the box, when the kernel reports it */
 } ab_cg_stats;
 
 /* Detects the cgroup layout under `root` (normally "/sys/fs/cgroup"): v2 when
@@ -56,11 +56,15 @@ int ab_cg_stats_read(const ab_cg *cg, const char *box_id, ab_cg_stats *out, ab_e
  * cgroup.procs + thaw, repeated until empty. */
 int ab_cg_kill_all(const ab_cg *cg, const char *box_id, ab_err **err);
 
-/* Removes the box's cgroup directories; missing ones are fine. */
+/* Removes the box's cgroup directories (and any sub-cgroups below them);
+ * missing ones are fine, the parent is kept. Processes still inside are
+ * killed first (ab_cg_kill_all). */
 int ab_cg_destroy(const ab_cg *cg, const char *box_id, ab_err **err);
 
-/* Path of the box's cgroup in one controller ("memory", "pids", ... for v1;
- * ignored for v2). Caller frees. For tests and diagnostics. */
+/* Path of the box's cgroup in one controller ("memory", "pids", "cpu",
+ * "cpuacct", "freezer" for v1; ignored for v2); box_id NULL gives the parent
+ * directory instead. NULL when that v1 controller has no hierarchy. Caller
+ * frees. For tests and diagnostics. */
 char *ab_cg_path(const ab_cg *cg, const char *controller, const char *box_id);
 
 #endif

@@ -11,7 +11,7 @@
 int ab_disk_create(int dirfd, const char *name, uint64_t size_mib, uid_t owner, ab_err **err)
 {
         _cleanup_close_ int fd =
-                openat(dirfd, name, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+            openat(dirfd, name, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
         if (fd < 0)
                 return ab_err_set(err, AB_E_INTERNAL, errno, "cannot create disk image %s", name);
         if (ftruncate(fd, (off_t)(size_mib * 1024 * 1024)) < 0)
@@ -32,8 +32,8 @@ int ab_disk_create(int dirfd, const char *name, uint64_t size_mib, uid_t owner, 
                         dup2(null, 1);
                 }
                 /* -m 0: no reserved blocks, the user gets the whole quota. */
-                execlp("mkfs.ext4", "mkfs.ext4", "-q", "-F", "-m", "0", "-E", opts, "-L", "agentbox",
-                       fdpath, (char *)NULL);
+                execlp("mkfs.ext4", "mkfs.ext4", "-q", "-F", "-m", "0", "-E", opts, "-L",
+                       "agentbox", fdpath, (char *)NULL);
                 _exit(127);
         }
         int st;
@@ -85,9 +85,9 @@ static int loop_attach(int backing, char *dev, size_t devlen, ab_err **err)
                 if (lfd < 0)
                         return ab_err_set(err, AB_E_UNAVAILABLE, errno, "cannot open %s", dev);
                 struct loop_config cfg = {
-                        .fd = (unsigned)backing,
-                        .block_size = 0,
-                        .info = {.lo_flags = LO_FLAGS_AUTOCLEAR},
+                    .fd = (unsigned)backing,
+                    .block_size = 0,
+                    .info = {.lo_flags = LO_FLAGS_AUTOCLEAR},
                 };
                 if (ioctl(lfd, LOOP_CONFIGURE, &cfg) == 0)
                         return lfd;

@@ -12,16 +12,21 @@
 #include <sys/xattr.h>
 
 /* Top-level host directories a box sees; everything else at / is hidden. */
-static const char *const host_top_allow[] = {"bin",  "sbin", "lib", "lib32", "lib64",
-                                             "libx32", "usr", "etc", "var",  "opt"};
+static const char *const host_top_allow[] = {"bin",    "sbin", "lib", "lib32", "lib64",
+                                             "libx32", "usr",  "etc", "var",   "opt"};
 /* Directories the box gets as empty mount points or private directories. */
-static const char *const top_private[] = {"proc", "dev",  "tmp",       "run",    "sys",
-                                          "mnt",  "root", "home",      "workspace", "skills",
-                                          "srv",  "media"};
+static const char *const top_private[] = {"proc", "dev",  "tmp",       "run",    "sys", "mnt",
+                                          "root", "home", "workspace", "skills", "srv", "media"};
 /* Host files holding secrets (fnmatch patterns relative to /etc). */
-static const char *const etc_hide[] = {"shadow",       "shadow-",        "gshadow",
-                                       "gshadow-",     "security/opasswd", "ssl/private",
-                                       "ssh/ssh_host_*_key", "agentbox", "sudoers.d"};
+static const char *const etc_hide[] = {"shadow",
+                                       "shadow-",
+                                       "gshadow",
+                                       "gshadow-",
+                                       "security/opasswd",
+                                       "ssl/private",
+                                       "ssh/ssh_host_*_key",
+                                       "agentbox",
+                                       "sudoers.d"};
 /* /var: these are kept (package databases, so apt and dpkg work); */
 static const char *const var_allow[] = {"lib", "cache", "local", "opt", "run", "lock", "mail"};
 /* ... these become empty, and everything else is hidden. */
@@ -168,7 +173,7 @@ static int hide_path(int mask_dfd, const char *path, uid_t base)
                         char val[2];
                         if (S_ISDIR(st.st_mode)) {
                                 _cleanup_close_ int fd = openat(
-                                        mask_dfd, rel, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+                                    mask_dfd, rel, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
                                 if (fd >= 0 &&
                                     fgetxattr(fd, "trusted.overlay.opaque", val, sizeof(val)) == 1)
                                         return 0; /* an opaque dir hides the rest */
@@ -198,7 +203,7 @@ static int build_mask(int mask_dfd, const ab_rootfs_spec *s)
                         return r;
                 if (r == 0) {
                         _cleanup_close_ int vfd =
-                                openat(mask_dfd, "var", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+                            openat(mask_dfd, "var", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
                         if (vfd < 0)
                                 return -errno;
                         if ((r = hide_entries(vfd, "/var", keep_var)) < 0)
@@ -207,8 +212,8 @@ static int build_mask(int mask_dfd, const ab_rootfs_spec *s)
                                 if ((r = opaque_dir(vfd, var_empty[i], 01777, s->uid_base)) < 0)
                                         return r;
                         if ((r = mirror_dir(mask_dfd, "var/lib", "/var/lib", s->uid_base)) == 0) {
-                                _cleanup_close_ int lfd = openat(
-                                        mask_dfd, "var/lib", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+                                _cleanup_close_ int lfd =
+                                    openat(mask_dfd, "var/lib", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
                                 if (lfd < 0)
                                         return -errno;
                                 if ((r = hide_entries(lfd, "/var/lib", keep_varlib)) < 0)
@@ -237,14 +242,13 @@ static int build_mask(int mask_dfd, const ab_rootfs_spec *s)
 
 static int idmapped_lower(const char *base, const char *target, int userns_fd, ab_err **err)
 {
-        _cleanup_close_ int t = (int)syscall(SYS_open_tree, AT_FDCWD, base,
-                                             OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC);
+        _cleanup_close_ int t =
+            (int)syscall(SYS_open_tree, AT_FDCWD, base, OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC);
         if (t < 0)
                 return ab_err_set(err, AB_E_UNSUPPORTED, errno, "open_tree(%s)", base);
         struct mount_attr a = {
-                .attr_set = MOUNT_ATTR_IDMAP | MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID |
-                            MOUNT_ATTR_NODEV,
-                .userns_fd = (uint64_t)userns_fd,
+            .attr_set = MOUNT_ATTR_IDMAP | MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV,
+            .userns_fd = (uint64_t)userns_fd,
         };
         if (syscall(SYS_mount_setattr, t, "", AT_EMPTY_PATH, &a, sizeof(a)) < 0)
                 return ab_err_set(err, AB_E_UNSUPPORTED, errno,
@@ -288,12 +292,10 @@ static int mount_dev(const char *root, uid_t base, ab_err **err)
                         return ab_err_set(err, AB_E_INTERNAL, errno, "bind %s", src);
                 mount(NULL, p, NULL, MS_BIND | MS_REMOUNT | MS_NOSUID | MS_NOEXEC, NULL);
         }
-        static const char *const links[][2] = {{"fd", "/proc/self/fd"},
-                                               {"stdin", "/proc/self/fd/0"},
-                                               {"stdout", "/proc/self/fd/1"},
-                                               {"stderr", "/proc/self/fd/2"},
-                                               {"ptmx", "pts/ptmx"},
-                                               {"core", "/proc/kcore"}};
+        static const char *const links[][2] = {
+            {"fd", "/proc/self/fd"},       {"stdin", "/proc/self/fd/0"},
+            {"stdout", "/proc/self/fd/1"}, {"stderr", "/proc/self/fd/2"},
+            {"ptmx", "pts/ptmx"},          {"core", "/proc/kcore"}};
         for (size_t i = 0; i < AB_ARRAY_LEN(links); i++) {
                 if (!strcmp(links[i][0], "core"))
                         continue;
@@ -314,7 +316,8 @@ static int mount_dev(const char *root, uid_t base, ab_err **err)
                 return ab_err_set(err, AB_E_INTERNAL, errno, "mount /dev/shm");
         /* Lock the layout: no new nodes can appear in /dev. */
         if (mount(NULL, dev, NULL, MS_REMOUNT | MS_NOSUID | MS_NOEXEC | MS_RDONLY, opts) < 0 &&
-            mount(NULL, dev, NULL, MS_REMOUNT | MS_BIND | MS_NOSUID | MS_NOEXEC | MS_RDONLY, NULL) < 0)
+            mount(NULL, dev, NULL, MS_REMOUNT | MS_BIND | MS_NOSUID | MS_NOEXEC | MS_RDONLY, NULL) <
+                0)
                 return ab_err_set(err, AB_E_INTERNAL, errno, "remount /dev read-only");
         return 0;
 }
@@ -379,8 +382,8 @@ int ab_rootfs_build(const ab_rootfs_spec *s, ab_err **err)
         if (idmapped_lower(s->base, lower, s->userns_fd, err) < 0)
                 return -1;
 
-        _cleanup_free_ char *opts = xasprintf("lowerdir=%s:%s,upperdir=%s/upper,workdir=%s/work",
-                                              mask, lower, disk, disk);
+        _cleanup_free_ char *opts =
+            xasprintf("lowerdir=%s:%s,upperdir=%s/upper,workdir=%s/work", mask, lower, disk, disk);
         if (mount("agentbox", root, "overlay", MS_NOSUID | MS_NODEV, opts) < 0)
                 return ab_err_set(err, AB_E_INTERNAL, errno, "cannot mount the box's overlay root");
 

@@ -7,9 +7,9 @@
  *   BOX_DIR/lower  the base (host "/" or a rootfs dir), idmapped so host uid N
  *                  appears as N inside the box, read-only
  *   BOX_DIR/root   overlay(lower = mask:lower, upper = disk/upper) plus binds of
- *                  /workspace, /mnt/user-data/{workspace,uploads,outputs}, /mnt/skills, /skills (read-only),
- *                  tmpfs /tmp /run /dev (with null zero full random urandom tty).
- * /proc and /dev/pts are mounted later by the box's init-to-be, inside its namespaces. */
+ *                  /workspace, /mnt/user-data/{workspace,uploads,outputs}, /mnt/skills, /skills
+ * (read-only), tmpfs /tmp /run /dev (with null zero full random urandom tty). /proc and /dev/pts
+ * are mounted later by the box's init-to-be, inside its namespaces. */
 #ifndef AB_ROOTFS_H
 #define AB_ROOTFS_H
 
@@ -17,13 +17,14 @@
 #include <sys/types.h>
 
 typedef struct ab_rootfs_spec {
-        const char *box_dir;       /* absolute */
-        const char *base;          /* "/" = curated host base, else a rootfs directory */
-        const char *skills_dir;    /* shown read-only at /mnt/skills and /skills; may be NULL */
-        const char *const *hide;   /* absolute host paths never to show (data dir...), NULL-terminated */
-        uid_t uid_base;            /* host uid (and gid) of root inside the box */
-        int userns_fd;             /* a user namespace mapping 0..65535 to uid_base.. */
-        uint64_t tmp_mib;          /* size of /tmp */
+        const char *box_dir;    /* absolute */
+        const char *base;       /* "/" = curated host base, else a rootfs directory */
+        const char *skills_dir; /* shown read-only at /mnt/skills and /skills; may be NULL */
+        const char *const
+            *hide;        /* absolute host paths never to show (data dir...), NULL-terminated */
+        uid_t uid_base;   /* host uid (and gid) of root inside the box */
+        int userns_fd;    /* a user namespace mapping 0..65535 to uid_base.. */
+        uint64_t tmp_mib; /* size of /tmp */
 } ab_rootfs_spec;
 
 /* Mounts everything listed above. On failure the caller's mount namespace is

@@ -38,13 +38,11 @@ static json_t *read_json(int boxfd, const char *name, int *missing, ab_err **err
 
 int ab_config_write(int boxfd, const ab_box_config *c, ab_err **err)
 {
-        json_t *lim = json_pack("{s:f,s:I,s:I,s:I,s:I,s:I,s:I}", "cpus", c->limits.cpus,
-                                "memory_mib", (json_int_t)c->limits.memory_mib, "pids",
-                                (json_int_t)c->limits.pids, "disk_mib",
-                                (json_int_t)c->limits.disk_mib, "timeout_s",
-                                (json_int_t)c->limits.timeout_s, "output_cap",
-                                (json_int_t)c->limits.output_cap, "nofile",
-                                (json_int_t)c->limits.nofile);
+        json_t *lim = json_pack(
+            "{s:f,s:I,s:I,s:I,s:I,s:I,s:I}", "cpus", c->limits.cpus, "memory_mib",
+            (json_int_t)c->limits.memory_mib, "pids", (json_int_t)c->limits.pids, "disk_mib",
+            (json_int_t)c->limits.disk_mib, "timeout_s", (json_int_t)c->limits.timeout_s,
+            "output_cap", (json_int_t)c->limits.output_cap, "nofile", (json_int_t)c->limits.nofile);
         json_t *j = json_pack("{s:s,s:o,s:I,s:I,s:i}", "id", c->id, "limits", lim, "uid_base",
                               (json_int_t)c->uid_base, "created_at", (json_int_t)c->created_at,
                               "version", 1);

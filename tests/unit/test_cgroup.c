@@ -7,6 +7,7 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 
@@ -546,9 +547,13 @@ static pid_t spawn(void (*fn)(int), int arg, int *go)
         int p[2];
         if (pipe2(p, O_CLOEXEC) < 0)
                 return -1;
+        pid_t self = getpid();
         pid_t pid = fork();
         if (pid == 0) {
                 char c;
+                /* Die with the test, whatever happens to it. */
+                if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0 || getppid() != self)
+                        _exit(3);
                 close(p[1]);
                 if (read(p[0], &c, 1) != 1)
                         _exit(3);
@@ -565,6 +570,23 @@ static void release(int *go)
         (void)!write(*go, "x", 1);
         close(*go);
         *go = -1;
+}
+
+/* waitpid with a deadline: a late child is SIGKILLed and reported, so a
+ * broken kill_all fails the test instead of hanging it. Returns the status,
+ * or -1 when the child was late. */
+static int wait_child(pid_t pid, unsigned ms)
+{
+        int status = 0;
+        for (uint64_t end = ab_now_ms() + ms; ab_now_ms() < end;) {
+                if (waitpid(pid, &status, WNOHANG) == pid)
+                        return status;
+                usleep(5000);
+        }
+        printf("#   child %d still running after %u ms\n", (int)pid, ms);
+        kill(pid, SIGKILL);
+        waitpid(pid, &status, 0);
+        return -1;
 }
 
 static void block_forever(int unused)
@@ -722,8 +744,8 @@ static void test_real(void)
         int res[2] = {-1, -1};
         TAP_IS_INT(ab_read_full(rep[0], res, sizeof(res)), sizeof(res), "real: forker reported");
         close(rep[0]);
-        int status = 0;
-        waitpid(forker, &status, 0);
+        int status = wait_child(forker, 10000);
+        TAP_IS_INT(status, 0, "real: forker exited cleanly");
         printf("#   %d forks worked, then errno %d\n", res[0], res[1]);
         tap_ok(res[0] >= 20 && res[0] <= 31, "real: fork stopped near pids.max (%d)", res[0]);
         TAP_IS_INT(res[1], EAGAIN, "real: fork failed with EAGAIN");
@@ -733,8 +755,8 @@ static void test_real(void)
         TAP_IS_INT(ab_cg_attach(&cg, id, eater, &e), 0, "real: attach the memory eater");
         code_of(&e);
         release(&go);
-        waitpid(eater, &status, 0);
-        tap_ok(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL,
+        status = wait_child(eater, 30000);
+        tap_ok(status != -1 && WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL,
                "real: memory eater OOM-killed (status 0x%x)", status);
         TAP_IS_INT(ab_cg_stats_read(&cg, id, &st, &e), 0, "real: stats after OOM");
         code_of(&e);
@@ -746,8 +768,9 @@ static void test_real(void)
         TAP_IS_INT(ab_cg_kill_all(&cg, id, &e), 0, "real: kill_all");
         code_of(&e);
         printf("#   kill_all took %llu ms\n", (unsigned long long)(ab_now_ms() - t0));
-        TAP_IS_INT(waitpid(blocker, &status, 0), blocker, "real: blocker reaped");
-        tap_ok(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL, "real: blocker SIGKILLed");
+        status = wait_child(blocker, 3000);
+        tap_ok(status != -1 && WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL,
+               "real: kill_all SIGKILLed the blocker");
         TAP_IS_STR(get(pids, "cgroup.procs"), "", "real: cgroup.procs empty");
         TAP_IS_INT(ab_cg_stats_read(&cg, id, &st, &e), 0, "real: stats after kill_all");
         code_of(&e);
@@ -760,8 +783,8 @@ static void test_real(void)
         release(&go);
         TAP_IS_INT(ab_cg_destroy(&cg, id, &e), 0, "real: destroy a busy box");
         code_of(&e);
-        waitpid(blocker, &status, 0);
-        tap_ok(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL,
+        status = wait_child(blocker, 3000);
+        tap_ok(status != -1 && WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL,
                "real: destroy killed the process inside");
         bool gone = true, kept = true;
         for (size_t i = 0; i < AB_ARRAY_LEN(v1_ctrls); i++) {
@@ -799,6 +822,63 @@ static void test_real(void)
         free(parent);
 }
 
+/* A hybrid host's /sys/fs/cgroup/unified is a v2 mount without controllers:
+ * enough to run the v2 kill and destroy paths against a real kernel. */
+static void test_real_v2_kill(void)
+{
+        const char *root = "/sys/fs/cgroup/unified";
+        char *ctl = xasprintf("%s/cgroup.controllers", root);
+        bool have = geteuid() == 0 && exists(ctl);
+        free(ctl);
+        if (!have) {
+                tap_ok(1, "real v2 kill # SKIP not root or no v2 mount at %s", root);
+                return;
+        }
+        ab_err *e = NULL;
+        ab_cg cg = {.version = AB_CG_V2,
+                    .root = xstrdup(root),
+                    .parent = xasprintf("agentbox-test-%d", (int)getpid())};
+        char *par = ab_cg_path(&cg, NULL, NULL);
+        char *box = ab_cg_path(&cg, NULL, "k");
+        mkdir_p(box);
+        pid_t kids[3];
+        bool attached = true;
+        for (size_t i = 0; i < AB_ARRAY_LEN(kids); i++) {
+                int go = -1;
+                kids[i] = spawn(block_forever, 0, &go);
+                attached &= ab_cg_attach(&cg, "k", kids[i], &e) == 0;
+                code_of(&e);
+                release(&go);
+        }
+        tap_ok(attached, "real v2: three children attached");
+        TAP_IS_INT(ab_cg_kill_all(&cg, "k", &e), 0, "real v2: kill_all");
+        code_of(&e);
+        bool killed = true;
+        for (size_t i = 0; i < AB_ARRAY_LEN(kids); i++) {
+                int st = wait_child(kids[i], 3000);
+                killed &= st != -1 && WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL;
+        }
+        tap_ok(killed, "real v2: every child SIGKILLed");
+
+        int go = -1;
+        kids[0] = spawn(block_forever, 0, &go);
+        ab_cg_attach(&cg, "k", kids[0], &e);
+        code_of(&e);
+        release(&go);
+        TAP_IS_INT(ab_cg_destroy(&cg, "k", &e), 0, "real v2: destroy a busy box");
+        code_of(&e);
+        int st = wait_child(kids[0], 3000);
+        tap_ok(st != -1 && WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL,
+               "real v2: destroy killed the process inside");
+        tap_ok(!exists(box) && exists(par), "real v2: box removed, parent kept");
+        if (exists(box))
+                rmdir(box);
+        TAP_IS_INT(rmdir(par), 0, "real v2: test parent removed");
+        free(par);
+        free(box);
+        ab_cg_free(&cg);
+}
+
 int main(void)
 {
         setvbuf(stdout, NULL, _IOLBF, 0);
@@ -810,5 +890,6 @@ int main(void)
         test_fake_v1();
         rm_rf(tmp);
         test_real();
+        test_real_v2_kill();
         return tap_done();
 }

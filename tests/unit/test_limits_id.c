@@ -5,18 +5,21 @@
 
 static void test_ids(void)
 {
-        static const char *good[] = {"a", "0", "box-1", "my_box", "abc123",
-                                     "a23456789012345678901234567890123456789012345678901234567890123"};
-        static const char *bad[] = {"",       "-a",    "_a",  "A",     "box 1", "box/1", "../x",
-                                    "box.1", "bóx",   "a\n", "x;rm", "a234567890123456789012345678901234567890123456789012345678901234"};
+        static const char *good[] = {
+            "a",      "0",      "box-1",
+            "my_box", "abc123", "a23456789012345678901234567890123456789012345678901234567890123"};
+        static const char *bad[] = {
+            "",     "-a",    "_a",
+            "A",    "box 1", "box/1",
+            "../x", "box.1", "bóx",
+            "a\n",  "x;rm",  "a234567890123456789012345678901234567890123456789012345678901234"};
         for (size_t i = 0; i < AB_ARRAY_LEN(good); i++)
                 tap_ok(ab_id_valid(good[i]), "valid id '%s'", good[i]);
         for (size_t i = 0; i < AB_ARRAY_LEN(bad); i++)
                 tap_ok(!ab_id_valid(bad[i]), "invalid id #%zu rejected", i);
         tap_ok(!ab_id_valid(NULL), "NULL id rejected");
         ab_err *e = NULL;
-        tap_ok(ab_id_check("Bad", &e) < 0 && e && e->code == AB_E_INVALID &&
-                       strstr(e->msg, "a-z"),
+        tap_ok(ab_id_check("Bad", &e) < 0 && e && e->code == AB_E_INVALID && strstr(e->msg, "a-z"),
                "check explains the rule");
         ab_err_free(&e);
         char a[17], b[17];
@@ -64,7 +67,7 @@ static void test_limits(void)
         ab_err *e = NULL;
         TAP_IS_INT(ab_limits_validate(&l, &e), 0, "defaults valid");
         tap_ok(l.cpus == 1.0 && l.memory_mib == 1024 && l.pids == 512 && l.disk_mib == 4096 &&
-                       l.timeout_s == 600,
+                   l.timeout_s == 600,
                "defaults are 1 cpu, 1 GiB, 512 pids, 4 GiB, 600 s");
         l.memory_mib = 1;
         tap_ok(ab_limits_validate(&l, &e) < 0 && e && strstr(e->msg, "memory"),

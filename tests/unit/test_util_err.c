@@ -48,7 +48,7 @@ static void test_files(void)
         fstatat(dfd, "f.json", &st, 0);
         TAP_IS_INT(st.st_mode & 0777, 0600, "mode");
         TAP_IS_INT(ab_write_file_atomic(dfd, "f.json", "bye", 3, 0600), 0, "overwrite");
-        ab_read_file(dfd, "f.json", &buf, &len);
+        TAP_IS_INT(ab_read_file(dfd, "f.json", &buf, &len), 0, "read again");
         TAP_IS_STR(buf, "bye", "replaced whole");
         free(buf);
         TAP_IS_INT(ab_read_file(dfd, "missing", &buf, &len), -ENOENT, "missing -> -ENOENT");
