@@ -251,6 +251,9 @@ static int rm_tree_at(int dfd, const char *name, dev_t dev)
         return r;
 }
 
+/* Creating is atomic: the box is assembled under trash/ (locked, so the
+ * trash sweeper leaves it alone) and renamed into boxes/ only when its disk
+ * and config.json exist. A crash mid-create leaves nothing under boxes/. */
 static int n_create(ab_backend *b, const ab_box_spec *spec, ab_err **err)
 {
         native *n = N(b);
@@ -265,40 +268,94 @@ static int n_create(ab_backend *b, const ab_box_spec *spec, ab_err **err)
                                           "rootfs '%s' must be an absolute path to a directory",
                                           spec->rootfs);
         }
-        _cleanup_close_ int ulock =
-            openat(n->data_fd, "uid.lock", O_RDWR | O_CREAT | O_CLOEXEC, 0600);
-        if (ulock < 0 || flock(ulock, LOCK_EX) < 0)
-                return ab_err_set(err, AB_E_INTERNAL, errno, "lock uid allocation");
-        if (mkdirat(n->boxes_fd, spec->id, 0700) < 0) {
-                if (errno == EEXIST)
-                        return ab_err_set(err, AB_E_CONFLICT, 0, "box '%s' already exists",
-                                          spec->id);
+        if (faccessat(n->boxes_fd, spec->id, F_OK, AT_SYMLINK_NOFOLLOW) == 0)
+                return ab_err_set(err, AB_E_CONFLICT, 0, "box '%s' already exists", spec->id);
+        _cleanup_close_ int tfd = openat(n->data_fd, "trash", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (tfd < 0)
+                return ab_err_set(err, AB_E_INTERNAL, errno, "open trash dir");
+        char rnd[17], tmp[128];
+        ab_id_random(rnd);
+        snprintf(tmp, sizeof(tmp), "new.%s.%s", spec->id, rnd);
+        if (mkdirat(tfd, tmp, 0700) < 0)
                 return ab_err_set(err, AB_E_INTERNAL, errno, "create box directory");
+        _cleanup_close_ int bfd = openat(tfd, tmp, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+        _cleanup_close_ int lockfd =
+            bfd < 0 ? -1 : openat(bfd, "lock", O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+        if (lockfd < 0 || flock(lockfd, LOCK_EX) < 0) {
+                int e = errno;
+                unlinkat(tfd, tmp, AT_REMOVEDIR);
+                return ab_err_set(err, AB_E_INTERNAL, e, "lock new box");
         }
-        _cleanup_close_ int lockfd = -1;
-        _cleanup_close_ int bfd = lock_box(n, spec->id, &lockfd, err);
-        if (bfd < 0)
-                return -1;
         ab_box_config c = {.limits = spec->limits, .created_at = time(NULL)};
         snprintf(c.id, sizeof(c.id), "%s", spec->id);
         c.rootfs = (char *)spec->rootfs;
-        int r = alloc_uid_base(n, &c.uid_base, err);
-        if (r == 0)
-                r = ab_disk_create(bfd, "disk.img", spec->limits.disk_mib, c.uid_base, err);
-        if (r == 0)
-                r = ab_config_write(bfd, &c, err);
-        /* The uid range is taken once config.json exists. */
-        close(steal_fd(&ulock));
-        if (r == 0)
-                r = start_locked(n, bfd, spec->id, err);
-        if (r < 0) {
+        int r;
+        {
+                /* uid ranges are taken once config.json is under boxes/. */
+                _cleanup_close_ int ulock =
+                    openat(n->data_fd, "uid.lock", O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+                if (ulock < 0 || flock(ulock, LOCK_EX) < 0) {
+                        r = ab_err_set(err, AB_E_INTERNAL, errno, "lock uid allocation");
+                        goto fail;
+                }
+                r = alloc_uid_base(n, &c.uid_base, err);
+                if (r == 0)
+                        r = ab_disk_create(bfd, "disk.img", spec->limits.disk_mib, c.uid_base, err);
+                if (r == 0)
+                        r = ab_config_write(bfd, &c, err);
+                if (r == 0 && renameat2(tfd, tmp, n->boxes_fd, spec->id, RENAME_NOREPLACE) < 0) {
+                        if (errno == EEXIST)
+                                r = ab_err_set(err, AB_E_CONFLICT, 0, "box '%s' already exists",
+                                               spec->id);
+                        else
+                                r = ab_err_set(err, AB_E_INTERNAL, errno, "publish box %s",
+                                               spec->id);
+                }
+                if (r < 0)
+                        goto fail;
+        }
+        if (start_locked(n, bfd, spec->id, err) < 0) {
+                /* A box that cannot start is not created: take it back. */
                 ab_cg_destroy(&n->cg, spec->id, NULL);
-                struct stat st;
-                fstat(bfd, &st);
-                rm_tree_at(n->boxes_fd, spec->id, st.st_dev);
-                return -1;
+                if (renameat(n->boxes_fd, spec->id, tfd, tmp) < 0)
+                        return -1;
+                r = -1;
+                goto fail;
         }
         return 0;
+fail:;
+        struct stat st;
+        if (fstat(tfd, &st) == 0)
+                rm_tree_at(tfd, tmp, st.st_dev);
+        return r;
+}
+
+/* Removes what crashed creates and deletes left in trash/ (entries whose
+ * lock nobody holds). */
+static void sweep_trash(native *n)
+{
+        int dfd = openat(n->data_fd, "trash", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        DIR *d = dfd >= 0 ? fdopendir(dfd) : NULL;
+        if (!d) {
+                if (dfd >= 0)
+                        close(dfd);
+                return;
+        }
+        struct stat st;
+        fstat(dirfd(d), &st);
+        struct dirent *e;
+        while ((e = readdir(d))) {
+                if (e->d_name[0] == '.')
+                        continue;
+                _cleanup_close_ int bfd =
+                    openat(dirfd(d), e->d_name, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+                _cleanup_close_ int lfd =
+                    bfd < 0 ? -1 : openat(bfd, "lock", O_RDWR | O_CLOEXEC | O_NOFOLLOW);
+                if (lfd >= 0 && flock(lfd, LOCK_EX | LOCK_NB) < 0)
+                        continue; /* a create in progress */
+                rm_tree_at(dirfd(d), e->d_name, st.st_dev);
+        }
+        closedir(d);
 }
 
 static int n_start(ab_backend *b, const char *id, ab_err **err)
@@ -347,6 +404,26 @@ static int n_destroy(ab_backend *b, const char *id, ab_err **err)
         return 0;
 }
 
+/* A box without state.json has no processes - unless a start was killed
+ * between spawning init and recording it. Such orphans (found through the
+ * box's cgroup, when nobody holds the box's lock) are ended, so every running
+ * box is one the records know about. */
+static ab_box_status reap_orphans(native *n, int bfd, const char *id)
+{
+        ab_cg_stats cs;
+        if (!n->cg_ok || ab_cg_stats_read(&n->cg, id, &cs, NULL) < 0 || cs.pids == 0)
+                return AB_BOX_STOPPED;
+        _cleanup_close_ int lfd = openat(bfd, "lock", O_RDWR | O_CLOEXEC | O_NOFOLLOW);
+        if (lfd < 0 || flock(lfd, LOCK_EX | LOCK_NB) < 0)
+                return AB_BOX_CREATING; /* a start is in flight */
+        if (faccessat(bfd, "state.json", F_OK, 0) == 0)
+                return AB_BOX_STOPPED;
+        ab_log(AB_LOG_WARN, "ending processes of an interrupted start", "box", id, NULL);
+        ab_cg_kill_all(&n->cg, id, NULL);
+        ab_cg_destroy(&n->cg, id, NULL);
+        return AB_BOX_STOPPED;
+}
+
 /* Fills info from the box files; a box whose init died is recorded as stopped. */
 static int info_at(native *n, const char *id, ab_box_info *out, ab_err **err)
 {
@@ -375,7 +452,7 @@ static int info_at(native *n, const char *id, ab_box_info *out, ab_err **err)
         if (r < 0)
                 return -1;
         if (r == 1) {
-                out->status = AB_BOX_STOPPED;
+                out->status = reap_orphans(n, bfd, id);
         } else if (st.error) {
                 out->status = AB_BOX_ERROR;
                 out->error = xstrdup(st.error);
@@ -630,6 +707,7 @@ int ab_native_open(const ab_native_opts *opts, ab_backend **out, ab_err **err)
         }
         if (ab_seccomp_build(&n->bpf, err) < 0)
                 return -1;
+        sweep_trash(n);
         *out = steal_pointer(&guard);
         return 0;
 }

@@ -273,9 +273,13 @@ static pid_t collect(int rep, pid_t c, ab_code *code, char *msg, size_t msglen)
 }
 
 /* P: the setup process. Writes "OK pid" or "E<code>msg" to out and exits. */
-static void run_setup(const ab_spawn_spec *s, int out, int sock, int exe)
+static void run_setup(const ab_spawn_spec *s, pid_t parent, int out, int sock, int exe)
 {
         ab_err *err = NULL;
+        /* If the process that started us dies, so do we: a start nobody will
+         * record must not leave a box behind (init itself never gets this). */
+        if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0 || getppid() != parent)
+                _exit(1);
         sigset_t none;
         sigemptyset(&none);
         sigprocmask(SIG_SETMASK, &none, NULL);
@@ -441,6 +445,7 @@ int ab_box_spawn(const ab_spawn_spec *s, pid_t *init_pid, uint64_t *init_start, 
         if (pipe2(out, O_CLOEXEC) < 0)
                 return ab_err_set(err, AB_E_INTERNAL, errno, "pipe");
         _cleanup_close_ int rd = out[0];
+        pid_t self = getpid();
         pid_t p = fork();
         if (p < 0) {
                 close(out[1]);
@@ -448,7 +453,7 @@ int ab_box_spawn(const ab_spawn_spec *s, pid_t *init_pid, uint64_t *init_start, 
         }
         if (p == 0) {
                 close(out[0]);
-                run_setup(s, out[1], sock, exe);
+                run_setup(s, self, out[1], sock, exe);
         }
         close(out[1]);
         ab_code code;

@@ -9,6 +9,7 @@ content. Every search also finds a control marker that the box itself wrote, so
 a broken search cannot pass. Then: writing through /proc/*/exe, /proc/1/root,
 symlinks fed to `agentbox cp` in both directions, and the classic chroot escape.
 """
+import json
 import os
 import subprocess
 import threading
@@ -171,6 +172,50 @@ print(json.dumps(res))
     h.eq(al.sha256(opt_file), opt_hash, "the host's /opt file is unchanged after the box rewrote it")
     h.eq(os.stat(opt_file).st_mode & 0o7777, 0o755, "the host file's mode is unchanged (no setuid planted)")
     h.ok(os.path.exists("/usr/bin/env"), "the host's /usr/bin/env survives rm -f inside the box")
+
+    # ---- 5b. read-only mounts, overlay xattrs ---------------------------------------------------
+    skills = os.path.join(h.data, "skills")
+    skill_file = None
+    if os.path.isdir(skills):
+        skill_file = planted.file(os.path.join(skills, "abtest-skill-%s.md" % R), "skill-%s\n" % M, 0o644)
+    r = al.bexec(h, box, "cat /mnt/skills/abtest-skill-%s.md; for p in /mnt/skills /skills; do "
+                         "echo PWNED > $p/abtest-skill-%s.md; rm -f $p/abtest-skill-%s.md; touch $p/new-%s; done; "
+                         "touch /dev/new-%s; rm -f /dev/null; ls /mnt/skills /skills; echo done" % ((R,) * 5), t=20)
+    if skill_file:
+        h.contains(r.out, "skill-%s" % M, "control: the box reads a host skill through /mnt/skills", r.describe())
+        h.eq(open(skill_file).read(), "skill-%s\n" % M, "the box cannot change or delete a skill on the host")
+        h.eq(sorted(os.listdir(skills)), ["abtest-skill-%s.md" % R], "the box cannot create files in the skills dir")
+    else:
+        h.skip("the box cannot write the skills dir", "no %s" % skills)
+    h.ok(os.path.exists("/dev/null") and not os.path.exists("/dev/new-%s" % R),
+         "the box cannot add or remove device files (host /dev untouched)")
+    r2 = al.bexec(h, box, "ls -l /dev/null && test ! -e /dev/new-%s && echo DEV-INTACT" % R)
+    h.contains(r2.out, "DEV-INTACT", "the box's own /dev is read-only (rm /dev/null, touch /dev/x failed)", r2.describe())
+    xattr = r'''
+import errno, json, os
+os.makedirs("/workspace/redir", exist_ok=True)
+os.makedirs("/opt/redir-%s" % os.getpid(), exist_ok=True)
+res = {}
+for path in ("/workspace/redir", "/opt/redir-%s" % os.getpid(), "/usr"):
+    for name in ("trusted.overlay.redirect", "trusted.overlay.opaque", "trusted.overlay.origin", "trusted.abtest"):
+        try:
+            os.setxattr(path, name, b"/root")
+            res[path + " " + name] = "SET"
+        except OSError as e:
+            res[path + " " + name] = errno.errorcode[e.errno]
+try:
+    os.setxattr("/workspace/redir", "user.abtest", b"x")
+    res["control"] = "SET"
+except OSError as e:
+    res["control"] = errno.errorcode[e.errno]
+print(json.dumps(res))
+'''
+    r = al.bpy(h, box, xattr)
+    res = al.last_json(r.out)
+    h.eq(res.get("control"), "SET", "control: the box sets a user.* xattr", r.describe())
+    h.ok(len(res) > 1 and all(v != "SET" for k, v in res.items() if k != "control"),
+         "the box cannot set trusted.* / trusted.overlay.* xattrs (no overlay redirect into hidden host paths)",
+         json.dumps(res))
 
     # ---- 6. /proc/1/root is the box's root ----------------------------------------------
     r = al.bexec(h, box, "readlink /proc/1/root; ls -a /proc/1/root/; ls /proc/1/root/workspace >/dev/null && "

@@ -293,6 +293,29 @@ print(json.dumps(res))
          json.dumps(info2))
     r = al.bexec(h, box, "echo after-kill-1")
     h.contains(r.out, "after-kill-1", "... and still serves commands", r.describe())
+
+    # ---- 11. the operator's terminal ---------------------------------------------------------------------
+    # A box created and used from an interactive terminal must not reach that
+    # terminal through /dev/tty (reading it steals the operator's keystrokes).
+    if os.access("/usr/bin/script", os.X_OK):
+        tty_box = "tty-" + al.token(3)
+        tmark = "ABTESTTTY" + al.token(8)
+        p = subprocess.run(["/usr/bin/script", "-qec", "%s --data %s create --id %s --disk 64M --pids 64 && tty"
+                            % (h.bin, h.data, tty_box), "/dev/null"], capture_output=True, text=True, timeout=60,
+                           stdin=subprocess.DEVNULL)
+        if p.returncode == 0:
+            h.track(tty_box)
+        h.ok(p.returncode == 0 and "/dev/pts/" in p.stdout, "control: a box is created from a terminal", p.stdout + p.stderr)
+        p = subprocess.run(["/usr/bin/script", "-qec", "%s --data %s exec %s -- 'echo %s > /dev/tty; echo rc=$?; "
+                            "for f in /proc/1/fd/*; do readlink $f; done; ls -l /proc/self/fd/'"
+                            % (h.bin, h.data, tty_box, tmark), "/dev/null"], capture_output=True, text=True,
+                           timeout=60, stdin=subprocess.DEVNULL)
+        h.contains(p.stdout, "rc=", "the terminal probe ran", p.stdout + p.stderr)
+        h.not_contains(p.stdout, tmark, "the box cannot write to the operator's terminal through /dev/tty",
+                       p.stdout)
+        h.not_contains(p.stdout, "/dev/pts/", "no fd of the box points at the operator's terminal", p.stdout)
+    else:
+        h.skip("the box cannot reach the operator's terminal", "no /usr/bin/script")
 finally:
     for p in procs:
         try:
