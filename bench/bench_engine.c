@@ -387,6 +387,37 @@ static void bench_spawn(const char *id, int n)
         free(h.p);
 }
 
+/* Prints "CGPARENT name": the engine's per-data-folder cgroup parent, which
+ * outlives the boxes; bench/run.sh removes it afterwards. */
+static void print_cgroup_parent(const char *id)
+{
+        ab_box_info i;
+        ab_err *e = NULL;
+        if (B->ops->info(B, id, &i, &e) < 0) {
+                ab_err_free(&e);
+                return;
+        }
+        char path[64], line[512];
+        snprintf(path, sizeof(path), "/proc/%d/cgroup", (int)i.init_pid);
+        ab_box_info_clear(&i);
+        FILE *f = fopen(path, "r");
+        while (f && fgets(line, sizeof(line), f)) {
+                /* "4:memory:/agentbox-1234abcd/ID" or "0::/agentbox-1234abcd/ID" */
+                char *p = strstr(line, ":/agentbox");
+                if (!p)
+                        continue;
+                p += 2;
+                char *slash = strchr(p, '/');
+                if (slash) {
+                        *slash = '\0';
+                        printf("CGPARENT %s\n", p);
+                        break;
+                }
+        }
+        if (f)
+                fclose(f);
+}
+
 static void on_signal(int sig)
 {
         (void)sig;
@@ -471,6 +502,7 @@ int main(int argc, char **argv)
                 bench_create("create_default_disk", "a (default 4 GiB disk)", nx, 0);
 
         create_box(runid, disk);
+        print_cgroup_parent(runid);
         bench_exec(runid, nb);
         bench_restart(runid, nc);
         if (ns > 0)

@@ -53,6 +53,7 @@ BWRAP_PID=
 DOCKER=
 DOCKERD_PID=
 DOCKER_CIDS=()
+CG_PARENTS=()
 DOCKER_IMG=agentbox-bench/tiny:$$
 
 log() { printf '\n== %s\n' "$*"; }
@@ -76,6 +77,13 @@ cleanup() {
                 kill -9 "$DOCKERD_PID" 2>/dev/null
                 wait "$DOCKERD_PID" 2>/dev/null
         fi
+        # The engine leaves one empty cgroup parent per data folder behind: ours go.
+        for cg in "${CG_PARENTS[@]}"; do
+                [ -n "$cg" ] || continue
+                for d in /sys/fs/cgroup/*/"$cg" /sys/fs/cgroup/"$cg"; do
+                        [ -d "$d" ] && rmdir "$d" 2>/dev/null
+                done
+        done
         # Anything still mounted under the work dir (dockerd's overlays) goes first.
         if [ -d "$WORK" ]; then
                 awk -v w="$WORK" 'index($2, w) == 1 {print $2}' /proc/self/mounts | sort -r |
@@ -202,7 +210,12 @@ if ! ninja -C "$BUILD" agentbox agentbox-init libagentbox.a >"$WORK/ninja.log" 2
                 exit 1
         fi
 fi
-echo "  agentbox: $AB ($(cd "$ROOT" && git rev-parse --short HEAD 2>/dev/null)$(cd "$ROOT" && git diff --quiet 2>/dev/null || echo ', dirty tree'))"
+# The exact source measured: commit, plus a hash of uncommitted changes under src/.
+SRCSTATE=$(cd "$ROOT" && git rev-parse --short HEAD 2>/dev/null)
+if ! (cd "$ROOT" && git diff --quiet HEAD -- src 2>/dev/null); then
+        SRCSTATE="$SRCSTATE + uncommitted src changes $(cd "$ROOT" && git diff HEAD -- src | sha1sum | cut -c1-8)"
+fi
+echo "  agentbox: $AB ($SRCSTATE)"
 gcc -std=gnu11 -D_GNU_SOURCE -O2 -Wall -Wextra -Wno-unused-parameter -I"$ROOT/src" \
         "$ROOT/bench/bench_engine.c" "$BUILD/libagentbox.a" -ljansson -lseccomp -lm -lpthread \
         -o "$WORK/bench_engine" || { echo "bench/run.sh: cannot compile bench_engine" >&2; exit 1; }
@@ -210,11 +223,12 @@ gcc -std=gnu11 -D_GNU_SOURCE -O2 -Wall -Wextra -Wno-unused-parameter -I"$ROOT/sr
 log "library level (bench_engine: -a $N_A -b $N_B -c $N_C)"
 if ! "$WORK/bench_engine" --data "$WORK/engine-data" --init "$BUILD/agentbox-init" \
         -a "$N_A" -b "$N_B" -c "$N_C" --default-disk-n 5 --spawn-n 100 | tee "$WORK/engine.txt" |
-        grep -v '^RESULT'; then
+        grep -v -e '^RESULT' -e '^CGPARENT'; then
         echo "bench/run.sh: bench_engine failed" >&2
         exit 1
 fi
 awk '$1 == "RESULT" {print "lib_" $2, $5}' "$WORK/engine.txt" >>"$RES"
+CG_PARENTS+=("$(awk '$1 == "CGPARENT" {print $2; exit}' "$WORK/engine.txt")")
 
 # ---- 2. CLI level ---------------------------------------------------------
 
@@ -250,6 +264,7 @@ RSSBOX="cb-$$-rss"
 abx create --id "$RSSBOX" --disk "$DISK" >/dev/null || exit 1
 CLI_BOXES+=("$RSSBOX")
 P=$(abx inspect "$RSSBOX" | awk -F'[:,]' '/"init_pid"/ {gsub(/ /, "", $2); print $2}')
+CG_PARENTS+=("$(awk -F: '$3 ~ /^\/agentbox/ {split($3, a, "/"); print a[2]; exit}' "/proc/$P/cgroup")")
 read -r r0 s0 n0 < <(rss_tree "$P")
 sleep 2
 read -r r2 s2 n2 < <(rss_tree "$P")
@@ -433,6 +448,7 @@ echo "  timing shell $(get floor_spawn) ms; nsenter -a into the live box $(get n
 echo "  Inside a box: /bin/true $(get lib_spawn_box_true) ms, bash -c true $(get lib_spawn_box_bash_c) ms,"
 echo "  bash -lc true $(get lib_spawn_box_bash_lc) ms, bash --noprofile -lc true $(get lib_spawn_box_bash_lc_noprofile) ms"
 echo "  (host: $(get lib_spawn_host_true) / $(get lib_spawn_host_bash_c) / $(get lib_spawn_host_bash_lc) / $(get lib_spawn_host_bash_lc_noprofile) ms)."
+echo "  load average at the end: $(cut -d' ' -f1-3 /proc/loadavg) (2 cores; other work on the host adds noise)"
 echo
 echo "targets (issue):"
 check "(a) create -> first exec true, library, ms" "$(get lib_create)" 10

@@ -441,6 +441,22 @@ static void to_stat(const abp_entry *e, abc_stat *st)
         };
 }
 
+bool abc_path_is_safe(const char *p)
+{
+        if (!p || !*p || *p == '/')
+                return false;
+        for (const char *c = p;;) {
+                const char *slash = strchr(c, '/');
+                size_t len = slash ? (size_t)(slash - c) : strlen(c);
+                if (len == 0 || (len == 1 && c[0] == '.') ||
+                    (len == 2 && c[0] == '.' && c[1] == '.'))
+                        return false;
+                if (!slash)
+                        return true;
+                c = slash + 1;
+        }
+}
+
 int abc_list(int fd, const char *path, int depth, abc_dirent **out, size_t *n, ab_err **err)
 {
         abp_buf b = {0};
@@ -462,7 +478,8 @@ int abc_list(int fd, const char *path, int depth, abc_dirent **out, size_t *n, a
                 r = next_frame(fd, &rd, &f, err);
                 if (r < 0 || f.type == ABP_OK)
                         break;
-                if (f.type != ABP_ENTRY || abp_dec_entry(&f, &e) < 0 || cnt >= ABP_MAX_ENTRIES) {
+                if (f.type != ABP_ENTRY || abp_dec_entry(&f, &e) < 0 || cnt >= ABP_MAX_ENTRIES ||
+                    !abc_path_is_safe(e.path)) {
                         r = unavailable(err);
                         break;
                 }

@@ -75,7 +75,13 @@ enum { ABC_W_MKPARENTS = 1, ABC_W_APPEND = 2, ABC_W_EXCL = 4 };
 int abc_write(int fd, const char *path, const void *data, size_t len, int src_fd, uint32_t flags,
               uint32_t mode, ab_err **err);
 
+/* True when p is a relative path with no empty, "." or ".." component: what a
+ * listing entry must look like. Anything else comes from a misbehaving box. */
+bool abc_path_is_safe(const char *p);
+
 /* Lists a directory `depth` levels deep (1 = its entries only), sorted by path.
+ * Entry paths are checked with abc_path_is_safe (else AB_E_UNAVAILABLE): a box
+ * can never make a caller build a path outside the listed directory.
  * *out is an array of *n entries; free with abc_dirents_free. */
 int abc_list(int fd, const char *path, int depth, abc_dirent **out, size_t *n, ab_err **err);
 void abc_dirents_free(abc_dirent *d, size_t n);

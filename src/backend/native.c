@@ -6,7 +6,7 @@
  * DATA/skills/        shown read-only in every box
  * DATA/trash/         boxes being deleted (renamed here first, so a crash
  *                     mid-delete never leaves half a box under boxes/)
- * DATA/uid.lock       serialises uid-range allocation
+ * /var/lib/agentbox/uid-ranges/SLOT   host-wide claims of uid ranges
  *
  * Per-box operations hold an exclusive flock on boxes/ID/lock, so CLI
  * processes and server threads can act on the same data folder at once. */
@@ -181,41 +181,99 @@ static int stop_locked(native *n, int bfd, const char *id, ab_err **err)
         return 0;
 }
 
-/* Picks the lowest free uid range; the caller holds uid.lock. */
-static int alloc_uid_base(native *n, uid_t *out, ab_err **err)
+/* uid ranges are unique on the whole host, not per data folder: two
+ * agentbox instances must never run boxes as the same host uids. A range is
+ * claimed by creating REGISTRY/SLOT exclusively; the file names its box. */
+static const char *uid_registry(void)
 {
-        _cleanup_free_ uint8_t *used = xzalloc(UID_SLOTS);
-        int dfd = dup(n->boxes_fd);
-        if (dfd < 0)
-                return ab_err_set(err, AB_E_INTERNAL, errno, "dup");
-        DIR *d = fdopendir(dfd);
-        if (!d) {
-                close(dfd);
-                return ab_err_set(err, AB_E_INTERNAL, errno, "read boxes dir");
-        }
-        rewinddir(d);
-        struct dirent *e;
-        while ((e = readdir(d))) {
-                if (e->d_name[0] == '.')
-                        continue;
-                _cleanup_close_ int bfd =
-                    openat(n->boxes_fd, e->d_name, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-                ab_box_config c;
-                if (bfd < 0 || ab_config_read(bfd, &c, NULL) < 0)
-                        continue;
-                if (c.uid_base >= UID_FIRST && (c.uid_base - UID_FIRST) % UID_STEP == 0 &&
-                    (c.uid_base - UID_FIRST) / UID_STEP < UID_SLOTS)
-                        used[(c.uid_base - UID_FIRST) / UID_STEP] = 1;
-                ab_config_clear(&c);
-        }
-        closedir(d);
+        const char *r = getenv("AGENTBOX_UID_REGISTRY");
+        return r && *r ? r : "/var/lib/agentbox/uid-ranges";
+}
+
+static int mkdir_p(const char *path, mode_t mode);
+
+/* A claim whose box no longer exists (its data folder was deleted without
+ * `rm`) is stale; young claims may belong to a create in progress. */
+static bool claim_is_stale(int regfd, const char *slot, uid_t base)
+{
+        struct stat st;
+        if (fstatat(regfd, slot, &st, 0) < 0 || st.st_mtime > time(NULL) - 600)
+                return false;
+        _cleanup_free_ char *owner = NULL;
+        if (ab_read_file(regfd, slot, &owner, NULL) < 0)
+                return false;
+        owner[strcspn(owner, "\n")] = '\0';
+        _cleanup_close_ int bfd = open(owner, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (bfd < 0)
+                return errno == ENOENT;
+        ab_box_config c;
+        if (ab_config_read(bfd, &c, NULL) < 0)
+                return false;
+        bool stale = c.uid_base != base;
+        ab_config_clear(&c);
+        return stale;
+}
+
+static int alloc_uid_base(native *n, const char *id, uid_t *out, ab_err **err)
+{
+        const char *reg = uid_registry();
+        int r = mkdir_p(reg, 0700);
+        if (r < 0)
+                return ab_err_set(err, AB_E_INTERNAL, -r, "cannot create uid registry %s", reg);
+        _cleanup_close_ int regfd = open(reg, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (regfd < 0)
+                return ab_err_set(err, AB_E_INTERNAL, errno, "open uid registry %s", reg);
+        _cleanup_free_ char *owner = xasprintf("%s/%s\n", n->boxes, id);
         for (uint32_t i = 0; i < UID_SLOTS; i++) {
-                if (!used[i]) {
-                        *out = UID_FIRST + i * UID_STEP;
-                        return 0;
+                char slot[16];
+                snprintf(slot, sizeof(slot), "%u", i);
+                uid_t base = UID_FIRST + i * UID_STEP;
+                _cleanup_close_ int fd =
+                    openat(regfd, slot, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+                if (fd < 0 && errno == EEXIST && claim_is_stale(regfd, slot, base)) {
+                        /* Take it over atomically: only one unlink can win. */
+                        char tmp[64];
+                        snprintf(tmp, sizeof(tmp), ".stale.%s.%d", slot, (int)getpid());
+                        if (renameat(regfd, slot, regfd, tmp) == 0) {
+                                unlinkat(regfd, tmp, 0);
+                                fd = openat(regfd, slot,
+                                            O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW,
+                                            0600);
+                        }
                 }
+                if (fd < 0) {
+                        if (errno == EEXIST)
+                                continue;
+                        return ab_err_set(err, AB_E_INTERNAL, errno, "claim uid range %s/%s", reg,
+                                          slot);
+                }
+                if ((r = ab_write_all(fd, owner, strlen(owner))) < 0) {
+                        unlinkat(regfd, slot, 0);
+                        return ab_err_set(err, AB_E_INTERNAL, -r, "write %s/%s", reg, slot);
+                }
+                *out = base;
+                return 0;
         }
-        return ab_err_set(err, AB_E_LIMIT, 0, "no free uid range: too many boxes");
+        return ab_err_set(err, AB_E_LIMIT, 0, "no free uid range: too many boxes on this host");
+}
+
+/* Gives a box's uid range back (only if the claim is still this box's). */
+static void release_uid_base(native *n, const char *id, uid_t base)
+{
+        if (base < UID_FIRST || (base - UID_FIRST) % UID_STEP)
+                return;
+        _cleanup_close_ int regfd = open(uid_registry(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (regfd < 0)
+                return;
+        char slot[16];
+        snprintf(slot, sizeof(slot), "%u", (unsigned)((base - UID_FIRST) / UID_STEP));
+        _cleanup_free_ char *owner = NULL;
+        _cleanup_free_ char *mine = xasprintf("%s/%s", n->boxes, id);
+        if (ab_read_file(regfd, slot, &owner, NULL) < 0)
+                return;
+        owner[strcspn(owner, "\n")] = '\0';
+        if (strcmp(owner, mine) == 0)
+                unlinkat(regfd, slot, 0);
 }
 
 /* Removes a directory tree without following symlinks or crossing mounts. */
@@ -289,31 +347,19 @@ static int n_create(ab_backend *b, const ab_box_spec *spec, ab_err **err)
         ab_box_config c = {.limits = spec->limits, .created_at = time(NULL)};
         snprintf(c.id, sizeof(c.id), "%s", spec->id);
         c.rootfs = (char *)spec->rootfs;
-        int r;
-        {
-                /* uid ranges are taken once config.json is under boxes/. */
-                _cleanup_close_ int ulock =
-                    openat(n->data_fd, "uid.lock", O_RDWR | O_CREAT | O_CLOEXEC, 0600);
-                if (ulock < 0 || flock(ulock, LOCK_EX) < 0) {
-                        r = ab_err_set(err, AB_E_INTERNAL, errno, "lock uid allocation");
-                        goto fail;
-                }
-                r = alloc_uid_base(n, &c.uid_base, err);
-                if (r == 0)
-                        r = ab_disk_create(bfd, "disk.img", spec->limits.disk_mib, c.uid_base, err);
-                if (r == 0)
-                        r = ab_config_write(bfd, &c, err);
-                if (r == 0 && renameat2(tfd, tmp, n->boxes_fd, spec->id, RENAME_NOREPLACE) < 0) {
-                        if (errno == EEXIST)
-                                r = ab_err_set(err, AB_E_CONFLICT, 0, "box '%s' already exists",
-                                               spec->id);
-                        else
-                                r = ab_err_set(err, AB_E_INTERNAL, errno, "publish box %s",
-                                               spec->id);
-                }
-                if (r < 0)
-                        goto fail;
+        int r = alloc_uid_base(n, spec->id, &c.uid_base, err);
+        if (r == 0)
+                r = ab_disk_create(bfd, "disk.img", spec->limits.disk_mib, c.uid_base, err);
+        if (r == 0)
+                r = ab_config_write(bfd, &c, err);
+        if (r == 0 && renameat2(tfd, tmp, n->boxes_fd, spec->id, RENAME_NOREPLACE) < 0) {
+                if (errno == EEXIST)
+                        r = ab_err_set(err, AB_E_CONFLICT, 0, "box '%s' already exists", spec->id);
+                else
+                        r = ab_err_set(err, AB_E_INTERNAL, errno, "publish box %s", spec->id);
         }
+        if (r < 0)
+                goto fail;
         if (start_locked(n, bfd, spec->id, err) < 0) {
                 /* A box that cannot start is not created: take it back. */
                 ab_cg_destroy(&n->cg, spec->id, NULL);
@@ -324,14 +370,15 @@ static int n_create(ab_backend *b, const ab_box_spec *spec, ab_err **err)
         }
         return 0;
 fail:;
+        release_uid_base(n, spec->id, c.uid_base);
         struct stat st;
         if (fstat(tfd, &st) == 0)
                 rm_tree_at(tfd, tmp, st.st_dev);
         return r;
 }
 
-/* Removes what crashed creates and deletes left in trash/ (entries whose
- * lock nobody holds). */
+/* Removes what crashed creates and deletes left in trash/: entries older
+ * than a minute whose lock nobody holds. */
 static void sweep_trash(native *n)
 {
         int dfd = openat(n->data_fd, "trash", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -346,6 +393,11 @@ static void sweep_trash(native *n)
         struct dirent *e;
         while ((e = readdir(d))) {
                 if (e->d_name[0] == '.')
+                        continue;
+                /* Young entries may be a create between its mkdir and its flock. */
+                struct stat es;
+                if (fstatat(dirfd(d), e->d_name, &es, AT_SYMLINK_NOFOLLOW) < 0 ||
+                    es.st_mtime > time(NULL) - 60)
                         continue;
                 _cleanup_close_ int bfd =
                     openat(dirfd(d), e->d_name, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
@@ -387,6 +439,8 @@ static int n_destroy(ab_backend *b, const char *id, ab_err **err)
                 return -1;
         if (stop_locked(n, bfd, id, err) < 0)
                 return -1;
+        ab_box_config c = {0};
+        bool have_config = ab_config_read(bfd, &c, NULL) == 0;
         char ridbuf[17], trash[128];
         ab_id_random(ridbuf);
         snprintf(trash, sizeof(trash), "%s.%s", id, ridbuf);
@@ -400,6 +454,10 @@ static int n_destroy(ab_backend *b, const char *id, ab_err **err)
         int r = rm_tree_at(tfd, trash, st.st_dev);
         if (r < 0)
                 ab_log(AB_LOG_WARN, "leftovers in trash", "box", id, "error", strerror(-r), NULL);
+        if (have_config) {
+                release_uid_base(n, id, c.uid_base);
+                ab_config_clear(&c);
+        }
         ab_log(AB_LOG_INFO, "box destroyed", "box", id, NULL);
         return 0;
 }

@@ -7,7 +7,9 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <libgen.h>
+#include <linux/openat2.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 
 typedef struct side {
         char *id; /* NULL for a host path */
@@ -99,6 +101,39 @@ static int write_fd(void *ud, int stream, const void *buf, size_t len)
         return ab_write_all(*(int *)ud, buf, len);
 }
 
+/* Opens rel beneath the directory rootfd, never following a symlink and never
+ * leaving rootfd: names in a listing come from the box. */
+static int open_beneath(int rootfd, const char *rel, int flags, mode_t mode)
+{
+        struct open_how how = {
+            .flags = (uint64_t)(flags | O_CLOEXEC),
+            .mode = (flags & O_CREAT) ? mode : 0,
+            .resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS,
+        };
+        return (int)syscall(SYS_openat2, rootfd, rel, &how, sizeof(how));
+}
+
+/* Splits rel into its parent directory (opened beneath rootfd) and leaf. */
+static int parent_beneath(int rootfd, const char *rel, const char **leaf)
+{
+        const char *slash = strrchr(rel, '/');
+        if (!slash) {
+                *leaf = rel;
+                return fcntl(rootfd, F_DUPFD_CLOEXEC, 0);
+        }
+        _cleanup_free_ char *dir = xstrndup(rel, (size_t)(slash - rel));
+        *leaf = slash + 1;
+        return open_beneath(rootfd, dir, O_RDONLY | O_DIRECTORY, 0);
+}
+
+static int read_into(ab_backend *b, const char *id, const char *src, int out, ab_err **e)
+{
+        _cleanup_close_ int fd = b->ops->connect(b, id, e);
+        if (fd < 0)
+                return -1;
+        return abc_read(fd, src, 0, 0, write_fd, &out, e);
+}
+
 static int get_file(ab_backend *b, const char *id, const char *src, const char *host, uint32_t mode,
                     ab_err **e)
 {
@@ -106,10 +141,7 @@ static int get_file(ab_backend *b, const char *id, const char *src, const char *
             open(host, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, mode ? mode : 0644);
         if (out < 0)
                 return ab_err_set(e, AB_E_INTERNAL, errno, "cannot write %s", host);
-        _cleanup_close_ int fd = b->ops->connect(b, id, e);
-        if (fd < 0)
-                return -1;
-        return abc_read(fd, src, 0, 0, write_fd, &out, e);
+        return read_into(b, id, src, out, e);
 }
 
 static int get_tree(ab_backend *b, const char *id, const char *src, const char *host, ab_err **e)
@@ -124,6 +156,9 @@ static int get_tree(ab_backend *b, const char *id, const char *src, const char *
                 return ab_err_set(e, AB_E_INVALID, 0, "%s:%s is not a file or directory", id, src);
         if (mkdir(host, 0755) < 0 && errno != EEXIST)
                 return ab_err_set(e, AB_E_INTERNAL, errno, "cannot create %s", host);
+        _cleanup_close_ int root = open(host, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+        if (root < 0)
+                return ab_err_set(e, AB_E_INTERNAL, errno, "cannot open %s", host);
         abc_dirent *ents;
         size_t n;
         {
@@ -132,19 +167,36 @@ static int get_tree(ab_backend *b, const char *id, const char *src, const char *
                         return -1;
         }
         int r = 0;
-        /* Sorted by path, so a directory comes before what it holds. */
+        /* Sorted by path, so a directory comes before what it holds. Every
+         * host path is resolved beneath `root` without following links. */
         for (size_t i = 0; i < n && r == 0; i++) {
-                _cleanup_free_ char *h = xasprintf("%s/%s", host, ents[i].path);
-                _cleanup_free_ char *s = xasprintf("%s/%s", src, ents[i].path);
+                const char *rel = ents[i].path, *leaf;
+                _cleanup_close_ int pfd = parent_beneath(root, rel, &leaf);
+                if (pfd < 0) {
+                        r = ab_err_set(e, AB_E_INVALID, errno, "cannot place %s under %s", rel,
+                                       host);
+                        break;
+                }
                 if (ents[i].st.type == ABC_DIR) {
-                        if (mkdir(h, 0755) < 0 && errno != EEXIST)
-                                r = ab_err_set(e, AB_E_INTERNAL, errno, "cannot create %s", h);
+                        if (mkdirat(pfd, leaf, 0755) < 0 && errno != EEXIST)
+                                r = ab_err_set(e, AB_E_INTERNAL, errno, "cannot create %s/%s", host,
+                                               rel);
                 } else if (ents[i].st.type == ABC_FILE) {
-                        r = get_file(b, id, s, h, ents[i].st.mode, e);
+                        _cleanup_close_ int out =
+                            openat(pfd, leaf, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW,
+                                   ents[i].st.mode ? ents[i].st.mode & 0777 : 0644);
+                        if (out < 0) {
+                                r = ab_err_set(e, AB_E_INTERNAL, errno, "cannot write %s/%s", host,
+                                               rel);
+                                break;
+                        }
+                        _cleanup_free_ char *s = xasprintf("%s/%s", src, rel);
+                        r = read_into(b, id, s, out, e);
                 } else if (ents[i].st.type == ABC_SYMLINK && ents[i].st.link) {
-                        /* Recreated as a link; its target is never followed here. */
-                        if (symlink(ents[i].st.link, h) < 0 && errno != EEXIST)
-                                r = ab_err_set(e, AB_E_INTERNAL, errno, "cannot create %s", h);
+                        /* Recreated as a link; never followed by this copy. */
+                        if (symlinkat(ents[i].st.link, pfd, leaf) < 0 && errno != EEXIST)
+                                r = ab_err_set(e, AB_E_INTERNAL, errno, "cannot create %s/%s", host,
+                                               rel);
                 }
         }
         abc_dirents_free(ents, n);

@@ -17,6 +17,7 @@
 #include <signal.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <time.h>
 
@@ -90,8 +91,8 @@ static int read_ppid(int procfd, const char *pid, pid_t *ppid)
         return 0;
 }
 
-/* SIGKILLs every descendant of `self` listed in /proc; returns how many. */
-static size_t kill_descendants(pid_t self)
+/* Calls fn on every descendant of `self` listed in /proc; returns how many. */
+static size_t walk_descendants(pid_t self, void (*fn)(pid_t pid, void *ud), void *ud)
 {
         DIR *d = opendir("/proc");
         if (!d)
@@ -127,13 +128,43 @@ static size_t kill_descendants(pid_t self)
                         if (v[i].ppid == self || (parent && parent->mark)) {
                                 v[i].mark = true;
                                 changed = true;
-                                kill(v[i].pid, SIGKILL);
+                                fn(v[i].pid, ud);
                                 killed++;
                         }
                 }
         }
         free(v);
         return killed;
+}
+
+static void kill_one(pid_t pid, void *ud)
+{
+        (void)ud;
+        kill(pid, SIGKILL);
+}
+
+/* SIGKILLs every descendant of `self` listed in /proc; returns how many. */
+static size_t kill_descendants(pid_t self)
+{
+        return walk_descendants(self, kill_one, NULL);
+}
+
+static void limit_one(pid_t pid, void *ud)
+{
+        struct rlimit *rl = ud;
+        prlimit(pid, RLIMIT_NPROC, rl, NULL);
+}
+
+/* What an exec leaves running gets a lower RLIMIT_NPROC than a running exec,
+ * so leftovers (a server, or a runaway loop) can never take the room the
+ * next exec needs. Lowering another process's limit needs no privilege. */
+static void limit_leftovers(void)
+{
+        if (init_max_procs <= 1)
+                return;
+        rlim_t low = init_max_procs > 32 ? init_max_procs - 16 : init_max_procs / 2;
+        struct rlimit rl = {low ? low : 1, low ? low : 1};
+        walk_descendants(getpid(), limit_one, &rl);
 }
 
 void init_kill_tree(pid_t pgrp, void (*reaped)(pid_t pid, int status, void *ud), void *ud)
@@ -366,6 +397,10 @@ __attribute__((noreturn)) static void run_child(int in, int out, int err, int cw
                         strerror(errno));
                 _exit(127);
         }
+        if (init_max_procs) {
+                struct rlimit nproc = {init_max_procs, init_max_procs};
+                setrlimit(RLIMIT_NPROC, &nproc);
+        }
         if (close_range(3, ~0U, 0) < 0)
                 for (int fd = 3; fd < 65536; fd++)
                         close(fd);
@@ -478,6 +513,8 @@ static void finish(exec_state *st, int sfd)
                 if (st->c->fd >= 0 && (st->gone || st->out.len == 0)) {
                         close(st->c->fd);
                         st->c->fd = -1;
+                        /* The client has its answer: now tame what is left. */
+                        limit_leftovers();
                 }
                 if (st->c->fd < 0 && st->o[1].fd < 0 && st->o[2].fd < 0)
                         break;

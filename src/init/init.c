@@ -169,7 +169,7 @@ static void session(int fd, const char *workdir)
 
 static void usage(FILE *f)
 {
-        fprintf(f, "usage: agentbox-init (--fd N | --listen PATH) [--workdir DIR]\n"
+        fprintf(f, "usage: agentbox-init (--fd N | --listen PATH) [--workdir DIR] [--max-procs N]\n"
                    "       agentbox-init --version\n");
 }
 
@@ -227,6 +227,8 @@ static void shutdown_all(void)
         init_kill_tree(0, NULL, NULL);
 }
 
+unsigned long init_max_procs;
+
 int main(int argc, char **argv)
 {
         const char *workdir = "/workspace", *listen_path = NULL;
@@ -254,6 +256,15 @@ int main(int argc, char **argv)
                         listen_path = argv[++i];
                 } else if (i + 1 < argc && strcmp(a, "--workdir") == 0) {
                         workdir = argv[++i];
+                } else if (i + 1 < argc && strcmp(a, "--max-procs") == 0) {
+                        char *end;
+                        errno = 0;
+                        unsigned long v = strtoul(argv[++i], &end, 10);
+                        if (errno || *end || v == 0) {
+                                logmsg("bad --max-procs: %s", argv[i]);
+                                return 2;
+                        }
+                        init_max_procs = v;
                 } else {
                         usage(stderr);
                         return 2;

@@ -13,6 +13,11 @@
  * an exec (an exec has its own timeout). */
 #define INIT_IO_TIMEOUT_MS (120 * 1000)
 
+/* RLIMIT_NPROC of every command (0 = inherited): kept below the box's pids
+ * limit, so processes a command leaves behind can never take the last pids
+ * and init can always start the next exec. Set by --max-procs. */
+extern unsigned long init_max_procs;
+
 typedef struct init_conf {
         const char *workdir; /* default cwd, HOME, base of relative paths */
         int workdir_fd;      /* O_PATH fd of workdir in the session, or -1 */

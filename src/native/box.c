@@ -17,6 +17,7 @@
 
 #include <fcntl.h>
 #include <grp.h>
+#include <linux/capability.h>
 #include <net/if.h>
 #include <poll.h>
 #include <linux/mount.h>
@@ -147,6 +148,35 @@ static int idmap_userns(uid_t base)
         return r < 0 ? r : fd;
 }
 
+/* Capabilities root keeps inside a box (in its user namespace): what package
+ * managers and ordinary admin work need, as in Docker's default set. Dropped
+ * from the bounding set, so nothing in the box can ever regain the rest: no
+ * CAP_SYS_PTRACE (so /proc/1/mem of the non-dumpable init stays out of
+ * reach), no CAP_SYS_ADMIN, no CAP_NET_ADMIN. */
+static const int kept_caps[] = {
+    CAP_CHOWN,      CAP_DAC_OVERRIDE, CAP_FOWNER,      CAP_FSETID,           CAP_KILL,
+    CAP_SETGID,     CAP_SETUID,       CAP_SETPCAP,     CAP_NET_BIND_SERVICE, CAP_NET_RAW,
+    CAP_SYS_CHROOT, CAP_MKNOD,        CAP_AUDIT_WRITE, CAP_SETFCAP};
+
+static int drop_caps(void)
+{
+        for (int cap = 0; cap <= 63; cap++) {
+                bool keep = false;
+                for (size_t i = 0; i < AB_ARRAY_LEN(kept_caps); i++)
+                        keep |= kept_caps[i] == cap;
+                if (keep)
+                        continue;
+                if (prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) < 0) {
+                        if (errno == EINVAL)
+                                break; /* past the kernel's last capability */
+                        return -errno;
+                }
+        }
+        if (prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) < 0 && errno != EINVAL)
+                return -errno;
+        return 0;
+}
+
 /* C: pid 1 of the box. Never returns. */
 static void run_init(const ab_spawn_spec *s, int sync, int go, int rep, int sock, int exe)
 {
@@ -210,6 +240,8 @@ static void run_init(const ab_spawn_spec *s, int sync, int go, int rep, int sock
         if (null < 0 || dup2(null, 0) < 0 || dup2(null, 1) < 0 || dup2(null, 2) < 0)
                 die(rep, AB_E_INTERNAL, errno, "open /dev/null");
 
+        if ((r = drop_caps()) < 0)
+                die(rep, AB_E_INTERNAL, -r, "drop capabilities");
         if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0)
                 die(rep, AB_E_INTERNAL, errno, "no_new_privs");
         if ((r = ab_landlock_apply()) < 0)
@@ -217,7 +249,11 @@ static void run_init(const ab_spawn_spec *s, int sync, int go, int rep, int sock
         if ((r = ab_seccomp_install(s->bpf)) < 0)
                 die(rep, AB_E_INTERNAL, -r, "seccomp");
 
-        char *const argv[] = {"agentbox-init", "--fd", "3", NULL};
+        /* Commands may hold all but a few pids: init keeps room to serve. */
+        char maxprocs[24];
+        uint64_t mp = s->limits->pids > 32 ? s->limits->pids - 16 : s->limits->pids / 2;
+        snprintf(maxprocs, sizeof(maxprocs), "%llu", (unsigned long long)(mp ? mp : 1));
+        char *const argv[] = {"agentbox-init", "--fd", "3", "--max-procs", maxprocs, NULL};
         char *const envp[] = {"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
                               "container=agentbox", NULL};
         syscall(SYS_execveat, exe, "", argv, envp, AT_EMPTY_PATH);

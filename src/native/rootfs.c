@@ -4,6 +4,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <fnmatch.h>
+#include <dirent.h>
 #include <linux/mount.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
@@ -11,13 +12,66 @@
 #include <sys/syscall.h>
 #include <sys/xattr.h>
 
-/* Top-level host directories a box sees; everything else at / is hidden. */
-static const char *const host_top_allow[] = {"bin",    "sbin", "lib", "lib32", "lib64",
-                                             "libx32", "usr",  "etc", "var",   "opt"};
-/* Directories the box gets as empty mount points or private directories. */
-static const char *const top_private[] = {"proc", "dev",  "tmp",       "run",    "sys", "mnt",
-                                          "root", "home", "workspace", "skills", "srv", "media"};
-/* Host files holding secrets (fnmatch patterns relative to /etc). */
+/* Host paths a box shares: each becomes its own overlay (the host path,
+ * idmapped and read-only, under a per-box upper layer on the box's disk).
+ * Everything else comes from a skeleton built per start, so a host path
+ * that is not listed here - including any created after the box started -
+ * never appears in a box. Top-level symlinks among them (merged /usr:
+ * /bin -> usr/bin) are recreated as symlinks. */
+static const char *const shared[] = {
+    "usr",
+    "etc",
+    "bin",
+    "sbin",
+    "lib",
+    "lib32",
+    "lib64",
+    "libx32",
+    "var/lib/dpkg",
+    "var/lib/apt",
+    "var/lib/ucf",
+    "var/cache/apt",
+    "var/cache/debconf",
+};
+
+/* The skeleton: the box's own directories (mode). */
+static const struct {
+        const char *path;
+        mode_t mode;
+} skel_dirs[] = {
+    {"proc", 0555},
+    {"dev", 0755},
+    {"tmp", 01777},
+    {"run", 0755},
+    {"sys", 0555},
+    {"mnt", 0755},
+    {"mnt/user-data", 0755},
+    {"mnt/user-data/workspace", 0755},
+    {"mnt/user-data/uploads", 0755},
+    {"mnt/user-data/outputs", 0755},
+    {"mnt/skills", 0755},
+    {"root", 0700},
+    {"home", 0755},
+    {"workspace", 0755},
+    {"skills", 0755},
+    {"srv", 0755},
+    {"media", 0755},
+    {"opt", 0755},
+    {"var", 0755},
+    {"var/lib", 0755},
+    {"var/cache", 0755},
+    {"var/log", 0755},
+    {"var/tmp", 01777},
+    {"var/spool", 0755},
+    {"var/mail", 02775},
+    {"var/local", 02775},
+    {"var/opt", 0755},
+    {"var/backups", 0755},
+};
+static const char *const skel_links[][2] = {{"var/run", "/run"}, {"var/lock", "/run/lock"}};
+
+/* Host files holding secrets, hidden on top of the rule that a box sees only
+ * what any host user may read (fnmatch patterns relative to /etc). */
 static const char *const etc_hide[] = {"shadow",
                                        "shadow-",
                                        "gshadow",
@@ -25,21 +79,11 @@ static const char *const etc_hide[] = {"shadow",
                                        "security/opasswd",
                                        "ssl/private",
                                        "ssh/ssh_host_*_key",
-                                       "agentbox",
-                                       "sudoers.d"};
-/* /var: these are kept (package databases, so apt and dpkg work); */
-static const char *const var_allow[] = {"lib", "cache", "local", "opt", "run", "lock", "mail"};
-/* ... these become empty, and everything else is hidden. */
-static const char *const var_empty[] = {"log", "tmp", "spool"};
-static const char *const varlib_allow[] = {"dpkg", "apt", "ucf", "misc", "pam", "python"};
+                                       "agentbox"};
 
-static bool in_list(const char *name, const char *const *list, size_t n)
-{
-        for (size_t i = 0; i < n; i++)
-                if (strcmp(name, list[i]) == 0)
-                        return true;
-        return false;
-}
+/* The private directories a custom rootfs gets on top of its own tree. */
+static const char *const top_private[] = {"proc", "dev",  "tmp",       "run",   "sys",
+                                          "mnt",  "root", "workspace", "skills"};
 
 static int whiteout(int dfd, const char *name)
 {
@@ -83,83 +127,17 @@ static int mirror_dir(int mask_dfd, const char *rel, const char *host_path, uid_
         return 0;
 }
 
-/* Hides every entry of host directory `host_dir` that `keep` rejects, in mask dir `mdfd`. */
-static int hide_entries(int mdfd, const char *host_dir, bool (*keep)(const char *name))
+/* Hides host_dir/rel in a layer's mask (mask_dfd stands for host_dir):
+ * mirrors the parents, whiteouts the leaf. */
+static int hide_rel(int mask_dfd, const char *host_dir, const char *rel_in, uid_t base)
 {
-        DIR *d = opendir(host_dir);
-        if (!d)
-                return errno == ENOENT ? 0 : -errno;
-        int r = 0;
-        struct dirent *e;
-        while ((e = readdir(d))) {
-                if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
-                        continue;
-                if (!keep(e->d_name) && (r = whiteout(mdfd, e->d_name)) < 0)
-                        break;
-        }
-        closedir(d);
-        return r;
-}
-
-static bool keep_top(const char *n)
-{
-        return in_list(n, host_top_allow, AB_ARRAY_LEN(host_top_allow));
-}
-static bool keep_var(const char *n)
-{
-        return in_list(n, var_allow, AB_ARRAY_LEN(var_allow));
-}
-static bool keep_varlib(const char *n)
-{
-        return in_list(n, varlib_allow, AB_ARRAY_LEN(varlib_allow));
-}
-
-/* Hides host secrets in /etc (patterns may name sub-directories). */
-static int hide_etc(int mask_dfd, uid_t base)
-{
-        int r;
-        if ((r = mirror_dir(mask_dfd, "etc", "/etc", base)) < 0)
-                return r;
-        for (size_t i = 0; i < AB_ARRAY_LEN(etc_hide); i++) {
-                const char *pat = etc_hide[i];
-                const char *slash = strrchr(pat, '/');
-                char dir_rel[256], host_dir[300];
-                snprintf(dir_rel, sizeof(dir_rel), "etc%s%.*s", slash ? "/" : "",
-                         slash ? (int)(slash - pat) : 0, pat);
-                snprintf(host_dir, sizeof(host_dir), "/%s", dir_rel);
-                const char *leaf = slash ? slash + 1 : pat;
-                DIR *d = opendir(host_dir);
-                if (!d)
-                        continue;
-                struct dirent *e;
-                while ((e = readdir(d))) {
-                        if (e->d_name[0] == '.' || fnmatch(leaf, e->d_name, 0) != 0)
-                                continue;
-                        if (slash && (r = mirror_dir(mask_dfd, dir_rel, host_dir, base)) < 0)
-                                break;
-                        char rel[512];
-                        snprintf(rel, sizeof(rel), "%s/%s", dir_rel, e->d_name);
-                        if ((r = whiteout(mask_dfd, rel)) < 0)
-                                break;
-                }
-                closedir(d);
-                if (r < 0)
-                        return r;
-        }
-        return 0;
-}
-
-/* Hides one absolute host path (e.g. the data directory) if the box could see it. */
-static int hide_path(int mask_dfd, const char *path, uid_t base)
-{
-        if (path[0] != '/' || !path[1])
-                return 0;
         char rel[4096];
-        snprintf(rel, sizeof(rel), "%s", path + 1);
+        snprintf(rel, sizeof(rel), "%s", rel_in);
         size_t len = strlen(rel);
         while (len > 0 && rel[len - 1] == '/')
                 rel[--len] = '\0';
-        /* Walk down: stop as soon as a component is already hidden or opaque. */
+        if (!len)
+                return 0;
         for (char *p = rel;; p++) {
                 bool last = (*p == '\0');
                 if (*p != '/' && !last)
@@ -167,22 +145,12 @@ static int hide_path(int mask_dfd, const char *path, uid_t base)
                 char saved = *p;
                 *p = '\0';
                 struct stat st;
-                if (fstatat(mask_dfd, rel, &st, AT_SYMLINK_NOFOLLOW) == 0) {
-                        if (S_ISCHR(st.st_mode))
-                                return 0; /* already whited out */
-                        char val[2];
-                        if (S_ISDIR(st.st_mode)) {
-                                _cleanup_close_ int fd = openat(
-                                    mask_dfd, rel, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
-                                if (fd >= 0 &&
-                                    fgetxattr(fd, "trusted.overlay.opaque", val, sizeof(val)) == 1)
-                                        return 0; /* an opaque dir hides the rest */
-                        }
-                }
+                if (fstatat(mask_dfd, rel, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISCHR(st.st_mode))
+                        return 0; /* already whited out */
                 if (last)
                         return whiteout(mask_dfd, rel);
-                char host[4096];
-                snprintf(host, sizeof(host), "/%s", rel);
+                char host[8200];
+                snprintf(host, sizeof(host), "%s/%s", host_dir, rel);
                 int r = mirror_dir(mask_dfd, rel, host, base);
                 if (r < 0)
                         return r == -ENOENT ? 0 : r;
@@ -190,54 +158,71 @@ static int hide_path(int mask_dfd, const char *path, uid_t base)
         }
 }
 
-static int build_mask(int mask_dfd, const ab_rootfs_spec *s)
+/* Hides, below host directory `dir` (mask path `rel`, "" at the top), every
+ * entry any host user could not read: the box sees what an unprivileged
+ * host user sees, never root-only files such as private keys. */
+static int hide_unreadable(int mask_dfd, const char *dir, const char *rel, uid_t base, int depth)
 {
-        int r;
-        bool host = strcmp(s->base, "/") == 0;
-        if (host) {
-                if ((r = hide_entries(mask_dfd, "/", keep_top)) < 0)
-                        return r;
-                if ((r = hide_etc(mask_dfd, s->uid_base)) < 0)
-                        return r;
-                if ((r = mirror_dir(mask_dfd, "var", "/var", s->uid_base)) < 0 && r != -ENOENT)
-                        return r;
-                if (r == 0) {
-                        _cleanup_close_ int vfd =
-                            openat(mask_dfd, "var", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-                        if (vfd < 0)
-                                return -errno;
-                        if ((r = hide_entries(vfd, "/var", keep_var)) < 0)
-                                return r;
-                        for (size_t i = 0; i < AB_ARRAY_LEN(var_empty); i++)
-                                if ((r = opaque_dir(vfd, var_empty[i], 01777, s->uid_base)) < 0)
-                                        return r;
-                        if ((r = mirror_dir(mask_dfd, "var/lib", "/var/lib", s->uid_base)) == 0) {
-                                _cleanup_close_ int lfd =
-                                    openat(mask_dfd, "var/lib", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-                                if (lfd < 0)
-                                        return -errno;
-                                if ((r = hide_entries(lfd, "/var/lib", keep_varlib)) < 0)
-                                        return r;
-                        }
+        char path[8200];
+        snprintf(path, sizeof(path), "%s%s%s", dir, rel[0] ? "/" : "", rel);
+        DIR *d = opendir(path);
+        if (!d)
+                return errno == ENOENT || errno == ENOTDIR ? 0 : -errno;
+        int r = 0;
+        struct dirent *e;
+        while (r == 0 && (e = readdir(d))) {
+                if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
+                        continue;
+                struct stat st;
+                if (fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0 ||
+                    S_ISLNK(st.st_mode))
+                        continue; /* a link resolves inside the box, to what the box sees */
+                char sub[4200];
+                snprintf(sub, sizeof(sub), "%s%s%s", rel, rel[0] ? "/" : "", e->d_name);
+                bool readable =
+                    (st.st_mode & S_IROTH) && (!S_ISDIR(st.st_mode) || (st.st_mode & S_IXOTH));
+                if (!readable)
+                        r = hide_rel(mask_dfd, dir, sub, base);
+                else if (S_ISDIR(st.st_mode) && depth < 16)
+                        r = hide_unreadable(mask_dfd, dir, sub, base, depth + 1);
+        }
+        closedir(d);
+        return r;
+}
+
+static int hide_etc_secrets(int mask_dfd, uid_t base)
+{
+        int r = hide_unreadable(mask_dfd, "/etc", "", base, 0);
+        for (size_t i = 0; r == 0 && i < AB_ARRAY_LEN(etc_hide); i++) {
+                const char *pat = etc_hide[i];
+                const char *slash = strrchr(pat, '/');
+                char dir_rel[256], host_dir[300];
+                snprintf(dir_rel, sizeof(dir_rel), "%.*s", slash ? (int)(slash - pat) : 0, pat);
+                snprintf(host_dir, sizeof(host_dir), "/etc%s%s", slash ? "/" : "", dir_rel);
+                const char *leaf = slash ? slash + 1 : pat;
+                DIR *d = opendir(host_dir);
+                if (!d)
+                        continue;
+                struct dirent *e;
+                while (r == 0 && (e = readdir(d))) {
+                        if (e->d_name[0] == '.' || fnmatch(leaf, e->d_name, 0) != 0)
+                                continue;
+                        char rel[600];
+                        snprintf(rel, sizeof(rel), "%s%s%s", dir_rel, slash ? "/" : "", e->d_name);
+                        r = hide_rel(mask_dfd, "/etc", rel, base);
                 }
+                closedir(d);
         }
-        for (size_t i = 0; i < AB_ARRAY_LEN(top_private); i++) {
-                mode_t mode = strcmp(top_private[i], "tmp") == 0 ? 01777 : 0755;
-                if (!strcmp(top_private[i], "root"))
-                        mode = 0700;
-                if ((r = opaque_dir(mask_dfd, top_private[i], mode, s->uid_base)) < 0)
-                        return r;
-        }
-        static const char *const mnt_dirs[] = {"mnt/user-data", "mnt/user-data/workspace",
-                                               "mnt/user-data/uploads", "mnt/user-data/outputs",
-                                               "mnt/skills"};
-        for (size_t i = 0; i < AB_ARRAY_LEN(mnt_dirs); i++)
-                if ((r = opaque_dir(mask_dfd, mnt_dirs[i], 0755, s->uid_base)) < 0)
-                        return r;
-        for (const char *const *h = s->hide; h && *h; h++)
-                if ((r = hide_path(mask_dfd, *h, s->uid_base)) < 0)
-                        return r;
-        return 0;
+        return r;
+}
+
+/* Layer name of a shared path: "var/lib/dpkg" -> "var_lib_dpkg". */
+static void layer_name(const char *path, char *out, size_t len)
+{
+        snprintf(out, len, "%s", path);
+        for (char *p = out; *p; p++)
+                if (*p == '/')
+                        *p = '_';
 }
 
 static int idmapped_lower(const char *base, const char *target, int userns_fd, ab_err **err)
@@ -324,7 +309,7 @@ static int mount_dev(const char *root, uid_t base, ab_err **err)
 
 int ab_rootfs_prepare_disk(const char *disk_dir, uid_t uid_base, ab_err **err)
 {
-        static const char *const dirs[] = {"upper", "work", "workspace", "uploads", "outputs"};
+        static const char *const dirs[] = {"layers", "workspace", "uploads", "outputs"};
         _cleanup_close_ int dfd = open(disk_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
         if (dfd < 0)
                 return ab_err_set(err, AB_E_INTERNAL, errno, "open %s", disk_dir);
@@ -339,7 +324,148 @@ int ab_rootfs_prepare_disk(const char *disk_dir, uid_t uid_base, ab_err **err)
                         return ab_err_set(err, AB_E_INTERNAL, errno, "chown %s/%s", disk_dir,
                                           dirs[i]);
         }
-        /* lost+found belongs to the filesystem, not to the user. */
+        return 0;
+}
+
+/* Makes disk/layers/NAME/{upper,work}; a new upper takes the owner (shifted)
+ * and mode of `like`, because the upper decides a merged directory's. */
+static int layer_dirs(const char *disk, const char *name, const struct stat *like, uid_t base,
+                      char *upper, char *work, size_t len, ab_err **err)
+{
+        char dir[4400];
+        snprintf(dir, sizeof(dir), "%s/layers/%s", disk, name);
+        snprintf(upper, len, "%s/upper", dir);
+        snprintf(work, len, "%s/work", dir);
+        if (mkdir(dir, 0700) < 0 && errno != EEXIST)
+                return ab_err_set(err, AB_E_INTERNAL, errno, "mkdir %s", dir);
+        if (mkdir(work, 0700) < 0 && errno != EEXIST)
+                return ab_err_set(err, AB_E_INTERNAL, errno, "mkdir %s", work);
+        if (mkdir(upper, like->st_mode & 07777) < 0) {
+                if (errno == EEXIST)
+                        return 0;
+                return ab_err_set(err, AB_E_INTERNAL, errno, "mkdir %s", upper);
+        }
+        if (chown(upper, like->st_uid + base, like->st_gid + base) < 0 ||
+            chmod(upper, like->st_mode & 07777) < 0)
+                return ab_err_set(err, AB_E_INTERNAL, errno, "set owner of %s", upper);
+        return 0;
+}
+
+static int mount_overlay(const char *target, const char *lowers, const char *upper,
+                         const char *work, ab_err **err)
+{
+        _cleanup_free_ char *opts =
+            xasprintf("lowerdir=%s,upperdir=%s,workdir=%s", lowers, upper, work);
+        if (mount("agentbox", target, "overlay", MS_NOSUID | MS_NODEV, opts) < 0)
+                return ab_err_set(err, AB_E_INTERNAL, errno, "cannot mount the overlay on %s",
+                                  target);
+        return 0;
+}
+
+/* The skeleton (mask/skel) of a box on the host base, and the masks of the
+ * shared layers that need whiteouts (mask/m_NAME). */
+static int build_masks(int mfd, const ab_rootfs_spec *s, bool *has_mask)
+{
+        int r;
+        if (mkdirat(mfd, "skel", 0755) < 0 ||
+            fchownat(mfd, "skel", s->uid_base, s->uid_base, 0) < 0)
+                return -errno;
+        _cleanup_close_ int sk = openat(mfd, "skel", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (sk < 0)
+                return -errno;
+        for (size_t i = 0; i < AB_ARRAY_LEN(skel_dirs); i++) {
+                if (mkdirat(sk, skel_dirs[i].path, skel_dirs[i].mode) < 0 && errno != EEXIST)
+                        return -errno;
+                if (fchownat(sk, skel_dirs[i].path, s->uid_base, s->uid_base, 0) < 0 ||
+                    fchmodat(sk, skel_dirs[i].path, skel_dirs[i].mode, 0) < 0)
+                        return -errno;
+        }
+        for (size_t i = 0; i < AB_ARRAY_LEN(skel_links); i++) {
+                if (symlinkat(skel_links[i][1], sk, skel_links[i][0]) < 0 && errno != EEXIST)
+                        return -errno;
+                (void)!fchownat(sk, skel_links[i][0], s->uid_base, s->uid_base,
+                                AT_SYMLINK_NOFOLLOW);
+        }
+        for (size_t i = 0; i < AB_ARRAY_LEN(shared); i++) {
+                char host[300];
+                snprintf(host, sizeof(host), "/%s", shared[i]);
+                struct stat st;
+                if (lstat(host, &st) < 0)
+                        continue;
+                if (S_ISLNK(st.st_mode) && !strchr(shared[i], '/')) {
+                        char target[4096];
+                        ssize_t n = readlink(host, target, sizeof(target) - 1);
+                        if (n <= 0)
+                                continue;
+                        target[n] = '\0';
+                        if (symlinkat(target, sk, shared[i]) < 0 && errno != EEXIST)
+                                return -errno;
+                        (void)!fchownat(sk, shared[i], s->uid_base, s->uid_base,
+                                        AT_SYMLINK_NOFOLLOW);
+                        continue;
+                }
+                if (!S_ISDIR(st.st_mode))
+                        continue;
+                /* The mount point; its parents are skeleton directories. */
+                if (mkdirat(sk, shared[i], st.st_mode & 07777) < 0 && errno != EEXIST)
+                        return -errno;
+                (void)!fchownat(sk, shared[i], st.st_uid + s->uid_base, st.st_gid + s->uid_base, 0);
+        }
+        /* Per-layer masks: /etc's secrets, and any hidden path (the data
+         * folder...) that lies inside a shared path. */
+        for (size_t i = 0; i < AB_ARRAY_LEN(shared); i++) {
+                char name[64], mname[80], host[300];
+                layer_name(shared[i], name, sizeof(name));
+                snprintf(mname, sizeof(mname), "m_%s", name);
+                snprintf(host, sizeof(host), "/%s", shared[i]);
+                bool is_etc = !strcmp(shared[i], "etc");
+                size_t hl = strlen(host);
+                bool hides = false;
+                for (const char *const *h = s->hide; h && *h; h++)
+                        hides |= !strncmp(*h, host, hl) && (*h)[hl] == '/';
+                if (!is_etc && !hides)
+                        continue;
+                if (mkdirat(mfd, mname, 0755) < 0)
+                        return -errno;
+                r = mirror_dir(mfd, mname, host, s->uid_base);
+                if (r < 0)
+                        return r;
+                _cleanup_close_ int lfd = openat(mfd, mname, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+                if (lfd < 0)
+                        return -errno;
+                if (is_etc && (r = hide_etc_secrets(lfd, s->uid_base)) < 0)
+                        return r;
+                for (const char *const *h = s->hide; h && *h; h++)
+                        if (!strncmp(*h, host, hl) && (*h)[hl] == '/' &&
+                            (r = hide_rel(lfd, host, *h + hl + 1, s->uid_base)) < 0)
+                                return r;
+                has_mask[i] = true;
+        }
+        return 0;
+}
+
+/* A custom rootfs: one overlay over the whole tree, with the box's private
+ * directories made empty (opaque) on top of it. */
+static int build_custom_mask(int mfd, const ab_rootfs_spec *s)
+{
+        int r;
+        if (mkdirat(mfd, "skel", 0755) < 0 ||
+            fchownat(mfd, "skel", s->uid_base, s->uid_base, 0) < 0)
+                return -errno;
+        _cleanup_close_ int sk = openat(mfd, "skel", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (sk < 0)
+                return -errno;
+        for (size_t i = 0; i < AB_ARRAY_LEN(top_private); i++) {
+                mode_t mode = !strcmp(top_private[i], "tmp") ? 01777 : 0755;
+                if ((r = opaque_dir(sk, top_private[i], mode, s->uid_base)) < 0)
+                        return r;
+        }
+        static const char *const mnt_dirs[] = {"mnt/user-data", "mnt/user-data/workspace",
+                                               "mnt/user-data/uploads", "mnt/user-data/outputs",
+                                               "mnt/skills"};
+        for (size_t i = 0; i < AB_ARRAY_LEN(mnt_dirs); i++)
+                if ((r = opaque_dir(sk, mnt_dirs[i], 0755, s->uid_base)) < 0)
+                        return r;
         return 0;
 }
 
@@ -362,30 +488,72 @@ int ab_rootfs_build(const ab_rootfs_spec *s, ab_err **err)
                 return -1;
         if (ab_rootfs_prepare_disk(disk, s->uid_base, err) < 0)
                 return -1;
+        /* lower/ holds one mount point per layer; it lives only in this namespace. */
+        if (mount("lower", lower, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, "mode=700,size=64k") <
+            0)
+                return ab_err_set(err, AB_E_INTERNAL, errno, "mount lower tmpfs");
 
+        bool host = strcmp(s->base, "/") == 0;
+        bool has_mask[AB_ARRAY_LEN(shared)] = {false};
         if (mount("mask", mask, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, "mode=755,size=4m") < 0)
                 return ab_err_set(err, AB_E_INTERNAL, errno, "mount mask tmpfs");
         {
                 _cleanup_close_ int mfd = open(mask, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
                 if (mfd < 0)
                         return ab_err_set(err, AB_E_INTERNAL, errno, "open %s", mask);
-                if (fchown(mfd, s->uid_base, s->uid_base) < 0)
-                        return ab_err_set(err, AB_E_INTERNAL, errno, "chown mask");
-                int r = build_mask(mfd, s);
+                int r = host ? build_masks(mfd, s, has_mask) : build_custom_mask(mfd, s);
                 if (r < 0)
-                        return ab_err_set(err, AB_E_INTERNAL, -r, "cannot build the rootfs mask");
+                        return ab_err_set(err, AB_E_INTERNAL, -r,
+                                          "cannot build the rootfs skeleton");
         }
         if (mount(NULL, mask, NULL, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC,
                   NULL) < 0)
                 return ab_err_set(err, AB_E_INTERNAL, errno, "remount mask read-only");
 
-        if (idmapped_lower(s->base, lower, s->userns_fd, err) < 0)
+        char upper[4500], work[4500];
+        struct stat rst = {.st_mode = S_IFDIR | 0755};
+        if (!host && stat(s->base, &rst) < 0)
+                return ab_err_set(err, AB_E_INVALID, errno, "rootfs %s", s->base);
+        if (layer_dirs(disk, "root", &rst, host ? s->uid_base : s->uid_base, upper, work,
+                       sizeof(upper), err) < 0)
                 return -1;
-
-        _cleanup_free_ char *opts =
-            xasprintf("lowerdir=%s:%s,upperdir=%s/upper,workdir=%s/work", mask, lower, disk, disk);
-        if (mount("agentbox", root, "overlay", MS_NOSUID | MS_NODEV, opts) < 0)
-                return ab_err_set(err, AB_E_INTERNAL, errno, "cannot mount the box's overlay root");
+        if (host) {
+                /* The root is the skeleton alone; shared paths are mounted on it. */
+                snprintf(p, sizeof(p), "%s/skel", mask);
+                if (mount_overlay(root, p, upper, work, err) < 0)
+                        return -1;
+                for (size_t i = 0; i < AB_ARRAY_LEN(shared); i++) {
+                        char hostp[300], name[64];
+                        snprintf(hostp, sizeof(hostp), "/%s", shared[i]);
+                        struct stat st;
+                        if (lstat(hostp, &st) < 0 || !S_ISDIR(st.st_mode))
+                                continue;
+                        layer_name(shared[i], name, sizeof(name));
+                        snprintf(p, sizeof(p), "%s/%s", lower, name);
+                        if (mkdir(p, 0700) < 0 && errno != EEXIST)
+                                return ab_err_set(err, AB_E_INTERNAL, errno, "mkdir %s", p);
+                        if (idmapped_lower(hostp, p, s->userns_fd, err) < 0)
+                                return -1;
+                        /* The upper's owner is the host dir's, shifted: st_uid + base. */
+                        if (layer_dirs(disk, name, &st, s->uid_base, upper, work, sizeof(upper),
+                                       err) < 0)
+                                return -1;
+                        _cleanup_free_ char *lowers =
+                            has_mask[i] ? xasprintf("%s/m_%s:%s", mask, name, p) : xstrdup(p);
+                        snprintf(q, sizeof(q), "%s/%s", root, shared[i]);
+                        if (mount_overlay(q, lowers, upper, work, err) < 0)
+                                return -1;
+                }
+        } else {
+                snprintf(p, sizeof(p), "%s/root", lower);
+                if (mkdir(p, 0700) < 0 && errno != EEXIST)
+                        return ab_err_set(err, AB_E_INTERNAL, errno, "mkdir %s", p);
+                if (idmapped_lower(s->base, p, s->userns_fd, err) < 0)
+                        return -1;
+                _cleanup_free_ char *lowers = xasprintf("%s/skel:%s", mask, p);
+                if (mount_overlay(root, lowers, upper, work, err) < 0)
+                        return -1;
+        }
 
         static const char *const binds[][2] = {{"workspace", "workspace"},
                                                {"workspace", "mnt/user-data/workspace"},

@@ -140,3 +140,23 @@ class Planted:
                 problems.append("%s: %s" % (path, e))
         self.paths = []
         return problems
+
+
+def sweep_stale(patterns, max_age=3600):
+    """Removes host markers that a killed run of a test left behind (meson's
+    timeout ends a test with SIGKILL, which skips its finally). Only paths
+    older than max_age seconds: a concurrent run's markers are left alone."""
+    import glob
+    import time
+    now = time.time()
+    for pat in patterns:
+        for p in glob.glob(pat):
+            try:
+                if now - os.lstat(p).st_mtime < max_age:
+                    continue
+                if os.path.isdir(p) and not os.path.islink(p):
+                    shutil.rmtree(p, ignore_errors=True)
+                else:
+                    os.unlink(p)
+            except OSError:
+                pass

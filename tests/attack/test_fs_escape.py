@@ -19,6 +19,9 @@ import attacklib as al
 from attacklib import abtest
 
 h = abtest.Harness()
+al.sweep_stale(["/root/abtest-atk-*", "/root/abtest-late-*", "/home/abtest-atk-*", "/var/lib/abtest-atk-*",
+                "/var/lib/abtest-late-*", "/var/abtest-late-*", "/abtest-atk-*", "/abtest-late-*", "/etc/abtest-atk-*",
+                "/etc/ssl/private/abtest-atk-*", "/opt/abtest-atk-*", "/usr/local/share/abtest-atk-*"])
 planted = al.Planted()
 R = al.token(6)          # in every planted name
 M = al.token(16)         # in every planted content
@@ -51,8 +54,9 @@ try:
     py_real = os.path.realpath("/usr/bin/python3")
     py_hash = al.sha256(py_real)
 
-    # A host file in a directory that boxes do share (/opt is part of the base).
-    opt_file = planted.file("/opt/abtest-atk-%s/tool.sh" % R, "#!/bin/sh\necho original-%s\n" % M, 0o755)
+    # A host file in a directory that boxes do share (/usr is part of the base;
+    # /opt is not since the rootfs became a skeleton plus shared paths).
+    opt_file = planted.file("/usr/local/share/abtest-atk-%s/tool.sh" % R, "#!/bin/sh\necho original-%s\n" % M, 0o755)
     opt_hash = al.sha256(opt_file)
 
     box = h.create(None, "--disk", "64M", "--memory", "256M", "--pids", "128")
@@ -167,9 +171,9 @@ print(json.dumps(res))
     # ---- 5. writing shared base files stays in the box's own upper layer ---------------
     r = al.bexec(h, box, "cat %s; echo 'echo PWNED' > %s && chmod 4777 %s && cat %s; rm -f /usr/bin/env; "
                          "echo done" % (opt_file, opt_file, opt_file, opt_file))
-    h.contains(r.out, "original-%s" % M, "control: the box reads the shared /opt file from the base", r.describe())
+    h.contains(r.out, "original-%s" % M, "control: the box reads the shared /usr file from the base", r.describe())
     h.contains(r.out, "PWNED", "control: the box may change its own copy", r.describe())
-    h.eq(al.sha256(opt_file), opt_hash, "the host's /opt file is unchanged after the box rewrote it")
+    h.eq(al.sha256(opt_file), opt_hash, "the host's /usr file is unchanged after the box rewrote it")
     h.eq(os.stat(opt_file).st_mode & 0o7777, 0o755, "the host file's mode is unchanged (no setuid planted)")
     h.ok(os.path.exists("/usr/bin/env"), "the host's /usr/bin/env survives rm -f inside the box")
 
@@ -218,9 +222,13 @@ print(json.dumps(res))
          json.dumps(res))
 
     # ---- 6. /proc/1/root is the box's root ----------------------------------------------
-    r = al.bexec(h, box, "readlink /proc/1/root; ls -a /proc/1/root/; ls /proc/1/root/workspace >/dev/null && "
-                         "echo HAS_WORKSPACE; cat /proc/1/root%s 2>/dev/null; echo done" % early["root"])
-    h.contains(r.out, "HAS_WORKSPACE", "control: /proc/1/root has the box's /workspace", r.describe())
+    # Box root has no CAP_SYS_PTRACE, so init's /proc/1/root is closed to it
+    # altogether; the same probe through a box process of its own
+    # (/proc/self/root) is the control that it works.
+    r = al.bexec(h, box, "ls /proc/self/root/workspace >/dev/null && echo HAS_WORKSPACE; "
+                         "readlink /proc/1/root; ls -a /proc/1/root/; "
+                         "cat /proc/1/root%s /proc/self/root%s 2>/dev/null; echo done" % (early["root"], early["root"]))
+    h.contains(r.out, "HAS_WORKSPACE", "control: /proc/self/root has the box's /workspace", r.describe())
     h.not_contains(r.out, "abtest-atk-%s" % R, "/proc/1/root does not show the host's top level", r.describe())
     h.not_contains(r.out, secret("root"), "/proc/1/root/root is not the host's /root")
 

@@ -16,6 +16,7 @@ import attacklib as al
 from attacklib import abtest
 
 h = abtest.Harness()
+al.sweep_stale(["/tmp/abtest-net-*.sock"])
 TOKEN = "ABTESTNET" + al.token(12)
 servers = []
 accepted = {}

@@ -1,0 +1,151 @@
+#!/usr/bin/env bash
+# bench/breakdown.sh - where the time of a create, a start, a stop and an exec goes.
+#
+#   sudo bench/breakdown.sh          (AGENTBOX_BUILD=dir to use another build, N=runs)
+#
+# 1. Untraced component costs: mkfs.ext4 (64 MiB and 4 GiB images, the
+#    engine's options), the first cgroup-v1 migration after an idle moment,
+#    CLI process start with and without opening the backend.
+# 2. `perf trace` (in-kernel syscall tracing: far less overhead than strace)
+#    of N creates, N starts and N stops, cut into phases at syscalls the
+#    engine makes in a fixed order (bench/trace_phases.py).
+# 3. A system-wide `perf record` of scheduler events around N execs, filtered
+#    to the CLI and the box's process tree: connect, session fork, bash, what
+#    bash -lc starts while reading /etc/profile.
+# Everything lives in a temp dir removed at the end. Needs root and perf.
+set -u -o pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+BUILD=${AGENTBOX_BUILD:-$ROOT/build-bench}
+AB=$BUILD/agentbox
+N=${N:-7}
+[ "$(id -u)" -eq 0 ] || { echo "breakdown.sh: needs root" >&2; exit 2; }
+command -v perf >/dev/null || { echo "breakdown.sh: needs perf (apt-get install linux-perf)" >&2; exit 2; }
+[ -x "$AB" ] || { echo "breakdown.sh: no $AB: run bench/run.sh first (it builds)" >&2; exit 2; }
+
+WORK=$(mktemp -d /var/tmp/agentbox-breakdown.XXXXXX)
+D=$WORK/data
+BOXES=()
+CGP=
+cleanup() {
+        trap - EXIT INT TERM
+        for b in "${BOXES[@]}"; do "$AB" --data "$D" rm "$b" >/dev/null 2>&1; done
+        # The engine's per-data-folder cgroup parent outlives the boxes.
+        if [ -n "$CGP" ]; then
+                for d in /sys/fs/cgroup/*/"$CGP" /sys/fs/cgroup/"$CGP"; do
+                        [ -d "$d" ] && rmdir "$d" 2>/dev/null
+                done
+        fi
+        for c in memory pids cpu cpuacct freezer; do rmdir /sys/fs/cgroup/$c/abbd-$$-* 2>/dev/null; done
+        [ "${KEEP:-0}" = 1 ] && echo "kept $WORK" || rm -rf "$WORK"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+abx() { "$AB" --data "$D" "$@"; }
+med() { sort -n | awk '{v[NR]=$1} END {if (NR) printf "%.2f", (NR%2) ? v[(NR+1)/2] : (v[NR/2]+v[NR/2+1])/2}'; }
+# ms N CMD...: median wall time of CMD in ms.
+ms() {
+        local n=$1 i a b
+        shift
+        for ((i = 0; i < n; i++)); do
+                a=${EPOCHREALTIME/./}
+                "$@" >/dev/null 2>&1
+                b=${EPOCHREALTIME/./}
+                echo $((b - a))
+        done | awk '{print $1/1000}' | med
+}
+
+echo "== untraced components (median of $N)"
+OPTS="lazy_itable_init=1,lazy_journal_init=1,root_owner=1048576:1048576"
+mkfs_img() { rm -f "$WORK/img"; truncate -s "$1" "$WORK/img"; mkfs.ext4 -q -F -m 0 -E "$OPTS" -L agentbox "$WORK/img"; }
+echo "  mkfs.ext4 64 MiB image:              $(ms "$N" mkfs_img 64M) ms"
+echo "  mkfs.ext4 4 GiB image (the default): $(ms "$N" mkfs_img 4G) ms"
+rm -f "$WORK/img"
+python3 - "$N" "$$" <<'EOF'
+import os, signal, statistics, sys, time
+n, tag = int(sys.argv[1]), sys.argv[2]
+first, later = [], []
+for i in range(n):
+    pid = os.fork()
+    if pid == 0:
+        signal.pause()
+        os._exit(0)
+    time.sleep(0.15)  # an idle moment, as between two box starts
+    ts = []
+    for c in ("memory", "pids", "cpu", "cpuacct", "freezer"):
+        d = "/sys/fs/cgroup/%s/abbd-%s-%d" % (c, tag, i)
+        os.mkdir(d)
+        fd = os.open(d + "/cgroup.procs", os.O_WRONLY)
+        t = time.perf_counter()
+        os.write(fd, str(pid).encode())
+        ts.append((time.perf_counter() - t) * 1e3)
+        os.close(fd)
+    first.append(ts[0])
+    later.append(sum(ts[1:]))
+    os.kill(pid, signal.SIGKILL)
+    os.waitpid(pid, 0)
+    for c in ("memory", "pids", "cpu", "cpuacct", "freezer"):
+        os.rmdir("/sys/fs/cgroup/%s/abbd-%s-%d" % (c, tag, i))
+print("  cgroup v1: first migration after idle: %.2f ms (min %.2f, max %.2f); the other 4 controllers together: %.2f ms"
+      % (statistics.median(first), min(first), max(first), statistics.median(later)))
+EOF
+echo "  RCU: /sys/kernel/rcu_expedited=$(cat /sys/kernel/rcu_expedited 2>/dev/null || echo n/a)"
+abx ls >/dev/null 2>&1
+echo "  spawn /bin/true:                     $(ms 30 /bin/true) ms"
+echo "  agentbox version (no backend):       $(ms 30 "$AB" version) ms"
+echo "  agentbox ls (opens the backend):     $(ms 30 abx ls) ms"
+
+echo
+echo "== create (perf trace, $N runs, 64 MiB disk)"
+abx create --id "bd-$$-w" --disk 64M >/dev/null && abx rm "bd-$$-w" >/dev/null
+TR="execve,execveat,clone,clone3,wait4,mount,ioctl,unshare,open_tree,move_mount,mount_setattr,pivot_root,seccomp,exit_group,pidfd_send_signal,poll,ppoll"
+files=()
+for ((i = 0; i < N; i++)); do
+        id="bd-$$-$i"
+        perf trace -o "$WORK/create.$i" -e "$TR" -- "$AB" --data "$D" create --id "$id" --disk 64M >/dev/null 2>&1
+        BOXES+=("$id")
+        files+=("$WORK/create.$i")
+        abx rm "$id" >/dev/null
+        sleep 0.1
+done
+python3 "$ROOT/bench/trace_phases.py" start "${files[@]}"
+
+echo
+echo "== stop and start of a running box (perf trace, $N runs)"
+id="bd-$$-r"
+abx create --id "$id" --disk 64M >/dev/null
+BOXES+=("$id")
+sf=() tf=()
+for ((i = 0; i < N; i++)); do
+        perf trace -o "$WORK/stop.$i" -e "$TR" -- "$AB" --data "$D" stop "$id" >/dev/null 2>&1
+        perf trace -o "$WORK/start.$i" -e "$TR" -- "$AB" --data "$D" start "$id" >/dev/null 2>&1
+        sf+=("$WORK/stop.$i")
+        tf+=("$WORK/start.$i")
+        sleep 0.1
+done
+echo "-- stop"
+python3 "$ROOT/bench/trace_phases.py" stop "${sf[@]}"
+echo "-- start"
+python3 "$ROOT/bench/trace_phases.py" start "${tf[@]}"
+
+echo
+echo "== exec true (perf record -a of fork/exec/exit + connect/accept, $N runs)"
+for _ in 1 2 3; do abx exec "$id" -- true; done
+INIT=$(abx inspect "$id" | awk -F'[:,]' '/"init_pid"/ {gsub(/ /, "", $2); print $2}')
+CGP=$(awk -F: '$3 ~ /^\/agentbox/ {split($3, a, "/"); print a[2]; exit}' "/proc/$INIT/cgroup")
+ef=()
+for ((i = 0; i < N; i++)); do
+        perf record -q -a -o "$WORK/exec.$i.data" \
+                -e sched:sched_process_fork,sched:sched_process_exec,sched:sched_process_exit \
+                -e syscalls:sys_enter_connect,syscalls:sys_exit_accept4 \
+                -- "$AB" --data "$D" exec "$id" -- true >/dev/null 2>&1
+        perf script -i "$WORK/exec.$i.data" -F comm,pid,time,event,trace >"$WORK/exec.$i" 2>/dev/null
+        ef+=("$WORK/exec.$i:$INIT")
+done
+python3 "$ROOT/bench/trace_phases.py" exec "${ef[@]}"
+echo
+echo "-- what bash -lc reads at startup (strace of one bash -lc true inside the box)"
+echo "   files opened by bash -lc true on the host with the box's environment:"
+env -i PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin HOME=/workspace LANG=C.UTF-8 \
+        strace -f -e trace=openat,execve -o "$WORK/bash.st" /bin/bash -lc true
+grep -E 'execve\(|openat\(.*(profile|bashrc|\.sh")' "$WORK/bash.st" | grep -v ENOENT | sed -E 's/^[0-9]+ +/   /' | cut -c1-110
