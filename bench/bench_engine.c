@@ -104,7 +104,8 @@ static void forget(const char *id)
 {
         for (size_t i = 0; i < ncreated; i++)
                 if (!strcmp(created[i], id)) {
-                        memmove(created[i], created[i + 1], (ncreated - i - 1) * sizeof(created[0]));
+                        memmove(created[i], created[i + 1],
+                                (ncreated - i - 1) * sizeof(created[0]));
                         ncreated--;
                         return;
                 }
@@ -313,15 +314,17 @@ static void bench_restart(const char *id, int n)
 }
 
 /* The loop run inside the box (and on the host): one line "label usec" per launch. */
-#define SPAWN_SCRIPT \
-        "set +e\n" \
-        "t() { local l=$1 n=$2; shift 2; local i a b;\n" \
-        "  for ((i=0;i<n;i++)); do a=${EPOCHREALTIME/./}; \"$@\" >/dev/null 2>&1; b=${EPOCHREALTIME/./};\n" \
-        "    echo \"$l $((b-a))\"; done; }\n" \
-        "t true 3 /bin/true; t bash_c 3 /bin/bash -c true; t bash_lc 3 /bin/bash -lc true; t bash_lc_noprofile 3 /bin/bash --noprofile -lc true\n" \
-        "t true %d /bin/true\n" \
-        "t bash_c %d /bin/bash -c true\n" \
-        "t bash_lc %d /bin/bash -lc true\n" \
+#define SPAWN_SCRIPT                                                                               \
+        "set +e\n"                                                                                 \
+        "t() { local l=$1 n=$2; shift 2; local i a b;\n"                                           \
+        "  for ((i=0;i<n;i++)); do a=${EPOCHREALTIME/./}; \"$@\" >/dev/null 2>&1; "                \
+        "b=${EPOCHREALTIME/./};\n"                                                                 \
+        "    echo \"$l $((b-a))\"; done; }\n"                                                      \
+        "t true 3 /bin/true; t bash_c 3 /bin/bash -c true; t bash_lc 3 /bin/bash -lc true; t "     \
+        "bash_lc_noprofile 3 /bin/bash --noprofile -lc true\n"                                     \
+        "t true %d /bin/true\n"                                                                    \
+        "t bash_c %d /bin/bash -c true\n"                                                          \
+        "t bash_lc %d /bin/bash -lc true\n"                                                        \
         "t bash_lc_noprofile %d /bin/bash --noprofile -lc true\n"
 
 static void spawn_stats(const char *where, const char *out)
@@ -371,9 +374,9 @@ static void bench_spawn(const char *id, int n)
         fputs(script, f);
         fclose(f);
         _cleanup_free_ char *cmd = xasprintf(
-                "cd / && env -i PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin "
-                "HOME=/nonexistent LANG=C.UTF-8 /bin/bash %s",
-                path);
+            "cd / && env -i PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin "
+            "HOME=/nonexistent LANG=C.UTF-8 /bin/bash %s",
+            path);
         FILE *p = popen(cmd, "r");
         membuf h = {0};
         char buf[4096];
@@ -428,10 +431,13 @@ static void on_signal(int sig)
 int main(int argc, char **argv)
 {
         static const struct option opts[] = {
-                {"data", required_argument, NULL, 'D'}, {"init", required_argument, NULL, 'I'},
-                {"disk", required_argument, NULL, 'd'}, {"default-disk-n", required_argument, NULL, 'x'},
-                {"spawn-n", required_argument, NULL, 's'}, {"help", no_argument, NULL, 'h'},
-                {0},
+            {"data", required_argument, NULL, 'D'},
+            {"init", required_argument, NULL, 'I'},
+            {"disk", required_argument, NULL, 'd'},
+            {"default-disk-n", required_argument, NULL, 'x'},
+            {"spawn-n", required_argument, NULL, 's'},
+            {"help", no_argument, NULL, 'h'},
+            {0},
         };
         const char *data = NULL, *init = NULL;
         int na = 20, nb = 200, nc = 20, nx = 5, ns = 100;

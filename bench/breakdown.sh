@@ -23,6 +23,12 @@ N=${N:-7}
 command -v perf >/dev/null || { echo "breakdown.sh: needs perf (apt-get install linux-perf)" >&2; exit 2; }
 [ -x "$AB" ] || { echo "breakdown.sh: no $AB: run bench/run.sh first (it builds)" >&2; exit 2; }
 
+# perf's syscall and scheduler tracepoints live in tracefs: mount it for the run if needed.
+MOUNTED_TRACEFS=0
+if [ ! -d /sys/kernel/tracing/events ]; then
+        mount -t tracefs nodev /sys/kernel/tracing || { echo "breakdown.sh: cannot mount tracefs" >&2; exit 2; }
+        MOUNTED_TRACEFS=1
+fi
 WORK=$(mktemp -d /var/tmp/agentbox-breakdown.XXXXXX)
 D=$WORK/data
 BOXES=()
@@ -38,6 +44,7 @@ cleanup() {
         fi
         for c in memory pids cpu cpuacct freezer; do rmdir /sys/fs/cgroup/$c/abbd-$$-* 2>/dev/null; done
         [ "${KEEP:-0}" = 1 ] && echo "kept $WORK" || rm -rf "$WORK"
+        [ "$MOUNTED_TRACEFS" = 1 ] && umount /sys/kernel/tracing
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM

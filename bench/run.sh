@@ -300,7 +300,7 @@ if command -v bwrap >/dev/null || apt-get install -y -qq bubblewrap >/dev/null 2
         "${BW[@]}" /bin/sleep 600 &
         BWRAP_PID=$!
         sleep 0.3
-        read -r b0 _ bn0 < <(rss_tree "$BWRAP_PID")
+        read -r b0 _ _ < <(rss_tree "$BWRAP_PID")
         sleep 2
         read -r b2 _ bn2 < <(rss_tree "$BWRAP_PID")
         echo "  idle bwrap sandbox (bwrap + sleep) RSS: $(kib_to_mib "$b0") MiB, after 2 s $(kib_to_mib "$b2") MiB ($bn2 processes)"
@@ -389,7 +389,7 @@ elif docker_setup && docker_image; then
                 timeit docker_restart "docker stop -t 0 + docker start" "$N_DOCKER" docker_restart || true
                 sleep 0.5
                 DP=$($DOCKER inspect -f '{{.State.Pid}}' "$CID")
-                read -r d0 _ dn0 < <(rss_tree "$DP")
+                read -r d0 _ _ < <(rss_tree "$DP")
                 sleep 2
                 read -r d2 _ dn2 < <(rss_tree "$DP")
                 SHIM=$(awk '{sub(/^.*\) /, ""); print $2}' "/proc/$DP/stat")

@@ -1,4 +1,5 @@
 /* Unit tests: box ids, limits, sizes and durations. */
+#include "backend/initclient.h"
 #include "core/id.h"
 #include "core/limits.h"
 #include "tap.h"
@@ -91,9 +92,23 @@ static void test_limits(void)
         ab_err_free(&e);
 }
 
+/* Listing entries come from inside a box: only plain relative paths pass. */
+static void test_entry_paths(void)
+{
+        static const char *good[] = {"a", "a/b", "a.b/c..d", ".hidden", "x/.y", "...", "a b/c"};
+        static const char *bad[] = {"",    "/etc/passwd", "..",   "../x", "a/../b", "a/..",
+                                    "./a", "a/./b",       "a//b", "a/",   "/"};
+        for (size_t i = 0; i < AB_ARRAY_LEN(good); i++)
+                tap_ok(abc_path_is_safe(good[i]), "entry path '%s' accepted", good[i]);
+        for (size_t i = 0; i < AB_ARRAY_LEN(bad); i++)
+                tap_ok(!abc_path_is_safe(bad[i]), "entry path '%s' refused", bad[i]);
+        tap_ok(!abc_path_is_safe(NULL), "NULL entry path refused");
+}
+
 int main(void)
 {
         test_ids();
+        test_entry_paths();
         test_sizes();
         test_limits();
         return tap_done();
