@@ -4,6 +4,7 @@
  *                     init.sock, lock, and mount points used only inside the
  *                     box's own mount namespace)
  * DATA/skills/        shown read-only in every box
+ * DATA/cache/         formatted disk templates, one per size
  * DATA/trash/         boxes being deleted (renamed here first, so a crash
  *                     mid-delete never leaves half a box under boxes/)
  * /var/lib/agentbox/uid-ranges/SLOT   host-wide claims of uid ranges
@@ -40,6 +41,7 @@ typedef struct native {
         char *init_path;
         int boxes_fd;
         int data_fd;
+        int cache_fd; /* DATA/cache: formatted disk templates */
         ab_cg cg;
         bool cg_ok;
         char *cg_error;
@@ -121,7 +123,17 @@ static int start_locked(native *n, int bfd, const char *id, ab_err **err)
         };
         /* Leftovers of a crashed start are cleared before the new one. */
         ab_cg_kill_all(&n->cg, id, NULL);
-        if (ab_cg_create(&n->cg, id, &cl, err) < 0) {
+        for (int attempt = 0;; attempt++) {
+                ab_err *ce = NULL;
+                if (ab_cg_create(&n->cg, id, &cl, &ce) == 0)
+                        break;
+                /* An rm elsewhere may have removed the empty parent between
+                 * our mkdir of it and of the box's cgroup: go again. */
+                if (ce->errnum == ENOENT && attempt < 3) {
+                        ab_err_free(&ce);
+                        continue;
+                }
+                *err = ce;
                 ab_config_clear(&c);
                 return ab_err_wrap(err, "box %s", id);
         }
@@ -349,7 +361,7 @@ static int n_create(ab_backend *b, const ab_box_spec *spec, ab_err **err)
         c.rootfs = (char *)spec->rootfs;
         int r = alloc_uid_base(n, spec->id, &c.uid_base, err);
         if (r == 0)
-                r = ab_disk_create(bfd, "disk.img", spec->limits.disk_mib, c.uid_base, err);
+                r = ab_disk_create(n->cache_fd, bfd, "disk.img", spec->limits.disk_mib, err);
         if (r == 0)
                 r = ab_config_write(bfd, &c, err);
         if (r == 0 && renameat2(tfd, tmp, n->boxes_fd, spec->id, RENAME_NOREPLACE) < 0) {
@@ -430,6 +442,21 @@ static int n_stop(ab_backend *b, const char *id, ab_err **err)
         return stop_locked(n, bfd, id, err);
 }
 
+/* Removes this data folder's cgroup parent once no box cgroup is left in it
+ * (rmdir of a non-empty cgroup fails, which is the check). */
+static void remove_cg_parent(native *n)
+{
+        static const char *const ctrls[] = {"memory", "pids", "cpu", "cpuacct", "freezer"};
+        for (size_t i = 0; i < AB_ARRAY_LEN(ctrls); i++) {
+                _cleanup_free_ char *p =
+                    ab_cg_path(&n->cg, n->cg.version == AB_CG_V2 ? NULL : ctrls[i], NULL);
+                if (p)
+                        rmdir(p);
+                if (n->cg.version == AB_CG_V2)
+                        break;
+        }
+}
+
 static int n_destroy(ab_backend *b, const char *id, ab_err **err)
 {
         native *n = N(b);
@@ -458,6 +485,8 @@ static int n_destroy(ab_backend *b, const char *id, ab_err **err)
                 release_uid_base(n, id, c.uid_base);
                 ab_config_clear(&c);
         }
+        if (n->cg_ok)
+                remove_cg_parent(n);
         ab_log(AB_LOG_INFO, "box destroyed", "box", id, NULL);
         return 0;
 }
@@ -645,6 +674,8 @@ static void n_free(ab_backend *b)
                 close(n->boxes_fd);
         if (n->data_fd >= 0)
                 close(n->data_fd);
+        if (n->cache_fd >= 0)
+                close(n->cache_fd);
         ab_cg_free(&n->cg);
         ab_bpf_free(&n->bpf);
         free(n->cg_error);
@@ -720,7 +751,7 @@ int ab_native_open(const ab_native_opts *opts, ab_backend **out, ab_err **err)
                 return ab_err_set(err, AB_E_INTERNAL, -r, "cannot create data folder %s", data);
         native *n = xzalloc(sizeof(*n));
         n->base.ops = &native_ops;
-        n->boxes_fd = n->data_fd = -1;
+        n->boxes_fd = n->data_fd = n->cache_fd = -1;
         _cleanup_backend_ ab_backend *guard = &n->base;
         n->data = realpath(data, NULL);
         if (!n->data)
@@ -743,6 +774,11 @@ int ab_native_open(const ab_native_opts *opts, ab_backend **out, ab_err **err)
         n->boxes_fd = open(n->boxes, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
         if (n->data_fd < 0 || n->boxes_fd < 0)
                 return ab_err_set(err, AB_E_INTERNAL, errno, "open data folder %s", n->data);
+        if (mkdirat(n->data_fd, "cache", 0700) < 0 && errno != EEXIST)
+                return ab_err_set(err, AB_E_INTERNAL, errno, "create %s/cache", n->data);
+        n->cache_fd = openat(n->data_fd, "cache", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (n->cache_fd < 0)
+                return ab_err_set(err, AB_E_INTERNAL, errno, "open %s/cache", n->data);
         n->hide[0] = n->data;
         n->init_path = find_init(opts->init_path);
         if (access(n->init_path, X_OK) < 0)

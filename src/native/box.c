@@ -309,7 +309,7 @@ static pid_t collect(int rep, pid_t c, ab_code *code, char *msg, size_t msglen)
 }
 
 /* P: the setup process. Writes "OK pid" or "E<code>msg" to out and exits. */
-static void run_setup(const ab_spawn_spec *s, pid_t parent, int out, int sock, int exe)
+static void run_setup(const ab_spawn_spec *s, pid_t parent, int out, int cgready, int sock, int exe)
 {
         ab_err *err = NULL;
         /* If the process that started us dies, so do we: a start nobody will
@@ -319,8 +319,6 @@ static void run_setup(const ab_spawn_spec *s, pid_t parent, int out, int sock, i
         sigset_t none;
         sigemptyset(&none);
         sigprocmask(SIG_SETMASK, &none, NULL);
-        if (ab_cg_attach(s->cg, s->id, getpid(), &err) < 0)
-                die(out, err->code, 0, err->msg);
         if (unshare(CLONE_NEWNS) < 0)
                 die(out, AB_E_UNSUPPORTED, errno, "unshare mount namespace");
         if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0)
@@ -341,6 +339,13 @@ static void run_setup(const ab_spawn_spec *s, pid_t parent, int out, int sock, i
         if (ab_rootfs_build(&rs, &err) < 0)
                 die(out, err->code, 0, err->msg);
         close(userns);
+        /* The caller moves us into the box's cgroup while we built the rootfs
+         * (on cgroup v1 that write waits for an RCU grace period); the box's
+         * init must be forked inside it. */
+        char ok = 0;
+        if (ab_read_full(cgready, &ok, 1) != 1 || ok != 'y')
+                _exit(1);
+        close(cgready);
         if (unshare(CLONE_NEWPID) < 0)
                 die(out, AB_E_UNSUPPORTED, errno, "unshare pid namespace");
 
@@ -477,21 +482,43 @@ int ab_box_spawn(const ab_spawn_spec *s, pid_t *init_pid, uint64_t *init_start, 
         _cleanup_close_ int exe = seal_exe(s->init_exe_fd);
         if (exe < 0)
                 return ab_err_set(err, AB_E_INTERNAL, -exe, "cannot load agentbox-init");
-        int out[2];
+        int out[2], cg[2];
         if (pipe2(out, O_CLOEXEC) < 0)
                 return ab_err_set(err, AB_E_INTERNAL, errno, "pipe");
+        if (pipe2(cg, O_CLOEXEC) < 0) {
+                int e = errno;
+                close(out[0]);
+                close(out[1]);
+                return ab_err_set(err, AB_E_INTERNAL, e, "pipe");
+        }
         _cleanup_close_ int rd = out[0];
+        _cleanup_close_ int cgw = cg[1];
         pid_t self = getpid();
         pid_t p = fork();
         if (p < 0) {
                 close(out[1]);
+                close(cg[0]);
                 return ab_err_set(err, AB_E_INTERNAL, errno, "fork");
         }
         if (p == 0) {
                 close(out[0]);
-                run_setup(s, self, out[1], sock, exe);
+                close(cg[1]);
+                run_setup(s, self, out[1], cg[0], sock, exe);
         }
         close(out[1]);
+        close(cg[0]);
+        ab_err *cge = NULL;
+        int ar = ab_cg_attach(s->cg, s->id, p, &cge);
+        (void)!write(cgw, ar == 0 ? "y" : "n", 1);
+        if (ar < 0) {
+                int st;
+                kill(p, SIGKILL);
+                while (waitpid(p, &st, 0) < 0 && errno == EINTR)
+                        ;
+                int r = ab_err_set(err, cge->code, 0, "cannot start box %s: %s", s->id, cge->msg);
+                ab_err_free(&cge);
+                return r;
+        }
         ab_code code;
         char msg[1024];
         pid_t init = collect(rd, p, &code, msg, sizeof(msg));

@@ -8,7 +8,8 @@
 #include <sys/sysmacros.h>
 #include <sys/wait.h>
 
-int ab_disk_create(int dirfd, const char *name, uint64_t size_mib, uid_t owner, ab_err **err)
+/* Formats dirfd/name (a new sparse file of size_mib) with mkfs.ext4. */
+static int mkfs_at(int dirfd, const char *name, uint64_t size_mib, ab_err **err)
 {
         _cleanup_close_ int fd =
             openat(dirfd, name, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
@@ -17,10 +18,8 @@ int ab_disk_create(int dirfd, const char *name, uint64_t size_mib, uid_t owner, 
         if (ftruncate(fd, (off_t)(size_mib * 1024 * 1024)) < 0)
                 return ab_err_set(err, AB_E_INTERNAL, errno, "cannot size disk image to %llu MiB",
                                   (unsigned long long)size_mib);
-        char fdpath[64], opts[128];
+        char fdpath[64];
         snprintf(fdpath, sizeof(fdpath), "/proc/self/fd/%d", fd);
-        snprintf(opts, sizeof(opts), "lazy_itable_init=1,lazy_journal_init=1,root_owner=%u:%u",
-                 (unsigned)owner, (unsigned)owner);
         pid_t pid = fork();
         if (pid < 0)
                 return ab_err_set(err, AB_E_INTERNAL, errno, "fork");
@@ -32,8 +31,9 @@ int ab_disk_create(int dirfd, const char *name, uint64_t size_mib, uid_t owner, 
                         dup2(null, 1);
                 }
                 /* -m 0: no reserved blocks, the user gets the whole quota. */
-                execlp("mkfs.ext4", "mkfs.ext4", "-q", "-F", "-m", "0", "-E", opts, "-L",
-                       "agentbox", fdpath, (char *)NULL);
+                execlp("mkfs.ext4", "mkfs.ext4", "-q", "-F", "-m", "0", "-E",
+                       "lazy_itable_init=1,lazy_journal_init=1", "-L", "agentbox", fdpath,
+                       (char *)NULL);
                 _exit(127);
         }
         int st;
@@ -46,6 +46,72 @@ int ab_disk_create(int dirfd, const char *name, uint64_t size_mib, uid_t owner, 
                         return ab_err_set(err, AB_E_UNSUPPORTED, 0,
                                           "mkfs.ext4 not found: install e2fsprogs");
                 return ab_err_set(err, AB_E_INTERNAL, 0, "mkfs.ext4 failed (status %d)", st);
+        }
+        if (fsync(fd) < 0)
+                return ab_err_set(err, AB_E_INTERNAL, errno, "fsync disk image");
+        return 0;
+}
+
+/* Copies the data extents of src into dst (same size, holes stay holes). */
+static int copy_sparse(int src, int dst, off_t size)
+{
+        if (ftruncate(dst, size) < 0)
+                return -errno;
+        off_t data = 0;
+        for (;;) {
+                data = lseek(src, data, SEEK_DATA);
+                if (data < 0)
+                        return errno == ENXIO ? 0 : -errno;
+                off_t hole = lseek(src, data, SEEK_HOLE);
+                if (hole < 0)
+                        return -errno;
+                off_t in = data, out = data;
+                while (in < hole) {
+                        ssize_t n = copy_file_range(src, &in, dst, &out, (size_t)(hole - in), 0);
+                        if (n < 0 && errno == EINTR)
+                                continue;
+                        if (n <= 0)
+                                return n < 0 ? -errno : -EIO;
+                }
+                data = hole;
+        }
+}
+
+int ab_disk_create(int cache_dfd, int dirfd, const char *name, uint64_t size_mib, ab_err **err)
+{
+        char tmpl[64];
+        snprintf(tmpl, sizeof(tmpl), "disk-%llu.img", (unsigned long long)size_mib);
+        _cleanup_close_ int src = openat(cache_dfd, tmpl, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+        if (src < 0 && errno == ENOENT) {
+                /* First disk of this size: format a template, publish it atomically. */
+                char tmp[96];
+                snprintf(tmp, sizeof(tmp), ".%s.%d", tmpl, (int)getpid());
+                unlinkat(cache_dfd, tmp, 0);
+                if (mkfs_at(cache_dfd, tmp, size_mib, err) < 0)
+                        return -1;
+                if (renameat(cache_dfd, tmp, cache_dfd, tmpl) < 0) {
+                        unlinkat(cache_dfd, tmp, 0);
+                        return ab_err_set(err, AB_E_INTERNAL, errno, "publish disk template");
+                }
+                src = openat(cache_dfd, tmpl, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+        }
+        if (src < 0)
+                return ab_err_set(err, AB_E_INTERNAL, errno, "open disk template %s", tmpl);
+        struct stat st;
+        if (fstat(src, &st) < 0 || (uint64_t)st.st_size != size_mib * 1024 * 1024)
+                return ab_err_set(err, AB_E_INTERNAL, errno, "disk template %s has the wrong size",
+                                  tmpl);
+        _cleanup_close_ int dst =
+            openat(dirfd, name, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+        if (dst < 0)
+                return ab_err_set(err, AB_E_INTERNAL, errno, "cannot create disk image %s", name);
+        int r = copy_sparse(src, dst, st.st_size);
+        if (r == 0 && fsync(dst) < 0)
+                r = -errno;
+        if (r < 0) {
+                unlinkat(dirfd, name, 0);
+                return ab_err_set(err, r == -ENOSPC ? AB_E_LIMIT : AB_E_INTERNAL, -r,
+                                  "cannot copy the disk template");
         }
         return 0;
 }
