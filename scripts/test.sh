@@ -3,7 +3,8 @@
 #
 # Installs what is missing (scripts/deps.sh), builds ./build and an
 # ASan+UBSan ./build-asan, checks formatting, runs every meson test in
-# ./build and the unit suite in ./build-asan, and ends with one line:
+# ./build and the unit and integration suites in ./build-asan (the CLI, the
+# library and the boxes' init all sanitized), and ends with one line:
 #
 #   N passed, N failed, N skipped
 #
@@ -83,11 +84,11 @@ else
         echo "skipped: the build failed"
 fi
 
-stage "test: build-asan (unit suite under ASan+UBSan)"
+stage "test: build-asan (unit + integration suites under ASan+UBSan)"
 if [ $asan_ok = 1 ]; then
         ASAN_OPTIONS="detect_leaks=$asan_leaks:halt_on_error=1:abort_on_error=0:print_summary=1" \
                 UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1" \
-                meson_test build-asan build-asan --suite unit --timeout-multiplier 3
+                meson_test build-asan build-asan --suite unit --suite integration --timeout-multiplier 3
 else
         echo "skipped: the build failed"
 fi
