@@ -495,10 +495,25 @@ static int n_destroy(ab_backend *b, const char *id, ab_err **err)
  * between spawning init and recording it. Such orphans (found through the
  * box's cgroup, when nobody holds the box's lock) are ended, so every running
  * box is one the records know about. */
+/* True when the box's cgroup exists in any hierarchy (a clean stop removes it). */
+static bool cg_exists(native *n, const char *id)
+{
+        static const char *const ctrls[] = {"memory", "pids", "cpu", "cpuacct", "freezer"};
+        for (size_t i = 0; i < AB_ARRAY_LEN(ctrls); i++) {
+                _cleanup_free_ char *p =
+                    ab_cg_path(&n->cg, n->cg.version == AB_CG_V2 ? NULL : ctrls[i], id);
+                struct stat st;
+                if (p && stat(p, &st) == 0)
+                        return true;
+                if (n->cg.version == AB_CG_V2)
+                        break;
+        }
+        return false;
+}
+
 static ab_box_status reap_orphans(native *n, int bfd, const char *id)
 {
-        ab_cg_stats cs;
-        if (!n->cg_ok || ab_cg_stats_read(&n->cg, id, &cs, NULL) < 0 || cs.pids == 0)
+        if (!n->cg_ok || !cg_exists(n, id))
                 return AB_BOX_STOPPED;
         _cleanup_close_ int lfd = openat(bfd, "lock", O_RDWR | O_CLOEXEC | O_NOFOLLOW);
         if (lfd < 0 || flock(lfd, LOCK_EX | LOCK_NB) < 0)

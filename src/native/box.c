@@ -121,7 +121,12 @@ static int idmap_userns(uid_t base)
                 return -e;
         }
         if (u == 0) {
-                close(sync[0]);
+                /* Dies with P, and holds nothing of P's (no box lock, no pipes). */
+                if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0)
+                        _exit(1);
+                if (dup2(sync[1], 3) < 0 || close_range(4, ~0U, 0) < 0)
+                        _exit(1);
+                sync[1] = 3;
                 if (unshare(CLONE_NEWUSER) < 0)
                         _exit(1);
                 (void)!write(sync[1], "u", 1);
@@ -197,9 +202,16 @@ static void run_init(const ab_spawn_spec *s, int sync, int go, int rep, int sock
         if (write(sync, &c, 1) != 1 || ab_read_full(go, &c, 1) != 1)
                 _exit(1); /* P gave up */
         close(sync);
-        close(go);
         if (setresgid(0, 0, 0) < 0 || setgroups(0, NULL) < 0 || setresuid(0, 0, 0) < 0)
                 die(rep, AB_E_INTERNAL, errno, "become root of the box's user namespace");
+        /* Until init runs, die with P (set after setresuid, which clears it).
+         * P holds the go pipe open until then: a hangup means P is gone. */
+        if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0)
+                die(rep, AB_E_INTERNAL, errno, "PR_SET_PDEATHSIG");
+        struct pollfd gp = {go, POLLIN, 0};
+        if (poll(&gp, 1, 0) > 0 && (gp.revents & (POLLHUP | POLLERR)))
+                _exit(1);
+        close(go);
         if (unshare(BOX_NS_FLAGS) < 0)
                 die(rep, AB_E_UNSUPPORTED, errno, "unshare the box namespaces");
 
@@ -254,6 +266,9 @@ static void run_init(const ab_spawn_spec *s, int sync, int go, int rep, int sock
         uint64_t mp = s->limits->pids > 32 ? s->limits->pids - 16 : s->limits->pids / 2;
         snprintf(maxprocs, sizeof(maxprocs), "%llu", (unsigned long long)(mp ? mp : 1));
         char *const argv[] = {"agentbox-init", "--fd", "3", "--max-procs", maxprocs, NULL};
+        /* init must outlive P. */
+        if (prctl(PR_SET_PDEATHSIG, 0) < 0)
+                die(rep, AB_E_INTERNAL, errno, "PR_SET_PDEATHSIG");
         char *const envp[] = {"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
                               "container=agentbox", NULL};
         syscall(SYS_execveat, exe, "", argv, envp, AT_EMPTY_PATH);
@@ -382,10 +397,12 @@ static void run_setup(const ab_spawn_spec *s, pid_t parent, int out, int cgready
                 (void)!write(go[1], "g", 1);
         }
         close(sync[0]);
-        close(go[1]);
         ab_code code;
         char msg[1024];
-        if (collect(rep[0], 0, &code, msg, sizeof(msg)) < 0 && code) {
+        /* go[1] stays open until init is exec'd: C watches it for our death. */
+        pid_t got = collect(rep[0], 0, &code, msg, sizeof(msg));
+        close(go[1]);
+        if (got < 0 && code) {
                 kill(c, SIGKILL);
                 report(out, 'E', code, "%s", msg);
                 _exit(1);

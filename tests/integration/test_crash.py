@@ -42,12 +42,20 @@ def box_processes(box):
 
 
 def listing():
-    r = h.run("ls", "--json")
+    """ls --json once no box is "creating" any more: a start whose CLI was
+    killed may still be finishing (or dying with it) for a moment."""
+    deadline = time.time() + 10
+    while True:
+        r = h.run("ls", "--json")
+        try:
+            boxes = json.loads(r.out)
+        except ValueError:
+            boxes = []
+        if r.rc != 0 or time.time() > deadline or all(b["status"] != "creating" for b in boxes):
+            break
+        time.sleep(0.1)
     h.ok(r.rc == 0, "ls works after a kill", r.describe())
-    try:
-        return json.loads(r.out)
-    except ValueError:
-        return []
+    return boxes
 
 
 # --- create killed midway -------------------------------------------------
@@ -94,9 +102,15 @@ for i, d in enumerate([0.0, 0.003, 0.006, 0.01, 0.02, 0.04]):
     time.sleep(d)
     p.send_signal(signal.SIGKILL)
     p.wait()
-    info = json.loads(h.run("inspect", box).out or "{}")
-    h.ok(info.get("status") in ("running", "stopped", "creating"),
-         "kill during start #%d: state is running, stopped or (while setup ends) creating" % i,
+    info = {}
+    deadline = time.time() + 10
+    while time.time() < deadline:
+        info = json.loads(h.run("inspect", box).out or "{}")
+        if info.get("status") != "creating":
+            break
+        time.sleep(0.1)
+    h.ok(info.get("status") in ("running", "stopped"),
+         "kill during start #%d: state settles to running or stopped" % i,
          str(info))
     if info.get("status") == "stopped":
         h.eq(box_processes(box), set(), "kill during start #%d: a box recorded stopped has no processes" % i)

@@ -13,6 +13,7 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
 import abtest  # noqa: E402
+from abtest import cgroup_dirs, cgroups_of  # noqa: E402
 
 h = abtest.Harness()
 
@@ -66,33 +67,6 @@ def pid_gone(pid, timeout=10.0):
             return True
         time.sleep(0.05)
     return False
-
-
-def cgroups_of(pid):
-    """The cgroup directories process pid is in (each v1 controller, v2), roots excepted."""
-    dirs = set()
-    try:
-        with open("/proc/%d/cgroup" % pid) as f:
-            for line in f:
-                _, ctrls, path = line.rstrip("\n").split(":", 2)
-                if path in ("", "/"):
-                    continue
-                names = [c.replace("name=", "") for c in ctrls.split(",")] if ctrls else ["unified", ""]
-                for c in names:
-                    d = os.path.normpath("/sys/fs/cgroup/%s/%s" % (c, path))
-                    if os.path.isdir(d):
-                        dirs.add(d)
-    except (OSError, ValueError, TypeError):
-        pass
-    return sorted(dirs)
-
-
-def cgroup_dirs(box, known=()):
-    """Cgroup dirs of box that exist: those it was seen in, plus any agentbox*/ID."""
-    found = set(d for d in known if os.path.isdir(d))
-    found.update(glob.glob("/sys/fs/cgroup/*/agentbox*/%s" % box))
-    found.update(glob.glob("/sys/fs/cgroup/agentbox*/%s" % box))
-    return sorted(found)
 
 
 # The python the box sees (the host's base) and its /usr/local site dir.

@@ -212,6 +212,33 @@ def _detach(mp):
     return None
 
 
+def cgroups_of(pid):
+    """The cgroup directories process pid is in (each v1 controller, v2), roots excepted."""
+    dirs = set()
+    try:
+        with open("/proc/%d/cgroup" % pid) as f:
+            for line in f:
+                _, ctrls, path = line.rstrip("\n").split(":", 2)
+                if path in ("", "/"):
+                    continue
+                names = [c.replace("name=", "") for c in ctrls.split(",")] if ctrls else ["unified", ""]
+                for c in names:
+                    d = os.path.normpath("/sys/fs/cgroup/%s/%s" % (c, path))
+                    if os.path.isdir(d):
+                        dirs.add(d)
+    except (OSError, ValueError, TypeError):
+        pass
+    return sorted(dirs)
+
+
+def cgroup_dirs(box, known=()):
+    """Cgroup dirs of box that exist: those it was seen in, plus any agentbox*/ID."""
+    found = set(d for d in known if os.path.isdir(d))
+    found.update(glob.glob("/sys/fs/cgroup/*/agentbox*/%s" % box))
+    found.update(glob.glob("/sys/fs/cgroup/agentbox*/%s" % box))
+    return sorted(found)
+
+
 def _cleanup_dir(root, binary, boxes, keep_dir=False, keep_boxes=False):
     """Remove the boxes (confirmed ones must go cleanly), leftover mounts and root.
     Returns a list of problems."""
