@@ -44,6 +44,9 @@ typedef struct native {
         int cache_fd; /* DATA/cache: formatted disk templates */
         ab_cg cg;
         bool cg_ok;
+        bool cg_tried;  /* cgroups and the seccomp filter are set up on first */
+        bool bpf_ready; /* use, so short CLI calls (ls, exec) skip them */
+        pthread_mutex_t lazy;
         char *cg_error;
         ab_bpf bpf;
         const char *hide[4];
@@ -84,9 +87,46 @@ static char *box_dir(native *n, const char *id)
         return xasprintf("%s/%s", n->boxes, id);
 }
 
+static bool cg_ready(native *n)
+{
+        pthread_mutex_lock(&n->lazy);
+        if (!n->cg_tried) {
+                n->cg_tried = true;
+                /* Box ids are unique per data folder only: the cgroup parent
+                 * carries a hash of the folder, so two folders never share a
+                 * box's cgroup. */
+                uint64_t h = 1469598103934665603ull;
+                for (const char *p = n->data; *p; p++)
+                        h = (h ^ (unsigned char)*p) * 1099511628211ull;
+                char parent[64];
+                snprintf(parent, sizeof(parent), "agentbox-%08x", (unsigned)(h ^ (h >> 32)));
+                ab_err *cge = NULL;
+                if (ab_cg_open("/sys/fs/cgroup", parent, &n->cg, &cge) == 0) {
+                        n->cg_ok = true;
+                } else {
+                        n->cg_error = xstrdup(cge->msg);
+                        ab_err_free(&cge);
+                }
+        }
+        pthread_mutex_unlock(&n->lazy);
+        return n->cg_ok;
+}
+
+static int need_bpf(native *n, ab_err **err)
+{
+        pthread_mutex_lock(&n->lazy);
+        int r = 0;
+        if (!n->bpf_ready) {
+                r = ab_seccomp_build(&n->bpf, err);
+                n->bpf_ready = r == 0;
+        }
+        pthread_mutex_unlock(&n->lazy);
+        return r;
+}
+
 static int need_cgroups(native *n, ab_err **err)
 {
-        if (n->cg_ok)
+        if (cg_ready(n))
                 return 0;
         return ab_err_set(err, AB_E_UNSUPPORTED, 0, "cgroups are not usable: %s",
                           n->cg_error ? n->cg_error : "unknown");
@@ -104,7 +144,7 @@ static int start_locked(native *n, int bfd, const char *id, ab_err **err)
                 return 0;
         }
         ab_state_clear(&st);
-        if (need_cgroups(n, err) < 0)
+        if (need_cgroups(n, err) < 0 || need_bpf(n, err) < 0)
                 return -1;
         ab_box_config c;
         if (ab_config_read(bfd, &c, err) < 0)
@@ -181,7 +221,7 @@ static int stop_locked(native *n, int bfd, const char *id, ab_err **err)
                 return -1;
         }
         ab_state_clear(&st);
-        if (n->cg_ok) {
+        if (cg_ready(n)) {
                 if (ab_cg_kill_all(&n->cg, id, err) < 0)
                         return -1;
                 ab_cg_destroy(&n->cg, id, NULL);
@@ -485,7 +525,7 @@ static int n_destroy(ab_backend *b, const char *id, ab_err **err)
                 release_uid_base(n, id, c.uid_base);
                 ab_config_clear(&c);
         }
-        if (n->cg_ok)
+        if (cg_ready(n))
                 remove_cg_parent(n);
         ab_log(AB_LOG_INFO, "box destroyed", "box", id, NULL);
         return 0;
@@ -513,7 +553,7 @@ static bool cg_exists(native *n, const char *id)
 
 static ab_box_status reap_orphans(native *n, int bfd, const char *id)
 {
-        if (!n->cg_ok || !cg_exists(n, id))
+        if (!cg_ready(n) || !cg_exists(n, id))
                 return AB_BOX_STOPPED;
         _cleanup_close_ int lfd = openat(bfd, "lock", O_RDWR | O_CLOEXEC | O_NOFOLLOW);
         if (lfd < 0 || flock(lfd, LOCK_EX | LOCK_NB) < 0)
@@ -572,7 +612,7 @@ static int info_at(native *n, const char *id, ab_box_info *out, ab_err **err)
                         if (ab_state_read(bfd, &again, NULL) == 0 && !again.error &&
                             !ab_init_alive(again.init_pid, again.init_start)) {
                                 ab_state_remove(bfd);
-                                if (n->cg_ok) {
+                                if (cg_ready(n)) {
                                         ab_cg_kill_all(&n->cg, id, NULL);
                                         ab_cg_destroy(&n->cg, id, NULL);
                                 }
@@ -693,6 +733,7 @@ static void n_free(ab_backend *b)
                 close(n->cache_fd);
         ab_cg_free(&n->cg);
         ab_bpf_free(&n->bpf);
+        pthread_mutex_destroy(&n->lazy);
         free(n->cg_error);
         free(n->data);
         free(n->boxes);
@@ -767,6 +808,7 @@ int ab_native_open(const ab_native_opts *opts, ab_backend **out, ab_err **err)
         native *n = xzalloc(sizeof(*n));
         n->base.ops = &native_ops;
         n->boxes_fd = n->data_fd = n->cache_fd = -1;
+        pthread_mutex_init(&n->lazy, NULL);
         _cleanup_backend_ ab_backend *guard = &n->base;
         n->data = realpath(data, NULL);
         if (!n->data)
@@ -800,22 +842,6 @@ int ab_native_open(const ab_native_opts *opts, ab_backend **out, ab_err **err)
                 return ab_err_set(err, AB_E_INTERNAL, errno,
                                   "agentbox-init not found at %s (set AGENTBOX_INIT)",
                                   n->init_path);
-        /* Box ids are unique per data folder only: the cgroup parent carries a
-         * hash of the folder, so two folders never share a box's cgroup. */
-        uint64_t h = 1469598103934665603ull;
-        for (const char *p = n->data; *p; p++)
-                h = (h ^ (unsigned char)*p) * 1099511628211ull;
-        char parent[64];
-        snprintf(parent, sizeof(parent), "agentbox-%08x", (unsigned)(h ^ (h >> 32)));
-        ab_err *cge = NULL;
-        if (ab_cg_open("/sys/fs/cgroup", parent, &n->cg, &cge) == 0) {
-                n->cg_ok = true;
-        } else {
-                n->cg_error = xstrdup(cge->msg);
-                ab_err_free(&cge);
-        }
-        if (ab_seccomp_build(&n->bpf, err) < 0)
-                return -1;
         sweep_trash(n);
         *out = steal_pointer(&guard);
         return 0;

@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 #include <sys/syscall.h>
+#include <sys/wait.h>
 #include <sys/xattr.h>
 
 /* Host paths a box shares: each becomes its own overlay (the host path,
@@ -364,9 +365,10 @@ static int mount_overlay(const char *target, const char *lowers, const char *upp
 
 /* The skeleton (mask/skel) of a box on the host base, and the masks of the
  * shared layers that need whiteouts (mask/m_NAME). */
+static bool layer_needs_mask(const ab_rootfs_spec *s, size_t i);
+
 static int build_masks(int mfd, const ab_rootfs_spec *s, bool *has_mask)
 {
-        int r;
         if (mkdirat(mfd, "skel", 0755) < 0 ||
             fchownat(mfd, "skel", s->uid_base, s->uid_base, 0) < 0)
                 return -errno;
@@ -411,20 +413,38 @@ static int build_masks(int mfd, const ab_rootfs_spec *s, bool *has_mask)
                         return -errno;
                 (void)!fchownat(sk, shared[i], st.st_uid + s->uid_base, st.st_gid + s->uid_base, 0);
         }
-        /* Per-layer masks: /etc's secrets, and any hidden path (the data
-         * folder...) that lies inside a shared path. */
+        for (size_t i = 0; i < AB_ARRAY_LEN(shared); i++)
+                has_mask[i] = layer_needs_mask(s, i);
+        return 0;
+}
+
+/* Whether shared[i] gets a mask layer: /etc (its secrets) always, and any
+ * layer a hidden path (the data folder...) lies in. */
+static bool layer_needs_mask(const ab_rootfs_spec *s, size_t i)
+{
+        char host[300];
+        snprintf(host, sizeof(host), "/%s", shared[i]);
+        size_t hl = strlen(host);
+        bool hides = !strcmp(shared[i], "etc");
+        for (const char *const *h = s->hide; h && *h; h++)
+                hides |= !strncmp(*h, host, hl) && (*h)[hl] == '/';
+        return hides;
+}
+
+/* Builds the per-layer masks (mask/m_NAME) of the layers that need one. The
+ * walk of /etc is the slowest part of a start, so this runs in a child while
+ * the setup process mounts everything that needs no mask. */
+static int build_layer_masks(int mfd, const ab_rootfs_spec *s)
+{
+        int r;
         for (size_t i = 0; i < AB_ARRAY_LEN(shared); i++) {
+                if (!layer_needs_mask(s, i))
+                        continue;
                 char name[64], mname[80], host[300];
                 layer_name(shared[i], name, sizeof(name));
                 snprintf(mname, sizeof(mname), "m_%s", name);
                 snprintf(host, sizeof(host), "/%s", shared[i]);
-                bool is_etc = !strcmp(shared[i], "etc");
                 size_t hl = strlen(host);
-                bool hides = false;
-                for (const char *const *h = s->hide; h && *h; h++)
-                        hides |= !strncmp(*h, host, hl) && (*h)[hl] == '/';
-                if (!is_etc && !hides)
-                        continue;
                 if (mkdirat(mfd, mname, 0755) < 0)
                         return -errno;
                 r = mirror_dir(mfd, mname, host, s->uid_base);
@@ -433,13 +453,12 @@ static int build_masks(int mfd, const ab_rootfs_spec *s, bool *has_mask)
                 _cleanup_close_ int lfd = openat(mfd, mname, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
                 if (lfd < 0)
                         return -errno;
-                if (is_etc && (r = hide_etc_secrets(lfd, s->uid_base)) < 0)
+                if (!strcmp(shared[i], "etc") && (r = hide_etc_secrets(lfd, s->uid_base)) < 0)
                         return r;
                 for (const char *const *h = s->hide; h && *h; h++)
                         if (!strncmp(*h, host, hl) && (*h)[hl] == '/' &&
                             (r = hide_rel(lfd, host, *h + hl + 1, s->uid_base)) < 0)
                                 return r;
-                has_mask[i] = true;
         }
         return 0;
 }
@@ -469,8 +488,22 @@ static int build_custom_mask(int mfd, const ab_rootfs_spec *s)
         return 0;
 }
 
+/* Waits for the mask worker: 0, or the errno it failed with. */
+static int wait_worker(pid_t *pid)
+{
+        int st;
+        while (waitpid(*pid, &st, 0) < 0)
+                if (errno != EINTR)
+                        return errno;
+        *pid = -1;
+        if (WIFEXITED(st))
+                return WEXITSTATUS(st);
+        return EINTR;
+}
+
 int ab_rootfs_build(const ab_rootfs_spec *s, ab_err **err)
 {
+        int r;
         char disk[4096], mask[4096], lower[4096], root[4096], p[4200], q[4200];
         snprintf(disk, sizeof(disk), "%s/disk", s->box_dir);
         snprintf(mask, sizeof(mask), "%s/mask", s->box_dir);
@@ -495,20 +528,27 @@ int ab_rootfs_build(const ab_rootfs_spec *s, ab_err **err)
 
         bool host = strcmp(s->base, "/") == 0;
         bool has_mask[AB_ARRAY_LEN(shared)] = {false};
+        pid_t worker = -1;
         if (mount("mask", mask, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, "mode=755,size=4m") < 0)
                 return ab_err_set(err, AB_E_INTERNAL, errno, "mount mask tmpfs");
         {
                 _cleanup_close_ int mfd = open(mask, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
                 if (mfd < 0)
                         return ab_err_set(err, AB_E_INTERNAL, errno, "open %s", mask);
-                int r = host ? build_masks(mfd, s, has_mask) : build_custom_mask(mfd, s);
+                r = host ? build_masks(mfd, s, has_mask) : build_custom_mask(mfd, s);
                 if (r < 0)
                         return ab_err_set(err, AB_E_INTERNAL, -r,
                                           "cannot build the rootfs skeleton");
+                if (host) {
+                        worker = fork();
+                        if (worker < 0)
+                                return ab_err_set(err, AB_E_INTERNAL, errno, "fork");
+                        if (worker == 0) {
+                                r = build_layer_masks(mfd, s);
+                                _exit(r < 0 ? (-r & 0xff) : 0);
+                        }
+                }
         }
-        if (mount(NULL, mask, NULL, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC,
-                  NULL) < 0)
-                return ab_err_set(err, AB_E_INTERNAL, errno, "remount mask read-only");
 
         char upper[4500], work[4500];
         struct stat rst = {.st_mode = S_IFDIR | 0755};
@@ -522,7 +562,15 @@ int ab_rootfs_build(const ab_rootfs_spec *s, ab_err **err)
                 snprintf(p, sizeof(p), "%s/skel", mask);
                 if (mount_overlay(root, p, upper, work, err) < 0)
                         return -1;
-                for (size_t i = 0; i < AB_ARRAY_LEN(shared); i++) {
+                /* Two passes: first the layers without a mask, then - once the
+                 * mask worker is done - those with one. */
+                for (size_t k = 0; k < 2 * AB_ARRAY_LEN(shared); k++) {
+                        size_t i = k % AB_ARRAY_LEN(shared);
+                        if (has_mask[i] != (k >= AB_ARRAY_LEN(shared)))
+                                continue;
+                        if (has_mask[i] && worker > 0 && (r = wait_worker(&worker)) != 0)
+                                return ab_err_set(err, AB_E_INTERNAL, r,
+                                                  "cannot build the rootfs masks");
                         char hostp[300], name[64];
                         snprintf(hostp, sizeof(hostp), "/%s", shared[i]);
                         struct stat st;
@@ -554,6 +602,12 @@ int ab_rootfs_build(const ab_rootfs_spec *s, ab_err **err)
                 if (mount_overlay(root, lowers, upper, work, err) < 0)
                         return -1;
         }
+
+        if (worker > 0 && (r = wait_worker(&worker)) != 0)
+                return ab_err_set(err, AB_E_INTERNAL, r, "cannot build the rootfs masks");
+        if (mount(NULL, mask, NULL, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC,
+                  NULL) < 0)
+                return ab_err_set(err, AB_E_INTERNAL, errno, "remount mask read-only");
 
         static const char *const binds[][2] = {{"workspace", "workspace"},
                                                {"workspace", "mnt/user-data/workspace"},
