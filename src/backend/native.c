@@ -282,7 +282,8 @@ static int alloc_uid_base(native *n, const char *id, uid_t *out, ab_err **err)
                 uid_t base = UID_FIRST + i * UID_STEP;
                 _cleanup_close_ int fd =
                     openat(regfd, slot, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
-                if (fd < 0 && errno == EEXIST && claim_is_stale(regfd, slot, base)) {
+                int e = fd < 0 ? errno : 0;
+                if (e == EEXIST && claim_is_stale(regfd, slot, base)) {
                         /* Take it over atomically: only one unlink can win. */
                         char tmp[64];
                         snprintf(tmp, sizeof(tmp), ".stale.%s.%d", slot, (int)getpid());
@@ -291,12 +292,13 @@ static int alloc_uid_base(native *n, const char *id, uid_t *out, ab_err **err)
                                 fd = openat(regfd, slot,
                                             O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW,
                                             0600);
+                                e = fd < 0 ? errno : 0;
                         }
                 }
                 if (fd < 0) {
-                        if (errno == EEXIST)
+                        if (e == EEXIST)
                                 continue;
-                        return ab_err_set(err, AB_E_INTERNAL, errno, "claim uid range %s/%s", reg,
+                        return ab_err_set(err, AB_E_INTERNAL, e, "claim uid range %s/%s", reg,
                                           slot);
                 }
                 if ((r = ab_write_all(fd, owner, strlen(owner))) < 0) {
@@ -702,7 +704,7 @@ static int n_stats(ab_backend *b, const char *id, ab_box_stats *out, ab_err **er
                 goto out;
         }
         ab_cg_stats cs;
-        if ((r = ab_cg_stats_read(&n->cg, id, &cs, err)) < 0)
+        if ((r = need_cgroups(n, err)) < 0 || (r = ab_cg_stats_read(&n->cg, id, &cs, err)) < 0)
                 goto out;
         out->memory_bytes = cs.memory_bytes;
         out->memory_limit = cs.memory_limit;
