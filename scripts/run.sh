@@ -38,7 +38,7 @@ ab ls
 echo
 echo "agentbox works. Go on with:"
 printf '  %-36s %s\n' \
-        "a shell in the box (exits with it):" "$bin --data $data exec demo -- bash" \
+        "commands from stdin (no TTY yet):" "$bin --data $data exec -i demo -- bash" \
         "stop it (its files stay on disk):" "$bin --data $data stop demo" \
         "start it again, files as they were:" "$bin --data $data start demo" \
         "delete the box and its files:" "$bin --data $data rm demo" \
