@@ -367,14 +367,20 @@ static int mount_overlay(const char *target, const char *lowers, const char *upp
  * shared layers that need whiteouts (mask/m_NAME). */
 static bool layer_needs_mask(const ab_rootfs_spec *s, size_t i);
 
+/* Makes mask/skel, the root of a box's skeleton, owned by box root; returns its fd. */
+static int make_skel(int mfd, uid_t base)
+{
+        if (mkdirat(mfd, "skel", 0755) < 0 || fchownat(mfd, "skel", base, base, 0) < 0)
+                return -errno;
+        int fd = openat(mfd, "skel", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        return fd < 0 ? -errno : fd;
+}
+
 static int build_masks(int mfd, const ab_rootfs_spec *s, bool *has_mask)
 {
-        if (mkdirat(mfd, "skel", 0755) < 0 ||
-            fchownat(mfd, "skel", s->uid_base, s->uid_base, 0) < 0)
-                return -errno;
-        _cleanup_close_ int sk = openat(mfd, "skel", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        _cleanup_close_ int sk = make_skel(mfd, s->uid_base);
         if (sk < 0)
-                return -errno;
+                return sk;
         for (size_t i = 0; i < AB_ARRAY_LEN(skel_dirs); i++) {
                 if (mkdirat(sk, skel_dirs[i].path, skel_dirs[i].mode) < 0 && errno != EEXIST)
                         return -errno;
@@ -468,12 +474,9 @@ static int build_layer_masks(int mfd, const ab_rootfs_spec *s)
 static int build_custom_mask(int mfd, const ab_rootfs_spec *s)
 {
         int r;
-        if (mkdirat(mfd, "skel", 0755) < 0 ||
-            fchownat(mfd, "skel", s->uid_base, s->uid_base, 0) < 0)
-                return -errno;
-        _cleanup_close_ int sk = openat(mfd, "skel", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        _cleanup_close_ int sk = make_skel(mfd, s->uid_base);
         if (sk < 0)
-                return -errno;
+                return sk;
         for (size_t i = 0; i < AB_ARRAY_LEN(top_private); i++) {
                 mode_t mode = !strcmp(top_private[i], "tmp") ? 01777 : 0755;
                 if ((r = opaque_dir(sk, top_private[i], mode, s->uid_base)) < 0)
