@@ -82,8 +82,10 @@ int ab_config_read(int boxfd, ab_box_config *c, ab_err **err)
         const char *rootfs = json_string_value(json_object_get(j, "rootfs"));
         c->rootfs = rootfs ? xstrdup(rootfs) : NULL;
         json_decref(j);
-        if (!c->uid_base || !c->id[0])
+        if (!c->uid_base || !c->id[0]) {
+                ab_config_clear(c);
                 return ab_err_set(err, AB_E_INTERNAL, 0, "config.json lacks id or uid_base");
+        }
         return 0;
 }
 
