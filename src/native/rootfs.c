@@ -278,13 +278,12 @@ static int mount_dev(const char *root, uid_t base, ab_err **err)
                         return ab_err_set(err, AB_E_INTERNAL, errno, "bind %s", src);
                 mount(NULL, p, NULL, MS_BIND | MS_REMOUNT | MS_NOSUID | MS_NOEXEC, NULL);
         }
-        static const char *const links[][2] = {
-            {"fd", "/proc/self/fd"},       {"stdin", "/proc/self/fd/0"},
-            {"stdout", "/proc/self/fd/1"}, {"stderr", "/proc/self/fd/2"},
-            {"ptmx", "pts/ptmx"},          {"core", "/proc/kcore"}};
+        static const char *const links[][2] = {{"fd", "/proc/self/fd"},
+                                               {"stdin", "/proc/self/fd/0"},
+                                               {"stdout", "/proc/self/fd/1"},
+                                               {"stderr", "/proc/self/fd/2"},
+                                               {"ptmx", "pts/ptmx"}};
         for (size_t i = 0; i < AB_ARRAY_LEN(links); i++) {
-                if (!strcmp(links[i][0], "core"))
-                        continue;
                 snprintf(p, sizeof(p), "%s/%s", dev, links[i][0]);
                 if (symlink(links[i][1], p) < 0 && errno != EEXIST)
                         return ab_err_set(err, AB_E_INTERNAL, errno, "symlink %s", p);
