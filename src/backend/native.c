@@ -516,8 +516,11 @@ static int n_destroy(ab_backend *b, const char *id, ab_err **err)
         _cleanup_close_ int tfd = openat(n->data_fd, "trash", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
         if (tfd < 0)
                 return ab_err_set(err, AB_E_INTERNAL, errno, "open trash dir");
-        if (renameat(n->boxes_fd, id, tfd, trash) < 0)
-                return ab_err_set(err, AB_E_INTERNAL, errno, "move box %s to trash", id);
+        if (renameat(n->boxes_fd, id, tfd, trash) < 0) {
+                int e = errno;
+                ab_config_clear(&c);
+                return ab_err_set(err, AB_E_INTERNAL, e, "move box %s to trash", id);
+        }
         struct stat st;
         fstat(tfd, &st);
         int r = rm_tree_at(tfd, trash, st.st_dev);

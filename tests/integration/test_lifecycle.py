@@ -30,18 +30,6 @@ def inspect(box):
         return None, r
 
 
-def ls_status(box):
-    """Status of box per `ls --json`, or None when it is not listed."""
-    r = h.run("ls", "--json")
-    try:
-        for b in json.loads(r.out):
-            if b.get("id") == box:
-                return b.get("status")
-    except ValueError:
-        return "unparsable ls --json: " + r.describe()
-    return None
-
-
 def ls_table_status(box):
     """Status column of box in the plain `ls` table, or None."""
     r = h.run("ls")
@@ -159,7 +147,7 @@ t0 = time.monotonic()
 box = h.create(None, "--cpus", "1", "--memory", "256M", "--pids", "128", "--disk", "64M",
                "--timeout", "45s", "--output-cap", "8M")
 h.diag("create took %.2fs" % (time.monotonic() - t0))
-h.eq(ls_status(box), "running", "a new box is listed as running by ls --json")
+h.eq(h.ls_status(box), "running", "a new box is listed as running by ls --json")
 h.eq(ls_table_status(box), "running", "a new box is listed as running by ls")
 
 info, r = inspect(box)
@@ -325,7 +313,7 @@ h.ok(not os.path.exists("/usr/local/bin/" + tool), "the script is not on the hos
 
 r = h.run("stop", box)
 h.eq(r.rc, 0, "stop exits 0", r.describe())
-h.eq(ls_status(box), "stopped", "ls --json shows the box stopped")
+h.eq(h.ls_status(box), "stopped", "ls --json shows the box stopped")
 h.eq(ls_table_status(box), "stopped", "ls shows the box stopped")
 info, r = inspect(box)
 h.eq((info or {}).get("status"), "stopped", "inspect shows the box stopped", r.describe())
@@ -343,10 +331,10 @@ r = h.run("exec", box, "--", "echo should-not-run")
 h.eq(r.rc, 125, "exec in a stopped box exits 125", r.describe())
 h.contains(r.err, "stopped", "... saying the box is stopped")
 h.not_contains(r.out, "should-not-run", "... and the command did not run")
-h.eq(ls_status(box), "stopped", "exec in a stopped box does not start it")
+h.eq(h.ls_status(box), "stopped", "exec in a stopped box does not start it")
 r = h.run("cp", os.path.join(host, "all256.bin"), "%s:x.bin" % box)
 h.eq(r.rc, 125, "cp into a stopped box exits 125", r.describe())
-h.eq(ls_status(box), "stopped", "cp into a stopped box does not start it")
+h.eq(h.ls_status(box), "stopped", "cp into a stopped box does not start it")
 r = h.run("stop", box)
 h.eq(r.rc, 0, "stop of a stopped box is fine (idempotent)", r.describe())
 
@@ -356,7 +344,7 @@ t0 = time.monotonic()
 r = h.run("start", box)
 h.eq(r.rc, 0, "start exits 0", r.describe())
 h.diag("start took %.2fs" % (time.monotonic() - t0))
-h.eq(ls_status(box), "running", "the box is running again")
+h.eq(h.ls_status(box), "running", "the box is running again")
 info, r = inspect(box)
 h.ne((info or {}).get("init_pid"), pid1, "a new init runs the restarted box", r.describe())
 cg2 = cgroups_of((info or {}).get("init_pid"))
@@ -385,7 +373,7 @@ h.eq(r.out, box + "\n", "hostname is still the box id after a restart")
 
 r = h.rm(box)
 h.eq(r.rc, 0, "rm exits 0", r.describe())
-h.eq(ls_status(box), None, "the box is gone from ls --json")
+h.eq(h.ls_status(box), None, "the box is gone from ls --json")
 h.not_contains(h.run("ls").out, box, "the box is gone from ls")
 h.ok(not os.path.exists(os.path.join(h.data, "boxes", box)), "DATA/boxes/ID is gone")
 trash = os.path.join(h.data, "trash")

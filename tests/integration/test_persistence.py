@@ -26,17 +26,6 @@ def inspect(box):
         return {"_error": r.describe()}
 
 
-def ls_status(box):
-    r = h.run("ls", "--json")
-    try:
-        for b in json.loads(r.out):
-            if b.get("id") == box:
-                return b.get("status")
-    except ValueError:
-        return "unparsable: " + r.describe()
-    return None
-
-
 def ls_table_status(box):
     for line in h.run("ls").out.splitlines():
         f = line.split()
@@ -125,7 +114,7 @@ h.ok(not os.path.exists("/etc/abconf"), "/etc/abconf is not on the host")
 
 r = h.run("stop", a)
 h.eq(r.rc, 0, "stop box A", r.describe())
-h.eq(ls_status(b), "running", "stopping A leaves B running")
+h.eq(h.ls_status(b), "running", "stopping A leaves B running")
 r = h.run("start", a)
 h.eq(r.rc, 0, "start box A", r.describe())
 check_a("after stop/start")
@@ -156,7 +145,7 @@ h.ok(er is not None and not er.timed_out and held.get("dt", 99) < 20,
      er.describe() if er is not None else "no result")
 h.ok(er is not None and er.rc != 0 and "never" not in er.out,
      "... with a failure exit code, not a normal finish", er.describe() if er is not None else "")
-h.eq(ls_status(a), "stopped", "the box is stopped")
+h.eq(h.ls_status(a), "stopped", "the box is stopped")
 r = h.run("start", a)
 h.eq(r.rc, 0, "and starts again", r.describe())
 check_a("after a stop during an exec")
@@ -168,7 +157,7 @@ if h.ok(isinstance(pid, int) and pid > 1, "inspect gives the init pid", repr(pid
     cg = cgroups_of(pid)
     os.kill(pid, signal.SIGKILL)
     h.ok(pid_gone(pid), "kill -9 of the init from the host ends it")
-    h.eq(ls_status(a), "stopped", "ls --json reports the box stopped after its init died")
+    h.eq(h.ls_status(a), "stopped", "ls --json reports the box stopped after its init died")
     h.eq(ls_table_status(a), "stopped", "ls reports it stopped")
     info = inspect(a)
     h.eq(info.get("status"), "stopped", "inspect reports it stopped", json.dumps(info))
@@ -179,10 +168,10 @@ if h.ok(isinstance(pid, int) and pid > 1, "inspect gives the init pid", repr(pid
     r = h.run("exec", a, "--", "echo x")
     h.eq(r.rc, 125, "exec into the dead box exits 125", r.describe())
     h.contains(r.err, "stopped", "... saying it is stopped")
-    h.eq(ls_status(b), "running", "box B is unaffected by A's death")
+    h.eq(h.ls_status(b), "running", "box B is unaffected by A's death")
     r = h.run("start", a)
     h.eq(r.rc, 0, "start brings the box back", r.describe())
-    h.eq(ls_status(a), "running", "it is running again")
+    h.eq(h.ls_status(a), "running", "it is running again")
     check_a("after kill -9 of init and start")
 
 # ---- the same id twice ------------------------------------------------------------------
@@ -207,7 +196,7 @@ r = h.run("stop", a)
 r = h.run("create", "--id", a)
 h.eq(r.rc, 125, "create with the id of a stopped box exits 125 too", r.describe())
 h.contains(r.err, "already exists", "... saying it already exists")
-h.eq(ls_status(a), "stopped", "the stopped box stays stopped (a conflicting create does not start it)")
+h.eq(h.ls_status(a), "stopped", "the stopped box stays stopped (a conflicting create does not start it)")
 r = h.run("start", a)
 r = h.exec(a, "cat /workspace/keep.txt")
 h.eq(r.out, "persisted\n", "its files are still there", r.describe())

@@ -453,6 +453,17 @@ class Harness:
                 self._boxes.pop(a, None)
             self._save()
 
+    def ls_status(self, box):
+        """Status of box per `ls --json`; None when it is not listed."""
+        r = self.run("ls", "--json")
+        try:
+            for b in json.loads(r.out):
+                if b.get("id") == box:
+                    return b.get("status")
+        except ValueError:
+            return "unparsable ls --json: " + r.describe()
+        return None
+
     def create(self, id=None, *args, check=True, timeout=None):
         """Creates a box (id: given, or a fresh one chosen here); returns its id.
         Raises CommandFailed if it fails and check is true, else returns None."""
