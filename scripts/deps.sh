@@ -15,6 +15,15 @@ PACKAGES=(
         pkg-config
         libseccomp-dev
         libjansson-dev
+        libmicrohttpd-dev
+        libsqlite3-dev
+        libpq-dev
+        libcurl4-openssl-dev
+        libarchive-dev
+        libssl-dev
+        libyaml-dev
+        postgresql
+        wrk
         e2fsprogs
         util-linux
         iproute2

@@ -147,12 +147,12 @@ static int start_locked(native *n, int bfd, const char *id, ab_err **err)
         if (need_cgroups(n, err) < 0 || need_bpf(n, err) < 0)
                 return -1;
         ab_box_config c;
-        if (ab_config_read(bfd, &c, err) < 0)
+        if (ab_box_config_read(bfd, &c, err) < 0)
                 return ab_err_wrap(err, "box %s", id);
         _cleanup_free_ char *dir = box_dir(n, id);
         _cleanup_close_ int exe = open(n->init_path, O_RDONLY | O_CLOEXEC);
         if (exe < 0) {
-                ab_config_clear(&c);
+                ab_box_config_clear(&c);
                 return ab_err_set(err, AB_E_INTERNAL, errno, "cannot open agentbox-init at %s",
                                   n->init_path);
         }
@@ -174,7 +174,7 @@ static int start_locked(native *n, int bfd, const char *id, ab_err **err)
                         continue;
                 }
                 *err = ce;
-                ab_config_clear(&c);
+                ab_box_config_clear(&c);
                 return ab_err_wrap(err, "box %s", id);
         }
         ab_spawn_spec s = {
@@ -192,7 +192,7 @@ static int start_locked(native *n, int bfd, const char *id, ab_err **err)
         pid_t pid;
         uint64_t start;
         r = ab_box_spawn(&s, &pid, &start, err);
-        ab_config_clear(&c);
+        ab_box_config_clear(&c);
         if (r < 0) {
                 ab_box_state es = {.error = (*err) ? (*err)->msg : "start failed"};
                 ab_state_write(bfd, &es, NULL);
@@ -259,10 +259,10 @@ static bool claim_is_stale(int regfd, const char *slot, uid_t base)
         if (bfd < 0)
                 return errno == ENOENT;
         ab_box_config c;
-        if (ab_config_read(bfd, &c, NULL) < 0)
+        if (ab_box_config_read(bfd, &c, NULL) < 0)
                 return false;
         bool stale = c.uid_base != base;
-        ab_config_clear(&c);
+        ab_box_config_clear(&c);
         return stale;
 }
 
@@ -405,7 +405,7 @@ static int n_create(ab_backend *b, const ab_box_spec *spec, ab_err **err)
         if (r == 0)
                 r = ab_disk_create(n->cache_fd, bfd, "disk.img", spec->limits.disk_mib, err);
         if (r == 0)
-                r = ab_config_write(bfd, &c, err);
+                r = ab_box_config_write(bfd, &c, err);
         if (r == 0 && renameat2(tfd, tmp, n->boxes_fd, spec->id, RENAME_NOREPLACE) < 0) {
                 if (errno == EEXIST)
                         r = ab_err_set(err, AB_E_CONFLICT, 0, "box '%s' already exists", spec->id);
@@ -509,7 +509,7 @@ static int n_destroy(ab_backend *b, const char *id, ab_err **err)
         if (stop_locked(n, bfd, id, err) < 0)
                 return -1;
         ab_box_config c = {0};
-        bool have_config = ab_config_read(bfd, &c, NULL) == 0;
+        bool have_config = ab_box_config_read(bfd, &c, NULL) == 0;
         char ridbuf[17], trash[128];
         ab_id_random(ridbuf);
         snprintf(trash, sizeof(trash), "%s.%s", id, ridbuf);
@@ -518,7 +518,7 @@ static int n_destroy(ab_backend *b, const char *id, ab_err **err)
                 return ab_err_set(err, AB_E_INTERNAL, errno, "open trash dir");
         if (renameat(n->boxes_fd, id, tfd, trash) < 0) {
                 int e = errno;
-                ab_config_clear(&c);
+                ab_box_config_clear(&c);
                 return ab_err_set(err, AB_E_INTERNAL, e, "move box %s to trash", id);
         }
         struct stat st;
@@ -528,7 +528,7 @@ static int n_destroy(ab_backend *b, const char *id, ab_err **err)
                 ab_log(AB_LOG_WARN, "leftovers in trash", "box", id, "error", strerror(-r), NULL);
         if (have_config) {
                 release_uid_base(n, id, c.uid_base);
-                ab_config_clear(&c);
+                ab_box_config_clear(&c);
         }
         if (cg_ready(n))
                 remove_cg_parent(n);
@@ -582,7 +582,7 @@ static int info_at(native *n, const char *id, ab_box_info *out, ab_err **err)
         out->id = xstrdup(id);
         ab_box_config c;
         ab_err *e = NULL;
-        if (ab_config_read(bfd, &c, &e) < 0) {
+        if (ab_box_config_read(bfd, &c, &e) < 0) {
                 /* No config yet: create is in progress (or crashed before it). */
                 out->status = e->code == AB_E_NOT_FOUND ? AB_BOX_CREATING : AB_BOX_ERROR;
                 if (out->status == AB_BOX_ERROR)
@@ -593,7 +593,7 @@ static int info_at(native *n, const char *id, ab_box_info *out, ab_err **err)
         out->limits = c.limits;
         out->created_at = c.created_at;
         out->rootfs = c.rootfs ? xstrdup(c.rootfs) : NULL;
-        ab_config_clear(&c);
+        ab_box_config_clear(&c);
         ab_box_state st;
         int r = ab_state_read(bfd, &st, err);
         if (r < 0)

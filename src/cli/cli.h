@@ -14,4 +14,8 @@ void cli_error(const ab_err *e);
 /* agentbox cp SRC DST: one side is ID:PATH. Returns an exit code. */
 int cli_cp(ab_backend *b, int argc, char **argv);
 
+/* agentbox serve [...]: runs the HTTP service until SIGINT/SIGTERM.
+ * data_flag is the global --data value (or NULL). Returns an exit code. */
+int cli_serve(int argc, char **argv, const char *data_flag);
+
 #endif

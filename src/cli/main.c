@@ -15,6 +15,8 @@ static const char *usage_text =
     "Usage: agentbox [--data DIR] COMMAND [ARGS...]\n"
     "\n"
     "Commands:\n"
+    "  serve [--listen HOST:PORT] [--config FILE]\n"
+    "                                 run the HTTP service (docs/api.md); see serve --help\n"
     "  create [--id ID] [LIMITS...]   create and start a box; prints its id\n"
     "  exec [OPTIONS] ID -- CMD [ARG...]\n"
     "                                 run CMD in the box (through bash -lc), stream its\n"
@@ -433,6 +435,8 @@ int main(int argc, char **argv)
                 fputs(usage_text, stdout);
                 return 0;
         }
+        if (!strcmp(cmd, "serve"))
+                return cli_serve(sub_argc, sub_argv, data);
         if (!strcmp(cmd, "version")) {
                 printf("agentbox %s\n", AGENTBOX_VERSION);
                 return 0;

@@ -36,7 +36,7 @@ static json_t *read_json(int boxfd, const char *name, int *missing, ab_err **err
         return j;
 }
 
-int ab_config_write(int boxfd, const ab_box_config *c, ab_err **err)
+int ab_box_config_write(int boxfd, const ab_box_config *c, ab_err **err)
 {
         json_t *lim = json_pack(
             "{s:f,s:I,s:I,s:I,s:I,s:I,s:I}", "cpus", c->limits.cpus, "memory_mib",
@@ -57,7 +57,7 @@ static uint64_t get_u64(json_t *o, const char *k, uint64_t dflt)
         return json_is_integer(v) ? (uint64_t)json_integer_value(v) : dflt;
 }
 
-int ab_config_read(int boxfd, ab_box_config *c, ab_err **err)
+int ab_box_config_read(int boxfd, ab_box_config *c, ab_err **err)
 {
         int missing;
         json_t *j = read_json(boxfd, "config.json", &missing, err);
@@ -83,13 +83,13 @@ int ab_config_read(int boxfd, ab_box_config *c, ab_err **err)
         c->rootfs = rootfs ? xstrdup(rootfs) : NULL;
         json_decref(j);
         if (!c->uid_base || !c->id[0]) {
-                ab_config_clear(c);
+                ab_box_config_clear(c);
                 return ab_err_set(err, AB_E_INTERNAL, 0, "config.json lacks id or uid_base");
         }
         return 0;
 }
 
-void ab_config_clear(ab_box_config *c)
+void ab_box_config_clear(ab_box_config *c)
 {
         free(c->rootfs);
         c->rootfs = NULL;

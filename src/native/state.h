@@ -26,10 +26,10 @@ typedef struct ab_box_state {
         char *error; /* non-NULL: the last start failed */
 } ab_box_state;
 
-int ab_config_write(int boxfd, const ab_box_config *c, ab_err **err);
+int ab_box_config_write(int boxfd, const ab_box_config *c, ab_err **err);
 /* AB_E_NOT_FOUND when the file is missing (a box still being created). */
-int ab_config_read(int boxfd, ab_box_config *c, ab_err **err);
-void ab_config_clear(ab_box_config *c);
+int ab_box_config_read(int boxfd, ab_box_config *c, ab_err **err);
+void ab_box_config_clear(ab_box_config *c);
 
 int ab_state_write(int boxfd, const ab_box_state *s, ab_err **err);
 /* Returns 0 and fills *s, or 1 when there is no state file (stopped). */

@@ -28,9 +28,9 @@ int main(void)
         c.limits.memory_mib = 256;
         c.limits.disk_mib = 64;
         c.rootfs = "/srv/rootfs";
-        TAP_IS_INT(ab_config_write(dfd, &c, &e), 0, "config written");
+        TAP_IS_INT(ab_box_config_write(dfd, &c, &e), 0, "config written");
         ab_box_config r;
-        TAP_IS_INT(ab_config_read(dfd, &r, &e), 0, "config read");
+        TAP_IS_INT(ab_box_config_read(dfd, &r, &e), 0, "config read");
         TAP_IS_STR(r.id, "box-1", "id");
         TAP_IS_INT(r.uid_base, c.uid_base, "uid base");
         TAP_IS_INT(r.created_at, c.created_at, "created_at");
@@ -39,7 +39,7 @@ int main(void)
         TAP_IS_INT(r.limits.disk_mib, 64, "disk");
         TAP_IS_INT(r.limits.pids, AB_DEFAULT_PIDS, "pids default kept");
         TAP_IS_STR(r.rootfs, "/srv/rootfs", "rootfs");
-        ab_config_clear(&r);
+        ab_box_config_clear(&r);
         struct stat st;
         fstatat(dfd, "config.json", &st, 0);
         TAP_IS_INT(st.st_mode & 0777, 0600, "config.json is private");
@@ -47,27 +47,28 @@ int main(void)
         /* A field missing from an older file falls back to the default. */
         put(dfd, "config.json",
             "{\"id\":\"old\",\"uid_base\":1048576,\"limits\":{\"memory_mib\":512}}");
-        TAP_IS_INT(ab_config_read(dfd, &r, &e), 0, "older config read");
+        TAP_IS_INT(ab_box_config_read(dfd, &r, &e), 0, "older config read");
         tap_ok(r.limits.memory_mib == 512 && r.limits.disk_mib == AB_DEFAULT_DISK_MIB &&
                    r.rootfs == NULL,
                "missing fields take defaults");
-        ab_config_clear(&r);
+        ab_box_config_clear(&r);
 
         put(dfd, "config.json", "{\"id\": \"x\", ");
-        tap_ok(ab_config_read(dfd, &r, &e) < 0 && e && e->code == AB_E_INTERNAL &&
+        tap_ok(ab_box_config_read(dfd, &r, &e) < 0 && e && e->code == AB_E_INTERNAL &&
                    strstr(e->msg, "corrupt"),
                "a truncated config is reported as corrupt");
         ab_err_free(&e);
         put(dfd, "config.json", "[1,2,3]");
-        tap_ok(ab_config_read(dfd, &r, &e) < 0 && e, "a config that is not an object is refused");
+        tap_ok(ab_box_config_read(dfd, &r, &e) < 0 && e,
+               "a config that is not an object is refused");
         ab_err_free(&e);
         put(dfd, "config.json", "{\"limits\":{}}");
-        tap_ok(ab_config_read(dfd, &r, &e) < 0 && e && strstr(e->msg, "uid_base"),
+        tap_ok(ab_box_config_read(dfd, &r, &e) < 0 && e && strstr(e->msg, "uid_base"),
                "a config without id or uid_base is refused");
-        ab_config_clear(&r);
+        ab_box_config_clear(&r);
         ab_err_free(&e);
         unlinkat(dfd, "config.json", 0);
-        tap_ok(ab_config_read(dfd, &r, &e) < 0 && e && e->code == AB_E_NOT_FOUND,
+        tap_ok(ab_box_config_read(dfd, &r, &e) < 0 && e && e->code == AB_E_NOT_FOUND,
                "a missing config is not_found (a box still being created)");
         ab_err_free(&e);
 

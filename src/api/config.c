@@ -1,0 +1,731 @@
+/* config.c - defaults, then the YAML file, then AGENTBOX_* variables. Every
+ * field is described once in a table (its YAML key, its variable, its kind),
+ * so the file and the environment parse values the same way. Loading works on
+ * a copy: on error the configuration passed in is left as it was. */
+#include "api/config.h"
+
+#include <arpa/inet.h>
+#include <ctype.h>
+#include <fcntl.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <strings.h>
+#include <yaml.h>
+
+void ab_config_default(ab_config *c)
+{
+        *c = (ab_config){
+            .listen = xstrdup("127.0.0.1:8080"),
+            .data_dir = xstrdup("./data"),
+            .idle_stop_s = 300,
+            .reaper_interval_ms = 5000,
+            .sample_interval_ms = 10000,
+            .max_body = 1024 * 1024,
+            .max_upload = 1024 * 1024 * 1024,
+            .max_connections = 1024,
+        };
+        ab_limits_default(&c->limits);
+}
+
+static char *dup_or_null(const char *s)
+{
+        return s ? xstrdup(s) : NULL;
+}
+
+static void config_copy(ab_config *dst, const ab_config *src)
+{
+        *dst = *src;
+        dst->listen = dup_or_null(src->listen);
+        dst->data_dir = dup_or_null(src->data_dir);
+        dst->store_url = dup_or_null(src->store_url);
+        dst->token = dup_or_null(src->token);
+        dst->init_path = dup_or_null(src->init_path);
+        dst->webhook_url = dup_or_null(src->webhook_url);
+        dst->keys = src->n_keys ? xcalloc(src->n_keys, sizeof(*dst->keys)) : NULL;
+        for (size_t i = 0; i < src->n_keys; i++) {
+                dst->keys[i].key = dup_or_null(src->keys[i].key);
+                dst->keys[i].app_id = dup_or_null(src->keys[i].app_id);
+        }
+}
+
+static void keys_free(ab_config_key *k, size_t n)
+{
+        for (size_t i = 0; i < n; i++) {
+                free(k[i].key);
+                free(k[i].app_id);
+        }
+        free(k);
+}
+
+void ab_config_release(ab_config *c)
+{
+        free(c->listen);
+        free(c->data_dir);
+        free(c->store_url);
+        free(c->token);
+        free(c->init_path);
+        free(c->webhook_url);
+        keys_free(c->keys, c->n_keys);
+        *c = (ab_config){0};
+}
+
+/* --- checks shared by the loaders (which add the line or variable) and validate --- */
+
+/* Message of a failed check: malloc'd, or NULL when the value is fine. */
+typedef char *why_t;
+
+static why_t why(const char *fmt, ...) AB_PRINTF(1, 2);
+static why_t why(const char *fmt, ...)
+{
+        va_list ap;
+        char *m = NULL;
+        va_start(ap, fmt);
+        if (vasprintf(&m, fmt, ap) < 0)
+                abort();
+        va_end(ap);
+        return m;
+}
+
+static why_t why_from_err(ab_err **e)
+{
+        why_t w = xstrdup(*e ? (*e)->msg : "invalid value");
+        ab_err_free(e);
+        return w;
+}
+
+static bool is_hostname(const char *h)
+{
+        size_t n = strlen(h);
+        if (n == 0 || n > 253)
+                return false;
+        for (const char *p = h; *p; p++)
+                if (!(isalnum((unsigned char)*p) || *p == '.' || *p == '-' || *p == '_'))
+                        return false;
+        return true;
+}
+
+/* Parses HOST:PORT ([V6]:PORT for IPv6) and tells whether HOST is loopback. */
+static why_t check_listen(const char *s, bool *loopback)
+{
+        *loopback = false;
+        if (!s || !*s)
+                return why("is empty: give HOST:PORT, e.g. 127.0.0.1:8080");
+        char host[256];
+        const char *port;
+        bool v6 = false;
+        if (s[0] == '[') {
+                const char *close = strchr(s, ']');
+                if (!close || close[1] != ':')
+                        return why("'%s' is not [IPV6]:PORT, e.g. [::1]:8080", s);
+                if ((size_t)(close - s - 1) >= sizeof(host))
+                        return why("'%s': the host is too long", s);
+                memcpy(host, s + 1, (size_t)(close - s - 1));
+                host[close - s - 1] = '\0';
+                port = close + 2;
+                v6 = true;
+        } else {
+                const char *colon = strrchr(s, ':');
+                if (!colon)
+                        return why("'%s' has no port: give HOST:PORT, e.g. 127.0.0.1:8080", s);
+                if ((size_t)(colon - s) >= sizeof(host))
+                        return why("'%s': the host is too long", s);
+                memcpy(host, s, (size_t)(colon - s));
+                host[colon - s] = '\0';
+                port = colon + 1;
+                if (strchr(host, ':'))
+                        return why("'%s': put an IPv6 address in brackets, e.g. [::1]:8080", s);
+        }
+        if (!host[0])
+                return why("'%s' has no host: use e.g. 0.0.0.0%s to listen on every interface", s,
+                           s);
+        size_t pl = strlen(port);
+        if (pl == 0 || pl > 5 || strspn(port, "0123456789") != pl || atoi(port) < 1 ||
+            atoi(port) > 65535)
+                return why("'%s': the port must be a number from 1 to 65535", s);
+
+        unsigned char a[16];
+        if (v6) {
+                if (inet_pton(AF_INET6, host, a) != 1)
+                        return why("'%s': '%s' is not an IPv6 address", s, host);
+                static const unsigned char lo[16] = {[15] = 1};
+                static const unsigned char mapped[12] = {[10] = 0xff, [11] = 0xff};
+                *loopback = memcmp(a, lo, 16) == 0 || (memcmp(a, mapped, 12) == 0 && a[12] == 127);
+        } else if (inet_pton(AF_INET, host, a) == 1) {
+                *loopback = a[0] == 127;
+        } else if (is_hostname(host)) {
+                *loopback =
+                    strcasecmp(host, "localhost") == 0 || strcasecmp(host, "localhost.") == 0;
+        } else {
+                return why("'%s': '%s' is not a host name or an IP address", s, host);
+        }
+        return NULL;
+}
+
+static why_t check_http_url(const char *s)
+{
+        if (s && *s && strncasecmp(s, "http://", 7) != 0 && strncasecmp(s, "https://", 8) != 0)
+                return why("'%s' is not an http:// or https:// URL", s);
+        return NULL;
+}
+
+static why_t check_pct(double v)
+{
+        if (isnan(v) || v < 0 || v > 100)
+                return why("must be a percentage from 0 to 100 (0 = off), got %g", v);
+        return NULL;
+}
+
+static why_t check_api_key(const char *key, const char *app_id)
+{
+        if (!key || strlen(key) < 16)
+                return why("an API key secret must be at least 16 characters long");
+        if (!app_id || !*app_id)
+                return why("an API key needs a non-empty app_id");
+        return NULL;
+}
+
+/* --- values --- */
+
+typedef enum {
+        K_STR,     /* a string that must be given */
+        K_OPT_STR, /* a string; null or "" clears it */
+        K_LISTEN,  /* K_STR checked as HOST:PORT */
+        K_URL,     /* K_OPT_STR that must be http(s) */
+        K_SECS,    /* duration stored as int64 seconds (rounded up) */
+        K_MS,      /* duration stored as int64 milliseconds */
+        K_COUNT,   /* integer >= 0 as int64 */
+        K_PCT,     /* percentage as double */
+        K_BYTES,   /* size in bytes as uint64 */
+} kind;
+
+typedef struct field {
+        const char *name, *alias, *env;
+        kind kind;
+        size_t off;
+} field;
+
+#define F(name, alias, env, kind, member)                                                          \
+        {                                                                                          \
+                name, alias, env, kind, offsetof(ab_config, member)                                \
+        }
+static const field fields[] = {
+    F("listen", NULL, "AGENTBOX_LISTEN", K_LISTEN, listen),
+    F("data_dir", "data", "AGENTBOX_DATA", K_STR, data_dir),
+    F("store", "store_url", "AGENTBOX_STORE", K_OPT_STR, store_url),
+    F("token", NULL, "AGENTBOX_TOKEN", K_OPT_STR, token),
+    F("init_path", NULL, "AGENTBOX_INIT", K_OPT_STR, init_path),
+    F("idle_stop", NULL, "AGENTBOX_IDLE_STOP", K_SECS, idle_stop_s),
+    F("ttl", NULL, NULL, K_SECS, ttl_s),
+    F("pool_size", NULL, "AGENTBOX_POOL_SIZE", K_COUNT, pool_size),
+    F("max_running", NULL, "AGENTBOX_MAX_RUNNING", K_COUNT, max_running),
+    F("reaper_interval", NULL, NULL, K_MS, reaper_interval_ms),
+    F("sample_interval", NULL, NULL, K_MS, sample_interval_ms),
+    F("alert_memory_pct", NULL, NULL, K_PCT, alert_memory_pct),
+    F("alert_cpu_pct", NULL, NULL, K_PCT, alert_cpu_pct),
+    F("alert_disk_pct", NULL, NULL, K_PCT, alert_disk_pct),
+    F("webhook_url", NULL, "AGENTBOX_WEBHOOK_URL", K_URL, webhook_url),
+    F("max_body", NULL, NULL, K_BYTES, max_body),
+    F("max_upload", NULL, NULL, K_BYTES, max_upload),
+    F("max_connections", NULL, NULL, K_COUNT, max_connections),
+};
+#undef F
+
+static why_t parse_count(const char *s, int64_t *out)
+{
+        char *end = NULL;
+        errno = 0;
+        long long v = strtoll(s, &end, 10);
+        if (errno || end == s || *end || v < 0)
+                return why("'%s' is not a whole number >= 0", s);
+        *out = v;
+        return NULL;
+}
+
+static why_t parse_double(const char *s, bool pct, double *out)
+{
+        char *end = NULL;
+        errno = 0;
+        double v = strtod(s, &end);
+        if (pct && end != s && *end == '%')
+                end++;
+        if (errno || end == s || *end || !isfinite(v))
+                return why("'%s' is not a number", s);
+        *out = v;
+        return NULL;
+}
+
+static why_t parse_secs(const char *s, int64_t *out)
+{
+        ab_err *e = NULL;
+        uint64_t ms;
+        if (ab_parse_duration_ms(s, &ms, &e) < 0)
+                return why_from_err(&e);
+        *out = (int64_t)((ms + 999) / 1000);
+        return NULL;
+}
+
+/* Sets field f from the text v; null = an explicit YAML null or empty value. */
+static why_t set_field(ab_config *c, const field *f, const char *v, bool null)
+{
+        void *p = (char *)c + f->off;
+        if (null && (f->kind == K_OPT_STR || f->kind == K_URL)) {
+                free(*(char **)p);
+                *(char **)p = NULL;
+                return NULL;
+        }
+        if (null)
+                return why("needs a value");
+        ab_err *e = NULL;
+        why_t w = NULL;
+        switch (f->kind) {
+        case K_LISTEN: {
+                bool lo;
+                if ((w = check_listen(v, &lo)))
+                        return w;
+        }
+                /* fallthrough */
+        case K_STR:
+        case K_OPT_STR:
+        case K_URL:
+                if (f->kind == K_STR && !*v)
+                        return why("must not be empty");
+                if (f->kind == K_URL && (w = check_http_url(v)))
+                        return w;
+                free(*(char **)p);
+                *(char **)p = xstrdup(v);
+                return NULL;
+        case K_SECS:
+                return parse_secs(v, (int64_t *)p);
+        case K_MS: {
+                uint64_t ms;
+                if (ab_parse_duration_ms(v, &ms, &e) < 0)
+                        return why_from_err(&e);
+                *(int64_t *)p = (int64_t)ms;
+                return NULL;
+        }
+        case K_COUNT:
+                return parse_count(v, (int64_t *)p);
+        case K_PCT: {
+                double d;
+                if ((w = parse_double(v, true, &d)) || (w = check_pct(d)))
+                        return w;
+                *(double *)p = d;
+                return NULL;
+        }
+        case K_BYTES: {
+                uint64_t b;
+                if (ab_parse_bytes(v, &b, &e) < 0)
+                        return why_from_err(&e);
+                if (b == 0)
+                        return why("must be more than 0 bytes");
+                *(uint64_t *)p = b;
+                return NULL;
+        }
+        }
+        return why("unhandled kind"); /* not reached */
+}
+
+static const char *const limit_names[] = {"cpus",    "memory",     "pids",  "disk",
+                                          "timeout", "output_cap", "nofile"};
+
+/* Sets limit number i (an index into limit_names) of *l from v. */
+static why_t set_limit(ab_limits *l, size_t i, const char *v)
+{
+        ab_err *e = NULL;
+        why_t w = NULL;
+        int64_t n = 0;
+        uint64_t u = 0;
+        switch (i) {
+        case 0:
+                return parse_double(v, false, &l->cpus);
+        case 1:
+                return ab_parse_mib(v, &l->memory_mib, &e) < 0 ? why_from_err(&e) : NULL;
+        case 2:
+                if ((w = parse_count(v, &n)))
+                        return w;
+                l->pids = (uint64_t)n;
+                return NULL;
+        case 3:
+                return ab_parse_mib(v, &l->disk_mib, &e) < 0 ? why_from_err(&e) : NULL;
+        case 4:
+                if ((w = parse_secs(v, &n)))
+                        return w;
+                l->timeout_s = n > UINT32_MAX ? UINT32_MAX : (uint32_t)n;
+                return NULL;
+        case 5:
+                if (ab_parse_bytes(v, &u, &e) < 0)
+                        return why_from_err(&e);
+                l->output_cap = u;
+                return NULL;
+        default:
+                if ((w = parse_count(v, &n)))
+                        return w;
+                l->nofile = (uint64_t)n;
+                return NULL;
+        }
+}
+
+/* --- the YAML file --- */
+
+typedef struct yctx {
+        yaml_document_t *doc;
+        const char *path;
+        ab_err **err;
+} yctx;
+
+static int fail_at(yctx *y, const yaml_node_t *n, const char *key, why_t w)
+{
+        int r = ab_err_set(y->err, AB_E_INVALID, 0, "%s, line %zu: %s%s%s", y->path,
+                           n->start_mark.line + 1, key ? key : "", key ? ": " : "", w);
+        free(w);
+        return r;
+}
+
+static yaml_node_t *node(yctx *y, int id)
+{
+        return yaml_document_get_node(y->doc, id);
+}
+
+static bool is_null(const yaml_node_t *n)
+{
+        if (n->type != YAML_SCALAR_NODE || n->data.scalar.style != YAML_PLAIN_SCALAR_STYLE)
+                return false;
+        const char *v = (const char *)n->data.scalar.value;
+        return !*v || strcmp(v, "~") == 0 || strcmp(v, "null") == 0 || strcmp(v, "Null") == 0 ||
+               strcmp(v, "NULL") == 0;
+}
+
+/* The text of a scalar node, or NULL after setting the error. */
+static const char *scalar(yctx *y, const yaml_node_t *n, const char *key)
+{
+        if (n->type != YAML_SCALAR_NODE) {
+                fail_at(y, n, key, why("expected a single value, not a list or a mapping"));
+                return NULL;
+        }
+        const char *v = (const char *)n->data.scalar.value;
+        if (strlen(v) != n->data.scalar.length) {
+                fail_at(y, n, key, why("contains a NUL character"));
+                return NULL;
+        }
+        return v;
+}
+
+/* Checks that the mapping n has no key twice; fills *dup with the offender. */
+static bool has_duplicate(yctx *y, const yaml_node_t *n, const yaml_node_t **dup)
+{
+        for (yaml_node_pair_t *a = n->data.mapping.pairs.start; a < n->data.mapping.pairs.top; a++)
+                for (yaml_node_pair_t *b = a + 1; b < n->data.mapping.pairs.top; b++) {
+                        yaml_node_t *ka = node(y, a->key), *kb = node(y, b->key);
+                        if (ka->type == YAML_SCALAR_NODE && kb->type == YAML_SCALAR_NODE &&
+                            strcmp((char *)ka->data.scalar.value, (char *)kb->data.scalar.value) ==
+                                0) {
+                                *dup = kb;
+                                return true;
+                        }
+                }
+        return false;
+}
+
+/* Walks a mapping: for each pair calls fn(y, key text, key node, value node, arg). */
+typedef int (*pair_fn)(yctx *y, const char *k, yaml_node_t *kn, yaml_node_t *vn, void *arg);
+static int each_pair(yctx *y, yaml_node_t *n, const char *what, pair_fn fn, void *arg)
+{
+        if (n->type != YAML_MAPPING_NODE)
+                return fail_at(y, n, what, why("expected a mapping of key: value"));
+        const yaml_node_t *dup;
+        if (has_duplicate(y, n, &dup))
+                return fail_at(y, dup, (const char *)dup->data.scalar.value, why("given twice"));
+        for (yaml_node_pair_t *p = n->data.mapping.pairs.start; p < n->data.mapping.pairs.top;
+             p++) {
+                yaml_node_t *kn = node(y, p->key), *vn = node(y, p->value);
+                const char *k = scalar(y, kn, what);
+                if (!k)
+                        return -1;
+                if (fn(y, k, kn, vn, arg) < 0)
+                        return -1;
+        }
+        return 0;
+}
+
+static int limit_pair(yctx *y, const char *k, yaml_node_t *kn, yaml_node_t *vn, void *arg)
+{
+        ab_limits *l = arg;
+        char key[64];
+        snprintf(key, sizeof(key), "limits.%s", k);
+        size_t i;
+        for (i = 0; i < AB_ARRAY_LEN(limit_names); i++)
+                if (strcmp(k, limit_names[i]) == 0)
+                        break;
+        if (i == AB_ARRAY_LEN(limit_names))
+                return fail_at(y, kn, key,
+                               why("unknown key (known: cpus, memory, pids, disk, timeout, "
+                                   "output_cap, nofile)"));
+        if (is_null(vn))
+                return fail_at(y, vn, key, why("needs a value"));
+        const char *v = scalar(y, vn, key);
+        if (!v)
+                return -1;
+        /* The value alone against the bounds (so the error points at its line). */
+        ab_limits probe;
+        ab_limits_default(&probe);
+        why_t w = set_limit(&probe, i, v);
+        ab_err *e = NULL;
+        if (!w && ab_limits_validate(&probe, &e) < 0)
+                w = why_from_err(&e);
+        if (w)
+                return fail_at(y, vn, key, w);
+        free(set_limit(l, i, v)); /* parsed above: cannot fail */
+        return 0;
+}
+
+typedef struct key_ctx {
+        ab_config_key k;
+        yaml_node_t *key_node;
+} key_ctx;
+
+static int api_key_pair(yctx *y, const char *k, yaml_node_t *kn, yaml_node_t *vn, void *arg)
+{
+        key_ctx *kc = arg;
+        char key[64];
+        snprintf(key, sizeof(key), "api_keys.%s", k);
+        char **dst;
+        if (strcmp(k, "key") == 0) {
+                dst = &kc->k.key;
+                kc->key_node = vn;
+        } else if (strcmp(k, "app_id") == 0) {
+                dst = &kc->k.app_id;
+        } else {
+                return fail_at(y, kn, key, why("unknown key (known: key, app_id)"));
+        }
+        const char *v = is_null(vn) ? "" : scalar(y, vn, key);
+        if (!v)
+                return -1;
+        free(*dst);
+        *dst = xstrdup(v);
+        return 0;
+}
+
+static int load_api_keys(yctx *y, ab_config *c, yaml_node_t *seq)
+{
+        keys_free(c->keys, c->n_keys);
+        c->keys = NULL;
+        c->n_keys = 0;
+        if (is_null(seq))
+                return 0;
+        if (seq->type != YAML_SEQUENCE_NODE)
+                return fail_at(y, seq, "api_keys",
+                               why("expected a list of {key: SECRET, app_id: APP}"));
+        size_t n = (size_t)(seq->data.sequence.items.top - seq->data.sequence.items.start);
+        c->keys = n ? xcalloc(n, sizeof(*c->keys)) : NULL;
+        for (yaml_node_item_t *it = seq->data.sequence.items.start;
+             it < seq->data.sequence.items.top; it++) {
+                yaml_node_t *item = node(y, *it);
+                key_ctx kc = {0};
+                int r = each_pair(y, item, "api_keys", api_key_pair, &kc);
+                /* Owned by *c from here on, so an error frees it with the rest. */
+                c->keys[c->n_keys++] = kc.k;
+                if (r < 0)
+                        return -1;
+                why_t w = check_api_key(kc.k.key, kc.k.app_id);
+                if (w)
+                        return fail_at(y, kc.key_node ? kc.key_node : item, "api_keys", w);
+                for (size_t j = 0; j + 1 < c->n_keys; j++)
+                        if (strcmp(c->keys[j].key, kc.k.key) == 0)
+                                return fail_at(y, kc.key_node, "api_keys",
+                                               why("the same key secret is listed twice"));
+        }
+        return 0;
+}
+
+/* Aliases of one field set the same member: a file giving both is an error. */
+static const field *find_field(const char *k)
+{
+        for (size_t i = 0; i < AB_ARRAY_LEN(fields); i++)
+                if (strcmp(k, fields[i].name) == 0 ||
+                    (fields[i].alias && strcmp(k, fields[i].alias) == 0))
+                        return &fields[i];
+        return NULL;
+}
+
+typedef struct top_ctx {
+        ab_config *c;
+        bool seen[AB_ARRAY_LEN(fields)];
+} top_ctx;
+
+static int top_pair(yctx *y, const char *k, yaml_node_t *kn, yaml_node_t *vn, void *arg)
+{
+        top_ctx *t = arg;
+        if (strcmp(k, "limits") == 0) {
+                if (is_null(vn))
+                        return 0;
+                return each_pair(y, vn, "limits", limit_pair, &t->c->limits);
+        }
+        if (strcmp(k, "api_keys") == 0)
+                return load_api_keys(y, t->c, vn);
+        const field *f = find_field(k);
+        if (!f) {
+                _cleanup_free_ char *known = xstrdup("limits, api_keys");
+                for (size_t i = 0; i < AB_ARRAY_LEN(fields); i++) {
+                        char *more = xasprintf("%s, %s", known, fields[i].name);
+                        free(known);
+                        known = more;
+                }
+                return fail_at(y, kn, k, why("unknown key (known: %s)", known));
+        }
+        if (t->seen[f - fields])
+                return fail_at(y, kn, k,
+                               why("given twice (also as '%s')",
+                                   strcmp(k, f->name) == 0 ? f->alias : f->name));
+        t->seen[f - fields] = true;
+        const char *v = "";
+        bool null = is_null(vn);
+        if (!null && !(v = scalar(y, vn, k)))
+                return -1;
+        why_t w = set_field(t->c, f, v, null);
+        return w ? fail_at(y, vn, k, w) : 0;
+}
+
+static int apply_yaml(ab_config *c, const char *path, const char *text, size_t len, ab_err **err)
+{
+        yaml_parser_t parser;
+        yaml_document_t doc;
+        if (!yaml_parser_initialize(&parser))
+                abort();
+        yaml_parser_set_input_string(&parser, (const unsigned char *)text, len);
+        if (!yaml_parser_load(&parser, &doc)) {
+                int r = ab_err_set(err, AB_E_INVALID, 0,
+                                   "%s, line %zu column %zu: YAML syntax error: %s%s%s", path,
+                                   parser.problem_mark.line + 1, parser.problem_mark.column + 1,
+                                   parser.problem ? parser.problem : "unknown",
+                                   parser.context ? " " : "", parser.context ? parser.context : "");
+                yaml_parser_delete(&parser);
+                return r;
+        }
+        yctx y = {.doc = &doc, .path = path, .err = err};
+        int r = 0;
+        yaml_node_t *root = yaml_document_get_root_node(&doc);
+        if (root && !is_null(root)) {
+                top_ctx t = {.c = c};
+                r = each_pair(&y, root, NULL, top_pair, &t);
+        }
+        yaml_document_delete(&doc);
+        yaml_parser_delete(&parser);
+        return r;
+}
+
+int ab_config_load_file(ab_config *c, const char *path, ab_err **err)
+{
+        _cleanup_free_ char *text = NULL;
+        size_t len = 0;
+        int r = ab_read_file(AT_FDCWD, path, &text, &len);
+        if (r < 0)
+                return ab_err_set(err, r == -ENOENT ? AB_E_NOT_FOUND : AB_E_INVALID, -r,
+                                  "cannot read config file '%s'", path);
+        ab_config tmp;
+        config_copy(&tmp, c);
+        if (apply_yaml(&tmp, path, text, len, err) < 0) {
+                ab_config_release(&tmp);
+                return -1;
+        }
+        ab_config_release(c);
+        *c = tmp;
+        return 0;
+}
+
+int ab_config_load_env(ab_config *c, ab_err **err)
+{
+        ab_config tmp;
+        config_copy(&tmp, c);
+        for (size_t i = 0; i < AB_ARRAY_LEN(fields); i++) {
+                const field *f = &fields[i];
+                const char *v = f->env ? getenv(f->env) : NULL;
+                if (!v || !*v) /* empty counts as unset */
+                        continue;
+                why_t w = set_field(&tmp, f, v, false);
+                if (w) {
+                        ab_err_set(err, AB_E_INVALID, 0, "%s: %s", f->env, w);
+                        free(w);
+                        ab_config_release(&tmp);
+                        return -1;
+                }
+        }
+        ab_config_release(c);
+        *c = tmp;
+        return 0;
+}
+
+static int invalid(ab_err **err, const char *key, why_t w)
+{
+        int r = ab_err_set(err, AB_E_INVALID, 0, "%s: %s", key, w);
+        free(w);
+        return r;
+}
+
+int ab_config_validate(const ab_config *c, ab_err **err)
+{
+        bool loopback;
+        why_t w = check_listen(c->listen, &loopback);
+        if (w)
+                return invalid(err, "listen", w);
+        bool open = !c->token || !*c->token;
+        if (open && !loopback)
+                return ab_err_set(err, AB_E_INVALID, 0,
+                                  "listen: %s is not a loopback address and no admin token is "
+                                  "set: set AGENTBOX_TOKEN (or token: in the config file), or "
+                                  "listen on 127.0.0.1",
+                                  c->listen);
+        if (!c->data_dir || !*c->data_dir)
+                return invalid(err, "data_dir", why("must not be empty"));
+        if ((w = check_http_url(c->webhook_url)))
+                return invalid(err, "webhook_url", w);
+
+        const struct {
+                const char *key;
+                int64_t v, min;
+        } ints[] = {
+            {"idle_stop", c->idle_stop_s, 0},
+            {"ttl", c->ttl_s, 0},
+            {"pool_size", c->pool_size, 0},
+            {"max_running", c->max_running, 0},
+            {"reaper_interval", c->reaper_interval_ms, 1},
+            {"sample_interval", c->sample_interval_ms, 0},
+            {"max_connections", c->max_connections, 1},
+        };
+        for (size_t i = 0; i < AB_ARRAY_LEN(ints); i++)
+                if (ints[i].v < ints[i].min)
+                        return invalid(err, ints[i].key,
+                                       why("must be at least %lld (got %lld)",
+                                           (long long)ints[i].min, (long long)ints[i].v));
+        const struct {
+                const char *key;
+                double v;
+        } pcts[] = {
+            {"alert_memory_pct", c->alert_memory_pct},
+            {"alert_cpu_pct", c->alert_cpu_pct},
+            {"alert_disk_pct", c->alert_disk_pct},
+        };
+        for (size_t i = 0; i < AB_ARRAY_LEN(pcts); i++)
+                if ((w = check_pct(pcts[i].v)))
+                        return invalid(err, pcts[i].key, w);
+        if (c->max_body == 0)
+                return invalid(err, "max_body", why("must be more than 0 bytes"));
+        if (c->max_upload == 0)
+                return invalid(err, "max_upload", why("must be more than 0 bytes"));
+
+        if (ab_limits_validate(&c->limits, err) < 0)
+                return ab_err_wrap(err, "limits");
+
+        for (size_t i = 0; i < c->n_keys; i++) {
+                if ((w = check_api_key(c->keys[i].key, c->keys[i].app_id)))
+                        return invalid(err, "api_keys", w);
+                for (size_t j = 0; j < i; j++)
+                        if (strcmp(c->keys[j].key, c->keys[i].key) == 0)
+                                return invalid(err, "api_keys",
+                                               why("the same key secret is listed twice"));
+                if (!open && strcmp(c->keys[i].key, c->token) == 0)
+                        return invalid(err, "api_keys",
+                                       why("an API key must differ from the admin token"));
+        }
+        return 0;
+}

@@ -1,0 +1,54 @@
+/* config.h - the server's settings: defaults, then a YAML config file
+ * (--config FILE), then environment variables, then command-line flags, each
+ * overriding the one before. */
+#ifndef AB_CONFIG_H
+#define AB_CONFIG_H
+
+#include "common/err.h"
+#include "core/limits.h"
+#include <stdbool.h>
+#include <stdint.h>
+
+typedef struct ab_config_key {
+        char *key; /* the bearer secret */
+        char *app_id;
+} ab_config_key;
+
+typedef struct ab_config {
+        char *listen;      /* HOST:PORT; default "127.0.0.1:8080" (env AGENTBOX_LISTEN) */
+        char *data_dir;    /* default "./data" (env AGENTBOX_DATA) */
+        char *store_url;   /* NULL = SQLite under data_dir (env AGENTBOX_STORE) */
+        char *token;       /* admin bearer token; NULL/"" = open, loopback only (env AGENTBOX_TOKEN) */
+        char *init_path;   /* agentbox-init; NULL = next to the binary (env AGENTBOX_INIT) */
+        ab_limits limits;  /* defaults for new boxes (config: limits: {cpus, memory, pids, disk, timeout}) */
+        int64_t idle_stop_s;      /* default 300; 0 disables idle stop */
+        int64_t ttl_s;            /* default TTL of new boxes; 0 = none */
+        int64_t pool_size;        /* warm pool target; default 0 */
+        int64_t max_running;      /* cap on running boxes (LRU stop); 0 = no cap */
+        int64_t reaper_interval_ms;  /* how often idle/TTL/LRU/pool jobs run; default 5000 */
+        int64_t sample_interval_ms;  /* resource samples on /v1/events; default 10000; 0 = off */
+        double alert_memory_pct;  /* alert thresholds in percent of the limit; 0 = off */
+        double alert_cpu_pct;     /* percent of the cpu limit over the last sample */
+        double alert_disk_pct;
+        char *webhook_url;        /* alerts are POSTed here when set */
+        uint64_t max_body;        /* largest JSON request body; default 1 MiB */
+        uint64_t max_upload;      /* largest PUT file body; default 1 GiB */
+        int64_t max_connections;  /* default 1024 */
+        ab_config_key *keys;      /* API keys scoped to an app (config: api_keys: [{key, app_id}]) */
+        size_t n_keys;
+} ab_config;
+
+/* Fills *c with the defaults. */
+void ab_config_default(ab_config *c);
+/* Applies the YAML file at path over *c. Unknown keys and bad values are
+ * AB_E_INVALID naming the key (and the line). */
+int ab_config_load_file(ab_config *c, const char *path, ab_err **err);
+/* Applies AGENTBOX_* environment variables over *c. */
+int ab_config_load_env(ab_config *c, ab_err **err);
+/* Checks the whole configuration (listen address parses, non-loopback listen
+ * needs a token, limits valid, ...). */
+int ab_config_validate(const ab_config *c, ab_err **err);
+/* Frees what *c owns and zeroes it. */
+void ab_config_release(ab_config *c);
+
+#endif

@@ -1,0 +1,121 @@
+/* server.h - the HTTP service (libmicrohttpd, one thread per connection, so
+ * a long exec or an event stream never blocks other requests), and what the
+ * route modules share: the request context, JSON and error responses,
+ * streamed responses fed by a producer thread, and field parsing. */
+#ifndef AB_SERVER_H
+#define AB_SERVER_H
+
+#include "api/config.h"
+#include "core/manager.h"
+
+#include <jansson.h>
+#include <microhttpd.h>
+#include <stdatomic.h>
+
+typedef struct ab_server {
+        const ab_config *cfg;
+        ab_manager *mgr;
+        ab_store *store;
+        ab_events *events;
+        ab_metrics *metrics;
+        ab_backend *backend;
+        struct MHD_Daemon *mhd;
+        char *tmp_dir; /* DATA/tmp: uploads are spooled here */
+        int64_t started_ms;
+        uint64_t started_ns;
+        atomic_int sse_subscribers;
+        uint16_t port; /* the port actually bound */
+} ab_server;
+
+/* Starts listening on cfg->listen. */
+int ab_server_start(ab_server *s, ab_err **err);
+/* Stops accepting, ends event streams, and waits (up to a few seconds) for
+ * requests in progress. */
+void ab_server_stop(ab_server *s);
+
+typedef enum { BODY_NONE, BODY_JSON, BODY_UPLOAD } body_kind;
+
+typedef struct ab_req {
+        ab_server *srv;
+        struct MHD_Connection *conn;
+        const char *method;
+        char *path;   /* URL path without the leading '/', decoded by MHD */
+        char *segbuf; /* a copy of path cut into segments */
+        char **seg;   /* path segments (into segbuf) */
+        size_t n_seg;
+        const struct route *route;
+        const char *scope; /* NULL = admin; else the API key's app_id (owned by scope_buf) */
+        char *scope_buf;
+        body_kind body_kind;
+        char *body;
+        size_t body_len, body_cap;
+        bool body_too_large;
+        int upload_fd;
+        uint64_t upload_len;
+        bool upload_failed;
+        int status; /* the status answered, for logs */
+        uint64_t t0;
+} ab_req;
+
+/* A query-string parameter, or NULL. */
+const char *req_query(ab_req *r, const char *key);
+/* A request header, or NULL. */
+const char *req_header(ab_req *r, const char *key);
+
+/* Queues a JSON response (steals j). Returns an MHD result. */
+enum MHD_Result resp_json(ab_req *r, unsigned status, json_t *j);
+/* Queues {"error":{"code","message"}} with the status fitting e's code (frees e). */
+enum MHD_Result resp_err(ab_req *r, ab_err *e);
+/* Same, with an explicit status and code name. */
+enum MHD_Result resp_error(ab_req *r, unsigned status, const char *code, const char *fmt, ...)
+    AB_PRINTF(4, 5);
+/* HTTP status for an error code. */
+unsigned status_of(ab_code c);
+
+/* A response whose body is read from fd until EOF (chunked); the fd is
+ * closed when the response is done. The producer writes the other end of a
+ * pipe from its own thread and sees EPIPE when the client goes away. */
+enum MHD_Result resp_stream(ab_req *r, unsigned status, const char *content_type, int fd,
+                            const char *const *headers);
+/* Starts a detached thread running fn(arg). 0 or -errno. */
+int spawn_detached(void *(*fn)(void *), void *arg);
+
+/* Parses the JSON body: NULL body = {}; not an object or bad JSON = AB_E_INVALID. */
+int req_json(ab_req *r, json_t **out, ab_err **err);
+
+/* Field readers: absent fields leave *out unchanged and return 0; a wrong
+ * type is AB_E_INVALID naming the field. */
+int field_str(json_t *o, const char *name, const char **out, ab_err **err);
+int field_int(json_t *o, const char *name, int64_t *out, bool *present, ab_err **err);
+int field_num(json_t *o, const char *name, double *out, bool *present, ab_err **err);
+int field_obj(json_t *o, const char *name, json_t **out, ab_err **err);
+/* AB_E_INVALID naming the first key of o not in the NULL-terminated list. */
+int fields_known(json_t *o, const char *const *known, const char *where, ab_err **err);
+
+/* A JSON string from bytes that may not be UTF-8: invalid sequences become U+FFFD. */
+json_t *json_bytes(const char *buf, size_t len);
+
+/* The box as the API shows it (docs/api.md). */
+json_t *box_json(const ab_box_rec *r);
+
+/* Route handlers. `id` is the {id} path segment or NULL. */
+enum MHD_Result route_health(ab_req *r, const char *id);
+enum MHD_Result route_metrics(ab_req *r, const char *id);
+enum MHD_Result route_box_create(ab_req *r, const char *id);
+enum MHD_Result route_box_list(ab_req *r, const char *id);
+enum MHD_Result route_box_delete_where(ab_req *r, const char *id);
+enum MHD_Result route_box_get(ab_req *r, const char *id);
+enum MHD_Result route_box_delete(ab_req *r, const char *id);
+enum MHD_Result route_box_stop(ab_req *r, const char *id);
+enum MHD_Result route_box_start(ab_req *r, const char *id);
+enum MHD_Result route_box_exec(ab_req *r, const char *id);
+enum MHD_Result route_exec(ab_req *r, const char *id);
+enum MHD_Result route_events(ab_req *r, const char *id);
+enum MHD_Result route_keys_list(ab_req *r, const char *id);
+enum MHD_Result route_keys_create(ab_req *r, const char *id);
+enum MHD_Result route_keys_delete(ab_req *r, const char *id);
+enum MHD_Result route_files_get(ab_req *r, const char *id);
+enum MHD_Result route_files_put(ab_req *r, const char *id);
+enum MHD_Result route_files_delete(ab_req *r, const char *id);
+
+#endif

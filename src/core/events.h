@@ -1,0 +1,52 @@
+/* events.h - the in-process event bus behind GET /v1/events (SSE).
+ *
+ * Producers (the lifecycle manager, the exec path, the resource sampler)
+ * emit events; each gets a sequence number, increasing from 1. The bus keeps
+ * the newest `capacity` events in a ring so a subscriber that reconnects with
+ * Last-Event-ID misses nothing still in the ring. Subscribers poll with
+ * ab_events_wait, which blocks until something newer than their last seen
+ * sequence exists. Thread-safe. */
+#ifndef AB_EVENTS_H
+#define AB_EVENTS_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stddef.h>
+
+typedef struct ab_events ab_events;
+
+/* One delivered event: a copy owned by the receiver (ab_event_views_free). */
+typedef struct ab_event_view {
+        uint64_t seq;
+        char *type;   /* e.g. "box.created", "exec", "resource", "alert" */
+        char *app_id; /* the box's app, or NULL (used to scope API keys) */
+        char *box_id; /* or NULL */
+        char *json;   /* the whole event as one line of JSON:
+                       * {"seq":N,"type":T,"time":ms,"box_id":..,"app_id":..,"data":{...}} */
+} ab_event_view;
+
+ab_events *ab_events_new(size_t capacity);
+/* Wakes every waiter (they return at once with what they have) and frees. */
+void ab_events_free(ab_events *ev);
+
+/* Emits an event. `data` is stolen (may be NULL = {}). Returns its sequence number. */
+uint64_t ab_events_emit(ab_events *ev, const char *type, const char *box_id, const char *app_id,
+                        json_t *data);
+
+/* Copies up to `max` events with seq > after into *out (oldest first; *n of
+ * them), waiting up to timeout_ms (0 = do not wait, <0 = forever) while there
+ * are none. *dropped is set to true when events after `after` already left
+ * the ring (the subscriber fell behind). Returns 0, or -ESHUTDOWN after
+ * ab_events_shutdown. */
+int ab_events_wait(ab_events *ev, uint64_t after, size_t max, int timeout_ms,
+                   ab_event_view **out, size_t *n, bool *dropped);
+void ab_event_views_free(ab_event_view *v, size_t n);
+
+/* The newest sequence number emitted so far (0 if none). */
+uint64_t ab_events_last_seq(ab_events *ev);
+
+/* Makes every current and future ab_events_wait return -ESHUTDOWN (server stopping). */
+void ab_events_shutdown(ab_events *ev);
+
+#endif

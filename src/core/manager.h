@@ -1,0 +1,121 @@
+/* manager.h - the sandbox manager: turns requests ("a box for these keys",
+ * "run this in box X") into backend operations and store records, and runs
+ * the lifecycle jobs (idle stop, TTL, LRU cap on running boxes, warm pool,
+ * asynchronous deletion, resource sampling and alerts).
+ *
+ * The store is the registry of boxes (who owns them, keys, activity); the
+ * backend is the truth about whether a box runs. Operations on one box are
+ * serialised by a per-box lock in this process; across processes, the
+ * store's unique (provider, id) decides who creates a box.
+ *
+ * `scope` arguments: NULL = admin (every box); else the app_id of an API key,
+ * and boxes of other apps are reported as AB_E_NOT_FOUND. Thread-safe. */
+#ifndef AB_MANAGER_H
+#define AB_MANAGER_H
+
+#include "backend/backend.h"
+#include "core/events.h"
+#include "core/metrics.h"
+#include "core/webhook.h"
+#include "store/store.h"
+#include <jansson.h>
+
+typedef struct ab_manager ab_manager;
+
+typedef struct ab_manager_opts {
+        ab_backend *backend; /* borrowed */
+        ab_store *store;     /* borrowed */
+        ab_events *events;   /* borrowed */
+        ab_metrics *metrics; /* borrowed */
+        ab_webhook *webhook; /* borrowed; NULL = no webhook */
+        ab_limits limits;    /* defaults of new boxes */
+        int64_t idle_stop_s; /* 0 = no idle stop */
+        int64_t ttl_s;       /* default TTL; 0 = none */
+        int64_t pool_size;
+        int64_t max_running; /* 0 = no cap */
+        int64_t reaper_interval_ms;
+        int64_t sample_interval_ms; /* 0 = no resource samples */
+        double alert_memory_pct, alert_cpu_pct, alert_disk_pct;
+} ab_manager_opts;
+
+/* Opens the manager: reconciles the store with the backend (recovery after a
+ * crash), resumes pending deletions, then starts the background jobs. */
+int ab_manager_open(const ab_manager_opts *o, ab_manager **out, ab_err **err);
+/* Stops the background jobs (waits for running ones) and frees. Boxes keep running. */
+void ab_manager_free(ab_manager *m);
+
+/* Derives a box id from keys: 16 hex of sha256(app-user-chat) or of
+ * sha256(thread_id). out holds 17 bytes. */
+void ab_manager_key_id(const char *app_id, const char *user_id, const char *chat_id, char out[17]);
+void ab_manager_thread_id(const char *thread_id, char out[17]);
+
+typedef struct ab_acquire_req {
+        const char *id; /* explicit id, or NULL */
+        const char *app_id, *user_id, *chat_id;
+        const char *thread_id;
+        const char *mode;        /* "session" (NULL) or "task" */
+        const ab_limits *limits; /* NULL = defaults */
+        json_t *env;             /* object of strings, or NULL (borrowed) */
+        json_t *network;         /* or NULL (borrowed) */
+        json_t *metadata;        /* or NULL (borrowed) */
+        int64_t idle_stop_s;     /* 0 = server default, -1 = never */
+        bool has_ttl;
+        int64_t ttl_s;
+} ab_acquire_req;
+
+/* Finds or makes the box for req and makes sure it runs. *created tells
+ * whether it was made by this call. AB_E_INVALID for bad keys, AB_E_CONFLICT
+ * when the id belongs to another app or is being deleted for too long,
+ * AB_E_UNAVAILABLE when it cannot be started. */
+int ab_manager_acquire(ab_manager *m, const ab_acquire_req *req, const char *scope, ab_box_rec *out,
+                       bool *created, ab_err **err);
+
+int ab_manager_get(ab_manager *m, const char *id, const char *scope, ab_box_rec *out, ab_err **err);
+/* Lists non-pool boxes matching f (f->app_id is forced to scope). */
+int ab_manager_list(ab_manager *m, const ab_box_filter *f, const char *scope, ab_box_rec **out,
+                    size_t *n, ab_err **err);
+int ab_manager_stop(ab_manager *m, const char *id, const char *scope, ab_box_rec *out,
+                    ab_err **err);
+int ab_manager_start(ab_manager *m, const char *id, const char *scope, ab_box_rec *out,
+                     ab_err **err);
+/* Marks the box deleting and queues its destruction; returns at once. */
+int ab_manager_delete(ab_manager *m, const char *id, const char *scope, ab_err **err);
+/* Deletes every box matching f (app_id, user_id, chat_id or thread_id);
+ * *ids gets the ids queued (NULL-terminated; free with the strv cleanup). */
+int ab_manager_delete_where(ab_manager *m, const ab_box_filter *f, const char *scope, char ***ids,
+                            ab_err **err);
+/* Resource usage of a running box (AB_E_CONFLICT when not running). */
+int ab_manager_stats(ab_manager *m, const ab_box_rec *r, ab_box_stats *out, ab_err **err);
+
+/* A use of a box by an exec, file or tool call: the box is running and
+ * counted busy (idle stop and the LRU cap leave it alone) until
+ * ab_manager_use_end, which marks activity and, for a task box, deletes it. */
+typedef struct ab_use {
+        ab_box_rec rec;
+        void *slot; /* internal */
+} ab_use;
+
+int ab_manager_use_begin(ab_manager *m, const char *id, const char *scope, ab_use *u, ab_err **err);
+/* A new connection to the box's init (the caller closes it). */
+int ab_manager_use_connect(ab_manager *m, ab_use *u, ab_err **err);
+void ab_manager_use_end(ab_manager *m, ab_use *u);
+
+/* Runs one command in a box being used: box env merged under req env, an
+ * audit row, an "exec" event and metrics. */
+int ab_manager_exec(ab_manager *m, ab_use *u, const abc_exec_req *req, abc_output_fn out, void *ud,
+                    abc_exec_res *res, ab_err **err);
+
+typedef struct ab_manager_counts {
+        int64_t pool_size, pool_target, execs_in_flight;
+        char **states; /* status names (free each + the array) */
+        int64_t *counts;
+        size_t n_states;
+} ab_manager_counts;
+int ab_manager_counts_get(ab_manager *m, ab_manager_counts *out, ab_err **err);
+void ab_manager_counts_clear(ab_manager_counts *c);
+
+/* Runs the reaper jobs once now (idle stop, TTL, LRU, pool top-up); tests and
+ * the background thread call it. */
+void ab_manager_reap(ab_manager *m);
+
+#endif

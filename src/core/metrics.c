@@ -1,0 +1,264 @@
+/* metrics.c - counters as arrays of atomics indexed by the known label values
+ * (anything else lands in an "other" slot, so a caller can never grow the
+ * label set), rendered on demand as Prometheus text format 0.0.4. */
+#include "core/metrics.h"
+#include "common/util.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+
+static const char *const outcomes[] = {"ok", "error", "timeout", "unavailable", "other"};
+/* The names ab_code_name returns (common/err.c), then "other". */
+static const char *const codes[] = {
+    "internal",       "invalid_argument",  "not_found", "conflict",    "unavailable",
+    "limit_exceeded", "permission_denied", "timeout",   "unsupported", "other",
+};
+static const char *const ops[] = {"create",    "start",    "stop",       "destroy", "pool_claim",
+                                  "idle_stop", "lru_stop", "ttl_delete", "other"};
+static const double buckets[] = {.001, .0025, .005, .01, .025, .05, .1, .25,
+                                 .5,   1,     2.5,  5,   10,   30,  60};
+
+#define N_OUTCOMES AB_ARRAY_LEN(outcomes)
+#define N_CODES    AB_ARRAY_LEN(codes)
+#define N_OPS      AB_ARRAY_LEN(ops)
+#define N_BUCKETS  (AB_ARRAY_LEN(buckets) + 1) /* the last one is +Inf */
+#define N_STATUS   600                         /* slot 0 holds statuses outside 100..599 */
+
+typedef atomic_uint_fast64_t counter;
+
+struct ab_metrics {
+        counter execs[N_OUTCOMES];
+        counter exec_bucket[N_BUCKETS]; /* not cumulative; summed at render */
+        counter exec_sum_ns;
+        counter http[N_STATUS];
+        counter errors[N_CODES];
+        counter lifecycle[N_OPS][2]; /* [op][0 = ok, 1 = error] */
+};
+
+ab_metrics *ab_metrics_new(void)
+{
+        return xzalloc(sizeof(ab_metrics)); /* all-zero bytes are zero lock-free atomics */
+}
+
+void ab_metrics_free(ab_metrics *m)
+{
+        free(m);
+}
+
+/* Index of name in names (whose last entry is "other"); unknown or NULL -> "other". */
+static size_t index_of(const char *const *names, size_t n, const char *name)
+{
+        if (name)
+                for (size_t i = 0; i + 1 < n; i++)
+                        if (strcmp(names[i], name) == 0)
+                                return i;
+        return n - 1;
+}
+
+static void inc(counter *c, uint64_t by)
+{
+        atomic_fetch_add_explicit(c, by, memory_order_relaxed);
+}
+
+static uint64_t get(counter *c)
+{
+        return atomic_load_explicit(c, memory_order_relaxed);
+}
+
+void ab_metrics_exec(ab_metrics *m, double seconds, const char *outcome)
+{
+        if (!(seconds >= 0) || isinf(seconds))
+                seconds = 0; /* NaN, negative or infinite: a clock bug, not a data point */
+        inc(&m->execs[index_of(outcomes, N_OUTCOMES, outcome)], 1);
+        size_t b = 0;
+        while (b < AB_ARRAY_LEN(buckets) && seconds > buckets[b])
+                b++;
+        inc(&m->exec_bucket[b], 1);
+        double ns = seconds * 1e9;
+        inc(&m->exec_sum_ns, ns >= 1.8e19 ? UINT64_MAX / 2 : (uint64_t)llround(ns));
+}
+
+void ab_metrics_http(ab_metrics *m, int status)
+{
+        inc(&m->http[status >= 100 && status < N_STATUS ? status : 0], 1);
+}
+
+void ab_metrics_error(ab_metrics *m, const char *code)
+{
+        inc(&m->errors[index_of(codes, N_CODES, code)], 1);
+}
+
+void ab_metrics_op(ab_metrics *m, const char *op, bool ok)
+{
+        inc(&m->lifecycle[index_of(ops, N_OPS, op)][ok ? 0 : 1], 1);
+}
+
+/* --- rendering --- */
+
+typedef struct buf {
+        char *p;
+        size_t len, cap;
+} buf;
+
+static void put(buf *b, const char *fmt, ...) AB_PRINTF(2, 3);
+static void put(buf *b, const char *fmt, ...)
+{
+        for (;;) {
+                va_list ap;
+                va_start(ap, fmt);
+                int r = vsnprintf(b->p + b->len, b->cap - b->len, fmt, ap);
+                va_end(ap);
+                if (r < 0)
+                        abort();
+                if ((size_t)r < b->cap - b->len) {
+                        b->len += (size_t)r;
+                        return;
+                }
+                b->cap = xadd(xmul(b->cap, 2), (size_t)r);
+                b->p = xrealloc(b->p, b->cap);
+        }
+}
+
+/* A label value with \, " and newline escaped, as the text format requires. */
+static void put_label(buf *b, const char *s)
+{
+        for (; s && *s; s++) {
+                switch (*s) {
+                case '\\':
+                        put(b, "\\\\");
+                        break;
+                case '"':
+                        put(b, "\\\"");
+                        break;
+                case '\n':
+                        put(b, "\\n");
+                        break;
+                default:
+                        put(b, "%c", *s);
+                }
+        }
+}
+
+/* The shortest decimal that reads back as v (Prometheus parses Go-style floats). */
+static void fmt_double(char out[32], double v)
+{
+        if (isnan(v)) {
+                snprintf(out, 32, "NaN");
+                return;
+        }
+        if (isinf(v)) {
+                snprintf(out, 32, v > 0 ? "+Inf" : "-Inf");
+                return;
+        }
+        if (v == trunc(v) && fabs(v) < 1e15) {
+                snprintf(out, 32, "%.0f", v); /* 60, not 6e+01 */
+                return;
+        }
+        for (int prec = 1; prec <= 17; prec++) {
+                snprintf(out, 32, "%.*g", prec, v);
+                if (strtod(out, NULL) == v)
+                        return;
+        }
+}
+
+static void put_double(buf *b, double v)
+{
+        char s[32];
+        fmt_double(s, v);
+        put(b, "%s", s);
+}
+
+static void header(buf *b, const char *name, const char *type, const char *help)
+{
+        put(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+char *ab_metrics_render(ab_metrics *m, const ab_metrics_gauges *g)
+{
+        static const ab_metrics_gauges none = {0};
+        if (!g)
+                g = &none;
+        buf b = {.cap = 8192};
+        b.p = xmalloc(b.cap);
+        b.p[0] = '\0';
+
+        header(&b, "agentbox_boxes", "gauge", "Boxes by lifecycle state.");
+        for (size_t i = 0; i < g->n_states; i++) {
+                put(&b, "agentbox_boxes{state=\"");
+                put_label(&b, g->box_states[i]);
+                put(&b, "\"} %lld\n", (long long)g->box_counts[i]);
+        }
+
+        header(&b, "agentbox_execs_total", "counter", "Finished execs by outcome.");
+        for (size_t i = 0; i < N_OUTCOMES; i++) {
+                uint64_t v = get(&m->execs[i]);
+                if (i + 1 < N_OUTCOMES || v)
+                        put(&b, "agentbox_execs_total{outcome=\"%s\"} %llu\n", outcomes[i],
+                            (unsigned long long)v);
+        }
+
+        header(&b, "agentbox_exec_duration_seconds", "histogram", "Wall time of finished execs.");
+        uint64_t cum = 0;
+        for (size_t i = 0; i < N_BUCKETS; i++) {
+                cum += get(&m->exec_bucket[i]);
+                char le[32];
+                fmt_double(le, i < AB_ARRAY_LEN(buckets) ? buckets[i] : INFINITY);
+                put(&b, "agentbox_exec_duration_seconds_bucket{le=\"%s\"} %llu\n", le,
+                    (unsigned long long)cum);
+        }
+        put(&b, "agentbox_exec_duration_seconds_sum ");
+        put_double(&b, (double)get(&m->exec_sum_ns) / 1e9);
+        put(&b, "\nagentbox_exec_duration_seconds_count %llu\n", (unsigned long long)cum);
+
+        header(&b, "agentbox_execs_in_flight", "gauge", "Execs running now.");
+        put(&b, "agentbox_execs_in_flight %lld\n", (long long)g->execs_in_flight);
+
+        header(&b, "agentbox_http_requests_total", "counter", "HTTP requests by status code.");
+        for (size_t i = 100; i < N_STATUS; i++) {
+                uint64_t v = get(&m->http[i]);
+                if (v)
+                        put(&b, "agentbox_http_requests_total{code=\"%zu\"} %llu\n", i,
+                            (unsigned long long)v);
+        }
+        if (get(&m->http[0]))
+                put(&b, "agentbox_http_requests_total{code=\"other\"} %llu\n",
+                    (unsigned long long)get(&m->http[0]));
+
+        header(&b, "agentbox_errors_total", "counter", "Errors returned to clients by code.");
+        for (size_t i = 0; i < N_CODES; i++) {
+                uint64_t v = get(&m->errors[i]);
+                if (i + 1 < N_CODES || v)
+                        put(&b, "agentbox_errors_total{code=\"%s\"} %llu\n", codes[i],
+                            (unsigned long long)v);
+        }
+
+        header(&b, "agentbox_lifecycle_ops_total", "counter",
+               "Lifecycle operations by kind and result.");
+        for (size_t i = 0; i < N_OPS; i++) {
+                for (int r = 0; r < 2; r++) {
+                        uint64_t v = get(&m->lifecycle[i][r]);
+                        if (i + 1 < N_OPS || v)
+                                put(&b,
+                                    "agentbox_lifecycle_ops_total{op=\"%s\",result=\"%s\"} "
+                                    "%llu\n",
+                                    ops[i], r ? "error" : "ok", (unsigned long long)v);
+                }
+        }
+
+        header(&b, "agentbox_pool_size", "gauge", "Warm boxes ready in the pool.");
+        put(&b, "agentbox_pool_size %lld\n", (long long)g->pool_size);
+        header(&b, "agentbox_pool_target", "gauge", "Configured warm pool size.");
+        put(&b, "agentbox_pool_target %lld\n", (long long)g->pool_target);
+        header(&b, "agentbox_sse_subscribers", "gauge", "Connected event stream subscribers.");
+        put(&b, "agentbox_sse_subscribers %lld\n", (long long)g->sse_subscribers);
+        header(&b, "agentbox_uptime_seconds", "gauge", "Seconds since the server started.");
+        put(&b, "agentbox_uptime_seconds ");
+        put_double(&b, g->uptime_s);
+        put(&b, "\n");
+        header(&b, "agentbox_build_info", "gauge", "Build information; always 1.");
+        put(&b, "agentbox_build_info{version=\"");
+        put_label(&b, AGENTBOX_VERSION);
+        put(&b, "\"} 1\n");
+        return b.p;
+}

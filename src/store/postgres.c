@@ -1,0 +1,253 @@
+/* postgres.c - the PostgreSQL driver: one libpq connection per handle
+ * (store.c serialises calls), every statement through PQexecParams with typed
+ * parameters, and one reconnect when the server dropped the connection
+ * outside a transaction. */
+#include "store/store_int.h"
+
+#include <ctype.h>
+#include <inttypes.h>
+#include <libpq-fe.h>
+
+#define OID_INT8 20
+#define OID_TEXT 25
+
+typedef struct pg_store {
+        ab_store base;
+        PGconn *conn;
+        bool in_tx; /* a statement may not be retried on a new connection */
+} pg_store;
+
+static const char *const v1[] = {
+    "CREATE TABLE boxes ("
+    "provider TEXT NOT NULL, id TEXT NOT NULL, backend_id TEXT, "
+    "app_id TEXT, user_id TEXT, chat_id TEXT, thread_id TEXT, "
+    "status TEXT NOT NULL, mode TEXT NOT NULL, "
+    "created_at BIGINT NOT NULL, last_active_at BIGINT NOT NULL, "
+    "idle_stop_s BIGINT NOT NULL DEFAULT 0, ttl_s BIGINT NOT NULL DEFAULT 0, "
+    "limits TEXT, spec TEXT, metadata TEXT, error TEXT, "
+    "UNIQUE (provider, id))",
+    "CREATE INDEX boxes_app_chat ON boxes (app_id, chat_id)",
+    "CREATE INDEX boxes_status_active ON boxes (status, last_active_at)",
+    "CREATE TABLE exec_audit ("
+    "id BIGSERIAL PRIMARY KEY, provider TEXT NOT NULL, box_id TEXT NOT NULL, "
+    "command TEXT NOT NULL, exit_code INTEGER NOT NULL, timed_out INTEGER NOT NULL, "
+    "started_at BIGINT NOT NULL, duration_ms BIGINT NOT NULL, "
+    "stdout_bytes BIGINT NOT NULL, stderr_bytes BIGINT NOT NULL)",
+    "CREATE INDEX exec_audit_box ON exec_audit (provider, box_id, started_at)",
+    "CREATE TABLE api_keys ("
+    "key_id TEXT NOT NULL UNIQUE, key_hash TEXT NOT NULL UNIQUE, app_id TEXT NOT NULL, "
+    "name TEXT, created_at BIGINT NOT NULL)",
+    NULL,
+};
+
+static const ab_store_migration migrations[] = {
+    {1, v1},
+};
+
+/* libpq messages end in a newline and may span lines; keep them on one. */
+static char *one_line(const char *m)
+{
+        char *s = xstrdup(m && *m ? m : "unknown error");
+        for (char *p = s; *p; p++)
+                if (*p == '\n' || *p == '\r' || *p == '\t')
+                        *p = ' ';
+        size_t n = strlen(s);
+        while (n && isspace((unsigned char)s[n - 1]))
+                s[--n] = '\0';
+        return s;
+}
+
+static ab_code code_of(const char *state, bool connected)
+{
+        if (!connected)
+                return AB_E_UNAVAILABLE;
+        if (!state)
+                return AB_E_INTERNAL;
+        if (strcmp(state, "23505") == 0) /* unique_violation */
+                return AB_E_CONFLICT;
+        if (strncmp(state, "23", 2) == 0) /* other integrity constraints */
+                return AB_E_INVALID;
+        if (strncmp(state, "08", 2) == 0 || strncmp(state, "57P", 3) == 0 ||
+            strncmp(state, "53", 2) == 0 || strncmp(state, "40", 2) == 0)
+                return AB_E_UNAVAILABLE; /* connection, shutdown, resources, retry */
+        if (strcmp(state, "42501") == 0)
+                return AB_E_PERMISSION;
+        return AB_E_INTERNAL;
+}
+
+static int fail_result(pg_store *p, PGresult *r, const char *op, ab_err **err)
+{
+        bool connected = PQstatus(p->conn) == CONNECTION_OK;
+        const char *primary = r ? PQresultErrorField(r, PG_DIAG_MESSAGE_PRIMARY) : NULL;
+        const char *detail = r ? PQresultErrorField(r, PG_DIAG_MESSAGE_DETAIL) : NULL;
+        const char *state = r ? PQresultErrorField(r, PG_DIAG_SQLSTATE) : NULL;
+        _cleanup_free_ char *msg = one_line(primary ? primary : PQerrorMessage(p->conn));
+        _cleanup_free_ char *det = detail ? one_line(detail) : NULL;
+        return ab_err_set(err, code_of(state, connected), 0, "%s: %s%s%s%s", op, msg,
+                          det ? " (" : "", det ? det : "", det ? ")" : "");
+}
+
+/* Makes sure the connection is up, reconnecting once when it dropped. */
+static int ensure_conn(pg_store *p, const char *op, ab_err **err)
+{
+        if (PQstatus(p->conn) == CONNECTION_OK)
+                return 0;
+        if (p->in_tx)
+                return ab_err_set(err, AB_E_UNAVAILABLE, 0,
+                                  "%s: the connection to PostgreSQL was lost in a transaction", op);
+        PQreset(p->conn);
+        if (PQstatus(p->conn) == CONNECTION_OK)
+                return 0;
+        _cleanup_free_ char *msg = one_line(PQerrorMessage(p->conn));
+        return ab_err_set(err, AB_E_UNAVAILABLE, 0, "%s: cannot reconnect to PostgreSQL: %s", op,
+                          msg);
+}
+
+static void collect(PGresult *r, ab_sql_res *res)
+{
+        int rows = PQntuples(r), cols = PQnfields(r);
+        res->ncols = (size_t)cols;
+        for (int i = 0; i < rows; i++) {
+                char **row = ab_sql_res_add_row(res);
+                for (int c = 0; c < cols; c++)
+                        if (!PQgetisnull(r, i, c))
+                                row[c] = xstrdup(PQgetvalue(r, i, c));
+        }
+        const char *n = PQcmdTuples(r);
+        res->changes = n && *n ? strtoll(n, NULL, 10) : 0;
+}
+
+static int pg_exec(ab_store *s, const char *op, const char *sql, const ab_sql_arg *args,
+                   size_t nargs, ab_sql_res *res, ab_err **err)
+{
+        pg_store *p = (pg_store *)s;
+        const char *values[AB_SQL_MAX_ARGS];
+        Oid types[AB_SQL_MAX_ARGS];
+        char nums[AB_SQL_MAX_ARGS][24];
+        if (nargs > AB_SQL_MAX_ARGS)
+                abort(); /* a bug in store.c */
+        for (size_t i = 0; i < nargs; i++) {
+                if (args[i].is_int) {
+                        snprintf(nums[i], sizeof(nums[i]), "%" PRId64, args[i].num);
+                        values[i] = nums[i];
+                        types[i] = OID_INT8;
+                } else {
+                        values[i] = args[i].text;
+                        types[i] = OID_TEXT;
+                }
+        }
+        for (int attempt = 0;; attempt++) {
+                if (ensure_conn(p, op, err) < 0)
+                        return -1;
+                PGresult *r = PQexecParams(p->conn, sql, (int)nargs, types, values, NULL, NULL, 0);
+                ExecStatusType st = PQresultStatus(r);
+                if (st == PGRES_COMMAND_OK || st == PGRES_TUPLES_OK) {
+                        if (res)
+                                collect(r, res);
+                        PQclear(r);
+                        return 0;
+                }
+                /* The server went away (restart, idle kill): try once on a new
+                 * connection, unless a transaction's earlier statements are lost. */
+                if (PQstatus(p->conn) != CONNECTION_OK && !p->in_tx && attempt == 0) {
+                        PQclear(r);
+                        continue;
+                }
+                int ret = fail_result(p, r, op, err);
+                PQclear(r);
+                return ret;
+        }
+}
+
+static int pg_begin(ab_store *s, const char *op, ab_err **err)
+{
+        pg_store *p = (pg_store *)s;
+        if (pg_exec(s, op, "BEGIN", NULL, 0, NULL, err) < 0)
+                return -1;
+        p->in_tx = true;
+        return 0;
+}
+
+static int pg_commit(ab_store *s, const char *op, ab_err **err)
+{
+        pg_store *p = (pg_store *)s;
+        PGresult *r = PQexec(p->conn, "COMMIT");
+        int ret = 0;
+        if (PQresultStatus(r) != PGRES_COMMAND_OK)
+                ret = fail_result(p, r, op, err);
+        else if (strcmp(PQcmdStatus(r), "COMMIT") != 0) /* an aborted transaction rolls back */
+                ret = ab_err_set(err, AB_E_INTERNAL, 0, "%s: the transaction was rolled back", op);
+        PQclear(r);
+        p->in_tx = false;
+        return ret;
+}
+
+static void pg_rollback(ab_store *s)
+{
+        pg_store *p = (pg_store *)s;
+        if (p->in_tx && PQstatus(p->conn) == CONNECTION_OK)
+                PQclear(PQexec(p->conn, "ROLLBACK"));
+        p->in_tx = false;
+}
+
+static void pg_close(ab_store *s)
+{
+        pg_store *p = (pg_store *)s;
+        PQfinish(p->conn);
+        free(p);
+}
+
+static const ab_store_ops pg_ops = {
+    .kind = "postgres",
+    .migrations = migrations,
+    .n_migrations = AB_ARRAY_LEN(migrations),
+    /* Concurrent CREATE TABLE IF NOT EXISTS can fail in PostgreSQL; the
+     * transaction-scoped lock makes opens of a fresh database take turns. */
+    .migrate_lock = "SELECT pg_advisory_xact_lock(7215470930366857001)",
+    /* Concurrent claims skip each other's locked rows instead of waiting for
+     * them (and then finding them gone). */
+    .claim_select = "SELECT id, backend_id FROM boxes WHERE provider = $1 AND mode = 'pool' "
+                    "AND status = 'running' ORDER BY created_at, id LIMIT 1 "
+                    "FOR UPDATE SKIP LOCKED",
+    .exec = pg_exec,
+    .begin = pg_begin,
+    .commit = pg_commit,
+    .rollback = pg_rollback,
+    .close = pg_close,
+};
+
+static void quiet_notices(void *arg, const char *message)
+{
+        (void)arg;
+        (void)message;
+}
+
+int ab_store_pg_open(const char *url, ab_store **out, ab_err **err)
+{
+        *out = NULL;
+        char *perr = NULL;
+        PQconninfoOption *opts = PQconninfoParse(url, &perr);
+        if (!opts) {
+                _cleanup_free_ char *msg = one_line(perr ? perr : "out of memory");
+                PQfreemem(perr);
+                return ab_err_set(err, AB_E_INVALID, 0, "open PostgreSQL store: bad url: %s", msg);
+        }
+        PQconninfoFree(opts);
+        /* Defaults first: the url's own parameters override them. */
+        const char *keys[] = {"connect_timeout", "application_name", "dbname", NULL};
+        const char *vals[] = {"10", "agentbox", url, NULL};
+        PGconn *c = PQconnectdbParams(keys, vals, 1);
+        if (!c)
+                abort(); /* libpq: out of memory */
+        if (PQstatus(c) != CONNECTION_OK) {
+                _cleanup_free_ char *msg = one_line(PQerrorMessage(c));
+                PQfinish(c);
+                return ab_err_set(err, AB_E_UNAVAILABLE, 0, "connect to PostgreSQL: %s", msg);
+        }
+        PQsetNoticeProcessor(c, quiet_notices, NULL);
+        pg_store *p = xzalloc(sizeof(*p));
+        p->base.ops = &pg_ops;
+        p->conn = c;
+        *out = &p->base;
+        return 0;
+}

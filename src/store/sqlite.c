@@ -1,0 +1,243 @@
+/* sqlite.c - the SQLite driver: one connection per handle (store.c serialises
+ * calls), WAL so readers never block the writer and several processes can
+ * share the file, and a busy timeout so writers of other processes queue
+ * rather than fail. */
+#include "store/store_int.h"
+
+#include <fcntl.h>
+#include <sqlite3.h>
+#include <time.h>
+
+#define BUSY_TIMEOUT_MS 5000
+
+typedef struct sqlite_store {
+        ab_store base;
+        sqlite3 *db;
+} sqlite_store;
+
+static const char *const v1[] = {
+    "CREATE TABLE boxes ("
+    "provider TEXT NOT NULL, id TEXT NOT NULL, backend_id TEXT, "
+    "app_id TEXT, user_id TEXT, chat_id TEXT, thread_id TEXT, "
+    "status TEXT NOT NULL, mode TEXT NOT NULL, "
+    "created_at BIGINT NOT NULL, last_active_at BIGINT NOT NULL, "
+    "idle_stop_s BIGINT NOT NULL DEFAULT 0, ttl_s BIGINT NOT NULL DEFAULT 0, "
+    "limits TEXT, spec TEXT, metadata TEXT, error TEXT, "
+    "UNIQUE (provider, id))",
+    "CREATE INDEX boxes_app_chat ON boxes (app_id, chat_id)",
+    "CREATE INDEX boxes_status_active ON boxes (status, last_active_at)",
+    "CREATE TABLE exec_audit ("
+    "id INTEGER PRIMARY KEY AUTOINCREMENT, provider TEXT NOT NULL, box_id TEXT NOT NULL, "
+    "command TEXT NOT NULL, exit_code INTEGER NOT NULL, timed_out INTEGER NOT NULL, "
+    "started_at BIGINT NOT NULL, duration_ms BIGINT NOT NULL, "
+    "stdout_bytes BIGINT NOT NULL, stderr_bytes BIGINT NOT NULL)",
+    "CREATE INDEX exec_audit_box ON exec_audit (provider, box_id, started_at)",
+    "CREATE TABLE api_keys ("
+    "key_id TEXT NOT NULL UNIQUE, key_hash TEXT NOT NULL UNIQUE, app_id TEXT NOT NULL, "
+    "name TEXT, created_at BIGINT NOT NULL)",
+    NULL,
+};
+
+static const ab_store_migration migrations[] = {
+    {1, v1},
+};
+
+static ab_code code_of(int rc)
+{
+        switch (rc) {
+        case SQLITE_CONSTRAINT_UNIQUE:
+        case SQLITE_CONSTRAINT_PRIMARYKEY:
+                return AB_E_CONFLICT;
+        default:
+                break;
+        }
+        switch (rc & 0xff) {
+        case SQLITE_CONSTRAINT:
+                return AB_E_INVALID;
+        case SQLITE_BUSY:
+        case SQLITE_LOCKED:
+        case SQLITE_CANTOPEN:
+        case SQLITE_PROTOCOL:
+                return AB_E_UNAVAILABLE;
+        case SQLITE_FULL:
+                return AB_E_LIMIT;
+        case SQLITE_READONLY:
+        case SQLITE_PERM:
+        case SQLITE_AUTH:
+                return AB_E_PERMISSION;
+        default:
+                return AB_E_INTERNAL;
+        }
+}
+
+static int fail(sqlite_store *q, int rc, const char *op, ab_err **err)
+{
+        return ab_err_set(err, code_of(rc), 0, "%s: %s", op, sqlite3_errmsg(q->db));
+}
+
+static int bind(sqlite3_stmt *st, const ab_sql_arg *args, size_t nargs)
+{
+        for (size_t i = 0; i < nargs; i++) {
+                char name[24];
+                snprintf(name, sizeof(name), "$%zu", i + 1);
+                int idx = sqlite3_bind_parameter_index(st, name);
+                if (!idx) /* not used by this statement */
+                        continue;
+                int rc;
+                if (args[i].is_int)
+                        rc = sqlite3_bind_int64(st, idx, args[i].num);
+                else if (args[i].text)
+                        rc = sqlite3_bind_text(st, idx, args[i].text, -1, SQLITE_STATIC);
+                else
+                        rc = sqlite3_bind_null(st, idx);
+                if (rc != SQLITE_OK)
+                        return rc;
+        }
+        return SQLITE_OK;
+}
+
+static int sq_exec(ab_store *s, const char *op, const char *sql, const ab_sql_arg *args,
+                   size_t nargs, ab_sql_res *res, ab_err **err)
+{
+        sqlite_store *q = (sqlite_store *)s;
+        sqlite3_stmt *st = NULL;
+        int rc = sqlite3_prepare_v2(q->db, sql, -1, &st, NULL);
+        if (rc != SQLITE_OK)
+                return fail(q, rc, op, err);
+        rc = bind(st, args, nargs);
+        if (rc != SQLITE_OK)
+                goto fail;
+        int ncols = sqlite3_column_count(st);
+        if (res)
+                res->ncols = (size_t)ncols;
+        while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+                if (!res)
+                        continue;
+                char **row = ab_sql_res_add_row(res);
+                for (int c = 0; c < ncols; c++) {
+                        if (sqlite3_column_type(st, c) == SQLITE_NULL)
+                                continue;
+                        const char *t = (const char *)sqlite3_column_text(st, c);
+                        if (!t) /* only on out-of-memory */
+                                abort();
+                        row[c] = xstrdup(t);
+                }
+        }
+        if (rc != SQLITE_DONE)
+                goto fail;
+        if (res)
+                res->changes = sqlite3_stmt_readonly(st) ? 0 : sqlite3_changes64(q->db);
+        sqlite3_finalize(st);
+        return 0;
+fail:;
+        int r = fail(q, rc, op, err);
+        sqlite3_finalize(st);
+        return r;
+}
+
+static int sq_begin(ab_store *s, const char *op, ab_err **err)
+{
+        /* IMMEDIATE takes the write lock now: a deferred transaction that reads
+         * first and writes later can fail with BUSY without waiting. */
+        return sq_exec(s, op, "BEGIN IMMEDIATE", NULL, 0, NULL, err);
+}
+
+static int sq_commit(ab_store *s, const char *op, ab_err **err)
+{
+        return sq_exec(s, op, "COMMIT", NULL, 0, NULL, err);
+}
+
+static void sq_rollback(ab_store *s)
+{
+        sqlite_store *q = (sqlite_store *)s;
+        if (!sqlite3_get_autocommit(q->db))
+                sqlite3_exec(q->db, "ROLLBACK", NULL, NULL, NULL);
+}
+
+static void sq_close(ab_store *s)
+{
+        sqlite_store *q = (sqlite_store *)s;
+        sqlite3_close(q->db);
+        free(q);
+}
+
+static const ab_store_ops sqlite_ops = {
+    .kind = "sqlite",
+    .migrations = migrations,
+    .n_migrations = AB_ARRAY_LEN(migrations),
+    .migrate_lock = NULL, /* BEGIN IMMEDIATE already excludes other writers */
+    /* The transaction holds the database's write lock: no row lock needed. */
+    .claim_select = "SELECT id, backend_id FROM boxes WHERE provider = $1 AND mode = 'pool' "
+                    "AND status = 'running' ORDER BY created_at, id LIMIT 1",
+    .exec = sq_exec,
+    .begin = sq_begin,
+    .commit = sq_commit,
+    .rollback = sq_rollback,
+    .close = sq_close,
+};
+
+/* Switching a fresh file to WAL takes an exclusive lock that the busy handler
+ * does not always wait for; retry for as long as the busy timeout. */
+static int set_wal(sqlite_store *q, const char *path, ab_err **err)
+{
+        uint64_t deadline = ab_now_ms() + BUSY_TIMEOUT_MS;
+        for (;;) {
+                ab_sql_res res = {0};
+                ab_err *e = NULL;
+                int r =
+                    sq_exec(&q->base, "set WAL mode", "PRAGMA journal_mode=WAL", NULL, 0, &res, &e);
+                if (r == 0) {
+                        const char *mode = res.nrows && res.ncols ? res.cells[0] : NULL;
+                        bool wal = mode && strcmp(mode, "wal") == 0;
+                        if (!wal)
+                                ab_err_set(err, AB_E_UNSUPPORTED, 0,
+                                           "open SQLite database %s: cannot use WAL mode "
+                                           "(journal mode is %s): put it on a local filesystem",
+                                           path, mode ? mode : "unknown");
+                        ab_sql_res_clear(&res);
+                        return wal ? 0 : -1;
+                }
+                ab_sql_res_clear(&res);
+                if (e->code != AB_E_UNAVAILABLE || ab_now_ms() >= deadline) {
+                        ab_err_set(err, e->code, 0, "open SQLite database %s: %s", path, e->msg);
+                        ab_err_free(&e);
+                        return -1;
+                }
+                ab_err_free(&e);
+                nanosleep(&(struct timespec){.tv_nsec = 10 * 1000 * 1000}, NULL);
+        }
+}
+
+int ab_store_sqlite_open(const char *path, ab_store **out, ab_err **err)
+{
+        *out = NULL;
+        /* Create the file ourselves so that it is private from the start (SQLite
+         * gives the -wal and -shm files the database's mode). */
+        int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOCTTY, 0600);
+        if (fd < 0)
+                return ab_err_set(err, errno == EACCES ? AB_E_PERMISSION : AB_E_UNAVAILABLE, errno,
+                                  "open SQLite database %s", path);
+        close(fd);
+        sqlite3 *db = NULL;
+        int rc = sqlite3_open_v2(
+            path, &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX, NULL);
+        if (rc != SQLITE_OK) {
+                ab_err_set(err, AB_E_UNAVAILABLE, 0, "open SQLite database %s: %s", path,
+                           db ? sqlite3_errmsg(db) : sqlite3_errstr(rc));
+                sqlite3_close(db);
+                return -1;
+        }
+        sqlite3_extended_result_codes(db, 1);
+        sqlite3_busy_timeout(db, BUSY_TIMEOUT_MS);
+        sqlite_store *q = xzalloc(sizeof(*q));
+        q->base.ops = &sqlite_ops;
+        q->db = db;
+        if (set_wal(q, path, err) < 0 ||
+            sq_exec(&q->base, "open SQLite database: set synchronous", "PRAGMA synchronous=NORMAL",
+                    NULL, 0, NULL, err) < 0) {
+                sq_close(&q->base);
+                return -1;
+        }
+        *out = &q->base;
+        return 0;
+}

@@ -1,0 +1,789 @@
+/* store.c - the store operations, written once for both drivers (see
+ * store_int.h), ab_store_open's dispatch by url, and the schema migrations. */
+#include "store/store_int.h"
+
+#include <stddef.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#define BOX_COLS                                                                                   \
+        "provider, id, backend_id, app_id, user_id, chat_id, thread_id, status, mode, "            \
+        "created_at, last_active_at, idle_stop_s, ttl_s, limits, spec, metadata, error"
+enum { BOX_NCOLS = 17 };
+
+#define AUDIT_COLS                                                                                 \
+        "provider, box_id, command, exit_code, timed_out, started_at, duration_ms, "               \
+        "stdout_bytes, stderr_bytes"
+#define KEY_COLS "key_id, key_hash, app_id, name, created_at"
+
+/* Runs one statement with the arguments that follow (at least one). */
+#define EXEC(s, op, sql, res, err, ...)                                                            \
+        ({                                                                                         \
+                const ab_sql_arg _args[] = {__VA_ARGS__};                                          \
+                (s)->ops->exec((s), (op), (sql), _args, AB_ARRAY_LEN(_args), (res), (err));        \
+        })
+#define EXEC0(s, op, sql, res, err) (s)->ops->exec((s), (op), (sql), NULL, 0, (res), (err))
+
+/* ---- records ---- */
+
+void ab_box_rec_clear(ab_box_rec *r)
+{
+        if (!r)
+                return;
+        char **strs[] = {&r->provider, &r->id,        &r->backend_id, &r->app_id, &r->user_id,
+                         &r->chat_id,  &r->thread_id, &r->status,     &r->mode,   &r->limits,
+                         &r->spec,     &r->metadata,  &r->error};
+        for (size_t i = 0; i < AB_ARRAY_LEN(strs); i++)
+                free(*strs[i]);
+        memset(r, 0, sizeof(*r));
+}
+
+void ab_box_recs_free(ab_box_rec *r, size_t n)
+{
+        if (!r)
+                return;
+        for (size_t i = 0; i < n; i++)
+                ab_box_rec_clear(&r[i]);
+        free(r);
+}
+
+void ab_exec_audits_free(ab_exec_audit *a, size_t n)
+{
+        if (!a)
+                return;
+        for (size_t i = 0; i < n; i++) {
+                free(a[i].provider);
+                free(a[i].box_id);
+                free(a[i].command);
+        }
+        free(a);
+}
+
+void ab_api_key_clear(ab_api_key *k)
+{
+        if (!k)
+                return;
+        free(k->key_id);
+        free(k->key_hash);
+        free(k->app_id);
+        free(k->name);
+        memset(k, 0, sizeof(*k));
+}
+
+void ab_api_keys_free(ab_api_key *k, size_t n)
+{
+        if (!k)
+                return;
+        for (size_t i = 0; i < n; i++)
+                ab_api_key_clear(&k[i]);
+        free(k);
+}
+
+/* ---- results ---- */
+
+char **ab_sql_res_add_row(ab_sql_res *res)
+{
+        if (res->nrows == res->cap) {
+                res->cap = res->cap ? xmul(res->cap, 2) : 8;
+                res->cells = xrealloc(res->cells, xmul(xmul(res->cap, res->ncols), sizeof(char *)));
+        }
+        char **row = res->cells + res->nrows * res->ncols;
+        for (size_t c = 0; c < res->ncols; c++)
+                row[c] = NULL;
+        res->nrows++;
+        return row;
+}
+
+void ab_sql_res_clear(ab_sql_res *res)
+{
+        if (!res->cells) {
+                memset(res, 0, sizeof(*res));
+                return;
+        }
+        for (size_t i = 0; i < res->nrows * res->ncols; i++)
+                free(res->cells[i]);
+        free(res->cells);
+        memset(res, 0, sizeof(*res));
+}
+
+#define _cleanup_res_ __attribute__((cleanup(ab_sql_res_clear)))
+
+static const char *cell(const ab_sql_res *r, size_t row, size_t col)
+{
+        return row < r->nrows && col < r->ncols ? r->cells[row * r->ncols + col] : NULL;
+}
+
+static char *take(ab_sql_res *r, size_t row, size_t col)
+{
+        return steal_pointer(&r->cells[row * r->ncols + col]);
+}
+
+static int64_t num(const ab_sql_res *r, size_t row, size_t col)
+{
+        const char *s = cell(r, row, col);
+        return s ? strtoll(s, NULL, 10) : 0;
+}
+
+/* ---- locking ---- */
+
+static ab_store *store_lock(ab_store *s)
+{
+        pthread_mutex_lock(&s->lock);
+        return s;
+}
+
+static void store_unlockp(ab_store **s)
+{
+        if (*s)
+                pthread_mutex_unlock(&(*s)->lock);
+}
+
+/* Holds the handle's mutex until the end of the enclosing block. */
+#define STORE_LOCKED(s) __attribute__((cleanup(store_unlockp))) ab_store *_held = store_lock(s)
+
+/* ---- helpers ---- */
+
+static int64_t wall_ms(void)
+{
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void row_to_box(ab_sql_res *r, size_t i, ab_box_rec *b)
+{
+        b->provider = take(r, i, 0);
+        b->id = take(r, i, 1);
+        b->backend_id = take(r, i, 2);
+        b->app_id = take(r, i, 3);
+        b->user_id = take(r, i, 4);
+        b->chat_id = take(r, i, 5);
+        b->thread_id = take(r, i, 6);
+        b->status = take(r, i, 7);
+        b->mode = take(r, i, 8);
+        b->created_at = num(r, i, 9);
+        b->last_active_at = num(r, i, 10);
+        b->idle_stop_s = num(r, i, 11);
+        b->ttl_s = num(r, i, 12);
+        b->limits = take(r, i, 13);
+        b->spec = take(r, i, 14);
+        b->metadata = take(r, i, 15);
+        b->error = take(r, i, 16);
+}
+
+static void boxes_from(ab_sql_res *r, ab_box_rec **out, size_t *n)
+{
+        *out = NULL;
+        *n = r->nrows;
+        if (!r->nrows)
+                return;
+        *out = xcalloc(r->nrows, sizeof(**out));
+        for (size_t i = 0; i < r->nrows; i++)
+                row_to_box(r, i, &(*out)[i]);
+}
+
+/* The 17 columns of BOX_COLS as $1..$17. */
+static void box_args(const ab_box_rec *r, ab_sql_arg a[BOX_NCOLS])
+{
+        const ab_sql_arg v[BOX_NCOLS] = {
+            SQL_TEXT(r->provider),      SQL_TEXT(r->id),
+            SQL_TEXT(r->backend_id),    SQL_TEXT(r->app_id),
+            SQL_TEXT(r->user_id),       SQL_TEXT(r->chat_id),
+            SQL_TEXT(r->thread_id),     SQL_TEXT(r->status),
+            SQL_TEXT(r->mode),          SQL_INT(r->created_at),
+            SQL_INT(r->last_active_at), SQL_INT(r->idle_stop_s),
+            SQL_INT(r->ttl_s),          SQL_TEXT(r->limits),
+            SQL_TEXT(r->spec),          SQL_TEXT(r->metadata),
+            SQL_TEXT(r->error),
+        };
+        memcpy(a, v, sizeof(v));
+}
+
+static int check_box(const ab_box_rec *r, const char *what, ab_err **err)
+{
+        if (!r || !r->provider || !r->id || !r->status || !r->mode)
+                return ab_err_set(err, AB_E_INVALID, 0,
+                                  "%s: a box record needs provider, id, status and mode", what);
+        return 0;
+}
+
+static int check_key(const char *provider, const char *id, const char *what, ab_err **err)
+{
+        if (!provider || !id)
+                return ab_err_set(err, AB_E_INVALID, 0, "%s: provider and id are required", what);
+        return 0;
+}
+
+static int not_found(ab_err **err, const char *op, const char *provider, const char *id)
+{
+        return ab_err_set(err, AB_E_NOT_FOUND, 0, "%s: no box '%s' of provider '%s'", op, id,
+                          provider);
+}
+
+/* ---- migrations ---- */
+
+static int latest_version(const ab_store *s)
+{
+        const ab_store_ops *o = s->ops;
+        return o->n_migrations ? o->migrations[o->n_migrations - 1].version : 0;
+}
+
+static int read_version(ab_store *s, const char *op, int *out, ab_err **err)
+{
+        _cleanup_res_ ab_sql_res res = {0};
+        if (EXEC0(s, op, "SELECT COALESCE(MAX(version), 0) FROM schema_migrations", &res, err) < 0)
+                return -1;
+        *out = (int)num(&res, 0, 0);
+        return 0;
+}
+
+static int migrate_tx(ab_store *s, ab_err **err)
+{
+        const ab_store_ops *o = s->ops;
+        const char *op = "migrate the schema";
+        if (o->migrate_lock && EXEC0(s, op, o->migrate_lock, NULL, err) < 0)
+                return -1;
+        if (EXEC0(s, op,
+                  "CREATE TABLE IF NOT EXISTS schema_migrations ("
+                  "version INTEGER PRIMARY KEY, applied_at BIGINT NOT NULL)",
+                  NULL, err) < 0)
+                return -1;
+        int cur, known = latest_version(s);
+        if (read_version(s, op, &cur, err) < 0)
+                return -1;
+        if (cur > known)
+                return ab_err_set(err, AB_E_CONFLICT, 0,
+                                  "the %s database has schema version %d but this agentbox "
+                                  "knows only up to %d: upgrade agentbox or use another database",
+                                  o->kind, cur, known);
+        for (size_t i = 0; i < o->n_migrations; i++) {
+                const ab_store_migration *m = &o->migrations[i];
+                if (m->version <= cur)
+                        continue;
+                _cleanup_free_ char *mop =
+                    xasprintf("migrate the schema to version %d", m->version);
+                for (const char *const *st = m->stmts; *st; st++)
+                        if (EXEC0(s, mop, *st, NULL, err) < 0)
+                                return -1;
+                if (EXEC(s, mop,
+                         "INSERT INTO schema_migrations (version, applied_at) VALUES ($1, $2)",
+                         NULL, err, SQL_INT(m->version), SQL_INT(wall_ms())) < 0)
+                        return -1;
+        }
+        return 0;
+}
+
+/* Runs body inside a write transaction: commit when it returns >= 0, else roll back. */
+static int in_tx(ab_store *s, const char *op, int (*body)(ab_store *, void *, ab_err **), void *ctx,
+                 ab_err **err)
+{
+        if (s->ops->begin(s, op, err) < 0)
+                return -1;
+        int r = body(s, ctx, err);
+        if (r < 0 || s->ops->commit(s, op, err) < 0) {
+                s->ops->rollback(s);
+                return -1;
+        }
+        return r;
+}
+
+static int migrate_body(ab_store *s, void *ctx, ab_err **err)
+{
+        return migrate_tx(s, err);
+}
+
+/* ---- open / close ---- */
+
+/* mkdir -p with mode for the directories it creates. 0 or -errno. */
+static int mkdir_p(const char *path, mode_t mode)
+{
+        _cleanup_free_ char *p = xstrdup(path);
+        for (char *c = p + 1;; c++) {
+                if (*c != '/' && *c != '\0')
+                        continue;
+                char saved = *c;
+                *c = '\0';
+                if (mkdir(p, mode) < 0 && errno != EEXIST)
+                        return -errno;
+                *c = saved;
+                if (!saved)
+                        break;
+        }
+        struct stat st;
+        if (stat(path, &st) < 0)
+                return -errno;
+        return S_ISDIR(st.st_mode) ? 0 : -ENOTDIR;
+}
+
+static bool has_prefix(const char *s, const char *p)
+{
+        return strncmp(s, p, strlen(p)) == 0;
+}
+
+int ab_store_open(const char *url, const char *data_dir, ab_store **out, ab_err **err)
+{
+        *out = NULL;
+        ab_store *s = NULL;
+        int r;
+        if (!url || !*url) {
+                if (!data_dir || !*data_dir)
+                        return ab_err_set(err, AB_E_INVALID, 0,
+                                          "open store: no store url and no data folder");
+                r = mkdir_p(data_dir, 0700);
+                if (r < 0)
+                        return ab_err_set(err, r == -EACCES ? AB_E_PERMISSION : AB_E_UNAVAILABLE,
+                                          -r, "open store: cannot create data folder %s", data_dir);
+                _cleanup_free_ char *path = xasprintf("%s/agentbox.db", data_dir);
+                r = ab_store_sqlite_open(path, &s, err);
+        } else if (has_prefix(url, "sqlite:")) {
+                if (!url[7])
+                        return ab_err_set(err, AB_E_INVALID, 0,
+                                          "open store: 'sqlite:' needs a path (sqlite:PATH)");
+                r = ab_store_sqlite_open(url + 7, &s, err);
+        } else if (has_prefix(url, "postgres://") || has_prefix(url, "postgresql://")) {
+                r = ab_store_pg_open(url, &s, err);
+        } else {
+                /* Only the scheme: the rest may hold a password. */
+                size_t n = strcspn(url, ":/");
+                return ab_err_set(err, AB_E_INVALID, 0,
+                                  "open store: unsupported store url scheme '%.*s': use "
+                                  "sqlite:PATH or postgres://...",
+                                  (int)(n > 32 ? 32 : n), url);
+        }
+        if (r < 0)
+                return -1;
+        pthread_mutex_init(&s->lock, NULL);
+        {
+                STORE_LOCKED(s);
+                r = in_tx(s, "migrate the schema", migrate_body, NULL, err);
+        }
+        if (r < 0) {
+                ab_store_close(s);
+                return -1;
+        }
+        *out = s;
+        return 0;
+}
+
+void ab_store_close(ab_store *s)
+{
+        if (!s)
+                return;
+        pthread_mutex_destroy(&s->lock);
+        s->ops->close(s);
+}
+
+const char *ab_store_kind(const ab_store *s)
+{
+        return s->ops->kind;
+}
+
+int ab_store_schema_version(ab_store *s, int *out, ab_err **err)
+{
+        STORE_LOCKED(s);
+        return read_version(s, "read the schema version", out, err);
+}
+
+/* ---- boxes ---- */
+
+int ab_store_box_insert(ab_store *s, const ab_box_rec *r, ab_err **err)
+{
+        if (check_box(r, "insert box", err) < 0)
+                return -1;
+        _cleanup_free_ char *op = xasprintf("insert box %s/%s", r->provider, r->id);
+        ab_sql_arg a[BOX_NCOLS];
+        box_args(r, a);
+        STORE_LOCKED(s);
+        return s->ops->exec(s, op,
+                            "INSERT INTO boxes (" BOX_COLS ") VALUES ($1, $2, $3, $4, $5, $6, "
+                            "$7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17)",
+                            a, BOX_NCOLS, NULL, err);
+}
+
+int ab_store_box_get(ab_store *s, const char *provider, const char *id, ab_box_rec *out,
+                     ab_err **err)
+{
+        memset(out, 0, sizeof(*out));
+        if (check_key(provider, id, "get box", err) < 0)
+                return -1;
+        _cleanup_free_ char *op = xasprintf("get box %s/%s", provider, id);
+        _cleanup_res_ ab_sql_res res = {0};
+        STORE_LOCKED(s);
+        if (EXEC(s, op, "SELECT " BOX_COLS " FROM boxes WHERE provider = $1 AND id = $2", &res, err,
+                 SQL_TEXT(provider), SQL_TEXT(id)) < 0)
+                return -1;
+        if (!res.nrows)
+                return not_found(err, op, provider, id);
+        row_to_box(&res, 0, out);
+        return 0;
+}
+
+int ab_store_box_update(ab_store *s, const ab_box_rec *r, ab_err **err)
+{
+        if (check_box(r, "update box", err) < 0)
+                return -1;
+        _cleanup_free_ char *op = xasprintf("update box %s/%s", r->provider, r->id);
+        _cleanup_res_ ab_sql_res res = {0};
+        ab_sql_arg a[BOX_NCOLS];
+        box_args(r, a);
+        STORE_LOCKED(s);
+        if (s->ops->exec(s, op,
+                         "UPDATE boxes SET backend_id = $3, app_id = $4, user_id = $5, "
+                         "chat_id = $6, thread_id = $7, status = $8, mode = $9, "
+                         "created_at = $10, last_active_at = $11, idle_stop_s = $12, "
+                         "ttl_s = $13, limits = $14, spec = $15, metadata = $16, error = $17 "
+                         "WHERE provider = $1 AND id = $2",
+                         a, BOX_NCOLS, &res, err) < 0)
+                return -1;
+        return res.changes ? 0 : not_found(err, op, r->provider, r->id);
+}
+
+int ab_store_box_set_status(ab_store *s, const char *provider, const char *id, const char *status,
+                            const char *expect, const char *error, ab_err **err)
+{
+        if (check_key(provider, id, "set box status", err) < 0)
+                return -1;
+        if (!status)
+                return ab_err_set(err, AB_E_INVALID, 0, "set box status: no status");
+        _cleanup_free_ char *op = xasprintf("set status of box %s/%s to %s", provider, id, status);
+        _cleanup_res_ ab_sql_res res = {0};
+        STORE_LOCKED(s);
+        int r;
+        if (expect)
+                r = EXEC(s, op,
+                         "UPDATE boxes SET status = $3, error = $4 "
+                         "WHERE provider = $1 AND id = $2 AND status = $5",
+                         &res, err, SQL_TEXT(provider), SQL_TEXT(id), SQL_TEXT(status),
+                         SQL_TEXT(error), SQL_TEXT(expect));
+        else
+                r = EXEC(s, op,
+                         "UPDATE boxes SET status = $3, error = $4 WHERE provider = $1 AND id = $2",
+                         &res, err, SQL_TEXT(provider), SQL_TEXT(id), SQL_TEXT(status),
+                         SQL_TEXT(error));
+        if (r < 0)
+                return -1;
+        if (res.changes)
+                return 0;
+        ab_sql_res_clear(&res);
+        if (EXEC(s, op, "SELECT status FROM boxes WHERE provider = $1 AND id = $2", &res, err,
+                 SQL_TEXT(provider), SQL_TEXT(id)) < 0)
+                return -1;
+        if (!res.nrows)
+                return not_found(err, op, provider, id);
+        return ab_err_set(err, AB_E_CONFLICT, 0, "%s: the box is %s, not %s", op, cell(&res, 0, 0),
+                          expect ? expect : "(any)");
+}
+
+int ab_store_box_touch(ab_store *s, const char *provider, const char *id, int64_t at_ms,
+                       ab_err **err)
+{
+        if (check_key(provider, id, "touch box", err) < 0)
+                return -1;
+        _cleanup_free_ char *op = xasprintf("touch box %s/%s", provider, id);
+        _cleanup_res_ ab_sql_res res = {0};
+        STORE_LOCKED(s);
+        /* CASE rather than max()/GREATEST(): both dialects know it. */
+        if (EXEC(s, op,
+                 "UPDATE boxes SET last_active_at = CASE WHEN last_active_at < $3 THEN $3 "
+                 "ELSE last_active_at END WHERE provider = $1 AND id = $2",
+                 &res, err, SQL_TEXT(provider), SQL_TEXT(id), SQL_INT(at_ms)) < 0)
+                return -1;
+        return res.changes ? 0 : not_found(err, op, provider, id);
+}
+
+int ab_store_box_delete(ab_store *s, const char *provider, const char *id, ab_err **err)
+{
+        if (check_key(provider, id, "delete box", err) < 0)
+                return -1;
+        _cleanup_free_ char *op = xasprintf("delete box %s/%s", provider, id);
+        _cleanup_res_ ab_sql_res res = {0};
+        STORE_LOCKED(s);
+        if (EXEC(s, op, "DELETE FROM boxes WHERE provider = $1 AND id = $2", &res, err,
+                 SQL_TEXT(provider), SQL_TEXT(id)) < 0)
+                return -1;
+        return res.changes ? 0 : not_found(err, op, provider, id);
+}
+
+int ab_store_box_list(ab_store *s, const ab_box_filter *f, ab_box_rec **out, size_t *n,
+                      ab_err **err)
+{
+        static const struct {
+                const char *col;
+                size_t off;
+        } filters[] = {
+            {"provider", offsetof(ab_box_filter, provider)},
+            {"app_id", offsetof(ab_box_filter, app_id)},
+            {"user_id", offsetof(ab_box_filter, user_id)},
+            {"chat_id", offsetof(ab_box_filter, chat_id)},
+            {"thread_id", offsetof(ab_box_filter, thread_id)},
+            {"status", offsetof(ab_box_filter, status)},
+            {"mode", offsetof(ab_box_filter, mode)},
+        };
+        *out = NULL;
+        *n = 0;
+        /* Only column names from the table above go into the text; values are bound. */
+        _cleanup_free_ char *sql = xstrdup("SELECT " BOX_COLS " FROM boxes WHERE 1 = 1");
+        ab_sql_arg a[AB_ARRAY_LEN(filters)];
+        size_t na = 0;
+        for (size_t i = 0; f && i < AB_ARRAY_LEN(filters); i++) {
+                const char *v = *(const char *const *)((const char *)f + filters[i].off);
+                if (!v)
+                        continue;
+                a[na++] = SQL_TEXT(v);
+                char *t = xasprintf("%s AND %s = $%zu", sql, filters[i].col, na);
+                free(sql);
+                sql = t;
+        }
+        char *t = xasprintf("%s ORDER BY created_at, id", sql);
+        free(sql);
+        sql = t;
+        _cleanup_res_ ab_sql_res res = {0};
+        STORE_LOCKED(s);
+        if (s->ops->exec(s, "list boxes", sql, a, na, &res, err) < 0)
+                return -1;
+        boxes_from(&res, out, n);
+        return 0;
+}
+
+int ab_store_box_list_idle(ab_store *s, const char *provider, int64_t now_ms,
+                           int64_t default_idle_s, ab_box_rec **out, size_t *n, ab_err **err)
+{
+        *out = NULL;
+        *n = 0;
+        if (!provider)
+                return ab_err_set(err, AB_E_INVALID, 0, "list idle boxes: no provider");
+        _cleanup_res_ ab_sql_res res = {0};
+        STORE_LOCKED(s);
+        /* last_active_at + idle * 1000 < now, written as idle <= (now - last - 1) / 1000
+         * so that no idle value, however large, overflows. A default <= 0 means the
+         * server has no idle stop: only boxes with their own idle_stop_s qualify. */
+        if (EXEC(s, "list idle boxes",
+                 "SELECT " BOX_COLS " FROM boxes WHERE provider = $1 AND status = 'running' "
+                 "AND mode <> 'pool' AND (idle_stop_s > 0 OR (idle_stop_s = 0 AND $3 > 0)) "
+                 "AND $2 - last_active_at > 0 "
+                 "AND (CASE WHEN idle_stop_s > 0 THEN idle_stop_s ELSE $3 END) "
+                 "<= ($2 - last_active_at - 1) / 1000 "
+                 "ORDER BY last_active_at, id",
+                 &res, err, SQL_TEXT(provider), SQL_INT(now_ms), SQL_INT(default_idle_s)) < 0)
+                return -1;
+        boxes_from(&res, out, n);
+        return 0;
+}
+
+int ab_store_box_count_by_status(ab_store *s, const char *provider, char ***statuses,
+                                 int64_t **counts, size_t *n, ab_err **err)
+{
+        *statuses = NULL;
+        *counts = NULL;
+        *n = 0;
+        if (!provider)
+                return ab_err_set(err, AB_E_INVALID, 0, "count boxes: no provider");
+        _cleanup_res_ ab_sql_res res = {0};
+        STORE_LOCKED(s);
+        if (EXEC(s, "count boxes by status",
+                 "SELECT status, COUNT(*) FROM boxes WHERE provider = $1 "
+                 "GROUP BY status ORDER BY status",
+                 &res, err, SQL_TEXT(provider)) < 0)
+                return -1;
+        if (!res.nrows)
+                return 0;
+        *statuses = xcalloc(res.nrows, sizeof(char *));
+        *counts = xcalloc(res.nrows, sizeof(int64_t));
+        for (size_t i = 0; i < res.nrows; i++) {
+                (*statuses)[i] = take(&res, i, 0);
+                (*counts)[i] = num(&res, i, 1);
+        }
+        *n = res.nrows;
+        return 0;
+}
+
+/* ---- warm pool ---- */
+
+struct claim_ctx {
+        const ab_box_rec *claim;
+        const char *op;
+        char *backend_id; /* out: the pooled box's */
+};
+
+static int claim_body(ab_store *s, void *p, ab_err **err)
+{
+        struct claim_ctx *c = p;
+        const ab_box_rec *cl = c->claim;
+        _cleanup_res_ ab_sql_res res = {0};
+        if (EXEC(s, c->op, "SELECT 1 FROM boxes WHERE provider = $1 AND id = $2", &res, err,
+                 SQL_TEXT(cl->provider), SQL_TEXT(cl->id)) < 0)
+                return -1;
+        if (res.nrows)
+                return ab_err_set(err, AB_E_CONFLICT, 0, "%s: box '%s' exists already", c->op,
+                                  cl->id);
+        ab_sql_res_clear(&res);
+        if (EXEC(s, c->op, s->ops->claim_select, &res, err, SQL_TEXT(cl->provider)) < 0)
+                return -1;
+        if (!res.nrows)
+                return 0;
+        _cleanup_free_ char *pool_id = take(&res, 0, 0);
+        _cleanup_free_ char *backend_id = take(&res, 0, 1);
+        if (!backend_id) /* a pooled box the backend knows by its own id */
+                backend_id = xstrdup(pool_id);
+        ab_sql_res_clear(&res);
+        if (EXEC(s, c->op, "DELETE FROM boxes WHERE provider = $1 AND id = $2", &res, err,
+                 SQL_TEXT(cl->provider), SQL_TEXT(pool_id)) < 0)
+                return -1;
+        if (res.changes != 1)
+                return ab_err_set(err, AB_E_INTERNAL, 0, "%s: pooled box '%s' vanished", c->op,
+                                  pool_id);
+        ab_box_rec row = *cl;
+        row.backend_id = backend_id;
+        ab_sql_arg a[BOX_NCOLS];
+        box_args(&row, a);
+        if (s->ops->exec(s, c->op,
+                         "INSERT INTO boxes (" BOX_COLS ") VALUES ($1, $2, $3, $4, $5, $6, "
+                         "$7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17)",
+                         a, BOX_NCOLS, NULL, err) < 0)
+                return -1;
+        c->backend_id = steal_pointer(&backend_id);
+        return 1;
+}
+
+int ab_store_pool_claim(ab_store *s, ab_box_rec *claim, ab_err **err)
+{
+        if (check_box(claim, "claim pooled box", err) < 0)
+                return -1;
+        _cleanup_free_ char *op =
+            xasprintf("claim a pooled box of %s for %s", claim->provider, claim->id);
+        struct claim_ctx c = {.claim = claim, .op = op};
+        int r;
+        {
+                STORE_LOCKED(s);
+                r = in_tx(s, op, claim_body, &c, err);
+        }
+        if (r == 1) {
+                free(claim->backend_id);
+                claim->backend_id = steal_pointer(&c.backend_id);
+        }
+        free(c.backend_id);
+        return r;
+}
+
+/* ---- exec audit ---- */
+
+int ab_store_audit_add(ab_store *s, const ab_exec_audit *a, ab_err **err)
+{
+        if (!a || !a->provider || !a->box_id || !a->command)
+                return ab_err_set(err, AB_E_INVALID, 0,
+                                  "add exec audit: provider, box_id and command are required");
+        _cleanup_free_ char *op = xasprintf("add exec audit of box %s/%s", a->provider, a->box_id);
+        STORE_LOCKED(s);
+        return EXEC(s, op,
+                    "INSERT INTO exec_audit (" AUDIT_COLS ") VALUES ($1, $2, $3, $4, $5, $6, "
+                    "$7, $8, $9)",
+                    NULL, err, SQL_TEXT(a->provider), SQL_TEXT(a->box_id), SQL_TEXT(a->command),
+                    SQL_INT(a->exit_code), SQL_INT(a->timed_out ? 1 : 0), SQL_INT(a->started_at),
+                    SQL_INT(a->duration_ms), SQL_INT(a->stdout_bytes), SQL_INT(a->stderr_bytes));
+}
+
+int ab_store_audit_list(ab_store *s, const char *provider, const char *box_id, size_t limit,
+                        ab_exec_audit **out, size_t *n, ab_err **err)
+{
+        *out = NULL;
+        *n = 0;
+        if (check_key(provider, box_id, "list exec audits", err) < 0)
+                return -1;
+        _cleanup_free_ char *op = xasprintf("list exec audits of box %s/%s", provider, box_id);
+        _cleanup_res_ ab_sql_res res = {0};
+        STORE_LOCKED(s);
+        if (EXEC(s, op,
+                 "SELECT " AUDIT_COLS " FROM exec_audit WHERE provider = $1 AND box_id = $2 "
+                 "ORDER BY started_at DESC, id DESC LIMIT $3",
+                 &res, err, SQL_TEXT(provider), SQL_TEXT(box_id),
+                 SQL_INT(limit > INT64_MAX ? INT64_MAX : (int64_t)limit)) < 0)
+                return -1;
+        if (!res.nrows)
+                return 0;
+        ab_exec_audit *a = xcalloc(res.nrows, sizeof(*a));
+        for (size_t i = 0; i < res.nrows; i++) {
+                a[i].provider = take(&res, i, 0);
+                a[i].box_id = take(&res, i, 1);
+                a[i].command = take(&res, i, 2);
+                a[i].exit_code = (int)num(&res, i, 3);
+                a[i].timed_out = num(&res, i, 4) != 0;
+                a[i].started_at = num(&res, i, 5);
+                a[i].duration_ms = num(&res, i, 6);
+                a[i].stdout_bytes = num(&res, i, 7);
+                a[i].stderr_bytes = num(&res, i, 8);
+        }
+        *out = a;
+        *n = res.nrows;
+        return 0;
+}
+
+/* ---- API keys ---- */
+
+static void row_to_key(ab_sql_res *r, size_t i, ab_api_key *k)
+{
+        k->key_id = take(r, i, 0);
+        k->key_hash = take(r, i, 1);
+        k->app_id = take(r, i, 2);
+        k->name = take(r, i, 3);
+        k->created_at = num(r, i, 4);
+}
+
+int ab_store_key_insert(ab_store *s, const ab_api_key *k, ab_err **err)
+{
+        if (!k || !k->key_id || !k->key_hash || !k->app_id)
+                return ab_err_set(err, AB_E_INVALID, 0,
+                                  "insert API key: key_id, key_hash and app_id are required");
+        _cleanup_free_ char *op = xasprintf("insert API key %s", k->key_id);
+        STORE_LOCKED(s);
+        return EXEC(s, op, "INSERT INTO api_keys (" KEY_COLS ") VALUES ($1, $2, $3, $4, $5)", NULL,
+                    err, SQL_TEXT(k->key_id), SQL_TEXT(k->key_hash), SQL_TEXT(k->app_id),
+                    SQL_TEXT(k->name), SQL_INT(k->created_at));
+}
+
+int ab_store_key_find(ab_store *s, const char *key_hash, ab_api_key *out, ab_err **err)
+{
+        memset(out, 0, sizeof(*out));
+        if (!key_hash)
+                return ab_err_set(err, AB_E_INVALID, 0, "find API key: no hash");
+        _cleanup_res_ ab_sql_res res = {0};
+        STORE_LOCKED(s);
+        if (EXEC(s, "find API key", "SELECT " KEY_COLS " FROM api_keys WHERE key_hash = $1", &res,
+                 err, SQL_TEXT(key_hash)) < 0)
+                return -1;
+        if (!res.nrows)
+                return ab_err_set(err, AB_E_NOT_FOUND, 0, "find API key: no such key");
+        row_to_key(&res, 0, out);
+        return 0;
+}
+
+int ab_store_key_list(ab_store *s, ab_api_key **out, size_t *n, ab_err **err)
+{
+        *out = NULL;
+        *n = 0;
+        _cleanup_res_ ab_sql_res res = {0};
+        STORE_LOCKED(s);
+        if (EXEC0(s, "list API keys",
+                  "SELECT " KEY_COLS " FROM api_keys ORDER BY created_at, key_id", &res, err) < 0)
+                return -1;
+        if (!res.nrows)
+                return 0;
+        *out = xcalloc(res.nrows, sizeof(**out));
+        for (size_t i = 0; i < res.nrows; i++)
+                row_to_key(&res, i, &(*out)[i]);
+        *n = res.nrows;
+        return 0;
+}
+
+int ab_store_key_delete(ab_store *s, const char *key_id, ab_err **err)
+{
+        if (!key_id)
+                return ab_err_set(err, AB_E_INVALID, 0, "delete API key: no key id");
+        _cleanup_free_ char *op = xasprintf("delete API key %s", key_id);
+        _cleanup_res_ ab_sql_res res = {0};
+        STORE_LOCKED(s);
+        if (EXEC(s, op, "DELETE FROM api_keys WHERE key_id = $1", &res, err, SQL_TEXT(key_id)) < 0)
+                return -1;
+        if (!res.changes)
+                return ab_err_set(err, AB_E_NOT_FOUND, 0, "%s: no such key", op);
+        return 0;
+}

@@ -1,0 +1,140 @@
+/* store.h - the service's durable records: boxes (after seed 000's
+ * sandbox_instances), an audit of execs, and scoped API keys. One interface,
+ * two implementations: SQLite (default, WAL, under the data folder) and
+ * PostgreSQL. Migrations are versioned and run by ab_store_open.
+ *
+ * Thread-safety: a store handle may be used from many threads at once (each
+ * implementation serialises or pools its connections). Several processes may
+ * share one database: uniqueness of (provider, id) is enforced by the
+ * database, so ab_store_box_insert is the cross-process "who creates this box"
+ * decision. Times are unix milliseconds. */
+#ifndef AB_STORE_H
+#define AB_STORE_H
+
+#include "common/err.h"
+#include <stdbool.h>
+#include <stdint.h>
+
+typedef struct ab_store ab_store;
+
+/* A box record. Strings are owned by the record (free with
+ * ab_box_rec_clear); NULL means "absent" for optional ones. JSON columns are
+ * stored as text and returned verbatim. */
+typedef struct ab_box_rec {
+        char *provider;   /* backend name, e.g. "native" */
+        char *id;         /* public id */
+        char *backend_id; /* the backend's name of the box (differs for pooled boxes) */
+        char *app_id, *user_id, *chat_id, *thread_id; /* acquire keys; optional */
+        char *status;                                 /* creating|running|stopped|deleting|error */
+        char *mode;                                   /* session|task|pool */
+        int64_t created_at;                           /* ms */
+        int64_t last_active_at;                       /* ms */
+        int64_t idle_stop_s;                          /* 0 = the server's default; <0 = never */
+        int64_t ttl_s;                                /* 0 = no TTL */
+        char *limits;                                 /* JSON object text, or NULL */
+        char *spec;     /* JSON object text: env, network, mounts...; or NULL */
+        char *metadata; /* JSON object text, or NULL */
+        char *error;    /* why status is error, or NULL */
+} ab_box_rec;
+
+void ab_box_rec_clear(ab_box_rec *r);
+void ab_box_recs_free(ab_box_rec *r, size_t n);
+
+/* Filter for ab_store_box_list: NULL fields match anything. */
+typedef struct ab_box_filter {
+        const char *provider;
+        const char *app_id, *user_id, *chat_id, *thread_id;
+        const char *status;
+        const char *mode;
+} ab_box_filter;
+
+typedef struct ab_exec_audit {
+        char *provider, *box_id;
+        char *command;
+        int exit_code;
+        bool timed_out;
+        int64_t started_at; /* ms */
+        int64_t duration_ms;
+        int64_t stdout_bytes, stderr_bytes;
+} ab_exec_audit;
+
+void ab_exec_audits_free(ab_exec_audit *a, size_t n);
+
+typedef struct ab_api_key {
+        char *key_id;   /* public handle, e.g. "k_3f2a..." */
+        char *key_hash; /* hex sha256 of the secret; the secret itself is never stored */
+        char *app_id;   /* the only app this key may see and touch */
+        char *name;     /* free text, or NULL */
+        int64_t created_at;
+} ab_api_key;
+
+void ab_api_key_clear(ab_api_key *k);
+void ab_api_keys_free(ab_api_key *k, size_t n);
+
+/* Opens (and migrates) a store. url: NULL or "" = SQLite at DATA_DIR/agentbox.db;
+ * "sqlite:PATH" = SQLite at PATH; "postgres://..." or "postgresql://..." =
+ * PostgreSQL (libpq connection URI). AB_E_UNAVAILABLE when the database cannot
+ * be reached, AB_E_INVALID for a bad url, AB_E_CONFLICT when the database
+ * has a newer schema than this binary knows. */
+int ab_store_open(const char *url, const char *data_dir, ab_store **out, ab_err **err);
+void ab_store_close(ab_store *s);
+/* "sqlite" or "postgres". */
+const char *ab_store_kind(const ab_store *s);
+/* The schema version after migrations. */
+int ab_store_schema_version(ab_store *s, int *out, ab_err **err);
+
+/* Inserts a new record. AB_E_CONFLICT when (provider, id) exists. */
+int ab_store_box_insert(ab_store *s, const ab_box_rec *r, ab_err **err);
+/* Reads one record. AB_E_NOT_FOUND when absent. */
+int ab_store_box_get(ab_store *s, const char *provider, const char *id, ab_box_rec *out,
+                     ab_err **err);
+/* Replaces every column of the record (provider, id) with r's values.
+ * AB_E_NOT_FOUND when absent. */
+int ab_store_box_update(ab_store *s, const ab_box_rec *r, ab_err **err);
+/* Sets status (and error, NULL clears it). When expect is non-NULL the change
+ * happens only if the current status equals expect; otherwise AB_E_CONFLICT.
+ * AB_E_NOT_FOUND when absent. */
+int ab_store_box_set_status(ab_store *s, const char *provider, const char *id, const char *status,
+                            const char *expect, const char *error, ab_err **err);
+/* Sets last_active_at = max(last_active_at, at_ms). AB_E_NOT_FOUND when absent. */
+int ab_store_box_touch(ab_store *s, const char *provider, const char *id, int64_t at_ms,
+                       ab_err **err);
+/* Deletes the record. AB_E_NOT_FOUND when absent. */
+int ab_store_box_delete(ab_store *s, const char *provider, const char *id, ab_err **err);
+/* Records matching f, ordered by created_at then id. */
+int ab_store_box_list(ab_store *s, const ab_box_filter *f, ab_box_rec **out, size_t *n,
+                      ab_err **err);
+/* Running, non-pool records of provider whose idle deadline has passed:
+ * last_active_at + idle * 1000 < now_ms, where idle is the record's idle_stop_s
+ * if > 0, else default_idle_s; records with idle_stop_s < 0 never qualify.
+ * Ordered by last_active_at (oldest first). */
+int ab_store_box_list_idle(ab_store *s, const char *provider, int64_t now_ms,
+                           int64_t default_idle_s, ab_box_rec **out, size_t *n, ab_err **err);
+/* Counts of records of provider by status, as parallel arrays (status names
+ * owned by the caller: free each and the arrays). */
+int ab_store_box_count_by_status(ab_store *s, const char *provider, char ***statuses,
+                                 int64_t **counts, size_t *n, ab_err **err);
+
+/* Atomically turns one pooled box of provider (mode "pool", status
+ * "running") into the box described by claim: the pooled record is deleted
+ * and claim is inserted with claim->backend_id set to the pooled box's
+ * backend_id, in one transaction. Two concurrent claims never get the same
+ * pooled box. Returns 1 when a box was claimed (claim->backend_id is then
+ * replaced by a newly allocated string), 0 when the pool is empty,
+ * AB_E_CONFLICT when claim's (provider, id) exists already (nothing changes). */
+int ab_store_pool_claim(ab_store *s, ab_box_rec *claim, ab_err **err);
+
+/* Appends one exec to the audit table. */
+int ab_store_audit_add(ab_store *s, const ab_exec_audit *a, ab_err **err);
+/* The newest `limit` audits of a box (newest first). */
+int ab_store_audit_list(ab_store *s, const char *provider, const char *box_id, size_t limit,
+                        ab_exec_audit **out, size_t *n, ab_err **err);
+
+/* API keys. Insert fails with AB_E_CONFLICT on a duplicate key_id or hash. */
+int ab_store_key_insert(ab_store *s, const ab_api_key *k, ab_err **err);
+/* Finds the key with this hash. AB_E_NOT_FOUND when absent. */
+int ab_store_key_find(ab_store *s, const char *key_hash, ab_api_key *out, ab_err **err);
+int ab_store_key_list(ab_store *s, ab_api_key **out, size_t *n, ab_err **err);
+int ab_store_key_delete(ab_store *s, const char *key_id, ab_err **err);
+
+#endif

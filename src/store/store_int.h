@@ -1,0 +1,82 @@
+/* store_int.h - between store.c and the two drivers (sqlite.c, postgres.c).
+ *
+ * store.c writes every operation once, in SQL both databases accept, with
+ * parameters named $1, $2, ... (SQLite takes them as named parameters). A
+ * driver runs one statement at a time and returns its rows as text; the few
+ * places where the dialects differ (schema, the claim's row lock, the
+ * migration lock) are strings in the driver's ops. store.c holds the handle's
+ * mutex around every operation, so a driver never sees two calls at once. */
+#ifndef AB_STORE_INT_H
+#define AB_STORE_INT_H
+
+#include "store/store.h"
+
+#include <pthread.h>
+
+/* A bound parameter: text (NULL = SQL NULL) or a 64-bit integer. */
+typedef struct ab_sql_arg {
+        bool is_int;
+        const char *text;
+        int64_t num;
+} ab_sql_arg;
+
+#define SQL_TEXT(s)     ((ab_sql_arg){.is_int = false, .text = (s)})
+#define SQL_INT(n)      ((ab_sql_arg){.is_int = true, .num = (int64_t)(n)})
+#define AB_SQL_MAX_ARGS 32
+
+/* The rows of a statement, every cell as text (NULL = SQL NULL), and the
+ * number of rows an INSERT/UPDATE/DELETE changed. */
+typedef struct ab_sql_res {
+        size_t nrows, ncols;
+        char **cells; /* nrows * ncols, row-major, owned */
+        size_t cap;   /* rows allocated */
+        int64_t changes;
+} ab_sql_res;
+
+/* Appends a row of res->ncols NULL cells and returns it for the driver to fill. */
+char **ab_sql_res_add_row(ab_sql_res *res);
+void ab_sql_res_clear(ab_sql_res *res);
+
+/* One schema version: statements run in order inside the migration transaction. */
+typedef struct ab_store_migration {
+        int version;
+        const char *const *stmts; /* NULL-terminated */
+} ab_store_migration;
+
+typedef struct ab_store_ops {
+        const char *kind; /* "sqlite" | "postgres" */
+        const ab_store_migration *migrations;
+        size_t n_migrations;
+        /* Run first in the migration transaction so that concurrent opens of a
+         * fresh database take turns; NULL when begin() already excludes writers. */
+        const char *migrate_lock;
+        /* SELECT id, backend_id of one claimable pooled box of provider $1,
+         * locked against concurrent claims until the transaction ends. */
+        const char *claim_select;
+
+        /* Runs one statement with args bound to $1..$nargs. res may be NULL.
+         * On failure sets *err to "OP: database message" with the code that
+         * fits (unique violation -> AB_E_CONFLICT, unreachable -> AB_E_UNAVAILABLE). */
+        int (*exec)(ab_store *s, const char *op, const char *sql, const ab_sql_arg *args,
+                    size_t nargs, ab_sql_res *res, ab_err **err);
+        /* A write transaction that excludes other writers where the database
+         * needs that for correctness (SQLite: BEGIN IMMEDIATE). */
+        int (*begin)(ab_store *s, const char *op, ab_err **err);
+        int (*commit)(ab_store *s, const char *op, ab_err **err);
+        /* Best effort; a no-op when no transaction is open. */
+        void (*rollback)(ab_store *s);
+        void (*close)(ab_store *s);
+} ab_store_ops;
+
+/* The common head of every driver's handle. */
+struct ab_store {
+        const ab_store_ops *ops;
+        pthread_mutex_t lock;
+};
+
+/* Driver constructors: connect and configure; store.c then migrates. They
+ * fill s->ops; store.c initialises the mutex. */
+int ab_store_sqlite_open(const char *path, ab_store **out, ab_err **err);
+int ab_store_pg_open(const char *url, ab_store **out, ab_err **err);
+
+#endif

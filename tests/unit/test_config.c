@@ -1,0 +1,437 @@
+/* Unit tests: configuration defaults, a full YAML file, bad values and
+ * unknown keys refused with the key and the line, environment over file,
+ * and the validation rules (listen address, token on non-loopback, keys). */
+#include "api/config.h"
+#include "tap.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <math.h>
+
+static char dir[] = "/tmp/ab-config-XXXXXX";
+
+static char *write_conf(const char *text)
+{
+        static int n;
+        char *path = xasprintf("%s/c%d.yaml", dir, n++);
+        int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+        if (fd < 0 || ab_write_all(fd, text, strlen(text)) < 0)
+                tap_ok(0, "write %s", path);
+        if (fd >= 0)
+                close(fd);
+        return path;
+}
+
+/* Loads text over the defaults; returns the error message (malloc'd) or NULL. */
+static char *load_err(const char *text)
+{
+        _cleanup_free_ char *path = write_conf(text);
+        ab_config c;
+        ab_config_default(&c);
+        ab_err *e = NULL;
+        int r = ab_config_load_file(&c, path, &e);
+        char *msg = NULL;
+        if (r < 0 && e && e->code == AB_E_INVALID)
+                msg = xstrdup(e->msg);
+        else if (r < 0)
+                msg = xstrdup("(wrong error)");
+        ab_err_free(&e);
+        ab_config_release(&c);
+        return msg;
+}
+
+/* A bad file is refused with a message naming all of `parts`. */
+static void refused(const char *text, const char *what, const char *part1, const char *part2)
+{
+        _cleanup_free_ char *m = load_err(text);
+        bool ok = m && strstr(m, part1) && (!part2 || strstr(m, part2));
+        tap_ok(ok, "%s is refused, naming '%s'%s%s", what, part1, part2 ? " and " : "",
+               part2 ? part2 : "");
+        if (!ok)
+                printf("#   message: %s\n", m ? m : "(accepted)");
+}
+
+static char *validate_err(const ab_config *c)
+{
+        ab_err *e = NULL;
+        char *msg = NULL;
+        if (ab_config_validate(c, &e) < 0)
+                msg = xstrdup(e ? e->msg : "(no message)");
+        ab_err_free(&e);
+        return msg;
+}
+
+static void test_defaults(void)
+{
+        ab_config c;
+        ab_config_default(&c);
+        TAP_IS_STR(c.listen, "127.0.0.1:8080", "default listen");
+        TAP_IS_STR(c.data_dir, "./data", "default data_dir");
+        tap_ok(!c.store_url && !c.token && !c.init_path && !c.webhook_url,
+               "store, token, init, webhook unset");
+        TAP_IS_INT(c.idle_stop_s, 300, "default idle_stop");
+        TAP_IS_INT(c.ttl_s, 0, "default ttl");
+        TAP_IS_INT(c.pool_size, 0, "default pool_size");
+        TAP_IS_INT(c.max_running, 0, "default max_running");
+        TAP_IS_INT(c.reaper_interval_ms, 5000, "default reaper_interval");
+        TAP_IS_INT(c.sample_interval_ms, 10000, "default sample_interval");
+        tap_ok(c.alert_memory_pct == 0 && c.alert_cpu_pct == 0 && c.alert_disk_pct == 0,
+               "alerts off");
+        TAP_IS_INT(c.max_body, 1 << 20, "default max_body 1 MiB");
+        TAP_IS_INT(c.max_upload, 1 << 30, "default max_upload 1 GiB");
+        TAP_IS_INT(c.max_connections, 1024, "default max_connections");
+        TAP_IS_INT(c.limits.memory_mib, AB_DEFAULT_MEMORY_MIB, "default limits");
+        tap_ok(c.n_keys == 0 && !c.keys, "no API keys");
+        _cleanup_free_ char *m = validate_err(&c);
+        tap_ok(!m, "the defaults validate (%s)", m ? m : "ok");
+        ab_config_release(&c);
+        tap_ok(!c.listen && !c.data_dir, "release zeroes");
+}
+
+static const char full[] = "# agentbox config\n"
+                           "listen: \"0.0.0.0:9000\"\n"
+                           "data: /var/lib/agentbox\n"
+                           "store: postgres://u@db/agentbox\n"
+                           "token: s3cret-admin-token\n"
+                           "init_path: /usr/libexec/agentbox/agentbox-init\n"
+                           "idle_stop: 5m\n"
+                           "ttl: 2h\n"
+                           "pool_size: 3\n"
+                           "max_running: 50\n"
+                           "reaper_interval: 250ms\n"
+                           "sample_interval: 0\n"
+                           "alert_memory_pct: 90\n"
+                           "alert_cpu_pct: 85.5\n"
+                           "alert_disk_pct: 95%\n"
+                           "webhook_url: https://hooks.example.com/x\n"
+                           "max_body: 2M\n"
+                           "max_upload: 4G\n"
+                           "max_connections: 200\n"
+                           "limits:\n"
+                           "  cpus: 2.5\n"
+                           "  memory: 2G\n"
+                           "  pids: 1000\n"
+                           "  disk: 512M\n"
+                           "  timeout: 90s\n"
+                           "  output_cap: 64K\n"
+                           "api_keys:\n"
+                           "  - key: key-for-app-one-0001\n"
+                           "    app_id: app1\n"
+                           "  - {key: key-for-app-two-0002, app_id: app2}\n";
+
+static void test_full_file(void)
+{
+        _cleanup_free_ char *path = write_conf(full);
+        ab_config c;
+        ab_config_default(&c);
+        ab_err *e = NULL;
+        int r = ab_config_load_file(&c, path, &e);
+        TAP_IS_INT(r, 0, "full config loads");
+        if (e)
+                printf("#   %s\n", e->msg);
+        ab_err_free(&e);
+        TAP_IS_STR(c.listen, "0.0.0.0:9000", "listen");
+        TAP_IS_STR(c.data_dir, "/var/lib/agentbox", "data (alias of data_dir)");
+        TAP_IS_STR(c.store_url, "postgres://u@db/agentbox", "store");
+        TAP_IS_STR(c.token, "s3cret-admin-token", "token");
+        TAP_IS_STR(c.init_path, "/usr/libexec/agentbox/agentbox-init", "init_path");
+        TAP_IS_INT(c.idle_stop_s, 300, "idle_stop 5m = 300 s");
+        TAP_IS_INT(c.ttl_s, 7200, "ttl 2h");
+        TAP_IS_INT(c.pool_size, 3, "pool_size");
+        TAP_IS_INT(c.max_running, 50, "max_running");
+        TAP_IS_INT(c.reaper_interval_ms, 250, "reaper_interval 250ms");
+        TAP_IS_INT(c.sample_interval_ms, 0, "sample_interval 0 = off");
+        tap_ok(c.alert_memory_pct == 90 && c.alert_cpu_pct == 85.5 && c.alert_disk_pct == 95,
+               "alert thresholds (with and without %%)");
+        TAP_IS_STR(c.webhook_url, "https://hooks.example.com/x", "webhook_url");
+        TAP_IS_INT(c.max_body, 2 << 20, "max_body 2M");
+        TAP_IS_INT(c.max_upload, 4ull << 30, "max_upload 4G");
+        TAP_IS_INT(c.max_connections, 200, "max_connections");
+        tap_ok(c.limits.cpus == 2.5, "limits.cpus");
+        TAP_IS_INT(c.limits.memory_mib, 2048, "limits.memory 2G");
+        TAP_IS_INT(c.limits.pids, 1000, "limits.pids");
+        TAP_IS_INT(c.limits.disk_mib, 512, "limits.disk 512M");
+        TAP_IS_INT(c.limits.timeout_s, 90, "limits.timeout 90s");
+        TAP_IS_INT(c.limits.output_cap, 65536, "limits.output_cap 64K");
+        TAP_IS_INT(c.limits.nofile, AB_DEFAULT_NOFILE, "limits.nofile keeps its default");
+        TAP_IS_INT(c.n_keys, 2, "two API keys");
+        if (c.n_keys == 2) {
+                TAP_IS_STR(c.keys[0].key, "key-for-app-one-0001", "key 1 secret");
+                TAP_IS_STR(c.keys[0].app_id, "app1", "key 1 app");
+                TAP_IS_STR(c.keys[1].key, "key-for-app-two-0002", "key 2 secret (flow style)");
+                TAP_IS_STR(c.keys[1].app_id, "app2", "key 2 app");
+        }
+        _cleanup_free_ char *m = validate_err(&c);
+        tap_ok(!m, "the full config validates (%s)", m ? m : "ok");
+
+        /* A second file applies over the first; unspecified fields stay. */
+        _cleanup_free_ char *p2 = write_conf("pool_size: 7\nstore: ~\napi_keys: []\n");
+        TAP_IS_INT(ab_config_load_file(&c, p2, NULL), 0, "a second file loads over it");
+        TAP_IS_INT(c.pool_size, 7, "overridden value");
+        tap_ok(c.store_url == NULL, "null clears an optional string");
+        tap_ok(c.n_keys == 0, "an empty api_keys list clears the keys");
+        TAP_IS_INT(c.max_running, 50, "other values kept");
+
+        /* A failed load leaves the configuration as it was. */
+        _cleanup_free_ char *p3 = write_conf("pool_size: 9\nmax_running: lots\n");
+        tap_ok(ab_config_load_file(&c, p3, &e) < 0, "a bad file fails");
+        ab_err_free(&e);
+        TAP_IS_INT(c.pool_size, 7, "and changes nothing, not even the good keys before it");
+
+        _cleanup_free_ char *p4 = write_conf("");
+        TAP_IS_INT(ab_config_load_file(&c, p4, NULL), 0, "an empty file is fine");
+        _cleanup_free_ char *p5 = write_conf("# only comments\n");
+        TAP_IS_INT(ab_config_load_file(&c, p5, NULL), 0, "a file of comments is fine");
+        TAP_IS_INT(c.pool_size, 7, "and changes nothing");
+        ab_config_release(&c);
+
+        ab_config_default(&c);
+        tap_ok(ab_config_load_file(&c, "/nonexistent/agentbox.yaml", &e) < 0 && e &&
+                   e->code == AB_E_NOT_FOUND && strstr(e->msg, "/nonexistent/agentbox.yaml"),
+               "a missing file is not_found, naming it");
+        ab_err_free(&e);
+        ab_config_release(&c);
+}
+
+static void test_bad_values(void)
+{
+        refused("listen: 127.0.0.1:8080\nttl: soon\n", "a bad duration", "ttl", "line 2");
+        refused("idle_stop: -5\n", "a negative duration", "idle_stop", "line 1");
+        refused("pool_size: 2.5\n", "a fractional count", "pool_size", "line 1");
+        refused("pool_size: -1\n", "a negative count", "pool_size", "line 1");
+        refused("\n\nmax_body: huge\n", "a bad size", "max_body", "line 3");
+        refused("max_upload: 0\n", "a zero size", "max_upload", "line 1");
+        refused("alert_cpu_pct: 150\n", "a threshold over 100", "alert_cpu_pct", "line 1");
+        refused("alert_disk_pct: -1\n", "a negative threshold", "alert_disk_pct", "line 1");
+        refused("alert_memory_pct: high\n", "a threshold that is no number", "alert_memory_pct",
+                NULL);
+        refused("listen: 8080\n", "listen without a host", "listen", "line 1");
+        refused("listen: \"127.0.0.1:99999\"\n", "a port out of range", "listen", "65535");
+        refused("listen: \"127.0.0.1:0\"\n", "port 0", "listen", "line 1");
+        refused("listen: \"::1:8080\"\n", "IPv6 without brackets", "listen", "brackets");
+        refused("listen: \"[::1:8080\"\n", "an unclosed bracket", "listen", "line 1");
+        refused("webhook_url: ftp://x/y\n", "a non-http webhook", "webhook_url", "line 1");
+        refused("data_dir: \"\"\n", "an empty data_dir", "data_dir", "line 1");
+        refused("listen:\n", "a missing listen value", "listen", "needs a value");
+        refused("listen: [a, b]\n", "a list where a value belongs", "listen", "line 1");
+        refused("limits:\n  memory: 1M\n", "a memory limit under the minimum", "limits.memory",
+                "line 2");
+        refused("limits:\n  cpus: 0\n", "zero cpus", "limits.cpus", "line 2");
+        refused("limits:\n  pids: many\n", "bad pids", "limits.pids", "line 2");
+        refused("limits:\n  timeout: 3d\n", "a bad timeout", "limits.timeout", "line 2");
+        refused("limits:\n  timeout: 2h\n  disk: 20T\n", "too much disk", "limits.disk", "line 3");
+        refused("limits: 5\n", "limits that are not a mapping", "limits", "line 1");
+        refused("api_keys:\n  - key: short\n    app_id: a\n", "a short API key", "api_keys", "16");
+        refused("api_keys:\n  - key: long-enough-key-0001\n", "an API key without app_id",
+                "api_keys", "app_id");
+        refused("api_keys:\n  - key: long-enough-key-0001\n    app_id: \"\"\n", "an empty app_id",
+                "api_keys", "app_id");
+        refused("api_keys:\n  - key: long-enough-key-0001\n    app_id: a\n"
+                "  - key: long-enough-key-0001\n    app_id: b\n",
+                "the same key twice", "api_keys", "line 4");
+        refused("api_keys:\n  - key: long-enough-key-0001\n    app: a\n",
+                "a typo inside an API key", "api_keys.app", "line 3");
+        refused("api_keys: secret\n", "api_keys that are no list", "api_keys", "line 1");
+        refused("pool_size: 1\npool_size: 2\n", "a key given twice", "pool_size", "line 2");
+        refused("data: /a\ndata_dir: /b\n", "a key and its alias", "data_dir", "line 2");
+        refused("pool_size: \"3\\0\"\n", "a value with a NUL", "pool_size", "NUL");
+        refused("- a\n- b\n", "a file that is a list", "mapping", "line 1");
+        refused("listen: \"unterminated\n", "a YAML syntax error", "line", "YAML");
+}
+
+static void test_unknown_keys(void)
+{
+        refused("listen: 127.0.0.1:8080\nidle_stp: 5m\n", "a typo at the top level", "idle_stp",
+                "line 2");
+        refused("limits:\n  memroy: 1G\n", "a typo inside limits", "limits.memroy", "line 2");
+        refused("Listen: 127.0.0.1:8080\n", "a key in the wrong case", "Listen", "unknown");
+}
+
+static void test_env(void)
+{
+        _cleanup_free_ char *path =
+            write_conf("listen: 127.0.0.1:7000\npool_size: 2\ntoken: from-file\n");
+        ab_config c;
+        ab_config_default(&c);
+        ab_err *e = NULL;
+        TAP_IS_INT(ab_config_load_file(&c, path, &e), 0, "file for the env test");
+        setenv("AGENTBOX_LISTEN", "0.0.0.0:7001", 1);
+        setenv("AGENTBOX_DATA", "/srv/data", 1);
+        setenv("AGENTBOX_STORE", "postgres://db/x", 1);
+        setenv("AGENTBOX_TOKEN", "from-env", 1);
+        setenv("AGENTBOX_INIT", "/opt/init", 1);
+        setenv("AGENTBOX_IDLE_STOP", "90s", 1);
+        setenv("AGENTBOX_POOL_SIZE", "5", 1);
+        setenv("AGENTBOX_MAX_RUNNING", "12", 1);
+        setenv("AGENTBOX_WEBHOOK_URL", "http://127.0.0.1:9/hook", 1);
+        TAP_IS_INT(ab_config_load_env(&c, &e), 0, "env loads");
+        ab_err_free(&e);
+        TAP_IS_STR(c.listen, "0.0.0.0:7001", "AGENTBOX_LISTEN overrides the file");
+        TAP_IS_STR(c.data_dir, "/srv/data", "AGENTBOX_DATA");
+        TAP_IS_STR(c.store_url, "postgres://db/x", "AGENTBOX_STORE");
+        TAP_IS_STR(c.token, "from-env", "AGENTBOX_TOKEN overrides the file");
+        TAP_IS_STR(c.init_path, "/opt/init", "AGENTBOX_INIT");
+        TAP_IS_INT(c.idle_stop_s, 90, "AGENTBOX_IDLE_STOP");
+        TAP_IS_INT(c.pool_size, 5, "AGENTBOX_POOL_SIZE overrides the file");
+        TAP_IS_INT(c.max_running, 12, "AGENTBOX_MAX_RUNNING");
+        TAP_IS_STR(c.webhook_url, "http://127.0.0.1:9/hook", "AGENTBOX_WEBHOOK_URL");
+
+        setenv("AGENTBOX_POOL_SIZE", "", 1);
+        setenv("AGENTBOX_MAX_RUNNING", "99", 1);
+        TAP_IS_INT(ab_config_load_env(&c, NULL), 0, "env again");
+        TAP_IS_INT(c.pool_size, 5, "an empty variable counts as unset");
+        TAP_IS_INT(c.max_running, 99, "a set one applies");
+
+        setenv("AGENTBOX_IDLE_STOP", "forever", 1);
+        setenv("AGENTBOX_MAX_RUNNING", "1", 1);
+        tap_ok(ab_config_load_env(&c, &e) < 0 && e && e->code == AB_E_INVALID &&
+                   strstr(e->msg, "AGENTBOX_IDLE_STOP"),
+               "a bad variable is refused, naming it");
+        ab_err_free(&e);
+        TAP_IS_INT(c.max_running, 99, "a refused env load changes nothing");
+        unsetenv("AGENTBOX_IDLE_STOP");
+        setenv("AGENTBOX_LISTEN", "nohost", 1);
+        tap_ok(ab_config_load_env(&c, &e) < 0 && e && strstr(e->msg, "AGENTBOX_LISTEN"),
+               "a bad AGENTBOX_LISTEN is refused");
+        ab_err_free(&e);
+        ab_config_release(&c);
+        static const char *const vars[] = {
+            "AGENTBOX_LISTEN",    "AGENTBOX_DATA",        "AGENTBOX_STORE",
+            "AGENTBOX_TOKEN",     "AGENTBOX_INIT",        "AGENTBOX_IDLE_STOP",
+            "AGENTBOX_POOL_SIZE", "AGENTBOX_MAX_RUNNING", "AGENTBOX_WEBHOOK_URL"};
+        for (size_t i = 0; i < AB_ARRAY_LEN(vars); i++)
+                unsetenv(vars[i]);
+}
+
+/* validate with listen = l and token = t; returns the message or NULL. */
+static char *try_listen(const char *l, const char *t)
+{
+        ab_config c;
+        ab_config_default(&c);
+        free(c.listen);
+        c.listen = xstrdup(l);
+        c.token = t ? xstrdup(t) : NULL;
+        char *m = validate_err(&c);
+        ab_config_release(&c);
+        return m;
+}
+
+static void listen_ok(const char *l, const char *t)
+{
+        _cleanup_free_ char *m = try_listen(l, t);
+        tap_ok(!m, "listen %s with token %s is accepted", l, t ? t : "(none)");
+        if (m)
+                printf("#   %s\n", m);
+}
+
+static void listen_refused(const char *l, const char *t, const char *part)
+{
+        _cleanup_free_ char *m = try_listen(l, t);
+        tap_ok(m && strstr(m, part), "listen %s with token %s is refused (%s)", l, t ? t : "(none)",
+               part);
+        if (m && !strstr(m, part))
+                printf("#   %s\n", m);
+}
+
+static void test_validate(void)
+{
+        listen_ok("127.0.0.1:8080", NULL);
+        listen_ok("127.1.2.3:1", NULL);
+        listen_ok("localhost:65535", NULL);
+        listen_ok("[::1]:8080", NULL);
+        listen_ok("[::ffff:127.0.0.1]:8080", NULL);
+        listen_refused("0.0.0.0:8080", NULL, "AGENTBOX_TOKEN");
+        listen_refused("0.0.0.0:8080", "", "AGENTBOX_TOKEN");
+        listen_refused("[::]:8080", NULL, "AGENTBOX_TOKEN");
+        listen_refused("192.168.1.5:8080", NULL, "AGENTBOX_TOKEN");
+        listen_refused("example.com:8080", NULL, "AGENTBOX_TOKEN");
+        listen_ok("0.0.0.0:8080", "admin-token");
+        listen_ok("[::]:8080", "admin-token");
+        listen_ok("example.com:443", "admin-token");
+        listen_refused("127.0.0.1", NULL, "listen");
+        listen_refused("127.0.0.1:", NULL, "port");
+        listen_refused("127.0.0.1:65536", NULL, "port");
+        listen_refused("127.0.0.1:80a", NULL, "port");
+        listen_refused("[::1]8080", NULL, "listen");
+        listen_refused("[nothex]:8080", NULL, "IPv6");
+        listen_refused("bad host:8080", "t", "listen");
+        listen_refused(":8080", "t", "host");
+
+        ab_config c;
+        ab_config_default(&c);
+        c.alert_cpu_pct = 101;
+        _cleanup_free_ char *m1 = validate_err(&c);
+        tap_ok(m1 && strstr(m1, "alert_cpu_pct"), "validate: threshold over 100 names the key");
+        c.alert_cpu_pct = NAN;
+        _cleanup_free_ char *m1b = validate_err(&c);
+        tap_ok(m1b && strstr(m1b, "alert_cpu_pct"), "validate: NaN threshold refused");
+        c.alert_cpu_pct = 50;
+        c.limits.pids = 1;
+        _cleanup_free_ char *m2 = validate_err(&c);
+        tap_ok(m2 && strstr(m2, "limits") && strstr(m2, "pids"),
+               "validate: limits checked with ab_limits_validate");
+        c.limits.pids = AB_DEFAULT_PIDS;
+        c.reaper_interval_ms = 0;
+        _cleanup_free_ char *m3 = validate_err(&c);
+        tap_ok(m3 && strstr(m3, "reaper_interval"), "validate: reaper_interval 0 refused");
+        c.reaper_interval_ms = 1000;
+        c.max_connections = 0;
+        _cleanup_free_ char *m4 = validate_err(&c);
+        tap_ok(m4 && strstr(m4, "max_connections"), "validate: max_connections 0 refused");
+        c.max_connections = 10;
+        c.keys = xcalloc(1, sizeof(*c.keys));
+        c.n_keys = 1;
+        c.keys[0].key = xstrdup("too-short");
+        c.keys[0].app_id = xstrdup("a");
+        _cleanup_free_ char *m5 = validate_err(&c);
+        tap_ok(m5 && strstr(m5, "api_keys") && strstr(m5, "16"), "validate: short key refused");
+        free(c.keys[0].key);
+        c.keys[0].key = xstrdup("0123456789abcdef");
+        free(c.keys[0].app_id);
+        c.keys[0].app_id = xstrdup("");
+        _cleanup_free_ char *m6 = validate_err(&c);
+        tap_ok(m6 && strstr(m6, "app_id"), "validate: empty app_id refused");
+        free(c.keys[0].app_id);
+        c.keys[0].app_id = xstrdup("app");
+        _cleanup_free_ char *m7 = validate_err(&c);
+        tap_ok(!m7, "validate: a 16-character key is accepted (%s)", m7 ? m7 : "ok");
+        c.token = xstrdup("0123456789abcdef");
+        _cleanup_free_ char *m8 = validate_err(&c);
+        tap_ok(m8 && strstr(m8, "api_keys"), "validate: a key equal to the admin token refused");
+        ab_config_release(&c);
+
+        /* The file-level rule and validate together: a public listen from the file. */
+        _cleanup_free_ char *p = write_conf("listen: 0.0.0.0:8080\n");
+        ab_config_default(&c);
+        TAP_IS_INT(ab_config_load_file(&c, p, NULL), 0, "public listen loads (token may follow)");
+        _cleanup_free_ char *m9 = validate_err(&c);
+        tap_ok(m9 && strstr(m9, "AGENTBOX_TOKEN"), "but does not validate without a token");
+        setenv("AGENTBOX_TOKEN", "now-there-is-one", 1);
+        TAP_IS_INT(ab_config_load_env(&c, NULL), 0, "token from the environment");
+        unsetenv("AGENTBOX_TOKEN");
+        _cleanup_free_ char *m10 = validate_err(&c);
+        tap_ok(!m10, "then it validates (%s)", m10 ? m10 : "ok");
+        ab_config_release(&c);
+}
+
+int main(void)
+{
+        /* meson sets AGENTBOX_INIT for other tests; start from a clean slate. */
+        unsetenv("AGENTBOX_INIT");
+        if (!mkdtemp(dir))
+                tap_skip_all("mkdtemp failed");
+        test_defaults();
+        test_full_file();
+        test_bad_values();
+        test_unknown_keys();
+        test_env();
+        test_validate();
+        DIR *d = opendir(dir);
+        for (struct dirent *de; d && (de = readdir(d));)
+                if (de->d_name[0] != '.')
+                        unlinkat(dirfd(d), de->d_name, 0);
+        if (d)
+                closedir(d);
+        rmdir(dir);
+        return tap_done();
+}

@@ -1,0 +1,1009 @@
+/* Unit tests: the store. One suite runs against every database it can open:
+ * SQLite in a temporary folder always, PostgreSQL when AGENTBOX_TEST_PG_URL
+ * names a server (scripts/pg.sh starts one). Each PostgreSQL run creates its
+ * own database through that url and drops it at the end, so reruns start
+ * clean. */
+#include "store/store.h"
+#include "tap.h"
+
+#include <fcntl.h>
+#include <ftw.h>
+#include <libpq-fe.h>
+#include <pthread.h>
+#include <sqlite3.h>
+#include <stdarg.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+
+#define S(x) ((char *)(x))
+
+typedef struct target {
+        const char *kind; /* "sqlite" | "postgres" */
+        char *url;
+} target;
+
+static const char *K = "-"; /* the target being tested, in every test name */
+
+/* ---- checks ---- */
+
+static char *vfmt(const char *fmt, va_list ap)
+{
+        char *s = NULL;
+        if (vasprintf(&s, fmt, ap) < 0)
+                abort();
+        return s;
+}
+
+static void ok(int cond, const char *fmt, ...) AB_PRINTF(2, 3);
+static void ok(int cond, const char *fmt, ...)
+{
+        va_list ap;
+        va_start(ap, fmt);
+        _cleanup_free_ char *name = vfmt(fmt, ap);
+        va_end(ap);
+        tap_ok(cond, "%s: %s", K, name);
+}
+
+static void is_int(long long got, long long want, const char *fmt, ...) AB_PRINTF(3, 4);
+static void is_int(long long got, long long want, const char *fmt, ...)
+{
+        va_list ap;
+        va_start(ap, fmt);
+        _cleanup_free_ char *name = vfmt(fmt, ap);
+        va_end(ap);
+        tap_ok(got == want, "%s: %s", K, name);
+        if (got != want)
+                printf("#   got %lld, want %lld\n", got, want);
+}
+
+static void is_str(const char *got, const char *want, const char *fmt, ...) AB_PRINTF(3, 4);
+static void is_str(const char *got, const char *want, const char *fmt, ...)
+{
+        va_list ap;
+        va_start(ap, fmt);
+        _cleanup_free_ char *name = vfmt(fmt, ap);
+        va_end(ap);
+        int eq = (got && want) ? strcmp(got, want) == 0 : got == want;
+        tap_ok(eq, "%s: %s", K, name);
+        if (!eq)
+                printf("#   got \"%s\", want \"%s\"\n", got ? got : "(null)",
+                       want ? want : "(null)");
+}
+
+/* r >= 0 and no error; prints the error otherwise and releases it. */
+static int no_err(int r, ab_err **e, const char *fmt, ...) AB_PRINTF(3, 4);
+static int no_err(int r, ab_err **e, const char *fmt, ...)
+{
+        va_list ap;
+        va_start(ap, fmt);
+        _cleanup_free_ char *name = vfmt(fmt, ap);
+        va_end(ap);
+        tap_ok(r >= 0 && !*e, "%s: %s", K, name);
+        if (*e)
+                printf("#   error %s: %s\n", ab_code_name((*e)->code), (*e)->msg);
+        ab_err_free(e);
+        return r;
+}
+
+/* r < 0 with this code (and, when non-NULL, a message containing `has`). */
+static void is_err(int r, ab_err **e, ab_code code, const char *has, const char *fmt, ...)
+    AB_PRINTF(5, 6);
+static void is_err(int r, ab_err **e, ab_code code, const char *has, const char *fmt, ...)
+{
+        va_list ap;
+        va_start(ap, fmt);
+        _cleanup_free_ char *name = vfmt(fmt, ap);
+        va_end(ap);
+        bool good = r < 0 && *e && (*e)->code == code && (!has || strstr((*e)->msg, has));
+        tap_ok(good, "%s: %s", K, name);
+        if (!good)
+                printf("#   got r=%d %s: %s; want %s%s%s\n", r,
+                       *e ? ab_code_name((*e)->code) : "no error", *e ? (*e)->msg : "",
+                       ab_code_name(code), has ? " with " : "", has ? has : "");
+        ab_err_free(e);
+}
+
+/* ---- raw access, behind the store's back ---- */
+
+/* Runs sql on the target's database; the first cell of the result, if any,
+ * goes to *out (malloc'd). 0 or -1. */
+static int raw(const target *t, const char *sql, char **out)
+{
+        if (out)
+                *out = NULL;
+        if (strcmp(t->kind, "sqlite") == 0) {
+                sqlite3 *db = NULL;
+                sqlite3_stmt *st = NULL;
+                int r = -1;
+                if (sqlite3_open_v2(t->url + 7, &db, SQLITE_OPEN_READWRITE, NULL) != SQLITE_OK)
+                        goto out;
+                sqlite3_busy_timeout(db, 5000);
+                if (sqlite3_prepare_v2(db, sql, -1, &st, NULL) != SQLITE_OK)
+                        goto out;
+                int rc = sqlite3_step(st);
+                if (rc == SQLITE_ROW && out && sqlite3_column_text(st, 0))
+                        *out = xstrdup((const char *)sqlite3_column_text(st, 0));
+                r = (rc == SQLITE_ROW || rc == SQLITE_DONE) ? 0 : -1;
+        out:
+                if (r < 0)
+                        printf("#   sqlite: %s\n", db ? sqlite3_errmsg(db) : "no memory");
+                sqlite3_finalize(st);
+                sqlite3_close(db);
+                return r;
+        }
+        PGconn *c = PQconnectdb(t->url);
+        PGresult *res = PQexec(c, sql);
+        ExecStatusType st = PQresultStatus(res);
+        int r = (st == PGRES_TUPLES_OK || st == PGRES_COMMAND_OK) ? 0 : -1;
+        if (r < 0)
+                printf("#   postgres: %s", PQerrorMessage(c));
+        if (r == 0 && out && PQntuples(res) > 0 && !PQgetisnull(res, 0, 0))
+                *out = xstrdup(PQgetvalue(res, 0, 0));
+        PQclear(res);
+        PQfinish(c);
+        return r;
+}
+
+static long long raw_num(const target *t, const char *sql)
+{
+        _cleanup_free_ char *v = NULL;
+        if (raw(t, sql, &v) < 0 || !v)
+                return -1;
+        return strtoll(v, NULL, 10);
+}
+
+static ab_store *open_store(const target *t, const char *what)
+{
+        ab_store *s = NULL;
+        ab_err *e = NULL;
+        no_err(ab_store_open(t->url, NULL, &s, &e), &e, "open (%s)", what);
+        return s;
+}
+
+/* A box record whose strings are borrowed literals (never pass it to a free). */
+static ab_box_rec box(const char *provider, const char *id, const char *status, const char *mode,
+                      int64_t created_at, int64_t last_active_at)
+{
+        return (ab_box_rec){.provider = S(provider),
+                            .id = S(id),
+                            .backend_id = S(id),
+                            .status = S(status),
+                            .mode = S(mode),
+                            .created_at = created_at,
+                            .last_active_at = last_active_at};
+}
+
+static int insert(ab_store *s, ab_box_rec r)
+{
+        ab_err *e = NULL;
+        int ret = ab_store_box_insert(s, &r, &e);
+        if (e)
+                printf("#   insert %s/%s: %s\n", r.provider, r.id, e->msg);
+        ab_err_free(&e);
+        return ret;
+}
+
+/* The ids of a list, joined by commas ("" when empty), for one-line checks. */
+static char *ids(const ab_box_rec *r, size_t n)
+{
+        char *s = xstrdup("");
+        for (size_t i = 0; i < n; i++) {
+                char *t = xasprintf("%s%s%s", s, i ? "," : "", r[i].id);
+                free(s);
+                s = t;
+        }
+        return s;
+}
+
+static char *list_ids(ab_store *s, ab_box_filter f)
+{
+        ab_box_rec *r = NULL;
+        size_t n = 0;
+        ab_err *e = NULL;
+        if (ab_store_box_list(s, &f, &r, &n, &e) < 0) {
+                printf("#   list: %s\n", e->msg);
+                ab_err_free(&e);
+                return xstrdup("(error)");
+        }
+        char *out = ids(r, n);
+        ab_box_recs_free(r, n);
+        return out;
+}
+
+static char *idle_ids(ab_store *s, const char *provider, int64_t now, int64_t dflt)
+{
+        ab_box_rec *r = NULL;
+        size_t n = 0;
+        ab_err *e = NULL;
+        if (ab_store_box_list_idle(s, provider, now, dflt, &r, &n, &e) < 0) {
+                printf("#   list idle: %s\n", e->msg);
+                ab_err_free(&e);
+                return xstrdup("(error)");
+        }
+        char *out = ids(r, n);
+        ab_box_recs_free(r, n);
+        return out;
+}
+
+/* ---- the suite ---- */
+
+/* Several processes open the same fresh database at the same moment: the
+ * migration lock makes them take turns, none fails. */
+static void test_concurrent_fresh_open(const target *t)
+{
+        enum { N = 4 };
+        int go[2];
+        if (pipe(go) < 0)
+                abort();
+        pid_t pids[N];
+        for (int i = 0; i < N; i++) {
+                pids[i] = fork();
+                if (pids[i] == 0) {
+                        close(go[1]);
+                        char c;
+                        (void)!read(go[0], &c, 1); /* EOF = go */
+                        ab_store *s = NULL;
+                        ab_err *e = NULL;
+                        int v = 0;
+                        int r = ab_store_open(t->url, NULL, &s, &e);
+                        if (r == 0)
+                                r = ab_store_schema_version(s, &v, &e);
+                        if (e)
+                                fprintf(stderr, "child %d: %s\n", i, e->msg);
+                        ab_err_free(&e);
+                        ab_store_close(s);
+                        _exit(r == 0 && v >= 1 ? 0 : 1);
+                }
+        }
+        close(go[0]);
+        close(go[1]);
+        int good = 0;
+        for (int i = 0; i < N; i++) {
+                int st = 0;
+                waitpid(pids[i], &st, 0);
+                good += WIFEXITED(st) && WEXITSTATUS(st) == 0;
+        }
+        is_int(good, N, "%d processes opening a fresh database at once all succeed", N);
+}
+
+static void test_migrations(const target *t)
+{
+        ab_err *e = NULL;
+        ab_store *s = open_store(t, "first");
+        if (!s)
+                return;
+        is_str(ab_store_kind(s), t->kind, "kind");
+        int v = 0, v2 = 0;
+        no_err(ab_store_schema_version(s, &v, &e), &e, "schema version");
+        ok(v >= 1, "schema version is at least 1 (got %d)", v);
+        ab_store_close(s);
+        is_int(raw_num(t, "SELECT COUNT(*) FROM schema_migrations"), v,
+               "one schema_migrations row per version");
+
+        s = open_store(t, "again");
+        no_err(ab_store_schema_version(s, &v2, &e), &e, "schema version after reopen");
+        is_int(v2, v, "reopening does not migrate again");
+        ab_store_close(s);
+        is_int(raw_num(t, "SELECT COUNT(*) FROM schema_migrations"), v,
+               "still one row per version after reopen");
+
+        ok(raw(t, "INSERT INTO schema_migrations (version, applied_at) VALUES (999, 0)", NULL) == 0,
+           "pretend a newer agentbox migrated the database");
+        s = NULL;
+        is_err(ab_store_open(t->url, NULL, &s, &e), &e, AB_E_CONFLICT, "999",
+               "a database with a newer schema is refused");
+        ok(s == NULL, "no handle on refusal");
+        ok(raw(t, "DELETE FROM schema_migrations WHERE version = 999", NULL) == 0,
+           "back to the known version");
+        s = open_store(t, "after the newer version is gone");
+        ab_store_close(s);
+
+        if (strcmp(t->kind, "sqlite") == 0) {
+                _cleanup_free_ char *mode = NULL;
+                raw(t, "PRAGMA journal_mode", &mode);
+                is_str(mode, "wal", "journal mode is WAL");
+                struct stat st;
+                ok(stat(t->url + 7, &st) == 0 && (st.st_mode & 0777) == 0600,
+                   "the database file is private (0600)");
+        }
+}
+
+static void test_boxes(ab_store *s)
+{
+        ab_err *e = NULL;
+        ab_box_rec full = {.provider = S("native"),
+                           .id = S("b1"),
+                           .backend_id = S("be-b1"),
+                           .app_id = S("app"),
+                           .user_id = S("user"),
+                           .chat_id = S("chat"),
+                           .thread_id = S("thread"),
+                           .status = S("running"),
+                           .mode = S("session"),
+                           .created_at = 1700000000123,
+                           .last_active_at = 1700000000456,
+                           .idle_stop_s = 600,
+                           .ttl_s = -1,
+                           .limits = S("{\"memory_mib\":256}"),
+                           .spec = S("{\"env\":{\"A\":\"b 'c' \\\"d\\\"\"}}"),
+                           .metadata = S("{\"k\":\"v\"}"),
+                           .error = S("none; DROP TABLE boxes; --")};
+        no_err(ab_store_box_insert(s, &full, &e), &e, "insert a full record");
+        ab_box_rec g;
+        no_err(ab_store_box_get(s, "native", "b1", &g, &e), &e, "get it");
+        is_str(g.provider, "native", "provider");
+        is_str(g.id, "b1", "id");
+        is_str(g.backend_id, "be-b1", "backend_id");
+        ok(g.app_id && g.user_id && g.chat_id && g.thread_id && !strcmp(g.app_id, "app") &&
+               !strcmp(g.user_id, "user") && !strcmp(g.chat_id, "chat") &&
+               !strcmp(g.thread_id, "thread"),
+           "acquire keys round-trip");
+        is_str(g.status, "running", "status");
+        is_str(g.mode, "session", "mode");
+        is_int(g.created_at, 1700000000123, "created_at");
+        is_int(g.last_active_at, 1700000000456, "last_active_at");
+        is_int(g.idle_stop_s, 600, "idle_stop_s");
+        is_int(g.ttl_s, -1, "ttl_s");
+        is_str(g.limits, full.limits, "limits verbatim");
+        is_str(g.spec, full.spec, "spec verbatim (quotes and all)");
+        is_str(g.metadata, full.metadata, "metadata verbatim");
+        is_str(g.error, full.error, "error text is data, not SQL");
+        ab_box_rec_clear(&g);
+        ok(g.id == NULL, "clear leaves an empty record");
+
+        is_err(ab_store_box_insert(s, &full, &e), &e, AB_E_CONFLICT, "insert box native/b1",
+               "inserting the same (provider, id) again is a conflict naming the operation");
+        full.provider = S("other");
+        no_err(ab_store_box_insert(s, &full, &e), &e, "the same id under another provider is fine");
+        ab_box_rec bad = box("native", "bad", NULL, "session", 1, 1);
+        is_err(ab_store_box_insert(s, &bad, &e), &e, AB_E_INVALID, NULL,
+               "a record without status is invalid");
+
+        /* NULL optional fields stay NULL (not ""). */
+        ab_box_rec min = {.provider = S("native"),
+                          .id = S("b2"),
+                          .status = S("creating"),
+                          .mode = S("task"),
+                          .created_at = 5,
+                          .last_active_at = 6};
+        no_err(ab_store_box_insert(s, &min, &e), &e, "insert a minimal record");
+        no_err(ab_store_box_get(s, "native", "b2", &g, &e), &e, "get it");
+        ok(!g.backend_id && !g.app_id && !g.user_id && !g.chat_id && !g.thread_id && !g.limits &&
+               !g.spec && !g.metadata && !g.error,
+           "absent optional fields come back NULL");
+        ok(g.idle_stop_s == 0 && g.ttl_s == 0, "zero numbers round-trip");
+        ab_box_rec_clear(&g);
+
+        /* Update replaces every column, NULLs included. */
+        ab_box_rec up = full;
+        up.provider = S("native");
+        up.backend_id = S("be-new");
+        up.status = S("stopped");
+        up.chat_id = NULL;
+        up.metadata = NULL;
+        up.error = NULL;
+        up.last_active_at = 42;
+        no_err(ab_store_box_update(s, &up, &e), &e, "update");
+        no_err(ab_store_box_get(s, "native", "b1", &g, &e), &e, "get after update");
+        ok(g.status && !strcmp(g.status, "stopped") && g.backend_id &&
+               !strcmp(g.backend_id, "be-new") && !g.chat_id && !g.metadata && !g.error &&
+               g.last_active_at == 42 && g.app_id && !strcmp(g.app_id, "app"),
+           "update replaced the columns (NULLs too)");
+        ab_box_rec_clear(&g);
+        up.id = S("nope");
+        is_err(ab_store_box_update(s, &up, &e), &e, AB_E_NOT_FOUND, NULL,
+               "updating an absent record is not_found");
+        is_err(ab_store_box_get(s, "native", "nope", &g, &e), &e, AB_E_NOT_FOUND, "nope",
+               "getting an absent record is not_found");
+        is_err(ab_store_box_get(s, "nope", "b1", &g, &e), &e, AB_E_NOT_FOUND, NULL,
+               "the provider is part of the key");
+
+        /* touch */
+        no_err(ab_store_box_touch(s, "native", "b1", 1000, &e), &e, "touch forward");
+        no_err(ab_store_box_touch(s, "native", "b1", 500, &e), &e, "touch backward");
+        no_err(ab_store_box_get(s, "native", "b1", &g, &e), &e, "get after touches");
+        is_int(g.last_active_at, 1000, "an older touch never moves last_active_at back");
+        ab_box_rec_clear(&g);
+        is_err(ab_store_box_touch(s, "native", "nope", 1, &e), &e, AB_E_NOT_FOUND, NULL,
+               "touching an absent record is not_found");
+
+        /* set_status: plain, compare-and-set, errors */
+        no_err(ab_store_box_set_status(s, "native", "b1", "running", "stopped", NULL, &e), &e,
+               "CAS stopped -> running");
+        is_err(ab_store_box_set_status(s, "native", "b1", "deleting", "stopped", NULL, &e), &e,
+               AB_E_CONFLICT, "running",
+               "CAS from the wrong status is a conflict naming the status");
+        no_err(ab_store_box_get(s, "native", "b1", &g, &e), &e, "get after failed CAS");
+        is_str(g.status, "running", "a failed CAS changes nothing");
+        ab_box_rec_clear(&g);
+        no_err(ab_store_box_set_status(s, "native", "b1", "error", NULL, "disk full", &e), &e,
+               "set error status with a reason");
+        no_err(ab_store_box_get(s, "native", "b1", &g, &e), &e, "get");
+        ok(g.status && !strcmp(g.status, "error") && g.error && !strcmp(g.error, "disk full"),
+           "status and error set");
+        ab_box_rec_clear(&g);
+        no_err(ab_store_box_set_status(s, "native", "b1", "running", "error", NULL, &e), &e,
+               "CAS error -> running clearing the reason");
+        no_err(ab_store_box_get(s, "native", "b1", &g, &e), &e, "get");
+        ok(g.status && !strcmp(g.status, "running") && !g.error, "a NULL error clears it");
+        ab_box_rec_clear(&g);
+        is_err(ab_store_box_set_status(s, "native", "nope", "running", "stopped", NULL, &e), &e,
+               AB_E_NOT_FOUND, NULL, "CAS on an absent record is not_found");
+        is_err(ab_store_box_set_status(s, "native", "nope", "running", NULL, NULL, &e), &e,
+               AB_E_NOT_FOUND, NULL, "set_status on an absent record is not_found");
+
+        /* delete */
+        no_err(ab_store_box_delete(s, "native", "b2", &e), &e, "delete");
+        is_err(ab_store_box_get(s, "native", "b2", &g, &e), &e, AB_E_NOT_FOUND, NULL,
+               "gone after delete");
+        is_err(ab_store_box_delete(s, "native", "b2", &e), &e, AB_E_NOT_FOUND, NULL,
+               "deleting twice is not_found");
+        no_err(ab_store_box_get(s, "other", "b1", &g, &e), &e,
+               "the other provider's record is untouched");
+        ab_box_rec_clear(&g);
+}
+
+static void test_list(ab_store *s)
+{
+        struct {
+                const char *id, *app, *user, *chat, *thread, *status, *mode;
+                int64_t created;
+        } rows[] = {
+            {"l3", "a1", "u1", "c1", NULL, "running", "session", 30},
+            {"l1", "a1", "u1", "c2", NULL, "stopped", "session", 10},
+            {"l2", "a2", "u2", "c1", "t1", "running", "task", 20},
+            {"l0", "a1", "u2", NULL, "t2", "running", "session", 20},
+            {"l4", NULL, NULL, NULL, NULL, "running", "pool", 40},
+        };
+        for (size_t i = 0; i < AB_ARRAY_LEN(rows); i++) {
+                ab_box_rec r = box("list", rows[i].id, rows[i].status, rows[i].mode,
+                                   rows[i].created, rows[i].created);
+                r.app_id = S(rows[i].app);
+                r.user_id = S(rows[i].user);
+                r.chat_id = S(rows[i].chat);
+                r.thread_id = S(rows[i].thread);
+                insert(s, r);
+        }
+        insert(s, box("list-other", "x", "running", "session", 1, 1));
+        struct {
+                ab_box_filter f;
+                const char *want, *name;
+        } cases[] = {
+            {{.provider = "list"}, "l1,l0,l2,l3,l4", "provider; by created_at then id"},
+            {{.provider = "list", .app_id = "a1"}, "l1,l0,l3", "app_id"},
+            {{.provider = "list", .user_id = "u2"}, "l0,l2", "user_id"},
+            {{.provider = "list", .chat_id = "c1"}, "l2,l3", "chat_id"},
+            {{.provider = "list", .thread_id = "t2"}, "l0", "thread_id"},
+            {{.provider = "list", .status = "stopped"}, "l1", "status"},
+            {{.provider = "list", .mode = "pool"}, "l4", "mode"},
+            {{.provider = "list", .app_id = "a1", .user_id = "u1", .chat_id = "c1"},
+             "l3",
+             "app_id + user_id + chat_id"},
+            {{.provider = "list", .app_id = "a1", .status = "running", .mode = "session"},
+             "l0,l3",
+             "app_id + status + mode"},
+            {{.provider = "list", .app_id = "zzz"}, "", "no match"},
+            {{.app_id = "a2"}, "l2", "without a provider"},
+        };
+        for (size_t i = 0; i < AB_ARRAY_LEN(cases); i++) {
+                _cleanup_free_ char *got = list_ids(s, cases[i].f);
+                is_str(got, cases[i].want, "list by %s", cases[i].name);
+        }
+        ab_box_rec *r = NULL;
+        size_t n = 0;
+        ab_err *e = NULL;
+        no_err(ab_store_box_list(s, NULL, &r, &n, &e), &e, "list without a filter");
+        ok(n >= 6, "a NULL filter lists everything (%zu)", n);
+        ab_box_recs_free(r, n);
+}
+
+static void test_idle(ab_store *s)
+{
+        const int64_t now = 1800000000000;
+        struct {
+                const char *id, *status, *mode;
+                int64_t idle_ago_ms, idle_stop_s;
+        } rows[] = {
+            {"i-default", "running", "session", 301000, 0},   /* past the 300 s default */
+            {"i-edge", "running", "session", 300000, 0},      /* exactly at it: not yet */
+            {"i-oldest", "running", "task", 400000, 0},       /* past, and older */
+            {"i-short", "running", "session", 61000, 60},     /* own 60 s passed */
+            {"i-long", "running", "session", 1000000, 3600},  /* own hour not passed */
+            {"i-never", "running", "session", 999999999, -1}, /* never idles out */
+            {"i-huge", "running", "session", 999999999, INT64_MAX},
+            {"i-pool", "running", "pool", 999999999, 0},
+            {"i-stopped", "stopped", "session", 999999999, 0},
+            {"i-fresh", "running", "session", 0, 0},
+        };
+        for (size_t i = 0; i < AB_ARRAY_LEN(rows); i++) {
+                ab_box_rec r = box("idle", rows[i].id, rows[i].status, rows[i].mode, 1,
+                                   now - rows[i].idle_ago_ms);
+                r.idle_stop_s = rows[i].idle_stop_s;
+                insert(s, r);
+        }
+        insert(s, box("idle-other", "o", "running", "session", 1, 0));
+        _cleanup_free_ char *got = idle_ids(s, "idle", now, 300);
+        is_str(got, "i-oldest,i-default,i-short",
+               "idle: default and per-box deadlines, oldest first; never/pool/stopped excluded");
+        _cleanup_free_ char *nodef = idle_ids(s, "idle", now, 0);
+        is_str(nodef, "i-short", "idle with no server default: only boxes with their own");
+        _cleanup_free_ char *later = idle_ids(s, "idle", now + 3600 * 1000, 300);
+        is_str(later, "i-long,i-oldest,i-default,i-edge,i-short,i-fresh",
+               "an hour later the long override has passed too");
+}
+
+static void test_count(ab_store *s)
+{
+        const char *st[] = {"running", "stopped", "running", "error"};
+        for (size_t i = 0; i < AB_ARRAY_LEN(st); i++) {
+                char id[8];
+                snprintf(id, sizeof(id), "n%zu", i);
+                insert(s, box("count", id, st[i], "session", 1, 1));
+        }
+        char **names = NULL;
+        int64_t *counts = NULL;
+        size_t n = 0;
+        ab_err *e = NULL;
+        no_err(ab_store_box_count_by_status(s, "count", &names, &counts, &n, &e), &e,
+               "count by status");
+        is_int(n, 3, "three statuses");
+        if (n == 3) {
+                ok(!strcmp(names[0], "error") && counts[0] == 1 && !strcmp(names[1], "running") &&
+                       counts[1] == 2 && !strcmp(names[2], "stopped") && counts[2] == 1,
+                   "error 1, running 2, stopped 1");
+        }
+        for (size_t i = 0; i < n; i++)
+                free(names[i]);
+        free(names);
+        free(counts);
+        no_err(ab_store_box_count_by_status(s, "count-none", &names, &counts, &n, &e), &e,
+               "count for a provider without boxes");
+        ok(n == 0 && !names && !counts, "nothing to count");
+}
+
+struct claimer {
+        ab_store *s;
+        char id[16];
+        int r;
+        char *backend_id;
+        char *err;
+};
+
+static void *claim_thread(void *p)
+{
+        struct claimer *c = p;
+        ab_box_rec r = box("race", c->id, "running", "session", 100, 100);
+        r.backend_id = NULL;
+        ab_err *e = NULL;
+        c->r = ab_store_pool_claim(c->s, &r, &e);
+        c->backend_id = r.backend_id;
+        if (e)
+                c->err = xstrdup(e->msg);
+        ab_err_free(&e);
+        return NULL;
+}
+
+static void test_pool(const target *t, ab_store *s, ab_store *s2)
+{
+        ab_err *e = NULL;
+        ab_box_rec c = box("pool", "c1", "running", "session", 100, 100);
+        c.app_id = S("app");
+        c.backend_id = xstrdup("mine");
+        is_int(ab_store_pool_claim(s, &c, &e), 0, "claim from an empty pool gives 0");
+        ab_err_free(&e);
+        is_str(c.backend_id, "mine", "and leaves backend_id alone");
+
+        insert(s, box("pool", "p2", "running", "pool", 20, 20));
+        insert(s, box("pool", "p1", "running", "pool", 10, 10));
+        insert(s, box("pool", "p-stopped", "stopped", "pool", 1, 1));
+        insert(s, box("pool-other", "q", "running", "pool", 1, 1));
+        insert(s, box("pool", "s1", "running", "session", 1, 1));
+        is_int(ab_store_pool_claim(s, &c, &e), 1, "claim takes a pooled box");
+        ab_err_free(&e);
+        is_str(c.backend_id, "p1", "the oldest pooled box's backend_id moves to the claim");
+        free(c.backend_id);
+        ab_box_rec g;
+        no_err(ab_store_box_get(s, "pool", "c1", &g, &e), &e, "the claimed record exists");
+        ok(g.mode && !strcmp(g.mode, "session") && g.app_id && !strcmp(g.app_id, "app") &&
+               g.backend_id && !strcmp(g.backend_id, "p1"),
+           "with the claim's fields and the pooled backend_id");
+        ab_box_rec_clear(&g);
+        is_err(ab_store_box_get(s, "pool", "p1", &g, &e), &e, AB_E_NOT_FOUND, NULL,
+               "the pooled record is gone");
+
+        c.id = S("s1");
+        c.backend_id = NULL;
+        is_err(ab_store_pool_claim(s, &c, &e), &e, AB_E_CONFLICT, "s1",
+               "claiming for an id that exists is a conflict");
+        ok(c.backend_id == NULL, "and leaves the claim alone");
+        _cleanup_free_ char *left =
+            list_ids(s, (ab_box_filter){.provider = "pool", .mode = "pool"});
+        is_str(left, "p-stopped,p2", "the pool is intact after the conflict");
+
+        c.id = S("c2");
+        is_int(ab_store_pool_claim(s, &c, &e), 1, "claim the last running pooled box");
+        ab_err_free(&e);
+        free(c.backend_id);
+        c.id = S("c3");
+        c.backend_id = NULL;
+        is_int(ab_store_pool_claim(s, &c, &e), 0, "a stopped pooled box is never claimed");
+        ab_err_free(&e);
+
+        /* 8 threads on four handles (as if four processes, two threads each)
+         * race for 5 boxes. */
+        enum { POOL = 5, THREADS = 8 };
+        ab_store *h[4] = {s, s2, open_store(t, "third handle"), open_store(t, "fourth handle")};
+        if (!h[2] || !h[3]) {
+                ab_store_close(h[2]);
+                ab_store_close(h[3]);
+                return;
+        }
+        for (int i = 0; i < POOL; i++) {
+                char id[8];
+                snprintf(id, sizeof(id), "r%d", i);
+                ab_box_rec r = box("race", id, "running", "pool", 10 + i, 10 + i);
+                r.backend_id = S(id);
+                insert(s, r);
+        }
+        struct claimer cl[THREADS];
+        pthread_t th[THREADS];
+        for (int i = 0; i < THREADS; i++) {
+                cl[i] = (struct claimer){.s = h[i % 4]};
+                snprintf(cl[i].id, sizeof(cl[i].id), "t%d", i);
+                pthread_create(&th[i], NULL, claim_thread, &cl[i]);
+        }
+        int got = 0, empty = 0, bad = 0;
+        for (int i = 0; i < THREADS; i++)
+                pthread_join(th[i], NULL);
+        ab_store_close(h[2]);
+        ab_store_close(h[3]);
+        for (int i = 0; i < THREADS; i++) {
+                if (cl[i].r == 1)
+                        got++;
+                else if (cl[i].r == 0)
+                        empty++;
+                else
+                        bad++, printf("#   claim %s: %s\n", cl[i].id, cl[i].err);
+        }
+        is_int(got, POOL, "%d threads: %d claims succeed", THREADS, POOL);
+        is_int(empty, THREADS - POOL, "and %d find the pool empty", THREADS - POOL);
+        is_int(bad, 0, "and none fails");
+        int distinct = 1;
+        for (int i = 0; i < THREADS; i++)
+                for (int j = i + 1; j < THREADS; j++)
+                        if (cl[i].backend_id && cl[j].backend_id &&
+                            !strcmp(cl[i].backend_id, cl[j].backend_id))
+                                distinct = 0;
+        ok(distinct, "no pooled box is claimed twice");
+        for (int i = 0; i < THREADS; i++) {
+                free(cl[i].backend_id);
+                free(cl[i].err);
+        }
+        _cleanup_free_ char *pool_left =
+            list_ids(s, (ab_box_filter){.provider = "race", .mode = "pool"});
+        is_str(pool_left, "", "the pool is empty");
+        ab_box_rec *r = NULL;
+        size_t n = 0;
+        no_err(ab_store_box_list(s, &(ab_box_filter){.provider = "race"}, &r, &n, &e), &e,
+               "list the claimed boxes");
+        is_int(n, POOL, "%d claimed records", POOL);
+        ab_box_recs_free(r, n);
+}
+
+static void test_audit(ab_store *s)
+{
+        ab_err *e = NULL;
+        struct {
+                const char *box, *cmd;
+                int exit_code;
+                bool timed_out;
+                int64_t started;
+        } rows[] = {
+            {"a", "echo 1", 0, false, 100},     {"a", "echo 2", 1, false, 200},
+            {"b", "other", 0, false, 250},      {"a", "sleep 9", 137, true, 300},
+            {"a", "same time", -1, false, 300}, {"a", "echo 0", 0, false, 50},
+        };
+        for (size_t i = 0; i < AB_ARRAY_LEN(rows); i++) {
+                ab_exec_audit a = {.provider = S("native"),
+                                   .box_id = S(rows[i].box),
+                                   .command = S(rows[i].cmd),
+                                   .exit_code = rows[i].exit_code,
+                                   .timed_out = rows[i].timed_out,
+                                   .started_at = rows[i].started,
+                                   .duration_ms = 7,
+                                   .stdout_bytes = 5000000000LL,
+                                   .stderr_bytes = 3};
+                no_err(ab_store_audit_add(s, &a, &e), &e, "audit add %s", rows[i].cmd);
+        }
+        ab_exec_audit *a = NULL;
+        size_t n = 0;
+        no_err(ab_store_audit_list(s, "native", "a", 3, &a, &n, &e), &e, "audit list, limit 3");
+        is_int(n, 3, "limit honoured");
+        if (n == 3) {
+                ok(!strcmp(a[0].command, "same time") && !strcmp(a[1].command, "sleep 9") &&
+                       !strcmp(a[2].command, "echo 2"),
+                   "newest first; equal times newest-added first");
+                ok(a[1].timed_out && a[1].exit_code == 137 && a[0].exit_code == -1 &&
+                       !a[0].timed_out,
+                   "exit code and timeout round-trip");
+                ok(a[1].started_at == 300 && a[1].duration_ms == 7 &&
+                       a[1].stdout_bytes == 5000000000LL && a[1].stderr_bytes == 3 &&
+                       !strcmp(a[1].provider, "native") && !strcmp(a[1].box_id, "a"),
+                   "numbers past 32 bits and names round-trip");
+        }
+        ab_exec_audits_free(a, n);
+        no_err(ab_store_audit_list(s, "native", "a", 100, &a, &n, &e), &e, "audit list all");
+        is_int(n, 5, "all five of box a, none of box b");
+        if (n == 5)
+                is_str(a[4].command, "echo 0", "oldest last");
+        ab_exec_audits_free(a, n);
+        no_err(ab_store_audit_list(s, "native", "zzz", 10, &a, &n, &e), &e, "audit of no box");
+        ok(n == 0 && !a, "empty");
+        ab_exec_audit bad = {.provider = S("native"), .box_id = S("a")};
+        is_err(ab_store_audit_add(s, &bad, &e), &e, AB_E_INVALID, NULL,
+               "an audit without a command is invalid");
+}
+
+static void test_keys(ab_store *s)
+{
+        ab_err *e = NULL;
+        ab_api_key k1 = {
+            .key_id = S("k_1"), .key_hash = S("hash1"), .app_id = S("app1"), .created_at = 20};
+        ab_api_key k2 = {.key_id = S("k_2"),
+                         .key_hash = S("hash2"),
+                         .app_id = S("app2"),
+                         .name = S("ci"),
+                         .created_at = 10};
+        no_err(ab_store_key_insert(s, &k1, &e), &e, "insert key 1 (no name)");
+        no_err(ab_store_key_insert(s, &k2, &e), &e, "insert key 2");
+        ab_api_key dup = k1;
+        dup.key_hash = S("hash3");
+        is_err(ab_store_key_insert(s, &dup, &e), &e, AB_E_CONFLICT, NULL,
+               "a duplicate key_id is a conflict");
+        dup = k2;
+        dup.key_id = S("k_3");
+        is_err(ab_store_key_insert(s, &dup, &e), &e, AB_E_CONFLICT, NULL,
+               "a duplicate hash is a conflict");
+        ab_api_key f;
+        no_err(ab_store_key_find(s, "hash1", &f, &e), &e, "find by hash");
+        ok(f.key_id && !strcmp(f.key_id, "k_1") && !strcmp(f.app_id, "app1") &&
+               !strcmp(f.key_hash, "hash1") && !f.name && f.created_at == 20,
+           "the key round-trips, NULL name included");
+        ab_api_key_clear(&f);
+        is_err(ab_store_key_find(s, "nope", &f, &e), &e, AB_E_NOT_FOUND, NULL,
+               "an unknown hash is not_found");
+        ab_api_key *l = NULL;
+        size_t n = 0;
+        no_err(ab_store_key_list(s, &l, &n, &e), &e, "list keys");
+        ok(n == 2 && !strcmp(l[0].key_id, "k_2") && !strcmp(l[0].name, "ci") &&
+               !strcmp(l[1].key_id, "k_1"),
+           "both keys, oldest first");
+        ab_api_keys_free(l, n);
+        no_err(ab_store_key_delete(s, "k_1", &e), &e, "delete key 1");
+        is_err(ab_store_key_delete(s, "k_1", &e), &e, AB_E_NOT_FOUND, NULL,
+               "deleting it again is not_found");
+        is_err(ab_store_key_find(s, "hash1", &f, &e), &e, AB_E_NOT_FOUND, NULL,
+               "a deleted key is not found");
+        no_err(ab_store_key_list(s, &l, &n, &e), &e, "list keys");
+        ok(n == 1 && !strcmp(l[0].key_id, "k_2"), "one key left");
+        ab_api_keys_free(l, n);
+}
+
+struct racer {
+        ab_store *s;
+        pthread_barrier_t *bar;
+        const char *id;
+        int r;
+        ab_code code;
+};
+
+static void *insert_thread(void *p)
+{
+        struct racer *x = p;
+        ab_box_rec r = box("dup", x->id, "creating", "session", 1, 1);
+        ab_err *e = NULL;
+        pthread_barrier_wait(x->bar);
+        x->r = ab_store_box_insert(x->s, &r, &e);
+        x->code = e ? e->code : 0;
+        ab_err_free(&e);
+        return NULL;
+}
+
+/* Two handles (as two processes would) create the same box at once: the
+ * database's unique key lets exactly one win, the other gets a conflict. */
+static void test_insert_race(ab_store *s, ab_store *s2)
+{
+        enum { ROUNDS = 20 };
+        int good = 0;
+        for (int i = 0; i < ROUNDS; i++) {
+                char id[16];
+                snprintf(id, sizeof(id), "race-%d", i);
+                pthread_barrier_t bar;
+                pthread_barrier_init(&bar, NULL, 2);
+                struct racer x[2] = {{.s = s, .bar = &bar, .id = id},
+                                     {.s = s2, .bar = &bar, .id = id}};
+                pthread_t th[2];
+                for (int j = 0; j < 2; j++)
+                        pthread_create(&th[j], NULL, insert_thread, &x[j]);
+                for (int j = 0; j < 2; j++)
+                        pthread_join(th[j], NULL);
+                pthread_barrier_destroy(&bar);
+                int wins = (x[0].r == 0) + (x[1].r == 0);
+                int conflicts = (x[0].r < 0 && x[0].code == AB_E_CONFLICT) +
+                                (x[1].r < 0 && x[1].code == AB_E_CONFLICT);
+                if (wins == 1 && conflicts == 1)
+                        good++;
+                else
+                        printf("#   round %d: r=%d/%d codes %d/%d\n", i, x[0].r, x[1].r, x[0].code,
+                               x[1].code);
+        }
+        is_int(good, ROUNDS,
+               "same id from two handles at once: exactly one insert wins (%d rounds)", ROUNDS);
+}
+
+/* The server drops our connection: the next operation reconnects once. */
+static void test_pg_reconnect(const target *t, ab_store *s)
+{
+        ab_err *e = NULL;
+        ok(raw(t,
+               "SELECT pg_terminate_backend(pid, 5000) FROM pg_stat_activity "
+               "WHERE datname = current_database() AND pid <> pg_backend_pid()",
+               NULL) == 0,
+           "terminate the store's connections");
+        ab_box_rec g;
+        no_err(ab_store_box_get(s, "native", "b1", &g, &e), &e,
+               "the next operation reconnects and succeeds");
+        ab_box_rec_clear(&g);
+}
+
+static void suite(const target *t)
+{
+        K = t->kind;
+        test_concurrent_fresh_open(t);
+        test_migrations(t);
+        ab_store *s = open_store(t, "main handle");
+        ab_store *s2 = open_store(t, "second handle");
+        if (!s || !s2) {
+                ab_store_close(s);
+                ab_store_close(s2);
+                return;
+        }
+        test_boxes(s);
+        test_list(s);
+        test_idle(s);
+        test_count(s);
+        test_pool(t, s, s2);
+        test_audit(s);
+        test_keys(s);
+        test_insert_race(s, s2);
+        if (strcmp(t->kind, "postgres") == 0)
+                test_pg_reconnect(t, s);
+        ab_store_close(s);
+        ab_store_close(s2);
+}
+
+/* ---- what does not depend on a database ---- */
+
+static void test_open_errors(const char *tmp)
+{
+        K = "open";
+        ab_store *s = NULL;
+        ab_err *e = NULL;
+        is_err(ab_store_open("mysql://u:secret@h/db", NULL, &s, &e), &e, AB_E_INVALID, "mysql",
+               "an unknown url scheme is invalid");
+        ab_store_open("mysql://u:secret@h/db", NULL, &s, &e);
+        ok(e && !strstr(e->msg, "secret"), "the error does not show the url's password");
+        ab_err_free(&e);
+        is_err(ab_store_open("sqlite:", NULL, &s, &e), &e, AB_E_INVALID, NULL,
+               "sqlite: without a path is invalid");
+        is_err(ab_store_open(NULL, NULL, &s, &e), &e, AB_E_INVALID, NULL,
+               "no url and no data folder is invalid");
+        is_err(ab_store_open("postgres://127.0.0.1:1/nope?connect_timeout=5", NULL, &s, &e), &e,
+               AB_E_UNAVAILABLE, "connect to PostgreSQL",
+               "an unreachable PostgreSQL is unavailable, with libpq's message");
+        _cleanup_free_ char *blocked = xasprintf("%s/file", tmp);
+        int fd = open(blocked, O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
+        close(fd);
+        _cleanup_free_ char *under = xasprintf("sqlite:%s/db", blocked);
+        is_err(ab_store_open(under, NULL, &s, &e), &e, AB_E_UNAVAILABLE, blocked,
+               "a database path that cannot be created is unavailable");
+
+        /* The default: DATA_DIR/agentbox.db, folders made private. */
+        _cleanup_free_ char *data = xasprintf("%s/data/sub", tmp);
+        no_err(ab_store_open("", data, &s, &e), &e, "open the default store in a new data folder");
+        if (s)
+                is_str(ab_store_kind(s), "sqlite", "the default is SQLite");
+        ab_store_close(s);
+        struct stat st;
+        ok(stat(data, &st) == 0 && S_ISDIR(st.st_mode) && (st.st_mode & 0777) == 0700,
+           "the data folder is made, mode 0700");
+        _cleanup_free_ char *db = xasprintf("%s/agentbox.db", data);
+        ok(stat(db, &st) == 0 && (st.st_mode & 0777) == 0600, "agentbox.db is made, mode 0600");
+}
+
+/* ---- PostgreSQL: a database of our own ---- */
+
+/* The admin url with its database replaced by name. */
+static char *with_db(const char *url, const char *name)
+{
+        const char *auth = strstr(url, "://");
+        auth = auth ? auth + 3 : url;
+        size_t path = strcspn(auth, "/?");
+        const char *query = strchr(auth, '?');
+        return xasprintf("%.*s/%s%s", (int)(auth - url + path), url, name, query ? query : "");
+}
+
+/* Runs "verb NAME tail" with the database name quoted as an identifier. */
+static int admin(const char *url, const char *verb, const char *name, const char *tail)
+{
+        PGconn *c = PQconnectdb(url);
+        if (PQstatus(c) != CONNECTION_OK) {
+                printf("#   postgres admin: %s", PQerrorMessage(c));
+                PQfinish(c);
+                return -1;
+        }
+        char *id = PQescapeIdentifier(c, name, strlen(name));
+        _cleanup_free_ char *sql = xasprintf("%s %s%s", verb, id, tail);
+        PQfreemem(id);
+        PGresult *r = PQexec(c, sql);
+        int ret = PQresultStatus(r) == PGRES_COMMAND_OK ? 0 : -1;
+        if (ret < 0)
+                printf("#   postgres admin: %s", PQerrorMessage(c));
+        PQclear(r);
+        PQfinish(c);
+        return ret;
+}
+
+static void test_postgres(void)
+{
+        const char *url = getenv("AGENTBOX_TEST_PG_URL");
+        if (!url || !*url) {
+                printf("ok %d - postgres # SKIP AGENTBOX_TEST_PG_URL is not set "
+                       "(scripts/pg.sh starts a server and prints the url to set it to)\n",
+                       ++tap_n);
+                return;
+        }
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        _cleanup_free_ char *name =
+            xasprintf("agentbox_test_%d_%lld", (int)getpid(), (long long)ts.tv_nsec);
+        K = "postgres";
+        if (admin(url, "CREATE DATABASE", name, "") < 0) {
+                ok(0, "create the test database through AGENTBOX_TEST_PG_URL");
+                return;
+        }
+        target t = {.kind = "postgres", .url = with_db(url, name)};
+        suite(&t);
+        K = "postgres";
+        ok(admin(url, "DROP DATABASE", name, " WITH (FORCE)") == 0, "drop the test database");
+        free(t.url);
+}
+
+static int rm_one(const char *path, const struct stat *st, int type, struct FTW *f)
+{
+        return remove(path);
+}
+
+int main(void)
+{
+        struct timespec t0, t1;
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        char tmp[] = "/tmp/ab-store-XXXXXX";
+        if (!mkdtemp(tmp))
+                tap_skip_all("mkdtemp failed");
+
+        test_open_errors(tmp);
+
+        target sq = {.kind = "sqlite", .url = xasprintf("sqlite:%s/store.db", tmp)};
+        suite(&sq);
+        free(sq.url);
+
+        test_postgres();
+
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        printf("# %.2f s\n", (double)(t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) / 1e9);
+        if (nftw(tmp, rm_one, 16, FTW_DEPTH | FTW_PHYS) != 0)
+                printf("# could not remove %s\n", tmp);
+        return tap_done();
+}
