@@ -36,7 +36,7 @@ first_port=${AGENTBOX_PG_PORT:-55432}
 # The newest installed server version (Debian: /usr/lib/postgresql/VERSION/bin).
 find_bin() {
         local d
-        d=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -t/ -k5,5V | tail -n 1)
+        d=$(printf '%s\n' /usr/lib/postgresql/*/bin | sort -t/ -k5,5V | tail -n 1)
         if [ -n "$d" ] && [ -x "$d/pg_ctl" ]; then
                 echo "$d"
         elif command -v pg_ctl >/dev/null; then

@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # run.sh - THE main command (the README's): installs what is missing, builds,
-# and shows agentbox at work with the CLI on a box named "demo".
+# and starts the agentbox server in the foreground (Ctrl-C stops it; boxes
+# keep their files and a restart finds them again).
 #
-# Data dir: $AGENTBOX_DATA, default ./data (boxes persist there until `rm`).
+#   scripts/run.sh                       # serve on 127.0.0.1:8080, data in ./data
+#   scripts/run.sh --config my.yaml      # extra flags go to `agentbox serve`
+#   scripts/run.sh --demo                # instead: a short CLI demo on a box "demo"
 #
-# TODO(serve): once the HTTP server exists, end this script with
-#   exec ./build/agentbox serve --data "$data" --listen "${AGENTBOX_LISTEN:-127.0.0.1:8080}"
-# and keep the CLI demo behind an option (e.g. run.sh --demo).
+# Env: AGENTBOX_DATA (default ./data), AGENTBOX_LISTEN (default 127.0.0.1:8080),
+# AGENTBOX_TOKEN (admin token; without one the API is open on loopback only).
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
@@ -15,6 +17,18 @@ cd "$(dirname "$0")/.."
 
 data=${AGENTBOX_DATA:-./data}
 bin=./build/agentbox
+
+if [ "${1:-}" != --demo ]; then
+        listen=${AGENTBOX_LISTEN:-127.0.0.1:8080}
+        echo
+        echo "agentbox: serving on http://$listen (data in $data). Try, from another terminal:"
+        echo "  curl -s -X POST http://$listen/v1/exec -d '{\"app_id\":\"a\",\"user_id\":\"u\",\"chat_id\":\"c\",\"command\":\"uname -a\"}'"
+        echo "  curl -s http://$listen/v1/sandboxes"
+        echo "API: docs/api.md   settings: docs/configuration.md   Ctrl-C stops the server."
+        echo
+        exec "$bin" serve --data "$data" --listen "$listen" "$@"
+fi
+
 ab() {
         local a shown=
         for a in "$@"; do

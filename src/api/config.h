@@ -15,26 +15,27 @@ typedef struct ab_config_key {
 } ab_config_key;
 
 typedef struct ab_config {
-        char *listen;      /* HOST:PORT; default "127.0.0.1:8080" (env AGENTBOX_LISTEN) */
-        char *data_dir;    /* default "./data" (env AGENTBOX_DATA) */
-        char *store_url;   /* NULL = SQLite under data_dir (env AGENTBOX_STORE) */
-        char *token;       /* admin bearer token; NULL/"" = open, loopback only (env AGENTBOX_TOKEN) */
-        char *init_path;   /* agentbox-init; NULL = next to the binary (env AGENTBOX_INIT) */
-        ab_limits limits;  /* defaults for new boxes (config: limits: {cpus, memory, pids, disk, timeout}) */
-        int64_t idle_stop_s;      /* default 300; 0 disables idle stop */
-        int64_t ttl_s;            /* default TTL of new boxes; 0 = none */
-        int64_t pool_size;        /* warm pool target; default 0 */
-        int64_t max_running;      /* cap on running boxes (LRU stop); 0 = no cap */
-        int64_t reaper_interval_ms;  /* how often idle/TTL/LRU/pool jobs run; default 5000 */
-        int64_t sample_interval_ms;  /* resource samples on /v1/events; default 10000; 0 = off */
-        double alert_memory_pct;  /* alert thresholds in percent of the limit; 0 = off */
-        double alert_cpu_pct;     /* percent of the cpu limit over the last sample */
+        char *listen;    /* HOST:PORT; default "127.0.0.1:8080" (env AGENTBOX_LISTEN) */
+        char *data_dir;  /* default "./data" (env AGENTBOX_DATA) */
+        char *store_url; /* NULL = SQLite under data_dir (env AGENTBOX_STORE) */
+        char *token; /* admin bearer token; NULL/"" = open, loopback only (env AGENTBOX_TOKEN) */
+        char *init_path;     /* agentbox-init; NULL = next to the binary (env AGENTBOX_INIT) */
+        ab_limits limits;    /* defaults for new boxes (config: limits: {cpus, memory, pids, disk,
+                                timeout}) */
+        int64_t idle_stop_s; /* default 300; 0 disables idle stop */
+        int64_t ttl_s;       /* default TTL of new boxes; 0 = none */
+        int64_t pool_size;   /* warm pool target; default 0 */
+        int64_t max_running; /* cap on running boxes (LRU stop); 0 = no cap */
+        int64_t reaper_interval_ms; /* how often idle/TTL/LRU/pool jobs run; default 5000 */
+        int64_t sample_interval_ms; /* resource samples on /v1/events; default 10000; 0 = off */
+        double alert_memory_pct;    /* alert thresholds in percent of the limit; 0 = off */
+        double alert_cpu_pct;       /* percent of the cpu limit over the last sample */
         double alert_disk_pct;
-        char *webhook_url;        /* alerts are POSTed here when set */
-        uint64_t max_body;        /* largest JSON request body; default 1 MiB */
-        uint64_t max_upload;      /* largest PUT file body; default 1 GiB */
-        int64_t max_connections;  /* default 1024 */
-        ab_config_key *keys;      /* API keys scoped to an app (config: api_keys: [{key, app_id}]) */
+        char *webhook_url;       /* alerts are POSTed here when set */
+        uint64_t max_body;       /* largest JSON request body; default 1 MiB */
+        uint64_t max_upload;     /* largest PUT file body; default 1 GiB */
+        int64_t max_connections; /* default 1024 */
+        ab_config_key *keys;     /* API keys scoped to an app (config: api_keys: [{key, app_id}]) */
         size_t n_keys;
 } ab_config;
 

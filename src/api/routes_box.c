@@ -176,16 +176,16 @@ enum MHD_Result route_box_create(ab_req *r, const char *id)
                 return resp_err(r, e);
         }
         json_decref(body);
-        json_t *j = box_json(&rec);
+        json_t *j = box_json(r->srv, &rec);
         ab_box_rec_clear(&rec);
         return resp_json(r, created ? 201 : 200, j);
 }
 
-static json_t *box_list_json(ab_box_rec *rs, size_t n)
+static json_t *box_list_json(const ab_server *srv, ab_box_rec *rs, size_t n)
 {
         json_t *a = json_array();
         for (size_t i = 0; i < n; i++)
-                json_array_append_new(a, box_json(&rs[i]));
+                json_array_append_new(a, box_json(srv, &rs[i]));
         return a;
 }
 
@@ -225,7 +225,7 @@ enum MHD_Result route_box_list(ab_req *r, const char *id)
         if (filter_from_query(r, &f, &e) < 0 ||
             ab_manager_list(r->srv->mgr, &f, r->scope, &rs, &n, &e) < 0)
                 return resp_err(r, e);
-        json_t *j = json_pack("{s:o}", "sandboxes", box_list_json(rs, n));
+        json_t *j = json_pack("{s:o}", "sandboxes", box_list_json(r->srv, rs, n));
         ab_box_recs_free(rs, n);
         return resp_json(r, 200, j);
 }
@@ -258,7 +258,7 @@ enum MHD_Result route_box_get(ab_req *r, const char *id)
         ab_box_rec rec;
         if (ab_manager_get(r->srv->mgr, id, r->scope, &rec, &e) < 0)
                 return resp_err(r, e);
-        json_t *j = box_json(&rec);
+        json_t *j = box_json(r->srv, &rec);
         ab_box_stats st;
         if (rec.status && !strcmp(rec.status, "running") &&
             ab_manager_stats(r->srv->mgr, &rec, &st, NULL) == 0)
@@ -294,7 +294,7 @@ static enum MHD_Result box_action(ab_req *r, const char *id, box_op op)
         ab_box_rec rec;
         if (op(r->srv->mgr, id, r->scope, &rec, &e) < 0)
                 return resp_err(r, e);
-        json_t *j = box_json(&rec);
+        json_t *j = box_json(r->srv, &rec);
         ab_box_rec_clear(&rec);
         return resp_json(r, 200, j);
 }

@@ -375,8 +375,9 @@ static json_t *str_or_null(const char *s)
         return s ? json_bytes(s, strlen(s)) : json_null();
 }
 
-json_t *box_json(const ab_box_rec *r)
+json_t *box_json(const ab_server *s, const ab_box_rec *r)
 {
+        int64_t idle = r->idle_stop_s ? r->idle_stop_s : s->cfg->idle_stop_s;
         json_t *spec = json_text_or_null(r->spec);
         json_t *env = json_is_object(spec) ? json_object_get(spec, "env") : NULL;
         json_t *net = json_is_object(spec) ? json_object_get(spec, "network") : NULL;
@@ -388,10 +389,10 @@ json_t *box_json(const ab_box_rec *r)
             "app_id", str_or_null(r->app_id), "user_id", str_or_null(r->user_id), "chat_id",
             str_or_null(r->chat_id), "thread_id", str_or_null(r->thread_id), "created_at",
             (json_int_t)r->created_at, "last_active_at", (json_int_t)r->last_active_at,
-            "idle_stop_s", (json_int_t)r->idle_stop_s, "ttl_s", (json_int_t)r->ttl_s, "limits",
-            json_text_or_null(r->limits), "network", net ? net : json_pack("{s:s}", "mode", "none"),
-            "env", env ? env : json_object(), "metadata",
-            json_is_object(meta) ? meta : (json_decref(meta), json_object()), "error",
+            "idle_stop_s", (json_int_t)(idle > 0 ? idle : -1), "ttl_s", (json_int_t)r->ttl_s,
+            "limits", json_text_or_null(r->limits), "network",
+            net ? net : json_pack("{s:s}", "mode", "none"), "env", env ? env : json_object(),
+            "metadata", json_is_object(meta) ? meta : (json_decref(meta), json_object()), "error",
             str_or_null(r->error));
         json_decref(spec);
         return j;

@@ -96,7 +96,7 @@ int fields_known(json_t *o, const char *const *known, const char *where, ab_err 
 json_t *json_bytes(const char *buf, size_t len);
 
 /* The box as the API shows it (docs/api.md). */
-json_t *box_json(const ab_box_rec *r);
+json_t *box_json(const ab_server *s, const ab_box_rec *r);
 
 /* Route handlers. `id` is the {id} path segment or NULL. */
 enum MHD_Result route_health(ab_req *r, const char *id);
