@@ -34,6 +34,16 @@ stage() {
 stage "dependencies: scripts/deps.sh"
 ./scripts/deps.sh || failures+=("deps: scripts/deps.sh failed")
 
+stage "services: PostgreSQL on loopback (scripts/pg.sh)"
+# The store suite (and the server tests that take a database URL) run
+# against a real PostgreSQL server as well as SQLite.
+if pg_url=$(./scripts/pg.sh | tail -n 1) && [ -n "$pg_url" ]; then
+        export AGENTBOX_TEST_PG_URL=$pg_url
+        echo "AGENTBOX_TEST_PG_URL=$pg_url"
+else
+        failures+=("services: scripts/pg.sh could not start PostgreSQL")
+fi
+
 stage "build: build"
 build_ok=1
 ./scripts/build.sh build || { build_ok=0; failures+=("build: build failed"); }
