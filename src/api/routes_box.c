@@ -237,10 +237,10 @@ enum MHD_Result route_box_delete_where(ab_req *r, const char *id)
         if (filter_from_query(r, &f, &e) < 0)
                 return resp_err(r, e);
         if (f.status || f.mode)
-                return resp_error(r, 400, "invalid",
+                return resp_error(r, 400, "invalid_argument",
                                   "delete by filter takes app_id, user_id, chat_id or thread_id");
         if (!f.app_id && !f.thread_id)
-                return resp_error(r, 400, "invalid",
+                return resp_error(r, 400, "invalid_argument",
                                   "app_id: required to delete by filter (or give thread_id); "
                                   "to delete one box use DELETE /v1/sandboxes/{id}");
         _cleanup_strv_ char **ids = NULL;
@@ -735,11 +735,13 @@ enum MHD_Result route_events(ab_req *r, const char *id)
                         ab_strvfreep(&s->types);
                         free(s->box_id);
                         free(s);
-                        return resp_error(r, 400, "invalid",
+                        return resp_error(r, 400, "invalid_argument",
                                           "after: must be an event id (a number), not \"%s\"",
                                           after);
                 }
-                s->after = a;
+                /* An id from before a restart (sequence numbers start again
+                 * at 1): send everything still buffered. */
+                s->after = a > ab_events_last_seq(r->srv->events) ? 0 : a;
         } else {
                 s->after = ab_events_last_seq(r->srv->events);
         }
@@ -779,7 +781,7 @@ enum MHD_Result route_keys_create(ab_req *r, const char *id)
         }
         if (!app || !*app) {
                 json_decref(body);
-                return resp_error(r, 400, "invalid", "app_id: required");
+                return resp_error(r, 400, "invalid_argument", "app_id: required");
         }
         unsigned char rnd[24], kid[6];
         if (RAND_bytes(rnd, sizeof(rnd)) != 1 || RAND_bytes(kid, sizeof(kid)) != 1) {

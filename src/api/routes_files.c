@@ -77,11 +77,12 @@ static const char *need_path(ab_req *r, enum MHD_Result *ret)
 {
         const char *p = req_query(r, "path");
         if (!p || !*p) {
-                *ret = resp_error(r, 400, "invalid", "path: required (a path inside the box)");
+                *ret = resp_error(r, 400, "invalid_argument",
+                                  "path: required (a path inside the box)");
                 return NULL;
         }
         if (strlen(p) > 4096) {
-                *ret = resp_error(r, 400, "invalid", "path: longer than 4096 bytes");
+                *ret = resp_error(r, 400, "invalid_argument", "path: longer than 4096 bytes");
                 return NULL;
         }
         return p;
@@ -91,7 +92,7 @@ static const char *need_path(ab_req *r, enum MHD_Result *ret)
 static enum MHD_Result file_err(ab_req *r, ab_err *e)
 {
         if (e->code == AB_E_LIMIT) {
-                enum MHD_Result ret = resp_error(r, 507, "limit", "%s", e->msg);
+                enum MHD_Result ret = resp_error(r, 507, "limit_exceeded", "%s", e->msg);
                 ab_err_free(&e);
                 return ret;
         }
@@ -238,14 +239,14 @@ enum MHD_Result route_files_get(ab_req *r, const char *id)
                 return ret;
         const char *format = req_query(r, "format");
         if (format && strcmp(format, "zip"))
-                return resp_error(r, 400, "invalid", "format: only \"zip\" is supported");
+                return resp_error(r, 400, "invalid_argument", "format: only \"zip\" is supported");
         int depth = 1;
         const char *ds = req_query(r, "depth");
         if (ds) {
                 char *end;
                 long d = strtol(ds, &end, 10);
                 if (end == ds || *end || d < 1 || d > 32)
-                        return resp_error(r, 400, "invalid", "depth: must be 1..32");
+                        return resp_error(r, 400, "invalid_argument", "depth: must be 1..32");
                 depth = (int)d;
         }
         file_job *j = xzalloc(sizeof(*j));
@@ -321,7 +322,7 @@ enum MHD_Result route_files_get(ab_req *r, const char *id)
         free(st.link);
         if (!regular) {
                 file_job_free(j);
-                return resp_error(r, 400, "invalid",
+                return resp_error(r, 400, "invalid_argument",
                                   "%s is not a regular file or a directory (a symlink is not "
                                   "followed)",
                                   shown);
@@ -369,10 +370,11 @@ enum MHD_Result route_files_delete(ab_req *r, const char *id)
         const char *rs = req_query(r, "recursive");
         bool recursive = rs && (!strcmp(rs, "1") || !strcmp(rs, "true"));
         if (rs && !recursive && strcmp(rs, "0") && strcmp(rs, "false"))
-                return resp_error(r, 400, "invalid", "recursive: must be 1/true or 0/false");
+                return resp_error(r, 400, "invalid_argument",
+                                  "recursive: must be 1/true or 0/false");
         _cleanup_free_ char *shown = display_path(path);
         if (!strcmp(shown, "/") || !strcmp(shown, "/workspace"))
-                return resp_error(r, 400, "invalid",
+                return resp_error(r, 400, "invalid_argument",
                                   "path: refusing to delete %s itself; delete what is in it",
                                   shown);
         ab_err *e = NULL;

@@ -13,6 +13,9 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 
+/* Keep-alive connections idle this long are closed (streams send keepalives). */
+#define IDLE_CONN_TIMEOUT_S 120
+
 typedef enum { AUTH_ANY, AUTH_USER, AUTH_ADMIN } auth_level;
 
 typedef struct route {
@@ -130,8 +133,6 @@ enum MHD_Result resp_err(ab_req *r, ab_err *e)
 {
         unsigned st = status_of(e->code);
         const char *code = ab_code_name(e->code);
-        if (e->code == AB_E_PERMISSION)
-                code = "forbidden";
         if (st >= 500 && st != 503)
                 ab_log(AB_LOG_ERROR, "request failed", "method", r->method, "path", r->path,
                        "error", e->msg, NULL);
@@ -452,7 +453,7 @@ static enum MHD_Result authenticate(ab_req *r, auth_level need, bool *ok)
         if (!h) {
                 if (!has_token) {
                         if (!peer_is_loopback(r))
-                                return resp_error(r, 403, "forbidden",
+                                return resp_error(r, 403, "permission_denied",
                                                   "this server has no token and answers "
                                                   "loopback clients only");
                         *ok = true;
@@ -493,13 +494,13 @@ static enum MHD_Result authenticate(ab_req *r, auth_level need, bool *ok)
         }
         if (!r->scope_buf) {
                 if (!has_token && !peer_is_loopback(r))
-                        return resp_error(r, 403, "forbidden",
+                        return resp_error(r, 403, "permission_denied",
                                           "this server answers loopback clients only");
                 return resp_error(r, 401, "unauthorized", "invalid token or API key");
         }
         r->scope = r->scope_buf;
         if (need == AUTH_ADMIN)
-                return resp_error(r, 403, "forbidden",
+                return resp_error(r, 403, "permission_denied",
                                   "this route needs the admin token; API keys cannot use it");
         *ok = true;
         return MHD_YES;
@@ -621,7 +622,7 @@ static enum MHD_Result first_call(ab_req *r, bool *done)
                 max = r->srv->cfg->max_body;
         if (len > max) {
                 *done = true;
-                return resp_error(r, 413, "limit",
+                return resp_error(r, 413, "limit_exceeded",
                                   "request body of %" PRIu64
                                   " bytes is larger than the limit of %" PRIu64 " bytes",
                                   len, max);
@@ -707,9 +708,10 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         if (r->body_kind == BODY_NONE)
                 r->body_len = 0;
         if (r->body_too_large)
-                return resp_error(
-                    r, 413, "limit", "request body is larger than the limit of %" PRIu64 " bytes",
-                    r->body_kind == BODY_UPLOAD ? s->cfg->max_upload : s->cfg->max_body);
+                return resp_error(r, 413, "limit_exceeded",
+                                  "request body is larger than the limit of %" PRIu64 " bytes",
+                                  r->body_kind == BODY_UPLOAD ? s->cfg->max_upload
+                                                              : s->cfg->max_body);
         if (r->upload_failed)
                 return resp_error(r, 500, "internal", "cannot spool the upload");
         const char *id = NULL;
@@ -812,7 +814,7 @@ int ab_server_start(ab_server *s, ab_err **err)
         s->mhd = MHD_start_daemon(flags, 0, NULL, NULL, on_request, s, MHD_OPTION_LISTEN_SOCKET, fd,
                                   MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
                                   MHD_OPTION_CONNECTION_LIMIT, (unsigned)s->cfg->max_connections,
-                                  MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)0,
+                                  MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)IDLE_CONN_TIMEOUT_S,
                                   MHD_OPTION_EXTERNAL_LOGGER, mhd_log, s, MHD_OPTION_END);
         if (!s->mhd) {
                 close(fd);
