@@ -248,7 +248,8 @@ static void set_status(ab_manager *m, ab_box_rec *r, const char *status, const c
         r->error = error ? xstrdup(error) : NULL;
 }
 
-/* Makes the box's backend run it. Caller holds the slot lock. */
+/* Makes the box's backend run it. Caller holds the slot lock. Returns 1 when
+ * it had to start the box, 0 when it ran already, -1 on failure. */
 static int ensure_running(ab_manager *m, ab_box_rec *r, ab_err **err)
 {
         ab_backend *b = m->o.backend;
@@ -279,6 +280,7 @@ static int ensure_running(ab_manager *m, ab_box_rec *r, ab_err **err)
                 return 0;
         }
         uint64_t t0 = ab_now_ns();
+        int started = 0;
         if (b->ops->start(b, r->backend_id, &e) < 0) {
                 ab_metrics_op(m->o.metrics, "start", false);
                 set_status(m, r, "stopped", e->msg);
@@ -289,9 +291,10 @@ static int ensure_running(ab_manager *m, ab_box_rec *r, ab_err **err)
         }
         ab_metrics_op(m->o.metrics, "start", true);
         set_status(m, r, "running", NULL);
+        started = 1;
         emit(m, "box.started", r,
              json_pack("{s:I}", "duration_ms", (json_int_t)((ab_now_ns() - t0) / 1000000)));
-        return 0;
+        return started;
 }
 
 /* Stops the box (caller holds the slot lock). */
@@ -593,7 +596,7 @@ static int create_backend(ab_manager *m, ab_box_rec *r, const ab_limits *lim, ab
                         /* A box by this name exists (made by the CLI, or a
                          * record lost): adopt it. */
                         ab_err_free(&e);
-                        return ensure_running(m, r, err);
+                        return ensure_running(m, r, err) < 0 ? -1 : 0;
                 }
                 ab_metrics_op(m->o.metrics, "create", false);
                 ab_err_set(err, AB_E_UNAVAILABLE, 0, "box %s cannot be created: %s", r->id, e->msg);
@@ -886,8 +889,12 @@ int ab_manager_use_begin(ab_manager *m, const char *id, const char *scope, ab_us
                 rc = ab_err_set(err, AB_E_CONFLICT, 0, "box %s is being deleted", id);
         else if (rc == 0 && status_is(&r, "creating"))
                 rc = ab_err_set(err, AB_E_UNAVAILABLE, 0, "box %s is still being created", id);
-        if (rc == 0)
+        bool started = false;
+        if (rc == 0) {
                 rc = ensure_running(m, &r, err);
+                started = rc > 0;
+                rc = rc < 0 ? -1 : 0;
+        }
         if (rc == 0) {
                 atomic_fetch_add(&s->inflight, 1);
                 atomic_fetch_add(&m->inflight_total, 1);
@@ -900,7 +907,8 @@ int ab_manager_use_begin(ab_manager *m, const char *id, const char *scope, ab_us
         }
         u->rec = r;
         u->slot = s;
-        enforce_cap(m, id);
+        if (started)
+                enforce_cap(m, id);
         return 0;
 }
 
@@ -920,7 +928,7 @@ int ab_manager_use_connect(ab_manager *m, ab_use *u, ab_err **err)
         /* Stopped under us (idle stop by another process, init died): start again. */
         slot *s = u->slot;
         pthread_mutex_lock(&s->lock);
-        int rc = ensure_running(m, &u->rec, err);
+        int rc = ensure_running(m, &u->rec, err) < 0 ? -1 : 0;
         pthread_mutex_unlock(&s->lock);
         if (rc < 0)
                 return -1;

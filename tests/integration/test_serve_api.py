@@ -437,10 +437,10 @@ s = srv.sse("/v1/sandboxes/%s/exec" % A, method="POST", body={"command": "echo g
 first = s.next(5)
 h.ok(first is not None and first.type == "stdout", "a streamed long command sends its first chunk",
      s.describe())
-h.eq(len(box_procs(A, r"slee[p] 303")), 1, "... while its sleep runs in the box (control)")
+h.ok(box_procs(A, r"^slee[p] 303"), "... while its sleep runs in the box (control)")
 s.close()
-h.eq(procs_left(A, r"slee[p] 303"), [],
-     "closing the stream kills the command")
+h.eq(procs_left(A, r"slee[p] 303", 6), [],
+     "closing the stream kills the command (within 6 s)")
 
 s = srv.sse("/v1/sandboxes/nosuchbox42/exec", method="POST", body={"command": "true"})
 h.eq(s.status, 404, "streamed exec in an unknown box answers 404", s.describe())
@@ -616,9 +616,8 @@ h.ok(any(n.endswith("src/hello.bin") for n in names) and any(n.endswith("d/sub/d
      "a zip of /workspace holds the whole workspace", repr(names[:20]))
 
 r = srv.get(srv.file_path(F, "d/link"))
-h.ok(r.status == 404 or (shadow is not None and r.body != shadow), "GET through a workspace link to /etc/shadow "
-     "never returns the host's file", r.describe())
-h.eq(r.status, 404, "... (the box has no /etc/shadow: 404)", r.describe())
+h.ok(r.status in (400, 404) and (shadow is None or r.body != shadow), "GET through a workspace link to "
+     "/etc/shadow is refused and never returns the host's file", r.describe())
 r = srv.get(srv.file_path(F, "../../../../../../etc/shadow"))
 h.ok(r.status in (400, 404) and (shadow is None or r.body != shadow), "GET of ../../etc/shadow stays inside the box",
      r.describe())

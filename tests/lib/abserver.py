@@ -339,7 +339,7 @@ class SSE:
                     data.append(value)
                 elif field == "id":
                     ev_id = value
-        except (OSError, ValueError, http.client.HTTPException):
+        except Exception:  # noqa: BLE001 - any end of the stream (also close() from another thread)
             pass
         self.ended = True
         self._q.put(None)
