@@ -1,0 +1,550 @@
+/* The sandbox manager against an in-memory fake backend and a real SQLite
+ * store: acquire by keys, idempotence under threads, pool claims, idle stop,
+ * the running-box cap, TTL, asynchronous deletion, and recovery of every
+ * kind of leftover a crash can leave. */
+#include "core/manager.h"
+#include "tap.h"
+
+#define ok(c, ...)         tap_ok(!!(c), __VA_ARGS__)
+#define is_str(g, w, name) TAP_IS_STR(g, w, name)
+#define diag(...)          (printf("# "), printf(__VA_ARGS__), printf("\n"))
+#define bail_out(...)      (printf("Bail out! "), printf(__VA_ARGS__), printf("\n"), exit(1))
+
+#include <pthread.h>
+#include <sys/stat.h>
+#include <time.h>
+
+/* ---- fake backend ----------------------------------------------------- */
+
+#define MAX_FAKE 64
+
+typedef struct fbox {
+        char id[64];
+        ab_box_status status;
+        bool used;
+} fbox;
+
+typedef struct fake {
+        ab_backend base;
+        pthread_mutex_t lock;
+        fbox boxes[MAX_FAKE];
+        int creates, starts, stops, destroys;
+        bool fail_start;
+} fake;
+
+static fake *F(ab_backend *b)
+{
+        return (fake *)b;
+}
+
+static fbox *find(fake *f, const char *id)
+{
+        for (int i = 0; i < MAX_FAKE; i++)
+                if (f->boxes[i].used && !strcmp(f->boxes[i].id, id))
+                        return &f->boxes[i];
+        return NULL;
+}
+
+static int f_create(ab_backend *b, const ab_box_spec *spec, ab_err **err)
+{
+        fake *f = F(b);
+        pthread_mutex_lock(&f->lock);
+        int rc = 0;
+        if (find(f, spec->id)) {
+                rc = ab_err_set(err, AB_E_CONFLICT, 0, "exists");
+        } else {
+                for (int i = 0; i < MAX_FAKE; i++)
+                        if (!f->boxes[i].used) {
+                                f->boxes[i].used = true;
+                                snprintf(f->boxes[i].id, 64, "%s", spec->id);
+                                f->boxes[i].status = AB_BOX_RUNNING;
+                                break;
+                        }
+                f->creates++;
+        }
+        pthread_mutex_unlock(&f->lock);
+        struct timespec ts = {0, 2000000}; /* a create takes time: races get a chance */
+        nanosleep(&ts, NULL);
+        return rc;
+}
+
+static int f_start(ab_backend *b, const char *id, ab_err **err)
+{
+        fake *f = F(b);
+        pthread_mutex_lock(&f->lock);
+        fbox *x = find(f, id);
+        int rc = 0;
+        if (!x)
+                rc = ab_err_set(err, AB_E_NOT_FOUND, 0, "no box");
+        else if (f->fail_start)
+                rc = ab_err_set(err, AB_E_INTERNAL, 0, "start failed on purpose");
+        else if (x->status != AB_BOX_RUNNING) {
+                x->status = AB_BOX_RUNNING;
+                f->starts++;
+        }
+        pthread_mutex_unlock(&f->lock);
+        return rc;
+}
+
+static int f_stop(ab_backend *b, const char *id, ab_err **err)
+{
+        fake *f = F(b);
+        pthread_mutex_lock(&f->lock);
+        fbox *x = find(f, id);
+        int rc = 0;
+        if (!x)
+                rc = ab_err_set(err, AB_E_NOT_FOUND, 0, "no box");
+        else if (x->status == AB_BOX_RUNNING) {
+                x->status = AB_BOX_STOPPED;
+                f->stops++;
+        }
+        pthread_mutex_unlock(&f->lock);
+        return rc;
+}
+
+static int f_destroy(ab_backend *b, const char *id, ab_err **err)
+{
+        fake *f = F(b);
+        pthread_mutex_lock(&f->lock);
+        fbox *x = find(f, id);
+        int rc = 0;
+        if (!x)
+                rc = ab_err_set(err, AB_E_NOT_FOUND, 0, "no box");
+        else {
+                x->used = false;
+                f->destroys++;
+        }
+        pthread_mutex_unlock(&f->lock);
+        return rc;
+}
+
+static int f_info(ab_backend *b, const char *id, ab_box_info *out, ab_err **err)
+{
+        fake *f = F(b);
+        memset(out, 0, sizeof(*out));
+        pthread_mutex_lock(&f->lock);
+        fbox *x = find(f, id);
+        int rc = 0;
+        if (!x) {
+                rc = ab_err_set(err, AB_E_NOT_FOUND, 0, "no box");
+        } else {
+                out->id = xstrdup(id);
+                out->status = x->status;
+                ab_limits_default(&out->limits);
+        }
+        pthread_mutex_unlock(&f->lock);
+        return rc;
+}
+
+static int f_list(ab_backend *b, ab_box_info **out, size_t *n, ab_err **err)
+{
+        fake *f = F(b);
+        pthread_mutex_lock(&f->lock);
+        *out = xcalloc(MAX_FAKE, sizeof(ab_box_info));
+        *n = 0;
+        for (int i = 0; i < MAX_FAKE; i++)
+                if (f->boxes[i].used) {
+                        ab_box_info *o = &(*out)[(*n)++];
+                        o->id = xstrdup(f->boxes[i].id);
+                        o->status = f->boxes[i].status;
+                        ab_limits_default(&o->limits);
+                }
+        pthread_mutex_unlock(&f->lock);
+        return 0;
+}
+
+static int f_connect(ab_backend *b, const char *id, ab_err **err)
+{
+        return ab_err_set(err, AB_E_UNSUPPORTED, 0, "the fake has no init");
+}
+
+static int f_stats(ab_backend *b, const char *id, ab_box_stats *out, ab_err **err)
+{
+        memset(out, 0, sizeof(*out));
+        out->memory_limit = 100;
+        out->memory_bytes = 95;
+        return 0;
+}
+
+static void f_free(ab_backend *b)
+{
+}
+
+static const ab_backend_ops fake_ops = {
+    .name = "native",
+    .create = f_create,
+    .start = f_start,
+    .stop = f_stop,
+    .destroy = f_destroy,
+    .info = f_info,
+    .list = f_list,
+    .connect = f_connect,
+    .stats = f_stats,
+    .free = f_free,
+};
+
+static fake FB = {.base = {.ops = &fake_ops}, .lock = PTHREAD_MUTEX_INITIALIZER};
+
+/* ---- helpers ---------------------------------------------------------- */
+
+static char dir[64];
+static ab_store *st;
+static ab_events *ev;
+static ab_metrics *mt;
+
+static ab_manager *open_mgr(int64_t idle, int64_t pool, int64_t cap)
+{
+        ab_manager_opts o = {
+            .backend = &FB.base,
+            .store = st,
+            .events = ev,
+            .metrics = mt,
+            .idle_stop_s = idle,
+            .pool_size = pool,
+            .max_running = cap,
+            .reaper_interval_ms = 3600 * 1000, /* tests call ab_manager_reap themselves */
+        };
+        ab_limits_default(&o.limits);
+        ab_manager *m = NULL;
+        ab_err *e = NULL;
+        if (ab_manager_open(&o, &m, &e) < 0) {
+                diag("manager open: %s", e->msg);
+                ab_err_free(&e);
+        }
+        return m;
+}
+
+static int64_t now_ms(void)
+{
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static const char *status_of_id(const char *id)
+{
+        static char buf[32];
+        ab_box_rec r = {0};
+        if (ab_store_box_get(st, "native", id, &r, NULL) < 0)
+                return "gone";
+        snprintf(buf, sizeof(buf), "%s", r.status);
+        ab_box_rec_clear(&r);
+        return buf;
+}
+
+static bool wait_gone(const char *id)
+{
+        for (int i = 0; i < 200; i++) {
+                if (!strcmp(status_of_id(id), "gone"))
+                        return true;
+                struct timespec ts = {0, 10000000};
+                nanosleep(&ts, NULL);
+        }
+        return false;
+}
+
+typedef struct race {
+        ab_manager *m;
+        int created;
+        int failed;
+        pthread_mutex_t lock;
+} race;
+
+static void *racer(void *arg)
+{
+        race *r = arg;
+        ab_acquire_req q = {.app_id = "app", .user_id = "u", .chat_id = "race"};
+        ab_box_rec rec;
+        bool created;
+        ab_err *e = NULL;
+        int rc = ab_manager_acquire(r->m, &q, NULL, &rec, &created, &e);
+        pthread_mutex_lock(&r->lock);
+        if (rc < 0)
+                r->failed++;
+        else if (created)
+                r->created++;
+        pthread_mutex_unlock(&r->lock);
+        if (rc == 0)
+                ab_box_rec_clear(&rec);
+        ab_err_free(&e);
+        return NULL;
+}
+
+int main(void)
+{
+        snprintf(dir, sizeof(dir), "/tmp/ab-mgr-XXXXXX");
+        if (!mkdtemp(dir))
+                bail_out("mkdtemp");
+        ab_err *e = NULL;
+        if (ab_store_open(NULL, dir, &st, &e) < 0)
+                bail_out("store: %s", e->msg);
+        ev = ab_events_new(256);
+        mt = ab_metrics_new();
+
+        /* ids */
+        char id[17];
+        ab_manager_key_id("app1", "u1", "c1", id);
+        is_str(id, "ec0734d61a736489", "id = first 16 hex of sha256(\"app1-u1-c1\")");
+        char id2[17];
+        ab_manager_key_id("app1", "u1", "c2", id2);
+        ok(strcmp(id, id2) != 0, "other chat, other id");
+        ab_manager_thread_id("thread-1", id2);
+        is_str(id2, "4b0a5fefc328e6b9", "thread id = first 16 hex of sha256(\"thread-1\")");
+
+        ab_manager *m = open_mgr(300, 0, 0);
+        ok(m != NULL, "manager opens on an empty store");
+
+        /* acquire: create, then the same box */
+        ab_acquire_req q = {.app_id = "app1", .user_id = "u1", .chat_id = "c1"};
+        ab_box_rec r;
+        bool created = false;
+        ok(ab_manager_acquire(m, &q, NULL, &r, &created, &e) == 0 && created,
+           "first acquire creates");
+        is_str(r.id, id, "the box has the derived id");
+        is_str(r.status, "running", "and runs");
+        ab_box_rec_clear(&r);
+        ok(ab_manager_acquire(m, &q, NULL, &r, &created, &e) == 0 && !created,
+           "second acquire finds it");
+        ab_box_rec_clear(&r);
+        ok(FB.creates == 1, "one backend create");
+
+        /* bad input changes nothing */
+        ab_acquire_req bad = {.app_id = "app1", .user_id = "u1"};
+        ok(ab_manager_acquire(m, &bad, NULL, &r, &created, &e) < 0 && e->code == AB_E_INVALID,
+           "missing chat_id is invalid");
+        ok(e && strstr(e->msg, "chat_id"), "the message names chat_id");
+        ab_err_free(&e);
+        ab_acquire_req two = {.id = "x1", .thread_id = "t"};
+        ok(ab_manager_acquire(m, &two, NULL, &r, &created, &e) < 0 && e->code == AB_E_INVALID,
+           "two kinds of keys are invalid");
+        ab_err_free(&e);
+        ab_acquire_req pool_id = {.id = "pool-abc"};
+        ok(ab_manager_acquire(m, &pool_id, NULL, &r, &created, &e) < 0 && e->code == AB_E_INVALID,
+           "pool- ids are reserved");
+        ab_err_free(&e);
+        ok(FB.creates == 1, "no create for bad input");
+
+        /* scope */
+        ab_acquire_req other = {.app_id = "app2", .user_id = "u1", .chat_id = "c1"};
+        ok(ab_manager_acquire(m, &other, "app1", &r, &created, &e) < 0 &&
+               e->code == AB_E_PERMISSION,
+           "a key of app1 cannot acquire for app2");
+        ab_err_free(&e);
+        ok(ab_manager_get(m, id, "app2", &r, &e) < 0 && e->code == AB_E_NOT_FOUND,
+           "a key of app2 does not see app1's box");
+        ab_err_free(&e);
+        ok(ab_manager_get(m, id, "app1", &r, &e) == 0, "a key of app1 does");
+        ab_box_rec_clear(&r);
+
+        /* concurrent acquires: one box */
+        race rc = {.m = m, .lock = PTHREAD_MUTEX_INITIALIZER};
+        pthread_t th[16];
+        int creates_before = FB.creates;
+        for (int i = 0; i < 16; i++)
+                pthread_create(&th[i], NULL, racer, &rc);
+        for (int i = 0; i < 16; i++)
+                pthread_join(th[i], NULL);
+        ok(rc.created == 1 && rc.failed == 0, "16 concurrent acquires: one creates, none fail");
+        ok(FB.creates == creates_before + 1, "one backend create for 16 acquires");
+
+        /* a second manager on the same store (another server process) */
+        ab_manager *m2 = open_mgr(300, 0, 0);
+        ok(m2 && ab_manager_acquire(m2, &q, NULL, &r, &created, &e) == 0 && !created,
+           "a second manager finds the box");
+        ab_box_rec_clear(&r);
+        ab_manager_free(m2);
+
+        /* idle stop */
+        ab_box_rec cur = {0};
+        ab_store_box_get(st, "native", id, &cur, NULL);
+        cur.last_active_at = now_ms() - 400 * 1000;
+        ab_store_box_update(st, &cur, NULL);
+        ab_box_rec_clear(&cur);
+        int stops = FB.stops;
+        ab_manager_reap(m);
+        is_str(status_of_id(id), "stopped", "a box idle for 400 s (idle_stop 300) is stopped");
+        ok(FB.stops == stops + 1, "through the backend");
+        ok(ab_manager_acquire(m, &q, NULL, &r, &created, &e) == 0 && !created &&
+               !strcmp(r.status, "running"),
+           "acquire resumes the stopped box");
+        ab_box_rec_clear(&r);
+        ab_manager_reap(m);
+        is_str(status_of_id(id), "running", "a box just used is not stopped");
+
+        /* a box in use is never idle-stopped */
+        ab_use u;
+        ok(ab_manager_use_begin(m, id, NULL, &u, &e) == 0, "use begins");
+        ab_store_box_get(st, "native", id, &cur, NULL);
+        cur.last_active_at = now_ms() - 400 * 1000;
+        ab_store_box_update(st, &cur, NULL);
+        ab_box_rec_clear(&cur);
+        ab_manager_reap(m);
+        is_str(status_of_id(id), "running",
+               "a box in use is not stopped even when its activity is old");
+        ab_manager_use_end(m, &u);
+        ab_manager_reap(m);
+        is_str(status_of_id(id), "running", "use_end marks activity");
+
+        /* start failure: the box stays stopped with the reason, the caller gets unavailable */
+        ab_manager_stop(m, id, NULL, &r, NULL);
+        ab_box_rec_clear(&r);
+        FB.fail_start = true;
+        ok(ab_manager_acquire(m, &q, NULL, &r, &created, &e) < 0 && e->code == AB_E_UNAVAILABLE,
+           "a box that cannot start is unavailable");
+        ab_err_free(&e);
+        FB.fail_start = false;
+        is_str(status_of_id(id), "stopped", "and is recorded stopped");
+
+        /* delete: asynchronous, then gone from store and backend */
+        ok(ab_manager_delete(m, id, NULL, &e) == 0, "delete returns");
+        ok(wait_gone(id), "the record goes");
+        ok(find(&FB, id) == NULL, "the backend box goes");
+        ok(ab_manager_delete(m, id, NULL, &e) < 0 && e->code == AB_E_NOT_FOUND,
+           "deleting it again is not_found");
+        ab_err_free(&e);
+
+        /* delete by app */
+        for (int i = 0; i < 3; i++) {
+                char chat[8];
+                snprintf(chat, sizeof(chat), "d%d", i);
+                ab_acquire_req d = {.app_id = "del", .user_id = "u", .chat_id = chat};
+                ab_manager_acquire(m, &d, NULL, &r, &created, NULL);
+                ab_box_rec_clear(&r);
+        }
+        char **ids = NULL;
+        ab_box_filter df = {.app_id = "del"};
+        ok(ab_manager_delete_where(m, &df, NULL, &ids, &e) == 0, "delete by app");
+        int nids = 0;
+        for (char **p = ids; p && *p; p++)
+                nids++;
+        ok(nids == 3, "three boxes queued");
+        bool all = true;
+        for (char **p = ids; p && *p; p++)
+                all &= wait_gone(*p);
+        ok(all, "all three are gone");
+        ab_strvfreep(&ids);
+
+        /* the running-box cap */
+        ab_manager_free(m);
+        m = open_mgr(300, 0, 2);
+        char cids[3][17];
+        for (int i = 0; i < 3; i++) {
+                char chat[8];
+                snprintf(chat, sizeof(chat), "cap%d", i);
+                ab_acquire_req c = {.app_id = "cap", .user_id = "u", .chat_id = chat};
+                ab_manager_acquire(m, &c, NULL, &r, &created, NULL);
+                snprintf(cids[i], 17, "%s", r.id);
+                ab_box_rec_clear(&r);
+                struct timespec ts = {0, 20000000};
+                nanosleep(&ts, NULL);
+        }
+        is_str(status_of_id(cids[0]), "stopped", "cap 2: the least recently active box is stopped");
+        is_str(status_of_id(cids[1]), "running", "the second runs");
+        is_str(status_of_id(cids[2]), "running", "the newest runs");
+
+        /* TTL */
+        ab_acquire_req t = {.id = "ttlbox", .has_ttl = true, .ttl_s = 1};
+        ok(ab_manager_acquire(m, &t, NULL, &r, &created, &e) == 0, "a box with ttl_s 1");
+        ab_box_rec_clear(&r);
+        ab_store_box_get(st, "native", "ttlbox", &cur, NULL);
+        cur.created_at -= 5000;
+        ab_store_box_update(st, &cur, NULL);
+        ab_box_rec_clear(&cur);
+        ab_manager_reap(m);
+        ok(wait_gone("ttlbox"), "is deleted after its TTL");
+
+        /* the warm pool */
+        ab_manager_free(m);
+        m = open_mgr(300, 2, 0);
+        bool filled = false;
+        for (int i = 0; i < 300 && !filled; i++) {
+                ab_manager_counts c;
+                ab_manager_counts_get(m, &c, NULL);
+                filled = c.pool_size == 2;
+                ab_manager_counts_clear(&c);
+                struct timespec ts = {0, 10000000};
+                nanosleep(&ts, NULL);
+        }
+        ok(filled, "the pool fills to 2");
+        ab_acquire_req p = {.thread_id = "pooled"};
+        ok(ab_manager_acquire(m, &p, NULL, &r, &created, &e) == 0 && created,
+           "acquire from the pool");
+        ok(r.backend_id && !strncmp(r.backend_id, "pool-", 5), "the box is a pool box");
+        ok(strcmp(r.id, r.backend_id) != 0, "with its own public id");
+        ab_box_rec_clear(&r);
+        ab_limits big;
+        ab_limits_default(&big);
+        big.memory_mib = 2048;
+        ab_acquire_req p2 = {.thread_id = "not-pooled", .limits = &big};
+        ok(ab_manager_acquire(m, &p2, NULL, &r, &created, &e) == 0 && created &&
+               !strncmp(r.backend_id, r.id, 16),
+           "other limits: a new box, not a pool box");
+        ab_box_rec_clear(&r);
+        ab_box_filter lf = {0};
+        ab_box_rec *rs = NULL;
+        size_t n = 0;
+        ab_manager_list(m, &lf, NULL, &rs, &n, NULL);
+        bool pool_listed = false;
+        for (size_t i = 0; i < n; i++)
+                pool_listed |= !strcmp(rs[i].mode, "pool");
+        ok(!pool_listed, "pool boxes are not listed");
+        ab_box_recs_free(rs, n);
+        ab_manager_free(m);
+
+        /* recovery: leftovers of a crash */
+        ab_box_rec stale = {
+            .provider = "native",
+            .id = "stale",
+            .backend_id = "stale",
+            .status = "creating",
+            .mode = "session",
+            .created_at = now_ms() - 600 * 1000,
+        };
+        ab_store_box_insert(st, &stale, NULL);
+        ab_box_rec fresh = stale;
+        fresh.id = fresh.backend_id = "fresh";
+        fresh.created_at = now_ms();
+        ab_store_box_insert(st, &fresh, NULL);
+        ab_box_rec lying = stale;
+        lying.id = lying.backend_id = "lying";
+        lying.status = "running";
+        ab_store_box_insert(st, &lying, NULL);
+        ab_box_spec sp = {.id = "lying"};
+        f_create(&FB.base, &sp, NULL);
+        f_stop(&FB.base, "lying", NULL);
+        ab_box_rec lost = stale;
+        lost.id = lost.backend_id = "lost";
+        lost.status = "stopped";
+        ab_store_box_insert(st, &lost, NULL);
+        ab_box_rec dying = stale;
+        dying.id = dying.backend_id = "dying";
+        dying.status = "deleting";
+        ab_store_box_insert(st, &dying, NULL);
+        sp.id = "dying";
+        f_create(&FB.base, &sp, NULL);
+        sp.id = "pool-orphan";
+        f_create(&FB.base, &sp, NULL);
+        sp.id = "cli-made";
+        f_create(&FB.base, &sp, NULL);
+        m = open_mgr(300, 0, 0);
+        is_str(status_of_id("stale"), "gone", "a create that never finished is dropped");
+        is_str(status_of_id("fresh"), "creating",
+               "a create that may be in progress elsewhere is left");
+        is_str(status_of_id("lying"), "stopped",
+               "a box recorded running whose init died is stopped");
+        is_str(status_of_id("lost"), "error",
+               "a record whose box is gone is an error, not silence");
+        ok(wait_gone("dying") && !find(&FB, "dying"), "a pending deletion is finished");
+        ok(!find(&FB, "pool-orphan"), "a pool box no record knows is destroyed");
+        is_str(status_of_id("cli-made"), "running", "a box made outside the server is adopted");
+        ab_manager_free(m);
+
+        ab_metrics_free(mt);
+        ab_events_free(ev);
+        ab_store_close(st);
+        char cmd[128];
+        snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+        if (system(cmd) != 0)
+                diag("cannot remove %s", dir);
+        return tap_done();
+}
