@@ -477,6 +477,8 @@ static void *exec_stream_main(void *arg)
         exec_job *j = arg;
         abc_exec_req q;
         fill_req(j, &q);
+        q.has_cancel = true; /* the response's reader going away kills the command */
+        q.cancel_fd = j->fd;
         abc_exec_res res;
         ab_err *e = NULL;
         if (ab_manager_exec(j->srv->mgr, &j->use, &q, sse_output, j, &res, &e) < 0) {
@@ -526,6 +528,12 @@ static enum MHD_Result run_exec(ab_req *r, exec_job *j, const char *sandbox_id)
         }
         abc_exec_req q;
         fill_req(j, &q);
+        const union MHD_ConnectionInfo *ci =
+            MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+        if (ci) { /* a client that hangs up kills its command */
+                q.has_cancel = true;
+                q.cancel_fd = ci->connect_fd;
+        }
         abc_exec_res res;
         ab_err *e = NULL;
         int rc = ab_manager_exec(r->srv->mgr, &j->use, &q, collect, j, &res, &e);

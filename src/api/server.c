@@ -8,6 +8,7 @@
 #include <netdb.h>
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <sys/socket.h>
@@ -143,12 +144,23 @@ enum MHD_Result resp_err(ab_req *r, ab_err *e)
 
 typedef struct stream {
         int fd;
+        int client; /* the client's socket, watched for a hang-up while we wait */
 } stream;
 
 static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
 {
         stream *s = cls;
         for (;;) {
+                struct pollfd p[2] = {{.fd = s->fd, .events = POLLIN},
+                                      {.fd = s->client, .events = POLLRDHUP}};
+                int pn = poll(p, 2, -1);
+                if (pn < 0 && errno == EINTR)
+                        continue;
+                if (pn > 0 && !p[0].revents &&
+                    (p[1].revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL)))
+                        return MHD_CONTENT_READER_END_WITH_ERROR; /* client gone */
+                if (pn > 0 && !p[0].revents)
+                        continue;
                 ssize_t n = read(s->fd, buf, max);
                 if (n > 0)
                         return n;
@@ -171,6 +183,11 @@ enum MHD_Result resp_stream(ab_req *r, unsigned status, const char *content_type
 {
         stream *s = xzalloc(sizeof(*s));
         s->fd = fd;
+        s->client = -1;
+        const union MHD_ConnectionInfo *ci =
+            MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+        if (ci)
+                s->client = ci->connect_fd;
         struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 64 * 1024,
                                                                       stream_read, s, stream_free);
         MHD_add_response_header(resp, "Content-Type", content_type);

@@ -278,7 +278,10 @@ int abc_exec(int fd, const abc_exec_req *req, abc_output_fn out, void *ud, abc_e
                         send_some(&x);
                 } while (x.q.len == 0 && x.stream && !x.in_done && !x.send_dead &&
                          (x.left > 0 || x.in_fd < 0));
-                struct pollfd p[2] = {{.fd = fd, .events = POLLIN}, {.fd = -1}};
+                struct pollfd p[3] = {
+                    {.fd = fd, .events = POLLIN},
+                    {.fd = -1},
+                    {.fd = req->has_cancel ? req->cancel_fd : -1, .events = POLLRDHUP}};
                 if (x.q.len > 0)
                         p[0].events |= POLLOUT;
                 if (x.stream && !x.in_done && !x.send_dead && x.left == 0 && x.in_fd >= 0 &&
@@ -289,11 +292,18 @@ int abc_exec(int fd, const abc_exec_req *req, abc_output_fn out, void *ud, abc_e
                         uint64_t now = ab_now_ms();
                         wait = (int)((deadline > now ? deadline - now : 0) + EXEC_GRACE_MS);
                 }
-                int n = poll(p, 2, wait);
+                int n = poll(p, 3, wait);
                 if (n < 0 && errno == EINTR)
                         continue;
                 if (n <= 0) {
                         r = unavailable(err);
+                        break;
+                }
+                if (p[2].revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL)) {
+                        /* init sees the connection end and kills the exec's tree */
+                        shutdown(fd, SHUT_RDWR);
+                        r = ab_err_set(err, AB_E_UNAVAILABLE, 0,
+                                       "exec cancelled: its client went away");
                         break;
                 }
                 if (p[1].revents) {

@@ -29,6 +29,9 @@ typedef struct abc_exec_req {
         int stdin_fd;        /* or -1; when >= 0, stdin is streamed from it until EOF */
         uint32_t timeout_ms; /* 0 = no timeout */
         uint64_t output_cap; /* bytes kept per stream; 0 = 1 MiB */
+        bool has_cancel;     /* when set, cancel_fd reporting a hang-up (a socket whose peer */
+        int cancel_fd;       /* closed, the write end of a pipe nobody reads any more) aborts
+                              * the exec: its process tree is killed, AB_E_UNAVAILABLE */
 } abc_exec_req;
 
 typedef struct abc_exec_res {
