@@ -62,6 +62,77 @@ static int64_t wall_ms(void)
         return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
+/* ---- who is creating a box ------------------------------------------- */
+
+static char boot_id[64];
+
+static void read_boot(void)
+{
+        FILE *f = fopen("/proc/sys/kernel/random/boot_id", "re");
+        if (f) {
+                if (!fgets(boot_id, sizeof(boot_id), f))
+                        boot_id[0] = 0;
+                fclose(f);
+        }
+        boot_id[strcspn(boot_id, "\n")] = 0;
+}
+
+/* "BOOT_ID:PID:STARTTIME" of a process: unique on this machine across pid reuse and reboots. */
+static bool process_identity(pid_t pid, char *out, size_t len)
+{
+        static pthread_once_t once = PTHREAD_ONCE_INIT;
+        pthread_once(&once, read_boot);
+        char path[64], buf[1024];
+        snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+        FILE *f = fopen(path, "re");
+        if (!f)
+                return false;
+        size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+        fclose(f);
+        buf[n] = 0;
+        char *p = strrchr(buf, ')');
+        unsigned long long start = 0;
+        /* after ") ": state ppid pgrp session tty tpgid flags minflt cminflt majflt cmajflt
+         * utime stime cutime cstime priority nice threads itrealvalue starttime */
+        if (!p || sscanf(p + 2,
+                         "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %*u %*u %*d %*d "
+                         "%*d %*d %*d %*d %llu",
+                         &start) != 1)
+                return false;
+        snprintf(out, len, "%s:%d:%llu", boot_id, (int)pid, start);
+        return true;
+}
+
+/* True when the process named by `creator` (process_identity) surely no
+ * longer runs: same machine and boot, and that pid is gone or is another
+ * process. A creator on another machine is never declared dead. */
+static bool creator_dead(const char *creator)
+{
+        if (!creator)
+                return false;
+        char cur[160];
+        unsigned long long start;
+        int pid;
+        const char *c1 = strchr(creator, ':');
+        if (!c1 || sscanf(c1 + 1, "%d:%llu", &pid, &start) != 2 || pid <= 0)
+                return false;
+        if (!process_identity(getpid(), cur, sizeof(cur)) ||
+            strncmp(cur, creator, (size_t)(c1 - creator) + 1) != 0)
+                return false; /* another boot or machine: cannot tell */
+        if (!process_identity(pid, cur, sizeof(cur)))
+                return true;
+        return strcmp(cur, creator) != 0;
+}
+
+static char *rec_creator(const ab_box_rec *r)
+{
+        json_t *spec = r->spec ? json_loads(r->spec, 0, NULL) : NULL;
+        const char *c = json_string_value(json_object_get(spec, "creator"));
+        char *out = c ? xstrdup(c) : NULL;
+        json_decref(spec);
+        return out;
+}
+
 /* ---- ids -------------------------------------------------------------- */
 
 static void sha_hex16(const char *s, char out[17])
@@ -440,6 +511,33 @@ static void enforce_cap(ab_manager *m, const char *keep)
         ab_box_recs_free(rs, n);
 }
 
+/* A "creating" row whose creator died: keeps the box if the backend finished
+ * making it, else drops the row. Returns true when something changed. */
+static bool recover_creating(ab_manager *m, ab_box_rec *r)
+{
+        ab_backend *b = m->o.backend;
+        ab_box_info info;
+        ab_err *e = NULL;
+        int ir = b->ops->info(b, r->backend_id, &info, &e);
+        bool missing = ir < 0 && e->code == AB_E_NOT_FOUND;
+        ab_err_free(&e);
+        if (ir < 0 && !missing)
+                return false;
+        if (missing || info.status == AB_BOX_CREATING) {
+                if (!missing)
+                        b->ops->destroy(b, r->backend_id, NULL);
+                ab_store_box_delete(m->o.store, m->provider, r->id, NULL);
+                ab_log(AB_LOG_INFO, "dropped a create that never finished", "box", r->id, NULL);
+        } else {
+                set_status(m, r, info.status == AB_BOX_RUNNING ? "running" : "stopped", NULL);
+                ab_log(AB_LOG_INFO, "kept a box whose creator died after making it", "box", r->id,
+                       NULL);
+        }
+        if (!missing)
+                ab_box_info_clear(&info);
+        return true;
+}
+
 /* ---- acquire ---------------------------------------------------------- */
 
 static void sleep_ms(int ms)
@@ -579,6 +677,9 @@ static void fill_new_rec(ab_manager *m, const ab_acquire_req *q, const char *app
         json_t *spec = json_object();
         json_object_set_new(spec, "env", q->env ? json_deep_copy(q->env) : json_object());
         json_object_set_new(spec, "network", json_pack("{s:s}", "mode", "none"));
+        char me[160];
+        if (process_identity(getpid(), me, sizeof(me)))
+                json_object_set_new(spec, "creator", json_string(me));
         r->spec = dump(spec);
         json_decref(spec);
         r->metadata = q->metadata ? dump(q->metadata) : NULL;
@@ -639,6 +740,13 @@ int ab_manager_acquire(ab_manager *m, const ab_acquire_req *q, const char *scope
                                 ab_err_set(err, AB_E_CONFLICT, 0,
                                            "id \"%s\" belongs to another app", id);
                                 break;
+                        }
+                        if (status_is(&r, "creating")) {
+                                _cleanup_free_ char *who = rec_creator(&r);
+                                if (creator_dead(who) && recover_creating(m, &r)) {
+                                        ab_box_rec_clear(&r);
+                                        continue;
+                                }
                         }
                         if (status_is(&r, "creating") || status_is(&r, "deleting")) {
                                 /* Another process (or our deleter) is at work on it. */
@@ -1460,7 +1568,8 @@ static int reconcile(ab_manager *m, ab_err **err)
                 bool missing = ir < 0 && e->code == AB_E_NOT_FOUND;
                 ab_err_free(&e);
                 if (status_is(r, "creating")) {
-                        if (now - r->created_at < STALE_CREATE_MS)
+                        _cleanup_free_ char *who = rec_creator(r);
+                        if (!creator_dead(who) && now - r->created_at < STALE_CREATE_MS)
                                 goto next; /* another process may be creating it now */
                         if (missing || (ir == 0 && info.status == AB_BOX_CREATING)) {
                                 /* The create never finished: nothing to keep. */

@@ -505,6 +505,20 @@ int main(void)
         fresh.id = fresh.backend_id = "fresh";
         fresh.created_at = now_ms();
         ab_store_box_insert(st, &fresh, NULL);
+        /* a fresh "creating" row whose creator process is gone (same boot) */
+        char boot[64] = "", spec[256];
+        FILE *bf = fopen("/proc/sys/kernel/random/boot_id", "r");
+        if (bf) {
+                if (!fgets(boot, sizeof(boot), bf))
+                        boot[0] = 0;
+                fclose(bf);
+        }
+        boot[strcspn(boot, "\n")] = 0;
+        snprintf(spec, sizeof(spec), "{\"creator\":\"%s:%d:1\"}", boot, 4194300);
+        ab_box_rec orphan = fresh;
+        orphan.id = orphan.backend_id = "orphan";
+        orphan.spec = spec;
+        ab_store_box_insert(st, &orphan, NULL);
         ab_box_rec lying = stale;
         lying.id = lying.backend_id = "lying";
         lying.status = "running";
@@ -528,6 +542,8 @@ int main(void)
         f_create(&FB.base, &sp, NULL);
         m = open_mgr(300, 0, 0);
         is_str(status_of_id("stale"), "gone", "a create that never finished is dropped");
+        is_str(status_of_id("orphan"), "gone",
+               "a fresh create whose creator process is gone is dropped at once");
         is_str(status_of_id("fresh"), "creating",
                "a create that may be in progress elsewhere is left");
         is_str(status_of_id("lying"), "stopped",
