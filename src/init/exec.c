@@ -1,4 +1,10 @@
-/* exec.c - EXEC: run `bash -lc COMMAND` inside the box and stream its output.
+/* exec.c - EXEC: run a command inside the box and stream its output.
+ *
+ * Commands see the environment a login shell (`bash -lc`) would give them,
+ * without paying for one on every exec: the login environment is captured
+ * once and cached (see "the login environment" below), commands run as
+ * `bash --noprofile -lc COMMAND` with it, and a command that is one plain
+ * simple command is exec'd directly, as bash itself would (see "direct exec").
  *
  * The session (our caller) is a child subreaper, so every process the
  * command starts stays its descendant until the session exits. One poll loop
@@ -11,13 +17,18 @@
  * reading and discarding until EOF and then exit, leaving them to init. */
 #include "init/init_int.h"
 
+#include <ctype.h>
 #include <dirent.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <poll.h>
 #include <signal.h>
+#include <stdatomic.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
-#include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 
@@ -45,7 +56,7 @@ typedef struct exec_state {
         bool gone;    /* the client went away */
         bool bad;     /* ... or broke the protocol */
         bool discard; /* EXIT is queued: read pipes, send nothing more */
-        pid_t pid;    /* the main process (bash) */
+        pid_t pid;    /* the main process */
         bool exited;
         int status;
         uint64_t start_ms, end_ms;
@@ -207,37 +218,714 @@ static void reap(exec_state *st)
                 on_reaped(p, status, st);
 }
 
-/* Builds base env + request env (the request wins). NULL on a bad entry. */
-static char **build_env(const abp_exec_req *req, const char *workdir, const char **bad)
+/* ---- environments ---- */
+
+/* NAME=VALUE with a non-empty NAME. */
+static bool env_entry_ok(const char *e)
 {
-        size_t n = AB_ARRAY_LEN(base_env) + 1 + req->n_env;
-        char **env = xcalloc(xadd(n, 1), sizeof(*env));
+        const char *eq = strchr(e, '=');
+        return eq && eq != e;
+}
+
+/* The value of NAME in a NULL-terminated env, or NULL. */
+static const char *env_get(char *const *env, const char *name)
+{
+        size_t n = strlen(name);
+        for (; *env; env++)
+                if (strncmp(*env, name, n) == 0 && (*env)[n] == '=')
+                        return *env + n + 1;
+        return NULL;
+}
+
+/* Copies of base[0..n) then of the request's entries (checked by
+ * env_entry_ok), the request winning, with `room` NULL slots left before the
+ * terminating NULL. *count gets the number of entries. */
+static char **merge_env(const char *const *base, size_t n, const abp_exec_req *req, size_t room,
+                        size_t *count)
+{
+        char **env = xcalloc(xadd(xadd(n, req->n_env), xadd(room, 1)), sizeof(*env));
         size_t k = 0;
-        for (size_t i = 0; i < AB_ARRAY_LEN(base_env); i++)
-                env[k++] = xstrdup(base_env[i]);
-        env[k++] = xasprintf("HOME=%s", workdir);
+        for (size_t i = 0; i < n; i++)
+                env[k++] = xstrdup(base[i]);
         for (size_t i = 0; i < req->n_env; i++) {
-                const char *e = req->env[i], *eq = strchr(e, '=');
-                if (!eq || eq == e) {
-                        *bad = e;
-                        for (size_t j = 0; j < k; j++)
-                                free(env[j]);
-                        free(env);
-                        return NULL;
-                }
-                size_t klen = (size_t)(eq - e) + 1;
+                const char *e = req->env[i];
+                size_t klen = (size_t)(strchr(e, '=') - e) + 1;
                 size_t j;
                 for (j = 0; j < k; j++)
                         if (strncmp(env[j], e, klen) == 0)
                                 break;
-                if (j < k) {
+                if (j < k)
                         free(env[j]);
-                        env[j] = xstrdup(e);
-                } else {
-                        env[k++] = xstrdup(e);
+                else
+                        k++;
+                env[j] = xstrdup(e);
+        }
+        *count = k;
+        return env;
+}
+
+/* The base environment and HOME, as a login shell starts with. */
+static char **login_base_env(const abp_exec_req *req, const char *workdir)
+{
+        static const abp_exec_req none = {0};
+        _cleanup_free_ char *home = xasprintf("HOME=%s", workdir);
+        const char *base[AB_ARRAY_LEN(base_env) + 1];
+        size_t n;
+        memcpy(base, base_env, sizeof(base_env));
+        base[AB_ARRAY_LEN(base_env)] = home;
+        return merge_env(base, AB_ARRAY_LEN(base), req ? req : &none, 0, &n);
+}
+
+/* A growable byte buffer (here: runs of NUL-terminated strings). */
+typedef struct strbuf {
+        char *p;
+        size_t len, cap;
+} strbuf;
+
+static void sb_put(strbuf *b, const void *p, size_t n)
+{
+        if (b->cap - b->len < n) {
+                b->cap = xmul(xadd(b->len, n), 2);
+                b->p = xrealloc(b->p, b->cap);
+        }
+        memcpy(b->p + b->len, p, n);
+        b->len += n;
+}
+
+static void sb_add(strbuf *b, const char *s)
+{
+        sb_put(b, s, strlen(s) + 1);
+}
+
+static void set_nonblock(int fd)
+{
+        int fl = fcntl(fd, F_GETFL);
+        if (fl >= 0)
+                fcntl(fd, F_SETFL, fl | O_NONBLOCK);
+}
+
+/* ---- the login environment ----
+ *
+ * `bash -lc` per exec costs a login shell: /etc/profile (which forks
+ * `id -u` on Debian), /etc/profile.d/<name>.sh, ~/.profile and what they
+ * source, ~5 ms. What they leave a command is, nearly always, environment
+ * variables and the umask. So the login shell runs once, with the base
+ * environment, in the workdir, and reports them; the report is cached in
+ * memory that init shares with all its sessions, with the stat signature of
+ * the files a login shell reads. Every exec compares the signature (a few
+ * stat calls) and captures again when it changed.
+ *
+ * What an environment cannot carry (functions that are not exported, traps,
+ * changed shell options, a changed directory) makes the entry LE_LOGIN:
+ * execs then run `bash -lc` as before, until the files change. A capture
+ * that fails (non-zero exit, timeout, no bash) is LE_FAILED: this exec runs
+ * `bash -lc`, and the capture is tried again when the files change or
+ * LE_RETRY_MS later. */
+
+#define LE_BUDGET_MS   5000u        /* longest a capture may take */
+#define LE_RETRY_MS    10000u       /* a failed capture of unchanged files waits this long */
+#define LE_RACY_NS     2000000000LL /* see le_capture */
+#define LE_MAX_OUT     (256u << 10) /* most a capture may report */
+#define LE_SLOT_SIZE   (320u << 10) /* largest cache entry */
+#define LE_SLOTS       4            /* entries kept, so readers rarely meet a writer */
+#define LE_MAX_SCRIPTS 256          /* /etc/profile.d scripts watched at most */
+#define LE_BUSY        UINT64_MAX   /* slot generation while it is written */
+#define LE_SIG_MAX     128
+
+enum { LE_ENV = 'E', LE_LOGIN = 'L', LE_FAILED = 'F' };
+
+/* Run by the login shell after the profiles. Reports on fd 3 (its stdout is
+ * /dev/null: what the profiles print goes nowhere): the umask, functions and
+ * traps, NUL, the shell options, NUL, the options of a shell that read no
+ * profile (to compare), NUL, then the environment a command would get. */
+static const char le_script[] =
+    "builtin umask >&3; builtin declare -F >&3; builtin trap -p >&3; builtin printf '\\0' >&3\n"
+    "{ builtin shopt -p; builtin set +o; } >&3; builtin printf '\\0' >&3\n"
+    "/bin/bash --noprofile -lc 'shopt -p; set +o' >&3; builtin printf '\\0' >&3\n"
+    "exec /usr/bin/env -0 >&3 3>&-\n";
+
+static const char *const le_etc[] = {"/etc/profile", "/etc/bash.bashrc", "/etc/environment",
+                                     "/etc/profile.d"};
+static const char *const le_home[] = {".profile", ".bash_profile", ".bash_login", ".bashrc"};
+#define LE_MAX_FILES (AB_ARRAY_LEN(le_etc) + AB_ARRAY_LEN(le_home) + LE_MAX_SCRIPTS)
+
+/* A cache entry, serialised as NUL-terminated strings:
+ *   "abenv1" "STATE UMASK TAKEN_MS" "NFILES" NFILES*(PATH SIGNATURE) ENV*
+ * (ENV entries only in state LE_ENV). A login_env is a parsed private copy. */
+typedef struct login_env {
+        char *blob;
+        size_t len;
+        int state;
+        mode_t umask;
+        uint64_t taken_ms; /* monotonic clock */
+        const char **tok;  /* every string of blob */
+        size_t nfiles;     /* tok[3 + 2i]: path, tok[4 + 2i]: its signature */
+        char *const *env;
+        size_t nenv;
+} login_env;
+
+static void le_free(login_env *le)
+{
+        free(le->blob);
+        free(le->tok);
+        *le = (login_env){.state = LE_FAILED};
+}
+
+/* Parses le->blob. 0 or -EINVAL. */
+static int le_parse(login_env *le)
+{
+        char *p = le->blob, *end = le->blob + le->len;
+        size_t n = 0;
+        if (le->len == 0 || end[-1] != 0)
+                return -EINVAL;
+        for (char *q = p; q < end; q++)
+                n += *q == 0;
+        le->tok = xcalloc(n, sizeof(*le->tok));
+        for (size_t i = 0; i < n; i++, p += strlen(p) + 1)
+                le->tok[i] = p;
+
+        char state, *e;
+        unsigned um;
+        unsigned long long taken;
+        if (n < 3 || strcmp(le->tok[0], "abenv1") != 0 ||
+            sscanf(le->tok[1], "%c %o %llu", &state, &um, &taken) != 3 || um > 0777 ||
+            (state != LE_ENV && state != LE_LOGIN && state != LE_FAILED))
+                return -EINVAL;
+        errno = 0;
+        unsigned long nf = strtoul(le->tok[2], &e, 10);
+        if (errno || *e || nf > LE_MAX_FILES || 3 + 2 * nf > n)
+                return -EINVAL;
+        le->state = state;
+        le->umask = (mode_t)um;
+        le->taken_ms = taken;
+        le->nfiles = nf;
+        le->env = (char *const *)le->tok + 3 + 2 * nf;
+        le->nenv = n - 3 - 2 * nf;
+        if (state != LE_ENV && le->nenv > 0)
+                return -EINVAL;
+        for (size_t i = 0; i < le->nenv; i++)
+                if (!env_entry_ok(le->env[i]))
+                        return -EINVAL;
+        return 0;
+}
+
+/* The signature of a file: "dev:ino:size:mtime:ctime", or "-errno". *ctime_ns
+ * gets its ctime (0 when it cannot be stat'ed). */
+static void file_sig(const char *path, char sig[LE_SIG_MAX], int64_t *ctime_ns)
+{
+        struct stat st;
+        *ctime_ns = 0;
+        if (stat(path, &st) < 0) {
+                snprintf(sig, LE_SIG_MAX, "-%d", errno);
+                return;
+        }
+        snprintf(sig, LE_SIG_MAX, "%llx:%llx:%llx:%lld.%09ld:%lld.%09ld",
+                 (unsigned long long)st.st_dev, (unsigned long long)st.st_ino,
+                 (unsigned long long)st.st_size, (long long)st.st_mtim.tv_sec,
+                 (long)st.st_mtim.tv_nsec, (long long)st.st_ctim.tv_sec, (long)st.st_ctim.tv_nsec);
+        *ctime_ns = (int64_t)st.st_ctim.tv_sec * 1000000000 + st.st_ctim.tv_nsec;
+}
+
+/* The files of an entry are as they were when it was captured. */
+static bool le_fresh(const login_env *le)
+{
+        for (size_t i = 0; i < le->nfiles; i++) {
+                char sig[LE_SIG_MAX];
+                int64_t ct;
+                file_sig(le->tok[3 + 2 * i], sig, &ct);
+                if (strcmp(sig, le->tok[4 + 2 * i]) != 0)
+                        return false;
+        }
+        return true;
+}
+
+static int cmp_str(const void *a, const void *b)
+{
+        return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* The files a login shell reads, as a strv; NULL when /etc/profile.d holds
+ * more scripts than we watch. */
+static char **le_files(const char *home)
+{
+        size_t n = 0, cap = AB_ARRAY_LEN(le_etc) + AB_ARRAY_LEN(le_home) + 8;
+        char **v = xcalloc(cap, sizeof(*v));
+        for (size_t i = 0; i < AB_ARRAY_LEN(le_etc); i++)
+                v[n++] = xstrdup(le_etc[i]);
+        for (size_t i = 0; i < AB_ARRAY_LEN(le_home); i++)
+                v[n++] = xasprintf("%s/%s", home, le_home[i]);
+        size_t first = n;
+        DIR *d = opendir("/etc/profile.d");
+        struct dirent *e;
+        while (d && (e = readdir(d))) {
+                size_t len = strlen(e->d_name);
+                /* What /etc/profile's `for i in /etc/profile.d/<glob>.sh` matches. */
+                if (e->d_name[0] == '.' || len < 4 || strcmp(e->d_name + len - 3, ".sh") != 0)
+                        continue;
+                if (n - first == LE_MAX_SCRIPTS) {
+                        closedir(d);
+                        ab_strvfreep(&v);
+                        return NULL;
+                }
+                if (n + 1 == cap) {
+                        cap = xmul(cap, 2);
+                        v = xrealloc(v, xmul(cap, sizeof(*v)));
+                }
+                v[n++] = xasprintf("/etc/profile.d/%s", e->d_name);
+                v[n] = NULL;
+        }
+        if (d)
+                closedir(d);
+        qsort(v + first, n - first, sizeof(*v), cmp_str);
+        return v;
+}
+
+/* The cache, shared by PID 1 and every session it forks (MAP_SHARED). Each
+ * slot is a seqlock of one: a reader copies an entry and keeps the copy only
+ * if the slot's generation did not change meanwhile; a writer takes a slot
+ * that is neither the current entry nor being written, so it never blocks
+ * and a writer that dies midway costs one slot, not the cache. */
+typedef struct le_slot {
+        _Atomic uint64_t gen; /* generation held, 0 empty, LE_BUSY being written */
+        _Atomic uint64_t len;
+        char data[LE_SLOT_SIZE];
+} le_slot;
+
+typedef struct le_shared {
+        _Atomic uint64_t next; /* last generation handed out */
+        _Atomic uint64_t cur;  /* newest complete generation, 0 = none */
+        le_slot slot[LE_SLOTS];
+} le_shared;
+
+static le_shared *le_shm;
+
+/* Runs in PID 1 before it forks any session. Pages are only allocated when
+ * written. Without the mapping, every exec runs a login shell, as before. */
+__attribute__((constructor)) static void le_shm_init(void)
+{
+        void *p =
+            mmap(NULL, sizeof(*le_shm), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+        le_shm = p == MAP_FAILED ? NULL : p;
+}
+
+/* A private copy of the newest entry. 0 or -errno (nothing usable). */
+static int le_load(login_env *le)
+{
+        if (!le_shm)
+                return -ENOENT;
+        uint64_t c = atomic_load_explicit(&le_shm->cur, memory_order_acquire);
+        for (size_t i = 0; c && i < LE_SLOTS; i++) {
+                le_slot *s = &le_shm->slot[i];
+                if (atomic_load_explicit(&s->gen, memory_order_acquire) != c)
+                        continue;
+                uint64_t n = atomic_load_explicit(&s->len, memory_order_relaxed);
+                if (n == 0 || n > LE_SLOT_SIZE)
+                        return -EINVAL;
+                le->blob = xmalloc(n);
+                le->len = n;
+                memcpy(le->blob, s->data, n);
+                atomic_thread_fence(memory_order_acquire);
+                if (atomic_load_explicit(&s->gen, memory_order_relaxed) != c)
+                        return -EAGAIN; /* rewritten while we copied */
+                return le_parse(le);
+        }
+        return -ENOENT;
+}
+
+/* Publishes a serialised entry; best effort (no free slot: not cached). */
+static void le_store(const char *p, size_t n)
+{
+        if (!le_shm || n > LE_SLOT_SIZE)
+                return;
+        uint64_t g = atomic_fetch_add(&le_shm->next, 1) + 1;
+        uint64_t cur = atomic_load(&le_shm->cur);
+        for (size_t k = 0; k < LE_SLOTS; k++) {
+                le_slot *s = &le_shm->slot[(g + k) % LE_SLOTS];
+                uint64_t old = atomic_load(&s->gen);
+                if (old == LE_BUSY || (old != 0 && old == cur) ||
+                    !atomic_compare_exchange_strong(&s->gen, &old, LE_BUSY))
+                        continue;
+                memcpy(s->data, p, n);
+                atomic_store_explicit(&s->len, n, memory_order_relaxed);
+                atomic_store_explicit(&s->gen, g, memory_order_release);
+                while (cur < g && !atomic_compare_exchange_weak(&le_shm->cur, &cur, g))
+                        ;
+                return;
+        }
+}
+
+/* What every child of the session starts with (after fork, before exec). */
+static void child_common(void)
+{
+        setsid();
+        for (int s = 1; s < NSIG; s++)
+                if (s != SIGKILL && s != SIGSTOP)
+                        signal(s, SIG_DFL);
+        sigset_t none;
+        sigemptyset(&none);
+        sigprocmask(SIG_SETMASK, &none, NULL);
+        if (init_max_procs) {
+                struct rlimit nproc = {init_max_procs, init_max_procs};
+                setrlimit(RLIMIT_NPROC, &nproc);
+        }
+}
+
+static void close_from(int first)
+{
+        if (close_range((unsigned)first, ~0U, 0) < 0)
+                for (int fd = first; fd < 65536; fd++)
+                        close(fd);
+}
+
+/* The capturing login shell: never returns. */
+__attribute__((noreturn)) static void le_child(int null, int report, const init_conf *conf,
+                                               char **env)
+{
+        child_common();
+        /* (before the dups: workdir_fd may be 3) */
+        if ((conf->workdir_fd >= 0 ? fchdir(conf->workdir_fd) : chdir(conf->workdir)) < 0)
+                _exit(127);
+        if (dup2(null, 0) < 0 || dup2(null, 1) < 0 || dup2(null, 2) < 0)
+                _exit(127);
+        if (report == 3 ? fcntl(3, F_SETFD, 0) < 0 : dup2(report, 3) < 0)
+                _exit(127);
+        close_from(4);
+        char *argv[] = {"bash", "-lc", (char *)le_script, NULL};
+        execve("/bin/bash", argv, env);
+        _exit(127);
+}
+
+/* Runs the login shell with le_script and the base environment; its report
+ * in *out (malloc'd). 0, or -errno when it could not run, exited non-zero or
+ * by a signal (-ECHILD), took longer than LE_BUDGET_MS or the exec's
+ * deadline (-ETIMEDOUT: it is killed with all it started), or reported more
+ * than LE_MAX_OUT (-E2BIG). */
+static int le_run(const init_conf *conf, int sfd, uint64_t deadline, char **out, size_t *outlen)
+{
+        _cleanup_strv_ char **env = login_base_env(NULL, conf->workdir);
+        int p[2];
+        if (pipe2(p, O_CLOEXEC) < 0)
+                return -errno;
+        int null = open("/dev/null", O_RDWR | O_CLOEXEC);
+        pid_t pid = null < 0 ? -1 : fork();
+        if (pid == 0)
+                le_child(null, p[1], conf, env);
+        int r = pid < 0 ? -errno : 0;
+        close(p[1]);
+        if (null >= 0)
+                close(null);
+        if (pid < 0) {
+                close(p[0]);
+                return r;
+        }
+        set_nonblock(p[0]);
+
+        uint64_t end = ab_now_ms() + LE_BUDGET_MS;
+        if (deadline && deadline < end)
+                end = deadline;
+        size_t len = 0, cap = 4 * ABP_CHUNK;
+        _cleanup_free_ char *buf = xmalloc(cap);
+        bool exited = false, eof = false;
+        int status = 0;
+        while (r == 0 && !(exited && eof)) {
+                if (!eof) {
+                        if (cap - len < ABP_CHUNK) {
+                                cap = xadd(cap, 4 * ABP_CHUNK);
+                                buf = xrealloc(buf, cap);
+                        }
+                        ssize_t n = read(p[0], buf + len, cap - len);
+                        if (n > 0) {
+                                len += (size_t)n;
+                                if (len > LE_MAX_OUT)
+                                        r = -E2BIG;
+                                continue;
+                        }
+                        if (n < 0 && errno == EINTR)
+                                continue;
+                        if (n < 0 && errno != EAGAIN)
+                                r = -errno;
+                        /* At EOF, or drained after the exit: whatever else still
+                         * holds the pipe (a daemon the profile started) is not ours. */
+                        else if (n == 0 || exited)
+                                eof = true;
+                        if (r < 0 || eof)
+                                continue;
+                }
+                if (!exited && waitpid(pid, &status, WNOHANG) == pid) {
+                        exited = true;
+                        continue;
+                }
+                uint64_t now = ab_now_ms();
+                if (now >= end) {
+                        r = -ETIMEDOUT;
+                        break;
+                }
+                struct pollfd pf[2] = {{.fd = sfd, .events = POLLIN},
+                                       {.fd = eof ? -1 : p[0], .events = POLLIN}};
+                if (poll(pf, 2, (int)(end - now)) > 0 && pf[0].revents) {
+                        struct signalfd_siginfo si;
+                        while (read(sfd, &si, sizeof(si)) == sizeof(si))
+                                ;
                 }
         }
-        return env;
+        close(p[0]);
+        if (!exited) {
+                /* Nothing else runs in this session yet: this kills only the capture. */
+                init_kill_tree(pid, NULL, NULL);
+        } else if (r == 0 && !(WIFEXITED(status) && WEXITSTATUS(status) == 0)) {
+                r = -ECHILD;
+        }
+        if (r < 0)
+                return r;
+        *out = steal_pointer(&buf);
+        *outlen = len;
+        return 0;
+}
+
+/* Reads a capture's report. LE_ENV with *envp (a strv, less the per-process
+ * PWD OLDPWD SHLVL _) and *um; LE_LOGIN when the login shell kept what an
+ * environment cannot carry; LE_FAILED for a report we do not understand. */
+static int le_verdict(char *out, size_t len, const char *workdir, mode_t *um, char ***envp)
+{
+        char *end = out + len;
+        if (len == 0 || end[-1] != 0)
+                return LE_FAILED;
+        char *head = out, *mine = head + strlen(head) + 1;
+        if (mine >= end)
+                return LE_FAILED;
+        char *fresh = mine + strlen(mine) + 1;
+        if (fresh >= end)
+                return LE_FAILED;
+        char *first = fresh + strlen(fresh) + 1, *nl;
+
+        errno = 0;
+        unsigned long v = strtoul(head, &nl, 8);
+        if (errno || nl == head || *nl != '\n' || v > 0777)
+                return LE_FAILED;
+        *um = (mode_t)v;
+        int state = LE_ENV;
+        for (char *line = nl + 1; *line;) {
+                char *next = strchrnul(line, '\n');
+                /* "declare -fx NAME" is exported, so in the environment;
+                 * anything else (a function that is not, a trap) is not. */
+                bool exported = strncmp(line, "declare -f", 10) == 0 &&
+                                memchr(line + 9, 'x', strcspn(line + 9, " \n"));
+                if (next > line && !exported)
+                        state = LE_LOGIN;
+                line = *next ? next + 1 : next;
+        }
+        if (strcmp(mine, fresh) != 0)
+                state = LE_LOGIN; /* the profiles changed shell options */
+
+        size_t n = 0;
+        for (char *q = first; q < end; q += strlen(q) + 1)
+                n++;
+        _cleanup_strv_ char **env = xcalloc(n + 1, sizeof(*env));
+        size_t k = 0;
+        for (char *q = first; q < end; q += strlen(q) + 1) {
+                struct stat a, b;
+                if (!env_entry_ok(q))
+                        return LE_FAILED;
+                if (strncmp(q, "OLDPWD=", 7) == 0)
+                        state = LE_LOGIN; /* the profiles changed directory */
+                else if (strncmp(q, "PWD=", 4) == 0 &&
+                         (stat(q + 4, &a) < 0 || stat(workdir, &b) < 0 || a.st_dev != b.st_dev ||
+                          a.st_ino != b.st_ino))
+                        state = LE_LOGIN;
+                if (strncmp(q, "PWD=", 4) != 0 && strncmp(q, "OLDPWD=", 7) != 0 &&
+                    strncmp(q, "SHLVL=", 6) != 0 && strncmp(q, "_=", 2) != 0)
+                        env[k++] = xstrdup(q);
+        }
+        if (state == LE_ENV)
+                *envp = steal_pointer(&env);
+        return state;
+}
+
+static void le_serialise(strbuf *b, int state, mode_t um, size_t nfiles, const strbuf *files,
+                         char **env)
+{
+        char s[64];
+        sb_add(b, "abenv1");
+        snprintf(s, sizeof(s), "%c %o %llu", state, (unsigned)um, (unsigned long long)ab_now_ms());
+        sb_add(b, s);
+        snprintf(s, sizeof(s), "%zu", nfiles);
+        sb_add(b, s);
+        sb_put(b, files->p, files->len);
+        for (size_t i = 0; state == LE_ENV && env[i]; i++)
+                sb_add(b, env[i]);
+}
+
+/* Captures the login environment now and caches it; *le gets it. */
+static void le_capture(login_env *le, const init_conf *conf, int sfd, uint64_t deadline)
+{
+        _cleanup_strv_ char **files = le_files(conf->workdir);
+        if (!files)
+                return; /* LE_FAILED, not cached: bash -lc */
+
+        /* Signatures first, so that a change during the capture shows next
+         * time. Timestamps come from a coarse clock and some filesystems
+         * keep whole seconds: a file whose ctime is within LE_RACY_NS of now
+         * could change again without a new signature, so such a capture
+         * serves this exec but is not cached. */
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME_COARSE, &ts);
+        int64_t now_ns = (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+        bool racy = false;
+        strbuf fb = {0};
+        size_t nfiles = 0;
+        for (; files[nfiles]; nfiles++) {
+                char sig[LE_SIG_MAX];
+                int64_t ct;
+                file_sig(files[nfiles], sig, &ct);
+                racy |= ct > now_ns - LE_RACY_NS && ct < now_ns + LE_RACY_NS;
+                sb_add(&fb, files[nfiles]);
+                sb_add(&fb, sig);
+        }
+
+        _cleanup_free_ char *out = NULL;
+        _cleanup_strv_ char **env = NULL;
+        size_t outlen = 0;
+        mode_t um = 022;
+        int state = LE_FAILED;
+        int r = le_run(conf, sfd, deadline, &out, &outlen);
+        if (r == 0)
+                state = le_verdict(out, outlen, conf->workdir, &um, &env);
+        else if (r == -E2BIG)
+                state = LE_LOGIN; /* too large to cache: keep running login shells */
+
+        strbuf b = {0};
+        le_serialise(&b, state, um, nfiles, &fb, env);
+        if (b.len > LE_SLOT_SIZE && state == LE_ENV) {
+                b.len = 0;
+                le_serialise(&b, LE_LOGIN, um, nfiles, &fb, env);
+        }
+        free(fb.p);
+        le->blob = b.p;
+        le->len = b.len;
+        if (le_parse(le) < 0)
+                le_free(le);
+        else if (!racy)
+                le_store(le->blob, le->len);
+}
+
+/* The login environment for this exec: the cached one when its files are
+ * unchanged, else a new capture. */
+static void le_get(login_env *le, const init_conf *conf, int sfd, uint64_t deadline)
+{
+        *le = (login_env){.state = LE_FAILED};
+        if (!le_shm)
+                return;
+        if (le_load(le) == 0 && le_fresh(le) &&
+            (le->state != LE_FAILED || ab_now_ms() - le->taken_ms < LE_RETRY_MS))
+                return;
+        le_free(le);
+        le_capture(le, conf, sfd, deadline);
+}
+
+/* ---- direct exec ----
+ *
+ * Given one simple command of plain words, `bash -c` looks the first word up
+ * in PATH and execs it in place of itself. We do the same without bash, and
+ * give the program the environment bash would: the same entries, plus PWD
+ * (the physical cwd), SHLVL=0 (bash's level, given back as it execs) and _
+ * (the program's path). Whatever does not fit goes to bash. */
+
+static bool direct_char(char ch)
+{
+        return ch && (isalnum((unsigned char)ch) || strchr("_./:=+,@%-", ch));
+}
+
+/* bash's builtins and reserved words ([ [[ ]] { } ! hold characters that
+ * never get this far). */
+static const char *const shell_words[] = {
+    ".",       ":",      "alias",   "bg",       "bind",     "break",     "builtin",  "caller",
+    "case",    "cd",     "command", "compgen",  "complete", "compopt",   "continue", "coproc",
+    "declare", "dirs",   "disown",  "do",       "done",     "echo",      "elif",     "else",
+    "enable",  "esac",   "eval",    "exec",     "exit",     "export",    "false",    "fc",
+    "fg",      "fi",     "for",     "function", "getopts",  "hash",      "help",     "history",
+    "if",      "in",     "jobs",    "kill",     "let",      "local",     "logout",   "mapfile",
+    "popd",    "printf", "pushd",   "pwd",      "read",     "readarray", "readonly", "return",
+    "select",  "set",    "shift",   "shopt",    "source",   "suspend",   "test",     "then",
+    "time",    "times",  "trap",    "true",     "type",     "typeset",   "ulimit",   "umask",
+    "unalias", "unset",  "until",   "wait",     "while",
+};
+
+/* Variables bash acts on or rewrites before it passes the environment on
+ * (besides every BASH*: BASH_ENV is run, BASH_FUNC_* are functions). */
+static const char *const bash_vars[] = {
+    "COMP_WORDBREAKS", "EPOCHREALTIME", "EPOCHSECONDS", "HISTCMD", "IFS", "LINENO", "OLDPWD",
+    "OPTERR",          "OPTIND",        "PPID",         "PS1",     "PS2", "PS4",    "PWD",
+    "RANDOM",          "SHELLOPTS",     "SHLVL",        "SRANDOM", "_",
+};
+
+/* The words of cmd when it is one simple command bash would run unchanged:
+ * words of [A-Za-z0-9_./:=+,@%-] separated by single spaces, the first no
+ * assignment, job spec, builtin or reserved word. NULL otherwise. */
+static char **direct_words(const char *cmd)
+{
+        size_t n = 1;
+        if (!cmd[0] || cmd[0] == ' ')
+                return NULL;
+        for (const char *p = cmd; *p; p++) {
+                if (*p == ' ' && (p[1] == ' ' || !p[1]))
+                        return NULL;
+                if (*p == ' ')
+                        n++;
+                else if (!direct_char(*p))
+                        return NULL;
+        }
+        size_t len = strcspn(cmd, " ");
+        if (memchr(cmd, '=', len) || cmd[0] == '%')
+                return NULL;
+        for (size_t i = 0; i < AB_ARRAY_LEN(shell_words); i++)
+                if (strlen(shell_words[i]) == len && memcmp(shell_words[i], cmd, len) == 0)
+                        return NULL;
+        char **w = xcalloc(xadd(n, 1), sizeof(*w));
+        const char *p = cmd;
+        for (size_t i = 0; i < n; i++) {
+                len = strcspn(p, " ");
+                w[i] = xstrndup(p, len);
+                p += len + 1;
+        }
+        return w;
+}
+
+/* No variable in env makes bash do more than exec the program. */
+static bool direct_env_ok(char *const *env)
+{
+        for (; *env; env++) {
+                size_t len = strcspn(*env, "=");
+                if (strncmp(*env, "BASH", 4) == 0)
+                        return false;
+                for (size_t i = 0; i < AB_ARRAY_LEN(bash_vars); i++)
+                        if (strlen(bash_vars[i]) == len && memcmp(bash_vars[i], *env, len) == 0)
+                                return false;
+        }
+        return true;
+}
+
+/* Where bash would find `word`: as is when it holds a '/', else the first
+ * executable regular file in PATH. NULL when not found, or when PATH holds a
+ * relative or empty entry (bash then decides). */
+static char *find_program(const char *word, char *const *env)
+{
+        if (strchr(word, '/'))
+                return xstrdup(word);
+        const char *path = env_get(env, "PATH");
+        while (path) {
+                const char *colon = strchr(path, ':');
+                size_t dlen = colon ? (size_t)(colon - path) : strlen(path);
+                if (dlen == 0 || path[0] != '/')
+                        return NULL;
+                char *f =
+                    xasprintf("%.*s%s%s", (int)dlen, path, path[dlen - 1] == '/' ? "" : "/", word);
+                struct stat st;
+                if (stat(f, &st) == 0 && S_ISREG(st.st_mode) && access(f, X_OK) == 0)
+                        return f;
+                free(f);
+                path = colon ? colon + 1 : NULL;
+        }
+        return NULL;
 }
 
 static void queue_data(exec_state *st, int stream, const void *p, size_t n)
@@ -365,13 +1053,6 @@ static void client_frames(exec_state *st)
         }
 }
 
-static void set_nonblock(int fd)
-{
-        int fl = fcntl(fd, F_GETFL);
-        if (fl >= 0)
-                fcntl(fd, F_SETFL, fl | O_NONBLOCK);
-}
-
 static void read_client(exec_state *st)
 {
         ssize_t n = abp_reader_fill(&st->c->rd, st->c->fd);
@@ -379,17 +1060,75 @@ static void read_client(exec_state *st)
                 st->gone = true;
 }
 
-/* Child side of the fork: never returns. */
-__attribute__((noreturn)) static void run_child(int in, int out, int err, int cwdfd,
-                                                const char *command, char **env)
+/* ---- how the command runs ---- */
+
+typedef enum {
+        RUN_LOGIN,  /* bash -lc COMMAND, base environment: as before the cache */
+        RUN_SHELL,  /* bash --noprofile -lc COMMAND, login environment */
+        RUN_DIRECT, /* the program itself, login environment */
+} run_kind;
+
+typedef struct exec_plan {
+        run_kind kind;
+        const char *command;
+        char **env;    /* strv; RUN_DIRECT: env[n_bash] is "PWD=" + room, filled by the child */
+        size_t n_bash; /* RUN_DIRECT: the entries bash would get (cut here to fall back on it) */
+        size_t pwd_size;
+        char *path;  /* RUN_DIRECT: the program */
+        char **argv; /* RUN_DIRECT: its words */
+        bool set_umask;
+        mode_t umask;
+} exec_plan;
+
+static void plan_free(exec_plan *p)
 {
-        setsid();
-        for (int s = 1; s < NSIG; s++)
-                if (s != SIGKILL && s != SIGSTOP)
-                        signal(s, SIG_DFL);
-        sigset_t none;
-        sigemptyset(&none);
-        sigprocmask(SIG_SETMASK, &none, NULL);
+        ab_strvfreep(&p->env);
+        ab_strvfreep(&p->argv);
+        free(p->path);
+        *p = (exec_plan){0};
+}
+
+/* Decides how to run req (see the top of the file); may capture the login
+ * environment, within `deadline`. Request env entries were checked. */
+static void plan_exec(exec_plan *p, const abp_exec_req *req, const init_conf *conf, int sfd,
+                      uint64_t deadline)
+{
+        login_env le;
+        size_t n;
+        *p = (exec_plan){.kind = RUN_LOGIN, .command = req->command};
+        le_get(&le, conf, sfd, deadline);
+        if (le.state != LE_ENV) {
+                le_free(&le);
+                p->env = login_base_env(req, conf->workdir);
+                return;
+        }
+        p->kind = RUN_SHELL;
+        p->set_umask = true;
+        p->umask = le.umask;
+        p->env = merge_env((const char *const *)le.env, le.nenv, req, 3, &n);
+        le_free(&le);
+
+        _cleanup_strv_ char **words = direct_words(req->command);
+        if (!words || !direct_env_ok(p->env))
+                return;
+        char *path = find_program(words[0], p->env);
+        if (!path)
+                return;
+        p->kind = RUN_DIRECT;
+        p->n_bash = n;
+        p->pwd_size = PATH_MAX + 5;
+        p->env[n] = xzalloc(p->pwd_size);
+        memcpy(p->env[n], "PWD=", 4);
+        p->env[n + 1] = xstrdup("SHLVL=0");
+        p->env[n + 2] = xasprintf("_=%s", path);
+        p->path = path;
+        p->argv = steal_pointer(&words);
+}
+
+/* Child side of the fork: never returns. */
+__attribute__((noreturn)) static void run_child(int in, int out, int err, int cwdfd, exec_plan *p)
+{
+        child_common();
         if (dup2(in, 0) < 0 || dup2(out, 1) < 0 || dup2(err, 2) < 0)
                 _exit(127);
         if (fchdir(cwdfd) < 0) {
@@ -397,15 +1136,19 @@ __attribute__((noreturn)) static void run_child(int in, int out, int err, int cw
                         strerror(errno));
                 _exit(127);
         }
-        if (init_max_procs) {
-                struct rlimit nproc = {init_max_procs, init_max_procs};
-                setrlimit(RLIMIT_NPROC, &nproc);
+        if (p->set_umask)
+                umask(p->umask);
+        close_from(3);
+        if (p->kind == RUN_DIRECT) {
+                if (getcwd(p->env[p->n_bash] + 4, p->pwd_size - 4))
+                        execve(p->path, p->argv, p->env);
+                /* Not runnable as such (a script without #!, say): bash
+                 * decides, and reports errors as it would have. */
+                p->env[p->n_bash] = NULL;
         }
-        if (close_range(3, ~0U, 0) < 0)
-                for (int fd = 3; fd < 65536; fd++)
-                        close(fd);
-        char *argv[] = {"bash", "-lc", (char *)command, NULL};
-        execve("/bin/bash", argv, env);
+        char *login[] = {"bash", "-lc", (char *)p->command, NULL};
+        char *shell[] = {"bash", "--noprofile", "-lc", (char *)p->command, NULL};
+        execve("/bin/bash", p->kind == RUN_LOGIN ? login : shell, p->env);
         dprintf(2, "agentbox-init: cannot run /bin/bash: %s\n", strerror(errno));
         _exit(127);
 }
@@ -423,11 +1166,10 @@ static void close_pair(int p[2])
         p[0] = p[1] = -1;
 }
 
-/* Runs the poll loop until the main process exits, the timeout fires or the
- * client goes away. Returns true on timeout. */
-static bool run_loop(exec_state *st, int sfd, uint32_t timeout_ms)
+/* Runs the poll loop until the main process exits, the deadline (0: none)
+ * passes or the client goes away. Returns true on timeout. */
+static bool run_loop(exec_state *st, int sfd, uint64_t deadline)
 {
-        uint64_t deadline = timeout_ms ? st->start_ms + timeout_ms : 0;
         for (;;) {
                 client_frames(st);
                 flush(st);
@@ -553,7 +1295,7 @@ void init_exec(init_conn *c, const abp_frame *f, const init_conf *conf)
         const char *bad = NULL;
         int in[2] = {-1, -1}, out[2] = {-1, -1}, err[2] = {-1, -1};
         _cleanup_close_ int cwdfd = -1, sfd = -1;
-        _cleanup_strv_ char **env = NULL;
+        exec_plan plan = {0};
         sigset_t chld, old;
         int r = 0;
 
@@ -574,8 +1316,10 @@ void init_exec(init_conn *c, const abp_frame *f, const init_conf *conf)
         sigaddset(&chld, SIGCHLD);
         sigprocmask(SIG_BLOCK, &chld, &old);
 
-        env = build_env(&req, conf->workdir, &bad);
-        if (!env) {
+        for (size_t i = 0; i < req.n_env && !bad; i++)
+                if (!env_entry_ok(req.env[i]))
+                        bad = req.env[i];
+        if (bad) {
                 init_send_error(c, "invalid_argument",
                                 "environment entry is not NAME=VALUE: %.200s", bad);
                 goto out;
@@ -591,6 +1335,16 @@ void init_exec(init_conn *c, const abp_frame *f, const init_conf *conf)
                 goto out;
         }
 
+        sfd = signalfd(-1, &chld, SFD_CLOEXEC | SFD_NONBLOCK);
+        if (sfd < 0) {
+                init_send_error(c, "internal", "signalfd: %s", strerror(errno));
+                goto out;
+        }
+        /* The timeout covers a capture of the login environment too. */
+        st.start_ms = ab_now_ms();
+        uint64_t deadline = timeout_ms ? st.start_ms + timeout_ms : 0;
+        plan_exec(&plan, &req, conf, sfd, deadline);
+
         if (req.stdin_len > 0 || req.stdin_stream)
                 r = pipe_pair(in);
         else if ((in[0] = open("/dev/null", O_RDONLY | O_CLOEXEC)) < 0)
@@ -603,28 +1357,23 @@ void init_exec(init_conn *c, const abp_frame *f, const init_conf *conf)
                 init_send_error(c, "internal", "cannot create pipes: %s", strerror(-r));
                 goto out;
         }
-        sfd = signalfd(-1, &chld, SFD_CLOEXEC | SFD_NONBLOCK);
-        if (sfd < 0) {
-                init_send_error(c, "internal", "signalfd: %s", strerror(errno));
-                goto out;
-        }
         if (req.stdin_len > 0) {
                 st.in_buf = xmalloc(req.stdin_len);
                 memcpy(st.in_buf, req.stdin_data, req.stdin_len);
                 st.in_len = req.stdin_len;
         }
 
-        st.start_ms = ab_now_ms();
         st.pid = fork();
         if (st.pid < 0) {
                 init_send_error(c, "internal", "cannot fork: %s", strerror(errno));
                 goto out;
         }
         if (st.pid == 0)
-                run_child(in[0], out[1], err[1], cwdfd, req.command, env);
+                run_child(in[0], out[1], err[1], cwdfd, &plan);
 
         /* req points into the reader's buffer, which the loop reuses. */
         abp_exec_req_clear(&req);
+        plan_free(&plan);
         close(in[0]);
         close(out[1]);
         close(err[1]);
@@ -637,7 +1386,7 @@ void init_exec(init_conn *c, const abp_frame *f, const init_conf *conf)
         set_nonblock(st.o[1].fd);
         set_nonblock(st.o[2].fd);
 
-        bool timed_out = run_loop(&st, sfd, timeout_ms);
+        bool timed_out = run_loop(&st, sfd, deadline);
         if (st.gone) {
                 /* The client hung up (or spoke garbage) mid-exec: kill the tree. */
                 init_kill_tree(st.pid, on_reaped, &st);
@@ -683,4 +1432,5 @@ out:
         free(st.in_buf);
         abp_buf_free(&st.out);
         abp_exec_req_clear(&req);
+        plan_free(&plan);
 }

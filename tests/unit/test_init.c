@@ -9,6 +9,7 @@
 #include "init/proto.h"
 #include "tap.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <pthread.h>
@@ -22,6 +23,7 @@
 #include <time.h>
 
 static char tmp[1024], ws[1100], sock[1100];
+static const char *conn_sock = sock; /* the init conn() talks to */
 
 /* Setup steps that must work for the test to mean anything. */
 static void must(int r)
@@ -117,7 +119,7 @@ static pid_t read_pid(const char *path)
 static int conn(void)
 {
         ab_err *e = NULL;
-        int fd = abc_connect(AT_FDCWD, sock, &e);
+        int fd = abc_connect(AT_FDCWD, conn_sock, &e);
         if (fd < 0) {
                 printf("# connect: %s\n", e ? e->msg : "?");
                 ab_err_free(&e);
@@ -246,7 +248,7 @@ static void test_exec_basic(void)
 
         /* The command is one argument to bash: quotes and metacharacters reach it intact. */
         r = run_cmd("printf '%s|' \"a b\" 'c;d' $((6*7))", &c, &res, &e);
-        TAP_IS_STR(out_of(&c, 1), "a b|c;d|42|", "command passed to bash -lc as one argument");
+        TAP_IS_STR(out_of(&c, 1), "a b|c;d|42|", "command passed to bash as one argument");
         capture_free(&c);
 
         /* Only 0, 1, 2 are open; no signal blocked or ignored. */
@@ -1063,6 +1065,501 @@ static void test_mount_errors(void)
         ab_err_free(&e);
 }
 
+/* ---- the login environment and direct exec ----
+ *
+ * A second init with its own workdir, whose .profile these tests write. When
+ * a private mount namespace is possible, this very program is bound over
+ * /bin/bash there: started as "bash", it logs its arguments to LE/bash.log
+ * and runs the real bash (bound at LE/realbash). Only the log can tell
+ * whether bash ran for a command: bash execs a simple command in place of
+ * itself, exactly as the direct path does. */
+
+static char le_dir[1100], ws2[1200], sock2[1200];
+static pid_t init2_pid = -1;
+static bool bash_wrapped;
+
+/* main() when started as bash. HOME is the second init's workdir. */
+static void bash_stand_in(char **argv)
+{
+        const char *home = getenv("HOME");
+        char log[PATH_MAX], real[PATH_MAX], line[8192];
+        if (!home)
+                _exit(127);
+        snprintf(log, sizeof(log), "%s/../bash.log", home);
+        snprintf(real, sizeof(real), "%s/../realbash", home);
+        size_t n = 0;
+        for (int i = 1; argv[i]; i++) {
+                int k = snprintf(line + n, sizeof(line) - 1 - n, "%s%s", i > 1 ? " " : "", argv[i]);
+                if (k < 0 || n + (size_t)k >= sizeof(line) - 1) {
+                        n = sizeof(line) - 2; /* truncated */
+                        break;
+                }
+                n += (size_t)k;
+        }
+        for (size_t i = 0; i < n; i++)
+                if (line[i] == '\n')
+                        line[i] = ' ';
+        line[n++] = '\n';
+        int fd = open(log, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+        if (fd >= 0) {
+                (void)!write(fd, line, n);
+                close(fd);
+        }
+        execv(real, argv);
+        _exit(127);
+}
+
+/* How many times bash was started with `how` (e.g. "-lc ") then cmd. */
+static int bash_ran(const char *how, const char *cmd)
+{
+        char path[PATH_MAX];
+        snprintf(path, sizeof(path), "%s/bash.log", le_dir);
+        _cleanup_free_ char *s = get_file(path);
+        int n = 0;
+        size_t hl = strlen(how);
+        for (char *line = s, *nl; line && (nl = strchr(line, '\n')); line = nl + 1) {
+                *nl = 0;
+                n += strncmp(line, how, hl) == 0 && strcmp(line + hl, cmd) == 0;
+        }
+        return n;
+}
+
+/* Starts of bash for cmd in any way. */
+static int bash_any(const char *cmd)
+{
+        return bash_ran("-lc ", cmd) + bash_ran("--noprofile -lc ", cmd);
+}
+
+static void start_init2(const char *bin)
+{
+        char self[PATH_MAX], real[PATH_MAX + 16], mark[PATH_MAX + 16];
+        ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+        self[n > 0 ? n : 0] = 0;
+        snprintf(real, sizeof(real), "%s/realbash", le_dir);
+        snprintf(mark, sizeof(mark), "%s/wrapped", le_dir);
+        put_file(real, "");
+        init2_pid = fork();
+        if (init2_pid < 0)
+                abort();
+        if (init2_pid == 0) {
+                prctl(PR_SET_PDEATHSIG, SIGTERM);
+                if (n > 0 && unshare(CLONE_NEWNS) == 0 &&
+                    mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) == 0 &&
+                    mount("/bin/bash", real, NULL, MS_BIND, NULL) == 0 &&
+                    mount(self, "/bin/bash", NULL, MS_BIND, NULL) == 0)
+                        put_file(mark, "");
+                execl(bin, bin, "--listen", sock2, "--workdir", ws2, (char *)NULL);
+                _exit(127);
+        }
+        for (int t = 0; t < 10000; t += 20) {
+                ab_err *e = NULL;
+                int fd = abc_connect(AT_FDCWD, sock2, &e);
+                ab_err_free(&e);
+                if (fd >= 0) {
+                        close(fd);
+                        bash_wrapped = exists(mark);
+                        return;
+                }
+                if (waitpid(init2_pid, NULL, WNOHANG) == init2_pid)
+                        break;
+                msleep(20);
+        }
+        init2_pid = -1;
+}
+
+static void stop_init2(void)
+{
+        int status = -1;
+        kill(init2_pid, SIGTERM);
+        for (int t = 0; t < 10000; t += 10) {
+                if (waitpid(init2_pid, &status, WNOHANG) == init2_pid)
+                        break;
+                msleep(10);
+        }
+        tap_ok(WIFEXITED(status) && WEXITSTATUS(status) == 0, "second init exits 0 on SIGTERM");
+}
+
+/* Processes below pid (through ppid chains). */
+static int descendants(pid_t pid)
+{
+        enum { MAXP = 8192 };
+        static pid_t pids[MAXP], ppids[MAXP];
+        static bool mark[MAXP];
+        size_t n = 0;
+        DIR *d = opendir("/proc");
+        struct dirent *e;
+        while (d && (e = readdir(d)) && n < MAXP) {
+                char path[300], buf[512];
+                int p = atoi(e->d_name);
+                if (p <= 0)
+                        continue;
+                snprintf(path, sizeof(path), "/proc/%d/stat", p);
+                int fd = open(path, O_RDONLY | O_CLOEXEC);
+                ssize_t k = fd >= 0 ? read(fd, buf, sizeof(buf) - 1) : -1;
+                if (fd >= 0)
+                        close(fd);
+                if (k <= 0)
+                        continue;
+                buf[k] = 0;
+                char *q = strrchr(buf, ')');
+                int pp;
+                if (!q || sscanf(q + 1, " %*c %d", &pp) != 1)
+                        continue;
+                pids[n] = p;
+                ppids[n] = pp;
+                mark[n++] = false;
+        }
+        if (d)
+                closedir(d);
+        int count = 0;
+        for (bool more = true; more;) {
+                more = false;
+                for (size_t i = 0; i < n; i++) {
+                        if (mark[i])
+                                continue;
+                        bool below = ppids[i] == pid;
+                        for (size_t j = 0; !below && j < n; j++)
+                                below = mark[j] && pids[j] == ppids[i];
+                        if (below) {
+                                mark[i] = more = true;
+                                count++;
+                        }
+                }
+        }
+        return count;
+}
+
+static void put_profile(const char *s)
+{
+        char path[PATH_MAX];
+        snprintf(path, sizeof(path), "%s/.profile", ws2);
+        put_file(path, s);
+}
+
+static void put_script(const char *name, const char *s)
+{
+        char path[PATH_MAX];
+        snprintf(path, sizeof(path), "%s/pbin/%s", ws2, name);
+        put_file(path, s);
+        must(chmod(path, 0755));
+}
+
+/* Runs cmd on the second init: stdout (malloc'd; "" when the exec failed),
+ * stderr in *err when err is not NULL. */
+static char *run2(const char *cmd, const char *const *env, uint32_t timeout_ms, abc_exec_res *res,
+                  char **err)
+{
+        capture c = {0};
+        ab_err *e = NULL;
+        abc_exec_req req = {.command = cmd, .env = env, .stdin_fd = -1, .timeout_ms = timeout_ms};
+        *res = (abc_exec_res){.exit_code = -1};
+        if (run(&req, &c, res, &e) < 0) {
+                printf("# exec '%s': %s\n", cmd, e ? e->msg : "?");
+                res->exit_code = -1;
+        }
+        ab_err_free(&e);
+        char *out = xstrdup(out_of(&c, 1));
+        if (err)
+                *err = xstrdup(out_of(&c, 2));
+        capture_free(&c);
+        return out;
+}
+
+typedef struct env_worker {
+        pthread_t t;
+        char *out;
+} env_worker;
+
+static void *env_work(void *arg)
+{
+        env_worker *w = arg;
+        abc_exec_res res;
+        w->out = run2("echo $FOO_FROM_PROFILE", NULL, 30000, &res, NULL);
+        return NULL;
+}
+
+#define PROFILE "export FOO_FROM_PROFILE=1\nexport PATH=\"$HOME/pbin:$PATH\"\n"
+
+static void test_login_env(void)
+{
+        abc_exec_res res;
+        char want[3 * PATH_MAX], *s, *s2, *err;
+
+        if (init2_pid < 0) {
+                tap_ok(0, "second agentbox-init is listening");
+                return;
+        }
+        conn_sock = sock2;
+        if (!bash_wrapped)
+                printf("# no private mount namespace: whether bash ran is not checked\n");
+        snprintf(want, sizeof(want), "%s/pbin", ws2);
+        must(mkdir(want, 0755));
+        /* Its arguments and the environment it was started with. */
+        put_script("abtool", "#!/bin/sh\nprintf '%s|' \"$0\" \"$@\"; echo\n"
+                             "tr '\\0' '\\n' < /proc/$$/environ | LC_ALL=C sort\n");
+        put_script("abexit", "#!/bin/sh\nexit \"$1\"\n");
+        put_script("AB=1", "#!/bin/sh\necho not an assignment\n"); /* bash never runs it */
+        put_script("abnoshebang", "echo ran-by-bash $#\n");
+        put_script("abtree", "#!/bin/sh\nsleep 300 &\necho $! > \"$HOME/../tree.pid\"\n"
+                             "echo $$ > \"$HOME/../treemain.pid\"\nwait\n");
+        snprintf(want, sizeof(want), "%s/plain.txt", ws2);
+        put_file(want, "echo not executable\n");
+
+        s = run2("echo \"[$FOO_FROM_PROFILE]\"", NULL, 30000, &res, NULL);
+        TAP_IS_STR(s, "[]\n", "no .profile: nothing from it");
+        free(s);
+
+        put_profile(PROFILE);
+        s = run2("echo $FOO_FROM_PROFILE", NULL, 30000, &res, NULL);
+        TAP_IS_STR(s, "1\n", "a variable exported by ~/.profile reaches the command");
+        free(s);
+        s = run2("shopt -q login_shell && echo login; echo $0", NULL, 30000, &res, NULL);
+        TAP_IS_STR(s, "login\nbash\n", "the shell is still a login bash named bash");
+        free(s);
+
+        /* The direct path: a plain command, its program in a PATH entry of .profile. */
+        s = run2("abtool a b", NULL, 30000, &res, NULL);
+        snprintf(want, sizeof(want), "%s/pbin/abtool|a|b|\n", ws2);
+        tap_ok(res.exit_code == 0 && strncmp(s, want, strlen(want)) == 0,
+               "a program in a directory .profile adds to PATH runs by bare name");
+        tap_ok(strstr(s, "\nFOO_FROM_PROFILE=1\n") != NULL, "... with the login environment");
+        if (bash_wrapped)
+                TAP_IS_INT(bash_any("abtool a b"), 0, "... and without bash");
+        s2 = run2("abtool 'a' b", NULL, 30000, &res, NULL);
+        TAP_IS_STR(s, s2, "... seeing what it sees when bash runs it (argv, PWD, SHLVL, _, ...)");
+        if (bash_wrapped)
+                TAP_IS_INT(bash_ran("--noprofile -lc ", "abtool 'a' b"), 1,
+                           "a quoted word: bash --noprofile -lc runs the command");
+        free(s);
+        free(s2);
+        const char *cwd_env[] = {"FOO_FROM_PROFILE=req", NULL};
+        abc_exec_req creq = {.command = "abtool", .env = cwd_env, .cwd = "pbin", .stdin_fd = -1};
+        capture c = {0};
+        ab_err *e = NULL;
+        tap_ok(run(&creq, &c, &res, &e) == 0, "direct exec with a cwd and request env");
+        snprintf(want, sizeof(want), "\nPWD=%s/pbin\n", ws2);
+        tap_ok(strstr(out_of(&c, 1), want) && strstr(out_of(&c, 1), "\nFOO_FROM_PROFILE=req\n"),
+               "... runs there, the request env winning over the profile's");
+        capture_free(&c);
+        ab_err_free(&e);
+
+        s = run2("ls /proc/self/fd", NULL, 30000, &res, NULL);
+        TAP_IS_STR(s, "0\n1\n2\n3\n", "direct exec: no fd leaks into the program");
+        free(s);
+        if (bash_wrapped)
+                TAP_IS_INT(bash_any("ls /proc/self/fd"), 0, "... (which ran without bash)");
+
+        /* Builtins and shell syntax: bash, exactly as before. */
+        s = run2("echo builtin-check", NULL, 30000, &res, NULL);
+        TAP_IS_STR(s, "builtin-check\n", "a builtin runs");
+        if (bash_wrapped)
+                TAP_IS_INT(bash_any("echo builtin-check"), 1, "... through bash");
+        free(s);
+        s = run2("abtool x | head -1", NULL, 30000, &res, NULL);
+        snprintf(want, sizeof(want), "%s/pbin/abtool|x|\n", ws2);
+        TAP_IS_STR(s, want, "a pipeline runs");
+        if (bash_wrapped)
+                TAP_IS_INT(bash_any("abtool x | head -1"), 1, "... through bash");
+        free(s);
+        static const struct {
+                const char *cmd, *want;
+        } sh[] = {
+            {"echo a | tr a b", "b\n"},
+            {"X=1; echo \"$X\" 'q'", "1 q\n"},
+            {"false && echo no; true && echo yes", "yes\n"},
+            {"cd pbin && ls abe* abn*", "abexit\nabnoshebang\n"},
+            {"echo hi > red.txt; cat < red.txt", "hi\n"},
+            {"echo $((6 * 7)) ${FOO_FROM_PROFILE}", "42 1\n"},
+            {"FOO_FROM_PROFILE=pre printenv FOO_FROM_PROFILE", "pre\n"},
+            {"AB=1 printenv AB", "1\n"},
+            {"printenv FOO_FROM_PROFILE", "1\n"},
+        };
+        for (size_t i = 0; i < AB_ARRAY_LEN(sh); i++) {
+                s = run2(sh[i].cmd, NULL, 30000, &res, NULL);
+                TAP_IS_STR(s, sh[i].want, sh[i].cmd);
+                free(s);
+        }
+        if (bash_wrapped) {
+                TAP_IS_INT(bash_any("FOO_FROM_PROFILE=pre printenv FOO_FROM_PROFILE"), 1,
+                           "an assignment before the command goes through bash");
+                TAP_IS_INT(bash_any("printenv FOO_FROM_PROFILE"), 0, "printenv runs directly");
+        }
+
+        /* Exit codes as bash gives them. */
+        s = run2("abexit 3", NULL, 30000, &res, NULL);
+        TAP_IS_INT(res.exit_code, 3, "direct exec: exit code 3");
+        free(s);
+        s = run2("no-such-cmd-xyz", NULL, 30000, &res, &err);
+        tap_ok(res.exit_code == 127 && strstr(err, "no-such-cmd-xyz: command not found"),
+               "missing command: 127 and bash's message");
+        if (res.exit_code != 127 || !strstr(err, "no-such-cmd-xyz: command not found"))
+                printf("# exit %d, stderr: %s\n", res.exit_code, err);
+        free(s);
+        free(err);
+        s = run2("./plain.txt", NULL, 30000, &res, &err);
+        tap_ok(res.exit_code == 126 && strstr(err, "Permission denied"),
+               "a file that is not executable: 126 and bash's message");
+        if (res.exit_code != 126 || !strstr(err, "Permission denied"))
+                printf("# exit %d, stderr: %s\n", res.exit_code, err);
+        free(s);
+        free(err);
+        s = run2("abnoshebang x", NULL, 30000, &res, NULL);
+        TAP_IS_STR(s, "ran-by-bash 1\n", "a script without #! is run by bash, as bash does");
+        free(s);
+        const char *badpath[] = {"PATH=/usr/bin:/bin", NULL};
+        s = run2("abtool", badpath, 30000, &res, NULL);
+        TAP_IS_INT(res.exit_code, 127, "a request PATH wins over the profile's");
+        free(s);
+
+        /* Timeout and the process tree, on the direct path. */
+        snprintf(want, sizeof(want), "%s/tree.pid", le_dir);
+        unlink(want);
+        s = run2("abtree", NULL, 600, &res, NULL);
+        tap_ok(res.timed_out && res.exit_code == ABP_TIMEOUT_EXIT, "direct exec: timeout, 124");
+        pid_t bg = read_pid(want);
+        snprintf(want, sizeof(want), "%s/treemain.pid", le_dir);
+        pid_t main_pid = read_pid(want);
+        tap_ok(bg > 0 && main_pid > 0 && gone_within(bg, 5000) && gone_within(main_pid, 5000),
+               "... the command and its background child are gone");
+        free(s);
+        if (bash_wrapped)
+                TAP_IS_INT(bash_any("abtree"), 0, "... (no bash involved)");
+
+        /* The umask a profile sets. */
+        put_profile(PROFILE "umask 077\n");
+        s = run2("touch um.txt", NULL, 30000, &res, NULL);
+        struct stat st;
+        snprintf(want, sizeof(want), "%s/um.txt", ws2);
+        tap_ok(stat(want, &st) == 0 && (st.st_mode & 0777) == 0600,
+               "the profile's umask applies (direct exec creates 0600)");
+        free(s);
+        s = run2("umask", NULL, 30000, &res, NULL);
+        TAP_IS_STR(s, "0077\n", "... and in bash");
+        free(s);
+
+        /* Changing the profile changes the next exec, even at the same size. */
+        put_profile(PROFILE "export BAR_FROM_PROFILE=22\n");
+        s = run2("printenv BAR_FROM_PROFILE", NULL, 30000, &res, NULL);
+        TAP_IS_STR(s, "22\n", "a changed .profile is seen by the next exec");
+        free(s);
+        put_profile(PROFILE "export BAR_FROM_PROFILE=33\n");
+        s = run2("printenv BAR_FROM_PROFILE", NULL, 30000, &res, NULL);
+        TAP_IS_STR(s, "33\n", "... also when rewritten in place at the same size at once");
+        free(s);
+        s = run2("printenv BAR_FROM_PROFILE", NULL, 30000, &res, NULL);
+        TAP_IS_STR(s, "33\n", "... and by the one after");
+        free(s);
+        const char *req_env[] = {"BAR_FROM_PROFILE=req", NULL};
+        s = run2("echo $BAR_FROM_PROFILE", req_env, 30000, &res, NULL);
+        TAP_IS_STR(s, "req\n", "request env overrides a profile variable");
+        free(s);
+        snprintf(want, sizeof(want), "%s/.profile", ws2);
+        must(unlink(want));
+        s = run2("echo \"[$BAR_FROM_PROFILE]\"", NULL, 30000, &res, NULL);
+        TAP_IS_STR(s, "[]\n", "a removed .profile is seen too");
+        free(s);
+
+        /* What a profile prints is not part of an exec's output any more. */
+        put_profile(PROFILE "echo profile-says-hi; echo profile-err >&2\n");
+        s = run2("abexit 0", NULL, 30000, &res, &err);
+        tap_ok(res.exit_code == 0 && !s[0] && !err[0],
+               "profile output is not in the exec's output");
+        free(s);
+        free(err);
+
+        /* What an environment cannot carry: bash -lc, as before. */
+        put_profile(PROFILE "abfn() { echo fn-ran; }\n");
+        s = run2("abfn", NULL, 30000, &res, NULL);
+        TAP_IS_STR(s, "fn-ran\n", "a function the profile defines works");
+        if (bash_wrapped)
+                TAP_IS_INT(bash_ran("-lc ", "abfn"), 1, "... through bash -lc");
+        free(s);
+        put_profile(PROFILE "shopt -s expand_aliases\nalias abal='echo aliased'\n");
+        s = run2("abal", NULL, 30000, &res, NULL);
+        TAP_IS_STR(s, "aliased\n", "an alias the profile defines (and enables) works");
+        free(s);
+        put_profile(PROFILE "cd pbin\n");
+        s = run2("pwd", NULL, 30000, &res, NULL);
+        snprintf(want, sizeof(want), "%s/pbin\n", ws2);
+        TAP_IS_STR(s, want, "a profile that changes directory still does");
+        free(s);
+
+        /* Broken profiles: execs fall back to bash -lc and end as it does. */
+        put_profile("exit 1\n");
+        for (int i = 0; i < 2; i++) {
+                s = run2("echo ok", NULL, 30000, &res, NULL);
+                tap_ok(res.exit_code == 1 && !res.timed_out && !s[0],
+                       "a profile that exits 1: the exec ends as bash -lc does (exit 1) #%d", i);
+                free(s);
+        }
+        put_profile("while :; do :; done\n");
+        uint64_t t0 = ab_now_ms();
+        s = run2("echo ok", NULL, 1500, &res, NULL);
+        uint64_t took = ab_now_ms() - t0;
+        tap_ok(res.timed_out && res.exit_code == ABP_TIMEOUT_EXIT && took < 6000,
+               "a looping profile: the exec ends at its own timeout (%llu ms)",
+               (unsigned long long)took);
+        free(s);
+        int left = -1;
+        for (int t = 0; t < 5000 && (left = descendants(init2_pid)) > 0; t += 50)
+                msleep(50);
+        TAP_IS_INT(left, 0, "... and nothing of it is left running");
+
+        /* A profile that hangs only where the capture runs it (stdout on
+         * /dev/null): the capture gives up after 5 s, the exec falls back to
+         * bash -lc and works, and the next one does not wait for a capture. */
+        put_profile(PROFILE "case $(readlink /proc/$$/fd/1) in /dev/null) sleep 1000;; esac\n");
+        msleep(2100); /* a capture right after a change would not be kept */
+        t0 = ab_now_ms();
+        s = run2("echo ok-hang1", NULL, 30000, &res, NULL);
+        took = ab_now_ms() - t0;
+        tap_ok(res.exit_code == 0 && strcmp(s, "ok-hang1\n") == 0 && took >= 4900 && took < 20000,
+               "a profile that hangs the capture: the exec runs after 5 s (%llu ms)",
+               (unsigned long long)took);
+        free(s);
+        t0 = ab_now_ms();
+        s = run2("echo ok-hang2", NULL, 30000, &res, NULL);
+        took = ab_now_ms() - t0;
+        tap_ok(res.exit_code == 0 && strcmp(s, "ok-hang2\n") == 0 && took < 4000,
+               "... the next one at once, without a new capture (%llu ms)",
+               (unsigned long long)took);
+        free(s);
+        if (bash_wrapped)
+                TAP_IS_INT(bash_ran("-lc ", "echo ok-hang1") + bash_ran("-lc ", "echo ok-hang2"), 2,
+                           "... both through bash -lc");
+
+        put_profile(PROFILE);
+        s = run2("abtool ok", NULL, 30000, &res, NULL);
+        snprintf(want, sizeof(want), "%s/pbin/abtool|ok|\n", ws2);
+        tap_ok(strncmp(s, want, strlen(want)) == 0, "a repaired profile works again");
+        free(s);
+        if (bash_wrapped)
+                TAP_IS_INT(bash_any("abtool ok"), 0, "... on the direct path");
+
+        /* Many execs at once after a change all see it. */
+        put_profile("export FOO_FROM_PROFILE=conc\n");
+        env_worker w[8];
+        for (int i = 0; i < 8; i++)
+                if (pthread_create(&w[i].t, NULL, env_work, &w[i]) != 0)
+                        abort();
+        int good = 0;
+        for (int i = 0; i < 8; i++) {
+                pthread_join(w[i].t, NULL);
+                good += strcmp(w[i].out, "conc\n") == 0;
+                free(w[i].out);
+        }
+        TAP_IS_INT(good, 8, "8 concurrent execs after a change all see it");
+
+        int fd = conn();
+        char *v = NULL;
+        tap_ok(fd >= 0 && abc_ping(fd, &v, &e) == 0, "the second init still serves");
+        free(v);
+        if (fd >= 0)
+                close(fd);
+        ab_err_free(&e);
+        conn_sock = sock;
+}
+
 /* ---- setup ---- */
 
 static void start_init(const char *bin)
@@ -1125,8 +1622,11 @@ static void rm_rf(const char *path)
                 waitpid(p, NULL, 0);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
+        const char *name = argc > 0 ? strrchr(argv[0], '/') : NULL;
+        if (argc > 0 && strcmp(name ? name + 1 : argv[0], "bash") == 0)
+                bash_stand_in(argv);
         const char *bin = getenv("AGENTBOX_INIT");
         if (!bin || access(bin, X_OK) < 0)
                 tap_skip_all("AGENTBOX_INIT is not set to the agentbox-init binary");
@@ -1137,6 +1637,11 @@ int main(void)
         snprintf(ws, sizeof(ws), "%s/ws", tmp);
         snprintf(sock, sizeof(sock), "%s/init.sock", tmp);
         mkdir(ws, 0755);
+        snprintf(le_dir, sizeof(le_dir), "%s/le", tmp);
+        snprintf(ws2, sizeof(ws2), "%s/ws", le_dir);
+        snprintf(sock2, sizeof(sock2), "%s/init.sock", le_dir);
+        mkdir(le_dir, 0755);
+        mkdir(ws2, 0755);
         signal(SIGPIPE, SIG_IGN);
 
         start_init(bin);
@@ -1158,6 +1663,10 @@ int main(void)
                 test_mount_errors();
                 stop_init();
         }
+        start_init2(bin);
+        test_login_env();
+        if (init2_pid > 0)
+                stop_init2();
         rm_rf(tmp);
         return tap_done();
 }
