@@ -21,7 +21,7 @@
 int abc_connect(int dirfd, const char *name, ab_err **err);
 
 typedef struct abc_exec_req {
-        const char *command;    /* run as: bash -lc COMMAND */
+        const char *command;    /* run as bash -lc COMMAND would (docs/protocol.md) */
         const char *const *env; /* extra "K=V" strings, NULL-terminated; may be NULL */
         const char *cwd;        /* NULL = /workspace; must exist */
         const void *stdin_data; /* may be NULL */
