@@ -30,7 +30,8 @@
  * whatever its status):
  *   requests 300  errors 0 (status 0, socket 0, expect 0)  reconnects 0
  *   ...
- *   RESULT requests=300 errors=0 rps=... min=... p50=... p90=... p99=... max=... mean=...
+ *   RESULT requests=300 errors=0 rps=... min=... p50=... p90=... p99=... max=... mean=... cpu_s=...
+ * (cpu_s: the CPU time http_load itself used, user + system, in seconds)
  *
  * Latency runs from the first byte written to the last byte of the body
  * read. A connection is opened before the clock starts; when the server
@@ -57,6 +58,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/time.h>
 #include <time.h>
@@ -750,8 +752,12 @@ int main(int argc, char **argv)
                 printf("status: 1xx %ld  2xx %ld  3xx %ld  4xx %ld  5xx %ld  other %ld\n", sc[1],
                        sc[2], sc[3], sc[4], sc[5], sc[0]);
         }
+        struct rusage ru;
+        getrusage(RUSAGE_SELF, &ru);
+        double cpu = (double)ru.ru_utime.tv_sec + (double)ru.ru_utime.tv_usec / 1e6 +
+                     (double)ru.ru_stime.tv_sec + (double)ru.ru_stime.tv_usec / 1e6;
         printf("RESULT requests=%ld errors=%ld rps=%.1f min=%.3f p50=%.3f p90=%.3f p99=%.3f "
-               "max=%.3f mean=%.3f\n",
-               total, errors, rps, mn, p50, p90, p99, mx, mean);
+               "max=%.3f mean=%.3f cpu_s=%.3f\n",
+               total, errors, rps, mn, p50, p90, p99, mx, mean, cpu);
         return errors ? 1 : 0;
 }

@@ -56,6 +56,9 @@ DOCKER_CIDS=()
 CG_PARENTS=()
 DOCKER_IMG=agentbox-bench/tiny:$$
 
+# docker_setup, docker_image, docker_teardown (shared with bench/http.sh)
+. "$ROOT/bench/lib.sh"
+
 log() { printf '\n== %s\n' "$*"; }
 note() { printf '%s\n' "$*" | tee -a "$NOTES"; }
 
@@ -67,16 +70,7 @@ cleanup() {
                 "$AB" --data "$ABD" rm "$id" >/dev/null 2>&1
         done
         [ -n "$BWRAP_PID" ] && kill "$BWRAP_PID" 2>/dev/null && wait "$BWRAP_PID" 2>/dev/null
-        if [ -n "$DOCKER" ]; then
-                for c in "${DOCKER_CIDS[@]}"; do $DOCKER rm -f "$c" >/dev/null 2>&1; done
-                $DOCKER rmi -f "$DOCKER_IMG" >/dev/null 2>&1
-        fi
-        if [ -n "$DOCKERD_PID" ]; then
-                kill "$DOCKERD_PID" 2>/dev/null
-                for _ in $(seq 1 100); do kill -0 "$DOCKERD_PID" 2>/dev/null || break; sleep 0.1; done
-                kill -9 "$DOCKERD_PID" 2>/dev/null
-                wait "$DOCKERD_PID" 2>/dev/null
-        fi
+        docker_teardown
         # The engine leaves one empty cgroup parent per data folder behind: ours go.
         for cg in "${CG_PARENTS[@]}"; do
                 [ -n "$cg" ] || continue
@@ -314,62 +308,6 @@ else
 fi
 
 # ---- 4. Docker ------------------------------------------------------------
-
-docker_setup() {
-        if ! command -v dockerd >/dev/null; then
-                echo "  installing docker.io (Debian) ..."
-                DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
-                        docker.io >"$WORK/apt.log" 2>&1 ||
-                        { note "  note: apt-get install docker.io failed (see below): Docker column skipped"; tail -3 "$WORK/apt.log"; return 1; }
-        fi
-        # The Debian client matches the Debian daemon; another docker on PATH may not.
-        local cli=/usr/bin/docker
-        [ -x $cli ] || cli=$(command -v docker) || { note "  note: no docker client: Docker column skipped"; return 1; }
-        if $cli info >/dev/null 2>&1; then
-                DOCKER=$cli
-                echo "  using the dockerd that already runs (left running afterwards)"
-                return 0
-        fi
-        local d=$WORK/docker
-        mkdir -p "$d"
-        dockerd --data-root "$d/root" --exec-root "$d/exec" -H "unix://$d/docker.sock" \
-                --pidfile "$d/docker.pid" --iptables=false --ip-masq=false --bridge=none \
-                --exec-opt native.cgroupdriver=cgroupfs >"$d/dockerd.log" 2>&1 &
-        DOCKERD_PID=$!
-        DOCKER="$cli -H unix://$d/docker.sock"
-        for _ in $(seq 1 300); do
-                $DOCKER info >/dev/null 2>&1 && { echo "  started a private dockerd (pid $DOCKERD_PID, log $d/dockerd.log)"; return 0; }
-                kill -0 "$DOCKERD_PID" 2>/dev/null || break
-                sleep 0.1
-        done
-        note "  note: dockerd did not come up (last lines of its log below): Docker column skipped"
-        tail -5 "$d/dockerd.log" | sed 's/^/    /' | tee -a "$NOTES"
-        DOCKER=
-        return 1
-}
-
-docker_image() {
-        local r=$WORK/img
-        mkdir -p "$r"
-        cat >"$WORK/tiny.c" <<'EOF'
-/* /true exits 0; /pause sleeps until killed (PID 1 of the long-lived container). */
-#include <string.h>
-#include <unistd.h>
-int main(int argc, char **argv)
-{
-        (void)argc;
-        const char *n = strrchr(argv[0], '/') ? strrchr(argv[0], '/') + 1 : argv[0];
-        if (!strcmp(n, "pause"))
-                for (;;)
-                        pause();
-        return 0;
-}
-EOF
-        gcc -O2 -static -s -o "$r/true" "$WORK/tiny.c" || return 1
-        ln "$r/true" "$r/pause"
-        mkdir -p "$r/proc" "$r/dev" "$r/sys" "$r/etc" "$r/tmp"
-        tar -C "$r" -c . | $DOCKER import - "$DOCKER_IMG" >/dev/null
-}
 
 log "docker"
 if [ "${NO_DOCKER:-0}" = 1 ]; then

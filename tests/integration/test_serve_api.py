@@ -9,6 +9,7 @@ id/chat/app/thread, events (types, box_id, after= and Last-Event-ID),
 /health, /metrics, and the error contract (400 naming the problem, 404, 405
 with Allow, 413, 501, 503), where bad input changes nothing."""
 import hashlib
+import http.client
 import io
 import json
 import os
@@ -219,28 +220,28 @@ h.eq(((cb.get("limits") or {}).get("memory_mib"), (cb.get("limits") or {}).get("
 ids_before = [b.get("id") for b in (srv.list() or [])]
 cli_ids_before = sorted(h.cli_boxes() or {})
 bad = [
-    ("malformed JSON", b'{"app_id": "app1", "user_id": ', 400, "invalid", "json"),
-    ("trailing garbage after the JSON", b'{"id": "bad-0"} xyz', 400, "invalid", None),
-    ("a JSON array instead of an object", b'[1, 2]', 400, "invalid", None),
-    ("id with capitals and !", {"id": "Bad_ID!"}, 400, "invalid", "id"),
-    ("id of 64 characters", {"id": "x" * 64}, 400, "invalid", "id"),
-    ("id starting with pool-", {"id": "pool-mine"}, 400, "invalid", "id"),
-    ("id that is a number", {"id": 123}, 400, "invalid", "id"),
-    ("app_id and user_id without chat_id", {"app_id": "app9", "user_id": "u9"}, 400, "invalid", "chat_id"),
-    ("two kinds of keys (id and thread_id)", {"id": "bad-2", "thread_id": "t9"}, 400, "invalid", None),
-    ("limits.memory_mib a string", {"id": "bad-3", "limits": {"memory_mib": "lots"}}, 400, "invalid",
+    ("malformed JSON", b'{"app_id": "app1", "user_id": ', 400, "invalid_argument", "json"),
+    ("trailing garbage after the JSON", b'{"id": "bad-0"} xyz', 400, "invalid_argument", None),
+    ("a JSON array instead of an object", b'[1, 2]', 400, "invalid_argument", None),
+    ("id with capitals and !", {"id": "Bad_ID!"}, 400, "invalid_argument", "id"),
+    ("id of 64 characters", {"id": "x" * 64}, 400, "invalid_argument", "id"),
+    ("id starting with pool-", {"id": "pool-mine"}, 400, "invalid_argument", "id"),
+    ("id that is a number", {"id": 123}, 400, "invalid_argument", "id"),
+    ("app_id and user_id without chat_id", {"app_id": "app9", "user_id": "u9"}, 400, "invalid_argument", "chat_id"),
+    ("two kinds of keys (id and thread_id)", {"id": "bad-2", "thread_id": "t9"}, 400, "invalid_argument", None),
+    ("limits.memory_mib a string", {"id": "bad-3", "limits": {"memory_mib": "lots"}}, 400, "invalid_argument",
      "memory_mib"),
-    ("limits.memory_mib negative", {"id": "bad-4", "limits": {"memory_mib": -5}}, 400, "invalid", "memory_mib"),
-    ("limits not an object", {"id": "bad-5", "limits": "big"}, 400, "invalid", "limits"),
-    ("mode unknown", {"id": "bad-6", "mode": "forever"}, 400, "invalid", "mode"),
-    ("metadata not an object", {"id": "bad-7", "metadata": "text"}, 400, "invalid", "metadata"),
-    ("env value not a string", {"id": "bad-8", "env": {"A": 1}}, 400, "invalid", "env"),
-    ("idle_stop_s a string", {"id": "bad-9", "idle_stop_s": "soon"}, 400, "invalid", "idle_stop_s"),
-    ("ttl_s negative", {"id": "bad-10", "ttl_s": -3}, 400, "invalid", "ttl_s"),
+    ("limits.memory_mib negative", {"id": "bad-4", "limits": {"memory_mib": -5}}, 400, "invalid_argument", "memory_mib"),
+    ("limits not an object", {"id": "bad-5", "limits": "big"}, 400, "invalid_argument", "limits"),
+    ("mode unknown", {"id": "bad-6", "mode": "forever"}, 400, "invalid_argument", "mode"),
+    ("metadata not an object", {"id": "bad-7", "metadata": "text"}, 400, "invalid_argument", "metadata"),
+    ("env value not a string", {"id": "bad-8", "env": {"A": 1}}, 400, "invalid_argument", "env"),
+    ("idle_stop_s a string", {"id": "bad-9", "idle_stop_s": "soon"}, 400, "invalid_argument", "idle_stop_s"),
+    ("ttl_s negative", {"id": "bad-10", "ttl_s": -3}, 400, "invalid_argument", "ttl_s"),
     ("network mode full (not built)", {"id": "bad-11", "network": {"mode": "full"}}, 501, "unsupported", None),
     ("mounts (not supported)", {"id": "bad-12", "mounts": [{"host_path": "/etc", "path": "/mnt/etc",
                                                            "read_only": True}]}, 501, "unsupported", None),
-    ("body over max_body", {"id": "bad-13", "metadata": {"pad": "x" * (MAX_BODY + 4096)}}, 413, "limit", None),
+    ("body over max_body", {"id": "bad-13", "metadata": {"pad": "x" * (MAX_BODY + 4096)}}, 413, "limit_exceeded", None),
 ]
 for what, body, status, code, mention in bad:
     r = srv.post("/v1/sandboxes", body)
@@ -285,9 +286,9 @@ h.eq(filt({"app_id": "nobody"}), [], "a filter that matches nothing gives an emp
 r = srv.post("/v1/sandboxes/%s/stop" % A2)
 h.eq(filt({"status": "stopped"}), [A2], "filter status=stopped")
 h.ok(A2 not in filt({"status": "running"}) and A in filt({"status": "running"}), "filter status=running")
-check_error(srv.get("/v1/sandboxes?status=sleeping"), 400, "invalid", "filter status=sleeping (bad value)",
+check_error(srv.get("/v1/sandboxes?status=sleeping"), 400, "invalid_argument", "filter status=sleeping (bad value)",
             "status")
-check_error(srv.get("/v1/sandboxes?mode=bogus"), 400, "invalid", "filter mode=bogus (bad value)", "mode")
+check_error(srv.get("/v1/sandboxes?mode=bogus"), 400, "invalid_argument", "filter mode=bogus (bad value)", "mode")
 
 # ---- get ------------------------------------------------------------------------------------
 
@@ -343,7 +344,7 @@ el = time.monotonic() - t0
 h.eq((r.status, r.get("timed_out"), r.get("exit_code")), (200, True, 124),
      "a command past timeout_s: 200 with timed_out true and exit code 124", r.describe())
 h.contains(r.get("stdout") or "", "started", "... with the output it made before", r.text)
-h.ok(el < 8, "... answered soon after the 1 s timeout (%.1fs)" % el)
+h.ok(el < 8 * h.slow, "... answered soon after the 1 s timeout (%.1fs)" % el)
 h.eq(procs_left(A, r"slee[p] 30[12]"), [],
      "... and its whole process tree (background sleeps too) was killed")
 t0 = time.monotonic()
@@ -351,7 +352,7 @@ r = sh(O, "sleep 20; echo no")
 el = time.monotonic() - t0
 h.eq((r.get("timed_out"), r.get("exit_code"), r.get("stdout")), (True, 124, ""),
      "without timeout_s the box's limits.timeout_s (2 s) applies", r.describe())
-h.ok(el < 10, "... answered after about 2 s (%.1fs)" % el)
+h.ok(el < 10 * h.slow, "... answered after about 2 s (%.1fs)" % el)
 
 r = sh(A, "head -c 3000000 /dev/zero | tr '\\0' a; echo small >&2", http_timeout=60)
 so = r.get("stdout") or ""
@@ -383,17 +384,18 @@ sh(A, "true")
 la1 = (srv.box(A) or {}).get("last_active_at", 0)
 h.ok(la1 > la0, "an exec moves last_active_at forward (%s -> %s)" % (la0, la1))
 
-check_error(srv.post("/v1/sandboxes/%s/exec" % A, {}), 400, "invalid", "exec without command", "command")
-check_error(srv.post("/v1/sandboxes/%s/exec" % A, {"command": 5}), 400, "invalid", "exec with a numeric command",
+check_error(srv.post("/v1/sandboxes/%s/exec" % A, {}), 400, "invalid_argument", "exec without command", "command")
+check_error(srv.post("/v1/sandboxes/%s/exec" % A, {"command": 5}), 400, "invalid_argument", "exec with a numeric command",
             "command")
-check_error(srv.post("/v1/sandboxes/%s/exec" % A, {"command": "true", "timeout_s": -1}), 400, "invalid",
+check_error(srv.post("/v1/sandboxes/%s/exec" % A, {"command": "true", "timeout_s": -1}), 400, "invalid_argument",
             "exec with timeout_s -1", "timeout_s")
-check_error(srv.post("/v1/sandboxes/%s/exec" % A, {"command": "true", "env": {"A": 2}}), 400, "invalid",
+check_error(srv.post("/v1/sandboxes/%s/exec" % A, {"command": "true", "env": {"A": 2}}), 400, "invalid_argument",
             "exec with a numeric env value", "env")
-check_error(srv.post("/v1/sandboxes/%s/exec" % A, b'{"command": "touch /workspace/nope",'), 400, "invalid",
+check_error(srv.post("/v1/sandboxes/%s/exec" % A, b'{"command": "touch /workspace/nope",'), 400, "invalid_argument",
             "exec with malformed JSON", "json")
-check_error(srv.post("/v1/sandboxes/%s/exec" % A, {"command": "touch /workspace/big-stdin", "stdin": "x" * (MAX_BODY + 1)}),
-            413, "limit", "exec with a body over max_body")
+check_error(srv.post("/v1/sandboxes/%s/exec" % A,
+                     {"command": "touch /workspace/big-stdin", "stdin": "x" * (MAX_BODY + 1)}),
+            413, "limit_exceeded", "exec with a body over max_body")
 r = sh(A, "ls /workspace/nope /workspace/big-stdin 2>&1 | wc -l; test -e /workspace/nope || test -e "
           "/workspace/big-stdin || echo none")
 h.eq((r.get("stdout") or "").split()[-1:], ["none"], "the refused execs did not run", r.text)
@@ -415,7 +417,7 @@ ex = [e for e in evs if e.type == "exit"]
 h.eq("".join((e.json or {}).get("data", "") for e in outs), "1\n2\n3\n", "stdout chunks carry the output in order",
      repr(evs))
 h.eq("".join((e.json or {}).get("data", "") for e in errs), "e\n", "stderr chunks carry stderr", repr(evs))
-h.ok(outs and outs[0].t - s.t0 < 1.5, "the first chunk arrives while the command still runs (%.2fs)"
+h.ok(outs and outs[0].t - s.t0 < 1.5 * h.slow, "the first chunk arrives while the command still runs (%.2fs)"
      % ((outs[0].t - s.t0) if outs else -1))
 h.eq(len(ex), 1, "one exit event", repr(evs))
 h.ok(evs and evs[-1].type == "exit", "the exit event comes last", repr(evs))
@@ -504,10 +506,10 @@ h.eq(r.get("stdout"), "once\n", "exec in a task box made by POST /v1/sandboxes r
 h.eq(wait_for(lambda: srv.status_of(K) is None, 10), True, "... and the task box is gone after that first exec")
 created.remove(K)
 Z = chat_box_id("app9", "u1", "c1")
-check_error(srv.post("/v1/exec", {"app_id": "app9", "user_id": "u1", "chat_id": "c1"}), 400, "invalid",
+check_error(srv.post("/v1/exec", {"app_id": "app9", "user_id": "u1", "chat_id": "c1"}), 400, "invalid_argument",
             "/v1/exec without command", "command")
 h.eq(srv.status_of(Z), None, "... made no box")
-check_error(srv.post("/v1/exec", {"app_id": "app9", "user_id": "u1", "command": "true"}), 400, "invalid",
+check_error(srv.post("/v1/exec", {"app_id": "app9", "user_id": "u1", "command": "true"}), 400, "invalid_argument",
             "/v1/exec with keys missing chat_id", "chat_id")
 
 # ---- files ------------------------------------------------------------------------------------
@@ -543,12 +545,13 @@ status, head, body, err = srv.raw(("PUT %s HTTP/1.1\r\nHost: x\r\nContent-Length
 h.eq(status, 413, "PUT with Content-Length over max_upload is refused with 413 before the body is sent",
      "%s\n%s\nerror: %s" % (head, body[:500], err))
 r = srv.put(srv.file_path(F, "huge2.bin"), b"z" * (MAX_UPLOAD + 1))
-check_error(r, 413, "limit", "PUT of max_upload + 1 bytes")
+check_error(r, 413, "limit_exceeded", "PUT of max_upload + 1 bytes")
 r = sh(F, "ls /workspace")
 h.eq(r.get("stdout"), "src\n", "the refused uploads left nothing in the workspace", r.text)
 
 r = sh(F, "set -e; cd /workspace; mkdir -p d/sub/deeper d/empty; printf 12 > d/a.txt; printf 123 > d/sub/b.txt; "
-          "printf 1234 > d/sub/deeper/c.txt; ln -s /etc/shadow d/link; ln -s /etc d/etcdir; chmod 640 d/a.txt")
+          "printf 1234 > d/sub/deeper/c.txt; ln -s /etc/shadow d/link; ln -s /etc d/etcdir; chmod 640 d/a.txt; "
+          "ln -s /etc/passwd d/sub/pwlink")
 h.eq(r.get("exit_code"), 0, "made a tree with files, dirs and symlinks", r.describe())
 r = srv.get(srv.file_path(F, "d"))
 h.eq(r.status, 200, "GET a directory answers 200", r.describe())
@@ -568,14 +571,15 @@ h.ok(str(ae.get("path", "")).endswith("d/a.txt"), "an entry's path is its full p
 h.eq((ents.get("link") or {}).get("link"), "/etc/shadow", "a symlink entry says where it points")
 r2 = srv.get(srv.file_path(F, "d", depth=2))
 p2 = sorted(str(e.get("path", "")).split("/d/", 1)[-1] for e in (r2.get("entries") or []))
-h.eq(p2, ["a.txt", "empty", "etcdir", "link", "sub", "sub/b.txt", "sub/deeper"], "depth=2 lists two levels",
+h.eq(p2, ["a.txt", "empty", "etcdir", "link", "sub", "sub/b.txt", "sub/deeper", "sub/pwlink"],
+     "depth=2 lists two levels",
      r2.describe())
 r3 = srv.get(srv.file_path(F, "d", depth=3))
 p3 = sorted(str(e.get("path", "")).split("/d/", 1)[-1] for e in (r3.get("entries") or []))
 h.ok("sub/deeper/c.txt" in p3, "depth=3 reaches the third level", r3.describe())
 h.ok(not any(p.startswith("etcdir/") for p in p2 + p3), "deep listings do not follow a symlink to /etc", repr(p3))
 for bad_depth in ("0", "33", "abc"):
-    check_error(srv.get(srv.file_path(F, "d", depth=bad_depth)), 400, "invalid", "listing with depth=%s" % bad_depth,
+    check_error(srv.get(srv.file_path(F, "d", depth=bad_depth)), 400, "invalid_argument", "listing with depth=%s" % bad_depth,
                 "depth")
 
 r = srv.get(srv.file_path(F, "d", format="zip"))
@@ -601,6 +605,9 @@ h.ok(li is not None and stat.S_ISLNK(li.external_attr >> 16), "the symlink is st
      repr(sorted(infos)))
 h.eq(zf.read(li) if (zf and li) else None, b"/etc/shadow", "... whose content is its target, not a file's bytes")
 h.ok(not any(n.startswith("etcdir/") for n in infos), "the link to /etc is not followed", repr(sorted(infos)))
+pw = infos.get("sub/pwlink")
+h.ok(pw is not None and stat.S_ISLNK(pw.external_attr >> 16) and zf.read(pw) == b"/etc/passwd",
+     "a link to an existing file (/etc/passwd) is stored as a link too, not as the file", repr(sorted(infos)))
 try:
     shadow = open("/etc/shadow", "rb").read()
 except OSError:
@@ -625,7 +632,7 @@ r = srv.put(srv.file_path(F, "d/etcdir/abserver-escape-%d" % os.getpid()), b"x")
 h.ok(not os.path.exists("/etc/abserver-escape-%d" % os.getpid()), "PUT through a workspace link to /etc does not "
      "write the host's /etc", r.describe())
 check_error(srv.get(srv.file_path(F, "nope.txt")), 404, "not_found", "GET of a missing file")
-check_error(srv.get("/v1/sandboxes/%s/files" % F), 400, "invalid", "files without path", "path")
+check_error(srv.get("/v1/sandboxes/%s/files" % F), 400, "invalid_argument", "files without path", "path")
 check_error(srv.get(srv.file_path("nosuchbox42", "x")), 404, "not_found", "files of an unknown box")
 
 r = srv.delete(srv.file_path(F, "d/a.txt"))
@@ -644,6 +651,27 @@ r = srv.delete(srv.file_path(F, "d/sub", recursive=1))
 h.eq(r.status, 200, "DELETE a non-empty dir with recursive=1 answers 200", r.describe())
 h.eq(sh(F, "ls -A /workspace/d").get("stdout"), "etcdir\n", "... and the tree is gone")
 check_error(srv.delete(srv.file_path(F, "d/nope")), 404, "not_found", "DELETE a missing file")
+
+# A full disk: 507. Box O has a 32 MiB disk.
+r = sh(O, "dd if=/dev/zero of=/workspace/fill bs=1M count=64 2>&1; sync; df -k /workspace | tail -1", http_timeout=30)
+h.contains(r.get("stdout") or "", "No space left", "filling the 32 MiB disk of a box runs out of space (control)",
+           r.describe())
+# The server's writer may use blocks ext4 reserves for root that the box's user cannot: keep writing.
+puts, blobs = [], {}
+for i in range(8):
+    blob = os.urandom(MAX_UPLOAD)
+    r = srv.put(srv.file_path(O, "more%d.bin" % i), blob)
+    puts.append(r)
+    if r.status != 201:
+        break
+    blobs["more%d.bin" % i] = blob
+h.diag("%d uploads of 1 MiB were accepted before the disk was full" % len(blobs))
+check_error(puts[-1], 507, "limit_exceeded", "PUT into a box whose disk is full")
+bad = [n for n, blob in sorted(blobs.items()) if srv.get(srv.file_path(O, n)).body != blob]
+h.eq(bad, [], "every upload answered 201 on the nearly full disk reads back whole")
+r = sh(O, "rm -f /workspace/fill /workspace/more*.bin; echo freed")
+h.eq(r.get("stdout"), "freed\n", "... and after freeing space the box works", r.describe())
+h.eq(srv.put(srv.file_path(O, "more.bin"), b"ok").status, 201, "... and PUT works again")
 
 srv.post("/v1/sandboxes/%s/stop" % F)
 r = srv.get(srv.file_path(F, "src/hello.bin"))
@@ -768,6 +796,23 @@ h.eq(ms(m3, "agentbox_boxes", state="running"), float(running), "agentbox_boxes{
 h.eq(((srv.health() or {}).get("boxes") or {}).get("running"), running, "/health boxes.running agrees")
 h.eq(ms(m3, "agentbox_execs_in_flight"), 0.0, "no exec in flight now")
 
+# ---- several requests on one keep-alive connection -------------------------------------------
+
+conn = http.client.HTTPConnection(srv.host, srv.port, timeout=10)
+got = []
+try:
+    for path in ("/health", "/v1/sandboxes", "/v1/sandboxes/" + A, "/v1/sandboxes/nosuchbox42", "/health"):
+        conn.request("GET", path)
+        resp = conn.getresponse()
+        body = resp.read()
+        got.append((path, resp.status, bool(json.loads(body or b"null"))))
+except (OSError, http.client.HTTPException, ValueError) as e:
+    got.append(("error", repr(e)))
+finally:
+    conn.close()
+h.eq([g[1] if len(g) == 3 else g for g in got], [200, 200, 200, 404, 200],
+     "five requests on one keep-alive connection are all answered", repr(got))
+
 # ---- routes and methods ---------------------------------------------------------------------
 
 
@@ -819,7 +864,7 @@ t0 = time.monotonic()
 r = srv.delete("/v1/sandboxes/" + E)
 el = time.monotonic() - t0
 h.eq((r.status, r.get("deleting")), (202, [E]), "DELETE a box answers 202 {\"deleting\": [id]}", r.describe())
-h.ok(el < 2, "... at once (%.2fs)" % el)
+h.ok(el < 2 * h.slow, "... at once (%.2fs)" % el)
 h.ok(srv.status_of(E) in ("deleting", None), "... then the box is deleting or gone")
 r2 = srv.post("/v1/sandboxes/%s/stop" % E)
 h.ok(r2.status in (409, 404), "stop of a box being deleted is 409 (or 404 once gone)", r2.describe())
@@ -830,8 +875,8 @@ check_error(srv.delete("/v1/sandboxes/" + E), 404, "not_found", "DELETE of a del
 check_error(srv.delete("/v1/sandboxes/nosuchbox42"), 404, "not_found", "DELETE of an unknown box")
 
 before = sorted(b.get("id") for b in (srv.list() or []))
-check_error(srv.delete("/v1/sandboxes?chat_id=c1"), 400, "invalid", "DELETE by chat without app_id", "app_id")
-check_error(srv.delete("/v1/sandboxes"), 400, "invalid", "DELETE /v1/sandboxes without a filter", "app_id")
+check_error(srv.delete("/v1/sandboxes?chat_id=c1"), 400, "invalid_argument", "DELETE by chat without app_id", "app_id")
+check_error(srv.delete("/v1/sandboxes"), 400, "invalid_argument", "DELETE /v1/sandboxes without a filter", "app_id")
 h.eq(sorted(b.get("id") for b in (srv.list() or [])), before, "... deleted nothing")
 r = srv.delete("/v1/sandboxes?app_id=app1&chat_id=c1")
 h.eq((r.status, sorted(r.get("deleting") or [])), (202, sorted([A, A3])),

@@ -16,7 +16,7 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
 import abserver  # noqa: E402
-from abserver import chat_box_id, thread_box_id, wait_for  # noqa: E402
+from abserver import chat_box_id, thread_box_id  # noqa: E402
 
 h = abserver.ServerHarness(budget=110)
 TOKEN = "admin-token-%s-0123456789" % os.getpid()
@@ -47,13 +47,14 @@ check_error(r, 401, "unauthorized", "GET /v1/sandboxes with the token as Basic a
 r = srv.get("/v1/sandboxes", headers={"Authorization": TOKEN})
 check_error(r, 401, "unauthorized", "GET /v1/sandboxes with the bare token (no Bearer)")
 for method, path in (("GET", "/metrics"), ("GET", "/v1/keys"), ("POST", "/v1/exec"), ("GET", "/v1/events"),
-                     ("GET", "/v1/sandboxes/x"), ("DELETE", "/v1/sandboxes?app_id=app1"), ("GET", "/v1/nope")):
+                     ("GET", "/v1/sandboxes/x"), ("DELETE", "/v1/sandboxes?app_id=app1")):
     r = srv.request(method, path, body={"command": "true", "app_id": "a", "user_id": "u", "chat_id": "c"}
                     if method == "POST" else None, token=None, timeout=10)
     h.eq(r.status, 401, "%s %s without a token answers 401" % (method, path), r.describe())
 r = srv.post("/v1/sandboxes", {"id": "noauth-box"}, token=None)
 check_error(r, 401, "unauthorized", "create without a token")
-r = srv.post("/v1/exec", {"app_id": "noauth", "user_id": "u", "chat_id": "c", "command": "true"}, token="bad-0123456789")
+r = srv.post("/v1/exec", {"app_id": "noauth", "user_id": "u", "chat_id": "c", "command": "true"},
+             token="bad-0123456789")
 check_error(r, 401, "unauthorized", "/v1/exec with a wrong token")
 h.eq(srv.get("/v1/sandboxes/noauth-box").status, 404, "... the refused create made no box")
 h.eq(srv.get("/v1/sandboxes/" + chat_box_id("noauth", "u", "c")).status, 404, "... the refused exec made no box")
@@ -97,7 +98,7 @@ h.eq((k.get("app_id"), k.get("name")), ("app1", "ci"), "... with app_id and name
 h.ok(isinstance(k.get("created_at"), int) and abs(k.get("created_at") - abserver.now_ms()) < 120000,
      "... and created_at in ms", r.text)
 h.not_contains(r.text, K1, "the listing never shows a secret")
-check_error(srv.post("/v1/keys", {"name": "x"}), 400, "invalid", "POST /v1/keys without app_id")
+check_error(srv.post("/v1/keys", {"name": "x"}), 400, "invalid_argument", "POST /v1/keys without app_id")
 r = srv.get("/v1/keys")
 h.eq(len(r.get("keys") or []), len(keys), "... made no key")
 
@@ -148,8 +149,8 @@ h.eq(ids(r.get("sandboxes")), [A2], "the config key sees only app2's boxes", r.d
 
 for method, path, body in (("GET", "/v1/keys", None), ("POST", "/v1/keys", {"app_id": "app1"}),
                            ("DELETE", "/v1/keys/" + str(K1B_ID), None)):
-    check_error(srv.request(method, path, body, token=K1), 403, "forbidden", "app1 key, %s %s" % (method, path))
-check_error(srv.post("/v1/keys", {"app_id": "app2"}, token=CFG_KEY), 403, "forbidden", "config key, POST /v1/keys")
+    check_error(srv.request(method, path, body, token=K1), 403, "permission_denied", "app1 key, %s %s" % (method, path))
+check_error(srv.post("/v1/keys", {"app_id": "app2"}, token=CFG_KEY), 403, "permission_denied", "config key, POST /v1/keys")
 h.ok(K1B_ID in [k.get("key_id") for k in (srv.get("/v1/keys").get("keys") or [])],
      "the refused key DELETE deleted nothing")
 
@@ -158,10 +159,10 @@ r = srv.post("/v1/sandboxes", {"app_id": "app1", "user_id": "u5", "chat_id": "c5
 h.eq((r.status, r.get("id"), r.get("app_id")), (201, chat_box_id("app1", "u5", "c5"), "app1"),
      "the app1 key acquires for app1", r.describe())
 r = srv.post("/v1/sandboxes", {"app_id": "app2", "user_id": "u5", "chat_id": "c5"}, token=K1)
-check_error(r, 403, "forbidden", "the app1 key acquiring for app2")
+check_error(r, 403, "permission_denied", "the app1 key acquiring for app2")
 h.eq(srv.get("/v1/sandboxes/" + chat_box_id("app2", "u5", "c5")).status, 404, "... made no app2 box")
 r = srv.post("/v1/exec", {"app_id": "app2", "user_id": "u1", "chat_id": "c1", "command": "echo pwned"}, token=K1)
-check_error(r, 403, "forbidden", "the app1 key /v1/exec for app2's keys")
+check_error(r, 403, "permission_denied", "the app1 key /v1/exec for app2's keys")
 r = srv.post("/v1/sandboxes", {"thread_id": "t-k1"}, token=K1)
 h.eq((r.status, r.get("id"), r.get("app_id")), (201, thread_box_id("t-k1"), "app1"),
      "a thread acquire by the app1 key belongs to app1", r.describe())
@@ -242,6 +243,7 @@ srv3.stop()
 def refused(config, what):
     s = h.server(config=config, name="refuse-%d" % len(h.servers), data=h.new_data_dir("data-r%d" % len(h.servers)))
     s.listen_host = "0.0.0.0"
+    s.expect_exit = True
     s.spawn()
     port = s.port
     try:
@@ -266,6 +268,7 @@ refused({}, "--listen 0.0.0.0:PORT without a token")
 s = h.server(config={"listen": "0.0.0.0:%d" % abserver.free_port()}, name="refuse-cfg",
              data=h.new_data_dir("data-refuse-cfg"))
 s.argv = lambda: [h.bin, "serve", "--data", s.data, "--config", s.config_path]
+s.expect_exit = True
 s.spawn()
 try:
     rc = s.proc.wait(15)
@@ -291,6 +294,7 @@ for what, cfg in (("an API key shorter than 16 characters", {"api_keys": [{"key"
                   ("a bad duration", {"idle_stop": "soon"})):
     s = h.server(token=TOKEN, config=cfg, name="badcfg-%d" % len(h.servers),
                  data=h.new_data_dir("data-badcfg-%d" % len(h.servers)))
+    s.expect_exit = True
     s.spawn()
     try:
         rc = s.proc.wait(15)

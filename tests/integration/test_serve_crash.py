@@ -63,7 +63,7 @@ def settled():
         last[0] = v
         return v is not None and all(b.get("status") not in ("creating", "deleting") for b in v)
 
-    wait_for(ok, 15, 0.2)
+    wait_for(ok, 5, 0.2)
     return last[0]
 
 
@@ -168,25 +168,31 @@ def send_only(method, path, body):
     return c
 
 
-for i, d in enumerate((0.0, 0.003, 0.01, 0.025, 0.05, 0.1, 0.2)):
+for i, d in enumerate((0.0, 0.002, 0.005, 0.01, 0.02, 0.05, 0.15)):
     keys = {"app_id": "crash", "user_id": "acq", "chat_id": "c%d" % i}
     bid = chat_box_id("crash", "acq", "c%d" % i)
     pids = init_pids()
-    c = send_only("POST", "/v1/sandboxes", keys)
+    try:
+        c = send_only("POST", "/v1/sandboxes", keys)
+    except OSError as e:
+        h.ok(False, "kill %gs after an acquire: the server takes the request" % d, "%s%s" % (e, srv.death_note()))
+        c = None
     time.sleep(d)
     srv.kill9()
-    c.close()
+    if c is not None:
+        c.close()
     restart("kill %gs after an acquire" % d)
     what = "kill %gs after an acquire" % d
     boxes = verify(what, pids)
     known = boxes.get(bid)
     h.ok(known is None or known.get("status") in ("running", "stopped"),
          "%s: the new box is absent or running/stopped (%s)" % (what, (known or {}).get("status")))
-    r = srv.post("/v1/sandboxes", keys)
+    r = srv.post("/v1/sandboxes", keys, timeout=8)  # a create takes ~50 ms
     h.eq((r.status, r.get("id"), r.get("status")), (200 if known else 201, bid, "running"),
          "%s: acquiring the keys again gives one running box (%s)" % (what, "existed" if known else "new"),
          r.describe())
-    expect[bid] = "running"
+    if r.status in (200, 201):
+        expect[bid] = "running"
     r = srv.exec(bid, "echo ok-%d" % i)
     h.eq(r.get("stdout"), "ok-%d\n" % i, "%s: the box runs commands" % what, r.describe())
 
@@ -211,5 +217,5 @@ r = srv.exec("crash-c", "cat %s" % " ".join(sorted(fs)))
 h.eq(r.get("stdout"), "".join(v.decode() for _, v in sorted(fs.items())), "... with its files", r.describe())
 
 on_term, rc = srv.stop()
-h.ok(on_term, "the server exits on SIGTERM")
+h.eq((on_term, rc), (True, 0), "the server exits 0 on SIGTERM")
 h.done()

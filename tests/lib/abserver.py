@@ -25,8 +25,11 @@ What it guarantees:
   out) every server gets SIGTERM, then SIGKILL after 10 s; every box the CLI
   (`agentbox --data DIR ls --json`) still lists in any of the file's data dirs
   is removed with `agentbox rm`; then no mount may be left under the file's
-  dir and no cgroup under the data dirs' cgroup parents. Leaks are failed
-  tests named "cleanup".
+  dir and no cgroup under the data dirs' cgroup parents. Leaks, a server that
+  died on its own (a crash, a sanitizer report) and a SIGTERM not answered by
+  a clean exit 0 are failed tests named "cleanup".
+- With a sanitized (ASan) binary, h.slow is 3 (else 1): the budget and the
+  tests' latency limits are multiplied by it.
 - Every HTTP call has a timeout; a connection error or timeout is a Response
   with status -1 (and .error) rather than an exception, so a broken server
   fails checks instead of stopping the file.
@@ -42,7 +45,6 @@ import re
 import signal
 import socket
 import subprocess
-import sys
 import threading
 import time
 import urllib.parse
@@ -387,6 +389,7 @@ class SSE:
         return got
 
     def close(self):
+        """Closes the connection for real (the server sees the client go)."""
         if self._closed:
             return
         self._closed = True
@@ -395,11 +398,15 @@ class SSE:
                 self._conn.sock.shutdown(socket.SHUT_RDWR)
         except OSError:
             pass
-        try:
-            if self._conn is not None:
-                self._conn.close()
-        except OSError:
-            pass
+        t = getattr(self, "_thread", None)
+        if t is not None and t is not threading.current_thread():
+            t.join(5)  # the reader sees EOF; then its file object can go
+        for obj in (self._resp, self._conn):
+            try:
+                if obj is not None:
+                    obj.close()
+            except Exception:  # noqa: BLE001 - closing what may be half-closed
+                pass
 
     def describe(self):
         if self.status == -1:
@@ -430,7 +437,9 @@ class Server:
         self.log_path = os.path.join(h.root, "%s.log" % name)
         self.config_path = os.path.join(h.root, "%s.yaml" % name)
         self._log_shown = 0
-        self.exit_note = None  # how the last process ended
+        self.exit_note = None  # how the last process ended, when the test ended it
+        self.expect_exit = False  # True for servers a test expects to exit on their own
+        self.bad_stops = []  # SIGTERMs not answered by a clean exit 0 (a sanitizer report, a hang)
         with open(self.config_path, "w", encoding="utf-8") as f:
             f.write(to_yaml(config) + "\n")
 
@@ -460,7 +469,7 @@ class Server:
             self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=self.env(),
                                          preexec_fn=_server_preexec)
         self.starts += 1
-        self.h._note_pid(self.proc.pid)
+        self.exit_note = None
         return self.proc
 
     def start(self, timeout=SERVER_START_TIMEOUT, new_port=True):
@@ -480,6 +489,17 @@ class Server:
             time.sleep(0.05)
         return "`%s` did not answer GET /health with 200 within %gs; last: %s" % (
             " ".join(_quote(a) for a in self.argv()), timeout, last.describe() if last else "-")
+
+    def death_note(self):
+        """' (the server process has exited: ...)' when it died on its own, else ''."""
+        if self.proc is None or self.exit_note:
+            return ""
+        rc = self.proc.poll()
+        if rc is None:
+            return ""
+        how = "killed by %s" % signal.Signals(-rc).name if rc < 0 and -rc in signal.valid_signals() \
+            else "status %d" % rc
+        return " (the server process has exited: %s)" % how
 
     def alive(self):
         return self.proc is not None and self.proc.poll() is None
@@ -506,7 +526,10 @@ class Server:
             pass
         try:
             rc = self.proc.wait(timeout)
-            self._log_marker("exited %s after SIGTERM" % rc)
+            self.exit_note = "exited %s after SIGTERM" % rc
+            self._log_marker(self.exit_note)
+            if rc != 0:
+                self.bad_stops.append("start #%d exited with status %s after SIGTERM" % (self.starts, rc))
             return True, rc
         except subprocess.TimeoutExpired:
             try:
@@ -514,7 +537,9 @@ class Server:
             except OSError:
                 pass
             self.proc.wait()
-            self._log_marker("SIGKILLed: still running %gs after SIGTERM" % timeout)
+            self.exit_note = "SIGKILLed: still running %gs after SIGTERM" % timeout
+            self._log_marker(self.exit_note)
+            self.bad_stops.append("start #%d was still running %gs after SIGTERM" % (self.starts, timeout))
             return False, self.proc.returncode
 
     def restart(self, timeout=SERVER_START_TIMEOUT, new_port=True):
@@ -570,12 +595,16 @@ class Server:
         t0 = time.monotonic()
         conn = http.client.HTTPConnection(self.host, self.port, timeout=timeout)
         try:
-            conn.request(method, path, body=data, headers=hdrs)
+            try:
+                conn.request(method, path, body=data, headers=hdrs)
+            except (BrokenPipeError, ConnectionResetError):
+                pass  # the server may answer (413) without reading the whole body
             resp = conn.getresponse()
             raw = resp.read()
             r = Response(method, path, resp.status, resp.reason, resp.headers, raw, None, time.monotonic() - t0)
         except (OSError, http.client.HTTPException) as e:
-            r = Response(method, path, error="%s: %s" % (type(e).__name__, e), elapsed=time.monotonic() - t0)
+            r = Response(method, path, error="%s: %s%s" % (type(e).__name__, e, self.death_note()),
+                         elapsed=time.monotonic() - t0)
         finally:
             conn.close()
         self.h._note_response(self, r)
@@ -647,11 +676,11 @@ class Server:
         v = r.get("sandboxes")
         return v if r.status == 200 and isinstance(v, list) else None
 
-    def exec(self, box_id, command, **fields):
+    def exec(self, box_id, command, token=_DEFAULT, headers=None, http_timeout=HTTP_TIMEOUT, **fields):
+        """POST /v1/sandboxes/ID/exec with {"command": command, **fields}."""
         body = {"command": command}
-        timeout = fields.pop("http_timeout", HTTP_TIMEOUT)
         body.update(fields)
-        return self.post("/v1/sandboxes/%s/exec" % box_id, body, timeout=timeout)
+        return self.post("/v1/sandboxes/%s/exec" % box_id, body, token=token, headers=headers, timeout=http_timeout)
 
     def file_path(self, box_id, path, **q):
         q = dict(path=path, **q)
@@ -684,6 +713,15 @@ def _parse_raw(buf):
     return (int(m.group(1)) if m else -1, head.decode("latin-1"), body)
 
 
+def _sanitized(binary):
+    """True if binary is built with AddressSanitizer (slower: budgets grow)."""
+    try:
+        with open(binary, "rb") as f:
+            return b"__asan_init" in f.read()
+    except OSError:
+        return False
+
+
 def _server_preexec():
     # Own process group (so a stray signal to ours does not hit it) and die
     # with the test (meson's SIGKILL): the server must not outlive its test.
@@ -708,10 +746,13 @@ class ServerHarness(abtest.Harness):
         self.servers = []
         self.data_dirs = []
         self._lock = threading.RLock()
-        self._pids = []
         self._cg_seen = set()
         super().__init__(**kw)
         self.data_dirs.append(self.data)
+        # Sanitized builds run several times slower: budgets and latency
+        # limits grow like meson's timeout multiplier for the ASan run.
+        self.slow = 3 if _sanitized(self.bin) else 1
+        budget *= self.slow
         self.budget = budget
         signal.signal(signal.SIGALRM, self._on_alarm)
         signal.alarm(int(budget))
@@ -757,10 +798,6 @@ class ServerHarness(abtest.Harness):
         self.diag("agentbox serve did not come up: %s\nconfig %s:\n%s\nserver stderr:\n%s" % (
             why, srv.config_path, to_yaml(srv.config), _clip(srv.log()[-3000:], 3000)))
         self.bail_out("agentbox serve did not come up (%s)" % why.split("\n")[0][:300])
-
-    def _note_pid(self, pid):
-        with self._lock:
-            self._pids.append(pid)
 
     def _note_response(self, srv, r):
         """Boxes seen in answers are recorded (as unconfirmed) so that a file
@@ -828,9 +865,6 @@ class ServerHarness(abtest.Harness):
 
         return super().ok(cond, name, full)
 
-    def server_logs(self):
-        return "\n".join("---- %s (%s)\n%s" % (s.name, s.log_path, s.log()[-3000:]) for s in self.servers)
-
     # ---- cleanup ---------------------------------------------------------------
 
     def _cleanup(self):
@@ -839,13 +873,17 @@ class ServerHarness(abtest.Harness):
         signal.alarm(0)
         problems = []
         for s in self.servers:
+            died = s.death_note()
+            if died and s.expect_exit is False:
+                problems.append("server %s died while in use%s\n%s" % (s.name, died, s.log()[-1500:]))
             if s.alive():
-                on_term, rc = s.stop()
-                if not on_term:
-                    problems.append("server %s was still running %gs after SIGTERM (SIGKILLed)\n%s" % (
-                        s.name, SERVER_STOP_TIMEOUT, s.log()[-1500:]))
-        if self.failed and self.servers:
-            self.diag("server logs (tails):\n" + self.server_logs())
+                s.stop()
+            if s.bad_stops:
+                problems.append("server %s did not stop cleanly on SIGTERM: %s\n%s" % (
+                    s.name, "; ".join(s.bad_stops), s.log()[-1500:]))
+        if self.failed:
+            for s in self.servers:  # one diag each: diag() clips long texts
+                self.diag("server %s log tail (%s):\n%s" % (s.name, s.log_path, s.log()[-3000:]))
         parents = [cgroup_parent(d) for d in self.data_dirs]
         keep_boxes = self._keep_boxes
         for d in self.data_dirs:

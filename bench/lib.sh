@@ -1,0 +1,95 @@
+# shellcheck shell=bash
+# bench/lib.sh - Docker helpers shared by bench/run.sh and bench/http.sh.
+# Source it; it defines functions only.
+#
+# The caller provides:
+#   WORK        a private temp dir (dockerd's data root, socket and log go
+#               under $WORK/docker; the image is built in $WORK/img)
+#   DOCKER_IMG  the name to give the local image
+#   note MSG    prints MSG and keeps it for the end of the run
+# and declares DOCKER= DOCKERD_PID= DOCKER_CIDS=() before calling these.
+#
+# docker_setup     installs Debian's docker.io if missing; uses a dockerd that
+#                  already answers, else starts a private one (own socket,
+#                  data root, exec root and log under $WORK/docker; no bridge,
+#                  no iptables, cgroupfs driver). Sets DOCKER to the client
+#                  command (with -H when private) and DOCKERD_PID when it
+#                  started one. Returns 1 (after a note) when Docker cannot run.
+# docker_image     builds $DOCKER_IMG by `docker import` of a tar holding a
+#                  static /true and /pause (gcc -static here; no registry, no
+#                  network). /pause sleeps until killed: a long-lived PID 1.
+# docker_teardown  removes the containers in DOCKER_CIDS and the image, and
+#                  stops the dockerd it started (SIGTERM, then SIGKILL after 10 s).
+#                  Anything dockerd left mounted under $WORK is the caller's to
+#                  unmount.
+
+docker_setup() {
+        if ! command -v dockerd >/dev/null; then
+                echo "  installing docker.io (Debian) ..."
+                DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+                        docker.io >"$WORK/apt.log" 2>&1 ||
+                        { note "  note: apt-get install docker.io failed (see below): Docker column skipped"; tail -3 "$WORK/apt.log"; return 1; }
+        fi
+        # The Debian client matches the Debian daemon; another docker on PATH may not.
+        local cli=/usr/bin/docker
+        [ -x $cli ] || cli=$(command -v docker) || { note "  note: no docker client: Docker column skipped"; return 1; }
+        if $cli info >/dev/null 2>&1; then
+                DOCKER=$cli
+                echo "  using the dockerd that already runs (left running afterwards)"
+                return 0
+        fi
+        local d=$WORK/docker
+        mkdir -p "$d"
+        dockerd --data-root "$d/root" --exec-root "$d/exec" -H "unix://$d/docker.sock" \
+                --pidfile "$d/docker.pid" --iptables=false --ip-masq=false --bridge=none \
+                --exec-opt native.cgroupdriver=cgroupfs >"$d/dockerd.log" 2>&1 &
+        DOCKERD_PID=$!
+        DOCKER="$cli -H unix://$d/docker.sock"
+        for _ in $(seq 1 300); do
+                $DOCKER info >/dev/null 2>&1 && { echo "  started a private dockerd (pid $DOCKERD_PID, log $d/dockerd.log)"; return 0; }
+                kill -0 "$DOCKERD_PID" 2>/dev/null || break
+                sleep 0.1
+        done
+        note "  note: dockerd did not come up (last lines of its log below): Docker column skipped"
+        tail -5 "$d/dockerd.log" | sed 's/^/    /' | tee -a "$NOTES"
+        DOCKER=
+        return 1
+}
+
+docker_image() {
+        local r=$WORK/img
+        mkdir -p "$r"
+        cat >"$WORK/tiny.c" <<'EOF'
+/* /true exits 0; /pause sleeps until killed (PID 1 of the long-lived container). */
+#include <string.h>
+#include <unistd.h>
+int main(int argc, char **argv)
+{
+        (void)argc;
+        const char *n = strrchr(argv[0], '/') ? strrchr(argv[0], '/') + 1 : argv[0];
+        if (!strcmp(n, "pause"))
+                for (;;)
+                        pause();
+        return 0;
+}
+EOF
+        gcc -O2 -static -s -o "$r/true" "$WORK/tiny.c" || return 1
+        ln "$r/true" "$r/pause"
+        mkdir -p "$r/proc" "$r/dev" "$r/sys" "$r/etc" "$r/tmp"
+        tar -C "$r" -c . | $DOCKER import - "$DOCKER_IMG" >/dev/null
+}
+
+docker_teardown() {
+        if [ -n "$DOCKER" ]; then
+                for c in "${DOCKER_CIDS[@]}"; do $DOCKER rm -f "$c" >/dev/null 2>&1; done
+                $DOCKER rmi -f "$DOCKER_IMG" >/dev/null 2>&1
+        fi
+        if [ -n "$DOCKERD_PID" ]; then
+                kill "$DOCKERD_PID" 2>/dev/null
+                for _ in $(seq 1 100); do kill -0 "$DOCKERD_PID" 2>/dev/null || break; sleep 0.1; done
+                kill -9 "$DOCKERD_PID" 2>/dev/null
+                wait "$DOCKERD_PID" 2>/dev/null
+        fi
+        DOCKER_CIDS=()
+        DOCKERD_PID=
+}
