@@ -1,5 +1,6 @@
 /* tap.h - a tiny TAP producer for C unit tests. One process per test file;
- * meson runs it with protocol 'tap' and a timeout. Exit 77 = skipped. */
+ * meson runs it with protocol 'tap' and a timeout. A skipped file prints "1..0 # SKIP why", exit 0.
+ */
 #ifndef AB_TAP_H
 #define AB_TAP_H
 
@@ -46,7 +47,7 @@ static inline void tap_ok(int cond, const char *fmt, ...)
 static inline void tap_skip_all(const char *why)
 {
         printf("1..0 # SKIP %s\n", why);
-        exit(77);
+        exit(0); /* meson's TAP protocol reads the plan; exit 77 would be an ERROR */
 }
 
 static inline int tap_done(void)

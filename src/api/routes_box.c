@@ -537,7 +537,8 @@ static enum MHD_Result run_exec(ab_req *r, exec_job *j, const char *sandbox_id)
         abc_exec_res res;
         ab_err *e = NULL;
         int rc = ab_manager_exec(r->srv->mgr, &j->use, &q, collect, j, &res, &e);
-        ab_manager_use_end(r->srv->mgr, &j->use);
+        r->deferred_use = xmalloc(sizeof(ab_use));
+        *r->deferred_use = j->use; /* ended after the answer is sent */
         if (rc < 0) {
                 exec_job_free(j);
                 return exec_unavailable(r, e, sandbox_id);

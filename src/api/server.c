@@ -748,6 +748,10 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
         snprintf(dur, sizeof(dur), "%.2f", ms);
         ab_log(AB_LOG_DEBUG, "request", "method", r->method, "path", r->path, "status", st, "ms",
                dur, NULL);
+        if (r->deferred_use) {
+                ab_manager_use_end(r->srv->mgr, r->deferred_use);
+                free(r->deferred_use);
+        }
         req_free(r);
         *con_cls = NULL;
 }

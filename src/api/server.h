@@ -53,7 +53,9 @@ typedef struct ab_req {
         int upload_fd;
         uint64_t upload_len;
         bool upload_failed;
-        int status; /* the status answered, for logs */
+        ab_use *deferred_use; /* ended once the response is sent (its store writes then
+                               * cost the client nothing) */
+        int status;           /* the status answered, for logs */
         uint64_t t0;
 } ab_req;
 

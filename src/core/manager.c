@@ -998,7 +998,9 @@ int ab_manager_use_begin(ab_manager *m, const char *id, const char *scope, ab_us
         else if (rc == 0 && status_is(&r, "creating"))
                 rc = ab_err_set(err, AB_E_UNAVAILABLE, 0, "box %s is still being created", id);
         bool started = false;
-        if (rc == 0) {
+        /* A box recorded running is taken at its word: if its init died,
+         * use_connect finds out and starts it. */
+        if (rc == 0 && !status_is(&r, "running")) {
                 rc = ensure_running(m, &r, err);
                 started = rc > 0;
                 rc = rc < 0 ? -1 : 0;
@@ -1058,6 +1060,15 @@ void ab_manager_use_end(ab_manager *m, ab_use *u)
         if (ab_store_box_touch(m->o.store, m->provider, u->rec.id, now, &e) < 0)
                 ab_log(AB_LOG_WARN, "store: cannot mark activity", "box", u->rec.id, "error",
                        e->msg, NULL);
+        ab_err_free(&e);
+        if (u->audit) {
+                if (ab_store_audit_add(m->o.store, u->audit, &e) < 0)
+                        ab_log(AB_LOG_WARN, "store: cannot record exec audit", "box", u->rec.id,
+                               "error", e->msg, NULL);
+                ab_err_free(&e);
+                ab_exec_audits_free(u->audit, 1);
+                u->audit = NULL;
+        }
         atomic_fetch_sub(&s->inflight, 1);
         atomic_fetch_sub(&m->inflight_total, 1);
         if (is_task(&u->rec)) {
@@ -1134,10 +1145,12 @@ int ab_manager_exec(ab_manager *m, ab_use *u, const abc_exec_req *req, abc_outpu
         ab_metrics_exec(m->o.metrics, secs, exec_outcome(rc, res));
         if (rc < 0)
                 return -1;
-        ab_exec_audit a = {
-            .provider = (char *)m->provider,
-            .box_id = u->rec.id,
-            .command = (char *)req->command,
+        /* The audit row is written by use_end, after the caller answered. */
+        ab_exec_audit *a = xzalloc(sizeof(*a));
+        *a = (ab_exec_audit){
+            .provider = xstrdup(m->provider),
+            .box_id = xstrdup(u->rec.id),
+            .command = xstrdup(req->command),
             .exit_code = res->exit_code,
             .timed_out = res->timed_out,
             .started_at = started,
@@ -1145,10 +1158,9 @@ int ab_manager_exec(ab_manager *m, ab_use *u, const abc_exec_req *req, abc_outpu
             .stdout_bytes = (int64_t)res->stdout_bytes,
             .stderr_bytes = (int64_t)res->stderr_bytes,
         };
-        _cleanup_err_ ab_err *e = NULL;
-        if (ab_store_audit_add(m->o.store, &a, &e) < 0)
-                ab_log(AB_LOG_WARN, "store: cannot record exec audit", "box", u->rec.id, "error",
-                       e->msg, NULL);
+        if (u->audit)
+                ab_exec_audits_free(u->audit, 1);
+        u->audit = a;
         size_t cl = strlen(req->command);
         json_t *d =
             json_pack("{s:s%,s:i,s:I,s:b,s:I,s:I}", "command", req->command,
