@@ -28,7 +28,7 @@ enum MHD_Result route_health(ab_req *r, const char *id)
                 json_object_set_new(boxes, c.states[i], json_integer(c.counts[i]));
         json_t *j = json_pack(
             "{s:s,s:s,s:f,s:s,s:o,s:{s:I,s:I},s:I}", "status", "ok", "version", AGENTBOX_VERSION,
-            "uptime_s", (double)(ab_now_ns() - s->started_ns) / 1e9, "store",
+            "uptime_s", (double)((ab_now_ns() - s->started_ns) / 1000000) / 1e3, "store",
             ab_store_kind(s->store), "boxes", boxes, "pool", "size", (json_int_t)c.pool_size,
             "target", (json_int_t)c.pool_target, "execs_in_flight", (json_int_t)c.execs_in_flight);
         ab_manager_counts_clear(&c);

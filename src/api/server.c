@@ -832,11 +832,11 @@ int ab_server_start(ab_server *s, ab_err **err)
                          MHD_USE_POLL | MHD_USE_ERROR_LOG;
         if (ss.ss_family == AF_INET6)
                 flags |= MHD_USE_IPv6;
-        s->mhd = MHD_start_daemon(flags, 0, NULL, NULL, on_request, s, MHD_OPTION_LISTEN_SOCKET, fd,
-                                  MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
-                                  MHD_OPTION_CONNECTION_LIMIT, (unsigned)s->cfg->max_connections,
-                                  MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)IDLE_CONN_TIMEOUT_S,
-                                  MHD_OPTION_EXTERNAL_LOGGER, mhd_log, s, MHD_OPTION_END);
+        s->mhd = MHD_start_daemon(
+            flags, 0, NULL, NULL, on_request, s, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, s,
+            MHD_OPTION_LISTEN_SOCKET, fd, MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
+            MHD_OPTION_CONNECTION_LIMIT, (unsigned)s->cfg->max_connections,
+            MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)IDLE_CONN_TIMEOUT_S, MHD_OPTION_END);
         if (!s->mhd) {
                 close(fd);
                 return ab_err_set(err, AB_E_INTERNAL, 0, "cannot start the HTTP server on %s",

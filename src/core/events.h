@@ -39,8 +39,8 @@ uint64_t ab_events_emit(ab_events *ev, const char *type, const char *box_id, con
  * are none. *dropped is set to true when events after `after` already left
  * the ring (the subscriber fell behind). Returns 0, or -ESHUTDOWN after
  * ab_events_shutdown. */
-int ab_events_wait(ab_events *ev, uint64_t after, size_t max, int timeout_ms,
-                   ab_event_view **out, size_t *n, bool *dropped);
+int ab_events_wait(ab_events *ev, uint64_t after, size_t max, int timeout_ms, ab_event_view **out,
+                   size_t *n, bool *dropped);
 void ab_event_views_free(ab_event_view *v, size_t n);
 
 /* The newest sequence number emitted so far (0 if none). */

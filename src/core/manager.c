@@ -833,6 +833,9 @@ int ab_manager_acquire(ab_manager *m, const ab_acquire_req *q, const char *scope
                         ab_box_rec_clear(&r);
                         break;
                 }
+                /* idle time counts from when the box is ready, not from the request */
+                r.last_active_at = wall_ms();
+                ab_store_box_touch(m->o.store, m->provider, id, r.last_active_at, NULL);
                 *out = r;
                 *created = true;
                 rc = 0;
