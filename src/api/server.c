@@ -92,7 +92,7 @@ static enum MHD_Result queue(ab_req *r, unsigned status, struct MHD_Response *re
 
 enum MHD_Result resp_json(ab_req *r, unsigned status, json_t *j)
 {
-        char *txt = json_dumps(j, JSON_COMPACT);
+        char *txt = json_dumps(j, JSON_COMPACT | JSON_REAL_PRECISION(12));
         json_decref(j);
         if (!txt)
                 abort();
