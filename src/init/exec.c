@@ -822,6 +822,13 @@ static void le_get(login_env *le, const init_conf *conf, int sfd, uint64_t deadl
         le_capture(le, conf, sfd, deadline);
 }
 
+void init_exec_prewarm(const init_conf *conf)
+{
+        login_env le;
+        le_get(&le, conf, -1, 0);
+        le_free(&le);
+}
+
 /* ---- direct exec ----
  *
  * Given one simple command of plain words, `bash -c` looks the first word up

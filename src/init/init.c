@@ -167,9 +167,39 @@ static void session(int fd, const char *workdir)
 
 /* ---- PID 1 ---- */
 
+/* Captures the login environment in a child while init waits for its first
+ * request, so a box's first exec does not pay for it (exec.c). */
+static void start_prewarm(int lfd, int sfd, const sigset_t *oldmask, const char *workdir)
+{
+        pid_t pid = fork();
+        if (pid != 0) {
+                if (pid < 0)
+                        logmsg("fork (prewarm): %s", strerror(errno));
+                return;
+        }
+        close(lfd);
+        close(sfd);
+        signal(SIGTERM, SIG_DFL);
+        signal(SIGINT, SIG_DFL);
+        signal(SIGHUP, SIG_DFL);
+        sigprocmask(SIG_SETMASK, oldmask, NULL);
+        prctl(PR_SET_NAME, "ab-prewarm");
+        prctl(PR_SET_CHILD_SUBREAPER, 1);
+        int oom = open("/proc/self/oom_score_adj", O_WRONLY | O_CLOEXEC);
+        if (oom >= 0) {
+                (void)!write(oom, "0", 1);
+                close(oom);
+        }
+        init_conf conf = {.workdir = workdir,
+                          .workdir_fd = open(workdir, O_PATH | O_DIRECTORY | O_CLOEXEC)};
+        init_exec_prewarm(&conf);
+        _exit(0);
+}
+
 static void usage(FILE *f)
 {
         fprintf(f, "usage: agentbox-init (--fd N | --listen PATH) [--workdir DIR] [--max-procs N]\n"
+                   "                     [--prewarm]\n"
                    "       agentbox-init --version\n");
 }
 
@@ -233,6 +263,7 @@ int main(int argc, char **argv)
 {
         const char *workdir = "/workspace", *listen_path = NULL;
         int lfd = -1;
+        bool prewarm = false;
 
         for (int i = 1; i < argc; i++) {
                 const char *a = argv[i];
@@ -256,6 +287,8 @@ int main(int argc, char **argv)
                         listen_path = argv[++i];
                 } else if (i + 1 < argc && strcmp(a, "--workdir") == 0) {
                         workdir = argv[++i];
+                } else if (strcmp(a, "--prewarm") == 0) {
+                        prewarm = true;
                 } else if (i + 1 < argc && strcmp(a, "--max-procs") == 0) {
                         char *end;
                         errno = 0;
@@ -349,6 +382,9 @@ int main(int argc, char **argv)
                 logmsg("signalfd: %s", strerror(errno));
                 return 1;
         }
+
+        if (prewarm)
+                start_prewarm(lfd, sfd, &oldmask, workdir);
 
         for (;;) {
                 struct pollfd p[2] = {{.fd = lfd, .events = POLLIN}, {.fd = sfd, .events = POLLIN}};

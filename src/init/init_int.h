@@ -40,6 +40,9 @@ int init_send(init_conn *c, abp_buf *b);
 
 /* Handles an EXEC request frame. */
 void init_exec(init_conn *c, const abp_frame *f, const init_conf *conf);
+/* Captures and caches the login environment now (in a child of init made for
+ * it), so the first exec finds it ready. */
+void init_exec_prewarm(const init_conf *conf);
 /* Handles READ WRITE LIST STAT DELETE MKDIR RENAME request frames. */
 void init_fileop(init_conn *c, const abp_frame *f, const init_conf *conf);
 

@@ -265,7 +265,8 @@ static void run_init(const ab_spawn_spec *s, int sync, int go, int rep, int sock
         char maxprocs[24];
         uint64_t mp = s->limits->pids > 32 ? s->limits->pids - 16 : s->limits->pids / 2;
         snprintf(maxprocs, sizeof(maxprocs), "%llu", (unsigned long long)(mp ? mp : 1));
-        char *const argv[] = {"agentbox-init", "--fd", "3", "--max-procs", maxprocs, NULL};
+        char *const argv[] = {"agentbox-init", "--fd",      "3", "--max-procs",
+                              maxprocs,        "--prewarm", NULL};
         /* init must outlive P. */
         if (prctl(PR_SET_PDEATHSIG, 0) < 0)
                 die(rep, AB_E_INTERNAL, errno, "PR_SET_PDEATHSIG");
