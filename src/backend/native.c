@@ -24,6 +24,7 @@
 #include <fcntl.h>
 #include <libgen.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
@@ -245,15 +246,20 @@ static const char *uid_registry(void)
 static int mkdir_p(const char *path, mode_t mode);
 
 /* A claim whose box no longer exists (its data folder was deleted without
- * `rm`) is stale; young claims may belong to a create in progress. */
-static bool claim_is_stale(int regfd, const char *slot, uid_t base)
+ * `rm`) is stale; young claims may belong to a create in progress. The
+ * claim is judged from one open file, whose inode is returned in *ino. */
+static bool claim_is_stale(int regfd, const char *slot, uid_t base, ino_t *ino)
 {
+        _cleanup_close_ int fd = openat(regfd, slot, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
         struct stat st;
-        if (fstatat(regfd, slot, &st, 0) < 0 || st.st_mtime > time(NULL) - 600)
+        if (fd < 0 || fstat(fd, &st) < 0 || st.st_mtime > time(NULL) - 600)
                 return false;
-        _cleanup_free_ char *owner = NULL;
-        if (ab_read_file(regfd, slot, &owner, NULL) < 0)
-                return false;
+        *ino = st.st_ino;
+        char owner[4096];
+        ssize_t len = pread(fd, owner, sizeof(owner) - 1, 0);
+        if (len <= 0)
+                return false; /* claims are written before they appear: never empty */
+        owner[len] = '\0';
         owner[strcspn(owner, "\n")] = '\0';
         _cleanup_close_ int bfd = open(owner, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
         if (bfd < 0)
@@ -264,6 +270,26 @@ static bool claim_is_stale(int regfd, const char *slot, uid_t base)
         bool stale = c.uid_base != base;
         ab_box_config_clear(&c);
         return stale;
+}
+
+/* Creates REGISTRY/SLOT holding `owner`, atomically: the content is written
+ * to a private file first and linked into place, so a claim is never seen
+ * empty. 0, -EEXIST when the slot is taken, or -errno. */
+static int claim_slot(int regfd, const char *slot, const char *owner)
+{
+        char tmp[96];
+        static atomic_uint seq;
+        snprintf(tmp, sizeof(tmp), ".claim.%s.%d.%u", slot, (int)getpid(),
+                 atomic_fetch_add(&seq, 1));
+        _cleanup_close_ int fd =
+            openat(regfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+        if (fd < 0)
+                return -errno;
+        int r = ab_write_all(fd, owner, strlen(owner));
+        if (r == 0 && linkat(regfd, tmp, regfd, slot, 0) < 0)
+                r = -errno;
+        unlinkat(regfd, tmp, 0);
+        return r;
 }
 
 static int alloc_uid_base(native *n, const char *id, uid_t *out, ab_err **err)
@@ -280,31 +306,30 @@ static int alloc_uid_base(native *n, const char *id, uid_t *out, ab_err **err)
                 char slot[16];
                 snprintf(slot, sizeof(slot), "%u", i);
                 uid_t base = UID_FIRST + i * UID_STEP;
-                _cleanup_close_ int fd =
-                    openat(regfd, slot, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
-                int e = fd < 0 ? errno : 0;
-                if (e == EEXIST && claim_is_stale(regfd, slot, base)) {
-                        /* Take it over atomically: only one unlink can win. */
+                r = claim_slot(regfd, slot, owner);
+                ino_t ino = 0;
+                if (r == -EEXIST && claim_is_stale(regfd, slot, base, &ino)) {
+                        /* Take it over: move the judged file aside, and put it
+                         * back if a fresh claim replaced it meanwhile. */
                         char tmp[64];
                         snprintf(tmp, sizeof(tmp), ".stale.%s.%d", slot, (int)getpid());
+                        struct stat st;
                         if (renameat(regfd, slot, regfd, tmp) == 0) {
-                                unlinkat(regfd, tmp, 0);
-                                fd = openat(regfd, slot,
-                                            O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW,
-                                            0600);
-                                e = fd < 0 ? errno : 0;
+                                if (fstatat(regfd, tmp, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+                                    st.st_ino == ino) {
+                                        unlinkat(regfd, tmp, 0);
+                                        r = claim_slot(regfd, slot, owner);
+                                } else {
+                                        renameat2(regfd, tmp, regfd, slot, RENAME_NOREPLACE);
+                                        unlinkat(regfd, tmp, 0);
+                                }
                         }
                 }
-                if (fd < 0) {
-                        if (e == EEXIST)
-                                continue;
-                        return ab_err_set(err, AB_E_INTERNAL, e, "claim uid range %s/%s", reg,
+                if (r == -EEXIST)
+                        continue;
+                if (r < 0)
+                        return ab_err_set(err, AB_E_INTERNAL, -r, "claim uid range %s/%s", reg,
                                           slot);
-                }
-                if ((r = ab_write_all(fd, owner, strlen(owner))) < 0) {
-                        unlinkat(regfd, slot, 0);
-                        return ab_err_set(err, AB_E_INTERNAL, -r, "write %s/%s", reg, slot);
-                }
                 *out = base;
                 return 0;
         }
