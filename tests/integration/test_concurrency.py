@@ -179,11 +179,25 @@ except ValueError:
     same_pid = None
 same_cg = cgroups_of(same_pid) if isinstance(same_pid, int) else []
 seen_cgroups += same_cg
+def pid1s(procs_file):
+    """How many processes of a cgroup are PID 1 of their pid namespace (a box's
+    init). Other processes (the init's short-lived helpers) do not count."""
+    n = 0
+    with open(procs_file) as f:
+        for pid in f.read().split():
+            try:
+                with open("/proc/%s/status" % pid) as st:
+                    nspid = [l.split()[1:] for l in st if l.startswith("NSpid:")]
+            except OSError:
+                continue
+            n += bool(nspid and nspid[0] and nspid[0][-1] == "1")
+    return n
+
+
 nprocs = set()
 for d in same_cg:
     try:
-        with open(os.path.join(d, "cgroup.procs")) as f:
-            nprocs.add(len(f.read().split()))
+        nprocs.add(pid1s(os.path.join(d, "cgroup.procs")))
     except OSError as e:
         nprocs.add("unreadable: %r" % e)
 h.eq(sorted(nprocs, key=str), [1], "... and exactly one init runs in the box's cgroups", repr(same_cg))
