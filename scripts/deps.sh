@@ -22,6 +22,7 @@ PACKAGES=(
         libarchive-dev
         libssl-dev
         libyaml-dev
+        libpcre2-dev
         postgresql
         wrk
         e2fsprogs

@@ -34,6 +34,9 @@ stage() {
 stage "dependencies: scripts/deps.sh"
 ./scripts/deps.sh || failures+=("deps: scripts/deps.sh failed")
 
+stage "dependencies: scripts/npm-deps.sh (the MCP SDK for tests/mcp)"
+./scripts/npm-deps.sh || failures+=("deps: scripts/npm-deps.sh failed")
+
 stage "services: PostgreSQL on loopback (scripts/pg.sh)"
 # The store suite (and the server tests that take a database URL) run
 # against a real PostgreSQL server as well as SQLite.

@@ -3,6 +3,7 @@
  * resolved in the box's own mount namespace: no host path is ever touched.
  * Downloads are streamed by a producer thread through a pipe. */
 #include "api/server.h"
+#include "api/upload.h"
 #include "common/log.h"
 
 #include <archive.h>
@@ -338,6 +339,8 @@ enum MHD_Result route_files_put(ab_req *r, const char *id)
         const char *path = need_path(r, &ret);
         if (!path)
                 return ret;
+        if (upload_wants_extract(r)) /* an archive to unpack into path */
+                return upload_extract(r, id, path);
         ab_err *e = NULL;
         ab_use u;
         if (ab_manager_use_begin(r->srv->mgr, id, r->scope, &u, &e) < 0)

@@ -7,6 +7,7 @@
 
 #include "api/config.h"
 #include "core/manager.h"
+#include "tools/tools.h"
 
 #include <jansson.h>
 #include <microhttpd.h>
@@ -119,5 +120,34 @@ enum MHD_Result route_keys_delete(ab_req *r, const char *id);
 enum MHD_Result route_files_get(ab_req *r, const char *id);
 enum MHD_Result route_files_put(ab_req *r, const char *id);
 enum MHD_Result route_files_delete(ab_req *r, const char *id);
+enum MHD_Result route_skills_list(ab_req *r, const char *id);
+enum MHD_Result route_skills_prompt(ab_req *r, const char *id);
+enum MHD_Result route_skill_get(ab_req *r, const char *name);
+enum MHD_Result route_skill_put(ab_req *r, const char *name);
+enum MHD_Result route_skill_validate(ab_req *r, const char *name);
+enum MHD_Result route_skill_delete(ab_req *r, const char *name);
+enum MHD_Result route_tools_list(ab_req *r, const char *id);
+enum MHD_Result route_tools_prompt(ab_req *r, const char *id);
+enum MHD_Result route_box_tool(ab_req *r, const char *id);
+enum MHD_Result route_tool(ab_req *r, const char *id);
+enum MHD_Result route_mcp_post(ab_req *r, const char *id);
+enum MHD_Result route_mcp_delete(ab_req *r, const char *id);
+
+/* Tool calls (routes_tools.c), shared by the REST routes and the MCP server. */
+
+/* The fields tools_acquire reads (NULL-terminated). */
+extern const char *const tools_acquire_fields[];
+/* Finds or creates, and starts, the box named by the acquire fields of o (id,
+ * app_id+user_id+chat_id, thread_id; mode, env, metadata, idle_stop_s, ttl_s)
+ * like POST /v1/sandboxes. Other keys of o are ignored. */
+int tools_acquire(ab_server *s, const char *scope, json_t *o, ab_box_rec *out, bool *created,
+                  ab_err **err);
+/* Runs agent tool `name` with args (borrowed) in box id, resuming it as
+ * needed; bash sees the box env. *out is filled on success (clear it with
+ * ab_tool_result_clear). -1 with *err: AB_E_NOT_FOUND unknown tool or box,
+ * AB_E_INVALID bad arguments (the message names the argument),
+ * AB_E_UNAVAILABLE the box cannot be reached. */
+int tools_call(ab_server *s, const char *scope, const char *id, const char *name, json_t *args,
+               ab_tool_result *out, ab_err **err);
 
 #endif

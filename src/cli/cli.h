@@ -2,6 +2,7 @@
 #ifndef AB_CLI_H
 #define AB_CLI_H
 
+#include "api/server.h"
 #include "backend/backend.h"
 
 /* Exit codes (documented in `agentbox --help`). */
@@ -17,5 +18,37 @@ int cli_cp(ab_backend *b, int argc, char **argv);
 /* agentbox serve [...]: runs the HTTP service until SIGINT/SIGTERM.
  * data_flag is the global --data value (or NULL). Returns an exit code. */
 int cli_serve(int argc, char **argv, const char *data_flag);
+
+/* agentbox mcp [...]: the MCP server on stdin/stdout (newline-delimited
+ * JSON-RPC) until stdin ends. Returns an exit code. */
+int cli_mcp(int argc, char **argv, const char *data_flag);
+
+/* What `agentbox serve` and `agentbox mcp` run on (serve.c). */
+typedef struct cli_service {
+        ab_config cfg;
+        ab_backend *backend;
+        ab_store *store;
+        ab_events *events;
+        ab_metrics *metrics;
+        ab_webhook *webhook;
+        ab_manager *mgr;
+        ab_server srv; /* wired to the pieces above; only serve starts its HTTP daemon */
+} cli_service;
+
+typedef struct cli_service_args {
+        const char *listen, *data, *config, *store; /* NULL = not given */
+} cli_service_args;
+
+/* Parses --data DIR, --config FILE, --store URL (and --listen HOST:PORT when
+ * with_listen) into *a. Returns -1 to go on, else the exit code to return
+ * (0 after printing usage for --help, EXIT_USAGE for a bad option). */
+int cli_service_parse(int argc, char **argv, const char *cmd, const char *usage, bool with_listen,
+                      cli_service_args *a);
+/* Loads the configuration (file, then environment, then *a), creates the
+ * data folder and opens backend, store, events, metrics, webhook and manager.
+ * On failure nothing stays open. */
+int cli_service_open(cli_service *s, const cli_service_args *a, ab_err **err);
+/* Closes what cli_service_open opened (boxes keep running); s may be zeroed. */
+void cli_service_close(cli_service *s);
 
 #endif

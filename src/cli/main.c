@@ -17,6 +17,7 @@ static const char *usage_text =
     "Commands:\n"
     "  serve [--listen HOST:PORT] [--config FILE]\n"
     "                                 run the HTTP service (docs/api.md); see serve --help\n"
+    "  mcp [--config FILE]            serve the Model Context Protocol on stdin/stdout\n"
     "  create [--id ID] [LIMITS...]   create and start a box; prints its id\n"
     "  exec [OPTIONS] ID -- CMD [ARG...]\n"
     "                                 run CMD in the box (through bash -lc), stream its\n"
@@ -437,6 +438,8 @@ int main(int argc, char **argv)
         }
         if (!strcmp(cmd, "serve"))
                 return cli_serve(sub_argc, sub_argv, data);
+        if (!strcmp(cmd, "mcp"))
+                return cli_mcp(sub_argc, sub_argv, data);
         if (!strcmp(cmd, "version")) {
                 printf("agentbox %s\n", AGENTBOX_VERSION);
                 return 0;

@@ -1,7 +1,8 @@
 /* agentbox serve: the sandbox service. Wires the pieces together (config,
  * backend, store, events, metrics, webhook, manager, HTTP server), then waits
  * for SIGINT/SIGTERM. Boxes keep running when the server stops; a restart
- * (even after kill -9) finds them again. */
+ * (even after kill -9) finds them again. The pieces without the HTTP server
+ * (cli_service_open) also serve `agentbox mcp`. */
 #include "api/server.h"
 #include "cli/cli.h"
 #include "common/log.h"
@@ -57,72 +58,145 @@ static void *watchdog(void *arg)
         return NULL;
 }
 
-int cli_serve(int argc, char **argv, const char *data_flag)
+int cli_service_parse(int argc, char **argv, const char *cmd, const char *usage, bool with_listen,
+                      cli_service_args *a)
 {
-        const char *listen = NULL, *config = NULL, *store = NULL, *data = data_flag;
         for (int i = 1; i < argc; i++) {
-                const char *a = argv[i];
-                const char **dst = !strcmp(a, "--listen")   ? &listen
-                                   : !strcmp(a, "--data")   ? &data
-                                   : !strcmp(a, "--config") ? &config
-                                   : !strcmp(a, "--store")  ? &store
-                                                            : NULL;
-                if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-                        fputs(serve_usage, stdout);
+                const char *arg = argv[i];
+                const char **dst = !strcmp(arg, "--listen") && with_listen ? &a->listen
+                                   : !strcmp(arg, "--data")                ? &a->data
+                                   : !strcmp(arg, "--config")              ? &a->config
+                                   : !strcmp(arg, "--store")               ? &a->store
+                                                                           : NULL;
+                if (!strcmp(arg, "-h") || !strcmp(arg, "--help")) {
+                        fputs(usage, stdout);
                         return 0;
                 }
                 if (dst && i + 1 < argc) {
                         *dst = argv[++i];
                         continue;
                 }
-                const char *eq = strchr(a, '=');
-                if (eq && !strncmp(a, "--", 2)) {
-                        size_t n = (size_t)(eq - a);
-                        dst = !strncmp(a, "--listen", n) && n == 8   ? &listen
-                              : !strncmp(a, "--data", n) && n == 6   ? &data
-                              : !strncmp(a, "--config", n) && n == 8 ? &config
-                              : !strncmp(a, "--store", n) && n == 7  ? &store
-                                                                     : NULL;
+                const char *eq = strchr(arg, '=');
+                if (eq && !strncmp(arg, "--", 2)) {
+                        size_t n = (size_t)(eq - arg);
+                        dst = !strncmp(arg, "--listen", n) && n == 8 && with_listen ? &a->listen
+                              : !strncmp(arg, "--data", n) && n == 6                ? &a->data
+                              : !strncmp(arg, "--config", n) && n == 8              ? &a->config
+                              : !strncmp(arg, "--store", n) && n == 7               ? &a->store
+                                                                                    : NULL;
                         if (dst) {
                                 *dst = eq + 1;
                                 continue;
                         }
                 }
-                fprintf(stderr, "agentbox serve: unknown or incomplete option '%s'\n\n%s", a,
-                        serve_usage);
+                fprintf(stderr, "agentbox %s: unknown or incomplete option '%s'\n\n%s", cmd, arg,
+                        usage);
                 return EXIT_USAGE;
         }
+        return -1;
+}
+
+static void replace(char **dst, const char *v)
+{
+        if (!v)
+                return;
+        free(*dst);
+        *dst = xstrdup(v);
+}
+
+int cli_service_open(cli_service *s, const cli_service_args *a, ab_err **err)
+{
+        memset(s, 0, sizeof(*s));
+        ab_config *cfg = &s->cfg;
+        ab_config_default(cfg);
+        if ((a->config && ab_config_load_file(cfg, a->config, err) < 0) ||
+            ab_config_load_env(cfg, err) < 0)
+                goto fail;
+        replace(&cfg->listen, a->listen);
+        replace(&cfg->data_dir, a->data);
+        replace(&cfg->store_url, a->store);
+        if (ab_config_validate(cfg, err) < 0)
+                goto fail;
+        signal(SIGPIPE, SIG_IGN);
+
+        int mr = mkdir_p(cfg->data_dir, 0700);
+        if (mr < 0) {
+                ab_err_set(err, AB_E_UNAVAILABLE, -mr, "cannot create the data folder %s",
+                           cfg->data_dir);
+                goto fail;
+        }
+        ab_native_opts no = {.data_dir = cfg->data_dir, .init_path = cfg->init_path};
+        if (ab_native_open(&no, &s->backend, err) < 0 ||
+            ab_store_open(cfg->store_url, cfg->data_dir, &s->store, err) < 0)
+                goto fail;
+        s->srv.tmp_dir = xasprintf("%s/tmp", cfg->data_dir);
+        if ((mr = mkdir_p(s->srv.tmp_dir, 0700)) < 0) {
+                ab_err_set(err, AB_E_UNAVAILABLE, -mr, "cannot create %s", s->srv.tmp_dir);
+                goto fail;
+        }
+        s->events = ab_events_new(4096);
+        s->metrics = ab_metrics_new();
+        if (cfg->webhook_url && *cfg->webhook_url &&
+            ab_webhook_new(cfg->webhook_url, 5000, 1024, &s->webhook, err) < 0)
+                goto fail;
+        ab_manager_opts mo = {
+            .backend = s->backend,
+            .store = s->store,
+            .events = s->events,
+            .metrics = s->metrics,
+            .webhook = s->webhook,
+            .limits = cfg->limits,
+            .idle_stop_s = cfg->idle_stop_s,
+            .ttl_s = cfg->ttl_s,
+            .pool_size = cfg->pool_size,
+            .max_running = cfg->max_running,
+            .reaper_interval_ms = cfg->reaper_interval_ms,
+            .sample_interval_ms = cfg->sample_interval_ms,
+            .alert_memory_pct = cfg->alert_memory_pct,
+            .alert_cpu_pct = cfg->alert_cpu_pct,
+            .alert_disk_pct = cfg->alert_disk_pct,
+        };
+        if (ab_manager_open(&mo, &s->mgr, err) < 0)
+                goto fail;
+        s->srv.cfg = cfg;
+        s->srv.mgr = s->mgr;
+        s->srv.store = s->store;
+        s->srv.events = s->events;
+        s->srv.metrics = s->metrics;
+        s->srv.backend = s->backend;
+        s->srv.started_ns = ab_now_ns();
+        return 0;
+fail:
+        cli_service_close(s);
+        return -1;
+}
+
+void cli_service_close(cli_service *s)
+{
+        ab_manager_free(s->mgr);
+        if (s->webhook)
+                ab_webhook_free(s->webhook);
+        if (s->metrics)
+                ab_metrics_free(s->metrics);
+        if (s->events)
+                ab_events_free(s->events);
+        if (s->store)
+                ab_store_close(s->store);
+        if (s->backend)
+                s->backend->ops->free(s->backend);
+        free(s->srv.tmp_dir);
+        ab_config_release(&s->cfg);
+        memset(s, 0, sizeof(*s));
+}
+
+int cli_serve(int argc, char **argv, const char *data_flag)
+{
+        cli_service_args a = {.data = data_flag};
+        int rc = cli_service_parse(argc, argv, "serve", serve_usage, true, &a);
+        if (rc >= 0)
+                return rc;
         if (!getenv("AGENTBOX_LOG"))
                 ab_log_set_level(AB_LOG_INFO);
-
-        _cleanup_err_ ab_err *e = NULL;
-        ab_config cfg;
-        ab_config_default(&cfg);
-        int rc = EXIT_AGENTBOX;
-        ab_backend *backend = NULL;
-        ab_store *st = NULL;
-        ab_events *ev = NULL;
-        ab_metrics *metrics = NULL;
-        ab_webhook *wh = NULL;
-        ab_manager *mgr = NULL;
-        ab_server srv = {0};
-        if ((config && ab_config_load_file(&cfg, config, &e) < 0) ||
-            ab_config_load_env(&cfg, &e) < 0)
-                goto fail;
-        if (listen) {
-                free(cfg.listen);
-                cfg.listen = xstrdup(listen);
-        }
-        if (data) {
-                free(cfg.data_dir);
-                cfg.data_dir = xstrdup(data);
-        }
-        if (store) {
-                free(cfg.store_url);
-                cfg.store_url = xstrdup(store);
-        }
-        if (ab_config_validate(&cfg, &e) < 0)
-                goto fail;
 
         /* Signals are taken by sigwait below; block them before any thread starts. */
         sigset_t sigs;
@@ -130,64 +204,28 @@ int cli_serve(int argc, char **argv, const char *data_flag)
         sigaddset(&sigs, SIGINT);
         sigaddset(&sigs, SIGTERM);
         pthread_sigmask(SIG_BLOCK, &sigs, NULL);
-        signal(SIGPIPE, SIG_IGN);
 
-        int mr = mkdir_p(cfg.data_dir, 0700);
-        if (mr < 0) {
-                ab_err_set(&e, AB_E_UNAVAILABLE, -mr, "cannot create the data folder %s",
-                           cfg.data_dir);
-                goto fail;
+        _cleanup_err_ ab_err *e = NULL;
+        cli_service svc;
+        if (cli_service_open(&svc, &a, &e) < 0) {
+                cli_error(e);
+                return EXIT_AGENTBOX;
         }
-        ab_native_opts no = {.data_dir = cfg.data_dir, .init_path = cfg.init_path};
-        if (ab_native_open(&no, &backend, &e) < 0 ||
-            ab_store_open(cfg.store_url, cfg.data_dir, &st, &e) < 0)
-                goto fail;
-        srv.tmp_dir = xasprintf("%s/tmp", cfg.data_dir);
-        if ((mr = mkdir_p(srv.tmp_dir, 0700)) < 0) {
-                ab_err_set(&e, AB_E_UNAVAILABLE, -mr, "cannot create %s", srv.tmp_dir);
-                goto fail;
+        ab_server *srv = &svc.srv;
+        const ab_config *cfg = &svc.cfg;
+        if (ab_server_start(srv, &e) < 0) {
+                cli_error(e);
+                cli_service_close(&svc);
+                return EXIT_AGENTBOX;
         }
-        ev = ab_events_new(4096);
-        metrics = ab_metrics_new();
-        if (cfg.webhook_url && *cfg.webhook_url &&
-            ab_webhook_new(cfg.webhook_url, 5000, 1024, &wh, &e) < 0)
-                goto fail;
-        ab_manager_opts mo = {
-            .backend = backend,
-            .store = st,
-            .events = ev,
-            .metrics = metrics,
-            .webhook = wh,
-            .limits = cfg.limits,
-            .idle_stop_s = cfg.idle_stop_s,
-            .ttl_s = cfg.ttl_s,
-            .pool_size = cfg.pool_size,
-            .max_running = cfg.max_running,
-            .reaper_interval_ms = cfg.reaper_interval_ms,
-            .sample_interval_ms = cfg.sample_interval_ms,
-            .alert_memory_pct = cfg.alert_memory_pct,
-            .alert_cpu_pct = cfg.alert_cpu_pct,
-            .alert_disk_pct = cfg.alert_disk_pct,
-        };
-        if (ab_manager_open(&mo, &mgr, &e) < 0)
-                goto fail;
-        srv.cfg = &cfg;
-        srv.mgr = mgr;
-        srv.store = st;
-        srv.events = ev;
-        srv.metrics = metrics;
-        srv.backend = backend;
-        srv.started_ns = ab_now_ns();
-        if (ab_server_start(&srv, &e) < 0)
-                goto fail;
         char port[16], pool[24], idle[24];
-        snprintf(port, sizeof(port), "%u", srv.port);
-        snprintf(pool, sizeof(pool), "%" PRId64, cfg.pool_size);
-        snprintf(idle, sizeof(idle), "%" PRId64, cfg.idle_stop_s);
-        ab_log(AB_LOG_INFO, "agentbox serving", "listen", cfg.listen, "port", port, "data",
-               cfg.data_dir, "store", ab_store_kind(st), "version", AGENTBOX_VERSION, "pool_size",
-               pool, "idle_stop_s", idle, NULL);
-        if (!cfg.token || !*cfg.token)
+        snprintf(port, sizeof(port), "%u", srv->port);
+        snprintf(pool, sizeof(pool), "%" PRId64, cfg->pool_size);
+        snprintf(idle, sizeof(idle), "%" PRId64, cfg->idle_stop_s);
+        ab_log(AB_LOG_INFO, "agentbox serving", "listen", cfg->listen, "port", port, "data",
+               cfg->data_dir, "store", ab_store_kind(svc.store), "version", AGENTBOX_VERSION,
+               "pool_size", pool, "idle_stop_s", idle, NULL);
+        if (!cfg->token || !*cfg->token)
                 ab_log(AB_LOG_WARN,
                        "no AGENTBOX_TOKEN: the API is open to every process on this machine "
                        "(loopback only); set AGENTBOX_TOKEN to require a bearer token",
@@ -200,25 +238,7 @@ int cli_serve(int argc, char **argv, const char *data_flag)
         pthread_t wd;
         pthread_create(&wd, NULL, watchdog, NULL);
         pthread_detach(wd);
-        ab_server_stop(&srv);
-        rc = 0;
-        goto out;
-fail:
-        cli_error(e);
-        ab_err_free(&e);
-out:
-        ab_manager_free(mgr);
-        if (wh)
-                ab_webhook_free(wh);
-        if (metrics)
-                ab_metrics_free(metrics);
-        if (ev)
-                ab_events_free(ev);
-        if (st)
-                ab_store_close(st);
-        if (backend)
-                backend->ops->free(backend);
-        free(srv.tmp_dir);
-        ab_config_release(&cfg);
-        return rc;
+        ab_server_stop(srv);
+        cli_service_close(&svc);
+        return 0;
 }

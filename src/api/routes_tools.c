@@ -1,0 +1,189 @@
+/* Routes of docs/api.md "Tools": the agent tools' schemas and prompt, and a
+ * tool call in a box (by id, or acquired by keys in the same call). The
+ * tools themselves are src/tools; this file only finds the box and keeps it
+ * in use (running, not idle-stopped) for the length of the call. */
+#include "api/server.h"
+
+const char *const tools_acquire_fields[] = {"id",          "app_id", "user_id", "chat_id",
+                                            "thread_id",   "mode",   "env",     "metadata",
+                                            "idle_stop_s", "ttl_s",  NULL};
+
+static bool is_acquire_field(const char *k)
+{
+        for (const char *const *p = tools_acquire_fields; *p; p++)
+                if (!strcmp(*p, k))
+                        return true;
+        return false;
+}
+
+int tools_acquire(ab_server *s, const char *scope, json_t *o, ab_box_rec *out, bool *created,
+                  ab_err **err)
+{
+        ab_acquire_req q = {0};
+        if (field_str(o, "id", &q.id, err) < 0 || field_str(o, "app_id", &q.app_id, err) < 0 ||
+            field_str(o, "user_id", &q.user_id, err) < 0 ||
+            field_str(o, "chat_id", &q.chat_id, err) < 0 ||
+            field_str(o, "thread_id", &q.thread_id, err) < 0 ||
+            field_str(o, "mode", &q.mode, err) < 0 || field_obj(o, "env", &q.env, err) < 0 ||
+            field_obj(o, "metadata", &q.metadata, err) < 0)
+                return -1;
+        int64_t v = 0;
+        if (field_int(o, "idle_stop_s", &v, NULL, err) < 0)
+                return -1;
+        q.idle_stop_s = v;
+        v = 0;
+        if (field_int(o, "ttl_s", &v, &q.has_ttl, err) < 0)
+                return -1;
+        q.ttl_s = v;
+        return ab_manager_acquire(s->mgr, &q, scope, out, created, err);
+}
+
+typedef struct use_conn {
+        ab_manager *mgr;
+        ab_use *use;
+} use_conn;
+
+static int use_connect(void *ud, ab_err **err)
+{
+        use_conn *c = ud;
+        return ab_manager_use_connect(c->mgr, c->use, err);
+}
+
+/* The box's env (its spec's "env" object) as "K=V" strings. */
+static char **box_env(const ab_box_rec *r)
+{
+        json_t *spec = r->spec ? json_loads(r->spec, 0, NULL) : NULL;
+        json_t *env = json_is_object(spec) ? json_object_get(spec, "env") : NULL;
+        char **v = xcalloc(json_object_size(env) + 1, sizeof(char *));
+        size_t n = 0;
+        const char *k;
+        json_t *val;
+        json_object_foreach(env, k, val)
+        {
+                if (json_is_string(val))
+                        v[n++] = xasprintf("%s=%s", k, json_string_value(val));
+        }
+        json_decref(spec);
+        return v;
+}
+
+int tools_call(ab_server *s, const char *scope, const char *id, const char *name, json_t *args,
+               ab_tool_result *out, ab_err **err)
+{
+        *out = (ab_tool_result){0};
+        /* Before the box is touched: an unknown tool must not resume it. */
+        if (!ab_tool_exists(name))
+                return ab_err_set(err, AB_E_NOT_FOUND, 0, "unknown tool \"%s\"", name);
+        ab_use u;
+        if (ab_manager_use_begin(s->mgr, id, scope, &u, err) < 0)
+                return -1;
+        _cleanup_strv_ char **env = box_env(&u.rec);
+        use_conn c = {.mgr = s->mgr, .use = &u};
+        ab_tool_box box = {
+            .box_id = u.rec.id,
+            .connect = use_connect,
+            .ud = &c,
+            .env = (const char *const *)env,
+        };
+        ab_tool_limits lim = {0};
+        int rc = ab_tool_run(&box, &lim, name, args, out, err);
+        ab_manager_use_end(s->mgr, &u);
+        return rc;
+}
+
+/* ---- routes ----------------------------------------------------------- */
+
+enum MHD_Result route_tools_list(ab_req *r, const char *id)
+{
+        return resp_json(r, 200, json_pack("{s:o}", "tools", ab_tools_schemas()));
+}
+
+enum MHD_Result route_tools_prompt(ab_req *r, const char *id)
+{
+        _cleanup_free_ char *p = ab_tools_prompt();
+        return resp_json(r, 200, json_pack("{s:o}", "prompt", json_bytes(p, strlen(p))));
+}
+
+static json_t *result_json(ab_tool_result *res, const char *sandbox_id)
+{
+        const char *o = res->output ? res->output : "";
+        json_t *j =
+            json_pack("{s:o,s:b}", "output", json_bytes(o, strlen(o)), "is_error", res->is_error);
+        if (sandbox_id)
+                json_object_set_new(j, "sandbox_id", json_string(sandbox_id));
+        ab_tool_result_clear(res);
+        return j;
+}
+
+/* Pattern v1/sandboxes/{box}/tools/{name}: `id` is the last "*" (the tool),
+ * the box is segment 2. */
+enum MHD_Result route_box_tool(ab_req *r, const char *id)
+{
+        const char *box = r->seg[2], *name = id;
+        ab_err *e = NULL;
+        json_t *body;
+        if (req_json(r, &body, &e) < 0)
+                return resp_err(r, e);
+        json_t *args = body;
+        if (json_object_get(body, "args")) {
+                static const char *const known[] = {"args", NULL};
+                if (fields_known(body, known, NULL, &e) < 0 ||
+                    field_obj(body, "args", &args, &e) < 0) {
+                        json_decref(body);
+                        return resp_err(r, e);
+                }
+        }
+        ab_tool_result res;
+        int rc = tools_call(r->srv, r->scope, box, name, args, &res, &e);
+        json_decref(body);
+        if (rc < 0)
+                return resp_err(r, e);
+        return resp_json(r, 200, result_json(&res, NULL));
+}
+
+/* POST /v1/tools/{name}: the acquire fields pick (or make) the box; the
+ * tool's arguments are "args", or else every other field. */
+enum MHD_Result route_tool(ab_req *r, const char *name)
+{
+        ab_err *e = NULL;
+        if (!ab_tool_exists(name))
+                return resp_error(r, 404, "not_found", "unknown tool \"%s\"", name);
+        json_t *body;
+        if (req_json(r, &body, &e) < 0)
+                return resp_err(r, e);
+        json_t *args = json_object_get(body, "args");
+        json_t *acq = json_object();
+        bool split = !args;
+        if (args && !json_is_object(args)) {
+                json_decref(acq);
+                json_decref(body);
+                return resp_error(r, 400, "invalid_argument", "args: must be an object");
+        }
+        args = split ? json_object() : json_incref(args);
+        const char *k;
+        json_t *v;
+        json_object_foreach(body, k, v)
+        {
+                if (!strcmp(k, "args"))
+                        continue;
+                json_object_set(split && !is_acquire_field(k) ? args : acq, k, v);
+        }
+        json_decref(body);
+        ab_box_rec rec;
+        bool created;
+        if (fields_known(acq, tools_acquire_fields, NULL, &e) < 0 ||
+            tools_acquire(r->srv, r->scope, acq, &rec, &created, &e) < 0) {
+                json_decref(acq);
+                json_decref(args);
+                return resp_err(r, e);
+        }
+        json_decref(acq);
+        _cleanup_free_ char *sid = xstrdup(rec.id);
+        ab_box_rec_clear(&rec);
+        ab_tool_result res;
+        int rc = tools_call(r->srv, r->scope, sid, name, args, &res, &e);
+        json_decref(args);
+        if (rc < 0)
+                return resp_err(r, e);
+        return resp_json(r, 200, result_json(&res, sid));
+}
