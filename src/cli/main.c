@@ -1,6 +1,7 @@
 /* agentbox - command line. Docker-like verbs acting directly on this machine's
  * boxes (native backend); the server (`agentbox serve`) uses the same library. */
 #include "cli/cli.h"
+#include "tools/tools.h"
 #include "common/log.h"
 #include "core/id.h"
 
@@ -29,6 +30,10 @@ static const char *usage_text =
     "  inspect ID                     show a box as JSON (state, limits, usage)\n"
     "  cp SRC DST                     copy files or directories in or out of a box;\n"
     "                                 one side is ID:PATH (relative to /workspace)\n"
+    "  tool ID NAME [JSON-ARGS]       run an agent tool (bash, ls, glob, grep, read_file,\n"
+    "                                 write_file, str_replace, sandbox_shell; docs/tools.md);\n"
+    "                                 args as a JSON object, or `-` to read them from stdin;\n"
+    "                                 exits 1 when the tool reports an error\n"
     "  version                        print the version\n"
     "\n"
     "Limits for create (defaults in brackets):\n"
@@ -405,6 +410,58 @@ static int cmd_inspect(ab_backend *b, int argc, char **argv)
         return 0;
 }
 
+typedef struct tool_conn {
+        ab_backend *b;
+        const char *id;
+} tool_conn;
+
+static int tool_connect(void *ud, ab_err **err)
+{
+        tool_conn *c = ud;
+        return c->b->ops->connect(c->b, c->id, err);
+}
+
+/* agentbox tool ID NAME [JSON|-]: the same tool code REST and MCP use. */
+static int cmd_tool(ab_backend *b, int argc, char **argv)
+{
+        if (!b || argc < 3 || argc > 4) {
+                FILE *f = b ? stderr : stdout;
+                fputs("Usage: agentbox tool ID NAME [JSON-ARGS | -]\n"
+                      "Runs an agent tool in a running box, e.g.\n"
+                      "  agentbox tool demo bash '{\"command\": \"ls -la\"}'\n"
+                      "  agentbox tool demo read_file '{\"path\": \"notes.txt\"}'\n"
+                      "Prints the tool's output; exits 1 when the tool reports an error.\n",
+                      f);
+                return b ? EXIT_USAGE : 0;
+        }
+        const char *id = argv[1], *name = argv[2];
+        json_error_t je;
+        json_t *args = argc == 4 && strcmp(argv[3], "-") ? json_loads(argv[3], 0, &je)
+                       : argc == 4                       ? json_loadf(stdin, 0, &je)
+                                                         : json_object();
+        if (!args || !json_is_object(args)) {
+                fprintf(stderr, "agentbox: tool arguments must be a JSON object%s%s\n",
+                        args ? "" : ": ", args ? "" : je.text);
+                json_decref(args);
+                return EXIT_USAGE;
+        }
+        tool_conn c = {.b = b, .id = id};
+        ab_tool_box box = {.box_id = id, .connect = tool_connect, .ud = &c};
+        ab_tool_limits lim = {0};
+        ab_tool_result res = {0};
+        _cleanup_err_ ab_err *e = NULL;
+        int r = ab_tool_run(&box, &lim, name, args, &res, &e);
+        json_decref(args);
+        if (r < 0)
+                return fail(&e);
+        fputs(res.output ? res.output : "", stdout);
+        if (res.output && *res.output && res.output[strlen(res.output) - 1] != '\n')
+                fputc('\n', stdout);
+        int rc = res.is_error ? 1 : 0;
+        ab_tool_result_clear(&res);
+        return rc;
+}
+
 int main(int argc, char **argv)
 {
         ab_log_init_from_env();
@@ -444,8 +501,8 @@ int main(int argc, char **argv)
                 printf("agentbox %s\n", AGENTBOX_VERSION);
                 return 0;
         }
-        static const char *const known[] = {"create", "exec", "start",   "stop",
-                                            "rm",     "ls",   "inspect", "cp"};
+        static const char *const known[] = {"create", "exec",    "start", "stop", "rm",
+                                            "ls",     "inspect", "cp",    "tool"};
         bool ok = false;
         for (size_t k = 0; k < AB_ARRAY_LEN(known); k++)
                 ok |= !strcmp(cmd, known[k]);
@@ -461,6 +518,8 @@ int main(int argc, char **argv)
                                 return cmd_exec(NULL, sub_argc, sub_argv);
                         if (!strcmp(cmd, "cp"))
                                 return cli_cp(NULL, sub_argc, sub_argv);
+                        if (!strcmp(cmd, "tool"))
+                                return cmd_tool(NULL, sub_argc, sub_argv);
                         printf("Usage: agentbox %s%s\n", cmd,
                                !strcmp(cmd, "ls") ? " [--json]" : " ID...");
                         return 0;
@@ -485,5 +544,7 @@ int main(int argc, char **argv)
                 return cmd_ls(b, sub_argc, sub_argv);
         if (!strcmp(cmd, "inspect"))
                 return cmd_inspect(b, sub_argc, sub_argv);
+        if (!strcmp(cmd, "tool"))
+                return cmd_tool(b, sub_argc, sub_argv);
         return cli_cp(b, sub_argc, sub_argv);
 }
