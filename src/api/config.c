@@ -548,6 +548,75 @@ static const field *find_field(const char *k)
         return NULL;
 }
 
+static const char *const tool_names[] = {"bash_output_max", "read_file_max", "ls_output_max",
+                                         "write_file_max",  "bash_timeout",  "shell_max_lines",
+                                         "shell_max_bytes", "grep_file_max"};
+
+/* Sets tool limit number i (an index into tool_names) of *t from v. */
+static why_t set_tool_limit(ab_tool_limits *t, size_t i, const char *v)
+{
+        int64_t n = 0;
+        uint64_t u = 0;
+        ab_err *e = NULL;
+        why_t w = NULL;
+        switch (i) {
+        case 4:
+                if ((w = parse_secs(v, &n)))
+                        return w;
+                if (n < 1 || n > AB_MAX_TIMEOUT_S)
+                        return why("must be 1s..%us", AB_MAX_TIMEOUT_S);
+                t->bash_timeout_s = (uint32_t)n;
+                return NULL;
+        case 3:
+        case 6:
+        case 7:
+                if (ab_parse_bytes(v, &u, &e) < 0)
+                        return why_from_err(&e);
+                if (u == 0)
+                        return why("must be more than 0 bytes");
+                if (i == 3)
+                        t->write_file_max = (size_t)u;
+                else if (i == 6)
+                        t->shell_max_bytes = (size_t)u;
+                else
+                        t->grep_file_max = u;
+                return NULL;
+        default:
+                if ((w = parse_count(v, &n)))
+                        return w;
+                if (n < 1)
+                        return why("must be at least 1");
+                *(i == 0   ? &t->bash_output_max
+                  : i == 1 ? &t->read_file_max
+                  : i == 2 ? &t->ls_output_max
+                           : &t->shell_max_lines) = (size_t)n;
+                return NULL;
+        }
+}
+
+static int tool_pair(yctx *y, const char *k, yaml_node_t *kn, yaml_node_t *vn, void *arg)
+{
+        ab_tool_limits *t = arg;
+        char key[64];
+        snprintf(key, sizeof(key), "tools.%s", k);
+        size_t i;
+        for (i = 0; i < AB_ARRAY_LEN(tool_names); i++)
+                if (strcmp(k, tool_names[i]) == 0)
+                        break;
+        if (i == AB_ARRAY_LEN(tool_names))
+                return fail_at(y, kn, key,
+                               why("unknown key (known: bash_output_max, read_file_max, "
+                                   "ls_output_max, write_file_max, bash_timeout, "
+                                   "shell_max_lines, shell_max_bytes, grep_file_max)"));
+        if (is_null(vn))
+                return fail_at(y, vn, key, why("needs a value"));
+        const char *v = scalar(y, vn, key);
+        if (!v)
+                return -1;
+        why_t w = set_tool_limit(t, i, v);
+        return w ? fail_at(y, vn, key, w) : 0;
+}
+
 typedef struct top_ctx {
         ab_config *c;
         bool seen[AB_ARRAY_LEN(fields)];
@@ -561,11 +630,16 @@ static int top_pair(yctx *y, const char *k, yaml_node_t *kn, yaml_node_t *vn, vo
                         return 0;
                 return each_pair(y, vn, "limits", limit_pair, &t->c->limits);
         }
+        if (strcmp(k, "tools") == 0) {
+                if (is_null(vn))
+                        return 0;
+                return each_pair(y, vn, "tools", tool_pair, &t->c->tools);
+        }
         if (strcmp(k, "api_keys") == 0)
                 return load_api_keys(y, t->c, vn);
         const field *f = find_field(k);
         if (!f) {
-                _cleanup_free_ char *known = xstrdup("limits, api_keys");
+                _cleanup_free_ char *known = xstrdup("limits, tools, api_keys");
                 for (size_t i = 0; i < AB_ARRAY_LEN(fields); i++) {
                         char *more = xasprintf("%s, %s", known, fields[i].name);
                         free(known);

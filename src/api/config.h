@@ -6,6 +6,7 @@
 
 #include "common/err.h"
 #include "core/limits.h"
+#include "tools/tools.h"
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -35,6 +36,7 @@ typedef struct ab_config {
         uint64_t max_body;       /* largest JSON request body; default 1 MiB */
         uint64_t max_upload;     /* largest PUT file body; default 1 GiB */
         int64_t max_connections; /* default 1024 */
+        ab_tool_limits tools;    /* agent tool limits (config: tools: {...}); 0 = default */
         ab_config_key *keys;     /* API keys scoped to an app (config: api_keys: [{key, app_id}]) */
         size_t n_keys;
 } ab_config;

@@ -85,7 +85,7 @@ int tools_call(ab_server *s, const char *scope, const char *id, const char *name
             .ud = &c,
             .env = (const char *const *)env,
         };
-        ab_tool_limits lim = {0};
+        ab_tool_limits lim = s->cfg->tools;
         int rc = ab_tool_run(&box, &lim, name, args, out, err);
         ab_manager_use_end(s->mgr, &u);
         return rc;

@@ -292,4 +292,16 @@ else:
         relay([node, os.path.join(MCP_DIR, "client.mjs"), "stdio", h.bin, h.new_data_dir("stdio-sdk"),
                srv.config_path], "stdio")
 
+# ---- tool limits from the config file -----------------------------------------------
+small = h.start_server(name="small-tools", data=h.new_data_dir("small-tools"), token=TOKEN,
+                       config={"tools": {"bash_output_max": 100, "write_file_max": "1K"}})
+r = small.post("/v1/tools/bash", {"thread_id": "limits", "command": "head -c 600 /dev/zero | tr '\\0' x"})
+out = r.get("output") or ""
+h.ok(r.status == 200 and "middle truncated" in out and len(out) < 300,
+     "tools.bash_output_max from the config truncates bash output", r.describe()[:600])
+r = small.post("/v1/tools/write_file", {"thread_id": "limits", "path": "big.txt", "content": "y" * 2000})
+h.ok(r.status == 200 and r.get("is_error") is True, "tools.write_file_max from the config refuses a bigger write",
+     r.describe()[:600])
+small.stop()
+
 h.done()

@@ -414,6 +414,37 @@ static void test_validate(void)
         ab_config_release(&c);
 }
 
+static void test_tools(void)
+{
+        _cleanup_free_ char *path = write_conf("tools:\n"
+                                               "  bash_output_max: 1000\n"
+                                               "  read_file_max: 2000\n"
+                                               "  ls_output_max: 3000\n"
+                                               "  write_file_max: 4K\n"
+                                               "  bash_timeout: 2m\n"
+                                               "  shell_max_lines: 50\n"
+                                               "  shell_max_bytes: 8K\n"
+                                               "  grep_file_max: 2M\n");
+        ab_config c;
+        ab_config_default(&c);
+        ab_err *e = NULL;
+        tap_ok(ab_config_load_file(&c, path, &e) == 0, "a tools: section loads");
+        ab_err_free(&e);
+        TAP_IS_INT(c.tools.bash_output_max, 1000, "tools.bash_output_max");
+        TAP_IS_INT(c.tools.read_file_max, 2000, "tools.read_file_max");
+        TAP_IS_INT(c.tools.ls_output_max, 3000, "tools.ls_output_max");
+        TAP_IS_INT(c.tools.write_file_max, 4096, "tools.write_file_max (a size)");
+        TAP_IS_INT(c.tools.bash_timeout_s, 120, "tools.bash_timeout (a duration)");
+        TAP_IS_INT(c.tools.shell_max_lines, 50, "tools.shell_max_lines");
+        TAP_IS_INT(c.tools.shell_max_bytes, 8192, "tools.shell_max_bytes");
+        TAP_IS_INT(c.tools.grep_file_max, 2 * 1024 * 1024, "tools.grep_file_max");
+        ab_config_release(&c);
+        refused("tools:\n  bash_output_max: 0\n", "tools.bash_output_max 0",
+                "tools.bash_output_max", "line 2");
+        refused("tools:\n  bash_timeout: 0s\n", "tools.bash_timeout 0", "tools.bash_timeout", NULL);
+        refused("tools:\n  bash_out: 5\n", "an unknown tools key", "tools.bash_out", "unknown");
+}
+
 int main(void)
 {
         /* meson sets AGENTBOX_INIT for other tests; start from a clean slate. */
@@ -426,6 +457,7 @@ int main(void)
         test_unknown_keys();
         test_env();
         test_validate();
+        test_tools();
         DIR *d = opendir(dir);
         for (struct dirent *de; d && (de = readdir(d));)
                 if (de->d_name[0] != '.')
