@@ -1,17 +1,29 @@
 #!/usr/bin/env bash
-# npm-deps.sh - install the npm packages of the tests (tests/mcp: the official
-# MCP TypeScript SDK, pinned by tests/mcp/package-lock.json). Idempotent: does
-# nothing when tests/mcp/node_modules exists; installs node and npm with
-# scripts/deps.sh when they are missing.
+# npm-deps.sh - install the npm packages of the project, each pinned by its
+# package-lock.json:
+#   tests/mcp    the official MCP TypeScript SDK (tests/mcp)
+#   runners/js   the modules JS snippets may require (lodash, dayjs, moment,
+#                uuid, crypto-js, qs) and the Bun binary (@oven/bun-linux-x64)
+#                of the in-box JS runner
+# Idempotent and fast: a directory whose node_modules exists is left alone;
+# installs node and npm with scripts/deps.sh when they are missing.
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
-if [ -d tests/mcp/node_modules ]; then
-        echo "npm-deps.sh: tests/mcp/node_modules already installed"
-        exit 0
-fi
+todo=()
+for dir in tests/mcp runners/js; do
+        if [ -d "$dir/node_modules" ]; then
+                echo "npm-deps.sh: $dir/node_modules already installed"
+        else
+                todo+=("$dir")
+        fi
+done
+[ ${#todo[@]} -eq 0 ] && exit 0
+
 if ! command -v npm >/dev/null || ! command -v node >/dev/null; then
         ./scripts/deps.sh nodejs npm
 fi
-echo "npm-deps.sh: npm ci --prefix tests/mcp"
-npm ci --prefix tests/mcp --no-audit --no-fund --loglevel=error
+for dir in "${todo[@]}"; do
+        echo "npm-deps.sh: npm ci --prefix $dir"
+        npm ci --prefix "$dir" --no-audit --no-fund --loglevel=error
+done

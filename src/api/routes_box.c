@@ -1,5 +1,6 @@
 /* Routes of docs/api.md: sandboxes, exec, events, API keys, health, metrics. */
 #include "api/server.h"
+#include "runners/runner.h"
 #include "common/log.h"
 
 #include <fcntl.h>
@@ -32,6 +33,8 @@ enum MHD_Result route_health(ab_req *r, const char *id)
             ab_store_kind(s->store), "boxes", boxes, "pool", "size", (json_int_t)c.pool_size,
             "target", (json_int_t)c.pool_target, "execs_in_flight", (json_int_t)c.execs_in_flight);
         ab_manager_counts_clear(&c);
+        if (s->runners) /* seed 003's /health: concurrency of the code runner */
+                json_object_set_new(j, "concurrency", ab_runners_stats(s->runners));
         return resp_json(r, 200, j);
 }
 

@@ -29,6 +29,9 @@ typedef struct route {
 
 static const route routes[] = {
     {"GET", "health", AUTH_ANY, BODY_NONE, route_health},
+    {"POST", "sandbox/js", AUTH_ANY, BODY_JSON, route_sandbox_js},
+    {"POST", "sandbox/python", AUTH_ANY, BODY_JSON, route_sandbox_python},
+    {"GET", "sandbox/modules", AUTH_ANY, BODY_NONE, route_sandbox_modules},
     {"GET", "metrics", AUTH_USER, BODY_NONE, route_metrics},
     {"POST", "v1/sandboxes", AUTH_USER, BODY_JSON, route_box_create},
     {"GET", "v1/sandboxes", AUTH_USER, BODY_NONE, route_box_list},
@@ -466,6 +469,16 @@ static bool peer_is_loopback(ab_req *r)
                 return IN6_IS_ADDR_V4MAPPED(&in6->sin6_addr) && in6->sin6_addr.s6_addr[12] == 127;
         }
         return sa->sa_family == AF_UNIX;
+}
+
+bool req_secret_eq(const char *a, const char *b)
+{
+        return same_secret(a, b);
+}
+
+bool req_peer_loopback(ab_req *r)
+{
+        return peer_is_loopback(r);
 }
 
 /* Sets r->scope from the Authorization header; answers 401/403 itself. */

@@ -25,7 +25,9 @@ typedef struct ab_server {
         int64_t started_ms;
         uint64_t started_ns;
         atomic_int sse_subscribers;
-        uint16_t port; /* the port actually bound */
+        uint16_t port;              /* the port actually bound */
+        struct ab_runners *runners; /* the code runner (seed 003), or NULL */
+        char *sandbox_token; /* SANDBOX_TOKEN: bearer token of the /sandbox routes, or NULL */
 } ab_server;
 
 /* Starts listening on cfg->listen. */
@@ -59,6 +61,11 @@ typedef struct ab_req {
         int status;           /* the status answered, for logs */
         uint64_t t0;
 } ab_req;
+
+/* Constant-time comparison of two secrets. */
+bool req_secret_eq(const char *a, const char *b);
+/* True when the client connected from a loopback address. */
+bool req_peer_loopback(ab_req *r);
 
 /* A query-string parameter, or NULL. */
 const char *req_query(ab_req *r, const char *key);
@@ -118,6 +125,9 @@ enum MHD_Result route_keys_list(ab_req *r, const char *id);
 enum MHD_Result route_keys_create(ab_req *r, const char *id);
 enum MHD_Result route_keys_delete(ab_req *r, const char *id);
 enum MHD_Result route_files_get(ab_req *r, const char *id);
+enum MHD_Result route_sandbox_js(ab_req *r, const char *id);
+enum MHD_Result route_sandbox_python(ab_req *r, const char *id);
+enum MHD_Result route_sandbox_modules(ab_req *r, const char *id);
 enum MHD_Result route_files_put(ab_req *r, const char *id);
 enum MHD_Result route_files_delete(ab_req *r, const char *id);
 enum MHD_Result route_skills_list(ab_req *r, const char *id);

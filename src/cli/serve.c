@@ -4,6 +4,7 @@
  * (even after kill -9) finds them again. The pieces without the HTTP server
  * (cli_service_open) also serve `agentbox mcp`. */
 #include "api/server.h"
+#include "runners/runner.h"
 #include "cli/cli.h"
 #include "common/log.h"
 
@@ -104,6 +105,72 @@ static void replace(char **dst, const char *v)
         *dst = xstrdup(v);
 }
 
+/* The runner's runtime (runners/ of the source tree, or the installed copy). */
+static char *find_runtime_dir(void)
+{
+        const char *env = getenv("AGENTBOX_RUNNERS");
+        if (env && *env)
+                return xstrdup(env);
+        char exe[4096];
+        ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+        if (n > 0) {
+                exe[n] = 0;
+                char *slash = strrchr(exe, '/');
+                if (slash) {
+                        *slash = 0;
+                        char *p = xasprintf("%s/../runners", exe);
+                        char *rp = realpath(p, NULL);
+                        free(p);
+                        if (rp)
+                                return rp;
+                }
+        }
+        return xstrdup("/usr/local/share/agentbox/runners");
+}
+
+/* A SANDBOX_* variable of seed 003 as a number, or def. */
+static int64_t env_num(const char *name, int64_t def, ab_err **err, bool *bad)
+{
+        const char *v = getenv(name);
+        if (!v || !*v)
+                return def;
+        char *end;
+        errno = 0;
+        long long n = strtoll(v, &end, 10);
+        if (errno || *end || n <= 0) {
+                ab_err_set(err, AB_E_INVALID, 0, "%s: must be a positive integer, not \"%s\"", name,
+                           v);
+                *bad = true;
+        }
+        return n;
+}
+
+static int open_runners(cli_service *s, ab_err **err)
+{
+        bool bad = false;
+        _cleanup_free_ char *dir = find_runtime_dir();
+        ab_runners_opts ro = {
+            .backend = s->backend,
+            .runtime_dir = dir,
+            .timeout_ms = env_num("SANDBOX_TIMEOUT", 0, err, &bad),
+            .max_timeout_ms = env_num("SANDBOX_MAX_TIMEOUT", 0, err, &bad),
+            .memory_mb = env_num("SANDBOX_MEMORY_MB", 0, err, &bad),
+            .max_memory_mb = env_num("SANDBOX_MAX_MEMORY_MB", 0, err, &bad),
+            .disk_mb = env_num("SANDBOX_DISK_MB", 0, err, &bad),
+            .max_disk_mb = env_num("SANDBOX_MAX_DISK_MB", 0, err, &bad),
+            .max_concurrency = (int)env_num("SANDBOX_MAX_CONCURRENCY", 0, err, &bad),
+            .max_requests = (int)env_num("SANDBOX_MAX_REQUESTS", 0, err, &bad),
+            .warm = (int)env_num("AGENTBOX_RUNNER_WARM", 0, err, &bad),
+        };
+        if (bad)
+                return -1;
+        const char *tok = getenv("SANDBOX_TOKEN");
+        s->srv.sandbox_token = tok && *tok ? xstrdup(tok) : NULL;
+        if (ab_runners_new(&ro, &s->srv.runners, err) < 0)
+                return -1;
+        return 0;
+}
+
 int cli_service_open(cli_service *s, const cli_service_args *a, ab_err **err)
 {
         memset(s, 0, sizeof(*s));
@@ -165,6 +232,8 @@ int cli_service_open(cli_service *s, const cli_service_args *a, ab_err **err)
         s->srv.metrics = s->metrics;
         s->srv.backend = s->backend;
         s->srv.started_ns = ab_now_ns();
+        if (open_runners(s, err) < 0)
+                goto fail;
         return 0;
 fail:
         cli_service_close(s);
@@ -173,6 +242,8 @@ fail:
 
 void cli_service_close(cli_service *s)
 {
+        ab_runners_free(s->srv.runners);
+        free(s->srv.sandbox_token);
         ab_manager_free(s->mgr);
         if (s->webhook)
                 ab_webhook_free(s->webhook);

@@ -16,6 +16,7 @@
 #define STALE_CREATE_MS  60000 /* a "creating" row this old with no box is a crashed create */
 #define POOL_BACKOFF_MS  5000
 #define POOL_PREFIX      "pool-"
+#define SYSTEM_PREFIX    "sys-" /* the server's own boxes (code runners): not managed here */
 #define EVENT_CMD_MAX    1000
 #define PROVIDER_DEFAULT "native"
 
@@ -600,6 +601,10 @@ static int check_keys(const ab_acquire_req *q, const char *scope, const char **a
                         return ab_err_set(err, AB_E_INVALID, 0,
                                           "id: ids starting with \"" POOL_PREFIX
                                           "\" are reserved for the warm pool");
+                if (!strncmp(q->id, SYSTEM_PREFIX, strlen(SYSTEM_PREFIX)))
+                        return ab_err_set(err, AB_E_INVALID, 0,
+                                          "id: ids starting with \"" SYSTEM_PREFIX
+                                          "\" are reserved for the server's own boxes");
                 snprintf(idbuf, 64, "%s", q->id);
         } else {
                 ab_id_random(idbuf);
@@ -1627,7 +1632,8 @@ static int reconcile(ab_manager *m, ab_err **err)
         if (b->ops->list(b, &bi, &bn, NULL) == 0) {
                 for (size_t i = 0; i < bn; i++) {
                         if (referenced(rs, n, bi[i].id) || bi[i].status == AB_BOX_CREATING ||
-                            bi[i].status == AB_BOX_DELETING)
+                            bi[i].status == AB_BOX_DELETING ||
+                            !strncmp(bi[i].id, SYSTEM_PREFIX, strlen(SYSTEM_PREFIX)))
                                 continue;
                         if (!strncmp(bi[i].id, POOL_PREFIX, strlen(POOL_PREFIX))) {
                                 b->ops->destroy(b, bi[i].id, NULL);

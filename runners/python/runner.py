@@ -1,0 +1,684 @@
+#!/usr/bin/env python3
+# -*- coding: utf-8 -*-
+"""agentbox in-box Python snippet runner (FastGPT sandbox v5 compatible).
+
+One process runs one snippet. The protocol (JSON lines on stdin/stdout) and
+the policies are described in runners/README.md. In short:
+
+    host starts:  python3 runner.py [--uid UID]
+    runner:       {"ready":true}
+    host:         {"code":..., "variables":{...}, "limits":{...}, "maxRequests":30}
+    runner:       {"http":{...}}            (0..maxRequests times, each answered by
+    host:         {"http_result":{...}}      the host with one line)
+                  or {"http_error":"..."}
+    runner:       {"result":{"success":true,"data":{"codeReturn":...,"log":"..."}}}
+                  or {"result":{"success":false,"message":"..."}}
+
+stdout carries protocol lines only: print() and anything user code writes to
+sys.stdout go into "log". The module policy here is compatibility with
+FastGPT; the real boundary is the box the host runs this process in.
+"""
+
+# ---- everything user code may use is imported now, before the import hook
+# ---- is installed and before privileges are dropped (a warm process).
+import base64
+import builtins
+import calendar
+import collections
+import copy
+import csv
+import dataclasses
+import datetime
+import decimal
+import difflib
+import enum
+import fractions
+import functools
+import hashlib
+import heapq
+import bisect
+import hmac
+import html
+import inspect
+import io
+import itertools
+import json
+import math
+import operator
+import os
+import pprint
+import random
+import re
+import resource
+import secrets
+import shutil
+import signal
+import statistics
+import string
+import struct
+import sys
+import sysconfig
+import tempfile
+import textwrap
+import time
+import typing
+import unicodedata
+import urllib.parse
+import uuid
+import zlib
+
+try:  # optional parts of the stdlib
+    import zoneinfo  # noqa: F401
+except ImportError:  # pragma: no cover
+    pass
+try:
+    import _strptime  # noqa: F401  (datetime.strptime imports it lazily)
+except ImportError:  # pragma: no cover
+    pass
+
+# Python modules user code may not import (FastGPT's list of 25).
+BLOCKED_MODULES = frozenset([
+    'os', 'sys', 'subprocess', 'shutil', 'socket', 'ctypes',
+    'multiprocessing', 'threading', 'pickle', 'importlib',
+    'code', 'codeop', 'compile', 'compileall',
+    'signal', 'resource', 'gc', 'inspect',
+    'tempfile', 'pathlib', 'io', 'fileinput',
+    'urllib', 'http', 'requests', 'httpx', 'aiohttp',
+])
+# urllib.parse is the one piece of urllib FastGPT snippets use; it has no I/O.
+ALLOWED_SUBMODULES = frozenset(['urllib.parse'])
+
+DEFAULT_MAX_REQUESTS = 30
+MAX_DELAY_MS = 10000
+MAX_HTTP_TIMEOUT_MS = 10000
+# Virtual memory kept for the interpreter over memoryMB (RLIMIT_AS counts the
+# whole address space: the interpreter, its libraries and preloaded modules).
+AS_HEADROOM_MB = 64
+
+_real_stdout_fd = 1
+_stdin = sys.stdin.buffer
+_writing = False
+_finished = False
+_tmpdir = None
+
+
+# ---- protocol ---------------------------------------------------------------
+
+def _write_line(obj):
+    """Writes one protocol line to the real stdout (fd 1), unbuffered."""
+    global _writing
+    data = (json.dumps(obj, ensure_ascii=True, separators=(',', ':')) + '\n').encode('ascii')
+    _writing = True
+    try:
+        view = memoryview(data)
+        while view:
+            n = os.write(_real_stdout_fd, view)
+            view = view[n:]
+    finally:
+        _writing = False
+
+
+def _read_line():
+    line = _stdin.readline()
+    if not line:
+        raise EOFError('the host closed stdin')
+    return json.loads(line.decode('utf-8', errors='replace'))
+
+
+def _finish(result):
+    """Writes the result line and exits 0 (never returns)."""
+    global _finished
+    if not _finished:
+        _finished = True
+        try:
+            _write_line({'result': result})
+        except Exception:  # pragma: no cover - stdout is gone
+            pass
+        if _tmpdir:
+            shutil.rmtree(_tmpdir, ignore_errors=True)
+    os._exit(0)
+
+
+def _fail(message):
+    _finish({'success': False, 'message': str(message)})
+
+
+def _jsonable(value, _depth=0):
+    """A copy of value that json.dumps accepts: non-finite floats become
+    null (as in JS), keys become strings, anything else non-JSON is str()."""
+    if _depth > 200:
+        return str(value)
+    if value is None or isinstance(value, (bool, int, str)):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        out = {}
+        for k, v in value.items():
+            if not isinstance(k, str):
+                k = json.dumps(k) if isinstance(k, (bool, int, float)) or k is None else str(k)
+            out[k] = _jsonable(v, _depth + 1)
+        return out
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v, _depth + 1) for v in value]
+    return str(value)
+
+
+def _encode_return(value):
+    """value as it goes into the result: JSON values as they are, anything
+    else made JSON (NaN/Infinity -> null, other objects -> str())."""
+    try:
+        json.dumps(value, allow_nan=False)
+        return value
+    except (TypeError, ValueError, RecursionError):
+        return _jsonable(value)
+
+
+# ---- arguments, temp dir, privileges -----------------------------------------
+
+def _parse_uid(argv):
+    uid = None
+    i = 1
+    while i < len(argv):
+        a = argv[i]
+        if a == '--uid' and i + 1 < len(argv):
+            uid = int(argv[i + 1])
+            i += 2
+            continue
+        if a.startswith('--uid='):
+            uid = int(a.split('=', 1)[1])
+        i += 1
+    return uid
+
+
+def _setup_process(uid):
+    base = os.environ.get('TMPDIR') or '/tmp'
+    if not os.path.isdir(base):
+        base = '/tmp'
+    tmpdir = os.path.realpath(tempfile.mkdtemp(prefix='sandbox_', dir=base))
+    os.chmod(tmpdir, 0o700)
+    if uid is not None and os.geteuid() == 0:
+        os.chown(tmpdir, uid, uid)
+        os.setgroups([])
+        os.setgid(uid)
+        os.setuid(uid)
+    os.chdir(tmpdir)
+    keep = ('PATH', 'LANG', 'LC_ALL', 'TZ', 'HOME')
+    for k in list(os.environ):
+        if k not in keep:
+            del os.environ[k]
+    os.environ['TMPDIR'] = tmpdir
+    os.environ['SANDBOX_TMPDIR'] = tmpdir
+    # Exceeding RLIMIT_FSIZE makes the write fail (EFBIG) instead of killing.
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    return tmpdir
+
+
+def _vm_size_bytes():
+    try:
+        with open('/proc/self/status') as f:
+            for line in f:
+                if line.startswith('VmSize:'):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0
+
+
+def _apply_limits(limits):
+    def num(key, default):
+        v = limits.get(key, default) if isinstance(limits, dict) else default
+        return v if isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0 else default
+
+    timeout_ms = num('timeoutMs', 10000)
+    memory_mb = num('memoryMB', 64)
+    disk_mb = num('diskMB', 10)
+
+    def setlim(which, value):
+        value = int(value)
+        try:
+            soft, hard = resource.getrlimit(which)
+            if hard != resource.RLIM_INFINITY:
+                value = min(value, hard)
+            resource.setrlimit(which, (value, value))
+        except (ValueError, OSError):
+            pass
+
+    # memoryMB for user data on top of what the interpreter already maps.
+    base = max(_vm_size_bytes(), 0)
+    setlim(resource.RLIMIT_AS, base + (memory_mb + AS_HEADROOM_MB) * 1024 * 1024)
+    setlim(resource.RLIMIT_FSIZE, disk_mb * 1024 * 1024)
+    setlim(resource.RLIMIT_CPU, math.ceil(timeout_ms / 1000) + 1)
+    return timeout_ms, memory_mb, disk_mb
+
+
+# ---- import policy -------------------------------------------------------------
+
+def _trusted_prefixes():
+    out = []
+    for key in ('stdlib', 'platstdlib', 'purelib', 'platlib'):
+        p = sysconfig.get_path(key)
+        if p:
+            out.append(os.path.realpath(p) + os.sep)
+            out.append(p + os.sep)
+    return tuple(set(out))
+
+
+def _make_import_hook(original_import):
+    trusted = _trusted_prefixes()
+    self_file = os.path.realpath(__file__)
+    blocked = BLOCKED_MODULES
+    allowed_sub = ALLOWED_SUBMODULES
+    getframe = sys._getframe
+
+    def trusted_caller(depth):
+        # The frame that executed the import statement (or called
+        # __import__): user code (compiled as <user_code>, or exec/eval'd as
+        # <string>) is refused; the stdlib, site-packages, frozen importlib
+        # and this runner may import what they need.
+        try:
+            f = getframe(depth)
+        except ValueError:
+            return False
+        name = f.f_code.co_filename or ''
+        if name.startswith('<frozen '):
+            return True
+        if name == self_file:
+            return True
+        return name.startswith(trusted)
+
+    def safe_import(name, globals=None, locals=None, fromlist=(), level=0):
+        if level == 0 and isinstance(name, str):
+            top = name.split('.')[0]
+            if top in blocked and not trusted_caller(2):
+                ok = name in allowed_sub or (
+                    top == 'urllib' and not name.count('.') and fromlist and
+                    all(x == 'parse' for x in fromlist))
+                if not ok:
+                    raise ImportError("Module '%s' is not allowed in sandbox" % name)
+            if top == 'builtins' and not trusted_caller(2):
+                return _builtins_proxy
+        return original_import(name, globals, locals, fromlist, level)
+
+    return safe_import
+
+
+class _BuiltinsProxy(object):
+    """What `import builtins` gives user code: the real module's attributes,
+    except that __import__ is the safe one and cannot be replaced."""
+    __slots__ = ()
+
+    def __getattribute__(self, name):
+        if name == '__import__':
+            return _user_builtins['__import__']
+        if name in _user_builtins:
+            return _user_builtins[name]
+        return getattr(builtins, name)
+
+    def __setattr__(self, name, value):
+        if name in ('__import__', 'open', 'input'):
+            return
+        setattr(builtins, name, value)
+
+    def __dir__(self):
+        return dir(builtins)
+
+
+_builtins_proxy = _BuiltinsProxy()
+_user_builtins = {}
+
+
+# ---- helpers --------------------------------------------------------------------
+
+class _SandboxFs(object):
+    """system_helper.fs: files in the run's own temp dir only."""
+
+    def __init__(self, tmpdir, disk_limit_mb):
+        self._tmpdir = tmpdir
+        self._disk_limit_mb = disk_limit_mb
+        self._disk_limit = int(disk_limit_mb * 1024 * 1024)
+        self._sizes = {}
+
+    def _safe_path(self, path):
+        if isinstance(path, bytes):
+            path = path.decode('utf-8', errors='replace')
+        if not isinstance(path, str):
+            raise TypeError('path must be a string')
+        if '\x00' in path:
+            raise PermissionError('Path traversal not allowed')
+        joined = os.path.normpath(os.path.join(self._tmpdir, path))
+        real = os.path.realpath(joined)
+        for p in (joined, real):
+            if p != self._tmpdir and not p.startswith(self._tmpdir + os.sep):
+                raise PermissionError('Path traversal not allowed')
+        return real
+
+    def write_file(self, path, content):
+        safe = self._safe_path(path)
+        if isinstance(content, str):
+            data = content.encode('utf-8')
+        elif isinstance(content, (bytes, bytearray)):
+            data = bytes(content)
+        else:
+            data = str(content).encode('utf-8')
+        old = self._sizes.get(safe, 0)
+        if sum(self._sizes.values()) - old + len(data) > self._disk_limit:
+            raise IOError('Disk quota exceeded: %sMB limit' % _fmt_num(self._disk_limit_mb))
+        parent = os.path.dirname(safe)
+        if not os.path.isdir(parent):
+            os.makedirs(parent, exist_ok=True)
+        self._safe_path(os.path.relpath(parent, self._tmpdir))
+        fd = os.open(safe, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+        with os.fdopen(fd, 'wb') as f:
+            f.write(data)
+        self._sizes[safe] = len(data)
+
+    def read_file(self, path):
+        safe = self._safe_path(path)
+        fd = os.open(safe, os.O_RDONLY | os.O_NOFOLLOW)
+        with os.fdopen(fd, 'r', encoding='utf-8') as f:
+            return f.read()
+
+    def readdir(self, path='.'):
+        return sorted(os.listdir(self._safe_path(path)))
+
+    def mkdir(self, path):
+        os.makedirs(self._safe_path(path), exist_ok=True)
+
+    def exists(self, path):
+        return os.path.exists(self._safe_path(path))
+
+    @property
+    def tmp_dir(self):
+        return self._tmpdir
+
+    # camelCase aliases, as in the JS helper
+    writeFile = write_file
+    readFile = read_file
+
+    @property
+    def tmpDir(self):
+        return self._tmpdir
+
+
+def _fmt_num(n):
+    return str(int(n)) if float(n).is_integer() else str(n)
+
+
+class _SystemHelper(object):
+    def __init__(self, fs, max_requests):
+        self.fs = fs
+        self._max_requests = max_requests
+        self._request_count = 0
+
+    def count_token(self, text=''):
+        if not isinstance(text, str):
+            text = str(text)
+        return math.ceil(len(text) / 4)
+
+    def str_to_base64(self, text, prefix=''):
+        if not isinstance(text, str):
+            text = str(text)
+        return (prefix or '') + base64.b64encode(text.encode('utf-8')).decode('ascii')
+
+    def create_hmac(self, algorithm, secret):
+        timestamp = str(int(time.time() * 1000))
+        string_to_sign = timestamp + '\n' + secret
+        h = hmac.new(secret.encode('utf-8'), string_to_sign.encode('utf-8'), algorithm)
+        sign = urllib.parse.quote(base64.b64encode(h.digest()).decode('ascii'))
+        return {'timestamp': timestamp, 'sign': sign}
+
+    def delay(self, ms):
+        if ms > MAX_DELAY_MS:
+            raise ValueError('Delay must be <= %dms' % MAX_DELAY_MS)
+        if ms > 0:
+            time.sleep(ms / 1000)
+
+    def http_request(self, url, method=None, headers=None, body=None, timeout=None, **kw):
+        """http_request(url, method='GET', headers=None, body=None, timeout=None)
+        or http_request(url, {"method":..., "headers":..., "body":..., "timeout":...}).
+        timeout is in seconds (as in FastGPT's Python helper), at most 10."""
+        if isinstance(method, dict):
+            opts = method
+            method = opts.get('method')
+            headers = opts.get('headers', headers)
+            body = opts.get('body', body)
+            timeout = opts.get('timeout', timeout)
+        if 'data' in kw and body is None:
+            body = kw.pop('data')
+        if 'json' in kw and body is None:
+            body = kw.pop('json')
+        self._request_count += 1
+        if self._request_count > self._max_requests:
+            raise RuntimeError('Request limit exceeded: max %d requests per execution' % self._max_requests)
+        if not isinstance(url, str):
+            raise TypeError('url must be a string')
+        method = (method or 'GET')
+        if not isinstance(method, str):
+            raise TypeError('method must be a string')
+        hdrs = {}
+        for k, v in (headers or {}).items():
+            hdrs[str(k)] = str(v)
+        data = None
+        if body is not None:
+            if isinstance(body, str):
+                data = body
+            elif isinstance(body, (bytes, bytearray)):
+                data = bytes(body).decode('utf-8', errors='replace')
+            else:
+                data = json.dumps(_encode_return(body), ensure_ascii=False)
+                if not any(k.lower() == 'content-type' for k in hdrs):
+                    hdrs['Content-Type'] = 'application/json'
+        if isinstance(timeout, (int, float)) and not isinstance(timeout, bool) and timeout > 0:
+            timeout_ms = min(int(timeout * 1000), MAX_HTTP_TIMEOUT_MS)
+        else:
+            timeout_ms = MAX_HTTP_TIMEOUT_MS
+        _write_line({'http': {'url': url, 'method': method.upper(), 'headers': hdrs,
+                              'body': data, 'timeout': timeout_ms}})
+        reply = _read_line()
+        if not isinstance(reply, dict):
+            raise RuntimeError('HTTP request failed: bad reply from the host')
+        if 'http_error' in reply:
+            raise RuntimeError(str(reply['http_error']))
+        res = reply.get('http_result')
+        if not isinstance(res, dict):
+            raise RuntimeError('HTTP request failed: bad reply from the host')
+        return {
+            'status': res.get('status'),
+            'statusText': res.get('statusText', ''),
+            'headers': res.get('headers') or {},
+            'data': res.get('data', ''),
+        }
+
+    # camelCase aliases, as in the JS helper
+    countToken = count_token
+    strToBase64 = str_to_base64
+    createHmac = create_hmac
+    httpRequest = http_request
+
+
+# ---- log capture -------------------------------------------------------------------
+
+class _LogWriter(io.TextIOBase):
+    """sys.stdout while user code runs: everything written goes into log."""
+
+    def __init__(self, sink):
+        self._sink = sink
+
+    def writable(self):
+        return True
+
+    def write(self, s):
+        if not isinstance(s, str):
+            s = str(s)
+        self._sink.append(s)
+        return len(s)
+
+    def flush(self):
+        pass
+
+    def isatty(self):
+        return False
+
+
+def _make_print(sink):
+    def print(*args, sep=' ', end='\n', file=None, flush=False):  # noqa: A001
+        sink.append((sep if sep is not None else ' ').join(str(a) for a in args) +
+                    (end if end is not None else '\n'))
+    return print
+
+
+def _make_open(tmpdir, original_open):
+    def open(file, mode='r', *args, **kwargs):  # noqa: A001
+        if isinstance(file, bool) or not isinstance(file, (str, bytes, os.PathLike)):
+            raise PermissionError('Path traversal not allowed')
+        p = os.fsdecode(file)
+        joined = os.path.normpath(os.path.join(tmpdir, p))
+        real = os.path.realpath(joined)
+        for q in (joined, real):
+            if q != tmpdir and not q.startswith(tmpdir + os.sep):
+                raise PermissionError('Path traversal not allowed')
+        return original_open(real, mode, *args, **kwargs)
+    return open
+
+
+# ---- the run -------------------------------------------------------------------------
+
+def _on_timeout(timeout_ms):
+    def handler(signum, frame):
+        if _writing:
+            return  # the host's own timer ends the process
+        _fail('Script execution timed out after %sms' % _fmt_num(timeout_ms))
+    return handler
+
+
+def _call_main(user_main, variables):
+    try:
+        sig = inspect.signature(user_main)
+    except (TypeError, ValueError):
+        return user_main(variables)
+    params = list(sig.parameters.values())
+    if len(params) == 0:
+        return user_main()
+    if len(params) == 1:
+        return user_main(variables)
+    args = []
+    for p in params:
+        if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
+            break
+        if p.name in variables:
+            args.append(variables[p.name])
+        elif p.default is not p.empty:
+            break
+        else:
+            raise TypeError("Missing required argument: '%s'" % p.name)
+    return user_main(*args)
+
+
+def main():
+    global _tmpdir
+    uid = _parse_uid(sys.argv)
+    tmpdir = _tmpdir = _setup_process(uid)
+
+    original_import = builtins.__import__
+    original_open = builtins.open
+    safe_import = _make_import_hook(original_import)
+    builtins.__import__ = safe_import
+
+    _write_line({'ready': True})
+
+    try:
+        req = _read_line()
+    except Exception as e:
+        _fail('Invalid request: %s' % e)
+    if not isinstance(req, dict):
+        _fail('Invalid request: not an object')
+
+    code = req.get('code')
+    variables = req.get('variables')
+    if variables is None:
+        variables = {}
+    max_requests = req.get('maxRequests', DEFAULT_MAX_REQUESTS)
+    if not isinstance(max_requests, int) or isinstance(max_requests, bool) or max_requests < 0:
+        max_requests = DEFAULT_MAX_REQUESTS
+    timeout_ms, memory_mb, disk_mb = _apply_limits(req.get('limits') or {})
+
+    if not isinstance(code, str) or not code.strip():
+        _fail('Code cannot be empty')
+    if not isinstance(variables, dict):
+        _fail('Invalid request: variables must be an object')
+
+    signal.signal(signal.SIGALRM, _on_timeout(timeout_ms))
+    signal.setitimer(signal.ITIMER_REAL, max(timeout_ms, 1) / 1000.0)
+
+    helper = _SystemHelper(_SandboxFs(tmpdir, disk_mb), max_requests)
+    log = []
+
+    ub = _user_builtins
+    for name in dir(builtins):
+        ub[name] = getattr(builtins, name)
+    for name in ('input', 'breakpoint', 'help', 'exit', 'quit', 'copyright', 'credits', 'license',
+                 '__loader__', '__spec__'):
+        ub.pop(name, None)
+    ub['__import__'] = safe_import
+    ub['print'] = _make_print(log)
+    ub['open'] = _make_open(tmpdir, original_open)
+
+    g = {
+        '__builtins__': ub,
+        '__name__': '__main__',
+        'variables': variables,
+        'system_helper': helper,
+        'SystemHelper': helper,
+        'count_token': helper.count_token,
+        'str_to_base64': helper.str_to_base64,
+        'create_hmac': helper.create_hmac,
+        'delay': helper.delay,
+        'http_request': helper.http_request,
+        'json': json,
+        'math': math,
+        'time': time,
+    }
+    for k, v in variables.items():
+        if isinstance(k, str) and k.isidentifier():
+            g[k] = v
+
+    saved_stdout = sys.stdout
+    sys.stdout = _LogWriter(log)
+    try:
+        compiled = compile(code, '<user_code>', 'exec')
+        exec(compiled, g)
+        user_main = g.get('main')
+        if user_main is None or not callable(user_main):
+            raise RuntimeError("No 'main' function defined")
+        ret = _call_main(user_main, variables)
+    except MemoryError:
+        sys.stdout = saved_stdout
+        _fail('Memory limit exceeded')
+    except RecursionError as e:
+        sys.stdout = saved_stdout
+        _fail(str(e) or 'maximum recursion depth exceeded')
+    except BaseException as e:  # SystemExit included: the runner reports, not exits
+        sys.stdout = saved_stdout
+        msg = str(e)
+        _fail(msg if msg else type(e).__name__)
+    sys.stdout = saved_stdout
+    signal.setitimer(signal.ITIMER_REAL, 0)
+
+    text = ''.join(log)
+    if text.endswith('\n'):
+        text = text[:-1]
+    try:
+        out = _encode_return(ret)
+    except Exception as e:  # pragma: no cover
+        _fail(str(e))
+    _finish({'success': True, 'data': {'codeReturn': out, 'log': text}})
+
+
+if __name__ == '__main__':
+    try:
+        main()
+    except SystemExit:
+        raise
+    except BaseException as e:  # the runner itself failed: still answer
+        _fail('Runner error: %s' % e)

@@ -1,0 +1,94 @@
+/* FastGPT code-sandbox routes (seed 003): POST /sandbox/js, POST
+ * /sandbox/python, GET /sandbox/modules. Answers use the seed's shapes:
+ * HTTP 200 {"success": true, "data": {...}} or {"success": false, "message"},
+ * and 400 "Invalid request: ..." for a malformed request.
+ *
+ * Auth as the seed: with SANDBOX_TOKEN set, `Authorization: Bearer TOKEN` is
+ * required (missing 401, malformed 400, wrong 401). Without it, the admin
+ * token is required when the server has one; with neither, loopback clients
+ * only, like the rest of the API. */
+#include "api/server.h"
+#include "runners/runner.h"
+
+static enum MHD_Result sandbox_answer(ab_req *r, unsigned status, const char *message)
+{
+        return resp_json(r, status, json_pack("{s:b,s:s}", "success", 0, "message", message));
+}
+
+/* Returns true when the request may go on; else an answer is queued in *ret. */
+static bool sandbox_auth(ab_req *r, enum MHD_Result *ret)
+{
+        const char *want = r->srv->sandbox_token && *r->srv->sandbox_token ? r->srv->sandbox_token
+                           : r->srv->cfg->token && *r->srv->cfg->token     ? r->srv->cfg->token
+                                                                           : NULL;
+        const char *h = req_header(r, "Authorization");
+        if (!want) {
+                if (req_peer_loopback(r))
+                        return true;
+                *ret = sandbox_answer(r, 403,
+                                      "This server has no token and answers loopback "
+                                      "clients only");
+                return false;
+        }
+        if (!h) {
+                *ret = sandbox_answer(r, 401, "Unauthorized: missing Authorization header");
+                return false;
+        }
+        if (strncasecmp(h, "Bearer ", 7) != 0 || !h[7]) {
+                *ret = sandbox_answer(r, 400,
+                                      "Invalid Authorization header: expected "
+                                      "\"Bearer <token>\"");
+                return false;
+        }
+        if (!req_secret_eq(h + 7, want)) {
+                *ret = sandbox_answer(r, 401, "Unauthorized: invalid token");
+                return false;
+        }
+        return true;
+}
+
+static enum MHD_Result run(ab_req *r, const char *lang)
+{
+        enum MHD_Result ret;
+        if (!sandbox_auth(r, &ret))
+                return ret;
+        if (!r->srv->runners)
+                return sandbox_answer(r, 503, "The code runner is not enabled on this server");
+        json_error_t je;
+        json_t *body = r->body_len ? json_loadb(r->body, r->body_len, 0, &je) : json_object();
+        if (!body) {
+                char msg[256];
+                snprintf(msg, sizeof(msg), "Invalid request: malformed JSON: %s", je.text);
+                return sandbox_answer(r, 400, msg);
+        }
+        json_t *out = NULL;
+        ab_err *e = NULL;
+        int rc = ab_runners_run(r->srv->runners, lang, body, &out, &e);
+        json_decref(body);
+        if (rc < 0) {
+                unsigned st = e->code == AB_E_INVALID ? 400 : status_of(e->code);
+                ret = sandbox_answer(r, st, e->msg);
+                ab_err_free(&e);
+                return ret;
+        }
+        return resp_json(r, 200, out);
+}
+
+enum MHD_Result route_sandbox_js(ab_req *r, const char *id)
+{
+        return run(r, "js");
+}
+
+enum MHD_Result route_sandbox_python(ab_req *r, const char *id)
+{
+        return run(r, "python");
+}
+
+enum MHD_Result route_sandbox_modules(ab_req *r, const char *id)
+{
+        enum MHD_Result ret;
+        if (!sandbox_auth(r, &ret))
+                return ret;
+        return resp_json(r, 200,
+                         json_pack("{s:b,s:o}", "success", 1, "data", ab_runners_modules()));
+}
