@@ -228,6 +228,7 @@ static int on_output(void *ud, int stream, const void *buf, size_t len)
 }
 
 static void top_up(ab_runners *rs, int lang);
+static int box_exec(ab_runners *rs, const char *cmd, ab_err **err);
 
 static void *warm_main(void *arg)
 {
@@ -271,6 +272,16 @@ static void *warm_main(void *arg)
         }
         if (in[0] >= 0)
                 close(in[0]);
+        /* Whatever the snippet left behind (a daemon forked past the policy) runs
+         * as this run's own uid: end all of it before the uid is used again. */
+        char kill_cmd[160];
+        snprintf(kill_cmd, sizeof(kill_cmd),
+                 "for i in 1 2 3 4 5 6 7 8; do pkill -KILL -U %d || exit 0; sleep 0.05; done",
+                 p->uid);
+        ab_err *ke = NULL;
+        if (fd >= 0 && box_exec(rs, kill_cmd, &ke) < 0)
+                ab_log(AB_LOG_WARN, "runner: cannot clean up after a run", "error", ke->msg, NULL);
+        ab_err_free(&ke);
         pthread_mutex_lock(&rs->lock);
         bool never_ready = p->state == W_STARTING;
         if (never_ready) {
