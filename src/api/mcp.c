@@ -207,7 +207,7 @@ static json_t *call_lifecycle(ab_mcp_conn *c, const char *name, json_t *args)
         ab_box_rec rec;
         if (!strcmp(name, "sandbox_create")) {
                 bool created;
-                if (fields_known(args, tools_acquire_fields, NULL, &e) < 0 ||
+                if (fields_known(args, acquire_fields, NULL, &e) < 0 ||
                     tools_acquire(c->srv, c->scope, args, &rec, &created, &e) < 0)
                         return err_result(e);
                 json_t *j = box_json(c->srv, &rec);

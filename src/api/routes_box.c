@@ -69,9 +69,9 @@ enum MHD_Result route_metrics(ab_req *r, const char *id)
 
 /* ---- sandboxes -------------------------------------------------------- */
 
-static const char *const acquire_fields[] = {
-    "id",      "app_id", "user_id", "chat_id",     "thread_id", "mode",     "limits",
-    "network", "env",    "mounts",  "idle_stop_s", "ttl_s",     "metadata", NULL};
+const char *const acquire_fields[] = {"id",          "app_id", "user_id",  "chat_id", "thread_id",
+                                      "mode",        "limits", "network",  "env",     "mounts",
+                                      "idle_stop_s", "ttl_s",  "metadata", NULL};
 static const char *const exec_fields[] = {"command", "timeout_s", "timeout", "env",
                                           "cwd",     "stdin",     NULL};
 
@@ -114,7 +114,7 @@ static int parse_limits(json_t *o, const ab_limits *defaults, ab_limits *out, ab
 }
 
 /* Reads the acquire fields of body into q (pointers into body and *lim). */
-static int parse_acquire(ab_req *r, json_t *body, ab_acquire_req *q, ab_limits *lim, ab_err **err)
+int parse_acquire(const ab_server *s, json_t *body, ab_acquire_req *q, ab_limits *lim, ab_err **err)
 {
         memset(q, 0, sizeof(*q));
         if (field_str(body, "id", &q->id, err) < 0 ||
@@ -128,7 +128,7 @@ static int parse_acquire(ab_req *r, json_t *body, ab_acquire_req *q, ab_limits *
         if (field_obj(body, "limits", &lo, err) < 0)
                 return -1;
         if (lo) {
-                if (parse_limits(lo, &r->srv->cfg->limits, lim, err) < 0)
+                if (parse_limits(lo, &s->cfg->limits, lim, err) < 0)
                         return -1;
                 q->limits = lim;
         }
@@ -173,7 +173,7 @@ enum MHD_Result route_box_create(ab_req *r, const char *id)
         ab_box_rec rec;
         bool created;
         if (fields_known(body, acquire_fields, NULL, &e) < 0 ||
-            parse_acquire(r, body, &q, &lim, &e) < 0 ||
+            parse_acquire(r->srv, body, &q, &lim, &e) < 0 ||
             ab_manager_acquire(r->srv->mgr, &q, r->scope, &rec, &created, &e) < 0) {
                 json_decref(body);
                 return resp_err(r, e);
@@ -601,7 +601,7 @@ enum MHD_Result route_exec(ab_req *r, const char *id)
         if (rc == 0)
                 rc = parse_exec(ex, &j, &e);
         if (rc == 0)
-                rc = parse_acquire(r, acq, &q, &lim, &e);
+                rc = parse_acquire(r->srv, acq, &q, &lim, &e);
         if (rc < 0) {
                 json_decref(acq);
                 json_decref(ex);

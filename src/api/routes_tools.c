@@ -4,13 +4,9 @@
  * in use (running, not idle-stopped) for the length of the call. */
 #include "api/server.h"
 
-const char *const tools_acquire_fields[] = {"id",          "app_id", "user_id", "chat_id",
-                                            "thread_id",   "mode",   "env",     "metadata",
-                                            "idle_stop_s", "ttl_s",  NULL};
-
 static bool is_acquire_field(const char *k)
 {
-        for (const char *const *p = tools_acquire_fields; *p; p++)
+        for (const char *const *p = acquire_fields; *p; p++)
                 if (!strcmp(*p, k))
                         return true;
         return false;
@@ -19,22 +15,10 @@ static bool is_acquire_field(const char *k)
 int tools_acquire(ab_server *s, const char *scope, json_t *o, ab_box_rec *out, bool *created,
                   ab_err **err)
 {
-        ab_acquire_req q = {0};
-        if (field_str(o, "id", &q.id, err) < 0 || field_str(o, "app_id", &q.app_id, err) < 0 ||
-            field_str(o, "user_id", &q.user_id, err) < 0 ||
-            field_str(o, "chat_id", &q.chat_id, err) < 0 ||
-            field_str(o, "thread_id", &q.thread_id, err) < 0 ||
-            field_str(o, "mode", &q.mode, err) < 0 || field_obj(o, "env", &q.env, err) < 0 ||
-            field_obj(o, "metadata", &q.metadata, err) < 0)
+        ab_acquire_req q;
+        ab_limits lim;
+        if (parse_acquire(s, o, &q, &lim, err) < 0)
                 return -1;
-        int64_t v = 0;
-        if (field_int(o, "idle_stop_s", &v, NULL, err) < 0)
-                return -1;
-        q.idle_stop_s = v;
-        v = 0;
-        if (field_int(o, "ttl_s", &v, &q.has_ttl, err) < 0)
-                return -1;
-        q.ttl_s = v;
         return ab_manager_acquire(s->mgr, &q, scope, out, created, err);
 }
 
@@ -49,24 +33,6 @@ static int use_connect(void *ud, ab_err **err)
         return ab_manager_use_connect(c->mgr, c->use, err);
 }
 
-/* The box's env (its spec's "env" object) as "K=V" strings. */
-static char **box_env(const ab_box_rec *r)
-{
-        json_t *spec = r->spec ? json_loads(r->spec, 0, NULL) : NULL;
-        json_t *env = json_is_object(spec) ? json_object_get(spec, "env") : NULL;
-        char **v = xcalloc(json_object_size(env) + 1, sizeof(char *));
-        size_t n = 0;
-        const char *k;
-        json_t *val;
-        json_object_foreach(env, k, val)
-        {
-                if (json_is_string(val))
-                        v[n++] = xasprintf("%s=%s", k, json_string_value(val));
-        }
-        json_decref(spec);
-        return v;
-}
-
 int tools_call(ab_server *s, const char *scope, const char *id, const char *name, json_t *args,
                ab_tool_result *out, ab_err **err)
 {
@@ -77,7 +43,7 @@ int tools_call(ab_server *s, const char *scope, const char *id, const char *name
         ab_use u;
         if (ab_manager_use_begin(s->mgr, id, scope, &u, err) < 0)
                 return -1;
-        _cleanup_strv_ char **env = box_env(&u.rec);
+        _cleanup_strv_ char **env = ab_manager_box_env(&u.rec);
         use_conn c = {.mgr = s->mgr, .use = &u};
         ab_tool_box box = {
             .box_id = u.rec.id,
@@ -171,7 +137,7 @@ enum MHD_Result route_tool(ab_req *r, const char *name)
         json_decref(body);
         ab_box_rec rec;
         bool created;
-        if (fields_known(acq, tools_acquire_fields, NULL, &e) < 0 ||
+        if (fields_known(acq, acquire_fields, NULL, &e) < 0 ||
             tools_acquire(r->srv, r->scope, acq, &rec, &created, &e) < 0) {
                 json_decref(acq);
                 json_decref(args);

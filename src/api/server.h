@@ -105,6 +105,12 @@ int fields_known(json_t *o, const char *const *known, const char *where, ab_err 
 /* A JSON string from bytes that may not be UTF-8: invalid sequences become U+FFFD. */
 json_t *json_bytes(const char *buf, size_t len);
 
+/* The fields of POST /v1/sandboxes (NULL-terminated), and their parser:
+ * fills *q (pointers into body, and lim when limits are given). */
+extern const char *const acquire_fields[];
+int parse_acquire(const ab_server *s, json_t *body, ab_acquire_req *q, ab_limits *lim,
+                  ab_err **err);
+
 /* The box as the API shows it (docs/api.md). */
 json_t *box_json(const ab_server *s, const ab_box_rec *r);
 
@@ -145,11 +151,8 @@ enum MHD_Result route_mcp_delete(ab_req *r, const char *id);
 
 /* Tool calls (routes_tools.c), shared by the REST routes and the MCP server. */
 
-/* The fields tools_acquire reads (NULL-terminated). */
-extern const char *const tools_acquire_fields[];
-/* Finds or creates, and starts, the box named by the acquire fields of o (id,
- * app_id+user_id+chat_id, thread_id; mode, env, metadata, idle_stop_s, ttl_s)
- * like POST /v1/sandboxes. Other keys of o are ignored. */
+/* Finds or creates, and starts, the box named by the acquire fields of o
+ * (acquire_fields) like POST /v1/sandboxes. Other keys of o are ignored. */
 int tools_acquire(ab_server *s, const char *scope, json_t *o, ab_box_rec *out, bool *created,
                   ab_err **err);
 /* Runs agent tool `name` with args (borrowed) in box id, resuming it as

@@ -1094,6 +1094,13 @@ void ab_manager_use_end(ab_manager *m, ab_use *u)
 }
 
 /* Box env (from the record's spec) under the request's env, as K=V strings. */
+static char **merged_env(const ab_box_rec *r, const char *const *req_env);
+
+char **ab_manager_box_env(const ab_box_rec *r)
+{
+        return merged_env(r, NULL);
+}
+
 static char **merged_env(const ab_box_rec *r, const char *const *req_env)
 {
         size_t n = 0, cap = 8;

@@ -101,6 +101,10 @@ int ab_manager_use_begin(ab_manager *m, const char *id, const char *scope, ab_us
 int ab_manager_use_connect(ab_manager *m, ab_use *u, ab_err **err);
 void ab_manager_use_end(ab_manager *m, ab_use *u);
 
+/* The box's own environment (the "env" given when it was made) as a
+ * NULL-terminated strv of "K=V" (free each and the array). */
+char **ab_manager_box_env(const ab_box_rec *r);
+
 /* Runs one command in a box being used: box env merged under req env, an
  * audit row, an "exec" event and metrics. */
 int ab_manager_exec(ab_manager *m, ab_use *u, const abc_exec_req *req, abc_output_fn out, void *ud,
