@@ -21,56 +21,28 @@ FastGPT; the real boundary is the box the host runs this process in.
 
 # ---- everything user code may use is imported now, before the import hook
 # ---- is installed and before privileges are dropped (a warm process).
+# Only what the runner itself needs is imported ahead: every warm process pays
+# for its imports, and a snippet's own imports load what it uses.
 import base64
 import builtins
-import calendar
-import collections
-import copy
-import csv
-import dataclasses
 import datetime
-import decimal
-import difflib
-import enum
-import fractions
-import functools
 import hashlib
-import heapq
-import bisect
 import hmac
-import html
 import inspect
 import io
-import itertools
 import json
 import math
-import operator
 import os
-import pprint
-import random
 import re
 import resource
-import secrets
 import shutil
 import signal
-import statistics
-import string
-import struct
 import sys
 import sysconfig
 import tempfile
-import textwrap
 import time
-import typing
-import unicodedata
 import urllib.parse
-import uuid
-import zlib
 
-try:  # optional parts of the stdlib
-    import zoneinfo  # noqa: F401
-except ImportError:  # pragma: no cover
-    pass
 try:
     import _strptime  # noqa: F401  (datetime.strptime imports it lazily)
 except ImportError:  # pragma: no cover
@@ -254,14 +226,23 @@ def _apply_limits(limits):
 
 # ---- import policy -------------------------------------------------------------
 
+_TRUSTED = None
+
+
 def _trusted_prefixes():
+    """The stdlib's own directories (computed before privileges are dropped:
+    sysconfig may load more of the stdlib the first time)."""
+    global _TRUSTED
+    if _TRUSTED is not None:
+        return _TRUSTED
     out = []
     for key in ('stdlib', 'platstdlib', 'purelib', 'platlib'):
         p = sysconfig.get_path(key)
         if p:
             out.append(os.path.realpath(p) + os.sep)
             out.append(p + os.sep)
-    return tuple(set(out))
+    _TRUSTED = tuple(set(out))
+    return _TRUSTED
 
 
 def _make_import_hook(original_import):
@@ -578,6 +559,7 @@ def _call_main(user_main, variables):
 def main():
     global _tmpdir
     uid = _parse_uid(sys.argv)
+    _trusted_prefixes()
     tmpdir = _tmpdir = _setup_process(uid)
 
     original_import = builtins.__import__

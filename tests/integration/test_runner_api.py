@@ -58,6 +58,11 @@ h.eq((r.get("data") or {}).get("codeReturn"), 42, "python: main(variables)", r.d
 r = run("python", "def main():\n    return None\n")
 h.ok(r.get("success") is True and (r.get("data") or {}).get("codeReturn") is None, "python: None -> null",
      r.describe())
+r = run("python", "import decimal, statistics, collections\ndef main():\n"
+                  "    return [str(decimal.Decimal(1) / 4), statistics.mean([1, 2, 3]), "
+                  "collections.Counter('aab')['a']]\n")
+h.eq((r.get("data") or {}).get("codeReturn"), ["0.25", 2, 2], "python: stdlib modules load on demand",
+     r.describe())
 r = run("python", "x = 1\n")
 h.eq((r.get("success"), r.get("message")), (False, "No 'main' function defined"), "python: no main", r.describe())
 r = run("python", "   \n")
