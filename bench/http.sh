@@ -102,25 +102,7 @@ note() { printf '%s\n' "$*" | tee -a "$NOTES"; }
 put() { echo "$1 $2" >>"$RES"; }
 get() { awk -v k="$1" '$1 == k {v = $2} END {print v}' "$RES"; }
 
-# The cgroup parent the native backend makes for a data dir: agentbox-%08x of
-# a 64-bit FNV-1a hash of the dir's real path (src/backend/native.c).
-cg_parent() {
-        local p h=1469598103934665603 i c
-        p=$(realpath "$1")
-        for ((i = 0; i < ${#p}; i++)); do
-                printf -v c '%d' "'${p:i:1}"
-                h=$(((h ^ c) * 1099511628211))
-        done
-        printf 'agentbox-%08x\n' $(((h ^ (h >> 32)) & 0xffffffff))
-}
 
-stop_server() { # PID: SIGTERM, then SIGKILL after 10 s
-        local pid=$1
-        kill -TERM "$pid" 2>/dev/null || return 0
-        for _ in $(seq 1 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-        kill -9 "$pid" 2>/dev/null
-        wait "$pid" 2>/dev/null
-}
 
 rm_boxes() { # DATA: every box the CLI lists there, then its cgroup parent
         local d=$1 ids cg
@@ -158,14 +140,6 @@ trap 'exit 130' INT TERM
 
 # ---- helpers ----------------------------------------------------------------
 
-# pstats FILE: "n p50 p90 p99 max" (ms, nearest rank) of a file of microsecond samples.
-pstats() {
-        sort -n "$1" | awk '
-                function q(p,   k) { k = int(p * NR); if (k < p * NR) k++; if (k < 1) k = 1; return v[k] / 1000 }
-                {v[NR] = $1}
-                END { if (NR == 0) { print "0 - - - -"; exit }
-                      printf "%d %.3f %.3f %.3f %.3f\n", NR, q(0.5), q(0.9), q(0.99), v[NR] / 1000 }'
-}
 
 # record KEY LABEL FILE: prints a line and records KEY_p50, KEY_p99, KEY_n.
 record() {

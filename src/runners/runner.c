@@ -237,8 +237,8 @@ static void *warm_main(void *arg)
         int in[2] = {-1, -1};
         char cmd[512];
         if (p->lang == LANG_PY)
-                snprintf(cmd, sizeof(cmd), "exec python3 -u " BOX_DIR "/python/runner.py --uid %d",
-                         p->uid);
+                snprintf(cmd, sizeof(cmd),
+                         "exec python3 -S -u " BOX_DIR "/python/runner.py --uid %d", p->uid);
         else if (rs->have_bun)
                 snprintf(cmd, sizeof(cmd),
                          "exec " BOX_DIR "/js/node_modules/@oven/bun-linux-x64/bin/bun " BOX_DIR
