@@ -13,6 +13,7 @@ set -euo pipefail
 
 cd "$(dirname "$0")/.."
 ./scripts/deps.sh
+./scripts/npm-deps.sh # the JS runner's Bun and modules (for /sandbox/js)
 ./scripts/build.sh build
 
 data=${AGENTBOX_DATA:-./data}
