@@ -52,6 +52,7 @@ struct ab_manager {
         int n_deleters;
 
         pthread_mutex_t counts_lock;
+        pthread_mutex_t cap_lock; /* one enforcement of the running-box cap at a time */
         uint64_t counts_at_ns;
         ab_manager_counts counts_cache;
 };
@@ -481,12 +482,16 @@ static void enforce_cap(ab_manager *m, const char *keep)
 {
         if (m->o.max_running <= 0)
                 return;
+        /* Two enforcements at once would each stop a box for the same excess. */
+        pthread_mutex_lock(&m->cap_lock);
         ab_box_filter f = {.provider = m->provider, .status = "running"};
         ab_box_rec *rs = NULL;
         size_t n = 0;
         _cleanup_err_ ab_err *e = NULL;
-        if (ab_store_box_list(m->o.store, &f, &rs, &n, &e) < 0)
+        if (ab_store_box_list(m->o.store, &f, &rs, &n, &e) < 0) {
+                pthread_mutex_unlock(&m->cap_lock);
                 return;
+        }
         size_t running = 0;
         for (size_t i = 0; i < n; i++)
                 running += !is_pool(&rs[i]);
@@ -510,6 +515,7 @@ static void enforce_cap(ab_manager *m, const char *keep)
                 slot_put(m, s);
         }
         ab_box_recs_free(rs, n);
+        pthread_mutex_unlock(&m->cap_lock);
 }
 
 /* A "creating" row whose creator died: keeps the box if the backend finished
@@ -1687,6 +1693,7 @@ int ab_manager_open(const ab_manager_opts *o, ab_manager **out, ab_err **err)
         pthread_mutex_init(&m->slots_lock, NULL);
         pthread_mutex_init(&m->lock, NULL);
         pthread_mutex_init(&m->counts_lock, NULL);
+        pthread_mutex_init(&m->cap_lock, NULL);
         pthread_condattr_t ca;
         pthread_condattr_init(&ca);
         pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
@@ -1750,6 +1757,7 @@ void ab_manager_free(ab_manager *m)
         pthread_mutex_destroy(&m->slots_lock);
         pthread_mutex_destroy(&m->lock);
         pthread_mutex_destroy(&m->counts_lock);
+        pthread_mutex_destroy(&m->cap_lock);
         pthread_cond_destroy(&m->wake);
         pthread_cond_destroy(&m->del_wake);
         free(m);
