@@ -33,15 +33,20 @@ const DEFAULT_MAX_REQUESTS = 30;
 const MAX_DELAY_MS = 10000;
 const MAX_HTTP_TIMEOUT_MS = 10000;
 
-// The allowed modules, loaded now (a warm process pays this once, before any
-// shim can get in their way). Resolved next to this file (runners/js/node_modules).
+// The allowed modules are loaded when a snippet first requires one: loading all
+// six up front was most of a warm process's start-up (~100 ms of CPU), paid
+// by every run. Resolved next to this file (runners/js/node_modules).
+const _realRequire = require;
 const _moduleCache = Object.create(null);
-for (const name of ALLOWED_MODULES) {
-  try {
-    _moduleCache[name] = require(name);
-  } catch (e) {
-    _moduleCache[name] = undefined; // reported when user code requires it
+function _loadAllowed(name) {
+  if (!(name in _moduleCache)) {
+    try {
+      _moduleCache[name] = _realRequire(name);
+    } catch (e) {
+      _moduleCache[name] = undefined; // reported as "Cannot find module"
+    }
   }
+  return _moduleCache[name];
 }
 
 // ---- protocol -------------------------------------------------------------------
@@ -430,7 +435,7 @@ function _safeRequire(name) {
   if (typeof name !== 'string' || !ALLOWED_MODULES.includes(name)) {
     throw new Error("Module '" + String(name) + "' is not allowed in sandbox");
   }
-  const m = _moduleCache[name];
+  const m = _loadAllowed(name);
   if (m === undefined) throw new Error("Cannot find module '" + name + "'");
   return m;
 }
