@@ -51,8 +51,7 @@ struct ab_runners {
         char *runtime_dir; /* o.runtime_dir points here */
         pthread_mutex_t lock;
         pthread_cond_t cond;
-        bool ready, failed, stopping;
-        char *fail_msg;
+        bool ready, preparing, stopping;
         bool have_bun;
         wproc *idle[N_LANG];
         int n_warm[N_LANG]; /* starting + ready */
@@ -125,10 +124,9 @@ static void on_http(wproc *p, json_t *h)
 {
         json_t *ans;
         if (++p->n_http > p->max_http) {
-                ans = json_pack("{s:s}", "http_error", "");
-                json_object_set_new(
-                    ans, "http_error",
-                    json_sprintf("Too many HTTP requests (max %d per run)", p->max_http));
+                ans =
+                    json_pack("{s:o}", "http_error",
+                              json_sprintf("Too many HTTP requests (max %d per run)", p->max_http));
         } else {
                 ab_fetch_req q = {
                     .url = json_string_value(json_object_get(h, "url")),
@@ -497,8 +495,7 @@ static int prepare_box(ab_runners *rs, ab_err **err)
         }
         if (strcmp(have.buf, want) != 0) {
                 /* Install: a tar of the runtime dir, unpacked in the box by its own tar. */
-                _cleanup_free_ char *tmpdir = xstrdup("/tmp");
-                _cleanup_close_ int tfd = open(tmpdir, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+                _cleanup_close_ int tfd = open("/tmp", O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
                 if (tfd < 0)
                         return ab_err_set(err, AB_E_INTERNAL, errno, "runner: temp file");
                 if (tar_dir(rs->o.runtime_dir, tfd, err) < 0)
@@ -541,19 +538,18 @@ static int ensure_ready(ab_runners *rs, ab_err **err)
                 pthread_mutex_unlock(&rs->lock);
                 return 0;
         }
-        static bool preparing;
-        while (preparing && !rs->ready)
+        while (rs->preparing && !rs->ready)
                 pthread_cond_wait(&rs->cond, &rs->lock);
         if (rs->ready) {
                 pthread_mutex_unlock(&rs->lock);
                 return 0;
         }
-        preparing = true;
+        rs->preparing = true;
         pthread_mutex_unlock(&rs->lock);
         ab_err *e = NULL;
         int r = prepare_box(rs, &e);
         pthread_mutex_lock(&rs->lock);
-        preparing = false;
+        rs->preparing = false;
         if (r == 0)
                 rs->ready = true;
         pthread_cond_broadcast(&rs->cond);
@@ -813,7 +809,6 @@ void ab_runners_free(ab_runners *rs)
                 return; /* threads still reference it: leave it (process exit follows) */
         pthread_mutex_destroy(&rs->lock);
         pthread_cond_destroy(&rs->cond);
-        free(rs->fail_msg);
         free(rs->runtime_dir);
         free(rs);
 }

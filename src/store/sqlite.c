@@ -15,28 +15,7 @@ typedef struct sqlite_store {
         sqlite3 *db;
 } sqlite_store;
 
-static const char *const v1[] = {
-    "CREATE TABLE boxes ("
-    "provider TEXT NOT NULL, id TEXT NOT NULL, backend_id TEXT, "
-    "app_id TEXT, user_id TEXT, chat_id TEXT, thread_id TEXT, "
-    "status TEXT NOT NULL, mode TEXT NOT NULL, "
-    "created_at BIGINT NOT NULL, last_active_at BIGINT NOT NULL, "
-    "idle_stop_s BIGINT NOT NULL DEFAULT 0, ttl_s BIGINT NOT NULL DEFAULT 0, "
-    "limits TEXT, spec TEXT, metadata TEXT, error TEXT, "
-    "UNIQUE (provider, id))",
-    "CREATE INDEX boxes_app_chat ON boxes (app_id, chat_id)",
-    "CREATE INDEX boxes_status_active ON boxes (status, last_active_at)",
-    "CREATE TABLE exec_audit ("
-    "id INTEGER PRIMARY KEY AUTOINCREMENT, provider TEXT NOT NULL, box_id TEXT NOT NULL, "
-    "command TEXT NOT NULL, exit_code INTEGER NOT NULL, timed_out INTEGER NOT NULL, "
-    "started_at BIGINT NOT NULL, duration_ms BIGINT NOT NULL, "
-    "stdout_bytes BIGINT NOT NULL, stderr_bytes BIGINT NOT NULL)",
-    "CREATE INDEX exec_audit_box ON exec_audit (provider, box_id, started_at)",
-    "CREATE TABLE api_keys ("
-    "key_id TEXT NOT NULL UNIQUE, key_hash TEXT NOT NULL UNIQUE, app_id TEXT NOT NULL, "
-    "name TEXT, created_at BIGINT NOT NULL)",
-    NULL,
-};
+static const char *const v1[] = AB_STORE_SCHEMA_V1("INTEGER PRIMARY KEY AUTOINCREMENT");
 
 static const ab_store_migration migrations[] = {
     {1, v1},

@@ -245,6 +245,23 @@ static json_t *prop(const char *type, const char *desc)
         return json_pack("{s:s, s:s}", "type", type, "description", desc);
 }
 
+static json_t *bool_prop(const char *desc, bool def)
+{
+        return json_pack("{s:s, s:s, s:b}", "type", "boolean", "description", desc, "default", def);
+}
+
+static json_t *int_prop(const char *desc, int def)
+{
+        return json_pack("{s:s, s:s, s:i}", "type", "integer", "description", desc, "default", def);
+}
+
+/* A parameter that may be null (its default). */
+static json_t *nullable_prop(const char *type, const char *desc)
+{
+        return json_pack("{s:[s,s], s:s, s:n}", "type", type, "null", "description", desc,
+                         "default");
+}
+
 static void add_description_param(json_t *props, const char *what)
 {
         char buf[128];
@@ -307,14 +324,11 @@ json_t *ab_tools_schemas(void)
             p, "path",
             prop("string", "The **absolute** root directory to search under." PATH_NOTE));
         json_object_set_new(p, "include_dirs",
-                            json_pack("{s:s, s:s, s:b}", "type", "boolean", "description",
-                                      "Whether matching directories should also be returned. "
+                            bool_prop("Whether matching directories should also be returned. "
                                       "Default is False.",
-                                      "default", 0));
+                                      0));
         json_object_set_new(p, "max_results",
-                            json_pack("{s:s, s:s, s:i}", "type", "integer", "description",
-                                      "Maximum number of paths to return. Default is 200.",
-                                      "default", 200));
+                            int_prop("Maximum number of paths to return. Default is 200.", 200));
         json_array_append_new(all, function("glob",
                                             "Find files or directories that match a glob pattern "
                                             "under a root directory.",
@@ -328,24 +342,18 @@ json_t *ab_tools_schemas(void)
             p, "path",
             prop("string", "The **absolute** file or root directory to search." PATH_NOTE));
         json_object_set_new(p, "glob",
-                            json_pack("{s:[s,s], s:s, s:n}", "type", "string", "null",
-                                      "description",
-                                      "Optional glob filter for candidate files, for example "
-                                      "`**/*.py`.",
-                                      "default"));
+                            nullable_prop("string",
+                                          "Optional glob filter for candidate files, for example "
+                                          "`**/*.py`."));
         json_object_set_new(p, "literal",
-                            json_pack("{s:s, s:s, s:b}", "type", "boolean", "description",
-                                      "Whether to treat `pattern` as a plain string. Default is "
+                            bool_prop("Whether to treat `pattern` as a plain string. Default is "
                                       "False.",
-                                      "default", 0));
+                                      0));
         json_object_set_new(p, "case_sensitive",
-                            json_pack("{s:s, s:s, s:b}", "type", "boolean", "description",
-                                      "Whether matching is case-sensitive. Default is False.",
-                                      "default", 0));
-        json_object_set_new(p, "max_results",
-                            json_pack("{s:s, s:s, s:i}", "type", "integer", "description",
-                                      "Maximum number of matching lines to return. Default is 100.",
-                                      "default", 100));
+                            bool_prop("Whether matching is case-sensitive. Default is False.", 0));
+        json_object_set_new(
+            p, "max_results",
+            int_prop("Maximum number of matching lines to return. Default is 100.", 100));
         json_array_append_new(all, function("grep",
                                             "Search for matching lines inside a text file or files "
                                             "under a root directory.",
@@ -355,18 +363,14 @@ json_t *ab_tools_schemas(void)
         add_description_param(p, "read");
         json_object_set_new(p, "path",
                             prop("string", "The **absolute** path to the file to read." PATH_NOTE));
-        json_object_set_new(p, "start_line",
-                            json_pack("{s:[s,s], s:s, s:n}", "type", "integer", "null",
-                                      "description",
-                                      "Optional starting line number (1-indexed, inclusive). Omit "
-                                      "to start at the first line.",
-                                      "default"));
-        json_object_set_new(p, "end_line",
-                            json_pack("{s:[s,s], s:s, s:n}", "type", "integer", "null",
-                                      "description",
-                                      "Optional ending line number (1-indexed, inclusive). Omit to "
-                                      "read through the last line.",
-                                      "default"));
+        json_object_set_new(
+            p, "start_line",
+            nullable_prop("integer", "Optional starting line number (1-indexed, inclusive). Omit "
+                                     "to start at the first line."));
+        json_object_set_new(
+            p, "end_line",
+            nullable_prop("integer", "Optional ending line number (1-indexed, inclusive). Omit to "
+                                     "read through the last line."));
         json_array_append_new(all, function("read_file",
                                             "Read the contents of a text file. Use this to examine "
                                             "source code, configuration files, logs, or any "
@@ -379,10 +383,9 @@ json_t *ab_tools_schemas(void)
             p, "path", prop("string", "The **absolute** path to the file to write to." PATH_NOTE));
         json_object_set_new(p, "content", prop("string", "The content to write to the file."));
         json_object_set_new(p, "append",
-                            json_pack("{s:s, s:s, s:b}", "type", "boolean", "description",
-                                      "Whether to append content to the end of the file instead "
+                            bool_prop("Whether to append content to the end of the file instead "
                                       "of overwriting it. Defaults to False.",
-                                      "default", 0));
+                                      0));
         json_array_append_new(
             all,
             function("write_file",
@@ -409,11 +412,10 @@ json_t *ab_tools_schemas(void)
         json_object_set_new(p, "old_str", prop("string", "The substring to replace."));
         json_object_set_new(p, "new_str", prop("string", "The new substring."));
         json_object_set_new(p, "replace_all",
-                            json_pack("{s:s, s:s, s:b}", "type", "boolean", "description",
-                                      "Whether to replace all occurrences of the substring. If "
+                            bool_prop("Whether to replace all occurrences of the substring. If "
                                       "False, the substring must occur exactly once. Default is "
                                       "False.",
-                                      "default", 0));
+                                      0));
         json_array_append_new(
             all, function("str_replace",
                           "Replace a substring in a file with another substring.\n"
