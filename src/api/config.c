@@ -24,6 +24,7 @@ void ab_config_default(ab_config *c)
             .max_body = 1024 * 1024,
             .max_upload = 1024 * 1024 * 1024,
             .max_connections = 1024,
+            .network_full = true,
         };
         ab_limits_default(&c->limits);
 }
@@ -42,6 +43,8 @@ static void config_copy(ab_config *dst, const ab_config *src)
         dst->token = dup_or_null(src->token);
         dst->init_path = dup_or_null(src->init_path);
         dst->webhook_url = dup_or_null(src->webhook_url);
+        dst->network_hosts_file = dup_or_null(src->network_hosts_file);
+        dst->network_subnet = dup_or_null(src->network_subnet);
         dst->keys = src->n_keys ? xcalloc(src->n_keys, sizeof(*dst->keys)) : NULL;
         for (size_t i = 0; i < src->n_keys; i++) {
                 dst->keys[i].key = dup_or_null(src->keys[i].key);
@@ -66,6 +69,8 @@ void ab_config_release(ab_config *c)
         free(c->token);
         free(c->init_path);
         free(c->webhook_url);
+        free(c->network_hosts_file);
+        free(c->network_subnet);
         keys_free(c->keys, c->n_keys);
         *c = (ab_config){0};
 }
@@ -197,6 +202,7 @@ typedef enum {
         K_COUNT,   /* integer >= 0 as int64 */
         K_PCT,     /* percentage as double */
         K_BYTES,   /* size in bytes as uint64 */
+        K_BOOL,    /* true/false, yes/no, on/off, 1/0 as bool */
 } kind;
 
 typedef struct field {
@@ -228,6 +234,9 @@ static const field fields[] = {
     F("max_body", NULL, NULL, K_BYTES, max_body),
     F("max_upload", NULL, NULL, K_BYTES, max_upload),
     F("max_connections", NULL, NULL, K_COUNT, max_connections),
+    F("network_hosts_file", NULL, "AGENTBOX_NETWORK_HOSTS_FILE", K_OPT_STR, network_hosts_file),
+    F("network_subnet", NULL, "AGENTBOX_NETWORK_SUBNET", K_OPT_STR, network_subnet),
+    F("network_full", NULL, "AGENTBOX_NETWORK_FULL", K_BOOL, network_full),
 };
 #undef F
 
@@ -313,6 +322,15 @@ static why_t set_field(ab_config *c, const field *f, const char *v, bool null)
                 *(double *)p = d;
                 return NULL;
         }
+        case K_BOOL:
+                if (!strcmp(v, "true") || !strcmp(v, "yes") || !strcmp(v, "on") || !strcmp(v, "1"))
+                        *(bool *)p = true;
+                else if (!strcmp(v, "false") || !strcmp(v, "no") || !strcmp(v, "off") ||
+                         !strcmp(v, "0"))
+                        *(bool *)p = false;
+                else
+                        return why("'%s' is not true or false", v);
+                return NULL;
         case K_BYTES: {
                 uint64_t b;
                 if (ab_parse_bytes(v, &b, &e) < 0)

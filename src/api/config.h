@@ -32,12 +32,15 @@ typedef struct ab_config {
         double alert_memory_pct;    /* alert thresholds in percent of the limit; 0 = off */
         double alert_cpu_pct;       /* percent of the cpu limit over the last sample */
         double alert_disk_pct;
-        char *webhook_url;       /* alerts are POSTed here when set */
-        uint64_t max_body;       /* largest JSON request body; default 1 MiB */
-        uint64_t max_upload;     /* largest PUT file body; default 1 GiB */
-        int64_t max_connections; /* default 1024 */
-        ab_tool_limits tools;    /* agent tool limits (config: tools: {...}); 0 = default */
-        ab_config_key *keys;     /* API keys scoped to an app (config: api_keys: [{key, app_id}]) */
+        char *webhook_url;        /* alerts are POSTed here when set */
+        uint64_t max_body;        /* largest JSON request body; default 1 MiB */
+        uint64_t max_upload;      /* largest PUT file body; default 1 GiB */
+        int64_t max_connections;  /* default 1024 */
+        char *network_hosts_file; /* names the egress proxy resolves before DNS (hosts format) */
+        char *network_subnet;     /* full mode's IPv4 range; NULL = 10.88.0.0/16 */
+        bool network_full;        /* full network mode allowed; default true */
+        ab_tool_limits tools;     /* agent tool limits (config: tools: {...}); 0 = default */
+        ab_config_key *keys; /* API keys scoped to an app (config: api_keys: [{key, app_id}]) */
         size_t n_keys;
 } ab_config;
 

@@ -136,11 +136,6 @@ int parse_acquire(const ab_server *s, json_t *body, ab_acquire_req *q, ab_limits
             field_obj(body, "env", &q->env, err) < 0 ||
             field_obj(body, "metadata", &q->metadata, err) < 0)
                 return -1;
-        if (q->network) {
-                static const char *const known[] = {"mode", "allow", "deny", NULL};
-                if (fields_known(q->network, known, "network", err) < 0)
-                        return -1;
-        }
         json_t *mounts = json_object_get(body, "mounts");
         if (mounts && !json_is_null(mounts)) {
                 if (!json_is_array(mounts))
@@ -310,6 +305,37 @@ enum MHD_Result route_box_stop(ab_req *r, const char *id)
 enum MHD_Result route_box_start(ab_req *r, const char *id)
 {
         return box_action(r, id, ab_manager_start);
+}
+
+/* PUT /v1/sandboxes/{id}/network {"mode", "allow", "deny"}: the box's new
+ * network policy, applied at once to a running box. */
+enum MHD_Result route_box_network_put(ab_req *r, const char *id)
+{
+        ab_err *e = NULL;
+        json_t *body;
+        if (req_json(r, &body, &e) < 0)
+                return resp_err(r, e);
+        ab_box_rec rec;
+        int rc = ab_manager_set_network(r->srv->mgr, id, r->scope, body, &rec, &e);
+        json_decref(body);
+        if (rc < 0)
+                return resp_err(r, e);
+        json_t *j = box_json(r->srv, &rec);
+        ab_box_rec_clear(&rec);
+        return resp_json(r, 200, j);
+}
+
+enum MHD_Result route_box_network_get(ab_req *r, const char *id)
+{
+        ab_err *e = NULL;
+        ab_box_rec rec;
+        if (ab_manager_get(r->srv->mgr, id, r->scope, &rec, &e) < 0)
+                return resp_err(r, e);
+        json_t *j = box_json(r->srv, &rec);
+        ab_box_rec_clear(&rec);
+        json_t *net = json_incref(json_object_get(j, "network"));
+        json_decref(j);
+        return resp_json(r, 200, net);
 }
 
 /* ---- exec ------------------------------------------------------------- */

@@ -40,6 +40,8 @@ static const route routes[] = {
     {"DELETE", "v1/sandboxes/*", AUTH_USER, BODY_NONE, route_box_delete},
     {"POST", "v1/sandboxes/*/stop", AUTH_USER, BODY_JSON, route_box_stop},
     {"POST", "v1/sandboxes/*/start", AUTH_USER, BODY_JSON, route_box_start},
+    {"GET", "v1/sandboxes/*/network", AUTH_USER, BODY_NONE, route_box_network_get},
+    {"PUT", "v1/sandboxes/*/network", AUTH_USER, BODY_JSON, route_box_network_put},
     {"POST", "v1/sandboxes/*/exec", AUTH_USER, BODY_JSON, route_box_exec},
     {"GET", "v1/sandboxes/*/files", AUTH_USER, BODY_NONE, route_files_get},
     {"PUT", "v1/sandboxes/*/files", AUTH_USER, BODY_UPLOAD, route_files_put},
@@ -416,7 +418,7 @@ json_t *box_json(const ab_server *s, const ab_box_rec *r)
         json_t *net = json_is_object(spec) ? json_object_get(spec, "network") : NULL;
         json_t *meta = json_text_or_null(r->metadata);
         json_t *j = json_pack(
-            "{s:o,s:o,s:o,s:o,s:o,s:o,s:o,s:o,s:o,s:I,s:I,s:I,s:I,s:o,s:O,s:O,s:o,s:o}", "id",
+            "{s:o,s:o,s:o,s:o,s:o,s:o,s:o,s:o,s:o,s:I,s:I,s:I,s:I,s:o,s:o,s:o,s:o,s:o}", "id",
             str_or_null(r->id), "status", str_or_null(r->status), "mode", str_or_null(r->mode),
             "provider", str_or_null(r->provider), "backend_id", str_or_null(r->backend_id),
             "app_id", str_or_null(r->app_id), "user_id", str_or_null(r->user_id), "chat_id",
@@ -424,8 +426,9 @@ json_t *box_json(const ab_server *s, const ab_box_rec *r)
             (json_int_t)r->created_at, "last_active_at", (json_int_t)r->last_active_at,
             "idle_stop_s", (json_int_t)(idle > 0 ? idle : -1), "ttl_s", (json_int_t)r->ttl_s,
             "limits", json_text_or_null(r->limits), "network",
-            net ? net : json_pack("{s:s}", "mode", "none"), "env", env ? env : json_object(),
-            "metadata", json_is_object(meta) ? meta : (json_decref(meta), json_object()), "error",
+            net ? json_incref(net) : json_pack("{s:s,s:[],s:[]}", "mode", "none", "allow", "deny"),
+            "env", env ? json_incref(env) : json_object(), "metadata",
+            json_is_object(meta) ? meta : (json_decref(meta), json_object()), "error",
             str_or_null(r->error));
         json_decref(spec);
         return j;

@@ -31,6 +31,7 @@ typedef struct cli_service {
         ab_events *events;
         ab_metrics *metrics;
         ab_webhook *webhook;
+        struct ab_net *net;
         ab_manager *mgr;
         ab_server srv; /* wired to the pieces above; only serve starts its HTTP daemon */
 } cli_service;

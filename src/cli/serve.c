@@ -6,6 +6,7 @@
 #include "api/server.h"
 #include "runners/runner.h"
 #include "cli/cli.h"
+#include "net/net.h"
 #include "common/log.h"
 
 #include <inttypes.h>
@@ -206,8 +207,16 @@ int cli_service_open(cli_service *s, const cli_service_args *a, ab_err **err)
         if (cfg->webhook_url && *cfg->webhook_url &&
             ab_webhook_new(cfg->webhook_url, 5000, 1024, &s->webhook, err) < 0)
                 goto fail;
+        ab_net_opts nopts = {.events = s->events,
+                             .metrics = s->metrics,
+                             .hosts_file = cfg->network_hosts_file,
+                             .subnet = cfg->network_subnet,
+                             .full_disabled = !cfg->network_full};
+        if (ab_net_new(&nopts, &s->net, err) < 0)
+                goto fail;
         ab_manager_opts mo = {
             .backend = s->backend,
+            .net = s->net,
             .store = s->store,
             .events = s->events,
             .metrics = s->metrics,
@@ -245,6 +254,7 @@ void cli_service_close(cli_service *s)
         ab_runners_free(s->srv.runners);
         free(s->srv.sandbox_token);
         ab_manager_free(s->mgr);
+        ab_net_free(s->net);
         if (s->webhook)
                 ab_webhook_free(s->webhook);
         if (s->metrics)

@@ -4,6 +4,7 @@
 #include "core/manager.h"
 #include "common/log.h"
 #include "core/id.h"
+#include "net/net.h"
 
 #include <openssl/evp.h>
 #include <pthread.h>
@@ -321,6 +322,49 @@ static void set_status(ab_manager *m, ab_box_rec *r, const char *status, const c
         r->error = error ? xstrdup(error) : NULL;
 }
 
+/* The policy recorded in the box's spec (mode none when absent). */
+static void rec_policy(const ab_box_rec *r, ab_netpol *out)
+{
+        memset(out, 0, sizeof(*out));
+        json_t *spec = r->spec ? json_loads(r->spec, 0, NULL) : NULL;
+        if (spec && ab_netpol_parse(json_object_get(spec, "network"), out, NULL) < 0)
+                memset(out, 0, sizeof(*out));
+        json_decref(spec);
+}
+
+/* Makes the running box's network match its recorded policy. init_pid 0 =
+ * ask the backend. Caller holds the slot lock. */
+static int net_sync(ab_manager *m, const ab_box_rec *r, pid_t init_pid, ab_err **err)
+{
+        if (!m->o.net)
+                return 0;
+        ab_netpol pol;
+        rec_policy(r, &pol);
+        int rc = 0;
+        if (pol.mode != AB_NET_NONE || ab_net_active(m->o.net, r->id)) {
+                if (!init_pid) {
+                        ab_box_info info;
+                        if (m->o.backend->ops->info(m->o.backend, r->backend_id, &info, err) < 0) {
+                                ab_netpol_clear(&pol);
+                                return -1;
+                        }
+                        init_pid = info.init_pid;
+                        ab_box_info_clear(&info);
+                }
+                rc = init_pid
+                         ? ab_net_apply(m->o.net, r->id, r->app_id, init_pid, &pol, err)
+                         : ab_err_set(err, AB_E_UNAVAILABLE, 0, "box %s is not running", r->id);
+        }
+        ab_netpol_clear(&pol);
+        if (rc < 0) {
+                ab_log(AB_LOG_WARN, "box network not applied", "box", r->id, "error",
+                       err && *err ? (*err)->msg : "?", NULL);
+                emit(m, "box.error", r,
+                     json_pack("{s:s}", "error", err && *err ? (*err)->msg : "network"));
+        }
+        return rc;
+}
+
 /* Makes the box's backend run it. Caller holds the slot lock. Returns 1 when
  * it had to start the box, 0 when it ran already, -1 on failure. */
 static int ensure_running(ab_manager *m, ab_box_rec *r, ab_err **err)
@@ -346,11 +390,12 @@ static int ensure_running(ab_manager *m, ab_box_rec *r, ab_err **err)
                 return -1;
         }
         bool running = info.status == AB_BOX_RUNNING;
+        pid_t pid = info.init_pid;
         ab_box_info_clear(&info);
         if (running) {
                 if (!status_is(r, "running"))
                         set_status(m, r, "running", NULL);
-                return 0;
+                return net_sync(m, r, pid, err) < 0 ? -1 : 0;
         }
         uint64_t t0 = ab_now_ns();
         int started = 0;
@@ -367,6 +412,8 @@ static int ensure_running(ab_manager *m, ab_box_rec *r, ab_err **err)
         started = 1;
         emit(m, "box.started", r,
              json_pack("{s:I}", "duration_ms", (json_int_t)((ab_now_ns() - t0) / 1000000)));
+        if (net_sync(m, r, 0, err) < 0)
+                return -1;
         return started;
 }
 
@@ -378,6 +425,8 @@ static int stop_locked(ab_manager *m, ab_box_rec *r, const char *reason, ab_err 
                 ab_metrics_op(m->o.metrics, "stop", false);
                 return -1;
         }
+        if (m->o.net)
+                ab_net_release(m->o.net, r->id);
         ab_metrics_op(m->o.metrics,
                       !strcmp(reason, "idle")  ? "idle_stop"
                       : !strcmp(reason, "lru") ? "lru_stop"
@@ -426,6 +475,8 @@ static void destroy_now(ab_manager *m, const char *id)
         if (!status_is(&r, "deleting"))
                 goto out; /* re-acquired meanwhile? never: acquire waits. Be safe. */
         ab_backend *b = m->o.backend;
+        if (m->o.net)
+                ab_net_release(m->o.net, id);
         if (b->ops->destroy(b, r.backend_id, &e) < 0 && e->code != AB_E_NOT_FOUND) {
                 ab_metrics_op(m->o.metrics, "destroy", false);
                 ab_log(AB_LOG_ERROR, "cannot destroy box", "box", id, "error", e->msg, NULL);
@@ -568,8 +619,8 @@ static void wake_pool(ab_manager *m)
         pthread_mutex_unlock(&m->lock);
 }
 
-static int check_keys(const ab_acquire_req *q, const char *scope, const char **app, char idbuf[64],
-                      ab_err **err)
+static int check_keys(ab_manager *m, const ab_acquire_req *q, const char *scope, const char **app,
+                      char idbuf[64], ab_err **err)
 {
         bool has_keys = q->app_id || q->user_id || q->chat_id;
         int kinds = !!q->id + !!has_keys + !!q->thread_id;
@@ -626,23 +677,19 @@ static int check_keys(const ab_acquire_req *q, const char *scope, const char **a
         if (q->limits && ab_limits_validate(q->limits, err) < 0)
                 return ab_err_wrap(err, "limits");
         if (q->network) {
-                json_t *mode = json_object_get(q->network, "mode");
-                const char *mv = json_string_value(mode);
-                if (!json_is_object(q->network) || (mode && !mv))
-                        return ab_err_set(
-                            err, AB_E_INVALID, 0,
-                            "network: must be {\"mode\": \"none\"|\"allowlist\"|\"full\"}");
-                if (mv && strcmp(mv, "none")) {
-                        if (strcmp(mv, "allowlist") && strcmp(mv, "full"))
-                                return ab_err_set(err, AB_E_INVALID, 0,
-                                                  "network.mode: \"%s\" is not one of none, "
-                                                  "allowlist, full",
-                                                  mv);
-                        return ab_err_set(err, AB_E_UNSUPPORTED, 0,
-                                          "network.mode \"%s\" is not available in this build; "
-                                          "boxes have loopback only (\"none\")",
-                                          mv);
-                }
+                ab_netpol pol;
+                if (ab_netpol_parse(q->network, &pol, err) < 0)
+                        return -1;
+                int r = 0;
+                if (pol.mode != AB_NET_NONE && !m->o.net)
+                        r = ab_err_set(err, AB_E_UNSUPPORTED, 0,
+                                       "network.mode \"%s\" is not available in this server",
+                                       ab_net_mode_name(pol.mode));
+                else if (m->o.net)
+                        r = ab_net_check(m->o.net, &pol, err);
+                ab_netpol_clear(&pol);
+                if (r < 0)
+                        return -1;
         }
         if (q->env) {
                 const char *k;
@@ -687,7 +734,11 @@ static void fill_new_rec(ab_manager *m, const ab_acquire_req *q, const char *app
         json_decref(lj);
         json_t *spec = json_object();
         json_object_set_new(spec, "env", q->env ? json_deep_copy(q->env) : json_object());
-        json_object_set_new(spec, "network", json_pack("{s:s}", "mode", "none"));
+        ab_netpol pol = {0};
+        if (q->network && ab_netpol_parse(q->network, &pol, NULL) < 0)
+                memset(&pol, 0, sizeof(pol)); /* validated before: cannot happen */
+        json_object_set_new(spec, "network", ab_netpol_json(&pol));
+        ab_netpol_clear(&pol);
         char me[160];
         if (process_identity(getpid(), me, sizeof(me)))
                 json_object_set_new(spec, "creator", json_string(me));
@@ -731,7 +782,7 @@ int ab_manager_acquire(ab_manager *m, const ab_acquire_req *q, const char *scope
         const char *app = NULL;
         memset(out, 0, sizeof(*out));
         *created = false;
-        if (check_keys(q, scope, &app, id, err) < 0)
+        if (check_keys(m, q, scope, &app, id, err) < 0)
                 return -1;
         ab_limits lim = m->o.limits;
         if (q->limits)
@@ -807,6 +858,10 @@ int ab_manager_acquire(ab_manager *m, const ab_acquire_req *q, const char *scope
                                                "from_pool", 1));
                                 ab_log(AB_LOG_INFO, "box acquired from the pool", "box", id,
                                        "backend_id", r.backend_id, NULL);
+                                if (net_sync(m, &r, 0, err) < 0) {
+                                        ab_box_rec_clear(&r);
+                                        break;
+                                }
                                 *out = r;
                                 *created = true;
                                 rc = 0;
@@ -847,6 +902,10 @@ int ab_manager_acquire(ab_manager *m, const ab_acquire_req *q, const char *scope
                 /* idle time counts from when the box is ready, not from the request */
                 r.last_active_at = wall_ms();
                 ab_store_box_touch(m->o.store, m->provider, id, r.last_active_at, NULL);
+                if (net_sync(m, &r, 0, err) < 0) {
+                        ab_box_rec_clear(&r); /* the box stays; a retry applies the policy */
+                        break;
+                }
                 *out = r;
                 *created = true;
                 rc = 0;
@@ -989,6 +1048,59 @@ int ab_manager_delete_where(ab_manager *m, const ab_box_filter *f, const char *s
         return 0;
 }
 
+int ab_manager_set_network(ab_manager *m, const char *id, const char *scope, json_t *network,
+                           ab_box_rec *out, ab_err **err)
+{
+        ab_netpol pol;
+        if (ab_netpol_parse(network, &pol, err) < 0)
+                return -1;
+        int rc = 0;
+        if (pol.mode != AB_NET_NONE && !m->o.net)
+                rc = ab_err_set(err, AB_E_UNSUPPORTED, 0,
+                                "network.mode \"%s\" is not available in this server",
+                                ab_net_mode_name(pol.mode));
+        else if (m->o.net)
+                rc = ab_net_check(m->o.net, &pol, err);
+        json_t *pj = ab_netpol_json(&pol);
+        ab_netpol_clear(&pol);
+        if (rc < 0) {
+                json_decref(pj);
+                return -1;
+        }
+        memset(out, 0, sizeof(*out));
+        slot *s = slot_get(m, id);
+        pthread_mutex_lock(&s->lock);
+        ab_box_rec r = {0};
+        rc = get_scoped(m, id, scope, &r, err);
+        if (rc == 0 && (status_is(&r, "deleting") || status_is(&r, "creating")))
+                rc = ab_err_set(err, AB_E_CONFLICT, 0, "box %s is being %s", id,
+                                status_is(&r, "deleting") ? "deleted" : "created");
+        if (rc == 0) {
+                json_t *spec = r.spec ? json_loads(r.spec, 0, NULL) : NULL;
+                if (!json_is_object(spec)) {
+                        json_decref(spec);
+                        spec = json_object();
+                }
+                json_object_set(spec, "network", pj);
+                free(r.spec);
+                r.spec = dump(spec);
+                json_decref(spec);
+                rc = ab_store_box_update(m->o.store, &r, err);
+        }
+        if (rc == 0 && status_is(&r, "running"))
+                rc = net_sync(m, &r, 0, err);
+        if (rc == 0) {
+                emit(m, "box.network", &r, json_incref(pj));
+                *out = r;
+        } else {
+                ab_box_rec_clear(&r);
+        }
+        pthread_mutex_unlock(&s->lock);
+        slot_put(m, s);
+        json_decref(pj);
+        return rc;
+}
+
 int ab_manager_stats(ab_manager *m, const ab_box_rec *r, ab_box_stats *out, ab_err **err)
 {
         memset(out, 0, sizeof(*out));
@@ -1109,9 +1221,16 @@ char **ab_manager_box_env(const ab_box_rec *r)
 
 static char **merged_env(const ab_box_rec *r, const char *const *req_env)
 {
-        size_t n = 0, cap = 8;
+        size_t n = 0, cap = 16;
         char **v = xcalloc(cap, sizeof(char *));
         json_t *spec = r->spec ? json_loads(r->spec, 0, NULL) : NULL;
+        ab_netpol pol;
+        if (!spec || ab_netpol_parse(json_object_get(spec, "network"), &pol, NULL) < 0)
+                memset(&pol, 0, sizeof(pol));
+        _cleanup_strv_ char **nenv = ab_net_env(&pol);
+        ab_netpol_clear(&pol);
+        for (char **p = nenv; *p; p++)
+                v[n++] = xstrdup(*p);
         json_t *env = spec ? json_object_get(spec, "env") : NULL;
         const char *k;
         json_t *val;
@@ -1634,6 +1753,11 @@ static int reconcile(ab_manager *m, ab_err **err)
                 } else if (truth && status_is(r, "error") && !strcmp(truth, "running")) {
                         set_status(m, r, truth, NULL);
                         fixed++;
+                }
+                if (info.status == AB_BOX_RUNNING && !status_is(r, "creating")) {
+                        ab_err *ne = NULL;
+                        net_sync(m, r, info.init_pid, &ne); /* the proxy listener is gone */
+                        ab_err_free(&ne);
                 }
         next:
                 if (ir == 0)

@@ -28,6 +28,7 @@ typedef struct ab_manager_opts {
         ab_events *events;   /* borrowed */
         ab_metrics *metrics; /* borrowed */
         ab_webhook *webhook; /* borrowed; NULL = no webhook */
+        struct ab_net *net;  /* borrowed; NULL = every box has network mode none */
         ab_limits limits;    /* defaults of new boxes */
         int64_t idle_stop_s; /* 0 = no idle stop */
         int64_t ttl_s;       /* default TTL; 0 = none */
@@ -84,6 +85,11 @@ int ab_manager_delete(ab_manager *m, const char *id, const char *scope, ab_err *
  * *ids gets the ids queued (NULL-terminated; free with the strv cleanup). */
 int ab_manager_delete_where(ab_manager *m, const ab_box_filter *f, const char *scope, char ***ids,
                             ab_err **err);
+/* Replaces the box's network policy ({"mode", "allow", "deny"}, as at
+ * create) and applies it at once when the box runs (else at its next
+ * start). Changed rules cut the box's open proxy connections. */
+int ab_manager_set_network(ab_manager *m, const char *id, const char *scope, json_t *network,
+                           ab_box_rec *out, ab_err **err);
 /* Resource usage of a running box (AB_E_CONFLICT when not running). */
 int ab_manager_stats(ab_manager *m, const ab_box_rec *r, ab_box_stats *out, ab_err **err);
 

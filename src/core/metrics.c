@@ -16,12 +16,14 @@ static const char *const codes[] = {
 };
 static const char *const ops[] = {"create",    "start",    "stop",       "destroy", "pool_claim",
                                   "idle_stop", "lru_stop", "ttl_delete", "other"};
+static const char *const proxy_results[] = {"allowed", "denied", "error", "other"};
 static const double buckets[] = {.001, .0025, .005, .01, .025, .05, .1, .25,
                                  .5,   1,     2.5,  5,   10,   30,  60};
 
 #define N_OUTCOMES AB_ARRAY_LEN(outcomes)
 #define N_CODES    AB_ARRAY_LEN(codes)
 #define N_OPS      AB_ARRAY_LEN(ops)
+#define N_PROXY    AB_ARRAY_LEN(proxy_results)
 #define N_BUCKETS  (AB_ARRAY_LEN(buckets) + 1) /* the last one is +Inf */
 #define N_STATUS   600                         /* slot 0 holds statuses outside 100..599 */
 
@@ -34,6 +36,7 @@ struct ab_metrics {
         counter http[N_STATUS];
         counter errors[N_CODES];
         counter lifecycle[N_OPS][2]; /* [op][0 = ok, 1 = error] */
+        counter proxy[N_PROXY];
 };
 
 ab_metrics *ab_metrics_new(void)
@@ -92,6 +95,11 @@ void ab_metrics_error(ab_metrics *m, const char *code)
 void ab_metrics_op(ab_metrics *m, const char *op, bool ok)
 {
         inc(&m->lifecycle[index_of(ops, N_OPS, op)][ok ? 0 : 1], 1);
+}
+
+void ab_metrics_proxy(ab_metrics *m, const char *result)
+{
+        inc(&m->proxy[index_of(proxy_results, N_PROXY, result)], 1);
 }
 
 /* --- rendering --- */
@@ -244,6 +252,15 @@ char *ab_metrics_render(ab_metrics *m, const ab_metrics_gauges *g)
                                     "%llu\n",
                                     ops[i], r ? "error" : "ok", (unsigned long long)v);
                 }
+        }
+
+        header(&b, "agentbox_proxy_connections_total", "counter",
+               "Connections to the allowlist egress proxy by result.");
+        for (size_t i = 0; i < N_PROXY; i++) {
+                uint64_t v = get(&m->proxy[i]);
+                if (i + 1 < N_PROXY || v)
+                        put(&b, "agentbox_proxy_connections_total{result=\"%s\"} %llu\n",
+                            proxy_results[i], (unsigned long long)v);
         }
 
         header(&b, "agentbox_pool_size", "gauge", "Warm boxes ready in the pool.");

@@ -24,6 +24,10 @@ void ab_metrics_error(ab_metrics *m, const char *code);
  * "idle_stop", "lru_stop", "ttl_delete"; `ok` false counts a failure. */
 void ab_metrics_op(ab_metrics *m, const char *op, bool ok);
 
+/* One connection to the allowlist egress proxy: "allowed", "denied" (by the
+ * box's rules or an internal address) or "error" (bad request, no route). */
+void ab_metrics_proxy(ab_metrics *m, const char *result);
+
 /* Gauges the caller reads at render time. */
 typedef struct ab_metrics_gauges {
         const char *const *box_states; /* state names ... */
@@ -41,7 +45,8 @@ typedef struct ab_metrics_gauges {
  * .05 .1 .25 .5 1 2.5 5 10 30 60 +Inf), agentbox_execs_in_flight,
  * agentbox_http_requests_total{code}, agentbox_errors_total{code},
  * agentbox_lifecycle_ops_total{op,result}, agentbox_pool_size,
- * agentbox_pool_target, agentbox_sse_subscribers, agentbox_uptime_seconds,
+ * agentbox_pool_target, agentbox_proxy_connections_total{result},
+ * agentbox_sse_subscribers, agentbox_uptime_seconds,
  * agentbox_build_info{version}. */
 char *ab_metrics_render(ab_metrics *m, const ab_metrics_gauges *g);
 

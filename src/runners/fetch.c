@@ -8,6 +8,7 @@
  * cannot reach anything else. Redirects are followed here, not by curl, so
  * each hop goes through the same checks. */
 #include "runners/fetch.h"
+#include "net/addrcheck.h"
 
 #include <arpa/inet.h>
 #include <curl/curl.h>
@@ -24,91 +25,11 @@
 #define MAX_REQ_HEADER_BYTES   ((size_t)64 * 1024)
 #define MAX_RES_HEADER_BYTES   ((size_t)256 * 1024)
 
-/* ---- address policy ---- */
-
-static uint32_t be32(const uint8_t *p)
-{
-        return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
-}
-
-/* Why an IPv4 address (host order) is internal, or NULL when it may be reached. */
-static const char *v4_reason(uint32_t a)
-{
-        static const struct {
-                uint32_t net;
-                int bits;
-                const char *why;
-        } nets[] = {
-            /* most specific first: they sit inside wider ranges below */
-            {0xA9FEA9FE, 32, "cloud metadata"},
-            {0xFFFFFFFF, 32, "broadcast"},
-            {0x00000000, 8, "unspecified"},
-            {0x0A000000, 8, "private"},
-            {0x64400000, 10, "carrier-grade NAT"},
-            {0x7F000000, 8, "loopback"},
-            {0xA9FE0000, 16, "link-local"},
-            {0xAC100000, 12, "private"},
-            {0xC0000000, 24, "IETF protocol assignments"},
-            {0xC0A80000, 16, "private"},
-            {0xC6120000, 15, "benchmarking"},
-            {0xE0000000, 4, "multicast"},
-            {0xF0000000, 4, "reserved"},
-        };
-        for (size_t i = 0; i < AB_ARRAY_LEN(nets); i++) {
-                uint32_t mask = (uint32_t)(~0ull << (32 - nets[i].bits));
-                if ((a & mask) == nets[i].net)
-                        return nets[i].why;
-        }
-        return NULL;
-}
-
-static const char *v6_reason(const uint8_t *b)
-{
-        static const uint8_t zero[16];
-        static const uint8_t mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
-        static const uint8_t nat64[12] = {0, 0x64, 0xff, 0x9b};
-        static const uint8_t nat64_local[6] = {0, 0x64, 0xff, 0x9b, 0, 0x01};
-
-        if (memcmp(b, zero, 15) == 0 && b[15] <= 1)
-                return b[15] ? "loopback" : "unspecified";
-        if (memcmp(b, zero, 12) == 0)
-                return "IPv4-compatible (deprecated)";
-        if (memcmp(b, mapped, 12) == 0)
-                return v4_reason(be32(b + 12));
-        if ((b[0] & 0xfe) == 0xfc)
-                return "unique local";
-        if (b[0] == 0xfe && (b[1] & 0xc0) == 0x80)
-                return "link-local";
-        if (b[0] == 0xfe && (b[1] & 0xc0) == 0xc0)
-                return "site-local";
-        if (b[0] == 0xff)
-                return "multicast";
-        /* Translation prefixes reach the IPv4 address embedded in them. */
-        if (memcmp(b, nat64, 12) == 0 || memcmp(b, nat64_local, 6) == 0)
-                return v4_reason(be32(b + 12));
-        if (b[0] == 0x20 && b[1] == 0x02) /* 6to4 */
-                return v4_reason(be32(b + 2));
-        if (b[0] == 0x20 && b[1] == 0x01 && b[2] == 0 && b[3] == 0) { /* Teredo */
-                const char *r = v4_reason(be32(b + 4));
-                return r ? r : v4_reason(~be32(b + 12));
-        }
-        return NULL;
-}
-
-static const char *addr_reason(const struct sockaddr *sa)
-{
-        if (!sa)
-                return "no address";
-        if (sa->sa_family == AF_INET)
-                return v4_reason(ntohl(((const struct sockaddr_in *)sa)->sin_addr.s_addr));
-        if (sa->sa_family == AF_INET6)
-                return v6_reason(((const struct sockaddr_in6 *)sa)->sin6_addr.s6_addr);
-        return "not an IP address";
-}
+/* ---- address policy: net/addrcheck.h ---- */
 
 bool ab_fetch_addr_allowed(const struct sockaddr *sa)
 {
-        return addr_reason(sa) == NULL;
+        return ab_addr_reason(sa) == NULL;
 }
 
 static void addr_str(const struct sockaddr *sa, char *buf, size_t len)
@@ -134,24 +55,6 @@ static bool same_addr(const struct sockaddr *a, const struct sockaddr *b)
                        x->sin6_port == y->sin6_port;
         }
         return false;
-}
-
-/* Names refused before any lookup: cloud metadata services, which need not
- * look internal in DNS, and localhost names (RFC 6761), which a resolver may
- * send to the network when /etc/hosts does not match them exactly. */
-static const char *name_reason(const char *host)
-{
-        static const char *const metadata[] = {"metadata.google.internal", "metadata"};
-        size_t n = strlen(host);
-        while (n > 0 && host[n - 1] == '.')
-                n--;
-        for (size_t i = 0; i < AB_ARRAY_LEN(metadata); i++)
-                if (strlen(metadata[i]) == n && strncasecmp(host, metadata[i], n) == 0)
-                        return "cloud metadata service";
-        if ((n == 9 && strncasecmp(host, "localhost", 9) == 0) ||
-            (n > 10 && strncasecmp(host + n - 10, ".localhost", 10) == 0))
-                return "loopback name";
-        return NULL;
 }
 
 /* ---- URL ---- */
@@ -230,7 +133,7 @@ static int parse_url(const char *url, url_parts *p, ab_err **err)
 static int resolve_checked(const ab_fetch_req *req, const url_parts *u,
                            struct sockaddr_storage *pin, ab_err **err)
 {
-        const char *name_why = name_reason(u->host);
+        const char *name_why = ab_name_reason(u->host);
         if (name_why)
                 return ab_err_set(err, AB_E_PERMISSION, 0, "Requests to %s (%s) are not allowed",
                                   u->host, name_why);
@@ -254,7 +157,7 @@ static int resolve_checked(const ab_fetch_req *req, const url_parts *u,
         int r = 0;
         const struct addrinfo *first = NULL;
         for (const struct addrinfo *ai = res; ai; ai = ai->ai_next) {
-                const char *why = ai->ai_addr ? addr_reason(ai->ai_addr) : "no address";
+                const char *why = ai->ai_addr ? ab_addr_reason(ai->ai_addr) : "no address";
                 if (!why) {
                         if (!first)
                                 first = ai;
@@ -535,7 +438,7 @@ static curl_socket_t on_open_socket(void *user, curlsocktype purpose, struct cur
 {
         xfer *x = user;
         const struct sockaddr *sa = &a->addr;
-        const char *why = addr_reason(sa);
+        const char *why = ab_addr_reason(sa);
         if (why || !same_addr(sa, (const struct sockaddr *)&x->pin)) {
                 x->blocked = true;
                 x->blocked_why = why ? why : "not the address that was checked";
