@@ -134,7 +134,7 @@ h.eq((a.get("app_id"), a.get("user_id"), a.get("chat_id"), a.get("thread_id")), 
      "new box carries its keys (thread_id null)", r.text)
 h.eq(a.get("limits"), {"cpus": 1, "memory_mib": 256, "pids": 512, "disk_mib": 64, "timeout_s": 30},
      "new box has the server's default limits from the config", r.text)
-h.eq((a.get("network"), a.get("env"), a.get("metadata"), a.get("error")), ({"mode": "none"}, {}, {}, None),
+h.eq((a.get("network"), a.get("env"), a.get("metadata"), a.get("error")), ({"mode": "none", "allow": [], "deny": []}, {}, {}, None),
      "new box: network none, empty env and metadata, no error", r.text)
 h.ok(is_int(a.get("idle_stop_s")) and is_int(a.get("ttl_s")), "idle_stop_s and ttl_s are integers", r.text)
 cb = (h.cli_boxes() or {}).get(A) or {}
@@ -238,7 +238,12 @@ bad = [
     ("env value not a string", {"id": "bad-8", "env": {"A": 1}}, 400, "invalid_argument", "env"),
     ("idle_stop_s a string", {"id": "bad-9", "idle_stop_s": "soon"}, 400, "invalid_argument", "idle_stop_s"),
     ("ttl_s negative", {"id": "bad-10", "ttl_s": -3}, 400, "invalid_argument", "ttl_s"),
-    ("network mode full (not built)", {"id": "bad-11", "network": {"mode": "full"}}, 501, "unsupported", None),
+    ("network mode full (network_full: false)", {"id": "bad-11", "network": {"mode": "full"}}, 501, "unsupported",
+     "full"),
+    ("network mode unknown", {"id": "bad-11", "network": {"mode": "sideways"}}, 400, "invalid_argument",
+     "network.mode"),
+    ("network rule not a host", {"id": "bad-11", "network": {"allow": ["a b"]}}, 400, "invalid_argument",
+     "network.allow"),
     ("mounts (not supported)", {"id": "bad-12", "mounts": [{"host_path": "/etc", "path": "/mnt/etc",
                                                            "read_only": True}]}, 501, "unsupported", None),
     ("body over max_body", {"id": "bad-13", "metadata": {"pad": "x" * (MAX_BODY + 4096)}}, 413, "limit_exceeded", None),

@@ -62,6 +62,9 @@ _DEFAULT = object()  # "use the server's token"
 # Config written when a test gives none of these: small disks keep tests fast.
 DEFAULT_CONFIG = {
     "limits": {"disk": "64M", "memory": "256M", "timeout": "60s"},
+    # full network mode installs iptables rules in the server's network
+    # namespace: only tests that run in a namespace of their own turn it on
+    "network_full": False,
 }
 
 _PLAIN_RE = re.compile(r"^[A-Za-z0-9_./@+-][A-Za-z0-9_./@:+-]*$")
