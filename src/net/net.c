@@ -16,7 +16,7 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 
-#define HOST_IF_PREFIX "abn"
+#define HOST_IF_PREFIX "abnet"
 #define BOX_IF         "eth0"
 
 extern char **environ;
@@ -75,7 +75,7 @@ int ab_net_new(const ab_net_opts *o, ab_net **out, ab_err **err)
         }
         snprintf(n->subnet, sizeof(n->subnet), "%s", sub);
         n->max_index = (~n->mask + 1u) / 4u - 1u;
-        if (n->max_index > 99999) /* "abn" + 5 digits fits IFNAMSIZ */
+        if (n->max_index > 99999) /* "abnet" + 5 digits fits IFNAMSIZ */
                 n->max_index = 99999;
         ab_proxy_opts po = {
             .events = o->events, .metrics = o->metrics, .hosts_file = o->hosts_file};

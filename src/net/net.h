@@ -6,7 +6,7 @@
  *              (proxy.h), and the box's commands get HTTP_PROXY, HTTPS_PROXY,
  *              ALL_PROXY (and lower-case forms) pointing at it, NO_PROXY for
  *              loopback. Traffic that ignores the proxy has nowhere to go.
- *   full       a veth pair ("abnN" on the host, "eth0" in the box, a /30 out
+ *   full       a veth pair ("abnetN" on the host, "eth0" in the box, a /30 out
  *              of the configured subnet) with NAT out of the host; iptables
  *              rules drop anything from the boxes to the host itself (INPUT),
  *              to loopback, link-local and metadata addresses, and to other
