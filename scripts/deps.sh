@@ -28,6 +28,9 @@ PACKAGES=(
         e2fsprogs
         util-linux
         iproute2
+        iptables
+        curl
+        python3-pip
         python3
         clang-format
         bubblewrap

@@ -41,8 +41,11 @@ typedef struct box_ent {
         ab_netpol pol;
         conn *conns;
         size_t n_conns;
-        unsigned gen; /* bumped whenever its connections are cut */
-        int refs;     /* the table's (1 while attached) + one per connection thread */
+        unsigned gen;        /* bumped whenever its connections are cut */
+        uint64_t ev_window;  /* denial events: the current second, how many in it, */
+        unsigned ev_count;   /* and how many were left out (a box hammering the */
+        uint64_t ev_dropped; /* proxy must not flush the event ring) */
+        int refs;            /* the table's (1 while attached) + one per connection thread */
         struct box_ent *next;
 } box_ent;
 
@@ -115,18 +118,41 @@ static void remove_box(ab_proxy *p, box_ent *b)
 
 /* ---- events ----------------------------------------------------------- */
 
-static void denied(ab_proxy *p, const char *box, const char *app, const char *method,
-                   const char *host, int port, const char *why)
+#define DENIED_EVENTS_PER_S 20
+
+static void denied(ab_proxy *p, box_ent *b, const char *method, const char *host, int port,
+                   const char *why)
 {
         if (p->o.metrics)
                 ab_metrics_proxy(p->o.metrics, "denied");
-        if (p->o.events)
-                ab_events_emit(p->o.events, "network.denied", box, app,
-                               json_pack("{s:s,s:i,s:s,s:s}", "host", host, "port", port, "method",
-                                         method, "reason", why));
+        uint64_t now_s = ab_now_ms() / 1000, dropped = 0;
+        bool emit = true;
+        pthread_mutex_lock(&p->lock);
+        if (b->ev_window != now_s) {
+                b->ev_window = now_s;
+                b->ev_count = 0;
+        }
+        if (++b->ev_count > DENIED_EVENTS_PER_S) {
+                b->ev_dropped++;
+                emit = false;
+        } else {
+                dropped = b->ev_dropped;
+                b->ev_dropped = 0;
+        }
+        pthread_mutex_unlock(&p->lock);
+        if (!emit)
+                return;
+        if (p->o.events) {
+                json_t *d = json_pack("{s:s,s:i,s:s,s:s}", "host", host, "port", port, "method",
+                                      method, "reason", why);
+                if (dropped)
+                        json_object_set_new(d, "suppressed_before",
+                                            json_integer((json_int_t)dropped));
+                ab_events_emit(p->o.events, "network.denied", b->id, b->app, d);
+        }
         char ps[16];
         snprintf(ps, sizeof(ps), "%d", port);
-        ab_log(AB_LOG_INFO, "egress denied", "box", box, "host", host, "port", ps, "reason", why,
+        ab_log(AB_LOG_INFO, "egress denied", "box", b->id, "host", host, "port", ps, "reason", why,
                NULL);
 }
 
@@ -543,7 +569,7 @@ static void serve(ab_proxy *p, box_ent *b, conn *c)
                 }
         }
         if (!ok) {
-                denied(p, b->id, b->app, r.method, r.host, r.port, reason);
+                denied(p, b, r.method, r.host, r.port, reason);
                 char msg[700];
                 snprintf(msg, sizeof(msg),
                          "agentbox proxy: %s:%d is not allowed by this box's network policy (%s)",

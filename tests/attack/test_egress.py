@@ -480,6 +480,31 @@ h.ok((abserver.metric_sum(m, "agentbox_proxy_connections_total", result="denied"
      (abserver.metric_sum(m, "agentbox_proxy_connections_total", result="allowed") or 0) >= 3,
      "agentbox_proxy_connections_total counts allowed and denied connections")
 
+# a flood of denials does not flood the event bus
+FLOOD = r'''
+import socket
+for i in range(200):
+    s = socket.create_connection(("127.0.0.1", 3128), timeout=10)
+    s.sendall(b"GET http://flood-%d.test/ HTTP/1.1\r\n\r\n" % i)
+    while s.recv(4096):
+        pass
+    s.close()
+print("flooded")
+'''
+events.collect(timeout=0.5)  # drain
+r = bpy("egress-a", FLOOD, t=60)
+h.ok("flooded" in out_of(r), "a box sends 200 denied requests", out_of(r))
+time.sleep(1.2)
+curl("egress-a", "http://after-flood.test/")
+evs = events.collect(until=lambda e: ((e.json or {}).get("data") or {}).get("host") == "after-flood.test",
+                     timeout=10)
+flood = [e for e in evs if ((e.json or {}).get("data") or {}).get("host", "").startswith("flood-")]
+after = [e.json for e in evs if ((e.json or {}).get("data") or {}).get("host") == "after-flood.test"]
+h.ok(0 < len(flood) < 200, "denial events are rate-limited per box (%d of 200 emitted)" % len(flood))
+suppressed = sum(((e.json or {}).get("data") or {}).get("suppressed_before", 0) for e in evs)
+h.ok(after and suppressed + len(flood) == 200,
+     "the events that follow count the suppressed ones (%d + %d)" % (len(flood), suppressed), json.dumps(after[:1]))
+
 # npm and pip through the proxy
 r = ex("egress-a", "mkdir -p /tmp/npmt && cd /tmp/npmt && HOME=/tmp/npmt npm install --no-audit --no-fund "
        "--registry http://registry.test/ abtest-pkg 2>&1 | tail -3; node -e \"console.log(require('abtest-pkg'))\"",
