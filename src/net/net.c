@@ -100,17 +100,30 @@ void ab_net_free(ab_net *n)
 
 /* ---- full mode: iptables -------------------------------------------- */
 
-/* Runs argv (no shell); returns its exit status, or -errno. */
-static int run(char *const argv[])
+/* Runs argv (no shell) with `input` on its stdin (NULL = /dev/null);
+ * returns its exit status, or -errno. */
+static int run(char *const argv[], const char *input)
 {
+        int pfd[2] = {-1, -1};
+        if (input && pipe2(pfd, O_CLOEXEC) < 0)
+                return -errno;
         posix_spawn_file_actions_t fa;
         posix_spawn_file_actions_init(&fa);
-        posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+        if (input)
+                posix_spawn_file_actions_adddup2(&fa, pfd[0], 0);
+        else
+                posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
         posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
         posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
         pid_t pid;
         int r = posix_spawn(&pid, argv[0], &fa, NULL, argv, environ);
         posix_spawn_file_actions_destroy(&fa);
+        if (input) {
+                close(pfd[0]);
+                if (!r)
+                        (void)!ab_write_all(pfd[1], input, strlen(input));
+                close(pfd[1]);
+        }
         if (r)
                 return -r;
         int st;
@@ -123,7 +136,7 @@ static int run(char *const argv[])
 /* iptables ARGS... with "-w" (wait for the xtables lock); 0 when it succeeded. */
 static int ipt(ab_net *n, ...)
 {
-        char *argv[32];
+        char *argv[16];
         size_t k = 0;
         argv[k++] = n->iptables;
         argv[k++] = (char *)"-w";
@@ -133,19 +146,7 @@ static int ipt(ab_net *n, ...)
                 argv[k++] = a;
         va_end(ap);
         argv[k] = NULL;
-        return run(argv);
-}
-
-/* A chain of ours hooked at the top of a built-in chain, with fresh rules. */
-static int chain(ab_net *n, const char *table, const char *name, const char *hook)
-{
-        ipt(n, "-t", table, "-N", name, NULL); /* fails when it exists: fine */
-        if (ipt(n, "-t", table, "-F", name, NULL))
-                return -1;
-        if (ipt(n, "-t", table, "-C", hook, "-j", name, NULL) &&
-            ipt(n, "-t", table, "-I", hook, "1", "-j", name, NULL))
-                return -1;
-        return 0;
+        return run(argv, NULL);
 }
 
 static int write_sysctl(const char *path, const char *val)
@@ -158,33 +159,47 @@ static int write_sysctl(const char *path, const char *val)
         return r;
 }
 
+/* Our chains are replaced in one iptables-restore transaction per table
+ * (--noflush leaves everything else alone), so there is no moment with the
+ * guards half in place; then each is hooked first into its built-in chain
+ * unless it already is. */
 static int install_rules(ab_net *n)
 {
-        const char *sub = n->subnet, *ifs = HOST_IF_PREFIX "+";
-#define RULE(...)                                                                                  \
-        do {                                                                                       \
-                if (ipt(n, __VA_ARGS__, NULL))                                                     \
-                        return -1;                                                                 \
-        } while (0)
-        if (chain(n, "filter", "AGENTBOX-IN", "INPUT") < 0)
+        const char *ifs = HOST_IF_PREFIX "+";
+        _cleanup_free_ char *rules = xasprintf(
+            "*filter\n"
+            ":AGENTBOX-IN - [0:0]\n"
+            ":AGENTBOX-FWD - [0:0]\n"
+            /* nothing from a box reaches the host itself, on any of its addresses */
+            "-A AGENTBOX-IN -i %1$s -j DROP\n"
+            "-A AGENTBOX-FWD -i %1$s ! -s %2$s -j DROP\n"
+            "-A AGENTBOX-FWD -i %1$s -o %1$s -j DROP\n"
+            "-A AGENTBOX-FWD -i %1$s -d 127.0.0.0/8 -j DROP\n"
+            "-A AGENTBOX-FWD -i %1$s -d 169.254.0.0/16 -j DROP\n"
+            "-A AGENTBOX-FWD -i %1$s -d 100.100.100.200/32 -j DROP\n"
+            "-A AGENTBOX-FWD -i %1$s -j ACCEPT\n"
+            "-A AGENTBOX-FWD -o %1$s -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT\n"
+            "-A AGENTBOX-FWD -o %1$s -j DROP\n"
+            "COMMIT\n"
+            "*nat\n"
+            ":AGENTBOX-NAT - [0:0]\n"
+            "-A AGENTBOX-NAT -s %2$s ! -o %1$s -j MASQUERADE\n"
+            "COMMIT\n",
+            ifs, n->subnet);
+        char restore[80];
+        snprintf(restore, sizeof(restore), "%s-restore", n->iptables);
+        char *argv[] = {restore, (char *)"-w", (char *)"--noflush", NULL};
+        if (run(argv, rules))
                 return -1;
-        /* nothing from a box reaches the host itself, on any of its addresses */
-        RULE("-A", "AGENTBOX-IN", "-i", ifs, "-j", "DROP");
-        if (chain(n, "filter", "AGENTBOX-FWD", "FORWARD") < 0)
-                return -1;
-        RULE("-A", "AGENTBOX-FWD", "-i", ifs, "!", "-s", sub, "-j", "DROP");
-        RULE("-A", "AGENTBOX-FWD", "-i", ifs, "-o", ifs, "-j", "DROP");
-        RULE("-A", "AGENTBOX-FWD", "-i", ifs, "-d", "127.0.0.0/8", "-j", "DROP");
-        RULE("-A", "AGENTBOX-FWD", "-i", ifs, "-d", "169.254.0.0/16", "-j", "DROP");
-        RULE("-A", "AGENTBOX-FWD", "-i", ifs, "-d", "100.100.100.200/32", "-j", "DROP");
-        RULE("-A", "AGENTBOX-FWD", "-i", ifs, "-j", "ACCEPT");
-        RULE("-A", "AGENTBOX-FWD", "-o", ifs, "-m", "conntrack", "--ctstate", "RELATED,ESTABLISHED",
-             "-j", "ACCEPT");
-        RULE("-A", "AGENTBOX-FWD", "-o", ifs, "-j", "DROP");
-        if (chain(n, "nat", "AGENTBOX-NAT", "POSTROUTING") < 0)
-                return -1;
-        RULE("-t", "nat", "-A", "AGENTBOX-NAT", "-s", sub, "!", "-o", ifs, "-j", "MASQUERADE");
-#undef RULE
+        static const char *const hooks[][3] = {{"filter", "INPUT", "AGENTBOX-IN"},
+                                               {"filter", "FORWARD", "AGENTBOX-FWD"},
+                                               {"nat", "POSTROUTING", "AGENTBOX-NAT"}};
+        for (size_t i = 0; i < AB_ARRAY_LEN(hooks); i++) {
+                char *t = (char *)hooks[i][0], *h = (char *)hooks[i][1], *c = (char *)hooks[i][2];
+                if (ipt(n, "-t", t, "-C", h, "-j", c, NULL) &&
+                    ipt(n, "-t", t, "-I", h, "1", "-j", c, NULL))
+                        return -1;
+        }
         return write_sysctl("/proc/sys/net/ipv4/ip_forward", "1");
 }
 

@@ -42,6 +42,7 @@ typedef struct box_ent {
         conn *conns;
         size_t n_conns;
         unsigned gen;        /* bumped whenever its connections are cut */
+        bool paused;         /* at its connection cap: out of the epoll set until one ends */
         uint64_t ev_window;  /* denial events: the current second, how many in it, */
         unsigned ev_count;   /* and how many were left out (a box hammering the */
         uint64_t ev_dropped; /* proxy must not flush the event ring) */
@@ -634,6 +635,11 @@ static void *conn_main(void *arg)
                         break;
                 }
         j->b->n_conns--;
+        if (j->b->paused && j->b->lfd >= 0) {
+                struct epoll_event ev = {.events = EPOLLIN, .data.u64 = j->b->key};
+                epoll_ctl(p->ep, EPOLL_CTL_MOD, j->b->lfd, &ev);
+                j->b->paused = false;
+        }
         close(j->c->cfd);
         free(j->c);
         unref_box(j->b);
@@ -681,6 +687,13 @@ static void accept_on(ab_proxy *p, uint64_t key)
                         free(j);
                 }
                 pthread_attr_destroy(&at);
+        }
+        if (b && b->lfd >= 0 && b->n_conns >= (size_t)p->o.max_conns_per_box && !b->paused) {
+                /* level-triggered: leaving it armed would spin; the next
+                 * connection to end re-arms it */
+                struct epoll_event ev = {.events = 0, .data.u64 = b->key};
+                epoll_ctl(p->ep, EPOLL_CTL_MOD, b->lfd, &ev);
+                b->paused = true;
         }
         pthread_mutex_unlock(&p->lock);
 }
