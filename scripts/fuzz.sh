@@ -7,11 +7,51 @@ cd "$(dirname "$0")/.."
 secs=${1:-60}
 command -v clang >/dev/null || apt-get install -y -qq clang >/dev/null
 mkdir -p build-fuzz
+
+# The sources and libraries each target links, besides its own file.
+deps() {
+        case "$1" in
+        fuzz_proto)
+                echo src/init/proto.c src/common/util.c src/common/err.c
+                ;;
+        fuzz_proxy)
+                echo src/net/proxy.c src/net/policy.c src/net/addrcheck.c \
+                        src/common/util.c src/common/err.c src/common/log.c \
+                        src/core/events.c src/core/metrics.c -ljansson -lpthread -lm
+                ;;
+        *)
+                echo "fuzz.sh: no source list for $1: add it to deps()" >&2
+                return 1
+                ;;
+        esac
+}
+
+# A few valid inputs to start from when a target's corpus is empty.
+seed() {
+        [ -z "$(ls -A "$2")" ] || return 0
+        case "$1" in
+        fuzz_proxy)
+                printf 'CONNECT example.com:443 HTTP/1.1\r\nHost: example.com\r\n\r\n' >"$2/connect"
+                printf 'CONNECT [2001:db8::1]:443 HTTP/1.1\r\n\r\n' >"$2/connect6"
+                printf 'GET http://Example.com:8080/a?b=c HTTP/1.1\r\nHost: evil\r\n%s\r\n\r\n' \
+                        'Proxy-Connection: x' >"$2/get"
+                printf 'GET http://h?x=1 HTTP/1.0\r\n\r\n' >"$2/query"
+                printf '{"mode":"restricted","allowed_domains":["*.a.com:443","b.org."],%s}' \
+                        '"deny":["203.0.113.5","*"]' >"$2/policy"
+                printf '{"mode":"full","allow":["*"],"blocked_domains":null}' >"$2/policy2"
+                ;;
+        esac
+}
+
 for src in tests/fuzz/fuzz_*.c; do
         name=$(basename "$src" .c)
-        clang -g -O1 -D_GNU_SOURCE -Isrc -fsanitize=fuzzer,address,undefined \
-                -o "build-fuzz/$name" "$src" src/init/proto.c src/common/util.c src/common/err.c
+        srcs=$(deps "$name")
+        # shellcheck disable=SC2086 # the list is words on purpose
+        clang -g -O1 -D_GNU_SOURCE -DAGENTBOX_VERSION='"fuzz"' -Isrc -fsanitize=fuzzer,address,undefined \
+                -fno-sanitize-recover=undefined \
+                -o "build-fuzz/$name" "$src" $srcs
         mkdir -p "build-fuzz/corpus-$name"
+        seed "$name" "build-fuzz/corpus-$name"
         echo "== $name for ${secs}s"
         "build-fuzz/$name" -max_total_time="$secs" -artifact_prefix=build-fuzz/ \
                 "build-fuzz/corpus-$name"

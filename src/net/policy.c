@@ -33,9 +33,11 @@ void ab_netpol_clear(ab_netpol *p)
 bool ab_net_host_normalize(const char *host, char *out, size_t len)
 {
         size_t n = strlen(host);
+        bool bracketed = false;
         if (n >= 2 && host[0] == '[' && host[n - 1] == ']') {
                 host++;
                 n -= 2;
+                bracketed = true; /* only ever around an IPv6 literal */
         }
         while (n > 0 && host[n - 1] == '.')
                 n--;
@@ -51,7 +53,7 @@ bool ab_net_host_normalize(const char *host, char *out, size_t len)
                 out[i] = (char)tolower(c);
         }
         out[n] = '\0';
-        if (colon) { /* an IPv6 literal: only as a real address */
+        if (colon || bracketed) { /* an IPv6 literal: only as a real address */
                 struct in6_addr a;
                 return inet_pton(AF_INET6, out, &a) == 1;
         }

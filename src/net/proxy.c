@@ -228,8 +228,22 @@ int ab_proxy_parse(const char *buf, size_t len, ab_proxy_req *r, const char **wh
         if (!sp1 || !sp2 || (size_t)(sp1 - buf) >= sizeof(r->method) || sp1 == buf)
                 return *why = "malformed request line", 400;
         size_t vlen = (size_t)(end - sp2 - 1);
-        if (vlen != 8 || strncmp(sp2 + 1, "HTTP/1.", 7))
-                return *why = "only HTTP/1.x requests are proxied", 400;
+        if (vlen != 8 || (strncmp(sp2 + 1, "HTTP/1.1", 8) && strncmp(sp2 + 1, "HTTP/1.0", 8)))
+                return *why = "only HTTP/1.0 and HTTP/1.1 requests are proxied", 400;
+        /* no control characters anywhere in the head but the CRLFs: a bare
+         * CR or LF passed on could split a line at a lenient origin server */
+        const char *head_end = memmem(buf, len, "\r\n\r\n", 4);
+        if (!head_end)
+                return *why = "unterminated headers", 400;
+        for (const char *c = buf; c < head_end + 4; c++) {
+                unsigned char ch = (unsigned char)*c;
+                if (ch == '\r' && c[1] == '\n') {
+                        c++;
+                        continue;
+                }
+                if ((ch < 0x20 && ch != '\t') || ch == 0x7f)
+                        return *why = "control character in the request head", 400;
+        }
         memcpy(r->method, buf, (size_t)(sp1 - buf));
         for (char *m = r->method; *m; m++)
                 if (!isupper((unsigned char)*m))
@@ -282,7 +296,8 @@ int ab_proxy_parse(const char *buf, size_t len, ab_proxy_req *r, const char **wh
                 if (le == line)
                         break;
                 const char *colon = memchr(line, ':', (size_t)(le - line));
-                if (!colon || colon == line || memchr(line, ' ', (size_t)(colon - line))) {
+                if (!colon || colon == line || memchr(line, ' ', (size_t)(colon - line)) ||
+                    memchr(line, '\t', (size_t)(colon - line))) {
                         free(h);
                         return *why = "malformed header", 400;
                 }
