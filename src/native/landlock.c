@@ -3,6 +3,7 @@
 #include "landlock.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <linux/landlock.h>
 #include <linux/types.h>
 #include <stddef.h>
@@ -20,6 +21,9 @@
 #ifndef LANDLOCK_ACCESS_FS_MAKE_BLOCK
 #define LANDLOCK_ACCESS_FS_MAKE_BLOCK (1ULL << 11)
 #endif
+#ifndef LANDLOCK_ACCESS_FS_REFER
+#define LANDLOCK_ACCESS_FS_REFER (1ULL << 13)
+#endif
 #ifndef LANDLOCK_SCOPE_ABSTRACT_UNIX_SOCKET
 #define LANDLOCK_SCOPE_ABSTRACT_UNIX_SOCKET (1ULL << 0)
 #endif
@@ -28,6 +32,9 @@
 #endif
 #ifndef __NR_landlock_create_ruleset
 #define __NR_landlock_create_ruleset 444
+#endif
+#ifndef __NR_landlock_add_rule
+#define __NR_landlock_add_rule 445
 #endif
 #ifndef __NR_landlock_restrict_self
 #define __NR_landlock_restrict_self 446
@@ -59,10 +66,30 @@ int ab_landlock_apply(void)
                 size = sizeof(attr);
         }
 
+        /* From ABI 2 every ruleset denies moving or linking a file into
+         * another directory (EXDEV) unless a rule grants "refer": rename
+         * between directories is everyday work (apt's lists, pip's and git's
+         * temp files), so it is granted under the whole root. */
+        if (abi >= 2)
+                attr.handled_access_fs |= LANDLOCK_ACCESS_FS_REFER;
+
         int fd = (int)syscall(__NR_landlock_create_ruleset, &attr, size, 0);
         if (fd < 0)
                 return -errno;
         int r = 0;
+        if (abi >= 2) {
+                struct landlock_path_beneath_attr pb = {.allowed_access = LANDLOCK_ACCESS_FS_REFER};
+                pb.parent_fd = open("/", O_PATH | O_DIRECTORY | O_CLOEXEC);
+                if (pb.parent_fd < 0 ||
+                    syscall(__NR_landlock_add_rule, fd, LANDLOCK_RULE_PATH_BENEATH, &pb, 0) < 0)
+                        r = -errno;
+                if (pb.parent_fd >= 0)
+                        close(pb.parent_fd);
+                if (r < 0) {
+                        close(fd);
+                        return r;
+                }
+        }
         if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0 ||
             syscall(__NR_landlock_restrict_self, fd, 0) < 0)
                 r = -errno;
