@@ -71,7 +71,7 @@ def sh(*args, timeout=30):
 NAMES = {
     "allowed.test": OUT_IP, "a.svc.test": OUT_IP, "deep.a.svc.test": OUT_IP, "svc.test": OUT_IP,
     "bad.svc.test": OUT_IP, "other.test": OUT_IP, "registry.test": OUT_IP, "pypi.test": OUT_IP,
-    "exfil-secret-data.test": OUT_IP,
+    "exfil-secret-data.test": OUT_IP, "deb.test": OUT_IP,
     "rebind.test": "127.0.0.1", "private.test": "10.1.2.3", "meta.test": "169.254.169.254",
 }
 dns_log = []
@@ -131,6 +131,11 @@ class H(BaseHTTPRequestHandler):
         path = os.path.join(ROOT, self.path.lstrip("/").split("?")[0])
         if os.path.isdir(path):
             path = os.path.join(path, "index.html")
+        if not os.path.isfile(path) and self.path.startswith(("/deb/", "/simple/", "/npm/")):
+            self.send_response(404)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
         body = open(path, "rb").read() if os.path.isfile(path) else ("hello from outside " + self.path).encode()
         self.send_response(200)
         if path.endswith(".html"):
@@ -282,6 +287,8 @@ try:
         h.ok(b"hello from outside" in got, "control: the host reaches the outside test server", repr(got))
     with socket.create_connection(("169.254.169.254", 80), timeout=5) as c:
         h.ok(b"meta-secret" in c.recv(4096), "control: the host reaches the stand-in metadata server")
+    # the reader thread logs the control's own connection: wait for it, then forget it
+    abserver.wait_for(lambda: any(x.startswith("hit") for x in meta_hits), timeout=10)
     meta_hits.clear()
     meta_hits.append("ready")
     h.ok(socket.gethostbyname("allowed.test") == OUT_IP, "control: the test resolver answers")
@@ -323,6 +330,31 @@ with open(os.path.join(webroot, "simple", "abtest-pkg", "index.html"), "w") as f
     f.write('<html><body><a href="http://pypi.test/%s#sha256=%s">%s</a></body></html>' % (
         whl_name, hashlib.sha256(whl.getvalue()).hexdigest(), whl_name))
 
+# a flat apt repository with one package, built with dpkg-deb
+deb_ok = False
+debdir = os.path.join(h.root, "debpkg")
+os.makedirs(os.path.join(debdir, "DEBIAN"))
+os.makedirs(os.path.join(debdir, "usr", "share", "abtest-deb"))
+with open(os.path.join(debdir, "DEBIAN", "control"), "w") as f:
+    f.write("Package: abtest-deb\nVersion: 1.0\nArchitecture: all\nMaintainer: abtest <t@t>\n"
+            "Description: agentbox egress test package\n")
+with open(os.path.join(debdir, "usr", "share", "abtest-deb", "hello"), "w") as f:
+    f.write("abtest-deb via apt\n")
+os.makedirs(os.path.join(webroot, "deb"), exist_ok=True)
+deb_path = os.path.join(webroot, "deb", "abtest-deb_1.0_all.deb")
+if sh("dpkg-deb", "--root-owner-group", "-b", debdir, deb_path).returncode == 0:
+    data = open(deb_path, "rb").read()
+    stanza = ("Package: abtest-deb\nVersion: 1.0\nArchitecture: all\nMaintainer: abtest <t@t>\n"
+              "Filename: ./abtest-deb_1.0_all.deb\nSize: %d\nSHA256: %s\n"
+              "Description: agentbox egress test package\n\n" % (len(data), hashlib.sha256(data).hexdigest()))
+    with open(os.path.join(webroot, "deb", "Packages"), "w") as f:
+        f.write(stanza)
+    pk = stanza.encode()
+    with open(os.path.join(webroot, "deb", "Release"), "w") as f:
+        f.write("Origin: abtest\nLabel: abtest\nSuite: ./\nCodename: abtest\nArchitectures: all\n"
+                "SHA256:\n %s %d Packages\n" % (hashlib.sha256(pk).hexdigest(), len(pk)))
+    deb_ok = True
+
 # ---- the server ------------------------------------------------------------------------
 S = h.start_server(config={"network_full": True})
 events = S.sse("/v1/events?types=network.denied,box.network")
@@ -342,7 +374,7 @@ def curl(box, url, *extra, t=10):
 
 
 POLICY = {"mode": "allowlist",
-          "allow": ["allowed.test", "*.svc.test", "registry.test", "pypi.test", "rebind.test",
+          "allow": ["allowed.test", "*.svc.test", "registry.test", "pypi.test", "deb.test", "rebind.test",
                     "private.test", "meta.test", "allowed.test:7000"],
           "deny": ["bad.svc.test"]}
 r = S.post("/v1/sandboxes", {"id": "egress-a", "network": POLICY})
@@ -514,6 +546,19 @@ r = ex("egress-a", "python3 -m pip download --no-deps --disable-pip-version-chec
        "--index-url http://pypi.test/simple/ --trusted-host pypi.test -d /tmp/pipdl abtest-pkg 2>&1 | tail -2; "
        "ls /tmp/pipdl", t=90)
 h.ok(whl_name in out_of(r), "pip downloads a package through the proxy (index listed)", out_of(r)[-1500:])
+
+if deb_ok:
+    APT = ("A='-o Dir::Etc::SourceList=/tmp/apt/sources.list -o Dir::Etc::SourceParts=/dev/null "
+           "-o Dir::State::Lists=/tmp/apt/lists -o Dir::Cache=/tmp/apt/cache -o Debug::NoLocking=1 "
+           "-o APT::Sandbox::User=root'; mkdir -p /tmp/apt/lists/partial /tmp/apt/cache/archives/partial "
+           "/tmp/aptdl && echo 'deb [trusted=yes] http://deb.test/deb ./' > /tmp/apt/sources.list && "
+           "apt-get $A update 2>&1 | tail -3 && cd /tmp/aptdl && apt-get $A download abtest-deb 2>&1 | tail -2; "
+           "ls /tmp/aptdl")
+    r = ex("egress-a", APT, t=90)
+    h.ok("abtest-deb_1.0_all.deb" in out_of(r), "apt-get update and download work through the proxy (repository "
+         "listed)", out_of(r)[-1500:])
+else:
+    h.skip("apt through the proxy", "dpkg-deb could not build the test package")
 
 # a rule change cuts open tunnels; new rules decide new connections
 HOLD = r'''
