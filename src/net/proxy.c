@@ -451,13 +451,11 @@ static void answer(int fd, int status, const char *reason, const char *msg)
                 (void)!ab_write_all(fd, buf, (size_t)n < sizeof(buf) ? (size_t)n : sizeof(buf) - 1);
 }
 
-/* Reads until the end of the head; returns the byte count (the head and
- * whatever followed it), 0 on EOF/timeout, -1 when too long. */
-static ssize_t read_head(int fd, char *buf, size_t cap, size_t *head_len)
+/* Waits (up to the head timeout) for bytes and appends them to buf[*n..cap).
+ * Returns the count read, 0 on EOF, timeout or error. */
+static ssize_t recv_some(int fd, char *buf, size_t *n, size_t cap, uint64_t deadline)
 {
-        size_t n = 0;
-        uint64_t deadline = ab_now_ms() + HEAD_TIMEOUT_MS;
-        while (n < cap) {
+        for (;;) {
                 int left = (int)(deadline - ab_now_ms());
                 if (left <= 0)
                         return 0;
@@ -467,20 +465,35 @@ static ssize_t read_head(int fd, char *buf, size_t cap, size_t *head_len)
                         continue;
                 if (r <= 0)
                         return 0;
-                ssize_t k = recv(fd, buf + n, cap - n, 0);
+                ssize_t k = recv(fd, buf + *n, cap - *n, 0);
                 if (k < 0 && errno == EINTR)
                         continue;
                 if (k <= 0)
                         return 0;
-                size_t from = n > 3 ? n - 3 : 0;
-                n += (size_t)k;
+                *n += (size_t)k;
+                return k;
+        }
+}
+
+/* Reads until the end of the head (buf already holds n bytes); returns the
+ * byte count (the head and whatever followed it), 0 on EOF/timeout, -1 when
+ * too long. */
+static ssize_t read_head(int fd, char *buf, size_t n, size_t cap, size_t *head_len,
+                         uint64_t deadline)
+{
+        size_t from = 0;
+        for (;;) {
                 char *e = memmem(buf + from, n - from, "\r\n\r\n", 4);
                 if (e) {
                         *head_len = (size_t)(e - buf) + 4;
                         return (ssize_t)n;
                 }
+                from = n > 3 ? n - 3 : 0;
+                if (n == cap)
+                        return -1;
+                if (recv_some(fd, buf, &n, cap, deadline) <= 0)
+                        return 0;
         }
-        return -1;
 }
 
 /* Copies both ways until both directions are done, the tunnel is idle too
@@ -519,35 +532,17 @@ static void relay(int a, int b, long idle_ms)
         free(buf);
 }
 
-static void serve(ab_proxy *p, box_ent *b, conn *c)
+/* Decides, resolves and connects for a box's request to host:port. Returns
+ * the upstream fd, or -1 with *status (403 denied, 502 unreachable, 504
+ * timeout) and msg set; a denial is also an event. */
+static int open_upstream(ab_proxy *p, box_ent *b, const char *method, const char *host, int port,
+                         int *status, char *msg, size_t msglen)
 {
-        char *buf = xmalloc(HEAD_MAX);
-        size_t head_len = 0;
-        ssize_t n = read_head(c->cfd, buf, HEAD_MAX, &head_len);
-        if (n <= 0) {
-                if (n < 0)
-                        answer(c->cfd, 431, "Request Header Fields Too Large",
-                               "agentbox proxy: the request head is over 16 KiB");
-                free(buf);
-                return;
-        }
-        ab_proxy_req r;
-        const char *why = NULL;
-        int st = ab_proxy_parse(buf, head_len, &r, &why);
-        if (st) {
-                char msg[256];
-                snprintf(msg, sizeof(msg), "agentbox proxy: %s", why);
-                answer(c->cfd, st, "Bad Request", msg);
-                if (p->o.metrics)
-                        ab_metrics_proxy(p->o.metrics, "error");
-                free(buf);
-                return;
-        }
         char reason[300] = "";
         pthread_mutex_lock(&p->lock);
-        bool ok = ab_netpol_allows(&b->pol, r.host, r.port, reason, sizeof(reason));
+        bool ok = ab_netpol_allows(&b->pol, host, port, reason, sizeof(reason));
         pthread_mutex_unlock(&p->lock);
-        const char *nwhy = ok ? ab_name_reason(r.host) : NULL;
+        const char *nwhy = ok ? ab_name_reason(host) : NULL;
         if (nwhy) {
                 ok = false;
                 snprintf(reason, sizeof(reason), "%s", nwhy);
@@ -555,16 +550,14 @@ static void serve(ab_proxy *p, box_ent *b, conn *c)
         struct sockaddr_storage addrs[MAX_ADDRS];
         int na = 0;
         if (ok) {
-                na = resolve(p, r.host, r.port, addrs, &why);
+                const char *why = NULL;
+                na = resolve(p, host, port, addrs, &why);
                 if (na < 0) {
-                        free(r.head);
-                        char msg[400];
-                        snprintf(msg, sizeof(msg), "agentbox proxy: %s: %s", r.host, why);
-                        answer(c->cfd, 502, "Bad Gateway", msg);
+                        snprintf(msg, msglen, "agentbox proxy: %s: %s", host, why);
+                        *status = 502;
                         if (p->o.metrics)
                                 ab_metrics_proxy(p->o.metrics, "error");
-                        free(buf);
-                        return;
+                        return -1;
                 }
                 /* any internal answer refuses the name: a resolver that mixes
                  * them in is rebinding */
@@ -585,57 +578,198 @@ static void serve(ab_proxy *p, box_ent *b, conn *c)
                 }
         }
         if (!ok) {
-                denied(p, b, r.method, r.host, r.port, reason);
-                char msg[700];
-                snprintf(msg, sizeof(msg),
+                denied(p, b, method, host, port, reason);
+                snprintf(msg, msglen,
                          "agentbox proxy: %s:%d is not allowed by this box's network policy (%s)",
-                         r.host, r.port, reason);
-                answer(c->cfd, 403, "Forbidden", msg);
-                free(r.head);
-                free(buf);
-                return;
+                         host, port, reason);
+                *status = 403;
+                return -1;
         }
         int ufd = -ECONNREFUSED;
         for (int i = 0; i < na && ufd < 0; i++)
                 ufd = connect_to(&addrs[i], p->o.connect_timeout_ms);
         if (ufd < 0) {
-                char msg[400];
-                snprintf(msg, sizeof(msg), "agentbox proxy: cannot connect to %s:%d: %s", r.host,
-                         r.port, strerror(-ufd));
-                answer(c->cfd, ufd == -ETIMEDOUT ? 504 : 502,
-                       ufd == -ETIMEDOUT ? "Gateway Timeout" : "Bad Gateway", msg);
+                snprintf(msg, msglen, "agentbox proxy: cannot connect to %s:%d: %s", host, port,
+                         strerror(-ufd));
+                *status = ufd == -ETIMEDOUT ? 504 : 502;
                 if (p->o.metrics)
                         ab_metrics_proxy(p->o.metrics, "error");
-                free(r.head);
-                free(buf);
-                return;
+                return -1;
         }
         set_send_timeout(ufd, p->o.idle_timeout_ms);
+        if (p->o.metrics)
+                ab_metrics_proxy(p->o.metrics, "allowed");
+        return ufd;
+}
+
+/* Registers ufd as the connection's upstream (so a cut reaches it); false
+ * when the box was detached or its rules changed since the accept. */
+static bool adopt_upstream(ab_proxy *p, box_ent *b, conn *c, int ufd)
+{
         pthread_mutex_lock(&p->lock);
-        bool cut = b->lfd < 0 || b->gen != c->gen; /* detached or rules changed meanwhile */
+        bool cut = b->lfd < 0 || b->gen != c->gen;
         if (!cut)
                 c->ufd = ufd;
         pthread_mutex_unlock(&p->lock);
-        if (p->o.metrics)
-                ab_metrics_proxy(p->o.metrics, "allowed");
-        int wr = 0;
-        if (!cut && r.connect) {
-                static const char ok200[] = "HTTP/1.1 200 Connection established\r\n\r\n";
-                wr = ab_write_all(c->cfd, ok200, sizeof(ok200) - 1);
-        } else if (!cut) {
-                wr = ab_write_all(ufd, r.head, r.head_len);
-        }
-        /* bytes the client sent after the head (a body, an early TLS hello) */
-        if (!cut && wr == 0 && (size_t)n > head_len)
-                wr = ab_write_all(ufd, buf + head_len, (size_t)n - head_len);
-        free(buf);
-        free(r.head);
-        if (!cut && wr == 0)
-                relay(c->cfd, ufd, p->o.idle_timeout_ms);
+        return !cut;
+}
+
+static void drop_upstream(ab_proxy *p, conn *c, int ufd)
+{
         pthread_mutex_lock(&p->lock);
         c->ufd = -1;
         pthread_mutex_unlock(&p->lock);
         close(ufd);
+}
+
+/* HTTP: CONNECT host:port, or a plain request with an absolute URL. buf
+ * holds the n bytes read so far. */
+static void serve_http(ab_proxy *p, box_ent *b, conn *c, char *buf, size_t n, uint64_t deadline)
+{
+        size_t head_len = 0;
+        ssize_t got = read_head(c->cfd, buf, n, HEAD_MAX, &head_len, deadline);
+        if (got <= 0) {
+                if (got < 0)
+                        answer(c->cfd, 431, "Request Header Fields Too Large",
+                               "agentbox proxy: the request head is over 16 KiB");
+                return;
+        }
+        ab_proxy_req r;
+        const char *why = NULL;
+        int st = ab_proxy_parse(buf, head_len, &r, &why);
+        if (st) {
+                char msg[256];
+                snprintf(msg, sizeof(msg), "agentbox proxy: %s", why);
+                answer(c->cfd, st, "Bad Request", msg);
+                if (p->o.metrics)
+                        ab_metrics_proxy(p->o.metrics, "error");
+                return;
+        }
+        char msg[700];
+        int ufd = open_upstream(p, b, r.method, r.host, r.port, &st, msg, sizeof(msg));
+        if (ufd < 0) {
+                answer(c->cfd, st,
+                       st == 403   ? "Forbidden"
+                       : st == 504 ? "Gateway Timeout"
+                                   : "Bad Gateway",
+                       msg);
+                free(r.head);
+                return;
+        }
+        if (adopt_upstream(p, b, c, ufd)) {
+                int wr;
+                if (r.connect) {
+                        static const char ok200[] = "HTTP/1.1 200 Connection established\r\n\r\n";
+                        wr = ab_write_all(c->cfd, ok200, sizeof(ok200) - 1);
+                } else {
+                        wr = ab_write_all(ufd, r.head, r.head_len);
+                }
+                /* bytes the client sent after the head (a body, an early TLS hello) */
+                if (wr == 0 && (size_t)got > head_len)
+                        wr = ab_write_all(ufd, buf + head_len, (size_t)got - head_len);
+                if (wr == 0)
+                        relay(c->cfd, ufd, p->o.idle_timeout_ms);
+        }
+        free(r.head);
+        drop_upstream(p, c, ufd);
+}
+
+/* Reads until buf holds at least want bytes. */
+static bool need(int fd, char *buf, size_t *n, size_t want, uint64_t deadline)
+{
+        while (*n < want)
+                if (recv_some(fd, buf, n, HEAD_MAX, deadline) <= 0)
+                        return false;
+        return true;
+}
+
+static void socks_reply(int fd, unsigned char rep)
+{
+        unsigned char r[10] = {5, rep, 0, 1, 0, 0, 0, 0, 0, 0}; /* BND 0.0.0.0:0 */
+        (void)!ab_write_all(fd, r, sizeof(r));
+}
+
+/* SOCKS5 (RFC 1928), no authentication, CONNECT only: names are sent to the
+ * proxy (socks5h) and decided like HTTP's; BIND and UDP ASSOCIATE are
+ * refused (no UDP leaves a box). */
+static void serve_socks(ab_proxy *p, box_ent *b, conn *c, char *buf, size_t n, uint64_t deadline)
+{
+        const unsigned char *u = (const unsigned char *)buf;
+        if (!need(c->cfd, buf, &n, 2, deadline) || !need(c->cfd, buf, &n, 2u + u[1], deadline))
+                return;
+        bool noauth = memchr(buf + 2, 0, u[1]) != NULL;
+        unsigned char hello[2] = {5, noauth ? 0 : 0xff};
+        size_t used = 2u + u[1];
+        if (ab_write_all(c->cfd, hello, 2) < 0 || !noauth)
+                return;
+        /* the request: VER CMD RSV ATYP ADDR PORT */
+        if (!need(c->cfd, buf, &n, used + 5, deadline))
+                return;
+        u = (const unsigned char *)buf + used;
+        if (u[0] != 5) {
+                socks_reply(c->cfd, 1);
+                return;
+        }
+        size_t alen = u[3] == 1 ? 4 : u[3] == 4 ? 16 : u[3] == 3 ? 1u + u[4] : 0;
+        if (!alen) {
+                socks_reply(c->cfd, 8); /* address type not supported */
+                return;
+        }
+        if (!need(c->cfd, buf, &n, used + 4 + alen + 2, deadline))
+                return;
+        u = (const unsigned char *)buf + used;
+        if (u[1] != 1) {
+                socks_reply(c->cfd, 7); /* command not supported */
+                return;
+        }
+        char raw[300], host[256];
+        if (u[3] == 1)
+                inet_ntop(AF_INET, u + 4, raw, sizeof(raw));
+        else if (u[3] == 4)
+                inet_ntop(AF_INET6, u + 4, raw, sizeof(raw));
+        else {
+                memcpy(raw, u + 5, u[4]);
+                raw[u[4]] = '\0';
+        }
+        int port = u[4 + alen] << 8 | u[4 + alen + 1];
+        used += 4 + alen + 2;
+        if (strlen(raw) != (u[3] == 3 ? u[4] : strlen(raw)) ||
+            !ab_net_host_normalize(raw, host, sizeof(host)) || port == 0) {
+                socks_reply(c->cfd, 1);
+                if (p->o.metrics)
+                        ab_metrics_proxy(p->o.metrics, "error");
+                return;
+        }
+        int st;
+        char msg[700];
+        int ufd = open_upstream(p, b, "SOCKS5", host, port, &st, msg, sizeof(msg));
+        if (ufd < 0) {
+                socks_reply(c->cfd, st == 403 ? 2 : st == 504 ? 6 : 4);
+                return;
+        }
+        if (adopt_upstream(p, b, c, ufd)) {
+                socks_reply(c->cfd, 0);
+                int wr = 0;
+                if (n > used) /* early data after the request */
+                        wr = ab_write_all(ufd, buf + used, n - used);
+                if (wr == 0)
+                        relay(c->cfd, ufd, p->o.idle_timeout_ms);
+        }
+        drop_upstream(p, c, ufd);
+}
+
+static void serve(ab_proxy *p, box_ent *b, conn *c)
+{
+        char *buf = xmalloc(HEAD_MAX);
+        size_t n = 0;
+        uint64_t deadline = ab_now_ms() + HEAD_TIMEOUT_MS;
+        if (recv_some(c->cfd, buf, &n, HEAD_MAX, deadline) > 0) {
+                if (buf[0] == 5)
+                        serve_socks(p, b, c, buf, n, deadline);
+                else
+                        serve_http(p, b, c, buf, n, deadline);
+        }
+        free(buf);
 }
 
 static void *conn_main(void *arg)

@@ -430,6 +430,31 @@ h.ok("200" in out_of(r) and "ping-through-tunnel" in out_of(r),
 r = bpy("egress-a", ECHO, "other.test:7000")
 h.ok("403" in out_of(r) and "ping-through" not in out_of(r), "CONNECT to an unlisted host answers 403", out_of(r))
 
+# SOCKS5 on the same port: names go to the proxy (socks5h) and are decided the same way
+r = curl("egress-a", "http://allowed.test/socks", "--socks5-hostname", "127.0.0.1:3128")
+h.ok("hello from outside /socks" in out_of(r), "SOCKS5 (remote names) to an allowed host works", out_of(r))
+r = ex("egress-a", "curl -sS -m 5 --socks5-hostname 127.0.0.1:3128 http://other.test/socks; echo rc=$?")
+h.ok("hello from outside" not in out_of(r) and "rc=0" not in out_of(r), "SOCKS5 to an unlisted host is refused",
+     out_of(r))
+SOCKS = r'''
+import socket, struct
+def req(cmd, atyp_addr):
+    s = socket.create_connection(("127.0.0.1", 3128), timeout=10)
+    s.sendall(b"\x05\x01\x00")
+    assert s.recv(2) == b"\x05\x00"
+    s.sendall(b"\x05" + bytes([cmd]) + b"\x00" + atyp_addr)
+    return s.recv(10)[:2]
+print("udp", req(3, b"\x01" + socket.inet_aton("198.51.100.10") + struct.pack(">H", 5353)).hex())
+print("bind", req(2, b"\x01" + socket.inet_aton("198.51.100.10") + struct.pack(">H", 80)).hex())
+print("v4-internal", req(1, b"\x01" + socket.inet_aton("127.0.0.1") + struct.pack(">H", %d)).hex())
+print("rebind", req(1, b"\x03" + bytes([11]) + b"rebind.test" + struct.pack(">H", %d)).hex())
+''' % (HOST_PORT, HOST_PORT)
+r = bpy("egress-a", SOCKS)
+h.ok("udp 0507" in out_of(r) and "bind 0507" in out_of(r),
+     "SOCKS5 UDP ASSOCIATE and BIND are refused (command not supported)", out_of(r))
+h.ok("v4-internal 0502" in out_of(r) and "rebind 0502" in out_of(r),
+     "SOCKS5 to loopback, literally or by a rebinding name, is refused (not allowed by ruleset)", out_of(r))
+
 # rules: case, trailing dot, wildcard, deny
 for url, want in (("http://ALLOWED.Test/case", True), ("http://allowed.test./dot", True),
                   ("http://a.svc.test/w1", True), ("http://deep.a.svc.test/w2", True),
