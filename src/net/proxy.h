@@ -1,15 +1,16 @@
 /* proxy.h - the egress proxy of allowlist boxes (issue 6). Each box in
  * allowlist mode has a TCP listener on 127.0.0.1:3128 made inside its own
  * network namespace (netns.h) and handed to this proxy; the box has no other
- * way out. The proxy speaks HTTP CONNECT, plain HTTP (absolute-form
- * request lines) and SOCKS5 (CONNECT only, no authentication), decides by the box's rules (policy.h) on the name the box
- * asked for, before any DNS lookup (so an unlisted name is never resolved:
- * no DNS exfiltration), then resolves the name itself (an extra hosts file
- * first, then the system resolver), refuses any address in an internal
- * range whatever the name (loopback, private, link-local, metadata: the
- * checks of fetch.h), and connects to exactly the address it checked.
- * Denials answer 403 and are emitted as "network.denied" events with the
- * box, host and port. Thread-safe. */
+ * way out. The proxy speaks HTTP CONNECT, plain HTTP (absolute-form request
+ * lines) and SOCKS5 (CONNECT only, no authentication). It decides by the
+ * box's rules (policy.h) on the name the box asked for, before any DNS
+ * lookup (so an unlisted name is never resolved: no DNS exfiltration), then
+ * resolves the name itself (an extra hosts file first, then the system
+ * resolver), refuses any address in an internal range whatever the name
+ * (loopback, private, link-local, metadata: addrcheck.h), and connects to
+ * exactly the address it checked. Denials answer 403 (SOCKS5: "not allowed
+ * by ruleset") and are emitted as "network.denied" events with the box, host
+ * and port. Thread-safe. */
 #ifndef AB_PROXY_H
 #define AB_PROXY_H
 
