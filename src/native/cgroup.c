@@ -986,13 +986,18 @@ int ab_cg_destroy(const ab_cg *cg, const char *box_id, ab_err **err)
 
 /* The layout seen from the box's cgroup: parent = parent/box_id, so the box
  * functions above work on a sub-cgroup as on a box. Shares cg's strings but
- * parent: release with sub_cg_clear, never ab_cg_free. */
+ * parent: release with sub_cg_clear, never ab_cg_free. Kill-all then works
+ * without a freezer: pinned pids are killed round after round until none is
+ * left (the pids limit bounds a fork race). */
 static int sub_cg(const ab_cg *cg, const char *box_id, const char *sub, ab_cg *out, ab_err **err)
 {
         if (check_box_id(box_id, err) < 0 || check_box_id(sub, err) < 0)
                 return -1;
         *out = *cg;
         out->parent = xasprintf("%s/%s", cg->parent, box_id);
+        /* v1: memory and pids only; the box's cpu, cpuacct and freezer
+         * cgroups cover the sub-cgroup's processes (fewer mkdirs per run). */
+        out->v1_cpu = out->v1_cpuacct = out->v1_freezer = NULL;
         return 0;
 }
 

@@ -72,7 +72,8 @@ int ab_cg_destroy(const ab_cg *cg, const char *box_id, ab_err **err);
 #define AB_CG_BOX_LEAF "box"
 
 /* Creates (idempotent) the sub-cgroup with memory and pids limits (cpus is
- * ignored: the box's CPU limit covers it). */
+ * ignored: the box's CPU limit covers it; on v1 a sub-cgroup exists in the
+ * memory and pids hierarchies only). */
 int ab_cg_sub_create(const ab_cg *cg, const char *box_id, const char *sub, const ab_cg_limits *l,
                      ab_err **err);
 /* Moves pid (a host pid) into the sub-cgroup. */
