@@ -36,6 +36,10 @@ function _inspect(a) {
 }
 const _OriginalFunction = Function;
 const _exit = process.exit.bind(process);
+// The runner's own JSON, taken before any snippet runs: a snippet that
+// replaces JSON.stringify/parse changes its own globals, not the protocol.
+const _stringify = JSON.stringify;
+const _parse = JSON.parse;
 const _Buffer = Buffer;
 
 const ALLOWED_MODULES = ['lodash', 'dayjs', 'moment', 'uuid', 'crypto-js', 'qs', 'url', 'querystring'];
@@ -86,7 +90,7 @@ function _writeAll(fd, str) {
 }
 
 function _writeLine(obj) {
-  _writeAll(1, JSON.stringify(obj) + '\n');
+  _writeAll(1, _stringify(obj) + '\n');
 }
 
 // One line from fd 0, read synchronously (the protocol is strictly
@@ -98,7 +102,7 @@ function _readLine() {
     if (nl >= 0) {
       const line = _stdinBuf.subarray(0, nl).toString('utf8');
       _stdinBuf = _stdinBuf.subarray(nl + 1);
-      return JSON.parse(line);
+      return _parse(line);
     }
     let n;
     try {
@@ -434,7 +438,7 @@ function _makeHelpers(tmpdir, diskMB, maxRequests) {
       const headers = {};
       for (const [k, v] of Object.entries(opts.headers || {})) headers[k] = String(v);
       const body =
-        opts.body != null ? (typeof opts.body === 'string' ? opts.body : JSON.stringify(opts.body)) : null;
+        opts.body != null ? (typeof opts.body === 'string' ? opts.body : _stringify(opts.body)) : null;
       if (body != null && !Object.keys(headers).some((k) => k.toLowerCase() === 'content-type')) {
         headers['Content-Type'] = 'application/json';
       }
@@ -487,7 +491,7 @@ function _safeRequire(name) {
 function _formatLogArg(a) {
   if (typeof a === 'object' && a !== null) {
     try {
-      const s = JSON.stringify(a);
+      const s = _stringify(a);
       if (s !== undefined) return s;
     } catch (e) {
       /* circular or BigInt inside */
@@ -593,8 +597,8 @@ async function _run() {
 
   let codeReturn;
   try {
-    const s = JSON.stringify(result === undefined ? null : result, _jsonReplacer);
-    codeReturn = s === undefined ? null : JSON.parse(s);
+    const s = _stringify(result === undefined ? null : result, _jsonReplacer);
+    codeReturn = s === undefined ? null : _parse(s);
   } catch (err) {
     _fail(err && err.message ? err.message : String(err));
     return;

@@ -67,6 +67,10 @@ MAX_HTTP_TIMEOUT_MS = 10000
 AS_HEADROOM_MB = 64
 
 _real_stdout_fd = 1
+# The runner's own JSON, taken before any snippet runs: a snippet that
+# replaces json.dumps/loads changes its own module, not the protocol.
+_dumps = json.dumps
+_loads = json.loads
 _stdin = sys.stdin.buffer
 _writing = False
 _finished = False
@@ -78,7 +82,7 @@ _tmpdir = None
 def _write_line(obj):
     """Writes one protocol line to the real stdout (fd 1), unbuffered."""
     global _writing
-    data = (json.dumps(obj, ensure_ascii=True, separators=(',', ':')) + '\n').encode('ascii')
+    data = (_dumps(obj, ensure_ascii=True, separators=(',', ':')) + '\n').encode('ascii')
     _writing = True
     try:
         view = memoryview(data)
@@ -93,7 +97,7 @@ def _read_line():
     line = _stdin.readline()
     if not line:
         raise EOFError('the host closed stdin')
-    return json.loads(line.decode('utf-8', errors='replace'))
+    return _loads(line.decode('utf-8', errors='replace'))
 
 
 def _finish(result):
@@ -127,7 +131,7 @@ def _jsonable(value, _depth=0):
         out = {}
         for k, v in value.items():
             if not isinstance(k, str):
-                k = json.dumps(k) if isinstance(k, (bool, int, float)) or k is None else str(k)
+                k = _dumps(k) if isinstance(k, (bool, int, float)) or k is None else str(k)
             out[k] = _jsonable(v, _depth + 1)
         return out
     if isinstance(value, (list, tuple)):
@@ -139,7 +143,7 @@ def _encode_return(value):
     """value as it goes into the result: JSON values as they are, anything
     else made JSON (NaN/Infinity -> null, other objects -> str())."""
     try:
-        json.dumps(value, allow_nan=False)
+        _dumps(value, allow_nan=False)
         return value
     except (TypeError, ValueError, RecursionError):
         return _jsonable(value)
@@ -455,7 +459,7 @@ class _SystemHelper(object):
             elif isinstance(body, (bytes, bytearray)):
                 data = bytes(body).decode('utf-8', errors='replace')
             else:
-                data = json.dumps(_encode_return(body), ensure_ascii=False)
+                data = _dumps(_encode_return(body), ensure_ascii=False)
                 if not any(k.lower() == 'content-type' for k in hdrs):
                     hdrs['Content-Type'] = 'application/json'
         if isinstance(timeout, (int, float)) and not isinstance(timeout, bool) and timeout > 0:
