@@ -1,6 +1,9 @@
-/* The code runner (see runner.h). One thread per warm process runs its exec
- * through the box's init; the request handler hands it one request line and
- * waits for the result line, the deadline, or the process's end. */
+/* The code runner (see runner.h). One thread runs the zygote's exec through
+ * the box's init (and starts it again if it dies). One thread per warm
+ * process holds its connection (a fork of the zygote): it hands the process
+ * its cgroup, relays its lines, and ends what is left of the run; the request
+ * handler hands it one request line and waits for the result line, the
+ * deadline, or the process's end. */
 #include "runners/runner.h"
 #include "common/log.h"
 #include "runners/fetch.h"
@@ -551,8 +554,10 @@ static void *zygote_main(void *arg)
                 stop = rs->stopping;
                 pthread_cond_broadcast(&rs->cond);
                 pthread_mutex_unlock(&rs->lock);
-                if (stop)
+                if (stop) {
+                        ab_err_free(&e);
                         break;
+                }
                 rs->zy_err[rs->zy_err_len] = 0;
                 ab_log(AB_LOG_WARN, "runner: the zygote ended; starting it again", "error",
                        e ? e->msg : "", "stderr", rs->zy_err, NULL);
