@@ -27,7 +27,8 @@
 #   4. throughput: CONC (10) connections for SECS (20) seconds each language:
 #      requests/s, p50/p99, errors (must be 0)
 #      For 3 and 4: CPU per request (ms) of the system box's cgroup (the
-#      runner processes: interpreter start + the run) and of the server process
+#      runner processes: the zygote's fork of the run's process, for JS its Bun
+#      start, and the run) and of the server process
 #   5. baseline: one plain process per run evaluating the same function with
 #      the same variables and printing the same JSON: `python3 -c`, `bun -e`
 #      (runners/js/node_modules/@oven/bun-linux-x64/bin/bun) and `node -e`:
@@ -430,7 +431,7 @@ for k in js_seq py_seq js_idle py_idle js_conc py_conc b_bun b_node b_py; do
 done
 echo
 echo "where the time goes: CPU per request (ms) of the runner processes (system box cgroup: the"
-echo "interpreter that starts to replace the one used + the run) / of the server process:"
+echo "zygote's fork of the next run's process, for JS its Bun start, + the run) / of the server process:"
 for k in js_seq py_seq js_idle py_idle js_conc py_conc; do
         printf '  %-8s %7s / %s\n' "$k" "$(get "${k}_cpu_box")" "$(get "${k}_cpu_srv")"
 done

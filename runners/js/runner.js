@@ -20,12 +20,26 @@
  */
 
 // ---- what the runner itself needs, taken before any shim ----------------------
+// crypto and util load on first use (each cost Bun ~10 ms of start-up).
 const _fs = require('fs');
 const _path = require('path');
-const _crypto = require('crypto');
-const _util = require('util');
+const _isBun = typeof globalThis.Bun !== 'undefined';
+const _realProcess = process;
+const _BunInspect = _isBun ? globalThis.Bun.inspect : null;
+let _cryptoMod = null;
+function _crypto() {
+  if (!_cryptoMod) _cryptoMod = _realRequire('crypto');
+  return _cryptoMod;
+}
+function _inspect(a) {
+  return _BunInspect ? _BunInspect(a, { depth: 4 }) : _realRequire('util').inspect(a, { depth: 4 });
+}
 const _OriginalFunction = Function;
 const _exit = process.exit.bind(process);
+// The runner's own JSON, taken before any snippet runs: a snippet that
+// replaces JSON.stringify/parse changes its own globals, not the protocol.
+const _stringify = JSON.stringify;
+const _parse = JSON.parse;
 const _Buffer = Buffer;
 
 const ALLOWED_MODULES = ['lodash', 'dayjs', 'moment', 'uuid', 'crypto-js', 'qs', 'url', 'querystring'];
@@ -76,7 +90,7 @@ function _writeAll(fd, str) {
 }
 
 function _writeLine(obj) {
-  _writeAll(1, JSON.stringify(obj) + '\n');
+  _writeAll(1, _stringify(obj) + '\n');
 }
 
 // One line from fd 0, read synchronously (the protocol is strictly
@@ -88,7 +102,7 @@ function _readLine() {
     if (nl >= 0) {
       const line = _stdinBuf.subarray(0, nl).toString('utf8');
       _stdinBuf = _stdinBuf.subarray(nl + 1);
-      return JSON.parse(line);
+      return _parse(line);
     }
     let n;
     try {
@@ -132,16 +146,23 @@ function _fmtNum(n) {
 }
 
 // ---- arguments, temp dir, privileges ------------------------------------------------
-function _parseUid(argv) {
+// --uid UID: make the temp dir and drop to UID here. --tmpdir DIR: the zygote
+// (python/runner.py --zygote) did all that before it exec'd this runner: DIR
+// is the run's temp dir (the cwd, $TMPDIR), privileges are dropped, the
+// environment is scrubbed.
+function _parseArgs(argv) {
   let uid = null;
+  let tmpdir = null;
   for (let i = 2; i < argv.length; i++) {
     if (argv[i] === '--uid' && i + 1 < argv.length) {
       uid = parseInt(argv[++i], 10);
     } else if (argv[i].startsWith('--uid=')) {
       uid = parseInt(argv[i].slice(6), 10);
+    } else if (argv[i] === '--tmpdir' && i + 1 < argv.length) {
+      tmpdir = argv[++i];
     }
   }
-  return Number.isInteger(uid) && uid >= 0 ? uid : null;
+  return { uid: Number.isInteger(uid) && uid >= 0 ? uid : null, tmpdir };
 }
 
 function _setupProcess(uid) {
@@ -170,11 +191,35 @@ function _setupProcess(uid) {
   return dir;
 }
 
+// Whatever a snippet writes to process.stdout/stderr goes into the run's log.
+const _logs = [];
+function _capture(chunk, enc, cb) {
+  _logs.push(String(chunk).replace(/\n$/, ''));
+  if (typeof enc === 'function') enc();
+  else if (typeof cb === 'function') cb();
+  return true;
+}
+
 // ---- shims (FastGPT's, and a few more) -----------------------------------------------
 function _installShims() {
-  // Bun creates these lazily from Bun.stdout/stderr: make them now.
-  void process.stdout;
-  void process.stderr;
+  if (_isBun) {
+    // Bun makes process.stdout/stderr (node streams, ~15 ms of start-up) the
+    // first time anything touches them, even a defineProperty or delete.
+    // Snippets see a process object of their own instead: it inherits from the
+    // real one and has plain writers into the log as stdout and stderr.
+    const own = Object.create(process);
+    for (const name of ['stdout', 'stderr']) {
+      const w = { write: _capture, end: _capture, fd: name === 'stdout' ? 1 : 2, isTTY: false, columns: 80 };
+      Object.defineProperty(own, name, { value: w, writable: false, configurable: false, enumerable: true });
+    }
+    try {
+      Object.defineProperty(globalThis, 'process', { value: own, writable: false, configurable: false });
+    } catch (e) {}
+  } else {
+    // Node makes them lazily too: make them now, their write is replaced in _run.
+    void process.stdout;
+    void process.stderr;
+  }
   const _SafeFunction = function Function() {
     throw new Error('Function constructor is not allowed in sandbox');
   };
@@ -261,13 +306,16 @@ function _installShims() {
     'config', 'mainModule', 'report', 'permission', '_debugProcess', '_debugEnd', '_startProfilerIdleNotifier',
     '_stopProfilerIdleNotifier', '_getActiveHandles', '_getActiveRequests', 'openStdin', '_rawDebug',
     'loadEnvFile'];
-  for (const api of dangerousProcess) {
-    try {
-      Object.defineProperty(process, api, { value: undefined, writable: false, configurable: false });
-    } catch (e) {
+  const procs = globalThis.process === _realProcess ? [_realProcess] : [_realProcess, globalThis.process];
+  for (const proc of procs) {
+    for (const api of dangerousProcess) {
       try {
-        process[api] = undefined;
-      } catch (e2) {}
+        Object.defineProperty(proc, api, { value: undefined, writable: false, configurable: false });
+      } catch (e) {
+        try {
+          proc[api] = undefined;
+        } catch (e2) {}
+      }
     }
   }
   try {
@@ -373,7 +421,7 @@ function _makeHelpers(tmpdir, diskMB, maxRequests) {
     createHmac(algorithm, secret) {
       const timestamp = Date.now().toString();
       const stringToSign = timestamp + '\n' + secret;
-      const hmac = _crypto.createHmac(algorithm, secret);
+      const hmac = _crypto().createHmac(algorithm, secret);
       hmac.update(stringToSign, 'utf8');
       return { timestamp, sign: encodeURIComponent(hmac.digest('base64')) };
     },
@@ -390,7 +438,7 @@ function _makeHelpers(tmpdir, diskMB, maxRequests) {
       const headers = {};
       for (const [k, v] of Object.entries(opts.headers || {})) headers[k] = String(v);
       const body =
-        opts.body != null ? (typeof opts.body === 'string' ? opts.body : JSON.stringify(opts.body)) : null;
+        opts.body != null ? (typeof opts.body === 'string' ? opts.body : _stringify(opts.body)) : null;
       if (body != null && !Object.keys(headers).some((k) => k.toLowerCase() === 'content-type')) {
         headers['Content-Type'] = 'application/json';
       }
@@ -443,13 +491,13 @@ function _safeRequire(name) {
 function _formatLogArg(a) {
   if (typeof a === 'object' && a !== null) {
     try {
-      const s = JSON.stringify(a);
+      const s = _stringify(a);
       if (s !== undefined) return s;
     } catch (e) {
       /* circular or BigInt inside */
     }
     try {
-      return _util.inspect(a, { depth: 4 });
+      return _inspect(a);
     } catch (e) {
       return String(a);
     }
@@ -470,8 +518,8 @@ function _jsonReplacer(key, value) {
 
 // ---- the run ------------------------------------------------------------------------------
 async function _run() {
-  const uid = _parseUid(process.argv);
-  const tmpdir = (_tmpdir = _setupProcess(uid));
+  const args = _parseArgs(process.argv);
+  const tmpdir = (_tmpdir = args.tmpdir ? args.tmpdir : _setupProcess(args.uid));
   _installShims();
   _writeLine({ ready: true });
 
@@ -502,7 +550,7 @@ async function _run() {
   setTimeout(() => _fail('Script execution timed out after ' + _fmtNum(timeoutMs) + 'ms'), timeoutMs);
 
   const SystemHelper = _makeHelpers(tmpdir, diskMB, maxRequests);
-  const logs = [];
+  const logs = _logs;
   const logFn = (...args) => {
     logs.push(args.map(_formatLogArg).join(' '));
   };
@@ -511,15 +559,9 @@ async function _run() {
     dir: (a) => logFn(a), table: (a) => logFn(a),
   };
   // Anything else that writes to the process's stdout/stderr goes to the log.
-  const capture = (chunk, enc, cb) => {
-    logs.push(String(chunk).replace(/\n$/, ''));
-    if (typeof enc === 'function') enc();
-    else if (typeof cb === 'function') cb();
-    return true;
-  };
   try {
-    process.stdout.write = capture;
-    process.stderr.write = capture;
+    if (process.stdout.write !== _capture) process.stdout.write = _capture;
+    if (process.stderr.write !== _capture) process.stderr.write = _capture;
   } catch (e) {}
   try {
     globalThis.console = safeConsole;
@@ -555,8 +597,8 @@ async function _run() {
 
   let codeReturn;
   try {
-    const s = JSON.stringify(result === undefined ? null : result, _jsonReplacer);
-    codeReturn = s === undefined ? null : JSON.parse(s);
+    const s = _stringify(result === undefined ? null : result, _jsonReplacer);
+    codeReturn = s === undefined ? null : _parse(s);
   } catch (err) {
     _fail(err && err.message ? err.message : String(err));
     return;

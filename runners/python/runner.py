@@ -67,6 +67,10 @@ MAX_HTTP_TIMEOUT_MS = 10000
 AS_HEADROOM_MB = 64
 
 _real_stdout_fd = 1
+# The runner's own JSON, taken before any snippet runs: a snippet that
+# replaces json.dumps/loads changes its own module, not the protocol.
+_dumps = json.dumps
+_loads = json.loads
 _stdin = sys.stdin.buffer
 _writing = False
 _finished = False
@@ -78,7 +82,7 @@ _tmpdir = None
 def _write_line(obj):
     """Writes one protocol line to the real stdout (fd 1), unbuffered."""
     global _writing
-    data = (json.dumps(obj, ensure_ascii=True, separators=(',', ':')) + '\n').encode('ascii')
+    data = (_dumps(obj, ensure_ascii=True, separators=(',', ':')) + '\n').encode('ascii')
     _writing = True
     try:
         view = memoryview(data)
@@ -93,7 +97,7 @@ def _read_line():
     line = _stdin.readline()
     if not line:
         raise EOFError('the host closed stdin')
-    return json.loads(line.decode('utf-8', errors='replace'))
+    return _loads(line.decode('utf-8', errors='replace'))
 
 
 def _finish(result):
@@ -127,7 +131,7 @@ def _jsonable(value, _depth=0):
         out = {}
         for k, v in value.items():
             if not isinstance(k, str):
-                k = json.dumps(k) if isinstance(k, (bool, int, float)) or k is None else str(k)
+                k = _dumps(k) if isinstance(k, (bool, int, float)) or k is None else str(k)
             out[k] = _jsonable(v, _depth + 1)
         return out
     if isinstance(value, (list, tuple)):
@@ -139,7 +143,7 @@ def _encode_return(value):
     """value as it goes into the result: JSON values as they are, anything
     else made JSON (NaN/Infinity -> null, other objects -> str())."""
     try:
-        json.dumps(value, allow_nan=False)
+        _dumps(value, allow_nan=False)
         return value
     except (TypeError, ValueError, RecursionError):
         return _jsonable(value)
@@ -162,7 +166,7 @@ def _parse_uid(argv):
     return uid
 
 
-def _setup_process(uid):
+def _make_tmpdir(uid):
     base = os.environ.get('TMPDIR') or '/tmp'
     if not os.path.isdir(base):
         base = '/tmp'
@@ -170,6 +174,15 @@ def _setup_process(uid):
     os.chmod(tmpdir, 0o700)
     if uid is not None and os.geteuid() == 0:
         os.chown(tmpdir, uid, uid)
+    return tmpdir
+
+
+def _setup_process(uid, tmpdir=None):
+    """The run's temp dir (made here unless given), privileges dropped to
+    uid, cwd, environment."""
+    if tmpdir is None:
+        tmpdir = _make_tmpdir(uid)
+    if uid is not None and os.geteuid() == 0:
         os.setgroups([])
         os.setgid(uid)
         os.setuid(uid)
@@ -446,7 +459,7 @@ class _SystemHelper(object):
             elif isinstance(body, (bytes, bytearray)):
                 data = bytes(body).decode('utf-8', errors='replace')
             else:
-                data = json.dumps(_encode_return(body), ensure_ascii=False)
+                data = _dumps(_encode_return(body), ensure_ascii=False)
                 if not any(k.lower() == 'content-type' for k in hdrs):
                     hdrs['Content-Type'] = 'application/json'
         if isinstance(timeout, (int, float)) and not isinstance(timeout, bool) and timeout > 0:
@@ -580,12 +593,9 @@ def _call_main(user_main, variables):
     return user_main(*args)
 
 
-def main():
-    global _tmpdir
-    uid = _parse_uid(sys.argv)
-    _trusted_prefixes()
-    tmpdir = _tmpdir = _setup_process(uid)
-
+def _serve_run(tmpdir):
+    """Everything after the set-up: ready line, the request, the run, the
+    result (never returns)."""
     original_import = builtins.__import__
     original_open = builtins.open
     safe_import = _make_import_hook(original_import)
@@ -679,6 +689,168 @@ def main():
     except Exception as e:  # pragma: no cover
         _fail(str(e))
     _finish({'success': True, 'data': {'codeReturn': out, 'log': text}})
+
+
+# ---- the zygote --------------------------------------------------------------------
+# `runner.py --zygote --js-runtime BUN --js-runner RUNNER_JS`: a long-lived
+# parent (root in the box) that has imported everything a run needs and never
+# runs user code. It listens on a unix socket in a fresh 0700 directory and
+# writes {"zygote":{"socket":PATH}}. Each connection is one run: the host
+# writes {"uid":U,"lang":"python"|"js"}; the zygote forks, and the child (a
+# fresh process with the parent's imports) speaks the run protocol on the
+# connection: {"pid":N}, then waits for {"attached":...} (the host has moved
+# it into the run's cgroup), makes its temp dir, drops to uid U and either
+# runs the Python snippet or execs the JS runtime with the connection as its
+# stdin/stdout. See runners/README.md.
+
+# Modules snippets commonly import: loaded once here, free in every child.
+ZYGOTE_PRELOAD = (
+    'collections', 'decimal', 'statistics', 'random', 'string', 'itertools', 'functools',
+    'operator', 'copy', 'bisect', 'heapq', 'fractions', 'textwrap', 'unicodedata', 'uuid',
+    'typing', 'dataclasses', 'enum', 'html', 'calendar', 'csv', 'difflib', 'pprint', 'zlib',
+    'struct', 'array', 'numbers', 'cmath', 'email.utils', 'logging', 'secrets', 'ipaddress',
+    'zoneinfo', 'traceback', 'weakref', 'contextlib', 'abc', 'locale', 'gzip', 'binascii',
+    'quopri', 'html.parser', 'xml.etree.ElementTree', 'urllib.parse',
+)
+HELLO_MAX = 4096
+
+
+def _zygote_arg(argv, name):
+    for i, a in enumerate(argv):
+        if a == name and i + 1 < len(argv):
+            return argv[i + 1]
+    return None
+
+
+def _zygote_child(conn, hello, tmpdir, js_argv):
+    """In the forked child: never returns."""
+    global _stdin, _tmpdir
+    try:
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        os.setsid()
+        fd = conn.detach()
+        os.dup2(fd, 0)
+        os.dup2(fd, 1)
+        if fd > 2:
+            os.close(fd)
+        _stdin = os.fdopen(0, 'rb', closefd=False)
+        _write_line({'pid': os.getpid()})
+        reply = _read_line()
+        if not isinstance(reply, dict) or 'attached' not in reply:
+            os._exit(2)
+        uid = hello['uid']
+        _tmpdir = _setup_process(uid, tmpdir)
+        if hello['lang'] == 'js':
+            _tmpdir = None  # the JS runner removes it
+            os.execve(js_argv[0], js_argv + ['--tmpdir', tmpdir], dict(os.environ))
+        _serve_run(tmpdir)
+    except BaseException as e:  # noqa: B902 - a child must never return to the zygote
+        try:
+            _fail('Runner error: %s' % e)
+        except BaseException:
+            pass
+    os._exit(1)
+
+
+def _zygote(argv):
+    import select
+    import socket
+    for name in ZYGOTE_PRELOAD:
+        try:
+            __import__(name)
+        except ImportError:
+            pass
+    _trusted_prefixes()
+    js_argv = [_zygote_arg(argv, '--js-runtime'), _zygote_arg(argv, '--js-runner')]
+    if not all(js_argv):
+        js_argv = None
+    base = os.environ.get('TMPDIR') or '/tmp'
+    sockdir = tempfile.mkdtemp(prefix='agentbox-zygote-', dir=base)
+    os.chmod(sockdir, 0o700)
+    path = os.path.join(sockdir, 'sock')
+    ls = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    ls.bind(path)
+    os.chmod(path, 0o600)
+    ls.listen(256)
+    # Children are reaped by the kernel; the host learns of their end from the
+    # connection and from their cgroup.
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)
+    _write_line({'zygote': {'socket': path, 'pid': os.getpid()}})
+    dirs = {}  # uid -> the temp dir of its run
+    inbuf = b''
+    try:
+        while True:
+            r, _, _ = select.select([ls, 0], [], [])
+            if 0 in r:
+                # {"ended": UID}: the host has ended the run's processes; its
+                # temp dir goes (a killed run could not remove it itself).
+                data = os.read(0, 65536)
+                if not data:
+                    break  # the host is gone
+                inbuf += data
+                while b'\n' in inbuf:
+                    line, inbuf = inbuf.split(b'\n', 1)
+                    try:
+                        d = dirs.pop(json.loads(line.decode('utf-8')).get('ended'), None)
+                    except (ValueError, AttributeError, TypeError):
+                        d = None
+                    if d:
+                        shutil.rmtree(d, ignore_errors=True)
+            if ls not in r:
+                continue
+            try:
+                conn, _ = ls.accept()
+            except OSError:
+                continue
+            try:
+                conn.settimeout(5)
+                buf = b''
+                while b'\n' not in buf and len(buf) < HELLO_MAX:
+                    chunk = conn.recv(HELLO_MAX)
+                    if not chunk:
+                        break
+                    buf += chunk
+                hello = json.loads(buf.split(b'\n', 1)[0].decode('utf-8'))
+                uid = hello.get('uid')
+                lang = hello.get('lang')
+                if (not isinstance(uid, int) or isinstance(uid, bool) or not 0 < uid < 2 ** 31 or
+                        lang not in ('python', 'js') or (lang == 'js' and not js_argv)):
+                    raise ValueError('bad hello')
+                conn.settimeout(None)
+            except (OSError, ValueError, AttributeError):
+                conn.close()
+                continue
+            try:
+                tmpdir = _make_tmpdir(uid)
+            except OSError:
+                conn.close()
+                continue
+            old = dirs.pop(uid, None)
+            if old:
+                shutil.rmtree(old, ignore_errors=True)
+            dirs[uid] = tmpdir
+            pid = os.fork()
+            if pid == 0:
+                ls.close()
+                _zygote_child(conn, hello, tmpdir, js_argv)
+            conn.close()
+    finally:
+        try:
+            os.unlink(path)
+            os.rmdir(sockdir)
+        except OSError:
+            pass
+
+
+def main():
+    global _tmpdir
+    if '--zygote' in sys.argv:
+        _zygote(sys.argv)
+        return
+    uid = _parse_uid(sys.argv)
+    _trusted_prefixes()
+    tmpdir = _tmpdir = _setup_process(uid)
+    _serve_run(tmpdir)
 
 
 if __name__ == '__main__':

@@ -25,7 +25,11 @@
 #include <libgen.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <linux/openat2.h>
 #include <sys/file.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/un.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
 #include <time.h>
@@ -763,6 +767,96 @@ out:
         return r;
 }
 
+static int n_connect_unix(ab_backend *b, const char *id, const char *path, ab_err **err)
+{
+        native *n = N(b);
+        if (!ab_id_valid(id))
+                return ab_err_set(err, AB_E_NOT_FOUND, 0, "no box with id '%s'", id);
+        if (!path || path[0] != '/' || strlen(path) >= PATH_MAX)
+                return ab_err_set(err, AB_E_INVALID, 0, "connect: a socket path must be absolute");
+        _cleanup_close_ int bfd =
+            openat(n->boxes_fd, id, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+        if (bfd < 0)
+                return ab_err_set(err, AB_E_NOT_FOUND, 0, "no box with id '%s'", id);
+        ab_box_state st;
+        if (ab_state_read(bfd, &st, err) < 0)
+                return -1;
+        pid_t pid = st.error ? 0 : st.init_pid;
+        ab_state_clear(&st);
+        if (pid <= 0)
+                return ab_err_set(err, AB_E_CONFLICT, 0, "box '%s' is not running", id);
+        /* The box's root is its init's; the path is resolved inside it. */
+        char rp[64];
+        snprintf(rp, sizeof(rp), "/proc/%d/root", (int)pid);
+        _cleanup_close_ int rfd = open(rp, O_PATH | O_DIRECTORY | O_CLOEXEC);
+        if (rfd < 0)
+                return ab_err_set(err, AB_E_CONFLICT, errno, "box '%s' is not running", id);
+        _cleanup_free_ char *dir = xstrdup(path);
+        char *slash = strrchr(dir, '/');
+        *slash = '\0';
+        const char *name = slash + 1;
+        struct open_how how = {.flags = O_PATH | O_DIRECTORY | O_CLOEXEC,
+                               .resolve =
+                                   RESOLVE_IN_ROOT | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS};
+        _cleanup_close_ int dfd =
+            (int)syscall(SYS_openat2, rfd, dir[0] ? dir + 1 : ".", &how, sizeof(how));
+        if (dfd < 0)
+                return ab_err_set(err, AB_E_NOT_FOUND, errno, "box '%s': cannot open %s", id,
+                                  dir[0] ? dir : "/");
+        if (!*name || strchr(name, '/') || strlen(name) > 64)
+                return ab_err_set(err, AB_E_INVALID, 0, "connect: bad socket name in %s", path);
+        _cleanup_close_ int s = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        if (s < 0)
+                return ab_err_set(err, AB_E_INTERNAL, errno, "socket");
+        struct sockaddr_un a = {.sun_family = AF_UNIX};
+        snprintf(a.sun_path, sizeof(a.sun_path), "/proc/self/fd/%d/%s", dfd, name);
+        if (connect(s, (struct sockaddr *)&a, sizeof(a)) < 0)
+                return ab_err_set(err, AB_E_UNAVAILABLE, errno, "box '%s': cannot connect to %s",
+                                  id, path);
+        return steal_fd(&s);
+}
+
+static int n_sub_create(ab_backend *b, const char *id, const char *sub, uint64_t memory_bytes,
+                        uint64_t pids, pid_t host_pid, ab_err **err)
+{
+        native *n = N(b);
+        if (need_cgroups(n, err) < 0)
+                return -1;
+        ab_cg_limits l = {.memory_bytes = memory_bytes, .pids = pids};
+        if (ab_cg_sub_create(&n->cg, id, sub, &l, err) < 0)
+                return -1;
+        if (ab_cg_sub_attach(&n->cg, id, sub, host_pid, err) < 0) {
+                ab_cg_sub_destroy(&n->cg, id, sub, NULL);
+                return -1;
+        }
+        return 0;
+}
+
+static int n_sub_set_memory(ab_backend *b, const char *id, const char *sub, uint64_t bytes,
+                            ab_err **err)
+{
+        native *n = N(b);
+        if (need_cgroups(n, err) < 0)
+                return -1;
+        return ab_cg_sub_set_memory(&n->cg, id, sub, bytes, err);
+}
+
+static int n_sub_end(ab_backend *b, const char *id, const char *sub, uint64_t *oom_kills,
+                     ab_err **err)
+{
+        native *n = N(b);
+        if (need_cgroups(n, err) < 0)
+                return -1;
+        int r = ab_cg_sub_kill(&n->cg, id, sub, err);
+        if (oom_kills) {
+                ab_cg_stats st;
+                *oom_kills = ab_cg_sub_stats(&n->cg, id, sub, &st, NULL) == 0 ? st.oom_kills : 0;
+        }
+        if (ab_cg_sub_destroy(&n->cg, id, sub, r < 0 ? NULL : err) < 0)
+                return -1;
+        return r;
+}
+
 static void n_free(ab_backend *b)
 {
         native *n = N(b);
@@ -793,6 +887,10 @@ static const ab_backend_ops native_ops = {
     .list = n_list,
     .connect = n_connect,
     .stats = n_stats,
+    .connect_unix = n_connect_unix,
+    .sub_create = n_sub_create,
+    .sub_set_memory = n_sub_set_memory,
+    .sub_end = n_sub_end,
     .free = n_free,
 };
 

@@ -981,3 +981,146 @@ int ab_cg_destroy(const ab_cg *cg, const char *box_id, ab_err **err)
         }
         return 0;
 }
+
+/* ---- sub-cgroups -------------------------------------------------------- */
+
+/* The layout seen from the box's cgroup: parent = parent/box_id, so the box
+ * functions above work on a sub-cgroup as on a box. Shares cg's strings but
+ * parent: release with sub_cg_clear, never ab_cg_free. Kill-all then works
+ * without a freezer: pinned pids are killed round after round until none is
+ * left (the pids limit bounds a fork race). */
+static int sub_cg(const ab_cg *cg, const char *box_id, const char *sub, ab_cg *out, ab_err **err)
+{
+        if (check_box_id(box_id, err) < 0 || check_box_id(sub, err) < 0)
+                return -1;
+        *out = *cg;
+        out->parent = xasprintf("%s/%s", cg->parent, box_id);
+        /* v1: memory and pids only; the box's cpu, cpuacct and freezer
+         * cgroups cover the sub-cgroup's processes (fewer mkdirs per run). */
+        out->v1_cpu = out->v1_cpuacct = out->v1_freezer = NULL;
+        return 0;
+}
+
+static void sub_cg_clear(ab_cg *s)
+{
+        free(s->parent);
+        s->parent = NULL;
+}
+
+/* v2: a cgroup that hands memory and pids to its children can hold no
+ * processes itself, so the box's own processes move into its leaf
+ * AB_CG_BOX_LEAF first (repeated while a fork adds one to the box dir). */
+static int v2_box_leaf(const ab_cg *cg, const char *box_id, ab_err **err)
+{
+        _cleanup_free_ char *dir = box_dir(cg, NULL, box_id);
+        _cleanup_free_ char *ctl = NULL;
+        if (read_at(dir, "cgroup.subtree_control", &ctl) == 0 && has_word(ctl, "memory") &&
+            has_word(ctl, "pids"))
+                return 0;
+        _cleanup_free_ char *leaf = xasprintf("%s/%s", dir, AB_CG_BOX_LEAF);
+        if (make_dir(leaf, err) < 0)
+                return -1;
+        for (int round = 0;; round++) {
+                _cleanup_free_ char *procs = NULL;
+                int r = read_at(dir, "cgroup.procs", &procs);
+                if (r < 0)
+                        return ab_err_set(err, code_for(-r), -r, "cgroup: cannot read %s/%s", dir,
+                                          "cgroup.procs");
+                bool any = false;
+                for (char *p = procs, *end; *p; p = end) {
+                        long v = strtol(p, &end, 10);
+                        if (end == p)
+                                break;
+                        char val[24];
+                        snprintf(val, sizeof(val), "%ld", v);
+                        any = true;
+                        r = write_at(leaf, "cgroup.procs", val);
+                        if (r < 0 && r != -ESRCH)
+                                return ab_err_set(err, code_for(-r), -r,
+                                                  "cgroup: cannot move process %ld of box %s into "
+                                                  "%s (%s)",
+                                                  v, box_id, leaf, hint_for(-r));
+                }
+                if (!any)
+                        break;
+                if (round >= 20)
+                        return ab_err_set(err, AB_E_CONFLICT, 0,
+                                          "cgroup: %s keeps getting processes; cannot move them "
+                                          "into its leaf %s",
+                                          dir, AB_CG_BOX_LEAF);
+        }
+        bool cpu_on = false;
+        return v2_enable(dir, false, &cpu_on, err);
+}
+
+int ab_cg_sub_create(const ab_cg *cg, const char *box_id, const char *sub, const ab_cg_limits *l,
+                     ab_err **err)
+{
+        ab_cg s;
+        if (sub_cg(cg, box_id, sub, &s, err) < 0)
+                return -1;
+        ab_cg_limits sl = {.memory_bytes = l->memory_bytes, .pids = l->pids};
+        int r = cg->version == AB_CG_V2 ? v2_box_leaf(cg, box_id, err) : 0;
+        if (r == 0)
+                r = ab_cg_create(&s, sub, &sl, err);
+        sub_cg_clear(&s);
+        return r < 0 ? ab_err_wrap(err, "box %s", box_id) : 0;
+}
+
+int ab_cg_sub_attach(const ab_cg *cg, const char *box_id, const char *sub, pid_t pid, ab_err **err)
+{
+        ab_cg s;
+        if (sub_cg(cg, box_id, sub, &s, err) < 0)
+                return -1;
+        int r = ab_cg_attach(&s, sub, pid, err);
+        sub_cg_clear(&s);
+        return r;
+}
+
+int ab_cg_sub_set_memory(const ab_cg *cg, const char *box_id, const char *sub, uint64_t bytes,
+                         ab_err **err)
+{
+        ab_cg s;
+        if (sub_cg(cg, box_id, sub, &s, err) < 0)
+                return -1;
+        _cleanup_free_ char *dir = box_dir(&s, cg->version == AB_CG_V2 ? NULL : cg->v1_memory, sub);
+        sub_cg_clear(&s);
+        if (cg->version == AB_CG_V1)
+                return v1_set_memory(dir, bytes, err);
+        char val[32];
+        fmt_u64_or(val, sizeof(val), bytes, "max");
+        return set_file(dir, "memory.max", val, err);
+}
+
+int ab_cg_sub_stats(const ab_cg *cg, const char *box_id, const char *sub, ab_cg_stats *out,
+                    ab_err **err)
+{
+        ab_cg s;
+        if (sub_cg(cg, box_id, sub, &s, err) < 0)
+                return -1;
+        int r = ab_cg_stats_read(&s, sub, out, err);
+        sub_cg_clear(&s);
+        return r;
+}
+
+int ab_cg_sub_kill(const ab_cg *cg, const char *box_id, const char *sub, ab_err **err)
+{
+        ab_cg s;
+        if (sub_cg(cg, box_id, sub, &s, err) < 0)
+                return -1;
+        int r = ab_cg_kill_all(&s, sub, err);
+        sub_cg_clear(&s);
+        return r;
+}
+
+int ab_cg_sub_destroy(const ab_cg *cg, const char *box_id, const char *sub, ab_err **err)
+{
+        ab_cg s;
+        if (sub_cg(cg, box_id, sub, &s, err) < 0)
+                return -1;
+        int r = ab_cg_kill_all(&s, sub, err);
+        if (r == 0)
+                r = ab_cg_destroy(&s, sub, err);
+        sub_cg_clear(&s);
+        return r;
+}

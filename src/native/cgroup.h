@@ -61,6 +61,35 @@ int ab_cg_kill_all(const ab_cg *cg, const char *box_id, ab_err **err);
  * killed first (ab_cg_kill_all). */
 int ab_cg_destroy(const ab_cg *cg, const char *box_id, ab_err **err);
 
+/* ---- sub-cgroups: limits on one process tree inside a box ----------------
+ * A sub-cgroup is one path component `sub` below the box's cgroup
+ * (root/[hier/]parent/box_id/sub), with its own memory and pids limits inside
+ * the box's (the code runner puts each run in one). The box's stats, kill-all
+ * and destroy cover its sub-cgroups. On v2 the box's cgroup may then hold no
+ * processes of its own ("no internal processes"): the first sub-cgroup moves
+ * them into the leaf AB_CG_BOX_LEAF below it, and new processes follow their
+ * parents there. */
+#define AB_CG_BOX_LEAF "box"
+
+/* Creates (idempotent) the sub-cgroup with memory and pids limits (cpus is
+ * ignored: the box's CPU limit covers it; on v1 a sub-cgroup exists in the
+ * memory and pids hierarchies only). */
+int ab_cg_sub_create(const ab_cg *cg, const char *box_id, const char *sub, const ab_cg_limits *l,
+                     ab_err **err);
+/* Moves pid (a host pid) into the sub-cgroup. */
+int ab_cg_sub_attach(const ab_cg *cg, const char *box_id, const char *sub, pid_t pid, ab_err **err);
+/* Rewrites the sub-cgroup's memory limit (0 = none). AB_E_CONFLICT when the
+ * usage is already above it. */
+int ab_cg_sub_set_memory(const ab_cg *cg, const char *box_id, const char *sub, uint64_t bytes,
+                         ab_err **err);
+/* Usage of the sub-cgroup (oom_kills: OOM kills inside it). */
+int ab_cg_sub_stats(const ab_cg *cg, const char *box_id, const char *sub, ab_cg_stats *out,
+                    ab_err **err);
+/* Kills every process in the sub-cgroup (it stays). */
+int ab_cg_sub_kill(const ab_cg *cg, const char *box_id, const char *sub, ab_err **err);
+/* Kills every process in the sub-cgroup and removes it; a missing one is fine. */
+int ab_cg_sub_destroy(const ab_cg *cg, const char *box_id, const char *sub, ab_err **err);
+
 /* Path of the box's cgroup in one controller ("memory", "pids", "cpu",
  * "cpuacct", "freezer" for v1; ignored for v2); box_id NULL gives the parent
  * directory instead. NULL when that v1 controller has no hierarchy. Caller

@@ -1,6 +1,9 @@
-/* The code runner (see runner.h). One thread per warm process runs its exec
- * through the box's init; the request handler hands it one request line and
- * waits for the result line, the deadline, or the process's end. */
+/* The code runner (see runner.h). One thread runs the zygote's exec through
+ * the box's init (and starts it again if it dies). One thread per warm
+ * process holds its connection (a fork of the zygote): it hands the process
+ * its cgroup, relays its lines, and ends what is left of the run; the request
+ * handler hands it one request line and waits for the result line, the
+ * deadline, or the process's end. */
 #include "runners/runner.h"
 #include "common/log.h"
 #include "runners/fetch.h"
@@ -10,8 +13,11 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <stdarg.h>
+#include <poll.h>
 #include <pthread.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <time.h>
 
 #define BOX_ID       "sys-runner"
@@ -21,6 +27,15 @@
 #define READY_WAIT_S 60
 #define LINE_MAX_B   (64u << 20) /* a result line (codeReturn + log) */
 #define STDERR_KEEP  4096
+/* A run's cgroup (run-UID under the system box's): memoryMB plus what the
+ * process itself needs before the snippet allocates anything, measured as the
+ * peak of a trivial run: a zygote child (copied-on-write pages of the parent)
+ * ~8 MB, a Bun runtime ~45 MB. The box's own limit caps all runs together. */
+#define PY_HEADROOM_MB  32
+#define JS_HEADROOM_MB  96
+#define RUN_PIDS        128 /* processes + threads per run (Bun alone has ~15 threads) */
+#define ZYGOTE_RETRY_S  1
+#define RESULT_GRACE_MS 2000
 
 enum { LANG_JS, LANG_PY, N_LANG };
 static const char *const lang_names[N_LANG] = {"js", "python"};
@@ -31,19 +46,19 @@ typedef struct wproc {
         struct ab_runners *rs;
         int lang;
         int uid;
-        int in_w;               /* the runner's stdin */
-        int cancel_r, cancel_w; /* closing cancel_w ends the exec */
+        int in_w;               /* the connection to the run's process (from the zygote) */
+        int cancel_r, cancel_w; /* closing cancel_w ends the run's process */
+        bool in_cg;             /* in its own cgroup run-UID (else: cleaned up by uid) */
+        uint64_t oom_kills;     /* OOM kills in its cgroup, known once exited */
         wstate state;           /* under rs->lock */
         int refs;               /* under rs->lock: the thread and a handler */
         json_t *result;         /* the "result" object, once it came */
         char *line;             /* partial stdout line */
         size_t line_len;
-        char err_tail[STDERR_KEEP];
-        size_t err_len;
         int n_http, max_http;
         bool exited;
-        int exit_code;
-        struct wproc *next; /* the idle list */
+        struct wproc *next;                /* the idle list */
+        struct wproc *all_prev, *all_next; /* every live one (rs->all) */
 } wproc;
 
 struct ab_runners {
@@ -53,12 +68,24 @@ struct ab_runners {
         pthread_cond_t cond;
         bool ready, preparing, stopping;
         bool have_bun;
+        /* the zygote (python/runner.py --zygote): forks every run's process */
+        bool zy_running, zy_ready;
+        char *zy_socket; /* its socket, as the box sees it */
+        int zy_in_w;     /* its stdin: closed to end it */
+        int zy_cancel_w; /* closed to end its exec */
+        char zy_err[STDERR_KEEP + 1];
+        size_t zy_err_len;
+        char *zy_line;
+        size_t zy_line_len;
+        bool no_cg; /* per-run cgroups failed once: clean up by uid instead */
         wproc *idle[N_LANG];
+        wproc *all;
         int n_warm[N_LANG]; /* starting + ready */
         int running, queued;
         unsigned char uid_used[UID_COUNT];
         int uid_next;
-        int threads; /* warm threads alive */
+        int threads;       /* warm threads alive */
+        uint64_t retry_at; /* ab_now_ms(): no new warm process before (one failed) */
 };
 
 /* ---- small helpers ---------------------------------------------------- */
@@ -92,6 +119,12 @@ static void wproc_put(ab_runners *rs, wproc *p)
         /* rs->lock held */
         if (--p->refs > 0)
                 return;
+        if (p->all_prev)
+                p->all_prev->all_next = p->all_next;
+        else if (rs->all == p)
+                rs->all = p->all_next;
+        if (p->all_next)
+                p->all_next->all_prev = p->all_prev;
         if (p->uid >= UID_FIRST)
                 rs->uid_used[p->uid - UID_FIRST] = 0;
         if (p->in_w >= 0)
@@ -192,20 +225,7 @@ static void on_line(wproc *p, const char *line, size_t len)
 static int on_output(void *ud, int stream, const void *buf, size_t len)
 {
         wproc *p = ud;
-        if (stream == 2) {
-                /* keep the tail for diagnostics */
-                if (len >= STDERR_KEEP) {
-                        memcpy(p->err_tail, (const char *)buf + len - STDERR_KEEP, STDERR_KEEP);
-                        p->err_len = STDERR_KEEP;
-                } else {
-                        size_t keep =
-                            p->err_len + len > STDERR_KEEP ? STDERR_KEEP - len : p->err_len;
-                        memmove(p->err_tail, p->err_tail + p->err_len - keep, keep);
-                        memcpy(p->err_tail + keep, buf, len);
-                        p->err_len = keep + len;
-                }
-                return 0;
-        }
+        (void)stream; /* the connection: stdout only (stderr is the zygote's) */
         const char *s = buf;
         for (size_t i = 0; i < len;) {
                 const char *nl = memchr(s + i, '\n', len - i);
@@ -228,66 +248,179 @@ static int on_output(void *ud, int stream, const void *buf, size_t len)
 static void top_up(ab_runners *rs, int lang);
 static int box_exec(ab_runners *rs, const char *cmd, ab_err **err);
 
-static void *warm_main(void *arg)
+/* The first line from a run's process, {"pid":N}, with the sender's
+ * credentials: the kernel gives its pid in the server's pid namespace (the
+ * box has its own). 0, or -1 when the process did not answer as it should. */
+static int read_pid_line(int fd, pid_t *host_pid)
 {
-        wproc *p = arg;
-        ab_runners *rs = p->rs;
-        int in[2] = {-1, -1};
-        char cmd[512];
-        if (p->lang == LANG_PY)
-                snprintf(cmd, sizeof(cmd),
-                         "exec python3 -S -u " BOX_DIR "/python/runner.py --uid %d", p->uid);
-        else if (rs->have_bun)
-                snprintf(cmd, sizeof(cmd),
-                         "exec " BOX_DIR "/js/node_modules/@oven/bun-linux-x64/bin/bun " BOX_DIR
-                         "/js/runner.js --uid %d",
-                         p->uid);
-        else
-                snprintf(cmd, sizeof(cmd), "exec node " BOX_DIR "/js/runner.js --uid %d", p->uid);
-        ab_err *e = NULL;
-        int fd = -1;
-        if (pipe2(in, O_CLOEXEC) == 0) {
-                p->in_w = in[1];
-                fd = rs->o.backend->ops->connect(rs->o.backend, BOX_ID, &e);
+        char buf[256];
+        size_t len = 0;
+        *host_pid = 0;
+        while (len < sizeof(buf) - 1) {
+                union {
+                        struct cmsghdr h;
+                        char b[CMSG_SPACE(sizeof(struct ucred))];
+                } cm;
+                struct iovec iov = {.iov_base = buf + len, .iov_len = sizeof(buf) - 1 - len};
+                struct msghdr m = {.msg_iov = &iov,
+                                   .msg_iovlen = 1,
+                                   .msg_control = &cm,
+                                   .msg_controllen = sizeof(cm)};
+                ssize_t n = recvmsg(fd, &m, MSG_CMSG_CLOEXEC);
+                if (n < 0 && errno == EINTR)
+                        continue;
+                if (n <= 0)
+                        return -1;
+                for (struct cmsghdr *c = CMSG_FIRSTHDR(&m); c; c = CMSG_NXTHDR(&m, c))
+                        if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_CREDENTIALS &&
+                            c->cmsg_len == CMSG_LEN(sizeof(struct ucred)) && !*host_pid) {
+                                struct ucred u;
+                                memcpy(&u, CMSG_DATA(c), sizeof(u));
+                                *host_pid = u.pid;
+                        }
+                len += (size_t)n;
+                if (memchr(buf, '\n', len))
+                        break;
         }
-        if (fd >= 0) {
-                static const char *const env[] = {"TMPDIR=/tmp", NULL};
-                abc_exec_req q = {
-                    .command = cmd,
-                    .env = env,
-                    .cwd = "/tmp",
-                    .stdin_fd = in[0],
-                    .output_cap = LINE_MAX_B,
-                    .has_cancel = true,
-                    .cancel_fd = p->cancel_r,
-                };
-                abc_exec_res res;
-                if (abc_exec(fd, &q, on_output, p, &res, &e) == 0)
-                        p->exit_code = res.exit_code;
-                else
-                        p->exit_code = -1;
-                close(fd);
+        char *nl = memchr(buf, '\n', len);
+        if (!nl || *host_pid <= 0 || (size_t)(nl - buf) + 1 != len)
+                return -1; /* nothing may follow before the host answers */
+        json_t *j = json_loadb(buf, (size_t)(nl - buf), 0, NULL);
+        bool ok = json_is_integer(json_object_get(j, "pid"));
+        json_decref(j);
+        return ok ? 0 : -1;
+}
+
+/* Ends whatever the run left behind: its cgroup (every process in it, even
+ * one that left its session), or, without one, every process of its uid. */
+static void end_run(ab_runners *rs, wproc *p)
+{
+        char sub[32];
+        snprintf(sub, sizeof(sub), "run-%d", p->uid);
+        ab_err *ke = NULL;
+        if (p->in_cg) {
+                ab_backend *b = rs->o.backend;
+                if (b->ops->sub_end(b, BOX_ID, sub, &p->oom_kills, &ke) < 0)
+                        ab_log(AB_LOG_WARN, "runner: cannot end a run's cgroup", "error", ke->msg,
+                               NULL);
+                ab_err_free(&ke);
+                /* nothing of the run is left: the zygote removes its temp dir
+                 * (one short line: atomic on the pipe) */
+                char line[48];
+                snprintf(line, sizeof(line), "{\"ended\":%d}\n", p->uid);
+                pthread_mutex_lock(&rs->lock);
+                if (rs->zy_in_w >= 0 && ab_write_all(rs->zy_in_w, line, strlen(line)) < 0)
+                        ab_log(AB_LOG_WARN, "runner: cannot reach the zygote", NULL);
+                pthread_mutex_unlock(&rs->lock);
+                return;
         }
-        if (in[0] >= 0)
-                close(in[0]);
-        /* Whatever the snippet left behind (a daemon forked past the policy) runs
-         * as this run's own uid: end all of it before the uid is used again. */
         char kill_cmd[160];
         snprintf(kill_cmd, sizeof(kill_cmd),
                  "for i in 1 2 3 4 5 6 7 8; do pkill -KILL -U %d || exit 0; sleep 0.05; done",
                  p->uid);
-        ab_err *ke = NULL;
-        if (fd >= 0 && box_exec(rs, kill_cmd, &ke) < 0)
+        if (box_exec(rs, kill_cmd, &ke) < 0)
                 ab_log(AB_LOG_WARN, "runner: cannot clean up after a run", "error", ke->msg, NULL);
         ab_err_free(&ke);
+}
+
+/* One run's process, from the zygote's fork to its end: connect, let the
+ * zygote fork it for this uid and language, move it into its own cgroup
+ * before it does anything, then relay its protocol lines (on_output) until
+ * it exits or the handler cancels. */
+static void *warm_main(void *arg)
+{
+        wproc *p = arg;
+        ab_runners *rs = p->rs;
+        ab_backend *b = rs->o.backend;
+        ab_err *e = NULL;
+        int pidfd = -1;
+        pthread_mutex_lock(&rs->lock);
+        _cleanup_free_ char *path = rs->zy_socket ? xstrdup(rs->zy_socket) : NULL;
+        bool no_cg = rs->no_cg;
+        pthread_mutex_unlock(&rs->lock);
+        int fd = path ? b->ops->connect_unix(b, BOX_ID, path, &e) : -1;
+        pid_t host_pid = 0;
+        bool started = false;
+        p->in_w = fd; /* closed with p */
+        if (fd >= 0) {
+                int one = 1;
+                char hello[96];
+                snprintf(hello, sizeof(hello), "{\"uid\":%d,\"lang\":\"%s\"}\n", p->uid,
+                         lang_names[p->lang]);
+                started = setsockopt(fd, SOL_SOCKET, SO_PASSCRED, &one, sizeof(one)) == 0 &&
+                          ab_write_all(fd, hello, strlen(hello)) == 0 &&
+                          read_pid_line(fd, &host_pid) == 0;
+        }
+        if (started && !no_cg) {
+                char sub[32];
+                snprintf(sub, sizeof(sub), "run-%d", p->uid);
+                uint64_t mb = (uint64_t)rs->o.memory_mb +
+                              (p->lang == LANG_JS ? JS_HEADROOM_MB : PY_HEADROOM_MB);
+                ab_err *ce = NULL;
+                if (b->ops->sub_create &&
+                    b->ops->sub_create(b, BOX_ID, sub, mb << 20, RUN_PIDS, host_pid, &ce) == 0) {
+                        p->in_cg = true;
+                } else {
+                        pthread_mutex_lock(&rs->lock);
+                        bool first = !rs->no_cg;
+                        rs->no_cg = true;
+                        pthread_mutex_unlock(&rs->lock);
+                        if (first)
+                                ab_log(AB_LOG_WARN,
+                                       "runner: no cgroup per run (memory limits are the box's "
+                                       "only; cleanup by uid)",
+                                       "error", ce ? ce->msg : "unsupported", NULL);
+                }
+                ab_err_free(&ce);
+        }
+        if (started) {
+                const char *ans = p->in_cg ? "{\"attached\":true}\n" : "{\"attached\":false}\n";
+                started = ab_write_all(fd, ans, strlen(ans)) == 0;
+                pidfd = (int)syscall(SYS_pidfd_open, host_pid, 0);
+        }
+        /* Relay until the process ends (its pidfd), the connection closes, or
+         * the handler cancels (cancel_w closed). */
+        char buf[65536];
+        while (started) {
+                struct pollfd pf[3] = {{.fd = fd, .events = POLLIN},
+                                       {.fd = p->cancel_r, .events = POLLIN},
+                                       {.fd = pidfd, .events = POLLIN}};
+                /* After its result a process has RESULT_GRACE_MS to exit. */
+                int n = poll(pf, pidfd >= 0 ? 3 : 2, p->result ? RESULT_GRACE_MS : -1);
+                if (n < 0 && errno == EINTR)
+                        continue;
+                if (n <= 0 || pf[1].revents)
+                        break;
+                if (pf[0].revents) {
+                        ssize_t r = read(fd, buf, sizeof(buf));
+                        if (r < 0 && errno == EINTR)
+                                continue;
+                        if (r <= 0 || on_output(p, 1, buf, (size_t)r) < 0)
+                                break;
+                        continue;
+                }
+                if (pidfd >= 0 && pf[2].revents) {
+                        /* Gone (a daemon it left may hold the connection open):
+                         * take what it wrote, then end. */
+                        ssize_t r;
+                        while ((r = recv(fd, buf, sizeof(buf), MSG_DONTWAIT)) > 0)
+                                if (on_output(p, 1, buf, (size_t)r) < 0)
+                                        break;
+                        break;
+                }
+        }
+        if (pidfd >= 0)
+                close(pidfd);
+        if (host_pid > 0 || p->in_cg)
+                end_run(rs, p);
         pthread_mutex_lock(&rs->lock);
         bool never_ready = p->state == W_STARTING;
         if (never_ready) {
                 rs->n_warm[p->lang]--;
+                rs->retry_at = ab_now_ms() + 250; /* no busy loop of failing starts */
                 if (!rs->stopping)
                         ab_log(AB_LOG_WARN, "runner: a warm process ended before it was ready",
-                               "lang", lang_names[p->lang], "error", e ? e->msg : "", "stderr",
-                               p->err_len ? p->err_tail : "", NULL);
+                               "lang", lang_names[p->lang], "error", e ? e->msg : "", NULL);
         }
         p->exited = true;
         p->state = W_DONE;
@@ -304,11 +437,147 @@ static void *warm_main(void *arg)
         return NULL;
 }
 
+/* ---- the zygote ------------------------------------------------------- */
+
+static void zy_line(ab_runners *rs, const char *line, size_t len)
+{
+        json_t *j = json_loadb(line, len, 0, NULL);
+        const char *sock =
+            json_string_value(json_object_get(json_object_get(j, "zygote"), "socket"));
+        if (sock && sock[0] == '/') {
+                pthread_mutex_lock(&rs->lock);
+                free(rs->zy_socket);
+                rs->zy_socket = xstrdup(sock);
+                rs->zy_ready = true;
+                pthread_cond_broadcast(&rs->cond);
+                pthread_mutex_unlock(&rs->lock);
+                for (int l = 0; l < N_LANG; l++)
+                        top_up(rs, l);
+        }
+        json_decref(j);
+}
+
+static int zy_output(void *ud, int stream, const void *buf, size_t len)
+{
+        ab_runners *rs = ud;
+        if (stream == 2) {
+                /* the zygote's and its children's stderr: the tail, for the log */
+                size_t n = len > STDERR_KEEP ? STDERR_KEEP : len;
+                const char *src = (const char *)buf + len - n;
+                if (rs->zy_err_len + n > STDERR_KEEP) {
+                        size_t drop = rs->zy_err_len + n - STDERR_KEEP;
+                        memmove(rs->zy_err, rs->zy_err + drop, rs->zy_err_len - drop);
+                        rs->zy_err_len -= drop;
+                }
+                memcpy(rs->zy_err + rs->zy_err_len, src, n);
+                rs->zy_err_len += n;
+                return 0;
+        }
+        const char *s = buf;
+        for (size_t i = 0; i < len;) {
+                const char *nl = memchr(s + i, '\n', len - i);
+                size_t n = nl ? (size_t)(nl - (s + i)) : len - i;
+                if (rs->zy_line_len + n > 65536)
+                        return -1;
+                rs->zy_line = xrealloc(rs->zy_line, rs->zy_line_len + n + 1);
+                memcpy(rs->zy_line + rs->zy_line_len, s + i, n);
+                rs->zy_line_len += n;
+                i += n;
+                if (nl) {
+                        zy_line(rs, rs->zy_line, rs->zy_line_len);
+                        rs->zy_line_len = 0;
+                        i++;
+                }
+        }
+        return 0;
+}
+
+/* Runs the zygote's exec for as long as it lives, and again after a pause
+ * when it dies, until the runner stops. */
+static void *zygote_main(void *arg)
+{
+        ab_runners *rs = arg;
+        char cmd[768];
+        const char *js =
+            rs->have_bun ? BOX_DIR "/js/node_modules/@oven/bun-linux-x64/bin/bun" : "/usr/bin/node";
+        snprintf(cmd, sizeof(cmd),
+                 "python3 -S -u " BOX_DIR "/python/runner.py --zygote --js-runtime %s "
+                 "--js-runner " BOX_DIR "/js/runner.js",
+                 js);
+        for (;;) {
+                int in[2] = {-1, -1}, c[2] = {-1, -1};
+                ab_err *e = NULL;
+                int fd = -1;
+                pthread_mutex_lock(&rs->lock);
+                bool stop = rs->stopping;
+                if (!stop && pipe2(in, O_CLOEXEC) == 0) {
+                        /* never blocks a writer holding rs->lock */
+                        fcntl(in[1], F_SETFL, O_NONBLOCK);
+                        rs->zy_in_w = in[1];
+                        if (pipe2(c, O_CLOEXEC) == 0)
+                                rs->zy_cancel_w = c[1];
+                        rs->zy_err_len = 0;
+                        rs->zy_line_len = 0;
+                }
+                pthread_mutex_unlock(&rs->lock);
+                if (!stop && c[0] >= 0)
+                        fd = rs->o.backend->ops->connect(rs->o.backend, BOX_ID, &e);
+                if (fd >= 0) {
+                        static const char *const env[] = {"TMPDIR=/tmp", NULL};
+                        abc_exec_req q = {
+                            .command = cmd,
+                            .env = env,
+                            .cwd = "/tmp",
+                            .stdin_fd = in[0],
+                            .output_cap = UINT64_MAX >> 1,
+                            .has_cancel = true,
+                            .cancel_fd = c[0],
+                        };
+                        abc_exec_res res;
+                        abc_exec(fd, &q, zy_output, rs, &res, &e);
+                        close(fd);
+                }
+                if (in[0] >= 0)
+                        close(in[0]);
+                if (c[0] >= 0)
+                        close(c[0]);
+                pthread_mutex_lock(&rs->lock);
+                rs->zy_ready = false;
+                free(rs->zy_socket);
+                rs->zy_socket = NULL;
+                /* the write ends, unless ab_runners_free closed them */
+                if (rs->zy_in_w >= 0)
+                        close(rs->zy_in_w);
+                if (rs->zy_cancel_w >= 0)
+                        close(rs->zy_cancel_w);
+                rs->zy_in_w = rs->zy_cancel_w = -1;
+                stop = rs->stopping;
+                pthread_cond_broadcast(&rs->cond);
+                pthread_mutex_unlock(&rs->lock);
+                if (stop) {
+                        ab_err_free(&e);
+                        break;
+                }
+                rs->zy_err[rs->zy_err_len] = 0;
+                ab_log(AB_LOG_WARN, "runner: the zygote ended; starting it again", "error",
+                       e ? e->msg : "", "stderr", rs->zy_err, NULL);
+                ab_err_free(&e);
+                sleep(ZYGOTE_RETRY_S);
+        }
+        pthread_mutex_lock(&rs->lock);
+        rs->zy_running = false;
+        rs->threads--;
+        pthread_cond_broadcast(&rs->cond);
+        pthread_mutex_unlock(&rs->lock);
+        return NULL;
+}
+
 /* Starts warm processes until `warm` of lang are starting or ready. */
 static void top_up(ab_runners *rs, int lang)
 {
         pthread_mutex_lock(&rs->lock);
-        while (!rs->stopping && rs->ready && rs->n_warm[lang] < rs->o.warm) {
+        while (!rs->stopping && rs->ready && rs->zy_ready && rs->n_warm[lang] < rs->o.warm &&
+               ab_now_ms() >= rs->retry_at) {
                 wproc *p = xzalloc(sizeof(*p));
                 p->rs = rs;
                 p->lang = lang;
@@ -335,6 +604,10 @@ static void top_up(ab_runners *rs, int lang)
                 }
                 rs->threads++;
                 rs->n_warm[lang]++;
+                p->all_next = rs->all;
+                if (rs->all)
+                        rs->all->all_prev = p;
+                rs->all = p;
         }
         pthread_mutex_unlock(&rs->lock);
 }
@@ -552,6 +825,18 @@ static int ensure_ready(ab_runners *rs, ab_err **err)
         rs->preparing = false;
         if (r == 0)
                 rs->ready = true;
+        if (r == 0 && !rs->zy_running && !rs->stopping) {
+                /* The zygote; warm processes follow once it is ready (zy_line). */
+                pthread_attr_t a;
+                pthread_attr_init(&a);
+                pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
+                pthread_t t;
+                if (pthread_create(&t, &a, zygote_main, rs) == 0) {
+                        rs->zy_running = true;
+                        rs->threads++;
+                }
+                pthread_attr_destroy(&a);
+        }
         pthread_cond_broadcast(&rs->cond);
         pthread_mutex_unlock(&rs->lock);
         if (r < 0) {
@@ -560,8 +845,6 @@ static int ensure_ready(ab_runners *rs, ab_err **err)
                 ab_err_free(&e);
                 return -1;
         }
-        for (int l = 0; l < N_LANG; l++)
-                top_up(rs, l);
         return 0;
 }
 
@@ -657,7 +940,14 @@ int ab_runners_run(ab_runners *rs, const char *lang_name, json_t *body, json_t *
                 pthread_mutex_lock(&rs->lock);
                 if (rs->idle[lang])
                         continue;
-                if (pthread_cond_timedwait(&rs->cond, &rs->lock, &until) == ETIMEDOUT)
+                /* wake at least every 300 ms: a failed start is retried */
+                struct timespec soon;
+                deadline_in(&soon, 300);
+                bool last = soon.tv_sec > until.tv_sec ||
+                            (soon.tv_sec == until.tv_sec && soon.tv_nsec >= until.tv_nsec);
+                if (pthread_cond_timedwait(&rs->cond, &rs->lock, last ? &until : &soon) ==
+                        ETIMEDOUT &&
+                    last)
                         break;
         }
         pthread_mutex_unlock(&rs->lock);
@@ -674,6 +964,17 @@ int ab_runners_run(ab_runners *rs, const char *lang_name, json_t *body, json_t *
                                 json_is_object(vars) ? json_incref(vars) : json_object(), "limits",
                                 "timeoutMs", (json_int_t)tmo, "memoryMB", (json_int_t)mem, "diskMB",
                                 (json_int_t)disk, "maxRequests", rs->o.max_requests);
+        if (p->in_cg && mem != rs->o.memory_mb) {
+                char sub[32];
+                snprintf(sub, sizeof(sub), "run-%d", p->uid);
+                int64_t head = lang == LANG_JS ? JS_HEADROOM_MB : PY_HEADROOM_MB;
+                ab_err *me = NULL;
+                ab_backend *b = rs->o.backend;
+                if (b->ops->sub_set_memory(b, BOX_ID, sub, (uint64_t)(mem + head) << 20, &me) < 0)
+                        ab_log(AB_LOG_WARN, "runner: cannot set a run's memory limit", "error",
+                               me->msg, NULL);
+                ab_err_free(&me);
+        }
         int wr = write_line(p->in_w, req);
         json_decref(req);
         pthread_mutex_lock(&rs->lock);
@@ -689,24 +990,16 @@ int ab_runners_run(ab_runners *rs, const char *lang_name, json_t *body, json_t *
                 *out = json_incref(p->result);
         } else if (timed_out) {
                 *out = failure("Script execution timed out after %" PRId64 "ms", tmo);
+        } else if (p->oom_kills > 0) {
+                /* killed by its cgroup's OOM killer (exited: the count is in) */
+                *out = failure("Memory limit exceeded");
         } else {
-                /* ended without a result: killed (memory), crashed */
-                const char *tail = p->err_len ? p->err_tail : "";
-                size_t tl = p->err_len;
-                while (tl && (tail[tl - 1] == '\n' || tail[tl - 1] == ' '))
-                        tl--;
-                const char *last = tl ? (const char *)memrchr(tail, '\n', tl) : NULL;
-                last = last ? last + 1 : tail;
-                if (p->exit_code == 137 || p->exit_code == 128 + 9)
-                        *out = failure(
-                            "Script was killed (memory limit of %" PRId64 " MB exceeded?)", mem);
-                else
-                        *out = failure("Script ended without a result (exit code %d)%s%.*s",
-                                       p->exit_code, tl ? ": " : "",
-                                       (int)(tl - (size_t)(last - tail)), last);
+                *out = failure("Script ended without a result (killed or crashed; see the "
+                               "server log)");
         }
-        /* Whatever happened, this process is done: end it (a no-op if it exited). */
-        if (p->cancel_w >= 0) {
+        /* Without a result this process is done: end it now. With one, it
+         * removes its temp dir and exits; its thread ends what remains. */
+        if (!p->result && p->cancel_w >= 0) {
                 close(p->cancel_w);
                 p->cancel_w = -1;
         }
@@ -769,6 +1062,7 @@ int ab_runners_new(const ab_runners_opts *o, ab_runners **out, ab_err **err)
                 rs->o.max_disk_mb = 100;
         if (rs->o.max_requests <= 0)
                 rs->o.max_requests = 30;
+        rs->zy_in_w = rs->zy_cancel_w = -1;
         pthread_mutex_init(&rs->lock, NULL);
         pthread_condattr_t ca;
         pthread_condattr_init(&ca);
@@ -797,6 +1091,17 @@ void ab_runners_free(ab_runners *rs)
                         wproc_put(rs, p);
                 }
         }
+        for (wproc *p = rs->all; p; p = p->all_next)
+                if (p->cancel_w >= 0) {
+                        close(p->cancel_w);
+                        p->cancel_w = -1;
+                }
+        /* the zygote: its exec is cancelled, its stdin closed */
+        if (rs->zy_cancel_w >= 0)
+                close(rs->zy_cancel_w);
+        if (rs->zy_in_w >= 0)
+                close(rs->zy_in_w);
+        rs->zy_cancel_w = rs->zy_in_w = -1;
         pthread_cond_broadcast(&rs->cond);
         struct timespec until;
         deadline_in(&until, 5000);
@@ -809,6 +1114,8 @@ void ab_runners_free(ab_runners *rs)
                 return; /* threads still reference it: leave it (process exit follows) */
         pthread_mutex_destroy(&rs->lock);
         pthread_cond_destroy(&rs->cond);
+        free(rs->zy_socket);
+        free(rs->zy_line);
         free(rs->runtime_dir);
         free(rs);
 }

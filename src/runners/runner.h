@@ -1,10 +1,12 @@
 /* runner.h - the FastGPT-compatible code runner (seed 003): JS and Python
- * snippets run in warm interpreter processes inside one isolated,
- * network-less system box ("sys-runner"). A warm process has started its
- * interpreter, made its own temp dir and dropped to a uid of its own before
- * any code arrives; it runs exactly one snippet and exits, so no process that
- * ran user code is ever reused and no run can see another's data. The
- * protocol between the server and a runner process is in runners/README.md.
+ * snippets run inside one isolated, network-less system box ("sys-runner").
+ * A zygote there (a pre-imported Python parent, root in the box, that never
+ * runs user code) forks every run's process ahead of time; the server moves
+ * it into a cgroup of its own (the run's memory and pids limits) before it
+ * makes its temp dir and drops to a uid of its own (a JS run's child then
+ * execs Bun). It runs exactly one snippet and exits, so no process that ran
+ * user code is ever reused and no run can see another's data; whatever it
+ * leaves behind dies with its cgroup. The protocols are in runners/README.md.
  * The only way out to the network is httpRequest, made by the server itself
  * (fetch.h). Thread-safe. */
 #ifndef AB_RUNNER_H
@@ -19,7 +21,7 @@ typedef struct ab_runners_opts {
         ab_backend *backend; /* borrowed */
         const char
             *runtime_dir;    /* host dir with python/runner.py and js/runner.js (+ node_modules) */
-        int warm;            /* warm processes per language; 0 = 4 */
+        int warm;            /* run processes kept ready per language; 0 = 4 */
         int max_concurrency; /* runs at once; more are queued; 0 = 50 */
         int64_t timeout_ms, max_timeout_ms; /* 0 = 10000 / 60000 */
         int64_t memory_mb, max_memory_mb;   /* 0 = 64 / 256 */

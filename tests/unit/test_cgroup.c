@@ -879,6 +879,238 @@ static void test_real_v2_kill(void)
         ab_cg_free(&cg);
 }
 
+/* ---- sub-cgroups (fake trees) ------------------------------------------- */
+
+static void test_fake_v2_sub(void)
+{
+        ab_err *e = NULL;
+        ab_cg cg;
+        char *root = xasprintf("%s/v2sub", tmp);
+        char *parent = xasprintf("%s/agentbox", root);
+        char *box = xasprintf("%s/b1", parent);
+        char *leaf = xasprintf("%s/%s", box, AB_CG_BOX_LEAF);
+        char *run = xasprintf("%s/run-1", box);
+        mkdir_p(root);
+        put(root, "cgroup.controllers", "cpu memory pids\n");
+        put(root, "cgroup.subtree_control", "");
+        mkdir_p(parent);
+        put(parent, "cgroup.controllers", "cpu memory pids\n");
+        put(parent, "cgroup.subtree_control", "");
+        fake_v2_box(box);
+        put(box, "cgroup.controllers", "cpu memory pids\n");
+        put(box, "cgroup.subtree_control", "");
+        TAP_IS_INT(ab_cg_open(root, "agentbox", &cg, &e), 0, "v2 sub: open");
+        code_of(&e);
+
+        /* The box's own processes must go to its leaf first; the fake
+         * cgroup.procs does not empty itself, so the move never finishes. */
+        put(box, "cgroup.procs", "4242\n");
+        mkdir_p(leaf);
+        put(leaf, "cgroup.procs", "");
+        ab_cg_limits l = {.memory_bytes = 96 * MiB, .pids = 128, .cpus = 2};
+        TAP_IS_INT(ab_cg_sub_create(&cg, "b1", "run-1", &l, &e) < 0, 1,
+                   "v2 sub: a box whose processes never leave is refused");
+        TAP_IS_INT(code_of(&e), AB_E_CONFLICT, "v2 sub: ... as AB_E_CONFLICT");
+        TAP_IS_STR(get(leaf, "cgroup.procs"), "4242", "v2 sub: its process was moved to the leaf");
+        TAP_IS_STR(get(box, "cgroup.subtree_control"), "",
+                   "v2 sub: controllers not enabled while processes stay");
+
+        /* Moved (the kernel empties the box's list): controllers go on. */
+        put(box, "cgroup.procs", "");
+        mkdir_p(run);
+        put(run, "memory.max", "max\n");
+        put(run, "memory.swap.max", "max\n");
+        put(run, "pids.max", "max\n");
+        put(run, "cpu.max", "max 100000\n"); /* the box hands cpu on too */
+        put(run, "cgroup.procs", "");
+        TAP_IS_INT(ab_cg_sub_create(&cg, "b1", "run-1", &l, &e), 0, "v2 sub: create");
+        TAP_IS_INT(code_of(&e), 0, "v2 sub: create sets no error");
+        TAP_IS_STR(get(box, "cgroup.subtree_control"), "+memory +pids +cpu",
+                   "v2 sub: the box hands memory and pids to its children");
+        TAP_IS_STR(get(run, "memory.max"), "100663296", "v2 sub: memory.max");
+        TAP_IS_STR(get(run, "memory.swap.max"), "0", "v2 sub: no swap");
+        TAP_IS_STR(get(run, "pids.max"), "128", "v2 sub: pids.max");
+        TAP_IS_STR(get(run, "cpu.max"), "max 100000",
+                   "v2 sub: no CPU limit of its own (the box's covers it)");
+
+        /* Enabled once: a second run does not move anything again. */
+        put(box, "cgroup.subtree_control", "memory pids cpu\n");
+        put(box, "cgroup.procs", "999\n");
+        TAP_IS_INT(ab_cg_sub_create(&cg, "b1", "run-1", &l, &e), 0,
+                   "v2 sub: create with controllers already on");
+        code_of(&e);
+        TAP_IS_STR(get(leaf, "cgroup.procs"), "4242", "v2 sub: ... moves nothing");
+        put(box, "cgroup.procs", "");
+
+        TAP_IS_INT(ab_cg_sub_attach(&cg, "b1", "run-1", 777, &e), 0, "v2 sub: attach");
+        code_of(&e);
+        TAP_IS_STR(get(run, "cgroup.procs"), "777", "v2 sub: attach writes the run's cgroup.procs");
+        put(run, "cgroup.procs", "");
+        TAP_IS_INT(ab_cg_sub_set_memory(&cg, "b1", "run-1", 160 * MiB, &e), 0,
+                   "v2 sub: set memory");
+        code_of(&e);
+        TAP_IS_STR(get(run, "memory.max"), "167772160", "v2 sub: memory.max rewritten");
+
+        put(run, "memory.current", "1000\n");
+        put(run, "pids.current", "1\n");
+        put(run, "memory.events", "low 0\nhigh 0\nmax 9\noom 1\noom_kill 1\n");
+        ab_cg_stats st;
+        TAP_IS_INT(ab_cg_sub_stats(&cg, "b1", "run-1", &st, &e), 0, "v2 sub: stats");
+        code_of(&e);
+        TAP_IS_INT(st.oom_kills, 1, "v2 sub: its OOM kills");
+        TAP_IS_INT(st.memory_limit, 160 * MiB, "v2 sub: its limit");
+        TAP_IS_INT(ab_cg_sub_create(&cg, "b1", "../run", &l, &e) < 0, 1,
+                   "v2 sub: a sub name with .. refused");
+        TAP_IS_INT(code_of(&e), AB_E_INVALID, "v2 sub: ... as AB_E_INVALID");
+
+        put(run, "cgroup.kill", "");
+        TAP_IS_INT(ab_cg_sub_kill(&cg, "b1", "run-1", &e), 0, "v2 sub: kill");
+        code_of(&e);
+        TAP_IS_STR(get(run, "cgroup.kill"), "1", "v2 sub: kill writes the run's cgroup.kill");
+        rm_rf(run);
+        mkdir_p(run);
+        TAP_IS_INT(ab_cg_sub_destroy(&cg, "b1", "run-1", &e), 0, "v2 sub: destroy");
+        code_of(&e);
+        tap_ok(!exists(run) && exists(box), "v2 sub: run removed, box kept");
+        TAP_IS_INT(ab_cg_sub_destroy(&cg, "b1", "run-1", &e), 0,
+                   "v2 sub: destroy of a missing one is fine");
+        code_of(&e);
+        ab_cg_free(&cg);
+        free(root);
+        free(parent);
+        free(box);
+        free(leaf);
+        free(run);
+}
+
+static void test_fake_v1_sub(void)
+{
+        ab_err *e = NULL;
+        ab_cg cg;
+        char *root = fake_v1_tree("v1sub", true, true);
+        TAP_IS_INT(ab_cg_open(root, "agentbox", &cg, &e), 0, "v1 sub: open");
+        code_of(&e);
+        fake_v1_box(&cg, "b1");
+        char *mem = xasprintf("%s/memory/agentbox/b1/run-1", root);
+        char *pids = xasprintf("%s/pids/agentbox/b1/run-1", root);
+        char *cpu = xasprintf("%s/cpu,cpuacct/agentbox/b1/run-1", root);
+        char *frz = xasprintf("%s/freezer/agentbox/b1/run-1", root);
+        mkdir_p(mem);
+        put(mem, "memory.limit_in_bytes", "9223372036854771712\n");
+        put(mem, "memory.memsw.limit_in_bytes", "9223372036854771712\n");
+        put(mem, "cgroup.procs", "");
+        mkdir_p(pids);
+        put(pids, "pids.max", "max\n");
+        put(pids, "cgroup.procs", "");
+        ab_cg_limits l = {.memory_bytes = 96 * MiB, .pids = 128, .cpus = 1};
+        TAP_IS_INT(ab_cg_sub_create(&cg, "b1", "run-1", &l, &e), 0, "v1 sub: create");
+        TAP_IS_INT(code_of(&e), 0, "v1 sub: create sets no error");
+        TAP_IS_STR(get(mem, "memory.limit_in_bytes"), "100663296", "v1 sub: memory limit");
+        TAP_IS_STR(get(mem, "memory.memsw.limit_in_bytes"), "100663296",
+                   "v1 sub: memory+swap limit");
+        TAP_IS_STR(get(pids, "pids.max"), "128", "v1 sub: pids.max");
+        tap_ok(!exists(cpu) && !exists(frz), "v1 sub: no cpu, cpuacct or freezer cgroup");
+        TAP_IS_INT(ab_cg_sub_attach(&cg, "b1", "run-1", 777, &e), 0, "v1 sub: attach");
+        code_of(&e);
+        TAP_IS_STR(get(mem, "cgroup.procs"), "777", "v1 sub: attached in memory");
+        TAP_IS_STR(get(pids, "cgroup.procs"), "777", "v1 sub: attached in pids");
+        put(mem, "cgroup.procs", "");
+        put(pids, "cgroup.procs", "");
+        TAP_IS_INT(ab_cg_sub_set_memory(&cg, "b1", "run-1", 32 * MiB, &e), 0,
+                   "v1 sub: lower memory");
+        code_of(&e);
+        TAP_IS_STR(get(mem, "memory.limit_in_bytes"), "33554432", "v1 sub: memory lowered");
+        TAP_IS_STR(get(mem, "memory.memsw.limit_in_bytes"), "33554432",
+                   "v1 sub: memory+swap lowered");
+        put(mem, "memory.usage_in_bytes", "4096\n");
+        put(mem, "memory.oom_control", "oom_kill_disable 0\nunder_oom 0\noom_kill 3\n");
+        put(pids, "pids.current", "1\n");
+        ab_cg_stats st;
+        TAP_IS_INT(ab_cg_sub_stats(&cg, "b1", "run-1", &st, &e), 0, "v1 sub: stats");
+        code_of(&e);
+        TAP_IS_INT(st.oom_kills, 3, "v1 sub: its OOM kills");
+        rm_rf(mem);
+        rm_rf(pids);
+        mkdir_p(mem);
+        mkdir_p(pids);
+        TAP_IS_INT(ab_cg_sub_destroy(&cg, "b1", "run-1", &e), 0, "v1 sub: destroy");
+        code_of(&e);
+        tap_ok(!exists(mem) && !exists(pids), "v1 sub: removed from memory and pids");
+        char *boxmem = ab_cg_path(&cg, "memory", "b1");
+        tap_ok(exists(boxmem), "v1 sub: the box's cgroup is kept");
+        free(boxmem);
+        ab_cg_free(&cg);
+        free(root);
+        free(mem);
+        free(pids);
+        free(cpu);
+        free(frz);
+}
+
+/* The real kernel: a process in a box's sub-cgroup is OOM-killed at the
+ * sub-cgroup's limit, far below the box's, and destroy ends what is left. */
+static void test_real_sub(void)
+{
+        if (geteuid() != 0) {
+                tap_ok(1, "real sub # SKIP not root");
+                return;
+        }
+        ab_err *e = NULL;
+        ab_cg cg;
+        char *parent = xasprintf("agentbox-test-sub-%d", (int)getpid());
+        if (ab_cg_open("/sys/fs/cgroup", parent, &cg, &e) < 0) {
+                tap_ok(1, "real sub # SKIP no usable cgroup layout: %s", e->msg);
+                ab_err_free(&e);
+                free(parent);
+                return;
+        }
+        const char *id = "box1";
+        ab_cg_limits bl = {.memory_bytes = 512 * MiB, .pids = 256};
+        if (ab_cg_create(&cg, id, &bl, &e) < 0) {
+                tap_ok(1, "real sub # SKIP cannot create a box cgroup: %s", e->msg);
+                ab_err_free(&e);
+                real_cleanup(&cg, id);
+                ab_cg_free(&cg);
+                free(parent);
+                return;
+        }
+        ab_cg_limits l = {.memory_bytes = 16 * MiB, .pids = 16};
+        TAP_IS_INT(ab_cg_sub_create(&cg, id, "run-1", &l, &e), 0, "real sub: create 16 MiB");
+        code_of(&e);
+        int go = -1;
+        pid_t eater = spawn(eat_memory, 64, &go);
+        TAP_IS_INT(ab_cg_sub_attach(&cg, id, "run-1", eater, &e), 0, "real sub: attach");
+        code_of(&e);
+        release(&go);
+        int status = wait_child(eater, 10000);
+        tap_ok(status != -1 && WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL,
+               "real sub: 64 MiB in a 16 MiB sub-cgroup of a 512 MiB box is OOM-killed");
+        ab_cg_stats st;
+        TAP_IS_INT(ab_cg_sub_stats(&cg, id, "run-1", &st, &e), 0, "real sub: stats");
+        code_of(&e);
+        tap_ok(st.oom_kills >= 1, "real sub: the sub-cgroup counts the OOM kill (%llu)",
+               (unsigned long long)st.oom_kills);
+
+        pid_t blocker = spawn(block_forever, 0, &go);
+        TAP_IS_INT(ab_cg_sub_attach(&cg, id, "run-1", blocker, &e), 0,
+                   "real sub: attach a second process");
+        code_of(&e);
+        release(&go);
+        TAP_IS_INT(ab_cg_sub_destroy(&cg, id, "run-1", &e), 0, "real sub: destroy");
+        code_of(&e);
+        status = wait_child(blocker, 5000);
+        tap_ok(status != -1 && WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL,
+               "real sub: destroy killed the process inside");
+        char *boxmem = ab_cg_path(&cg, "memory", id);
+        char *run = xasprintf("%s/run-1", boxmem);
+        tap_ok(!exists(run), "real sub: the sub-cgroup is gone");
+        free(run);
+        free(boxmem);
+        real_cleanup(&cg, id);
+        ab_cg_free(&cg);
+        free(parent);
+}
+
 int main(void)
 {
         setvbuf(stdout, NULL, _IOLBF, 0);
@@ -888,8 +1120,11 @@ int main(void)
         }
         test_fake_v2();
         test_fake_v1();
+        test_fake_v2_sub();
+        test_fake_v1_sub();
         rm_rf(tmp);
         test_real();
+        test_real_sub();
         test_real_v2_kill();
         return tap_done();
 }
