@@ -26,6 +26,7 @@
 #define HEAD_TIMEOUT_MS 10000
 #define RELAY_BUF       (64 * 1024)
 #define MAX_ADDRS       8
+#define MAX_THREADS     4096 /* proxied connections of all boxes at once */
 
 typedef struct conn {
         int cfd, ufd; /* client (in the box), upstream; -1 when not open */
@@ -784,15 +785,18 @@ static void *conn_main(void *arg)
                         break;
                 }
         j->b->n_conns--;
-        if (j->b->paused && j->b->lfd >= 0) {
-                struct epoll_event ev = {.events = EPOLLIN, .data.u64 = j->b->key};
-                epoll_ctl(p->ep, EPOLL_CTL_MOD, j->b->lfd, &ev);
-                j->b->paused = false;
-        }
+        p->threads--;
+        /* room again: listeners paused at a cap (this box's, or everyone's
+         * when the global one was hit) are watched again */
+        for (box_ent *b = p->boxes; b; b = b->next)
+                if (b->paused && b->lfd >= 0 && b->n_conns < (size_t)p->o.max_conns_per_box) {
+                        struct epoll_event ev = {.events = EPOLLIN, .data.u64 = b->key};
+                        epoll_ctl(p->ep, EPOLL_CTL_MOD, b->lfd, &ev);
+                        b->paused = false;
+                }
         close(j->c->cfd);
         free(j->c);
         unref_box(j->b);
-        p->threads--;
         pthread_cond_broadcast(&p->idle);
         pthread_mutex_unlock(&p->lock);
         free(j);
@@ -805,7 +809,8 @@ static void accept_on(ab_proxy *p, uint64_t key)
         box_ent *b = p->boxes;
         while (b && b->key != key)
                 b = b->next;
-        while (b && b->lfd >= 0 && b->n_conns < (size_t)p->o.max_conns_per_box) {
+        while (b && b->lfd >= 0 && b->n_conns < (size_t)p->o.max_conns_per_box &&
+               p->threads < MAX_THREADS) {
                 int fd = accept4(b->lfd, NULL, NULL, SOCK_CLOEXEC);
                 if (fd < 0)
                         break;
@@ -837,7 +842,8 @@ static void accept_on(ab_proxy *p, uint64_t key)
                 }
                 pthread_attr_destroy(&at);
         }
-        if (b && b->lfd >= 0 && b->n_conns >= (size_t)p->o.max_conns_per_box && !b->paused) {
+        if (b && b->lfd >= 0 && !b->paused &&
+            (b->n_conns >= (size_t)p->o.max_conns_per_box || p->threads >= MAX_THREADS)) {
                 /* level-triggered: leaving it armed would spin; the next
                  * connection to end re-arms it */
                 struct epoll_event ev = {.events = 0, .data.u64 = b->key};

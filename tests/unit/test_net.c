@@ -34,6 +34,7 @@
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/random.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -1252,6 +1253,60 @@ static bool denied_event(ab_events *ev, uint64_t after, const char *host, int po
         return found;
 }
 
+/* A box at its connection cap: more connections wait in the backlog (not
+ * refused, not answered) until one ends, and the acceptor does not spin
+ * on the level-triggered listener meanwhile. Needs no upstream: the waiting
+ * request is one the policy denies. */
+static void test_proxy_cap(void)
+{
+        ab_proxy_opts o = {.max_conns_per_box = 2};
+        ab_proxy *px = NULL;
+        _cleanup_err_ ab_err *err = NULL;
+        TAP_IS_INT(ab_proxy_new(&o, &px, &err), 0, "ab_proxy_new with 2 connections a box");
+        if (!px)
+                return;
+        ab_netpol pol;
+        TAP_IS_INT(parse_pol("{\"mode\": \"allowlist\", \"allow\": [\"up.test\"]}", &pol, &err), 0,
+                   "cap policy parses");
+        int port = 0;
+        int lfd = tcp_listen("127.0.0.1", &port);
+        ab_proxy_attach(px, "capbox", NULL, 1, lfd, &pol);
+        int idle1 = tcp_connect("127.0.0.1", port), idle2 = tcp_connect("127.0.0.1", port);
+        size_t nb = 0, nc = 0;
+        for (int i = 0; i < 200 && nc < 2; i++) {
+                usleep(10000);
+                ab_proxy_counts(px, &nb, &nc);
+        }
+        TAP_IS_INT(nc, 2, "two idle connections take both slots");
+        int third = tcp_connect("127.0.0.1", port);
+        static const char req[] = "GET http://denied.test/ HTTP/1.1\r\n\r\n";
+        tap_ok(third >= 0 && write(third, req, sizeof(req) - 1) == (ssize_t)sizeof(req) - 1,
+               "a third connection is queued by the kernel and sends its request");
+        struct rusage r0, r1;
+        getrusage(RUSAGE_SELF, &r0);
+        struct pollfd pf = {.fd = third, .events = POLLIN};
+        tap_ok(poll(&pf, 1, 1000) == 0, "... and gets no answer while the box is at its cap");
+        getrusage(RUSAGE_SELF, &r1);
+        double cpu = (double)(r1.ru_utime.tv_sec - r0.ru_utime.tv_sec + r1.ru_stime.tv_sec -
+                              r0.ru_stime.tv_sec) +
+                     (double)(r1.ru_utime.tv_usec - r0.ru_utime.tv_usec + r1.ru_stime.tv_usec -
+                              r0.ru_stime.tv_usec) /
+                         1e6;
+        /* a spinning acceptor burns a whole core: ~1 s in this second */
+        tap_ok(cpu < 0.5, "the acceptor does not spin meanwhile (%.3f s of CPU in 1 s)", cpu);
+        close(idle1);
+        char buf[512] = "";
+        ssize_t k = third >= 0 ? read(third, buf, sizeof(buf) - 1) : -1;
+        tap_ok(k > 12 && !strncmp(buf, "HTTP/1.1 403 ", 13),
+               "when a slot frees, the queued connection is served (403 for the denied host)");
+        if (idle2 >= 0)
+                close(idle2);
+        if (third >= 0)
+                close(third);
+        ab_proxy_free(px);
+        ab_netpol_clear(&pol);
+}
+
 static void test_proxy(void)
 {
         if (!kid.veth_up) {
@@ -1440,6 +1495,7 @@ int main(void)
                 test_netns();
                 test_veth();
                 test_proxy();
+                test_proxy_cap();
                 test_link_del();
         }
         kid_teardown();
