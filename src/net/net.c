@@ -18,6 +18,9 @@
 
 #define HOST_IF_PREFIX "abnet"
 #define BOX_IF         "eth0"
+/* The box end's alias, set as the last step of full mode's set-up: an eth0
+ * without it is a set-up a crash cut short, made again. */
+#define BOX_IF_READY "agentbox-full"
 
 extern char **environ;
 
@@ -278,7 +281,8 @@ static int full_setup(ab_net *n, int nsfd, int box_nl, ab_err **err)
         if (hidx < 0 || bidx < 0 || (r = ab_nl_addr4_add(nl, hidx, gw, 30)) < 0 ||
             (r = ab_nl_link_up(nl, hidx)) < 0 ||
             (r = ab_nl_addr4_add(box_nl, bidx, mine, 30)) < 0 ||
-            (r = ab_nl_link_up(box_nl, bidx)) < 0 || (r = ab_nl_route4_default(box_nl, gw)) < 0) {
+            (r = ab_nl_link_up(box_nl, bidx)) < 0 || (r = ab_nl_route4_default(box_nl, gw)) < 0 ||
+            (r = ab_nl_link_set_alias(box_nl, bidx, BOX_IF_READY)) < 0) {
                 int e = hidx < 0 ? hidx : bidx < 0 ? bidx : r;
                 ab_nl_link_del(nl, name);
                 return ab_err_set(err, AB_E_INTERNAL, -e, "full network: configuring %s", name);
@@ -317,7 +321,12 @@ int ab_net_apply(ab_net *n, const char *box, const char *app, pid_t init_pid, co
                     ab_netns_socket(nsfd, AF_NETLINK, SOCK_RAW, NETLINK_ROUTE, NULL, 0, 0);
                 if (box_nl < 0)
                         return ab_err_set(err, AB_E_INTERNAL, -box_nl, "box %s: netlink", box);
-                bool has = ab_nl_link_index(box_nl, BOX_IF) > 0;
+                char alias[64] = "";
+                bool has = ab_nl_link_alias(box_nl, BOX_IF, alias, sizeof(alias)) == 0;
+                if (has && p->mode == AB_NET_FULL && strcmp(alias, BOX_IF_READY)) {
+                        ab_nl_link_del(box_nl, BOX_IF); /* half made: start again */
+                        has = false;
+                }
                 if (p->mode == AB_NET_FULL && !has && full_setup(n, nsfd, box_nl, err) < 0)
                         return ab_err_wrap(err, "box %s", box);
                 if (p->mode != AB_NET_FULL && has) {

@@ -109,9 +109,14 @@ static void nl_init(nl_msg *m, unsigned short type, unsigned short flags, const 
         memcpy(NLMSG_DATA(&m->h), hdr, hlen);
 }
 
-/* Sends m and reads the answer: the kernel's ack (0 or -errno), or for a
- * GETLINK the ifindex of the link it describes. */
-static int nl_talk(int nl, nl_msg *m, int *ifindex)
+typedef struct {
+        int ifindex;
+        char alias[64];
+} link_info;
+
+/* Sends m and reads the answer: the kernel's ack (0 or -errno), and for a
+ * GETLINK what it says of the link. */
+static int nl_talk(int nl, nl_msg *m, link_info *li)
 {
         static _Atomic unsigned seq;
         m->h.nlmsg_seq = ++seq;
@@ -134,9 +139,19 @@ static int nl_talk(int nl, nl_msg *m, int *ifindex)
                                 struct nlmsgerr *e = NLMSG_DATA(h);
                                 return e->error;
                         }
-                        if (h->nlmsg_type == RTM_NEWLINK && ifindex) {
+                        if (h->nlmsg_type == RTM_NEWLINK && li) {
                                 struct ifinfomsg *ifi = NLMSG_DATA(h);
-                                *ifindex = ifi->ifi_index;
+                                li->ifindex = ifi->ifi_index;
+                                int alen = (int)IFLA_PAYLOAD(h);
+                                for (struct rtattr *a = IFLA_RTA(ifi); RTA_OK(a, alen);
+                                     a = RTA_NEXT(a, alen))
+                                        if (a->rta_type == IFLA_IFALIAS) {
+                                                size_t al = RTA_PAYLOAD(a);
+                                                if (al >= sizeof(li->alias))
+                                                        al = sizeof(li->alias) - 1;
+                                                memcpy(li->alias, RTA_DATA(a), al);
+                                                li->alias[al] = '\0';
+                                        }
                         }
                 }
         }
@@ -148,17 +163,42 @@ int ab_nl_open(void)
         return fd < 0 ? -errno : fd;
 }
 
-int ab_nl_link_index(int nl, const char *name)
+static int link_get(int nl, const char *name, link_info *li)
 {
         nl_msg m;
         struct ifinfomsg ifi = {.ifi_family = AF_UNSPEC};
         nl_init(&m, RTM_GETLINK, 0, &ifi, sizeof(ifi));
         nl_attr(&m, IFLA_IFNAME, name, strlen(name) + 1);
-        int idx = 0;
-        int r = nl_talk(nl, &m, &idx);
+        memset(li, 0, sizeof(*li));
+        int r = nl_talk(nl, &m, li);
         if (r < 0)
                 return r;
-        return idx > 0 ? idx : -ENODEV;
+        return li->ifindex > 0 ? li->ifindex : -ENODEV;
+}
+
+int ab_nl_link_index(int nl, const char *name)
+{
+        link_info li;
+        return link_get(nl, name, &li);
+}
+
+int ab_nl_link_alias(int nl, const char *name, char *out, size_t len)
+{
+        link_info li;
+        int r = link_get(nl, name, &li);
+        if (r < 0)
+                return r;
+        snprintf(out, len, "%s", li.alias);
+        return 0;
+}
+
+int ab_nl_link_set_alias(int nl, int ifindex, const char *alias)
+{
+        nl_msg m;
+        struct ifinfomsg ifi = {.ifi_family = AF_UNSPEC, .ifi_index = ifindex};
+        nl_init(&m, RTM_NEWLINK, 0, &ifi, sizeof(ifi));
+        nl_attr(&m, IFLA_IFALIAS, alias, strlen(alias));
+        return nl_talk(nl, &m, NULL);
 }
 
 int ab_nl_veth_add(int nl, const char *name, const char *peer, int peer_nsfd)

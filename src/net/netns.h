@@ -9,6 +9,7 @@
 
 #include <netinet/in.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <sys/socket.h>
 #include <sys/types.h>
 
@@ -25,6 +26,9 @@ int ab_netns_socket(int nsfd, int domain, int type, int proto, const struct sock
  * another namespace, or socket() for the caller's). */
 int ab_nl_open(void);
 int ab_nl_link_index(int nl, const char *name);
+/* The link's alias (IFLA_IFALIAS; "" when none) / sets it. */
+int ab_nl_link_alias(int nl, const char *name, char *out, size_t len);
+int ab_nl_link_set_alias(int nl, int ifindex, const char *alias);
 /* A veth pair: `name` in nl's namespace, `peer` moved into peer_nsfd. */
 int ab_nl_veth_add(int nl, const char *name, const char *peer, int peer_nsfd);
 int ab_nl_link_del(int nl, const char *name);

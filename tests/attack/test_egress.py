@@ -697,6 +697,23 @@ h.ok(not [x for x in meta_hits if x.startswith("hit")], "the metadata stand-in g
 r = bpy("egress-g", PROBE, "127.0.0.1:8000")
 h.ok("CONNECTED" in out_of(r), "control: the other box's server is up (inside that box)", out_of(r))
 
+# a set-up a crash cut short (no route yet, not marked done) is made again on restart
+pid = ((h.cli_boxes(S.data) or {}).get("egress-f") or {}).get("init_pid")
+if pid:
+    cut = sh("nsenter", "--net=/proc/%d/ns/net" % pid, "sh", "-c",
+             "ip route del default && ip link set dev eth0 alias ''")
+    r = ex("egress-f", "curl -sS -m 3 http://198.51.100.10/half; echo rc=$?")
+    h.ok(cut.returncode == 0 and "hello from outside" not in out_of(r),
+         "control: with its route gone the full box reaches nothing", out_of(r) + cut.stderr)
+    S.kill9()
+    S.start()
+    r = ex("egress-f", "curl -sS -m 10 http://198.51.100.10/redone")
+    h.ok("hello from outside /redone" in out_of(r), "after kill -9 and restart the half-made link is made again",
+         out_of(r))
+else:
+    h.skip("a half-made full set-up is redone", "no init pid from agentbox ls")
+events = S.sse("/v1/events?types=network.denied,box.network")
+
 r = S.put("/v1/sandboxes/egress-f/network", {"mode": "none"})
 h.eq(r.status, 200, "a full box is switched to none", r.describe())
 r = ex("egress-f", "cat /proc/net/dev | grep -c eth0; curl -sS -m 5 http://198.51.100.10/none-now; echo rc=$?")
