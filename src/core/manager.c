@@ -334,14 +334,14 @@ static void rec_policy(const ab_box_rec *r, ab_netpol *out)
 
 /* Makes the running box's network match its recorded policy. init_pid 0 =
  * ask the backend. Caller holds the slot lock. */
-static int net_sync(ab_manager *m, const ab_box_rec *r, pid_t init_pid, ab_err **err)
+static int net_sync(ab_manager *m, const ab_box_rec *r, pid_t init_pid, bool thorough, ab_err **err)
 {
         if (!m->o.net)
                 return 0;
         ab_netpol pol;
         rec_policy(r, &pol);
         int rc = 0;
-        if (pol.mode != AB_NET_NONE || ab_net_active(m->o.net, r->id)) {
+        if (pol.mode != AB_NET_NONE || thorough || ab_net_active(m->o.net, r->id)) {
                 if (!init_pid) {
                         ab_box_info info;
                         if (m->o.backend->ops->info(m->o.backend, r->backend_id, &info, err) < 0) {
@@ -352,7 +352,7 @@ static int net_sync(ab_manager *m, const ab_box_rec *r, pid_t init_pid, ab_err *
                         ab_box_info_clear(&info);
                 }
                 rc = init_pid
-                         ? ab_net_apply(m->o.net, r->id, r->app_id, init_pid, &pol, err)
+                         ? ab_net_apply(m->o.net, r->id, r->app_id, init_pid, &pol, thorough, err)
                          : ab_err_set(err, AB_E_UNAVAILABLE, 0, "box %s is not running", r->id);
         }
         ab_netpol_clear(&pol);
@@ -395,7 +395,7 @@ static int ensure_running(ab_manager *m, ab_box_rec *r, ab_err **err)
         if (running) {
                 if (!status_is(r, "running"))
                         set_status(m, r, "running", NULL);
-                return net_sync(m, r, pid, err) < 0 ? -1 : 0;
+                return net_sync(m, r, pid, false, err) < 0 ? -1 : 0;
         }
         uint64_t t0 = ab_now_ns();
         int started = 0;
@@ -412,7 +412,7 @@ static int ensure_running(ab_manager *m, ab_box_rec *r, ab_err **err)
         started = 1;
         emit(m, "box.started", r,
              json_pack("{s:I}", "duration_ms", (json_int_t)((ab_now_ns() - t0) / 1000000)));
-        if (net_sync(m, r, 0, err) < 0)
+        if (net_sync(m, r, 0, false, err) < 0)
                 return -1;
         return started;
 }
@@ -858,7 +858,7 @@ int ab_manager_acquire(ab_manager *m, const ab_acquire_req *q, const char *scope
                                                "from_pool", 1));
                                 ab_log(AB_LOG_INFO, "box acquired from the pool", "box", id,
                                        "backend_id", r.backend_id, NULL);
-                                if (net_sync(m, &r, 0, err) < 0) {
+                                if (net_sync(m, &r, 0, false, err) < 0) {
                                         ab_box_rec_clear(&r);
                                         break;
                                 }
@@ -902,7 +902,7 @@ int ab_manager_acquire(ab_manager *m, const ab_acquire_req *q, const char *scope
                 /* idle time counts from when the box is ready, not from the request */
                 r.last_active_at = wall_ms();
                 ab_store_box_touch(m->o.store, m->provider, id, r.last_active_at, NULL);
-                if (net_sync(m, &r, 0, err) < 0) {
+                if (net_sync(m, &r, 0, false, err) < 0) {
                         ab_box_rec_clear(&r); /* the box stays; a retry applies the policy */
                         break;
                 }
@@ -1088,7 +1088,7 @@ int ab_manager_set_network(ab_manager *m, const char *id, const char *scope, jso
                 rc = ab_store_box_update(m->o.store, &r, err);
         }
         if (rc == 0 && status_is(&r, "running"))
-                rc = net_sync(m, &r, 0, err);
+                rc = net_sync(m, &r, 0, false, err);
         if (rc == 0) {
                 emit(m, "box.network", &r, json_incref(pj));
                 *out = r;
@@ -1756,7 +1756,8 @@ static int reconcile(ab_manager *m, ab_err **err)
                 }
                 if (info.status == AB_BOX_RUNNING && !status_is(r, "creating")) {
                         ab_err *ne = NULL;
-                        net_sync(m, r, info.init_pid, &ne); /* the proxy listener is gone */
+                        /* after a restart: the proxy listener is gone, a veth may be left */
+                        net_sync(m, r, info.init_pid, true, &ne);
                         ab_err_free(&ne);
                 }
         next:

@@ -29,6 +29,8 @@ struct ab_net {
         ab_proxy *proxy;
         pthread_mutex_t lock; /* full mode: rules and interface allocation */
         bool rules_done;
+        char **full_boxes; /* boxes this process gave a veth (NULL-terminated) */
+        size_t n_full;
         char *rules_error;  /* why full mode cannot work here, once known */
         uint32_t net, mask; /* host order */
         unsigned max_index;
@@ -96,6 +98,9 @@ void ab_net_free(ab_net *n)
         if (!n)
                 return;
         ab_proxy_free(n->proxy);
+        for (size_t i = 0; i < n->n_full; i++)
+                free(n->full_boxes[i]);
+        free(n->full_boxes);
         pthread_mutex_destroy(&n->lock);
         free(n->rules_error);
         free(n);
@@ -243,6 +248,31 @@ int ab_net_check(ab_net *n, const ab_netpol *p, ab_err **err)
 
 /* ---- full mode: the veth pair ----------------------------------------- */
 
+/* The set of boxes with a veth from us (callers hold n->lock). */
+static ssize_t full_find(ab_net *n, const char *box)
+{
+        for (size_t i = 0; i < n->n_full; i++)
+                if (!strcmp(n->full_boxes[i], box))
+                        return (ssize_t)i;
+        return -1;
+}
+
+static void full_mark(ab_net *n, const char *box, bool on)
+{
+        pthread_mutex_lock(&n->lock);
+        ssize_t i = full_find(n, box);
+        if (on && i < 0) {
+                n->full_boxes = xrealloc(n->full_boxes, (n->n_full + 2) * sizeof(char *));
+                n->full_boxes[n->n_full++] = xstrdup(box);
+                n->full_boxes[n->n_full] = NULL;
+        } else if (!on && i >= 0) {
+                free(n->full_boxes[i]);
+                n->full_boxes[i] = n->full_boxes[--n->n_full];
+                n->full_boxes[n->n_full] = NULL;
+        }
+        pthread_mutex_unlock(&n->lock);
+}
+
 static struct in_addr addr_at(ab_net *n, unsigned index, unsigned host)
 {
         return (struct in_addr){.s_addr = htonl(n->net + index * 4u + host)};
@@ -297,14 +327,14 @@ static int full_setup(ab_net *n, int nsfd, int box_nl, ab_err **err)
 /* ---- apply ------------------------------------------------------------ */
 
 int ab_net_apply(ab_net *n, const char *box, const char *app, pid_t init_pid, const ab_netpol *p,
-                 ab_err **err)
+                 bool thorough, ab_err **err)
 {
         pid_t attached = ab_proxy_pid(n->proxy, box);
         pthread_mutex_lock(&n->lock);
-        bool full_used = n->rules_done;
+        bool had_full = full_find(n, box) >= 0;
         pthread_mutex_unlock(&n->lock);
-        if (p->mode == AB_NET_NONE && attached == 0 && !full_used)
-                return 0; /* nothing of ours can be in this box */
+        if (p->mode == AB_NET_NONE && attached == 0 && !had_full && !thorough)
+                return 0; /* nothing of ours is in this box */
         if (p->mode == AB_NET_ALLOWLIST && attached == init_pid) {
                 ab_proxy_update(n->proxy, box, p);
                 return 0;
@@ -316,7 +346,7 @@ int ab_net_apply(ab_net *n, const char *box, const char *app, pid_t init_pid, co
                 return ab_err_set(err, AB_E_UNAVAILABLE, -nsfd,
                                   "box %s: cannot reach its network namespace", box);
         /* full mode's interface, present or not, as the policy says */
-        if (p->mode == AB_NET_FULL || full_used) {
+        if (p->mode == AB_NET_FULL || had_full || thorough) {
                 _cleanup_close_ int box_nl =
                     ab_netns_socket(nsfd, AF_NETLINK, SOCK_RAW, NETLINK_ROUTE, NULL, 0, 0);
                 if (box_nl < 0)
@@ -335,6 +365,7 @@ int ab_net_apply(ab_net *n, const char *box, const char *app, pid_t init_pid, co
                                 return ab_err_set(err, AB_E_INTERNAL, -r,
                                                   "box %s: removing its veth", box);
                 }
+                full_mark(n, box, p->mode == AB_NET_FULL);
         }
         if (p->mode != AB_NET_ALLOWLIST) {
                 ab_proxy_detach(n->proxy, box);
@@ -357,15 +388,17 @@ int ab_net_apply(ab_net *n, const char *box, const char *app, pid_t init_pid, co
 bool ab_net_active(ab_net *n, const char *box)
 {
         pthread_mutex_lock(&n->lock);
-        bool full = n->rules_done;
+        bool full = full_find(n, box) >= 0;
         pthread_mutex_unlock(&n->lock);
         return full || ab_proxy_pid(n->proxy, box) != 0;
 }
 
 void ab_net_release(ab_net *n, const char *box)
 {
-        if (n)
-                ab_proxy_detach(n->proxy, box);
+        if (!n)
+                return;
+        ab_proxy_detach(n->proxy, box);
+        full_mark(n, box, false); /* the veth dies with the box's namespace */
 }
 
 char **ab_net_env(const ab_netpol *p)

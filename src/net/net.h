@@ -48,12 +48,13 @@ void ab_net_free(ab_net *n);
 int ab_net_check(ab_net *n, const ab_netpol *p, ab_err **err);
 
 /* Makes the network of the running box `box` (app `app`, may be NULL) whose
- * init has host pid init_pid match p. Cheap when nothing changes. */
+ * init has host pid init_pid match p. Cheap when nothing changes: it trusts
+ * what this process did to the box, unless `thorough` (after a restart,
+ * when nothing is known) makes it look (a veth a crash left behind). */
 int ab_net_apply(ab_net *n, const char *box, const char *app, pid_t init_pid, const ab_netpol *p,
-                 ab_err **err);
-/* True when anything of this module may be in the box (a proxy listener,
- * or full mode in use on this server), so a policy of none must be applied
- * too rather than skipped. */
+                 bool thorough, ab_err **err);
+/* True when this process gave the box anything (a proxy listener, a veth),
+ * so a policy of none must be applied rather than skipped. */
 bool ab_net_active(ab_net *n, const char *box);
 /* The box stopped or is gone: its proxy listener and connections close. */
 void ab_net_release(ab_net *n, const char *box);

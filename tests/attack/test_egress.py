@@ -729,6 +729,23 @@ h.eq((r.get("network") or {}).get("mode"), "none", "a box made without a policy 
 r = bpy("egress-n", PROBE, "198.51.100.10:80", "127.0.0.1:3128", t=30)
 h.ok("CONNECTED" not in out_of(r), "a box in mode none reaches nothing, not even a proxy", out_of(r))
 
+# a veth left in a box whose policy says none (a crash between recording the
+# policy and removing the link) is removed when the server starts again
+pid = ((h.cli_boxes(S.data) or {}).get("egress-n") or {}).get("init_pid")
+if pid:
+    stray = sh("ip", "link", "add", "abestray" + tag, "type", "veth", "peer", "name", "eth0", "netns", str(pid))
+    r = ex("egress-n", "grep -c eth0 /proc/net/dev")
+    h.ok(stray.returncode == 0 and out_of(r).strip().startswith("1"), "control: a stray eth0 is in the none box",
+         out_of(r) + stray.stderr)
+    S.kill9()
+    S.start()
+    events = S.sse("/v1/events?types=network.denied,box.network")
+    r = ex("egress-n", "grep -c eth0 /proc/net/dev")
+    h.ok(out_of(r).strip().startswith("0"), "after a restart the stray link of a none box is gone", out_of(r))
+    sh("ip", "link", "del", "abestray" + tag)
+else:
+    h.skip("a stray link of a none box is removed on restart", "no init pid from agentbox ls")
+
 events.close()
 for b in ("egress-a", "egress-star", "egress-f", "egress-g", "egress-n"):
     S.delete("/v1/sandboxes/" + b)
