@@ -289,14 +289,17 @@ function _installShims() {
       'build', 'Transpiler', 'registerMacro', 'generateHeapSnapshot', 'shrink', 'which', 'resolve',
       'resolveSync', 'FileSystemRouter', 'Glob', 'main', 'gc', 'jest', 'CSRF', 'Cookie', 'CookieMap',
       'readableStreamToArray', 'argv', 'env', 'cwd', 'origin'];
+    // Some of these (sql above all: ~5 ms of CPU, then $, RedisClient) are
+    // lazy: Bun loads their client the first time the property is read or
+    // (re)defined. A plain assignment first replaces the value without loading
+    // it; the defineProperty then only locks the undefined in place.
     for (const api of dangerous) {
       try {
+        globalThis.Bun[api] = undefined;
+      } catch (e) {}
+      try {
         Object.defineProperty(globalThis.Bun, api, { value: undefined, writable: false, configurable: false });
-      } catch (e) {
-        try {
-          globalThis.Bun[api] = undefined;
-        } catch (e2) {}
-      }
+      } catch (e) {}
     }
   }
 
