@@ -88,6 +88,11 @@ r = py(BYPASS + "def main():\n    return _os().popen('exec 3<>/dev/tcp/127.0.0.1
        limits={"timeoutMs": 8000})
 h.ok("connected" not in json.dumps(r.json), "python: a shell in the runner box reaches no host socket",
      r.describe()[:400])
+# Bun.fetch is read-only in Bun (the runner cannot blank it): the box is what stops it
+r = js("async function main() { const f = (typeof Bun !== 'undefined' && Bun.fetch) || globalThis.fetch;"
+       " if (!f) return 'no fetch'; try { const x = await f('http://127.0.0.1:%d/'); return 'status ' + x.status }"
+       " catch (e) { return 'error ' + e } }" % port, limits={"timeoutMs": 8000})
+h.ok("status" not in json.dumps(r.json), "js: Bun.fetch reaches no host socket", r.describe()[:400])
 try:
     c, _ = ls.accept()
     c.close()
