@@ -27,13 +27,18 @@ static const char *serve_usage =
     "  --data DIR          data folder: boxes, database, caches (env AGENTBOX_DATA, default "
     "./data)\n"
     "  --config FILE       YAML settings: idle_stop, pool_size, max_running, ttl, limits,\n"
-    "                      api_keys, alert thresholds, webhook_url, ... (docs/configuration.md)\n"
+    "                      api_keys, alert thresholds, webhook_url, network_full,\n"
+    "                      network_subnet, network_hosts_file, ... (docs/configuration.md)\n"
     "  --store URL         sqlite:PATH or postgres://USER@HOST:PORT/DB (env AGENTBOX_STORE;\n"
     "                      default SQLite at DATA/agentbox.db)\n"
     "\n"
     "Environment: AGENTBOX_TOKEN is the admin bearer token. Without it the server\n"
     "is open to everyone on this machine and refuses a non-loopback --listen.\n"
-    "AGENTBOX_LOG=debug|info|warn|error sets the log level (default info).\n";
+    "AGENTBOX_LOG=debug|info|warn|error sets the log level (default info).\n"
+    "\n"
+    "Boxes' network (docs/api.md#network): none by default; per box, allowlist\n"
+    "(egress only through this server's proxy, by host name) or full (veth + NAT,\n"
+    "needs iptables; network_full: false turns it off).\n";
 
 static int mkdir_p(const char *dir, mode_t mode)
 {
