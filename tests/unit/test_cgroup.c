@@ -650,21 +650,34 @@ static void real_cleanup(ab_cg *cg, const char *id)
         }
 }
 
-static void test_real(void)
+/* Opens the host's real cgroups under a parent named for this test and
+ * process; false (after a SKIP line naming `what`) when not root or the
+ * layout is unusable. *parent is set when true (free it). */
+static bool open_real(const char *what, const char *prefix, ab_cg *cg, char **parent)
 {
         if (geteuid() != 0) {
-                tap_ok(1, "real host # SKIP not root");
-                return;
+                tap_ok(1, "%s # SKIP not root", what);
+                return false;
         }
         ab_err *e = NULL;
-        ab_cg cg;
-        char *parent = xasprintf("agentbox-test-%d", (int)getpid());
-        if (ab_cg_open("/sys/fs/cgroup", parent, &cg, &e) < 0) {
-                tap_ok(1, "real host # SKIP no usable cgroup layout: %s", e->msg);
+        *parent = xasprintf("%s-%d", prefix, (int)getpid());
+        if (ab_cg_open("/sys/fs/cgroup", *parent, cg, &e) < 0) {
+                tap_ok(1, "%s # SKIP no usable cgroup layout: %s", what, e->msg);
                 ab_err_free(&e);
-                free(parent);
-                return;
+                free(*parent);
+                *parent = NULL;
+                return false;
         }
+        return true;
+}
+
+static void test_real(void)
+{
+        ab_err *e = NULL;
+        ab_cg cg;
+        char *parent;
+        if (!open_real("real host", "agentbox-test", &cg, &parent))
+                return;
         printf("# real host: cgroup v%d\n", (int)cg.version);
         bool v1 = cg.version == AB_CG_V1;
         const char *id = "box1";
@@ -1051,19 +1064,11 @@ static void test_fake_v1_sub(void)
  * sub-cgroup's limit, far below the box's, and destroy ends what is left. */
 static void test_real_sub(void)
 {
-        if (geteuid() != 0) {
-                tap_ok(1, "real sub # SKIP not root");
-                return;
-        }
         ab_err *e = NULL;
         ab_cg cg;
-        char *parent = xasprintf("agentbox-test-sub-%d", (int)getpid());
-        if (ab_cg_open("/sys/fs/cgroup", parent, &cg, &e) < 0) {
-                tap_ok(1, "real sub # SKIP no usable cgroup layout: %s", e->msg);
-                ab_err_free(&e);
-                free(parent);
+        char *parent;
+        if (!open_real("real sub", "agentbox-test-sub", &cg, &parent))
                 return;
-        }
         const char *id = "box1";
         ab_cg_limits bl = {.memory_bytes = 512 * MiB, .pids = 256};
         if (ab_cg_create(&cg, id, &bl, &e) < 0) {
