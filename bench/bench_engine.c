@@ -19,7 +19,7 @@
  * for bench/run.sh. Needs root (the native backend does). Exits non-zero on
  * any engine error, after destroying what it created. */
 #include "backend/backend.h"
-#include "common/log.h"
+#include "base/log.h"
 
 #include <getopt.h>
 #include <math.h>

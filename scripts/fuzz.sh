@@ -12,12 +12,12 @@ mkdir -p build-fuzz
 deps() {
         case "$1" in
         fuzz_proto)
-                echo src/init/proto.c src/common/util.c src/common/err.c
+                echo src/proto/proto.c src/base/util.c src/base/err.c
                 ;;
         fuzz_proxy)
                 echo src/net/proxy.c src/net/policy.c src/net/addrcheck.c \
-                        src/common/util.c src/common/err.c src/common/log.c \
-                        src/core/events.c src/core/metrics.c -ljansson -lpthread -lm
+                        src/base/util.c src/base/err.c src/base/log.c \
+                        src/base/events.c src/base/metrics.c -ljansson -lpthread -lm
                 ;;
         *)
                 echo "fuzz.sh: no source list for $1: add it to deps()" >&2

@@ -2,7 +2,7 @@
  * it exposes, and the Streamable HTTP transport (POST/DELETE /mcp) with its
  * sessions. */
 #include "api/mcp.h"
-#include "common/log.h"
+#include "base/log.h"
 
 #include <openssl/rand.h>
 #include <pthread.h>

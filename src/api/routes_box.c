@@ -1,7 +1,7 @@
 /* Routes of docs/api.md: sandboxes, exec, events, API keys, health, metrics. */
 #include "api/server.h"
 #include "runners/runner.h"
-#include "common/log.h"
+#include "base/log.h"
 
 #include <fcntl.h>
 #include <openssl/evp.h>

@@ -4,7 +4,7 @@
  * Downloads are streamed by a producer thread through a pipe. */
 #include "api/server.h"
 #include "api/upload.h"
-#include "common/log.h"
+#include "base/log.h"
 
 #include <archive.h>
 #include <archive_entry.h>

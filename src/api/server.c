@@ -1,7 +1,7 @@
 /* The HTTP front: libmicrohttpd daemon, request life cycle, routing, auth,
  * and the response helpers the route modules use. */
 #include "api/server.h"
-#include "common/log.h"
+#include "base/log.h"
 
 #include <arpa/inet.h>
 #include <fcntl.h>

@@ -5,7 +5,7 @@
 #ifndef AB_SERVER_H
 #define AB_SERVER_H
 
-#include "api/config.h"
+#include "config/config.h"
 #include "core/manager.h"
 #include "tools/tools.h"
 

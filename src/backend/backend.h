@@ -9,9 +9,9 @@
 #ifndef AB_BACKEND_H
 #define AB_BACKEND_H
 
-#include "backend/initclient.h"
-#include "common/err.h"
-#include "core/limits.h"
+#include "proto/initclient.h"
+#include "base/err.h"
+#include "base/limits.h"
 
 #define AB_ID_MAX 63
 

@@ -12,8 +12,8 @@
  * Per-box operations hold an exclusive flock on boxes/ID/lock, so CLI
  * processes and server threads can act on the same data folder at once. */
 #include "backend/backend.h"
-#include "common/log.h"
-#include "core/id.h"
+#include "base/log.h"
+#include "base/id.h"
 #include "native/box.h"
 #include "native/cgroup.h"
 #include "native/loopdisk.h"

@@ -2,7 +2,7 @@
  * Every read and write inside the box goes through the box's init, so paths
  * (and symlinks in them) resolve inside the box, never on the host. */
 #include "cli/cli.h"
-#include "core/id.h"
+#include "base/id.h"
 
 #include <dirent.h>
 #include <fcntl.h>

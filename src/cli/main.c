@@ -2,8 +2,8 @@
  * boxes (native backend); the server (`agentbox serve`) uses the same library. */
 #include "cli/cli.h"
 #include "tools/tools.h"
-#include "common/log.h"
-#include "core/id.h"
+#include "base/log.h"
+#include "base/id.h"
 
 #include <getopt.h>
 #include <jansson.h>

@@ -6,7 +6,7 @@
  * does. */
 #include "api/mcp.h"
 #include "cli/cli.h"
-#include "common/log.h"
+#include "base/log.h"
 
 #include <fcntl.h>
 

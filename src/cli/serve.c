@@ -7,7 +7,7 @@
 #include "runners/runner.h"
 #include "cli/cli.h"
 #include "net/net.h"
-#include "common/log.h"
+#include "base/log.h"
 
 #include <inttypes.h>
 #include <pthread.h>

@@ -2,8 +2,8 @@
  * LRU cap, drift between store and backend), the pool filler, the resource
  * sampler, and two deleters working off the deletion queue. */
 #include "core/manager.h"
-#include "common/log.h"
-#include "core/id.h"
+#include "base/log.h"
+#include "base/id.h"
 #include "net/net.h"
 
 #include <openssl/evp.h>

@@ -14,8 +14,8 @@
 #define AB_MANAGER_H
 
 #include "backend/backend.h"
-#include "core/events.h"
-#include "core/metrics.h"
+#include "base/events.h"
+#include "base/metrics.h"
 #include "core/webhook.h"
 #include "store/store.h"
 #include <jansson.h>

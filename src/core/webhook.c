@@ -3,7 +3,7 @@
  * per attempt, no redirects, http/https only. Callers only ever take the
  * queue lock for a moment. */
 #include "core/webhook.h"
-#include "common/log.h"
+#include "base/log.h"
 
 #include <curl/curl.h>
 #include <pthread.h>

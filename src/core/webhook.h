@@ -6,7 +6,7 @@
 #ifndef AB_WEBHOOK_H
 #define AB_WEBHOOK_H
 
-#include "common/err.h"
+#include "base/err.h"
 #include <stdint.h>
 
 typedef struct ab_webhook ab_webhook;

@@ -7,7 +7,7 @@
  * The main loop only accepts connections, reaps zombies and handles SIGTERM:
  * every connection is served by a forked session child (one request per
  * connection), so nothing a request does can crash or block init. */
-#include "common/err.h"
+#include "base/err.h"
 #include "init/init_int.h"
 
 #include <fcntl.h>

@@ -4,8 +4,8 @@
 #ifndef AB_INIT_INT_H
 #define AB_INIT_INT_H
 
-#include "common/util.h"
-#include "init/proto.h"
+#include "base/util.h"
+#include "proto/proto.h"
 
 #include <sys/types.h>
 

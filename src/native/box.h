@@ -4,8 +4,8 @@
 #ifndef AB_BOX_H
 #define AB_BOX_H
 
-#include "common/err.h"
-#include "core/limits.h"
+#include "base/err.h"
+#include "base/limits.h"
 #include "native/cgroup.h"
 #include "native/seccomp.h"
 #include <sys/types.h>

@@ -5,7 +5,7 @@
 #ifndef AB_CGROUP_H
 #define AB_CGROUP_H
 
-#include "common/err.h"
+#include "base/err.h"
 #include <sys/types.h>
 
 typedef enum { AB_CG_V1 = 1, AB_CG_V2 = 2 } ab_cg_version;

@@ -4,7 +4,7 @@
 #ifndef AB_LOOPDISK_H
 #define AB_LOOPDISK_H
 
-#include "common/err.h"
+#include "base/err.h"
 #include <sys/types.h>
 
 /* Creates dirfd/name as a sparse file of size_mib MiB and formats it ext4

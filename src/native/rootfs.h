@@ -13,7 +13,7 @@
 #ifndef AB_ROOTFS_H
 #define AB_ROOTFS_H
 
-#include "common/err.h"
+#include "base/err.h"
 #include <sys/types.h>
 
 typedef struct ab_rootfs_spec {

@@ -4,7 +4,7 @@
 #ifndef AB_SECCOMP_H
 #define AB_SECCOMP_H
 
-#include "common/err.h"
+#include "base/err.h"
 #include <linux/filter.h>
 
 typedef struct ab_bpf {

@@ -7,8 +7,8 @@
 #ifndef AB_STATE_H
 #define AB_STATE_H
 
-#include "common/err.h"
-#include "core/limits.h"
+#include "base/err.h"
+#include "base/limits.h"
 #include <sys/types.h>
 
 typedef struct ab_box_config {

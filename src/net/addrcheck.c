@@ -1,7 +1,7 @@
 /* addrcheck.c - which addresses and names egress may never reach
  * (addrcheck.h). */
 #include "net/addrcheck.h"
-#include "common/util.h"
+#include "base/util.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>

@@ -1,8 +1,8 @@
 /* net.c - applying a box's network policy (net.h): the proxy listener of
  * allowlist boxes, the veth pair and iptables rules of full boxes. */
 #include "net/net.h"
-#include "common/log.h"
-#include "common/util.h"
+#include "base/log.h"
+#include "base/util.h"
 #include "net/netns.h"
 #include "net/proxy.h"
 

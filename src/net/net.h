@@ -21,9 +21,9 @@
 #ifndef AB_NET_H
 #define AB_NET_H
 
-#include "common/err.h"
-#include "core/events.h"
-#include "core/metrics.h"
+#include "base/err.h"
+#include "base/events.h"
+#include "base/metrics.h"
 #include "net/policy.h"
 #include <stdbool.h>
 #include <sys/types.h>

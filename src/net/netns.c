@@ -1,7 +1,7 @@
 /* netns.c - sockets inside a box's network namespace and a small rtnetlink
  * client (netns.h). */
 #include "net/netns.h"
-#include "common/util.h"
+#include "base/util.h"
 
 #include <fcntl.h>
 #include <linux/if_link.h>

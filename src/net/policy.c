@@ -1,6 +1,6 @@
 /* policy.c - parsing and matching of a box's network policy (policy.h). */
 #include "net/policy.h"
-#include "common/util.h"
+#include "base/util.h"
 
 #include <arpa/inet.h>
 #include <ctype.h>

@@ -15,7 +15,7 @@
 #ifndef AB_POLICY_H
 #define AB_POLICY_H
 
-#include "common/err.h"
+#include "base/err.h"
 #include <jansson.h>
 #include <stdbool.h>
 

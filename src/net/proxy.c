@@ -6,8 +6,8 @@
  * done. A box's entry lists its open connections so that detaching the box
  * or changing its rules can cut them (shutdown(), which wakes the relay). */
 #include "net/proxy.h"
-#include "common/log.h"
-#include "common/util.h"
+#include "base/log.h"
+#include "base/util.h"
 #include "net/addrcheck.h"
 
 #include <arpa/inet.h>

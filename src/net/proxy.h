@@ -14,8 +14,8 @@
 #ifndef AB_PROXY_H
 #define AB_PROXY_H
 
-#include "core/events.h"
-#include "core/metrics.h"
+#include "base/events.h"
+#include "base/metrics.h"
 #include "net/policy.h"
 #include <stdbool.h>
 #include <sys/types.h>

@@ -9,7 +9,7 @@
 #ifndef AB_FETCH_H
 #define AB_FETCH_H
 
-#include "common/err.h"
+#include "base/err.h"
 #include <jansson.h>
 #include <netdb.h>
 #include <stdbool.h>

@@ -5,7 +5,7 @@
  * handler hands it one request line and waits for the result line, the
  * deadline, or the process's end. */
 #include "runners/runner.h"
-#include "common/log.h"
+#include "base/log.h"
 #include "runners/fetch.h"
 
 #include <archive.h>

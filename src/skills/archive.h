@@ -12,7 +12,7 @@
 #ifndef AB_ARCHIVE_H
 #define AB_ARCHIVE_H
 
-#include "common/err.h"
+#include "base/err.h"
 
 #include <stdbool.h>
 #include <stdint.h>

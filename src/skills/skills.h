@@ -17,7 +17,7 @@
 #ifndef AB_SKILLS_H
 #define AB_SKILLS_H
 
-#include "common/err.h"
+#include "base/err.h"
 #include "skills/archive.h"
 
 #include <jansson.h>

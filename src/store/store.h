@@ -11,7 +11,7 @@
 #ifndef AB_STORE_H
 #define AB_STORE_H
 
-#include "common/err.h"
+#include "base/err.h"
 #include <stdbool.h>
 #include <stdint.h>
 

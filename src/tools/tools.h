@@ -11,7 +11,7 @@
 #ifndef AB_TOOLS_H
 #define AB_TOOLS_H
 
-#include "common/err.h"
+#include "base/err.h"
 #include <jansson.h>
 #include <stdbool.h>
 #include <stdint.h>

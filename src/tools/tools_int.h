@@ -6,8 +6,8 @@
 
 #include "tools/tools.h"
 
-#include "backend/initclient.h"
-#include "common/util.h"
+#include "proto/initclient.h"
+#include "base/util.h"
 
 /* The box's working directory: relative paths are relative to it. */
 #define TOOL_WORKDIR "/workspace"

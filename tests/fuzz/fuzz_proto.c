@@ -2,7 +2,7 @@
  * box's init sends the host, and the bytes a client sends init. Every frame
  * the reader cuts is run through every decoder. Build and run with
  * scripts/fuzz.sh (clang -fsanitize=fuzzer,address,undefined). */
-#include "init/proto.h"
+#include "proto/proto.h"
 
 #include <stddef.h>
 #include <stdint.h>

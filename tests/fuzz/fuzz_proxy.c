@@ -5,7 +5,7 @@
  * a plain request's rewritten head is one head, carrying its own Host; a
  * policy survives its JSON round trip. Build and run with scripts/fuzz.sh
  * (clang -fsanitize=fuzzer,address,undefined). */
-#include "common/util.h"
+#include "base/util.h"
 #include "net/policy.h"
 #include "net/proxy.h"
 

@@ -1,7 +1,7 @@
 /* Unit tests: configuration defaults, a full YAML file, bad values and
  * unknown keys refused with the key and the line, environment over file,
  * and the validation rules (listen address, token on non-loopback, keys). */
-#include "api/config.h"
+#include "config/config.h"
 #include "tap.h"
 
 #include <dirent.h>

@@ -1,8 +1,8 @@
 /* Unit tests: the event bus numbers events in order, keeps the newest in its
  * ring (and says when a subscriber fell behind), times out, wakes waiters on
  * emit and on shutdown, and loses nothing under many producers. */
-#include "core/events.h"
-#include "common/util.h"
+#include "base/events.h"
+#include "base/util.h"
 #include "tap.h"
 
 #include <errno.h>

@@ -4,9 +4,9 @@
  * (not in a box; when possible in a private mount namespace holding a
  * read-only and a tiny tmpfs, for the EROFS and ENOSPC mappings), then runs
  * execs and file operations against it. Every wait is bounded. */
-#include "backend/initclient.h"
-#include "common/util.h"
-#include "init/proto.h"
+#include "proto/initclient.h"
+#include "base/util.h"
+#include "proto/proto.h"
 #include "tap.h"
 
 #include <dirent.h>

@@ -1,7 +1,7 @@
 /* Unit tests: box ids, limits, sizes and durations. */
-#include "backend/initclient.h"
-#include "core/id.h"
-#include "core/limits.h"
+#include "proto/initclient.h"
+#include "base/id.h"
+#include "base/limits.h"
 #include "tap.h"
 
 static void test_ids(void)

@@ -1,8 +1,8 @@
 /* Unit tests: the Prometheus rendering after known updates, line by line:
  * counters, cumulative histogram buckets with _sum and _count, gauges, label
  * escaping, unknown label values folded into "other", and concurrent updates. */
-#include "core/metrics.h"
-#include "common/util.h"
+#include "base/metrics.h"
+#include "base/util.h"
 #include "tap.h"
 
 #include <pthread.h>

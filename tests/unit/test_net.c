@@ -15,8 +15,8 @@
  * network namespace of its own (only lo and the veth it makes, with
  * documentation addresses), so even a broken proxy or a stray DNS lookup goes
  * nowhere. Without root those parts are skipped with the reason. */
-#include "common/util.h"
-#include "core/events.h"
+#include "base/util.h"
+#include "base/events.h"
 #include "net/addrcheck.h"
 #include "net/net.h"
 #include "net/netns.h"

@@ -1,7 +1,7 @@
 /* test_proto.c - the init protocol codec: round trips of every message type,
  * rejection of malformed input, and a quick random-input run. */
-#include "init/proto.h"
-#include "common/util.h"
+#include "proto/proto.h"
+#include "base/util.h"
 #include "tap.h"
 
 #include <errno.h>

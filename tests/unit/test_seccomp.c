@@ -5,7 +5,7 @@
  * once confined; the test process itself never installs anything. Probes use
  * arguments that make the unconfined call fail harmlessly (bad flags, bad fds,
  * missing paths) so the control can run as root without touching the host. */
-#include "common/err.h"
+#include "base/err.h"
 #include "native/landlock.h"
 #include "native/seccomp.h"
 #include "tap.h"

@@ -6,8 +6,8 @@
  * read-only /mnt/skills (all gone with the init). The tools reach it through
  * ab_tool_box.connect. Expected strings are DeerFlow's exact formats
  * (seed 002, sandbox/tools.py) and seed 000's sandbox_shell. */
-#include "backend/initclient.h"
-#include "common/util.h"
+#include "proto/initclient.h"
+#include "base/util.h"
 #include "tap.h"
 #include "tools/tools.h"
 

@@ -1,5 +1,5 @@
 /* Unit tests: the error contract and the util helpers. */
-#include "common/err.h"
+#include "base/err.h"
 #include "tap.h"
 
 #include <fcntl.h>

@@ -1,8 +1,8 @@
 /* metrics.c - counters as arrays of atomics indexed by the known label values
  * (anything else lands in an "other" slot, so a caller can never grow the
  * label set), rendered on demand as Prometheus text format 0.0.4. */
-#include "core/metrics.h"
-#include "common/util.h"
+#include "base/metrics.h"
+#include "base/util.h"
 
 #include <math.h>
 #include <stdarg.h>

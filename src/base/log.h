@@ -3,7 +3,7 @@
 #ifndef AB_LOG_H
 #define AB_LOG_H
 
-#include "common/util.h"
+#include "base/util.h"
 
 typedef enum { AB_LOG_DEBUG, AB_LOG_INFO, AB_LOG_WARN, AB_LOG_ERROR } ab_log_level;
 

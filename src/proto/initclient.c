@@ -3,8 +3,8 @@
  * init is treated as untrusted: every frame is decoded with bounds checks,
  * every allocation is bounded by the protocol maximums, and anything that is
  * not the expected answer makes the call fail with AB_E_UNAVAILABLE. */
-#include "backend/initclient.h"
-#include "init/proto.h"
+#include "proto/initclient.h"
+#include "proto/proto.h"
 
 #include <fcntl.h>
 #include <poll.h>

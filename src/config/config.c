@@ -2,7 +2,7 @@
  * field is described once in a table (its YAML key, its variable, its kind),
  * so the file and the environment parse values the same way. Loading works on
  * a copy: on error the configuration passed in is left as it was. */
-#include "api/config.h"
+#include "config/config.h"
 
 #include <arpa/inet.h>
 #include <ctype.h>

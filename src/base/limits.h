@@ -2,7 +2,7 @@
 #ifndef AB_LIMITS_H
 #define AB_LIMITS_H
 
-#include "common/err.h"
+#include "base/err.h"
 
 typedef struct ab_limits {
         double cpus;         /* CPU cores (cgroup quota); default 1 */

@@ -2,7 +2,7 @@
 #ifndef AB_ID_H
 #define AB_ID_H
 
-#include "common/err.h"
+#include "base/err.h"
 
 /* True when s matches [a-z0-9][a-z0-9_-]{0,62}. */
 bool ab_id_valid(const char *s);

@@ -2,8 +2,8 @@
  * at emit time, copied out to subscribers under one mutex. Waiters sleep on a
  * condition variable bound to CLOCK_MONOTONIC so a wall-clock jump neither
  * cuts a wait short nor stretches it. */
-#include "core/events.h"
-#include "common/util.h"
+#include "base/events.h"
+#include "base/util.h"
 
 #include <pthread.h>
 #include <time.h>

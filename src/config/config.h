@@ -4,8 +4,8 @@
 #ifndef AB_CONFIG_H
 #define AB_CONFIG_H
 
-#include "common/err.h"
-#include "core/limits.h"
+#include "base/err.h"
+#include "base/limits.h"
 #include "tools/tools.h"
 #include <stdbool.h>
 #include <stdint.h>

@@ -1,6 +1,6 @@
 /* proto.c - framing and message encoding of the agentbox-init protocol. */
-#include "init/proto.h"
-#include "common/util.h"
+#include "proto/proto.h"
+#include "base/util.h"
 
 #include <errno.h>
 #include <poll.h>

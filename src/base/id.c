@@ -1,4 +1,4 @@
-#include "core/id.h"
+#include "base/id.h"
 
 #include <fcntl.h>
 #include <sys/random.h>

@@ -1,4 +1,4 @@
-#include "core/limits.h"
+#include "base/limits.h"
 
 #include <ctype.h>
 #include <math.h>

@@ -12,7 +12,7 @@
 #ifndef AB_INITCLIENT_H
 #define AB_INITCLIENT_H
 
-#include "common/err.h"
+#include "base/err.h"
 #include <stdbool.h>
 #include <sys/types.h>
 
