@@ -12,6 +12,7 @@ char *ab_buf_reserve(ab_buf *b, size_t more)
                         cap = xmul(cap, 2);
                 b->p = xrealloc(b->p, cap);
                 b->cap = cap;
+                b->p[b->n] = 0; /* a fresh buffer reads as "" even before a commit */
         }
         return b->p + b->n;
 }
