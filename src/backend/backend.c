@@ -13,6 +13,8 @@ const char *ab_box_status_name(ab_box_status s)
                 return "deleting";
         case AB_BOX_ERROR:
                 return "error";
+        case AB_BOX_PAUSED:
+                return "paused";
         }
         return "unknown";
 }
