@@ -81,8 +81,8 @@ static void reap_idle(ab_manager *m)
         ab_box_rec *rs = NULL;
         size_t n = 0;
         _cleanup_err_ ab_err *e = NULL;
-        if (ab_store_box_list_idle(m->o.store, m->provider, now, m->o.idle_stop_s, &rs, &n, &e) <
-            0) {
+        if (ab_store_box_list_idle(m->o.store, m->provider, AB_IDLE_STOP, now, m->o.idle_stop_s,
+                                   &rs, &n, &e) < 0) {
                 ab_log(AB_LOG_WARN, "idle stop: cannot list boxes", "error", e->msg, NULL);
                 return;
         }
