@@ -2,6 +2,8 @@
 #include "core/manager_int.h"
 #include "net/net.h"
 
+#define PAUSE_WAIT_USES_MS 1000 /* how long a pause waits for uses in flight to end */
+
 /* Thaws a paused box (caller holds the slot lock): the record says running,
  * the resume counts as activity (else the reaper would pause it again at
  * once), and subscribers get "box.resumed". */
@@ -176,17 +178,24 @@ static int op_pause(ab_manager *m, ab_box_rec *r, ab_err **err)
                 return ab_err_set(err, AB_E_CONFLICT, 0,
                                   "box %s is %s: only a running box can be paused", r->id,
                                   ab_box_status_name(r->status));
+        /* Paused already: a no-op, or re-pauses a box resumed behind the
+         * record's back (the CLI). */
+        if (r->status == AB_BOX_PAUSED)
+                return m->o.backend->ops->pause(m->o.backend, r->backend_id, err);
+        /* A command running now would hang, its timeout frozen with it. A
+         * use that just answered its caller ends a moment later (it writes
+         * its audit row after the answer): wait that moment out. */
         slot *s = mgr_slot_get(m, r->id);
         int busy = atomic_load(&s->inflight);
+        for (uint64_t end = ab_now_ns() + PAUSE_WAIT_USES_MS * 1000000ull;
+             busy && ab_now_ns() < end; busy = atomic_load(&s->inflight))
+                mgr_sleep_ms(2);
         mgr_slot_put(m, s);
-        /* A command running now would hang, its timeout frozen with it. */
         if (busy)
                 return ab_err_set(err, AB_E_CONFLICT, 0,
                                   "box %s is in use (%d exec, file or tool call%s running); pause "
                                   "it when they are done",
                                   r->id, busy, busy == 1 ? "" : "s");
-        /* Paused already: the backend call is a no-op, or re-pauses a box
-         * resumed behind the record's back. */
         return mgr_pause_locked(m, r, "api", err);
 }
 

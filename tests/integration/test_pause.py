@@ -75,7 +75,7 @@ def freezer_state(box):
 # written by a shell loop; the server answers with a file naming its pid.
 SERVER = ("cd /workspace && echo served > index.html && "
           "(nohup python3 -m http.server 8000 --bind 127.0.0.1 >/dev/null 2>&1 & echo $! > server.pid) && "
-          "(nohup sh -c 'i=0; while :; do i=$((i+1)); echo $i > counter; done' >/dev/null 2>&1 &)")
+          "(nohup sh -c 'i=0; while :; do i=$((i+1)); echo $i > c.tmp; mv c.tmp counter; done' >/dev/null 2>&1 &)")
 FETCH = ("python3 -c \"import urllib.request as u; "
          "print(u.urlopen('http://127.0.0.1:8000/index.html', timeout=10).read().decode().strip())\"")
 
