@@ -12,6 +12,8 @@ char *ab_buf_reserve(ab_buf *b, size_t more)
                         cap = xmul(cap, 2);
                 b->p = xrealloc(b->p, cap);
                 b->cap = cap;
+                /* Still a string when nothing gets committed (an empty read). */
+                b->p[b->n] = 0;
         }
         return b->p + b->n;
 }

@@ -862,7 +862,14 @@ static int freezer_read(const ab_cg *cg, const char *dir, ab_cg_freezer *out)
 }
 
 /* Polls until the cgroup at dir is frozen or ms have passed. Tasks usually
- * stop within microseconds, so the first waits are short and grow. */
+ * stop within microseconds, so the first waits are short and grow.
+ *
+ * v1 asks each task to freeze once, when FROZEN is written. A task that was
+ * running then and went on into a freezable sleep that a signal does not
+ * end - a shell's vfork() waiting for its child, which froze first - is never
+ * asked again, and the cgroup stays FREEZING until thawed. Writing FROZEN
+ * again asks again (and freezes it at once), so every round does. v2 counts
+ * such a sleep as frozen. */
 static int freezer_wait(const ab_cg *cg, const char *dir, unsigned ms, ab_cg_freezer *st)
 {
         uint64_t deadline = ab_now_ns() + (uint64_t)ms * 1000000u;
@@ -870,6 +877,9 @@ static int freezer_wait(const ab_cg *cg, const char *dir, unsigned ms, ab_cg_fre
         for (;;) {
                 int r = freezer_read(cg, dir, st);
                 if (r < 0 || *st == AB_CG_FROZEN || ab_now_ns() >= deadline)
+                        return r;
+                if (cg->version == AB_CG_V1 && *st == AB_CG_FREEZING &&
+                    (r = freezer_write(cg, dir, true)) < 0)
                         return r;
                 struct timespec ts = {.tv_sec = 0, .tv_nsec = wait_ns};
                 while (nanosleep(&ts, &ts) < 0 && errno == EINTR)

@@ -1028,6 +1028,47 @@ static void freeze_tree(const char *what, const ab_cg *cg, const char *id, bool 
         TAP_IS_INT(fs, AB_CG_THAWED, nm(what, "kill_all leaves the box thawed"));
 }
 
+/* A shell running /bin/true again and again: dash runs commands with vfork,
+ * so the shell keeps sleeping in vfork() while its child is being frozen. */
+static void spawn_forever(int unused)
+{
+        (void)unused;
+        execl("/bin/sh", "sh", "-c", "while :; do /bin/true; done", (char *)NULL);
+        _exit(127);
+}
+
+/* Freezing a tree that vforks all the time: v1 used to leave such a cgroup
+ * FREEZING for good (a vfork parent asked to freeze while running, then
+ * sleeping for its frozen child, is never asked again). Every freeze must
+ * complete well within its time, round after round. */
+static void freeze_vforking(const char *what, const ab_cg *cg, const char *id)
+{
+        ab_err *e = NULL;
+        int go = -1;
+        pid_t child = spawn(spawn_forever, 0, &go);
+        TAP_IS_INT(ab_cg_attach(cg, id, child, &e), 0, nm(what, "attach a vforking child"));
+        code_of(&e);
+        release(&go);
+        int good = 0, rounds = 100;
+        uint64_t worst = 0;
+        for (int i = 0; i < rounds; i++) {
+                uint64_t t0 = ab_now_ns();
+                int r = ab_cg_freeze(cg, id, 2000, &e);
+                uint64_t t = ab_now_ns() - t0;
+                worst = t > worst ? t : worst;
+                if (r == 0)
+                        good++;
+                else
+                        code_of(&e);
+                ab_cg_thaw(cg, id, NULL);
+        }
+        printf("#   %d/%d freezes of a vforking tree, the slowest %.2f ms\n", good, rounds,
+               (double)worst / 1e6);
+        tap_ok(good == rounds, "%s: a tree that vforks all the time freezes every time", what);
+        ab_cg_kill_all(cg, id, NULL);
+        wait_child(child, 3000);
+}
+
 /* The host's hierarchies (v1 here: the box is in the freezer hierarchy, as
  * boxes are), including a process in a sub-cgroup, which on v1 exists in
  * memory and pids only: freezing the box stops it too. */
@@ -1051,6 +1092,7 @@ static void test_real_freeze(void)
         if (cg.version == AB_CG_V1)
                 tap_ok(cg.v1_freezer != NULL, "real freeze: the v1 freezer hierarchy is used");
         freeze_tree("real freeze", &cg, id, true);
+        freeze_vforking("real freeze", &cg, id);
 
         ab_cg_limits sl = {.memory_bytes = 32 * MiB, .pids = 8};
         TAP_IS_INT(ab_cg_sub_create(&cg, id, "run-1", &sl, &e), 0, "real freeze sub: create");
@@ -1123,6 +1165,7 @@ static void test_real_v2_kill(void)
 
         /* cgroup.freeze is a core file of every non-root v2 cgroup. */
         freeze_tree("real v2 freeze", &cg, "k", false);
+        freeze_vforking("real v2 freeze", &cg, "k");
 
         int go = -1;
         kids[0] = spawn(block_forever, 0, &go);
