@@ -13,10 +13,15 @@
 #      and creates a box running a few processes (a python3 HTTP server, a
 #      shell loop, a sleep): what a paused box usually holds
 #   2. pause_load: N x (POST .../pause, POST .../resume) on one keep-alive
-#      connection, each request timed; then N x the floor on the same box's
+#      connection, each request timed; N x (pause, then exec of `true`, which
+#      resumes the box) with the exec timed, and N x exec of `true` on the
+#      running box; then N x the floor on the same box's
 #      cgroup: write FROZEN (v1 freezer.state) / 1 (v2 cgroup.freeze) and read
 #      until the kernel says frozen; write THAWED / 0
-#   3. prints n, p50, p90, p99, max of each and the ratios of the HTTP
+#   3. on v1, when no other cgroup of the host is frozen, the floor again with
+#      the freeze anchor thawed (src/native/cgroup.h: what a freeze and a thaw
+#      cost when the kernel has to switch its freezer on and off)
+#   4. prints n, p50, p90, p99, max of each and the ratios of the HTTP
 #      medians to the floor's, and the resume target (p50 <= 2 ms)
 #
 # Knobs: BUILD (default build), N (300), KEEP=1 (keep the temp dir).
@@ -129,20 +134,43 @@ ok=$(curl -s "$URL/v1/sandboxes/$BOX/exec" -d '{"command":"python3 -c \"import u
 printf '%s' "$ok" | grep -q '"stdout": *"200\\n"' && echo "  after $N pauses the server in the box still answers" ||
         echo "  !! the server in the box does not answer after the run: $ok"
 
+# The same floor with the freeze anchor thawed (cgroup.h: ab_cg_freeze_anchor):
+# what each freeze and thaw costs on v1 when no other cgroup is frozen.
+ANCHOR=
+case $FF in */freezer.state) ANCHOR=/sys/fs/cgroup/freezer/agentbox-freeze-anchor ;; esac
+if [ -n "$ANCHOR" ] && [ -f "$ANCHOR/freezer.state" ] &&
+        [ "$(find /sys/fs/cgroup/freezer -name freezer.state -exec grep -l -v THAWED {} + 2>/dev/null | grep -vc "^$ANCHOR/")" = 0 ]; then
+        mkdir -p "$WORK/noanchor"
+        echo THAWED >"$ANCHOR/freezer.state"
+        "$WORK/pause_load" 127.0.0.1 "$PORT" "$BOX" "$N" "$FF" "$WORK/noanchor" floor ||
+                echo "  !! the floor without the anchor had errors"
+        echo FROZEN >"$ANCHOR/freezer.state"
+else
+        ANCHOR=
+        echo "  (no floor without the anchor: v2, or another cgroup on the host is frozen)"
+fi
+
 log "results (ms)"
-printf '  %-40s %6s %8s %8s %8s %8s\n' "" n p50 p90 p99 max
-row() { # LABEL FILE
-        read -r n p50 p90 p99 max < <(pstats "$2")
-        printf '  %-40s %6s %8s %8s %8s %8s\n' "$1" "$n" "$p50" "$p90" "$p99" "$max"
-        echo "$p50"
+printf '  %-44s %6s %8s %8s %8s %8s\n' "" n p50 p90 p99 max
+row() { # LABEL FILE: prints the row, leaves the p50 in P50
+        local n p90 p99 max
+        read -r n P50 p90 p99 max < <(pstats "$2")
+        printf '  %-44s %6s %8s %8s %8s %8s\n' "$1" "$n" "$P50" "$p90" "$p99" "$max"
 }
-P=$(row "pause over HTTP (POST .../pause)" "$WORK/pause.us" | tee /dev/stderr | tail -1) 2>&1
-R=$(row "resume over HTTP (POST .../resume)" "$WORK/resume.us" | tee /dev/stderr | tail -1) 2>&1
-FP=$(row "floor: freeze the cgroup, wait frozen" "$WORK/floor_pause.us" | tee /dev/stderr | tail -1) 2>&1
-FR=$(row "floor: thaw the cgroup" "$WORK/floor_resume.us" | tee /dev/stderr | tail -1) 2>&1
+row "pause over HTTP (POST .../pause)" "$WORK/pause.us"; P=$P50
+row "resume over HTTP (POST .../resume)" "$WORK/resume.us"; R=$P50
+row "floor: freeze the cgroup, wait until frozen" "$WORK/floor_pause.us"; FP=$P50
+row "floor: thaw the cgroup" "$WORK/floor_resume.us"; FR=$P50
+row "exec true on a paused box (resumes it)" "$WORK/exec_paused.us"; XP=$P50
+row "exec true on a running box" "$WORK/exec_running.us"; XR=$P50
+if [ -n "$ANCHOR" ]; then
+        row "floor without the freeze anchor: freeze" "$WORK/noanchor/floor_pause.us"
+        row "floor without the freeze anchor: thaw" "$WORK/noanchor/floor_resume.us"
+fi
 echo
-awk -v p="$P" -v r="$R" -v fp="$FP" -v fr="$FR" 'BEGIN {
-        printf "  pause p50 %.3f ms = %.1fx the floor (%.3f ms), %.3f ms above it\n", p, (fp > 0 ? p / fp : 0), fp, p - fp
-        printf "  resume p50 %.3f ms = %.1fx the floor (%.3f ms), %.3f ms above it\n", r, (fr > 0 ? r / fr : 0), fr, r - fr
+awk -v p="$P" -v r="$R" -v fp="$FP" -v fr="$FR" -v xp="$XP" -v xr="$XR" 'BEGIN {
+        printf "  pause p50 %.3f ms = %.1fx the floor (%.3f ms), +%.3f ms\n", p, (fp > 0 ? p / fp : 0), fp, p - fp
+        printf "  resume p50 %.3f ms = %.1fx the floor (%.3f ms), +%.3f ms\n", r, (fr > 0 ? r / fr : 0), fr, r - fr
+        printf "  exec on a paused box p50 %.3f ms = running %.3f ms +%.3f ms (the transparent resume)\n", xp, xr, xp - xr
         printf "  target resume p50 <= 2 ms: %s\n", (r <= 2 ? "met" : "MISSED")
 }'

@@ -1,18 +1,21 @@
 /* pause_load - the pause/resume benchmark client of bench/pause.sh.
  *
- *   pause_load HOST PORT BOX N FREEZER_FILE OUTDIR
+ *   pause_load HOST PORT BOX N FREEZER_FILE OUTDIR [floor]
  *
  * 1. Over one keep-alive HTTP/1.1 connection to agentbox serve, N times:
  *    POST /v1/sandboxes/BOX/pause, then POST /v1/sandboxes/BOX/resume, each
  *    timed from the first byte written to the last byte of the body read;
- *    every answer must be 200 with the expected "status".
+ *    every answer must be 200 with the expected "status". Then N times: a
+ *    pause (untimed) and an exec of `true` (timed: it resumes the box
+ *    first), and an exec of `true` on the running box (timed).
  * 2. The floor, on the same box's cgroup, N times: what the backend does at
  *    the least. Freeze: open FREEZER_FILE, write FROZEN (v1 freezer.state) or
  *    1 (v2 cgroup.freeze), then read the state until the kernel says frozen
- *    (v1: freezer.state; v2: "frozen 1" in cgroup.events next to it). Thaw:
- *    open and write THAWED or 0.
+ *    (v1: freezer.state, writing FROZEN again while it says FREEZING; v2:
+ *    "frozen 1" in cgroup.events next to it). Thaw: open and write THAWED or 0.
  * Writes microsecond samples, one a line, to OUTDIR/{pause,resume,floor_pause,
- * floor_resume}.us. Exit status 0 when every request and write succeeded. */
+ * floor_resume,exec_paused,exec_running}.us. With "floor" as the last argument only step 2 runs.
+ * Exit status 0 when every request and write succeeded. */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
@@ -49,14 +52,14 @@ static int conn(const char *host, int port)
         return s;
 }
 
-/* One POST with body {} on socket s; the answer's status code and body. */
-static int post(int s, const char *host, const char *path, char *body, size_t cap)
+/* One POST of `in` on socket s; the answer's status code and body. */
+static int post(int s, const char *host, const char *path, const char *in, char *body, size_t cap)
 {
-        char req[512];
+        char req[1024];
         int n = snprintf(req, sizeof(req),
                          "POST %s HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\n"
-                         "Content-Length: 2\r\n\r\n{}",
-                         path, host);
+                         "Content-Length: %zu\r\n\r\n%s",
+                         path, host, strlen(in), in);
         for (int off = 0; off < n;) {
                 ssize_t w = write(s, req + off, (size_t)(n - off));
                 if (w <= 0)
@@ -118,24 +121,26 @@ static bool frozen(const char *state_path, bool v2)
 
 int main(int argc, char **argv)
 {
-        if (argc != 7) {
-                fprintf(stderr, "usage: pause_load HOST PORT BOX N FREEZER_FILE OUTDIR\n");
+        if (argc != 7 && !(argc == 8 && !strcmp(argv[7], "floor"))) {
+                fprintf(stderr, "usage: pause_load HOST PORT BOX N FREEZER_FILE OUTDIR [floor]\n");
                 return 2;
         }
+        bool floor_only = argc == 8;
         const char *host = argv[1], *box = argv[3], *ff = argv[5], *out = argv[6];
         int port = atoi(argv[2]), n = atoi(argv[4]);
         char p[4096];
-        FILE *fo[4];
-        const char *names[] = {"pause", "resume", "floor_pause", "floor_resume"};
-        for (int i = 0; i < 4; i++) {
+        FILE *fo[6];
+        const char *names[] = {"pause",        "resume",      "floor_pause",
+                               "floor_resume", "exec_paused", "exec_running"};
+        for (int i = 0; i < 6; i++) {
                 snprintf(p, sizeof(p), "%s/%s.us", out, names[i]);
                 if (!(fo[i] = fopen(p, "w"))) {
                         perror(p);
                         return 2;
                 }
         }
-        int s = conn(host, port);
-        if (s < 0) {
+        int s = floor_only ? -2 : conn(host, port);
+        if (s == -1) {
                 perror("connect");
                 return 1;
         }
@@ -145,10 +150,10 @@ int main(int argc, char **argv)
         const char *want[2] = {"\"status\": \"paused\"", "\"status\": \"running\""};
         const char *want2[2] = {"\"status\":\"paused\"", "\"status\":\"running\""};
         int errors = 0;
-        for (int i = 0; i < n; i++) {
+        for (int i = 0; i < n && !floor_only; i++) {
                 for (int k = 0; k < 2; k++) {
                         uint64_t t0 = now_us();
-                        int st = post(s, host, path[k], body, sizeof(body));
+                        int st = post(s, host, path[k], "{}", body, sizeof(body));
                         uint64_t t1 = now_us();
                         if (st != 200 || (!strstr(body, want[k]) && !strstr(body, want2[k]))) {
                                 if (errors++ < 3)
@@ -161,7 +166,30 @@ int main(int argc, char **argv)
                         fprintf(fo[k], "%llu\n", (unsigned long long)(t1 - t0));
                 }
         }
-        close(s);
+        /* An exec of `true` on a paused box (it resumes the box first) and on
+         * a running one: the difference is what a transparent resume costs. */
+        char xpath[256];
+        snprintf(xpath, sizeof(xpath), "/v1/sandboxes/%s/exec", box);
+        for (int i = 0; i < n && !floor_only; i++) {
+                for (int k = 0; k < 2; k++) {
+                        if (k == 0 && post(s, host, path[0], "{}", body, sizeof(body)) != 200) {
+                                errors++;
+                                continue;
+                        }
+                        uint64_t t0 = now_us();
+                        int st = post(s, host, xpath, "{\"command\":\"true\"}", body, sizeof(body));
+                        uint64_t t1 = now_us();
+                        if (st != 200 || !strstr(body, "\"exit_code\"")) {
+                                if (errors++ < 3)
+                                        fprintf(stderr, "pause_load: exec answered %d: %.300s\n", st,
+                                                body);
+                                continue;
+                        }
+                        fprintf(fo[4 + k], "%llu\n", (unsigned long long)(t1 - t0));
+                }
+        }
+        if (s >= 0)
+                close(s);
 
         bool v2 = strstr(ff, "cgroup.freeze") != NULL;
         char state[4096];
@@ -175,11 +203,16 @@ int main(int argc, char **argv)
                         errors++;
                         continue;
                 }
-                while (!frozen(state, v2))
+                /* v1 asks each task once: re-ask while it says FREEZING (what
+                 * the backend does too; see freezer_wait in cgroup.c). */
+                while (!frozen(state, v2)) {
                         if (now_us() - t0 > 2000000) {
                                 errors++;
                                 break;
                         }
+                        if (!v2)
+                                write_file(ff, "FROZEN");
+                }
                 uint64_t t1 = now_us();
                 int wr = write_file(ff, v2 ? "0" : "THAWED");
                 uint64_t t2 = now_us();
@@ -190,9 +223,10 @@ int main(int argc, char **argv)
                 fprintf(fo[2], "%llu\n", (unsigned long long)(t1 - t0));
                 fprintf(fo[3], "%llu\n", (unsigned long long)(t2 - t1));
         }
-        for (int i = 0; i < 4; i++)
+        for (int i = 0; i < 6; i++)
                 fclose(fo[i]);
         if (errors)
-                fprintf(stderr, "pause_load: %d errors\n", errors);
+                fprintf(stderr, "pause_load: %d errors (requests or freezes that did not finish)\n",
+                        errors);
         return errors ? 1 : 0;
 }

@@ -108,6 +108,8 @@ static bool cg_ready(native *n)
                 ab_err *cge = NULL;
                 if (ab_cg_open("/sys/fs/cgroup", parent, &n->cg, &cge) == 0) {
                         n->cg_ok = true;
+                        /* Pause, resume and kill-all freeze: keep them cheap on v1. */
+                        ab_cg_freeze_anchor(&n->cg);
                 } else {
                         n->cg_error = xstrdup(cge->msg);
                         ab_err_free(&cge);

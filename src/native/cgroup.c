@@ -973,6 +973,20 @@ int ab_cg_freeze(const ab_cg *cg, const char *box_id, unsigned timeout_ms, ab_er
                           box_id, timeout_ms);
 }
 
+int ab_cg_freeze_anchor(const ab_cg *cg)
+{
+        if (cg->version != AB_CG_V1 || !cg->v1_freezer)
+                return 0;
+        _cleanup_free_ char *dir =
+            xasprintf("%s/%s/%s", cg->root, cg->v1_freezer, AB_CG_FREEZE_ANCHOR);
+        if (mkdir(dir, 0755) < 0 && errno != EEXIST)
+                return -errno;
+        ab_cg_freezer st;
+        if (freezer_read(cg, dir, &st) == 0 && st == AB_CG_FROZEN)
+                return 0;
+        return freezer_write(cg, dir, true);
+}
+
 int ab_cg_thaw(const ab_cg *cg, const char *box_id, ab_err **err)
 {
         _cleanup_free_ char *dir = freezer_need(cg, box_id, err);

@@ -89,6 +89,17 @@ int ab_cg_thaw(const ab_cg *cg, const char *box_id, ab_err **err);
 /* Reads the box's freezer state. Errors as ab_cg_freeze. */
 int ab_cg_freezer_state(const ab_cg *cg, const char *box_id, ab_cg_freezer *out, ab_err **err);
 
+/* v1: keeps one empty cgroup of the freezer hierarchy, AB_CG_FREEZE_ANCHOR
+ * under its root, frozen for good (made if missing; shared by every agentbox
+ * on the host). The v1 freezer switches a kernel static key on when a first
+ * cgroup starts freezing and off when the last one thaws - code patching on
+ * every CPU, ~1.5 ms each way on the build host - so a freeze or thaw of the
+ * only paused box, and the freeze + thaw of every v1 kill_all, paid it. With
+ * the anchor frozen the key stays on and they cost tens of microseconds. Best
+ * effort, 0 or -errno; a no-op on v2 (no such switch) and without a freezer. */
+#define AB_CG_FREEZE_ANCHOR "agentbox-freeze-anchor"
+int ab_cg_freeze_anchor(const ab_cg *cg);
+
 /* ---- sub-cgroups: limits on one process tree inside a box ----------------
  * A sub-cgroup is one path component `sub` below the box's cgroup
  * (root/[hier/]parent/box_id/sub), with its own memory and pids limits inside

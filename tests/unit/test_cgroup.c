@@ -1089,8 +1089,16 @@ static void test_real_freeze(void)
                 free(parent);
                 return;
         }
-        if (cg.version == AB_CG_V1)
+        if (cg.version == AB_CG_V1) {
                 tap_ok(cg.v1_freezer != NULL, "real freeze: the v1 freezer hierarchy is used");
+                /* The anchor keeps the kernel's freezer switched on (see cgroup.h). */
+                TAP_IS_INT(ab_cg_freeze_anchor(&cg), 0, "real freeze: the freeze anchor is set");
+                char *anchor = xasprintf("%s/%s/%s", cg.root, cg.v1_freezer, AB_CG_FREEZE_ANCHOR);
+                TAP_IS_STR(get(anchor, "freezer.state"), "FROZEN", "real freeze: ... frozen");
+                TAP_IS_STR(get(anchor, "cgroup.procs"), "", "real freeze: ... and empty");
+                TAP_IS_INT(ab_cg_freeze_anchor(&cg), 0, "real freeze: setting it again is fine");
+                free(anchor);
+        }
         freeze_tree("real freeze", &cg, id, true);
         freeze_vforking("real freeze", &cg, id);
 
