@@ -1,8 +1,8 @@
 /* The native backend: boxes as Linux namespaces on this machine.
  *
  * DATA/boxes/ID/      one directory per box (config.json, state.json, disk.img,
- *                     init.sock, lock, and mount points used only inside the
- *                     box's own mount namespace)
+ *                     init.sock, lock, paused while paused, and mount points
+ *                     used only inside the box's own mount namespace)
  * DATA/skills/        shown read-only in every box
  * DATA/cache/         formatted disk templates, one per size
  * DATA/trash/         boxes being deleted (renamed here first, so a crash
@@ -151,6 +151,28 @@ static bool box_frozen(native *n, const char *id)
         return cg_ready(n) && ab_cg_freezer_state(&n->cg, id, &fs, NULL) == 0 && fs != AB_CG_THAWED;
 }
 
+/* boxes/ID/paused exists while the box is (being) paused: made before the
+ * freeze, removed after the thaw, so a frozen box always has it. It spares
+ * the connect hot path a read of the cgroup (~10-20 us); the cgroup stays the
+ * record (a marker without a frozen cgroup is a pause or resume a crash cut
+ * short, and is ignored). */
+static void mark_paused(int bfd, bool on)
+{
+        if (!on) {
+                unlinkat(bfd, "paused", 0);
+                return;
+        }
+        int fd = openat(bfd, "paused", O_WRONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+        if (fd >= 0)
+                close(fd);
+}
+
+/* box_frozen, asked only when the marker says it may be. */
+static bool maybe_paused(native *n, int bfd, const char *id)
+{
+        return faccessat(bfd, "paused", F_OK, AT_SYMLINK_NOFOLLOW) == 0 && box_frozen(n, id);
+}
+
 /* Whether the box's init (from state.json) is alive; the caller holds the lock. */
 static int init_alive_locked(int bfd, bool *alive, ab_err **err)
 {
@@ -173,8 +195,12 @@ static int start_locked(native *n, int bfd, const char *id, ab_err **err)
         if (r == 0 && !st.error && ab_init_alive(st.init_pid, st.init_start)) {
                 ab_state_clear(&st);
                 /* Running: nothing to do; paused: go on. */
-                return box_frozen(n, id) ? ab_cg_thaw(&n->cg, id, err) : 0;
+                if (box_frozen(n, id) && ab_cg_thaw(&n->cg, id, err) < 0)
+                        return -1;
+                mark_paused(bfd, false);
+                return 0;
         }
+        mark_paused(bfd, false);
         ab_state_clear(&st);
         if (need_cgroups(n, err) < 0 || need_bpf(n, err) < 0)
                 return -1;
@@ -267,6 +293,7 @@ static int stop_locked(native *n, int bfd, const char *id, ab_err **err)
         if ((r = ab_state_remove(bfd)) < 0)
                 return ab_err_set(err, AB_E_INTERNAL, -r, "remove state of box %s", id);
         unlinkat(bfd, "init.sock", 0);
+        mark_paused(bfd, false);
         ab_log(AB_LOG_INFO, "box stopped", "box", id, NULL);
         return 0;
 }
@@ -557,8 +584,13 @@ static int n_pause(ab_backend *b, const char *id, ab_err **err)
         if (!alive)
                 return ab_err_set(err, AB_E_CONFLICT, 0,
                                   "box '%s' is not running: only a running box can be paused", id);
-        if (need_cgroups(n, err) < 0 || ab_cg_freeze(&n->cg, id, PAUSE_TIMEOUT_MS, err) < 0)
+        if (need_cgroups(n, err) < 0)
+                return -1;
+        mark_paused(bfd, true);
+        if (ab_cg_freeze(&n->cg, id, PAUSE_TIMEOUT_MS, err) < 0) {
+                mark_paused(bfd, false);
                 return ab_err_wrap(err, "pausing box %s", id);
+        }
         ab_log(AB_LOG_INFO, "box paused", "box", id, NULL);
         return 0;
 }
@@ -578,6 +610,7 @@ static int n_resume(ab_backend *b, const char *id, ab_err **err)
                                   id);
         if (need_cgroups(n, err) < 0 || ab_cg_thaw(&n->cg, id, err) < 0)
                 return ab_err_wrap(err, "resuming box %s", id);
+        mark_paused(bfd, false);
         return 0;
 }
 
@@ -786,7 +819,7 @@ static int n_connect(ab_backend *b, const char *id, ab_err **err)
                         int fd = abc_connect(bfd, "init.sock", NULL);
                         /* A frozen init still accepts (the kernel queues the
                          * connection) but would never answer. */
-                        if (fd >= 0 && !box_frozen(n, id))
+                        if (fd >= 0 && !maybe_paused(n, bfd, id))
                                 return fd;
                         if (fd >= 0)
                                 close(fd);
@@ -860,7 +893,7 @@ static int n_connect_unix(ab_backend *b, const char *id, const char *path, ab_er
         ab_state_clear(&st);
         if (pid <= 0)
                 return ab_err_set(err, AB_E_CONFLICT, 0, "box '%s' is not running", id);
-        if (box_frozen(n, id))
+        if (maybe_paused(n, bfd, id))
                 return ab_err_set(err, AB_E_CONFLICT, 0, "box '%s' is paused: resume it first", id);
         /* The box's root is its init's; the path is resolved inside it. */
         char rp[64];
