@@ -63,6 +63,9 @@ static int check_keys(ab_manager *m, const ab_acquire_req *q, const char *scope,
         if (q->idle_stop_s < -1)
                 return ab_err_set(err, AB_E_INVALID, 0,
                                   "idle_stop_s: must be -1 (never), 0 (default) or positive");
+        if (q->idle_pause_s < -1)
+                return ab_err_set(err, AB_E_INVALID, 0,
+                                  "idle_pause_s: must be -1 (never), 0 (default) or positive");
         if (q->has_ttl && q->ttl_s < 0)
                 return ab_err_set(err, AB_E_INVALID, 0, "ttl_s: must be 0 (none) or positive");
         if (q->limits && ab_limits_validate(q->limits, err) < 0)
@@ -119,6 +122,7 @@ void mgr_fill_new_rec(ab_manager *m, const ab_acquire_req *q, const char *app, c
         r->created_at = now;
         r->last_active_at = now;
         r->idle_stop_s = q->idle_stop_s;
+        r->idle_pause_s = q->idle_pause_s;
         r->ttl_s = q->has_ttl ? q->ttl_s : m->o.ttl_s;
         r->has_limits = true;
         r->limits = *lim;

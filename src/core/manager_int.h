@@ -3,11 +3,11 @@
  *
  * The files, one job each: manager.c (the handle, ids, per-box slots, record
  * helpers, counts), acquire.c (find-or-make a box), lifecycle.c (start, stop,
- * network changes), use.c (exec, file and tool uses), delete.c (the deletion
- * queue and its threads), jobs.c (the reaper: idle stop, TTL, drift, the
- * running-box cap), pool.c (the warm pool), sampler.c (resource samples and
- * alerts), recovery.c (reconciling the store with the backend after a
- * restart or crash), netglue.c (a box's network policy applied to it).
+ * pause, resume, network changes), use.c (exec, file and tool uses), delete.c (the deletion
+ * queue and its threads), jobs.c (the reaper: idle pause and stop, memory
+ * pressure, TTL, drift, the running-box cap), pool.c (the warm pool), sampler.c (resource samples
+ * and alerts), recovery.c (reconciling the store with the backend after a restart or crash),
+ * netglue.c (a box's network policy applied to it).
  *
  * Locking: a box's lifecycle changes happen under its slot lock
  * (mgr_slot_get + slot->lock); "caller holds the slot lock" below means that
@@ -108,9 +108,13 @@ void mgr_set_status(ab_manager *m, ab_box_rec *r, ab_box_status status, const ch
 /* Makes the running box's network match its recorded policy. init_pid 0 =
  * ask the backend. Caller holds the slot lock. */
 int mgr_net_sync(ab_manager *m, const ab_box_rec *r, pid_t init_pid, bool thorough, ab_err **err);
-/* Makes the box's backend run it. Caller holds the slot lock. Returns 1 when
- * it had to start the box, 0 when it ran already, -1 on failure. */
+/* Makes the box's backend run it (a paused box is resumed). Caller holds the
+ * slot lock. Returns 1 when it had to start or resume the box, 0 when it ran
+ * already, -1 on failure. */
 int mgr_ensure_running(ab_manager *m, ab_box_rec *r, ab_err **err);
+/* Freezes the running box (caller holds the slot lock); reason "api",
+ * "idle" or "lru" names the metric and goes into the "box.paused" event. */
+int mgr_pause_locked(ab_manager *m, ab_box_rec *r, const char *reason, ab_err **err);
 /* Stops the box (caller holds the slot lock). */
 int mgr_stop_locked(ab_manager *m, ab_box_rec *r, const char *reason, ab_err **err);
 /* Queues the box for the deleter threads. */

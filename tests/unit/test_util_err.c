@@ -58,6 +58,22 @@ static void test_files(void)
         free(buf);
         unlinkat(dfd, "empty", 0);
         TAP_IS_INT(ab_read_file(dfd, "missing", &buf, &len), -ENOENT, "missing -> -ENOENT");
+        /* An empty file after a big one: the reused heap block must not show through. */
+        char big[4000];
+        memset(big, 'x', sizeof(big));
+        TAP_IS_INT(ab_write_file_atomic(dfd, "big", big, sizeof(big), 0600), 0, "write big");
+        TAP_IS_INT(ab_write_file_atomic(dfd, "empty", "", 0, 0600), 0, "write empty");
+        for (int i = 0; i < 3; i++) {
+                TAP_IS_INT(ab_read_file(dfd, "big", &buf, &len), 0, "read a 4000-byte file");
+                free(buf);
+                buf = NULL;
+                TAP_IS_INT(ab_read_file(dfd, "empty", &buf, &len), 0, "read an empty file");
+                TAP_IS_STR(buf, "", "an empty file reads as \"\"");
+                TAP_IS_INT(len, 0, "... of length 0");
+                free(buf);
+        }
+        unlinkat(dfd, "big", 0);
+        unlinkat(dfd, "empty", 0);
         /* No temp files are left behind. */
         TAP_IS_INT(faccessat(dfd, "f.json.tmp.0", F_OK, 0), -1, "no temp left");
         unlinkat(dfd, "f.json", 0);
