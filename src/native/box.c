@@ -106,39 +106,34 @@ static int write_maps(pid_t pid, uid_t base)
         return write_str(path, map);
 }
 
+/* The helper of idmap_userns: born in the new user namespace, it only has
+ * to exist until its namespace is opened. It shares P's memory (no page
+ * tables to copy), so it touches nothing but its own stack and makes no
+ * call that could fail (a failing libc call would write P's errno). */
+static int userns_holder(void *arg)
+{
+        /* Dies with P (prctl cannot fail with these arguments). */
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        if (getppid() != *(pid_t *)arg)
+                _exit(1);
+        for (;;)
+                pause(); /* until SIGKILL */
+        return 0;
+}
+
 /* A user namespace with the box's mapping, for the idmapped base: made by a
- * short-lived child, kept alive by the returned fd. */
+ * short-lived child (clone with CLONE_NEWUSER, so the namespace exists when
+ * clone returns), kept alive by the returned fd. */
 static int idmap_userns(uid_t base)
 {
-        int sync[2];
-        if (pipe2(sync, O_CLOEXEC) < 0)
+        /* Only P, a single-threaded child, gets here: one stack is enough. */
+        static char stack[16384] __attribute__((aligned(16)));
+        pid_t self = getpid();
+        pid_t u =
+            clone(userns_holder, stack + sizeof(stack), CLONE_VM | CLONE_NEWUSER | SIGCHLD, &self);
+        if (u < 0)
                 return -errno;
-        pid_t u = fork();
-        if (u < 0) {
-                int e = errno;
-                close(sync[0]);
-                close(sync[1]);
-                return -e;
-        }
-        if (u == 0) {
-                /* Dies with P, and holds nothing of P's (no box lock, no pipes). */
-                if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0)
-                        _exit(1);
-                if (dup2(sync[1], 3) < 0 || close_range(4, ~0U, 0) < 0)
-                        _exit(1);
-                sync[1] = 3;
-                if (unshare(CLONE_NEWUSER) < 0)
-                        _exit(1);
-                (void)!write(sync[1], "u", 1);
-                for (;;)
-                        pause();
-        }
-        close(sync[1]);
-        char c;
-        int r = ab_read_full(sync[0], &c, 1) == 1 ? 0 : -EPERM;
-        close(sync[0]);
-        if (r == 0)
-                r = write_maps(u, base);
+        int r = write_maps(u, base);
         int fd = -1;
         if (r == 0) {
                 char path[64];
@@ -445,7 +440,7 @@ bool ab_init_alive(pid_t pid, uint64_t start_time)
         return st != 0 && st == start_time;
 }
 
-static int seal_exe(int exe)
+int ab_box_seal_init(int exe)
 {
         int m = memfd_create("agentbox-init", MFD_CLOEXEC | MFD_ALLOW_SEALING);
         if (m < 0)
@@ -497,9 +492,7 @@ int ab_box_spawn(const ab_spawn_spec *s, pid_t *init_pid, uint64_t *init_start, 
         _cleanup_close_ int sock = listen_socket(s->box_dir, err);
         if (sock < 0)
                 return -1;
-        _cleanup_close_ int exe = seal_exe(s->init_exe_fd);
-        if (exe < 0)
-                return ab_err_set(err, AB_E_INTERNAL, -exe, "cannot load agentbox-init");
+        int exe = s->init_memfd;
         int out[2], cg[2];
         if (pipe2(out, O_CLOEXEC) < 0)
                 return ab_err_set(err, AB_E_INTERNAL, errno, "pipe");
