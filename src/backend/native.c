@@ -16,6 +16,7 @@
 #include "base/id.h"
 #include "native/box.h"
 #include "native/cgroup.h"
+#include "native/hide.h"
 #include "native/loopdisk.h"
 #include "native/seccomp.h"
 #include "native/state.h"
@@ -55,8 +56,9 @@ typedef struct native {
         char *cg_error;
         atomic_uint uid_hint; /* next uid slot to probe; >= UID_SLOTS: pick one at random */
         ab_bpf bpf;
-        int init_fd;         /* sealed memfd of agentbox-init, -1 until first start */
-        struct stat init_st; /* the binary it was copied from */
+        int init_fd;               /* sealed memfd of agentbox-init, -1 until first start */
+        struct stat init_st;       /* the binary it was copied from */
+        ab_hide_watch *hide_watch; /* what boxes must not see of /etc; NULL until first start */
         const char *hide[4];
 } native;
 
@@ -166,6 +168,17 @@ static int init_memfd(native *n, ab_err **err)
         return r < 0 ? -1 : fd;
 }
 
+/* What the /etc layer of a box on the host base hides, walked again only
+ * when /etc or the mount table changed (native/hide.h). */
+static ab_hide_list *etc_hidden(native *n, ab_err **err)
+{
+        pthread_mutex_lock(&n->lazy);
+        if (!n->hide_watch)
+                n->hide_watch = ab_hide_watch_new("/etc");
+        pthread_mutex_unlock(&n->lazy);
+        return ab_hide_get(n->hide_watch, err);
+}
+
 static int need_cgroups(native *n, ab_err **err)
 {
         if (cg_ready(n))
@@ -218,6 +231,11 @@ static int start_locked(native *n, int bfd, const char *id, ab_err **err)
                 ab_box_config_clear(&c);
                 return ab_err_wrap(err, "box %s", id);
         }
+        ab_hide_list *hidden = NULL;
+        if (!c.rootfs && !(hidden = etc_hidden(n, err))) {
+                ab_box_config_clear(&c);
+                return ab_err_wrap(err, "box %s", id);
+        }
         ab_spawn_spec s = {
             .id = id,
             .box_dir = dir,
@@ -229,10 +247,12 @@ static int start_locked(native *n, int bfd, const char *id, ab_err **err)
             .cg = &n->cg,
             .bpf = &n->bpf,
             .init_memfd = exe,
+            .etc_hidden = hidden,
         };
         pid_t pid;
         uint64_t start;
         r = ab_box_spawn(&s, &pid, &start, err);
+        ab_hide_list_unref(hidden);
         ab_box_config_clear(&c);
         if (r < 0) {
                 ab_box_state es = {.error = (*err) ? (*err)->msg : "start failed"};
@@ -916,6 +936,7 @@ static void n_free(ab_backend *b)
                 close(n->cache_fd);
         if (n->init_fd >= 0)
                 close(n->init_fd);
+        ab_hide_watch_free(n->hide_watch);
         ab_cg_free(&n->cg);
         ab_bpf_free(&n->bpf);
         pthread_mutex_destroy(&n->lazy);

@@ -346,6 +346,7 @@ static void run_setup(const ab_spawn_spec *s, pid_t parent, int out, int cgready
             .uid_base = s->uid_base,
             .userns_fd = userns,
             .tmp_mib = s->limits->memory_mib / 2 ? s->limits->memory_mib / 2 : 16,
+            .etc_hidden = s->etc_hidden,
         };
         if (ab_rootfs_build(&rs, &err) < 0)
                 die(out, err->code, 0, err->msg);

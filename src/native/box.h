@@ -7,6 +7,7 @@
 #include "base/err.h"
 #include "base/limits.h"
 #include "native/cgroup.h"
+#include "native/hide.h"
 #include "native/seccomp.h"
 #include <sys/types.h>
 
@@ -18,9 +19,10 @@ typedef struct ab_spawn_spec {
         const char *const *hide; /* host paths to hide, NULL-terminated */
         uid_t uid_base;
         const ab_limits *limits;
-        const ab_cg *cg;   /* the box's cgroup already exists */
-        const ab_bpf *bpf; /* seccomp filter to install */
-        int init_memfd;    /* the agentbox-init binary, from ab_box_seal_init() */
+        const ab_cg *cg;                /* the box's cgroup already exists */
+        const ab_bpf *bpf;              /* seccomp filter to install */
+        int init_memfd;                 /* the agentbox-init binary, from ab_box_seal_init() */
+        const ab_hide_list *etc_hidden; /* host base: what to hide of /etc (hide.h) */
 } ab_spawn_spec;
 
 /* Copies the agentbox-init binary (exe: a readable fd) into a sealed memfd
