@@ -125,3 +125,52 @@ pstats() {
                 END { if (NR == 0) { print "0 - - - -"; exit }
                       printf "%d %.3f %.3f %.3f %.3f\n", NR, q(0.5), q(0.9), q(0.99), v[NR] / 1000 }'
 }
+
+# rm_all_boxes DATA: removes every box the CLI lists in the data folder DATA
+# (in batches), then the folder's cgroup parent. For cleanup traps.
+rm_all_boxes() {
+        local d=$1 cg c
+        [ -d "$d/boxes" ] || return 0
+        "$AB" --data "$d" ls 2>/dev/null | awk 'NR > 1 {print $1}' |
+                xargs -r -n 200 "$AB" --data "$d" rm >/dev/null 2>&1
+        cg=$(cg_parent "$d")
+        for c in /sys/fs/cgroup/*/"$cg" /sys/fs/cgroup/"$cg"; do
+                [ -d "$c" ] && rmdir "$c" 2>/dev/null
+        done
+        return 0
+}
+
+# leak_report DATA: what boxes of the data folder DATA left behind once they
+# are all deleted: loop devices backed by its files, mounts of it in any mount
+# namespace, its cgroups, uid-range claims naming it
+# (AGENTBOX_UID_REGISTRY or /var/lib/agentbox/uid-ranges), processes in its
+# cgroups. One line each; a line starting with "LEAK" for anything found.
+leak_report() {
+        local d cg n f p reg
+        d=$(realpath "$1")
+        cg=$(cg_parent "$1")
+        n=0
+        for f in /sys/block/loop*/loop/backing_file; do
+                [ -r "$f" ] && case $(cat "$f" 2>/dev/null) in "$d"/*) n=$((n + 1)) ;; esac
+        done
+        report_count "loop devices backed by its files" "$n"
+        n=$(for p in /proc/[0-9]*; do readlink "$p/ns/mnt" 2>/dev/null | tr '\n' ' '; echo "$p"; done |
+                sort -u -k1,1 | awk '{print $2}' | while read -r p; do
+                        grep -F -c " $d/" "$p/mountinfo" 2>/dev/null; done | awk '{s += $1} END {print s + 0}')
+        report_count "mounts under it (every mount namespace)" "$n"
+        n=$(find /sys/fs/cgroup -maxdepth 2 -name "$cg" -type d 2>/dev/null | wc -l)
+        report_count "cgroup directories ($cg)" "$n"
+        reg=${AGENTBOX_UID_REGISTRY:-/var/lib/agentbox/uid-ranges}
+        n=$(grep -l -F -r "$d/" "$reg" 2>/dev/null | wc -l)
+        report_count "uid-range claims naming it ($reg)" "$n"
+        n=$(grep -l -F "/$cg/" /proc/[0-9]*/cgroup 2>/dev/null | wc -l)
+        report_count "processes in its cgroups" "$n"
+}
+
+report_count() { # LABEL COUNT
+        if [ "$2" -gt 0 ]; then
+                echo "  LEAK $1: $2"
+        else
+                echo "  $1: 0"
+        fi
+}

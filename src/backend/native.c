@@ -16,6 +16,7 @@
 #include "base/id.h"
 #include "native/box.h"
 #include "native/cgroup.h"
+#include "native/hide.h"
 #include "native/loopdisk.h"
 #include "native/seccomp.h"
 #include "native/state.h"
@@ -53,7 +54,11 @@ typedef struct native {
         bool bpf_ready; /* use, so short CLI calls (ls, exec) skip them */
         pthread_mutex_t lazy;
         char *cg_error;
+        atomic_uint uid_hint; /* next uid slot to probe; >= UID_SLOTS: pick one at random */
         ab_bpf bpf;
+        int init_fd;               /* sealed memfd of agentbox-init, -1 until first start */
+        struct stat init_st;       /* the binary it was copied from */
+        ab_hide_watch *hide_watch; /* what boxes must not see of /etc; NULL until first start */
         const char *hide[4];
 } native;
 
@@ -129,6 +134,51 @@ static int need_bpf(native *n, ab_err **err)
         }
         pthread_mutex_unlock(&n->lazy);
         return r;
+}
+
+/* A dup of the sealed copy of agentbox-init every box execs. Made once and
+ * made again only when the binary on disk changes (an upgrade), so a start
+ * costs a stat instead of a 1 MiB copy, and the pages are shared. */
+static int init_memfd(native *n, ab_err **err)
+{
+        struct stat st;
+        if (stat(n->init_path, &st) < 0)
+                return ab_err_set(err, AB_E_INTERNAL, errno, "cannot open agentbox-init at %s",
+                                  n->init_path);
+        pthread_mutex_lock(&n->lazy);
+        if (n->init_fd >= 0 &&
+            (st.st_dev != n->init_st.st_dev || st.st_ino != n->init_st.st_ino ||
+             st.st_size != n->init_st.st_size || st.st_mtim.tv_sec != n->init_st.st_mtim.tv_sec ||
+             st.st_mtim.tv_nsec != n->init_st.st_mtim.tv_nsec)) {
+                close(n->init_fd);
+                n->init_fd = -1;
+        }
+        int r = 0;
+        if (n->init_fd < 0) {
+                _cleanup_close_ int exe = open(n->init_path, O_RDONLY | O_CLOEXEC);
+                if (exe < 0 || fstat(exe, &n->init_st) < 0)
+                        r = ab_err_set(err, AB_E_INTERNAL, errno, "cannot open agentbox-init at %s",
+                                       n->init_path);
+                else if ((n->init_fd = ab_box_seal_init(exe)) < 0)
+                        r = ab_err_set(err, AB_E_INTERNAL, -n->init_fd,
+                                       "cannot load agentbox-init");
+        }
+        int fd = r < 0 ? -1 : fcntl(n->init_fd, F_DUPFD_CLOEXEC, 3);
+        if (r == 0 && fd < 0)
+                r = ab_err_set(err, AB_E_INTERNAL, errno, "dup agentbox-init");
+        pthread_mutex_unlock(&n->lazy);
+        return r < 0 ? -1 : fd;
+}
+
+/* What the /etc layer of a box on the host base hides, walked again only
+ * when /etc or the mount table changed (native/hide.h). */
+static ab_hide_list *etc_hidden(native *n, ab_err **err)
+{
+        pthread_mutex_lock(&n->lazy);
+        if (!n->hide_watch)
+                n->hide_watch = ab_hide_watch_new("/etc");
+        pthread_mutex_unlock(&n->lazy);
+        return ab_hide_get(n->hide_watch, err);
 }
 
 static int need_cgroups(native *n, ab_err **err)
@@ -208,11 +258,10 @@ static int start_locked(native *n, int bfd, const char *id, ab_err **err)
         if (ab_box_config_read(bfd, &c, err) < 0)
                 return ab_err_wrap(err, "box %s", id);
         _cleanup_free_ char *dir = box_dir(n, id);
-        _cleanup_close_ int exe = open(n->init_path, O_RDONLY | O_CLOEXEC);
+        _cleanup_close_ int exe = init_memfd(n, err);
         if (exe < 0) {
                 ab_box_config_clear(&c);
-                return ab_err_set(err, AB_E_INTERNAL, errno, "cannot open agentbox-init at %s",
-                                  n->init_path);
+                return -1;
         }
         ab_cg_limits cl = {
             .memory_bytes = c.limits.memory_mib * 1024 * 1024,
@@ -235,6 +284,11 @@ static int start_locked(native *n, int bfd, const char *id, ab_err **err)
                 ab_box_config_clear(&c);
                 return ab_err_wrap(err, "box %s", id);
         }
+        ab_hide_list *hidden = NULL;
+        if (!c.rootfs && !(hidden = etc_hidden(n, err))) {
+                ab_box_config_clear(&c);
+                return ab_err_wrap(err, "box %s", id);
+        }
         ab_spawn_spec s = {
             .id = id,
             .box_dir = dir,
@@ -245,11 +299,13 @@ static int start_locked(native *n, int bfd, const char *id, ab_err **err)
             .limits = &c.limits,
             .cg = &n->cg,
             .bpf = &n->bpf,
-            .init_exe_fd = exe,
+            .init_memfd = exe,
+            .etc_hidden = hidden,
         };
         pid_t pid;
         uint64_t start;
         r = ab_box_spawn(&s, &pid, &start, err);
+        ab_hide_list_unref(hidden);
         ab_box_config_clear(&c);
         if (r < 0) {
                 ab_box_state es = {.error = (*err) ? (*err)->msg : "start failed"};
@@ -366,7 +422,18 @@ static int alloc_uid_base(native *n, const char *id, uid_t *out, ab_err **err)
         if (regfd < 0)
                 return ab_err_set(err, AB_E_INTERNAL, errno, "open uid registry %s", reg);
         _cleanup_free_ char *owner = xasprintf("%s/%s\n", n->boxes, id);
-        for (uint32_t i = 0; i < UID_SLOTS; i++) {
+        /* Probing from slot 0 would step over every taken slot (a claim
+         * attempt each) and cost O(boxes) per create. Start after the slot
+         * this process claimed last, or at a random one: with slots far
+         * more numerous than boxes, the first probe is almost always free. */
+        uint32_t first = atomic_load(&n->uid_hint);
+        if (first >= UID_SLOTS) {
+                char rnd[17];
+                ab_id_random(rnd);
+                first = (uint32_t)(strtoull(rnd + 8, NULL, 16) % UID_SLOTS);
+        }
+        for (uint32_t k = 0; k < UID_SLOTS; k++) {
+                uint32_t i = (first + k) % UID_SLOTS;
                 char slot[16];
                 snprintf(slot, sizeof(slot), "%u", i);
                 uid_t base = UID_FIRST + i * UID_STEP;
@@ -394,6 +461,7 @@ static int alloc_uid_base(native *n, const char *id, uid_t *out, ab_err **err)
                 if (r < 0)
                         return ab_err_set(err, AB_E_INTERNAL, -r, "claim uid range %s/%s", reg,
                                           slot);
+                atomic_store(&n->uid_hint, (i + 1) % UID_SLOTS);
                 *out = base;
                 return 0;
         }
@@ -976,6 +1044,9 @@ static void n_free(ab_backend *b)
                 close(n->data_fd);
         if (n->cache_fd >= 0)
                 close(n->cache_fd);
+        if (n->init_fd >= 0)
+                close(n->init_fd);
+        ab_hide_watch_free(n->hide_watch);
         ab_cg_free(&n->cg);
         ab_bpf_free(&n->bpf);
         pthread_mutex_destroy(&n->lazy);
@@ -1062,7 +1133,8 @@ int ab_native_open(const ab_native_opts *opts, ab_backend **out, ab_err **err)
         native *n = xzalloc(sizeof(*n));
         n->base.ops = &native_ops;
         n->base.subcg = &native_subcg;
-        n->boxes_fd = n->data_fd = n->cache_fd = -1;
+        n->boxes_fd = n->data_fd = n->cache_fd = n->init_fd = -1;
+        atomic_init(&n->uid_hint, UID_SLOTS);
         pthread_mutex_init(&n->lazy, NULL);
         _cleanup_backend_ ab_backend *guard = &n->base;
         n->data = realpath(data, NULL);

@@ -1,16 +1,20 @@
 /* Starting a box (see docs/architecture.md, "Starting a box"):
  *
  *  caller --fork--> P  host root; joins the box cgroup; private mount namespace;
- *     gets a user namespace with the box's uid map from a throwaway child (U) and
- *     builds the rootfs with it (rootfs.c); unshares a pid namespace
- *  P --fork--> C  pid 1 of the new pid namespace, still host root in P's mount
- *     namespace: mounts the box's /proc (so no fully visible host /proc is needed),
- *     then enters a new user namespace (P writes its uid/gid map), becomes root
- *     there, unshares mount (a locked copy of P's), ipc, uts, net and cgroup
- *     namespaces, mounts /dev/pts, pivots into the root, brings lo up, sets
- *     rlimits, Landlock and seccomp, and execs agentbox-init from a sealed memfd.
+ *     makes the box's user namespace (uid map 0..65535 -> the box's range) with
+ *     a child born in it (U, killed at once), and builds the rootfs with it,
+ *     idmapped (rootfs.c)
+ *  P --vfork--> C  (shared memory, P asleep until the exec) pid 1 of a new pid
+ *     namespace, still host root in P's mount namespace: mounts the box's /proc
+ *     (so no fully visible host /proc is needed), joins the box's user
+ *     namespace, becomes root there, unshares mount (a locked copy of P's), ipc,
+ *     uts, net and cgroup namespaces, mounts /dev/pts, pivots into the root,
+ *     brings lo up, sets rlimits, Landlock and seccomp, and execs agentbox-init
+ *     from a sealed memfd.
  *
- * Errors travel back over a CLOEXEC pipe: EOF with no message means init was exec'd. */
+ * Nobody waits for anybody on the way: C needs nothing from P, and P reports
+ * the init's pid once C has exec'd. Errors travel back to the caller over one
+ * CLOEXEC pipe, as NUL-terminated messages: 'I' + init pid, or 'E' + why. */
 #include "native/box.h"
 #include "native/landlock.h"
 #include "native/rootfs.h"
@@ -54,7 +58,8 @@ static void report(int fd, char kind, int code, const char *fmt, ...)
         size_t len =
             (size_t)n +
             ((size_t)m < sizeof(buf) - (size_t)n ? (size_t)m : sizeof(buf) - (size_t)n - 1);
-        (void)!write(fd, buf, len);
+        /* One write per message, NUL-terminated: two may arrive in one read. */
+        (void)!write(fd, buf, len + 1);
 }
 
 static void die(int fd, ab_code code, int e, const char *what) __attribute__((noreturn));
@@ -106,39 +111,38 @@ static int write_maps(pid_t pid, uid_t base)
         return write_str(path, map);
 }
 
-/* A user namespace with the box's mapping, for the idmapped base: made by a
- * short-lived child, kept alive by the returned fd. */
-static int idmap_userns(uid_t base)
+/* The helper of idmap_userns: born in the new user namespace, it only has
+ * to exist until its namespace is opened. It shares P's memory (no page
+ * tables to copy), so it touches nothing but its own stack and makes no
+ * call that could fail (a failing libc call would write P's errno). */
+static int userns_holder(void *arg)
 {
-        int sync[2];
-        if (pipe2(sync, O_CLOEXEC) < 0)
+        /* Dies with P (prctl cannot fail with these arguments). */
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        if (getppid() != *(pid_t *)arg)
+                _exit(1);
+        for (;;)
+                pause(); /* until SIGKILL */
+        return 0;
+}
+
+/* The box's user namespace (0..65535 -> base..): it serves the idmapped
+ * mounts of the rootfs, then the box's init joins it (setns), so no process
+ * ever waits for another to write its map. Made by a child born in it (clone
+ * with CLONE_NEWUSER: the namespace exists when clone returns), killed once
+ * the returned fd holds the namespace; *holder is that child, to be reaped
+ * off the critical path. */
+static int idmap_userns(uid_t base, pid_t *holder)
+{
+        /* Only P, a single-threaded child, gets here: one stack is enough. */
+        static char stack[16384] __attribute__((aligned(16)));
+        pid_t self = getpid();
+        pid_t u =
+            clone(userns_holder, stack + sizeof(stack), CLONE_VM | CLONE_NEWUSER | SIGCHLD, &self);
+        if (u < 0)
                 return -errno;
-        pid_t u = fork();
-        if (u < 0) {
-                int e = errno;
-                close(sync[0]);
-                close(sync[1]);
-                return -e;
-        }
-        if (u == 0) {
-                /* Dies with P, and holds nothing of P's (no box lock, no pipes). */
-                if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0)
-                        _exit(1);
-                if (dup2(sync[1], 3) < 0 || close_range(4, ~0U, 0) < 0)
-                        _exit(1);
-                sync[1] = 3;
-                if (unshare(CLONE_NEWUSER) < 0)
-                        _exit(1);
-                (void)!write(sync[1], "u", 1);
-                for (;;)
-                        pause();
-        }
-        close(sync[1]);
-        char c;
-        int r = ab_read_full(sync[0], &c, 1) == 1 ? 0 : -EPERM;
-        close(sync[0]);
-        if (r == 0)
-                r = write_maps(u, base);
+        *holder = u;
+        int r = write_maps(u, base);
         int fd = -1;
         if (r == 0) {
                 char path[64];
@@ -148,8 +152,6 @@ static int idmap_userns(uid_t base)
                         r = -errno;
         }
         kill(u, SIGKILL);
-        while (waitpid(u, NULL, 0) < 0 && errno == EINTR)
-                ;
         return r < 0 ? r : fd;
 }
 
@@ -182,10 +184,40 @@ static int drop_caps(void)
         return 0;
 }
 
-/* C: pid 1 of the box. Never returns. */
-static void run_init(const ab_spawn_spec *s, int sync, int go, int rep, int sock, int exe)
+/* True once P (a pidfd) has exited: C must not outlive an abandoned start. */
+static bool parent_gone(int pidfd)
 {
+        struct pollfd p = {pidfd, POLLIN, 0};
+        return poll(&p, 1, 0) != 0;
+}
+
+typedef struct init_args {
+        const ab_spawn_spec *s;
+        int out;    /* the caller's report pipe */
+        int sock;   /* the listening init.sock, becomes init's fd 3 */
+        int exe;    /* sealed memfd of agentbox-init */
+        int userns; /* the box's user namespace (idmap_userns) */
+        int parent; /* pidfd of P */
+} init_args;
+
+/* C: pid 1 of the box. A vfork-like child of P (shared memory, P suspended
+ * until the exec), so nothing here may rely on P running. Never returns. */
+static int run_init(void *arg)
+{
+        const init_args *a = arg;
+        const ab_spawn_spec *s = a->s;
+        int rep = a->out;
         char root[4200], p[4300];
+        /* Until init runs, die with P (which dies with the caller). */
+        if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0)
+                die(rep, AB_E_INTERNAL, errno, "PR_SET_PDEATHSIG");
+        if (parent_gone(a->parent))
+                _exit(1);
+        /* The OOM killer should pick user processes, never init; init's
+         * sessions raise their own score back (raising needs no privilege).
+         * Best effort: without CAP_SYS_RESOURCE (some container hosts) init
+         * keeps score 0 and, with its tiny RSS, is still the last candidate. */
+        (void)write_str("/proc/self/oom_score_adj", "-1000");
         snprintf(root, sizeof(root), "%s/root", s->box_dir);
 
         /* Still host root: mount the box's own /proc before entering the user namespace. */
@@ -196,22 +228,17 @@ static void run_init(const ab_spawn_spec *s, int sync, int go, int rep, int sock
          * this process can no longer traverse the host's 0700 box directory. */
         if (chdir(root) < 0)
                 die(rep, AB_E_INTERNAL, errno, "chdir root");
-        if (unshare(CLONE_NEWUSER) < 0)
-                die(rep, AB_E_UNSUPPORTED, errno, "create the box's user namespace");
-        char c = 'm';
-        if (write(sync, &c, 1) != 1 || ab_read_full(go, &c, 1) != 1)
-                _exit(1); /* P gave up */
-        close(sync);
+        if (setns(a->userns, CLONE_NEWUSER) < 0)
+                die(rep, AB_E_UNSUPPORTED, errno, "join the box's user namespace");
+        close(a->userns);
         if (setresgid(0, 0, 0) < 0 || setgroups(0, NULL) < 0 || setresuid(0, 0, 0) < 0)
                 die(rep, AB_E_INTERNAL, errno, "become root of the box's user namespace");
-        /* Until init runs, die with P (set after setresuid, which clears it).
-         * P holds the go pipe open until then: a hangup means P is gone. */
+        /* setresuid cleared the death signal: set it again, look again. */
         if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0)
                 die(rep, AB_E_INTERNAL, errno, "PR_SET_PDEATHSIG");
-        struct pollfd gp = {go, POLLIN, 0};
-        if (poll(&gp, 1, 0) > 0 && (gp.revents & (POLLHUP | POLLERR)))
+        if (parent_gone(a->parent))
                 _exit(1);
-        close(go);
+        close(a->parent);
         if (unshare(BOX_NS_FLAGS) < 0)
                 die(rep, AB_E_UNSUPPORTED, errno, "unshare the box namespaces");
 
@@ -246,7 +273,7 @@ static void run_init(const ab_spawn_spec *s, int sync, int go, int rep, int sock
         if (setrlimit(RLIMIT_NOFILE, &nofile) < 0 || setrlimit(RLIMIT_CORE, &core) < 0)
                 die(rep, AB_E_INTERNAL, errno, "setrlimit");
 
-        if (dup2(sock, 3) < 0)
+        if (dup2(a->sock, 3) < 0)
                 die(rep, AB_E_INTERNAL, errno, "dup2 socket");
         int null = open("/dev/null", O_RDWR | O_CLOEXEC);
         if (null < 0 || dup2(null, 0) < 0 || dup2(null, 1) < 0 || dup2(null, 2) < 0)
@@ -272,19 +299,20 @@ static void run_init(const ab_spawn_spec *s, int sync, int go, int rep, int sock
                 die(rep, AB_E_INTERNAL, errno, "PR_SET_PDEATHSIG");
         char *const envp[] = {"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
                               "container=agentbox", NULL};
-        syscall(SYS_execveat, exe, "", argv, envp, AT_EMPTY_PATH);
+        syscall(SYS_execveat, a->exe, "", argv, envp, AT_EMPTY_PATH);
         die(rep, AB_E_INTERNAL, errno, "exec agentbox-init");
 }
 
-/* Reads the C/I report pipe until EOF; returns init pid or -1 with *msg. */
-static pid_t collect(int rep, pid_t c, ab_code *code, char *msg, size_t msglen)
+/* Reads the report pipe until its first message ('I' + init pid, or 'E' +
+ * code + text) or EOF. Returns the init pid, or -1 with *code and msg. */
+static pid_t collect(int rep, ab_code *code, char *msg, size_t msglen)
 {
-        pid_t init = 0;
-        char buf[1000];
+        char buf[1100];
+        size_t len = 0;
         uint64_t deadline = ab_now_ms() + SPAWN_TIMEOUT_MS;
-        *code = 0;
-        msg[0] = '\0';
-        for (;;) {
+        *code = AB_E_INTERNAL;
+        snprintf(msg, msglen, "box setup process died");
+        while (!memchr(buf, '\0', len) && len < sizeof(buf)) {
                 struct pollfd pfd = {rep, POLLIN, 0};
                 int64_t left = (int64_t)(deadline - ab_now_ms());
                 if (left <= 0) {
@@ -295,36 +323,26 @@ static pid_t collect(int rep, pid_t c, ab_code *code, char *msg, size_t msglen)
                 int pr = poll(&pfd, 1, (int)left);
                 if (pr < 0 && errno == EINTR)
                         continue;
-                ssize_t n = read(rep, buf, sizeof(buf) - 1);
+                ssize_t n = read(rep, buf + len, sizeof(buf) - len);
                 if (n < 0 && errno == EINTR)
                         continue;
                 if (n <= 0)
-                        break;
-                buf[n] = '\0';
-                /* Messages are short single writes, so each read is one message. */
-                if (buf[0] == 'I') {
-                        init = (pid_t)atoi(buf + 2);
-                } else if (buf[0] == 'E' && !*code) {
-                        *code = (ab_code)(buf[1] - 'A');
-                        snprintf(msg, msglen, "%s", buf + 2);
-                }
+                        return -1; /* EOF before any message: P died */
+                len += (size_t)n;
         }
-        if (c > 0) {
-                int st;
-                while (waitpid(c, &st, 0) < 0 && errno == EINTR)
-                        ;
+        buf[sizeof(buf) - 1] = '\0';
+        if (len >= 2 && buf[0] == 'I') {
+                pid_t init = (pid_t)atoi(buf + 2);
+                if (init > 0)
+                        return init;
+        } else if (len >= 2 && buf[0] == 'E') {
+                *code = (ab_code)(buf[1] - 'A');
+                snprintf(msg, msglen, "%.1000s", buf + 2);
         }
-        if (*code)
-                return -1;
-        if (c > 0 && init <= 0) {
-                *code = AB_E_INTERNAL;
-                snprintf(msg, msglen, "box setup process died");
-                return -1;
-        }
-        return init;
+        return -1;
 }
 
-/* P: the setup process. Writes "OK pid" or "E<code>msg" to out and exits. */
+/* P: the setup process. Reports 'I' + init pid, or 'E' + why, on out. */
 static void run_setup(const ab_spawn_spec *s, pid_t parent, int out, int cgready, int sock, int exe)
 {
         ab_err *err = NULL;
@@ -340,7 +358,8 @@ static void run_setup(const ab_spawn_spec *s, pid_t parent, int out, int cgready
         if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0)
                 die(out, AB_E_INTERNAL, errno, "make mounts private");
 
-        int userns = idmap_userns(s->uid_base);
+        pid_t holder = -1;
+        int userns = idmap_userns(s->uid_base, &holder);
         if (userns < 0)
                 die(out, AB_E_UNSUPPORTED, -userns, "create a user namespace for the box");
         ab_rootfs_spec rs = {
@@ -351,10 +370,10 @@ static void run_setup(const ab_spawn_spec *s, pid_t parent, int out, int cgready
             .uid_base = s->uid_base,
             .userns_fd = userns,
             .tmp_mib = s->limits->memory_mib / 2 ? s->limits->memory_mib / 2 : 16,
+            .etc_hidden = s->etc_hidden,
         };
         if (ab_rootfs_build(&rs, &err) < 0)
                 die(out, err->code, 0, err->msg);
-        close(userns);
         /* The caller moves us into the box's cgroup while we built the rootfs
          * (on cgroup v1 that write waits for an RCU grace period); the box's
          * init must be forked inside it. */
@@ -362,53 +381,30 @@ static void run_setup(const ab_spawn_spec *s, pid_t parent, int out, int cgready
         if (ab_read_full(cgready, &ok, 1) != 1 || ok != 'y')
                 _exit(1);
         close(cgready);
-        if (unshare(CLONE_NEWPID) < 0)
-                die(out, AB_E_UNSUPPORTED, errno, "unshare pid namespace");
 
-        int sync[2], go[2], rep[2];
-        if (pipe2(sync, O_CLOEXEC) < 0 || pipe2(go, O_CLOEXEC) < 0 || pipe2(rep, O_CLOEXEC) < 0)
-                die(out, AB_E_INTERNAL, errno, "pipe");
-        pid_t c = fork();
+        /* C shares our memory and we sleep until it has exec'd (or died):
+         * no page tables to copy, none to tear down, and no hand-off back
+         * and forth - C needs nothing from us on the way. */
+        int self = (int)syscall(SYS_pidfd_open, getpid(), 0);
+        if (self < 0)
+                die(out, AB_E_UNSUPPORTED, errno, "pidfd_open");
+        size_t stack_len = 256 * 1024;
+        char *stack = mmap(NULL, stack_len, PROT_READ | PROT_WRITE,
+                           MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
+        if (stack == MAP_FAILED)
+                die(out, AB_E_INTERNAL, errno, "mmap");
+        init_args a = {
+            .s = s, .out = out, .sock = sock, .exe = exe, .userns = userns, .parent = self};
+        pid_t c =
+            clone(run_init, stack + stack_len, CLONE_VM | CLONE_VFORK | CLONE_NEWPID | SIGCHLD, &a);
         if (c < 0)
-                die(out, AB_E_INTERNAL, errno, "fork the box init");
-        if (c == 0) {
-                close(sync[0]);
-                close(go[1]);
-                close(rep[0]);
-                close(out);
-                run_init(s, sync[1], go[0], rep[1], sock, exe);
-        }
-        close(sync[1]);
-        close(go[0]);
-        close(rep[1]);
-        char ch;
-        if (ab_read_full(sync[0], &ch, 1) == 1) {
-                int r = write_maps(c, s->uid_base);
-                if (r < 0) {
-                        kill(c, SIGKILL);
-                        die(out, AB_E_INTERNAL, -r, "write the box's uid/gid map");
-                }
-                /* The OOM killer should pick user processes, never init; init's
-                 * sessions raise their own score back (raising needs no privilege).
-                 * Best effort: without CAP_SYS_RESOURCE (some container hosts) init
-                 * keeps score 0 and, with its tiny RSS, is still the last candidate. */
-                char path[64];
-                snprintf(path, sizeof(path), "/proc/%d/oom_score_adj", (int)c);
-                (void)write_str(path, "-1000");
-                (void)!write(go[1], "g", 1);
-        }
-        close(sync[0]);
-        ab_code code;
-        char msg[1024];
-        /* go[1] stays open until init is exec'd: C watches it for our death. */
-        pid_t got = collect(rep[0], 0, &code, msg, sizeof(msg));
-        close(go[1]);
-        if (got < 0 && code) {
-                kill(c, SIGKILL);
-                report(out, 'E', code, "%s", msg);
-                _exit(1);
-        }
+                die(out, AB_E_INTERNAL, errno, "start the box init");
+        int st;
+        if (waitpid(c, &st, WNOHANG) != 0) /* it died before the exec (and said why) */
+                die(out, AB_E_INTERNAL, 0, "the box init died while starting");
         report(out, 'I', 0, "%d", (int)c);
+        while (waitpid(holder, NULL, 0) < 0 && errno == EINTR)
+                ;
         _exit(0);
 }
 
@@ -445,7 +441,7 @@ bool ab_init_alive(pid_t pid, uint64_t start_time)
         return st != 0 && st == start_time;
 }
 
-static int seal_exe(int exe)
+int ab_box_seal_init(int exe)
 {
         int m = memfd_create("agentbox-init", MFD_CLOEXEC | MFD_ALLOW_SEALING);
         if (m < 0)
@@ -497,9 +493,7 @@ int ab_box_spawn(const ab_spawn_spec *s, pid_t *init_pid, uint64_t *init_start, 
         _cleanup_close_ int sock = listen_socket(s->box_dir, err);
         if (sock < 0)
                 return -1;
-        _cleanup_close_ int exe = seal_exe(s->init_exe_fd);
-        if (exe < 0)
-                return ab_err_set(err, AB_E_INTERNAL, -exe, "cannot load agentbox-init");
+        int exe = s->init_memfd;
         int out[2], cg[2];
         if (pipe2(out, O_CLOEXEC) < 0)
                 return ab_err_set(err, AB_E_INTERNAL, errno, "pipe");
@@ -539,12 +533,18 @@ int ab_box_spawn(const ab_spawn_spec *s, pid_t *init_pid, uint64_t *init_start, 
         }
         ab_code code;
         char msg[1024];
-        pid_t init = collect(rd, p, &code, msg, sizeof(msg));
+        pid_t init = collect(rd, &code, msg, sizeof(msg));
+        if (init < 0)
+                kill(p, SIGKILL); /* P ends C too (its death signal) */
+        else
+                *init_start = ab_proc_start_time(init);
+        int st;
+        while (waitpid(p, &st, 0) < 0 && errno == EINTR)
+                ;
         if (init < 0)
                 return ab_err_set(err, code ? code : AB_E_INTERNAL, 0, "cannot start box %s: %s",
                                   s->id, msg);
         *init_pid = init;
-        *init_start = ab_proc_start_time(init);
         if (!*init_start)
                 return ab_err_set(err, AB_E_INTERNAL, 0, "box %s: init exited right after start",
                                   s->id);

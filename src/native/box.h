@@ -7,6 +7,7 @@
 #include "base/err.h"
 #include "base/limits.h"
 #include "native/cgroup.h"
+#include "native/hide.h"
 #include "native/seccomp.h"
 #include <sys/types.h>
 
@@ -18,10 +19,17 @@ typedef struct ab_spawn_spec {
         const char *const *hide; /* host paths to hide, NULL-terminated */
         uid_t uid_base;
         const ab_limits *limits;
-        const ab_cg *cg;   /* the box's cgroup already exists */
-        const ab_bpf *bpf; /* seccomp filter to install */
-        int init_exe_fd;   /* read-only fd of the agentbox-init binary */
+        const ab_cg *cg;                /* the box's cgroup already exists */
+        const ab_bpf *bpf;              /* seccomp filter to install */
+        int init_memfd;                 /* the agentbox-init binary, from ab_box_seal_init() */
+        const ab_hide_list *etc_hidden; /* host base: what to hide of /etc (hide.h) */
 } ab_spawn_spec;
+
+/* Copies the agentbox-init binary (exe: a readable fd) into a sealed memfd
+ * (O_CLOEXEC) that boxes exec their pid 1 from: a box can never change it.
+ * One memfd serves every box of a process (sealed, so sharing is safe, and
+ * its pages are in memory once). Returns the fd or -errno. */
+int ab_box_seal_init(int exe);
 
 /* Starts the box: returns its init's host pid and the init's start time (the
  * 22nd field of /proc/PID/stat, to recognise pid reuse). The init serves on

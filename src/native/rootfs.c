@@ -1,16 +1,12 @@
 #include "native/rootfs.h"
 #include "native/loopdisk.h"
 
-#include <dirent.h>
 #include <fcntl.h>
-#include <fnmatch.h>
-#include <dirent.h>
 #include <linux/mount.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 #include <sys/syscall.h>
-#include <sys/wait.h>
 #include <sys/xattr.h>
 
 /* Host paths a box shares: each becomes its own overlay (the host path,
@@ -70,17 +66,6 @@ static const struct {
     {"var/backups", 0755},
 };
 static const char *const skel_links[][2] = {{"var/run", "/run"}, {"var/lock", "/run/lock"}};
-
-/* Host files holding secrets, hidden on top of the rule that a box sees only
- * what any host user may read (fnmatch patterns relative to /etc). */
-static const char *const etc_hide[] = {"shadow",
-                                       "shadow-",
-                                       "gshadow",
-                                       "gshadow-",
-                                       "security/opasswd",
-                                       "ssl/private",
-                                       "ssh/ssh_host_*_key",
-                                       "agentbox"};
 
 /* The private directories a custom rootfs gets on top of its own tree. */
 static const char *const top_private[] = {"proc", "dev",  "tmp",       "run",   "sys",
@@ -159,61 +144,13 @@ static int hide_rel(int mask_dfd, const char *host_dir, const char *rel_in, uid_
         }
 }
 
-/* Hides, below host directory `dir` (mask path `rel`, "" at the top), every
- * entry any host user could not read: the box sees what an unprivileged
- * host user sees, never root-only files such as private keys. */
-static int hide_unreadable(int mask_dfd, const char *dir, const char *rel, uid_t base, int depth)
+/* The /etc layer's mask: a whiteout for each path of the hide list (see
+ * native/hide.h: what no unprivileged host user may read, and the deny list). */
+static int hide_etc_secrets(int mask_dfd, const ab_hide_list *l, uid_t base)
 {
-        char path[8200];
-        snprintf(path, sizeof(path), "%s%s%s", dir, rel[0] ? "/" : "", rel);
-        DIR *d = opendir(path);
-        if (!d)
-                return errno == ENOENT || errno == ENOTDIR ? 0 : -errno;
         int r = 0;
-        struct dirent *e;
-        while (r == 0 && (e = readdir(d))) {
-                if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
-                        continue;
-                struct stat st;
-                if (fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0 ||
-                    S_ISLNK(st.st_mode))
-                        continue; /* a link resolves inside the box, to what the box sees */
-                char sub[4200];
-                snprintf(sub, sizeof(sub), "%s%s%s", rel, rel[0] ? "/" : "", e->d_name);
-                bool readable =
-                    (st.st_mode & S_IROTH) && (!S_ISDIR(st.st_mode) || (st.st_mode & S_IXOTH));
-                if (!readable)
-                        r = hide_rel(mask_dfd, dir, sub, base);
-                else if (S_ISDIR(st.st_mode) && depth < 16)
-                        r = hide_unreadable(mask_dfd, dir, sub, base, depth + 1);
-        }
-        closedir(d);
-        return r;
-}
-
-static int hide_etc_secrets(int mask_dfd, uid_t base)
-{
-        int r = hide_unreadable(mask_dfd, "/etc", "", base, 0);
-        for (size_t i = 0; r == 0 && i < AB_ARRAY_LEN(etc_hide); i++) {
-                const char *pat = etc_hide[i];
-                const char *slash = strrchr(pat, '/');
-                char dir_rel[256], host_dir[300];
-                snprintf(dir_rel, sizeof(dir_rel), "%.*s", slash ? (int)(slash - pat) : 0, pat);
-                snprintf(host_dir, sizeof(host_dir), "/etc%s%s", slash ? "/" : "", dir_rel);
-                const char *leaf = slash ? slash + 1 : pat;
-                DIR *d = opendir(host_dir);
-                if (!d)
-                        continue;
-                struct dirent *e;
-                while (r == 0 && (e = readdir(d))) {
-                        if (e->d_name[0] == '.' || fnmatch(leaf, e->d_name, 0) != 0)
-                                continue;
-                        char rel[600];
-                        snprintf(rel, sizeof(rel), "%s%s%s", dir_rel, slash ? "/" : "", e->d_name);
-                        r = hide_rel(mask_dfd, "/etc", rel, base);
-                }
-                closedir(d);
-        }
+        for (size_t i = 0; r == 0 && l && i < l->n; i++)
+                r = hide_rel(mask_dfd, "/etc", l->rel[i], base);
         return r;
 }
 
@@ -436,9 +373,7 @@ static bool layer_needs_mask(const ab_rootfs_spec *s, size_t i)
         return hides;
 }
 
-/* Builds the per-layer masks (mask/m_NAME) of the layers that need one. The
- * walk of /etc is the slowest part of a start, so this runs in a child while
- * the setup process mounts everything that needs no mask. */
+/* Builds the per-layer masks (mask/m_NAME) of the layers that need one. */
 static int build_layer_masks(int mfd, const ab_rootfs_spec *s)
 {
         int r;
@@ -458,7 +393,8 @@ static int build_layer_masks(int mfd, const ab_rootfs_spec *s)
                 _cleanup_close_ int lfd = openat(mfd, mname, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
                 if (lfd < 0)
                         return -errno;
-                if (!strcmp(shared[i], "etc") && (r = hide_etc_secrets(lfd, s->uid_base)) < 0)
+                if (!strcmp(shared[i], "etc") &&
+                    (r = hide_etc_secrets(lfd, s->etc_hidden, s->uid_base)) < 0)
                         return r;
                 for (const char *const *h = s->hide; h && *h; h++)
                         if (!strncmp(*h, host, hl) && (*h)[hl] == '/' &&
@@ -490,19 +426,6 @@ static int build_custom_mask(int mfd, const ab_rootfs_spec *s)
         return 0;
 }
 
-/* Waits for the mask worker: 0, or the errno it failed with. */
-static int wait_worker(pid_t *pid)
-{
-        int st;
-        while (waitpid(*pid, &st, 0) < 0)
-                if (errno != EINTR)
-                        return errno;
-        *pid = -1;
-        if (WIFEXITED(st))
-                return WEXITSTATUS(st);
-        return EINTR;
-}
-
 int ab_rootfs_build(const ab_rootfs_spec *s, ab_err **err)
 {
         int r;
@@ -530,7 +453,6 @@ int ab_rootfs_build(const ab_rootfs_spec *s, ab_err **err)
 
         bool host = strcmp(s->base, "/") == 0;
         bool has_mask[AB_ARRAY_LEN(shared)] = {false};
-        pid_t worker = -1;
         if (mount("mask", mask, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, "mode=755,size=4m") < 0)
                 return ab_err_set(err, AB_E_INTERNAL, errno, "mount mask tmpfs");
         {
@@ -538,18 +460,11 @@ int ab_rootfs_build(const ab_rootfs_spec *s, ab_err **err)
                 if (mfd < 0)
                         return ab_err_set(err, AB_E_INTERNAL, errno, "open %s", mask);
                 r = host ? build_masks(mfd, s, has_mask) : build_custom_mask(mfd, s);
+                if (r == 0 && host)
+                        r = build_layer_masks(mfd, s);
                 if (r < 0)
                         return ab_err_set(err, AB_E_INTERNAL, -r,
                                           "cannot build the rootfs skeleton");
-                if (host) {
-                        worker = fork();
-                        if (worker < 0)
-                                return ab_err_set(err, AB_E_INTERNAL, errno, "fork");
-                        if (worker == 0) {
-                                r = build_layer_masks(mfd, s);
-                                _exit(r < 0 ? (-r & 0xff) : 0);
-                        }
-                }
         }
 
         char upper[4500], work[4500];
@@ -564,15 +479,7 @@ int ab_rootfs_build(const ab_rootfs_spec *s, ab_err **err)
                 snprintf(p, sizeof(p), "%s/skel", mask);
                 if (mount_overlay(root, p, upper, work, err) < 0)
                         return -1;
-                /* Two passes: first the layers without a mask, then - once the
-                 * mask worker is done - those with one. */
-                for (size_t k = 0; k < 2 * AB_ARRAY_LEN(shared); k++) {
-                        size_t i = k % AB_ARRAY_LEN(shared);
-                        if (has_mask[i] != (k >= AB_ARRAY_LEN(shared)))
-                                continue;
-                        if (has_mask[i] && worker > 0 && (r = wait_worker(&worker)) != 0)
-                                return ab_err_set(err, AB_E_INTERNAL, r,
-                                                  "cannot build the rootfs masks");
+                for (size_t i = 0; i < AB_ARRAY_LEN(shared); i++) {
                         char hostp[300], name[64];
                         snprintf(hostp, sizeof(hostp), "/%s", shared[i]);
                         struct stat st;
@@ -605,8 +512,6 @@ int ab_rootfs_build(const ab_rootfs_spec *s, ab_err **err)
                         return -1;
         }
 
-        if (worker > 0 && (r = wait_worker(&worker)) != 0)
-                return ab_err_set(err, AB_E_INTERNAL, r, "cannot build the rootfs masks");
         if (mount(NULL, mask, NULL, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC,
                   NULL) < 0)
                 return ab_err_set(err, AB_E_INTERNAL, errno, "remount mask read-only");

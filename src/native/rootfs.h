@@ -14,6 +14,7 @@
 #define AB_ROOTFS_H
 
 #include "base/err.h"
+#include "native/hide.h"
 #include <sys/types.h>
 
 typedef struct ab_rootfs_spec {
@@ -25,6 +26,7 @@ typedef struct ab_rootfs_spec {
         uid_t uid_base;   /* host uid (and gid) of root inside the box */
         int userns_fd;    /* a user namespace mapping 0..65535 to uid_base.. */
         uint64_t tmp_mib; /* size of /tmp */
+        const ab_hide_list *etc_hidden; /* host base: what /etc's layer hides (hide.h) */
 } ab_rootfs_spec;
 
 /* Mounts everything listed above. On failure the caller's mount namespace is

@@ -2,14 +2,38 @@
 
 #include <fcntl.h>
 #include <jansson.h>
+#include <stdatomic.h>
+#include <sys/stat.h>
 
-static int write_json(int boxfd, const char *name, json_t *j, ab_err **err)
+/* Replaces boxfd/name atomically (temp file + rename: readers see the old or
+ * the new file, never half of one). With `durable` the data is on disk before
+ * the rename. The directory is not synced: see the callers. */
+static int replace_file(int boxfd, const char *name, const char *data, bool durable)
+{
+        static atomic_uint seq;
+        char tmp[96];
+        snprintf(tmp, sizeof(tmp), ".%s.%d.%u", name, (int)getpid(), atomic_fetch_add(&seq, 1));
+        _cleanup_close_ int fd =
+            openat(boxfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+        if (fd < 0)
+                return -errno;
+        int r = ab_write_all(fd, data, strlen(data));
+        if (r == 0 && durable && fsync(fd) < 0)
+                r = -errno;
+        if (r == 0 && renameat(boxfd, tmp, boxfd, name) < 0)
+                r = -errno;
+        if (r < 0)
+                unlinkat(boxfd, tmp, 0);
+        return r;
+}
+
+static int write_json(int boxfd, const char *name, json_t *j, bool durable, ab_err **err)
 {
         _cleanup_free_ char *s = json_dumps(j, JSON_INDENT(2) | JSON_SORT_KEYS);
         json_decref(j);
         if (!s)
                 abort();
-        int r = ab_write_file_atomic(boxfd, name, s, strlen(s), 0600);
+        int r = replace_file(boxfd, name, s, durable);
         if (r < 0)
                 return ab_err_set(err, r == -ENOSPC ? AB_E_LIMIT : AB_E_INTERNAL, -r,
                                   "cannot write %s", name);
@@ -48,7 +72,11 @@ int ab_box_config_write(int boxfd, const ab_box_config *c, ab_err **err)
                               "version", 1);
         if (c->rootfs)
                 json_object_set_new(j, "rootfs", json_string(c->rootfs));
-        return write_json(boxfd, "config.json", j, err);
+        /* Synced: a box whose directory survives a host crash must have its
+         * config. The directory entry needs no sync of its own: the config
+         * is written before the box directory is renamed into boxes/, and
+         * the journal keeps that order. */
+        return write_json(boxfd, "config.json", j, true, err);
 }
 
 static uint64_t get_u64(json_t *o, const char *k, uint64_t dflt)
@@ -103,12 +131,19 @@ int ab_state_write(int boxfd, const ab_box_state *s, ab_err **err)
         else
                 j = json_pack("{s:i,s:I,s:I}", "init_pid", (int)s->init_pid, "init_start",
                               (json_int_t)s->init_start, "started_at", (json_int_t)s->started_at);
-        return write_json(boxfd, "state.json", j, err);
+        /* Not synced (two fsyncs were most of a start's disk wait): the file
+         * describes processes, which a host crash ends anyway; a file the
+         * crash left empty reads as "no state" (stopped). */
+        return write_json(boxfd, "state.json", j, false, err);
 }
 
 int ab_state_read(int boxfd, ab_box_state *s, ab_err **err)
 {
         memset(s, 0, sizeof(*s));
+        struct stat st;
+        if (fstatat(boxfd, "state.json", &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode) &&
+            st.st_size == 0)
+                return 1; /* written but never flushed before a host crash */
         int missing;
         ab_err *e = NULL;
         json_t *j = read_json(boxfd, "state.json", &missing, &e);

@@ -2,8 +2,11 @@
  *   config.json  written once at create (id, limits, uid base, rootfs, created_at)
  *   state.json   present while the box runs (init pid + start time, started_at),
  *                or holding {"error": ...} after a failed start.
- * Both are replaced atomically (write temp, fsync, rename), so a crash leaves
- * either the old or the new file, never half of one. */
+ * Both are replaced atomically (write temp, rename), so a crash of a process
+ * leaves either the old or the new file, never half of one. config.json is
+ * synced before its rename (it must survive a host crash); state.json is not
+ * (it describes processes, which a host crash ends), and an empty one - what
+ * a host crash can leave - reads as absent. */
 #ifndef AB_STATE_H
 #define AB_STATE_H
 

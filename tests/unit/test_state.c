@@ -88,6 +88,9 @@ int main(void)
         TAP_IS_INT(ab_state_remove(dfd), 0, "state removed");
         TAP_IS_INT(ab_state_read(dfd, &t, &e), 1, "no state file = stopped");
         TAP_IS_INT(ab_state_remove(dfd), 0, "removing twice is fine");
+        /* What a host crash can leave of a state.json written without fsync. */
+        put(dfd, "state.json", "");
+        TAP_IS_INT(ab_state_read(dfd, &t, &e), 1, "an empty state file = stopped");
         put(dfd, "state.json", "garbage");
         tap_ok(ab_state_read(dfd, &t, &e) < 0 && e, "corrupt state is an error");
         ab_err_free(&e);

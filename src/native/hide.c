@@ -1,0 +1,203 @@
+#include "native/hide.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <fnmatch.h>
+#include <poll.h>
+#include <pthread.h>
+#include <sys/inotify.h>
+#include <sys/stat.h>
+
+/* Host files holding secrets, hidden on top of the rule that a box sees only
+ * what any host user may read (fnmatch patterns relative to /etc). */
+static const char *const etc_deny[] = {"shadow",
+                                       "shadow-",
+                                       "gshadow",
+                                       "gshadow-",
+                                       "security/opasswd",
+                                       "ssl/private",
+                                       "ssh/ssh_host_*_key",
+                                       "agentbox"};
+
+#define WATCH_MASK                                                                                 \
+        (IN_ATTRIB | IN_CREATE | IN_DELETE | IN_MOVED_FROM | IN_MOVED_TO | IN_DELETE_SELF |        \
+         IN_MOVE_SELF)
+#define MAX_DEPTH 16
+
+struct ab_hide_watch {
+        pthread_mutex_t lock;
+        char *etc;
+        int ino;    /* inotify over the directories of the last walk; -1: none */
+        int mounts; /* /proc/self/mountinfo, polled for changes of the mount table */
+        ab_hide_list *cur;
+        unsigned walks;
+};
+
+typedef struct walk {
+        ab_hide_list *l;
+        size_t cap;
+        int ino; /* -1 once a watch could not be set */
+} walk;
+
+static void list_add(walk *w, const char *rel)
+{
+        if (w->l->n == w->cap) {
+                w->cap = w->cap ? xmul(w->cap, 2) : 16;
+                w->l->rel = xrealloc(w->l->rel, xmul(w->cap, sizeof(char *)));
+        }
+        w->l->rel[w->l->n++] = xstrdup(rel);
+}
+
+/* Watches path before it is read: a change after this is reported. A path
+ * that does not exist needs no watch (its parent's reports its creation). */
+static void watch(walk *w, const char *path)
+{
+        if (w->ino >= 0 && inotify_add_watch(w->ino, path, WATCH_MASK) < 0 && errno != ENOENT &&
+            errno != ENOTDIR) {
+                close(w->ino);
+                w->ino = -1; /* out of watches: walk again every time */
+        }
+}
+
+/* Lists, below `dir` (relative path `rel`, "" at the top), every entry no
+ * host user but its owner could read; readable directories are descended. */
+static int walk_unreadable(walk *w, const char *etc, const char *rel, int depth)
+{
+        char path[8200];
+        snprintf(path, sizeof(path), "%s%s%s", etc, rel[0] ? "/" : "", rel);
+        watch(w, path);
+        DIR *d = opendir(path);
+        if (!d)
+                return errno == ENOENT || errno == ENOTDIR ? 0 : -errno;
+        int r = 0;
+        struct dirent *e;
+        while (r == 0 && (e = readdir(d))) {
+                if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
+                        continue;
+                struct stat st;
+                if (fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0 ||
+                    S_ISLNK(st.st_mode))
+                        continue; /* a link resolves inside the box, to what the box sees */
+                char sub[4200];
+                snprintf(sub, sizeof(sub), "%s%s%s", rel, rel[0] ? "/" : "", e->d_name);
+                bool readable =
+                    (st.st_mode & S_IROTH) && (!S_ISDIR(st.st_mode) || (st.st_mode & S_IXOTH));
+                if (!readable)
+                        list_add(w, sub);
+                else if (S_ISDIR(st.st_mode) && depth < MAX_DEPTH)
+                        r = walk_unreadable(w, etc, sub, depth + 1);
+        }
+        closedir(d);
+        return r;
+}
+
+static int walk_deny_list(walk *w, const char *etc)
+{
+        for (size_t i = 0; i < AB_ARRAY_LEN(etc_deny); i++) {
+                const char *pat = etc_deny[i];
+                const char *slash = strrchr(pat, '/');
+                char dir_rel[256], dir[4400];
+                snprintf(dir_rel, sizeof(dir_rel), "%.*s", slash ? (int)(slash - pat) : 0, pat);
+                snprintf(dir, sizeof(dir), "%s%s%s", etc, slash ? "/" : "", dir_rel);
+                const char *leaf = slash ? slash + 1 : pat;
+                watch(w, dir);
+                DIR *d = opendir(dir);
+                if (!d)
+                        continue;
+                struct dirent *e;
+                while ((e = readdir(d))) {
+                        if (e->d_name[0] == '.' || fnmatch(leaf, e->d_name, 0) != 0)
+                                continue;
+                        char rel[600];
+                        snprintf(rel, sizeof(rel), "%s%s%s", dir_rel, slash ? "/" : "", e->d_name);
+                        list_add(w, rel);
+                }
+                closedir(d);
+        }
+        return 0;
+}
+
+void ab_hide_list_unref(ab_hide_list *l)
+{
+        if (!l || atomic_fetch_sub(&l->refs, 1) != 1)
+                return;
+        for (size_t i = 0; i < l->n; i++)
+                free(l->rel[i]);
+        free(l->rel);
+        free(l);
+}
+
+ab_hide_watch *ab_hide_watch_new(const char *etc)
+{
+        ab_hide_watch *w = xzalloc(sizeof(*w));
+        pthread_mutex_init(&w->lock, NULL);
+        w->etc = xstrdup(etc);
+        w->ino = -1;
+        w->mounts = open("/proc/self/mountinfo", O_RDONLY | O_CLOEXEC);
+        return w;
+}
+
+void ab_hide_watch_free(ab_hide_watch *w)
+{
+        if (!w)
+                return;
+        if (w->ino >= 0)
+                close(w->ino);
+        if (w->mounts >= 0)
+                close(w->mounts);
+        ab_hide_list_unref(w->cur);
+        pthread_mutex_destroy(&w->lock);
+        free(w->etc);
+        free(w);
+}
+
+/* Whether the host may have changed since the last walk. */
+static bool changed(ab_hide_watch *w)
+{
+        if (!w->cur || w->ino < 0 || w->mounts < 0)
+                return true;
+        char buf[4096] __attribute__((aligned(__alignof__(struct inotify_event))));
+        ssize_t n = read(w->ino, buf, sizeof(buf));
+        if (n != -1 || errno != EAGAIN)
+                return true; /* an event (or an error: do not trust the watch) */
+        struct pollfd p = {w->mounts, POLLPRI, 0};
+        return poll(&p, 1, 0) != 0;
+}
+
+ab_hide_list *ab_hide_get(ab_hide_watch *w, ab_err **err)
+{
+        pthread_mutex_lock(&w->lock);
+        if (changed(w)) {
+                ab_hide_list_unref(w->cur);
+                w->cur = NULL;
+                if (w->ino >= 0)
+                        close(w->ino);
+                walk wk = {.l = xzalloc(sizeof(ab_hide_list)),
+                           .ino = inotify_init1(IN_NONBLOCK | IN_CLOEXEC)};
+                atomic_init(&wk.l->refs, 1);
+                int r = walk_unreadable(&wk, w->etc, "", 0);
+                if (r == 0)
+                        r = walk_deny_list(&wk, w->etc);
+                w->ino = wk.ino;
+                w->walks++;
+                if (r < 0) {
+                        ab_hide_list_unref(wk.l);
+                        pthread_mutex_unlock(&w->lock);
+                        ab_err_set(err, AB_E_INTERNAL, -r, "cannot read %s", w->etc);
+                        return NULL;
+                }
+                w->cur = wk.l;
+        }
+        ab_hide_list *l = w->cur;
+        atomic_fetch_add(&l->refs, 1);
+        pthread_mutex_unlock(&w->lock);
+        return l;
+}
+
+unsigned ab_hide_walks(ab_hide_watch *w)
+{
+        pthread_mutex_lock(&w->lock);
+        unsigned n = w->walks;
+        pthread_mutex_unlock(&w->lock);
+        return n;
+}

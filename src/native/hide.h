@@ -1,0 +1,43 @@
+/* hide.h - which host files under /etc a box must not see: every entry no
+ * unprivileged host user could read (private keys, service configs) and a
+ * deny list (shadow, gshadow, ...). rootfs.c turns the list into whiteouts.
+ *
+ * Walking /etc is the slowest part of building a rootfs, so a watch keeps
+ * the result and walks again only when the host changed: inotify on every
+ * directory the walk read (entries created, removed, renamed, chmod'ed or
+ * chown'ed) and the mount table (poll on /proc/self/mountinfo). Each watch
+ * is set before its directory is read, so no change that completed before
+ * ab_hide_get() returns can be missed. */
+#ifndef AB_HIDE_H
+#define AB_HIDE_H
+
+#include "base/err.h"
+#include <stdatomic.h>
+#include <stddef.h>
+
+/* The paths to hide, relative to /etc, at one moment. Immutable and
+ * reference-counted: a start keeps its copy while the watch moves on. */
+typedef struct ab_hide_list {
+        size_t n;
+        char **rel;
+        atomic_int refs;
+} ab_hide_list;
+
+typedef struct ab_hide_watch ab_hide_watch;
+
+/* A watch over `etc` (normally "/etc"; tests point it at a fake tree). Never
+ * fails: when inotify is unavailable (no instances or watches left), every
+ * ab_hide_get() walks again, as if the host changed each time. */
+ab_hide_watch *ab_hide_watch_new(const char *etc);
+void ab_hide_watch_free(ab_hide_watch *w);
+
+/* The current list (a new reference, release with ab_hide_list_unref);
+ * walks again first when anything changed since the last walk. Thread-safe.
+ * NULL with *err when the walk fails. */
+ab_hide_list *ab_hide_get(ab_hide_watch *w, ab_err **err);
+void ab_hide_list_unref(ab_hide_list *l);
+
+/* How many times the watch has walked (for tests and diagnostics). */
+unsigned ab_hide_walks(ab_hide_watch *w);
+
+#endif
