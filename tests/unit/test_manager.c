@@ -32,6 +32,7 @@ typedef struct fake {
         int creates, starts, stops, destroys, pauses, resumes;
         bool fail_start;
         bool no_freezer;    /* pause answers AB_E_UNSUPPORTED */
+        int pause_tries;    /* pauses answered so */
         char stop_log[512]; /* ids stopped, in order, comma-separated */
 } fake;
 
