@@ -125,14 +125,7 @@ static void reap_idle(ab_manager *m, ab_idle_kind kind)
                         ab_err *se = NULL;
                         int rc = pause ? mgr_pause_locked(m, &r, "idle", &se)
                                        : mgr_stop_locked(m, &r, "idle", &se);
-                        if (rc < 0 && pause && se->code == AB_E_UNSUPPORTED) {
-                                /* No freezer (v1 without its hierarchy): say so once. */
-                                atomic_store(&m->no_pause, true);
-                                ab_log(AB_LOG_WARN,
-                                       "boxes cannot be paused here; idle boxes are stopped "
-                                       "instead",
-                                       "error", se->msg, NULL);
-                        } else if (rc < 0) {
+                        if (rc < 0 && !(pause && se->code == AB_E_UNSUPPORTED)) {
                                 ab_log(AB_LOG_WARN,
                                        pause ? "idle pause failed" : "idle stop failed", "box",
                                        r.id, "error", se->msg, NULL);
