@@ -81,24 +81,28 @@ typedef struct ab_backend_ops {
          * box sees it; resolved inside the box, no symlinks) of a running box.
          * Caller closes. The code runner reaches its zygote this way. */
         int (*connect_unix)(ab_backend *b, const char *id, const char *path, ab_err **err);
-        /* Sub-cgroups of a running box: limits on one process tree inside it
-         * (native/cgroup.h; the code runner puts each run in one). sub is one
-         * name component. sub_create makes it with a memory limit (bytes) and a
-         * pids limit and moves host_pid (a pid in the server's pid namespace)
-         * into it; sub_set_memory rewrites the memory limit; sub_end kills
-         * whatever is inside, reports its OOM kills (oom_kills may be NULL) and
-         * removes it. AB_E_UNSUPPORTED where the backend has none. */
-        int (*sub_create)(ab_backend *b, const char *id, const char *sub, uint64_t memory_bytes,
-                          uint64_t pids, pid_t host_pid, ab_err **err);
-        int (*sub_set_memory)(ab_backend *b, const char *id, const char *sub, uint64_t bytes,
-                              ab_err **err);
-        int (*sub_end)(ab_backend *b, const char *id, const char *sub, uint64_t *oom_kills,
-                       ab_err **err);
         void (*free)(ab_backend *b);
 } ab_backend_ops;
 
+/* Sub-cgroups of a running box: limits on one process tree inside it
+ * (native/cgroup.h; the code runner puts each run in one). Not every backend
+ * has them: ab_backend.subcg is NULL where it has none. sub is one name
+ * component. create makes it with a memory limit (bytes) and a pids limit and
+ * moves host_pid (a pid in the server's pid namespace) into it; set_memory
+ * rewrites the memory limit; end kills whatever is inside, reports its OOM
+ * kills (oom_kills may be NULL) and removes it. */
+typedef struct ab_subcg_ops {
+        int (*create)(ab_backend *b, const char *id, const char *sub, uint64_t memory_bytes,
+                      uint64_t pids, pid_t host_pid, ab_err **err);
+        int (*set_memory)(ab_backend *b, const char *id, const char *sub, uint64_t bytes,
+                          ab_err **err);
+        int (*end)(ab_backend *b, const char *id, const char *sub, uint64_t *oom_kills,
+                   ab_err **err);
+} ab_subcg_ops;
+
 struct ab_backend {
         const ab_backend_ops *ops;
+        const ab_subcg_ops *subcg; /* NULL: no sub-cgroups */
 };
 
 typedef struct ab_native_opts {

@@ -1000,10 +1000,13 @@ static const ab_backend_ops native_ops = {
     .connect = n_connect,
     .stats = n_stats,
     .connect_unix = n_connect_unix,
-    .sub_create = n_sub_create,
-    .sub_set_memory = n_sub_set_memory,
-    .sub_end = n_sub_end,
     .free = n_free,
+};
+
+static const ab_subcg_ops native_subcg = {
+    .create = n_sub_create,
+    .set_memory = n_sub_set_memory,
+    .end = n_sub_end,
 };
 
 static char *find_init(const char *given)
@@ -1058,6 +1061,7 @@ int ab_native_open(const ab_native_opts *opts, ab_backend **out, ab_err **err)
                 return ab_err_set(err, AB_E_INTERNAL, -r, "cannot create data folder %s", data);
         native *n = xzalloc(sizeof(*n));
         n->base.ops = &native_ops;
+        n->base.subcg = &native_subcg;
         n->boxes_fd = n->data_fd = n->cache_fd = -1;
         pthread_mutex_init(&n->lazy, NULL);
         _cleanup_backend_ ab_backend *guard = &n->base;

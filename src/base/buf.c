@@ -12,8 +12,7 @@ char *ab_buf_reserve(ab_buf *b, size_t more)
                         cap = xmul(cap, 2);
                 b->p = xrealloc(b->p, cap);
                 b->cap = cap;
-                /* Still a string when nothing gets committed (an empty read). */
-                b->p[b->n] = 0;
+                b->p[b->n] = 0; /* a fresh buffer reads as "" even before a commit */
         }
         return b->p + b->n;
 }
@@ -44,14 +43,19 @@ void ab_buf_putc(ab_buf *b, char c)
 
 void ab_buf_vprintf(ab_buf *b, const char *fmt, va_list ap)
 {
+        /* Straight into the free space; a second pass when it was short. */
         va_list aq;
         va_copy(aq, ap);
-        int r = vsnprintf(NULL, 0, fmt, aq);
+        char *p = ab_buf_reserve(b, 64);
+        size_t room = b->cap - b->n;
+        int r = vsnprintf(p, room, fmt, aq);
         va_end(aq);
         if (r < 0)
                 abort();
-        char *p = ab_buf_reserve(b, (size_t)r);
-        vsnprintf(p, (size_t)r + 1, fmt, ap);
+        if ((size_t)r >= room) {
+                p = ab_buf_reserve(b, (size_t)r);
+                vsnprintf(p, (size_t)r + 1, fmt, ap);
+        }
         ab_buf_commit(b, (size_t)r);
 }
 

@@ -165,7 +165,7 @@ static int open_runners(cli_service *s, ab_err **err)
         bool bad = false;
         _cleanup_free_ char *dir = find_runtime_dir();
         ab_runners_opts ro = {
-            .backend = s->backend,
+            .manager = s->mgr,
             .runtime_dir = dir,
             .timeout_ms = env_num("SANDBOX_TIMEOUT", 0, err, &bad),
             .max_timeout_ms = env_num("SANDBOX_MAX_TIMEOUT", 0, err, &bad),

@@ -127,7 +127,7 @@ bool mgr_scope_ok(const ab_box_rec *r, const char *scope)
 }
 
 /* Hands e to the caller's err (or frees it); returns -1. */
-static int propagate(ab_err **err, ab_err *e)
+int mgr_propagate(ab_err **err, ab_err *e)
 {
         if (err && !*err)
                 *err = e;
@@ -146,7 +146,7 @@ int mgr_get_scoped(ab_manager *m, const char *id, const char *scope, ab_box_rec 
                         ab_err_free(&e);
                         return ab_err_set(err, AB_E_NOT_FOUND, 0, "no box \"%s\"", id);
                 }
-                return propagate(err, e);
+                return mgr_propagate(err, e);
         }
         if (!mgr_scope_ok(out, scope) || mgr_is_pool(out)) {
                 ab_box_rec_clear(out);

@@ -125,6 +125,25 @@ int ab_manager_use_begin(ab_manager *m, const char *id, const char *scope, ab_us
 int ab_manager_use_connect(ab_manager *m, ab_use *u, ab_err **err);
 void ab_manager_use_end(ab_manager *m, ab_use *u);
 
+/* System boxes: the server's own boxes (ids start with "sys-"; the code
+ * runner's is one). The manager makes one on first use (and again when a
+ * crash left it half-made) and starts it when it is not running; it has no
+ * store record, so no API call lists, stops, deletes or scopes it, and the
+ * reaper, the running-box cap and the pool leave it alone. */
+typedef struct ab_sysbox_spec {
+        const char *id; /* "sys-..." */
+        ab_limits limits;
+} ab_sysbox_spec;
+
+/* Begins a use of the system box (making and starting it as needed); then
+ * ab_manager_use_connect, ab_manager_exec and ab_manager_use_end work as for
+ * any box (an exec in it is counted, audited and published like any exec).
+ * Its execs get no default timeout: the caller sets one or none. */
+int ab_manager_sys_use_begin(ab_manager *m, const ab_sysbox_spec *spec, ab_use *u, ab_err **err);
+
+/* The backend, for operations only it has (ab_backend.subcg, connect_unix). */
+ab_backend *ab_manager_backend(ab_manager *m);
+
 /* The box's own environment (the "env" given when it was made) as a
  * NULL-terminated strv of "K=V" (free each and the array). */
 char **ab_manager_box_env(const ab_box_rec *r);

@@ -99,6 +99,11 @@ bool mgr_scope_ok(const ab_box_rec *r, const char *scope);
 /* Reads a box the caller may see: pool boxes and other apps' boxes are
  * AB_E_NOT_FOUND. */
 int mgr_get_scoped(ab_manager *m, const char *id, const char *scope, ab_box_rec *out, ab_err **err);
+/* Hands e to the caller's err (or frees it); returns -1. */
+int mgr_propagate(ab_err **err, ab_err *e);
+/* Makes a system box run again after its init died under a use (takes its
+ * slot lock). */
+int mgr_sys_restart(ab_manager *m, ab_use *u, ab_err **err);
 /* Records a new status (store) and tells subscribers. */
 void mgr_set_status(ab_manager *m, ab_box_rec *r, ab_box_status status, const char *error);
 /* Makes the running box's network match its recorded policy. init_pid 0 =

@@ -926,6 +926,56 @@ int main(void)
         ok(wait_gone("dying") && !find(&FB, "dying"), "a pending deletion is finished");
         ok(!find(&FB, "pool-orphan"), "a pool box no record knows is destroyed");
         is_str(status_of_id("cli-made"), "running", "a box made outside the server is adopted");
+
+        /* system boxes: the manager's own, never in the store */
+        ab_sysbox_spec sys = {.id = "sys-test"};
+        ab_limits_default(&sys.limits);
+        ab_sysbox_spec bad_sys = {.id = "runner"};
+        ok(ab_manager_sys_use_begin(m, &bad_sys, &u, &e) < 0 && e->code == AB_E_INVALID,
+           "a system box id must start with sys-");
+        ab_err_free(&e);
+        int creates = FB.creates;
+        ok(ab_manager_sys_use_begin(m, &sys, &u, &e) == 0, "a system box use begins");
+        ok(FB.creates == creates + 1 && find(&FB, "sys-test") &&
+               find(&FB, "sys-test")->status == AB_BOX_RUNNING,
+           "the system box is made on first use and runs");
+        ok(u.rec.mode == AB_MODE_SYSTEM && u.rec.status == AB_BOX_RUNNING,
+           "its use has a system record");
+        ab_manager_counts mc;
+        ab_manager_counts_get(m, &mc, NULL);
+        ok(mc.execs_in_flight == 0, "a system use is not counted as an exec in flight");
+        ab_manager_counts_clear(&mc);
+        ab_manager_use_end(m, &u);
+        is_str(status_of_id("sys-test"), "gone", "it has no store record, even after a use");
+        ok(ab_manager_get(m, "sys-test", NULL, &r, &e) < 0 && e->code == AB_E_NOT_FOUND,
+           "the API cannot get it");
+        ab_err_free(&e);
+        ab_manager_list(m, &lf, NULL, &rs, &n, NULL);
+        bool sys_listed = false;
+        for (size_t i = 0; i < n; i++)
+                sys_listed |= !strcmp(rs[i].id, "sys-test");
+        ab_box_recs_free(rs, n);
+        ok(!sys_listed, "nor list it");
+        f_stop(&FB.base, "sys-test", NULL);
+        int starts = FB.starts;
+        ok(ab_manager_sys_use_begin(m, &sys, &u, &e) == 0 && FB.starts == starts + 1,
+           "a stopped system box is started by its next use");
+        ab_manager_use_end(m, &u);
+        find(&FB, "sys-test")->status = AB_BOX_CREATING; /* a create cut short by a crash */
+        int destroys = FB.destroys;
+        creates = FB.creates;
+        ok(ab_manager_sys_use_begin(m, &sys, &u, &e) == 0 && FB.destroys == destroys + 1 &&
+               FB.creates == creates + 1 && find(&FB, "sys-test")->status == AB_BOX_RUNNING,
+           "a half-made system box is made again");
+        ab_manager_use_end(m, &u);
+        ab_manager_reap(m);
+        ok(find(&FB, "sys-test") && find(&FB, "sys-test")->status == AB_BOX_RUNNING,
+           "the reaper leaves it alone");
+        ab_manager_free(m);
+        m = open_mgr(300, 0, 0);
+        ok(find(&FB, "sys-test") && find(&FB, "sys-test")->status == AB_BOX_RUNNING,
+           "recovery keeps it");
+        is_str(status_of_id("sys-test"), "gone", "and does not adopt it as a user's box");
         ab_manager_free(m);
 
         ab_metrics_free(mt);

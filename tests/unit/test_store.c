@@ -454,6 +454,8 @@ static void test_boxes(ab_store *s)
         no_err(ab_store_box_get(s, "other", "b1", &g, &e), &e,
                "the other provider's record is untouched");
         ab_box_rec_clear(&g);
+        json_decref(full.spec);
+        json_decref(full.metadata);
 }
 
 static void test_list(ab_store *s)

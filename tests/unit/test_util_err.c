@@ -52,6 +52,11 @@ static void test_files(void)
         TAP_IS_INT(ab_read_file(dfd, "f.json", &buf, &len), 0, "read again");
         TAP_IS_STR(buf, "bye", "replaced whole");
         free(buf);
+        TAP_IS_INT(ab_write_file_atomic(dfd, "empty", "", 0, 0600), 0, "write an empty file");
+        TAP_IS_INT(ab_read_file(dfd, "empty", &buf, &len), 0, "read it");
+        tap_ok(len == 0 && buf && buf[0] == 0, "an empty file reads as \"\", length 0");
+        free(buf);
+        unlinkat(dfd, "empty", 0);
         TAP_IS_INT(ab_read_file(dfd, "missing", &buf, &len), -ENOENT, "missing -> -ENOENT");
         /* An empty file after a big one: the reused heap block must not show through. */
         char big[4000];
@@ -81,6 +86,9 @@ static void test_buf(void)
         ab_buf b = {0};
         _cleanup_free_ char *empty = ab_buf_steal(&b);
         TAP_IS_STR(empty, "", "an empty buffer steals as \"\" (never NULL)");
+        ab_buf_reserve(&b, 100);
+        _cleanup_free_ char *reserved = ab_buf_steal(&b);
+        TAP_IS_STR(reserved, "", "reserved but uncommitted space reads as \"\"");
         ab_buf_puts(&b, "ab");
         ab_buf_putc(&b, 'c');
         ab_buf_add(&b, "d\0e", 3);
