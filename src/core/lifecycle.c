@@ -293,7 +293,9 @@ int ab_manager_set_network(ab_manager *m, const char *id, const char *scope, jso
         if (rc == 0 && (r.status == AB_BOX_RUNNING || r.status == AB_BOX_PAUSED))
                 rc = mgr_net_sync(m, &r, 0, false, err);
         if (rc == 0) {
-                mgr_emit(m, "box.network", &r, json_incref(pj));
+                /* A copy: mgr_emit adds "mode" to what it is given, and pj is
+                 * also the record's network now. */
+                mgr_emit(m, "box.network", &r, json_deep_copy(pj));
                 *out = r;
         } else {
                 ab_box_rec_clear(&r);
