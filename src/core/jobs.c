@@ -13,9 +13,9 @@
 #include <time.h>
 
 /* Seconds of idleness after which r is paused; 0 = it never is. */
-static int64_t pause_after_s(const ab_manager *m, const ab_box_rec *r)
+static int64_t pause_after_s(ab_manager *m, const ab_box_rec *r)
 {
-        if (r->idle_pause_s < 0)
+        if (r->idle_pause_s < 0 || atomic_load(&m->no_pause))
                 return 0;
         return r->idle_pause_s > 0     ? r->idle_pause_s
                : m->o.idle_pause_s > 0 ? m->o.idle_pause_s
@@ -101,6 +101,8 @@ bool mgr_nap(ab_manager *m, int64_t ms, bool *flag)
 static void reap_idle(ab_manager *m, ab_idle_kind kind)
 {
         bool pause = kind == AB_IDLE_PAUSE;
+        if (pause && atomic_load(&m->no_pause))
+                return;
         int64_t now = mgr_wall_ms();
         ab_box_rec *rs = NULL;
         size_t n = 0;
@@ -123,10 +125,11 @@ static void reap_idle(ab_manager *m, ab_idle_kind kind)
                         ab_err *se = NULL;
                         int rc = pause ? mgr_pause_locked(m, &r, "idle", &se)
                                        : mgr_stop_locked(m, &r, "idle", &se);
-                        if (rc < 0)
+                        if (rc < 0 && !(pause && se->code == AB_E_UNSUPPORTED)) {
                                 ab_log(AB_LOG_WARN,
                                        pause ? "idle pause failed" : "idle stop failed", "box",
                                        r.id, "error", se->msg, NULL);
+                        }
                         ab_err_free(&se);
                 }
                 ab_box_rec_clear(&r);

@@ -34,8 +34,18 @@ int mgr_pause_locked(ab_manager *m, ab_box_rec *r, const char *reason, ab_err **
                          : !strcmp(reason, "lru") ? "lru_pause"
                                                   : "pause";
         uint64_t t0 = ab_now_ns();
-        if (b->ops->pause(b, r->backend_id, err) < 0) {
+        ab_err *e = NULL;
+        if (b->ops->pause(b, r->backend_id, &e) < 0) {
                 ab_metrics_op(m->o.metrics, op, false);
+                /* No freezer (v1 without its hierarchy): the policy stops idle
+                 * boxes instead from now on; say so once. */
+                if (e->code == AB_E_UNSUPPORTED && !atomic_exchange(&m->no_pause, true))
+                        ab_log(AB_LOG_WARN, "boxes cannot be paused here; idle boxes are stopped",
+                               "error", e->msg, NULL);
+                if (err && !*err)
+                        *err = e;
+                else
+                        ab_err_free(&e);
                 return -1;
         }
         ab_metrics_op(m->o.metrics, op, true);
@@ -283,7 +293,9 @@ int ab_manager_set_network(ab_manager *m, const char *id, const char *scope, jso
         if (rc == 0 && (r.status == AB_BOX_RUNNING || r.status == AB_BOX_PAUSED))
                 rc = mgr_net_sync(m, &r, 0, false, err);
         if (rc == 0) {
-                mgr_emit(m, "box.network", &r, json_incref(pj));
+                /* A copy: mgr_emit adds "mode" to what it is given, and pj is
+                 * also the record's network now. */
+                mgr_emit(m, "box.network", &r, json_deep_copy(pj));
                 *out = r;
         } else {
                 ab_box_rec_clear(&r);

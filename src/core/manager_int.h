@@ -63,6 +63,7 @@ struct ab_manager {
         bool have_reaper, have_pooler, have_sampler;
         int n_deleters;
 
+        atomic_bool no_pause; /* the backend cannot pause here: idle boxes are stopped instead */
         pthread_mutex_t counts_lock;
         pthread_mutex_t cap_lock; /* one enforcement of the running-box cap at a time */
         uint64_t counts_at_ns;

@@ -9,6 +9,7 @@ processes; stop and delete of a paused box; the idle policy pauses an idle
 box, then stops it (idle_pause then idle_stop, counted from the last use);
 the running-box cap pauses the least recently active box."""
 import os
+import secrets
 import sys
 import threading
 import time
@@ -75,7 +76,7 @@ def counting(pid):
 
 # ---- a box with a server and a loop ----------------------------------------------------
 
-B = "sp1"
+B = "sp-%s" % secrets.token_hex(3)  # unique: cgroup_dirs() looks in every agentbox parent
 r = srv.post("/v1/sandboxes", {"id": B})
 h.eq(r.status, 201, "create %s" % B, r.describe())
 h.eq(r.get("idle_pause_s"), 3600, "the record shows the effective idle_pause_s", r.describe())

@@ -31,6 +31,8 @@ typedef struct fake {
         fbox boxes[MAX_FAKE];
         int creates, starts, stops, destroys, pauses, resumes;
         bool fail_start;
+        bool no_freezer;    /* pause answers AB_E_UNSUPPORTED */
+        int pause_tries;    /* pauses answered so */
         char stop_log[512]; /* ids stopped, in order, comma-separated */
 } fake;
 
@@ -117,6 +119,8 @@ static int f_pause_resume(ab_backend *b, const char *id, bool pause, ab_err **er
         ab_box_status from = pause ? AB_BOX_RUNNING : AB_BOX_PAUSED;
         if (!x)
                 rc = ab_err_set(err, AB_E_NOT_FOUND, 0, "no box");
+        else if (pause && f->no_freezer && ++f->pause_tries)
+                rc = ab_err_set(err, AB_E_UNSUPPORTED, 0, "no freezer here");
         else if (x->status != AB_BOX_RUNNING && x->status != AB_BOX_PAUSED)
                 rc = ab_err_set(err, AB_E_CONFLICT, 0, "box '%s' is not running", id);
         else if (x->status == from) {
@@ -575,7 +579,29 @@ static void test_pause(void)
                fake_status("rp-paused") == AB_BOX_RUNNING,
            "after the restart a use resumes it");
         ab_manager_use_end(m, &u);
-        const char *rp[] = {"rp-paused", "rp-cli", "rp-adopt", "pc0", "pc1", "pc2", "pc3", "pc4"};
+        ab_manager_free(m);
+
+        /* A host that cannot pause: idle boxes are stopped as before, and the
+         * cap stops too. */
+        FB.no_freezer = true;
+        m = open_mgr_p(300, 0, 1, 60, 10);
+        r = acquire_id(m, "np1", 0);
+        ab_box_rec_clear(&r);
+        set_idle("np1", 90);
+        ab_manager_reap(m);
+        is_str(status_of_id("np1"), "running", "no freezer: the idle pause fails, the box runs on");
+        ab_manager_reap(m);
+        ok(FB.pause_tries == 1 && !strcmp(status_of_id("np1"), "running"),
+           "... and it is not tried again every round (%d tries)", FB.pause_tries);
+        r = acquire_id(m, "np2", 0);
+        ab_box_rec_clear(&r);
+        is_str(status_of_id("np1"), "stopped", "no freezer: the cap stops instead of pausing");
+        set_idle("np2", 400);
+        ab_manager_reap(m);
+        is_str(status_of_id("np2"), "stopped", "no freezer: idle stop still works");
+        FB.no_freezer = false;
+        const char *rp[] = {"rp-paused", "rp-cli", "rp-adopt", "pc0", "pc1",
+                            "pc2",       "pc3",    "pc4",      "np1", "np2"};
         bool gone = true;
         for (size_t i = 0; i < AB_ARRAY_LEN(rp); i++)
                 ab_manager_delete(m, rp[i], NULL, NULL);
