@@ -5,6 +5,8 @@
  * once and cached (see "the login environment" below), commands run as
  * `bash --noprofile -lc COMMAND` with it, and a command that is one plain
  * simple command is exec'd directly, as bash itself would (see "direct exec").
+ * An ARGV request runs its program with no shell and no profiles at all
+ * (see exec_argv).
  *
  * The session (our caller) is a child subreaper, so every process the
  * command starts stays its descendant until the session exits. One poll loop
@@ -1073,6 +1075,7 @@ typedef enum {
         RUN_LOGIN,  /* bash -lc COMMAND, base environment: as before the cache */
         RUN_SHELL,  /* bash --noprofile -lc COMMAND, login environment */
         RUN_DIRECT, /* the program itself, login environment */
+        RUN_ARGV,   /* ARGV as given, base environment: no shell at all */
 } run_kind;
 
 typedef struct exec_plan {
@@ -1082,7 +1085,7 @@ typedef struct exec_plan {
         size_t n_bash; /* RUN_DIRECT: the entries bash would get (cut here to fall back on it) */
         size_t pwd_size;
         char *path;  /* RUN_DIRECT: the program */
-        char **argv; /* RUN_DIRECT: its words */
+        char **argv; /* RUN_DIRECT: its words; RUN_ARGV: ARGV */
         bool set_umask;
         mode_t umask;
 } exec_plan;
@@ -1102,6 +1105,14 @@ static void plan_exec(exec_plan *p, const abp_exec_req *req, const init_conf *co
 {
         login_env le;
         size_t n;
+        if (req->argv) {
+                /* No shell, so no profiles either: the base environment and ENV. */
+                *p = (exec_plan){.kind = RUN_ARGV, .env = login_base_env(req, conf->workdir)};
+                p->argv = xcalloc(xadd(req->n_argv, 1), sizeof(*p->argv));
+                for (size_t i = 0; i < req->n_argv; i++)
+                        p->argv[i] = xstrdup(req->argv[i]);
+                return;
+        }
         *p = (exec_plan){.kind = RUN_LOGIN, .command = req->command};
         le_get(&le, conf, sfd, deadline);
         if (le.state != LE_ENV) {
@@ -1132,6 +1143,70 @@ static void plan_exec(exec_plan *p, const abp_exec_req *req, const init_conf *co
         p->argv = steal_pointer(&words);
 }
 
+/* execve of `file` as execvp(3) finds it, but along the PATH of env (not of
+ * init), with no fallback to /bin/sh for a file without #!: a name holding a
+ * '/' as is, else each PATH entry in turn (an empty one is the cwd; no PATH:
+ * /usr/bin:/bin). Returns only on failure, with errno of the most telling try. */
+static void exec_argv(char **argv, char **env)
+{
+        const char *file = argv[0];
+        if (!*file) {
+                errno = ENOENT;
+                return;
+        }
+        if (strchr(file, '/')) {
+                execve(file, argv, env);
+                return;
+        }
+        const char *path = env_get(env, "PATH");
+        if (!path)
+                path = "/usr/bin:/bin";
+        size_t flen = strlen(file);
+        bool denied = false;
+        char buf[PATH_MAX];
+        for (const char *d = path;; d++) {
+                const char *end = strchrnul(d, ':');
+                size_t dlen = (size_t)(end - d);
+                if (dlen + 1 + flen < sizeof(buf)) {
+                        memcpy(buf, d, dlen);
+                        buf[dlen] = '/';
+                        memcpy(buf + dlen + 1, file, flen + 1);
+                        execve(dlen ? buf : file, argv, env);
+                        switch (errno) {
+                        case EACCES:
+                                denied = true;
+                                break;
+                        case ENOENT:
+                        case ENOTDIR:
+                        case ESTALE:
+                        case ENODEV:
+                        case ETIMEDOUT:
+                        case ELOOP:
+                        case ENAMETOOLONG:
+                                break;
+                        default:
+                                return; /* found, but the kernel refused it: stop here */
+                        }
+                }
+                if (!*end)
+                        break;
+                d = end;
+        }
+        errno = denied ? EACCES : ENOENT;
+}
+
+/* After a failed exec_argv: report as a shell would, 127 when there is no
+ * such program, 126 when there is one that cannot run. */
+__attribute__((noreturn)) static void argv_failed(const char *file)
+{
+        int e = errno;
+        if (e == ENOENT && !strchr(file, '/'))
+                dprintf(2, "agentbox-init: %s: command not found\n", file);
+        else
+                dprintf(2, "agentbox-init: %s: %s\n", file, strerror(e));
+        _exit(e == ENOENT || e == ENOTDIR ? 127 : 126);
+}
+
 /* Child side of the fork: never returns. */
 __attribute__((noreturn)) static void run_child(int in, int out, int err, int cwdfd, exec_plan *p)
 {
@@ -1146,6 +1221,10 @@ __attribute__((noreturn)) static void run_child(int in, int out, int err, int cw
         if (p->set_umask)
                 umask(p->umask);
         close_from(3);
+        if (p->kind == RUN_ARGV) {
+                exec_argv(p->argv, p->env);
+                argv_failed(p->argv[0]);
+        }
         if (p->kind == RUN_DIRECT) {
                 if (getcwd(p->env[p->n_bash] + 4, p->pwd_size - 4))
                         execve(p->path, p->argv, p->env);
@@ -1307,7 +1386,9 @@ void init_exec(init_conn *c, const abp_frame *f, const init_conf *conf)
         int r = 0;
 
         if (abp_dec_exec(f, &req) < 0) {
-                init_send_error(c, "invalid_argument", "malformed exec request");
+                init_send_error(c, "invalid_argument",
+                                "malformed exec request (a bad field, or not exactly one of "
+                                "COMMAND and ARGV)");
                 return;
         }
         exec_state st = {
