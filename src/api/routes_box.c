@@ -194,23 +194,16 @@ static int filter_from_query(ab_req *r, ab_box_filter *f, ab_err **err)
         f->user_id = req_query(r, "user_id");
         f->chat_id = req_query(r, "chat_id");
         f->thread_id = req_query(r, "thread_id");
-        f->status = req_query(r, "status");
-        f->mode = req_query(r, "mode");
-        static const char *const statuses[] = {"creating", "running", "stopped", "deleting",
-                                               "error"};
-        if (f->status) {
-                bool ok = false;
-                for (size_t i = 0; i < AB_ARRAY_LEN(statuses); i++)
-                        ok |= !strcmp(f->status, statuses[i]);
-                if (!ok)
-                        return ab_err_set(err, AB_E_INVALID, 0,
-                                          "status: \"%s\" is not one of creating, running, "
-                                          "stopped, deleting, error",
-                                          f->status);
-        }
-        if (f->mode && strcmp(f->mode, "session") && strcmp(f->mode, "task"))
+        const char *status = req_query(r, "status");
+        const char *mode = req_query(r, "mode");
+        if (status && !(f->status = ab_box_status_parse(status)))
+                return ab_err_set(err, AB_E_INVALID, 0,
+                                  "status: \"%s\" is not one of creating, running, paused, "
+                                  "stopped, deleting, error",
+                                  status);
+        if (mode && ((f->mode = ab_box_mode_parse(mode)) == 0 || f->mode == AB_MODE_POOL))
                 return ab_err_set(err, AB_E_INVALID, 0, "mode: \"%s\" is not one of session, task",
-                                  f->mode);
+                                  mode);
         return 0;
 }
 
@@ -258,7 +251,7 @@ enum MHD_Result route_box_get(ab_req *r, const char *id)
                 return resp_err(r, e);
         json_t *j = box_json(r->srv, &rec);
         ab_box_stats st;
-        if (rec.status && !strcmp(rec.status, "running") &&
+        if (rec.status == AB_BOX_RUNNING &&
             ab_manager_stats(r->srv->mgr, &rec, &st, NULL) == 0)
                 json_object_set_new(
                     j, "stats",

@@ -10,20 +10,12 @@
 #define AB_BACKEND_H
 
 #include "proto/initclient.h"
+#include "base/box.h"
 #include "base/err.h"
 #include "base/limits.h"
 
 #define AB_ID_MAX 63
 
-typedef enum {
-        AB_BOX_CREATING = 1,
-        AB_BOX_RUNNING,
-        AB_BOX_STOPPED,
-        AB_BOX_DELETING,
-        AB_BOX_ERROR,
-} ab_box_status;
-
-const char *ab_box_status_name(ab_box_status s);
 
 typedef struct ab_box_spec {
         const char *id; /* validated with ab_id_valid */

@@ -227,7 +227,7 @@ static const char *status_of_id(const char *id)
         ab_box_rec r = {0};
         if (ab_store_box_get(st, "native", id, &r, NULL) < 0)
                 return "gone";
-        snprintf(buf, sizeof(buf), "%s", r.status);
+        snprintf(buf, sizeof(buf), "%s", ab_box_status_name(r.status));
         ab_box_rec_clear(&r);
         return buf;
 }
@@ -301,7 +301,7 @@ int main(void)
         ok(ab_manager_acquire(m, &q, NULL, &r, &created, &e) == 0 && created,
            "first acquire creates");
         is_str(r.id, id, "the box has the derived id");
-        is_str(r.status, "running", "and runs");
+        ok(r.status == AB_BOX_RUNNING, "and runs");
         ab_box_rec_clear(&r);
         ok(ab_manager_acquire(m, &q, NULL, &r, &created, &e) == 0 && !created,
            "second acquire finds it");
@@ -365,7 +365,7 @@ int main(void)
         is_str(status_of_id(id), "stopped", "a box idle for 400 s (idle_stop 300) is stopped");
         ok(FB.stops == stops + 1, "through the backend");
         ok(ab_manager_acquire(m, &q, NULL, &r, &created, &e) == 0 && !created &&
-               !strcmp(r.status, "running"),
+               r.status == AB_BOX_RUNNING,
            "acquire resumes the stopped box");
         ab_box_rec_clear(&r);
         ab_manager_reap(m);
@@ -486,7 +486,7 @@ int main(void)
         ab_manager_list(m, &lf, NULL, &rs, &n, NULL);
         bool pool_listed = false;
         for (size_t i = 0; i < n; i++)
-                pool_listed |= !strcmp(rs[i].mode, "pool");
+                pool_listed |= rs[i].mode == AB_MODE_POOL;
         ok(!pool_listed, "pool boxes are not listed");
         ab_box_recs_free(rs, n);
         ab_manager_free(m);
@@ -496,8 +496,8 @@ int main(void)
             .provider = "native",
             .id = "stale",
             .backend_id = "stale",
-            .status = "creating",
-            .mode = "session",
+            .status = AB_BOX_CREATING,
+            .mode = AB_MODE_SESSION,
             .created_at = now_ms() - 600 * 1000,
         };
         ab_store_box_insert(st, &stale, NULL);
@@ -517,22 +517,23 @@ int main(void)
         snprintf(spec, sizeof(spec), "{\"creator\":\"%s:%d:1\"}", boot, 4194300);
         ab_box_rec orphan = fresh;
         orphan.id = orphan.backend_id = "orphan";
-        orphan.spec = spec;
+        orphan.spec = json_loads(spec, 0, NULL);
         ab_store_box_insert(st, &orphan, NULL);
+        json_decref(orphan.spec);
         ab_box_rec lying = stale;
         lying.id = lying.backend_id = "lying";
-        lying.status = "running";
+        lying.status = AB_BOX_RUNNING;
         ab_store_box_insert(st, &lying, NULL);
         ab_box_spec sp = {.id = "lying"};
         f_create(&FB.base, &sp, NULL);
         f_stop(&FB.base, "lying", NULL);
         ab_box_rec lost = stale;
         lost.id = lost.backend_id = "lost";
-        lost.status = "stopped";
+        lost.status = AB_BOX_STOPPED;
         ab_store_box_insert(st, &lost, NULL);
         ab_box_rec dying = stale;
         dying.id = dying.backend_id = "dying";
-        dying.status = "deleting";
+        dying.status = AB_BOX_DELETING;
         ab_store_box_insert(st, &dying, NULL);
         sp.id = "dying";
         f_create(&FB.base, &sp, NULL);
