@@ -11,6 +11,34 @@
 
 /* Prints "agentbox: MESSAGE" (and a hint for the error's code) to stderr. */
 void cli_error(const ab_err *e);
+/* cli_error, frees *e, and returns EXIT_AGENTBOX. */
+int cli_fail(ab_err **e);
+/* A malformed option value: the parser's message prefixed with opt; EXIT_USAGE. */
+int cli_bad_option(ab_err **e, const char *opt);
+/* "agentbox: " fmt (one %s: arg) and a hint at --help on stderr; EXIT_USAGE. */
+int cli_usage_error(const char *fmt, const char *arg) AB_PRINTF(1, 0);
+
+/* What the CLI's box verbs run on: backend, store and a manager without
+ * recovery or background jobs (exec.c). */
+typedef struct cli_local {
+        ab_backend *backend;
+        ab_store *store;
+        ab_events *events;
+        ab_metrics *metrics;
+        ab_manager *mgr;
+} cli_local;
+
+/* Opens it for the data folder (NULL = ./data) and the store of
+ * AGENTBOX_STORE (default SQLite in the data folder). */
+int cli_local_open(cli_local *l, const char *data, ab_err **err);
+void cli_local_close(cli_local *l);
+/* ab_manager_use_begin of box id, adopting a box of `agentbox create` that
+ * the store does not know yet. */
+int cli_local_use(cli_local *l, const char *id, ab_use *u, ab_err **err);
+
+/* agentbox exec [...] ID -- CMD [ARG...]: one word is a shell command line,
+ * several are an argv. Returns the command's exit code or an agentbox one. */
+int cli_exec(int argc, char **argv, const char *data);
 
 /* agentbox cp SRC DST: one side is ID:PATH. Returns an exit code. */
 int cli_cp(ab_backend *b, int argc, char **argv);
