@@ -1396,12 +1396,13 @@ static void stop_init2(void)
         tap_ok(WIFEXITED(status) && WEXITSTATUS(status) == 0, "second init exits 0 on SIGTERM");
 }
 
-/* Processes below pid (through ppid chains). */
+/* Processes below pid (through ppid chains), but for init's idle spare
+ * session (an "ab-session" without children). */
 static int descendants(pid_t pid)
 {
         enum { MAXP = 8192 };
         static pid_t pids[MAXP], ppids[MAXP];
-        static bool mark[MAXP];
+        static bool mark[MAXP], sess[MAXP];
         size_t n = 0;
         DIR *d = opendir("/proc");
         struct dirent *e;
@@ -1422,6 +1423,8 @@ static int descendants(pid_t pid)
                 int pp;
                 if (!q || sscanf(q + 1, " %*c %d", &pp) != 1)
                         continue;
+                char *open_paren = strchr(buf, '(');
+                sess[n] = open_paren && !strncmp(open_paren, "(ab-session)", 12);
                 pids[n] = p;
                 ppids[n] = pp;
                 mark[n++] = false;
@@ -1437,11 +1440,15 @@ static int descendants(pid_t pid)
                         bool below = ppids[i] == pid;
                         for (size_t j = 0; !below && j < n; j++)
                                 below = mark[j] && pids[j] == ppids[i];
-                        if (below) {
+                        if (below)
                                 mark[i] = more = true;
-                                count++;
-                        }
                 }
+        }
+        for (size_t i = 0; i < n; i++) {
+                bool parent = false;
+                for (size_t j = 0; sess[i] && !parent && j < n; j++)
+                        parent = ppids[j] == pids[i];
+                count += mark[i] && !(sess[i] && !parent);
         }
         return count;
 }
