@@ -11,18 +11,17 @@
 #      bench/spawn.c into the temp dir
 #   1. starts `agentbox serve` (pool 0, idle stop and resource sampling off)
 #      on a free loopback port and creates one box
-#   2. ROUNDS rounds, each of:
-#      - host floor: spawn -n N /bin/true (posix_spawn + waitpid from one
-#        process: what "start a program" costs on this host)
-#      - HTTP exec of {"argv":["true"]}: N requests on one keep-alive
-#        connection (http_load -c 1), p50/p90
-#      - HTTP exec of {"command":"true"} (the shell-string path) the same way
-#      - GET /health the same way (the HTTP floor)
-#      and the median over the rounds of each p50 and p90
-#   3. the CLI: `agentbox exec ID -- true` (one word: a shell string),
-#      `agentbox exec ID -- true x` (two words: argv, no shell), against the
+#   2. ROUNDS rounds of bench/exec_pair.c: N steps, each one host floor
+#      (posix_spawn /bin/true + waitpid: what "start a program" costs on
+#      this host) then one HTTP exec of {"argv":["true"]} and one of
+#      {"command":"true"} on one keep-alive connection. Taking turns puts
+#      the floor and the execs under the same load (this host is shared);
+#      then GET /health N times (the HTTP floor). Medians over the rounds.
+#   3. the CLI, ROUNDS rounds of bench/spawn.c taking turns between the
 #      floor `nsenter -a -t INIT /bin/true` (join the box's namespaces and
-#      start a program), N_CLI runs each timed by spawn, ROUNDS rounds
+#      start a program), `agentbox exec ID -- true` (one word: a shell
+#      string) and `agentbox exec ID -- true x` (two words: argv, no shell),
+#      N_CLI steps
 #   4. the targets: argv exec p50 <= 1.0 ms and <= 2x the host spawn;
 #      CLI exec <= 2x the nsenter floor
 #
@@ -48,6 +47,7 @@ chmod 700 "$WORK"
 AB=$BUILD/agentbox
 HL=$WORK/http_load
 SP=$WORK/spawn
+EP=$WORK/exec_pair
 D=$WORK/data
 RES=$WORK/results
 : >"$RES"
@@ -99,6 +99,7 @@ SRCSTATE=$(cd "$ROOT" && git rev-parse --short HEAD 2>/dev/null)
 echo "  agentbox: $AB ($SRCSTATE)"
 cc -std=gnu11 -O2 -Wall -Wextra -pthread "$ROOT/bench/http_load.c" -lm -o "$HL" || exit 1
 cc -std=gnu11 -O2 -Wall -Wextra "$ROOT/bench/spawn.c" -o "$SP" || exit 1
+cc -std=gnu11 -O2 -Wall -Wextra "$ROOT/bench/exec_pair.c" -o "$EP" || exit 1
 
 echo "== server"
 cat >"$WORK/serve.yaml" <<EOF
@@ -135,69 +136,60 @@ INIT_PID=$("$AB" --data "$D" inspect "$BOX" | awk -F'[:,]' '/"init_pid"/ {gsub(/
 echo "  agentbox serve pid $SERVER_PID on $URL, box $BOX (init pid ${INIT_PID:-?})"
 EXEC_URL=$URL/v1/sandboxes/$BOX/exec
 
-# series KEY ARGS...: one http_load series, its p50/p90 appended to KEY_p50s/KEY_p90s.
-series() {
-        local key=$1 out
-        shift
-        out=$("$HL" -q -c 1 -n "$N" -W "$WARM" "$@" 2>&1) || { echo "  $key failed: $out"; return 1; }
-        eval "${key}_p50s+=\" \$(printf '%s\n' \"\$out\" | rfield p50)\""
-        eval "${key}_p90s+=\" \$(printf '%s\n' \"\$out\" | rfield p90)\""
-}
-# spawns KEY ARGS...: one spawn series (n N_CLI or N), likewise.
-spawns() {
-        local key=$1 n=$2 out
-        shift 2
-        out=$("$SP" -n "$n" -W 5 "$@" 2>&1) || { echo "  $key failed: $out"; return 1; }
-        printf '%s\n' "$out" | grep -q 'fails=0 ' || echo "  $key: some runs failed: $out"
-        eval "${key}_p50s+=\" \$(printf '%s\n' \"\$out\" | rfield p50)\""
-        eval "${key}_p90s+=\" \$(printf '%s\n' \"\$out\" | rfield p90)\""
-}
-summary() { # KEY LABEL
-        local p50 p90
-        p50=$(eval "echo \$${1}_p50s" | median)
-        p90=$(eval "echo \$${1}_p90s" | median)
-        put "${1}_p50" "$p50"
-        put "${1}_p90" "$p90"
-        printf '  %-46s p50 %7s  p90 %7s ms   (p50 per round:%s)\n' "$2" "$p50" "$p90" "$(eval "echo \$${1}_p50s")"
-}
+PORT=${URL##*:}
+EXEC_PATH=/v1/sandboxes/$BOX/exec
 
-echo "== exec over HTTP (keep-alive, one connection, $N requests a series, $ROUNDS rounds)"
-host_p50s= host_p90s= argv_p50s= argv_p90s= cmd_p50s= cmd_p90s= health_p50s= health_p90s=
+# val LINE-PREFIX FIELD < output: FIELD of the RESULT line starting with the prefix.
+val() { grep "^RESULT $1" | sed -n "s/.* $2=\([^ ]*\).*/\1/p" | head -1; }
+add() { eval "$1+=\" $2\""; } # add LIST VALUE
+med() { eval "echo \$$1" | median; }
+row() { printf '  %-50s p50 %7s  p90 %7s ms   (p50 per round:%s)\n' "$1" "$(med "$2_p50")" "$(med "$2_p90")" "$(eval "echo \$$2_p50")"; }
+
+echo "== exec over HTTP: one keep-alive connection; each of $N steps spawns /bin/true on the host,"
+echo "   then execs {\"argv\":[\"true\"]} and {\"command\":\"true\"} ($ROUNDS rounds; bench/exec_pair.c)"
 for r in $(seq 1 "$ROUNDS"); do
-        spawns host "$N" /bin/true || exit 1
-        series argv -d '{"argv":["true"]}' -x '"exit_code":0' "$EXEC_URL" || exit 1
-        series cmd -d '{"command":"true"}' -x '"exit_code":0' "$EXEC_URL" || exit 1
-        series health "$URL/health" || exit 1
+        out=$("$EP" -n "$N" -W "$WARM" 127.0.0.1 "$PORT" "$EXEC_PATH" '{"argv":["true"]}' '{"command":"true"}') ||
+                { echo "  exec_pair failed: $out"; exit 1; }
+        add host_p50 "$(val what=spawn p50 <<<"$out")"; add host_p90 "$(val what=spawn p90 <<<"$out")"
+        add argv_p50 "$(val what=body1 p50 <<<"$out")"; add argv_p90 "$(val what=body1 p90 <<<"$out")"
+        add argv_r "$(val what=body1 ratio_p50 <<<"$out")"
+        add cmd_p50 "$(val what=body2 p50 <<<"$out")"; add cmd_p90 "$(val what=body2 p90 <<<"$out")"
+        add cmd_r "$(val what=body2 ratio_p50 <<<"$out")"
+        out=$("$HL" -q -c 1 -n "$N" -W "$WARM" "$URL/health" 2>&1)
+        add health_p50 "$(rfield p50 <<<"$out")"; add health_p90 "$(rfield p90 <<<"$out")"
 done
-summary host "host: posix_spawn /bin/true + wait"
-summary argv 'HTTP exec {"argv":["true"]}'
-summary cmd 'HTTP exec {"command":"true"}'
-summary health "HTTP GET /health (the HTTP floor)"
+row "host: posix_spawn /bin/true + wait" host
+row 'HTTP exec {"argv":["true"]}' argv
+row 'HTTP exec {"command":"true"}' cmd
+row "HTTP GET /health (the HTTP floor)" health
+echo "  argv exec / host spawn, p50 of each round: $argv_r"
+echo "  shell-string exec / host spawn, p50 of each round: $cmd_r"
 
-echo "== CLI exec ($N_CLI runs a series, $ROUNDS rounds)"
-nse_p50s= nse_p90s= cli1_p50s= cli1_p90s= cli2_p50s= cli2_p90s=
+echo "== CLI exec: $N_CLI steps, each runs the floor and both CLI forms once ($ROUNDS rounds; bench/spawn.c)"
 for r in $(seq 1 "$ROUNDS"); do
-        if [ -n "$INIT_PID" ] && command -v nsenter >/dev/null; then
-                spawns nse "$N_CLI" nsenter -a -t "$INIT_PID" /bin/true || exit 1
-        fi
-        spawns cli1 "$N_CLI" "$AB" --data "$D" exec "$BOX" -- true || exit 1
-        spawns cli2 "$N_CLI" "$AB" --data "$D" exec "$BOX" -- true x || exit 1
+        out=$("$SP" -n "$N_CLI" -W 5 nsenter -a -t "$INIT_PID" /bin/true \
+                ::: "$AB" --data "$D" exec "$BOX" -- true ::: "$AB" --data "$D" exec "$BOX" -- true x) ||
+                { echo "  spawn failed: $out"; exit 1; }
+        grep -q 'fails=[1-9]' <<<"$out" && echo "  some runs failed: $out"
+        add nse_p50 "$(val i=1 p50 <<<"$out")"; add nse_p90 "$(val i=1 p90 <<<"$out")"
+        add cli1_p50 "$(val i=2 p50 <<<"$out")"; add cli1_p90 "$(val i=2 p90 <<<"$out")"
+        add cli1_r "$(val i=2 ratio_p50 <<<"$out")"
+        add cli2_p50 "$(val i=3 p50 <<<"$out")"; add cli2_p90 "$(val i=3 p90 <<<"$out")"
+        add cli2_r "$(val i=3 ratio_p50 <<<"$out")"
 done
-[ -n "$nse_p50s" ] && summary nse "floor: nsenter -a -t INIT /bin/true"
-summary cli1 "agentbox exec ID -- true  (shell string)"
-summary cli2 "agentbox exec ID -- true x  (argv, no shell)"
+row "floor: nsenter -a -t INIT /bin/true" nse
+row "agentbox exec ID -- true  (shell string)" cli1
+row "agentbox exec ID -- true x  (argv, no shell)" cli2
+echo "  CLI (shell string) / nsenter, p50 of each round: $cli1_r"
+echo "  CLI (argv) / nsenter, p50 of each round: $cli2_r"
 
-echo "== targets"
-A=$(get argv_p50) H=$(get host_p50) C=$(get cli1_p50) F=$(get nse_p50)
+echo "== targets (medians over the rounds)"
 check() { # LABEL VALUE LIMIT
         if le "$2" "$3"; then s=met; else s=MISSED; fi
-        printf '  %-58s %8s  <= %-8s %s\n' "$1" "$2" "$3" "$s"
+        printf '  %-58s %8s  <= %-6s %s\n' "$1" "$2" "$3" "$s"
 }
-check "argv exec over HTTP, p50 ms" "$A" 1.0
-R=$(ratio "$A" "$H")
-check "argv exec over HTTP / host spawn of /bin/true (p50)" "$R" 2
-echo "  shell-string exec over HTTP / argv exec (p50): $(ratio "$(get cmd_p50)" "$A")"
-if [ -n "$F" ]; then
-        check "CLI exec ID -- true / nsenter floor (p50)" "$(ratio "$C" "$F")" 2
-        check "CLI exec ID -- true x (argv) / nsenter floor (p50)" "$(ratio "$(get cli2_p50)" "$F")" 2
-fi
+check "argv exec over HTTP, p50 ms" "$(med argv_p50)" 1.0
+check "argv exec over HTTP / host spawn of /bin/true (p50)" "$(med argv_r)" 2
+echo "  shell-string exec over HTTP / host spawn (p50): $(med cmd_r)"
+check "CLI exec ID -- true / nsenter floor (p50)" "$(med cli1_r)" 2
+check "CLI exec ID -- true x (argv) / nsenter floor (p50)" "$(med cli2_r)" 2

@@ -1,15 +1,17 @@
-/* spawn - times a program started from this process, the host's floor for
- * bench/exec.sh.
+/* spawn - times programs started from this process, for bench/exec.sh.
  *
- *   spawn [-n N] [-W WARM] PROG [ARG...]
+ *   spawn [-n N] [-W WARM] PROG [ARG...] [::: PROG [ARG...]]...
  *
- * Starts PROG with posix_spawnp N times (default 200) one after the other,
- * stdin, stdout and stderr on /dev/null, and waits for each; after WARM
- * untimed runs (default 5). Prints
- *   RESULT n=N fails=F min=... p50=... p90=... p99=... max=... (milliseconds)
+ * Starts each PROG with posix_spawnp, stdin, stdout and stderr on
+ * /dev/null, and waits for it; the programs take turns (one run of each per
+ * round, N rounds, default 200, after WARM untimed rounds, default 5), so
+ * that all of them meet the same load on a shared host. Prints a line per
+ * program, in milliseconds:
+ *   RESULT i=K n=N fails=F min=... p50=... p90=... p99=... max=... ratio_p50=...
  * where a run is timed from just before posix_spawnp to the return of
- * waitpid, and "fails" counts runs that exited non-zero (they are timed too).
- * Exit status: 0, 1 when every run failed, 2 on bad usage. */
+ * waitpid, "fails" counts runs that exited non-zero (timed too) and
+ * ratio_p50 is the p50 over the first program's p50. Exit status: 0, 1 when
+ * every run of a program failed, 2 on bad usage. */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
@@ -71,35 +73,57 @@ int main(int argc, char **argv)
                         return 2;
         }
         if (optind >= argc || n < 1 || warm < 0) {
-                fprintf(stderr, "usage: spawn [-n N] [-W WARM] PROG [ARG...]\n");
+                fprintf(stderr, "usage: spawn [-n N] [-W WARM] PROG [ARG...] [::: PROG...]...\n");
                 return 2;
         }
-        char **cmd = argv + optind;
+        /* Cut the rest of argv at ":::" into commands. */
+        char **cmd[64];
+        int ncmd = 0;
+        cmd[ncmd++] = argv + optind;
+        for (int i = optind; i < argc && ncmd < 64; i++) {
+                if (strcmp(argv[i], ":::") == 0) {
+                        argv[i] = NULL;
+                        if (i + 1 >= argc)
+                                return 2;
+                        cmd[ncmd++] = argv + i + 1;
+                }
+        }
         posix_spawn_file_actions_t fa;
         posix_spawn_file_actions_init(&fa);
         for (int fd = 0; fd < 3; fd++)
                 posix_spawn_file_actions_addopen(&fa, fd, "/dev/null", fd ? O_WRONLY : O_RDONLY, 0);
-        for (long i = 0; i < warm; i++)
-                if (run(cmd, &fa) < 0) {
-                        perror(cmd[0]);
-                        return 1;
+        double *v = calloc((size_t)(n * ncmd), sizeof(*v));
+        long *fails = calloc((size_t)ncmd, sizeof(*fails));
+        for (long i = -warm; i < n; i++) {
+                for (int k = 0; k < ncmd; k++) {
+                        double t0 = now_ms();
+                        int r = run(cmd[k], &fa);
+                        if (r < 0) {
+                                perror(cmd[k][0]);
+                                return 1;
+                        }
+                        if (i < 0)
+                                continue;
+                        v[k * n + i] = now_ms() - t0;
+                        fails[k] += r;
                 }
-        double *v = calloc((size_t)n, sizeof(*v));
-        long fails = 0;
-        for (long i = 0; i < n; i++) {
-                double t0 = now_ms();
-                int r = run(cmd, &fa);
-                v[i] = now_ms() - t0;
-                if (r < 0) {
-                        perror(cmd[0]);
-                        return 1;
-                }
-                fails += r;
         }
-        qsort(v, (size_t)n, sizeof(*v), cmp);
-        printf("RESULT n=%ld fails=%ld min=%.3f p50=%.3f p90=%.3f p99=%.3f max=%.3f\n", n, fails,
-               v[0], pct(v, (size_t)n, 50), pct(v, (size_t)n, 90), pct(v, (size_t)n, 99),
-               v[n - 1]);
+        double base = 0;
+        int rc = 0;
+        for (int k = 0; k < ncmd; k++) {
+                double *w = v + k * n;
+                qsort(w, (size_t)n, sizeof(*w), cmp);
+                double p50 = pct(w, (size_t)n, 50);
+                if (k == 0)
+                        base = p50;
+                printf("RESULT i=%d n=%ld fails=%ld min=%.3f p50=%.3f p90=%.3f p99=%.3f max=%.3f "
+                       "ratio_p50=%.2f\n",
+                       k + 1, n, fails[k], w[0], p50, pct(w, (size_t)n, 90), pct(w, (size_t)n, 99),
+                       w[n - 1], p50 / base);
+                if (fails[k] == n)
+                        rc = 1;
+        }
         free(v);
-        return fails == n ? 1 : 0;
+        free(fails);
+        return rc;
 }
