@@ -69,9 +69,9 @@ enum MHD_Result route_metrics(ab_req *r, const char *id)
 
 /* ---- sandboxes -------------------------------------------------------- */
 
-const char *const acquire_fields[] = {"id",          "app_id", "user_id",  "chat_id", "thread_id",
-                                      "mode",        "limits", "network",  "env",     "mounts",
-                                      "idle_stop_s", "ttl_s",  "metadata", NULL};
+const char *const acquire_fields[] = {
+    "id",  "app_id", "user_id",     "chat_id",      "thread_id", "mode",     "limits", "network",
+    "env", "mounts", "idle_stop_s", "idle_pause_s", "ttl_s",     "metadata", NULL};
 static const char *const exec_fields[] = {"command", "argv", "timeout_s", "timeout",
                                           "env",     "cwd",  "stdin",     NULL};
 
@@ -150,6 +150,10 @@ int parse_acquire(const ab_server *s, json_t *body, ab_acquire_req *q, ab_limits
         if (field_int(body, "idle_stop_s", &v, &p, err) < 0)
                 return -1;
         q->idle_stop_s = v;
+        v = 0;
+        if (field_int(body, "idle_pause_s", &v, &p, err) < 0)
+                return -1;
+        q->idle_pause_s = v;
         v = 0;
         if (field_int(body, "ttl_s", &v, &q->has_ttl, err) < 0)
                 return -1;
@@ -251,7 +255,8 @@ enum MHD_Result route_box_get(ab_req *r, const char *id)
                 return resp_err(r, e);
         json_t *j = box_json(r->srv, &rec);
         ab_box_stats st;
-        if (rec.status == AB_BOX_RUNNING && ab_manager_stats(r->srv->mgr, &rec, &st, NULL) == 0)
+        if ((rec.status == AB_BOX_RUNNING || rec.status == AB_BOX_PAUSED) &&
+            ab_manager_stats(r->srv->mgr, &rec, &st, NULL) == 0)
                 json_object_set_new(
                     j, "stats",
                     json_pack(
@@ -297,6 +302,16 @@ enum MHD_Result route_box_stop(ab_req *r, const char *id)
 enum MHD_Result route_box_start(ab_req *r, const char *id)
 {
         return box_action(r, id, ab_manager_start);
+}
+
+enum MHD_Result route_box_pause(ab_req *r, const char *id)
+{
+        return box_action(r, id, ab_manager_pause);
+}
+
+enum MHD_Result route_box_resume(ab_req *r, const char *id)
+{
+        return box_action(r, id, ab_manager_resume);
 }
 
 /* PUT /v1/sandboxes/{id}/network {"mode", "allow", "deny"}: the box's new

@@ -26,9 +26,10 @@ typedef enum {
         AB_MODE_SESSION = 1, /* persistent (default) */
         AB_MODE_TASK,        /* deleted after its use ends */
         AB_MODE_POOL,        /* a warm pool box nobody owns yet */
+        AB_MODE_SYSTEM,      /* the server's own box (the code runner's): never stored */
 } ab_box_mode;
 
-/* "session", "task", "pool"; "unknown" outside the enum. */
+/* "session", "task", "pool", "system"; "unknown" outside the enum. */
 const char *ab_box_mode_name(ab_box_mode m);
 /* The mode named s, or 0 when s names none. */
 ab_box_mode ab_box_mode_parse(const char *s);

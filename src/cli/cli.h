@@ -29,16 +29,25 @@ typedef struct cli_local {
 } cli_local;
 
 /* Opens it for the data folder (NULL = ./data) and the store of
- * AGENTBOX_STORE (default SQLite in the data folder). */
-int cli_local_open(cli_local *l, const char *data, ab_err **err);
+ * AGENTBOX_STORE (default SQLite in the data folder). When that SQLite file
+ * does not exist yet, it is made only for box `id` if the backend has it
+ * (else its error: not found, invalid id); with id NULL, l->store and
+ * l->mgr stay NULL then (nothing to record). */
+int cli_local_open(cli_local *l, const char *data, const char *id, ab_err **err);
 void cli_local_close(cli_local *l);
 /* ab_manager_use_begin of box id, adopting a box of `agentbox create` that
- * the store does not know yet. */
+ * the store does not know yet; AB_E_CONFLICT for a stopped box (the CLI
+ * starts boxes only with `agentbox start`). */
 int cli_local_use(cli_local *l, const char *id, ab_use *u, ab_err **err);
 
 /* agentbox exec [...] ID -- CMD [ARG...]: one word is a shell command line,
  * several are an argv. Returns the command's exit code or an agentbox one. */
 int cli_exec(int argc, char **argv, const char *data);
+
+/* Resumes the box when it is paused, so a command can use it (as any use of
+ * a box through the service does). 0 when it is running now, or was not
+ * paused (then the command itself reports what is wrong). */
+int cli_wake(ab_backend *b, const char *id, ab_err **err);
 
 /* agentbox cp SRC DST: one side is ID:PATH. Returns an exit code. */
 int cli_cp(ab_backend *b, int argc, char **argv);

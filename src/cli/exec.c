@@ -8,12 +8,27 @@
 #include <getopt.h>
 #include <signal.h>
 
-int cli_local_open(cli_local *l, const char *data, ab_err **err)
+int cli_local_open(cli_local *l, const char *data, const char *id, ab_err **err)
 {
         memset(l, 0, sizeof(*l));
         ab_native_opts no = {.data_dir = data && *data ? data : "./data"};
-        if (ab_native_open(&no, &l->backend, err) < 0 ||
-            ab_store_open(getenv("AGENTBOX_STORE"), no.data_dir, &l->store, err) < 0)
+        if (ab_native_open(&no, &l->backend, err) < 0)
+                goto fail;
+        const char *url = getenv("AGENTBOX_STORE");
+        if (!url || !*url) {
+                /* A data folder without a store has no records: unless the box is
+                 * there (made by `agentbox create`), leave the folder as it is. */
+                _cleanup_free_ char *db = xasprintf("%s/agentbox.db", no.data_dir);
+                if (access(db, F_OK) < 0) {
+                        ab_box_info bi;
+                        if (!id)
+                                return 0;
+                        if (l->backend->ops->info(l->backend, id, &bi, err) < 0)
+                                goto fail;
+                        ab_box_info_clear(&bi);
+                }
+        }
+        if (ab_store_open(url, no.data_dir, &l->store, err) < 0)
                 goto fail;
         l->events = ab_events_new(16);
         l->metrics = ab_metrics_new();
@@ -49,17 +64,25 @@ void cli_local_close(cli_local *l)
 
 int cli_local_use(cli_local *l, const char *id, ab_use *u, ab_err **err)
 {
-        ab_err *e = NULL;
-        if (ab_manager_use_begin(l->mgr, id, NULL, u, &e) == 0)
-                return 0;
-        if (e->code != AB_E_NOT_FOUND) {
-                *err = e;
-                return -1;
+        /* As `docker exec`: the CLI does not start a stopped box behind its
+         * user's back (`agentbox start` does); a paused one it resumes, as
+         * any use does. */
+        ab_box_rec r = {0};
+        bool known = ab_manager_get(l->mgr, id, NULL, &r, NULL) == 0;
+        ab_box_info bi;
+        int rc = l->backend->ops->info(l->backend, known ? r.backend_id : id, &bi, err);
+        if (rc == 0) {
+                if (bi.status == AB_BOX_STOPPED)
+                        rc = ab_err_set(err, AB_E_CONFLICT, 0,
+                                        "box %s is stopped: start it with `agentbox start %s`", id,
+                                        id);
+                ab_box_info_clear(&bi);
         }
-        ab_err_free(&e);
-        /* A box of `agentbox create` that no server has seen yet. */
-        if (ab_manager_adopt(l->mgr, id, err) < 0)
+        ab_box_rec_clear(&r);
+        if (rc < 0)
                 return -1;
+        if (!known && ab_manager_adopt(l->mgr, id, err) < 0)
+                return -1; /* a box of `agentbox create` that no server has seen yet */
         return ab_manager_use_begin(l->mgr, id, NULL, u, err);
 }
 
@@ -148,7 +171,7 @@ int cli_exec(int argc, char **argv, const char *data)
         req.timeout_ms = (uint32_t)timeout_ms;
 
         cli_local l;
-        if (cli_local_open(&l, data, &e) < 0)
+        if (cli_local_open(&l, data, id, &e) < 0)
                 return cli_fail(&e);
         ab_use u;
         if (cli_local_use(&l, id, &u, &e) < 0) {

@@ -25,10 +25,15 @@ static const char *usage_text =
     "                                 with its exit code: one word CMD is a shell command\n"
     "                                 line (bash -lc); two or more run as a program and\n"
     "                                 its arguments with no shell\n"
-    "  start ID...                    start stopped boxes (files are kept)\n"
+    "  start ID...                    start stopped boxes (files are kept); resume paused\n"
+    "                                 ones\n"
     "  stop ID...                     stop boxes: end every process, keep the disk\n"
+    "  pause ID...                    pause boxes: freeze every process (kept with its\n"
+    "                                 memory, no CPU); exec, cp and tool resume a box\n"
+    "  resume ID...                   resume paused boxes: their processes go on\n"
     "  rm ID...                       stop and delete boxes with all their files\n"
-    "  ls [--json]                    list boxes\n"
+    "  ls [--json]                    list boxes with their status (creating, running,\n"
+    "                                 paused, stopped, error)\n"
     "  inspect ID                     show a box as JSON (state, limits, usage)\n"
     "  cp SRC DST                     copy files or directories in or out of a box;\n"
     "                                 one side is ID:PATH (relative to /workspace)\n"
@@ -58,6 +63,16 @@ static const char *usage_text =
     "exec returns the command's own exit code (124 when it timed out).\n"
     "Sizes take K, M, G, T suffixes (1024-based); durations ms, s, m, h.\n"
     "Needs root: boxes are Linux namespaces, cgroups and loop-mounted disks.\n";
+
+int cli_wake(ab_backend *b, const char *id, ab_err **err)
+{
+        ab_box_info i;
+        if (b->ops->info(b, id, &i, NULL) < 0)
+                return 0;
+        ab_box_status st = i.status;
+        ab_box_info_clear(&i);
+        return st == AB_BOX_PAUSED ? b->ops->resume(b, id, err) : 0;
+}
 
 static int cmd_create(ab_backend *b, int argc, char **argv)
 {
@@ -169,7 +184,7 @@ static int cmd_rm(const char *data, int argc, char **argv)
                 return cli_usage_error("%s needs at least one box id", "rm");
         _cleanup_err_ ab_err *e = NULL;
         cli_local l;
-        if (cli_local_open(&l, data, &e) < 0)
+        if (cli_local_open(&l, data, NULL, &e) < 0)
                 return cli_fail(&e);
         int rc = 0;
         for (int i = 1; i < argc; i++) {
@@ -179,8 +194,10 @@ static int cmd_rm(const char *data, int argc, char **argv)
                         rc = EXIT_AGENTBOX;
                         continue;
                 }
-                ab_store_box_delete(l.store, l.backend->ops->name ? l.backend->ops->name : "native",
-                                    argv[i], NULL);
+                if (l.store)
+                        ab_store_box_delete(l.store,
+                                            l.backend->ops->name ? l.backend->ops->name : "native",
+                                            argv[i], NULL);
                 printf("%s\n", argv[i]);
         }
         cli_local_close(&l);
@@ -200,7 +217,7 @@ static json_t *info_json(const ab_box_info *i)
         json_t *j =
             json_pack("{s:s,s:s,s:I,s:o}", "id", i->id, "status", ab_box_status_name(i->status),
                       "created_at", (json_int_t)i->created_at, "limits", limits_json(&i->limits));
-        if (i->status == AB_BOX_RUNNING) {
+        if (i->status == AB_BOX_RUNNING || i->status == AB_BOX_PAUSED) {
                 json_object_set_new(j, "init_pid", json_integer(i->init_pid));
                 json_object_set_new(j, "started_at", json_integer(i->started_at));
         }
@@ -266,7 +283,8 @@ static int cmd_inspect(ab_backend *b, int argc, char **argv)
                 return cli_fail(&e);
         json_t *j = info_json(&i);
         ab_box_stats st;
-        if (i.status == AB_BOX_RUNNING && b->ops->stats(b, argv[1], &st, NULL) == 0) {
+        if ((i.status == AB_BOX_RUNNING || i.status == AB_BOX_PAUSED) &&
+            b->ops->stats(b, argv[1], &st, NULL) == 0) {
                 json_object_set_new(j, "usage",
                                     json_pack("{s:I,s:I,s:I,s:I,s:I,s:I,s:I}", "memory_bytes",
                                               (json_int_t)st.memory_bytes, "memory_limit_bytes",
@@ -335,7 +353,7 @@ static int cmd_tool(const char *data, bool help, int argc, char **argv)
         }
         cli_local l;
         ab_use u;
-        if (cli_local_open(&l, data, &e) < 0 || cli_local_use(&l, id, &u, &e) < 0) {
+        if (cli_local_open(&l, data, id, &e) < 0 || cli_local_use(&l, id, &u, &e) < 0) {
                 json_decref(args);
                 cli_local_close(&l);
                 return cli_fail(&e);
@@ -399,8 +417,8 @@ int main(int argc, char **argv)
                 printf("agentbox %s\n", AGENTBOX_VERSION);
                 return 0;
         }
-        static const char *const known[] = {"create", "exec",    "start", "stop", "rm",
-                                            "ls",     "inspect", "cp",    "tool"};
+        static const char *const known[] = {"create", "exec", "start",   "stop", "pause", "resume",
+                                            "rm",     "ls",   "inspect", "cp",   "tool"};
         bool ok = false;
         for (size_t k = 0; k < AB_ARRAY_LEN(known); k++)
                 ok |= !strcmp(cmd, known[k]);
@@ -442,6 +460,10 @@ int main(int argc, char **argv)
                 return cmd_each(b, sub_argc, sub_argv, b->ops->start, "start");
         if (!strcmp(cmd, "stop"))
                 return cmd_each(b, sub_argc, sub_argv, b->ops->stop, "stop");
+        if (!strcmp(cmd, "pause"))
+                return cmd_each(b, sub_argc, sub_argv, b->ops->pause, "pause");
+        if (!strcmp(cmd, "resume"))
+                return cmd_each(b, sub_argc, sub_argv, b->ops->resume, "resume");
         if (!strcmp(cmd, "ls"))
                 return cmd_ls(b, sub_argc, sub_argv);
         if (!strcmp(cmd, "inspect"))

@@ -92,6 +92,9 @@ static int check_keys(ab_manager *m, const ab_acquire_req *q, const char *scope,
         if (q->idle_stop_s < -1)
                 return ab_err_set(err, AB_E_INVALID, 0,
                                   "idle_stop_s: must be -1 (never), 0 (default) or positive");
+        if (q->idle_pause_s < -1)
+                return ab_err_set(err, AB_E_INVALID, 0,
+                                  "idle_pause_s: must be -1 (never), 0 (default) or positive");
         if (q->has_ttl && q->ttl_s < 0)
                 return ab_err_set(err, AB_E_INVALID, 0, "ttl_s: must be 0 (none) or positive");
         if (q->limits && ab_limits_validate(q->limits, err) < 0)

@@ -1,14 +1,67 @@
-/* Start, stop and network changes of one box, under its slot lock. */
+/* Start, stop, pause, resume and network changes of one box, under its slot lock. */
 #include "core/manager_int.h"
 #include "net/net.h"
 
-/* Makes the box's backend run it. Caller holds the slot lock. Returns 1 when
- * it had to start the box, 0 when it ran already, -1 on failure. */
+#define PAUSE_WAIT_USES_MS 1000 /* how long a pause waits for uses in flight to end */
+
+/* Thaws a paused box (caller holds the slot lock): the record says running,
+ * the resume counts as activity (else the reaper would pause it again at
+ * once), and subscribers get "box.resumed". */
+static int resume_locked(ab_manager *m, ab_box_rec *r, const char *reason, ab_err **err)
+{
+        ab_backend *b = m->o.backend;
+        uint64_t t0 = ab_now_ns();
+        if (b->ops->resume(b, r->backend_id, err) < 0) {
+                ab_metrics_op(m->o.metrics, "resume", false);
+                return -1;
+        }
+        ab_metrics_op(m->o.metrics, "resume", true);
+        int64_t now = mgr_wall_ms();
+        ab_store_box_touch(m->o.store, m->provider, r->id, now, NULL);
+        if (r->last_active_at < now)
+                r->last_active_at = now;
+        mgr_set_status(m, r, AB_BOX_RUNNING, NULL);
+        mgr_emit(m, "box.resumed", r,
+                 json_pack("{s:s,s:f}", "reason", reason, "duration_ms",
+                           (double)(ab_now_ns() - t0) / 1e6));
+        return 0;
+}
+
+int mgr_pause_locked(ab_manager *m, ab_box_rec *r, const char *reason, ab_err **err)
+{
+        ab_backend *b = m->o.backend;
+        const char *op = !strcmp(reason, "idle")  ? "idle_pause"
+                         : !strcmp(reason, "lru") ? "lru_pause"
+                                                  : "pause";
+        uint64_t t0 = ab_now_ns();
+        if (b->ops->pause(b, r->backend_id, err) < 0) {
+                ab_metrics_op(m->o.metrics, op, false);
+                return -1;
+        }
+        ab_metrics_op(m->o.metrics, op, true);
+        mgr_set_status(m, r, AB_BOX_PAUSED, NULL);
+        mgr_emit(m, "box.paused", r,
+                 json_pack("{s:s,s:f}", "reason", reason, "duration_ms",
+                           (double)(ab_now_ns() - t0) / 1e6));
+        ab_log(AB_LOG_INFO, "box paused", "box", r->id, "reason", reason, NULL);
+        return 0;
+}
+
+/* Makes the box's backend run it (a paused box is resumed). Caller holds the
+ * slot lock. Returns 1 when it had to start or resume the box, 0 when it ran
+ * already, -1 on failure. */
 int mgr_ensure_running(ab_manager *m, ab_box_rec *r, ab_err **err)
 {
         ab_backend *b = m->o.backend;
         ab_box_info info;
         ab_err *e = NULL;
+        if (r->status == AB_BOX_PAUSED) {
+                /* The common case of a paused box: a thaw is all it takes. If
+                 * the backend says otherwise (it stopped meanwhile), ask it. */
+                if (resume_locked(m, r, "use", &e) == 0)
+                        return 1;
+                ab_err_free(&e);
+        }
         if (b->ops->info(b, r->backend_id, &info, &e) < 0) {
                 if (e->code == AB_E_NOT_FOUND) {
                         ab_err_free(&e);
@@ -27,8 +80,11 @@ int mgr_ensure_running(ab_manager *m, ab_box_rec *r, ab_err **err)
                 return -1;
         }
         bool running = info.status == AB_BOX_RUNNING;
+        bool paused = info.status == AB_BOX_PAUSED;
         pid_t pid = info.init_pid;
         ab_box_info_clear(&info);
+        if (paused) /* paused under another name (the CLI) or by a crashed server */
+                return resume_locked(m, r, "use", err) < 0 ? -1 : 1;
         if (running) {
                 if (!(r->status == AB_BOX_RUNNING))
                         mgr_set_status(m, r, AB_BOX_RUNNING, NULL);
@@ -65,9 +121,10 @@ int mgr_stop_locked(ab_manager *m, ab_box_rec *r, const char *reason, ab_err **e
         if (m->o.net)
                 ab_net_release(m->o.net, r->id);
         ab_metrics_op(m->o.metrics,
-                      !strcmp(reason, "idle")  ? "idle_stop"
-                      : !strcmp(reason, "lru") ? "lru_stop"
-                                               : "stop",
+                      !strcmp(reason, "idle")     ? "idle_stop"
+                      : !strcmp(reason, "lru")    ? "lru_stop"
+                      : !strcmp(reason, "memory") ? "pressure_stop"
+                                                  : "stop",
                       true);
         mgr_set_status(m, r, AB_BOX_STOPPED, NULL);
         mgr_emit(m, "box.stopped", r, json_pack("{s:s}", "reason", reason));
@@ -112,6 +169,67 @@ static int op_start(ab_manager *m, ab_box_rec *r, ab_err **err)
         int64_t now = mgr_wall_ms();
         ab_store_box_touch(m->o.store, m->provider, r->id, now, NULL);
         r->last_active_at = now;
+        return 0;
+}
+
+static int op_pause(ab_manager *m, ab_box_rec *r, ab_err **err)
+{
+        if (r->status != AB_BOX_RUNNING && r->status != AB_BOX_PAUSED)
+                return ab_err_set(err, AB_E_CONFLICT, 0,
+                                  "box %s is %s: only a running box can be paused", r->id,
+                                  ab_box_status_name(r->status));
+        /* Paused already: a no-op, or re-pauses a box resumed behind the
+         * record's back (the CLI). */
+        if (r->status == AB_BOX_PAUSED)
+                return m->o.backend->ops->pause(m->o.backend, r->backend_id, err);
+        /* A command running now would hang, its timeout frozen with it. A
+         * use that just answered its caller ends a moment later (it writes
+         * its audit row after the answer): wait that moment out. */
+        slot *s = mgr_slot_get(m, r->id);
+        int busy = atomic_load(&s->inflight);
+        for (uint64_t end = ab_now_ns() + PAUSE_WAIT_USES_MS * 1000000ull;
+             busy && ab_now_ns() < end; busy = atomic_load(&s->inflight))
+                mgr_sleep_ms(2);
+        mgr_slot_put(m, s);
+        if (busy)
+                return ab_err_set(err, AB_E_CONFLICT, 0,
+                                  "box %s is in use (%d exec, file or tool call%s running); pause "
+                                  "it when they are done",
+                                  r->id, busy, busy == 1 ? "" : "s");
+        return mgr_pause_locked(m, r, "api", err);
+}
+
+static int op_resume(ab_manager *m, ab_box_rec *r, ab_err **err)
+{
+        if (r->status == AB_BOX_PAUSED)
+                return resume_locked(m, r, "api", err);
+        if (r->status != AB_BOX_RUNNING)
+                return ab_err_set(err, AB_E_CONFLICT, 0,
+                                  "box %s is %s: there are no processes to resume; start it "
+                                  "instead",
+                                  r->id, ab_box_status_name(r->status));
+        /* Running per the record: make sure (a pause by the CLI). */
+        if (m->o.backend->ops->resume(m->o.backend, r->backend_id, err) < 0)
+                return -1;
+        int64_t now = mgr_wall_ms();
+        ab_store_box_touch(m->o.store, m->provider, r->id, now, NULL);
+        if (r->last_active_at < now)
+                r->last_active_at = now;
+        return 0;
+}
+
+int ab_manager_pause(ab_manager *m, const char *id, const char *scope, ab_box_rec *out,
+                     ab_err **err)
+{
+        return mgr_with_box(m, id, scope, op_pause, out, err);
+}
+
+int ab_manager_resume(ab_manager *m, const char *id, const char *scope, ab_box_rec *out,
+                      ab_err **err)
+{
+        if (mgr_with_box(m, id, scope, op_resume, out, err) < 0)
+                return -1;
+        mgr_enforce_cap(m, id);
         return 0;
 }
 
@@ -162,10 +280,11 @@ int ab_manager_set_network(ab_manager *m, const char *id, const char *scope, jso
                 json_object_set(r.spec, "network", pj);
                 rc = ab_store_box_update(m->o.store, &r, err);
         }
-        if (rc == 0 && (r.status == AB_BOX_RUNNING))
+        if (rc == 0 && (r.status == AB_BOX_RUNNING || r.status == AB_BOX_PAUSED))
                 rc = mgr_net_sync(m, &r, 0, false, err);
         if (rc == 0) {
-                mgr_emit(m, "box.network", &r, json_incref(pj));
+                /* a copy: the event gains a "mode" (the box's) that the policy must not */
+                mgr_emit(m, "box.network", &r, json_deep_copy(pj));
                 *out = r;
         } else {
                 ab_box_rec_clear(&r);

@@ -102,7 +102,7 @@ bool mgr_scope_ok(const ab_box_rec *r, const char *scope)
 }
 
 /* Hands e to the caller's err (or frees it); returns -1. */
-static int propagate(ab_err **err, ab_err *e)
+int mgr_propagate(ab_err **err, ab_err *e)
 {
         if (err && !*err)
                 *err = e;
@@ -121,7 +121,7 @@ int mgr_get_scoped(ab_manager *m, const char *id, const char *scope, ab_box_rec 
                         ab_err_free(&e);
                         return ab_err_set(err, AB_E_NOT_FOUND, 0, "no box \"%s\"", id);
                 }
-                return propagate(err, e);
+                return mgr_propagate(err, e);
         }
         if (!mgr_scope_ok(out, scope) || mgr_is_pool(out)) {
                 ab_box_rec_clear(out);
@@ -350,6 +350,7 @@ void mgr_fill_new_rec(ab_manager *m, const ab_acquire_req *q, const char *app, c
         r->created_at = now;
         r->last_active_at = now;
         r->idle_stop_s = q->idle_stop_s;
+        r->idle_pause_s = q->idle_pause_s;
         r->ttl_s = q->has_ttl ? q->ttl_s : m->o.ttl_s;
         r->has_limits = true;
         r->limits = *lim;

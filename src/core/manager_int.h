@@ -3,11 +3,11 @@
  *
  * The files, one job each: manager.c (the handle, per-box slots, record
  * helpers, counts), acquire.c (ids of keys, find-or-make a box), lifecycle.c (start, stop,
- * network changes), use.c (exec, file and tool uses), delete.c (the deletion
- * queue and its threads), jobs.c (the reaper: idle stop, TTL, drift, the
- * running-box cap), pool.c (the warm pool), sampler.c (resource samples and
- * alerts), recovery.c (reconciling the store with the backend after a
- * restart or crash), netglue.c (a box's network policy applied to it).
+ * pause, resume, network changes), use.c (exec, file and tool uses), delete.c (the deletion
+ * queue and its threads), jobs.c (the reaper: idle pause and stop, memory
+ * pressure, TTL, drift, the running-box cap), pool.c (the warm pool), sampler.c (resource samples
+ * and alerts), recovery.c (reconciling the store with the backend after a restart or crash),
+ * netglue.c (a box's network policy applied to it).
  *
  * Locking: a box's lifecycle changes happen under its slot lock
  * (mgr_slot_get + slot->lock); "caller holds the slot lock" below means that
@@ -98,14 +98,23 @@ bool mgr_scope_ok(const ab_box_rec *r, const char *scope);
 /* Reads a box the caller may see: pool boxes and other apps' boxes are
  * AB_E_NOT_FOUND. */
 int mgr_get_scoped(ab_manager *m, const char *id, const char *scope, ab_box_rec *out, ab_err **err);
+/* Hands e to the caller's err (or frees it); returns -1. */
+int mgr_propagate(ab_err **err, ab_err *e);
+/* Makes a system box run again after its init died under a use (takes its
+ * slot lock). */
+int mgr_sys_restart(ab_manager *m, ab_use *u, ab_err **err);
 /* Records a new status (store) and tells subscribers. */
 void mgr_set_status(ab_manager *m, ab_box_rec *r, ab_box_status status, const char *error);
 /* Makes the running box's network match its recorded policy. init_pid 0 =
  * ask the backend. Caller holds the slot lock. */
 int mgr_net_sync(ab_manager *m, const ab_box_rec *r, pid_t init_pid, bool thorough, ab_err **err);
-/* Makes the box's backend run it. Caller holds the slot lock. Returns 1 when
- * it had to start the box, 0 when it ran already, -1 on failure. */
+/* Makes the box's backend run it (a paused box is resumed). Caller holds the
+ * slot lock. Returns 1 when it had to start or resume the box, 0 when it ran
+ * already, -1 on failure. */
 int mgr_ensure_running(ab_manager *m, ab_box_rec *r, ab_err **err);
+/* Freezes the running box (caller holds the slot lock); reason "api",
+ * "idle" or "lru" names the metric and goes into the "box.paused" event. */
+int mgr_pause_locked(ab_manager *m, ab_box_rec *r, const char *reason, ab_err **err);
 /* Stops the box (caller holds the slot lock). */
 int mgr_stop_locked(ab_manager *m, ab_box_rec *r, const char *reason, ab_err **err);
 /* Queues the box for the deleter threads. */

@@ -87,8 +87,11 @@ bool mgr_recover_creating(ab_manager *m, ab_box_rec *r)
                 ab_store_box_delete(m->o.store, m->provider, r->id, NULL);
                 ab_log(AB_LOG_INFO, "dropped a create that never finished", "box", r->id, NULL);
         } else {
-                mgr_set_status(
-                    m, r, info.status == AB_BOX_RUNNING ? AB_BOX_RUNNING : AB_BOX_STOPPED, NULL);
+                mgr_set_status(m, r,
+                               info.status == AB_BOX_RUNNING || info.status == AB_BOX_PAUSED
+                                   ? info.status
+                                   : AB_BOX_STOPPED,
+                               NULL);
                 ab_log(AB_LOG_INFO, "kept a box whose creator died after making it", "box", r->id,
                        NULL);
         }
@@ -113,7 +116,8 @@ static int adopt(ab_manager *m, const ab_box_info *bi, ab_err **err)
         ab_acquire_req q = {.mode = "session"};
         ab_box_rec r = {0};
         mgr_fill_new_rec(m, &q, NULL, bi->id, &bi->limits, &r);
-        r.status = bi->status == AB_BOX_RUNNING ? AB_BOX_RUNNING : AB_BOX_STOPPED;
+        r.status = bi->status == AB_BOX_RUNNING || bi->status == AB_BOX_PAUSED ? bi->status
+                                                                               : AB_BOX_STOPPED;
         if (bi->created_at > 0)
                 r.created_at = bi->created_at * 1000;
         int rc = ab_store_box_insert(m->o.store, &r, err);
@@ -196,17 +200,17 @@ int mgr_reconcile(ab_manager *m, ab_err **err)
                 if (ir < 0)
                         continue;
                 found++;
-                ab_box_status truth = info.status == AB_BOX_RUNNING || info.status == AB_BOX_STOPPED
-                                          ? info.status
-                                          : 0;
+                /* A paused box stays paused: its processes wait for a use. */
+                bool alive = info.status == AB_BOX_RUNNING || info.status == AB_BOX_PAUSED;
+                ab_box_status truth = alive || info.status == AB_BOX_STOPPED ? info.status : 0;
                 if (truth && r->status != truth && !(r->status == AB_BOX_ERROR)) {
                         mgr_set_status(m, r, truth, NULL);
                         fixed++;
-                } else if (truth && (r->status == AB_BOX_ERROR) && truth == AB_BOX_RUNNING) {
+                } else if (truth && (r->status == AB_BOX_ERROR) && alive) {
                         mgr_set_status(m, r, truth, NULL);
                         fixed++;
                 }
-                if (info.status == AB_BOX_RUNNING && !(r->status == AB_BOX_CREATING)) {
+                if (alive && !(r->status == AB_BOX_CREATING)) {
                         ab_err *ne = NULL;
                         /* after a restart: the proxy listener is gone, a veth may be left */
                         mgr_net_sync(m, r, info.init_pid, true, &ne);

@@ -58,9 +58,14 @@ int ab_manager_use_connect(ab_manager *m, ab_use *u, ab_err **err)
         ab_err_free(&e);
         /* Stopped under us (idle stop by another process, init died): start again. */
         slot *s = u->slot;
-        pthread_mutex_lock(&s->lock);
-        int rc = mgr_ensure_running(m, &u->rec, err) < 0 ? -1 : 0;
-        pthread_mutex_unlock(&s->lock);
+        int rc;
+        if (u->rec.mode == AB_MODE_SYSTEM) {
+                rc = mgr_sys_restart(m, u, err);
+        } else {
+                pthread_mutex_lock(&s->lock);
+                rc = mgr_ensure_running(m, &u->rec, err) < 0 ? -1 : 0;
+                pthread_mutex_unlock(&s->lock);
+        }
         if (rc < 0)
                 return -1;
         fd = b->ops->connect(b, u->rec.backend_id, &e);
@@ -76,9 +81,9 @@ void ab_manager_use_end(ab_manager *m, ab_use *u)
         slot *s = u->slot;
         if (!s)
                 return;
-        int64_t now = mgr_wall_ms();
+        bool sys = u->rec.mode == AB_MODE_SYSTEM;
         _cleanup_err_ ab_err *e = NULL;
-        if (ab_store_box_touch(m->o.store, m->provider, u->rec.id, now, &e) < 0)
+        if (!sys && ab_store_box_touch(m->o.store, m->provider, u->rec.id, mgr_wall_ms(), &e) < 0)
                 ab_log(AB_LOG_WARN, "store: cannot mark activity", "box", u->rec.id, "error",
                        e->msg, NULL);
         ab_err_free(&e);
@@ -91,7 +96,8 @@ void ab_manager_use_end(ab_manager *m, ab_use *u)
                 u->audit = NULL;
         }
         atomic_fetch_sub(&s->inflight, 1);
-        atomic_fetch_sub(&m->inflight_total, 1);
+        if (!sys)
+                atomic_fetch_sub(&m->inflight_total, 1);
         if (mgr_is_task(&u->rec)) {
                 pthread_mutex_lock(&s->lock);
                 ab_box_rec r = {0};
@@ -187,7 +193,7 @@ int ab_manager_exec(ab_manager *m, ab_use *u, const abc_exec_req *req, abc_outpu
         abc_exec_req q = *req;
         _cleanup_strv_ char **env = merged_env(&u->rec, req->env);
         q.env = (const char *const *)env;
-        if (!q.timeout_ms) {
+        if (!q.timeout_ms && u->rec.mode != AB_MODE_SYSTEM) {
                 ab_limits l;
                 mgr_limits_from_rec(m, &u->rec, &l);
                 q.timeout_ms = l.timeout_s * 1000u;

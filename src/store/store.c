@@ -8,8 +8,9 @@
 
 #define BOX_COLS                                                                                   \
         "provider, id, backend_id, app_id, user_id, chat_id, thread_id, status, mode, "            \
-        "created_at, last_active_at, idle_stop_s, ttl_s, limits, spec, metadata, error"
-enum { BOX_NCOLS = 17 };
+        "created_at, last_active_at, idle_stop_s, ttl_s, limits, spec, metadata, error, "          \
+        "idle_pause_s"
+enum { BOX_NCOLS = 18 };
 
 #define AUDIT_COLS                                                                                 \
         "provider, box_id, command, exit_code, timed_out, started_at, duration_ms, "               \
@@ -30,8 +31,8 @@ void ab_box_rec_clear(ab_box_rec *r)
 {
         if (!r)
                 return;
-        char **strs[] = {&r->provider, &r->id,        &r->backend_id, &r->app_id,
-                         &r->user_id,  &r->chat_id,   &r->thread_id,  &r->error};
+        char **strs[] = {&r->provider, &r->id,      &r->backend_id, &r->app_id,
+                         &r->user_id,  &r->chat_id, &r->thread_id,  &r->error};
         for (size_t i = 0; i < AB_ARRAY_LEN(strs); i++)
                 free(*strs[i]);
         json_decref(r->spec);
@@ -227,6 +228,7 @@ static void row_to_box(ab_sql_res *r, size_t i, ab_box_rec *b)
         b->spec = object_parse(cell(r, i, 14));
         b->metadata = object_parse(cell(r, i, 15));
         b->error = take(r, i, 16);
+        b->idle_pause_s = num(r, i, 17);
         if (!b->status) {
                 /* Written by a newer version, or by hand: visible, never silent. */
                 free(b->error);
@@ -261,7 +263,7 @@ static void box_text_clear(box_text *t)
 }
 #define _cleanup_box_text_ __attribute__((cleanup(box_text_clear)))
 
-/* The 17 columns of BOX_COLS as $1..$17 (t holds the JSON texts). */
+/* The 18 columns of BOX_COLS as $1..$18 (t holds the JSON texts). */
 static void box_args(const ab_box_rec *r, box_text *t, ab_sql_arg a[BOX_NCOLS])
 {
         t->limits = r->has_limits ? limits_text(&r->limits) : NULL;
@@ -285,6 +287,7 @@ static void box_args(const ab_box_rec *r, box_text *t, ab_sql_arg a[BOX_NCOLS])
             SQL_TEXT(t->spec),
             SQL_TEXT(t->metadata),
             SQL_TEXT(r->error),
+            SQL_INT(r->idle_pause_s),
         };
         memcpy(a, v, sizeof(v));
 }
@@ -488,7 +491,7 @@ int ab_store_box_insert(ab_store *s, const ab_box_rec *r, ab_err **err)
         STORE_LOCKED(s);
         return s->ops->exec(s, op,
                             "INSERT INTO boxes (" BOX_COLS ") VALUES ($1, $2, $3, $4, $5, $6, "
-                            "$7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17)",
+                            "$7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18)",
                             a, BOX_NCOLS, NULL, err);
 }
 
@@ -524,15 +527,15 @@ int ab_store_box_update(ab_store *s, const ab_box_rec *r, ab_err **err)
                          "UPDATE boxes SET backend_id = $3, app_id = $4, user_id = $5, "
                          "chat_id = $6, thread_id = $7, status = $8, mode = $9, "
                          "created_at = $10, last_active_at = $11, idle_stop_s = $12, "
-                         "ttl_s = $13, limits = $14, spec = $15, metadata = $16, error = $17 "
-                         "WHERE provider = $1 AND id = $2",
+                         "ttl_s = $13, limits = $14, spec = $15, metadata = $16, error = $17, "
+                         "idle_pause_s = $18 WHERE provider = $1 AND id = $2",
                          a, BOX_NCOLS, &res, err) < 0)
                 return -1;
         return res.changes ? 0 : not_found(err, op, r->provider, r->id);
 }
 
-int ab_store_box_set_status(ab_store *s, const char *provider, const char *id,
-                            ab_box_status st, ab_box_status exp, const char *error, ab_err **err)
+int ab_store_box_set_status(ab_store *s, const char *provider, const char *id, ab_box_status st,
+                            ab_box_status exp, const char *error, ab_err **err)
 {
         if (check_key(provider, id, "set box status", err) < 0)
                 return -1;
@@ -649,7 +652,7 @@ int ab_store_box_list(ab_store *s, const ab_box_filter *f, ab_box_rec **out, siz
         return 0;
 }
 
-int ab_store_box_list_idle(ab_store *s, const char *provider, int64_t now_ms,
+int ab_store_box_list_idle(ab_store *s, const char *provider, ab_idle_kind kind, int64_t now_ms,
                            int64_t default_idle_s, ab_box_rec **out, size_t *n, ab_err **err)
 {
         *out = NULL;
@@ -660,15 +663,21 @@ int ab_store_box_list_idle(ab_store *s, const char *provider, int64_t now_ms,
         STORE_LOCKED(s);
         /* last_active_at + idle * 1000 < now, written as idle <= (now - last - 1) / 1000
          * so that no idle value, however large, overflows. A default <= 0 means the
-         * server has no idle stop: only boxes with their own idle_stop_s qualify. */
-        if (EXEC(s, "list idle boxes",
-                 "SELECT " BOX_COLS " FROM boxes WHERE provider = $1 AND status = 'running' "
-                 "AND mode <> 'pool' AND (idle_stop_s > 0 OR (idle_stop_s = 0 AND $3 > 0)) "
-                 "AND $2 - last_active_at > 0 "
-                 "AND (CASE WHEN idle_stop_s > 0 THEN idle_stop_s ELSE $3 END) "
-                 "<= ($2 - last_active_at - 1) / 1000 "
-                 "ORDER BY last_active_at, id",
-                 &res, err, SQL_TEXT(provider), SQL_INT(now_ms), SQL_INT(default_idle_s)) < 0)
+         * server has none: only boxes with their own value qualify. Only the two
+         * fixed texts below go into the SQL. */
+        bool pause = kind == AB_IDLE_PAUSE;
+        const char *col = pause ? "idle_pause_s" : "idle_stop_s";
+        const char *states = pause ? "status = 'running'" : "status IN ('running', 'paused')";
+        _cleanup_free_ char *sql =
+            xasprintf("SELECT " BOX_COLS " FROM boxes WHERE provider = $1 AND %s "
+                      "AND mode <> 'pool' AND (%s > 0 OR (%s = 0 AND $3 > 0)) "
+                      "AND $2 - last_active_at > 0 "
+                      "AND (CASE WHEN %s > 0 THEN %s ELSE $3 END) "
+                      "<= ($2 - last_active_at - 1) / 1000 "
+                      "ORDER BY last_active_at, id",
+                      states, col, col, col, col);
+        if (EXEC(s, "list idle boxes", sql, &res, err, SQL_TEXT(provider), SQL_INT(now_ms),
+                 SQL_INT(default_idle_s)) < 0)
                 return -1;
         boxes_from(&res, out, n);
         return 0;
@@ -743,7 +752,7 @@ static int claim_body(ab_store *s, void *p, ab_err **err)
         box_args(&row, &t, a);
         if (s->ops->exec(s, c->op,
                          "INSERT INTO boxes (" BOX_COLS ") VALUES ($1, $2, $3, $4, $5, $6, "
-                         "$7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17)",
+                         "$7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18)",
                          a, BOX_NCOLS, NULL, err) < 0)
                 return -1;
         c->backend_id = steal_pointer(&backend_id);
