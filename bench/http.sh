@@ -321,7 +321,7 @@ log "build"
 if [ ! -f "$BUILD/build.ninja" ]; then
         (cd "$ROOT" && meson setup "$BUILD" >/dev/null) || { echo "meson setup failed" >&2; exit 1; }
 fi
-if ! ninja -C "$BUILD" agentbox agentbox-init >"$WORK/ninja.log" 2>&1; then
+if ! ninja -C "$BUILD" agentbox agentbox-full agentbox-init >"$WORK/ninja.log" 2>&1; then
         if [ -x "$AB" ]; then
                 note "  note: ninja failed (tree being edited?); using the existing binaries in $BUILD"
                 tail -5 "$WORK/ninja.log" | sed 's/^/    /'

@@ -78,7 +78,7 @@ log "build"
 if [ ! -f "$BUILD/build.ninja" ]; then
         (cd "$ROOT" && meson setup "$BUILD" >/dev/null) || { echo "meson setup failed" >&2; exit 1; }
 fi
-ninja -C "$BUILD" agentbox agentbox-init >"$WORK/ninja.log" 2>&1 ||
+ninja -C "$BUILD" agentbox agentbox-full agentbox-init >"$WORK/ninja.log" 2>&1 ||
         { tail -20 "$WORK/ninja.log" >&2; exit 1; }
 cc -O2 -Wall -o "$WORK/pause_load" "$ROOT/bench/pause_load.c" ||
         { echo "bench/pause.sh: cannot compile bench/pause_load.c" >&2; exit 1; }

@@ -235,7 +235,7 @@ if [ ! -x "$AB" ] || [ ! -x "$BUILD/agentbox-init" ]; then
                 (cd "$ROOT" && meson setup "$BUILD" >"$WORK/meson.log" 2>&1) ||
                         { tail -20 "$WORK/meson.log"; echo "bench/runner.sh: meson setup failed" >&2; exit 1; }
         fi
-        ninja -C "$BUILD" agentbox agentbox-init >"$WORK/ninja.log" 2>&1 ||
+        ninja -C "$BUILD" agentbox agentbox-full agentbox-init >"$WORK/ninja.log" 2>&1 ||
                 { tail -20 "$WORK/ninja.log"; echo "bench/runner.sh: build failed" >&2; exit 1; }
 fi
 echo "  agentbox: $AB ($(stat -c %y "$AB" | cut -d. -f1))"

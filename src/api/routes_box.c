@@ -72,8 +72,8 @@ enum MHD_Result route_metrics(ab_req *r, const char *id)
 const char *const acquire_fields[] = {
     "id",  "app_id", "user_id",     "chat_id",      "thread_id", "mode",     "limits", "network",
     "env", "mounts", "idle_stop_s", "idle_pause_s", "ttl_s",     "metadata", NULL};
-static const char *const exec_fields[] = {"command", "timeout_s", "timeout", "env",
-                                          "cwd",     "stdin",     NULL};
+static const char *const exec_fields[] = {"command", "argv", "timeout_s", "timeout",
+                                          "env",     "cwd",  "stdin",     NULL};
 
 static int parse_limits(json_t *o, const ab_limits *defaults, ab_limits *out, ab_err **err)
 {
@@ -351,6 +351,7 @@ typedef struct exec_job {
         ab_server *srv;
         ab_use use;
         char *command, *cwd, *stdin_data;
+        char **argv; /* instead of command */
         size_t stdin_len;
         char **env;
         uint32_t timeout_ms;
@@ -365,6 +366,7 @@ typedef struct exec_job {
 static void exec_job_free(exec_job *j)
 {
         free(j->command);
+        ab_strvfreep(&j->argv);
         free(j->cwd);
         free(j->stdin_data);
         ab_strvfreep(&j->env);
@@ -375,6 +377,37 @@ static void exec_job_free(exec_job *j)
         free(j);
 }
 
+/* "argv": a non-empty array of strings, the first not empty.
+ * *out gets a strv, or NULL when the field is absent or null. */
+static int parse_argv(json_t *body, char ***out, ab_err **err)
+{
+        json_t *a = json_object_get(body, "argv");
+        *out = NULL;
+        if (!a || json_is_null(a))
+                return 0;
+        if (!json_is_array(a) || json_array_size(a) == 0)
+                return ab_err_set(err, AB_E_INVALID, 0,
+                                  "argv: must be a non-empty array of strings");
+        size_t i;
+        json_t *w;
+        json_array_foreach(a, i, w)
+        {
+                /* (a NUL inside is refused by the JSON parser already) */
+                if (!json_is_string(w))
+                        return ab_err_set(err, AB_E_INVALID, 0, "argv[%zu]: must be a string", i);
+        }
+        if (json_string_length(json_array_get(a, 0)) == 0)
+                return ab_err_set(err, AB_E_INVALID, 0,
+                                  "argv[0]: must not be empty (it names the program)");
+        char **v = xcalloc(xadd(json_array_size(a), 1), sizeof(*v));
+        json_array_foreach(a, i, w)
+        {
+                v[i] = xstrdup(json_string_value(w));
+        }
+        *out = v;
+        return 0;
+}
+
 /* Parses the exec fields of body into a new job. */
 static int parse_exec(json_t *body, exec_job **out, ab_err **err)
 {
@@ -383,15 +416,22 @@ static int parse_exec(json_t *body, exec_job **out, ab_err **err)
         if (field_str(body, "command", &cmd, err) < 0 || field_str(body, "cwd", &cwd, err) < 0 ||
             field_obj(body, "env", &env, err) < 0)
                 return -1;
+        _cleanup_strv_ char **argv = NULL;
+        if (parse_argv(body, &argv, err) < 0)
+                return -1;
         json_t *sv = json_object_get(body, "stdin");
         if (sv && !json_is_null(sv)) {
                 if (!json_is_string(sv))
                         return ab_err_set(err, AB_E_INVALID, 0, "stdin: must be a string");
                 in = json_string_value(sv);
         }
-        if (!cmd)
-                return ab_err_set(err, AB_E_INVALID, 0, "command: required");
-        if (!*cmd)
+        if (cmd && argv)
+                return ab_err_set(err, AB_E_INVALID, 0,
+                                  "give either command (a shell string) or argv (a program and "
+                                  "its arguments), not both");
+        if (!cmd && !argv)
+                return ab_err_set(err, AB_E_INVALID, 0, "command or argv: one of them is required");
+        if (cmd && !*cmd)
                 return ab_err_set(err, AB_E_INVALID, 0, "command: must not be empty");
         double t = 0;
         bool p = false;
@@ -417,7 +457,8 @@ static int parse_exec(json_t *body, exec_job **out, ab_err **err)
         }
         exec_job *j = xzalloc(sizeof(*j));
         j->fd = -1;
-        j->command = xstrdup(cmd);
+        j->command = cmd ? xstrdup(cmd) : NULL;
+        j->argv = steal_pointer(&argv);
         j->cwd = cwd ? xstrdup(cwd) : NULL;
         if (in) {
                 j->stdin_len = json_string_length(sv);
@@ -449,6 +490,7 @@ static void fill_req(exec_job *j, abc_exec_req *q)
 {
         *q = (abc_exec_req){
             .command = j->command,
+            .argv = (const char *const *)j->argv,
             .env = (const char *const *)j->env,
             .cwd = j->cwd,
             .stdin_data = j->stdin_data,

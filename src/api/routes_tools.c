@@ -33,6 +33,13 @@ static int use_connect(void *ud, ab_err **err)
         return ab_manager_use_connect(c->mgr, c->use, err);
 }
 
+static int use_exec(void *ud, const abc_exec_req *req, abc_output_fn out, void *out_ud,
+                    abc_exec_res *res, ab_err **err)
+{
+        use_conn *c = ud;
+        return ab_manager_exec(c->mgr, c->use, req, out, out_ud, res, err);
+}
+
 int tools_call(ab_server *s, const char *scope, const char *id, const char *name, json_t *args,
                ab_tool_result *out, ab_err **err)
 {
@@ -43,13 +50,12 @@ int tools_call(ab_server *s, const char *scope, const char *id, const char *name
         ab_use u;
         if (ab_manager_use_begin(s->mgr, id, scope, &u, err) < 0)
                 return -1;
-        _cleanup_strv_ char **env = ab_manager_box_env(&u.rec);
         use_conn c = {.mgr = s->mgr, .use = &u};
         ab_tool_box box = {
             .box_id = u.rec.id,
             .connect = use_connect,
+            .exec = use_exec,
             .ud = &c,
-            .env = (const char *const *)env,
         };
         ab_tool_limits lim = s->cfg->tools;
         int rc = ab_tool_run(&box, &lim, name, args, out, err);

@@ -113,10 +113,6 @@ typedef struct ab_native_opts {
 /* The native backend: Linux namespaces, overlay rootfs, cgroups, seccomp. */
 int ab_native_open(const ab_native_opts *opts, ab_backend **out, ab_err **err);
 
-/* Convenience wrappers: connect to the box's init and run one request. */
-int ab_box_exec(ab_backend *b, const char *id, const abc_exec_req *req, abc_output_fn out, void *ud,
-                abc_exec_res *res, ab_err **err);
-
 static inline void ab_backend_freep(ab_backend **b)
 {
         if (*b)

@@ -11,6 +11,38 @@
 
 /* Prints "agentbox: MESSAGE" (and a hint for the error's code) to stderr. */
 void cli_error(const ab_err *e);
+/* cli_error, frees *e, and returns EXIT_AGENTBOX. */
+int cli_fail(ab_err **e);
+/* A malformed option value: the parser's message prefixed with opt; EXIT_USAGE. */
+int cli_bad_option(ab_err **e, const char *opt);
+/* "agentbox: " fmt (one %s: arg) and a hint at --help on stderr; EXIT_USAGE. */
+int cli_usage_error(const char *fmt, const char *arg) AB_PRINTF(1, 0);
+
+/* What the CLI's box verbs run on: backend, store and a manager without
+ * recovery or background jobs (exec.c). */
+typedef struct cli_local {
+        ab_backend *backend;
+        ab_store *store;
+        ab_events *events;
+        ab_metrics *metrics;
+        ab_manager *mgr;
+} cli_local;
+
+/* Opens it for the data folder (NULL = ./data) and the store of
+ * AGENTBOX_STORE (default SQLite in the data folder). When that SQLite file
+ * does not exist yet, it is made only for box `id` if the backend has it
+ * (else its error: not found, invalid id); with id NULL, l->store and
+ * l->mgr stay NULL then (nothing to record). */
+int cli_local_open(cli_local *l, const char *data, const char *id, ab_err **err);
+void cli_local_close(cli_local *l);
+/* ab_manager_use_begin of box id, adopting a box of `agentbox create` that
+ * the store does not know yet; AB_E_CONFLICT for a stopped box (the CLI
+ * starts boxes only with `agentbox start`). */
+int cli_local_use(cli_local *l, const char *id, ab_use *u, ab_err **err);
+
+/* agentbox exec [...] ID -- CMD [ARG...]: one word is a shell command line,
+ * several are an argv. Returns the command's exit code or an agentbox one. */
+int cli_exec(int argc, char **argv, const char *data);
 
 /* Resumes the box when it is paused, so a command can use it (as any use of
  * a box through the service does). 0 when it is running now, or was not

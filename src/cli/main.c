@@ -21,8 +21,10 @@ static const char *usage_text =
     "  mcp [--config FILE]            serve the Model Context Protocol on stdin/stdout\n"
     "  create [--id ID] [LIMITS...]   create and start a box; prints its id\n"
     "  exec [OPTIONS] ID -- CMD [ARG...]\n"
-    "                                 run CMD in the box (through bash -lc), stream its\n"
-    "                                 output, exit with its exit code\n"
+    "                                 run a command in the box, stream its output, exit\n"
+    "                                 with its exit code: one word CMD is a shell command\n"
+    "                                 line (bash -lc); two or more run as a program and\n"
+    "                                 its arguments with no shell\n"
     "  start ID...                    start stopped boxes (files are kept); resume paused\n"
     "                                 ones\n"
     "  stop ID...                     stop boxes: end every process, keep the disk\n"
@@ -62,15 +64,6 @@ static const char *usage_text =
     "Sizes take K, M, G, T suffixes (1024-based); durations ms, s, m, h.\n"
     "Needs root: boxes are Linux namespaces, cgroups and loop-mounted disks.\n";
 
-void cli_error(const ab_err *e)
-{
-        fprintf(stderr, "agentbox: %s\n", e ? e->msg : "unknown error");
-        if (!e)
-                return;
-        if (e->code == AB_E_NOT_FOUND && strstr(e->msg, "no box"))
-                fprintf(stderr, "hint: `agentbox ls` lists the boxes\n");
-}
-
 int cli_wake(ab_backend *b, const char *id, ab_err **err)
 {
         ab_box_info i;
@@ -79,34 +72,6 @@ int cli_wake(ab_backend *b, const char *id, ab_err **err)
         ab_box_status st = i.status;
         ab_box_info_clear(&i);
         return st == AB_BOX_PAUSED ? b->ops->resume(b, id, err) : 0;
-}
-
-static int fail(ab_err **e)
-{
-        cli_error(*e);
-        ab_err_free(e);
-        return EXIT_AGENTBOX;
-}
-
-/* A malformed option value: the parser's message, and the usage exit code. */
-static int bad_option(ab_err **e, const char *opt)
-{
-        ab_err_wrap(e, "%s", opt);
-        cli_error(*e);
-        ab_err_free(e);
-        return EXIT_USAGE;
-}
-
-static int usage_error(const char *fmt, const char *arg) AB_PRINTF(1, 0);
-static int usage_error(const char *fmt, const char *arg)
-{
-        fprintf(stderr, "agentbox: ");
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wformat-nonliteral"
-        fprintf(stderr, fmt, arg ? arg : "");
-#pragma GCC diagnostic pop
-        fprintf(stderr, "\nRun 'agentbox --help' for usage.\n");
-        return EXIT_USAGE;
 }
 
 static int cmd_create(ab_backend *b, int argc, char **argv)
@@ -139,29 +104,29 @@ static int cmd_create(ab_backend *b, int argc, char **argv)
                 case 'c':
                         spec.limits.cpus = strtod(optarg, &end);
                         if (*end || end == optarg)
-                                return usage_error("--cpus wants a number, got '%s'", optarg);
+                                return cli_usage_error("--cpus wants a number, got '%s'", optarg);
                         break;
                 case 'm':
                         if (ab_parse_mib(optarg, &spec.limits.memory_mib, &e) < 0)
-                                return bad_option(&e, "--memory");
+                                return cli_bad_option(&e, "--memory");
                         break;
                 case 'd':
                         if (ab_parse_mib(optarg, &spec.limits.disk_mib, &e) < 0)
-                                return bad_option(&e, "--disk");
+                                return cli_bad_option(&e, "--disk");
                         break;
                 case 'p':
                         spec.limits.pids = strtoull(optarg, &end, 10);
                         if (*end || end == optarg)
-                                return usage_error("--pids wants a number, got '%s'", optarg);
+                                return cli_usage_error("--pids wants a number, got '%s'", optarg);
                         break;
                 case 't':
                         if (ab_parse_duration_ms(optarg, &v, &e) < 0)
-                                return bad_option(&e, "--timeout");
+                                return cli_bad_option(&e, "--timeout");
                         spec.limits.timeout_s = (uint32_t)((v + 999) / 1000);
                         break;
                 case 'o':
                         if (ab_parse_bytes(optarg, &spec.limits.output_cap, &e) < 0)
-                                return bad_option(&e, "--output-cap");
+                                return cli_bad_option(&e, "--output-cap");
                         break;
                 case 'r':
                         spec.rootfs = optarg;
@@ -177,134 +142,16 @@ static int cmd_create(ab_backend *b, int argc, char **argv)
                 }
         }
         if (optind < argc)
-                return usage_error("create takes no positional arguments (got '%s'); use --id",
-                                   argv[optind]);
+                return cli_usage_error("create takes no positional arguments (got '%s'); use --id",
+                                       argv[optind]);
         if (!spec.id) {
                 ab_id_random(rid);
                 spec.id = rid;
         }
         if (b->ops->create(b, &spec, &e) < 0)
-                return fail(&e);
+                return cli_fail(&e);
         printf("%s\n", spec.id);
         return 0;
-}
-
-static int write_out(void *ud, int stream, const void *buf, size_t len)
-{
-        (void)ud;
-        int r = ab_write_all(stream == 2 ? STDERR_FILENO : STDOUT_FILENO, buf, len);
-        return r == -EPIPE ? r : 0;
-}
-
-/* Quotes one word for bash: 'it'\''s'. */
-static void append_quoted(char **s, size_t *len, const char *w)
-{
-        size_t need = *len + strlen(w) * 4 + 4;
-        *s = xrealloc(*s, need);
-        char *p = *s + *len;
-        if (*len)
-                *p++ = ' ';
-        *p++ = '\'';
-        for (; *w; w++) {
-                if (*w == '\'') {
-                        memcpy(p, "'\\''", 4);
-                        p += 4;
-                } else {
-                        *p++ = *w;
-                }
-        }
-        *p++ = '\'';
-        *p = '\0';
-        *len = (size_t)(p - *s);
-}
-
-static int cmd_exec(ab_backend *b, int argc, char **argv)
-{
-        static const struct option opts[] = {
-            {"timeout", required_argument, NULL, 't'}, {"env", required_argument, NULL, 'e'},
-            {"cwd", required_argument, NULL, 'w'},     {"stdin", no_argument, NULL, 'i'},
-            {"help", no_argument, NULL, 'h'},          {0},
-        };
-        _cleanup_err_ ab_err *e = NULL;
-        _cleanup_free_ const char **env = xcalloc((size_t)argc + 1, sizeof(char *));
-        size_t nenv = 0;
-        abc_exec_req req = {.stdin_fd = -1};
-        uint64_t timeout_ms = 0;
-        int c;
-        optind = 1;
-        while ((c = getopt_long(argc, argv, "+t:e:w:ih", opts, NULL)) != -1) {
-                switch (c) {
-                case 't':
-                        if (ab_parse_duration_ms(optarg, &timeout_ms, &e) < 0)
-                                return bad_option(&e, "--timeout");
-                        if (timeout_ms == 0 || timeout_ms > (uint64_t)AB_MAX_TIMEOUT_S * 1000)
-                                return usage_error("--timeout must be between 1ms and 24h (got %s)",
-                                                   optarg);
-                        break;
-                case 'e':
-                        if (!strchr(optarg, '=') || optarg[0] == '=')
-                                return usage_error("--env wants K=V, got '%s'", optarg);
-                        env[nenv++] = optarg;
-                        break;
-                case 'w':
-                        req.cwd = optarg;
-                        break;
-                case 'i':
-                        req.stdin_fd = STDIN_FILENO;
-                        break;
-                case 'h':
-                        fputs("Usage: agentbox exec [-t DURATION] [-e K=V]... [-w DIR] [-i] ID -- "
-                              "CMD [ARG...]\nRuns CMD in the box through `bash -lc` (one argument "
-                              "is passed as a shell command line; several are quoted as words) and "
-                              "exits with its exit code.\n",
-                              stdout);
-                        return 0;
-                default:
-                        return EXIT_USAGE;
-                }
-        }
-        if (optind >= argc)
-                return usage_error("exec needs a box id and a command%s", NULL);
-        const char *id = argv[optind++];
-        if (optind < argc && strcmp(argv[optind], "--") == 0)
-                optind++;
-        if (optind >= argc)
-                return usage_error(
-                    "exec needs a command after the box id (agentbox exec %s -- CMD)", id);
-        _cleanup_free_ char *cmd = NULL;
-        if (argc - optind == 1) {
-                cmd = xstrdup(argv[optind]);
-        } else {
-                size_t len = 0;
-                for (int i = optind; i < argc; i++)
-                        append_quoted(&cmd, &len, argv[i]);
-        }
-        ab_box_info info;
-        if (b->ops->info(b, id, &info, &e) < 0)
-                return fail(&e);
-        if (!timeout_ms)
-                timeout_ms = (uint64_t)info.limits.timeout_s * 1000;
-        req.output_cap = info.limits.output_cap;
-        bool paused = info.status == AB_BOX_PAUSED;
-        ab_box_info_clear(&info);
-        if (paused && b->ops->resume(b, id, &e) < 0)
-                return fail(&e);
-        req.command = cmd;
-        req.env = nenv ? env : NULL;
-        req.timeout_ms = (uint32_t)timeout_ms;
-        abc_exec_res res;
-        signal(SIGPIPE, SIG_IGN);
-        if (ab_box_exec(b, id, &req, write_out, NULL, &res, &e) < 0)
-                return fail(&e);
-        if (res.timed_out)
-                fprintf(stderr,
-                        "agentbox: command timed out after %llu ms; its processes were "
-                        "killed\n",
-                        (unsigned long long)timeout_ms);
-        if (res.truncated)
-                fprintf(stderr, "agentbox: output was truncated at %llu bytes per stream\n",
-                        (unsigned long long)req.output_cap);
-        return res.timed_out ? 124 : res.exit_code;
 }
 
 typedef int (*box_op)(ab_backend *, const char *, ab_err **);
@@ -312,7 +159,7 @@ typedef int (*box_op)(ab_backend *, const char *, ab_err **);
 static int cmd_each(ab_backend *b, int argc, char **argv, box_op op, const char *verb)
 {
         if (argc < 2)
-                return usage_error("%s needs at least one box id", verb);
+                return cli_usage_error("%s needs at least one box id", verb);
         if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
                 printf("Usage: agentbox %s ID...\n", verb);
                 return 0;
@@ -327,6 +174,33 @@ static int cmd_each(ab_backend *b, int argc, char **argv, box_op op, const char 
                         printf("%s\n", argv[i]);
                 }
         }
+        return rc;
+}
+
+/* rm: the box and its record in the store (which a CLI exec may have made). */
+static int cmd_rm(const char *data, int argc, char **argv)
+{
+        if (argc < 2)
+                return cli_usage_error("%s needs at least one box id", "rm");
+        _cleanup_err_ ab_err *e = NULL;
+        cli_local l;
+        if (cli_local_open(&l, data, NULL, &e) < 0)
+                return cli_fail(&e);
+        int rc = 0;
+        for (int i = 1; i < argc; i++) {
+                if (l.backend->ops->destroy(l.backend, argv[i], &e) < 0) {
+                        cli_error(e);
+                        ab_err_free(&e);
+                        rc = EXIT_AGENTBOX;
+                        continue;
+                }
+                if (l.store)
+                        ab_store_box_delete(l.store,
+                                            l.backend->ops->name ? l.backend->ops->name : "native",
+                                            argv[i], NULL);
+                printf("%s\n", argv[i]);
+        }
+        cli_local_close(&l);
         return rc;
 }
 
@@ -361,13 +235,13 @@ static int cmd_ls(ab_backend *b, int argc, char **argv)
                         puts("Usage: agentbox ls [--json]");
                         return 0;
                 }
-                return usage_error("unknown option for ls: %s", argv[1]);
+                return cli_usage_error("unknown option for ls: %s", argv[1]);
         }
         _cleanup_err_ ab_err *e = NULL;
         ab_box_info *v;
         size_t n;
         if (b->ops->list(b, &v, &n, &e) < 0)
-                return fail(&e);
+                return cli_fail(&e);
         json_t *arr = json_array();
         if (!as_json)
                 printf("%-24s %-9s %5s %8s %8s %6s  %s\n", "ID", "STATUS", "CPUS", "MEMORY", "DISK",
@@ -402,11 +276,11 @@ static int cmd_ls(ab_backend *b, int argc, char **argv)
 static int cmd_inspect(ab_backend *b, int argc, char **argv)
 {
         if (argc != 2)
-                return usage_error("inspect needs exactly one box id%s", NULL);
+                return cli_usage_error("inspect needs exactly one box id%s", NULL);
         _cleanup_err_ ab_err *e = NULL;
         ab_box_info i;
         if (b->ops->info(b, argv[1], &i, &e) < 0)
-                return fail(&e);
+                return cli_fail(&e);
         json_t *j = info_json(&i);
         ab_box_stats st;
         if ((i.status == AB_BOX_RUNNING || i.status == AB_BOX_PAUSED) &&
@@ -430,28 +304,35 @@ static int cmd_inspect(ab_backend *b, int argc, char **argv)
 }
 
 typedef struct tool_conn {
-        ab_backend *b;
-        const char *id;
+        cli_local *l;
+        ab_use *u;
 } tool_conn;
 
 static int tool_connect(void *ud, ab_err **err)
 {
         tool_conn *c = ud;
-        return c->b->ops->connect(c->b, c->id, err);
+        return ab_manager_use_connect(c->l->mgr, c->u, err);
+}
+
+static int tool_exec(void *ud, const abc_exec_req *req, abc_output_fn out, void *out_ud,
+                     abc_exec_res *res, ab_err **err)
+{
+        tool_conn *c = ud;
+        return ab_manager_exec(c->l->mgr, c->u, req, out, out_ud, res, err);
 }
 
 /* agentbox tool ID NAME [JSON|-]: the same tool code REST and MCP use. */
-static int cmd_tool(ab_backend *b, int argc, char **argv)
+static int cmd_tool(const char *data, bool help, int argc, char **argv)
 {
-        if (!b || argc < 3 || argc > 4) {
-                FILE *f = b ? stderr : stdout;
+        if (help || argc < 3 || argc > 4) {
+                FILE *f = help ? stdout : stderr;
                 fputs("Usage: agentbox tool ID NAME [JSON-ARGS | -]\n"
                       "Runs an agent tool in a running box, e.g.\n"
                       "  agentbox tool demo bash '{\"command\": \"ls -la\"}'\n"
                       "  agentbox tool demo read_file '{\"path\": \"notes.txt\"}'\n"
                       "Prints the tool's output; exits 1 when the tool reports an error.\n",
                       f);
-                return b ? EXIT_USAGE : 0;
+                return help ? 0 : EXIT_USAGE;
         }
         const char *id = argv[1], *name = argv[2];
         json_error_t je;
@@ -465,18 +346,30 @@ static int cmd_tool(ab_backend *b, int argc, char **argv)
                 return EXIT_USAGE;
         }
         _cleanup_err_ ab_err *e = NULL;
-        if (cli_wake(b, id, &e) < 0) {
+        if (!ab_tool_exists(name)) {
                 json_decref(args);
-                return fail(&e);
+                ab_err_set(&e, AB_E_NOT_FOUND, 0, "unknown tool \"%s\"", name);
+                return cli_fail(&e);
         }
-        tool_conn c = {.b = b, .id = id};
-        ab_tool_box box = {.box_id = id, .connect = tool_connect, .ud = &c};
+        cli_local l;
+        ab_use u;
+        if (cli_local_open(&l, data, id, &e) < 0 || cli_local_use(&l, id, &u, &e) < 0) {
+                json_decref(args);
+                cli_local_close(&l);
+                return cli_fail(&e);
+        }
+        /* Bash and sandbox_shell run through the manager's exec, as over REST and MCP. */
+        tool_conn c = {.l = &l, .u = &u};
+        ab_tool_box box = {
+            .box_id = u.rec.id, .connect = tool_connect, .exec = tool_exec, .ud = &c};
         ab_tool_limits lim = {0};
         ab_tool_result res = {0};
         int r = ab_tool_run(&box, &lim, name, args, &res, &e);
         json_decref(args);
+        ab_manager_use_end(l.mgr, &u);
+        cli_local_close(&l);
         if (r < 0)
-                return fail(&e);
+                return cli_fail(&e);
         fputs(res.output ? res.output : "", stdout);
         if (res.output && *res.output && res.output[strlen(res.output) - 1] != '\n')
                 fputc('\n', stdout);
@@ -502,7 +395,7 @@ int main(int argc, char **argv)
                 } else if (!strncmp(argv[i], "--data=", 7)) {
                         data = argv[i] + 7;
                 } else {
-                        return usage_error("unknown option '%s'", argv[i]);
+                        return cli_usage_error("unknown option '%s'", argv[i]);
                 }
         }
         if (i >= argc) {
@@ -530,33 +423,39 @@ int main(int argc, char **argv)
         for (size_t k = 0; k < AB_ARRAY_LEN(known); k++)
                 ok |= !strcmp(cmd, known[k]);
         if (!ok)
-                return usage_error("unknown command '%s'", cmd);
+                return cli_usage_error("unknown command '%s'", cmd);
         for (int k = 1; k < sub_argc; k++) {
                 if (!strcmp(sub_argv[k], "--"))
                         break;
                 if (!strcmp(sub_argv[k], "--help") || !strcmp(sub_argv[k], "-h")) {
                         if (!strcmp(cmd, "create"))
                                 return cmd_create(NULL, sub_argc, sub_argv);
-                        if (!strcmp(cmd, "exec"))
-                                return cmd_exec(NULL, sub_argc, sub_argv);
+                        if (!strcmp(cmd, "exec")) {
+                                char *help[] = {"exec", "--help", NULL};
+                                return cli_exec(2, help, NULL);
+                        }
                         if (!strcmp(cmd, "cp"))
                                 return cli_cp(NULL, sub_argc, sub_argv);
                         if (!strcmp(cmd, "tool"))
-                                return cmd_tool(NULL, sub_argc, sub_argv);
+                                return cmd_tool(NULL, true, sub_argc, sub_argv);
                         printf("Usage: agentbox %s%s\n", cmd,
                                !strcmp(cmd, "ls") ? " [--json]" : " ID...");
                         return 0;
                 }
         }
+        if (!strcmp(cmd, "exec"))
+                return cli_exec(sub_argc, sub_argv, data);
+        if (!strcmp(cmd, "tool"))
+                return cmd_tool(data, false, sub_argc, sub_argv);
+        if (!strcmp(cmd, "rm"))
+                return cmd_rm(data, sub_argc, sub_argv);
         _cleanup_err_ ab_err *e = NULL;
         _cleanup_backend_ ab_backend *b = NULL;
         ab_native_opts o = {.data_dir = data && *data ? data : "./data"};
         if (ab_native_open(&o, &b, &e) < 0)
-                return fail(&e);
+                return cli_fail(&e);
         if (!strcmp(cmd, "create"))
                 return cmd_create(b, sub_argc, sub_argv);
-        if (!strcmp(cmd, "exec"))
-                return cmd_exec(b, sub_argc, sub_argv);
         if (!strcmp(cmd, "start"))
                 return cmd_each(b, sub_argc, sub_argv, b->ops->start, "start");
         if (!strcmp(cmd, "stop"))
@@ -565,13 +464,9 @@ int main(int argc, char **argv)
                 return cmd_each(b, sub_argc, sub_argv, b->ops->pause, "pause");
         if (!strcmp(cmd, "resume"))
                 return cmd_each(b, sub_argc, sub_argv, b->ops->resume, "resume");
-        if (!strcmp(cmd, "rm"))
-                return cmd_each(b, sub_argc, sub_argv, b->ops->destroy, "rm");
         if (!strcmp(cmd, "ls"))
                 return cmd_ls(b, sub_argc, sub_argv);
         if (!strcmp(cmd, "inspect"))
                 return cmd_inspect(b, sub_argc, sub_argv);
-        if (!strcmp(cmd, "tool"))
-                return cmd_tool(b, sub_argc, sub_argv);
         return cli_cp(b, sub_argc, sub_argv);
 }

@@ -1,9 +1,9 @@
-/* The sandbox manager's handle: open and free, ids, per-box slots, record
+/* The sandbox manager's handle: open and free, per-box slots, record
  * helpers, and the counts behind /health and /metrics (see manager_int.h
  * for the other files). */
 #include "core/manager_int.h"
+#include "net/net.h"
 
-#include <openssl/evp.h>
 #include <time.h>
 
 int64_t mgr_wall_ms(void)
@@ -11,31 +11,6 @@ int64_t mgr_wall_ms(void)
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);
         return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-static void sha_hex16(const char *s, char out[17])
-{
-        unsigned char md[EVP_MAX_MD_SIZE];
-        unsigned int len = 0;
-        if (!EVP_Digest(s, strlen(s), md, &len, EVP_sha256(), NULL))
-                abort();
-        static const char hex[] = "0123456789abcdef";
-        for (int i = 0; i < 8; i++) {
-                out[2 * i] = hex[md[i] >> 4];
-                out[2 * i + 1] = hex[md[i] & 15];
-        }
-        out[16] = 0;
-}
-
-void ab_manager_key_id(const char *app_id, const char *user_id, const char *chat_id, char out[17])
-{
-        _cleanup_free_ char *s = xasprintf("%s-%s-%s", app_id, user_id, chat_id);
-        sha_hex16(s, out);
-}
-
-void ab_manager_thread_id(const char *thread_id, char out[17])
-{
-        sha_hex16(thread_id, out);
 }
 
 static unsigned hash_id(const char *s)
@@ -292,6 +267,10 @@ int ab_manager_open(const ab_manager_opts *o, ab_manager **out, ab_err **err)
         pthread_cond_init(&m->wake, &ca);
         pthread_condattr_destroy(&ca);
         pthread_cond_init(&m->del_wake, NULL);
+        if (m->o.no_jobs) {
+                *out = m;
+                return 0;
+        }
         if (mgr_reconcile(m, err) < 0) {
                 ab_manager_free(m);
                 return -1;
@@ -353,4 +332,38 @@ void ab_manager_free(ab_manager *m)
         pthread_cond_destroy(&m->wake);
         pthread_cond_destroy(&m->del_wake);
         free(m);
+}
+
+void mgr_fill_new_rec(ab_manager *m, const ab_acquire_req *q, const char *app, const char *id,
+                      const ab_limits *lim, ab_box_rec *r)
+{
+        int64_t now = mgr_wall_ms();
+        r->provider = xstrdup(m->provider);
+        r->id = xstrdup(id);
+        r->backend_id = xstrdup(id);
+        r->app_id = app ? xstrdup(app) : NULL;
+        r->user_id = q->user_id ? xstrdup(q->user_id) : NULL;
+        r->chat_id = q->chat_id ? xstrdup(q->chat_id) : NULL;
+        r->thread_id = q->thread_id ? xstrdup(q->thread_id) : NULL;
+        r->status = AB_BOX_CREATING;
+        r->mode = q->mode ? ab_box_mode_parse(q->mode) : AB_MODE_SESSION;
+        r->created_at = now;
+        r->last_active_at = now;
+        r->idle_stop_s = q->idle_stop_s;
+        r->idle_pause_s = q->idle_pause_s;
+        r->ttl_s = q->has_ttl ? q->ttl_s : m->o.ttl_s;
+        r->has_limits = true;
+        r->limits = *lim;
+        json_t *spec = json_object();
+        json_object_set_new(spec, "env", q->env ? json_deep_copy(q->env) : json_object());
+        ab_netpol pol = {0};
+        if (q->network && ab_netpol_parse(q->network, &pol, NULL) < 0)
+                memset(&pol, 0, sizeof(pol)); /* validated before: cannot happen */
+        json_object_set_new(spec, "network", ab_netpol_json(&pol));
+        ab_netpol_clear(&pol);
+        char me[160];
+        if (mgr_process_identity(getpid(), me, sizeof(me)))
+                json_object_set_new(spec, "creator", json_string(me));
+        r->spec = spec;
+        r->metadata = q->metadata ? json_deep_copy(q->metadata) : NULL;
 }

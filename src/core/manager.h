@@ -43,10 +43,14 @@ typedef struct ab_manager_opts {
         int64_t reaper_interval_ms;
         int64_t sample_interval_ms; /* 0 = no resource samples */
         double alert_memory_pct, alert_cpu_pct, alert_disk_pct;
+        bool no_jobs; /* a short-lived user (the CLI): no recovery at open and no
+                       * background jobs (reaper, pool, sampler, deleters); a
+                       * box it deletes stays "deleting" until a server runs */
 } ab_manager_opts;
 
 /* Opens the manager: reconciles the store with the backend (recovery after a
- * crash), resumes pending deletions, then starts the background jobs. */
+ * crash), resumes pending deletions, then starts the background jobs (all
+ * skipped with no_jobs). */
 int ab_manager_open(const ab_manager_opts *o, ab_manager **out, ab_err **err);
 /* Stops the background jobs (waits for running ones) and frees. Boxes keep running. */
 void ab_manager_free(ab_manager *m);
@@ -125,6 +129,12 @@ int ab_manager_use_begin(ab_manager *m, const char *id, const char *scope, ab_us
 int ab_manager_use_connect(ab_manager *m, ab_use *u, ab_err **err);
 void ab_manager_use_end(ab_manager *m, ab_use *u);
 
+/* Gives a box the backend has but the store does not know (one made by
+ * `agentbox create`) a record, as a restart of the server would: a session
+ * box of no app. 0 also when it had one; AB_E_NOT_FOUND when the backend has
+ * no such box either. */
+int ab_manager_adopt(ab_manager *m, const char *id, ab_err **err);
+
 /* System boxes: the server's own boxes (ids start with "sys-"; the code
  * runner's is one). The manager makes one on first use (and again when a
  * crash left it half-made) and starts it when it is not running; it has no
@@ -148,8 +158,13 @@ ab_backend *ab_manager_backend(ab_manager *m);
  * NULL-terminated strv of "K=V" (free each and the array). */
 char **ab_manager_box_env(const ab_box_rec *r);
 
-/* Runs one command in a box being used: box env merged under req env, an
- * audit row, an "exec" event and metrics. */
+/* Runs one command in a box being used: the one door every exec of a user's
+ * command goes through (REST and SSE exec, the agent tools of REST, MCP and
+ * the CLI, `agentbox exec`). Box env (with the network's proxy variables)
+ * merged under req env, the box's timeout and the output cap when req has
+ * none; then the exec metric, an "exec" event and an audit row (written by
+ * ab_manager_use_end). AB_E_INVALID for a req that is neither one command
+ * nor one argv (nothing is recorded then). */
 int ab_manager_exec(ab_manager *m, ab_use *u, const abc_exec_req *req, abc_output_fn out, void *ud,
                     abc_exec_res *res, ab_err **err);
 

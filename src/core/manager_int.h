@@ -1,8 +1,8 @@
 /* manager_int.h - what the files of the sandbox manager share (the .c files of src/core;
  * the public interface is manager.h). Internal names carry the prefix mgr_.
  *
- * The files, one job each: manager.c (the handle, ids, per-box slots, record
- * helpers, counts), acquire.c (find-or-make a box), lifecycle.c (start, stop,
+ * The files, one job each: manager.c (the handle, per-box slots, record
+ * helpers, counts), acquire.c (ids of keys, find-or-make a box), lifecycle.c (start, stop,
  * pause, resume, network changes), use.c (exec, file and tool uses), delete.c (the deletion
  * queue and its threads), jobs.c (the reaper: idle pause and stop, memory
  * pressure, TTL, drift, the running-box cap), pool.c (the warm pool), sampler.c (resource samples

@@ -108,6 +108,51 @@ static bool referenced(const ab_box_rec *rs, size_t n, const char *backend_id)
         return false;
 }
 
+/* Records a backend box no record knows (made by `agentbox create`, or
+ * whose record was lost) as a session box of no app. 0, or -1 with *err
+ * (AB_E_CONFLICT when a record appeared meanwhile). */
+static int adopt(ab_manager *m, const ab_box_info *bi, ab_err **err)
+{
+        ab_acquire_req q = {.mode = "session"};
+        ab_box_rec r = {0};
+        mgr_fill_new_rec(m, &q, NULL, bi->id, &bi->limits, &r);
+        r.status = bi->status == AB_BOX_RUNNING || bi->status == AB_BOX_PAUSED ? bi->status
+                                                                               : AB_BOX_STOPPED;
+        if (bi->created_at > 0)
+                r.created_at = bi->created_at * 1000;
+        int rc = ab_store_box_insert(m->o.store, &r, err);
+        if (rc == 0)
+                ab_log(AB_LOG_INFO, "adopted a box the store did not know", "box", r.id, NULL);
+        ab_box_rec_clear(&r);
+        return rc;
+}
+
+int ab_manager_adopt(ab_manager *m, const char *id, ab_err **err)
+{
+        ab_box_rec r = {0};
+        if (ab_store_box_get(m->o.store, m->provider, id, &r, NULL) == 0) {
+                ab_box_rec_clear(&r);
+                return 0;
+        }
+        if (!strncmp(id, POOL_PREFIX, strlen(POOL_PREFIX)) ||
+            !strncmp(id, SYSTEM_PREFIX, strlen(SYSTEM_PREFIX)))
+                return ab_err_set(err, AB_E_NOT_FOUND, 0, "no box %s", id);
+        ab_backend *b = m->o.backend;
+        ab_box_info bi;
+        if (b->ops->info(b, id, &bi, err) < 0)
+                return -1;
+        int rc = 0;
+        ab_err *e = NULL;
+        if (bi.status == AB_BOX_CREATING || bi.status == AB_BOX_DELETING)
+                rc = ab_err_set(err, AB_E_UNAVAILABLE, 0, "box %s is being %s", id,
+                                bi.status == AB_BOX_CREATING ? "created" : "deleted");
+        else if (adopt(m, &bi, &e) < 0 && e->code != AB_E_CONFLICT) /* CONFLICT: recorded by */
+                rc = ab_err_set(err, e->code, 0, "%s", e->msg);     /* another process: fine */
+        ab_err_free(&e);
+        ab_box_info_clear(&bi);
+        return rc;
+}
+
 /* Brings the store in line with the backend after a restart or a crash. */
 int mgr_reconcile(ab_manager *m, ab_err **err)
 {
@@ -189,20 +234,8 @@ int mgr_reconcile(ab_manager *m, ab_err **err)
                                 fixed++;
                                 continue;
                         }
-                        ab_acquire_req q = {.mode = "session"};
-                        ab_box_rec r = {0};
-                        mgr_fill_new_rec(m, &q, NULL, bi[i].id, &bi[i].limits, &r);
-                        r.status = bi[i].status == AB_BOX_RUNNING || bi[i].status == AB_BOX_PAUSED
-                                       ? bi[i].status
-                                       : AB_BOX_STOPPED;
-                        if (bi[i].created_at > 0)
-                                r.created_at = bi[i].created_at * 1000;
-                        if (ab_store_box_insert(m->o.store, &r, NULL) == 0) {
-                                ab_log(AB_LOG_INFO, "adopted a box the store did not know", "box",
-                                       r.id, NULL);
+                        if (adopt(m, &bi[i], NULL) == 0)
                                 fixed++;
-                        }
-                        ab_box_rec_clear(&r);
                 }
                 for (size_t i = 0; i < bn; i++)
                         ab_box_info_clear(&bi[i]);

@@ -160,10 +160,36 @@ static const char *exec_outcome(int rc, const abc_exec_res *res)
         return res->exit_code == 0 ? "ok" : "error";
 }
 
+/* The "exec" event: the command as text (cut at EVENT_CMD_MAX), and for an
+ * argv exec the words as a list too. */
+static json_t *exec_event(const abc_exec_req *req, const char *text, const abc_exec_res *res)
+{
+        size_t cl = strlen(text);
+        json_t *d =
+            json_pack("{s:s%,s:i,s:I,s:b,s:I,s:I}", "command", text,
+                      cl > EVENT_CMD_MAX ? (size_t)EVENT_CMD_MAX : cl, "exit_code", res->exit_code,
+                      "duration_ms", (json_int_t)res->duration_ms, "timed_out", res->timed_out,
+                      "stdout_bytes", (json_int_t)res->stdout_bytes, "stderr_bytes",
+                      (json_int_t)res->stderr_bytes);
+        if (!d) /* command is not valid UTF-8 */
+                return json_pack("{s:s,s:i,s:I,s:b}", "command", "(not UTF-8)", "exit_code",
+                                 res->exit_code, "duration_ms", (json_int_t)res->duration_ms,
+                                 "timed_out", res->timed_out);
+        if (req->argv && cl <= EVENT_CMD_MAX) {
+                json_t *a = json_array();
+                for (const char *const *w = req->argv; *w; w++)
+                        json_array_append_new(a, json_string(*w));
+                json_object_set_new(d, "argv", a);
+        }
+        return d;
+}
+
 int ab_manager_exec(ab_manager *m, ab_use *u, const abc_exec_req *req, abc_output_fn out, void *ud,
                     abc_exec_res *res, ab_err **err)
 {
         memset(res, 0, sizeof(*res));
+        if (abc_exec_req_check(req, err) < 0)
+                return -1;
         abc_exec_req q = *req;
         _cleanup_strv_ char **env = merged_env(&u->rec, req->env);
         q.env = (const char *const *)env;
@@ -185,11 +211,12 @@ int ab_manager_exec(ab_manager *m, ab_use *u, const abc_exec_req *req, abc_outpu
         if (rc < 0)
                 return -1;
         /* The audit row is written by use_end, after the caller answered. */
+        char *text = abc_exec_req_text(req);
         ab_exec_audit *a = xzalloc(sizeof(*a));
         *a = (ab_exec_audit){
             .provider = xstrdup(m->provider),
             .box_id = xstrdup(u->rec.id),
-            .command = xstrdup(req->command),
+            .command = text,
             .exit_code = res->exit_code,
             .timed_out = res->timed_out,
             .started_at = started,
@@ -200,17 +227,6 @@ int ab_manager_exec(ab_manager *m, ab_use *u, const abc_exec_req *req, abc_outpu
         if (u->audit)
                 ab_exec_audits_free(u->audit, 1);
         u->audit = a;
-        size_t cl = strlen(req->command);
-        json_t *d =
-            json_pack("{s:s%,s:i,s:I,s:b,s:I,s:I}", "command", req->command,
-                      cl > EVENT_CMD_MAX ? (size_t)EVENT_CMD_MAX : cl, "exit_code", res->exit_code,
-                      "duration_ms", (json_int_t)res->duration_ms, "timed_out", res->timed_out,
-                      "stdout_bytes", (json_int_t)res->stdout_bytes, "stderr_bytes",
-                      (json_int_t)res->stderr_bytes);
-        if (!d) /* command is not valid UTF-8 */
-                d = json_pack("{s:s,s:i,s:I,s:b}", "command", "(not UTF-8)", "exit_code",
-                              res->exit_code, "duration_ms", (json_int_t)res->duration_ms,
-                              "timed_out", res->timed_out);
-        mgr_emit(m, "exec", &u->rec, d);
+        mgr_emit(m, "exec", &u->rec, exec_event(req, text, res));
         return 0;
 }

@@ -5,6 +5,8 @@
  * once and cached (see "the login environment" below), commands run as
  * `bash --noprofile -lc COMMAND` with it, and a command that is one plain
  * simple command is exec'd directly, as bash itself would (see "direct exec").
+ * An ARGV request runs its program with no shell and no profiles at all
+ * (see exec_argv).
  *
  * The session (our caller) is a child subreaper, so every process the
  * command starts stays its descendant until the session exits. One poll loop
@@ -23,6 +25,7 @@
 #include <limits.h>
 #include <poll.h>
 #include <signal.h>
+#include <spawn.h>
 #include <stdatomic.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
@@ -1073,6 +1076,7 @@ typedef enum {
         RUN_LOGIN,  /* bash -lc COMMAND, base environment: as before the cache */
         RUN_SHELL,  /* bash --noprofile -lc COMMAND, login environment */
         RUN_DIRECT, /* the program itself, login environment */
+        RUN_ARGV,   /* ARGV as given, base environment: no shell at all */
 } run_kind;
 
 typedef struct exec_plan {
@@ -1082,7 +1086,7 @@ typedef struct exec_plan {
         size_t n_bash; /* RUN_DIRECT: the entries bash would get (cut here to fall back on it) */
         size_t pwd_size;
         char *path;  /* RUN_DIRECT: the program */
-        char **argv; /* RUN_DIRECT: its words */
+        char **argv; /* RUN_DIRECT: its words; RUN_ARGV: ARGV */
         bool set_umask;
         mode_t umask;
 } exec_plan;
@@ -1102,6 +1106,14 @@ static void plan_exec(exec_plan *p, const abp_exec_req *req, const init_conf *co
 {
         login_env le;
         size_t n;
+        if (req->argv) {
+                /* No shell, so no profiles either: the base environment and ENV. */
+                *p = (exec_plan){.kind = RUN_ARGV, .env = login_base_env(req, conf->workdir)};
+                p->argv = xcalloc(xadd(req->n_argv, 1), sizeof(*p->argv));
+                for (size_t i = 0; i < req->n_argv; i++)
+                        p->argv[i] = xstrdup(req->argv[i]);
+                return;
+        }
         *p = (exec_plan){.kind = RUN_LOGIN, .command = req->command};
         le_get(&le, conf, sfd, deadline);
         if (le.state != LE_ENV) {
@@ -1132,6 +1144,70 @@ static void plan_exec(exec_plan *p, const abp_exec_req *req, const init_conf *co
         p->argv = steal_pointer(&words);
 }
 
+/* execve of `file` as execvp(3) finds it, but along the PATH of env (not of
+ * init), with no fallback to /bin/sh for a file without #!: a name holding a
+ * '/' as is, else each PATH entry in turn (an empty one is the cwd; no PATH:
+ * /usr/bin:/bin). Returns only on failure, with errno of the most telling try. */
+static void exec_argv(char **argv, char **env)
+{
+        const char *file = argv[0];
+        if (!*file) {
+                errno = ENOENT;
+                return;
+        }
+        if (strchr(file, '/')) {
+                execve(file, argv, env);
+                return;
+        }
+        const char *path = env_get(env, "PATH");
+        if (!path)
+                path = "/usr/bin:/bin";
+        size_t flen = strlen(file);
+        bool denied = false;
+        char buf[PATH_MAX];
+        for (const char *d = path;; d++) {
+                const char *end = strchrnul(d, ':');
+                size_t dlen = (size_t)(end - d);
+                if (dlen + 1 + flen < sizeof(buf)) {
+                        memcpy(buf, d, dlen);
+                        buf[dlen] = '/';
+                        memcpy(buf + dlen + 1, file, flen + 1);
+                        execve(dlen ? buf : file, argv, env);
+                        switch (errno) {
+                        case EACCES:
+                                denied = true;
+                                break;
+                        case ENOENT:
+                        case ENOTDIR:
+                        case ESTALE:
+                        case ENODEV:
+                        case ETIMEDOUT:
+                        case ELOOP:
+                        case ENAMETOOLONG:
+                                break;
+                        default:
+                                return; /* found, but the kernel refused it: stop here */
+                        }
+                }
+                if (!*end)
+                        break;
+                d = end;
+        }
+        errno = denied ? EACCES : ENOENT;
+}
+
+/* After a failed exec_argv: report as a shell would, 127 when there is no
+ * such program, 126 when there is one that cannot run. */
+__attribute__((noreturn)) static void argv_failed(const char *file)
+{
+        int e = errno;
+        if (e == ENOENT && !strchr(file, '/'))
+                dprintf(2, "agentbox-init: %s: command not found\n", file);
+        else
+                dprintf(2, "agentbox-init: %s: %s\n", file, strerror(e));
+        _exit(e == ENOENT || e == ENOTDIR ? 127 : 126);
+}
+
 /* Child side of the fork: never returns. */
 __attribute__((noreturn)) static void run_child(int in, int out, int err, int cwdfd, exec_plan *p)
 {
@@ -1146,6 +1222,10 @@ __attribute__((noreturn)) static void run_child(int in, int out, int err, int cw
         if (p->set_umask)
                 umask(p->umask);
         close_from(3);
+        if (p->kind == RUN_ARGV) {
+                exec_argv(p->argv, p->env);
+                argv_failed(p->argv[0]);
+        }
         if (p->kind == RUN_DIRECT) {
                 if (getcwd(p->env[p->n_bash] + 4, p->pwd_size - 4))
                         execve(p->path, p->argv, p->env);
@@ -1158,6 +1238,103 @@ __attribute__((noreturn)) static void run_child(int in, int out, int err, int cw
         execve("/bin/bash", p->kind == RUN_LOGIN ? login : shell, p->env);
         dprintf(2, "agentbox-init: cannot run /bin/bash: %s\n", strerror(errno));
         _exit(127);
+}
+
+/* ---- starting the command: posix_spawn first ----
+ *
+ * fork() copies the session's page tables, which on a paravirtualised host
+ * costs more than the whole exec of a small program; posix_spawn starts the
+ * child in the session's memory (clone CLONE_VM|CLONE_VFORK) until it execs.
+ * What posix_spawn cannot do for the child (cwd, umask, RLIMIT_NPROC) the
+ * session does to itself first: it serves this one exec and then exits. Any
+ * failure (a program the kernel refuses, a missing one, EAGAIN at the
+ * process limit) falls back to run_child in a fork, which does the same
+ * steps one by one and reports errors as it always has. */
+
+/* Where an argv's program is: as is with a '/', else the first executable
+ * regular file along the PATH of env (an empty entry is the cwd, which the
+ * session has entered). NULL when none is (run_child then says why). */
+static char *argv_program(const char *file, char *const *env)
+{
+        if (strchr(file, '/'))
+                return xstrdup(file);
+        const char *path = env_get(env, "PATH");
+        if (!path)
+                path = "/usr/bin:/bin";
+        for (const char *d = path;; d++) {
+                const char *end = strchrnul(d, ':');
+                int dlen = (int)(end - d);
+                char *f = dlen ? xasprintf("%.*s/%s", dlen, d, file) : xstrdup(file);
+                struct stat st;
+                if (stat(f, &st) == 0 && S_ISREG(st.st_mode) && access(f, X_OK) == 0)
+                        return f;
+                free(f);
+                if (!*end)
+                        return NULL;
+                d = end;
+        }
+}
+
+/* Spawns the command of p with stdin in, stdout out, stderr err, in cwdfd.
+ * Returns its pid, or -1 (nothing started: fork run_child instead). */
+static pid_t spawn_child(int in, int out, int err, int cwdfd, exec_plan *p)
+{
+        if (fchdir(cwdfd) < 0)
+                return -1;
+        if (p->set_umask)
+                umask(p->umask);
+        if (init_max_procs) {
+                struct rlimit nproc = {init_max_procs, init_max_procs};
+                setrlimit(RLIMIT_NPROC, &nproc);
+        }
+        _cleanup_free_ char *prog = NULL;
+        char *const *argv;
+        char *login[] = {"bash", "-lc", (char *)p->command, NULL};
+        char *shell[] = {"bash", "--noprofile", "-lc", (char *)p->command, NULL};
+        switch (p->kind) {
+        case RUN_ARGV:
+                prog = argv_program(p->argv[0], p->env);
+                if (!prog)
+                        return -1;
+                argv = p->argv;
+                break;
+        case RUN_DIRECT:
+                if (!getcwd(p->env[p->n_bash] + 4, p->pwd_size - 4))
+                        return -1;
+                prog = xstrdup(p->path);
+                argv = p->argv;
+                break;
+        default:
+                prog = xstrdup("/bin/bash");
+                argv = p->kind == RUN_LOGIN ? login : shell;
+                break;
+        }
+        posix_spawnattr_t at;
+        posix_spawn_file_actions_t fa;
+        sigset_t all, none;
+        sigfillset(&all);
+#ifdef __GLIBC__
+        /* glibc's sigfillset leaves out its two internal signals (32 and 33),
+         * and its posix_spawn then sets them to SIG_IGN in the child: they
+         * must reach the command at their default, like every other. */
+        all.__val[0] |= 3UL << 31;
+#endif
+        sigemptyset(&none);
+        posix_spawnattr_init(&at);
+        posix_spawnattr_setflags(&at, POSIX_SPAWN_SETSID | POSIX_SPAWN_SETSIGDEF |
+                                          POSIX_SPAWN_SETSIGMASK);
+        posix_spawnattr_setsigdefault(&at, &all);
+        posix_spawnattr_setsigmask(&at, &none);
+        posix_spawn_file_actions_init(&fa);
+        posix_spawn_file_actions_adddup2(&fa, in, 0);
+        posix_spawn_file_actions_adddup2(&fa, out, 1);
+        posix_spawn_file_actions_adddup2(&fa, err, 2);
+        posix_spawn_file_actions_addclosefrom_np(&fa, 3);
+        pid_t pid;
+        int r = posix_spawn(&pid, prog, &fa, &at, argv, p->env);
+        posix_spawn_file_actions_destroy(&fa);
+        posix_spawnattr_destroy(&at);
+        return r == 0 ? pid : -1;
 }
 
 static int pipe_pair(int p[2])
@@ -1307,7 +1484,9 @@ void init_exec(init_conn *c, const abp_frame *f, const init_conf *conf)
         int r = 0;
 
         if (abp_dec_exec(f, &req) < 0) {
-                init_send_error(c, "invalid_argument", "malformed exec request");
+                init_send_error(c, "invalid_argument",
+                                "malformed exec request (a bad field, or not exactly one of "
+                                "COMMAND and ARGV)");
                 return;
         }
         exec_state st = {
@@ -1370,7 +1549,9 @@ void init_exec(init_conn *c, const abp_frame *f, const init_conf *conf)
                 st.in_len = req.stdin_len;
         }
 
-        st.pid = fork();
+        st.pid = spawn_child(in[0], out[1], err[1], cwdfd, &plan);
+        if (st.pid < 0)
+                st.pid = fork();
         if (st.pid < 0) {
                 init_send_error(c, "internal", "cannot fork: %s", strerror(errno));
                 goto out;

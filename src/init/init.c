@@ -4,9 +4,14 @@
  *   agentbox-init --listen PATH [--workdir DIR]  bind and listen itself
  *   agentbox-init --version
  *
- * The main loop only accepts connections, reaps zombies and handles SIGTERM:
+ * The main loop only starts sessions, reaps zombies and handles SIGTERM:
  * every connection is served by a forked session child (one request per
- * connection), so nothing a request does can crash or block init. */
+ * connection), so nothing a request does can crash or block init. A fork
+ * costs more than the rest of a small exec (~1.4 ms of a ~5 ms exec on the
+ * host of docs/benchmarks.md), so one session is always forked ahead: the
+ * spare waits in accept() itself and, once it has a connection, tells init,
+ * which forks the next spare while the first serves. Without a spare (a
+ * failed fork), init accepts and forks per connection. */
 #include "base/err.h"
 #include "init/init_int.h"
 
@@ -110,12 +115,14 @@ int init_send_errno(init_conn *c, int e, const char *path)
 
 /* ---- the session: one connection, one request ---- */
 
-static void session(int fd, const char *workdir)
+/* What a session is before it has a connection (init's child, after fork). */
+static void session_prepare(int sfd, const sigset_t *oldmask)
 {
-        init_conn c = {.fd = fd};
-        init_conf conf = {.workdir = workdir, .workdir_fd = -1};
-        abp_frame f;
-
+        close(sfd);
+        signal(SIGTERM, SIG_DFL);
+        signal(SIGINT, SIG_DFL);
+        signal(SIGHUP, SIG_DFL);
+        sigprocmask(SIG_SETMASK, oldmask, NULL);
         prctl(PR_SET_NAME, "ab-session");
         /* Everything the request spawns stays our descendant, so a timeout or a
          * disconnect can kill all of it. */
@@ -126,6 +133,14 @@ static void session(int fd, const char *workdir)
                 (void)!write(oom, "0", 1);
                 close(oom);
         }
+}
+
+static void session(int fd, const char *workdir)
+{
+        init_conn c = {.fd = fd};
+        init_conf conf = {.workdir = workdir, .workdir_fd = -1};
+        abp_frame f;
+
         conf.workdir_fd = open(workdir, O_PATH | O_DIRECTORY | O_CLOEXEC);
 
         int r = abp_recv(fd, &c.rd, &f, INIT_IO_TIMEOUT_MS);
@@ -196,6 +211,41 @@ static void start_prewarm(int lfd, int sfd, const sigset_t *oldmask, const char 
         _exit(0);
 }
 
+/* The spare session: forked ahead, it takes the next connection itself and
+ * reports its pid on `taken` so that init forks the next spare. */
+static pid_t spare_pid = -1;
+
+static void start_spare(int lfd, int sfd, const int taken[2], const sigset_t *oldmask,
+                        const char *workdir)
+{
+        pid_t pid = fork();
+        if (pid != 0) {
+                if (pid < 0)
+                        logmsg("fork (spare session): %s", strerror(errno));
+                spare_pid = pid < 0 ? -1 : pid;
+                return;
+        }
+        close(taken[0]);
+        session_prepare(sfd, oldmask);
+        int cfd;
+        for (;;) {
+                struct pollfd p = {.fd = lfd, .events = POLLIN};
+                if (poll(&p, 1, -1) < 0 && errno != EINTR)
+                        _exit(1);
+                cfd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
+                if (cfd >= 0)
+                        break;
+                if (errno != EAGAIN && errno != EINTR && errno != ECONNABORTED)
+                        usleep(50000); /* out of fds or memory: do not spin */
+        }
+        pid_t me = getpid();
+        (void)!write(taken[1], &me, sizeof(me));
+        close(taken[1]);
+        close(lfd);
+        session(cfd, workdir);
+        _exit(0);
+}
+
 static void usage(FILE *f)
 {
         fprintf(f, "usage: agentbox-init (--fd N | --listen PATH) [--workdir DIR] [--max-procs N]\n"
@@ -239,8 +289,10 @@ static int listen_at(const char *path)
 
 static void reap_all(void)
 {
-        while (waitpid(-1, NULL, WNOHANG) > 0)
-                ;
+        pid_t p;
+        while ((p = waitpid(-1, NULL, WNOHANG)) > 0)
+                if (p == spare_pid)
+                        spare_pid = -1; /* died before it took a connection */
 }
 
 static void on_signal(int sig)
@@ -385,10 +437,20 @@ int main(int argc, char **argv)
 
         if (prewarm)
                 start_prewarm(lfd, sfd, &oldmask, workdir);
+        int taken[2];
+        if (pipe2(taken, O_CLOEXEC | O_NONBLOCK) < 0) {
+                logmsg("pipe: %s", strerror(errno));
+                return 1;
+        }
 
         for (;;) {
-                struct pollfd p[2] = {{.fd = lfd, .events = POLLIN}, {.fd = sfd, .events = POLLIN}};
-                if (poll(p, 2, -1) < 0) {
+                if (spare_pid < 0)
+                        start_spare(lfd, sfd, taken, &oldmask, workdir);
+                /* With a spare, connections are its to take. */
+                struct pollfd p[3] = {{.fd = spare_pid > 0 ? -1 : lfd, .events = POLLIN},
+                                      {.fd = sfd, .events = POLLIN},
+                                      {.fd = taken[0], .events = POLLIN}};
+                if (poll(p, 3, -1) < 0) {
                         if (errno != EINTR)
                                 usleep(10000);
                         continue;
@@ -403,6 +465,12 @@ int main(int argc, char **argv)
                         if (stop)
                                 break;
                 }
+                if (p[2].revents) {
+                        pid_t who;
+                        while (read(taken[0], &who, sizeof(who)) == sizeof(who))
+                                if (who == spare_pid)
+                                        spare_pid = -1; /* it serves a connection now */
+                }
                 if (!p[0].revents)
                         continue;
                 int cfd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
@@ -414,11 +482,9 @@ int main(int argc, char **argv)
                 pid_t pid = fork();
                 if (pid == 0) {
                         close(lfd);
-                        close(sfd);
-                        signal(SIGTERM, SIG_DFL);
-                        signal(SIGINT, SIG_DFL);
-                        signal(SIGHUP, SIG_DFL);
-                        sigprocmask(SIG_SETMASK, &oldmask, NULL);
+                        close(taken[0]);
+                        close(taken[1]);
+                        session_prepare(sfd, &oldmask);
                         session(cfd, workdir);
                         _exit(0);
                 }

@@ -6,6 +6,7 @@
 #include "proto/initclient.h"
 #include "proto/proto.h"
 
+#include <ctype.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <sys/socket.h>
@@ -225,6 +226,59 @@ static int exec_frames(xclient *x, abc_output_fn out, void *ud, abc_exec_res *re
         return k < 0 ? unavailable(err) : 0;
 }
 
+int abc_exec_req_check(const abc_exec_req *req, ab_err **err)
+{
+        if (req->command && req->argv)
+                return ab_err_set(err, AB_E_INVALID, 0,
+                                  "give either a command or an argv, not both");
+        if (req->argv && !req->argv[0])
+                return ab_err_set(err, AB_E_INVALID, 0, "argv: must not be empty");
+        if (req->argv && !req->argv[0][0])
+                return ab_err_set(err, AB_E_INVALID, 0, "argv[0]: must not be empty");
+        if (!req->command && !req->argv)
+                return ab_err_set(err, AB_E_INVALID, 0, "no command");
+        return 0;
+}
+
+/* A word a POSIX shell reads back as itself, unquoted. */
+static bool plain_word(const char *w)
+{
+        if (!*w)
+                return false;
+        for (; *w; w++)
+                if (!isalnum((unsigned char)*w) && !strchr("_./:=+,@%-", *w))
+                        return false;
+        return true;
+}
+
+char *abc_exec_req_text(const abc_exec_req *req)
+{
+        if (!req->argv)
+                return xstrdup(req->command ? req->command : "");
+        size_t len = 1;
+        for (const char *const *a = req->argv; *a; a++)
+                len = xadd(len, xadd(xmul(strlen(*a), 4), 3)); /* ' -> '\'' */
+        char *s = xmalloc(len), *p = s;
+        for (const char *const *a = req->argv; *a; a++) {
+                if (a != req->argv)
+                        *p++ = ' ';
+                if (plain_word(*a) && !(a == req->argv && strchr(*a, '='))) {
+                        p = stpcpy(p, *a);
+                        continue;
+                }
+                *p++ = '\'';
+                for (const char *c = *a; *c; c++) {
+                        if (*c == '\'')
+                                p = stpcpy(p, "'\\''"); /* end quote, \', quote again */
+                        else
+                                *p++ = *c;
+                }
+                *p++ = '\'';
+        }
+        *p = 0;
+        return s;
+}
+
 int abc_exec(int fd, const abc_exec_req *req, abc_output_fn out, void *ud, abc_exec_res *res,
              ab_err **err)
 {
@@ -232,14 +286,16 @@ int abc_exec(int fd, const abc_exec_req *req, abc_output_fn out, void *ud, abc_e
         if (!res)
                 res = &dummy;
         *res = (abc_exec_res){0};
-        if (!req->command)
-                return ab_err_set(err, AB_E_INVALID, 0, "no command");
+        if (abc_exec_req_check(req, err) < 0)
+                return -1;
         if (req->stdin_len > 0 && !req->stdin_data)
                 return ab_err_set(err, AB_E_INVALID, 0, "stdin_len without stdin_data");
 
-        size_t n_env = 0;
+        size_t n_env = 0, n_argv = 0;
         while (req->env && req->env[n_env])
                 n_env++;
+        while (req->argv && req->argv[n_argv])
+                n_argv++;
         xclient x = {
             .fd = fd,
             .stream = req->stdin_fd >= 0 || req->stdin_len > INLINE_STDIN_MAX,
@@ -247,6 +303,8 @@ int abc_exec(int fd, const abc_exec_req *req, abc_output_fn out, void *ud, abc_e
         };
         abp_exec_req m = {
             .command = req->command,
+            .argv = (const char **)req->argv,
+            .n_argv = n_argv,
             .env = (const char **)req->env,
             .n_env = n_env,
             .cwd = req->cwd,
@@ -264,8 +322,8 @@ int abc_exec(int fd, const abc_exec_req *req, abc_output_fn out, void *ud, abc_e
         if (abp_enc_exec(&x.q, &m) < 0) {
                 abp_buf_free(&x.q);
                 return ab_err_set(err, AB_E_INVALID, 0,
-                                  "exec request too large: command, environment and cwd must "
-                                  "fit in %u bytes",
+                                  "exec request too large: command (or argv), environment and "
+                                  "cwd must fit in %u bytes",
                                   ABP_MAX_PAYLOAD);
         }
 

@@ -20,11 +20,15 @@
  * sun_path). Returns the fd or a negative value with *err set. */
 int abc_connect(int dirfd, const char *name, ab_err **err);
 
+/* Exactly one of command and argv (else AB_E_INVALID). */
 typedef struct abc_exec_req {
-        const char *command;    /* run as bash -lc COMMAND would (docs/protocol.md) */
-        const char *const *env; /* extra "K=V" strings, NULL-terminated; may be NULL */
-        const char *cwd;        /* NULL = /workspace; must exist */
-        const void *stdin_data; /* may be NULL */
+        const char *command;     /* run as bash -lc COMMAND would (docs/protocol.md), or NULL */
+        const char *const *argv; /* or the program and its arguments, NULL-terminated, run with
+                                  * no shell: argv[0] is looked up in the exec's PATH; at least
+                                  * argv[0], which must not be empty */
+        const char *const *env;  /* extra "K=V" strings, NULL-terminated; may be NULL */
+        const char *cwd;         /* NULL = /workspace; must exist */
+        const void *stdin_data;  /* may be NULL */
         size_t stdin_len;
         int stdin_fd;        /* or -1; when >= 0, stdin is streamed from it until EOF */
         uint32_t timeout_ms; /* 0 = no timeout */
@@ -50,6 +54,15 @@ typedef int (*abc_output_fn)(void *ud, int stream, const void *buf, size_t len);
 
 int abc_exec(int fd, const abc_exec_req *req, abc_output_fn out, void *ud, abc_exec_res *res,
              ab_err **err);
+
+/* Checks that req names exactly one of command and a non-empty argv (with a
+ * non-empty argv[0]): 0, or -1 with AB_E_INVALID in *err. abc_exec checks it too. */
+int abc_exec_req_check(const abc_exec_req *req, ab_err **err);
+
+/* req's command as one line for people (audit rows, events, logs): the
+ * command itself, or argv quoted as a POSIX shell would need it (words of
+ * plain characters as they are, others in single quotes). Free with free(). */
+char *abc_exec_req_text(const abc_exec_req *req);
 
 typedef enum { ABC_FILE = 1, ABC_DIR, ABC_SYMLINK, ABC_OTHER } abc_ftype;
 

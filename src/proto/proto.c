@@ -144,7 +144,10 @@ int abp_enc_empty(abp_buf *b, uint32_t type)
 int abp_enc_exec(abp_buf *b, const abp_exec_req *m)
 {
         abp_frame_begin(b, ABP_EXEC);
-        abp_put_str(b, ABP_F_COMMAND, m->command ? m->command : "");
+        if (m->n_argv == 0)
+                abp_put_str(b, ABP_F_COMMAND, m->command ? m->command : "");
+        for (size_t i = 0; i < m->n_argv; i++)
+                abp_put_str(b, ABP_F_ARGV, m->argv[i]);
         for (size_t i = 0; i < m->n_env; i++)
                 abp_put_str(b, ABP_F_ENV, m->env[i]);
         if (m->cwd)
@@ -307,6 +310,7 @@ bool abp_is_request(uint32_t type)
 void abp_exec_req_clear(abp_exec_req *m)
 {
         free(m->env);
+        free(m->argv);
         *m = (abp_exec_req){0};
 }
 
@@ -314,18 +318,20 @@ int abp_dec_exec(const abp_frame *f, abp_exec_req *m)
 {
         abp_field fl;
         int r = 0;
-        size_t n_env = 0;
+        size_t n_env = 0, n_argv = 0;
 
         *m = (abp_exec_req){0};
         if (f->type != ABP_EXEC)
                 return -EBADMSG;
         FOR_FIELDS(f, fl, r, {
-                if (fl.tag == ABP_F_ENV)
-                        n_env++;
+                n_env += fl.tag == ABP_F_ENV;
+                n_argv += fl.tag == ABP_F_ARGV;
         });
-        /* n_env <= payload / FIELD_HDR, so this allocation is bounded. */
+        /* Both counts <= payload / FIELD_HDR, so these allocations are bounded. */
         const char **env = xcalloc(n_env + 1, sizeof(*env));
+        const char **argv = n_argv ? xcalloc(n_argv + 1, sizeof(*argv)) : NULL;
         m->env = env;
+        m->argv = argv;
         FOR_FIELDS(f, fl, r, {
                 switch (fl.tag) {
                 case ABP_F_COMMAND:
@@ -334,6 +340,10 @@ int abp_dec_exec(const abp_frame *f, abp_exec_req *m)
                 case ABP_F_ENV:
                         r = val_str(&fl, &env[m->n_env]);
                         m->n_env++;
+                        break;
+                case ABP_F_ARGV:
+                        r = val_str(&fl, &argv[m->n_argv]);
+                        m->n_argv++;
                         break;
                 case ABP_F_CWD:
                         r = val_str(&fl, &m->cwd);
@@ -355,7 +365,7 @@ int abp_dec_exec(const abp_frame *f, abp_exec_req *m)
                 if (r < 0)
                         abp_exec_req_clear(m);
         });
-        if (!m->command) {
+        if (!m->command == !m->argv) {
                 abp_exec_req_clear(m);
                 return -EBADMSG;
         }

@@ -12,7 +12,7 @@
  *   u32 (4 bytes), u64 (8 bytes), str (the bytes then exactly one NUL, no NUL
  *   inside), bytes (raw). A known tag with a wrong length is an error; an
  *   unknown tag is skipped, so fields can be added later. A field given twice
- *   keeps the last value, except ENV which repeats.
+ *   keeps the last value, except ENV and ARGV which repeat.
  *
  * Flows (C = client, I = init):
  *   PING:    C: PING                          I: OK{VERSION,PROTO}
@@ -73,6 +73,7 @@ enum {
         ABP_F_STDIN_STREAM = 5,  /* u32 bool: DATA(0)... EOF frames follow */
         ABP_F_TIMEOUT_MS = 6,    /* u32, 0 = none */
         ABP_F_OUTPUT_CAP = 7,    /* u64, 0 = ABP_DEFAULT_CAP */
+        ABP_F_ARGV = 8,          /* str, repeated: argv[0], argv[1], ... (instead of COMMAND) */
         ABP_F_PATH = 16,         /* str */
         ABP_F_OFFSET = 17,       /* u64 */
         ABP_F_LENGTH = 18,       /* u64, 0 = to the end */
@@ -113,8 +114,12 @@ typedef struct abp_frame {
         const uint8_t *payload; /* valid until the next abp_reader call */
 } abp_frame;
 
+/* Exactly one of command and argv: a request with both or neither does not
+ * decode (an empty argv cannot be sent: it is no ARGV field at all). */
 typedef struct abp_exec_req {
-        const char *command;
+        const char *command; /* run by bash, or NULL */
+        const char **argv;   /* or n_argv >= 1 words, NULL-terminated; owned like env */
+        size_t n_argv;
         const char **env; /* n_env entries, NULL-terminated; owned: abp_exec_req_clear() */
         size_t n_env;
         const char *cwd; /* or NULL */
@@ -209,7 +214,7 @@ typedef struct abp_field {
 /* Iterates over the fields of f: 1 = *out filled, 0 = end, -EBADMSG. *off starts at 0. */
 int abp_field_next(const abp_frame *f, size_t *off, abp_field *out);
 
-/* abp_dec_exec allocates m->env: release with abp_exec_req_clear. */
+/* abp_dec_exec allocates m->env and m->argv: release with abp_exec_req_clear. */
 int abp_dec_exec(const abp_frame *f, abp_exec_req *m) __attribute__((warn_unused_result));
 void abp_exec_req_clear(abp_exec_req *m);
 int abp_dec_file(const abp_frame *f, abp_file_req *m) __attribute__((warn_unused_result));

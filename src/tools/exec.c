@@ -1,8 +1,9 @@
 /* exec.c - the command tools: DeerFlow's bash (output as LocalSandbox's
  * execute_command formats it, middle-truncated) and seed 000's sandbox_shell
  * ({stdout, stderr, exitCode}, tail-truncated, the full output kept in a log
- * file inside the box). Both run through init's EXEC: bash -lc COMMAND in
- * /workspace with the box's environment. */
+ * file inside the box). Both run bash -lc COMMAND in /workspace through the
+ * box's exec callback (the manager's exec: the box's environment, metric,
+ * audit row and event). */
 #include "tools/tools_int.h"
 
 #include <stdatomic.h>
@@ -31,19 +32,17 @@ static void capture_free(capture *cap)
 static int run(tool_ctx *c, const char *command, uint32_t timeout_s, capture *cap,
                abc_exec_res *res, ab_tool_result *out, ab_err **err)
 {
-        _cleanup_close_ int fd = tool_connect(c, err);
-        if (fd < 0)
-                return -1;
         abc_exec_req req = {
             .command = command,
-            .env = c->box->env,
             .stdin_fd = -1,
             .timeout_ms = timeout_s * 1000u,
             .output_cap = TOOL_EXEC_CAP,
         };
         _cleanup_err_ ab_err *e = NULL;
-        if (abc_exec(fd, &req, capture_cb, cap, res, &e) == 0)
+        if (c->box->exec(c->box->ud, &req, capture_cb, cap, res, &e) == 0)
                 return 0;
+        if (!e)
+                ab_err_set(&e, AB_E_UNAVAILABLE, 0, "the box cannot run commands");
         if (tool_err_is_fatal(e)) {
                 if (err && !*err)
                         *err = steal_pointer(&e);

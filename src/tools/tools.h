@@ -12,6 +12,7 @@
 #define AB_TOOLS_H
 
 #include "base/err.h"
+#include "proto/initclient.h"
 #include <jansson.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -28,13 +29,18 @@ typedef struct ab_tool_limits {
         uint64_t grep_file_max;  /* [1 MiB] files larger than this are skipped by grep */
 } ab_tool_limits;
 
-/* How a tool reaches the box: connect() returns a new connection to the
- * box's init (the caller of connect closes it), or -1 with *err set. */
+/* How a tool reaches the box. connect() returns a new connection to the
+ * box's init for file operations (the caller of connect closes it), or -1
+ * with *err set. exec() runs one command of bash or sandbox_shell: in the
+ * server and the CLI it is the manager's exec (ab_manager_exec), which adds
+ * the box's environment and records the exec (metric, audit row, event)
+ * like any other; unit tests put a fake box behind both. */
 typedef struct ab_tool_box {
         const char *box_id; /* for per-file write serialisation and messages */
         int (*connect)(void *ud, ab_err **err);
+        int (*exec)(void *ud, const abc_exec_req *req, abc_output_fn out, void *out_ud,
+                    abc_exec_res *res, ab_err **err);
         void *ud;
-        const char *const *env; /* extra "K=V" for bash/sandbox_shell, NULL-terminated, or NULL */
 } ab_tool_box;
 
 typedef struct ab_tool_result {

@@ -406,6 +406,57 @@ r = sh(A, "ls /workspace/nope /workspace/big-stdin 2>&1 | wc -l; test -e /worksp
 h.eq((r.get("stdout") or "").split()[-1:], ["none"], "the refused execs did not run", r.text)
 check_error(srv.exec("nosuchbox42", "true"), 404, "not_found", "exec in an unknown box", "nosuchbox42")
 
+# ---- exec of an argv (no shell) ---------------------------------------------------------------
+
+def ax(box, argv, **kw):
+    body = {"argv": argv}
+    body.update(kw)
+    return srv.post("/v1/sandboxes/%s/exec" % box, body)
+
+
+r = ax(A, ["printf", "%s|", "a b", "it's", "$HOME", "*", "$(id)", "", "`id`"])
+h.eq((r.status, r.get("exit_code"), r.get("stdout")), (200, 0, "a b|it's|$HOME|*|$(id)||`id`|"),
+     "argv exec: words reach the program literally (no splitting, quoting, expansion, globs)", r.describe())
+r = ax(A, ["sh", "-c", 'echo "$K|${SHLVL-unset}"; pwd -P; cat /proc/$PPID/comm'], env={"K": "V v"},
+       cwd="/workspace/src")
+out = (r.get("stdout") or "").splitlines()
+h.eq(out[:2], ["V v|unset", "/workspace/src"], "argv exec: env and cwd apply; no outer bash set SHLVL",
+     r.describe())
+h.ok(len(out) == 3 and out[2] != "bash", "argv exec: the program's parent is not a shell (%r)" % out[2:], r.text)
+r = ax(O, ["sh", "-c", 'echo "$FOO|$SP"'])
+h.eq(r.get("stdout"), "bar|a b\n", "argv exec gets the box's env too", r.text)
+r = ax(A, ["cat"], stdin="from stdin")
+h.eq(r.get("stdout"), "from stdin", "argv exec reads stdin", r.text)
+r = ax(A, ["ab-no-such-program", "x"])
+h.eq((r.status, r.get("exit_code")), (200, 127), "argv exec of a missing program: 200 with exit code 127",
+     r.describe())
+h.contains(r.get("stderr") or "", "ab-no-such-program: command not found", "... and says so on stderr", r.text)
+r = ax(A, ["sh", "-c", "sleep 304 & sleep 305"], timeout_s=1)
+h.eq((r.get("timed_out"), r.get("exit_code")), (True, 124), "argv exec past timeout_s: timed_out, 124",
+     r.describe())
+h.eq(procs_left(A, r"slee[p] 30[45]"), [], "... and its whole process tree was killed")
+for body, what, mention in (({"command": "true", "argv": ["true"]}, "exec with command and argv", "not both"),
+                            ({"argv": []}, "exec with an empty argv", "argv"),
+                            ({"argv": "true"}, "exec with a string argv", "argv"),
+                            ({"argv": ["true", 1]}, "exec with a number in argv", "argv[1]"),
+                            ({"argv": ["true", "a\u0000b"]}, "exec with a NUL in an argv word", "u0000"),
+                            ({"argv": [""]}, "exec with an empty argv[0]", "argv[0]")):
+    check_error(srv.post("/v1/sandboxes/%s/exec" % A, body), 400, "invalid_argument", what, mention)
+r = srv.post("/v1/exec", {"app_id": "app1", "user_id": "u1", "chat_id": "c1", "argv": ["pwd"], "cwd": "src"})
+h.eq((r.status, r.get("sandbox_id"), r.get("stdout")), (200, A, "/workspace/src\n"),
+     "/v1/exec with argv runs in the keys' box",
+     r.describe())
+check_error(srv.post("/v1/exec", {"app_id": "app1", "user_id": "u1", "chat_id": "c1", "argv": ["true"],
+                                  "command": "true"}), 400, "invalid_argument", "/v1/exec with command and argv",
+            "not both")
+s = srv.sse("/v1/sandboxes/%s/exec" % A, method="POST", body={"argv": ["sh", "-c", "echo out; echo err >&2; exit 3"]})
+evs = s.collect(until=lambda e: e.type in ("exit", "error"), timeout=15)
+s.close()
+h.eq(("".join((e.json or {}).get("data", "") for e in evs if e.type == "stdout"),
+      "".join((e.json or {}).get("data", "") for e in evs if e.type == "stderr"),
+      [(e.json or {}).get("exit_code") for e in evs if e.type == "exit"]),
+     ("out\n", "err\n", [3]), "argv exec streams over SSE: stdout, stderr, then exit", repr(evs))
+
 m1 = srv.metrics() or []
 
 # ---- exec streaming (SSE) ---------------------------------------------------------------

@@ -421,6 +421,211 @@ static void test_env_cwd(void)
         capture_free(&c);
 }
 
+/* ---- argv exec: no shell ---- */
+
+static int run_argv(const char *const *argv, const char *const *env, const char *cwd, capture *c,
+                    abc_exec_res *res, ab_err **err)
+{
+        abc_exec_req req = {
+            .argv = argv, .env = env, .cwd = cwd, .stdin_fd = -1, .timeout_ms = 30000};
+        return run(&req, c, res, err);
+}
+
+static void put_exec(const char *path, const char *s, mode_t mode)
+{
+        put_file(path, s);
+        must(chmod(path, mode));
+}
+
+static void test_argv(void)
+{
+        capture c = {0};
+        abc_exec_res res;
+        ab_err *e = NULL;
+        char want[3 * PATH_MAX];
+
+        /* Words reach the program as they are: no splitting, quoting, expansion, globbing. */
+        const char *lit[] = {"printf", "%s|",   "a b", "it's",  "\"q\"", "$HOME", "*",
+                             "`id`",   "$(id)", "",    "a\\nb", "~",     NULL};
+        int r = run_argv(lit, NULL, NULL, &c, &res, &e);
+        tap_ok(r == 0 && res.exit_code == 0, "argv exec runs%s%s", e ? ": " : "", e ? e->msg : "");
+        TAP_IS_STR(out_of(&c, 1), "a b|it's|\"q\"|$HOME|*|`id`|$(id)||a\\nb|~|",
+                   "argv words are passed literally (spaces, quotes, $, globs, empty)");
+        capture_free(&c);
+
+        /* No shell: env shows none of what bash adds (SHLVL, _, PWD), only the
+         * base environment and the request's. */
+        const char *envp[] = {"FOO=bar baz", "LANG=C", NULL};
+        const char *envcmd[] = {"env", NULL};
+        r = run_argv(envcmd, envp, NULL, &c, &res, &e);
+        const char *o = out_of(&c, 1);
+        snprintf(want, sizeof(want), "\nHOME=%s\n", ws);
+        tap_ok(r == 0 && res.exit_code == 0 && strstr(o, "FOO=bar baz\n") &&
+                   strstr(o, "LANG=C\n") && !strstr(o, "LANG=C.UTF-8") &&
+                   strstr(o, "\nUSER=root\n") && strstr(o, "PATH=/usr/local/sbin:") &&
+                   strstr(o, want),
+               "argv exec gets the base environment under the request's");
+        tap_ok(!strstr(o, "SHLVL=") && !strstr(o, "\n_=") && !strstr(o, "PWD="),
+               "... and nothing a shell adds (no SHLVL, _ or PWD)");
+        capture_free(&c);
+
+        /* The parent of the program is the session, not a shell. */
+        const char *ppid[] = {"sh", "-c", "cat /proc/$PPID/comm", NULL};
+        r = run_argv(ppid, NULL, NULL, &c, &res, &e);
+        tap_ok(r == 0 && strncmp(out_of(&c, 1), "bash", 4) != 0 && c.o[1].n > 0,
+               "the program's parent is init's session, not bash (%s)", out_of(&c, 1));
+        capture_free(&c);
+
+        /* cwd, relative to the workdir. */
+        mkdir(in_ws("sub"), 0755);
+        const char *pwd[] = {"/bin/pwd", "-P", NULL};
+        r = run_argv(pwd, NULL, "sub", &c, &res, &e);
+        snprintf(want, sizeof(want), "%s/sub\n", ws);
+        tap_ok(r == 0 && strcmp(out_of(&c, 1), want) == 0, "argv exec in a cwd (%s)",
+               out_of(&c, 1));
+        capture_free(&c);
+
+        /* PATH lookup along the exec's PATH: a directory where a non-executable
+         * file comes first, then one with the program. */
+        char d1[PATH_MAX], d2[PATH_MAX], path_env[3 * PATH_MAX], f[PATH_MAX + 16];
+        snprintf(d1, sizeof(d1), "%s/bin1", tmp);
+        snprintf(d2, sizeof(d2), "%s/bin2", tmp);
+        mkdir(d1, 0755);
+        mkdir(d2, 0755);
+        snprintf(f, sizeof(f), "%s/abprog", d1);
+        put_exec(f, "#!/bin/sh\necho wrong\n", 0644);
+        snprintf(f, sizeof(f), "%s/abprog", d2);
+        put_exec(f, "#!/bin/sh\necho \"abprog:$#:$1\"\n", 0755);
+        snprintf(path_env, sizeof(path_env), "PATH=/nonexistent:%s:%s:/usr/bin:/bin", d1, d2);
+        const char *penv[] = {path_env, NULL};
+        const char *prog[] = {"abprog", "x y", NULL};
+        r = run_argv(prog, penv, NULL, &c, &res, &e);
+        tap_ok(r == 0 && res.exit_code == 0 && strcmp(out_of(&c, 1), "abprog:1:x y\n") == 0,
+               "the program is found along the exec's PATH, past a non-executable one (%s)",
+               out_of(&c, 1));
+        capture_free(&c);
+        r = run_argv(prog, NULL, NULL, &c, &res, &e);
+        tap_ok(r == 0 && res.exit_code == 127 && strstr(out_of(&c, 2), "abprog: command not found"),
+               "... and not without that PATH: 127, command not found (%s)", out_of(&c, 2));
+        capture_free(&c);
+
+        /* Missing and unrunnable programs, as a shell reports them. */
+        const char *missing[] = {"ab-no-such-program", "arg", NULL};
+        r = run_argv(missing, NULL, NULL, &c, &res, &e);
+        tap_ok(r == 0 && res.exit_code == 127 && c.o[1].n == 0 &&
+                   strcmp(out_of(&c, 2),
+                          "agentbox-init: ab-no-such-program: command not found\n") == 0,
+               "a missing program: exit 127 and a message on stderr (%s)", out_of(&c, 2));
+        capture_free(&c);
+        const char *missing_path[] = {"/nonexistent/prog", NULL};
+        r = run_argv(missing_path, NULL, NULL, &c, &res, &e);
+        tap_ok(r == 0 && res.exit_code == 127 &&
+                   strstr(out_of(&c, 2), "/nonexistent/prog: No such file or directory"),
+               "a missing path: 127 (%s)", out_of(&c, 2));
+        capture_free(&c);
+        snprintf(f, sizeof(f), "%s/abprog", d1);
+        const char *noexec[] = {f, NULL};
+        r = run_argv(noexec, NULL, NULL, &c, &res, &e);
+        tap_ok(r == 0 && res.exit_code == 126 && strstr(out_of(&c, 2), "Permission denied"),
+               "a file that is not executable: 126 (%s)", out_of(&c, 2));
+        capture_free(&c);
+        snprintf(f, sizeof(f), "%s/noshebang", d2);
+        put_exec(f, "echo ran by a shell\n", 0755);
+        const char *noshebang[] = {f, NULL};
+        r = run_argv(noshebang, NULL, NULL, &c, &res, &e);
+        tap_ok(r == 0 && res.exit_code == 126 && c.o[1].n == 0 &&
+                   strstr(out_of(&c, 2), "Exec format error"),
+               "a script without #!: 126, no shell runs it (%s)", out_of(&c, 2));
+        capture_free(&c);
+        const char *dollar[] = {"true$IFS", NULL};
+        r = run_argv(dollar, NULL, NULL, &c, &res, &e);
+        tap_ok(r == 0 && res.exit_code == 127, "a program name with $ is not expanded (%d)",
+               res.exit_code);
+        capture_free(&c);
+
+        /* stdin, exit codes, signals. */
+        const char *cat[] = {"cat", NULL};
+        abc_exec_req req = {.argv = cat, .stdin_data = "in\n", .stdin_len = 3, .stdin_fd = -1};
+        r = run(&req, &c, &res, &e);
+        tap_ok(r == 0 && strcmp(out_of(&c, 1), "in\n") == 0, "argv exec reads stdin");
+        capture_free(&c);
+        const char *term[] = {"sh", "-c", "kill -TERM $$", NULL};
+        r = run_argv(term, NULL, NULL, &c, &res, &e);
+        tap_ok(r == 0 && res.exit_code == 128 + 15, "killed by SIGTERM -> 143 (%d)", res.exit_code);
+        capture_free(&c);
+        const char *yes[] = {"yes", NULL};
+        req = (abc_exec_req){.argv = yes, .stdin_fd = -1, .output_cap = 1000, .timeout_ms = 30000};
+        r = run(&req, &c, &res, &e);
+        tap_ok(r == 0 && res.truncated &&
+                   c.o[1].n == 1000 + strlen("\n[agentbox: output truncated "
+                                             "after 1000 bytes]\n"),
+               "the output cap applies (%zu bytes)", c.o[1].n);
+        capture_free(&c);
+
+        /* A timeout kills the whole tree. */
+        char script[3 * PATH_MAX];
+        unlink(at("argv-gc.pid"));
+        unlink(at("argv-main.pid"));
+        snprintf(script, sizeof(script), "sleep 300 & echo $! > %s; echo $$ > %s; sleep 300",
+                 at("argv-gc.pid"), at("argv-main.pid"));
+        const char *tree[] = {"sh", "-c", script, NULL};
+        req = (abc_exec_req){.argv = tree, .stdin_fd = -1, .timeout_ms = 700};
+        r = run(&req, &c, &res, &e);
+        tap_ok(r == 0 && res.timed_out && res.exit_code == ABP_TIMEOUT_EXIT,
+               "argv exec: the timeout fires (124)");
+        pid_t gc = read_pid(at("argv-gc.pid")), mp = read_pid(at("argv-main.pid"));
+        tap_ok(gc > 0 && gone_within(gc, 5000), "... its background child %d is gone", (int)gc);
+        tap_ok(mp > 0 && gone_within(mp, 5000), "... and the program %d", (int)mp);
+        capture_free(&c);
+
+        /* Requests that are refused. */
+        req = (abc_exec_req){.command = "true", .argv = cat, .stdin_fd = -1};
+        r = run(&req, &c, &res, &e);
+        tap_ok(r < 0 && e && e->code == AB_E_INVALID && strstr(e->msg, "not both"),
+               "command and argv together -> invalid_argument (%s)", e ? e->msg : "");
+        ab_err_free(&e);
+        const char *none[] = {NULL};
+        req = (abc_exec_req){.argv = none, .stdin_fd = -1};
+        r = run(&req, &c, &res, &e);
+        tap_ok(r < 0 && e && e->code == AB_E_INVALID, "an empty argv -> invalid_argument");
+        ab_err_free(&e);
+        const char *empty0[] = {"", "x", NULL};
+        req = (abc_exec_req){.argv = empty0, .stdin_fd = -1};
+        r = run(&req, &c, &res, &e);
+        tap_ok(r < 0 && e && e->code == AB_E_INVALID, "an empty argv[0] -> invalid_argument");
+        ab_err_free(&e);
+        /* init itself refuses both (a client that skips the checks). */
+        abp_buf b = {0};
+        abp_reader rd = {0};
+        abp_frame fr;
+        abp_error er;
+        abp_frame_begin(&b, ABP_EXEC);
+        abp_put_str(&b, ABP_F_COMMAND, "true");
+        abp_put_str(&b, ABP_F_ARGV, "true");
+        int fd = conn();
+        tap_ok(abp_frame_end(&b) == 0 && fd >= 0 && abp_send(fd, &b, 1000) == 0 &&
+                   abp_recv(fd, &rd, &fr, 10000) == 0 && abp_dec_error(&fr, &er) == 0 &&
+                   strcmp(er.code, "invalid_argument") == 0 && strstr(er.message, "ARGV"),
+               "init answers COMMAND with ARGV with invalid_argument");
+        if (fd >= 0)
+                close(fd);
+        abp_reader_free(&rd);
+        abp_buf_free(&b);
+        capture_free(&c);
+
+        /* How an argv reads in audit rows and events: a shell line meaning the same. */
+        const char *show[] = {"A=1", "printf", "%s", "it's", "", "a b", "x=$y", NULL};
+        req = (abc_exec_req){.argv = show};
+        char *t = abc_exec_req_text(&req);
+        TAP_IS_STR(t, "'A=1' printf %s 'it'\\''s' '' 'a b' 'x=$y'",
+                   "argv as text: plain words bare, the rest single-quoted");
+        free(t);
+        req = (abc_exec_req){.command = "echo $HOME"};
+        t = abc_exec_req_text(&req);
+        TAP_IS_STR(t, "echo $HOME", "a command as text is itself");
+        free(t);
+}
+
 static void test_timeout(void)
 {
         capture c = {0};
@@ -1124,6 +1329,18 @@ static int bash_ran(const char *how, const char *cmd)
         return n;
 }
 
+/* Starts of bash so far, for anything. */
+static int bash_starts(void)
+{
+        char path[PATH_MAX];
+        snprintf(path, sizeof(path), "%s/bash.log", le_dir);
+        _cleanup_free_ char *s = get_file(path);
+        int n = 0;
+        for (char *p = s; p && *p; p++)
+                n += *p == '\n';
+        return n;
+}
+
 /* Starts of bash for cmd in any way. */
 static int bash_any(const char *cmd)
 {
@@ -1179,12 +1396,13 @@ static void stop_init2(void)
         tap_ok(WIFEXITED(status) && WEXITSTATUS(status) == 0, "second init exits 0 on SIGTERM");
 }
 
-/* Processes below pid (through ppid chains). */
+/* Processes below pid (through ppid chains), but for init's idle spare
+ * session (an "ab-session" without children). */
 static int descendants(pid_t pid)
 {
         enum { MAXP = 8192 };
         static pid_t pids[MAXP], ppids[MAXP];
-        static bool mark[MAXP];
+        static bool mark[MAXP], sess[MAXP];
         size_t n = 0;
         DIR *d = opendir("/proc");
         struct dirent *e;
@@ -1205,6 +1423,8 @@ static int descendants(pid_t pid)
                 int pp;
                 if (!q || sscanf(q + 1, " %*c %d", &pp) != 1)
                         continue;
+                char *open_paren = strchr(buf, '(');
+                sess[n] = open_paren && !strncmp(open_paren, "(ab-session)", 12);
                 pids[n] = p;
                 ppids[n] = pp;
                 mark[n++] = false;
@@ -1220,11 +1440,15 @@ static int descendants(pid_t pid)
                         bool below = ppids[i] == pid;
                         for (size_t j = 0; !below && j < n; j++)
                                 below = mark[j] && pids[j] == ppids[i];
-                        if (below) {
+                        if (below)
                                 mark[i] = more = true;
-                                count++;
-                        }
                 }
+        }
+        for (size_t i = 0; i < n; i++) {
+                bool parent = false;
+                for (size_t j = 0; sess[i] && !parent && j < n; j++)
+                        parent = ppids[j] == pids[i];
+                count += mark[i] && !(sess[i] && !parent);
         }
         return count;
 }
@@ -1550,6 +1774,26 @@ static void test_login_env(void)
         }
         TAP_IS_INT(good, 8, "8 concurrent execs after a change all see it");
 
+        /* argv exec reads no profile and starts no bash. */
+        put_profile(PROFILE);
+        capture_free(&c);
+        const char *argv_env[] = {"/usr/bin/env", NULL};
+        abc_exec_req areq = {.argv = argv_env, .stdin_fd = -1, .timeout_ms = 30000};
+        int ar = run(&areq, &c, &res, &e);
+        tap_ok(ar == 0 && res.exit_code == 0 && !strstr(out_of(&c, 1), "FOO_FROM_PROFILE") &&
+                   !strstr(out_of(&c, 1), "/pbin"),
+               "argv exec: nothing from ~/.profile (no variable, no PATH entry)");
+        capture_free(&c);
+        const char *argv_tool[] = {"abtool", "a", NULL};
+        int bash_before = bash_starts();
+        areq.argv = argv_tool;
+        ar = run(&areq, &c, &res, &e);
+        tap_ok(ar == 0 && res.exit_code == 127, "... so a program in a PATH entry of .profile "
+                                                "is not found (127)");
+        capture_free(&c);
+        if (bash_wrapped)
+                TAP_IS_INT(bash_starts() - bash_before, 0, "... and no bash ran for it");
+
         int fd = conn();
         char *v = NULL;
         tap_ok(fd >= 0 && abc_ping(fd, &v, &e) == 0, "the second init still serves");
@@ -1652,6 +1896,7 @@ int main(int argc, char **argv)
                 test_stdin();
                 test_env_cwd();
                 test_timeout();
+                test_argv();
                 test_background();
                 test_output_cap();
                 test_disconnect();

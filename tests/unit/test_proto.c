@@ -73,6 +73,27 @@ static void test_roundtrips(void)
         abp_exec_req_clear(&d);
         b.len = 0;
 
+        /* EXEC with an argv instead of a command: words kept as they are, empty ones too. */
+        const char *argv[] = {"printf", "%s|", "a b", "", "$HOME", NULL};
+        abp_exec_req e3 = {.argv = argv, .n_argv = 5, .env = env, .n_env = 1};
+        tap_ok(abp_enc_exec(&b, &e3) == 0 && reparse(&b, &f) == 0 && abp_dec_exec(&f, &d) == 0,
+               "EXEC with ARGV round trip");
+        tap_ok(d.command == NULL && d.n_argv == 5 && d.argv && strcmp(d.argv[0], "printf") == 0 &&
+                   strcmp(d.argv[1], "%s|") == 0 && strcmp(d.argv[2], "a b") == 0 &&
+                   strcmp(d.argv[3], "") == 0 && strcmp(d.argv[4], "$HOME") == 0 &&
+                   d.argv[5] == NULL && d.n_env == 1,
+               "EXEC argv words in order, NULL-terminated, no command");
+        abp_exec_req_clear(&d);
+        tap_ok(d.argv == NULL && d.env == NULL, "abp_exec_req_clear releases argv");
+        b.len = 0;
+        /* An encoder given both sends the argv only. */
+        e3.command = "ignored";
+        tap_ok(abp_enc_exec(&b, &e3) == 0 && reparse(&b, &f) == 0 && abp_dec_exec(&f, &d) == 0 &&
+                   d.command == NULL && d.n_argv == 5,
+               "EXEC encoder: argv wins over command");
+        abp_exec_req_clear(&d);
+        b.len = 0;
+
         /* Every file request. */
         const uint32_t types[] = {ABP_READ,   ABP_WRITE, ABP_LIST,  ABP_STAT,
                                   ABP_DELETE, ABP_MKDIR, ABP_RENAME};
@@ -288,6 +309,23 @@ static void test_rejections(void)
                             ABP_F_ENV,     0, 0, 0, 1, 0, 0, 0, 'b'};
         f = raw(ABP_EXEC, badenv, sizeof(badenv));
         tap_ok(abp_dec_exec(&f, &e) == -EBADMSG && e.env == NULL, "bad second ENV");
+
+        /* COMMAND and ARGV together; an ARGV word that is no string. */
+        uint8_t both[] = {ABP_F_COMMAND, 0, 0, 0, 2, 0, 0, 0, 'x', 0,
+                          ABP_F_ARGV,    0, 0, 0, 2, 0, 0, 0, 'y', 0};
+        f = raw(ABP_EXEC, both, sizeof(both));
+        tap_ok(abp_dec_exec(&f, &e) == -EBADMSG && e.env == NULL && e.argv == NULL,
+               "EXEC with both COMMAND and ARGV");
+        uint8_t argv_only[] = {ABP_F_ARGV, 0, 0, 0, 2, 0, 0, 0, 'y', 0};
+        f = raw(ABP_EXEC, argv_only, sizeof(argv_only));
+        tap_ok(abp_dec_exec(&f, &e) == 0 && e.n_argv == 1 && strcmp(e.argv[0], "y") == 0 &&
+                   !e.command,
+               "EXEC with only ARGV decodes");
+        abp_exec_req_clear(&e);
+        uint8_t badargv[] = {ABP_F_ARGV, 0, 0, 0, 2, 0, 0, 0, 'y', 0,
+                             ABP_F_ARGV, 0, 0, 0, 1, 0, 0, 0, 'z'};
+        f = raw(ABP_EXEC, badargv, sizeof(badargv));
+        tap_ok(abp_dec_exec(&f, &e) == -EBADMSG && e.argv == NULL, "bad second ARGV (no leak)");
 
         /* Unknown tags are skipped. */
         uint8_t unknown[] = {99,         1, 0, 0, 3, 0, 0, 0, 1,   2, 3,

@@ -76,9 +76,33 @@ static int box_connect(void *ud, ab_err **err)
         return abc_connect(AT_FDCWD, sock_path, err);
 }
 
-static const char *const box_env[] = {"TOOLS_TEST_VAR=from-env", NULL};
+/* What the last exec asked for (pointers cleared: they do not outlive the
+ * call; the command is copied), and how many there were. */
+static abc_exec_req last_exec;
+static char last_cmd[256];
+static int n_execs;
+
+/* The exec a tool's command goes through (the manager's in the server): here
+ * straight to init, adding an environment as the manager adds the box's. */
+static int box_exec(void *ud, const abc_exec_req *req, abc_output_fn out, void *out_ud,
+                    abc_exec_res *res, ab_err **err)
+{
+        static const char *const box_env[] = {"TOOLS_TEST_VAR=from-env", NULL};
+        last_exec = *req;
+        snprintf(last_cmd, sizeof(last_cmd), "%s", req->command ? req->command : "(none)");
+        last_exec.command = NULL;
+        n_execs++;
+        abc_exec_req q = *req;
+        if (!q.env)
+                q.env = box_env;
+        _cleanup_close_ int fd = box_connect(ud, err);
+        if (fd < 0)
+                return -1;
+        return abc_exec(fd, &q, out, out_ud, res, err);
+}
+
 static const ab_tool_box box = {
-    .box_id = "test-box", .connect = box_connect, .ud = NULL, .env = box_env};
+    .box_id = "test-box", .connect = box_connect, .exec = box_exec, .ud = NULL};
 static ab_tool_limits lim; /* zero: defaults */
 
 /* Runs a tool with args given as JSON text; 0 or -1 (error message in *emsg). */
@@ -262,8 +286,14 @@ static void test_bash(void)
                "bash: stderr alone has no header");
         _cleanup_free_ char *pwd = xasprintf("%s\n", ws);
         is_out("bash", "{\"command\": \"pwd\"}", pwd, false, "bash: runs in the workdir");
+        int before = n_execs;
         is_out("bash", "{\"command\": \"echo $TOOLS_TEST_VAR\"}", "from-env\n", false,
-               "bash: the box environment is passed");
+               "bash: the command runs through the box's exec (which adds the box environment)");
+        tap_ok(n_execs == before + 1 && !strcmp(last_cmd, "echo $TOOLS_TEST_VAR") &&
+                   !last_exec.argv && last_exec.timeout_ms == 600000 && last_exec.output_cap > 0 &&
+                   !last_exec.env,
+               "... one exec: the command, the default 600 s timeout, an output cap, no env of "
+               "its own");
         is_out("bash", "{\"command\": \"printf 'a\\\\377b'\"}",
                "a\xef\xbf\xbd"
                "b",

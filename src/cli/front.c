@@ -1,0 +1,65 @@
+/* agentbox: the command line's front door. `agentbox exec` runs here, in a
+ * binary that loads only libc, jansson, SQLite and libseccomp.
+ * An exec is what people and scripts run in loops, and the dynamic loader
+ * spends most of a CLI exec on the ~50 shared libraries of the whole
+ * service (libcurl, libpq, libmicrohttpd, libarchive and theirs): ~15 of
+ * ~17 ms on the host of docs/benchmarks.md. Every other command (serve, mcp,
+ * create, ls, cp, tool, ...), `exec --help` and an exec with a PostgreSQL
+ * store are handed on to agentbox-full, the same command line with every
+ * library, by execv with the same arguments. */
+#include "cli/cli.h"
+#include "base/log.h"
+
+#include <libgen.h>
+
+#ifndef AGENTBOX_LIBEXECDIR
+#define AGENTBOX_LIBEXECDIR "/usr/local/libexec/agentbox"
+#endif
+
+/* agentbox-full next to this binary (a build tree), else the installed one. */
+static char *find_full(void)
+{
+        char self[4096];
+        ssize_t len = readlink("/proc/self/exe", self, sizeof(self) - 1);
+        if (len > 0) {
+                self[len] = '\0';
+                char *p = xasprintf("%s/agentbox-full", dirname(self));
+                if (access(p, X_OK) == 0)
+                        return p;
+                free(p);
+        }
+        return xstrdup(AGENTBOX_LIBEXECDIR "/agentbox-full");
+}
+
+/* True when argv (the exec verb's) asks for help before the command. */
+static bool wants_help(int argc, char **argv)
+{
+        for (int i = 1; i < argc && strcmp(argv[i], "--"); i++)
+                if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help"))
+                        return true;
+        return false;
+}
+
+int main(int argc, char **argv)
+{
+        const char *data = getenv("AGENTBOX_DATA");
+        const char *store = getenv("AGENTBOX_STORE");
+        int i = 1;
+        for (; i < argc; i++) {
+                if (!strcmp(argv[i], "--data") && i + 1 < argc)
+                        data = argv[++i];
+                else if (!strncmp(argv[i], "--data=", 7))
+                        data = argv[i] + 7;
+                else
+                        break;
+        }
+        bool sqlite = !store || !*store || !strncmp(store, "sqlite:", 7);
+        if (i < argc && !strcmp(argv[i], "exec") && sqlite && !wants_help(argc - i, argv + i)) {
+                ab_log_init_from_env();
+                return cli_exec(argc - i, argv + i, data);
+        }
+        _cleanup_free_ char *full = find_full();
+        execv(full, argv);
+        fprintf(stderr, "agentbox: cannot run %s: %s\n", full, strerror(errno));
+        return EXIT_AGENTBOX;
+}

@@ -1,0 +1,164 @@
+#!/usr/bin/env python3
+"""One exec door: every way of running a command in a box is recorded the same
+way. Against the real `agentbox serve`: a REST exec (the reference), a REST
+exec of an argv, the bash and sandbox_shell tools over REST, the bash tool
+over MCP (/mcp) each show up as an `exec` event on /v1/events, in the exec
+counter of /metrics and as a row of the store's exec audit table, with the
+box's env. The CLI (`agentbox exec`, one word = shell string, several = argv;
+`agentbox tool ... bash`) runs in its own process: its execs are rows of the
+same audit table (its events and metrics are its own process's, gone with
+it), and it works on a box the server made as well as on one of `agentbox
+create`, which then becomes known to the server."""
+import json
+import os
+import sqlite3
+import sys
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
+import abserver  # noqa: E402
+from abserver import wait_for  # noqa: E402
+
+h = abserver.ServerHarness(budget=150)
+S = h.start_server(config={"limits": {"disk": "64M", "memory": "128M", "timeout": "60s"}})
+DB = os.path.join(S.data, "agentbox.db")
+
+events = S.sse("/v1/events?types=exec")
+seen = []
+
+
+def pull(pred, timeout=10):
+    end = time.monotonic() + timeout
+    while time.monotonic() < end and not pred():
+        ev = events.next(min(0.5, max(0.0, end - time.monotonic())))
+        if ev is None:
+            if events.ended:
+                break
+            continue
+        try:
+            seen.append(json.loads(ev.data))
+        except ValueError:
+            pass
+
+
+def exec_events(box, command):
+    return [e.get("data") or {} for e in seen
+            if e.get("box_id") == box and (e.get("data") or {}).get("command") == command]
+
+
+def audit(box, command):
+    """Audit rows (command, exit_code) of box with this command text."""
+    try:
+        c = sqlite3.connect("file:%s?mode=ro" % DB, uri=True, timeout=5)
+        try:
+            return c.execute("SELECT command, exit_code, stdout_bytes FROM exec_audit WHERE box_id = ? AND command = ?",
+                             (box, command)).fetchall()
+        finally:
+            c.close()
+    except sqlite3.Error as e:
+        h.diag("audit read: %s" % e)
+        return []
+
+
+def execs_total():
+    return abserver.metric_sum(S.metrics() or [], "agentbox_execs_total") or 0
+
+
+def recorded(box, command, what, exit_code=0, counted=None, before=None):
+    """The exec of `command` in box is an exec event, an audit row and (when
+    counted) one more in agentbox_execs_total than `before`."""
+    pull(lambda: exec_events(box, command))
+    ev = exec_events(box, command)
+    h.ok(len(ev) == 1 and ev[0].get("exit_code") == exit_code,
+         "%s: one exec event with its command and exit code %d" % (what, exit_code), json.dumps(seen[-5:]))
+    h.ok(wait_for(lambda: len(audit(box, command)) == 1, 10, 0.1),
+         "%s: one row in the store's exec audit" % what, repr(audit(box, command)))
+    if counted:
+        h.eq(execs_total() - before, counted, "%s: agentbox_execs_total went up by %d" % (what, counted))
+    return ev[0] if ev else {}
+
+
+h.eq(events.status, 200, "GET /v1/events?types=exec answers 200", events.describe())
+r = S.post("/v1/sandboxes", {"id": "paths", "env": {"BOXVAR": "from-box"}})
+h.eq(r.status, 201, "a box with env BOXVAR", r.describe())
+
+# ---- the reference: a REST exec ----------------------------------------------------------
+n0 = execs_total()
+r = S.exec("paths", "echo rest $BOXVAR")
+h.eq((r.status, r.get("stdout")), (200, "rest from-box\n"), "REST exec runs with the box env", r.describe())
+recorded("paths", "echo rest $BOXVAR", "REST exec", counted=1, before=n0)
+
+# ---- REST exec of an argv -----------------------------------------------------------------
+n0 = execs_total()
+r = S.post("/v1/sandboxes/paths/exec", {"argv": ["sh", "-c", "echo argv $BOXVAR", "it's"]})
+h.eq((r.status, r.get("stdout")), (200, "argv from-box\n"), "REST argv exec runs with the box env", r.describe())
+ev = recorded("paths", "sh -c 'echo argv $BOXVAR' 'it'\\''s'", "REST argv exec", counted=1, before=n0)
+h.eq(ev.get("argv"), ["sh", "-c", "echo argv $BOXVAR", "it's"], "REST argv exec: the event carries the argv",
+     json.dumps(ev))
+
+# ---- the bash and sandbox_shell tools over REST ------------------------------------------
+n0 = execs_total()
+r = S.post("/v1/sandboxes/paths/tools/bash", {"args": {"command": "echo tool $BOXVAR; exit 3"}})
+h.ok(r.status == 200 and "tool from-box" in (r.get("output") or "") and "Exit Code: 3" in (r.get("output") or ""),
+     "REST bash tool runs with the box env", r.describe())
+recorded("paths", "echo tool $BOXVAR; exit 3", "REST bash tool", exit_code=3, counted=1, before=n0)
+n0 = execs_total()
+r = S.post("/v1/sandboxes/paths/tools/sandbox_shell", {"command": "echo shell $BOXVAR"})
+h.ok(r.status == 200 and "shell from-box" in (r.get("output") or ""), "REST sandbox_shell tool runs",
+     r.describe())
+recorded("paths", "echo shell $BOXVAR", "REST sandbox_shell tool", counted=1, before=n0)
+
+# ---- the bash tool over MCP ---------------------------------------------------------------
+ACCEPT = {"Accept": "application/json, text/event-stream"}
+r = S.post("/mcp", {"jsonrpc": "2.0", "id": 1, "method": "initialize",
+                    "params": {"protocolVersion": "2025-06-18", "capabilities": {},
+                               "clientInfo": {"name": "test_exec_paths.py", "version": "1"}}}, headers=ACCEPT)
+sid = r.header("Mcp-Session-Id", "")
+hdrs = dict(ACCEPT)
+if sid:
+    hdrs["Mcp-Session-Id"] = sid
+S.post("/mcp", {"jsonrpc": "2.0", "method": "notifications/initialized"}, headers=hdrs)
+n0 = execs_total()
+r = S.post("/mcp", {"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+                    "params": {"name": "bash", "arguments": {"sandbox_id": "paths", "command": "echo mcp $BOXVAR"}}},
+           headers=hdrs)
+res = (r.json or {}).get("result") or {}
+h.ok(r.status == 200 and "mcp from-box" in json.dumps(res) and res.get("isError") is False,
+     "MCP bash tool runs with the box env", r.describe())
+recorded("paths", "echo mcp $BOXVAR", "MCP bash tool", counted=1, before=n0)
+
+# ---- the CLI --------------------------------------------------------------------------------
+r = h.cli("exec", "paths", "--", "echo cli $BOXVAR")
+h.eq((r.rc, r.out), (0, "cli from-box\n"), "CLI exec of a shell string: the box env, through bash", r.describe())
+h.ok(wait_for(lambda: len(audit("paths", "echo cli $BOXVAR")) == 1, 10, 0.1),
+     "CLI exec: one row in the store's exec audit", repr(audit("paths", "echo cli $BOXVAR")))
+r = h.cli("exec", "paths", "--", "printf", "%s|", "a b", "$BOXVAR")
+h.eq((r.rc, r.out), (0, "a b|$BOXVAR|"), "CLI exec of several words: an argv, no shell", r.describe())
+h.eq(len(audit("paths", "printf '%s|' 'a b' '$BOXVAR'")), 1, "CLI argv exec: one audit row, quoted as a shell would")
+r = h.cli("exec", "paths", "--", "ab-no-such-program", "x")
+h.eq(r.rc, 127, "CLI argv exec of a missing program exits 127", r.describe())
+h.ok("ab-no-such-program: command not found" in r.err, "... saying so on stderr", r.describe())
+r = h.cli("tool", "paths", "bash", json.dumps({"command": "echo clitool $BOXVAR"}))
+h.ok(r.rc == 0 and "clitool from-box" in r.out, "CLI bash tool runs with the box env", r.describe())
+h.eq(len(audit("paths", "echo clitool $BOXVAR")), 1, "CLI bash tool: one audit row")
+pull(lambda: False, 0.5)
+h.eq([e for e in seen if (e.get("data") or {}).get("command", "").startswith(("echo cli", "printf"))], [],
+     "CLI execs are not events of the server (another process ran them)")
+
+# A box of `agentbox create`, unknown to the server: a CLI exec records it.
+r = h.cli("create", "--id", "clibox", "--disk", "64M")
+h.eq(r.rc, 0, "agentbox create --id clibox", r.describe())
+h.eq(S.get("/v1/sandboxes/clibox").status, 404, "the server does not know a box of agentbox create yet")
+r = h.cli("exec", "clibox", "--", "true")
+h.eq(r.rc, 0, "CLI exec in that box", r.describe())
+h.eq(len(audit("clibox", "true")), 1, "... is an audit row")
+b = S.box("clibox") or {}
+h.eq((b.get("id"), b.get("status")), ("clibox", "running"), "... and the box is in the store: the server sees it",
+     json.dumps(b))
+r = S.exec("clibox", "echo via server")
+h.eq((r.status, r.get("stdout")), (200, "via server\n"), "the server can exec in it", r.describe())
+r = h.cli("rm", "clibox")
+h.eq(r.rc, 0, "agentbox rm clibox", r.describe())
+h.eq(S.get("/v1/sandboxes/clibox").status, 404, "agentbox rm removes its record too")
+
+h.done()
