@@ -1,5 +1,6 @@
 /* Routes of docs/api.md: sandboxes, exec, events, API keys, health, metrics. */
 #include "api/server.h"
+#include "base/buf.h"
 #include "runners/runner.h"
 #include "base/log.h"
 
@@ -356,8 +357,7 @@ typedef struct exec_job {
         char **env;
         uint32_t timeout_ms;
         /* JSON mode: collected output */
-        char *out[2];
-        size_t len[2], cap[2];
+        ab_buf out[2]; /* stdout, stderr */
         /* SSE mode */
         int fd;
         bool broken;
@@ -370,8 +370,8 @@ static void exec_job_free(exec_job *j)
         free(j->cwd);
         free(j->stdin_data);
         ab_strvfreep(&j->env);
-        free(j->out[0]);
-        free(j->out[1]);
+        ab_buf_free(&j->out[0]);
+        ab_buf_free(&j->out[1]);
         if (j->fd >= 0)
                 close(j->fd);
         free(j);
@@ -476,13 +476,7 @@ static int parse_exec(json_t *body, exec_job **out, ab_err **err)
 static int collect(void *ud, int stream, const void *buf, size_t len)
 {
         exec_job *j = ud;
-        int i = stream == 2;
-        if (j->len[i] + len + 1 > j->cap[i]) {
-                j->cap[i] = xadd(j->len[i], len) * 2 + 1;
-                j->out[i] = xrealloc(j->out[i], j->cap[i]);
-        }
-        memcpy(j->out[i] + j->len[i], buf, len);
-        j->len[i] += len;
+        ab_buf_add(&j->out[stream == 2], buf, len);
         return 0;
 }
 
@@ -502,10 +496,10 @@ static void fill_req(exec_job *j, abc_exec_req *q)
 
 static json_t *exec_result_json(exec_job *j, const abc_exec_res *res)
 {
-        return json_pack("{s:o,s:o,s:i,s:I,s:b,s:b}", "stdout", json_bytes(j->out[0], j->len[0]),
-                         "stderr", json_bytes(j->out[1], j->len[1]), "exit_code", res->exit_code,
-                         "duration_ms", (json_int_t)res->duration_ms, "timed_out", res->timed_out,
-                         "truncated", res->truncated);
+        return json_pack(
+            "{s:o,s:o,s:i,s:I,s:b,s:b}", "stdout", json_bytes(j->out[0].p, j->out[0].n), "stderr",
+            json_bytes(j->out[1].p, j->out[1].n), "exit_code", res->exit_code, "duration_ms",
+            (json_int_t)res->duration_ms, "timed_out", res->timed_out, "truncated", res->truncated);
 }
 
 /* The seed-000 shape for "the box could not be made available". */
@@ -709,8 +703,8 @@ typedef struct sse_sub {
         char **types; /* NULL = all */
         char *box_id;
         uint64_t after;
-        char *buf;
-        size_t len, off;
+        ab_buf buf; /* what sse_read hands out next, from off */
+        size_t off;
         bool started, ended;
 } sse_sub;
 
@@ -728,26 +722,16 @@ static bool sub_wants(sse_sub *s, const ab_event_view *v)
         return false;
 }
 
-static void sub_append(sse_sub *s, const char *txt)
-{
-        size_t n = strlen(txt);
-        s->buf = xrealloc(s->buf, s->len + n + 1);
-        memcpy(s->buf + s->len, txt, n + 1);
-        s->len += n;
-}
-
 static ssize_t sse_read(void *cls, uint64_t pos, char *out, size_t max)
 {
         sse_sub *s = cls;
-        while (s->off >= s->len) {
-                free(s->buf);
-                s->buf = NULL;
-                s->len = s->off = 0;
+        while (s->off >= s->buf.n) {
+                s->buf.n = s->off = 0;
                 if (s->ended)
                         return MHD_CONTENT_READER_END_OF_STREAM;
                 if (!s->started) {
                         s->started = true;
-                        sub_append(s, ": agentbox events\nretry: 2000\n\n");
+                        ab_buf_puts(&s->buf, ": agentbox events\nretry: 2000\n\n");
                         break;
                 }
                 ab_event_view *v = NULL;
@@ -760,24 +744,23 @@ static ssize_t sse_read(void *cls, uint64_t pos, char *out, size_t max)
                         continue;
                 }
                 if (dropped)
-                        sub_append(s, ": some events were dropped (the client fell behind)\n\n");
+                        ab_buf_puts(&s->buf,
+                                    ": some events were dropped (the client fell behind)\n\n");
                 for (size_t i = 0; i < n; i++) {
                         s->after = v[i].seq;
                         if (!sub_wants(s, &v[i]))
                                 continue;
-                        char *f = xasprintf("id: %" PRIu64 "\nevent: %s\ndata: %s\n\n", v[i].seq,
-                                            v[i].type, v[i].json);
-                        sub_append(s, f);
-                        free(f);
+                        ab_buf_printf(&s->buf, "id: %" PRIu64 "\nevent: %s\ndata: %s\n\n", v[i].seq,
+                                      v[i].type, v[i].json);
                 }
                 ab_event_views_free(v, n);
                 if (n == 0 && !dropped)
-                        sub_append(s, ": keepalive\n\n");
+                        ab_buf_puts(&s->buf, ": keepalive\n\n");
         }
-        size_t n = s->len - s->off;
+        size_t n = s->buf.n - s->off;
         if (n > max)
                 n = max;
-        memcpy(out, s->buf + s->off, n);
+        memcpy(out, s->buf.p + s->off, n);
         s->off += n;
         return (ssize_t)n;
 }
@@ -789,7 +772,7 @@ static void sse_free(void *cls)
         free(s->scope);
         ab_strvfreep(&s->types);
         free(s->box_id);
-        free(s->buf);
+        ab_buf_free(&s->buf);
         free(s);
 }
 

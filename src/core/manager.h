@@ -120,8 +120,9 @@ int ab_manager_stats(ab_manager *m, const ab_box_rec *r, ab_box_stats *out, ab_e
  * ab_manager_use_end, which marks activity and, for a task box, deletes it. */
 typedef struct ab_use {
         ab_box_rec rec;
-        void *slot;  /* internal */
-        void *audit; /* internal: the exec audit row, written by use_end */
+        void *slot;   /* internal */
+        void *audit;  /* internal: the exec audit row, written by use_end */
+        bool touched; /* internal: an exec recorded the activity already */
 } ab_use;
 
 int ab_manager_use_begin(ab_manager *m, const char *id, const char *scope, ab_use *u, ab_err **err);

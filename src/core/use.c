@@ -83,7 +83,8 @@ void ab_manager_use_end(ab_manager *m, ab_use *u)
                 return;
         bool sys = u->rec.mode == AB_MODE_SYSTEM;
         _cleanup_err_ ab_err *e = NULL;
-        if (!sys && ab_store_box_touch(m->o.store, m->provider, u->rec.id, mgr_wall_ms(), &e) < 0)
+        if (!sys && !u->touched &&
+            ab_store_box_touch(m->o.store, m->provider, u->rec.id, mgr_wall_ms(), &e) < 0)
                 ab_log(AB_LOG_WARN, "store: cannot mark activity", "box", u->rec.id, "error",
                        e->msg, NULL);
         ab_err_free(&e);
@@ -227,6 +228,16 @@ int ab_manager_exec(ab_manager *m, ab_use *u, const abc_exec_req *req, abc_outpu
         if (u->audit)
                 ab_exec_audits_free(u->audit, 1);
         u->audit = a;
+        /* Activity is recorded before the caller answers, so whoever reads
+         * the box after the answer sees this exec (the audit row may follow). */
+        if (u->rec.mode != AB_MODE_SYSTEM) {
+                _cleanup_err_ ab_err *te = NULL;
+                if (ab_store_box_touch(m->o.store, m->provider, u->rec.id, mgr_wall_ms(), &te) < 0)
+                        ab_log(AB_LOG_WARN, "store: cannot mark activity", "box", u->rec.id,
+                               "error", te->msg, NULL);
+                else
+                        u->touched = true;
+        }
         mgr_emit(m, "exec", &u->rec, exec_event(req, text, res));
         return 0;
 }

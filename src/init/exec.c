@@ -17,6 +17,7 @@
  * When the main process exits, what is already in the pipes is drained and
  * EXIT is sent at once; background processes keep the pipes open, so we keep
  * reading and discarding until EOF and then exit, leaving them to init. */
+#include "base/buf.h"
 #include "init/init_int.h"
 
 #include <ctype.h>
@@ -279,25 +280,10 @@ static char **login_base_env(const abp_exec_req *req, const char *workdir)
         return merge_env(base, AB_ARRAY_LEN(base), req ? req : &none, 0, &n);
 }
 
-/* A growable byte buffer (here: runs of NUL-terminated strings). */
-typedef struct strbuf {
-        char *p;
-        size_t len, cap;
-} strbuf;
-
-static void sb_put(strbuf *b, const void *p, size_t n)
+/* Appends s with its NUL: blobs here are runs of NUL-terminated strings. */
+static void sb_add(ab_buf *b, const char *s)
 {
-        if (b->cap - b->len < n) {
-                b->cap = xmul(xadd(b->len, n), 2);
-                b->p = xrealloc(b->p, b->cap);
-        }
-        memcpy(b->p + b->len, p, n);
-        b->len += n;
-}
-
-static void sb_add(strbuf *b, const char *s)
-{
-        sb_put(b, s, strlen(s) + 1);
+        ab_buf_add(b, s, strlen(s) + 1);
 }
 
 static void set_nonblock(int fd)
@@ -626,20 +612,16 @@ static int le_run(const init_conf *conf, int sfd, uint64_t deadline, char **out,
         uint64_t end = ab_now_ms() + LE_BUDGET_MS;
         if (deadline && deadline < end)
                 end = deadline;
-        size_t len = 0, cap = 4 * ABP_CHUNK;
-        _cleanup_free_ char *buf = xmalloc(cap);
+        _cleanup_buf_ ab_buf buf = {0};
         bool exited = false, eof = false;
         int status = 0;
         while (r == 0 && !(exited && eof)) {
                 if (!eof) {
-                        if (cap - len < ABP_CHUNK) {
-                                cap = xadd(cap, 4 * ABP_CHUNK);
-                                buf = xrealloc(buf, cap);
-                        }
-                        ssize_t n = read(p[0], buf + len, cap - len);
+                        char *at = ab_buf_reserve(&buf, ABP_CHUNK);
+                        ssize_t n = read(p[0], at, buf.cap - buf.n - 1);
                         if (n > 0) {
-                                len += (size_t)n;
-                                if (len > LE_MAX_OUT)
+                                ab_buf_commit(&buf, (size_t)n);
+                                if (buf.n > LE_MAX_OUT)
                                         r = -E2BIG;
                                 continue;
                         }
@@ -680,8 +662,8 @@ static int le_run(const init_conf *conf, int sfd, uint64_t deadline, char **out,
         }
         if (r < 0)
                 return r;
-        *out = steal_pointer(&buf);
-        *outlen = len;
+        *outlen = buf.n;
+        *out = ab_buf_steal(&buf);
         return 0;
 }
 
@@ -744,7 +726,7 @@ static int le_verdict(char *out, size_t len, const char *workdir, mode_t *um, ch
         return state;
 }
 
-static void le_serialise(strbuf *b, int state, mode_t um, size_t nfiles, const strbuf *files,
+static void le_serialise(ab_buf *b, int state, mode_t um, size_t nfiles, const ab_buf *files,
                          char **env)
 {
         char s[64];
@@ -753,7 +735,7 @@ static void le_serialise(strbuf *b, int state, mode_t um, size_t nfiles, const s
         sb_add(b, s);
         snprintf(s, sizeof(s), "%zu", nfiles);
         sb_add(b, s);
-        sb_put(b, files->p, files->len);
+        ab_buf_add(b, files->p, files->n);
         for (size_t i = 0; state == LE_ENV && env[i]; i++)
                 sb_add(b, env[i]);
 }
@@ -774,7 +756,7 @@ static void le_capture(login_env *le, const init_conf *conf, int sfd, uint64_t d
         clock_gettime(CLOCK_REALTIME_COARSE, &ts);
         int64_t now_ns = (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
         bool racy = false;
-        strbuf fb = {0};
+        ab_buf fb = {0};
         size_t nfiles = 0;
         for (; files[nfiles]; nfiles++) {
                 char sig[LE_SIG_MAX];
@@ -796,15 +778,15 @@ static void le_capture(login_env *le, const init_conf *conf, int sfd, uint64_t d
         else if (r == -E2BIG)
                 state = LE_LOGIN; /* too large to cache: keep running login shells */
 
-        strbuf b = {0};
+        ab_buf b = {0};
         le_serialise(&b, state, um, nfiles, &fb, env);
-        if (b.len > LE_SLOT_SIZE && state == LE_ENV) {
-                b.len = 0;
+        if (b.n > LE_SLOT_SIZE && state == LE_ENV) {
+                b.n = 0;
                 le_serialise(&b, LE_LOGIN, um, nfiles, &fb, env);
         }
-        free(fb.p);
+        ab_buf_free(&fb);
+        le->len = b.n;
         le->blob = b.p;
-        le->len = b.len;
         if (le_parse(le) < 0)
                 le_free(le);
         else if (!racy)

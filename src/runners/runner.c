@@ -5,6 +5,7 @@
  * handler hands it one request line and waits for the result line, the
  * deadline, or the process's end. */
 #include "runners/runner.h"
+#include "base/buf.h"
 #include "base/log.h"
 #include "runners/fetch.h"
 
@@ -53,8 +54,7 @@ typedef struct wproc {
         wstate state;           /* under rs->lock */
         int refs;               /* under rs->lock: the thread and a handler */
         json_t *result;         /* the "result" object, once it came */
-        char *line;             /* partial stdout line */
-        size_t line_len;
+        ab_buf line;            /* partial stdout line */
         int n_http, max_http;
         bool exited;
         struct wproc *next;                /* the idle list */
@@ -75,9 +75,8 @@ struct ab_runners {
         int zy_cancel_w; /* closed to end its exec */
         char zy_err[STDERR_KEEP + 1];
         size_t zy_err_len;
-        char *zy_line;
-        size_t zy_line_len;
-        bool no_cg; /* per-run cgroups failed once: clean up by uid instead */
+        ab_buf zy_line; /* partial line of the zygote's stdout */
+        bool no_cg;     /* per-run cgroups failed once: clean up by uid instead */
         wproc *idle[N_LANG];
         wproc *all;
         int n_warm[N_LANG]; /* starting + ready */
@@ -134,7 +133,7 @@ static void wproc_put(ab_runners *rs, wproc *p)
         if (p->cancel_r >= 0)
                 close(p->cancel_r);
         json_decref(p->result);
-        free(p->line);
+        ab_buf_free(&p->line);
         free(p);
 }
 
@@ -230,15 +229,13 @@ static int on_output(void *ud, int stream, const void *buf, size_t len)
         for (size_t i = 0; i < len;) {
                 const char *nl = memchr(s + i, '\n', len - i);
                 size_t n = nl ? (size_t)(nl - (s + i)) : len - i;
-                if (p->line_len + n > LINE_MAX_B)
+                if (p->line.n + n > LINE_MAX_B)
                         return -1; /* a runner gone mad: end it */
-                p->line = xrealloc(p->line, p->line_len + n + 1);
-                memcpy(p->line + p->line_len, s + i, n);
-                p->line_len += n;
+                ab_buf_add(&p->line, s + i, n);
                 i += n;
                 if (nl) {
-                        on_line(p, p->line, p->line_len);
-                        p->line_len = 0;
+                        on_line(p, p->line.p, p->line.n);
+                        p->line.n = 0;
                         i++;
                 }
         }
@@ -478,15 +475,13 @@ static int zy_output(void *ud, int stream, const void *buf, size_t len)
         for (size_t i = 0; i < len;) {
                 const char *nl = memchr(s + i, '\n', len - i);
                 size_t n = nl ? (size_t)(nl - (s + i)) : len - i;
-                if (rs->zy_line_len + n > 65536)
+                if (rs->zy_line.n + n > 65536)
                         return -1;
-                rs->zy_line = xrealloc(rs->zy_line, rs->zy_line_len + n + 1);
-                memcpy(rs->zy_line + rs->zy_line_len, s + i, n);
-                rs->zy_line_len += n;
+                ab_buf_add(&rs->zy_line, s + i, n);
                 i += n;
                 if (nl) {
-                        zy_line(rs, rs->zy_line, rs->zy_line_len);
-                        rs->zy_line_len = 0;
+                        zy_line(rs, rs->zy_line.p, rs->zy_line.n);
+                        rs->zy_line.n = 0;
                         i++;
                 }
         }
@@ -517,7 +512,7 @@ static void *zygote_main(void *arg)
                         if (pipe2(c, O_CLOEXEC) == 0)
                                 rs->zy_cancel_w = c[1];
                         rs->zy_err_len = 0;
-                        rs->zy_line_len = 0;
+                        rs->zy_line.n = 0;
                 }
                 pthread_mutex_unlock(&rs->lock);
                 ab_use u;
@@ -1076,7 +1071,7 @@ void ab_runners_free(ab_runners *rs)
         pthread_mutex_destroy(&rs->lock);
         pthread_cond_destroy(&rs->cond);
         free(rs->zy_socket);
-        free(rs->zy_line);
+        ab_buf_free(&rs->zy_line);
         free(rs->runtime_dir);
         free(rs);
 }
