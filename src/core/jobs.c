@@ -47,7 +47,8 @@ void mgr_enforce_cap(ab_manager *m, const char *keep)
         size_t running = 0;
         for (size_t i = 0; i < n; i++)
                 running += !mgr_is_pool(&rs[i]);
-        qsort(rs, n, sizeof(*rs), cmp_active);
+        if (n > 1)
+                qsort(rs, n, sizeof(*rs), cmp_active);
         for (size_t i = 0; i < n && running > (size_t)m->o.max_running; i++) {
                 if (mgr_is_pool(&rs[i]) || (keep && !strcmp(rs[i].id, keep)))
                         continue;
@@ -174,8 +175,8 @@ static void relieve_memory(ab_manager *m)
         ab_box_filter f = {.provider = m->provider, .status = AB_BOX_PAUSED};
         ab_box_rec *rs = NULL;
         size_t n = 0;
-        if (ab_store_box_list(m->o.store, &f, &rs, &n, NULL) < 0)
-                return;
+        if (ab_store_box_list(m->o.store, &f, &rs, &n, NULL) < 0 || n == 0)
+                return; /* nothing paused: nothing this job can free */
         qsort(rs, n, sizeof(*rs), cmp_active);
         char have[32];
         snprintf(have, sizeof(have), "%.1f%%", pct);
