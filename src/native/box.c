@@ -488,6 +488,19 @@ static int listen_socket(const char *box_dir, ab_err **err)
         return steal_fd(&s);
 }
 
+static int make_cgroup(const ab_spawn_spec *s, ab_err **err)
+{
+        for (int attempt = 0;; attempt++) {
+                if (ab_cg_create(s->cg, s->id, s->cg_limits, err) == 0)
+                        return 0;
+                /* An rm elsewhere may have removed the empty parent between
+                 * our mkdir of it and of the box's cgroup: go again. */
+                if ((*err)->errnum != ENOENT || attempt >= 3)
+                        return -1;
+                ab_err_free(err);
+        }
+}
+
 int ab_box_spawn(const ab_spawn_spec *s, pid_t *init_pid, uint64_t *init_start, ab_err **err)
 {
         _cleanup_close_ int sock = listen_socket(s->box_dir, err);
@@ -519,8 +532,12 @@ int ab_box_spawn(const ab_spawn_spec *s, pid_t *init_pid, uint64_t *init_start, 
         }
         close(out[1]);
         close(cg[0]);
+        /* The cgroup is made while P builds the rootfs (a memory cgroup is
+         * not cheap to make), then P joins it. */
         ab_err *cge = NULL;
-        int ar = ab_cg_attach(s->cg, s->id, p, &cge);
+        int ar = make_cgroup(s, &cge);
+        if (ar == 0)
+                ar = ab_cg_attach(s->cg, s->id, p, &cge);
         (void)!write(cgw, ar == 0 ? "y" : "n", 1);
         if (ar < 0) {
                 int st;

@@ -1,5 +1,7 @@
 #include "native/loopdisk.h"
+#include "base/id.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <linux/loop.h>
 #include <sys/ioctl.h>
@@ -7,6 +9,7 @@
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 #include <sys/wait.h>
+#include <time.h>
 
 /* Formats dirfd/name (a new sparse file of size_mib) with mkfs.ext4. */
 static int mkfs_at(int dirfd, const char *name, uint64_t size_mib, ab_err **err)
@@ -77,7 +80,8 @@ static int copy_sparse(int src, int dst, off_t size)
         }
 }
 
-int ab_disk_create(int cache_dfd, int dirfd, const char *name, uint64_t size_mib, ab_err **err)
+/* Opens the formatted template of this size, formatting it first if needed. */
+static int open_template(int cache_dfd, uint64_t size_mib, ab_err **err)
 {
         char tmpl[64];
         snprintf(tmpl, sizeof(tmpl), "disk-%llu.img", (unsigned long long)size_mib);
@@ -101,11 +105,21 @@ int ab_disk_create(int cache_dfd, int dirfd, const char *name, uint64_t size_mib
         if (fstat(src, &st) < 0 || (uint64_t)st.st_size != size_mib * 1024 * 1024)
                 return ab_err_set(err, AB_E_INTERNAL, errno, "disk template %s has the wrong size",
                                   tmpl);
+        return steal_fd(&src);
+}
+
+/* Copies the template into dirfd/name (a new file) and syncs it. */
+static int copy_template(int cache_dfd, int dirfd, const char *name, uint64_t size_mib,
+                         ab_err **err)
+{
+        _cleanup_close_ int src = open_template(cache_dfd, size_mib, err);
+        if (src < 0)
+                return -1;
         _cleanup_close_ int dst =
             openat(dirfd, name, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
         if (dst < 0)
                 return ab_err_set(err, AB_E_INTERNAL, errno, "cannot create disk image %s", name);
-        int r = copy_sparse(src, dst, st.st_size);
+        int r = copy_sparse(src, dst, (off_t)(size_mib * 1024 * 1024));
         if (r == 0 && fsync(dst) < 0)
                 r = -errno;
         if (r < 0) {
@@ -114,6 +128,77 @@ int ab_disk_create(int cache_dfd, int dirfd, const char *name, uint64_t size_mib
                                   "cannot copy the disk template");
         }
         return 0;
+}
+
+static void spare_name(char *buf, size_t len, uint64_t size_mib, int i)
+{
+        snprintf(buf, len, "spare-%llu.%d.img", (unsigned long long)size_mib, i);
+}
+
+/* Moves a spare of this size to dirfd/name: 0, or -ENOENT when none is left. */
+static int take_spare(int cache_dfd, int dirfd, const char *name, uint64_t size_mib)
+{
+        for (int i = 0; i < AB_DISK_SPARES; i++) {
+                char sp[64];
+                spare_name(sp, sizeof(sp), size_mib, i);
+                /* Atomic: of two creates, one gets it, the other ENOENT. */
+                if (renameat2(cache_dfd, sp, dirfd, name, RENAME_NOREPLACE) < 0)
+                        continue;
+                struct stat st;
+                if (fstatat(dirfd, name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode) &&
+                    (uint64_t)st.st_size == size_mib * 1024 * 1024)
+                        return 0;
+                unlinkat(dirfd, name, 0); /* not what we made: never use it */
+        }
+        return -ENOENT;
+}
+
+int ab_disk_create(int cache_dfd, int dirfd, const char *name, uint64_t size_mib, ab_err **err)
+{
+        if (take_spare(cache_dfd, dirfd, name, size_mib) == 0)
+                return 0;
+        return copy_template(cache_dfd, dirfd, name, size_mib, err);
+}
+
+int ab_disk_make_spares(int cache_dfd, uint64_t size_mib, ab_err **err)
+{
+        for (int i = 0; i < AB_DISK_SPARES; i++) {
+                char sp[64], tmp[96];
+                spare_name(sp, sizeof(sp), size_mib, i);
+                if (faccessat(cache_dfd, sp, F_OK, AT_SYMLINK_NOFOLLOW) == 0)
+                        continue;
+                char rnd[17];
+                ab_id_random(rnd);
+                snprintf(tmp, sizeof(tmp), ".%s.%s", sp, rnd);
+                /* Synced before it gets its name: a spare is always whole. */
+                if (copy_template(cache_dfd, cache_dfd, tmp, size_mib, err) < 0)
+                        return -1;
+                if (renameat2(cache_dfd, tmp, cache_dfd, sp, RENAME_NOREPLACE) < 0)
+                        unlinkat(cache_dfd, tmp, 0); /* made meanwhile by another process */
+        }
+        return 0;
+}
+
+void ab_disk_sweep_cache(int cache_dfd)
+{
+        int dfd = openat(cache_dfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        DIR *d = dfd >= 0 ? fdopendir(dfd) : NULL;
+        if (!d) {
+                if (dfd >= 0)
+                        close(dfd);
+                return;
+        }
+        struct dirent *e;
+        while ((e = readdir(d))) {
+                struct stat st;
+                /* Spares and templates being made by a process that died. */
+                if (e->d_name[0] != '.' || !strcmp(e->d_name, ".") || !strcmp(e->d_name, "..") ||
+                    fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0 ||
+                    !S_ISREG(st.st_mode) || st.st_mtime > time(NULL) - 60)
+                        continue;
+                unlinkat(dirfd(d), e->d_name, 0);
+        }
+        closedir(d);
 }
 
 int ab_disk_resize(int dirfd, const char *name, uint64_t size_mib, ab_err **err)
