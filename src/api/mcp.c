@@ -113,8 +113,8 @@ static json_t *lifecycle_tools(void)
                                       "Delete the box this many seconds after creation."));
         json_t *list = key_props();
         json_object_set_new(list, "status",
-                            json_pack("{s:s,s:[s,s,s,s,s]}", "type", "string", "enum", "creating",
-                                      "running", "stopped", "deleting", "error"));
+                            json_pack("{s:s,s:[s,s,s,s,s,s]}", "type", "string", "enum", "creating",
+                                      "running", "paused", "stopped", "deleting", "error"));
         json_t *a = json_array();
         json_array_append_new(
             a, tool_def("sandbox_create",
@@ -221,12 +221,16 @@ static json_t *call_lifecycle(ab_mcp_conn *c, const char *name, json_t *args)
                 ab_box_filter f = {0};
                 ab_box_rec *rs = NULL;
                 size_t n = 0;
+                const char *status = NULL;
                 if (fields_known(args, known, NULL, &e) < 0 ||
                     field_str(args, "app_id", &f.app_id, &e) < 0 ||
                     field_str(args, "user_id", &f.user_id, &e) < 0 ||
                     field_str(args, "chat_id", &f.chat_id, &e) < 0 ||
                     field_str(args, "thread_id", &f.thread_id, &e) < 0 ||
-                    field_str(args, "status", &f.status, &e) < 0 ||
+                    field_str(args, "status", &status, &e) < 0 ||
+                    (status && !(f.status = ab_box_status_parse(status)) &&
+                     ab_err_set(&e, AB_E_INVALID, 0, "status: \"%s\" is not a box state", status) <
+                         0) ||
                     ab_manager_list(m, &f, c->scope, &rs, &n, &e) < 0)
                         return err_result(e);
                 json_t *a = json_array();

@@ -69,9 +69,9 @@ enum MHD_Result route_metrics(ab_req *r, const char *id)
 
 /* ---- sandboxes -------------------------------------------------------- */
 
-const char *const acquire_fields[] = {"id",          "app_id", "user_id",  "chat_id", "thread_id",
-                                      "mode",        "limits", "network",  "env",     "mounts",
-                                      "idle_stop_s", "ttl_s",  "metadata", NULL};
+const char *const acquire_fields[] = {
+    "id",  "app_id", "user_id",     "chat_id",      "thread_id", "mode",     "limits", "network",
+    "env", "mounts", "idle_stop_s", "idle_pause_s", "ttl_s",     "metadata", NULL};
 static const char *const exec_fields[] = {"command", "timeout_s", "timeout", "env",
                                           "cwd",     "stdin",     NULL};
 
@@ -151,6 +151,10 @@ int parse_acquire(const ab_server *s, json_t *body, ab_acquire_req *q, ab_limits
                 return -1;
         q->idle_stop_s = v;
         v = 0;
+        if (field_int(body, "idle_pause_s", &v, &p, err) < 0)
+                return -1;
+        q->idle_pause_s = v;
+        v = 0;
         if (field_int(body, "ttl_s", &v, &q->has_ttl, err) < 0)
                 return -1;
         q->ttl_s = v;
@@ -194,23 +198,16 @@ static int filter_from_query(ab_req *r, ab_box_filter *f, ab_err **err)
         f->user_id = req_query(r, "user_id");
         f->chat_id = req_query(r, "chat_id");
         f->thread_id = req_query(r, "thread_id");
-        f->status = req_query(r, "status");
-        f->mode = req_query(r, "mode");
-        static const char *const statuses[] = {"creating", "running", "stopped", "deleting",
-                                               "error"};
-        if (f->status) {
-                bool ok = false;
-                for (size_t i = 0; i < AB_ARRAY_LEN(statuses); i++)
-                        ok |= !strcmp(f->status, statuses[i]);
-                if (!ok)
-                        return ab_err_set(err, AB_E_INVALID, 0,
-                                          "status: \"%s\" is not one of creating, running, "
-                                          "stopped, deleting, error",
-                                          f->status);
-        }
-        if (f->mode && strcmp(f->mode, "session") && strcmp(f->mode, "task"))
+        const char *status = req_query(r, "status");
+        const char *mode = req_query(r, "mode");
+        if (status && !(f->status = ab_box_status_parse(status)))
+                return ab_err_set(err, AB_E_INVALID, 0,
+                                  "status: \"%s\" is not one of creating, running, paused, "
+                                  "stopped, deleting, error",
+                                  status);
+        if (mode && ((f->mode = ab_box_mode_parse(mode)) == 0 || f->mode == AB_MODE_POOL))
                 return ab_err_set(err, AB_E_INVALID, 0, "mode: \"%s\" is not one of session, task",
-                                  f->mode);
+                                  mode);
         return 0;
 }
 
@@ -258,7 +255,7 @@ enum MHD_Result route_box_get(ab_req *r, const char *id)
                 return resp_err(r, e);
         json_t *j = box_json(r->srv, &rec);
         ab_box_stats st;
-        if (rec.status && !strcmp(rec.status, "running") &&
+        if ((rec.status == AB_BOX_RUNNING || rec.status == AB_BOX_PAUSED) &&
             ab_manager_stats(r->srv->mgr, &rec, &st, NULL) == 0)
                 json_object_set_new(
                     j, "stats",
@@ -305,6 +302,16 @@ enum MHD_Result route_box_stop(ab_req *r, const char *id)
 enum MHD_Result route_box_start(ab_req *r, const char *id)
 {
         return box_action(r, id, ab_manager_start);
+}
+
+enum MHD_Result route_box_pause(ab_req *r, const char *id)
+{
+        return box_action(r, id, ab_manager_pause);
+}
+
+enum MHD_Result route_box_resume(ab_req *r, const char *id)
+{
+        return box_action(r, id, ab_manager_resume);
 }
 
 /* PUT /v1/sandboxes/{id}/network {"mode", "allow", "deny"}: the box's new

@@ -47,6 +47,48 @@ static bool sandbox_auth(ab_req *r, enum MHD_Result *ret)
         return true;
 }
 
+/* One limit of the body's "limits": absent or null = 0 (the default). */
+static int limit_of(json_t *limits, const char *name, int64_t *out, ab_err **err)
+{
+        json_t *v = json_object_get(limits, name);
+        *out = 0;
+        if (!v || json_is_null(v))
+                return 0;
+        if (!json_is_number(v) || json_number_value(v) <= 0)
+                return ab_err_set(err, AB_E_INVALID, 0,
+                                  "Invalid request: limits.%s must be a positive number", name);
+        double d = json_number_value(v);
+        *out = d >= 9.2e18 ? INT64_MAX : d < 1 ? 1 : (int64_t)d;
+        return 0;
+}
+
+/* The body of POST /sandbox/js|python: {code, variables?, limits?{timeoutMs,
+ * memoryMB, diskMB}}; strings and objects stay borrowed from body. */
+static int run_req_parse(json_t *body, ab_run_req *q, ab_err **err)
+{
+        if (!json_is_object(body))
+                return ab_err_set(err, AB_E_INVALID, 0,
+                                  "Invalid request: the body must be a JSON object");
+        json_t *code = json_object_get(body, "code");
+        json_t *vars = json_object_get(body, "variables");
+        json_t *limits = json_object_get(body, "limits");
+        if (code && !json_is_string(code))
+                return ab_err_set(err, AB_E_INVALID, 0, "Invalid request: code must be a string");
+        if (vars && !json_is_null(vars) && !json_is_object(vars))
+                return ab_err_set(err, AB_E_INVALID, 0,
+                                  "Invalid request: variables must be an object");
+        if (limits && !json_is_null(limits) && !json_is_object(limits))
+                return ab_err_set(err, AB_E_INVALID, 0,
+                                  "Invalid request: limits must be an object");
+        q->code = json_string_value(code);
+        q->variables = json_is_object(vars) ? vars : NULL;
+        if (limit_of(limits, "timeoutMs", &q->timeout_ms, err) < 0 ||
+            limit_of(limits, "memoryMB", &q->memory_mb, err) < 0 ||
+            limit_of(limits, "diskMB", &q->disk_mb, err) < 0)
+                return -1;
+        return 0;
+}
+
 static enum MHD_Result run(ab_req *r, const char *lang)
 {
         enum MHD_Result ret;
@@ -61,9 +103,12 @@ static enum MHD_Result run(ab_req *r, const char *lang)
                 snprintf(msg, sizeof(msg), "Invalid request: malformed JSON: %s", je.text);
                 return sandbox_answer(r, 400, msg);
         }
-        json_t *out = NULL;
+        ab_run_req q = {0};
+        ab_run_res res = {0};
         ab_err *e = NULL;
-        int rc = ab_runners_run(r->srv->runners, lang, body, &out, &e);
+        int rc = run_req_parse(body, &q, &e);
+        if (rc == 0)
+                rc = ab_runners_run(r->srv->runners, lang, &q, &res, &e);
         json_decref(body);
         if (rc < 0) {
                 unsigned st = e->code == AB_E_INVALID ? 400 : status_of(e->code);
@@ -71,6 +116,9 @@ static enum MHD_Result run(ab_req *r, const char *lang)
                 ab_err_free(&e);
                 return ret;
         }
+        json_t *out = res.answer ? json_incref(res.answer)
+                                 : json_pack("{s:b,s:s}", "success", 0, "message", res.message);
+        ab_run_res_clear(&res);
         return resp_json(r, 200, out);
 }
 

@@ -40,6 +40,8 @@ static const route routes[] = {
     {"DELETE", "v1/sandboxes/*", AUTH_USER, BODY_NONE, route_box_delete},
     {"POST", "v1/sandboxes/*/stop", AUTH_USER, BODY_JSON, route_box_stop},
     {"POST", "v1/sandboxes/*/start", AUTH_USER, BODY_JSON, route_box_start},
+    {"POST", "v1/sandboxes/*/pause", AUTH_USER, BODY_JSON, route_box_pause},
+    {"POST", "v1/sandboxes/*/resume", AUTH_USER, BODY_JSON, route_box_resume},
     {"GET", "v1/sandboxes/*/network", AUTH_USER, BODY_NONE, route_box_network_get},
     {"PUT", "v1/sandboxes/*/network", AUTH_USER, BODY_JSON, route_box_network_put},
     {"POST", "v1/sandboxes/*/exec", AUTH_USER, BODY_JSON, route_box_exec},
@@ -397,14 +399,6 @@ json_t *json_bytes(const char *buf, size_t len)
         return j;
 }
 
-static json_t *json_text_or_null(const char *s)
-{
-        if (!s)
-                return json_null();
-        json_t *j = json_loads(s, 0, NULL);
-        return j ? j : json_null();
-}
-
 static json_t *str_or_null(const char *s)
 {
         return s ? json_bytes(s, strlen(s)) : json_null();
@@ -413,24 +407,22 @@ static json_t *str_or_null(const char *s)
 json_t *box_json(const ab_server *s, const ab_box_rec *r)
 {
         int64_t idle = r->idle_stop_s ? r->idle_stop_s : s->cfg->idle_stop_s;
-        json_t *spec = json_text_or_null(r->spec);
-        json_t *env = json_is_object(spec) ? json_object_get(spec, "env") : NULL;
-        json_t *net = json_is_object(spec) ? json_object_get(spec, "network") : NULL;
-        json_t *meta = json_text_or_null(r->metadata);
+        int64_t pause = r->idle_pause_s ? r->idle_pause_s : s->cfg->idle_pause_s;
+        json_t *env = json_object_get(r->spec, "env");
+        json_t *net = json_object_get(r->spec, "network");
         json_t *j = json_pack(
-            "{s:o,s:o,s:o,s:o,s:o,s:o,s:o,s:o,s:o,s:I,s:I,s:I,s:I,s:o,s:o,s:o,s:o,s:o}", "id",
-            str_or_null(r->id), "status", str_or_null(r->status), "mode", str_or_null(r->mode),
-            "provider", str_or_null(r->provider), "backend_id", str_or_null(r->backend_id),
-            "app_id", str_or_null(r->app_id), "user_id", str_or_null(r->user_id), "chat_id",
-            str_or_null(r->chat_id), "thread_id", str_or_null(r->thread_id), "created_at",
-            (json_int_t)r->created_at, "last_active_at", (json_int_t)r->last_active_at,
-            "idle_stop_s", (json_int_t)(idle > 0 ? idle : -1), "ttl_s", (json_int_t)r->ttl_s,
-            "limits", json_text_or_null(r->limits), "network",
+            "{s:o,s:o,s:o,s:o,s:o,s:o,s:o,s:o,s:o,s:I,s:I,s:I,s:I,s:I,s:o,s:o,s:o,s:o,s:o}", "id",
+            str_or_null(r->id), "status", json_string(ab_box_status_name(r->status)), "mode",
+            json_string(ab_box_mode_name(r->mode)), "provider", str_or_null(r->provider),
+            "backend_id", str_or_null(r->backend_id), "app_id", str_or_null(r->app_id), "user_id",
+            str_or_null(r->user_id), "chat_id", str_or_null(r->chat_id), "thread_id",
+            str_or_null(r->thread_id), "created_at", (json_int_t)r->created_at, "last_active_at",
+            (json_int_t)r->last_active_at, "idle_stop_s", (json_int_t)(idle > 0 ? idle : -1),
+            "idle_pause_s", (json_int_t)(pause > 0 ? pause : -1), "ttl_s", (json_int_t)r->ttl_s,
+            "limits", r->has_limits ? ab_limits_json(&r->limits) : json_null(), "network",
             net ? json_incref(net) : json_pack("{s:s,s:[],s:[]}", "mode", "none", "allow", "deny"),
             "env", env ? json_incref(env) : json_object(), "metadata",
-            json_is_object(meta) ? meta : (json_decref(meta), json_object()), "error",
-            str_or_null(r->error));
-        json_decref(spec);
+            r->metadata ? json_incref(r->metadata) : json_object(), "error", str_or_null(r->error));
         return j;
 }
 

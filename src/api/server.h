@@ -124,6 +124,8 @@ enum MHD_Result route_box_get(ab_req *r, const char *id);
 enum MHD_Result route_box_delete(ab_req *r, const char *id);
 enum MHD_Result route_box_stop(ab_req *r, const char *id);
 enum MHD_Result route_box_start(ab_req *r, const char *id);
+enum MHD_Result route_box_pause(ab_req *r, const char *id);
+enum MHD_Result route_box_resume(ab_req *r, const char *id);
 enum MHD_Result route_box_network_put(ab_req *r, const char *id);
 enum MHD_Result route_box_network_get(ab_req *r, const char *id);
 enum MHD_Result route_box_exec(ab_req *r, const char *id);

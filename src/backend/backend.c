@@ -1,22 +1,5 @@
 #include "backend/backend.h"
 
-const char *ab_box_status_name(ab_box_status s)
-{
-        switch (s) {
-        case AB_BOX_CREATING:
-                return "creating";
-        case AB_BOX_RUNNING:
-                return "running";
-        case AB_BOX_STOPPED:
-                return "stopped";
-        case AB_BOX_DELETING:
-                return "deleting";
-        case AB_BOX_ERROR:
-                return "error";
-        }
-        return "unknown";
-}
-
 void ab_box_info_clear(ab_box_info *i)
 {
         free(i->id);

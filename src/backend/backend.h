@@ -10,20 +10,11 @@
 #define AB_BACKEND_H
 
 #include "proto/initclient.h"
+#include "base/box.h"
 #include "base/err.h"
 #include "base/limits.h"
 
 #define AB_ID_MAX 63
-
-typedef enum {
-        AB_BOX_CREATING = 1,
-        AB_BOX_RUNNING,
-        AB_BOX_STOPPED,
-        AB_BOX_DELETING,
-        AB_BOX_ERROR,
-} ab_box_status;
-
-const char *ab_box_status_name(ab_box_status s);
 
 typedef struct ab_box_spec {
         const char *id; /* validated with ab_id_valid */
@@ -37,7 +28,7 @@ typedef struct ab_box_info {
         ab_limits limits;
         int64_t created_at; /* unix seconds */
         int64_t started_at; /* unix seconds of the last start, 0 if stopped */
-        pid_t init_pid;     /* host pid of the box's init, 0 when not running */
+        pid_t init_pid;     /* host pid of the box's init (running or paused), else 0 */
         char *rootfs;       /* NULL = host base */
         char *error;        /* why the box is in AB_BOX_ERROR, else NULL */
 } ab_box_info;
@@ -58,44 +49,60 @@ typedef struct ab_backend_ops {
         const char *name;
         /* Creates the box's persistent disk and starts it. AB_E_CONFLICT if the id exists. */
         int (*create)(ab_backend *b, const ab_box_spec *spec, ab_err **err);
-        /* Starts a stopped box over its existing disk. Starting a running box is a no-op. */
+        /* Starts a stopped box over its existing disk. Starting a running box is a
+         * no-op; starting a paused box resumes it. */
         int (*start)(ab_backend *b, const char *id, ab_err **err);
         /* Ends every process of the box and releases its mounts; the disk stays.
-         * Stopping a stopped box is a no-op. */
+         * Stopping a stopped box is a no-op; a paused box is stopped too. */
         int (*stop)(ab_backend *b, const char *id, ab_err **err);
+        /* Freezes every process of a running box: they keep their memory, files
+         * and sockets but get no CPU until resume. The state lives with the box
+         * (its cgroup on the native backend), so another process sees it paused.
+         * Pausing a paused box is a no-op. AB_E_CONFLICT when the box is not
+         * running; AB_E_TIMEOUT when its processes did not all stop in time (the
+         * box is then left running). connect refuses a paused box. */
+        int (*pause)(ab_backend *b, const char *id, ab_err **err);
+        /* Thaws a paused box: its processes go on where they were. Resuming a
+         * running box is a no-op; AB_E_CONFLICT when the box is not running. */
+        int (*resume)(ab_backend *b, const char *id, ab_err **err);
         /* Stops the box if needed and removes everything of it. */
         int (*destroy)(ab_backend *b, const char *id, ab_err **err);
-        /* Current state; a box whose init died is reported (and recorded) as stopped. */
+        /* Current state; a box whose init died is reported (and recorded) as stopped,
+         * a box whose processes are frozen as paused. */
         int (*info)(ab_backend *b, const char *id, ab_box_info *out, ab_err **err);
         /* Every box, sorted by id. Free each with ab_box_info_clear, then the array. */
         int (*list)(ab_backend *b, ab_box_info **out, size_t *n, ab_err **err);
         /* A new connection to the running box's init (caller closes).
-         * AB_E_CONFLICT when the box is not running. */
+         * AB_E_CONFLICT when the box is not running (paused included: resume it). */
         int (*connect)(ab_backend *b, const char *id, ab_err **err);
-        /* Resource usage of a running box. */
+        /* Resource usage of a running or paused box. */
         int (*stats)(ab_backend *b, const char *id, ab_box_stats *out, ab_err **err);
         /* A connection to the unix stream socket at `path` (absolute, as the
          * box sees it; resolved inside the box, no symlinks) of a running box.
          * Caller closes. The code runner reaches its zygote this way. */
         int (*connect_unix)(ab_backend *b, const char *id, const char *path, ab_err **err);
-        /* Sub-cgroups of a running box: limits on one process tree inside it
-         * (native/cgroup.h; the code runner puts each run in one). sub is one
-         * name component. sub_create makes it with a memory limit (bytes) and a
-         * pids limit and moves host_pid (a pid in the server's pid namespace)
-         * into it; sub_set_memory rewrites the memory limit; sub_end kills
-         * whatever is inside, reports its OOM kills (oom_kills may be NULL) and
-         * removes it. AB_E_UNSUPPORTED where the backend has none. */
-        int (*sub_create)(ab_backend *b, const char *id, const char *sub, uint64_t memory_bytes,
-                          uint64_t pids, pid_t host_pid, ab_err **err);
-        int (*sub_set_memory)(ab_backend *b, const char *id, const char *sub, uint64_t bytes,
-                              ab_err **err);
-        int (*sub_end)(ab_backend *b, const char *id, const char *sub, uint64_t *oom_kills,
-                       ab_err **err);
         void (*free)(ab_backend *b);
 } ab_backend_ops;
 
+/* Sub-cgroups of a running box: limits on one process tree inside it
+ * (native/cgroup.h; the code runner puts each run in one). Not every backend
+ * has them: ab_backend.subcg is NULL where it has none. sub is one name
+ * component. create makes it with a memory limit (bytes) and a pids limit and
+ * moves host_pid (a pid in the server's pid namespace) into it; set_memory
+ * rewrites the memory limit; end kills whatever is inside, reports its OOM
+ * kills (oom_kills may be NULL) and removes it. */
+typedef struct ab_subcg_ops {
+        int (*create)(ab_backend *b, const char *id, const char *sub, uint64_t memory_bytes,
+                      uint64_t pids, pid_t host_pid, ab_err **err);
+        int (*set_memory)(ab_backend *b, const char *id, const char *sub, uint64_t bytes,
+                          ab_err **err);
+        int (*end)(ab_backend *b, const char *id, const char *sub, uint64_t *oom_kills,
+                   ab_err **err);
+} ab_subcg_ops;
+
 struct ab_backend {
         const ab_backend_ops *ops;
+        const ab_subcg_ops *subcg; /* NULL: no sub-cgroups */
 };
 
 typedef struct ab_native_opts {

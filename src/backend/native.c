@@ -1,8 +1,8 @@
 /* The native backend: boxes as Linux namespaces on this machine.
  *
  * DATA/boxes/ID/      one directory per box (config.json, state.json, disk.img,
- *                     init.sock, lock, and mount points used only inside the
- *                     box's own mount namespace)
+ *                     init.sock, lock, paused while paused, and mount points
+ *                     used only inside the box's own mount namespace)
  * DATA/skills/        shown read-only in every box
  * DATA/cache/         formatted disk templates, one per size
  * DATA/trash/         boxes being deleted (renamed here first, so a crash
@@ -121,6 +121,8 @@ static bool cg_ready(native *n)
                 ab_err *cge = NULL;
                 if (ab_cg_open("/sys/fs/cgroup", parent, &n->cg, &cge) == 0) {
                         n->cg_ok = true;
+                        /* Pause, resume and kill-all freeze: keep them cheap on v1. */
+                        ab_cg_freeze_anchor(&n->cg);
                 } else {
                         n->cg_error = xstrdup(cge->msg);
                         ab_err_free(&cge);
@@ -195,6 +197,52 @@ static int need_cgroups(native *n, ab_err **err)
                           n->cg_error ? n->cg_error : "unknown");
 }
 
+/* How long a pause waits for every process of a box to stop. */
+#define PAUSE_TIMEOUT_MS 2000u
+
+/* True when the box's processes are frozen, or being frozen (a pause that a
+ * crash interrupted): either way they do not answer. The freezer state of the
+ * box's cgroup is the record, so every process sees the same. */
+static bool box_frozen(native *n, const char *id)
+{
+        ab_cg_freezer fs;
+        return cg_ready(n) && ab_cg_freezer_state(&n->cg, id, &fs, NULL) == 0 && fs != AB_CG_THAWED;
+}
+
+/* boxes/ID/paused exists while the box is (being) paused: made before the
+ * freeze, removed after the thaw, so a frozen box always has it. It spares
+ * the connect hot path a read of the cgroup (~10-20 us); the cgroup stays the
+ * record (a marker without a frozen cgroup is a pause or resume a crash cut
+ * short, and is ignored). */
+static void mark_paused(int bfd, bool on)
+{
+        if (!on) {
+                unlinkat(bfd, "paused", 0);
+                return;
+        }
+        int fd = openat(bfd, "paused", O_WRONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+        if (fd >= 0)
+                close(fd);
+}
+
+/* box_frozen, asked only when the marker says it may be. */
+static bool maybe_paused(native *n, int bfd, const char *id)
+{
+        return faccessat(bfd, "paused", F_OK, AT_SYMLINK_NOFOLLOW) == 0 && box_frozen(n, id);
+}
+
+/* Whether the box's init (from state.json) is alive; the caller holds the lock. */
+static int init_alive_locked(int bfd, bool *alive, ab_err **err)
+{
+        ab_box_state st;
+        int r = ab_state_read(bfd, &st, err);
+        if (r < 0)
+                return -1;
+        *alive = r == 0 && !st.error && ab_init_alive(st.init_pid, st.init_start);
+        ab_state_clear(&st);
+        return 0;
+}
+
 /* Starts the box; the caller holds its lock. */
 static int start_locked(native *n, int bfd, const char *id, ab_err **err)
 {
@@ -204,8 +252,13 @@ static int start_locked(native *n, int bfd, const char *id, ab_err **err)
                 return -1;
         if (r == 0 && !st.error && ab_init_alive(st.init_pid, st.init_start)) {
                 ab_state_clear(&st);
+                /* Running: nothing to do; paused: go on. */
+                if (box_frozen(n, id) && ab_cg_thaw(&n->cg, id, err) < 0)
+                        return -1;
+                mark_paused(bfd, false);
                 return 0;
         }
+        mark_paused(bfd, false);
         ab_state_clear(&st);
         if (need_cgroups(n, err) < 0 || need_bpf(n, err) < 0)
                 return -1;
@@ -274,6 +327,12 @@ static int stop_locked(native *n, int bfd, const char *id, ab_err **err)
         int r = ab_state_read(bfd, &st, err);
         if (r < 0)
                 return -1;
+        /* A frozen process cannot die before it is thawed (v1): kill them all
+         * frozen, then thaw (kill_all does both), so none runs in between. */
+        if (r == 0 && !st.error && box_frozen(n, id) && ab_cg_kill_all(&n->cg, id, err) < 0) {
+                ab_state_clear(&st);
+                return ab_err_wrap(err, "stopping paused box %s", id);
+        }
         if (r == 0 && !st.error && ab_box_kill(st.init_pid, st.init_start, err) < 0) {
                 ab_state_clear(&st);
                 return -1;
@@ -287,6 +346,7 @@ static int stop_locked(native *n, int bfd, const char *id, ab_err **err)
         if ((r = ab_state_remove(bfd)) < 0)
                 return ab_err_set(err, AB_E_INTERNAL, -r, "remove state of box %s", id);
         unlinkat(bfd, "init.sock", 0);
+        mark_paused(bfd, false);
         ab_log(AB_LOG_INFO, "box stopped", "box", id, NULL);
         return 0;
 }
@@ -616,6 +676,47 @@ static int n_stop(ab_backend *b, const char *id, ab_err **err)
         return stop_locked(n, bfd, id, err);
 }
 
+static int n_pause(ab_backend *b, const char *id, ab_err **err)
+{
+        native *n = N(b);
+        _cleanup_close_ int lockfd = -1;
+        _cleanup_close_ int bfd = lock_box(n, id, &lockfd, err);
+        bool alive = false;
+        if (bfd < 0 || init_alive_locked(bfd, &alive, err) < 0)
+                return -1;
+        if (!alive)
+                return ab_err_set(err, AB_E_CONFLICT, 0,
+                                  "box '%s' is not running: only a running box can be paused", id);
+        if (need_cgroups(n, err) < 0)
+                return -1;
+        mark_paused(bfd, true);
+        if (ab_cg_freeze(&n->cg, id, PAUSE_TIMEOUT_MS, err) < 0) {
+                mark_paused(bfd, false);
+                return ab_err_wrap(err, "pausing box %s", id);
+        }
+        ab_log(AB_LOG_INFO, "box paused", "box", id, NULL);
+        return 0;
+}
+
+static int n_resume(ab_backend *b, const char *id, ab_err **err)
+{
+        native *n = N(b);
+        _cleanup_close_ int lockfd = -1;
+        _cleanup_close_ int bfd = lock_box(n, id, &lockfd, err);
+        bool alive = false;
+        if (bfd < 0 || init_alive_locked(bfd, &alive, err) < 0)
+                return -1;
+        if (!alive)
+                return ab_err_set(err, AB_E_CONFLICT, 0,
+                                  "box '%s' is not running: start it (a stopped box has no "
+                                  "processes to resume)",
+                                  id);
+        if (need_cgroups(n, err) < 0 || ab_cg_thaw(&n->cg, id, err) < 0)
+                return ab_err_wrap(err, "resuming box %s", id);
+        mark_paused(bfd, false);
+        return 0;
+}
+
 /* Removes this data folder's cgroup parent once no box cgroup is left in it
  * (rmdir of a non-empty cgroup fails, which is the check). */
 static void remove_cg_parent(native *n)
@@ -736,7 +837,8 @@ static int info_at(native *n, const char *id, ab_box_info *out, ab_err **err)
                 out->status = AB_BOX_ERROR;
                 out->error = xstrdup(st.error);
         } else if (ab_init_alive(st.init_pid, st.init_start)) {
-                out->status = AB_BOX_RUNNING;
+                /* A frozen init is alive (it just does not run). */
+                out->status = box_frozen(n, id) ? AB_BOX_PAUSED : AB_BOX_RUNNING;
                 out->init_pid = st.init_pid;
                 out->started_at = st.started_at;
         } else {
@@ -818,8 +920,12 @@ static int n_connect(ab_backend *b, const char *id, ab_err **err)
                     openat(n->boxes_fd, id, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
                 if (bfd >= 0) {
                         int fd = abc_connect(bfd, "init.sock", NULL);
-                        if (fd >= 0)
+                        /* A frozen init still accepts (the kernel queues the
+                         * connection) but would never answer. */
+                        if (fd >= 0 && !maybe_paused(n, bfd, id))
                                 return fd;
+                        if (fd >= 0)
+                                close(fd);
                 }
         }
         ab_box_info i;
@@ -827,6 +933,8 @@ static int n_connect(ab_backend *b, const char *id, ab_err **err)
                 return -1;
         ab_box_status s = i.status;
         ab_box_info_clear(&i);
+        if (s == AB_BOX_PAUSED)
+                return ab_err_set(err, AB_E_CONFLICT, 0, "box '%s' is paused: resume it first", id);
         if (s != AB_BOX_RUNNING)
                 return ab_err_set(err, AB_E_CONFLICT, 0, "box '%s' is %s: start it first", id,
                                   ab_box_status_name(s));
@@ -844,7 +952,7 @@ static int n_stats(ab_backend *b, const char *id, ab_box_stats *out, ab_err **er
                 return -1;
         memset(out, 0, sizeof(*out));
         int r = 0;
-        if (i.status != AB_BOX_RUNNING) {
+        if (i.status != AB_BOX_RUNNING && i.status != AB_BOX_PAUSED) {
                 r = ab_err_set(err, AB_E_CONFLICT, 0, "box '%s' is %s", id,
                                ab_box_status_name(i.status));
                 goto out;
@@ -888,6 +996,8 @@ static int n_connect_unix(ab_backend *b, const char *id, const char *path, ab_er
         ab_state_clear(&st);
         if (pid <= 0)
                 return ab_err_set(err, AB_E_CONFLICT, 0, "box '%s' is not running", id);
+        if (maybe_paused(n, bfd, id))
+                return ab_err_set(err, AB_E_CONFLICT, 0, "box '%s' is paused: resume it first", id);
         /* The box's root is its init's; the path is resolved inside it. */
         char rp[64];
         snprintf(rp, sizeof(rp), "/proc/%d/root", (int)pid);
@@ -997,16 +1107,21 @@ static const ab_backend_ops native_ops = {
     .create = n_create,
     .start = n_start,
     .stop = n_stop,
+    .pause = n_pause,
+    .resume = n_resume,
     .destroy = n_destroy,
     .info = n_info,
     .list = n_list,
     .connect = n_connect,
     .stats = n_stats,
     .connect_unix = n_connect_unix,
-    .sub_create = n_sub_create,
-    .sub_set_memory = n_sub_set_memory,
-    .sub_end = n_sub_end,
     .free = n_free,
+};
+
+static const ab_subcg_ops native_subcg = {
+    .create = n_sub_create,
+    .set_memory = n_sub_set_memory,
+    .end = n_sub_end,
 };
 
 static char *find_init(const char *given)
@@ -1061,6 +1176,7 @@ int ab_native_open(const ab_native_opts *opts, ab_backend **out, ab_err **err)
                 return ab_err_set(err, AB_E_INTERNAL, -r, "cannot create data folder %s", data);
         native *n = xzalloc(sizeof(*n));
         n->base.ops = &native_ops;
+        n->base.subcg = &native_subcg;
         n->boxes_fd = n->data_fd = n->cache_fd = n->init_fd = -1;
         atomic_init(&n->uid_hint, UID_SLOTS);
         pthread_mutex_init(&n->lazy, NULL);

@@ -142,3 +142,13 @@ bad:
                           "(e.g. 30s, 5m)",
                           s ? s : "");
 }
+
+json_t *ab_limits_json(const ab_limits *l)
+{
+        json_t *j = json_pack("{s:f,s:I,s:I,s:I,s:I}", "cpus", l->cpus, "memory_mib",
+                              (json_int_t)l->memory_mib, "pids", (json_int_t)l->pids, "disk_mib",
+                              (json_int_t)l->disk_mib, "timeout_s", (json_int_t)l->timeout_s);
+        if (!j)
+                abort();
+        return j;
+}

@@ -3,6 +3,7 @@
 #define AB_LIMITS_H
 
 #include "base/err.h"
+#include <jansson.h>
 
 typedef struct ab_limits {
         double cpus;         /* CPU cores (cgroup quota); default 1 */
@@ -34,6 +35,10 @@ typedef struct ab_limits {
 
 /* Fills *l with the defaults. */
 void ab_limits_default(ab_limits *l);
+
+/* The per-box fields (cpus, memory_mib, pids, disk_mib, timeout_s) as a new
+ * JSON object: what a box record stores and the API shows. */
+json_t *ab_limits_json(const ab_limits *l);
 
 /* Checks every field against the bounds; AB_E_INVALID naming the field otherwise. */
 int ab_limits_validate(const ab_limits *l, ab_err **err);

@@ -2,6 +2,7 @@
  * (anything else lands in an "other" slot, so a caller can never grow the
  * label set), rendered on demand as Prometheus text format 0.0.4. */
 #include "base/metrics.h"
+#include "base/buf.h"
 #include "base/util.h"
 
 #include <math.h>
@@ -14,8 +15,9 @@ static const char *const codes[] = {
     "internal",       "invalid_argument",  "not_found", "conflict",    "unavailable",
     "limit_exceeded", "permission_denied", "timeout",   "unsupported", "other",
 };
-static const char *const ops[] = {"create",    "start",    "stop",       "destroy", "pool_claim",
-                                  "idle_stop", "lru_stop", "ttl_delete", "other"};
+static const char *const ops[] = {
+    "create",     "start", "stop",   "destroy",    "pool_claim", "idle_stop",     "lru_stop",
+    "ttl_delete", "pause", "resume", "idle_pause", "lru_pause",  "pressure_stop", "other"};
 static const char *const proxy_results[] = {"allowed", "denied", "error", "other"};
 static const double buckets[] = {.001, .0025, .005, .01, .025, .05, .1, .25,
                                  .5,   1,     2.5,  5,   10,   30,  60};
@@ -104,46 +106,22 @@ void ab_metrics_proxy(ab_metrics *m, const char *result)
 
 /* --- rendering --- */
 
-typedef struct buf {
-        char *p;
-        size_t len, cap;
-} buf;
-
-static void put(buf *b, const char *fmt, ...) AB_PRINTF(2, 3);
-static void put(buf *b, const char *fmt, ...)
-{
-        for (;;) {
-                va_list ap;
-                va_start(ap, fmt);
-                int r = vsnprintf(b->p + b->len, b->cap - b->len, fmt, ap);
-                va_end(ap);
-                if (r < 0)
-                        abort();
-                if ((size_t)r < b->cap - b->len) {
-                        b->len += (size_t)r;
-                        return;
-                }
-                b->cap = xadd(xmul(b->cap, 2), (size_t)r);
-                b->p = xrealloc(b->p, b->cap);
-        }
-}
-
 /* A label value with \, " and newline escaped, as the text format requires. */
-static void put_label(buf *b, const char *s)
+static void put_label(ab_buf *b, const char *s)
 {
         for (; s && *s; s++) {
                 switch (*s) {
                 case '\\':
-                        put(b, "\\\\");
+                        ab_buf_printf(b, "\\\\");
                         break;
                 case '"':
-                        put(b, "\\\"");
+                        ab_buf_printf(b, "\\\"");
                         break;
                 case '\n':
-                        put(b, "\\n");
+                        ab_buf_printf(b, "\\n");
                         break;
                 default:
-                        put(b, "%c", *s);
+                        ab_buf_printf(b, "%c", *s);
                 }
         }
 }
@@ -170,16 +148,16 @@ static void fmt_double(char out[32], double v)
         }
 }
 
-static void put_double(buf *b, double v)
+static void put_double(ab_buf *b, double v)
 {
         char s[32];
         fmt_double(s, v);
-        put(b, "%s", s);
+        ab_buf_printf(b, "%s", s);
 }
 
-static void header(buf *b, const char *name, const char *type, const char *help)
+static void header(ab_buf *b, const char *name, const char *type, const char *help)
 {
-        put(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+        ab_buf_printf(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
 }
 
 char *ab_metrics_render(ab_metrics *m, const ab_metrics_gauges *g)
@@ -187,23 +165,21 @@ char *ab_metrics_render(ab_metrics *m, const ab_metrics_gauges *g)
         static const ab_metrics_gauges none = {0};
         if (!g)
                 g = &none;
-        buf b = {.cap = 8192};
-        b.p = xmalloc(b.cap);
-        b.p[0] = '\0';
+        _cleanup_buf_ ab_buf b = {0};
 
         header(&b, "agentbox_boxes", "gauge", "Boxes by lifecycle state.");
         for (size_t i = 0; i < g->n_states; i++) {
-                put(&b, "agentbox_boxes{state=\"");
+                ab_buf_printf(&b, "agentbox_boxes{state=\"");
                 put_label(&b, g->box_states[i]);
-                put(&b, "\"} %lld\n", (long long)g->box_counts[i]);
+                ab_buf_printf(&b, "\"} %lld\n", (long long)g->box_counts[i]);
         }
 
         header(&b, "agentbox_execs_total", "counter", "Finished execs by outcome.");
         for (size_t i = 0; i < N_OUTCOMES; i++) {
                 uint64_t v = get(&m->execs[i]);
                 if (i + 1 < N_OUTCOMES || v)
-                        put(&b, "agentbox_execs_total{outcome=\"%s\"} %llu\n", outcomes[i],
-                            (unsigned long long)v);
+                        ab_buf_printf(&b, "agentbox_execs_total{outcome=\"%s\"} %llu\n",
+                                      outcomes[i], (unsigned long long)v);
         }
 
         header(&b, "agentbox_exec_duration_seconds", "histogram", "Wall time of finished execs.");
@@ -212,33 +188,33 @@ char *ab_metrics_render(ab_metrics *m, const ab_metrics_gauges *g)
                 cum += get(&m->exec_bucket[i]);
                 char le[32];
                 fmt_double(le, i < AB_ARRAY_LEN(buckets) ? buckets[i] : INFINITY);
-                put(&b, "agentbox_exec_duration_seconds_bucket{le=\"%s\"} %llu\n", le,
-                    (unsigned long long)cum);
+                ab_buf_printf(&b, "agentbox_exec_duration_seconds_bucket{le=\"%s\"} %llu\n", le,
+                              (unsigned long long)cum);
         }
-        put(&b, "agentbox_exec_duration_seconds_sum ");
+        ab_buf_printf(&b, "agentbox_exec_duration_seconds_sum ");
         put_double(&b, (double)get(&m->exec_sum_ns) / 1e9);
-        put(&b, "\nagentbox_exec_duration_seconds_count %llu\n", (unsigned long long)cum);
+        ab_buf_printf(&b, "\nagentbox_exec_duration_seconds_count %llu\n", (unsigned long long)cum);
 
         header(&b, "agentbox_execs_in_flight", "gauge", "Execs running now.");
-        put(&b, "agentbox_execs_in_flight %lld\n", (long long)g->execs_in_flight);
+        ab_buf_printf(&b, "agentbox_execs_in_flight %lld\n", (long long)g->execs_in_flight);
 
         header(&b, "agentbox_http_requests_total", "counter", "HTTP requests by status code.");
         for (size_t i = 100; i < N_STATUS; i++) {
                 uint64_t v = get(&m->http[i]);
                 if (v)
-                        put(&b, "agentbox_http_requests_total{code=\"%zu\"} %llu\n", i,
-                            (unsigned long long)v);
+                        ab_buf_printf(&b, "agentbox_http_requests_total{code=\"%zu\"} %llu\n", i,
+                                      (unsigned long long)v);
         }
         if (get(&m->http[0]))
-                put(&b, "agentbox_http_requests_total{code=\"other\"} %llu\n",
-                    (unsigned long long)get(&m->http[0]));
+                ab_buf_printf(&b, "agentbox_http_requests_total{code=\"other\"} %llu\n",
+                              (unsigned long long)get(&m->http[0]));
 
         header(&b, "agentbox_errors_total", "counter", "Errors returned to clients by code.");
         for (size_t i = 0; i < N_CODES; i++) {
                 uint64_t v = get(&m->errors[i]);
                 if (i + 1 < N_CODES || v)
-                        put(&b, "agentbox_errors_total{code=\"%s\"} %llu\n", codes[i],
-                            (unsigned long long)v);
+                        ab_buf_printf(&b, "agentbox_errors_total{code=\"%s\"} %llu\n", codes[i],
+                                      (unsigned long long)v);
         }
 
         header(&b, "agentbox_lifecycle_ops_total", "counter",
@@ -247,7 +223,8 @@ char *ab_metrics_render(ab_metrics *m, const ab_metrics_gauges *g)
                 for (int r = 0; r < 2; r++) {
                         uint64_t v = get(&m->lifecycle[i][r]);
                         if (i + 1 < N_OPS || v)
-                                put(&b,
+                                ab_buf_printf(
+                                    &b,
                                     "agentbox_lifecycle_ops_total{op=\"%s\",result=\"%s\"} "
                                     "%llu\n",
                                     ops[i], r ? "error" : "ok", (unsigned long long)v);
@@ -259,23 +236,23 @@ char *ab_metrics_render(ab_metrics *m, const ab_metrics_gauges *g)
         for (size_t i = 0; i < N_PROXY; i++) {
                 uint64_t v = get(&m->proxy[i]);
                 if (i + 1 < N_PROXY || v)
-                        put(&b, "agentbox_proxy_connections_total{result=\"%s\"} %llu\n",
-                            proxy_results[i], (unsigned long long)v);
+                        ab_buf_printf(&b, "agentbox_proxy_connections_total{result=\"%s\"} %llu\n",
+                                      proxy_results[i], (unsigned long long)v);
         }
 
         header(&b, "agentbox_pool_size", "gauge", "Warm boxes ready in the pool.");
-        put(&b, "agentbox_pool_size %lld\n", (long long)g->pool_size);
+        ab_buf_printf(&b, "agentbox_pool_size %lld\n", (long long)g->pool_size);
         header(&b, "agentbox_pool_target", "gauge", "Configured warm pool size.");
-        put(&b, "agentbox_pool_target %lld\n", (long long)g->pool_target);
+        ab_buf_printf(&b, "agentbox_pool_target %lld\n", (long long)g->pool_target);
         header(&b, "agentbox_sse_subscribers", "gauge", "Connected event stream subscribers.");
-        put(&b, "agentbox_sse_subscribers %lld\n", (long long)g->sse_subscribers);
+        ab_buf_printf(&b, "agentbox_sse_subscribers %lld\n", (long long)g->sse_subscribers);
         header(&b, "agentbox_uptime_seconds", "gauge", "Seconds since the server started.");
-        put(&b, "agentbox_uptime_seconds ");
+        ab_buf_printf(&b, "agentbox_uptime_seconds ");
         put_double(&b, g->uptime_s);
-        put(&b, "\n");
+        ab_buf_printf(&b, "\n");
         header(&b, "agentbox_build_info", "gauge", "Build information; always 1.");
-        put(&b, "agentbox_build_info{version=\"");
+        ab_buf_printf(&b, "agentbox_build_info{version=\"");
         put_label(&b, AGENTBOX_VERSION);
-        put(&b, "\"} 1\n");
-        return b.p;
+        ab_buf_printf(&b, "\"} 1\n");
+        return ab_buf_steal(&b);
 }

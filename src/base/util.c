@@ -1,4 +1,5 @@
 #include "util.h"
+#include "buf.h"
 
 #include <fcntl.h>
 #include <stdarg.h>
@@ -124,14 +125,10 @@ int ab_read_file(int dirfd, const char *path, char **out, size_t *len)
         _cleanup_close_ int fd = openat(dirfd, path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
         if (fd < 0)
                 return -errno;
-        size_t cap = 4096, n = 0;
-        _cleanup_free_ char *buf = xmalloc(cap);
+        _cleanup_buf_ ab_buf b = {0};
         for (;;) {
-                if (n + 1 >= cap) {
-                        cap = xmul(cap, 2);
-                        buf = xrealloc(buf, cap);
-                }
-                ssize_t r = read(fd, buf + n, cap - n - 1);
+                char *p = ab_buf_reserve(&b, 4096);
+                ssize_t r = read(fd, p, b.cap - b.n - 1);
                 if (r < 0) {
                         if (errno == EINTR)
                                 continue;
@@ -139,12 +136,11 @@ int ab_read_file(int dirfd, const char *path, char **out, size_t *len)
                 }
                 if (r == 0)
                         break;
-                n += (size_t)r;
+                ab_buf_commit(&b, (size_t)r);
         }
-        buf[n] = '\0';
         if (len)
-                *len = n;
-        *out = steal_pointer(&buf);
+                *len = b.n;
+        *out = ab_buf_steal(&b);
         return 0;
 }
 

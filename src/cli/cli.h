@@ -12,6 +12,11 @@
 /* Prints "agentbox: MESSAGE" (and a hint for the error's code) to stderr. */
 void cli_error(const ab_err *e);
 
+/* Resumes the box when it is paused, so a command can use it (as any use of
+ * a box through the service does). 0 when it is running now, or was not
+ * paused (then the command itself reports what is wrong). */
+int cli_wake(ab_backend *b, const char *id, ab_err **err);
+
 /* agentbox cp SRC DST: one side is ID:PATH. Returns an exit code. */
 int cli_cp(ab_backend *b, int argc, char **argv);
 

@@ -227,6 +227,11 @@ int cli_cp(ab_backend *b, int argc, char **argv)
                 r = EXIT_USAGE;
                 goto out;
         }
+        if (cli_wake(b, d.id ? d.id : s.id, &e) < 0) {
+                cli_error(e);
+                r = EXIT_AGENTBOX;
+                goto out;
+        }
         if (d.id) {
                 /* Into an existing directory: keep the source's name, like cp. */
                 abc_stat st;

@@ -23,10 +23,15 @@ static const char *usage_text =
     "  exec [OPTIONS] ID -- CMD [ARG...]\n"
     "                                 run CMD in the box (through bash -lc), stream its\n"
     "                                 output, exit with its exit code\n"
-    "  start ID...                    start stopped boxes (files are kept)\n"
+    "  start ID...                    start stopped boxes (files are kept); resume paused\n"
+    "                                 ones\n"
     "  stop ID...                     stop boxes: end every process, keep the disk\n"
+    "  pause ID...                    pause boxes: freeze every process (kept with its\n"
+    "                                 memory, no CPU); exec, cp and tool resume a box\n"
+    "  resume ID...                   resume paused boxes: their processes go on\n"
     "  rm ID...                       stop and delete boxes with all their files\n"
-    "  ls [--json]                    list boxes\n"
+    "  ls [--json]                    list boxes with their status (creating, running,\n"
+    "                                 paused, stopped, error)\n"
     "  inspect ID                     show a box as JSON (state, limits, usage)\n"
     "  cp SRC DST                     copy files or directories in or out of a box;\n"
     "                                 one side is ID:PATH (relative to /workspace)\n"
@@ -64,6 +69,16 @@ void cli_error(const ab_err *e)
                 return;
         if (e->code == AB_E_NOT_FOUND && strstr(e->msg, "no box"))
                 fprintf(stderr, "hint: `agentbox ls` lists the boxes\n");
+}
+
+int cli_wake(ab_backend *b, const char *id, ab_err **err)
+{
+        ab_box_info i;
+        if (b->ops->info(b, id, &i, NULL) < 0)
+                return 0;
+        ab_box_status st = i.status;
+        ab_box_info_clear(&i);
+        return st == AB_BOX_PAUSED ? b->ops->resume(b, id, err) : 0;
 }
 
 static int fail(ab_err **e)
@@ -270,7 +285,10 @@ static int cmd_exec(ab_backend *b, int argc, char **argv)
         if (!timeout_ms)
                 timeout_ms = (uint64_t)info.limits.timeout_s * 1000;
         req.output_cap = info.limits.output_cap;
+        bool paused = info.status == AB_BOX_PAUSED;
         ab_box_info_clear(&info);
+        if (paused && b->ops->resume(b, id, &e) < 0)
+                return fail(&e);
         req.command = cmd;
         req.env = nenv ? env : NULL;
         req.timeout_ms = (uint32_t)timeout_ms;
@@ -325,7 +343,7 @@ static json_t *info_json(const ab_box_info *i)
         json_t *j =
             json_pack("{s:s,s:s,s:I,s:o}", "id", i->id, "status", ab_box_status_name(i->status),
                       "created_at", (json_int_t)i->created_at, "limits", limits_json(&i->limits));
-        if (i->status == AB_BOX_RUNNING) {
+        if (i->status == AB_BOX_RUNNING || i->status == AB_BOX_PAUSED) {
                 json_object_set_new(j, "init_pid", json_integer(i->init_pid));
                 json_object_set_new(j, "started_at", json_integer(i->started_at));
         }
@@ -391,7 +409,8 @@ static int cmd_inspect(ab_backend *b, int argc, char **argv)
                 return fail(&e);
         json_t *j = info_json(&i);
         ab_box_stats st;
-        if (i.status == AB_BOX_RUNNING && b->ops->stats(b, argv[1], &st, NULL) == 0) {
+        if ((i.status == AB_BOX_RUNNING || i.status == AB_BOX_PAUSED) &&
+            b->ops->stats(b, argv[1], &st, NULL) == 0) {
                 json_object_set_new(j, "usage",
                                     json_pack("{s:I,s:I,s:I,s:I,s:I,s:I,s:I}", "memory_bytes",
                                               (json_int_t)st.memory_bytes, "memory_limit_bytes",
@@ -445,11 +464,15 @@ static int cmd_tool(ab_backend *b, int argc, char **argv)
                 json_decref(args);
                 return EXIT_USAGE;
         }
+        _cleanup_err_ ab_err *e = NULL;
+        if (cli_wake(b, id, &e) < 0) {
+                json_decref(args);
+                return fail(&e);
+        }
         tool_conn c = {.b = b, .id = id};
         ab_tool_box box = {.box_id = id, .connect = tool_connect, .ud = &c};
         ab_tool_limits lim = {0};
         ab_tool_result res = {0};
-        _cleanup_err_ ab_err *e = NULL;
         int r = ab_tool_run(&box, &lim, name, args, &res, &e);
         json_decref(args);
         if (r < 0)
@@ -501,8 +524,8 @@ int main(int argc, char **argv)
                 printf("agentbox %s\n", AGENTBOX_VERSION);
                 return 0;
         }
-        static const char *const known[] = {"create", "exec",    "start", "stop", "rm",
-                                            "ls",     "inspect", "cp",    "tool"};
+        static const char *const known[] = {"create", "exec", "start",   "stop", "pause", "resume",
+                                            "rm",     "ls",   "inspect", "cp",   "tool"};
         bool ok = false;
         for (size_t k = 0; k < AB_ARRAY_LEN(known); k++)
                 ok |= !strcmp(cmd, known[k]);
@@ -538,6 +561,10 @@ int main(int argc, char **argv)
                 return cmd_each(b, sub_argc, sub_argv, b->ops->start, "start");
         if (!strcmp(cmd, "stop"))
                 return cmd_each(b, sub_argc, sub_argv, b->ops->stop, "stop");
+        if (!strcmp(cmd, "pause"))
+                return cmd_each(b, sub_argc, sub_argv, b->ops->pause, "pause");
+        if (!strcmp(cmd, "resume"))
+                return cmd_each(b, sub_argc, sub_argv, b->ops->resume, "resume");
         if (!strcmp(cmd, "rm"))
                 return cmd_each(b, sub_argc, sub_argv, b->ops->destroy, "rm");
         if (!strcmp(cmd, "ls"))

@@ -26,15 +26,24 @@ static const char *serve_usage =
     "  --listen HOST:PORT  address to listen on (env AGENTBOX_LISTEN, default 127.0.0.1:8080)\n"
     "  --data DIR          data folder: boxes, database, caches (env AGENTBOX_DATA, default "
     "./data)\n"
-    "  --config FILE       YAML settings: idle_stop, pool_size, max_running, ttl, limits,\n"
-    "                      api_keys, alert thresholds, webhook_url, network_full,\n"
-    "                      network_subnet, network_hosts_file, ... (docs/configuration.md)\n"
+    "  --config FILE       YAML settings: idle_pause, idle_stop, memory_pressure_pct,\n"
+    "                      pool_size, max_running, ttl, limits, api_keys, alert thresholds,\n"
+    "                      webhook_url, network_full, network_subnet, network_hosts_file,\n"
+    "                      ... (docs/configuration.md)\n"
     "  --store URL         sqlite:PATH or postgres://USER@HOST:PORT/DB (env AGENTBOX_STORE;\n"
     "                      default SQLite at DATA/agentbox.db)\n"
     "\n"
     "Environment: AGENTBOX_TOKEN is the admin bearer token. Without it the server\n"
     "is open to everyone on this machine and refuses a non-loopback --listen.\n"
     "AGENTBOX_LOG=debug|info|warn|error sets the log level (default info).\n"
+    "\n"
+    "Idle boxes: paused after idle_pause (env AGENTBOX_IDLE_PAUSE, default 60s; their\n"
+    "processes are kept, frozen, and any use resumes them), stopped after idle_stop\n"
+    "(env AGENTBOX_IDLE_STOP, default 5m; files kept), both counted from the last\n"
+    "use; 0 turns either off. Paused boxes do not count against max_running and are\n"
+    "stopped first, least recently used first, while the host's available memory is\n"
+    "below memory_pressure_pct of its total (env AGENTBOX_MEMORY_PRESSURE_PCT,\n"
+    "default 10; 0 = never).\n"
     "\n"
     "Boxes' network (docs/api.md#network): none by default; per box, allowlist\n"
     "(egress only through this server's proxy, by host name) or full (veth + NAT,\n"
@@ -156,7 +165,7 @@ static int open_runners(cli_service *s, ab_err **err)
         bool bad = false;
         _cleanup_free_ char *dir = find_runtime_dir();
         ab_runners_opts ro = {
-            .backend = s->backend,
+            .manager = s->mgr,
             .runtime_dir = dir,
             .timeout_ms = env_num("SANDBOX_TIMEOUT", 0, err, &bad),
             .max_timeout_ms = env_num("SANDBOX_MAX_TIMEOUT", 0, err, &bad),
@@ -228,7 +237,9 @@ int cli_service_open(cli_service *s, const cli_service_args *a, ab_err **err)
             .metrics = s->metrics,
             .webhook = s->webhook,
             .limits = cfg->limits,
+            .idle_pause_s = cfg->idle_pause_s,
             .idle_stop_s = cfg->idle_stop_s,
+            .memory_pressure_pct = cfg->memory_pressure_pct,
             .ttl_s = cfg->ttl_s,
             .pool_size = cfg->pool_size,
             .max_running = cfg->max_running,
@@ -305,13 +316,14 @@ int cli_serve(int argc, char **argv, const char *data_flag)
                 cli_service_close(&svc);
                 return EXIT_AGENTBOX;
         }
-        char port[16], pool[24], idle[24];
+        char port[16], pool[24], idle[24], pause[24];
         snprintf(port, sizeof(port), "%u", srv->port);
         snprintf(pool, sizeof(pool), "%" PRId64, cfg->pool_size);
         snprintf(idle, sizeof(idle), "%" PRId64, cfg->idle_stop_s);
+        snprintf(pause, sizeof(pause), "%" PRId64, cfg->idle_pause_s);
         ab_log(AB_LOG_INFO, "agentbox serving", "listen", cfg->listen, "port", port, "data",
                cfg->data_dir, "store", ab_store_kind(svc.store), "version", AGENTBOX_VERSION,
-               "pool_size", pool, "idle_stop_s", idle, NULL);
+               "pool_size", pool, "idle_pause_s", pause, "idle_stop_s", idle, NULL);
         if (!cfg->token || !*cfg->token)
                 ab_log(AB_LOG_WARN,
                        "no AGENTBOX_TOKEN: the API is open to every process on this machine "

@@ -18,7 +18,9 @@ void ab_config_default(ab_config *c)
         *c = (ab_config){
             .listen = xstrdup("127.0.0.1:8080"),
             .data_dir = xstrdup("./data"),
+            .idle_pause_s = 60,
             .idle_stop_s = 300,
+            .memory_pressure_pct = 10,
             .reaper_interval_ms = 5000,
             .sample_interval_ms = 10000,
             .max_body = 1024 * 1024,
@@ -221,7 +223,9 @@ static const field fields[] = {
     F("store", "store_url", "AGENTBOX_STORE", K_OPT_STR, store_url),
     F("token", NULL, "AGENTBOX_TOKEN", K_OPT_STR, token),
     F("init_path", NULL, "AGENTBOX_INIT", K_OPT_STR, init_path),
+    F("idle_pause", NULL, "AGENTBOX_IDLE_PAUSE", K_SECS, idle_pause_s),
     F("idle_stop", NULL, "AGENTBOX_IDLE_STOP", K_SECS, idle_stop_s),
+    F("memory_pressure_pct", NULL, "AGENTBOX_MEMORY_PRESSURE_PCT", K_PCT, memory_pressure_pct),
     F("ttl", NULL, NULL, K_SECS, ttl_s),
     F("pool_size", NULL, "AGENTBOX_POOL_SIZE", K_COUNT, pool_size),
     F("max_running", NULL, "AGENTBOX_MAX_RUNNING", K_COUNT, max_running),
@@ -776,6 +780,7 @@ int ab_config_validate(const ab_config *c, ab_err **err)
                 const char *key;
                 int64_t v, min;
         } ints[] = {
+            {"idle_pause", c->idle_pause_s, 0},
             {"idle_stop", c->idle_stop_s, 0},
             {"ttl", c->ttl_s, 0},
             {"pool_size", c->pool_size, 0},
@@ -796,6 +801,7 @@ int ab_config_validate(const ab_config *c, ab_err **err)
             {"alert_memory_pct", c->alert_memory_pct},
             {"alert_cpu_pct", c->alert_cpu_pct},
             {"alert_disk_pct", c->alert_disk_pct},
+            {"memory_pressure_pct", c->memory_pressure_pct},
         };
         for (size_t i = 0; i < AB_ARRAY_LEN(pcts); i++)
                 if ((w = check_pct(pcts[i].v)))

@@ -20,13 +20,17 @@ typedef struct ab_config {
         char *data_dir;  /* default "./data" (env AGENTBOX_DATA) */
         char *store_url; /* NULL = SQLite under data_dir (env AGENTBOX_STORE) */
         char *token; /* admin bearer token; NULL/"" = open, loopback only (env AGENTBOX_TOKEN) */
-        char *init_path;     /* agentbox-init; NULL = next to the binary (env AGENTBOX_INIT) */
-        ab_limits limits;    /* defaults for new boxes (config: limits: {cpus, memory, pids, disk,
-                                timeout}) */
-        int64_t idle_stop_s; /* default 300; 0 disables idle stop */
-        int64_t ttl_s;       /* default TTL of new boxes; 0 = none */
-        int64_t pool_size;   /* warm pool target; default 0 */
-        int64_t max_running; /* cap on running boxes (LRU stop); 0 = no cap */
+        char *init_path;      /* agentbox-init; NULL = next to the binary (env AGENTBOX_INIT) */
+        ab_limits limits;     /* defaults for new boxes (config: limits: {cpus, memory, pids, disk,
+                                 timeout}) */
+        int64_t idle_pause_s; /* default 60; 0 disables idle pause */
+        int64_t idle_stop_s;  /* default 300; 0 disables idle stop */
+        /* paused boxes are stopped while MemAvailable is below this percentage
+         * of MemTotal; default 10; 0 = never */
+        double memory_pressure_pct;
+        int64_t ttl_s;              /* default TTL of new boxes; 0 = none */
+        int64_t pool_size;          /* warm pool target; default 0 */
+        int64_t max_running;        /* cap on running boxes (LRU stop); 0 = no cap */
         int64_t reaper_interval_ms; /* how often idle/TTL/LRU/pool jobs run; default 5000 */
         int64_t sample_interval_ms; /* resource samples on /v1/events; default 10000; 0 = off */
         double alert_memory_pct;    /* alert thresholds in percent of the limit; 0 = off */

@@ -1,7 +1,8 @@
 /* manager.h - the sandbox manager: turns requests ("a box for these keys",
  * "run this in box X") into backend operations and store records, and runs
- * the lifecycle jobs (idle stop, TTL, LRU cap on running boxes, warm pool,
- * asynchronous deletion, resource sampling and alerts).
+ * the lifecycle jobs (idle pause, idle stop, memory pressure, TTL, LRU cap on
+ * running boxes, warm pool, asynchronous deletion, resource sampling and
+ * alerts).
  *
  * The store is the registry of boxes (who owns them, keys, activity); the
  * backend is the truth about whether a box runs. Operations on one box are
@@ -23,15 +24,20 @@
 typedef struct ab_manager ab_manager;
 
 typedef struct ab_manager_opts {
-        ab_backend *backend; /* borrowed */
-        ab_store *store;     /* borrowed */
-        ab_events *events;   /* borrowed */
-        ab_metrics *metrics; /* borrowed */
-        ab_webhook *webhook; /* borrowed; NULL = no webhook */
-        struct ab_net *net;  /* borrowed; NULL = every box has network mode none */
-        ab_limits limits;    /* defaults of new boxes */
-        int64_t idle_stop_s; /* 0 = no idle stop */
-        int64_t ttl_s;       /* default TTL; 0 = none */
+        ab_backend *backend;  /* borrowed */
+        ab_store *store;      /* borrowed */
+        ab_events *events;    /* borrowed */
+        ab_metrics *metrics;  /* borrowed */
+        ab_webhook *webhook;  /* borrowed; NULL = no webhook */
+        struct ab_net *net;   /* borrowed; NULL = every box has network mode none */
+        ab_limits limits;     /* defaults of new boxes */
+        int64_t idle_pause_s; /* default of boxes; 0 = no idle pause */
+        int64_t idle_stop_s;  /* default of boxes; 0 = no idle stop */
+        /* Stop paused boxes (oldest activity first) while the host's
+         * MemAvailable is below this percentage of MemTotal; 0 = never. */
+        double memory_pressure_pct;
+        const char *meminfo_path; /* NULL = /proc/meminfo (tests point it at a file) */
+        int64_t ttl_s;            /* default TTL; 0 = none */
         int64_t pool_size;
         int64_t max_running; /* 0 = no cap */
         int64_t reaper_interval_ms;
@@ -59,6 +65,7 @@ typedef struct ab_acquire_req {
         json_t *env;             /* object of strings, or NULL (borrowed) */
         json_t *network;         /* or NULL (borrowed) */
         json_t *metadata;        /* or NULL (borrowed) */
+        int64_t idle_pause_s;    /* 0 = server default, -1 = never */
         int64_t idle_stop_s;     /* 0 = server default, -1 = never */
         bool has_ttl;
         int64_t ttl_s;
@@ -79,6 +86,17 @@ int ab_manager_stop(ab_manager *m, const char *id, const char *scope, ab_box_rec
                     ab_err **err);
 int ab_manager_start(ab_manager *m, const char *id, const char *scope, ab_box_rec *out,
                      ab_err **err);
+/* Freezes every process of a running box (they keep their memory and state;
+ * any use of the box resumes it). Pausing a paused box is a no-op.
+ * AB_E_CONFLICT when the box is not running or an exec, file or tool call is
+ * in flight; AB_E_TIMEOUT when its processes would not stop (it stays
+ * running). Records "paused" and publishes "box.paused". */
+int ab_manager_pause(ab_manager *m, const char *id, const char *scope, ab_box_rec *out,
+                     ab_err **err);
+/* Thaws a paused box; counts as activity. Resuming a running box is a no-op;
+ * AB_E_CONFLICT when it is stopped (start it). Publishes "box.resumed". */
+int ab_manager_resume(ab_manager *m, const char *id, const char *scope, ab_box_rec *out,
+                      ab_err **err);
 /* Marks the box deleting and queues its destruction; returns at once. */
 int ab_manager_delete(ab_manager *m, const char *id, const char *scope, ab_err **err);
 /* Deletes every box matching f (app_id, user_id, chat_id or thread_id);
@@ -107,6 +125,25 @@ int ab_manager_use_begin(ab_manager *m, const char *id, const char *scope, ab_us
 int ab_manager_use_connect(ab_manager *m, ab_use *u, ab_err **err);
 void ab_manager_use_end(ab_manager *m, ab_use *u);
 
+/* System boxes: the server's own boxes (ids start with "sys-"; the code
+ * runner's is one). The manager makes one on first use (and again when a
+ * crash left it half-made) and starts it when it is not running; it has no
+ * store record, so no API call lists, stops, deletes or scopes it, and the
+ * reaper, the running-box cap and the pool leave it alone. */
+typedef struct ab_sysbox_spec {
+        const char *id; /* "sys-..." */
+        ab_limits limits;
+} ab_sysbox_spec;
+
+/* Begins a use of the system box (making and starting it as needed); then
+ * ab_manager_use_connect, ab_manager_exec and ab_manager_use_end work as for
+ * any box (an exec in it is counted, audited and published like any exec).
+ * Its execs get no default timeout: the caller sets one or none. */
+int ab_manager_sys_use_begin(ab_manager *m, const ab_sysbox_spec *spec, ab_use *u, ab_err **err);
+
+/* The backend, for operations only it has (ab_backend.subcg, connect_unix). */
+ab_backend *ab_manager_backend(ab_manager *m);
+
 /* The box's own environment (the "env" given when it was made) as a
  * NULL-terminated strv of "K=V" (free each and the array). */
 char **ab_manager_box_env(const ab_box_rec *r);
@@ -125,8 +162,8 @@ typedef struct ab_manager_counts {
 int ab_manager_counts_get(ab_manager *m, ab_manager_counts *out, ab_err **err);
 void ab_manager_counts_clear(ab_manager_counts *c);
 
-/* Runs the reaper jobs once now (idle stop, TTL, LRU, pool top-up); tests and
- * the background thread call it. */
+/* Runs the reaper jobs once now (idle stop, idle pause, memory pressure, TTL,
+ * drift, LRU cap); tests and the background thread call it. */
 void ab_manager_reap(ab_manager *m);
 
 #endif

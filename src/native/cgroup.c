@@ -812,33 +812,188 @@ out:
         return r;
 }
 
+/* ---- freezer ------------------------------------------------------------ */
+
+/* The directory holding the box's freezer files; NULL on v1 without a
+ * freezer hierarchy. */
+static char *freezer_dir(const ab_cg *cg, const char *box_id)
+{
+        if (cg->version == AB_CG_V2)
+                return box_dir(cg, NULL, box_id);
+        return cg->v1_freezer ? box_dir(cg, cg->v1_freezer, box_id) : NULL;
+}
+
+/* Asks the kernel to freeze (on) or thaw the cgroup at dir. 0 or -errno. */
+static int freezer_write(const ab_cg *cg, const char *dir, bool on)
+{
+        if (cg->version == AB_CG_V2)
+                return write_at(dir, "cgroup.freeze", on ? "1" : "0");
+        return write_at(dir, "freezer.state", on ? "FROZEN" : "THAWED");
+}
+
+/* v1: freezer.state is THAWED, FREEZING or FROZEN (reading it is what moves
+ * FREEZING on to FROZEN once every task has stopped). v2: cgroup.freeze is
+ * what was asked, "frozen" in cgroup.events what the kernel reached (also
+ * when an ancestor is frozen). 0, -EINVAL on unknown content, or -errno. */
+static int freezer_read(const ab_cg *cg, const char *dir, ab_cg_freezer *out)
+{
+        _cleanup_free_ char *buf = NULL;
+        int r;
+        if (cg->version == AB_CG_V2) {
+                uint64_t frozen = 0, asked = 0;
+                if ((r = read_keyed(dir, "cgroup.events", "frozen", &frozen)) < 0 ||
+                    (r = read_u64(dir, "cgroup.freeze", &asked)) < 0)
+                        return r;
+                *out = frozen ? AB_CG_FROZEN : asked ? AB_CG_FREEZING : AB_CG_THAWED;
+                return 0;
+        }
+        if ((r = read_at(dir, "freezer.state", &buf)) < 0)
+                return r;
+        buf[strcspn(buf, "\n")] = '\0';
+        if (strcmp(buf, "THAWED") == 0)
+                *out = AB_CG_THAWED;
+        else if (strcmp(buf, "FREEZING") == 0)
+                *out = AB_CG_FREEZING;
+        else if (strcmp(buf, "FROZEN") == 0)
+                *out = AB_CG_FROZEN;
+        else
+                return -EINVAL;
+        return 0;
+}
+
+/* Polls until the cgroup at dir is frozen or ms have passed. Tasks usually
+ * stop within microseconds, so the first waits are short and grow.
+ *
+ * v1 asks each task to freeze once, when FROZEN is written. A task that was
+ * running then and went on into a freezable sleep that a signal does not
+ * end - a shell's vfork() waiting for its child, which froze first - is never
+ * asked again, and the cgroup stays FREEZING until thawed. Writing FROZEN
+ * again asks again (and freezes it at once), so every round does. v2 counts
+ * such a sleep as frozen. */
+static int freezer_wait(const ab_cg *cg, const char *dir, unsigned ms, ab_cg_freezer *st)
+{
+        uint64_t deadline = ab_now_ns() + (uint64_t)ms * 1000000u;
+        long wait_ns = 20000;
+        for (;;) {
+                int r = freezer_read(cg, dir, st);
+                if (r < 0 || *st == AB_CG_FROZEN || ab_now_ns() >= deadline)
+                        return r;
+                if (cg->version == AB_CG_V1 && *st == AB_CG_FREEZING &&
+                    (r = freezer_write(cg, dir, true)) < 0)
+                        return r;
+                struct timespec ts = {.tv_sec = 0, .tv_nsec = wait_ns};
+                while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
+                        ;
+                if (wait_ns < CG_POLL_NS)
+                        wait_ns *= 2;
+        }
+}
+
 /* Freezes the box (best effort, bounded) so its processes cannot fork or
  * exit while we read and signal them. Returns whether a freezer was used. */
 static bool freeze(const ab_cg *cg, const char *box_id, bool on)
 {
-        _cleanup_free_ char *dir = NULL;
-        if (cg->version == AB_CG_V2) {
-                dir = box_dir(cg, NULL, box_id);
-                if (write_at(dir, "cgroup.freeze", on ? "1" : "0") < 0)
-                        return false;
-                uint64_t deadline = ab_now_ms() + CG_FREEZE_MS, frozen = 0;
-                while (on && ab_now_ms() < deadline &&
-                       read_keyed(dir, "cgroup.events", "frozen", &frozen) == 0 && frozen != 1)
-                        sleep_poll();
-                return true;
-        }
-        if (!cg->v1_freezer)
+        _cleanup_free_ char *dir = freezer_dir(cg, box_id);
+        if (!dir || freezer_write(cg, dir, on) < 0)
                 return false;
-        dir = box_dir(cg, cg->v1_freezer, box_id);
-        if (write_at(dir, "freezer.state", on ? "FROZEN" : "THAWED") < 0)
-                return false;
-        for (uint64_t deadline = ab_now_ms() + CG_FREEZE_MS; on && ab_now_ms() < deadline;) {
-                _cleanup_free_ char *st = NULL;
-                if (read_at(dir, "freezer.state", &st) < 0 || strncmp(st, "FROZEN", 6) == 0)
-                        break;
-                sleep_poll();
-        }
+        ab_cg_freezer st;
+        if (on)
+                freezer_wait(cg, dir, CG_FREEZE_MS, &st);
         return true;
+}
+
+/* The box's freezer directory, or an error saying why there is none. */
+static char *freezer_need(const ab_cg *cg, const char *box_id, ab_err **err)
+{
+        if (check_box_id(box_id, err) < 0)
+                return NULL;
+        _cleanup_free_ char *dir = freezer_dir(cg, box_id);
+        if (!dir) {
+                ab_err_set(err, AB_E_UNSUPPORTED, 0,
+                           "cgroup: pausing needs the freezer controller, but %s has no v1 "
+                           "freezer hierarchy; mount it (mount -t cgroup -o freezer freezer "
+                           "%s/freezer)",
+                           cg->root, cg->root);
+                return NULL;
+        }
+        if (!dir_exists(dir)) {
+                ab_err_set(err, AB_E_NOT_FOUND, 0, "cgroup: box %s has no cgroup at %s", box_id,
+                           dir);
+                return NULL;
+        }
+        return steal_pointer(&dir);
+}
+
+static int freezer_error(int r, const char *dir, const ab_cg *cg, const char *box_id, ab_err **err)
+{
+        const char *file = cg->version == AB_CG_V2 ? "cgroup.freeze" : "freezer.state";
+        if (r == -ENOENT && !dir_exists(dir))
+                return ab_err_set(err, AB_E_NOT_FOUND, 0, "cgroup: box %s has no cgroup at %s",
+                                  box_id, dir);
+        if (r == -ENOENT)
+                return ab_err_set(err, AB_E_UNSUPPORTED, 0,
+                                  "cgroup: %s has no freezer files (cgroup v2 has cgroup.freeze "
+                                  "since Linux 5.2)",
+                                  dir);
+        if (r == -EINVAL)
+                return ab_err_set(err, AB_E_INTERNAL, 0,
+                                  "cgroup: unexpected content in the freezer files of %s", dir);
+        return ab_err_set(err, code_for(-r), -r, "cgroup: cannot use %s/%s (%s)", dir, file,
+                          hint_for(-r));
+}
+
+int ab_cg_freezer_state(const ab_cg *cg, const char *box_id, ab_cg_freezer *out, ab_err **err)
+{
+        _cleanup_free_ char *dir = freezer_need(cg, box_id, err);
+        if (!dir)
+                return -1;
+        int r = freezer_read(cg, dir, out);
+        return r < 0 ? freezer_error(r, dir, cg, box_id, err) : 0;
+}
+
+int ab_cg_freeze(const ab_cg *cg, const char *box_id, unsigned timeout_ms, ab_err **err)
+{
+        _cleanup_free_ char *dir = freezer_need(cg, box_id, err);
+        if (!dir)
+                return -1;
+        ab_cg_freezer st = AB_CG_THAWED;
+        int r = freezer_write(cg, dir, true);
+        if (r == 0)
+                r = freezer_wait(cg, dir, timeout_ms, &st);
+        if (r == 0 && st == AB_CG_FROZEN)
+                return 0;
+        /* All or nothing: a box half frozen would hang whoever uses it. */
+        freezer_write(cg, dir, false);
+        if (r < 0)
+                return freezer_error(r, dir, cg, box_id, err);
+        return ab_err_set(err, AB_E_TIMEOUT, 0,
+                          "cgroup: the processes of box %s did not all stop within %u ms (one "
+                          "may be in uninterruptible sleep, e.g. on a slow disk); the box was "
+                          "left running, retry later",
+                          box_id, timeout_ms);
+}
+
+int ab_cg_freeze_anchor(const ab_cg *cg)
+{
+        if (cg->version != AB_CG_V1 || !cg->v1_freezer)
+                return 0;
+        _cleanup_free_ char *dir =
+            xasprintf("%s/%s/%s", cg->root, cg->v1_freezer, AB_CG_FREEZE_ANCHOR);
+        if (mkdir(dir, 0755) < 0 && errno != EEXIST)
+                return -errno;
+        ab_cg_freezer st;
+        if (freezer_read(cg, dir, &st) == 0 && st == AB_CG_FROZEN)
+                return 0;
+        return freezer_write(cg, dir, true);
+}
+
+int ab_cg_thaw(const ab_cg *cg, const char *box_id, ab_err **err)
+{
+        _cleanup_free_ char *dir = freezer_need(cg, box_id, err);
+        if (!dir)
+                return -1;
+        int r = freezer_write(cg, dir, false);
+        return r < 0 ? freezer_error(r, dir, cg, box_id, err) : 0;
 }
 
 /* v2: cgroup.events "populated" covers the whole sub-tree. */
@@ -889,6 +1044,8 @@ int ab_cg_kill_all(const ab_cg *cg, const char *box_id, ab_err **err)
                                           dir, "cgroup.kill");
                 while ((r = populated(cg, box_id, &busy)) == 0 && busy && ab_now_ms() < deadline)
                         sleep_poll();
+                /* A paused box's processes die frozen; the box ends thawed. */
+                freeze(cg, box_id, false);
         } else {
                 for (;;) {
                         size_t left = 0;

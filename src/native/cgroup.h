@@ -53,13 +53,52 @@ int ab_cg_stats_read(const ab_cg *cg, const char *box_id, ab_cg_stats *out, ab_e
 
 /* Kills every process in the box's cgroup and waits (bounded, ~2 s) until it
  * is empty: v2 cgroup.kill when present, else freeze + SIGKILL each pid in
- * cgroup.procs + thaw, repeated until empty. */
+ * cgroup.procs + thaw, repeated until empty. A frozen (paused) box works
+ * too: its processes die at the thaw; the box ends thawed. */
 int ab_cg_kill_all(const ab_cg *cg, const char *box_id, ab_err **err);
 
 /* Removes the box's cgroup directories (and any sub-cgroups below them);
  * missing ones are fine, the parent is kept. Processes still inside are
  * killed first (ab_cg_kill_all). */
 int ab_cg_destroy(const ab_cg *cg, const char *box_id, ab_err **err);
+
+/* ---- freezer: pausing a box with its processes kept ----------------------
+ * v1 uses the freezer controller (freezer.state), v2 cgroup.freeze and the
+ * "frozen" key of cgroup.events. Freezing the box's cgroup covers every
+ * process in it and in its sub-cgroups (on v1 those exist in memory and pids
+ * only, so their processes are still in the box's freezer cgroup). A frozen
+ * process keeps its memory, files and sockets and gets no CPU. On v1 it
+ * cannot even die until thawed (a SIGKILL stays pending); on v2 it can. */
+typedef enum {
+        AB_CG_THAWED = 0,
+        AB_CG_FREEZING, /* asked to freeze; some task has not stopped yet */
+        AB_CG_FROZEN,
+} ab_cg_freezer;
+
+/* Freezes the box's cgroup and waits until the kernel reports every task
+ * stopped, at most timeout_ms. All or nothing: on timeout (AB_E_TIMEOUT) or
+ * error the box is thawed again. Freezing a frozen box is a no-op.
+ * AB_E_UNSUPPORTED on v1 without a freezer hierarchy; AB_E_NOT_FOUND when
+ * the box has no cgroup. */
+int ab_cg_freeze(const ab_cg *cg, const char *box_id, unsigned timeout_ms, ab_err **err);
+
+/* Thaws the box's cgroup; its processes may run when this returns. Thawing a
+ * thawed box is a no-op. Errors as ab_cg_freeze. */
+int ab_cg_thaw(const ab_cg *cg, const char *box_id, ab_err **err);
+
+/* Reads the box's freezer state. Errors as ab_cg_freeze. */
+int ab_cg_freezer_state(const ab_cg *cg, const char *box_id, ab_cg_freezer *out, ab_err **err);
+
+/* v1: keeps one empty cgroup of the freezer hierarchy, AB_CG_FREEZE_ANCHOR
+ * under its root, frozen for good (made if missing; shared by every agentbox
+ * on the host). The v1 freezer switches a kernel static key on when a first
+ * cgroup starts freezing and off when the last one thaws - code patching on
+ * every CPU, ~1.5 ms each way on the build host - so a freeze or thaw of the
+ * only paused box, and the freeze + thaw of every v1 kill_all, paid it. With
+ * the anchor frozen the key stays on and they cost tens of microseconds. Best
+ * effort, 0 or -errno; a no-op on v2 (no such switch) and without a freezer. */
+#define AB_CG_FREEZE_ANCHOR "agentbox-freeze-anchor"
+int ab_cg_freeze_anchor(const ab_cg *cg);
 
 /* ---- sub-cgroups: limits on one process tree inside a box ----------------
  * A sub-cgroup is one path component `sub` below the box's cgroup

@@ -8,6 +8,7 @@
  * cannot reach anything else. Redirects are followed here, not by curl, so
  * each hop goes through the same checks. */
 #include "runners/fetch.h"
+#include "base/buf.h"
 #include "net/addrcheck.h"
 
 #include <arpa/inet.h>
@@ -300,8 +301,7 @@ static int build_headers(json_t *headers, bool drop_credentials, struct curl_sli
 
 typedef struct {
         size_t max_response;
-        char *body;
-        size_t len, cap;
+        ab_buf body;
         bool body_too_big, headers_too_big;
         size_t header_bytes;
         long status;
@@ -317,7 +317,7 @@ typedef struct {
 
 static void xfer_clear(xfer *x)
 {
-        free(x->body);
+        ab_buf_free(&x->body);
         free(x->status_text);
         json_decref(x->headers);
         free(x->last_name);
@@ -329,22 +329,11 @@ static size_t on_body(char *p, size_t size, size_t n, void *user)
 {
         xfer *x = user;
         size_t len = size * n;
-        if (len > x->max_response - x->len) {
+        if (len > x->max_response - x->body.n) {
                 x->body_too_big = true;
                 return 0; /* not len: curl aborts with CURLE_WRITE_ERROR */
         }
-        if (x->len + len + 1 > x->cap) {
-                size_t cap = x->cap ? x->cap : 16384;
-                while (cap < x->len + len + 1)
-                        cap = xmul(cap, 2);
-                if (cap > x->max_response + 1)
-                        cap = x->max_response + 1;
-                x->body = xrealloc(x->body, cap);
-                x->cap = cap;
-        }
-        memcpy(x->body + x->len, p, len);
-        x->len += len;
-        x->body[x->len] = '\0';
+        ab_buf_add(&x->body, p, len);
         return len;
 }
 
@@ -704,8 +693,8 @@ int ab_fetch(const ab_fetch_req *req, ab_fetch_res *out, ab_err **err)
                 out->status = x.status;
                 out->status_text = x.status_text ? steal_pointer(&x.status_text) : xstrdup("");
                 out->headers = steal_pointer(&x.headers);
-                out->body = x.body ? steal_pointer(&x.body) : xstrdup("");
-                out->body_len = x.len;
+                out->body_len = x.body.n;
+                out->body = ab_buf_steal(&x.body);
                 xfer_clear(&x);
                 r = 0;
                 break;

@@ -247,6 +247,7 @@ static int on_output(void *ud, int stream, const void *buf, size_t len)
 
 static void top_up(ab_runners *rs, int lang);
 static int box_exec(ab_runners *rs, const char *cmd, ab_err **err);
+static int sys_use(ab_runners *rs, ab_use *u, ab_err **err);
 
 /* The first line from a run's process, {"pid":N}, with the sender's
  * credentials: the kernel gives its pid in the server's pid namespace (the
@@ -299,8 +300,8 @@ static void end_run(ab_runners *rs, wproc *p)
         snprintf(sub, sizeof(sub), "run-%d", p->uid);
         ab_err *ke = NULL;
         if (p->in_cg) {
-                ab_backend *b = rs->o.backend;
-                if (b->ops->sub_end(b, BOX_ID, sub, &p->oom_kills, &ke) < 0)
+                ab_backend *b = ab_manager_backend(rs->o.manager);
+                if (b->subcg->end(b, BOX_ID, sub, &p->oom_kills, &ke) < 0)
                         ab_log(AB_LOG_WARN, "runner: cannot end a run's cgroup", "error", ke->msg,
                                NULL);
                 ab_err_free(&ke);
@@ -331,7 +332,7 @@ static void *warm_main(void *arg)
 {
         wproc *p = arg;
         ab_runners *rs = p->rs;
-        ab_backend *b = rs->o.backend;
+        ab_backend *b = ab_manager_backend(rs->o.manager);
         ab_err *e = NULL;
         int pidfd = -1;
         pthread_mutex_lock(&rs->lock);
@@ -357,8 +358,8 @@ static void *warm_main(void *arg)
                 uint64_t mb = (uint64_t)rs->o.memory_mb +
                               (p->lang == LANG_JS ? JS_HEADROOM_MB : PY_HEADROOM_MB);
                 ab_err *ce = NULL;
-                if (b->ops->sub_create &&
-                    b->ops->sub_create(b, BOX_ID, sub, mb << 20, RUN_PIDS, host_pid, &ce) == 0) {
+                if (b->subcg &&
+                    b->subcg->create(b, BOX_ID, sub, mb << 20, RUN_PIDS, host_pid, &ce) == 0) {
                         p->in_cg = true;
                 } else {
                         pthread_mutex_lock(&rs->lock);
@@ -507,7 +508,6 @@ static void *zygote_main(void *arg)
         for (;;) {
                 int in[2] = {-1, -1}, c[2] = {-1, -1};
                 ab_err *e = NULL;
-                int fd = -1;
                 pthread_mutex_lock(&rs->lock);
                 bool stop = rs->stopping;
                 if (!stop && pipe2(in, O_CLOEXEC) == 0) {
@@ -520,9 +520,8 @@ static void *zygote_main(void *arg)
                         rs->zy_line_len = 0;
                 }
                 pthread_mutex_unlock(&rs->lock);
-                if (!stop && c[0] >= 0)
-                        fd = rs->o.backend->ops->connect(rs->o.backend, BOX_ID, &e);
-                if (fd >= 0) {
+                ab_use u;
+                if (!stop && c[0] >= 0 && sys_use(rs, &u, &e) == 0) {
                         static const char *const env[] = {"TMPDIR=/tmp", NULL};
                         abc_exec_req q = {
                             .command = cmd,
@@ -534,8 +533,8 @@ static void *zygote_main(void *arg)
                             .cancel_fd = c[0],
                         };
                         abc_exec_res res;
-                        abc_exec(fd, &q, zy_output, rs, &res, &e);
-                        close(fd);
+                        ab_manager_exec(rs->o.manager, &u, &q, zy_output, rs, &res, &e);
+                        ab_manager_use_end(rs->o.manager, &u);
                 }
                 if (in[0] >= 0)
                         close(in[0]);
@@ -699,17 +698,44 @@ static char *runtime_version(const char *dir)
         return v;
 }
 
+/* A use of the system box (made and started by the manager as needed). */
+static int sys_use(ab_runners *rs, ab_use *u, ab_err **err)
+{
+        long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+        ab_sysbox_spec spec = {.id = BOX_ID};
+        ab_limits_default(&spec.limits);
+        spec.limits.cpus = ncpu > 0 ? (double)ncpu : 1;
+        spec.limits.memory_mib = 4096;
+        spec.limits.pids = 4096;
+        spec.limits.disk_mib = 2048;
+        return ab_manager_sys_use_begin(rs->o.manager, &spec, u, err);
+}
+
+/* Writes a file in the system box (data, or everything read from src_fd). */
+static int sys_write(ab_runners *rs, const char *path, const void *data, size_t len, int src_fd,
+                     uint32_t mode, ab_err **err)
+{
+        ab_use u;
+        if (sys_use(rs, &u, err) < 0)
+                return -1;
+        int r = -1;
+        _cleanup_close_ int fd = ab_manager_use_connect(rs->o.manager, &u, err);
+        if (fd >= 0)
+                r = abc_write(fd, path, data, len, src_fd, 0, mode, err);
+        ab_manager_use_end(rs->o.manager, &u);
+        return r;
+}
+
 static int box_exec(ab_runners *rs, const char *cmd, ab_err **err)
 {
-        ab_backend *b = rs->o.backend;
-        _cleanup_close_ int fd = b->ops->connect(b, BOX_ID, err);
-        if (fd < 0)
+        ab_use u;
+        if (sys_use(rs, &u, err) < 0)
                 return -1;
         abc_exec_req q = {.command = cmd, .stdin_fd = -1, .timeout_ms = 120000};
         abc_exec_res res;
-        if (abc_exec(fd, &q, NULL, NULL, &res, err) < 0)
-                return -1;
-        return res.exit_code;
+        int r = ab_manager_exec(rs->o.manager, &u, &q, NULL, NULL, &res, err);
+        ab_manager_use_end(rs->o.manager, &u);
+        return r < 0 ? -1 : res.exit_code;
 }
 
 typedef struct vbuf {
@@ -729,34 +755,15 @@ static int grab(void *ud, int stream, const void *buf, size_t len)
 /* Makes (or finds) the system box and installs the runtime into it. */
 static int prepare_box(ab_runners *rs, ab_err **err)
 {
-        ab_backend *b = rs->o.backend;
-        ab_box_info info;
-        ab_err *e = NULL;
-        if (b->ops->info(b, BOX_ID, &info, &e) < 0) {
-                if (e->code != AB_E_NOT_FOUND) {
-                        *err = e;
-                        return -1;
-                }
-                ab_err_free(&e);
-                long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-                ab_box_spec spec = {.id = BOX_ID};
-                ab_limits_default(&spec.limits);
-                spec.limits.cpus = ncpu > 0 ? (double)ncpu : 1;
-                spec.limits.memory_mib = 4096;
-                spec.limits.pids = 4096;
-                spec.limits.disk_mib = 2048;
-                if (b->ops->create(b, &spec, err) < 0)
-                        return -1;
-        } else {
-                bool running = info.status == AB_BOX_RUNNING;
-                ab_box_info_clear(&info);
-                if (!running && b->ops->start(b, BOX_ID, err) < 0)
-                        return -1;
-        }
+        ab_manager *m = rs->o.manager;
         _cleanup_free_ char *want = runtime_version(rs->o.runtime_dir);
         vbuf have = {0};
         {
-                _cleanup_close_ int fd = b->ops->connect(b, BOX_ID, err);
+                ab_use u;
+                if (sys_use(rs, &u, err) < 0)
+                        return -1;
+                _cleanup_close_ int fd = ab_manager_use_connect(m, &u, err);
+                ab_manager_use_end(m, &u);
                 if (fd < 0)
                         return -1;
                 ab_err *re = NULL;
@@ -775,9 +782,7 @@ static int prepare_box(ab_runners *rs, ab_err **err)
                         return -1;
                 if (lseek(tfd, 0, SEEK_SET) != 0)
                         return ab_err_set(err, AB_E_INTERNAL, errno, "runner: rewind");
-                _cleanup_close_ int fd = b->ops->connect(b, BOX_ID, err);
-                if (fd < 0 ||
-                    abc_write(fd, "/workspace/.runners.tar", NULL, 0, tfd, 0, 0600, err) < 0)
+                if (sys_write(rs, "/workspace/.runners.tar", NULL, 0, tfd, 0600, err) < 0)
                         return ab_err_wrap(err, "runner: copy the runtime into the box");
                 int rc = box_exec(rs,
                                   "set -e; rm -rf " BOX_DIR ".new; mkdir -p " BOX_DIR ".new; "
@@ -790,9 +795,7 @@ static int prepare_box(ab_runners *rs, ab_err **err)
                         return rc < 0 ? -1
                                       : ab_err_set(err, AB_E_UNAVAILABLE, 0,
                                                    "runner: unpacking the runtime failed (%d)", rc);
-                _cleanup_close_ int wfd = b->ops->connect(b, BOX_ID, err);
-                if (wfd < 0 ||
-                    abc_write(wfd, BOX_DIR "/.version", want, strlen(want), -1, 0, 0644, err) < 0)
+                if (sys_write(rs, BOX_DIR "/.version", want, strlen(want), -1, 0644, err) < 0)
                         return -1;
                 ab_log(AB_LOG_INFO, "runner: runtime installed in the system box", "version", want,
                        NULL);
@@ -850,68 +853,25 @@ static int ensure_ready(ab_runners *rs, ab_err **err)
 
 /* ---- a run ------------------------------------------------------------ */
 
-static int64_t clamp_limit(json_t *limits, const char *name, int64_t def, int64_t max, ab_err **err)
+static int64_t clamp(int64_t v, int64_t def, int64_t max)
 {
-        json_t *v = json_object_get(limits, name);
-        if (!v || json_is_null(v))
-                return def;
-        if (!json_is_number(v) || json_number_value(v) <= 0)
-                return ab_err_set(err, AB_E_INVALID, 0,
-                                  "Invalid request: limits.%s must be a "
-                                  "positive number",
-                                  name),
-                       -1;
-        double d = json_number_value(v);
-        return d > (double)max ? max : (int64_t)d;
+        return v <= 0 ? def : v > max ? max : v;
 }
 
-static json_t *failure(const char *fmt, ...) AB_PRINTF(1, 2);
-static json_t *failure(const char *fmt, ...)
+int ab_runners_run(ab_runners *rs, const char *lang_name, const ab_run_req *req, ab_run_res *out,
+                   ab_err **err)
 {
-        va_list ap;
-        va_start(ap, fmt);
-        char *m = NULL;
-        if (vasprintf(&m, fmt, ap) < 0)
-                abort();
-        va_end(ap);
-        json_t *j = json_pack("{s:b,s:s}", "success", 0, "message", m);
-        free(m);
-        return j;
-}
-
-int ab_runners_run(ab_runners *rs, const char *lang_name, json_t *body, json_t **out, ab_err **err)
-{
-        *out = NULL;
+        memset(out, 0, sizeof(*out));
         int lang = !strcmp(lang_name, "js") ? LANG_JS : LANG_PY;
-        if (!json_is_object(body))
-                return ab_err_set(err, AB_E_INVALID, 0,
-                                  "Invalid request: the body must be a "
-                                  "JSON object");
-        json_t *code = json_object_get(body, "code");
-        json_t *vars = json_object_get(body, "variables");
-        json_t *limits = json_object_get(body, "limits");
-        if (code && !json_is_string(code))
-                return ab_err_set(err, AB_E_INVALID, 0, "Invalid request: code must be a string");
-        if (vars && !json_is_null(vars) && !json_is_object(vars))
-                return ab_err_set(err, AB_E_INVALID, 0,
-                                  "Invalid request: variables must be an object");
-        if (limits && !json_is_null(limits) && !json_is_object(limits))
-                return ab_err_set(err, AB_E_INVALID, 0,
-                                  "Invalid request: limits must be an object");
-        int64_t tmo = clamp_limit(limits, "timeoutMs", rs->o.timeout_ms, rs->o.max_timeout_ms, err);
-        int64_t mem =
-            tmo < 0 ? -1
-                    : clamp_limit(limits, "memoryMB", rs->o.memory_mb, rs->o.max_memory_mb, err);
-        int64_t disk =
-            mem < 0 ? -1 : clamp_limit(limits, "diskMB", rs->o.disk_mb, rs->o.max_disk_mb, err);
-        if (tmo < 0 || mem < 0 || disk < 0)
-                return -1;
-        const char *src = code ? json_string_value(code) : "";
+        int64_t tmo = clamp(req->timeout_ms, rs->o.timeout_ms, rs->o.max_timeout_ms);
+        int64_t mem = clamp(req->memory_mb, rs->o.memory_mb, rs->o.max_memory_mb);
+        int64_t disk = clamp(req->disk_mb, rs->o.disk_mb, rs->o.max_disk_mb);
+        const char *src = req->code ? req->code : "";
         bool blank = true;
         for (const char *c = src; *c && blank; c++)
                 blank = *c == ' ' || *c == '\t' || *c == '\n' || *c == '\r';
         if (blank) {
-                *out = failure("Code cannot be empty");
+                out->message = xstrdup("Code cannot be empty");
                 return 0;
         }
         if (ensure_ready(rs, err) < 0)
@@ -960,23 +920,24 @@ int ab_runners_run(ab_runners *rs, const char *lang_name, json_t *body, json_t *
                                 lang_names[lang]);
                 goto done;
         }
-        json_t *req = json_pack("{s:O,s:o,s:{s:I,s:I,s:I},s:i}", "code", code, "variables",
-                                json_is_object(vars) ? json_incref(vars) : json_object(), "limits",
-                                "timeoutMs", (json_int_t)tmo, "memoryMB", (json_int_t)mem, "diskMB",
-                                (json_int_t)disk, "maxRequests", rs->o.max_requests);
+        json_t *line =
+            json_pack("{s:s,s:o,s:{s:I,s:I,s:I},s:i}", "code", src, "variables",
+                      json_is_object(req->variables) ? json_incref(req->variables) : json_object(),
+                      "limits", "timeoutMs", (json_int_t)tmo, "memoryMB", (json_int_t)mem, "diskMB",
+                      (json_int_t)disk, "maxRequests", rs->o.max_requests);
         if (p->in_cg && mem != rs->o.memory_mb) {
                 char sub[32];
                 snprintf(sub, sizeof(sub), "run-%d", p->uid);
                 int64_t head = lang == LANG_JS ? JS_HEADROOM_MB : PY_HEADROOM_MB;
                 ab_err *me = NULL;
-                ab_backend *b = rs->o.backend;
-                if (b->ops->sub_set_memory(b, BOX_ID, sub, (uint64_t)(mem + head) << 20, &me) < 0)
+                ab_backend *b = ab_manager_backend(rs->o.manager);
+                if (b->subcg->set_memory(b, BOX_ID, sub, (uint64_t)(mem + head) << 20, &me) < 0)
                         ab_log(AB_LOG_WARN, "runner: cannot set a run's memory limit", "error",
                                me->msg, NULL);
                 ab_err_free(&me);
         }
-        int wr = write_line(p->in_w, req);
-        json_decref(req);
+        int wr = line ? write_line(p->in_w, line) : -1;
+        json_decref(line);
         pthread_mutex_lock(&rs->lock);
         deadline_in(&until, tmo);
         bool timed_out = false;
@@ -987,15 +948,15 @@ int ab_runners_run(ab_runners *rs, const char *lang_name, json_t *body, json_t *
                 }
         }
         if (p->result) {
-                *out = json_incref(p->result);
+                out->answer = json_incref(p->result);
         } else if (timed_out) {
-                *out = failure("Script execution timed out after %" PRId64 "ms", tmo);
+                out->message = xasprintf("Script execution timed out after %" PRId64 "ms", tmo);
         } else if (p->oom_kills > 0) {
                 /* killed by its cgroup's OOM killer (exited: the count is in) */
-                *out = failure("Memory limit exceeded");
+                out->message = xstrdup("Memory limit exceeded");
         } else {
-                *out = failure("Script ended without a result (killed or crashed; see the "
-                               "server log)");
+                out->message = xstrdup("Script ended without a result (killed or crashed; see "
+                                       "the server log)");
         }
         /* Without a result this process is done: end it now. With one, it
          * removes its temp dir and exits; its thread ends what remains. */
@@ -1038,8 +999,8 @@ json_t *ab_runners_modules(void)
 
 int ab_runners_new(const ab_runners_opts *o, ab_runners **out, ab_err **err)
 {
-        if (!o->runtime_dir || !o->backend)
-                return ab_err_set(err, AB_E_INVALID, 0, "runner: no backend or runtime dir");
+        if (!o->runtime_dir || !o->manager)
+                return ab_err_set(err, AB_E_INVALID, 0, "runner: no manager or runtime dir");
         ab_runners *rs = xzalloc(sizeof(*rs));
         rs->o = *o;
         rs->runtime_dir = xstrdup(o->runtime_dir);
@@ -1118,4 +1079,11 @@ void ab_runners_free(ab_runners *rs)
         free(rs->zy_line);
         free(rs->runtime_dir);
         free(rs);
+}
+
+void ab_run_res_clear(ab_run_res *r)
+{
+        json_decref(r->answer);
+        free(r->message);
+        memset(r, 0, sizeof(*r));
 }

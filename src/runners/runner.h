@@ -12,13 +12,13 @@
 #ifndef AB_RUNNER_H
 #define AB_RUNNER_H
 
-#include "backend/backend.h"
+#include "core/manager.h"
 #include <jansson.h>
 
 typedef struct ab_runners ab_runners;
 
 typedef struct ab_runners_opts {
-        ab_backend *backend; /* borrowed */
+        ab_manager *manager; /* borrowed: owns the system box "sys-runner" */
         const char
             *runtime_dir;    /* host dir with python/runner.py and js/runner.js (+ node_modules) */
         int warm;            /* run processes kept ready per language; 0 = 4 */
@@ -34,12 +34,29 @@ int ab_runners_new(const ab_runners_opts *o, ab_runners **out, ab_err **err);
 /* Stops every warm process and frees. The system box stays (it is reused). */
 void ab_runners_free(ab_runners *r);
 
-/* Runs one request body of POST /sandbox/js or /sandbox/python (lang "js" or
- * "python"). On success *out is the answer to send with HTTP 200
- * ({"success": true, "data": {...}} or {"success": false, "message": ...}).
- * AB_E_INVALID (HTTP 400, "Invalid request: ...") for a malformed body;
- * AB_E_UNAVAILABLE when the runner box cannot be made. */
-int ab_runners_run(ab_runners *r, const char *lang, json_t *body, json_t **out, ab_err **err);
+/* One snippet run, as FastGPT's code sandbox takes it (the HTTP shape is
+ * read and checked by the route, api/routes_runner.c). */
+typedef struct ab_run_req {
+        const char *code;                       /* NULL = "" */
+        json_t *variables;                      /* object, or NULL (borrowed) */
+        int64_t timeout_ms, memory_mb, disk_mb; /* 0 = the server's default; above the
+                                                   server's maximum = that maximum */
+} ab_run_req;
+
+/* What a run gave: the runner program's answer (FastGPT's {"success": ...,
+ * "data" | "message"} object), or, when the run ended without one, message
+ * saying why (timed out, memory limit, empty code, crashed). */
+typedef struct ab_run_res {
+        json_t *answer;
+        char *message;
+} ab_run_res;
+void ab_run_res_clear(ab_run_res *r);
+
+/* Runs one snippet of lang ("js" or "python"); waits for a free slot when
+ * max_concurrency runs are under way. AB_E_UNAVAILABLE when the runner box
+ * cannot be made or no runner process became ready. */
+int ab_runners_run(ab_runners *r, const char *lang, const ab_run_req *req, ab_run_res *out,
+                   ab_err **err);
 
 /* {"current", "queued", "max"} and warm process counts, for /health. */
 json_t *ab_runners_stats(ab_runners *r);

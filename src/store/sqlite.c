@@ -16,9 +16,11 @@ typedef struct sqlite_store {
 } sqlite_store;
 
 static const char *const v1[] = AB_STORE_SCHEMA_V1("INTEGER PRIMARY KEY AUTOINCREMENT");
+static const char *const v2[] = AB_STORE_SCHEMA_V2;
 
 static const ab_store_migration migrations[] = {
     {1, v1},
+    {2, v2},
 };
 
 static ab_code code_of(int rc)

@@ -8,8 +8,9 @@
 
 #define BOX_COLS                                                                                   \
         "provider, id, backend_id, app_id, user_id, chat_id, thread_id, status, mode, "            \
-        "created_at, last_active_at, idle_stop_s, ttl_s, limits, spec, metadata, error"
-enum { BOX_NCOLS = 17 };
+        "created_at, last_active_at, idle_stop_s, ttl_s, limits, spec, metadata, error, "          \
+        "idle_pause_s"
+enum { BOX_NCOLS = 18 };
 
 #define AUDIT_COLS                                                                                 \
         "provider, box_id, command, exit_code, timed_out, started_at, duration_ms, "               \
@@ -30,11 +31,12 @@ void ab_box_rec_clear(ab_box_rec *r)
 {
         if (!r)
                 return;
-        char **strs[] = {&r->provider, &r->id,        &r->backend_id, &r->app_id, &r->user_id,
-                         &r->chat_id,  &r->thread_id, &r->status,     &r->mode,   &r->limits,
-                         &r->spec,     &r->metadata,  &r->error};
+        char **strs[] = {&r->provider, &r->id,      &r->backend_id, &r->app_id,
+                         &r->user_id,  &r->chat_id, &r->thread_id,  &r->error};
         for (size_t i = 0; i < AB_ARRAY_LEN(strs); i++)
                 free(*strs[i]);
+        json_decref(r->spec);
+        json_decref(r->metadata);
         memset(r, 0, sizeof(*r));
 }
 
@@ -150,6 +152,63 @@ static int64_t wall_ms(void)
         return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
+/* The limits columns' JSON: the stored fields of ab_limits. */
+static char *limits_text(const ab_limits *l)
+{
+        json_t *j = ab_limits_json(l);
+        char *t = json_dumps(j, JSON_COMPACT | JSON_SORT_KEYS);
+        json_decref(j);
+        if (!t)
+                abort();
+        return t;
+}
+
+/* Parses a limits column; absent fields keep the built-in defaults. False
+ * when there is none or it is not a JSON object. */
+static bool limits_parse(const char *text, ab_limits *l)
+{
+        ab_limits_default(l);
+        json_t *j = text ? json_loads(text, 0, NULL) : NULL;
+        if (!json_is_object(j)) {
+                json_decref(j);
+                return false;
+        }
+        json_t *v;
+        if ((v = json_object_get(j, "cpus")) && json_is_number(v))
+                l->cpus = json_number_value(v);
+        if ((v = json_object_get(j, "memory_mib")) && json_is_integer(v))
+                l->memory_mib = (uint64_t)json_integer_value(v);
+        if ((v = json_object_get(j, "pids")) && json_is_integer(v))
+                l->pids = (uint64_t)json_integer_value(v);
+        if ((v = json_object_get(j, "disk_mib")) && json_is_integer(v))
+                l->disk_mib = (uint64_t)json_integer_value(v);
+        if ((v = json_object_get(j, "timeout_s")) && json_is_integer(v))
+                l->timeout_s = (uint32_t)json_integer_value(v);
+        json_decref(j);
+        return true;
+}
+
+/* A JSON object column, or NULL (absent, or not an object). */
+static json_t *object_parse(const char *text)
+{
+        json_t *j = text ? json_loads(text, 0, NULL) : NULL;
+        if (!json_is_object(j)) {
+                json_decref(j);
+                return NULL;
+        }
+        return j;
+}
+
+static char *object_text(const json_t *j)
+{
+        if (!j)
+                return NULL;
+        char *t = json_dumps(j, JSON_COMPACT | JSON_SORT_KEYS);
+        if (!t)
+                abort();
+        return t;
+}
+
 static void row_to_box(ab_sql_res *r, size_t i, ab_box_rec *b)
 {
         b->provider = take(r, i, 0);
@@ -159,16 +218,25 @@ static void row_to_box(ab_sql_res *r, size_t i, ab_box_rec *b)
         b->user_id = take(r, i, 4);
         b->chat_id = take(r, i, 5);
         b->thread_id = take(r, i, 6);
-        b->status = take(r, i, 7);
-        b->mode = take(r, i, 8);
+        b->status = ab_box_status_parse(cell(r, i, 7));
+        b->mode = ab_box_mode_parse(cell(r, i, 8));
         b->created_at = num(r, i, 9);
         b->last_active_at = num(r, i, 10);
         b->idle_stop_s = num(r, i, 11);
         b->ttl_s = num(r, i, 12);
-        b->limits = take(r, i, 13);
-        b->spec = take(r, i, 14);
-        b->metadata = take(r, i, 15);
+        b->has_limits = limits_parse(cell(r, i, 13), &b->limits);
+        b->spec = object_parse(cell(r, i, 14));
+        b->metadata = object_parse(cell(r, i, 15));
         b->error = take(r, i, 16);
+        b->idle_pause_s = num(r, i, 17);
+        if (!b->status) {
+                /* Written by a newer version, or by hand: visible, never silent. */
+                free(b->error);
+                b->error = xasprintf("unknown status \"%s\" in the store", cell(r, i, 7));
+                b->status = AB_BOX_ERROR;
+        }
+        if (!b->mode)
+                b->mode = AB_MODE_SESSION;
 }
 
 static void boxes_from(ab_sql_res *r, ab_box_rec **out, size_t *n)
@@ -182,26 +250,52 @@ static void boxes_from(ab_sql_res *r, ab_box_rec **out, size_t *n)
                 row_to_box(r, i, &(*out)[i]);
 }
 
-/* The 17 columns of BOX_COLS as $1..$17. */
-static void box_args(const ab_box_rec *r, ab_sql_arg a[BOX_NCOLS])
+/* The text forms of a record's typed columns, owned while a statement runs. */
+typedef struct box_text {
+        char *limits, *spec, *metadata;
+} box_text;
+
+static void box_text_clear(box_text *t)
 {
+        free(t->limits);
+        free(t->spec);
+        free(t->metadata);
+}
+#define _cleanup_box_text_ __attribute__((cleanup(box_text_clear)))
+
+/* The 18 columns of BOX_COLS as $1..$18 (t holds the JSON texts). */
+static void box_args(const ab_box_rec *r, box_text *t, ab_sql_arg a[BOX_NCOLS])
+{
+        t->limits = r->has_limits ? limits_text(&r->limits) : NULL;
+        t->spec = object_text(r->spec);
+        t->metadata = object_text(r->metadata);
         const ab_sql_arg v[BOX_NCOLS] = {
-            SQL_TEXT(r->provider),      SQL_TEXT(r->id),
-            SQL_TEXT(r->backend_id),    SQL_TEXT(r->app_id),
-            SQL_TEXT(r->user_id),       SQL_TEXT(r->chat_id),
-            SQL_TEXT(r->thread_id),     SQL_TEXT(r->status),
-            SQL_TEXT(r->mode),          SQL_INT(r->created_at),
-            SQL_INT(r->last_active_at), SQL_INT(r->idle_stop_s),
-            SQL_INT(r->ttl_s),          SQL_TEXT(r->limits),
-            SQL_TEXT(r->spec),          SQL_TEXT(r->metadata),
+            SQL_TEXT(r->provider),
+            SQL_TEXT(r->id),
+            SQL_TEXT(r->backend_id),
+            SQL_TEXT(r->app_id),
+            SQL_TEXT(r->user_id),
+            SQL_TEXT(r->chat_id),
+            SQL_TEXT(r->thread_id),
+            SQL_TEXT(ab_box_status_name(r->status)),
+            SQL_TEXT(ab_box_mode_name(r->mode)),
+            SQL_INT(r->created_at),
+            SQL_INT(r->last_active_at),
+            SQL_INT(r->idle_stop_s),
+            SQL_INT(r->ttl_s),
+            SQL_TEXT(t->limits),
+            SQL_TEXT(t->spec),
+            SQL_TEXT(t->metadata),
             SQL_TEXT(r->error),
+            SQL_INT(r->idle_pause_s),
         };
         memcpy(a, v, sizeof(v));
 }
 
 static int check_box(const ab_box_rec *r, const char *what, ab_err **err)
 {
-        if (!r || !r->provider || !r->id || !r->status || !r->mode)
+        if (!r || !r->provider || !r->id || !ab_box_status_parse(ab_box_status_name(r->status)) ||
+            !ab_box_mode_parse(ab_box_mode_name(r->mode)))
                 return ab_err_set(err, AB_E_INVALID, 0,
                                   "%s: a box record needs provider, id, status and mode", what);
         return 0;
@@ -392,11 +486,12 @@ int ab_store_box_insert(ab_store *s, const ab_box_rec *r, ab_err **err)
                 return -1;
         _cleanup_free_ char *op = xasprintf("insert box %s/%s", r->provider, r->id);
         ab_sql_arg a[BOX_NCOLS];
-        box_args(r, a);
+        _cleanup_box_text_ box_text t = {0};
+        box_args(r, &t, a);
         STORE_LOCKED(s);
         return s->ops->exec(s, op,
                             "INSERT INTO boxes (" BOX_COLS ") VALUES ($1, $2, $3, $4, $5, $6, "
-                            "$7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17)",
+                            "$7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18)",
                             a, BOX_NCOLS, NULL, err);
 }
 
@@ -425,26 +520,29 @@ int ab_store_box_update(ab_store *s, const ab_box_rec *r, ab_err **err)
         _cleanup_free_ char *op = xasprintf("update box %s/%s", r->provider, r->id);
         _cleanup_res_ ab_sql_res res = {0};
         ab_sql_arg a[BOX_NCOLS];
-        box_args(r, a);
+        _cleanup_box_text_ box_text t = {0};
+        box_args(r, &t, a);
         STORE_LOCKED(s);
         if (s->ops->exec(s, op,
                          "UPDATE boxes SET backend_id = $3, app_id = $4, user_id = $5, "
                          "chat_id = $6, thread_id = $7, status = $8, mode = $9, "
                          "created_at = $10, last_active_at = $11, idle_stop_s = $12, "
-                         "ttl_s = $13, limits = $14, spec = $15, metadata = $16, error = $17 "
-                         "WHERE provider = $1 AND id = $2",
+                         "ttl_s = $13, limits = $14, spec = $15, metadata = $16, error = $17, "
+                         "idle_pause_s = $18 WHERE provider = $1 AND id = $2",
                          a, BOX_NCOLS, &res, err) < 0)
                 return -1;
         return res.changes ? 0 : not_found(err, op, r->provider, r->id);
 }
 
-int ab_store_box_set_status(ab_store *s, const char *provider, const char *id, const char *status,
-                            const char *expect, const char *error, ab_err **err)
+int ab_store_box_set_status(ab_store *s, const char *provider, const char *id, ab_box_status st,
+                            ab_box_status exp, const char *error, ab_err **err)
 {
         if (check_key(provider, id, "set box status", err) < 0)
                 return -1;
-        if (!status)
+        if (!ab_box_status_parse(ab_box_status_name(st)))
                 return ab_err_set(err, AB_E_INVALID, 0, "set box status: no status");
+        const char *status = ab_box_status_name(st);
+        const char *expect = exp ? ab_box_status_name(exp) : NULL;
         _cleanup_free_ char *op = xasprintf("set status of box %s/%s to %s", provider, id, status);
         _cleanup_res_ ab_sql_res res = {0};
         STORE_LOCKED(s);
@@ -516,21 +614,30 @@ int ab_store_box_list(ab_store *s, const ab_box_filter *f, ab_box_rec **out, siz
             {"user_id", offsetof(ab_box_filter, user_id)},
             {"chat_id", offsetof(ab_box_filter, chat_id)},
             {"thread_id", offsetof(ab_box_filter, thread_id)},
-            {"status", offsetof(ab_box_filter, status)},
-            {"mode", offsetof(ab_box_filter, mode)},
         };
         *out = NULL;
         *n = 0;
         /* Only column names from the table above go into the text; values are bound. */
         _cleanup_free_ char *sql = xstrdup("SELECT " BOX_COLS " FROM boxes WHERE 1 = 1");
-        ab_sql_arg a[AB_ARRAY_LEN(filters)];
+        ab_sql_arg a[AB_ARRAY_LEN(filters) + 2];
         size_t na = 0;
-        for (size_t i = 0; f && i < AB_ARRAY_LEN(filters); i++) {
-                const char *v = *(const char *const *)((const char *)f + filters[i].off);
+        const char *enums[2][2] = {
+            {"status", f && f->status ? ab_box_status_name(f->status) : NULL},
+            {"mode", f && f->mode ? ab_box_mode_name(f->mode) : NULL},
+        };
+        for (size_t i = 0; f && i < AB_ARRAY_LEN(filters) + 2; i++) {
+                const char *col, *v;
+                if (i < AB_ARRAY_LEN(filters)) {
+                        col = filters[i].col;
+                        v = *(const char *const *)((const char *)f + filters[i].off);
+                } else {
+                        col = enums[i - AB_ARRAY_LEN(filters)][0];
+                        v = enums[i - AB_ARRAY_LEN(filters)][1];
+                }
                 if (!v)
                         continue;
                 a[na++] = SQL_TEXT(v);
-                char *t = xasprintf("%s AND %s = $%zu", sql, filters[i].col, na);
+                char *t = xasprintf("%s AND %s = $%zu", sql, col, na);
                 free(sql);
                 sql = t;
         }
@@ -545,7 +652,7 @@ int ab_store_box_list(ab_store *s, const ab_box_filter *f, ab_box_rec **out, siz
         return 0;
 }
 
-int ab_store_box_list_idle(ab_store *s, const char *provider, int64_t now_ms,
+int ab_store_box_list_idle(ab_store *s, const char *provider, ab_idle_kind kind, int64_t now_ms,
                            int64_t default_idle_s, ab_box_rec **out, size_t *n, ab_err **err)
 {
         *out = NULL;
@@ -556,15 +663,21 @@ int ab_store_box_list_idle(ab_store *s, const char *provider, int64_t now_ms,
         STORE_LOCKED(s);
         /* last_active_at + idle * 1000 < now, written as idle <= (now - last - 1) / 1000
          * so that no idle value, however large, overflows. A default <= 0 means the
-         * server has no idle stop: only boxes with their own idle_stop_s qualify. */
-        if (EXEC(s, "list idle boxes",
-                 "SELECT " BOX_COLS " FROM boxes WHERE provider = $1 AND status = 'running' "
-                 "AND mode <> 'pool' AND (idle_stop_s > 0 OR (idle_stop_s = 0 AND $3 > 0)) "
-                 "AND $2 - last_active_at > 0 "
-                 "AND (CASE WHEN idle_stop_s > 0 THEN idle_stop_s ELSE $3 END) "
-                 "<= ($2 - last_active_at - 1) / 1000 "
-                 "ORDER BY last_active_at, id",
-                 &res, err, SQL_TEXT(provider), SQL_INT(now_ms), SQL_INT(default_idle_s)) < 0)
+         * server has none: only boxes with their own value qualify. Only the two
+         * fixed texts below go into the SQL. */
+        bool pause = kind == AB_IDLE_PAUSE;
+        const char *col = pause ? "idle_pause_s" : "idle_stop_s";
+        const char *states = pause ? "status = 'running'" : "status IN ('running', 'paused')";
+        _cleanup_free_ char *sql =
+            xasprintf("SELECT " BOX_COLS " FROM boxes WHERE provider = $1 AND %s "
+                      "AND mode <> 'pool' AND (%s > 0 OR (%s = 0 AND $3 > 0)) "
+                      "AND $2 - last_active_at > 0 "
+                      "AND (CASE WHEN %s > 0 THEN %s ELSE $3 END) "
+                      "<= ($2 - last_active_at - 1) / 1000 "
+                      "ORDER BY last_active_at, id",
+                      states, col, col, col, col);
+        if (EXEC(s, "list idle boxes", sql, &res, err, SQL_TEXT(provider), SQL_INT(now_ms),
+                 SQL_INT(default_idle_s)) < 0)
                 return -1;
         boxes_from(&res, out, n);
         return 0;
@@ -635,10 +748,11 @@ static int claim_body(ab_store *s, void *p, ab_err **err)
         ab_box_rec row = *cl;
         row.backend_id = backend_id;
         ab_sql_arg a[BOX_NCOLS];
-        box_args(&row, a);
+        _cleanup_box_text_ box_text t = {0};
+        box_args(&row, &t, a);
         if (s->ops->exec(s, c->op,
                          "INSERT INTO boxes (" BOX_COLS ") VALUES ($1, $2, $3, $4, $5, $6, "
-                         "$7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17)",
+                         "$7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18)",
                          a, BOX_NCOLS, NULL, err) < 0)
                 return -1;
         c->backend_id = steal_pointer(&backend_id);

@@ -11,30 +11,36 @@
 #ifndef AB_STORE_H
 #define AB_STORE_H
 
+#include "base/box.h"
 #include "base/err.h"
+#include "base/limits.h"
+#include <jansson.h>
 #include <stdbool.h>
 #include <stdint.h>
 
 typedef struct ab_store ab_store;
 
-/* A box record. Strings are owned by the record (free with
- * ab_box_rec_clear); NULL means "absent" for optional ones. JSON columns are
- * stored as text and returned verbatim. */
+/* A box record, typed: enums for status and mode, parsed limits, and the
+ * JSON columns as jansson values (parsed once, when the row is read).
+ * Everything is owned by the record (free with ab_box_rec_clear); NULL means
+ * "absent" for optional strings and objects. */
 typedef struct ab_box_rec {
         char *provider;   /* backend name, e.g. "native" */
         char *id;         /* public id */
         char *backend_id; /* the backend's name of the box (differs for pooled boxes) */
         char *app_id, *user_id, *chat_id, *thread_id; /* acquire keys; optional */
-        char *status;                                 /* creating|running|stopped|deleting|error */
-        char *mode;                                   /* session|task|pool */
-        int64_t created_at;                           /* ms */
-        int64_t last_active_at;                       /* ms */
-        int64_t idle_stop_s;                          /* 0 = the server's default; <0 = never */
-        int64_t ttl_s;                                /* 0 = no TTL */
-        char *limits;                                 /* JSON object text, or NULL */
-        char *spec;     /* JSON object text: env, network, mounts...; or NULL */
-        char *metadata; /* JSON object text, or NULL */
-        char *error;    /* why status is error, or NULL */
+        ab_box_status status;
+        ab_box_mode mode;
+        int64_t created_at;     /* ms */
+        int64_t last_active_at; /* ms */
+        int64_t idle_stop_s;    /* 0 = the server's default; <0 = never */
+        int64_t idle_pause_s;   /* 0 = the server's default; <0 = never */
+        int64_t ttl_s;          /* 0 = no TTL */
+        bool has_limits;        /* false: the server's default limits apply */
+        ab_limits limits;       /* cpus, memory_mib, pids, disk_mib, timeout_s (stored fields) */
+        json_t *spec;           /* object: env, network, creator...; or NULL */
+        json_t *metadata;       /* object, or NULL */
+        char *error;            /* why status is error, or NULL */
 } ab_box_rec;
 
 void ab_box_rec_clear(ab_box_rec *r);
@@ -44,8 +50,8 @@ void ab_box_recs_free(ab_box_rec *r, size_t n);
 typedef struct ab_box_filter {
         const char *provider;
         const char *app_id, *user_id, *chat_id, *thread_id;
-        const char *status;
-        const char *mode;
+        ab_box_status status; /* 0 = any */
+        ab_box_mode mode;     /* 0 = any */
 } ab_box_filter;
 
 typedef struct ab_exec_audit {
@@ -91,11 +97,11 @@ int ab_store_box_get(ab_store *s, const char *provider, const char *id, ab_box_r
 /* Replaces every column of the record (provider, id) with r's values.
  * AB_E_NOT_FOUND when absent. */
 int ab_store_box_update(ab_store *s, const ab_box_rec *r, ab_err **err);
-/* Sets status (and error, NULL clears it). When expect is non-NULL the change
+/* Sets status (and error, NULL clears it). When expect is non-zero the change
  * happens only if the current status equals expect; otherwise AB_E_CONFLICT.
  * AB_E_NOT_FOUND when absent. */
-int ab_store_box_set_status(ab_store *s, const char *provider, const char *id, const char *status,
-                            const char *expect, const char *error, ab_err **err);
+int ab_store_box_set_status(ab_store *s, const char *provider, const char *id, ab_box_status status,
+                            ab_box_status expect, const char *error, ab_err **err);
 /* Sets last_active_at = max(last_active_at, at_ms). AB_E_NOT_FOUND when absent. */
 int ab_store_box_touch(ab_store *s, const char *provider, const char *id, int64_t at_ms,
                        ab_err **err);
@@ -104,11 +110,17 @@ int ab_store_box_delete(ab_store *s, const char *provider, const char *id, ab_er
 /* Records matching f, ordered by created_at then id. */
 int ab_store_box_list(ab_store *s, const ab_box_filter *f, ab_box_rec **out, size_t *n,
                       ab_err **err);
-/* Running, non-pool records of provider whose idle deadline has passed:
- * last_active_at + idle * 1000 < now_ms, where idle is the record's idle_stop_s
- * if > 0, else default_idle_s; records with idle_stop_s < 0 never qualify.
- * Ordered by last_active_at (oldest first). */
-int ab_store_box_list_idle(ab_store *s, const char *provider, int64_t now_ms,
+/* Which idle deadline ab_store_box_list_idle looks at. */
+typedef enum {
+        AB_IDLE_PAUSE = 1, /* running boxes past their idle_pause_s */
+        AB_IDLE_STOP,      /* running and paused boxes past their idle_stop_s */
+} ab_idle_kind;
+
+/* Non-pool records of provider whose idle deadline of `kind` has passed:
+ * last_active_at + idle * 1000 < now_ms, where idle is the record's
+ * idle_pause_s or idle_stop_s if > 0, else default_idle_s; records with a
+ * value < 0 never qualify. Ordered by last_active_at (oldest first). */
+int ab_store_box_list_idle(ab_store *s, const char *provider, ab_idle_kind kind, int64_t now_ms,
                            int64_t default_idle_s, ab_box_rec **out, size_t *n, ab_err **err);
 /* Counts of records of provider by status, as parallel arrays (status names
  * owned by the caller: free each and the arrays). */

@@ -106,4 +106,10 @@ int ab_store_pg_open(const char *url, ab_store **out, ab_err **err);
                     NULL,                                                                          \
         }
 
+/* Version 2: a box's own idle pause deadline (0 = the server's, <0 = never). */
+#define AB_STORE_SCHEMA_V2                                                                         \
+        {                                                                                          \
+                "ALTER TABLE boxes ADD COLUMN idle_pause_s BIGINT NOT NULL DEFAULT 0", NULL,       \
+        }
+
 #endif

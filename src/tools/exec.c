@@ -9,14 +9,14 @@
 #include <time.h>
 
 typedef struct capture {
-        sbuf o[3];
+        ab_buf o[3];
 } capture;
 
 static int capture_cb(void *ud, int stream, const void *buf, size_t len)
 {
         capture *cap = ud;
         if (stream == 1 || stream == 2)
-                sb_add(&cap->o[stream], buf, len);
+                ab_buf_add(&cap->o[stream], buf, len);
         return 0;
 }
 
@@ -88,25 +88,25 @@ int tool_bash(tool_ctx *c, json_t *args, ab_tool_result *out, ab_err **err)
         size_t n1, n2;
         _cleanup_free_ char *so = utf8_clean(cap.o[1].p ? cap.o[1].p : "", cap.o[1].n, &n1);
         _cleanup_free_ char *se = utf8_clean(cap.o[2].p ? cap.o[2].p : "", cap.o[2].n, &n2);
-        _cleanup_sb_ sbuf b = {0};
-        sb_add(&b, so, n1);
+        _cleanup_buf_ ab_buf b = {0};
+        ab_buf_add(&b, so, n1);
         if (n2) {
                 if (b.n)
-                        sb_puts(&b, "\nStd Error:\n");
-                sb_add(&b, se, n2);
+                        ab_buf_puts(&b, "\nStd Error:\n");
+                ab_buf_add(&b, se, n2);
         }
         if (res.timed_out) {
                 _cleanup_free_ char *notice = timeout_notice(c->lim.bash_timeout_s);
                 if (b.n)
-                        sb_add(&b, "\n", 1);
-                sb_puts(&b, notice);
-                sb_puts(&b, "\nExit Code: 124");
+                        ab_buf_add(&b, "\n", 1);
+                ab_buf_puts(&b, notice);
+                ab_buf_puts(&b, "\nExit Code: 124");
         } else if (res.exit_code != 0) {
-                sb_printf(&b, "\nExit Code: %d", res.exit_code);
+                ab_buf_printf(&b, "\nExit Code: %d", res.exit_code);
         }
         if (b.n == 0)
-                sb_puts(&b, "(no output)");
-        result_set(out, trunc_middle(sb_steal(&b), c->lim.bash_output_max), false);
+                ab_buf_puts(&b, "(no output)");
+        result_set(out, trunc_middle(ab_buf_steal(&b), c->lim.bash_output_max), false);
         return 0;
 }
 
@@ -210,11 +210,11 @@ int tool_sandbox_shell(tool_ctx *c, json_t *args, ab_tool_result *out, ab_err **
         if (cut) {
                 /* The full output goes to a log in the box, so nothing is lost. */
                 _cleanup_free_ char *lp = log_path();
-                _cleanup_sb_ sbuf log = {0};
-                sb_add(&log, so, n1);
+                _cleanup_buf_ ab_buf log = {0};
+                ab_buf_add(&log, so, n1);
                 if (n2) {
-                        sb_puts(&log, "\nStd Error:\n");
-                        sb_add(&log, se, n2);
+                        ab_buf_puts(&log, "\nStd Error:\n");
+                        ab_buf_add(&log, se, n2);
                 }
                 _cleanup_err_ ab_err *e = NULL;
                 _cleanup_close_ int fd = tool_connect(c, &e);

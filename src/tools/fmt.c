@@ -1,50 +1,10 @@
-/* fmt.c - text for the model: a growable buffer, UTF-8 cleaning and counting,
+/* fmt.c - text for the model: UTF-8 cleaning and counting,
  * and DeerFlow's truncations (sandbox/tools.py: _truncate_bash_output,
  * _truncate_read_file_output, _truncate_ls_output), measured in code points as
  * Python's len() does. */
 #include "tools/tools_int.h"
 
 #include <stdarg.h>
-
-void sb_add(sbuf *b, const void *s, size_t n)
-{
-        if (xadd(b->n, xadd(n, 1)) > b->cap) {
-                size_t cap = b->cap ? b->cap : 256;
-                while (cap < xadd(b->n, xadd(n, 1)))
-                        cap = xmul(cap, 2);
-                b->p = xrealloc(b->p, cap);
-                b->cap = cap;
-        }
-        if (n)
-                memcpy(b->p + b->n, s, n);
-        b->n += n;
-        b->p[b->n] = 0;
-}
-
-void sb_puts(sbuf *b, const char *s)
-{
-        sb_add(b, s, strlen(s));
-}
-
-void sb_printf(sbuf *b, const char *fmt, ...)
-{
-        va_list ap;
-        va_start(ap, fmt);
-        _cleanup_free_ char *s = NULL;
-        if (vasprintf(&s, fmt, ap) < 0)
-                abort();
-        va_end(ap);
-        sb_puts(b, s);
-}
-
-char *sb_steal(sbuf *b)
-{
-        if (!b->p)
-                return xstrdup("");
-        char *p = b->p;
-        *b = (sbuf){0};
-        return p;
-}
 
 /* Length of the valid UTF-8 sequence at s (n bytes left), or 0. */
 static size_t utf8_seq(const unsigned char *s, size_t n)
@@ -77,7 +37,7 @@ static size_t utf8_seq(const unsigned char *s, size_t n)
 char *utf8_clean(const void *buf, size_t len, size_t *outlen)
 {
         const unsigned char *s = buf;
-        _cleanup_sb_ sbuf b = {0};
+        _cleanup_buf_ ab_buf b = {0};
         size_t i = 0, run = 0;
         while (i < len) {
                 size_t k = utf8_seq(s + i, len - i);
@@ -86,15 +46,15 @@ char *utf8_clean(const void *buf, size_t len, size_t *outlen)
                         run += k;
                         continue;
                 }
-                sb_add(&b, s + i - run, run);
-                sb_add(&b, "\xef\xbf\xbd", 3);
+                ab_buf_add(&b, s + i - run, run);
+                ab_buf_add(&b, "\xef\xbf\xbd", 3);
                 run = 0;
                 i++;
         }
-        sb_add(&b, s + i - run, run);
+        ab_buf_add(&b, s + i - run, run);
         if (outlen)
                 *outlen = b.n;
-        return sb_steal(&b);
+        return ab_buf_steal(&b);
 }
 
 size_t utf8_count(const char *s, size_t n)
@@ -172,19 +132,20 @@ char *trunc_middle(char *s, size_t max_chars)
         size_t marker_max =
             strlen("\n... [middle truncated:  chars skipped] ...\n") + ndigits(total);
         size_t kept = max_chars > marker_max ? max_chars - marker_max : 0;
-        _cleanup_sb_ sbuf b = {0};
+        _cleanup_buf_ ab_buf b = {0};
         if (kept == 0) {
-                sb_add(&b, s, utf8_offset(s, body, max_chars));
+                ab_buf_add(&b, s, utf8_offset(s, body, max_chars));
         } else {
                 size_t head = kept / 2, tail = kept - head;
-                sb_add(&b, s, utf8_offset(s, body, head));
-                sb_printf(&b, "\n... [middle truncated: %zu chars skipped] ...\n", total - kept);
+                ab_buf_add(&b, s, utf8_offset(s, body, head));
+                ab_buf_printf(&b, "\n... [middle truncated: %zu chars skipped] ...\n",
+                              total - kept);
                 size_t t = utf8_offset(s, body, total - tail);
-                sb_add(&b, s + t, body - t);
+                ab_buf_add(&b, s + t, body - t);
         }
-        sb_add(&b, s + body, n - body);
+        ab_buf_add(&b, s + body, n - body);
         free(s);
-        return sb_steal(&b);
+        return ab_buf_steal(&b);
 }
 
 char *trunc_head(char *s, size_t max_chars, const char *advice)
@@ -198,14 +159,14 @@ char *trunc_head(char *s, size_t max_chars, const char *advice)
         size_t marker_max = strlen("\n... [truncated: showing first  of  chars. ] ...") +
                             2 * ndigits(total) + strlen(advice);
         size_t kept = max_chars > marker_max ? max_chars - marker_max : 0;
-        _cleanup_sb_ sbuf b = {0};
+        _cleanup_buf_ ab_buf b = {0};
         if (kept == 0) {
-                sb_add(&b, s, utf8_offset(s, n, max_chars));
+                ab_buf_add(&b, s, utf8_offset(s, n, max_chars));
         } else {
-                sb_add(&b, s, utf8_offset(s, n, kept));
-                sb_printf(&b, "\n... [truncated: showing first %zu of %zu chars. %s] ...", kept,
-                          total, advice);
+                ab_buf_add(&b, s, utf8_offset(s, n, kept));
+                ab_buf_printf(&b, "\n... [truncated: showing first %zu of %zu chars. %s] ...", kept,
+                              total, advice);
         }
         free(s);
-        return sb_steal(&b);
+        return ab_buf_steal(&b);
 }

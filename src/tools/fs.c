@@ -26,9 +26,9 @@ const char *path_for_box(const char *p)
 
 char *path_display(const char *p)
 {
-        _cleanup_sb_ sbuf b = {0};
+        _cleanup_buf_ ab_buf b = {0};
         if (p[0] != '/')
-                sb_puts(&b, TOOL_WORKDIR);
+                ab_buf_puts(&b, TOOL_WORKDIR);
         const char *s = p;
         while (*s) {
                 while (*s == '/')
@@ -36,14 +36,14 @@ char *path_display(const char *p)
                 const char *e = strchrnul(s, '/');
                 size_t len = (size_t)(e - s);
                 if (len && !(len == 1 && s[0] == '.')) {
-                        sb_add(&b, "/", 1);
-                        sb_add(&b, s, len);
+                        ab_buf_add(&b, "/", 1);
+                        ab_buf_add(&b, s, len);
                 }
                 s = e;
         }
         if (b.n == 0)
-                sb_add(&b, "/", 1);
-        return sb_steal(&b);
+                ab_buf_add(&b, "/", 1);
+        return ab_buf_steal(&b);
 }
 
 char *path_join(const char *parent, const char *rel)
@@ -250,7 +250,7 @@ int list_tree(tool_ctx *c, const char *dir, abc_dirent **out, size_t *n, ab_err 
 }
 
 typedef struct readbuf {
-        sbuf b;
+        ab_buf b;
         size_t max;
         bool over;
 } readbuf;
@@ -259,11 +259,11 @@ static int read_cb(void *ud, int stream, const void *buf, size_t len)
 {
         readbuf *r = ud;
         if (r->b.n + len > r->max) {
-                sb_add(&r->b, buf, r->max - r->b.n);
+                ab_buf_add(&r->b, buf, r->max - r->b.n);
                 r->over = true;
                 return 0;
         }
-        sb_add(&r->b, buf, len);
+        ab_buf_add(&r->b, buf, len);
         return 0;
 }
 
@@ -280,7 +280,7 @@ int read_whole(tool_ctx *c, const char *path, size_t max, char **buf, size_t *le
         }
         *len = r.b.n;
         *over = r.over;
-        *buf = sb_steal(&r.b);
+        *buf = ab_buf_steal(&r.b);
         return 0;
 }
 
@@ -401,16 +401,16 @@ int tool_ls(tool_ctx *c, json_t *args, ab_tool_result *out, ab_err **err)
                 return 0;
         }
         qsort(lines, k, sizeof(char *), str_cmp);
-        _cleanup_sb_ sbuf b = {0};
+        _cleanup_buf_ ab_buf b = {0};
         for (size_t i = 0; i < k; i++) {
                 if (i)
-                        sb_add(&b, "\n", 1);
-                sb_puts(&b, lines[i]);
+                        ab_buf_add(&b, "\n", 1);
+                ab_buf_puts(&b, lines[i]);
                 free(lines[i]);
         }
         free(lines);
         result_set(out,
-                   trunc_head(sb_steal(&b), c->lim.ls_output_max,
+                   trunc_head(ab_buf_steal(&b), c->lim.ls_output_max,
                               "Use a more specific path to see fewer results"),
                    false);
         return 0;
@@ -463,7 +463,7 @@ int tool_glob(tool_ctx *c, json_t *args, ab_tool_result *out, ab_err **err)
                                       msg_of(e));
                 return 0;
         }
-        _cleanup_sb_ sbuf lines = {0};
+        _cleanup_buf_ ab_buf lines = {0};
         size_t found = 0;
         bool truncated = false;
         for (size_t i = 0; i < n && !truncated; i++) {
@@ -478,22 +478,22 @@ int tool_glob(tool_ctx *c, json_t *args, ab_tool_result *out, ab_err **err)
                         break;
                 }
                 _cleanup_free_ char *full = path_join(root, d[i].path);
-                sb_printf(&lines, "\n%zu. %s", ++found, full);
+                ab_buf_printf(&lines, "\n%zu. %s", ++found, full);
         }
         abc_dirents_free(d, n);
         if (found == 0 && !truncated) {
                 result_set(out, xasprintf("No files matched under %s", path), false);
                 return 0;
         }
-        _cleanup_sb_ sbuf b = {0};
-        sb_printf(&b, "Found %zu paths under %s", found, path);
+        _cleanup_buf_ ab_buf b = {0};
+        ab_buf_printf(&b, "Found %zu paths under %s", found, path);
         if (truncated)
-                sb_printf(&b, " (showing first %zu)", found);
-        sb_add(&b, lines.p, lines.n);
+                ab_buf_printf(&b, " (showing first %zu)", found);
+        ab_buf_add(&b, lines.p, lines.n);
         if (truncated)
-                sb_puts(&b,
-                        "\nResults truncated. Narrow the path or pattern to see fewer matches.");
-        result_set(out, sb_steal(&b), false);
+                ab_buf_puts(
+                    &b, "\nResults truncated. Narrow the path or pattern to see fewer matches.");
+        result_set(out, ab_buf_steal(&b), false);
         return 0;
 }
 
@@ -584,7 +584,7 @@ int tool_read_file(tool_ctx *c, json_t *args, ab_tool_result *out, ab_err **err)
                 text = steal_pointer(&buf);
         } else {
                 /* Lines first..end, each without its line break, joined by "\n". */
-                _cleanup_sb_ sbuf b = {0};
+                _cleanup_buf_ ab_buf b = {0};
                 int64_t ln = 1;
                 size_t i = 0, taken = 0;
                 while (i < len && (!has_end || ln <= end)) {
@@ -595,13 +595,13 @@ int tool_read_file(tool_ctx *c, json_t *args, ab_tool_result *out, ab_err **err)
                                 while (stop > i && (buf[stop - 1] == '\r'))
                                         stop--;
                                 if (taken++)
-                                        sb_add(&b, "\n", 1);
-                                sb_add(&b, buf + i, stop - i);
+                                        ab_buf_add(&b, "\n", 1);
+                                ab_buf_add(&b, buf + i, stop - i);
                         }
                         i = nl ? e_ + 1 : len;
                         ln++;
                 }
-                text = sb_steal(&b);
+                text = ab_buf_steal(&b);
         }
         if (!text[0]) {
                 free(text);
@@ -726,13 +726,13 @@ int tool_str_replace(tool_ctx *c, json_t *args, ab_tool_result *out, ab_err **er
                               count, path);
                 return 0;
         }
-        _cleanup_sb_ sbuf b = {0};
+        _cleanup_buf_ ab_buf b = {0};
         const char *p = buf, *end = buf + len;
         for (const char *m; (m = memmem(p, (size_t)(end - p), old_s, old_n)); p = m + old_n) {
-                sb_add(&b, p, (size_t)(m - p));
-                sb_add(&b, new_s, new_n);
+                ab_buf_add(&b, p, (size_t)(m - p));
+                ab_buf_add(&b, new_s, new_n);
         }
-        sb_add(&b, p, (size_t)(end - p));
+        ab_buf_add(&b, p, (size_t)(end - p));
         if (write_through(c, path, b.p, b.n, 0, &e) < 0) {
                 if (fatal_or_keep(&e, err) < 0)
                         return -1;

@@ -15,22 +15,22 @@ typedef struct grep_state {
         pcre2_code *re;
         pcre2_match_data *md;
         pcre2_match_context *mc;
-        sbuf lines;
+        ab_buf lines;
         size_t found, max;
         bool truncated;
 } grep_state;
 
 /* truncate_line: the line without its break, at most LINE_SUMMARY chars. */
-static void add_line(sbuf *b, const char *s, size_t n)
+static void add_line(ab_buf *b, const char *s, size_t n)
 {
         while (n && (s[n - 1] == '\n' || s[n - 1] == '\r'))
                 n--;
         if (utf8_count(s, n) <= LINE_SUMMARY) {
-                sb_add(b, s, n);
+                ab_buf_add(b, s, n);
                 return;
         }
-        sb_add(b, s, utf8_offset(s, n, LINE_SUMMARY - 3));
-        sb_puts(b, "...");
+        ab_buf_add(b, s, utf8_offset(s, n, LINE_SUMMARY - 3));
+        ab_buf_puts(b, "...");
 }
 
 /* Searches one file's text; false once the result cap is passed. */
@@ -56,7 +56,7 @@ static bool grep_text(grep_state *g, const char *display, const char *buf, size_
                         return false;
                 }
                 g->found++;
-                sb_printf(&g->lines, "\n%s:%zu: ", display, ln);
+                ab_buf_printf(&g->lines, "\n%s:%zu: ", display, ln);
                 add_line(&g->lines, line, n);
         }
         return true;
@@ -183,13 +183,13 @@ int tool_grep(tool_ctx *c, json_t *args, ab_tool_result *out, ab_err **err)
                 result_set(out, xasprintf("No matches found under %s", path), false);
                 return 0;
         }
-        _cleanup_sb_ sbuf b = {0};
-        sb_printf(&b, "Found %zu matches under %s", g.found, path);
+        _cleanup_buf_ ab_buf b = {0};
+        ab_buf_printf(&b, "Found %zu matches under %s", g.found, path);
         if (g.truncated)
-                sb_printf(&b, " (showing first %zu)", g.found);
-        sb_add(&b, g.lines.p, g.lines.n);
+                ab_buf_printf(&b, " (showing first %zu)", g.found);
+        ab_buf_add(&b, g.lines.p, g.lines.n);
         if (g.truncated)
-                sb_puts(&b, "\nResults truncated. Narrow the path or add a glob filter.");
-        result_set(out, sb_steal(&b), false);
+                ab_buf_puts(&b, "\nResults truncated. Narrow the path or add a glob filter.");
+        result_set(out, ab_buf_steal(&b), false);
         return 0;
 }

@@ -7,6 +7,7 @@
 #include "tools/tools.h"
 
 #include "proto/initclient.h"
+#include "base/buf.h"
 #include "base/util.h"
 
 /* The box's working directory: relative paths are relative to it. */
@@ -55,20 +56,7 @@ bool tool_err_is_fatal(const ab_err *e);
 /* True when an init error message starts with prefix ("is a directory", ...). */
 bool tool_err_is(const ab_err *e, ab_code code, const char *prefix);
 
-/* ---- text (fmt.c) ---- */
-typedef struct sbuf {
-        char *p;
-        size_t n, cap;
-} sbuf;
-void sb_add(sbuf *b, const void *s, size_t n);
-void sb_puts(sbuf *b, const char *s);
-void sb_printf(sbuf *b, const char *fmt, ...) AB_PRINTF(2, 3);
-char *sb_steal(sbuf *b); /* NUL-terminated, never NULL; b is reset */
-static inline void sb_freep(sbuf *b)
-{
-        free(b->p);
-}
-#define _cleanup_sb_ __attribute__((cleanup(sb_freep)))
+/* ---- text (fmt.c; buffers are base/buf.h) ---- */
 
 /* Valid UTF-8 copy of buf: invalid bytes and NULs become U+FFFD. */
 char *utf8_clean(const void *buf, size_t len, size_t *outlen);

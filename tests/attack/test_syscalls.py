@@ -322,11 +322,19 @@ blocked("mknod_block", "block device node", "OK")
 blocked("mknod_char_mem", "character device node", "OK")
 h.eq(inbox.get("mknod_fifo"), "OK", "control: mknod of a FIFO works in the box")
 
-h.ok(str(host.get("native_getpid", "")).startswith("RET:") and str(host.get("int80_getpid", "")).startswith("RET:"),
-     "control: the machine-code probe runs on the host (native and int 0x80)", json.dumps(host))
+h.ok(str(host.get("native_getpid", "")).startswith("RET:"),
+     "control: the machine-code probe runs on the host (native)", json.dumps(host))
 h.ok(str(inbox.get("native_getpid", "")).startswith("RET:"), "control: the machine-code probe runs in the box (native)",
      json.dumps(inbox))
-h.eq(inbox.get("int80_getpid"), "SIG31", "an i386 system call (int 0x80) kills the process with SIGSYS")
+if str(host.get("int80_getpid", "")).startswith("RET:"):
+    h.eq(inbox.get("int80_getpid"), "SIG31", "an i386 system call (int 0x80) kills the process with SIGSYS")
+else:
+    # A kernel built without IA32 emulation (or booted with it off) answers
+    # int 0x80 with SIGSEGV on the host too: the seccomp filter never sees the
+    # call. What still must hold: the call does not run in the box.
+    h.ok(not str(inbox.get("int80_getpid", "")).startswith("RET:"),
+         "an i386 system call (int 0x80) does not run in the box (this kernel has no i386 calls: "
+         "host %s, box %s)" % (host.get("int80_getpid"), inbox.get("int80_getpid")))
 h.eq(inbox.get("x32_getpid"), "SIG31", "an x32 system call kills the process with SIGSYS")
 
 info = al.inspect(h, box)

@@ -203,4 +203,20 @@ finally:
         srv_proc.wait()
     sh("ip", "link", "del", va)
     sh("ip", "netns", "del", ns)
+
+# ---- the runner's box is the manager's: its execs go through the one exec path ---------------
+import sqlite3  # noqa: E402
+db = sqlite3.connect(os.path.join(S.data, "agentbox.db"))
+rows = db.execute("SELECT command, exit_code FROM exec_audit WHERE box_id = 'sys-runner'").fetchall()
+db.close()
+h.ok(any("tar -xf" in c for c, _ in rows),
+     "the runner's install exec in its system box has an audit row", repr(rows[:5]))
+m = S.get("/metrics")
+h.ok(abserver.metric_sum(abserver.parse_metrics(m.text), "agentbox_execs_total") >= len(rows) > 0,
+     "the runner's execs are counted in agentbox_execs_total", m.text[:400])
+r = S.get("/v1/sandboxes")
+h.ok(r.status == 200 and all(b.get("id") != "sys-runner" for b in r.get("sandboxes") or []),
+     "the system box is not listed", r.describe())
+r = S.get("/v1/sandboxes/sys-runner")
+h.eq(r.status, 404, "nor reachable through the API", r.describe())
 h.done()

@@ -6,7 +6,8 @@ boxes nor /health, and an async delete answers at once meanwhile; idle stop
 (idle_stop 2s, reaper 500ms) stops a box that is idle and no box that is
 active, and the next exec resumes it with its files; the warm pool fills,
 serves an acquire (backend_id pool-...) and refills; max_running stops the
-least recently active box; ttl_s deletes a box. The CLI (`agentbox ls
+least recently active box (with idle pause off; with it on, the box is
+paused instead: test_serve_pause.py); ttl_s deletes a box. The CLI (`agentbox ls
 --json`) confirms each state on the backend."""
 import os
 import sys
@@ -280,7 +281,7 @@ SP.stop()
 # ==== 4. max_running: least recently active is stopped ========================================
 
 D = h.new_data_dir("data-lru")
-SL = h.start_server(name="lru", data=D, config={"max_running": 2, "reaper_interval": "500ms"})
+SL = h.start_server(name="lru", data=D, config={"max_running": 2, "reaper_interval": "500ms", "idle_pause": 0})
 evs = SL.sse("/v1/events?types=box.stopped")
 SL.post("/v1/sandboxes", {"id": "lru-a"})
 time.sleep(0.05)

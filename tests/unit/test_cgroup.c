@@ -1,6 +1,7 @@
 /* test_cgroup.c - cgroup layout detection, limit files, stats parsing and
  * kill/destroy against fake v1 and v2 trees, then the real thing on the host
- * (as root): limits the kernel enforces, an OOM kill, kill-all and cleanup. */
+ * (as root): limits the kernel enforces, an OOM kill, freezing a process tree,
+ * kill-all and cleanup. */
 #include "native/cgroup.h"
 #include "tap.h"
 
@@ -117,6 +118,50 @@ static void fake_v2_box(const char *box)
         put(box, "memory.events", "low 0\nhigh 0\nmax 4\noom 1\noom_kill 2\noom_group_kill 0\n");
 }
 
+/* Freezer on a fake v2 box: the fake cgroup.events says what the "kernel"
+ * reached, so a freeze that never completes can be shown. */
+static void fake_v2_freezer(const ab_cg *cg, const char *box)
+{
+        ab_err *e = NULL;
+        ab_cg_freezer fs = AB_CG_FROZEN;
+        put(box, "cgroup.freeze", "0\n");
+        put(box, "cgroup.events", "populated 1\nfrozen 0\n");
+        TAP_IS_INT(ab_cg_freezer_state(cg, "b1", &fs, &e), 0, "v2 freezer: state");
+        TAP_IS_INT(fs, AB_CG_THAWED, "v2 freezer: freeze 0, frozen 0 is thawed");
+
+        /* The tasks never stop: the freeze is undone and reported. */
+        TAP_IS_INT(ab_cg_freeze(cg, "b1", 50, &e) < 0, 1,
+                   "v2 freezer: a freeze that never "
+                   "completes fails");
+        TAP_IS_INT(code_of(&e), AB_E_TIMEOUT, "v2 freezer: ... with AB_E_TIMEOUT");
+        TAP_IS_STR(get(box, "cgroup.freeze"), "0", "v2 freezer: ... and thaws the box again");
+
+        put(box, "cgroup.freeze", "1\n");
+        TAP_IS_INT(ab_cg_freezer_state(cg, "b1", &fs, &e), 0, "v2 freezer: state while freezing");
+        TAP_IS_INT(fs, AB_CG_FREEZING, "v2 freezer: freeze 1, frozen 0 is freezing");
+
+        put(box, "cgroup.freeze", "0\n");
+        put(box, "cgroup.events", "populated 1\nfrozen 1\n");
+        TAP_IS_INT(ab_cg_freeze(cg, "b1", 50, &e), 0, "v2 freezer: freeze");
+        TAP_IS_INT(code_of(&e), 0, "v2 freezer: freeze sets no error");
+        TAP_IS_STR(get(box, "cgroup.freeze"), "1", "v2 freezer: freeze writes cgroup.freeze 1");
+        TAP_IS_INT(ab_cg_freezer_state(cg, "b1", &fs, &e), 0, "v2 freezer: state when frozen");
+        TAP_IS_INT(fs, AB_CG_FROZEN, "v2 freezer: frozen 1 is frozen");
+        TAP_IS_INT(ab_cg_thaw(cg, "b1", &e), 0, "v2 freezer: thaw");
+        TAP_IS_INT(code_of(&e), 0, "v2 freezer: thaw sets no error");
+        TAP_IS_STR(get(box, "cgroup.freeze"), "0", "v2 freezer: thaw writes cgroup.freeze 0");
+
+        put(box, "cgroup.events", "populated 1\n");
+        TAP_IS_INT(ab_cg_freezer_state(cg, "b1", &fs, &e) < 0, 1,
+                   "v2 freezer: cgroup.events without frozen (kernel < 5.2) is an error");
+        TAP_IS_INT(code_of(&e), AB_E_UNSUPPORTED, "v2 freezer: ... AB_E_UNSUPPORTED");
+        TAP_IS_INT(ab_cg_freeze(cg, "nope", 50, &e) < 0, 1, "v2 freezer: freeze a missing box");
+        TAP_IS_INT(code_of(&e), AB_E_NOT_FOUND, "v2 freezer: ... AB_E_NOT_FOUND");
+        TAP_IS_INT(ab_cg_thaw(cg, "../b1", &e) < 0, 1, "v2 freezer: thaw a bad id");
+        TAP_IS_INT(code_of(&e), AB_E_INVALID, "v2 freezer: ... AB_E_INVALID");
+        put(box, "cgroup.events", "populated 1\nfrozen 0\n");
+}
+
 static void test_fake_v2(void)
 {
         ab_err *e = NULL;
@@ -225,6 +270,8 @@ static void test_fake_v2(void)
         TAP_IS_INT(code_of(&e), 0, "v2: freezer kill_all sets no error");
         TAP_IS_STR(get(box, "cgroup.freeze"), "0", "v2: thawed after kill_all");
         TAP_IS_INT(ab_cg_kill_all(&cg, "nope", &e), 0, "v2: kill_all of a missing box is fine");
+
+        fake_v2_freezer(&cg, box);
 
         /* destroy: a real kernel's dir holds no files, so empty the fake one. */
         rm_rf(box);
@@ -465,9 +512,32 @@ static void test_fake_v1(void)
         TAP_IS_INT(ab_cg_stats_read(&cg, "b1", &st, &e), 0, "v1: stats with a limit");
         TAP_IS_INT(st.memory_limit, 64 * MiB, "v1: stats real limit");
 
+        ab_cg_freezer fs = AB_CG_FROZEN;
+        TAP_IS_INT(ab_cg_freezer_state(&cg, "b1", &fs, &e), 0, "v1 freezer: state");
+        TAP_IS_INT(fs, AB_CG_THAWED, "v1 freezer: THAWED");
+        TAP_IS_INT(ab_cg_freeze(&cg, "b1", 50, &e), 0, "v1 freezer: freeze");
+        TAP_IS_INT(code_of(&e), 0, "v1 freezer: freeze sets no error");
+        TAP_IS_STR(get(frz, "freezer.state"), "FROZEN", "v1 freezer: freezer.state FROZEN");
+        TAP_IS_INT(ab_cg_freezer_state(&cg, "b1", &fs, &e), 0, "v1 freezer: state when frozen");
+        TAP_IS_INT(fs, AB_CG_FROZEN, "v1 freezer: FROZEN");
+        put(frz, "freezer.state", "FREEZING\n");
+        TAP_IS_INT(ab_cg_freezer_state(&cg, "b1", &fs, &e), 0, "v1 freezer: state while freezing");
+        TAP_IS_INT(fs, AB_CG_FREEZING, "v1 freezer: FREEZING");
+        put(frz, "freezer.state", "SLUSHY\n");
+        TAP_IS_INT(ab_cg_freezer_state(&cg, "b1", &fs, &e) < 0, 1, "v1 freezer: unknown state");
+        TAP_IS_INT(code_of(&e), AB_E_INTERNAL, "v1 freezer: ... AB_E_INTERNAL");
+        put(frz, "freezer.state", "FROZEN\n");
+        TAP_IS_INT(ab_cg_thaw(&cg, "b1", &e), 0, "v1 freezer: thaw");
+        TAP_IS_INT(code_of(&e), 0, "v1 freezer: thaw sets no error");
+        TAP_IS_STR(get(frz, "freezer.state"), "THAWED", "v1 freezer: freezer.state THAWED");
+        TAP_IS_INT(ab_cg_freeze(&cg, "b2", 50, &e) < 0, 1, "v1 freezer: freeze a missing box");
+        TAP_IS_INT(code_of(&e), AB_E_NOT_FOUND, "v1 freezer: ... AB_E_NOT_FOUND");
+
+        put(frz, "freezer.state", "FROZEN\n");
         TAP_IS_INT(ab_cg_kill_all(&cg, "b1", &e), 0, "v1: kill_all of an empty box");
         TAP_IS_INT(code_of(&e), 0, "v1: kill_all sets no error");
-        TAP_IS_STR(get(frz, "freezer.state"), "THAWED", "v1: freezer thawed after kill_all");
+        TAP_IS_STR(get(frz, "freezer.state"), "THAWED",
+                   "v1: a frozen box is thawed after kill_all");
 
         rm_rf(mem);
         rm_rf(pids);
@@ -519,6 +589,14 @@ static void test_fake_v1(void)
         TAP_IS_STR(cg.v1_cpu, "cpuacct,cpu", "v1 co-mount: cpu found by name list");
         TAP_IS_STR(cg.v1_cpuacct, "cpuacct,cpu", "v1 co-mount: cpuacct found by name list");
         TAP_IS_STR(cg.v1_freezer, NULL, "v1 co-mount: symlink out of the root ignored");
+        ab_cg_freezer fs2;
+        TAP_IS_INT(ab_cg_freeze(&cg, "b1", 50, &e) < 0, 1, "v1 no freezer: freeze refused");
+        tap_ok(e && e->code == AB_E_UNSUPPORTED && strstr(e->msg, "freezer"),
+               "v1 no freezer: AB_E_UNSUPPORTED naming the freezer");
+        code_of(&e);
+        TAP_IS_INT(ab_cg_freezer_state(&cg, "b1", &fs2, &e) < 0, 1,
+                   "v1 no freezer: no state either");
+        code_of(&e);
         ab_cg_free(&cg);
 
         /* Missing pids: neither layout. */
@@ -835,6 +913,226 @@ static void test_real(void)
         free(parent);
 }
 
+/* ---- freezing a real process tree ---------------------------------------- */
+
+/* Shared with the counting children: [0] and [1] are their counters, [2] the
+ * grandchild's pid. */
+static volatile uint64_t *shared;
+
+/* A child that forks a grandchild; both spin, each bumping its counter. */
+static void count_forever(int unused)
+{
+        (void)unused;
+        pid_t parent = getpid();
+        pid_t g = fork();
+        if (g == 0) {
+                if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0 || getppid() != parent)
+                        _exit(3);
+                for (;;)
+                        shared[1]++;
+        }
+        shared[2] = (uint64_t)g;
+        for (;;)
+                shared[0]++;
+}
+
+/* Waits (at most ms) until both counters move; false when one stays. */
+static bool counters_move(unsigned ms)
+{
+        uint64_t a = shared[0], b = shared[1];
+        for (uint64_t end = ab_now_ms() + ms; ab_now_ms() < end; usleep(1000))
+                if (shared[0] != a && shared[1] != b)
+                        return true;
+        return false;
+}
+
+/* The state letter of /proc/PID/stat (R running, S sleeping, D ...). */
+static char proc_state(pid_t pid)
+{
+        char f[32];
+        snprintf(f, sizeof(f), "%d/stat", (int)pid);
+        const char *st = get("/proc", f);
+        const char *p = strrchr(st, ')');
+        return p && p[1] == ' ' ? p[2] : '?';
+}
+
+/* "what: s" in a static buffer, for one TAP line. */
+static const char *nm(const char *what, const char *s)
+{
+        static char buf[256];
+        snprintf(buf, sizeof(buf), "%s: %s", what, s);
+        return buf;
+}
+
+/* Freezes, checks, thaws, then kills a frozen tree, on the cgroup `id` of cg
+ * (which must exist). cpu says whether ab_cg_stats_read reports CPU time. */
+static void freeze_tree(const char *what, const ab_cg *cg, const char *id, bool cpu)
+{
+        ab_err *e = NULL;
+        memset((void *)shared, 0, 3 * sizeof(uint64_t));
+        int go = -1;
+        pid_t child = spawn(count_forever, 0, &go);
+        TAP_IS_INT(ab_cg_attach(cg, id, child, &e), 0, nm(what, "attach a counting child"));
+        code_of(&e);
+        release(&go);
+        tap_ok(counters_move(5000), "%s: child and grandchild count", what);
+        pid_t grand = (pid_t)shared[2];
+
+        ab_cg_freezer fs = AB_CG_THAWED;
+        TAP_IS_INT(ab_cg_freeze(cg, id, 2000, &e), 0, nm(what, "freeze"));
+        code_of(&e);
+        TAP_IS_INT(ab_cg_freezer_state(cg, id, &fs, &e), 0, nm(what, "state"));
+        code_of(&e);
+        TAP_IS_INT(fs, AB_CG_FROZEN, nm(what, "frozen"));
+        char sc = proc_state(child), sg = proc_state(grand);
+        printf("#   frozen tasks show as %c and %c in /proc/PID/stat\n", sc, sg);
+        tap_ok(sc != 'R' && sg != 'R' && sc != '?' && sg != '?',
+               "%s: the spinning processes are alive and not runnable", what);
+        ab_cg_stats st0 = {0}, st1 = {0};
+        if (cpu)
+                ab_cg_stats_read(cg, id, &st0, NULL);
+        uint64_t a = shared[0], b = shared[1];
+        usleep(200 * 1000);
+        tap_ok(shared[0] == a && shared[1] == b, "%s: no counter moves while frozen", what);
+        if (cpu) {
+                ab_cg_stats_read(cg, id, &st1, NULL);
+                tap_ok(st0.cpu_usage_ns > 0 && st1.cpu_usage_ns == st0.cpu_usage_ns,
+                       "%s: the cgroup's CPU time stands still (%llu ns)", what,
+                       (unsigned long long)st1.cpu_usage_ns);
+        }
+        TAP_IS_INT(ab_cg_freeze(cg, id, 2000, &e), 0, nm(what, "freezing again is a no-op"));
+        code_of(&e);
+
+        TAP_IS_INT(ab_cg_thaw(cg, id, &e), 0, nm(what, "thaw"));
+        code_of(&e);
+        TAP_IS_INT(ab_cg_freezer_state(cg, id, &fs, &e), 0, nm(what, "state after thaw"));
+        TAP_IS_INT(fs, AB_CG_THAWED, nm(what, "thawed"));
+        tap_ok(counters_move(5000), "%s: both count again after the thaw (same processes)", what);
+        TAP_IS_INT(ab_cg_thaw(cg, id, &e), 0, nm(what, "thawing again is a no-op"));
+        code_of(&e);
+
+        /* A frozen tree is killed: on v1 the kill is pending until the thaw. */
+        TAP_IS_INT(ab_cg_freeze(cg, id, 2000, &e), 0, nm(what, "freeze before kill_all"));
+        code_of(&e);
+        TAP_IS_INT(ab_cg_kill_all(cg, id, &e), 0, nm(what, "kill_all of a frozen tree"));
+        code_of(&e);
+        int status = wait_child(child, 3000);
+        tap_ok(status != -1 && WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL,
+               "%s: the frozen child was SIGKILLed", what);
+        bool grand_gone = false;
+        for (uint64_t end = ab_now_ms() + 3000; !grand_gone && ab_now_ms() < end; usleep(2000))
+                grand_gone = kill(grand, 0) < 0 || proc_state(grand) == 'Z';
+        tap_ok(grand_gone, "%s: the frozen grandchild is gone too", what);
+        TAP_IS_INT(ab_cg_freezer_state(cg, id, &fs, &e), 0, nm(what, "state after kill_all"));
+        code_of(&e);
+        TAP_IS_INT(fs, AB_CG_THAWED, nm(what, "kill_all leaves the box thawed"));
+}
+
+/* A shell running /bin/true again and again: dash runs commands with vfork,
+ * so the shell keeps sleeping in vfork() while its child is being frozen. */
+static void spawn_forever(int unused)
+{
+        (void)unused;
+        execl("/bin/sh", "sh", "-c", "while :; do /bin/true; done", (char *)NULL);
+        _exit(127);
+}
+
+/* Freezing a tree that vforks all the time: v1 used to leave such a cgroup
+ * FREEZING for good (a vfork parent asked to freeze while running, then
+ * sleeping for its frozen child, is never asked again). Every freeze must
+ * complete well within its time, round after round. */
+static void freeze_vforking(const char *what, const ab_cg *cg, const char *id)
+{
+        ab_err *e = NULL;
+        int go = -1;
+        pid_t child = spawn(spawn_forever, 0, &go);
+        TAP_IS_INT(ab_cg_attach(cg, id, child, &e), 0, nm(what, "attach a vforking child"));
+        code_of(&e);
+        release(&go);
+        int good = 0, rounds = 100;
+        uint64_t worst = 0;
+        for (int i = 0; i < rounds; i++) {
+                uint64_t t0 = ab_now_ns();
+                int r = ab_cg_freeze(cg, id, 2000, &e);
+                uint64_t t = ab_now_ns() - t0;
+                worst = t > worst ? t : worst;
+                if (r == 0)
+                        good++;
+                else
+                        code_of(&e);
+                ab_cg_thaw(cg, id, NULL);
+        }
+        printf("#   %d/%d freezes of a vforking tree, the slowest %.2f ms\n", good, rounds,
+               (double)worst / 1e6);
+        tap_ok(good == rounds, "%s: a tree that vforks all the time freezes every time", what);
+        ab_cg_kill_all(cg, id, NULL);
+        wait_child(child, 3000);
+}
+
+/* The host's hierarchies (v1 here: the box is in the freezer hierarchy, as
+ * boxes are), including a process in a sub-cgroup, which on v1 exists in
+ * memory and pids only: freezing the box stops it too. */
+static void test_real_freeze(void)
+{
+        ab_err *e = NULL;
+        ab_cg cg;
+        char *parent;
+        if (!open_real("real freeze", "agentbox-test-frz", &cg, &parent))
+                return;
+        const char *id = "box1";
+        ab_cg_limits l = {.memory_bytes = 64 * MiB, .pids = 32};
+        if (ab_cg_create(&cg, id, &l, &e) < 0) {
+                tap_ok(1, "real freeze # SKIP cannot create a box cgroup: %s", e->msg);
+                ab_err_free(&e);
+                real_cleanup(&cg, id);
+                ab_cg_free(&cg);
+                free(parent);
+                return;
+        }
+        if (cg.version == AB_CG_V1) {
+                tap_ok(cg.v1_freezer != NULL, "real freeze: the v1 freezer hierarchy is used");
+                /* The anchor keeps the kernel's freezer switched on (see cgroup.h). */
+                TAP_IS_INT(ab_cg_freeze_anchor(&cg), 0, "real freeze: the freeze anchor is set");
+                char *anchor = xasprintf("%s/%s/%s", cg.root, cg.v1_freezer, AB_CG_FREEZE_ANCHOR);
+                TAP_IS_STR(get(anchor, "freezer.state"), "FROZEN", "real freeze: ... frozen");
+                TAP_IS_STR(get(anchor, "cgroup.procs"), "", "real freeze: ... and empty");
+                TAP_IS_INT(ab_cg_freeze_anchor(&cg), 0, "real freeze: setting it again is fine");
+                free(anchor);
+        }
+        freeze_tree("real freeze", &cg, id, true);
+        freeze_vforking("real freeze", &cg, id);
+
+        ab_cg_limits sl = {.memory_bytes = 32 * MiB, .pids = 8};
+        TAP_IS_INT(ab_cg_sub_create(&cg, id, "run-1", &sl, &e), 0, "real freeze sub: create");
+        code_of(&e);
+        memset((void *)shared, 0, 3 * sizeof(uint64_t));
+        int go = -1;
+        pid_t child = spawn(count_forever, 0, &go);
+        ab_cg_attach(&cg, id, child, &e);
+        code_of(&e);
+        TAP_IS_INT(ab_cg_sub_attach(&cg, id, "run-1", child, &e), 0,
+                   "real freeze sub: attach a counting child to the sub-cgroup");
+        code_of(&e);
+        release(&go);
+        tap_ok(counters_move(5000), "real freeze sub: it counts");
+        TAP_IS_INT(ab_cg_freeze(&cg, id, 2000, &e), 0, "real freeze sub: freeze the box");
+        code_of(&e);
+        uint64_t a = shared[0], b = shared[1];
+        usleep(200 * 1000);
+        tap_ok(shared[0] == a && shared[1] == b,
+               "real freeze sub: the sub-cgroup's processes stand still too");
+        TAP_IS_INT(ab_cg_thaw(&cg, id, &e), 0, "real freeze sub: thaw");
+        code_of(&e);
+        tap_ok(counters_move(5000), "real freeze sub: they count again");
+        TAP_IS_INT(ab_cg_destroy(&cg, id, &e), 0, "real freeze sub: destroy");
+        code_of(&e);
+        int status = wait_child(child, 3000);
+        tap_ok(status != -1 && WIFSIGNALED(status), "real freeze sub: child killed by destroy");
+        real_cleanup(&cg, id);
+        ab_cg_free(&cg);
+        free(parent);
+}
+
 /* A hybrid host's /sys/fs/cgroup/unified is a v2 mount without controllers:
  * enough to run the v2 kill and destroy paths against a real kernel. */
 static void test_real_v2_kill(void)
@@ -872,6 +1170,10 @@ static void test_real_v2_kill(void)
                 killed &= st != -1 && WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL;
         }
         tap_ok(killed, "real v2: every child SIGKILLed");
+
+        /* cgroup.freeze is a core file of every non-root v2 cgroup. */
+        freeze_tree("real v2 freeze", &cg, "k", false);
+        freeze_vforking("real v2 freeze", &cg, "k");
 
         int go = -1;
         kids[0] = spawn(block_forever, 0, &go);
@@ -1130,6 +1432,12 @@ int main(void)
         rm_rf(tmp);
         test_real();
         test_real_sub();
+        shared = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+        if (shared == MAP_FAILED) {
+                printf("Bail out! mmap: %s\n", strerror(errno));
+                return 1;
+        }
+        test_real_freeze();
         test_real_v2_kill();
         return tap_done();
 }

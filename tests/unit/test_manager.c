@@ -1,7 +1,8 @@
 /* The sandbox manager against an in-memory fake backend and a real SQLite
  * store: acquire by keys, idempotence under threads, pool claims, idle stop,
- * the running-box cap, TTL, asynchronous deletion, and recovery of every
- * kind of leftover a crash can leave. */
+ * the running-box cap, TTL, asynchronous deletion, pause and resume with the
+ * idle and memory-pressure policy, and recovery of every kind of leftover a
+ * crash can leave. */
 #include "core/manager.h"
 #include "tap.h"
 
@@ -28,8 +29,9 @@ typedef struct fake {
         ab_backend base;
         pthread_mutex_t lock;
         fbox boxes[MAX_FAKE];
-        int creates, starts, stops, destroys;
+        int creates, starts, stops, destroys, pauses, resumes;
         bool fail_start;
+        char stop_log[512]; /* ids stopped, in order, comma-separated */
 } fake;
 
 static fake *F(ab_backend *b)
@@ -94,12 +96,45 @@ static int f_stop(ab_backend *b, const char *id, ab_err **err)
         int rc = 0;
         if (!x)
                 rc = ab_err_set(err, AB_E_NOT_FOUND, 0, "no box");
-        else if (x->status == AB_BOX_RUNNING) {
+        else if (x->status == AB_BOX_RUNNING || x->status == AB_BOX_PAUSED) {
                 x->status = AB_BOX_STOPPED;
                 f->stops++;
+                size_t l = strlen(f->stop_log);
+                snprintf(f->stop_log + l, sizeof(f->stop_log) - l, "%s%s", l ? "," : "", id);
         }
         pthread_mutex_unlock(&f->lock);
         return rc;
+}
+
+/* Pause and resume as the native backend does them: no-ops when already
+ * there, AB_E_CONFLICT when the box does not run. */
+static int f_pause_resume(ab_backend *b, const char *id, bool pause, ab_err **err)
+{
+        fake *f = F(b);
+        pthread_mutex_lock(&f->lock);
+        fbox *x = find(f, id);
+        int rc = 0;
+        ab_box_status from = pause ? AB_BOX_RUNNING : AB_BOX_PAUSED;
+        if (!x)
+                rc = ab_err_set(err, AB_E_NOT_FOUND, 0, "no box");
+        else if (x->status != AB_BOX_RUNNING && x->status != AB_BOX_PAUSED)
+                rc = ab_err_set(err, AB_E_CONFLICT, 0, "box '%s' is not running", id);
+        else if (x->status == from) {
+                x->status = pause ? AB_BOX_PAUSED : AB_BOX_RUNNING;
+                (*(pause ? &f->pauses : &f->resumes))++;
+        }
+        pthread_mutex_unlock(&f->lock);
+        return rc;
+}
+
+static int f_pause(ab_backend *b, const char *id, ab_err **err)
+{
+        return f_pause_resume(b, id, true, err);
+}
+
+static int f_resume(ab_backend *b, const char *id, ab_err **err)
+{
+        return f_pause_resume(b, id, false, err);
 }
 
 static int f_destroy(ab_backend *b, const char *id, ab_err **err)
@@ -175,6 +210,8 @@ static const ab_backend_ops fake_ops = {
     .create = f_create,
     .start = f_start,
     .stop = f_stop,
+    .pause = f_pause,
+    .resume = f_resume,
     .destroy = f_destroy,
     .info = f_info,
     .list = f_list,
@@ -192,7 +229,12 @@ static ab_store *st;
 static ab_events *ev;
 static ab_metrics *mt;
 
-static ab_manager *open_mgr(int64_t idle, int64_t pool, int64_t cap)
+static char meminfo[96];
+
+/* A manager with idle pause after `pause` s (0 = none) and memory pressure
+ * below `pressure` percent (read from the file `meminfo`). */
+static ab_manager *open_mgr_p(int64_t idle, int64_t pool, int64_t cap, int64_t pause,
+                              double pressure)
 {
         ab_manager_opts o = {
             .backend = &FB.base,
@@ -200,6 +242,9 @@ static ab_manager *open_mgr(int64_t idle, int64_t pool, int64_t cap)
             .events = ev,
             .metrics = mt,
             .idle_stop_s = idle,
+            .idle_pause_s = pause,
+            .memory_pressure_pct = pressure,
+            .meminfo_path = meminfo,
             .pool_size = pool,
             .max_running = cap,
             .reaper_interval_ms = 3600 * 1000, /* tests call ab_manager_reap themselves */
@@ -212,6 +257,11 @@ static ab_manager *open_mgr(int64_t idle, int64_t pool, int64_t cap)
                 ab_err_free(&e);
         }
         return m;
+}
+
+static ab_manager *open_mgr(int64_t idle, int64_t pool, int64_t cap)
+{
+        return open_mgr_p(idle, pool, cap, 0, 0);
 }
 
 static int64_t now_ms(void)
@@ -227,7 +277,7 @@ static const char *status_of_id(const char *id)
         ab_box_rec r = {0};
         if (ab_store_box_get(st, "native", id, &r, NULL) < 0)
                 return "gone";
-        snprintf(buf, sizeof(buf), "%s", r.status);
+        snprintf(buf, sizeof(buf), "%s", ab_box_status_name(r.status));
         ab_box_rec_clear(&r);
         return buf;
 }
@@ -241,6 +291,298 @@ static bool wait_gone(const char *id)
                 nanosleep(&ts, NULL);
         }
         return false;
+}
+
+/* Makes the box look idle for `ago_s` seconds. */
+static void set_idle(const char *id, int64_t ago_s)
+{
+        ab_box_rec cur = {0};
+        if (ab_store_box_get(st, "native", id, &cur, NULL) < 0)
+                bail_out("no record %s", id);
+        cur.last_active_at = now_ms() - ago_s * 1000;
+        ab_store_box_update(st, &cur, NULL);
+        ab_box_rec_clear(&cur);
+}
+
+static ab_box_status fake_status(const char *id)
+{
+        pthread_mutex_lock(&FB.lock);
+        fbox *x = find(&FB, id);
+        ab_box_status s = x ? x->status : 0;
+        pthread_mutex_unlock(&FB.lock);
+        return s;
+}
+
+static void set_meminfo(unsigned long long total_kb, unsigned long long avail_kb)
+{
+        FILE *f = fopen(meminfo, "w");
+        if (!f)
+                bail_out("cannot write %s", meminfo);
+        fprintf(f, "MemTotal:       %llu kB\nMemFree:        1 kB\nMemAvailable:   %llu kB\n",
+                total_kb, avail_kb);
+        fclose(f);
+}
+
+/* Types of the events published after `after`, comma-separated, for box id. */
+static const char *events_of(uint64_t after, const char *id)
+{
+        static char buf[512];
+        buf[0] = 0;
+        ab_event_view *v = NULL;
+        size_t n = 0;
+        bool dropped = false;
+        ab_events_wait(ev, after, 256, 0, &v, &n, &dropped);
+        for (size_t i = 0; i < n; i++) {
+                if (!v[i].box_id || strcmp(v[i].box_id, id))
+                        continue;
+                size_t l = strlen(buf);
+                snprintf(buf + l, sizeof(buf) - l, "%s%s", l ? "," : "", v[i].type);
+        }
+        ab_event_views_free(v, n);
+        return buf;
+}
+
+static ab_box_rec acquire_id(ab_manager *m, const char *id, int64_t idle_pause_s)
+{
+        ab_acquire_req q = {.id = id, .idle_pause_s = idle_pause_s};
+        ab_box_rec r = {0};
+        bool created;
+        ab_err *e = NULL;
+        if (ab_manager_acquire(m, &q, NULL, &r, &created, &e) < 0) {
+                diag("acquire %s: %s", id, e->msg);
+                ab_err_free(&e);
+        }
+        return r;
+}
+
+/* Pause and resume, by hand and by the idle policy; uses resume; a paused
+ * box idles out to stopped; the cap counts paused boxes as cheap; memory
+ * pressure stops paused boxes, oldest first; recovery keeps them paused. */
+static void test_pause(void)
+{
+        ab_err *e = NULL;
+        ab_box_rec r;
+        set_meminfo(1000000, 900000);
+        ab_manager *m = open_mgr_p(300, 0, 0, 60, 10);
+        ok(m != NULL, "pause: a manager with idle_pause 60 s, idle_stop 300 s");
+        /* A clean slate: the boxes of the tests before would count for the cap. */
+        ab_box_filter all = {0};
+        ab_box_rec *left = NULL;
+        size_t nleft = 0;
+        ab_manager_list(m, &all, NULL, &left, &nleft, NULL);
+        bool clean = true;
+        for (size_t i = 0; i < nleft; i++)
+                ab_manager_delete(m, left[i].id, NULL, NULL);
+        for (size_t i = 0; i < nleft; i++)
+                clean &= wait_gone(left[i].id);
+        ab_box_recs_free(left, nleft);
+        ok(clean, "pause: the boxes of earlier tests are deleted first");
+        r = acquire_id(m, "pz1", 0);
+        ab_box_rec_clear(&r);
+
+        /* idle pause */
+        set_idle("pz1", 30);
+        ab_manager_reap(m);
+        is_str(status_of_id("pz1"), "running", "idle 30 s (pause at 60 s): still running");
+        uint64_t seq = ab_events_last_seq(ev);
+        set_idle("pz1", 90);
+        int pauses = FB.pauses;
+        ab_manager_reap(m);
+        is_str(status_of_id("pz1"), "paused", "idle 90 s: paused");
+        ok(FB.pauses == pauses + 1 && fake_status("pz1") == AB_BOX_PAUSED,
+           "... through the backend");
+        is_str(events_of(seq, "pz1"), "box.paused", "... with a box.paused event");
+        ab_manager_reap(m);
+        ok(FB.pauses == pauses + 1, "reaping again does not pause again");
+
+        /* any use resumes, and counts as activity */
+        seq = ab_events_last_seq(ev);
+        int resumes = FB.resumes, starts = FB.starts;
+        ab_use u;
+        ok(ab_manager_use_begin(m, "pz1", NULL, &u, &e) == 0, "use_begin on a paused box");
+        ok(FB.resumes == resumes + 1 && FB.starts == starts, "... resumes it (no new start)");
+        ok(u.rec.status == AB_BOX_RUNNING, "... the use sees it running");
+        is_str(status_of_id("pz1"), "running", "... recorded running");
+        is_str(events_of(seq, "pz1"), "box.resumed", "... with a box.resumed event");
+
+        /* an explicit pause waits for uses to end */
+        ok(ab_manager_pause(m, "pz1", NULL, &r, &e) < 0 && e && e->code == AB_E_CONFLICT,
+           "pause while a use is in flight is a conflict");
+        ok(e && strstr(e->msg, "in use"), "... saying the box is in use");
+        ab_err_free(&e);
+        ab_manager_use_end(m, &u);
+        ab_manager_reap(m);
+        is_str(status_of_id("pz1"), "running", "used just now: not paused by the reaper");
+
+        ok(ab_manager_pause(m, "pz1", NULL, &r, &e) == 0 && r.status == AB_BOX_PAUSED,
+           "explicit pause");
+        ab_box_rec_clear(&r);
+        pauses = FB.pauses;
+        ok(ab_manager_pause(m, "pz1", NULL, &r, &e) == 0 && r.status == AB_BOX_PAUSED,
+           "pausing a paused box is fine");
+        ab_box_rec_clear(&r);
+        ok(FB.pauses == pauses, "... and a no-op");
+        set_idle("pz1", 200);
+        ok(ab_manager_resume(m, "pz1", NULL, &r, &e) == 0 && r.status == AB_BOX_RUNNING,
+           "explicit resume");
+        ok(r.last_active_at > now_ms() - 10000, "... counts as activity");
+        ab_box_rec_clear(&r);
+        ok(ab_manager_resume(m, "pz1", NULL, &r, &e) == 0 && r.status == AB_BOX_RUNNING,
+           "resuming a running box is fine");
+        ab_box_rec_clear(&r);
+
+        /* acquire resumes too */
+        ab_manager_pause(m, "pz1", NULL, &r, NULL);
+        ab_box_rec_clear(&r);
+        r = acquire_id(m, "pz1", 0);
+        ok(r.status == AB_BOX_RUNNING && fake_status("pz1") == AB_BOX_RUNNING,
+           "acquire of a paused box resumes it");
+        ab_box_rec_clear(&r);
+
+        /* a paused box idles out to stopped, from its last activity */
+        ab_manager_pause(m, "pz1", NULL, &r, NULL);
+        ab_box_rec_clear(&r);
+        set_idle("pz1", 400);
+        ab_manager_reap(m);
+        is_str(status_of_id("pz1"), "stopped",
+               "a paused box idle 400 s (idle_stop 300) is stopped");
+        ok(fake_status("pz1") == AB_BOX_STOPPED, "... in the backend too");
+        ok(ab_manager_resume(m, "pz1", NULL, &r, &e) < 0 && e && e->code == AB_E_CONFLICT,
+           "resume of a stopped box is a conflict");
+        ab_err_free(&e);
+        ok(ab_manager_pause(m, "pz1", NULL, &r, &e) < 0 && e && e->code == AB_E_CONFLICT,
+           "pause of a stopped box is a conflict");
+        ab_err_free(&e);
+        ok(ab_manager_use_begin(m, "pz1", NULL, &u, &e) == 0, "a use starts the stopped box");
+        ab_manager_use_end(m, &u);
+
+        /* per-box settings */
+        r = acquire_id(m, "pz-never", -1);
+        ab_box_rec_clear(&r);
+        r = acquire_id(m, "pz-quick", 10);
+        ab_box_rec_clear(&r);
+        ok(ab_manager_acquire(m, &(ab_acquire_req){.id = "pz-bad", .idle_pause_s = -2}, NULL, &r,
+                              &(bool){false}, &e) < 0 &&
+               e && e->code == AB_E_INVALID,
+           "idle_pause_s -2 is invalid");
+        ab_err_free(&e);
+        set_idle("pz-never", 200);
+        set_idle("pz-quick", 20);
+        ab_manager_reap(m);
+        is_str(status_of_id("pz-never"), "running", "idle_pause_s -1: never paused");
+        is_str(status_of_id("pz-quick"), "paused", "idle_pause_s 10: paused after 20 s idle");
+
+        /* counts */
+        ab_manager_counts c;
+        int64_t npaused = -1;
+        if (ab_manager_counts_get(m, &c, NULL) == 0) {
+                for (size_t i = 0; i < c.n_states; i++)
+                        if (!strcmp(c.states[i], "paused"))
+                                npaused = c.counts[i];
+                ab_manager_counts_clear(&c);
+        }
+        ok(npaused >= 1, "counts list paused boxes (%lld)", (long long)npaused);
+
+        /* drift: paused or resumed behind the manager's back (the CLI) */
+        f_resume(&FB.base, "pz-quick", NULL);
+        f_pause(&FB.base, "pz-never", NULL);
+        ab_manager_reap(m);
+        is_str(status_of_id("pz-quick"), "running", "resumed by someone else: recorded running");
+        is_str(status_of_id("pz-never"), "paused", "paused by someone else: recorded paused");
+        ab_manager_delete(m, "pz-never", NULL, NULL);
+        ab_manager_delete(m, "pz-quick", NULL, NULL);
+        ab_manager_delete(m, "pz1", NULL, NULL);
+        ok(wait_gone("pz-never") && wait_gone("pz-quick") && wait_gone("pz1"),
+           "a paused box is deleted like any other");
+        ab_manager_free(m);
+
+        /* the cap: paused boxes do not count, and the least recent box over
+         * the cap is paused rather than stopped */
+        m = open_mgr_p(300, 0, 2, 60, 10);
+        const char *cap[] = {"pc0", "pc1", "pc2"};
+        for (int i = 0; i < 3; i++) {
+                r = acquire_id(m, cap[i], 0);
+                ab_box_rec_clear(&r);
+                set_idle(cap[i], 30 - i);
+        }
+        is_str(status_of_id("pc0"), "paused", "cap 2: the least recently active box is paused");
+        ok(fake_status("pc0") == AB_BOX_PAUSED, "... not stopped");
+        is_str(status_of_id("pc1"), "running", "the second runs");
+        is_str(status_of_id("pc2"), "running", "the newest runs");
+        r = acquire_id(m, "pc3", -1);
+        ab_box_rec_clear(&r);
+        is_str(status_of_id("pc1"), "paused", "a fourth box: the next least recent is paused");
+        is_str(status_of_id("pc0"), "paused", "... and the paused one stays paused");
+        set_idle("pc3", 100);
+        ok(ab_manager_use_begin(m, "pc0", NULL, &u, &e) == 0, "using the oldest paused box");
+        ab_manager_use_end(m, &u);
+        is_str(status_of_id("pc0"), "running", "... resumes it");
+        is_str(status_of_id("pc3"), "stopped",
+               "... and the cap then stops the least recent running box that may not pause");
+
+        /* memory pressure: paused boxes are stopped, oldest activity first */
+        set_idle("pc1", 50);
+        r = acquire_id(m, "pc4", 0);
+        ab_box_rec_clear(&r);
+        is_str(status_of_id("pc2"), "paused", "a fifth box: the cap pauses the least recent (pc2)");
+        ab_manager_pause(m, "pc4", NULL, &r, NULL);
+        ab_box_rec_clear(&r);
+        set_idle("pc4", 40);
+        is_str(status_of_id("pc4"), "paused", "pressure: a second paused box (less idle)");
+        ab_manager_reap(m);
+        is_str(status_of_id("pc1"), "paused",
+               "plenty of memory (90%% available): paused boxes stay");
+        FB.stop_log[0] = 0;
+        set_meminfo(1000000, 50000);
+        ab_manager_reap(m);
+        is_str(status_of_id("pc1"), "stopped", "memory short (5%% available): paused boxes stop");
+        is_str(status_of_id("pc4"), "stopped", "... all of them while it stays short");
+        is_str(FB.stop_log, "pc1,pc4,pc2", "... oldest activity first");
+        is_str(status_of_id("pc0"), "running", "... running boxes are left alone");
+        set_meminfo(1000000, 900000);
+        ab_manager_free(m);
+
+        /* recovery: a restart keeps paused boxes paused */
+        r = (ab_box_rec){.provider = "native",
+                         .id = "rp-paused",
+                         .backend_id = "rp-paused",
+                         .status = AB_BOX_PAUSED,
+                         .mode = AB_MODE_SESSION,
+                         .created_at = now_ms(),
+                         .last_active_at = now_ms()};
+        ab_store_box_insert(st, &r, NULL);
+        ab_box_spec sp = {.id = "rp-paused"};
+        f_create(&FB.base, &sp, NULL);
+        f_pause(&FB.base, "rp-paused", NULL);
+        r.id = r.backend_id = "rp-cli";
+        r.status = AB_BOX_RUNNING;
+        ab_store_box_insert(st, &r, NULL);
+        sp.id = "rp-cli";
+        f_create(&FB.base, &sp, NULL);
+        f_pause(&FB.base, "rp-cli", NULL);
+        sp.id = "rp-adopt";
+        f_create(&FB.base, &sp, NULL);
+        f_pause(&FB.base, "rp-adopt", NULL);
+        resumes = FB.resumes;
+        m = open_mgr_p(300, 0, 0, 60, 10);
+        is_str(status_of_id("rp-paused"), "paused", "recovery: a paused box stays paused");
+        is_str(status_of_id("rp-cli"), "paused",
+               "recovery: a box recorded running that is paused is recorded paused");
+        is_str(status_of_id("rp-adopt"), "paused", "recovery: an adopted paused box is paused");
+        ok(FB.resumes == resumes && fake_status("rp-paused") == AB_BOX_PAUSED,
+           "recovery resumes nothing");
+        ok(ab_manager_use_begin(m, "rp-paused", NULL, &u, &e) == 0 &&
+               fake_status("rp-paused") == AB_BOX_RUNNING,
+           "after the restart a use resumes it");
+        ab_manager_use_end(m, &u);
+        const char *rp[] = {"rp-paused", "rp-cli", "rp-adopt", "pc0", "pc1", "pc2", "pc3", "pc4"};
+        bool gone = true;
+        for (size_t i = 0; i < AB_ARRAY_LEN(rp); i++)
+                ab_manager_delete(m, rp[i], NULL, NULL);
+        for (size_t i = 0; i < AB_ARRAY_LEN(rp); i++)
+                gone &= wait_gone(rp[i]);
+        ok(gone, "pause test boxes deleted");
+        ab_manager_free(m);
 }
 
 typedef struct race {
@@ -280,6 +622,8 @@ int main(void)
                 bail_out("store: %s", e->msg);
         ev = ab_events_new(256);
         mt = ab_metrics_new();
+        snprintf(meminfo, sizeof(meminfo), "%s/meminfo", dir);
+        set_meminfo(1000000, 900000);
 
         /* ids */
         char id[17];
@@ -301,7 +645,7 @@ int main(void)
         ok(ab_manager_acquire(m, &q, NULL, &r, &created, &e) == 0 && created,
            "first acquire creates");
         is_str(r.id, id, "the box has the derived id");
-        is_str(r.status, "running", "and runs");
+        ok(r.status == AB_BOX_RUNNING, "and runs");
         ab_box_rec_clear(&r);
         ok(ab_manager_acquire(m, &q, NULL, &r, &created, &e) == 0 && !created,
            "second acquire finds it");
@@ -365,7 +709,7 @@ int main(void)
         is_str(status_of_id(id), "stopped", "a box idle for 400 s (idle_stop 300) is stopped");
         ok(FB.stops == stops + 1, "through the backend");
         ok(ab_manager_acquire(m, &q, NULL, &r, &created, &e) == 0 && !created &&
-               !strcmp(r.status, "running"),
+               r.status == AB_BOX_RUNNING,
            "acquire resumes the stopped box");
         ab_box_rec_clear(&r);
         ab_manager_reap(m);
@@ -486,18 +830,20 @@ int main(void)
         ab_manager_list(m, &lf, NULL, &rs, &n, NULL);
         bool pool_listed = false;
         for (size_t i = 0; i < n; i++)
-                pool_listed |= !strcmp(rs[i].mode, "pool");
+                pool_listed |= rs[i].mode == AB_MODE_POOL;
         ok(!pool_listed, "pool boxes are not listed");
         ab_box_recs_free(rs, n);
         ab_manager_free(m);
+
+        test_pause();
 
         /* recovery: leftovers of a crash */
         ab_box_rec stale = {
             .provider = "native",
             .id = "stale",
             .backend_id = "stale",
-            .status = "creating",
-            .mode = "session",
+            .status = AB_BOX_CREATING,
+            .mode = AB_MODE_SESSION,
             .created_at = now_ms() - 600 * 1000,
         };
         ab_store_box_insert(st, &stale, NULL);
@@ -517,22 +863,23 @@ int main(void)
         snprintf(spec, sizeof(spec), "{\"creator\":\"%s:%d:1\"}", boot, 4194300);
         ab_box_rec orphan = fresh;
         orphan.id = orphan.backend_id = "orphan";
-        orphan.spec = spec;
+        orphan.spec = json_loads(spec, 0, NULL);
         ab_store_box_insert(st, &orphan, NULL);
+        json_decref(orphan.spec);
         ab_box_rec lying = stale;
         lying.id = lying.backend_id = "lying";
-        lying.status = "running";
+        lying.status = AB_BOX_RUNNING;
         ab_store_box_insert(st, &lying, NULL);
         ab_box_spec sp = {.id = "lying"};
         f_create(&FB.base, &sp, NULL);
         f_stop(&FB.base, "lying", NULL);
         ab_box_rec lost = stale;
         lost.id = lost.backend_id = "lost";
-        lost.status = "stopped";
+        lost.status = AB_BOX_STOPPED;
         ab_store_box_insert(st, &lost, NULL);
         ab_box_rec dying = stale;
         dying.id = dying.backend_id = "dying";
-        dying.status = "deleting";
+        dying.status = AB_BOX_DELETING;
         ab_store_box_insert(st, &dying, NULL);
         sp.id = "dying";
         f_create(&FB.base, &sp, NULL);
@@ -553,6 +900,56 @@ int main(void)
         ok(wait_gone("dying") && !find(&FB, "dying"), "a pending deletion is finished");
         ok(!find(&FB, "pool-orphan"), "a pool box no record knows is destroyed");
         is_str(status_of_id("cli-made"), "running", "a box made outside the server is adopted");
+
+        /* system boxes: the manager's own, never in the store */
+        ab_sysbox_spec sys = {.id = "sys-test"};
+        ab_limits_default(&sys.limits);
+        ab_sysbox_spec bad_sys = {.id = "runner"};
+        ok(ab_manager_sys_use_begin(m, &bad_sys, &u, &e) < 0 && e->code == AB_E_INVALID,
+           "a system box id must start with sys-");
+        ab_err_free(&e);
+        int creates = FB.creates;
+        ok(ab_manager_sys_use_begin(m, &sys, &u, &e) == 0, "a system box use begins");
+        ok(FB.creates == creates + 1 && find(&FB, "sys-test") &&
+               find(&FB, "sys-test")->status == AB_BOX_RUNNING,
+           "the system box is made on first use and runs");
+        ok(u.rec.mode == AB_MODE_SYSTEM && u.rec.status == AB_BOX_RUNNING,
+           "its use has a system record");
+        ab_manager_counts mc;
+        ab_manager_counts_get(m, &mc, NULL);
+        ok(mc.execs_in_flight == 0, "a system use is not counted as an exec in flight");
+        ab_manager_counts_clear(&mc);
+        ab_manager_use_end(m, &u);
+        is_str(status_of_id("sys-test"), "gone", "it has no store record, even after a use");
+        ok(ab_manager_get(m, "sys-test", NULL, &r, &e) < 0 && e->code == AB_E_NOT_FOUND,
+           "the API cannot get it");
+        ab_err_free(&e);
+        ab_manager_list(m, &lf, NULL, &rs, &n, NULL);
+        bool sys_listed = false;
+        for (size_t i = 0; i < n; i++)
+                sys_listed |= !strcmp(rs[i].id, "sys-test");
+        ab_box_recs_free(rs, n);
+        ok(!sys_listed, "nor list it");
+        f_stop(&FB.base, "sys-test", NULL);
+        int starts = FB.starts;
+        ok(ab_manager_sys_use_begin(m, &sys, &u, &e) == 0 && FB.starts == starts + 1,
+           "a stopped system box is started by its next use");
+        ab_manager_use_end(m, &u);
+        find(&FB, "sys-test")->status = AB_BOX_CREATING; /* a create cut short by a crash */
+        int destroys = FB.destroys;
+        creates = FB.creates;
+        ok(ab_manager_sys_use_begin(m, &sys, &u, &e) == 0 && FB.destroys == destroys + 1 &&
+               FB.creates == creates + 1 && find(&FB, "sys-test")->status == AB_BOX_RUNNING,
+           "a half-made system box is made again");
+        ab_manager_use_end(m, &u);
+        ab_manager_reap(m);
+        ok(find(&FB, "sys-test") && find(&FB, "sys-test")->status == AB_BOX_RUNNING,
+           "the reaper leaves it alone");
+        ab_manager_free(m);
+        m = open_mgr(300, 0, 0);
+        ok(find(&FB, "sys-test") && find(&FB, "sys-test")->status == AB_BOX_RUNNING,
+           "recovery keeps it");
+        is_str(status_of_id("sys-test"), "gone", "and does not adopt it as a user's box");
         ab_manager_free(m);
 
         ab_metrics_free(mt);

@@ -168,8 +168,8 @@ static ab_box_rec box(const char *provider, const char *id, const char *status, 
         return (ab_box_rec){.provider = S(provider),
                             .id = S(id),
                             .backend_id = S(id),
-                            .status = S(status),
-                            .mode = S(mode),
+                            .status = ab_box_status_parse(status),
+                            .mode = ab_box_mode_parse(mode),
                             .created_at = created_at,
                             .last_active_at = last_active_at};
 }
@@ -211,12 +211,13 @@ static char *list_ids(ab_store *s, ab_box_filter f)
         return out;
 }
 
-static char *idle_ids(ab_store *s, const char *provider, int64_t now, int64_t dflt)
+static char *idle_ids_of(ab_store *s, const char *provider, ab_idle_kind kind, int64_t now,
+                         int64_t dflt)
 {
         ab_box_rec *r = NULL;
         size_t n = 0;
         ab_err *e = NULL;
-        if (ab_store_box_list_idle(s, provider, now, dflt, &r, &n, &e) < 0) {
+        if (ab_store_box_list_idle(s, provider, kind, now, dflt, &r, &n, &e) < 0) {
                 printf("#   list idle: %s\n", e->msg);
                 ab_err_free(&e);
                 return xstrdup("(error)");
@@ -319,15 +320,21 @@ static void test_boxes(ab_store *s)
                            .user_id = S("user"),
                            .chat_id = S("chat"),
                            .thread_id = S("thread"),
-                           .status = S("running"),
-                           .mode = S("session"),
+                           .status = AB_BOX_RUNNING,
+                           .mode = AB_MODE_SESSION,
                            .created_at = 1700000000123,
                            .last_active_at = 1700000000456,
                            .idle_stop_s = 600,
+                           .idle_pause_s = 45,
                            .ttl_s = -1,
-                           .limits = S("{\"memory_mib\":256}"),
-                           .spec = S("{\"env\":{\"A\":\"b 'c' \\\"d\\\"\"}}"),
-                           .metadata = S("{\"k\":\"v\"}"),
+                           .has_limits = true,
+                           .limits = {.cpus = 0.5,
+                                      .memory_mib = 256,
+                                      .pids = 64,
+                                      .disk_mib = 512,
+                                      .timeout_s = 30},
+                           .spec = json_pack("{s:{s:s}}", "env", "A", "b 'c' \"d\""),
+                           .metadata = json_pack("{s:s}", "k", "v"),
                            .error = S("none; DROP TABLE boxes; --")};
         no_err(ab_store_box_insert(s, &full, &e), &e, "insert a full record");
         ab_box_rec g;
@@ -339,15 +346,18 @@ static void test_boxes(ab_store *s)
                !strcmp(g.user_id, "user") && !strcmp(g.chat_id, "chat") &&
                !strcmp(g.thread_id, "thread"),
            "acquire keys round-trip");
-        is_str(g.status, "running", "status");
-        is_str(g.mode, "session", "mode");
+        ok(g.status == AB_BOX_RUNNING, "status");
+        ok(g.mode == AB_MODE_SESSION, "mode");
         is_int(g.created_at, 1700000000123, "created_at");
         is_int(g.last_active_at, 1700000000456, "last_active_at");
         is_int(g.idle_stop_s, 600, "idle_stop_s");
+        is_int(g.idle_pause_s, 45, "idle_pause_s");
         is_int(g.ttl_s, -1, "ttl_s");
-        is_str(g.limits, full.limits, "limits verbatim");
-        is_str(g.spec, full.spec, "spec verbatim (quotes and all)");
-        is_str(g.metadata, full.metadata, "metadata verbatim");
+        ok(g.has_limits && g.limits.cpus == 0.5 && g.limits.memory_mib == 256 &&
+               g.limits.pids == 64 && g.limits.disk_mib == 512 && g.limits.timeout_s == 30,
+           "limits round-trip, typed");
+        ok(json_equal(g.spec, full.spec), "spec round-trip (quotes and all)");
+        ok(json_equal(g.metadata, full.metadata), "metadata round-trip");
         is_str(g.error, full.error, "error text is data, not SQL");
         ab_box_rec_clear(&g);
         ok(g.id == NULL, "clear leaves an empty record");
@@ -363,32 +373,32 @@ static void test_boxes(ab_store *s)
         /* NULL optional fields stay NULL (not ""). */
         ab_box_rec min = {.provider = S("native"),
                           .id = S("b2"),
-                          .status = S("creating"),
-                          .mode = S("task"),
+                          .status = AB_BOX_CREATING,
+                          .mode = AB_MODE_TASK,
                           .created_at = 5,
                           .last_active_at = 6};
         no_err(ab_store_box_insert(s, &min, &e), &e, "insert a minimal record");
         no_err(ab_store_box_get(s, "native", "b2", &g, &e), &e, "get it");
-        ok(!g.backend_id && !g.app_id && !g.user_id && !g.chat_id && !g.thread_id && !g.limits &&
-               !g.spec && !g.metadata && !g.error,
+        ok(!g.backend_id && !g.app_id && !g.user_id && !g.chat_id && !g.thread_id &&
+               !g.has_limits && !g.spec && !g.metadata && !g.error,
            "absent optional fields come back NULL");
-        ok(g.idle_stop_s == 0 && g.ttl_s == 0, "zero numbers round-trip");
+        ok(g.idle_stop_s == 0 && g.idle_pause_s == 0 && g.ttl_s == 0, "zero numbers round-trip");
         ab_box_rec_clear(&g);
 
         /* Update replaces every column, NULLs included. */
         ab_box_rec up = full;
         up.provider = S("native");
         up.backend_id = S("be-new");
-        up.status = S("stopped");
+        up.status = AB_BOX_STOPPED;
         up.chat_id = NULL;
         up.metadata = NULL;
         up.error = NULL;
         up.last_active_at = 42;
         no_err(ab_store_box_update(s, &up, &e), &e, "update");
         no_err(ab_store_box_get(s, "native", "b1", &g, &e), &e, "get after update");
-        ok(g.status && !strcmp(g.status, "stopped") && g.backend_id &&
-               !strcmp(g.backend_id, "be-new") && !g.chat_id && !g.metadata && !g.error &&
-               g.last_active_at == 42 && g.app_id && !strcmp(g.app_id, "app"),
+        ok(g.status == AB_BOX_STOPPED && g.backend_id && !strcmp(g.backend_id, "be-new") &&
+               !g.chat_id && !g.metadata && !g.error && g.last_active_at == 42 && g.app_id &&
+               !strcmp(g.app_id, "app"),
            "update replaced the columns (NULLs too)");
         ab_box_rec_clear(&g);
         up.id = S("nope");
@@ -409,28 +419,30 @@ static void test_boxes(ab_store *s)
                "touching an absent record is not_found");
 
         /* set_status: plain, compare-and-set, errors */
-        no_err(ab_store_box_set_status(s, "native", "b1", "running", "stopped", NULL, &e), &e,
-               "CAS stopped -> running");
-        is_err(ab_store_box_set_status(s, "native", "b1", "deleting", "stopped", NULL, &e), &e,
-               AB_E_CONFLICT, "running",
-               "CAS from the wrong status is a conflict naming the status");
+        no_err(ab_store_box_set_status(s, "native", "b1", AB_BOX_RUNNING, AB_BOX_STOPPED, NULL, &e),
+               &e, "CAS stopped -> running");
+        is_err(
+            ab_store_box_set_status(s, "native", "b1", AB_BOX_DELETING, AB_BOX_STOPPED, NULL, &e),
+            &e, AB_E_CONFLICT, "running",
+            "CAS from the wrong status is a conflict naming the status");
         no_err(ab_store_box_get(s, "native", "b1", &g, &e), &e, "get after failed CAS");
-        is_str(g.status, "running", "a failed CAS changes nothing");
+        ok(g.status == AB_BOX_RUNNING, "a failed CAS changes nothing");
         ab_box_rec_clear(&g);
-        no_err(ab_store_box_set_status(s, "native", "b1", "error", NULL, "disk full", &e), &e,
+        no_err(ab_store_box_set_status(s, "native", "b1", AB_BOX_ERROR, 0, "disk full", &e), &e,
                "set error status with a reason");
         no_err(ab_store_box_get(s, "native", "b1", &g, &e), &e, "get");
-        ok(g.status && !strcmp(g.status, "error") && g.error && !strcmp(g.error, "disk full"),
+        ok(g.status == AB_BOX_ERROR && g.error && !strcmp(g.error, "disk full"),
            "status and error set");
         ab_box_rec_clear(&g);
-        no_err(ab_store_box_set_status(s, "native", "b1", "running", "error", NULL, &e), &e,
-               "CAS error -> running clearing the reason");
+        no_err(ab_store_box_set_status(s, "native", "b1", AB_BOX_RUNNING, AB_BOX_ERROR, NULL, &e),
+               &e, "CAS error -> running clearing the reason");
         no_err(ab_store_box_get(s, "native", "b1", &g, &e), &e, "get");
-        ok(g.status && !strcmp(g.status, "running") && !g.error, "a NULL error clears it");
+        ok(g.status == AB_BOX_RUNNING && !g.error, "a NULL error clears it");
         ab_box_rec_clear(&g);
-        is_err(ab_store_box_set_status(s, "native", "nope", "running", "stopped", NULL, &e), &e,
-               AB_E_NOT_FOUND, NULL, "CAS on an absent record is not_found");
-        is_err(ab_store_box_set_status(s, "native", "nope", "running", NULL, NULL, &e), &e,
+        is_err(
+            ab_store_box_set_status(s, "native", "nope", AB_BOX_RUNNING, AB_BOX_STOPPED, NULL, &e),
+            &e, AB_E_NOT_FOUND, NULL, "CAS on an absent record is not_found");
+        is_err(ab_store_box_set_status(s, "native", "nope", AB_BOX_RUNNING, 0, NULL, &e), &e,
                AB_E_NOT_FOUND, NULL, "set_status on an absent record is not_found");
 
         /* delete */
@@ -442,6 +454,8 @@ static void test_boxes(ab_store *s)
         no_err(ab_store_box_get(s, "other", "b1", &g, &e), &e,
                "the other provider's record is untouched");
         ab_box_rec_clear(&g);
+        json_decref(full.spec);
+        json_decref(full.metadata);
 }
 
 static void test_list(ab_store *s)
@@ -475,12 +489,15 @@ static void test_list(ab_store *s)
             {{.provider = "list", .user_id = "u2"}, "l0,l2", "user_id"},
             {{.provider = "list", .chat_id = "c1"}, "l2,l3", "chat_id"},
             {{.provider = "list", .thread_id = "t2"}, "l0", "thread_id"},
-            {{.provider = "list", .status = "stopped"}, "l1", "status"},
-            {{.provider = "list", .mode = "pool"}, "l4", "mode"},
+            {{.provider = "list", .status = AB_BOX_STOPPED}, "l1", "status"},
+            {{.provider = "list", .mode = AB_MODE_POOL}, "l4", "mode"},
             {{.provider = "list", .app_id = "a1", .user_id = "u1", .chat_id = "c1"},
              "l3",
              "app_id + user_id + chat_id"},
-            {{.provider = "list", .app_id = "a1", .status = "running", .mode = "session"},
+            {{.provider = "list",
+              .app_id = "a1",
+              .status = AB_BOX_RUNNING,
+              .mode = AB_MODE_SESSION},
              "l0,l3",
              "app_id + status + mode"},
             {{.provider = "list", .app_id = "zzz"}, "", "no match"},
@@ -496,6 +513,11 @@ static void test_list(ab_store *s)
         no_err(ab_store_box_list(s, NULL, &r, &n, &e), &e, "list without a filter");
         ok(n >= 6, "a NULL filter lists everything (%zu)", n);
         ab_box_recs_free(r, n);
+}
+
+static char *idle_ids(ab_store *s, const char *provider, int64_t now, int64_t dflt)
+{
+        return idle_ids_of(s, provider, AB_IDLE_STOP, now, dflt);
 }
 
 static void test_idle(ab_store *s)
@@ -531,6 +553,34 @@ static void test_idle(ab_store *s)
         _cleanup_free_ char *later = idle_ids(s, "idle", now + 3600 * 1000, 300);
         is_str(later, "i-long,i-oldest,i-default,i-edge,i-short,i-fresh",
                "an hour later the long override has passed too");
+
+        /* Paused boxes idle out (stop) like running ones; pausing looks at
+         * running boxes and at idle_pause_s only. */
+        struct {
+                const char *id, *status;
+                int64_t idle_ago_ms, idle_stop_s, idle_pause_s;
+        } prow[] = {
+            {"p-paused", "paused", 400000, 0, 0},   /* stop: past 300 s; pause: paused already */
+            {"p-run", "running", 70000, 0, 0},      /* pause: past the 60 s default */
+            {"p-own", "running", 20000, 0, 10},     /* pause: own 10 s passed */
+            {"p-never", "running", 999999, -1, -1}, /* never pauses nor stops */
+            {"p-late", "running", 70000, 0, 600},   /* own 600 s not passed */
+            {"p-stopped", "stopped", 999999, 0, 0}, /* stopped: neither */
+        };
+        for (size_t i = 0; i < AB_ARRAY_LEN(prow); i++) {
+                ab_box_rec r =
+                    box("pz", prow[i].id, prow[i].status, "session", 1, now - prow[i].idle_ago_ms);
+                r.idle_stop_s = prow[i].idle_stop_s;
+                r.idle_pause_s = prow[i].idle_pause_s;
+                insert(s, r);
+        }
+        _cleanup_free_ char *stop = idle_ids_of(s, "pz", AB_IDLE_STOP, now, 300);
+        is_str(stop, "p-paused", "idle stop: a paused box past its deadline qualifies");
+        _cleanup_free_ char *pause = idle_ids_of(s, "pz", AB_IDLE_PAUSE, now, 60);
+        is_str(pause, "p-run,p-own",
+               "idle pause: running boxes past their own or the default pause deadline");
+        _cleanup_free_ char *pnodef = idle_ids_of(s, "pz", AB_IDLE_PAUSE, now, 0);
+        is_str(pnodef, "p-own", "idle pause with no server default: only boxes with their own");
 }
 
 static void test_count(ab_store *s)
@@ -605,8 +655,8 @@ static void test_pool(const target *t, ab_store *s, ab_store *s2)
         free(c.backend_id);
         ab_box_rec g;
         no_err(ab_store_box_get(s, "pool", "c1", &g, &e), &e, "the claimed record exists");
-        ok(g.mode && !strcmp(g.mode, "session") && g.app_id && !strcmp(g.app_id, "app") &&
-               g.backend_id && !strcmp(g.backend_id, "p1"),
+        ok(g.mode == AB_MODE_SESSION && g.app_id && !strcmp(g.app_id, "app") && g.backend_id &&
+               !strcmp(g.backend_id, "p1"),
            "with the claim's fields and the pooled backend_id");
         ab_box_rec_clear(&g);
         is_err(ab_store_box_get(s, "pool", "p1", &g, &e), &e, AB_E_NOT_FOUND, NULL,
@@ -618,7 +668,7 @@ static void test_pool(const target *t, ab_store *s, ab_store *s2)
                "claiming for an id that exists is a conflict");
         ok(c.backend_id == NULL, "and leaves the claim alone");
         _cleanup_free_ char *left =
-            list_ids(s, (ab_box_filter){.provider = "pool", .mode = "pool"});
+            list_ids(s, (ab_box_filter){.provider = "pool", .mode = AB_MODE_POOL});
         is_str(left, "p-stopped,p2", "the pool is intact after the conflict");
 
         c.id = S("c2");
@@ -681,7 +731,7 @@ static void test_pool(const target *t, ab_store *s, ab_store *s2)
                 free(cl[i].err);
         }
         _cleanup_free_ char *pool_left =
-            list_ids(s, (ab_box_filter){.provider = "race", .mode = "pool"});
+            list_ids(s, (ab_box_filter){.provider = "race", .mode = AB_MODE_POOL});
         is_str(pool_left, "", "the pool is empty");
         ab_box_rec *r = NULL;
         size_t n = 0;

@@ -1,4 +1,5 @@
 /* Unit tests: the error contract and the util helpers. */
+#include "base/buf.h"
 #include "base/err.h"
 #include "tap.h"
 
@@ -51,7 +52,28 @@ static void test_files(void)
         TAP_IS_INT(ab_read_file(dfd, "f.json", &buf, &len), 0, "read again");
         TAP_IS_STR(buf, "bye", "replaced whole");
         free(buf);
+        TAP_IS_INT(ab_write_file_atomic(dfd, "empty", "", 0, 0600), 0, "write an empty file");
+        TAP_IS_INT(ab_read_file(dfd, "empty", &buf, &len), 0, "read it");
+        tap_ok(len == 0 && buf && buf[0] == 0, "an empty file reads as \"\", length 0");
+        free(buf);
+        unlinkat(dfd, "empty", 0);
         TAP_IS_INT(ab_read_file(dfd, "missing", &buf, &len), -ENOENT, "missing -> -ENOENT");
+        /* An empty file after a big one: the reused heap block must not show through. */
+        char big[4000];
+        memset(big, 'x', sizeof(big));
+        TAP_IS_INT(ab_write_file_atomic(dfd, "big", big, sizeof(big), 0600), 0, "write big");
+        TAP_IS_INT(ab_write_file_atomic(dfd, "empty", "", 0, 0600), 0, "write empty");
+        for (int i = 0; i < 3; i++) {
+                TAP_IS_INT(ab_read_file(dfd, "big", &buf, &len), 0, "read a 4000-byte file");
+                free(buf);
+                buf = NULL;
+                TAP_IS_INT(ab_read_file(dfd, "empty", &buf, &len), 0, "read an empty file");
+                TAP_IS_STR(buf, "", "an empty file reads as \"\"");
+                TAP_IS_INT(len, 0, "... of length 0");
+                free(buf);
+        }
+        unlinkat(dfd, "big", 0);
+        unlinkat(dfd, "empty", 0);
         /* No temp files are left behind. */
         TAP_IS_INT(faccessat(dfd, "f.json.tmp.0", F_OK, 0), -1, "no temp left");
         unlinkat(dfd, "f.json", 0);
@@ -59,9 +81,41 @@ static void test_files(void)
         rmdir(dir);
 }
 
+static void test_buf(void)
+{
+        ab_buf b = {0};
+        _cleanup_free_ char *empty = ab_buf_steal(&b);
+        TAP_IS_STR(empty, "", "an empty buffer steals as \"\" (never NULL)");
+        ab_buf_reserve(&b, 100);
+        _cleanup_free_ char *reserved = ab_buf_steal(&b);
+        TAP_IS_STR(reserved, "", "reserved but uncommitted space reads as \"\"");
+        ab_buf_puts(&b, "ab");
+        ab_buf_putc(&b, 'c');
+        ab_buf_add(&b, "d\0e", 3);
+        TAP_IS_INT(b.n, 6, "add counts bytes, NULs included");
+        tap_ok(memcmp(b.p, "abcd\0e", 7) == 0, "contents, NUL-terminated");
+        for (int i = 0; i < 10000; i++)
+                ab_buf_printf(&b, "%04d", i);
+        TAP_IS_INT(b.n, 6 + 40000, "printf grows across many reallocations");
+        tap_ok(!memcmp(b.p + 6, "0000", 4) && !memcmp(b.p + b.n - 4, "9999", 4) && !b.p[b.n],
+               "first and last formatted values in place");
+        ab_buf_drop(&b, 6);
+        tap_ok(b.n == 40000 && !memcmp(b.p, "00000001", 8), "drop removes a prefix");
+        ab_buf_drop(&b, b.n + 5);
+        tap_ok(b.n == 0 && b.p && !b.p[0], "dropping past the end empties it");
+        char *p = ab_buf_reserve(&b, 3);
+        memcpy(p, "xyz", 3);
+        ab_buf_commit(&b, 2);
+        TAP_IS_STR(b.p, "xy", "reserve + commit uses only what was committed");
+        _cleanup_free_ char *out = ab_buf_steal(&b);
+        tap_ok(b.p == NULL && b.n == 0 && b.cap == 0, "steal resets the buffer");
+        ab_buf_free(&b);
+}
+
 int main(void)
 {
         test_err();
+        test_buf();
         test_files();
         tap_ok(xadd(1, 2) == 3 && xmul(3, 4) == 12, "checked arithmetic");
         char *s = xasprintf("%s-%d", "a", 7);

@@ -1,0 +1,310 @@
+/* Acquire: the box for a request's keys, found or made (from the warm pool
+ * when it has one), running when this returns. Idempotent across threads and
+ * processes: the store's unique (provider, id) decides who creates. */
+#include "core/manager_int.h"
+#include "net/net.h"
+
+static bool limits_equal(const ab_limits *a, const ab_limits *b)
+{
+        return a->cpus == b->cpus && a->memory_mib == b->memory_mib && a->pids == b->pids &&
+               a->disk_mib == b->disk_mib && a->timeout_s == b->timeout_s;
+}
+
+static int check_keys(ab_manager *m, const ab_acquire_req *q, const char *scope, const char **app,
+                      char idbuf[64], ab_err **err)
+{
+        bool has_keys = q->app_id || q->user_id || q->chat_id;
+        int kinds = !!q->id + !!has_keys + !!q->thread_id;
+        if (kinds > 1)
+                return ab_err_set(err, AB_E_INVALID, 0,
+                                  "give one of: id, thread_id, or app_id+user_id+chat_id");
+        *app = q->app_id;
+        if (scope) {
+                if (q->app_id && strcmp(q->app_id, scope))
+                        return ab_err_set(err, AB_E_PERMISSION, 0,
+                                          "this API key may only use app_id \"%s\"", scope);
+                *app = scope;
+        }
+        if (has_keys) {
+                const char *missing = !*app         ? "app_id"
+                                      : !q->user_id ? "user_id"
+                                      : !q->chat_id ? "chat_id"
+                                                    : NULL;
+                if (missing)
+                        return ab_err_set(err, AB_E_INVALID, 0,
+                                          "%s: missing (app_id, user_id and chat_id go together)",
+                                          missing);
+                if (!**app || !*q->user_id || !*q->chat_id)
+                        return ab_err_set(err, AB_E_INVALID, 0,
+                                          "app_id, user_id and chat_id must not be empty");
+                ab_manager_key_id(*app, q->user_id, q->chat_id, idbuf);
+        } else if (q->thread_id) {
+                if (!*q->thread_id)
+                        return ab_err_set(err, AB_E_INVALID, 0, "thread_id: must not be empty");
+                ab_manager_thread_id(q->thread_id, idbuf);
+        } else if (q->id) {
+                if (ab_id_check(q->id, err) < 0)
+                        return ab_err_wrap(err, "id");
+                if (!strncmp(q->id, POOL_PREFIX, strlen(POOL_PREFIX)))
+                        return ab_err_set(err, AB_E_INVALID, 0,
+                                          "id: ids starting with \"" POOL_PREFIX
+                                          "\" are reserved for the warm pool");
+                if (!strncmp(q->id, SYSTEM_PREFIX, strlen(SYSTEM_PREFIX)))
+                        return ab_err_set(err, AB_E_INVALID, 0,
+                                          "id: ids starting with \"" SYSTEM_PREFIX
+                                          "\" are reserved for the server's own boxes");
+                snprintf(idbuf, 64, "%s", q->id);
+        } else {
+                ab_id_random(idbuf);
+        }
+        if (q->mode && strcmp(q->mode, "session") && strcmp(q->mode, "task"))
+                return ab_err_set(err, AB_E_INVALID, 0,
+                                  "mode: must be \"session\" or \"task\", not \"%s\"", q->mode);
+        if (q->idle_stop_s < -1)
+                return ab_err_set(err, AB_E_INVALID, 0,
+                                  "idle_stop_s: must be -1 (never), 0 (default) or positive");
+        if (q->idle_pause_s < -1)
+                return ab_err_set(err, AB_E_INVALID, 0,
+                                  "idle_pause_s: must be -1 (never), 0 (default) or positive");
+        if (q->has_ttl && q->ttl_s < 0)
+                return ab_err_set(err, AB_E_INVALID, 0, "ttl_s: must be 0 (none) or positive");
+        if (q->limits && ab_limits_validate(q->limits, err) < 0)
+                return ab_err_wrap(err, "limits");
+        if (q->network) {
+                ab_netpol pol;
+                if (ab_netpol_parse(q->network, &pol, err) < 0)
+                        return -1;
+                int r = 0;
+                if (pol.mode != AB_NET_NONE && !m->o.net)
+                        r = ab_err_set(err, AB_E_UNSUPPORTED, 0,
+                                       "network.mode \"%s\" is not available in this server",
+                                       ab_net_mode_name(pol.mode));
+                else if (m->o.net)
+                        r = ab_net_check(m->o.net, &pol, err);
+                ab_netpol_clear(&pol);
+                if (r < 0)
+                        return -1;
+        }
+        if (q->env) {
+                const char *k;
+                json_t *v;
+                if (!json_is_object(q->env))
+                        return ab_err_set(err, AB_E_INVALID, 0,
+                                          "env: must be an object of strings");
+                json_object_foreach(q->env, k, v)
+                {
+                        if (!json_is_string(v))
+                                return ab_err_set(err, AB_E_INVALID, 0, "env.%s: must be a string",
+                                                  k);
+                        if (!*k || strchr(k, '='))
+                                return ab_err_set(err, AB_E_INVALID, 0,
+                                                  "env: bad variable name \"%s\"", k);
+                }
+        }
+        if (q->metadata && !json_is_object(q->metadata))
+                return ab_err_set(err, AB_E_INVALID, 0, "metadata: must be an object");
+        return 0;
+}
+
+void mgr_fill_new_rec(ab_manager *m, const ab_acquire_req *q, const char *app, const char *id,
+                      const ab_limits *lim, ab_box_rec *r)
+{
+        int64_t now = mgr_wall_ms();
+        r->provider = xstrdup(m->provider);
+        r->id = xstrdup(id);
+        r->backend_id = xstrdup(id);
+        r->app_id = app ? xstrdup(app) : NULL;
+        r->user_id = q->user_id ? xstrdup(q->user_id) : NULL;
+        r->chat_id = q->chat_id ? xstrdup(q->chat_id) : NULL;
+        r->thread_id = q->thread_id ? xstrdup(q->thread_id) : NULL;
+        r->status = AB_BOX_CREATING;
+        r->mode = q->mode ? ab_box_mode_parse(q->mode) : AB_MODE_SESSION;
+        r->created_at = now;
+        r->last_active_at = now;
+        r->idle_stop_s = q->idle_stop_s;
+        r->idle_pause_s = q->idle_pause_s;
+        r->ttl_s = q->has_ttl ? q->ttl_s : m->o.ttl_s;
+        r->has_limits = true;
+        r->limits = *lim;
+        json_t *spec = json_object();
+        json_object_set_new(spec, "env", q->env ? json_deep_copy(q->env) : json_object());
+        ab_netpol pol = {0};
+        if (q->network && ab_netpol_parse(q->network, &pol, NULL) < 0)
+                memset(&pol, 0, sizeof(pol)); /* validated before: cannot happen */
+        json_object_set_new(spec, "network", ab_netpol_json(&pol));
+        ab_netpol_clear(&pol);
+        char me[160];
+        if (mgr_process_identity(getpid(), me, sizeof(me)))
+                json_object_set_new(spec, "creator", json_string(me));
+        r->spec = spec;
+        r->metadata = q->metadata ? json_deep_copy(q->metadata) : NULL;
+}
+
+/* Creates the backend box for a freshly inserted "creating" row. */
+static int create_backend(ab_manager *m, ab_box_rec *r, const ab_limits *lim, ab_err **err)
+{
+        ab_backend *b = m->o.backend;
+        ab_box_spec spec = {.id = r->backend_id, .limits = *lim};
+        ab_err *e = NULL;
+        uint64_t t0 = ab_now_ns();
+        if (b->ops->create(b, &spec, &e) < 0) {
+                if (e->code == AB_E_CONFLICT) {
+                        /* A box by this name exists (made by the CLI, or a
+                         * record lost): adopt it. */
+                        ab_err_free(&e);
+                        return mgr_ensure_running(m, r, err) < 0 ? -1 : 0;
+                }
+                ab_metrics_op(m->o.metrics, "create", false);
+                ab_err_set(err, AB_E_UNAVAILABLE, 0, "box %s cannot be created: %s", r->id, e->msg);
+                ab_err_free(&e);
+                return -1;
+        }
+        ab_metrics_op(m->o.metrics, "create", true);
+        mgr_set_status(m, r, AB_BOX_RUNNING, NULL);
+        mgr_emit(m, "box.created", r,
+                 json_pack("{s:I,s:b}", "duration_ms", (json_int_t)((ab_now_ns() - t0) / 1000000),
+                           "from_pool", 0));
+        ab_log(AB_LOG_INFO, "box created", "box", r->id, NULL);
+        return 0;
+}
+
+int ab_manager_acquire(ab_manager *m, const ab_acquire_req *q, const char *scope, ab_box_rec *out,
+                       bool *created, ab_err **err)
+{
+        char id[64];
+        const char *app = NULL;
+        memset(out, 0, sizeof(*out));
+        *created = false;
+        if (check_keys(m, q, scope, &app, id, err) < 0)
+                return -1;
+        ab_limits lim = m->o.limits;
+        if (q->limits)
+                lim = *q->limits;
+        bool pool_ok = m->o.pool_size > 0 && limits_equal(&lim, &m->o.limits);
+
+        slot *s = mgr_slot_get(m, id);
+        pthread_mutex_lock(&s->lock);
+        int rc = -1;
+        int64_t deadline = mgr_wall_ms() + WAIT_OTHER_MS;
+        for (;;) {
+                ab_err *e = NULL;
+                ab_box_rec r = {0};
+                if (ab_store_box_get(m->o.store, m->provider, id, &r, &e) == 0) {
+                        if (!mgr_scope_ok(&r, scope)) {
+                                ab_box_rec_clear(&r);
+                                ab_err_set(err, AB_E_CONFLICT, 0,
+                                           "id \"%s\" belongs to another app", id);
+                                break;
+                        }
+                        if ((r.status == AB_BOX_CREATING)) {
+                                const char *who = mgr_rec_creator(&r);
+                                if (mgr_creator_dead(who) && mgr_recover_creating(m, &r)) {
+                                        ab_box_rec_clear(&r);
+                                        continue;
+                                }
+                        }
+                        if ((r.status == AB_BOX_CREATING) || (r.status == AB_BOX_DELETING)) {
+                                /* Another process (or our deleter) is at work on it. */
+                                bool creating = (r.status == AB_BOX_CREATING);
+                                ab_box_rec_clear(&r);
+                                if (mgr_wall_ms() > deadline) {
+                                        ab_err_set(err, creating ? AB_E_UNAVAILABLE : AB_E_CONFLICT,
+                                                   0, "box %s is still being %s; try again", id,
+                                                   creating ? "created" : "deleted");
+                                        break;
+                                }
+                                pthread_mutex_unlock(&s->lock);
+                                mgr_sleep_ms(50);
+                                pthread_mutex_lock(&s->lock);
+                                continue;
+                        }
+                        if (mgr_ensure_running(m, &r, err) < 0) {
+                                ab_box_rec_clear(&r);
+                                break;
+                        }
+                        int64_t now = mgr_wall_ms();
+                        ab_store_box_touch(m->o.store, m->provider, id, now, NULL);
+                        if (r.last_active_at < now)
+                                r.last_active_at = now;
+                        *out = r;
+                        rc = 0;
+                        break;
+                }
+                if (e->code != AB_E_NOT_FOUND) {
+                        if (err && !*err)
+                                *err = e;
+                        else
+                                ab_err_free(&e);
+                        break;
+                }
+                ab_err_free(&e);
+                mgr_fill_new_rec(m, q, app, id, &lim, &r);
+                if (pool_ok) {
+                        r.status = AB_BOX_RUNNING;
+                        int c = ab_store_pool_claim(m->o.store, &r, &e);
+                        if (c == 1) {
+                                mgr_wake_pool(m);
+                                ab_metrics_op(m->o.metrics, "pool_claim", true);
+                                mgr_emit(m, "box.created", &r,
+                                         json_pack("{s:I,s:b}", "duration_ms", (json_int_t)0,
+                                                   "from_pool", 1));
+                                ab_log(AB_LOG_INFO, "box acquired from the pool", "box", id,
+                                       "backend_id", r.backend_id, NULL);
+                                if (mgr_net_sync(m, &r, 0, false, err) < 0) {
+                                        ab_box_rec_clear(&r);
+                                        break;
+                                }
+                                *out = r;
+                                *created = true;
+                                rc = 0;
+                                break;
+                        }
+                        if (c < 0) {
+                                ab_box_rec_clear(&r);
+                                if (e->code == AB_E_CONFLICT) {
+                                        ab_err_free(&e);
+                                        continue; /* made meanwhile: take that one */
+                                }
+                                if (err && !*err)
+                                        *err = e;
+                                else
+                                        ab_err_free(&e);
+                                break;
+                        }
+                        r.status = AB_BOX_CREATING;
+                }
+                if (ab_store_box_insert(m->o.store, &r, &e) < 0) {
+                        ab_box_rec_clear(&r);
+                        if (e->code == AB_E_CONFLICT) {
+                                ab_err_free(&e);
+                                continue; /* another process won: take its box */
+                        }
+                        if (err && !*err)
+                                *err = e;
+                        else
+                                ab_err_free(&e);
+                        break;
+                }
+                if (create_backend(m, &r, &lim, err) < 0) {
+                        ab_store_box_delete(m->o.store, m->provider, id, NULL);
+                        ab_box_rec_clear(&r);
+                        break;
+                }
+                /* idle time counts from when the box is ready, not from the request */
+                r.last_active_at = mgr_wall_ms();
+                ab_store_box_touch(m->o.store, m->provider, id, r.last_active_at, NULL);
+                if (mgr_net_sync(m, &r, 0, false, err) < 0) {
+                        ab_box_rec_clear(&r); /* the box stays; a retry applies the policy */
+                        break;
+                }
+                *out = r;
+                *created = true;
+                rc = 0;
+                break;
+        }
+        pthread_mutex_unlock(&s->lock);
+        mgr_slot_put(m, s);
+        if (rc == 0)
+                mgr_enforce_cap(m, id);
+        return rc;
+}

@@ -1,0 +1,151 @@
+/* manager_int.h - what the files of the sandbox manager share (the .c files of src/core;
+ * the public interface is manager.h). Internal names carry the prefix mgr_.
+ *
+ * The files, one job each: manager.c (the handle, ids, per-box slots, record
+ * helpers, counts), acquire.c (find-or-make a box), lifecycle.c (start, stop,
+ * pause, resume, network changes), use.c (exec, file and tool uses), delete.c (the deletion
+ * queue and its threads), jobs.c (the reaper: idle pause and stop, memory
+ * pressure, TTL, drift, the running-box cap), pool.c (the warm pool), sampler.c (resource samples
+ * and alerts), recovery.c (reconciling the store with the backend after a restart or crash),
+ * netglue.c (a box's network policy applied to it).
+ *
+ * Locking: a box's lifecycle changes happen under its slot lock
+ * (mgr_slot_get + slot->lock); "caller holds the slot lock" below means that
+ * lock. m->lock guards the deletion queue, the wake-ups and `stopping`. */
+#ifndef AB_MANAGER_INT_H
+#define AB_MANAGER_INT_H
+
+#include "core/manager.h"
+#include "base/id.h"
+#include "base/log.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+
+#define N_BUCKETS        256
+#define N_DELETERS       2
+#define WAIT_OTHER_MS    60000 /* how long an acquire waits for another process' create/delete */
+#define STALE_CREATE_MS  60000 /* a "creating" row this old with no box is a crashed create */
+#define POOL_BACKOFF_MS  5000
+#define POOL_PREFIX      "pool-"
+#define SYSTEM_PREFIX    "sys-" /* the server's own boxes (code runners): not managed here */
+#define EVENT_CMD_MAX    1000
+#define PROVIDER_DEFAULT "native"
+
+typedef struct slot {
+        struct slot *next;
+        char *id;
+        pthread_mutex_t lock; /* serialises lifecycle operations on the box */
+        int refs;             /* under m->slots_lock */
+        atomic_int inflight;  /* uses in progress */
+} slot;
+
+typedef struct del_job {
+        struct del_job *next;
+        char *id;
+} del_job;
+
+struct ab_manager {
+        ab_manager_opts o;
+        const char *provider;
+        pthread_mutex_t slots_lock;
+        slot *buckets[N_BUCKETS];
+        atomic_int_fast64_t inflight_total;
+
+        pthread_mutex_t lock; /* guards the queues and `stopping` */
+        pthread_cond_t wake;  /* reaper, pool and sampler sleep on it */
+        pthread_cond_t del_wake;
+        del_job *del_head, *del_tail;
+        bool stopping;
+        bool pool_wanted;
+
+        pthread_t reaper, pooler, sampler, deleters[N_DELETERS];
+        bool have_reaper, have_pooler, have_sampler;
+        int n_deleters;
+
+        pthread_mutex_t counts_lock;
+        pthread_mutex_t cap_lock; /* one enforcement of the running-box cap at a time */
+        uint64_t counts_at_ns;
+        ab_manager_counts counts_cache;
+};
+
+typedef int (*locked_op)(ab_manager *m, ab_box_rec *r, ab_err **err);
+
+/* Wall-clock time in unix milliseconds. */
+int64_t mgr_wall_ms(void);
+/* "BOOT_ID:PID:STARTTIME" of a process: unique on this machine across pid reuse and reboots. */
+bool mgr_process_identity(pid_t pid, char *out, size_t len);
+/* True when the process named by `creator` (process_identity) surely no
+ * longer runs: same machine and boot, and that pid is gone or is another
+ * process. A creator on another machine is never declared dead. */
+bool mgr_creator_dead(const char *creator);
+/* The creator identity recorded in the box's spec (borrowed), or NULL. */
+const char *mgr_rec_creator(const ab_box_rec *r);
+/* The per-box slot of id, made on first use; counted: release with mgr_slot_put. */
+slot *mgr_slot_get(ab_manager *m, const char *id);
+void mgr_slot_put(ab_manager *m, slot *s);
+/* Publishes an event about r (NULL = about the server); takes data. */
+void mgr_emit(ab_manager *m, const char *type, const ab_box_rec *r, json_t *data);
+/* The box's limits: its own, or the server's defaults. Output cap and
+ * open-file limit are the server's (not stored per box). */
+void mgr_limits_from_rec(const ab_manager *m, const ab_box_rec *r, ab_limits *l);
+/* Compact JSON text of j (sorted keys); the caller frees it. */
+char *mgr_dump(json_t *j);
+/* Mode tests and the API-key scope test (scope NULL = admin). */
+bool mgr_is_pool(const ab_box_rec *r);
+bool mgr_is_task(const ab_box_rec *r);
+bool mgr_scope_ok(const ab_box_rec *r, const char *scope);
+/* Reads a box the caller may see: pool boxes and other apps' boxes are
+ * AB_E_NOT_FOUND. */
+int mgr_get_scoped(ab_manager *m, const char *id, const char *scope, ab_box_rec *out, ab_err **err);
+/* Hands e to the caller's err (or frees it); returns -1. */
+int mgr_propagate(ab_err **err, ab_err *e);
+/* Makes a system box run again after its init died under a use (takes its
+ * slot lock). */
+int mgr_sys_restart(ab_manager *m, ab_use *u, ab_err **err);
+/* Records a new status (store) and tells subscribers. */
+void mgr_set_status(ab_manager *m, ab_box_rec *r, ab_box_status status, const char *error);
+/* Makes the running box's network match its recorded policy. init_pid 0 =
+ * ask the backend. Caller holds the slot lock. */
+int mgr_net_sync(ab_manager *m, const ab_box_rec *r, pid_t init_pid, bool thorough, ab_err **err);
+/* Makes the box's backend run it (a paused box is resumed). Caller holds the
+ * slot lock. Returns 1 when it had to start or resume the box, 0 when it ran
+ * already, -1 on failure. */
+int mgr_ensure_running(ab_manager *m, ab_box_rec *r, ab_err **err);
+/* Freezes the running box (caller holds the slot lock); reason "api",
+ * "idle" or "lru" names the metric and goes into the "box.paused" event. */
+int mgr_pause_locked(ab_manager *m, ab_box_rec *r, const char *reason, ab_err **err);
+/* Stops the box (caller holds the slot lock). */
+int mgr_stop_locked(ab_manager *m, ab_box_rec *r, const char *reason, ab_err **err);
+/* Queues the box for the deleter threads. */
+void mgr_queue_delete(ab_manager *m, const char *id);
+/* Marks r deleting and queues it (caller holds the slot lock). */
+void mgr_delete_locked(ab_manager *m, ab_box_rec *r);
+/* Thread bodies: deleter, reaper (idle, TTL, drift, LRU), pool filler,
+ * resource sampler. Each takes the manager. */
+void *mgr_deleter_main(void *arg);
+/* Stops least-recently-active idle boxes while more than max_running run. */
+void mgr_enforce_cap(ab_manager *m, const char *keep);
+/* A "creating" row whose creator died: keeps the box if the backend finished
+ * making it, else drops the row. Returns true when something changed. */
+bool mgr_recover_creating(ab_manager *m, ab_box_rec *r);
+/* Sleeps ms milliseconds (EINTR-safe). */
+void mgr_sleep_ms(int ms);
+/* Tells the pool filler a pooled box was taken. */
+void mgr_wake_pool(ab_manager *m);
+/* A new record for req (status creating), owned by r. */
+void mgr_fill_new_rec(ab_manager *m, const ab_acquire_req *q, const char *app, const char *id,
+                      const ab_limits *lim, ab_box_rec *r);
+/* Runs op on the box under its slot lock; AB_E_CONFLICT while it is being
+ * deleted. On success *out gets the record (when out is non-NULL). */
+int mgr_with_box(ab_manager *m, const char *id, const char *scope, locked_op op, ab_box_rec *out,
+                 ab_err **err);
+/* Sleeps up to ms or until woken; returns false when stopping. */
+bool mgr_nap(ab_manager *m, int64_t ms, bool *flag);
+void *mgr_reaper_main(void *arg);
+void *mgr_pooler_main(void *arg);
+void *mgr_sampler_main(void *arg);
+/* Brings the store in line with the backend after a restart or a crash. */
+int mgr_reconcile(ab_manager *m, ab_err **err);
+
+#endif

@@ -1,0 +1,217 @@
+/* Recovery: who is creating a box (a process identity that survives pid
+ * reuse), creates whose creator died, and the reconciliation of the store
+ * with the backend when the manager opens. */
+#include "core/manager_int.h"
+#include "net/net.h"
+
+static char boot_id[64];
+
+static void read_boot(void)
+{
+        FILE *f = fopen("/proc/sys/kernel/random/boot_id", "re");
+        if (f) {
+                if (!fgets(boot_id, sizeof(boot_id), f))
+                        boot_id[0] = 0;
+                fclose(f);
+        }
+        boot_id[strcspn(boot_id, "\n")] = 0;
+}
+
+/* "BOOT_ID:PID:STARTTIME" of a process: unique on this machine across pid reuse and reboots. */
+bool mgr_process_identity(pid_t pid, char *out, size_t len)
+{
+        static pthread_once_t once = PTHREAD_ONCE_INIT;
+        pthread_once(&once, read_boot);
+        char path[64], buf[1024];
+        snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+        FILE *f = fopen(path, "re");
+        if (!f)
+                return false;
+        size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+        fclose(f);
+        buf[n] = 0;
+        char *p = strrchr(buf, ')');
+        unsigned long long start = 0;
+        /* after ") ": state ppid pgrp session tty tpgid flags minflt cminflt majflt cmajflt
+         * utime stime cutime cstime priority nice threads itrealvalue starttime */
+        if (!p || sscanf(p + 2,
+                         "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %*u %*u %*d %*d "
+                         "%*d %*d %*d %*d %llu",
+                         &start) != 1)
+                return false;
+        snprintf(out, len, "%s:%d:%llu", boot_id, (int)pid, start);
+        return true;
+}
+
+/* True when the process named by `creator` (process_identity) surely no
+ * longer runs: same machine and boot, and that pid is gone or is another
+ * process. A creator on another machine is never declared dead. */
+bool mgr_creator_dead(const char *creator)
+{
+        if (!creator)
+                return false;
+        char cur[160];
+        unsigned long long start;
+        int pid;
+        const char *c1 = strchr(creator, ':');
+        if (!c1 || sscanf(c1 + 1, "%d:%llu", &pid, &start) != 2 || pid <= 0)
+                return false;
+        if (!mgr_process_identity(getpid(), cur, sizeof(cur)) ||
+            strncmp(cur, creator, (size_t)(c1 - creator) + 1) != 0)
+                return false; /* another boot or machine: cannot tell */
+        if (!mgr_process_identity(pid, cur, sizeof(cur)))
+                return true;
+        return strcmp(cur, creator) != 0;
+}
+
+const char *mgr_rec_creator(const ab_box_rec *r)
+{
+        return json_string_value(json_object_get(r->spec, "creator"));
+}
+
+/* A "creating" row whose creator died: keeps the box if the backend finished
+ * making it, else drops the row. Returns true when something changed. */
+bool mgr_recover_creating(ab_manager *m, ab_box_rec *r)
+{
+        ab_backend *b = m->o.backend;
+        ab_box_info info;
+        ab_err *e = NULL;
+        int ir = b->ops->info(b, r->backend_id, &info, &e);
+        bool missing = ir < 0 && e->code == AB_E_NOT_FOUND;
+        ab_err_free(&e);
+        if (ir < 0 && !missing)
+                return false;
+        if (missing || info.status == AB_BOX_CREATING) {
+                if (!missing)
+                        b->ops->destroy(b, r->backend_id, NULL);
+                ab_store_box_delete(m->o.store, m->provider, r->id, NULL);
+                ab_log(AB_LOG_INFO, "dropped a create that never finished", "box", r->id, NULL);
+        } else {
+                mgr_set_status(m, r,
+                               info.status == AB_BOX_RUNNING || info.status == AB_BOX_PAUSED
+                                   ? info.status
+                                   : AB_BOX_STOPPED,
+                               NULL);
+                ab_log(AB_LOG_INFO, "kept a box whose creator died after making it", "box", r->id,
+                       NULL);
+        }
+        if (!missing)
+                ab_box_info_clear(&info);
+        return true;
+}
+
+static bool referenced(const ab_box_rec *rs, size_t n, const char *backend_id)
+{
+        for (size_t i = 0; i < n; i++)
+                if (rs[i].backend_id && !strcmp(rs[i].backend_id, backend_id))
+                        return true;
+        return false;
+}
+
+/* Brings the store in line with the backend after a restart or a crash. */
+int mgr_reconcile(ab_manager *m, ab_err **err)
+{
+        ab_box_filter f = {.provider = m->provider};
+        ab_box_rec *rs = NULL;
+        size_t n = 0;
+        if (ab_store_box_list(m->o.store, &f, &rs, &n, err) < 0)
+                return -1;
+        ab_backend *b = m->o.backend;
+        int64_t now = mgr_wall_ms();
+        size_t found = 0, fixed = 0;
+        for (size_t i = 0; i < n; i++) {
+                ab_box_rec *r = &rs[i];
+                if ((r->status == AB_BOX_DELETING)) {
+                        mgr_queue_delete(m, r->id);
+                        continue;
+                }
+                ab_box_info info;
+                ab_err *e = NULL;
+                int ir = b->ops->info(b, r->backend_id, &info, &e);
+                bool missing = ir < 0 && e->code == AB_E_NOT_FOUND;
+                ab_err_free(&e);
+                if ((r->status == AB_BOX_CREATING)) {
+                        const char *who = mgr_rec_creator(r);
+                        if (!mgr_creator_dead(who) && now - r->created_at < STALE_CREATE_MS)
+                                goto next; /* another process may be creating it now */
+                        if (missing || (ir == 0 && info.status == AB_BOX_CREATING)) {
+                                /* The create never finished: nothing to keep. */
+                                if (ir == 0)
+                                        b->ops->destroy(b, r->backend_id, NULL);
+                                ab_store_box_delete(m->o.store, m->provider, r->id, NULL);
+                                fixed++;
+                                goto next;
+                        }
+                }
+                if (missing) {
+                        if (!(r->status == AB_BOX_ERROR)) {
+                                mgr_set_status(m, r, AB_BOX_ERROR,
+                                               "the backend has no such box any more (its disk is "
+                                               "gone)");
+                                fixed++;
+                        }
+                        continue;
+                }
+                if (ir < 0)
+                        continue;
+                found++;
+                /* A paused box stays paused: its processes wait for a use. */
+                bool alive = info.status == AB_BOX_RUNNING || info.status == AB_BOX_PAUSED;
+                ab_box_status truth = alive || info.status == AB_BOX_STOPPED ? info.status : 0;
+                if (truth && r->status != truth && !(r->status == AB_BOX_ERROR)) {
+                        mgr_set_status(m, r, truth, NULL);
+                        fixed++;
+                } else if (truth && (r->status == AB_BOX_ERROR) && alive) {
+                        mgr_set_status(m, r, truth, NULL);
+                        fixed++;
+                }
+                if (alive && !(r->status == AB_BOX_CREATING)) {
+                        ab_err *ne = NULL;
+                        /* after a restart: the proxy listener is gone, a veth may be left */
+                        mgr_net_sync(m, r, info.init_pid, true, &ne);
+                        ab_err_free(&ne);
+                }
+        next:
+                if (ir == 0)
+                        ab_box_info_clear(&info);
+        }
+        /* Backend boxes no record knows: half-made pool boxes go, others are adopted. */
+        ab_box_info *bi = NULL;
+        size_t bn = 0;
+        if (b->ops->list(b, &bi, &bn, NULL) == 0) {
+                for (size_t i = 0; i < bn; i++) {
+                        if (referenced(rs, n, bi[i].id) || bi[i].status == AB_BOX_CREATING ||
+                            bi[i].status == AB_BOX_DELETING ||
+                            !strncmp(bi[i].id, SYSTEM_PREFIX, strlen(SYSTEM_PREFIX)))
+                                continue;
+                        if (!strncmp(bi[i].id, POOL_PREFIX, strlen(POOL_PREFIX))) {
+                                b->ops->destroy(b, bi[i].id, NULL);
+                                fixed++;
+                                continue;
+                        }
+                        ab_acquire_req q = {.mode = "session"};
+                        ab_box_rec r = {0};
+                        mgr_fill_new_rec(m, &q, NULL, bi[i].id, &bi[i].limits, &r);
+                        r.status = bi[i].status == AB_BOX_RUNNING || bi[i].status == AB_BOX_PAUSED
+                                       ? bi[i].status
+                                       : AB_BOX_STOPPED;
+                        if (bi[i].created_at > 0)
+                                r.created_at = bi[i].created_at * 1000;
+                        if (ab_store_box_insert(m->o.store, &r, NULL) == 0) {
+                                ab_log(AB_LOG_INFO, "adopted a box the store did not know", "box",
+                                       r.id, NULL);
+                                fixed++;
+                        }
+                        ab_box_rec_clear(&r);
+                }
+                for (size_t i = 0; i < bn; i++)
+                        ab_box_info_clear(&bi[i]);
+                free(bi);
+        }
+        ab_box_recs_free(rs, n);
+        char a[32], c[32];
+        snprintf(a, sizeof(a), "%zu", found);
+        snprintf(c, sizeof(c), "%zu", fixed);
+        ab_log(AB_LOG_INFO, "recovered boxes", "found", a, "fixed", c, NULL);
+        return 0;
+}
