@@ -214,18 +214,29 @@ int ab_disk_resize(int dirfd, const char *name, uint64_t size_mib, ab_err **err)
         return 0;
 }
 
-/* Attaches fd to a free loop device; returns the loop fd. Retries when another
- * process takes the device between GET_FREE and CONFIGURE. */
-static int loop_attach(int backing, char *dev, size_t devlen, ab_err **err)
+static const char no_loop_control[] = "cannot open /dev/loop-control (is the loop module loaded?)";
+static const char mount_failed[] = "cannot mount the box disk";
+
+/* Attaches fd to a free loop device; returns the loop fd or -errno, with
+ * the failed step in *what. Retries when another process takes the device
+ * between GET_FREE and CONFIGURE. Plain system calls only (see
+ * ab_disk_mount_raw). */
+static int loop_attach(int backing, char *dev, size_t devlen, const char **what)
 {
-        _cleanup_close_ int ctl = open("/dev/loop-control", O_RDWR | O_CLOEXEC);
-        if (ctl < 0)
-                return ab_err_set(err, AB_E_UNSUPPORTED, errno,
-                                  "cannot open /dev/loop-control (is the loop module loaded?)");
+        int ctl = open("/dev/loop-control", O_RDWR | O_CLOEXEC);
+        if (ctl < 0) {
+                *what = no_loop_control;
+                return -errno;
+        }
+        int r = -EBUSY;
+        *what = "no free loop device after 64 attempts";
         for (int attempt = 0; attempt < 64; attempt++) {
                 int n = ioctl(ctl, LOOP_CTL_GET_FREE);
-                if (n < 0)
-                        return ab_err_set(err, AB_E_UNAVAILABLE, errno, "no free loop device");
+                if (n < 0) {
+                        r = -errno;
+                        *what = "no free loop device";
+                        break;
+                }
                 snprintf(dev, devlen, "/dev/loop%d", n);
                 int lfd = open(dev, O_RDWR | O_CLOEXEC);
                 if (lfd < 0 && errno == ENOENT) {
@@ -233,35 +244,63 @@ static int loop_attach(int backing, char *dev, size_t devlen, ab_err **err)
                         if (mknod(dev, S_IFBLK | 0660, makedev(7, n)) == 0 || errno == EEXIST)
                                 lfd = open(dev, O_RDWR | O_CLOEXEC);
                 }
-                if (lfd < 0)
-                        return ab_err_set(err, AB_E_UNAVAILABLE, errno, "cannot open %s", dev);
+                if (lfd < 0) {
+                        r = -errno;
+                        *what = "cannot open the loop device";
+                        break;
+                }
                 struct loop_config cfg = {
                     .fd = (unsigned)backing,
                     .block_size = 0,
                     .info = {.lo_flags = LO_FLAGS_AUTOCLEAR},
                 };
-                if (ioctl(lfd, LOOP_CONFIGURE, &cfg) == 0)
+                if (ioctl(lfd, LOOP_CONFIGURE, &cfg) == 0) {
+                        close(ctl);
                         return lfd;
-                int e = errno;
+                }
+                r = -errno;
                 close(lfd);
-                if (e != EBUSY)
-                        return ab_err_set(err, AB_E_UNAVAILABLE, e, "cannot attach loop device %s",
-                                          dev);
+                if (r != -EBUSY) {
+                        *what = "cannot attach the loop device";
+                        break;
+                }
         }
-        return ab_err_set(err, AB_E_UNAVAILABLE, EBUSY, "no free loop device after 64 attempts");
+        close(ctl);
+        return r;
+}
+
+int ab_disk_mount_raw(int dirfd, const char *name, const char *target, const char **what)
+{
+        int backing = openat(dirfd, name, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
+        if (backing < 0) {
+                *what = "cannot open the disk image";
+                return -errno;
+        }
+        char dev[32];
+        int lfd = loop_attach(backing, dev, sizeof(dev), what);
+        close(backing);
+        if (lfd < 0)
+                return lfd;
+        int r = 0;
+        if (mount(dev, target, "ext4", MS_NOSUID | MS_NODEV | MS_NOATIME, "errors=remount-ro") <
+            0) {
+                r = -errno;
+                *what = mount_failed;
+        }
+        /* Closing lfd now is what makes AUTOCLEAR detach the device after unmount. */
+        close(lfd);
+        return r;
 }
 
 int ab_disk_mount(int dirfd, const char *name, const char *target, ab_err **err)
 {
-        _cleanup_close_ int backing = openat(dirfd, name, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
-        if (backing < 0)
-                return ab_err_set(err, AB_E_INTERNAL, errno, "cannot open disk image %s", name);
-        char dev[32];
-        _cleanup_close_ int lfd = loop_attach(backing, dev, sizeof(dev), err);
-        if (lfd < 0)
-                return -1;
-        if (mount(dev, target, "ext4", MS_NOSUID | MS_NODEV | MS_NOATIME, "errors=remount-ro") < 0)
-                return ab_err_set(err, AB_E_INTERNAL, errno, "cannot mount the box disk (%s)", dev);
-        /* Closing lfd now is what makes AUTOCLEAR detach the device after unmount. */
+        const char *what = NULL;
+        int r = ab_disk_mount_raw(dirfd, name, target, &what);
+        if (r < 0)
+                return ab_err_set(err,
+                                  what == no_loop_control ? AB_E_UNSUPPORTED
+                                  : what == mount_failed  ? AB_E_INTERNAL
+                                                          : AB_E_UNAVAILABLE,
+                                  -r, "%s", what);
         return 0;
 }

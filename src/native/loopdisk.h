@@ -35,4 +35,8 @@ int ab_disk_resize(int dirfd, const char *name, uint64_t size_mib, ab_err **err)
  * once the last mount of it is gone. Call in a private mount namespace. */
 int ab_disk_mount(int dirfd, const char *name, const char *target, ab_err **err);
 
+/* The same with plain system calls and no allocation, for a child that
+ * shares its parent's memory: 0, or -errno with the failed step in *what. */
+int ab_disk_mount_raw(int dirfd, const char *name, const char *target, const char **what);
+
 #endif
