@@ -517,7 +517,9 @@ static int build_while_mounting(const ab_rootfs_spec *s, int bfd, const char *di
                 h = clone(disk_helper, stack + DISK_HELPER_STACK, CLONE_VM | SIGCHLD, &job);
         if (h < 0) /* no helper: mount it ourselves */
                 job.rc = ab_disk_mount_raw(bfd, "disk.img", disk, &job.what);
-        int r = build_without_disk(s, host, mask, lower, has_mask, layers, err);
+        int r = s->while_mounting ? s->while_mounting(s->ud, err) : 0;
+        if (r == 0)
+                r = build_without_disk(s, host, mask, lower, has_mask, layers, err);
         if (h > 0)
                 while (waitpid(h, NULL, 0) < 0 && errno == EINTR)
                         ;
