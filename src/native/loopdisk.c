@@ -87,15 +87,20 @@ static int open_template(int cache_dfd, uint64_t size_mib, ab_err **err)
         snprintf(tmpl, sizeof(tmpl), "disk-%llu.img", (unsigned long long)size_mib);
         _cleanup_close_ int src = openat(cache_dfd, tmpl, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
         if (src < 0 && errno == ENOENT) {
-                /* First disk of this size: format a template, publish it atomically. */
-                char tmp[96];
-                snprintf(tmp, sizeof(tmp), ".%s.%d", tmpl, (int)getpid());
-                unlinkat(cache_dfd, tmp, 0);
+                /* First disk of this size: format a template, publish it
+                 * atomically. Creates racing here (threads or processes) each
+                 * format their own under a unique name; the first to publish
+                 * wins and the others use the winner's. */
+                char tmp[96], rnd[17];
+                ab_id_random(rnd);
+                snprintf(tmp, sizeof(tmp), ".%s.%s", tmpl, rnd);
                 if (mkfs_at(cache_dfd, tmp, size_mib, err) < 0)
                         return -1;
-                if (renameat(cache_dfd, tmp, cache_dfd, tmpl) < 0) {
+                if (renameat2(cache_dfd, tmp, cache_dfd, tmpl, RENAME_NOREPLACE) < 0) {
+                        int e = errno;
                         unlinkat(cache_dfd, tmp, 0);
-                        return ab_err_set(err, AB_E_INTERNAL, errno, "publish disk template");
+                        if (e != EEXIST)
+                                return ab_err_set(err, AB_E_INTERNAL, e, "publish disk template");
                 }
                 src = openat(cache_dfd, tmpl, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
         }

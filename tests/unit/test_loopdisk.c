@@ -6,6 +6,7 @@
 #include "tap.h"
 
 #include <fcntl.h>
+#include <pthread.h>
 #include <sys/stat.h>
 #include <sys/time.h>
 #include <time.h>
@@ -26,6 +27,22 @@ static bool is_ext4(int dfd, const char *name, off_t want_size)
         if (fd >= 0)
                 close(fd);
         return ok && m[0] == 0x53 && m[1] == 0xEF;
+}
+
+typedef struct racer {
+        int cache, box, rc;
+        char name[32];
+} racer;
+
+static void *race(void *arg)
+{
+        racer *r = arg;
+        ab_err *e = NULL;
+        r->rc = ab_disk_create(r->cache, r->box, r->name, 24, &e);
+        if (r->rc < 0)
+                printf("# %s: %s\n", r->name, e->msg);
+        ab_err_free(&e);
+        return NULL;
 }
 
 int main(void)
@@ -71,6 +88,24 @@ int main(void)
         TAP_IS_INT(ab_disk_create(cache, box, "c.img", 16, &e), 0, "a create past a bad spare");
         tap_ok(is_ext4(box, "c.img", size) && !exists(cache, "spare-16.0.img"),
                "the bad spare is not used and is gone");
+
+        /* The first creates of a new size at once: each formats a template,
+         * one publishes it, all succeed (they used to collide on one
+         * temporary name). */
+        racer rs[4];
+        pthread_t th[4];
+        for (int i = 0; i < 4; i++) {
+                rs[i] = (racer){.cache = cache, .box = box, .rc = -1};
+                snprintf(rs[i].name, sizeof(rs[i].name), "race%d.img", i);
+                pthread_create(&th[i], NULL, race, &rs[i]);
+        }
+        bool all = true;
+        for (int i = 0; i < 4; i++) {
+                pthread_join(th[i], NULL);
+                all &= rs[i].rc == 0 && is_ext4(box, rs[i].name, 24 * 1024 * 1024);
+        }
+        tap_ok(all, "four first creates of one size at once all get a disk");
+        tap_ok(is_ext4(cache, "disk-24.img", 24 * 1024 * 1024), "one template published");
 
         /* Leftovers of a process that died while making a spare. */
         fd = openat(cache, ".spare-16.0.img.dead", O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
