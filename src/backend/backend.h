@@ -108,6 +108,9 @@ struct ab_backend {
 typedef struct ab_native_opts {
         const char *data_dir;  /* created if missing */
         const char *init_path; /* agentbox-init binary; NULL = search next to the running binary */
+        /* Keep formatted disk images ready for the next creates, made by a
+         * background thread (for long-running processes: the server). */
+        bool keep_spares;
 } ab_native_opts;
 
 /* The native backend: Linux namespaces, overlay rootfs, cgroups, seccomp. */

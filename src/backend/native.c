@@ -59,6 +59,14 @@ typedef struct native {
         int init_fd;               /* sealed memfd of agentbox-init, -1 until first start */
         struct stat init_st;       /* the binary it was copied from */
         ab_hide_watch *hide_watch; /* what boxes must not see of /etc; NULL until first start */
+        /* The spare-disk thread (opts.keep_spares): makes spares of the size
+         * the last create used (native/loopdisk.h). */
+        bool keep_spares;
+        bool spare_running, spare_stop;
+        uint64_t spare_want; /* MiB; 0: nothing to do */
+        pthread_t spare_thread;
+        pthread_mutex_t spare_mu;
+        pthread_cond_t spare_cv;
         const char *hide[4];
 } native;
 
@@ -268,22 +276,10 @@ static int start_locked(native *n, int bfd, const char *id, ab_err **err)
             .pids = c.limits.pids,
             .cpus = c.limits.cpus,
         };
-        /* Leftovers of a crashed start are cleared before the new one. */
+        /* Leftovers of a crashed start are cleared before the new one (and
+         * before its disk is mounted again). The cgroup itself is made by
+         * ab_box_spawn while the setup process builds the rootfs. */
         ab_cg_kill_all(&n->cg, id, NULL);
-        for (int attempt = 0;; attempt++) {
-                ab_err *ce = NULL;
-                if (ab_cg_create(&n->cg, id, &cl, &ce) == 0)
-                        break;
-                /* An rm elsewhere may have removed the empty parent between
-                 * our mkdir of it and of the box's cgroup: go again. */
-                if (ce->errnum == ENOENT && attempt < 3) {
-                        ab_err_free(&ce);
-                        continue;
-                }
-                *err = ce;
-                ab_box_config_clear(&c);
-                return ab_err_wrap(err, "box %s", id);
-        }
         ab_hide_list *hidden = NULL;
         if (!c.rootfs && !(hidden = etc_hidden(n, err))) {
                 ab_box_config_clear(&c);
@@ -298,6 +294,7 @@ static int start_locked(native *n, int bfd, const char *id, ab_err **err)
             .uid_base = c.uid_base,
             .limits = &c.limits,
             .cg = &n->cg,
+            .cg_limits = &cl,
             .bpf = &n->bpf,
             .init_memfd = exe,
             .etc_hidden = hidden,
@@ -520,6 +517,42 @@ static int rm_tree_at(int dfd, const char *name, dev_t dev)
         return r;
 }
 
+static void *spare_main(void *arg)
+{
+        native *n = arg;
+        pthread_mutex_lock(&n->spare_mu);
+        while (!n->spare_stop) {
+                uint64_t mib = n->spare_want;
+                if (!mib) {
+                        pthread_cond_wait(&n->spare_cv, &n->spare_mu);
+                        continue;
+                }
+                n->spare_want = 0;
+                pthread_mutex_unlock(&n->spare_mu);
+                ab_err *e = NULL;
+                if (ab_disk_make_spares(n->cache_fd, mib, &e) < 0) {
+                        ab_log(AB_LOG_WARN, "cannot make spare disks", "error", e->msg, NULL);
+                        ab_err_free(&e);
+                }
+                pthread_mutex_lock(&n->spare_mu);
+        }
+        pthread_mutex_unlock(&n->spare_mu);
+        return NULL;
+}
+
+/* Asks the spare thread (started on first use) for spares of this size. */
+static void want_spares(native *n, uint64_t mib)
+{
+        if (!n->keep_spares)
+                return;
+        pthread_mutex_lock(&n->spare_mu);
+        if (!n->spare_running && !n->spare_stop)
+                n->spare_running = pthread_create(&n->spare_thread, NULL, spare_main, n) == 0;
+        n->spare_want = mib;
+        pthread_cond_signal(&n->spare_cv);
+        pthread_mutex_unlock(&n->spare_mu);
+}
+
 /* Creating is atomic: the box is assembled under trash/ (locked, so the
  * trash sweeper leaves it alone) and renamed into boxes/ only when its disk
  * and config.json exist. A crash mid-create leaves nothing under boxes/. */
@@ -561,6 +594,8 @@ static int n_create(ab_backend *b, const ab_box_spec *spec, ab_err **err)
         int r = alloc_uid_base(n, spec->id, &c.uid_base, err);
         if (r == 0)
                 r = ab_disk_create(n->cache_fd, bfd, "disk.img", spec->limits.disk_mib, err);
+        if (r == 0)
+                want_spares(n, spec->limits.disk_mib);
         if (r == 0)
                 r = ab_box_config_write(bfd, &c, err);
         if (r == 0 && renameat2(tfd, tmp, n->boxes_fd, spec->id, RENAME_NOREPLACE) < 0) {
@@ -1038,6 +1073,15 @@ static int n_sub_end(ab_backend *b, const char *id, const char *sub, uint64_t *o
 static void n_free(ab_backend *b)
 {
         native *n = N(b);
+        pthread_mutex_lock(&n->spare_mu);
+        n->spare_stop = true;
+        pthread_cond_signal(&n->spare_cv);
+        bool joined = n->spare_running;
+        pthread_mutex_unlock(&n->spare_mu);
+        if (joined)
+                pthread_join(n->spare_thread, NULL);
+        pthread_mutex_destroy(&n->spare_mu);
+        pthread_cond_destroy(&n->spare_cv);
         if (n->boxes_fd >= 0)
                 close(n->boxes_fd);
         if (n->data_fd >= 0)
@@ -1136,6 +1180,9 @@ int ab_native_open(const ab_native_opts *opts, ab_backend **out, ab_err **err)
         n->boxes_fd = n->data_fd = n->cache_fd = n->init_fd = -1;
         atomic_init(&n->uid_hint, UID_SLOTS);
         pthread_mutex_init(&n->lazy, NULL);
+        pthread_mutex_init(&n->spare_mu, NULL);
+        pthread_cond_init(&n->spare_cv, NULL);
+        n->keep_spares = opts->keep_spares;
         _cleanup_backend_ ab_backend *guard = &n->base;
         n->data = realpath(data, NULL);
         if (!n->data)
@@ -1170,6 +1217,7 @@ int ab_native_open(const ab_native_opts *opts, ab_backend **out, ab_err **err)
                                   "agentbox-init not found at %s (set AGENTBOX_INIT)",
                                   n->init_path);
         sweep_trash(n);
+        ab_disk_sweep_cache(n->cache_fd);
         *out = steal_pointer(&guard);
         return 0;
 }

@@ -40,9 +40,12 @@
 #include <sys/un.h>
 #include <sys/wait.h>
 
-#define BOX_NS_FLAGS     (CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWNET | CLONE_NEWCGROUP)
-#define UID_RANGE        65536u
-#define SPAWN_TIMEOUT_MS 15000
+#define BOX_NS_FLAGS    (CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWNET | CLONE_NEWCGROUP)
+#define UID_RANGE       65536u
+#define SPAWN_TIMEOUT_S 15
+#define SETUP_STACK     (512 * 1024) /* P: rootfs.c keeps paths on the stack */
+#define INIT_STACK      (256 * 1024) /* C */
+#define HOLDER_STACK    (16 * 1024)  /* U */
 
 /* Message on the report pipe: 'E' + code byte + text, or 'I' + pid. */
 static void report(int fd, char kind, int code, const char *fmt, ...)
@@ -132,13 +135,11 @@ static int userns_holder(void *arg)
  * with CLONE_NEWUSER: the namespace exists when clone returns), killed once
  * the returned fd holds the namespace; *holder is that child, to be reaped
  * off the critical path. */
-static int idmap_userns(uid_t base, pid_t *holder)
+static int idmap_userns(uid_t base, char *stack, pid_t *holder)
 {
-        /* Only P, a single-threaded child, gets here: one stack is enough. */
-        static char stack[16384] __attribute__((aligned(16)));
         pid_t self = getpid();
         pid_t u =
-            clone(userns_holder, stack + sizeof(stack), CLONE_VM | CLONE_NEWUSER | SIGCHLD, &self);
+            clone(userns_holder, stack + HOLDER_STACK, CLONE_VM | CLONE_NEWUSER | SIGCHLD, &self);
         if (u < 0)
                 return -errno;
         *holder = u;
@@ -303,26 +304,16 @@ static int run_init(void *arg)
         die(rep, AB_E_INTERNAL, errno, "exec agentbox-init");
 }
 
-/* Reads the report pipe until its first message ('I' + init pid, or 'E' +
- * code + text) or EOF. Returns the init pid, or -1 with *code and msg. */
+/* Reads the first message ('I' + init pid, or 'E' + code + text) that P
+ * left on the report pipe (P has exited: the pipe holds all it wrote).
+ * Returns the init pid, or -1 with *code and msg. */
 static pid_t collect(int rep, ab_code *code, char *msg, size_t msglen)
 {
         char buf[1100];
         size_t len = 0;
-        uint64_t deadline = ab_now_ms() + SPAWN_TIMEOUT_MS;
         *code = AB_E_INTERNAL;
         snprintf(msg, msglen, "box setup process died");
         while (!memchr(buf, '\0', len) && len < sizeof(buf)) {
-                struct pollfd pfd = {rep, POLLIN, 0};
-                int64_t left = (int64_t)(deadline - ab_now_ms());
-                if (left <= 0) {
-                        *code = AB_E_TIMEOUT;
-                        snprintf(msg, msglen, "box did not start within %d ms", SPAWN_TIMEOUT_MS);
-                        return -1;
-                }
-                int pr = poll(&pfd, 1, (int)left);
-                if (pr < 0 && errno == EINTR)
-                        continue;
                 ssize_t n = read(rep, buf + len, sizeof(buf) - len);
                 if (n < 0 && errno == EINTR)
                         continue;
@@ -342,24 +333,94 @@ static pid_t collect(int rep, ab_code *code, char *msg, size_t msglen)
         return -1;
 }
 
-/* P: the setup process. Reports 'I' + init pid, or 'E' + why, on out. */
-static void run_setup(const ab_spawn_spec *s, pid_t parent, int out, int cgready, int sock, int exe)
+typedef struct setup_args {
+        const ab_spawn_spec *s;
+        pid_t parent; /* the caller's process */
+        int out;      /* the report pipe */
+        int sock;
+        int exe;
+} setup_args;
+
+/* Reports err (and frees it: P shares the caller's heap) and exits. */
+static void die_err(int out, ab_err *err) __attribute__((noreturn));
+static void die_err(int out, ab_err *err)
 {
-        ab_err *err = NULL;
-        /* If the process that started us dies, so do we: a start nobody will
-         * record must not leave a box behind (init itself never gets this). */
-        if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0 || getppid() != parent)
-                _exit(1);
+        report(out, 'E', err->code, "%s", err->msg);
+        ab_err_free(&err);
+        _exit(1);
+}
+
+static int make_cgroup(const ab_spawn_spec *s, ab_err **err)
+{
+        for (int attempt = 0;; attempt++) {
+                if (ab_cg_create(s->cg, s->id, s->cg_limits, err) == 0)
+                        return 0;
+                /* An rm elsewhere may have removed the empty parent between
+                 * our mkdir of it and of the box's cgroup: go again. */
+                if ((*err)->errnum != ENOENT || attempt >= 3)
+                        return -1;
+                ab_err_free(err);
+        }
+}
+
+/* While the disk is being mounted: make the box's cgroup and join it (on
+ * cgroup v1 joining waits for an RCU grace period), so that C, the init, is
+ * born inside it. */
+static int join_cgroup(void *ud, ab_err **err)
+{
+        const ab_spawn_spec *s = ud;
+        if (make_cgroup(s, err) < 0)
+                return -1;
+        return ab_cg_attach(s->cg, s->id, getpid(), err);
+}
+
+/* Handlers of the caller (the server's) must not run here: P shares its
+ * memory. Back to the default action for every caught signal. */
+static void default_signals(void)
+{
+        for (int sig = 1; sig < NSIG; sig++) {
+                struct sigaction sa;
+                if (sigaction(sig, NULL, &sa) < 0 || sa.sa_handler == SIG_DFL ||
+                    sa.sa_handler == SIG_IGN)
+                        continue;
+                sa.sa_handler = SIG_DFL;
+                sa.sa_flags = 0;
+                sigaction(sig, &sa, NULL);
+        }
         sigset_t none;
         sigemptyset(&none);
         sigprocmask(SIG_SETMASK, &none, NULL);
+}
+
+/* P: the setup process, a vfork-like child of the caller (clone with
+ * CLONE_VM | CLONE_VFORK: no page tables to copy or tear down, however big
+ * the server is; the calling thread sleeps until P exits, the server's other
+ * threads go on). It shares the caller's memory, so what it allocates it
+ * frees, and it ends with _exit. Reports 'I' + init pid, or 'E' + why. */
+static int run_setup(void *arg)
+{
+        const setup_args *a = arg;
+        const ab_spawn_spec *s = a->s;
+        int out = a->out;
+        ab_err *err = NULL;
+        default_signals();
+        /* If the process that started us dies, so do we: a start nobody will
+         * record must not leave a box behind (init itself never gets this).
+         * A start that hangs ends here too (SIGALRM's default action). */
+        if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0 || getppid() != a->parent)
+                _exit(1);
+        alarm(SPAWN_TIMEOUT_S);
         if (unshare(CLONE_NEWNS) < 0)
                 die(out, AB_E_UNSUPPORTED, errno, "unshare mount namespace");
         if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0)
                 die(out, AB_E_INTERNAL, errno, "make mounts private");
 
+        char *stacks = mmap(NULL, HOLDER_STACK + INIT_STACK, PROT_READ | PROT_WRITE,
+                            MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
+        if (stacks == MAP_FAILED)
+                die(out, AB_E_INTERNAL, errno, "mmap");
         pid_t holder = -1;
-        int userns = idmap_userns(s->uid_base, &holder);
+        int userns = idmap_userns(s->uid_base, stacks, &holder);
         if (userns < 0)
                 die(out, AB_E_UNSUPPORTED, -userns, "create a user namespace for the box");
         ab_rootfs_spec rs = {
@@ -371,16 +432,11 @@ static void run_setup(const ab_spawn_spec *s, pid_t parent, int out, int cgready
             .userns_fd = userns,
             .tmp_mib = s->limits->memory_mib / 2 ? s->limits->memory_mib / 2 : 16,
             .etc_hidden = s->etc_hidden,
+            .while_mounting = join_cgroup,
+            .ud = (void *)s,
         };
         if (ab_rootfs_build(&rs, &err) < 0)
-                die(out, err->code, 0, err->msg);
-        /* The caller moves us into the box's cgroup while we built the rootfs
-         * (on cgroup v1 that write waits for an RCU grace period); the box's
-         * init must be forked inside it. */
-        char ok = 0;
-        if (ab_read_full(cgready, &ok, 1) != 1 || ok != 'y')
-                _exit(1);
-        close(cgready);
+                die_err(out, err);
 
         /* C shares our memory and we sleep until it has exec'd (or died):
          * no page tables to copy, none to tear down, and no hand-off back
@@ -388,15 +444,10 @@ static void run_setup(const ab_spawn_spec *s, pid_t parent, int out, int cgready
         int self = (int)syscall(SYS_pidfd_open, getpid(), 0);
         if (self < 0)
                 die(out, AB_E_UNSUPPORTED, errno, "pidfd_open");
-        size_t stack_len = 256 * 1024;
-        char *stack = mmap(NULL, stack_len, PROT_READ | PROT_WRITE,
-                           MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
-        if (stack == MAP_FAILED)
-                die(out, AB_E_INTERNAL, errno, "mmap");
-        init_args a = {
-            .s = s, .out = out, .sock = sock, .exe = exe, .userns = userns, .parent = self};
-        pid_t c =
-            clone(run_init, stack + stack_len, CLONE_VM | CLONE_VFORK | CLONE_NEWPID | SIGCHLD, &a);
+        init_args ia = {
+            .s = s, .out = out, .sock = a->sock, .exe = a->exe, .userns = userns, .parent = self};
+        pid_t c = clone(run_init, stacks + HOLDER_STACK + INIT_STACK,
+                        CLONE_VM | CLONE_VFORK | CLONE_NEWPID | SIGCHLD, &ia);
         if (c < 0)
                 die(out, AB_E_INTERNAL, errno, "start the box init");
         int st;
@@ -405,6 +456,7 @@ static void run_setup(const ab_spawn_spec *s, pid_t parent, int out, int cgready
         report(out, 'I', 0, "%d", (int)c);
         while (waitpid(holder, NULL, 0) < 0 && errno == EINTR)
                 ;
+        munmap(stacks, HOLDER_STACK + INIT_STACK);
         _exit(0);
 }
 
@@ -493,58 +545,40 @@ int ab_box_spawn(const ab_spawn_spec *s, pid_t *init_pid, uint64_t *init_start, 
         _cleanup_close_ int sock = listen_socket(s->box_dir, err);
         if (sock < 0)
                 return -1;
-        int exe = s->init_memfd;
-        int out[2], cg[2];
+        int out[2];
         if (pipe2(out, O_CLOEXEC) < 0)
                 return ab_err_set(err, AB_E_INTERNAL, errno, "pipe");
-        if (pipe2(cg, O_CLOEXEC) < 0) {
-                int e = errno;
-                close(out[0]);
-                close(out[1]);
-                return ab_err_set(err, AB_E_INTERNAL, e, "pipe");
-        }
         _cleanup_close_ int rd = out[0];
-        _cleanup_close_ int cgw = cg[1];
-        pid_t self = getpid();
-        pid_t p = fork();
-        if (p < 0) {
+        char *stack = mmap(NULL, SETUP_STACK, PROT_READ | PROT_WRITE,
+                           MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
+        if (stack == MAP_FAILED) {
+                int e = errno;
                 close(out[1]);
-                close(cg[0]);
-                return ab_err_set(err, AB_E_INTERNAL, errno, "fork");
+                return ab_err_set(err, AB_E_INTERNAL, e, "mmap");
         }
-        if (p == 0) {
-                close(out[0]);
-                close(cg[1]);
-                run_setup(s, self, out[1], cg[0], sock, exe);
-        }
+        setup_args a = {
+            .s = s, .parent = getpid(), .out = out[1], .sock = sock, .exe = s->init_memfd};
+        /* Back here once P has exited (it never execs). */
+        pid_t p = clone(run_setup, stack + SETUP_STACK, CLONE_VM | CLONE_VFORK | SIGCHLD, &a);
+        int e = errno;
+        munmap(stack, SETUP_STACK);
         close(out[1]);
-        close(cg[0]);
-        ab_err *cge = NULL;
-        int ar = ab_cg_attach(s->cg, s->id, p, &cge);
-        (void)!write(cgw, ar == 0 ? "y" : "n", 1);
-        if (ar < 0) {
-                int st;
-                kill(p, SIGKILL);
-                while (waitpid(p, &st, 0) < 0 && errno == EINTR)
-                        ;
-                int r = ab_err_set(err, cge->code, 0, "cannot start box %s: %s", s->id, cge->msg);
-                ab_err_free(&cge);
-                return r;
-        }
+        if (p < 0)
+                return ab_err_set(err, AB_E_INTERNAL, e, "start the box setup process");
         ab_code code;
         char msg[1024];
         pid_t init = collect(rd, &code, msg, sizeof(msg));
-        if (init < 0)
-                kill(p, SIGKILL); /* P ends C too (its death signal) */
-        else
-                *init_start = ab_proc_start_time(init);
-        int st;
+        int st = 0;
         while (waitpid(p, &st, 0) < 0 && errno == EINTR)
                 ;
+        if (init < 0 && WIFSIGNALED(st) && WTERMSIG(st) == SIGALRM)
+                return ab_err_set(err, AB_E_TIMEOUT, 0, "box %s did not start within %d s", s->id,
+                                  SPAWN_TIMEOUT_S);
         if (init < 0)
                 return ab_err_set(err, code ? code : AB_E_INTERNAL, 0, "cannot start box %s: %s",
                                   s->id, msg);
         *init_pid = init;
+        *init_start = ab_proc_start_time(init);
         if (!*init_start)
                 return ab_err_set(err, AB_E_INTERNAL, 0, "box %s: init exited right after start",
                                   s->id);

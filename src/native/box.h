@@ -19,7 +19,8 @@ typedef struct ab_spawn_spec {
         const char *const *hide; /* host paths to hide, NULL-terminated */
         uid_t uid_base;
         const ab_limits *limits;
-        const ab_cg *cg;                /* the box's cgroup already exists */
+        const ab_cg *cg;                /* where the box's cgroup goes */
+        const ab_cg_limits *cg_limits;  /* its limits (it is made, or updated) */
         const ab_bpf *bpf;              /* seccomp filter to install */
         int init_memfd;                 /* the agentbox-init binary, from ab_box_seal_init() */
         const ab_hide_list *etc_hidden; /* host base: what to hide of /etc (hide.h) */

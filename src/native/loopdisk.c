@@ -1,5 +1,7 @@
 #include "native/loopdisk.h"
+#include "base/id.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <linux/loop.h>
 #include <sys/ioctl.h>
@@ -7,6 +9,7 @@
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 #include <sys/wait.h>
+#include <time.h>
 
 /* Formats dirfd/name (a new sparse file of size_mib) with mkfs.ext4. */
 static int mkfs_at(int dirfd, const char *name, uint64_t size_mib, ab_err **err)
@@ -77,21 +80,27 @@ static int copy_sparse(int src, int dst, off_t size)
         }
 }
 
-int ab_disk_create(int cache_dfd, int dirfd, const char *name, uint64_t size_mib, ab_err **err)
+/* Opens the formatted template of this size, formatting it first if needed. */
+static int open_template(int cache_dfd, uint64_t size_mib, ab_err **err)
 {
         char tmpl[64];
         snprintf(tmpl, sizeof(tmpl), "disk-%llu.img", (unsigned long long)size_mib);
         _cleanup_close_ int src = openat(cache_dfd, tmpl, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
         if (src < 0 && errno == ENOENT) {
-                /* First disk of this size: format a template, publish it atomically. */
-                char tmp[96];
-                snprintf(tmp, sizeof(tmp), ".%s.%d", tmpl, (int)getpid());
-                unlinkat(cache_dfd, tmp, 0);
+                /* First disk of this size: format a template, publish it
+                 * atomically. Creates racing here (threads or processes) each
+                 * format their own under a unique name; the first to publish
+                 * wins and the others use the winner's. */
+                char tmp[96], rnd[17];
+                ab_id_random(rnd);
+                snprintf(tmp, sizeof(tmp), ".%s.%s", tmpl, rnd);
                 if (mkfs_at(cache_dfd, tmp, size_mib, err) < 0)
                         return -1;
-                if (renameat(cache_dfd, tmp, cache_dfd, tmpl) < 0) {
+                if (renameat2(cache_dfd, tmp, cache_dfd, tmpl, RENAME_NOREPLACE) < 0) {
+                        int e = errno;
                         unlinkat(cache_dfd, tmp, 0);
-                        return ab_err_set(err, AB_E_INTERNAL, errno, "publish disk template");
+                        if (e != EEXIST)
+                                return ab_err_set(err, AB_E_INTERNAL, e, "publish disk template");
                 }
                 src = openat(cache_dfd, tmpl, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
         }
@@ -101,11 +110,21 @@ int ab_disk_create(int cache_dfd, int dirfd, const char *name, uint64_t size_mib
         if (fstat(src, &st) < 0 || (uint64_t)st.st_size != size_mib * 1024 * 1024)
                 return ab_err_set(err, AB_E_INTERNAL, errno, "disk template %s has the wrong size",
                                   tmpl);
+        return steal_fd(&src);
+}
+
+/* Copies the template into dirfd/name (a new file) and syncs it. */
+static int copy_template(int cache_dfd, int dirfd, const char *name, uint64_t size_mib,
+                         ab_err **err)
+{
+        _cleanup_close_ int src = open_template(cache_dfd, size_mib, err);
+        if (src < 0)
+                return -1;
         _cleanup_close_ int dst =
             openat(dirfd, name, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
         if (dst < 0)
                 return ab_err_set(err, AB_E_INTERNAL, errno, "cannot create disk image %s", name);
-        int r = copy_sparse(src, dst, st.st_size);
+        int r = copy_sparse(src, dst, (off_t)(size_mib * 1024 * 1024));
         if (r == 0 && fsync(dst) < 0)
                 r = -errno;
         if (r < 0) {
@@ -114,6 +133,77 @@ int ab_disk_create(int cache_dfd, int dirfd, const char *name, uint64_t size_mib
                                   "cannot copy the disk template");
         }
         return 0;
+}
+
+static void spare_name(char *buf, size_t len, uint64_t size_mib, int i)
+{
+        snprintf(buf, len, "spare-%llu.%d.img", (unsigned long long)size_mib, i);
+}
+
+/* Moves a spare of this size to dirfd/name: 0, or -ENOENT when none is left. */
+static int take_spare(int cache_dfd, int dirfd, const char *name, uint64_t size_mib)
+{
+        for (int i = 0; i < AB_DISK_SPARES; i++) {
+                char sp[64];
+                spare_name(sp, sizeof(sp), size_mib, i);
+                /* Atomic: of two creates, one gets it, the other ENOENT. */
+                if (renameat2(cache_dfd, sp, dirfd, name, RENAME_NOREPLACE) < 0)
+                        continue;
+                struct stat st;
+                if (fstatat(dirfd, name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode) &&
+                    (uint64_t)st.st_size == size_mib * 1024 * 1024)
+                        return 0;
+                unlinkat(dirfd, name, 0); /* not what we made: never use it */
+        }
+        return -ENOENT;
+}
+
+int ab_disk_create(int cache_dfd, int dirfd, const char *name, uint64_t size_mib, ab_err **err)
+{
+        if (take_spare(cache_dfd, dirfd, name, size_mib) == 0)
+                return 0;
+        return copy_template(cache_dfd, dirfd, name, size_mib, err);
+}
+
+int ab_disk_make_spares(int cache_dfd, uint64_t size_mib, ab_err **err)
+{
+        for (int i = 0; i < AB_DISK_SPARES; i++) {
+                char sp[64], tmp[96];
+                spare_name(sp, sizeof(sp), size_mib, i);
+                if (faccessat(cache_dfd, sp, F_OK, AT_SYMLINK_NOFOLLOW) == 0)
+                        continue;
+                char rnd[17];
+                ab_id_random(rnd);
+                snprintf(tmp, sizeof(tmp), ".%s.%s", sp, rnd);
+                /* Synced before it gets its name: a spare is always whole. */
+                if (copy_template(cache_dfd, cache_dfd, tmp, size_mib, err) < 0)
+                        return -1;
+                if (renameat2(cache_dfd, tmp, cache_dfd, sp, RENAME_NOREPLACE) < 0)
+                        unlinkat(cache_dfd, tmp, 0); /* made meanwhile by another process */
+        }
+        return 0;
+}
+
+void ab_disk_sweep_cache(int cache_dfd)
+{
+        int dfd = openat(cache_dfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        DIR *d = dfd >= 0 ? fdopendir(dfd) : NULL;
+        if (!d) {
+                if (dfd >= 0)
+                        close(dfd);
+                return;
+        }
+        struct dirent *e;
+        while ((e = readdir(d))) {
+                struct stat st;
+                /* Spares and templates being made by a process that died. */
+                if (e->d_name[0] != '.' || !strcmp(e->d_name, ".") || !strcmp(e->d_name, "..") ||
+                    fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0 ||
+                    !S_ISREG(st.st_mode) || st.st_mtime > time(NULL) - 60)
+                        continue;
+                unlinkat(dirfd(d), e->d_name, 0);
+        }
+        closedir(d);
 }
 
 int ab_disk_resize(int dirfd, const char *name, uint64_t size_mib, ab_err **err)
@@ -129,18 +219,29 @@ int ab_disk_resize(int dirfd, const char *name, uint64_t size_mib, ab_err **err)
         return 0;
 }
 
-/* Attaches fd to a free loop device; returns the loop fd. Retries when another
- * process takes the device between GET_FREE and CONFIGURE. */
-static int loop_attach(int backing, char *dev, size_t devlen, ab_err **err)
+static const char no_loop_control[] = "cannot open /dev/loop-control (is the loop module loaded?)";
+static const char mount_failed[] = "cannot mount the box disk";
+
+/* Attaches fd to a free loop device; returns the loop fd or -errno, with
+ * the failed step in *what. Retries when another process takes the device
+ * between GET_FREE and CONFIGURE. Plain system calls only (see
+ * ab_disk_mount_raw). */
+static int loop_attach(int backing, char *dev, size_t devlen, const char **what)
 {
-        _cleanup_close_ int ctl = open("/dev/loop-control", O_RDWR | O_CLOEXEC);
-        if (ctl < 0)
-                return ab_err_set(err, AB_E_UNSUPPORTED, errno,
-                                  "cannot open /dev/loop-control (is the loop module loaded?)");
+        int ctl = open("/dev/loop-control", O_RDWR | O_CLOEXEC);
+        if (ctl < 0) {
+                *what = no_loop_control;
+                return -errno;
+        }
+        int r = -EBUSY;
+        *what = "no free loop device after 64 attempts";
         for (int attempt = 0; attempt < 64; attempt++) {
                 int n = ioctl(ctl, LOOP_CTL_GET_FREE);
-                if (n < 0)
-                        return ab_err_set(err, AB_E_UNAVAILABLE, errno, "no free loop device");
+                if (n < 0) {
+                        r = -errno;
+                        *what = "no free loop device";
+                        break;
+                }
                 snprintf(dev, devlen, "/dev/loop%d", n);
                 int lfd = open(dev, O_RDWR | O_CLOEXEC);
                 if (lfd < 0 && errno == ENOENT) {
@@ -148,35 +249,63 @@ static int loop_attach(int backing, char *dev, size_t devlen, ab_err **err)
                         if (mknod(dev, S_IFBLK | 0660, makedev(7, n)) == 0 || errno == EEXIST)
                                 lfd = open(dev, O_RDWR | O_CLOEXEC);
                 }
-                if (lfd < 0)
-                        return ab_err_set(err, AB_E_UNAVAILABLE, errno, "cannot open %s", dev);
+                if (lfd < 0) {
+                        r = -errno;
+                        *what = "cannot open the loop device";
+                        break;
+                }
                 struct loop_config cfg = {
                     .fd = (unsigned)backing,
                     .block_size = 0,
                     .info = {.lo_flags = LO_FLAGS_AUTOCLEAR},
                 };
-                if (ioctl(lfd, LOOP_CONFIGURE, &cfg) == 0)
+                if (ioctl(lfd, LOOP_CONFIGURE, &cfg) == 0) {
+                        close(ctl);
                         return lfd;
-                int e = errno;
+                }
+                r = -errno;
                 close(lfd);
-                if (e != EBUSY)
-                        return ab_err_set(err, AB_E_UNAVAILABLE, e, "cannot attach loop device %s",
-                                          dev);
+                if (r != -EBUSY) {
+                        *what = "cannot attach the loop device";
+                        break;
+                }
         }
-        return ab_err_set(err, AB_E_UNAVAILABLE, EBUSY, "no free loop device after 64 attempts");
+        close(ctl);
+        return r;
+}
+
+int ab_disk_mount_raw(int dirfd, const char *name, const char *target, const char **what)
+{
+        int backing = openat(dirfd, name, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
+        if (backing < 0) {
+                *what = "cannot open the disk image";
+                return -errno;
+        }
+        char dev[32];
+        int lfd = loop_attach(backing, dev, sizeof(dev), what);
+        close(backing);
+        if (lfd < 0)
+                return lfd;
+        int r = 0;
+        if (mount(dev, target, "ext4", MS_NOSUID | MS_NODEV | MS_NOATIME, "errors=remount-ro") <
+            0) {
+                r = -errno;
+                *what = mount_failed;
+        }
+        /* Closing lfd now is what makes AUTOCLEAR detach the device after unmount. */
+        close(lfd);
+        return r;
 }
 
 int ab_disk_mount(int dirfd, const char *name, const char *target, ab_err **err)
 {
-        _cleanup_close_ int backing = openat(dirfd, name, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
-        if (backing < 0)
-                return ab_err_set(err, AB_E_INTERNAL, errno, "cannot open disk image %s", name);
-        char dev[32];
-        _cleanup_close_ int lfd = loop_attach(backing, dev, sizeof(dev), err);
-        if (lfd < 0)
-                return -1;
-        if (mount(dev, target, "ext4", MS_NOSUID | MS_NODEV | MS_NOATIME, "errors=remount-ro") < 0)
-                return ab_err_set(err, AB_E_INTERNAL, errno, "cannot mount the box disk (%s)", dev);
-        /* Closing lfd now is what makes AUTOCLEAR detach the device after unmount. */
+        const char *what = NULL;
+        int r = ab_disk_mount_raw(dirfd, name, target, &what);
+        if (r < 0)
+                return ab_err_set(err,
+                                  what == no_loop_control ? AB_E_UNSUPPORTED
+                                  : what == mount_failed  ? AB_E_INTERNAL
+                                                          : AB_E_UNAVAILABLE,
+                                  -r, "%s", what);
         return 0;
 }

@@ -13,6 +13,20 @@
  * extents (a few MiB), which is several times faster than mkfs. */
 int ab_disk_create(int cache_dfd, int dirfd, const char *name, uint64_t size_mib, ab_err **err);
 
+/* Spares: copies of a template made ahead of time (cache_dfd/spare-MIB.N.img,
+ * synced before they get that name), so that ab_disk_create only has to
+ * rename one into place: no copy and no sync on the way of a create. A
+ * create takes one when there is one and copies the template otherwise. */
+#define AB_DISK_SPARES 2
+
+/* Makes the missing spares of this size (copy + fsync each). Slow: for a
+ * background thread. */
+int ab_disk_make_spares(int cache_dfd, uint64_t size_mib, ab_err **err);
+
+/* Removes what a process that died while making a template or a spare left
+ * in the cache (temporary files older than a minute). */
+void ab_disk_sweep_cache(int cache_dfd);
+
 /* Grows the image to size_mib (never shrinks); takes effect at the next mount. */
 int ab_disk_resize(int dirfd, const char *name, uint64_t size_mib, ab_err **err);
 
@@ -20,5 +34,9 @@ int ab_disk_resize(int dirfd, const char *name, uint64_t size_mib, ab_err **err)
  * mounts it at `target` (nosuid, nodev). The loop device detaches itself
  * once the last mount of it is gone. Call in a private mount namespace. */
 int ab_disk_mount(int dirfd, const char *name, const char *target, ab_err **err);
+
+/* The same with plain system calls and no allocation, for a child that
+ * shares its parent's memory: 0, or -errno with the failed step in *what. */
+int ab_disk_mount_raw(int dirfd, const char *name, const char *target, const char **what);
 
 #endif

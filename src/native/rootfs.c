@@ -2,11 +2,14 @@
 #include "native/loopdisk.h"
 
 #include <fcntl.h>
+#include <sched.h>
 #include <linux/mount.h>
+#include <sys/mman.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 #include <sys/syscall.h>
+#include <sys/wait.h>
 #include <sys/xattr.h>
 
 /* Host paths a box shares: each becomes its own overlay (the host path,
@@ -202,18 +205,21 @@ static int mount_dev(const char *root, uid_t base, ab_err **err)
                  (unsigned)base);
         if (mount("tmpfs", dev, "tmpfs", MS_NOSUID | MS_NOEXEC, opts) < 0)
                 return ab_err_set(err, AB_E_INTERNAL, errno, "mount /dev tmpfs");
+        /* The host's nodes, made again here (we are host root, and this tmpfs
+         * is not nodev): the same devices, mode and owner as binds of them
+         * would show, for one system call each instead of two mounts. */
         static const char *const nodes[] = {"null", "zero", "full", "random", "urandom", "tty"};
         for (size_t i = 0; i < AB_ARRAY_LEN(nodes); i++) {
-                snprintf(p, sizeof(p), "%s/%s", dev, nodes[i]);
-                int fd = open(p, O_WRONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0666);
-                if (fd < 0)
-                        return ab_err_set(err, AB_E_INTERNAL, errno, "create %s", p);
-                close(fd);
                 char src[64];
                 snprintf(src, sizeof(src), "/dev/%s", nodes[i]);
-                if (mount(src, p, NULL, MS_BIND, NULL) < 0)
-                        return ab_err_set(err, AB_E_INTERNAL, errno, "bind %s", src);
-                mount(NULL, p, NULL, MS_BIND | MS_REMOUNT | MS_NOSUID | MS_NOEXEC, NULL);
+                struct stat st;
+                if (stat(src, &st) < 0 || !S_ISCHR(st.st_mode))
+                        return ab_err_set(err, AB_E_INTERNAL, errno ? errno : ENODEV,
+                                          "host device %s", src);
+                snprintf(p, sizeof(p), "%s/%s", dev, nodes[i]);
+                if (mknod(p, S_IFCHR | (st.st_mode & 0777), st.st_rdev) < 0 ||
+                    chmod(p, st.st_mode & 0777) < 0 || lchown(p, st.st_uid, st.st_gid) < 0)
+                        return ab_err_set(err, AB_E_INTERNAL, errno, "make %s", p);
         }
         static const char *const links[][2] = {{"fd", "/proc/self/fd"},
                                                {"stdin", "/proc/self/fd/0"},
@@ -232,9 +238,10 @@ static int mount_dev(const char *root, uid_t base, ab_err **err)
         snprintf(p, sizeof(p), "%s/shm", dev);
         if (mkdir(p, 01777) < 0 && errno != EEXIST)
                 return ab_err_set(err, AB_E_INTERNAL, errno, "mkdir %s", p);
-        snprintf(opts, sizeof(opts), "mode=1777,size=64m,uid=%u,gid=%u", (unsigned)base,
+        char shm[128];
+        snprintf(shm, sizeof(shm), "mode=1777,size=64m,uid=%u,gid=%u", (unsigned)base,
                  (unsigned)base);
-        if (mount("shm", p, "tmpfs", MS_NOSUID | MS_NODEV, opts) < 0)
+        if (mount("shm", p, "tmpfs", MS_NOSUID | MS_NODEV, shm) < 0)
                 return ab_err_set(err, AB_E_INTERNAL, errno, "mount /dev/shm");
         /* Lock the layout: no new nodes can appear in /dev. */
         if (mount(NULL, dev, NULL, MS_REMOUNT | MS_NOSUID | MS_NOEXEC | MS_RDONLY, opts) < 0 &&
@@ -426,9 +433,111 @@ static int build_custom_mask(int mfd, const ab_rootfs_spec *s)
         return 0;
 }
 
+/* The box's disk is mounted by a helper while the setup process builds what
+ * needs no disk (the skeleton, the masks, the idmapped lowers): an ext4
+ * mount mostly waits (for its journal thread, for reads through the loop
+ * device). The helper shares our memory (clone with CLONE_VM: nothing to
+ * copy), so it makes plain system calls only and leaves its result here. */
+typedef struct disk_job {
+        int dirfd;          /* the box directory */
+        const char *target; /* BOX/disk */
+        int rc;             /* 0 or -errno */
+        const char *what;   /* the step that failed */
+} disk_job;
+
+static int disk_helper(void *arg)
+{
+        disk_job *j = arg;
+        j->rc = ab_disk_mount_raw(j->dirfd, "disk.img", j->target, &j->what);
+        return 0;
+}
+
+#define DISK_HELPER_STACK (64 * 1024)
+
+/* What a layer of a shared host path needs after the disk is there. */
+typedef struct layer {
+        bool present; /* the host path is a directory */
+        struct stat st;
+        char name[64];
+} layer;
+
+/* The part of the rootfs that needs no disk: the lower and mask tmpfs, the
+ * skeleton and masks, and every idmapped lower. */
+static int build_without_disk(const ab_rootfs_spec *s, bool host, const char *mask,
+                              const char *lower, bool *has_mask, layer *layers, ab_err **err)
+{
+        char p[4200];
+        /* lower/ holds one mount point per layer; it lives only in this namespace. */
+        if (mount("lower", lower, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, "mode=700,size=64k") <
+            0)
+                return ab_err_set(err, AB_E_INTERNAL, errno, "mount lower tmpfs");
+        if (mount("mask", mask, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, "mode=755,size=4m") < 0)
+                return ab_err_set(err, AB_E_INTERNAL, errno, "mount mask tmpfs");
+        {
+                _cleanup_close_ int mfd = open(mask, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+                if (mfd < 0)
+                        return ab_err_set(err, AB_E_INTERNAL, errno, "open %s", mask);
+                int r = host ? build_masks(mfd, s, has_mask) : build_custom_mask(mfd, s);
+                if (r == 0 && host)
+                        r = build_layer_masks(mfd, s);
+                if (r < 0)
+                        return ab_err_set(err, AB_E_INTERNAL, -r,
+                                          "cannot build the rootfs skeleton");
+        }
+        if (!host) {
+                snprintf(p, sizeof(p), "%s/root", lower);
+                if (mkdir(p, 0700) < 0 && errno != EEXIST)
+                        return ab_err_set(err, AB_E_INTERNAL, errno, "mkdir %s", p);
+                return idmapped_lower(s->base, p, s->userns_fd, err);
+        }
+        for (size_t i = 0; i < AB_ARRAY_LEN(shared); i++) {
+                char hostp[300];
+                snprintf(hostp, sizeof(hostp), "/%s", shared[i]);
+                layer *l = &layers[i];
+                if (lstat(hostp, &l->st) < 0 || !S_ISDIR(l->st.st_mode))
+                        continue;
+                l->present = true;
+                layer_name(shared[i], l->name, sizeof(l->name));
+                snprintf(p, sizeof(p), "%s/%s", lower, l->name);
+                if (mkdir(p, 0700) < 0 && errno != EEXIST)
+                        return ab_err_set(err, AB_E_INTERNAL, errno, "mkdir %s", p);
+                if (idmapped_lower(hostp, p, s->userns_fd, err) < 0)
+                        return -1;
+        }
+        return 0;
+}
+
+/* Starts the disk helper, runs build_without_disk, and always waits for the
+ * helper before returning (it writes into `job`, in this frame). */
+static int build_while_mounting(const ab_rootfs_spec *s, int bfd, const char *disk, bool host,
+                                const char *mask, const char *lower, bool *has_mask, layer *layers,
+                                ab_err **err)
+{
+        disk_job job = {.dirfd = bfd, .target = disk, .rc = 0};
+        char *stack = mmap(NULL, DISK_HELPER_STACK, PROT_READ | PROT_WRITE,
+                           MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
+        pid_t h = -1;
+        if (stack != MAP_FAILED)
+                h = clone(disk_helper, stack + DISK_HELPER_STACK, CLONE_VM | SIGCHLD, &job);
+        if (h < 0) /* no helper: mount it ourselves */
+                job.rc = ab_disk_mount_raw(bfd, "disk.img", disk, &job.what);
+        int r = s->while_mounting ? s->while_mounting(s->ud, err) : 0;
+        if (r == 0)
+                r = build_without_disk(s, host, mask, lower, has_mask, layers, err);
+        if (h > 0)
+                while (waitpid(h, NULL, 0) < 0 && errno == EINTR)
+                        ;
+        if (stack != MAP_FAILED)
+                munmap(stack, DISK_HELPER_STACK);
+        if (r < 0)
+                return -1;
+        if (job.rc < 0)
+                return ab_err_set(err, AB_E_INTERNAL, -job.rc, "%s", job.what);
+        return 0;
+}
+
 int ab_rootfs_build(const ab_rootfs_spec *s, ab_err **err)
 {
-        int r;
         char disk[4096], mask[4096], lower[4096], root[4096], p[4200], q[4200];
         snprintf(disk, sizeof(disk), "%s/disk", s->box_dir);
         snprintf(mask, sizeof(mask), "%s/mask", s->box_dir);
@@ -442,37 +551,20 @@ int ab_rootfs_build(const ab_rootfs_spec *s, ab_err **err)
         _cleanup_close_ int bfd = open(s->box_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
         if (bfd < 0)
                 return ab_err_set(err, AB_E_INTERNAL, errno, "open %s", s->box_dir);
-        if (ab_disk_mount(bfd, "disk.img", disk, err) < 0)
+        bool host = strcmp(s->base, "/") == 0;
+        bool has_mask[AB_ARRAY_LEN(shared)] = {false};
+        layer layers[AB_ARRAY_LEN(shared)];
+        memset(layers, 0, sizeof(layers));
+        if (build_while_mounting(s, bfd, disk, host, mask, lower, has_mask, layers, err) < 0)
                 return -1;
         if (ab_rootfs_prepare_disk(disk, s->uid_base, err) < 0)
                 return -1;
-        /* lower/ holds one mount point per layer; it lives only in this namespace. */
-        if (mount("lower", lower, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, "mode=700,size=64k") <
-            0)
-                return ab_err_set(err, AB_E_INTERNAL, errno, "mount lower tmpfs");
-
-        bool host = strcmp(s->base, "/") == 0;
-        bool has_mask[AB_ARRAY_LEN(shared)] = {false};
-        if (mount("mask", mask, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, "mode=755,size=4m") < 0)
-                return ab_err_set(err, AB_E_INTERNAL, errno, "mount mask tmpfs");
-        {
-                _cleanup_close_ int mfd = open(mask, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-                if (mfd < 0)
-                        return ab_err_set(err, AB_E_INTERNAL, errno, "open %s", mask);
-                r = host ? build_masks(mfd, s, has_mask) : build_custom_mask(mfd, s);
-                if (r == 0 && host)
-                        r = build_layer_masks(mfd, s);
-                if (r < 0)
-                        return ab_err_set(err, AB_E_INTERNAL, -r,
-                                          "cannot build the rootfs skeleton");
-        }
 
         char upper[4500], work[4500];
         struct stat rst = {.st_mode = S_IFDIR | 0755};
         if (!host && stat(s->base, &rst) < 0)
                 return ab_err_set(err, AB_E_INVALID, errno, "rootfs %s", s->base);
-        if (layer_dirs(disk, "root", &rst, host ? s->uid_base : s->uid_base, upper, work,
-                       sizeof(upper), err) < 0)
+        if (layer_dirs(disk, "root", &rst, s->uid_base, upper, work, sizeof(upper), err) < 0)
                 return -1;
         if (host) {
                 /* The root is the skeleton alone; shared paths are mounted on it. */
@@ -480,33 +572,22 @@ int ab_rootfs_build(const ab_rootfs_spec *s, ab_err **err)
                 if (mount_overlay(root, p, upper, work, err) < 0)
                         return -1;
                 for (size_t i = 0; i < AB_ARRAY_LEN(shared); i++) {
-                        char hostp[300], name[64];
-                        snprintf(hostp, sizeof(hostp), "/%s", shared[i]);
-                        struct stat st;
-                        if (lstat(hostp, &st) < 0 || !S_ISDIR(st.st_mode))
+                        const layer *l = &layers[i];
+                        if (!l->present)
                                 continue;
-                        layer_name(shared[i], name, sizeof(name));
-                        snprintf(p, sizeof(p), "%s/%s", lower, name);
-                        if (mkdir(p, 0700) < 0 && errno != EEXIST)
-                                return ab_err_set(err, AB_E_INTERNAL, errno, "mkdir %s", p);
-                        if (idmapped_lower(hostp, p, s->userns_fd, err) < 0)
-                                return -1;
                         /* The upper's owner is the host dir's, shifted: st_uid + base. */
-                        if (layer_dirs(disk, name, &st, s->uid_base, upper, work, sizeof(upper),
-                                       err) < 0)
+                        if (layer_dirs(disk, l->name, &l->st, s->uid_base, upper, work,
+                                       sizeof(upper), err) < 0)
                                 return -1;
+                        snprintf(p, sizeof(p), "%s/%s", lower, l->name);
                         _cleanup_free_ char *lowers =
-                            has_mask[i] ? xasprintf("%s/m_%s:%s", mask, name, p) : xstrdup(p);
+                            has_mask[i] ? xasprintf("%s/m_%s:%s", mask, l->name, p) : xstrdup(p);
                         snprintf(q, sizeof(q), "%s/%s", root, shared[i]);
                         if (mount_overlay(q, lowers, upper, work, err) < 0)
                                 return -1;
                 }
         } else {
                 snprintf(p, sizeof(p), "%s/root", lower);
-                if (mkdir(p, 0700) < 0 && errno != EEXIST)
-                        return ab_err_set(err, AB_E_INTERNAL, errno, "mkdir %s", p);
-                if (idmapped_lower(s->base, p, s->userns_fd, err) < 0)
-                        return -1;
                 _cleanup_free_ char *lowers = xasprintf("%s/skel:%s", mask, p);
                 if (mount_overlay(root, lowers, upper, work, err) < 0)
                         return -1;
@@ -516,6 +597,7 @@ int ab_rootfs_build(const ab_rootfs_spec *s, ab_err **err)
                   NULL) < 0)
                 return ab_err_set(err, AB_E_INTERNAL, errno, "remount mask read-only");
 
+        /* Binds of the disk keep its nosuid and nodev: no remount needed. */
         static const char *const binds[][2] = {{"workspace", "workspace"},
                                                {"workspace", "mnt/user-data/workspace"},
                                                {"uploads", "mnt/user-data/uploads"},
@@ -523,8 +605,8 @@ int ab_rootfs_build(const ab_rootfs_spec *s, ab_err **err)
         for (size_t i = 0; i < AB_ARRAY_LEN(binds); i++) {
                 snprintf(p, sizeof(p), "%s/%s", disk, binds[i][0]);
                 snprintf(q, sizeof(q), "%s/%s", root, binds[i][1]);
-                if (bind(p, q, false, err) < 0)
-                        return -1;
+                if (mount(p, q, NULL, MS_BIND, NULL) < 0)
+                        return ab_err_set(err, AB_E_INTERNAL, errno, "bind %s on %s", p, q);
         }
         if (s->skills_dir) {
                 snprintf(q, sizeof(q), "%s/mnt/skills", root);

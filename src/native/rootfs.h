@@ -27,6 +27,10 @@ typedef struct ab_rootfs_spec {
         int userns_fd;    /* a user namespace mapping 0..65535 to uid_base.. */
         uint64_t tmp_mib; /* size of /tmp */
         const ab_hide_list *etc_hidden; /* host base: what /etc's layer hides (hide.h) */
+        /* Called while the disk is being mounted (by a helper), for the
+         * caller's own work meanwhile; may be NULL. Non-zero fails the build. */
+        int (*while_mounting)(void *ud, ab_err **err);
+        void *ud;
 } ab_rootfs_spec;
 
 /* Mounts everything listed above. On failure the caller's mount namespace is
