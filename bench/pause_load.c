@@ -181,8 +181,8 @@ int main(int argc, char **argv)
                         uint64_t t1 = now_us();
                         if (st != 200 || !strstr(body, "\"exit_code\"")) {
                                 if (errors++ < 3)
-                                        fprintf(stderr, "pause_load: exec answered %d: %.300s\n", st,
-                                                body);
+                                        fprintf(stderr, "pause_load: exec answered %d: %.300s\n",
+                                                st, body);
                                 continue;
                         }
                         fprintf(fo[4 + k], "%llu\n", (unsigned long long)(t1 - t0));
@@ -195,7 +195,8 @@ int main(int argc, char **argv)
         char state[4096];
         snprintf(state, sizeof(state), "%s", ff);
         if (v2)
-                snprintf(strrchr(state, '/') + 1, sizeof(state) - (size_t)(strrchr(state, '/') + 1 - state),
+                snprintf(strrchr(state, '/') + 1,
+                         sizeof(state) - (size_t)(strrchr(state, '/') + 1 - state),
                          "cgroup.events");
         for (int i = 0; i < n; i++) {
                 uint64_t t0 = now_us();
