@@ -456,7 +456,7 @@ static int run_setup(void *arg)
         report(out, 'I', 0, "%d", (int)c);
         while (waitpid(holder, NULL, 0) < 0 && errno == EINTR)
                 ;
-        munmap(stacks, HOLDER_STACK + INIT_STACK);
+        ab_clone_stack_free(stacks, HOLDER_STACK + INIT_STACK);
         _exit(0);
 }
 
@@ -561,7 +561,7 @@ int ab_box_spawn(const ab_spawn_spec *s, pid_t *init_pid, uint64_t *init_start, 
         /* Back here once P has exited (it never execs). */
         pid_t p = clone(run_setup, stack + SETUP_STACK, CLONE_VM | CLONE_VFORK | SIGCHLD, &a);
         int e = errno;
-        munmap(stack, SETUP_STACK);
+        ab_clone_stack_free(stack, SETUP_STACK);
         close(out[1]);
         if (p < 0)
                 return ab_err_set(err, AB_E_INTERNAL, e, "start the box setup process");

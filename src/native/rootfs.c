@@ -528,7 +528,7 @@ static int build_while_mounting(const ab_rootfs_spec *s, int bfd, const char *di
                 while (waitpid(h, NULL, 0) < 0 && errno == EINTR)
                         ;
         if (stack != MAP_FAILED)
-                munmap(stack, DISK_HELPER_STACK);
+                ab_clone_stack_free(stack, DISK_HELPER_STACK);
         if (r < 0)
                 return -1;
         if (job.rc < 0)
