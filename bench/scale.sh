@@ -165,7 +165,9 @@ serial_creates() {
         sort -n "$WORK/$tag" | awk '{v[NR] = $1} END {if (NR) print v[int((NR + 1) / 2)]}'
 }
 
-log "0. $N_LATE creates one at a time, with no other box"
+log "0. $N_LATE creates one at a time, with (almost) no other box"
+# Untimed: the first create of a data folder formats the disk template.
+hl warm -c 1 -n 1 -s 0 -d '{"id":"warm%n"}' "$URL/v1/sandboxes" >/dev/null
 early=$(serial_creates early)
 echo "  create p50 $early ms"
 
@@ -236,7 +238,7 @@ log "4. delete all $TOTAL boxes"
 t0=$(now_us)
 del_err=0
 # DELETE answers 202 at once; the server's deleters do the work (waited for below).
-for spec in "r $MADE_R" "s ${made_s:-0}" "early $N_LATE" "late $N_LATE"; do
+for spec in "r $MADE_R" "s ${made_s:-0}" "early $N_LATE" "late $N_LATE" "warm 1"; do
         read -r prefix count <<<"$spec"
         [ "$count" -gt 0 ] || continue
         read -r _ err _ _ _ < <(hl "del.$prefix" -c "$PAR" -n "$count" -s 0 -m DELETE "$URL/v1/sandboxes/$prefix%n")
