@@ -65,8 +65,15 @@ static void report(int fd, char kind, int code, const char *fmt, ...)
         (void)!write(fd, buf, len + 1);
 }
 
+/* P, U and C run on stacks of their own in memory they share with their
+ * parent. AddressSanitizer, asked at each call of a noreturn function to
+ * clean the caller thread's stack, would find a stack it does not know and
+ * warn (once per process): those calls are made from functions it does not
+ * instrument. */
+#define NO_ASAN __attribute__((no_sanitize_address))
+
 static void die(int fd, ab_code code, int e, const char *what) __attribute__((noreturn));
-static void die(int fd, ab_code code, int e, const char *what)
+NO_ASAN static void die(int fd, ab_code code, int e, const char *what)
 {
         if (e)
                 report(fd, 'E', code, "%s: %s", what, strerror(e));
@@ -118,7 +125,7 @@ static int write_maps(pid_t pid, uid_t base)
  * to exist until its namespace is opened. It shares P's memory (no page
  * tables to copy), so it touches nothing but its own stack and makes no
  * call that could fail (a failing libc call would write P's errno). */
-static int userns_holder(void *arg)
+NO_ASAN static int userns_holder(void *arg)
 {
         /* Dies with P (prctl cannot fail with these arguments). */
         prctl(PR_SET_PDEATHSIG, SIGKILL);
@@ -203,7 +210,7 @@ typedef struct init_args {
 
 /* C: pid 1 of the box. A vfork-like child of P (shared memory, P suspended
  * until the exec), so nothing here may rely on P running. Never returns. */
-static int run_init(void *arg)
+NO_ASAN static int run_init(void *arg)
 {
         const init_args *a = arg;
         const ab_spawn_spec *s = a->s;
@@ -343,7 +350,7 @@ typedef struct setup_args {
 
 /* Reports err (and frees it: P shares the caller's heap) and exits. */
 static void die_err(int out, ab_err *err) __attribute__((noreturn));
-static void die_err(int out, ab_err *err)
+NO_ASAN static void die_err(int out, ab_err *err)
 {
         report(out, 'E', err->code, "%s", err->msg);
         ab_err_free(&err);
@@ -397,7 +404,7 @@ static void default_signals(void)
  * the server is; the calling thread sleeps until P exits, the server's other
  * threads go on). It shares the caller's memory, so what it allocates it
  * frees, and it ends with _exit. Reports 'I' + init pid, or 'E' + why. */
-static int run_setup(void *arg)
+NO_ASAN static int run_setup(void *arg)
 {
         const setup_args *a = arg;
         const ab_spawn_spec *s = a->s;
