@@ -966,13 +966,7 @@ h.ok(dg and dd and dg[0].json["seq"] < dd[0].json["seq"], "events: box.deleting 
 # ---- logs -------------------------------------------------------------------------------------
 
 ev_all.close()
-# ASan's own notice about the stacks of clone(CLONE_VM) children (the box
-# setup) is the sanitizer runtime's, not the server's; anything else is kept.
-ASAN_NOTICE = re.compile(r"^==\d+==WARNING: ASan is ignoring requested __asan_handle_no_return|"
-                         r"^False positive error reports may follow$|"
-                         r"^For details see https://github.com/google/sanitizers/issues/189$")
-lines = [l for l in srv.log().splitlines()
-         if l.strip() and not l.startswith("==== ") and not ASAN_NOTICE.match(l)]
+lines = [l for l in srv.log().splitlines() if l.strip() and not l.startswith("==== ")]
 notjson = []
 for l in lines:
     try:
