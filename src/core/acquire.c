@@ -191,16 +191,16 @@ int ab_manager_acquire(ab_manager *m, const ab_acquire_req *q, const char *scope
                                            "id \"%s\" belongs to another app", id);
                                 break;
                         }
-                        if ((r.status == AB_BOX_CREATING)) {
+                        if (r.status == AB_BOX_CREATING) {
                                 const char *who = mgr_rec_creator(&r);
                                 if (mgr_creator_dead(who) && mgr_recover_creating(m, &r)) {
                                         ab_box_rec_clear(&r);
                                         continue;
                                 }
                         }
-                        if ((r.status == AB_BOX_CREATING) || (r.status == AB_BOX_DELETING)) {
+                        if (r.status == AB_BOX_CREATING || r.status == AB_BOX_DELETING) {
                                 /* Another process (or our deleter) is at work on it. */
-                                bool creating = (r.status == AB_BOX_CREATING);
+                                bool creating = r.status == AB_BOX_CREATING;
                                 ab_box_rec_clear(&r);
                                 if (mgr_wall_ms() > deadline) {
                                         ab_err_set(err, creating ? AB_E_UNAVAILABLE : AB_E_CONFLICT,

@@ -20,7 +20,7 @@ void mgr_queue_delete(ab_manager *m, const char *id)
 /* Marks r deleting and queues it (caller holds the slot lock). */
 void mgr_delete_locked(ab_manager *m, ab_box_rec *r)
 {
-        if (!(r->status == AB_BOX_DELETING)) {
+        if (r->status != AB_BOX_DELETING) {
                 mgr_set_status(m, r, AB_BOX_DELETING, NULL);
                 mgr_emit(m, "box.deleting", r, NULL);
         }
@@ -35,7 +35,7 @@ static void destroy_now(ab_manager *m, const char *id)
         _cleanup_err_ ab_err *e = NULL;
         if (ab_store_box_get(m->o.store, m->provider, id, &r, &e) < 0)
                 goto out; /* gone already */
-        if (!(r.status == AB_BOX_DELETING))
+        if (r.status != AB_BOX_DELETING)
                 goto out; /* re-acquired meanwhile? never: acquire waits. Be safe. */
         ab_backend *b = m->o.backend;
         if (m->o.net)
@@ -95,7 +95,7 @@ int ab_manager_delete(ab_manager *m, const char *id, const char *scope, ab_err *
         if (mgr_get_scoped(m, id, scope, &r, err) < 0)
                 return -1;
         /* Already deleting: answer as if queued now (idempotent). */
-        if ((r.status == AB_BOX_DELETING)) {
+        if (r.status == AB_BOX_DELETING) {
                 ab_box_rec_clear(&r);
                 return 0;
         }

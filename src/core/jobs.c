@@ -56,7 +56,7 @@ void mgr_enforce_cap(ab_manager *m, const char *keep)
                 if (atomic_load(&s->inflight) == 0 && pthread_mutex_trylock(&s->lock) == 0) {
                         ab_box_rec r = {0};
                         if (ab_store_box_get(m->o.store, m->provider, rs[i].id, &r, NULL) == 0 &&
-                            (r.status == AB_BOX_RUNNING) && atomic_load(&s->inflight) == 0) {
+                            r.status == AB_BOX_RUNNING && atomic_load(&s->inflight) == 0) {
                                 ab_err *se = NULL;
                                 bool done = pause_after_s(m, &r) > 0 &&
                                             mgr_pause_locked(m, &r, "lru", &se) == 0;
@@ -217,7 +217,7 @@ static void reap_ttl_and_drift(ab_manager *m)
         ab_backend *b = m->o.backend;
         for (size_t i = 0; i < n; i++) {
                 ab_box_rec *r = &rs[i];
-                if ((r->status == AB_BOX_DELETING)) {
+                if (r->status == AB_BOX_DELETING) {
                         continue;
                 }
                 if (r->ttl_s > 0 && !mgr_is_pool(r) && r->created_at + r->ttl_s * 1000 < now) {
@@ -225,7 +225,7 @@ static void reap_ttl_and_drift(ab_manager *m)
                         pthread_mutex_lock(&s->lock);
                         ab_box_rec cur = {0};
                         if (ab_store_box_get(m->o.store, m->provider, r->id, &cur, NULL) == 0 &&
-                            !(cur.status == AB_BOX_DELETING)) {
+                            cur.status != AB_BOX_DELETING) {
                                 ab_metrics_op(m->o.metrics, "ttl_delete", true);
                                 mgr_delete_locked(m, &cur);
                         }

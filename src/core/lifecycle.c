@@ -96,7 +96,7 @@ int mgr_ensure_running(ab_manager *m, ab_box_rec *r, ab_err **err)
         if (paused) /* paused under another name (the CLI) or by a crashed server */
                 return resume_locked(m, r, "use", err) < 0 ? -1 : 1;
         if (running) {
-                if (!(r->status == AB_BOX_RUNNING))
+                if (r->status != AB_BOX_RUNNING)
                         mgr_set_status(m, r, AB_BOX_RUNNING, NULL);
                 return mgr_net_sync(m, r, pid, false, err) < 0 ? -1 : 0;
         }
@@ -152,7 +152,7 @@ int mgr_with_box(ab_manager *m, const char *id, const char *scope, locked_op op,
         slot *s = mgr_slot_get(m, id);
         pthread_mutex_lock(&s->lock);
         int rc = mgr_get_scoped(m, id, scope, &r, err);
-        if (rc == 0 && (r.status == AB_BOX_DELETING))
+        if (rc == 0 && r.status == AB_BOX_DELETING)
                 rc = ab_err_set(err, AB_E_CONFLICT, 0, "box %s is being deleted", id);
         if (rc == 0)
                 rc = op(m, &r, err);
@@ -167,7 +167,7 @@ int mgr_with_box(ab_manager *m, const char *id, const char *scope, locked_op op,
 
 static int op_stop(ab_manager *m, ab_box_rec *r, ab_err **err)
 {
-        if ((r->status == AB_BOX_STOPPED))
+        if (r->status == AB_BOX_STOPPED)
                 return 0;
         return mgr_stop_locked(m, r, "api", err);
 }
@@ -281,9 +281,9 @@ int ab_manager_set_network(ab_manager *m, const char *id, const char *scope, jso
         pthread_mutex_lock(&s->lock);
         ab_box_rec r = {0};
         rc = mgr_get_scoped(m, id, scope, &r, err);
-        if (rc == 0 && ((r.status == AB_BOX_DELETING) || (r.status == AB_BOX_CREATING)))
+        if (rc == 0 && (r.status == AB_BOX_DELETING || r.status == AB_BOX_CREATING))
                 rc = ab_err_set(err, AB_E_CONFLICT, 0, "box %s is being %s", id,
-                                (r.status == AB_BOX_DELETING) ? "deleted" : "created");
+                                r.status == AB_BOX_DELETING ? "deleted" : "created");
         if (rc == 0) {
                 if (!r.spec)
                         r.spec = json_object();

@@ -166,7 +166,7 @@ int mgr_reconcile(ab_manager *m, ab_err **err)
         size_t found = 0, fixed = 0;
         for (size_t i = 0; i < n; i++) {
                 ab_box_rec *r = &rs[i];
-                if ((r->status == AB_BOX_DELETING)) {
+                if (r->status == AB_BOX_DELETING) {
                         mgr_queue_delete(m, r->id);
                         continue;
                 }
@@ -175,7 +175,7 @@ int mgr_reconcile(ab_manager *m, ab_err **err)
                 int ir = b->ops->info(b, r->backend_id, &info, &e);
                 bool missing = ir < 0 && e->code == AB_E_NOT_FOUND;
                 ab_err_free(&e);
-                if ((r->status == AB_BOX_CREATING)) {
+                if (r->status == AB_BOX_CREATING) {
                         const char *who = mgr_rec_creator(r);
                         if (!mgr_creator_dead(who) && now - r->created_at < STALE_CREATE_MS)
                                 goto next; /* another process may be creating it now */
@@ -189,7 +189,7 @@ int mgr_reconcile(ab_manager *m, ab_err **err)
                         }
                 }
                 if (missing) {
-                        if (!(r->status == AB_BOX_ERROR)) {
+                        if (r->status != AB_BOX_ERROR) {
                                 mgr_set_status(m, r, AB_BOX_ERROR,
                                                "the backend has no such box any more (its disk is "
                                                "gone)");
@@ -203,14 +203,14 @@ int mgr_reconcile(ab_manager *m, ab_err **err)
                 /* A paused box stays paused: its processes wait for a use. */
                 bool alive = info.status == AB_BOX_RUNNING || info.status == AB_BOX_PAUSED;
                 ab_box_status truth = alive || info.status == AB_BOX_STOPPED ? info.status : 0;
-                if (truth && r->status != truth && !(r->status == AB_BOX_ERROR)) {
+                if (truth && r->status != truth && r->status != AB_BOX_ERROR) {
                         mgr_set_status(m, r, truth, NULL);
                         fixed++;
-                } else if (truth && (r->status == AB_BOX_ERROR) && alive) {
+                } else if (truth && r->status == AB_BOX_ERROR && alive) {
                         mgr_set_status(m, r, truth, NULL);
                         fixed++;
                 }
-                if (alive && !(r->status == AB_BOX_CREATING)) {
+                if (alive && r->status != AB_BOX_CREATING) {
                         ab_err *ne = NULL;
                         /* after a restart: the proxy listener is gone, a veth may be left */
                         mgr_net_sync(m, r, info.init_pid, true, &ne);

@@ -14,14 +14,14 @@ int ab_manager_use_begin(ab_manager *m, const char *id, const char *scope, ab_us
         slot *s = mgr_slot_get(m, id);
         pthread_mutex_lock(&s->lock);
         int rc = mgr_get_scoped(m, id, scope, &r, err);
-        if (rc == 0 && (r.status == AB_BOX_DELETING))
+        if (rc == 0 && r.status == AB_BOX_DELETING)
                 rc = ab_err_set(err, AB_E_CONFLICT, 0, "box %s is being deleted", id);
-        else if (rc == 0 && (r.status == AB_BOX_CREATING))
+        else if (rc == 0 && r.status == AB_BOX_CREATING)
                 rc = ab_err_set(err, AB_E_UNAVAILABLE, 0, "box %s is still being created", id);
         bool started = false;
         /* A box recorded running is taken at its word: if its init died,
          * use_connect finds out and starts it. */
-        if (rc == 0 && !(r.status == AB_BOX_RUNNING)) {
+        if (rc == 0 && r.status != AB_BOX_RUNNING) {
                 rc = mgr_ensure_running(m, &r, err);
                 started = rc > 0;
                 rc = rc < 0 ? -1 : 0;
