@@ -150,6 +150,7 @@ static int create_backend(ab_manager *m, ab_box_rec *r, const ab_limits *lim, ab
                         return mgr_ensure_running(m, r, err) < 0 ? -1 : 0;
                 }
                 ab_metrics_op(m->o.metrics, "create", false);
+                ab_log(AB_LOG_WARN, "box cannot be created", "box", r->id, "error", e->msg, NULL);
                 ab_err_set(err, AB_E_UNAVAILABLE, 0, "box %s cannot be created: %s", r->id, e->msg);
                 ab_err_free(&e);
                 return -1;
