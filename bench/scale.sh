@@ -107,7 +107,7 @@ log "build and server"
 if [ ! -f "$BUILD/build.ninja" ]; then
         (cd "$ROOT" && meson setup "$BUILD" >/dev/null) || { echo "meson setup failed" >&2; exit 1; }
 fi
-ninja -C "$BUILD" agentbox agentbox-init >"$WORK/ninja.log" 2>&1 ||
+ninja -C "$BUILD" agentbox agentbox-full agentbox-init >"$WORK/ninja.log" 2>&1 ||
         { echo "bench/scale.sh: build failed" >&2; tail -20 "$WORK/ninja.log" >&2; exit 1; }
 echo "  agentbox: $AB ($(cd "$ROOT" && git rev-parse --short HEAD 2>/dev/null))"
 cc -std=gnu11 -O2 -pthread "$ROOT/bench/http_load.c" -lm -o "$HL" || exit 1

@@ -134,7 +134,7 @@ log "build"
 if [ ! -f "$BUILD/build.ninja" ]; then
         (cd "$ROOT" && meson setup "$BUILD" >/dev/null) || { echo "meson setup failed" >&2; exit 1; }
 fi
-ninja -C "$BUILD" agentbox agentbox-init >"$WORK/ninja.log" 2>&1 ||
+ninja -C "$BUILD" agentbox agentbox-full agentbox-init >"$WORK/ninja.log" 2>&1 ||
         { echo "bench/speed.sh: build failed:" >&2; tail -20 "$WORK/ninja.log" >&2; exit 1; }
 SRCSTATE=$(cd "$ROOT" && git rev-parse --short HEAD 2>/dev/null)
 if ! (cd "$ROOT" && git diff --quiet HEAD -- src 2>/dev/null); then
