@@ -18,6 +18,34 @@ char *ab_self_dir(void)
         return xstrdup(self[0] ? self : "/");
 }
 
+/* path with "a/.." pairs and "." removed, without looking at the
+ * filesystem (the binary's directory has no symlinks: it comes from
+ * /proc/self/exe). For messages about paths that do not exist. */
+static void lexical_clean(char *path)
+{
+        char *out = path, *p = path;
+        while (*p) {
+                while (*p == '/')
+                        p++;
+                char *end = strchrnul(p, '/');
+                size_t n = (size_t)(end - p);
+                if (n == 1 && p[0] == '.') {
+                        /* skip */
+                } else if (n == 2 && p[0] == '.' && p[1] == '.') {
+                        while (out > path && *--out != '/')
+                                ;
+                } else if (n) {
+                        *out++ = '/';
+                        memmove(out, p, n);
+                        out += n;
+                }
+                p = end;
+        }
+        if (out == path)
+                *out++ = '/';
+        *out = '\0';
+}
+
 char *ab_find_beside_self(const char *const *dirs, const char *probe, int amode, char **looked)
 {
         _cleanup_free_ char *self = ab_self_dir();
@@ -35,9 +63,13 @@ char *ab_find_beside_self(const char *const *dirs, const char *probe, int amode,
                                 return real;
                 }
                 _cleanup_free_ char *canon = realpath(dir, NULL);
+                if (!canon) {
+                        canon = xstrdup(dir);
+                        lexical_clean(canon);
+                }
                 if (tried.n)
                         ab_buf_puts(&tried, ", ");
-                ab_buf_puts(&tried, canon ? canon : dir);
+                ab_buf_puts(&tried, canon);
                 ab_buf_puts(&tried, "/");
                 ab_buf_puts(&tried, probe);
         }

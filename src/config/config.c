@@ -70,6 +70,7 @@ void ab_config_release(ab_config *c)
         free(c->store_url);
         free(c->token);
         free(c->init_path);
+        free(c->runners_dir);
         free(c->webhook_url);
         free(c->network_hosts_file);
         free(c->network_subnet);
