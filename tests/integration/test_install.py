@@ -122,6 +122,13 @@ for _ in range(100):
 h.ok(gone, "... and is gone", r.describe())
 S.stop()
 
+# The installed sample config is one the server takes (--listen and --data
+# given as flags, as the unit gives --data).
+srv = h.server(defaults=False, name="sample", args=["--config", os.path.join(prefix_share, "config.example.yaml")])
+why = srv.start()
+h.ok(why is None, "the installed sample config starts the server", why)
+srv.stop()
+
 # ---- parts missing: the error names where it looked ----------------------------------------
 lonely = os.path.join(h.root, "lonely", "bin")
 os.makedirs(lonely)
