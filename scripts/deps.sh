@@ -35,6 +35,7 @@ PACKAGES=(
         clang-format
         bubblewrap
         procps
+        systemd
 )
 
 die() {

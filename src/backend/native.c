@@ -14,6 +14,7 @@
 #include "backend/backend.h"
 #include "base/log.h"
 #include "base/id.h"
+#include "base/selfpath.h"
 #include "native/box.h"
 #include "native/cgroup.h"
 #include "native/hide.h"
@@ -1124,27 +1125,39 @@ static const ab_subcg_ops native_subcg = {
     .end = n_sub_end,
 };
 
-static char *find_init(const char *given)
+/* agentbox-init: the configured path (init_path, AGENTBOX_INIT), else next
+ * to the running binary (a build tree, or agentbox-full in libexec), else
+ * in ../libexec/agentbox from it (an installed bin/agentbox), else in the
+ * libexec directory of the build's prefix. */
+static char *find_init(const char *given, ab_err **err)
 {
-        if (given)
-                return xstrdup(given);
         const char *env = getenv("AGENTBOX_INIT");
-        if (env && *env)
-                return xstrdup(env);
-        char self[4096];
-        ssize_t len = readlink("/proc/self/exe", self, sizeof(self) - 1);
-        if (len > 0) {
-                self[len] = '\0';
-                char *p = xasprintf("%s/agentbox-init", dirname(self));
-                if (access(p, X_OK) == 0)
-                        return p;
-                free(p);
+        const char *set = given && *given ? given : env && *env ? env : NULL;
+        if (set) {
+                if (access(set, X_OK) < 0) {
+                        ab_err_set(err, AB_E_INTERNAL, errno,
+                                   "agentbox-init at %s (from init_path or AGENTBOX_INIT) cannot "
+                                   "be run",
+                                   set);
+                        return NULL;
+                }
+                return xstrdup(set);
         }
+        static const char *const dirs[] = {".", "../libexec/agentbox",
 #ifdef AGENTBOX_LIBEXECDIR
-        return xstrdup(AGENTBOX_LIBEXECDIR "/agentbox-init");
-#else
-        return xstrdup("/usr/local/libexec/agentbox/agentbox-init");
+                                           AGENTBOX_LIBEXECDIR,
 #endif
+                                           NULL};
+        _cleanup_free_ char *looked = NULL;
+        _cleanup_free_ char *dir = ab_find_beside_self(dirs, "agentbox-init", X_OK, &looked);
+        if (!dir) {
+                ab_err_set(err, AB_E_INTERNAL, ENOENT,
+                           "agentbox-init not found: looked at %s (set init_path in the config "
+                           "or AGENTBOX_INIT)",
+                           looked);
+                return NULL;
+        }
+        return xasprintf("%s/agentbox-init", dir);
 }
 
 static int mkdir_p(const char *path, mode_t mode)
@@ -1211,11 +1224,9 @@ int ab_native_open(const ab_native_opts *opts, ab_backend **out, ab_err **err)
         if (n->cache_fd < 0)
                 return ab_err_set(err, AB_E_INTERNAL, errno, "open %s/cache", n->data);
         n->hide[0] = n->data;
-        n->init_path = find_init(opts->init_path);
-        if (access(n->init_path, X_OK) < 0)
-                return ab_err_set(err, AB_E_INTERNAL, errno,
-                                  "agentbox-init not found at %s (set AGENTBOX_INIT)",
-                                  n->init_path);
+        n->init_path = find_init(opts->init_path, err);
+        if (!n->init_path)
+                return -1;
         sweep_trash(n);
         ab_disk_sweep_cache(n->cache_fd);
         *out = steal_pointer(&guard);

@@ -9,26 +9,20 @@
  * library, by execv with the same arguments. */
 #include "cli/cli.h"
 #include "base/log.h"
-
-#include <libgen.h>
+#include "base/selfpath.h"
 
 #ifndef AGENTBOX_LIBEXECDIR
 #define AGENTBOX_LIBEXECDIR "/usr/local/libexec/agentbox"
 #endif
 
-/* agentbox-full next to this binary (a build tree), else the installed one. */
-static char *find_full(void)
+/* agentbox-full: next to this binary (a build tree), else in
+ * ../libexec/agentbox from it (installed), else in the build prefix's. NULL
+ * when none is there, with *looked naming where it looked. */
+static char *find_full(char **looked)
 {
-        char self[4096];
-        ssize_t len = readlink("/proc/self/exe", self, sizeof(self) - 1);
-        if (len > 0) {
-                self[len] = '\0';
-                char *p = xasprintf("%s/agentbox-full", dirname(self));
-                if (access(p, X_OK) == 0)
-                        return p;
-                free(p);
-        }
-        return xstrdup(AGENTBOX_LIBEXECDIR "/agentbox-full");
+        static const char *const dirs[] = {".", "../libexec/agentbox", AGENTBOX_LIBEXECDIR, NULL};
+        _cleanup_free_ char *dir = ab_find_beside_self(dirs, "agentbox-full", X_OK, looked);
+        return dir ? xasprintf("%s/agentbox-full", dir) : NULL;
 }
 
 /* True when argv (the exec verb's) asks for help before the command. */
@@ -58,7 +52,12 @@ int main(int argc, char **argv)
                 ab_log_init_from_env();
                 return cli_exec(argc - i, argv + i, data);
         }
-        _cleanup_free_ char *full = find_full();
+        _cleanup_free_ char *looked = NULL;
+        _cleanup_free_ char *full = find_full(&looked);
+        if (!full) {
+                fprintf(stderr, "agentbox: agentbox-full not found: looked at %s\n", looked);
+                return EXIT_AGENTBOX;
+        }
         execv(full, argv);
         fprintf(stderr, "agentbox: cannot run %s: %s\n", full, strerror(errno));
         return EXIT_AGENTBOX;

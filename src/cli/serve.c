@@ -6,6 +6,7 @@
 #include "api/server.h"
 #include "runners/runner.h"
 #include "cli/cli.h"
+#include "base/selfpath.h"
 #include "net/net.h"
 #include "base/log.h"
 
@@ -120,27 +121,28 @@ static void replace(char **dst, const char *v)
         *dst = xstrdup(v);
 }
 
-/* The runner's runtime (runners/ of the source tree, or the installed copy). */
-static char *find_runtime_dir(void)
+/* The code runner's files (the runners/ folder): runners_dir in the config
+ * (or AGENTBOX_RUNNERS), else the source tree's from a build tree
+ * (BUILD/../runners), else the installed copy in share/agentbox from
+ * bin/agentbox or from libexec/agentbox/agentbox-full, else the build
+ * prefix's. NULL when none holds python/runner.py, with *looked naming
+ * where it looked. */
+static char *find_runtime_dir(const char *given, char **looked)
 {
-        const char *env = getenv("AGENTBOX_RUNNERS");
-        if (env && *env)
-                return xstrdup(env);
-        char exe[4096];
-        ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
-        if (n > 0) {
-                exe[n] = 0;
-                char *slash = strrchr(exe, '/');
-                if (slash) {
-                        *slash = 0;
-                        char *p = xasprintf("%s/../runners", exe);
-                        char *rp = realpath(p, NULL);
-                        free(p);
-                        if (rp)
-                                return rp;
-                }
+        if (given && *given) {
+                _cleanup_free_ char *probe = xasprintf("%s/python/runner.py", given);
+                if (access(probe, R_OK) == 0)
+                        return xstrdup(given);
+                *looked = xasprintf("%s (runners_dir, AGENTBOX_RUNNERS)", probe);
+                return NULL;
         }
-        return xstrdup("/usr/local/share/agentbox/runners");
+        static const char *const dirs[] = {"../runners", "../share/agentbox/runners",
+                                           "../../share/agentbox/runners",
+#ifdef AGENTBOX_DATADIR
+                                           AGENTBOX_DATADIR "/runners",
+#endif
+                                           NULL};
+        return ab_find_beside_self(dirs, "python/runner.py", R_OK, looked);
 }
 
 /* A SANDBOX_* variable of seed 003 as a number, or def. */
@@ -163,10 +165,19 @@ static int64_t env_num(const char *name, int64_t def, ab_err **err, bool *bad)
 static int open_runners(cli_service *s, ab_err **err)
 {
         bool bad = false;
-        _cleanup_free_ char *dir = find_runtime_dir();
+        _cleanup_free_ char *looked = NULL;
+        _cleanup_free_ char *dir = find_runtime_dir(s->cfg.runners_dir, &looked);
+        _cleanup_free_ char *missing = NULL;
+        if (!dir) {
+                missing = xasprintf("the code runner's files were not found: looked at %s (set "
+                                    "runners_dir in the config or AGENTBOX_RUNNERS)",
+                                    looked);
+                ab_log(AB_LOG_WARN, "runner: disabled", "reason", missing, NULL);
+        }
         ab_runners_opts ro = {
             .manager = s->mgr,
             .runtime_dir = dir,
+            .runtime_missing = missing,
             .timeout_ms = env_num("SANDBOX_TIMEOUT", 0, err, &bad),
             .max_timeout_ms = env_num("SANDBOX_MAX_TIMEOUT", 0, err, &bad),
             .memory_mb = env_num("SANDBOX_MEMORY_MB", 0, err, &bad),

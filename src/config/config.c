@@ -70,6 +70,7 @@ void ab_config_release(ab_config *c)
         free(c->store_url);
         free(c->token);
         free(c->init_path);
+        free(c->runners_dir);
         free(c->webhook_url);
         free(c->network_hosts_file);
         free(c->network_subnet);
@@ -223,6 +224,7 @@ static const field fields[] = {
     F("store", "store_url", "AGENTBOX_STORE", K_OPT_STR, store_url),
     F("token", NULL, "AGENTBOX_TOKEN", K_OPT_STR, token),
     F("init_path", NULL, "AGENTBOX_INIT", K_OPT_STR, init_path),
+    F("runners_dir", NULL, "AGENTBOX_RUNNERS", K_OPT_STR, runners_dir),
     F("idle_pause", NULL, "AGENTBOX_IDLE_PAUSE", K_SECS, idle_pause_s),
     F("idle_stop", NULL, "AGENTBOX_IDLE_STOP", K_SECS, idle_stop_s),
     F("memory_pressure_pct", NULL, "AGENTBOX_MEMORY_PRESSURE_PCT", K_PCT, memory_pressure_pct),

@@ -21,6 +21,8 @@ typedef struct ab_config {
         char *store_url; /* NULL = SQLite under data_dir (env AGENTBOX_STORE) */
         char *token; /* admin bearer token; NULL/"" = open, loopback only (env AGENTBOX_TOKEN) */
         char *init_path;      /* agentbox-init; NULL = next to the binary (env AGENTBOX_INIT) */
+        char *runners_dir;    /* the code runner's runners/ folder; NULL = found from the
+                                 binary's place (env AGENTBOX_RUNNERS) */
         ab_limits limits;     /* defaults for new boxes (config: limits: {cpus, memory, pids, disk,
                                  timeout}) */
         int64_t idle_pause_s; /* default 60; 0 disables idle pause */

@@ -434,6 +434,7 @@ NO_ASAN static int run_setup(void *arg)
             .box_dir = s->box_dir,
             .base = s->base,
             .skills_dir = s->skills_dir,
+            .hostname = s->id,
             .hide = s->hide,
             .uid_base = s->uid_base,
             .userns_fd = userns,

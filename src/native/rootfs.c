@@ -157,6 +157,31 @@ static int hide_etc_secrets(int mask_dfd, const ab_hide_list *l, uid_t base)
         return r;
 }
 
+/* The box's own /etc/hostname and /etc/hosts, on top of the host's (which
+ * name the host), owned by the box's root. */
+static int etc_own_names(int mask_dfd, const char *hostname, uid_t base)
+{
+        _cleanup_free_ char *hosts =
+            xasprintf("127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n"
+                      "127.0.1.1\t%s\n",
+                      hostname);
+        _cleanup_free_ char *name = xasprintf("%s\n", hostname);
+        const char *const files[][2] = {{"hostname", name}, {"hosts", hosts}};
+        for (size_t i = 0; i < AB_ARRAY_LEN(files); i++) {
+                unlinkat(mask_dfd, files[i][0], 0); /* a whiteout from the hide list */
+                _cleanup_close_ int fd =
+                    openat(mask_dfd, files[i][0], O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+                if (fd < 0)
+                        return -errno;
+                int r = ab_write_all(fd, files[i][1], strlen(files[i][1]));
+                if (r < 0)
+                        return r;
+                if (fchown(fd, base, base) < 0)
+                        return -errno;
+        }
+        return 0;
+}
+
 /* Layer name of a shared path: "var/lib/dpkg" -> "var_lib_dpkg". */
 static void layer_name(const char *path, char *out, size_t len)
 {
@@ -295,11 +320,24 @@ static int layer_dirs(const char *disk, const char *name, const struct stat *lik
         return 0;
 }
 
-static int mount_overlay(const char *target, const char *lowers, const char *upper,
-                         const char *work, ab_err **err)
+/* The overlay's layers are named relative to the box directory (the setup
+ * process's working directory, see ab_rootfs_build): overlayfs shows its
+ * options as given in the box's /proc/self/mountinfo, and so a box sees
+ * "lowerdir=mask/skel,upperdir=disk/layers/root/upper", never a host path.
+ * (Layers given as file descriptors would show their host paths.) */
+static const char *box_rel(const char *box_dir, const char *path)
 {
-        _cleanup_free_ char *opts =
-            xasprintf("lowerdir=%s,upperdir=%s,workdir=%s", lowers, upper, work);
+        size_t n = strlen(box_dir);
+        if (!strncmp(path, box_dir, n) && path[n] == '/')
+                return path + n + 1;
+        return path;
+}
+
+static int mount_overlay(const char *box_dir, const char *target, const char *lowers,
+                         const char *upper, const char *work, ab_err **err)
+{
+        _cleanup_free_ char *opts = xasprintf("lowerdir=%s,upperdir=%s,workdir=%s", lowers,
+                                              box_rel(box_dir, upper), box_rel(box_dir, work));
         if (mount("agentbox", target, "overlay", MS_NOSUID | MS_NODEV, opts) < 0)
                 return ab_err_set(err, AB_E_INTERNAL, errno, "cannot mount the overlay on %s",
                                   target);
@@ -401,7 +439,8 @@ static int build_layer_masks(int mfd, const ab_rootfs_spec *s)
                 if (lfd < 0)
                         return -errno;
                 if (!strcmp(shared[i], "etc") &&
-                    (r = hide_etc_secrets(lfd, s->etc_hidden, s->uid_base)) < 0)
+                    ((r = hide_etc_secrets(lfd, s->etc_hidden, s->uid_base)) < 0 ||
+                     (s->hostname && (r = etc_own_names(lfd, s->hostname, s->uid_base)) < 0)))
                         return r;
                 for (const char *const *h = s->hide; h && *h; h++)
                         if (!strncmp(*h, host, hl) && (*h)[hl] == '/' &&
@@ -549,7 +588,7 @@ int ab_rootfs_build(const ab_rootfs_spec *s, ab_err **err)
                         return ab_err_set(err, AB_E_INTERNAL, errno, "mkdir %s", dirs[i]);
 
         _cleanup_close_ int bfd = open(s->box_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-        if (bfd < 0)
+        if (bfd < 0 || fchdir(bfd) < 0)
                 return ab_err_set(err, AB_E_INTERNAL, errno, "open %s", s->box_dir);
         bool host = strcmp(s->base, "/") == 0;
         bool has_mask[AB_ARRAY_LEN(shared)] = {false};
@@ -568,8 +607,7 @@ int ab_rootfs_build(const ab_rootfs_spec *s, ab_err **err)
                 return -1;
         if (host) {
                 /* The root is the skeleton alone; shared paths are mounted on it. */
-                snprintf(p, sizeof(p), "%s/skel", mask);
-                if (mount_overlay(root, p, upper, work, err) < 0)
+                if (mount_overlay(s->box_dir, root, "mask/skel", upper, work, err) < 0)
                         return -1;
                 for (size_t i = 0; i < AB_ARRAY_LEN(shared); i++) {
                         const layer *l = &layers[i];
@@ -579,17 +617,15 @@ int ab_rootfs_build(const ab_rootfs_spec *s, ab_err **err)
                         if (layer_dirs(disk, l->name, &l->st, s->uid_base, upper, work,
                                        sizeof(upper), err) < 0)
                                 return -1;
-                        snprintf(p, sizeof(p), "%s/%s", lower, l->name);
                         _cleanup_free_ char *lowers =
-                            has_mask[i] ? xasprintf("%s/m_%s:%s", mask, l->name, p) : xstrdup(p);
+                            has_mask[i] ? xasprintf("mask/m_%s:lower/%s", l->name, l->name)
+                                        : xasprintf("lower/%s", l->name);
                         snprintf(q, sizeof(q), "%s/%s", root, shared[i]);
-                        if (mount_overlay(q, lowers, upper, work, err) < 0)
+                        if (mount_overlay(s->box_dir, q, lowers, upper, work, err) < 0)
                                 return -1;
                 }
         } else {
-                snprintf(p, sizeof(p), "%s/root", lower);
-                _cleanup_free_ char *lowers = xasprintf("%s/skel:%s", mask, p);
-                if (mount_overlay(root, lowers, upper, work, err) < 0)
+                if (mount_overlay(s->box_dir, root, "mask/skel:lower/root", upper, work, err) < 0)
                         return -1;
         }
 

@@ -21,6 +21,7 @@ typedef struct ab_rootfs_spec {
         const char *box_dir;    /* absolute */
         const char *base;       /* "/" = curated host base, else a rootfs directory */
         const char *skills_dir; /* shown read-only at /mnt/skills and /skills; may be NULL */
+        const char *hostname;   /* host base: the box's /etc/hostname and /etc/hosts name it */
         const char *const
             *hide;        /* absolute host paths never to show (data dir...), NULL-terminated */
         uid_t uid_base;   /* host uid (and gid) of root inside the box */

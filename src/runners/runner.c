@@ -63,7 +63,8 @@ typedef struct wproc {
 
 struct ab_runners {
         ab_runners_opts o;
-        char *runtime_dir; /* o.runtime_dir points here */
+        char *runtime_dir;     /* o.runtime_dir points here */
+        char *runtime_missing; /* o.runtime_missing points here */
         pthread_mutex_t lock;
         pthread_cond_t cond;
         bool ready, preparing, stopping;
@@ -804,6 +805,8 @@ static int prepare_box(ab_runners *rs, ab_err **err)
 /* Makes the system box ready once; later callers wait for the first. */
 static int ensure_ready(ab_runners *rs, ab_err **err)
 {
+        if (rs->runtime_missing)
+                return ab_err_set(err, AB_E_UNAVAILABLE, ENOENT, "runner: %s", rs->runtime_missing);
         pthread_mutex_lock(&rs->lock);
         if (rs->ready) {
                 pthread_mutex_unlock(&rs->lock);
@@ -994,12 +997,14 @@ json_t *ab_runners_modules(void)
 
 int ab_runners_new(const ab_runners_opts *o, ab_runners **out, ab_err **err)
 {
-        if (!o->runtime_dir || !o->manager)
+        if ((!o->runtime_dir && !o->runtime_missing) || !o->manager)
                 return ab_err_set(err, AB_E_INVALID, 0, "runner: no manager or runtime dir");
         ab_runners *rs = xzalloc(sizeof(*rs));
         rs->o = *o;
-        rs->runtime_dir = xstrdup(o->runtime_dir);
+        rs->runtime_dir = o->runtime_dir ? xstrdup(o->runtime_dir) : NULL;
         rs->o.runtime_dir = rs->runtime_dir;
+        rs->runtime_missing = o->runtime_dir ? NULL : xstrdup(o->runtime_missing);
+        rs->o.runtime_missing = rs->runtime_missing;
         if (rs->o.warm <= 0)
                 rs->o.warm = 4;
         if (rs->o.max_concurrency <= 0)
@@ -1073,6 +1078,7 @@ void ab_runners_free(ab_runners *rs)
         free(rs->zy_socket);
         ab_buf_free(&rs->zy_line);
         free(rs->runtime_dir);
+        free(rs->runtime_missing);
         free(rs);
 }
 

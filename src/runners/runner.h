@@ -20,9 +20,11 @@ typedef struct ab_runners ab_runners;
 typedef struct ab_runners_opts {
         ab_manager *manager; /* borrowed: owns the system box "sys-runner" */
         const char
-            *runtime_dir;    /* host dir with python/runner.py and js/runner.js (+ node_modules) */
-        int warm;            /* run processes kept ready per language; 0 = 4 */
-        int max_concurrency; /* runs at once; more are queued; 0 = 50 */
+            *runtime_dir; /* host dir with python/runner.py and js/runner.js (+ node_modules) */
+        const char *runtime_missing; /* instead of runtime_dir: why there is none; every run is
+                                        then AB_E_UNAVAILABLE with this message */
+        int warm;                    /* run processes kept ready per language; 0 = 4 */
+        int max_concurrency;         /* runs at once; more are queued; 0 = 50 */
         int64_t timeout_ms, max_timeout_ms; /* 0 = 10000 / 60000 */
         int64_t memory_mb, max_memory_mb;   /* 0 = 64 / 256 */
         int64_t disk_mb, max_disk_mb;       /* 0 = 10 / 100 */
