@@ -5,7 +5,7 @@
 # (127.0.0.1) answer within 2x their unloaded p50; the slow connections are
 # closed at the head deadline.
 #
-#   sudo bench/flood.sh                     # ~1 min
+#   sudo bench/flood.sh                     # ~3 min
 #   sudo N_SLOW=3000 HOLD=5 BUILD=/tmp/b bench/flood.sh
 #
 # What it does (all under one /var/tmp/agentbox-flood.* dir, removed at the
@@ -15,22 +15,23 @@
 #   1. starts `agentbox serve` on a free loopback port (default head_timeout
 #      10s; max_connections 10000; per-address caps raised so one address may
 #      hold the whole flood) and makes one box
-#   2. unloaded: N_HEALTH GET /health and N_EXEC execs of `true` from
-#      127.0.0.1, sequential on one keep-alive connection each (http_load -c 1)
-#   3. starts flood_load from 127.0.0.2: N_SLOW connections that send a request
-#      line and then one header line every 2 s, never ending the head (each
-#      one the server closes is opened again, so N_SLOW stay open), and N_SSE
-#      idle GET /v1/events streams; waits until all are open and the server
-#      counts them, then HOLD more seconds (past the head deadline, so closes
-#      and reconnects are part of the load)
-#   4. loaded: the same two series as in 2, while the flood stays open
-#   5. unloaded again after the flood is gone (a drift check)
-#   6. prints the medians, the loaded/unloaded ratios against the 2x target,
-#      and what the flood saw: how long slow connections lived (= the head
-#      deadline) and the server's /metrics counts
+#   2. ROUNDS times:
+#      - unloaded: N_HEALTH GET /health and N_EXEC execs of `true` from
+#        127.0.0.1, sequential on one keep-alive connection each (http_load -c 1)
+#      - starts flood_load from 127.0.0.2: N_SLOW connections that send a
+#        request line and then one header line every 2 s, never ending the head
+#        (each one the server closes is opened again, so N_SLOW stay open), and
+#        N_SSE idle GET /v1/events streams; waits until all are open and the
+#        server counts them, then HOLD more seconds (past the head deadline, so
+#        closes and reconnects are part of the load)
+#      - loaded: the same two series, while the flood stays open; then the
+#        flood stops
+#   3. prints each round's p50s, the median loaded / median unloaded ratios
+#      against the 2x target, and what the flood saw: how long slow
+#      connections lived (= the head deadline) and the server's /metrics counts
 #
 # Knobs (environment): BUILD (default build-bench), N_SLOW (5000), N_SSE (500),
-# N_HEALTH (1000), N_EXEC (300), HOLD (12), HEAD_TIMEOUT (10s), KEEP=1 (keep
+# N_HEALTH (1000), N_EXEC (200), HOLD (12), HEAD_TIMEOUT (10s), ROUNDS (3), KEEP=1 (keep
 # the temp dir). Exit status: 0 unless the build or the server fails.
 set -u -o pipefail
 
@@ -39,9 +40,10 @@ BUILD=${BUILD:-$ROOT/build-bench}
 N_SLOW=${N_SLOW:-5000}
 N_SSE=${N_SSE:-500}
 N_HEALTH=${N_HEALTH:-1000}
-N_EXEC=${N_EXEC:-300}
+N_EXEC=${N_EXEC:-200}
 HOLD=${HOLD:-12}
 HEAD_TIMEOUT=${HEAD_TIMEOUT:-10s}
+ROUNDS=${ROUNDS:-3}
 
 if [ "$(id -u)" -ne 0 ]; then
         echo "bench/flood.sh: needs root (boxes are namespaces, cgroups and loop disks): sudo $0" >&2
@@ -154,56 +156,65 @@ curl -sS -m 60 -X POST "$URL/v1/sandboxes" -H 'Content-Type: application/json' -
         grep -q '"status":"running"' || { echo "bench/flood.sh: cannot make a box" >&2; exit 1; }
 EXEC=(-m POST -d '{"command":"true"}' -x '"exit_code":0' "$URL/v1/sandboxes/flood/exec")
 
-log "unloaded (from 127.0.0.1)"
-series "GET /health" "$WORK/h0" -n "$N_HEALTH" "$URL/health"
-series "exec true" "$WORK/e0" -n "$N_EXEC" "${EXEC[@]}"
+# flood_on: starts flood_load from 127.0.0.2; waits until it holds everything
+# and the server counts it, then HOLD more seconds.
+flood_on() {
+        "$FL" -a 127.0.0.2 -p "${URL##*:}" -s "$N_SLOW" -e "$N_SSE" >"$WORK/flood.out" 2>&1 &
+        FLOOD_PID=$!
+        local full=0 st so eo
+        for _ in $(seq 1 120); do
+                sleep 0.5
+                st=$(grep '^STATUS' "$WORK/flood.out" | tail -1)
+                so=$(sed -n 's/.*slow_open=\([0-9]*\).*/\1/p' <<<"$st")
+                eo=$(sed -n 's/.*sse_open=\([0-9]*\).*/\1/p' <<<"$st")
+                if [ "${so:-0}" -ge "$N_SLOW" ] && [ "${eo:-0}" -ge "$N_SSE" ]; then full=1; break; fi
+        done
+        echo "  flood_load: $st"
+        [ $full = 1 ] || note "  note: the flood did not reach $N_SLOW + $N_SSE open connections"
+        echo "  server: connections $(metric agentbox_http_connections), streams $(metric agentbox_http_streams); holding ${HOLD}s (past the ${HEAD_TIMEOUT} head deadline)"
+        sleep "$HOLD"
+}
 
-log "flood: $N_SLOW slow heads + $N_SSE idle event streams from 127.0.0.2"
-"$FL" -a 127.0.0.2 -p "${URL##*:}" -s "$N_SLOW" -e "$N_SSE" >"$WORK/flood.out" 2>&1 &
-FLOOD_PID=$!
-full=0
-for _ in $(seq 1 120); do
-        sleep 0.5
-        st=$(grep '^STATUS' "$WORK/flood.out" | tail -1)
-        so=$(sed -n 's/.*slow_open=\([0-9]*\).*/\1/p' <<<"$st")
-        eo=$(sed -n 's/.*sse_open=\([0-9]*\).*/\1/p' <<<"$st")
-        if [ "${so:-0}" -ge "$N_SLOW" ] && [ "${eo:-0}" -ge "$N_SSE" ]; then full=1; break; fi
+flood_off() {
+        FSTAT=$(grep '^STATUS' "$WORK/flood.out" | tail -1)
+        CONNS=$(metric agentbox_http_connections)
+        STREAMS=$(metric agentbox_http_streams)
+        echo "  server: connections $CONNS, streams $STREAMS, closed at the head deadline so far $(metric agentbox_http_head_deadline_closed_total)"
+        echo "  flood_load: $FSTAT"
+        kill "$FLOOD_PID" 2>/dev/null
+        wait "$FLOOD_PID" 2>/dev/null
+        FLOOD_PID=
+        kill -0 "$SERVER_PID" 2>/dev/null || { echo "bench/flood.sh: the server died; its log:" >&2; tail -20 "$WORK/serve.log" >&2; exit 1; }
+        sleep 2 # the server notices the hang-ups
+}
+
+# Rounds of unloaded, then loaded, series: a drift of the host's load (other
+# work on it) shows as a spread between rounds rather than as a false ratio.
+for round in $(seq 1 "$ROUNDS"); do
+        log "round $round: unloaded (from 127.0.0.1)"
+        series "GET /health" "$WORK/h0.$round" -n "$N_HEALTH" "$URL/health"
+        series "exec true" "$WORK/e0.$round" -n "$N_EXEC" "${EXEC[@]}"
+        log "round $round: flood of $N_SLOW slow heads + $N_SSE idle event streams from 127.0.0.2"
+        flood_on
+        log "round $round: loaded (from 127.0.0.1, the flood open)"
+        series "GET /health" "$WORK/h1.$round" -n "$N_HEALTH" "$URL/health"
+        series "exec true" "$WORK/e1.$round" -n "$N_EXEC" "${EXEC[@]}"
+        flood_off
 done
-echo "  flood_load: $st"
-[ $full = 1 ] || note "  note: the flood did not reach $N_SLOW + $N_SSE open connections"
-echo "  server: connections $(metric agentbox_http_connections), streams $(metric agentbox_http_streams)"
-echo "  holding ${HOLD}s (past the ${HEAD_TIMEOUT} head deadline) ..."
-sleep "$HOLD"
-echo "  flood_load: $(grep '^STATUS' "$WORK/flood.out" | tail -1)"
-
-log "loaded (from 127.0.0.1, the flood open)"
-series "GET /health" "$WORK/h1" -n "$N_HEALTH" "$URL/health"
-series "exec true" "$WORK/e1" -n "$N_EXEC" "${EXEC[@]}"
-conns=$(metric agentbox_http_connections)
-streams=$(metric agentbox_http_streams)
-closed=$(metric agentbox_http_head_deadline_closed_total)
-fstat=$(grep '^STATUS' "$WORK/flood.out" | tail -1)
-echo "  server: connections $conns, streams $streams, closed at the head deadline $closed"
-echo "  flood_load: $fstat"
-kill "$FLOOD_PID" 2>/dev/null
-wait "$FLOOD_PID" 2>/dev/null
-FLOOD_PID=
-kill -0 "$SERVER_PID" 2>/dev/null || { echo "bench/flood.sh: the server died; its log:" >&2; tail -20 "$WORK/serve.log" >&2; exit 1; }
-
-log "unloaded again (the flood gone)"
-sleep 2
-series "GET /health" "$WORK/h2" -n "$N_HEALTH" "$URL/health"
-series "exec true" "$WORK/e2" -n "$N_EXEC" "${EXEC[@]}"
 
 log "result"
-h0=$(p50_of "$WORK/h0"); h1=$(p50_of "$WORK/h1"); h2=$(p50_of "$WORK/h2")
-e0=$(p50_of "$WORK/e0"); e1=$(p50_of "$WORK/e1"); e2=$(p50_of "$WORK/e2")
+p50s() { local f; for f in "$WORK/$1".*; do p50_of "$f"; done | tr '\n' ' '; }
+median() { tr ' ' '\n' | awk 'NF' | sort -g | awk '{v[NR] = $1} END {print (NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2)}'; }
 verdict() { awk -v a="$1" -v b="$2" 'BEGIN {r = a / b; printf "%.2fx  %s", r, (r <= 2.0 ? "met (<= 2x)" : "MISSED (> 2x)")}'; }
-printf '  %-12s %14s %14s %14s   %s\n' "p50 ms" "unloaded" "loaded" "unloaded again" "loaded / unloaded"
-printf '  %-12s %14s %14s %14s   %s\n' "GET /health" "$h0" "$h1" "$h2" "$(verdict "$h1" "$h0")"
-printf '  %-12s %14s %14s %14s   %s\n' "exec true" "$e0" "$e1" "$e2" "$(verdict "$e1" "$e0")"
-life=$(sed -n 's/.*life_p50=\([0-9.]*\) life_min=\([0-9.]*\) life_max=\([0-9.]*\).*/p50 \1 s, min \2 s, max \3 s/p' <<<"$fstat")
-echo "  slow connections closed by the server: $(sed -n 's/.*slow_closed=\([0-9]*\).*/\1/p' <<<"$fstat") (lifetime $life; head_timeout $HEAD_TIMEOUT)"
-echo "  flood held: $N_SLOW slow + $N_SSE streams from 127.0.0.2; server counted $conns connections, $streams streams"
+printf '  %-12s %-26s %-26s %s\n' "p50 ms" "unloaded (each round)" "loaded (each round)" "median loaded / median unloaded"
+for k in h:"GET /health" e:"exec true"; do
+        f=${k%%:*}
+        u=$(p50s "${f}0"); l=$(p50s "${f}1")
+        um=$(median <<<"$u"); lm=$(median <<<"$l")
+        printf '  %-12s %-26s %-26s %s / %s = %s\n' "${k#*:}" "$u" "$l" "$lm" "$um" "$(verdict "$lm" "$um")"
+done
+life=$(sed -n 's/.*life_p50=\([0-9.]*\) life_min=\([0-9.]*\) life_max=\([0-9.]*\).*/p50 \1 s, min \2 s, max \3 s/p' <<<"$FSTAT")
+echo "  slow connections the server closed in the last round: $(sed -n 's/.*slow_closed=\([0-9]*\).*/\1/p' <<<"$FSTAT") (lifetime $life; head_timeout $HEAD_TIMEOUT)"
+echo "  the flood: $N_SLOW slow + $N_SSE streams from 127.0.0.2; the server counted $CONNS connections, $STREAMS streams"
 [ -s "$NOTES" ] && { echo "  notes:"; sed 's/^/  /' "$NOTES"; }
 exit 0

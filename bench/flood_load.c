@@ -20,7 +20,7 @@
  *   STATUS t=SECS slow_open=N sse_open=N slow_closed=N sse_closed=N
  *          refused=N life_p50=SECS life_min=SECS life_max=SECS
  * (slow_closed: slow connections the server closed so far; life_*: how long
- * those lived, from connect to the close seen here; refused: connects that
+ * those lived, from the handshake done to the close seen here; refused: connects that
  * failed or were closed before a slow connection got its first line out).
  * One epoll loop, nonblocking sockets; nothing else. */
 #ifndef _GNU_SOURCE
@@ -132,6 +132,8 @@ static void send_str(conn *c, const char *s)
 static void on_connected(conn *c)
 {
         c->connected = true;
+        c->opened = now_s(); /* lifetimes count from here: a SYN the server's backlog
+                              * dropped and TCP resent is not the server's deadline */
         struct epoll_event ev = {.events = EPOLLIN | EPOLLRDHUP, .data.ptr = c};
         epoll_ctl(epfd, EPOLL_CTL_MOD, c->fd, &ev);
         if (c->kind == SSE) {

@@ -110,10 +110,11 @@ s.close()
 slow = []  # [socket, opened_at, closed_at or None]
 for i in range(N_SLOW):
     try:
+        t0 = time.monotonic()  # before connect: the server's clock for it starts later
         s = connect_from("127.0.0.2")
         s.sendall(b"GET /health HTTP/1.1\r\nHost: agentbox\r\n")
         s.setblocking(False)
-        slow.append([s, time.monotonic(), None])
+        slow.append([s, t0, None])
     except OSError as e:
         h.ok(False, "slow connection %d opens" % i, str(e))
         break
@@ -212,7 +213,7 @@ ok = wait_for(lambda: all(e[2] is not None for e in slow), 60 + HEAD_TIMEOUT_S, 
 closed = [e for e in slow if e[2] is not None]
 h.ok(ok, "every slow connection is closed by the server although it kept trickling (%d of %d)"
      % (len(closed), len(slow)))
-early = [e[2] - e[1] for e in closed if e[2] - e[1] < HEAD_TIMEOUT_S - 0.05]
+early = [e[2] - e[1] for e in closed if e[2] - e[1] < HEAD_TIMEOUT_S]
 h.eq(early, [], "none is closed before the head deadline of %gs" % HEAD_TIMEOUT_S)
 answered = [e[3][:100] for e in slow if len(e) > 3]
 h.eq(answered, [], "none got an answer (their heads never completed)")
