@@ -465,7 +465,8 @@ static void events_news(void *arg)
 static void scan(ab_conns *c, int64_t now, conn_vec *cv)
 {
         for (conn_ent *e = c->conns; e; e = e->next) {
-                if (e->shut || e->deadline_ms == 0 || now < e->deadline_ms || e->fd < 0)
+                /* '<=': ms are truncated, so a close is never early by a fraction */
+                if (e->shut || e->deadline_ms == 0 || now <= e->deadline_ms || e->fd < 0)
                         continue;
                 shutdown(e->fd, SHUT_RDWR);
                 e->shut = true;
