@@ -23,10 +23,12 @@ from abserver import metric_sum, wait_for  # noqa: E402
 
 N_SLOW = 2000
 N_SSE = 200
-HEAD_TIMEOUT_S = 4.0
 OTHER_STREAMS = 10  # streams from 127.0.0.3 before the server's stream cap
+CAP = 50            # the per-address cap of the second server
 
-h = abserver.ServerHarness(budget=200)
+h = abserver.ServerHarness(budget=240)
+# Long enough to open the whole flood before its first connections expire.
+HEAD_TIMEOUT_S = 8.0 * h.slow
 
 soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
 need = N_SLOW + N_SSE + 200
@@ -38,7 +40,7 @@ resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, want), hard))
 S = h.start_server(config={
     "head_timeout": "%gs" % HEAD_TIMEOUT_S,
     "max_connections": 6000,
-    "max_connections_per_address": N_SLOW + N_SSE,
+    "max_connections_per_address": N_SLOW + N_SSE + 100,
     "max_streams": N_SSE + OTHER_STREAMS,
     "max_streams_per_address": N_SSE,
 })
@@ -193,21 +195,6 @@ r = S.exec("calm", "echo still-here", http_timeout=60)
 h.eq((r.status, r.get("stdout")), (200, "still-here\n"), "during the flood, an exec from 127.0.0.1 answers",
      r.describe())
 
-# the per-address cap: 127.0.0.2 is at its cap, 127.0.0.1 is not
-try:
-    s = connect_from("127.0.0.2")
-    s.sendall(b"GET /health HTTP/1.1\r\nHost: agentbox\r\n\r\n")
-    head = read_head(s, 10)
-    s.close()
-except OSError as e:
-    head = b""
-h.ok(not head.startswith(b"HTTP/"), "a connection from 127.0.0.2 past its cap is refused (closed, no answer)",
-     head[:200])
-r = S.get("/health", token=None, timeout=60)
-h.eq(r.status, 200, "... while 127.0.0.1 still gets in", r.describe())
-h.ok((metric("agentbox_http_refused_total", reason="connections_per_address") or 0) >= 1,
-     "/metrics counts the refusal (agentbox_http_refused_total{reason=connections_per_address})")
-
 # ---- the head deadline ------------------------------------------------------------
 ok = wait_for(lambda: all(e[2] is not None for e in slow), 60 + HEAD_TIMEOUT_S, step=0.25)
 closed = [e for e in slow if e[2] is not None]
@@ -277,4 +264,42 @@ h.ok(ok, "streams whose clients hung up are released (agentbox_http_streams back
      "streams: %s" % metric("agentbox_http_streams"))
 r = S.get("/health", token=None)
 h.eq(r.status, 200, "the server answers after the flood")
+
+# ---- the per-address connection cap (a second server, a long deadline) ----------------
+S2 = h.start_server(name="capped", config={"head_timeout": "120s", "max_connections_per_address": CAP})
+PORT = S2.port
+held = []
+for i in range(CAP):
+    s = connect_from("127.0.0.4")
+    s.sendall(b"GET /health HTTP/1.1\r\nHost: agentbox\r\n")  # a head never completed
+    held.append(s)
+ok = wait_for(lambda: metric_sum(S2.metrics() or [], "agentbox_http_connections") == CAP + 1, 30)
+h.ok(ok, "127.0.0.4 holds %d connections, its cap (and /metrics asked from 127.0.0.1 makes one more)" % CAP)
+try:
+    s = connect_from("127.0.0.4")
+    s.sendall(b"GET /health HTTP/1.1\r\nHost: agentbox\r\n\r\n")
+    head = read_head(s, 10)
+    s.close()
+except OSError:
+    head = b""
+h.ok(not head.startswith(b"HTTP/"), "a connection from 127.0.0.4 past its cap is refused (closed, no answer)",
+     head[:200])
+r = S2.get("/health", token=None, timeout=60)
+h.eq(r.status, 200, "... while 127.0.0.1 still gets in", r.describe())
+s = connect_from("127.0.0.5")
+s.sendall(b"GET /health HTTP/1.1\r\nHost: agentbox\r\n\r\n")
+head = read_head(s, 30)
+s.close()
+h.ok(head.startswith(b"HTTP/1.1 200"), "... and so does 127.0.0.5", head[:200])
+h.ok((metric_sum(S2.metrics() or [], "agentbox_http_refused_total", reason="connections_per_address") or 0) >= 1,
+     "/metrics counts the refusal (agentbox_http_refused_total{reason=connections_per_address})")
+held[0].close()
+ok = wait_for(lambda: metric_sum(S2.metrics() or [], "agentbox_http_connections") == CAP, 30)
+s = connect_from("127.0.0.4")
+s.sendall(b"GET /health HTTP/1.1\r\nHost: agentbox\r\n\r\n")
+head = read_head(s, 30)
+s.close()
+h.ok(ok and head.startswith(b"HTTP/1.1 200"), "once one of them closes, 127.0.0.4 gets in again", head[:200])
+for s in held:
+    s.close()
 h.done()
