@@ -7,7 +7,11 @@
  * connection is suspended (api/workers.h), so they may block (the manager,
  * the store, a box). A handler answers with the resp_* helpers as usual.
  * Streamed responses park their connection while they have nothing to send
- * (api/conn.h), so an idle stream costs no thread. */
+ * (api/conn.h), so an idle stream costs no thread. A content reader must
+ * never block; an upgrade callback (WebSocket: the daemon has
+ * MHD_ALLOW_UPGRADE) runs on the polling thread too, so it hands the socket
+ * to a thread of its own and returns at once. Long-lived streams count
+ * themselves with req_stream_slot. */
 #ifndef AB_SERVER_H
 #define AB_SERVER_H
 
