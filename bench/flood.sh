@@ -14,7 +14,8 @@
 #      bench/flood_load.c with cc
 #   1. starts `agentbox serve` on a free loopback port (default head_timeout
 #      10s; max_connections 10000; per-address caps raised so one address may
-#      hold the whole flood) and makes one box
+#      hold the whole flood, with room for the connections the server has shut
+#      down at the deadline but not yet seen closed) and makes one box
 #   2. ROUNDS times:
 #      - unloaded: N_HEALTH GET /health and N_EXEC execs of `true` from
 #        127.0.0.1, sequential on one keep-alive connection each (http_load -c 1)
@@ -130,7 +131,7 @@ idle_pause: 0
 sample_interval: 0
 head_timeout: $HEAD_TIMEOUT
 max_connections: 10000
-max_connections_per_address: $((N_SLOW + N_SSE + 100))
+max_connections_per_address: $((N_SLOW + N_SSE + 1000))
 max_streams: $((N_SSE + 100))
 max_streams_per_address: $((N_SSE + 100))
 EOF
@@ -179,7 +180,7 @@ flood_off() {
         FSTAT=$(grep '^STATUS' "$WORK/flood.out" | tail -1)
         CONNS=$(metric agentbox_http_connections)
         STREAMS=$(metric agentbox_http_streams)
-        echo "  server: connections $CONNS, streams $STREAMS, closed at the head deadline so far $(metric agentbox_http_head_deadline_closed_total)"
+        echo "  server: connections $CONNS, streams $STREAMS, closed at the head deadline so far $(metric agentbox_http_head_deadline_closed_total), refused at accept so far $(metric 'agentbox_http_refused_total{reason="connections_per_address"}')"
         echo "  flood_load: $FSTAT"
         kill "$FLOOD_PID" 2>/dev/null
         wait "$FLOOD_PID" 2>/dev/null
