@@ -77,8 +77,11 @@ static int open_conn(conn *c)
         c->fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
         if (c->fd < 0)
                 return -1;
+        /* The port is chosen at connect, by the whole 4-tuple: a bind to port
+         * 0 would search the address's ports (slow with thousands in use) and
+         * could pick one whose tuple is still in TIME_WAIT from a previous run. */
         int one = 1;
-        setsockopt(c->fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+        setsockopt(c->fd, IPPROTO_IP, IP_BIND_ADDRESS_NO_PORT, &one, sizeof(one));
         if (bind(c->fd, (struct sockaddr *)&src, sizeof(src)) < 0 ||
             (connect(c->fd, (struct sockaddr *)&dst, sizeof(dst)) < 0 && errno != EINPROGRESS)) {
                 close(c->fd);
