@@ -550,13 +550,7 @@ static enum MHD_Result mcp_reply(ab_req *r, unsigned status, json_t *j, const ch
                 MHD_add_response_header(resp, "Content-Type", "application/json");
         if (session_id)
                 MHD_add_response_header(resp, "Mcp-Session-Id", session_id);
-        MHD_add_response_header(resp, "Cache-Control", "no-store");
-        MHD_add_response_header(resp, "X-Content-Type-Options", "nosniff");
-        r->status = (int)status;
-        ab_metrics_http(r->srv->metrics, (int)status);
-        enum MHD_Result ret = MHD_queue_response(r->conn, status, resp);
-        MHD_destroy_response(resp);
-        return ret;
+        return resp_send(r, status, resp);
 }
 
 static bool has_initialize(json_t *msg)

@@ -58,14 +58,15 @@ enum MHD_Result route_metrics(ab_req *r, const char *id)
         };
         char *txt = ab_metrics_render(s->metrics, &g);
         ab_manager_counts_clear(&c);
-        r->status = 200;
-        ab_metrics_http(s->metrics, 200);
+        ab_buf b = {0};
+        ab_buf_puts(&b, txt);
+        free(txt);
+        ab_server_counts(s, &b);
+        size_t len = b.n;
         struct MHD_Response *resp =
-            MHD_create_response_from_buffer(strlen(txt), txt, MHD_RESPMEM_MUST_FREE);
+            MHD_create_response_from_buffer(len, ab_buf_steal(&b), MHD_RESPMEM_MUST_FREE);
         MHD_add_response_header(resp, "Content-Type", "text/plain; version=0.0.4; charset=utf-8");
-        enum MHD_Result ret = MHD_queue_response(r->conn, 200, resp);
-        MHD_destroy_response(resp);
-        return ret;
+        return resp_send(r, 200, resp);
 }
 
 /* ---- sandboxes -------------------------------------------------------- */
@@ -583,8 +584,16 @@ static const char *const sse_headers[] = {"X-Accel-Buffering", "no", NULL, NULL}
 static enum MHD_Result run_exec(ab_req *r, exec_job *j, const char *sandbox_id)
 {
         if (wants_sse(r)) {
+                enum MHD_Result ret;
+                ab_stream_slot *slot = req_stream_slot(r, &ret);
+                if (!slot) {
+                        ab_manager_use_end(r->srv->mgr, &j->use);
+                        exec_job_free(j);
+                        return ret;
+                }
                 int p[2];
                 if (pipe2(p, O_CLOEXEC) < 0) {
+                        ab_stream_slot_release(slot);
                         ab_manager_use_end(r->srv->mgr, &j->use);
                         exec_job_free(j);
                         return resp_error(r, 500, "internal", "pipe: %s", strerror(errno));
@@ -592,11 +601,12 @@ static enum MHD_Result run_exec(ab_req *r, exec_job *j, const char *sandbox_id)
                 j->fd = p[1];
                 if (spawn_detached(exec_stream_main, j) < 0) {
                         close(p[0]);
+                        ab_stream_slot_release(slot);
                         ab_manager_use_end(r->srv->mgr, &j->use);
                         exec_job_free(j);
                         return resp_error(r, 503, "unavailable", "cannot start a thread");
                 }
-                return resp_stream(r, 200, "text/event-stream", p[0], sse_headers);
+                return resp_stream_counted(r, 200, "text/event-stream", p[0], sse_headers, slot);
         }
         abc_exec_req q;
         fill_req(j, &q);
@@ -706,6 +716,9 @@ typedef struct sse_sub {
         ab_buf buf; /* what sse_read hands out next, from off */
         size_t off;
         bool started, ended;
+        int64_t sent_ms; /* when something was last sent (keepalives follow silence) */
+        ab_park *park;
+        ab_stream_slot *slot;
 } sse_sub;
 
 static bool sub_wants(sse_sub *s, const ab_event_view *v)
@@ -722,6 +735,14 @@ static bool sub_wants(sse_sub *s, const ab_event_view *v)
         return false;
 }
 
+static bool sse_has_news(void *arg)
+{
+        sse_sub *s = arg;
+        return ab_events_last_seq(s->srv->events) > s->after;
+}
+
+/* Never blocks MHD's thread: with nothing to send the connection parks until
+ * the bus has news or a keepalive is due. */
 static ssize_t sse_read(void *cls, uint64_t pos, char *out, size_t max)
 {
         sse_sub *s = cls;
@@ -729,16 +750,17 @@ static ssize_t sse_read(void *cls, uint64_t pos, char *out, size_t max)
                 s->buf.n = s->off = 0;
                 if (s->ended)
                         return MHD_CONTENT_READER_END_OF_STREAM;
+                int64_t now = (int64_t)ab_now_ms();
                 if (!s->started) {
                         s->started = true;
+                        s->sent_ms = now;
                         ab_buf_puts(&s->buf, ": agentbox events\nretry: 2000\n\n");
                         break;
                 }
                 ab_event_view *v = NULL;
                 size_t n = 0;
                 bool dropped = false;
-                int rc = ab_events_wait(s->srv->events, s->after, SSE_BATCH, SSE_KEEPALIVE_MS, &v,
-                                        &n, &dropped);
+                int rc = ab_events_wait(s->srv->events, s->after, SSE_BATCH, 0, &v, &n, &dropped);
                 if (rc < 0) {
                         s->ended = true;
                         continue;
@@ -754,8 +776,22 @@ static ssize_t sse_read(void *cls, uint64_t pos, char *out, size_t max)
                                       v[i].type, v[i].json);
                 }
                 ab_event_views_free(v, n);
-                if (n == 0 && !dropped)
-                        ab_buf_puts(&s->buf, ": keepalive\n\n");
+                if (n == 0 && !dropped) {
+                        if (now - s->sent_ms >= SSE_KEEPALIVE_MS) {
+                                ab_buf_puts(&s->buf, ": keepalive\n\n");
+                        } else {
+                                ab_park_result pr =
+                                    ab_park_suspend(s->park, -1, true,
+                                                    s->sent_ms + SSE_KEEPALIVE_MS, sse_has_news, s);
+                                if (pr == AB_PARK_SUSPENDED)
+                                        return 0;
+                                if (pr == AB_PARK_GONE)
+                                        s->ended = true;
+                                continue;
+                        }
+                }
+                if (s->buf.n)
+                        s->sent_ms = now;
         }
         size_t n = s->buf.n - s->off;
         if (n > max)
@@ -769,6 +805,8 @@ static void sse_free(void *cls)
 {
         sse_sub *s = cls;
         atomic_fetch_sub(&s->srv->sse_subscribers, 1);
+        ab_park_free(s->park);
+        ab_stream_slot_release(s->slot);
         free(s->scope);
         ab_strvfreep(&s->types);
         free(s->box_id);
@@ -815,17 +853,22 @@ enum MHD_Result route_events(ab_req *r, const char *id)
         } else {
                 s->after = ab_events_last_seq(r->srv->events);
         }
+        enum MHD_Result ret;
+        s->slot = req_stream_slot(r, &ret);
+        if (!s->slot) {
+                free(s->scope);
+                ab_strvfreep(&s->types);
+                free(s->box_id);
+                free(s);
+                return ret;
+        }
+        s->park = ab_park_new(r->srv->conns, r->conn);
         atomic_fetch_add(&r->srv->sse_subscribers, 1);
         struct MHD_Response *resp =
             MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16 * 1024, sse_read, s, sse_free);
         MHD_add_response_header(resp, "Content-Type", "text/event-stream");
-        MHD_add_response_header(resp, "Cache-Control", "no-store");
         MHD_add_response_header(resp, "X-Accel-Buffering", "no");
-        r->status = 200;
-        ab_metrics_http(r->srv->metrics, 200);
-        enum MHD_Result ret = MHD_queue_response(r->conn, 200, resp);
-        MHD_destroy_response(resp);
-        return ret;
+        return resp_send(r, 200, resp);
 }
 
 /* ---- API keys --------------------------------------------------------- */

@@ -1,6 +1,8 @@
 /* The HTTP front: libmicrohttpd daemon, request life cycle, routing, auth,
  * and the response helpers the route modules use. */
 #include "api/server.h"
+#include "api/conn.h"
+#include "api/workers.h"
 #include "base/log.h"
 
 #include <arpa/inet.h>
@@ -11,11 +13,14 @@
 #include <poll.h>
 #include <pthread.h>
 #include <stdarg.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 
 /* Keep-alive connections idle this long are closed (streams send keepalives). */
 #define IDLE_CONN_TIMEOUT_S 120
+/* Idle handler threads kept for the next requests. */
+#define WORKERS_KEEP_IDLE 8
 
 typedef enum { AUTH_ANY, AUTH_USER, AUTH_ADMIN } auth_level;
 
@@ -99,14 +104,31 @@ static void common_headers(struct MHD_Response *resp)
         MHD_add_response_header(resp, "X-Content-Type-Options", "nosniff");
 }
 
+/* On a worker thread the response is kept in r and queued by MHD's thread
+ * once the connection is resumed (MHD_queue_response belongs to the access
+ * handler). */
 static enum MHD_Result queue(ab_req *r, unsigned status, struct MHD_Response *resp)
 {
         common_headers(resp);
+        if (r->on_worker && r->resp) { /* one answer per request */
+                MHD_destroy_response(resp);
+                return MHD_NO;
+        }
         r->status = (int)status;
         ab_metrics_http(r->srv->metrics, (int)status);
+        if (r->on_worker) {
+                r->resp = resp;
+                r->resp_status = status;
+                return MHD_YES;
+        }
         enum MHD_Result ret = MHD_queue_response(r->conn, status, resp);
         MHD_destroy_response(resp);
         return ret;
+}
+
+enum MHD_Result resp_send(ab_req *r, unsigned status, struct MHD_Response *resp)
+{
+        return queue(r, status, resp);
 }
 
 enum MHD_Result resp_json(ab_req *r, unsigned status, json_t *j)
@@ -163,30 +185,33 @@ enum MHD_Result resp_err(ab_req *r, ab_err *e)
 
 typedef struct stream {
         int fd;
-        int client; /* the client's socket, watched for a hang-up while we wait */
+        ab_park *park;
+        ab_stream_slot *slot; /* a long-lived stream's slot, or NULL */
 } stream;
 
+/* Never blocks MHD's thread: with nothing in the pipe the connection parks
+ * until the producer writes, closes, or the client hangs up. */
 static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
 {
         stream *s = cls;
         for (;;) {
-                struct pollfd p[2] = {{.fd = s->fd, .events = POLLIN},
-                                      {.fd = s->client, .events = POLLRDHUP}};
-                int pn = poll(p, 2, -1);
-                if (pn < 0 && errno == EINTR)
-                        continue;
-                if (pn > 0 && !p[0].revents &&
-                    (p[1].revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL)))
-                        return MHD_CONTENT_READER_END_WITH_ERROR; /* client gone */
-                if (pn > 0 && !p[0].revents)
-                        continue;
                 ssize_t n = read(s->fd, buf, max);
                 if (n > 0)
                         return n;
                 if (n == 0)
                         return MHD_CONTENT_READER_END_OF_STREAM;
-                if (errno != EINTR)
+                if (errno == EINTR)
+                        continue;
+                if (errno != EAGAIN)
                         return MHD_CONTENT_READER_END_WITH_ERROR;
+                switch (ab_park_suspend(s->park, s->fd, false, 0, NULL, NULL)) {
+                case AB_PARK_SUSPENDED:
+                        return 0;
+                case AB_PARK_RETRY:
+                        continue;
+                default:
+                        return MHD_CONTENT_READER_END_WITH_ERROR; /* client gone, or stopping */
+                }
         }
 }
 
@@ -194,25 +219,55 @@ static void stream_free(void *cls)
 {
         stream *s = cls;
         close(s->fd);
+        ab_park_free(s->park);
+        ab_stream_slot_release(s->slot);
         free(s);
 }
 
-enum MHD_Result resp_stream(ab_req *r, unsigned status, const char *content_type, int fd,
-                            const char *const *headers)
+enum MHD_Result resp_stream_counted(ab_req *r, unsigned status, const char *content_type, int fd,
+                                    const char *const *headers, ab_stream_slot *slot)
 {
         stream *s = xzalloc(sizeof(*s));
         s->fd = fd;
-        s->client = -1;
-        const union MHD_ConnectionInfo *ci =
-            MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
-        if (ci)
-                s->client = ci->connect_fd;
+        s->slot = slot;
+        s->park = ab_park_new(r->srv->conns, r->conn);
+        int fl = fcntl(fd, F_GETFL);
+        if (fl >= 0)
+                fcntl(fd, F_SETFL, fl | O_NONBLOCK);
         struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 64 * 1024,
                                                                       stream_read, s, stream_free);
         MHD_add_response_header(resp, "Content-Type", content_type);
         for (const char *const *h = headers; h && h[0]; h += 2)
                 MHD_add_response_header(resp, h[0], h[1]);
         return queue(r, status, resp);
+}
+
+enum MHD_Result resp_stream(ab_req *r, unsigned status, const char *content_type, int fd,
+                            const char *const *headers)
+{
+        return resp_stream_counted(r, status, content_type, fd, headers, NULL);
+}
+
+ab_stream_slot *req_stream_slot(ab_req *r, enum MHD_Result *ret)
+{
+        ab_stream_slot *slot = NULL;
+        switch (ab_stream_slot_take(r->srv->conns, r->conn, &slot)) {
+        case AB_SLOT_OK:
+                return slot;
+        case AB_SLOT_ADDRESS_FULL:
+                *ret = resp_error(r, 429, "too_many_requests",
+                                  "this address has %lld streams open (events, exec streams, "
+                                  "terminals), the most max_streams_per_address allows: close "
+                                  "one first",
+                                  (long long)r->srv->cfg->max_streams_per_address);
+                return NULL;
+        default:
+                *ret = resp_error(r, 503, "unavailable",
+                                  "the server has %lld streams open (events, exec streams, "
+                                  "terminals), the most max_streams allows: try again later",
+                                  (long long)r->srv->cfg->max_streams);
+                return NULL;
+        }
 }
 
 int spawn_detached(void *(*fn)(void *), void *arg)
@@ -476,6 +531,27 @@ bool req_peer_loopback(ab_req *r)
         return peer_is_loopback(r);
 }
 
+/* True when authenticating r needs the store (an API key made with POST
+ * /v1/keys): then it runs on a worker, not on MHD's thread. */
+static bool auth_may_block(ab_req *r, auth_level need)
+{
+        const ab_config *c = r->srv->cfg;
+        if (need == AUTH_ANY)
+                return false;
+        const char *h = req_header(r, "Authorization");
+        if (!h || strncasecmp(h, "Bearer ", 7) != 0 || !h[7])
+                return false;
+        const char *tok = h + 7;
+        while (*tok == ' ')
+                tok++;
+        if (c->token && *c->token && same_secret(tok, c->token))
+                return false;
+        for (size_t i = 0; i < c->n_keys; i++)
+                if (same_secret(tok, c->keys[i].key))
+                        return false;
+        return true;
+}
+
 /* Sets r->scope from the Authorization header; answers 401/403 itself. */
 static enum MHD_Result authenticate(ab_req *r, auth_level need, bool *ok)
 {
@@ -633,20 +709,27 @@ static int open_upload(ab_req *r)
         return 0;
 }
 
-static enum MHD_Result first_call(ab_req *r, bool *done)
+/* Routes r (cheap, on MHD's thread): answers 404/405 itself (*done). */
+static enum MHD_Result route_request(ab_req *r, bool *done)
 {
         *done = false;
         split_path(r);
         const char *id;
         enum MHD_Result ret = MHD_YES;
         const route *rt = find_route(r, &id, &ret);
-        if (!rt) {
+        if (!rt)
                 *done = true;
-                return ret;
-        }
         r->route = rt;
+        return ret;
+}
+
+/* The rest of the first call: auth, the body's size, the upload spool. */
+static enum MHD_Result first_call(ab_req *r, bool *done)
+{
+        *done = false;
+        const route *rt = r->route;
         bool ok;
-        ret = authenticate(r, rt->auth, &ok);
+        enum MHD_Result ret = authenticate(r, rt->auth, &ok);
         if (!ok) {
                 *done = true;
                 return ret;
@@ -701,6 +784,65 @@ static void take_body(ab_req *r, const char *data, size_t size)
         r->body[r->body_len] = 0;
 }
 
+/* Where a request is in its life (see on_request). */
+enum { PH_NEW, PH_AUTH, PH_BODY, PH_RUN, PH_DONE };
+
+static void worker_first_call(void *arg)
+{
+        ab_req *r = arg;
+        bool done;
+        r->worker_ret = first_call(r, &done);
+        if (done && !r->resp)
+                r->worker_ret = MHD_NO;
+        r->on_worker = false;
+        MHD_resume_connection(r->conn); /* r belongs to MHD's thread again */
+}
+
+static void worker_handler(void *arg)
+{
+        ab_req *r = arg;
+        const char *id = NULL;
+        route_matches(r->route, r, &id);
+        r->worker_ret = r->route->fn(r, id);
+        r->on_worker = false;
+        MHD_resume_connection(r->conn);
+}
+
+/* Runs fn(r) on a worker while the connection is suspended; answers 503 when
+ * max_requests are in flight already. */
+static enum MHD_Result dispatch(ab_req *r, int phase, void (*fn)(void *))
+{
+        ab_server *s = r->srv;
+        if (!ab_workers_reserve(s->workers)) {
+                ab_conns_count_busy(s->conns);
+                r->phase = PH_DONE;
+                return resp_error(r, 503, "unavailable",
+                                  "the server has %lld requests in flight, the most "
+                                  "max_requests allows: try again later",
+                                  (long long)s->cfg->max_requests);
+        }
+        r->phase = phase;
+        r->on_worker = true;
+        MHD_suspend_connection(r->conn);
+        ab_workers_run(s->workers, fn, r);
+        return MHD_YES;
+}
+
+/* Back from a worker: queues what it answered. */
+static enum MHD_Result take_worker_answer(ab_req *r)
+{
+        if (!r->resp)
+                return r->worker_ret;
+        struct MHD_Response *resp = steal_pointer(&r->resp);
+        enum MHD_Result ret = MHD_queue_response(r->conn, r->resp_status, resp);
+        MHD_destroy_response(resp);
+        r->phase = PH_DONE;
+        return r->worker_ret == MHD_NO ? MHD_NO : ret;
+}
+
+/* The access handler, always on MHD's polling thread, which must never
+ * block: first call (head complete) -> route; auth on a worker when it needs
+ * the store -> body -> final call: the handler on a worker -> its answer. */
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
                                   const char *method, const char *version, const char *upload_data,
                                   size_t *upload_data_size, void **con_cls)
@@ -708,6 +850,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         ab_server *s = cls;
         ab_req *r = *con_cls;
         if (!r) {
+                ab_conns_head_done(s->conns, conn);
                 r = xzalloc(sizeof(*r));
                 r->srv = s;
                 r->conn = conn;
@@ -717,17 +860,39 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
                 r->t0 = ab_now_ns();
                 *con_cls = r;
                 bool done;
-                enum MHD_Result ret = first_call(r, &done);
-                if (done)
+                enum MHD_Result ret = route_request(r, &done);
+                if (!done && auth_may_block(r, r->route->auth))
+                        return dispatch(r, PH_AUTH, worker_first_call);
+                if (!done)
+                        ret = first_call(r, &done);
+                if (done) {
                         r->route = NULL;
-                if (done || ret != MHD_YES)
-                        r->status = r->status ? r->status : 500;
+                        r->phase = PH_DONE;
+                        if (!r->status)
+                                r->status = 500;
+                        return ret;
+                }
+                r->phase = PH_BODY;
                 return ret;
         }
-        if (r->status) /* answered already (error in the first call) */
-        {
+        switch (r->phase) {
+        case PH_AUTH: {
+                enum MHD_Result ret = take_worker_answer(r);
+                if (r->phase == PH_DONE || ret == MHD_NO) {
+                        r->route = NULL;
+                        r->phase = PH_DONE;
+                        return ret;
+                }
+                r->phase = PH_BODY;
+                return MHD_YES;
+        }
+        case PH_RUN:
+                return take_worker_answer(r);
+        case PH_DONE: /* answered already (an error before the body) */
                 *upload_data_size = 0;
                 return MHD_YES;
+        default:
+                break;
         }
         if (*upload_data_size) {
                 if (r->body_kind == BODY_NONE) {
@@ -744,6 +909,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         }
         if (r->body_kind == BODY_NONE)
                 r->body_len = 0;
+        r->phase = PH_DONE;
         if (r->body_too_large)
                 return resp_error(r, 413, "limit_exceeded",
                                   "request body is larger than the limit of %" PRIu64 " bytes",
@@ -751,14 +917,14 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
                                                               : s->cfg->max_body);
         if (r->upload_failed)
                 return resp_error(r, 500, "internal", "cannot spool the upload");
-        const char *id = NULL;
-        route_matches(r->route, r, &id);
-        return r->route->fn(r, id);
+        return dispatch(r, PH_RUN, worker_handler);
 }
 
 static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
                          enum MHD_RequestTerminationCode toe)
 {
+        ab_server *s = cls;
+        ab_conns_request_done(s->conns, conn);
         ab_req *r = *con_cls;
         if (!r)
                 return;
@@ -772,12 +938,40 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
                 ab_manager_use_end(r->srv->mgr, r->deferred_use);
                 free(r->deferred_use);
         }
+        if (r->resp)
+                MHD_destroy_response(r->resp);
         req_free(r);
         *con_cls = NULL;
 }
 
+/* libmicrohttpd's own messages, at most LOG_BURST per LOG_WINDOW_S: a flood
+ * of refused connections must not flood the log too. */
+#define LOG_BURST    20
+#define LOG_WINDOW_S 10
 static void mhd_log(void *cls, const char *fmt, va_list ap)
 {
+        static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+        static uint64_t window_start;
+        static unsigned in_window, dropped;
+        uint64_t now = ab_now_ms() / 1000;
+        pthread_mutex_lock(&mu);
+        if (now >= window_start + LOG_WINDOW_S) {
+                if (dropped) {
+                        char n[24];
+                        snprintf(n, sizeof(n), "%u", dropped);
+                        ab_log(AB_LOG_WARN, "http: messages dropped (too many)", "count", n, NULL);
+                }
+                window_start = now;
+                in_window = dropped = 0;
+        }
+        bool say = in_window < LOG_BURST;
+        if (say)
+                in_window++;
+        else
+                dropped++;
+        pthread_mutex_unlock(&mu);
+        if (!say)
+                return;
         char buf[512];
         vsnprintf(buf, sizeof(buf), fmt, ap);
         size_t n = strlen(buf);
@@ -820,6 +1014,27 @@ static int parse_listen(const char *listen, struct sockaddr_storage *ss, socklen
         return 0;
 }
 
+/* Every connection is a descriptor: lift the soft limit to the hard one. */
+static void raise_nofile(int64_t max_connections)
+{
+        struct rlimit rl;
+        if (getrlimit(RLIMIT_NOFILE, &rl) < 0)
+                return;
+        if (rl.rlim_cur < rl.rlim_max) {
+                rl.rlim_cur = rl.rlim_max;
+                setrlimit(RLIMIT_NOFILE, &rl);
+        }
+        if (rl.rlim_cur != RLIM_INFINITY && (int64_t)rl.rlim_cur < max_connections + 1024) {
+                char have[24], want[24];
+                snprintf(have, sizeof(have), "%llu", (unsigned long long)rl.rlim_cur);
+                snprintf(want, sizeof(want), "%lld", (long long)max_connections + 1024);
+                ab_log(AB_LOG_WARN,
+                       "the open-files limit is below max_connections plus room for boxes; "
+                       "raise it (ulimit -n, LimitNOFILE=) or lower max_connections",
+                       "nofile", have, "wanted", want, NULL);
+        }
+}
+
 int ab_server_start(ab_server *s, ab_err **err)
 {
         struct sockaddr_storage ss;
@@ -837,7 +1052,7 @@ int ab_server_start(ab_server *s, ab_err **err)
                 return ab_err_set(err, e == EADDRINUSE ? AB_E_CONFLICT : AB_E_UNAVAILABLE, e,
                                   "cannot listen on %s", s->cfg->listen);
         }
-        if (listen(fd, 1024) < 0) {
+        if (listen(fd, 4096) < 0) {
                 int e = errno;
                 close(fd);
                 return ab_err_set(err, AB_E_UNAVAILABLE, e, "listen on %s", s->cfg->listen);
@@ -848,17 +1063,42 @@ int ab_server_start(ab_server *s, ab_err **err)
                 s->port =
                     ntohs(bound.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&bound)->sin6_port
                                                       : ((struct sockaddr_in *)&bound)->sin_port);
-        unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD |
-                         MHD_USE_POLL | MHD_USE_ERROR_LOG;
+        raise_nofile(s->cfg->max_connections);
+        ab_conns_opts co = {
+            .head_timeout_ms = s->cfg->head_timeout_ms,
+            .keepalive_ms = (int64_t)IDLE_CONN_TIMEOUT_S * 1000,
+            .max_connections = s->cfg->max_connections,
+            .max_per_address = s->cfg->max_connections_per_address,
+            .max_streams = s->cfg->max_streams,
+            .max_streams_addr = s->cfg->max_streams_per_address,
+            .events = s->events,
+        };
+        s->conns = ab_conns_new(&co);
+        if (!s->conns) {
+                int e = errno;
+                close(fd);
+                return ab_err_set(err, AB_E_INTERNAL, e, "cannot start the connection timer");
+        }
+        s->workers = ab_workers_new((size_t)s->cfg->max_requests, WORKERS_KEEP_IDLE);
+        /* One polling thread (epoll) for every connection; handlers run on
+         * the workers; suspended connections cost no thread. */
+        unsigned flags = MHD_USE_EPOLL_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME |
+                         MHD_ALLOW_UPGRADE | MHD_USE_ERROR_LOG;
         if (ss.ss_family == AF_INET6)
                 flags |= MHD_USE_IPv6;
+        /* MHD's own limit sits above ours, so ab_conns_accept refuses (and
+         * counts) first. */
+        unsigned mhd_limit = (unsigned)s->cfg->max_connections + 64;
         s->mhd = MHD_start_daemon(
-            flags, 0, NULL, NULL, on_request, s, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, s,
-            MHD_OPTION_LISTEN_SOCKET, fd, MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
-            MHD_OPTION_CONNECTION_LIMIT, (unsigned)s->cfg->max_connections,
+            flags, 0, ab_conns_accept, s->conns, on_request, s, MHD_OPTION_EXTERNAL_LOGGER, mhd_log,
+            s, MHD_OPTION_LISTEN_SOCKET, fd, MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
+            MHD_OPTION_NOTIFY_CONNECTION, ab_conns_notify, s->conns, MHD_OPTION_URI_LOG_CALLBACK,
+            ab_conns_uri_seen, s->conns, MHD_OPTION_CONNECTION_LIMIT, mhd_limit,
             MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)IDLE_CONN_TIMEOUT_S, MHD_OPTION_END);
         if (!s->mhd) {
                 close(fd);
+                ab_workers_free(steal_pointer(&s->workers));
+                ab_conns_free(steal_pointer(&s->conns));
                 return ab_err_set(err, AB_E_INTERNAL, 0, "cannot start the HTTP server on %s",
                                   s->cfg->listen);
         }
@@ -873,6 +1113,22 @@ void ab_server_stop(ab_server *s)
         if (fd >= 0)
                 close(fd);
         ab_events_shutdown(s->events);
+        /* MHD must not stop with a connection suspended: streams end, and
+         * handlers in flight finish (each resumes its connection). */
+        ab_conns_stop_streams(s->conns);
+        ab_workers_drain(s->workers);
         MHD_stop_daemon(s->mhd);
         s->mhd = NULL;
+        ab_workers_free(steal_pointer(&s->workers));
+        ab_conns_free(steal_pointer(&s->conns));
+}
+
+void ab_server_counts(ab_server *s, ab_buf *b)
+{
+        ab_conns_metrics(s->conns, b);
+        ab_buf_printf(b,
+                      "# HELP agentbox_http_requests_in_flight Requests being handled.\n"
+                      "# TYPE agentbox_http_requests_in_flight gauge\n"
+                      "agentbox_http_requests_in_flight %zu\n",
+                      ab_workers_in_flight(s->workers));
 }

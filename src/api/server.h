@@ -1,13 +1,26 @@
-/* server.h - the HTTP service (libmicrohttpd, one thread per connection, so
- * a long exec or an event stream never blocks other requests), and what the
- * route modules share: the request context, JSON and error responses,
- * streamed responses fed by a producer thread, and field parsing. */
+/* server.h - the HTTP service and what the route modules share: the request
+ * context, JSON and error responses, streamed responses fed by a producer
+ * thread, long-lived stream slots, and field parsing.
+ *
+ * libmicrohttpd runs one epoll thread for every connection, which never
+ * blocks; route handlers run on a bounded pool of worker threads while their
+ * connection is suspended (api/workers.h), so they may block (the manager,
+ * the store, a box). A handler answers with the resp_* helpers as usual.
+ * Streamed responses park their connection while they have nothing to send
+ * (api/conn.h), so an idle stream costs no thread. A content reader must
+ * never block; an upgrade callback (WebSocket: the daemon has
+ * MHD_ALLOW_UPGRADE) runs on the polling thread too, so it hands the socket
+ * to a thread of its own and returns at once. Long-lived streams count
+ * themselves with req_stream_slot. */
 #ifndef AB_SERVER_H
 #define AB_SERVER_H
 
+#include "api/conn.h"
 #include "config/config.h"
 #include "core/manager.h"
 #include "tools/tools.h"
+
+#include "base/buf.h"
 
 #include <jansson.h>
 #include <microhttpd.h>
@@ -27,7 +40,9 @@ typedef struct ab_server {
         atomic_int sse_subscribers;
         uint16_t port;              /* the port actually bound */
         struct ab_runners *runners; /* the code runner (seed 003), or NULL */
-        char *sandbox_token; /* SANDBOX_TOKEN: bearer token of the /sandbox routes, or NULL */
+        char *sandbox_token;    /* SANDBOX_TOKEN: bearer token of the /sandbox routes, or NULL */
+        struct ab_conns *conns; /* connection table, caps, deadlines, parked streams */
+        struct ab_workers *workers; /* threads that run handlers */
 } ab_server;
 
 /* Starts listening on cfg->listen. */
@@ -35,6 +50,9 @@ int ab_server_start(ab_server *s, ab_err **err);
 /* Stops accepting, ends event streams, and waits (up to a few seconds) for
  * requests in progress. */
 void ab_server_stop(ab_server *s);
+/* Appends the HTTP gauges and counters (connections, streams, requests in
+ * flight, closed at the head deadline, refused by a cap) as Prometheus text. */
+void ab_server_counts(ab_server *s, ab_buf *b);
 
 typedef enum { BODY_NONE, BODY_JSON, BODY_UPLOAD } body_kind;
 
@@ -60,6 +78,11 @@ typedef struct ab_req {
                                * cost the client nothing) */
         int status;           /* the status answered, for logs */
         uint64_t t0;
+        int phase;                 /* server.c's life cycle */
+        bool on_worker;            /* a worker runs the handler: answers wait in resp */
+        struct MHD_Response *resp; /* the answer made on a worker */
+        unsigned resp_status;
+        enum MHD_Result worker_ret;
 } ab_req;
 
 /* Constant-time comparison of two secrets. */
@@ -87,6 +110,21 @@ unsigned status_of(ab_code c);
  * pipe from its own thread and sees EPIPE when the client goes away. */
 enum MHD_Result resp_stream(ab_req *r, unsigned status, const char *content_type, int fd,
                             const char *const *headers);
+/* Same, for a long-lived stream: slot (from req_stream_slot, may be NULL)
+ * is released when the response ends. */
+enum MHD_Result resp_stream_counted(ab_req *r, unsigned status, const char *content_type, int fd,
+                                    const char *const *headers, ab_stream_slot *slot);
+/* Queues a response made by the caller (adds the common headers; steals
+ * resp). Use it rather than MHD_queue_response: on a worker the answer is
+ * queued by MHD's thread. */
+enum MHD_Result resp_send(ab_req *r, unsigned status, struct MHD_Response *resp);
+/* Counts a long-lived stream of r (an event stream, an exec stream, a
+ * terminal) against max_streams and max_streams_per_address, apart from
+ * connections and requests in flight. Returns the slot (release it with
+ * ab_stream_slot_release when the stream ends, from any thread), or NULL
+ * after answering r 503 (the server's cap) or 429 (the address's cap); *ret
+ * is then the handler's result. */
+ab_stream_slot *req_stream_slot(ab_req *r, enum MHD_Result *ret);
 /* Starts a detached thread running fn(arg). 0 or -errno. */
 int spawn_detached(void *(*fn)(void *), void *arg);
 

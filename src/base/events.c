@@ -21,7 +21,12 @@ struct ab_events {
         uint64_t last_seq;
         size_t waiters;
         bool shutdown;
+        pthread_rwlock_t notify_lock; /* held for reading while notify runs */
+        void (*notify)(void *arg);
+        void *notify_arg;
 };
+
+static void run_notify(ab_events *ev);
 
 static void slot_clear(ev_slot *s)
 {
@@ -38,6 +43,7 @@ ab_events *ab_events_new(size_t capacity)
         ev->cap = capacity ? capacity : 1;
         ev->ring = xcalloc(ev->cap, sizeof(*ev->ring));
         pthread_mutex_init(&ev->mu, NULL);
+        pthread_rwlock_init(&ev->notify_lock, NULL);
         pthread_condattr_t ca;
         pthread_condattr_init(&ca);
         pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
@@ -62,6 +68,7 @@ void ab_events_free(ab_events *ev)
         free(ev->ring);
         pthread_cond_destroy(&ev->cv);
         pthread_mutex_destroy(&ev->mu);
+        pthread_rwlock_destroy(&ev->notify_lock);
         free(ev);
 }
 
@@ -113,7 +120,24 @@ uint64_t ab_events_emit(ab_events *ev, const char *type, const char *box_id, con
 
         slot_clear(&old);
         json_decref(j);
+        run_notify(ev);
         return s.seq;
+}
+
+static void run_notify(ab_events *ev)
+{
+        pthread_rwlock_rdlock(&ev->notify_lock);
+        if (ev->notify)
+                ev->notify(ev->notify_arg);
+        pthread_rwlock_unlock(&ev->notify_lock);
+}
+
+void ab_events_set_notify(ab_events *ev, void (*fn)(void *arg), void *arg)
+{
+        pthread_rwlock_wrlock(&ev->notify_lock);
+        ev->notify = fn;
+        ev->notify_arg = arg;
+        pthread_rwlock_unlock(&ev->notify_lock);
 }
 
 static char *dup_or_null(const char *s)
@@ -208,4 +232,5 @@ void ab_events_shutdown(ab_events *ev)
         ev->shutdown = true;
         pthread_cond_broadcast(&ev->cv);
         pthread_mutex_unlock(&ev->mu);
+        run_notify(ev);
 }

@@ -49,4 +49,11 @@ uint64_t ab_events_last_seq(ab_events *ev);
 /* Makes every current and future ab_events_wait return -ESHUTDOWN (server stopping). */
 void ab_events_shutdown(ab_events *ev);
 
+/* Sets fn(arg) to be called after every emit (and at shutdown), outside the
+ * bus's lock, on the emitting thread: readers that do not block in
+ * ab_events_wait (an event-driven HTTP server) learn there is news. fn must
+ * be quick and must not call back into the bus. NULL clears it; when this
+ * returns, a cleared fn is no longer running. */
+void ab_events_set_notify(ab_events *ev, void (*fn)(void *arg), void *arg);
+
 #endif

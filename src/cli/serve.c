@@ -48,7 +48,13 @@ static const char *serve_usage =
     "\n"
     "Boxes' network (docs/api.md#network): none by default; per box, allowlist\n"
     "(egress only through this server's proxy, by host name) or full (veth + NAT,\n"
-    "needs iptables; network_full: false turns it off).\n";
+    "needs iptables; network_full: false turns it off).\n"
+    "\n"
+    "Connections: a request head must be complete within head_timeout (env\n"
+    "AGENTBOX_HEAD_TIMEOUT, default 10s) or the connection is closed; one client\n"
+    "address may hold max_connections_per_address connections (default 256) and\n"
+    "max_streams_per_address event or exec streams (default 128); see\n"
+    "docs/configuration.md for max_connections, max_streams and max_requests.\n";
 
 static int mkdir_p(const char *dir, mode_t mode)
 {

@@ -25,7 +25,12 @@ void ab_config_default(ab_config *c)
             .sample_interval_ms = 10000,
             .max_body = 1024 * 1024,
             .max_upload = 1024 * 1024 * 1024,
-            .max_connections = 1024,
+            .max_connections = 10000,
+            .max_connections_per_address = 256,
+            .head_timeout_ms = 10000,
+            .max_streams = 1000,
+            .max_streams_per_address = 128,
+            .max_requests = 512,
             .network_full = true,
         };
         ab_limits_default(&c->limits);
@@ -239,7 +244,14 @@ static const field fields[] = {
     F("webhook_url", NULL, "AGENTBOX_WEBHOOK_URL", K_URL, webhook_url),
     F("max_body", NULL, NULL, K_BYTES, max_body),
     F("max_upload", NULL, NULL, K_BYTES, max_upload),
-    F("max_connections", NULL, NULL, K_COUNT, max_connections),
+    F("max_connections", NULL, "AGENTBOX_MAX_CONNECTIONS", K_COUNT, max_connections),
+    F("max_connections_per_address", NULL, "AGENTBOX_MAX_CONNECTIONS_PER_ADDRESS", K_COUNT,
+      max_connections_per_address),
+    F("head_timeout", NULL, "AGENTBOX_HEAD_TIMEOUT", K_MS, head_timeout_ms),
+    F("max_streams", NULL, "AGENTBOX_MAX_STREAMS", K_COUNT, max_streams),
+    F("max_streams_per_address", NULL, "AGENTBOX_MAX_STREAMS_PER_ADDRESS", K_COUNT,
+      max_streams_per_address),
+    F("max_requests", NULL, "AGENTBOX_MAX_REQUESTS", K_COUNT, max_requests),
     F("network_hosts_file", NULL, "AGENTBOX_NETWORK_HOSTS_FILE", K_OPT_STR, network_hosts_file),
     F("network_subnet", NULL, "AGENTBOX_NETWORK_SUBNET", K_OPT_STR, network_subnet),
     F("network_full", NULL, "AGENTBOX_NETWORK_FULL", K_BOOL, network_full),
@@ -790,6 +802,11 @@ int ab_config_validate(const ab_config *c, ab_err **err)
             {"reaper_interval", c->reaper_interval_ms, 1},
             {"sample_interval", c->sample_interval_ms, 0},
             {"max_connections", c->max_connections, 1},
+            {"max_connections_per_address", c->max_connections_per_address, 1},
+            {"head_timeout", c->head_timeout_ms, 100},
+            {"max_streams", c->max_streams, 1},
+            {"max_streams_per_address", c->max_streams_per_address, 1},
+            {"max_requests", c->max_requests, 1},
         };
         for (size_t i = 0; i < AB_ARRAY_LEN(ints); i++)
                 if (ints[i].v < ints[i].min)

@@ -38,10 +38,15 @@ typedef struct ab_config {
         double alert_memory_pct;    /* alert thresholds in percent of the limit; 0 = off */
         double alert_cpu_pct;       /* percent of the cpu limit over the last sample */
         double alert_disk_pct;
-        char *webhook_url;        /* alerts are POSTed here when set */
-        uint64_t max_body;        /* largest JSON request body; default 1 MiB */
-        uint64_t max_upload;      /* largest PUT file body; default 1 GiB */
-        int64_t max_connections;  /* default 1024 */
+        char *webhook_url;                   /* alerts are POSTed here when set */
+        uint64_t max_body;                   /* largest JSON request body; default 1 MiB */
+        uint64_t max_upload;                 /* largest PUT file body; default 1 GiB */
+        int64_t max_connections;             /* open HTTP connections; default 10000 */
+        int64_t max_connections_per_address; /* from one client address; default 256 */
+        int64_t head_timeout_ms; /* a request head must be complete in this time; default 10 s */
+        int64_t max_streams;     /* long-lived streams (SSE, exec streams, terminals); 1000 */
+        int64_t max_streams_per_address; /* ... from one client address; default 128 */
+        int64_t max_requests;            /* requests handled at once (worker threads); 512 */
         char *network_hosts_file; /* names the egress proxy resolves before DNS (hosts format) */
         char *network_subnet;     /* full mode's IPv4 range; NULL = 10.88.0.0/16 */
         bool network_full;        /* full network mode allowed; default true */

@@ -79,7 +79,12 @@ static void test_defaults(void)
                "alerts off");
         TAP_IS_INT(c.max_body, 1 << 20, "default max_body 1 MiB");
         TAP_IS_INT(c.max_upload, 1 << 30, "default max_upload 1 GiB");
-        TAP_IS_INT(c.max_connections, 1024, "default max_connections");
+        TAP_IS_INT(c.max_connections, 10000, "default max_connections");
+        TAP_IS_INT(c.max_connections_per_address, 256, "default max_connections_per_address");
+        TAP_IS_INT(c.head_timeout_ms, 10000, "default head_timeout 10 s");
+        TAP_IS_INT(c.max_streams, 1000, "default max_streams");
+        TAP_IS_INT(c.max_streams_per_address, 128, "default max_streams_per_address");
+        TAP_IS_INT(c.max_requests, 512, "default max_requests");
         TAP_IS_INT(c.limits.memory_mib, AB_DEFAULT_MEMORY_MIB, "default limits");
         tap_ok(c.n_keys == 0 && !c.keys, "no API keys");
         _cleanup_free_ char *m = validate_err(&c);
@@ -107,6 +112,11 @@ static const char full[] = "# agentbox config\n"
                            "max_body: 2M\n"
                            "max_upload: 4G\n"
                            "max_connections: 200\n"
+                           "max_connections_per_address: 20\n"
+                           "head_timeout: 1500ms\n"
+                           "max_streams: 30\n"
+                           "max_streams_per_address: 3\n"
+                           "max_requests: 40\n"
                            "limits:\n"
                            "  cpus: 2.5\n"
                            "  memory: 2G\n"
@@ -147,6 +157,11 @@ static void test_full_file(void)
         TAP_IS_INT(c.max_body, 2 << 20, "max_body 2M");
         TAP_IS_INT(c.max_upload, 4ull << 30, "max_upload 4G");
         TAP_IS_INT(c.max_connections, 200, "max_connections");
+        TAP_IS_INT(c.max_connections_per_address, 20, "max_connections_per_address");
+        TAP_IS_INT(c.head_timeout_ms, 1500, "head_timeout 1500ms");
+        TAP_IS_INT(c.max_streams, 30, "max_streams");
+        TAP_IS_INT(c.max_streams_per_address, 3, "max_streams_per_address");
+        TAP_IS_INT(c.max_requests, 40, "max_requests");
         tap_ok(c.limits.cpus == 2.5, "limits.cpus");
         TAP_IS_INT(c.limits.memory_mib, 2048, "limits.memory 2G");
         TAP_IS_INT(c.limits.pids, 1000, "limits.pids");
