@@ -65,6 +65,11 @@ static const route routes[] = {
     {"GET", "v1/keys", AUTH_ADMIN, BODY_NONE, route_keys_list},
     {"POST", "v1/keys", AUTH_ADMIN, BODY_JSON, route_keys_create},
     {"DELETE", "v1/keys/*", AUTH_ADMIN, BODY_NONE, route_keys_delete},
+    {"GET", "v1/sandboxes/*/execs", AUTH_USER, BODY_NONE, route_box_execs},
+    /* the web console (routes_console.c): static files, no auth (the token
+     * is given to the page's scripts, never to these) */
+    {"GET", "", AUTH_ANY, BODY_NONE, route_console},
+    {"GET", "console/*", AUTH_ANY, BODY_NONE, route_console},
 };
 
 /* ---- responses -------------------------------------------------------- */

@@ -152,6 +152,10 @@ enum MHD_Result route_box_tool(ab_req *r, const char *id);
 enum MHD_Result route_tool(ab_req *r, const char *id);
 enum MHD_Result route_mcp_post(ab_req *r, const char *id);
 enum MHD_Result route_mcp_delete(ab_req *r, const char *id);
+/* GET /v1/sandboxes/{id}/execs (routes_execs.c). */
+enum MHD_Result route_box_execs(ab_req *r, const char *id);
+/* The web console's files: / and /console/{name} (routes_console.c). */
+enum MHD_Result route_console(ab_req *r, const char *name);
 
 /* Tool calls (routes_tools.c), shared by the REST routes and the MCP server. */
 
