@@ -4,8 +4,8 @@
 // cells through setAttribute('style', ...): the policy blocks both. Stylesheets
 // made with the CSSOM (new CSSStyleSheet(), element.style) are not inline markup
 // and are allowed, so the shim turns those writes into CSSOM writes:
-//  - a <style> made by document.createElement keeps its text in a constructed
-//    sheet adopted by the document (removed with the element);
+//  - document.createElement('style') gives an inert <template> whose text goes
+//    to a constructed sheet adopted by the document (dropped with the element);
 //  - setAttribute('style', text) sets element.style.cssText.
 // The console's own code never writes styles (dom.mjs refuses to).
 
@@ -14,8 +14,10 @@ export function installStyleShim() {
   document.agentboxStyleShim = true;
   const create = document.createElement.bind(document);
   document.createElement = function (tag, opts) {
-    const el = create(tag, opts);
-    if (String(tag).toLowerCase() === 'style') adopt(el);
+    if (String(tag).toLowerCase() !== 'style') return create(tag, opts);
+    // An inert stand-in: even an empty <style> in the page is a violation.
+    const el = create('template');
+    adopt(el);
     return el;
   };
   const setAttr = Element.prototype.setAttribute;

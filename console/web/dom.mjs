@@ -4,6 +4,10 @@
 
 // h('tag', {attr: value, on: {click: fn}, class: 'x'}, child, ...)
 export function h(tag, attrs, ...children) {
+  if (attrs instanceof Node || typeof attrs === 'string' || Array.isArray(attrs)) {
+    children.unshift(attrs);
+    attrs = null;
+  }
   const el = document.createElement(tag);
   for (const [k, v] of Object.entries(attrs || {})) {
     if (v === undefined || v === null || v === false) continue;

@@ -44,7 +44,7 @@ export async function render(main, args, signal) {
         ['Store', hj.store], ['Boxes', Object.entries(hj.boxes || {}).map(([k, v]) => k + ' ' + v).join(', ')],
         ['Warm pool', (hj.pool ? hj.pool.size + ' of ' + hj.pool.target : '–')],
         ['Execs in flight', String(hj.execs_in_flight ?? '–')]];
-      if (hj.concurrency) rows.push(['Code runner', Object.entries(hj.concurrency).map(([k, v]) => k + ' ' + v).join(', ')]);
+      if (hj.concurrency) rows.push(['Code runner', Object.entries(hj.concurrency).map(([k, v]) => k + ' ' + (typeof v === 'object' ? JSON.stringify(v) : v)).join(', ')]);
       fill(health, rows.map(([k, v]) => [h('dt', {}, k), h('dd', {}, v)]));
       const text = await (await request('GET', '/metrics', {signal})).text();
       const ms = parseMetrics(text);
