@@ -23,6 +23,7 @@ function route() {
 
 async function show() {
   if (current) current.abort();
+  document.getElementById('toast').className = '';
   current = new AbortController();
   const signal = current.signal;
   if (getToken() === null) {

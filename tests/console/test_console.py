@@ -122,6 +122,9 @@ if why:
 
 shots = os.environ.get("AGENTBOX_CONSOLE_SHOTS") or os.path.join(h.root, "shots")
 os.makedirs(shots, exist_ok=True)
+for old in os.listdir(shots):  # the previous run's
+    if old.endswith(".png"):
+        os.unlink(os.path.join(shots, old))
 work = os.path.join(h.root, "browser")
 os.makedirs(work)
 
