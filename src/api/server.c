@@ -1,6 +1,7 @@
 /* The HTTP front: libmicrohttpd daemon, request life cycle, routing, auth,
  * and the response helpers the route modules use. */
 #include "api/server.h"
+#include "api/ws.h"
 #include "base/log.h"
 
 #include <arpa/inet.h>
@@ -65,6 +66,11 @@ static const route routes[] = {
     {"GET", "v1/keys", AUTH_ADMIN, BODY_NONE, route_keys_list},
     {"POST", "v1/keys", AUTH_ADMIN, BODY_JSON, route_keys_create},
     {"DELETE", "v1/keys/*", AUTH_ADMIN, BODY_NONE, route_keys_delete},
+    {"POST", "v1/sandboxes/*/terminals", AUTH_USER, BODY_JSON, route_term_create},
+    {"GET", "v1/sandboxes/*/terminals", AUTH_USER, BODY_NONE, route_term_list},
+    {"GET", "v1/sandboxes/*/terminals/*", AUTH_USER, BODY_NONE, route_term_get},
+    {"DELETE", "v1/sandboxes/*/terminals/*", AUTH_USER, BODY_NONE, route_term_delete},
+    {"POST", "v1/sandboxes/*/terminals/*/resize", AUTH_USER, BODY_JSON, route_term_resize},
     {"GET", "v1/sandboxes/*/execs", AUTH_USER, BODY_NONE, route_box_execs},
     /* the web console (routes_console.c): static files, no auth (the token
      * is given to the page's scripts, never to these) */
@@ -492,6 +498,13 @@ static enum MHD_Result authenticate(ab_req *r, auth_level need, bool *ok)
                 return MHD_YES;
         }
         const char *h = req_header(r, "Authorization");
+        /* A browser's WebSocket offers its token as a subprotocol (api/ws.c). */
+        _cleanup_free_ char *ws_auth =
+            h ? NULL
+              : ws_auth_from_protocols(req_header(r, "Upgrade"),
+                                       req_header(r, "Sec-WebSocket-Protocol"));
+        if (ws_auth)
+                h = ws_auth;
         if (!h) {
                 if (!has_token) {
                         if (!peer_is_loopback(r))
@@ -854,7 +867,7 @@ int ab_server_start(ab_server *s, ab_err **err)
                     ntohs(bound.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&bound)->sin6_port
                                                       : ((struct sockaddr_in *)&bound)->sin_port);
         unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD |
-                         MHD_USE_POLL | MHD_USE_ERROR_LOG;
+                         MHD_USE_POLL | MHD_USE_ERROR_LOG | MHD_ALLOW_UPGRADE;
         if (ss.ss_family == AF_INET6)
                 flags |= MHD_USE_IPv6;
         s->mhd = MHD_start_daemon(
@@ -878,6 +891,7 @@ void ab_server_stop(ab_server *s)
         if (fd >= 0)
                 close(fd);
         ab_events_shutdown(s->events);
+        term_ws_shutdown();
         MHD_stop_daemon(s->mhd);
         s->mhd = NULL;
 }
