@@ -79,6 +79,11 @@ static enum MHD_Result send_asset(ab_req *r, const ab_console_asset *a)
 enum MHD_Result route_console(ab_req *r, const char *name)
 {
         const ab_console_asset *a = find_asset(name ? name : "index.html");
+        if (!a && !ab_console_has_xterm && name &&
+            (strstr(name, "xterm") || !strcmp(name, "addon-fit.mjs")))
+                return resp_error(r, 404, "not_found",
+                                  "xterm.js was not installed when this server was built: run "
+                                  "scripts/npm-deps.sh, then rebuild");
         if (!a)
                 return resp_error(r, 404, "not_found", "no console file \"%s\"", name);
         return send_asset(r, a);

@@ -170,6 +170,31 @@ try {
     .then(() => ok(true, 'a text file previews as text'), e => ok(false, 'a text file previews as text', e));
   ok(await page.evaluate(() => document.querySelectorAll('#preview b').length === 0), 'the preview made no element from the markup in the file');
 
+  // ---- actions and the network policy (before a terminal is attached: an
+  // attached terminal is a use of the box, and a box in use is not paused) ------------------------------------------------
+  await page.click('button[data-op="pause"]');
+  await page.waitForFunction(() => document.querySelector('#box-state')?.textContent === 'paused')
+    .then(() => ok(true, 'Pause pauses the box'),
+          async e => ok(false, 'Pause pauses the box', e + '\n' + await page.evaluate(() =>
+            document.querySelector('#toast').textContent + '\n' + document.querySelector('#events').textContent)));
+  r = await apiCall('GET', `/v1/sandboxes/${boxId}`);
+  ok(r.json?.status === 'paused', 'the API sees it paused', r.buf);
+  await page.click('button[data-op="resume"]');
+  await page.waitForFunction(() => document.querySelector('#box-state')?.textContent === 'running')
+    .then(() => ok(true, 'Resume resumes it'), e => ok(false, 'Resume resumes it', e));
+  await page.select('form.network select[name=mode]', 'allowlist');
+  await page.type('form.network textarea[name=allow]', 'example.com\n*.example.org');
+  await page.click('form.network button[type=submit]');
+  let pol = null;
+  for (let i = 0; i < 50; i++) {
+    r = await apiCall('GET', `/v1/sandboxes/${boxId}/network`);
+    pol = r.json;
+    if (pol && pol.mode === 'allowlist') break;
+    await sleep(100);
+  }
+  ok(pol && pol.mode === 'allowlist' && JSON.stringify(pol.allow) === '["example.com","*.example.org"]',
+     'the network form sets the box policy', JSON.stringify(pol));
+
   // ---- the terminal -----------------------------------------------------------
   r = await apiCall('GET', `/v1/sandboxes/${boxId}/terminals`);
   const noRoute = r.status === 404 && /no route/.test(r.json?.error?.message || '');
@@ -194,6 +219,7 @@ try {
     ok(rowH > 5, "xterm.js's styles apply under the CSP (rows have a height)", rowH);
   }
   await shot(page, 'box');
+
 
   // ---- skills -------------------------------------------------------------------
   await page.goto(cfg.base + '/#/skills', {waitUntil: 'networkidle2'});
@@ -246,6 +272,14 @@ try {
     .then(() => ok(true, 'the boxes list shows the box with its usage'), e => ok(false, 'the boxes list shows the box with its usage', e));
   await sleep(4500); // one refresh more: the CPU column has two samples
   await shot(page, 'boxes');
+  await page.type('form.filters input[name=app_id]', 'no-such-app');
+  await page.waitForFunction(() => !document.querySelector('#boxes tbody tr[data-id]'))
+    .then(() => ok(true, 'the app filter hides boxes of other apps'), e => ok(false, 'the app filter hides boxes of other apps', e));
+  await page.$eval('form.filters input[name=app_id]', el => { el.value = ''; });
+  await page.type('form.filters input[name=app_id]', 'consoleapp');
+  await page.waitForFunction(id => document.querySelector(`#boxes tr[data-id="${id}"]`), {}, boxId)
+    .then(() => ok(true, 'filtering by its app shows the box'), e => ok(false, 'filtering by its app shows the box', e));
+  await page.$eval('form.filters input[name=app_id]', el => { el.value = ''; el.dispatchEvent(new Event('input', {bubbles: true})); });
 
   const cspAll = await page.evaluate(() => window.__csp);
   ok(cspAll.length === 0, 'no CSP violation on the skills, playground, server and boxes pages (nor the terminal)', cspAll.join('\n'));
