@@ -87,7 +87,13 @@ export function terminalPanel(boxId, signal) {
     const protos = ['agentbox.terminal.v1'];
     const tok = getToken();
     if (tok) protos.push('bearer.' + tok);
-    ws = new WebSocket(url, protos);
+    try {
+      ws = new WebSocket(url, protos);
+    } catch (e) {
+      // A subprotocol is an HTTP token: a token with other characters cannot be one.
+      fill(status, 'Cannot open the WebSocket: ' + e.message + ' (the token must be made of URL-safe characters).');
+      return;
+    }
     ws.binaryType = 'arraybuffer';
     fill(status, 'Connecting to ' + t.id + '…');
     ws.onopen = () => {

@@ -281,22 +281,34 @@ try {
     .then(() => ok(true, 'filtering by its app shows the box'), e => ok(false, 'filtering by its app shows the box', e));
   await page.$eval('form.filters input[name=app_id]', el => { el.value = ''; el.dispatchEvent(new Event('input', {bubbles: true})); });
 
-  const cspAll = await page.evaluate(() => window.__csp);
+  // ---- delete from the box page -------------------------------------------------------
+  await page.goto(cfg.base + '/#/box/' + boxId, {waitUntil: 'networkidle2'});
+  await page.waitForFunction(() => document.querySelector('#box-state')?.textContent === 'running');
+  const cspBox = await page.evaluate(() => window.__csp);
+  await page.evaluate(() => [...document.querySelectorAll('.actions button')].find(b => b.textContent === 'Delete').click());
+  await page.waitForFunction(() => location.hash === '#/boxes');
+  r = await apiCall('GET', `/v1/sandboxes/${boxId}`);
+  ok(r.status === 404 || r.json?.status === 'deleting', 'Delete (confirmed) deletes the box and goes back to the list', r.status + ' ' + r.buf);
+
+  const cspAll = cspBox.concat(await page.evaluate(() => window.__csp));
   ok(cspAll.length === 0, 'no CSP violation on the skills, playground, server and boxes pages (nor the terminal)', cspAll.join('\n'));
   ok(pageErrors.length === 0, 'no uncaught script error', pageErrors.join('\n'));
   const leaked = urls.filter(u => u.includes(cfg.token) || u.includes(cfg.app_key));
   ok(leaked.length === 0, 'no request URL carries the token', leaked.join('\n'));
 
   // ---- an app-scoped API key sees its app only --------------------------------------
+  const keep = (await apiCall('POST', '/v1/sandboxes', {app_id: 'consoleapp', user_id: 'u1', chat_id: 'keep'})).json?.id;
+  const other = (await apiCall('POST', '/v1/sandboxes', {app_id: 'otherapp', user_id: 'u1', chat_id: 'c1'})).json?.id;
   await page.click('#logout');
   await page.waitForSelector('form.login input[type=password]');
   await page.type('form.login input', cfg.app_key);
   await page.click('form.login button[type=submit]');
   await page.waitForSelector('table#boxes');
-  await sleep(500);
+  await page.waitForFunction(id => document.querySelector(`#boxes tr[data-id="${id}"]`), {}, other).catch(() => {});
   const seen = await page.evaluate(() => ({rows: [...document.querySelectorAll('#boxes tbody tr[data-id]')].map(t => t.dataset.id),
                                            who: document.getElementById('who').textContent}));
-  ok(!seen.rows.includes(boxId) && seen.who.includes('API key'), "an API key of another app does not see the box", JSON.stringify(seen));
+  ok(keep && other && !seen.rows.includes(keep) && seen.rows.includes(other) && seen.who.includes('API key'),
+     "an API key sees its app's box, not another app's", JSON.stringify({keep, other, seen}));
 } catch (e) {
   ok(false, 'the browser run ended early', e && e.stack ? e.stack : e);
   if (page) await shot(page, 'failure').catch(() => {});
