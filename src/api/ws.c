@@ -182,10 +182,10 @@ int ws_next(ws_conn *c, ws_msg *m, uint16_t *code)
 {
         *m = (ws_msg){0};
         for (;;) {
-                const uint8_t *p = c->in + c->start;
                 size_t avail = c->end - c->start;
                 if (avail < 2)
                         return 0;
+                const uint8_t *p = c->in + c->start;
                 bool fin = p[0] & 0x80, masked = p[1] & 0x80;
                 int op = p[0] & 0x0f;
                 uint64_t len = p[1] & 0x7f;
