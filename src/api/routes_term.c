@@ -10,6 +10,8 @@
 #include "api/ws.h"
 #include "base/log.h"
 
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
@@ -378,6 +380,8 @@ static void ws_pump(ws_session *s, ws_conn *w, ab_term_attach *a)
 static void *ws_main(void *arg)
 {
         ws_session *s = arg;
+        int one = 1; /* keystrokes are small writes: no Nagle delay */
+        setsockopt(s->sock, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
         ws_conn w;
         ws_init(&w, s->sock, WS_MAX_MSG);
         ws_feed(&w, s->extra, s->extra_len);

@@ -310,6 +310,15 @@ int ws_send(ws_conn *c, int op, const void *p, size_t n, int timeout_ms)
                         hdr[2 + i] = (uint8_t)((uint64_t)n >> (56 - 8 * i));
                 h = 10;
         }
+        /* One send when it fits: a header sent apart from its payload waits
+         * for the peer's delayed ACK under Nagle's algorithm. */
+        if (n <= 16384) {
+                uint8_t one[10 + 16384];
+                memcpy(one, hdr, h);
+                if (n)
+                        memcpy(one + h, p, n);
+                return send_all(c->fd, one, h + n, timeout_ms);
+        }
         int r = send_all(c->fd, hdr, h, timeout_ms);
         return r < 0 ? r : send_all(c->fd, p, n, timeout_ms);
 }
