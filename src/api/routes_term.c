@@ -10,6 +10,8 @@
 #include "api/ws.h"
 #include "base/log.h"
 
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
@@ -220,8 +222,7 @@ typedef struct ws_session {
 static pthread_mutex_t ws_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t ws_gone = PTHREAD_COND_INITIALIZER;
 static ws_session *ws_list;
-static int ws_count;    /* threads running */
-static int ws_reserved; /* upgrades answered, thread not yet started */
+static int ws_count; /* threads running */
 static bool ws_stopping;
 
 static void session_free(ws_session *s)
@@ -231,6 +232,14 @@ static void session_free(ws_session *s)
         free(s->scope);
         free(s->extra);
         free(s);
+}
+
+static bool stopping(void)
+{
+        pthread_mutex_lock(&ws_lock);
+        bool v = ws_stopping;
+        pthread_mutex_unlock(&ws_lock);
+        return v;
 }
 
 static void session_unlink(ws_session *s)
@@ -358,6 +367,9 @@ static void ws_pump(ws_session *s, ws_conn *w, ab_term_attach *a)
                 }
                 if (p[0].revents) {
                         long got = ws_read(w);
+                        if (got == 0 && stopping())
+                                (void)!ws_send_close(w, WS_CLOSE_GOING_AWAY,
+                                                     "the server is shutting down", 1000);
                         if (got == 0 || (got < 0 && got != -EAGAIN))
                                 return; /* the client went away: detach */
                         ping_out = false;
@@ -368,6 +380,8 @@ static void ws_pump(ws_session *s, ws_conn *w, ab_term_attach *a)
 static void *ws_main(void *arg)
 {
         ws_session *s = arg;
+        int one = 1; /* keystrokes are small writes: no Nagle delay */
+        setsockopt(s->sock, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
         ws_conn w;
         ws_init(&w, s->sock, WS_MAX_MSG);
         ws_feed(&w, s->extra, s->extra_len);
@@ -400,8 +414,7 @@ static void on_upgrade(void *cls, struct MHD_Connection *conn, void *con_cls, co
                 s->extra_len = extra_in_size;
         }
         pthread_mutex_lock(&ws_lock);
-        ws_reserved--;
-        bool go = !ws_stopping;
+        bool go = !ws_stopping && ws_count < WS_MAX_SESSIONS;
         if (go) {
                 s->next = ws_list;
                 ws_list = s;
@@ -420,8 +433,9 @@ void term_ws_shutdown(void)
 {
         pthread_mutex_lock(&ws_lock);
         ws_stopping = true;
+        /* Their reads end; each sends a close frame (1001) and detaches. */
         for (ws_session *s = ws_list; s; s = s->next)
-                shutdown(s->sock, SHUT_RDWR);
+                shutdown(s->sock, SHUT_RD);
         struct timespec until;
         clock_gettime(CLOCK_REALTIME, &until);
         until.tv_sec += 10;
@@ -477,10 +491,9 @@ static enum MHD_Result ws_upgrade(ab_req *r, const char *box, const char *tid)
         if (ab_manager_term_get(r->srv->mgr, box, r->scope, tid, &t, &e) < 0)
                 return resp_err(r, e);
         abc_term_info_clear(&t);
+        /* (checked again when the upgrade is done: a race past it is closed then) */
         pthread_mutex_lock(&ws_lock);
-        bool full = ws_stopping || ws_count + ws_reserved >= WS_MAX_SESSIONS;
-        if (!full)
-                ws_reserved++;
+        bool full = ws_stopping || ws_count >= WS_MAX_SESSIONS;
         pthread_mutex_unlock(&ws_lock);
         if (full)
                 return resp_error(r, 503, "unavailable",
@@ -497,7 +510,7 @@ static enum MHD_Result ws_upgrade(ab_req *r, const char *box, const char *tid)
         char accept[WS_ACCEPT_LEN + 1];
         ws_accept(key, accept);
         /* When the client goes away before the 101 is sent, on_upgrade never
-         * runs: s and its reservation are then lost (a few bytes). */
+         * runs: s is then lost (a few bytes; libmicrohttpd tells us nothing). */
         struct MHD_Response *resp = MHD_create_response_for_upgrade(on_upgrade, s);
         MHD_add_response_header(resp, "Upgrade", "websocket");
         MHD_add_response_header(resp, "Sec-WebSocket-Accept", accept);

@@ -182,10 +182,10 @@ int ws_next(ws_conn *c, ws_msg *m, uint16_t *code)
 {
         *m = (ws_msg){0};
         for (;;) {
-                const uint8_t *p = c->in + c->start;
                 size_t avail = c->end - c->start;
                 if (avail < 2)
                         return 0;
+                const uint8_t *p = c->in + c->start;
                 bool fin = p[0] & 0x80, masked = p[1] & 0x80;
                 int op = p[0] & 0x0f;
                 uint64_t len = p[1] & 0x7f;
@@ -309,6 +309,15 @@ int ws_send(ws_conn *c, int op, const void *p, size_t n, int timeout_ms)
                 for (int i = 0; i < 8; i++)
                         hdr[2 + i] = (uint8_t)((uint64_t)n >> (56 - 8 * i));
                 h = 10;
+        }
+        /* One send when it fits: a header sent apart from its payload waits
+         * for the peer's delayed ACK under Nagle's algorithm. */
+        if (n <= 16384) {
+                uint8_t one[10 + 16384];
+                memcpy(one, hdr, h);
+                if (n)
+                        memcpy(one + h, p, n);
+                return send_all(c->fd, one, h + n, timeout_ms);
         }
         int r = send_all(c->fd, hdr, h, timeout_ms);
         return r < 0 ? r : send_all(c->fd, p, n, timeout_ms);

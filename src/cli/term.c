@@ -11,6 +11,7 @@
 #include <signal.h>
 #include <sys/ioctl.h>
 #include <termios.h>
+#include <time.h>
 
 typedef enum { R_EXIT, R_CLOSED, R_GONE, R_DETACHED, R_TIMEOUT, R_SIGNAL, R_IO } relay_end;
 
@@ -182,11 +183,16 @@ int cli_term_exec(cli_local *l, ab_use *u, const abc_term_req *req, bool input, 
                 return cli_fail(&e);
         }
         relay r = {.a = &a, .input = input, .deadline = timeout_ms ? ab_now_ms() + timeout_ms : 0};
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        int64_t started = (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
         relay_end end = relay_tty(&r);
         ab_manager_term_detach(l->mgr, &a);
         /* The terminal was this command's: it goes with it. */
         (void)!ab_manager_term_close(l->mgr, u->rec.id, NULL, t.id, NULL);
         abc_term_info_clear(&t);
+        int code = end == R_EXIT ? r.exit_code : end == R_TIMEOUT ? 124 : -1;
+        ab_manager_term_audit(l->mgr, u, q.argv, code, started);
         switch (end) {
         case R_EXIT:
                 return r.exit_code;

@@ -211,6 +211,12 @@ int ab_manager_term_attach(ab_manager *m, const char *id, const char *scope, con
                            ab_term_attach *a, ab_err **err);
 void ab_manager_term_detach(ab_manager *m, ab_term_attach *a);
 
+/* Records a terminal session run as a command (`agentbox exec -t`) in the
+ * exec audit, as ab_manager_exec records an exec: argv (NULL = the login
+ * shell), its exit code, its start (unix ms). Written by use_end. */
+void ab_manager_term_audit(ab_manager *m, ab_use *u, const char *const *argv, int exit_code,
+                           int64_t started_ms);
+
 /* Terminal operations by box id (scope as everywhere). A stopped box has no
  * terminals: list is empty and the others are AB_E_NOT_FOUND, without
  * starting it. open starts (or resumes) the box like an exec. */

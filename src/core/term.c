@@ -195,3 +195,21 @@ int ab_manager_term_signal(ab_manager *m, const char *id, const char *scope, con
 {
         return term_do(m, id, scope, tid, OP_SIGNAL, (uint32_t)sig, 0, err);
 }
+
+void ab_manager_term_audit(ab_manager *m, ab_use *u, const char *const *argv, int exit_code,
+                           int64_t started_ms)
+{
+        abc_exec_req q = {.argv = argv};
+        ab_exec_audit *a = xzalloc(sizeof(*a));
+        *a = (ab_exec_audit){
+            .provider = xstrdup(m->provider),
+            .box_id = xstrdup(u->rec.id),
+            .command = argv && argv[0] ? abc_exec_req_text(&q) : xstrdup("(login shell)"),
+            .exit_code = exit_code,
+            .started_at = started_ms,
+            .duration_ms = mgr_wall_ms() - started_ms,
+        };
+        if (u->audit)
+                ab_exec_audits_free(u->audit, 1);
+        u->audit = a; /* written by ab_manager_use_end */
+}

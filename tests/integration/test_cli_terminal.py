@@ -11,6 +11,7 @@ import fcntl
 import os
 import secrets
 import select
+import sqlite3
 import struct
 import subprocess
 import sys
@@ -122,6 +123,11 @@ h.eq(r.get("terminals"), [], "exec -t's terminal is closed when the command ends
 r = h.run("exec", "-t", B, "--", "sh", "-c", "tty; exit 3", timeout=60)
 h.eq(r.rc, 3, "exec -t (no -i): exit code passed through", r.describe())
 h.ok("/dev/pts/" in r.out, "exec -t: the command runs on a pty", r.describe())
+c = sqlite3.connect("file:%s?mode=ro" % os.path.join(h.data, "agentbox.db"), uri=True, timeout=5)
+rows = c.execute("SELECT command, exit_code FROM exec_audit WHERE box_id = ? ORDER BY started_at", (B,)).fetchall()
+c.close()
+h.ok(("bash -lc bash", 5) in rows and ("sh -c 'tty; exit 3'", 3) in rows,
+     "exec -t sessions are in the exec audit with their exit codes", repr(rows))
 r = h.run("exec", "-t", "--timeout", "1s", B, "--", "sleep 100", timeout=60)
 h.eq(r.rc, 124, "exec -t --timeout 1s: 124", r.describe())
 r = h.run("exec", "--timeout", "5s", B, "--", "test -t 1 && echo tty || echo notty", timeout=60)

@@ -32,8 +32,9 @@ class WS:
         for k, v in (headers or {}).items():
             lines.append("%s: %s" % (k, v))
         self.sock.sendall(("\r\n".join(lines) + "\r\n\r\n").encode())
-        self.buf = b""
-        self.output = b""       # binary frames, concatenated
+        self.buf = bytearray()
+        self._off = 0
+        self.output = bytearray()  # binary frames, concatenated
         self.texts = []         # text frames
         self.close_code = None  # the server's close frame
         self.close_reason = ""
@@ -51,7 +52,7 @@ class WS:
             if not d:
                 break
             self.buf += d
-        head, sep, rest = self.buf.partition(b"\r\n\r\n")
+        head, sep, rest = bytes(self.buf).partition(b"\r\n\r\n")
         if not sep:
             return
         self.head = head.decode("latin-1")
@@ -60,7 +61,7 @@ class WS:
         for line in self.head.split("\r\n")[1:]:
             k, _, v = line.partition(":")
             self.headers[k.strip().lower()] = v.strip()
-        self.buf = rest
+        self.buf = bytearray(rest)
         if self.status != 101:
             # the body of an error answer (Content-Length)
             n = int(self.headers.get("content-length", "0") or 0)
@@ -69,7 +70,7 @@ class WS:
                 if not d:
                     break
                 self.buf += d
-            self.body = self.buf[:n]
+            self.body = bytes(self.buf[:n])
 
     def accept_ok(self):
         want = base64.b64encode(hashlib.sha1((self.key + GUID).encode()).digest()).decode()
@@ -128,10 +129,12 @@ class WS:
 
     # ---- receiving ----
     def _frame(self):
-        """One frame from buf, or None."""
+        """One frame from buf (at self._off), or None."""
         b = self.buf
-        if len(b) < 2:
+        o0 = self._off
+        if len(b) - o0 < 2:
             return None
+        b = memoryview(b)[o0:]
         op = b[0] & 0x0F
         n = b[1] & 0x7F
         off = 2
@@ -149,8 +152,8 @@ class WS:
             off = 10
         if len(b) < off + n:
             return None
-        data = b[off:off + n]
-        self.buf = b[off + n:]
+        data = bytes(b[off:off + n])
+        self._off += off + n
         return op, data
 
     def pump(self, timeout=0.5):
@@ -168,6 +171,7 @@ class WS:
             self.eof = True
         elif d:
             self.buf += d
+        self._off = 0
         while True:
             f = self._frame()
             if not f:
@@ -188,6 +192,8 @@ class WS:
             elif op == 8:
                 self.close_code = struct.unpack("!H", data[:2])[0] if len(data) >= 2 else 1005
                 self.close_reason = data[2:].decode("utf-8", "replace")
+        del self.buf[:self._off]
+        self._off = 0
         return not self.eof
 
     def read_until(self, pred, timeout=10.0):
