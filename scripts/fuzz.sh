@@ -14,6 +14,9 @@ deps() {
         fuzz_proto)
                 echo src/proto/proto.c src/base/util.c src/base/err.c
                 ;;
+        fuzz_ws)
+                echo src/api/ws.c src/base/util.c src/base/err.c src/base/buf.c -lcrypto
+                ;;
         fuzz_proxy)
                 echo src/net/proxy.c src/net/policy.c src/net/addrcheck.c \
                         src/base/util.c src/base/err.c src/base/log.c \

@@ -5,13 +5,16 @@
 #   runners/js   the modules JS snippets may require (lodash, dayjs, moment,
 #                uuid, crypto-js, qs) and the Bun binary (@oven/bun-linux-x64)
 #                of the in-box JS runner
+#   console      xterm.js (@xterm/xterm, @xterm/addon-fit), embedded into the
+#                binary by the build (console/embed.py), and puppeteer-core for
+#                the console's browser tests (tests/console)
 # Idempotent and fast: a directory whose node_modules exists is left alone;
 # installs node and npm with scripts/deps.sh when they are missing.
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
 todo=()
-for dir in tests/mcp runners/js; do
+for dir in tests/mcp runners/js console; do
         if [ -d "$dir/node_modules" ]; then
                 echo "npm-deps.sh: $dir/node_modules already installed"
         else

@@ -34,8 +34,11 @@ stage() {
 stage "dependencies: scripts/deps.sh"
 ./scripts/deps.sh || failures+=("deps: scripts/deps.sh failed")
 
-stage "dependencies: scripts/npm-deps.sh (the MCP SDK for tests/mcp)"
+stage "dependencies: scripts/npm-deps.sh (the MCP SDK, the JS runner, xterm.js and puppeteer-core)"
 ./scripts/npm-deps.sh || failures+=("deps: scripts/npm-deps.sh failed")
+
+stage "dependencies: scripts/browser-deps.sh (Chromium for the console's browser test)"
+./scripts/browser-deps.sh || failures+=("deps: scripts/browser-deps.sh failed")
 
 stage "services: PostgreSQL on loopback (scripts/pg.sh)"
 # The store suite (and the server tests that take a database URL) run

@@ -185,11 +185,31 @@ enum MHD_Result route_box_create(ab_req *r, const char *id)
         return resp_json(r, created ? 201 : 200, j);
 }
 
-static json_t *box_list_json(const ab_server *srv, ab_box_rec *rs, size_t n)
+/* Adds "stats" to j when the box is running or paused. */
+static void add_stats(const ab_server *srv, const ab_box_rec *rec, json_t *j)
+{
+        ab_box_stats st;
+        if ((rec->status == AB_BOX_RUNNING || rec->status == AB_BOX_PAUSED) &&
+            ab_manager_stats(srv->mgr, rec, &st, NULL) == 0)
+                json_object_set_new(
+                    j, "stats",
+                    json_pack(
+                        "{s:I,s:I,s:I,s:I,s:I,s:I,s:I}", "memory_bytes",
+                        (json_int_t)st.memory_bytes, "memory_limit", (json_int_t)st.memory_limit,
+                        "pids", (json_int_t)st.pids, "cpu_usage_ns", (json_int_t)st.cpu_usage_ns,
+                        "disk_used_bytes", (json_int_t)st.disk_used_bytes, "disk_limit_bytes",
+                        (json_int_t)st.disk_limit_bytes, "oom_kills", (json_int_t)st.oom_kills));
+}
+
+static json_t *box_list_json(const ab_server *srv, ab_box_rec *rs, size_t n, bool stats)
 {
         json_t *a = json_array();
-        for (size_t i = 0; i < n; i++)
-                json_array_append_new(a, box_json(srv, &rs[i]));
+        for (size_t i = 0; i < n; i++) {
+                json_t *j = box_json(srv, &rs[i]);
+                if (stats)
+                        add_stats(srv, &rs[i], j);
+                json_array_append_new(a, j);
+        }
         return a;
 }
 
@@ -222,7 +242,9 @@ enum MHD_Result route_box_list(ab_req *r, const char *id)
         if (filter_from_query(r, &f, &e) < 0 ||
             ab_manager_list(r->srv->mgr, &f, r->scope, &rs, &n, &e) < 0)
                 return resp_err(r, e);
-        json_t *j = json_pack("{s:o}", "sandboxes", box_list_json(r->srv, rs, n));
+        const char *st = req_query(r, "stats");
+        bool stats = st && (!strcmp(st, "1") || !strcmp(st, "true"));
+        json_t *j = json_pack("{s:o}", "sandboxes", box_list_json(r->srv, rs, n, stats));
         ab_box_recs_free(rs, n);
         return resp_json(r, 200, j);
 }
@@ -256,17 +278,7 @@ enum MHD_Result route_box_get(ab_req *r, const char *id)
         if (ab_manager_get(r->srv->mgr, id, r->scope, &rec, &e) < 0)
                 return resp_err(r, e);
         json_t *j = box_json(r->srv, &rec);
-        ab_box_stats st;
-        if ((rec.status == AB_BOX_RUNNING || rec.status == AB_BOX_PAUSED) &&
-            ab_manager_stats(r->srv->mgr, &rec, &st, NULL) == 0)
-                json_object_set_new(
-                    j, "stats",
-                    json_pack(
-                        "{s:I,s:I,s:I,s:I,s:I,s:I,s:I}", "memory_bytes",
-                        (json_int_t)st.memory_bytes, "memory_limit", (json_int_t)st.memory_limit,
-                        "pids", (json_int_t)st.pids, "cpu_usage_ns", (json_int_t)st.cpu_usage_ns,
-                        "disk_used_bytes", (json_int_t)st.disk_used_bytes, "disk_limit_bytes",
-                        (json_int_t)st.disk_limit_bytes, "oom_kills", (json_int_t)st.oom_kills));
+        add_stats(r->srv, &rec, j);
         ab_box_rec_clear(&rec);
         return resp_json(r, 200, j);
 }

@@ -3,6 +3,7 @@
 #include "api/server.h"
 #include "api/conn.h"
 #include "api/workers.h"
+#include "api/ws.h"
 #include "base/log.h"
 
 #include <arpa/inet.h>
@@ -70,6 +71,16 @@ static const route routes[] = {
     {"GET", "v1/keys", AUTH_ADMIN, BODY_NONE, route_keys_list},
     {"POST", "v1/keys", AUTH_ADMIN, BODY_JSON, route_keys_create},
     {"DELETE", "v1/keys/*", AUTH_ADMIN, BODY_NONE, route_keys_delete},
+    {"POST", "v1/sandboxes/*/terminals", AUTH_USER, BODY_JSON, route_term_create},
+    {"GET", "v1/sandboxes/*/terminals", AUTH_USER, BODY_NONE, route_term_list},
+    {"GET", "v1/sandboxes/*/terminals/*", AUTH_USER, BODY_NONE, route_term_get},
+    {"DELETE", "v1/sandboxes/*/terminals/*", AUTH_USER, BODY_NONE, route_term_delete},
+    {"POST", "v1/sandboxes/*/terminals/*/resize", AUTH_USER, BODY_JSON, route_term_resize},
+    {"GET", "v1/sandboxes/*/execs", AUTH_USER, BODY_NONE, route_box_execs},
+    /* the web console (routes_console.c): static files, no auth (the token
+     * is given to the page's scripts, never to these) */
+    {"GET", "", AUTH_ANY, BODY_NONE, route_console},
+    {"GET", "console/*", AUTH_ANY, BODY_NONE, route_console},
 };
 
 /* ---- responses -------------------------------------------------------- */
@@ -98,10 +109,14 @@ unsigned status_of(ab_code c)
         }
 }
 
+/* Headers every answer has, unless its route set them (the console's assets
+ * set their own caching). */
 static void common_headers(struct MHD_Response *resp)
 {
-        MHD_add_response_header(resp, "Cache-Control", "no-store");
-        MHD_add_response_header(resp, "X-Content-Type-Options", "nosniff");
+        if (!MHD_get_response_header(resp, "Cache-Control"))
+                MHD_add_response_header(resp, "Cache-Control", "no-store");
+        if (!MHD_get_response_header(resp, "X-Content-Type-Options"))
+                MHD_add_response_header(resp, "X-Content-Type-Options", "nosniff");
 }
 
 /* On a worker thread the response is kept in r and queued by MHD's thread
@@ -563,6 +578,13 @@ static enum MHD_Result authenticate(ab_req *r, auth_level need, bool *ok)
                 return MHD_YES;
         }
         const char *h = req_header(r, "Authorization");
+        /* A browser's WebSocket offers its token as a subprotocol (api/ws.c). */
+        _cleanup_free_ char *ws_auth =
+            h ? NULL
+              : ws_auth_from_protocols(req_header(r, "Upgrade"),
+                                       req_header(r, "Sec-WebSocket-Protocol"));
+        if (ws_auth)
+                h = ws_auth;
         if (!h) {
                 if (!has_token) {
                         if (!peer_is_loopback(r))
@@ -1113,6 +1135,7 @@ void ab_server_stop(ab_server *s)
         if (fd >= 0)
                 close(fd);
         ab_events_shutdown(s->events);
+        term_ws_shutdown();
         /* MHD must not stop with a connection suspended: streams end, and
          * handlers in flight finish (each resumes its connection). */
         ab_conns_stop_streams(s->conns);

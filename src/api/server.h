@@ -190,6 +190,18 @@ enum MHD_Result route_box_tool(ab_req *r, const char *id);
 enum MHD_Result route_tool(ab_req *r, const char *id);
 enum MHD_Result route_mcp_post(ab_req *r, const char *id);
 enum MHD_Result route_mcp_delete(ab_req *r, const char *id);
+enum MHD_Result route_term_create(ab_req *r, const char *id);
+enum MHD_Result route_term_list(ab_req *r, const char *id);
+enum MHD_Result route_term_get(ab_req *r, const char *id);
+enum MHD_Result route_term_delete(ab_req *r, const char *id);
+enum MHD_Result route_term_resize(ab_req *r, const char *id);
+/* Ends every attached terminal WebSocket (routes_term.c) and waits for their
+ * threads; new upgrades are refused from then on. Before MHD_stop_daemon. */
+void term_ws_shutdown(void);
+/* GET /v1/sandboxes/{id}/execs (routes_execs.c). */
+enum MHD_Result route_box_execs(ab_req *r, const char *id);
+/* The web console's files: / and /console/{name} (routes_console.c). */
+enum MHD_Result route_console(ab_req *r, const char *name);
 
 /* Tool calls (routes_tools.c), shared by the REST routes and the MCP server. */
 

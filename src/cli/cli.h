@@ -44,6 +44,15 @@ int cli_local_use(cli_local *l, const char *id, ab_use *u, ab_err **err);
  * several are an argv. Returns the command's exit code or an agentbox one. */
 int cli_exec(int argc, char **argv, const char *data);
 
+/* Runs req on a new terminal in the box of u and relays it to this process's
+ * terminal (raw mode when input is relayed and stdin is a tty; SIGWINCH
+ * resizes); closes the terminal at the end. Returns the program's exit code
+ * (124 after timeout_ms, 0 = none), or an agentbox one (term.c). */
+int cli_term_exec(cli_local *l, ab_use *u, const abc_term_req *req, bool input,
+                  uint64_t timeout_ms);
+/* agentbox attach ID TID. Returns an exit code. */
+int cli_attach(int argc, char **argv, const char *data);
+
 /* Resumes the box when it is paused, so a command can use it (as any use of
  * a box through the service does). 0 when it is running now, or was not
  * paused (then the command itself reports what is wrong). */

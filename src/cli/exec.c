@@ -94,7 +94,8 @@ static int write_out(void *ud, int stream, const void *buf, size_t len)
 }
 
 static const char exec_help[] =
-    "Usage: agentbox exec [-t DURATION] [-e K=V]... [-w DIR] [-i] ID [--] CMD [ARG...]\n"
+    "Usage: agentbox exec [-i] [-t] [--timeout DURATION] [-e K=V]... [-w DIR] ID [--] CMD "
+    "[ARG...]\n"
     "Runs a command in the box and exits with its exit code (124 when it timed out).\n"
     "  agentbox exec ID -- 'ls -la | wc -l'   one word: a shell command line, run as\n"
     "                                         bash -lc would (pipes, $VARS, the login\n"
@@ -105,30 +106,42 @@ static const char exec_help[] =
     "                                         box's base environment, no profile)\n"
     "A program that is not found exits 127, one that cannot run 126, as in a shell.\n"
     "Options:\n"
-    "  -t, --timeout DURATION   kill the command's process tree after this (default: the\n"
+    "  --timeout DURATION       kill the command's process tree after this (default: the\n"
     "                           box's timeout)\n"
     "  -e, --env K=V            set an environment variable (repeatable)\n"
     "  -w, --cwd DIR            working directory inside the box (default /workspace)\n"
     "  -i, --stdin              pass this process's standard input to the command\n"
+    "  -t, --tty                run the command on a terminal in the box (a pty), as\n"
+    "                           docker exec -t does; with -i (-it) an interactive session:\n"
+    "                           this terminal goes to raw mode, window size changes\n"
+    "                           follow; one word CMD runs as bash -lc CMD\n"
     "The exec is recorded in the store's audit table like one of the API.\n";
 
 int cli_exec(int argc, char **argv, const char *data)
 {
         static const struct option opts[] = {
-            {"timeout", required_argument, NULL, 't'}, {"env", required_argument, NULL, 'e'},
-            {"cwd", required_argument, NULL, 'w'},     {"stdin", no_argument, NULL, 'i'},
-            {"help", no_argument, NULL, 'h'},          {0},
+            {"timeout", required_argument, NULL, 'T'},
+            {"env", required_argument, NULL, 'e'},
+            {"cwd", required_argument, NULL, 'w'},
+            {"stdin", no_argument, NULL, 'i'},
+            {"tty", no_argument, NULL, 't'},
+            {"help", no_argument, NULL, 'h'},
+            {0},
         };
         _cleanup_err_ ab_err *e = NULL;
         _cleanup_free_ const char **env = xcalloc((size_t)argc + 1, sizeof(char *));
         size_t nenv = 0;
         abc_exec_req req = {.stdin_fd = -1};
         uint64_t timeout_ms = 0;
+        bool tty = false;
         int c;
         optind = 1;
-        while ((c = getopt_long(argc, argv, "+t:e:w:ih", opts, NULL)) != -1) {
+        while ((c = getopt_long(argc, argv, "+e:w:ith", opts, NULL)) != -1) {
                 switch (c) {
                 case 't':
+                        tty = true;
+                        break;
+                case 'T':
                         if (ab_parse_duration_ms(optarg, &timeout_ms, &e) < 0)
                                 return cli_bad_option(&e, "--timeout");
                         if (timeout_ms == 0 || timeout_ms > (uint64_t)AB_MAX_TIMEOUT_S * 1000)
@@ -185,6 +198,16 @@ int cli_exec(int argc, char **argv, const char *data)
         if (l.backend->ops->info(l.backend, u.rec.backend_id, &info, NULL) == 0) {
                 req.output_cap = info.limits.output_cap;
                 ab_box_info_clear(&info);
+        }
+        if (tty) {
+                /* One word is a shell command line, as without -t. */
+                const char *shell[] = {"bash", "-lc", req.command, NULL};
+                abc_term_req tq = {
+                    .argv = req.command ? shell : req.argv, .env = req.env, .cwd = req.cwd};
+                int code = cli_term_exec(&l, &u, &tq, req.stdin_fd >= 0, timeout_ms);
+                ab_manager_use_end(l.mgr, &u);
+                cli_local_close(&l);
+                return code;
         }
         abc_exec_res res;
         signal(SIGPIPE, SIG_IGN);

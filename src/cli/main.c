@@ -35,6 +35,8 @@ static const char *usage_text =
     "  ls [--json]                    list boxes with their status (creating, running,\n"
     "                                 paused, stopped, error)\n"
     "  inspect ID                     show a box as JSON (state, limits, usage)\n"
+    "  attach ID TID                  attach to terminal TID of the box (made through the\n"
+    "                                 API); Ctrl-P Ctrl-Q detaches\n"
     "  cp SRC DST                     copy files or directories in or out of a box;\n"
     "                                 one side is ID:PATH (relative to /workspace)\n"
     "  tool ID NAME [JSON-ARGS]       run an agent tool (bash, ls, glob, grep, read_file,\n"
@@ -49,11 +51,13 @@ static const char *usage_text =
     "  --rootfs DIR  use DIR as the read-only base instead of the curated host base\n"
     "\n"
     "Options for exec:\n"
-    "  -t, --timeout DURATION   kill the command's process tree after this (default: the\n"
+    "  --timeout DURATION       kill the command's process tree after this (default: the\n"
     "                           box's timeout)\n"
     "  -e, --env K=V            set an environment variable (repeatable)\n"
     "  -w, --cwd DIR            working directory inside the box (default /workspace)\n"
     "  -i, --stdin              pass this process's standard input to the command\n"
+    "  -t, --tty                run it on a terminal in the box; -it: interactive, as in\n"
+    "                           docker exec -it\n"
     "\n"
     "Global options:\n"
     "  --data DIR   data folder (env AGENTBOX_DATA, default ./data)\n"
@@ -418,7 +422,7 @@ int main(int argc, char **argv)
                 return 0;
         }
         static const char *const known[] = {"create", "exec", "start",   "stop", "pause", "resume",
-                                            "rm",     "ls",   "inspect", "cp",   "tool"};
+                                            "rm",     "ls",   "inspect", "cp",   "tool",  "attach"};
         bool ok = false;
         for (size_t k = 0; k < AB_ARRAY_LEN(known); k++)
                 ok |= !strcmp(cmd, known[k]);
@@ -436,6 +440,8 @@ int main(int argc, char **argv)
                         }
                         if (!strcmp(cmd, "cp"))
                                 return cli_cp(NULL, sub_argc, sub_argv);
+                        if (!strcmp(cmd, "attach"))
+                                return cli_attach(sub_argc, sub_argv, data);
                         if (!strcmp(cmd, "tool"))
                                 return cmd_tool(NULL, true, sub_argc, sub_argv);
                         printf("Usage: agentbox %s%s\n", cmd,
@@ -445,6 +451,8 @@ int main(int argc, char **argv)
         }
         if (!strcmp(cmd, "exec"))
                 return cli_exec(sub_argc, sub_argv, data);
+        if (!strcmp(cmd, "attach"))
+                return cli_attach(sub_argc, sub_argv, data);
         if (!strcmp(cmd, "tool"))
                 return cmd_tool(data, false, sub_argc, sub_argv);
         if (!strcmp(cmd, "rm"))

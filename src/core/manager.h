@@ -182,4 +182,55 @@ void ab_manager_counts_clear(ab_manager_counts *c);
  * drift, LRU cap); tests and the background thread call it. */
 void ab_manager_reap(ab_manager *m);
 
+/* ---- terminals (core/term.c): programs on a pseudo-terminal in a box,
+ * kept by the box's init until they exit, are closed, or the box stops ---- */
+
+/* Starts a terminal in a box being used (the box's env under req's env, as
+ * an exec gets it). Publishes "terminal.opened". */
+int ab_manager_term_open(ab_manager *m, ab_use *u, const abc_term_req *req, abc_term_info *out,
+                         ab_err **err);
+
+/* An attached terminal: holds a use of the box (it counts busy: idle stop,
+ * idle pause and the running-box cap leave it alone) until detached. */
+typedef struct ab_term_attach {
+        ab_use use;
+        int fd;                  /* the connection to init: poll it for output */
+        abc_term_stream *stream; /* abc_term_next / abc_term_input on it */
+        abc_term_info info;
+        bool own_use; /* ab_manager_term_detach ends the use */
+} ab_term_attach;
+
+/* Attaches to terminal tid of a box being used (u is copied into a and
+ * ended by detach when own_use; the CLI keeps its own). AB_E_NOT_FOUND for
+ * an unknown terminal. */
+int ab_manager_term_attach_use(ab_manager *m, ab_use *u, const char *tid, ab_term_attach *a,
+                               ab_err **err);
+/* The same for box id as the API sees it: a stopped box has no terminals
+ * (AB_E_NOT_FOUND, the box is not started); a paused one is resumed. */
+int ab_manager_term_attach(ab_manager *m, const char *id, const char *scope, const char *tid,
+                           ab_term_attach *a, ab_err **err);
+void ab_manager_term_detach(ab_manager *m, ab_term_attach *a);
+
+/* Records a terminal session run as a command (`agentbox exec -t`) in the
+ * exec audit, as ab_manager_exec records an exec: argv (NULL = the login
+ * shell), its exit code, its start (unix ms). Written by use_end. */
+void ab_manager_term_audit(ab_manager *m, ab_use *u, const char *const *argv, int exit_code,
+                           int64_t started_ms);
+
+/* Terminal operations by box id (scope as everywhere). A stopped box has no
+ * terminals: list is empty and the others are AB_E_NOT_FOUND, without
+ * starting it. open starts (or resumes) the box like an exec. */
+int ab_manager_term_open_id(ab_manager *m, const char *id, const char *scope,
+                            const abc_term_req *req, abc_term_info *out, ab_err **err);
+int ab_manager_term_list(ab_manager *m, const char *id, const char *scope, abc_term_info **out,
+                         size_t *n, ab_err **err);
+int ab_manager_term_get(ab_manager *m, const char *id, const char *scope, const char *tid,
+                        abc_term_info *out, ab_err **err);
+int ab_manager_term_close(ab_manager *m, const char *id, const char *scope, const char *tid,
+                          ab_err **err);
+int ab_manager_term_resize(ab_manager *m, const char *id, const char *scope, const char *tid,
+                           uint32_t cols, uint32_t rows, ab_err **err);
+int ab_manager_term_signal(ab_manager *m, const char *id, const char *scope, const char *tid,
+                           int sig, ab_err **err);
+
 #endif

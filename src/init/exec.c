@@ -280,6 +280,12 @@ static char **login_base_env(const abp_exec_req *req, const char *workdir)
         return merge_env(base, AB_ARRAY_LEN(base), req ? req : &none, 0, &n);
 }
 
+char **init_base_env(const char *const *env, size_t n, const char *workdir)
+{
+        abp_exec_req req = {.env = (const char **)env, .n_env = n};
+        return login_base_env(&req, workdir);
+}
+
 /* Appends s with its NUL: blobs here are runs of NUL-terminated strings. */
 static void sb_add(ab_buf *b, const char *s)
 {

@@ -119,6 +119,9 @@ int init_send_errno(init_conn *c, int e, const char *path)
 static void session_prepare(int sfd, const sigset_t *oldmask)
 {
         close(sfd);
+        if (init_term_keeper_end >= 0)
+                close(init_term_keeper_end);
+        init_term_keeper_end = -1;
         signal(SIGTERM, SIG_DFL);
         signal(SIGINT, SIG_DFL);
         signal(SIGHUP, SIG_DFL);
@@ -158,6 +161,14 @@ static void session(int fd, const char *workdir)
                 }
                 case ABP_EXEC:
                         init_exec(&c, &f, &conf);
+                        break;
+                case ABP_TERM_OPEN:
+                case ABP_TERM_LIST:
+                case ABP_TERM_CLOSE:
+                case ABP_TERM_RESIZE:
+                case ABP_TERM_SIGNAL:
+                case ABP_TERM_ATTACH:
+                        init_term_forward(&c, &f);
                         break;
                 case ABP_READ:
                 case ABP_WRITE:
@@ -240,7 +251,6 @@ static void start_spare(int lfd, int sfd, const int taken[2], const sigset_t *ol
         }
         pid_t me = getpid();
         (void)!write(taken[1], &me, sizeof(me));
-        close(taken[1]);
         close(lfd);
         session(cfd, workdir);
         _exit(0);
@@ -287,12 +297,39 @@ static int listen_at(const char *path)
         return steal_fd(&s);
 }
 
+/* The terminal keeper (term.c), started when a session first hands it a
+ * connection; started again on the next one if it died. */
+static pid_t keeper_pid = -1;
+
+static void start_keeper(int lfd, int sfd, const int taken[2], const char *workdir)
+{
+        pid_t pid = fork();
+        if (pid != 0) {
+                if (pid < 0)
+                        logmsg("fork (terminal keeper): %s", strerror(errno));
+                keeper_pid = pid < 0 ? -1 : pid;
+                return;
+        }
+        close(lfd);
+        close(sfd);
+        close(taken[0]);
+        close(taken[1]);
+        close(init_term_sock);
+        signal(SIGTERM, SIG_DFL);
+        signal(SIGINT, SIG_DFL);
+        signal(SIGHUP, SIG_DFL);
+        init_term_keeper(init_term_keeper_end, workdir);
+}
+
 static void reap_all(void)
 {
         pid_t p;
-        while ((p = waitpid(-1, NULL, WNOHANG)) > 0)
+        while ((p = waitpid(-1, NULL, WNOHANG)) > 0) {
                 if (p == spare_pid)
                         spare_pid = -1; /* died before it took a connection */
+                if (p == keeper_pid)
+                        keeper_pid = -1;
+        }
 }
 
 static void on_signal(int sig)
@@ -442,6 +479,15 @@ int main(int argc, char **argv)
                 logmsg("pipe: %s", strerror(errno));
                 return 1;
         }
+        init_notify_fd = taken[1];
+        /* Connections for the terminal keeper wait here until it reads them. */
+        int ks[2];
+        if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, ks) == 0) {
+                init_term_keeper_end = ks[0];
+                init_term_sock = ks[1];
+        } else {
+                logmsg("socketpair (terminals): %s", strerror(errno));
+        }
 
         for (;;) {
                 if (spare_pid < 0)
@@ -467,9 +513,15 @@ int main(int argc, char **argv)
                 }
                 if (p[2].revents) {
                         pid_t who;
-                        while (read(taken[0], &who, sizeof(who)) == sizeof(who))
-                                if (who == spare_pid)
+                        bool want_keeper = false;
+                        while (read(taken[0], &who, sizeof(who)) == sizeof(who)) {
+                                if (who == 0)
+                                        want_keeper = true; /* a terminal request waits */
+                                else if (who == spare_pid)
                                         spare_pid = -1; /* it serves a connection now */
+                        }
+                        if (want_keeper && keeper_pid < 0 && init_term_keeper_end >= 0)
+                                start_keeper(lfd, sfd, taken, workdir);
                 }
                 if (!p[0].revents)
                         continue;
@@ -483,7 +535,6 @@ int main(int argc, char **argv)
                 if (pid == 0) {
                         close(lfd);
                         close(taken[0]);
-                        close(taken[1]);
                         session_prepare(sfd, &oldmask);
                         session(cfd, workdir);
                         _exit(0);

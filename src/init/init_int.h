@@ -46,6 +46,24 @@ void init_exec_prewarm(const init_conf *conf);
 /* Handles READ WRITE LIST STAT DELETE MKDIR RENAME request frames. */
 void init_fileop(init_conn *c, const abp_frame *f, const init_conf *conf);
 
+/* The base environment of an ARGV exec (PATH, HOME = the workdir, LANG,
+ * USER, LOGNAME, SHELL, TERM=dumb) with env[0..n) on top, later entries
+ * winning (each NAME=VALUE, checked by the caller). A strv. */
+char **init_base_env(const char *const *env, size_t n, const char *workdir);
+
+/* ---- terminals (term.c) ---- */
+
+/* The session's end of the socketpair to the terminal keeper, the keeper's
+ * end (init keeps both; sessions close this one), and the pipe on which a
+ * session asks init to start a keeper (writes pid 0). -1 when absent. */
+extern int init_term_sock, init_term_keeper_end, init_notify_fd;
+/* Hands the connection of c, with the request frame f and whatever else was
+ * read, to the keeper; or answers ERROR. The caller closes its copy of c->fd. */
+void init_term_forward(init_conn *c, const abp_frame *f);
+/* The keeper's body (in a child of init): serves terminals on the
+ * connections that arrive on ks. Never returns. */
+__attribute__((noreturn)) void init_term_keeper(int ks, const char *workdir);
+
 /* Opens a user path inside the box: relative paths are relative to the
  * workdir, magic links (/proc/PID/fd/...) are never followed. fd or -errno. */
 int init_open(const init_conf *conf, const char *path, int flags, mode_t mode);

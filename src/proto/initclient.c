@@ -647,3 +647,292 @@ int abc_ping(int fd, char **version, ab_err **err)
         abp_reader_free(&rd);
         return r;
 }
+
+/* ---- terminals ---- */
+
+void abc_term_info_clear(abc_term_info *t)
+{
+        free(t->id);
+        ab_strvfreep(&t->argv);
+        *t = (abc_term_info){0};
+}
+
+void abc_term_infos_free(abc_term_info *v, size_t n)
+{
+        for (size_t i = 0; i < n; i++)
+                abc_term_info_clear(&v[i]);
+        free(v);
+}
+
+static int to_term_info(const abp_frame *f, abc_term_info *out, ab_err **err)
+{
+        abp_term_info m;
+        if (f->type != ABP_TERM || abp_dec_term(f, &m) < 0)
+                return unavailable(err);
+        *out = (abc_term_info){
+            .id = xstrdup(m.id),
+            .argv = xcalloc(m.n_argv + 1, sizeof(char *)),
+            .cols = m.cols,
+            .rows = m.rows,
+            .created_ms = (int64_t)m.created_ms,
+            .running = m.running,
+            .exit_code = m.exit_code,
+        };
+        for (size_t i = 0; i < m.n_argv; i++)
+                out->argv[i] = xstrdup(m.argv[i]);
+        abp_term_info_clear(&m);
+        return 0;
+}
+
+static int term_send(int fd, uint32_t type, const abp_term_req *m, ab_err **err)
+{
+        abp_buf b = {0};
+        if (abp_enc_term_req(&b, type, m) < 0 || b.len > ABP_HDR_SIZE + ABP_TERM_REQ_MAX) {
+                abp_buf_free(&b);
+                return ab_err_set(err, AB_E_INVALID, 0,
+                                  "terminal request too large: argv, environment and cwd must "
+                                  "fit in %u bytes",
+                                  ABP_TERM_REQ_MAX);
+        }
+        send_req(fd, &b);
+        abp_buf_free(&b);
+        return 0;
+}
+
+static size_t strv_len(const char *const *v)
+{
+        size_t n = 0;
+        while (v && v[n])
+                n++;
+        return n;
+}
+
+int abc_term_open(int fd, const abc_term_req *req, abc_term_info *out, ab_err **err)
+{
+        *out = (abc_term_info){0};
+        if (req->cols > ABP_TERM_DIM_MAX || req->rows > ABP_TERM_DIM_MAX)
+                return ab_err_set(err, AB_E_INVALID, 0, "cols and rows must be 1..%d",
+                                  ABP_TERM_DIM_MAX);
+        if (req->argv && (!req->argv[0] || !req->argv[0][0]))
+                return ab_err_set(err, AB_E_INVALID, 0, "argv: the program must not be empty");
+        abp_term_req m = {
+            .argv = (const char **)req->argv,
+            .n_argv = strv_len(req->argv),
+            .env = (const char **)req->env,
+            .n_env = strv_len(req->env),
+            .cwd = req->cwd,
+            .cols = req->cols,
+            .rows = req->rows,
+        };
+        if (term_send(fd, ABP_TERM_OPEN, &m, err) < 0)
+                return -1;
+        abp_reader rd = {0};
+        abp_frame f;
+        int r = next_frame(fd, &rd, &f, err);
+        if (r == 0)
+                r = to_term_info(&f, out, err);
+        abp_reader_free(&rd);
+        return r;
+}
+
+int abc_term_list(int fd, abc_term_info **out, size_t *n, ab_err **err)
+{
+        abp_term_req m = {0};
+        *out = NULL;
+        *n = 0;
+        if (term_send(fd, ABP_TERM_LIST, &m, err) < 0)
+                return -1;
+        abp_reader rd = {0};
+        abc_term_info *v = NULL;
+        size_t cnt = 0;
+        int r;
+        for (;;) {
+                abp_frame f;
+                r = next_frame(fd, &rd, &f, err);
+                if (r < 0 || f.type == ABP_OK)
+                        break;
+                if (cnt >= 1024) { /* far more than init keeps */
+                        r = unavailable(err);
+                        break;
+                }
+                v = xrealloc(v, xmul(cnt + 1, sizeof(*v)));
+                r = to_term_info(&f, &v[cnt], err);
+                if (r < 0)
+                        break;
+                cnt++;
+        }
+        abp_reader_free(&rd);
+        if (r < 0) {
+                abc_term_infos_free(v, cnt);
+                return -1;
+        }
+        *out = v;
+        *n = cnt;
+        return 0;
+}
+
+static int term_simple(int fd, uint32_t type, const abp_term_req *m, ab_err **err)
+{
+        abp_buf b = {0};
+        if (!m->id || strlen(m->id) > ABP_TERM_ID_MAX)
+                return ab_err_set(err, AB_E_NOT_FOUND, 0, "no such terminal");
+        if (abp_enc_term_req(&b, type, m) < 0)
+                abort(); /* a few small fields */
+        return simple(fd, &b, err);
+}
+
+int abc_term_close(int fd, const char *tid, ab_err **err)
+{
+        abp_term_req m = {.id = tid};
+        return term_simple(fd, ABP_TERM_CLOSE, &m, err);
+}
+
+int abc_term_resize(int fd, const char *tid, uint32_t cols, uint32_t rows, ab_err **err)
+{
+        if (!cols || !rows || cols > ABP_TERM_DIM_MAX || rows > ABP_TERM_DIM_MAX)
+                return ab_err_set(err, AB_E_INVALID, 0, "cols and rows must be 1..%d",
+                                  ABP_TERM_DIM_MAX);
+        abp_term_req m = {.id = tid, .cols = cols, .rows = rows};
+        return term_simple(fd, ABP_TERM_RESIZE, &m, err);
+}
+
+int abc_term_signal(int fd, const char *tid, int sig, ab_err **err)
+{
+        if (sig <= 0 || sig >= 65)
+                return ab_err_set(err, AB_E_INVALID, 0, "bad signal %d", sig);
+        abp_term_req m = {.id = tid, .signal = (uint32_t)sig};
+        return term_simple(fd, ABP_TERM_SIGNAL, &m, err);
+}
+
+struct abc_term_stream {
+        int fd;
+        abp_reader rd;
+        bool ended;
+};
+
+int abc_term_attach(int fd, const char *tid, abc_term_info *info, abc_term_stream **out,
+                    ab_err **err)
+{
+        *info = (abc_term_info){0};
+        *out = NULL;
+        abp_term_req m = {.id = tid};
+        if (!tid || strlen(tid) > ABP_TERM_ID_MAX)
+                return ab_err_set(err, AB_E_NOT_FOUND, 0, "no such terminal");
+        if (term_send(fd, ABP_TERM_ATTACH, &m, err) < 0)
+                return -1;
+        abc_term_stream *s = xzalloc(sizeof(*s));
+        s->fd = fd;
+        abp_frame f;
+        if (next_frame(fd, &s->rd, &f, err) < 0 || to_term_info(&f, info, err) < 0) {
+                abc_term_stream_free(s);
+                return -1;
+        }
+        int fl = fcntl(fd, F_GETFL);
+        if (fl >= 0)
+                fcntl(fd, F_SETFL, fl | O_NONBLOCK);
+        *out = s;
+        return 0;
+}
+
+int abc_term_next(abc_term_stream *s, abc_term_event *ev)
+{
+        *ev = (abc_term_event){0};
+        for (;;) {
+                if (s->ended)
+                        return -1;
+                abp_frame f;
+                int k = abp_reader_next(&s->rd, &f);
+                if (k < 0) {
+                        s->ended = true;
+                        return -1;
+                }
+                if (k == 0) {
+                        ssize_t n = abp_reader_fill(&s->rd, s->fd);
+                        if (n == -EAGAIN || n == -EINTR)
+                                return 0;
+                        if (n <= 0) {
+                                s->ended = true;
+                                return -1;
+                        }
+                        continue;
+                }
+                abp_data d;
+                abp_exit e;
+                if (f.type == ABP_DATA && abp_dec_data(&f, &d) == 0 && d.stream == 1) {
+                        if (!d.len)
+                                continue;
+                        *ev =
+                            (abc_term_event){.kind = ABC_TERM_OUTPUT, .data = d.data, .len = d.len};
+                        return 1;
+                }
+                s->ended = true;
+                if (f.type == ABP_EXIT && abp_dec_exit(&f, &e) == 0) {
+                        *ev = (abc_term_event){.kind = ABC_TERM_EXIT, .exit_code = e.exit_code};
+                        return 1;
+                }
+                if (f.type == ABP_EOF) {
+                        ev->kind = ABC_TERM_CLOSED;
+                        return 1;
+                }
+                return -1;
+        }
+}
+
+static int stream_send(abc_term_stream *s, abp_buf *b)
+{
+        int r = abp_send(s->fd, b, IO_TIMEOUT_MS);
+        abp_buf_free(b);
+        return r;
+}
+
+int abc_term_input(abc_term_stream *s, const void *data, size_t len)
+{
+        const uint8_t *p = data;
+        while (len > 0) {
+                abp_buf b = {0};
+                size_t k = len < ABP_CHUNK ? len : ABP_CHUNK;
+                if (abp_enc_data(&b, 0, p, k) < 0)
+                        abort();
+                int r = stream_send(s, &b);
+                if (r < 0)
+                        return r;
+                p += k;
+                len -= k;
+        }
+        return 0;
+}
+
+int abc_term_send_resize(abc_term_stream *s, uint32_t cols, uint32_t rows)
+{
+        if (!cols || !rows || cols > ABP_TERM_DIM_MAX || rows > ABP_TERM_DIM_MAX)
+                return -EINVAL;
+        abp_buf b = {0};
+        abp_term_req m = {.id = "", .cols = cols, .rows = rows};
+        if (abp_enc_term_req(&b, ABP_TERM_RESIZE, &m) < 0)
+                abort();
+        return stream_send(s, &b);
+}
+
+int abc_term_send_signal(abc_term_stream *s, int sig)
+{
+        if (sig <= 0 || sig >= 65)
+                return -EINVAL;
+        abp_buf b = {0};
+        abp_term_req m = {.id = "", .signal = (uint32_t)sig};
+        if (abp_enc_term_req(&b, ABP_TERM_SIGNAL, &m) < 0)
+                abort();
+        return stream_send(s, &b);
+}
+
+int abc_term_stream_fd(const abc_term_stream *s)
+{
+        return s->fd;
+}
+
+void abc_term_stream_free(abc_term_stream *s)
+{
+        if (!s)
+                return;
+        abp_reader_free(&s->rd);
+        free(s);
+}

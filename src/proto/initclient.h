@@ -117,4 +117,73 @@ int abc_rename(int fd, const char *from, const char *to, ab_err **err);
 /* Liveness probe: init answers with its version. */
 int abc_ping(int fd, char **version, ab_err **err);
 
+/* ---- terminals: programs on a pseudo-terminal in the box that outlive the
+ * connection that made them (init's keeper holds them; docs/protocol.md) ---- */
+
+typedef struct abc_term_info {
+        char *id;    /* "t_" + hex */
+        char **argv; /* strv */
+        uint32_t cols, rows;
+        int64_t created_ms; /* unix milliseconds */
+        bool running;       /* false once the process exited (exit_code is then set) */
+        int exit_code;      /* 128+N when killed by signal N */
+} abc_term_info;
+
+void abc_term_info_clear(abc_term_info *t);
+void abc_term_infos_free(abc_term_info *v, size_t n);
+
+typedef struct abc_term_req {
+        const char *const *argv; /* NULL-terminated, or NULL = the box's login shell */
+        const char *const *env;  /* extra "K=V", NULL-terminated; may be NULL */
+        const char *cwd;         /* NULL = /workspace; must exist */
+        uint32_t cols, rows;     /* 0 = 80 x 24; at most 1000 */
+} abc_term_req;
+
+/* Starts a terminal. AB_E_CONFLICT when the box has as many terminals as it
+ * may (16 running), AB_E_NOT_FOUND for a missing cwd. */
+int abc_term_open(int fd, const abc_term_req *req, abc_term_info *out, ab_err **err);
+/* Every terminal of the box (running, and exited ones not yet closed). */
+int abc_term_list(int fd, abc_term_info **out, size_t *n, ab_err **err);
+/* Kills the terminal's session (every process on it) and forgets it;
+ * attached clients see it end. AB_E_NOT_FOUND for an unknown id. */
+int abc_term_close(int fd, const char *tid, ab_err **err);
+int abc_term_resize(int fd, const char *tid, uint32_t cols, uint32_t rows, ab_err **err);
+/* Sends sig to the terminal's foreground process group. */
+int abc_term_signal(int fd, const char *tid, int sig, ab_err **err);
+
+/* An attached terminal: the connection fd (borrowed, set non-blocking by
+ * abc_term_attach) carries its output one way and input, resize and signal
+ * the other. Not thread-safe: one reader; sends are serialised by the caller. */
+typedef struct abc_term_stream abc_term_stream;
+
+typedef enum {
+        ABC_TERM_OUTPUT = 1, /* data, len: output bytes (the ring buffer's first) */
+        ABC_TERM_EXIT,       /* exit_code: the process exited; the stream ends */
+        ABC_TERM_CLOSED,     /* the terminal was closed; the stream ends */
+} abc_term_event_kind;
+
+typedef struct abc_term_event {
+        abc_term_event_kind kind;
+        const void *data; /* valid until the next abc_term_next */
+        size_t len;
+        int exit_code;
+} abc_term_event;
+
+/* Attaches to terminal tid: *info gets it; then *out streams it. */
+int abc_term_attach(int fd, const char *tid, abc_term_info *info, abc_term_stream **out,
+                    ab_err **err);
+/* The next event: 1 = *ev filled, 0 = nothing complete yet (poll the fd for
+ * POLLIN and call again), -1 = the stream ended without a word (the box
+ * stopped, init went away) or init broke the protocol. Call until it
+ * returns 0 before polling: frames may be buffered. */
+int abc_term_next(abc_term_stream *s, abc_term_event *ev);
+/* Sends input, a new window size, or a signal. 0 or -errno (-ETIMEDOUT when
+ * init took nothing for two minutes, -EPIPE when it is gone). */
+int abc_term_input(abc_term_stream *s, const void *data, size_t len);
+int abc_term_send_resize(abc_term_stream *s, uint32_t cols, uint32_t rows);
+int abc_term_send_signal(abc_term_stream *s, int sig);
+int abc_term_stream_fd(const abc_term_stream *s);
+/* Frees the stream (not the fd: closing it detaches). */
+void abc_term_stream_free(abc_term_stream *s);
+
 #endif

@@ -304,7 +304,12 @@ static int val_str(const abp_field *fl, const char **s)
 
 bool abp_is_request(uint32_t type)
 {
-        return type >= ABP_PING && type <= ABP_RENAME;
+        return type >= ABP_PING && type <= ABP_TERM_ATTACH;
+}
+
+bool abp_is_term_request(uint32_t type)
+{
+        return type >= ABP_TERM_OPEN && type <= ABP_TERM_ATTACH;
 }
 
 void abp_exec_req_clear(abp_exec_req *m)
@@ -378,7 +383,7 @@ int abp_dec_file(const abp_frame *f, abp_file_req *m)
         int r = 0;
 
         *m = (abp_file_req){0};
-        if (!abp_is_request(f->type) || f->type == ABP_PING || f->type == ABP_EXEC)
+        if (f->type < ABP_READ || f->type > ABP_RENAME)
                 return -EBADMSG;
         FOR_FIELDS(f, fl, r, {
                 switch (fl.tag) {
@@ -555,6 +560,188 @@ int abp_dec_entry(const abp_frame *f, abp_entry *m)
         if (!m->path || m->type < ABP_T_FILE || m->type > ABP_T_OTHER)
                 return -EBADMSG;
         m->mtime = (int64_t)mtime;
+        return 0;
+}
+
+/* ---- terminals ---- */
+
+int abp_enc_term_req(abp_buf *b, uint32_t type, const abp_term_req *m)
+{
+        abp_frame_begin(b, type);
+        if (m->id)
+                abp_put_str(b, ABP_F_TERM_ID, m->id);
+        for (size_t i = 0; i < m->n_argv; i++)
+                abp_put_str(b, ABP_F_ARGV, m->argv[i]);
+        for (size_t i = 0; i < m->n_env; i++)
+                abp_put_str(b, ABP_F_ENV, m->env[i]);
+        if (m->cwd)
+                abp_put_str(b, ABP_F_CWD, m->cwd);
+        if (m->cols)
+                abp_put_u32(b, ABP_F_COLS, m->cols);
+        if (m->rows)
+                abp_put_u32(b, ABP_F_ROWS, m->rows);
+        if (m->signal)
+                abp_put_u32(b, ABP_F_SIGNAL, m->signal);
+        return abp_frame_end(b);
+}
+
+int abp_enc_term(abp_buf *b, const abp_term_info *m)
+{
+        abp_frame_begin(b, ABP_TERM);
+        abp_put_str(b, ABP_F_TERM_ID, m->id);
+        for (size_t i = 0; i < m->n_argv; i++)
+                abp_put_str(b, ABP_F_ARGV, m->argv[i]);
+        abp_put_u32(b, ABP_F_COLS, m->cols);
+        abp_put_u32(b, ABP_F_ROWS, m->rows);
+        abp_put_u32(b, ABP_F_PID, m->pid);
+        abp_put_u64(b, ABP_F_CREATED_MS, m->created_ms);
+        abp_put_u32(b, ABP_F_RUNNING, m->running);
+        if (m->has_exit)
+                abp_put_u32(b, ABP_F_EXIT_CODE, (uint32_t)m->exit_code);
+        return abp_frame_end(b);
+}
+
+void abp_term_req_clear(abp_term_req *m)
+{
+        free(m->argv);
+        free(m->env);
+        *m = (abp_term_req){0};
+}
+
+void abp_term_info_clear(abp_term_info *m)
+{
+        free(m->argv);
+        *m = (abp_term_info){0};
+}
+
+/* Counts the repeated ARGV and ENV fields of f. */
+static int count_lists(const abp_frame *f, size_t *n_argv, size_t *n_env)
+{
+        abp_field fl;
+        int r = 0;
+        *n_argv = *n_env = 0;
+        FOR_FIELDS(f, fl, r, {
+                *n_argv += fl.tag == ABP_F_ARGV;
+                *n_env += fl.tag == ABP_F_ENV;
+        });
+        return 0;
+}
+
+static int term_req_fields(const abp_frame *f, abp_term_req *m)
+{
+        abp_field fl;
+        int r = 0;
+        FOR_FIELDS(f, fl, r, {
+                switch (fl.tag) {
+                case ABP_F_TERM_ID:
+                        r = val_str(&fl, &m->id);
+                        break;
+                case ABP_F_ARGV:
+                        r = val_str(&fl, &m->argv[m->n_argv]);
+                        m->n_argv++;
+                        break;
+                case ABP_F_ENV:
+                        r = val_str(&fl, &m->env[m->n_env]);
+                        m->n_env++;
+                        break;
+                case ABP_F_CWD:
+                        r = val_str(&fl, &m->cwd);
+                        break;
+                case ABP_F_COLS:
+                        r = val_u32(&fl, &m->cols);
+                        break;
+                case ABP_F_ROWS:
+                        r = val_u32(&fl, &m->rows);
+                        break;
+                case ABP_F_SIGNAL:
+                        r = val_u32(&fl, &m->signal);
+                        break;
+                }
+        });
+        return 0;
+}
+
+static bool dim_ok(uint32_t v, bool required)
+{
+        return v ? v <= ABP_TERM_DIM_MAX : !required;
+}
+
+int abp_dec_term_req(const abp_frame *f, abp_term_req *m)
+{
+        size_t na, ne;
+        *m = (abp_term_req){0};
+        if (!abp_is_term_request(f->type) || count_lists(f, &na, &ne) < 0)
+                return -EBADMSG;
+        /* Both counts <= payload / 8, so these allocations are bounded. */
+        m->argv = xcalloc(na + 1, sizeof(*m->argv));
+        m->env = xcalloc(ne + 1, sizeof(*m->env));
+        bool ok = term_req_fields(f, m) == 0;
+        bool resize = f->type == ABP_TERM_RESIZE;
+        if (ok && f->type != ABP_TERM_OPEN && f->type != ABP_TERM_LIST)
+                ok = m->id && strlen(m->id) <= ABP_TERM_ID_MAX;
+        if (ok)
+                ok = dim_ok(m->cols, resize) && dim_ok(m->rows, resize);
+        if (ok && f->type == ABP_TERM_SIGNAL)
+                ok = m->signal > 0 && m->signal < 65;
+        for (size_t i = 0; ok && i < m->n_argv; i++)
+                ok = m->argv[i][0] != 0 || i > 0;
+        if (!ok) {
+                abp_term_req_clear(m);
+                return -EBADMSG;
+        }
+        return 0;
+}
+
+static int term_fields(const abp_frame *f, abp_term_info *m, uint32_t *code)
+{
+        abp_field fl;
+        int r = 0;
+        FOR_FIELDS(f, fl, r, {
+                switch (fl.tag) {
+                case ABP_F_TERM_ID:
+                        r = val_str(&fl, &m->id);
+                        break;
+                case ABP_F_ARGV:
+                        r = val_str(&fl, &m->argv[m->n_argv]);
+                        m->n_argv++;
+                        break;
+                case ABP_F_COLS:
+                        r = val_u32(&fl, &m->cols);
+                        break;
+                case ABP_F_ROWS:
+                        r = val_u32(&fl, &m->rows);
+                        break;
+                case ABP_F_PID:
+                        r = val_u32(&fl, &m->pid);
+                        break;
+                case ABP_F_CREATED_MS:
+                        r = val_u64(&fl, &m->created_ms);
+                        break;
+                case ABP_F_RUNNING:
+                        r = val_bool(&fl, &m->running);
+                        break;
+                case ABP_F_EXIT_CODE:
+                        r = val_u32(&fl, code);
+                        m->has_exit = true;
+                        break;
+                }
+        });
+        return 0;
+}
+
+int abp_dec_term(const abp_frame *f, abp_term_info *m)
+{
+        size_t na, ne;
+        uint32_t code = 0;
+        *m = (abp_term_info){0};
+        if (f->type != ABP_TERM || count_lists(f, &na, &ne) < 0)
+                return -EBADMSG;
+        m->argv = xcalloc(na + 1, sizeof(*m->argv));
+        if (term_fields(f, m, &code) < 0 || !m->id || strlen(m->id) > ABP_TERM_ID_MAX) {
+                abp_term_info_clear(m);
+                return -EBADMSG;
+        }
+        m->exit_code = (int32_t)code;
         return 0;
 }
 

@@ -24,6 +24,14 @@
  *   LIST:    C: LIST                          I: ENTRY* OK         or ERROR
  *   STAT:    C: STAT                          I: ENTRY             or ERROR
  *   DELETE, MKDIR, RENAME:                    I: OK                or ERROR
+ *   TERM_OPEN:   C: TERM_OPEN                 I: TERM              or ERROR
+ *   TERM_LIST:   C: TERM_LIST                 I: TERM* OK          or ERROR
+ *   TERM_CLOSE, TERM_RESIZE, TERM_SIGNAL:     I: OK                or ERROR
+ *   TERM_ATTACH: C: TERM_ATTACH (DATA(0) | TERM_RESIZE | TERM_SIGNAL)*
+ *                I: TERM DATA(1)* [EXIT] then hang-up, or ERROR
+ *            the first DATA frames replay the terminal's ring buffer; EOF
+ *            instead of EXIT: the terminal was closed. Closing the
+ *            connection detaches; the terminal lives on.
  * Either side treats the other as untrusted: every decoder bounds-checks and
  * returns -EBADMSG on anything malformed. */
 #ifndef AB_PROTO_H
@@ -54,6 +62,12 @@ enum {
         ABP_DELETE = 7,
         ABP_MKDIR = 8,
         ABP_RENAME = 9,
+        ABP_TERM_OPEN = 10,
+        ABP_TERM_LIST = 11,
+        ABP_TERM_CLOSE = 12,
+        ABP_TERM_RESIZE = 13,
+        ABP_TERM_SIGNAL = 14,
+        ABP_TERM_ATTACH = 15,
         /* streams, both ways */
         ABP_DATA = 0x100,
         ABP_EOF = 0x101,
@@ -62,6 +76,7 @@ enum {
         ABP_ERROR = 0x201,
         ABP_EXIT = 0x202,
         ABP_ENTRY = 0x203,
+        ABP_TERM = 0x204,
 };
 
 /* Field tags. */
@@ -97,7 +112,18 @@ enum {
         ABP_F_SIZE = 81,         /* u64 */
         ABP_F_MTIME = 82,        /* u64 holding an int64, seconds */
         ABP_F_LINK = 83,         /* str: symlink target */
+        ABP_F_TERM_ID = 96,      /* str: "t_" + hex */
+        ABP_F_COLS = 97,         /* u32 */
+        ABP_F_ROWS = 98,         /* u32 */
+        ABP_F_SIGNAL = 99,       /* u32 signal number */
+        ABP_F_CREATED_MS = 100,  /* u64 unix milliseconds */
+        ABP_F_RUNNING = 101,     /* u32 bool */
+        ABP_F_PID = 102,         /* u32: the terminal's process (in the box's pid namespace) */
 };
+
+#define ABP_TERM_ID_MAX  40           /* longest terminal id ("t_" + hex) */
+#define ABP_TERM_DIM_MAX 1000         /* most columns or rows of a terminal */
+#define ABP_TERM_REQ_MAX (60u * 1024) /* most bytes of one terminal request frame */
 
 /* FLAGS bits: WRITE uses ABP_W_*, DELETE uses ABP_RECURSIVE, MKDIR ABP_PARENTS. */
 enum { ABP_W_MKPARENTS = 1, ABP_W_APPEND = 2, ABP_W_EXCL = 4 };
@@ -168,6 +194,33 @@ typedef struct abp_entry {
         const char *link; /* or NULL */
 } abp_entry;
 
+/* TERM_OPEN LIST CLOSE RESIZE SIGNAL ATTACH: the fields each one uses
+ * (OPEN: argv, env, cwd, cols, rows; RESIZE: id, cols, rows; SIGNAL: id,
+ * signal; CLOSE, ATTACH: id). argv and env are allocated by the decoder
+ * (release with abp_term_req_clear); n_argv 0 = the box's login shell. */
+typedef struct abp_term_req {
+        const char *id;
+        const char **argv;
+        size_t n_argv;
+        const char **env;
+        size_t n_env;
+        const char *cwd;
+        uint32_t cols, rows, signal;
+} abp_term_req;
+
+/* A terminal, as TERM answers describe it. argv allocated by the decoder
+ * (abp_term_info_clear). */
+typedef struct abp_term_info {
+        const char *id;
+        const char **argv;
+        size_t n_argv;
+        uint32_t cols, rows, pid;
+        uint64_t created_ms;
+        bool running;
+        bool has_exit; /* exit_code is known (the process exited) */
+        int32_t exit_code;
+} abp_term_info;
+
 /* ---- encoding ---- */
 
 /* A growable byte buffer holding zero or more complete frames (an output
@@ -202,6 +255,8 @@ int abp_enc_ok(abp_buf *b, const abp_ok *m);
 int abp_enc_error(abp_buf *b, const char *code, const char *message);
 int abp_enc_exit(abp_buf *b, const abp_exit *m);
 int abp_enc_entry(abp_buf *b, const abp_entry *m);
+int abp_enc_term_req(abp_buf *b, uint32_t type, const abp_term_req *m);
+int abp_enc_term(abp_buf *b, const abp_term_info *m);
 
 /* ---- decoding: 0, or -EBADMSG (wrong type, malformed, required field missing) ---- */
 
@@ -223,8 +278,16 @@ int abp_dec_ok(const abp_frame *f, abp_ok *m) __attribute__((warn_unused_result)
 int abp_dec_error(const abp_frame *f, abp_error *m) __attribute__((warn_unused_result));
 int abp_dec_exit(const abp_frame *f, abp_exit *m) __attribute__((warn_unused_result));
 int abp_dec_entry(const abp_frame *f, abp_entry *m) __attribute__((warn_unused_result));
+/* Checks what the type needs: an id (all but OPEN and LIST), cols and rows in
+ * 1..ABP_TERM_DIM_MAX (RESIZE; OPEN when given), a signal (SIGNAL). */
+int abp_dec_term_req(const abp_frame *f, abp_term_req *m) __attribute__((warn_unused_result));
+void abp_term_req_clear(abp_term_req *m);
+int abp_dec_term(const abp_frame *f, abp_term_info *m) __attribute__((warn_unused_result));
+void abp_term_info_clear(abp_term_info *m);
+/* True for a terminal request type (TERM_OPEN..TERM_ATTACH). */
+bool abp_is_term_request(uint32_t type);
 
-/* True for a request type (PING..RENAME). */
+/* True for a request type (PING..TERM_ATTACH). */
 bool abp_is_request(uint32_t type);
 
 /* ---- reading frames from a byte stream ---- */

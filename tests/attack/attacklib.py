@@ -35,7 +35,7 @@ def token(n=12):
 def bexec(h, box, cmd, t=20, input=None, env=None, cwd=None):
     """Runs one bash command line in the box with an exec timeout of t seconds
     (and a harness timeout a bit longer). Returns abtest.Result."""
-    args = ["exec", "-t", "%gs" % t]
+    args = ["exec", "--timeout", "%gs" % t]
     if cwd:
         args += ["-w", cwd]
     if input is not None:

@@ -350,7 +350,7 @@ print("swapped", flush=True)
     duplicates = 0
     for attempt in range(3):
         w = "/tmp/race%d" % attempt
-        p = subprocess.Popen([h.bin, "--data", h.data, "exec", "-t", "20s", box, "--", al.py_cmd(race, w, victim_dir, M)],
+        p = subprocess.Popen([h.bin, "--data", h.data, "exec", "--timeout", "20s", box, "--", al.py_cmd(race, w, victim_dir, M)],
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         lines = []
         t = threading.Thread(target=lambda: lines.extend(p.stdout), daemon=True)

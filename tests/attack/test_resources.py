@@ -52,7 +52,7 @@ res = {}
 
 
 def bomb():
-    res["r"] = h.run("exec", "-t", "5s", box, "--", ":(){ :|:& };:; sleep 60", timeout=40)
+    res["r"] = h.run("exec", "--timeout", "5s", box, "--", ":(){ :|:& };:; sleep 60", timeout=40)
 
 
 t = threading.Thread(target=bomb)
@@ -150,7 +150,7 @@ box_ok("disk fill")
 
 # ---- 5. output flood -------------------------------------------------------------------------------------
 t0 = time.time()
-p = subprocess.run([h.bin, "--data", h.data, "exec", "-t", "30s", box, "--", "yes | head -c 50M; yes | head -c 50M >&2"],
+p = subprocess.run([h.bin, "--data", h.data, "exec", "--timeout", "30s", box, "--", "yes | head -c 50M; yes | head -c 50M >&2"],
                    capture_output=True, timeout=60)
 dt = time.time() - t0
 h.ok(len(p.stdout) <= 2 << 20, "50 MiB on stdout reach the CLI as at most 2 MiB (%d bytes)" % len(p.stdout))
@@ -198,7 +198,7 @@ box_ok("fd exhaustion")
 # luck; a loop that keeps starting long-lived children is not: it takes every
 # pid of the box and keeps them. The box must stay usable (or get rid of it) anyway.
 t0 = time.time()
-r = h.run("exec", "-t", "5s", box, "--", "nohup bash -c 'while :; do sleep 1000 & done' >/dev/null 2>&1 & echo started",
+r = h.run("exec", "--timeout", "5s", box, "--", "nohup bash -c 'while :; do sleep 1000 & done' >/dev/null 2>&1 & echo started",
           timeout=40)
 h.ok(not r.timed_out and "started" in r.out and time.time() - t0 < 30, "the swarm's exec returns at once", r.describe())
 lat = []

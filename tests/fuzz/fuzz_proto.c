@@ -26,6 +26,12 @@ static void decode_all(const abp_frame *f)
         (void)!abp_dec_exit(f, &ei);
         abp_entry en;
         (void)!abp_dec_entry(f, &en);
+        abp_term_req tq;
+        if (abp_dec_term_req(f, &tq) == 0)
+                abp_term_req_clear(&tq);
+        abp_term_info ti;
+        if (abp_dec_term(f, &ti) == 0)
+                abp_term_info_clear(&ti);
         size_t off = 0;
         abp_field fl;
         while (abp_field_next(f, &off, &fl) == 1)

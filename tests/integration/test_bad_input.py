@@ -122,7 +122,7 @@ h.eq(r2.out, "not-ran\n", "... and the command did not run")
 for args, name in ((("exec", box), "exec ID (no command)"),
                    (("exec", box, "--"), "exec ID -- (no command)"),
                    (("exec",), "exec (nothing)"),
-                   (("exec", "-t", "0", box, "--", "true"), "exec -t 0"),
+                   (("exec", "--timeout", "0", box, "--", "true"), "exec --timeout 0"),
                    (("exec", "-e", "NOEQUALS", box, "--", "true"), "exec -e without ="),
                    (("exec", "-e", "=v", box, "--", "true"), "exec -e with an empty name"),
                    (("exec", "--bogus", box, "--", "true"), "exec --bogus"),
@@ -156,8 +156,8 @@ r = h.run("exec", box)
 h.contains(r.err, "command", "exec ID without a command: the message says a command is missing")
 h.eq(box_dirs(), [box], "usage errors created no boxes")
 
-r = h.run("exec", "-t", "banana", box, "--", "true")
-h.ok(r.rc in (2, 125), "exec -t banana is rejected", r.describe())
+r = h.run("exec", "--timeout", "banana", box, "--", "true")
+h.ok(r.rc in (2, 125), "exec --timeout banana is rejected", r.describe())
 h.contains(r.err, "banana", "... showing the bad value")
 
 r = h.run("cp", os.path.join(host, "no-such-file"), box + ":x")

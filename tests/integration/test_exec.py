@@ -99,21 +99,21 @@ h.eq(r.out, "ok\n", "the printer can be killed from a later exec", r.describe())
 
 # ---- timeouts -------------------------------------------------------------------
 
-r, dt = timed("exec", "-t", "1s", box, "--", "sleep 100 & sleep 100", timeout=60)
-h.eq(r.rc, 124, "exec -t 1s of 'sleep 100 & sleep 100' exits 124", r.describe())
+r, dt = timed("exec", "--timeout", "1s", box, "--", "sleep 100 & sleep 100", timeout=60)
+h.eq(r.rc, 124, "exec --timeout 1s of 'sleep 100 & sleep 100' exits 124", r.describe())
 h.ok(dt < 20, "... within 20 s (%.1fs)" % dt)
 h.contains(r.err, "timed out", "... and says it timed out on stderr")
 h.eq(wait_gone(box, "sleep 100"), [], "no 'sleep 100' (foreground or background) remains after the timeout")
 
-r, dt = timed("exec", "-t", "1s", box, "--", "setsid sleep 200 & sleep 100", timeout=60)
-h.eq(r.rc, 124, "exec -t 1s with a setsid'd background sleep exits 124", r.describe())
+r, dt = timed("exec", "--timeout", "1s", box, "--", "setsid sleep 200 & sleep 100", timeout=60)
+h.eq(r.rc, 124, "exec --timeout 1s with a setsid'd background sleep exits 124", r.describe())
 h.ok(dt < 20, "... within 20 s (%.1fs)" % dt)
 h.eq(wait_gone(box, "sleep 200"), [], "the setsid'd 'sleep 200' (own session) is killed too")
 
-r, dt = timed("exec", "-t", "1s", box, "--",
+r, dt = timed("exec", "--timeout", "1s", box, "--",
               "(setsid sleep 201 >/dev/null 2>&1 </dev/null &); (nohup setsid sleep 202 >/dev/null 2>&1 &); "
               "sleep 100", timeout=60)
-h.eq(r.rc, 124, "exec -t 1s with double-forked daemons exits 124", r.describe())
+h.eq(r.rc, 124, "exec --timeout 1s with double-forked daemons exits 124", r.describe())
 h.ok(dt < 20, "... within 20 s (%.1fs)" % dt)
 h.eq(wait_gone(box, "sleep 201") + wait_gone(box, "sleep 202"), [],
      "double-forked, reparented daemons started by the timed-out command are killed")
@@ -121,15 +121,15 @@ h.ok(running(box, "sleep 300") and running(box, "sleep 301"),
      "background processes of earlier (finished) execs are not killed by a later exec's timeout",
      lambda: repr(procs(box)))
 
-r, dt = timed("exec", "-t", "1s", box, "--", "trap '' TERM INT HUP; sleep 100", timeout=60)
+r, dt = timed("exec", "--timeout", "1s", box, "--", "trap '' TERM INT HUP; sleep 100", timeout=60)
 h.eq(r.rc, 124, "a command ignoring SIGTERM/SIGINT/SIGHUP still times out with 124", r.describe())
 h.ok(dt < 20, "... within 20 s (%.1fs)" % dt)
 
-r, dt = timed("exec", "-t", "500ms", box, "--", "echo partial; sleep 100", timeout=60)
+r, dt = timed("exec", "--timeout", "500ms", box, "--", "echo partial; sleep 100", timeout=60)
 h.eq((r.rc, r.out), (124, "partial\n"), "output printed before a timeout is delivered", r.describe())
 
-r = h.run("exec", "-t", "10s", box, "--", "sleep 0.2; echo in-time")
-h.eq((r.rc, r.out), (0, "in-time\n"), "a command that finishes before -t exits normally", r.describe())
+r = h.run("exec", "--timeout", "10s", box, "--", "sleep 0.2; echo in-time")
+h.eq((r.rc, r.out), (0, "in-time\n"), "a command that finishes before --timeout exits normally", r.describe())
 
 r = h.exec(box, "echo alive")
 h.eq((r.rc, r.out), (0, "alive\n"), "the box survives the timeouts (exec works)", r.describe())
@@ -275,10 +275,10 @@ h.ok(len(err) <= cap + 300, "stderr is cut to the cap too (%d bytes)" % len(err)
 h.contains(err, "[agentbox: output truncated after", "the marker is in stderr")
 
 r, dt = timed("exec", capbox, "--", "sleep 60", timeout=60)
-h.eq(r.rc, 124, "the box's --timeout 3s applies when exec has no -t", r.describe())
+h.eq(r.rc, 124, "the box's --timeout 3s applies when exec has no --timeout", r.describe())
 h.ok(dt < 20, "... within 20 s (%.1fs)" % dt)
-r, dt = timed("exec", "-t", "6s", capbox, "--", "sleep 4; echo done", timeout=60)
-h.eq((r.rc, r.out), (0, "done\n"), "exec -t overrides the box's default timeout", r.describe())
+r, dt = timed("exec", "--timeout", "6s", capbox, "--", "sleep 4; echo done", timeout=60)
+h.eq((r.rc, r.out), (0, "done\n"), "exec --timeout overrides the box's default timeout", r.describe())
 
 # Moving a file into another directory is everyday work (apt's lists/partial,
 # pip's and git's temp files): Landlock's "refer" right must be granted, or

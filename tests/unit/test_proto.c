@@ -219,6 +219,108 @@ static abp_frame raw(uint32_t type, const void *payload, size_t len)
         return (abp_frame){.type = type, .len = (uint32_t)len, .payload = payload};
 }
 
+/* Terminal requests and answers: round trips, and what each type requires. */
+static void test_term_codec(void)
+{
+        abp_buf b = {0};
+        abp_frame f;
+        abp_term_req q;
+        const char *argv[] = {"bash", "-l"}, *env[] = {"A=1", "B=2"};
+        abp_term_req in = {.argv = argv,
+                           .n_argv = 2,
+                           .env = env,
+                           .n_env = 2,
+                           .cwd = "/tmp",
+                           .cols = 100,
+                           .rows = 30};
+        tap_ok(abp_enc_term_req(&b, ABP_TERM_OPEN, &in) == 0 && reparse(&b, &f) == 0 &&
+                   abp_dec_term_req(&f, &q) == 0 && q.n_argv == 2 && !strcmp(q.argv[1], "-l") &&
+                   q.n_env == 2 && !strcmp(q.env[1], "B=2") && !strcmp(q.cwd, "/tmp") &&
+                   q.cols == 100 && q.rows == 30 && !q.id,
+               "TERM_OPEN round trip");
+        abp_term_req_clear(&q);
+        abp_buf_free(&b);
+
+        struct {
+                uint32_t type;
+                abp_term_req m;
+                bool ok;
+                const char *name;
+        } cases[] = {
+            {ABP_TERM_OPEN, {0}, true, "TERM_OPEN with nothing (the login shell)"},
+            {ABP_TERM_LIST, {0}, true, "TERM_LIST"},
+            {ABP_TERM_ATTACH, {.id = "t_1"}, true, "TERM_ATTACH with an id"},
+            {ABP_TERM_ATTACH, {0}, false, "TERM_ATTACH without an id"},
+            {ABP_TERM_CLOSE, {0}, false, "TERM_CLOSE without an id"},
+            {ABP_TERM_RESIZE, {.id = "t_1", .cols = 10}, false, "TERM_RESIZE without rows"},
+            {ABP_TERM_RESIZE,
+             {.id = "t_1", .cols = 10, .rows = 1001},
+             false,
+             "TERM_RESIZE with rows over 1000"},
+            {ABP_TERM_RESIZE, {.id = "t_1", .cols = 10, .rows = 5}, true, "TERM_RESIZE"},
+            {ABP_TERM_SIGNAL, {.id = "t_1"}, false, "TERM_SIGNAL without a signal"},
+            {ABP_TERM_SIGNAL, {.id = "t_1", .signal = 99}, false, "TERM_SIGNAL 99"},
+            {ABP_TERM_SIGNAL, {.id = "t_1", .signal = 2}, true, "TERM_SIGNAL 2"},
+            {ABP_TERM_OPEN, {.cols = 5000}, false, "TERM_OPEN with cols over 1000"},
+            {ABP_TERM_ATTACH,
+             {.id = "t_0123456789012345678901234567890123456789"},
+             false,
+             "TERM_ATTACH with an id over 40 bytes"},
+        };
+        for (size_t i = 0; i < AB_ARRAY_LEN(cases); i++) {
+                int r =
+                    abp_enc_term_req(&b, cases[i].type, &cases[i].m) == 0 && reparse(&b, &f) == 0
+                        ? abp_dec_term_req(&f, &q)
+                        : -99;
+                tap_ok(cases[i].ok ? r == 0 : r == -EBADMSG, "%s: %s", cases[i].name,
+                       cases[i].ok ? "decodes" : "refused");
+                if (r == 0)
+                        abp_term_req_clear(&q);
+                abp_buf_free(&b);
+        }
+        /* A file request type is no terminal request, and the reverse. */
+        abp_file_req fr = {.path = "x"};
+        tap_ok(abp_enc_file(&b, ABP_READ, &fr) == 0 && reparse(&b, &f) == 0 &&
+                   abp_dec_term_req(&f, &q) == -EBADMSG,
+               "READ does not decode as a terminal request");
+        abp_buf_free(&b);
+        in = (abp_term_req){.id = "t_1"};
+        tap_ok(abp_enc_term_req(&b, ABP_TERM_CLOSE, &in) == 0 && reparse(&b, &f) == 0 &&
+                   abp_dec_file(&f, &fr) == -EBADMSG,
+               "TERM_CLOSE does not decode as a file request");
+        abp_buf_free(&b);
+
+        abp_term_info ti = {.id = "t_ab",
+                            .argv = argv,
+                            .n_argv = 2,
+                            .cols = 80,
+                            .rows = 24,
+                            .pid = 7,
+                            .created_ms = 1764000000000ull,
+                            .running = false,
+                            .has_exit = true,
+                            .exit_code = -3};
+        abp_term_info to;
+        tap_ok(abp_enc_term(&b, &ti) == 0 && reparse(&b, &f) == 0 && abp_dec_term(&f, &to) == 0 &&
+                   !strcmp(to.id, "t_ab") && to.n_argv == 2 && !strcmp(to.argv[0], "bash") &&
+                   to.cols == 80 && to.rows == 24 && to.pid == 7 &&
+                   to.created_ms == 1764000000000ull && !to.running && to.has_exit &&
+                   to.exit_code == -3,
+               "TERM round trip (a negative exit code too)");
+        abp_term_info_clear(&to);
+        abp_buf_free(&b);
+        ti.id = NULL;
+        abp_frame_begin(&b, ABP_TERM);
+        abp_put_u32(&b, ABP_F_COLS, 1);
+        tap_ok(abp_frame_end(&b) == 0 && reparse(&b, &f) == 0 && abp_dec_term(&f, &to) == -EBADMSG,
+               "TERM without an id is refused");
+        abp_buf_free(&b);
+        tap_ok(abp_is_term_request(ABP_TERM_OPEN) && abp_is_term_request(ABP_TERM_ATTACH) &&
+                   !abp_is_term_request(ABP_RENAME) && !abp_is_term_request(ABP_TERM) &&
+                   abp_is_request(ABP_TERM_ATTACH),
+               "abp_is_term_request");
+}
+
 static void test_rejections(void)
 {
         abp_frame f;
@@ -501,6 +603,7 @@ static void test_socket(void)
 int main(void)
 {
         test_roundtrips();
+        test_term_codec();
         test_rejections();
         test_random();
         test_socket();

@@ -1,0 +1,119 @@
+#!/usr/bin/env python3
+"""The web console in a real browser: Debian's Chromium, headless, driven by
+puppeteer-core (console/node_modules) through console.mjs, against a real
+`agentbox serve` with an admin token and an app-scoped API key.
+
+The console's routes over plain HTTP (static files, CSP, ETag, the exec
+history and stats in the list) are tested by integration/test_serve_console.py,
+which also runs under ASan. In the browser (console.mjs, its TAP lines relayed): log in (a wrong token is
+refused; the token stays in sessionStorage), create a box from the form, see
+its exec history and its events live, a file named like markup listed as text
+(no element made, no script run), upload a file and see it listed, download it
+back byte-identical, download the folder as a zip, preview a text file, type
+`echo hi` in the terminal and see `hi` (skipped, naming the missing route, when
+the server has no terminal API), validate a bad and a good skill and install
+the good one, run a Python snippet in the playground, see the server's charts,
+no CSP violation and no token in any URL, an API key of another app not seeing
+the box. Screenshots of every page go to meson-logs/console/ (or
+$AGENTBOX_CONSOLE_SHOTS).
+
+Skipped when Chromium or puppeteer-core is missing (scripts/browser-deps.sh
+and scripts/npm-deps.sh install them)."""
+import io
+import json
+import os
+import shutil
+import subprocess
+import sys
+import zipfile
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
+import abserver  # noqa: E402
+
+ROOT = os.path.realpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
+CONSOLE_DIR = os.path.join(ROOT, "console")
+CHROMIUM = os.environ.get("AGENTBOX_CHROMIUM", "/usr/bin/chromium")
+
+h = abserver.ServerHarness(budget=280)
+TOKEN = "console-admin-token-%d-0123456789" % os.getpid()
+APP_KEY = "console-app-key-0123456789abcdef"
+srv = h.start_server(token=TOKEN, config={"api_keys": [{"key": APP_KEY, "app_id": "otherapp"}]})
+
+# ---- the browser -------------------------------------------------------------------------
+node = shutil.which("node")
+pptr = os.path.join(CONSOLE_DIR, "node_modules", "puppeteer-core", "package.json")
+why = None
+if not node:
+    why = "node is not installed (scripts/npm-deps.sh installs it)"
+elif not os.path.exists(pptr):
+    why = "puppeteer-core is not installed in console/node_modules (run scripts/npm-deps.sh)"
+elif not os.access(CHROMIUM, os.X_OK):
+    why = "%s is not installed (run scripts/browser-deps.sh)" % CHROMIUM
+if why:
+    h.skip("the console in a browser", why)
+    h.done()
+
+shots = os.environ.get("AGENTBOX_CONSOLE_SHOTS") or os.path.join(h.root, "shots")
+os.makedirs(shots, exist_ok=True)
+for old in os.listdir(shots):  # the previous run's
+    if old.endswith(".png"):
+        os.unlink(os.path.join(shots, old))
+work = os.path.join(h.root, "browser")
+os.makedirs(work)
+
+
+def zip_bytes(files):
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as z:
+        for name, data in files.items():
+            z.writestr(name, data)
+    return buf.getvalue()
+
+
+paths = {"upload": os.path.join(work, "upload.bin"), "good_skill": os.path.join(work, "console-skill.zip"),
+         "bad_skill": os.path.join(work, "bad-skill.zip")}
+with open(paths["upload"], "wb") as f:
+    f.write(bytes(range(256)) * 64 + os.urandom(3000) + b"\r\n\x00end")
+with open(paths["good_skill"], "wb") as f:
+    f.write(zip_bytes({"console-skill/SKILL.md": "---\nname: console-skill\ndescription: Made by the console test.\n---\n# Hi\n",
+                       "console-skill/scripts/run.sh": "#!/bin/sh\necho run\n"}))
+with open(paths["bad_skill"], "wb") as f:
+    f.write(zip_bytes({"bad-skill/SKILL.md": "---\nname: another-name\ndescription: The name does not match.\n---\n"}))
+cfg = {"base": srv.url, "token": TOKEN, "app_key": APP_KEY, "shots": shots, "work": work, "chromium": CHROMIUM,
+       "console_dir": CONSOLE_DIR, "files": paths}
+cfg_path = os.path.join(work, "config.json")
+with open(cfg_path, "w") as f:
+    json.dump(cfg, f)
+
+env = {k: v for k, v in os.environ.items() if not k.startswith("AGENTBOX_TOKEN")}
+env["HOME"] = work  # Chromium's profile and crash dirs
+try:
+    p = subprocess.run([node, os.path.join(os.path.dirname(os.path.abspath(__file__)), "console.mjs"), cfg_path],
+                       capture_output=True, text=True, timeout=200 * h.slow, env=env, cwd=work)
+    out, err, rc = p.stdout, p.stderr, p.returncode
+except subprocess.TimeoutExpired as e:
+    out = e.stdout.decode() if isinstance(e.stdout, bytes) else (e.stdout or "")
+    err = e.stderr.decode() if isinstance(e.stderr, bytes) else (e.stderr or "")
+    rc = "timeout"
+
+n = 0
+pending = None
+for line in out.splitlines() + [""]:
+    if line.startswith("# ") and pending:
+        pending[1].append(line[2:])
+        continue
+    if pending:
+        good, diag, name = pending
+        if " # SKIP " in name:
+            name, reason = name.split(" # SKIP ", 1)
+            h.skip("browser: " + name, reason)
+        else:
+            h.ok(good, "browser: " + name, "\n".join(diag) + ("\nnode stderr:\n" + err[-1500:] if not good else ""))
+        pending = None
+    if line.startswith("ok ") or line.startswith("not ok "):
+        pending = (line.startswith("ok "), [], line.split(" - ", 1)[1] if " - " in line else line)
+        n += 1
+h.ok(rc == 0 and n > 0, "console.mjs ran %d tests and exited 0" % n,
+     "exit %s\nstdout:\n%s\nstderr:\n%s" % (rc, out[-2000:], err[-3000:]))
+h.diag("screenshots: %s" % shots)
+h.done()
