@@ -169,14 +169,29 @@ int main(int argc, char **argv)
         int port = 0, n_slow = 5000, n_sse = 500, line_ms = 2000, opt;
         while ((opt = getopt(argc, argv, "a:H:p:s:e:l:P:")) != -1) {
                 switch (opt) {
-                case 'a': src_addr = optarg; break;
-                case 'H': host = optarg; break;
-                case 'p': port = atoi(optarg); break;
-                case 's': n_slow = atoi(optarg); break;
-                case 'e': n_sse = atoi(optarg); break;
-                case 'l': line_ms = atoi(optarg); break;
-                case 'P': path = optarg; break;
-                default: usage();
+                case 'a':
+                        src_addr = optarg;
+                        break;
+                case 'H':
+                        host = optarg;
+                        break;
+                case 'p':
+                        port = atoi(optarg);
+                        break;
+                case 's':
+                        n_slow = atoi(optarg);
+                        break;
+                case 'e':
+                        n_sse = atoi(optarg);
+                        break;
+                case 'l':
+                        line_ms = atoi(optarg);
+                        break;
+                case 'P':
+                        path = optarg;
+                        break;
+                default:
+                        usage();
                 }
         }
         if (!src_addr || port <= 0 || n_slow < 0 || n_sse < 0 || line_ms <= 0)
@@ -275,8 +290,7 @@ int main(int argc, char **argv)
                         printf("STATUS t=%.0f slow_open=%zu sse_open=%zu slow_closed=%lu "
                                "sse_closed=%lu refused=%lu life_p50=%.2f life_min=%.2f "
                                "life_max=%.2f\n",
-                               now_s() - t0, so, eo, slow_closed, sse_closed, refused, p50, mn,
-                               mx);
+                               now_s() - t0, so, eo, slow_closed, sse_closed, refused, p50, mn, mx);
                         fflush(stdout);
                 }
         }
