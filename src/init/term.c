@@ -115,11 +115,12 @@ void init_term_forward(init_conn *c, const abp_frame *f)
         cm->cmsg_len = CMSG_LEN(sizeof(int));
         memcpy(CMSG_DATA(cm), &c->fd, sizeof(int));
         ssize_t r;
-        do
-                r = sendmsg(init_term_sock, &mh, MSG_NOSIGNAL);
+        do /* never wait: a keeper that takes nothing must not hold sessions */
+                r = sendmsg(init_term_sock, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
         while (r < 0 && errno == EINTR);
         if (r < 0) {
-                init_send_error(c, "unavailable", "terminal keeper: %s", strerror(errno));
+                init_send_error(c, "unavailable", "terminal keeper: %s",
+                                errno == EAGAIN ? "busy, try again" : strerror(errno));
                 return;
         }
         /* Ask init for a keeper (it starts one when none runs). */
