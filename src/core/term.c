@@ -84,6 +84,9 @@ int ab_manager_term_attach(ab_manager *m, const char *id, const char *scope, con
                 return -1;
         }
         a->own_use = true;
+        /* Held for as long as someone is attached: busy for the reaper, but
+         * not an exec in flight (the agentbox_execs_in_flight gauge). */
+        atomic_fetch_sub(&m->inflight_total, 1);
         return 0;
 }
 
@@ -95,8 +98,10 @@ void ab_manager_term_detach(ab_manager *m, ab_term_attach *a)
                 close(a->fd);
         a->fd = -1;
         abc_term_info_clear(&a->info);
-        if (a->own_use)
+        if (a->own_use) {
+                atomic_fetch_add(&m->inflight_total, 1); /* use_end takes it off again */
                 ab_manager_use_end(m, &a->use);
+        }
         a->own_use = false;
 }
 
