@@ -103,8 +103,9 @@ t.set_size(90, 40)  # the kernel sends SIGWINCH to the CLI (the foreground job)
 time.sleep(0.3)
 t.send(b"stty size\r")
 h.ok(t.read_until(b"40 90"), "after a resize (SIGWINCH) the box's terminal follows (40 90)", repr(t.out[-200:]))
-t.send(b"sleep 100; echo not-interrupted\r")
-time.sleep(0.5)
+t.send(b"sleep 107; echo not-interrupted\r")
+abserver.wait_for(lambda: srv.exec(B, "ps -eo args | grep -c '^sleep 107$' || true").get("stdout") == "1\n",
+                  timeout=30, step=0.2)
 t.send(b"\x03")  # ^C: in raw mode a byte for the box, not a SIGINT for the CLI
 t.send(b"echo after-$((2+3))\r")
 h.ok(t.read_until(b"after-5"), "^C interrupts the box's foreground job and the shell goes on",

@@ -92,8 +92,9 @@ h.eq((r.get("cols"), r.get("rows")), (120, 30), "GET shows the new size", r.desc
 
 # ---- signal ---------------------------------------------------------------------------------
 
-ws1.send_binary(b"sleep 300; echo slept-$((1+1))\n")
-time.sleep(0.5)
+ws1.send_binary(b"sleep 307; echo slept-$((1+1))\n")
+abserver.wait_for(lambda: srv.exec(B, "ps -eo args | grep -c '^sleep 307$' || true").get("stdout") == "1\n",
+                  timeout=30, step=0.2)
 ws1.send_json({"type": "signal", "signal": "INT"})
 ws1.send_binary(b"echo after-$((2+3))\n")
 out = ws1.read_until(lambda o: b"after-5" in o, timeout=15)

@@ -184,10 +184,11 @@ static void test_basic(void)
                    abc_term_input(a.s, "stty size\n", strlen("stty size\n")) == 0 &&
                    read_until(&a, "43 132", 10000),
                "resize on the stream: stty size says 43 132");
-        tap_ok(abc_term_input(a.s, "sleep 300; echo not-$((1))\n",
-                              strlen("sleep 300; echo not-$((1))\n")) == 0,
+        tap_ok(abc_term_input(a.s, "sleep 3137; echo not-$((1))\n",
+                              strlen("sleep 3137; echo not-$((1))\n")) == 0,
                "start a sleep");
-        msleep(300);
+        for (int i = 0; i < 200 && count_procs("sleep", "3137") < 1; i++)
+                msleep(50); /* until the job runs */
         tap_ok(abc_term_send_signal(a.s, SIGINT) == 0 &&
                    abc_term_input(a.s, "echo next-$((2))\n", strlen("echo next-$((2))\n")) == 0 &&
                    read_until(&a, "next-2", 10000),
