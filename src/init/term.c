@@ -597,6 +597,28 @@ static void do_attach(conn *c, term *t)
         c->t = t;
 }
 
+/* Input without attaching (what an API that sends keystrokes apart from
+ * the output stream needs). */
+static void do_input(conn *c, term *t, const abp_term_req *q)
+{
+        if (t->master < 0) {
+                queue_error(c, "conflict", "the terminal's program has exited");
+                return;
+        }
+        if (t->in_len + q->data_len > 4 * TERM_INPUT_MAX) {
+                queue_error(c, "conflict", "the terminal does not read its input: try again");
+                return;
+        }
+        if (q->data_len) {
+                t->in = xrealloc(t->in, t->in_len + q->data_len);
+                memcpy(t->in + t->in_len, q->data, q->data_len);
+                t->in_len += q->data_len;
+                term_write(t);
+        }
+        queue_empty(c, ABP_OK);
+        c->closing = true;
+}
+
 /* A request on a connection that is not attached. */
 static void conn_request(conn *c, const abp_frame *f)
 {
@@ -633,6 +655,9 @@ static void conn_request(conn *c, const abp_frame *f)
                         break;
                 case ABP_TERM_ATTACH:
                         do_attach(c, t);
+                        break;
+                case ABP_TERM_INPUT:
+                        do_input(c, t, &q);
                         break;
                 }
         }
