@@ -461,6 +461,22 @@ static bool header_has(const char *h, const char *t)
         return false;
 }
 
+/* True when the Origin header (absent: not a browser) names the host the
+ * request was sent to. A WebSocket is not bound by CORS: without this, any
+ * web page a local user opens could attach to terminals of a server that
+ * answers loopback clients without a token. */
+static bool same_origin(ab_req *r)
+{
+        const char *origin = req_header(r, "Origin"), *host = req_header(r, "Host");
+        if (!origin)
+                return true;
+        const char *p = strstr(origin, "://");
+        if (!p || !host)
+                return false;
+        p += 3;
+        return strcasecmp(p, host) == 0;
+}
+
 static enum MHD_Result ws_upgrade(ab_req *r, const char *box, const char *tid)
 {
         const char *ver = req_header(r, "Sec-WebSocket-Version");
@@ -481,6 +497,9 @@ static enum MHD_Result ws_upgrade(ab_req *r, const char *box, const char *tid)
         }
         if (!ws_key_valid(key))
                 return resp_error(r, 400, "invalid_argument", "bad Sec-WebSocket-Key");
+        if (!same_origin(r))
+                return resp_error(r, 403, "permission_denied",
+                                  "a terminal WebSocket must come from the server's own origin");
         bool ours = ws_offers(offer, WS_PROTOCOL);
         if (offer && !ours)
                 return resp_error(r, 400, "invalid_argument",

@@ -114,7 +114,8 @@ static const char exec_help[] =
     "  -t, --tty                run the command on a terminal in the box (a pty), as\n"
     "                           docker exec -t does; with -i (-it) an interactive session:\n"
     "                           this terminal goes to raw mode, window size changes\n"
-    "                           follow; one word CMD runs as bash -lc CMD\n"
+    "                           follow; one word CMD runs as bash -lc CMD; the box's\n"
+    "                           timeout does not apply (only --timeout)\n"
     "The exec is recorded in the store's audit table like one of the API.\n";
 
 int cli_exec(int argc, char **argv, const char *data)
@@ -191,7 +192,9 @@ int cli_exec(int argc, char **argv, const char *data)
                 cli_local_close(&l);
                 return cli_fail(&e);
         }
-        if (!timeout_ms && u.rec.has_limits)
+        /* An interactive session is not a command with a run time: the box's
+         * timeout does not apply to it (as with docker exec -t), --timeout does. */
+        if (!timeout_ms && u.rec.has_limits && !tty)
                 timeout_ms = (uint64_t)u.rec.limits.timeout_s * 1000;
         /* The box's own output cap (agentbox create --output-cap). */
         ab_box_info info;

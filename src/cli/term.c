@@ -129,9 +129,12 @@ static relay_end relay_run(relay *r)
                         if (n < 0 && (errno == EINTR || errno == EAGAIN))
                                 continue;
                         if (n <= 0) {
-                                /* Our input ended: what a terminal's ^D says. */
+                                /* Our input ended: for our own session, what a
+                                 * terminal's ^D says; an attached terminal is
+                                 * someone else's, left as it is. */
                                 in_open = false;
-                                (void)!abc_term_input(r->a->stream, "\x04", 1);
+                                if (!r->detach_keys)
+                                        (void)!abc_term_input(r->a->stream, "\x04", 1);
                                 continue;
                         }
                         int d = relay_input(r, buf, (size_t)n);

@@ -232,5 +232,9 @@ int ab_manager_term_resize(ab_manager *m, const char *id, const char *scope, con
                            uint32_t cols, uint32_t rows, ab_err **err);
 int ab_manager_term_signal(ab_manager *m, const char *id, const char *scope, const char *tid,
                            int sig, ab_err **err);
+/* Input without attaching (for fronts whose clients send keystrokes apart
+ * from the output stream); at most 60 KiB a call. */
+int ab_manager_term_input(ab_manager *m, const char *id, const char *scope, const char *tid,
+                          const void *data, size_t len, ab_err **err);
 
 #endif

@@ -84,6 +84,9 @@ int ab_manager_term_attach(ab_manager *m, const char *id, const char *scope, con
                 return -1;
         }
         a->own_use = true;
+        /* Held for as long as someone is attached: busy for the reaper, but
+         * not an exec in flight (the agentbox_execs_in_flight gauge). */
+        atomic_fetch_sub(&m->inflight_total, 1);
         return 0;
 }
 
@@ -95,8 +98,10 @@ void ab_manager_term_detach(ab_manager *m, ab_term_attach *a)
                 close(a->fd);
         a->fd = -1;
         abc_term_info_clear(&a->info);
-        if (a->own_use)
+        if (a->own_use) {
+                atomic_fetch_add(&m->inflight_total, 1); /* use_end takes it off again */
                 ab_manager_use_end(m, &a->use);
+        }
         a->own_use = false;
 }
 
@@ -148,10 +153,10 @@ int ab_manager_term_get(ab_manager *m, const char *id, const char *scope, const 
         return rc == 0 ? 0 : no_terminal(id, tid, err);
 }
 
-typedef enum { OP_CLOSE, OP_RESIZE, OP_SIGNAL } term_op;
+typedef enum { OP_CLOSE, OP_RESIZE, OP_SIGNAL, OP_INPUT } term_op;
 
 static int term_do(ab_manager *m, const char *id, const char *scope, const char *tid, term_op op,
-                   uint32_t a, uint32_t b, ab_err **err)
+                   uint32_t a, uint32_t b, const void *data, ab_err **err)
 {
         ab_use u;
         bool none;
@@ -166,6 +171,8 @@ static int term_do(ab_manager *m, const char *id, const char *scope, const char 
                 rc = abc_term_close(fd, tid, &e);
         else if (fd >= 0 && op == OP_RESIZE)
                 rc = abc_term_resize(fd, tid, a, b, &e);
+        else if (fd >= 0 && op == OP_INPUT)
+                rc = abc_term_write(fd, tid, data, a, &e);
         else if (fd >= 0)
                 rc = abc_term_signal(fd, tid, (int)a, &e);
         if (rc == 0 && op == OP_CLOSE)
@@ -181,19 +188,27 @@ static int term_do(ab_manager *m, const char *id, const char *scope, const char 
 int ab_manager_term_close(ab_manager *m, const char *id, const char *scope, const char *tid,
                           ab_err **err)
 {
-        return term_do(m, id, scope, tid, OP_CLOSE, 0, 0, err);
+        return term_do(m, id, scope, tid, OP_CLOSE, 0, 0, NULL, err);
 }
 
 int ab_manager_term_resize(ab_manager *m, const char *id, const char *scope, const char *tid,
                            uint32_t cols, uint32_t rows, ab_err **err)
 {
-        return term_do(m, id, scope, tid, OP_RESIZE, cols, rows, err);
+        return term_do(m, id, scope, tid, OP_RESIZE, cols, rows, NULL, err);
 }
 
 int ab_manager_term_signal(ab_manager *m, const char *id, const char *scope, const char *tid,
                            int sig, ab_err **err)
 {
-        return term_do(m, id, scope, tid, OP_SIGNAL, (uint32_t)sig, 0, err);
+        return term_do(m, id, scope, tid, OP_SIGNAL, (uint32_t)sig, 0, NULL, err);
+}
+
+int ab_manager_term_input(ab_manager *m, const char *id, const char *scope, const char *tid,
+                          const void *data, size_t len, ab_err **err)
+{
+        if (len > UINT32_MAX)
+                return ab_err_set(err, AB_E_INVALID, 0, "terminal input too large");
+        return term_do(m, id, scope, tid, OP_INPUT, (uint32_t)len, 0, data, err);
 }
 
 void ab_manager_term_audit(ab_manager *m, ab_use *u, const char *const *argv, int exit_code,

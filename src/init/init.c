@@ -168,6 +168,7 @@ static void session(int fd, const char *workdir)
                 case ABP_TERM_RESIZE:
                 case ABP_TERM_SIGNAL:
                 case ABP_TERM_ATTACH:
+                case ABP_TERM_INPUT:
                         init_term_forward(&c, &f);
                         break;
                 case ABP_READ:

@@ -115,11 +115,12 @@ void init_term_forward(init_conn *c, const abp_frame *f)
         cm->cmsg_len = CMSG_LEN(sizeof(int));
         memcpy(CMSG_DATA(cm), &c->fd, sizeof(int));
         ssize_t r;
-        do
-                r = sendmsg(init_term_sock, &mh, MSG_NOSIGNAL);
+        do /* never wait: a keeper that takes nothing must not hold sessions */
+                r = sendmsg(init_term_sock, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
         while (r < 0 && errno == EINTR);
         if (r < 0) {
-                init_send_error(c, "unavailable", "terminal keeper: %s", strerror(errno));
+                init_send_error(c, "unavailable", "terminal keeper: %s",
+                                errno == EAGAIN ? "busy, try again" : strerror(errno));
                 return;
         }
         /* Ask init for a keeper (it starts one when none runs). */
@@ -596,6 +597,28 @@ static void do_attach(conn *c, term *t)
         c->t = t;
 }
 
+/* Input without attaching (what an API that sends keystrokes apart from
+ * the output stream needs). */
+static void do_input(conn *c, term *t, const abp_term_req *q)
+{
+        if (t->master < 0) {
+                queue_error(c, "conflict", "the terminal's program has exited");
+                return;
+        }
+        if (t->in_len + q->data_len > 4 * TERM_INPUT_MAX) {
+                queue_error(c, "conflict", "the terminal does not read its input: try again");
+                return;
+        }
+        if (q->data_len) {
+                t->in = xrealloc(t->in, t->in_len + q->data_len);
+                memcpy(t->in + t->in_len, q->data, q->data_len);
+                t->in_len += q->data_len;
+                term_write(t);
+        }
+        queue_empty(c, ABP_OK);
+        c->closing = true;
+}
+
 /* A request on a connection that is not attached. */
 static void conn_request(conn *c, const abp_frame *f)
 {
@@ -632,6 +655,9 @@ static void conn_request(conn *c, const abp_frame *f)
                         break;
                 case ABP_TERM_ATTACH:
                         do_attach(c, t);
+                        break;
+                case ABP_TERM_INPUT:
+                        do_input(c, t, &q);
                         break;
                 }
         }

@@ -804,6 +804,15 @@ int abc_term_signal(int fd, const char *tid, int sig, ab_err **err)
         return term_simple(fd, ABP_TERM_SIGNAL, &m, err);
 }
 
+int abc_term_write(int fd, const char *tid, const void *data, size_t len, ab_err **err)
+{
+        if (len > ABP_TERM_REQ_MAX - 1024)
+                return ab_err_set(err, AB_E_INVALID, 0, "terminal input: at most %u bytes a call",
+                                  ABP_TERM_REQ_MAX - 1024);
+        abp_term_req m = {.id = tid, .data = data ? data : "", .data_len = len};
+        return term_simple(fd, ABP_TERM_INPUT, &m, err);
+}
+
 struct abc_term_stream {
         int fd;
         abp_reader rd;

@@ -150,6 +150,10 @@ int abc_term_close(int fd, const char *tid, ab_err **err);
 int abc_term_resize(int fd, const char *tid, uint32_t cols, uint32_t rows, ab_err **err);
 /* Sends sig to the terminal's foreground process group. */
 int abc_term_signal(int fd, const char *tid, int sig, ab_err **err);
+/* Sends input to the terminal without attaching (at most 60 KiB a call).
+ * AB_E_CONFLICT when its program has exited or it has 256 KiB of input
+ * waiting already. */
+int abc_term_write(int fd, const char *tid, const void *data, size_t len, ab_err **err);
 
 /* An attached terminal: the connection fd (borrowed, set non-blocking by
  * abc_term_attach) carries its output one way and input, resize and signal

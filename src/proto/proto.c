@@ -304,12 +304,12 @@ static int val_str(const abp_field *fl, const char **s)
 
 bool abp_is_request(uint32_t type)
 {
-        return type >= ABP_PING && type <= ABP_TERM_ATTACH;
+        return type >= ABP_PING && type <= ABP_TERM_INPUT;
 }
 
 bool abp_is_term_request(uint32_t type)
 {
-        return type >= ABP_TERM_OPEN && type <= ABP_TERM_ATTACH;
+        return type >= ABP_TERM_OPEN && type <= ABP_TERM_INPUT;
 }
 
 void abp_exec_req_clear(abp_exec_req *m)
@@ -582,6 +582,8 @@ int abp_enc_term_req(abp_buf *b, uint32_t type, const abp_term_req *m)
                 abp_put_u32(b, ABP_F_ROWS, m->rows);
         if (m->signal)
                 abp_put_u32(b, ABP_F_SIGNAL, m->signal);
+        if (m->data)
+                abp_put_bytes(b, ABP_F_DATA, m->data, m->data_len);
         return abp_frame_end(b);
 }
 
@@ -655,6 +657,10 @@ static int term_req_fields(const abp_frame *f, abp_term_req *m)
                         break;
                 case ABP_F_SIGNAL:
                         r = val_u32(&fl, &m->signal);
+                        break;
+                case ABP_F_DATA:
+                        m->data = fl.val;
+                        m->data_len = fl.len;
                         break;
                 }
         });

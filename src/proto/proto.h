@@ -26,7 +26,7 @@
  *   DELETE, MKDIR, RENAME:                    I: OK                or ERROR
  *   TERM_OPEN:   C: TERM_OPEN                 I: TERM              or ERROR
  *   TERM_LIST:   C: TERM_LIST                 I: TERM* OK          or ERROR
- *   TERM_CLOSE, TERM_RESIZE, TERM_SIGNAL:     I: OK                or ERROR
+ *   TERM_CLOSE, TERM_RESIZE, TERM_SIGNAL, TERM_INPUT: I: OK        or ERROR
  *   TERM_ATTACH: C: TERM_ATTACH (DATA(0) | TERM_RESIZE | TERM_SIGNAL)*
  *                I: TERM DATA(1)* [EXIT] then hang-up, or ERROR
  *            the first DATA frames replay the terminal's ring buffer; EOF
@@ -68,6 +68,7 @@ enum {
         ABP_TERM_RESIZE = 13,
         ABP_TERM_SIGNAL = 14,
         ABP_TERM_ATTACH = 15,
+        ABP_TERM_INPUT = 16,
         /* streams, both ways */
         ABP_DATA = 0x100,
         ABP_EOF = 0x101,
@@ -194,9 +195,9 @@ typedef struct abp_entry {
         const char *link; /* or NULL */
 } abp_entry;
 
-/* TERM_OPEN LIST CLOSE RESIZE SIGNAL ATTACH: the fields each one uses
+/* TERM_OPEN LIST CLOSE RESIZE SIGNAL ATTACH INPUT: the fields each one uses
  * (OPEN: argv, env, cwd, cols, rows; RESIZE: id, cols, rows; SIGNAL: id,
- * signal; CLOSE, ATTACH: id). argv and env are allocated by the decoder
+ * signal; CLOSE, ATTACH: id; INPUT: id, data). argv and env are allocated by the decoder
  * (release with abp_term_req_clear); n_argv 0 = the box's login shell. */
 typedef struct abp_term_req {
         const char *id;
@@ -206,6 +207,8 @@ typedef struct abp_term_req {
         size_t n_env;
         const char *cwd;
         uint32_t cols, rows, signal;
+        const void *data; /* INPUT: bytes for the terminal (ABP_F_DATA) */
+        size_t data_len;
 } abp_term_req;
 
 /* A terminal, as TERM answers describe it. argv allocated by the decoder
@@ -284,10 +287,10 @@ int abp_dec_term_req(const abp_frame *f, abp_term_req *m) __attribute__((warn_un
 void abp_term_req_clear(abp_term_req *m);
 int abp_dec_term(const abp_frame *f, abp_term_info *m) __attribute__((warn_unused_result));
 void abp_term_info_clear(abp_term_info *m);
-/* True for a terminal request type (TERM_OPEN..TERM_ATTACH). */
+/* True for a terminal request type (TERM_OPEN..TERM_INPUT). */
 bool abp_is_term_request(uint32_t type);
 
-/* True for a request type (PING..TERM_ATTACH). */
+/* True for a request type (PING..TERM_INPUT). */
 bool abp_is_request(uint32_t type);
 
 /* ---- reading frames from a byte stream ---- */

@@ -11,7 +11,9 @@
 - output is passed on as bytes: escape sequences, NUL and invalid UTF-8 reach
   the WebSocket client unchanged, in binary frames, and the server neither
   interprets nor rewrites them; a text frame that is not UTF-8 closes the
-  WebSocket (1007) and the terminal lives on."""
+  WebSocket (1007) and the terminal lives on;
+- a WebSocket from a web page of another origin is refused, token or not
+  (WebSockets are not bound by CORS)."""
 import os
 import re
 import secrets
@@ -107,6 +109,18 @@ h.eq(w.status, 401, "a bearer subprotocol without agentbox.terminal.v1 is not a 
 w.drop()
 r = srv.get(T(B, tb), token=keys["appB"])
 h.eq((r.status, r.get("running")), (200, True), "control: appB's terminal is untouched", r.describe())
+
+# A web page of another origin (WebSockets are not bound by CORS), even with a valid token.
+w = wsclient.connect(srv, T(B, tb), token=keys["appB"], headers={"Origin": "http://evil.example"})
+h.eq(w.status, 403, "a WebSocket from another origin is refused (403)", w.head)
+w.drop()
+w = wsclient.connect(srv, T(B, tb), token=keys["appB"],
+                     headers={"Origin": "http://127.0.0.1:%d.evil.example" % srv.port})
+h.eq(w.status, 403, "... also one whose origin only starts like the server's", w.head)
+w.drop()
+w = wsclient.connect(srv, T(B, tb), token=keys["appB"], headers={"Origin": "http://127.0.0.1:%d" % srv.port})
+h.eq(w.status, 101, "control: the server's own origin (the console) attaches", w.head)
+w.close()
 for bad in ("..", "t_..%2f..", "t_" + "0" * 200, "t_%00x"):
     r = srv.get(T(A, bad))
     h.eq(r.status, 404, "a malformed terminal id %r: 404" % bad[:20], r.describe())

@@ -20,7 +20,8 @@ import wsclient  # noqa: E402
 
 TOKEN = "tok-" + secrets.token_hex(8)
 h = abserver.ServerHarness(budget=200)
-srv = h.start_server(name="term", token=TOKEN, config={"idle_pause": "1h", "idle_stop": "2h"})
+srv = h.start_server(name="term", token=TOKEN,
+                     config={"idle_pause": "1h", "idle_stop": "2h", "reaper_interval": "200ms"})
 
 B = "tm-%s" % secrets.token_hex(3)
 r = srv.post("/v1/sandboxes", {"id": B, "env": {"BOXVAR": "from-the-box"}})
@@ -91,8 +92,9 @@ h.eq((r.get("cols"), r.get("rows")), (120, 30), "GET shows the new size", r.desc
 
 # ---- signal ---------------------------------------------------------------------------------
 
-ws1.send_binary(b"sleep 300; echo slept-$((1+1))\n")
-time.sleep(0.5)
+ws1.send_binary(b"sleep 307; echo slept-$((1+1))\n")
+abserver.wait_for(lambda: srv.exec(B, "ps -eo args | grep -c '^sleep 307$' || true").get("stdout") == "1\n",
+                  timeout=30, step=0.2)
 ws1.send_json({"type": "signal", "signal": "INT"})
 ws1.send_binary(b"echo after-$((2+3))\n")
 out = ws1.read_until(lambda o: b"after-5" in o, timeout=15)
@@ -236,5 +238,27 @@ h.eq(srv.get("%s/%s" % (T, tc)).status, 404, "a terminal of a stopped box: 404")
 r = srv.post(T, {"argv": ["sh", "-c", "echo started; sleep 600"]})
 h.eq(r.status, 201, "opening a terminal starts the box again, like an exec", r.describe())
 h.eq(srv.status_of(B), "running", "... it runs")
+
+# ---- an attached terminal keeps its box from idling out ------------------------------------------
+
+I = "ti-%s" % secrets.token_hex(3)
+r = srv.post("/v1/sandboxes", {"id": I, "idle_stop_s": 2, "idle_pause_s": -1})
+h.eq(r.status, 201, "a box that idles out after 2 s", r.describe())
+TI = "/v1/sandboxes/%s/terminals" % I
+r = srv.post(TI, {"argv": ["cat"]})
+h.eq(r.status, 201, "a terminal in it", r.describe())
+ti = r.get("id")
+ws = wsclient.connect(srv, "%s/%s" % (TI, ti))
+h.eq(ws.status, 101, "attached", ws.head)
+for _ in range(8):  # 4 s: twice its idle time, with nothing typed
+    ws.pump(0.5)
+h.eq(srv.status_of(I), "running", "while a client is attached the box does not idle out")
+h.eq(abserver.metric_sum(srv.metrics() or [], "agentbox_execs_in_flight"), 0,
+     "an attached terminal is not counted as an exec in flight")
+ws.close()
+h.eq(abserver.wait_for(lambda: srv.status_of(I) == "stopped", timeout=30), True,
+     "once the client is gone, the box idles out (stopped)")
+r = srv.get(TI)
+h.eq(r.get("terminals"), [], "... and its terminal went with it", r.describe())
 
 h.done()

@@ -184,15 +184,23 @@ static void test_basic(void)
                    abc_term_input(a.s, "stty size\n", strlen("stty size\n")) == 0 &&
                    read_until(&a, "43 132", 10000),
                "resize on the stream: stty size says 43 132");
-        tap_ok(abc_term_input(a.s, "sleep 300; echo not-$((1))\n",
-                              strlen("sleep 300; echo not-$((1))\n")) == 0,
+        tap_ok(abc_term_input(a.s, "sleep 3137; echo not-$((1))\n",
+                              strlen("sleep 3137; echo not-$((1))\n")) == 0,
                "start a sleep");
-        msleep(300);
+        for (int i = 0; i < 200 && count_procs("sleep", "3137") < 1; i++)
+                msleep(50); /* until the job runs */
         tap_ok(abc_term_send_signal(a.s, SIGINT) == 0 &&
                    abc_term_input(a.s, "echo next-$((2))\n", strlen("echo next-$((2))\n")) == 0 &&
                    read_until(&a, "next-2", 10000),
                "SIGINT on the stream reaches the foreground job");
         tap_ok(!strstr(a.out, "not-1"), "... which did not finish");
+        int wfd = conn();
+        tap_ok(wfd >= 0 && abc_term_write(wfd, t.id, "echo aside-$((9))\n", 18, &e) == 0 &&
+                   read_until(&a, "aside-9", 10000),
+               "input without attaching (TERM_INPUT) reaches the terminal");
+        ab_err_free(&e);
+        if (wfd >= 0)
+                close(wfd);
 
         stream b;
         tap_ok(attach(t.id, &b, &e) == 0 && read_until(&b, "next-2", 5000),
@@ -242,6 +250,13 @@ static void test_exited_before_attach(void)
         tap_ok(a.out && strstr(a.out, "last-words") && a.exit_code == 3,
                "its last output and exit code 3 are there");
         detach(&a);
+        int wfd = conn();
+        tap_ok(wfd >= 0 && abc_term_write(wfd, t.id, "x", 1, &e) < 0 && e &&
+                   e->code == AB_E_CONFLICT,
+               "input to an exited terminal: conflict");
+        ab_err_free(&e);
+        if (wfd >= 0)
+                close(wfd);
         int fd = conn();
         (void)!abc_term_close(fd, t.id, NULL);
         close(fd);
