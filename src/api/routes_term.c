@@ -48,11 +48,7 @@ static enum MHD_Result resp_empty(ab_req *r, unsigned status)
         struct MHD_Response *resp =
             MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
         MHD_add_response_header(resp, "Cache-Control", "no-store");
-        r->status = (int)status;
-        ab_metrics_http(r->srv->metrics, (int)status);
-        enum MHD_Result ret = MHD_queue_response(r->conn, status, resp);
-        MHD_destroy_response(resp);
-        return ret;
+        return resp_send(r, status, resp);
 }
 
 /* cols and rows of o: absent ones are left as they are; present ones must be 1..1000. */
@@ -217,6 +213,7 @@ typedef struct ws_session {
         struct MHD_UpgradeResponseHandle *urh;
         char *extra;
         size_t extra_len;
+        ab_stream_slot *slot; /* counted as a long-lived stream */
 } ws_session;
 
 static pthread_mutex_t ws_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -227,6 +224,8 @@ static bool ws_stopping;
 
 static void session_free(ws_session *s)
 {
+        if (s->slot)
+                ab_stream_slot_release(s->slot);
         free(s->box);
         free(s->tid);
         free(s->scope);
@@ -489,11 +488,7 @@ static enum MHD_Result ws_upgrade(ab_req *r, const char *box, const char *tid)
                 struct MHD_Response *resp =
                     MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
                 MHD_add_response_header(resp, "Sec-WebSocket-Version", "13");
-                r->status = 426;
-                ab_metrics_http(r->srv->metrics, 426);
-                enum MHD_Result ret = MHD_queue_response(r->conn, 426, resp);
-                MHD_destroy_response(resp);
-                return ret;
+                return resp_send(r, 426, resp);
         }
         if (!ws_key_valid(key))
                 return resp_error(r, 400, "invalid_argument", "bad Sec-WebSocket-Key");
@@ -519,7 +514,14 @@ static enum MHD_Result ws_upgrade(ab_req *r, const char *box, const char *tid)
                                   "too many terminal connections (%d); try again later",
                                   WS_MAX_SESSIONS);
 
+        /* A terminal's WebSocket is a long-lived stream: counted apart from
+         * connections and requests, under the same caps as event streams. */
+        enum MHD_Result slot_ret;
+        ab_stream_slot *slot = req_stream_slot(r, &slot_ret);
+        if (!slot)
+                return slot_ret;
         ws_session *s = xzalloc(sizeof(*s));
+        s->slot = slot;
         s->srv = r->srv;
         s->box = xstrdup(box);
         s->tid = xstrdup(tid);
@@ -535,11 +537,8 @@ static enum MHD_Result ws_upgrade(ab_req *r, const char *box, const char *tid)
         MHD_add_response_header(resp, "Sec-WebSocket-Accept", accept);
         if (ours)
                 MHD_add_response_header(resp, "Sec-WebSocket-Protocol", WS_PROTOCOL);
-        r->status = 101;
-        ab_metrics_http(r->srv->metrics, 101);
-        enum MHD_Result ret = MHD_queue_response(r->conn, MHD_HTTP_SWITCHING_PROTOCOLS, resp);
-        MHD_destroy_response(resp);
-        return ret;
+        /* through resp_send: the route runs on a worker, MHD's thread queues it */
+        return resp_send(r, MHD_HTTP_SWITCHING_PROTOCOLS, resp);
 }
 
 /* GET /v1/sandboxes/{id}/terminals/{tid}: the terminal, or with
