@@ -65,6 +65,7 @@ static const route routes[] = {
     {"GET", "v1/keys", AUTH_ADMIN, BODY_NONE, route_keys_list},
     {"POST", "v1/keys", AUTH_ADMIN, BODY_JSON, route_keys_create},
     {"DELETE", "v1/keys/*", AUTH_ADMIN, BODY_NONE, route_keys_delete},
+    {"GET", "v1/keys/*", AUTH_ADMIN, BODY_NONE, route_key_get},
 };
 
 /* ---- responses -------------------------------------------------------- */
@@ -88,6 +89,10 @@ unsigned status_of(ab_code c)
                 return 504;
         case AB_E_UNSUPPORTED:
                 return 501;
+        case AB_E_QUOTA:
+                return 429;
+        case AB_E_STORAGE:
+                return 507;
         default:
                 return 500;
         }
@@ -522,6 +527,12 @@ static enum MHD_Result authenticate(ab_req *r, auth_level need, bool *ok)
                 ab_err *e = NULL;
                 if (ab_store_key_find(r->srv->store, hex, &k, &e) == 0) {
                         r->scope_buf = steal_pointer(&k.app_id);
+                        if (k.has_quotas) {
+                                r->key_quotas = k.quotas;
+                                r->caller.quotas = &r->key_quotas;
+                        }
+                        r->key_id = steal_pointer(&k.key_id);
+                        r->caller.key_id = r->key_id;
                         ab_api_key_clear(&k);
                 } else if (e->code != AB_E_NOT_FOUND) {
                         return resp_err(r, e);
@@ -617,6 +628,7 @@ static void req_free(ab_req *r)
         if (r->upload_fd >= 0)
                 close(r->upload_fd);
         free(r->scope_buf);
+        free(r->key_id);
         free(r->body);
         free(r->seg);
         free(r->segbuf);
@@ -753,7 +765,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
                 return resp_error(r, 500, "internal", "cannot spool the upload");
         const char *id = NULL;
         route_matches(r->route, r, &id);
-        return r->route->fn(r, id);
+        return route_call(r, r->route->fn, id);
 }
 
 static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,

@@ -60,6 +60,11 @@ typedef struct ab_req {
                                * cost the client nothing) */
         int status;           /* the status answered, for logs */
         uint64_t t0;
+        /* The API key from the store that authenticated the request (quotas):
+         * its id and own quotas; the manager sees them through caller. */
+        char *key_id;
+        ab_quota key_quotas;
+        ab_caller caller;
 } ab_req;
 
 /* Constant-time comparison of two secrets. */
@@ -134,6 +139,12 @@ enum MHD_Result route_events(ab_req *r, const char *id);
 enum MHD_Result route_keys_list(ab_req *r, const char *id);
 enum MHD_Result route_keys_create(ab_req *r, const char *id);
 enum MHD_Result route_keys_delete(ab_req *r, const char *id);
+enum MHD_Result route_key_get(ab_req *r, const char *id);
+/* Runs the route handler with the manager told who calls (routes_quota.c). */
+typedef enum MHD_Result (*route_fn)(ab_req *r, const char *id);
+enum MHD_Result route_call(ab_req *r, route_fn fn, const char *id);
+/* Appends the per-app and disk series to the /metrics text (routes_quota.c). */
+char *quota_metrics_append(ab_server *s, char *txt);
 enum MHD_Result route_files_get(ab_req *r, const char *id);
 enum MHD_Result route_sandbox_js(ab_req *r, const char *id);
 enum MHD_Result route_sandbox_python(ab_req *r, const char *id);

@@ -248,6 +248,13 @@ int cli_service_open(cli_service *s, const cli_service_args *a, ab_err **err)
             .alert_memory_pct = cfg->alert_memory_pct,
             .alert_cpu_pct = cfg->alert_cpu_pct,
             .alert_disk_pct = cfg->alert_disk_pct,
+            .quotas = cfg->quotas,
+            .app_quotas = cfg->app_quotas,
+            .n_app_quotas = cfg->n_app_quotas,
+            .disk_dir = cfg->data_dir,
+            .disk_overcommit_ratio = cfg->disk_overcommit_ratio,
+            .disk_reserve = cfg->disk_reserve,
+            .disk_watch_interval_ms = cfg->disk_watch_interval_ms,
         };
         if (ab_manager_open(&mo, &s->mgr, err) < 0)
                 goto fail;

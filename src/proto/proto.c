@@ -304,7 +304,7 @@ static int val_str(const abp_field *fl, const char **s)
 
 bool abp_is_request(uint32_t type)
 {
-        return type >= ABP_PING && type <= ABP_RENAME;
+        return (type >= ABP_PING && type <= ABP_RENAME) || type == ABP_RESERVE;
 }
 
 void abp_exec_req_clear(abp_exec_req *m)

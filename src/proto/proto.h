@@ -24,6 +24,12 @@
  *   LIST:    C: LIST                          I: ENTRY* OK         or ERROR
  *   STAT:    C: STAT                          I: ENTRY             or ERROR
  *   DELETE, MKDIR, RENAME:                    I: OK                or ERROR
+ *   RESERVE: C: RESERVE[SIZE]                 I: OK{SIZE,FREE}     or ERROR
+ *            the balloon: init holds an unlinked file on the workdir's
+ *            filesystem, allocated (fallocate, no data written) to SIZE
+ *            bytes, so the box's own filesystem says ENOSPC before the host's
+ *            does (core/diskguard.c); no SIZE = leave it as it is. OK's SIZE is
+ *            what it holds, FREE what the box could write without it.
  * Either side treats the other as untrusted: every decoder bounds-checks and
  * returns -EBADMSG on anything malformed. */
 #ifndef AB_PROTO_H
@@ -54,6 +60,7 @@ enum {
         ABP_DELETE = 7,
         ABP_MKDIR = 8,
         ABP_RENAME = 9,
+        ABP_RESERVE = 40, /* apart from the file operations' range */
         /* streams, both ways */
         ABP_DATA = 0x100,
         ABP_EOF = 0x101,
@@ -97,6 +104,7 @@ enum {
         ABP_F_SIZE = 81,         /* u64 */
         ABP_F_MTIME = 82,        /* u64 holding an int64, seconds */
         ABP_F_LINK = 83,         /* str: symlink target */
+        ABP_F_FREE = 90,         /* u64: RESERVE's answer, bytes the box could write */
 };
 
 /* FLAGS bits: WRITE uses ABP_W_*, DELETE uses ABP_RECURSIVE, MKDIR ABP_PARENTS. */
