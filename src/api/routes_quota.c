@@ -128,9 +128,13 @@ char *quota_metrics_append(ab_server *s, char *txt)
                               "agentbox_disk_balloon_bytes %llu\n"
                               "# HELP agentbox_disk_refused_total Creates refused for disk "
                               "space.\n# TYPE agentbox_disk_refused_total counter\n"
-                              "agentbox_disk_refused_total %lld\n",
+                              "agentbox_disk_refused_total %lld\n"
+                              "# HELP agentbox_disk_guard_rounds_total Rounds of the full-disk "
+                              "guard.\n# TYPE agentbox_disk_guard_rounds_total counter\n"
+                              "agentbox_disk_guard_rounds_total %lld\n",
                               (unsigned long long)d.free_bytes,
                               (unsigned long long)d.promised_bytes,
-                              (unsigned long long)d.balloon_bytes, (long long)d.refused);
+                              (unsigned long long)d.balloon_bytes, (long long)d.refused,
+                              (long long)d.guard_rounds);
         return ab_buf_steal(&b);
 }

@@ -158,7 +158,7 @@ enum MHD_Result resp_err(ab_req *r, ab_err *e)
 {
         unsigned st = status_of(e->code);
         const char *code = ab_code_name(e->code);
-        if (st >= 500 && st != 503)
+        if (st >= 500 && st != 503 && st != 507)
                 ab_log(AB_LOG_ERROR, "request failed", "method", r->method, "path", r->path,
                        "error", e->msg, NULL);
         enum MHD_Result ret = resp_error_v(r, st, code, e->msg);

@@ -46,6 +46,7 @@ struct mgr_disk {
         uint64_t pending;    /* admitted, disk not made yet */
         uint64_t scan_ns;
         int64_t refused;
+        int64_t rounds; /* of the guard */
         uint64_t balloon_bytes;
         int64_t ballooned;
         pthread_t thread;
@@ -107,11 +108,6 @@ static bool admission_on(ab_manager *m)
         return m->o.disk_dir && m->o.disk_overcommit_ratio > 0 && m->o.backend->ops->disk_alloc;
 }
 
-static double gib(uint64_t b)
-{
-        return (double)b / (1024.0 * MIB);
-}
-
 int mgr_disk_admit(ab_manager *m, uint64_t disk_mib, mgr_disk_ticket *t, ab_err **err)
 {
         t->bytes = 0;
@@ -123,30 +119,36 @@ int mgr_disk_admit(ab_manager *m, uint64_t disk_mib, mgr_disk_ticket *t, ab_err 
         struct mgr_disk *d = m->disk;
         pthread_mutex_lock(&d->lock);
         uint64_t now = ab_now_ns();
-        if (!d->scan_ns || now - d->scan_ns > SCAN_NS) {
+        uint64_t usable = free_b > m->o.disk_reserve ? free_b - m->o.disk_reserve : 0;
+        double allowed = m->o.disk_overcommit_ratio * (double)usable;
+        /* Rescan when the last scan is old, and before any refusal (boxes
+         * deleted since give their promises back; refusals are rare). */
+        if (!d->scan_ns || now - d->scan_ns > SCAN_NS ||
+            (double)(d->promised + d->since_scan + d->pending + want) > allowed) {
                 uint64_t p;
                 if (scan_promised(m, &p) == 0) {
                         d->promised = p;
                         d->since_scan = 0;
                         d->scan_ns = now;
+                } else {
+                        ab_log(AB_LOG_WARN, "disk admission: cannot list the boxes' disks", NULL);
                 }
         }
         uint64_t promised = d->promised + d->since_scan + d->pending;
-        uint64_t usable = free_b > m->o.disk_reserve ? free_b - m->o.disk_reserve : 0;
-        double allowed = m->o.disk_overcommit_ratio * (double)usable;
         if ((double)(promised + want) > allowed) {
                 d->refused++;
                 pthread_mutex_unlock(&d->lock);
                 ab_log(AB_LOG_WARN, "create refused: disk space", NULL);
                 return ab_err_set(err, AB_E_STORAGE, 0,
                                   "not enough disk space for a new box of %" PRIu64
-                                  " MiB: boxes were promised %.2f GiB they do not use yet and "
-                                  "the data folder's filesystem has %.2f GiB free (%.2f GiB of "
-                                  "it kept in reserve); this server promises at most %g times "
-                                  "the free space (disk_overcommit_ratio): free space on the "
-                                  "host, delete boxes, or ask for a smaller disk",
-                                  disk_mib, gib(promised), gib(free_b), gib(m->o.disk_reserve),
-                                  m->o.disk_overcommit_ratio);
+                                  " MiB: boxes were promised %" PRIu64
+                                  " MiB they do not use yet and the data folder's filesystem "
+                                  "has %" PRIu64 " MiB free (%" PRIu64
+                                  " MiB of it kept in reserve); this server promises at most %g "
+                                  "times the free space (disk_overcommit_ratio): free space on "
+                                  "the host, delete boxes, or ask for a smaller disk",
+                                  disk_mib, (uint64_t)(promised / MIB), (uint64_t)(free_b / MIB),
+                                  (uint64_t)(m->o.disk_reserve / MIB), m->o.disk_overcommit_ratio);
         }
         d->pending += want;
         t->bytes = want;
@@ -179,6 +181,7 @@ int ab_manager_disk_usage(ab_manager *m, ab_disk_usage *out, ab_err **err)
         out->refused = d->refused;
         out->balloon_bytes = d->balloon_bytes;
         out->boxes_ballooned = d->ballooned;
+        out->guard_rounds = d->rounds;
         pthread_mutex_unlock(&d->lock);
         return 0;
 }
@@ -279,6 +282,7 @@ void ab_manager_disk_balance(ab_manager *m)
                        NULL);
         d->balloon_bytes = held;
         d->ballooned = ballooned;
+        d->rounds++;
         pthread_mutex_unlock(&d->lock);
         free(gs);
         ab_box_recs_free(rs, n);

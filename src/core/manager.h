@@ -234,7 +234,8 @@ typedef struct ab_disk_usage {
         uint64_t promised_bytes;          /* sum over boxes of disk limit minus what it holds */
         uint64_t balloon_bytes;           /* space held back from running boxes by the guard */
         int64_t boxes_ballooned;
-        int64_t refused; /* creates refused for space */
+        int64_t refused;      /* creates refused for space */
+        int64_t guard_rounds; /* rounds of the full-disk guard so far */
 } ab_disk_usage;
 int ab_manager_disk_usage(ab_manager *m, ab_disk_usage *out, ab_err **err);
 /* Runs the full-disk guard once now (tests; the guard thread calls it). */
