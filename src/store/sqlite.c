@@ -42,8 +42,8 @@ static ab_code code_of(int rc)
         case SQLITE_CANTOPEN:
         case SQLITE_PROTOCOL:
                 return AB_E_UNAVAILABLE;
-        case SQLITE_FULL:
-                return AB_E_LIMIT;
+        case SQLITE_FULL: /* the filesystem is full: 507 */
+                return AB_E_STORAGE;
         case SQLITE_READONLY:
         case SQLITE_PERM:
         case SQLITE_AUTH:
