@@ -26,11 +26,21 @@
 #include <stdarg.h>
 #include "proto/initclient.h"
 
+#include <sys/statfs.h>
 #include <sys/statvfs.h>
 
 #define SCAN_NS      (5ull * 1000 * 1000 * 1000)
 #define MIB          (1024ull * 1024)
 #define BALLOON_STEP (8 * MIB) /* balloons change by at least this much (or to 0) */
+
+/* What the guard knows of a box's balloon between rounds: the init it asked
+ * and the size that init holds (an init outlives a restart of the server:
+ * a box seen for the first time, or under a new init, is asked). */
+typedef struct known_balloon {
+        char *id;
+        pid_t pid;
+        uint64_t held;
+} known_balloon;
 
 typedef struct guard_box {
         char *id, *backend_id;
@@ -51,8 +61,17 @@ struct mgr_disk {
         int64_t ballooned;
         pthread_t thread;
         bool have_thread;
-        pthread_mutex_t round; /* one guard round at a time */
+        pthread_mutex_t round; /* one guard round at a time; guards known */
+        known_balloon *known;
+        size_t n_known;
 };
+
+static void known_free(known_balloon *k, size_t n)
+{
+        for (size_t i = 0; i < n; i++)
+                free(k[i].id);
+        free(k);
+}
 
 void mgr_disk_init(ab_manager *m)
 {
@@ -67,6 +86,7 @@ void mgr_disk_free(ab_manager *m)
                 return;
         if (m->disk->have_thread)
                 pthread_join(m->disk->thread, NULL);
+        known_free(m->disk->known, m->disk->n_known);
         pthread_mutex_destroy(&m->disk->lock);
         pthread_mutex_destroy(&m->disk->round);
         free(m->disk);
@@ -189,7 +209,7 @@ int ab_manager_disk_usage(ab_manager *m, ab_disk_usage *out, ab_err **err)
 /* ---- the guard ---- */
 
 /* Asks the box's init to hold a balloon of `want` bytes (UINT64_MAX = keep
- * it as it is) and reads back the box's free space and the balloon. */
+ * it as it is) and reads back the balloon and the box's free space. */
 static int balloon_set(ab_manager *m, guard_box *g, uint64_t want)
 {
         ab_backend *b = m->o.backend;
@@ -204,6 +224,35 @@ static int balloon_set(ab_manager *m, guard_box *g, uint64_t want)
         return 0;
 }
 
+/* The box's free space without its balloon, cheaply: statfs of its disk
+ * through its init's root (no round trip to the init) plus the balloon the
+ * guard knows; the init is asked only when the guard does not know it. */
+static int box_free(ab_manager *m, guard_box *g, const known_balloon *old, size_t n_old, pid_t *pid)
+{
+        ab_backend *b = m->o.backend;
+        ab_box_info info;
+        if (b->ops->info(b, g->backend_id, &info, NULL) < 0)
+                return -1;
+        *pid = info.init_pid;
+        bool running = info.status == AB_BOX_RUNNING;
+        ab_box_info_clear(&info);
+        if (!running || *pid <= 0)
+                return -1;
+        for (size_t i = 0; i < n_old; i++) {
+                if (strcmp(old[i].id, g->id) || old[i].pid != *pid)
+                        continue;
+                char p[64];
+                snprintf(p, sizeof(p), "/proc/%d/root/workspace", (int)*pid);
+                struct statfs sf;
+                if (statfs(p, &sf) < 0)
+                        break;
+                g->balloon = old[i].held;
+                g->free = (uint64_t)sf.f_bavail * (uint64_t)sf.f_bsize + g->balloon;
+                return 0;
+        }
+        return balloon_set(m, g, UINT64_MAX);
+}
+
 /* Water-filling: each box may keep at most `share` free; shares of boxes
  * with less free go to the others. */
 static void set_targets(guard_box *gs, size_t n, uint64_t avail)
@@ -216,7 +265,7 @@ static void set_targets(guard_box *gs, size_t n, uint64_t avail)
                         gs[i].target = 0;
                 return;
         }
-        /* find the level L with sum(min(free_i, L)) = avail */
+        /* find the level L with sum(min(free_i, L)) <= avail */
         uint64_t lo = 0, hi = 0;
         for (size_t i = 0; i < n; i++)
                 if (gs[i].free > hi)
@@ -249,12 +298,13 @@ void ab_manager_disk_balance(ab_manager *m)
                 return;
         }
         guard_box *gs = n ? xcalloc(n, sizeof(*gs)) : NULL;
+        pid_t *pids = n ? xcalloc(n, sizeof(*pids)) : NULL;
         size_t k = 0;
         for (size_t i = 0; i < n; i++) {
                 guard_box *g = &gs[k];
                 g->id = rs[i].id;
                 g->backend_id = rs[i].backend_id;
-                if (balloon_set(m, g, UINT64_MAX) == 0)
+                if (box_free(m, g, d->known, d->n_known, &pids[k]) == 0)
                         k++;
         }
         /* The space boxes can write must fit in what the host has, less the
@@ -263,18 +313,21 @@ void ab_manager_disk_balance(ab_manager *m)
         set_targets(gs, k, avail);
         uint64_t held = 0;
         int64_t ballooned = 0;
+        known_balloon *kn = k ? xcalloc(k, sizeof(*kn)) : NULL;
         for (size_t i = 0; i < k; i++) {
                 guard_box *g = &gs[i];
                 uint64_t diff =
                     g->target > g->balloon ? g->target - g->balloon : g->balloon - g->target;
-                /* grow at once; shrink in steps worth a round trip */
-                if (g->target > g->balloon || (diff >= BALLOON_STEP || g->target == 0)) {
-                        if (diff && balloon_set(m, g, g->target) == 0 && g->target > 0)
-                                ab_log(AB_LOG_DEBUG, "disk guard: balloon", "box", g->id, NULL);
-                }
+                /* grow at once; shrink in steps worth a round trip, or to 0 */
+                if (diff && (g->target > g->balloon || diff >= BALLOON_STEP || g->target == 0))
+                        balloon_set(m, g, g->target);
                 held += g->balloon;
                 ballooned += g->balloon > 0;
+                kn[i] = (known_balloon){.id = xstrdup(g->id), .pid = pids[i], .held = g->balloon};
         }
+        known_free(d->known, d->n_known);
+        d->known = kn;
+        d->n_known = k;
         pthread_mutex_lock(&d->lock);
         if (ballooned && !d->ballooned)
                 ab_log(AB_LOG_WARN,
@@ -284,6 +337,7 @@ void ab_manager_disk_balance(ab_manager *m)
         d->ballooned = ballooned;
         d->rounds++;
         pthread_mutex_unlock(&d->lock);
+        free(pids);
         free(gs);
         ab_box_recs_free(rs, n);
         pthread_mutex_unlock(&d->round);
