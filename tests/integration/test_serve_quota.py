@@ -62,6 +62,22 @@ h.eq(r.status, 200, "acquiring an existing box of a full app still works", r.des
 r = create("other", "c0")
 h.eq(r.status, 201, "another app is not held back by qa's quota", r.describe())
 
+# the same quota through MCP's sandbox_create
+ACCEPT = {"Accept": "application/json, text/event-stream"}
+r = srv.post("/mcp", {"jsonrpc": "2.0", "id": 1, "method": "initialize",
+                      "params": {"protocolVersion": "2025-06-18", "capabilities": {},
+                                 "clientInfo": {"name": "test_serve_quota.py", "version": "1"}}}, headers=ACCEPT)
+sid = r.header("Mcp-Session-Id")
+r = srv.post("/mcp", {"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+                      "params": {"name": "sandbox_create",
+                                 "arguments": {"app_id": "qa", "user_id": "u", "chat_id": "mcp"}}},
+             headers=dict(ACCEPT, **{"Mcp-Session-Id": sid or ""}))
+res = r.get("result") or {}
+text = ((res.get("content") or [{}])[0] or {}).get("text", "")
+h.ok(res.get("isError") is True and text.startswith("quota_exceeded") and "max_boxes" in text,
+     "MCP sandbox_create for the full app: an error result naming quota_exceeded and max_boxes", r.describe())
+h.eq(srv.get("/v1/sandboxes/" + chat_box_id("qa", "u", "mcp")).status, 404, "... and no box was made")
+
 # ---- concurrent creates never pass max_boxes -----------------------------------------
 
 results = []
