@@ -361,10 +361,15 @@ typedef struct exec_job {
         /* SSE mode */
         int fd;
         bool broken;
+        /* the request's API key, for the quotas of an exec on its own thread */
+        char *key_id;
+        ab_quota key_quotas;
+        ab_caller caller;
 } exec_job;
 
 static void exec_job_free(exec_job *j)
 {
+        free(j->key_id);
         free(j->command);
         ab_strvfreep(&j->argv);
         free(j->cwd);
@@ -547,6 +552,8 @@ static int sse_output(void *ud, int stream, const void *buf, size_t len)
 static void *exec_stream_main(void *arg)
 {
         exec_job *j = arg;
+        if (j->key_id)
+                ab_manager_set_caller(&j->caller);
         abc_exec_req q;
         fill_req(j, &q);
         q.has_cancel = true; /* the response's reader going away kills the command */
@@ -567,6 +574,7 @@ static void *exec_stream_main(void *arg)
                                    "truncated", res.truncated));
         }
         ab_manager_use_end(j->srv->mgr, &j->use);
+        ab_manager_set_caller(NULL);
         exec_job_free(j);
         return NULL;
 }
@@ -583,6 +591,13 @@ static const char *const sse_headers[] = {"X-Accel-Buffering", "no", NULL, NULL}
 static enum MHD_Result run_exec(ab_req *r, exec_job *j, const char *sandbox_id)
 {
         if (wants_sse(r)) {
+                /* over a quota: a 429 now rather than an error event after a 200 */
+                ab_err *qe = NULL;
+                if (ab_manager_quota_exec_check(r->srv->mgr, j->use.rec.app_id, &qe) < 0) {
+                        ab_manager_use_end(r->srv->mgr, &j->use);
+                        exec_job_free(j);
+                        return resp_err(r, qe);
+                }
                 int p[2];
                 if (pipe2(p, O_CLOEXEC) < 0) {
                         ab_manager_use_end(r->srv->mgr, &j->use);
@@ -590,6 +605,12 @@ static enum MHD_Result run_exec(ab_req *r, exec_job *j, const char *sandbox_id)
                         return resp_error(r, 500, "internal", "pipe: %s", strerror(errno));
                 }
                 j->fd = p[1];
+                if (r->key_id) { /* the thread outlives nothing of r: copies */
+                        j->key_id = xstrdup(r->key_id);
+                        j->key_quotas = r->key_quotas;
+                        j->caller = (ab_caller){.key_id = j->key_id,
+                                                .quotas = r->caller.quotas ? &j->key_quotas : NULL};
+                }
                 if (spawn_detached(exec_stream_main, j) < 0) {
                         close(p[0]);
                         ab_manager_use_end(r->srv->mgr, &j->use);

@@ -169,6 +169,8 @@ r = srv.exec(kb, "echo three", token=key)
 h.eq(r.status, 200, "the key: the third exec of the burst runs", r.describe())
 r = srv.exec(kb, "echo four", token=key)
 refused(r, "exec_rate", "the key: an exec past the burst")
+r = srv.exec(kb, "echo five", token=key, headers={"Accept": "text/event-stream"})
+refused(r, "exec_rate", "the key: a streamed (SSE) exec past the burst")
 r = srv.post("/v1/exec", {"user_id": "u", "chat_id": "new-chat", "command": "true"}, token=key)
 refused(r, "exec_rate", "the key: POST /v1/exec past the rate")
 h.eq(srv.get("/v1/sandboxes/" + chat_box_id("qk", "u", "new-chat")).status, 404,
