@@ -30,7 +30,9 @@ img, mnt = os.path.join(base, "host.img"), os.path.join(base, "mnt")
 os.mkdir(mnt)
 with open(img, "wb") as f:
     f.truncate(300 * 1024 * 1024)
-subprocess.run(["mkfs.ext4", "-q", "-F", img], check=True)
+# -m 0: no blocks reserved for root (the server and the loop devices write as
+# root and would otherwise still find room on a "full" filesystem)
+subprocess.run(["mkfs.ext4", "-q", "-F", "-m", "0", img], check=True)
 subprocess.run(["mount", "-o", "loop", img, mnt], check=True)
 data = os.path.join(mnt, "data")
 os.makedirs(data, 0o700)
