@@ -40,6 +40,7 @@ typedef struct known_balloon {
         char *id;
         pid_t pid;
         uint64_t held;
+        bool fixed; /* the init has no balloon */
 } known_balloon;
 
 typedef struct guard_box {
@@ -47,6 +48,7 @@ typedef struct guard_box {
         uint64_t free;    /* what the box can still write, balloon not counted */
         uint64_t balloon; /* held back now */
         uint64_t target;
+        bool fixed; /* its init holds no balloon (an older init): its free space is spoken for */
 } guard_box;
 
 struct mgr_disk {
@@ -238,19 +240,27 @@ static int box_free(ab_manager *m, guard_box *g, const known_balloon *old, size_
         ab_box_info_clear(&info);
         if (!running || *pid <= 0)
                 return -1;
+        char p[64];
+        snprintf(p, sizeof(p), "/proc/%d/root/workspace", (int)*pid);
+        struct statfs sf;
         for (size_t i = 0; i < n_old; i++) {
                 if (strcmp(old[i].id, g->id) || old[i].pid != *pid)
                         continue;
-                char p[64];
-                snprintf(p, sizeof(p), "/proc/%d/root/workspace", (int)*pid);
-                struct statfs sf;
                 if (statfs(p, &sf) < 0)
                         break;
                 g->balloon = old[i].held;
+                g->fixed = old[i].fixed;
                 g->free = (uint64_t)sf.f_bavail * (uint64_t)sf.f_bsize + g->balloon;
                 return 0;
         }
-        return balloon_set(m, g, UINT64_MAX);
+        if (balloon_set(m, g, UINT64_MAX) == 0)
+                return 0;
+        if (statfs(p, &sf) < 0)
+                return -1;
+        g->fixed = true;
+        g->balloon = 0;
+        g->free = (uint64_t)sf.f_bavail * (uint64_t)sf.f_bsize;
+        return 0;
 }
 
 /* Water-filling: each box may keep at most `share` free; shares of boxes
@@ -310,7 +320,25 @@ void ab_manager_disk_balance(ab_manager *m)
         /* The space boxes can write must fit in what the host has, less the
          * reserve; space a balloon holds is not taken from the host. */
         uint64_t avail = free_b > m->o.disk_reserve ? free_b - m->o.disk_reserve : 0;
-        set_targets(gs, k, avail);
+        /* Boxes that cannot hold a balloon keep what they have: the others
+         * share what is left. They are moved to the end of the array. */
+        size_t nb = 0;
+        for (size_t i = 0; i < k; i++) {
+                if (gs[i].fixed) {
+                        avail = avail > gs[i].free ? avail - gs[i].free : 0;
+                        continue;
+                }
+                if (i != nb) {
+                        guard_box t = gs[nb];
+                        pid_t tp = pids[nb];
+                        gs[nb] = gs[i];
+                        pids[nb] = pids[i];
+                        gs[i] = t;
+                        pids[i] = tp;
+                }
+                nb++;
+        }
+        set_targets(gs, nb, avail);
         uint64_t held = 0;
         int64_t ballooned = 0;
         known_balloon *kn = k ? xcalloc(k, sizeof(*kn)) : NULL;
@@ -319,11 +347,13 @@ void ab_manager_disk_balance(ab_manager *m)
                 uint64_t diff =
                     g->target > g->balloon ? g->target - g->balloon : g->balloon - g->target;
                 /* grow at once; shrink in steps worth a round trip, or to 0 */
-                if (diff && (g->target > g->balloon || diff >= BALLOON_STEP || g->target == 0))
+                if (!g->fixed && diff &&
+                    (g->target > g->balloon || diff >= BALLOON_STEP || g->target == 0))
                         balloon_set(m, g, g->target);
                 held += g->balloon;
                 ballooned += g->balloon > 0;
-                kn[i] = (known_balloon){.id = xstrdup(g->id), .pid = pids[i], .held = g->balloon};
+                kn[i] = (known_balloon){
+                    .id = xstrdup(g->id), .pid = pids[i], .held = g->balloon, .fixed = g->fixed};
         }
         known_free(d->known, d->n_known);
         d->known = kn;
