@@ -66,6 +66,7 @@ struct mgr_disk {
         pthread_mutex_t round; /* one guard round at a time; guards known */
         known_balloon *known;
         size_t n_known;
+        int64_t opened_s; /* inits started later than this hold no balloon we do not know */
 };
 
 static void known_free(known_balloon *k, size_t n)
@@ -78,6 +79,7 @@ static void known_free(known_balloon *k, size_t n)
 void mgr_disk_init(ab_manager *m)
 {
         m->disk = xzalloc(sizeof(*m->disk));
+        m->disk->opened_s = (int64_t)time(NULL);
         pthread_mutex_init(&m->disk->lock, NULL);
         pthread_mutex_init(&m->disk->round, NULL);
 }
@@ -237,6 +239,7 @@ static int box_free(ab_manager *m, guard_box *g, const known_balloon *old, size_
                 return -1;
         *pid = info.init_pid;
         bool running = info.status == AB_BOX_RUNNING;
+        bool fresh = info.started_at > m->disk->opened_s;
         ab_box_info_clear(&info);
         if (!running || *pid <= 0)
                 return -1;
@@ -253,11 +256,13 @@ static int box_free(ab_manager *m, guard_box *g, const known_balloon *old, size_
                 g->free = (uint64_t)sf.f_bavail * (uint64_t)sf.f_bsize + g->balloon;
                 return 0;
         }
-        if (balloon_set(m, g, UINT64_MAX) == 0)
+        /* An init started after this server opened has no balloon but ours:
+         * no need to ask it (which would cost it a session). */
+        if (!fresh && balloon_set(m, g, UINT64_MAX) == 0)
                 return 0;
         if (statfs(p, &sf) < 0)
                 return -1;
-        g->fixed = true;
+        g->fixed = !fresh;
         g->balloon = 0;
         g->free = (uint64_t)sf.f_bavail * (uint64_t)sf.f_bsize;
         return 0;
@@ -348,8 +353,9 @@ void ab_manager_disk_balance(ab_manager *m)
                     g->target > g->balloon ? g->target - g->balloon : g->balloon - g->target;
                 /* grow at once; shrink in steps worth a round trip, or to 0 */
                 if (!g->fixed && diff &&
-                    (g->target > g->balloon || diff >= BALLOON_STEP || g->target == 0))
-                        balloon_set(m, g, g->target);
+                    (g->target > g->balloon || diff >= BALLOON_STEP || g->target == 0) &&
+                    balloon_set(m, g, g->target) < 0)
+                        g->fixed = true; /* its init cannot: leave it be from now on */
                 held += g->balloon;
                 ballooned += g->balloon > 0;
                 kn[i] = (known_balloon){
