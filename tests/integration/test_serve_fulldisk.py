@@ -134,6 +134,16 @@ h.ok(re.search(r" rw[ ,]", out), "... mounted read-write", out)
 h.ok(host_free() > 0, "the host's filesystem kept free space (%d bytes)" % host_free())
 integrity("the box filled its share")
 
+# a restarted server finds the balloon the box's init still holds
+h.ok(srv.restart() is None, "the server restarts")
+wait_for(lambda: metric("agentbox_disk_balloon_bytes") > 0, "the new server to see the box's balloon")
+r = srv.exec(box, "rm -f /workspace/big; sync; dd if=/dev/zero of=/workspace/big2 bs=1M count=200 conv=fsync; "
+             "echo dd=$?; grep ' /workspace ' /proc/mounts", timeout_s=120, http_timeout=150)
+out = (r.json or {}).get("stdout", "") + (r.json or {}).get("stderr", "")
+h.ok("No space left on device" in out and re.search(r" rw[ ,]", out),
+     "after the restart the box still gets ENOSPC, its disk read-write", out)
+h.ok(host_free() > 0, "... and the host kept free space")
+
 # fill the rest of the host too: the server keeps answering
 filler2 = os.path.join(mnt, "filler2")
 subprocess.run(["fallocate", "-l", str(max(host_free() - 4096, 4096)), filler2])
