@@ -120,6 +120,8 @@ idle_stop: 0
 idle_pause: 0
 pool_size: 0
 sample_interval: 0
+# thousands of 256M disks promise more than a bench host has free
+disk_overcommit_ratio: 0
 max_connections: 1024
 EOF
 port=$((20000 + RANDOM % 40000))

@@ -56,7 +56,7 @@ enum MHD_Result route_metrics(ab_req *r, const char *id)
             .sse_subscribers = atomic_load(&s->sse_subscribers),
             .uptime_s = (double)(ab_now_ns() - s->started_ns) / 1e9,
         };
-        char *txt = ab_metrics_render(s->metrics, &g);
+        char *txt = quota_metrics_append(s, ab_metrics_render(s->metrics, &g));
         ab_manager_counts_clear(&c);
         ab_buf b = {0};
         ab_buf_puts(&b, txt);
@@ -374,10 +374,15 @@ typedef struct exec_job {
         /* SSE mode */
         int fd;
         bool broken;
+        /* the request's API key, for the quotas of an exec on its own thread */
+        char *key_id;
+        ab_quota key_quotas;
+        ab_caller caller;
 } exec_job;
 
 static void exec_job_free(exec_job *j)
 {
+        free(j->key_id);
         free(j->command);
         ab_strvfreep(&j->argv);
         free(j->cwd);
@@ -560,6 +565,8 @@ static int sse_output(void *ud, int stream, const void *buf, size_t len)
 static void *exec_stream_main(void *arg)
 {
         exec_job *j = arg;
+        if (j->key_id)
+                ab_manager_set_caller(&j->caller);
         abc_exec_req q;
         fill_req(j, &q);
         q.has_cancel = true; /* the response's reader going away kills the command */
@@ -580,6 +587,7 @@ static void *exec_stream_main(void *arg)
                                    "truncated", res.truncated));
         }
         ab_manager_use_end(j->srv->mgr, &j->use);
+        ab_manager_set_caller(NULL);
         exec_job_free(j);
         return NULL;
 }
@@ -596,6 +604,13 @@ static const char *const sse_headers[] = {"X-Accel-Buffering", "no", NULL, NULL}
 static enum MHD_Result run_exec(ab_req *r, exec_job *j, const char *sandbox_id)
 {
         if (wants_sse(r)) {
+                /* over a quota: a 429 now rather than an error event after a 200 */
+                ab_err *qe = NULL;
+                if (ab_manager_quota_exec_check(r->srv->mgr, j->use.rec.app_id, &qe) < 0) {
+                        ab_manager_use_end(r->srv->mgr, &j->use);
+                        exec_job_free(j);
+                        return resp_err(r, qe);
+                }
                 enum MHD_Result ret;
                 ab_stream_slot *slot = req_stream_slot(r, &ret);
                 if (!slot) {
@@ -611,6 +626,12 @@ static enum MHD_Result run_exec(ab_req *r, exec_job *j, const char *sandbox_id)
                         return resp_error(r, 500, "internal", "pipe: %s", strerror(errno));
                 }
                 j->fd = p[1];
+                if (r->key_id) { /* the thread outlives nothing of r: copies */
+                        j->key_id = xstrdup(r->key_id);
+                        j->key_quotas = r->key_quotas;
+                        j->caller = (ab_caller){.key_id = j->key_id,
+                                                .quotas = r->caller.quotas ? &j->key_quotas : NULL};
+                }
                 if (spawn_detached(exec_stream_main, j) < 0) {
                         close(p[0]);
                         ab_stream_slot_release(slot);
@@ -700,7 +721,10 @@ enum MHD_Result route_exec(ab_req *r, const char *id)
                         exec_job_free(j);
                 return resp_err(r, e);
         }
-        rc = ab_manager_acquire(r->srv->mgr, &q, r->scope, &rec, &created, &e);
+        /* a refused exec must not leave a new box behind: its quotas first */
+        rc = ab_manager_quota_exec_check(r->srv->mgr, r->scope ? r->scope : q.app_id, &e);
+        if (rc == 0)
+                rc = ab_manager_acquire(r->srv->mgr, &q, r->scope, &rec, &created, &e);
         json_decref(acq);
         json_decref(ex);
         if (rc < 0) {
@@ -897,10 +921,14 @@ enum MHD_Result route_keys_create(ab_req *r, const char *id)
         json_t *body;
         if (req_json(r, &body, &e) < 0)
                 return resp_err(r, e);
-        static const char *const known[] = {"app_id", "name", NULL};
+        static const char *const known[] = {"app_id", "name", "quotas", NULL};
         const char *app = NULL, *name = NULL;
+        json_t *qo = NULL;
+        ab_quota quotas;
+        ab_quota_unset(&quotas);
         if (fields_known(body, known, NULL, &e) < 0 || field_str(body, "app_id", &app, &e) < 0 ||
-            field_str(body, "name", &name, &e) < 0) {
+            field_str(body, "name", &name, &e) < 0 || field_obj(body, "quotas", &qo, &e) < 0 ||
+            (qo && ab_quota_from_json(qo, &quotas, &e) < 0)) {
                 json_decref(body);
                 return resp_err(r, e);
         }
@@ -928,13 +956,15 @@ enum MHD_Result route_keys_create(ab_req *r, const char *id)
             .app_id = (char *)app,
             .name = (char *)name,
             .created_at = (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000,
+            .has_quotas = !ab_quota_is_unset(&quotas),
+            .quotas = quotas,
         };
         if (ab_store_key_insert(r->srv->store, &k, &e) < 0) {
                 json_decref(body);
                 return resp_err(r, e);
         }
-        json_t *j = json_pack("{s:s,s:s,s:s,s:s?}", "key_id", key_id, "key", secret, "app_id", app,
-                              "name", name);
+        json_t *j = json_pack("{s:s,s:s,s:s,s:s?,s:o}", "key_id", key_id, "key", secret, "app_id",
+                              app, "name", name, "quotas", ab_quota_json(&quotas, true));
         json_decref(body);
         ab_log(AB_LOG_INFO, "API key created", "key_id", key_id, NULL);
         return resp_json(r, 201, j);
@@ -949,9 +979,11 @@ enum MHD_Result route_keys_list(ab_req *r, const char *id)
                 return resp_err(r, e);
         json_t *a = json_array();
         for (size_t i = 0; i < n; i++)
-                json_array_append_new(a, json_pack("{s:s,s:s,s:s?,s:I}", "key_id", ks[i].key_id,
-                                                   "app_id", ks[i].app_id, "name", ks[i].name,
-                                                   "created_at", (json_int_t)ks[i].created_at));
+                json_array_append_new(
+                    a, json_pack(
+                           "{s:s,s:s,s:s?,s:I,s:o}", "key_id", ks[i].key_id, "app_id", ks[i].app_id,
+                           "name", ks[i].name, "created_at", (json_int_t)ks[i].created_at, "quotas",
+                           ks[i].has_quotas ? ab_quota_json(&ks[i].quotas, true) : json_object()));
         ab_api_keys_free(ks, n);
         return resp_json(r, 200, json_pack("{s:o}", "keys", a));
 }

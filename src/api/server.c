@@ -81,6 +81,7 @@ static const route routes[] = {
      * is given to the page's scripts, never to these) */
     {"GET", "", AUTH_ANY, BODY_NONE, route_console},
     {"GET", "console/*", AUTH_ANY, BODY_NONE, route_console},
+    {"GET", "v1/keys/*", AUTH_ADMIN, BODY_NONE, route_key_get},
 };
 
 /* ---- responses -------------------------------------------------------- */
@@ -104,6 +105,10 @@ unsigned status_of(ab_code c)
                 return 504;
         case AB_E_UNSUPPORTED:
                 return 501;
+        case AB_E_QUOTA:
+                return 429;
+        case AB_E_STORAGE:
+                return 507;
         default:
                 return 500;
         }
@@ -190,7 +195,7 @@ enum MHD_Result resp_err(ab_req *r, ab_err *e)
 {
         unsigned st = status_of(e->code);
         const char *code = ab_code_name(e->code);
-        if (st >= 500 && st != 503)
+        if (st >= 500 && st != 503 && st != 507)
                 ab_log(AB_LOG_ERROR, "request failed", "method", r->method, "path", r->path,
                        "error", e->msg, NULL);
         enum MHD_Result ret = resp_error_v(r, st, code, e->msg);
@@ -620,6 +625,12 @@ static enum MHD_Result authenticate(ab_req *r, auth_level need, bool *ok)
                 ab_err *e = NULL;
                 if (ab_store_key_find(r->srv->store, hex, &k, &e) == 0) {
                         r->scope_buf = steal_pointer(&k.app_id);
+                        if (k.has_quotas) {
+                                r->key_quotas = k.quotas;
+                                r->caller.quotas = &r->key_quotas;
+                        }
+                        r->key_id = steal_pointer(&k.key_id);
+                        r->caller.key_id = r->key_id;
                         ab_api_key_clear(&k);
                 } else if (e->code != AB_E_NOT_FOUND) {
                         return resp_err(r, e);
@@ -715,6 +726,7 @@ static void req_free(ab_req *r)
         if (r->upload_fd >= 0)
                 close(r->upload_fd);
         free(r->scope_buf);
+        free(r->key_id);
         free(r->body);
         free(r->seg);
         free(r->segbuf);
@@ -825,7 +837,7 @@ static void worker_handler(void *arg)
         ab_req *r = arg;
         const char *id = NULL;
         route_matches(r->route, r, &id);
-        r->worker_ret = r->route->fn(r, id);
+        r->worker_ret = route_call(r, r->route->fn, id); /* the caller's quotas */
         r->on_worker = false;
         MHD_resume_connection(r->conn);
 }

@@ -83,6 +83,11 @@ typedef struct ab_req {
         struct MHD_Response *resp; /* the answer made on a worker */
         unsigned resp_status;
         enum MHD_Result worker_ret;
+        /* The API key from the store that authenticated the request (quotas):
+         * its id and own quotas; the manager sees them through caller. */
+        char *key_id;
+        ab_quota key_quotas;
+        ab_caller caller;
 } ab_req;
 
 /* Constant-time comparison of two secrets. */
@@ -172,6 +177,12 @@ enum MHD_Result route_events(ab_req *r, const char *id);
 enum MHD_Result route_keys_list(ab_req *r, const char *id);
 enum MHD_Result route_keys_create(ab_req *r, const char *id);
 enum MHD_Result route_keys_delete(ab_req *r, const char *id);
+enum MHD_Result route_key_get(ab_req *r, const char *id);
+/* Runs the route handler with the manager told who calls (routes_quota.c). */
+typedef enum MHD_Result (*route_fn)(ab_req *r, const char *id);
+enum MHD_Result route_call(ab_req *r, route_fn fn, const char *id);
+/* Appends the per-app and disk series to the /metrics text (routes_quota.c). */
+char *quota_metrics_append(ab_server *s, char *txt);
 enum MHD_Result route_files_get(ab_req *r, const char *id);
 enum MHD_Result route_sandbox_js(ab_req *r, const char *id);
 enum MHD_Result route_sandbox_python(ab_req *r, const char *id);

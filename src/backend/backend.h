@@ -82,6 +82,10 @@ typedef struct ab_backend_ops {
          * Caller closes. The code runner reaches its zygote this way. */
         int (*connect_unix)(ab_backend *b, const char *id, const char *path, ab_err **err);
         void (*free)(ab_backend *b);
+        /* Optional (NULL where a backend has no disks of its own on this host):
+         * the bytes the box's disk takes on the host's filesystem now (a sparse
+         * image: what it holds, not its size). AB_E_NOT_FOUND for no such box. */
+        int (*disk_alloc)(ab_backend *b, const char *id, uint64_t *bytes, ab_err **err);
 } ab_backend_ops;
 
 /* Sub-cgroups of a running box: limits on one process tree inside it

@@ -979,6 +979,22 @@ out:
         return r;
 }
 
+static int n_disk_alloc(ab_backend *b, const char *id, uint64_t *bytes, ab_err **err)
+{
+        native *n = N(b);
+        *bytes = 0;
+        if (!ab_id_valid(id))
+                return ab_err_set(err, AB_E_NOT_FOUND, 0, "no box with id '%s'", id);
+        char p[AB_ID_MAX + 16];
+        snprintf(p, sizeof(p), "%s/disk.img", id);
+        struct stat st;
+        if (fstatat(n->boxes_fd, p, &st, AT_SYMLINK_NOFOLLOW) < 0)
+                return ab_err_set(err, errno == ENOENT ? AB_E_NOT_FOUND : AB_E_INTERNAL, errno,
+                                  "disk of box '%s'", id);
+        *bytes = (uint64_t)st.st_blocks * 512u;
+        return 0;
+}
+
 static int n_connect_unix(ab_backend *b, const char *id, const char *path, ab_err **err)
 {
         native *n = N(b);
@@ -1116,6 +1132,7 @@ static const ab_backend_ops native_ops = {
     .connect = n_connect,
     .stats = n_stats,
     .connect_unix = n_connect_unix,
+    .disk_alloc = n_disk_alloc,
     .free = n_free,
 };
 

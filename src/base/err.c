@@ -12,6 +12,8 @@ static const char *const code_names[] = {
     [AB_E_PERMISSION] = "permission_denied",
     [AB_E_TIMEOUT] = "timeout",
     [AB_E_UNSUPPORTED] = "unsupported",
+    [AB_E_QUOTA] = "quota_exceeded",
+    [AB_E_STORAGE] = "insufficient_storage",
 };
 
 const char *ab_code_name(ab_code code)

@@ -22,6 +22,8 @@ typedef enum {
         AB_E_PERMISSION,   /* not allowed (read-only path, auth) */
         AB_E_TIMEOUT,      /* deadline passed */
         AB_E_UNSUPPORTED,  /* this host or backend cannot do it */
+        AB_E_QUOTA,        /* over a quota of the caller's app (HTTP 429) */
+        AB_E_STORAGE,      /* the host has too little disk space (HTTP 507) */
 } ab_code;
 
 typedef struct ab_err {

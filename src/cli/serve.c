@@ -28,7 +28,8 @@ static const char *serve_usage =
     "  --data DIR          data folder: boxes, database, caches (env AGENTBOX_DATA, default "
     "./data)\n"
     "  --config FILE       YAML settings: idle_pause, idle_stop, memory_pressure_pct,\n"
-    "                      pool_size, max_running, ttl, limits, api_keys, alert thresholds,\n"
+    "                      pool_size, max_running, ttl, limits, api_keys, quotas, alert\n"
+    "                      thresholds, disk_overcommit_ratio, disk_reserve,\n"
     "                      webhook_url, network_full, network_subnet, network_hosts_file,\n"
     "                      ... (docs/configuration.md)\n"
     "  --store URL         sqlite:PATH or postgres://USER@HOST:PORT/DB (env AGENTBOX_STORE;\n"
@@ -265,6 +266,13 @@ int cli_service_open(cli_service *s, const cli_service_args *a, ab_err **err)
             .alert_memory_pct = cfg->alert_memory_pct,
             .alert_cpu_pct = cfg->alert_cpu_pct,
             .alert_disk_pct = cfg->alert_disk_pct,
+            .quotas = cfg->quotas,
+            .app_quotas = cfg->app_quotas,
+            .n_app_quotas = cfg->n_app_quotas,
+            .disk_dir = cfg->data_dir,
+            .disk_overcommit_ratio = cfg->disk_overcommit_ratio,
+            .disk_reserve = cfg->disk_reserve,
+            .disk_watch_interval_ms = cfg->disk_watch_interval_ms,
         };
         if (ab_manager_open(&mo, &s->mgr, err) < 0)
                 goto fail;

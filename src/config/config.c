@@ -32,8 +32,12 @@ void ab_config_default(ab_config *c)
             .max_streams_per_address = 128,
             .max_requests = 512,
             .network_full = true,
+            .disk_overcommit_ratio = 10,
+            .disk_reserve = 256 * 1024 * 1024,
+            .disk_watch_interval_ms = 1000,
         };
         ab_limits_default(&c->limits);
+        ab_quota_none(&c->quotas);
 }
 
 static char *dup_or_null(const char *s)
@@ -57,6 +61,19 @@ static void config_copy(ab_config *dst, const ab_config *src)
                 dst->keys[i].key = dup_or_null(src->keys[i].key);
                 dst->keys[i].app_id = dup_or_null(src->keys[i].app_id);
         }
+        dst->app_quotas =
+            src->n_app_quotas ? xcalloc(src->n_app_quotas, sizeof(*dst->app_quotas)) : NULL;
+        for (size_t i = 0; i < src->n_app_quotas; i++) {
+                dst->app_quotas[i] = src->app_quotas[i];
+                dst->app_quotas[i].app_id = dup_or_null(src->app_quotas[i].app_id);
+        }
+}
+
+static void app_quotas_free(ab_app_quota *a, size_t n)
+{
+        for (size_t i = 0; i < n; i++)
+                free(a[i].app_id);
+        free(a);
 }
 
 static void keys_free(ab_config_key *k, size_t n)
@@ -80,6 +97,7 @@ void ab_config_release(ab_config *c)
         free(c->network_hosts_file);
         free(c->network_subnet);
         keys_free(c->keys, c->n_keys);
+        app_quotas_free(c->app_quotas, c->n_app_quotas);
         *c = (ab_config){0};
 }
 
@@ -211,6 +229,7 @@ typedef enum {
         K_PCT,     /* percentage as double */
         K_BYTES,   /* size in bytes as uint64 */
         K_BOOL,    /* true/false, yes/no, on/off, 1/0 as bool */
+        K_RATIO,   /* a number >= 0 as double */
 } kind;
 
 typedef struct field {
@@ -255,6 +274,10 @@ static const field fields[] = {
     F("network_hosts_file", NULL, "AGENTBOX_NETWORK_HOSTS_FILE", K_OPT_STR, network_hosts_file),
     F("network_subnet", NULL, "AGENTBOX_NETWORK_SUBNET", K_OPT_STR, network_subnet),
     F("network_full", NULL, "AGENTBOX_NETWORK_FULL", K_BOOL, network_full),
+    F("disk_overcommit_ratio", NULL, "AGENTBOX_DISK_OVERCOMMIT_RATIO", K_RATIO,
+      disk_overcommit_ratio),
+    F("disk_reserve", NULL, "AGENTBOX_DISK_RESERVE", K_BYTES, disk_reserve),
+    F("disk_watch_interval", NULL, NULL, K_MS, disk_watch_interval_ms),
 };
 #undef F
 
@@ -337,6 +360,15 @@ static why_t set_field(ab_config *c, const field *f, const char *v, bool null)
                 double d;
                 if ((w = parse_double(v, true, &d)) || (w = check_pct(d)))
                         return w;
+                *(double *)p = d;
+                return NULL;
+        }
+        case K_RATIO: {
+                double d;
+                if ((w = parse_double(v, false, &d)))
+                        return w;
+                if (d < 0 || d > 1e6)
+                        return why("must be a number from 0 to 1000000 (0 = off), got %g", d);
                 *(double *)p = d;
                 return NULL;
         }
@@ -653,6 +685,98 @@ static int tool_pair(yctx *y, const char *k, yaml_node_t *kn, yaml_node_t *vn, v
         return w ? fail_at(y, vn, key, w) : 0;
 }
 
+/* --- quotas: {max_boxes, max_running, max_disk, max_execs, exec_rate,
+ * exec_burst, apps: {APP: {...}}} --- */
+
+typedef struct quota_ctx {
+        ab_config *c;
+        ab_quota *q;
+        const char *where; /* "quotas" or "quotas.apps.APP" */
+} quota_ctx;
+
+static int load_app_quotas(yctx *y, ab_config *c, yaml_node_t *map);
+
+static int quota_pair(yctx *y, const char *k, yaml_node_t *kn, yaml_node_t *vn, void *arg)
+{
+        quota_ctx *qc = arg;
+        char key[256];
+        snprintf(key, sizeof(key), "%s.%s", qc->where, k);
+        if (!strcmp(k, "apps") && qc->c)
+                return load_app_quotas(y, qc->c, vn);
+        static const char *const known[] = {"max_boxes", "max_running", "max_disk",  "max_disk_mib",
+                                            "max_execs", "exec_rate",   "exec_burst"};
+        size_t i;
+        for (i = 0; i < AB_ARRAY_LEN(known); i++)
+                if (!strcmp(k, known[i]))
+                        break;
+        if (i == AB_ARRAY_LEN(known))
+                return fail_at(y, kn, key,
+                               why("unknown key (known: max_boxes, max_running, max_disk, "
+                                   "max_execs, exec_rate, exec_burst%s)",
+                                   qc->c ? ", apps" : ""));
+        if (is_null(vn))
+                return fail_at(y, vn, key, why("needs a value (0 = no limit)"));
+        const char *v = scalar(y, vn, key);
+        if (!v)
+                return -1;
+        ab_quota *q = qc->q;
+        why_t w = NULL;
+        ab_err *e = NULL;
+        uint64_t mib;
+        double d;
+        switch (i) {
+        case 2:
+                if (!strcmp(v, "0"))
+                        q->max_disk_mib = 0;
+                else if (ab_parse_mib(v, &mib, &e) < 0)
+                        w = why_from_err(&e);
+                else
+                        q->max_disk_mib = mib > INT64_MAX ? INT64_MAX : (int64_t)mib;
+                break;
+        case 5:
+        case 6:
+                if ((w = parse_double(v, false, &d)))
+                        break;
+                if (d < 0 || d > 1e9)
+                        w = why("must be a number from 0 to 1e9, got %g", d);
+                else
+                        *(i == 5 ? &q->exec_rate : &q->exec_burst) = d;
+                break;
+        default:
+                w = parse_count(v, i == 0   ? &q->max_boxes
+                                   : i == 1 ? &q->max_running
+                                   : i == 3 ? &q->max_disk_mib
+                                            : &q->max_execs);
+        }
+        return w ? fail_at(y, vn, key, w) : 0;
+}
+
+static int app_quota_pair(yctx *y, const char *k, yaml_node_t *kn, yaml_node_t *vn, void *arg)
+{
+        ab_config *c = arg;
+        if (!*k)
+                return fail_at(y, kn, "quotas.apps", why("an app id must not be empty"));
+        c->app_quotas = xrealloc(c->app_quotas, (c->n_app_quotas + 1) * sizeof(*c->app_quotas));
+        ab_app_quota *a = &c->app_quotas[c->n_app_quotas++];
+        a->app_id = xstrdup(k);
+        ab_quota_unset(&a->q);
+        if (is_null(vn))
+                return 0;
+        _cleanup_free_ char *where = xasprintf("quotas.apps.%s", k);
+        quota_ctx qc = {.c = NULL, .q = &a->q, .where = where};
+        return each_pair(y, vn, where, quota_pair, &qc);
+}
+
+static int load_app_quotas(yctx *y, ab_config *c, yaml_node_t *map)
+{
+        app_quotas_free(c->app_quotas, c->n_app_quotas);
+        c->app_quotas = NULL;
+        c->n_app_quotas = 0;
+        if (is_null(map))
+                return 0;
+        return each_pair(y, map, "quotas.apps", app_quota_pair, c);
+}
+
 typedef struct top_ctx {
         ab_config *c;
         bool seen[AB_ARRAY_LEN(fields)];
@@ -673,9 +797,15 @@ static int top_pair(yctx *y, const char *k, yaml_node_t *kn, yaml_node_t *vn, vo
         }
         if (strcmp(k, "api_keys") == 0)
                 return load_api_keys(y, t->c, vn);
+        if (strcmp(k, "quotas") == 0) {
+                if (is_null(vn))
+                        return 0;
+                quota_ctx qc = {.c = t->c, .q = &t->c->quotas, .where = "quotas"};
+                return each_pair(y, vn, "quotas", quota_pair, &qc);
+        }
         const field *f = find_field(k);
         if (!f) {
-                _cleanup_free_ char *known = xstrdup("limits, tools, api_keys");
+                _cleanup_free_ char *known = xstrdup("limits, tools, api_keys, quotas");
                 for (size_t i = 0; i < AB_ARRAY_LEN(fields); i++) {
                         char *more = xasprintf("%s, %s", known, fields[i].name);
                         free(known);
@@ -832,6 +962,15 @@ int ab_config_validate(const ab_config *c, ab_err **err)
 
         if (ab_limits_validate(&c->limits, err) < 0)
                 return ab_err_wrap(err, "limits");
+        if (ab_quota_validate(&c->quotas, false, err) < 0)
+                return -1;
+        for (size_t i = 0; i < c->n_app_quotas; i++)
+                if (ab_quota_validate(&c->app_quotas[i].q, true, err) < 0)
+                        return ab_err_wrap(err, "quotas.apps.%s", c->app_quotas[i].app_id);
+        if (!(c->disk_overcommit_ratio >= 0))
+                return invalid(err, "disk_overcommit_ratio", why("must be >= 0 (0 = off)"));
+        if (c->disk_watch_interval_ms < 0)
+                return invalid(err, "disk_watch_interval", why("must be >= 0 (0 = off)"));
 
         for (size_t i = 0; i < c->n_keys; i++) {
                 if ((w = check_api_key(c->keys[i].key, c->keys[i].app_id)))

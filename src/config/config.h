@@ -6,6 +6,7 @@
 
 #include "base/err.h"
 #include "base/limits.h"
+#include "base/quota.h"
 #include "tools/tools.h"
 #include <stdbool.h>
 #include <stdint.h>
@@ -53,6 +54,17 @@ typedef struct ab_config {
         ab_tool_limits tools;     /* agent tool limits (config: tools: {...}); 0 = default */
         ab_config_key *keys; /* API keys scoped to an app (config: api_keys: [{key, app_id}]) */
         size_t n_keys;
+        /* Per-app quotas (config: quotas: {max_boxes, ..., apps: {APP: {...}}}):
+         * the default of every app (0 = no limit, the default) and overrides. */
+        ab_quota quotas;
+        ab_app_quota *app_quotas;
+        size_t n_app_quotas;
+        /* Disk admission: a create is refused when the space boxes were promised
+         * but do not use yet, plus the new box's, passes this many times the data
+         * folder's free space; default 10; 0 = off. */
+        double disk_overcommit_ratio;
+        uint64_t disk_reserve;          /* free space boxes may never take; default 256 MiB */
+        int64_t disk_watch_interval_ms; /* full-disk guard's period; default 1000; 0 = off */
 } ab_config;
 
 /* Fills *c with the defaults. */

@@ -151,7 +151,11 @@ static int create_backend(ab_manager *m, ab_box_rec *r, const ab_limits *lim, ab
                 }
                 ab_metrics_op(m->o.metrics, "create", false);
                 ab_log(AB_LOG_WARN, "box cannot be created", "box", r->id, "error", e->msg, NULL);
-                ab_err_set(err, AB_E_UNAVAILABLE, 0, "box %s cannot be created: %s", r->id, e->msg);
+                /* the host's disk filled up under the create: say so (507) */
+                ab_err_set(err,
+                           e->code == AB_E_LIMIT || e->errnum == ENOSPC ? AB_E_STORAGE
+                                                                        : AB_E_UNAVAILABLE,
+                           0, "box %s cannot be created: %s", r->id, e->msg);
                 ab_err_free(&e);
                 return -1;
         }
@@ -234,10 +238,17 @@ int ab_manager_acquire(ab_manager *m, const ab_acquire_req *q, const char *scope
                         break;
                 }
                 ab_err_free(&e);
+                /* A new box: the app's quotas first, before anything is made;
+                 * the reservation holds until the record counts the box. */
+                mgr_ticket qt;
+                if (mgr_quota_create_begin(m, app, lim.disk_mib, &qt, err) < 0)
+                        break;
                 mgr_fill_new_rec(m, q, app, id, &lim, &r);
                 if (pool_ok) {
                         r.status = AB_BOX_RUNNING;
                         int c = ab_store_pool_claim(m->o.store, &r, &e);
+                        if (c != 0)
+                                mgr_quota_end(m, &qt);
                         if (c == 1) {
                                 mgr_wake_pool(m);
                                 ab_metrics_op(m->o.metrics, "pool_claim", true);
@@ -269,7 +280,17 @@ int ab_manager_acquire(ab_manager *m, const ab_acquire_req *q, const char *scope
                         }
                         r.status = AB_BOX_CREATING;
                 }
-                if (ab_store_box_insert(m->o.store, &r, &e) < 0) {
+                /* A new disk: the host's free space next. */
+                mgr_disk_ticket dt;
+                if (mgr_disk_admit(m, lim.disk_mib, &dt, err) < 0) {
+                        mgr_quota_end(m, &qt);
+                        ab_box_rec_clear(&r);
+                        break;
+                }
+                int ins = ab_store_box_insert(m->o.store, &r, &e);
+                mgr_quota_end(m, &qt);
+                if (ins < 0) {
+                        mgr_disk_end(m, &dt);
                         ab_box_rec_clear(&r);
                         if (e->code == AB_E_CONFLICT) {
                                 ab_err_free(&e);
@@ -281,7 +302,9 @@ int ab_manager_acquire(ab_manager *m, const ab_acquire_req *q, const char *scope
                                 ab_err_free(&e);
                         break;
                 }
-                if (create_backend(m, &r, &lim, err) < 0) {
+                int made = create_backend(m, &r, &lim, err);
+                mgr_disk_end(m, &dt);
+                if (made < 0) {
                         ab_store_box_delete(m->o.store, m->provider, id, NULL);
                         ab_box_rec_clear(&r);
                         break;

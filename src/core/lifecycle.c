@@ -102,7 +102,11 @@ int mgr_ensure_running(ab_manager *m, ab_box_rec *r, ab_err **err)
         }
         uint64_t t0 = ab_now_ns();
         int started = 0;
+        mgr_ticket qt;
+        if (mgr_quota_start_begin(m, r, &qt, err) < 0)
+                return -1;
         if (b->ops->start(b, r->backend_id, &e) < 0) {
+                mgr_quota_end(m, &qt);
                 ab_metrics_op(m->o.metrics, "start", false);
                 mgr_set_status(m, r, AB_BOX_STOPPED, e->msg);
                 mgr_emit(m, "box.error", r, json_pack("{s:s}", "error", e->msg));
@@ -112,6 +116,7 @@ int mgr_ensure_running(ab_manager *m, ab_box_rec *r, ab_err **err)
         }
         ab_metrics_op(m->o.metrics, "start", true);
         mgr_set_status(m, r, AB_BOX_RUNNING, NULL);
+        mgr_quota_end(m, &qt); /* the record counts it now */
         started = 1;
         mgr_emit(m, "box.started", r,
                  json_pack("{s:I}", "duration_ms", (json_int_t)((ab_now_ns() - t0) / 1000000)));

@@ -267,6 +267,8 @@ int ab_manager_open(const ab_manager_opts *o, ab_manager **out, ab_err **err)
         pthread_cond_init(&m->wake, &ca);
         pthread_condattr_destroy(&ca);
         pthread_cond_init(&m->del_wake, NULL);
+        mgr_quota_init(m);
+        mgr_disk_init(m);
         if (m->o.no_jobs) {
                 *out = m;
                 return 0;
@@ -283,6 +285,7 @@ int ab_manager_open(const ab_manager_opts *o, ab_manager **out, ab_err **err)
                 m->have_pooler = pthread_create(&m->pooler, NULL, mgr_pooler_main, m) == 0;
         if (m->o.sample_interval_ms > 0)
                 m->have_sampler = pthread_create(&m->sampler, NULL, mgr_sampler_main, m) == 0;
+        mgr_disk_start(m);
         if (!m->have_reaper || m->n_deleters == 0) {
                 ab_manager_free(m);
                 return ab_err_set(err, AB_E_INTERNAL, 0, "cannot start the manager's threads");
@@ -308,6 +311,8 @@ void ab_manager_free(ab_manager *m)
                 pthread_join(m->sampler, NULL);
         for (int i = 0; i < m->n_deleters; i++)
                 pthread_join(m->deleters[i], NULL);
+        mgr_disk_free(m); /* joins the guard thread */
+        mgr_quota_free(m);
         while (m->del_head) {
                 del_job *j = m->del_head;
                 m->del_head = j->next;

@@ -17,6 +17,7 @@
 #include "backend/backend.h"
 #include "base/events.h"
 #include "base/metrics.h"
+#include "base/quota.h"
 #include "core/webhook.h"
 #include "store/store.h"
 #include <jansson.h>
@@ -43,6 +44,19 @@ typedef struct ab_manager_opts {
         int64_t reaper_interval_ms;
         int64_t sample_interval_ms; /* 0 = no resource samples */
         double alert_memory_pct, alert_cpu_pct, alert_disk_pct;
+        /* Per-app quotas (core/quota.c): the default of every app and
+         * overrides by app (borrowed; fields not set inherit). */
+        ab_quota quotas;
+        const ab_app_quota *app_quotas;
+        size_t n_app_quotas;
+        /* Disk admission and the full-disk guard (core/diskguard.c): the folder
+         * whose filesystem holds the boxes' disks (NULL = neither), the
+         * overcommit ratio (0 = no admission control), the space boxes may never
+         * take, and the guard's period (0 = no guard). */
+        const char *disk_dir;
+        double disk_overcommit_ratio;
+        uint64_t disk_reserve;
+        int64_t disk_watch_interval_ms;
         bool no_jobs; /* a short-lived user (the CLI): no recovery at open and no
                        * background jobs (reaper, pool, sampler, deleters); a
                        * box it deletes stays "deleting" until a server runs */
@@ -177,6 +191,55 @@ typedef struct ab_manager_counts {
 } ab_manager_counts;
 int ab_manager_counts_get(ab_manager *m, ab_manager_counts *out, ab_err **err);
 void ab_manager_counts_clear(ab_manager_counts *c);
+
+/* ---- quotas (core/quota.c) ---- */
+
+/* Who the calling thread acts for: the HTTP layer sets it around a request
+ * made with an API key, so that the key's own quotas apply to what the
+ * manager does for that request (quotas are counted per app; a key's quotas
+ * only change the limits). NULL (the default) = the app's quotas. The
+ * struct must outlive the call that set it; cleared with NULL. */
+typedef struct ab_caller {
+        const char *key_id;
+        const ab_quota *quotas; /* the key's overrides, or NULL */
+} ab_caller;
+void ab_manager_set_caller(const ab_caller *c);
+
+/* The quotas that apply to app for the calling thread: the server's default,
+ * then the app's entry in the config, then key (an API key's own quotas;
+ * NULL = the calling thread's caller). */
+void ab_manager_quota_of(ab_manager *m, const char *app, const ab_quota *key, ab_quota *out);
+
+/* What an app uses now. */
+typedef struct ab_app_usage {
+        char *app_id;
+        int64_t boxes, running, disk_mib, execs;
+        int64_t rejected[AB_Q_N]; /* requests refused by each quota since the server started */
+} ab_app_usage;
+/* One app's use (AB_E_UNAVAILABLE when the store cannot be read). */
+int ab_manager_app_usage(ab_manager *m, const char *app, ab_app_usage *out, ab_err **err);
+/* Every app with boxes, execs or refusals, sorted by app id (free with ab_app_usages_free). */
+int ab_manager_app_usages(ab_manager *m, ab_app_usage **out, size_t *n, ab_err **err);
+void ab_app_usage_clear(ab_app_usage *u);
+void ab_app_usages_free(ab_app_usage *u, size_t n);
+/* Would an exec of app be admitted now (max_execs, exec_rate)? Checked
+ * before a call that would first make a box (POST /v1/exec) so that a
+ * refused exec leaves nothing behind. AB_E_QUOTA when not; app NULL = yes. */
+int ab_manager_quota_exec_check(ab_manager *m, const char *app, ab_err **err);
+
+/* ---- disk (core/diskguard.c) ---- */
+
+typedef struct ab_disk_usage {
+        uint64_t free_bytes, total_bytes; /* of the data folder's filesystem */
+        uint64_t promised_bytes;          /* sum over boxes of disk limit minus what it holds */
+        uint64_t balloon_bytes;           /* space held back from running boxes by the guard */
+        int64_t boxes_ballooned;
+        int64_t refused;      /* creates refused for space */
+        int64_t guard_rounds; /* rounds of the full-disk guard so far */
+} ab_disk_usage;
+int ab_manager_disk_usage(ab_manager *m, ab_disk_usage *out, ab_err **err);
+/* Runs the full-disk guard once now (tests; the guard thread calls it). */
+void ab_manager_disk_balance(ab_manager *m);
 
 /* Runs the reaper jobs once now (idle stop, idle pause, memory pressure, TTL,
  * drift, LRU cap); tests and the background thread call it. */

@@ -68,6 +68,8 @@ struct ab_manager {
         pthread_mutex_t cap_lock; /* one enforcement of the running-box cap at a time */
         uint64_t counts_at_ns;
         ab_manager_counts counts_cache;
+        struct mgr_quota *quota; /* core/quota.c */
+        struct mgr_disk *disk;   /* core/diskguard.c */
 };
 
 typedef int (*locked_op)(ab_manager *m, ab_box_rec *r, ab_err **err);
@@ -148,5 +150,41 @@ void *mgr_pooler_main(void *arg);
 void *mgr_sampler_main(void *arg);
 /* Brings the store in line with the backend after a restart or a crash. */
 int mgr_reconcile(ab_manager *m, ab_err **err);
+
+/* Quotas (quota.c). A ticket holds a reservation of an app's quotas from
+ * the check until the store's records count what it reserved; it is
+ * released by mgr_quota_end (idempotent). Boxes of no app (only the admin
+ * makes them) and system and pool boxes are never counted. */
+typedef struct mgr_ticket {
+        void *app; /* internal */
+        int64_t boxes, running, disk_mib;
+} mgr_ticket;
+void mgr_quota_init(ab_manager *m);
+void mgr_quota_free(ab_manager *m);
+/* A new box of app with this disk: max_boxes, max_running, max_disk_mib.
+ * AB_E_QUOTA naming the quota, its limit and the use. */
+int mgr_quota_create_begin(ab_manager *m, const char *app, uint64_t disk_mib, mgr_ticket *t,
+                           ab_err **err);
+/* Starting the stopped box r: max_running. */
+int mgr_quota_start_begin(ab_manager *m, const ab_box_rec *r, mgr_ticket *t, ab_err **err);
+void mgr_quota_end(ab_manager *m, mgr_ticket *t);
+/* An exec in box r begins: max_execs and exec_rate (a token is taken).
+ * 0 when admitted (then mgr_quota_exec_end once it is over). */
+int mgr_quota_exec_begin(ab_manager *m, const ab_box_rec *r, ab_err **err);
+void mgr_quota_exec_end(ab_manager *m, const ab_box_rec *r);
+
+/* Disk admission and the full-disk guard (diskguard.c). */
+typedef struct mgr_disk_ticket {
+        uint64_t bytes;
+} mgr_disk_ticket;
+void mgr_disk_init(ab_manager *m);
+void mgr_disk_free(ab_manager *m);
+/* Admits a new disk of disk_mib: AB_E_STORAGE when the promised space would
+ * pass the overcommit ratio of the free space (or the free space is below
+ * the reserve). Release with mgr_disk_end once the disk exists or failed. */
+int mgr_disk_admit(ab_manager *m, uint64_t disk_mib, mgr_disk_ticket *t, ab_err **err);
+void mgr_disk_end(ab_manager *m, mgr_disk_ticket *t);
+/* Starts the guard thread (when disk_watch_interval_ms > 0). */
+void mgr_disk_start(ab_manager *m);
 
 #endif

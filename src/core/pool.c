@@ -20,11 +20,16 @@ static int pool_make_one(ab_manager *m)
         mgr_fill_new_rec(m, &q, NULL, id, &m->o.limits, &r);
         _cleanup_err_ ab_err *e = NULL;
         int rc = -1;
-        if (ab_store_box_insert(m->o.store, &r, &e) < 0)
+        /* the pool's disks are promised like any box's: no refill when short */
+        mgr_disk_ticket dt = {0};
+        if (mgr_disk_admit(m, m->o.limits.disk_mib, &dt, &e) < 0 ||
+            ab_store_box_insert(m->o.store, &r, &e) < 0)
                 goto out;
         ab_backend *b = m->o.backend;
         ab_box_spec spec = {.id = id, .limits = m->o.limits};
-        if (b->ops->create(b, &spec, &e) < 0) {
+        int made = b->ops->create(b, &spec, &e);
+        mgr_disk_end(m, &dt);
+        if (made < 0) {
                 ab_store_box_delete(m->o.store, m->provider, id, NULL);
                 goto out;
         }
@@ -38,6 +43,7 @@ static int pool_make_one(ab_manager *m)
         }
         rc = 0;
 out:
+        mgr_disk_end(m, &dt);
         if (rc < 0 && e)
                 ab_log(AB_LOG_WARN, "warm pool: cannot make a box", "error", e->msg, NULL);
         ab_metrics_op(m->o.metrics, "pool_create", rc == 0);

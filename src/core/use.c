@@ -201,12 +201,15 @@ int ab_manager_exec(ab_manager *m, ab_use *u, const abc_exec_req *req, abc_outpu
         }
         if (!q.output_cap)
                 q.output_cap = m->o.limits.output_cap;
+        if (mgr_quota_exec_begin(m, &u->rec, err) < 0)
+                return -1;
         int64_t started = mgr_wall_ms();
         uint64_t t0 = ab_now_ns();
         int rc = -1;
         _cleanup_close_ int fd = ab_manager_use_connect(m, u, err);
         if (fd >= 0)
                 rc = abc_exec(fd, &q, out, ud, res, err);
+        mgr_quota_exec_end(m, &u->rec);
         double secs = (double)(ab_now_ns() - t0) / 1e9;
         ab_metrics_exec(m->o.metrics, secs, exec_outcome(rc, res));
         if (rc < 0)

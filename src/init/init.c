@@ -23,6 +23,8 @@
 #include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <endian.h>
+#include <sys/statfs.h>
 #include <sys/un.h>
 #include <sys/wait.h>
 
@@ -113,6 +115,60 @@ int init_send_errno(init_conn *c, int e, const char *path)
         }
 }
 
+/* ---- the balloon (RESERVE) ---- */
+
+/* An unlinked file on the workdir's filesystem, opened by PID 1 before it
+ * forks anything, so that every session resizes the same file and PID 1
+ * keeps it for the box's lifetime (a box's processes cannot reach the fds
+ * of a non-dumpable init; commands never inherit it: CLOEXEC). -1 where the
+ * filesystem has no O_TMPFILE. */
+static int balloon_fd = -1;
+
+static void init_reserve(init_conn *c, const abp_frame *f)
+{
+        uint64_t want = UINT64_MAX;
+        size_t off = 0;
+        abp_field fl;
+        int r;
+        while ((r = abp_field_next(f, &off, &fl)) == 1)
+                if (fl.tag == ABP_F_SIZE && fl.len == 8)
+                        memcpy(&want, fl.val, 8), want = le64toh(want);
+        if (r < 0) {
+                init_send_error(c, "invalid_argument", "malformed RESERVE");
+                return;
+        }
+        if (balloon_fd < 0) {
+                init_send_error(c, "unsupported", "no balloon on this filesystem");
+                return;
+        }
+        struct stat st;
+        if (want != UINT64_MAX && fstat(balloon_fd, &st) == 0) {
+                if (want > (uint64_t)st.st_size) {
+                        /* ENOSPC leaves what was allocated: the answer says how much */
+                        if (fallocate(balloon_fd, 0, 0, (off_t)want) < 0 && errno != ENOSPC) {
+                                init_send_errno(c, errno, "(balloon)");
+                                return;
+                        }
+                } else if (ftruncate(balloon_fd, (off_t)want) < 0) {
+                        init_send_errno(c, errno, "(balloon)");
+                        return;
+                }
+        }
+        struct statfs sf;
+        if (fstat(balloon_fd, &st) < 0 || fstatfs(balloon_fd, &sf) < 0) {
+                init_send_errno(c, errno, "(balloon)");
+                return;
+        }
+        uint64_t held = (uint64_t)st.st_blocks * 512u;
+        abp_buf b = {0};
+        abp_frame_begin(&b, ABP_OK);
+        abp_put_u64(&b, ABP_F_SIZE, held);
+        abp_put_u64(&b, ABP_F_FREE, (uint64_t)sf.f_bavail * (uint64_t)sf.f_bsize + held);
+        if (abp_frame_end(&b) == 0)
+                (void)!init_send(c, &b);
+        abp_buf_free(&b);
+}
+
 /* ---- the session: one connection, one request ---- */
 
 /* What a session is before it has a connection (init's child, after fork). */
@@ -179,6 +235,9 @@ static void session(int fd, const char *workdir)
                 case ABP_MKDIR:
                 case ABP_RENAME:
                         init_fileop(&c, &f, &conf);
+                        break;
+                case ABP_RESERVE:
+                        init_reserve(&c, &f);
                         break;
                 default:
                         init_send_error(&c, "invalid_argument", "unknown request type %u", f.type);
@@ -473,6 +532,7 @@ int main(int argc, char **argv)
                 return 1;
         }
 
+        balloon_fd = open(workdir, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
         if (prewarm)
                 start_prewarm(lfd, sfd, &oldmask, workdir);
         int taken[2];

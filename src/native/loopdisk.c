@@ -287,8 +287,8 @@ int ab_disk_mount_raw(int dirfd, const char *name, const char *target, const cha
         if (lfd < 0)
                 return lfd;
         int r = 0;
-        if (mount(dev, target, "ext4", MS_NOSUID | MS_NODEV | MS_NOATIME, "errors=remount-ro") <
-            0) {
+        if (mount(dev, target, "ext4", MS_NOSUID | MS_NODEV | MS_NOATIME,
+                  "discard,errors=remount-ro") < 0) {
                 r = -errno;
                 *what = mount_failed;
         }

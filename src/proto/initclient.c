@@ -6,6 +6,7 @@
 #include "proto/initclient.h"
 #include "proto/proto.h"
 
+#include <endian.h>
 #include <ctype.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -620,6 +621,44 @@ int abc_rename(int fd, const char *from, const char *to, ab_err **err)
         if (enc_file(&b, ABP_RENAME, &m, err) < 0)
                 return -1;
         return simple(fd, &b, err);
+}
+
+int abc_reserve(int fd, uint64_t want, abc_reserve_res *res, ab_err **err)
+{
+        abp_buf b = {0};
+        *res = (abc_reserve_res){0};
+        abp_frame_begin(&b, ABP_RESERVE);
+        if (want != UINT64_MAX)
+                abp_put_u64(&b, ABP_F_SIZE, want);
+        if (abp_frame_end(&b) < 0)
+                abort();
+        send_req(fd, &b);
+        abp_buf_free(&b);
+        abp_reader rd = {0};
+        abp_frame f;
+        int r = next_frame(fd, &rd, &f, err);
+        if (r == 0 && f.type != ABP_OK)
+                r = unavailable(err);
+        size_t off = 0;
+        abp_field fl;
+        int k;
+        while (r == 0 && (k = abp_field_next(&f, &off, &fl)) != 0) {
+                if (k < 0) {
+                        r = unavailable(err);
+                        break;
+                }
+                uint64_t v;
+                if (fl.len != 8)
+                        continue;
+                memcpy(&v, fl.val, 8);
+                v = le64toh(v);
+                if (fl.tag == ABP_F_SIZE)
+                        res->held = v;
+                else if (fl.tag == ABP_F_FREE)
+                        res->free = v;
+        }
+        abp_reader_free(&rd);
+        return r;
 }
 
 int abc_ping(int fd, char **version, ab_err **err)

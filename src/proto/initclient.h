@@ -105,6 +105,15 @@ void abc_dirents_free(abc_dirent *d, size_t n);
 /* lstat of a path inside the box. Free st->link with free(). */
 int abc_stat_path(int fd, const char *path, abc_stat *st, ab_err **err);
 
+/* RESERVE: has the box's init hold a balloon of `want` bytes on its workdir's
+ * filesystem (UINT64_MAX = leave it as it is). *res gets what it holds and
+ * the bytes the box could write without it. AB_E_UNSUPPORTED when the init
+ * has no balloon (an older init, or no O_TMPFILE there). */
+typedef struct abc_reserve_res {
+        uint64_t held, free;
+} abc_reserve_res;
+int abc_reserve(int fd, uint64_t want, abc_reserve_res *res, ab_err **err);
+
 /* Deletes a file, a symlink, or (when recursive) a directory tree. */
 int abc_delete(int fd, const char *path, bool recursive, ab_err **err);
 

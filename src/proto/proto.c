@@ -304,7 +304,7 @@ static int val_str(const abp_field *fl, const char **s)
 
 bool abp_is_request(uint32_t type)
 {
-        return type >= ABP_PING && type <= ABP_TERM_INPUT;
+        return (type >= ABP_PING && type <= ABP_TERM_INPUT) || type == ABP_RESERVE;
 }
 
 bool abp_is_term_request(uint32_t type)

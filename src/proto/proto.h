@@ -32,6 +32,12 @@
  *            the first DATA frames replay the terminal's ring buffer; EOF
  *            instead of EXIT: the terminal was closed. Closing the
  *            connection detaches; the terminal lives on.
+ *   RESERVE: C: RESERVE[SIZE]                 I: OK{SIZE,FREE}     or ERROR
+ *            the balloon: init holds an unlinked file on the workdir's
+ *            filesystem, allocated (fallocate, no data written) to SIZE
+ *            bytes, so the box's own filesystem says ENOSPC before the host's
+ *            does (core/diskguard.c); no SIZE = leave it as it is. OK's SIZE is
+ *            what it holds, FREE what the box could write without it.
  * Either side treats the other as untrusted: every decoder bounds-checks and
  * returns -EBADMSG on anything malformed. */
 #ifndef AB_PROTO_H
@@ -69,6 +75,7 @@ enum {
         ABP_TERM_SIGNAL = 14,
         ABP_TERM_ATTACH = 15,
         ABP_TERM_INPUT = 16,
+        ABP_RESERVE = 40, /* apart from the file operations' range */
         /* streams, both ways */
         ABP_DATA = 0x100,
         ABP_EOF = 0x101,
@@ -120,6 +127,7 @@ enum {
         ABP_F_CREATED_MS = 100,  /* u64 unix milliseconds */
         ABP_F_RUNNING = 101,     /* u32 bool */
         ABP_F_PID = 102,         /* u32: the terminal's process (in the box's pid namespace) */
+        ABP_F_FREE = 90,         /* u64: RESERVE's answer, bytes the box could write */
 };
 
 #define ABP_TERM_ID_MAX  40           /* longest terminal id ("t_" + hex) */

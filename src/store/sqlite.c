@@ -17,10 +17,12 @@ typedef struct sqlite_store {
 
 static const char *const v1[] = AB_STORE_SCHEMA_V1("INTEGER PRIMARY KEY AUTOINCREMENT");
 static const char *const v2[] = AB_STORE_SCHEMA_V2;
+static const char *const v3[] = AB_STORE_SCHEMA_V3;
 
 static const ab_store_migration migrations[] = {
     {1, v1},
     {2, v2},
+    {3, v3},
 };
 
 static ab_code code_of(int rc)
@@ -40,8 +42,8 @@ static ab_code code_of(int rc)
         case SQLITE_CANTOPEN:
         case SQLITE_PROTOCOL:
                 return AB_E_UNAVAILABLE;
-        case SQLITE_FULL:
-                return AB_E_LIMIT;
+        case SQLITE_FULL: /* the filesystem is full: 507 */
+                return AB_E_STORAGE;
         case SQLITE_READONLY:
         case SQLITE_PERM:
         case SQLITE_AUTH:

@@ -15,7 +15,7 @@ enum { BOX_NCOLS = 18 };
 #define AUDIT_COLS                                                                                 \
         "provider, box_id, command, exit_code, timed_out, started_at, duration_ms, "               \
         "stdout_bytes, stderr_bytes"
-#define KEY_COLS "key_id, key_hash, app_id, name, created_at"
+#define KEY_COLS "key_id, key_hash, app_id, name, created_at, quotas"
 
 /* Runs one statement with the arguments that follow (at least one). */
 #define EXEC(s, op, sql, res, err, ...)                                                            \
@@ -840,6 +840,11 @@ static void row_to_key(ab_sql_res *r, size_t i, ab_api_key *k)
         k->app_id = take(r, i, 2);
         k->name = take(r, i, 3);
         k->created_at = num(r, i, 4);
+        json_t *q = object_parse(cell(r, i, 5));
+        k->has_quotas = q && ab_quota_from_json(q, &k->quotas, NULL) == 0;
+        if (!k->has_quotas)
+                ab_quota_unset(&k->quotas);
+        json_decref(q);
 }
 
 int ab_store_key_insert(ab_store *s, const ab_api_key *k, ab_err **err)
@@ -848,10 +853,16 @@ int ab_store_key_insert(ab_store *s, const ab_api_key *k, ab_err **err)
                 return ab_err_set(err, AB_E_INVALID, 0,
                                   "insert API key: key_id, key_hash and app_id are required");
         _cleanup_free_ char *op = xasprintf("insert API key %s", k->key_id);
+        _cleanup_free_ char *quotas = NULL;
+        if (k->has_quotas && !ab_quota_is_unset(&k->quotas)) {
+                json_t *j = ab_quota_json(&k->quotas, true);
+                quotas = object_text(j);
+                json_decref(j);
+        }
         STORE_LOCKED(s);
-        return EXEC(s, op, "INSERT INTO api_keys (" KEY_COLS ") VALUES ($1, $2, $3, $4, $5)", NULL,
-                    err, SQL_TEXT(k->key_id), SQL_TEXT(k->key_hash), SQL_TEXT(k->app_id),
-                    SQL_TEXT(k->name), SQL_INT(k->created_at));
+        return EXEC(s, op, "INSERT INTO api_keys (" KEY_COLS ") VALUES ($1, $2, $3, $4, $5, $6)",
+                    NULL, err, SQL_TEXT(k->key_id), SQL_TEXT(k->key_hash), SQL_TEXT(k->app_id),
+                    SQL_TEXT(k->name), SQL_INT(k->created_at), SQL_TEXT(quotas));
 }
 
 int ab_store_key_find(ab_store *s, const char *key_hash, ab_api_key *out, ab_err **err)
@@ -885,6 +896,22 @@ int ab_store_key_list(ab_store *s, ab_api_key **out, size_t *n, ab_err **err)
         for (size_t i = 0; i < res.nrows; i++)
                 row_to_key(&res, i, &(*out)[i]);
         *n = res.nrows;
+        return 0;
+}
+
+int ab_store_key_get(ab_store *s, const char *key_id, ab_api_key *out, ab_err **err)
+{
+        memset(out, 0, sizeof(*out));
+        if (!key_id)
+                return ab_err_set(err, AB_E_INVALID, 0, "get API key: no key id");
+        _cleanup_res_ ab_sql_res res = {0};
+        STORE_LOCKED(s);
+        if (EXEC(s, "get API key", "SELECT " KEY_COLS " FROM api_keys WHERE key_id = $1", &res, err,
+                 SQL_TEXT(key_id)) < 0)
+                return -1;
+        if (!res.nrows)
+                return ab_err_set(err, AB_E_NOT_FOUND, 0, "API key %s: no such key", key_id);
+        row_to_key(&res, 0, out);
         return 0;
 }
 

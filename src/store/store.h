@@ -14,6 +14,7 @@
 #include "base/box.h"
 #include "base/err.h"
 #include "base/limits.h"
+#include "base/quota.h"
 #include <jansson.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -72,6 +73,8 @@ typedef struct ab_api_key {
         char *app_id;   /* the only app this key may see and touch */
         char *name;     /* free text, or NULL */
         int64_t created_at;
+        bool has_quotas; /* false: the key has no quotas of its own (stored as NULL) */
+        ab_quota quotas; /* with has_quotas: fields not set are AB_QUOTA_INHERIT */
 } ab_api_key;
 
 void ab_api_key_clear(ab_api_key *k);
@@ -147,6 +150,8 @@ int ab_store_key_insert(ab_store *s, const ab_api_key *k, ab_err **err);
 /* Finds the key with this hash. AB_E_NOT_FOUND when absent. */
 int ab_store_key_find(ab_store *s, const char *key_hash, ab_api_key *out, ab_err **err);
 int ab_store_key_list(ab_store *s, ab_api_key **out, size_t *n, ab_err **err);
+/* The key with this key_id. AB_E_NOT_FOUND when absent. */
+int ab_store_key_get(ab_store *s, const char *key_id, ab_api_key *out, ab_err **err);
 int ab_store_key_delete(ab_store *s, const char *key_id, ab_err **err);
 
 #endif

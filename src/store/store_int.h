@@ -112,4 +112,10 @@ int ab_store_pg_open(const char *url, ab_store **out, ab_err **err);
                 "ALTER TABLE boxes ADD COLUMN idle_pause_s BIGINT NOT NULL DEFAULT 0", NULL,       \
         }
 
+/* Version 3: an API key's own quotas (JSON object, NULL = the app's). */
+#define AB_STORE_SCHEMA_V3                                                                         \
+        {                                                                                          \
+                "ALTER TABLE api_keys ADD COLUMN quotas TEXT", NULL,                               \
+        }
+
 #endif

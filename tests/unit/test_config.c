@@ -460,6 +460,64 @@ static void test_tools(void)
         refused("tools:\n  bash_out: 5\n", "an unknown tools key", "tools.bash_out", "unknown");
 }
 
+static void test_quotas(void)
+{
+        ab_config c;
+        ab_config_default(&c);
+        tap_ok(c.quotas.max_boxes == 0 && c.quotas.exec_rate == 0 && c.n_app_quotas == 0,
+               "no quotas by default");
+        tap_ok(c.disk_overcommit_ratio == 10 && c.disk_reserve == 256u * 1024 * 1024 &&
+                   c.disk_watch_interval_ms == 1000,
+               "disk defaults: ratio 10, reserve 256 MiB, guard every second");
+        ab_config_release(&c);
+        _cleanup_free_ char *path = write_conf("quotas:\n"
+                                               "  max_boxes: 100\n"
+                                               "  max_running: 20\n"
+                                               "  max_disk: 2G\n"
+                                               "  max_execs: 16\n"
+                                               "  exec_rate: 2.5\n"
+                                               "  apps:\n"
+                                               "    app1: {max_boxes: 5, exec_burst: 7}\n"
+                                               "    app2:\n"
+                                               "disk_overcommit_ratio: 1.5\n"
+                                               "disk_reserve: 1G\n"
+                                               "disk_watch_interval: 250ms\n");
+        ab_config_default(&c);
+        ab_err *e = NULL;
+        tap_ok(ab_config_load_file(&c, path, &e) == 0 && ab_config_validate(&c, &e) == 0,
+               "a quotas: section loads");
+        ab_err_free(&e);
+        TAP_IS_INT(c.quotas.max_boxes, 100, "quotas.max_boxes");
+        TAP_IS_INT(c.quotas.max_running, 20, "quotas.max_running");
+        TAP_IS_INT(c.quotas.max_disk_mib, 2048, "quotas.max_disk (a size) in MiB");
+        TAP_IS_INT(c.quotas.max_execs, 16, "quotas.max_execs");
+        tap_ok(c.quotas.exec_rate == 2.5, "quotas.exec_rate");
+        TAP_IS_INT(c.n_app_quotas, 2, "two apps");
+        tap_ok(c.n_app_quotas == 2 && !strcmp(c.app_quotas[0].app_id, "app1") &&
+                   c.app_quotas[0].q.max_boxes == 5 && c.app_quotas[0].q.exec_burst == 7 &&
+                   c.app_quotas[0].q.max_running == AB_QUOTA_INHERIT,
+               "app1 overrides max_boxes and exec_burst only");
+        tap_ok(c.n_app_quotas == 2 && ab_quota_is_unset(&c.app_quotas[1].q),
+               "app2 with no value overrides nothing");
+        tap_ok(c.disk_overcommit_ratio == 1.5 && c.disk_reserve == 1024u * 1024 * 1024 &&
+                   c.disk_watch_interval_ms == 250,
+               "disk settings");
+        tap_ok(ab_config_load_env(&c, &e) == 0 && c.n_app_quotas == 2 &&
+                   !strcmp(c.app_quotas[1].app_id, "app2"),
+               "the apps' quotas survive the environment's copy of the config");
+        ab_err_free(&e);
+        ab_config_release(&c);
+        refused("quotas:\n  max_boxes: -1\n", "a negative quota", "quotas.max_boxes", "line 2");
+        refused("quotas:\n  max_boxez: 1\n", "an unknown quota", "quotas.max_boxez", "unknown");
+        refused("quotas:\n  apps:\n    a1: {exec_rate: fast}\n", "a bad rate of an app",
+                "quotas.apps.a1.exec_rate", "line 3");
+        refused("quotas:\n  apps:\n    a1: {apps: {}}\n", "apps inside an app",
+                "quotas.apps.a1.apps", NULL);
+        refused("quotas:\n  apps:\n    a1: {max_boxes: 1}\n    a1: {max_boxes: 2}\n",
+                "an app given twice", "a1", "twice");
+        refused("disk_overcommit_ratio: -2\n", "a negative ratio", "disk_overcommit_ratio", NULL);
+}
+
 int main(void)
 {
         /* meson sets AGENTBOX_INIT for other tests; start from a clean slate. */
@@ -473,6 +531,7 @@ int main(void)
         test_env();
         test_validate();
         test_tools();
+        test_quotas();
         DIR *d = opendir(dir);
         for (struct dirent *de; d && (de = readdir(d));)
                 if (de->d_name[0] != '.')

@@ -1866,6 +1866,49 @@ static void rm_rf(const char *path)
                 waitpid(p, NULL, 0);
 }
 
+/* RESERVE: the balloon is held by PID 1 (it outlives the session that
+ * sized it), takes space from the workdir's filesystem, and no command sees
+ * its fd. */
+static void test_reserve(void)
+{
+        const uint64_t mib = 1024 * 1024;
+        abc_reserve_res r = {0};
+        ab_err *e = NULL;
+        int fd = conn();
+        tap_ok(fd >= 0 && abc_reserve(fd, UINT64_MAX, &r, &e) == 0, "RESERVE without a size");
+        if (e) {
+                printf("#   %s\n", e->msg);
+                ab_err_free(&e);
+                if (fd >= 0)
+                        close(fd);
+                return;
+        }
+        close(fd);
+        tap_ok(r.held == 0 && r.free > 8 * mib, "no balloon at first, the free space is known");
+        fd = conn();
+        tap_ok(fd >= 0 && abc_reserve(fd, 8 * mib, &r, &e) == 0, "RESERVE 8 MiB");
+        ab_err_free(&e);
+        close(fd);
+        tap_ok(r.held >= 8 * mib && r.held < 9 * mib, "the balloon holds 8 MiB (%llu)",
+               (unsigned long long)r.held);
+        fd = conn();
+        tap_ok(fd >= 0 && abc_reserve(fd, UINT64_MAX, &r, &e) == 0 && r.held >= 8 * mib,
+               "a later session sees the same balloon (PID 1 holds it)");
+        ab_err_free(&e);
+        close(fd);
+        capture c = {0};
+        abc_exec_res res;
+        tap_ok(run_cmd("ls -l /proc/$$/fd/ | grep -c deleted || true", &c, &res, &e) == 0 &&
+                   !strcmp(out_of(&c, 1), "0\n"),
+               "a command does not inherit the balloon's fd");
+        ab_err_free(&e);
+        capture_free(&c);
+        fd = conn();
+        tap_ok(fd >= 0 && abc_reserve(fd, 0, &r, &e) == 0 && r.held == 0, "RESERVE 0 lets go");
+        ab_err_free(&e);
+        close(fd);
+}
+
 int main(int argc, char **argv)
 {
         const char *name = argc > 0 ? strrchr(argv[0], '/') : NULL;
@@ -1906,6 +1949,7 @@ int main(int argc, char **argv)
                 test_list_stat();
                 test_delete_mkdir_rename();
                 test_mount_errors();
+                test_reserve();
                 stop_init();
         }
         start_init2(bin);

@@ -300,6 +300,27 @@ static void test_migrations(const target *t)
         s = open_store(t, "after the newer version is gone");
         ab_store_close(s);
 
+        /* A database of version 2 with a key: version 3 adds the keys' quotas. */
+        ok(raw(t, "ALTER TABLE api_keys DROP COLUMN quotas", NULL) == 0 &&
+               raw(t, "DELETE FROM schema_migrations WHERE version = 3", NULL) == 0 &&
+               raw(t,
+                   "INSERT INTO api_keys (key_id, key_hash, app_id, name, created_at) "
+                   "VALUES ('k_old', 'hash_old', 'app_old', NULL, 5)",
+                   NULL) == 0,
+           "make a version 2 database with a key");
+        s = open_store(t, "a version 2 database");
+        if (s) {
+                no_err(ab_store_schema_version(s, &v2, &e), &e, "schema version after migration");
+                ok(v2 >= 3, "migrated to version 3 or later (%d)", v2);
+                ab_api_key k;
+                no_err(ab_store_key_get(s, "k_old", &k, &e), &e, "the old key is still there");
+                ok(k.app_id && !strcmp(k.app_id, "app_old") && !k.has_quotas,
+                   "... with no quotas of its own");
+                ab_api_key_clear(&k);
+                raw(t, "DELETE FROM api_keys WHERE key_id = 'k_old'", NULL);
+                ab_store_close(s);
+        }
+
         if (strcmp(t->kind, "sqlite") == 0) {
                 _cleanup_free_ char *mode = NULL;
                 raw(t, "PRAGMA journal_mode", &mode);
@@ -804,7 +825,11 @@ static void test_keys(ab_store *s)
                          .key_hash = S("hash2"),
                          .app_id = S("app2"),
                          .name = S("ci"),
-                         .created_at = 10};
+                         .created_at = 10,
+                         .has_quotas = true};
+        ab_quota_unset(&k2.quotas);
+        k2.quotas.max_boxes = 3;
+        k2.quotas.exec_rate = 1.5;
         no_err(ab_store_key_insert(s, &k1, &e), &e, "insert key 1 (no name)");
         no_err(ab_store_key_insert(s, &k2, &e), &e, "insert key 2");
         ab_api_key dup = k1;
@@ -820,7 +845,15 @@ static void test_keys(ab_store *s)
         ok(f.key_id && !strcmp(f.key_id, "k_1") && !strcmp(f.app_id, "app1") &&
                !strcmp(f.key_hash, "hash1") && !f.name && f.created_at == 20,
            "the key round-trips, NULL name included");
+        ok(!f.has_quotas, "a key inserted without quotas has none");
         ab_api_key_clear(&f);
+        no_err(ab_store_key_get(s, "k_2", &f, &e), &e, "get by key_id");
+        ok(f.has_quotas && f.quotas.max_boxes == 3 && f.quotas.exec_rate == 1.5 &&
+               f.quotas.max_running == AB_QUOTA_INHERIT,
+           "the key's quotas round-trip (unset fields stay unset)");
+        ab_api_key_clear(&f);
+        is_err(ab_store_key_get(s, "k_nope", &f, &e), &e, AB_E_NOT_FOUND, NULL,
+               "an unknown key_id is not_found");
         is_err(ab_store_key_find(s, "nope", &f, &e), &e, AB_E_NOT_FOUND, NULL,
                "an unknown hash is not_found");
         ab_api_key *l = NULL;

@@ -1,0 +1,372 @@
+/* Per-app quotas: boxes, running boxes, disk (the sum of the disk limits),
+ * execs in flight and the exec rate. Box counts come from the store (the
+ * registry every server process shares) plus this process' reservations of
+ * creates and starts in progress, checked and reserved under one lock, so
+ * concurrent creates never pass a limit; execs in flight and the rate's
+ * token bucket are counted here. */
+#include "core/manager_int.h"
+
+#include <inttypes.h>
+#include <stdarg.h>
+
+typedef struct mgr_app {
+        struct mgr_app *next;
+        char *name; /* the app id; "APP\nKEY_ID" for the bucket of a key with its own rate */
+        int64_t execs;
+        int64_t rsv_boxes, rsv_running, rsv_disk_mib; /* reservations in progress */
+        ab_bucket bucket;
+        int64_t rejected[AB_Q_N];
+} mgr_app;
+
+struct mgr_quota {
+        pthread_mutex_t lock;
+        mgr_app *apps;
+};
+
+static _Thread_local const ab_caller *tl_caller;
+
+void ab_manager_set_caller(const ab_caller *c)
+{
+        tl_caller = c;
+}
+
+void mgr_quota_init(ab_manager *m)
+{
+        m->quota = xzalloc(sizeof(*m->quota));
+        pthread_mutex_init(&m->quota->lock, NULL);
+}
+
+void mgr_quota_free(ab_manager *m)
+{
+        if (!m->quota)
+                return;
+        for (mgr_app *a = m->quota->apps, *next; a; a = next) {
+                next = a->next;
+                free(a->name);
+                free(a);
+        }
+        pthread_mutex_destroy(&m->quota->lock);
+        free(m->quota);
+        m->quota = NULL;
+}
+
+/* The state of name, made on first use. Caller holds the quota lock. */
+static mgr_app *app_get(struct mgr_quota *q, const char *name)
+{
+        for (mgr_app *a = q->apps; a; a = a->next)
+                if (!strcmp(a->name, name))
+                        return a;
+        mgr_app *a = xzalloc(sizeof(*a));
+        a->name = xstrdup(name);
+        a->next = q->apps;
+        q->apps = a;
+        return a;
+}
+
+void ab_manager_quota_of(ab_manager *m, const char *app, const ab_quota *key, ab_quota *out)
+{
+        *out = m->o.quotas;
+        for (size_t i = 0; app && i < m->o.n_app_quotas; i++)
+                if (!strcmp(m->o.app_quotas[i].app_id, app))
+                        ab_quota_apply(out, &m->o.app_quotas[i].q);
+        if (!key && tl_caller)
+                key = tl_caller->quotas;
+        if (key)
+                ab_quota_apply(out, key);
+}
+
+static bool counted(const ab_box_rec *r)
+{
+        return r->app_id && r->mode != AB_MODE_POOL && r->mode != AB_MODE_SYSTEM;
+}
+
+static bool is_running(ab_box_status s)
+{
+        return s == AB_BOX_CREATING || s == AB_BOX_RUNNING || s == AB_BOX_PAUSED;
+}
+
+/* The app's boxes in the store (skipping exclude). */
+static int store_usage(ab_manager *m, const char *app, const char *exclude, ab_app_usage *u,
+                       ab_err **err)
+{
+        ab_box_filter f = {.provider = m->provider, .app_id = app};
+        ab_box_rec *rs = NULL;
+        size_t n = 0;
+        if (ab_store_box_list(m->o.store, &f, &rs, &n, err) < 0)
+                return -1;
+        for (size_t i = 0; i < n; i++) {
+                const ab_box_rec *r = &rs[i];
+                if (!counted(r) || r->status == AB_BOX_DELETING ||
+                    (exclude && !strcmp(r->id, exclude)))
+                        continue;
+                u->boxes++;
+                u->running += is_running(r->status);
+                ab_limits l;
+                mgr_limits_from_rec(m, r, &l);
+                u->disk_mib += (int64_t)l.disk_mib;
+        }
+        ab_box_recs_free(rs, n);
+        return 0;
+}
+
+static int refuse(ab_manager *m, mgr_app *a, ab_quota_kind k, const char *app, ab_err **err,
+                  const char *fmt, ...) AB_PRINTF(6, 7);
+static int refuse(ab_manager *m, mgr_app *a, ab_quota_kind k, const char *app, ab_err **err,
+                  const char *fmt, ...)
+{
+        a->rejected[k]++;
+        va_list ap;
+        va_start(ap, fmt);
+        char *what = NULL;
+        if (vasprintf(&what, fmt, ap) < 0)
+                abort();
+        va_end(ap);
+        ab_log(AB_LOG_INFO, "quota exceeded", "app", app, "quota", ab_quota_name(k), NULL);
+        int r = ab_err_set(err, AB_E_QUOTA, 0, "quota %s of app \"%s\" exceeded: %s",
+                           ab_quota_name(k), app, what);
+        free(what);
+        (void)m;
+        return r;
+}
+
+/* Checks and reserves boxes/running/disk of app. Caller holds the quota lock. */
+static int reserve(ab_manager *m, const char *app, const char *exclude, int64_t boxes,
+                   int64_t running, int64_t disk_mib, mgr_ticket *t, ab_err **err)
+{
+        ab_quota q;
+        ab_manager_quota_of(m, app, NULL, &q);
+        mgr_app *a = app_get(m->quota, app);
+        if (q.max_boxes <= 0 && q.max_running <= 0 && q.max_disk_mib <= 0)
+                goto ok; /* nothing to count */
+        ab_app_usage u = {0};
+        ab_err *e = NULL;
+        if (store_usage(m, app, exclude, &u, &e) < 0) {
+                ab_err_wrap(&e, "quotas of app \"%s\"", app);
+                return mgr_propagate(err, e);
+        }
+        int64_t nb = u.boxes + a->rsv_boxes, nr = u.running + a->rsv_running,
+                nd = u.disk_mib + a->rsv_disk_mib;
+        if (boxes && ab_quota_over(q.max_boxes, nb, boxes))
+                return refuse(m, a, AB_Q_BOXES, app, err,
+                              "the limit is %" PRId64 " boxes and the app has %" PRId64
+                              " (delete some first)",
+                              q.max_boxes, nb);
+        if (running && ab_quota_over(q.max_running, nr, running))
+                return refuse(m, a, AB_Q_RUNNING, app, err,
+                              "the limit is %" PRId64 " running boxes and %" PRId64
+                              " run (stop some first)",
+                              q.max_running, nr);
+        if (disk_mib && ab_quota_over(q.max_disk_mib, nd, disk_mib))
+                return refuse(m, a, AB_Q_DISK, app, err,
+                              "the limit is %" PRId64 " MiB of disk over all boxes, %" PRId64
+                              " MiB are in use and the new box asks for %" PRId64 " MiB",
+                              q.max_disk_mib, nd, disk_mib);
+ok:
+        a->rsv_boxes += boxes;
+        a->rsv_running += running;
+        a->rsv_disk_mib += disk_mib;
+        *t = (mgr_ticket){.app = a, .boxes = boxes, .running = running, .disk_mib = disk_mib};
+        return 0;
+}
+
+int mgr_quota_create_begin(ab_manager *m, const char *app, uint64_t disk_mib, mgr_ticket *t,
+                           ab_err **err)
+{
+        memset(t, 0, sizeof(*t));
+        if (!app)
+                return 0;
+        pthread_mutex_lock(&m->quota->lock);
+        int r = reserve(m, app, NULL, 1, 1, (int64_t)disk_mib, t, err);
+        pthread_mutex_unlock(&m->quota->lock);
+        return r;
+}
+
+int mgr_quota_start_begin(ab_manager *m, const ab_box_rec *r, mgr_ticket *t, ab_err **err)
+{
+        memset(t, 0, sizeof(*t));
+        if (!counted(r))
+                return 0;
+        pthread_mutex_lock(&m->quota->lock);
+        int rc = reserve(m, r->app_id, r->id, 0, 1, 0, t, err);
+        pthread_mutex_unlock(&m->quota->lock);
+        return rc;
+}
+
+void mgr_quota_end(ab_manager *m, mgr_ticket *t)
+{
+        mgr_app *a = t->app;
+        if (!a)
+                return;
+        pthread_mutex_lock(&m->quota->lock);
+        a->rsv_boxes -= t->boxes;
+        a->rsv_running -= t->running;
+        a->rsv_disk_mib -= t->disk_mib;
+        pthread_mutex_unlock(&m->quota->lock);
+        memset(t, 0, sizeof(*t));
+}
+
+/* The bucket of the exec rate: the app's, or the caller key's own when the
+ * key sets a rate of its own. Caller holds the quota lock. */
+static mgr_app *bucket_of(ab_manager *m, const char *app, mgr_app *a)
+{
+        if (!tl_caller || !tl_caller->key_id || !tl_caller->quotas ||
+            (tl_caller->quotas->exec_rate == (double)AB_QUOTA_INHERIT &&
+             tl_caller->quotas->exec_burst == (double)AB_QUOTA_INHERIT))
+                return a;
+        _cleanup_free_ char *name = xasprintf("%s\n%s", app, tl_caller->key_id);
+        return app_get(m->quota, name);
+}
+
+/* max_execs and exec_rate; takes a token and counts the exec when take. */
+static int exec_admit(ab_manager *m, const char *app, bool take, ab_err **err)
+{
+        ab_quota q;
+        ab_manager_quota_of(m, app, NULL, &q);
+        pthread_mutex_lock(&m->quota->lock);
+        mgr_app *a = app_get(m->quota, app);
+        int r = 0;
+        mgr_app *b = bucket_of(m, app, a);
+        uint64_t now = ab_now_ns();
+        if (ab_quota_over(q.max_execs, a->execs, 1))
+                r = refuse(m, a, AB_Q_EXECS, app, err,
+                           "the limit is %" PRId64 " execs at once and %" PRId64
+                           " are running (wait for one to end)",
+                           q.max_execs, a->execs);
+        else if (!(take ? ab_bucket_take : ab_bucket_peek)(&b->bucket, q.exec_rate, q.exec_burst,
+                                                           now))
+                r = refuse(m, a, AB_Q_RATE, app, err,
+                           "the limit is %g execs a second (bursts of %g) and the app used "
+                           "them all (retry in %.0f ms)",
+                           q.exec_rate, ab_bucket_size(q.exec_rate, q.exec_burst),
+                           q.exec_rate > 0 ? (1.0 - b->bucket.tokens) / q.exec_rate * 1000 : 0);
+        else if (take)
+                a->execs++;
+        pthread_mutex_unlock(&m->quota->lock);
+        return r;
+}
+
+int mgr_quota_exec_begin(ab_manager *m, const ab_box_rec *r, ab_err **err)
+{
+        if (!counted(r))
+                return 0;
+        return exec_admit(m, r->app_id, true, err);
+}
+
+void mgr_quota_exec_end(ab_manager *m, const ab_box_rec *r)
+{
+        if (!counted(r))
+                return;
+        pthread_mutex_lock(&m->quota->lock);
+        mgr_app *a = app_get(m->quota, r->app_id);
+        if (a->execs > 0)
+                a->execs--;
+        pthread_mutex_unlock(&m->quota->lock);
+}
+
+int ab_manager_quota_exec_check(ab_manager *m, const char *app, ab_err **err)
+{
+        if (!app)
+                return 0;
+        return exec_admit(m, app, false, err);
+}
+
+void ab_app_usage_clear(ab_app_usage *u)
+{
+        free(u->app_id);
+        memset(u, 0, sizeof(*u));
+}
+
+void ab_app_usages_free(ab_app_usage *u, size_t n)
+{
+        for (size_t i = 0; u && i < n; i++)
+                ab_app_usage_clear(&u[i]);
+        free(u);
+}
+
+/* Adds the live counts of app (execs, refusals) to u. */
+static void add_live(ab_manager *m, const char *app, ab_app_usage *u)
+{
+        pthread_mutex_lock(&m->quota->lock);
+        for (mgr_app *a = m->quota->apps; a; a = a->next) {
+                if (strcmp(a->name, app))
+                        continue;
+                u->execs += a->execs;
+                for (int k = 0; k < AB_Q_N; k++)
+                        u->rejected[k] += a->rejected[k];
+        }
+        pthread_mutex_unlock(&m->quota->lock);
+}
+
+int ab_manager_app_usage(ab_manager *m, const char *app, ab_app_usage *out, ab_err **err)
+{
+        memset(out, 0, sizeof(*out));
+        if (store_usage(m, app, NULL, out, err) < 0)
+                return -1;
+        out->app_id = xstrdup(app);
+        add_live(m, app, out);
+        return 0;
+}
+
+static int usage_cmp(const void *a, const void *b)
+{
+        return strcmp(((const ab_app_usage *)a)->app_id, ((const ab_app_usage *)b)->app_id);
+}
+
+/* The entry of app in u[0..*n), added when missing. */
+static ab_app_usage *usage_slot(ab_app_usage **u, size_t *n, size_t *cap, const char *app)
+{
+        for (size_t i = 0; i < *n; i++)
+                if (!strcmp((*u)[i].app_id, app))
+                        return &(*u)[i];
+        if (*n == *cap)
+                *u = xrealloc(*u, (*cap = *cap ? *cap * 2 : 8) * sizeof(**u));
+        ab_app_usage *s = &(*u)[(*n)++];
+        memset(s, 0, sizeof(*s));
+        s->app_id = xstrdup(app);
+        return s;
+}
+
+int ab_manager_app_usages(ab_manager *m, ab_app_usage **out, size_t *n, ab_err **err)
+{
+        *out = NULL;
+        *n = 0;
+        ab_box_filter f = {.provider = m->provider};
+        ab_box_rec *rs = NULL;
+        size_t nr = 0, cap = 0;
+        if (ab_store_box_list(m->o.store, &f, &rs, &nr, err) < 0)
+                return -1;
+        ab_app_usage *u = NULL;
+        size_t nu = 0;
+        for (size_t i = 0; i < nr; i++) {
+                const ab_box_rec *r = &rs[i];
+                if (!counted(r) || r->status == AB_BOX_DELETING)
+                        continue;
+                ab_app_usage *s = usage_slot(&u, &nu, &cap, r->app_id);
+                s->boxes++;
+                s->running += is_running(r->status);
+                ab_limits l;
+                mgr_limits_from_rec(m, r, &l);
+                s->disk_mib += (int64_t)l.disk_mib;
+        }
+        ab_box_recs_free(rs, nr);
+        pthread_mutex_lock(&m->quota->lock);
+        for (mgr_app *a = m->quota->apps; a; a = a->next) {
+                if (strchr(a->name, '\n'))
+                        continue; /* a key's bucket */
+                bool any = a->execs > 0;
+                for (int k = 0; k < AB_Q_N; k++)
+                        any |= a->rejected[k] > 0;
+                if (!any)
+                        continue;
+                ab_app_usage *s = usage_slot(&u, &nu, &cap, a->name);
+                s->execs += a->execs;
+                for (int k = 0; k < AB_Q_N; k++)
+                        s->rejected[k] += a->rejected[k];
+        }
+        pthread_mutex_unlock(&m->quota->lock);
+        if (nu)
+                qsort(u, nu, sizeof(*u), usage_cmp);
+        *out = u;
+        *n = nu;
+        return 0;
+}
