@@ -865,6 +865,18 @@ int ab_server_start(ab_server *s, ab_err **err)
         return 0;
 }
 
+int ab_server_start_external(ab_server *s, ab_err **err)
+{
+        s->mhd = MHD_start_daemon(
+            MHD_USE_NO_LISTEN_SOCKET | MHD_USE_ERROR_LOG, 0, NULL, NULL, on_request, s,
+            MHD_OPTION_EXTERNAL_LOGGER, mhd_log, s, MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
+            MHD_OPTION_CONNECTION_LIMIT, (unsigned)s->cfg->max_connections,
+            MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)IDLE_CONN_TIMEOUT_S, MHD_OPTION_END);
+        if (!s->mhd)
+                return ab_err_set(err, AB_E_INTERNAL, 0, "cannot start the HTTP daemon");
+        return 0;
+}
+
 void ab_server_stop(ab_server *s)
 {
         if (!s->mhd)
