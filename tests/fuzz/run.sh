@@ -12,5 +12,9 @@ dir=$(dirname "$bin")
 name=$(basename "$bin")
 scratch=$dir/corpus-$name
 mkdir -p "$scratch" "$corpus"
-exec "$bin" -max_total_time="$secs" -timeout=30 -rss_limit_mb=4096 -print_final_stats=1 \
+# tests/fuzz/NAME.flags: more libFuzzer flags for one target
+flags=()
+f=$(dirname "$0")/$name.flags
+[ ! -f "$f" ] || read -r -a flags <"$f"
+exec "$bin" "${flags[@]}" -max_total_time="$secs" -timeout=30 -rss_limit_mb=4096 -print_final_stats=1 \
         -artifact_prefix="$dir/" "$scratch" "$corpus"
