@@ -592,12 +592,14 @@ static int n_create(ab_backend *b, const ab_box_spec *spec, ab_err **err)
         snprintf(c.id, sizeof(c.id), "%s", spec->id);
         c.rootfs = (char *)spec->rootfs;
         int r = alloc_uid_base(n, spec->id, &c.uid_base, err);
+        /* config.json first: a create killed from here on leaves the claim
+         * written down in trash/, where sweep_trash gives it back */
+        if (r == 0)
+                r = ab_box_config_write(bfd, &c, err);
         if (r == 0)
                 r = ab_disk_create(n->cache_fd, bfd, "disk.img", spec->limits.disk_mib, err);
         if (r == 0)
                 want_spares(n, spec->limits.disk_mib);
-        if (r == 0)
-                r = ab_box_config_write(bfd, &c, err);
         if (r == 0 && renameat2(tfd, tmp, n->boxes_fd, spec->id, RENAME_NOREPLACE) < 0) {
                 if (errno == EEXIST)
                         r = ab_err_set(err, AB_E_CONFLICT, 0, "box '%s' already exists", spec->id);
@@ -623,8 +625,30 @@ fail:;
         return r;
 }
 
-/* Removes what crashed creates and deletes left in trash/: entries older
- * than a minute whose lock nobody holds. */
+/* A box in trash/ (a killed create or delete) may still hold its uid range:
+ * give it back, unless a box of that id in boxes/ uses the same range (then
+ * the claim is that box's). */
+static void release_trashed_claim(native *n, int bfd)
+{
+        ab_box_config c = {0};
+        if (ab_box_config_read(bfd, &c, NULL) < 0)
+                return;
+        bool live = false;
+        _cleanup_close_ int lfd =
+            openat(n->boxes_fd, c.id, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+        ab_box_config lc = {0};
+        if (lfd >= 0 && ab_box_config_read(lfd, &lc, NULL) == 0) {
+                live = lc.uid_base == c.uid_base;
+                ab_box_config_clear(&lc);
+        }
+        if (!live && ab_id_check(c.id, NULL) == 0)
+                release_uid_base(n, c.id, c.uid_base);
+        ab_box_config_clear(&c);
+}
+
+/* Removes what crashed creates and deletes left in trash/: entries whose
+ * lock nobody holds (creates: older than a minute), giving back the uid
+ * ranges they still claim. */
 static void sweep_trash(native *n)
 {
         int dfd = openat(n->data_fd, "trash", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -640,10 +664,11 @@ static void sweep_trash(native *n)
         while ((e = readdir(d))) {
                 if (e->d_name[0] == '.')
                         continue;
-                /* Young entries may be a create between its mkdir and its flock. */
+                /* Young new.* entries may be a create between its mkdir and
+                 * its flock; a delete renames a box it holds locked. */
                 struct stat es;
                 if (fstatat(dirfd(d), e->d_name, &es, AT_SYMLINK_NOFOLLOW) < 0 ||
-                    es.st_mtime > time(NULL) - 60)
+                    (!strncmp(e->d_name, "new.", 4) && es.st_mtime > time(NULL) - 60))
                         continue;
                 _cleanup_close_ int bfd =
                     openat(dirfd(d), e->d_name, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
@@ -651,6 +676,8 @@ static void sweep_trash(native *n)
                     bfd < 0 ? -1 : openat(bfd, "lock", O_RDWR | O_CLOEXEC | O_NOFOLLOW);
                 if (lfd >= 0 && flock(lfd, LOCK_EX | LOCK_NB) < 0)
                         continue; /* a create in progress */
+                if (bfd >= 0)
+                        release_trashed_claim(n, bfd);
                 rm_tree_at(dirfd(d), e->d_name, st.st_dev);
         }
         closedir(d);
@@ -754,15 +781,19 @@ static int n_destroy(ab_backend *b, const char *id, ab_err **err)
                 ab_box_config_clear(&c);
                 return ab_err_set(err, AB_E_INTERNAL, e, "move box %s to trash", id);
         }
+        /* The box is out of boxes/ and has no process: its uid range is free.
+         * Given back before the tree goes, so a kill during the removal
+         * cannot leak it (and one before this line leaves config.json in
+         * trash/ for sweep_trash). */
+        if (have_config) {
+                release_uid_base(n, id, c.uid_base);
+                ab_box_config_clear(&c);
+        }
         struct stat st;
         fstat(tfd, &st);
         int r = rm_tree_at(tfd, trash, st.st_dev);
         if (r < 0)
                 ab_log(AB_LOG_WARN, "leftovers in trash", "box", id, "error", strerror(-r), NULL);
-        if (have_config) {
-                release_uid_base(n, id, c.uid_base);
-                ab_box_config_clear(&c);
-        }
         if (cg_ready(n))
                 remove_cg_parent(n);
         ab_log(AB_LOG_INFO, "box destroyed", "box", id, NULL);
