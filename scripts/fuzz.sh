@@ -27,9 +27,7 @@ while [ $# -gt 0 ]; do
         *) targets+=("${1%.c}"); shift ;;
         esac
 done
-if ! command -v clang >/dev/null; then
-        apt-get install -y -qq clang >/dev/null
-fi
+command -v clang >/dev/null || ./scripts/deps.sh clang
 all=$(sed -n "s/^  '\(fuzz_[a-z0-9_]*\)',$/\1/p" tests/fuzz/meson.build)
 [ ${#targets[@]} -gt 0 ] || read -r -a targets <<<"$(echo $all)"
 for t in "${targets[@]}"; do
