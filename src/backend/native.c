@@ -363,13 +363,15 @@ static const char *uid_registry(void)
 static int mkdir_p(const char *path, mode_t mode);
 
 /* A claim whose box no longer exists (its data folder was deleted without
- * `rm`) is stale; young claims may belong to a create in progress. The
- * claim is judged from one open file, whose inode is returned in *ino. */
-static bool claim_is_stale(int regfd, const char *slot, uid_t base, ino_t *ino)
+ * `rm`) is stale; claims younger than min_age seconds may belong to a create
+ * in progress. The claim is judged from one open file, whose inode is
+ * returned in *ino. prefix (may be NULL): only claims of boxes under it. */
+static bool claim_is_stale(int regfd, const char *slot, uid_t base, int min_age, const char *prefix,
+                           ino_t *ino)
 {
         _cleanup_close_ int fd = openat(regfd, slot, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
         struct stat st;
-        if (fd < 0 || fstat(fd, &st) < 0 || st.st_mtime > time(NULL) - 600)
+        if (fd < 0 || fstat(fd, &st) < 0 || st.st_mtime > time(NULL) - min_age)
                 return false;
         *ino = st.st_ino;
         char owner[4096];
@@ -378,6 +380,8 @@ static bool claim_is_stale(int regfd, const char *slot, uid_t base, ino_t *ino)
                 return false; /* claims are written before they appear: never empty */
         owner[len] = '\0';
         owner[strcspn(owner, "\n")] = '\0';
+        if (prefix && (strncmp(owner, prefix, strlen(prefix)) || owner[strlen(prefix)] != '/'))
+                return false;
         _cleanup_close_ int bfd = open(owner, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
         if (bfd < 0)
                 return errno == ENOENT;
@@ -436,7 +440,7 @@ static int alloc_uid_base(native *n, const char *id, uid_t *out, ab_err **err)
                 uid_t base = UID_FIRST + i * UID_STEP;
                 r = claim_slot(regfd, slot, owner);
                 ino_t ino = 0;
-                if (r == -EEXIST && claim_is_stale(regfd, slot, base, &ino)) {
+                if (r == -EEXIST && claim_is_stale(regfd, slot, base, 600, NULL, &ino)) {
                         /* Take it over: move the judged file aside, and put it
                          * back if a fresh claim replaced it meanwhile. */
                         char tmp[64];
@@ -463,6 +467,42 @@ static int alloc_uid_base(native *n, const char *id, uid_t *out, ab_err **err)
                 return 0;
         }
         return ab_err_set(err, AB_E_LIMIT, 0, "no free uid range: too many boxes on this host");
+}
+
+/* Gives back the claims of this data folder's boxes that no longer exist
+ * (a create killed between claiming a range and writing config.json leaves
+ * one nothing else names). A minute old at least: younger ones may be a
+ * create in progress. */
+static void sweep_claims(native *n)
+{
+        int regfd = open(uid_registry(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        DIR *d = regfd >= 0 ? fdopendir(regfd) : NULL;
+        if (!d) {
+                if (regfd >= 0)
+                        close(regfd);
+                return;
+        }
+        struct dirent *e;
+        while ((e = readdir(d))) {
+                char *end;
+                unsigned long i = strtoul(e->d_name, &end, 10);
+                if (e->d_name[0] < '0' || e->d_name[0] > '9' || *end || i >= UID_SLOTS)
+                        continue;
+                ino_t ino = 0;
+                if (!claim_is_stale(dirfd(d), e->d_name, (uid_t)(UID_FIRST + i * UID_STEP), 60,
+                                    n->boxes, &ino))
+                        continue;
+                /* unlink only the file judged (a new claim may have replaced it) */
+                char tmp[64];
+                snprintf(tmp, sizeof(tmp), ".sweep.%lu.%d", i, (int)getpid());
+                struct stat st;
+                if (renameat(dirfd(d), e->d_name, dirfd(d), tmp) < 0)
+                        continue;
+                if (fstatat(dirfd(d), tmp, &st, AT_SYMLINK_NOFOLLOW) == 0 && st.st_ino != ino)
+                        renameat2(dirfd(d), tmp, dirfd(d), e->d_name, RENAME_NOREPLACE);
+                unlinkat(dirfd(d), tmp, 0);
+        }
+        closedir(d);
 }
 
 /* Gives a box's uid range back (only if the claim is still this box's). */
@@ -1248,6 +1288,7 @@ int ab_native_open(const ab_native_opts *opts, ab_backend **out, ab_err **err)
                                   "agentbox-init not found at %s (set AGENTBOX_INIT)",
                                   n->init_path);
         sweep_trash(n);
+        sweep_claims(n);
         ab_disk_sweep_cache(n->cache_fd);
         *out = steal_pointer(&guard);
         return 0;
