@@ -11,10 +11,11 @@ secs=${AGENTBOX_FUZZ_SECS:-3}
 dir=$(dirname "$bin")
 name=$(basename "$bin")
 scratch=$dir/corpus-$name
-mkdir -p "$scratch" "$corpus"
+mkdir -p "$scratch"
+[ -d "$corpus" ] || corpus= # a target may have no committed corpus yet
 # tests/fuzz/NAME.flags: more libFuzzer flags for one target
 flags=()
 f=$(dirname "$0")/$name.flags
 [ ! -f "$f" ] || read -r -a flags <"$f"
 exec "$bin" "${flags[@]}" -max_total_time="$secs" -timeout=30 -rss_limit_mb=4096 -print_final_stats=1 \
-        -artifact_prefix="$dir/" "$scratch" "$corpus"
+        -artifact_prefix="$dir/" "$scratch" ${corpus:+"$corpus"}
