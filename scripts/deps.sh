@@ -33,6 +33,7 @@ PACKAGES=(
         python3-pip
         python3
         clang-format
+        clang
         bubblewrap
         procps
         systemd

@@ -4,7 +4,9 @@
 # Installs what is missing (scripts/deps.sh), builds ./build and an
 # ASan+UBSan ./build-asan, checks formatting, runs every meson test in
 # ./build and the unit and integration suites in ./build-asan (the CLI, the
-# library and the boxes' init all sanitized), and ends with one line:
+# library and the boxes' init all sanitized), runs each libFuzzer target of
+# ./build-fuzz for a few seconds (AGENTBOX_FUZZ_SECS, default 3), and ends
+# with one line:
 #
 #   N passed, N failed, N skipped
 #
@@ -59,6 +61,10 @@ asan_ok=1
 ./scripts/build.sh build-asan -Db_sanitize=address,undefined -Db_lundef=false ||
         { asan_ok=0; failures+=("build-asan: build failed"); }
 
+stage "build: build-fuzz (clang, libFuzzer + ASan + UBSan: scripts/fuzz.sh --build-only)"
+fuzz_ok=1
+./scripts/fuzz.sh --build-only || { fuzz_ok=0; failures+=("build-fuzz: build failed"); }
+
 stage "format: clang-format --dry-run --Werror (src/ tests/ bench/)"
 if ! command -v clang-format >/dev/null; then
         format_result=FAIL
@@ -105,6 +111,13 @@ if [ $asan_ok = 1 ]; then
         ASAN_OPTIONS="detect_leaks=$asan_leaks:halt_on_error=1:abort_on_error=0:print_summary=1" \
                 UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1" \
                 meson_test build-asan build-asan --suite unit --suite integration --timeout-multiplier 3
+else
+        echo "skipped: the build failed"
+fi
+
+stage "test: build-fuzz (every fuzz target for a few seconds from its corpus)"
+if [ $fuzz_ok = 1 ]; then
+        AGENTBOX_FUZZ_SECS=${AGENTBOX_FUZZ_SECS:-3} meson_test build-fuzz build-fuzz --suite fuzz --no-rebuild
 else
         echo "skipped: the build failed"
 fi

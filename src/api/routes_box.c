@@ -1,4 +1,5 @@
 /* Routes of docs/api.md: sandboxes, exec, events, API keys, health, metrics. */
+#include "api/parse.h"
 #include "api/server.h"
 #include "base/buf.h"
 #include "runners/runner.h"
@@ -380,7 +381,7 @@ typedef struct exec_job {
         ab_caller caller;
 } exec_job;
 
-static void exec_job_free(exec_job *j)
+void exec_job_free(exec_job *j)
 {
         free(j->key_id);
         free(j->command);
@@ -426,8 +427,7 @@ static int parse_argv(json_t *body, char ***out, ab_err **err)
         return 0;
 }
 
-/* Parses the exec fields of body into a new job. */
-static int parse_exec(json_t *body, exec_job **out, ab_err **err)
+int parse_exec(json_t *body, exec_job **out, ab_err **err)
 {
         const char *cmd = NULL, *cwd = NULL, *in = NULL;
         json_t *env = NULL;
@@ -685,14 +685,11 @@ enum MHD_Result route_box_exec(ab_req *r, const char *id)
         return run_exec(r, j, NULL);
 }
 
-enum MHD_Result route_exec(ab_req *r, const char *id)
+int parse_exec_any(const ab_server *s, json_t *body, json_t **acq, ab_acquire_req *q,
+                   ab_limits *lim, exec_job **j, ab_err **err)
 {
-        ab_err *e = NULL;
-        json_t *body;
-        if (req_json(r, &body, &e) < 0)
-                return resp_err(r, e);
         /* Split the body: acquire fields and exec fields. */
-        json_t *acq = json_object(), *ex = json_object();
+        json_t *a = json_object(), *ex = json_object();
         const char *k;
         json_t *v;
         json_object_foreach(body, k, v)
@@ -701,32 +698,47 @@ enum MHD_Result route_exec(ab_req *r, const char *id)
                 for (const char *const *p = exec_fields; *p; p++)
                         is_exec |= !strcmp(*p, k);
                 /* env belongs to the exec (per call), not to a new box */
-                json_object_set(is_exec ? ex : acq, k, v);
+                json_object_set(is_exec ? ex : a, k, v);
         }
-        json_decref(body);
+        *j = NULL;
+        int rc = fields_known(a, acquire_fields, NULL, err);
+        if (rc == 0)
+                rc = parse_exec(ex, j, err);
+        if (rc == 0)
+                rc = parse_acquire(s, a, q, lim, err);
+        json_decref(ex);
+        if (rc < 0) {
+                json_decref(a);
+                if (*j)
+                        exec_job_free(*j);
+                *j = NULL;
+                return -1;
+        }
+        *acq = a;
+        return 0;
+}
+
+enum MHD_Result route_exec(ab_req *r, const char *id)
+{
+        ab_err *e = NULL;
+        json_t *body;
+        if (req_json(r, &body, &e) < 0)
+                return resp_err(r, e);
         exec_job *j = NULL;
         ab_acquire_req q;
         ab_limits lim;
         ab_box_rec rec;
         bool created;
-        int rc = fields_known(acq, acquire_fields, NULL, &e);
-        if (rc == 0)
-                rc = parse_exec(ex, &j, &e);
-        if (rc == 0)
-                rc = parse_acquire(r->srv, acq, &q, &lim, &e);
-        if (rc < 0) {
-                json_decref(acq);
-                json_decref(ex);
-                if (j)
-                        exec_job_free(j);
+        json_t *acq = NULL;
+        int rc = parse_exec_any(r->srv, body, &acq, &q, &lim, &j, &e);
+        json_decref(body);
+        if (rc < 0)
                 return resp_err(r, e);
-        }
         /* a refused exec must not leave a new box behind: its quotas first */
         rc = ab_manager_quota_exec_check(r->srv->mgr, r->scope ? r->scope : q.app_id, &e);
         if (rc == 0)
                 rc = ab_manager_acquire(r->srv->mgr, &q, r->scope, &rec, &created, &e);
         json_decref(acq);
-        json_decref(ex);
         if (rc < 0) {
                 exec_job_free(j);
                 return exec_unavailable(r, e, NULL);
@@ -915,26 +927,33 @@ static void hex_of(const unsigned char *b, size_t n, char *out)
                 snprintf(out + 2 * i, 3, "%02x", b[i]);
 }
 
+int parse_key_create(json_t *body, const char **app, const char **name, ab_quota *quotas,
+                     ab_err **err)
+{
+        static const char *const known[] = {"app_id", "name", "quotas", NULL};
+        json_t *qo = NULL;
+        *app = *name = NULL;
+        ab_quota_unset(quotas);
+        if (fields_known(body, known, NULL, err) < 0 || field_str(body, "app_id", app, err) < 0 ||
+            field_str(body, "name", name, err) < 0 || field_obj(body, "quotas", &qo, err) < 0 ||
+            (qo && ab_quota_from_json(qo, quotas, err) < 0))
+                return -1;
+        if (!*app || !**app)
+                return ab_err_set(err, AB_E_INVALID, 0, "app_id: required");
+        return 0;
+}
+
 enum MHD_Result route_keys_create(ab_req *r, const char *id)
 {
         ab_err *e = NULL;
         json_t *body;
         if (req_json(r, &body, &e) < 0)
                 return resp_err(r, e);
-        static const char *const known[] = {"app_id", "name", "quotas", NULL};
         const char *app = NULL, *name = NULL;
-        json_t *qo = NULL;
         ab_quota quotas;
-        ab_quota_unset(&quotas);
-        if (fields_known(body, known, NULL, &e) < 0 || field_str(body, "app_id", &app, &e) < 0 ||
-            field_str(body, "name", &name, &e) < 0 || field_obj(body, "quotas", &qo, &e) < 0 ||
-            (qo && ab_quota_from_json(qo, &quotas, &e) < 0)) {
+        if (parse_key_create(body, &app, &name, &quotas, &e) < 0) {
                 json_decref(body);
                 return resp_err(r, e);
-        }
-        if (!app || !*app) {
-                json_decref(body);
-                return resp_error(r, 400, "invalid_argument", "app_id: required");
         }
         unsigned char rnd[24], kid[6];
         if (RAND_bytes(rnd, sizeof(rnd)) != 1 || RAND_bytes(kid, sizeof(kid)) != 1) {

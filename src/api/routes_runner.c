@@ -7,6 +7,7 @@
  * required (missing 401, malformed 400, wrong 401). Without it, the admin
  * token is required when the server has one; with neither, loopback clients
  * only, like the rest of the API. */
+#include "api/parse.h"
 #include "api/server.h"
 #include "runners/runner.h"
 
@@ -64,7 +65,7 @@ static int limit_of(json_t *limits, const char *name, int64_t *out, ab_err **err
 
 /* The body of POST /sandbox/js|python: {code, variables?, limits?{timeoutMs,
  * memoryMB, diskMB}}; strings and objects stay borrowed from body. */
-static int run_req_parse(json_t *body, ab_run_req *q, ab_err **err)
+int run_req_parse(json_t *body, ab_run_req *q, ab_err **err)
 {
         if (!json_is_object(body))
                 return ab_err_set(err, AB_E_INVALID, 0,

@@ -2,6 +2,7 @@
  * tool call in a box (by id, or acquired by keys in the same call). The
  * tools themselves are src/tools; this file only finds the box and keeps it
  * in use (running, not idle-stopped) for the length of the call. */
+#include "api/parse.h"
 #include "api/server.h"
 
 static bool is_acquire_field(const char *k)
@@ -87,6 +88,17 @@ static json_t *result_json(ab_tool_result *res, const char *sandbox_id)
         return j;
 }
 
+int parse_box_tool(json_t *body, json_t **args, ab_err **err)
+{
+        *args = body;
+        if (!json_object_get(body, "args"))
+                return 0;
+        static const char *const known[] = {"args", NULL};
+        if (fields_known(body, known, NULL, err) < 0 || field_obj(body, "args", args, err) < 0)
+                return -1;
+        return 0;
+}
+
 /* Pattern v1/sandboxes/{box}/tools/{name}: `id` is the last "*" (the tool),
  * the box is segment 2. */
 enum MHD_Result route_box_tool(ab_req *r, const char *id)
@@ -96,14 +108,10 @@ enum MHD_Result route_box_tool(ab_req *r, const char *id)
         json_t *body;
         if (req_json(r, &body, &e) < 0)
                 return resp_err(r, e);
-        json_t *args = body;
-        if (json_object_get(body, "args")) {
-                static const char *const known[] = {"args", NULL};
-                if (fields_known(body, known, NULL, &e) < 0 ||
-                    field_obj(body, "args", &args, &e) < 0) {
-                        json_decref(body);
-                        return resp_err(r, e);
-                }
+        json_t *args;
+        if (parse_box_tool(body, &args, &e) < 0) {
+                json_decref(body);
+                return resp_err(r, e);
         }
         ab_tool_result res;
         int rc = tools_call(r->srv, r->scope, box, name, args, &res, &e);
@@ -111,6 +119,33 @@ enum MHD_Result route_box_tool(ab_req *r, const char *id)
         if (rc < 0)
                 return resp_err(r, e);
         return resp_json(r, 200, result_json(&res, NULL));
+}
+
+int parse_tool(json_t *body, json_t **acq, json_t **args, ab_err **err)
+{
+        *acq = *args = NULL;
+        json_t *a = json_object_get(body, "args");
+        bool split = !a;
+        if (a && !json_is_object(a))
+                return ab_err_set(err, AB_E_INVALID, 0, "args: must be an object");
+        json_t *q = json_object();
+        a = split ? json_object() : json_incref(a);
+        const char *k;
+        json_t *v;
+        json_object_foreach(body, k, v)
+        {
+                if (!strcmp(k, "args"))
+                        continue;
+                json_object_set(split && !is_acquire_field(k) ? a : q, k, v);
+        }
+        if (fields_known(q, acquire_fields, NULL, err) < 0) {
+                json_decref(q);
+                json_decref(a);
+                return -1;
+        }
+        *acq = q;
+        *args = a;
+        return 0;
 }
 
 /* POST /v1/tools/{name}: the acquire fields pick (or make) the box; the
@@ -123,28 +158,14 @@ enum MHD_Result route_tool(ab_req *r, const char *name)
         json_t *body;
         if (req_json(r, &body, &e) < 0)
                 return resp_err(r, e);
-        json_t *args = json_object_get(body, "args");
-        json_t *acq = json_object();
-        bool split = !args;
-        if (args && !json_is_object(args)) {
-                json_decref(acq);
-                json_decref(body);
-                return resp_error(r, 400, "invalid_argument", "args: must be an object");
-        }
-        args = split ? json_object() : json_incref(args);
-        const char *k;
-        json_t *v;
-        json_object_foreach(body, k, v)
-        {
-                if (!strcmp(k, "args"))
-                        continue;
-                json_object_set(split && !is_acquire_field(k) ? args : acq, k, v);
-        }
+        json_t *acq, *args;
+        int prc = parse_tool(body, &acq, &args, &e);
         json_decref(body);
+        if (prc < 0)
+                return resp_err(r, e);
         ab_box_rec rec;
         bool created;
-        if (fields_known(acq, acquire_fields, NULL, &e) < 0 ||
-            tools_acquire(r->srv, r->scope, acq, &rec, &created, &e) < 0) {
+        if (tools_acquire(r->srv, r->scope, acq, &rec, &created, &e) < 0) {
                 json_decref(acq);
                 json_decref(args);
                 return resp_err(r, e);

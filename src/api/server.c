@@ -1069,6 +1069,27 @@ static void raise_nofile(int64_t max_connections)
         }
 }
 
+/* The connection table (deadlines, caps, parked streams) and the worker
+ * pool both daemons use. */
+static int start_tables(ab_server *s, ab_err **err)
+{
+        ab_conns_opts co = {
+            .head_timeout_ms = s->cfg->head_timeout_ms,
+            .keepalive_ms = (int64_t)IDLE_CONN_TIMEOUT_S * 1000,
+            .max_connections = s->cfg->max_connections,
+            .max_per_address = s->cfg->max_connections_per_address,
+            .max_streams = s->cfg->max_streams,
+            .max_streams_addr = s->cfg->max_streams_per_address,
+            .events = s->events,
+        };
+        s->conns = ab_conns_new(&co);
+        if (!s->conns) {
+                return ab_err_set(err, AB_E_INTERNAL, errno, "cannot start the connection timer");
+        }
+        s->workers = ab_workers_new((size_t)s->cfg->max_requests, WORKERS_KEEP_IDLE);
+        return 0;
+}
+
 int ab_server_start(ab_server *s, ab_err **err)
 {
         struct sockaddr_storage ss;
@@ -1098,22 +1119,10 @@ int ab_server_start(ab_server *s, ab_err **err)
                     ntohs(bound.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&bound)->sin6_port
                                                       : ((struct sockaddr_in *)&bound)->sin_port);
         raise_nofile(s->cfg->max_connections);
-        ab_conns_opts co = {
-            .head_timeout_ms = s->cfg->head_timeout_ms,
-            .keepalive_ms = (int64_t)IDLE_CONN_TIMEOUT_S * 1000,
-            .max_connections = s->cfg->max_connections,
-            .max_per_address = s->cfg->max_connections_per_address,
-            .max_streams = s->cfg->max_streams,
-            .max_streams_addr = s->cfg->max_streams_per_address,
-            .events = s->events,
-        };
-        s->conns = ab_conns_new(&co);
-        if (!s->conns) {
-                int e = errno;
+        if (start_tables(s, err) < 0) {
                 close(fd);
-                return ab_err_set(err, AB_E_INTERNAL, e, "cannot start the connection timer");
+                return -1;
         }
-        s->workers = ab_workers_new((size_t)s->cfg->max_requests, WORKERS_KEEP_IDLE);
         /* One polling thread (epoll) for every connection; handlers run on
          * the workers; suspended connections cost no thread. */
         unsigned flags = MHD_USE_EPOLL_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME |
@@ -1135,6 +1144,27 @@ int ab_server_start(ab_server *s, ab_err **err)
                 ab_conns_free(steal_pointer(&s->conns));
                 return ab_err_set(err, AB_E_INTERNAL, 0, "cannot start the HTTP server on %s",
                                   s->cfg->listen);
+        }
+        return 0;
+}
+
+int ab_server_start_external(ab_server *s, ab_err **err)
+{
+        if (start_tables(s, err) < 0)
+                return -1;
+        /* The same request path as ab_server_start (handlers on the workers,
+         * connections suspended meanwhile), driven by the caller's MHD_run. */
+        s->mhd = MHD_start_daemon(
+            MHD_USE_NO_LISTEN_SOCKET | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ITC | MHD_USE_ERROR_LOG,
+            0, ab_conns_accept, s->conns, on_request, s, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, s,
+            MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_NOTIFY_CONNECTION,
+            ab_conns_notify, s->conns, MHD_OPTION_URI_LOG_CALLBACK, ab_conns_uri_seen, s->conns,
+            MHD_OPTION_CONNECTION_LIMIT, (unsigned)s->cfg->max_connections + 64,
+            MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)IDLE_CONN_TIMEOUT_S, MHD_OPTION_END);
+        if (!s->mhd) {
+                ab_workers_free(steal_pointer(&s->workers));
+                ab_conns_free(steal_pointer(&s->conns));
+                return ab_err_set(err, AB_E_INTERNAL, 0, "cannot start the HTTP daemon");
         }
         return 0;
 }

@@ -47,6 +47,11 @@ typedef struct ab_server {
 
 /* Starts listening on cfg->listen. */
 int ab_server_start(ab_server *s, ab_err **err);
+/* For the HTTP fuzz target (tests/fuzz/fuzz_http.c): the same request
+ * handling with no listening socket and no threads of its own; the caller
+ * hands it connections with MHD_add_connection(s->mhd, ...) and drives it with
+ * MHD_run(s->mhd). Stop it with ab_server_stop. */
+int ab_server_start_external(ab_server *s, ab_err **err);
 /* Stops accepting, ends event streams, and waits (up to a few seconds) for
  * requests in progress. */
 void ab_server_stop(ab_server *s);

@@ -364,13 +364,15 @@ static const char *uid_registry(void)
 static int mkdir_p(const char *path, mode_t mode);
 
 /* A claim whose box no longer exists (its data folder was deleted without
- * `rm`) is stale; young claims may belong to a create in progress. The
- * claim is judged from one open file, whose inode is returned in *ino. */
-static bool claim_is_stale(int regfd, const char *slot, uid_t base, ino_t *ino)
+ * `rm`) is stale; claims younger than min_age seconds may belong to a create
+ * in progress. The claim is judged from one open file, whose inode is
+ * returned in *ino. prefix (may be NULL): only claims of boxes under it. */
+static bool claim_is_stale(int regfd, const char *slot, uid_t base, int min_age, const char *prefix,
+                           ino_t *ino)
 {
         _cleanup_close_ int fd = openat(regfd, slot, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
         struct stat st;
-        if (fd < 0 || fstat(fd, &st) < 0 || st.st_mtime > time(NULL) - 600)
+        if (fd < 0 || fstat(fd, &st) < 0 || st.st_mtime > time(NULL) - min_age)
                 return false;
         *ino = st.st_ino;
         char owner[4096];
@@ -379,6 +381,8 @@ static bool claim_is_stale(int regfd, const char *slot, uid_t base, ino_t *ino)
                 return false; /* claims are written before they appear: never empty */
         owner[len] = '\0';
         owner[strcspn(owner, "\n")] = '\0';
+        if (prefix && (strncmp(owner, prefix, strlen(prefix)) || owner[strlen(prefix)] != '/'))
+                return false;
         _cleanup_close_ int bfd = open(owner, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
         if (bfd < 0)
                 return errno == ENOENT;
@@ -437,7 +441,7 @@ static int alloc_uid_base(native *n, const char *id, uid_t *out, ab_err **err)
                 uid_t base = UID_FIRST + i * UID_STEP;
                 r = claim_slot(regfd, slot, owner);
                 ino_t ino = 0;
-                if (r == -EEXIST && claim_is_stale(regfd, slot, base, &ino)) {
+                if (r == -EEXIST && claim_is_stale(regfd, slot, base, 600, NULL, &ino)) {
                         /* Take it over: move the judged file aside, and put it
                          * back if a fresh claim replaced it meanwhile. */
                         char tmp[64];
@@ -464,6 +468,42 @@ static int alloc_uid_base(native *n, const char *id, uid_t *out, ab_err **err)
                 return 0;
         }
         return ab_err_set(err, AB_E_LIMIT, 0, "no free uid range: too many boxes on this host");
+}
+
+/* Gives back the claims of this data folder's boxes that no longer exist
+ * (a create killed between claiming a range and writing config.json leaves
+ * one nothing else names). A minute old at least: younger ones may be a
+ * create in progress. */
+static void sweep_claims(native *n)
+{
+        int regfd = open(uid_registry(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        DIR *d = regfd >= 0 ? fdopendir(regfd) : NULL;
+        if (!d) {
+                if (regfd >= 0)
+                        close(regfd);
+                return;
+        }
+        struct dirent *e;
+        while ((e = readdir(d))) {
+                char *end;
+                unsigned long i = strtoul(e->d_name, &end, 10);
+                if (e->d_name[0] < '0' || e->d_name[0] > '9' || *end || i >= UID_SLOTS)
+                        continue;
+                ino_t ino = 0;
+                if (!claim_is_stale(dirfd(d), e->d_name, (uid_t)(UID_FIRST + i * UID_STEP), 60,
+                                    n->boxes, &ino))
+                        continue;
+                /* unlink only the file judged (a new claim may have replaced it) */
+                char tmp[64];
+                snprintf(tmp, sizeof(tmp), ".sweep.%lu.%d", i, (int)getpid());
+                struct stat st;
+                if (renameat(dirfd(d), e->d_name, dirfd(d), tmp) < 0)
+                        continue;
+                if (fstatat(dirfd(d), tmp, &st, AT_SYMLINK_NOFOLLOW) == 0 && st.st_ino != ino)
+                        renameat2(dirfd(d), tmp, dirfd(d), e->d_name, RENAME_NOREPLACE);
+                unlinkat(dirfd(d), tmp, 0);
+        }
+        closedir(d);
 }
 
 /* Gives a box's uid range back (only if the claim is still this box's). */
@@ -593,12 +633,14 @@ static int n_create(ab_backend *b, const ab_box_spec *spec, ab_err **err)
         snprintf(c.id, sizeof(c.id), "%s", spec->id);
         c.rootfs = (char *)spec->rootfs;
         int r = alloc_uid_base(n, spec->id, &c.uid_base, err);
+        /* config.json first: a create killed from here on leaves the claim
+         * written down in trash/, where sweep_trash gives it back */
+        if (r == 0)
+                r = ab_box_config_write(bfd, &c, err);
         if (r == 0)
                 r = ab_disk_create(n->cache_fd, bfd, "disk.img", spec->limits.disk_mib, err);
         if (r == 0)
                 want_spares(n, spec->limits.disk_mib);
-        if (r == 0)
-                r = ab_box_config_write(bfd, &c, err);
         if (r == 0 && renameat2(tfd, tmp, n->boxes_fd, spec->id, RENAME_NOREPLACE) < 0) {
                 if (errno == EEXIST)
                         r = ab_err_set(err, AB_E_CONFLICT, 0, "box '%s' already exists", spec->id);
@@ -624,8 +666,30 @@ fail:;
         return r;
 }
 
-/* Removes what crashed creates and deletes left in trash/: entries older
- * than a minute whose lock nobody holds. */
+/* A box in trash/ (a killed create or delete) may still hold its uid range:
+ * give it back, unless a box of that id in boxes/ uses the same range (then
+ * the claim is that box's). */
+static void release_trashed_claim(native *n, int bfd)
+{
+        ab_box_config c = {0};
+        if (ab_box_config_read(bfd, &c, NULL) < 0)
+                return;
+        bool live = false;
+        _cleanup_close_ int lfd =
+            openat(n->boxes_fd, c.id, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+        ab_box_config lc = {0};
+        if (lfd >= 0 && ab_box_config_read(lfd, &lc, NULL) == 0) {
+                live = lc.uid_base == c.uid_base;
+                ab_box_config_clear(&lc);
+        }
+        if (!live && ab_id_check(c.id, NULL) == 0)
+                release_uid_base(n, c.id, c.uid_base);
+        ab_box_config_clear(&c);
+}
+
+/* Removes what crashed creates and deletes left in trash/: entries whose
+ * lock nobody holds (creates: older than a minute), giving back the uid
+ * ranges they still claim. */
 static void sweep_trash(native *n)
 {
         int dfd = openat(n->data_fd, "trash", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -641,10 +705,11 @@ static void sweep_trash(native *n)
         while ((e = readdir(d))) {
                 if (e->d_name[0] == '.')
                         continue;
-                /* Young entries may be a create between its mkdir and its flock. */
+                /* Young new.* entries may be a create between its mkdir and
+                 * its flock; a delete renames a box it holds locked. */
                 struct stat es;
                 if (fstatat(dirfd(d), e->d_name, &es, AT_SYMLINK_NOFOLLOW) < 0 ||
-                    es.st_mtime > time(NULL) - 60)
+                    (!strncmp(e->d_name, "new.", 4) && es.st_mtime > time(NULL) - 60))
                         continue;
                 _cleanup_close_ int bfd =
                     openat(dirfd(d), e->d_name, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
@@ -652,6 +717,8 @@ static void sweep_trash(native *n)
                     bfd < 0 ? -1 : openat(bfd, "lock", O_RDWR | O_CLOEXEC | O_NOFOLLOW);
                 if (lfd >= 0 && flock(lfd, LOCK_EX | LOCK_NB) < 0)
                         continue; /* a create in progress */
+                if (bfd >= 0)
+                        release_trashed_claim(n, bfd);
                 rm_tree_at(dirfd(d), e->d_name, st.st_dev);
         }
         closedir(d);
@@ -755,15 +822,19 @@ static int n_destroy(ab_backend *b, const char *id, ab_err **err)
                 ab_box_config_clear(&c);
                 return ab_err_set(err, AB_E_INTERNAL, e, "move box %s to trash", id);
         }
+        /* The box is out of boxes/ and has no process: its uid range is free.
+         * Given back before the tree goes, so a kill during the removal
+         * cannot leak it (and one before this line leaves config.json in
+         * trash/ for sweep_trash). */
+        if (have_config) {
+                release_uid_base(n, id, c.uid_base);
+                ab_box_config_clear(&c);
+        }
         struct stat st;
         fstat(tfd, &st);
         int r = rm_tree_at(tfd, trash, st.st_dev);
         if (r < 0)
                 ab_log(AB_LOG_WARN, "leftovers in trash", "box", id, "error", strerror(-r), NULL);
-        if (have_config) {
-                release_uid_base(n, id, c.uid_base);
-                ab_box_config_clear(&c);
-        }
         if (cg_ready(n))
                 remove_cg_parent(n);
         ab_log(AB_LOG_INFO, "box destroyed", "box", id, NULL);
@@ -1245,6 +1316,7 @@ int ab_native_open(const ab_native_opts *opts, ab_backend **out, ab_err **err)
         if (!n->init_path)
                 return -1;
         sweep_trash(n);
+        sweep_claims(n);
         ab_disk_sweep_cache(n->cache_fd);
         *out = steal_pointer(&guard);
         return 0;

@@ -128,8 +128,11 @@ static json_t *node_json(yconv *y, yaml_node_t *n, int depth)
                         yaml_node_t *k = yaml_document_get_node(y->doc, p->key);
                         json_t *v =
                             node_json(y, yaml_document_get_node(y->doc, p->value), depth + 1);
+                        /* a repeated key is refused: `name` would otherwise be one
+                         * value for the checks and another in the frontmatter shown */
                         if (!v || !k || k->type != YAML_SCALAR_NODE ||
-                            strlen((const char *)k->data.scalar.value) != k->data.scalar.length) {
+                            strlen((const char *)k->data.scalar.value) != k->data.scalar.length ||
+                            json_object_get(o, (const char *)k->data.scalar.value)) {
                                 json_decref(v);
                                 json_decref(o);
                                 return NULL;
@@ -193,7 +196,7 @@ static int parse_front(const char *text, size_t len, ab_skill_md *md, ab_err **e
                 if (!md->front)
                         r = ab_err_set(err, AB_E_INVALID, 0,
                                        "Invalid SKILL.md format: the frontmatter is too large, "
-                                       "too deeply nested, or has non-text keys");
+                                       "too deeply nested, or has non-text or repeated keys");
                 md->name = root_scalar(&doc, root, "name");
                 md->description = root_scalar(&doc, root, "description");
         }

@@ -298,6 +298,10 @@ static void test_parse(void)
              "c: &c [*b,*b,*b,*b,*b,*b,*b,*b]\nd: &d [*c,*c,*c,*c,*c,*c,*c,*c]\n"
              "e: &e [*d,*d,*d,*d,*d,*d,*d,*d]\nf: [*e,*e,*e,*e,*e,*e,*e,*e]\n---\n",
              "Invalid SKILL.md format: the frontmatter is too large", "an alias bomb"},
+            /* found by fuzz_skillmd: the checks read the first `name`, the
+             * frontmatter shown kept the last */
+            {"---\nname: good\nname: [a, b]\n---\n",
+             "Invalid SKILL.md format: the frontmatter is too large", "a repeated key"},
         };
         for (size_t i = 0; i < AB_ARRAY_LEN(bad); i++) {
                 r = ab_skill_md_parse(bad[i].text, strlen(bad[i].text), &md, &e);

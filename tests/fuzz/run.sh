@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# run.sh BIN CORPUS - one short libFuzzer run of BIN (the suite's fuzz test):
+# AGENTBOX_FUZZ_SECS seconds (default 3) from the committed corpus CORPUS,
+# new inputs kept in a scratch folder next to BIN (the committed corpus is
+# never written). Fails on a crash, a leak, a timeout (-timeout, 30 s an
+# input) or an out-of-memory; the input that did it is left in
+# BIN's folder as crash-*, leak-*, timeout-* or oom-*.
+set -euo pipefail
+bin=$1 corpus=$2
+secs=${AGENTBOX_FUZZ_SECS:-3}
+dir=$(dirname "$bin")
+name=$(basename "$bin")
+scratch=$dir/corpus-$name
+mkdir -p "$scratch"
+[ -d "$corpus" ] || corpus= # a target may have no committed corpus yet
+# tests/fuzz/NAME.flags: more libFuzzer flags for one target
+flags=()
+f=$(dirname "$0")/$name.flags
+[ ! -f "$f" ] || read -r -a flags <"$f"
+exec "$bin" "${flags[@]}" -max_total_time="$secs" -timeout=30 -rss_limit_mb=4096 -print_final_stats=1 \
+        -artifact_prefix="$dir/" "$scratch" ${corpus:+"$corpus"}
