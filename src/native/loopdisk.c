@@ -226,6 +226,22 @@ static const char mount_failed[] = "cannot mount the box disk";
  * the failed step in *what. Retries when another process takes the device
  * between GET_FREE and CONFIGURE. Plain system calls only (see
  * ab_disk_mount_raw). */
+/* Errors of a device another process took, or is tearing down, between
+ * LOOP_CTL_GET_FREE and LOOP_CONFIGURE: worth another device. */
+static bool loop_race(int r)
+{
+        return r == -EBUSY || r == -ENXIO || r == -ENOENT || r == -EAGAIN;
+}
+
+/* After a few lost races in a row, give the others a millisecond. */
+static void loop_backoff(int attempt)
+{
+        if (attempt >= 8) {
+                struct timespec ts = {0, 1000 * 1000};
+                nanosleep(&ts, NULL);
+        }
+}
+
 static int loop_attach(int backing, char *dev, size_t devlen, const char **what)
 {
         int ctl = open("/dev/loop-control", O_RDWR | O_CLOEXEC);
@@ -252,7 +268,10 @@ static int loop_attach(int backing, char *dev, size_t devlen, const char **what)
                 if (lfd < 0) {
                         r = -errno;
                         *what = "cannot open the loop device";
-                        break;
+                        if (!loop_race(r))
+                                break;
+                        loop_backoff(attempt);
+                        continue;
                 }
                 struct loop_config cfg = {
                     .fd = (unsigned)backing,
@@ -265,10 +284,11 @@ static int loop_attach(int backing, char *dev, size_t devlen, const char **what)
                 }
                 r = -errno;
                 close(lfd);
-                if (r != -EBUSY) {
+                if (!loop_race(r)) {
                         *what = "cannot attach the loop device";
                         break;
                 }
+                loop_backoff(attempt);
         }
         close(ctl);
         return r;

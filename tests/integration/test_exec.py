@@ -90,7 +90,12 @@ h.ok(r.rc == 0 and "launched" in r.out.splitlines(),
 h.ok(dt < 20, "... and returns quickly (%.1fs) although the printer keeps its stdout open" % dt)
 r = h.exec(box, "kill -0 $(cat /tmp/printer.pid) && echo alive")
 h.eq(r.out, "alive\n", "a later exec sees the printing background process alive", r.describe())
-r = h.exec(box, "a=$(cat /tmp/tick); sleep 1.5; b=$(cat /tmp/tick); "
+# Polled for up to 15 s (a loaded host may run the loop slowly); a printer
+# blocked on a full pipe, or killed by SIGPIPE, never advances. What it saw
+# goes to stderr for the log.
+r = h.exec(box, "a=$(cat /tmp/tick); for i in $(seq 75); do sleep 0.2; b=$(cat /tmp/tick); "
+                "[ \"$a\" != \"$b\" ] && break; done; echo \"tick $a -> $b\" >&2; "
+                "ps -eo pid,stat,cmd >&2; "
                 "[ \"$a\" != \"$b\" ] && kill -0 $(cat /tmp/printer.pid) && echo still-ticking")
 h.eq(r.out, "still-ticking\n", "... and it keeps running (its loop still advances, not blocked on a full pipe)",
      r.describe())
