@@ -549,8 +549,10 @@ static void le_store(const char *p, size_t n)
         }
 }
 
-/* What every child of the session starts with (after fork, before exec). */
-static void child_common(void)
+/* What every child of the session starts with (after fork, before exec):
+ * a session of its own, default signals, nothing blocked, the box's process
+ * limit. Terminals' programs too (term.c). */
+void init_child_common(void)
 {
         setsid();
         for (int s = 1; s < NSIG; s++)
@@ -576,7 +578,7 @@ static void close_from(int first)
 __attribute__((noreturn)) static void le_child(int null, int report, const init_conf *conf,
                                                char **env)
 {
-        child_common();
+        init_child_common();
         /* (before the dups: workdir_fd may be 3) */
         if ((conf->workdir_fd >= 0 ? fchdir(conf->workdir_fd) : chdir(conf->workdir)) < 0)
                 _exit(127);
@@ -1199,7 +1201,7 @@ __attribute__((noreturn)) static void argv_failed(const char *file)
 /* Child side of the fork: never returns. */
 __attribute__((noreturn)) static void run_child(int in, int out, int err, int cwdfd, exec_plan *p)
 {
-        child_common();
+        init_child_common();
         if (dup2(in, 0) < 0 || dup2(out, 1) < 0 || dup2(err, 2) < 0)
                 _exit(127);
         if (fchdir(cwdfd) < 0) {

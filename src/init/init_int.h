@@ -73,5 +73,8 @@ int init_open(const init_conf *conf, const char *path, int flags, mode_t mode);
  * reaps its children. `reaped` (may be NULL) sees each reaped child.
  * Also used by PID 1 on SIGTERM. */
 void init_kill_tree(pid_t pgrp, void (*reaped)(pid_t pid, int status, void *ud), void *ud);
+/* In a child after fork, before exec: its own session, default signals, an
+ * empty mask, the box's process limit (exec.c). */
+void init_child_common(void);
 
 #endif

@@ -364,21 +364,11 @@ static void term_write(term *t)
 /* The child on the pty's slave side: never returns. */
 __attribute__((noreturn)) static void term_child(int slave, int cwdfd, char **argv, char **env)
 {
-        setsid();
+        init_child_common(); /* setsid first: the pty becomes its controlling terminal */
         if (ioctl(slave, TIOCSCTTY, 0) < 0)
                 _exit(127);
         if (dup2(slave, 0) < 0 || dup2(slave, 1) < 0 || dup2(slave, 2) < 0)
                 _exit(127);
-        for (int s = 1; s < NSIG; s++)
-                if (s != SIGKILL && s != SIGSTOP)
-                        signal(s, SIG_DFL);
-        sigset_t none;
-        sigemptyset(&none);
-        sigprocmask(SIG_SETMASK, &none, NULL);
-        if (init_max_procs) {
-                struct rlimit nproc = {init_max_procs, init_max_procs};
-                setrlimit(RLIMIT_NPROC, &nproc);
-        }
         if (fchdir(cwdfd) < 0) {
                 dprintf(2, "agentbox-init: cannot enter the working directory: %s\r\n",
                         strerror(errno));
