@@ -15,6 +15,7 @@ RANK = {
     "native": 1,    # how a native box is made
     "store": 1,     # durable records
     "skills": 1,    # skills folder, safe archives
+    "image": 1,     # the image store: references, registry pulls, layers
     "init": 2,      # agentbox-init (links base and proto only)
     "net": 2,       # a box's network
     "backend": 3,   # the backend interface and its implementations

@@ -1,0 +1,3 @@
+#include "image/layer.h"
+
+/* Being written (issue 12). */

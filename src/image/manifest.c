@@ -1,0 +1,3 @@
+#include "image/manifest.h"
+
+/* Being written (issue 12). */

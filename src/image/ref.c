@@ -1,0 +1,3 @@
+#include "image/ref.h"
+
+/* Being written (issue 12). */

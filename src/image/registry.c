@@ -1,0 +1,3 @@
+#include "image/registry.h"
+
+/* Being written (issue 12). */

@@ -1,0 +1,3 @@
+#include "image/store.h"
+
+/* Being written (issue 12). */

@@ -1,0 +1,120 @@
+/* store.h - the image store: images pulled from registries or imported from
+ * archives, kept in the data folder, their layers unpacked once per digest
+ * and shared read-only by every box that uses them.
+ *
+ * On disk (DIR = DATA/images):
+ *   DIR/lock               flock: metadata changes and GC are exclusive
+ *   DIR/gc.lock            flock: pulls and imports hold it shared while they
+ *                          run; GC takes it exclusive without waiting (and
+ *                          skips this round when it cannot)
+ *   DIR/refs.json          {"canonical name": "image id", ...} (atomic rewrite)
+ *   DIR/images/HEX.json    one image's record (id = "sha256:HEX", the digest of
+ *                          its config blob, as Docker's image ids): layers
+ *                          (blob digest, diff id, bytes), its config (env,
+ *                          workdir, user, entrypoint, cmd, os, arch), the
+ *                          manifest digests it was pulled by, created, source
+ *   DIR/layers/HEX/fs      one unpacked layer (layer.h), HEX = its blob digest
+ *   DIR/layers/HEX/layer.json  {digest, bytes, entries}
+ *   DIR/holds/HOLDER       the image id a holder (a box id) uses
+ *   DIR/tmp/               downloads and unpacks in progress; emptied at open
+ * A layer directory appears only by rename() of a fully unpacked tmp
+ * directory, a record or refs.json only by atomic rename, so a crash at any
+ * moment leaves the store consistent (at worst a tmp entry, removed at the
+ * next open, or an unreferenced layer, removed by the next GC).
+ *
+ * Thread-safety: every call may run concurrently from several threads and
+ * processes on one DIR. */
+#ifndef AB_IMAGE_STORE_H
+#define AB_IMAGE_STORE_H
+
+#include "base/err.h"
+#include "image/layer.h"
+#include "image/manifest.h"
+#include "image/registry.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+
+typedef struct ab_image_store ab_image_store;
+
+typedef struct ab_image_store_opts {
+        const char *dir;           /* DATA/images; created if missing */
+        ab_registry_opts registry; /* copied (strings too) */
+        ab_layer_opts layer;       /* bounds on one layer's unpacked size */
+        uint64_t max_blob_bytes;   /* most bytes of one downloaded blob; 0 = 8 GiB */
+} ab_image_store_opts;
+
+typedef struct ab_image {
+        char *id;       /* "sha256:HEX" of the config blob */
+        char **names;   /* canonical references naming it, NULL-terminated (may be empty) */
+        char **digests; /* manifest digests it is known by, NULL-terminated (may be empty) */
+        char **layers;  /* absolute paths of the unpacked layer trees (DIR/layers/HEX/fs),
+                         * bottom first, NULL-terminated */
+        size_t n_layers;
+        ab_image_config config; /* manifest.h */
+        uint64_t size;          /* bytes of file data of its layers */
+        int64_t created;        /* unix seconds it came into the store */
+        char *source;           /* "pull" | "import" */
+} ab_image;
+
+void ab_image_clear(ab_image *img);
+void ab_image_list_free(ab_image *imgs, size_t n);
+
+int ab_image_store_open(const ab_image_store_opts *opts, ab_image_store **out, ab_err **err);
+void ab_image_store_free(ab_image_store *s);
+
+/* Progress of a pull or import: phase is "resolve" (done/total unused),
+ * "download" or "unpack" (of layer `digest`; bytes done and total, total 0
+ * when unknown), "exists" (layer `digest` was already in the store) or
+ * "done". May be called from the calling thread only. */
+typedef void (*ab_image_progress_fn)(void *ud, const char *phase, const char *digest, uint64_t done,
+                                     uint64_t total);
+
+/* Pulls ref (ref.h syntax) from its registry: resolves the tag, picks the
+ * linux/amd64 entry of an index, verifies every digest before use, unpacks
+ * the layers not yet in the store, writes the record and names the image
+ * `ref` (canonical). An image for another platform is AB_E_UNSUPPORTED. The
+ * registry's errors are passed on (registry.h). fn may be NULL. */
+int ab_image_pull(ab_image_store *s, const char *ref, ab_image_progress_fn fn, void *ud,
+                  ab_image *out, ab_err **err);
+
+/* Imports every image of a `docker save` tarball or an OCI image-layout
+ * tarball read from fd, named by the names the archive gives (RepoTags,
+ * org.opencontainers.image.ref.name), canonicalised; `name`, when non-NULL,
+ * names the archive's only image instead (AB_E_INVALID if it has several).
+ * Digests in the archive are verified. *out gets the images (free with
+ * ab_image_list_free), *n their count. */
+int ab_image_import(ab_image_store *s, int fd, const char *name, ab_image_progress_fn fn, void *ud,
+                    ab_image **out, size_t *n, ab_err **err);
+
+/* Looks up an image by reference (canonicalised first: "busybox" finds
+ * docker.io/library/busybox:latest), by id ("sha256:HEX", or a unique prefix
+ * of HEX of at least 12 characters) or by a manifest digest it was pulled
+ * by. AB_E_NOT_FOUND when absent. */
+int ab_image_get(ab_image_store *s, const char *ref_or_id, ab_image *out, ab_err **err);
+
+/* Every image, sorted by id. */
+int ab_image_list(ab_image_store *s, ab_image **out, size_t *n, ab_err **err);
+
+/* Removes a name (or, given an id or digest, every name of that image).
+ * The image's record and layers go at the next ab_image_gc unless a holder
+ * still uses it. AB_E_NOT_FOUND when nothing matched. */
+int ab_image_remove(ab_image_store *s, const char *ref_or_id, ab_err **err);
+
+/* Marks image_id as used by holder (a box id): kept, with its layers, until
+ * released, whatever its names. A holder holds one image; holding again
+ * replaces it. AB_E_NOT_FOUND when no such image. */
+int ab_image_hold(ab_image_store *s, const char *holder, const char *image_id, ab_err **err);
+/* Ends holder's hold (none: no-op). */
+int ab_image_release(ab_image_store *s, const char *holder, ab_err **err);
+/* Ends every hold whose holder `live` says is gone (false): for recovery
+ * after a crash between a box's delete and its release. */
+int ab_image_prune_holds(ab_image_store *s, bool (*live)(void *ud, const char *holder), void *ud,
+                         ab_err **err);
+
+/* Removes images with no name and no holder, then layers no image uses.
+ * *freed (may be NULL) gets the bytes of file data removed. Returns 0 also
+ * when it skipped because a pull is running. */
+int ab_image_gc(ab_image_store *s, uint64_t *freed, ab_err **err);
+
+#endif
