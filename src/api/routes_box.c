@@ -74,7 +74,7 @@ enum MHD_Result route_metrics(ab_req *r, const char *id)
 
 const char *const acquire_fields[] = {
     "id",  "app_id", "user_id",     "chat_id",      "thread_id", "mode",     "limits", "network",
-    "env", "mounts", "idle_stop_s", "idle_pause_s", "ttl_s",     "metadata", NULL};
+    "env", "mounts", "idle_stop_s", "idle_pause_s", "ttl_s",     "metadata", "image",  NULL};
 static const char *const exec_fields[] = {"command", "argv", "timeout_s", "timeout",
                                           "env",     "cwd",  "stdin",     NULL};
 
@@ -125,8 +125,11 @@ int parse_acquire(const ab_server *s, json_t *body, ab_acquire_req *q, ab_limits
             field_str(body, "user_id", &q->user_id, err) < 0 ||
             field_str(body, "chat_id", &q->chat_id, err) < 0 ||
             field_str(body, "thread_id", &q->thread_id, err) < 0 ||
-            field_str(body, "mode", &q->mode, err) < 0)
+            field_str(body, "mode", &q->mode, err) < 0 ||
+            field_str(body, "image", &q->image, err) < 0)
                 return -1;
+        if (q->image && !*q->image)
+                q->image = NULL;
         json_t *lo = NULL;
         if (field_obj(body, "limits", &lo, err) < 0)
                 return -1;

@@ -82,6 +82,10 @@ static const route routes[] = {
     {"GET", "", AUTH_ANY, BODY_NONE, route_console},
     {"GET", "console/*", AUTH_ANY, BODY_NONE, route_console},
     {"GET", "v1/keys/*", AUTH_ADMIN, BODY_NONE, route_key_get},
+    {"GET", "v1/images", AUTH_USER, BODY_NONE, route_images_list},
+    {"POST", "v1/images", AUTH_USER, BODY_JSON, route_images_pull},
+    {"GET", "v1/images/**", AUTH_USER, BODY_NONE, route_image_get},
+    {"DELETE", "v1/images/**", AUTH_ADMIN, BODY_NONE, route_image_delete},
 };
 
 /* ---- responses -------------------------------------------------------- */
@@ -498,6 +502,13 @@ json_t *box_json(const ab_server *s, const ab_box_rec *r)
             net ? json_incref(net) : json_pack("{s:s,s:[],s:[]}", "mode", "none", "allow", "deny"),
             "env", env ? json_incref(env) : json_object(), "metadata",
             r->metadata ? json_incref(r->metadata) : json_object(), "error", str_or_null(r->error));
+        /* the image a box was made from: its reference and id (null: the host base) */
+        json_t *img = json_object_get(r->spec, "image");
+        json_object_set_new(j, "image",
+                            json_is_object(img)
+                                ? json_pack("{s:O?,s:O?}", "ref", json_object_get(img, "ref"), "id",
+                                            json_object_get(img, "id"))
+                                : json_null());
         return j;
 }
 
@@ -676,6 +687,12 @@ static bool route_matches(const route *rt, ab_req *r, const char **id)
         for (char *t = strtok_r(pat, "/", &save); t; t = strtok_r(NULL, "/", &save), i++) {
                 if (i >= r->n_seg)
                         return false;
+                if (!strcmp(t, "**")) {
+                        /* the rest of the path, slashes and all (an image
+                         * reference: "localhost:5000/team/tool:1") */
+                        *id = r->path + (r->seg[i] - r->segbuf);
+                        return true;
+                }
                 if (!strcmp(t, "*"))
                         *id = r->seg[i];
                 else if (strcmp(t, r->seg[i]))

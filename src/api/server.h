@@ -43,6 +43,7 @@ typedef struct ab_server {
         char *sandbox_token;    /* SANDBOX_TOKEN: bearer token of the /sandbox routes, or NULL */
         struct ab_conns *conns; /* connection table, caps, deadlines, parked streams */
         struct ab_workers *workers; /* threads that run handlers */
+        ab_image_store *images;     /* the image store (routes_images.c), or NULL */
 } ab_server;
 
 /* Starts listening on cfg->listen. */
@@ -200,6 +201,13 @@ enum MHD_Result route_skill_get(ab_req *r, const char *name);
 enum MHD_Result route_skill_put(ab_req *r, const char *name);
 enum MHD_Result route_skill_validate(ab_req *r, const char *name);
 enum MHD_Result route_skill_delete(ab_req *r, const char *name);
+/* routes_images.c */
+enum MHD_Result route_images_list(ab_req *r, const char *id);
+enum MHD_Result route_images_pull(ab_req *r, const char *id);
+enum MHD_Result route_image_get(ab_req *r, const char *ref);
+enum MHD_Result route_image_delete(ab_req *r, const char *ref);
+/* An image as the API and `agentbox image ls --json` show it (no host paths). */
+json_t *ab_image_json(const ab_image *img);
 enum MHD_Result route_tools_list(ab_req *r, const char *id);
 enum MHD_Result route_tools_prompt(ab_req *r, const char *id);
 enum MHD_Result route_box_tool(ab_req *r, const char *id);

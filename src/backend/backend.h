@@ -20,6 +20,11 @@ typedef struct ab_box_spec {
         const char *id; /* validated with ab_id_valid */
         ab_limits limits;
         const char *rootfs; /* NULL = curated host base; else a directory tree */
+        /* Or an image: its unpacked layer trees (absolute paths, bottom
+         * first, NULL-terminated; they must stay until the box is deleted)
+         * and its id, recorded with the box. Not with rootfs. */
+        const char *const *layers;
+        const char *image;
 } ab_box_spec;
 
 typedef struct ab_box_info {
@@ -30,6 +35,7 @@ typedef struct ab_box_info {
         int64_t started_at; /* unix seconds of the last start, 0 if stopped */
         pid_t init_pid;     /* host pid of the box's init (running or paused), else 0 */
         char *rootfs;       /* NULL = host base */
+        char *image;        /* the image's id for a box made from one, else NULL */
         char *error;        /* why the box is in AB_BOX_ERROR, else NULL */
 } ab_box_info;
 

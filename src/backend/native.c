@@ -282,7 +282,7 @@ static int start_locked(native *n, int bfd, const char *id, ab_err **err)
          * ab_box_spawn while the setup process builds the rootfs. */
         ab_cg_kill_all(&n->cg, id, NULL);
         ab_hide_list *hidden = NULL;
-        if (!c.rootfs && !(hidden = etc_hidden(n, err))) {
+        if (!c.rootfs && !c.layers && !(hidden = etc_hidden(n, err))) {
                 ab_box_config_clear(&c);
                 return ab_err_wrap(err, "box %s", id);
         }
@@ -290,6 +290,7 @@ static int start_locked(native *n, int bfd, const char *id, ab_err **err)
             .id = id,
             .box_dir = dir,
             .base = c.rootfs ? c.rootfs : "/",
+            .layers = (const char *const *)c.layers,
             .skills_dir = n->skills,
             .hide = n->hide,
             .uid_base = c.uid_base,
@@ -604,6 +605,15 @@ static int n_create(ab_backend *b, const ab_box_spec *spec, ab_err **err)
                 return -1;
         if (need_cgroups(n, err) < 0)
                 return -1;
+        if (spec->rootfs && spec->layers)
+                return ab_err_set(err, AB_E_INVALID, 0, "a box has a rootfs or an image, not both");
+        for (const char *const *l = spec->layers; l && *l; l++) {
+                struct stat st;
+                if ((*l)[0] != '/' || stat(*l, &st) < 0 || !S_ISDIR(st.st_mode))
+                        return ab_err_set(
+                            err, AB_E_INVALID, 0,
+                            "image layer '%s' must be an absolute path to a directory", *l);
+        }
         if (spec->rootfs) {
                 struct stat st;
                 if (spec->rootfs[0] != '/' || stat(spec->rootfs, &st) < 0 || !S_ISDIR(st.st_mode))
@@ -632,6 +642,8 @@ static int n_create(ab_backend *b, const ab_box_spec *spec, ab_err **err)
         ab_box_config c = {.limits = spec->limits, .created_at = time(NULL)};
         snprintf(c.id, sizeof(c.id), "%s", spec->id);
         c.rootfs = (char *)spec->rootfs;
+        c.layers = (char **)spec->layers;
+        c.image = (char *)spec->image;
         int r = alloc_uid_base(n, spec->id, &c.uid_base, err);
         /* config.json first: a create killed from here on leaves the claim
          * written down in trash/, where sweep_trash gives it back */
@@ -898,6 +910,7 @@ static int info_at(native *n, const char *id, ab_box_info *out, ab_err **err)
         out->limits = c.limits;
         out->created_at = c.created_at;
         out->rootfs = c.rootfs ? xstrdup(c.rootfs) : NULL;
+        out->image = c.image ? xstrdup(c.image) : NULL;
         ab_box_config_clear(&c);
         ab_box_state st;
         int r = ab_state_read(bfd, &st, err);

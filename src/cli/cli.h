@@ -78,6 +78,7 @@ typedef struct cli_service {
         ab_metrics *metrics;
         ab_webhook *webhook;
         struct ab_net *net;
+        ab_image_store *images;
         ab_manager *mgr;
         ab_server srv; /* wired to the pieces above; only serve starts its HTTP daemon */
 } cli_service;
@@ -97,5 +98,11 @@ int cli_service_parse(int argc, char **argv, const char *cmd, const char *usage,
 int cli_service_open(cli_service *s, const cli_service_args *a, ab_err **err);
 /* Closes what cli_service_open opened (boxes keep running); s may be zeroed. */
 void cli_service_close(cli_service *s);
+
+/* Opens the image store of data folder `data` (DATA/images) with the
+ * registry settings of cfg (may be NULL: defaults). image.c. */
+int cli_images_open(const ab_config *cfg, const char *data, ab_image_store **out, ab_err **err);
+/* agentbox image pull|ls|rm|import|gc. Returns an exit code. */
+int cli_image(int argc, char **argv, const char *data);
 
 #endif

@@ -43,12 +43,15 @@ static const char *usage_text =
     "                                 write_file, str_replace, sandbox_shell; docs/tools.md);\n"
     "                                 args as a JSON object, or `-` to read them from stdin;\n"
     "                                 exits 1 when the tool reports an error\n"
+    "  image pull|ls|rm|import|gc     the image store (`agentbox image --help`)\n"
     "  version                        print the version\n"
     "\n"
     "Limits for create (defaults in brackets):\n"
     "  --cpus N [1]  --memory SIZE [1G]  --pids N [512]  --disk SIZE [4G]\n"
     "  --timeout DURATION [600s] (per exec)  --output-cap SIZE [1M] (per stream)\n"
     "  --rootfs DIR  use DIR as the read-only base instead of the curated host base\n"
+    "  --image REF   make the box from an image of the store (pulled when missing;\n"
+    "                `agentbox image --help`)\n"
     "\n"
     "Options for exec:\n"
     "  --timeout DURATION       kill the command's process tree after this (default: the\n"
@@ -78,7 +81,41 @@ int cli_wake(ab_backend *b, const char *id, ab_err **err)
         return st == AB_BOX_PAUSED ? b->ops->resume(b, id, err) : 0;
 }
 
-static int cmd_create(ab_backend *b, int argc, char **argv)
+/* create --image: the image (found, else pulled) held for the box before
+ * the backend makes it, released again if it could not. */
+static int create_from_image(ab_backend *b, const char *data, ab_box_spec *spec, const char *ref,
+                             ab_err **err)
+{
+        ab_image_store *s = NULL;
+        if (cli_images_open(NULL, data, &s, err) < 0)
+                return -1;
+        ab_image img = {0};
+        ab_err *e = NULL;
+        int r = ab_image_get(s, ref, &img, &e);
+        if (r < 0 && e->code == AB_E_NOT_FOUND) {
+                ab_err_free(&e);
+                fprintf(stderr, "pulling %s\n", ref);
+                r = ab_image_pull(s, ref, NULL, NULL, &img, err);
+        } else if (r < 0) {
+                *err = e;
+        }
+        if (r == 0)
+                r = ab_image_hold(s, spec->id, img.id, err);
+        if (r == 0) {
+                spec->layers = (const char *const *)img.layers;
+                spec->image = img.id;
+                r = b->ops->create(b, spec, err);
+                if (r < 0 && (*err)->code != AB_E_CONFLICT)
+                        ab_image_release(s, spec->id, NULL);
+        }
+        ab_image_clear(&img);
+        ab_image_store_free(s);
+        spec->layers = NULL;
+        spec->image = NULL;
+        return r;
+}
+
+static int cmd_create(ab_backend *b, const char *data, int argc, char **argv)
 {
         static const struct option opts[] = {
             {"id", required_argument, NULL, 'n'},
@@ -89,10 +126,12 @@ static int cmd_create(ab_backend *b, int argc, char **argv)
             {"timeout", required_argument, NULL, 't'},
             {"output-cap", required_argument, NULL, 'o'},
             {"rootfs", required_argument, NULL, 'r'},
+            {"image", required_argument, NULL, 'i'},
             {"help", no_argument, NULL, 'h'},
             {0},
         };
         ab_box_spec spec = {0};
+        const char *image = NULL;
         ab_limits_default(&spec.limits);
         char rid[17];
         _cleanup_err_ ab_err *e = NULL;
@@ -135,10 +174,14 @@ static int cmd_create(ab_backend *b, int argc, char **argv)
                 case 'r':
                         spec.rootfs = optarg;
                         break;
+                case 'i':
+                        image = optarg;
+                        break;
                 case 'h':
                         fputs("Usage: agentbox create [--id ID] [--cpus N] [--memory SIZE] "
                               "[--pids N] [--disk SIZE] [--timeout DURATION] [--output-cap SIZE] "
-                              "[--rootfs DIR]\nCreates a box and starts it; prints its id.\n",
+                              "[--rootfs DIR | --image REF]\nCreates a box and starts it; prints "
+                              "its id.\n",
                               stdout);
                         return 0;
                 default:
@@ -152,7 +195,10 @@ static int cmd_create(ab_backend *b, int argc, char **argv)
                 ab_id_random(rid);
                 spec.id = rid;
         }
-        if (b->ops->create(b, &spec, &e) < 0)
+        if (image && spec.rootfs)
+                return cli_usage_error("%s: give --rootfs or --image, not both", "create");
+        if (image ? create_from_image(b, data, &spec, image, &e) < 0
+                  : b->ops->create(b, &spec, &e) < 0)
                 return cli_fail(&e);
         printf("%s\n", spec.id);
         return 0;
@@ -190,6 +236,11 @@ static int cmd_rm(const char *data, int argc, char **argv)
         cli_local l;
         if (cli_local_open(&l, data, NULL, &e) < 0)
                 return cli_fail(&e);
+        /* Boxes made from an image hold it: their holds end with them. */
+        ab_image_store *images = NULL;
+        if (cli_images_open(NULL, data, &images, NULL) < 0)
+                images = NULL;
+        bool gc = false;
         int rc = 0;
         for (int i = 1; i < argc; i++) {
                 if (l.backend->ops->destroy(l.backend, argv[i], &e) < 0) {
@@ -202,8 +253,16 @@ static int cmd_rm(const char *data, int argc, char **argv)
                         ab_store_box_delete(l.store,
                                             l.backend->ops->name ? l.backend->ops->name : "native",
                                             argv[i], NULL);
+                if (images) {
+                        ab_image_release(images, argv[i], NULL);
+                        gc = true;
+                }
                 printf("%s\n", argv[i]);
         }
+        if (gc)
+                ab_image_gc(images, NULL, NULL);
+        if (images)
+                ab_image_store_free(images);
         cli_local_close(&l);
         return rc;
 }
@@ -226,6 +285,7 @@ static json_t *info_json(const ab_box_info *i)
                 json_object_set_new(j, "started_at", json_integer(i->started_at));
         }
         json_object_set_new(j, "rootfs", i->rootfs ? json_string(i->rootfs) : json_null());
+        json_object_set_new(j, "image", i->image ? json_string(i->image) : json_null());
         if (i->error)
                 json_object_set_new(j, "error", json_string(i->error));
         return j;
@@ -417,6 +477,8 @@ int main(int argc, char **argv)
                 return cli_serve(sub_argc, sub_argv, data);
         if (!strcmp(cmd, "mcp"))
                 return cli_mcp(sub_argc, sub_argv, data);
+        if (!strcmp(cmd, "image"))
+                return cli_image(sub_argc, sub_argv, data);
         if (!strcmp(cmd, "version")) {
                 printf("agentbox %s\n", AGENTBOX_VERSION);
                 return 0;
@@ -433,7 +495,7 @@ int main(int argc, char **argv)
                         break;
                 if (!strcmp(sub_argv[k], "--help") || !strcmp(sub_argv[k], "-h")) {
                         if (!strcmp(cmd, "create"))
-                                return cmd_create(NULL, sub_argc, sub_argv);
+                                return cmd_create(NULL, data, sub_argc, sub_argv);
                         if (!strcmp(cmd, "exec")) {
                                 char *help[] = {"exec", "--help", NULL};
                                 return cli_exec(2, help, NULL);
@@ -463,7 +525,7 @@ int main(int argc, char **argv)
         if (ab_native_open(&o, &b, &e) < 0)
                 return cli_fail(&e);
         if (!strcmp(cmd, "create"))
-                return cmd_create(b, sub_argc, sub_argv);
+                return cmd_create(b, data, sub_argc, sub_argv);
         if (!strcmp(cmd, "start"))
                 return cmd_each(b, sub_argc, sub_argv, b->ops->start, "start");
         if (!strcmp(cmd, "stop"))

@@ -235,6 +235,8 @@ int cli_service_open(cli_service *s, const cli_service_args *a, ab_err **err)
                 ab_err_set(err, AB_E_UNAVAILABLE, -mr, "cannot create %s", s->srv.tmp_dir);
                 goto fail;
         }
+        if (cli_images_open(cfg, cfg->data_dir, &s->images, err) < 0)
+                goto fail;
         s->events = ab_events_new(4096);
         s->metrics = ab_metrics_new();
         if (cfg->webhook_url && *cfg->webhook_url &&
@@ -250,6 +252,7 @@ int cli_service_open(cli_service *s, const cli_service_args *a, ab_err **err)
         ab_manager_opts mo = {
             .backend = s->backend,
             .net = s->net,
+            .images = s->images,
             .store = s->store,
             .events = s->events,
             .metrics = s->metrics,
@@ -282,6 +285,7 @@ int cli_service_open(cli_service *s, const cli_service_args *a, ab_err **err)
         s->srv.events = s->events;
         s->srv.metrics = s->metrics;
         s->srv.backend = s->backend;
+        s->srv.images = s->images;
         s->srv.started_ns = ab_now_ns();
         if (open_runners(s, err) < 0)
                 goto fail;
@@ -305,6 +309,8 @@ void cli_service_close(cli_service *s)
                 ab_events_free(s->events);
         if (s->store)
                 ab_store_close(s->store);
+        if (s->images)
+                ab_image_store_free(s->images);
         if (s->backend)
                 s->backend->ops->free(s->backend);
         free(s->srv.tmp_dir);

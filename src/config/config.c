@@ -35,6 +35,7 @@ void ab_config_default(ab_config *c)
             .disk_overcommit_ratio = 10,
             .disk_reserve = 256 * 1024 * 1024,
             .disk_watch_interval_ms = 1000,
+            .image_max_layer = 16ull << 30,
         };
         ab_limits_default(&c->limits);
         ab_quota_none(&c->quotas);
@@ -61,6 +62,14 @@ static void config_copy(ab_config *dst, const ab_config *src)
                 dst->keys[i].key = dup_or_null(src->keys[i].key);
                 dst->keys[i].app_id = dup_or_null(src->keys[i].app_id);
         }
+        dst->registries =
+            src->n_registries ? xcalloc(src->n_registries, sizeof(*dst->registries)) : NULL;
+        for (size_t i = 0; i < src->n_registries; i++) {
+                dst->registries[i] = src->registries[i];
+                dst->registries[i].host = dup_or_null(src->registries[i].host);
+                dst->registries[i].username = dup_or_null(src->registries[i].username);
+                dst->registries[i].password = dup_or_null(src->registries[i].password);
+        }
         dst->app_quotas =
             src->n_app_quotas ? xcalloc(src->n_app_quotas, sizeof(*dst->app_quotas)) : NULL;
         for (size_t i = 0; i < src->n_app_quotas; i++) {
@@ -74,6 +83,16 @@ static void app_quotas_free(ab_app_quota *a, size_t n)
         for (size_t i = 0; i < n; i++)
                 free(a[i].app_id);
         free(a);
+}
+
+static void registries_free(ab_config_registry *r, size_t n)
+{
+        for (size_t i = 0; i < n; i++) {
+                free(r[i].host);
+                free(r[i].username);
+                free(r[i].password);
+        }
+        free(r);
 }
 
 static void keys_free(ab_config_key *k, size_t n)
@@ -97,6 +116,7 @@ void ab_config_release(ab_config *c)
         free(c->network_hosts_file);
         free(c->network_subnet);
         keys_free(c->keys, c->n_keys);
+        registries_free(c->registries, c->n_registries);
         app_quotas_free(c->app_quotas, c->n_app_quotas);
         *c = (ab_config){0};
 }
@@ -278,6 +298,7 @@ static const field fields[] = {
       disk_overcommit_ratio),
     F("disk_reserve", NULL, "AGENTBOX_DISK_RESERVE", K_BYTES, disk_reserve),
     F("disk_watch_interval", NULL, NULL, K_MS, disk_watch_interval_ms),
+    F("image_max_layer", NULL, NULL, K_BYTES, image_max_layer),
 };
 #undef F
 
@@ -606,6 +627,75 @@ static int load_api_keys(yctx *y, ab_config *c, yaml_node_t *seq)
         return 0;
 }
 
+typedef struct registry_ctx {
+        ab_config_registry r;
+        yaml_node_t *node;
+} registry_ctx;
+
+static int registry_pair(yctx *y, const char *k, yaml_node_t *kn, yaml_node_t *vn, void *arg)
+{
+        registry_ctx *rc = arg;
+        char key[64];
+        snprintf(key, sizeof(key), "registries.%s", k);
+        const char *v = is_null(vn) ? "" : scalar(y, vn, key);
+        if (!v)
+                return -1;
+        char **dst = NULL;
+        if (strcmp(k, "host") == 0) {
+                dst = &rc->r.host;
+        } else if (strcmp(k, "username") == 0) {
+                dst = &rc->r.username;
+        } else if (strcmp(k, "password") == 0) {
+                dst = &rc->r.password;
+        } else if (strcmp(k, "insecure") == 0) {
+                if (!strcmp(v, "true") || !strcmp(v, "yes") || !strcmp(v, "on") || !strcmp(v, "1"))
+                        rc->r.insecure = true;
+                else if (!strcmp(v, "false") || !strcmp(v, "no") || !strcmp(v, "off") ||
+                         !strcmp(v, "0"))
+                        rc->r.insecure = false;
+                else
+                        return fail_at(y, vn, key, why("'%s' is not true or false", v));
+                return 0;
+        } else {
+                return fail_at(y, kn, key,
+                               why("unknown key (known: host, username, password, insecure)"));
+        }
+        free(*dst);
+        *dst = xstrdup(v);
+        return 0;
+}
+
+static int load_registries(yctx *y, ab_config *c, yaml_node_t *seq)
+{
+        registries_free(c->registries, c->n_registries);
+        c->registries = NULL;
+        c->n_registries = 0;
+        if (is_null(seq))
+                return 0;
+        if (seq->type != YAML_SEQUENCE_NODE)
+                return fail_at(y, seq, "registries",
+                               why("expected a list of {host, username, password, insecure}"));
+        size_t n = (size_t)(seq->data.sequence.items.top - seq->data.sequence.items.start);
+        c->registries = n ? xcalloc(n, sizeof(*c->registries)) : NULL;
+        for (yaml_node_item_t *it = seq->data.sequence.items.start;
+             it < seq->data.sequence.items.top; it++) {
+                yaml_node_t *item = node(y, *it);
+                registry_ctx rc = {0};
+                int r = each_pair(y, item, "registries", registry_pair, &rc);
+                c->registries[c->n_registries++] = rc.r;
+                if (r < 0)
+                        return -1;
+                if (!rc.r.host || !*rc.r.host || strchr(rc.r.host, '/'))
+                        return fail_at(y, item, "registries",
+                                       why("each entry needs a host (a registry as in an image "
+                                           "reference, e.g. localhost:5000)"));
+                if (!rc.r.username != !rc.r.password)
+                        return fail_at(y, item, "registries",
+                                       why("username and password go together"));
+        }
+        return 0;
+}
+
 /* Aliases of one field set the same member: a file giving both is an error. */
 static const field *find_field(const char *k)
 {
@@ -797,6 +887,8 @@ static int top_pair(yctx *y, const char *k, yaml_node_t *kn, yaml_node_t *vn, vo
         }
         if (strcmp(k, "api_keys") == 0)
                 return load_api_keys(y, t->c, vn);
+        if (strcmp(k, "registries") == 0)
+                return load_registries(y, t->c, vn);
         if (strcmp(k, "quotas") == 0) {
                 if (is_null(vn))
                         return 0;
@@ -805,7 +897,7 @@ static int top_pair(yctx *y, const char *k, yaml_node_t *kn, yaml_node_t *vn, vo
         }
         const field *f = find_field(k);
         if (!f) {
-                _cleanup_free_ char *known = xstrdup("limits, tools, api_keys, quotas");
+                _cleanup_free_ char *known = xstrdup("limits, tools, api_keys, quotas, registries");
                 for (size_t i = 0; i < AB_ARRAY_LEN(fields); i++) {
                         char *more = xasprintf("%s, %s", known, fields[i].name);
                         free(known);

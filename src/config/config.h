@@ -16,6 +16,15 @@ typedef struct ab_config_key {
         char *app_id;
 } ab_config_key;
 
+/* An image registry's settings (config: registries: [{host, username,
+ * password, insecure}]). */
+typedef struct ab_config_registry {
+        char *host;     /* as in an image reference: "docker.io", "localhost:5000" */
+        char *username; /* or NULL */
+        char *password; /* or NULL */
+        bool insecure;  /* plain HTTP allowed (loopback registries always are) */
+} ab_config_registry;
+
 typedef struct ab_config {
         char *listen;    /* HOST:PORT; default "127.0.0.1:8080" (env AGENTBOX_LISTEN) */
         char *data_dir;  /* default "./data" (env AGENTBOX_DATA) */
@@ -65,6 +74,9 @@ typedef struct ab_config {
         double disk_overcommit_ratio;
         uint64_t disk_reserve;          /* free space boxes may never take; default 256 MiB */
         int64_t disk_watch_interval_ms; /* full-disk guard's period; default 1000; 0 = off */
+        ab_config_registry *registries; /* image registries' credentials and HTTP permission */
+        size_t n_registries;
+        uint64_t image_max_layer; /* most bytes one image layer may unpack to; default 16 GiB */
 } ab_config;
 
 /* Fills *c with the defaults. */

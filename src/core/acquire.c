@@ -2,6 +2,7 @@
  * when it has one), running when this returns. Idempotent across threads and
  * processes: the store's unique (provider, id) decides who creates. */
 #include "core/manager_int.h"
+#include "image/ref.h"
 #include "net/net.h"
 
 #include <openssl/evp.h>
@@ -132,17 +133,37 @@ static int check_keys(ab_manager *m, const ab_acquire_req *q, const char *scope,
         }
         if (q->metadata && !json_is_object(q->metadata))
                 return ab_err_set(err, AB_E_INVALID, 0, "metadata: must be an object");
+        if (q->image) {
+                if (!m->o.images)
+                        return ab_err_set(err, AB_E_UNSUPPORTED, 0,
+                                          "image: this server has no image store");
+                ab_image_ref ref;
+                if (strncmp(q->image, "sha256:", 7) && ab_image_ref_parse(q->image, &ref, err) < 0)
+                        return ab_err_wrap(err, "image");
+                if (strncmp(q->image, "sha256:", 7))
+                        ab_image_ref_clear(&ref);
+        }
         return 0;
 }
 
-/* Creates the backend box for a freshly inserted "creating" row. */
-static int create_backend(ab_manager *m, ab_box_rec *r, const ab_limits *lim, ab_err **err)
+/* Creates the backend box for a freshly inserted "creating" row (from img
+ * when not NULL: held first, released again when the create fails). */
+static int create_backend(ab_manager *m, ab_box_rec *r, const ab_limits *lim, const ab_image *img,
+                          ab_err **err)
 {
         ab_backend *b = m->o.backend;
         ab_box_spec spec = {.id = r->backend_id, .limits = *lim};
+        if (img) {
+                if (mgr_image_hold(m, r->backend_id, img, err) < 0)
+                        return -1;
+                spec.layers = (const char *const *)img->layers;
+                spec.image = img->id;
+        }
         ab_err *e = NULL;
         uint64_t t0 = ab_now_ns();
         if (b->ops->create(b, &spec, &e) < 0) {
+                if (img && e->code != AB_E_CONFLICT)
+                        mgr_image_release(m, r->backend_id);
                 if (e->code == AB_E_CONFLICT) {
                         /* A box by this name exists (made by the CLI, or a
                          * record lost): adopt it. */
@@ -180,7 +201,9 @@ int ab_manager_acquire(ab_manager *m, const ab_acquire_req *q, const char *scope
         ab_limits lim = m->o.limits;
         if (q->limits)
                 lim = *q->limits;
-        bool pool_ok = m->o.pool_size > 0 && limits_equal(&lim, &m->o.limits);
+        bool pool_ok = m->o.pool_size > 0 && limits_equal(&lim, &m->o.limits) && !q->image;
+        ab_image img = {0};
+        bool have_img = false;
 
         slot *s = mgr_slot_get(m, id);
         pthread_mutex_lock(&s->lock);
@@ -238,12 +261,25 @@ int ab_manager_acquire(ab_manager *m, const ab_acquire_req *q, const char *scope
                         break;
                 }
                 ab_err_free(&e);
+                /* A new box from an image: the image first (pulled when the
+                 * store lacks it), before anything is counted or recorded. */
+                if (q->image && !have_img) {
+                        pthread_mutex_unlock(&s->lock);
+                        int ir = mgr_image_resolve(m, q->image, &img, err);
+                        pthread_mutex_lock(&s->lock);
+                        if (ir < 0)
+                                break;
+                        have_img = true;
+                        continue; /* the box may have been made meanwhile */
+                }
                 /* A new box: the app's quotas first, before anything is made;
                  * the reservation holds until the record counts the box. */
                 mgr_ticket qt;
                 if (mgr_quota_create_begin(m, app, lim.disk_mib, &qt, err) < 0)
                         break;
                 mgr_fill_new_rec(m, q, app, id, &lim, &r);
+                if (have_img)
+                        json_object_set_new(r.spec, "image", mgr_image_spec(q->image, &img));
                 if (pool_ok) {
                         r.status = AB_BOX_RUNNING;
                         int c = ab_store_pool_claim(m->o.store, &r, &e);
@@ -302,7 +338,7 @@ int ab_manager_acquire(ab_manager *m, const ab_acquire_req *q, const char *scope
                                 ab_err_free(&e);
                         break;
                 }
-                int made = create_backend(m, &r, &lim, err);
+                int made = create_backend(m, &r, &lim, have_img ? &img : NULL, err);
                 mgr_disk_end(m, &dt);
                 if (made < 0) {
                         ab_store_box_delete(m->o.store, m->provider, id, NULL);
@@ -323,6 +359,7 @@ int ab_manager_acquire(ab_manager *m, const ab_acquire_req *q, const char *scope
         }
         pthread_mutex_unlock(&s->lock);
         mgr_slot_put(m, s);
+        ab_image_clear(&img);
         if (rc == 0)
                 mgr_enforce_cap(m, id);
         return rc;

@@ -49,6 +49,8 @@ static void destroy_now(ab_manager *m, const char *id)
         }
         ab_err_free(&e);
         ab_metrics_op(m->o.metrics, "destroy", true);
+        if (mgr_rec_image(&r))
+                mgr_image_release(m, r.backend_id);
         if (ab_store_box_delete(m->o.store, m->provider, id, &e) < 0)
                 ab_log(AB_LOG_ERROR, "store: cannot delete box record", "box", id, "error", e->msg,
                        NULL);

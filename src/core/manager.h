@@ -19,21 +19,23 @@
 #include "base/metrics.h"
 #include "base/quota.h"
 #include "core/webhook.h"
+#include "image/store.h"
 #include "store/store.h"
 #include <jansson.h>
 
 typedef struct ab_manager ab_manager;
 
 typedef struct ab_manager_opts {
-        ab_backend *backend;  /* borrowed */
-        ab_store *store;      /* borrowed */
-        ab_events *events;    /* borrowed */
-        ab_metrics *metrics;  /* borrowed */
-        ab_webhook *webhook;  /* borrowed; NULL = no webhook */
-        struct ab_net *net;   /* borrowed; NULL = every box has network mode none */
-        ab_limits limits;     /* defaults of new boxes */
-        int64_t idle_pause_s; /* default of boxes; 0 = no idle pause */
-        int64_t idle_stop_s;  /* default of boxes; 0 = no idle stop */
+        ab_backend *backend;    /* borrowed */
+        ab_store *store;        /* borrowed */
+        ab_events *events;      /* borrowed */
+        ab_metrics *metrics;    /* borrowed */
+        ab_webhook *webhook;    /* borrowed; NULL = no webhook */
+        struct ab_net *net;     /* borrowed; NULL = every box has network mode none */
+        ab_image_store *images; /* borrowed; NULL = boxes from images are refused */
+        ab_limits limits;       /* defaults of new boxes */
+        int64_t idle_pause_s;   /* default of boxes; 0 = no idle pause */
+        int64_t idle_stop_s;    /* default of boxes; 0 = no idle stop */
         /* Stop paused boxes (oldest activity first) while the host's
          * MemAvailable is below this percentage of MemTotal; 0 = never. */
         double memory_pressure_pct;
@@ -83,6 +85,8 @@ typedef struct ab_acquire_req {
         json_t *env;             /* object of strings, or NULL (borrowed) */
         json_t *network;         /* or NULL (borrowed) */
         json_t *metadata;        /* or NULL (borrowed) */
+        const char *image;       /* a reference or id of the image store; NULL = host base.
+                                  * Pulled first when not in the store. */
         int64_t idle_pause_s;    /* 0 = server default, -1 = never */
         int64_t idle_stop_s;     /* 0 = server default, -1 = never */
         bool has_ttl;

@@ -137,6 +137,22 @@ void mgr_sleep_ms(int ms);
 /* Tells the pool filler a pooled box was taken. */
 void mgr_wake_pool(ab_manager *m);
 /* A new record for req (status creating), owned by r. */
+/* ---- images (core/images.c) ---- */
+
+/* The image for a new box: found in the store, else pulled. AB_E_UNSUPPORTED
+ * when the manager has no image store. */
+int mgr_image_resolve(ab_manager *m, const char *ref, ab_image *out, ab_err **err);
+/* What a box's record keeps of its image (spec.image): ref, id, env,
+ * workdir, user. */
+json_t *mgr_image_spec(const char *ref, const ab_image *img);
+/* Holds the image for backend box bid (before the backend creates it). */
+int mgr_image_hold(ab_manager *m, const char *bid, const ab_image *img, ab_err **err);
+/* Ends bid's hold and collects what no image or box uses any more. */
+void mgr_image_release(ab_manager *m, const char *bid);
+/* The image fields of r's record, or NULL: spec.image.{env (array),
+ * workdir, user}. */
+const json_t *mgr_rec_image(const ab_box_rec *r);
+
 void mgr_fill_new_rec(ab_manager *m, const ab_acquire_req *q, const char *app, const char *id,
                       const ab_limits *lim, ab_box_rec *r);
 /* Runs op on the box under its slot lock; AB_E_CONFLICT while it is being

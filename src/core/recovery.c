@@ -84,6 +84,8 @@ bool mgr_recover_creating(ab_manager *m, ab_box_rec *r)
         if (missing || info.status == AB_BOX_CREATING) {
                 if (!missing)
                         b->ops->destroy(b, r->backend_id, NULL);
+                if (mgr_rec_image(r))
+                        mgr_image_release(m, r->backend_id);
                 ab_store_box_delete(m->o.store, m->provider, r->id, NULL);
                 ab_log(AB_LOG_INFO, "dropped a create that never finished", "box", r->id, NULL);
         } else {

@@ -113,20 +113,35 @@ void ab_manager_use_end(ab_manager *m, ab_use *u)
         u->slot = NULL;
 }
 
-/* Box env (the network's proxy variables, then the record's env) under the
- * request's env, as K=V strings. */
+/* Box env (its image's env, the network's proxy variables, then the
+ * record's env) under the request's env, as K=V strings: a later entry of a
+ * name wins. */
 static char **merged_env(const ab_box_rec *r, const char *const *req_env)
 {
         size_t n = 0, cap = 16;
         char **v = xcalloc(cap, sizeof(char *));
         const json_t *spec = r->spec;
+        const json_t *img = mgr_rec_image(r);
+        size_t i;
+        json_t *ie;
+        json_array_foreach(img ? json_object_get(img, "env") : NULL, i, ie)
+        {
+                if (!json_is_string(ie) || !strchr(json_string_value(ie), '='))
+                        continue;
+                if (n + 2 > cap)
+                        v = xrealloc(v, (cap *= 2) * sizeof(char *));
+                v[n++] = xstrdup(json_string_value(ie));
+        }
         ab_netpol pol;
         if (!spec || ab_netpol_parse(json_object_get(spec, "network"), &pol, NULL) < 0)
                 memset(&pol, 0, sizeof(pol));
         _cleanup_strv_ char **nenv = ab_net_env(&pol);
         ab_netpol_clear(&pol);
-        for (char **p = nenv; *p; p++)
+        for (char **p = nenv; *p; p++) {
+                if (n + 2 > cap)
+                        v = xrealloc(v, (cap *= 2) * sizeof(char *));
                 v[n++] = xstrdup(*p);
+        }
         json_t *env = spec ? json_object_get(spec, "env") : NULL;
         const char *k;
         json_t *val;
@@ -194,6 +209,9 @@ int ab_manager_exec(ab_manager *m, ab_use *u, const abc_exec_req *req, abc_outpu
         abc_exec_req q = *req;
         _cleanup_strv_ char **env = merged_env(&u->rec, req->env);
         q.env = (const char *const *)env;
+        const json_t *img = mgr_rec_image(&u->rec);
+        if (img && !q.cwd)
+                q.cwd = json_string_value(json_object_get(img, "workdir"));
         if (!q.timeout_ms && u->rec.mode != AB_MODE_SYSTEM) {
                 ab_limits l;
                 mgr_limits_from_rec(m, &u->rec, &l);

@@ -433,6 +433,7 @@ NO_ASAN static int run_setup(void *arg)
         ab_rootfs_spec rs = {
             .box_dir = s->box_dir,
             .base = s->base,
+            .layers = s->layers,
             .skills_dir = s->skills_dir,
             .hostname = s->id,
             .hide = s->hide,

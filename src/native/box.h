@@ -13,10 +13,11 @@
 
 typedef struct ab_spawn_spec {
         const char *id;
-        const char *box_dir;     /* absolute; holds disk.img, init.sock, ... */
-        const char *base;        /* "/" or a rootfs directory */
-        const char *skills_dir;  /* may be NULL */
-        const char *const *hide; /* host paths to hide, NULL-terminated */
+        const char *box_dir;       /* absolute; holds disk.img, init.sock, ... */
+        const char *base;          /* "/" or a rootfs directory (unused with layers) */
+        const char *const *layers; /* an image's layer trees, bottom first, or NULL */
+        const char *skills_dir;    /* may be NULL */
+        const char *const *hide;   /* host paths to hide, NULL-terminated */
         uid_t uid_base;
         const ab_limits *limits;
         const ab_cg *cg;                /* where the box's cgroup goes */

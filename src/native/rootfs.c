@@ -1,5 +1,6 @@
 #include "native/rootfs.h"
 #include "native/loopdisk.h"
+#include "base/buf.h"
 
 #include <fcntl.h>
 #include <sched.h>
@@ -450,6 +451,35 @@ static int build_layer_masks(int mfd, const ab_rootfs_spec *s)
         return 0;
 }
 
+/* An image's /etc gets the box's own hostname and hosts, and the host's
+ * resolv.conf (a container's engine provides them the same way): files in
+ * the skeleton's etc/, which merges with the image's. */
+static int image_etc(int sk, const ab_rootfs_spec *s)
+{
+        if (mkdirat(sk, "etc", 0755) < 0 && errno != EEXIST)
+                return -errno;
+        if (fchownat(sk, "etc", s->uid_base, s->uid_base, 0) < 0)
+                return -errno;
+        _cleanup_close_ int efd =
+            openat(sk, "etc", O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+        if (efd < 0)
+                return -errno;
+        int r = etc_own_names(efd, s->hostname ? s->hostname : "agentbox", s->uid_base);
+        if (r < 0)
+                return r;
+        _cleanup_free_ char *resolv = NULL;
+        size_t len = 0;
+        if (ab_read_file(AT_FDCWD, "/etc/resolv.conf", &resolv, &len) < 0)
+                return 0;
+        _cleanup_close_ int fd =
+            openat(efd, "resolv.conf", O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+        if (fd < 0)
+                return -errno;
+        if ((r = ab_write_all(fd, resolv, len)) < 0)
+                return r;
+        return fchown(fd, s->uid_base, s->uid_base) < 0 ? -errno : 0;
+}
+
 /* A custom rootfs: one overlay over the whole tree, with the box's private
  * directories made empty (opaque) on top of it. */
 static int build_custom_mask(int mfd, const ab_rootfs_spec *s)
@@ -469,7 +499,25 @@ static int build_custom_mask(int mfd, const ab_rootfs_spec *s)
         for (size_t i = 0; i < AB_ARRAY_LEN(mnt_dirs); i++)
                 if ((r = opaque_dir(sk, mnt_dirs[i], 0755, s->uid_base)) < 0)
                         return r;
+        if (s->layers)
+                return image_etc(sk, s);
         return 0;
+}
+
+/* The overlay's lowers of a custom root: the skeleton on top, then an
+ * image's layers top first (lower/l0 is the bottom one), or the rootfs. */
+static char *image_lowers(const char *const *layers)
+{
+        if (!layers)
+                return xstrdup("mask/skel:lower/root");
+        ab_buf b = {0};
+        ab_buf_puts(&b, "mask/skel");
+        size_t n = 0;
+        while (layers[n])
+                n++;
+        while (n-- > 0)
+                ab_buf_printf(&b, ":lower/l%zu", n);
+        return ab_buf_steal(&b);
 }
 
 /* The box's disk is mounted by a helper while the setup process builds what
@@ -522,6 +570,16 @@ static int build_without_disk(const ab_rootfs_spec *s, bool host, const char *ma
                 if (r < 0)
                         return ab_err_set(err, AB_E_INTERNAL, -r,
                                           "cannot build the rootfs skeleton");
+        }
+        if (!host && s->layers) {
+                for (size_t i = 0; s->layers[i]; i++) {
+                        snprintf(p, sizeof(p), "%s/l%zu", lower, i);
+                        if (mkdir(p, 0700) < 0 && errno != EEXIST)
+                                return ab_err_set(err, AB_E_INTERNAL, errno, "mkdir %s", p);
+                        if (idmapped_lower(s->layers[i], p, s->userns_fd, err) < 0)
+                                return -1;
+                }
+                return 0;
         }
         if (!host) {
                 snprintf(p, sizeof(p), "%s/root", lower);
@@ -590,7 +648,7 @@ int ab_rootfs_build(const ab_rootfs_spec *s, ab_err **err)
         _cleanup_close_ int bfd = open(s->box_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
         if (bfd < 0 || fchdir(bfd) < 0)
                 return ab_err_set(err, AB_E_INTERNAL, errno, "open %s", s->box_dir);
-        bool host = strcmp(s->base, "/") == 0;
+        bool host = !s->layers && strcmp(s->base, "/") == 0;
         bool has_mask[AB_ARRAY_LEN(shared)] = {false};
         layer layers[AB_ARRAY_LEN(shared)];
         memset(layers, 0, sizeof(layers));
@@ -601,7 +659,7 @@ int ab_rootfs_build(const ab_rootfs_spec *s, ab_err **err)
 
         char upper[4500], work[4500];
         struct stat rst = {.st_mode = S_IFDIR | 0755};
-        if (!host && stat(s->base, &rst) < 0)
+        if (!host && !s->layers && stat(s->base, &rst) < 0)
                 return ab_err_set(err, AB_E_INVALID, errno, "rootfs %s", s->base);
         if (layer_dirs(disk, "root", &rst, s->uid_base, upper, work, sizeof(upper), err) < 0)
                 return -1;
@@ -625,7 +683,8 @@ int ab_rootfs_build(const ab_rootfs_spec *s, ab_err **err)
                                 return -1;
                 }
         } else {
-                if (mount_overlay(s->box_dir, root, "mask/skel:lower/root", upper, work, err) < 0)
+                _cleanup_free_ char *lowers = image_lowers(s->layers);
+                if (mount_overlay(s->box_dir, root, lowers, upper, work, err) < 0)
                         return -1;
         }
 

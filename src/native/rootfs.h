@@ -4,8 +4,8 @@
  *
  *   BOX_DIR/disk   the box's ext4 disk (loopdisk.h): upper/ work/ workspace/ uploads/ outputs/
  *   BOX_DIR/mask   tmpfs: whiteouts and opaque directories that hide host paths
- *   BOX_DIR/lower  the base (host "/" or a rootfs dir), idmapped so host uid N
- *                  appears as N inside the box, read-only
+ *   BOX_DIR/lower  the base (host "/", a rootfs dir or each layer of an image),
+ *                  idmapped so host uid N appears as N inside the box, read-only
  *   BOX_DIR/root   overlay(lower = mask:lower, upper = disk/upper) plus binds of
  *                  /workspace, /mnt/user-data/{workspace,uploads,outputs}, /mnt/skills, /skills
  * (read-only), tmpfs /tmp /run /dev (with null zero full random urandom tty). /proc and /dev/pts
@@ -18,8 +18,11 @@
 #include <sys/types.h>
 
 typedef struct ab_rootfs_spec {
-        const char *box_dir;    /* absolute */
-        const char *base;       /* "/" = curated host base, else a rootfs directory */
+        const char *box_dir; /* absolute */
+        const char *base;    /* "/" = curated host base, else a rootfs directory */
+        /* An image's layer trees (absolute, bottom first, NULL-terminated):
+         * when set, the root is mask/skel over them and base is unused. */
+        const char *const *layers;
         const char *skills_dir; /* shown read-only at /mnt/skills and /skills; may be NULL */
         const char *hostname;   /* host base: the box's /etc/hostname and /etc/hosts name it */
         const char *const

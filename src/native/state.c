@@ -72,6 +72,14 @@ int ab_box_config_write(int boxfd, const ab_box_config *c, ab_err **err)
                               "version", 1);
         if (c->rootfs)
                 json_object_set_new(j, "rootfs", json_string(c->rootfs));
+        if (c->layers) {
+                json_t *a = json_array();
+                for (char **l = c->layers; *l; l++)
+                        json_array_append_new(a, json_string(*l));
+                json_object_set_new(j, "layers", a);
+        }
+        if (c->image)
+                json_object_set_new(j, "image", json_string(c->image));
         /* Synced: a box whose directory survives a host crash must have its
          * config. The directory entry needs no sync of its own: the config
          * is written before the box directory is renamed into boxes/, and
@@ -109,6 +117,17 @@ int ab_box_config_read(int boxfd, ab_box_config *c, ab_err **err)
         c->created_at = (int64_t)get_u64(j, "created_at", 0);
         const char *rootfs = json_string_value(json_object_get(j, "rootfs"));
         c->rootfs = rootfs ? xstrdup(rootfs) : NULL;
+        const char *image = json_string_value(json_object_get(j, "image"));
+        c->image = image ? xstrdup(image) : NULL;
+        json_t *layers = json_object_get(j, "layers");
+        if (json_is_array(layers) && json_array_size(layers) > 0) {
+                size_t n = json_array_size(layers);
+                c->layers = xcalloc(n + 1, sizeof(char *));
+                for (size_t i = 0; i < n; i++) {
+                        const char *lp = json_string_value(json_array_get(layers, i));
+                        c->layers[i] = xstrdup(lp ? lp : "");
+                }
+        }
         json_decref(j);
         if (!c->uid_base || !c->id[0]) {
                 ab_box_config_clear(c);
@@ -121,6 +140,10 @@ void ab_box_config_clear(ab_box_config *c)
 {
         free(c->rootfs);
         c->rootfs = NULL;
+        free(c->image);
+        c->image = NULL;
+        ab_strvfreep(&c->layers);
+        c->layers = NULL;
 }
 
 int ab_state_write(int boxfd, const ab_box_state *s, ab_err **err)

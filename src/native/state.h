@@ -1,5 +1,6 @@
 /* state.h - what a native box records under DATA/boxes/ID/:
- *   config.json  written once at create (id, limits, uid base, rootfs, created_at)
+ *   config.json  written once at create (id, limits, uid base, rootfs or an
+ *                image's layers, created_at)
  *   state.json   present while the box runs (init pid + start time, started_at),
  *                or holding {"error": ...} after a failed start.
  * Both are replaced atomically (write temp, rename), so a crash of a process
@@ -18,7 +19,9 @@ typedef struct ab_box_config {
         char id[64];
         ab_limits limits;
         uid_t uid_base;
-        char *rootfs; /* NULL = host base */
+        char *rootfs;  /* NULL = host base */
+        char **layers; /* an image's layer trees, bottom first, NULL-terminated; or NULL */
+        char *image;   /* the image's id when layers are set, else NULL */
         int64_t created_at;
 } ab_box_config;
 

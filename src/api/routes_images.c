@@ -1,0 +1,193 @@
+/* Images over HTTP (docs/api.md "Images"): list, get, pull (progress as
+ * server-sent events when asked), remove. The work is in src/image; this
+ * file maps it to JSON and statuses. */
+#include "api/server.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+static json_t *strv_json(char **v)
+{
+        json_t *a = json_array();
+        for (char **p = v; p && *p; p++)
+                json_array_append_new(a, json_string(*p));
+        return a;
+}
+
+json_t *ab_image_json(const ab_image *img)
+{
+        const ab_image_config *c = &img->config;
+        json_t *cfg = json_pack("{s:o,s:o,s:o,s:o,s:o}", "env", strv_json(c->env), "entrypoint",
+                                strv_json(c->entrypoint), "cmd", strv_json(c->cmd), "user",
+                                c->user ? json_string(c->user) : json_null(), "workdir",
+                                c->workdir ? json_string(c->workdir) : json_null());
+        return json_pack("{s:s,s:o,s:o,s:I,s:I,s:I,s:s?,s:s?,s:s?,s:o}", "id", img->id, "names",
+                         strv_json(img->names), "digests", strv_json(img->digests), "layers",
+                         (json_int_t)img->n_layers, "size", (json_int_t)img->size, "created",
+                         (json_int_t)img->created, "os", c->os, "architecture", c->arch, "source",
+                         img->source, "config", cfg);
+}
+
+static bool have_store(ab_req *r, enum MHD_Result *ret)
+{
+        if (r->srv->images)
+                return true;
+        *ret = resp_error(r, 501, "unsupported", "this server has no image store");
+        return false;
+}
+
+enum MHD_Result route_images_list(ab_req *r, const char *id)
+{
+        enum MHD_Result ret;
+        if (!have_store(r, &ret))
+                return ret;
+        ab_err *e = NULL;
+        ab_image *imgs = NULL;
+        size_t n = 0;
+        if (ab_image_list(r->srv->images, &imgs, &n, &e) < 0)
+                return resp_err(r, e);
+        json_t *a = json_array();
+        for (size_t i = 0; i < n; i++)
+                json_array_append_new(a, ab_image_json(&imgs[i]));
+        ab_image_list_free(imgs, n);
+        return resp_json(r, 200, json_pack("{s:o}", "images", a));
+}
+
+enum MHD_Result route_image_get(ab_req *r, const char *ref)
+{
+        enum MHD_Result ret;
+        if (!have_store(r, &ret))
+                return ret;
+        ab_err *e = NULL;
+        ab_image img = {0};
+        if (ab_image_get(r->srv->images, ref, &img, &e) < 0)
+                return resp_err(r, e);
+        json_t *j = ab_image_json(&img);
+        ab_image_clear(&img);
+        return resp_json(r, 200, j);
+}
+
+enum MHD_Result route_image_delete(ab_req *r, const char *ref)
+{
+        enum MHD_Result ret;
+        if (!have_store(r, &ret))
+                return ret;
+        ab_err *e = NULL;
+        if (ab_image_remove(r->srv->images, ref, &e) < 0)
+                return resp_err(r, e);
+        uint64_t freed = 0;
+        if (ab_image_gc(r->srv->images, &freed, &e) < 0)
+                return resp_err(r, e);
+        return resp_json(r, 200,
+                         json_pack("{s:s,s:I}", "removed", ref, "freed", (json_int_t)freed));
+}
+
+/* A pull streamed as server-sent events: "progress" events, then "done"
+ * with the image or "error". */
+typedef struct pull_job {
+        ab_image_store *images;
+        char *ref;
+        int fd; /* the pipe the response reads */
+        bool broken;
+        uint64_t last_ms; /* download events are sent at most every 200 ms */
+} pull_job;
+
+static void pull_send(pull_job *j, const char *event, json_t *data)
+{
+        char *txt = json_dumps(data, JSON_COMPACT);
+        json_decref(data);
+        if (!txt || j->broken) {
+                free(txt);
+                return;
+        }
+        char *frame = xasprintf("event: %s\ndata: %s\n\n", event, txt);
+        free(txt);
+        if (ab_write_all(j->fd, frame, strlen(frame)) < 0)
+                j->broken = true;
+        free(frame);
+}
+
+static void pull_progress(void *ud, const char *phase, const char *digest, uint64_t done,
+                          uint64_t total)
+{
+        pull_job *j = ud;
+        if (!strcmp(phase, "download") && done != total) {
+                uint64_t now = ab_now_ms();
+                if (now - j->last_ms < 200)
+                        return;
+                j->last_ms = now;
+        }
+        pull_send(j, "progress",
+                  json_pack("{s:s,s:s?,s:I,s:I}", "phase", phase, "layer", digest, "done",
+                            (json_int_t)done, "total", (json_int_t)total));
+}
+
+static void *pull_main(void *arg)
+{
+        pull_job *j = arg;
+        ab_err *e = NULL;
+        ab_image img = {0};
+        if (ab_image_pull(j->images, j->ref, pull_progress, j, &img, &e) < 0) {
+                pull_send(j, "error",
+                          json_pack("{s:s,s:o}", "code", ab_code_name(e->code), "message",
+                                    json_bytes(e->msg, strlen(e->msg))));
+                ab_err_free(&e);
+        } else {
+                pull_send(j, "done", ab_image_json(&img));
+                ab_image_clear(&img);
+        }
+        close(j->fd);
+        free(j->ref);
+        free(j);
+        return NULL;
+}
+
+static const char *const sse_headers[] = {"X-Accel-Buffering", "no", NULL, NULL};
+
+enum MHD_Result route_images_pull(ab_req *r, const char *id)
+{
+        enum MHD_Result ret;
+        if (!have_store(r, &ret))
+                return ret;
+        ab_err *e = NULL;
+        json_t *body = NULL;
+        if (req_json(r, &body, &e) < 0)
+                return resp_err(r, e);
+        const char *ref = json_string_value(json_object_get(body, "ref"));
+        if (!ref || !*ref) {
+                json_decref(body);
+                return resp_error(r, 400, "invalid",
+                                  "ref: required (an image reference, "
+                                  "e.g. \"busybox\" or \"localhost:5000/a:1\")");
+        }
+        _cleanup_free_ char *refc = xstrdup(ref);
+        json_decref(body);
+        const char *accept = req_header(r, "Accept");
+        if (accept && strstr(accept, "text/event-stream")) {
+                ab_stream_slot *slot = req_stream_slot(r, &ret);
+                if (!slot)
+                        return ret;
+                int p[2];
+                if (pipe2(p, O_CLOEXEC) < 0) {
+                        ab_stream_slot_release(slot);
+                        return resp_error(r, 500, "internal", "pipe: %s", strerror(errno));
+                }
+                pull_job *j = xzalloc(sizeof(*j));
+                *j = (pull_job){.images = r->srv->images, .ref = steal_pointer(&refc), .fd = p[1]};
+                if (spawn_detached(pull_main, j) < 0) {
+                        close(p[0]);
+                        close(p[1]);
+                        free(j->ref);
+                        free(j);
+                        ab_stream_slot_release(slot);
+                        return resp_error(r, 503, "unavailable", "cannot start a thread");
+                }
+                return resp_stream_counted(r, 200, "text/event-stream", p[0], sse_headers, slot);
+        }
+        ab_image img = {0};
+        if (ab_image_pull(r->srv->images, refc, NULL, NULL, &img, &e) < 0)
+                return resp_err(r, e);
+        json_t *j = ab_image_json(&img);
+        ab_image_clear(&img);
+        return resp_json(r, 200, j);
+}

@@ -1,0 +1,61 @@
+/* Images: a box made from an image of the image store (image/store.h) holds
+ * it while it exists, so neither a removal of its name nor a GC takes its
+ * layers away; its record keeps what execs need of the image's config. */
+#include "core/manager_int.h"
+
+int mgr_image_resolve(ab_manager *m, const char *ref, ab_image *out, ab_err **err)
+{
+        if (!m->o.images)
+                return ab_err_set(err, AB_E_UNSUPPORTED, 0,
+                                  "image: this server has no image store");
+        ab_err *e = NULL;
+        if (ab_image_get(m->o.images, ref, out, &e) == 0)
+                return 0;
+        if (e->code != AB_E_NOT_FOUND)
+                return mgr_propagate(err, e);
+        ab_err_free(&e);
+        ab_log(AB_LOG_INFO, "pulling an image for a new box", "image", ref, NULL);
+        if (ab_image_pull(m->o.images, ref, NULL, NULL, out, err) < 0)
+                return ab_err_wrap(err, "image %s", ref);
+        return 0;
+}
+
+static json_t *strv_json(char **v)
+{
+        json_t *a = json_array();
+        for (char **p = v; p && *p; p++)
+                json_array_append_new(a, json_string(*p));
+        return a;
+}
+
+json_t *mgr_image_spec(const char *ref, const ab_image *img)
+{
+        json_t *j = json_pack("{s:s,s:s,s:o}", "ref", ref ? ref : img->id, "id", img->id, "env",
+                              strv_json(img->config.env));
+        if (img->config.workdir && *img->config.workdir)
+                json_object_set_new(j, "workdir", json_string(img->config.workdir));
+        if (img->config.user && *img->config.user)
+                json_object_set_new(j, "user", json_string(img->config.user));
+        return j;
+}
+
+int mgr_image_hold(ab_manager *m, const char *bid, const ab_image *img, ab_err **err)
+{
+        return ab_image_hold(m->o.images, bid, img->id, err);
+}
+
+void mgr_image_release(ab_manager *m, const char *bid)
+{
+        if (!m->o.images)
+                return;
+        _cleanup_err_ ab_err *e = NULL;
+        if (ab_image_release(m->o.images, bid, &e) < 0 || ab_image_gc(m->o.images, NULL, &e) < 0)
+                ab_log(AB_LOG_WARN, "images: cannot release a box's image", "box", bid, "error",
+                       e->msg, NULL);
+}
+
+const json_t *mgr_rec_image(const ab_box_rec *r)
+{
+        json_t *i = r->spec ? json_object_get(r->spec, "image") : NULL;
+        return json_is_object(i) ? i : NULL;
+}
