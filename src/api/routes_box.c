@@ -73,8 +73,9 @@ enum MHD_Result route_metrics(ab_req *r, const char *id)
 /* ---- sandboxes -------------------------------------------------------- */
 
 const char *const acquire_fields[] = {
-    "id",  "app_id", "user_id",     "chat_id",      "thread_id", "mode",     "limits", "network",
-    "env", "mounts", "idle_stop_s", "idle_pause_s", "ttl_s",     "metadata", "image",  NULL};
+    "id",     "app_id",   "user_id", "chat_id",    "thread_id",   "mode",
+    "limits", "network",  "env",     "mounts",     "idle_stop_s", "idle_pause_s",
+    "ttl_s",  "metadata", "image",   "entrypoint", NULL};
 static const char *const exec_fields[] = {"command", "argv", "timeout_s", "timeout",
                                           "env",     "cwd",  "stdin",     NULL};
 
@@ -137,6 +138,13 @@ int parse_acquire(const ab_server *s, json_t *body, ab_acquire_req *q, ab_limits
                 if (parse_limits(lo, &s->cfg->limits, lim, err) < 0)
                         return -1;
                 q->limits = lim;
+        }
+        json_t *ep = json_object_get(body, "entrypoint");
+        if (ep && !json_is_null(ep)) {
+                if (!json_is_array(ep))
+                        return ab_err_set(err, AB_E_INVALID, 0,
+                                          "entrypoint: must be a list of strings");
+                q->entrypoint = ep;
         }
         if (field_obj(body, "network", &q->network, err) < 0 ||
             field_obj(body, "env", &q->env, err) < 0 ||

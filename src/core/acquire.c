@@ -133,6 +133,20 @@ static int check_keys(ab_manager *m, const ab_acquire_req *q, const char *scope,
         }
         if (q->metadata && !json_is_object(q->metadata))
                 return ab_err_set(err, AB_E_INVALID, 0, "metadata: must be an object");
+        if (q->entrypoint) {
+                size_t n = json_array_size(q->entrypoint);
+                if (!json_is_array(q->entrypoint) || n == 0 || n > 256)
+                        return ab_err_set(err, AB_E_INVALID, 0,
+                                          "entrypoint: must be a list of 1 to 256 strings (a "
+                                          "program and its arguments)");
+                for (size_t i = 0; i < n; i++) {
+                        const char *w = json_string_value(json_array_get(q->entrypoint, i));
+                        if (!w || (i == 0 && !*w))
+                                return ab_err_set(err, AB_E_INVALID, 0,
+                                                  "entrypoint[%zu]: must be a%s string", i,
+                                                  i == 0 ? " non-empty" : "");
+                }
+        }
         if (q->image) {
                 if (!m->o.images)
                         return ab_err_set(err, AB_E_UNSUPPORTED, 0,
@@ -182,6 +196,7 @@ static int create_backend(ab_manager *m, ab_box_rec *r, const ab_limits *lim, co
         }
         ab_metrics_op(m->o.metrics, "create", true);
         mgr_set_status(m, r, AB_BOX_RUNNING, NULL);
+        mgr_entrypoint_start(m, r);
         mgr_emit(m, "box.created", r,
                  json_pack("{s:I,s:b}", "duration_ms", (json_int_t)((ab_now_ns() - t0) / 1000000),
                            "from_pool", 0));

@@ -120,6 +120,7 @@ int mgr_ensure_running(ab_manager *m, ab_box_rec *r, ab_err **err)
         started = 1;
         mgr_emit(m, "box.started", r,
                  json_pack("{s:I}", "duration_ms", (json_int_t)((ab_now_ns() - t0) / 1000000)));
+        mgr_entrypoint_start(m, r);
         if (mgr_net_sync(m, r, 0, false, err) < 0)
                 return -1;
         return started;

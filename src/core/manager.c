@@ -365,6 +365,8 @@ void mgr_fill_new_rec(ab_manager *m, const ab_acquire_req *q, const char *app, c
         if (q->network && ab_netpol_parse(q->network, &pol, NULL) < 0)
                 memset(&pol, 0, sizeof(pol)); /* validated before: cannot happen */
         json_object_set_new(spec, "network", ab_netpol_json(&pol));
+        if (q->entrypoint)
+                json_object_set_new(spec, "entrypoint", json_deep_copy(q->entrypoint));
         ab_netpol_clear(&pol);
         char me[160];
         if (mgr_process_identity(getpid(), me, sizeof(me)))

@@ -87,6 +87,8 @@ typedef struct ab_acquire_req {
         json_t *metadata;        /* or NULL (borrowed) */
         const char *image;       /* a reference or id of the image store; NULL = host base.
                                   * Pulled first when not in the store. */
+        json_t *entrypoint;      /* array of strings: a long-lived program the box runs on a
+                                  * terminal of its own from every start; or NULL (borrowed) */
         int64_t idle_pause_s;    /* 0 = server default, -1 = never */
         int64_t idle_stop_s;     /* 0 = server default, -1 = never */
         bool has_ttl;

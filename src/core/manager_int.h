@@ -137,6 +137,11 @@ void mgr_sleep_ms(int ms);
 /* Tells the pool filler a pooled box was taken. */
 void mgr_wake_pool(ab_manager *m);
 /* A new record for req (status creating), owned by r. */
+/* Starts the box's entrypoint (spec.entrypoint) on a terminal of its own,
+ * after a create or a start of the box (caller holds the slot lock). A
+ * failure is logged and published as "box.error", not returned: the box runs. */
+void mgr_entrypoint_start(ab_manager *m, const ab_box_rec *r);
+
 /* ---- images (core/images.c) ---- */
 
 /* The image for a new box: found in the store, else pulled. AB_E_UNSUPPORTED

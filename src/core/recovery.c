@@ -118,6 +118,11 @@ static int adopt(ab_manager *m, const ab_box_info *bi, ab_err **err)
         ab_acquire_req q = {.mode = "session"};
         ab_box_rec r = {0};
         mgr_fill_new_rec(m, &q, NULL, bi->id, &bi->limits, &r);
+        ab_image img = {0};
+        /* a box `agentbox create --image` made: its image's env and workdir */
+        if (bi->image && m->o.images && ab_image_get(m->o.images, bi->image, &img, NULL) == 0)
+                json_object_set_new(r.spec, "image", mgr_image_spec(NULL, &img));
+        ab_image_clear(&img);
         r.status = bi->status == AB_BOX_RUNNING || bi->status == AB_BOX_PAUSED ? bi->status
                                                                                : AB_BOX_STOPPED;
         if (bi->created_at > 0)
@@ -153,6 +158,32 @@ int ab_manager_adopt(ab_manager *m, const char *id, ab_err **err)
         ab_err_free(&e);
         ab_box_info_clear(&bi);
         return rc;
+}
+
+static bool backend_has(void *ud, const char *holder)
+{
+        ab_manager *m = ud;
+        ab_box_info info;
+        ab_err *e = NULL;
+        if (m->o.backend->ops->info(m->o.backend, holder, &info, &e) == 0) {
+                ab_box_info_clear(&info);
+                return true;
+        }
+        bool gone = e->code == AB_E_NOT_FOUND;
+        ab_err_free(&e);
+        return !gone;
+}
+
+/* Image holds of boxes that are gone (a delete killed between the box and
+ * its hold) end, and what nothing uses any more is collected. */
+static void reconcile_images(ab_manager *m)
+{
+        if (!m->o.images)
+                return;
+        _cleanup_err_ ab_err *e = NULL;
+        if (ab_image_prune_holds(m->o.images, backend_has, m, &e) < 0 ||
+            ab_image_gc(m->o.images, NULL, &e) < 0)
+                ab_log(AB_LOG_WARN, "images: cannot collect unused images", "error", e->msg, NULL);
 }
 
 /* Brings the store in line with the backend after a restart or a crash. */
@@ -244,6 +275,7 @@ int mgr_reconcile(ab_manager *m, ab_err **err)
                 free(bi);
         }
         ab_box_recs_free(rs, n);
+        reconcile_images(m);
         char a[32], c[32];
         snprintf(a, sizeof(a), "%zu", found);
         snprintf(c, sizeof(c), "%zu", fixed);

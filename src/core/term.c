@@ -30,6 +30,42 @@ int ab_manager_term_open(ab_manager *m, ab_use *u, const abc_term_req *req, abc_
         return 0;
 }
 
+void mgr_entrypoint_start(ab_manager *m, const ab_box_rec *r)
+{
+        json_t *ep = r->spec ? json_object_get(r->spec, "entrypoint") : NULL;
+        size_t n = json_array_size(ep);
+        if (!n)
+                return;
+        _cleanup_free_ const char **argv = xcalloc(n + 1, sizeof(char *));
+        for (size_t i = 0; i < n; i++)
+                argv[i] = json_string_value(json_array_get(ep, i));
+        _cleanup_strv_ char **env = ab_manager_box_env(r);
+        const json_t *img = mgr_rec_image(r);
+        abc_term_req q = {
+            .argv = argv,
+            .env = (const char *const *)env,
+            .cwd = img ? json_string_value(json_object_get(img, "workdir")) : NULL,
+            .cols = 200,
+            .rows = 50,
+        };
+        ab_backend *b = m->o.backend;
+        ab_err *e = NULL;
+        abc_term_info info = {0};
+        _cleanup_close_ int fd = b->ops->connect(b, r->backend_id, &e);
+        if (fd < 0 || abc_term_open(fd, &q, &info, &e) < 0) {
+                ab_log(AB_LOG_WARN, "box entrypoint cannot start", "box", r->id, "error", e->msg,
+                       NULL);
+                mgr_emit(m, "box.error", r,
+                         json_pack("{s:s,s:s}", "error", e->msg, "what", "entrypoint"));
+                ab_err_free(&e);
+                return;
+        }
+        ab_log(AB_LOG_INFO, "box entrypoint started", "box", r->id, "terminal", info.id, NULL);
+        mgr_emit(m, "terminal.opened", r,
+                 json_pack("{s:s,s:b}", "terminal_id", info.id, "entrypoint", 1));
+        abc_term_info_clear(&info);
+}
+
 int ab_manager_term_attach_use(ab_manager *m, ab_use *u, const char *tid, ab_term_attach *a,
                                ab_err **err)
 {
