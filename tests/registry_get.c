@@ -97,7 +97,7 @@ static int get_manifest(ab_registry *reg, const char *reference, ab_buf *body, a
                 return 0;
         _cleanup_free_ char *pick = NULL;
         if (ab_index_pick(body->p, body->n, "linux", "amd64", &pick, err) < 0)
-                return -1;
+                return ab_err_wrap(err, "%s", reference);
         ab_buf_free(body);
         free(mt);
         free(digest);

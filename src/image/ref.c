@@ -55,11 +55,9 @@ static bool component_valid(const char *s, size_t n)
         }
 }
 
+/* Components joined by '/' (the length is checked once "library/" is added). */
 static bool path_valid(const char *s)
 {
-        size_t len = strlen(s);
-        if (len == 0 || len > PATH_MAX_LEN)
-                return false;
         for (const char *p = s;;) {
                 size_t n = strcspn(p, "/");
                 if (!component_valid(p, n))
@@ -171,6 +169,11 @@ static int split_name(const char *s, const char *name, ab_image_ref *out, ab_err
                 out->path = xasprintf("library/%s", name);
         else
                 out->path = xstrdup(name);
+        if (strlen(out->path) > PATH_MAX_LEN)
+                return ab_err_set(err, AB_E_INVALID, 0,
+                                  "image reference '%s': repository '%s' is longer than %d "
+                                  "characters",
+                                  s, out->path, PATH_MAX_LEN);
         return 0;
 }
 

@@ -11,9 +11,11 @@ tests/registry_get (its path in $AB_REGISTRY_GET, set by meson):
 - an unknown repository, tag or digest is not_found naming the reference
 - a closed port is unavailable; a 500, a manifest that is not JSON and a blob
   whose bytes do not match its digest are unavailable (and the blob is not
-  kept); a blob over the bound is limit_exceeded
+  kept); a blob transfer that stalls is unavailable after the stall timeout;
+  a blob over the bound is limit_exceeded
 - token auth (AuthProxy): the right credentials work with one token for the
-  whole pull ("token" and "access_token" answers); wrong or no credentials
+  whole pull ("token" and "access_token" answers), a new one when it is
+  refused midway; wrong or no credentials
   are permission_denied and the password appears in no message; Basic auth;
   redirected blobs
 """
@@ -23,6 +25,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
 import abtest  # noqa: E402
@@ -46,7 +49,7 @@ def pull(ref, env=None, timeout=60):
     out = os.path.join(h.root, "out%d" % _seq[0])
     os.mkdir(out)
     e = dict(os.environ)
-    for k in ("AB_REGISTRY_INSECURE", "AB_REGISTRY_CREDS", "AB_REGISTRY_MAX_BLOB"):
+    for k in ("AB_REGISTRY_INSECURE", "AB_REGISTRY_CREDS", "AB_REGISTRY_MAX_BLOB", "AB_REGISTRY_STALL"):
         e.pop(k, None)
     e.update(env or {})
     p = subprocess.run([GET, ref, out], env=e, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -204,6 +207,10 @@ with registry.Registry(h.root) as reg:
                      env={"AB_REGISTRY_CREDS": "%s=user:%s" % (H, PASSWORD)})
         rc, lines, err, _ = pull(ref_of(px, "nosuch"), creds)
         h.eq(error_of(lines)[0], "not_found", "token auth: an unknown tag is still not_found", err)
+    with registry.AuthProxy(H, "user", PASSWORD, token_uses=2) as px:
+        rc, lines, err, _ = pull(ref_of(px), {"AB_REGISTRY_CREDS": "%s=user:%s" % (px.host, PASSWORD)})
+        h.eq(rc, 0, "a token refused later in the pull (expired) is fetched again", err)
+        h.eq(px.token_requests, 2, "two tokens served four requests of two uses each")
     with registry.AuthProxy(H, "user", PASSWORD, token_field="access_token") as px:
         rc, lines, err, _ = pull(ref_of(px), {"AB_REGISTRY_CREDS": "%s=user:%s" % (px.host, PASSWORD)})
         h.eq(rc, 0, "a token answered as access_token works", err)
@@ -226,6 +233,14 @@ with registry.Registry(h.root) as reg:
                                   env=creds_for(px), names=(d.config_digest,))
         h.eq(kind(lines, "blob"), [], "a mismatched blob is not reported as fetched")
         h.eq(sorted(os.listdir(out)), [], "a mismatched blob leaves no file")
+    with registry.AuthProxy(H, "user", PASSWORD, mode="stall") as px:
+        env = dict(creds_for(px), AB_REGISTRY_STALL="2")
+        t0 = time.monotonic()
+        lines, out = expect_error(ref_of(px), "unavailable", "a blob transfer that stalls", env=env,
+                                  names=(px.host, "timed out"))
+        h.ok(time.monotonic() - t0 < 20, "a stalled transfer gives up after the stall timeout",
+             "took %.1f s" % (time.monotonic() - t0))
+        h.eq(sorted(os.listdir(out)), [], "a stalled blob leaves no file")
     with registry.AuthProxy(H, "user", PASSWORD, mode="500") as px:
         expect_error(ref_of(px), "unavailable", "a registry answering 500", env=creds_for(px),
                      names=(px.host,))

@@ -50,13 +50,17 @@ Hub's token auth: every /v2/ request without a valid Bearer token gets 401
 with WWW-Authenticate: Bearer realm="http://HOST/token",service="test",
 scope="repository:REPO:pull"; GET /token issues a token ({"token": T}, or
 {"access_token": T} with token_field="access_token") only to the right HTTP
-basic credentials (401 otherwise); the rest is proxied to upstream. Modes:
+basic credentials (401 otherwise); the rest is proxied to upstream. With
+token_uses=N a token is accepted N times, then refused (as an expired one).
+Modes:
   "ok"          as above
   "basic"       401 with WWW-Authenticate: Basic realm="test"; requests with
                 the right basic credentials are proxied
   "garbage"     manifests are answered 200 with a body that is not JSON
   "bad_digest"  blobs are answered with one byte altered (same length)
   "redirect"    blobs are answered 307 to the upstream registry's URL
+  "stall"       blobs: the headers and half the bytes, then nothing until the
+                proxy is closed (or 60 s)
   "500"         every request is answered 500
 Counters: .token_requests (GETs of /token), .requests (all requests).
 """
@@ -331,18 +335,20 @@ class _ThreadingServer(socketserver.ThreadingMixIn, http.server.HTTPServer):
 class AuthProxy:
     """Token (or basic) auth and fault injection in front of a registry; see the module docstring."""
 
-    MODES = ("ok", "basic", "garbage", "bad_digest", "redirect", "500")
+    MODES = ("ok", "basic", "garbage", "bad_digest", "redirect", "stall", "500")
 
-    def __init__(self, upstream_host, user, password, mode="ok", token_field="token"):
+    def __init__(self, upstream_host, user, password, mode="ok", token_field="token", token_uses=None):
         if mode not in self.MODES:
             raise ValueError("mode must be one of %s, not %r" % (", ".join(self.MODES), mode))
         self.upstream = upstream_host
         self.user, self.password, self.mode = user, password, mode
         self.token_field = token_field
-        self.tokens = set()
+        self.token_uses = token_uses
+        self.tokens = {}  # token -> uses left (None: unbounded)
         self.token_requests = 0
         self.requests = 0
         self._lock = threading.Lock()
+        self._closing = threading.Event()
         self._srv = None
         self._thread = None
         self.host = None
@@ -368,6 +374,7 @@ class AuthProxy:
         return self
 
     def __exit__(self, *exc):
+        self._closing.set()
         if self._srv:
             self._srv.shutdown()
             self._srv.server_close()
@@ -406,7 +413,7 @@ class AuthProxy:
                                    ("WWW-Authenticate", 'Basic realm="token"')])
             tok = secrets.token_hex(16)
             with self._lock:
-                self.tokens.add(tok)
+                self.tokens[tok] = self.token_uses
             body = json.dumps({self.token_field: tok, "expires_in": 300}).encode()
             return self._send(h, 200, body, [("Content-Type", "application/json")])
 
@@ -421,7 +428,13 @@ class AuthProxy:
                                   [("Content-Type", "application/json"),
                                    ("WWW-Authenticate", 'Basic realm="test"')])
         else:
-            good = auth.startswith("Bearer ") and auth[7:] in self.tokens
+            good = False
+            with self._lock:
+                tok = auth[7:] if auth.startswith("Bearer ") else None
+                if tok in self.tokens and self.tokens[tok] != 0:
+                    good = True
+                    if self.tokens[tok] is not None:
+                        self.tokens[tok] -= 1
             if not good:
                 chal = 'Bearer realm="http://%s/token",service="test"' % self.host
                 if repo:
@@ -442,6 +455,15 @@ class AuthProxy:
             return self._send(h, 502, str(e).encode())
         if self.mode == "bad_digest" and "/blobs/" in url.path and st == 200 and body:
             body = bytes([body[0] ^ 0x55]) + body[1:]
+        if self.mode == "stall" and "/blobs/" in url.path and st == 200 and h.command == "GET":
+            h.send_response(200)
+            h.send_header("Content-Length", str(len(body)))
+            h.end_headers()
+            h.wfile.write(body[:len(body) // 2])
+            h.wfile.flush()
+            self._closing.wait(60)
+            h.close_connection = True
+            return None
         keep = [(k, v) for k, v in hdr.items()
                 if k in ("content-type", "docker-content-digest", "location", "www-authenticate",
                          "docker-distribution-api-version")]

@@ -108,6 +108,10 @@ static void test_refs(void)
         memset(big, 'a', sizeof(big) - 1);
         big[sizeof(big) - 1] = '\0';
         ref_bad(big, "too long", "a reference over AB_IMAGE_REF_MAX");
+        char longpath[251];
+        memset(longpath, 'a', sizeof(longpath) - 1);
+        longpath[sizeof(longpath) - 1] = '\0';
+        ref_bad(longpath, "longer than 255", "a repository over 255 characters with library/");
         ref_bad("a//b", "a//b", "an empty path component");
         ref_bad(":tag", "repository", "a tag without a name");
         ref_bad("@" D1, "repository", "a digest without a name");
