@@ -9,6 +9,8 @@ tests/registry_get (its path in $AB_REGISTRY_GET, set by meson):
 - an index (OCI and Docker list) resolves to linux/amd64; an index with only
   linux/arm64 is not_found naming linux/arm64
 - an unknown repository, tag or digest is not_found naming the reference
+- a registry not on loopback is spoken to over HTTPS unless listed as
+  insecure (this machine's host name, when it resolves to 127.x)
 - a closed port is unavailable; a 500, a manifest that is not JSON and a blob
   whose bytes do not match its digest are unavailable (and the blob is not
   kept); a blob transfer that stalls is unavailable after the stall timeout;
@@ -23,6 +25,7 @@ import gzip
 import hashlib
 import json
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -190,6 +193,24 @@ with registry.Registry(h.root) as reg:
     lines, _ = expect_error("%s/t/img:oci-gzip" % H, "limit_exceeded", "a blob over the bound",
                             env={"AB_REGISTRY_MAX_BLOB": "100000"})
     h.eq(len(kind(lines, "blob")), 2, "a blob over the bound: only the config and the small layer were kept")
+
+    # ---- HTTPS unless loopback or listed insecure ---------------------------
+    # A name for this machine that is not loopback by its spelling: the client
+    # must speak TLS to it (and fail: the registry speaks plain HTTP) unless
+    # it is listed in AB_REGISTRY_INSECURE.
+    name = socket.gethostname()
+    try:
+        addr = socket.gethostbyname(name)
+    except OSError:
+        addr = ""
+    if addr.startswith("127.") and name.lower() != "localhost" and "." not in name:
+        other = "%s:%d" % (name, reg.port)
+        expect_error("%s/t/img:oci-gzip" % other, "unavailable",
+                     "a registry not on loopback by name is spoken to over HTTPS", names=(other,))
+        rc, lines, err, _ = pull("%s/t/img:oci-gzip" % other, {"AB_REGISTRY_INSECURE": "x.example," + other})
+        h.eq(rc, 0, "listed in the insecure registries, it is spoken to over plain HTTP", err)
+    else:
+        h.skip("HTTPS unless loopback or insecure", "the host name %r does not resolve to loopback" % name)
 
     # ---- auth and faults through the proxy ---------------------------------
     ref_of = lambda px, tag="oci-gzip": "%s/t/img:%s" % (px.host, tag)  # noqa: E731
