@@ -37,6 +37,8 @@ PACKAGES=(
         bubblewrap
         procps
         systemd
+        docker-registry
+        zstd
 )
 
 die() {

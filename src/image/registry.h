@@ -9,11 +9,16 @@
  * "Basic" -> the credentials directly. Redirects (blobs are often served from
  * a storage host) are followed, up to 5, never from HTTPS down to HTTP.
  *
- * Errors: an unknown repository, tag or digest is AB_E_NOT_FOUND; refused
- * credentials AB_E_PERMISSION; a registry that cannot be reached, times out,
- * answers 5xx or answers something that is not what the protocol says (bad
- * JSON, wrong digest) AB_E_UNAVAILABLE; every message names the registry
- * and the reference. Thread-safety: one ab_registry per thread. */
+ * Errors: an unknown repository, tag or digest is AB_E_NOT_FOUND (404, or the
+ * registry's MANIFEST_UNKNOWN / NAME_UNKNOWN / BLOB_UNKNOWN); credentials
+ * refused, missing or still answered 401/403 AB_E_PERMISSION; a registry that
+ * cannot be reached, times out, answers 5xx or answers something that is not
+ * what the protocol says (bad JSON, wrong digest, a token realm that is not
+ * https for an https registry) AB_E_UNAVAILABLE; a body over its bound
+ * AB_E_LIMIT; a malformed reference or digest argument AB_E_INVALID. Every
+ * message names the registry and the reference; none holds a credential or
+ * a token. Thread-safety: one ab_registry per thread (curl_global_init is
+ * done once, on the first open). */
 #ifndef AB_IMAGE_REGISTRY_H
 #define AB_IMAGE_REGISTRY_H
 
@@ -46,10 +51,11 @@ int ab_registry_open(const ab_registry_opts *opts, const ab_image_ref *ref, ab_r
 void ab_registry_free(ab_registry *r);
 
 /* GETs the manifest for reference (a tag or a digest), Accepting the four
- * types of manifest.h. On success body holds the document (at most
- * AB_MANIFEST_MAX_BYTES), *media_type its Content-Type (or NULL) and
- * *digest the sha256 of the bytes; when reference is a digest it must match
- * (else AB_E_UNAVAILABLE). Caller frees the strings. */
+ * types of manifest.h. On success body (freed first) holds the document, a
+ * JSON object of at most AB_MANIFEST_MAX_BYTES, *media_type its Content-Type
+ * less parameters (or NULL) and *digest the sha256 of the bytes; when
+ * reference is a digest, or the registry sent Docker-Content-Digest, it must
+ * match (else AB_E_UNAVAILABLE). Caller frees the strings and body. */
 int ab_registry_get_manifest(ab_registry *r, const char *reference, ab_buf *body, char **media_type,
                              char **digest, ab_err **err);
 
@@ -58,8 +64,9 @@ typedef void (*ab_registry_progress_fn)(void *ud, uint64_t done, uint64_t total)
 
 /* GETs the blob `digest` and writes it to fd (from its current offset). It
  * returns 0 only when the bytes' sha256 equals digest; more than max_bytes
- * (0 = no bound) fails with AB_E_LIMIT. On any failure what was written must
- * not be used. fn may be NULL. */
+ * (0 = no bound) fails with AB_E_LIMIT, a failed write AB_E_STORAGE (ENOSPC,
+ * EDQUOT) or AB_E_INTERNAL. On any failure what was written must not be used.
+ * fn may be NULL; it runs in the calling thread. */
 int ab_registry_get_blob(ab_registry *r, const char *digest, int fd, uint64_t max_bytes,
                          ab_registry_progress_fn fn, void *ud, ab_err **err);
 
