@@ -155,7 +155,7 @@ typedef struct abp_frame {
 /* Exactly one of command and argv: a request with both or neither does not
  * decode (an empty argv cannot be sent: it is no ARGV field at all). */
 typedef struct abp_exec_req {
-        const char *command; /* run by bash, or NULL */
+        const char *command; /* run by the box's shell (bash, else sh), or NULL */
         const char **argv;   /* or n_argv >= 1 words, NULL-terminated; owned like env */
         size_t n_argv;
         const char **env; /* n_env entries, NULL-terminated; owned: abp_exec_req_clear() */
