@@ -2260,6 +2260,112 @@ static void test_images(const char *bin)
         stop_init3();
 }
 
+/* A fourth init in a user namespace that maps only uids and gids 0-65535,
+ * as a box's: ids outside are refused before anything runs. */
+static void test_userns(const char *bin)
+{
+        char dir[PATH_MAX], ws4[PATH_MAX + 8], sock4[PATH_MAX + 16], path[64];
+        int sync[2];
+        snprintf(dir, sizeof(dir), "%s/uns", tmp);
+        snprintf(ws4, sizeof(ws4), "%s/ws", dir);
+        snprintf(sock4, sizeof(sock4), "%s/init.sock", dir);
+        must(mkdir(dir, 0755));
+        must(mkdir(ws4, 0755));
+        must(pipe2(sync, O_CLOEXEC));
+        pid_t pid = fork();
+        if (pid < 0)
+                abort();
+        if (pid == 0) {
+                char ch;
+                prctl(PR_SET_PDEATHSIG, SIGTERM);
+                if (unshare(CLONE_NEWUSER) < 0 || read(sync[0], &ch, 1) != 1 || ch != 'y')
+                        _exit(77);
+                execl(bin, bin, "--listen", sock4, "--workdir", ws4, (char *)NULL);
+                _exit(127);
+        }
+        close(sync[0]);
+        bool mapped = true;
+        for (int t = 0; t < 2000; t += 10) {
+                /* unshare done when the namespace differs from ours */
+                char a[64], b[64];
+                snprintf(path, sizeof(path), "/proc/%d/ns/user", (int)pid);
+                ssize_t n1 = readlink(path, a, sizeof(a) - 1),
+                        n2 = readlink("/proc/self/ns/user", b, sizeof(b) - 1);
+                if (n1 > 0 && n2 > 0 && (n1 != n2 || memcmp(a, b, (size_t)n1) != 0))
+                        break;
+                msleep(10);
+        }
+        const char *files[] = {"uid_map", "gid_map"};
+        for (size_t i = 0; i < 2; i++) {
+                snprintf(path, sizeof(path), "/proc/%d/%s", (int)pid, files[i]);
+                int fd = open(path, O_WRONLY | O_CLOEXEC);
+                mapped &= fd >= 0 && write(fd, "0 0 65536", 9) == 9;
+                if (fd >= 0)
+                        close(fd);
+        }
+        (void)!write(sync[1], mapped ? "y" : "n", 1);
+        close(sync[1]);
+        bool up = false;
+        for (int t = 0; mapped && !up && t < 10000; t += 20) {
+                ab_err *e = NULL;
+                int fd = abc_connect(AT_FDCWD, sock4, &e);
+                ab_err_free(&e);
+                up = fd >= 0;
+                if (fd >= 0)
+                        close(fd);
+                else if (waitpid(pid, NULL, WNOHANG) == pid)
+                        break;
+                else
+                        msleep(20);
+        }
+        if (!up) {
+                tap_ok(1, "# SKIP no user namespace (unmapped ids not tested)");
+                kill(pid, SIGKILL);
+                waitpid(pid, NULL, 0);
+                return;
+        }
+        conn_sock = sock4;
+        struct {
+                const char *user, *out, *err;
+        } cases[] = {
+            {"1234", "Uid: 1234 1234 1234 1234\nGid: 0 0 0 0\nGroups: 0\n", NULL},
+            {"65535:65535",
+             "Uid: 65535 65535 65535 65535\nGid: 65535 65535 65535 65535\n"
+             "Groups: 65535\n",
+             NULL},
+            {"65536", NULL, "uid 65536 is not mapped in this box's user namespace"},
+            {"1234:70000", NULL, "gid 70000 is not mapped in this box's user namespace"},
+        };
+        for (size_t i = 0; i < AB_ARRAY_LEN(cases); i++) {
+                capture c = {0};
+                abc_exec_res res;
+                ab_err *e = NULL;
+                abc_exec_req req = {
+                    .command = IDS, .user = cases[i].user, .stdin_fd = -1, .timeout_ms = 30000};
+                int r = run(&req, &c, &res, &e);
+                if (cases[i].out)
+                        tap_ok(r == 0 && !strcmp(out_of(&c, 1), cases[i].out),
+                               "user namespace 0-65535: USER %s runs (%s%s)", cases[i].user,
+                               out_of(&c, 1), e ? e->msg : "");
+                else
+                        tap_ok(r < 0 && e && e->code == AB_E_INVALID &&
+                                   strstr(e->msg, cases[i].err),
+                               "user namespace 0-65535: USER %s is invalid (%s)", cases[i].user,
+                               e ? e->msg : "no error");
+                ab_err_free(&e);
+                capture_free(&c);
+        }
+        conn_sock = sock;
+        int status = -1;
+        kill(pid, SIGTERM);
+        for (int t = 0; t < 10000; t += 10) {
+                if (waitpid(pid, &status, WNOHANG) == pid)
+                        break;
+                msleep(10);
+        }
+        tap_ok(WIFEXITED(status) && WEXITSTATUS(status) == 0, "fourth init exits 0 on SIGTERM");
+}
+
 /* ---- setup ---- */
 
 static void start_init(const char *bin)
@@ -2418,6 +2524,7 @@ int main(int argc, char **argv)
         if (init2_pid > 0)
                 stop_init2();
         test_images(bin);
+        test_userns(bin);
         rm_rf(tmp);
         return tap_done();
 }
