@@ -48,7 +48,9 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#define ABP_PROTO_VERSION 1
+/* PING's PROTO. 2: EXEC and TERM_OPEN take USER; an init answering 1
+ * ignores it (an unknown tag) and runs the command as root. */
+#define ABP_PROTO_VERSION 2
 #define ABP_HDR_SIZE      8
 #define ABP_MAX_PAYLOAD   (1u << 20)    /* hard limit on one frame's payload */
 #define ABP_CHUNK         (64u * 1024)  /* data bytes per DATA frame a sender emits */
