@@ -2040,8 +2040,8 @@ static void test_shells(void)
                "no shell: an argv exec runs (%s)", s);
         free(s);
         ab_err_free(&e);
-        const char *env_argv[] = {"sh", "-c", "true", NULL};
-        s = run3(NULL, env_argv, NULL, NULL, &res, &e);
+        const char *sh_argv[] = {"sh", "-c", "true", NULL};
+        s = run3(NULL, sh_argv, NULL, NULL, &res, &e);
         tap_ok(!e && res.exit_code == 126, "no shell: argv 'sh' is not executable: 126 (%d)",
                res.exit_code);
         free(s);
