@@ -8,6 +8,12 @@
  * An ARGV request runs its program with no shell and no profiles at all
  * (see exec_argv).
  *
+ * Images differ: without /bin/bash, COMMANDs run as `/bin/sh -lc COMMAND`
+ * (busybox sh and dash take -l too), without the cache and the direct path,
+ * which are bash's; without /bin/sh either, only ARGV requests can run. A
+ * request's USER (user.c) runs as `SHELL -lc` too: the cached environment is
+ * root's.
+ *
  * The session (our caller) is a child subreaper, so every process the
  * command starts stays its descendant until the session exits. One poll loop
  * moves stdin frames into the stdin pipe and pipe output into DATA frames,
@@ -39,14 +45,7 @@
 #define EXEC_HWM  (512 * 1024) /* stop reading pipes while this much waits for the client */
 #define DRAIN_MAX (4u << 20)   /* most bytes drained after the main process exited */
 
-static const char *const base_env[] = {
-    "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-    "LANG=C.UTF-8",
-    "USER=root",
-    "LOGNAME=root",
-    "SHELL=/bin/bash",
-    "TERM=dumb",
-};
+#define BASE_PATH "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 typedef struct ostream {
         int fd; /* read end of the pipe, -1 after EOF */
@@ -268,22 +267,41 @@ static char **merge_env(const char *const *base, size_t n, const abp_exec_req *r
         return env;
 }
 
-/* The base environment and HOME, as a login shell starts with. */
-static char **login_base_env(const abp_exec_req *req, const char *workdir)
+/* The base environment, as a login shell starts with (init_base_env says
+ * what it holds), with req's ENV on top (req may be NULL). */
+static char **login_base_env(const abp_exec_req *req, const char *workdir, const init_user *u,
+                             const char *shell)
 {
         static const abp_exec_req none = {0};
-        _cleanup_free_ char *home = xasprintf("HOME=%s", workdir);
-        const char *base[AB_ARRAY_LEN(base_env) + 1];
-        size_t n;
-        memcpy(base, base_env, sizeof(base_env));
-        base[AB_ARRAY_LEN(base_env)] = home;
-        return merge_env(base, AB_ARRAY_LEN(base), req ? req : &none, 0, &n);
+        bool root = !u || !u->set;
+        const char *name = root ? "root" : u->name;
+        _cleanup_free_ char *user = name ? xasprintf("USER=%s", name) : NULL;
+        _cleanup_free_ char *logname = name ? xasprintf("LOGNAME=%s", name) : NULL;
+        _cleanup_free_ char *sh = shell ? xasprintf("SHELL=%s", shell) : NULL;
+        _cleanup_free_ char *home = xasprintf("HOME=%s", root ? workdir : u->home ? u->home : "/");
+        const char *all[] = {BASE_PATH, "LANG=C.UTF-8", user, logname, sh, "TERM=dumb", home};
+        const char *base[AB_ARRAY_LEN(all)];
+        size_t n = 0, count;
+        for (size_t i = 0; i < AB_ARRAY_LEN(all); i++)
+                if (all[i])
+                        base[n++] = all[i];
+        return merge_env(base, n, req ? req : &none, 0, &count);
 }
 
-char **init_base_env(const char *const *env, size_t n, const char *workdir)
+char **init_base_env(const char *const *env, size_t n, const char *workdir, const init_user *u,
+                     const char *shell)
 {
         abp_exec_req req = {.env = (const char **)env, .n_env = n};
-        return login_base_env(&req, workdir);
+        return login_base_env(&req, workdir, u, shell);
+}
+
+const char *init_shell(void)
+{
+        if (faccessat(AT_FDCWD, "/bin/bash", X_OK, AT_EACCESS) == 0)
+                return "/bin/bash";
+        if (faccessat(AT_FDCWD, "/bin/sh", X_OK, AT_EACCESS) == 0)
+                return "/bin/sh";
+        return NULL;
 }
 
 /* Appends s with its NUL: blobs here are runs of NUL-terminated strings. */
@@ -599,7 +617,7 @@ __attribute__((noreturn)) static void le_child(int null, int report, const init_
  * than LE_MAX_OUT (-E2BIG). */
 static int le_run(const init_conf *conf, int sfd, uint64_t deadline, char **out, size_t *outlen)
 {
-        _cleanup_strv_ char **env = login_base_env(NULL, conf->workdir);
+        _cleanup_strv_ char **env = login_base_env(NULL, conf->workdir, NULL, "/bin/bash");
         int p[2];
         if (pipe2(p, O_CLOEXEC) < 0)
                 return -errno;
@@ -818,6 +836,9 @@ static void le_get(login_env *le, const init_conf *conf, int sfd, uint64_t deadl
 void init_exec_prewarm(const init_conf *conf)
 {
         login_env le;
+        const char *shell = init_shell();
+        if (!shell || strcmp(shell, "/bin/bash") != 0)
+                return; /* the login environment is bash's */
         le_get(&le, conf, -1, 0);
         le_free(&le);
 }
@@ -1063,7 +1084,7 @@ static void read_client(exec_state *st)
 /* ---- how the command runs ---- */
 
 typedef enum {
-        RUN_LOGIN,  /* bash -lc COMMAND, base environment: as before the cache */
+        RUN_LOGIN,  /* SHELL -lc COMMAND, base environment: as before the cache */
         RUN_SHELL,  /* bash --noprofile -lc COMMAND, login environment */
         RUN_DIRECT, /* the program itself, login environment */
         RUN_ARGV,   /* ARGV as given, base environment: no shell at all */
@@ -1072,6 +1093,8 @@ typedef enum {
 typedef struct exec_plan {
         run_kind kind;
         const char *command;
+        const char *shell;     /* what runs command: init_shell() */
+        const init_user *user; /* who runs it: the session's, for the forked child */
         char **env;    /* strv; RUN_DIRECT: env[n_bash] is "PWD=" + room, filled by the child */
         size_t n_bash; /* RUN_DIRECT: the entries bash would get (cut here to fall back on it) */
         size_t pwd_size;
@@ -1089,26 +1112,36 @@ static void plan_free(exec_plan *p)
         *p = (exec_plan){0};
 }
 
-/* Decides how to run req (see the top of the file); may capture the login
- * environment, within `deadline`. Request env entries were checked. */
-static void plan_exec(exec_plan *p, const abp_exec_req *req, const init_conf *conf, int sfd,
-                      uint64_t deadline)
+/* Decides how to run req (see the top of the file) with `shell` (NULL only
+ * for an ARGV) as `user`; may capture the login environment, within
+ * `deadline`. Request env entries were checked. */
+static void plan_exec(exec_plan *p, const abp_exec_req *req, const init_conf *conf,
+                      const char *shell, const init_user *user, int sfd, uint64_t deadline)
 {
         login_env le;
         size_t n;
+        *p = (exec_plan){.shell = shell, .user = user};
         if (req->argv) {
                 /* No shell, so no profiles either: the base environment and ENV. */
-                *p = (exec_plan){.kind = RUN_ARGV, .env = login_base_env(req, conf->workdir)};
+                p->kind = RUN_ARGV;
+                p->env = login_base_env(req, conf->workdir, user, shell);
                 p->argv = xcalloc(xadd(req->n_argv, 1), sizeof(*p->argv));
                 for (size_t i = 0; i < req->n_argv; i++)
                         p->argv[i] = xstrdup(req->argv[i]);
                 return;
         }
-        *p = (exec_plan){.kind = RUN_LOGIN, .command = req->command};
+        p->kind = RUN_LOGIN;
+        p->command = req->command;
+        /* The login environment is bash's, captured for root in the workdir:
+         * anyone else, or sh, gets a login shell every time. */
+        if (user->set || strcmp(shell, "/bin/bash") != 0) {
+                p->env = login_base_env(req, conf->workdir, user, shell);
+                return;
+        }
         le_get(&le, conf, sfd, deadline);
         if (le.state != LE_ENV) {
                 le_free(&le);
-                p->env = login_base_env(req, conf->workdir);
+                p->env = login_base_env(req, conf->workdir, user, shell);
                 return;
         }
         p->kind = RUN_SHELL;
@@ -1198,6 +1231,15 @@ __attribute__((noreturn)) static void argv_failed(const char *file)
         _exit(e == ENOENT || e == ENOTDIR ? 127 : 126);
 }
 
+/* argv[0] of a shell: its file name ("sh" is what busybox needs to run its sh). */
+static const char *shell_name(const char *path)
+{
+        if (!path)
+                return NULL;
+        const char *slash = strrchr(path, '/');
+        return slash ? slash + 1 : path;
+}
+
 /* Child side of the fork: never returns. */
 __attribute__((noreturn)) static void run_child(int in, int out, int err, int cwdfd, exec_plan *p)
 {
@@ -1211,6 +1253,13 @@ __attribute__((noreturn)) static void run_child(int in, int out, int err, int cw
         }
         if (p->set_umask)
                 umask(p->umask);
+        /* After the workdir is entered: one only root may enter still works. */
+        int r = init_user_apply(p->user);
+        if (r < 0) {
+                dprintf(2, "agentbox-init: cannot become uid %u gid %u: %s\n",
+                        (unsigned)p->user->uid, (unsigned)p->user->gid, strerror(-r));
+                _exit(126);
+        }
         close_from(3);
         if (p->kind == RUN_ARGV) {
                 exec_argv(p->argv, p->env);
@@ -1223,10 +1272,10 @@ __attribute__((noreturn)) static void run_child(int in, int out, int err, int cw
                  * decides, and reports errors as it would have. */
                 p->env[p->n_bash] = NULL;
         }
-        char *login[] = {"bash", "-lc", (char *)p->command, NULL};
+        char *login[] = {(char *)shell_name(p->shell), "-lc", (char *)p->command, NULL};
         char *shell[] = {"bash", "--noprofile", "-lc", (char *)p->command, NULL};
-        execve("/bin/bash", p->kind == RUN_LOGIN ? login : shell, p->env);
-        dprintf(2, "agentbox-init: cannot run /bin/bash: %s\n", strerror(errno));
+        execve(p->shell, p->kind == RUN_LOGIN ? login : shell, p->env);
+        dprintf(2, "agentbox-init: cannot run %s: %s\n", p->shell, strerror(errno));
         _exit(127);
 }
 
@@ -1269,6 +1318,8 @@ static char *argv_program(const char *file, char *const *env)
  * Returns its pid, or -1 (nothing started: fork run_child instead). */
 static pid_t spawn_child(int in, int out, int err, int cwdfd, exec_plan *p)
 {
+        if (p->user->set)
+                return -1; /* posix_spawn cannot change users: run_child does */
         if (fchdir(cwdfd) < 0)
                 return -1;
         if (p->set_umask)
@@ -1279,7 +1330,7 @@ static pid_t spawn_child(int in, int out, int err, int cwdfd, exec_plan *p)
         }
         _cleanup_free_ char *prog = NULL;
         char *const *argv;
-        char *login[] = {"bash", "-lc", (char *)p->command, NULL};
+        char *login[] = {(char *)shell_name(p->shell), "-lc", (char *)p->command, NULL};
         char *shell[] = {"bash", "--noprofile", "-lc", (char *)p->command, NULL};
         switch (p->kind) {
         case RUN_ARGV:
@@ -1295,7 +1346,7 @@ static pid_t spawn_child(int in, int out, int err, int cwdfd, exec_plan *p)
                 argv = p->argv;
                 break;
         default:
-                prog = xstrdup("/bin/bash");
+                prog = xstrdup(p->shell);
                 argv = p->kind == RUN_LOGIN ? login : shell;
                 break;
         }
@@ -1470,6 +1521,7 @@ void init_exec(init_conn *c, const abp_frame *f, const init_conf *conf)
         int in[2] = {-1, -1}, out[2] = {-1, -1}, err[2] = {-1, -1};
         _cleanup_close_ int cwdfd = -1, sfd = -1;
         exec_plan plan = {0};
+        init_user user = {0};
         sigset_t chld, old;
         int r = 0;
 
@@ -1511,6 +1563,20 @@ void init_exec(init_conn *c, const abp_frame *f, const init_conf *conf)
                 goto out;
         }
 
+        /* Looked for at every exec: a box may install bash, or have no shell. */
+        const char *shell = init_shell();
+        if (req.command && !shell) {
+                init_send_error(c, "unsupported", INIT_NO_SHELL);
+                goto out;
+        }
+        if (req.user && req.user[0]) {
+                _cleanup_free_ char *why = NULL;
+                if (init_user_resolve(conf, req.user, &user, &why) < 0) {
+                        init_send_error(c, "invalid_argument", "%s", why);
+                        goto out;
+                }
+        }
+
         sfd = signalfd(-1, &chld, SFD_CLOEXEC | SFD_NONBLOCK);
         if (sfd < 0) {
                 init_send_error(c, "internal", "signalfd: %s", strerror(errno));
@@ -1519,7 +1585,7 @@ void init_exec(init_conn *c, const abp_frame *f, const init_conf *conf)
         /* The timeout covers a capture of the login environment too. */
         st.start_ms = ab_now_ms();
         uint64_t deadline = timeout_ms ? st.start_ms + timeout_ms : 0;
-        plan_exec(&plan, &req, conf, sfd, deadline);
+        plan_exec(&plan, &req, conf, shell, &user, sfd, deadline);
 
         if (req.stdin_len > 0 || req.stdin_stream)
                 r = pipe_pair(in);
@@ -1611,4 +1677,5 @@ out:
         abp_buf_free(&st.out);
         abp_exec_req_clear(&req);
         plan_free(&plan);
+        init_user_free(&user);
 }

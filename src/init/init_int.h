@@ -46,10 +46,48 @@ void init_exec_prewarm(const init_conf *conf);
 /* Handles READ WRITE LIST STAT DELETE MKDIR RENAME request frames. */
 void init_fileop(init_conn *c, const abp_frame *f, const init_conf *conf);
 
-/* The base environment of an ARGV exec (PATH, HOME = the workdir, LANG,
- * USER, LOGNAME, SHELL, TERM=dumb) with env[0..n) on top, later entries
- * winning (each NAME=VALUE, checked by the caller). A strv. */
-char **init_base_env(const char *const *env, size_t n, const char *workdir);
+/* ---- users (user.c) ---- */
+
+/* Who a command runs as. Zeroed (set false): init's own user, root. */
+typedef struct init_user {
+        bool set;
+        uid_t uid;
+        gid_t gid;
+        gid_t *groups; /* the groups setgroups gets: gid, then supplementary ones */
+        size_t n_groups;
+        char *name; /* of its /etc/passwd entry, or NULL (a uid without one) */
+        char *home; /* from the same entry, or NULL */
+} init_user;
+
+/* Resolves a request's USER ("name", "uid", "uid:gid", "name:group",
+ * "uid:group", as Docker's) with the box's /etc/passwd and /etc/group into
+ * *u (release with init_user_free). 0, or -1 with *why (malloc'd) saying
+ * what is wrong for an ERROR invalid_argument: a bad spec, an unknown name,
+ * an unreadable file, an id the box's user namespace does not map. */
+int init_user_resolve(const init_conf *conf, const char *spec, init_user *u, char **why);
+void init_user_free(init_user *u);
+/* In a child before exec: setgroups, setgid, setuid to u (nothing when u is
+ * NULL or not set). 0 or -errno. */
+int init_user_apply(const init_user *u);
+
+/* ---- shells and environments (exec.c) ---- */
+
+#define INIT_NO_SHELL                                                                              \
+        "this box's image has no shell (/bin/bash or /bin/sh): run a program with argv instead"
+
+/* The shell that runs COMMANDs and login terminals, looked for at every call
+ * (a box may install bash): "/bin/bash" when executable, else "/bin/sh",
+ * else NULL (a COMMAND is then ERROR unsupported INIT_NO_SHELL). */
+const char *init_shell(void);
+
+/* The base environment of an ARGV exec (PATH, HOME, LANG, USER, LOGNAME,
+ * SHELL, TERM=dumb) with env[0..n) on top, later entries winning (each
+ * NAME=VALUE, checked by the caller). For root (u NULL or not set), HOME is
+ * the workdir and USER root; for a user, HOME is its passwd home (else /),
+ * USER and LOGNAME its name (unset without an entry). SHELL is `shell`, unset
+ * when NULL. A strv. */
+char **init_base_env(const char *const *env, size_t n, const char *workdir, const init_user *u,
+                     const char *shell);
 
 /* ---- terminals (term.c) ---- */
 

@@ -361,8 +361,9 @@ static void term_write(term *t)
 
 /* ---- starting a terminal ---- */
 
-/* The child on the pty's slave side: never returns. */
-__attribute__((noreturn)) static void term_child(int slave, int cwdfd, char **argv, char **env)
+/* The child on the pty's slave side, as `user`: never returns. */
+__attribute__((noreturn)) static void term_child(int slave, int cwdfd, char **argv, char **env,
+                                                 const init_user *user)
 {
         init_child_common(); /* setsid first: the pty becomes its controlling terminal */
         if (ioctl(slave, TIOCSCTTY, 0) < 0)
@@ -373,6 +374,16 @@ __attribute__((noreturn)) static void term_child(int slave, int cwdfd, char **ar
                 dprintf(2, "agentbox-init: cannot enter the working directory: %s\r\n",
                         strerror(errno));
                 _exit(127);
+        }
+        if (user->set) {
+                /* Its terminal is its own, as login(1) makes it (best effort). */
+                (void)!fchown(slave, user->uid, (gid_t)-1);
+                int r = init_user_apply(user);
+                if (r < 0) {
+                        dprintf(2, "agentbox-init: cannot become uid %u gid %u: %s\r\n",
+                                (unsigned)user->uid, (unsigned)user->gid, strerror(-r));
+                        _exit(126);
+                }
         }
         if (close_range(3, ~0U, 0) < 0)
                 for (int fd = 3; fd < 65536; fd++)
@@ -460,6 +471,20 @@ static void do_open(conn *c, const abp_term_req *q)
                 queue_error(c, cwdfd == -ENOENT ? "not_found" : "invalid_argument", m);
                 return;
         }
+        /* Looked for at every open: a box may install bash, or have no shell. */
+        const char *shell = init_shell();
+        if (!q->n_argv && !shell) {
+                queue_error(c, "unsupported", INIT_NO_SHELL);
+                return;
+        }
+        __attribute__((cleanup(init_user_free))) init_user user = {0};
+        if (q->user && q->user[0]) {
+                _cleanup_free_ char *why_user = NULL;
+                if (init_user_resolve(&kconf, q->user, &user, &why_user) < 0) {
+                        queue_error(c, "invalid_argument", why_user);
+                        return;
+                }
+        }
         int slot = term_slot(&why);
         if (slot < 0) {
                 queue_error(c, "conflict", why);
@@ -472,9 +497,8 @@ static void do_open(conn *c, const abp_term_req *q)
                 for (size_t i = 0; i < q->n_argv; i++)
                         argv[i] = xstrdup(q->argv[i]);
         } else {
-                bool bash = access("/bin/bash", X_OK) == 0;
                 argv = xcalloc(3, sizeof(*argv));
-                argv[0] = xstrdup(bash ? "bash" : "/bin/sh");
+                argv[0] = xstrdup(strcmp(shell, "/bin/bash") == 0 ? "bash" : shell);
                 argv[1] = xstrdup("-l");
         }
         /* The base environment of an exec, a terminal's TERM, then the request's. */
@@ -482,7 +506,7 @@ static void do_open(conn *c, const abp_term_req *q)
         extra[0] = "TERM=xterm-256color";
         for (size_t i = 0; i < q->n_env; i++)
                 extra[i + 1] = q->env[i];
-        _cleanup_strv_ char **env = init_base_env(extra, q->n_env + 1, kconf.workdir);
+        _cleanup_strv_ char **env = init_base_env(extra, q->n_env + 1, kconf.workdir, &user, shell);
 
         struct winsize ws = {.ws_col = (unsigned short)(q->cols ? q->cols : 80),
                              .ws_row = (unsigned short)(q->rows ? q->rows : 24)};
@@ -506,7 +530,7 @@ static void do_open(conn *c, const abp_term_req *q)
                 return;
         }
         if (pid == 0)
-                term_child(slave, cwdfd, argv, env);
+                term_child(slave, cwdfd, argv, env, &user);
         set_nonblock(master);
         term *t = xzalloc(sizeof(*t));
         new_id(t->id);

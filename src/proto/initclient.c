@@ -309,6 +309,7 @@ int abc_exec(int fd, const abc_exec_req *req, abc_output_fn out, void *ud, abc_e
             .env = (const char **)req->env,
             .n_env = n_env,
             .cwd = req->cwd,
+            .user = req->user,
             .stdin_stream = x.stream,
             .timeout_ms = req->timeout_ms,
             .output_cap = req->output_cap,
@@ -760,6 +761,7 @@ int abc_term_open(int fd, const abc_term_req *req, abc_term_info *out, ab_err **
             .env = (const char **)req->env,
             .n_env = strv_len(req->env),
             .cwd = req->cwd,
+            .user = req->user,
             .cols = req->cols,
             .rows = req->rows,
         };

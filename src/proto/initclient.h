@@ -22,12 +22,17 @@ int abc_connect(int dirfd, const char *name, ab_err **err);
 
 /* Exactly one of command and argv (else AB_E_INVALID). */
 typedef struct abc_exec_req {
-        const char *command;     /* run as bash -lc COMMAND would (docs/protocol.md), or NULL */
+        const char *command;     /* run as bash -lc COMMAND would, or sh -lc in a box without
+                                  * bash (docs/protocol.md), or NULL */
         const char *const *argv; /* or the program and its arguments, NULL-terminated, run with
                                   * no shell: argv[0] is looked up in the exec's PATH; at least
                                   * argv[0], which must not be empty */
         const char *const *env;  /* extra "K=V" strings, NULL-terminated; may be NULL */
         const char *cwd;         /* NULL = /workspace; must exist */
+        const char *user;        /* NULL or "" = root; else as Docker's USER: "name", "uid",
+                                  * "uid:gid", "name:group" or "uid:group", resolved with the
+                                  * box's /etc/passwd and /etc/group (an unknown name is
+                                  * AB_E_INVALID); HOME, USER, LOGNAME then follow the user */
         const void *stdin_data;  /* may be NULL */
         size_t stdin_len;
         int stdin_fd;        /* or -1; when >= 0, stdin is streamed from it until EOF */
@@ -145,6 +150,7 @@ typedef struct abc_term_req {
         const char *const *argv; /* NULL-terminated, or NULL = the box's login shell */
         const char *const *env;  /* extra "K=V", NULL-terminated; may be NULL */
         const char *cwd;         /* NULL = /workspace; must exist */
+        const char *user;        /* NULL or "" = root; else as abc_exec_req's */
         uint32_t cols, rows;     /* 0 = 80 x 24; at most 1000 */
 } abc_term_req;
 

@@ -152,6 +152,8 @@ int abp_enc_exec(abp_buf *b, const abp_exec_req *m)
                 abp_put_str(b, ABP_F_ENV, m->env[i]);
         if (m->cwd)
                 abp_put_str(b, ABP_F_CWD, m->cwd);
+        if (m->user && m->user[0])
+                abp_put_str(b, ABP_F_USER, m->user);
         if (m->stdin_data)
                 abp_put_bytes(b, ABP_F_STDIN, m->stdin_data, m->stdin_len);
         if (m->stdin_stream)
@@ -352,6 +354,9 @@ int abp_dec_exec(const abp_frame *f, abp_exec_req *m)
                         break;
                 case ABP_F_CWD:
                         r = val_str(&fl, &m->cwd);
+                        break;
+                case ABP_F_USER:
+                        r = val_str(&fl, &m->user);
                         break;
                 case ABP_F_STDIN:
                         m->stdin_data = fl.val;
@@ -576,6 +581,8 @@ int abp_enc_term_req(abp_buf *b, uint32_t type, const abp_term_req *m)
                 abp_put_str(b, ABP_F_ENV, m->env[i]);
         if (m->cwd)
                 abp_put_str(b, ABP_F_CWD, m->cwd);
+        if (m->user && m->user[0])
+                abp_put_str(b, ABP_F_USER, m->user);
         if (m->cols)
                 abp_put_u32(b, ABP_F_COLS, m->cols);
         if (m->rows)
@@ -648,6 +655,9 @@ static int term_req_fields(const abp_frame *f, abp_term_req *m)
                         break;
                 case ABP_F_CWD:
                         r = val_str(&fl, &m->cwd);
+                        break;
+                case ABP_F_USER:
+                        r = val_str(&fl, &m->user);
                         break;
                 case ABP_F_COLS:
                         r = val_u32(&fl, &m->cols);

@@ -48,7 +48,9 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#define ABP_PROTO_VERSION 1
+/* PING's PROTO. 2: EXEC and TERM_OPEN take USER; an init answering 1
+ * ignores it (an unknown tag) and runs the command as root. */
+#define ABP_PROTO_VERSION 2
 #define ABP_HDR_SIZE      8
 #define ABP_MAX_PAYLOAD   (1u << 20)    /* hard limit on one frame's payload */
 #define ABP_CHUNK         (64u * 1024)  /* data bytes per DATA frame a sender emits */
@@ -97,6 +99,9 @@ enum {
         ABP_F_TIMEOUT_MS = 6,    /* u32, 0 = none */
         ABP_F_OUTPUT_CAP = 7,    /* u64, 0 = ABP_DEFAULT_CAP */
         ABP_F_ARGV = 8,          /* str, repeated: argv[0], argv[1], ... (instead of COMMAND) */
+        ABP_F_USER = 9,          /* str: EXEC, TERM_OPEN: who runs it, as Docker's USER ("name",
+                                  * "uid", "uid:gid", "name:group", "uid:group"); absent or
+                                  * empty = root, as before */
         ABP_F_PATH = 16,         /* str */
         ABP_F_OFFSET = 17,       /* u64 */
         ABP_F_LENGTH = 18,       /* u64, 0 = to the end */
@@ -152,12 +157,13 @@ typedef struct abp_frame {
 /* Exactly one of command and argv: a request with both or neither does not
  * decode (an empty argv cannot be sent: it is no ARGV field at all). */
 typedef struct abp_exec_req {
-        const char *command; /* run by bash, or NULL */
+        const char *command; /* run by the box's shell (bash, else sh), or NULL */
         const char **argv;   /* or n_argv >= 1 words, NULL-terminated; owned like env */
         size_t n_argv;
         const char **env; /* n_env entries, NULL-terminated; owned: abp_exec_req_clear() */
         size_t n_env;
-        const char *cwd; /* or NULL */
+        const char *cwd;  /* or NULL */
+        const char *user; /* ABP_F_USER, or NULL */
         const void *stdin_data;
         size_t stdin_len;
         bool stdin_stream;
@@ -204,7 +210,7 @@ typedef struct abp_entry {
 } abp_entry;
 
 /* TERM_OPEN LIST CLOSE RESIZE SIGNAL ATTACH INPUT: the fields each one uses
- * (OPEN: argv, env, cwd, cols, rows; RESIZE: id, cols, rows; SIGNAL: id,
+ * (OPEN: argv, env, cwd, user, cols, rows; RESIZE: id, cols, rows; SIGNAL: id,
  * signal; CLOSE, ATTACH: id; INPUT: id, data). argv and env are allocated by the decoder
  * (release with abp_term_req_clear); n_argv 0 = the box's login shell. */
 typedef struct abp_term_req {
@@ -214,6 +220,7 @@ typedef struct abp_term_req {
         const char **env;
         size_t n_env;
         const char *cwd;
+        const char *user; /* ABP_F_USER, or NULL */
         uint32_t cols, rows, signal;
         const void *data; /* INPUT: bytes for the terminal (ABP_F_DATA) */
         size_t data_len;

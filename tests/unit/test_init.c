@@ -1804,6 +1804,568 @@ static void test_login_env(void)
         conn_sock = sock;
 }
 
+/* ---- images: which shell, which user ----
+ *
+ * A third init sees, in a private mount namespace, files of its own bound
+ * over /bin/bash (a copy of bash), /bin/sh (a copy of busybox; /bin/sh may
+ * be a symlink: the bind lands on its target), /etc/passwd and /etc/group.
+ * Bound files keep their inode, so chmod from here "installs" or "removes"
+ * a shell and rewriting a file in place changes the box's user database,
+ * while that init runs. */
+
+static char img[1100], ws3[1200], sock3[1200];
+static pid_t init3_pid = -1;
+
+static char *in_ws3(const char *rel)
+{
+        static char buf[4][PATH_MAX];
+        static int i;
+        i = (i + 1) % 4;
+        snprintf(buf[i], sizeof(buf[i]), "%s/%s", ws3, rel);
+        return buf[i];
+}
+
+static int conn3(void)
+{
+        conn_sock = sock3;
+        int fd = conn();
+        conn_sock = sock;
+        return fd;
+}
+
+static char *in_img(const char *rel)
+{
+        static char buf[4][PATH_MAX];
+        static int i;
+        i = (i + 1) % 4;
+        snprintf(buf[i], sizeof(buf[i]), "%s/%s", img, rel);
+        return buf[i];
+}
+
+static int copy_file(const char *from, const char *to, mode_t mode)
+{
+        _cleanup_free_ char *data = NULL;
+        size_t len = 0;
+        if (ab_read_file(AT_FDCWD, from, &data, &len) < 0)
+                return -1;
+        int fd = open(to, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode);
+        if (fd < 0)
+                return -1;
+        int r = ab_write_all(fd, data, len);
+        close(fd);
+        return r < 0 || chmod(to, mode) < 0 ? -1 : 0;
+}
+
+/* Rewrites a file in place (same inode: what the bind mount shows). */
+static void rewrite(const char *path, const char *s)
+{
+        put_file(path, s);
+}
+
+#define PASSWD                                                                                     \
+        "root:x:0:0:root:/root:/bin/sh\n"                                                          \
+        "# a comment\n"                                                                            \
+        "\n"                                                                                       \
+        "garbage without fields\n"                                                                 \
+        "+::::::\n"                                                                                \
+        "mallory:x:99999999999:1::/m:/bin/sh\n"                                                    \
+        "trudy:x:1400:1400::/t:/bin/sh:extra\n"                                                    \
+        "alice:x:1234:1235:Alice A:/home/alice:/bin/sh\n"                                          \
+        "alice:x:1999:1999:a second alice, never used:/nope:/bin/sh\n"                             \
+        "bob:x:1300:1300::/home/bob:/bin/sh\n"                                                     \
+        "nohome:x:1500:1500:::/bin/sh"
+#define GROUP                                                                                      \
+        "root:x:0:\n"                                                                              \
+        "staff:x:50:bob,alice\n"                                                                   \
+        "alicia:x:60:alicia,alicex\n"                                                              \
+        "dev:x:2000:alice\n"                                                                       \
+        "badgid:x:abc:alice\n"                                                                     \
+        "alice:x:1235:\n"                                                                          \
+        "ops:x:3100:"
+
+static void start_init3(const char *bin)
+{
+        char mark[PATH_MAX];
+        snprintf(mark, sizeof(mark), "%s/bound", img);
+        if (copy_file("/bin/bash", in_img("bash"), 0755) < 0 ||
+            copy_file("/bin/busybox", in_img("sh"), 0755) < 0) {
+                printf("# cannot copy /bin/bash and /bin/busybox (busybox-static)\n");
+                return;
+        }
+        put_file(in_img("passwd"), PASSWD);
+        put_file(in_img("group"), GROUP);
+        init3_pid = fork();
+        if (init3_pid < 0)
+                abort();
+        if (init3_pid == 0) {
+                prctl(PR_SET_PDEATHSIG, SIGTERM);
+                if (unshare(CLONE_NEWNS) == 0 &&
+                    mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) == 0 &&
+                    mount(in_img("bash"), "/bin/bash", NULL, MS_BIND, NULL) == 0 &&
+                    mount(in_img("sh"), "/bin/sh", NULL, MS_BIND, NULL) == 0 &&
+                    mount(in_img("passwd"), "/etc/passwd", NULL, MS_BIND, NULL) == 0 &&
+                    mount(in_img("group"), "/etc/group", NULL, MS_BIND, NULL) == 0)
+                        put_file(mark, "");
+                else
+                        _exit(77);
+                execl(bin, bin, "--listen", sock3, "--workdir", ws3, (char *)NULL);
+                _exit(127);
+        }
+        for (int t = 0; t < 10000; t += 20) {
+                ab_err *e = NULL;
+                int fd = abc_connect(AT_FDCWD, sock3, &e);
+                ab_err_free(&e);
+                if (fd >= 0) {
+                        close(fd);
+                        return;
+                }
+                if (waitpid(init3_pid, NULL, WNOHANG) == init3_pid)
+                        break;
+                msleep(20);
+        }
+        if (!exists(mark))
+                printf("# no private mount namespace for the image tests\n");
+        init3_pid = -1;
+}
+
+static void stop_init3(void)
+{
+        int status = -1;
+        kill(init3_pid, SIGTERM);
+        for (int t = 0; t < 10000; t += 10) {
+                if (waitpid(init3_pid, &status, WNOHANG) == init3_pid)
+                        break;
+                msleep(10);
+        }
+        tap_ok(WIFEXITED(status) && WEXITSTATUS(status) == 0, "third init exits 0 on SIGTERM");
+}
+
+/* Runs a command (or argv) on the third init as user (NULL: none). stdout
+ * (malloc'd), *e set when the exec failed. */
+static char *run3(const char *cmd, const char *const *argv, const char *user,
+                  const char *const *env, abc_exec_res *res, ab_err **e)
+{
+        capture c = {0};
+        abc_exec_req req = {.command = cmd,
+                            .argv = argv,
+                            .env = env,
+                            .user = user,
+                            .stdin_fd = -1,
+                            .timeout_ms = 30000};
+        *res = (abc_exec_res){.exit_code = -1};
+        conn_sock = sock3;
+        if (run(&req, &c, res, e) < 0)
+                res->exit_code = -1;
+        conn_sock = sock;
+        if (c.o[2].n)
+                printf("#   stderr: %s", out_of(&c, 2));
+        char *out = xstrdup(out_of(&c, 1));
+        capture_free(&c);
+        return out;
+}
+
+/* The exe of the shell that ran a command: the path it was bound at. */
+#define WHICH_SHELL "echo $0; readlink /proc/$$/exe; true" /* (not last: bash would exec it) */
+
+static char *shell_path(const char *name)
+{
+        static char buf[2][PATH_MAX];
+        static int i;
+        i = (i + 1) % 2;
+        char *r = realpath(name, buf[i]);
+        return r ? r : (char *)name;
+}
+
+static void test_shells(void)
+{
+        abc_exec_res res;
+        ab_err *e = NULL;
+        char want[3 * PATH_MAX];
+        const char *bash_at = shell_path("/bin/bash"), *sh_at = shell_path("/bin/sh");
+
+        put_file(in_ws3(".profile"), "export FROM_PROFILE=yes\n");
+        char *s = run3(WHICH_SHELL, NULL, NULL, NULL, &res, &e);
+        snprintf(want, sizeof(want), "bash\n%s\n", bash_at);
+        TAP_IS_STR(s, want, "with /bin/bash, a command runs in bash");
+        free(s);
+
+        must(chmod(in_img("bash"), 0644));
+        s = run3(WHICH_SHELL, NULL, NULL, NULL, &res, &e);
+        snprintf(want, sizeof(want), "sh\n%s\n", sh_at);
+        TAP_IS_STR(s, want, "without an executable /bin/bash, it runs in /bin/sh (busybox)");
+        free(s);
+        s = run3("echo $FROM_PROFILE $SHELL $HOME; shopt -q login_shell 2>/dev/null || echo nobash",
+                 NULL, NULL, NULL, &res, &e);
+        snprintf(want, sizeof(want), "yes /bin/sh %s\nnobash\n", ws3);
+        TAP_IS_STR(s, want, "... as a login shell (~/.profile read), SHELL=/bin/sh");
+        free(s);
+        /* One plain word: with bash the direct path would exec it without a shell. */
+        s = run3("true", NULL, NULL, NULL, &res, &e);
+        tap_ok(!e && res.exit_code == 0, "... a plain command works too");
+        free(s);
+        ab_err_free(&e);
+
+        int fd = conn3();
+        abc_term_info ti = {0};
+        abc_term_req tq = {0};
+        tap_ok(fd >= 0 && abc_term_open(fd, &tq, &ti, &e) == 0 && ti.argv && ti.argv[0] &&
+                   !strcmp(ti.argv[0], "/bin/sh") && ti.argv[1] && !strcmp(ti.argv[1], "-l"),
+               "a terminal without argv runs /bin/sh -l (%s)",
+               ti.argv && ti.argv[0] ? ti.argv[0]
+               : e                   ? e->msg
+                                     : "?");
+        if (fd >= 0)
+                close(fd);
+        ab_err_free(&e);
+        if (ti.id) {
+                fd = conn3();
+                tap_ok(fd >= 0 && abc_term_close(fd, ti.id, &e) == 0, "... and closes");
+                if (fd >= 0)
+                        close(fd);
+                ab_err_free(&e);
+        }
+        abc_term_info_clear(&ti);
+
+        /* No shell at all: commands are refused, argv still runs. */
+        must(chmod(in_img("sh"), 0644));
+        s = run3("echo hi", NULL, NULL, NULL, &res, &e);
+        tap_ok(e && e->code == AB_E_UNSUPPORTED && strstr(e->msg, "no shell") &&
+                   strstr(e->msg, "argv") && !*s,
+               "no shell: a command is ERROR unsupported (%s)", e ? e->msg : "no error");
+        free(s);
+        ab_err_free(&e);
+        const char *echo[] = {"echo", "argv", "runs", NULL};
+        s = run3(NULL, echo, NULL, NULL, &res, &e);
+        tap_ok(!e && res.exit_code == 0 && !strcmp(s, "argv runs\n"),
+               "no shell: an argv exec runs (%s)", s);
+        free(s);
+        ab_err_free(&e);
+        const char *sh_argv[] = {"sh", "-c", "true", NULL};
+        s = run3(NULL, sh_argv, NULL, NULL, &res, &e);
+        tap_ok(!e && res.exit_code == 126, "no shell: argv 'sh' is not executable: 126 (%d)",
+               res.exit_code);
+        free(s);
+        ab_err_free(&e);
+        fd = conn3();
+        tap_ok(fd >= 0 && abc_term_open(fd, &tq, &ti, &e) < 0 && e && e->code == AB_E_UNSUPPORTED &&
+                   strstr(e->msg, "no shell"),
+               "no shell: a login terminal is ERROR unsupported (%s)", e ? e->msg : "no error");
+        if (fd >= 0)
+                close(fd);
+        ab_err_free(&e);
+        abc_term_info_clear(&ti);
+        const char *targv[] = {"sleep", "30", NULL};
+        tq.argv = targv;
+        fd = conn3();
+        tap_ok(fd >= 0 && abc_term_open(fd, &tq, &ti, &e) == 0 && ti.running,
+               "no shell: a terminal with argv runs");
+        if (fd >= 0)
+                close(fd);
+        ab_err_free(&e);
+        if (ti.id) {
+                fd = conn3();
+                if (fd >= 0 && abc_term_close(fd, ti.id, &e) < 0)
+                        ab_err_free(&e);
+                if (fd >= 0)
+                        close(fd);
+        }
+        abc_term_info_clear(&ti);
+
+        /* Installed again: looked for at every exec, not once at start. */
+        must(chmod(in_img("bash"), 0755));
+        must(chmod(in_img("sh"), 0755));
+        s = run3(WHICH_SHELL, NULL, NULL, NULL, &res, &e);
+        snprintf(want, sizeof(want), "bash\n%s\n", bash_at);
+        TAP_IS_STR(s, want, "bash installed again: commands run in bash again");
+        free(s);
+        ab_err_free(&e);
+}
+
+#define IDS "awk '/^(Uid|Gid|Groups):/{$1=$1; print}' /proc/self/status"
+
+/* The uid, gid and groups line of a command run as user, in one string. */
+static char *ids_of(const char *user, ab_err **e)
+{
+        abc_exec_res res;
+        return run3(IDS, NULL, user, NULL, &res, e);
+}
+
+static void test_users(void)
+{
+        abc_exec_res res;
+        ab_err *e = NULL;
+        char *s;
+
+        s = ids_of("1234", &e);
+        TAP_IS_STR(s, "Uid: 1234 1234 1234 1234\nGid: 1235 1235 1235 1235\nGroups: 50 1235 2000\n",
+                   "USER 1234: its passwd gid, and the groups that list it");
+        free(s);
+        ab_err_free(&e);
+        s = ids_of("alice", &e);
+        TAP_IS_STR(s, "Uid: 1234 1234 1234 1234\nGid: 1235 1235 1235 1235\nGroups: 50 1235 2000\n",
+                   "USER alice: the same, by name (the first alice wins)");
+        free(s);
+        ab_err_free(&e);
+        s = ids_of("1234:3000", &e);
+        TAP_IS_STR(s, "Uid: 1234 1234 1234 1234\nGid: 3000 3000 3000 3000\nGroups: 3000\n",
+                   "USER 1234:3000: that gid, no other group");
+        free(s);
+        ab_err_free(&e);
+        s = ids_of("alice:staff", &e);
+        TAP_IS_STR(s, "Uid: 1234 1234 1234 1234\nGid: 50 50 50 50\nGroups: 50\n",
+                   "USER alice:staff: the group by name");
+        free(s);
+        ab_err_free(&e);
+        s = ids_of("4321", &e);
+        TAP_IS_STR(s, "Uid: 4321 4321 4321 4321\nGid: 0 0 0 0\nGroups: 0\n",
+                   "USER 4321 (no passwd entry): gid 0, as Docker");
+        free(s);
+        ab_err_free(&e);
+        s = ids_of("bob", &e);
+        TAP_IS_STR(s, "Uid: 1300 1300 1300 1300\nGid: 1300 1300 1300 1300\nGroups: 50 1300\n",
+                   "USER bob: an entry after malformed lines");
+        free(s);
+        ab_err_free(&e);
+
+        /* HOME, USER, LOGNAME. */
+        const char *show = "echo \"$HOME|${USER-unset}|${LOGNAME-unset}\"";
+        s = run3(show, NULL, "alice", NULL, &res, &e);
+        TAP_IS_STR(s, "/home/alice|alice|alice\n", "HOME, USER, LOGNAME from the passwd entry");
+        free(s);
+        ab_err_free(&e);
+        const char *env[] = {"HOME=/custom", "USER=someone", NULL};
+        s = run3(show, NULL, "alice", env, &res, &e);
+        TAP_IS_STR(s, "/custom|someone|alice\n", "... the request's ENV wins");
+        free(s);
+        ab_err_free(&e);
+        s = run3(show, NULL, "4321", NULL, &res, &e);
+        TAP_IS_STR(s, "/|unset|unset\n", "a uid without an entry: HOME=/, no USER");
+        free(s);
+        ab_err_free(&e);
+        s = run3(show, NULL, "nohome", NULL, &res, &e);
+        TAP_IS_STR(s, "/|nohome|nohome\n", "an entry with an empty home: HOME=/");
+        free(s);
+        ab_err_free(&e);
+        s = run3(show, NULL, NULL, NULL, &res, &e);
+        char want[PATH_MAX + 32];
+        snprintf(want, sizeof(want), "%s|root|root\n", ws3);
+        TAP_IS_STR(s, want, "no user: root, HOME the workdir, as before");
+        free(s);
+        ab_err_free(&e);
+
+        /* argv, and what the user leaves behind. */
+        const char *id_argv[] = {"id", "-u", NULL};
+        s = run3(NULL, id_argv, "alice", NULL, &res, &e);
+        TAP_IS_STR(s, "1234\n", "an argv exec runs as the user too");
+        free(s);
+        ab_err_free(&e);
+        must(mkdir(in_ws3("shared"), 0777));
+        must(chmod(in_ws3("shared"), 0777));
+        s = run3("touch shared/by_alice", NULL, "alice", NULL, &res, &e);
+        struct stat st;
+        tap_ok(!e && stat(in_ws3("shared/by_alice"), &st) == 0 && st.st_uid == 1234 &&
+                   st.st_gid == 1235,
+               "a file the user creates is the user's");
+        free(s);
+        ab_err_free(&e);
+        s = run3("touch not_yours", NULL, "alice", NULL, &res, &e);
+        tap_ok(!e && res.exit_code != 0 && !exists(in_ws3("not_yours")),
+               "the user cannot write the root-owned workdir");
+        free(s);
+        ab_err_free(&e);
+
+        /* Refusals: ERROR invalid_argument, nothing runs. */
+        struct {
+                const char *user, *msg;
+        } bad[] = {
+            {"nosuch", "no user 'nosuch' in this box's /etc/passwd"},
+            {"mallory", "no user 'mallory'"}, /* uid out of range: a skipped line */
+            {"trudy", "no user 'trudy'"},     /* eight fields */
+            {"+", "no user '+'"},
+            {"alice:nogroup", "no group 'nogroup' in this box's /etc/group"},
+            {"alice:", "user must be"},
+            {":50", "user must be"},
+            {"a:b:c", "user must be"},
+            {"4294967295", "no user '4294967295'"}, /* (uid_t)-1 is not a uid */
+        };
+        for (size_t i = 0; i < AB_ARRAY_LEN(bad); i++) {
+                s = run3("touch shared/ran", NULL, bad[i].user, NULL, &res, &e);
+                tap_ok(e && e->code == AB_E_INVALID && strstr(e->msg, bad[i].msg) &&
+                           !exists(in_ws3("shared/ran")),
+                       "USER '%s': invalid (%s)", bad[i].user, e ? e->msg : "no error");
+                free(s);
+                ab_err_free(&e);
+        }
+
+        /* The user database is read at every exec, and bounded. */
+        rewrite(in_img("passwd"), PASSWD "\nzoe:x:1600:1600::/z:/bin/sh\n");
+        s = ids_of("zoe", &e);
+        tap_ok(!e && !strncmp(s, "Uid: 1600 ", 10), "a user added to /etc/passwd is found at once");
+        free(s);
+        ab_err_free(&e);
+        size_t big = (4u << 20) + 100;
+        char *huge = xmalloc(big + 1);
+        memset(huge, '#', big);
+        huge[big] = 0;
+        for (size_t i = 80; i < big; i += 80)
+                huge[i] = '\n';
+        rewrite(in_img("passwd"), huge);
+        free(huge);
+        s = ids_of("1234", &e);
+        tap_ok(e && e->code == AB_E_INVALID && strstr(e->msg, "larger than 4 MiB"),
+               "an /etc/passwd over 4 MiB is refused (%s)", e ? e->msg : "no error");
+        free(s);
+        ab_err_free(&e);
+        rewrite(in_img("passwd"), PASSWD);
+
+        /* Terminals. */
+        const char *targv[] = {"sh", "-c", "id -u > shared/term_uid; echo $HOME >> shared/term_uid",
+                               NULL};
+        abc_term_req tq = {.argv = targv, .user = "alice"};
+        abc_term_info ti = {0};
+        int fd = conn3();
+        tap_ok(fd >= 0 && abc_term_open(fd, &tq, &ti, &e) == 0, "a terminal as alice opens");
+        if (fd >= 0)
+                close(fd);
+        ab_err_free(&e);
+        abc_term_info_clear(&ti);
+        char *got = NULL;
+        for (int t = 0; t < 5000 && !(got && strchr(got, '/')); t += 20) {
+                free(got);
+                msleep(20);
+                got = get_file(in_ws3("shared/term_uid"));
+        }
+        TAP_IS_STR(got, "1234\n/home/alice\n", "... runs as alice, HOME hers");
+        free(got);
+        tq.user = "nosuch";
+        fd = conn3();
+        tap_ok(fd >= 0 && abc_term_open(fd, &tq, &ti, &e) < 0 && e && e->code == AB_E_INVALID &&
+                   strstr(e->msg, "no user 'nosuch'"),
+               "a terminal for an unknown user is invalid (%s)", e ? e->msg : "no error");
+        if (fd >= 0)
+                close(fd);
+        ab_err_free(&e);
+        abc_term_info_clear(&ti);
+}
+
+static void test_images(const char *bin)
+{
+        start_init3(bin);
+        if (init3_pid < 0) {
+                tap_ok(1, "# SKIP no private mount namespace (shells and users not tested)");
+                return;
+        }
+        test_shells();
+        test_users();
+        stop_init3();
+}
+
+/* A fourth init in a user namespace that maps only uids and gids 0-65535,
+ * as a box's: ids outside are refused before anything runs. */
+static void test_userns(const char *bin)
+{
+        char dir[PATH_MAX], ws4[PATH_MAX + 8], sock4[PATH_MAX + 16], path[64];
+        int sync[2];
+        snprintf(dir, sizeof(dir), "%s/uns", tmp);
+        snprintf(ws4, sizeof(ws4), "%s/ws", dir);
+        snprintf(sock4, sizeof(sock4), "%s/init.sock", dir);
+        must(mkdir(dir, 0755));
+        must(mkdir(ws4, 0755));
+        must(pipe2(sync, O_CLOEXEC));
+        pid_t pid = fork();
+        if (pid < 0)
+                abort();
+        if (pid == 0) {
+                char ch;
+                prctl(PR_SET_PDEATHSIG, SIGTERM);
+                if (unshare(CLONE_NEWUSER) < 0 || read(sync[0], &ch, 1) != 1 || ch != 'y')
+                        _exit(77);
+                execl(bin, bin, "--listen", sock4, "--workdir", ws4, (char *)NULL);
+                _exit(127);
+        }
+        close(sync[0]);
+        bool mapped = true;
+        for (int t = 0; t < 2000; t += 10) {
+                /* unshare done when the namespace differs from ours */
+                char a[64], b[64];
+                snprintf(path, sizeof(path), "/proc/%d/ns/user", (int)pid);
+                ssize_t n1 = readlink(path, a, sizeof(a) - 1),
+                        n2 = readlink("/proc/self/ns/user", b, sizeof(b) - 1);
+                if (n1 > 0 && n2 > 0 && (n1 != n2 || memcmp(a, b, (size_t)n1) != 0))
+                        break;
+                msleep(10);
+        }
+        const char *files[] = {"uid_map", "gid_map"};
+        for (size_t i = 0; i < 2; i++) {
+                snprintf(path, sizeof(path), "/proc/%d/%s", (int)pid, files[i]);
+                int fd = open(path, O_WRONLY | O_CLOEXEC);
+                mapped &= fd >= 0 && write(fd, "0 0 65536", 9) == 9;
+                if (fd >= 0)
+                        close(fd);
+        }
+        (void)!write(sync[1], mapped ? "y" : "n", 1);
+        close(sync[1]);
+        bool up = false;
+        for (int t = 0; mapped && !up && t < 10000; t += 20) {
+                ab_err *e = NULL;
+                int fd = abc_connect(AT_FDCWD, sock4, &e);
+                ab_err_free(&e);
+                up = fd >= 0;
+                if (fd >= 0)
+                        close(fd);
+                else if (waitpid(pid, NULL, WNOHANG) == pid)
+                        break;
+                else
+                        msleep(20);
+        }
+        if (!up) {
+                tap_ok(1, "# SKIP no user namespace (unmapped ids not tested)");
+                kill(pid, SIGKILL);
+                waitpid(pid, NULL, 0);
+                return;
+        }
+        conn_sock = sock4;
+        struct {
+                const char *user, *out, *err;
+        } cases[] = {
+            {"1234", "Uid: 1234 1234 1234 1234\nGid: 0 0 0 0\nGroups: 0\n", NULL},
+            {"65535:65535",
+             "Uid: 65535 65535 65535 65535\nGid: 65535 65535 65535 65535\n"
+             "Groups: 65535\n",
+             NULL},
+            {"65536", NULL, "uid 65536 is not mapped in this box's user namespace"},
+            {"1234:70000", NULL, "gid 70000 is not mapped in this box's user namespace"},
+        };
+        for (size_t i = 0; i < AB_ARRAY_LEN(cases); i++) {
+                capture c = {0};
+                abc_exec_res res;
+                ab_err *e = NULL;
+                abc_exec_req req = {
+                    .command = IDS, .user = cases[i].user, .stdin_fd = -1, .timeout_ms = 30000};
+                int r = run(&req, &c, &res, &e);
+                if (cases[i].out)
+                        tap_ok(r == 0 && !strcmp(out_of(&c, 1), cases[i].out),
+                               "user namespace 0-65535: USER %s runs (%s%s)", cases[i].user,
+                               out_of(&c, 1), e ? e->msg : "");
+                else
+                        tap_ok(r < 0 && e && e->code == AB_E_INVALID &&
+                                   strstr(e->msg, cases[i].err),
+                               "user namespace 0-65535: USER %s is invalid (%s)", cases[i].user,
+                               e ? e->msg : "no error");
+                ab_err_free(&e);
+                capture_free(&c);
+        }
+        conn_sock = sock;
+        int status = -1;
+        kill(pid, SIGTERM);
+        for (int t = 0; t < 10000; t += 10) {
+                if (waitpid(pid, &status, WNOHANG) == pid)
+                        break;
+                msleep(10);
+        }
+        tap_ok(WIFEXITED(status) && WEXITSTATUS(status) == 0, "fourth init exits 0 on SIGTERM");
+}
+
 /* ---- setup ---- */
 
 static void start_init(const char *bin)
@@ -1929,6 +2491,11 @@ int main(int argc, char **argv)
         snprintf(sock2, sizeof(sock2), "%s/init.sock", le_dir);
         mkdir(le_dir, 0755);
         mkdir(ws2, 0755);
+        snprintf(img, sizeof(img), "%s/img", tmp);
+        snprintf(ws3, sizeof(ws3), "%s/ws", img);
+        snprintf(sock3, sizeof(sock3), "%s/init.sock", img);
+        mkdir(img, 0755);
+        mkdir(ws3, 0755);
         signal(SIGPIPE, SIG_IGN);
 
         start_init(bin);
@@ -1956,6 +2523,8 @@ int main(int argc, char **argv)
         test_login_env();
         if (init2_pid > 0)
                 stop_init2();
+        test_images(bin);
+        test_userns(bin);
         rm_rf(tmp);
         return tap_done();
 }

@@ -42,6 +42,7 @@ static void test_roundtrips(void)
                           .env = env,
                           .n_env = 3,
                           .cwd = "/workspace/sub",
+                          .user = "alice:staff",
                           .stdin_data = in,
                           .stdin_len = sizeof(in),
                           .stdin_stream = true,
@@ -57,6 +58,7 @@ static void test_roundtrips(void)
                    d.env[3] == NULL,
                "EXEC env values, NULL-terminated");
         TAP_IS_STR(d.cwd, "/workspace/sub", "EXEC cwd");
+        TAP_IS_STR(d.user, "alice:staff", "EXEC user");
         tap_ok(d.stdin_len == sizeof(in) && memcmp(d.stdin_data, in, sizeof(in)) == 0,
                "EXEC stdin bytes with NULs");
         tap_ok(d.stdin_stream && d.timeout_ms == 12345 && d.output_cap == 1ull << 40,
@@ -68,21 +70,29 @@ static void test_roundtrips(void)
         abp_exec_req e2 = {.command = ""};
         tap_ok(abp_enc_exec(&b, &e2) == 0 && reparse(&b, &f) == 0 && abp_dec_exec(&f, &d) == 0 &&
                    strcmp(d.command, "") == 0 && d.n_env == 0 && d.env && !d.env[0] && !d.cwd &&
-                   !d.stdin_data && !d.stdin_stream && d.timeout_ms == 0 && d.output_cap == 0,
-               "EXEC minimal round trip");
+                   !d.stdin_data && !d.stdin_stream && d.timeout_ms == 0 && d.output_cap == 0 &&
+                   !d.user,
+               "EXEC minimal round trip (no user: none decoded)");
+        abp_exec_req_clear(&d);
+        b.len = 0;
+        /* An empty user is root, as no user: not sent at all. */
+        e2.user = "";
+        tap_ok(abp_enc_exec(&b, &e2) == 0 && reparse(&b, &f) == 0 && abp_dec_exec(&f, &d) == 0 &&
+                   !d.user && b.len == ABP_HDR_SIZE + 8 + 1,
+               "EXEC with an empty user sends no USER field");
         abp_exec_req_clear(&d);
         b.len = 0;
 
         /* EXEC with an argv instead of a command: words kept as they are, empty ones too. */
         const char *argv[] = {"printf", "%s|", "a b", "", "$HOME", NULL};
-        abp_exec_req e3 = {.argv = argv, .n_argv = 5, .env = env, .n_env = 1};
+        abp_exec_req e3 = {.argv = argv, .n_argv = 5, .env = env, .n_env = 1, .user = "1000:1000"};
         tap_ok(abp_enc_exec(&b, &e3) == 0 && reparse(&b, &f) == 0 && abp_dec_exec(&f, &d) == 0,
                "EXEC with ARGV round trip");
         tap_ok(d.command == NULL && d.n_argv == 5 && d.argv && strcmp(d.argv[0], "printf") == 0 &&
                    strcmp(d.argv[1], "%s|") == 0 && strcmp(d.argv[2], "a b") == 0 &&
                    strcmp(d.argv[3], "") == 0 && strcmp(d.argv[4], "$HOME") == 0 &&
-                   d.argv[5] == NULL && d.n_env == 1,
-               "EXEC argv words in order, NULL-terminated, no command");
+                   d.argv[5] == NULL && d.n_env == 1 && d.user && !strcmp(d.user, "1000:1000"),
+               "EXEC argv words in order, NULL-terminated, no command, the user");
         abp_exec_req_clear(&d);
         tap_ok(d.argv == NULL && d.env == NULL, "abp_exec_req_clear releases argv");
         b.len = 0;
@@ -231,13 +241,20 @@ static void test_term_codec(void)
                            .env = env,
                            .n_env = 2,
                            .cwd = "/tmp",
+                           .user = "nobody",
                            .cols = 100,
                            .rows = 30};
         tap_ok(abp_enc_term_req(&b, ABP_TERM_OPEN, &in) == 0 && reparse(&b, &f) == 0 &&
                    abp_dec_term_req(&f, &q) == 0 && q.n_argv == 2 && !strcmp(q.argv[1], "-l") &&
-                   q.n_env == 2 && !strcmp(q.env[1], "B=2") && !strcmp(q.cwd, "/tmp") &&
-                   q.cols == 100 && q.rows == 30 && !q.id,
+                   q.n_env == 2 && !strcmp(q.env[1], "B=2") && !strcmp(q.cwd, "/tmp") && q.user &&
+                   !strcmp(q.user, "nobody") && q.cols == 100 && q.rows == 30 && !q.id,
                "TERM_OPEN round trip");
+        abp_term_req_clear(&q);
+        b.len = 0;
+        in.user = NULL;
+        tap_ok(abp_enc_term_req(&b, ABP_TERM_OPEN, &in) == 0 && reparse(&b, &f) == 0 &&
+                   abp_dec_term_req(&f, &q) == 0 && !q.user,
+               "TERM_OPEN without a user decodes none");
         abp_term_req_clear(&q);
         abp_buf_free(&b);
 
@@ -428,6 +445,14 @@ static void test_rejections(void)
                              ABP_F_ARGV, 0, 0, 0, 1, 0, 0, 0, 'z'};
         f = raw(ABP_EXEC, badargv, sizeof(badargv));
         tap_ok(abp_dec_exec(&f, &e) == -EBADMSG && e.argv == NULL, "bad second ARGV (no leak)");
+        uint8_t baduser[] = {ABP_F_ARGV, 0, 0, 0, 2, 0, 0, 0, 'y', 0,
+                             ABP_F_USER, 0, 0, 0, 2, 0, 0, 0, 'u', 'v'};
+        f = raw(ABP_EXEC, baduser, sizeof(baduser));
+        tap_ok(abp_dec_exec(&f, &e) == -EBADMSG, "EXEC with a USER without its NUL");
+        uint8_t baduser_t[] = {ABP_F_USER, 0, 0, 0, 3, 0, 0, 0, 'u', 0, 'v'};
+        f = raw(ABP_TERM_OPEN, baduser_t, sizeof(baduser_t));
+        abp_term_req tq;
+        tap_ok(abp_dec_term_req(&f, &tq) == -EBADMSG, "TERM_OPEN with a NUL inside USER");
 
         /* Unknown tags are skipped. */
         uint8_t unknown[] = {99,         1, 0, 0, 3, 0, 0, 0, 1,   2, 3,
