@@ -76,8 +76,8 @@ const char *const acquire_fields[] = {
     "id",     "app_id",   "user_id", "chat_id",    "thread_id",   "mode",
     "limits", "network",  "env",     "mounts",     "idle_stop_s", "idle_pause_s",
     "ttl_s",  "metadata", "image",   "entrypoint", NULL};
-static const char *const exec_fields[] = {"command", "argv", "timeout_s", "timeout",
-                                          "env",     "cwd",  "stdin",     NULL};
+static const char *const exec_fields[] = {"command", "argv",  "timeout_s", "timeout", "env",
+                                          "cwd",     "stdin", "user",      NULL};
 
 static int parse_limits(json_t *o, const ab_limits *defaults, ab_limits *out, ab_err **err)
 {
@@ -376,7 +376,7 @@ enum MHD_Result route_box_network_get(ab_req *r, const char *id)
 typedef struct exec_job {
         ab_server *srv;
         ab_use use;
-        char *command, *cwd, *stdin_data;
+        char *command, *cwd, *stdin_data, *user;
         char **argv; /* instead of command */
         size_t stdin_len;
         char **env;
@@ -398,6 +398,7 @@ void exec_job_free(exec_job *j)
         free(j->command);
         ab_strvfreep(&j->argv);
         free(j->cwd);
+        free(j->user);
         free(j->stdin_data);
         ab_strvfreep(&j->env);
         ab_buf_free(&j->out[0]);
@@ -440,10 +441,10 @@ static int parse_argv(json_t *body, char ***out, ab_err **err)
 
 int parse_exec(json_t *body, exec_job **out, ab_err **err)
 {
-        const char *cmd = NULL, *cwd = NULL, *in = NULL;
+        const char *cmd = NULL, *cwd = NULL, *in = NULL, *user = NULL;
         json_t *env = NULL;
         if (field_str(body, "command", &cmd, err) < 0 || field_str(body, "cwd", &cwd, err) < 0 ||
-            field_obj(body, "env", &env, err) < 0)
+            field_str(body, "user", &user, err) < 0 || field_obj(body, "env", &env, err) < 0)
                 return -1;
         _cleanup_strv_ char **argv = NULL;
         if (parse_argv(body, &argv, err) < 0)
@@ -489,6 +490,7 @@ int parse_exec(json_t *body, exec_job **out, ab_err **err)
         j->command = cmd ? xstrdup(cmd) : NULL;
         j->argv = steal_pointer(&argv);
         j->cwd = cwd ? xstrdup(cwd) : NULL;
+        j->user = user && *user ? xstrdup(user) : NULL;
         if (in) {
                 j->stdin_len = json_string_length(sv);
                 j->stdin_data = xmalloc(j->stdin_len + 1);
@@ -516,6 +518,7 @@ static void fill_req(exec_job *j, abc_exec_req *q)
             .argv = (const char *const *)j->argv,
             .env = (const char *const *)j->env,
             .cwd = j->cwd,
+            .user = j->user,
             .stdin_data = j->stdin_data,
             .stdin_len = j->stdin_len,
             .stdin_fd = -1,

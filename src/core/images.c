@@ -54,6 +54,34 @@ void mgr_image_release(ab_manager *m, const char *bid)
                        e->msg, NULL);
 }
 
+/* An image whose User is not root: the box's own folders (/workspace and
+ * the DeerFlow upload and output folders) are made that user's at create,
+ * so that its execs can write where agents write. Best effort (an image
+ * without chown keeps them root's): logged, not fatal. */
+void mgr_image_own_folders(ab_manager *m, const ab_box_rec *r)
+{
+        const json_t *img = mgr_rec_image(r);
+        const char *user = img ? json_string_value(json_object_get(img, "user")) : NULL;
+        if (!user || !*user || !strcmp(user, "root") || !strcmp(user, "0") ||
+            !strncmp(user, "0:", 2) || !strncmp(user, "root:", 5))
+                return;
+        const char *argv[] = {
+            "chown", user, "/workspace", "/mnt/user-data/uploads", "/mnt/user-data/outputs", NULL};
+        abc_exec_req q = {.argv = argv, .user = "0", .stdin_fd = -1, .timeout_ms = 10000};
+        ab_backend *b = m->o.backend;
+        ab_err *e = NULL;
+        abc_exec_res res = {0};
+        _cleanup_close_ int fd = b->ops->connect(b, r->backend_id, &e);
+        if (fd < 0 || abc_exec(fd, &q, NULL, NULL, &res, &e) < 0 || res.exit_code != 0) {
+                char code[16];
+                snprintf(code, sizeof(code), "%d", res.exit_code);
+                ab_log(AB_LOG_WARN, "cannot give the box's folders to its image's user", "box",
+                       r->id, "user", user, "error", e ? e->msg : "chown failed", "exit_code", code,
+                       NULL);
+        }
+        ab_err_free(&e);
+}
+
 const json_t *mgr_rec_image(const ab_box_rec *r)
 {
         json_t *i = r->spec ? json_object_get(r->spec, "image") : NULL;

@@ -152,6 +152,9 @@ int mgr_image_resolve(ab_manager *m, const char *ref, ab_image *out, ab_err **er
 json_t *mgr_image_spec(const char *ref, const ab_image *img);
 /* Holds the image for backend box bid (before the backend creates it). */
 int mgr_image_hold(ab_manager *m, const char *bid, const ab_image *img, ab_err **err);
+/* Gives /workspace and the upload/output folders to the image's User when
+ * it is not root (once, at create). */
+void mgr_image_own_folders(ab_manager *m, const ab_box_rec *r);
 /* Ends bid's hold and collects what no image or box uses any more. */
 void mgr_image_release(ab_manager *m, const char *bid);
 /* The image fields of r's record, or NULL: spec.image.{env (array),

@@ -8,6 +8,11 @@ int ab_manager_term_open(ab_manager *m, ab_use *u, const abc_term_req *req, abc_
                          ab_err **err)
 {
         abc_term_req q = *req;
+        const json_t *img = mgr_rec_image(&u->rec);
+        if (img && !q.user)
+                q.user = json_string_value(json_object_get(img, "user"));
+        if (img && !q.cwd)
+                q.cwd = json_string_value(json_object_get(img, "workdir"));
         /* The box's env (with the network's proxy variables) under the request's. */
         _cleanup_strv_ char **env = ab_manager_box_env(&u->rec);
         size_t n = 0, k = 0;
@@ -45,6 +50,7 @@ void mgr_entrypoint_start(ab_manager *m, const ab_box_rec *r)
             .argv = argv,
             .env = (const char *const *)env,
             .cwd = img ? json_string_value(json_object_get(img, "workdir")) : NULL,
+            .user = img ? json_string_value(json_object_get(img, "user")) : NULL,
             .cols = 200,
             .rows = 50,
         };

@@ -212,6 +212,8 @@ int ab_manager_exec(ab_manager *m, ab_use *u, const abc_exec_req *req, abc_outpu
         const json_t *img = mgr_rec_image(&u->rec);
         if (img && !q.cwd)
                 q.cwd = json_string_value(json_object_get(img, "workdir"));
+        if (img && !q.user)
+                q.user = json_string_value(json_object_get(img, "user"));
         if (!q.timeout_ms && u->rec.mode != AB_MODE_SYSTEM) {
                 ab_limits l;
                 mgr_limits_from_rec(m, &u->rec, &l);
