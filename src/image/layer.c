@@ -243,7 +243,8 @@ static int open_dir(int root, const char *dir, bool create)
         while (fd < 0 && (errno == EINTR || errno == EAGAIN));
         if (fd >= 0)
                 return (int)fd;
-        if (errno != ENOSYS && (errno != ENOENT || !create))
+        /* The walk below also tells a symlink (-ELOOP) from a file (-ENOTDIR). */
+        if (errno != ENOSYS && errno != ELOOP && errno != ENOTDIR && (errno != ENOENT || !create))
                 return -errno;
 
         /* Component by component, each opened O_NOFOLLOW|O_DIRECTORY. */
