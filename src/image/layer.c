@@ -46,6 +46,9 @@ typedef struct unpack {
         uint64_t data; /* entry data decompressed, written or not */
         ab_layer_stats st;
         const char *shown; /* the entry's name as the tar gives it, for messages */
+        char *pdir;        /* the last entry's directory, open as pfd */
+        int pfd;           /* -1 when none */
+        bool pstale;       /* a directory was removed since pfd was opened */
         dir_time *dirs;
         size_t n_dirs, cap_dirs;
         path_set files;
@@ -279,64 +282,112 @@ static int open_dir(int root, const char *dir, bool create)
         return cur;
 }
 
-/* Removes everything inside the directory top (taken over, closed here),
- * never following a symlink. It holds two fds at any depth: it descends into
- * one non-empty subdirectory at a time and climbs back up by "..". */
-static int empty_dir(int top)
+/* The names of a directory's subdirectories that were not empty. */
+typedef struct pending {
+        char **names;
+        size_t n, next;
+} pending;
+
+static void pending_clear(pending *p)
 {
-        int cur = top;
-        size_t depth = 0;
-        for (;;) {
-                int dfd = fcntl(cur, F_DUPFD_CLOEXEC, 0);
-                DIR *d = dfd >= 0 ? fdopendir(dfd) : NULL;
-                if (!d) {
-                        int r = -errno;
-                        if (dfd >= 0)
-                                close(dfd);
-                        close(cur);
-                        return r;
-                }
-                _cleanup_free_ char *down = NULL;
-                struct dirent *de;
-                int r = 0;
-                while ((de = readdir(d))) {
-                        const char *n = de->d_name;
-                        if (!strcmp(n, ".") || !strcmp(n, ".."))
-                                continue;
-                        if (unlinkat(cur, n, 0) == 0 || errno == ENOENT)
-                                continue;
-                        if (errno == EISDIR && unlinkat(cur, n, AT_REMOVEDIR) == 0)
-                                continue;
-                        if (errno == ENOTEMPTY || errno == EEXIST) {
-                                if (!down)
-                                        down = xstrdup(n);
-                                continue;
-                        }
+        for (size_t i = 0; i < p->n; i++)
+                free(p->names[i]);
+        free(p->names);
+}
+
+/* Removes what dfd holds but its non-empty subdirectories, whose names it
+ * returns in *out. */
+static int sweep(int dfd, pending *out)
+{
+        *out = (pending){0};
+        int dup = fcntl(dfd, F_DUPFD_CLOEXEC, 0);
+        if (dup < 0)
+                return -errno;
+        DIR *d = fdopendir(dup);
+        if (!d) {
+                int r = -errno;
+                close(dup);
+                return r;
+        }
+        size_t cap = 0;
+        struct dirent *de;
+        int r = 0;
+        while ((de = readdir(d))) {
+                const char *n = de->d_name;
+                if (!strcmp(n, ".") || !strcmp(n, ".."))
+                        continue;
+                if (unlinkat(dfd, n, 0) == 0 || errno == ENOENT)
+                        continue;
+                if (errno == EISDIR && unlinkat(dfd, n, AT_REMOVEDIR) == 0)
+                        continue;
+                if (errno != ENOTEMPTY && errno != EEXIST) {
                         r = -errno;
                         break;
                 }
-                closedir(d);
-                int next;
-                if (r < 0) {
-                        next = r;
-                } else if (down) {
-                        next = open_nofollow_dir(cur, down);
-                        depth++;
-                } else if (depth == 0) {
-                        close(cur);
-                        return 0;
-                } else {
-                        next = open_nofollow_dir(cur, "..");
-                        depth--;
+                if (out->n == cap) {
+                        cap = cap ? xmul(cap, 2) : 8;
+                        out->names = xrealloc(out->names, xmul(cap, sizeof(char *)));
                 }
-                close(cur);
-                if (next < 0)
-                        return next;
-                cur = next;
+                out->names[out->n++] = xstrdup(n);
         }
+        closedir(d);
+        return r;
 }
 
-/* Removes dfd/name whatever it is (a directory with all it holds); 0 when absent. */
+/* Removes everything inside the directory top (taken over, closed here),
+ * never following a symlink. Each directory is read once, and two fds are
+ * open at any depth: it goes down by name and back up by "..". */
+static int empty_dir(int top)
+{
+        int cur = top;
+        pending *stack = NULL;
+        size_t depth = 0, cap = 0;
+        int r = 0;
+        for (;;) {
+                if (depth == cap) {
+                        cap = cap ? xmul(cap, 2) : 16;
+                        stack = xrealloc(stack, xmul(cap, sizeof(*stack)));
+                }
+                r = sweep(cur, &stack[depth]);
+                depth++;
+                if (r < 0)
+                        break;
+                /* Down into the next non-empty subdirectory, up when none is left. */
+                pending *p = &stack[depth - 1];
+                while (p->next == p->n && depth > 1) {
+                        int up = open_nofollow_dir(cur, "..");
+                        if (up < 0) {
+                                r = up;
+                                break;
+                        }
+                        close(cur);
+                        cur = up;
+                        pending_clear(p);
+                        p = &stack[--depth - 1];
+                        if (unlinkat(cur, p->names[p->next - 1], AT_REMOVEDIR) < 0) {
+                                r = -errno;
+                                break;
+                        }
+                }
+                if (r < 0 || p->next == p->n)
+                        break;
+                int down = open_nofollow_dir(cur, p->names[p->next++]);
+                if (down < 0) {
+                        r = down;
+                        break;
+                }
+                close(cur);
+                cur = down;
+        }
+        close(cur);
+        while (depth)
+                pending_clear(&stack[--depth]);
+        free(stack);
+        return r;
+}
+
+/* Removes dfd/name whatever it is (a directory with all it holds). Returns
+ * 1 when it removed a directory, 0 when something else or nothing, or -errno. */
 static int remove_any(int dfd, const char *name)
 {
         struct stat st;
@@ -350,7 +401,47 @@ static int remove_any(int dfd, const char *name)
         int r = empty_dir(fd);
         if (r < 0)
                 return r;
-        return unlinkat(dfd, name, AT_REMOVEDIR) < 0 ? -errno : 0;
+        return unlinkat(dfd, name, AT_REMOVEDIR) < 0 ? -errno : 1;
+}
+
+/* ---- the directory of an entry --------------------------------------------- */
+
+static void drop_parent(unpack *u)
+{
+        if (u->pfd >= 0)
+                close(u->pfd);
+        u->pfd = -1;
+        free(u->pdir);
+        u->pdir = NULL;
+}
+
+/* The directory dir of an entry, made when missing, opened without following
+ * a symlink. Kept open (owned by u) for the next entries in the same
+ * directory, as tars list them, until a directory is removed: the path might
+ * then name another one. */
+static int parent_dir(unpack *u, const char *dir)
+{
+        if (u->pfd >= 0 && !u->pstale && !strcmp(u->pdir, dir))
+                return u->pfd;
+        drop_parent(u);
+        int fd = open_dir(u->root, dir, true);
+        if (fd < 0)
+                return fd;
+        u->pfd = fd;
+        u->pdir = xstrdup(dir);
+        u->pstale = false;
+        return fd;
+}
+
+/* Clears pfd/name for a new entry (or a whiteout) of that name. */
+static int clear_place(unpack *u, int pfd, const char *name, ab_err **err)
+{
+        int r = remove_any(pfd, name);
+        if (r < 0)
+                return sys_fail(u, -r, "remove what it replaces", err);
+        if (r > 0)
+                u->pstale = true;
+        return 0;
 }
 
 /* ---- entries --------------------------------------------------------------- */
@@ -449,9 +540,8 @@ static int set_meta(unpack *u, struct archive_entry *e, int fd, ab_err **err)
 static int make_file(unpack *u, struct archive_entry *e, int pfd, const char *leaf,
                      const char *path, ab_err **err)
 {
-        int r = remove_any(pfd, leaf);
-        if (r < 0)
-                return sys_fail(u, -r, "remove what it replaces", err);
+        if (clear_place(u, pfd, leaf, err) < 0)
+                return -1;
         _cleanup_close_ int fd = -1;
         do
                 fd = openat(pfd, leaf, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
@@ -508,9 +598,8 @@ static int make_symlink(unpack *u, struct archive_entry *e, int pfd, const char 
         gid_t gid;
         if (entry_owner(u, e, &uid, &gid, err) < 0)
                 return -1;
-        int r = remove_any(pfd, leaf);
-        if (r < 0)
-                return sys_fail(u, -r, "remove what it replaces", err);
+        if (clear_place(u, pfd, leaf, err) < 0)
+                return -1;
         if (symlinkat(target, pfd, leaf) < 0)
                 return sys_fail(u, errno, "create the symlink", err);
         if (fchownat(pfd, leaf, uid, gid, AT_SYMLINK_NOFOLLOW) < 0)
@@ -550,9 +639,8 @@ static int make_hardlink(unpack *u, struct archive_entry *e, int pfd, const char
                                   "layer entry \"%s\" is a hard link to a file the layer has "
                                   "replaced since",
                                   u->shown);
-        int r = remove_any(pfd, leaf);
-        if (r < 0)
-                return sys_fail(u, -r, "remove what it replaces", err);
+        if (clear_place(u, pfd, leaf, err) < 0)
+                return -1;
         if (linkat(tfd, tleaf, pfd, leaf, 0) < 0)
                 return sys_fail(u, errno, "link", err);
         set_add(&u->files, path);
@@ -574,9 +662,8 @@ static int make_whiteout(unpack *u, int pfd, const char *leaf, ab_err **err)
         if (!*name || !strcmp(name, ".") || !strcmp(name, ".."))
                 return ab_err_set(err, AB_E_INVALID, 0, "layer entry \"%s\" whites out nothing",
                                   u->shown);
-        int r = remove_any(pfd, name);
-        if (r < 0)
-                return sys_fail(u, -r, "remove what it whites out", err);
+        if (clear_place(u, pfd, name, err) < 0)
+                return -1;
         if (mknodat(pfd, name, S_IFCHR, makedev(0, 0)) < 0)
                 return sys_fail(u, errno, "make the whiteout", err);
         if (fchownat(pfd, name, 0, 0, AT_SYMLINK_NOFOLLOW) < 0)
@@ -617,7 +704,7 @@ static int place_entry(unpack *u, struct archive_entry *e, const char *raw, ab_e
                 u->st.skipped++; /* devices, fifos, sockets */
                 return 0;
         }
-        _cleanup_close_ int pfd = open_dir(u->root, dir, true);
+        int pfd = parent_dir(u, dir);
         if (pfd == -ELOOP)
                 return ab_err_set(err, AB_E_INVALID, 0,
                                   "layer entry \"%s\" lies under a symbolic link", shown);
@@ -711,6 +798,7 @@ int ab_layer_unpack(int fd, int dest_dirfd, const ab_layer_opts *o, ab_layer_sta
         u->max_bytes = o && o->max_bytes ? o->max_bytes : AB_LAYER_DEFAULT_MAX_BYTES;
         u->max_entries = o && o->max_entries ? o->max_entries : AB_LAYER_DEFAULT_MAX_ENTRIES;
         u->shown = "";
+        u->pfd = -1;
         int rc;
         u->root = open_nofollow_dir(dest_dirfd, ".");
         if (u->root < 0) {
@@ -719,6 +807,7 @@ int ab_layer_unpack(int fd, int dest_dirfd, const ab_layer_opts *o, ab_layer_sta
                 u->a = archive_read_new();
                 rc = unpack_all(u, fd, err);
                 archive_read_free(u->a);
+                drop_parent(u);
                 close(u->root);
         }
         if (st)

@@ -13,6 +13,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 #include <sys/xattr.h>
@@ -309,9 +310,24 @@ static void test_whiteouts(void)
 static void test_replace(void)
 {
         _cleanup_free_ char *t = new_case();
+        _cleanup_free_ char *out = xasprintf("%s/outside", t);
+        write_rel(t, "outside/keep", "keep");
+        /* 300 levels: removing them must not hold an fd per level */
+        char deep[1024] = "deep";
+        for (int i = 0; i < 300; i++)
+                strcat(deep, "/d");
+        strcat(deep, "/f");
         ent ents[] = {
             {.name = "x/", .type = AE_IFDIR},
             {.name = "x/child/deep", .data = "c"},
+            {.name = "x/child2/a/b", .data = "b"},
+            {.name = "x/child2/c/", .type = AE_IFDIR, .perm = 0500},
+            {.name = "x/child2/c/d", .data = "d", .perm = 0400},
+            {.name = "x/child2/e", .data = "e"},
+            {.name = "x/out", .type = AE_IFLNK, .symlink = out},
+            {.name = "x/f", .data = "f"},
+            {.name = deep, .data = "deep"},
+            {.name = "deep", .data = "flat"},
             {.name = "x", .data = "file over dir"},
             {.name = "y", .data = "f"},
             {.name = "y/", .type = AE_IFDIR, .perm = 0700},
@@ -325,12 +341,23 @@ static void test_replace(void)
             {.name = "s", .data = "file over symlink"},
         };
         _cleanup_err_ ab_err *e = NULL;
+        struct rlimit was, few;
+        getrlimit(RLIMIT_NOFILE, &was);
+        few = was;
+        few.rlim_cur = 64;
+        setrlimit(RLIMIT_NOFILE, &few);
         int rc = unpack_ents(t, PLAIN, ents, AB_ARRAY_LEN(ents), NULL, NULL, &e);
-        tap_ok(rc == 0, "layer with replaced entries unpacks");
+        setrlimit(RLIMIT_NOFILE, &was);
+        tap_ok(rc == 0, "layer with replaced entries unpacks (with 64 fds)");
         if (rc < 0)
                 printf("#   %s\n", e->msg);
         _cleanup_free_ char *x = read_rel(t, "dest/x");
         TAP_IS_STR(x, "file over dir", "a file replaces a directory (and all it held)");
+        _cleanup_free_ char *flat = read_rel(t, "dest/deep");
+        TAP_IS_STR(flat, "flat", "a file replaces a directory 300 levels deep");
+        _cleanup_free_ char *keep = read_rel(t, "outside/keep");
+        TAP_IS_STR(keep, "keep", "removing a directory leaves what its symlink points at");
+        check_contained(t, 1, "replaced entries");
         struct stat s = {0};
         lstat_at(t, "dest/y", &s);
         _cleanup_free_ char *z = read_rel(t, "dest/y/z");
