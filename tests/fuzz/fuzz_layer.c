@@ -32,6 +32,12 @@ const char *__asan_default_options(void)
 
 static char *scratch, *dest, *outside;
 
+static void remove_scratch(void)
+{
+        rmdir(outside);
+        rmdir(scratch);
+}
+
 static void make_scratch(void)
 {
         char tmpl[] = "/dev/shm/ab-fuzz-layer.XXXXXX";
@@ -43,6 +49,7 @@ static void make_scratch(void)
         dest = xasprintf("%s/dest", scratch);
         outside = xasprintf("%s/outside", scratch);
         check(mkdir(outside, 0755) == 0);
+        atexit(remove_scratch);
 }
 
 static int count_entries(const char *dir)
