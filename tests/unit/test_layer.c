@@ -12,7 +12,9 @@
 #include <archive_entry.h>
 #include <dirent.h>
 #include <fcntl.h>
+#include <sched.h>
 #include <sys/mman.h>
+#include <sys/mount.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
@@ -680,6 +682,35 @@ static void attack_garbage(void)
         close(empty);
 }
 
+/* A full disk is the host's problem, not the layer's: dest on a 1 MiB tmpfs
+ * (in a mount namespace of this test's own). */
+static void test_full_disk(void)
+{
+        _cleanup_free_ char *t = new_case();
+        _cleanup_free_ char *d = xasprintf("%s/dest", t);
+        if (unshare(CLONE_NEWNS) < 0 || mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0 ||
+            mount("tmpfs", d, "tmpfs", 0, "size=1m") < 0) {
+                printf("ok %d - # SKIP no tmpfs of our own: %s\n", ++tap_n, strerror(errno));
+                return;
+        }
+        ent ents[] = {{.name = "big", .zeros = 4 << 20}};
+        _cleanup_err_ ab_err *e = NULL;
+        int rc = unpack_ents(t, GZIP, ents, 1, NULL, NULL, &e);
+        check_refused(rc, e, AB_E_STORAGE, "\"big\"", "a full disk");
+        umount2(d, MNT_DETACH);
+}
+
+static void attack_file_parent(void)
+{
+        _cleanup_free_ char *t = new_case();
+        ent ents[] = {{.name = "a", .data = "a file"}, {.name = "a/b", .data = "b"}};
+        _cleanup_err_ ab_err *e = NULL;
+        int rc = unpack_ents(t, PLAIN, ents, 2, NULL, NULL, &e);
+        check_refused(rc, e, AB_E_INVALID, "a/b", "an entry under a file");
+        _cleanup_free_ char *a = read_rel(t, "dest/a");
+        TAP_IS_STR(a, "a file", "the file stays");
+}
+
 int main(void)
 {
         if (geteuid() != 0)
@@ -697,6 +728,8 @@ int main(void)
         attack_devices();
         attack_limits();
         attack_garbage();
+        attack_file_parent();
+        test_full_disk();
         _cleanup_free_ char *cmd = xasprintf("rm -rf '%s'", base);
         if (system(cmd) != 0)
                 tap_ok(0, "rm -rf %s", base);
