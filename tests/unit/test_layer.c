@@ -553,6 +553,23 @@ static void attack_hardlinks(void)
                 tap_ok(s.st_nlink == 1, "hard link to a replaced file: no link made");
         }
         {
+                /* ... nor is a file whose directory was replaced by a symlink out. */
+                _cleanup_free_ char *t = new_case();
+                _cleanup_free_ char *out = xasprintf("%s/outside", t);
+                write_rel(t, "outside/f", "secret");
+                ent ents[] = {{.name = "a/f", .data = "f"},
+                              {.name = "a", .type = AE_IFLNK, .symlink = out},
+                              {.name = "h", .hardlink = "a/f"}};
+                _cleanup_err_ ab_err *e = NULL;
+                int rc = unpack_ents(t, PLAIN, ents, 3, NULL, NULL, &e);
+                check_refused(rc, e, AB_E_INVALID, "\"h\"",
+                              "hard link through a directory replaced by a symlink");
+                struct stat s = {0};
+                lstat_at(t, "outside/f", &s);
+                tap_ok(s.st_nlink == 1 && !lstat_at(t, "dest/h", &s),
+                       "hard link through a replaced directory: no link made");
+        }
+        {
                 /* A file dest held before the layer is not "of this layer". */
                 _cleanup_free_ char *t = new_case();
                 write_rel(t, "dest/pre", "pre");
