@@ -9,9 +9,12 @@
  * box), but nothing is ever written through one; a hard link must name an
  * earlier regular file of this same layer; character and block devices,
  * fifos and sockets are skipped and counted (a box's lowers are mounted nodev
- * anyway); setuid/setgid bits are kept (the lowers are mounted nosuid).
- * Owners (uid/gid as in the tar), modes, mtimes and xattrs in the user.*
- * namespace are kept; other xattrs are dropped.
+ * anyway); setuid/setgid/sticky bits are kept (the lowers are mounted
+ * nosuid). Owners (uid/gid as in the tar), modes, mtimes and xattrs in the
+ * user.* namespace are kept; other xattrs are dropped, and so is
+ * user.overlay.* (overlayfs's own under a userxattr mount). Names are
+ * normalised ("./a//b/" -> "a/b"); an entry for the root ("./") sets only
+ * dest's mode; missing parent directories are made 0755, owned by root.
  *
  * OCI whiteouts become overlayfs ones: ".wh.NAME" -> a 0/0 character device
  * NAME; ".wh..wh..opq" in DIR -> DIR gets trusted.overlay.opaque="y". A later
@@ -37,7 +40,8 @@ typedef struct ab_layer_opts {
 } ab_layer_opts;
 
 typedef struct ab_layer_stats {
-        uint64_t bytes;     /* file data written */
+        uint64_t bytes;     /* file data written (data of skipped entries is read, counted
+                               against max_bytes, not written) */
         uint64_t entries;   /* entries read */
         uint64_t skipped;   /* device nodes, fifos, sockets left out */
         uint64_t whiteouts; /* whiteouts and opaque markers made */
