@@ -974,6 +974,7 @@ typedef struct stage_image {
         size_t n_layers;
         char **names;   /* canonical, NULL-terminated */
         char **digests; /* manifest digests, NULL-terminated */
+        bool reused;    /* in the store already, with all its layers: keep those */
 } stage_image;
 
 static void stage_clear(stage_image *im)
@@ -1065,12 +1066,41 @@ out:
         return rc;
 }
 
+/* True when image im is in the store with every layer of its record (then
+ * those are kept: the same image pulled compressed and imported plain has
+ * other layer digests, and a box may be using the layers it has). */
+static bool stage_reuse(ab_image_store *s, stage_image *im, ab_image_progress_fn fn, void *ud)
+{
+        json_t *rec = NULL;
+        if (record_load(s, im->id + 7, &rec) < 0)
+                return false;
+        json_t *layers = json_object_get(rec, "layers"), *l;
+        bool all = json_is_array(layers);
+        size_t i;
+        uint64_t b;
+        json_array_foreach(layers, i, l)
+        {
+                const char *d = json_string_value(json_object_get(l, "digest"));
+                all = all && d && ab_digest_valid(d) && layer_present(s, d + 7, &b);
+        }
+        if (all)
+                json_array_foreach(layers, i, l)
+                {
+                        progress(fn, ud, "exists", json_string_value(json_object_get(l, "digest")),
+                                 0, 0);
+                }
+        json_decref(rec);
+        im->reused = all;
+        return all;
+}
+
 static json_t *record_json(const stage_image *im, json_t *old, const char *source)
 {
         json_t *rec = json_object();
         json_object_set_new(rec, "id", json_string(im->id));
-        json_t *layers = json_array();
-        for (size_t i = 0; i < im->n_layers; i++) {
+        json_t *old_layers = json_object_get(old, "layers");
+        json_t *layers = im->reused && old_layers ? json_deep_copy(old_layers) : json_array();
+        for (size_t i = 0; !im->reused && i < im->n_layers; i++) {
                 const stage_layer *l = &im->layers[i];
                 json_t *o = json_object();
                 json_object_set_new(o, "digest", json_string(l->digest));
@@ -1697,6 +1727,8 @@ static int install_layers(ab_image_store *s, int root, stage_image *v, size_t n,
                           ab_image_progress_fn fn, void *ud, ab_err **err)
 {
         for (size_t i = 0; i < n; i++) {
+                if (stage_reuse(s, &v[i], fn, ud))
+                        continue;
                 for (size_t k = 0; k < v[i].n_layers; k++) {
                         stage_layer *l = &v[i].layers[k];
                         if (layer_present(s, l->digest + 7, &l->bytes)) {
@@ -1858,6 +1890,8 @@ static int pull_config(ab_image_store *s, ab_registry *reg, const ab_manifest *m
 static int pull_layers(ab_image_store *s, ab_registry *reg, const ab_manifest *m, stage_image *im,
                        ab_image_progress_fn fn, void *ud, ab_err **err)
 {
+        if (stage_reuse(s, im, fn, ud))
+                return 0;
         im->layers = xcalloc(m->n_layers ? m->n_layers : 1, sizeof(stage_layer));
         for (size_t i = 0; i < m->n_layers; i++) {
                 stage_layer *l = &im->layers[im->n_layers++];

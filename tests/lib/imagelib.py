@@ -289,6 +289,8 @@ def write_example(d):
       docker.tar      `docker save` (legacy paths) of example_images()
       docker-gz.tar   `docker save` (blobs/ paths) of one image
                       "gz/app:1" whose layers are gzip-compressed
+      app-gz.tar      the app of docker.tar again (same config, so same id)
+                      with gzip-compressed layers, named "example/app:gz"
       oci.tar         OCI layout of "localhost:5000/tools/oci:2": the busybox
                       base (shared with docker.tar) and a gzip layer
       oci-tag.tar     OCI layout whose ref.name is only the tag "latest"
@@ -309,6 +311,9 @@ def write_example(d):
                      layer_tar({"etc/gz": "gz\n"}, compress="gzip")],
           "tags": ["gz/app:1"], "config": config(cmd=["sh"])}
     write_docker_save(os.path.join(d, "docker-gz.tar"), [gz], layout="blobs")
+    app_gz = dict(app, layers=[gzip.compress(l, mtime=0) for l in app["layers"]],
+                  tags=["example/app:gz"])
+    write_docker_save(os.path.join(d, "app-gz.tar"), [app_gz], layout="blobs")
     oci = {"layers": [base, layer_tar({"etc/oci": "oci\n"}, compress="gzip")],
            "tags": ["localhost:5000/tools/oci:2"], "config": config(cmd=["id"])}
     write_oci_layout(os.path.join(d, "oci.tar"), [oci])

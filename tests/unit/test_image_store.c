@@ -330,7 +330,25 @@ static void test_import_more(ab_image_store *s)
         }
         ab_image_list_free(imgs, n);
 
+        /* the same image with other (compressed) layer blobs: the layers it has stay */
         seen sn = {0};
+        int layers = count_entries("layers");
+        r = import(s, "app-gz.tar", NULL, false, &sn, &imgs, &n, &e);
+        tap_ok(r == 0 && n == 1 && sn.exists == 3 && sn.unpack_start == 0 &&
+                   count_entries("layers") == layers,
+               "the same image with gzip layers: its stored layers are kept, none unpacked");
+        if (r == 0) {
+                TAP_IS_STR(imgs[0].id, id_of("app"), "app-gz: the app's id");
+                tap_ok(strv_has(imgs[0].names, "docker.io/example/app:gz") &&
+                           strv_has(imgs[0].names, "docker.io/example/app:1"),
+                       "app-gz: one more name for the app");
+        } else {
+                printf("#   %s\n", e->msg);
+                ab_err_free(&e);
+        }
+        ab_image_list_free(imgs, n);
+
+        memset(&sn, 0, sizeof(sn));
         r = import(s, "oci.tar", NULL, true, &sn, &imgs, &n, &e);
         tap_ok(r == 0 && n == 1, "import an OCI layout through a pipe");
         if (r == 0) {
@@ -449,7 +467,9 @@ static void test_remove_hold_gc(ab_image_store *s)
         ab_err_free(&e);
 
         /* app: unnamed and held; its layers 2 and 3 are its own, layer 1 shared */
-        tap_ok(ab_image_remove(s, "example/app:1", &e) == 0, "remove example/app:1");
+        tap_ok(ab_image_remove(s, "example/app:1", &e) == 0 &&
+                   ab_image_remove(s, "example/app:gz", &e) == 0,
+               "remove example/app:1 and example/app:gz");
         tap_ok(ab_image_hold(s, "box2", app, &e) == 0, "hold app for box2");
         uint64_t freed = 1;
         tap_ok(ab_image_gc(s, &freed, &e) == 0 && freed == 0, "gc: held images stay");
