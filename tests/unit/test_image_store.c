@@ -530,6 +530,42 @@ static void test_reopen(void)
         ab_err_free(&e);
 }
 
+/* Two processes import the same archive into a new store at once. */
+static void test_concurrent(void)
+{
+        _cleanup_free_ char *cdir = xasprintf("%s/conc", tmp);
+        pid_t pids[2];
+        for (int i = 0; i < 2; i++) {
+                pids[i] = fork();
+                if (pids[i] == 0) {
+                        ab_image_store *cs = NULL;
+                        ab_image_store_opts o = {.dir = cdir};
+                        ab_image *v = NULL;
+                        size_t n = 0;
+                        _cleanup_free_ char *p = xasprintf("%s/docker.tar", ex);
+                        int fd = open(p, O_RDONLY | O_CLOEXEC);
+                        if (fd < 0 || ab_image_store_open(&o, &cs, NULL) < 0 ||
+                            ab_image_import(cs, fd, NULL, NULL, NULL, &v, &n, NULL) < 0 || n != 2)
+                                _exit(1);
+                        _exit(0);
+                }
+        }
+        int ok = 0;
+        for (int i = 0; i < 2; i++) {
+                int st = -1;
+                waitpid(pids[i], &st, 0);
+                ok += WIFEXITED(st) && WEXITSTATUS(st) == 0;
+        }
+        TAP_IS_INT(ok, 2, "two processes import the same archive at once");
+        char saved[256];
+        snprintf(saved, sizeof(saved), "%s", dir);
+        snprintf(dir, sizeof(dir), "%s", cdir);
+        TAP_IS_INT(count_entries("layers"), 3, "concurrent imports: each layer once");
+        TAP_IS_INT(count_entries("images"), 2, "concurrent imports: two records");
+        TAP_IS_INT(count_entries("tmp"), 0, "concurrent imports: tmp/ empty");
+        snprintf(dir, sizeof(dir), "%s", saved);
+}
+
 int main(void)
 {
         if (!mkdtemp(tmp))
@@ -558,6 +594,7 @@ int main(void)
         test_get_list(s);
         test_remove_hold_gc(s);
         test_reopen();
+        test_concurrent();
         ab_image_store_free(s);
         json_decref(ids);
         rm_rf(tmp);
