@@ -4,9 +4,8 @@
 #include "image/store.h"
 
 #include "image/ref.h"
+#include "image/store_int.h"
 
-#include <archive.h>
-#include <archive_entry.h>
 #include <ctype.h>
 #include <dirent.h>
 #include <fcntl.h>
@@ -20,32 +19,20 @@
 #include <sys/syscall.h>
 #include <time.h>
 
-#define DEFAULT_MAX_BLOB  (8ull << 30)
-#define OUTER_MAX_ENTRIES 100000u /* entries of an imported archive */
-#define OUTER_MAX_DEPTH   64
-#define HOLDER_MAX_LEN    128
-#define ID_PREFIX_MIN     12
-#define HEX_LEN           64
-#define IO_CHUNK          (64 * 1024)
-
-struct ab_image_store {
-        char *dir; /* absolute */
-        int dfd;
-        ab_registry_opts registry; /* deep copy */
-        char **insecure;
-        ab_registry_cred *creds;
-        ab_layer_opts layer;
-        uint64_t max_blob;
-};
+#define DEFAULT_MAX_BLOB (8ull << 30)
+#define HOLDER_MAX_LEN   128
+#define ID_PREFIX_MIN    12
+#define HEX_LEN          IMGSTORE_HEX_LEN
+#define IO_CHUNK         (64 * 1024)
 
 /* ---- small helpers ------------------------------------------------------ */
 
-static void strv_free(char **v)
+void imgstore_strv_free(char **v)
 {
         ab_strvfreep(&v);
 }
 
-static size_t strv_len(char *const *v)
+size_t imgstore_strv_len(char *const *v)
 {
         size_t n = 0;
         while (v && v[n])
@@ -54,9 +41,9 @@ static size_t strv_len(char *const *v)
 }
 
 /* Appends a copy of s to the NULL-terminated *v unless it is there already. */
-static void strv_add_unique(char ***v, const char *s)
+void imgstore_strv_add_unique(char ***v, const char *s)
 {
-        size_t n = strv_len(*v);
+        size_t n = imgstore_strv_len(*v);
         for (size_t i = 0; i < n; i++)
                 if (!strcmp((*v)[i], s))
                         return;
@@ -70,7 +57,7 @@ static int cmp_str(const void *a, const void *b)
         return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
-static bool is_hex(const char *s, size_t n)
+bool imgstore_is_hex(const char *s, size_t n)
 {
         for (size_t i = 0; i < n; i++)
                 if (!isdigit((unsigned char)s[i]) && !(s[i] >= 'a' && s[i] <= 'f'))
@@ -78,8 +65,8 @@ static bool is_hex(const char *s, size_t n)
         return true;
 }
 
-static void progress(ab_image_progress_fn fn, void *ud, const char *phase, const char *digest,
-                     uint64_t done, uint64_t total)
+void imgstore_progress(ab_image_progress_fn fn, void *ud, const char *phase, const char *digest,
+                       uint64_t done, uint64_t total)
 {
         if (fn)
                 fn(ud, phase, digest, done, total);
@@ -92,7 +79,7 @@ static void to_hex(const unsigned char *md, size_t n, char *out)
 }
 
 /* "sha256:HEX" of buf. */
-static char *digest_of(const void *buf, size_t len)
+char *imgstore_digest_of(const void *buf, size_t len)
 {
         unsigned char md[EVP_MAX_MD_SIZE];
         unsigned int n = 0;
@@ -104,7 +91,7 @@ static char *digest_of(const void *buf, size_t len)
 }
 
 /* "sha256:HEX" of fd's bytes from its current offset to its end. 0 or -errno. */
-static int digest_fd(int fd, char **out, uint64_t *bytes)
+int imgstore_digest_fd(int fd, char **out, uint64_t *bytes)
 {
         EVP_MD_CTX *c = EVP_MD_CTX_new();
         if (!c || !EVP_DigestInit_ex(c, EVP_sha256(), NULL))
@@ -140,7 +127,7 @@ static int digest_fd(int fd, char **out, uint64_t *bytes)
 }
 
 /* Opens path inside the tree rootfd; symlinks resolve inside it, never out. */
-static int open_in_root(int rootfd, const char *path, int flags)
+int imgstore_open_in_root(int rootfd, const char *path, int flags)
 {
         struct open_how how = {.flags = (uint64_t)(flags | O_CLOEXEC),
                                .resolve = RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS};
@@ -149,7 +136,7 @@ static int open_in_root(int rootfd, const char *path, int flags)
 }
 
 /* Removes dfd/name, a file or a whole tree, never following a link. 0 or -errno. */
-static int rm_tree_at(int dfd, const char *name)
+int imgstore_rm_tree_at(int dfd, const char *name)
 {
         struct stat st;
         if (fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW) < 0)
@@ -170,7 +157,7 @@ static int rm_tree_at(int dfd, const char *name)
         while ((de = readdir(d))) {
                 if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
                         continue;
-                int q = rm_tree_at(fd, de->d_name);
+                int q = imgstore_rm_tree_at(fd, de->d_name);
                 if (q < 0 && !r)
                         r = q;
         }
@@ -210,7 +197,7 @@ static int list_dir(int dfd, const char *sub, char ***out)
 }
 
 /* Makes a fresh directory DIR/tmp/PREFIX.PID.NS.SEQ; returns its name. */
-static char *mkdir_tmp(ab_image_store *s, const char *prefix, ab_err **err)
+char *imgstore_mkdir_tmp(ab_image_store *s, const char *prefix, ab_err **err)
 {
         static atomic_uint seq;
         for (int i = 0; i < 100; i++) {
@@ -230,7 +217,7 @@ static char *mkdir_tmp(ab_image_store *s, const char *prefix, ab_err **err)
         return NULL;
 }
 
-static int open_dir_at(int dfd, const char *name)
+int imgstore_open_dir_at(int dfd, const char *name)
 {
         int fd = openat(dfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
         return fd < 0 ? -errno : fd;
@@ -256,7 +243,7 @@ static int lock_take(ab_image_store *s, const char *name, int op)
         return fd;
 }
 
-static int lock_or_err(ab_image_store *s, const char *name, int op, ab_err **err)
+int imgstore_lock_or_err(ab_image_store *s, const char *name, int op, ab_err **err)
 {
         int fd = lock_take(s, name, op);
         if (fd < 0)
@@ -354,9 +341,9 @@ static void config_from_json(json_t *j, ab_image_config *c)
 void ab_image_clear(ab_image *img)
 {
         free(img->id);
-        strv_free(img->names);
-        strv_free(img->digests);
-        strv_free(img->layers);
+        imgstore_strv_free(img->names);
+        imgstore_strv_free(img->digests);
+        imgstore_strv_free(img->layers);
         ab_image_config_clear(&img->config);
         free(img->source);
         memset(img, 0, sizeof(*img));
@@ -406,9 +393,9 @@ static char **names_of(json_t *refs, const char *id)
         json_object_foreach(refs, k, val)
         {
                 if (json_is_string(val) && !strcmp(json_string_value(val), id))
-                        strv_add_unique(&v, k);
+                        imgstore_strv_add_unique(&v, k);
         }
-        qsort(v, strv_len(v), sizeof(char *), cmp_str);
+        qsort(v, imgstore_strv_len(v), sizeof(char *), cmp_str);
         return v;
 }
 
@@ -538,7 +525,7 @@ static int resolve(ab_image_store *s, json_t *refs, const char *q, char **hex, c
         /* a unique id prefix */
         const char *pfx = strncmp(q, "sha256:", 7) ? q : q + 7;
         size_t pn = strlen(pfx);
-        if (pn >= ID_PREFIX_MIN && pn <= HEX_LEN && is_hex(pfx, pn)) {
+        if (pn >= ID_PREFIX_MIN && pn <= HEX_LEN && imgstore_is_hex(pfx, pn)) {
                 _cleanup_strv_ char **ids = NULL;
                 if (list_dir(s->dfd, "images", &ids) < 0)
                         return ab_err_set(err, AB_E_INTERNAL, errno, "list %s/images", s->dir);
@@ -558,7 +545,7 @@ static int resolve(ab_image_store *s, json_t *refs, const char *q, char **hex, c
                 if (*hex)
                         return 0;
         }
-        if (perr && qn && !(pn >= ID_PREFIX_MIN && is_hex(pfx, pn)))
+        if (perr && qn && !(pn >= ID_PREFIX_MIN && imgstore_is_hex(pfx, pn)))
                 return ab_err_set(err, AB_E_INVALID, 0, "%s", perr->msg);
         return ab_err_set(err, AB_E_NOT_FOUND, 0, "no image %s", q);
 }
@@ -585,7 +572,7 @@ static void copy_registry_opts(ab_image_store *s, const ab_registry_opts *o)
 {
         s->registry = *o;
         if (o->insecure) {
-                size_t n = strv_len((char *const *)o->insecure);
+                size_t n = imgstore_strv_len((char *const *)o->insecure);
                 s->insecure = xcalloc(n + 1, sizeof(char *));
                 for (size_t i = 0; i < n; i++)
                         s->insecure[i] = xstrdup(o->insecure[i]);
@@ -610,7 +597,7 @@ void ab_image_store_free(ab_image_store *s)
         if (s->dfd >= 0)
                 close(s->dfd);
         free(s->dir);
-        strv_free(s->insecure);
+        imgstore_strv_free(s->insecure);
         for (size_t i = 0; s->creds && i < s->registry.n_creds; i++) {
                 free((char *)s->creds[i].registry);
                 free((char *)s->creds[i].username);
@@ -627,11 +614,11 @@ static void tmp_sweep(ab_image_store *s)
         if (g < 0)
                 return;
         _cleanup_strv_ char **names = NULL;
-        _cleanup_close_ int tfd = open_dir_at(s->dfd, "tmp");
+        _cleanup_close_ int tfd = imgstore_open_dir_at(s->dfd, "tmp");
         if (tfd < 0 || list_dir(s->dfd, "tmp", &names) < 0)
                 return;
         for (char **p = names; *p; p++)
-                (void)rm_tree_at(tfd, *p);
+                (void)imgstore_rm_tree_at(tfd, *p);
         /* list_dir leaves out dot names: atomic-write temporaries too */
         DIR *d = fdopendir(fcntl(tfd, F_DUPFD_CLOEXEC, 3));
         if (!d)
@@ -639,7 +626,7 @@ static void tmp_sweep(ab_image_store *s)
         struct dirent *de;
         while ((de = readdir(d)))
                 if (strcmp(de->d_name, ".") && strcmp(de->d_name, ".."))
-                        (void)rm_tree_at(tfd, de->d_name);
+                        (void)imgstore_rm_tree_at(tfd, de->d_name);
         closedir(d);
 }
 
@@ -686,7 +673,7 @@ int ab_image_store_open(const ab_image_store_opts *opts, ab_image_store **out, a
 int ab_image_get(ab_image_store *s, const char *ref_or_id, ab_image *out, ab_err **err)
 {
         memset(out, 0, sizeof(*out));
-        _cleanup_close_ int lk = lock_or_err(s, "lock", LOCK_SH, err);
+        _cleanup_close_ int lk = imgstore_lock_or_err(s, "lock", LOCK_SH, err);
         if (lk < 0)
                 return -1;
         json_t *refs = NULL;
@@ -704,7 +691,7 @@ int ab_image_list(ab_image_store *s, ab_image **out, size_t *n, ab_err **err)
 {
         *out = NULL;
         *n = 0;
-        _cleanup_close_ int lk = lock_or_err(s, "lock", LOCK_SH, err);
+        _cleanup_close_ int lk = imgstore_lock_or_err(s, "lock", LOCK_SH, err);
         if (lk < 0)
                 return -1;
         json_t *refs = NULL;
@@ -716,7 +703,7 @@ int ab_image_list(ab_image_store *s, ab_image **out, size_t *n, ab_err **err)
                 json_decref(refs);
                 return ab_err_set(err, AB_E_INTERNAL, -r, "list %s/images", s->dir);
         }
-        size_t cap = strv_len(files);
+        size_t cap = imgstore_strv_len(files);
         ab_image *v = xcalloc(cap ? cap : 1, sizeof(*v));
         size_t k = 0;
         for (char **p = files; *p; p++) {
@@ -735,7 +722,7 @@ int ab_image_list(ab_image_store *s, ab_image **out, size_t *n, ab_err **err)
 
 int ab_image_remove(ab_image_store *s, const char *ref_or_id, ab_err **err)
 {
-        _cleanup_close_ int lk = lock_or_err(s, "lock", LOCK_EX, err);
+        _cleanup_close_ int lk = imgstore_lock_or_err(s, "lock", LOCK_EX, err);
         if (lk < 0)
                 return -1;
         json_t *refs = NULL;
@@ -781,7 +768,7 @@ int ab_image_hold(ab_image_store *s, const char *holder, const char *image_id, a
         if (!ab_digest_valid(image_id))
                 return ab_err_set(err, AB_E_INVALID, 0, "invalid image id \"%.80s\"",
                                   image_id ? image_id : "");
-        _cleanup_close_ int lk = lock_or_err(s, "lock", LOCK_EX, err);
+        _cleanup_close_ int lk = imgstore_lock_or_err(s, "lock", LOCK_EX, err);
         if (lk < 0)
                 return -1;
         if (!record_exists(s, image_id + 7))
@@ -798,7 +785,7 @@ int ab_image_release(ab_image_store *s, const char *holder, ab_err **err)
 {
         if (!holder_ok(holder))
                 return 0; /* never held */
-        _cleanup_close_ int lk = lock_or_err(s, "lock", LOCK_EX, err);
+        _cleanup_close_ int lk = imgstore_lock_or_err(s, "lock", LOCK_EX, err);
         if (lk < 0)
                 return -1;
         _cleanup_free_ char *p = xasprintf("holds/%s", holder);
@@ -849,17 +836,17 @@ static int layer_remove(ab_image_store *s, const char *hex, uint64_t *freed)
         if (read_json_at(s->dfd, meta, &lj) == 0)
                 bytes = (uint64_t)json_integer_value(json_object_get(lj, "bytes"));
         json_decref(lj);
-        _cleanup_free_ char *grave = mkdir_tmp(s, "gc", NULL);
+        _cleanup_free_ char *grave = imgstore_mkdir_tmp(s, "gc", NULL);
         if (!grave)
                 return -EIO;
         _cleanup_free_ char *to = xasprintf("%s/%s", grave, hex);
         if (renameat(s->dfd, from, s->dfd, to) < 0) {
                 int e = -errno;
-                (void)rm_tree_at(s->dfd, grave);
+                (void)imgstore_rm_tree_at(s->dfd, grave);
                 return e;
         }
         *freed += bytes;
-        return rm_tree_at(s->dfd, grave);
+        return imgstore_rm_tree_at(s->dfd, grave);
 }
 
 int ab_image_gc(ab_image_store *s, uint64_t *freed, ab_err **err)
@@ -872,7 +859,7 @@ int ab_image_gc(ab_image_store *s, uint64_t *freed, ab_err **err)
                 return 0; /* a pull or import is running: next round */
         if (g < 0)
                 return ab_err_set(err, AB_E_INTERNAL, -g, "lock %s/gc.lock", s->dir);
-        _cleanup_close_ int lk = lock_or_err(s, "lock", LOCK_EX, err);
+        _cleanup_close_ int lk = imgstore_lock_or_err(s, "lock", LOCK_EX, err);
         if (lk < 0)
                 return -1;
         json_t *refs = NULL;
@@ -938,10 +925,10 @@ int ab_image_gc(ab_image_store *s, uint64_t *freed, ab_err **err)
                 }
         }
         /* no pull or import runs (gc.lock): leftovers of crashed ones go too */
-        tfd = open_dir_at(s->dfd, "tmp");
+        tfd = imgstore_open_dir_at(s->dfd, "tmp");
         if (tfd >= 0 && list_dir(s->dfd, "tmp", &tmps) == 0)
                 for (char **p = tmps; *p; p++)
-                        (void)rm_tree_at(tfd, *p);
+                        (void)imgstore_rm_tree_at(tfd, *p);
 out:
         json_decref(refs);
         json_decref(held);
@@ -954,30 +941,7 @@ out:
 
 /* ---- staging: layers and records ---------------------------------------- */
 
-#if defined(__aarch64__)
-#define HOST_ARCH "arm64"
-#else
-#define HOST_ARCH "amd64"
-#endif
-
-typedef struct stage_layer {
-        char *digest;   /* "sha256:HEX" of the blob: the layer's key */
-        char *diff_id;  /* or NULL */
-        char *path;     /* import: the blob inside the extracted archive */
-        uint64_t bytes; /* file data, once in the store */
-} stage_layer;
-
-typedef struct stage_image {
-        char *id; /* "sha256:HEX" of the config blob */
-        ab_image_config cfg;
-        stage_layer *layers;
-        size_t n_layers;
-        char **names;   /* canonical, NULL-terminated */
-        char **digests; /* manifest digests, NULL-terminated */
-        bool reused;    /* in the store already, with all its layers: keep those */
-} stage_image;
-
-static void stage_clear(stage_image *im)
+void imgstore_stage_clear(stage_image *im)
 {
         free(im->id);
         ab_image_config_clear(&im->cfg);
@@ -987,20 +951,20 @@ static void stage_clear(stage_image *im)
                 free(im->layers[i].path);
         }
         free(im->layers);
-        strv_free(im->names);
-        strv_free(im->digests);
+        imgstore_strv_free(im->names);
+        imgstore_strv_free(im->digests);
         memset(im, 0, sizeof(*im));
 }
 
-static void stages_free(stage_image *v, size_t n)
+void imgstore_stages_free(stage_image *v, size_t n)
 {
         for (size_t i = 0; i < n; i++)
-                stage_clear(&v[i]);
+                imgstore_stage_clear(&v[i]);
         free(v);
 }
 
 /* True when layers/HEX is in the store; *bytes gets its file data size. */
-static bool layer_present(ab_image_store *s, const char *hex, uint64_t *bytes)
+bool imgstore_layer_present(ab_image_store *s, const char *hex, uint64_t *bytes)
 {
         _cleanup_free_ char *p = xasprintf("layers/%s/layer.json", hex);
         json_t *j = NULL;
@@ -1013,21 +977,22 @@ static bool layer_present(ab_image_store *s, const char *hex, uint64_t *bytes)
 
 /* Unpacks the layer read from fd into DIR/tmp, then renames it into
  * DIR/layers/HEX: the layer appears whole or not at all. */
-static int layer_install(ab_image_store *s, const char *digest, int fd, uint64_t total,
-                         ab_image_progress_fn fn, void *ud, uint64_t *bytes, ab_err **err)
+int imgstore_layer_install(ab_image_store *s, const char *digest, int fd, uint64_t total,
+                           ab_image_progress_fn fn, void *ud, uint64_t *bytes, ab_err **err)
 {
         const char *hex = digest + 7;
-        _cleanup_free_ char *tmp = mkdir_tmp(s, "layer", err);
+        _cleanup_free_ char *tmp = imgstore_mkdir_tmp(s, "layer", err);
         if (!tmp)
                 return -1;
         int rc = -1;
-        _cleanup_close_ int tfd = open_dir_at(s->dfd, tmp), fsfd = -1;
+        _cleanup_close_ int tfd = imgstore_open_dir_at(s->dfd, tmp), fsfd = -1;
         _cleanup_free_ char *dst = xasprintf("layers/%s", hex);
-        if (tfd < 0 || mkdirat(tfd, "fs", 0755) < 0 || (fsfd = open_dir_at(tfd, "fs")) < 0) {
+        if (tfd < 0 || mkdirat(tfd, "fs", 0755) < 0 ||
+            (fsfd = imgstore_open_dir_at(tfd, "fs")) < 0) {
                 ab_err_set(err, AB_E_INTERNAL, errno, "make a layer directory in %s/tmp", s->dir);
                 goto out;
         }
-        progress(fn, ud, "unpack", digest, 0, total);
+        imgstore_progress(fn, ud, "unpack", digest, 0, total);
         ab_layer_stats st = {0};
         if (ab_layer_unpack(fd, fsfd, &s->layer, &st, err) < 0) {
                 ab_err_wrap(err, "layer %s", digest);
@@ -1052,24 +1017,24 @@ static int layer_install(ab_image_store *s, const char *digest, int fd, uint64_t
                 *bytes = st.bytes;
         } else if (errno == EEXIST || errno == ENOTEMPTY) {
                 /* another pull or import got there first: theirs is as good */
-                if (!layer_present(s, hex, bytes))
+                if (!imgstore_layer_present(s, hex, bytes))
                         *bytes = st.bytes;
         } else {
                 ab_err_set(err, AB_E_INTERNAL, errno, "move layer %s into %s/layers", digest,
                            s->dir);
                 goto out;
         }
-        progress(fn, ud, "unpack", digest, total, total);
+        imgstore_progress(fn, ud, "unpack", digest, total, total);
         rc = 0;
 out:
-        (void)rm_tree_at(s->dfd, tmp);
+        (void)imgstore_rm_tree_at(s->dfd, tmp);
         return rc;
 }
 
 /* True when image im is in the store with every layer of its record (then
  * those are kept: the same image pulled compressed and imported plain has
  * other layer digests, and a box may be using the layers it has). */
-static bool stage_reuse(ab_image_store *s, stage_image *im, ab_image_progress_fn fn, void *ud)
+bool imgstore_stage_reuse(ab_image_store *s, stage_image *im, ab_image_progress_fn fn, void *ud)
 {
         json_t *rec = NULL;
         if (record_load(s, im->id + 7, &rec) < 0)
@@ -1081,13 +1046,13 @@ static bool stage_reuse(ab_image_store *s, stage_image *im, ab_image_progress_fn
         json_array_foreach(layers, i, l)
         {
                 const char *d = json_string_value(json_object_get(l, "digest"));
-                all = all && d && ab_digest_valid(d) && layer_present(s, d + 7, &b);
+                all = all && d && ab_digest_valid(d) && imgstore_layer_present(s, d + 7, &b);
         }
         if (all)
                 json_array_foreach(layers, i, l)
                 {
-                        progress(fn, ud, "exists", json_string_value(json_object_get(l, "digest")),
-                                 0, 0);
+                        imgstore_progress(fn, ud, "exists",
+                                          json_string_value(json_object_get(l, "digest")), 0, 0);
                 }
         json_decref(rec);
         im->reused = all;
@@ -1112,7 +1077,7 @@ static json_t *record_json(const stage_image *im, json_t *old, const char *sourc
         json_object_set_new(rec, "config", config_json(&im->cfg));
         _cleanup_strv_ char **digests = jdupv(json_object_get(old, "digests"));
         for (char **d = im->digests; d && *d; d++)
-                strv_add_unique(&digests, *d);
+                imgstore_strv_add_unique(&digests, *d);
         json_object_set_new(rec, "digests", digests ? jstrv(digests) : json_array());
         json_t *created = json_object_get(old, "created");
         json_object_set_new(rec, "created",
@@ -1126,10 +1091,10 @@ static json_t *record_json(const stage_image *im, json_t *old, const char *sourc
 
 /* Writes the records (merged with any earlier one of the same id), then
  * names them in refs.json; *out gets the images as stored. */
-static int commit(ab_image_store *s, stage_image *v, size_t n, const char *source, ab_image **out,
-                  ab_err **err)
+int imgstore_commit(ab_image_store *s, stage_image *v, size_t n, const char *source, ab_image **out,
+                    ab_err **err)
 {
-        _cleanup_close_ int lk = lock_or_err(s, "lock", LOCK_EX, err);
+        _cleanup_close_ int lk = imgstore_lock_or_err(s, "lock", LOCK_EX, err);
         if (lk < 0)
                 return -1;
         json_t *refs = NULL;
@@ -1171,634 +1136,24 @@ static int check_platform(const ab_image_config *c, const char *id, ab_err **err
 }
 
 /* Parses the config blob of im (im->id set from its bytes). */
-static int stage_config(stage_image *im, const char *json, size_t len, ab_err **err)
+int imgstore_stage_config(stage_image *im, const char *json, size_t len, ab_err **err)
 {
-        im->id = digest_of(json, len);
+        im->id = imgstore_digest_of(json, len);
         if (ab_image_config_parse(json, len, &im->cfg, err) < 0)
                 return ab_err_wrap(err, "config of image %s", im->id);
         return check_platform(&im->cfg, im->id, err);
 }
 
 /* Adds the canonical form of name to im->names. */
-static int stage_name(stage_image *im, const char *name, ab_err **err)
+int imgstore_stage_name(stage_image *im, const char *name, ab_err **err)
 {
         ab_image_ref r;
         if (ab_image_ref_parse(name, &r, err) < 0)
                 return ab_err_wrap(err, "image name \"%.200s\"", name);
         _cleanup_free_ char *canon = ab_image_ref_str(&r);
         ab_image_ref_clear(&r);
-        strv_add_unique(&im->names, canon);
+        imgstore_strv_add_unique(&im->names, canon);
         return 0;
-}
-
-/* ---- import: the outer archive ------------------------------------------ */
-
-/* Normalises an entry name ("./a//b/" -> "a/b"); NULL with *why for a name
- * that is absolute or climbs with "..". *out NULL for the root itself. */
-static int clean_name(const char *raw, char **out, const char **why)
-{
-        *out = NULL;
-        if (!raw || !*raw)
-                return *why = "has no name", -1;
-        if (raw[0] == '/')
-                return *why = "is an absolute path", -1;
-        if (strlen(raw) > 4096)
-                return *why = "has a path longer than 4096 bytes", -1;
-        char *res = xmalloc(strlen(raw) + 1);
-        size_t o = 0;
-        int depth = 0;
-        for (const char *p = raw; *p;) {
-                const char *end = strchrnul(p, '/');
-                size_t len = (size_t)(end - p);
-                if (len == 2 && p[0] == '.' && p[1] == '.') {
-                        free(res);
-                        return *why = "has a \"..\" component", -1;
-                }
-                if (len > 255 || ++depth > OUTER_MAX_DEPTH) {
-                        free(res);
-                        return *why = "is too long or too deep", -1;
-                }
-                if (len && !(len == 1 && p[0] == '.')) {
-                        if (o)
-                                res[o++] = '/';
-                        memcpy(res + o, p, len);
-                        o += len;
-                }
-                p = *end ? end + 1 : end;
-        }
-        res[o] = 0;
-        if (!o)
-                free(res);
-        else
-                *out = res;
-        return 0;
-}
-
-/* mkdir -p of rel under root, every component a real directory we made
- * (O_NOFOLLOW); returns an fd of it or -errno. */
-static int mkdirs_in(int root, const char *rel)
-{
-        int fd = fcntl(root, F_DUPFD_CLOEXEC, 3);
-        if (fd < 0)
-                return -errno;
-        for (const char *p = rel; *p;) {
-                const char *end = strchrnul(p, '/');
-                _cleanup_free_ char *comp = xstrndup(p, (size_t)(end - p));
-                if (mkdirat(fd, comp, 0700) < 0 && errno != EEXIST) {
-                        int e = -errno;
-                        close(fd);
-                        return e;
-                }
-                int nfd = openat(fd, comp, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-                int e = -errno;
-                close(fd);
-                if (nfd < 0)
-                        return e;
-                fd = nfd;
-                p = *end ? end + 1 : end;
-        }
-        return fd;
-}
-
-static int copy_entry(struct archive *a, int out, const char *name, uint64_t max, ab_err **err)
-{
-        char buf[IO_CHUNK];
-        uint64_t got = 0;
-        for (;;) {
-                la_ssize_t n = archive_read_data(a, buf, sizeof(buf));
-                if (n == 0)
-                        return 0;
-                if (n < 0)
-                        return ab_err_set(err, AB_E_INVALID, 0, "archive entry \"%s\": %s", name,
-                                          archive_error_string(a));
-                got += (uint64_t)n;
-                if (got > max)
-                        return ab_err_set(err, AB_E_LIMIT, 0,
-                                          "archive entry \"%s\" is larger than %" PRIu64 " bytes",
-                                          name, max);
-                int r = ab_write_all(out, buf, (size_t)n);
-                if (r < 0)
-                        return ab_err_set(err, r == -ENOSPC ? AB_E_STORAGE : AB_E_INTERNAL, -r,
-                                          "archive entry \"%s\": write", name);
-        }
-}
-
-/* One entry of the outer archive into root: files, directories and
- * symlinks (kept as they are: the blobs are opened with RESOLVE_IN_ROOT, so a
- * link cannot lead out); anything else is refused. */
-static int extract_entry(struct archive *a, struct archive_entry *e, int root, uint64_t max,
-                         ab_err **err)
-{
-        const char *raw = archive_entry_pathname(e);
-        _cleanup_free_ char *path = NULL;
-        const char *why = NULL;
-        if (clean_name(raw, &path, &why) < 0)
-                return ab_err_set(err, AB_E_INVALID, 0, "archive entry \"%.200s\" %s",
-                                  raw ? raw : "", why);
-        if (!path)
-                return 0;
-        mode_t type = archive_entry_filetype(e);
-        if (archive_entry_hardlink(e) || (type != AE_IFREG && type != AE_IFDIR && type != AE_IFLNK))
-                return ab_err_set(err, AB_E_INVALID, 0,
-                                  "archive entry \"%.200s\" is not a file, a directory or a "
-                                  "symbolic link",
-                                  path);
-        if (type == AE_IFDIR) {
-                int fd = mkdirs_in(root, path);
-                if (fd < 0)
-                        return ab_err_set(err, AB_E_INVALID, -fd, "archive entry \"%.200s\"", path);
-                close(fd);
-                return 0;
-        }
-        char *slash = strrchr(path, '/');
-        const char *base = slash ? slash + 1 : path;
-        _cleanup_free_ char *dir = slash ? xstrndup(path, (size_t)(slash - path)) : xstrdup("");
-        _cleanup_close_ int dfd = mkdirs_in(root, dir);
-        if (dfd < 0)
-                return ab_err_set(err, AB_E_INVALID, -dfd, "archive entry \"%.200s\"", path);
-        if (type == AE_IFLNK) {
-                const char *target = archive_entry_symlink(e);
-                if (!target || symlinkat(target, dfd, base) < 0)
-                        return ab_err_set(err, AB_E_INVALID, target ? errno : 0,
-                                          "archive entry \"%.200s\": symlink", path);
-                return 0;
-        }
-        _cleanup_close_ int fd =
-            openat(dfd, base, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
-        if (fd < 0)
-                return ab_err_set(err, errno == EEXIST ? AB_E_INVALID : AB_E_INTERNAL, errno,
-                                  "archive entry \"%.200s\"", path);
-        return copy_entry(a, fd, path, max, err);
-}
-
-/* Extracts the archive read from fd (a pipe is fine) into root. */
-static int extract_outer(int fd, int root, uint64_t max, ab_err **err)
-{
-        struct archive *a = archive_read_new();
-        archive_read_support_format_tar(a);
-        archive_read_support_filter_gzip(a);
-        archive_read_support_filter_zstd(a);
-        int rc = 0;
-        if (archive_read_open_fd(a, fd, IO_CHUNK) != ARCHIVE_OK) {
-                rc = ab_err_set(err, AB_E_INVALID, 0, "the image archive is not a tar: %s",
-                                archive_error_string(a));
-                goto out;
-        }
-        for (uint64_t n = 0;; n++) {
-                struct archive_entry *e;
-                int r = archive_read_next_header(a, &e);
-                if (r == ARCHIVE_EOF)
-                        break;
-                if (r != ARCHIVE_OK && r != ARCHIVE_WARN) {
-                        rc = ab_err_set(err, AB_E_INVALID, 0,
-                                        n ? "bad image archive after %" PRIu64 " entries: %s"
-                                          : "the image archive is not a tar%.0" PRIu64 ": %s",
-                                        n, archive_error_string(a));
-                        break;
-                }
-                if (n >= OUTER_MAX_ENTRIES) {
-                        rc = ab_err_set(err, AB_E_LIMIT, 0,
-                                        "the image archive has more than %u entries",
-                                        OUTER_MAX_ENTRIES);
-                        break;
-                }
-                if ((rc = extract_entry(a, e, root, max, err)) < 0)
-                        break;
-        }
-out:
-        archive_read_free(a);
-        return rc < 0 ? -1 : 0;
-}
-
-/* Reads a (small) regular file of the extracted archive. */
-static int read_member(int root, const char *path, size_t max, char **out, size_t *len,
-                       ab_err **err)
-{
-        *out = NULL;
-        _cleanup_close_ int fd = open_in_root(root, path, O_RDONLY);
-        struct stat st;
-        if (fd < 0 || fstat(fd, &st) < 0 || !S_ISREG(st.st_mode))
-                return ab_err_set(err, AB_E_INVALID, 0, "the image archive has no file \"%.200s\"",
-                                  path);
-        if ((uint64_t)st.st_size > max)
-                return ab_err_set(err, AB_E_INVALID, 0,
-                                  "\"%.200s\" in the image archive is larger than %zu bytes", path,
-                                  max);
-        char *buf = xmalloc((size_t)st.st_size + 1);
-        ssize_t n = ab_read_full(fd, buf, (size_t)st.st_size);
-        if (n != st.st_size) {
-                free(buf);
-                return ab_err_set(err, AB_E_INTERNAL, n < 0 ? (int)-n : 0, "read \"%.200s\"", path);
-        }
-        buf[n] = 0;
-        *out = buf;
-        *len = (size_t)n;
-        return 0;
-}
-
-/* The "sha256:HEX" a member's path names (".../sha256/HEX" or "HEX.json"), or NULL. */
-static char *digest_in_path(const char *path)
-{
-        const char *base = strrchr(path, '/');
-        base = base ? base + 1 : path;
-        size_t n = strlen(base);
-        if (n != HEX_LEN && !(n == HEX_LEN + 5 && !strcmp(base + HEX_LEN, ".json")))
-                return NULL;
-        if (!is_hex(base, HEX_LEN))
-                return NULL;
-        return xasprintf("sha256:%.*s", HEX_LEN, base);
-}
-
-/* Hashes a layer member: its digest is its key. When the path or the
- * descriptor names a digest, it must match; an uncompressed layer is its
- * own diff id, so it must match that too. */
-static int stage_layer_verify(int root, stage_layer *l, const char *want, ab_err **err)
-{
-        _cleanup_close_ int fd = open_in_root(root, l->path, O_RDONLY);
-        struct stat st;
-        if (fd < 0 || fstat(fd, &st) < 0 || !S_ISREG(st.st_mode))
-                return ab_err_set(err, AB_E_INVALID, 0,
-                                  "the image archive has no layer file \"%.200s\"", l->path);
-        unsigned char magic[4] = {0};
-        bool compressed =
-            pread(fd, magic, 4, 0) == 4 &&
-            ((magic[0] == 0x1f && magic[1] == 0x8b) ||
-             (magic[0] == 0x28 && magic[1] == 0xb5 && magic[2] == 0x2f && magic[3] == 0xfd));
-        _cleanup_free_ char *got = NULL;
-        int r = digest_fd(fd, &got, NULL);
-        if (r < 0)
-                return ab_err_set(err, AB_E_INTERNAL, -r, "read layer \"%.200s\"", l->path);
-        _cleanup_free_ char *named = digest_in_path(l->path);
-        const char *expect = want ? want : named;
-        if (expect && strcmp(expect, got))
-                return ab_err_set(err, AB_E_INVALID, 0,
-                                  "layer \"%.200s\" of the image archive has digest %s, not %s",
-                                  l->path, got, expect);
-        if (!compressed && l->diff_id && strcmp(l->diff_id, got))
-                return ab_err_set(err, AB_E_INVALID, 0,
-                                  "layer \"%.200s\" of the image archive has digest %s, but the "
-                                  "image's config says %s",
-                                  l->path, got, l->diff_id);
-        l->digest = steal_pointer(&got);
-        return 0;
-}
-
-/* Fills im's layers from their paths (diff ids from its config). */
-static int stage_layers(int root, stage_image *im, char **paths, char **wants, size_t n,
-                        ab_err **err)
-{
-        if (n > AB_MANIFEST_MAX_LAYERS)
-                return ab_err_set(err, AB_E_INVALID, 0, "image %s has more than %d layers", im->id,
-                                  AB_MANIFEST_MAX_LAYERS);
-        size_t nd = strv_len(im->cfg.diff_ids);
-        if (im->cfg.diff_ids && nd != n)
-                return ab_err_set(err, AB_E_INVALID, 0,
-                                  "image %s has %zu layers but its config lists %zu", im->id, n,
-                                  nd);
-        im->layers = xcalloc(n ? n : 1, sizeof(stage_layer));
-        for (size_t i = 0; i < n; i++) {
-                stage_layer *l = &im->layers[im->n_layers++];
-                l->path = xstrdup(paths[i]);
-                l->diff_id = im->cfg.diff_ids ? xstrdup(im->cfg.diff_ids[i]) : NULL;
-                if (stage_layer_verify(root, l, wants ? wants[i] : NULL, err) < 0)
-                        return -1;
-        }
-        return 0;
-}
-
-/* The image of id in v, or a new one appended (the same image may be listed twice). */
-static stage_image *stage_find_or_add(stage_image **v, size_t *n, const char *id, bool *fresh)
-{
-        for (size_t i = 0; i < *n; i++)
-                if (!strcmp((*v)[i].id, id)) {
-                        *fresh = false;
-                        return &(*v)[i];
-                }
-        *v = xrealloc(*v, xmul(*n + 1, sizeof(stage_image)));
-        stage_image *im = &(*v)[(*n)++];
-        memset(im, 0, sizeof(*im));
-        im->names = xcalloc(1, sizeof(char *));
-        im->digests = xcalloc(1, sizeof(char *));
-        *fresh = true;
-        return im;
-}
-
-/* ---- import: docker save ------------------------------------------------ */
-
-static int docker_entry(int root, json_t *ent, stage_image **v, size_t *n, ab_err **err)
-{
-        const char *cfg_path = json_string_value(json_object_get(ent, "Config"));
-        json_t *tags = json_object_get(ent, "RepoTags"), *layers = json_object_get(ent, "Layers");
-        if (!cfg_path || !json_is_array(layers) ||
-            (tags && !json_is_null(tags) && !json_is_array(tags)))
-                return ab_err_set(err, AB_E_INVALID, 0,
-                                  "manifest.json of the image archive is malformed (an entry "
-                                  "needs Config and Layers)");
-        _cleanup_free_ char *cfg = NULL;
-        size_t len;
-        if (read_member(root, cfg_path, AB_MANIFEST_MAX_BYTES, &cfg, &len, err) < 0)
-                return -1;
-        stage_image tmp = {0};
-        if (stage_config(&tmp, cfg, len, err) < 0) {
-                stage_clear(&tmp);
-                return -1;
-        }
-        _cleanup_free_ char *named = digest_in_path(cfg_path);
-        if (named && strcmp(named, tmp.id)) {
-                ab_err_set(err, AB_E_INVALID, 0,
-                           "config \"%.200s\" of the image archive has digest %s", cfg_path,
-                           tmp.id);
-                stage_clear(&tmp);
-                return -1;
-        }
-        bool fresh;
-        stage_image *im = stage_find_or_add(v, n, tmp.id, &fresh);
-        if (fresh) {
-                char **names = im->names, **digests = im->digests;
-                *im = tmp;
-                im->names = names;
-                im->digests = digests;
-                size_t nl = json_array_size(layers);
-                _cleanup_free_ char **paths = xcalloc(nl + 1, sizeof(char *));
-                for (size_t i = 0; i < nl; i++) {
-                        paths[i] = (char *)json_string_value(json_array_get(layers, i));
-                        if (!paths[i])
-                                return ab_err_set(err, AB_E_INVALID, 0,
-                                                  "manifest.json of the image archive: a layer "
-                                                  "is not a string");
-                }
-                if (stage_layers(root, im, paths, NULL, nl, err) < 0)
-                        return -1;
-        } else {
-                stage_clear(&tmp);
-        }
-        size_t i;
-        json_t *t;
-        json_array_foreach(tags, i, t)
-        {
-                if (!json_is_string(t) || stage_name(im, json_string_value(t), err) < 0)
-                        return -1;
-        }
-        return 0;
-}
-
-static int docker_parse(int root, stage_image **v, size_t *n, ab_err **err)
-{
-        _cleanup_free_ char *text = NULL;
-        size_t len;
-        if (read_member(root, "manifest.json", AB_MANIFEST_MAX_BYTES, &text, &len, err) < 0)
-                return -1;
-        json_t *j = json_loadb(text, len, 0, NULL);
-        int rc = 0;
-        if (!json_is_array(j) || !json_array_size(j)) {
-                rc = ab_err_set(err, AB_E_INVALID, 0,
-                                "manifest.json of the image archive is not a list of images");
-        } else {
-                size_t i;
-                json_t *ent;
-                json_array_foreach(j, i, ent)
-                {
-                        if ((rc = docker_entry(root, ent, v, n, err)) < 0)
-                                break;
-                }
-        }
-        json_decref(j);
-        return rc;
-}
-
-/* ---- import: OCI image layout ------------------------------------------- */
-
-/* blobs/sha256/HEX of the layout, read whole and verified. */
-static int oci_blob(int root, const char *digest, char **out, size_t *len, ab_err **err)
-{
-        if (!ab_digest_valid(digest))
-                return ab_err_set(err, AB_E_INVALID, 0,
-                                  "invalid digest \"%.100s\" in the OCI layout", digest);
-        _cleanup_free_ char *p = xasprintf("blobs/sha256/%s", digest + 7);
-        if (read_member(root, p, AB_MANIFEST_MAX_BYTES, out, len, err) < 0)
-                return -1;
-        _cleanup_free_ char *got = digest_of(*out, *len);
-        if (strcmp(got, digest)) {
-                free(*out);
-                *out = NULL;
-                return ab_err_set(err, AB_E_INVALID, 0, "blob %s of the OCI layout has digest %s",
-                                  digest, got);
-        }
-        return 0;
-}
-
-/* The name an index.json descriptor gives: containerd's full name, else
- * ref.name when it is a whole reference (has a '/', ':' or '@'); a bare tag
- * ("latest") has no repository and names nothing by itself. */
-static const char *oci_desc_name(json_t *desc)
-{
-        json_t *ann = json_object_get(desc, "annotations");
-        const char *full = json_string_value(json_object_get(ann, "io.containerd.image.name"));
-        if (full)
-                return full;
-        const char *ref =
-            json_string_value(json_object_get(ann, "org.opencontainers.image.ref.name"));
-        return ref && strpbrk(ref, "/:@") ? ref : NULL;
-}
-
-static int oci_desc(int root, json_t *desc, stage_image **v, size_t *n, ab_err **err)
-{
-        const char *digest = json_string_value(json_object_get(desc, "digest"));
-        const char *mt = json_string_value(json_object_get(desc, "mediaType"));
-        if (!digest)
-                return ab_err_set(err, AB_E_INVALID, 0,
-                                  "index.json of the OCI layout: a manifest has no digest");
-        _cleanup_free_ char *doc = NULL, *picked = NULL, *cfg = NULL;
-        size_t len, clen;
-        if (oci_blob(root, digest, &doc, &len, err) < 0)
-                return -1;
-        _cleanup_strv_ char **digests = xcalloc(1, sizeof(char *));
-        strv_add_unique(&digests, digest);
-        if (ab_manifest_is_index(doc, len, mt)) {
-                _cleanup_err_ ab_err *e = NULL;
-                if (ab_index_pick(doc, len, "linux", HOST_ARCH, &picked, &e) < 0)
-                        return ab_err_set(err,
-                                          e->code == AB_E_NOT_FOUND ? AB_E_UNSUPPORTED : e->code, 0,
-                                          "%s", e->msg);
-                free(doc);
-                doc = NULL;
-                if (oci_blob(root, picked, &doc, &len, err) < 0)
-                        return -1;
-                strv_add_unique(&digests, picked);
-        }
-        ab_manifest m;
-        if (ab_manifest_parse(doc, len, &m, err) < 0)
-                return ab_err_wrap(err, "manifest %s of the OCI layout", digest);
-        int rc = oci_blob(root, m.config_digest, &cfg, &clen, err);
-        stage_image tmp = {0};
-        if (rc == 0)
-                rc = stage_config(&tmp, cfg, clen, err);
-        bool fresh = false;
-        stage_image *im = NULL;
-        if (rc == 0) {
-                im = stage_find_or_add(v, n, tmp.id, &fresh);
-                if (fresh) {
-                        char **names = im->names, **ds = im->digests;
-                        *im = tmp;
-                        memset(&tmp, 0, sizeof(tmp));
-                        im->names = names;
-                        im->digests = ds;
-                        char **paths = xcalloc(m.n_layers + 1, sizeof(char *));
-                        char **wants = xcalloc(m.n_layers + 1, sizeof(char *));
-                        for (size_t i = 0; i < m.n_layers; i++) {
-                                paths[i] = xasprintf("blobs/sha256/%s", m.layers[i].digest + 7);
-                                wants[i] = m.layers[i].digest;
-                        }
-                        rc = stage_layers(root, im, paths, wants, m.n_layers, err);
-                        free(wants);
-                        strv_free(paths);
-                }
-        }
-        stage_clear(&tmp);
-        ab_manifest_clear(&m);
-        if (rc < 0)
-                return -1;
-        for (char **d = digests; *d; d++)
-                strv_add_unique(&im->digests, *d);
-        const char *name = oci_desc_name(desc);
-        return name ? stage_name(im, name, err) : 0;
-}
-
-static int oci_parse(int root, stage_image **v, size_t *n, ab_err **err)
-{
-        _cleanup_free_ char *layout = NULL, *text = NULL;
-        size_t len;
-        if (read_member(root, "oci-layout", 4096, &layout, &len, err) < 0)
-                return -1;
-        json_t *lj = json_loadb(layout, len, 0, NULL);
-        bool ok = json_is_string(json_object_get(lj, "imageLayoutVersion"));
-        json_decref(lj);
-        if (!ok)
-                return ab_err_set(err, AB_E_INVALID, 0,
-                                  "oci-layout of the image archive is malformed");
-        if (read_member(root, "index.json", AB_MANIFEST_MAX_BYTES, &text, &len, err) < 0)
-                return -1;
-        json_t *j = json_loadb(text, len, 0, NULL);
-        json_t *ms = json_object_get(j, "manifests");
-        int rc = 0;
-        if (!json_is_array(ms) || !json_array_size(ms)) {
-                rc = ab_err_set(err, AB_E_INVALID, 0,
-                                "index.json of the OCI layout lists no manifests");
-        } else {
-                size_t i;
-                json_t *d;
-                json_array_foreach(ms, i, d)
-                {
-                        if ((rc = oci_desc(root, d, v, n, err)) < 0)
-                                break;
-                }
-        }
-        json_decref(j);
-        return rc;
-}
-
-/* ---- import ------------------------------------------------------------- */
-
-/* Applies `name`, and refuses an image that would end with no name at all
- * (it would only wait for the next GC). */
-static int import_names(stage_image *v, size_t n, const char *name, ab_err **err)
-{
-        if (name) {
-                if (n != 1)
-                        return ab_err_set(err, AB_E_INVALID, 0,
-                                          "the archive holds %zu images: a name can be given "
-                                          "only to an archive of one",
-                                          n);
-                strv_free(v[0].names);
-                v[0].names = xcalloc(1, sizeof(char *));
-                return stage_name(&v[0], name, err);
-        }
-        for (size_t i = 0; i < n; i++)
-                if (!strv_len(v[i].names))
-                        return ab_err_set(err, AB_E_INVALID, 0,
-                                          "image %s in the archive has no name (no RepoTags, or "
-                                          "an OCI ref.name that is only a tag): give it a name",
-                                          v[i].id);
-        return 0;
-}
-
-/* Puts every layer of the staged images in the store. */
-static int install_layers(ab_image_store *s, int root, stage_image *v, size_t n,
-                          ab_image_progress_fn fn, void *ud, ab_err **err)
-{
-        for (size_t i = 0; i < n; i++) {
-                if (stage_reuse(s, &v[i], fn, ud))
-                        continue;
-                for (size_t k = 0; k < v[i].n_layers; k++) {
-                        stage_layer *l = &v[i].layers[k];
-                        if (layer_present(s, l->digest + 7, &l->bytes)) {
-                                progress(fn, ud, "exists", l->digest, 0, 0);
-                                continue;
-                        }
-                        _cleanup_close_ int fd = open_in_root(root, l->path, O_RDONLY);
-                        struct stat st;
-                        if (fd < 0 || fstat(fd, &st) < 0)
-                                return ab_err_set(err, AB_E_INTERNAL, errno, "open layer %s",
-                                                  l->path);
-                        if (layer_install(s, l->digest, fd, (uint64_t)st.st_size, fn, ud, &l->bytes,
-                                          err) < 0)
-                                return -1;
-                }
-        }
-        return 0;
-}
-
-static int import_staged(ab_image_store *s, int root, const char *name, ab_image_progress_fn fn,
-                         void *ud, ab_image **out, size_t *n, ab_err **err)
-{
-        stage_image *v = NULL;
-        size_t nv = 0;
-        int rc;
-        struct stat st;
-        if (fstatat(root, "manifest.json", &st, AT_SYMLINK_NOFOLLOW) == 0)
-                rc = docker_parse(root, &v, &nv, err);
-        else if (fstatat(root, "index.json", &st, AT_SYMLINK_NOFOLLOW) == 0)
-                rc = oci_parse(root, &v, &nv, err);
-        else
-                rc = ab_err_set(err, AB_E_INVALID, 0,
-                                "the image archive has neither manifest.json (docker save) nor "
-                                "index.json (OCI image layout)");
-        if (rc == 0)
-                rc = import_names(v, nv, name, err);
-        if (rc == 0)
-                rc = install_layers(s, root, v, nv, fn, ud, err);
-        if (rc == 0)
-                rc = commit(s, v, nv, "import", out, err);
-        if (rc == 0)
-                *n = nv;
-        stages_free(v, nv);
-        return rc;
-}
-
-int ab_image_import(ab_image_store *s, int fd, const char *name, ab_image_progress_fn fn, void *ud,
-                    ab_image **out, size_t *n, ab_err **err)
-{
-        *out = NULL;
-        *n = 0;
-        _cleanup_close_ int g = lock_or_err(s, "gc.lock", LOCK_SH, err);
-        if (g < 0)
-                return -1;
-        progress(fn, ud, "resolve", NULL, 0, 0);
-        _cleanup_free_ char *work = mkdir_tmp(s, "import", err);
-        if (!work)
-                return -1;
-        _cleanup_close_ int root = open_dir_at(s->dfd, work);
-        int rc;
-        if (root < 0)
-                rc = ab_err_set(err, AB_E_INTERNAL, errno, "open %s/%s", s->dir, work);
-        else
-                rc = extract_outer(fd, root, s->max_blob, err);
-        if (rc == 0)
-                rc = import_staged(s, root, name, fn, ud, out, n, err);
-        if (rc == 0)
-                progress(fn, ud, "done", NULL, 0, 0);
-        (void)rm_tree_at(s->dfd, work);
-        return rc < 0 ? -1 : 0;
 }
 
 /* ---- pull --------------------------------------------------------------- */
@@ -1812,7 +1167,7 @@ typedef struct dl_progress {
 static void on_download(void *ud, uint64_t done, uint64_t total)
 {
         dl_progress *p = ud;
-        progress(p->fn, p->ud, "download", p->digest, done, total);
+        imgstore_progress(p->fn, p->ud, "download", p->digest, done, total);
 }
 
 /* Downloads blob digest (verified by the registry module) into an unnamed
@@ -1840,7 +1195,7 @@ static int pull_manifest(ab_registry *reg, const char *reference, stage_image *i
         _cleanup_free_ char *mt = NULL, *digest = NULL, *picked = NULL;
         if (ab_registry_get_manifest(reg, reference, &body, &mt, &digest, err) < 0)
                 return -1;
-        strv_add_unique(&im->digests, digest);
+        imgstore_strv_add_unique(&im->digests, digest);
         if (ab_manifest_is_index(body.p, body.n, mt)) {
                 _cleanup_err_ ab_err *e = NULL;
                 if (ab_index_pick(body.p, body.n, "linux", HOST_ARCH, &picked, &e) < 0)
@@ -1853,7 +1208,7 @@ static int pull_manifest(ab_registry *reg, const char *reference, stage_image *i
                 mt = digest = NULL;
                 if (ab_registry_get_manifest(reg, picked, &body, &mt, &digest, err) < 0)
                         return -1;
-                strv_add_unique(&im->digests, digest);
+                imgstore_strv_add_unique(&im->digests, digest);
         }
         return ab_manifest_parse(body.p, body.n, m, err);
 }
@@ -1874,12 +1229,12 @@ static int pull_config(ab_image_store *s, ab_registry *reg, const ab_manifest *m
                 return ab_err_set(err, AB_E_INTERNAL, n < 0 ? (int)-n : 0, "read config %s",
                                   m->config_digest);
         json[n] = 0;
-        if (stage_config(im, json, (size_t)n, err) < 0)
+        if (imgstore_stage_config(im, json, (size_t)n, err) < 0)
                 return -1;
         if (strcmp(im->id, m->config_digest)) /* the registry module checked; so do we */
                 return ab_err_set(err, AB_E_UNAVAILABLE, 0, "config blob %s has digest %s",
                                   m->config_digest, im->id);
-        size_t nd = strv_len(im->cfg.diff_ids);
+        size_t nd = imgstore_strv_len(im->cfg.diff_ids);
         if (im->cfg.diff_ids && nd != m->n_layers)
                 return ab_err_set(err, AB_E_INVALID, 0,
                                   "image %s has %zu layers but its config lists %zu", im->id,
@@ -1890,21 +1245,22 @@ static int pull_config(ab_image_store *s, ab_registry *reg, const ab_manifest *m
 static int pull_layers(ab_image_store *s, ab_registry *reg, const ab_manifest *m, stage_image *im,
                        ab_image_progress_fn fn, void *ud, ab_err **err)
 {
-        if (stage_reuse(s, im, fn, ud))
+        if (imgstore_stage_reuse(s, im, fn, ud))
                 return 0;
         im->layers = xcalloc(m->n_layers ? m->n_layers : 1, sizeof(stage_layer));
         for (size_t i = 0; i < m->n_layers; i++) {
                 stage_layer *l = &im->layers[im->n_layers++];
                 l->digest = xstrdup(m->layers[i].digest);
                 l->diff_id = im->cfg.diff_ids ? xstrdup(im->cfg.diff_ids[i]) : NULL;
-                if (layer_present(s, l->digest + 7, &l->bytes)) {
-                        progress(fn, ud, "exists", l->digest, 0, 0);
+                if (imgstore_layer_present(s, l->digest + 7, &l->bytes)) {
+                        imgstore_progress(fn, ud, "exists", l->digest, 0, 0);
                         continue;
                 }
                 _cleanup_close_ int fd = download(s, reg, l->digest, s->max_blob, fn, ud, err);
                 if (fd < 0)
                         return -1;
-                if (layer_install(s, l->digest, fd, m->layers[i].size, fn, ud, &l->bytes, err) < 0)
+                if (imgstore_layer_install(s, l->digest, fd, m->layers[i].size, fn, ud, &l->bytes,
+                                           err) < 0)
                         return -1;
         }
         return 0;
@@ -1918,7 +1274,7 @@ int ab_image_pull(ab_image_store *s, const char *ref, ab_image_progress_fn fn, v
         if (ab_image_ref_parse(ref, &r, err) < 0)
                 return -1;
         _cleanup_free_ char *canon = ab_image_ref_str(&r);
-        _cleanup_close_ int g = lock_or_err(s, "gc.lock", LOCK_SH, err);
+        _cleanup_close_ int g = imgstore_lock_or_err(s, "gc.lock", LOCK_SH, err);
         ab_registry *reg = NULL;
         ab_manifest m = {0};
         stage_image im = {.names = xcalloc(1, sizeof(char *)),
@@ -1928,7 +1284,7 @@ int ab_image_pull(ab_image_store *s, const char *ref, ab_image_progress_fn fn, v
         if (rc == 0)
                 rc = ab_registry_open(&s->registry, &r, &reg, err);
         if (rc == 0) {
-                progress(fn, ud, "resolve", NULL, 0, 0);
+                imgstore_progress(fn, ud, "resolve", NULL, 0, 0);
                 rc = pull_manifest(reg, ab_image_ref_reference(&r), &im, &m, err);
         }
         if (rc == 0)
@@ -1936,15 +1292,15 @@ int ab_image_pull(ab_image_store *s, const char *ref, ab_image_progress_fn fn, v
         if (rc == 0)
                 rc = pull_layers(s, reg, &m, &im, fn, ud, err);
         if (rc == 0) {
-                strv_add_unique(&im.names, canon);
-                rc = commit(s, &im, 1, "pull", &got, err);
+                imgstore_strv_add_unique(&im.names, canon);
+                rc = imgstore_commit(s, &im, 1, "pull", &got, err);
         }
         if (rc == 0) {
                 *out = got[0];
                 free(got);
-                progress(fn, ud, "done", NULL, 0, 0);
+                imgstore_progress(fn, ud, "done", NULL, 0, 0);
         }
-        stage_clear(&im);
+        imgstore_stage_clear(&im);
         ab_manifest_clear(&m);
         if (reg)
                 ab_registry_free(reg);

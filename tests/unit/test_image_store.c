@@ -212,8 +212,8 @@ static void check_app(ab_image *app)
         TAP_IS_INT(app->n_layers, 3, "app: 3 layers");
         json_t *ld = json_object_get(ids, "app-layers");
         for (size_t i = 0; i < 3 && i < app->n_layers; i++) {
-                _cleanup_free_ char *want =
-                    xasprintf("%s/fs", layer_path(json_string_value(json_array_get(ld, i))));
+                _cleanup_free_ char *lp = layer_path(json_string_value(json_array_get(ld, i)));
+                _cleanup_free_ char *want = xasprintf("%s/fs", lp);
                 TAP_IS_STR(app->layers[i], want, "app: layer path (blob digest)");
         }
         tap_ok(app->names && strv_has(app->names, "docker.io/example/app:1"),
