@@ -480,8 +480,9 @@ static int resolve(ab_image_store *s, json_t *refs, const char *q, char **hex, c
                         return 0;
                 }
                 _cleanup_strv_ char **ids = NULL;
-                if (list_dir(s->dfd, "images", &ids) < 0)
-                        return ab_err_set(err, AB_E_INTERNAL, errno, "list %s/images", s->dir);
+                int r = list_dir(s->dfd, "images", &ids);
+                if (r < 0)
+                        return ab_err_set(err, AB_E_INTERNAL, -r, "list %s/images", s->dir);
                 for (char **p = ids; *p; p++) {
                         size_t n = strlen(*p);
                         if (n != HEX_LEN + 5 || strcmp(*p + HEX_LEN, ".json"))
@@ -527,8 +528,9 @@ static int resolve(ab_image_store *s, json_t *refs, const char *q, char **hex, c
         size_t pn = strlen(pfx);
         if (pn >= ID_PREFIX_MIN && pn <= HEX_LEN && imgstore_is_hex(pfx, pn)) {
                 _cleanup_strv_ char **ids = NULL;
-                if (list_dir(s->dfd, "images", &ids) < 0)
-                        return ab_err_set(err, AB_E_INTERNAL, errno, "list %s/images", s->dir);
+                int r = list_dir(s->dfd, "images", &ids);
+                if (r < 0)
+                        return ab_err_set(err, AB_E_INTERNAL, -r, "list %s/images", s->dir);
                 for (char **p = ids; *p; p++) {
                         if (strncmp(*p, pfx, pn) || strlen(*p) != HEX_LEN + 5)
                                 continue;

@@ -89,6 +89,17 @@ static int mkdirs_in(int root, const char *rel)
         return fd;
 }
 
+static int mkdirs_error(int r, const char *path, ab_err **err)
+{
+        if (r == -ENOTDIR || r == -ELOOP || r == -EEXIST)
+                return ab_err_set(err, AB_E_INVALID, 0,
+                                  "archive entry \"%.200s\": a parent of it is a file or a "
+                                  "symbolic link in the archive",
+                                  path);
+        return ab_err_set(err, r == -ENOSPC ? AB_E_STORAGE : AB_E_INTERNAL, -r,
+                          "archive entry \"%.200s\": mkdir", path);
+}
+
 static int copy_entry(struct archive *a, int out, const char *name, uint64_t max, ab_err **err)
 {
         char buf[IO_CHUNK];
@@ -135,7 +146,7 @@ static int extract_entry(struct archive *a, struct archive_entry *e, int root, u
         if (type == AE_IFDIR) {
                 int fd = mkdirs_in(root, path);
                 if (fd < 0)
-                        return ab_err_set(err, AB_E_INVALID, -fd, "archive entry \"%.200s\"", path);
+                        return mkdirs_error(fd, path, err);
                 close(fd);
                 return 0;
         }
@@ -144,7 +155,7 @@ static int extract_entry(struct archive *a, struct archive_entry *e, int root, u
         _cleanup_free_ char *dir = slash ? xstrndup(path, (size_t)(slash - path)) : xstrdup("");
         _cleanup_close_ int dfd = mkdirs_in(root, dir);
         if (dfd < 0)
-                return ab_err_set(err, AB_E_INVALID, -dfd, "archive entry \"%.200s\"", path);
+                return mkdirs_error(dfd, path, err);
         if (type == AE_IFLNK) {
                 const char *target = archive_entry_symlink(e);
                 if (!target || symlinkat(target, dfd, base) < 0)

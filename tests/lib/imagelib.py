@@ -300,6 +300,8 @@ def write_example(d):
       no-manifest.tar a tar with neither manifest.json nor index.json
       dotdot.tar      docker.tar plus a member "../x"
       absolute.tar    docker.tar plus a member "/x"
+      link-parent.tar a symlink "blobs" -> "/tmp" then a file "blobs/ab-imgstore-evil"
+      link-file.tar   manifest.json a symlink to /etc/hostname (outside the archive)
       not-a-tar       random text
     and ids.json: {"app", "busybox", "gz", "oci", "oci-tag", "base-layer"} ids
     and digests the test compares with."""
@@ -333,6 +335,7 @@ def write_example(d):
     t.close()
     write_docker_save(os.path.join(d, "dotdot.tar"), [app, bb], extra=[("../x", b"x")])
     write_docker_save(os.path.join(d, "absolute.tar"), [app, bb], extra=[("/x", b"x")])
+    _write_evil_links(d)
     with open(os.path.join(d, "not-a-tar"), "w") as f:
         f.write("this is not a tar archive\n" * 40)
     ids = {"app": sha256(config_blob(app)), "busybox": sha256(config_blob(bb)),
@@ -341,6 +344,20 @@ def write_example(d):
            "app-layers": [sha256(l) for l in app["layers"]]}
     with open(os.path.join(d, "ids.json"), "w") as f:
         json.dump(ids, f, indent=1, sort_keys=True)
+
+
+def _write_evil_links(d):
+    for name, members in (
+            ("link-parent.tar", [("blobs", "/tmp"), ("blobs/ab-imgstore-evil", b"x")]),
+            ("link-file.tar", [("manifest.json", "/etc/hostname")])):
+        with tarfile.open(os.path.join(d, name), "w", format=tarfile.PAX_FORMAT) as tf:
+            for member, v in members:
+                if isinstance(v, bytes):
+                    tf.addfile(_info(member, tarfile.REGTYPE, size=len(v)), io.BytesIO(v))
+                else:
+                    ti = _info(member, tarfile.SYMTYPE, 0o777)
+                    ti.linkname = v
+                    tf.addfile(ti)
 
 
 def _write_bad_blob(path, base):

@@ -393,6 +393,10 @@ static void test_bad(ab_image_store *s)
                      "image is for linux/arm64, this host runs linux/amd64");
         import_fails(s, "dotdot.tar", NULL, AB_E_INVALID, "\"..\"");
         import_fails(s, "absolute.tar", NULL, AB_E_INVALID, "absolute");
+        unlink("/tmp/ab-imgstore-evil");
+        import_fails(s, "link-parent.tar", NULL, AB_E_INVALID, "blobs/ab-imgstore-evil");
+        tap_ok(!exists("/tmp/ab-imgstore-evil"), "nothing written through a symlink");
+        import_fails(s, "link-file.tar", NULL, AB_E_INVALID, "manifest.json");
 }
 
 static void test_get_list(ab_image_store *s)
