@@ -167,7 +167,7 @@ int imgstore_rm_tree_at(int dfd, const char *name)
         return r;
 }
 
-/* The names in directory dfd/sub, sorted, NULL-terminated; hidden ones left out. */
+/* The names in directory dfd/sub, sorted, NULL-terminated. */
 static int list_dir(int dfd, const char *sub, char ***out)
 {
         *out = NULL;
@@ -184,7 +184,7 @@ static int list_dir(int dfd, const char *sub, char ***out)
         size_t n = 0;
         struct dirent *de;
         while ((de = readdir(d))) {
-                if (de->d_name[0] == '.')
+                if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
                         continue;
                 v = xrealloc(v, xmul(xadd(n, 2), sizeof(char *)));
                 v[n++] = xstrdup(de->d_name);
@@ -565,7 +565,7 @@ static int mkdir_p(const char *path)
                         return -errno;
                 *c = '/';
         }
-        if (mkdir(p, 0700) < 0 && errno != EEXIST)
+        if (mkdir(p, 0755) < 0 && errno != EEXIST)
                 return -errno;
         return 0;
 }
@@ -610,26 +610,24 @@ void ab_image_store_free(ab_image_store *s)
 }
 
 /* Empties DIR/tmp unless a pull or import (holding gc.lock shared) uses it. */
-static void tmp_sweep(ab_image_store *s)
+/* Removes everything in DIR/tmp. Only with gc.lock exclusive: no pull or
+ * import is using it. */
+static void tmp_empty(ab_image_store *s)
 {
-        _cleanup_close_ int g = lock_take(s, "gc.lock", LOCK_EX | LOCK_NB);
-        if (g < 0)
-                return;
         _cleanup_strv_ char **names = NULL;
         _cleanup_close_ int tfd = imgstore_open_dir_at(s->dfd, "tmp");
         if (tfd < 0 || list_dir(s->dfd, "tmp", &names) < 0)
                 return;
         for (char **p = names; *p; p++)
                 (void)imgstore_rm_tree_at(tfd, *p);
-        /* list_dir leaves out dot names: atomic-write temporaries too */
-        DIR *d = fdopendir(fcntl(tfd, F_DUPFD_CLOEXEC, 3));
-        if (!d)
-                return;
-        struct dirent *de;
-        while ((de = readdir(d)))
-                if (strcmp(de->d_name, ".") && strcmp(de->d_name, ".."))
-                        (void)imgstore_rm_tree_at(tfd, de->d_name);
-        closedir(d);
+}
+
+/* At open: what crashed pulls and imports left, unless one is running. */
+static void tmp_sweep(ab_image_store *s)
+{
+        _cleanup_close_ int g = lock_take(s, "gc.lock", LOCK_EX | LOCK_NB);
+        if (g >= 0)
+                tmp_empty(s);
 }
 
 int ab_image_store_open(const ab_image_store_opts *opts, ab_image_store **out, ab_err **err)
@@ -657,9 +655,11 @@ int ab_image_store_open(const ab_image_store_opts *opts, ab_image_store **out, a
         copy_registry_opts(s, &opts->registry);
         s->layer = opts->layer;
         s->max_blob = opts->max_blob_bytes ? opts->max_blob_bytes : DEFAULT_MAX_BLOB;
+        /* layers/ may be read by whoever mounts them; the rest is the store's own */
         static const char *const subdirs[] = {"images", "layers", "holds", "tmp"};
         for (size_t i = 0; i < AB_ARRAY_LEN(subdirs); i++) {
-                if (mkdirat(s->dfd, subdirs[i], 0700) < 0 && errno != EEXIST) {
+                mode_t mode = strcmp(subdirs[i], "layers") ? 0700 : 0755;
+                if (mkdirat(s->dfd, subdirs[i], mode) < 0 && errno != EEXIST) {
                         r = ab_err_set(err, AB_E_INTERNAL, errno, "make %s/%s", s->dir, subdirs[i]);
                         ab_image_store_free(s);
                         return r;
@@ -868,8 +868,7 @@ int ab_image_gc(ab_image_store *s, uint64_t *freed, ab_err **err)
         if (refs_load(s, &refs, err) < 0)
                 return -1;
         json_t *held = held_ids(s), *named = json_object(), *used = json_object();
-        _cleanup_strv_ char **files = NULL, **layers = NULL, **tmps = NULL;
-        _cleanup_close_ int tfd = -1;
+        _cleanup_strv_ char **files = NULL, **layers = NULL;
         const char *k;
         json_t *val;
         json_object_foreach(refs, k, val)
@@ -927,10 +926,7 @@ int ab_image_gc(ab_image_store *s, uint64_t *freed, ab_err **err)
                 }
         }
         /* no pull or import runs (gc.lock): leftovers of crashed ones go too */
-        tfd = imgstore_open_dir_at(s->dfd, "tmp");
-        if (tfd >= 0 && list_dir(s->dfd, "tmp", &tmps) == 0)
-                for (char **p = tmps; *p; p++)
-                        (void)imgstore_rm_tree_at(tfd, *p);
+        tmp_empty(s);
 out:
         json_decref(refs);
         json_decref(held);
