@@ -37,6 +37,8 @@ Archives
     write_oci_layout(path, images, ref_names=None)  an OCI image layout:
         oci-layout, index.json, blobs/sha256/*. ref_names[i] (default: the
         image's first tag) becomes org.opencontainers.image.ref.name.
+    multi=True puts the images in one image index (a multi-platform image)
+        named by the first one's tag.
     Both write a plain tar; `extra` (list of (name, bytes)) adds raw members,
     e.g. ("../x", b"") to test path checks.
 
@@ -251,7 +253,7 @@ def _layer_type(l):
             else "application/vnd.oci.image.layer.v1.tar")
 
 
-def write_oci_layout(path, images, ref_names=None, extra=()):
+def write_oci_layout(path, images, ref_names=None, extra=(), multi=False):
     t = _Tar(path)
     blobs = {}
 
@@ -262,7 +264,8 @@ def write_oci_layout(path, images, ref_names=None, extra=()):
 
     index = {"schemaVersion": 2, "mediaType": "application/vnd.oci.image.index.v1+json",
              "manifests": []}
-    for i, im in enumerate(images):
+    descs = []
+    for im in images:
         cfg = config_blob(im)
         m = {"schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json",
              "config": {"mediaType": "application/vnd.oci.image.config.v1+json",
@@ -270,8 +273,15 @@ def write_oci_layout(path, images, ref_names=None, extra=()):
              "layers": [{"mediaType": _layer_type(l), "digest": blob(l), "size": len(l)}
                         for l in im["layers"]]}
         mb = json.dumps(m, sort_keys=True).encode()
-        desc = {"mediaType": m["mediaType"], "digest": blob(mb), "size": len(mb)}
-        name = ref_names[i] if ref_names else (im.get("tags") or [None])[0]
+        c = im["config"]
+        descs.append({"mediaType": m["mediaType"], "digest": blob(mb), "size": len(mb),
+                      "platform": {"os": c["os"], "architecture": c["architecture"]}})
+    if multi:  # one image index of every platform, named by the first image's tag
+        inner = {"schemaVersion": 2, "mediaType": index["mediaType"], "manifests": descs}
+        ib = json.dumps(inner, sort_keys=True).encode()
+        descs = [{"mediaType": index["mediaType"], "digest": blob(ib), "size": len(ib)}]
+    for i, desc in enumerate(descs):
+        name = ref_names[i] if ref_names else (images[i].get("tags") or [None])[0]
         if name:
             desc["annotations"] = {"org.opencontainers.image.ref.name": name}
         index["manifests"].append(desc)
@@ -293,6 +303,9 @@ def write_example(d):
                       with gzip-compressed layers, named "example/app:gz"
       oci.tar         OCI layout of "localhost:5000/tools/oci:2": the busybox
                       base (shared with docker.tar) and a gzip layer
+      oci-multi.tar   OCI layout of "multi/app:1": an image index of an arm64
+                      and an amd64 image
+      oci-arm-only.tar the same with the arm64 image only
       oci-tag.tar     OCI layout whose ref.name is only the tag "latest"
       bad-diffid.tar  docker save whose config's diff_id does not match the layer
       bad-blob.tar    OCI layout with a layer blob not matching its digest
@@ -319,6 +332,12 @@ def write_example(d):
     oci = {"layers": [base, layer_tar({"etc/oci": "oci\n"}, compress="gzip")],
            "tags": ["localhost:5000/tools/oci:2"], "config": config(cmd=["id"])}
     write_oci_layout(os.path.join(d, "oci.tar"), [oci])
+    multi_arm = {"layers": [layer_tar({"etc/arch": "arm64\n"})], "tags": ["multi/app:1"],
+                 "config": config(arch="arm64")}
+    multi_amd = {"layers": [base, layer_tar({"etc/arch": "amd64\n"})], "tags": ["multi/app:1"],
+                 "config": config()}
+    write_oci_layout(os.path.join(d, "oci-multi.tar"), [multi_arm, multi_amd], multi=True)
+    write_oci_layout(os.path.join(d, "oci-arm-only.tar"), [multi_arm], multi=True)
     tagonly = {"layers": [base, layer_tar({"etc/tagonly": "t\n"})], "tags": ["latest"],
                "config": config(cmd=["ls"])}
     write_oci_layout(os.path.join(d, "oci-tag.tar"), [tagonly])
@@ -340,7 +359,7 @@ def write_example(d):
         f.write("this is not a tar archive\n" * 40)
     ids = {"app": sha256(config_blob(app)), "busybox": sha256(config_blob(bb)),
            "gz": sha256(config_blob(gz)), "oci": sha256(config_blob(oci)),
-           "oci-tag": sha256(config_blob(tagonly)), "base-layer": sha256(base),
+           "oci-tag": sha256(config_blob(tagonly)), "multi": sha256(config_blob(multi_amd)), "base-layer": sha256(base),
            "app-layers": [sha256(l) for l in app["layers"]]}
     with open(os.path.join(d, "ids.json"), "w") as f:
         json.dump(ids, f, indent=1, sort_keys=True)

@@ -370,6 +370,29 @@ static void test_import_more(ab_image_store *s)
         }
         ab_image_list_free(imgs, n);
 
+        r = import(s, "oci-multi.tar", NULL, false, NULL, &imgs, &n, &e);
+        tap_ok(r == 0 && n == 1, "import an OCI layout of a multi-platform image");
+        if (r == 0) {
+                TAP_IS_STR(imgs[0].id, id_of("multi"), "multi: the amd64 image is picked");
+                tap_ok(imgs[0].names[0] && !strcmp(imgs[0].names[0], "docker.io/multi/app:1"),
+                       "multi: named by the index's ref.name");
+                tap_ok(imgs[0].digests[0] && imgs[0].digests[1] && !imgs[0].digests[2],
+                       "multi: the index's and the manifest's digests are recorded");
+                for (int i = 0; i < 2 && imgs[0].digests[i]; i++)
+                        TAP_IS_STR(get(s, imgs[0].digests[i]), id_of("multi"),
+                                   "multi: get by either digest");
+        } else {
+                printf("#   %s\n", e->msg);
+                ab_err_free(&e);
+        }
+        ab_image_list_free(imgs, n);
+        import_fails(s, "oci-arm-only.tar", NULL, AB_E_UNSUPPORTED, "linux/amd64");
+        tap_ok(ab_image_remove(s, "multi/app:1", &e) == 0 && ab_image_gc(s, NULL, &e) == 0,
+               "remove multi/app:1, gc");
+        TAP_IS_STR(get(s, id_of("multi")), NOT_FOUND, "gc: the unnamed image is gone");
+        _cleanup_free_ char *base = layer_path(id_of("base-layer"));
+        tap_ok(exists(base), "gc: its layer shared with other images stays");
+
         import_fails(s, "oci-tag.tar", NULL, AB_E_INVALID, "give it a name");
         r = import(s, "oci-tag.tar", "mytool", false, NULL, &imgs, &n, &e);
         tap_ok(r == 0 && n == 1 && imgs[0].names[0] &&
