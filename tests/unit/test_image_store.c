@@ -9,6 +9,7 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <jansson.h>
 #include <sys/file.h>
 #include <sys/stat.h>
@@ -593,6 +594,88 @@ static void test_concurrent(void)
         snprintf(dir, sizeof(dir), "%s", saved);
 }
 
+/* kill -9 of an import while it works in tmp/: no half layer ever shows in
+ * layers/, and the next open clears tmp/. */
+static void test_killed(void)
+{
+        _cleanup_free_ char *kdir = xasprintf("%s/killed", tmp);
+        char saved[256];
+        snprintf(saved, sizeof(saved), "%s", dir);
+        snprintf(dir, sizeof(dir), "%s", kdir);
+        bool whole = true;
+        int killed_in_tmp = 0;
+        for (int round = 0; round < 5; round++) {
+                pid_t pid = fork();
+                if (pid == 0) {
+                        ab_image_store *ks = NULL;
+                        ab_image_store_opts o = {.dir = kdir};
+                        ab_image *v = NULL;
+                        size_t n = 0;
+                        _cleanup_free_ char *p = xasprintf("%s/docker.tar", ex);
+                        int fd = open(p, O_RDONLY | O_CLOEXEC);
+                        if (fd < 0 || ab_image_store_open(&o, &ks, NULL) < 0)
+                                _exit(1);
+                        /* each round a fresh store content, so there is work to kill */
+                        ab_image_remove(ks, "busybox", NULL);
+                        ab_image_remove(ks, "busybox:1.36", NULL);
+                        ab_image_remove(ks, "example/app:1", NULL);
+                        ab_image_gc(ks, NULL, NULL);
+                        _exit(ab_image_import(ks, fd, NULL, NULL, NULL, &v, &n, NULL) < 0);
+                }
+                /* wait for a layer being unpacked (or the import's end), then kill */
+                for (int i = 0; i < 20000; i++) {
+                        _cleanup_free_ char *t = xasprintf("%s/tmp", kdir);
+                        DIR *d = opendir(t);
+                        bool busy = false;
+                        struct dirent *de;
+                        while (d && (de = readdir(d)))
+                                busy |= !strncmp(de->d_name, "layer.", 6);
+                        if (d)
+                                closedir(d);
+                        if (busy) {
+                                killed_in_tmp++;
+                                break;
+                        }
+                        if (waitpid(pid, NULL, WNOHANG) == pid) {
+                                pid = -1;
+                                break;
+                        }
+                        usleep(50);
+                }
+                if (pid > 0) {
+                        kill(pid, SIGKILL);
+                        waitpid(pid, NULL, 0);
+                }
+                _cleanup_free_ char *ld = xasprintf("%s/layers", kdir);
+                DIR *d = opendir(ld);
+                struct dirent *de;
+                while (d && (de = readdir(d))) {
+                        if (de->d_name[0] == '.')
+                                continue;
+                        _cleanup_free_ char *m = xasprintf("%s/%s/layer.json", ld, de->d_name);
+                        whole &= exists(m);
+                }
+                if (d)
+                        closedir(d);
+        }
+        printf("# killed while unpacking a layer in %d of 5 rounds\n", killed_in_tmp);
+        tap_ok(whole, "kill -9 mid-import: every directory in layers/ is a whole layer");
+        ab_image_store *ks = NULL;
+        ab_image_store_opts o = {.dir = kdir};
+        ab_image *v = NULL;
+        size_t n = 0;
+        ab_err *e = NULL;
+        tap_ok(ab_image_store_open(&o, &ks, &e) == 0 && count_entries("tmp") == 0,
+               "kill -9 mid-import: the next open clears tmp/");
+        tap_ok(ks && import(ks, "docker.tar", NULL, false, NULL, &v, &n, &e) == 0 && n == 2,
+               "kill -9 mid-import: importing again works");
+        TAP_IS_INT(count_entries("layers"), 3, "kill -9 mid-import: 3 layers in the end");
+        ab_image_list_free(v, n);
+        ab_image_store_free(ks);
+        ab_err_free(&e);
+        snprintf(dir, sizeof(dir), "%s", saved);
+}
+
 int main(void)
 {
         if (!mkdtemp(tmp))
@@ -622,6 +705,7 @@ int main(void)
         test_remove_hold_gc(s);
         test_reopen();
         test_concurrent();
+        test_killed();
         ab_image_store_free(s);
         json_decref(ids);
         rm_rf(tmp);
