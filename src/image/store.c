@@ -828,27 +828,22 @@ static json_t *held_ids(ab_image_store *s)
         return set;
 }
 
-/* Moves layers/HEX out of sight, then removes it; adds its bytes to *freed. */
-static int layer_remove(ab_image_store *s, const char *hex, uint64_t *freed)
+/* Moves layers/HEX out of sight into the directory grave (in tmp/); adds
+ * its bytes to *freed. */
+static int layer_bury(ab_image_store *s, const char *hex, const char *grave, uint64_t *freed)
 {
         _cleanup_free_ char *from = xasprintf("layers/%s", hex);
         _cleanup_free_ char *meta = xasprintf("layers/%s/layer.json", hex);
+        _cleanup_free_ char *to = xasprintf("%s/%s", grave, hex);
         json_t *lj = NULL;
         uint64_t bytes = 0;
         if (read_json_at(s->dfd, meta, &lj) == 0)
                 bytes = (uint64_t)json_integer_value(json_object_get(lj, "bytes"));
         json_decref(lj);
-        _cleanup_free_ char *grave = imgstore_mkdir_tmp(s, "gc", NULL);
-        if (!grave)
-                return -EIO;
-        _cleanup_free_ char *to = xasprintf("%s/%s", grave, hex);
-        if (renameat(s->dfd, from, s->dfd, to) < 0) {
-                int e = -errno;
-                (void)imgstore_rm_tree_at(s->dfd, grave);
-                return e;
-        }
+        if (renameat(s->dfd, from, s->dfd, to) < 0)
+                return -errno;
         *freed += bytes;
-        return imgstore_rm_tree_at(s->dfd, grave);
+        return 0;
 }
 
 int ab_image_gc(ab_image_store *s, uint64_t *freed, ab_err **err)
@@ -869,6 +864,7 @@ int ab_image_gc(ab_image_store *s, uint64_t *freed, ab_err **err)
                 return -1;
         json_t *held = held_ids(s), *named = json_object(), *used = json_object();
         _cleanup_strv_ char **files = NULL, **layers = NULL;
+        _cleanup_free_ char *grave = NULL;
         const char *k;
         json_t *val;
         json_object_foreach(refs, k, val)
@@ -877,9 +873,9 @@ int ab_image_gc(ab_image_store *s, uint64_t *freed, ab_err **err)
                 if (id && ab_digest_valid(id))
                         json_object_set_new(named, id + 7, json_true());
         }
-        int rc = 0;
-        if (list_dir(s->dfd, "images", &files) < 0) {
-                rc = ab_err_set(err, AB_E_INTERNAL, errno, "list %s/images", s->dir);
+        int rc = 0, r = list_dir(s->dfd, "images", &files);
+        if (r < 0) {
+                rc = ab_err_set(err, AB_E_INTERNAL, -r, "list %s/images", s->dir);
                 goto out;
         }
         for (char **p = files; *p; p++) {
@@ -911,23 +907,31 @@ int ab_image_gc(ab_image_store *s, uint64_t *freed, ab_err **err)
                 }
                 json_decref(rec);
         }
-        if (list_dir(s->dfd, "layers", &layers) < 0) {
-                rc = ab_err_set(err, AB_E_INTERNAL, errno, "list %s/layers", s->dir);
+        r = list_dir(s->dfd, "layers", &layers);
+        if (r < 0) {
+                rc = ab_err_set(err, AB_E_INTERNAL, -r, "list %s/layers", s->dir);
+                goto out;
+        }
+        grave = imgstore_mkdir_tmp(s, "gc", err);
+        if (!grave) {
+                rc = -1;
                 goto out;
         }
         for (char **p = layers; *p; p++) {
                 if (json_object_get(used, *p))
                         continue;
-                int r = layer_remove(s, *p, &total);
+                r = layer_bury(s, *p, grave, &total);
                 if (r < 0) {
                         rc = ab_err_set(err, AB_E_INTERNAL, -r, "remove layer %s/layers/%s", s->dir,
                                         *p);
                         goto out;
                 }
         }
-        /* no pull or import runs (gc.lock): leftovers of crashed ones go too */
-        tmp_empty(s);
 out:
+        /* the removal itself needs no metadata lock (no record uses these layers),
+         * and no pull or import runs (gc.lock): their crashed leftovers go too */
+        close(steal_fd(&lk));
+        tmp_empty(s);
         json_decref(refs);
         json_decref(held);
         json_decref(named);
