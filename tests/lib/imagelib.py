@@ -26,7 +26,8 @@ Images
     config(env=, workdir=, user=, entrypoint=, cmd=, arch="amd64", os="linux")
         -> the config blob as a dict.
     example_images() -> [app, base]: "example/app:1" (3 layers: busybox base;
-        /etc/motd, /data/a, /data/b, /opt/tool/x; then /data/a deleted and
+        /etc/motd (and a hard link to it, /etc/motd.link), /data/a, /data/b
+        (0600, owned by app), /opt/tool/x; then /data/a deleted and
         /opt/tool made opaque with a new /opt/tool/y) and "busybox:latest"
         (the same base layer only).
 
@@ -185,6 +186,7 @@ def example_images():
     base = busybox_layer()
     add = layer_tar({
         "etc/motd": "welcome\n",
+        "etc/motd.link": hardlink("etc/motd"),
         "data/a": "a\n",
         "data/b": file("b\n", 0o600, 1000, 1000),
         "opt/tool/x": file("#!/bin/sh\necho x\n", 0o755),

@@ -252,6 +252,11 @@ static void check_app(ab_image *app)
         tap_ok(getxattr(tool, "trusted.overlay.opaque", v, sizeof(v)) == 1 && v[0] == 'y',
                "layer 3: /opt/tool is opaque");
         tap_ok(exists(y), "layer 3: /opt/tool/y");
+        _cleanup_free_ char *link = xasprintf("%s/etc/motd.link", app->layers[1]);
+        _cleanup_free_ char *b = xasprintf("%s/data/b", app->layers[1]);
+        tap_ok(stat(link, &st) == 0 && st.st_nlink == 2, "layer 2: a hard link");
+        tap_ok(stat(b, &st) == 0 && st.st_uid == 1000 && (st.st_mode & 07777) == 0600,
+               "layer 2: owner and mode kept");
         tap_ok(exists(meta), "layer.json next to fs/");
 }
 
