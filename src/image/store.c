@@ -1123,6 +1123,10 @@ int imgstore_commit(ab_image_store *s, stage_image *v, size_t n, const char *sou
                 *out = xcalloc(n ? n : 1, sizeof(ab_image));
                 for (size_t i = 0; i < n && !rc; i++)
                         rc = image_load(s, v[i].id + 7, refs, &(*out)[i], err);
+                if (rc) {
+                        ab_image_list_free(*out, n);
+                        *out = NULL;
+                }
         }
         json_decref(refs);
         return rc < 0 ? -1 : 0;
