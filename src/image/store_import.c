@@ -171,6 +171,20 @@ static int extract_entry(struct archive *a, struct archive_entry *e, int root, u
         return copy_entry(a, fd, path, max, err);
 }
 
+/* Reads fd to its end (at most 1 MiB more: then it is not padding). */
+static void drain(int fd)
+{
+        char buf[IO_CHUNK];
+        for (size_t total = 0; total < (1u << 20);) {
+                ssize_t n = read(fd, buf, sizeof(buf));
+                if (n < 0 && errno == EINTR)
+                        continue;
+                if (n <= 0)
+                        return;
+                total += (size_t)n;
+        }
+}
+
 /* Extracts the archive read from fd (a pipe is fine) into root. */
 static int extract_outer(int fd, int root, uint64_t max, ab_err **err)
 {
@@ -205,6 +219,10 @@ static int extract_outer(int fd, int root, uint64_t max, ab_err **err)
                 if ((rc = extract_entry(a, e, root, max, err)) < 0)
                         break;
         }
+        /* what follows the end of the tar (padding) is read too, so that a
+         * writer on a pipe sees its whole stream taken */
+        if (rc == 0)
+                drain(fd);
 out:
         archive_read_free(a);
         return rc < 0 ? -1 : 0;

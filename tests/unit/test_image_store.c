@@ -19,7 +19,8 @@
 
 static char tmp[] = "/tmp/ab-imgstore-XXXXXX";
 static char ex[256], dir[256];
-static json_t *ids; /* ids.json of the example */
+static json_t *ids;    /* ids.json of the example */
+static bool writer_ok; /* the last import through a pipe took the writer's whole stream */
 #define NOT_FOUND ab_code_name(AB_E_NOT_FOUND)
 
 /* ---- helpers ---------------------------------------------------------- */
@@ -108,10 +109,17 @@ static int import(ab_image_store *s, const char *file, const char *name, bool pi
                         abort();
                 pid = fork();
                 if (pid == 0) {
+                        signal(SIGPIPE, SIG_IGN);
+                        close(pfd[0]);
                         char buf[65536];
                         ssize_t k;
                         while ((k = read(fd, buf, sizeof(buf))) > 0)
                                 if (ab_write_all(pfd[1], buf, (size_t)k) < 0)
+                                        _exit(1);
+                        /* zeros after the tar's end, as a padding writer sends */
+                        memset(buf, 0, sizeof(buf));
+                        for (int i = 0; i < 4; i++)
+                                if (ab_write_all(pfd[1], buf, sizeof(buf)) < 0)
                                         _exit(1);
                         _exit(0);
                 }
@@ -122,8 +130,11 @@ static int import(ab_image_store *s, const char *file, const char *name, bool pi
         seen dummy = {0};
         int r = ab_image_import(s, fd, name, on_progress, sn ? sn : &dummy, out, n, err);
         close(fd);
-        if (pid > 0)
-                waitpid(pid, NULL, 0);
+        if (pid > 0) {
+                int st = -1;
+                waitpid(pid, &st, 0);
+                writer_ok = WIFEXITED(st) && WEXITSTATUS(st) == 0;
+        }
         return r;
 }
 
@@ -274,6 +285,7 @@ static void test_import_docker(ab_image_store *s)
                 return;
         }
         TAP_IS_INT(n, 2, "two images");
+        tap_ok(writer_ok, "the writer on the pipe could write its whole stream");
         ab_image *app = find(imgs, n, id_of("app")), *bb = find(imgs, n, id_of("busybox"));
         tap_ok(app && bb, "ids are the config digests");
         if (app)
