@@ -648,7 +648,7 @@ int ab_image_import(ab_image_store *s, int fd, const char *name, ab_image_progre
         _cleanup_close_ int root = imgstore_open_dir_at(s->dfd, work);
         int rc;
         if (root < 0)
-                rc = ab_err_set(err, AB_E_INTERNAL, errno, "open %s/%s", s->dir, work);
+                rc = ab_err_set(err, AB_E_INTERNAL, -root, "open %s/%s", s->dir, work);
         else
                 rc = extract_outer(fd, root, s->max_blob, err);
         if (rc == 0)
