@@ -35,6 +35,7 @@ PACKAGES=(
         clang-format
         clang
         bubblewrap
+        busybox-static
         procps
         systemd
         docker-registry

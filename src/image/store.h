@@ -73,24 +73,33 @@ typedef void (*ab_image_progress_fn)(void *ud, const char *phase, const char *di
 /* Pulls ref (ref.h syntax) from its registry: resolves the tag, picks the
  * linux/amd64 entry of an index, verifies every digest before use, unpacks
  * the layers not yet in the store, writes the record and names the image
- * `ref` (canonical). An image for another platform is AB_E_UNSUPPORTED. The
+ * `ref` (canonical). The record keeps the digests of the index and of the
+ * manifest. An image for another platform is AB_E_UNSUPPORTED. The
  * registry's errors are passed on (registry.h). fn may be NULL. */
 int ab_image_pull(ab_image_store *s, const char *ref, ab_image_progress_fn fn, void *ud,
                   ab_image *out, ab_err **err);
 
 /* Imports every image of a `docker save` tarball or an OCI image-layout
- * tarball read from fd, named by the names the archive gives (RepoTags,
- * org.opencontainers.image.ref.name), canonicalised; `name`, when non-NULL,
- * names the archive's only image instead (AB_E_INVALID if it has several).
- * Digests in the archive are verified. *out gets the images (free with
- * ab_image_list_free), *n their count. */
+ * tarball (plain, gzip or zstd) read from fd to its end (a pipe is fine),
+ * named by the names the archive gives (RepoTags; in a layout
+ * io.containerd.image.name, else org.opencontainers.image.ref.name when it is
+ * a whole reference), canonicalised; `name`, when non-NULL, names the
+ * archive's only image instead (AB_E_INVALID if it has several). An image
+ * left with no name (no RepoTags, or a ref.name that is only a tag such as
+ * "latest": it has no repository) is AB_E_INVALID asking for `name`: unnamed
+ * it would only wait for the next GC. Digests in the archive are verified
+ * (layer blobs, configs, manifests; an uncompressed layer against its diff
+ * id) before anything enters the store; an image already in the store keeps
+ * the layers it has. *out gets the images (free with ab_image_list_free), *n
+ * their count. */
 int ab_image_import(ab_image_store *s, int fd, const char *name, ab_image_progress_fn fn, void *ud,
                     ab_image **out, size_t *n, ab_err **err);
 
 /* Looks up an image by reference (canonicalised first: "busybox" finds
  * docker.io/library/busybox:latest), by id ("sha256:HEX", or a unique prefix
- * of HEX of at least 12 characters) or by a manifest digest it was pulled
- * by. AB_E_NOT_FOUND when absent. */
+ * of HEX of at least 12 characters, a name winning over a prefix) or by a
+ * manifest digest it was pulled by. AB_E_NOT_FOUND when absent; AB_E_INVALID
+ * for a prefix that matches several images or a malformed reference. */
 int ab_image_get(ab_image_store *s, const char *ref_or_id, ab_image *out, ab_err **err);
 
 /* Every image, sorted by id. */
