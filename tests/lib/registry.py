@@ -44,7 +44,8 @@ Returns its digest as a Pushed.
 push_blob(host, repo, data) -> digest; tar_of({path: bytes}) -> tar bytes;
 sha256(data) -> "sha256:HEX".
 
-AuthProxy(upstream_host, user, password, mode="ok"): a threaded HTTP server
+AuthProxy(upstream_host, user, password, mode="ok"): (user None: no auth at all,
+only the faults of the mode) a threaded HTTP server
 on loopback (.host = "127.0.0.1:PORT") in front of the registry, as Docker
 Hub's token auth: every /v2/ request without a valid Bearer token gets 401
 with WWW-Authenticate: Bearer realm="http://HOST/token",service="test",
@@ -422,7 +423,9 @@ class AuthProxy:
         for i, p in enumerate(parts):
             if p in ("manifests", "blobs") and i > 2:
                 repo = "/".join(parts[2:i])
-        if self.mode == "basic":
+        if self.user is None:
+            pass  # an open proxy: no auth, only the faults of its mode
+        elif self.mode == "basic":
             if not self._basic_ok(auth):
                 return self._send(h, 401, b'{"errors":[{"code":"UNAUTHORIZED","message":"login"}]}',
                                   [("Content-Type", "application/json"),
