@@ -9,6 +9,7 @@
 #include <jansson.h>
 #include <signal.h>
 #include <time.h>
+#include <unistd.h>
 
 static const char *usage_text =
     "agentbox - isolated, persistent Linux boxes for AI agents\n"
@@ -238,7 +239,8 @@ static int cmd_rm(const char *data, int argc, char **argv)
                 return cli_fail(&e);
         /* Boxes made from an image hold it: their holds end with them. */
         ab_image_store *images = NULL;
-        if (cli_images_open(NULL, data, &images, NULL) < 0)
+        _cleanup_free_ char *idir = xasprintf("%s/images", data && *data ? data : "./data");
+        if (access(idir, F_OK) == 0 && cli_images_open(NULL, data, &images, NULL) < 0)
                 images = NULL;
         bool gc = false;
         int rc = 0;

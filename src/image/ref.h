@@ -9,8 +9,8 @@
  * The first component is a registry domain when it holds a '.' or a ':' or is
  * "localhost"; else the domain is docker.io (as is "index.docker.io"), and a
  * one-component path on docker.io gets "library/" (so "localhost:5000" alone
- * is, as for Docker, docker.io/library/localhost tagged 5000). Path components are [a-z0-9]+ joined by '.', '_', '__' or '-'+;
- * a tag is [A-Za-z0-9_][A-Za-z0-9_.-]{0,127}; a digest is "sha256:" + 64
+ * is, as for Docker, docker.io/library/localhost tagged 5000). Path components are [a-z0-9]+ joined
+ * by '.', '_', '__' or '-'+; a tag is [A-Za-z0-9_][A-Za-z0-9_.-]{0,127}; a digest is "sha256:" + 64
  * lower-case hex. Anything else is AB_E_INVALID with a message naming the
  * part at fault. Host-side; libc only. */
 #ifndef AB_IMAGE_REF_H
