@@ -656,6 +656,15 @@ static int cmp_cstr(const void *a, const void *b)
         return strcmp(*(const char *const *)a, *(const char *const *)b);
 }
 
+/* path equals dir or lies below it (both canonical) */
+static bool path_within(const char *path, const char *dir)
+{
+        size_t n = strlen(dir);
+        if (n == 1)
+                return true;
+        return !strncmp(path, dir, n) && (path[n] == '\0' || path[n] == '/');
+}
+
 /* Checks a new box's mounts: paths, volumes that exist (locked, in name
  * order so two creates never wait for each other), host directories. */
 static int check_mounts(native *n, const ab_box_spec *spec, vol_locks *locks, ab_err **err)
@@ -668,10 +677,18 @@ static int check_mounts(native *n, const ab_box_spec *spec, vol_locks *locks, ab
                 const ab_box_mount *m = &spec->mounts[i];
                 if (m->kind == AB_MOUNT_VOLUME)
                         names[nn++] = m->source;
+                if (m->kind != AB_MOUNT_HOST)
+                        continue;
                 struct stat st;
-                if (m->kind == AB_MOUNT_HOST && (stat(m->source, &st) < 0 || !S_ISDIR(st.st_mode)))
+                if (stat(m->source, &st) < 0 || !S_ISDIR(st.st_mode))
                         return ab_err_set(err, AB_E_INVALID, 0,
                                           "mounts: host_path '%s' is not a directory", m->source);
+                /* the data folder holds every box's disk and the volumes */
+                if (path_within(m->source, n->data) || path_within(n->data, m->source))
+                        return ab_err_set(err, AB_E_PERMISSION, 0,
+                                          "mounts: host_path '%s' is, holds or lies in the "
+                                          "server's data folder",
+                                          m->source);
         }
         qsort(names, nn, sizeof(names[0]), cmp_cstr);
         for (size_t i = 0; i < nn; i++) {
