@@ -18,11 +18,14 @@ static int open_in_root(int root_fd, const char *path, int flags)
 }
 
 /* The directory at path, made (one component at a time, each below the fd
- * of its parent, owned by box root) where missing. */
+ * of its parent, owned by box root) where missing. A symlink the box left
+ * as the last component (where its mount goes, hidden under the mount while
+ * the box ran) is replaced by a directory; one anywhere before it fails
+ * with -ELOOP. */
 static int make_dirs(int root_fd, const char *path, uid_t base)
 {
         int fd = open_in_root(root_fd, path, O_DIRECTORY);
-        if (fd != -ENOENT)
+        if (fd != -ENOENT && fd != -ELOOP)
                 return fd;
         _cleanup_close_ int cur = fcntl(root_fd, F_DUPFD_CLOEXEC, 3);
         if (cur < 0)
@@ -35,10 +38,19 @@ static int make_dirs(int root_fd, const char *path, uid_t base)
                 memcpy(comp, p, len);
                 comp[len] = '\0';
                 p += len + (p[len] == '/');
+                bool last = !*p;
+                /* one component below a real directory: never leaves it */
                 struct open_how how = {.flags = O_PATH | O_DIRECTORY | O_CLOEXEC,
-                                       .resolve = RESOLVE_BOX | RESOLVE_BENEATH};
-                how.resolve &= ~(uint64_t)RESOLVE_IN_ROOT;
+                                       .resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS |
+                                                  RESOLVE_NO_MAGICLINKS};
                 int next = (int)syscall(SYS_openat2, cur, comp, &how, sizeof(how));
+                struct stat st;
+                if (next < 0 && errno == ELOOP && last &&
+                    fstatat(cur, comp, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISLNK(st.st_mode)) {
+                        if (unlinkat(cur, comp, 0) < 0)
+                                return -errno;
+                        errno = ENOENT;
+                }
                 if (next < 0 && errno == ENOENT) {
                         if (mkdirat(cur, comp, 0755) < 0 && errno != EEXIST)
                                 return -errno;
