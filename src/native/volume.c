@@ -52,7 +52,8 @@ static int rm_tree_at(int dfd, const char *name, dev_t dev)
         return r;
 }
 
-/* Removes .new.* and .del.* entries whose maker is gone (their lock is free). */
+/* Removes .new.* (older than a minute) and .del.* entries whose maker is
+ * gone (their lock is free). */
 static void sweep(ab_vols *v)
 {
         int fd = openat(v->dfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -67,6 +68,11 @@ static void sweep(ab_vols *v)
         struct dirent *e;
         while ((e = readdir(d))) {
                 if (strncmp(e->d_name, ".new.", 5) && strncmp(e->d_name, ".del.", 5))
+                        continue;
+                /* a young .new.* may be a create between its mkdir and its flock */
+                struct stat es;
+                if (fstatat(v->dfd, e->d_name, &es, AT_SYMLINK_NOFOLLOW) < 0 ||
+                    (!strncmp(e->d_name, ".new.", 5) && es.st_mtime > time(NULL) - 60))
                         continue;
                 _cleanup_close_ int bfd =
                     openat(v->dfd, e->d_name, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);

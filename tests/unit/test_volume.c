@@ -135,6 +135,10 @@ static void store(const char *dir)
         /* leftovers of a killed create and a killed delete; one still at work */
         snprintf(p, sizeof(p), "%s/volumes/.new.dead.0123", data);
         mkdir(p, 0700);
+        struct timespec old[2] = {{.tv_sec = 1000}, {.tv_sec = 1000}};
+        utimensat(AT_FDCWD, p, old, 0);
+        snprintf(p, sizeof(p), "%s/volumes/.new.young.0123", data);
+        mkdir(p, 0700);
         snprintf(p, sizeof(p), "%s/volumes/.del.gone.0123", data);
         mkdir(p, 0700);
         snprintf(p, sizeof(p), "%s/volumes/.new.busy.0123", data);
@@ -142,6 +146,8 @@ static void store(const char *dir)
         snprintf(p, sizeof(p), "%s/volumes/.new.busy.0123/lock", data);
         int busy = open(p, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
         flock(busy, LOCK_EX);
+        snprintf(p, sizeof(p), "%s/volumes/.new.busy.0123", data);
+        utimensat(AT_FDCWD, p, old, 0); /* old, but locked */
         char **names = NULL;
         tap_ok(ab_vol_names(v, &names, NULL) == 0 && names[0] && !strcmp(names[0], "one") &&
                    !names[1],
@@ -155,6 +161,8 @@ static void store(const char *dir)
         tap_ok(access(p, F_OK) < 0, "a dead delete's leftover is swept");
         snprintf(p, sizeof(p), "%s/volumes/.new.busy.0123", data);
         tap_ok(access(p, F_OK) == 0, "a create at work is left alone");
+        snprintf(p, sizeof(p), "%s/volumes/.new.young.0123", data);
+        tap_ok(access(p, F_OK) == 0, "a create younger than a minute is left alone");
         close(busy);
 
         int lfd = ab_vol_lock(v, "one", &e);
