@@ -40,7 +40,13 @@ int ab_manager_volume_create(ab_manager *m, const char *name, uint64_t size_mib,
         ab_backend *b = m->o.backend;
         if (!size_mib)
                 size_mib = m->o.limits.disk_mib;
-        if (b->vol->create(b, name, size_mib, scope, err) < 0)
+        /* a new disk on the host, admitted like a box's */
+        mgr_disk_ticket dt;
+        if (mgr_disk_admit(m, size_mib, &dt, err) < 0)
+                return -1;
+        int r = b->vol->create(b, name, size_mib, scope, err);
+        mgr_disk_end(m, &dt);
+        if (r < 0)
                 return -1;
         ab_log(AB_LOG_INFO, "volume created", "volume", name, NULL);
         return ab_manager_volume_get(m, name, scope, out, err);

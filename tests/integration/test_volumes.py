@@ -330,6 +330,29 @@ r = h.cli("volume", "rm", "clivol")
 h.eq(r.rc, 0, "agentbox volume rm once unused", r.describe())
 h.ok(not os.path.exists(os.path.join(VOLS, "clivol")), "its image is gone")
 
+# ---- kill -9 at any moment of a create: a volume is whole or absent -------------------------------
+
+import json  # noqa: E402
+import time  # noqa: E402
+
+env = {k: v for k, v in os.environ.items() if not k.startswith("AGENTBOX_") or k == "AGENTBOX_INIT"}
+for i, delay in enumerate([0.0, 0.002, 0.005, 0.01, 0.02, 0.04, 0.08, 0.15]):
+    p = subprocess.Popen([h.bin, "--data", h.data, "volume", "create", "crash%d" % i, "--size", "24"],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+    time.sleep(delay)
+    p.kill()
+    p.wait()
+r = h.cli("volume", "ls", "--json")
+listed = [json.loads(ln) for ln in r.out.splitlines() if ln.strip()]
+whole = all(os.path.getsize(os.path.join(VOLS, v["name"], "disk.img")) == 24 * 1024 * 1024 and
+            os.path.isfile(os.path.join(VOLS, v["name"], "volume.json")) for v in listed)
+h.ok(r.rc == 0 and whole, "after kill -9 of creates, every listed volume is whole (%d of 8)" % len(listed),
+     r.describe())
+h.ok(all(not n.startswith("crash") or n in [v["name"] for v in listed] for n in os.listdir(VOLS)),
+     "and nothing half-made has a volume's name", repr(os.listdir(VOLS)))
+for v in listed:
+    h.eq(h.cli("volume", "rm", v["name"]).rc, 0, "a volume a killed create made is removed (%s)" % v["name"])
+
 # leave no mount behind, whatever failed above
 for name in (os.listdir(VOLS) if os.path.isdir(VOLS) else []):
     subprocess.run(["umount", "-l", os.path.join(VOLS, name, "mnt")], capture_output=True)
