@@ -6,6 +6,8 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <jansson.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <sys/file.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
@@ -14,10 +16,31 @@
 #include <time.h>
 
 struct ab_vols {
-        char *dir; /* DATA/volumes, absolute */
-        int dfd;
-        int cache_fd; /* borrowed */
+        char *dir;      /* DATA/volumes, absolute */
+        atomic_int dfd; /* -1 until the folder exists (see vdir) */
+        int cache_fd;   /* borrowed */
+        pthread_mutex_t mu;
 };
+
+/* DATA/volumes' fd, opened (and with create, made) on first need: a data
+ * folder that never had a volume has no volumes/ folder. -1 when absent. */
+static int vdir(ab_vols *v, bool create)
+{
+        int fd = atomic_load(&v->dfd);
+        if (fd >= 0)
+                return fd;
+        pthread_mutex_lock(&v->mu);
+        if (atomic_load(&v->dfd) < 0 && (!create || mkdir(v->dir, 0700) == 0 || errno == EEXIST)) {
+                int f = open(v->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+                if (f >= 0) {
+                        fchmod(f, 0700);
+                        atomic_store(&v->dfd, f);
+                }
+        }
+        fd = atomic_load(&v->dfd);
+        pthread_mutex_unlock(&v->mu);
+        return fd;
+}
 
 #define LOOP_MAJOR 7
 
@@ -56,7 +79,7 @@ static int rm_tree_at(int dfd, const char *name, dev_t dev)
  * gone (their lock is free). */
 static void sweep(ab_vols *v)
 {
-        int fd = openat(v->dfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        int fd = openat(vdir(v, false), ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
         DIR *d = fd < 0 ? NULL : fdopendir(fd);
         if (!d) {
                 if (fd >= 0)
@@ -64,18 +87,18 @@ static void sweep(ab_vols *v)
                 return;
         }
         struct stat top;
-        fstat(v->dfd, &top);
+        fstat(vdir(v, false), &top);
         struct dirent *e;
         while ((e = readdir(d))) {
                 if (strncmp(e->d_name, ".new.", 5) && strncmp(e->d_name, ".del.", 5))
                         continue;
                 /* a young .new.* may be a create between its mkdir and its flock */
                 struct stat es;
-                if (fstatat(v->dfd, e->d_name, &es, AT_SYMLINK_NOFOLLOW) < 0 ||
+                if (fstatat(vdir(v, false), e->d_name, &es, AT_SYMLINK_NOFOLLOW) < 0 ||
                     (!strncmp(e->d_name, ".new.", 5) && es.st_mtime > time(NULL) - 60))
                         continue;
-                _cleanup_close_ int bfd =
-                    openat(v->dfd, e->d_name, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+                _cleanup_close_ int bfd = openat(vdir(v, false), e->d_name,
+                                                 O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
                 _cleanup_close_ int lfd =
                     bfd < 0 ? -1 : openat(bfd, "lock", O_RDWR | O_CLOEXEC | O_NOFOLLOW);
                 if (lfd >= 0 && flock(lfd, LOCK_EX | LOCK_NB) < 0)
@@ -84,25 +107,20 @@ static void sweep(ab_vols *v)
                 char mnt[512];
                 snprintf(mnt, sizeof(mnt), "%s/%s/mnt", v->dir, e->d_name);
                 umount2(mnt, MNT_DETACH | UMOUNT_NOFOLLOW);
-                rm_tree_at(v->dfd, e->d_name, top.st_dev);
+                rm_tree_at(vdir(v, false), e->d_name, top.st_dev);
         }
         closedir(d);
 }
 
 int ab_vols_open(const char *data, int cache_fd, ab_vols **out, ab_err **err)
 {
-        _cleanup_free_ char *dir = xasprintf("%s/volumes", data);
-        if (mkdir(dir, 0700) < 0 && errno != EEXIST)
-                return ab_err_set(err, AB_E_INTERNAL, errno, "cannot create %s", dir);
-        int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
-        if (dfd < 0)
-                return ab_err_set(err, AB_E_INTERNAL, errno, "open %s", dir);
-        fchmod(dfd, 0700);
         ab_vols *v = xzalloc(sizeof(*v));
-        v->dir = steal_pointer(&dir);
-        v->dfd = dfd;
+        v->dir = xasprintf("%s/volumes", data);
+        atomic_init(&v->dfd, -1);
         v->cache_fd = cache_fd;
-        sweep(v);
+        pthread_mutex_init(&v->mu, NULL);
+        if (vdir(v, false) >= 0)
+                sweep(v);
         *out = v;
         return 0;
 }
@@ -111,7 +129,10 @@ void ab_vols_free(ab_vols *v)
 {
         if (!v)
                 return;
-        close(v->dfd);
+        int fd = atomic_load(&v->dfd);
+        if (fd >= 0)
+                close(fd);
+        pthread_mutex_destroy(&v->mu);
         free(v->dir);
         free(v);
 }
@@ -146,14 +167,16 @@ int ab_vol_create(ab_vols *v, const char *name, uint64_t size_mib, const char *o
                 return -1;
         if (size_mib < 16 || size_mib > 16u * 1024 * 1024)
                 return ab_err_set(err, AB_E_INVALID, 0, "size_mib: must be 16..16777216");
-        if (faccessat(v->dfd, name, F_OK, AT_SYMLINK_NOFOLLOW) == 0)
+        if (vdir(v, true) < 0)
+                return ab_err_set(err, AB_E_INTERNAL, errno, "cannot create %s", v->dir);
+        if (faccessat(vdir(v, false), name, F_OK, AT_SYMLINK_NOFOLLOW) == 0)
                 return ab_err_set(err, AB_E_CONFLICT, 0, "volume '%s' already exists", name);
         char rnd[17], tmp[128];
         ab_id_random(rnd);
         snprintf(tmp, sizeof(tmp), ".new.%s.%s", name, rnd);
-        if (mkdirat(v->dfd, tmp, 0700) < 0)
+        if (mkdirat(vdir(v, false), tmp, 0700) < 0)
                 return ab_err_set(err, AB_E_INTERNAL, errno, "create volume directory");
-        _cleanup_close_ int bfd = openat(v->dfd, tmp, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        _cleanup_close_ int bfd = openat(vdir(v, false), tmp, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
         _cleanup_close_ int lfd =
             bfd < 0 ? -1 : openat(bfd, "lock", O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
         int r = 0;
@@ -171,19 +194,19 @@ int ab_vol_create(ab_vols *v, const char *name, uint64_t size_mib, const char *o
         }
         if (r == 0)
                 r = write_record(bfd, name, size_mib, time(NULL), owner, err);
-        if (r == 0 && renameat2(v->dfd, tmp, v->dfd, name, RENAME_NOREPLACE) < 0) {
+        if (r == 0 && renameat2(vdir(v, false), tmp, vdir(v, false), name, RENAME_NOREPLACE) < 0) {
                 if (errno == EEXIST)
                         r = ab_err_set(err, AB_E_CONFLICT, 0, "volume '%s' already exists", name);
                 else
                         r = ab_err_set(err, AB_E_INTERNAL, errno, "publish volume %s", name);
         }
         if (r == 0) {
-                fsync(v->dfd);
+                fsync(vdir(v, false));
                 return 0;
         }
         struct stat st;
-        if (fstat(v->dfd, &st) == 0)
-                rm_tree_at(v->dfd, tmp, st.st_dev);
+        if (fstat(vdir(v, false), &st) == 0)
+                rm_tree_at(vdir(v, false), tmp, st.st_dev);
         return -1;
 }
 
@@ -193,7 +216,7 @@ static bool mnt_mounted(ab_vols *v, const char *name, dev_t *dev)
         char p[128];
         snprintf(p, sizeof(p), "%s/mnt", name);
         struct statx sx;
-        if (statx(v->dfd, p, AT_SYMLINK_NOFOLLOW, STATX_BASIC_STATS, &sx) < 0)
+        if (statx(vdir(v, false), p, AT_SYMLINK_NOFOLLOW, STATX_BASIC_STATS, &sx) < 0)
                 return false;
         *dev = makedev(sx.stx_dev_major, sx.stx_dev_minor);
         return (sx.stx_attributes_mask & STATX_ATTR_MOUNT_ROOT) &&
@@ -244,7 +267,7 @@ int ab_vol_get(ab_vols *v, const char *name, ab_vol_rec *out, ab_err **err)
         if (ab_volume_name_check(name, err) < 0)
                 return -1;
         _cleanup_close_ int bfd =
-            openat(v->dfd, name, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+            openat(vdir(v, false), name, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
         if (bfd < 0)
                 return ab_err_set(err, AB_E_NOT_FOUND, 0, "no volume named '%s'", name);
         _cleanup_free_ char *buf = NULL;
@@ -268,7 +291,8 @@ int ab_vol_get(ab_vols *v, const char *name, ab_vol_rec *out, ab_err **err)
         snprintf(p, sizeof(p), "%s/mnt", name);
         struct statvfs sv;
         if (mnt_mounted(v, name, &dev) && major(dev) == LOOP_MAJOR) {
-                _cleanup_close_ int mfd = openat(v->dfd, p, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+                _cleanup_close_ int mfd =
+                    openat(vdir(v, false), p, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
                 if (mfd >= 0 && fstatvfs(mfd, &sv) == 0) {
                         out->mounted = true;
                         out->used_bytes = (uint64_t)(sv.f_blocks - sv.f_bfree) * sv.f_frsize;
@@ -294,7 +318,11 @@ static int cmp_str(const void *a, const void *b)
 
 int ab_vol_names(ab_vols *v, char ***out, ab_err **err)
 {
-        int fd = openat(v->dfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (vdir(v, false) < 0) {
+                *out = xcalloc(1, sizeof(char *));
+                return 0;
+        }
+        int fd = openat(vdir(v, false), ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
         DIR *d = fd < 0 ? NULL : fdopendir(fd);
         if (!d) {
                 int e = errno;
@@ -326,7 +354,7 @@ int ab_vol_lock(ab_vols *v, const char *name, ab_err **err)
         if (ab_volume_name_check(name, err) < 0)
                 return -1;
         _cleanup_close_ int bfd =
-            openat(v->dfd, name, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+            openat(vdir(v, false), name, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
         if (bfd < 0)
                 return ab_err_set(err, AB_E_NOT_FOUND, 0, "no volume named '%s'", name);
         _cleanup_close_ int lfd = openat(bfd, "lock", O_RDWR | O_CLOEXEC | O_NOFOLLOW);
@@ -337,51 +365,91 @@ int ab_vol_lock(ab_vols *v, const char *name, ab_err **err)
                         return ab_err_set(err, AB_E_INTERNAL, errno, "lock volume %s", name);
         /* a delete renames the directory away while holding the lock */
         struct stat a, b;
-        if (fstat(bfd, &a) < 0 || fstatat(v->dfd, name, &b, AT_SYMLINK_NOFOLLOW) < 0 ||
+        if (fstat(bfd, &a) < 0 || fstatat(vdir(v, false), name, &b, AT_SYMLINK_NOFOLLOW) < 0 ||
             a.st_ino != b.st_ino)
                 return ab_err_set(err, AB_E_NOT_FOUND, 0, "no volume named '%s'", name);
         return steal_fd(&lfd);
+}
+
+/* Whether NAME/mnt is mounted from a loop device backed by image. */
+static bool mounted_ours(ab_vols *v, const char *name, const char *image, bool *other)
+{
+        dev_t dev;
+        *other = false;
+        if (!mnt_mounted(v, name, &dev))
+                return false;
+        char b[4200] = "";
+        if (major(dev) == LOOP_MAJOR)
+                loop_backing(minor(dev), b, sizeof(b));
+        *other = strcmp(b, image) != 0;
+        return !*other;
+}
+
+/* Mounts the loop device N, already attached to the image, at mnt; -errno. */
+static int mount_attached(int n, const char *mnt)
+{
+        char dev_path[32];
+        snprintf(dev_path, sizeof(dev_path), "/dev/loop%d", n);
+        if (mount(dev_path, mnt, "ext4", MS_NOSUID | MS_NODEV | MS_NOATIME,
+                  "discard,errors=remount-ro") < 0)
+                return -errno;
+        return 0;
 }
 
 char *ab_vol_mount_locked(ab_vols *v, const char *name, ab_err **err)
 {
         char *mnt = xasprintf("%s/%s/mnt", v->dir, name);
         _cleanup_free_ char *image = xasprintf("%s/%s/disk.img", v->dir, name);
-        dev_t dev;
-        if (mnt_mounted(v, name, &dev)) {
-                char b[4200] = "";
-                if (major(dev) == LOOP_MAJOR)
-                        loop_backing(minor(dev), b, sizeof(b));
-                if (!strcmp(b, image))
-                        return mnt;
+        bool other;
+        if (mounted_ours(v, name, image, &other))
+                return mnt;
+        if (other) {
                 ab_err_set(err, AB_E_INTERNAL, 0,
                            "volume %s: something else is mounted on %s; unmount it", name, mnt);
                 free(mnt);
                 return NULL;
         }
+        _cleanup_close_ int bfd =
+            openat(vdir(v, false), name, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+        if (bfd < 0) {
+                ab_err_set(err, AB_E_NOT_FOUND, 0, "no volume named '%s'", name);
+                free(mnt);
+                return NULL;
+        }
         /* Attached already (mounted in another mount namespace, or still
          * held by a box after the host's mount went): mount that device, so
-         * the kernel shares its one file system instead of making a second. */
-        int n = attached_loop(image);
-        int r = 0;
-        if (n >= 0) {
-                char dev_path[32];
-                snprintf(dev_path, sizeof(dev_path), "/dev/loop%d", n);
-                if (mount(dev_path, mnt, "ext4", MS_NOSUID | MS_NODEV | MS_NOATIME,
-                          "discard,errors=remount-ro") < 0)
-                        r = ab_err_set(err, AB_E_INTERNAL, errno, "volume %s: mount %s", name,
-                                       dev_path);
-        } else {
-                char rel[128];
-                snprintf(rel, sizeof(rel), "%s", name);
-                _cleanup_close_ int bfd =
-                    openat(v->dfd, rel, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
-                r = bfd < 0 ? ab_err_set(err, AB_E_NOT_FOUND, 0, "no volume named '%s'", name)
-                            : ab_disk_mount(bfd, "disk.img", mnt, err);
-                if (r < 0)
-                        ab_err_wrap(err, "volume %s", name);
+         * the kernel shares its one file system instead of making a second.
+         * Only when the image is attached nowhere does it get a new device.
+         * (The device found may detach meanwhile - its last user went - and
+         * then the image is attached nowhere: look again.) */
+        int r = -ENXIO;
+        for (int attempt = 0; attempt < 3 && r < 0; attempt++) {
+                int n = attached_loop(image);
+                if (n >= 0) {
+                        r = mount_attached(n, mnt);
+                        if (r < 0 && attached_loop(image) == n)
+                                break; /* a real failure: never attach a second device */
+                        continue;
+                }
+                ab_err *e = NULL;
+                r = ab_disk_mount(bfd, "disk.img", mnt, &e);
+                if (r < 0) {
+                        ab_err_wrap(&e, "volume %s", name);
+                        if (err && !*err)
+                                *err = e;
+                        else
+                                ab_err_free(&e);
+                        free(mnt);
+                        return NULL;
+                }
+        }
+        /* and check what got mounted is this image (a device reused meanwhile) */
+        if (r == 0 && !mounted_ours(v, name, image, &other)) {
+                umount2(mnt, MNT_DETACH | UMOUNT_NOFOLLOW);
+                r = -EAGAIN;
         }
         if (r < 0) {
+                ab_err_set(err, AB_E_INTERNAL, -r, "volume %s: cannot mount its image", name);
                 free(mnt);
                 return NULL;
         }
@@ -394,14 +462,15 @@ int ab_vol_remove_locked(ab_vols *v, const char *name, ab_err **err)
         ab_id_random(rnd);
         snprintf(tmp, sizeof(tmp), ".del.%s.%s", name, rnd);
         /* The name goes first: from here on the volume does not exist. */
-        if (renameat(v->dfd, name, v->dfd, tmp) < 0)
+        if (renameat(vdir(v, false), name, vdir(v, false), tmp) < 0)
                 return ab_err_set(err, AB_E_INTERNAL, errno, "remove volume %s", name);
         _cleanup_free_ char *mnt = xasprintf("%s/%s/mnt", v->dir, tmp);
         /* Lazily: a start that is binding it right now keeps its copy. */
         while (umount2(mnt, MNT_DETACH | UMOUNT_NOFOLLOW) == 0)
                 ;
         struct stat st;
-        int r = fstat(v->dfd, &st) < 0 ? -errno : rm_tree_at(v->dfd, tmp, st.st_dev);
+        int r =
+            fstat(vdir(v, false), &st) < 0 ? -errno : rm_tree_at(vdir(v, false), tmp, st.st_dev);
         if (r < 0)
                 return ab_err_set(err, AB_E_INTERNAL, -r, "remove volume %s", name);
         return 0;

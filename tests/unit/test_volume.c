@@ -15,7 +15,9 @@
 #include <sched.h>
 #include <sys/file.h>
 #include <sys/mount.h>
+#include <signal.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 
 static void names_and_paths(void)
 {
@@ -101,6 +103,24 @@ static int host_mounts_at(const char *path)
         return n;
 }
 
+/* Loop devices attached to image. */
+static int loops_of(const char *image)
+{
+        int n = 0;
+        for (int i = 0; i < 512; i++) {
+                char p[96], b[4200] = "";
+                snprintf(p, sizeof(p), "/sys/block/loop%d/loop/backing_file", i);
+                FILE *f = fopen(p, "r");
+                if (!f)
+                        continue;
+                if (fgets(b, sizeof(b), f))
+                        b[strcspn(b, "\n")] = '\0';
+                fclose(f);
+                n += !strcmp(b, image);
+        }
+        return n;
+}
+
 static void store(const char *dir)
 {
         char data[4200], p[4400];
@@ -173,6 +193,38 @@ static void store(const char *dir)
         tap_ok(m1 && host_mounts_at(m1) == 1, "it is mounted once");
         tap_ok(ab_vol_get(v, "one", &r, NULL) == 0 && r.mounted, "the record says mounted");
         ab_vol_rec_clear(&r);
+
+        /* Another mount namespace keeps the file system (a running box) while
+         * the host's mount goes (a crash of whoever cleaned up, an admin's
+         * umount): the next mount must share that file system, not attach
+         * the image to a second loop device. */
+        char image[4400];
+        snprintf(image, sizeof(image), "%s/volumes/one/disk.img", data);
+        int pp[2];
+        tap_ok(pipe(pp) == 0, "pipe");
+        pid_t holder = fork();
+        if (holder == 0) {
+                char c = 'x';
+                if (unshare(CLONE_NEWNS) < 0 ||
+                    mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0)
+                        c = 'e';
+                (void)!write(pp[1], &c, 1);
+                pause();
+                _exit(0);
+        }
+        char c = 0;
+        (void)!read(pp[0], &c, 1);
+        tap_ok(c == 'x' && m1 && umount2(m1, 0) == 0 && host_mounts_at(m1) == 0,
+               "the host's mount goes while another namespace holds it");
+        tap_ok(loops_of(image) == 1, "the image stays attached to its loop device");
+        char *m3 = ab_vol_mount_locked(v, "one", &e);
+        tap_ok(m3 && host_mounts_at(m3) == 1, "it is mounted again");
+        tap_ok(loops_of(image) == 1, "through the same loop device (one file system)");
+        free(m3);
+        kill(holder, SIGKILL);
+        waitpid(holder, NULL, 0);
+        close(pp[0]);
+        close(pp[1]);
         tap_ok(ab_vol_remove_locked(v, "one", &e) == 0, "it is removed");
         tap_ok(m1 && host_mounts_at(m1) == 0, "its mount is gone");
         snprintf(p, sizeof(p), "%s/volumes/one", data);
