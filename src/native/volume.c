@@ -79,7 +79,8 @@ static int rm_tree_at(int dfd, const char *name, dev_t dev)
  * gone (their lock is free). */
 static void sweep(ab_vols *v)
 {
-        int fd = openat(vdir(v, false), ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        int dfd = vdir(v, false);
+        int fd = openat(dfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
         DIR *d = fd < 0 ? NULL : fdopendir(fd);
         if (!d) {
                 if (fd >= 0)
@@ -87,18 +88,18 @@ static void sweep(ab_vols *v)
                 return;
         }
         struct stat top;
-        fstat(vdir(v, false), &top);
+        fstat(dfd, &top);
         struct dirent *e;
         while ((e = readdir(d))) {
                 if (strncmp(e->d_name, ".new.", 5) && strncmp(e->d_name, ".del.", 5))
                         continue;
                 /* a young .new.* may be a create between its mkdir and its flock */
                 struct stat es;
-                if (fstatat(vdir(v, false), e->d_name, &es, AT_SYMLINK_NOFOLLOW) < 0 ||
+                if (fstatat(dfd, e->d_name, &es, AT_SYMLINK_NOFOLLOW) < 0 ||
                     (!strncmp(e->d_name, ".new.", 5) && es.st_mtime > time(NULL) - 60))
                         continue;
-                _cleanup_close_ int bfd = openat(vdir(v, false), e->d_name,
-                                                 O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+                _cleanup_close_ int bfd =
+                    openat(dfd, e->d_name, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
                 _cleanup_close_ int lfd =
                     bfd < 0 ? -1 : openat(bfd, "lock", O_RDWR | O_CLOEXEC | O_NOFOLLOW);
                 if (lfd >= 0 && flock(lfd, LOCK_EX | LOCK_NB) < 0)
@@ -107,7 +108,7 @@ static void sweep(ab_vols *v)
                 char mnt[512];
                 snprintf(mnt, sizeof(mnt), "%s/%s/mnt", v->dir, e->d_name);
                 umount2(mnt, MNT_DETACH | UMOUNT_NOFOLLOW);
-                rm_tree_at(vdir(v, false), e->d_name, top.st_dev);
+                rm_tree_at(dfd, e->d_name, top.st_dev);
         }
         closedir(d);
 }
@@ -167,16 +168,17 @@ int ab_vol_create(ab_vols *v, const char *name, uint64_t size_mib, const char *o
                 return -1;
         if (size_mib < 16 || size_mib > 16u * 1024 * 1024)
                 return ab_err_set(err, AB_E_INVALID, 0, "size_mib: must be 16..16777216");
-        if (vdir(v, true) < 0)
+        int dfd = vdir(v, true);
+        if (dfd < 0)
                 return ab_err_set(err, AB_E_INTERNAL, errno, "cannot create %s", v->dir);
-        if (faccessat(vdir(v, false), name, F_OK, AT_SYMLINK_NOFOLLOW) == 0)
+        if (faccessat(dfd, name, F_OK, AT_SYMLINK_NOFOLLOW) == 0)
                 return ab_err_set(err, AB_E_CONFLICT, 0, "volume '%s' already exists", name);
         char rnd[17], tmp[128];
         ab_id_random(rnd);
         snprintf(tmp, sizeof(tmp), ".new.%s.%s", name, rnd);
-        if (mkdirat(vdir(v, false), tmp, 0700) < 0)
+        if (mkdirat(dfd, tmp, 0700) < 0)
                 return ab_err_set(err, AB_E_INTERNAL, errno, "create volume directory");
-        _cleanup_close_ int bfd = openat(vdir(v, false), tmp, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        _cleanup_close_ int bfd = openat(dfd, tmp, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
         _cleanup_close_ int lfd =
             bfd < 0 ? -1 : openat(bfd, "lock", O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
         int r = 0;
@@ -194,29 +196,30 @@ int ab_vol_create(ab_vols *v, const char *name, uint64_t size_mib, const char *o
         }
         if (r == 0)
                 r = write_record(bfd, name, size_mib, time(NULL), owner, err);
-        if (r == 0 && renameat2(vdir(v, false), tmp, vdir(v, false), name, RENAME_NOREPLACE) < 0) {
+        if (r == 0 && renameat2(dfd, tmp, dfd, name, RENAME_NOREPLACE) < 0) {
                 if (errno == EEXIST)
                         r = ab_err_set(err, AB_E_CONFLICT, 0, "volume '%s' already exists", name);
                 else
                         r = ab_err_set(err, AB_E_INTERNAL, errno, "publish volume %s", name);
         }
         if (r == 0) {
-                fsync(vdir(v, false));
+                fsync(dfd);
                 return 0;
         }
         struct stat st;
-        if (fstat(vdir(v, false), &st) == 0)
-                rm_tree_at(vdir(v, false), tmp, st.st_dev);
+        if (fstat(dfd, &st) == 0)
+                rm_tree_at(dfd, tmp, st.st_dev);
         return -1;
 }
 
 /* Whether NAME/mnt is a mount root; its device in *dev. */
 static bool mnt_mounted(ab_vols *v, const char *name, dev_t *dev)
 {
+        int dfd = vdir(v, false);
         char p[128];
         snprintf(p, sizeof(p), "%s/mnt", name);
         struct statx sx;
-        if (statx(vdir(v, false), p, AT_SYMLINK_NOFOLLOW, STATX_BASIC_STATS, &sx) < 0)
+        if (statx(dfd, p, AT_SYMLINK_NOFOLLOW, STATX_BASIC_STATS, &sx) < 0)
                 return false;
         *dev = makedev(sx.stx_dev_major, sx.stx_dev_minor);
         return (sx.stx_attributes_mask & STATX_ATTR_MOUNT_ROOT) &&
@@ -263,11 +266,12 @@ static int attached_loop(const char *image)
 
 int ab_vol_get(ab_vols *v, const char *name, ab_vol_rec *out, ab_err **err)
 {
+        int dfd = vdir(v, false);
         memset(out, 0, sizeof(*out));
         if (ab_volume_name_check(name, err) < 0)
                 return -1;
         _cleanup_close_ int bfd =
-            openat(vdir(v, false), name, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+            openat(dfd, name, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
         if (bfd < 0)
                 return ab_err_set(err, AB_E_NOT_FOUND, 0, "no volume named '%s'", name);
         _cleanup_free_ char *buf = NULL;
@@ -291,8 +295,7 @@ int ab_vol_get(ab_vols *v, const char *name, ab_vol_rec *out, ab_err **err)
         snprintf(p, sizeof(p), "%s/mnt", name);
         struct statvfs sv;
         if (mnt_mounted(v, name, &dev) && major(dev) == LOOP_MAJOR) {
-                _cleanup_close_ int mfd =
-                    openat(vdir(v, false), p, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+                _cleanup_close_ int mfd = openat(dfd, p, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
                 if (mfd >= 0 && fstatvfs(mfd, &sv) == 0) {
                         out->mounted = true;
                         out->used_bytes = (uint64_t)(sv.f_blocks - sv.f_bfree) * sv.f_frsize;
@@ -318,11 +321,12 @@ static int cmp_str(const void *a, const void *b)
 
 int ab_vol_names(ab_vols *v, char ***out, ab_err **err)
 {
-        if (vdir(v, false) < 0) {
+        int dfd = vdir(v, false);
+        if (dfd < 0) {
                 *out = xcalloc(1, sizeof(char *));
                 return 0;
         }
-        int fd = openat(vdir(v, false), ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        int fd = openat(dfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
         DIR *d = fd < 0 ? NULL : fdopendir(fd);
         if (!d) {
                 int e = errno;
@@ -351,10 +355,11 @@ int ab_vol_names(ab_vols *v, char ***out, ab_err **err)
 
 int ab_vol_lock(ab_vols *v, const char *name, ab_err **err)
 {
+        int dfd = vdir(v, false);
         if (ab_volume_name_check(name, err) < 0)
                 return -1;
         _cleanup_close_ int bfd =
-            openat(vdir(v, false), name, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+            openat(dfd, name, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
         if (bfd < 0)
                 return ab_err_set(err, AB_E_NOT_FOUND, 0, "no volume named '%s'", name);
         _cleanup_close_ int lfd = openat(bfd, "lock", O_RDWR | O_CLOEXEC | O_NOFOLLOW);
@@ -365,7 +370,7 @@ int ab_vol_lock(ab_vols *v, const char *name, ab_err **err)
                         return ab_err_set(err, AB_E_INTERNAL, errno, "lock volume %s", name);
         /* a delete renames the directory away while holding the lock */
         struct stat a, b;
-        if (fstat(bfd, &a) < 0 || fstatat(vdir(v, false), name, &b, AT_SYMLINK_NOFOLLOW) < 0 ||
+        if (fstat(bfd, &a) < 0 || fstatat(dfd, name, &b, AT_SYMLINK_NOFOLLOW) < 0 ||
             a.st_ino != b.st_ino)
                 return ab_err_set(err, AB_E_NOT_FOUND, 0, "no volume named '%s'", name);
         return steal_fd(&lfd);
@@ -458,19 +463,19 @@ char *ab_vol_mount_locked(ab_vols *v, const char *name, ab_err **err)
 
 int ab_vol_remove_locked(ab_vols *v, const char *name, ab_err **err)
 {
+        int dfd = vdir(v, false);
         char rnd[17], tmp[128];
         ab_id_random(rnd);
         snprintf(tmp, sizeof(tmp), ".del.%s.%s", name, rnd);
         /* The name goes first: from here on the volume does not exist. */
-        if (renameat(vdir(v, false), name, vdir(v, false), tmp) < 0)
+        if (renameat(dfd, name, dfd, tmp) < 0)
                 return ab_err_set(err, AB_E_INTERNAL, errno, "remove volume %s", name);
         _cleanup_free_ char *mnt = xasprintf("%s/%s/mnt", v->dir, tmp);
         /* Lazily: a start that is binding it right now keeps its copy. */
         while (umount2(mnt, MNT_DETACH | UMOUNT_NOFOLLOW) == 0)
                 ;
         struct stat st;
-        int r =
-            fstat(vdir(v, false), &st) < 0 ? -errno : rm_tree_at(vdir(v, false), tmp, st.st_dev);
+        int r = fstat(dfd, &st) < 0 ? -errno : rm_tree_at(dfd, tmp, st.st_dev);
         if (r < 0)
                 return ab_err_set(err, AB_E_INTERNAL, -r, "remove volume %s", name);
         return 0;
