@@ -222,8 +222,8 @@ int ab_manager_acquire(ab_manager *m, const ab_acquire_req *q, const char *scope
         ab_limits lim = m->o.limits;
         if (q->limits)
                 lim = *q->limits;
-        /* Mounts are checked (and volumes looked up) before anything is
-         * counted or recorded; an existing box keeps its own. */
+        /* Mounts are checked before anything is counted or recorded; an
+         * existing box keeps its own. */
         mgr_mounts mm;
         if (mgr_mounts_parse(m, q, scope, &mm, err) < 0) {
                 mgr_mounts_clear(&mm);
@@ -300,7 +300,11 @@ int ab_manager_acquire(ab_manager *m, const ab_acquire_req *q, const char *scope
                         have_img = true;
                         continue; /* the box may have been made meanwhile */
                 }
-                /* A new box: the app's quotas first, before anything is made;
+                /* A new box: its volumes must exist (looked up only now: an
+                 * existing box keeps its own). */
+                if (mgr_mounts_volumes_check(m, &mm, scope, err) < 0)
+                        break;
+                /* The app's quotas first, before anything is made;
                  * the reservation holds until the record counts the box. */
                 mgr_ticket qt;
                 if (mgr_quota_create_begin(m, app, lim.disk_mib, &qt, err) < 0)

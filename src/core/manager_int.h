@@ -150,11 +150,13 @@ typedef struct mgr_mounts {
         size_t n;
 } mgr_mounts;
 /* Parses and checks q's volumes, mounts, readonly_paths and blocked_paths:
- * paths, volumes visible to scope, host directories only for admin and
- * under host_mount_prefixes (their source made canonical). Clear *mm also
- * after a failure. */
+ * paths, volume names, host directories only for admin and under
+ * host_mount_prefixes (their source made canonical). Clear *mm also after a
+ * failure. */
 int mgr_mounts_parse(ab_manager *m, const ab_acquire_req *q, const char *scope, mgr_mounts *mm,
                      ab_err **err);
+/* For a new box: its volumes exist and scope may use them (AB_E_NOT_FOUND). */
+int mgr_mounts_volumes_check(ab_manager *m, const mgr_mounts *mm, const char *scope, ab_err **err);
 void mgr_mounts_clear(mgr_mounts *mm);
 /* What a box's record shows of them: {volumes, mounts, readonly_paths, blocked_paths}. */
 json_t *mgr_mounts_spec(const ab_box_mount *mt, size_t n);

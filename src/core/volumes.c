@@ -237,15 +237,21 @@ int mgr_mounts_parse(ab_manager *m, const ab_acquire_req *q, const char *scope, 
         }
         if (ab_box_mounts_check(mm->v, mm->n, err) < 0)
                 return -1;
-        size_t nh = 0, nv = 0;
-        for (size_t i = 0; i < mm->n; i++) {
-                ab_box_mount *mt = &mm->v[i];
-                if (mt->kind == AB_MOUNT_HOST && host_dir(m, mt, nh++, scope, err) < 0)
+        size_t nh = 0;
+        for (size_t i = 0; i < mm->n; i++)
+                if (mm->v[i].kind == AB_MOUNT_HOST && host_dir(m, &mm->v[i], nh++, scope, err) < 0)
                         return -1;
-                if (mt->kind != AB_MOUNT_VOLUME)
+        return 0;
+}
+
+int mgr_mounts_volumes_check(ab_manager *m, const mgr_mounts *mm, const char *scope, ab_err **err)
+{
+        size_t nv = 0;
+        for (size_t i = 0; i < mm->n; i++) {
+                if (mm->v[i].kind != AB_MOUNT_VOLUME)
                         continue;
                 ab_volume_info v;
-                if (ab_manager_volume_get(m, mt->source, scope, &v, err) < 0)
+                if (ab_manager_volume_get(m, mm->v[i].source, scope, &v, err) < 0)
                         return ab_err_wrap(err, "volumes[%zu]", nv);
                 nv++;
                 ab_volume_info_clear(&v);
