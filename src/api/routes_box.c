@@ -73,9 +73,9 @@ enum MHD_Result route_metrics(ab_req *r, const char *id)
 /* ---- sandboxes -------------------------------------------------------- */
 
 const char *const acquire_fields[] = {
-    "id",     "app_id",   "user_id", "chat_id",    "thread_id",   "mode",
-    "limits", "network",  "env",     "mounts",     "idle_stop_s", "idle_pause_s",
-    "ttl_s",  "metadata", "image",   "entrypoint", NULL};
+    "id",      "app_id",     "user_id", "chat_id",        "thread_id",     "mode",  "limits",
+    "network", "env",        "mounts",  "idle_stop_s",    "idle_pause_s",  "ttl_s", "metadata",
+    "image",   "entrypoint", "volumes", "readonly_paths", "blocked_paths", NULL};
 static const char *const exec_fields[] = {"command", "argv",  "timeout_s", "timeout", "env",
                                           "cwd",     "stdin", "user",      NULL};
 
@@ -150,15 +150,12 @@ int parse_acquire(const ab_server *s, json_t *body, ab_acquire_req *q, ab_limits
             field_obj(body, "env", &q->env, err) < 0 ||
             field_obj(body, "metadata", &q->metadata, err) < 0)
                 return -1;
-        json_t *mounts = json_object_get(body, "mounts");
-        if (mounts && !json_is_null(mounts)) {
-                if (!json_is_array(mounts))
-                        return ab_err_set(err, AB_E_INVALID, 0, "mounts: must be an array");
-                if (json_array_size(mounts) > 0)
-                        return ab_err_set(err, AB_E_UNSUPPORTED, 0,
-                                          "mounts: host directories in boxes are not supported "
-                                          "by this build");
-        }
+        /* Checked by the manager (core/volumes.c), which also decides who
+         * may mount host directories. */
+        q->volumes = json_object_get(body, "volumes");
+        q->mounts = json_object_get(body, "mounts");
+        q->readonly_paths = json_object_get(body, "readonly_paths");
+        q->blocked_paths = json_object_get(body, "blocked_paths");
         bool p;
         int64_t v = 0;
         if (field_int(body, "idle_stop_s", &v, &p, err) < 0)

@@ -86,6 +86,10 @@ static const route routes[] = {
     {"POST", "v1/images", AUTH_USER, BODY_JSON, route_images_pull},
     {"GET", "v1/images/**", AUTH_USER, BODY_NONE, route_image_get},
     {"DELETE", "v1/images/**", AUTH_ADMIN, BODY_NONE, route_image_delete},
+    {"GET", "v1/volumes", AUTH_USER, BODY_NONE, route_volumes_list},
+    {"POST", "v1/volumes", AUTH_USER, BODY_JSON, route_volume_create},
+    {"GET", "v1/volumes/*", AUTH_USER, BODY_NONE, route_volume_get},
+    {"DELETE", "v1/volumes/*", AUTH_USER, BODY_NONE, route_volume_delete},
 };
 
 /* ---- responses -------------------------------------------------------- */
@@ -509,6 +513,12 @@ json_t *box_json(const ab_server *s, const ab_box_rec *r)
                                 ? json_pack("{s:O?,s:O?}", "ref", json_object_get(img, "ref"), "id",
                                             json_object_get(img, "id"))
                                 : json_null());
+        /* what the box mounts at every start (empty lists when nothing) */
+        static const char *const lists[] = {"volumes", "mounts", "readonly_paths", "blocked_paths"};
+        for (size_t i = 0; i < AB_ARRAY_LEN(lists); i++) {
+                json_t *l = json_object_get(r->spec, lists[i]);
+                json_object_set_new(j, lists[i], json_is_array(l) ? json_incref(l) : json_array());
+        }
         return j;
 }
 

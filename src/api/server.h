@@ -208,6 +208,13 @@ enum MHD_Result route_image_get(ab_req *r, const char *ref);
 enum MHD_Result route_image_delete(ab_req *r, const char *ref);
 /* An image as the API and `agentbox image ls --json` show it (no host paths). */
 json_t *ab_image_json(const ab_image *img);
+/* routes_volumes.c */
+enum MHD_Result route_volume_create(ab_req *r, const char *id);
+enum MHD_Result route_volumes_list(ab_req *r, const char *id);
+enum MHD_Result route_volume_get(ab_req *r, const char *name);
+enum MHD_Result route_volume_delete(ab_req *r, const char *name);
+/* A volume as the API and `agentbox volume ls --json` show it (no host paths). */
+json_t *ab_volume_json(const ab_volume_info *v);
 enum MHD_Result route_tools_list(ab_req *r, const char *id);
 enum MHD_Result route_tools_prompt(ab_req *r, const char *id);
 enum MHD_Result route_box_tool(ab_req *r, const char *id);

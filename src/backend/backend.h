@@ -13,6 +13,7 @@
 #include "base/box.h"
 #include "base/err.h"
 #include "base/limits.h"
+#include "base/mounts.h"
 
 #define AB_ID_MAX 63
 
@@ -25,6 +26,13 @@ typedef struct ab_box_spec {
          * and its id, recorded with the box. Not with rootfs. */
         const char *const *layers;
         const char *image;
+        /* Volumes (by name: they must exist), host directories (canonical
+         * paths; whether one is allowed is the caller's decision), read-only
+         * and hidden paths, checked with ab_box_mounts_check; recorded with
+         * the box and applied at every start. AB_E_NOT_FOUND for a volume
+         * that does not exist (and nothing is created). */
+        const ab_box_mount *mounts;
+        size_t n_mounts;
 } ab_box_spec;
 
 typedef struct ab_box_info {
@@ -110,9 +118,37 @@ typedef struct ab_subcg_ops {
                    ab_err **err);
 } ab_subcg_ops;
 
+/* Named volumes: disks that outlive boxes, used by several at once (by
+ * name in ab_box_spec.mounts). Not every backend has them: ab_backend.vol
+ * is NULL where it has none. */
+typedef struct ab_volume_info {
+        char *name;
+        uint64_t size_mib;
+        uint64_t used_bytes;
+        int64_t created_at; /* unix seconds */
+        char *owner;        /* what create was given (an app id), or NULL */
+        char **boxes;       /* ids of the boxes that use it, NULL-terminated */
+} ab_volume_info;
+
+void ab_volume_info_clear(ab_volume_info *v);
+
+typedef struct ab_volume_ops {
+        /* AB_E_CONFLICT when it exists, AB_E_INVALID for a bad name or size. */
+        int (*create)(ab_backend *b, const char *name, uint64_t size_mib, const char *owner,
+                      ab_err **err);
+        /* AB_E_NOT_FOUND when absent. */
+        int (*get)(ab_backend *b, const char *name, ab_volume_info *out, ab_err **err);
+        /* Sorted by name; free each with ab_volume_info_clear, then the array. */
+        int (*list)(ab_backend *b, ab_volume_info **out, size_t *n, ab_err **err);
+        /* Unmounts and removes it with its data. AB_E_CONFLICT naming the boxes
+         * while a box that still exists uses it. */
+        int (*remove)(ab_backend *b, const char *name, ab_err **err);
+} ab_volume_ops;
+
 struct ab_backend {
         const ab_backend_ops *ops;
         const ab_subcg_ops *subcg; /* NULL: no sub-cgroups */
+        const ab_volume_ops *vol;  /* NULL: no volumes */
 };
 
 typedef struct ab_native_opts {

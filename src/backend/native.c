@@ -12,6 +12,7 @@
  * Per-box operations hold an exclusive flock on boxes/ID/lock, so CLI
  * processes and server threads can act on the same data folder at once. */
 #include "backend/backend.h"
+#include "base/buf.h"
 #include "base/log.h"
 #include "base/id.h"
 #include "base/selfpath.h"
@@ -21,6 +22,7 @@
 #include "native/loopdisk.h"
 #include "native/seccomp.h"
 #include "native/state.h"
+#include "native/volume.h"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -69,6 +71,7 @@ typedef struct native {
         pthread_mutex_t spare_mu;
         pthread_cond_t spare_cv;
         const char *hide[4];
+        ab_vols *vols; /* DATA/volumes */
 } native;
 
 static native *N(ab_backend *b)
@@ -244,6 +247,41 @@ static int init_alive_locked(int bfd, bool *alive, ab_err **err)
         return 0;
 }
 
+static void binds_free(ab_bind *b, size_t n)
+{
+        for (size_t i = 0; b && i < n; i++)
+                if (b[i].kind == AB_MOUNT_VOLUME)
+                        free((char *)b[i].host);
+        free(b);
+}
+
+/* The host side of each of the box's mounts: a volume is mounted on the
+ * host first (once, under its lock), a host directory must still be one. */
+static int resolve_binds(native *n, const ab_box_config *c, ab_bind **out, ab_err **err)
+{
+        *out = NULL;
+        if (!c->n_mounts)
+                return 0;
+        ab_bind *b = xcalloc(c->n_mounts, sizeof(*b));
+        *out = b;
+        for (size_t i = 0; i < c->n_mounts; i++) {
+                const ab_box_mount *m = &c->mounts[i];
+                b[i] = (ab_bind){.kind = m->kind, .path = m->path, .read_only = m->read_only};
+                if (m->kind == AB_MOUNT_HOST)
+                        b[i].host = m->source;
+                if (m->kind != AB_MOUNT_VOLUME)
+                        continue;
+                _cleanup_close_ int lfd = ab_vol_lock(n->vols, m->source, err);
+                if (lfd < 0)
+                        return -1;
+                char *mnt = ab_vol_mount_locked(n->vols, m->source, err);
+                if (!mnt)
+                        return -1;
+                b[i].host = mnt;
+        }
+        return 0;
+}
+
 /* Starts the box; the caller holds its lock. */
 static int start_locked(native *n, int bfd, const char *id, ab_err **err)
 {
@@ -282,7 +320,10 @@ static int start_locked(native *n, int bfd, const char *id, ab_err **err)
          * ab_box_spawn while the setup process builds the rootfs. */
         ab_cg_kill_all(&n->cg, id, NULL);
         ab_hide_list *hidden = NULL;
-        if (!c.rootfs && !c.layers && !(hidden = etc_hidden(n, err))) {
+        ab_bind *binds = NULL;
+        if (resolve_binds(n, &c, &binds, err) < 0 ||
+            (!c.rootfs && !c.layers && !(hidden = etc_hidden(n, err)))) {
+                binds_free(binds, c.n_mounts);
                 ab_box_config_clear(&c);
                 return ab_err_wrap(err, "box %s", id);
         }
@@ -300,11 +341,14 @@ static int start_locked(native *n, int bfd, const char *id, ab_err **err)
             .bpf = &n->bpf,
             .init_memfd = exe,
             .etc_hidden = hidden,
+            .binds = binds,
+            .n_binds = c.n_mounts,
         };
         pid_t pid;
         uint64_t start;
         r = ab_box_spawn(&s, &pid, &start, err);
         ab_hide_list_unref(hidden);
+        binds_free(binds, c.n_mounts);
         ab_box_config_clear(&c);
         if (r < 0) {
                 ab_box_state es = {.error = (*err) ? (*err)->msg : "start failed"};
@@ -595,6 +639,69 @@ static void want_spares(native *n, uint64_t mib)
         pthread_mutex_unlock(&n->spare_mu);
 }
 
+typedef struct vol_locks {
+        int fd[AB_MOUNTS_MAX];
+        size_t n;
+} vol_locks;
+
+static void vol_locks_release(vol_locks *l)
+{
+        for (size_t i = 0; i < l->n; i++)
+                close(l->fd[i]);
+        l->n = 0;
+}
+
+static int cmp_cstr(const void *a, const void *b)
+{
+        return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* path equals dir or lies below it (both canonical) */
+static bool path_within(const char *path, const char *dir)
+{
+        size_t n = strlen(dir);
+        if (n == 1)
+                return true;
+        return !strncmp(path, dir, n) && (path[n] == '\0' || path[n] == '/');
+}
+
+/* Checks a new box's mounts: paths, volumes that exist (locked, in name
+ * order so two creates never wait for each other), host directories. */
+static int check_mounts(native *n, const ab_box_spec *spec, vol_locks *locks, ab_err **err)
+{
+        if (ab_box_mounts_check(spec->mounts, spec->n_mounts, err) < 0)
+                return -1;
+        const char *names[AB_MOUNTS_MAX];
+        size_t nn = 0;
+        for (size_t i = 0; i < spec->n_mounts; i++) {
+                const ab_box_mount *m = &spec->mounts[i];
+                if (m->kind == AB_MOUNT_VOLUME)
+                        names[nn++] = m->source;
+                if (m->kind != AB_MOUNT_HOST)
+                        continue;
+                struct stat st;
+                if (stat(m->source, &st) < 0 || !S_ISDIR(st.st_mode))
+                        return ab_err_set(err, AB_E_INVALID, 0,
+                                          "mounts: host_path '%s' is not a directory", m->source);
+                /* the data folder holds every box's disk and the volumes */
+                if (path_within(m->source, n->data) || path_within(n->data, m->source))
+                        return ab_err_set(err, AB_E_PERMISSION, 0,
+                                          "mounts: host_path '%s' is, holds or lies in the "
+                                          "server's data folder",
+                                          m->source);
+        }
+        qsort(names, nn, sizeof(names[0]), cmp_cstr);
+        for (size_t i = 0; i < nn; i++) {
+                if (i > 0 && !strcmp(names[i], names[i - 1]))
+                        continue;
+                int fd = ab_vol_lock(n->vols, names[i], err);
+                if (fd < 0)
+                        return -1;
+                locks->fd[locks->n++] = fd;
+        }
+        return 0;
+}
+
 /* Creating is atomic: the box is assembled under trash/ (locked, so the
  * trash sweeper leaves it alone) and renamed into boxes/ only when its disk
  * and config.json exist. A crash mid-create leaves nothing under boxes/. */
@@ -623,6 +730,11 @@ static int n_create(ab_backend *b, const ab_box_spec *spec, ab_err **err)
         }
         if (faccessat(n->boxes_fd, spec->id, F_OK, AT_SYMLINK_NOFOLLOW) == 0)
                 return ab_err_set(err, AB_E_CONFLICT, 0, "box '%s' already exists", spec->id);
+        /* The volumes stay locked until the box is in boxes/: a delete of
+         * one waits, then sees the box using it. */
+        vol_locks locks __attribute__((cleanup(vol_locks_release))) = {0};
+        if (check_mounts(n, spec, &locks, err) < 0)
+                return -1;
         _cleanup_close_ int tfd = openat(n->data_fd, "trash", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
         if (tfd < 0)
                 return ab_err_set(err, AB_E_INTERNAL, errno, "open trash dir");
@@ -644,6 +756,8 @@ static int n_create(ab_backend *b, const ab_box_spec *spec, ab_err **err)
         c.rootfs = (char *)spec->rootfs;
         c.layers = (char **)spec->layers;
         c.image = (char *)spec->image;
+        c.mounts = (ab_box_mount *)spec->mounts;
+        c.n_mounts = spec->n_mounts;
         int r = alloc_uid_base(n, spec->id, &c.uid_base, err);
         /* config.json first: a create killed from here on leaves the claim
          * written down in trash/, where sweep_trash gives it back */
@@ -659,6 +773,7 @@ static int n_create(ab_backend *b, const ab_box_spec *spec, ab_err **err)
                 else
                         r = ab_err_set(err, AB_E_INTERNAL, errno, "publish box %s", spec->id);
         }
+        vol_locks_release(&locks);
         if (r < 0)
                 goto fail;
         if (start_locked(n, bfd, spec->id, err) < 0) {
@@ -1192,6 +1307,7 @@ static void n_free(ab_backend *b)
         if (n->init_fd >= 0)
                 close(n->init_fd);
         ab_hide_watch_free(n->hide_watch);
+        ab_vols_free(n->vols);
         ab_cg_free(&n->cg);
         ab_bpf_free(&n->bpf);
         pthread_mutex_destroy(&n->lazy);
@@ -1218,6 +1334,159 @@ static const ab_backend_ops native_ops = {
     .connect_unix = n_connect_unix,
     .disk_alloc = n_disk_alloc,
     .free = n_free,
+};
+
+/* ---- volumes (native/volume.h) ---- */
+
+/* Every (box, volume) pair of the boxes in boxes/: what uses which volume. */
+typedef struct vol_use {
+        char box[64];
+        char *vol;
+} vol_use;
+
+static void uses_free(vol_use *u, size_t n)
+{
+        for (size_t i = 0; i < n; i++)
+                free(u[i].vol);
+        free(u);
+}
+
+static vol_use *volume_uses(native *n, size_t *count)
+{
+        *count = 0;
+        int fd = openat(n->boxes_fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        DIR *d = fd < 0 ? NULL : fdopendir(fd);
+        if (!d) {
+                if (fd >= 0)
+                        close(fd);
+                return NULL;
+        }
+        size_t cap = 0;
+        vol_use *u = NULL;
+        struct dirent *e;
+        while ((e = readdir(d))) {
+                if (e->d_name[0] == '.' || strlen(e->d_name) > AB_ID_MAX)
+                        continue;
+                _cleanup_close_ int bfd =
+                    openat(dirfd(d), e->d_name, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+                ab_box_config c;
+                if (bfd < 0 || ab_box_config_read(bfd, &c, NULL) < 0)
+                        continue;
+                for (size_t i = 0; i < c.n_mounts; i++) {
+                        if (c.mounts[i].kind != AB_MOUNT_VOLUME)
+                                continue;
+                        if (*count == cap) {
+                                cap = cap ? cap * 2 : 16;
+                                u = xrealloc(u, cap * sizeof(*u));
+                        }
+                        memcpy(u[*count].box, e->d_name, strlen(e->d_name) + 1);
+                        u[(*count)++].vol = xstrdup(c.mounts[i].source);
+                }
+                ab_box_config_clear(&c);
+        }
+        closedir(d);
+        return u;
+}
+
+/* The boxes of uses that use vol, sorted, without repeats. */
+static char **users_of(const vol_use *u, size_t n, const char *vol)
+{
+        char **out = xcalloc(n + 1, sizeof(char *));
+        size_t k = 0;
+        for (size_t i = 0; i < n; i++)
+                if (!strcmp(u[i].vol, vol))
+                        out[k++] = xstrdup(u[i].box);
+        qsort(out, k, sizeof(char *), cmp_cstr);
+        size_t w = 0;
+        for (size_t i = 0; i < k; i++) {
+                if (w && !strcmp(out[w - 1], out[i])) {
+                        free(out[i]);
+                        continue;
+                }
+                out[w++] = out[i];
+        }
+        out[w] = NULL;
+        return out;
+}
+
+static int vol_info(native *n, const char *name, const vol_use *u, size_t nu, ab_volume_info *out,
+                    ab_err **err)
+{
+        memset(out, 0, sizeof(*out));
+        ab_vol_rec r;
+        if (ab_vol_get(n->vols, name, &r, err) < 0)
+                return -1;
+        out->name = xstrdup(r.name);
+        out->size_mib = r.size_mib;
+        out->used_bytes = r.used_bytes;
+        out->created_at = r.created_at;
+        out->owner = steal_pointer(&r.owner);
+        out->boxes = users_of(u, nu, name);
+        return 0;
+}
+
+static int n_vol_create(ab_backend *b, const char *name, uint64_t size_mib, const char *owner,
+                        ab_err **err)
+{
+        return ab_vol_create(N(b)->vols, name, size_mib, owner, err);
+}
+
+static int n_vol_get(ab_backend *b, const char *name, ab_volume_info *out, ab_err **err)
+{
+        size_t nu;
+        vol_use *u = volume_uses(N(b), &nu);
+        int r = vol_info(N(b), name, u, nu, out, err);
+        uses_free(u, nu);
+        return r;
+}
+
+static int n_vol_list(ab_backend *b, ab_volume_info **out, size_t *count, ab_err **err)
+{
+        native *n = N(b);
+        _cleanup_strv_ char **names = NULL;
+        if (ab_vol_names(n->vols, &names, err) < 0)
+                return -1;
+        size_t nu, k = 0, len = 0;
+        while (names[len])
+                len++;
+        vol_use *u = volume_uses(n, &nu);
+        ab_volume_info *v = xcalloc(len + 1, sizeof(*v));
+        for (size_t i = 0; i < len; i++)
+                if (vol_info(n, names[i], u, nu, &v[k], NULL) == 0)
+                        k++; /* one removed meanwhile is skipped */
+        uses_free(u, nu);
+        *out = v;
+        *count = k;
+        return 0;
+}
+
+static int n_vol_remove(ab_backend *b, const char *name, ab_err **err)
+{
+        native *n = N(b);
+        _cleanup_close_ int lfd = ab_vol_lock(n->vols, name, err);
+        if (lfd < 0)
+                return -1;
+        size_t nu;
+        vol_use *u = volume_uses(n, &nu);
+        _cleanup_strv_ char **users = users_of(u, nu, name);
+        uses_free(u, nu);
+        if (users[0]) {
+                ab_buf list = {0};
+                for (char **p = users; *p; p++)
+                        ab_buf_printf(&list, "%s%s", p == users ? "" : ", ", *p);
+                _cleanup_free_ char *l = ab_buf_steal(&list);
+                return ab_err_set(err, AB_E_CONFLICT, 0,
+                                  "volume '%s' is used by box%s %s: delete %s first", name,
+                                  users[1] ? "es" : "", l, users[1] ? "them" : "it");
+        }
+        return ab_vol_remove_locked(n->vols, name, err);
+}
+
+static const ab_volume_ops native_vol = {
+    .create = n_vol_create,
+    .get = n_vol_get,
+    .list = n_vol_list,
+    .remove = n_vol_remove,
 };
 
 static const ab_subcg_ops native_subcg = {
@@ -1291,6 +1560,7 @@ int ab_native_open(const ab_native_opts *opts, ab_backend **out, ab_err **err)
         native *n = xzalloc(sizeof(*n));
         n->base.ops = &native_ops;
         n->base.subcg = &native_subcg;
+        n->base.vol = &native_vol;
         n->boxes_fd = n->data_fd = n->cache_fd = n->init_fd = -1;
         atomic_init(&n->uid_hint, UID_SLOTS);
         pthread_mutex_init(&n->lazy, NULL);
@@ -1324,6 +1594,8 @@ int ab_native_open(const ab_native_opts *opts, ab_backend **out, ab_err **err)
         n->cache_fd = openat(n->data_fd, "cache", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
         if (n->cache_fd < 0)
                 return ab_err_set(err, AB_E_INTERNAL, errno, "open %s/cache", n->data);
+        if (ab_vols_open(n->data, n->cache_fd, &n->vols, err) < 0)
+                return -1;
         n->hide[0] = n->data;
         n->init_path = find_init(opts->init_path, err);
         if (!n->init_path)

@@ -45,6 +45,8 @@ static const char *usage_text =
     "                                 args as a JSON object, or `-` to read them from stdin;\n"
     "                                 exits 1 when the tool reports an error\n"
     "  image pull|ls|rm|import|gc     the image store (`agentbox image --help`)\n"
+    "  volume create NAME [--size MIB] | ls [--json] | rm NAME\n"
+    "                                 named volumes: disks boxes share and that outlive them\n"
     "  version                        print the version\n"
     "\n"
     "Limits for create (defaults in brackets):\n"
@@ -53,6 +55,7 @@ static const char *usage_text =
     "  --rootfs DIR  use DIR as the read-only base instead of the curated host base\n"
     "  --image REF   make the box from an image of the store (pulled when missing;\n"
     "                `agentbox image --help`)\n"
+    "  --volume NAME:PATH[:ro]  mount volume NAME at PATH in the box (repeatable)\n"
     "\n"
     "Options for exec:\n"
     "  --timeout DURATION       kill the command's process tree after this (default: the\n"
@@ -116,6 +119,30 @@ static int create_from_image(ab_backend *b, const char *data, ab_box_spec *spec,
         return r;
 }
 
+/* --volume NAME:PATH[:ro] into *m (pointing into *copy, which the caller frees). */
+static int parse_volume_arg(const char *arg, ab_box_mount *m, char **copy)
+{
+        char *s = xstrdup(arg);
+        char *path = strchr(s, ':');
+        char *ro = path ? strchr(path + 1, ':') : NULL;
+        if (!path || (ro && strcmp(ro, ":ro"))) {
+                free(s);
+                return -1;
+        }
+        *path++ = '\0';
+        if (ro)
+                *ro = '\0';
+        *m = (ab_box_mount){.kind = AB_MOUNT_VOLUME, .source = s, .path = path, .read_only = !!ro};
+        *copy = s;
+        return 0;
+}
+
+static void free_volume_args(char **v, size_t n)
+{
+        for (size_t i = 0; i < n; i++)
+                free(v[i]);
+}
+
 static int cmd_create(ab_backend *b, const char *data, int argc, char **argv)
 {
         static const struct option opts[] = {
@@ -128,10 +155,14 @@ static int cmd_create(ab_backend *b, const char *data, int argc, char **argv)
             {"output-cap", required_argument, NULL, 'o'},
             {"rootfs", required_argument, NULL, 'r'},
             {"image", required_argument, NULL, 'i'},
+            {"volume", required_argument, NULL, 'V'},
             {"help", no_argument, NULL, 'h'},
             {0},
         };
         ab_box_spec spec = {0};
+        ab_box_mount vols[AB_MOUNTS_MAX];
+        char *vol_args[AB_MOUNTS_MAX];
+        size_t nv = 0;
         const char *image = NULL;
         ab_limits_default(&spec.limits);
         char rid[17];
@@ -178,11 +209,21 @@ static int cmd_create(ab_backend *b, const char *data, int argc, char **argv)
                 case 'i':
                         image = optarg;
                         break;
+                case 'V':
+                        if (nv == AB_MOUNTS_MAX)
+                                return cli_usage_error("%s: too many --volume", "create");
+                        if (parse_volume_arg(optarg, &vols[nv], &vol_args[nv]) < 0) {
+                                free_volume_args(vol_args, nv);
+                                return cli_usage_error("--volume wants NAME:PATH[:ro], got '%s'",
+                                                       optarg);
+                        }
+                        nv++;
+                        break;
                 case 'h':
                         fputs("Usage: agentbox create [--id ID] [--cpus N] [--memory SIZE] "
                               "[--pids N] [--disk SIZE] [--timeout DURATION] [--output-cap SIZE] "
-                              "[--rootfs DIR | --image REF]\nCreates a box and starts it; prints "
-                              "its id.\n",
+                              "[--rootfs DIR | --image REF] [--volume NAME:PATH[:ro]]...\n"
+                              "Creates a box and starts it; prints its id.\n",
                               stdout);
                         return 0;
                 default:
@@ -196,13 +237,107 @@ static int cmd_create(ab_backend *b, const char *data, int argc, char **argv)
                 ab_id_random(rid);
                 spec.id = rid;
         }
-        if (image && spec.rootfs)
+        if (image && spec.rootfs) {
+                free_volume_args(vol_args, nv);
                 return cli_usage_error("%s: give --rootfs or --image, not both", "create");
-        if (image ? create_from_image(b, data, &spec, image, &e) < 0
-                  : b->ops->create(b, &spec, &e) < 0)
+        }
+        spec.mounts = vols;
+        spec.n_mounts = nv;
+        int r = image ? create_from_image(b, data, &spec, image, &e) : b->ops->create(b, &spec, &e);
+        free_volume_args(vol_args, nv);
+        if (r < 0)
                 return cli_fail(&e);
         printf("%s\n", spec.id);
         return 0;
+}
+
+static void volume_print(const ab_volume_info *v, bool json)
+{
+        if (json) {
+                json_t *boxes = json_array();
+                for (char **p = v->boxes; p && *p; p++)
+                        json_array_append_new(boxes, json_string(*p));
+                json_t *j =
+                    json_pack("{s:s,s:I,s:I,s:I,s:o}", "name", v->name, "size_mib",
+                              (json_int_t)v->size_mib, "used_bytes", (json_int_t)v->used_bytes,
+                              "created_at", (json_int_t)v->created_at, "boxes", boxes);
+                char *txt = json_dumps(j, JSON_COMPACT);
+                printf("%s\n", txt);
+                free(txt);
+                json_decref(j);
+                return;
+        }
+        printf("%-24s %8llu MiB %10llu used  boxes:", v->name, (unsigned long long)v->size_mib,
+               (unsigned long long)v->used_bytes);
+        for (char **p = v->boxes; p && *p; p++)
+                printf(" %s", *p);
+        printf("\n");
+}
+
+/* agentbox volume create NAME [--size MIB] | ls [--json] | rm NAME */
+static int cmd_volume(ab_backend *b, int argc, char **argv)
+{
+        static const char usage[] =
+            "Usage: agentbox volume create NAME [--size MIB] | ls [--json] | "
+            "rm NAME...\nNamed volumes: disks boxes share (create --volume "
+            "NAME:PATH[:ro]) and that outlive them.\n";
+        if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
+                fputs(usage, argc < 2 ? stderr : stdout);
+                return argc < 2 ? EXIT_USAGE : 0;
+        }
+        _cleanup_err_ ab_err *e = NULL;
+        if (!b->vol) {
+                ab_err_set(&e, AB_E_UNSUPPORTED, 0, "this backend has no volumes");
+                return cli_fail(&e);
+        }
+        const char *verb = argv[1];
+        if (!strcmp(verb, "create")) {
+                uint64_t size = AB_DEFAULT_DISK_MIB;
+                const char *name = NULL;
+                for (int i = 2; i < argc; i++) {
+                        if (!strcmp(argv[i], "--size") && i + 1 < argc) {
+                                if (ab_parse_mib(argv[++i], &size, &e) < 0)
+                                        return cli_bad_option(&e, "--size");
+                        } else if (!name && argv[i][0] != '-') {
+                                name = argv[i];
+                        } else {
+                                return cli_usage_error("volume create: unexpected '%s'", argv[i]);
+                        }
+                }
+                if (!name)
+                        return cli_usage_error("%s: give a NAME", "volume create");
+                if (b->vol->create(b, name, size, NULL, &e) < 0)
+                        return cli_fail(&e);
+                printf("%s\n", name);
+                return 0;
+        }
+        if (!strcmp(verb, "ls")) {
+                bool json = argc > 2 && !strcmp(argv[2], "--json");
+                ab_volume_info *v = NULL;
+                size_t n = 0;
+                if (b->vol->list(b, &v, &n, &e) < 0)
+                        return cli_fail(&e);
+                for (size_t i = 0; i < n; i++) {
+                        volume_print(&v[i], json);
+                        ab_volume_info_clear(&v[i]);
+                }
+                free(v);
+                return 0;
+        }
+        if (!strcmp(verb, "rm")) {
+                if (argc < 3)
+                        return cli_usage_error("%s: give a NAME", "volume rm");
+                int rc = 0;
+                for (int i = 2; i < argc; i++) {
+                        if (b->vol->remove(b, argv[i], &e) < 0) {
+                                rc = cli_fail(&e);
+                                continue;
+                        }
+                        printf("%s\n", argv[i]);
+                }
+                return rc;
+        }
+        return cli_usage_error("volume: unknown verb '%s' (create, ls, rm)", verb);
 }
 
 typedef int (*box_op)(ab_backend *, const char *, ab_err **);
@@ -485,8 +620,9 @@ int main(int argc, char **argv)
                 printf("agentbox %s\n", AGENTBOX_VERSION);
                 return 0;
         }
-        static const char *const known[] = {"create", "exec", "start",   "stop", "pause", "resume",
-                                            "rm",     "ls",   "inspect", "cp",   "tool",  "attach"};
+        static const char *const known[] = {"create", "exec",   "start", "stop",    "pause",
+                                            "resume", "rm",     "ls",    "inspect", "cp",
+                                            "tool",   "attach", "volume"};
         bool ok = false;
         for (size_t k = 0; k < AB_ARRAY_LEN(known); k++)
                 ok |= !strcmp(cmd, known[k]);
@@ -508,6 +644,8 @@ int main(int argc, char **argv)
                                 return cli_attach(sub_argc, sub_argv, data);
                         if (!strcmp(cmd, "tool"))
                                 return cmd_tool(NULL, true, sub_argc, sub_argv);
+                        if (!strcmp(cmd, "volume"))
+                                break; /* its own usage, below */
                         printf("Usage: agentbox %s%s\n", cmd,
                                !strcmp(cmd, "ls") ? " [--json]" : " ID...");
                         return 0;
@@ -540,5 +678,7 @@ int main(int argc, char **argv)
                 return cmd_ls(b, sub_argc, sub_argv);
         if (!strcmp(cmd, "inspect"))
                 return cmd_inspect(b, sub_argc, sub_argv);
+        if (!strcmp(cmd, "volume"))
+                return cmd_volume(b, sub_argc, sub_argv);
         return cli_cp(b, sub_argc, sub_argv);
 }

@@ -264,6 +264,8 @@ int cli_service_open(cli_service *s, const cli_service_args *a, ab_err **err)
             .ttl_s = cfg->ttl_s,
             .pool_size = cfg->pool_size,
             .max_running = cfg->max_running,
+            .host_mount_prefixes = (const char *const *)cfg->host_mount_prefixes,
+            .n_host_mount_prefixes = cfg->n_host_mount_prefixes,
             .reaper_interval_ms = cfg->reaper_interval_ms,
             .sample_interval_ms = cfg->sample_interval_ms,
             .alert_memory_pct = cfg->alert_memory_pct,

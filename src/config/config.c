@@ -70,6 +70,12 @@ static void config_copy(ab_config *dst, const ab_config *src)
                 dst->registries[i].username = dup_or_null(src->registries[i].username);
                 dst->registries[i].password = dup_or_null(src->registries[i].password);
         }
+        dst->host_mount_prefixes = NULL;
+        if (src->host_mount_prefixes) {
+                dst->host_mount_prefixes = xcalloc(src->n_host_mount_prefixes + 1, sizeof(char *));
+                for (size_t i = 0; i < src->n_host_mount_prefixes; i++)
+                        dst->host_mount_prefixes[i] = xstrdup(src->host_mount_prefixes[i]);
+        }
         dst->app_quotas =
             src->n_app_quotas ? xcalloc(src->n_app_quotas, sizeof(*dst->app_quotas)) : NULL;
         for (size_t i = 0; i < src->n_app_quotas; i++) {
@@ -118,6 +124,7 @@ void ab_config_release(ab_config *c)
         keys_free(c->keys, c->n_keys);
         registries_free(c->registries, c->n_registries);
         app_quotas_free(c->app_quotas, c->n_app_quotas);
+        ab_strvfreep(&c->host_mount_prefixes);
         *c = (ab_config){0};
 }
 
@@ -696,6 +703,32 @@ static int load_registries(yctx *y, ab_config *c, yaml_node_t *seq)
         return 0;
 }
 
+/* host_mount_prefixes: [DIR, ...]: absolute folders, never "/" alone. */
+static int load_host_prefixes(yctx *y, ab_config *c, yaml_node_t *seq)
+{
+        ab_strvfreep(&c->host_mount_prefixes);
+        c->n_host_mount_prefixes = 0;
+        if (is_null(seq))
+                return 0;
+        if (seq->type != YAML_SEQUENCE_NODE)
+                return fail_at(y, seq, "host_mount_prefixes",
+                               why("expected a list of absolute folders"));
+        size_t n = (size_t)(seq->data.sequence.items.top - seq->data.sequence.items.start);
+        c->host_mount_prefixes = xcalloc(n + 1, sizeof(char *));
+        for (yaml_node_item_t *it = seq->data.sequence.items.start;
+             it < seq->data.sequence.items.top; it++) {
+                yaml_node_t *item = node(y, *it);
+                const char *v = scalar(y, item, "host_mount_prefixes");
+                if (!v)
+                        return -1;
+                if (v[0] != '/' || !strcmp(v, "/"))
+                        return fail_at(y, item, "host_mount_prefixes",
+                                       why("'%s': must be an absolute folder other than /", v));
+                c->host_mount_prefixes[c->n_host_mount_prefixes++] = xstrdup(v);
+        }
+        return 0;
+}
+
 /* Aliases of one field set the same member: a file giving both is an error. */
 static const field *find_field(const char *k)
 {
@@ -889,6 +922,8 @@ static int top_pair(yctx *y, const char *k, yaml_node_t *kn, yaml_node_t *vn, vo
                 return load_api_keys(y, t->c, vn);
         if (strcmp(k, "registries") == 0)
                 return load_registries(y, t->c, vn);
+        if (strcmp(k, "host_mount_prefixes") == 0)
+                return load_host_prefixes(y, t->c, vn);
         if (strcmp(k, "quotas") == 0) {
                 if (is_null(vn))
                         return 0;
@@ -897,7 +932,8 @@ static int top_pair(yctx *y, const char *k, yaml_node_t *kn, yaml_node_t *vn, vo
         }
         const field *f = find_field(k);
         if (!f) {
-                _cleanup_free_ char *known = xstrdup("limits, tools, api_keys, quotas, registries");
+                _cleanup_free_ char *known =
+                    xstrdup("limits, tools, api_keys, quotas, registries, host_mount_prefixes");
                 for (size_t i = 0; i < AB_ARRAY_LEN(fields); i++) {
                         char *more = xasprintf("%s, %s", known, fields[i].name);
                         free(known);

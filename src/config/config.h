@@ -77,6 +77,10 @@ typedef struct ab_config {
         ab_config_registry *registries; /* image registries' credentials and HTTP permission */
         size_t n_registries;
         uint64_t image_max_layer; /* most bytes one image layer may unpack to; default 16 GiB */
+        /* Host folders boxes may mount directories of (config:
+         * host_mount_prefixes: [DIR, ...], absolute); none = host mounts refused. */
+        char **host_mount_prefixes; /* NULL-terminated, or NULL */
+        size_t n_host_mount_prefixes;
 } ab_config;
 
 /* Fills *c with the defaults. */

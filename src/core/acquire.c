@@ -163,10 +163,11 @@ static int check_keys(ab_manager *m, const ab_acquire_req *q, const char *scope,
 /* Creates the backend box for a freshly inserted "creating" row (from img
  * when not NULL: held first, released again when the create fails). */
 static int create_backend(ab_manager *m, ab_box_rec *r, const ab_limits *lim, const ab_image *img,
-                          ab_err **err)
+                          const mgr_mounts *mm, ab_err **err)
 {
         ab_backend *b = m->o.backend;
-        ab_box_spec spec = {.id = r->backend_id, .limits = *lim};
+        ab_box_spec spec = {
+            .id = r->backend_id, .limits = *lim, .mounts = mm->v, .n_mounts = mm->n};
         if (img) {
                 if (mgr_image_hold(m, r->backend_id, img, err) < 0)
                         return -1;
@@ -186,6 +187,11 @@ static int create_backend(ab_manager *m, ab_box_rec *r, const ab_limits *lim, co
                 }
                 ab_metrics_op(m->o.metrics, "create", false);
                 ab_log(AB_LOG_WARN, "box cannot be created", "box", r->id, "error", e->msg, NULL);
+                if (e->code == AB_E_NOT_FOUND || e->code == AB_E_INVALID) {
+                        /* a volume deleted meanwhile, a path the box's tree refuses */
+                        ab_err_wrap(&e, "box %s cannot be created", r->id);
+                        return mgr_propagate(err, e);
+                }
                 /* the host's disk filled up under the create: say so (507) */
                 ab_err_set(err,
                            e->code == AB_E_LIMIT || e->errnum == ENOSPC ? AB_E_STORAGE
@@ -218,7 +224,14 @@ int ab_manager_acquire(ab_manager *m, const ab_acquire_req *q, const char *scope
         ab_limits lim = m->o.limits;
         if (q->limits)
                 lim = *q->limits;
-        bool pool_ok = m->o.pool_size > 0 && limits_equal(&lim, &m->o.limits) && !q->image;
+        /* Mounts are checked before anything is counted or recorded; an
+         * existing box keeps its own. */
+        mgr_mounts mm;
+        if (mgr_mounts_parse(m, q, scope, &mm, err) < 0) {
+                mgr_mounts_clear(&mm);
+                return -1;
+        }
+        bool pool_ok = m->o.pool_size > 0 && limits_equal(&lim, &m->o.limits) && !q->image && !mm.n;
         ab_image img = {0};
         bool have_img = false;
 
@@ -289,7 +302,11 @@ int ab_manager_acquire(ab_manager *m, const ab_acquire_req *q, const char *scope
                         have_img = true;
                         continue; /* the box may have been made meanwhile */
                 }
-                /* A new box: the app's quotas first, before anything is made;
+                /* A new box: its volumes must exist (looked up only now: an
+                 * existing box keeps its own). */
+                if (mgr_mounts_volumes_check(m, &mm, scope, err) < 0)
+                        break;
+                /* The app's quotas first, before anything is made;
                  * the reservation holds until the record counts the box. */
                 mgr_ticket qt;
                 if (mgr_quota_create_begin(m, app, lim.disk_mib, &qt, err) < 0)
@@ -297,6 +314,8 @@ int ab_manager_acquire(ab_manager *m, const ab_acquire_req *q, const char *scope
                 mgr_fill_new_rec(m, q, app, id, &lim, &r);
                 if (have_img)
                         json_object_set_new(r.spec, "image", mgr_image_spec(q->image, &img));
+                if (mm.n)
+                        json_object_update_new(r.spec, mgr_mounts_spec(mm.v, mm.n));
                 if (pool_ok) {
                         r.status = AB_BOX_RUNNING;
                         int c = ab_store_pool_claim(m->o.store, &r, &e);
@@ -355,7 +374,7 @@ int ab_manager_acquire(ab_manager *m, const ab_acquire_req *q, const char *scope
                                 ab_err_free(&e);
                         break;
                 }
-                int made = create_backend(m, &r, &lim, have_img ? &img : NULL, err);
+                int made = create_backend(m, &r, &lim, have_img ? &img : NULL, &mm, err);
                 mgr_disk_end(m, &dt);
                 if (made < 0) {
                         ab_store_box_delete(m->o.store, m->provider, id, NULL);
@@ -377,6 +396,7 @@ int ab_manager_acquire(ab_manager *m, const ab_acquire_req *q, const char *scope
         pthread_mutex_unlock(&s->lock);
         mgr_slot_put(m, s);
         ab_image_clear(&img);
+        mgr_mounts_clear(&mm);
         if (rc == 0)
                 mgr_enforce_cap(m, id);
         return rc;

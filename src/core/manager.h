@@ -59,6 +59,10 @@ typedef struct ab_manager_opts {
         double disk_overcommit_ratio;
         uint64_t disk_reserve;
         int64_t disk_watch_interval_ms;
+        /* Host directories boxes may mount (canonical folders; a host_path
+         * must lie under one after realpath); none = host mounts refused. */
+        const char *const *host_mount_prefixes;
+        size_t n_host_mount_prefixes;
         bool no_jobs; /* a short-lived user (the CLI): no recovery at open and no
                        * background jobs (reaper, pool, sampler, deleters); a
                        * box it deletes stays "deleting" until a server runs */
@@ -93,6 +97,13 @@ typedef struct ab_acquire_req {
         int64_t idle_stop_s;     /* 0 = server default, -1 = never */
         bool has_ttl;
         int64_t ttl_s;
+        /* A new box's mounts, applied at every start (base/mounts.h), all
+         * borrowed or NULL: volumes [{name, path, read_only?}] (AB_E_NOT_FOUND
+         * for a volume that does not exist or belongs to another app); mounts
+         * [{host_path, path, read_only?}] (host directories: admin only, under
+         * host_mount_prefixes, else AB_E_PERMISSION); readonly_paths and
+         * blocked_paths [path, ...]. */
+        json_t *volumes, *mounts, *readonly_paths, *blocked_paths;
 } ab_acquire_req;
 
 /* Finds or makes the box for req and makes sure it runs. *created tells
@@ -171,6 +182,20 @@ typedef struct ab_sysbox_spec {
  * any box (an exec in it is counted, audited and published like any exec).
  * Its execs get no default timeout: the caller sets one or none. */
 int ab_manager_sys_use_begin(ab_manager *m, const ab_sysbox_spec *spec, ab_use *u, ab_err **err);
+
+/* Named volumes (backend.h's ab_volume_ops). A volume made with an API key
+ * belongs to its app: scope (an app id) sees and uses only its app's
+ * volumes, admin (NULL) every volume. AB_E_UNSUPPORTED when the backend has
+ * no volumes. create: size_mib 0 = the default box disk size; AB_E_CONFLICT
+ * when the name exists. delete: AB_E_CONFLICT naming the boxes while a box
+ * that still exists uses it. */
+int ab_manager_volume_create(ab_manager *m, const char *name, uint64_t size_mib, const char *scope,
+                             ab_volume_info *out, ab_err **err);
+int ab_manager_volume_get(ab_manager *m, const char *name, const char *scope, ab_volume_info *out,
+                          ab_err **err);
+int ab_manager_volume_list(ab_manager *m, const char *scope, ab_volume_info **out, size_t *n,
+                           ab_err **err);
+int ab_manager_volume_delete(ab_manager *m, const char *name, const char *scope, ab_err **err);
 
 /* The backend, for operations only it has (ab_backend.subcg, connect_unix). */
 ab_backend *ab_manager_backend(ab_manager *m);

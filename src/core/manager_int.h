@@ -142,6 +142,25 @@ void mgr_wake_pool(ab_manager *m);
  * failure is logged and published as "box.error", not returned: the box runs. */
 void mgr_entrypoint_start(ab_manager *m, const ab_box_rec *r);
 
+/* ---- volumes and mounts (core/volumes.c) ---- */
+
+/* A new box's mounts, parsed from the request and owned. */
+typedef struct mgr_mounts {
+        ab_box_mount *v;
+        size_t n;
+} mgr_mounts;
+/* Parses and checks q's volumes, mounts, readonly_paths and blocked_paths:
+ * paths, volume names, host directories only for admin and under
+ * host_mount_prefixes (their source made canonical). Clear *mm also after a
+ * failure. */
+int mgr_mounts_parse(ab_manager *m, const ab_acquire_req *q, const char *scope, mgr_mounts *mm,
+                     ab_err **err);
+/* For a new box: its volumes exist and scope may use them (AB_E_NOT_FOUND). */
+int mgr_mounts_volumes_check(ab_manager *m, const mgr_mounts *mm, const char *scope, ab_err **err);
+void mgr_mounts_clear(mgr_mounts *mm);
+/* What a box's record shows of them: {volumes, mounts, readonly_paths, blocked_paths}. */
+json_t *mgr_mounts_spec(const ab_box_mount *mt, size_t n);
+
 /* ---- images (core/images.c) ---- */
 
 /* The image for a new box: found in the store, else pulled. AB_E_UNSUPPORTED

@@ -443,6 +443,8 @@ NO_ASAN static int run_setup(void *arg)
             .etc_hidden = s->etc_hidden,
             .while_mounting = join_cgroup,
             .ud = (void *)s,
+            .binds = s->binds,
+            .n_binds = s->n_binds,
         };
         if (ab_rootfs_build(&rs, &err) < 0)
                 die_err(out, err);

@@ -6,6 +6,7 @@
 
 #include "base/err.h"
 #include "base/limits.h"
+#include "native/binds.h"
 #include "native/cgroup.h"
 #include "native/hide.h"
 #include "native/seccomp.h"
@@ -25,6 +26,8 @@ typedef struct ab_spawn_spec {
         const ab_bpf *bpf;              /* seccomp filter to install */
         int init_memfd;                 /* the agentbox-init binary, from ab_box_seal_init() */
         const ab_hide_list *etc_hidden; /* host base: what to hide of /etc (hide.h) */
+        const ab_bind *binds;           /* volumes, host dirs, read-only and hidden paths */
+        size_t n_binds;
 } ab_spawn_spec;
 
 /* Copies the agentbox-init binary (exe: a readable fd) into a sealed memfd

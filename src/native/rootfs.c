@@ -722,5 +722,12 @@ int ab_rootfs_build(const ab_rootfs_spec *s, ab_err **err)
                  (unsigned)s->uid_base);
         if (mount("tmpfs", q, "tmpfs", MS_NOSUID | MS_NODEV, o) < 0)
                 return ab_err_set(err, AB_E_INTERNAL, errno, "mount /run");
-        return mount_dev(root, s->uid_base, err);
+        if (mount_dev(root, s->uid_base, err) < 0)
+                return -1;
+        if (!s->n_binds)
+                return 0;
+        _cleanup_close_ int rfd = open(root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (rfd < 0)
+                return ab_err_set(err, AB_E_INTERNAL, errno, "open %s", root);
+        return ab_binds_apply(rfd, s->binds, s->n_binds, s->userns_fd, s->uid_base, err);
 }

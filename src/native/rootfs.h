@@ -14,6 +14,7 @@
 #define AB_ROOTFS_H
 
 #include "base/err.h"
+#include "native/binds.h"
 #include "native/hide.h"
 #include <sys/types.h>
 
@@ -35,6 +36,10 @@ typedef struct ab_rootfs_spec {
          * caller's own work meanwhile; may be NULL. Non-zero fails the build. */
         int (*while_mounting)(void *ud, ab_err **err);
         void *ud;
+        /* Volumes, host directories, read-only and hidden paths (binds.h),
+         * applied last. */
+        const ab_bind *binds;
+        size_t n_binds;
 } ab_rootfs_spec;
 
 /* Mounts everything listed above. On failure the caller's mount namespace is

@@ -80,6 +80,18 @@ int ab_box_config_write(int boxfd, const ab_box_config *c, ab_err **err)
         }
         if (c->image)
                 json_object_set_new(j, "image", json_string(c->image));
+        if (c->n_mounts) {
+                json_t *a = json_array();
+                for (size_t i = 0; i < c->n_mounts; i++) {
+                        const ab_box_mount *m = &c->mounts[i];
+                        json_t *o = json_pack("{s:s,s:s,s:b}", "kind", ab_mount_kind_name(m->kind),
+                                              "path", m->path, "read_only", m->read_only);
+                        if (m->source)
+                                json_object_set_new(o, "source", json_string(m->source));
+                        json_array_append_new(a, o);
+                }
+                json_object_set_new(j, "mounts", a);
+        }
         /* Synced: a box whose directory survives a host crash must have its
          * config. The directory entry needs no sync of its own: the config
          * is written before the box directory is renamed into boxes/, and
@@ -91,6 +103,33 @@ static uint64_t get_u64(json_t *o, const char *k, uint64_t dflt)
 {
         json_t *v = json_object_get(o, k);
         return json_is_integer(v) ? (uint64_t)json_integer_value(v) : dflt;
+}
+
+static int read_mounts(json_t *a, ab_box_config *c)
+{
+        static const ab_mount_kind kinds[] = {AB_MOUNT_VOLUME, AB_MOUNT_HOST, AB_MOUNT_READONLY,
+                                              AB_MOUNT_BLOCKED};
+        size_t n = json_array_size(a);
+        if (!n)
+                return 0;
+        c->mounts = xcalloc(n, sizeof(*c->mounts));
+        for (size_t i = 0; i < n; i++) {
+                json_t *o = json_array_get(a, i);
+                const char *kind = json_string_value(json_object_get(o, "kind"));
+                const char *path = json_string_value(json_object_get(o, "path"));
+                const char *src = json_string_value(json_object_get(o, "source"));
+                ab_box_mount *m = &c->mounts[c->n_mounts];
+                for (size_t k = 0; kind && k < AB_ARRAY_LEN(kinds); k++)
+                        if (!strcmp(kind, ab_mount_kind_name(kinds[k])))
+                                m->kind = kinds[k];
+                if (!m->kind || !path)
+                        return -1;
+                m->path = xstrdup(path);
+                m->source = src ? xstrdup(src) : NULL;
+                m->read_only = json_is_true(json_object_get(o, "read_only"));
+                c->n_mounts++;
+        }
+        return 0;
 }
 
 int ab_box_config_read(int boxfd, ab_box_config *c, ab_err **err)
@@ -128,6 +167,11 @@ int ab_box_config_read(int boxfd, ab_box_config *c, ab_err **err)
                         c->layers[i] = xstrdup(lp ? lp : "");
                 }
         }
+        if (read_mounts(json_object_get(j, "mounts"), c) < 0) {
+                json_decref(j);
+                ab_box_config_clear(c);
+                return ab_err_set(err, AB_E_INTERNAL, 0, "config.json: bad mounts");
+        }
         json_decref(j);
         if (!c->uid_base || !c->id[0]) {
                 ab_box_config_clear(c);
@@ -144,6 +188,13 @@ void ab_box_config_clear(ab_box_config *c)
         c->image = NULL;
         ab_strvfreep(&c->layers);
         c->layers = NULL;
+        for (size_t i = 0; i < c->n_mounts; i++) {
+                free((char *)c->mounts[i].path);
+                free((char *)c->mounts[i].source);
+        }
+        free(c->mounts);
+        c->mounts = NULL;
+        c->n_mounts = 0;
 }
 
 int ab_state_write(int boxfd, const ab_box_state *s, ab_err **err)

@@ -13,6 +13,7 @@
 
 #include "base/err.h"
 #include "base/limits.h"
+#include "base/mounts.h"
 #include <sys/types.h>
 
 typedef struct ab_box_config {
@@ -23,6 +24,10 @@ typedef struct ab_box_config {
         char **layers; /* an image's layer trees, bottom first, NULL-terminated; or NULL */
         char *image;   /* the image's id when layers are set, else NULL */
         int64_t created_at;
+        /* Volumes, host directories, read-only and hidden paths, applied at
+         * every start; the strings are owned (on read) or borrowed (on write). */
+        ab_box_mount *mounts;
+        size_t n_mounts;
 } ab_box_config;
 
 typedef struct ab_box_state {

@@ -244,8 +244,9 @@ bad = [
      "network.mode"),
     ("network rule not a host", {"id": "bad-11", "network": {"allow": ["a b"]}}, 400, "invalid_argument",
      "network.allow"),
-    ("mounts (not supported)", {"id": "bad-12", "mounts": [{"host_path": "/etc", "path": "/mnt/etc",
-                                                           "read_only": True}]}, 501, "unsupported", None),
+    ("mounts (no host_mount_prefixes in the config)",
+     {"id": "bad-12", "mounts": [{"host_path": "/etc", "path": "/mnt/etc", "read_only": True}]}, 403,
+     "permission_denied", "host_mount_prefixes"),
     ("body over max_body", {"id": "bad-13", "metadata": {"pad": "x" * (MAX_BODY + 4096)}}, 413, "limit_exceeded", None),
 ]
 for what, body, status, code, mention in bad:
