@@ -24,6 +24,11 @@ import abserver  # noqa: E402
 import registry  # noqa: E402
 
 h = abserver.ServerHarness(budget=240)
+# A sanitized build's agentbox-init is dynamically linked: it starts only in
+# boxes with the host's libraries, so boxes of images are left to the normal
+# build there (the store, pulls and the API still run).
+BOXES = abserver.abtest.init_is_static()
+SKIP_WHY = "agentbox-init is dynamically linked (sanitized build): it cannot start in an image's root"
 why = registry.missing()
 if why:
     h.skip_all(why)
@@ -142,73 +147,80 @@ r = srv.post("/v1/images", {"ref": REF})
 h.eq((r.status, len(layer_dirs())), (200, 3), "pulling it again: 200, nothing new unpacked", r.describe())
 
 # ---- a box from it ---------------------------------------------------------------------------
+if BOXES:
 
-r = srv.post("/v1/sandboxes", {"id": "img1", "image": REF, "env": {"BAR": "box"}})
-h.eq(r.status, 201, "create a box with image %s" % REF, r.describe())
-h.eq((r.get("image") or {}).get("ref"), REF, "... the box shows its image", r.text)
-r = sh("img1", "cat /etc/motd")
-h.eq(out(r), "hello from the image", "a file of the image's second layer", r.describe())
-r = sh("img1", "ls /data")
-h.eq(out(r), "b", "a whiteout of the third layer hides /data/a of the first", r.describe())
-r = sh("img1", "ls /opt/tool")
-h.eq(out(r), "y", "an opaque directory hides what the layers below had in it", r.describe())
-r = sh("img1", "echo $FOO $BAR; pwd")
-h.eq(out(r).split(), ["image", "box", "/data"],
-     "the image's Env and WorkingDir apply; the box's env wins over the image's", r.describe())
-r = sh("img1", "echo $FOO", env={"FOO": "exec"})
-h.eq(out(r), "exec", "an exec's own env wins over both", r.describe())
-r = sh("img1", "test -e /usr/bin/python3 || test -e /usr/lib/x86_64-linux-gnu; echo $?")
-h.eq(out(r), "1", "the host's /usr is not in the box", r.describe())
-r = sh("img1", "cat /etc/hostname; test -d /workspace && test -d /mnt/user-data/outputs && echo dirs")
-h.eq(out(r).split(), ["img1", "dirs"], "the box's own hostname, /workspace and the DeerFlow paths", r.describe())
-r = srv.post("/v1/sandboxes/img1/exec", {"argv": ["/bin/busybox", "echo", "argv works"]})
-h.eq(out(r), "argv works", "an argv exec in an image box", r.describe())
+    r = srv.post("/v1/sandboxes", {"id": "img1", "image": REF, "env": {"BAR": "box"}})
+    h.eq(r.status, 201, "create a box with image %s" % REF, r.describe())
+    h.eq((r.get("image") or {}).get("ref"), REF, "... the box shows its image", r.text)
+    r = sh("img1", "cat /etc/motd")
+    h.eq(out(r), "hello from the image", "a file of the image's second layer", r.describe())
+    r = sh("img1", "ls /data")
+    h.eq(out(r), "b", "a whiteout of the third layer hides /data/a of the first", r.describe())
+    r = sh("img1", "ls /opt/tool")
+    h.eq(out(r), "y", "an opaque directory hides what the layers below had in it", r.describe())
+    r = sh("img1", "echo $FOO $BAR; pwd")
+    h.eq(out(r).split(), ["image", "box", "/data"],
+         "the image's Env and WorkingDir apply; the box's env wins over the image's", r.describe())
+    r = sh("img1", "echo $FOO", env={"FOO": "exec"})
+    h.eq(out(r), "exec", "an exec's own env wins over both", r.describe())
+    r = sh("img1", "test -e /usr/bin/python3 || test -e /usr/lib/x86_64-linux-gnu; echo $?")
+    h.eq(out(r), "1", "the host's /usr is not in the box", r.describe())
+    r = sh("img1", "cat /etc/hostname; test -d /workspace && test -d /mnt/user-data/outputs && echo dirs")
+    h.eq(out(r).split(), ["img1", "dirs"], "the box's own hostname, /workspace and the DeerFlow paths", r.describe())
+    r = srv.post("/v1/sandboxes/img1/exec", {"argv": ["/bin/busybox", "echo", "argv works"]})
+    h.eq(out(r), "argv works", "an argv exec in an image box", r.describe())
 
-r = srv.put("/v1/sandboxes/img1/files", b"file api\n", query={"path": "/workspace/f.txt"})
-h.ok(r.status in (200, 201), "PUT a file into the image box", r.describe())
-r = srv.get("/v1/sandboxes/img1/files", query={"path": "/workspace/f.txt"})
-h.eq(r.body, b"file api\n", "... and read it back", r.describe())
-r = srv.post("/v1/sandboxes/img1/tools/grep", {"args": {"pattern": "hello", "path": "/etc"}})
-h.contains(json.dumps(r.json), "motd", "the grep tool in an image box", r.describe())
-r = srv.post("/v1/sandboxes/img1/tools/bash", {"args": {"command": "echo tool $FOO"}})
-h.contains(json.dumps(r.json), "tool image", "the bash tool runs with the image's shell and env", r.describe())
+    r = srv.put("/v1/sandboxes/img1/files", b"file api\n", query={"path": "/workspace/f.txt"})
+    h.ok(r.status in (200, 201), "PUT a file into the image box", r.describe())
+    r = srv.get("/v1/sandboxes/img1/files", query={"path": "/workspace/f.txt"})
+    h.eq(r.body, b"file api\n", "... and read it back", r.describe())
+    r = srv.post("/v1/sandboxes/img1/tools/grep", {"args": {"pattern": "hello", "path": "/etc"}})
+    h.contains(json.dumps(r.json), "motd", "the grep tool in an image box", r.describe())
+    r = srv.post("/v1/sandboxes/img1/tools/bash", {"args": {"command": "echo tool $FOO"}})
+    h.contains(json.dumps(r.json), "tool image", "the bash tool runs with the image's shell and env", r.describe())
 
-# ---- two boxes share the layers; neither changes what the other sees -------------------------
+    # ---- two boxes share the layers; neither changes what the other sees -------------------------
 
-r = srv.post("/v1/sandboxes", {"id": "img2", "image": REF})
-h.eq(r.status, 201, "a second box from the same image", r.describe())
-h.eq(len(layer_dirs()), 3, "... still one copy of each layer on disk", layer_dirs())
-r = sh("img1", "echo changed > /etc/motd; rm /data/b; echo new > /data/new; echo ok")
-h.eq(out(r), "ok", "box 1 changes files of the image", r.describe())
-r = sh("img2", "cat /etc/motd; ls /data")
-h.eq(out(r).split("\n"), ["hello from the image", "b"], "... box 2 sees the image as it was", r.describe())
-r = sh("img1", "cat /etc/motd; ls /data")
-h.eq(out(r).split("\n"), ["changed", "new"], "... box 1 keeps its own changes", r.describe())
-motd = [os.path.join(LAYERS, d, "fs", "etc", "motd") for d in layer_dirs()
-        if os.path.exists(os.path.join(LAYERS, d, "fs", "etc", "motd"))]
-h.eq([open(p).read() for p in motd], ["hello from the image\n"], "... and the layer on the host is unchanged",
-     motd)
-r = sh("img1", "mount -o remount,rw / 2>&1; echo x > /proc/self/root/etc/motd2 && echo wrote")
-h.eq(os.path.exists(os.path.join(LAYERS, motd[0].split("/")[-4], "fs", "etc", "motd2")) if motd else True,
-     False, "a box cannot write into a shared layer", r.describe())
+    r = srv.post("/v1/sandboxes", {"id": "img2", "image": REF})
+    h.eq(r.status, 201, "a second box from the same image", r.describe())
+    h.eq(len(layer_dirs()), 3, "... still one copy of each layer on disk", layer_dirs())
+    r = sh("img1", "echo changed > /etc/motd; rm /data/b; echo new > /data/new; echo ok")
+    h.eq(out(r), "ok", "box 1 changes files of the image", r.describe())
+    r = sh("img2", "cat /etc/motd; ls /data")
+    h.eq(out(r).split("\n"), ["hello from the image", "b"], "... box 2 sees the image as it was", r.describe())
+    r = sh("img1", "cat /etc/motd; ls /data")
+    h.eq(out(r).split("\n"), ["changed", "new"], "... box 1 keeps its own changes", r.describe())
+    motd = [os.path.join(LAYERS, d, "fs", "etc", "motd") for d in layer_dirs()
+            if os.path.exists(os.path.join(LAYERS, d, "fs", "etc", "motd"))]
+    h.eq([open(p).read() for p in motd], ["hello from the image\n"], "... and the layer on the host is unchanged",
+         motd)
+    r = sh("img1", "mount -o remount,rw / 2>&1; echo x > /proc/self/root/etc/motd2 && echo wrote")
+    h.eq(os.path.exists(os.path.join(LAYERS, motd[0].split("/")[-4], "fs", "etc", "motd2")) if motd else True,
+         False, "a box cannot write into a shared layer", r.describe())
 
-# stop and start: files kept, image still applies
-r = srv.post("/v1/sandboxes/img1/stop")
-h.eq(r.status, 200, "stop the image box", r.describe())
-r = sh("img1", "cat /etc/motd; echo $FOO")
-h.eq(out(r).split("\n"), ["changed", "image"], "after stop and start: its changes kept, the image's env applies",
-     r.describe())
+    # stop and start: files kept, image still applies
+    r = srv.post("/v1/sandboxes/img1/stop")
+    h.eq(r.status, 200, "stop the image box", r.describe())
+    r = sh("img1", "cat /etc/motd; echo $FOO")
+    h.eq(out(r).split("\n"), ["changed", "image"], "after stop and start: its changes kept, the image's env applies",
+         r.describe())
 
+else:
+    h.skip("boxes from images", SKIP_WHY)
 # ---- pulls at create, other media, SSE progress ------------------------------------------------
 
-r = srv.post("/v1/sandboxes", {"id": "img3", "image": "%s/tools/bb:zstd" % R})
-h.eq(r.status, 201, "a create with an image not in the store pulls it (zstd layers, Docker types)",
-     r.describe())
-r = sh("img3", "ls /data /opt/tool")
-h.contains(out(r), "y", "... and the box runs from it", r.describe())
-r = srv.post("/v1/sandboxes", {"id": "img4", "image": "%s/tools/bb:multi" % R})
-h.eq(r.status, 201, "an index: its linux/amd64 entry is used", r.describe())
+if BOXES:
+    r = srv.post("/v1/sandboxes", {"id": "img3", "image": "%s/tools/bb:zstd" % R})
+    h.eq(r.status, 201, "a create with an image not in the store pulls it (zstd layers, Docker types)",
+         r.describe())
+    r = sh("img3", "ls /data /opt/tool")
+    h.contains(out(r), "y", "... and the box runs from it", r.describe())
+    r = srv.post("/v1/sandboxes", {"id": "img4", "image": "%s/tools/bb:multi" % R})
+    h.eq(r.status, 201, "an index: its linux/amd64 entry is used", r.describe())
 
+else:
+    srv.post("/v1/images", {"ref": "%s/tools/bb:zstd" % R})
+    h.skip("creates that pull their image", SKIP_WHY)
 s = srv.sse("/v1/images", method="POST", body={"ref": "%s/tools/bb:plain" % R})
 evs = s.collect(until=lambda e: e.type in ("done", "error"), timeout=60)
 s.close()
@@ -286,11 +298,14 @@ h.eq(r.status, 200, "DELETE an image no box uses", r.describe())
 h.eq(srv.get("/v1/images/" + plain).status, 404, "... it is gone")
 r = srv.delete("/v1/images/" + REF)
 h.eq(r.status, 200, "DELETE the image boxes img1 and img2 use", r.describe())
-r = sh("img2", "cat /etc/motd")
-h.eq(out(r), "hello from the image", "... the boxes still run from it", r.describe())
-r = srv.post("/v1/sandboxes/img2/stop")
-r = sh("img2", "ls /data")
-h.eq(out(r), "b", "... and start again from it", r.describe())
+if BOXES:
+    r = sh("img2", "cat /etc/motd")
+    h.eq(out(r), "hello from the image", "... the boxes still run from it", r.describe())
+    r = srv.post("/v1/sandboxes/img2/stop")
+    r = sh("img2", "ls /data")
+    h.eq(out(r), "b", "... and start again from it", r.describe())
+else:
+    h.skip("boxes run from a removed image", SKIP_WHY)
 for b in ("img1", "img2", "img3", "img4"):
     srv.delete("/v1/sandboxes/" + b)
 abserver.wait_for(lambda: all(srv.get("/v1/sandboxes/" + b).status == 404 for b in ("img1", "img2", "img3", "img4")),
@@ -310,16 +325,22 @@ h.eq(res.rc, 0, "agentbox image ls", res.describe())
 h.contains(res.out, "tools/bb:zstd", "... lists the images of the store", res.describe())
 res = h.run("image", "pull", REF)
 h.eq(res.rc, 0, "agentbox image pull", res.describe())
-res = h.run("create", "--image", REF, "--disk", "64M", "--memory", "256M")
-h.eq(res.rc, 0, "agentbox create --image", res.describe())
-cid = res.out.strip()
-res = h.run("exec", cid, "--", "cat /etc/motd; ls /data")
-h.eq(res.out.split("\n")[:2], ["hello from the image", "b"], "agentbox exec in it", res.describe())
+if BOXES:
+    res = h.run("create", "--image", REF, "--disk", "64M", "--memory", "256M")
+    h.eq(res.rc, 0, "agentbox create --image", res.describe())
+    cid = res.out.strip()
+    res = h.run("exec", cid, "--", "cat /etc/motd; ls /data")
+    h.eq(res.out.split("\n")[:2], ["hello from the image", "b"], "agentbox exec in it", res.describe())
+else:
+    h.skip("agentbox create --image", SKIP_WHY)
 res = h.run("image", "pull", "%s/tools/bb:nosuchtag" % R)
 h.eq(res.rc, 125, "agentbox image pull of an unknown tag fails with 125", res.describe())
 h.contains(res.err, "not found", "... saying not found", res.describe())
-res = h.run("rm", cid)
-h.eq(res.rc, 0, "agentbox rm of the image box", res.describe())
+if BOXES:
+    res = h.run("rm", cid)
+    h.eq(res.rc, 0, "agentbox rm of the image box", res.describe())
+else:
+    pass
 res = h.run("image", "rm", REF)
 h.eq(res.rc, 0, "agentbox image rm", res.describe())
 res = h.run("image", "ls", "--json")

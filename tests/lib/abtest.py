@@ -186,6 +186,29 @@ def _killpg(pid):
         pass
 
 
+def init_is_static(path=None):
+    """True when agentbox-init (AGENTBOX_INIT, or path) is a static binary.
+    A sanitized build links it dynamically: it then starts only in boxes whose
+    root has the host's libraries (the host base), not in boxes of an image."""
+    path = path or os.environ.get("AGENTBOX_INIT", "")
+    try:
+        with open(path, "rb") as f:
+            hdr = f.read(64)
+            if hdr[:4] != b"\x7fELF" or hdr[4] != 2:
+                return False
+            phoff = int.from_bytes(hdr[32:40], "little")
+            phentsize = int.from_bytes(hdr[54:56], "little")
+            phnum = int.from_bytes(hdr[56:58], "little")
+            f.seek(phoff)
+            ph = f.read(phentsize * phnum)
+    except OSError:
+        return False
+    for i in range(phnum):
+        if int.from_bytes(ph[i * phentsize:i * phentsize + 4], "little") == 3:  # PT_INTERP
+            return False
+    return True
+
+
 def _unescape_mountinfo(s):
     return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), s)
 
