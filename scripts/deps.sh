@@ -36,6 +36,7 @@ PACKAGES=(
         clang
         bubblewrap
         busybox-static
+        mmdebstrap
         procps
         systemd
         docker-registry
