@@ -63,6 +63,7 @@ enum MHD_Result route_metrics(ab_req *r, const char *id)
         ab_buf_puts(&b, txt);
         free(txt);
         ab_server_counts(s, &b);
+        ab_images_metrics(s, &b);
         size_t len = b.n;
         struct MHD_Response *resp =
             MHD_create_response_from_buffer(len, ab_buf_steal(&b), MHD_RESPMEM_MUST_FREE);

@@ -14,6 +14,25 @@ static json_t *strv_json(char **v)
         return a;
 }
 
+void ab_images_metrics(ab_server *s, ab_buf *b)
+{
+        ab_image *imgs = NULL;
+        size_t n = 0;
+        if (!s->images || ab_image_list(s->images, &imgs, &n, NULL) < 0)
+                return;
+        uint64_t bytes = 0;
+        for (size_t i = 0; i < n; i++)
+                bytes += imgs[i].size;
+        ab_image_list_free(imgs, n);
+        ab_buf_printf(b,
+                      "# HELP agentbox_images Images in the image store.\n"
+                      "# TYPE agentbox_images gauge\nagentbox_images %zu\n"
+                      "# HELP agentbox_images_bytes File data of the images' layers (a layer "
+                      "shared by several images counts for each).\n"
+                      "# TYPE agentbox_images_bytes gauge\nagentbox_images_bytes %llu\n",
+                      n, (unsigned long long)bytes);
+}
+
 json_t *ab_image_json(const ab_image *img)
 {
         const ab_image_config *c = &img->config;
@@ -73,7 +92,9 @@ enum MHD_Result route_image_delete(ab_req *r, const char *ref)
         if (!have_store(r, &ret))
                 return ret;
         ab_err *e = NULL;
-        if (ab_image_remove(r->srv->images, ref, &e) < 0)
+        int rr = ab_image_remove(r->srv->images, ref, &e);
+        ab_metrics_op(r->srv->metrics, "image_remove", rr == 0);
+        if (rr < 0)
                 return resp_err(r, e);
         uint64_t freed = 0;
         if (ab_image_gc(r->srv->images, &freed, &e) < 0)
@@ -86,6 +107,7 @@ enum MHD_Result route_image_delete(ab_req *r, const char *ref)
  * with the image or "error". */
 typedef struct pull_job {
         ab_image_store *images;
+        ab_metrics *metrics;
         char *ref;
         int fd; /* the pipe the response reads */
         bool broken;
@@ -127,7 +149,9 @@ static void *pull_main(void *arg)
         pull_job *j = arg;
         ab_err *e = NULL;
         ab_image img = {0};
-        if (ab_image_pull(j->images, j->ref, pull_progress, j, &img, &e) < 0) {
+        int pr = ab_image_pull(j->images, j->ref, pull_progress, j, &img, &e);
+        ab_metrics_op(j->metrics, "image_pull", pr == 0);
+        if (pr < 0) {
                 pull_send(j, "error",
                           json_pack("{s:s,s:o}", "code", ab_code_name(e->code), "message",
                                     json_bytes(e->msg, strlen(e->msg))));
@@ -143,6 +167,34 @@ static void *pull_main(void *arg)
 }
 
 static const char *const sse_headers[] = {"X-Accel-Buffering", "no", NULL, NULL};
+
+/* POST /v1/images/import[?name=REF]: the body is a `docker save` or OCI
+ * image-layout tarball (admin only: it fills the host's disk). */
+enum MHD_Result route_images_import(ab_req *r, const char *id)
+{
+        enum MHD_Result ret;
+        if (!have_store(r, &ret))
+                return ret;
+        if (r->upload_len == 0 || r->upload_fd < 0)
+                return resp_error(r, 400, "invalid_argument",
+                                  "the body must be a `docker save` or OCI image-layout tarball");
+        if (lseek(r->upload_fd, 0, SEEK_SET) < 0)
+                return resp_error(r, 500, "internal", "seek upload: %s", strerror(errno));
+        const char *name = req_query(r, "name");
+        ab_err *e = NULL;
+        ab_image *imgs = NULL;
+        size_t n = 0;
+        int ir = ab_image_import(r->srv->images, r->upload_fd, name && *name ? name : NULL, NULL,
+                                 NULL, &imgs, &n, &e);
+        ab_metrics_op(r->srv->metrics, "image_import", ir == 0);
+        if (ir < 0)
+                return resp_err(r, e);
+        json_t *a = json_array();
+        for (size_t i = 0; i < n; i++)
+                json_array_append_new(a, ab_image_json(&imgs[i]));
+        ab_image_list_free(imgs, n);
+        return resp_json(r, 201, json_pack("{s:o}", "images", a));
+}
 
 enum MHD_Result route_images_pull(ab_req *r, const char *id)
 {
@@ -173,7 +225,10 @@ enum MHD_Result route_images_pull(ab_req *r, const char *id)
                         return resp_error(r, 500, "internal", "pipe: %s", strerror(errno));
                 }
                 pull_job *j = xzalloc(sizeof(*j));
-                *j = (pull_job){.images = r->srv->images, .ref = steal_pointer(&refc), .fd = p[1]};
+                *j = (pull_job){.images = r->srv->images,
+                                .metrics = r->srv->metrics,
+                                .ref = steal_pointer(&refc),
+                                .fd = p[1]};
                 if (spawn_detached(pull_main, j) < 0) {
                         close(p[0]);
                         close(p[1]);
@@ -185,7 +240,9 @@ enum MHD_Result route_images_pull(ab_req *r, const char *id)
                 return resp_stream_counted(r, 200, "text/event-stream", p[0], sse_headers, slot);
         }
         ab_image img = {0};
-        if (ab_image_pull(r->srv->images, refc, NULL, NULL, &img, &e) < 0)
+        int pr = ab_image_pull(r->srv->images, refc, NULL, NULL, &img, &e);
+        ab_metrics_op(r->srv->metrics, "image_pull", pr == 0);
+        if (pr < 0)
                 return resp_err(r, e);
         json_t *j = ab_image_json(&img);
         ab_image_clear(&img);

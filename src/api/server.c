@@ -84,6 +84,7 @@ static const route routes[] = {
     {"GET", "v1/keys/*", AUTH_ADMIN, BODY_NONE, route_key_get},
     {"GET", "v1/images", AUTH_USER, BODY_NONE, route_images_list},
     {"POST", "v1/images", AUTH_USER, BODY_JSON, route_images_pull},
+    {"POST", "v1/images/import", AUTH_ADMIN, BODY_UPLOAD, route_images_import},
     {"GET", "v1/images/**", AUTH_USER, BODY_NONE, route_image_get},
     {"DELETE", "v1/images/**", AUTH_ADMIN, BODY_NONE, route_image_delete},
     {"GET", "v1/volumes", AUTH_USER, BODY_NONE, route_volumes_list},

@@ -204,8 +204,11 @@ enum MHD_Result route_skill_delete(ab_req *r, const char *name);
 /* routes_images.c */
 enum MHD_Result route_images_list(ab_req *r, const char *id);
 enum MHD_Result route_images_pull(ab_req *r, const char *id);
+enum MHD_Result route_images_import(ab_req *r, const char *id);
 enum MHD_Result route_image_get(ab_req *r, const char *ref);
 enum MHD_Result route_image_delete(ab_req *r, const char *ref);
+/* The image store's gauges (images, bytes) as Prometheus text. */
+void ab_images_metrics(ab_server *s, ab_buf *b);
 /* An image as the API and `agentbox image ls --json` show it (no host paths). */
 json_t *ab_image_json(const ab_image *img);
 /* routes_volumes.c */

@@ -23,7 +23,8 @@ void ab_metrics_error(ab_metrics *m, const char *code);
 /* Lifecycle operations: "create", "start", "stop", "destroy", "pool_claim",
  * "idle_stop", "lru_stop", "ttl_delete", "pause", "resume", "idle_pause",
  * "lru_pause", "pressure_stop" (a paused box stopped because memory was
- * short); `ok` false counts a failure. */
+ * short), "image_pull", "image_import", "image_remove"; `ok` false counts a
+ * failure. */
 void ab_metrics_op(ab_metrics *m, const char *op, bool ok);
 
 /* One connection to the allowlist egress proxy: "allowed", "denied" (by the

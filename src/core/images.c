@@ -15,7 +15,9 @@ int mgr_image_resolve(ab_manager *m, const char *ref, ab_image *out, ab_err **er
                 return mgr_propagate(err, e);
         ab_err_free(&e);
         ab_log(AB_LOG_INFO, "pulling an image for a new box", "image", ref, NULL);
-        if (ab_image_pull(m->o.images, ref, NULL, NULL, out, err) < 0)
+        int r = ab_image_pull(m->o.images, ref, NULL, NULL, out, err);
+        ab_metrics_op(m->o.metrics, "image_pull", r == 0);
+        if (r < 0)
                 return ab_err_wrap(err, "image %s", ref);
         return 0;
 }

@@ -272,6 +272,29 @@ r = srv.post("/v1/sandboxes", {"id": "bad2", "image": "UPPER/case"})
 check_error(r, 400, "invalid_argument", "create with a bad reference")
 unchanged("the failed pulls")
 
+# ---- import over HTTP, metrics ------------------------------------------------------------------
+
+import imagelib  # noqa: E402
+arch = os.path.join(h.root, "saved.tar")
+imagelib.write_docker_save(arch, [{"layers": [BASE], "config": imagelib.config(env=["PATH=/bin"]),
+                                   "tags": ["imported/bb:1"]}])
+with open(arch, "rb") as f:
+    saved = f.read()
+r = srv.post("/v1/images/import", saved, headers={"Content-Type": "application/x-tar"})
+h.eq(r.status, 201, "POST /v1/images/import of a docker save archive", r.describe())
+h.eq([i.get("names") for i in (r.get("images") or [])], [["docker.io/imported/bb:1"]],
+     "... named by its RepoTags", r.text)
+r = srv.post("/v1/images/import", b"not a tar at all", headers={"Content-Type": "application/x-tar"})
+h.eq(r.status, 400, "an import of garbage is 400", r.describe())
+r = srv.delete("/v1/images/imported/bb:1")
+h.eq(r.status, 200, "... and the imported image is removed again", r.describe())
+m = abserver.parse_metrics(srv.get("/metrics").text)
+h.ok((abserver.metric_sum(m, "agentbox_lifecycle_ops_total", op="image_pull", result="ok") or 0) >= 3,
+     "/metrics counts pulls", None)
+h.ok((abserver.metric_sum(m, "agentbox_lifecycle_ops_total", op="image_pull", result="error") or 0) >= 3,
+     "... and failed pulls", None)
+h.ok((abserver.metric_sum(m, "agentbox_images") or 0) >= 2, "... and shows the store's images", None)
+
 # ---- auth -------------------------------------------------------------------------------------
 
 with registry.AuthProxy(R, "robot", "s3cret") as px:
