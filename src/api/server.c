@@ -85,6 +85,8 @@ static const route routes[] = {
     {"GET", "v1/images", AUTH_USER, BODY_NONE, route_images_list},
     {"POST", "v1/images", AUTH_USER, BODY_JSON, route_images_pull},
     {"GET", "v1/images/**", AUTH_USER, BODY_NONE, route_image_get},
+    {"PUT", "v1/sandboxes/*/ports/*/public", AUTH_USER, BODY_JSON, route_port_public_put},
+    {"DELETE", "v1/sandboxes/*/ports/*/public", AUTH_USER, BODY_NONE, route_port_public_delete},
     {"DELETE", "v1/images/**", AUTH_ADMIN, BODY_NONE, route_image_delete},
 };
 
@@ -663,6 +665,11 @@ static enum MHD_Result authenticate(ab_req *r, auth_level need, bool *ok)
         return MHD_YES;
 }
 
+enum MHD_Result req_authenticate(ab_req *r, bool *ok)
+{
+        return authenticate(r, AUTH_USER, ok);
+}
+
 /* ---- routing ---------------------------------------------------------- */
 
 static void split_path(ab_req *r)
@@ -740,6 +747,7 @@ static const route *find_route(ab_req *r, const char **id, enum MHD_Result *ret)
 
 static void req_free(ab_req *r)
 {
+        ports_free(r->proxy);
         if (r->upload_fd >= 0)
                 close(r->upload_fd);
         free(r->scope_buf);
@@ -765,6 +773,12 @@ static enum MHD_Result route_request(ab_req *r, bool *done)
 {
         *done = false;
         split_path(r);
+        if (ports_match(r)) { /* a box's port: any method, the body passed on */
+                static const route port_route = {"*", "", AUTH_USER, BODY_PROXY,
+                                                 route_port_answer};
+                r->route = &port_route;
+                return MHD_YES;
+        }
         const char *id;
         enum MHD_Result ret = MHD_YES;
         const route *rt = find_route(r, &id, &ret);
@@ -779,6 +793,10 @@ static enum MHD_Result first_call(ab_req *r, bool *done)
 {
         *done = false;
         const route *rt = r->route;
+        if (rt->body == BODY_PROXY) {
+                r->body_kind = BODY_PROXY;
+                return ports_open(r, done);
+        }
         bool ok;
         enum MHD_Result ret = authenticate(r, rt->auth, &ok);
         if (!ok) {
@@ -912,7 +930,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
                 *con_cls = r;
                 bool done;
                 enum MHD_Result ret = route_request(r, &done);
-                if (!done && auth_may_block(r, r->route->auth))
+                if (!done && (r->proxy || auth_may_block(r, r->route->auth)))
                         return dispatch(r, PH_AUTH, worker_first_call);
                 if (!done)
                         ret = first_call(r, &done);
@@ -945,6 +963,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         default:
                 break;
         }
+        if (*upload_data_size && r->body_kind == BODY_PROXY)
+                return ports_body(r, upload_data, upload_data_size);
         if (*upload_data_size) {
                 if (r->body_kind == BODY_NONE) {
                         /* a body on a route that takes none: ignore it, but bounded */
@@ -1195,6 +1215,7 @@ void ab_server_stop(ab_server *s)
                 close(fd);
         ab_events_shutdown(s->events);
         term_ws_shutdown();
+        ports_shutdown();
         /* MHD must not stop with a connection suspended: streams end, and
          * handlers in flight finish (each resumes its connection). */
         ab_conns_stop_streams(s->conns);
