@@ -6,6 +6,8 @@
   /big?n=N      chunked: N bytes of a known pattern, in 64 KiB pieces
   /slow?s=S     the head after S seconds
   /ws           a WebSocket echo (text and binary), closes on a close frame
+  /raw?kind=K   a hand-made answer (RAW below), then the connection closes
+Every request's target is appended to /tmp/targets.log.
 Request bodies may be chunked or Content-Length."""
 import base64
 import hashlib
@@ -24,6 +26,19 @@ def pattern(n):
     while len(out) < n:
         out += block
     return bytes(out[:n])
+
+
+RAW = {
+    # a bare CR in a header value: a second header if anything passed it on as is
+    "cr": b"HTTP/1.1 200 OK\r\nX-A: a\rSet-Cookie: evil=1\r\nContent-Length: 2\r\n\r\nok",
+    # more bytes than Content-Length: the rest must not reach the client as an answer
+    "overlong": b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nfirstHTTP/1.1 200 OK\r\nX-Smuggled: 1\r\n"
+                b"Content-Length: 4\r\n\r\nevil",
+    # both framings: chunked wins (RFC 9112 6.3)
+    "both": b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\nTransfer-Encoding: chunked\r\n\r\n"
+            b"5\r\nhello\r\n0\r\n\r\n",
+    "garbage": b"SSH-2.0-OpenSSH_9.0\r\n\r\n",
+}
 
 
 class H(http.server.BaseHTTPRequestHandler):
@@ -63,6 +78,14 @@ class H(http.server.BaseHTTPRequestHandler):
     def route(self):
         u = urllib.parse.urlsplit(self.path)
         q = dict(urllib.parse.parse_qsl(u.query))
+        with open("/tmp/targets.log", "a") as f:
+            f.write(self.path + "\n")
+        if u.path == "/raw":
+            self.body()
+            self.wfile.write(RAW[q.get("kind", "garbage")])
+            self.wfile.flush()
+            self.close_connection = True
+            return
         if u.path == "/ws" and self.headers.get("Upgrade", "").lower() == "websocket":
             return self.ws()
         b = self.body()
