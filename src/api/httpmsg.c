@@ -62,8 +62,7 @@ static bool add_header(ab_http_head *h, const char *p, size_t n)
 /* "HTTP/1.x NNN reason" */
 static bool status_line(ab_http_head *h, const char *p, size_t n)
 {
-        if (n < 12 || memcmp(p, "HTTP/1.", 7) != 0 || !isdigit((unsigned char)p[7]) ||
-            p[8] != ' ')
+        if (n < 12 || memcmp(p, "HTTP/1.", 7) != 0 || !isdigit((unsigned char)p[7]) || p[8] != ' ')
                 return false;
         for (int i = 9; i < 12; i++)
                 if (!isdigit((unsigned char)p[i]))

@@ -8,13 +8,13 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define AB_HTTP_HEAD_MAX  (64 * 1024) /* largest response head accepted */
-#define AB_HTTP_HDRS_MAX  100         /* most header lines */
+#define AB_HTTP_HEAD_MAX (64 * 1024) /* largest response head accepted */
+#define AB_HTTP_HDRS_MAX 100         /* most header lines */
 
 typedef struct ab_http_head {
-        int status;       /* 100..999 */
-        size_t head_len;  /* bytes the head took, blank line included */
-        size_t n;         /* header lines */
+        int status;           /* 100..999 */
+        size_t head_len;      /* bytes the head took, blank line included */
+        size_t n;             /* header lines */
         char **name, **value; /* n each, NUL-terminated, value trimmed */
 } ab_http_head;
 

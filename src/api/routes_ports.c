@@ -186,11 +186,20 @@ static int connect_in_box(pid_t pid, int port, int timeout_ms)
  * body's framing (set again by us), and what we set ourselves. */
 static bool hop_header(const char *n)
 {
-        static const char *const hop[] = {
-            "Connection",        "Keep-Alive",       "Proxy-Connection", "TE",
-            "Trailer",           "Transfer-Encoding", "Upgrade",         "Proxy-Authorization",
-            "Proxy-Authenticate", "Content-Length",   "X-Forwarded-For", "X-Forwarded-Proto",
-            "X-Forwarded-Host",  NULL};
+        static const char *const hop[] = {"Connection",
+                                          "Keep-Alive",
+                                          "Proxy-Connection",
+                                          "TE",
+                                          "Trailer",
+                                          "Transfer-Encoding",
+                                          "Upgrade",
+                                          "Proxy-Authorization",
+                                          "Proxy-Authenticate",
+                                          "Content-Length",
+                                          "X-Forwarded-For",
+                                          "X-Forwarded-Proto",
+                                          "X-Forwarded-Host",
+                                          NULL};
         for (const char *const *h = hop; *h; h++)
                 if (strcasecmp(n, *h) == 0)
                         return true;
@@ -349,8 +358,8 @@ static enum MHD_Result unreachable(ab_req *r, ab_proxy *px, int e)
                 return resp_error(r, 502, "unavailable", "nothing listens on port %d in box %s",
                                   px->port, px->box);
         if (e == -ETIMEDOUT)
-                return resp_error(r, 504, "timeout", "port %d of box %s does not answer",
-                                  px->port, px->box);
+                return resp_error(r, 504, "timeout", "port %d of box %s does not answer", px->port,
+                                  px->box);
         return resp_error(r, 502, "unavailable", "cannot reach port %d in box %s: %s", px->port,
                           px->box, strerror(-e));
 }
@@ -424,8 +433,8 @@ static bool flush_out(ab_proxy *px)
 {
         size_t sent = 0;
         while (sent < px->out.n) {
-                ssize_t k = send(px->fd, px->out.p + sent, px->out.n - sent,
-                                 MSG_NOSIGNAL | MSG_DONTWAIT);
+                ssize_t k =
+                    send(px->fd, px->out.p + sent, px->out.n - sent, MSG_NOSIGNAL | MSG_DONTWAIT);
                 if (k > 0) {
                         sent += (size_t)k;
                         continue;
@@ -518,9 +527,8 @@ static ssize_t pbody_read(void *cls, uint64_t pos, char *buf, size_t max)
                         size_t avail = b->end - b->start, k = avail < max ? avail : max;
                         if (b->mode == B_CHUNKED) {
                                 size_t used = 0, made = 0;
-                                int rc =
-                                    ab_chunked_feed(&b->ch, b->in + b->start, avail, buf, max,
-                                                    &used, &made);
+                                int rc = ab_chunked_feed(&b->ch, b->in + b->start, avail, buf, max,
+                                                         &used, &made);
                                 b->start += used;
                                 if (rc < 0)
                                         return MHD_CONTENT_READER_END_WITH_ERROR;
@@ -754,11 +762,11 @@ static int read_head(ab_req *r, ab_proxy *px, ab_buf *in, ab_http_head *h, enum 
                 if (n < 0 && errno == EINTR)
                         continue;
                 if (n <= 0) {
-                        *ret = resp_error(r, 504, "timeout",
-                                          "the server on port %d in box %s did not answer in "
-                                          "%lld ms",
-                                          px->port, px->box,
-                                          (long long)r->srv->cfg->ports_timeout_ms);
+                        *ret =
+                            resp_error(r, 504, "timeout",
+                                       "the server on port %d in box %s did not answer in "
+                                       "%lld ms",
+                                       px->port, px->box, (long long)r->srv->cfg->ports_timeout_ms);
                         return -1;
                 }
                 char *dst = ab_buf_reserve(in, READ_BUF);
@@ -865,8 +873,7 @@ enum MHD_Result route_port_answer(ab_req *r, const char *id)
                 b->mode = B_CHUNKED;
         } else if (cl) {
                 for (size_t i = 0; i < h.n; i++) /* every Content-Length must agree */
-                        if (!strcasecmp(h.name[i], "Content-Length") &&
-                            strcmp(h.value[i], cl) != 0)
+                        if (!strcasecmp(h.name[i], "Content-Length") && strcmp(h.value[i], cl) != 0)
                                 bad = 1;
                 if (ab_http_content_length(cl, &b->left) < 0)
                         bad = 1;
@@ -892,8 +899,7 @@ enum MHD_Result route_port_answer(ab_req *r, const char *id)
                 b->fd = px->fd; /* the response owns the connection now */
                 px->fd = -1;
                 b->park = ab_park_new(r->srv->conns, r->conn);
-                resp = MHD_create_response_from_callback(size, READ_BUF, pbody_read, b,
-                                                         pbody_free);
+                resp = MHD_create_response_from_callback(size, READ_BUF, pbody_read, b, pbody_free);
         }
         copy_headers(resp, &h, false);
         unsigned st = (unsigned)h.status;
@@ -929,9 +935,9 @@ static enum MHD_Result set_public(ab_req *r, bool pub)
         if (ab_manager_set_port_public(r->srv->mgr, r->seg[2], r->scope, port, pub, &rec, &e) < 0)
                 return resp_err(r, e);
         json_t *list = json_object_get(rec.spec, "public_ports");
-        json_t *j = json_pack("{s:s,s:i,s:b,s:o}", "sandbox_id", rec.id, "port", port, "public",
-                              pub, "public_ports",
-                              json_is_array(list) ? json_incref(list) : json_array());
+        json_t *j =
+            json_pack("{s:s,s:i,s:b,s:o}", "sandbox_id", rec.id, "port", port, "public", pub,
+                      "public_ports", json_is_array(list) ? json_incref(list) : json_array());
         ab_box_rec_clear(&rec);
         return resp_json(r, 200, j);
 }

@@ -774,8 +774,7 @@ static enum MHD_Result route_request(ab_req *r, bool *done)
         *done = false;
         split_path(r);
         if (ports_match(r)) { /* a box's port: any method, the body passed on */
-                static const route port_route = {"*", "", AUTH_USER, BODY_PROXY,
-                                                 route_port_answer};
+                static const route port_route = {"*", "", AUTH_USER, BODY_PROXY, route_port_answer};
                 r->route = &port_route;
                 return MHD_YES;
         }
