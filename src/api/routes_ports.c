@@ -364,6 +364,28 @@ static enum MHD_Result unreachable(ab_req *r, ab_proxy *px, int e)
                           px->box, strerror(-e));
 }
 
+/* The host pid of the box's init. A box recorded running whose init died
+ * is started again, as a connection to its init would (use_connect). */
+static int init_pid(ab_server *s, ab_use *u, pid_t *pid, ab_err **err)
+{
+        ab_backend *b = ab_manager_backend(s->mgr);
+        for (int attempt = 0; attempt < 2; attempt++) {
+                ab_box_info info = {0};
+                if (b->ops->info(b, u->rec.backend_id, &info, err) < 0)
+                        return -1;
+                *pid = info.init_pid;
+                bool running = info.status == AB_BOX_RUNNING;
+                ab_box_info_clear(&info);
+                if (running && *pid > 0)
+                        return 0;
+                int fd = ab_manager_use_connect(s->mgr, u, err);
+                if (fd < 0)
+                        return -1;
+                close(fd);
+        }
+        return ab_err_set(err, AB_E_UNAVAILABLE, 0, "box %s is not running", u->rec.id);
+}
+
 enum MHD_Result ports_open(ab_req *r, bool *done)
 {
         ab_server *s = r->srv;
@@ -405,14 +427,9 @@ enum MHD_Result ports_open(ab_req *r, bool *done)
                 return resp_err(r, e);
         }
         r->deferred_use = u;
-        ab_backend *b = ab_manager_backend(s->mgr);
-        ab_box_info info = {0};
-        if (b->ops->info(b, u->rec.backend_id, &info, &e) < 0)
+        pid_t pid = 0;
+        if (init_pid(s, u, &pid, &e) < 0)
                 return resp_err(r, e);
-        pid_t pid = info.init_pid;
-        ab_box_info_clear(&info);
-        if (pid <= 0)
-                return resp_error(r, 503, "unavailable", "box %s is not running", px->box);
         int fd = connect_in_box(pid, px->port, (int)s->cfg->ports_timeout_ms);
         if (fd < 0)
                 return unreachable(r, px, fd);

@@ -211,6 +211,20 @@ h.ok(time.monotonic() - t0 < 4.5, "... after ports_timeout (2 s)", "%.1fs" % (ti
 r = srv.get(P + "/slow?s=0.5", timeout=30)
 h.eq(r.status, 200, "a server within the timeout answers", r.describe())
 
+# ---- a WebSocket is a use of the box for its whole life ------------------------------------------
+
+ws = wsclient.connect(srv, P + "/ws")
+h.eq(ws.status, 101, "a second WebSocket", ws.head)
+time.sleep(0.3)
+r = srv.post("/v1/sandboxes/%s/pause" % B)
+h.eq(r.status, 409, "the box cannot be paused while a WebSocket to its port is open", r.describe())
+ws.send_binary(b"still-here")
+h.ok(b"still-here" in ws.read_until(lambda o: b"still-here" in o), "the WebSocket still works")
+ws.close()
+ok = abserver.wait_for(lambda: srv.post("/v1/sandboxes/%s/pause" % B).status == 200, timeout=10)
+h.ok(ok, "once it is closed the use ends: the box can be paused")
+srv.post("/v1/sandboxes/%s/resume" % B)
+
 # ---- a paused box ----------------------------------------------------------------------------------
 
 r = srv.post("/v1/sandboxes/%s/pause" % B)
@@ -218,6 +232,15 @@ h.eq((r.status, r.get("status")), (200, "paused"), "pause the box", r.describe()
 r = srv.get(P + "/echo?after=pause")
 h.eq(r.status, 200, "a request to a paused box's port resumes it", r.describe())
 h.eq(srv.status_of(B), "running", "the box runs again")
+
+# ---- a stopped box -----------------------------------------------------------------------------------
+
+r = srv.post("/v1/sandboxes/%s/stop" % B)
+h.eq((r.status, r.get("status")), (200, "stopped"), "stop the box", r.describe())
+r = srv.get(P + "/echo")
+h.eq((r.status, r.err_code), (502, "unavailable"), "a request to a stopped box's port starts it (its server is gone: 502)",
+     r.describe())
+h.eq(srv.status_of(B), "running", "the box was started")
 
 # ---- nothing leaked ------------------------------------------------------------------------------
 
