@@ -45,6 +45,7 @@ struct ab_proxy {
         bool failed;  /* writing the body failed: the box's answer decides */
         bool timed_out;
         int64_t write_deadline; /* monotonic ms, 0 = none */
+        size_t progress;        /* body bytes the box took since the deadline was set */
         ab_buf out;             /* request body bytes not yet taken by the box */
         ab_park *park;
 };
@@ -494,15 +495,22 @@ enum MHD_Result ports_body(ab_req *r, const char *data, size_t *size)
                         px->failed = true;
                         continue;
                 }
-                if (px->out.n < before)
+                /* A box that takes a little now and then (a closed window
+                 * reopening as the kernel compacts its queue) is still
+                 * stalled: the deadline restarts after BODY_BUF bytes. */
+                px->progress += before - px->out.n;
+                if (px->progress >= BODY_BUF) {
                         px->write_deadline = 0;
+                        px->progress = 0;
+                }
                 if (!*size)
                         return MHD_YES;
                 /* full, and the box takes nothing now: wait for it */
                 int64_t now = (int64_t)ab_now_ms();
-                if (!px->write_deadline)
+                if (!px->write_deadline) {
                         px->write_deadline = now + r->srv->cfg->ports_timeout_ms;
-                else if (now >= px->write_deadline) {
+                        px->progress = 0;
+                } else if (now >= px->write_deadline) {
                         px->failed = px->timed_out = true;
                         continue;
                 }

@@ -91,6 +91,13 @@ h.eq(r.status, 200, "POST 5 MB", r.describe())
 h.ok(r.body == big, "5 MB round trip byte for byte (Content-Length)",
      "%d bytes back, in %.1fs" % (len(r.body or b""), time.monotonic() - t0))
 
+r = srv.post(P + "/mirror?delay=1", big, timeout=60)
+h.ok(r.status == 200 and r.body == big, "5 MB to a server that takes the body only after 1 s (the proxy waits, "
+     "holding no more than its buffer)", r.describe())
+t0 = time.monotonic()
+r = srv.post(P + "/mirror?delay=8", big * 4, timeout=60)
+h.eq((r.status, r.err_code), (504, "timeout"), "a server that takes no body within ports_timeout: 504", r.describe())
+
 
 def gen():
     for i in range(0, len(big), 100000):
@@ -105,6 +112,22 @@ data = resp.read()
 h.eq(resp.status, 200, "POST 5 MB chunked")
 h.ok(data == big, "chunked request body round trip byte for byte", "%d bytes back" % len(data))
 c.close()
+
+# curl sends large bodies with "Expect: 100-continue"
+import shutil  # noqa: E402
+import subprocess  # noqa: E402
+import tempfile  # noqa: E402
+if shutil.which("curl"):
+    with tempfile.NamedTemporaryFile(dir=h.root, delete=False) as tf:
+        tf.write(big[:3 * 1024 * 1024])
+    out = subprocess.run(["curl", "-sS", "--max-time", "60", "-H", "Authorization: Bearer " + TOKEN,
+                          "-H", "Expect: 100-continue", "--data-binary", "@" + tf.name,
+                          "http://%s:%d%s/mirror" % (srv.host, srv.port, P)], capture_output=True)
+    h.ok(out.returncode == 0 and out.stdout == big[:3 * 1024 * 1024],
+         "curl with Expect: 100-continue: 3 MB round trip",
+         "rc %d, %d bytes, %r" % (out.returncode, len(out.stdout), out.stderr[-300:]))
+else:
+    h.skip("curl with Expect: 100-continue", "curl is not installed")
 
 r = srv.get(P + "/big?n=20000000", timeout=60)
 pat = (bytes(range(256)) * 256)

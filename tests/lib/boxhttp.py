@@ -1,7 +1,8 @@
 """boxhttp.py PORT - the small HTTP server the port tests run inside a box
 (stdlib only). Routes:
   /echo...      JSON: method, target, headers (list of pairs), body length and sha256
-  /mirror       the request body back, byte for byte (Content-Length)
+  /mirror       the request body back, byte for byte (Content-Length);
+                ?delay=S: the body is read only after S seconds
   /stream       chunked: "first\\n", a pause of 3 s, "second\\n"
   /big?n=N      chunked: N bytes of a known pattern, in 64 KiB pieces
   /slow?s=S     the head after S seconds
@@ -88,6 +89,8 @@ class H(http.server.BaseHTTPRequestHandler):
             return
         if u.path == "/ws" and self.headers.get("Upgrade", "").lower() == "websocket":
             return self.ws()
+        if u.path == "/mirror" and "delay" in q:  # a server slow to take the body
+            time.sleep(float(q["delay"]))
         b = self.body()
         if u.path == "/mirror":
             return self.send(200, b, "application/octet-stream")
