@@ -48,6 +48,9 @@ struct ab_proxy {
         size_t progress;        /* body bytes the box took since the deadline was set */
         ab_buf out;             /* request body bytes not yet taken by the box */
         ab_park *park;
+        ab_stream_slot *slot; /* an upgraded connection's stream slot */
+        struct relay *relay;  /* its relay, until on_upgrade hands it to a thread */
+        bool relay_started;
 };
 
 /* ---- matching (MHD's thread) ---- */
@@ -609,10 +612,10 @@ static void pbody_free(void *cls)
 
 typedef struct relay {
         struct relay *next;
+        ab_proxy *px; /* the request, until on_upgrade runs */
         int box, client;
         struct MHD_UpgradeResponseHandle *urh;
         ab_buf to_client, to_box; /* bytes read and not yet written */
-        ab_stream_slot *slot;
 } relay;
 
 static pthread_mutex_t relay_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -625,7 +628,6 @@ static void relay_free(relay *x)
 {
         ab_buf_free(&x->to_client);
         ab_buf_free(&x->to_box);
-        ab_stream_slot_release(x->slot);
         free(x);
 }
 
@@ -714,6 +716,9 @@ static void on_upgrade(void *cls, struct MHD_Connection *conn, void *con_cls, co
         relay *x = cls;
         (void)conn;
         (void)con_cls;
+        x->px->relay_started = true; /* x is the thread's now (MHD's thread: no race
+                                      * with the request's end) */
+        x->px = NULL;
         x->client = sock;
         x->urh = urh;
         ab_buf_add(&x->to_box, extra_in, extra_in_size);
@@ -843,15 +848,21 @@ static enum MHD_Result answer_upgrade(ab_req *r, ab_proxy *px, ab_http_head *h, 
         ab_stream_slot *slot = req_stream_slot(r, &ret);
         if (!slot)
                 return ret;
+        px->slot = slot; /* the request's: released when it ends */
         relay *x = xzalloc(sizeof(*x));
         x->box = px->fd; /* still owned by px: closed when the request ends */
         x->client = -1;
-        x->slot = slot;
+        x->px = px;
         ab_buf_add(&x->to_client, in->p + h->head_len, in->n - h->head_len);
         /* When the client goes away before the 101 is sent, on_upgrade never
-         * runs and x is lost (a few bytes); the box's socket and the use of
-         * the box end with the request. */
+         * runs: x, the box's socket, the slot and the use of the box end with
+         * the request (ports_free). */
         struct MHD_Response *resp = MHD_create_response_for_upgrade(on_upgrade, x);
+        if (!resp) {
+                relay_free(x);
+                return resp_error(r, 502, "unavailable", "this server cannot relay upgrades");
+        }
+        px->relay = x;
         copy_headers(resp, h, true);
         return resp_send(r, MHD_HTTP_SWITCHING_PROTOCOLS, resp);
 }
@@ -940,6 +951,9 @@ void ports_free(ab_proxy *px)
                 close(px->fd);
         if (px->park)
                 ab_park_free(px->park);
+        if (px->relay && !px->relay_started)
+                relay_free(px->relay);
+        ab_stream_slot_release(px->slot);
         ab_buf_free(&px->out);
         free(px->box);
         free(px->port_str);
