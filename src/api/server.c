@@ -504,6 +504,9 @@ json_t *box_json(const ab_server *s, const ab_box_rec *r)
             net ? json_incref(net) : json_pack("{s:s,s:[],s:[]}", "mode", "none", "allow", "deny"),
             "env", env ? json_incref(env) : json_object(), "metadata",
             r->metadata ? json_incref(r->metadata) : json_object(), "error", str_or_null(r->error));
+        json_t *pub = json_object_get(r->spec, "public_ports"); /* docs/api.md, "Ports" */
+        json_object_set_new(j, "public_ports",
+                            json_is_array(pub) ? json_incref(pub) : json_array());
         /* the image a box was made from: its reference and id (null: the host base) */
         json_t *img = json_object_get(r->spec, "image");
         json_object_set_new(j, "image",
