@@ -4,10 +4,10 @@
  *
  * The server connects inside the box's network namespace (so a box without
  * network is reachable, and nothing of the host's own network is). A plain
- * request costs no thread of its own: the head is sent by a worker, the body
- * is written by MHD's thread as it arrives (parking the connection while the
- * box's server does not take it), the answer's head is read by a worker and
- * its body is read by a content reader that parks while the box is silent.
+ * request costs no thread of its own: a worker authenticates, connects and
+ * sends the head; MHD's thread writes the body as it arrives and reads the
+ * answer, parking the connection whenever the box's server does not take or
+ * send anything (api/conn.h), so a slow box server holds no worker.
  * An upgrade (WebSocket) answered 101 by the box gets a thread that moves
  * bytes both ways, counted as a stream. */
 #include "api/httpmsg.h"
@@ -46,6 +46,9 @@ struct ab_proxy {
         bool timed_out;
         int64_t write_deadline; /* monotonic ms, 0 = none */
         size_t progress;        /* body bytes the box took since the deadline was set */
+        bool end_queued;        /* a chunked body's last chunk is in out */
+        int64_t head_deadline;  /* monotonic ms by which the answer's head must be in */
+        ab_buf in;              /* the answer's head as it arrives */
         ab_buf out;             /* request body bytes not yet taken by the box */
         ab_park *park;
         ab_stream_slot *slot; /* an upgraded connection's stream slot */
@@ -766,19 +769,19 @@ void ports_shutdown(void)
 /* ---- the answer (a worker) ---- */
 
 /* Reads the answer's head (1xx other than 101 skipped) into h; the bytes
- * after it stay in in. 0, or an error answered (-1). */
-static int read_head(ab_req *r, ab_proxy *px, ab_buf *in, ab_http_head *h, enum MHD_Result *ret)
+ * after it stay in px->in. 1 = complete; 0 = parked until the box sends
+ * more or the deadline passes; -1 = answered (or the client is gone). */
+static int read_head(ab_req *r, ab_proxy *px, ab_http_head *h, enum MHD_Result *ret)
 {
-        int64_t until = (int64_t)ab_now_ms() + r->srv->cfg->ports_timeout_ms;
         for (;;) {
-                int k = ab_http_head_parse(in->p ? in->p : "", in->n, h);
+                int k = ab_http_head_parse(px->in.p ? px->in.p : "", px->in.n, h);
                 if (k > 0 && h->status < 200 && h->status != 101) {
-                        ab_buf_drop(in, h->head_len);
+                        ab_buf_drop(&px->in, h->head_len);
                         ab_http_head_clear(h);
                         continue;
                 }
                 if (k > 0)
-                        return 0;
+                        return 1;
                 if (k < 0) {
                         *ret = resp_error(r, 502, "unavailable",
                                           "the server on port %d in box %s sent a malformed "
@@ -786,32 +789,79 @@ static int read_head(ab_req *r, ab_proxy *px, ab_buf *in, ab_http_head *h, enum 
                                           px->port, px->box);
                         return -1;
                 }
-                int64_t left = until - (int64_t)ab_now_ms();
-                struct pollfd p = {.fd = px->fd, .events = POLLIN};
-                int n = left > 0 ? poll(&p, 1, (int)left) : 0;
-                if (n < 0 && errno == EINTR)
-                        continue;
-                if (n <= 0) {
-                        *ret =
-                            resp_error(r, 504, "timeout",
-                                       "the server on port %d in box %s did not answer in "
-                                       "%lld ms",
-                                       px->port, px->box, (long long)r->srv->cfg->ports_timeout_ms);
-                        return -1;
-                }
-                char *dst = ab_buf_reserve(in, READ_BUF);
+                char *dst = ab_buf_reserve(&px->in, READ_BUF);
                 ssize_t got = recv(px->fd, dst, READ_BUF, MSG_DONTWAIT);
                 if (got > 0) {
-                        ab_buf_commit(in, (size_t)got);
+                        ab_buf_commit(&px->in, (size_t)got);
                         continue;
                 }
-                if (got < 0 && (errno == EAGAIN || errno == EINTR))
+                if (got < 0 && errno == EINTR)
                         continue;
+                if (got < 0 && errno == EAGAIN) {
+                        if ((int64_t)ab_now_ms() >= px->head_deadline) {
+                                *ret = resp_error(r, 504, "timeout",
+                                                  "the server on port %d in box %s did not "
+                                                  "answer in %lld ms",
+                                                  px->port, px->box,
+                                                  (long long)r->srv->cfg->ports_timeout_ms);
+                                return -1;
+                        }
+                        switch (ab_park_suspend(px->park, px->fd, false, px->head_deadline, NULL,
+                                                NULL)) {
+                        case AB_PARK_SUSPENDED:
+                                *ret = MHD_YES;
+                                return 0;
+                        case AB_PARK_RETRY:
+                                continue;
+                        default:
+                                *ret = MHD_NO; /* the client left, or the server stops */
+                                return -1;
+                        }
+                }
                 *ret = resp_error(r, 502, "unavailable",
                                   "the server on port %d in box %s closed the connection "
                                   "without an answer",
                                   px->port, px->box);
                 return -1;
+        }
+}
+
+/* The rest of the request's body (and a chunked body's end) to the box.
+ * 1 = done (or failed: the box's answer decides); 0 = parked; -1 = the
+ * client left. */
+static int finish_body(ab_req *r, ab_proxy *px)
+{
+        if (px->chunked && !px->end_queued) {
+                ab_buf_puts(&px->out, "0\r\n\r\n");
+                px->end_queued = true;
+        }
+        for (;;) {
+                if (px->failed)
+                        return 1;
+                size_t before = px->out.n;
+                if (!flush_out(px)) {
+                        px->failed = true;
+                        return 1;
+                }
+                if (!px->out.n)
+                        return 1;
+                int64_t now = (int64_t)ab_now_ms();
+                px->progress += before - px->out.n;
+                if (!px->write_deadline || px->progress >= BODY_BUF) {
+                        px->write_deadline = now + r->srv->cfg->ports_timeout_ms;
+                        px->progress = 0;
+                } else if (now >= px->write_deadline) {
+                        px->failed = px->timed_out = true;
+                        return 1;
+                }
+                switch (ab_park_suspend_write(px->park, px->fd, px->write_deadline)) {
+                case AB_PARK_SUSPENDED:
+                        return 0;
+                case AB_PARK_RETRY:
+                        continue;
+                default:
+                        return -1;
+                }
         }
 }
 
@@ -867,30 +917,27 @@ static enum MHD_Result answer_upgrade(ab_req *r, ab_proxy *px, ab_http_head *h, 
         return resp_send(r, MHD_HTTP_SWITCHING_PROTOCOLS, resp);
 }
 
-enum MHD_Result route_port_answer(ab_req *r, const char *id)
+enum MHD_Result ports_answer(ab_req *r)
 {
         ab_proxy *px = r->proxy;
-        (void)id;
-        int tmo = (int)r->srv->cfg->ports_timeout_ms;
+        int k = finish_body(r, px);
+        if (k <= 0)
+                return k == 0 ? MHD_YES : MHD_NO;
         if (px->timed_out)
                 return resp_error(r, 504, "timeout",
                                   "the server on port %d in box %s did not take the request's "
-                                  "body in %d ms",
-                                  px->port, px->box, tmo);
-        if (!px->failed) {
-                if (px->chunked)
-                        ab_buf_puts(&px->out, "0\r\n\r\n");
-                if (px->out.n && send_all(px->fd, px->out.p, px->out.n, tmo) < 0)
-                        px->failed = true; /* it may have answered already */
-                ab_buf_free(&px->out);
-        }
-        _cleanup_buf_ ab_buf in = {0};
+                                  "body in %lld ms",
+                                  px->port, px->box, (long long)r->srv->cfg->ports_timeout_ms);
+        ab_buf_free(&px->out);
+        if (!px->head_deadline)
+                px->head_deadline = (int64_t)ab_now_ms() + r->srv->cfg->ports_timeout_ms;
         ab_http_head h = {0};
         enum MHD_Result ret;
-        if (read_head(r, px, &in, &h, &ret) < 0)
+        if ((k = read_head(r, px, &h, &ret)) <= 0)
                 return ret;
+        ab_buf *in = &px->in;
         if (h.status == 101) {
-                ret = answer_upgrade(r, px, &h, &in);
+                ret = answer_upgrade(r, px, &h, in);
                 ab_http_head_clear(&h);
                 return ret;
         }
@@ -929,9 +976,9 @@ enum MHD_Result route_port_answer(ab_req *r, const char *id)
                 free(b);
                 resp = MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
         } else {
-                b->in = xmalloc(READ_BUF > in.n - h.head_len ? READ_BUF : in.n - h.head_len);
-                memcpy(b->in, in.p + h.head_len, in.n - h.head_len);
-                b->end = in.n - h.head_len;
+                b->in = xmalloc(READ_BUF > in->n - h.head_len ? READ_BUF : in->n - h.head_len);
+                memcpy(b->in, in->p + h.head_len, in->n - h.head_len);
+                b->end = in->n - h.head_len;
                 b->fd = px->fd; /* the response owns the connection now */
                 px->fd = -1;
                 b->park = ab_park_new(r->srv->conns, r->conn);
@@ -955,6 +1002,7 @@ void ports_free(ab_proxy *px)
                 relay_free(px->relay);
         ab_stream_slot_release(px->slot);
         ab_buf_free(&px->out);
+        ab_buf_free(&px->in);
         free(px->box);
         free(px->port_str);
         free(px->target);

@@ -777,7 +777,7 @@ static enum MHD_Result route_request(ab_req *r, bool *done)
         *done = false;
         split_path(r);
         if (ports_match(r)) { /* a box's port: any method, the body passed on */
-                static const route port_route = {"*", "", AUTH_USER, BODY_PROXY, route_port_answer};
+                static const route port_route = {"*", "", AUTH_USER, BODY_PROXY, NULL};
                 r->route = &port_route;
                 return MHD_YES;
         }
@@ -980,6 +980,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
                 *upload_data_size = 0;
                 return MHD_YES;
         }
+        if (r->body_kind == BODY_PROXY) /* answered on this thread, parking meanwhile */
+                return ports_answer(r);
         if (r->body_kind == BODY_NONE)
                 r->body_len = 0;
         r->phase = PH_DONE;

@@ -238,14 +238,17 @@ void term_ws_shutdown(void);
  * use of the box, connects inside it and sends the head; it answers errors
  * itself (*done). ports_body (MHD's thread) passes body bytes on without
  * blocking: it leaves what the box cannot take yet in *size and parks the
- * connection. route_port_answer (a worker, after the body) relays the
- * answer: streamed, or for a 101 the upgraded connection. ports_free
+ * connection. ports_answer (MHD's thread, after the body: every call that
+ * follows until it queued a response) finishes the body, waits for the
+ * answer's head without blocking (parked on the box's socket, at most
+ * ports_timeout) and relays the answer: streamed, or for a 101 the upgraded
+ * connection. ports_free
  * releases r->proxy with the request. ports_shutdown ends the relays of
  * upgraded connections and waits for their threads (before MHD stops). */
 bool ports_match(ab_req *r);
 enum MHD_Result ports_open(ab_req *r, bool *done);
 enum MHD_Result ports_body(ab_req *r, const char *data, size_t *size);
-enum MHD_Result route_port_answer(ab_req *r, const char *id);
+enum MHD_Result ports_answer(ab_req *r);
 void ports_free(ab_proxy *px);
 void ports_shutdown(void);
 enum MHD_Result route_port_public_put(ab_req *r, const char *id);
