@@ -31,7 +31,7 @@ DOMAIN = "boxes.example.test"
 h = abserver.ServerHarness(budget=240)
 srv = h.start_server(name="ports", token=TOKEN, config={
     "idle_pause": "1h", "idle_stop": "2h", "reaper_interval": "200ms",
-    "ports_domain": DOMAIN, "ports_timeout": "2s",
+    "ports_domain": DOMAIN, "ports_timeout": "2s", "max_requests": 4,
     "api_keys": [{"key": KEY_A, "app_id": "appa"}, {"key": KEY_B, "app_id": "appb"}]})
 
 r = srv.post("/v1/sandboxes", {"app_id": "appa", "user_id": "u1", "chat_id": "c1"})
@@ -234,6 +234,19 @@ h.eq((r.status, r.err_code), (504, "timeout"), "a box server slower than ports_t
 h.ok(time.monotonic() - t0 < 4.5, "... after ports_timeout (2 s)", "%.1fs" % (time.monotonic() - t0))
 r = srv.get(P + "/slow?s=0.5", timeout=30)
 h.eq(r.status, 200, "a server within the timeout answers", r.describe())
+
+# a slow box server holds no worker: 10 slow requests at once on a server of max_requests 4
+import threading  # noqa: E402
+res = []
+ths = [threading.Thread(target=lambda: res.append(srv.get(P + "/slow?s=1.5", timeout=30).status)) for _ in range(10)]
+t0 = time.monotonic()
+for t in ths:  # staggered: opening one takes a worker for a moment; the waits overlap
+    t.start()
+    time.sleep(0.06)
+for t in ths:
+    t.join()
+h.eq(sorted(res), [200] * 10, "10 requests waiting for a slow box server at once, with max_requests 4: all answered",
+     "%r in %.1fs" % (res, time.monotonic() - t0))
 
 # ---- a WebSocket is a use of the box for its whole life ------------------------------------------
 
