@@ -12,6 +12,7 @@
  * bytes both ways, counted as a stream. */
 #include "api/httpmsg.h"
 #include "api/server.h"
+#include "api/ws.h"
 #include "base/id.h"
 #include "base/log.h"
 #include "net/netns.h"
@@ -229,6 +230,35 @@ typedef struct head_ctx {
         const char *xff;
 } head_ctx;
 
+/* Sec-WebSocket-Protocol minus this server's own offers: a browser's token
+ * ("bearer.TOKEN", api/ws.h) and the terminal protocol that carries it
+ * never reach a box. */
+static void protocols_without_ours(ab_buf *b, const char *v)
+{
+        _cleanup_buf_ ab_buf keep = {0};
+        for (const char *p = v; *p;) {
+                while (*p == ' ' || *p == '\t' || *p == ',')
+                        p++;
+                const char *e = p;
+                while (*e && *e != ',')
+                        e++;
+                const char *t = e;
+                while (t > p && (t[-1] == ' ' || t[-1] == '\t'))
+                        t--;
+                size_t n = (size_t)(t - p);
+                bool ours = (n > 7 && strncmp(p, "bearer.", 7) == 0) ||
+                            (n == strlen(WS_PROTOCOL) && strncmp(p, WS_PROTOCOL, n) == 0);
+                if (n && !ours) {
+                        if (keep.n)
+                                ab_buf_puts(&keep, ", ");
+                        ab_buf_add(&keep, p, n);
+                }
+                p = e;
+        }
+        if (keep.n)
+                ab_buf_printf(b, "Sec-WebSocket-Protocol: %s\r\n", keep.p);
+}
+
 static enum MHD_Result head_hdr(void *cls, enum MHD_ValueKind kind, const char *k, const char *v)
 {
         head_ctx *h = cls;
@@ -247,6 +277,10 @@ static enum MHD_Result head_hdr(void *cls, enum MHD_ValueKind kind, const char *
                 return MHD_YES;
         if (h->drop_auth && strcasecmp(k, "Authorization") == 0)
                 return MHD_YES;
+        if (strcasecmp(k, "Sec-WebSocket-Protocol") == 0 && v) {
+                protocols_without_ours(h->b, v);
+                return MHD_YES;
+        }
         ab_buf_printf(h->b, "%s: %s\r\n", k, v ? v : "");
         return MHD_YES;
 }

@@ -180,6 +180,15 @@ ws.send_text("text-msg")
 h.ok(abserver.wait_for(lambda: (ws.pump(0.2) or True) and "text-msg" in ws.texts, timeout=10),
      "text echo", repr(ws.texts))
 ws.close()
+wsp = wsclient.connect(srv, P + "/ws", token=None,
+                       protocols=["agentbox.terminal.v1", "bearer." + TOKEN, "app.v2"])
+h.eq(wsp.status, 101, "WebSocket with the token as a subprotocol (the browser form): 101", wsp.head)
+got = abserver.wait_for(lambda: (wsp.pump(0.2) or True) and [t for t in wsp.texts if isinstance(t, dict)], timeout=10)
+seen = dict((k.lower(), v) for k, v in (got[0].get("headers") if got else []))
+h.eq(seen.get("sec-websocket-protocol"), "app.v2",
+     "the box gets the client's own subprotocols, never the token or the terminal protocol", repr(seen))
+h.ok(TOKEN not in repr(seen), "the token is nowhere in what the box got", repr(seen))
+wsp.close()
 wsn = wsclient.connect(srv, P + "/ws", token=None)
 h.eq(wsn.status, 401, "WebSocket to a port without a token: 401", wsn.head)
 wsn.drop()

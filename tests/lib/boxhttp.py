@@ -6,7 +6,8 @@
   /stream       chunked: "first\\n", a pause of 3 s, "second\\n"
   /big?n=N      chunked: N bytes of a known pattern, in 64 KiB pieces
   /slow?s=S     the head after S seconds
-  /ws           a WebSocket echo (text and binary), closes on a close frame
+  /ws           a WebSocket echo (text and binary), closes on a close frame; its
+                first message (text) is {"headers": [...]} of the upgrade request
   /raw?kind=K   a hand-made answer (RAW below), then the connection closes
 Every request's target is appended to /tmp/targets.log.
 Request bodies may be chunked or Content-Length."""
@@ -123,6 +124,9 @@ class H(http.server.BaseHTTPRequestHandler):
         acc = base64.b64encode(hashlib.sha1((key + "258EAFA5-E914-47DA-95CA-C5AB0DC85B11").encode()).digest())
         self.wfile.write(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
                          b"Sec-WebSocket-Accept: " + acc + b"\r\n\r\n")
+        # first, a text frame: the request's headers as the box got them
+        hj = json.dumps({"headers": [[k, v] for k, v in self.headers.items()]}).encode()
+        self.wfile.write(struct.pack("!BBH", 0x81, 126, len(hj)) + hj)
         self.wfile.flush()
         r = self.rfile
         while True:
