@@ -82,7 +82,6 @@ PA = "/v1/sandboxes/%s/ports/8000" % A
 h.ok(abserver.wait_for(lambda: srv.get(PA + "/echo", timeout=5).status == 200, timeout=20),
      "box A's server answers", srv.exec(A, "cat /tmp/srv.log").get("stdout"))
 
-r = srv.get("http://127.0.0.1:%d/" % HOST_PORT, token=None) if False else None
 r = srv.get("/v1/sandboxes/%s/ports/%d/" % (A, HOST_PORT))
 h.eq(r.status, 502, "the host's 127.0.0.1:%d is not reached through box A's port" % HOST_PORT, r.describe())
 h.ok(SECRET.encode() not in (r.body or b""), "the host service's answer never comes back", r.describe())
@@ -123,6 +122,16 @@ h.eq(r.status, 401, "nor another port of A", r.describe())
 r = srv.delete(PA + "/public", token=KEY_A)
 h.eq(r.status, 200, "private again", r.describe())
 
+
+# the code runner's system box, running (a port of it would answer 502, "nothing listens")
+r = srv.post("/sandbox/python", {"code": "def main():\n    return 1\n"}, timeout=120)
+if r.status == 200 and r.get("success") is True:
+    r = srv.get("/v1/sandboxes/sys-runner/ports/8000/")
+    h.eq(r.status, 404, "the code runner's system box has no ports to reach, even for the admin", r.describe())
+    r = srv.get("/", headers={"Host": "8000-sys-runner.%s" % DOMAIN})
+    h.eq(r.status, 404, "... nor by host name", r.describe())
+else:
+    h.skip("the system box has no ports", "the code runner does not run here: %s" % r.describe()[:200])
 
 # ---- smuggling ---------------------------------------------------------------------------------
 
