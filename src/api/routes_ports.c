@@ -21,6 +21,7 @@
 #include <ctype.h>
 #include <inttypes.h>
 #include <fcntl.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <pthread.h>
 #include <strings.h>
@@ -191,7 +192,9 @@ static int connect_in_box(pid_t pid, int port, int timeout_ms)
 }
 
 /* Headers never passed on: the connection's own (RFC 9110 7.6.1), the
- * body's framing (set again by us), and what we set ourselves. */
+ * body's framing (set again by us), what we set ourselves, and Expect
+ * (libmicrohttpd answered the client's 100-continue; the body follows
+ * anyway). */
 static bool hop_header(const char *n)
 {
         static const char *const hop[] = {"Connection",
@@ -207,6 +210,7 @@ static bool hop_header(const char *n)
                                           "X-Forwarded-For",
                                           "X-Forwarded-Proto",
                                           "X-Forwarded-Host",
+                                          "Expect",
                                           NULL};
         for (const char *const *h = hop; *h; h++)
                 if (strcasecmp(n, *h) == 0)
@@ -758,6 +762,13 @@ static void on_upgrade(void *cls, struct MHD_Connection *conn, void *con_cls, co
         x->px = NULL;
         x->client = sock;
         x->urh = urh;
+        /* A client gone without a word would hold the box in use forever:
+         * TCP keepalive finds it out within a few minutes. */
+        int on = 1, idle = 60, intvl = 15, cnt = 4;
+        setsockopt(sock, SOL_SOCKET, SO_KEEPALIVE, &on, sizeof(on));
+        setsockopt(sock, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof(idle));
+        setsockopt(sock, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof(intvl));
+        setsockopt(sock, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof(cnt));
         ab_buf_add(&x->to_box, extra_in, extra_in_size);
         pthread_mutex_lock(&relay_lock);
         bool go = !relay_stopping;
