@@ -999,6 +999,18 @@ static int invalid(ab_err **err, const char *key, why_t w)
         return r;
 }
 
+/* A host name to match Host headers against: labels of letters, digits and '-'. */
+static bool domain_ok(const char *d)
+{
+        size_t n = strlen(d);
+        if (n == 0 || n > 253 || d[0] == '.' || d[0] == '-' || d[n - 1] == '.')
+                return false;
+        for (const char *p = d; *p; p++)
+                if (!isalnum((unsigned char)*p) && *p != '-' && *p != '.')
+                        return false;
+        return !strstr(d, "..");
+}
+
 int ab_config_validate(const ab_config *c, ab_err **err)
 {
         bool loopback;
@@ -1016,6 +1028,10 @@ int ab_config_validate(const ab_config *c, ab_err **err)
                 return invalid(err, "data_dir", why("must not be empty"));
         if ((w = check_http_url(c->webhook_url)))
                 return invalid(err, "webhook_url", w);
+        if (c->ports_domain && !domain_ok(c->ports_domain))
+                return invalid(err, "ports_domain",
+                               why("'%s' is not a domain name (letters, digits, '-' and '.')",
+                                   c->ports_domain));
 
         const struct {
                 const char *key;
