@@ -38,6 +38,7 @@ typedef struct conn_ent {
         addr_ent *addr;
         int64_t deadline_ms; /* 0 = none (head complete, request in progress) */
         bool shut;
+        char *uri; /* the current request's target as sent (MHD's thread only) */
 } conn_ent;
 
 struct ab_stream_slot {
@@ -225,6 +226,7 @@ void ab_conns_notify(void *cls, struct MHD_Connection *conn, void **socket_conte
         addr_unref(c, e->addr);
         c->open--;
         pthread_mutex_unlock(&c->mu);
+        free(e->uri);
         free(e);
         *socket_context = NULL;
 }
@@ -232,16 +234,23 @@ void ab_conns_notify(void *cls, struct MHD_Connection *conn, void **socket_conte
 void *ab_conns_uri_seen(void *cls, const char *uri, struct MHD_Connection *conn)
 {
         ab_conns *c = cls;
-        (void)uri;
         conn_ent *e = ent_of(conn);
         if (!e)
                 return NULL;
+        free(e->uri);
+        e->uri = xstrdup(uri);
         pthread_mutex_lock(&c->mu);
         int64_t d = mono_ms() + c->o.head_timeout_ms;
         if (e->deadline_ms == 0 || d < e->deadline_ms)
                 e->deadline_ms = d;
         pthread_mutex_unlock(&c->mu);
         return NULL; /* the access handler makes its own request context */
+}
+
+const char *ab_conns_raw_uri(struct MHD_Connection *conn)
+{
+        conn_ent *e = ent_of(conn);
+        return e ? e->uri : NULL;
 }
 
 void ab_conns_head_done(ab_conns *c, struct MHD_Connection *conn)
@@ -361,8 +370,8 @@ void ab_park_free(ab_park *p)
         pthread_mutex_unlock(&c->mu);
 }
 
-ab_park_result ab_park_suspend(ab_park *p, int fd, bool on_events, int64_t deadline_ms,
-                               bool (*ready)(void *arg), void *arg)
+static ab_park_result park(ab_park *p, int fd, uint32_t fd_events, bool on_events,
+                           int64_t deadline_ms, bool (*ready)(void *arg), void *arg)
 {
         ab_conns *c = p->c;
         pthread_mutex_lock(&c->mu);
@@ -374,7 +383,7 @@ ab_park_result ab_park_suspend(ab_park *p, int fd, bool on_events, int64_t deadl
                 pthread_mutex_unlock(&c->mu);
                 return AB_PARK_RETRY;
         }
-        struct epoll_event ev = {.events = EPOLLIN, .data.ptr = &p->tag[W_DATA]};
+        struct epoll_event ev = {.events = fd_events, .data.ptr = &p->tag[W_DATA]};
         if (fd >= 0 && epoll_ctl(c->ep, EPOLL_CTL_ADD, fd, &ev) < 0) {
                 int e = errno;
                 pthread_mutex_unlock(&c->mu);
@@ -403,6 +412,17 @@ ab_park_result ab_park_suspend(ab_park *p, int fd, bool on_events, int64_t deadl
         MHD_suspend_connection(p->conn);
         pthread_mutex_unlock(&c->mu);
         return AB_PARK_SUSPENDED;
+}
+
+ab_park_result ab_park_suspend(ab_park *p, int fd, bool on_events, int64_t deadline_ms,
+                               bool (*ready)(void *arg), void *arg)
+{
+        return park(p, fd, EPOLLIN, on_events, deadline_ms, ready, arg);
+}
+
+ab_park_result ab_park_suspend_write(ab_park *p, int fd, int64_t deadline_ms)
+{
+        return park(p, fd, EPOLLOUT, false, deadline_ms, NULL, NULL);
 }
 
 void ab_park_wake(ab_park *p)

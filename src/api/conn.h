@@ -52,6 +52,11 @@ void ab_conns_notify(void *c, struct MHD_Connection *conn, void **socket_context
                      enum MHD_ConnectionNotificationCode code);
 void *ab_conns_uri_seen(void *c, const char *uri, struct MHD_Connection *conn);
 
+/* The target of conn's current request as the client sent it (path and
+ * query, not decoded), or NULL. Valid on MHD's thread until the next request
+ * of conn; the access handler copies it. */
+const char *ab_conns_raw_uri(struct MHD_Connection *conn);
+
 /* The head of conn's current request is complete: no deadline until the
  * response is done. Call from the access handler's first call. */
 void ab_conns_head_done(ab_conns *c, struct MHD_Connection *conn);
@@ -96,6 +101,10 @@ typedef enum {
  * lock that wakers take, so news that came just before is not missed. */
 ab_park_result ab_park_suspend(ab_park *p, int fd, bool on_events, int64_t deadline_ms,
                                bool (*ready)(void *arg), void *arg);
+/* The same, waiting for fd to take more bytes (the port proxy's request
+ * body, written to a box's server); may also be called by the access
+ * handler while it takes a request's body. */
+ab_park_result ab_park_suspend_write(ab_park *p, int fd, int64_t deadline_ms);
 /* Wakes p's reader if it is parked (any thread; p must be alive). */
 void ab_park_wake(ab_park *p);
 

@@ -86,6 +86,8 @@ static const route routes[] = {
     {"POST", "v1/images", AUTH_USER, BODY_JSON, route_images_pull},
     {"POST", "v1/images/import", AUTH_ADMIN, BODY_UPLOAD, route_images_import},
     {"GET", "v1/images/**", AUTH_USER, BODY_NONE, route_image_get},
+    {"PUT", "v1/sandboxes/*/ports/*/public", AUTH_USER, BODY_JSON, route_port_public_put},
+    {"DELETE", "v1/sandboxes/*/ports/*/public", AUTH_USER, BODY_NONE, route_port_public_delete},
     {"DELETE", "v1/images/**", AUTH_ADMIN, BODY_NONE, route_image_delete},
     {"GET", "v1/volumes", AUTH_USER, BODY_NONE, route_volumes_list},
     {"POST", "v1/volumes", AUTH_USER, BODY_JSON, route_volume_create},
@@ -507,6 +509,9 @@ json_t *box_json(const ab_server *s, const ab_box_rec *r)
             net ? json_incref(net) : json_pack("{s:s,s:[],s:[]}", "mode", "none", "allow", "deny"),
             "env", env ? json_incref(env) : json_object(), "metadata",
             r->metadata ? json_incref(r->metadata) : json_object(), "error", str_or_null(r->error));
+        json_t *pub = json_object_get(r->spec, "public_ports"); /* docs/api.md, "Ports" */
+        json_object_set_new(j, "public_ports",
+                            json_is_array(pub) ? json_incref(pub) : json_array());
         /* the image a box was made from: its reference and id (null: the host base) */
         json_t *img = json_object_get(r->spec, "image");
         json_object_set_new(j, "image",
@@ -674,6 +679,11 @@ static enum MHD_Result authenticate(ab_req *r, auth_level need, bool *ok)
         return MHD_YES;
 }
 
+enum MHD_Result req_authenticate(ab_req *r, bool *ok)
+{
+        return authenticate(r, AUTH_USER, ok);
+}
+
 /* ---- routing ---------------------------------------------------------- */
 
 static void split_path(ab_req *r)
@@ -751,6 +761,7 @@ static const route *find_route(ab_req *r, const char **id, enum MHD_Result *ret)
 
 static void req_free(ab_req *r)
 {
+        ports_free(r->proxy);
         if (r->upload_fd >= 0)
                 close(r->upload_fd);
         free(r->scope_buf);
@@ -776,6 +787,11 @@ static enum MHD_Result route_request(ab_req *r, bool *done)
 {
         *done = false;
         split_path(r);
+        if (ports_match(r)) { /* a box's port: any method, the body passed on */
+                static const route port_route = {"*", "", AUTH_USER, BODY_PROXY, NULL};
+                r->route = &port_route;
+                return MHD_YES;
+        }
         const char *id;
         enum MHD_Result ret = MHD_YES;
         const route *rt = find_route(r, &id, &ret);
@@ -790,6 +806,10 @@ static enum MHD_Result first_call(ab_req *r, bool *done)
 {
         *done = false;
         const route *rt = r->route;
+        if (rt->body == BODY_PROXY) {
+                r->body_kind = BODY_PROXY;
+                return ports_open(r, done);
+        }
         bool ok;
         enum MHD_Result ret = authenticate(r, rt->auth, &ok);
         if (!ok) {
@@ -923,7 +943,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
                 *con_cls = r;
                 bool done;
                 enum MHD_Result ret = route_request(r, &done);
-                if (!done && auth_may_block(r, r->route->auth))
+                if (!done && (r->proxy || auth_may_block(r, r->route->auth)))
                         return dispatch(r, PH_AUTH, worker_first_call);
                 if (!done)
                         ret = first_call(r, &done);
@@ -956,6 +976,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         default:
                 break;
         }
+        if (*upload_data_size && r->body_kind == BODY_PROXY)
+                return ports_body(r, upload_data, upload_data_size);
         if (*upload_data_size) {
                 if (r->body_kind == BODY_NONE) {
                         /* a body on a route that takes none: ignore it, but bounded */
@@ -969,6 +991,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
                 *upload_data_size = 0;
                 return MHD_YES;
         }
+        if (r->body_kind == BODY_PROXY) /* answered on this thread, parking meanwhile */
+                return ports_answer(r);
         if (r->body_kind == BODY_NONE)
                 r->body_len = 0;
         r->phase = PH_DONE;
@@ -1206,6 +1230,7 @@ void ab_server_stop(ab_server *s)
                 close(fd);
         ab_events_shutdown(s->events);
         term_ws_shutdown();
+        ports_shutdown();
         /* MHD must not stop with a connection suspended: streams end, and
          * handlers in flight finish (each resumes its connection). */
         ab_conns_stop_streams(s->conns);

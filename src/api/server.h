@@ -60,7 +60,10 @@ void ab_server_stop(ab_server *s);
  * flight, closed at the head deadline, refused by a cap) as Prometheus text. */
 void ab_server_counts(ab_server *s, ab_buf *b);
 
-typedef enum { BODY_NONE, BODY_JSON, BODY_UPLOAD } body_kind;
+/* BODY_PROXY: passed on to a box's port as it arrives (routes_ports.c). */
+typedef enum { BODY_NONE, BODY_JSON, BODY_UPLOAD, BODY_PROXY } body_kind;
+
+typedef struct ab_proxy ab_proxy;
 
 typedef struct ab_req {
         ab_server *srv;
@@ -94,7 +97,12 @@ typedef struct ab_req {
         char *key_id;
         ab_quota key_quotas;
         ab_caller caller;
+        ab_proxy *proxy; /* a request to a box's port, or NULL (routes_ports.c) */
 } ab_req;
+
+/* Authenticates r as a route open to users (admin token or API key) would:
+ * sets r->scope, or answers 401/403 (*ok false). May read the store. */
+enum MHD_Result req_authenticate(ab_req *r, bool *ok);
 
 /* Constant-time comparison of two secrets. */
 bool req_secret_eq(const char *a, const char *b);
@@ -232,6 +240,29 @@ enum MHD_Result route_term_resize(ab_req *r, const char *id);
 /* Ends every attached terminal WebSocket (routes_term.c) and waits for their
  * threads; new upgrades are refused from then on. Before MHD_stop_daemon. */
 void term_ws_shutdown(void);
+/* Ports of boxes (routes_ports.c). ports_match (MHD's thread, first call)
+ * claims a request for a box's port: /v1/sandboxes/{id}/ports/{port}[/...]
+ * with any method (but PUT and DELETE of .../public), or any request whose
+ * Host is PORT-ID.ports_domain; it sets r->proxy. ports_open (a worker,
+ * before the body) authenticates (a public port needs nothing), begins a
+ * use of the box, connects inside it and sends the head; it answers errors
+ * itself (*done). ports_body (MHD's thread) passes body bytes on without
+ * blocking: it leaves what the box cannot take yet in *size and parks the
+ * connection. ports_answer (MHD's thread, after the body: every call that
+ * follows until it queued a response) finishes the body, waits for the
+ * answer's head without blocking (parked on the box's socket, at most
+ * ports_timeout) and relays the answer: streamed, or for a 101 the upgraded
+ * connection. ports_free
+ * releases r->proxy with the request. ports_shutdown ends the relays of
+ * upgraded connections and waits for their threads (before MHD stops). */
+bool ports_match(ab_req *r);
+enum MHD_Result ports_open(ab_req *r, bool *done);
+enum MHD_Result ports_body(ab_req *r, const char *data, size_t *size);
+enum MHD_Result ports_answer(ab_req *r);
+void ports_free(ab_proxy *px);
+void ports_shutdown(void);
+enum MHD_Result route_port_public_put(ab_req *r, const char *id);
+enum MHD_Result route_port_public_delete(ab_req *r, const char *id);
 /* GET /v1/sandboxes/{id}/execs (routes_execs.c). */
 enum MHD_Result route_box_execs(ab_req *r, const char *id);
 /* The web console's files: / and /console/{name} (routes_console.c). */

@@ -31,6 +31,7 @@ void ab_config_default(ab_config *c)
             .max_streams = 1000,
             .max_streams_per_address = 128,
             .max_requests = 512,
+            .ports_timeout_ms = 60000,
             .network_full = true,
             .disk_overcommit_ratio = 10,
             .disk_reserve = 256 * 1024 * 1024,
@@ -56,6 +57,7 @@ static void config_copy(ab_config *dst, const ab_config *src)
         dst->init_path = dup_or_null(src->init_path);
         dst->webhook_url = dup_or_null(src->webhook_url);
         dst->network_hosts_file = dup_or_null(src->network_hosts_file);
+        dst->ports_domain = dup_or_null(src->ports_domain);
         dst->network_subnet = dup_or_null(src->network_subnet);
         dst->keys = src->n_keys ? xcalloc(src->n_keys, sizeof(*dst->keys)) : NULL;
         for (size_t i = 0; i < src->n_keys; i++) {
@@ -120,6 +122,7 @@ void ab_config_release(ab_config *c)
         free(c->runners_dir);
         free(c->webhook_url);
         free(c->network_hosts_file);
+        free(c->ports_domain);
         free(c->network_subnet);
         keys_free(c->keys, c->n_keys);
         registries_free(c->registries, c->n_registries);
@@ -298,6 +301,8 @@ static const field fields[] = {
     F("max_streams_per_address", NULL, "AGENTBOX_MAX_STREAMS_PER_ADDRESS", K_COUNT,
       max_streams_per_address),
     F("max_requests", NULL, "AGENTBOX_MAX_REQUESTS", K_COUNT, max_requests),
+    F("ports_domain", NULL, "AGENTBOX_PORTS_DOMAIN", K_OPT_STR, ports_domain),
+    F("ports_timeout", NULL, "AGENTBOX_PORTS_TIMEOUT", K_MS, ports_timeout_ms),
     F("network_hosts_file", NULL, "AGENTBOX_NETWORK_HOSTS_FILE", K_OPT_STR, network_hosts_file),
     F("network_subnet", NULL, "AGENTBOX_NETWORK_SUBNET", K_OPT_STR, network_subnet),
     F("network_full", NULL, "AGENTBOX_NETWORK_FULL", K_BOOL, network_full),
@@ -1030,6 +1035,18 @@ static int invalid(ab_err **err, const char *key, why_t w)
         return r;
 }
 
+/* A host name to match Host headers against: labels of letters, digits and '-'. */
+static bool domain_ok(const char *d)
+{
+        size_t n = strlen(d);
+        if (n == 0 || n > 253 || d[0] == '.' || d[0] == '-' || d[n - 1] == '.')
+                return false;
+        for (const char *p = d; *p; p++)
+                if (!isalnum((unsigned char)*p) && *p != '-' && *p != '.')
+                        return false;
+        return !strstr(d, "..");
+}
+
 int ab_config_validate(const ab_config *c, ab_err **err)
 {
         bool loopback;
@@ -1047,6 +1064,10 @@ int ab_config_validate(const ab_config *c, ab_err **err)
                 return invalid(err, "data_dir", why("must not be empty"));
         if ((w = check_http_url(c->webhook_url)))
                 return invalid(err, "webhook_url", w);
+        if (c->ports_domain && !domain_ok(c->ports_domain))
+                return invalid(err, "ports_domain",
+                               why("'%s' is not a domain name (letters, digits, '-' and '.')",
+                                   c->ports_domain));
 
         const struct {
                 const char *key;
@@ -1065,6 +1086,7 @@ int ab_config_validate(const ab_config *c, ab_err **err)
             {"max_streams", c->max_streams, 1},
             {"max_streams_per_address", c->max_streams_per_address, 1},
             {"max_requests", c->max_requests, 1},
+            {"ports_timeout", c->ports_timeout_ms, 100},
         };
         for (size_t i = 0; i < AB_ARRAY_LEN(ints); i++)
                 if (ints[i].v < ints[i].min)

@@ -57,6 +57,11 @@ typedef struct ab_config {
         int64_t max_streams;     /* long-lived streams (SSE, exec streams, terminals); 1000 */
         int64_t max_streams_per_address; /* ... from one client address; default 128 */
         int64_t max_requests;            /* requests handled at once (worker threads); 512 */
+        /* Ports of boxes by host name: a request whose Host is PORT-ID.DOMAIN
+         * goes to that port of box ID (docs/api.md, "Ports"); NULL = off. */
+        char *ports_domain;
+        int64_t ports_timeout_ms; /* a box's server must answer a proxied request's head
+                                   * in this time (504 after); default 60 s */
         char *network_hosts_file; /* names the egress proxy resolves before DNS (hosts format) */
         char *network_subnet;     /* full mode's IPv4 range; NULL = 10.88.0.0/16 */
         bool network_full;        /* full network mode allowed; default true */

@@ -143,6 +143,14 @@ int ab_manager_delete_where(ab_manager *m, const ab_box_filter *f, const char *s
  * start). Changed rules cut the box's open proxy connections. */
 int ab_manager_set_network(ab_manager *m, const char *id, const char *scope, json_t *network,
                            ab_box_rec *out, ab_err **err);
+/* Makes port (1..65535) of the box public (reachable through the server's
+ * port proxy without auth) or private again; kept in the record's
+ * spec.public_ports. Idempotent; AB_E_INVALID for a bad port. Publishes
+ * "box.port_public" / "box.port_private" when it changes. */
+int ab_manager_set_port_public(ab_manager *m, const char *id, const char *scope, int port,
+                               bool public, ab_box_rec *out, ab_err **err);
+/* True when the record makes port public. */
+bool ab_box_port_public(const ab_box_rec *r, int port);
 /* Resource usage of a running box (AB_E_CONFLICT when not running). */
 int ab_manager_stats(ab_manager *m, const ab_box_rec *r, ab_box_stats *out, ab_err **err);
 

@@ -208,6 +208,35 @@ static void test_full_file(void)
         ab_config_release(&c);
 }
 
+/* ports_domain must be a host name; ports_timeout at least 100 ms. */
+static void test_ports(void)
+{
+        const struct {
+                const char *domain;
+                int64_t timeout_ms;
+                const char *want; /* NULL = valid */
+        } cases[] = {
+            {"boxes.example.com", 60000, NULL},
+            {"http://boxes.example.com", 60000, "ports_domain"},
+            {"a..b", 60000, "ports_domain"},
+            {".example.com", 60000, "ports_domain"},
+            {"boxes.example.com", 10, "ports_timeout"},
+        };
+        for (size_t i = 0; i < AB_ARRAY_LEN(cases); i++) {
+                ab_config c;
+                ab_config_default(&c);
+                c.ports_domain = xstrdup(cases[i].domain);
+                c.ports_timeout_ms = cases[i].timeout_ms;
+                _cleanup_free_ char *m = validate_err(&c);
+                if (cases[i].want)
+                        tap_ok(m && strstr(m, cases[i].want), "%s / %lld ms: refused, naming %s",
+                               cases[i].domain, (long long)cases[i].timeout_ms, cases[i].want);
+                else
+                        tap_ok(!m, "%s: valid (%s)", cases[i].domain, m ? m : "ok");
+                ab_config_release(&c);
+        }
+}
+
 static void test_bad_values(void)
 {
         refused("listen: 127.0.0.1:8080\nttl: soon\n", "a bad duration", "ttl", "line 2");
@@ -527,6 +556,7 @@ int main(void)
         test_defaults();
         test_full_file();
         test_bad_values();
+        test_ports();
         test_unknown_keys();
         test_env();
         test_validate();
