@@ -1325,9 +1325,8 @@ out:
 static void snapshot_child(native *n, int img, const ab_box_config *c, int out_fd, int pw)
 {
         ab_err *e = NULL;
-        char target[4200], p[64];
+        char target[4200];
         snprintf(target, sizeof(target), "%s/trash", n->data);
-        snprintf(p, sizeof(p), "/proc/self/fd/%d", img);
         _cleanup_close_ int dfd = -1, up = -1, ws = -1;
         if (unshare(CLONE_NEWNS) < 0 || mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0 ||
             mount("snap", target, "tmpfs", MS_NOSUID | MS_NODEV, "mode=700,size=64k") < 0) {
@@ -1339,7 +1338,7 @@ static void snapshot_child(native *n, int img, const ab_box_config *c, int out_f
                 ab_err_set(&e, AB_E_INTERNAL, errno, "mkdir %s", target);
                 goto out;
         }
-        if (ab_disk_mount(AT_FDCWD, p, target, &e) < 0)
+        if (ab_disk_mount(img, NULL, target, &e) < 0)
                 goto out;
         dfd = open(target, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
         up = dfd < 0 ? -1

@@ -319,7 +319,8 @@ static int loop_attach(int backing, char *dev, size_t devlen, const char **what)
 
 int ab_disk_mount_raw(int dirfd, const char *name, const char *target, const char **what)
 {
-        int backing = openat(dirfd, name, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
+        int backing = name ? openat(dirfd, name, O_RDWR | O_CLOEXEC | O_NOFOLLOW)
+                           : fcntl(dirfd, F_DUPFD_CLOEXEC, 3);
         if (backing < 0) {
                 *what = "cannot open the disk image";
                 return -errno;

@@ -39,7 +39,8 @@ int ab_disk_resize(int dirfd, const char *name, uint64_t size_mib, ab_err **err)
 
 /* Attaches the image to a free loop device (auto-clear on last close) and
  * mounts it at `target` (nosuid, nodev). The loop device detaches itself
- * once the last mount of it is gone. Call in a private mount namespace. */
+ * once the last mount of it is gone. Call in a private mount namespace.
+ * name NULL: dirfd is the image itself (opened read-write). */
 int ab_disk_mount(int dirfd, const char *name, const char *target, ab_err **err);
 
 /* The same with plain system calls and no allocation, for a child that
