@@ -71,9 +71,10 @@ static int fork_backend(ab_manager *m, const ab_box_rec *src, ab_box_rec *r, con
                 ab_log(AB_LOG_WARN, "box cannot be forked", "box", src->id, "new", r->id, "error",
                        e->msg, NULL);
                 ab_err_set(err,
-                           e->code == AB_E_NOT_FOUND                        ? AB_E_NOT_FOUND
-                           : e->code == AB_E_STORAGE || e->errnum == ENOSPC ? AB_E_STORAGE
-                                                                            : AB_E_UNAVAILABLE,
+                           e->code == AB_E_NOT_FOUND || e->code == AB_E_CONFLICT ? e->code
+                           : e->code == AB_E_STORAGE || e->code == AB_E_LIMIT || e->errnum == ENOSPC
+                               ? AB_E_STORAGE
+                               : AB_E_UNAVAILABLE,
                            0, "box %s cannot be forked: %s", src->id, e->msg);
                 ab_err_free(&e);
                 return -1;
