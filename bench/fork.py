@@ -12,9 +12,10 @@ registry with a busybox image (tests/lib/registry.py). Then:
   1. create a box on the host base, write FILES_MIB MiB (1 MiB files of
      random bytes) into /workspace and a file into /etc;
      N times: POST /v1/sandboxes/{id}/fork (timed: the whole request, the
-     new box running), the disk copy alone (the server's "box disk copied"
-     log line: freeze + syncfs + clone/copy + fsync + thaw), then DELETE the
-     fork and wait until it is gone (untimed);
+     new box running), the disk copy alone and how long the source was
+     frozen (the server's "box disk copied" log line: freeze + syncfs +
+     clone/copy + thaw, then the copy's fsync), then DELETE the fork and
+     wait until it is gone (untimed);
   2. the same for a box of the busybox image (its fork includes the owner
      shift of the copy at its first start);
   3. N times: POST /v1/sandboxes/{id}/snapshot of the image box (timed),
@@ -87,13 +88,13 @@ class Srv:
         sys.exit("box %s was not deleted" % box)
 
     def copied(self, box):
-        """(ms, how) of the server's "box disk copied" line for box."""
+        """(ms, frozen ms, how) of the server's "box disk copied" line for box."""
         with open(self.log) as f:
             for line in f:
                 if '"box disk copied"' in line and '"box":"%s"' % box in line:
                     j = json.loads(line)
-                    return float(j["ms"]), j["how"]
-        return None, None
+                    return float(j["ms"]), float(j["frozen_ms"]), j["how"]
+        return None, None, None
 
 
 def fill(srv, box, cmd_head):
@@ -105,22 +106,23 @@ def fill(srv, box, cmd_head):
 
 
 def fork_rounds(srv, src, tag):
-    total, copy, how = [], [], set()
+    total, copy, frozen, how = [], [], [], set()
     for i in range(N):
         nid = "%s-f%d" % (tag, i)
         t0 = time.perf_counter()
         srv.must("POST", "/v1/sandboxes/%s/fork" % src, {"id": nid}, want=(201,))
         total.append((time.perf_counter() - t0) * 1e3)
-        ms, h = srv.copied(nid)
+        ms, fz, h = srv.copied(nid)
         if ms is not None:
             copy.append(ms)
+            frozen.append(fz)
             how.add(h)
         j = srv.must("POST", "/v1/sandboxes/%s/exec" % nid, {"command": "cat /etc/x; ls /workspace | wc -l"})
         if (j.get("stdout") or "").split() != ["etc", str(FILES_MIB)]:
             sys.exit("fork %s lacks the files: %s" % (nid, j))
         srv.must("DELETE", "/v1/sandboxes/" + nid)
         srv.gone(nid)
-    return total, copy, how
+    return total, copy, how, frozen
 
 
 def mount_btrfs(work):
@@ -197,9 +199,11 @@ def main():
         fs = subprocess.run(["stat", "-f", "-c", "%T", data], capture_output=True, text=True).stdout.strip()
         print("data folder on %s; box with %d MiB of files; N=%d; medians (p90) in ms" % (fs, FILES_MIB, N))
         rows = [("fork, host-base box (POST .../fork, new box running)", hb[0]),
-                ("  of which the disk copy (%s)" % "/".join(sorted(hb[2])), hb[1]),
+                ("  of which the disk copy (%s, synced)" % "/".join(sorted(hb[2])), hb[1]),
+                ("  the source frozen (freeze, syncfs, copy, thaw)", hb[3]),
                 ("fork, image box", ib[0]),
-                ("  of which the disk copy (%s)" % "/".join(sorted(ib[2])), ib[1]),
+                ("  of which the disk copy (%s, synced)" % "/".join(sorted(ib[2])), ib[1]),
+                ("  the source frozen", ib[3]),
                 ("snapshot, image box (POST .../snapshot)", snap),
                 ("create, host-base box (POST /v1/sandboxes), for scale", create)]
         for name, v in rows:

@@ -1215,19 +1215,27 @@ static int freeze_for_copy(native *n, int bfd, const char *id, bool *thaw, ab_er
         return 0;
 }
 
-/* Copies box bfd's disk.img into dst with the box frozen meanwhile. */
+/* Copies box bfd's disk.img into dst with the box frozen meanwhile;
+ * *frozen_ns (may be NULL) gets how long it was. */
 static int copy_disk(native *n, int bfd, const char *id, int dst, bool durable, bool *cloned,
-                     ab_err **err)
+                     uint64_t *frozen_ns, ab_err **err)
 {
         _cleanup_close_ int src = openat(bfd, "disk.img", O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
         if (src < 0)
                 return ab_err_set(err, AB_E_INTERNAL, errno, "open the disk of box %s", id);
         bool thaw;
+        uint64_t t0 = ab_now_ns();
         if (freeze_for_copy(n, bfd, id, &thaw, err) < 0)
                 return -1;
-        int r = ab_disk_clone(src, dst, durable, cloned, err);
+        /* the copy need not be on disk before the source goes on */
+        int r = ab_disk_clone(src, dst, false, cloned, err);
         if (thaw)
                 ab_cg_thaw(&n->cg, id, NULL);
+        if (frozen_ns)
+                *frozen_ns = ab_now_ns() - t0;
+        if (r == 0 && durable && fsync(dst) < 0)
+                r = ab_err_set(err, errno == ENOSPC ? AB_E_STORAGE : AB_E_INTERNAL, errno,
+                               "cannot sync the copy of the disk");
         return r;
 }
 
@@ -1285,18 +1293,19 @@ static int n_fork(ab_backend *b, const char *src, const ab_box_spec *spec, ab_er
                            0600)) < 0)
                 r = ab_err_set(err, AB_E_INTERNAL, errno, "create the disk of box %s", spec->id);
         bool cloned = false;
-        uint64_t t0 = ab_now_ns();
+        uint64_t t0 = ab_now_ns(), frozen = 0;
         if (r == 0)
-                r = copy_disk(n, sbfd, src, disk, true, &cloned, err);
+                r = copy_disk(n, sbfd, src, disk, true, &cloned, &frozen, err);
         /* the source is copied: it goes on, whatever happens to the copy */
         close(steal_fd(&slock));
         if (r == 0 && c.limits.disk_mib > sc.limits.disk_mib)
                 r = ab_disk_resize(bfd, "disk.img", c.limits.disk_mib, err);
         if (r == 0) {
-                char ms[32];
+                char ms[32], fms[32];
                 snprintf(ms, sizeof(ms), "%.1f", (double)(ab_now_ns() - t0) / 1e6);
+                snprintf(fms, sizeof(fms), "%.1f", (double)frozen / 1e6);
                 ab_log(AB_LOG_INFO, "box disk copied", "box", spec->id, "from", src, "how",
-                       cloned ? "reflink" : "copy", "ms", ms, NULL);
+                       cloned ? "reflink" : "copy", "ms", ms, "frozen_ms", fms, NULL);
         }
         if (r == 0 && renameat2(tfd, tmp, n->boxes_fd, spec->id, RENAME_NOREPLACE) < 0)
                 r = ab_err_set(err, errno == EEXIST ? AB_E_CONFLICT : AB_E_INTERNAL, errno,
@@ -1388,7 +1397,7 @@ static int n_snapshot(ab_backend *b, const char *id, int out_fd, ab_err **err)
                 bool cloned;
                 if (img < 0)
                         ab_err_set(err, AB_E_INTERNAL, errno, "a file for a copy of the disk");
-                if (img < 0 || copy_disk(n, bfd, id, img, false, &cloned, err) < 0) {
+                if (img < 0 || copy_disk(n, bfd, id, img, false, &cloned, NULL, err) < 0) {
                         ab_box_config_clear(&c);
                         return -1;
                 }
