@@ -56,6 +56,7 @@ REF = "%s/tools/fs:1" % R
 TOKEN = "admin-token-fork-%d-0123456789" % os.getpid()
 srv = h.start_server(token=TOKEN, config={
     "limits": {"disk": "64M", "memory": "256M", "timeout": "30s"},
+    "quotas": {"apps": {"qa": {"max_boxes": 1}}},
 })
 
 
@@ -194,6 +195,12 @@ r = srv.post("/v1/sandboxes/hb/fork", {"id": "Bad Id"})
 check_error(r, 400, "invalid_argument", "fork with a bad id")
 r = srv.post("/v1/sandboxes/ib/fork", {"image": REF})
 check_error(r, 400, "invalid_argument", "fork with an image")
+r = srv.post("/v1/sandboxes", {"app_id": "qa", "user_id": "u", "chat_id": "c"})
+h.eq(r.status, 201, "a box of app qa (max_boxes 1)", r.describe())
+qa = r.get("id")
+imgs, boxes = images(), box_ids()
+r = srv.post("/v1/sandboxes/%s/fork" % qa, {})
+check_error(r, 429, "quota_exceeded", "a fork past the app's max_boxes (a fork counts as a create)")
 h.eq((images(), box_ids()), (imgs, boxes), "bad input made no image and no box")
 tmp = os.path.join(srv.data, "images", "tmp")
 h.eq(os.listdir(tmp) if os.path.isdir(tmp) else [], [], "nothing left in the image store's tmp")
