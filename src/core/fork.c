@@ -238,17 +238,19 @@ int ab_manager_snapshot(ab_manager *m, const char *id, const char *scope, const 
                                 id);
         uint64_t t0 = ab_now_ns();
         snap_ctx c = {.b = b, .bid = r.backend_id};
-        if (rc == 0)
+        if (rc == 0) {
                 rc = ab_image_commit(m->o.images, image, name, snap_write, &c, out, err);
-        ab_metrics_op(m->o.metrics, "snapshot", rc == 0);
+                ab_metrics_op(m->o.metrics, "snapshot", rc == 0);
+                if (rc < 0 && err && *err)
+                        ab_log(AB_LOG_WARN, "box snapshot failed", "box", id, "error", (*err)->msg,
+                               NULL);
+        }
         if (rc == 0) {
                 mgr_emit(m, "box.snapshot", &r,
                          json_pack("{s:s,s:s,s:I}", "image", out->id, "name",
                                    out->names && out->names[0] ? out->names[0] : name,
                                    "duration_ms", (json_int_t)((ab_now_ns() - t0) / 1000000)));
                 ab_log(AB_LOG_INFO, "box snapshot", "box", id, "image", out->id, NULL);
-        } else if (err && *err) {
-                ab_log(AB_LOG_WARN, "box snapshot failed", "box", id, "error", (*err)->msg, NULL);
         }
         ab_box_rec_clear(&r);
         return rc;

@@ -195,6 +195,18 @@ r = srv.post("/v1/sandboxes/hb/fork", {"id": "Bad Id"})
 check_error(r, 400, "invalid_argument", "fork with a bad id")
 r = srv.post("/v1/sandboxes/ib/fork", {"image": REF})
 check_error(r, 400, "invalid_argument", "fork with an image")
+r = srv.post("/v1/sandboxes", {"id": "gone"})
+h.eq(r.status, 201, "a box to delete", r.describe())
+r = srv.delete("/v1/sandboxes/gone")
+r2 = srv.post("/v1/sandboxes/gone/fork", {"id": "gonef"})
+h.ok(r.status == 202 and r2.status in (404, 409), "a fork of a box being deleted: 409 (404 once it is gone)",
+     r2.describe())
+h.eq(srv.status_of("gonef"), None, "... and no fork was made")
+m = srv.metrics() or []
+forks = abserver.metric_sum(m, "agentbox_lifecycle_ops_total", op="fork", result="ok")
+snaps = abserver.metric_sum(m, "agentbox_lifecycle_ops_total", op="snapshot", result="ok")
+h.ok((forks or 0) >= 3 and (snaps or 0) >= 1, "forks and snapshots are counted in /metrics",
+     (forks, snaps))
 r = srv.post("/v1/sandboxes", {"app_id": "qa", "user_id": "u", "chat_id": "c"})
 h.eq(r.status, 201, "a box of app qa (max_boxes 1)", r.describe())
 qa = r.get("id")
