@@ -218,4 +218,16 @@ tmp = os.path.join(srv.data, "images", "tmp")
 h.eq(os.listdir(tmp) if os.path.isdir(tmp) else [], [], "nothing left in the image store's tmp")
 
 events.close()
+
+# ---- the CLI: agentbox fork -------------------------------------------------------------------
+
+srv.stop()
+res = h.run("--data", srv.data, "fork", "ib", "--id", "clif", data=False)
+h.eq((res.rc, res.out.strip()), (0, "clif"), "agentbox fork ib --id clif", res.describe())
+res = h.run("--data", srv.data, "exec", "clif", "--", "cat /workspace/w2; stat -c %u /data/app", data=False)
+h.eq(res.out.split(), ["w2", "1000"], "... the CLI's fork has the files and owners", res.describe())
+res = h.run("--data", srv.data, "fork", "nosuch", data=False)
+h.eq(res.rc, 125, "agentbox fork of an unknown box fails with 125", res.describe())
+res = h.run("--data", srv.data, "rm", "clif", data=False)
+h.eq(res.rc, 0, "agentbox rm of the CLI's fork", res.describe())
 h.done()
