@@ -1331,8 +1331,32 @@ out:
 /* The snapshot's reader: a child in a mount namespace of its own mounts
  * the copy of the disk (img: an fd) and writes the layer tar to out_fd.
  * Its error comes back over a pipe. */
+/* Closes every fd from 3 up but the three in keep: a forked child must not
+ * hold the server's descriptions (a box's lock fd another thread closes
+ * would stay locked until the child exits). */
+static void close_all_but(int keep[3])
+{
+        for (int i = 0; i < 3; i++)
+                for (int j = i + 1; j < 3; j++)
+                        if (keep[j] < keep[i]) {
+                                int t = keep[i];
+                                keep[i] = keep[j];
+                                keep[j] = t;
+                        }
+        unsigned lo = 3;
+        for (int i = 0; i < 3; i++) {
+                if ((unsigned)keep[i] > lo)
+                        close_range(lo, (unsigned)keep[i] - 1, 0);
+                if ((unsigned)keep[i] + 1 > lo)
+                        lo = (unsigned)keep[i] + 1;
+        }
+        close_range(lo, ~0u, 0);
+}
+
 static void snapshot_child(native *n, int img, const ab_box_config *c, int out_fd, int pw)
 {
+        int keep[3] = {img, out_fd, pw};
+        close_all_but(keep);
         ab_err *e = NULL;
         char target[4200];
         snprintf(target, sizeof(target), "%s/trash", n->data);
