@@ -150,6 +150,9 @@ int ab_manager_fork(ab_manager *m, const char *src_id, const ab_acquire_req *q, 
         const json_t *simg = mgr_rec_image(&src);
         if (simg)
                 json_object_set_new(r.spec, "image", json_deep_copy(simg));
+        else if (image) /* an adopted box: its record never named its image */
+                json_object_set_new(r.spec, "image",
+                                    json_pack("{s:s,s:s}", "ref", image, "id", image));
         json_object_set_new(r.spec, "forked_from", json_string(src.id));
         int ins = ab_store_box_insert(m->o.store, &r, &e);
         mgr_quota_end(m, &qt);
