@@ -338,6 +338,51 @@ enum MHD_Result route_box_resume(ab_req *r, const char *id)
         return box_action(r, id, ab_manager_resume);
 }
 
+/* POST /v1/sandboxes/{id}/fork {id? | keys?, ...}: a new box with a copy of
+ * this one's files; 201 with the new box. */
+enum MHD_Result route_box_fork(ab_req *r, const char *id)
+{
+        ab_err *e = NULL;
+        json_t *body;
+        if (req_json(r, &body, &e) < 0)
+                return resp_err(r, e);
+        ab_acquire_req q;
+        ab_limits lim;
+        ab_box_rec rec;
+        if (fields_known(body, acquire_fields, NULL, &e) < 0 ||
+            parse_acquire(r->srv, body, &q, &lim, &e) < 0 ||
+            ab_manager_fork(r->srv->mgr, id, &q, r->scope, &rec, &e) < 0) {
+                json_decref(body);
+                return resp_err(r, e);
+        }
+        json_decref(body);
+        json_t *j = box_json(r->srv, &rec);
+        ab_box_rec_clear(&rec);
+        return resp_json(r, 201, j);
+}
+
+/* POST /v1/sandboxes/{id}/snapshot {"name"}: a new image of the box's
+ * image plus what the box changed; 201 with the image. */
+enum MHD_Result route_box_snapshot(ab_req *r, const char *id)
+{
+        static const char *const known[] = {"name", NULL};
+        ab_err *e = NULL;
+        json_t *body;
+        if (req_json(r, &body, &e) < 0)
+                return resp_err(r, e);
+        const char *name = NULL;
+        ab_image img;
+        if (fields_known(body, known, NULL, &e) < 0 || field_str(body, "name", &name, &e) < 0 ||
+            ab_manager_snapshot(r->srv->mgr, id, r->scope, name, &img, &e) < 0) {
+                json_decref(body);
+                return resp_err(r, e);
+        }
+        json_decref(body);
+        json_t *j = ab_image_json(&img);
+        ab_image_clear(&img);
+        return resp_json(r, 201, j);
+}
+
 /* PUT /v1/sandboxes/{id}/network {"mode", "allow", "deny"}: the box's new
  * network policy, applied at once to a running box. */
 enum MHD_Result route_box_network_put(ab_req *r, const char *id)

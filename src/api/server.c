@@ -48,6 +48,8 @@ static const route routes[] = {
     {"POST", "v1/sandboxes/*/start", AUTH_USER, BODY_JSON, route_box_start},
     {"POST", "v1/sandboxes/*/pause", AUTH_USER, BODY_JSON, route_box_pause},
     {"POST", "v1/sandboxes/*/resume", AUTH_USER, BODY_JSON, route_box_resume},
+    {"POST", "v1/sandboxes/*/fork", AUTH_USER, BODY_JSON, route_box_fork},
+    {"POST", "v1/sandboxes/*/snapshot", AUTH_USER, BODY_JSON, route_box_snapshot},
     {"GET", "v1/sandboxes/*/network", AUTH_USER, BODY_NONE, route_box_network_get},
     {"PUT", "v1/sandboxes/*/network", AUTH_USER, BODY_JSON, route_box_network_put},
     {"POST", "v1/sandboxes/*/exec", AUTH_USER, BODY_JSON, route_box_exec},

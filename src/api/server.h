@@ -186,6 +186,8 @@ enum MHD_Result route_box_resume(ab_req *r, const char *id);
 enum MHD_Result route_box_network_put(ab_req *r, const char *id);
 enum MHD_Result route_box_network_get(ab_req *r, const char *id);
 enum MHD_Result route_box_exec(ab_req *r, const char *id);
+enum MHD_Result route_box_fork(ab_req *r, const char *id);
+enum MHD_Result route_box_snapshot(ab_req *r, const char *id);
 enum MHD_Result route_exec(ab_req *r, const char *id);
 enum MHD_Result route_events(ab_req *r, const char *id);
 enum MHD_Result route_keys_list(ab_req *r, const char *id);

@@ -100,6 +100,23 @@ typedef struct ab_backend_ops {
          * the bytes the box's disk takes on the host's filesystem now (a sparse
          * image: what it holds, not its size). AB_E_NOT_FOUND for no such box. */
         int (*disk_alloc)(ab_backend *b, const char *id, uint64_t *bytes, ab_err **err);
+        /* Optional (NULL: the backend cannot; the API answers 501): makes box
+         * spec->id a copy of box src - its whole disk (writable layers,
+         * workspace, uploads, outputs) and its base (host base, rootfs or an
+         * image's layers: src's; spec's are ignored) - with a uid range of
+         * its own and spec->limits (a disk smaller than src's is src's size),
+         * and starts it. A running src is frozen while its disk is copied
+         * and thawed after: it keeps running, untouched; a paused or stopped
+         * one is copied as it is. AB_E_NOT_FOUND: no src; AB_E_CONFLICT:
+         * spec->id exists. */
+        int (*fork)(ab_backend *b, const char *src, const ab_box_spec *spec, ab_err **err);
+        /* Optional (NULL: 501): writes what the box changed of its image -
+         * its writable root layer, and its /workspace as "workspace/..." -
+         * as an uncompressed OCI layer tar (whiteouts as ".wh." entries,
+         * owners box-side) to out_fd, read from a consistent copy of its
+         * disk (a running box is frozen while the copy is made).
+         * AB_E_UNSUPPORTED for a box not made from an image. */
+        int (*snapshot)(ab_backend *b, const char *id, int out_fd, ab_err **err);
 } ab_backend_ops;
 
 /* Sub-cgroups of a running box: limits on one process tree inside it

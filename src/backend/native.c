@@ -17,6 +17,7 @@
 #include "base/id.h"
 #include "base/selfpath.h"
 #include "native/box.h"
+#include "native/boxfs.h"
 #include "native/cgroup.h"
 #include "native/hide.h"
 #include "native/loopdisk.h"
@@ -36,6 +37,9 @@
 #include <sys/un.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
+#include <sys/mount.h>
+#include <sys/wait.h>
+#include <sched.h>
 #include <time.h>
 
 #define UID_FIRST 0x100000u /* 1048576: far above any regular host user */
@@ -335,6 +339,7 @@ static int start_locked(native *n, int bfd, const char *id, ab_err **err)
             .skills_dir = n->skills,
             .hide = n->hide,
             .uid_base = c.uid_base,
+            .disk_uid_base = c.disk_uid_base,
             .limits = &c.limits,
             .cg = &n->cg,
             .cg_limits = &cl,
@@ -1286,6 +1291,285 @@ static int n_sub_end(ab_backend *b, const char *id, const char *sub, uint64_t *o
         return r;
 }
 
+/* ---- fork and snapshot: copies of a box's disk ---------------------------- */
+
+/* Freezes a running box for a consistent copy of its disk (the pause
+ * machinery's freezer) and flushes the disk's filesystem. *thaw says
+ * whether the caller thaws it after: a paused box stays paused, a stopped
+ * one has nothing to freeze or flush. Caller holds the box's lock. */
+static int freeze_for_copy(native *n, int bfd, const char *id, bool *thaw, ab_err **err)
+{
+        *thaw = false;
+        ab_box_state st;
+        int r = ab_state_read(bfd, &st, err);
+        if (r < 0)
+                return -1;
+        bool alive = r == 0 && !st.error && ab_init_alive(st.init_pid, st.init_start);
+        pid_t pid = st.init_pid;
+        ab_state_clear(&st);
+        if (!alive)
+                return 0;
+        if (need_cgroups(n, err) < 0)
+                return -1;
+        if (!box_frozen(n, id)) {
+                if (ab_cg_freeze(&n->cg, id, PAUSE_TIMEOUT_MS, err) < 0)
+                        return ab_err_wrap(err, "freezing box %s to copy its disk", id);
+                *thaw = true;
+        }
+        /* The disk is mounted only in the box: reach it through its init. */
+        char p[64];
+        snprintf(p, sizeof(p), "/proc/%d/root/workspace", (int)pid);
+        _cleanup_close_ int fd = open(p, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (fd < 0 || syncfs(fd) < 0) {
+                int e = errno;
+                if (*thaw)
+                        ab_cg_thaw(&n->cg, id, NULL);
+                *thaw = false;
+                return ab_err_set(err, AB_E_INTERNAL, e, "flushing the disk of box %s", id);
+        }
+        return 0;
+}
+
+/* Copies box bfd's disk.img into dst with the box frozen meanwhile;
+ * *frozen_ns (may be NULL) gets how long it was. */
+static int copy_disk(native *n, int bfd, const char *id, int dst, bool durable, bool *cloned,
+                     uint64_t *frozen_ns, ab_err **err)
+{
+        _cleanup_close_ int src = openat(bfd, "disk.img", O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+        if (src < 0)
+                return ab_err_set(err, AB_E_INTERNAL, errno, "open the disk of box %s", id);
+        bool thaw;
+        uint64_t t0 = ab_now_ns();
+        if (freeze_for_copy(n, bfd, id, &thaw, err) < 0)
+                return -1;
+        /* the copy need not be on disk before the source goes on */
+        int r = ab_disk_clone(src, dst, false, cloned, err);
+        if (thaw)
+                ab_cg_thaw(&n->cg, id, NULL);
+        if (frozen_ns)
+                *frozen_ns = ab_now_ns() - t0;
+        if (r == 0 && durable && fsync(dst) < 0)
+                r = ab_err_set(err, errno == ENOSPC ? AB_E_STORAGE : AB_E_INTERNAL, errno,
+                               "cannot sync the copy of the disk");
+        return r;
+}
+
+static int n_fork(ab_backend *b, const char *src, const ab_box_spec *spec, ab_err **err)
+{
+        native *n = N(b);
+        if (ab_id_check(spec->id, err) < 0 || ab_limits_validate(&spec->limits, err) < 0)
+                return -1;
+        if (need_cgroups(n, err) < 0)
+                return -1;
+        _cleanup_close_ int slock = -1;
+        _cleanup_close_ int sbfd = lock_box(n, src, &slock, err);
+        if (sbfd < 0)
+                return -1;
+        ab_box_config sc;
+        if (ab_box_config_read(sbfd, &sc, err) < 0)
+                return ab_err_wrap(err, "box %s", src);
+        ab_box_config c = {.limits = spec->limits,
+                           .created_at = time(NULL),
+                           .rootfs = sc.rootfs,
+                           .layers = sc.layers,
+                           .image = sc.image,
+                           .disk_uid_base = sc.disk_uid_base ? sc.disk_uid_base : sc.uid_base};
+        snprintf(c.id, sizeof(c.id), "%s", spec->id);
+        if (c.limits.disk_mib < sc.limits.disk_mib)
+                c.limits.disk_mib = sc.limits.disk_mib;
+        int r = -1;
+        char rnd[17], tmp[128];
+        ab_id_random(rnd);
+        snprintf(tmp, sizeof(tmp), "new.%s.%s", spec->id, rnd);
+        _cleanup_close_ int tfd = openat(n->data_fd, "trash", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        _cleanup_close_ int bfd = -1, lockfd = -1, disk = -1;
+        if (faccessat(n->boxes_fd, spec->id, F_OK, AT_SYMLINK_NOFOLLOW) == 0) {
+                ab_err_set(err, AB_E_CONFLICT, 0, "box '%s' already exists", spec->id);
+                goto out;
+        }
+        if (tfd < 0 || mkdirat(tfd, tmp, 0700) < 0) {
+                ab_err_set(err, AB_E_INTERNAL, errno, "create box directory");
+                goto out;
+        }
+        bfd = openat(tfd, tmp, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+        lockfd =
+            bfd < 0 ? -1 : openat(bfd, "lock", O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+        if (lockfd < 0 || flock(lockfd, LOCK_EX) < 0) {
+                ab_err_set(err, AB_E_INTERNAL, errno, "lock new box");
+                unlinkat(tfd, tmp, AT_REMOVEDIR);
+                goto out;
+        }
+        c.uid_base = 0;
+        r = alloc_uid_base(n, spec->id, &c.uid_base, err);
+        if (r == 0)
+                r = ab_box_config_write(bfd, &c, err);
+        if (r == 0 &&
+            (disk = openat(bfd, "disk.img", O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW,
+                           0600)) < 0)
+                r = ab_err_set(err, AB_E_INTERNAL, errno, "create the disk of box %s", spec->id);
+        bool cloned = false;
+        uint64_t t0 = ab_now_ns(), frozen = 0;
+        if (r == 0)
+                r = copy_disk(n, sbfd, src, disk, true, &cloned, &frozen, err);
+        /* the source is copied: it goes on, whatever happens to the copy */
+        close(steal_fd(&slock));
+        if (r == 0 && c.limits.disk_mib > sc.limits.disk_mib)
+                r = ab_disk_resize(bfd, "disk.img", c.limits.disk_mib, err);
+        if (r == 0) {
+                char ms[32], fms[32];
+                snprintf(ms, sizeof(ms), "%.1f", (double)(ab_now_ns() - t0) / 1e6);
+                snprintf(fms, sizeof(fms), "%.1f", (double)frozen / 1e6);
+                ab_log(AB_LOG_INFO, "box disk copied", "box", spec->id, "from", src, "how",
+                       cloned ? "reflink" : "copy", "ms", ms, "frozen_ms", fms, NULL);
+        }
+        if (r == 0 && renameat2(tfd, tmp, n->boxes_fd, spec->id, RENAME_NOREPLACE) < 0)
+                r = ab_err_set(err, errno == EEXIST ? AB_E_CONFLICT : AB_E_INTERNAL, errno,
+                               "publish box %s", spec->id);
+        if (r == 0 && start_locked(n, bfd, spec->id, err) < 0) {
+                ab_cg_destroy(&n->cg, spec->id, NULL);
+                r = -1;
+                if (renameat(n->boxes_fd, spec->id, tfd, tmp) < 0)
+                        goto out;
+        }
+        if (r < 0) {
+                if (c.uid_base)
+                        release_uid_base(n, spec->id, c.uid_base);
+                struct stat st;
+                if (fstat(tfd, &st) == 0)
+                        rm_tree_at(tfd, tmp, st.st_dev);
+        }
+out:
+        ab_box_config_clear(&sc);
+        return r < 0 ? -1 : 0;
+}
+
+/* The snapshot's reader: a child in a mount namespace of its own mounts
+ * the copy of the disk (img: an fd) and writes the layer tar to out_fd.
+ * Its error comes back over a pipe. */
+/* Closes every fd from 3 up but the three in keep: a forked child must not
+ * hold the server's descriptions (a box's lock fd another thread closes
+ * would stay locked until the child exits). */
+static void close_all_but(int keep[3])
+{
+        for (int i = 0; i < 3; i++)
+                for (int j = i + 1; j < 3; j++)
+                        if (keep[j] < keep[i]) {
+                                int t = keep[i];
+                                keep[i] = keep[j];
+                                keep[j] = t;
+                        }
+        unsigned lo = 3;
+        for (int i = 0; i < 3; i++) {
+                if ((unsigned)keep[i] > lo)
+                        close_range(lo, (unsigned)keep[i] - 1, 0);
+                if ((unsigned)keep[i] + 1 > lo)
+                        lo = (unsigned)keep[i] + 1;
+        }
+        close_range(lo, ~0u, 0);
+}
+
+static void snapshot_child(native *n, int img, const ab_box_config *c, int out_fd, int pw)
+{
+        int keep[3] = {img, out_fd, pw};
+        close_all_but(keep);
+        ab_err *e = NULL;
+        char target[4200];
+        snprintf(target, sizeof(target), "%s/trash", n->data);
+        _cleanup_close_ int dfd = -1, up = -1, ws = -1;
+        if (unshare(CLONE_NEWNS) < 0 || mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0 ||
+            mount("snap", target, "tmpfs", MS_NOSUID | MS_NODEV, "mode=700,size=64k") < 0) {
+                ab_err_set(&e, AB_E_INTERNAL, errno, "a mount namespace to read the disk");
+                goto out;
+        }
+        snprintf(target + strlen(target), sizeof(target) - strlen(target), "/disk");
+        if (mkdir(target, 0700) < 0) {
+                ab_err_set(&e, AB_E_INTERNAL, errno, "mkdir %s", target);
+                goto out;
+        }
+        if (ab_disk_mount(img, NULL, target, &e) < 0)
+                goto out;
+        dfd = open(target, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        up = dfd < 0 ? -1
+                     : openat(dfd, "layers/root/upper",
+                              O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (up < 0) {
+                ab_err_set(&e, AB_E_INTERNAL, errno, "the box's root layer");
+                goto out;
+        }
+        ws = openat(dfd, "workspace", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        /* the owners the disk's files have (a fork not started yet: another range) */
+        uid_t base = c->disk_uid_base ? c->disk_uid_base : c->uid_base;
+        _cleanup_free_ char *rec = NULL;
+        if (ab_read_file(dfd, ".uid_base", &rec, NULL) == 0)
+                base = (uid_t)strtoul(rec, NULL, 10);
+        ab_boxfs_export_layer(up, ws, base, out_fd, &e);
+out:
+        if (e) {
+                if (ab_write_all(pw, e->msg, strlen(e->msg)) < 0)
+                        _exit(1);
+                _exit(e->code == AB_E_STORAGE ? 3 : 1);
+        }
+        _exit(0);
+}
+
+static int n_snapshot(ab_backend *b, const char *id, int out_fd, ab_err **err)
+{
+        native *n = N(b);
+        ab_box_config c;
+        _cleanup_close_ int img = -1;
+        {
+                _cleanup_close_ int lockfd = -1;
+                _cleanup_close_ int bfd = lock_box(n, id, &lockfd, err);
+                if (bfd < 0)
+                        return -1;
+                if (ab_box_config_read(bfd, &c, err) < 0)
+                        return ab_err_wrap(err, "box %s", id);
+                if (!c.layers) {
+                        ab_box_config_clear(&c);
+                        return ab_err_set(err, AB_E_UNSUPPORTED, 0,
+                                          "snapshot needs a box made from an image (box '%s' "
+                                          "runs on the host base); fork works for every box",
+                                          id);
+                }
+                /* an unnamed file: nothing to clean up after a crash */
+                img = openat(n->data_fd, "trash", O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+                bool cloned;
+                if (img < 0)
+                        ab_err_set(err, AB_E_INTERNAL, errno, "a file for a copy of the disk");
+                if (img < 0 || copy_disk(n, bfd, id, img, false, &cloned, NULL, err) < 0) {
+                        ab_box_config_clear(&c);
+                        return -1;
+                }
+        }
+        int pfd[2];
+        if (pipe2(pfd, O_CLOEXEC) < 0) {
+                ab_box_config_clear(&c);
+                return ab_err_set(err, AB_E_INTERNAL, errno, "pipe");
+        }
+        pid_t pid = fork();
+        if (pid == 0) {
+                close(pfd[0]);
+                snapshot_child(n, img, &c, out_fd, pfd[1]);
+        }
+        close(pfd[1]);
+        ab_box_config_clear(&c);
+        if (pid < 0) {
+                close(pfd[0]);
+                return ab_err_set(err, AB_E_INTERNAL, errno, "fork");
+        }
+        char msg[1024];
+        ssize_t len = ab_read_full(pfd[0], msg, sizeof(msg) - 1);
+        close(pfd[0]);
+        msg[len > 0 ? len : 0] = 0;
+        int st = 0;
+        while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
+                ;
+        if (WIFEXITED(st) && WEXITSTATUS(st) == 0)
+                return 0;
+        return ab_err_set(err, WIFEXITED(st) && WEXITSTATUS(st) == 3 ? AB_E_STORAGE : AB_E_INTERNAL,
+                          0, "snapshot of box %s: %s", id, *msg ? msg : "the reader failed");
+}
+
 static void n_free(ab_backend *b)
 {
         native *n = N(b);
@@ -1333,6 +1617,8 @@ static const ab_backend_ops native_ops = {
     .stats = n_stats,
     .connect_unix = n_connect_unix,
     .disk_alloc = n_disk_alloc,
+    .fork = n_fork,
+    .snapshot = n_snapshot,
     .free = n_free,
 };
 

@@ -15,10 +15,11 @@ static const char *const codes[] = {
     "internal",       "invalid_argument",  "not_found", "conflict",    "unavailable",
     "limit_exceeded", "permission_denied", "timeout",   "unsupported", "other",
 };
-static const char *const ops[] = {
-    "create",        "start",      "stop",         "destroy",      "pool_claim", "idle_stop",
-    "lru_stop",      "ttl_delete", "pause",        "resume",       "idle_pause", "lru_pause",
-    "pressure_stop", "image_pull", "image_import", "image_remove", "other"};
+static const char *const ops[] = {"create",        "start",      "stop",         "destroy",
+                                  "pool_claim",    "idle_stop",  "lru_stop",     "ttl_delete",
+                                  "pause",         "resume",     "idle_pause",   "lru_pause",
+                                  "pressure_stop", "image_pull", "image_import", "image_remove",
+                                  "fork",          "snapshot",   "other"};
 static const char *const proxy_results[] = {"allowed", "denied", "error", "other"};
 static const double buckets[] = {.001, .0025, .005, .01, .025, .05, .1, .25,
                                  .5,   1,     2.5,  5,   10,   30,  60};

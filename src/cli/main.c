@@ -21,6 +21,8 @@ static const char *usage_text =
     "                                 run the HTTP service (docs/api.md); see serve --help\n"
     "  mcp [--config FILE]            serve the Model Context Protocol on stdin/stdout\n"
     "  create [--id ID] [LIMITS...]   create and start a box; prints its id\n"
+    "  fork ID [--id NEW]             a new box with a copy of box ID's files (its whole\n"
+    "                                 disk), its image or base and limits; prints its id\n"
     "  exec [OPTIONS] ID -- CMD [ARG...]\n"
     "                                 run a command in the box, stream its output, exit\n"
     "                                 with its exit code: one word CMD is a shell command\n"
@@ -340,6 +342,59 @@ static int cmd_volume(ab_backend *b, int argc, char **argv)
         return cli_usage_error("volume: unknown verb '%s' (create, ls, rm)", verb);
 }
 
+/* fork: the backend's copy of a box, holding the source's image for the
+ * new box as create --image does. */
+static int cmd_fork(ab_backend *b, const char *data, int argc, char **argv)
+{
+        static const struct option opts[] = {
+            {"id", required_argument, NULL, 'n'}, {"help", no_argument, NULL, 'h'}, {0}};
+        const char *nid = NULL;
+        int c;
+        optind = 1;
+        while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+                if (c == 'n') {
+                        nid = optarg;
+                } else if (c == 'h') {
+                        puts("Usage: agentbox fork ID [--id NEW]\nMakes a new box with a copy of "
+                             "box ID's files (the box goes on running); prints the new id.");
+                        return 0;
+                } else {
+                        return EXIT_USAGE;
+                }
+        }
+        if (optind != argc - 1)
+                return cli_usage_error("fork needs exactly one box id%s", "");
+        const char *src = argv[optind];
+        _cleanup_err_ ab_err *e = NULL;
+        if (!b->ops->fork) {
+                ab_err_set(&e, AB_E_UNSUPPORTED, 0, "the %s backend cannot fork", b->ops->name);
+                return cli_fail(&e);
+        }
+        ab_box_info i;
+        if (b->ops->info(b, src, &i, &e) < 0)
+                return cli_fail(&e);
+        char rid[17];
+        if (!nid)
+                ab_id_random(rid);
+        ab_box_spec spec = {.id = nid ? nid : rid, .limits = i.limits};
+        ab_image_store *images = NULL;
+        int r = 0;
+        if (i.image && (r = cli_images_open(NULL, data, &images, &e)) == 0)
+                r = ab_image_hold(images, spec.id, i.image, &e);
+        if (r == 0 && b->ops->fork(b, src, &spec, &e) < 0) {
+                if (images && e->code != AB_E_CONFLICT)
+                        ab_image_release(images, spec.id, NULL);
+                r = -1;
+        }
+        if (images)
+                ab_image_store_free(images);
+        ab_box_info_clear(&i);
+        if (r < 0)
+                return cli_fail(&e);
+        printf("%s\n", spec.id);
+        return 0;
+}
+
 typedef int (*box_op)(ab_backend *, const char *, ab_err **);
 
 static int cmd_each(ab_backend *b, int argc, char **argv, box_op op, const char *verb)
@@ -620,9 +675,9 @@ int main(int argc, char **argv)
                 printf("agentbox %s\n", AGENTBOX_VERSION);
                 return 0;
         }
-        static const char *const known[] = {"create", "exec",   "start", "stop",    "pause",
-                                            "resume", "rm",     "ls",    "inspect", "cp",
-                                            "tool",   "attach", "volume"};
+        static const char *const known[] = {"create", "exec",   "start",  "stop",    "pause",
+                                            "resume", "rm",     "ls",     "inspect", "cp",
+                                            "tool",   "attach", "volume", "fork"};
         bool ok = false;
         for (size_t k = 0; k < AB_ARRAY_LEN(known); k++)
                 ok |= !strcmp(cmd, known[k]);
@@ -634,6 +689,8 @@ int main(int argc, char **argv)
                 if (!strcmp(sub_argv[k], "--help") || !strcmp(sub_argv[k], "-h")) {
                         if (!strcmp(cmd, "create"))
                                 return cmd_create(NULL, data, sub_argc, sub_argv);
+                        if (!strcmp(cmd, "fork"))
+                                return cmd_fork(NULL, data, sub_argc, sub_argv);
                         if (!strcmp(cmd, "exec")) {
                                 char *help[] = {"exec", "--help", NULL};
                                 return cli_exec(2, help, NULL);
@@ -666,6 +723,8 @@ int main(int argc, char **argv)
                 return cli_fail(&e);
         if (!strcmp(cmd, "create"))
                 return cmd_create(b, data, sub_argc, sub_argv);
+        if (!strcmp(cmd, "fork"))
+                return cmd_fork(b, data, sub_argc, sub_argv);
         if (!strcmp(cmd, "start"))
                 return cmd_each(b, sub_argc, sub_argv, b->ops->start, "start");
         if (!strcmp(cmd, "stop"))

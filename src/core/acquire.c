@@ -160,6 +160,12 @@ static int check_keys(ab_manager *m, const ab_acquire_req *q, const char *scope,
         return 0;
 }
 
+int mgr_check_keys(ab_manager *m, const ab_acquire_req *q, const char *scope, const char **app,
+                   char idbuf[64], ab_err **err)
+{
+        return check_keys(m, q, scope, app, idbuf, err);
+}
+
 /* Creates the backend box for a freshly inserted "creating" row (from img
  * when not NULL: held first, released again when the create fails). */
 static int create_backend(ab_manager *m, ab_box_rec *r, const ab_limits *lim, const ab_image *img,

@@ -106,6 +106,27 @@ typedef struct ab_acquire_req {
         json_t *volumes, *mounts, *readonly_paths, *blocked_paths;
 } ab_acquire_req;
 
+/* Makes a new box (id or keys from req, as a create takes them; all
+ * optional: a random id in the source's app) with a copy of box src's
+ * files (its whole disk), its image (held anew) or host base, limits, env,
+ * network policy and entrypoint (req's win where given; req->image is
+ * AB_E_INVALID), a uid range of its own; running when this returns. The
+ * source keeps running (frozen while its disk is copied). Quotas and disk
+ * admission as for a create; publishes "box.created" with "forked_from".
+ * AB_E_NOT_FOUND: no src; AB_E_CONFLICT: src is being deleted or the new
+ * id exists; AB_E_UNSUPPORTED: the backend cannot fork. */
+int ab_manager_fork(ab_manager *m, const char *src, const ab_acquire_req *req, const char *scope,
+                    ab_box_rec *out, ab_err **err);
+
+/* Makes a new image in the image store of box id's image plus one layer of
+ * what the box changed (its root layer and its /workspace), named `name`
+ * (canonicalised as Docker does: "myenv:1" -> docker.io/library/myenv:1).
+ * The box is frozen while its disk is copied and goes on. AB_E_INVALID for
+ * a bad name; AB_E_UNSUPPORTED for a box on the host base or a backend or
+ * server without snapshots. Publishes "box.snapshot". */
+int ab_manager_snapshot(ab_manager *m, const char *id, const char *scope, const char *name,
+                        ab_image *out, ab_err **err);
+
 /* Finds or makes the box for req and makes sure it runs. *created tells
  * whether it was made by this call. AB_E_INVALID for bad keys, AB_E_CONFLICT
  * when the id belongs to another app or is being deleted for too long,

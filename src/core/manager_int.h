@@ -180,6 +180,10 @@ void mgr_image_release(ab_manager *m, const char *bid);
  * workdir, user}. */
 const json_t *mgr_rec_image(const ab_box_rec *r);
 
+/* Checks an acquire request (keys, mode, limits, network, env, ...);
+ * idbuf gets the box id it names, *app its app (scope wins). */
+int mgr_check_keys(ab_manager *m, const ab_acquire_req *q, const char *scope, const char **app,
+                   char idbuf[64], ab_err **err);
 void mgr_fill_new_rec(ab_manager *m, const ab_acquire_req *q, const char *app, const char *id,
                       const ab_limits *lim, ab_box_rec *r);
 /* Runs op on the box under its slot lock; AB_E_CONFLICT while it is being

@@ -1313,3 +1313,121 @@ int ab_image_pull(ab_image_store *s, const char *ref, ab_image_progress_fn fn, v
         ab_image_ref_clear(&r);
         return rc < 0 ? -1 : 0;
 }
+
+/* ---- commit: a new image of a base image plus one layer ------------------ */
+
+/* The config blob of the new image: the base's config with the new layer's
+ * diff id added to rootfs.diff_ids. */
+static char *commit_config(const ab_image *base, const char *diff_id)
+{
+        const ab_image_config *c = &base->config;
+        json_t *cfg = json_object();
+        json_object_set_new(cfg, "Env", jstrv(c->env));
+        if (c->workdir)
+                json_object_set_new(cfg, "WorkingDir", json_string(c->workdir));
+        if (c->user)
+                json_object_set_new(cfg, "User", json_string(c->user));
+        if (c->entrypoint)
+                json_object_set_new(cfg, "Entrypoint", jstrv(c->entrypoint));
+        if (c->cmd)
+                json_object_set_new(cfg, "Cmd", jstrv(c->cmd));
+        json_t *ids = json_array();
+        for (char **d = c->diff_ids; d && *d; d++)
+                json_array_append_new(ids, json_string(*d));
+        json_array_append_new(ids, json_string(diff_id));
+        char when[32];
+        time_t now = time(NULL);
+        struct tm tm;
+        gmtime_r(&now, &tm);
+        strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%SZ", &tm);
+        json_t *j = json_pack("{s:s,s:s,s:o,s:{s:s,s:o},s:s,s:[{s:s,s:s}]}", "architecture",
+                              c->arch ? c->arch : HOST_ARCH, "os", c->os ? c->os : "linux",
+                              "config", cfg, "rootfs", "type", "layers", "diff_ids", ids, "created",
+                              when, "history", "created", when, "created_by", "agentbox snapshot");
+        char *text = json_dumps(j, JSON_COMPACT | JSON_SORT_KEYS);
+        json_decref(j);
+        if (!text)
+                abort();
+        return text;
+}
+
+/* im's layers: the base's (digests from their store paths) and the new one. */
+static int commit_layers(ab_image_store *s, const ab_image *base, const char *digest,
+                         uint64_t bytes, stage_image *im, ab_err **err)
+{
+        size_t nd = imgstore_strv_len(base->config.diff_ids);
+        im->layers = xcalloc(base->n_layers + 1, sizeof(stage_layer));
+        for (size_t i = 0; i < base->n_layers; i++) {
+                const char *p = base->layers[i];
+                size_t pl = strlen(p);
+                /* DIR/layers/HEX/fs */
+                if (pl < HEX_LEN + 3 || strcmp(p + pl - 3, "/fs"))
+                        return ab_err_set(err, AB_E_INTERNAL, 0, "layer path %s", p);
+                stage_layer *l = &im->layers[im->n_layers++];
+                l->digest = xasprintf("sha256:%.*s", HEX_LEN, p + pl - 3 - HEX_LEN);
+                l->diff_id = nd == base->n_layers ? xstrdup(base->config.diff_ids[i]) : NULL;
+                if (!imgstore_layer_present(s, l->digest + 7, &l->bytes))
+                        return ab_err_set(err, AB_E_NOT_FOUND, 0,
+                                          "layer %s of image %s is not in the store", l->digest,
+                                          base->id);
+        }
+        stage_layer *l = &im->layers[im->n_layers++];
+        l->digest = xstrdup(digest);
+        l->diff_id = xstrdup(digest); /* uncompressed: the blob is the diff */
+        l->bytes = bytes;
+        return 0;
+}
+
+int ab_image_commit(ab_image_store *s, const char *base_id, const char *name,
+                    int (*write_layer)(void *ud, int fd, ab_err **err), void *ud, ab_image *out,
+                    ab_err **err)
+{
+        memset(out, 0, sizeof(*out));
+        stage_image im = {.names = xcalloc(1, sizeof(char *)),
+                          .digests = xcalloc(1, sizeof(char *))};
+        ab_image base = {0};
+        ab_image *got = NULL;
+        _cleanup_free_ char *digest = NULL, *blob = NULL;
+        _cleanup_close_ int fd = -1;
+        uint64_t size = 0, bytes = 0;
+        int rc = imgstore_stage_name(&im, name, err);
+        if (rc == 0)
+                rc = ab_image_get(s, base_id, &base, err);
+        /* GC waits for commits as for pulls: a layer installed here has no
+         * record naming it until the end */
+        _cleanup_close_ int g = rc < 0 ? -1 : imgstore_lock_or_err(s, "gc.lock", LOCK_SH, err);
+        if (rc == 0 && g < 0)
+                rc = -1;
+        if (rc == 0 && (fd = openat(s->dfd, "tmp", O_TMPFILE | O_RDWR | O_CLOEXEC, 0600)) < 0)
+                rc = ab_err_set(err, AB_E_INTERNAL, errno, "make a file in %s/tmp", s->dir);
+        if (rc == 0)
+                rc = write_layer(ud, fd, err);
+        if (rc == 0 && lseek(fd, 0, SEEK_SET) < 0)
+                rc = ab_err_set(err, AB_E_INTERNAL, errno, "rewind the new layer");
+        if (rc == 0) {
+                int r = imgstore_digest_fd(fd, &digest, &size);
+                if (r < 0)
+                        rc = ab_err_set(err, AB_E_INTERNAL, -r, "read the new layer");
+        }
+        if (rc == 0 && !imgstore_layer_present(s, digest + 7, &bytes)) {
+                if (lseek(fd, 0, SEEK_SET) < 0)
+                        rc = ab_err_set(err, AB_E_INTERNAL, errno, "rewind the new layer");
+                else
+                        rc = imgstore_layer_install(s, digest, fd, size, NULL, NULL, &bytes, err);
+        }
+        if (rc == 0) {
+                blob = commit_config(&base, digest);
+                rc = imgstore_stage_config(&im, blob, strlen(blob), err);
+        }
+        if (rc == 0)
+                rc = commit_layers(s, &base, digest, bytes, &im, err);
+        if (rc == 0)
+                rc = imgstore_commit(s, &im, 1, "snapshot", &got, err);
+        if (rc == 0) {
+                *out = got[0];
+                free(got);
+        }
+        imgstore_stage_clear(&im);
+        ab_image_clear(&base);
+        return rc < 0 ? -1 : 0;
+}

@@ -54,7 +54,7 @@ typedef struct ab_image {
         ab_image_config config; /* manifest.h */
         uint64_t size;          /* bytes of file data of its layers */
         int64_t created;        /* unix seconds it came into the store */
-        char *source;           /* "pull" | "import" */
+        char *source;           /* "pull" | "import" | "snapshot" */
 } ab_image;
 
 void ab_image_clear(ab_image *img);
@@ -94,6 +94,20 @@ int ab_image_pull(ab_image_store *s, const char *ref, ab_image_progress_fn fn, v
  * their count. */
 int ab_image_import(ab_image_store *s, int fd, const char *name, ab_image_progress_fn fn, void *ud,
                     ab_image **out, size_t *n, ab_err **err);
+
+/* Makes a new local image of image base_id plus one layer: write_layer
+ * (called once) writes the layer, an uncompressed tar, to fd (a fresh
+ * unnamed file of the store); it is unpacked like any pulled layer
+ * (layer.h: OCI whiteouts, every check) and keyed by its real digest. The
+ * record (source "snapshot") has the base's config with the new layer's
+ * diff id added (the id is the digest of that config blob) and is named
+ * `name`, canonicalised as Docker does ("myenv:1" ->
+ * docker.io/library/myenv:1); a name that named another image moves to
+ * this one. AB_E_INVALID for a bad name (nothing is written then),
+ * AB_E_NOT_FOUND when base_id is not in the store. *out gets the image. */
+int ab_image_commit(ab_image_store *s, const char *base_id, const char *name,
+                    int (*write_layer)(void *ud, int fd, ab_err **err), void *ud, ab_image *out,
+                    ab_err **err);
 
 /* Looks up an image by reference (canonicalised first: "busybox" finds
  * docker.io/library/busybox:latest), by id ("sha256:HEX", or a unique prefix

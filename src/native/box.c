@@ -438,6 +438,7 @@ NO_ASAN static int run_setup(void *arg)
             .hostname = s->id,
             .hide = s->hide,
             .uid_base = s->uid_base,
+            .disk_uid_base = s->disk_uid_base,
             .userns_fd = userns,
             .tmp_mib = s->limits->memory_mib / 2 ? s->limits->memory_mib / 2 : 16,
             .etc_hidden = s->etc_hidden,

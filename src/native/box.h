@@ -20,6 +20,7 @@ typedef struct ab_spawn_spec {
         const char *skills_dir;    /* may be NULL */
         const char *const *hide;   /* host paths to hide, NULL-terminated */
         uid_t uid_base;
+        uid_t disk_uid_base; /* rootfs.h */
         const ab_limits *limits;
         const ab_cg *cg;                /* where the box's cgroup goes */
         const ab_cg_limits *cg_limits;  /* its limits (it is made, or updated) */

@@ -3,6 +3,7 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <linux/fs.h>
 #include <linux/loop.h>
 #include <sys/ioctl.h>
 #include <sys/mount.h>
@@ -206,6 +207,28 @@ void ab_disk_sweep_cache(int cache_dfd)
         closedir(d);
 }
 
+int ab_disk_clone(int src, int dst, bool durable, bool *cloned, ab_err **err)
+{
+        *cloned = false;
+        struct stat st;
+        if (fstat(src, &st) < 0)
+                return ab_err_set(err, AB_E_INTERNAL, errno, "stat the disk image to copy");
+        int r = 0;
+        if (ioctl(dst, FICLONE, src) == 0)
+                *cloned = true;
+        else if (errno == EOPNOTSUPP || errno == EXDEV || errno == EINVAL || errno == ENOTTY ||
+                 errno == ENOSYS || errno == EPERM)
+                r = copy_sparse(src, dst, st.st_size); /* no reflinks here: copy the extents */
+        else
+                r = -errno;
+        if (r == 0 && durable && fsync(dst) < 0)
+                r = -errno;
+        if (r < 0)
+                return ab_err_set(err, r == -ENOSPC ? AB_E_STORAGE : AB_E_INTERNAL, -r,
+                                  "cannot copy the disk image");
+        return 0;
+}
+
 int ab_disk_resize(int dirfd, const char *name, uint64_t size_mib, ab_err **err)
 {
         _cleanup_close_ int fd = openat(dirfd, name, O_WRONLY | O_CLOEXEC | O_NOFOLLOW);
@@ -296,7 +319,8 @@ static int loop_attach(int backing, char *dev, size_t devlen, const char **what)
 
 int ab_disk_mount_raw(int dirfd, const char *name, const char *target, const char **what)
 {
-        int backing = openat(dirfd, name, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
+        int backing = name ? openat(dirfd, name, O_RDWR | O_CLOEXEC | O_NOFOLLOW)
+                           : fcntl(dirfd, F_DUPFD_CLOEXEC, 3);
         if (backing < 0) {
                 *what = "cannot open the disk image";
                 return -errno;

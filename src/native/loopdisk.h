@@ -5,6 +5,7 @@
 #define AB_LOOPDISK_H
 
 #include "base/err.h"
+#include <stdbool.h>
 #include <sys/types.h>
 
 /* Creates dirfd/name as a sparse file of size_mib MiB and formats it ext4
@@ -27,12 +28,19 @@ int ab_disk_make_spares(int cache_dfd, uint64_t size_mib, ab_err **err);
  * in the cache (temporary files older than a minute). */
 void ab_disk_sweep_cache(int cache_dfd);
 
+/* Copies the disk image src into dst (a new, empty file): a reflink
+ * (FICLONE: copy-on-write, nearly free) where the filesystem has them,
+ * else the image's data extents (copy_file_range over SEEK_DATA/SEEK_HOLE:
+ * holes stay holes). *cloned tells which. With durable, dst is synced. */
+int ab_disk_clone(int src, int dst, bool durable, bool *cloned, ab_err **err);
+
 /* Grows the image to size_mib (never shrinks); takes effect at the next mount. */
 int ab_disk_resize(int dirfd, const char *name, uint64_t size_mib, ab_err **err);
 
 /* Attaches the image to a free loop device (auto-clear on last close) and
  * mounts it at `target` (nosuid, nodev). The loop device detaches itself
- * once the last mount of it is gone. Call in a private mount namespace. */
+ * once the last mount of it is gone. Call in a private mount namespace.
+ * name NULL: dirfd is the image itself (opened read-write). */
 int ab_disk_mount(int dirfd, const char *name, const char *target, ab_err **err);
 
 /* The same with plain system calls and no allocation, for a child that

@@ -1,4 +1,5 @@
 #include "native/rootfs.h"
+#include "native/boxfs.h"
 #include "native/loopdisk.h"
 #include "base/buf.h"
 
@@ -633,6 +634,89 @@ static int build_while_mounting(const ab_rootfs_spec *s, int bfd, const char *di
         return 0;
 }
 
+/* The disk records whose files it holds (disk/.uid_base, the box's
+ * uid_base). A disk that comes with another box's (a fork's copy) has its
+ * owners shifted to this box's range first. A shift cut short by a crash
+ * is finished by the next start: owners already shifted are outside the
+ * old range, and the record is written last. */
+static int disk_owners(int dfd, const ab_rootfs_spec *s, ab_err **err)
+{
+        _cleanup_free_ char *txt = NULL;
+        uid_t from = s->disk_uid_base ? s->disk_uid_base : s->uid_base;
+        bool known = ab_read_file(dfd, ".uid_base", &txt, NULL) == 0;
+        if (known)
+                from = (uid_t)strtoul(txt, NULL, 10);
+        if (known && from == s->uid_base)
+                return 0;
+        int r = from != s->uid_base ? ab_boxfs_shift(dfd, from, s->uid_base) : 0;
+        if (r < 0)
+                return ab_err_set(err, AB_E_INTERNAL, -r,
+                                  "cannot give the disk's files to the box's uid range");
+        char buf[32];
+        snprintf(buf, sizeof(buf), "%u\n", (unsigned)s->uid_base);
+        r = ab_write_file_atomic(dfd, ".uid_base", buf, strlen(buf), 0600);
+        if (r < 0)
+                return ab_err_set(err, AB_E_INTERNAL, -r, "cannot write the disk's uid record");
+        return 0;
+}
+
+/* A fresh disk of an image box (no workspace yet) gets the image's
+ * /workspace: the box's /workspace is a bind of the disk's, which would
+ * hide the image's. The merged lowers (a read-only overlay of the idmapped
+ * layers, or the one layer) show owners as host uids of this box, so a
+ * copy that keeps owners is right. Copied under a temporary name, renamed
+ * into place whole. Runs in the setup process, cwd = the box directory. */
+static int seed_workspace(int dfd, const ab_rootfs_spec *s, ab_err **err)
+{
+        if (faccessat(dfd, "workspace", F_OK, AT_SYMLINK_NOFOLLOW) == 0)
+                return 0;
+        size_t n = 0;
+        while (s->layers[n])
+                n++;
+        if (!n)
+                return 0;
+        const char *src = "lower/l0";
+        if (n > 1) {
+                ab_buf b = {0};
+                ab_buf_puts(&b, "lowerdir=");
+                for (size_t i = n; i-- > 0;)
+                        ab_buf_printf(&b, "%slower/l%zu", i == n - 1 ? "" : ":", i);
+                _cleanup_free_ char *opts = ab_buf_steal(&b);
+                if (mkdir("seed", 0700) < 0 && errno != EEXIST)
+                        return ab_err_set(err, AB_E_INTERNAL, errno, "mkdir seed");
+                if (mount("agentbox", "seed", "overlay", MS_RDONLY | MS_NOSUID | MS_NODEV, opts) <
+                    0)
+                        return ab_err_set(err, AB_E_INTERNAL, errno,
+                                          "cannot mount the image's layers to copy /workspace");
+                src = "seed";
+        }
+        int r = 0;
+        _cleanup_close_ int root = open(src, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        _cleanup_close_ int ws =
+            root < 0 ? -1
+                     : openat(root, "workspace", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        struct stat st;
+        if (ws >= 0 && fstat(ws, &st) == 0) {
+                (void)ab_boxfs_rm_tree(dfd, ".workspace.seed");
+                _cleanup_close_ int t = -1;
+                if (mkdirat(dfd, ".workspace.seed", 0700) < 0 ||
+                    (t = openat(dfd, ".workspace.seed", O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0)
+                        r = -errno;
+                if (r == 0)
+                        r = ab_boxfs_copy_tree(ws, t);
+                if (r == 0 &&
+                    (fchown(t, st.st_uid, st.st_gid) < 0 || fchmod(t, st.st_mode & 07777) < 0))
+                        r = -errno;
+                if (r == 0 && renameat(dfd, ".workspace.seed", dfd, "workspace") < 0)
+                        r = -errno;
+        }
+        if (src[0] == 's')
+                umount2("seed", MNT_DETACH);
+        if (r < 0)
+                return ab_err_set(err, AB_E_INTERNAL, -r, "cannot copy the image's /workspace");
+        return 0;
+}
+
 int ab_rootfs_build(const ab_rootfs_spec *s, ab_err **err)
 {
         char disk[4096], mask[4096], lower[4096], root[4096], p[4200], q[4200];
@@ -654,6 +738,13 @@ int ab_rootfs_build(const ab_rootfs_spec *s, ab_err **err)
         memset(layers, 0, sizeof(layers));
         if (build_while_mounting(s, bfd, disk, host, mask, lower, has_mask, layers, err) < 0)
                 return -1;
+        {
+                _cleanup_close_ int dfd = open(disk, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+                if (dfd < 0)
+                        return ab_err_set(err, AB_E_INTERNAL, errno, "open %s", disk);
+                if (disk_owners(dfd, s, err) < 0 || (s->layers && seed_workspace(dfd, s, err) < 0))
+                        return -1;
+        }
         if (ab_rootfs_prepare_disk(disk, s->uid_base, err) < 0)
                 return -1;
 

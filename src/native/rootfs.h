@@ -27,10 +27,13 @@ typedef struct ab_rootfs_spec {
         const char *skills_dir; /* shown read-only at /mnt/skills and /skills; may be NULL */
         const char *hostname;   /* host base: the box's /etc/hostname and /etc/hosts name it */
         const char *const
-            *hide;        /* absolute host paths never to show (data dir...), NULL-terminated */
-        uid_t uid_base;   /* host uid (and gid) of root inside the box */
-        int userns_fd;    /* a user namespace mapping 0..65535 to uid_base.. */
-        uint64_t tmp_mib; /* size of /tmp */
+            *hide;      /* absolute host paths never to show (data dir...), NULL-terminated */
+        uid_t uid_base; /* host uid (and gid) of root inside the box */
+        /* Whose files a disk without its own record of that holds (a fork's
+         * copy of another box's disk: that box's uid_base); 0 = uid_base. */
+        uid_t disk_uid_base;
+        int userns_fd;                  /* a user namespace mapping 0..65535 to uid_base.. */
+        uint64_t tmp_mib;               /* size of /tmp */
         const ab_hide_list *etc_hidden; /* host base: what /etc's layer hides (hide.h) */
         /* Called while the disk is being mounted (by a helper), for the
          * caller's own work meanwhile; may be NULL. Non-zero fails the build. */
@@ -42,7 +45,11 @@ typedef struct ab_rootfs_spec {
         size_t n_binds;
 } ab_rootfs_spec;
 
-/* Mounts everything listed above. On failure the caller's mount namespace is
+/* Mounts everything listed above. On the way, the disk's files are given
+ * to uid_base when they belong to another range (a fork: the disk records
+ * its owner in BOX_DIR/disk/.uid_base), and a fresh disk of an image box
+ * gets a copy of the image's /workspace (the box's /workspace is the
+ * disk's).  On failure the caller's mount namespace is
  * simply discarded, so no cleanup of partial mounts is needed. */
 int ab_rootfs_build(const ab_rootfs_spec *s, ab_err **err);
 

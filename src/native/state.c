@@ -92,6 +92,8 @@ int ab_box_config_write(int boxfd, const ab_box_config *c, ab_err **err)
                 }
                 json_object_set_new(j, "mounts", a);
         }
+        if (c->disk_uid_base)
+                json_object_set_new(j, "disk_uid_base", json_integer(c->disk_uid_base));
         /* Synced: a box whose directory survives a host crash must have its
          * config. The directory entry needs no sync of its own: the config
          * is written before the box directory is renamed into boxes/, and
@@ -153,6 +155,7 @@ int ab_box_config_read(int boxfd, ab_box_config *c, ab_err **err)
         c->limits.output_cap = get_u64(l, "output_cap", c->limits.output_cap);
         c->limits.nofile = get_u64(l, "nofile", c->limits.nofile);
         c->uid_base = (uid_t)get_u64(j, "uid_base", 0);
+        c->disk_uid_base = (uid_t)get_u64(j, "disk_uid_base", 0);
         c->created_at = (int64_t)get_u64(j, "created_at", 0);
         const char *rootfs = json_string_value(json_object_get(j, "rootfs"));
         c->rootfs = rootfs ? xstrdup(rootfs) : NULL;

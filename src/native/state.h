@@ -20,9 +20,10 @@ typedef struct ab_box_config {
         char id[64];
         ab_limits limits;
         uid_t uid_base;
-        char *rootfs;  /* NULL = host base */
-        char **layers; /* an image's layer trees, bottom first, NULL-terminated; or NULL */
-        char *image;   /* the image's id when layers are set, else NULL */
+        char *rootfs;        /* NULL = host base */
+        char **layers;       /* an image's layer trees, bottom first, NULL-terminated; or NULL */
+        char *image;         /* the image's id when layers are set, else NULL */
+        uid_t disk_uid_base; /* a fork: the uid_base its disk's files came with; else 0 */
         int64_t created_at;
         /* Volumes, host directories, read-only and hidden paths, applied at
          * every start; the strings are owned (on read) or borrowed (on write). */

@@ -7,6 +7,8 @@
 #include "image/store.h"
 #include "tap.h"
 
+#include <archive.h>
+#include <archive_entry.h>
 #include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -56,6 +58,14 @@ static void rm_rf(const char *path)
         _cleanup_free_ char *cmd = xasprintf("rm -rf '%s'", path);
         if (system(cmd) != 0)
                 tap_ok(0, "rm -rf %s", path);
+}
+
+static size_t strv_len(char **v)
+{
+        size_t n = 0;
+        while (v && v[n])
+                n++;
+        return n;
 }
 
 static bool strv_has(char **v, const char *s)
@@ -471,6 +481,77 @@ static void test_get_list(ab_image_store *s)
         ab_err_free(&e);
 }
 
+/* ---- commit (snapshots) ------------------------------------------------- */
+
+/* A layer as a box's snapshot writes it: a new file, a whiteout of the
+ * image's /data/b, a workspace entry. */
+static int write_snap_layer(void *ud, int fd, ab_err **err)
+{
+        int *calls = ud;
+        (*calls)++;
+        struct archive *a = archive_write_new();
+        struct archive_entry *en = archive_entry_new();
+        archive_write_set_format_pax_restricted(a);
+        archive_write_open_fd(a, fd);
+        static const char *const names[] = {"new", "new/file", "data/.wh.b", "workspace",
+                                            "workspace/w"};
+        for (size_t i = 0; i < AB_ARRAY_LEN(names); i++) {
+                bool isdir = !strchr(names[i], '/');
+                archive_entry_clear(en);
+                archive_entry_set_pathname(en, names[i]);
+                archive_entry_set_filetype(en, isdir ? AE_IFDIR : AE_IFREG);
+                archive_entry_set_perm(en, isdir ? 0755 : 0644);
+                archive_entry_set_uid(en, 1000);
+                archive_entry_set_size(en, isdir || strstr(names[i], ".wh.") ? 0 : 2);
+                archive_write_header(a, en);
+                if (!isdir && !strstr(names[i], ".wh."))
+                        archive_write_data(a, "x\n", 2);
+        }
+        archive_write_close(a);
+        archive_write_free(a);
+        archive_entry_free(en);
+        return 0;
+}
+
+static void test_commit(ab_image_store *s)
+{
+        const char *app = id_of("app");
+        ab_image img = {0}, base = {0};
+        ab_err *e = NULL;
+        int calls = 0;
+        int r = ab_image_commit(s, app, "Bad Name", write_snap_layer, &calls, &img, &e);
+        tap_ok(r < 0 && e && e->code == AB_E_INVALID && calls == 0,
+               "commit: a bad name is AB_E_INVALID, before any layer is written");
+        ab_err_free(&e);
+        int layers = count_entries("layers");
+        r = ab_image_commit(s, app, "snap:1", write_snap_layer, &calls, &img, &e);
+        tap_ok(r == 0 && calls == 1, "commit app + a layer as snap:1 (%s)", e ? e->msg : "ok");
+        ab_err_free(&e);
+        if (r < 0)
+                return;
+        (void)ab_image_get(s, app, &base, NULL);
+        tap_ok(strv_has(img.names, "docker.io/library/snap:1"), "... named by Docker's rules");
+        TAP_IS_INT((int)img.n_layers, (int)base.n_layers + 1, "... the base's layers plus one");
+        for (size_t i = 0; i < base.n_layers; i++)
+                tap_ok(!strcmp(img.layers[i], base.layers[i]), "... layer %zu shared", i);
+        TAP_IS_STR(img.source, "snapshot", "... source snapshot");
+        TAP_IS_INT((int)strv_len(img.config.diff_ids), (int)strv_len(base.config.diff_ids) + 1,
+                   "... one more diff id");
+        TAP_IS_INT(count_entries("layers"), layers + 1, "... one new layer directory");
+        _cleanup_free_ char *f = xasprintf("%s/new/file", img.layers[img.n_layers - 1]);
+        _cleanup_free_ char *wh = xasprintf("%s/data/b", img.layers[img.n_layers - 1]);
+        struct stat st;
+        tap_ok(exists(f) && lstat(wh, &st) == 0 && S_ISCHR(st.st_mode) && st.st_rdev == 0,
+               "... unpacked as any layer: files, an OCI whiteout made an overlayfs one");
+        TAP_IS_STR(get(s, "snap:1"), img.id, "get snap:1");
+        tap_ok(ab_image_remove(s, "snap:1", &e) == 0 && ab_image_gc(s, NULL, &e) == 0,
+               "remove snap:1, collect");
+        ab_err_free(&e);
+        TAP_IS_INT(count_entries("layers"), layers, "... its layer is gone, the base's stay");
+        ab_image_clear(&img);
+        ab_image_clear(&base);
+}
+
 static int64_t layer_bytes(const char *digest)
 {
         _cleanup_free_ char *p = xasprintf("%s/layers/%s/layer.json", dir, digest + 7);
@@ -719,6 +800,7 @@ int main(void)
         test_import_more(s);
         test_bad(s);
         test_get_list(s);
+        test_commit(s);
         test_remove_hold_gc(s);
         test_reopen();
         test_concurrent();
