@@ -274,15 +274,16 @@ def _cleanup_dir(root, binary, boxes, keep_dir=False, keep_boxes=False):
                 problems.append("agentbox rm %s at cleanup: %s" % (box, r.describe()))
     if keep_dir or keep_boxes:
         return problems
-    # The skills folder's own disk (DATA/skills.img) stays mounted on the
-    # host by design, once; more than one mount there is a leak.
-    skills = os.path.realpath(os.path.join(data, "skills"))
-    left = mounts_under(root)
-    if skills in left:
-        left.remove(skills)
-        why = _detach(skills)
-        if why:
-            problems.append("umount -l %s: %s" % (skills, why))
+    # A data folder's skills disk (DATA/skills.img at DATA/skills) stays
+    # mounted on the host by design: detach it, it is no leak.
+    left = []
+    for mp in mounts_under(root):
+        if os.path.basename(mp) == "skills" and \
+                os.path.isfile(os.path.join(os.path.dirname(mp), "skills.img")):
+            while _detach(mp) is None and mp in mounts_under(mp):
+                pass
+        else:
+            left.append(mp)
     if left:
         problems.append("mounts left under %s after every box was removed: %s" % (root, ", ".join(left)))
         for mp in left:
