@@ -174,7 +174,12 @@ typedef struct ab_native_opts {
         /* Keep formatted disk images ready for the next creates, made by a
          * background thread (for long-running processes: the server). */
         bool keep_spares;
+        /* Size of the skills folder's own disk when it is made (DATA/skills.img,
+         * native/skillsfs.h); 0 = AB_SKILLS_DISK_MIB. */
+        uint64_t skills_disk_mib;
 } ab_native_opts;
+
+#define AB_SKILLS_DISK_MIB 1024
 
 /* The native backend: Linux namespaces, overlay rootfs, cgroups, seccomp. */
 int ab_native_open(const ab_native_opts *opts, ab_backend **out, ab_err **err);

@@ -3,7 +3,8 @@
  * DATA/boxes/ID/      one directory per box (config.json, state.json, disk.img,
  *                     init.sock, lock, paused while paused, and mount points
  *                     used only inside the box's own mount namespace)
- * DATA/skills/        shown read-only in every box
+ * DATA/skills/        shown read-only in every box: a mount of DATA/skills.img,
+ *                     a file system of its own (native/skillsfs.h)
  * DATA/cache/         formatted disk templates, one per size
  * DATA/trash/         boxes being deleted (renamed here first, so a crash
  *                     mid-delete never leaves half a box under boxes/)
@@ -22,6 +23,7 @@
 #include "native/hide.h"
 #include "native/loopdisk.h"
 #include "native/seccomp.h"
+#include "native/skillsfs.h"
 #include "native/state.h"
 #include "native/volume.h"
 
@@ -1863,8 +1865,6 @@ int ab_native_open(const ab_native_opts *opts, ab_backend **out, ab_err **err)
         r = 0;
         if (mkdir(n->boxes, 0700) < 0 && errno != EEXIST)
                 r = -errno;
-        if (!r && mkdir(n->skills, 0755) < 0 && errno != EEXIST)
-                r = -errno;
         if (!r && mkdir(trash, 0700) < 0 && errno != EEXIST)
                 r = -errno;
         free(trash);
@@ -1881,6 +1881,11 @@ int ab_native_open(const ab_native_opts *opts, ab_backend **out, ab_err **err)
         if (n->cache_fd < 0)
                 return ab_err_set(err, AB_E_INTERNAL, errno, "open %s/cache", n->data);
         if (ab_vols_open(n->data, n->cache_fd, &n->vols, err) < 0)
+                return -1;
+        ab_skillsfs_kind sk;
+        if (ab_skillsfs_open(n->data_fd, n->data, n->cache_fd,
+                             opts->skills_disk_mib ? opts->skills_disk_mib : AB_SKILLS_DISK_MIB,
+                             &sk, err) < 0)
                 return -1;
         n->hide[0] = n->data;
         n->init_path = find_init(opts->init_path, err);

@@ -225,8 +225,10 @@ int cli_service_open(cli_service *s, const cli_service_args *a, ab_err **err)
                            cfg->data_dir);
                 goto fail;
         }
-        ab_native_opts no = {
-            .data_dir = cfg->data_dir, .init_path = cfg->init_path, .keep_spares = true};
+        ab_native_opts no = {.data_dir = cfg->data_dir,
+                             .init_path = cfg->init_path,
+                             .keep_spares = true,
+                             .skills_disk_mib = cfg->skills_disk >> 20};
         if (ab_native_open(&no, &s->backend, err) < 0 ||
             ab_store_open(cfg->store_url, cfg->data_dir, &s->store, err) < 0)
                 goto fail;

@@ -37,6 +37,7 @@ void ab_config_default(ab_config *c)
             .disk_reserve = 256 * 1024 * 1024,
             .disk_watch_interval_ms = 1000,
             .image_max_layer = 16ull << 30,
+            .skills_disk = 1ull << 30,
         };
         ab_limits_default(&c->limits);
         ab_quota_none(&c->quotas);
@@ -311,6 +312,7 @@ static const field fields[] = {
     F("disk_reserve", NULL, "AGENTBOX_DISK_RESERVE", K_BYTES, disk_reserve),
     F("disk_watch_interval", NULL, NULL, K_MS, disk_watch_interval_ms),
     F("image_max_layer", NULL, NULL, K_BYTES, image_max_layer),
+    F("skills_disk", NULL, "AGENTBOX_SKILLS_DISK", K_BYTES, skills_disk),
 };
 #undef F
 
@@ -1062,6 +1064,8 @@ int ab_config_validate(const ab_config *c, ab_err **err)
                                   c->listen);
         if (!c->data_dir || !*c->data_dir)
                 return invalid(err, "data_dir", why("must not be empty"));
+        if (c->skills_disk < (16ull << 20))
+                return invalid(err, "skills_disk", why("must be at least 16M"));
         if ((w = check_http_url(c->webhook_url)))
                 return invalid(err, "webhook_url", w);
         if (c->ports_domain && !domain_ok(c->ports_domain))

@@ -82,6 +82,9 @@ typedef struct ab_config {
         ab_config_registry *registries; /* image registries' credentials and HTTP permission */
         size_t n_registries;
         uint64_t image_max_layer; /* most bytes one image layer may unpack to; default 16 GiB */
+        /* Size of the skills folder's own disk (DATA/skills.img) when it is
+         * made; an existing one keeps its size. Default 1 GiB. */
+        uint64_t skills_disk;
         /* Host folders boxes may mount directories of (config:
          * host_mount_prefixes: [DIR, ...], absolute); none = host mounts refused. */
         char **host_mount_prefixes; /* NULL-terminated, or NULL */

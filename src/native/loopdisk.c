@@ -353,3 +353,87 @@ int ab_disk_mount(int dirfd, const char *name, const char *target, ab_err **err)
                                   -r, "%s", what);
         return 0;
 }
+
+/* The host path of the image loop device N is attached to, or "". */
+static void loop_backing(unsigned n, char *out, size_t len)
+{
+        char p[96];
+        snprintf(p, sizeof(p), "/sys/block/loop%u/loop/backing_file", n);
+        _cleanup_free_ char *buf = NULL;
+        out[0] = '\0';
+        if (ab_read_file(AT_FDCWD, p, &buf, NULL) < 0)
+                return;
+        buf[strcspn(buf, "\n")] = '\0';
+        snprintf(out, len, "%s", buf);
+}
+
+/* A loop device attached to image, or -1. */
+static int attached_loop(const char *image)
+{
+        DIR *d = opendir("/sys/block");
+        if (!d)
+                return -1;
+        int found = -1;
+        struct dirent *e;
+        while (found < 0 && (e = readdir(d))) {
+                char *end;
+                if (strncmp(e->d_name, "loop", 4) || !e->d_name[4])
+                        continue;
+                unsigned long n = strtoul(e->d_name + 4, &end, 10);
+                if (*end)
+                        continue;
+                char b[4200];
+                loop_backing((unsigned)n, b, sizeof(b));
+                if (!strcmp(b, image))
+                        found = (int)n;
+        }
+        closedir(d);
+        return found;
+}
+
+bool ab_disk_mounted_at(const char *image, const char *target)
+{
+        struct statx sx;
+        if (statx(AT_FDCWD, target, AT_SYMLINK_NOFOLLOW, STATX_BASIC_STATS, &sx) < 0 ||
+            !(sx.stx_attributes_mask & STATX_ATTR_MOUNT_ROOT) ||
+            !(sx.stx_attributes & STATX_ATTR_MOUNT_ROOT) || sx.stx_dev_major != 7)
+                return false;
+        char b[4200];
+        loop_backing(sx.stx_dev_minor, b, sizeof(b));
+        return !strcmp(b, image);
+}
+
+int ab_disk_mount_once(int dirfd, const char *name, const char *image, const char *target,
+                       ab_err **err)
+{
+        if (ab_disk_mounted_at(image, target))
+                return 0;
+        /* The device found may detach meanwhile (its last user went): look again. */
+        for (int attempt = 0; attempt < 3; attempt++) {
+                int n = attached_loop(image);
+                if (n < 0)
+                        break;
+                char dev[32];
+                snprintf(dev, sizeof(dev), "/dev/loop%d", n);
+                if (mount(dev, target, "ext4", MS_NOSUID | MS_NODEV | MS_NOATIME,
+                          "discard,errors=remount-ro") == 0) {
+                        if (ab_disk_mounted_at(image, target))
+                                return 0;
+                        umount2(target, MNT_DETACH | UMOUNT_NOFOLLOW); /* reused meanwhile */
+                        continue;
+                }
+                int e = errno;
+                if (attached_loop(image) == n) /* a real failure: never attach a second device */
+                        return ab_err_set(err, AB_E_INTERNAL, e, "mount %s (already on %s)", image,
+                                          dev);
+        }
+        if (attached_loop(image) >= 0)
+                return ab_err_set(err, AB_E_INTERNAL, EBUSY, "mount %s", image);
+        if (ab_disk_mount(dirfd, name, target, err) < 0)
+                return -1;
+        if (!ab_disk_mounted_at(image, target)) {
+                umount2(target, MNT_DETACH | UMOUNT_NOFOLLOW);
+                return ab_err_set(err, AB_E_INTERNAL, 0, "mount %s: not what was mounted", image);
+        }
+        return 0;
+}

@@ -47,4 +47,18 @@ int ab_disk_mount(int dirfd, const char *name, const char *target, ab_err **err)
  * shares its parent's memory: 0, or -errno with the failed step in *what. */
 int ab_disk_mount_raw(int dirfd, const char *name, const char *target, const char **what);
 
+/* Whether `target` is the root of a mount of the image at `image` (an
+ * absolute host path) through a loop device. */
+bool ab_disk_mounted_at(const char *image, const char *target);
+
+/* Mounts the image dirfd/name (whose absolute path is `image`) at target
+ * like ab_disk_mount, unless target already is a mount of it (then 0). When
+ * a loop device is already attached to the image (a mount of it in another
+ * mount namespace, or one a box still holds), that device is mounted, so the
+ * kernel shares its one file system: one image is never mounted through two
+ * devices (two ext4 mounts of one image corrupt it). The caller serialises
+ * mounts of one image (a lock). */
+int ab_disk_mount_once(int dirfd, const char *name, const char *image, const char *target,
+                       ab_err **err);
+
 #endif

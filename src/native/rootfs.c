@@ -223,6 +223,23 @@ static int bind(const char *src, const char *dst, bool ro, ab_err **err)
         return 0;
 }
 
+/* The skills folder, read-only, with its staging area (installs in
+ * progress, native/skillsfs.h) covered by an empty read-only tmpfs. */
+static int bind_skills(const char *src, const char *dst, ab_err **err)
+{
+        if (bind(src, dst, true, err) < 0)
+                return -1;
+        char p[4300];
+        snprintf(p, sizeof(p), "%s/.staging", dst);
+        struct stat st;
+        if (lstat(p, &st) < 0 || !S_ISDIR(st.st_mode))
+                return 0;
+        if (mount("tmpfs", p, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC,
+                  "size=4k,nr_inodes=2,mode=0555") < 0)
+                return ab_err_set(err, AB_E_INTERNAL, errno, "hide %s", p);
+        return 0;
+}
+
 static int mount_dev(const char *root, uid_t base, ab_err **err)
 {
         char dev[4200], p[4300];
@@ -796,10 +813,10 @@ int ab_rootfs_build(const ab_rootfs_spec *s, ab_err **err)
         }
         if (s->skills_dir) {
                 snprintf(q, sizeof(q), "%s/mnt/skills", root);
-                if (bind(s->skills_dir, q, true, err) < 0)
+                if (bind_skills(s->skills_dir, q, err) < 0)
                         return -1;
                 snprintf(q, sizeof(q), "%s/skills", root);
-                if (bind(s->skills_dir, q, true, err) < 0)
+                if (bind_skills(s->skills_dir, q, err) < 0)
                         return -1;
         }
         char o[128];

@@ -13,7 +13,10 @@
 #include <sys/stat.h>
 #include <yaml.h>
 
-#define STAGING_NAME    ".skills-staging"
+/* Inside the skills folder, so that it is on the same file system (the
+ * folder is one of its own, native/skillsfs.h, which uses the same name).
+ * Not a valid skill name: never listed. */
+#define STAGING_NAME    ".staging"
 #define YAML_MAX_DEPTH  32
 #define YAML_MAX_NODES  20000 /* visits, so aliases cannot blow up the JSON */
 #define TREE_MAX_DEPTH  32    /* directory levels inside a skill */
@@ -516,11 +519,12 @@ int ab_skills_open(const char *data_dir, ab_skills *s, ab_err **err)
                 return ab_err_set(err, AB_E_INTERNAL, e, "open the skills folder %s/skills",
                                   data_dir);
         }
-        s->staging_fd = open_dir(data, STAGING_NAME, 0700);
+        s->staging_fd = open_dir(s->dir_fd, STAGING_NAME, 0700);
         if (s->staging_fd < 0) {
                 int e = -s->staging_fd;
                 ab_skills_close(s);
-                return ab_err_set(err, AB_E_INTERNAL, e, "open %s/%s", data_dir, STAGING_NAME);
+                return ab_err_set(err, AB_E_INTERNAL, e, "open %s/skills/%s", data_dir,
+                                  STAGING_NAME);
         }
         return 0;
 }
@@ -787,8 +791,8 @@ static int extract_entry(void *ud, const char *path, bool is_dir, uint32_t mode,
                                   "archive entry \"%s\": a parent of it is a file in the archive",
                                   path);
         if (dfd < 0)
-                return ab_err_set(err, dfd == -ENOSPC ? AB_E_LIMIT : AB_E_INTERNAL, -dfd,
-                                  "archive entry \"%s\": mkdir", path);
+                return ab_err_set(err, dfd == -ENOSPC ? AB_E_STORAGE : AB_E_INTERNAL, -dfd,
+                                  "archive entry \"%s\": mkdir (the skills disk is full?)", path);
         if (is_dir)
                 return 0;
         _cleanup_close_ int fd =
@@ -798,10 +802,14 @@ static int extract_entry(void *ud, const char *path, bool is_dir, uint32_t mode,
                                   "archive entry \"%s\" appears twice (or also as a directory)",
                                   path);
         if (fd < 0)
-                return ab_err_set(err, errno == ENOSPC ? AB_E_LIMIT : AB_E_INTERNAL, errno,
+                return ab_err_set(err, errno == ENOSPC ? AB_E_STORAGE : AB_E_INTERNAL, errno,
                                   "archive entry \"%s\": create", path);
-        if (ab_archive_data(rd, fd, err) < 0)
+        if (ab_archive_data(rd, fd, err) < 0) {
+                /* a write that found the skills disk full: not the archive's fault */
+                if (err && *err && (*err)->errnum == ENOSPC)
+                        (*err)->code = AB_E_STORAGE;
                 return -1;
+        }
         if (fchmod(fd, (mode & 0111) ? 0755 : 0644) < 0)
                 return ab_err_set(err, AB_E_INTERNAL, errno, "archive entry \"%s\": chmod", path);
         return 0;
@@ -832,8 +840,8 @@ int ab_skill_install(ab_skills *s, const char *name, int archive_fd, ab_archive_
         int e = 0;
         _cleanup_free_ char *stage = mkdir_unique(s->staging_fd, name, &e);
         if (!stage)
-                return ab_err_set(err, AB_E_INTERNAL, e, "make a staging directory for \"%s\"",
-                                  name);
+                return ab_err_set(err, e == ENOSPC ? AB_E_STORAGE : AB_E_INTERNAL, e,
+                                  "make a staging directory for \"%s\"", name);
         int rc = -1;
         _cleanup_close_ int sfd =
             openat(s->staging_fd, stage, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
@@ -888,11 +896,12 @@ int ab_skill_install(ab_skills *s, const char *name, int archive_fd, ab_archive_
                         if (replaced)
                                 *replaced = true;
                 } else {
-                        ab_err_set(err, AB_E_INTERNAL, errno, "replace skill \"%s\" in %s", name,
-                                   s->dir);
+                        ab_err_set(err, errno == ENOSPC ? AB_E_STORAGE : AB_E_INTERNAL, errno,
+                                   "replace skill \"%s\" in %s", name, s->dir);
                 }
         } else {
-                ab_err_set(err, AB_E_INTERNAL, errno, "move skill \"%s\" into %s", name, s->dir);
+                ab_err_set(err, errno == ENOSPC ? AB_E_STORAGE : AB_E_INTERNAL, errno,
+                           "move skill \"%s\" into %s", name, s->dir);
         }
 out:
         (void)rm_tree_at(s->staging_fd, stage);

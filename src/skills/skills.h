@@ -6,14 +6,15 @@
  * read-only at /mnt/skills and /skills in every box, so a skill installed
  * here shows up at once in running boxes.
  *
- * Installs extract the uploaded archive into DATA/.skills-staging/ (never
- * seen by boxes, same filesystem), validate it there, then rename it into
+ * Installs extract the uploaded archive into DATA/skills/.staging/ (on the
+ * folder's file system; never listed, hidden from boxes), validate it there, then rename it into
  * DATA/skills/NAME in one step (RENAME_EXCHANGE over an older version), so a
  * box sees the old skill or the new one, never a mix. Deletes rename the
  * skill out first, then remove it.
  *
  * Errors: AB_E_NOT_FOUND for an unknown skill, AB_E_INVALID for a bad name,
- * archive or skill, AB_E_LIMIT for an archive over the limits. */
+ * archive or skill, AB_E_LIMIT for an archive over the limits, AB_E_STORAGE
+ * when the skills disk is full (the installed version stays). */
 #ifndef AB_SKILLS_H
 #define AB_SKILLS_H
 
@@ -77,11 +78,11 @@ int ab_skill_validate_at(int dirfd, const char *name, ab_skill_report *rep, ab_e
 /* An open skills folder. */
 typedef struct ab_skills {
         int dir_fd;     /* DATA/skills */
-        int staging_fd; /* DATA/.skills-staging */
+        int staging_fd; /* DATA/skills/.staging */
         char *dir;      /* DATA/skills, for messages */
 } ab_skills;
 
-/* Opens (creating when missing) DATA/skills and DATA/.skills-staging. */
+/* Opens (creating when missing) DATA/skills and DATA/skills/.staging. */
 int ab_skills_open(const char *data_dir, ab_skills *s, ab_err **err);
 void ab_skills_close(ab_skills *s);
 

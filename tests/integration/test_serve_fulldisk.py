@@ -56,6 +56,7 @@ srv = h.start_server(data=data, config={
     "disk_overcommit_ratio": 1.5,
     "disk_reserve": "32M",
     "disk_watch_interval": "200ms",
+    "skills_disk": "16M",
 })
 
 

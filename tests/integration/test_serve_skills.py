@@ -29,7 +29,7 @@ srv = h.start_server(token=TOKEN, config={
     "api_keys": [{"key": KEY, "app_id": "skillapp"}],
 })
 SKILLS = os.path.join(srv.data, "skills")
-STAGING = os.path.join(srv.data, ".skills-staging")
+STAGING = os.path.join(srv.data, "skills", ".staging")
 PID = os.getpid()
 
 

@@ -903,6 +903,13 @@ class ServerHarness(abtest.Harness):
                 if r.rc != 0:
                     problems.append("agentbox rm %s at cleanup: %s" % (b, r.describe()))
         problems += super()._cleanup()
+        # a data folder outside the harness's dir: its skills disk too (abtest detaches
+        # those under the dir)
+        for d in self.data_dirs:
+            sk = os.path.realpath(os.path.join(d, "skills"))
+            if os.path.isfile(os.path.join(d, "skills.img")):
+                while sk in abtest.mounts_under(sk) and abtest._detach(sk) is None:
+                    pass
         if not keep_boxes:
             left = sorted(set(sum((cgroup_children(p) for p in parents), [])) |
                           set(d for d in self._cg_seen if os.path.isdir(d)))

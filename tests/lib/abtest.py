@@ -274,7 +274,16 @@ def _cleanup_dir(root, binary, boxes, keep_dir=False, keep_boxes=False):
                 problems.append("agentbox rm %s at cleanup: %s" % (box, r.describe()))
     if keep_dir or keep_boxes:
         return problems
-    left = mounts_under(root)
+    # A data folder's skills disk (DATA/skills.img at DATA/skills) stays
+    # mounted on the host by design: detach it, it is no leak.
+    left = []
+    for mp in mounts_under(root):
+        if os.path.basename(mp) == "skills" and \
+                os.path.isfile(os.path.join(os.path.dirname(mp), "skills.img")):
+            while _detach(mp) is None and mp in mounts_under(mp):
+                pass
+        else:
+            left.append(mp)
     if left:
         problems.append("mounts left under %s after every box was removed: %s" % (root, ", ".join(left)))
         for mp in left:
