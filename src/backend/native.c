@@ -1478,6 +1478,7 @@ static void snapshot_child(native *n, int img, const ab_box_config *c, int out_f
         char target[4200];
         snprintf(target, sizeof(target), "%s/trash", n->data);
         _cleanup_close_ int dfd = -1, up = -1, ws = -1;
+        _cleanup_free_ char *rec = NULL;
         if (unshare(CLONE_NEWNS) < 0 || mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0 ||
             mount("snap", target, "tmpfs", MS_NOSUID | MS_NODEV, "mode=700,size=64k") < 0) {
                 ab_err_set(&e, AB_E_INTERNAL, errno, "a mount namespace to read the disk");
@@ -1501,7 +1502,6 @@ static void snapshot_child(native *n, int img, const ab_box_config *c, int out_f
         ws = openat(dfd, "workspace", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
         /* the owners the disk's files have (a fork not started yet: another range) */
         uid_t base = c->disk_uid_base ? c->disk_uid_base : c->uid_base;
-        _cleanup_free_ char *rec = NULL;
         if (ab_read_file(dfd, ".uid_base", &rec, NULL) == 0)
                 base = (uid_t)strtoul(rec, NULL, 10);
         ab_boxfs_export_layer(up, ws, base, out_fd, &e);
