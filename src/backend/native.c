@@ -577,39 +577,6 @@ static void release_uid_base(native *n, const char *id, uid_t base)
                 unlinkat(regfd, slot, 0);
 }
 
-/* Removes a directory tree without following symlinks or crossing mounts. */
-static int rm_tree_at(int dfd, const char *name, dev_t dev)
-{
-        struct stat st;
-        if (fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW) < 0)
-                return errno == ENOENT ? 0 : -errno;
-        if (!S_ISDIR(st.st_mode))
-                return unlinkat(dfd, name, 0) < 0 && errno != ENOENT ? -errno : 0;
-        if (st.st_dev != dev)
-                return -EBUSY; /* something is mounted there: never delete through it */
-        int fd = openat(dfd, name, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
-        if (fd < 0)
-                return -errno;
-        DIR *d = fdopendir(fd);
-        if (!d) {
-                close(fd);
-                return -errno;
-        }
-        int r = 0;
-        struct dirent *e;
-        while ((e = readdir(d))) {
-                if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
-                        continue;
-                int q = rm_tree_at(dirfd(d), e->d_name, dev);
-                if (q < 0 && r == 0)
-                        r = q;
-        }
-        closedir(d);
-        if (unlinkat(dfd, name, AT_REMOVEDIR) < 0 && errno != ENOENT && r == 0)
-                r = -errno;
-        return r;
-}
-
 static void *spare_main(void *arg)
 {
         native *n = arg;
@@ -794,9 +761,7 @@ static int n_create(ab_backend *b, const ab_box_spec *spec, ab_err **err)
         return 0;
 fail:;
         release_uid_base(n, spec->id, c.uid_base);
-        struct stat st;
-        if (fstat(tfd, &st) == 0)
-                rm_tree_at(tfd, tmp, st.st_dev);
+        ab_rm_tree_at(tfd, tmp);
         return r;
 }
 
@@ -833,8 +798,6 @@ static void sweep_trash(native *n)
                         close(dfd);
                 return;
         }
-        struct stat st;
-        fstat(dirfd(d), &st);
         struct dirent *e;
         while ((e = readdir(d))) {
                 if (e->d_name[0] == '.')
@@ -853,7 +816,7 @@ static void sweep_trash(native *n)
                         continue; /* a create in progress */
                 if (bfd >= 0)
                         release_trashed_claim(n, bfd);
-                rm_tree_at(dirfd(d), e->d_name, st.st_dev);
+                ab_rm_tree_at(dirfd(d), e->d_name);
         }
         closedir(d);
 }
@@ -964,9 +927,7 @@ static int n_destroy(ab_backend *b, const char *id, ab_err **err)
                 release_uid_base(n, id, c.uid_base);
                 ab_box_config_clear(&c);
         }
-        struct stat st;
-        fstat(tfd, &st);
-        int r = rm_tree_at(tfd, trash, st.st_dev);
+        int r = ab_rm_tree_at(tfd, trash);
         if (r < 0)
                 ab_log(AB_LOG_WARN, "leftovers in trash", "box", id, "error", strerror(-r), NULL);
         if (cg_ready(n))
@@ -1436,9 +1397,7 @@ static int n_fork(ab_backend *b, const char *src, const ab_box_spec *spec, ab_er
         if (r < 0) {
                 if (c.uid_base)
                         release_uid_base(n, spec->id, c.uid_base);
-                struct stat st;
-                if (fstat(tfd, &st) == 0)
-                        rm_tree_at(tfd, tmp, st.st_dev);
+                ab_rm_tree_at(tfd, tmp);
         }
 out:
         ab_box_config_clear(&sc);

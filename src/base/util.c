@@ -1,6 +1,7 @@
 #include "util.h"
 #include "buf.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <stdarg.h>
 #include <sys/stat.h>
@@ -180,4 +181,44 @@ uint64_t ab_now_ns(void)
         struct timespec ts;
         clock_gettime(CLOCK_MONOTONIC, &ts);
         return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static int rm_tree_dev(int dfd, const char *name, dev_t dev)
+{
+        struct stat st;
+        if (fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW) < 0)
+                return errno == ENOENT ? 0 : -errno;
+        if (!S_ISDIR(st.st_mode))
+                return unlinkat(dfd, name, 0) < 0 && errno != ENOENT ? -errno : 0;
+        if (st.st_dev != dev)
+                return -EBUSY; /* something is mounted there: never delete through it */
+        int fd = openat(dfd, name, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+        DIR *d = fd < 0 ? NULL : fdopendir(fd);
+        if (!d) {
+                int e = errno;
+                if (fd >= 0)
+                        close(fd);
+                return -e;
+        }
+        int r = 0;
+        struct dirent *e;
+        while ((e = readdir(d))) {
+                if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
+                        continue;
+                int q = rm_tree_dev(dirfd(d), e->d_name, dev);
+                if (q < 0 && r == 0)
+                        r = q;
+        }
+        closedir(d);
+        if (unlinkat(dfd, name, AT_REMOVEDIR) < 0 && errno != ENOENT && r == 0)
+                r = -errno;
+        return r;
+}
+
+int ab_rm_tree_at(int dfd, const char *name)
+{
+        struct stat top;
+        if (fstat(dfd, &top) < 0)
+                return -errno;
+        return rm_tree_dev(dfd, name, top.st_dev);
 }

@@ -86,6 +86,12 @@ size_t xmul(size_t a, size_t b);
 int ab_write_all(int fd, const void *buf, size_t len) AB_WUR;
 ssize_t ab_read_full(int fd, void *buf, size_t len) AB_WUR;
 
+/* Removes dfd/name, a file or a whole tree, never following a symlink and
+ * never entering another mount (-EBUSY for a mount point in it: a bind
+ * or a disk must never be emptied through its mount). 0 (also when name does
+ * not exist) or the first -errno met; what could be removed is removed. */
+int ab_rm_tree_at(int dfd, const char *name);
+
 /* Reads a whole (small) file into a NUL-terminated malloc'd buffer. 0 or -errno. */
 int ab_read_file(int dirfd, const char *path, char **out, size_t *len) AB_WUR;
 

@@ -135,38 +135,6 @@ int imgstore_open_in_root(int rootfd, const char *path, int flags)
         return fd < 0 ? -errno : (int)fd;
 }
 
-/* Removes dfd/name, a file or a whole tree, never following a link. 0 or -errno. */
-int imgstore_rm_tree_at(int dfd, const char *name)
-{
-        struct stat st;
-        if (fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW) < 0)
-                return errno == ENOENT ? 0 : -errno;
-        if (!S_ISDIR(st.st_mode))
-                return unlinkat(dfd, name, 0) < 0 && errno != ENOENT ? -errno : 0;
-        int fd = openat(dfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-        if (fd < 0)
-                return -errno;
-        DIR *d = fdopendir(fd);
-        if (!d) {
-                int e = -errno;
-                close(fd);
-                return e;
-        }
-        int r = 0;
-        struct dirent *de;
-        while ((de = readdir(d))) {
-                if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
-                        continue;
-                int q = imgstore_rm_tree_at(fd, de->d_name);
-                if (q < 0 && !r)
-                        r = q;
-        }
-        closedir(d);
-        if (unlinkat(dfd, name, AT_REMOVEDIR) < 0 && errno != ENOENT && !r)
-                r = -errno;
-        return r;
-}
-
 /* The names in directory dfd/sub, sorted, NULL-terminated. */
 static int list_dir(int dfd, const char *sub, char ***out)
 {
@@ -619,7 +587,7 @@ static void tmp_empty(ab_image_store *s)
         if (tfd < 0 || list_dir(s->dfd, "tmp", &names) < 0)
                 return;
         for (char **p = names; *p; p++)
-                (void)imgstore_rm_tree_at(tfd, *p);
+                (void)ab_rm_tree_at(tfd, *p);
 }
 
 /* At open: what crashed pulls and imports left, unless one is running. */
@@ -1029,7 +997,7 @@ int imgstore_layer_install(ab_image_store *s, const char *digest, int fd, uint64
         imgstore_progress(fn, ud, "unpack", digest, total, total);
         rc = 0;
 out:
-        (void)imgstore_rm_tree_at(s->dfd, tmp);
+        (void)ab_rm_tree_at(s->dfd, tmp);
         return rc;
 }
 

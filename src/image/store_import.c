@@ -655,6 +655,6 @@ int ab_image_import(ab_image_store *s, int fd, const char *name, ab_image_progre
                 rc = import_staged(s, root, name, fn, ud, out, n, err);
         if (rc == 0)
                 imgstore_progress(fn, ud, "done", NULL, 0, 0);
-        (void)imgstore_rm_tree_at(s->dfd, work);
+        (void)ab_rm_tree_at(s->dfd, work);
         return rc < 0 ? -1 : 0;
 }

@@ -60,8 +60,6 @@ int imgstore_digest_fd(int fd, char **out, uint64_t *bytes);
 /* Opens path inside the tree rootfd: symlinks resolve inside it, never out. */
 int imgstore_open_in_root(int rootfd, const char *path, int flags);
 int imgstore_open_dir_at(int dfd, const char *name);
-/* Removes dfd/name, a file or a whole tree, never following a link. */
-int imgstore_rm_tree_at(int dfd, const char *name);
 /* A fresh directory "tmp/PREFIX.…" under the store (caller frees the name). */
 char *imgstore_mkdir_tmp(ab_image_store *s, const char *prefix, ab_err **err);
 /* Takes DIR/NAME as an flock (LOCK_SH/LOCK_EX); the fd holds it. */

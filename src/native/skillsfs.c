@@ -21,41 +21,6 @@ static int open_dir_at(int dfd, const char *name)
         return openat(dfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 }
 
-/* Removes dfd/name, a file or a tree, never following a link nor entering
- * another mount. 0 or -errno. */
-static int rm_tree_at(int dfd, const char *name)
-{
-        struct stat st, top;
-        if (fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW) < 0)
-                return errno == ENOENT ? 0 : -errno;
-        if (!S_ISDIR(st.st_mode))
-                return unlinkat(dfd, name, 0) < 0 && errno != ENOENT ? -errno : 0;
-        if (fstat(dfd, &top) < 0)
-                return -errno;
-        if (st.st_dev != top.st_dev)
-                return -EBUSY;
-        int fd = open_dir_at(dfd, name);
-        DIR *d = fd < 0 ? NULL : fdopendir(fd);
-        if (!d) {
-                int e = errno;
-                if (fd >= 0)
-                        close(fd);
-                return -e;
-        }
-        int r = 0;
-        struct dirent *e;
-        while ((e = readdir(d)))
-                if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) {
-                        int q = rm_tree_at(dirfd(d), e->d_name);
-                        if (q < 0 && !r)
-                                r = q;
-                }
-        closedir(d);
-        if (unlinkat(dfd, name, AT_REMOVEDIR) < 0 && errno != ENOENT && !r)
-                r = -errno;
-        return r;
-}
-
 static int copy_file(int sfd, int dfd)
 {
         char buf[65536];
@@ -176,7 +141,7 @@ void ab_skillsfs_sweep_staging(int skills_fd)
                 if (pid <= 0 || *end != '.' || pid == getpid())
                         continue;
                 if (kill((pid_t)pid, 0) < 0 && errno == ESRCH)
-                        rm_tree_at(dirfd(d), e->d_name);
+                        ab_rm_tree_at(dirfd(d), e->d_name);
         }
         closedir(d);
 }
@@ -208,12 +173,12 @@ static int merge_old(int dfd, const char *old, int skills_fd, int staging_fd)
                         continue; /* moved in before a crash, or a newer version */
                 char tmp[128];
                 snprintf(tmp, sizeof(tmp), "migrate.%d.%u", (int)getpid(), copied);
-                rm_tree_at(staging_fd, tmp);
+                ab_rm_tree_at(staging_fd, tmp);
                 r = copy_tree(ofd, e->d_name, staging_fd, tmp, 0);
                 if (!r && renameat2(staging_fd, tmp, skills_fd, e->d_name, RENAME_NOREPLACE) < 0)
                         r = -errno;
                 if (r < 0) {
-                        rm_tree_at(staging_fd, tmp);
+                        ab_rm_tree_at(staging_fd, tmp);
                         ab_log(AB_LOG_ERROR, "cannot move a skill into the skills disk", "skill",
                                e->d_name, "error", strerror(-r), NULL);
                 }
@@ -225,14 +190,14 @@ static int merge_old(int dfd, const char *old, int skills_fd, int staging_fd)
         /* on disk before the old copies go */
         if (syncfs(skills_fd) < 0)
                 return -errno;
-        return rm_tree_at(dfd, old);
+        return ab_rm_tree_at(dfd, old);
 }
 
 /* Merges every DATA/.skills-old.* and drops the staging area of older
  * versions (DATA/.skills-staging). */
 static void finish(int dfd, int skills_fd, int staging_fd)
 {
-        rm_tree_at(dfd, ".skills-staging");
+        ab_rm_tree_at(dfd, ".skills-staging");
         int fd = openat(dfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
         DIR *d = fd < 0 ? NULL : fdopendir(fd);
         if (!d) {

@@ -44,37 +44,6 @@ static int vdir(ab_vols *v, bool create)
 
 #define LOOP_MAJOR 7
 
-static int rm_tree_at(int dfd, const char *name, dev_t dev)
-{
-        struct stat st;
-        if (fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW) < 0)
-                return errno == ENOENT ? 0 : -errno;
-        if (!S_ISDIR(st.st_mode))
-                return unlinkat(dfd, name, 0) < 0 && errno != ENOENT ? -errno : 0;
-        if (st.st_dev != dev)
-                return -EBUSY; /* a mount: never delete through it */
-        int fd = openat(dfd, name, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
-        DIR *d = fd < 0 ? NULL : fdopendir(fd);
-        if (!d) {
-                int e = errno;
-                if (fd >= 0)
-                        close(fd);
-                return -e;
-        }
-        int r = 0;
-        struct dirent *e;
-        while ((e = readdir(d)))
-                if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) {
-                        int q = rm_tree_at(dirfd(d), e->d_name, dev);
-                        if (q < 0 && !r)
-                                r = q;
-                }
-        closedir(d);
-        if (unlinkat(dfd, name, AT_REMOVEDIR) < 0 && errno != ENOENT && !r)
-                r = -errno;
-        return r;
-}
-
 /* Removes .new.* (older than a minute) and .del.* entries whose maker is
  * gone (their lock is free). */
 static void sweep(ab_vols *v)
@@ -87,8 +56,6 @@ static void sweep(ab_vols *v)
                         close(fd);
                 return;
         }
-        struct stat top;
-        fstat(dfd, &top);
         struct dirent *e;
         while ((e = readdir(d))) {
                 if (strncmp(e->d_name, ".new.", 5) && strncmp(e->d_name, ".del.", 5))
@@ -108,7 +75,7 @@ static void sweep(ab_vols *v)
                 char mnt[512];
                 snprintf(mnt, sizeof(mnt), "%s/%s/mnt", v->dir, e->d_name);
                 umount2(mnt, MNT_DETACH | UMOUNT_NOFOLLOW);
-                rm_tree_at(dfd, e->d_name, top.st_dev);
+                ab_rm_tree_at(dfd, e->d_name);
         }
         closedir(d);
 }
@@ -206,9 +173,7 @@ int ab_vol_create(ab_vols *v, const char *name, uint64_t size_mib, const char *o
                 fsync(dfd);
                 return 0;
         }
-        struct stat st;
-        if (fstat(dfd, &st) == 0)
-                rm_tree_at(dfd, tmp, st.st_dev);
+        ab_rm_tree_at(dfd, tmp);
         return -1;
 }
 
@@ -224,44 +189,6 @@ static bool mnt_mounted(ab_vols *v, const char *name, dev_t *dev)
         *dev = makedev(sx.stx_dev_major, sx.stx_dev_minor);
         return (sx.stx_attributes_mask & STATX_ATTR_MOUNT_ROOT) &&
                (sx.stx_attributes & STATX_ATTR_MOUNT_ROOT);
-}
-
-/* The host path of the image the loop device N is attached to, or "". */
-static void loop_backing(unsigned n, char *out, size_t len)
-{
-        char p[96];
-        snprintf(p, sizeof(p), "/sys/block/loop%u/loop/backing_file", n);
-        _cleanup_free_ char *buf = NULL;
-        out[0] = '\0';
-        if (ab_read_file(AT_FDCWD, p, &buf, NULL) < 0)
-                return;
-        buf[strcspn(buf, "\n")] = '\0';
-        snprintf(out, len, "%s", buf);
-}
-
-/* A loop device already attached to image (a mount of it somewhere, in any
- * mount namespace): -1 when none. */
-static int attached_loop(const char *image)
-{
-        DIR *d = opendir("/sys/block");
-        if (!d)
-                return -1;
-        int found = -1;
-        struct dirent *e;
-        while (found < 0 && (e = readdir(d))) {
-                char *end;
-                if (strncmp(e->d_name, "loop", 4) || !e->d_name[4])
-                        continue;
-                unsigned long n = strtoul(e->d_name + 4, &end, 10);
-                if (*end)
-                        continue;
-                char b[4200];
-                loop_backing((unsigned)n, b, sizeof(b));
-                if (!strcmp(b, image))
-                        found = (int)n;
-        }
-        closedir(d);
-        return found;
 }
 
 int ab_vol_get(ab_vols *v, const char *name, ab_vol_rec *out, ab_err **err)
@@ -376,39 +303,17 @@ int ab_vol_lock(ab_vols *v, const char *name, ab_err **err)
         return steal_fd(&lfd);
 }
 
-/* Whether NAME/mnt is mounted from a loop device backed by image. */
-static bool mounted_ours(ab_vols *v, const char *name, const char *image, bool *other)
-{
-        dev_t dev;
-        *other = false;
-        if (!mnt_mounted(v, name, &dev))
-                return false;
-        char b[4200] = "";
-        if (major(dev) == LOOP_MAJOR)
-                loop_backing(minor(dev), b, sizeof(b));
-        *other = strcmp(b, image) != 0;
-        return !*other;
-}
-
-/* Mounts the loop device N, already attached to the image, at mnt; -errno. */
-static int mount_attached(int n, const char *mnt)
-{
-        char dev_path[32];
-        snprintf(dev_path, sizeof(dev_path), "/dev/loop%d", n);
-        if (mount(dev_path, mnt, "ext4", MS_NOSUID | MS_NODEV | MS_NOATIME,
-                  "discard,errors=remount-ro") < 0)
-                return -errno;
-        return 0;
-}
-
+/* Mounts the volume's image at NAME/mnt unless it is there (the caller holds
+ * the volume's lock); ab_disk_mount_once never gives one image a second
+ * device. Returns the mount point (caller frees). */
 char *ab_vol_mount_locked(ab_vols *v, const char *name, ab_err **err)
 {
         char *mnt = xasprintf("%s/%s/mnt", v->dir, name);
         _cleanup_free_ char *image = xasprintf("%s/%s/disk.img", v->dir, name);
-        bool other;
-        if (mounted_ours(v, name, image, &other))
+        if (ab_disk_mounted_at(image, mnt))
                 return mnt;
-        if (other) {
+        dev_t dev;
+        if (mnt_mounted(v, name, &dev)) {
                 ab_err_set(err, AB_E_INTERNAL, 0,
                            "volume %s: something else is mounted on %s; unmount it", name, mnt);
                 free(mnt);
@@ -421,40 +326,8 @@ char *ab_vol_mount_locked(ab_vols *v, const char *name, ab_err **err)
                 free(mnt);
                 return NULL;
         }
-        /* Attached already (mounted in another mount namespace, or still
-         * held by a box after the host's mount went): mount that device, so
-         * the kernel shares its one file system instead of making a second.
-         * Only when the image is attached nowhere does it get a new device.
-         * (The device found may detach meanwhile - its last user went - and
-         * then the image is attached nowhere: look again.) */
-        int r = -ENXIO;
-        for (int attempt = 0; attempt < 3 && r < 0; attempt++) {
-                int n = attached_loop(image);
-                if (n >= 0) {
-                        r = mount_attached(n, mnt);
-                        if (r < 0 && attached_loop(image) == n)
-                                break; /* a real failure: never attach a second device */
-                        continue;
-                }
-                ab_err *e = NULL;
-                r = ab_disk_mount(bfd, "disk.img", mnt, &e);
-                if (r < 0) {
-                        ab_err_wrap(&e, "volume %s", name);
-                        if (err && !*err)
-                                *err = e;
-                        else
-                                ab_err_free(&e);
-                        free(mnt);
-                        return NULL;
-                }
-        }
-        /* and check what got mounted is this image (a device reused meanwhile) */
-        if (r == 0 && !mounted_ours(v, name, image, &other)) {
-                umount2(mnt, MNT_DETACH | UMOUNT_NOFOLLOW);
-                r = -EAGAIN;
-        }
-        if (r < 0) {
-                ab_err_set(err, AB_E_INTERNAL, -r, "volume %s: cannot mount its image", name);
+        if (ab_disk_mount_once(bfd, "disk.img", image, mnt, err) < 0) {
+                ab_err_wrap(err, "volume %s", name);
                 free(mnt);
                 return NULL;
         }
@@ -474,8 +347,7 @@ int ab_vol_remove_locked(ab_vols *v, const char *name, ab_err **err)
         /* Lazily: a start that is binding it right now keeps its copy. */
         while (umount2(mnt, MNT_DETACH | UMOUNT_NOFOLLOW) == 0)
                 ;
-        struct stat st;
-        int r = fstat(dfd, &st) < 0 ? -errno : rm_tree_at(dfd, tmp, st.st_dev);
+        int r = ab_rm_tree_at(dfd, tmp);
         if (r < 0)
                 return ab_err_set(err, AB_E_INTERNAL, -r, "remove volume %s", name);
         return 0;
