@@ -33,6 +33,11 @@ typedef struct ab_box_spec {
          * that does not exist (and nothing is created). */
         const ab_box_mount *mounts;
         size_t n_mounts;
+        /* Which backend makes the box, by its ops->name ("native", "docker"),
+         * for the multiplexing backend (ab_multi_open); NULL = its default.
+         * A single backend ignores it. On the Docker backend, `image` is a
+         * Docker image reference the engine pulls (layers is NULL). */
+        const char *backend;
 } ab_box_spec;
 
 typedef struct ab_box_info {
@@ -45,6 +50,7 @@ typedef struct ab_box_info {
         char *rootfs;       /* NULL = host base */
         char *image;        /* the image's id for a box made from one, else NULL */
         char *error;        /* why the box is in AB_BOX_ERROR, else NULL */
+        const char *backend; /* static: the ops->name of the backend that runs it */
 } ab_box_info;
 
 void ab_box_info_clear(ab_box_info *i);
@@ -183,6 +189,38 @@ typedef struct ab_native_opts {
 
 /* The native backend: Linux namespaces, overlay rootfs, cgroups, seccomp. */
 int ab_native_open(const ab_native_opts *opts, ab_backend **out, ab_err **err);
+
+/* The Docker backend (backend/docker.c): each box is a container of a Docker
+ * engine, reached over its Engine API (libcurl on the unix socket), running
+ * agentbox-init as PID 1. Containers carry labels (agentbox.box=ID,
+ * agentbox.data=<hash of data_dir>) that tie them to boxes and to this data
+ * folder, so list/info/recovery need no state of their own besides
+ * DATA/docker/ID/ (the init socket's folder, bind-mounted into the box). */
+typedef struct ab_docker_opts {
+        /* The engine's address as DOCKER_HOST spells it ("unix:///path");
+         * NULL = $DOCKER_HOST, else unix:///var/run/docker.sock. */
+        const char *host;
+        const char *data_dir;      /* agentbox's data folder (created if missing) */
+        const char *init_path;     /* static agentbox-init; NULL = next to the running binary */
+        const char *runtime;       /* OCI runtime name (e.g. "runsc"); NULL = the engine's default */
+        const char *default_image; /* image of a box created without one; NULL = refuse */
+        const char *skills_dir;    /* host folder shown read-only at /mnt/skills; NULL = none */
+} ab_docker_opts;
+
+int ab_docker_open(const ab_docker_opts *opts, ab_backend **out, ab_err **err);
+
+/* A backend over several (backend/multi.c): create goes to the one
+ * spec->backend names (AB_E_INVALID naming the choices for an unknown name;
+ * NULL = the one named default_name); every other op to the one that has
+ * the box (asked in order, the answer cached). list merges. subcg and vol
+ * are backends[0]'s (the native one). Takes ownership of the backends
+ * (freed with it, also on failure). Its ops->name is backends[0]'s, so the
+ * store's records keep their provider whichever backend is the default. */
+int ab_multi_open(ab_backend **backends, size_t n, const char *default_name, ab_backend **out,
+                  ab_err **err);
+/* The backend named `name` inside b (b itself when it is not a multi one
+ * and has that name), or NULL. */
+ab_backend *ab_backend_find(ab_backend *b, const char *name);
 
 static inline void ab_backend_freep(ab_backend **b)
 {

@@ -980,6 +980,7 @@ static int info_at(native *n, const char *id, ab_box_info *out, ab_err **err)
         if (bfd < 0)
                 return ab_err_set(err, AB_E_NOT_FOUND, 0, "no box with id '%s'", id);
         out->id = xstrdup(id);
+        out->backend = "native";
         ab_box_config c;
         ab_err *e = NULL;
         if (ab_box_config_read(bfd, &c, &e) < 0) {
