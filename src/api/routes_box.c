@@ -128,10 +128,13 @@ int parse_acquire(const ab_server *s, json_t *body, ab_acquire_req *q, ab_limits
             field_str(body, "chat_id", &q->chat_id, err) < 0 ||
             field_str(body, "thread_id", &q->thread_id, err) < 0 ||
             field_str(body, "mode", &q->mode, err) < 0 ||
-            field_str(body, "image", &q->image, err) < 0)
+            field_str(body, "image", &q->image, err) < 0 ||
+            field_str(body, "backend", &q->backend, err) < 0)
                 return -1;
         if (q->image && !*q->image)
                 q->image = NULL;
+        if (q->backend && !*q->backend)
+                q->backend = NULL;
         json_t *lo = NULL;
         if (field_obj(body, "limits", &lo, err) < 0)
                 return -1;

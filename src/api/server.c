@@ -501,7 +501,8 @@ json_t *box_json(const ab_server *s, const ab_box_rec *r)
         json_t *j = json_pack(
             "{s:o,s:o,s:o,s:o,s:o,s:o,s:o,s:o,s:o,s:I,s:I,s:I,s:I,s:I,s:o,s:o,s:o,s:o,s:o}", "id",
             str_or_null(r->id), "status", json_string(ab_box_status_name(r->status)), "mode",
-            json_string(ab_box_mode_name(r->mode)), "provider", str_or_null(r->provider),
+            json_string(ab_box_mode_name(r->mode)), "provider",
+            str_or_null(json_string_value(json_object_get(r->spec, "backend")) ?: r->provider),
             "backend_id", str_or_null(r->backend_id), "app_id", str_or_null(r->app_id), "user_id",
             str_or_null(r->user_id), "chat_id", str_or_null(r->chat_id), "thread_id",
             str_or_null(r->thread_id), "created_at", (json_int_t)r->created_at, "last_active_at",

@@ -44,12 +44,12 @@ typedef struct ab_box_info {
         char *id;
         ab_box_status status;
         ab_limits limits;
-        int64_t created_at; /* unix seconds */
-        int64_t started_at; /* unix seconds of the last start, 0 if stopped */
-        pid_t init_pid;     /* host pid of the box's init (running or paused), else 0 */
-        char *rootfs;       /* NULL = host base */
-        char *image;        /* the image's id for a box made from one, else NULL */
-        char *error;        /* why the box is in AB_BOX_ERROR, else NULL */
+        int64_t created_at;  /* unix seconds */
+        int64_t started_at;  /* unix seconds of the last start, 0 if stopped */
+        pid_t init_pid;      /* host pid of the box's init (running or paused), else 0 */
+        char *rootfs;        /* NULL = host base */
+        char *image;         /* the image's id for a box made from one, else NULL */
+        char *error;         /* why the box is in AB_BOX_ERROR, else NULL */
         const char *backend; /* static: the ops->name of the backend that runs it */
 } ab_box_info;
 
@@ -200,9 +200,9 @@ typedef struct ab_docker_opts {
         /* The engine's address as DOCKER_HOST spells it ("unix:///path");
          * NULL = $DOCKER_HOST, else unix:///var/run/docker.sock. */
         const char *host;
-        const char *data_dir;      /* agentbox's data folder (created if missing) */
-        const char *init_path;     /* static agentbox-init; NULL = next to the running binary */
-        const char *runtime;       /* OCI runtime name (e.g. "runsc"); NULL = the engine's default */
+        const char *data_dir;  /* agentbox's data folder (created if missing) */
+        const char *init_path; /* static agentbox-init; NULL = next to the running binary */
+        const char *runtime;   /* OCI runtime name (e.g. "runsc"); NULL = the engine's default */
         const char *default_image; /* image of a box created without one; NULL = refuse */
         const char *skills_dir;    /* host folder shown read-only at /mnt/skills; NULL = none */
 } ab_docker_opts;
@@ -218,6 +218,9 @@ int ab_docker_open(const ab_docker_opts *opts, ab_backend **out, ab_err **err);
  * store's records keep their provider whichever backend is the default. */
 int ab_multi_open(ab_backend **backends, size_t n, const char *default_name, ab_backend **out,
                   ab_err **err);
+/* The name of the backend creates go to when a spec names none: the
+ * default of a multi backend, else b's own name. */
+const char *ab_backend_default(ab_backend *b);
 /* The backend named `name` inside b (b itself when it is not a multi one
  * and has that name), or NULL. */
 ab_backend *ab_backend_find(ab_backend *b, const char *name);

@@ -84,14 +84,23 @@ typedef struct cli_service {
 } cli_service;
 
 typedef struct cli_service_args {
-        const char *listen, *data, *config, *store; /* NULL = not given */
+        const char *listen, *data, *config, *store, *backend; /* NULL = not given */
 } cli_service_args;
 
-/* Parses --data DIR, --config FILE, --store URL (and --listen HOST:PORT when
+/* Parses --data DIR, --config FILE, --store URL, --backend NAME (and --listen HOST:PORT when
  * with_listen) into *a. Returns -1 to go on, else the exit code to return
  * (0 after printing usage for --help, EXIT_USAGE for a bad option). */
 int cli_service_parse(int argc, char **argv, const char *cmd, const char *usage, bool with_listen,
                       cli_service_args *a);
+/* Opens the native backend with *no and, when cfg makes the Docker backend
+ * available (backend: docker, or docker_host set), the Docker one beside it
+ * under a multiplexing backend (backend.h, ab_multi_open). serve.c. */
+int cli_backend_open(const ab_config *cfg, const ab_native_opts *no, ab_backend **out,
+                     ab_err **err);
+/* cli_backend_open for the CLI's own commands: the settings of the
+ * environment (AGENTBOX_BACKEND, AGENTBOX_DOCKER_HOST, ...) over the
+ * defaults, boxes in data (NULL or "" = ./data). */
+int cli_backend_open_env(const char *data, ab_backend **out, ab_err **err);
 /* Loads the configuration (file, then environment, then *a), creates the
  * data folder and opens backend, store, events, metrics, webhook and manager.
  * On failure nothing stays open. */

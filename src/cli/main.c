@@ -158,6 +158,7 @@ static int cmd_create(ab_backend *b, const char *data, int argc, char **argv)
             {"rootfs", required_argument, NULL, 'r'},
             {"image", required_argument, NULL, 'i'},
             {"volume", required_argument, NULL, 'V'},
+            {"backend", required_argument, NULL, 'B'},
             {"help", no_argument, NULL, 'h'},
             {0},
         };
@@ -211,6 +212,9 @@ static int cmd_create(ab_backend *b, const char *data, int argc, char **argv)
                 case 'i':
                         image = optarg;
                         break;
+                case 'B':
+                        spec.backend = optarg;
+                        break;
                 case 'V':
                         if (nv == AB_MOUNTS_MAX)
                                 return cli_usage_error("%s: too many --volume", "create");
@@ -224,8 +228,11 @@ static int cmd_create(ab_backend *b, const char *data, int argc, char **argv)
                 case 'h':
                         fputs("Usage: agentbox create [--id ID] [--cpus N] [--memory SIZE] "
                               "[--pids N] [--disk SIZE] [--timeout DURATION] [--output-cap SIZE] "
-                              "[--rootfs DIR | --image REF] [--volume NAME:PATH[:ro]]...\n"
-                              "Creates a box and starts it; prints its id.\n",
+                              "[--rootfs DIR | --image REF] [--volume NAME:PATH[:ro]]... "
+                              "[--backend native|docker]\n"
+                              "Creates a box and starts it; prints its id. --backend docker "
+                              "needs a Docker engine (AGENTBOX_DOCKER_HOST or $DOCKER_HOST) and "
+                              "takes --image as a Docker image reference.\n",
                               stdout);
                         return 0;
                 default:
@@ -245,7 +252,20 @@ static int cmd_create(ab_backend *b, const char *data, int argc, char **argv)
         }
         spec.mounts = vols;
         spec.n_mounts = nv;
-        int r = image ? create_from_image(b, data, &spec, image, &e) : b->ops->create(b, &spec, &e);
+        bool docker = spec.backend ? strcmp(spec.backend, "docker") == 0
+                                   : strcmp(ab_backend_default(b), "docker") == 0;
+        if (spec.backend && !ab_backend_find(b, spec.backend)) {
+                free_volume_args(vol_args, nv);
+                ab_err_set(&e, AB_E_INVALID, 0,
+                           "--backend %s: not available (docker needs AGENTBOX_DOCKER_HOST or "
+                           "AGENTBOX_BACKEND=docker)",
+                           spec.backend);
+                return cli_fail(&e);
+        }
+        if (docker)
+                spec.image = image;
+        int r = image && !docker ? create_from_image(b, data, &spec, image, &e)
+                                 : b->ops->create(b, &spec, &e);
         free_volume_args(vol_args, nv);
         if (r < 0)
                 return cli_fail(&e);
@@ -718,8 +738,7 @@ int main(int argc, char **argv)
                 return cmd_rm(data, sub_argc, sub_argv);
         _cleanup_err_ ab_err *e = NULL;
         _cleanup_backend_ ab_backend *b = NULL;
-        ab_native_opts o = {.data_dir = data && *data ? data : "./data"};
-        if (ab_native_open(&o, &b, &e) < 0)
+        if (cli_backend_open_env(data, &b, &e) < 0)
                 return cli_fail(&e);
         if (!strcmp(cmd, "create"))
                 return cmd_create(b, data, sub_argc, sub_argv);

@@ -18,6 +18,7 @@
 
 static const char *serve_usage =
     "Usage: agentbox serve [--listen HOST:PORT] [--data DIR] [--config FILE] [--store URL]\n"
+    "                      [--backend native|docker]\n"
     "\n"
     "Runs the sandbox service: the REST API of docs/api.md, server-sent events\n"
     "and Prometheus metrics. Boxes live on after the server stops; a restart\n"
@@ -34,6 +35,11 @@ static const char *serve_usage =
     "                      ... (docs/configuration.md)\n"
     "  --store URL         sqlite:PATH or postgres://USER@HOST:PORT/DB (env AGENTBOX_STORE;\n"
     "                      default SQLite at DATA/agentbox.db)\n"
+    "  --backend NAME      where boxes created without \"backend\" run: native (default:\n"
+    "                      this kernel's namespaces) or docker (a Docker engine at\n"
+    "                      docker_host / $DOCKER_HOST; env AGENTBOX_BACKEND). Setting\n"
+    "                      docker_host offers Docker boxes beside native ones\n"
+    "                      (docs/backends.md)\n"
     "\n"
     "Environment: AGENTBOX_TOKEN is the admin bearer token. Without it the server\n"
     "is open to everyone on this machine and refuses a non-loopback --listen.\n"
@@ -91,6 +97,7 @@ int cli_service_parse(int argc, char **argv, const char *cmd, const char *usage,
                                    : !strcmp(arg, "--data")                ? &a->data
                                    : !strcmp(arg, "--config")              ? &a->config
                                    : !strcmp(arg, "--store")               ? &a->store
+                                   : !strcmp(arg, "--backend")             ? &a->backend
                                                                            : NULL;
                 if (!strcmp(arg, "-h") || !strcmp(arg, "--help")) {
                         fputs(usage, stdout);
@@ -107,6 +114,7 @@ int cli_service_parse(int argc, char **argv, const char *cmd, const char *usage,
                               : !strncmp(arg, "--data", n) && n == 6                ? &a->data
                               : !strncmp(arg, "--config", n) && n == 8              ? &a->config
                               : !strncmp(arg, "--store", n) && n == 7               ? &a->store
+                              : !strncmp(arg, "--backend", n) && n == 9             ? &a->backend
                                                                                     : NULL;
                         if (dst) {
                                 *dst = eq + 1;
@@ -215,6 +223,7 @@ int cli_service_open(cli_service *s, const cli_service_args *a, ab_err **err)
         replace(&cfg->listen, a->listen);
         replace(&cfg->data_dir, a->data);
         replace(&cfg->store_url, a->store);
+        replace(&cfg->backend, a->backend);
         if (ab_config_validate(cfg, err) < 0)
                 goto fail;
         signal(SIGPIPE, SIG_IGN);
@@ -229,7 +238,7 @@ int cli_service_open(cli_service *s, const cli_service_args *a, ab_err **err)
                              .init_path = cfg->init_path,
                              .keep_spares = true,
                              .skills_disk_mib = cfg->skills_disk >> 20};
-        if (ab_native_open(&no, &s->backend, err) < 0 ||
+        if (cli_backend_open(cfg, &no, &s->backend, err) < 0 ||
             ab_store_open(cfg->store_url, cfg->data_dir, &s->store, err) < 0)
                 goto fail;
         s->srv.tmp_dir = xasprintf("%s/tmp", cfg->data_dir);

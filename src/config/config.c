@@ -60,6 +60,10 @@ static void config_copy(ab_config *dst, const ab_config *src)
         dst->network_hosts_file = dup_or_null(src->network_hosts_file);
         dst->ports_domain = dup_or_null(src->ports_domain);
         dst->network_subnet = dup_or_null(src->network_subnet);
+        dst->backend = dup_or_null(src->backend);
+        dst->docker_host = dup_or_null(src->docker_host);
+        dst->docker_runtime = dup_or_null(src->docker_runtime);
+        dst->docker_image = dup_or_null(src->docker_image);
         dst->keys = src->n_keys ? xcalloc(src->n_keys, sizeof(*dst->keys)) : NULL;
         for (size_t i = 0; i < src->n_keys; i++) {
                 dst->keys[i].key = dup_or_null(src->keys[i].key);
@@ -125,6 +129,10 @@ void ab_config_release(ab_config *c)
         free(c->network_hosts_file);
         free(c->ports_domain);
         free(c->network_subnet);
+        free(c->backend);
+        free(c->docker_host);
+        free(c->docker_runtime);
+        free(c->docker_image);
         keys_free(c->keys, c->n_keys);
         registries_free(c->registries, c->n_registries);
         app_quotas_free(c->app_quotas, c->n_app_quotas);
@@ -313,6 +321,10 @@ static const field fields[] = {
     F("disk_watch_interval", NULL, NULL, K_MS, disk_watch_interval_ms),
     F("image_max_layer", NULL, NULL, K_BYTES, image_max_layer),
     F("skills_disk", NULL, "AGENTBOX_SKILLS_DISK", K_BYTES, skills_disk),
+    F("backend", NULL, "AGENTBOX_BACKEND", K_OPT_STR, backend),
+    F("docker_host", NULL, "AGENTBOX_DOCKER_HOST", K_OPT_STR, docker_host),
+    F("docker_runtime", NULL, "AGENTBOX_DOCKER_RUNTIME", K_OPT_STR, docker_runtime),
+    F("docker_image", NULL, "AGENTBOX_DOCKER_IMAGE", K_OPT_STR, docker_image),
 };
 #undef F
 
@@ -1068,6 +1080,12 @@ int ab_config_validate(const ab_config *c, ab_err **err)
                 return invalid(err, "skills_disk", why("must be at least 16M"));
         if ((w = check_http_url(c->webhook_url)))
                 return invalid(err, "webhook_url", w);
+        if (c->backend && strcmp(c->backend, "native") != 0 && strcmp(c->backend, "docker") != 0)
+                return invalid(err, "backend",
+                               why("'%s' is not a backend (native or docker)", c->backend));
+        if (c->docker_host && strncmp(c->docker_host, "unix://", 7) != 0)
+                return invalid(err, "docker_host",
+                               why("'%s': only unix:// sockets are supported", c->docker_host));
         if (c->ports_domain && !domain_ok(c->ports_domain))
                 return invalid(err, "ports_domain",
                                why("'%s' is not a domain name (letters, digits, '-' and '.')",

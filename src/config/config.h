@@ -89,6 +89,15 @@ typedef struct ab_config {
          * host_mount_prefixes: [DIR, ...], absolute); none = host mounts refused. */
         char **host_mount_prefixes; /* NULL-terminated, or NULL */
         size_t n_host_mount_prefixes;
+        /* The backend of boxes created without "backend": "native" (default)
+         * or "docker" (env AGENTBOX_BACKEND, --backend). The Docker backend is
+         * open when it is the default or docker_host is set. */
+        char *backend;
+        char *docker_host;    /* DOCKER_HOST form, "unix:///run/docker.sock"; NULL =
+                               * $DOCKER_HOST, else /var/run/docker.sock (env
+                               * AGENTBOX_DOCKER_HOST) */
+        char *docker_runtime; /* OCI runtime of Docker boxes ("runsc"); NULL = the engine's */
+        char *docker_image;   /* image of Docker boxes created without one */
 } ab_config;
 
 /* Fills *c with the defaults. */

@@ -147,8 +147,13 @@ static int check_keys(ab_manager *m, const ab_acquire_req *q, const char *scope,
                                                   i == 0 ? " non-empty" : "");
                 }
         }
+        if (q->backend && !ab_backend_find(m->o.backend, q->backend))
+                return ab_err_set(err, AB_E_INVALID, 0,
+                                  "backend: '%s' is not a backend of this server (it has: %s%s)",
+                                  q->backend, m->o.backend->ops->name,
+                                  ab_backend_find(m->o.backend, "docker") ? ", docker" : "");
         if (q->image) {
-                if (!m->o.images)
+                if (!m->o.images && !mgr_req_docker(m, q))
                         return ab_err_set(err, AB_E_UNSUPPORTED, 0,
                                           "image: this server has no image store");
                 ab_image_ref ref;
@@ -172,9 +177,16 @@ static int create_backend(ab_manager *m, ab_box_rec *r, const ab_limits *lim, co
                           const mgr_mounts *mm, ab_err **err)
 {
         ab_backend *b = m->o.backend;
-        ab_box_spec spec = {
-            .id = r->backend_id, .limits = *lim, .mounts = mm->v, .n_mounts = mm->n};
-        if (img) {
+        ab_box_spec spec = {.id = r->backend_id,
+                            .limits = *lim,
+                            .mounts = mm->v,
+                            .n_mounts = mm->n,
+                            .backend = mgr_rec_backend(r)};
+        if (spec.backend && strcmp(spec.backend, "docker") == 0) {
+                /* the engine's own image: a reference it pulls itself */
+                const json_t *ri = mgr_rec_image(r);
+                spec.image = ri ? json_string_value(json_object_get(ri, "ref")) : NULL;
+        } else if (img) {
                 if (mgr_image_hold(m, r->backend_id, img, err) < 0)
                         return -1;
                 spec.layers = (const char *const *)img->layers;
@@ -237,7 +249,15 @@ int ab_manager_acquire(ab_manager *m, const ab_acquire_req *q, const char *scope
                 mgr_mounts_clear(&mm);
                 return -1;
         }
-        bool pool_ok = m->o.pool_size > 0 && limits_equal(&lim, &m->o.limits) && !q->image && !mm.n;
+        bool docker = mgr_req_docker(m, q);
+        if (docker && mm.n) {
+                mgr_mounts_clear(&mm);
+                return ab_err_set(err, AB_E_UNSUPPORTED, 0,
+                                  "volumes, mounts, readonly_paths and blocked_paths are not "
+                                  "supported on the Docker backend (docs/backends.md)");
+        }
+        bool pool_ok = m->o.pool_size > 0 && limits_equal(&lim, &m->o.limits) && !q->image &&
+                       !mm.n && !q->backend;
         ab_image img = {0};
         bool have_img = false;
 
@@ -299,7 +319,7 @@ int ab_manager_acquire(ab_manager *m, const ab_acquire_req *q, const char *scope
                 ab_err_free(&e);
                 /* A new box from an image: the image first (pulled when the
                  * store lacks it), before anything is counted or recorded. */
-                if (q->image && !have_img) {
+                if (q->image && !have_img && !docker) {
                         pthread_mutex_unlock(&s->lock);
                         int ir = mgr_image_resolve(m, q->image, &img, err);
                         pthread_mutex_lock(&s->lock);
@@ -320,6 +340,11 @@ int ab_manager_acquire(ab_manager *m, const ab_acquire_req *q, const char *scope
                 mgr_fill_new_rec(m, q, app, id, &lim, &r);
                 if (have_img)
                         json_object_set_new(r.spec, "image", mgr_image_spec(q->image, &img));
+                if (docker && q->image)
+                        json_object_set_new(r.spec, "image", json_pack("{s:s}", "ref", q->image));
+                json_object_set_new(
+                    r.spec, "backend",
+                    json_string(q->backend ? q->backend : ab_backend_default(m->o.backend)));
                 if (mm.n)
                         json_object_update_new(r.spec, mgr_mounts_spec(mm.v, mm.n));
                 if (pool_ok) {

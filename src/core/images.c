@@ -84,6 +84,17 @@ void mgr_image_own_folders(ab_manager *m, const ab_box_rec *r)
         ab_err_free(&e);
 }
 
+const char *mgr_rec_backend(const ab_box_rec *r)
+{
+        return r->spec ? json_string_value(json_object_get(r->spec, "backend")) : NULL;
+}
+
+bool mgr_req_docker(ab_manager *m, const ab_acquire_req *q)
+{
+        const char *b = q->backend ? q->backend : ab_backend_default(m->o.backend);
+        return strcmp(b, "docker") == 0;
+}
+
 const json_t *mgr_rec_image(const ab_box_rec *r)
 {
         json_t *i = r->spec ? json_object_get(r->spec, "image") : NULL;

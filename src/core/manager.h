@@ -91,6 +91,9 @@ typedef struct ab_acquire_req {
         json_t *metadata;        /* or NULL (borrowed) */
         const char *image;       /* a reference or id of the image store; NULL = host base.
                                   * Pulled first when not in the store. */
+        const char *backend;     /* "native", "docker" (backend.h); NULL = the server's
+                                  * default. On the Docker backend, image is a Docker
+                                  * image reference its engine pulls. */
         json_t *entrypoint;      /* array of strings: a long-lived program the box runs on a
                                   * terminal of its own from every start; or NULL (borrowed) */
         int64_t idle_pause_s;    /* 0 = server default, -1 = never */

@@ -234,4 +234,10 @@ void mgr_disk_end(ab_manager *m, mgr_disk_ticket *t);
 /* Starts the guard thread (when disk_watch_interval_ms > 0). */
 void mgr_disk_start(ab_manager *m);
 
+/* The backend a record's box runs on (its spec's "backend"; NULL for
+ * records older than the field: the default at their time, native). */
+const char *mgr_rec_backend(const ab_box_rec *r);
+/* Whether a create request's box goes to the Docker backend. */
+bool mgr_req_docker(ab_manager *m, const ab_acquire_req *q);
+
 #endif

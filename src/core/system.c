@@ -32,7 +32,8 @@ static int sys_ensure(ab_manager *m, const ab_sysbox_spec *spec, ab_err **err)
                 return mgr_propagate(err, e);
         }
         ab_err_free(&e);
-        ab_box_spec bs = {.id = spec->id, .limits = spec->limits};
+        /* the host's own software: system boxes are native, whatever the default */
+        ab_box_spec bs = {.id = spec->id, .limits = spec->limits, .backend = "native"};
         int r = b->ops->create(b, &bs, err);
         ab_metrics_op(m->o.metrics, "create", r == 0);
         if (r == 0)

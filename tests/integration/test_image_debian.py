@@ -7,34 +7,22 @@ and run: bash, python3, dpkg and apt of the image (not the host's), its
 only. The root is built once per machine and kept in
 /var/cache/agentbox-tests (it takes minutes: the mirror, then dpkg)."""
 import os
-import subprocess
 import sys
-import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
 import abtest  # noqa: E402
+import debianroot  # noqa: E402
 import imagelib  # noqa: E402
 
 h = abtest.Harness(timeout=120)
 if not abtest.init_is_static():
     h.skip_all("agentbox-init is dynamically linked (sanitized build): it cannot start in an image's root")
-CACHE = "/var/cache/agentbox-tests"
-ROOTFS = os.path.join(CACHE, "debian-bookworm-minbase-py.tar")
-if not os.path.exists(ROOTFS):
-    if subprocess.run(["sh", "-c", "command -v mmdebstrap"], capture_output=True).returncode != 0:
-        h.skip_all("mmdebstrap is not installed (scripts/deps.sh installs it)")
-    os.makedirs(CACHE, exist_ok=True)
-    t0 = time.time()
-    tmp = ROOTFS + ".new.%d" % os.getpid()
-    r = subprocess.run(["mmdebstrap", "--quiet", "--variant=minbase", "--include=python3-minimal", "bookworm",
-                        tmp], capture_output=True, text=True, timeout=900)
-    if r.returncode != 0:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        h.skip_all("mmdebstrap could not build a Debian root (is Debian's mirror reachable?): %s"
-                   % " ".join((r.stderr or "").split()[-30:]))
-    os.rename(tmp, ROOTFS)
-    h.diag("mmdebstrap built the root in %.0f s" % (time.time() - t0))
+try:
+    ROOTFS = debianroot.rootfs()
+except RuntimeError as e:
+    h.skip_all(str(e))
+if debianroot.rootfs.built_in is not None:
+    h.diag("mmdebstrap built the root in %.0f s" % debianroot.rootfs.built_in)
 
 with open(ROOTFS, "rb") as f:
     rootfs = f.read()

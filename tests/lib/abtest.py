@@ -52,6 +52,11 @@ import traceback
 TMP_ROOT = "/var/tmp"
 DIR_PREFIX = "abtest-"
 DEFAULT_TIMEOUT = 60.0
+# The backend the suite's boxes run on: "native", or "docker" for the runs of
+# the backend-neutral suites on a Docker engine (tests/meson.build, suite
+# "docker"): the harness then points the CLI and every server it starts at
+# AGENTBOX_TEST_DOCKER_HOST (scripts/dockerd.sh) with a Debian image.
+BACKEND = os.environ.get("AGENTBOX_TEST_BACKEND", "native")
 CLEANUP_TIMEOUT = 30.0
 DIAG_MAX = 4000
 ID_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
@@ -366,6 +371,10 @@ class Harness:
         if not os.access(self.bin, os.X_OK):
             self.bail_out("AGENTBOX_BIN %s is not an executable (build first, or run via meson test)" % self.bin)
 
+        self.backend = BACKEND
+        self.native = BACKEND == "native"
+        if BACKEND == "docker":
+            self._use_docker()
         sweep(self.bin)
         self.root = tempfile.mkdtemp(prefix="%s%s-" % (DIR_PREFIX, re.sub(r"[^A-Za-z0-9_-]", "_", self.name)),
                                      dir=TMP_ROOT)
@@ -375,6 +384,23 @@ class Harness:
         self.data = os.path.join(self.root, "data")
         os.mkdir(self.data, 0o700)
         self._save()
+
+    def _use_docker(self):
+        host = os.environ.get("AGENTBOX_TEST_DOCKER_HOST", "")
+        if not host:
+            self.skip_all("AGENTBOX_TEST_BACKEND=docker without AGENTBOX_TEST_DOCKER_HOST: "
+                          "scripts/dockerd.sh starts a Docker engine for the tests")
+        if not init_is_static():
+            self.skip_all("agentbox-init is dynamically linked (sanitized build): it cannot be PID 1 "
+                          "of a container's root")
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        import debianroot
+        try:
+            image = debianroot.docker_image(host)
+        except (RuntimeError, OSError) as e:
+            self.skip_all("no Debian image for the Docker engine at %s: %s" % (host, e))
+        os.environ.update({"AGENTBOX_BACKEND": "docker", "AGENTBOX_DOCKER_HOST": host,
+                           "AGENTBOX_DOCKER_IMAGE": image})
 
     # ---- TAP output -------------------------------------------------------
 
