@@ -237,6 +237,54 @@ static void test_ports(void)
         }
 }
 
+/* backend names one of the two; docker_host is a unix:// socket; both
+ * come from the file and the environment. */
+static void test_backend(void)
+{
+        ab_config c;
+        ab_config_default(&c);
+        tap_ok(!c.backend && !c.docker_host && !c.docker_runtime && !c.docker_image,
+               "backend and docker_* default to unset (native only)");
+        _cleanup_free_ char *p = write_conf("backend: docker\ndocker_host: unix:///run/d.sock\n"
+                                            "docker_runtime: runsc\ndocker_image: debian:12\n");
+        ab_err *e = NULL;
+        tap_ok(ab_config_load_file(&c, p, &e) == 0 && ab_config_validate(&c, &e) == 0,
+               "backend, docker_host, docker_runtime, docker_image load (%s)", e ? e->msg : "ok");
+        ab_err_free(&e);
+        TAP_IS_STR(c.backend, "docker", "backend");
+        TAP_IS_STR(c.docker_host, "unix:///run/d.sock", "docker_host");
+        TAP_IS_STR(c.docker_runtime, "runsc", "docker_runtime");
+        TAP_IS_STR(c.docker_image, "debian:12", "docker_image");
+        setenv("AGENTBOX_BACKEND", "native", 1);
+        setenv("AGENTBOX_DOCKER_HOST", "unix:///x.sock", 1);
+        tap_ok(ab_config_load_env(&c, &e) == 0, "the environment loads");
+        ab_err_free(&e);
+        TAP_IS_STR(c.backend, "native", "AGENTBOX_BACKEND overrides the file");
+        TAP_IS_STR(c.docker_host, "unix:///x.sock", "AGENTBOX_DOCKER_HOST overrides the file");
+        unsetenv("AGENTBOX_BACKEND");
+        unsetenv("AGENTBOX_DOCKER_HOST");
+        ab_config_release(&c);
+
+        const struct {
+                const char *backend, *host, *want;
+        } bad[] = {
+            {"podman", NULL, "backend"},
+            {"Docker", NULL, "backend"},
+            {NULL, "tcp://127.0.0.1:2375", "docker_host"},
+            {NULL, "/run/docker.sock", "docker_host"},
+        };
+        for (size_t i = 0; i < AB_ARRAY_LEN(bad); i++) {
+                ab_config_default(&c);
+                c.backend = bad[i].backend ? xstrdup(bad[i].backend) : NULL;
+                c.docker_host = bad[i].host ? xstrdup(bad[i].host) : NULL;
+                _cleanup_free_ char *m = validate_err(&c);
+                tap_ok(m && strstr(m, bad[i].want), "backend %s, docker_host %s: refused naming %s",
+                       bad[i].backend ? bad[i].backend : "-", bad[i].host ? bad[i].host : "-",
+                       bad[i].want);
+                ab_config_release(&c);
+        }
+}
+
 static void test_bad_values(void)
 {
         refused("listen: 127.0.0.1:8080\nttl: soon\n", "a bad duration", "ttl", "line 2");
@@ -557,6 +605,7 @@ int main(void)
         test_full_file();
         test_bad_values();
         test_ports();
+        test_backend();
         test_unknown_keys();
         test_env();
         test_validate();
