@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """A real distribution as an image: a Debian bookworm root made with
-mmdebstrap (minbase plus python3-minimal) from Debian's own mirror, wrapped
+mmdebstrap (minbase plus python3 and procps) from Debian's own mirror, wrapped
 as a one-layer `docker save` archive, imported with `agentbox image import`
 and run: bash, python3, dpkg and apt of the image (not the host's), its
 /etc/os-release, a package database that the box changes in its own layer

@@ -166,12 +166,16 @@ pid1 = info.get("init_pid")
 h.ok(isinstance(pid1, int) and pid1 > 1 and os.path.exists("/proc/%d" % pid1),
      "inspect: init_pid is a live host process", repr(pid1))
 cg1 = cgroups_of(pid1) if isinstance(pid1, int) else []
-h.ok(cg1 and all(os.path.basename(d) == box for d in cg1),
-     "the init runs in cgroups of the box's own (named after its id)", repr(cg1))
-# A control for the leak checks below: they look for the data dir in losetup -a.
-h.ok(loop_devices_for(os.path.join(h.data, "boxes", box, "disk.img")),
-     "while the box runs its disk.img is attached to a loop device (control for the leak checks)",
-     lambda: subprocess.run(["losetup", "-a"], stdout=subprocess.PIPE, text=True).stdout)
+if h.native:
+    h.ok(cg1 and all(os.path.basename(d) == box for d in cg1),
+         "the init runs in cgroups of the box's own (named after its id)", repr(cg1))
+    # A control for the leak checks below: they look for the data dir in losetup -a.
+    h.ok(loop_devices_for(os.path.join(h.data, "boxes", box, "disk.img")),
+         "while the box runs its disk.img is attached to a loop device (control for the leak checks)",
+         lambda: subprocess.run(["losetup", "-a"], stdout=subprocess.PIPE, text=True).stdout)
+else:
+    h.ok(cg1, "the init runs in cgroups of its container", repr(cg1))
+    h.eq(h.containers(box), ["agentbox-%s" % box], "the engine has the box's container (control)")
 usage = info.get("usage") or {}
 for k in ("memory_bytes", "pids", "cpu_usage_ns", "disk_used_bytes", "disk_limit_bytes"):
     h.ok(isinstance(usage.get(k), int), "inspect: usage.%s is a number" % k, json.dumps(info))
@@ -319,13 +323,14 @@ info, r = inspect(box)
 h.eq((info or {}).get("status"), "stopped", "inspect shows the box stopped", r.describe())
 h.ok("init_pid" not in (info or {}), "inspect of a stopped box has no init_pid", r.out)
 h.ok(wait_for(lambda: pid_gone(pid1)), "the old init process is gone (or a zombie awaiting the host's init)")
-h.ok(not os.path.exists(os.path.join(h.data, "boxes", box, "state.json")),
-     "state.json is gone after stop")
 h.eq(settle(lambda: cgroup_dirs(box, cg1)), [],
      "the box's cgroups are removed on stop")
-h.eq(settle(lambda: loop_devices_for(os.path.join(h.data, "boxes"))), [],
-     "the box's loop device is detached on stop")
-h.ok(os.path.isfile(os.path.join(h.data, "boxes", box, "disk.img")), "the disk image is kept on stop")
+if h.native:
+    h.ok(not os.path.exists(os.path.join(h.data, "boxes", box, "state.json")),
+         "state.json is gone after stop")
+    h.eq(settle(lambda: loop_devices_for(os.path.join(h.data, "boxes"))), [],
+         "the box's loop device is detached on stop")
+    h.ok(os.path.isfile(os.path.join(h.data, "boxes", box, "disk.img")), "the disk image is kept on stop")
 
 r = h.run("exec", box, "--", "echo should-not-run")
 h.eq(r.rc, 125, "exec in a stopped box exits 125", r.describe())
@@ -375,12 +380,16 @@ r = h.rm(box)
 h.eq(r.rc, 0, "rm exits 0", r.describe())
 h.eq(h.ls_status(box), None, "the box is gone from ls --json")
 h.not_contains(h.run("ls").out, box, "the box is gone from ls")
-h.ok(not os.path.exists(os.path.join(h.data, "boxes", box)), "DATA/boxes/ID is gone")
-trash = os.path.join(h.data, "trash")
-h.eq(os.listdir(trash) if os.path.isdir(trash) else [], [], "DATA/trash is empty")
+if h.native:
+    h.ok(not os.path.exists(os.path.join(h.data, "boxes", box)), "DATA/boxes/ID is gone")
+    trash = os.path.join(h.data, "trash")
+    h.eq(os.listdir(trash) if os.path.isdir(trash) else [], [], "DATA/trash is empty")
+else:
+    h.eq(h.containers(box), [], "the box's container is gone")
+    h.ok(not os.path.exists(os.path.join(h.data, "docker", box)), "DATA/docker/ID is gone")
 # (the skills folder's own disk, DATA/skills.img, stays mounted on the host)
 h.eq(settle(lambda: loop_devices_for(os.path.join(h.data, "boxes"))), [],
-     "no loop device references the box's disk (losetup -a)")
+     "no loop device references a box's disk (losetup -a)")
 h.eq(settle(lambda: [m for m in mounts_referencing(h.root)
                      if " %s " % os.path.join(os.path.realpath(h.data), "skills") not in m]), [],
      "no mount of any process references the data dir (but the skills disk's, on the host)")

@@ -402,6 +402,24 @@ class Harness:
         os.environ.update({"AGENTBOX_BACKEND": "docker", "AGENTBOX_DOCKER_HOST": host,
                            "AGENTBOX_DOCKER_IMAGE": image})
 
+    def containers(self, box):
+        """Names of the Docker engine's containers (any state) labelled for box,
+        or None when this is no Docker run or the engine did not answer."""
+        host = os.environ.get("AGENTBOX_DOCKER_HOST", "")
+        if BACKEND != "docker" or not host:
+            return None
+        import debianroot
+        import urllib.parse
+        f = json.dumps({"label": ["agentbox.box=%s" % box]})
+        try:
+            st, out = debianroot._docker(host, "GET", "/containers/json?all=1&filters=" + urllib.parse.quote(f),
+                                         timeout=30)
+        except OSError:
+            return None
+        if st != 200:
+            return None
+        return sorted(n.lstrip("/") for c in json.loads(out) for n in c.get("Names") or [])
+
     # ---- TAP output -------------------------------------------------------
 
     def _print(self, s):

@@ -1,4 +1,4 @@
-"""A Debian bookworm root (minbase plus python3-minimal) made once per
+"""A Debian bookworm root (minbase plus python3 and procps) made once per
 machine with mmdebstrap from Debian's mirror and kept in
 /var/cache/agentbox-tests: the image_debian test imports it as an agentbox
 image, the Docker-backend runs of the suites as a Docker image
@@ -11,7 +11,7 @@ import time
 import urllib.parse
 
 CACHE = "/var/cache/agentbox-tests"
-ROOTFS = os.path.join(CACHE, "debian-bookworm-minbase-py.tar")
+ROOTFS = os.path.join(CACHE, "debian-bookworm-py3.tar")
 DOCKER_IMAGE = "agentbox-test/debian:bookworm"
 
 
@@ -29,7 +29,7 @@ def rootfs():
             raise RuntimeError("mmdebstrap is not installed (scripts/deps.sh installs it)")
         tmp = ROOTFS + ".new.%d" % os.getpid()
         t0 = time.time()
-        r = subprocess.run(["mmdebstrap", "--quiet", "--variant=minbase", "--include=python3-minimal",
+        r = subprocess.run(["mmdebstrap", "--quiet", "--variant=minbase", "--include=python3,procps",
                             "bookworm", tmp], capture_output=True, text=True, timeout=900)
         if r.returncode != 0:
             if os.path.exists(tmp):
