@@ -552,7 +552,7 @@ h.eq((r.status, r.get("sandbox_id"), r.get("stdout"), r.get("exit_code")), (200,
 h.eq(wait_for(lambda: srv.status_of(TK) is None, 10), True, "... and the task box is gone afterwards (404)")
 h.eq(wait_for(lambda: TK not in (h.cli_boxes() or {TK: 1}), 10), True,
      "... also from the backend (agentbox ls --json)")
-h.ok(not os.path.exists(os.path.join(h.data, "boxes", TK)), "... with its disk")
+h.eq(h.leftovers(TK), [], "... with its disk")
 TK2 = thread_box_id("task-thread-2")
 r = srv.post("/v1/exec", {"thread_id": "task-thread-2", "mode": "task", "command": "exit 7"})
 h.eq((r.status, r.get("exit_code")), (200, 7), "/v1/exec task mode with a failing command: its exit code",
@@ -927,7 +927,7 @@ r2 = srv.post("/v1/sandboxes/%s/stop" % E)
 h.ok(r2.status in (409, 404), "stop of a box being deleted is 409 (or 404 once gone)", r2.describe())
 h.ok(gone([E]), "the deleted box disappears (GET 404)")
 h.ok(wait_for(lambda: E not in (h.cli_boxes() or {E: 1}), 10), "... and from the backend (agentbox ls --json)")
-h.ok(not os.path.exists(os.path.join(h.data, "boxes", E)), "... with its disk")
+h.eq(h.leftovers(E), [], "... with its disk")
 check_error(srv.delete("/v1/sandboxes/" + E), 404, "not_found", "DELETE of a deleted box")
 check_error(srv.delete("/v1/sandboxes/nosuchbox42"), 404, "not_found", "DELETE of an unknown box")
 

@@ -79,9 +79,8 @@ def verify(what, pids_before=None):
     h.eq({k: (cli.get(k) or {}).get("status") for k in backend}, backend,
          "%s: the backend (agentbox ls --json) agrees on each box's status" % what)
     h.eq(sorted(set(cli) - set(backend)), [], "%s: the backend has no box the server does not know" % what)
-    bdir = os.path.join(h.data, "boxes")
-    dirs = sorted(d for d in os.listdir(bdir) if not d.startswith(".")) if os.path.isdir(bdir) else []
-    h.eq(dirs, sorted(cli), "%s: DATA/boxes holds exactly the backend's boxes" % what)
+    h.eq(h.box_dirs(), sorted(cli), "%s: DATA/%s holds exactly the backend's boxes"
+         % (what, "boxes" if h.native else "docker"))
     if pids_before:
         now = init_pids()
         kept = {b: now.get(b) for b in pids_before if expect.get(b) == "running"}

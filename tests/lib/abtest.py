@@ -402,6 +402,20 @@ class Harness:
         os.environ.update({"AGENTBOX_BACKEND": "docker", "AGENTBOX_DOCKER_HOST": host,
                            "AGENTBOX_DOCKER_IMAGE": image})
 
+    def box_dirs(self, data=None):
+        """Names of the boxes the backend keeps folders for in data (default:
+        the harness's): DATA/boxes on native, DATA/docker on Docker runs."""
+        d = os.path.join(data or self.data, "boxes" if self.native else "docker")
+        return sorted(n for n in os.listdir(d) if not n.startswith(".")) if os.path.isdir(d) else []
+
+    def leftovers(self, box, data=None):
+        """What of box is still on the host (its folder; on Docker runs its
+        container too): [] once it is wholly gone."""
+        left = [n for n in self.box_dirs(data) if n == box]
+        if not self.native:
+            left += self.containers(box) or []
+        return left
+
     def containers(self, box):
         """Names of the Docker engine's containers (any state) labelled for box,
         or None when this is no Docker run or the engine did not answer."""
