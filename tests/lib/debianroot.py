@@ -29,7 +29,7 @@ def rootfs():
             raise RuntimeError("mmdebstrap is not installed (scripts/deps.sh installs it)")
         tmp = ROOTFS + ".new.%d" % os.getpid()
         t0 = time.time()
-        r = subprocess.run(["mmdebstrap", "--quiet", "--variant=minbase", "--include=python3,procps",
+        r = subprocess.run(["mmdebstrap", "--quiet", "--format=tar", "--variant=minbase", "--include=python3,procps",
                             "bookworm", tmp], capture_output=True, text=True, timeout=900)
         if r.returncode != 0:
             if os.path.exists(tmp):
