@@ -74,9 +74,9 @@ enum MHD_Result route_metrics(ab_req *r, const char *id)
 /* ---- sandboxes -------------------------------------------------------- */
 
 const char *const acquire_fields[] = {
-    "id",      "app_id",     "user_id", "chat_id",        "thread_id",     "mode",  "limits",
-    "network", "env",        "mounts",  "idle_stop_s",    "idle_pause_s",  "ttl_s", "metadata",
-    "image",   "entrypoint", "volumes", "readonly_paths", "blocked_paths", NULL};
+    "id",      "app_id",     "user_id", "chat_id",        "thread_id",     "mode",    "limits",
+    "network", "env",        "mounts",  "idle_stop_s",    "idle_pause_s",  "ttl_s",   "metadata",
+    "image",   "entrypoint", "volumes", "readonly_paths", "blocked_paths", "backend", NULL};
 static const char *const exec_fields[] = {"command", "argv",  "timeout_s", "timeout", "env",
                                           "cwd",     "stdin", "user",      NULL};
 
