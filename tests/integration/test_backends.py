@@ -87,13 +87,13 @@ h.eq(out, "kept\nkept\n", "its file is kept, at /workspace and /mnt/user-data/wo
 before = sorted(prov)
 r = S.post("/v1/sandboxes", {"id": "bad1", "backend": "podman"})
 h.eq(r.status, 400, "backend podman: 400", r.describe())
-h.contains(r.err_message() or "", "docker", "... naming the backends this server has", r.describe())
+h.contains(r.err_message or "", "docker", "... naming the backends this server has", r.describe())
 r = S.post("/v1/sandboxes", {"id": "bad2", "backend": "docker", "volumes": [{"name": "v", "path": "/v"}]})
 h.ok(r.status in (400, 404, 501), "a volume on a Docker box is refused", r.describe())
 r = S.post("/v1/sandboxes", {"id": "bad3", "backend": "docker", "image": "agentbox-test/nosuch:1"},
            timeout=180)
 h.ok(r.status >= 400, "an image the engine cannot get: an error", r.describe())
-h.ok("nosuch" in (r.err_message() or ""), "... naming the image", r.describe())
+h.ok("nosuch" in (r.err_message or ""), "... naming the image", r.describe())
 r = S.get("/v1/sandboxes")
 h.eq(sorted(b["id"] for b in (r.json or {}).get("sandboxes", [])), before, "... and no box was recorded",
      r.describe())
