@@ -35,9 +35,10 @@ except (RuntimeError, OSError) as e:
     h.skip_all("no Debian image for the Docker engine: %s" % e)
 
 
-def containers(box=None):
-    """Names of the engine's containers (all states) with agentbox's box label."""
-    f = {"label": ["agentbox.box=%s" % box if box else "agentbox.box"]}
+def containers(box, data=None):
+    """Boxes of the engine's containers (all states) labelled for box of data
+    (default: the first server's data folder)."""
+    f = {"label": ["agentbox.box=%s" % box, "agentbox.data_dir=%s" % os.path.realpath(data or h.data)]}
     st, out = debianroot._docker(HOST, "GET", "/containers/json?all=1&filters=" +
                                  urllib.parse.quote(json.dumps(f)), timeout=30)
     if st != 200:
@@ -133,10 +134,10 @@ h.eq((r.json or {}).get("provider"), "docker", "--backend docker: a box without 
      r.describe())
 r = S2.post("/v1/sandboxes", {"id": "nt2", "backend": "native"}, timeout=60)
 h.eq((r.json or {}).get("provider"), "native", "... and backend native still gives a native one", r.describe())
-h.eq(containers("nt2"), [], "... with no container")
+h.eq(containers("nt2", d2), [], "... with no container")
 for b in ("dk2", "nt2"):
     S2.delete("/v1/sandboxes/" + b, timeout=120)
-h.ok(wait_for(lambda: containers("dk2") == [], timeout=60), "deleted boxes leave no container")
+h.ok(wait_for(lambda: containers("dk2", d2) == [], timeout=60), "deleted boxes leave no container")
 S2.stop()
 
 d3 = h.new_data_dir("nodocker")

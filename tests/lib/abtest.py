@@ -413,18 +413,20 @@ class Harness:
         container too): [] once it is wholly gone."""
         left = [n for n in self.box_dirs(data) if n == box]
         if not self.native:
-            left += self.containers(box) or []
+            left += self.containers(box, data) or []
         return left
 
-    def containers(self, box):
-        """Names of the Docker engine's containers (any state) labelled for box,
-        or None when this is no Docker run or the engine did not answer."""
+    def containers(self, box, data=None):
+        """Names of the Docker engine's containers (any state) labelled for box
+        of data (default: the harness's data folder), or None when this is no
+        Docker run or the engine did not answer."""
         host = os.environ.get("AGENTBOX_DOCKER_HOST", "")
         if BACKEND != "docker" or not host:
             return None
         import debianroot
         import urllib.parse
-        f = json.dumps({"label": ["agentbox.box=%s" % box]})
+        f = json.dumps({"label": ["agentbox.box=%s" % box,
+                                  "agentbox.data_dir=%s" % os.path.realpath(data or self.data)]})
         try:
             st, out = debianroot._docker(host, "GET", "/containers/json?all=1&filters=" + urllib.parse.quote(f),
                                          timeout=30)
