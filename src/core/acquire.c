@@ -384,8 +384,9 @@ int ab_manager_acquire(ab_manager *m, const ab_acquire_req *q, const char *scope
                         r.status = AB_BOX_CREATING;
                 }
                 /* A new disk: the host's free space next. */
-                mgr_disk_ticket dt;
-                if (mgr_disk_admit(m, lim.disk_mib, &dt, err) < 0) {
+                /* (a Docker box's files live on the engine's disk, not ours) */
+                mgr_disk_ticket dt = {0};
+                if (!docker && mgr_disk_admit(m, lim.disk_mib, &dt, err) < 0) {
                         mgr_quota_end(m, &qt);
                         ab_box_rec_clear(&r);
                         break;

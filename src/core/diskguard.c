@@ -316,6 +316,12 @@ void ab_manager_disk_balance(ab_manager *m)
         pid_t *pids = n ? xcalloc(n, sizeof(*pids)) : NULL;
         size_t k = 0;
         for (size_t i = 0; i < n; i++) {
+                /* Only boxes with a disk of their own on the data folder's
+                 * filesystem: a Docker box's free space is the host's, and a
+                 * balloon sized from it would take the host's whole disk. */
+                const char *be = mgr_rec_backend(&rs[i]);
+                if (be && strcmp(be, "native") != 0)
+                        continue;
                 guard_box *g = &gs[k];
                 g->id = rs[i].id;
                 g->backend_id = rs[i].backend_id;
