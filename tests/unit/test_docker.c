@@ -230,6 +230,21 @@ int main(void)
         ab_docker_opts oa = {.host = host, .data_dir = dir_a, .skills_dir = skills};
         ab_docker_opts ob = {.host = host, .data_dir = dir_b, .default_image = image};
         int rc = ab_docker_open(&oa, &a, &e);
+        _cleanup_free_ char *static_init = NULL;
+        if (rc < 0 && e->code == AB_E_UNSUPPORTED && strstr(e->msg, "dynamically linked")) {
+                /* A sanitized build's init is dynamic and cannot run in an
+                 * image without its libraries: the backend's code is still
+                 * tested (sanitized) with the regular build's static init. */
+                const char *src = getenv("AB_SOURCE_ROOT");
+                static_init = xasprintf("%s/build/agentbox-init", src ? src : ".");
+                printf("# %s: using %s\n", e->msg, static_init);
+                ab_err_free(&e);
+                if (access(static_init, X_OK) < 0)
+                        tap_skip_all("agentbox-init is not static here (a sanitized build) and "
+                                     "there is no build/agentbox-init to use instead");
+                oa.init_path = ob.init_path = static_init;
+                rc = ab_docker_open(&oa, &a, &e);
+        }
         if (rc < 0)
                 printf("# open: %s\n", e->msg), ab_err_free(&e);
         tap_ok(rc == 0, "ab_docker_open on the test engine");
