@@ -31,6 +31,7 @@
 #include "base/log.h"
 #include "base/selfpath.h"
 
+#include <dirent.h>
 #include <elf.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -410,7 +411,8 @@ static void limits_parse(const char *s, ab_limits *l)
         if ((v = json_object_get(j, #name)) && json_is_integer(v))                                 \
                 l->name = (uint64_t)json_integer_value(v);
         U(memory_mib)
-        U(pids) U(disk_mib) U(output_cap) U(nofile)
+        U(pids)
+        U(disk_mib) U(output_cap) U(nofile)
 #undef U
             if ((v = json_object_get(j, "timeout_s")) && json_is_integer(v))
                 l->timeout_s = (uint32_t)json_integer_value(v);
@@ -1280,6 +1282,41 @@ int ab_docker_image_config(ab_backend *b, const char *ref, json_t **out, ab_err 
 
 /* ---- open ----------------------------------------------------------------------- */
 
+/* Removes the folders that crashed creates and destroys left in
+ * DATA/docker: those whose lock nobody holds and of whose box the engine
+ * has neither a container nor a volume (asked again under the lock, so a
+ * box made meanwhile is never touched). Best effort. */
+static void sweep(dk *d)
+{
+        int fd = openat(d->root_fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        DIR *dir = fd >= 0 ? fdopendir(fd) : NULL;
+        if (!dir) {
+                if (fd >= 0)
+                        close(fd);
+                return;
+        }
+        struct dirent *e;
+        while ((e = readdir(dir))) {
+                if (!ab_id_valid(e->d_name) || strlen(e->d_name) > AB_ID_MAX)
+                        continue;
+                char p[AB_ID_MAX + 16];
+                snprintf(p, sizeof(p), "%s/lock", e->d_name);
+                _cleanup_close_ int lfd = openat(d->root_fd, p, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
+                if (lfd >= 0 && flock(lfd, LOCK_EX | LOCK_NB) < 0)
+                        continue;
+                json_t *j = NULL;
+                int c = inspect(d, e->d_name, &j, NULL);
+                json_decref(j);
+                if (c != 1 || volume_get(d, e->d_name, NULL, NULL) != 1)
+                        continue;
+                ab_log(AB_LOG_INFO, "docker: removing what an interrupted create left", "box",
+                       e->d_name, NULL);
+                drop_run(d, e->d_name);
+                ab_rm_tree_at(d->root_fd, e->d_name);
+        }
+        closedir(dir);
+}
+
 static void k_free(ab_backend *b)
 {
         dk *d = D(b);
@@ -1439,6 +1476,7 @@ int ab_docker_open(const ab_docker_opts *opts, ab_backend **out, ab_err **err)
         static const long ok[] = {200, 0};
         if (call_ok(d, "GET", "/_ping", NULL, 5000, ok, NULL, err) < 0)
                 return ab_err_wrap(err, "the Docker engine does not answer");
+        sweep(d);
         *out = steal_pointer(&guard);
         return 0;
 }

@@ -7,10 +7,14 @@
 #include "backend/docker.h"
 #include "backend/docker_api.h"
 #include "base/buf.h"
+#include "net/net.h"
 #include "tap.h"
 
 #include <fcntl.h>
+#include <signal.h>
+#include <sys/file.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 static const char *host, *image;
@@ -367,6 +371,31 @@ int main(void)
                 free(out);
         }
 
+        /* The server's network code works on the container as on a native
+         * box: an allowlist policy puts the egress proxy's listener into the
+         * box's netns through /proc/PID. */
+        {
+                ab_net *net = NULL;
+                ab_net_opts no = {0};
+                json_t *pj = json_pack("{s:s,s:[s]}", "mode", "allowlist", "allow", "example.com");
+                ab_netpol pol;
+                rc = ab_net_new(&no, &net, &e) == 0 && ab_netpol_parse(pj, &pol, &e) == 0 ? 0 : -1;
+                json_decref(pj);
+                if (rc == 0) {
+                        rc = ab_net_apply(net, "t1", NULL, pid, &pol, true, &e);
+                        ab_netpol_clear(&pol);
+                }
+                tap_ok(err_code(rc, &e) == 0, "an allowlist policy applies to the container");
+                /* 127.0.0.1:3128 listening (state 0A) */
+                rc = run(a, "t1", "grep -c '0100007F:0C38 00000000:0000 0A' /proc/net/tcp", &out);
+                TAP_IS_STR(rc == 0 ? out : NULL, "1\n", "the proxy listens in the box's netns");
+                free(out);
+                if (net) {
+                        ab_net_release(net, "t1");
+                        ab_net_free(net);
+                }
+        }
+
         /* ---- limits and stats ---- */
         _cleanup_free_ char *ha = hash_of(a, "t1");
         tap_ok(ha != NULL, "the container carries the data folder's label");
@@ -586,6 +615,70 @@ int main(void)
             "# create %llu ms, first exec %llu ms, stop %llu ms, start %llu ms, destroy %llu ms\n",
             (unsigned long long)t_create, (unsigned long long)t_exec, (unsigned long long)t_stop,
             (unsigned long long)t_start, (unsigned long long)t_destroy);
+
+        /* ---- kill -9 of a create at any moment: every container accounted for ---- */
+        for (int k = 0; ha && k < 6; k++) {
+                static const int delays[] = {30, 150, 400, 700, 1000, 1600};
+                pid_t child = fork();
+                if (child == 0) {
+                        ab_backend *cb = NULL;
+                        ab_box_spec cs = spec_of("crash", image);
+                        if (ab_docker_open(&oa, &cb, NULL) == 0)
+                                cb->ops->create(cb, &cs, NULL);
+                        _exit(0);
+                }
+                usleep((useconds_t)delays[k] * 1000);
+                kill(child, SIGKILL);
+                waitpid(child, NULL, 0);
+                /* The engine finishes a request whose client died: give the
+                 * one in flight time to land, as a restart of the server would. */
+                usleep(1000 * 1000);
+                ab_box_info *v = NULL;
+                size_t n = 0;
+                ab_box_status cst = 0;
+                rc = a->ops->list(a, &v, &n, &e);
+                bool in_list = err_code(rc, &e) == 0 && has_id(v, n, "crash", &cst);
+                list_free(v, n);
+                size_t objs = engine_objects(ha);
+                tap_ok(in_list == (objs > 0),
+                       "kill -9 of a create after %d ms: %zu engine objects, listed %s (%s)",
+                       delays[k], objs, in_list ? "yes" : "no",
+                       in_list ? ab_box_status_name(cst) : "-");
+                rc = err_code(a->ops->destroy(a, "crash", &e), &e);
+                tap_ok((in_list ? rc == 0 : rc == 0 || rc == AB_E_NOT_FOUND) &&
+                           engine_objects(ha) == 0 && status(a, "crash") == 0,
+                       "... and destroy leaves nothing on the engine");
+                if (path_exists(dir_a, "docker/crash")) {
+                        /* a folder alone (killed before the volume): swept at open */
+                        ab_backend *x = NULL;
+                        if (ab_docker_open(&oa, &x, NULL) == 0)
+                                x->ops->free(x);
+                }
+                tap_ok(!path_exists(dir_a, "docker/crash"), "... nor in DATA/docker");
+        }
+
+        /* a folder alone (a create killed before it made anything on the
+         * engine) is swept when a backend opens; a locked one is not */
+        {
+                _cleanup_free_ char *o1 = xasprintf("%s/docker/orphan", dir_a);
+                _cleanup_free_ char *o2 = xasprintf("%s/docker/busy", dir_a);
+                _cleanup_free_ char *l2 = xasprintf("%s/lock", o2);
+                mkdir(o1, 0700);
+                mkdir(o2, 0700);
+                int lfd = open(l2, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+                flock(lfd, LOCK_EX);
+                ab_backend *x = NULL;
+                if (ab_docker_open(&oa, &x, NULL) == 0)
+                        x->ops->free(x);
+                tap_ok(!path_exists(dir_a, "docker/orphan") && path_exists(dir_a, "docker/busy"),
+                       "open sweeps folders of nothing, not locked ones");
+                TAP_IS_INT(status(a, "busy"), AB_BOX_CREATING,
+                           "a locked folder of nothing is a create in flight");
+                close(lfd);
+                rmdir(o1);
+                unlink(l2);
+                rmdir(o2);
+        }
 
         a->ops->free(a);
         b2->ops->free(b2);
