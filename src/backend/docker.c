@@ -238,11 +238,24 @@ static int call_ok(dk *d, const char *method, const char *path, const json_t *bo
 
 /* ---- images -------------------------------------------------------------- */
 
+/* ref with ":latest" when it names neither a tag nor a digest: a pull
+ * without a tag would fetch every tag of the repository. */
+static char *with_tag(const char *ref)
+{
+        if (strchr(ref, '@') || !strncmp(ref, "sha256:", 7))
+                return xstrdup(ref);
+        const char *slash = strrchr(ref, '/');
+        if (strchr(slash ? slash : ref, ':'))
+                return xstrdup(ref);
+        return xasprintf("%s:latest", ref);
+}
+
 /* Pulls ref (POST /images/create). The answer is a stream of JSON progress
  * lines with HTTP 200 even when the pull fails: an "error" line says so. */
 static int pull(dk *d, const char *ref, ab_err **err)
 {
-        _cleanup_free_ char *q = ab_dapi_escape(ref);
+        _cleanup_free_ char *tagged = with_tag(ref);
+        _cleanup_free_ char *q = ab_dapi_escape(tagged);
         _cleanup_free_ char *path = xasprintf("/images/create?fromImage=%s", q);
         ab_log(AB_LOG_INFO, "docker: pulling an image", "image", ref, NULL);
         ab_dapi_res r;
@@ -412,7 +425,8 @@ static void limits_parse(const char *s, ab_limits *l)
                 l->name = (uint64_t)json_integer_value(v);
         U(memory_mib)
         U(pids)
-        U(disk_mib) U(output_cap) U(nofile)
+        U(disk_mib)
+        U(output_cap) U(nofile)
 #undef U
             if ((v = json_object_get(j, "timeout_s")) && json_is_integer(v))
                 l->timeout_s = (uint32_t)json_integer_value(v);
