@@ -66,6 +66,7 @@ typedef struct dk {
         pthread_mutex_t mu;
         int disk_quota; /* 0: not tried yet; 1: the engine takes StorageOpt size; -1: it refuses */
         char *disk_why; /* why it refuses */
+        bool disk_warned;
 } dk;
 
 static dk *D(ab_backend *b)
@@ -130,6 +131,35 @@ static int lock_box(dk *d, const char *id, bool make, bool *made, int *lockfd, a
         return ab_err_set(err, AB_E_INTERNAL, 0, "box %s: its folder keeps disappearing", id);
 }
 
+static int inspect(dk *d, const char *id, json_t **out, ab_err **err);
+static int volume_get(dk *d, const char *id, char **mountpoint, ab_err **err);
+
+/* lock_box for an operation on a box that must exist: its folder is made
+ * when missing (the engine may have a box whose folder was lost), and
+ * taken back when the engine has nothing of it either (AB_E_NOT_FOUND). */
+static int lock_existing(dk *d, const char *id, int *lockfd, ab_err **err)
+{
+        bool made;
+        _cleanup_close_ int lfd = -1;
+        _cleanup_close_ int bfd = lock_box(d, id, true, &made, &lfd, err);
+        if (bfd < 0)
+                return -1;
+        if (made) {
+                json_t *j = NULL;
+                int r = inspect(d, id, &j, err);
+                json_decref(j);
+                int v = r > 0 ? volume_get(d, id, NULL, err) : 0;
+                if (r < 0 || v < 0 || (r > 0 && v > 0)) {
+                        ab_rm_tree_at(d->root_fd, id);
+                        if (r < 0 || v < 0)
+                                return -1;
+                        return ab_err_set(err, AB_E_NOT_FOUND, 0, "no box with id '%s'", id);
+                }
+        }
+        *lockfd = steal_fd(&lfd);
+        return steal_fd(&bfd);
+}
+
 /* True when someone holds the box's lock now (an operation in flight). */
 static bool box_busy(dk *d, const char *id)
 {
@@ -159,8 +189,12 @@ static void mark_paused(int bfd, bool on)
 
 /* ---- the engine's objects ------------------------------------------------ */
 
-/* GET /containers/NAME/json: 0 with *out, 1 when there is none (of this
- * data folder), -1 on error. */
+/* inspect and volume_get: the object is this data folder's, there is
+ * none, or one of that name carries another folder's label (made by hand:
+ * never touched). */
+enum { OURS = 0, ABSENT = 1, FOREIGN = 2 };
+
+/* GET /containers/NAME/json: OURS with *out, ABSENT, FOREIGN, or -1. */
 static int inspect(dk *d, const char *id, json_t **out, ab_err **err)
 {
         *out = NULL;
@@ -179,7 +213,7 @@ static int inspect(dk *d, const char *id, json_t **out, ab_err **err)
                 const json_t *labels = json_object_get(json_object_get(r.json, "Config"), "Labels");
                 const char *h = jstr(labels, "agentbox.data");
                 if (!h || strcmp(h, d->hash))
-                        rc = 1;
+                        rc = FOREIGN;
                 else
                         *out = json_incref(r.json);
         }
@@ -187,7 +221,7 @@ static int inspect(dk *d, const char *id, json_t **out, ab_err **err)
         return rc;
 }
 
-/* GET /volumes/NAME: 0 with *mountpoint (may be NULL), 1 when absent. */
+/* GET /volumes/NAME: OURS with *mountpoint (may be NULL), ABSENT, FOREIGN, or -1. */
 static int volume_get(dk *d, const char *id, char **mountpoint, ab_err **err)
 {
         if (mountpoint)
@@ -203,6 +237,9 @@ static int volume_get(dk *d, const char *id, char **mountpoint, ab_err **err)
         else if (r.status != 200)
                 rc = ab_err_set(err, AB_E_UNAVAILABLE, 0, "docker: volume %s: %s", name,
                                 ab_dapi_message(&r));
+        else if (!jstr(json_object_get(r.json, "Labels"), "agentbox.data") ||
+                 strcmp(jstr(json_object_get(r.json, "Labels"), "agentbox.data"), d->hash))
+                rc = FOREIGN;
         else if (mountpoint && jstr(r.json, "Mountpoint"))
                 *mountpoint = xstrdup(jstr(r.json, "Mountpoint"));
         ab_dapi_res_clear(&r);
@@ -420,15 +457,16 @@ static void limits_parse(const char *s, ab_limits *l)
         json_t *v;
         if ((v = json_object_get(j, "cpus")) && json_is_number(v))
                 l->cpus = json_number_value(v);
-#define U(name)                                                                                    \
-        if ((v = json_object_get(j, #name)) && json_is_integer(v))                                 \
-                l->name = (uint64_t)json_integer_value(v);
-        U(memory_mib)
-        U(pids)
-        U(disk_mib)
-        U(output_cap) U(nofile)
-#undef U
-            if ((v = json_object_get(j, "timeout_s")) && json_is_integer(v))
+        static const char *const keys[] = {"memory_mib", "pids", "disk_mib", "output_cap",
+                                           "nofile"};
+        uint64_t *const fields[] = {&l->memory_mib, &l->pids, &l->disk_mib, &l->output_cap,
+                                    &l->nofile};
+        for (size_t i = 0; i < AB_ARRAY_LEN(keys); i++)
+                if ((v = json_object_get(j, keys[i])) && json_is_integer(v) &&
+                    json_integer_value(v) >= 0)
+                        *fields[i] = (uint64_t)json_integer_value(v);
+        if ((v = json_object_get(j, "timeout_s")) && json_is_integer(v) &&
+            json_integer_value(v) >= 0)
                 l->timeout_s = (uint32_t)json_integer_value(v);
         json_decref(j);
 }
@@ -551,11 +589,15 @@ static int create_container(dk *d, const ab_box_spec *spec, const char *ref, con
         for (int round = 0; round < 2; round++) {
                 bool want = spec->limits.disk_mib > 0 && dq >= 0;
                 _cleanup_free_ char *note =
-                    want ? xstrdup("enforced (StorageOpt size; the root layer only)")
-                         : xasprintf("not enforced: %s", why ? why : "no size asked");
+                    want
+                        ? xstrdup("enforced on the root layer (StorageOpt size), not on /workspace")
+                        : xasprintf("not enforced: %s", why ? why : "no size asked");
                 json_t *body = container_body(d, spec, ref, mp, image_id, want, note, err);
                 if (!body)
-                        return -1;
+                        return err && *err
+                                   ? -1
+                                   : ab_err_set(err, AB_E_INVALID, 0,
+                                                "box %s: a path or name is not UTF-8", spec->id);
                 ab_dapi_res r;
                 int rc = ab_dapi_call(d->api, "POST", path, body, 0, &r, err);
                 json_decref(body);
@@ -568,9 +610,16 @@ static int create_container(dk *d, const ab_box_spec *spec, const char *ref, con
                                 d->disk_quota = 1;
                                 pthread_mutex_unlock(&d->mu);
                         }
-                        if (!want && spec->limits.disk_mib)
-                                ab_log(AB_LOG_WARN, "docker: the box's disk limit is not enforced",
-                                       "box", spec->id, "why", why ? why : "", NULL);
+                        if (!want && spec->limits.disk_mib) {
+                                /* loud once, then quietly for every box */
+                                pthread_mutex_lock(&d->mu);
+                                bool first = !d->disk_warned;
+                                d->disk_warned = true;
+                                pthread_mutex_unlock(&d->mu);
+                                ab_log(first ? AB_LOG_WARN : AB_LOG_INFO,
+                                       "docker: the box's disk limit is not enforced", "box",
+                                       spec->id, "why", why ? why : "", NULL);
+                        }
                         return 0;
                 }
                 const char *msg = ab_dapi_message(&r);
@@ -604,12 +653,19 @@ static int create_container(dk *d, const ab_box_spec *spec, const char *ref, con
 static int remove_objects(dk *d, const char *id, ab_err **err)
 {
         _cleanup_free_ char *name = obj_name(d, id);
-        _cleanup_free_ char *cpath = xasprintf("/containers/%s?force=1&v=1", name);
         static const long ok[] = {204, 404, 0};
-        if (call_ok(d, "DELETE", cpath, NULL, 0, ok, NULL, err) < 0)
+        json_t *j = NULL;
+        int r = inspect(d, id, &j, err);
+        json_decref(j);
+        if (r < 0)
+                return ab_err_wrap(err, "box %s", id);
+        _cleanup_free_ char *cpath = xasprintf("/containers/%s?force=1&v=1", name);
+        if (r == OURS && call_ok(d, "DELETE", cpath, NULL, 0, ok, NULL, err) < 0)
+                return ab_err_wrap(err, "box %s", id);
+        if ((r = volume_get(d, id, NULL, err)) < 0)
                 return ab_err_wrap(err, "box %s", id);
         _cleanup_free_ char *vpath = xasprintf("/volumes/%s?force=1", name);
-        if (call_ok(d, "DELETE", vpath, NULL, 0, ok, NULL, err) < 0)
+        if (r == OURS && call_ok(d, "DELETE", vpath, NULL, 0, ok, NULL, err) < 0)
                 return ab_err_wrap(err, "box %s", id);
         drop_run(d, id);
         return 0;
@@ -689,10 +745,17 @@ static int k_create(ab_backend *b, const ab_box_spec *spec, ab_err **err)
         json_t *j = NULL;
         int r = inspect(d, spec->id, &j, err);
         json_decref(j);
+        if (r != ABSENT && made)
+                ab_rm_tree_at(d->root_fd, spec->id); /* not ours to keep */
         if (r < 0)
                 return -1;
-        if (r == 0)
+        if (r == OURS)
                 return ab_err_set(err, AB_E_CONFLICT, 0, "box '%s' already exists", spec->id);
+        if (r == FOREIGN)
+                return ab_err_set(err, AB_E_CONFLICT, 0,
+                                  "box '%s': the engine has a container of its name that is not "
+                                  "this data folder's",
+                                  spec->id);
         /* No container: whatever is there is a create that did not finish. */
         if (!made && remove_objects(d, spec->id, err) < 0)
                 return -1;
@@ -786,7 +849,7 @@ static int info_partial(dk *d, const char *id, ab_box_info *out, ab_err **err)
         if (v < 0)
                 return -1;
         bool busy = box_busy(d, id);
-        if (v == 1 && !busy)
+        if (v != OURS && !busy)
                 return ab_err_set(err, AB_E_NOT_FOUND, 0, "no box with id '%s'", id);
         out->id = xstrdup(id);
         out->backend = "docker";
@@ -811,7 +874,7 @@ static int k_info(ab_backend *b, const char *id, ab_box_info *out, ab_err **err)
         int r = inspect(d, id, &j, err);
         if (r < 0)
                 return -1;
-        if (r == 1)
+        if (r != OURS)
                 return info_partial(d, id, out, err);
         info_from(d, id, j, out);
         json_decref(j);
@@ -893,7 +956,7 @@ static int k_start(ab_backend *b, const char *id, ab_err **err)
 {
         dk *d = D(b);
         _cleanup_close_ int lockfd = -1;
-        _cleanup_close_ int bfd = lock_box(d, id, true, NULL, &lockfd, err);
+        _cleanup_close_ int bfd = lock_existing(d, id, &lockfd, err);
         if (bfd < 0)
                 return -1;
         ab_box_info i;
@@ -959,7 +1022,7 @@ static int k_stop(ab_backend *b, const char *id, ab_err **err)
 {
         dk *d = D(b);
         _cleanup_close_ int lockfd = -1;
-        _cleanup_close_ int bfd = lock_box(d, id, true, NULL, &lockfd, err);
+        _cleanup_close_ int bfd = lock_existing(d, id, &lockfd, err);
         if (bfd < 0)
                 return -1;
         return stop_locked(d, bfd, id, err);
@@ -969,7 +1032,7 @@ static int k_pause(ab_backend *b, const char *id, ab_err **err)
 {
         dk *d = D(b);
         _cleanup_close_ int lockfd = -1;
-        _cleanup_close_ int bfd = lock_box(d, id, true, NULL, &lockfd, err);
+        _cleanup_close_ int bfd = lock_existing(d, id, &lockfd, err);
         if (bfd < 0)
                 return -1;
         ab_box_info i;
@@ -1003,7 +1066,7 @@ static int k_resume(ab_backend *b, const char *id, ab_err **err)
 {
         dk *d = D(b);
         _cleanup_close_ int lockfd = -1;
-        _cleanup_close_ int bfd = lock_box(d, id, true, NULL, &lockfd, err);
+        _cleanup_close_ int bfd = lock_existing(d, id, &lockfd, err);
         if (bfd < 0)
                 return -1;
         ab_box_info i;
@@ -1032,24 +1095,10 @@ static int k_resume(ab_backend *b, const char *id, ab_err **err)
 static int k_destroy(ab_backend *b, const char *id, ab_err **err)
 {
         dk *d = D(b);
-        bool made;
         _cleanup_close_ int lockfd = -1;
-        _cleanup_close_ int bfd = lock_box(d, id, true, &made, &lockfd, err);
+        _cleanup_close_ int bfd = lock_existing(d, id, &lockfd, err);
         if (bfd < 0)
                 return -1;
-        if (made) {
-                /* No folder: a box only if the engine has something of it. */
-                json_t *j = NULL;
-                int r = inspect(d, id, &j, err);
-                json_decref(j);
-                int v = r == 1 ? volume_get(d, id, NULL, err) : 0;
-                if (r < 0 || v < 0 || (r == 1 && v == 1)) {
-                        ab_rm_tree_at(d->root_fd, id);
-                        if (r < 0 || v < 0)
-                                return -1;
-                        return ab_err_set(err, AB_E_NOT_FOUND, 0, "no box with id '%s'", id);
-                }
-        }
         if (remove_objects(d, id, err) < 0)
                 return -1;
         int r = ab_rm_tree_at(d->root_fd, id);
@@ -1321,7 +1370,10 @@ static void sweep(dk *d)
                 json_t *j = NULL;
                 int c = inspect(d, e->d_name, &j, NULL);
                 json_decref(j);
-                if (c != 1 || volume_get(d, e->d_name, NULL, NULL) != 1)
+                if (c < 0 || c == OURS)
+                        continue;
+                int v = volume_get(d, e->d_name, NULL, NULL);
+                if (v < 0 || v == OURS)
                         continue;
                 ab_log(AB_LOG_INFO, "docker: removing what an interrupted create left", "box",
                        e->d_name, NULL);

@@ -587,9 +587,39 @@ int main(void)
                 tap_ok(!path_exists(dir_a, "docker/half") && !path_exists(dir_a, "docker/vol"),
                        "and their folders");
         }
+        /* a container of a box's name with another folder's label (made
+         * by hand) is never taken nor removed */
+        if (ha) {
+                json_t *body = json_pack("{s:s,s:[s],s:{s:s,s:s}}", "Image", image, "Cmd",
+                                         "/bin/true", "Labels", "agentbox.box", "foreign",
+                                         "agentbox.data", "0000000000000000");
+                _cleanup_free_ char *p =
+                    xasprintf("/containers/create?name=agentbox-%s-foreign", ha);
+                TAP_IS_INT(api_status("POST", p, body), 201, "a container of another label");
+                json_decref(body);
+                TAP_IS_INT(status(a, "foreign"), 0, "info: not this folder's box");
+                ab_box_spec sf = spec_of("foreign", image);
+                TAP_IS_INT(err_code(a->ops->create(a, &sf, &e), &e), AB_E_CONFLICT,
+                           "create over it: AB_E_CONFLICT");
+                TAP_IS_INT(err_code(a->ops->destroy(a, "foreign", &e), &e), AB_E_NOT_FOUND,
+                           "destroy: AB_E_NOT_FOUND");
+                _cleanup_free_ char *q = xasprintf("/containers/agentbox-%s-foreign/json", ha);
+                TAP_IS_INT(api_status("GET", q, NULL), 200, "and the container is still there");
+                _cleanup_free_ char *rm = xasprintf("/containers/agentbox-%s-foreign?force=1", ha);
+                api_status("DELETE", rm, NULL);
+                tap_ok(!path_exists(dir_a, "docker/foreign"), "no folder is left for it");
+        }
         TAP_IS_INT(err_code(a->ops->destroy(a, "nope", &e), &e), AB_E_NOT_FOUND,
                    "destroy of no box: AB_E_NOT_FOUND");
-        tap_ok(!path_exists(dir_a, "docker/nope"), "and leaves no folder");
+        TAP_IS_INT(err_code(a->ops->start(a, "nope", &e), &e), AB_E_NOT_FOUND,
+                   "start of no box: AB_E_NOT_FOUND");
+        TAP_IS_INT(err_code(a->ops->stop(a, "nope", &e), &e), AB_E_NOT_FOUND,
+                   "stop of no box: AB_E_NOT_FOUND");
+        TAP_IS_INT(err_code(a->ops->pause(a, "nope", &e), &e), AB_E_NOT_FOUND,
+                   "pause of no box: AB_E_NOT_FOUND");
+        TAP_IS_INT(err_code(a->ops->connect(a, "nope", &e), &e), AB_E_NOT_FOUND,
+                   "connect to no box: AB_E_NOT_FOUND");
+        tap_ok(!path_exists(dir_a, "docker/nope"), "and they leave no folder");
 
         /* ---- bad images ---- */
         {
