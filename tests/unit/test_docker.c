@@ -11,6 +11,7 @@
 #include "tap.h"
 
 #include <fcntl.h>
+#include <pthread.h>
 #include <signal.h>
 #include <sys/file.h>
 #include <sys/stat.h>
@@ -142,6 +143,45 @@ static void list_free(ab_box_info *v, size_t n)
         for (size_t i = 0; i < n; i++)
                 ab_box_info_clear(&v[i]);
         free(v);
+}
+
+typedef struct worker {
+        ab_backend *b;
+        const char *id;
+        int ok, creates_ok, conflicts;
+        pthread_t t;
+} worker;
+
+/* Execs and infos from several threads at once: the curl handle pool. */
+static void *exec_worker(void *arg)
+{
+        worker *w = arg;
+        for (int i = 0; i < 15; i++) {
+                char *out = NULL;
+                ab_box_info info;
+                if (run(w->b, w->id, "echo x", &out) == 0 && out && !strcmp(out, "x\n") &&
+                    w->b->ops->info(w->b, w->id, &info, NULL) == 0) {
+                        w->ok += info.status == AB_BOX_RUNNING;
+                        ab_box_info_clear(&info);
+                }
+                free(out);
+        }
+        return NULL;
+}
+
+static ab_box_spec spec_of(const char *id, const char *img);
+
+static void *create_worker(void *arg)
+{
+        worker *w = arg;
+        ab_box_spec s = spec_of(w->id, image);
+        ab_err *e = NULL;
+        if (w->b->ops->create(w->b, &s, &e) == 0)
+                w->creates_ok++;
+        else if (e->code == AB_E_CONFLICT)
+                w->conflicts++;
+        ab_err_free(&e);
+        return NULL;
 }
 
 static ab_box_spec spec_of(const char *id, const char *img)
@@ -437,6 +477,34 @@ int main(void)
                  &out);
         TAP_IS_STR(rc == 0 ? out : NULL, "100\n", "the pids limit is seen inside the box");
         free(out);
+
+        /* ---- threads ---- */
+        {
+                worker w[4];
+                for (int i = 0; i < 4; i++) {
+                        w[i] = (worker){.b = a, .id = "t1"};
+                        pthread_create(&w[i].t, NULL, exec_worker, &w[i]);
+                }
+                int ok = 0;
+                for (int i = 0; i < 4; i++) {
+                        pthread_join(w[i].t, NULL);
+                        ok += w[i].ok;
+                }
+                TAP_IS_INT(ok, 60, "4 threads x 15 execs and infos at once");
+                worker c[3];
+                for (int i = 0; i < 3; i++) {
+                        c[i] = (worker){.b = i == 2 ? b2 : a, .id = "race"};
+                        pthread_create(&c[i].t, NULL, create_worker, &c[i]);
+                }
+                for (int i = 0; i < 3; i++)
+                        pthread_join(c[i].t, NULL);
+                tap_ok(c[0].creates_ok + c[1].creates_ok == 1 &&
+                           c[0].conflicts + c[1].conflicts == 1 && c[2].creates_ok == 1,
+                       "two creates of one id at once: one box, one AB_E_CONFLICT (and B's own)");
+                tap_ok(err_code(a->ops->destroy(a, "race", &e), &e) == 0 &&
+                           err_code(b2->ops->destroy(b2, "race", &e), &e) == 0,
+                       "destroy them");
+        }
 
         /* ---- connect_unix: resolved inside the box ---- */
         {
