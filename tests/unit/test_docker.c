@@ -418,6 +418,38 @@ int main(void)
                         ab_err_free(&e);
         }
 
+        /* ---- a terminal: init's keeper with a pty of the container's devpts ---- */
+        {
+                const char *argv[] = {"sh", "-c", "tty >/workspace/tty.txt", NULL};
+                abc_term_req tr = {.argv = argv};
+                abc_term_info ti = {0};
+                int fd = a->ops->connect(a, "t1", &e);
+                rc = fd >= 0 ? abc_term_open(fd, &tr, &ti, &e) : -1;
+                if (fd >= 0)
+                        close(fd);
+                tap_ok(err_code(rc, &e) == 0 && ti.id, "a terminal opens");
+                bool ended = false;
+                for (int i = 0; i < 100 && !ended && ti.id; i++) {
+                        abc_term_info *tv = NULL;
+                        size_t tn = 0;
+                        fd = a->ops->connect(a, "t1", NULL);
+                        if (fd >= 0 && abc_term_list(fd, &tv, &tn, NULL) == 0) {
+                                for (size_t k = 0; k < tn; k++)
+                                        if (!strcmp(tv[k].id, ti.id) && !tv[k].running)
+                                                ended = true;
+                                abc_term_infos_free(tv, tn);
+                        }
+                        if (fd >= 0)
+                                close(fd);
+                        usleep(20000);
+                }
+                rc = run(a, "t1", "cat /workspace/tty.txt", &out);
+                tap_ok(ended && rc == 0 && out && !strncmp(out, "/dev/pts/", 9),
+                       "its program ran on a pty (%s)", out ? out : "-");
+                free(out);
+                abc_term_info_clear(&ti);
+        }
+
         /* ---- the network: a netns of its own, reached through /proc/PID ---- */
         {
                 char p1[64], l1[64] = "", l2[64] = "";
