@@ -807,6 +807,41 @@ int main(void)
                 tap_ok(!path_exists(dir_a, "docker/crash"), "... nor in DATA/docker");
         }
 
+        /* ---- kill -9 of a destroy: what is left is listed, and goes ---- */
+        for (int k = 0; ha && k < 3; k++) {
+                static const int delays[] = {5, 40, 120};
+                ab_box_spec cs = spec_of("crash", image);
+                rc = a->ops->create(a, &cs, &e);
+                tap_ok(err_code(rc, &e) == 0 && run(a, "crash", "echo x >/workspace/x", NULL) == 0,
+                       "a box to destroy");
+                pid_t child = fork();
+                if (child == 0) {
+                        ab_backend *cb = NULL;
+                        if (ab_docker_open(&oa, &cb, NULL) == 0)
+                                cb->ops->destroy(cb, "crash", NULL);
+                        _exit(0);
+                }
+                usleep((useconds_t)delays[k] * 1000);
+                kill(child, SIGKILL);
+                waitpid(child, NULL, 0);
+                usleep(1000 * 1000);
+                ab_box_info *v = NULL;
+                size_t n = 0;
+                ab_box_status cst = 0;
+                rc = a->ops->list(a, &v, &n, &e);
+                bool in_list = err_code(rc, &e) == 0 && has_id(v, n, "crash", &cst);
+                list_free(v, n);
+                size_t objs = engine_objects(ha);
+                tap_ok(in_list == (objs > 0),
+                       "kill -9 of a destroy after %d ms: %zu engine objects, listed %s (%s)",
+                       delays[k], objs, in_list ? "yes" : "no",
+                       in_list ? ab_box_status_name(cst) : "-");
+                rc = err_code(a->ops->destroy(a, "crash", &e), &e);
+                tap_ok((rc == 0 || (!in_list && rc == AB_E_NOT_FOUND)) && engine_objects(ha) == 0 &&
+                           !path_exists(dir_a, "docker/crash"),
+                       "... destroy again leaves nothing");
+        }
+
         /* a folder alone (a create killed before it made anything on the
          * engine) is swept when a backend opens; a locked one is not */
         {
