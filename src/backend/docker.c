@@ -309,7 +309,11 @@ static int pull(dk *d, const char *ref, ab_err **err)
                         json_t *j = json_loadb(line, len, 0, NULL);
                         const char *e = jstr(j, "error");
                         if (e) {
-                                rc = ab_err_set(err, AB_E_NOT_FOUND, 0, "image '%s': %s", ref, e);
+                                bool missing = strstr(e, "not found") || strstr(e, "unknown") ||
+                                               strstr(e, "does not exist") ||
+                                               strstr(e, "access denied");
+                                rc = ab_err_set(err, missing ? AB_E_NOT_FOUND : AB_E_UNAVAILABLE, 0,
+                                                "image '%s': %s", ref, e);
                                 json_decref(j);
                                 break;
                         }
@@ -403,6 +407,32 @@ static int connect_init(int bfd, ab_err **err)
         return steal_fd(&s);
 }
 
+/* The last lines the container wrote to stderr (its init's complaints),
+ * on one line, or NULL. The answer is Docker's multiplexed stream: frames
+ * of an 8-byte header (stream, 0, 0, 0, length big-endian) and the bytes. */
+static char *log_tail(dk *d, const char *id)
+{
+        _cleanup_free_ char *name = obj_name(d, id);
+        _cleanup_free_ char *path = xasprintf("/containers/%s/logs?stderr=1&tail=5", name);
+        ab_dapi_res r;
+        if (ab_dapi_call(d->api, "GET", path, NULL, 5000, &r, NULL) < 0)
+                return NULL;
+        ab_buf out = {0};
+        const unsigned char *p = (const unsigned char *)r.body.p;
+        size_t n = r.status == 200 ? r.body.n : 0;
+        while (n >= 8) {
+                size_t len = (size_t)p[4] << 24 | (size_t)p[5] << 16 | (size_t)p[6] << 8 | p[7];
+                if (len > n - 8)
+                        break;
+                for (size_t i = 0; i < len; i++)
+                        ab_buf_putc(&out, p[8 + i] == '\n' ? ' ' : (char)p[8 + i]);
+                p += 8 + len;
+                n -= 8 + len;
+        }
+        ab_dapi_res_clear(&r);
+        return out.p ? ab_buf_steal(&out) : NULL;
+}
+
 /* Waits until the box's init answers a ping. */
 static int wait_init(dk *d, int bfd, const char *id, ab_err **err)
 {
@@ -421,9 +451,15 @@ static int wait_init(dk *d, int bfd, const char *id, ab_err **err)
                             !json_is_true(
                                 json_object_get(json_object_get(j, "State"), "Running"))) {
                                 const char *e = jstr(json_object_get(j, "State"), "Error");
+                                _cleanup_free_ char *tail = log_tail(d, id);
                                 ab_err_set(err, AB_E_UNAVAILABLE, 0,
-                                           "box %s: its container exited at start%s%s", id,
-                                           e && *e ? ": " : "", e ? e : "");
+                                           "box %s: its container exited at start (status "
+                                           "%lld)%s%s%s%s",
+                                           id,
+                                           (long long)json_integer_value(json_object_get(
+                                               json_object_get(j, "State"), "ExitCode")),
+                                           e && *e ? ": " : "", e ? e : "", tail ? ": " : "",
+                                           tail ? tail : "");
                                 json_decref(j);
                                 return -1;
                         }

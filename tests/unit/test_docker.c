@@ -730,6 +730,29 @@ int main(void)
                    "connect to no box: AB_E_NOT_FOUND");
         tap_ok(!path_exists(dir_a, "docker/nope"), "and they leave no folder");
 
+        /* ---- an init that dies at start: a clear error, nothing left ---- */
+        if (access("/bin/busybox", X_OK) == 0 && ha) {
+                ab_docker_opts ox = oa;
+                ox.init_path = "/bin/busybox"; /* static, and no init: it exits at once */
+                ab_backend *x = NULL;
+                rc = ab_docker_open(&ox, &x, &e);
+                tap_ok(err_code(rc, &e) == 0, "a backend whose init is not one");
+                if (rc == 0) {
+                        ab_box_spec sd = spec_of("dies", image);
+                        rc = x->ops->create(x, &sd, &e);
+                        bool said = rc < 0 && e->code == AB_E_UNAVAILABLE &&
+                                    strstr(e->msg, "exited at start") && strstr(e->msg, "applet");
+                        if (rc < 0)
+                                printf("#   (%s)\n", e->msg);
+                        ab_err_free(&e);
+                        tap_ok(said, "create fails saying the container exited, with its log");
+                        tap_ok(status(a, "dies") == 0 && !path_exists(dir_a, "docker/dies") &&
+                                   engine_objects(ha) == 2, /* t1's container and volume */
+                               "and leaves nothing");
+                        x->ops->free(x);
+                }
+        }
+
         /* ---- bad images ---- */
         {
                 ab_box_spec bad = spec_of("bad1", "agentbox-test/no-such-image:nope");
