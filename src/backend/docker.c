@@ -757,6 +757,46 @@ static int start_container(dk *d, int bfd, const char *id, ab_err **err)
         return 0;
 }
 
+/* path equals dir or lies below it (both canonical) */
+static bool path_within(const char *path, const char *dir)
+{
+        size_t n = strlen(dir);
+        if (n == 1)
+                return true;
+        return !strncmp(path, dir, n) && (path[n] == '\0' || path[n] == '/');
+}
+
+/* A new box's mounts: paths, kinds this backend has, host folders that are
+ * folders and have nothing to do with the data folder (it holds every
+ * box's socket folder), as on the native backend. */
+static int check_mounts(dk *d, const ab_box_spec *spec, ab_err **err)
+{
+        if (ab_box_mounts_check(spec->mounts, spec->n_mounts, err) < 0)
+                return -1;
+        for (size_t i = 0; i < spec->n_mounts; i++) {
+                const ab_box_mount *m = &spec->mounts[i];
+                if (m->kind == AB_MOUNT_VOLUME ||
+                    (m->kind == AB_MOUNT_READONLY && !ab_box_path_noop(m->path)))
+                        return ab_err_set(err, AB_E_UNSUPPORTED, 0,
+                                          "mounts: %s mounts (at %s) are not supported by the "
+                                          "Docker backend (host directories and hidden paths "
+                                          "are)",
+                                          ab_mount_kind_name(m->kind), m->path);
+                if (m->kind != AB_MOUNT_HOST)
+                        continue;
+                struct stat st;
+                if (stat(m->source, &st) < 0 || !S_ISDIR(st.st_mode))
+                        return ab_err_set(err, AB_E_INVALID, 0,
+                                          "mounts: host_path '%s' is not a directory", m->source);
+                if (path_within(m->source, d->data) || path_within(d->data, m->source))
+                        return ab_err_set(err, AB_E_PERMISSION, 0,
+                                          "mounts: host_path '%s' is, holds or lies in the "
+                                          "server's data folder",
+                                          m->source);
+        }
+        return 0;
+}
+
 static int k_create(ab_backend *b, const ab_box_spec *spec, ab_err **err)
 {
         dk *d = D(b);
@@ -766,7 +806,7 @@ static int k_create(ab_backend *b, const ab_box_spec *spec, ab_err **err)
                 return ab_err_set(err, AB_E_UNSUPPORTED, 0,
                                   "the Docker backend makes boxes from Docker images (\"image\"), "
                                   "not from a rootfs or agentbox's own image store");
-        if (ab_box_mounts_check(spec->mounts, spec->n_mounts, err) < 0)
+        if (check_mounts(d, spec, err) < 0)
                 return -1;
         const char *ref = spec->image && *spec->image ? spec->image : d->default_image;
         if (!ref)

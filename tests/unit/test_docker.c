@@ -651,7 +651,30 @@ int main(void)
         /* ---- a socket link planted by the box is not followed ---- */
         {
                 ab_box_spec s2 = spec_of("t2", image);
-                tap_ok(err_code(a->ops->create(a, &s2, &e), &e) == 0, "a second box");
+                ab_box_mount bad[] = {{.kind = AB_MOUNT_HOST, .source = dir_a, .path = "/opt/d"}};
+                s2.mounts = bad;
+                s2.n_mounts = 1;
+                TAP_IS_INT(err_code(a->ops->create(a, &s2, &e), &e), AB_E_PERMISSION,
+                           "mounts: the data folder as host_path: AB_E_PERMISSION");
+                bad[0] = (ab_box_mount){.kind = AB_MOUNT_VOLUME, .source = "v", .path = "/opt/v"};
+                TAP_IS_INT(err_code(a->ops->create(a, &s2, &e), &e), AB_E_UNSUPPORTED,
+                           "mounts: named volumes: AB_E_UNSUPPORTED");
+                ab_box_mount good[] = {{.kind = AB_MOUNT_HOST,
+                                        .source = skills,
+                                        .path = "/opt/host",
+                                        .read_only = true},
+                                       {.kind = AB_MOUNT_BLOCKED, .path = "/root"}};
+                s2.mounts = good;
+                s2.n_mounts = 2;
+                tap_ok(err_code(a->ops->create(a, &s2, &e), &e) == 0,
+                       "a second box, with a host folder and a hidden path");
+                rc = run(a, "t2",
+                         "cat /opt/host/hello/SKILL.md && ! touch /opt/host/x 2>/dev/null && "
+                         "ls -A /root | wc -l && ! touch /root/x 2>/dev/null",
+                         &out);
+                TAP_IS_STR(rc == 0 ? out : NULL, "skill body\n0\n",
+                           "the host folder is read-only, the hidden path empty and read-only");
+                free(out);
                 _cleanup_free_ char *cmd =
                     xasprintf("rm -f /.agentbox/init.sock && ln -s %s/docker/t1/run/init.sock "
                               "/.agentbox/init.sock",
