@@ -957,6 +957,19 @@ static int k_info(ab_backend *b, const char *id, ab_box_info *out, ab_err **err)
         return 0;
 }
 
+/* The box's state (and its init's pid when pid is not NULL). */
+static int box_status(dk *d, const char *id, ab_box_status *s, pid_t *pid, ab_err **err)
+{
+        ab_box_info i;
+        if (k_info(&d->base, id, &i, err) < 0)
+                return -1;
+        *s = i.status;
+        if (pid)
+                *pid = i.init_pid;
+        ab_box_info_clear(&i);
+        return 0;
+}
+
 static int cmp_info(const void *a, const void *b)
 {
         return strcmp(((const ab_box_info *)a)->id, ((const ab_box_info *)b)->id);
@@ -1035,11 +1048,9 @@ static int k_start(ab_backend *b, const char *id, ab_err **err)
         _cleanup_close_ int bfd = lock_existing(d, id, &lockfd, err);
         if (bfd < 0)
                 return -1;
-        ab_box_info i;
-        if (k_info(b, id, &i, err) < 0)
+        ab_box_status s;
+        if (box_status(D(b), id, &s, NULL, err) < 0)
                 return -1;
-        ab_box_status s = i.status;
-        ab_box_info_clear(&i);
         _cleanup_free_ char *name = obj_name(d, id);
         if (s == AB_BOX_RUNNING) {
                 mark_paused(bfd, false);
@@ -1061,11 +1072,9 @@ static int k_start(ab_backend *b, const char *id, ab_err **err)
 
 static int stop_locked(dk *d, int bfd, const char *id, ab_err **err)
 {
-        ab_box_info i;
-        if (k_info(&d->base, id, &i, err) < 0)
+        ab_box_status s;
+        if (box_status(d, id, &s, NULL, err) < 0)
                 return -1;
-        ab_box_status s = i.status;
-        ab_box_info_clear(&i);
         _cleanup_free_ char *name = obj_name(d, id);
         static const long ok[] = {204, 304, 409, 0};
         if (s == AB_BOX_PAUSED) {
@@ -1111,11 +1120,9 @@ static int k_pause(ab_backend *b, const char *id, ab_err **err)
         _cleanup_close_ int bfd = lock_existing(d, id, &lockfd, err);
         if (bfd < 0)
                 return -1;
-        ab_box_info i;
-        if (k_info(b, id, &i, err) < 0)
+        ab_box_status s;
+        if (box_status(D(b), id, &s, NULL, err) < 0)
                 return -1;
-        ab_box_status s = i.status;
-        ab_box_info_clear(&i);
         if (s == AB_BOX_PAUSED) {
                 mark_paused(bfd, true);
                 return 0;
@@ -1145,11 +1152,9 @@ static int k_resume(ab_backend *b, const char *id, ab_err **err)
         _cleanup_close_ int bfd = lock_existing(d, id, &lockfd, err);
         if (bfd < 0)
                 return -1;
-        ab_box_info i;
-        if (k_info(b, id, &i, err) < 0)
+        ab_box_status s;
+        if (box_status(D(b), id, &s, NULL, err) < 0)
                 return -1;
-        ab_box_status s = i.status;
-        ab_box_info_clear(&i);
         if (s == AB_BOX_RUNNING) {
                 mark_paused(bfd, false);
                 return 0;
@@ -1201,11 +1206,9 @@ static int k_connect(ab_backend *b, const char *id, ab_err **err)
                                 return fd;
                 }
         }
-        ab_box_info i;
-        if (k_info(b, id, &i, err) < 0)
+        ab_box_status s;
+        if (box_status(D(b), id, &s, NULL, err) < 0)
                 return -1;
-        ab_box_status s = i.status;
-        ab_box_info_clear(&i);
         if (s == AB_BOX_PAUSED)
                 return ab_err_set(err, AB_E_CONFLICT, 0, "box '%s' is paused: resume it first", id);
         if (s != AB_BOX_RUNNING)
@@ -1225,12 +1228,10 @@ static int k_connect_unix(ab_backend *b, const char *id, const char *path, ab_er
 {
         if (!path || path[0] != '/' || strlen(path) >= PATH_MAX)
                 return ab_err_set(err, AB_E_INVALID, 0, "connect: a socket path must be absolute");
-        ab_box_info i;
-        if (k_info(b, id, &i, err) < 0)
+        ab_box_status s;
+        pid_t pid;
+        if (box_status(D(b), id, &s, &pid, err) < 0)
                 return -1;
-        ab_box_status s = i.status;
-        pid_t pid = i.init_pid;
-        ab_box_info_clear(&i);
         if (s == AB_BOX_PAUSED)
                 return ab_err_set(err, AB_E_CONFLICT, 0, "box '%s' is paused: resume it first", id);
         if (s != AB_BOX_RUNNING || pid <= 0)
