@@ -1219,8 +1219,9 @@ static int k_connect(ab_backend *b, const char *id, ab_err **err)
         if (bfd < 0)
                 return ab_err_set(err, AB_E_UNAVAILABLE, errno, "box '%s': no folder %s/%s", id,
                                   d->root, id);
-        /* Running, though a marker said paused: a pause a crash cut short. */
-        mark_paused(bfd, false);
+        /* Running, though a marker said paused: a pause a crash cut short
+         * (start, resume or stop clears it; clearing it here, without the
+         * lock, could race a pause in flight). */
         return connect_init(bfd, err);
 }
 
