@@ -776,6 +776,27 @@ int main(void)
                 }
         }
 
+        /* ---- the runtime is passed to the engine ---- */
+        if (ha) {
+                ab_docker_opts orr = oa;
+                orr.runtime = "agentbox-no-such-runtime";
+                ab_backend *x = NULL;
+                rc = ab_docker_open(&orr, &x, &e);
+                tap_ok(err_code(rc, &e) == 0, "a backend with a runtime the engine lacks");
+                if (rc == 0) {
+                        ab_box_spec sr = spec_of("rt", image);
+                        rc = x->ops->create(x, &sr, &e);
+                        bool said = rc < 0 && e->code == AB_E_INVALID &&
+                                    strstr(e->msg, "agentbox-no-such-runtime");
+                        err_code(rc, &e);
+                        tap_ok(said, "create fails naming the runtime");
+                        tap_ok(status(a, "rt") == 0 && !path_exists(dir_a, "docker/rt") &&
+                                   engine_objects(ha) == 2, /* t1's container and volume */
+                               "and leaves nothing");
+                        x->ops->free(x);
+                }
+        }
+
         /* ---- bad images ---- */
         {
                 ab_box_spec bad = spec_of("bad1", "agentbox-test/no-such-image:nope");
