@@ -586,6 +586,8 @@ static json_t *container_body(dk *d, const ab_box_spec *spec, const char *ref, c
             (json_int_t)l->nofile, "Hard", (json_int_t)l->nofile, "Name", "core", "Soft", 0, "Hard",
             0, "SecurityOpt", "no-new-privileges", "RestartPolicy", "Name", "no", "LogConfig",
             "Type", "json-file", "Config", "max-size", "1m", "max-file", "1");
+        /* our init is PID 1, even where the engine's default adds its own */
+        json_object_set_new(hc, "Init", json_false());
         if (d->runtime)
                 json_object_set_new(hc, "Runtime", json_string(d->runtime));
         if (disk_opt) {
