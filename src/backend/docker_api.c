@@ -4,6 +4,7 @@
 #include <curl/curl.h>
 #include <pthread.h>
 #include <stdio.h>
+#include <sys/socket.h>
 
 #define DEFAULT_SOCKET  "/var/run/docker.sock"
 #define DEFAULT_TIMEOUT 60000u
@@ -108,6 +109,17 @@ static size_t on_body(char *p, size_t size, size_t n, void *ud)
         return len;
 }
 
+/* The connection to the engine is root on this host: it must never leak
+ * into a child the server starts (a box's init, a helper). libcurl makes
+ * its sockets without close-on-exec; this makes them with it, atomically. */
+static curl_socket_t open_cloexec(void *ud, curlsocktype purpose, struct curl_sockaddr *a)
+{
+        (void)ud;
+        (void)purpose;
+        int fd = socket(a->family, a->socktype | SOCK_CLOEXEC, a->protocol);
+        return fd < 0 ? CURL_SOCKET_BAD : fd;
+}
+
 int ab_dapi_call(ab_dapi *d, const char *method, const char *path, const json_t *body,
                  uint32_t timeout_ms, ab_dapi_res *res, ab_err **err)
 {
@@ -125,6 +137,7 @@ int ab_dapi_call(ab_dapi *d, const char *method, const char *path, const json_t 
         bool ok = curl_easy_setopt(c, CURLOPT_UNIX_SOCKET_PATH, d->socket) == CURLE_OK;
         ok = ok && curl_easy_setopt(c, CURLOPT_URL, url) == CURLE_OK;
         ok = ok && curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, method) == CURLE_OK;
+        ok = ok && curl_easy_setopt(c, CURLOPT_OPENSOCKETFUNCTION, open_cloexec) == CURLE_OK;
         ok = ok && curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L) == CURLE_OK;
         ok = ok && curl_easy_setopt(c, CURLOPT_TIMEOUT_MS,
                                     (long)(timeout_ms ? timeout_ms : DEFAULT_TIMEOUT)) == CURLE_OK;

@@ -10,11 +10,14 @@
 #include "net/net.h"
 #include "tap.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
 #include <sys/file.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -170,6 +173,29 @@ static void *exec_worker(void *arg)
 }
 
 static ab_box_spec spec_of(const char *id, const char *img);
+
+/* Counts this process's connections to the engine's socket, and those of
+ * them a child would inherit (no close-on-exec). */
+static void engine_fds(int *conns, int *inherited)
+{
+        *conns = *inherited = 0;
+        DIR *d = opendir("/proc/self/fd");
+        struct dirent *e;
+        while (d && (e = readdir(d))) {
+                int fd = atoi(e->d_name);
+                struct sockaddr_un sa = {0};
+                socklen_t len = sizeof(sa);
+                if (e->d_name[0] == '.' || fd == dirfd(d) ||
+                    getpeername(fd, (struct sockaddr *)&sa, &len) < 0 || sa.sun_family != AF_UNIX)
+                        continue;
+                if (strcmp(sa.sun_path, ab_dapi_socket(api)))
+                        continue;
+                (*conns)++;
+                *inherited += !(fcntl(fd, F_GETFD) & FD_CLOEXEC);
+        }
+        if (d)
+                closedir(d);
+}
 
 static void *create_worker(void *arg)
 {
@@ -545,6 +571,14 @@ int main(void)
                 tap_ok(err_code(a->ops->destroy(a, "race", &e), &e) == 0 &&
                            err_code(b2->ops->destroy(b2, "race", &e), &e) == 0,
                        "destroy them");
+        }
+
+        {
+                int conns, inherited;
+                engine_fds(&conns, &inherited);
+                tap_ok(conns > 0 && inherited == 0,
+                       "connections to the engine are close-on-exec (%d of %d would leak)",
+                       inherited, conns);
         }
 
         /* ---- connect_unix: resolved inside the box ---- */
