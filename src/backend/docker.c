@@ -1017,11 +1017,23 @@ static int k_list(ab_backend *b, ab_box_info **out, size_t *count, ab_err **err)
                 const char *id = jstr(json_object_get(c, "Labels"), "agentbox.box");
                 if (!id || !ab_id_valid(id) || listed(v, n, id))
                         continue;
-                /* The summary has no pid: ask for the whole state. */
-                if (k_info(b, id, &v[n], NULL) == 0)
-                        n++;
-                else
-                        ab_box_info_clear(&v[n]);
+                const char *st = jstr(c, "State");
+                if (!st || !strcmp(st, "running") || !strcmp(st, "paused")) {
+                        /* The summary has no pid: ask for the whole state. */
+                        if (k_info(b, id, &v[n], NULL) == 0)
+                                n++;
+                        else
+                                ab_box_info_clear(&v[n]);
+                        continue;
+                }
+                /* Not running: the summary says all info needs (most boxes
+                 * of a server are stopped: one call for all of them). */
+                json_t *j = json_pack("{s:{s:O},s:{s:s},s:s?}", "Config", "Labels",
+                                      json_object_get(c, "Labels"), "State", "Status", st, "Image",
+                                      jstr(c, "ImageID"));
+                if (j)
+                        info_from(d, id, j, &v[n++]);
+                json_decref(j);
         }
         json_array_foreach(vols, i, c)
         {

@@ -602,6 +602,17 @@ int main(void)
         uint64_t t_stop = ab_now_ms() - t0;
         tap_ok(err_code(rc, &e) == 0 && status(a, "t1") == AB_BOX_STOPPED, "stop (%llu ms)",
                (unsigned long long)t_stop);
+        {
+                ab_box_info *v = NULL;
+                size_t n = 0;
+                rc = a->ops->list(a, &v, &n, &e);
+                tap_ok(err_code(rc, &e) == 0 && n == 1 && v[0].status == AB_BOX_STOPPED &&
+                           v[0].limits.memory_mib == 256 && v[0].created_at > 0 && v[0].image &&
+                           !strncmp(v[0].image, "sha256:", 7) && !strcmp(v[0].backend, "docker") &&
+                           v[0].init_pid == 0,
+                       "list of a stopped box: its state, limits, image");
+                list_free(v, n);
+        }
         TAP_IS_INT(err_code(a->ops->connect(a, "t1", &e), &e), AB_E_CONFLICT,
                    "connect to a stopped box: AB_E_CONFLICT");
         tap_ok(err_code(a->ops->stop(a, "t1", &e), &e) == 0, "stop of a stopped box: no-op");
