@@ -148,6 +148,13 @@ static void list_free(ab_box_info *v, size_t n)
         free(v);
 }
 
+static ab_box_spec spec_of(const char *id, const char *img)
+{
+        ab_box_spec s = {.id = id, .image = img};
+        ab_limits_default(&s.limits);
+        return s;
+}
+
 typedef struct worker {
         ab_backend *b;
         const char *id;
@@ -171,8 +178,6 @@ static void *exec_worker(void *arg)
         }
         return NULL;
 }
-
-static ab_box_spec spec_of(const char *id, const char *img);
 
 /* Counts this process's connections to the engine's socket, and those of
  * them a child would inherit (no close-on-exec). */
@@ -208,13 +213,6 @@ static void *create_worker(void *arg)
                 w->conflicts++;
         ab_err_free(&e);
         return NULL;
-}
-
-static ab_box_spec spec_of(const char *id, const char *img)
-{
-        ab_box_spec s = {.id = id, .image = img};
-        ab_limits_default(&s.limits);
-        return s;
 }
 
 static bool path_exists(const char *d, const char *sub)
