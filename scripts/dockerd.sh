@@ -84,6 +84,17 @@ if ! cli version >/dev/null 2>&1; then
         cli version >/dev/null 2>&1 || { tail -n 20 "$log" >&2; die "dockerd does not answer on $sock (log: $log)"; }
 fi
 
+# Boxes of test data folders that are gone (a test killed by its timeout)
+# would run on forever: remove their containers and volumes.
+for c in $(cli ps -aq --filter label=agentbox.data 2>/dev/null); do
+        d=$(cli inspect -f '{{index .Config.Labels "agentbox.data_dir"}}' "$c" 2>/dev/null) || continue
+        if [ -n "$d" ] && [ ! -e "$d" ]; then cli rm -f "$c" >/dev/null 2>&1 || true; fi
+done
+for v in $(cli volume ls -q --filter label=agentbox.data 2>/dev/null); do
+        d=$(cli volume inspect -f '{{index .Labels "agentbox.data_dir"}}' "$v" 2>/dev/null) || continue
+        if [ -n "$d" ] && [ ! -e "$d" ]; then cli volume rm -f "$v" >/dev/null 2>&1 || true; fi
+done
+
 if ! cli image inspect "$image" >/dev/null 2>&1; then
         bb=/bin/busybox
         [ -x $bb ] || ./scripts/deps.sh busybox-static >&2

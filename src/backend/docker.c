@@ -714,8 +714,8 @@ static int remove_objects(dk *d, const char *id, ab_err **err)
 static int make_volume(dk *d, const char *id, char **mp, ab_err **err)
 {
         _cleanup_free_ char *name = obj_name(d, id);
-        json_t *body = json_pack("{s:s,s:{s:s,s:s}}", "Name", name, "Labels", "agentbox.box", id,
-                                 "agentbox.data", d->hash);
+        json_t *body = json_pack("{s:s,s:{s:s,s:s,s:s}}", "Name", name, "Labels", "agentbox.box",
+                                 id, "agentbox.data", d->hash, "agentbox.data_dir", d->data);
         json_t *v = NULL;
         static const long ok[] = {201, 200, 0};
         int rc = call_ok(d, "POST", "/volumes/create", body, 0, ok, &v, err);
