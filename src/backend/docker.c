@@ -1078,6 +1078,12 @@ static int k_start(ab_backend *b, const char *id, ab_err **err)
                 mark_paused(bfd, false);
                 return 0;
         }
+        /* We hold the lock: "creating" here is a create that was cut short. */
+        if (s == AB_BOX_CREATING || s == AB_BOX_ERROR)
+                return ab_err_set(err, AB_E_CONFLICT, 0,
+                                  "box '%s' was never fully made (its create was interrupted): "
+                                  "delete it",
+                                  id);
         if (s != AB_BOX_STOPPED)
                 return ab_err_set(err, AB_E_CONFLICT, 0, "box '%s' is %s: it cannot be started", id,
                                   ab_box_status_name(s));

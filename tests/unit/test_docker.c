@@ -754,6 +754,8 @@ int main(void)
                        "list shows both and t1");
                 TAP_IS_INT(sh, AB_BOX_ERROR, "the never-started container is an error");
                 TAP_IS_INT(sv, AB_BOX_ERROR, "the lone volume is an error");
+                TAP_IS_INT(err_code(a->ops->start(a, "half", &e), &e), AB_E_CONFLICT,
+                           "start of the half-made box: AB_E_CONFLICT");
                 list_free(v, n);
                 tap_ok(err_code(a->ops->destroy(a, "half", &e), &e) == 0 && status(a, "half") == 0,
                        "destroy removes the half-made container");
