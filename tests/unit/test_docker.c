@@ -130,6 +130,22 @@ static size_t engine_objects(const char *h)
         return n;
 }
 
+/* The engine finishes a request whose client died: waits (at least 1 s,
+ * at most 20) until the number of data folder h's objects holds still,
+ * as a restart of the server would give the request in flight time to land. */
+static void settle(const char *h)
+{
+        usleep(700 * 1000);
+        size_t last = engine_objects(h);
+        for (int i = 0; i < 40; i++) {
+                usleep(300 * 1000);
+                size_t now = engine_objects(h);
+                if (now == last)
+                        return;
+                last = now;
+        }
+}
+
 static bool has_id(const ab_box_info *v, size_t n, const char *id, ab_box_status *st)
 {
         for (size_t i = 0; i < n; i++)
@@ -892,9 +908,7 @@ int main(void)
                 usleep((useconds_t)delays[k] * 1000);
                 kill(child, SIGKILL);
                 waitpid(child, NULL, 0);
-                /* The engine finishes a request whose client died: give the
-                 * one in flight time to land, as a restart of the server would. */
-                usleep(1000 * 1000);
+                settle(ha);
                 ab_box_info *v = NULL;
                 size_t n = 0;
                 ab_box_status cst = 0;
@@ -936,7 +950,7 @@ int main(void)
                 usleep((useconds_t)delays[k] * 1000);
                 kill(child, SIGKILL);
                 waitpid(child, NULL, 0);
-                usleep(1000 * 1000);
+                settle(ha);
                 ab_box_info *v = NULL;
                 size_t n = 0;
                 ab_box_status cst = 0;
