@@ -469,7 +469,7 @@ int main(void)
                         close(fd);
                 tap_ok(err_code(rc, &e) == 0 && ti.id, "a terminal opens");
                 bool ended = false;
-                for (int i = 0; i < 100 && !ended && ti.id; i++) {
+                for (int i = 0; i < 500 && !ended && ti.id; i++) {
                         abc_term_info *tv = NULL;
                         size_t tn = 0;
                         fd = a->ops->connect(a, "t1", NULL);
@@ -676,7 +676,7 @@ int main(void)
                     xasprintf("/containers/agentbox-%s-t1/kill", ha ? ha : "x");
                 TAP_IS_INT(api_status("POST", p, NULL), 204, "kill the container through the API");
                 ab_box_status st = 0;
-                for (int i = 0; i < 100 && (st = status(a, "t1")) != AB_BOX_STOPPED; i++)
+                for (int i = 0; i < 500 && (st = status(a, "t1")) != AB_BOX_STOPPED; i++)
                         usleep(20000);
                 TAP_IS_INT(st, AB_BOX_STOPPED, "a killed container is reported stopped");
                 TAP_IS_INT(err_code(a->ops->connect(a, "t1", &e), &e), AB_E_CONFLICT,
