@@ -52,6 +52,17 @@ else
         failures+=("services: scripts/pg.sh could not start PostgreSQL")
 fi
 
+stage "services: a private Docker engine (scripts/dockerd.sh)"
+# The Docker backend's tests run against a real engine of their own (own
+# socket and data root, a busybox image made locally), apart from any
+# system Docker.
+if docker_line=$(./scripts/dockerd.sh | tail -n 1) && [ "${docker_line#DOCKER_HOST=}" != "$docker_line" ]; then
+        export AGENTBOX_TEST_DOCKER_HOST=${docker_line#DOCKER_HOST=}
+        echo "AGENTBOX_TEST_DOCKER_HOST=$AGENTBOX_TEST_DOCKER_HOST"
+else
+        failures+=("services: scripts/dockerd.sh could not start a Docker engine")
+fi
+
 stage "build: build"
 build_ok=1
 ./scripts/build.sh build || { build_ok=0; failures+=("build: build failed"); }
