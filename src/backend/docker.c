@@ -588,6 +588,9 @@ static json_t *container_body(dk *d, const ab_box_spec *spec, const char *ref, c
             "Type", "json-file", "Config", "max-size", "1m", "max-file", "1");
         /* our init is PID 1, even where the engine's default adds its own */
         json_object_set_new(hc, "Init", json_false());
+        /* Docker's default capabilities less MKNOD: no device nodes in a box,
+         * as on the native backend (Landlock there) */
+        json_object_set_new(hc, "CapDrop", json_pack("[s]", "MKNOD"));
         if (d->runtime)
                 json_object_set_new(hc, "Runtime", json_string(d->runtime));
         if (disk_opt) {

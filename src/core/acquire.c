@@ -1,6 +1,7 @@
 /* Acquire: the box for a request's keys, found or made (from the warm pool
  * when it has one), running when this returns. Idempotent across threads and
  * processes: the store's unique (provider, id) decides who creates. */
+#include "backend/docker.h"
 #include "core/manager_int.h"
 #include "image/ref.h"
 #include "net/net.h"
@@ -250,12 +251,16 @@ int ab_manager_acquire(ab_manager *m, const ab_acquire_req *q, const char *scope
                 return -1;
         }
         bool docker = mgr_req_docker(m, q);
-        if (docker && mm.n) {
-                mgr_mounts_clear(&mm);
-                return ab_err_set(err, AB_E_UNSUPPORTED, 0,
-                                  "volumes, mounts, readonly_paths and blocked_paths are not "
-                                  "supported on the Docker backend (docs/backends.md)");
+        for (size_t i = 0; docker && i < mm.n; i++) {
+                if (mm.v[i].kind == AB_MOUNT_VOLUME || mm.v[i].kind == AB_MOUNT_READONLY) {
+                        mgr_mounts_clear(&mm);
+                        return ab_err_set(err, AB_E_UNSUPPORTED, 0,
+                                          "volumes and readonly_paths are not supported on the "
+                                          "Docker backend (mounts and blocked_paths are; "
+                                          "docs/backends.md)");
+                }
         }
+        json_t *dimg = NULL; /* a Docker box's image config, from the engine */
         bool pool_ok = m->o.pool_size > 0 && limits_equal(&lim, &m->o.limits) && !q->image &&
                        !mm.n && !q->backend;
         ab_image img = {0};
@@ -319,6 +324,18 @@ int ab_manager_acquire(ab_manager *m, const ab_acquire_req *q, const char *scope
                 ab_err_free(&e);
                 /* A new box from an image: the image first (pulled when the
                  * store lacks it), before anything is counted or recorded. */
+                if (docker && !dimg) {
+                        /* may pull: the slot is free meanwhile, as for our images */
+                        pthread_mutex_unlock(&s->lock);
+                        int ir = ab_docker_image_config(ab_backend_find(m->o.backend, "docker"),
+                                                        q->image, &dimg, err);
+                        pthread_mutex_lock(&s->lock);
+                        if (ir < 0) {
+                                dimg = NULL;
+                                break;
+                        }
+                        continue; /* the box may have been made meanwhile */
+                }
                 if (q->image && !have_img && !docker) {
                         pthread_mutex_unlock(&s->lock);
                         int ir = mgr_image_resolve(m, q->image, &img, err);
@@ -340,8 +357,8 @@ int ab_manager_acquire(ab_manager *m, const ab_acquire_req *q, const char *scope
                 mgr_fill_new_rec(m, q, app, id, &lim, &r);
                 if (have_img)
                         json_object_set_new(r.spec, "image", mgr_image_spec(q->image, &img));
-                if (docker && q->image)
-                        json_object_set_new(r.spec, "image", json_pack("{s:s}", "ref", q->image));
+                if (dimg)
+                        json_object_set(r.spec, "image", dimg);
                 json_object_set_new(
                     r.spec, "backend",
                     json_string(q->backend ? q->backend : ab_backend_default(m->o.backend)));
@@ -428,6 +445,7 @@ int ab_manager_acquire(ab_manager *m, const ab_acquire_req *q, const char *scope
         pthread_mutex_unlock(&s->lock);
         mgr_slot_put(m, s);
         ab_image_clear(&img);
+        json_decref(dimg);
         mgr_mounts_clear(&mm);
         if (rc == 0)
                 mgr_enforce_cap(m, id);
