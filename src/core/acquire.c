@@ -359,9 +359,6 @@ int ab_manager_acquire(ab_manager *m, const ab_acquire_req *q, const char *scope
                         json_object_set_new(r.spec, "image", mgr_image_spec(q->image, &img));
                 if (dimg)
                         json_object_set(r.spec, "image", dimg);
-                json_object_set_new(
-                    r.spec, "backend",
-                    json_string(q->backend ? q->backend : ab_backend_default(m->o.backend)));
                 if (mm.n)
                         json_object_update_new(r.spec, mgr_mounts_spec(mm.v, mm.n));
                 if (pool_ok) {

@@ -238,7 +238,11 @@ static int box_free(ab_manager *m, guard_box *g, const known_balloon *old, size_
         if (b->ops->info(b, g->backend_id, &info, NULL) < 0)
                 return -1;
         *pid = info.init_pid;
-        bool running = info.status == AB_BOX_RUNNING;
+        /* Only boxes with a disk of their own (the native backend's): a
+         * Docker box's free space is the host's, and a balloon sized from
+         * it would take the host's whole disk. */
+        bool own_disk = !info.backend || strcmp(info.backend, "native") == 0;
+        bool running = info.status == AB_BOX_RUNNING && own_disk;
         bool fresh = info.started_at > m->disk->opened_s;
         ab_box_info_clear(&info);
         if (!running || *pid <= 0)
@@ -316,9 +320,7 @@ void ab_manager_disk_balance(ab_manager *m)
         pid_t *pids = n ? xcalloc(n, sizeof(*pids)) : NULL;
         size_t k = 0;
         for (size_t i = 0; i < n; i++) {
-                /* Only boxes with a disk of their own on the data folder's
-                 * filesystem: a Docker box's free space is the host's, and a
-                 * balloon sized from it would take the host's whole disk. */
+                /* (box_free leaves out boxes without a disk of their own) */
                 const char *be = mgr_rec_backend(&rs[i]);
                 if (be && strcmp(be, "native") != 0)
                         continue;

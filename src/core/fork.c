@@ -146,6 +146,7 @@ int ab_manager_fork(ab_manager *m, const char *src_id, const ab_acquire_req *q, 
                 mgr_quota_end(m, &qt);
                 goto unlock;
         }
+        nq.backend = mgr_rec_backend(&src); /* a fork runs where its source does */
         mgr_fill_new_rec(m, &nq, app, id, &lim, &r);
         const json_t *simg = mgr_rec_image(&src);
         if (simg)

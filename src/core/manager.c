@@ -371,6 +371,10 @@ void mgr_fill_new_rec(ab_manager *m, const ab_acquire_req *q, const char *app, c
         char me[160];
         if (mgr_process_identity(getpid(), me, sizeof(me)))
                 json_object_set_new(spec, "creator", json_string(me));
+        /* the backend that runs it (the default when the request names none) */
+        json_object_set_new(
+            spec, "backend",
+            json_string(q->backend ? q->backend : ab_backend_default(m->o.backend)));
         r->spec = spec;
         r->metadata = q->metadata ? json_deep_copy(q->metadata) : NULL;
 }
