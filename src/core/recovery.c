@@ -82,7 +82,10 @@ bool mgr_recover_creating(ab_manager *m, ab_box_rec *r)
         ab_err_free(&e);
         if (ir < 0 && !missing)
                 return false;
-        if (missing || info.status == AB_BOX_CREATING) {
+        /* A box the backend never finished (native: no config yet; Docker:
+         * a volume or a container never started, reported as error) was
+         * never handed to anyone: it goes with its record. */
+        if (missing || info.status == AB_BOX_CREATING || info.status == AB_BOX_ERROR) {
                 if (!missing)
                         b->ops->destroy(b, r->backend_id, NULL);
                 if (mgr_rec_image(r))

@@ -242,7 +242,9 @@ def status_seen():
 h.ok(wait_for(lambda: status_seen() == "paused", 10, 0.1), "idle 1 s: the box is paused", repr(seen))
 h.eq(S2.status_of("ip-never"), "running", "a box with idle_pause_s -1 stays running")
 pid3 = ((h.cli_boxes(D2) or {}).get("ip1") or {}).get("init_pid") or 0
-r = S2.exec("ip1", "cat /workspace/counter")
+# (the loop truncates the file before each write: a read may fall in between)
+r = S2.exec("ip1", "for i in 1 2 3 4 5 6 7 8; do c=$(cat /workspace/counter); [ -n \"$c\" ] && break; "
+            "sleep 0.05; done; echo $c")
 h.ok(r.get("exit_code") == 0 and (r.get("stdout") or "").strip().isdigit(),
      "exec resumes the idle-paused box", r.describe())
 h.eq(S2.status_of("ip1"), "running", "... it runs again (the exec was a use)")
