@@ -226,8 +226,10 @@ int mgr_reconcile(ab_manager *m, ab_err **err)
                         const char *who = mgr_rec_creator(r);
                         if (!mgr_creator_dead(who) && now - r->created_at < STALE_CREATE_MS)
                                 goto next; /* another process may be creating it now */
-                        if (missing || (ir == 0 && info.status == AB_BOX_CREATING)) {
-                                /* The create never finished: nothing to keep. */
+                        if (missing || (ir == 0 && (info.status == AB_BOX_CREATING ||
+                                                    info.status == AB_BOX_ERROR))) {
+                                /* The create never finished (Docker reports a
+                                 * half-made box as error): nothing to keep. */
                                 if (ir == 0)
                                         b->ops->destroy(b, r->backend_id, NULL);
                                 ab_store_box_delete(m->o.store, m->provider, r->id, NULL);
