@@ -62,6 +62,21 @@ static bool grep_text(grep_state *g, const char *display, const char *buf, size_
         return true;
 }
 
+/* Whether dir is /proc, /sys or /dev or below: kernel pseudo-files, where a
+ * search from above them would read thousands of files that hold no text of
+ * the agent's (a container shows the host's whole sysfs) and some of which
+ * block. Searched only when named. */
+static bool pseudo_dir(const char *dir)
+{
+        static const char *const roots[] = {"/proc", "/sys", "/dev"};
+        for (size_t i = 0; i < AB_ARRAY_LEN(roots); i++) {
+                size_t n = strlen(roots[i]);
+                if (strncmp(dir, roots[i], n) == 0 && (dir[n] == '/' || dir[n] == '\0'))
+                        return true;
+        }
+        return false;
+}
+
 /* Reads and searches one file; -1 only when the box is gone. */
 static int grep_file(tool_ctx *c, grep_state *g, const char *send, const char *display,
                      ab_err **err)
@@ -163,6 +178,7 @@ int tool_grep(tool_ctx *c, json_t *args, ab_tool_result *out, ab_err **err)
                 }
         }
         int r = 0;
+        bool in_pseudo = pseudo_dir(send);
         for (size_t i = 0; i < n && !g.truncated; i++) {
                 /* Symlinks are skipped (as DeerFlow), so a link never leads the
                  * search elsewhere; so are the ignore list and huge files. */
@@ -172,6 +188,8 @@ int tool_grep(tool_ctx *c, json_t *args, ab_tool_result *out, ab_err **err)
                 if (glob && !glob_path_matches(glob, d[i].path))
                         continue;
                 _cleanup_free_ char *sendp = path_join(send, d[i].path);
+                if (!in_pseudo && pseudo_dir(sendp))
+                        continue;
                 _cleanup_free_ char *disp = path_join(root, d[i].path);
                 if ((r = grep_file(c, &g, sendp, disp, err)) < 0)
                         break;
