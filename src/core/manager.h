@@ -153,6 +153,14 @@ int ab_manager_pause(ab_manager *m, const char *id, const char *scope, ab_box_re
  * AB_E_CONFLICT when it is stopped (start it). Publishes "box.resumed". */
 int ab_manager_resume(ab_manager *m, const char *id, const char *scope, ab_box_rec *out,
                       ab_err **err);
+/* Makes box id end `secs` seconds from now (E2B's setTimeout): its ttl_s
+ * becomes its age plus secs (secs <= 0: no TTL). on_expiry says what the
+ * reaper does then: "delete" (the default of every box) or "pause" (the box
+ * is paused, its processes kept, or stopped when it cannot be paused, and
+ * its TTL cleared); NULL leaves it as it is. Kept in the record (ttl_s,
+ * spec.ttl_action). AB_E_CONFLICT for a box being deleted. */
+int ab_manager_set_ttl(ab_manager *m, const char *id, const char *scope, int64_t secs,
+                       const char *on_expiry, ab_box_rec *out, ab_err **err);
 /* Marks the box deleting and queues its destruction; returns at once. */
 int ab_manager_delete(ab_manager *m, const char *id, const char *scope, ab_err **err);
 /* Deletes every box matching f (app_id, user_id, chat_id or thread_id);
