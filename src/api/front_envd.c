@@ -1687,8 +1687,10 @@ static int parse_multipart(const char *body, size_t len, const char *ctype, up_f
                         const char *le = memfind(l, (size_t)(hend + 2 - l), "\r\n", 2);
                         if (!le)
                                 le = hend;
-                        if ((size_t)(le - l) > 20 && !strncasecmp(l, "Content-Disposition:", 20))
+                        if ((size_t)(le - l) > 20 && !strncasecmp(l, "Content-Disposition:", 20)) {
+                                free(fname);
                                 fname = disp_param(l, (size_t)(le - l), "filename");
+                        }
                         l = le + 2;
                 }
                 const char *data = hend + 4;
