@@ -508,13 +508,16 @@ enum MHD_Result e2b_fork(ab_req *r, const char *id)
         ab_box_rec src;
         if (get_box(r, id, &src, &ret) < 0)
                 return ret;
-        ab_box_rec_clear(&src);
         json_t *a = json_array();
         for (int64_t i = 0; i < count; i++) {
                 char sid[21];
                 new_id(sid);
-                ab_acquire_req q = {
-                    .id = sid, .idle_pause_s = -1, .idle_stop_s = -1, .has_ttl = true, .ttl_s = t};
+                ab_acquire_req q = {.id = sid,
+                                    .metadata = src.metadata, /* E2B's forks keep it */
+                                    .idle_pause_s = -1,
+                                    .idle_stop_s = -1,
+                                    .has_ttl = true,
+                                    .ttl_s = t};
                 ab_box_rec rec;
                 if (ab_manager_fork(r->srv->mgr, id, &q, r->scope, &rec, &e) < 0) {
                         json_array_append_new(a, json_pack("{s:{s:i,s:o}}", "error", "code",
@@ -528,6 +531,7 @@ enum MHD_Result e2b_fork(ab_req *r, const char *id)
                                       json_pack("{s:o}", "sandbox", sandbox_json(r, &rec, true)));
                 ab_box_rec_clear(&rec);
         }
+        ab_box_rec_clear(&src);
         return resp_json(r, 200, a);
 }
 

@@ -21,6 +21,7 @@
 
 #include <fcntl.h>
 #include <openssl/hmac.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <sys/mman.h>
@@ -309,6 +310,9 @@ typedef struct proc {
         char *cwd, *user;
         uint32_t timeout_ms;
         int stdin_r, cancel_r;
+        /* a PTY (Start with "pty"): an agentbox terminal of the box */
+        char *tid;
+        uint32_t cols, rows;
 } proc;
 
 static pthread_mutex_t reg_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -350,6 +354,7 @@ static void proc_unref(proc *p)
         ab_strvfreep(&p->env);
         free(p->cwd);
         free(p->user);
+        free(p->tid);
         pthread_mutex_destroy(&p->lock);
         free(p);
 }
@@ -516,6 +521,85 @@ static void *proc_main(void *arg)
         return NULL;
 }
 
+/* Takes p out of the registry (its thread ends). */
+static void proc_unlist(proc *p)
+{
+        pthread_mutex_lock(&reg_lock);
+        p->ended = true;
+        for (proc **l = &procs; *l; l = &(*l)->next)
+                if (*l == p) {
+                        *l = p->next;
+                        p->refs--; /* the registry's */
+                        break;
+                }
+        pthread_mutex_unlock(&reg_lock);
+}
+
+/* A PTY's thread: attached to its terminal, it relays the output as
+ * data.pty events until the program exits or the terminal is closed, then
+ * closes the terminal (the box keeps at most 16). */
+static void *pty_main(void *arg)
+{
+        proc *p = arg;
+        ab_manager *m = p->srv->mgr;
+        ab_term_attach a;
+        ab_err *e = NULL;
+        _cleanup_buf_ ab_buf b = {0};
+        int exit_code = 0;
+        bool exited = false, closed = false;
+        if (ab_manager_term_attach(m, p->box, NULL, p->tid, &a, &e) < 0) {
+                crpc_end(&b, crpc_code_of(e->code), e->msg);
+                ab_err_free(&e);
+        } else {
+                bool done = false;
+                while (!done) {
+                        abc_term_event ev;
+                        int k;
+                        while (!done && (k = abc_term_next(a.stream, &ev)) > 0) {
+                                if (ev.kind == ABC_TERM_OUTPUT) {
+                                        _cleanup_free_ char *b64 = crpc_b64_encode(ev.data, ev.len);
+                                        _cleanup_buf_ ab_buf d = {0};
+                                        event_envelope(&d,
+                                                       json_pack("{s:{s:s}}", "data", "pty", b64));
+                                        pthread_mutex_lock(&p->lock);
+                                        proc_broadcast(p, d.p, d.n);
+                                        pthread_mutex_unlock(&p->lock);
+                                        continue;
+                                }
+                                exited = ev.kind == ABC_TERM_EXIT;
+                                closed = !exited;
+                                exit_code = ev.exit_code;
+                                done = true;
+                        }
+                        if (done)
+                                break;
+                        if (k < 0) {
+                                closed = true;
+                                break;
+                        }
+                        struct pollfd pf = {.fd = a.fd, .events = POLLIN};
+                        if (poll(&pf, 1, 1000) < 0 && errno != EINTR)
+                                break;
+                }
+                ab_manager_term_detach(m, &a);
+                ab_manager_term_close(m, p->box, NULL, p->tid, NULL);
+                _cleanup_free_ char *status =
+                    exited ? xasprintf("exit status %d", exit_code) : xstrdup("signal: killed");
+                event_envelope(&b, json_pack("{s:{s:i,s:b,s:s}}", "end", "exitCode",
+                                             exited ? exit_code : -1, "exited", exited, "status",
+                                             status));
+                crpc_end(&b, NULL, NULL);
+                (void)closed;
+        }
+        proc_unlist(p);
+        pthread_mutex_lock(&p->lock);
+        proc_broadcast(p, b.p, b.n);
+        subs_close(&p->subs);
+        pthread_mutex_unlock(&p->lock);
+        proc_unref(p); /* the thread's */
+        return NULL;
+}
+
 /* Keepalive events on every process stream, so that a quiet command's
  * stream is not taken for an idle connection. */
 static void *keepalive_main(void *arg)
@@ -559,6 +643,10 @@ static void keepalive_start(void)
  * SIGTERM is sent to its pid in the box. */
 static int proc_signal(ab_server *s, proc *p, int sig, ab_err **err)
 {
+        if (p->tid) /* a PTY: its session ends (SIGKILL), or its foreground group gets sig */
+                return sig == SIGKILL
+                           ? ab_manager_term_close(s->mgr, p->box, NULL, p->tid, err)
+                           : ab_manager_term_signal(s->mgr, p->box, NULL, p->tid, sig, err);
         if (sig == SIGKILL) {
                 pthread_mutex_lock(&p->lock);
                 if (p->cancel_w >= 0) {
@@ -593,7 +681,7 @@ void envd_forget_box(const char *id)
         for (;;) {
                 pthread_mutex_lock(&reg_lock);
                 proc *p = procs;
-                while (p && (p->ended || p->killed || strcmp(p->box, id)))
+                while (p && (p->ended || p->killed || p->tid || strcmp(p->box, id)))
                         p = p->next;
                 if (p)
                         p->refs++;
@@ -682,15 +770,60 @@ static enum MHD_Result subscribe(ab_req *r, proc *p, bool send_start, ab_stream_
         return resp_stream_counted(r, 200, "application/connect+json", fds[0], NULL, slot);
 }
 
+/* Start with "pty": the command on a terminal of the box (core/term.c),
+ * its output relayed by pty_main. Takes p and slot. */
+static enum MHD_Result pty_start(ab_req *r, const char *box, proc *p, json_t *pty,
+                                 ab_stream_slot *slot)
+{
+        json_t *size = json_object_get(pty, "size");
+        json_t *cj = json_object_get(size, "cols"), *rj = json_object_get(size, "rows");
+        abc_term_req q = {
+            .argv = (const char *const *)p->argv + 4, /* without the sh prologue */
+            .env = (const char *const *)p->env,
+            .cwd = p->cwd,
+            .user = p->user,
+            .cols = json_is_integer(cj) ? (uint32_t)json_integer_value(cj) : 80,
+            .rows = json_is_integer(rj) ? (uint32_t)json_integer_value(rj) : 24,
+        };
+        abc_term_info info = {0};
+        ab_err *e = NULL;
+        if (ab_manager_term_open_id(r->srv->mgr, box, NULL, &q, &info, &e) < 0) {
+                ab_stream_slot_release(slot);
+                p->refs = 1;
+                proc_unref(p);
+                enum MHD_Result ret = stream_error(r, crpc_code_of(e->code), e->msg);
+                ab_err_free(&e);
+                return ret;
+        }
+        p->tid = steal_pointer(&info.id);
+        abc_term_info_clear(&info);
+        pthread_mutex_lock(&reg_lock);
+        p->pid = next_fake_pid++;
+        p->next = procs;
+        procs = p;
+        pthread_mutex_unlock(&reg_lock);
+        p->marker_done = true;
+        p->refs++; /* subscribe's, dropped below */
+        enum MHD_Result ret = subscribe(r, p, true, slot);
+        if (spawn_detached(pty_main, p) < 0) {
+                ab_manager_term_close(r->srv->mgr, box, NULL, p->tid, NULL);
+                proc_unlist(p);
+                pthread_mutex_lock(&p->lock);
+                subs_close(&p->subs);
+                pthread_mutex_unlock(&p->lock);
+                proc_unref(p); /* the thread's, which never ran */
+        }
+        proc_unref(p);
+        return ret;
+}
+
 static enum MHD_Result process_start(ab_req *r, const char *box, json_t *msg)
 {
         json_t *pc = json_object_get(msg, "process");
         const char *cmd = json_string_value(json_object_get(pc, "cmd"));
         if (!cmd || !*cmd)
                 return stream_error(r, "invalid_argument", "process.cmd: required");
-        if (json_is_object(json_object_get(msg, "pty")))
-                return stream_error(r, "unimplemented",
-                                    "PTYs are not supported by agentbox's E2B front");
+        json_t *pty = json_object_get(msg, "pty");
         ab_err *e = NULL;
         _cleanup_strv_ char **args = NULL;
         if (parse_strv(json_object_get(pc, "args"), &args, &e) < 0) {
@@ -740,6 +873,8 @@ static enum MHD_Result process_start(ab_req *r, const char *box, json_t *msg)
         p->timeout_ms = call_timeout_ms(r);
         if (!p->timeout_ms)
                 p->timeout_ms = AB_MAX_TIMEOUT_S * 1000u;
+        if (json_is_object(pty))
+                return pty_start(r, box, p, pty, slot);
         int in[2] = {-1, -1}, cancel[2];
         json_t *sj = json_object_get(msg, "stdin");
         bool want_stdin = json_is_true(sj);
@@ -826,15 +961,26 @@ static enum MHD_Result process_list(ab_req *r, const char *box)
 static int proc_input(proc *p, json_t *input, ab_err **err)
 {
         json_t *in = json_object_get(input, "stdin");
-        if (!in) {
-                if (json_object_get(input, "pty"))
-                        return ab_err_set(err, AB_E_UNSUPPORTED, 0, "PTYs are not supported");
-                return ab_err_set(err, AB_E_INVALID, 0, "input.stdin: required");
-        }
+        json_t *pin = json_object_get(input, "pty");
+        if (!in && !pin)
+                return ab_err_set(err, AB_E_INVALID, 0, "input.stdin or input.pty: required");
         _cleanup_free_ char *data = NULL;
         size_t len = 0;
-        if (!json_is_string(in) || crpc_b64_decode(json_string_value(in), &data, &len) < 0)
-                return ab_err_set(err, AB_E_INVALID, 0, "input.stdin: not base64");
+        json_t *v = in ? in : pin;
+        if (!json_is_string(v) || crpc_b64_decode(json_string_value(v), &data, &len) < 0)
+                return ab_err_set(err, AB_E_INVALID, 0, "input: not base64");
+        if (p->tid) {
+                for (size_t off = 0; off < len;) { /* the keeper takes 60 KiB a call */
+                        size_t n = len - off > 60000 ? 60000 : len - off;
+                        if (ab_manager_term_input(p->srv->mgr, p->box, NULL, p->tid, data + off, n,
+                                                  err) < 0)
+                                return -1;
+                        off += n;
+                }
+                return 0;
+        }
+        if (!in)
+                return ab_err_set(err, AB_E_INVALID, 0, "input.pty: the process has no PTY");
         pthread_mutex_lock(&p->lock);
         int fd = p->stdin_w >= 0 ? dup(p->stdin_w) : -1;
         pthread_mutex_unlock(&p->lock);
@@ -852,13 +998,20 @@ static int proc_input(proc *p, json_t *input, ab_err **err)
 static enum MHD_Result process_unary(ab_req *r, const char *box, const char *method, json_t *msg)
 {
         ab_err *e = NULL;
-        if (!strcmp(method, "Update"))
-                return rpc_error(r, "unimplemented", "PTYs are not supported");
         proc *p = select_proc(box, msg, &e);
         if (!p)
                 return rpc_err(r, e);
         int rc = 0;
-        if (!strcmp(method, "SendInput")) {
+        if (!strcmp(method, "Update")) {
+                json_t *size = json_object_get(json_object_get(msg, "pty"), "size");
+                json_t *cj = json_object_get(size, "cols"), *rj = json_object_get(size, "rows");
+                if (!p->tid)
+                        rc = ab_err_set(&e, AB_E_INVALID, 0, "the process has no PTY");
+                else if (json_is_integer(cj) && json_is_integer(rj))
+                        rc = ab_manager_term_resize(r->srv->mgr, box, NULL, p->tid,
+                                                    (uint32_t)json_integer_value(cj),
+                                                    (uint32_t)json_integer_value(rj), &e);
+        } else if (!strcmp(method, "SendInput")) {
                 rc = proc_input(p, json_object_get(msg, "input"), &e);
         } else if (!strcmp(method, "CloseStdin")) {
                 pthread_mutex_lock(&p->lock);

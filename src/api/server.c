@@ -112,6 +112,7 @@ static const route routes[] = {
     {"POST", "e2b/sandboxes/*/snapshots", AUTH_USER, BODY_JSON, e2b_snapshot},
     {"PUT", "e2b/sandboxes/*/network", AUTH_USER, BODY_JSON, e2b_network},
     {"GET", "e2b/snapshots", AUTH_USER, BODY_NONE, e2b_unsupported},
+    {"DELETE", "e2b/templates/*", AUTH_USER, BODY_NONE, e2b_unsupported},
     {"GET", "e2b/envd/health", AUTH_ANY, BODY_NONE, envd_health},
     {"GET", "e2b/envd/files", AUTH_ANY, BODY_NONE, envd_files_get},
     {"POST", "e2b/envd/files", AUTH_ANY, BODY_UPLOAD, envd_files_post},

@@ -218,6 +218,29 @@ await step('tags (Connect RPC, as envd clients other than the SDK use them)', as
   ok(bad.status === 404 && badj.code === 'not_found', 'unary error: HTTP 404 with a Connect error body', badj);
 });
 
+await step('pty', async () => {
+  const chunks = [];
+  const dec = new TextDecoder();
+  const term = await sbx.pty.create({ cols: 100, rows: 30, onData: (d) => chunks.push(dec.decode(d)) });
+  ok(Number.isInteger(term.pid) && term.pid > 0, 'pty.create: a pid', term.pid);
+  await sbx.pty.sendInput(term.pid, new TextEncoder().encode('stty size; echo pty-$((6*7))\n'));
+  for (let i = 0; i < 50 && !chunks.join('').includes('pty-42'); i++) await sleep(100);
+  ok(chunks.join('').includes('pty-42'), 'pty.sendInput: the shell runs it, output as onData', chunks.join(''));
+  ok(chunks.join('').includes('30 100'), 'the PTY has the size given', chunks.join(''));
+  await sbx.pty.resize(term.pid, { cols: 120, rows: 40 });
+  await sbx.pty.sendInput(term.pid, new TextEncoder().encode('stty size\n'));
+  for (let i = 0; i < 50 && !chunks.join('').includes('40 120'); i++) await sleep(100);
+  ok(chunks.join('').includes('40 120'), 'pty.resize', chunks.join('').slice(-300));
+  ok((await sbx.commands.list()).some((p) => p.pid === term.pid), 'the PTY is in commands.list');
+  ok(await sbx.pty.kill(term.pid), 'pty.kill');
+  const e = await thrown(() => term.wait());
+  ok(e instanceof CommandExitError, 'a killed PTY: wait() throws CommandExitError', e && e.message);
+  const t2 = await sbx.pty.create({ cols: 80, rows: 24, onData: () => {} });
+  await sbx.pty.sendInput(t2.pid, new TextEncoder().encode('exit 5\n'));
+  const e2 = await thrown(() => t2.wait());
+  ok(e2 instanceof CommandExitError && e2.exitCode === 5, 'a PTY whose shell exits 5: exit code 5', e2 && e2.message);
+});
+
 // ---- files -------------------------------------------------------------------------
 await step('files', async () => {
   const w = await sbx.files.write('/home/user/dir/a.txt', 'alpha\n');
@@ -288,6 +311,19 @@ await step('watchDir', async () => {
   ok(rec.some((e) => e.name === 'd/e/f.txt' && e.type === 'create'), 'watchDir recursive: a file deep down', rec);
   const e = await thrown(() => sbx.files.watchDir('/home/user/nodir', () => {}));
   ok(e instanceof NotFoundError, 'watchDir of a missing directory: NotFoundError', e && `${e.name}: ${e.message}`);
+});
+
+await step('fork', async () => {
+  await sbx.files.write('/home/user/forked.txt', 'from the source');
+  const [f] = await sbx.fork({ count: 1 });
+  ok(f instanceof Sandbox && f.sandboxId !== sbx.sandboxId, 'sandbox.fork: a new sandbox', f && (f.message || f.sandboxId));
+  if (f instanceof Sandbox) {
+    ok((await f.files.read('/home/user/forked.txt')) === 'from the source', 'the fork has the files');
+    const info = await f.getInfo();
+    ok(info.metadata.suite === tag, 'the fork keeps the metadata', info.metadata);
+    ok(await f.kill(), 'the fork is killed on its own');
+  }
+  ok(await sbx.isRunning(), 'the source still runs (isRunning)');
 });
 
 // ---- a dev server in the box, through the port route and getHost ------------------
@@ -388,6 +424,7 @@ await step('kill', async () => {
   ok(e instanceof NotFoundError, 'getInfo after kill: NotFoundError', e && `${e.name}: ${e.message}`);
   const e2 = await thrown(() => sbx.commands.run('true'));
   ok(e2 !== null, 'a command after kill fails', e2 && `${e2.name}: ${e2.message}`);
+  ok((await sbx.isRunning()) === false, 'isRunning after kill: false');
 });
 
 console.log(`1..${n}`);
