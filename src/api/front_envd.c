@@ -547,7 +547,10 @@ static void *pty_main(void *arg)
         _cleanup_buf_ ab_buf b = {0};
         int exit_code = 0;
         bool exited = false, closed = false;
-        if (ab_manager_term_attach(m, p->box, NULL, p->tid, &a, &e) < 0) {
+        int rc = ab_manager_term_attach(m, p->box, NULL, p->tid, &a, &e);
+        if (rc == 0)
+                ab_manager_use_hold(m, &a.use);
+        if (rc < 0) {
                 crpc_end(&b, crpc_code_of(e->code), e->msg);
                 ab_err_free(&e);
         } else {
@@ -897,6 +900,8 @@ static enum MHD_Result process_start(ab_req *r, const char *box, json_t *msg)
                 ab_err_free(&e);
                 return ret;
         }
+        /* a pause freezes the command with the box, as E2B's does */
+        ab_manager_use_hold(r->srv->mgr, &p->use);
         p->refs++; /* subscribe's, dropped below */
         ret = subscribe(r, p, false, slot);
         pthread_mutex_lock(&reg_lock);

@@ -202,12 +202,14 @@ static int op_pause(ab_manager *m, ab_box_rec *r, ab_err **err)
          * use that just answered its caller ends a moment later (it writes
          * its audit row after the answer): wait that moment out. */
         slot *s = mgr_slot_get(m, r->id);
-        int busy = atomic_load(&s->inflight);
+        /* (uses held by long-lived processes are frozen with the box) */
+        int busy = atomic_load(&s->inflight) - atomic_load(&s->held);
         for (uint64_t end = ab_now_ns() + PAUSE_WAIT_USES_MS * 1000000ull;
-             busy && ab_now_ns() < end; busy = atomic_load(&s->inflight))
+             busy > 0 && ab_now_ns() < end;
+             busy = atomic_load(&s->inflight) - atomic_load(&s->held))
                 mgr_sleep_ms(2);
         mgr_slot_put(m, s);
-        if (busy)
+        if (busy > 0)
                 return ab_err_set(err, AB_E_CONFLICT, 0,
                                   "box %s is in use (%d exec, file or tool call%s running); pause "
                                   "it when they are done",

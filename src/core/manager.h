@@ -191,12 +191,18 @@ typedef struct ab_use {
         void *slot;   /* internal */
         void *audit;  /* internal: the exec audit row, written by use_end */
         bool touched; /* internal: an exec recorded the activity already */
+        bool held;    /* internal: ab_manager_use_hold */
 } ab_use;
 
 int ab_manager_use_begin(ab_manager *m, const char *id, const char *scope, ab_use *u, ab_err **err);
 /* A new connection to the box's init (the caller closes it). */
 int ab_manager_use_connect(ab_manager *m, ab_use *u, ab_err **err);
 void ab_manager_use_end(ab_manager *m, ab_use *u);
+/* Marks u as held by a long-lived process (an E2B background command or
+ * PTY): the box still counts busy for idle stop and the running-box cap, but
+ * a pause no longer refuses it: the process is frozen with the box and goes
+ * on at the resume, as E2B's pause keeps processes. Idempotent. */
+void ab_manager_use_hold(ab_manager *m, ab_use *u);
 
 /* Gives a box the backend has but the store does not know (one made by
  * `agentbox create`) a record, as a restart of the server would: a session

@@ -38,6 +38,7 @@ typedef struct slot {
         pthread_mutex_t lock; /* serialises lifecycle operations on the box */
         int refs;             /* under m->slots_lock */
         atomic_int inflight;  /* uses in progress */
+        atomic_int held;      /* of them, held by long-lived processes (ab_manager_use_hold) */
 } slot;
 
 typedef struct del_job {

@@ -368,7 +368,12 @@ await step('setTimeout', async () => {
 await step('pause and connect', async () => {
   await sbx.files.write('/home/user/keep.txt', 'kept across pause');
   await sbx.commands.run('echo proc-state > /tmp/in-memory-fs.txt');
-  ok(await sbx.pause(), 'pause: true');
+  const ticker = await sbx.commands.run('i=0; while :; do i=$((i+1)); echo $i > /tmp/ticks; sleep 0.1; done',
+    { background: true, timeoutMs: 0 });
+  await sleep(500);
+  const before = Number((await sbx.commands.run('cat /tmp/ticks')).stdout);
+  ok(await sbx.pause(), 'pause: true (with a background process running)');
+  await sleep(1500); /* 15 ticks, were it not frozen */
   const info = await Sandbox.getInfo(sbx.sandboxId);
   ok(info.state === 'paused', 'getInfo after pause: paused', info);
   const listed = await Sandbox.list({ query: { state: ['paused'], metadata: { suite: tag } } }).nextItems();
@@ -379,6 +384,13 @@ await step('pause and connect', async () => {
   ok((await again.files.read('/home/user/keep.txt')) === 'kept across pause', 'the files are kept');
   const r = await again.commands.run('cat /tmp/in-memory-fs.txt');
   ok(r.stdout === 'proc-state\n', 'pause keeps the running box (its tmpfs) as it was', r);
+  const atResume = Number((await again.commands.run('cat /tmp/ticks')).stdout);
+  await sleep(800);
+  const later = Number((await again.commands.run('cat /tmp/ticks')).stdout);
+  ok(atResume - before < 8, 'the background process was frozen while paused', { before, atResume });
+  ok(later > atResume, 'and goes on after the resume', { atResume, later });
+  ok((await again.commands.list()).some((p) => p.pid === ticker.pid), 'it is still in commands.list');
+  await again.commands.kill(ticker.pid);
 });
 
 // ---- errors and auth ---------------------------------------------------------------
