@@ -35,8 +35,10 @@
 #define WATCHER_MAX_EVENTS 10000
 #define PID_MARK           "\036abpid "
 /* sh prints the pid it will exec the command as, then becomes the command */
-#define PROLOGUE   "printf '\\036abpid %s\\n' \"$$\" >&2; exec \"$@\""
-#define OUTPUT_CAP (1ull << 40) /* E2B streams a process's output without a cap */
+#define PROLOGUE             "printf '\\036abpid %s\\n' \"$$\" >&2; exec \"$@\""
+#define OUTPUT_CAP           (1ull << 40) /* E2B streams a process's output without a cap */
+#define MAX_PROCS_PER_BOX    128          /* running processes (each one a thread here) */
+#define MAX_WATCHERS_PER_BOX 16           /* CreateWatcher's (WatchDir's count as streams) */
 
 /* ---- access tokens ---------------------------------------------------- */
 
@@ -838,6 +840,14 @@ static enum MHD_Result process_start(ab_req *r, const char *box, json_t *msg)
         size_t n_args = 0;
         while (args[n_args])
                 n_args++;
+        pthread_mutex_lock(&reg_lock);
+        int running = 0;
+        for (proc *q = procs; q; q = q->next)
+                running += !q->ended && !strcmp(q->box, box);
+        pthread_mutex_unlock(&reg_lock);
+        if (running >= MAX_PROCS_PER_BOX)
+                return stream_error(r, "resource_exhausted",
+                                    "the sandbox runs as many processes as this front allows");
         static pthread_once_t keepalive_once = PTHREAD_ONCE_INIT;
         pthread_once(&keepalive_once, keepalive_start);
         enum MHD_Result ret;
@@ -1599,7 +1609,7 @@ static watch *watch_find(const char *box, const char *id)
 {
         pthread_mutex_lock(&watch_lock);
         watch *w = watches;
-        while (w && (!w->events || strcmp(w->id, id) || strcmp(w->box, box)))
+        while (w && (!w->events || w->stop || strcmp(w->id, id) || strcmp(w->box, box)))
                 w = w->next;
         if (w)
                 w->refs++;
@@ -1611,6 +1621,14 @@ static enum MHD_Result watcher_rpc(ab_req *r, const char *box, const char *metho
 {
         ab_err *e = NULL;
         if (!strcmp(method, "CreateWatcher")) {
+                int n = 0;
+                pthread_mutex_lock(&watch_lock);
+                for (watch *q = watches; q; q = q->next)
+                        n += q->events && !q->stop && !strcmp(q->box, box);
+                pthread_mutex_unlock(&watch_lock);
+                if (n >= MAX_WATCHERS_PER_BOX)
+                        return rpc_error(r, "resource_exhausted",
+                                         "the sandbox has as many watchers as it may");
                 watch *w = watch_new(r, box, msg, -1, &e);
                 if (!w)
                         return rpc_err(r, e);

@@ -132,6 +132,27 @@ r = srv.get("/v1/sandboxes/%s" % sid)
 h.ok(r.status == 200 and r.get("idle_stop_s") == -1 and r.get("idle_pause_s") == -1 and r.get("metadata") == {"t": "raw"},
      "an E2B sandbox is an agentbox box that never idles out (its timeout is its life)", r.describe())
 
+# ---- the watcher API (CreateWatcher / GetWatcherEvents / RemoveWatcher) ----------------
+r = rpc("filesystem.Filesystem/CreateWatcher", {"path": "/home/user", "recursive": True})
+wid = r.get("watcherId")
+h.ok(r.status == 200 and isinstance(wid, str) and wid, "CreateWatcher: a watcherId", r.describe())
+rpc("filesystem.Filesystem/MakeDir", {"path": "/home/user/wdir/sub"})
+time.sleep(0.8)
+r = rpc("filesystem.Filesystem/GetWatcherEvents", {"watcherId": wid})
+evs = r.get("events") or []
+h.ok(r.status == 200 and {"name": "wdir", "type": "EVENT_TYPE_CREATE"} in evs and
+     {"name": "wdir/sub", "type": "EVENT_TYPE_CREATE"} in evs,
+     "GetWatcherEvents: the creates since the watcher was made (recursive)", r.describe())
+r = rpc("filesystem.Filesystem/GetWatcherEvents", {"watcherId": wid})
+h.ok(r.status == 200 and not r.get("events"), "GetWatcherEvents again: nothing new", r.describe())
+r = rpc("filesystem.Filesystem/RemoveWatcher", {"watcherId": wid})
+h.eq(r.status, 200, "RemoveWatcher", r.describe())
+r = rpc("filesystem.Filesystem/GetWatcherEvents", {"watcherId": wid})
+h.ok(r.status == 404 and r.get("code") == "not_found", "a removed watcher is not_found", r.describe())
+r = rpc("filesystem.Filesystem/GetWatcherEvents", {"watcherId": wid}, headers={"E2b-Sandbox-Id": other or "",
+        "X-Access-Token": "x"})
+h.eq(r.status, 401, "the watcher API checks the access token too", r.describe())
+
 # ---- the access token survives a restart --------------------------------------------------
 r = rpc("filesystem.Filesystem/MakeDir", {"path": "/home/user/before-restart"})
 h.eq(r.status, 200, "MakeDir before the restart", r.describe())
