@@ -21,6 +21,10 @@ int e2b_access_token(ab_server *s, const char *id, char out[E2B_TOKEN_LEN + 1], 
  * streams see the end): called when the front deletes or pauses a box. */
 void envd_forget_box(const char *id);
 
+/* Ends every E2B process, PTY and watch of this server and waits (up to 5 s)
+ * for their threads: at the server's stop, before the manager goes. */
+void envd_shutdown(void);
+
 /* Control plane (front_e2b.c). `id` is the {sandboxID} segment. */
 enum MHD_Result e2b_create(ab_req *r, const char *id);
 enum MHD_Result e2b_list(ab_req *r, const char *id);

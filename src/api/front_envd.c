@@ -24,6 +24,7 @@
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <sys/mman.h>
 #include <sys/random.h>
 #include <sys/stat.h>
@@ -319,6 +320,7 @@ typedef struct proc {
 
 static pthread_mutex_t reg_lock = PTHREAD_MUTEX_INITIALIZER;
 static proc *procs;
+static atomic_bool stopping;              /* envd_shutdown: PTY threads end */
 static uint32_t next_fake_pid = 1u << 22; /* above any real pid_max default */
 
 static void subs_close(sub **l)
@@ -583,7 +585,7 @@ static void *pty_main(void *arg)
                                 break;
                         }
                         struct pollfd pf = {.fd = a.fd, .events = POLLIN};
-                        if (poll(&pf, 1, 1000) < 0 && errno != EINTR)
+                        if ((poll(&pf, 1, 200) < 0 && errno != EINTR) || atomic_load(&stopping))
                                 break;
                 }
                 ab_manager_term_detach(m, &a);
@@ -1963,4 +1965,35 @@ enum MHD_Result envd_files_post(ab_req *r, const char *id)
                 return files_error(r, e);
         }
         return resp_json(r, 200, a);
+}
+
+/* ---- shutdown ------------------------------------------------------------ */
+
+void envd_shutdown(void)
+{
+        atomic_store(&stopping, true);
+        for (int i = 0; i < 500; i++) { /* 5 s */
+                pthread_mutex_lock(&reg_lock);
+                bool busy = procs != NULL;
+                for (proc *p = procs; p; p = p->next) {
+                        pthread_mutex_lock(&p->lock);
+                        if (p->cancel_w >= 0) {
+                                p->killed = true;
+                                close(p->cancel_w);
+                                p->cancel_w = -1;
+                        }
+                        pthread_mutex_unlock(&p->lock);
+                }
+                pthread_mutex_unlock(&reg_lock);
+                pthread_mutex_lock(&watch_lock);
+                busy |= watches != NULL;
+                for (watch *w = watches; w; w = w->next)
+                        w->stop = true;
+                pthread_mutex_unlock(&watch_lock);
+                if (!busy)
+                        break;
+                struct timespec ts = {0, 10000000};
+                nanosleep(&ts, NULL);
+        }
+        atomic_store(&stopping, false);
 }

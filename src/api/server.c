@@ -1273,6 +1273,7 @@ void ab_server_stop(ab_server *s)
          * handlers in flight finish (each resumes its connection). */
         ab_conns_stop_streams(s->conns);
         ab_workers_drain(s->workers);
+        envd_shutdown(); /* E2B processes use the manager from threads of their own */
         MHD_stop_daemon(s->mhd);
         s->mhd = NULL;
         ab_workers_free(steal_pointer(&s->workers));

@@ -20,9 +20,11 @@ timeout runs out is paused, not deleted, and a connect brings it back.
 
 Without node the file is skipped; without the SDK installed (and no way to
 install it) too."""
+import http.client
 import json
 import os
 import shutil
+import struct
 import subprocess
 import sys
 import time
@@ -156,7 +158,26 @@ h.eq(r.status, 401, "the watcher API checks the access token too", r.describe())
 # ---- the access token survives a restart --------------------------------------------------
 r = rpc("filesystem.Filesystem/MakeDir", {"path": "/home/user/before-restart"})
 h.eq(r.status, 200, "MakeDir before the restart", r.describe())
-srv.restart()
+# a command and a PTY running (their streams open) when the server stops
+streams = []
+for extra in ({}, {"pty": {"size": {"cols": 80, "rows": 24}}}):
+    body = json.dumps(dict({"process": {"cmd": "/bin/sh", "args": ["-c", "sleep 600"]}}, **extra)).encode()
+    c = http.client.HTTPConnection(srv.host, srv.port, timeout=20)
+    c.request("POST", "/e2b/envd/process.Process/Start", body=struct.pack(">BI", 0, len(body)) + body,
+              headers=dict(ENVD, **{"Content-Type": "application/connect+json"}))
+    resp = c.getresponse()
+    head = resp.read(5)
+    first = json.loads(resp.read(struct.unpack(">I", head[1:5])[0])) if len(head) == 5 else {}
+    h.ok(resp.status == 200 and first.get("event", {}).get("start", {}).get("pid"),
+         "a running %s before the stop" % ("PTY" if extra else "command"), first)
+    streams.append(c)
+t0 = time.monotonic()
+ok_stop, rc = srv.stop()
+h.ok(ok_stop and rc == 0 and time.monotonic() - t0 < 8,
+     "the server stops cleanly (exit 0) with E2B processes running", "rc=%s after %.1fs" % (rc, time.monotonic() - t0))
+for c in streams:
+    c.close()
+srv.start()
 r = rpc("filesystem.Filesystem/Stat", {"path": "/home/user/before-restart"})
 h.ok(r.status == 200, "after a restart of the server the same access token works", r.describe())
 
