@@ -1906,6 +1906,12 @@ enum MHD_Result envd_files_post(ab_req *r, const char *id)
                                            "the upload could not be spooled"));
         const char *ctype = req_header(r, "Content-Type");
         const char *qpath = req_query(r, "path");
+        const char *cenc = req_header(r, "Content-Encoding");
+        if (cenc && strcasecmp(cenc, "identity"))
+                return resp_json(r, 400,
+                                 json_pack("{s:i,s:s}", "code", 400, "message",
+                                           "Content-Encoding: only identity uploads are supported "
+                                           "(no gzip)"));
         ab_err *e = NULL;
         up_file *files = NULL;
         size_t n = 0;

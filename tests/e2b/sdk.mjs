@@ -281,6 +281,11 @@ await step('files', async () => {
   ok(e instanceof NotFoundError, 'files.read of a missing file: NotFoundError', e && `${e.name}: ${e.message}`);
   const e2 = await thrown(() => sbx.files.list('/home/user/nodir'));
   ok(e2 instanceof NotFoundError, 'files.list of a missing directory: NotFoundError', e2 && `${e2.name}: ${e2.message}`);
+  const streamed = await sbx.files.write('/home/user/streamed.txt', new Blob(['from a stream']).stream());
+  ok(streamed.path === '/home/user/streamed.txt' && (await sbx.files.read('/home/user/streamed.txt')) === 'from a stream',
+    'files.write of a ReadableStream (an octet-stream upload)', streamed);
+  const gz = await thrown(() => sbx.files.write('/home/user/gz.txt', 'zipped', { gzip: true }));
+  ok(gz !== null && !(await sbx.files.exists('/home/user/gz.txt')), 'a gzip upload is refused, nothing written', gz && gz.message);
   const big = 'x'.repeat(3 << 20);
   await sbx.files.write('/home/user/big.txt', big);
   ok((await sbx.files.read('/home/user/big.txt')).length === big.length, 'a 3 MiB file round trip');
