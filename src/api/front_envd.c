@@ -297,11 +297,13 @@ typedef struct proc {
         char *tag;
         json_t *config; /* ProcessConfig, for List */
         bool ended;
-        /* under lock */
-        pthread_mutex_t lock;
+        /* under io_lock (never held while writing to a stream) */
+        pthread_mutex_t io_lock;
         int stdin_w;  /* -1: none, or closed */
         int cancel_w; /* closing it kills the process tree */
-        bool killed;
+        atomic_bool killed;
+        /* under lock (held while writing to the streams) */
+        pthread_mutex_t lock;
         bool marker_done;
         ab_buf marker;  /* stderr bytes until the pid line */
         ab_buf pending; /* envelopes made before the start event */
@@ -360,6 +362,7 @@ static void proc_unref(proc *p)
         free(p->user);
         free(p->tid);
         pthread_mutex_destroy(&p->lock);
+        pthread_mutex_destroy(&p->io_lock);
         free(p);
 }
 
@@ -655,13 +658,13 @@ static int proc_signal(ab_server *s, proc *p, int sig, ab_err **err)
                            ? ab_manager_term_close(s->mgr, p->box, NULL, p->tid, err)
                            : ab_manager_term_signal(s->mgr, p->box, NULL, p->tid, sig, err);
         if (sig == SIGKILL) {
-                pthread_mutex_lock(&p->lock);
+                pthread_mutex_lock(&p->io_lock);
                 if (p->cancel_w >= 0) {
                         p->killed = true;
                         close(p->cancel_w);
                         p->cancel_w = -1;
                 }
-                pthread_mutex_unlock(&p->lock);
+                pthread_mutex_unlock(&p->io_lock);
                 return 0;
         }
         if (!p->pid || p->pid >= (1u << 22))
@@ -858,6 +861,7 @@ static enum MHD_Result process_start(ab_req *r, const char *box, json_t *msg)
                 return ret;
         proc *p = xzalloc(sizeof(*p));
         pthread_mutex_init(&p->lock, NULL);
+        pthread_mutex_init(&p->io_lock, NULL);
         p->srv = r->srv;
         p->box = xstrdup(box);
         p->stdin_w = p->cancel_w = p->stdin_r = p->cancel_r = -1;
@@ -998,9 +1002,9 @@ static int proc_input(proc *p, json_t *input, ab_err **err)
         }
         if (!in)
                 return ab_err_set(err, AB_E_INVALID, 0, "input.pty: the process has no PTY");
-        pthread_mutex_lock(&p->lock);
+        pthread_mutex_lock(&p->io_lock);
         int fd = p->stdin_w >= 0 ? dup(p->stdin_w) : -1;
-        pthread_mutex_unlock(&p->lock);
+        pthread_mutex_unlock(&p->io_lock);
         if (fd < 0)
                 return ab_err_set(err, AB_E_CONFLICT, 0,
                                   "the process has no stdin (start it with stdin: true) or it "
@@ -1031,12 +1035,12 @@ static enum MHD_Result process_unary(ab_req *r, const char *box, const char *met
         } else if (!strcmp(method, "SendInput")) {
                 rc = proc_input(p, json_object_get(msg, "input"), &e);
         } else if (!strcmp(method, "CloseStdin")) {
-                pthread_mutex_lock(&p->lock);
+                pthread_mutex_lock(&p->io_lock);
                 if (p->stdin_w >= 0) {
                         close(p->stdin_w);
                         p->stdin_w = -1;
                 }
-                pthread_mutex_unlock(&p->lock);
+                pthread_mutex_unlock(&p->io_lock);
         } else { /* SendSignal */
                 json_t *sj = json_object_get(msg, "signal");
                 const char *sn = json_string_value(sj);
@@ -1982,13 +1986,13 @@ void envd_shutdown(void)
                 pthread_mutex_lock(&reg_lock);
                 bool busy = procs != NULL;
                 for (proc *p = procs; p; p = p->next) {
-                        pthread_mutex_lock(&p->lock);
+                        pthread_mutex_lock(&p->io_lock);
                         if (p->cancel_w >= 0) {
                                 p->killed = true;
                                 close(p->cancel_w);
                                 p->cancel_w = -1;
                         }
-                        pthread_mutex_unlock(&p->lock);
+                        pthread_mutex_unlock(&p->io_lock);
                 }
                 pthread_mutex_unlock(&reg_lock);
                 pthread_mutex_lock(&watch_lock);
