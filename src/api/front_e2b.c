@@ -471,11 +471,16 @@ enum MHD_Result e2b_metrics(ab_req *r, const char *id)
                 struct timespec ts;
                 clock_gettime(CLOCK_REALTIME, &ts);
                 int64_t now = (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+                /* CPU: the average since the box was made (one sample has no interval) */
+                double cpus = l.cpus >= 1 ? l.cpus : 1;
+                double secs = (double)(now - rec.created_at) / 1000.0;
+                double pct = secs > 0 ? (double)st.cpu_usage_ns / 1e9 / secs / cpus * 100.0 : 0;
                 json_array_append_new(
                     a,
                     json_pack("{s:o,s:f,s:i,s:I,s:I,s:I,s:I,s:I}", "timestamp", iso_time(now),
-                              "cpuUsedPct", 0.0, "cpuCount", (int)(l.cpus >= 1 ? l.cpus : 1),
-                              "memUsed", (json_int_t)st.memory_bytes, "memTotal",
+                              "cpuUsedPct", pct > 100 ? 100.0 : pct, "cpuCount",
+                              (int)(l.cpus >= 1 ? l.cpus : 1), "memUsed",
+                              (json_int_t)st.memory_bytes, "memTotal",
                               (json_int_t)(st.memory_limit ? st.memory_limit : l.memory_mib << 20),
                               "memCache", (json_int_t)0, "diskUsed", (json_int_t)st.disk_used_bytes,
                               "diskTotal", (json_int_t)st.disk_limit_bytes));

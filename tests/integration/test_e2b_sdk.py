@@ -199,6 +199,20 @@ time.sleep(3)
 r = srv.get("/e2b/sandboxes/%s" % ap, headers=KEY, token=None)
 h.ok(r.status == 200 and r.get("state") == "running", "with its new timeout it keeps running", r.describe())
 
+# ---- a stopped box (idle stop, /v1 stop) is "paused" to E2B, and connect starts it ------
+r = srv.post("/v1/sandboxes/%s/stop" % other, {})
+h.eq(r.status, 200, "POST /v1/sandboxes/{id}/stop of an E2B sandbox", r.describe())
+r = srv.get("/e2b/sandboxes/%s" % other, headers=KEY, token=None)
+h.ok(r.status == 200 and r.get("state") == "paused", "a stopped box is paused to E2B", r.describe())
+r = srv.post("/e2b/v2/sandboxes/%s/connect" % other, {"timeout": 60}, headers=KEY, token=None)
+h.ok(r.status == 201 and srv.get("/v1/sandboxes/%s" % other).get("status") == "running",
+     "connect starts a stopped box: 201, running", r.describe())
+r = srv.get("/e2b/sandboxes/%s/metrics" % other, headers=KEY, token=None)
+samples = r.json if r.status == 200 else None
+m = samples[0] if isinstance(samples, list) and samples else {}
+h.ok(m.get("memUsed", 0) > 0 and m.get("diskTotal", 0) > 0 and 0 <= m.get("cpuUsedPct", -1) <= 100,
+     "metrics: one sample with memory, disk and CPU", r.describe())
+
 for b in (sid, other, ap):
     if b:
         srv.delete("/e2b/sandboxes/%s" % b, headers=KEY, token=None)
