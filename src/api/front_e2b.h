@@ -1,6 +1,6 @@
 /* front_e2b.h - the E2B front (docs/compat-e2b.md): E2B's control-plane REST
  * API under /e2b (front_e2b.c) and envd, the API E2B's SDK talks to inside a
- * sandbox, under /e2b/envd (front_envd.c: Connect RPC for processes and the
+ * sandbox, under /e2b/envd (front_envd.c, envd_*.c: Connect RPC for processes and the
  * filesystem, /files, /health). The SDK is pointed here by E2B_API_URL and
  * E2B_SANDBOX_URL; envd calls name their box by the E2b-Sandbox-Id header and
  * prove it with the X-Access-Token the create answer gave. */
@@ -40,7 +40,8 @@ enum MHD_Result e2b_network(ab_req *r, const char *id);
 /* Routes the SDK has but agentbox does not serve: 501 in E2B's error shape. */
 enum MHD_Result e2b_unsupported(ab_req *r, const char *id);
 
-/* envd (front_envd.c). `id` is the RPC method ("Start") of the service. */
+/* envd (front_envd.c, envd_proc.c, envd_files.c). `id` is the RPC method ("Start") of the service.
+ */
 enum MHD_Result envd_health(ab_req *r, const char *id);
 enum MHD_Result envd_files_get(ab_req *r, const char *id);
 enum MHD_Result envd_files_post(ab_req *r, const char *id);
