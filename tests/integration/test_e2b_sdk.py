@@ -20,6 +20,7 @@ timeout runs out is paused, not deleted, and a connect brings it back.
 
 Without node the file is skipped; without the SDK installed (and no way to
 install it) too."""
+import base64
 import http.client
 import json
 import os
@@ -133,6 +134,49 @@ h.eq(r.status, 501, "a call agentbox does not serve: 501", r.describe())
 r = srv.get("/v1/sandboxes/%s" % sid)
 h.ok(r.status == 200 and r.get("idle_stop_s") == -1 and r.get("idle_pause_s") == -1 and r.get("metadata") == {"t": "raw"},
      "an E2B sandbox is an agentbox box that never idles out (its timeout is its life)", r.describe())
+
+# ---- StreamInput (a client stream; the JS SDK has no call for it) ------------------------
+def envelope(obj, flags=0):
+    b = json.dumps(obj).encode()
+    return struct.pack(">BI", flags, len(b)) + b
+
+
+def read_frames(resp):
+    frames = []
+    while True:
+        head = resp.read(5)
+        if len(head) < 5:
+            return frames
+        frames.append((head[0], json.loads(resp.read(struct.unpack(">I", head[1:5])[0]))))
+        if head[0] & 2:
+            return frames
+
+
+c = http.client.HTTPConnection(srv.host, srv.port, timeout=20)
+c.request("POST", "/e2b/envd/process.Process/Start",
+          body=envelope({"process": {"cmd": "/bin/cat"}, "stdin": True, "tag": "cat-1"}),
+          headers=dict(ENVD, **{"Content-Type": "application/connect+json"}))
+resp = c.getresponse()
+head = resp.read(5)
+start = json.loads(resp.read(struct.unpack(">I", head[1:5])[0])) if len(head) == 5 else {}
+pid = start.get("event", {}).get("start", {}).get("pid")
+body = (envelope({"start": {"process": {"tag": "cat-1"}}}) +
+        envelope({"data": {"input": {"stdin": "c3RyZWFtZWQg"}}}) +  # "streamed "
+        envelope({"data": {"input": {"stdin": "aW5wdXQK"}}}) +  # "input\n"
+        envelope({}, 2))
+r = srv.request("POST", "/e2b/envd/process.Process/StreamInput", body=body, token=None,
+                headers=dict(ENVD, **{"Content-Type": "application/connect+json"}))
+h.ok(r.status == 200 and r.body.endswith(envelope({}, 2)), "StreamInput: 200, a message and the end envelope",
+     r.describe())
+r = rpc("process.Process/CloseStdin", {"process": {"pid": pid}})
+h.eq(r.status, 200, "CloseStdin", r.describe())
+frames = read_frames(resp)
+c.close()
+out = b"".join(base64.b64decode(f.get("event", {}).get("data", {}).get("stdout", ""))
+               for _, f in frames)
+ends = [f["event"]["end"] for _, f in frames if "end" in f.get("event", {})]
+h.ok(out == b"streamed input\n" and ends and ends[0].get("exitCode", 0) == 0 and frames[-1] == (2, {}),
+     "the stream input reached cat, which ended at the closed stdin", frames)
 
 # ---- the watcher API (CreateWatcher / GetWatcherEvents / RemoveWatcher) ----------------
 r = rpc("filesystem.Filesystem/CreateWatcher", {"path": "/home/user", "recursive": True})
