@@ -32,6 +32,8 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
 import abserver  # noqa: E402
+import imagelib  # noqa: E402
+import registry  # noqa: E402
 
 ROOT = os.path.realpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 E2B_DIR = os.path.join(ROOT, "tests", "e2b")
@@ -177,6 +179,41 @@ out = b"".join(base64.b64decode(f.get("event", {}).get("data", {}).get("stdout",
 ends = [f["event"]["end"] for _, f in frames if "end" in f.get("event", {})]
 h.ok(out == b"streamed input\n" and ends and ends[0].get("exitCode", 0) == 0 and frames[-1] == (2, {}),
      "the stream input reached cat, which ended at the closed stdin", frames)
+
+# ---- templateID names an image (a busybox image from a registry on loopback) --------------
+why = registry.missing() or (None if os.path.exists(imagelib.BUSYBOX) else "busybox-static is not installed") \
+    or (None if abserver.abtest.init_is_static() else "agentbox-init is dynamically linked (sanitized build)")
+if why:
+    h.skip("templateID: a box of an image", why)
+else:
+    with registry.Registry(h.root) as reg:
+        with open(imagelib.BUSYBOX, "rb") as f:
+            spec = {"bin/busybox": imagelib.file(f.read(), 0o755), "etc/passwd": imagelib.PASSWD,
+                    "etc/group": imagelib.GROUP, "tmp": imagelib.directory(0o1777)}
+        for tool in ("sh", "cat", "echo", "printf", "mkdir", "ln", "ls", "kill"):
+            spec["bin/" + tool] = imagelib.symlink("busybox")
+        spec["bin/bash"] = imagelib.file('#!/bin/sh\nexec /bin/sh "$@"\n', 0o755)  # the SDK runs bash -l -c
+        registry.push_image(reg.host, "e2b/bb", "1", [imagelib.layer_tar(spec)],
+                            imagelib.config(env=["PATH=/bin", "FROM_IMAGE=yes"]))
+        tpl = "%s/e2b/bb:1" % reg.host
+        r = srv.post("/e2b/v2/sandboxes", {"templateID": tpl, "timeout": 120}, headers=KEY, token=None)
+        ib, itok = r.get("sandboxID"), r.get("envdAccessToken")
+        h.ok(r.status == 201 and r.get("templateID") == tpl, "create with templateID = an image reference: 201",
+             r.describe())
+        h.eq((srv.get("/v1/sandboxes/%s" % ib).get("image") or {}).get("ref"), tpl,
+             "the box is made from that image (pulled at create)")
+        IENVD = {"E2b-Sandbox-Id": ib or "", "X-Access-Token": itok or ""}
+        c = http.client.HTTPConnection(srv.host, srv.port, timeout=30)
+        c.request("POST", "/e2b/envd/process.Process/Start",
+                  body=envelope({"process": {"cmd": "/bin/bash", "args": ["-l", "-c", "echo $FROM_IMAGE; ls /home"]}}),
+                  headers=dict(IENVD, **{"Content-Type": "application/connect+json"}))
+        frames = read_frames(c.getresponse())
+        c.close()
+        out = b"".join(base64.b64decode(f.get("event", {}).get("data", {}).get("stdout", "")) for _, f in frames)
+        pid = next((f["event"]["start"]["pid"] for _, f in frames if "start" in f.get("event", {})), 0)
+        h.ok(out.startswith(b"yes\n") and b"user" in out and 0 < pid < (1 << 22),
+             "a command in the image's box: its env, its own pid, /home/user made", (out, frames))
+        srv.delete("/e2b/sandboxes/%s" % ib, headers=KEY, token=None)
 
 # ---- the watcher API (CreateWatcher / GetWatcherEvents / RemoveWatcher) ----------------
 r = rpc("filesystem.Filesystem/CreateWatcher", {"path": "/home/user", "recursive": True})
