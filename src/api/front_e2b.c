@@ -285,27 +285,69 @@ static bool state_match(const ab_box_rec *rec, const char *states)
         return false;
 }
 
-/* GET /v2/sandboxes[?metadata=&state=] (and /sandboxes): every box of the
- * caller, E2B's ListedSandbox each; one page (no x-next-token). */
+static int by_start(const void *a, const void *b)
+{
+        const ab_box_rec *x = a, *y = b;
+        return x->created_at < y->created_at ? -1 : x->created_at > y->created_at;
+}
+
+/* GET /v2/sandboxes[?metadata=&state=&template=&order=&limit=&nextToken=] (and
+ * /sandboxes): the caller's boxes, E2B's ListedSandbox each, by start time
+ * (order asc or desc: newest first, the default); with a limit, pages linked
+ * by the x-next-token header (the offset of the next page). */
 enum MHD_Result e2b_list(ab_req *r, const char *id)
 {
         ab_err *e = NULL;
         ab_box_filter f = {0};
         ab_box_rec *rs = NULL;
         size_t n = 0;
+        const char *ls = req_query(r, "limit"), *ts = req_query(r, "nextToken");
+        const char *order = req_query(r, "order");
+        char *end = NULL;
+        long long limit = ls ? strtoll(ls, &end, 10) : 0;
+        if (ls && (end == ls || *end || limit < 0 || limit > 100000))
+                return e2b_error(r, 400, "limit: a number of sandboxes");
+        long long skip = ts ? strtoll(ts, &end, 10) : 0;
+        if (ts && (end == ts || *end || skip < 0))
+                return e2b_error(r, 400, "nextToken: not a token of this server");
+        if (order && strcmp(order, "asc") && strcmp(order, "desc"))
+                return e2b_error(r, 400, "order: asc or desc");
         if (ab_manager_list(r->srv->mgr, &f, r->scope, &rs, &n, &e) < 0)
                 return e2b_err(r, e);
+        qsort(rs, n, sizeof(*rs), by_start);
+        bool desc = !order || !strcmp(order, "desc");
         const char *meta = req_query(r, "metadata");
         const char *state = req_query(r, "state");
+        const char *tpl = req_query(r, "template");
         json_t *a = json_array();
-        for (size_t i = 0; i < n; i++) {
-                if (rs[i].status == AB_BOX_DELETING || rs[i].status == AB_BOX_CREATING ||
-                    !metadata_match(&rs[i], meta) || !state_match(&rs[i], state))
+        long long seen = 0;
+        bool more = false;
+        for (size_t k = 0; k < n; k++) {
+                ab_box_rec *b = &rs[desc ? n - 1 - k : k];
+                if (b->status == AB_BOX_DELETING || b->status == AB_BOX_CREATING ||
+                    !metadata_match(b, meta) || !state_match(b, state) ||
+                    (tpl && *tpl && strcmp(tpl, template_of(b))))
                         continue;
-                json_array_append_new(a, sandbox_json(r, &rs[i], false));
+                if (seen++ < skip)
+                        continue;
+                if (limit && (long long)json_array_size(a) == limit) {
+                        more = true;
+                        break;
+                }
+                json_array_append_new(a, sandbox_json(r, b, false));
         }
         ab_box_recs_free(rs, n);
-        return resp_json(r, 200, a);
+        char *txt = json_dumps(a, JSON_COMPACT);
+        json_decref(a);
+        struct MHD_Response *resp =
+            MHD_create_response_from_buffer(strlen(txt), txt, MHD_RESPMEM_MUST_FREE);
+        MHD_add_response_header(resp, "Content-Type", "application/json");
+        if (more) {
+                char next[32];
+                snprintf(next, sizeof(next), "%lld", skip + limit);
+                MHD_add_response_header(resp, "x-next-token", next);
+        }
+        return resp_send(r, 200, resp);
 }
 
 /* The box, or an answer: 404 in E2B's shape for a missing or deleted one. */

@@ -85,6 +85,9 @@ await step('Sandbox.list', async () => {
   ok(none.length === 0, 'list: a metadata filter matching nothing gives nothing', none);
   const running = await Sandbox.list({ query: { state: ['running'], metadata: { suite: tag } } }).nextItems();
   ok(running.length === 1, 'list with state [running]', running);
+  const base = await Sandbox.list({ query: { template: 'base', metadata: { suite: tag } } }).nextItems();
+  const other = await Sandbox.list({ query: { template: 'no-such-template', metadata: { suite: tag } } }).nextItems();
+  ok(base.length === 1 && other.length === 0, 'list with a template filter', { base, other });
   const paused = await Sandbox.list({ query: { state: ['paused'], metadata: { suite: tag } } }).nextItems();
   ok(paused.length === 0, 'list with state [paused]: none yet', paused);
 });
@@ -424,6 +427,13 @@ await step('app-scoped API key', async () => {
   const mine = await Sandbox.create({ apiKey: key, metadata: { suite: tag, kind: 'app' } });
   const seen = await Sandbox.list({ apiKey: key }).nextItems();
   ok(seen.length === 1 && seen[0].sandboxId === mine.sandboxId, 'the app key lists only its own sandbox', seen.map((s) => s.sandboxId));
+  const pager = Sandbox.list({ query: { metadata: { suite: tag } }, limit: 1 });
+  const page1 = await pager.nextItems();
+  const more = pager.hasNext;
+  const page2 = more ? await pager.nextItems() : [];
+  ok(page1.length === 1 && more && page2.length === 1 && !pager.hasNext && page1[0].sandboxId === mine.sandboxId &&
+    page2[0].sandboxId === sbx.sandboxId, 'list with limit 1: two pages, newest first (x-next-token)',
+  { page1: page1.map((s) => s.sandboxId), page2: page2.map((s) => s.sandboxId), more });
   const all = await Sandbox.list({ query: { metadata: { suite: tag } } }).nextItems();
   ok(all.length === 2, 'the admin token lists both', all.map((s) => s.sandboxId));
   const e = await thrown(() => Sandbox.getInfo(sbx.sandboxId, { apiKey: key }));
