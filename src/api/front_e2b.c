@@ -291,7 +291,7 @@ static int by_start(const void *a, const void *b)
         return x->created_at < y->created_at ? -1 : x->created_at > y->created_at;
 }
 
-/* GET /v2/sandboxes[?metadata=&state=&template=&order=&limit=&nextToken=] (and
+/* GET /v2/sandboxes[?metadata=&state=&template=&startedAfter=&order=&limit=&nextToken=] (and
  * /sandboxes): the caller's boxes, E2B's ListedSandbox each, by start time
  * (order asc or desc: newest first, the default); with a limit, pages linked
  * by the x-next-token header (the offset of the next page). */
@@ -319,6 +319,19 @@ enum MHD_Result e2b_list(ab_req *r, const char *id)
         const char *meta = req_query(r, "metadata");
         const char *state = req_query(r, "state");
         const char *tpl = req_query(r, "template");
+        const char *after = req_query(r, "startedAfter");
+        int64_t after_ms = 0;
+        if (after && *after) {
+                struct tm tm = {0};
+                const char *rest = strptime(after, "%Y-%m-%dT%H:%M:%S", &tm);
+                if (!rest) {
+                        ab_box_recs_free(rs, n);
+                        return e2b_error(r, 400, "startedAfter: an RFC 3339 time");
+                }
+                after_ms = (int64_t)timegm(&tm) * 1000;
+                if (*rest == '.')
+                        after_ms += (int64_t)(strtod(rest, NULL) * 1000);
+        }
         json_t *a = json_array();
         long long seen = 0;
         bool more = false;
@@ -326,7 +339,7 @@ enum MHD_Result e2b_list(ab_req *r, const char *id)
                 ab_box_rec *b = &rs[desc ? n - 1 - k : k];
                 if (b->status == AB_BOX_DELETING || b->status == AB_BOX_CREATING ||
                     !metadata_match(b, meta) || !state_match(b, state) ||
-                    (tpl && *tpl && strcmp(tpl, template_of(b))))
+                    (tpl && *tpl && strcmp(tpl, template_of(b))) || b->created_at <= after_ms)
                         continue;
                 if (seen++ < skip)
                         continue;

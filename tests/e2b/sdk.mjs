@@ -88,6 +88,9 @@ await step('Sandbox.list', async () => {
   const base = await Sandbox.list({ query: { template: 'base', metadata: { suite: tag } } }).nextItems();
   const other = await Sandbox.list({ query: { template: 'no-such-template', metadata: { suite: tag } } }).nextItems();
   ok(base.length === 1 && other.length === 0, 'list with a template filter', { base, other });
+  const before = await Sandbox.list({ query: { startedAfter: new Date(Date.now() - 3600_000), metadata: { suite: tag } } }).nextItems();
+  const future = await Sandbox.list({ query: { startedAfter: new Date(Date.now() + 60_000), metadata: { suite: tag } } }).nextItems();
+  ok(before.length === 1 && future.length === 0, 'list with startedAfter', { before, future });
   const paused = await Sandbox.list({ query: { state: ['paused'], metadata: { suite: tag } } }).nextItems();
   ok(paused.length === 0, 'list with state [paused]: none yet', paused);
 });
