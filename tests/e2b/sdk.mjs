@@ -137,6 +137,21 @@ await step('streaming output', async () => {
   ok(errs.join('') === 'e1\n', 'onStderr', errs);
 });
 
+await step('concurrent commands', async () => {
+  const runs = await Promise.all(Array.from({ length: 20 }, (_, i) =>
+    sbx.commands.run(`sleep 0.$((RANDOM % 5)); echo job-${i}; echo err-${i} >&2`)));
+  ok(runs.every((r, i) => r.stdout === `job-${i}\n` && r.stderr === `err-${i}\n` && r.exitCode === 0),
+    '20 commands at once: each gets its own output', runs.map((r) => r.stdout + r.stderr));
+  const bg = await Promise.all(Array.from({ length: 10 }, () => sbx.commands.run('sleep 30', { background: true })));
+  const pids = new Set(bg.map((h) => h.pid));
+  const listed = await sbx.commands.list();
+  ok(pids.size === 10 && bg.every((h) => listed.some((p) => p.pid === h.pid)), '10 background commands: 10 pids, all listed', { pids: [...pids], listed: listed.length });
+  await Promise.all(bg.map((h) => h.kill()));
+  await Promise.all(bg.map((h) => h.wait().catch(() => null)));
+  const after = await sbx.commands.list();
+  ok(!after.some((p) => pids.has(p.pid)), 'all killed', after);
+});
+
 await step('stdin', async () => {
   const h = await sbx.commands.run('cat', { background: true, stdin: true });
   await h.sendStdin('hello ');
