@@ -102,6 +102,11 @@ await step('commands.run', async () => {
     'run: exit code, stdout, stderr, the envs given at create', r);
   const r2 = await sbx.commands.run('echo "$X-$(pwd)"', { envs: { X: 'y' }, cwd: '/tmp' });
   ok(r2.stdout === 'y-/tmp\n', 'run: envs and cwd of the call', r2);
+  const who = await sbx.commands.run('id -un', { user: 'nobody' });
+  const root = await sbx.commands.run('id -un', { user: 'root' });
+  const dflt = await sbx.commands.run('id -un; pwd');
+  ok(who.stdout === 'nobody\n' && root.stdout === 'root\n' && dflt.stdout === 'root\n/workspace\n',
+    'run: the user option (nobody, root), the default user and cwd', [who.stdout, root.stdout, dflt.stdout]);
 });
 
 await step('command not found', async () => {
