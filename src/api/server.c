@@ -2,6 +2,7 @@
  * and the response helpers the route modules use. */
 #include "api/server.h"
 #include "api/conn.h"
+#include "api/front_e2b.h"
 #include "api/workers.h"
 #include "api/ws.h"
 #include "base/log.h"
@@ -95,6 +96,28 @@ static const route routes[] = {
     {"POST", "v1/volumes", AUTH_USER, BODY_JSON, route_volume_create},
     {"GET", "v1/volumes/*", AUTH_USER, BODY_NONE, route_volume_get},
     {"DELETE", "v1/volumes/*", AUTH_USER, BODY_NONE, route_volume_delete},
+    /* the E2B front (front_e2b.c, front_envd.c; docs/compat-e2b.md) */
+    {"POST", "e2b/v2/sandboxes", AUTH_USER, BODY_JSON, e2b_create},
+    {"POST", "e2b/sandboxes", AUTH_USER, BODY_JSON, e2b_create},
+    {"GET", "e2b/v2/sandboxes", AUTH_USER, BODY_NONE, e2b_list},
+    {"GET", "e2b/sandboxes", AUTH_USER, BODY_NONE, e2b_list},
+    {"GET", "e2b/sandboxes/*", AUTH_USER, BODY_NONE, e2b_get},
+    {"DELETE", "e2b/sandboxes/*", AUTH_USER, BODY_NONE, e2b_kill},
+    {"POST", "e2b/sandboxes/*/timeout", AUTH_USER, BODY_JSON, e2b_timeout},
+    {"POST", "e2b/sandboxes/*/pause", AUTH_USER, BODY_JSON, e2b_pause},
+    {"POST", "e2b/sandboxes/*/resume", AUTH_USER, BODY_JSON, e2b_connect},
+    {"POST", "e2b/v2/sandboxes/*/connect", AUTH_USER, BODY_JSON, e2b_connect},
+    {"GET", "e2b/sandboxes/*/metrics", AUTH_USER, BODY_NONE, e2b_metrics},
+    {"POST", "e2b/sandboxes/*/fork", AUTH_USER, BODY_JSON, e2b_fork},
+    {"POST", "e2b/sandboxes/*/snapshots", AUTH_USER, BODY_JSON, e2b_snapshot},
+    {"PUT", "e2b/sandboxes/*/network", AUTH_USER, BODY_JSON, e2b_network},
+    {"GET", "e2b/snapshots", AUTH_USER, BODY_NONE, e2b_unsupported},
+    {"DELETE", "e2b/templates/*", AUTH_USER, BODY_NONE, e2b_unsupported},
+    {"GET", "e2b/envd/health", AUTH_ANY, BODY_NONE, envd_health},
+    {"GET", "e2b/envd/files", AUTH_ANY, BODY_NONE, envd_files_get},
+    {"POST", "e2b/envd/files", AUTH_ANY, BODY_UPLOAD, envd_files_post},
+    {"POST", "e2b/envd/process.Process/*", AUTH_ANY, BODY_JSON, envd_process_rpc},
+    {"POST", "e2b/envd/filesystem.Filesystem/*", AUTH_ANY, BODY_JSON, envd_filesystem_rpc},
 };
 
 /* ---- responses -------------------------------------------------------- */
@@ -581,6 +604,17 @@ bool req_peer_loopback(ab_req *r)
         return peer_is_loopback(r);
 }
 
+/* The request's credential: its Authorization header, or E2B's X-API-Key
+ * taken as a bearer token (*buf holds it then). */
+static const char *auth_header(ab_req *r, char **buf)
+{
+        const char *h = req_header(r, "Authorization");
+        const char *k = h ? NULL : req_header(r, "X-API-Key");
+        if (k && *k)
+                return *buf = xasprintf("Bearer %s", k);
+        return h;
+}
+
 /* True when authenticating r needs the store (an API key made with POST
  * /v1/keys): then it runs on a worker, not on MHD's thread. */
 static bool auth_may_block(ab_req *r, auth_level need)
@@ -588,7 +622,8 @@ static bool auth_may_block(ab_req *r, auth_level need)
         const ab_config *c = r->srv->cfg;
         if (need == AUTH_ANY)
                 return false;
-        const char *h = req_header(r, "Authorization");
+        _cleanup_free_ char *xkey = NULL;
+        const char *h = auth_header(r, &xkey);
         if (!h || strncasecmp(h, "Bearer ", 7) != 0 || !h[7])
                 return false;
         const char *tok = h + 7;
@@ -612,7 +647,8 @@ static enum MHD_Result authenticate(ab_req *r, auth_level need, bool *ok)
                 *ok = true;
                 return MHD_YES;
         }
-        const char *h = req_header(r, "Authorization");
+        _cleanup_free_ char *xkey = NULL;
+        const char *h = auth_header(r, &xkey);
         /* A browser's WebSocket offers its token as a subprotocol (api/ws.c). */
         _cleanup_free_ char *ws_auth =
             h ? NULL
@@ -1238,6 +1274,7 @@ void ab_server_stop(ab_server *s)
          * handlers in flight finish (each resumes its connection). */
         ab_conns_stop_streams(s->conns);
         ab_workers_drain(s->workers);
+        envd_shutdown(); /* E2B processes use the manager from threads of their own */
         MHD_stop_daemon(s->mhd);
         s->mhd = NULL;
         ab_workers_free(steal_pointer(&s->workers));

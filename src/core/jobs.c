@@ -224,8 +224,13 @@ static void reap_ttl_and_drift(ab_manager *m)
                         slot *s = mgr_slot_get(m, r->id);
                         pthread_mutex_lock(&s->lock);
                         ab_box_rec cur = {0};
+                        const char *act = NULL;
                         if (ab_store_box_get(m->o.store, m->provider, r->id, &cur, NULL) == 0 &&
-                            cur.status != AB_BOX_DELETING) {
+                            cur.status != AB_BOX_DELETING &&
+                            (act = json_string_value(json_object_get(cur.spec, "ttl_action"))) &&
+                            !strcmp(act, "pause")) {
+                                mgr_ttl_pause_locked(m, &cur);
+                        } else if (cur.id && cur.status != AB_BOX_DELETING) {
                                 ab_metrics_op(m->o.metrics, "ttl_delete", true);
                                 mgr_delete_locked(m, &cur);
                         }

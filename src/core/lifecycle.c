@@ -202,12 +202,14 @@ static int op_pause(ab_manager *m, ab_box_rec *r, ab_err **err)
          * use that just answered its caller ends a moment later (it writes
          * its audit row after the answer): wait that moment out. */
         slot *s = mgr_slot_get(m, r->id);
-        int busy = atomic_load(&s->inflight);
+        /* (uses held by long-lived processes are frozen with the box) */
+        int busy = atomic_load(&s->inflight) - atomic_load(&s->held);
         for (uint64_t end = ab_now_ns() + PAUSE_WAIT_USES_MS * 1000000ull;
-             busy && ab_now_ns() < end; busy = atomic_load(&s->inflight))
+             busy > 0 && ab_now_ns() < end;
+             busy = atomic_load(&s->inflight) - atomic_load(&s->held))
                 mgr_sleep_ms(2);
         mgr_slot_put(m, s);
-        if (busy)
+        if (busy > 0)
                 return ab_err_set(err, AB_E_CONFLICT, 0,
                                   "box %s is in use (%d exec, file or tool call%s running); pause "
                                   "it when they are done",
@@ -309,5 +311,51 @@ int ab_manager_set_network(ab_manager *m, const char *id, const char *scope, jso
         pthread_mutex_unlock(&s->lock);
         mgr_slot_put(m, s);
         json_decref(pj);
+        return rc;
+}
+
+void mgr_ttl_pause_locked(ab_manager *m, ab_box_rec *r)
+{
+        ab_err *e = NULL;
+        if (r->status == AB_BOX_RUNNING && mgr_pause_locked(m, r, "ttl", &e) < 0) {
+                ab_log(AB_LOG_WARN, "box cannot be paused at its TTL; stopping it", "box", r->id,
+                       "error", e->msg, NULL);
+                ab_err_free(&e);
+                mgr_stop_locked(m, r, "ttl", NULL);
+        }
+        r->ttl_s = 0;
+        ab_store_box_update(m->o.store, r, NULL);
+}
+
+int ab_manager_set_ttl(ab_manager *m, const char *id, const char *scope, int64_t secs,
+                       const char *on_expiry, ab_box_rec *out, ab_err **err)
+{
+        if (on_expiry && strcmp(on_expiry, "delete") && strcmp(on_expiry, "pause"))
+                return ab_err_set(err, AB_E_INVALID, 0, "on_expiry: \"delete\" or \"pause\"");
+        slot *s = mgr_slot_get(m, id);
+        pthread_mutex_lock(&s->lock);
+        ab_box_rec r = {0};
+        int rc = mgr_get_scoped(m, id, scope, &r, err);
+        if (rc == 0 && r.status == AB_BOX_DELETING)
+                rc = ab_err_set(err, AB_E_CONFLICT, 0, "box %s is being deleted", id);
+        if (rc == 0) {
+                int64_t age_s = (mgr_wall_ms() - r.created_at + 999) / 1000;
+                r.ttl_s = secs > 0 ? (age_s > 0 ? age_s : 0) + secs : 0;
+                if (on_expiry) {
+                        if (!r.spec)
+                                r.spec = json_object();
+                        if (!strcmp(on_expiry, "pause"))
+                                json_object_set_new(r.spec, "ttl_action", json_string("pause"));
+                        else
+                                json_object_del(r.spec, "ttl_action");
+                }
+                rc = ab_store_box_update(m->o.store, &r, err);
+        }
+        pthread_mutex_unlock(&s->lock);
+        mgr_slot_put(m, s);
+        if (rc == 0 && out)
+                *out = r;
+        else
+                ab_box_rec_clear(&r);
         return rc;
 }

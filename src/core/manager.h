@@ -156,6 +156,14 @@ int ab_manager_pause(ab_manager *m, const char *id, const char *scope, ab_box_re
  * AB_E_CONFLICT when it is stopped (start it). Publishes "box.resumed". */
 int ab_manager_resume(ab_manager *m, const char *id, const char *scope, ab_box_rec *out,
                       ab_err **err);
+/* Makes box id end `secs` seconds from now (E2B's setTimeout): its ttl_s
+ * becomes its age plus secs (secs <= 0: no TTL). on_expiry says what the
+ * reaper does then: "delete" (the default of every box) or "pause" (the box
+ * is paused, its processes kept, or stopped when it cannot be paused, and
+ * its TTL cleared); NULL leaves it as it is. Kept in the record (ttl_s,
+ * spec.ttl_action). AB_E_CONFLICT for a box being deleted. */
+int ab_manager_set_ttl(ab_manager *m, const char *id, const char *scope, int64_t secs,
+                       const char *on_expiry, ab_box_rec *out, ab_err **err);
 /* Marks the box deleting and queues its destruction; returns at once. */
 int ab_manager_delete(ab_manager *m, const char *id, const char *scope, ab_err **err);
 /* Deletes every box matching f (app_id, user_id, chat_id or thread_id);
@@ -186,12 +194,18 @@ typedef struct ab_use {
         void *slot;   /* internal */
         void *audit;  /* internal: the exec audit row, written by use_end */
         bool touched; /* internal: an exec recorded the activity already */
+        bool held;    /* internal: ab_manager_use_hold */
 } ab_use;
 
 int ab_manager_use_begin(ab_manager *m, const char *id, const char *scope, ab_use *u, ab_err **err);
 /* A new connection to the box's init (the caller closes it). */
 int ab_manager_use_connect(ab_manager *m, ab_use *u, ab_err **err);
 void ab_manager_use_end(ab_manager *m, ab_use *u);
+/* Marks u as held by a long-lived process (an E2B background command or
+ * PTY): the box still counts busy for idle stop and the running-box cap, but
+ * a pause no longer refuses it: the process is frozen with the box and goes
+ * on at the resume, as E2B's pause keeps processes. Idempotent. */
+void ab_manager_use_hold(ab_manager *m, ab_use *u);
 
 /* Gives a box the backend has but the store does not know (one made by
  * `agentbox create`) a record, as a restart of the server would: a session

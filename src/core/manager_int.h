@@ -38,6 +38,7 @@ typedef struct slot {
         pthread_mutex_t lock; /* serialises lifecycle operations on the box */
         int refs;             /* under m->slots_lock */
         atomic_int inflight;  /* uses in progress */
+        atomic_int held;      /* of them, held by long-lived processes (ab_manager_use_hold) */
 } slot;
 
 typedef struct del_job {
@@ -119,6 +120,10 @@ int mgr_ensure_running(ab_manager *m, ab_box_rec *r, ab_err **err);
  * "idle" or "lru" names the metric and goes into the "box.paused" event. */
 int mgr_pause_locked(ab_manager *m, ab_box_rec *r, const char *reason, ab_err **err);
 /* Stops the box (caller holds the slot lock). */
+/* The TTL of r ran out and its spec says "pause" (ab_manager_set_ttl):
+ * pauses it (stops it when it cannot be paused) and clears its TTL. Caller
+ * holds the slot lock. */
+void mgr_ttl_pause_locked(ab_manager *m, ab_box_rec *r);
 int mgr_stop_locked(ab_manager *m, ab_box_rec *r, const char *reason, ab_err **err);
 /* Queues the box for the deleter threads. */
 void mgr_queue_delete(ab_manager *m, const char *id);

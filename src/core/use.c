@@ -96,6 +96,8 @@ void ab_manager_use_end(ab_manager *m, ab_use *u)
                 ab_exec_audits_free(u->audit, 1);
                 u->audit = NULL;
         }
+        if (u->held)
+                atomic_fetch_sub(&s->held, 1);
         atomic_fetch_sub(&s->inflight, 1);
         if (!sys)
                 atomic_fetch_sub(&m->inflight_total, 1);
@@ -111,6 +113,15 @@ void ab_manager_use_end(ab_manager *m, ab_use *u)
         mgr_slot_put(m, s);
         ab_box_rec_clear(&u->rec);
         u->slot = NULL;
+}
+
+void ab_manager_use_hold(ab_manager *m, ab_use *u)
+{
+        slot *s = u->slot;
+        if (!s || u->held)
+                return;
+        u->held = true;
+        atomic_fetch_add(&s->held, 1);
 }
 
 /* Box env (its image's env, the network's proxy variables, then the

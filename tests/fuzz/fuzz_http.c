@@ -18,8 +18,10 @@
  * what inputs create does not pile up. The server keeps state across
  * inputs (events, the store, sessions), so libFuzzer's leak check after
  * each input is off for this target (tests/fuzz/fuzz_http.flags);
- * LeakSanitizer still checks the whole process when a run ends. Build and
- * run with scripts/fuzz.sh. */
+ * LeakSanitizer still checks the whole process when a run ends. The E2B
+ * front's secret is fixed (DIR/e2b.secret) so that seeds of envd calls can
+ * carry box1's access token and reach the Connect and multipart parsers.
+ * Build and run with scripts/fuzz.sh. */
 #include "api/server.h"
 #include "base/log.h"
 
@@ -249,6 +251,10 @@ static world *world_new(void)
         ab_config_default(&w->cfg);
         free(w->cfg.data_dir);
         w->cfg.data_dir = xstrdup(w->dir);
+        /* the E2B front's secret, fixed: the seeds carry box1's envd access token */
+        _cleanup_free_ char *secret = xasprintf("%s/e2b.secret", w->dir);
+        FILE *sf = fopen(secret, "w");
+        check(sf && fwrite("fuzz-e2b-secret-0123456789abcdef", 1, 32, sf) == 32 && fclose(sf) == 0);
         w->cfg.max_upload = 1 << 20;
         w->cfg.max_body = 64 << 10;
         w->cfg.n_keys = 1;

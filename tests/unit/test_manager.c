@@ -418,6 +418,24 @@ static void test_pause(void)
         ab_manager_reap(m);
         is_str(status_of_id("pz1"), "running", "used just now: not paused by the reaper");
 
+        /* a use held by a long-lived process (E2B's background commands) is
+         * frozen with the box rather than refusing the pause */
+        ok(ab_manager_use_begin(m, "pz1", NULL, &u, &e) == 0, "a use to hold");
+        ab_manager_use_hold(m, &u);
+        ab_manager_use_hold(m, &u);
+        ok(ab_manager_pause(m, "pz1", NULL, &r, &e) == 0 && r.status == AB_BOX_PAUSED,
+           "pause with only a held use in flight: paused");
+        ab_box_rec_clear(&r);
+        ab_use u2;
+        ok(ab_manager_use_begin(m, "pz1", NULL, &u2, &e) == 0, "another use resumes it");
+        ok(ab_manager_pause(m, "pz1", NULL, &r, &e) < 0 && e && e->code == AB_E_CONFLICT,
+           "a held use plus one not held: the pause is refused");
+        ab_err_free(&e);
+        ab_manager_use_end(m, &u2);
+        ab_manager_use_end(m, &u);
+        ok(ab_manager_resume(m, "pz1", NULL, &r, &e) == 0, "resumed");
+        ab_box_rec_clear(&r);
+
         ok(ab_manager_pause(m, "pz1", NULL, &r, &e) == 0 && r.status == AB_BOX_PAUSED,
            "explicit pause");
         ab_box_rec_clear(&r);
@@ -822,6 +840,46 @@ int main(void)
         ab_box_rec_clear(&cur);
         ab_manager_reap(m);
         ok(wait_gone("ttlbox"), "is deleted after its TTL");
+
+        /* set_ttl: from now; "pause" at the end instead of a delete */
+        ok(ab_manager_acquire(m, &(ab_acquire_req){.id = "ttl2"}, NULL, &r, &created, &e) == 0,
+           "a box without a TTL");
+        ab_box_rec_clear(&r);
+        ab_store_box_get(st, "native", "ttl2", &cur, NULL);
+        cur.created_at -= 100000;
+        ab_store_box_update(st, &cur, NULL);
+        ab_box_rec_clear(&cur);
+        ok(ab_manager_set_ttl(m, "ttl2", NULL, 60, "pause", &r, &e) == 0 && r.ttl_s >= 160 &&
+               r.ttl_s <= 162,
+           "set_ttl 60 on a box 100 s old: ttl_s is its age + 60");
+        is_str(json_string_value(json_object_get(r.spec, "ttl_action")), "pause",
+               "... and spec.ttl_action pause");
+        ab_box_rec_clear(&r);
+        ok(ab_manager_set_ttl(m, "ttl2", NULL, 1, "sometimes", &r, &e) < 0 && e &&
+               e->code == AB_E_INVALID,
+           "set_ttl with an unknown action: invalid");
+        ab_err_free(&e);
+        ok(ab_manager_set_ttl(m, "nosuchbox", NULL, 1, NULL, &r, &e) < 0 && e &&
+               e->code == AB_E_NOT_FOUND,
+           "set_ttl of an unknown box: not found");
+        ab_err_free(&e);
+        ab_store_box_get(st, "native", "ttl2", &cur, NULL);
+        cur.created_at -= 100000;
+        ab_store_box_update(st, &cur, NULL);
+        ab_box_rec_clear(&cur);
+        ab_manager_reap(m);
+        is_str(status_of_id("ttl2"), "paused", "at its TTL a box with ttl_action pause is paused");
+        ab_store_box_get(st, "native", "ttl2", &cur, NULL);
+        ok(cur.ttl_s == 0, "... and its TTL cleared");
+        ab_box_rec_clear(&cur);
+        ab_manager_reap(m);
+        is_str(status_of_id("ttl2"), "paused", "... not deleted by the next round");
+        ok(ab_manager_set_ttl(m, "ttl2", NULL, 0, "delete", &r, &e) == 0 && r.ttl_s == 0 &&
+               !json_object_get(r.spec, "ttl_action"),
+           "set_ttl 0 delete: no TTL, the action cleared");
+        ab_box_rec_clear(&r);
+        ab_manager_delete(m, "ttl2", NULL, NULL);
+        ok(wait_gone("ttl2"), "deleted");
 
         /* the warm pool */
         ab_manager_free(m);
