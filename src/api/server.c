@@ -2,6 +2,7 @@
  * and the response helpers the route modules use. */
 #include "api/server.h"
 #include "api/conn.h"
+#include "api/front_osb.h"
 #include "api/workers.h"
 #include "api/ws.h"
 #include "base/log.h"
@@ -95,6 +96,12 @@ static const route routes[] = {
     {"POST", "v1/volumes", AUTH_USER, BODY_JSON, route_volume_create},
     {"GET", "v1/volumes/*", AUTH_USER, BODY_NONE, route_volume_get},
     {"DELETE", "v1/volumes/*", AUTH_USER, BODY_NONE, route_volume_delete},
+    /* the OpenSandbox front (front_osb.c, front_execd.c) */
+    {"POST", "opensandbox/execd/*/files/upload", AUTH_USER, BODY_UPLOAD, route_osb_upload},
+    {"GET", "opensandbox/**", AUTH_USER, BODY_NONE, route_osb},
+    {"POST", "opensandbox/**", AUTH_USER, BODY_JSON, route_osb},
+    {"PATCH", "opensandbox/**", AUTH_USER, BODY_JSON, route_osb},
+    {"DELETE", "opensandbox/**", AUTH_USER, BODY_NONE, route_osb},
 };
 
 /* ---- responses -------------------------------------------------------- */
@@ -588,6 +595,9 @@ static bool auth_may_block(ab_req *r, auth_level need)
         if (need == AUTH_ANY)
                 return false;
         const char *h = req_header(r, "Authorization");
+        _cleanup_free_ char *osb = h ? NULL : osb_auth_header(r); /* the OpenSandbox SDK's */
+        if (osb)
+                h = osb;
         if (!h || strncasecmp(h, "Bearer ", 7) != 0 || !h[7])
                 return false;
         const char *tok = h + 7;
@@ -619,6 +629,9 @@ static enum MHD_Result authenticate(ab_req *r, auth_level need, bool *ok)
                                        req_header(r, "Sec-WebSocket-Protocol"));
         if (ws_auth)
                 h = ws_auth;
+        _cleanup_free_ char *osb = h ? NULL : osb_auth_header(r); /* the OpenSandbox SDK's */
+        if (osb)
+                h = osb;
         if (!h) {
                 if (!has_token) {
                         if (!peer_is_loopback(r))

@@ -164,6 +164,15 @@ int ab_manager_delete_where(ab_manager *m, const ab_box_filter *f, const char *s
  * start). Changed rules cut the box's open proxy connections. */
 int ab_manager_set_network(ab_manager *m, const char *id, const char *scope, json_t *network,
                            ab_box_rec *out, ab_err **err);
+/* Sets the box's time to live: it is deleted ttl_s seconds after it was
+ * created (0 = never); the reaper reads it at its next round. The TTL of a
+ * box that is past it already makes the reaper delete it. AB_E_CONFLICT
+ * when the box is being deleted. */
+int ab_manager_set_ttl(ab_manager *m, const char *id, const char *scope, int64_t ttl_s,
+                       ab_box_rec *out, ab_err **err);
+/* Replaces the box's metadata with a copy of `metadata` (an object). */
+int ab_manager_set_metadata(ab_manager *m, const char *id, const char *scope, json_t *metadata,
+                            ab_box_rec *out, ab_err **err);
 /* Makes port (1..65535) of the box public (reachable through the server's
  * port proxy without auth) or private again; kept in the record's
  * spec.public_ports. Idempotent; AB_E_INVALID for a bad port. Publishes

@@ -1,0 +1,47 @@
+/* front_osb.h - the OpenSandbox front (docs/compat-opensandbox.md): the
+ * lifecycle API of OpenSandbox's server under /opensandbox/v1 (front_osb.c)
+ * and the in-box execd API under /opensandbox/execd/{id} (front_execd.c),
+ * as the @alibaba-group/opensandbox SDK calls them. Both are thin adapters
+ * over the manager: every check, limit and audit is the manager's. */
+#ifndef AB_FRONT_OSB_H
+#define AB_FRONT_OSB_H
+
+#include "api/server.h"
+
+/* The execd port the SDK asks an endpoint for; its endpoint is ours. */
+#define OSB_EXECD_PORT 44772
+/* The egress sidecar's port (the SDK asks for it at every create). */
+#define OSB_EGRESS_PORT 18080
+
+/* Every request under /opensandbox/ (rest: the path after it). */
+enum MHD_Result route_osb(ab_req *r, const char *rest);
+/* POST /opensandbox/execd/{id}/files/upload: the multipart body is spooled
+ * (BODY_UPLOAD), not parsed as JSON. */
+enum MHD_Result route_osb_upload(ab_req *r, const char *id);
+
+/* The SDK sends its key in an `OPEN-SANDBOX-API-KEY` header: for requests
+ * under /opensandbox/ without an Authorization header, "Bearer KEY" to check
+ * like one (malloc'd), else NULL. */
+char *osb_auth_header(ab_req *r);
+
+/* ---- shared by front_osb.c and front_execd.c ---- */
+
+/* Answers OpenSandbox's error shape {"code", "message"}. */
+enum MHD_Result osb_error(ab_req *r, unsigned status, const char *code, const char *fmt, ...)
+    AB_PRINTF(4, 5);
+/* The same for e (freed): the status fitting its code; the code is
+ * prefix + the agentbox code in capitals (e.g. "SANDBOX::NOT_FOUND"). */
+enum MHD_Result osb_err(ab_req *r, ab_err *e, const char *prefix);
+/* Every value of a query parameter given once or more (?path=a&path=b): a
+ * new array of strings. */
+json_t *osb_query_all(ab_req *r, const char *key);
+/* Unix milliseconds as RFC 3339 ("2026-11-27T09:00:00.000Z") into buf. */
+void osb_time(int64_t ms, char buf[32]);
+
+/* Wall clock, unix milliseconds. */
+int64_t osb_wall_ms(void);
+
+/* execd of box id (rest: the segments after the id, from r->seg[first]). */
+enum MHD_Result execd_route(ab_req *r, const char *id, size_t first);
+
+#endif

@@ -1,0 +1,315 @@
+// The OpenSandbox JS SDK (@alibaba-group/opensandbox, unchanged) against
+// agentbox's OpenSandbox front. Prints TAP; every check is one ok/not ok.
+// usage: node sdk.mjs URL ADMIN_TOKEN
+import {
+  ConnectionConfig,
+  Sandbox,
+  SandboxApiException,
+  SandboxManager,
+} from "@alibaba-group/opensandbox";
+
+const [url, token] = process.argv.slice(2);
+if (!url || !token) {
+  console.log("Bail out! usage: node sdk.mjs URL ADMIN_TOKEN");
+  process.exit(2);
+}
+process.env.OPENSANDBOX_DISABLE_METRICS = "1";
+
+let n = 0;
+let failed = 0;
+function ok(cond, name, diag) {
+  n++;
+  if (!cond) failed++;
+  console.log(`${cond ? "ok" : "not ok"} ${n} - ${name}`);
+  if (!cond && diag !== undefined) {
+    const text = typeof diag === "string" ? diag : JSON.stringify(diag, null, 1);
+    for (const l of String(text).split("\n").slice(0, 30)) console.log(`# ${l}`);
+  }
+}
+function errText(e) {
+  return `${e?.name}: ${e?.message} status=${e?.statusCode} code=${e?.error?.code}`;
+}
+async function throwsApi(fn, status, name) {
+  try {
+    await fn();
+    ok(false, name, "no error thrown");
+  } catch (e) {
+    ok(e instanceof SandboxApiException && e.statusCode === status, name, errText(e));
+  }
+}
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+async function until(pred, ms = 10000, step = 100) {
+  const end = Date.now() + ms;
+  while (Date.now() < end) {
+    const v = await pred();
+    if (v) return v;
+    await sleep(step);
+  }
+  return null;
+}
+
+const domain = `${url}/opensandbox`;
+const conn = (apiKey) => new ConnectionConfig({ domain, apiKey, requestTimeoutSeconds: 60 });
+const admin = conn(token);
+const out = (ex) => ex.logs.stdout.map((m) => m.text).join("");
+const err = (ex) => ex.logs.stderr.map((m) => m.text).join("");
+
+// ---- create ----------------------------------------------------------------------
+let t0 = Date.now();
+const sbx = await Sandbox.create({
+  connectionConfig: admin,
+  image: "base",
+  env: { FOO: "bar" },
+  metadata: { suite: "osb-sdk" },
+  resource: { cpu: "500m", memory: "512Mi" },
+  timeoutSeconds: 600,
+});
+const createMs = Date.now() - t0;
+ok(typeof sbx.id === "string" && sbx.id.length > 0, `Sandbox.create returns a sandbox (${createMs} ms with its health check)`);
+console.log(`# create+ready: ${createMs} ms`);
+let info = await sbx.getInfo();
+ok(info.status.state === "Running", "getInfo: state Running", info);
+ok(info.metadata?.suite === "osb-sdk" && !Object.keys(info.metadata).some((k) => k.startsWith("opensandbox.io/")),
+  "getInfo: the metadata given, no reserved keys", info.metadata);
+ok(info.image?.uri === "base", "getInfo: image.uri as given", info.image);
+ok(info.expiresAt instanceof Date && Math.abs(info.expiresAt - info.createdAt - 600000) < 2000,
+  "getInfo: expiresAt is createdAt + timeout", { c: info.createdAt, e: info.expiresAt });
+ok(Array.isArray(info.entrypoint) && info.entrypoint[0] === "tail", "getInfo: the entrypoint echoed", info.entrypoint);
+ok(await sbx.isHealthy(), "isHealthy (execd ping) is true");
+
+// ---- commands --------------------------------------------------------------------
+t0 = Date.now();
+let ex = await sbx.commands.run("echo hello; echo oops >&2");
+const firstRunMs = Date.now() - t0;
+ok(out(ex) === "hello\n" && err(ex) === "oops\n" && ex.exitCode === 0,
+  `commands.run: stdout, stderr and exit code 0 (${firstRunMs} ms)`, ex);
+console.log(`# first commands.run: ${firstRunMs} ms`);
+ok(typeof ex.id === "string" && ex.id.startsWith("cmd-"), "commands.run: the execution has an id", ex.id);
+ex = await sbx.commands.run("echo $FOO-$X; pwd", { envs: { X: "y" }, workingDirectory: "/tmp" });
+ok(out(ex) === "bar-y\n/tmp\n", "commands.run: the box env, envs and workingDirectory", ex);
+ex = await sbx.commands.run("exit 3");
+ok(ex.exitCode === 3 && ex.error?.name === "CommandExecError", "commands.run: a failing command's exit code", ex);
+ex = await sbx.commands.run("no-such-command-xyz");
+ok(ex.exitCode === 127 && /not found/.test(err(ex)), "commands.run: command not found is exit 127 with stderr", ex);
+t0 = Date.now();
+ex = await sbx.commands.run("sleep 10", { timeoutSeconds: 1 });
+let took = Date.now() - t0;
+ok(ex.exitCode !== 0 && ex.error?.name === "TimeoutError" && took < 5000,
+  `commands.run: timeoutSeconds kills the command (${took} ms)`, ex);
+ex = await sbx.commands.run("id -u", { uid: 1000 });
+ok(out(ex) === "1000\n", "commands.run: uid runs as that user", ex);
+
+// streaming: output arrives while the command runs, in order
+const arrivals = [];
+t0 = Date.now();
+ex = await sbx.commands.run("for i in 1 2 3; do echo tick$i; sleep 0.4; done", {}, {
+  onStdout: (m) => arrivals.push([m.text, Date.now() - t0]),
+});
+const doneAt = Date.now() - t0;
+const ticks = arrivals.map((a) => a[0]).join("");
+ok(ticks === "tick1\ntick2\ntick3\n", "streaming: stdout chunks in order", arrivals);
+ok(arrivals.length >= 3 && arrivals[0][1] < doneAt - 700,
+  `streaming: the first line arrives ${arrivals[0]?.[1]} ms in, the command ends at ${doneAt} ms`, arrivals);
+
+// background: status and logs
+ex = await sbx.commands.run("echo bg-start; sleep 1; echo bg-end; exit 4", { background: true });
+const bgId = ex.id;
+ok(typeof bgId === "string" && ex.exitCode === undefined, "background: run returns at once with an id", ex);
+let st = await sbx.commands.getCommandStatus(bgId);
+ok(st.running === true && st.exitCode === null && st.content.includes("bg-start"), "background: status running", st);
+st = await until(async () => {
+  const s = await sbx.commands.getCommandStatus(bgId);
+  return s.running ? null : s;
+});
+ok(st && st.exitCode === 4 && st.finishedAt instanceof Date, "background: status after the end: exit code 4", st);
+let logs = await sbx.commands.getBackgroundCommandLogs(bgId);
+ok(logs.content === "bg-start\nbg-end\n" && logs.cursor === 2, "background: logs and tail cursor", logs);
+logs = await sbx.commands.getBackgroundCommandLogs(bgId, 1);
+ok(logs.content === "bg-end\n", "background: logs after cursor 1", logs);
+
+// interrupt
+ex = await sbx.commands.run("sleep 30; echo never", { background: true });
+t0 = Date.now();
+await sbx.commands.interrupt(ex.id);
+st = await until(async () => {
+  const s = await sbx.commands.getCommandStatus(ex.id);
+  return s.running ? null : s;
+}, 5000);
+ok(st && !st.running && st.exitCode !== 0 && Date.now() - t0 < 5000, "interrupt: the background command ends", st);
+ex = await sbx.commands.run("pgrep -x sleep || echo none");
+ok(out(ex).trim() === "none", "interrupt: its process is gone", ex);
+await throwsApi(() => sbx.commands.getCommandStatus("cmd-nosuch"), 404, "getCommandStatus: unknown id is a 404");
+
+// ---- files -----------------------------------------------------------------------
+await sbx.files.writeFiles([{ path: "/workspace/a.txt", data: "hello world", mode: 640 }]);
+ok((await sbx.files.readFile("/workspace/a.txt")) === "hello world", "writeFiles + readFile");
+let fi = (await sbx.files.getFileInfo(["/workspace/a.txt"]))["/workspace/a.txt"];
+ok(fi && fi.type === "file" && fi.size === 11 && fi.mode === 640 && fi.owner === "root" && fi.modifiedAt instanceof Date,
+  "getFileInfo: type, size, mode, owner, times", fi);
+await sbx.files.replaceContents([{ path: "/workspace/a.txt", oldContent: "world", newContent: "there" }]);
+ok((await sbx.files.readFile("/workspace/a.txt")) === "hello there", "replaceContents");
+const rep = await sbx.files.replaceContentsDetailed([{ path: "/workspace/a.txt", oldContent: "l", newContent: "L" }]);
+ok(rep.length === 1 && rep[0].replacedCount === 2, "replaceContentsDetailed counts", rep);
+ok((await sbx.files.readFile("/workspace/a.txt", { range: "bytes=0-4" })) === "heLLo", "readFile with a range");
+await sbx.files.writeFiles([{ path: "/workspace/sub/deep/b.md", data: "# b" }]);
+let found = await sbx.files.search({ path: "/workspace", pattern: "*.md" });
+ok(found.length === 1 && found[0].path === "/workspace/sub/deep/b.md", "search: a glob over the tree", found);
+found = await sbx.files.search({ path: "/workspace", pattern: "*.txt" });
+ok(found.some((f) => f.path === "/workspace/a.txt"), "search: *.txt finds a.txt", found);
+await sbx.files.moveFiles([{ src: "/workspace/a.txt", dest: "/workspace/c.txt" }]);
+ok((await sbx.files.readFile("/workspace/c.txt")) === "heLLo there", "moveFiles: the file at its new path");
+await throwsApi(() => sbx.files.getFileInfo(["/workspace/a.txt"]), 404, "moveFiles: the old path is gone (404)");
+await sbx.files.setPermissions([{ path: "/workspace/c.txt", mode: 600, owner: "nobody" }]);
+fi = (await sbx.files.getFileInfo(["/workspace/c.txt"]))["/workspace/c.txt"];
+ok(fi.mode === 600 && fi.owner === "nobody", "setPermissions: mode and owner", fi);
+await sbx.files.deleteFiles(["/workspace/c.txt"]);
+await throwsApi(() => sbx.files.readFile("/workspace/c.txt"), 404, "deleteFiles: the file is gone (404)");
+const bytes = Uint8Array.from({ length: 256 }, (_, i) => i);
+await sbx.files.writeFiles([{ path: "/workspace/bin.dat", data: bytes }]);
+const back = await sbx.files.readBytes("/workspace/bin.dat");
+ok(back.length === 256 && back.every((b, i) => b === i), "binary bytes round-trip", back.length);
+// directories
+await sbx.files.createDirectories([{ path: "/workspace/d1/d2", mode: 700 }]);
+let ls = await sbx.files.listDirectory({ path: "/workspace/d1" });
+ok(ls.length === 1 && ls[0].path === "/workspace/d1/d2" && ls[0].type === "directory" && ls[0].mode === 700,
+  "createDirectories + listDirectory", ls);
+await sbx.files.deleteDirectories(["/workspace/d1"]);
+ls = await sbx.files.listDirectory({ path: "/workspace" });
+ok(!ls.some((f) => f.path.startsWith("/workspace/d1")), "deleteDirectories", ls.map((f) => f.path));
+await throwsApi(() => sbx.files.listDirectory({ path: "/workspace/nope" }), 404, "listDirectory: missing dir is a 404");
+
+// ---- metrics ---------------------------------------------------------------------
+const m = await sbx.getMetrics();
+ok(m.cpuCount === 0.5 && m.memoryTotalMiB === 512 && m.memoryUsedMiB > 0 && m.timestamp > 0,
+  "getMetrics: the box's cpu and memory limits and use", m);
+
+// ---- pause / resume, files kept ---------------------------------------------------
+await sbx.files.writeFiles([{ path: "/workspace/keep.txt", data: "kept" }]);
+await sbx.pause();
+info = await sbx.getInfo();
+ok(info.status.state === "Paused", "pause: state Paused", info.status);
+const resumed = await sbx.resume();
+info = await resumed.getInfo();
+ok(info.status.state === "Running", "resume: state Running", info.status);
+ok((await resumed.files.readFile("/workspace/keep.txt")) === "kept", "resume: the files are kept");
+
+// ---- renew -----------------------------------------------------------------------
+const ren = await resumed.renew(3600);
+info = await resumed.getInfo();
+ok(ren.expiresAt instanceof Date && Math.abs(ren.expiresAt - (Date.now() + 3600000)) < 5000 &&
+   Math.abs(info.expiresAt - ren.expiresAt) < 1000, "renew: a new expiresAt, kept", { ren, info: info.expiresAt });
+
+// ---- endpoints and a dev server ------------------------------------------------------
+const ep = await resumed.getEndpoint(44772);
+ok(ep.endpoint.endsWith(`/opensandbox/execd/${sbx.id}`), "getEndpoint(execd): this server's execd route", ep);
+await resumed.files.writeFiles([{ path: "/workspace/site/index.html", data: "<h1>from the box</h1>" }]);
+const dev = await resumed.commands.run("exec python3 -m http.server 8000 --bind 127.0.0.1",
+  { background: true, workingDirectory: "/workspace/site" });
+const pep = await resumed.getEndpoint(8000);
+const purl = await resumed.getEndpointUrl(8000);
+ok(purl.includes(`/v1/sandboxes/${sbx.id}/ports/8000`), "getEndpointUrl(8000): the port route", purl);
+const page = await until(async () => {
+  try {
+    const r = await fetch(`${purl}/index.html`, { headers: pep.headers ?? {} });
+    return r.status === 200 ? await r.text() : null;
+  } catch {
+    return null;
+  }
+}, 15000, 250);
+ok(page === "<h1>from the box</h1>", "a dev server in the box answers through its endpoint", page);
+const noauth = await fetch(`${purl}/index.html`).catch((e) => ({ status: String(e) }));
+ok(noauth.status === 401, "the port endpoint needs the key (401 without its headers)", noauth.status);
+await resumed.commands.interrupt(dev.id);
+
+// ---- list ------------------------------------------------------------------------
+const mgr = SandboxManager.create({ connectionConfig: admin });
+let list = await mgr.listSandboxInfos({ metadata: { suite: "osb-sdk" } });
+ok(list.items.length === 1 && list.items[0].id === sbx.id && list.pagination.totalItems === 1,
+  "listSandboxInfos: by metadata", list);
+list = await mgr.listSandboxInfos({ states: ["Paused"], metadata: { suite: "osb-sdk" } });
+ok(list.items.length === 0, "listSandboxInfos: by state", list);
+const patched = await mgr.patchSandboxMetadata(sbx.id, { extra: "1", suite: null });
+ok(patched.metadata.extra === "1" && !("suite" in patched.metadata), "patchSandboxMetadata merges", patched.metadata);
+
+// ---- errors ----------------------------------------------------------------------
+await throwsApi(() => mgr.getSandboxInfo("no-such-box"), 404, "unknown sandbox: SandboxApiException 404");
+await throwsApi(() => Sandbox.connect({ sandboxId: "no-such-box", connectionConfig: admin }), 404,
+  "Sandbox.connect to an unknown sandbox: SandboxApiException 404");
+const bad = SandboxManager.create({ connectionConfig: conn("wrong-key") });
+await throwsApi(() => bad.listSandboxInfos({}), 401, "a wrong key: SandboxApiException 401");
+await throwsApi(() => Sandbox.create({ connectionConfig: conn("wrong-key"), image: "base" }), 401,
+  "Sandbox.create with a wrong key: SandboxApiException 401");
+await bad.close();
+
+// ---- app-scoped keys ----------------------------------------------------------------
+async function newKey(app) {
+  const r = await fetch(`${url}/v1/keys`, {
+    method: "POST",
+    headers: { authorization: `Bearer ${token}`, "content-type": "application/json" },
+    body: JSON.stringify({ app_id: app }),
+  });
+  return (await r.json()).key;
+}
+const keyA = await newKey("osb-app-a"), keyB = await newKey("osb-app-b");
+const sa = await Sandbox.create({ connectionConfig: conn(keyA), image: "base", metadata: { who: "a" } });
+ex = await sa.commands.run("echo from-a");
+ok(out(ex) === "from-a\n", "an app key creates and runs in its box", ex);
+const ma = SandboxManager.create({ connectionConfig: conn(keyA) });
+const mb = SandboxManager.create({ connectionConfig: conn(keyB) });
+list = await ma.listSandboxInfos({});
+ok(list.items.length === 1 && list.items[0].id === sa.id, "app key A lists only its box", list.items.map((i) => i.id));
+list = await mb.listSandboxInfos({});
+ok(list.items.length === 0, "app key B sees none of A's boxes", list.items.map((i) => i.id));
+await throwsApi(() => mb.getSandboxInfo(sa.id), 404, "app key B: A's box is a 404");
+await throwsApi(() => ma.getSandboxInfo(sbx.id), 404, "app key A: the admin's box is a 404");
+const sbB = await Sandbox.connect({ sandboxId: sa.id, connectionConfig: conn(keyB), skipHealthCheck: true })
+  .catch((e) => e);
+ok(sbB instanceof SandboxApiException && sbB.statusCode === 404, "app key B cannot connect to A's box", errText(sbB));
+await sa.kill();
+await ma.close();
+await mb.close();
+
+// ---- the calls FastGPT's adapter makes (its opensandbox provider) ----------------------
+// create: a lookup by its session metadata, then Sandbox.create; exec with
+// handlers; stop: pause and poll until Paused; ensureRunning again: lookup,
+// Sandbox.resume; delete: kill and poll until the sandbox is gone (404).
+const sessionId = `fastgpt-${process.pid}`;
+let found0 = await mgr.listSandboxInfos({ metadata: { sessionId }, pageSize: 100 });
+ok(found0.items.length === 0, "FastGPT: no sandbox for a new session", found0);
+const fg = await Sandbox.create({
+  connectionConfig: admin, image: "base:latest", timeoutSeconds: null,
+  resource: { cpu: "1", memory: "1024Mi" }, metadata: { sessionId },
+});
+let outs = "";
+ex = await fg.commands.run("echo fastgpt-ok", { workingDirectory: "/workspace" },
+  { skipAccumulation: true, onStdout: (m) => { outs += m.text; } });
+ok(outs === "fastgpt-ok\n" && ex.exitCode === 0, "FastGPT: execute with handlers", { outs, ex });
+info = await fg.getInfo();
+ok(info.expiresAt === null || info.expiresAt === undefined, "FastGPT: timeoutSeconds null means no expiry", info);
+await fg.pause();
+const paused = await until(async () => ((await fg.getInfo()).status.state === "Paused" ? true : null));
+ok(paused, "FastGPT: stop = pause, polled until Paused");
+found0 = await mgr.listSandboxInfos({ metadata: { sessionId }, pageSize: 100 });
+ok(found0.items.length === 1 && found0.items[0].status.state === "Paused", "FastGPT: found by session, Paused", found0);
+const fg2 = await Sandbox.resume({ sandboxId: found0.items[0].id, connectionConfig: admin });
+ex = await fg2.commands.run("echo again");
+ok(out(ex) === "again\n", "FastGPT: Sandbox.resume then execute", ex);
+await fg2.kill();
+const gone = await until(async () => {
+  try {
+    await fg2.getInfo();
+    return null;
+  } catch (e) {
+    return e instanceof SandboxApiException && e.statusCode === 404;
+  }
+});
+ok(gone, "FastGPT: delete = kill, polled until 404");
+
+// ---- delete ----------------------------------------------------------------------
+await resumed.kill();
+await throwsApi(() => mgr.getSandboxInfo(sbx.id), 404, "kill: the sandbox is gone (404)");
+await mgr.close();
+await sbx.close();
+await resumed.close();
+console.log(`1..${n}`);
+process.exit(failed ? 1 : 0);
