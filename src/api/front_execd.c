@@ -266,6 +266,7 @@ typedef struct cmd_job {
         ab_use use;
         cmd *c;
         char *command, *cwd, *user;
+        char **argv; /* a session's run: instead of command (which names it for status) */
         char **env;
         uint32_t timeout_ms;
         int fd;   /* fg: the event stream's end; bg: our end of a pair */
@@ -281,6 +282,7 @@ static void cmd_job_free(cmd_job *j)
         free(j->command);
         free(j->cwd);
         free(j->user);
+        ab_strvfreep(&j->argv);
         ab_strvfreep(&j->env);
         free(j->key_id);
         free(j);
@@ -330,7 +332,8 @@ static void *cmd_main(void *arg)
         if (j->key_id)
                 ab_manager_set_caller(&j->caller);
         abc_exec_req q = {
-            .command = j->command,
+            .command = j->argv ? NULL : j->command,
+            .argv = (const char *const *)j->argv,
             .env = (const char *const *)j->env,
             .cwd = j->cwd,
             .user = j->user,
@@ -435,6 +438,8 @@ static const char *const sse_headers[] = {"X-Accel-Buffering", "no", "Cache-Cont
 /* POST /command: a foreground command answers a stream of events (init,
  * stdout, stderr, error, execution_complete) while it runs; a background
  * one answers its init event and runs on, its output kept for /logs. */
+static enum MHD_Result start_cmd(ab_req *r, const char *id, cmd_job *j, bool bg);
+
 static enum MHD_Result cmd_run(ab_req *r, const char *id)
 {
         ab_err *e = NULL;
@@ -451,6 +456,13 @@ static enum MHD_Result cmd_run(ab_req *r, const char *id)
                 return osb_err(r, e, EXEC_PREFIX);
         }
         json_decref(body);
+        return start_cmd(r, id, j, bg);
+}
+
+/* Starts job j (its command parsed) in box id and answers r. Takes j. */
+static enum MHD_Result start_cmd(ab_req *r, const char *id, cmd_job *j, bool bg)
+{
+        ab_err *e = NULL;
         enum MHD_Result ret;
         if (begin_use(r, id, &j->use, &ret) < 0) {
                 cmd_job_free(j);
@@ -632,6 +644,181 @@ static enum MHD_Result cmd_interrupt(ab_req *r, const char *id)
         if (!c)
                 return osb_error(r, 404, "COMMAND_NOT_FOUND", "no command %s in sandbox %s", cid,
                                  id);
+        return ok_empty(r);
+}
+
+/* ---- sessions ----------------------------------------------------------- */
+
+/* A session keeps its shell's state between runs: each run is a bash that
+ * loads the state the previous one left (variables, functions, aliases,
+ * working directory) from a file in the box and saves it when it exits.
+ * The user's command reaches bash as an argument, never inside this text. */
+#define SESSION_DIR  "/tmp/.agentbox-sessions"
+#define SESSIONS_MAX 1024
+static const char session_script[] =
+    "__abs=$1; [ -n \"$3\" ] && cd -- \"$3\"; [ -f \"$__abs\" ] && . \"$__abs\" 2>/dev/null; "
+    "[ -n \"$4\" ] && cd -- \"$4\"; "
+    "__abs_save() { { declare -p; declare -f; alias -p; printf 'cd -- %q\\n' \"$PWD\"; } "
+    ">\"$__abs.tmp\" 2>/dev/null && mv -f -- \"$__abs.tmp\" \"$__abs\"; }; "
+    "trap __abs_save EXIT; eval \"$2\"";
+
+typedef struct session {
+        struct session *next;
+        char id[32];
+        char *box;
+        char *cwd; /* where its first run starts, or NULL */
+} session;
+
+static session *sessions;
+static size_t n_sessions;
+
+static enum MHD_Result session_create(ab_req *r, const char *id)
+{
+        enum MHD_Result ret;
+        if (cmd_access(r, id, &ret) < 0)
+                return ret;
+        ab_err *e = NULL;
+        json_t *body;
+        if (req_json(r, &body, &e) < 0)
+                return osb_err(r, e, EXEC_PREFIX);
+        const char *cwd = json_string_value(json_object_get(body, "cwd"));
+        unsigned char rnd[8];
+        if (RAND_bytes(rnd, sizeof(rnd)) != 1) {
+                json_decref(body);
+                return osb_error(r, 500, "RUNTIME_ERROR", "no randomness");
+        }
+        session *ss = xzalloc(sizeof(*ss));
+        strcpy(ss->id, "session-");
+        for (size_t i = 0; i < sizeof(rnd); i++)
+                snprintf(ss->id + 8 + 2 * i, 3, "%02x", rnd[i]);
+        ss->box = xstrdup(id);
+        ss->cwd = cwd && *cwd ? xstrdup(cwd) : NULL;
+        json_decref(body);
+        json_t *j = json_pack("{s:s}", "session_id", ss->id);
+        pthread_mutex_lock(&cmds_lock);
+        ss->next = sessions;
+        sessions = ss;
+        if (++n_sessions > SESSIONS_MAX) { /* the oldest is forgotten */
+                session **p = &sessions;
+                while ((*p)->next)
+                        p = &(*p)->next;
+                session *old = *p;
+                *p = NULL;
+                n_sessions--;
+                free(old->box);
+                free(old->cwd);
+                free(old);
+        }
+        pthread_mutex_unlock(&cmds_lock);
+        return resp_json(r, 200, j);
+}
+
+/* Caller holds cmds_lock. */
+static session **session_find(const char *box, const char *sid)
+{
+        for (session **p = &sessions; *p; p = &(*p)->next)
+                if (!strcmp((*p)->id, sid) && !strcmp((*p)->box, box))
+                        return p;
+        return NULL;
+}
+
+/* POST /session/{sid}/run {command, cwd?, timeout?}: streamed like a
+ * foreground command. */
+static enum MHD_Result session_run(ab_req *r, const char *id, const char *sid)
+{
+        ab_err *e = NULL;
+        json_t *body;
+        if (req_json(r, &body, &e) < 0)
+                return osb_err(r, e, EXEC_PREFIX);
+        pthread_mutex_lock(&cmds_lock);
+        session **sp = session_find(id, sid);
+        char *first_cwd = sp && (*sp)->cwd ? xstrdup((*sp)->cwd) : NULL;
+        pthread_mutex_unlock(&cmds_lock);
+        if (!sp) {
+                json_decref(body);
+                return osb_error(r, 404, "SESSION_NOT_FOUND", "no session %s in sandbox %s", sid,
+                                 id);
+        }
+        cmd_job *j = xzalloc(sizeof(*j));
+        j->srv = r->srv;
+        j->fd = j->peer = -1;
+        bool bg = false;
+        json_object_del(body, "background");
+        json_object_del(body, "uid");
+        json_object_del(body, "gid");
+        json_object_del(body, "envs");
+        if (parse_command(body, j, &bg, &e) < 0) {
+                json_decref(body);
+                free(first_cwd);
+                cmd_job_free(j);
+                return osb_err(r, e, EXEC_PREFIX);
+        }
+        json_decref(body);
+        _cleanup_free_ char *state = xasprintf(SESSION_DIR "/%s.sh", sid);
+        const char *argv[] = {"bash",
+                              "-c",
+                              session_script,
+                              "agentbox-session",
+                              state,
+                              j->command,
+                              first_cwd ? first_cwd : "",
+                              j->cwd ? j->cwd : "",
+                              NULL};
+        j->argv = xcalloc(AB_ARRAY_LEN(argv), sizeof(char *));
+        for (size_t i = 0; argv[i]; i++)
+                j->argv[i] = xstrdup(argv[i]);
+        free(first_cwd);
+        free(j->cwd); /* applied by the script, after the session's own */
+        j->cwd = NULL;
+        ab_use u;
+        enum MHD_Result ret;
+        if (begin_use(r, id, &u, &ret) < 0) {
+                cmd_job_free(j);
+                return ret;
+        }
+        int fd = ab_manager_use_connect(r->srv->mgr, &u, &e);
+        int rc = fd < 0 ? -1 : abc_mkdir(fd, SESSION_DIR, true, 0700, &e);
+        if (fd >= 0)
+                close(fd);
+        ab_manager_use_end(r->srv->mgr, &u);
+        if (rc < 0) {
+                cmd_job_free(j);
+                return osb_err(r, e, EXEC_PREFIX);
+        }
+        return start_cmd(r, id, j, false);
+}
+
+static enum MHD_Result session_delete(ab_req *r, const char *id, const char *sid)
+{
+        enum MHD_Result ret;
+        if (cmd_access(r, id, &ret) < 0)
+                return ret;
+        pthread_mutex_lock(&cmds_lock);
+        session **sp = session_find(id, sid);
+        session *ss = sp ? *sp : NULL;
+        if (ss) {
+                *sp = ss->next;
+                n_sessions--;
+        }
+        pthread_mutex_unlock(&cmds_lock);
+        if (!ss)
+                return osb_error(r, 404, "SESSION_NOT_FOUND", "no session %s in sandbox %s", sid,
+                                 id);
+        free(ss->box);
+        free(ss->cwd);
+        free(ss);
+        ab_use u;
+        ab_err *e = NULL;
+        if (ab_manager_use_begin(r->srv->mgr, id, r->scope, &u, &e) == 0) {
+                _cleanup_free_ char *state = xasprintf(SESSION_DIR "/%s.sh", sid);
+                int fd = ab_manager_use_connect(r->srv->mgr, &u, &e);
+                if (fd >= 0) {
+                        abc_delete(fd, state, false, &e); /* none when it never ran */
+                        close(fd);
+                }
+                ab_manager_use_end(r->srv->mgr, &u);
+        }
+        ab_err_free(&e);
         return ok_empty(r);
 }
 
@@ -1339,31 +1526,119 @@ enum MHD_Result route_osb_upload(ab_req *r, const char *id)
 
 /* ---- metrics ------------------------------------------------------------ */
 
-static enum MHD_Result metrics(ab_req *r, const char *id)
+/* The box's use over `window_ms` (CPU) and now (memory); NULL with *err
+ * when the box is not the caller's. A box not running uses nothing. */
+static json_t *metrics_json(ab_server *s, const char *scope, const char *id, int window_ms,
+                            ab_err **err)
 {
-        ab_err *e = NULL;
         ab_box_rec rec;
-        if (ab_manager_get(r->srv->mgr, id, r->scope, &rec, &e) < 0)
-                return osb_err(r, e, EXEC_PREFIX);
-        double cpus = rec.has_limits ? rec.limits.cpus : r->srv->cfg->limits.cpus;
+        if (ab_manager_get(s->mgr, id, scope, &rec, err) < 0)
+                return NULL;
+        double cpus = rec.has_limits ? rec.limits.cpus : s->cfg->limits.cpus;
         ab_box_stats a = {0}, b = {0};
-        bool live = ab_manager_stats(r->srv->mgr, &rec, &a, NULL) == 0;
+        bool live = ab_manager_stats(s->mgr, &rec, &a, NULL) == 0;
         uint64_t t0 = ab_now_ns();
         if (live) {
-                struct timespec ts = {0, 100 * 1000 * 1000};
+                struct timespec ts = {window_ms / 1000, (window_ms % 1000) * 1000000L};
                 nanosleep(&ts, NULL);
-                live = ab_manager_stats(r->srv->mgr, &rec, &b, NULL) == 0;
+                live = ab_manager_stats(s->mgr, &rec, &b, NULL) == 0;
         }
         double dt = (double)(ab_now_ns() - t0);
         ab_box_rec_clear(&rec);
         double pct = live && dt > 0 && cpus > 0 && b.cpu_usage_ns >= a.cpu_usage_ns
                          ? (double)(b.cpu_usage_ns - a.cpu_usage_ns) / dt / cpus * 100.0
                          : 0;
-        return resp_json(r, 200,
-                         json_pack("{s:f,s:f,s:f,s:f,s:I}", "cpu_count", cpus, "cpu_used_pct", pct,
-                                   "mem_total_mib", (double)b.memory_limit / 1048576.0,
-                                   "mem_used_mib", (double)b.memory_bytes / 1048576.0, "timestamp",
-                                   (json_int_t)osb_wall_ms()));
+        return json_pack("{s:f,s:f,s:f,s:f,s:I}", "cpu_count", cpus, "cpu_used_pct", pct,
+                         "mem_total_mib", (double)b.memory_limit / 1048576.0, "mem_used_mib",
+                         (double)b.memory_bytes / 1048576.0, "timestamp",
+                         (json_int_t)osb_wall_ms());
+}
+
+static enum MHD_Result metrics(ab_req *r, const char *id)
+{
+        ab_err *e = NULL;
+        json_t *j = metrics_json(r->srv, r->scope, id, 100, &e);
+        return j ? resp_json(r, 200, j) : osb_err(r, e, EXEC_PREFIX);
+}
+
+typedef struct watch_job {
+        ab_server *srv;
+        char *scope, *box;
+        int fd;
+} watch_job;
+
+static void *watch_main(void *arg)
+{
+        watch_job *w = arg;
+        for (;;) { /* one sample a second until the client or the box goes away */
+                ab_err *e = NULL;
+                json_t *j = metrics_json(w->srv, w->scope, w->box, 1000, &e);
+                if (!j) {
+                        ab_err_free(&e);
+                        break;
+                }
+                char *txt = json_dumps(j, JSON_COMPACT);
+                json_decref(j);
+                char *frame = xasprintf("data: %s\n\n", txt ? txt : "{}");
+                free(txt);
+                int rc = send_all(w->fd, frame, strlen(frame));
+                free(frame);
+                if (rc < 0)
+                        break;
+        }
+        close(w->fd);
+        free(w->scope);
+        free(w->box);
+        free(w);
+        return NULL;
+}
+
+/* GET /metrics/watch: a sample every second as server-sent events. */
+static enum MHD_Result metrics_watch(ab_req *r, const char *id)
+{
+        enum MHD_Result ret;
+        if (cmd_access(r, id, &ret) < 0)
+                return ret;
+        ab_stream_slot *slot = req_stream_slot(r, &ret);
+        if (!slot)
+                return ret;
+        int sv[2];
+        if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0) {
+                ab_stream_slot_release(slot);
+                return osb_error(r, 500, "RUNTIME_ERROR", "socketpair: %s", strerror(errno));
+        }
+        watch_job *w = xzalloc(sizeof(*w));
+        w->srv = r->srv;
+        w->scope = r->scope ? xstrdup(r->scope) : NULL;
+        w->box = xstrdup(id);
+        w->fd = sv[0];
+        if (spawn_detached(watch_main, w) < 0) {
+                close(sv[0]);
+                close(sv[1]);
+                free(w->scope);
+                free(w->box);
+                free(w);
+                ab_stream_slot_release(slot);
+                return osb_error(r, 503, "RUNTIME_ERROR", "cannot start a thread");
+        }
+        return resp_stream_counted(r, 200, "text/event-stream", sv[1], sse_headers, slot);
+}
+
+/* The isolated sessions of newer execd builds (/v1/isolated/...): not
+ * offered; the capabilities call says so in its own shape. */
+static enum MHD_Result isolated(ab_req *r, const char *id)
+{
+        enum MHD_Result ret;
+        if (cmd_access(r, id, &ret) < 0)
+                return ret;
+        if (!strcmp(r->method, "GET") && !strcmp(r->seg[r->n_seg - 1], "capabilities"))
+                return resp_json(
+                    r, 200,
+                    json_pack("{s:b,s:s,s:b,s:b,s:b,s:b}", "available", 0, "message",
+                              "agentbox: every box is isolated already; use commands and sessions",
+                              "setpriv_available", 0, "userns_available", 0, "commit_supported", 0,
+                              "diff_supported", 0));
+        return osb_error(r, 503, "NOT_SUPPORTED", "isolated sessions are not offered by agentbox");
 }
 
 /* ---- routing ------------------------------------------------------------ */
@@ -1389,6 +1664,14 @@ enum MHD_Result execd_route(ab_req *r, const char *id, size_t first)
                         return cmd_status(r, id, r->seg[first + 2]);
                 if (n == 3 && get && !strcmp(r->seg[first + 2], "logs"))
                         return cmd_logs(r, id, b);
+        }
+        if (!strcmp(a, "session")) {
+                if (n == 1 && post)
+                        return session_create(r, id);
+                if (n == 3 && post && !strcmp(r->seg[first + 2], "run"))
+                        return session_run(r, id, b);
+                if (n == 2 && del)
+                        return session_delete(r, id, b);
         }
         if (!strcmp(a, "files")) {
                 if (n == 1 && del)
@@ -1416,5 +1699,9 @@ enum MHD_Result execd_route(ab_req *r, const char *id, size_t first)
         }
         if (n == 1 && get && !strcmp(a, "metrics"))
                 return metrics(r, id);
+        if (n == 2 && get && !strcmp(a, "metrics") && !strcmp(b, "watch"))
+                return metrics_watch(r, id);
+        if (n >= 2 && !strcmp(a, "v1") && !strcmp(b, "isolated"))
+                return isolated(r, id);
         return osb_error(r, 404, "NOT_FOUND", "no execd route %s /%s", m, r->path);
 }

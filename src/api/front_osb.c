@@ -851,6 +851,121 @@ static enum MHD_Result osb_endpoint(ab_req *r, const char *id, const char *port_
         return resp_json(r, 200, j);
 }
 
+/* ---- the egress sidecar's policy API (/opensandbox/egress/{id}/policy) ---- */
+
+/* agentbox's network object as OpenSandbox's NetworkPolicy. */
+static json_t *policy_of(json_t *net)
+{
+        const char *mode = json_string_value(json_object_get(net, "mode"));
+        json_t *rules = json_array();
+        const char *lists[] = {"allow", "deny"};
+        for (size_t l = 0; l < 2; l++) {
+                size_t i;
+                json_t *t;
+                json_array_foreach(json_object_get(net, lists[l]), i, t)
+                {
+                        if (json_is_string(t))
+                                json_array_append_new(
+                                    rules, json_pack("{s:s,s:O}", "action", lists[l], "target", t));
+                }
+        }
+        return json_pack("{s:s,s:o}", "defaultAction",
+                         mode && !strcmp(mode, "full") ? "allow" : "deny", "egress", rules);
+}
+
+static enum MHD_Result policy_answer(ab_req *r, const ab_box_rec *rec)
+{
+        json_t *net = json_object_get(rec->spec, "network");
+        const char *mode = json_string_value(json_object_get(net, "mode"));
+        return resp_json(r, 200,
+                         json_pack("{s:s,s:s,s:s,s:o}", "status", "ok", "mode",
+                                   mode ? mode : "none", "enforcementMode", "proxy", "policy",
+                                   policy_of(net)));
+}
+
+/* Removes target from the array a. */
+static void drop_target(json_t *a, const char *target)
+{
+        for (size_t i = json_array_size(a); i-- > 0;)
+                if (!strcmp(json_string_value(json_array_get(a, i)) ?: "", target))
+                        json_array_remove(a, i);
+}
+
+/* GET: the policy; PATCH [{action, target}]: rules added or replaced;
+ * DELETE [target]: rules removed. A box whose default is deny gets the
+ * allowlist mode while it has allow rules (none without). */
+static enum MHD_Result egress(ab_req *r, const char *id)
+{
+        ab_box_rec rec;
+        enum MHD_Result ret;
+        if (get_box(r, id, &rec, &ret) < 0)
+                return ret;
+        if (!strcmp(r->method, "GET")) {
+                ret = policy_answer(r, &rec);
+                ab_box_rec_clear(&rec);
+                return ret;
+        }
+        bool patch = !strcmp(r->method, "PATCH");
+        json_t *body = r->body_len ? json_loadb(r->body, r->body_len, 0, NULL) : NULL;
+        json_t *net = json_object_get(rec.spec, "network");
+        const char *mode = json_string_value(json_object_get(net, "mode"));
+        bool full = mode && !strcmp(mode, "full");
+        json_t *allow = json_deep_copy(json_object_get(net, "allow")),
+               *deny = json_deep_copy(json_object_get(net, "deny"));
+        if (!allow)
+                allow = json_array();
+        if (!deny)
+                deny = json_array();
+        ab_box_rec_clear(&rec);
+        const char *bad = json_is_array(body) ? NULL : "the body must be a list";
+        size_t i;
+        json_t *it;
+        json_array_foreach(body, i, it)
+        {
+                const char *target = patch ? json_string_value(json_object_get(it, "target"))
+                                           : json_string_value(it);
+                const char *action = patch ? json_string_value(json_object_get(it, "action")) : "";
+                if (!target || !action ||
+                    (patch && strcmp(action, "allow") && strcmp(action, "deny"))) {
+                        bad = patch ? "each rule needs action (allow|deny) and target"
+                                    : "each entry must be a target";
+                        break;
+                }
+                drop_target(allow, target);
+                drop_target(deny, target);
+                if (patch && full && !strcmp(action, "deny")) {
+                        bad = "deny rules under defaultAction allow (mode full) are not enforced "
+                              "by this server";
+                        break;
+                }
+                if (patch && !full)
+                        json_array_append_new(strcmp(action, "allow") ? deny : allow,
+                                              json_string(target));
+        }
+        json_decref(body);
+        if (bad) {
+                json_decref(allow);
+                json_decref(deny);
+                return osb_error(r, 400, "INVALID_REQUEST", "%s", bad);
+        }
+        json_t *nnet = full                     ? json_pack("{s:s}", "mode", "full")
+                       : json_array_size(allow) ? json_pack("{s:s,s:o,s:o}", "mode", "allowlist",
+                                                            "allow", allow, "deny", deny)
+                                                : json_pack("{s:s}", "mode", "none");
+        if (full || !json_array_size(allow)) {
+                json_decref(allow);
+                json_decref(deny);
+        }
+        ab_err *e = NULL;
+        int rc = ab_manager_set_network(r->srv->mgr, id, r->scope, nnet, &rec, &e);
+        json_decref(nnet);
+        if (rc < 0)
+                return osb_err(r, e, "EGRESS::");
+        ret = policy_answer(r, &rec);
+        ab_box_rec_clear(&rec);
+        return ret;
+}
+
 /* ---- routing ----------------------------------------------------------- */
 
 static enum MHD_Result lifecycle(ab_req *r)
@@ -899,6 +1014,8 @@ enum MHD_Result route_osb(ab_req *r, const char *rest)
         (void)rest;
         if (r->n_seg >= 2 && !strcmp(r->seg[1], "v1"))
                 return lifecycle(r);
+        if (r->n_seg == 4 && !strcmp(r->seg[1], "egress") && !strcmp(r->seg[3], "policy"))
+                return egress(r, r->seg[2]);
         if (r->n_seg >= 4 && !strcmp(r->seg[1], "execd"))
                 return execd_route(r, r->seg[2], 3);
         return osb_error(r, 404, "NOT_FOUND", "no route %s /%s", r->method, r->path);

@@ -101,6 +101,7 @@ static const route routes[] = {
     {"GET", "opensandbox/**", AUTH_USER, BODY_NONE, route_osb},
     {"POST", "opensandbox/**", AUTH_USER, BODY_JSON, route_osb},
     {"PATCH", "opensandbox/**", AUTH_USER, BODY_JSON, route_osb},
+    {"DELETE", "opensandbox/egress/*/policy", AUTH_USER, BODY_JSON, route_osb},
     {"DELETE", "opensandbox/**", AUTH_USER, BODY_NONE, route_osb},
 };
 

@@ -140,6 +140,45 @@ ex = await sbx.commands.run("pgrep -x sleep || echo none");
 ok(out(ex).trim() === "none", "interrupt: its process is gone", ex);
 await throwsApi(() => sbx.commands.getCommandStatus("cmd-nosuch"), 404, "getCommandStatus: unknown id is a 404");
 
+// ---- sessions: the shell's state kept between runs ------------------------------------
+const sid = await sbx.commands.createSession({ workingDirectory: "/tmp" });
+ok(typeof sid === "string" && sid.length > 0, "createSession returns an id", sid);
+ex = await sbx.commands.runInSession(sid, "pwd; export A=1; B=2; cd /etc; f() { echo fn; }; alias ll='echo ll'");
+ok(out(ex) === "/tmp\n" && ex.exitCode === 0, "runInSession: starts in the session's directory", ex);
+ex = await sbx.commands.runInSession(sid, "echo $A$B; pwd; f");
+ok(out(ex) === "12\n/etc\nfn\n", "runInSession: variables, the directory and functions persist", ex);
+ex = await sbx.commands.runInSession(sid, "C=3; exit 5");
+ok(ex.exitCode === 5, "runInSession: a failing run's exit code", ex);
+ex = await sbx.commands.runInSession(sid, "echo $C; echo err >&2", { workingDirectory: "/" });
+ok(out(ex) === "3\n" && err(ex) === "err\n", "runInSession: state kept after exit; stderr apart", ex);
+ex = await sbx.commands.runInSession(sid, "pwd");
+ok(out(ex) === "/\n", "runInSession: a run's workingDirectory becomes the session's", ex);
+const sid2 = await sbx.commands.createSession();
+ex = await sbx.commands.runInSession(sid2, "echo ${A:-unset}; pwd");
+ok(out(ex) === "unset\n/workspace\n", "sessions are apart from each other", ex);
+await sbx.commands.deleteSession(sid);
+await throwsApi(() => sbx.commands.runInSession(sid, "true"), 404, "deleteSession: the session is gone (404)");
+await sbx.commands.deleteSession(sid2);
+
+// ---- egress policy (the SDK's egress sidecar calls) ---------------------------------
+let pol = await sbx.getEgressPolicy();
+ok(pol.defaultAction === "deny" && pol.egress.length === 0, "getEgressPolicy: no network by default", pol);
+await sbx.patchEgressRules([{ action: "allow", target: "example.com" }, { action: "allow", target: "pypi.org" }]);
+pol = await sbx.getEgressPolicy();
+ok(pol.defaultAction === "deny" && pol.egress.map((r) => r.target).sort().join() === "example.com,pypi.org",
+  "patchEgressRules: allow rules added", pol);
+await sbx.deleteEgressRules(["example.com"]);
+pol = await sbx.getEgressPolicy();
+ok(pol.egress.length === 1 && pol.egress[0].target === "pypi.org" && pol.egress[0].action === "allow",
+  "deleteEgressRules: the rule removed", pol);
+await sbx.deleteEgressRules(["pypi.org"]);
+
+// ---- what agentbox does not offer, said in the SDK's shapes ----------------------------
+const caps = await sbx.isolation.capabilities();
+ok(caps.available === false, "isolation.capabilities: not available", caps);
+await throwsApi(() => SandboxManager.create({ connectionConfig: admin }).createSnapshot(sbx.id), 501,
+  "createSnapshot: 501 API_NOT_SUPPORTED");
+
 // ---- files -----------------------------------------------------------------------
 await sbx.files.writeFiles([{ path: "/workspace/a.txt", data: "hello world", mode: 640 }]);
 ok((await sbx.files.readFile("/workspace/a.txt")) === "hello world", "writeFiles + readFile");
