@@ -33,7 +33,7 @@ if not os.path.isdir(SDK):
 h.ok(os.path.isdir(SDK), "the OpenSandbox SDK is installed in tests/opensandbox (scripts/npm-deps.sh)")
 
 TOKEN = "osb-admin-token-%s-0123456789" % os.getpid()
-srv = h.start_server(token=TOKEN)
+srv = h.start_server(token=TOKEN, config={"reaper_interval": "500ms"})  # TTL checks
 
 if os.path.isdir(SDK):
     env = dict(os.environ, OPENSANDBOX_DISABLE_METRICS="1")
@@ -48,14 +48,15 @@ if os.path.isdir(SDK):
     n = 0
     pending = None
     for line in out.splitlines() + [""]:
+        if line.startswith("# timing:"):
+            print(line)
+            continue
         if line.startswith("# ") and pending:
             pending[1].append(line[2:])
             continue
         if pending:
             h.ok(pending[0], pending[2], "\n".join(pending[1]) + ("\nsdk stderr:\n" + err[-1500:] if not pending[0] else ""))
             pending = None
-        if line.startswith("# "):
-            print(line)
         if line.startswith("ok ") or line.startswith("not ok "):
             name = line.split(" - ", 1)[1] if " - " in line else line
             pending = (line.startswith("ok "), [], "SDK: " + name)

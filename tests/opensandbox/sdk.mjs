@@ -66,7 +66,7 @@ const sbx = await Sandbox.create({
 });
 const createMs = Date.now() - t0;
 ok(typeof sbx.id === "string" && sbx.id.length > 0, `Sandbox.create returns a sandbox (${createMs} ms with its health check)`);
-console.log(`# create+ready: ${createMs} ms`);
+console.log(`# timing: Sandbox.create (with its health check) ${createMs} ms`);
 let info = await sbx.getInfo();
 ok(info.status.state === "Running", "getInfo: state Running", info);
 ok(info.metadata?.suite === "osb-sdk" && !Object.keys(info.metadata).some((k) => k.startsWith("opensandbox.io/")),
@@ -83,7 +83,7 @@ let ex = await sbx.commands.run("echo hello; echo oops >&2");
 const firstRunMs = Date.now() - t0;
 ok(out(ex) === "hello\n" && err(ex) === "oops\n" && ex.exitCode === 0,
   `commands.run: stdout, stderr and exit code 0 (${firstRunMs} ms)`, ex);
-console.log(`# first commands.run: ${firstRunMs} ms`);
+console.log(`# timing: first commands.run ${firstRunMs} ms`);
 ok(typeof ex.id === "string" && ex.id.startsWith("cmd-"), "commands.run: the execution has an id", ex.id);
 ex = await sbx.commands.run("echo $FOO-$X; pwd", { envs: { X: "y" }, workingDirectory: "/tmp" });
 ok(out(ex) === "bar-y\n/tmp\n", "commands.run: the box env, envs and workingDirectory", ex);
@@ -139,6 +139,38 @@ ok(st && !st.running && st.exitCode !== 0 && Date.now() - t0 < 5000, "interrupt:
 ex = await sbx.commands.run("pgrep -x sleep || echo none");
 ok(out(ex).trim() === "none", "interrupt: its process is gone", ex);
 await throwsApi(() => sbx.commands.getCommandStatus("cmd-nosuch"), 404, "getCommandStatus: unknown id is a 404");
+
+// a foreground command interrupted by its id, and one whose client goes away
+let fgId = null;
+t0 = Date.now();
+const fgRun = sbx.commands.run("sleep 30", {}, { onInit: (i) => { fgId = i.id; } });
+await until(async () => fgId, 5000, 20);
+await sleep(200);
+await sbx.commands.interrupt(fgId);
+ex = await fgRun;
+ok(ex.exitCode === 137 && ex.error?.name === "Interrupted" && Date.now() - t0 < 5000,
+  "interrupt: a foreground command ends with exit 137", ex);
+// (the SDK's AbortSignal stops nothing once the stream's headers arrived: its
+// fetch wrapper drops the listener then; so the client going away is a plain
+// fetch of the same execd route, closed after the first event)
+const execdBase = `http://${(await sbx.getEndpoint(44772)).endpoint}`;
+const ac = new AbortController();
+const resp = await fetch(`${execdBase}/command`, {
+  method: "POST", signal: ac.signal,
+  headers: { "OPEN-SANDBOX-API-KEY": token, "content-type": "application/json", accept: "text/event-stream" },
+  body: JSON.stringify({ command: "sleep 31", background: false }),
+});
+const rd = resp.body.getReader();
+const first = new TextDecoder().decode((await rd.read()).value);
+ok(resp.status === 200 && first.includes('"init"'), "a raw POST /command streams its init event", first);
+let seen = await sbx.commands.run("pgrep -x sleep || echo none");
+ok(out(seen).trim() !== "none", "the command runs while its client reads", seen);
+ac.abort();
+const reaped = await until(async () => {
+  const r = await sbx.commands.run("pgrep -x sleep || echo none");
+  return out(r).trim() === "none";
+}, 5000, 200);
+ok(reaped, "a foreground command whose client went away is killed");
 
 // ---- sessions: the shell's state kept between runs ------------------------------------
 const sid = await sbx.commands.createSession({ workingDirectory: "/tmp" });
@@ -232,11 +264,43 @@ info = await resumed.getInfo();
 ok(info.status.state === "Running", "resume: state Running", info.status);
 ok((await resumed.files.readFile("/workspace/keep.txt")) === "kept", "resume: the files are kept");
 
+// a box agentbox stopped (idle stop, or its own API) shows as Paused and resumes with its files
+await resumed.files.writeFiles([{ path: "/workspace/stopped.txt", data: "still here" }]);
+let rs = await fetch(`${url}/v1/sandboxes/${sbx.id}/stop`, {
+  method: "POST", headers: { authorization: `Bearer ${token}` },
+});
+ok(rs.status === 200, "agentbox's own API stops the box", rs.status);
+info = await resumed.getInfo();
+ok(info.status.state === "Paused" && info.status.reason === "stopped", "a stopped box is Paused (reason stopped)", info.status);
+const restarted = await Sandbox.resume({ sandboxId: sbx.id, connectionConfig: admin });
+ok((await restarted.getInfo()).status.state === "Running", "resume starts a stopped box");
+ok((await restarted.files.readFile("/workspace/stopped.txt")) === "still here", "a stopped box resumes with its files");
+await restarted.close();
+
 // ---- renew -----------------------------------------------------------------------
 const ren = await resumed.renew(3600);
 info = await resumed.getInfo();
 ok(ren.expiresAt instanceof Date && Math.abs(ren.expiresAt - (Date.now() + 3600000)) < 5000 &&
    Math.abs(info.expiresAt - ren.expiresAt) < 1000, "renew: a new expiresAt, kept", { ren, info: info.expiresAt });
+
+// timeout: the box is deleted when it expires; renew keeps one alive
+const shortLived = await Sandbox.create({ connectionConfig: admin, image: "base", timeoutSeconds: 2 });
+const kept = await Sandbox.create({ connectionConfig: admin, image: "base", timeoutSeconds: 2 });
+await kept.renew(120);
+const expired = await until(async () => {
+  try {
+    await shortLived.getInfo();
+    return null;
+  } catch (e) {
+    return e instanceof SandboxApiException && e.statusCode === 404;
+  }
+}, 10000, 250);
+ok(expired, "timeout: the box is gone once it expires");
+info = await kept.getInfo();
+ok(info.status.state === "Running", "renew: a renewed box outlives its first timeout", info.status);
+await kept.kill();
+await shortLived.close();
+await kept.close();
 
 // ---- endpoints and a dev server ------------------------------------------------------
 const ep = await resumed.getEndpoint(44772);
