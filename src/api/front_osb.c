@@ -1016,6 +1016,9 @@ enum MHD_Result route_osb(ab_req *r, const char *rest)
                 return lifecycle(r);
         if (r->n_seg == 4 && !strcmp(r->seg[1], "egress") && !strcmp(r->seg[3], "policy"))
                 return egress(r, r->seg[2]);
+        if (r->n_seg >= 4 && !strcmp(r->seg[1], "egress"))
+                return osb_error(r, 501, "EGRESS::API_NOT_SUPPORTED",
+                                 "the credential vault is not offered by agentbox");
         if (r->n_seg >= 4 && !strcmp(r->seg[1], "execd"))
                 return execd_route(r, r->seg[2], 3);
         return osb_error(r, 404, "NOT_FOUND", "no route %s /%s", r->method, r->path);

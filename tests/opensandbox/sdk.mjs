@@ -343,6 +343,16 @@ await throwsApi(() => bad.listSandboxInfos({}), 401, "a wrong key: SandboxApiExc
 await throwsApi(() => Sandbox.create({ connectionConfig: conn("wrong-key"), image: "base" }), 401,
   "Sandbox.create with a wrong key: SandboxApiException 401");
 await bad.close();
+await throwsApi(() => Sandbox.create({ connectionConfig: admin, image: "base", resource: { cpu: "lots" } }), 400,
+  "a bad resource quantity: SandboxApiException 400");
+try {
+  await Sandbox.create({ connectionConfig: admin, image: "no-such-image-xyz:1" });
+  ok(false, "an image agentbox cannot find or pull: an SDK error", "created");
+} catch (e) {
+  ok(e instanceof SandboxApiException && e.statusCode >= 400 && /no-such-image-xyz/.test(e.message),
+    "an image agentbox cannot find or pull: SandboxApiException naming it", errText(e));
+}
+await throwsApi(() => sbx.credentialVault.get(), 501, "credentialVault: 501 API_NOT_SUPPORTED");
 
 // ---- app-scoped keys ----------------------------------------------------------------
 async function newKey(app) {
