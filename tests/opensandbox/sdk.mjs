@@ -239,6 +239,16 @@ const bytes = Uint8Array.from({ length: 256 }, (_, i) => i);
 await sbx.files.writeFiles([{ path: "/workspace/bin.dat", data: bytes }]);
 const back = await sbx.files.readBytes("/workspace/bin.dat");
 ok(back.length === 256 && back.every((b, i) => b === i), "binary bytes round-trip", back.length);
+// streams both ways
+const chunks = ["stream", "ed ", "upload\n"];
+await sbx.files.writeFiles([{ path: "/workspace/streamed.txt", data: new ReadableStream({
+  pull(c) { const x = chunks.shift(); if (x) c.enqueue(new TextEncoder().encode(x)); else c.close(); },
+}) }]);
+let streamed = "";
+for await (const part of sbx.files.readBytesStream("/workspace/streamed.txt")) streamed += new TextDecoder().decode(part);
+ok(streamed === "streamed upload\n", "writeFiles from a stream + readBytesStream", streamed);
+ok((await sbx.files.readFile("/workspace/streamed.txt", { offset: 9, limit: 6 })) === "upload",
+  "readFile with offset and limit");
 // directories
 await sbx.files.createDirectories([{ path: "/workspace/d1/d2", mode: 700 }]);
 let ls = await sbx.files.listDirectory({ path: "/workspace/d1" });
