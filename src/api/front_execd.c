@@ -13,6 +13,7 @@
 #include <sys/mman.h>
 #include <sys/socket.h>
 
+#define BG_RUNNING_MAX  256         /* background commands running at once, server-wide */
 #define CMDS_KEPT       256         /* finished commands remembered for status/logs */
 #define CMD_LOG_MAX     (8u << 20)  /* bytes of a background command's output kept */
 #define STAT_OUTPUT_CAP (64u << 20) /* stat's answer for a listing */
@@ -20,6 +21,7 @@
 #define LIST_MAX_DEPTH  32
 #define REPLACE_MAX     (64u << 20) /* files larger than this are not edited in memory */
 #define EXEC_PREFIX     ""
+#define PING_MS         15000 /* a silent foreground stream gets a ping this often */
 
 /* ---- helpers ------------------------------------------------------------ */
 
@@ -220,6 +222,7 @@ typedef struct cmd {
 static pthread_mutex_t cmds_lock = PTHREAD_MUTEX_INITIALIZER;
 static cmd *cmds; /* newest first */
 static size_t n_cmds;
+static size_t n_bg_running;
 
 static void cmd_free(cmd *c)
 {
@@ -275,10 +278,33 @@ typedef struct cmd_job {
         char *key_id;
         ab_quota key_quotas;
         ab_caller caller;
+        /* a foreground stream: events are sent under wlock by the exec's
+         * output and by the pinger, which wakes on cv */
+        pthread_mutex_t wlock;
+        pthread_cond_t cv;
+        bool done;
+        int64_t last_ms; /* when the last event was sent */
 } cmd_job;
+
+static cmd_job *cmd_job_new(ab_server *srv)
+{
+        cmd_job *j = xzalloc(sizeof(*j));
+        j->srv = srv;
+        j->fd = j->peer = -1;
+        pthread_mutex_init(&j->wlock, NULL);
+        pthread_condattr_t ca;
+        pthread_condattr_init(&ca);
+        pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+        pthread_cond_init(&j->cv, &ca);
+        pthread_condattr_destroy(&ca);
+        j->last_ms = (int64_t)ab_now_ms();
+        return j;
+}
 
 static void cmd_job_free(cmd_job *j)
 {
+        pthread_mutex_destroy(&j->wlock);
+        pthread_cond_destroy(&j->cv);
         free(j->command);
         free(j->cwd);
         free(j->user);
@@ -288,7 +314,8 @@ static void cmd_job_free(cmd_job *j)
         free(j);
 }
 
-static int sse_event(cmd_job *j, json_t *ev)
+/* Caller holds j->wlock. */
+static int sse_send_locked(cmd_job *j, json_t *ev)
 {
         json_object_set_new(ev, "timestamp", json_integer(osb_wall_ms()));
         char *txt = json_dumps(ev, JSON_COMPACT);
@@ -303,7 +330,34 @@ static int sse_event(cmd_job *j, json_t *ev)
         free(frame);
         if (rc < 0)
                 j->broken = true;
+        j->last_ms = (int64_t)ab_now_ms();
         return rc;
+}
+
+static int sse_event(cmd_job *j, json_t *ev)
+{
+        pthread_mutex_lock(&j->wlock);
+        int rc = sse_send_locked(j, ev);
+        pthread_mutex_unlock(&j->wlock);
+        return rc;
+}
+
+/* A ping event when a foreground command was silent for PING_MS: clients
+ * (undici's body timeout is 5 minutes) and proxies keep the stream. */
+static void *ping_main(void *arg)
+{
+        cmd_job *j = arg;
+        pthread_mutex_lock(&j->wlock);
+        while (!j->done && !j->broken) {
+                struct timespec ts;
+                clock_gettime(CLOCK_MONOTONIC, &ts);
+                ts.tv_sec += PING_MS / 1000;
+                pthread_cond_timedwait(&j->cv, &j->wlock, &ts);
+                if (!j->done && (int64_t)ab_now_ms() - j->last_ms >= PING_MS - 50)
+                        sse_send_locked(j, json_pack("{s:s}", "type", "ping"));
+        }
+        pthread_mutex_unlock(&j->wlock);
+        return NULL;
 }
 
 static int fg_output(void *ud, int stream, const void *buf, size_t len)
@@ -328,9 +382,12 @@ static int bg_output(void *ud, int stream, const void *buf, size_t len)
 static void *cmd_main(void *arg)
 {
         cmd_job *j = arg;
-        cmd *c = j->c;
+        cmd *c = j->c; /* only under cmds_lock once it is finished: it may be forgotten */
+        bool background = c->background;
         if (j->key_id)
                 ab_manager_set_caller(&j->caller);
+        pthread_t pinger;
+        bool pinging = !background && pthread_create(&pinger, NULL, ping_main, j) == 0;
         abc_exec_req q = {
             .command = j->argv ? NULL : j->command,
             .argv = (const char *const *)j->argv,
@@ -339,18 +396,20 @@ static void *cmd_main(void *arg)
             .user = j->user,
             .stdin_fd = -1,
             .timeout_ms = j->timeout_ms,
-            .output_cap = c->background ? CMD_LOG_MAX : 0,
+            .output_cap = background ? CMD_LOG_MAX : 0,
             .has_cancel = true,
             .cancel_fd = j->fd,
         };
         abc_exec_res res = {0};
         ab_err *e = NULL;
-        int rc = ab_manager_exec(j->srv->mgr, &j->use, &q, c->background ? bg_output : fg_output, j,
+        int rc = ab_manager_exec(j->srv->mgr, &j->use, &q, background ? bg_output : fg_output, j,
                                  &res, &e);
         pthread_mutex_lock(&cmds_lock);
         bool interrupted = c->interrupted;
         c->running = false;
         c->finished_ms = osb_wall_ms();
+        if (background)
+                n_bg_running--;
         if (rc < 0) {
                 c->exit_code = interrupted ? 137 : -1;
                 c->error = xstrdup(interrupted ? "interrupted" : e->msg);
@@ -363,7 +422,14 @@ static void *cmd_main(void *arg)
         int exit_code = c->exit_code;
         _cleanup_free_ char *error = c->error ? xstrdup(c->error) : NULL;
         pthread_mutex_unlock(&cmds_lock);
-        if (!c->background) {
+        if (pinging) {
+                pthread_mutex_lock(&j->wlock);
+                j->done = true;
+                pthread_cond_signal(&j->cv);
+                pthread_mutex_unlock(&j->wlock);
+                pthread_join(pinger, NULL);
+        }
+        if (!background) {
                 if (exit_code != 0 || error) {
                         const char *ename = rc < 0 ? (interrupted ? "Interrupted" : "RuntimeError")
                                             : res.timed_out ? "TimeoutError"
@@ -440,15 +506,23 @@ static const char *const sse_headers[] = {"X-Accel-Buffering", "no", "Cache-Cont
  * one answers its init event and runs on, its output kept for /logs. */
 static enum MHD_Result start_cmd(ab_req *r, const char *id, cmd_job *j, bool bg);
 
+/* A background command's slot is free again. */
+static void bg_done(bool bg)
+{
+        if (!bg)
+                return;
+        pthread_mutex_lock(&cmds_lock);
+        n_bg_running--;
+        pthread_mutex_unlock(&cmds_lock);
+}
+
 static enum MHD_Result cmd_run(ab_req *r, const char *id)
 {
         ab_err *e = NULL;
         json_t *body;
         if (req_json(r, &body, &e) < 0)
                 return osb_err(r, e, EXEC_PREFIX);
-        cmd_job *j = xzalloc(sizeof(*j));
-        j->srv = r->srv;
-        j->fd = j->peer = -1;
+        cmd_job *j = cmd_job_new(r->srv);
         bool bg = false;
         if (parse_command(body, j, &bg, &e) < 0) {
                 json_decref(body);
@@ -464,17 +538,33 @@ static enum MHD_Result start_cmd(ab_req *r, const char *id, cmd_job *j, bool bg)
 {
         ab_err *e = NULL;
         enum MHD_Result ret;
+        if (bg) { /* each holds a thread and a use of its box */
+                pthread_mutex_lock(&cmds_lock);
+                bool full = n_bg_running >= BG_RUNNING_MAX;
+                if (!full)
+                        n_bg_running++;
+                pthread_mutex_unlock(&cmds_lock);
+                if (full) {
+                        cmd_job_free(j);
+                        return osb_error(r, 429, "TOO_MANY_COMMANDS",
+                                         "%d background commands run already; interrupt some",
+                                         BG_RUNNING_MAX);
+                }
+        }
         if (begin_use(r, id, &j->use, &ret) < 0) {
+                bg_done(bg);
                 cmd_job_free(j);
                 return ret;
         }
         if (ab_manager_quota_exec_check(r->srv->mgr, j->use.rec.app_id, &e) < 0) {
+                bg_done(bg);
                 ab_manager_use_end(r->srv->mgr, &j->use);
                 cmd_job_free(j);
                 return osb_err(r, e, EXEC_PREFIX);
         }
         ab_stream_slot *slot = NULL;
         if (!bg && !(slot = req_stream_slot(r, &ret))) {
+                bg_done(bg);
                 ab_manager_use_end(r->srv->mgr, &j->use);
                 cmd_job_free(j);
                 return ret;
@@ -485,6 +575,7 @@ static enum MHD_Result start_cmd(ab_req *r, const char *id, cmd_job *j, bool bg)
             RAND_bytes(rnd, sizeof(rnd)) != 1) {
                 if (slot)
                         ab_stream_slot_release(slot);
+                bg_done(bg);
                 ab_manager_use_end(r->srv->mgr, &j->use);
                 cmd_job_free(j);
                 return osb_error(r, 500, "RUNTIME_ERROR", "cannot make the command's stream");
@@ -531,6 +622,7 @@ static enum MHD_Result start_cmd(ab_req *r, const char *id, cmd_job *j, bool bg)
                 close(sv[1]);
                 if (slot)
                         ab_stream_slot_release(slot);
+                bg_done(bg);
                 ab_manager_use_end(r->srv->mgr, &j->use);
                 cmd_job_free(j);
                 return osb_error(r, 503, "RUNTIME_ERROR", "cannot start a thread");
@@ -726,6 +818,9 @@ static session **session_find(const char *box, const char *sid)
  * foreground command. */
 static enum MHD_Result session_run(ab_req *r, const char *id, const char *sid)
 {
+        enum MHD_Result ret;
+        if (cmd_access(r, id, &ret) < 0) /* the box is the caller's before its sessions */
+                return ret;
         ab_err *e = NULL;
         json_t *body;
         if (req_json(r, &body, &e) < 0)
@@ -739,9 +834,7 @@ static enum MHD_Result session_run(ab_req *r, const char *id, const char *sid)
                 return osb_error(r, 404, "SESSION_NOT_FOUND", "no session %s in sandbox %s", sid,
                                  id);
         }
-        cmd_job *j = xzalloc(sizeof(*j));
-        j->srv = r->srv;
-        j->fd = j->peer = -1;
+        cmd_job *j = cmd_job_new(r->srv);
         bool bg = false;
         json_object_del(body, "background");
         json_object_del(body, "uid");
@@ -771,7 +864,6 @@ static enum MHD_Result session_run(ab_req *r, const char *id, const char *sid)
         free(j->cwd); /* applied by the script, after the session's own */
         j->cwd = NULL;
         ab_use u;
-        enum MHD_Result ret;
         if (begin_use(r, id, &u, &ret) < 0) {
                 cmd_job_free(j);
                 return ret;
@@ -1066,7 +1158,7 @@ static int list_infos(ab_server *s, ab_use *u, const char *dir, int depth, const
                 base = base ? base + 1 : rel;
                 const char *subject = pattern && strchr(pattern, '/') ? rel : base;
                 if (pattern && *pattern && strcmp(pattern, "**") &&
-                    fnmatch(pattern, subject, FNM_PERIOD & 0) != 0)
+                    fnmatch(pattern, subject, 0) != 0)
                         continue;
                 full[k++] = dl == 1 && dir[0] == '/' ? xasprintf("/%s", rel)
                                                      : xasprintf("%.*s/%s", (int)dl, dir, rel);

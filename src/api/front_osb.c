@@ -535,7 +535,7 @@ static char *pct_decode(const char *s, size_t n)
 {
         char *o = xmalloc(n + 1), *p = o;
         for (size_t i = 0; i < n; i++) {
-                if (s[i] == '%' && i + 2 < n + 0 && isxdigit((unsigned char)s[i + 1]) &&
+                if (s[i] == '%' && i + 2 < n && isxdigit((unsigned char)s[i + 1]) &&
                     isxdigit((unsigned char)s[i + 2])) {
                         char hex[3] = {s[i + 1], s[i + 2], 0};
                         *p++ = (char)strtol(hex, NULL, 16);

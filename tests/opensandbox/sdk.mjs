@@ -172,6 +172,12 @@ const reaped = await until(async () => {
 }, 5000, 200);
 ok(reaped, "a foreground command whose client went away is killed");
 
+// a silent foreground command gets ping events (15 s apart), awaited before the pause below
+const pings = [];
+const silent = sbx.commands.run("sleep 16; echo awake", {}, {
+  onEvent: (ev) => { if (ev.type === "ping") pings.push(Date.now()); },
+});
+
 // ---- sessions: the shell's state kept between runs ------------------------------------
 const sid = await sbx.commands.createSession({ workingDirectory: "/tmp" });
 ok(typeof sid === "string" && sid.length > 0, "createSession returns an id", sid);
@@ -263,6 +269,10 @@ await throwsApi(() => sbx.files.listDirectory({ path: "/workspace/nope" }), 404,
 const m = await sbx.getMetrics();
 ok(m.cpuCount === 0.5 && m.memoryTotalMiB === 512 && m.memoryUsedMiB > 0 && m.timestamp > 0,
   "getMetrics: the box's cpu and memory limits and use", m);
+
+ex = await silent;
+ok(pings.length >= 1 && out(ex) === "awake\n" && ex.exitCode === 0,
+  `a silent foreground stream gets ping events (${pings.length}) and then its output`, { pings, ex });
 
 // ---- pause / resume, files kept ---------------------------------------------------
 await sbx.files.writeFiles([{ path: "/workspace/keep.txt", data: "kept" }]);
