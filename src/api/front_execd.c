@@ -7,6 +7,7 @@
 #include "api/front_osb.h"
 #include "base/log.h"
 
+#include <ctype.h>
 #include <fcntl.h>
 #include <fnmatch.h>
 #include <openssl/rand.h>
@@ -1376,7 +1377,7 @@ static void *dl_main(void *arg)
 }
 
 /* "bytes=A-B" or "bytes=A-" (no suffix ranges, one range). */
-static int parse_range(const char *h, uint64_t size, uint64_t *off, uint64_t *len)
+int osb_parse_range(const char *h, uint64_t size, uint64_t *off, uint64_t *len)
 {
         unsigned long long a, b;
         char dash;
@@ -1433,7 +1434,7 @@ static enum MHD_Result files_download(ab_req *r, const char *id)
         const char *os = req_query(r, "offset"), *ls = req_query(r, "limit");
         char cr[96] = "";
         if (range) {
-                if (parse_range(range, st.size, &j->offset, &j->length) < 0) {
+                if (osb_parse_range(range, st.size, &j->offset, &j->length) < 0) {
                         ab_manager_use_end(r->srv->mgr, &j->use);
                         free(j);
                         return osb_error(r, 416, "INVALID_RANGE", "range %s of a %llu-byte file",
@@ -1478,7 +1479,7 @@ static enum MHD_Result files_download(ab_req *r, const char *id)
 /* ---- upload (multipart: a "metadata" part, then its "file" part) -------- */
 
 /* The boundary of a multipart/form-data Content-Type, or NULL. */
-static char *boundary_of(const char *ct)
+char *osb_boundary_of(const char *ct)
 {
         const char *b = ct ? strstr(ct, "boundary=") : NULL;
         if (!b)
@@ -1490,15 +1491,9 @@ static char *boundary_of(const char *ct)
         return n && n <= 70 ? xasprintf("--%.*s", (int)n, b) : NULL;
 }
 
-typedef struct part {
-        const char *name; /* into a static copy: "metadata" / "file" / other */
-        const char *data;
-        size_t len;
-} part;
-
 /* Splits body into parts; the i-th part's name is written into names[i]. */
-static size_t split_parts(const char *body, size_t len, const char *delim, part *parts, size_t max,
-                          char names[][32])
+size_t osb_split_parts(const char *body, size_t len, const char *delim, osb_part *parts, size_t max,
+                       char names[][32])
 {
         size_t dl = strlen(delim), n = 0;
         const char *p = memmem(body, len, delim, dl);
@@ -1515,12 +1510,16 @@ static size_t split_parts(const char *body, size_t len, const char *delim, part 
                 if (!hend)
                         break;
                 names[n][0] = 0;
+                /* name="...", not the end of filename="..." */
                 const char *nm = memmem(p, (size_t)(hend - p), "name=\"", 6);
+                while (nm && nm > p && isalnum((unsigned char)nm[-1]))
+                        nm = memmem(nm + 6, (size_t)(hend - nm - 6), "name=\"", 6);
                 if (nm) {
                         nm += 6;
-                        size_t k = strcspn(nm, "\"");
-                        if (k < 32 && nm + k < hend)
-                                snprintf(names[n], 32, "%.*s", (int)k, nm);
+                        const char *q =
+                            memchr(nm, '"', (size_t)(hend - nm)); /* not past the head */
+                        if (q && q - nm < 32)
+                                snprintf(names[n], 32, "%.*s", (int)(q - nm), nm);
                 }
                 const char *data = hend + 4;
                 _cleanup_free_ char *next_delim = xasprintf("\r\n%s", delim);
@@ -1528,7 +1527,7 @@ static size_t split_parts(const char *body, size_t len, const char *delim, part 
                     memmem(data, len - (size_t)(data - body), next_delim, strlen(next_delim));
                 if (!end)
                         break;
-                parts[n] = (part){.name = names[n], .data = data, .len = (size_t)(end - data)};
+                parts[n] = (osb_part){.name = names[n], .data = data, .len = (size_t)(end - data)};
                 n++;
                 p = end + 2;
         }
@@ -1539,7 +1538,7 @@ enum MHD_Result route_osb_upload(ab_req *r, const char *id)
 {
         if (r->upload_failed)
                 return osb_error(r, 500, "RUNTIME_ERROR", "cannot spool the upload");
-        _cleanup_free_ char *delim = boundary_of(req_header(r, "Content-Type"));
+        _cleanup_free_ char *delim = osb_boundary_of(req_header(r, "Content-Type"));
         if (!delim)
                 return osb_error(r, 400, "INVALID_REQUEST_BODY",
                                  "expected multipart/form-data with a boundary");
@@ -1548,9 +1547,9 @@ enum MHD_Result route_osb_upload(ab_req *r, const char *id)
         void *map = mmap(NULL, r->upload_len, PROT_READ, MAP_PRIVATE, r->upload_fd, 0);
         if (map == MAP_FAILED)
                 return osb_error(r, 500, "RUNTIME_ERROR", "mmap: %s", strerror(errno));
-        part parts[64];
+        osb_part parts[64];
         char names[64][32];
-        size_t n = split_parts(map, r->upload_len, delim, parts, 64, names);
+        size_t n = osb_split_parts(map, r->upload_len, delim, parts, 64, names);
         ab_use u;
         enum MHD_Result ret;
         if (begin_use(r, id, &u, &ret) < 0) {

@@ -178,7 +178,7 @@ static json_t *osb_box_json(const ab_box_rec *rec, bool full)
 /* ---- create ------------------------------------------------------------ */
 
 /* "500m" -> 0.5, "2" -> 2 (Kubernetes CPU quantities). */
-static int parse_cpu(const char *s, double *out)
+int osb_parse_cpu(const char *s, double *out)
 {
         char *end;
         double v = strtod(s, &end);
@@ -195,7 +195,7 @@ static int parse_cpu(const char *s, double *out)
 }
 
 /* "512Mi", "2Gi", "1G", "1048576" (bytes) -> MiB, rounded up. */
-static int parse_mib(const char *s, uint64_t *out)
+int osb_parse_mib(const char *s, uint64_t *out)
 {
         char *end;
         double v = strtod(s, &end);
@@ -239,11 +239,11 @@ static int parse_resources(json_t *o, const ab_limits *defaults, ab_limits *lim,
                                           "resourceLimits.%s: must be a string", k);
                 int rc = 0;
                 if (!strcmp(k, "cpu"))
-                        rc = parse_cpu(s, &lim->cpus);
+                        rc = osb_parse_cpu(s, &lim->cpus);
                 else if (!strcmp(k, "memory"))
-                        rc = parse_mib(s, &lim->memory_mib);
+                        rc = osb_parse_mib(s, &lim->memory_mib);
                 else if (!strcmp(k, "disk") || !strcmp(k, "ephemeral-storage"))
-                        rc = parse_mib(s, &lim->disk_mib);
+                        rc = osb_parse_mib(s, &lim->disk_mib);
                 else if (!strcmp(k, "gpu") || !strcmp(k, "nvidia.com/gpu")) {
                         if (strcmp(s, "0"))
                                 return ab_err_set(err, AB_E_UNSUPPORTED, 0,
@@ -260,7 +260,7 @@ static int parse_resources(json_t *o, const ab_limits *defaults, ab_limits *lim,
 
 /* networkPolicy -> agentbox's network object (a new reference), or NULL
  * (absent: the server's default mode, which is none unless configured). */
-static int parse_network(json_t *np, json_t **out, ab_err **err)
+int osb_parse_network(json_t *np, json_t **out, ab_err **err)
 {
         *out = NULL;
         if (!np || json_is_null(np))
@@ -317,7 +317,7 @@ static int parse_network(json_t *np, json_t **out, ab_err **err)
 
 /* OpenSandbox volumes -> agentbox volumes (pvc: a named volume) and mounts
  * (host: a host directory; the manager decides who may). */
-static int parse_volumes(json_t *vols, json_t **volumes, json_t **mounts, ab_err **err)
+int osb_parse_volumes(json_t *vols, json_t **volumes, json_t **mounts, ab_err **err)
 {
         *volumes = NULL;
         *mounts = NULL;
@@ -463,8 +463,8 @@ static int parse_create(ab_server *s, json_t *body, create_req *c, ab_err **err)
                                           "timeout: must be a number of seconds >= 1");
                 c->q.ttl_s = (int64_t)ceil(t);
         }
-        if (parse_network(json_object_get(body, "networkPolicy"), &c->network, err) < 0 ||
-            parse_volumes(json_object_get(body, "volumes"), &c->volumes, &c->mounts, err) < 0)
+        if (osb_parse_network(json_object_get(body, "networkPolicy"), &c->network, err) < 0 ||
+            osb_parse_volumes(json_object_get(body, "volumes"), &c->volumes, &c->mounts, err) < 0)
                 return -1;
         c->q.network = c->network;
         c->q.volumes = c->volumes;
@@ -548,7 +548,7 @@ static char *pct_decode(const char *s, size_t n)
         return o;
 }
 
-static bool meta_matches(const ab_box_rec *rec, const char *filter)
+bool osb_meta_matches(json_t *metadata, const char *filter)
 {
         if (!filter || !*filter)
                 return true;
@@ -560,7 +560,7 @@ static bool meta_matches(const ab_box_rec *rec, const char *filter)
                         _cleanup_free_ char *k = pct_decode(p, eq ? (size_t)(eq - p) : n);
                         _cleanup_free_ char *v =
                             eq ? pct_decode(eq + 1, n - (size_t)(eq - p) - 1) : xstrdup("");
-                        const char *have = json_string_value(json_object_get(rec->metadata, k));
+                        const char *have = json_string_value(json_object_get(metadata, k));
                         if (!strncmp(k, OSB_META_PREFIX, strlen(OSB_META_PREFIX)) || !have ||
                             strcmp(have, v))
                                 return false;
@@ -618,7 +618,7 @@ static enum MHD_Result osb_list(ab_req *r)
         int64_t total = 0;
         for (size_t i = 0; i < n; i++) {
                 if (!osb_state(rs[i].status) || !state_matches(&rs[i], states) ||
-                    !meta_matches(&rs[i], meta))
+                    !osb_meta_matches(rs[i].metadata, meta))
                         continue;
                 if (total >= (page - 1) * size && total < page * size)
                         json_array_append_new(items, osb_box_json(&rs[i], true));
@@ -696,36 +696,39 @@ static enum MHD_Result osb_resume(ab_req *r, const char *id)
 /* ---- renew, metadata, endpoints ---------------------------------------- */
 
 /* RFC 3339 ("2026-11-27T09:00:00Z", "...00.123+02:00") -> unix ms. */
-static int parse_time(const char *s, int64_t *ms)
+int osb_parse_time(const char *s, int64_t *ms)
 {
         struct tm tm = {0};
         const char *p = strptime(s, "%Y-%m-%dT%H:%M:%S", &tm);
         if (!p)
                 return -1;
-        double frac = 0;
+        int64_t frac_ms = 0, scale = 100;
         if (*p == '.') {
-                char *end;
-                frac = strtod(p, &end);
-                p = end;
+                if (!isdigit((unsigned char)*++p))
+                        return -1;
+                for (; isdigit((unsigned char)*p); p++, scale /= 10)
+                        frac_ms += (*p - '0') * scale;
         }
         int64_t off = 0;
         if (*p == 'Z' || *p == 'z') {
                 p++;
         } else if (*p == '+' || *p == '-') {
-                int hh, mm;
-                if (sscanf(p + 1, "%2d:%2d", &hh, &mm) != 2)
+                const char *d = p + 1;
+                if (!isdigit((unsigned char)d[0]) || !isdigit((unsigned char)d[1]) || d[2] != ':' ||
+                    !isdigit((unsigned char)d[3]) || !isdigit((unsigned char)d[4]))
                         return -1;
-                off = (hh * 60 + mm) * 60 * (*p == '+' ? 1 : -1);
+                int hh = (d[0] - '0') * 10 + d[1] - '0', mm = (d[3] - '0') * 10 + d[4] - '0';
+                off = (int64_t)(hh * 60 + mm) * 60 * (*p == '+' ? 1 : -1);
                 p += 6;
         } else {
                 return -1;
         }
-        if (*p)
+        if (*p || tm.tm_year > 8000)
                 return -1;
         time_t t = timegm(&tm);
         if (t == (time_t)-1)
                 return -1;
-        *ms = ((int64_t)t - off) * 1000 + (int64_t)(frac * 1000);
+        *ms = ((int64_t)t - off) * 1000 + frac_ms;
         return 0;
 }
 
@@ -737,7 +740,7 @@ static enum MHD_Result osb_renew(ab_req *r, const char *id)
                 return osb_err(r, e, "SANDBOX::");
         const char *exp = json_string_value(json_object_get(body, "expiresAt"));
         int64_t at = 0;
-        if (!exp || parse_time(exp, &at) < 0) {
+        if (!exp || osb_parse_time(exp, &at) < 0) {
                 json_decref(body);
                 return osb_error(r, 400, "SANDBOX::INVALID_ARGUMENT",
                                  "expiresAt: required, an RFC 3339 time");
