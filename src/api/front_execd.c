@@ -751,7 +751,8 @@ static enum MHD_Result cmd_interrupt(ab_req *r, const char *id)
 static const char session_script[] =
     "__abs=$1; [ -n \"$3\" ] && cd -- \"$3\"; [ -f \"$__abs\" ] && . \"$__abs\" 2>/dev/null; "
     "[ -n \"$4\" ] && cd -- \"$4\"; "
-    "__abs_save() { { declare -p; declare -f; alias -p; printf 'cd -- %q\\n' \"$PWD\"; } "
+    "__abs_save() { { declare -p; declare -f; alias -p; set +o; shopt -p; printf 'cd -- %q\\n' "
+    "\"$PWD\"; } "
     ">\"$__abs.tmp\" 2>/dev/null && mv -f -- \"$__abs.tmp\" \"$__abs\"; }; "
     "trap __abs_save EXIT; eval \"$2\"";
 
