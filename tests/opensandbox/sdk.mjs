@@ -352,7 +352,18 @@ let list = await mgr.listSandboxInfos({ metadata: { suite: "osb-sdk" } });
 ok(list.items.length === 1 && list.items[0].id === sbx.id && list.pagination.totalItems === 1,
   "listSandboxInfos: by metadata", list);
 list = await mgr.listSandboxInfos({ states: ["Paused"], metadata: { suite: "osb-sdk" } });
-ok(list.items.length === 0, "listSandboxInfos: by state", list);
+ok(list.items.length === 0, "listSandboxInfos: by state (none Paused)", list);
+list = await mgr.listSandboxInfos({ states: ["Paused", "Running"], metadata: { suite: "osb-sdk" } });
+ok(list.items.length === 1, "listSandboxInfos: states are ORed", list);
+const extra = await Sandbox.create({ connectionConfig: admin, image: "base", metadata: { suite: "osb-sdk" } });
+const p1 = await mgr.listSandboxInfos({ metadata: { suite: "osb-sdk" }, page: 1, pageSize: 1 });
+const p2 = await mgr.listSandboxInfos({ metadata: { suite: "osb-sdk" }, page: 2, pageSize: 1 });
+const p3 = await mgr.listSandboxInfos({ metadata: { suite: "osb-sdk" }, page: 3, pageSize: 1 });
+ok(p1.items.length === 1 && p2.items.length === 1 && p3.items.length === 0 && p1.items[0].id !== p2.items[0].id &&
+   p1.pagination.totalItems === 2 && p1.pagination.totalPages === 2 && p1.pagination.hasNextPage &&
+   !p2.pagination.hasNextPage, "listSandboxInfos: pagination", { p1: p1.pagination, p2: p2.pagination });
+await extra.kill();
+await extra.close();
 const patched = await mgr.patchSandboxMetadata(sbx.id, { extra: "1", suite: null });
 ok(patched.metadata.extra === "1" && !("suite" in patched.metadata), "patchSandboxMetadata merges", patched.metadata);
 
