@@ -41,6 +41,24 @@ static int send_all(int fd, const void *buf, size_t len)
         return 0;
 }
 
+/* Errors of an operation on a box's files or commands in execd's codes: a
+ * missing path is FILE_NOT_FOUND, a bad request INVALID_REQUEST_BODY, a
+ * full disk 507 (as agentbox's own file routes answer it). Frees e. */
+static enum MHD_Result execd_err(ab_req *r, ab_err *e)
+{
+        enum MHD_Result ret;
+        if (e->code == AB_E_NOT_FOUND)
+                ret = osb_error(r, 404, "FILE_NOT_FOUND", "%s", e->msg);
+        else if (e->code == AB_E_INVALID)
+                ret = osb_error(r, 400, "INVALID_REQUEST_BODY", "%s", e->msg);
+        else if (e->code == AB_E_LIMIT)
+                ret = osb_error(r, 507, "DISK_FULL", "%s", e->msg);
+        else
+                return osb_err(r, e, EXEC_PREFIX);
+        ab_err_free(&e);
+        return ret;
+}
+
 static int begin_use(ab_req *r, const char *id, ab_use *u, enum MHD_Result *ret)
 {
         ab_err *e = NULL;
@@ -560,13 +578,13 @@ static enum MHD_Result cmd_run(ab_req *r, const char *id)
         ab_err *e = NULL;
         json_t *body;
         if (req_json(r, &body, &e) < 0)
-                return osb_err(r, e, EXEC_PREFIX);
+                return execd_err(r, e);
         cmd_job *j = cmd_job_new(r->srv);
         bool bg = false;
         if (parse_command(body, j, &bg, &e) < 0) {
                 json_decref(body);
                 cmd_job_free(j);
-                return osb_err(r, e, EXEC_PREFIX);
+                return execd_err(r, e);
         }
         json_decref(body);
         return start_cmd(r, id, j, bg);
@@ -812,7 +830,7 @@ static enum MHD_Result session_create(ab_req *r, const char *id)
         ab_err *e = NULL;
         json_t *body;
         if (req_json(r, &body, &e) < 0)
-                return osb_err(r, e, EXEC_PREFIX);
+                return execd_err(r, e);
         const char *cwd = json_string_value(json_object_get(body, "cwd"));
         unsigned char rnd[8];
         if (RAND_bytes(rnd, sizeof(rnd)) != 1) {
@@ -864,7 +882,7 @@ static enum MHD_Result session_run(ab_req *r, const char *id, const char *sid)
         ab_err *e = NULL;
         json_t *body;
         if (req_json(r, &body, &e) < 0)
-                return osb_err(r, e, EXEC_PREFIX);
+                return execd_err(r, e);
         pthread_mutex_lock(&cmds_lock);
         session **sp = session_find(id, sid);
         char *first_cwd = sp && (*sp)->cwd ? xstrdup((*sp)->cwd) : NULL;
@@ -884,7 +902,7 @@ static enum MHD_Result session_run(ab_req *r, const char *id, const char *sid)
                 json_decref(body);
                 free(first_cwd);
                 cmd_job_free(j);
-                return osb_err(r, e, EXEC_PREFIX);
+                return execd_err(r, e);
         }
         json_decref(body);
         _cleanup_free_ char *state = xasprintf(SESSION_DIR "/%s.sh", sid);
@@ -915,7 +933,7 @@ static enum MHD_Result session_run(ab_req *r, const char *id, const char *sid)
         ab_manager_use_end(r->srv->mgr, &u);
         if (rc < 0) {
                 cmd_job_free(j);
-                return osb_err(r, e, EXEC_PREFIX);
+                return execd_err(r, e);
         }
         return start_cmd(r, id, j, false);
 }
@@ -975,7 +993,7 @@ static enum MHD_Result files_info(ab_req *r, const char *id)
         free(v);
         if (rc < 0) {
                 json_decref(paths);
-                return osb_err(r, e, EXEC_PREFIX);
+                return execd_err(r, e);
         }
         size_t i;
         json_t *p;
@@ -1030,7 +1048,7 @@ static enum MHD_Result remove_paths(ab_req *r, const char *id, bool recursive)
         ab_manager_use_end(r->srv->mgr, &u);
         json_decref(paths);
         if (rc < 0)
-                return osb_err(r, e, EXEC_PREFIX);
+                return execd_err(r, e);
         return ok_empty(r);
 }
 
@@ -1077,7 +1095,7 @@ static enum MHD_Result paths_perm(ab_req *r, const char *id, bool mkdirs)
         ab_err *e = NULL;
         json_t *body;
         if (req_json(r, &body, &e) < 0)
-                return osb_err(r, e, EXEC_PREFIX);
+                return execd_err(r, e);
         ab_use u;
         enum MHD_Result ret;
         if (begin_use(r, id, &u, &ret) < 0) {
@@ -1113,7 +1131,7 @@ static enum MHD_Result paths_perm(ab_req *r, const char *id, bool mkdirs)
         ab_manager_use_end(r->srv->mgr, &u);
         json_decref(body);
         if (rc < 0)
-                return osb_err(r, e, EXEC_PREFIX);
+                return execd_err(r, e);
         return ok_empty(r);
 }
 
@@ -1155,7 +1173,7 @@ static enum MHD_Result files_mv(ab_req *r, const char *id)
         ab_manager_use_end(r->srv->mgr, &u);
         json_decref(body);
         if (rc < 0)
-                return osb_err(r, e, EXEC_PREFIX);
+                return execd_err(r, e);
         return ok_empty(r);
 }
 
@@ -1248,7 +1266,7 @@ static enum MHD_Result dir_list(ab_req *r, const char *id, bool search)
                         ab_err_free(&e);
                         return ret;
                 }
-                return osb_err(r, e, EXEC_PREFIX);
+                return execd_err(r, e);
         }
         return resp_json(r, 200, out);
 }
@@ -1335,7 +1353,7 @@ static enum MHD_Result files_replace(ab_req *r, const char *id)
         ab_err *e = NULL;
         json_t *body;
         if (req_json(r, &body, &e) < 0)
-                return osb_err(r, e, EXEC_PREFIX);
+                return execd_err(r, e);
         const char *vs = req_query(r, "verbose");
         bool verbose = vs && (!strcmp(vs, "true") || !strcmp(vs, "1"));
         ab_use u;
@@ -1371,7 +1389,7 @@ static enum MHD_Result files_replace(ab_req *r, const char *id)
                         ab_err_free(&e);
                         return ret;
                 }
-                return osb_err(r, e, EXEC_PREFIX);
+                return execd_err(r, e);
         }
         if (!verbose) {
                 json_decref(counts);
@@ -1466,7 +1484,7 @@ static enum MHD_Result files_download(ab_req *r, const char *id)
                         ab_err_free(&e);
                         return ret;
                 }
-                return osb_err(r, e, EXEC_PREFIX);
+                return execd_err(r, e);
         }
         unsigned status = 200;
         const char *range = req_header(r, "Range");
@@ -1649,7 +1667,7 @@ enum MHD_Result route_osb_upload(ab_req *r, const char *id)
                         ab_err_free(&e);
                         return ret;
                 }
-                return osb_err(r, e, EXEC_PREFIX);
+                return execd_err(r, e);
         }
         return ok_empty(r);
 }
