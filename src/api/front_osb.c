@@ -476,6 +476,47 @@ static int parse_create(ab_server *s, json_t *body, create_req *c, ab_err **err)
         return 0;
 }
 
+/* A pvc volume is a named volume; one that does not exist is made first
+ * unless createIfNotExists is false (its size: storage, else the default
+ * disk size). */
+static int ensure_volumes(ab_req *r, json_t *vols, ab_err **err)
+{
+        size_t i;
+        json_t *v;
+        json_array_foreach(vols, i, v)
+        {
+                json_t *pvc = json_object_get(v, "pvc");
+                const char *claim = json_string_value(json_object_get(pvc, "claimName"));
+                if (!claim || json_is_false(json_object_get(pvc, "createIfNotExists")))
+                        continue;
+                ab_volume_info vi = {0};
+                ab_err *e = NULL;
+                if (ab_manager_volume_get(r->srv->mgr, claim, r->scope, &vi, &e) == 0) {
+                        ab_volume_info_clear(&vi);
+                        continue;
+                }
+                if (e->code != AB_E_NOT_FOUND) {
+                        *err = e;
+                        return -1;
+                }
+                ab_err_free(&e);
+                uint64_t mib = 0;
+                const char *storage = json_string_value(json_object_get(pvc, "storage"));
+                if (storage && osb_parse_mib(storage, &mib) < 0)
+                        return ab_err_set(err, AB_E_INVALID, 0,
+                                          "volumes[%zu].pvc.storage: \"%s\" is not a quantity", i,
+                                          storage);
+                if (ab_manager_volume_create(r->srv->mgr, claim, mib, r->scope, &vi, &e) < 0 &&
+                    e->code != AB_E_CONFLICT) { /* made meanwhile by another create: fine */
+                        *err = e;
+                        return -1;
+                }
+                ab_err_free(&e);
+                ab_volume_info_clear(&vi);
+        }
+        return 0;
+}
+
 static enum MHD_Result osb_create(ab_req *r)
 {
         ab_err *e = NULL;
@@ -486,6 +527,7 @@ static enum MHD_Result osb_create(ab_req *r)
         ab_box_rec rec;
         bool created;
         if (parse_create(r->srv, body, &c, &e) < 0 ||
+            ensure_volumes(r, json_object_get(body, "volumes"), &e) < 0 ||
             ab_manager_acquire(r->srv->mgr, &c.q, r->scope, &rec, &created, &e) < 0) {
                 create_req_clear(&c);
                 json_decref(body);

@@ -399,6 +399,28 @@ ls = await odd.files.listDirectory({ path: "/workspace" });
 ok(ls.some((f) => f.path === "/workspace/bin" && f.type === "directory"), "listDirectory without a usable stat", ls);
 await odd.kill();
 
+// a pvc volume is an agentbox named volume, made at its first use and shared
+const vol = { name: "data", pvc: { claimName: `osbvol${process.pid}`, storage: "64Mi" }, mountPath: "/data", readOnly: false };
+const v1 = await Sandbox.create({ connectionConfig: admin, image: "base", volumes: [vol] });
+await v1.files.writeFiles([{ path: "/data/shared.txt", data: "on the volume" }]);
+const v2 = await Sandbox.create({ connectionConfig: admin, image: "base",
+  volumes: [{ ...vol, readOnly: true }] });
+ok((await v2.files.readFile("/data/shared.txt")) === "on the volume", "a pvc volume is shared between sandboxes");
+ex = await v2.commands.run("touch /data/x");
+ok(ex.exitCode !== 0, "readOnly mounts the volume read-only", ex);
+await v1.kill();
+await v2.kill();
+const volGone = await until(async () => {
+  const r = await fetch(`${url}/v1/volumes/${vol.pvc.claimName}`, {
+    method: "DELETE", headers: { authorization: `Bearer ${token}` },
+  });
+  return r.status < 300 ? true : null;
+}, 10000, 200);
+ok(volGone, "the volume is deleted once its sandboxes are (agentbox's own API)");
+await throwsApi(() => Sandbox.create({ connectionConfig: admin, image: "base",
+  volumes: [{ name: "n", pvc: { claimName: "osb-none", createIfNotExists: false }, mountPath: "/n", readOnly: false }] }),
+  404, "a pvc volume that does not exist with createIfNotExists false: 404");
+
 // ---- app-scoped keys ----------------------------------------------------------------
 async function newKey(app) {
   const r = await fetch(`${url}/v1/keys`, {
