@@ -462,9 +462,10 @@ static enum MHD_Result start_cmd(ab_req *r, const char *id, cmd_job *j, bool bg)
         }
         _cleanup_free_ char *init = NULL;
         {
-                char *txt = json_dumps(json_pack("{s:s,s:s,s:I}", "type", "init", "text", c->id,
-                                                 "timestamp", (json_int_t)c->started_ms),
-                                       JSON_COMPACT);
+                json_t *ev = json_pack("{s:s,s:s,s:I}", "type", "init", "text", c->id, "timestamp",
+                                       (json_int_t)c->started_ms);
+                char *txt = json_dumps(ev, JSON_COMPACT);
+                json_decref(ev);
                 init = xasprintf("data: %s\n\n", txt);
                 free(txt);
         }
