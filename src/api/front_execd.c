@@ -8,6 +8,8 @@
 #include "base/log.h"
 
 #include <openssl/rand.h>
+#include <poll.h>
+#include <signal.h>
 #include <sys/socket.h>
 
 #define BG_RUNNING_MAX 256        /* background commands running at once, server-wide */
@@ -591,9 +593,10 @@ static enum MHD_Result cmd_interrupt(ab_req *r, const char *id)
                 return osb_error(r, 400, "INVALID_REQUEST_BODY", "id: required");
         pthread_mutex_lock(&cmds_lock);
         cmd *c = cmd_find(id, cid);
-        if (c && c->running && c->cancel_fd >= 0) {
-                c->interrupted = true;
-                shutdown(c->cancel_fd, SHUT_RD); /* the exec sees a hang-up */
+        if (c && c->running) {
+                c->interrupted = true; /* a session's run: its thread sends SIGINT */
+                if (c->cancel_fd >= 0)
+                        shutdown(c->cancel_fd, SHUT_RD); /* the exec sees a hang-up */
         }
         pthread_mutex_unlock(&cmds_lock);
         if (!c)
@@ -604,29 +607,38 @@ static enum MHD_Result cmd_interrupt(ab_req *r, const char *id)
 
 /* ---- sessions ----------------------------------------------------------- */
 
-/* A session keeps its shell's state between runs: each run is a bash that
- * loads the state the previous one left (variables, functions, aliases,
- * working directory) from a file in the box and saves it when it exits.
- * The user's command reaches bash as an argument, never inside this text. */
-#define SESSION_DIR  "/tmp/.agentbox-sessions"
-#define SESSIONS_MAX 1024
-static const char session_script[] =
-    "__abs=$1; [ -n \"$3\" ] && cd -- \"$3\"; [ -f \"$__abs\" ] && . \"$__abs\" 2>/dev/null; "
-    "[ -n \"$4\" ] && cd -- \"$4\"; "
-    "__abs_save() { { declare -p; declare -f; alias -p; set +o; shopt -p; printf 'cd -- %q\\n' "
-    "\"$PWD\"; } "
-    ">\"$__abs.tmp\" 2>/dev/null && mv -f -- \"$__abs.tmp\" \"$__abs\"; }; "
-    "trap __abs_save EXIT; eval \"$2\"";
+/* A session is a bash that lives on a terminal of the box (init's keeper
+ * holds it: it outlives every request, and a pause), so everything a shell
+ * keeps lasts from one run to the next: variables, functions, options, the
+ * working directory, background jobs. A run writes the user's command to a
+ * file in the box and types one line of ours into the shell: print a start
+ * mark, source the file, print an end mark with $?. The user's command never
+ * becomes part of that line. The output between the marks is the run's
+ * (stdout and stderr together: one terminal). */
+#define SESSION_DIR       "/tmp/.agentbox-sessions"
+#define SESSIONS_MAX      1024
+#define SESSION_TIMEOUT_S 600  /* a run given no timeout */
+#define SESSION_GRACE_MS  5000 /* after SIGINT, before the shell is given up */
 
 typedef struct session {
         struct session *next;
         char id[32];
         char *box;
-        char *cwd; /* where its first run starts, or NULL */
+        char *cwd; /* where its shell starts, or NULL */
+        char *tid; /* its terminal, or NULL before the first run / after its shell died */
+        bool busy; /* a run is in progress (one at a time) */
 } session;
 
 static session *sessions;
 static size_t n_sessions;
+
+static void session_free(session *ss)
+{
+        free(ss->box);
+        free(ss->cwd);
+        free(ss->tid);
+        free(ss);
+}
 
 static enum MHD_Result session_create(ab_req *r, const char *id)
 {
@@ -651,21 +663,28 @@ static enum MHD_Result session_create(ab_req *r, const char *id)
         ss->cwd = cwd && *cwd ? xstrdup(cwd) : NULL;
         json_decref(body);
         json_t *j = json_pack("{s:s}", "session_id", ss->id);
+        session *old = NULL;
         pthread_mutex_lock(&cmds_lock);
         ss->next = sessions;
         sessions = ss;
-        if (++n_sessions > SESSIONS_MAX) { /* the oldest is forgotten */
-                session **p = &sessions;
-                while ((*p)->next)
-                        p = &(*p)->next;
-                session *old = *p;
-                *p = NULL;
-                n_sessions--;
-                free(old->box);
-                free(old->cwd);
-                free(old);
+        if (++n_sessions > SESSIONS_MAX) { /* the oldest idle one is forgotten */
+                session **victim = NULL;
+                for (session **p = &sessions; *p; p = &(*p)->next)
+                        if (!(*p)->busy)
+                                victim = p;
+                if (victim) {
+                        old = *victim;
+                        *victim = old->next;
+                        n_sessions--;
+                }
         }
         pthread_mutex_unlock(&cmds_lock);
+        if (old) { /* its shell goes too */
+                if (old->tid)
+                        ab_manager_term_close(r->srv->mgr, old->box, NULL, old->tid, &e);
+                ab_err_free(&e);
+                session_free(old);
+        }
         return resp_json(r, 200, j);
 }
 
@@ -676,6 +695,267 @@ static session **session_find(const char *box, const char *sid)
                 if (!strcmp((*p)->id, sid) && !strcmp((*p)->box, box))
                         return p;
         return NULL;
+}
+
+/* Starts the session's shell (a bash on a terminal, no echo, no prompt). */
+static int session_shell(ab_server *s, const char *scope, const char *box, const char *cwd,
+                         char **tid, ab_err **err)
+{
+        static const char *const argv[] = {"bash",        "--noprofile", "--norc",
+                                           "--noediting", "-i",          NULL};
+        /* The end mark comes from PROMPT_COMMAND, which runs when the line
+         * is done, also when ^C made the shell drop the rest of it. */
+        static const char *const env[] = {
+            "PS1=",
+            "PS2=",
+            "PS0=",
+            "TERM=dumb",
+            "HISTFILE=/dev/null",
+            "PROMPT_COMMAND=printf '\\036E%s:%d\\036' \"${__ab_nonce:-none}\" \"$?\"",
+            NULL};
+        abc_term_req q = {.argv = argv, .env = env, .cwd = cwd, .cols = 1000, .rows = 50};
+        abc_term_info info = {0};
+        if (ab_manager_term_open_id(s->mgr, box, scope, &q, &info, err) < 0)
+                return -1;
+        static const char setup[] = "stty -echo -onlcr 2>/dev/null; set +m\n";
+        int rc = ab_manager_term_input(s->mgr, box, scope, info.id, setup, sizeof(setup) - 1, err);
+        if (rc == 0)
+                *tid = steal_pointer(&info.id);
+        else
+                ab_manager_term_close(s->mgr, box, scope, info.id, NULL);
+        abc_term_info_clear(&info);
+        return rc;
+}
+
+typedef struct srun {
+        ab_server *srv;
+        cmd *c;
+        char *scope, *box, *sid, *tid;
+        int fd; /* the event stream */
+        uint32_t timeout_ms;
+        char nonce[17];
+        bool broken;
+        int64_t last_ms;
+} srun;
+
+static int srun_event(srun *s, json_t *ev)
+{
+        json_object_set_new(ev, "timestamp", json_integer(osb_wall_ms()));
+        char *txt = json_dumps(ev, JSON_COMPACT);
+        json_decref(ev);
+        if (!txt || s->broken) {
+                free(txt);
+                return -1;
+        }
+        char *frame = xasprintf("data: %s\n\n", txt);
+        free(txt);
+        if (send_all(s->fd, frame, strlen(frame)) < 0)
+                s->broken = true;
+        free(frame);
+        s->last_ms = (int64_t)ab_now_ms();
+        return s->broken ? -1 : 0;
+}
+
+static void srun_output(srun *s, const char *p, size_t n)
+{
+        if (n)
+                srun_event(s, json_pack("{s:s,s:o}", "type", "stdout", "text", json_bytes(p, n)));
+}
+
+/* How many of the last bytes of buf (len n) begin mark: held back, they may
+ * be the start of a mark the next chunk ends. */
+static size_t mark_prefix(const char *buf, size_t n, const char *mark)
+{
+        size_t ml = strlen(mark);
+        for (size_t k = ml - 1 < n ? ml - 1 : n; k > 0; k--)
+                if (!memcmp(buf + n - k, mark, k))
+                        return k;
+        return 0;
+}
+
+/* Scans the terminal's output for the run's marks: *started once the start
+ * mark went by; emits what lies between; 1 with *code at the end mark. */
+static int srun_scan(srun *s, ab_buf *b, bool *started, int *code)
+{
+        char start[24], end[24];
+        snprintf(start, sizeof(start), "\036S%s\036", s->nonce);
+        snprintf(end, sizeof(end), "\036E%s:", s->nonce);
+        if (!*started) {
+                const char *m = b->n ? memmem(b->p, b->n, start, strlen(start)) : NULL;
+                if (!m) {
+                        size_t keep = mark_prefix(b->p, b->n, start);
+                        ab_buf_drop(b, b->n - keep);
+                        return 0;
+                }
+                ab_buf_drop(b, (size_t)(m - b->p) + strlen(start));
+                *started = true;
+        }
+        const char *m = b->n ? memmem(b->p, b->n, end, strlen(end)) : NULL;
+        if (!m) {
+                size_t keep = mark_prefix(b->p, b->n, end);
+                srun_output(s, b->p, b->n - keep);
+                ab_buf_drop(b, b->n - keep);
+                return 0;
+        }
+        size_t before = (size_t)(m - b->p);
+        const char *tail = m + strlen(end);
+        const char *close = memchr(tail, '\036', b->n - (size_t)(tail - b->p));
+        srun_output(s, b->p, before);
+        ab_buf_drop(b, before);
+        if (!close)
+                return 0; /* the code is still to come */
+        *code = atoi(b->p + strlen(end));
+        return 1;
+}
+
+/* Marks the session's run over (and its shell gone when dead). */
+static void session_done(srun *s, bool dead)
+{
+        pthread_mutex_lock(&cmds_lock);
+        session **sp = session_find(s->box, s->sid);
+        if (sp) {
+                (*sp)->busy = false;
+                if (dead) {
+                        free((*sp)->tid);
+                        (*sp)->tid = NULL;
+                }
+        }
+        pthread_mutex_unlock(&cmds_lock);
+}
+
+static void *srun_main(void *arg)
+{
+        srun *s = arg;
+        ab_manager *m = s->srv->mgr;
+        ab_term_attach a;
+        ab_err *e = NULL;
+        int code = -1;
+        bool done = false, dead = false, started = false, sent_int = false, timed_out = false;
+        const char *error = NULL;
+        uint64_t t0 = ab_now_ms(), deadline = t0 + s->timeout_ms, give_up = 0;
+        ab_buf b = {0};
+        if (ab_manager_term_attach(m, s->box, s->scope, s->tid, &a, &e) < 0) {
+                error = e->msg;
+                dead = true;
+        } else {
+                _cleanup_free_ char *line =
+                    xasprintf("__ab_nonce=%s; printf '\\036S%%s\\036' \"$__ab_nonce\"; "
+                              ". '" SESSION_DIR "/%s.cmd'\n",
+                              s->nonce, s->sid);
+                if (abc_term_input(a.stream, line, strlen(line)) < 0) {
+                        error = "the session's shell takes no input";
+                        done = dead = true;
+                }
+        }
+        while (!error && !done) {
+                abc_term_event ev;
+                int k;
+                while (!done && (k = abc_term_next(a.stream, &ev)) == 1) {
+                        if (ev.kind == ABC_TERM_OUTPUT) {
+                                ab_buf_add(&b, ev.data, ev.len);
+                                done = srun_scan(s, &b, &started, &code) == 1;
+                        } else { /* the shell exited (exit in the command) or was closed */
+                                if (started)
+                                        srun_output(s, b.p, b.n);
+                                code = ev.kind == ABC_TERM_EXIT ? ev.exit_code : -1;
+                                done = dead = true;
+                        }
+                }
+                if (done)
+                        break;
+                if (k < 0) {
+                        error = "the session's shell went away";
+                        dead = true;
+                        break;
+                }
+                pthread_mutex_lock(&cmds_lock);
+                bool interrupted = s->c->interrupted;
+                pthread_mutex_unlock(&cmds_lock);
+                uint64_t now = ab_now_ms();
+                if (!sent_int && (interrupted || s->broken || now >= deadline)) {
+                        timed_out = !interrupted && !s->broken;
+                        /* ^C, as a user would type it: the line discipline
+                         * signals the foreground group (the shell lives on) */
+                        abc_term_input(a.stream, "\003", 1);
+                        sent_int = true;
+                        give_up = now + SESSION_GRACE_MS;
+                }
+                if (sent_int && now >= give_up) { /* the shell ignores SIGINT: it goes */
+                        ab_manager_term_close(m, s->box, s->scope, s->tid, NULL);
+                        error = "the run did not stop on SIGINT: the session's shell was closed";
+                        dead = true;
+                        break;
+                }
+                if ((int64_t)now - s->last_ms >= PING_MS)
+                        srun_event(s, json_pack("{s:s}", "type", "ping"));
+                struct pollfd p[2] = {{.fd = a.fd, .events = POLLIN},
+                                      {.fd = s->fd, .events = POLLRDHUP}};
+                if (poll(p, 2, 200) > 0 && (p[1].revents & (POLLRDHUP | POLLHUP | POLLERR)))
+                        s->broken = true;
+        }
+        ab_buf_free(&b);
+        if (a.stream || a.fd >= 0)
+                ab_manager_term_detach(m, &a);
+        pthread_mutex_lock(&cmds_lock);
+        bool interrupted = s->c->interrupted;
+        s->c->running = false;
+        s->c->finished_ms = osb_wall_ms();
+        s->c->exit_code = error ? -1 : code;
+        if (error || timed_out || interrupted)
+                s->c->error = xstrdup(error ? error : interrupted ? "interrupted" : "timed out");
+        s->c->cancel_fd = -1;
+        pthread_mutex_unlock(&cmds_lock);
+        session_done(s, dead);
+        if (error || code != 0) {
+                const char *ename = error         ? "RuntimeError"
+                                    : timed_out   ? "TimeoutError"
+                                    : interrupted ? "Interrupted"
+                                                  : "CommandExecError";
+                char ev[16];
+                snprintf(ev, sizeof(ev), "%d", error ? -1 : code);
+                json_t *tb = json_array();
+                if (error)
+                        json_array_append_new(tb, json_string(error));
+                srun_event(s, json_pack("{s:s,s:{s:s,s:s,s:o}}", "type", "error", "error", "ename",
+                                        ename, "evalue", ev, "traceback", tb));
+        }
+        srun_event(s, json_pack("{s:s,s:I}", "type", "execution_complete", "execution_time",
+                                (json_int_t)(ab_now_ms() - t0)));
+        ab_err_free(&e);
+        close(s->fd);
+        free(s->scope);
+        free(s->box);
+        free(s->sid);
+        free(s->tid);
+        free(s);
+        return NULL;
+}
+
+/* Writes the run's command file in the box: the command, after a cd to
+ * its working directory when it has one (read by the shell from a file of
+ * its own: no user text is quoted into shell text). */
+static int session_files(ab_server *srv, const char *scope, const char *box, const char *sid,
+                         const char *command, const char *cwd, ab_err **err)
+{
+        ab_use u;
+        if (ab_manager_use_begin(srv->mgr, box, scope, &u, err) < 0)
+                return -1;
+        _cleanup_free_ char *cmdf = xasprintf(SESSION_DIR "/%s.cmd", sid);
+        _cleanup_free_ char *cwdf = xasprintf(SESSION_DIR "/%s.cwd", sid);
+        _cleanup_free_ char *text =
+            cwd ? xasprintf("cd -- \"$(cat '%s')\" || return 1\n%s\n", cwdf, command)
+                : xasprintf("%s\n", command);
+        int rc = 0;
+        for (int i = 0; rc == 0 && i < (cwd ? 2 : 1); i++) {
+                int fd = ab_manager_use_connect(srv->mgr, &u, err);
+                rc = fd < 0 ? -1
+                            : abc_write(fd, i ? cwdf : cmdf, i ? cwd : text, strlen(i ? cwd : text),
+                                        -1, ABC_W_MKPARENTS, 0600, err);
+                if (fd >= 0)
+                        close(fd);
+        }
+        ab_manager_use_end(srv->mgr, &u);
+        return rc;
 }
 
 /* POST /session/{sid}/run {command, cwd?, timeout?}: streamed like a
@@ -689,59 +969,122 @@ static enum MHD_Result session_run(ab_req *r, const char *id, const char *sid)
         json_t *body;
         if (req_json(r, &body, &e) < 0)
                 return execd_err(r, e);
+        const char *command = json_string_value(json_object_get(body, "command"));
+        const char *cwd = json_string_value(json_object_get(body, "cwd"));
+        json_t *to = json_object_get(body, "timeout");
+        double ms = json_is_number(to) ? json_number_value(to) : SESSION_TIMEOUT_S * 1000.0;
+        if (!command || !*command || ms < 1 || ms > AB_MAX_TIMEOUT_S * 1000.0) {
+                json_decref(body);
+                return osb_error(r, 400, "INVALID_REQUEST_BODY",
+                                 "command: required; timeout: 1..%u milliseconds",
+                                 AB_MAX_TIMEOUT_S * 1000);
+        }
         pthread_mutex_lock(&cmds_lock);
         session **sp = session_find(id, sid);
+        bool busy = sp && (*sp)->busy;
+        char *tid = sp && (*sp)->tid ? xstrdup((*sp)->tid) : NULL;
         char *first_cwd = sp && (*sp)->cwd ? xstrdup((*sp)->cwd) : NULL;
+        if (sp && !busy)
+                (*sp)->busy = true;
         pthread_mutex_unlock(&cmds_lock);
-        if (!sp) {
+        if (!sp || busy) {
                 json_decref(body);
-                return osb_error(r, 404, "SESSION_NOT_FOUND", "no session %s in sandbox %s", sid,
-                                 id);
-        }
-        cmd_job *j = cmd_job_new(r->srv);
-        bool bg = false;
-        json_object_del(body, "background");
-        json_object_del(body, "uid");
-        json_object_del(body, "gid");
-        json_object_del(body, "envs");
-        if (parse_command(body, j, &bg, &e) < 0) {
-                json_decref(body);
+                free(tid);
                 free(first_cwd);
-                cmd_job_free(j);
-                return execd_err(r, e);
+                return !sp ? osb_error(r, 404, "SESSION_NOT_FOUND", "no session %s in sandbox %s",
+                                       sid, id)
+                           : osb_error(r, 409, "SESSION_BUSY", "session %s runs a command already",
+                                       sid);
         }
-        json_decref(body);
-        _cleanup_free_ char *state = xasprintf(SESSION_DIR "/%s.sh", sid);
-        const char *argv[] = {"bash",
-                              "-c",
-                              session_script,
-                              "agentbox-session",
-                              state,
-                              j->command,
-                              first_cwd ? first_cwd : "",
-                              j->cwd ? j->cwd : "",
-                              NULL};
-        j->argv = xcalloc(AB_ARRAY_LEN(argv), sizeof(char *));
-        for (size_t i = 0; argv[i]; i++)
-                j->argv[i] = xstrdup(argv[i]);
+        srun *s = xzalloc(sizeof(*s));
+        s->srv = r->srv;
+        s->scope = r->scope ? xstrdup(r->scope) : NULL;
+        s->box = xstrdup(id);
+        s->sid = xstrdup(sid);
+        s->timeout_ms = (uint32_t)ms;
+        s->fd = -1;
+        s->last_ms = (int64_t)ab_now_ms();
+        unsigned char rnd[8];
+        int rc = RAND_bytes(rnd, sizeof(rnd)) == 1
+                     ? 0
+                     : ab_err_set(&e, AB_E_INTERNAL, 0, "no randomness");
+        for (size_t i = 0; i < sizeof(rnd); i++)
+                snprintf(s->nonce + 2 * i, 3, "%02x", rnd[i]);
+        if (rc == 0)
+                rc =
+                    session_files(r->srv, r->scope, id, sid, command, cwd && *cwd ? cwd : NULL, &e);
+        if (rc == 0 && tid) { /* is its shell still there (a stop of the box ends it)? */
+                abc_term_info ti = {0};
+                ab_err *ge = NULL;
+                if (ab_manager_term_get(r->srv->mgr, id, r->scope, tid, &ti, &ge) < 0 ||
+                    !ti.running) {
+                        free(tid);
+                        tid = NULL;
+                }
+                abc_term_info_clear(&ti);
+                ab_err_free(&ge);
+        }
+        if (rc == 0 && !tid) /* a new shell: a first run, or the last one is gone */
+                rc = session_shell(r->srv, r->scope, id, first_cwd, &tid, &e);
         free(first_cwd);
-        free(j->cwd); /* applied by the script, after the session's own */
-        j->cwd = NULL;
-        ab_use u;
-        if (execd_begin_use(r, id, &u, &ret) < 0) {
-                cmd_job_free(j);
+        json_decref(body);
+        if (rc == 0) {
+                pthread_mutex_lock(&cmds_lock);
+                sp = session_find(id, sid);
+                if (sp) {
+                        free((*sp)->tid);
+                        (*sp)->tid = xstrdup(tid);
+                }
+                pthread_mutex_unlock(&cmds_lock);
+        }
+        s->tid = tid;
+        ab_stream_slot *slot = NULL;
+        int sv[2] = {-1, -1};
+        if (rc == 0 && !(slot = req_stream_slot(r, &ret))) {
+                srun s_copy = *s;
+                session_done(&s_copy, false);
+                free(s->scope), free(s->box), free(s->sid), free(s->tid), free(s);
                 return ret;
         }
-        int fd = ab_manager_use_connect(r->srv->mgr, &u, &e);
-        int rc = fd < 0 ? -1 : abc_mkdir(fd, SESSION_DIR, true, 0700, &e);
-        if (fd >= 0)
-                close(fd);
-        ab_manager_use_end(r->srv->mgr, &u);
-        if (rc < 0) {
-                cmd_job_free(j);
-                return execd_err(r, e);
+        if (rc == 0 && socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0)
+                rc = ab_err_set(&e, AB_E_INTERNAL, errno, "socketpair");
+        cmd *c = NULL;
+        if (rc == 0) {
+                c = xzalloc(sizeof(*c));
+                strcpy(c->id, "cmd-");
+                memcpy(c->id + 4, s->nonce, 16);
+                c->box = xstrdup(id);
+                c->content = xstrdup(command);
+                c->running = true;
+                c->started_ms = osb_wall_ms();
+                c->cancel_fd = -1;
+                s->c = c;
+                s->fd = sv[0];
+                char *init =
+                    xasprintf("data: {\"type\":\"init\",\"text\":\"%s\",\"timestamp\":%lld}\n\n",
+                              c->id, (long long)c->started_ms);
+                send_all(sv[0], init, strlen(init));
+                free(init);
+                cmds_add(c);
+                if (spawn_detached(srun_main, s) < 0) {
+                        pthread_mutex_lock(&cmds_lock);
+                        c->running = false;
+                        c->exit_code = -1;
+                        c->error = xstrdup("cannot start a thread");
+                        pthread_mutex_unlock(&cmds_lock);
+                        close(sv[0]);
+                        close(sv[1]);
+                        rc = ab_err_set(&e, AB_E_UNAVAILABLE, 0, "cannot start a thread");
+                } else {
+                        return resp_stream_counted(r, 200, "text/event-stream", sv[1], sse_headers,
+                                                   slot);
+                }
         }
-        return start_cmd(r, id, j, false);
+        if (slot)
+                ab_stream_slot_release(slot);
+        session_done(s, false);
+        free(s->scope), free(s->box), free(s->sid), free(s->tid), free(s);
+        return execd_err(r, e);
 }
 
 static enum MHD_Result session_delete(ab_req *r, const char *id, const char *sid)
@@ -760,21 +1103,11 @@ static enum MHD_Result session_delete(ab_req *r, const char *id, const char *sid
         if (!ss)
                 return osb_error(r, 404, "SESSION_NOT_FOUND", "no session %s in sandbox %s", sid,
                                  id);
-        free(ss->box);
-        free(ss->cwd);
-        free(ss);
-        ab_use u;
         ab_err *e = NULL;
-        if (ab_manager_use_begin(r->srv->mgr, id, r->scope, &u, &e) == 0) {
-                _cleanup_free_ char *state = xasprintf(SESSION_DIR "/%s.sh", sid);
-                int fd = ab_manager_use_connect(r->srv->mgr, &u, &e);
-                if (fd >= 0) {
-                        abc_delete(fd, state, false, &e); /* none when it never ran */
-                        close(fd);
-                }
-                ab_manager_use_end(r->srv->mgr, &u);
-        }
+        if (ss->tid) /* its shell and whatever runs on it; a run in progress ends with it */
+                ab_manager_term_close(r->srv->mgr, id, r->scope, ss->tid, &e);
         ab_err_free(&e);
+        session_free(ss);
         return execd_ok(r);
 }
 

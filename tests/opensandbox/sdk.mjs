@@ -178,27 +178,49 @@ const silent = sbx.commands.run("sleep 16; echo awake", {}, {
   onEvent: (ev) => { if (ev.type === "ping") pings.push(Date.now()); },
 });
 
-// ---- sessions: the shell's state kept between runs ------------------------------------
+// ---- sessions: a shell that lives between runs -------------------------------------
 const sid = await sbx.commands.createSession({ workingDirectory: "/tmp" });
 ok(typeof sid === "string" && sid.length > 0, "createSession returns an id", sid);
 ex = await sbx.commands.runInSession(sid, "pwd; export A=1; B=2; cd /etc; f() { echo fn; }; alias ll='echo ll'");
 ok(out(ex) === "/tmp\n" && ex.exitCode === 0, "runInSession: starts in the session's directory", ex);
 ex = await sbx.commands.runInSession(sid, "echo $A$B; pwd; f");
 ok(out(ex) === "12\n/etc\nfn\n", "runInSession: variables, the directory and functions persist", ex);
-ex = await sbx.commands.runInSession(sid, "C=3; exit 5");
-ok(ex.exitCode === 5, "runInSession: a failing run's exit code", ex);
+ex = await sbx.commands.runInSession(sid, "C=3; false");
+ok(ex.exitCode === 1 && ex.error?.name === "CommandExecError", "runInSession: a failing run's exit code", ex);
 ex = await sbx.commands.runInSession(sid, "echo $C; echo err >&2", { workingDirectory: "/" });
-ok(out(ex) === "3\n" && err(ex) === "err\n", "runInSession: state kept after exit; stderr apart", ex);
-ex = await sbx.commands.runInSession(sid, "pwd; set -o pipefail; shopt -s nullglob");
-ok(out(ex) === "/\n", "runInSession: a run's workingDirectory becomes the session's", ex);
-ex = await sbx.commands.runInSession(sid, "set -o | grep -w pipefail; shopt nullglob");
-ok(/pipefail\s+on/.test(out(ex)) && /nullglob\s+on/.test(out(ex)), "runInSession: shell options persist", ex);
+ok(out(ex) === "3\nerr\n", "runInSession: state kept; stderr comes on the same terminal", ex);
+ex = await sbx.commands.runInSession(sid, "pwd; set -o pipefail; sleep 300 & echo $! > /tmp/bgpid");
+ok(out(ex) === "/\n" && ex.exitCode === 0, "runInSession: a run's workingDirectory becomes the session's", ex);
+ex = await sbx.commands.runInSession(sid, "set -o | grep -w pipefail; jobs -p | wc -l; kill %1 && echo killed");
+ok(/pipefail\s+on/.test(out(ex)) && /\n1\nkilled\n$/.test(out(ex)),
+  "runInSession: options and background jobs live on in the shell", ex);
+t0 = Date.now();
+ex = await sbx.commands.runInSession(sid, "sleep 20", { timeoutSeconds: 1 });
+took = Date.now() - t0;
+ok(ex.error?.name === "TimeoutError" && ex.exitCode === 130 && took < 5000,
+  `runInSession: timeoutSeconds interrupts the run (${took} ms)`, ex);
+let sInit = null;
+const sRun = sbx.commands.runInSession(sid, "sleep 20; echo never", {}, { onInit: (i) => { sInit = i.id; } });
+await until(async () => sInit, 5000, 20);
+await sleep(200);
+await sbx.commands.interrupt(sInit);
+ex = await sRun;
+ok(ex.error?.name === "Interrupted" && !out(ex).includes("never"), "interrupt: a session's run", ex);
+ex = await sbx.commands.runInSession(sid, "echo $A; exit 7");
+ok(out(ex) === "1\n" && ex.exitCode === 7, "runInSession: exit ends the shell with its code", ex);
+ex = await sbx.commands.runInSession(sid, "echo ${A:-fresh}; pwd");
+ok(out(ex) === "fresh\n/tmp\n", "runInSession: after an exit the session has a fresh shell", ex);
 const sid2 = await sbx.commands.createSession();
-ex = await sbx.commands.runInSession(sid2, "echo ${A:-unset}; pwd");
+ex = await sbx.commands.runInSession(sid2, "echo ${B:-unset}; pwd");
 ok(out(ex) === "unset\n/workspace\n", "sessions are apart from each other", ex);
 await sbx.commands.deleteSession(sid);
 await throwsApi(() => sbx.commands.runInSession(sid, "true"), 404, "deleteSession: the session is gone (404)");
+ex = await sbx.commands.runInSession(sid2, "sleep 301 &");
+ex = await sbx.commands.run("pgrep -f 'sleep 30[1]' >/dev/null && echo running");
+ok(out(ex) === "running\n", "a session's background job runs after its run", ex);
 await sbx.commands.deleteSession(sid2);
+ex = await sbx.commands.run("sleep 0.3; pgrep -f 'sleep 30[1]' || echo none");
+ok(out(ex).trim() === "none", "deleteSession: its shell and its processes are gone", ex);
 
 // ---- egress policy (the SDK's egress sidecar calls) ---------------------------------
 let pol = await sbx.getEgressPolicy();
