@@ -1027,6 +1027,7 @@ static enum MHD_Result session_run(ab_req *r, const char *id, const char *sid)
         if (rc == 0 && !tid) /* a new shell: a first run, or the last one is gone */
                 rc = session_shell(r->srv, r->scope, id, first_cwd, &tid, &e);
         free(first_cwd);
+        _cleanup_free_ char *content = xstrdup(command); /* for status; body goes now */
         json_decref(body);
         if (rc == 0) {
                 pthread_mutex_lock(&cmds_lock);
@@ -1054,7 +1055,7 @@ static enum MHD_Result session_run(ab_req *r, const char *id, const char *sid)
                 strcpy(c->id, "cmd-");
                 memcpy(c->id + 4, s->nonce, 16);
                 c->box = xstrdup(id);
-                c->content = xstrdup(command);
+                c->content = steal_pointer(&content);
                 c->running = true;
                 c->started_ms = osb_wall_ms();
                 c->cancel_fd = -1;
