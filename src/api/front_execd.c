@@ -9,7 +9,6 @@
 
 #include <openssl/rand.h>
 #include <poll.h>
-#include <signal.h>
 #include <sys/socket.h>
 
 #define BG_RUNNING_MAX 256        /* background commands running at once, server-wide */
@@ -594,7 +593,7 @@ static enum MHD_Result cmd_interrupt(ab_req *r, const char *id)
         pthread_mutex_lock(&cmds_lock);
         cmd *c = cmd_find(id, cid);
         if (c && c->running) {
-                c->interrupted = true; /* a session's run: its thread sends SIGINT */
+                c->interrupted = true; /* a session's run: its thread types ^C */
                 if (c->cancel_fd >= 0)
                         shutdown(c->cancel_fd, SHUT_RD); /* the exec sees a hang-up */
         }
@@ -618,7 +617,7 @@ static enum MHD_Result cmd_interrupt(ab_req *r, const char *id)
 #define SESSION_DIR       "/tmp/.agentbox-sessions"
 #define SESSIONS_MAX      1024
 #define SESSION_TIMEOUT_S 600  /* a run given no timeout */
-#define SESSION_GRACE_MS  5000 /* after SIGINT, before the shell is given up */
+#define SESSION_GRACE_MS  5000 /* after ^C, before the shell is given up */
 
 typedef struct session {
         struct session *next;
@@ -880,9 +879,9 @@ static void *srun_main(void *arg)
                         sent_int = true;
                         give_up = now + SESSION_GRACE_MS;
                 }
-                if (sent_int && now >= give_up) { /* the shell ignores SIGINT: it goes */
+                if (sent_int && now >= give_up) { /* the run ignores ^C: the shell goes */
                         ab_manager_term_close(m, s->box, s->scope, s->tid, NULL);
-                        error = "the run did not stop on SIGINT: the session's shell was closed";
+                        error = "the run did not stop on ^C: the session's shell was closed";
                         dead = true;
                         break;
                 }
