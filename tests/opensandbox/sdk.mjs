@@ -298,6 +298,22 @@ ex = await silent;
 ok(pings.length >= 1 && out(ex) === "awake\n" && ex.exitCode === 0,
   `a silent foreground stream gets ping events (${pings.length}) and then its output`, { pings, ex });
 
+// GET /metrics/watch (execd's streamed form; this SDK does not call it): a sample a second
+{
+  const ac2 = new AbortController();
+  const w = await fetch(`http://${(await sbx.getEndpoint(44772)).endpoint}/metrics/watch`,
+    { headers: { "OPEN-SANDBOX-API-KEY": token }, signal: ac2.signal });
+  const rdw = w.body.getReader();
+  let txt = "";
+  const tw = Date.now();
+  while ((txt.match(/^data: /gm) || []).length < 2 && Date.now() - tw < 5000)
+    txt += new TextDecoder().decode((await rdw.read()).value);
+  ac2.abort();
+  const samples = txt.split("\n").filter((l) => l.startsWith("data: ")).map((l) => JSON.parse(l.slice(6)));
+  ok(w.status === 200 && samples.length >= 2 && samples[0].cpu_count === 0.5 && samples[1].timestamp > samples[0].timestamp,
+    "metrics/watch streams samples", txt.slice(0, 300));
+}
+
 // ---- pause / resume, files kept ---------------------------------------------------
 await sbx.files.writeFiles([{ path: "/workspace/keep.txt", data: "kept" }]);
 await sbx.pause();
