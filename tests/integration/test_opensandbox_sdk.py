@@ -17,6 +17,7 @@ import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
 import abserver  # noqa: E402
+import imagelib  # noqa: E402
 
 ROOT = os.path.realpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 OSB_DIR = os.path.join(ROOT, "tests", "opensandbox")
@@ -35,10 +36,25 @@ h.ok(os.path.isdir(SDK), "the OpenSandbox SDK is installed in tests/opensandbox 
 TOKEN = "osb-admin-token-%s-0123456789" % os.getpid()
 srv = h.start_server(token=TOKEN, config={"reaper_interval": "500ms"})  # TTL checks
 
+# An image of agentbox's image store for the SDK's image field: busybox,
+# imported as a docker save archive (tests/lib/imagelib.py).
+IMAGE = ""
+if os.path.exists(imagelib.BUSYBOX):
+    arch = os.path.join(h.root, "bb.tar")
+    imagelib.write_docker_save(arch, [{"layers": [imagelib.busybox_layer()],
+                                       "config": imagelib.config(env=["PATH=/bin"]),
+                                       "tags": ["osb/bb:1"]}])
+    with open(arch, "rb") as f:
+        r = srv.post("/v1/images/import", f.read(), headers={"Content-Type": "application/x-tar"})
+    h.eq(r.status, 201, "an image imported into the store for the SDK (osb/bb:1)", r.describe())
+    IMAGE = "osb/bb:1" if r.status == 201 else ""
+else:
+    h.skip("an image of the store", "no %s on this host to build one from" % imagelib.BUSYBOX)
+
 if os.path.isdir(SDK):
     env = dict(os.environ, OPENSANDBOX_DISABLE_METRICS="1")
     try:
-        p = subprocess.run([node, os.path.join(OSB_DIR, "sdk.mjs"), srv.url, TOKEN], capture_output=True,
+        p = subprocess.run([node, os.path.join(OSB_DIR, "sdk.mjs"), srv.url, TOKEN, IMAGE], capture_output=True,
                            text=True, timeout=200 * h.slow, env=env, cwd=OSB_DIR)
         out, err, rc = p.stdout, p.stderr, p.returncode
     except subprocess.TimeoutExpired as e:

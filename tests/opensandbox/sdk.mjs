@@ -1,6 +1,6 @@
 // The OpenSandbox JS SDK (@alibaba-group/opensandbox, unchanged) against
 // agentbox's OpenSandbox front. Prints TAP; every check is one ok/not ok.
-// usage: node sdk.mjs URL ADMIN_TOKEN
+// usage: node sdk.mjs URL ADMIN_TOKEN [IMAGE: a reference of the server's image store]
 import {
   ConnectionConfig,
   Sandbox,
@@ -8,7 +8,7 @@ import {
   SandboxManager,
 } from "@alibaba-group/opensandbox";
 
-const [url, token] = process.argv.slice(2);
+const [url, token, imageRef] = process.argv.slice(2);
 if (!url || !token) {
   console.log("Bail out! usage: node sdk.mjs URL ADMIN_TOKEN");
   process.exit(2);
@@ -458,6 +458,21 @@ ok(volGone, "the volume is deleted once its sandboxes are (agentbox's own API)")
 await throwsApi(() => Sandbox.create({ connectionConfig: admin, image: "base",
   volumes: [{ name: "n", pvc: { claimName: "osb-none", createIfNotExists: false }, mountPath: "/n", readOnly: false }] }),
   404, "a pvc volume that does not exist with createIfNotExists false: 404");
+
+// a sandbox from an image of agentbox's image store
+if (imageRef) {
+  const ib = await Sandbox.create({ connectionConfig: admin, image: imageRef });
+  info = await ib.getInfo();
+  ok(info.image?.uri === imageRef, "an image of the store: getInfo names it", info.image);
+  ex = await ib.commands.run("ls /bin/busybox && cat /etc/passwd | head -1");
+  ok(ex.exitCode === 0 && out(ex).startsWith("/bin/busybox\n"), "an image of the store: its files (busybox)", ex);
+  ex = await ib.commands.run("test -e /usr/bin/python3 && echo host || echo image");
+  ok(out(ex) === "image\n", "an image of the store: not the host base", ex);
+  await ib.files.writeFiles([{ path: "/workspace/in-image.txt", data: "x" }]);
+  fi = (await ib.files.getFileInfo(["/workspace/in-image.txt"]))["/workspace/in-image.txt"];
+  ok(fi && fi.size === 1, "an image of the store: files (its busybox has no stat: the init's lstat)", fi);
+  await ib.kill();
+}
 
 // ---- app-scoped keys ----------------------------------------------------------------
 async function newKey(app) {
