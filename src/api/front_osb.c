@@ -1013,6 +1013,179 @@ static enum MHD_Result egress(ab_req *r, const char *id)
 
 /* ---- routing ----------------------------------------------------------- */
 
+/* ---- snapshots: agentbox's snapshots are images of the store ------------- */
+
+/* A snapshot of box B is the image named docker.io/osb-snapshots/B:TAG
+ * (TAG: the name given, when it is a valid tag, else the time); its id is
+ * the image's id, which a create takes as snapshotId (or image.uri). */
+#define SNAP_REPO "docker.io/osb-snapshots/"
+
+/* The box and tag of img when it is a snapshot made here (pointers into a
+ * name of img), else false. */
+static bool snap_of(const ab_image *img, const char **box, size_t *box_len, const char **tag)
+{
+        for (char **n = img->names; n && *n; n++) {
+                if (strncmp(*n, SNAP_REPO, strlen(SNAP_REPO)))
+                        continue;
+                const char *b = *n + strlen(SNAP_REPO), *colon = strchr(b, ':');
+                if (!colon || colon == b)
+                        continue;
+                *box = b;
+                *box_len = (size_t)(colon - b);
+                *tag = colon + 1;
+                return true;
+        }
+        return false;
+}
+
+static json_t *snap_json(const ab_image *img, const char *box, size_t box_len, const char *tag)
+{
+        char at[32];
+        osb_time(img->created * 1000, at);
+        return json_pack("{s:s,s:s%,s:s,s:{s:s,s:s},s:s}", "id", img->id, "sandboxId", box, box_len,
+                         "name", tag, "status", "state", "Ready", "lastTransitionAt", at,
+                         "createdAt", at);
+}
+
+/* May the caller see box's snapshots? Admin: always; an API key: while the
+ * box is one of its app's. */
+static bool snap_visible(ab_req *r, const char *box, size_t box_len)
+{
+        if (!r->scope)
+                return true;
+        _cleanup_free_ char *id = xstrndup(box, box_len);
+        ab_box_rec rec;
+        if (ab_manager_get(r->srv->mgr, id, r->scope, &rec, NULL) < 0)
+                return false;
+        ab_box_rec_clear(&rec);
+        return true;
+}
+
+static bool tag_ok(const char *t)
+{
+        size_t n = strlen(t);
+        if (!n || n > 128 || t[0] == '.' || t[0] == '-')
+                return false;
+        for (const char *c = t; *c; c++)
+                if (!isalnum((unsigned char)*c) && !strchr("_.-", *c))
+                        return false;
+        return true;
+}
+
+static enum MHD_Result snap_create(ab_req *r, const char *id)
+{
+        ab_err *e = NULL;
+        json_t *body;
+        if (req_json(r, &body, &e) < 0)
+                return osb_err(r, e, "SANDBOX::");
+        const char *name = json_string_value(json_object_get(body, "name"));
+        char tag[160];
+        if (name && tag_ok(name))
+                snprintf(tag, sizeof(tag), "%s", name);
+        else
+                snprintf(tag, sizeof(tag), "%lld", (long long)osb_wall_ms());
+        json_decref(body);
+        ab_box_rec rec;
+        enum MHD_Result ret;
+        if (get_box(r, id, &rec, &ret) < 0)
+                return ret;
+        ab_box_rec_clear(&rec);
+        _cleanup_free_ char *ref = xasprintf(SNAP_REPO "%s:%s", id, tag);
+        ab_image img;
+        if (ab_manager_snapshot(r->srv->mgr, id, r->scope, ref, &img, &e) < 0)
+                return osb_err(r, e, "SANDBOX::");
+        json_t *j = snap_json(&img, id, strlen(id), tag);
+        ab_image_clear(&img);
+        return resp_json(r, 202, j);
+}
+
+/* The snapshot sid as the caller may see it; answers 404 itself. */
+static int snap_get(ab_req *r, const char *sid, ab_image *img, const char **box, size_t *box_len,
+                    const char **tag, enum MHD_Result *ret)
+{
+        ab_err *e = NULL;
+        if (!r->srv->images) {
+                *ret = osb_error(r, 501, "SANDBOX::API_NOT_SUPPORTED",
+                                 "this server has no image store");
+                return -1;
+        }
+        if (ab_image_get(r->srv->images, sid, img, &e) < 0) {
+                ab_err_free(&e);
+                *ret = osb_error(r, 404, "SANDBOX::NOT_FOUND", "no snapshot %s", sid);
+                return -1;
+        }
+        if (!snap_of(img, box, box_len, tag) || !snap_visible(r, *box, *box_len)) {
+                ab_image_clear(img);
+                *ret = osb_error(r, 404, "SANDBOX::NOT_FOUND", "no snapshot %s", sid);
+                return -1;
+        }
+        return 0;
+}
+
+static enum MHD_Result snapshots(ab_req *r)
+{
+        /* segments: opensandbox v1 snapshots [{id}] */
+        const char *m = r->method;
+        enum MHD_Result ret;
+        if (!r->srv->images)
+                return osb_error(r, 501, "SANDBOX::API_NOT_SUPPORTED",
+                                 "this server has no image store");
+        if (r->n_seg == 4) {
+                ab_image img;
+                const char *box, *tag;
+                size_t bl;
+                if (snap_get(r, r->seg[3], &img, &box, &bl, &tag, &ret) < 0)
+                        return ret;
+                if (!strcmp(m, "GET")) {
+                        json_t *j = snap_json(&img, box, bl, tag);
+                        ab_image_clear(&img);
+                        return resp_json(r, 200, j);
+                }
+                ab_err *e = NULL;
+                int rc = ab_image_remove(r->srv->images, img.id, &e);
+                ab_image_clear(&img);
+                if (rc < 0)
+                        return osb_err(r, e, "SANDBOX::");
+                return no_content(r, 204);
+        }
+        int64_t page = query_int(r, "page", 1, 1, 1000000);
+        int64_t size = query_int(r, "pageSize", LIST_PAGE_SIZE, 1, LIST_PAGE_MAX);
+        if (page < 0 || size < 0)
+                return osb_error(r, 400, "SANDBOX::INVALID_ARGUMENT",
+                                 "page must be >= 1 and pageSize 1..%d", LIST_PAGE_MAX);
+        const char *want_box = req_query(r, "sandboxId"), *want_name = req_query(r, "name");
+        json_t *states = osb_query_all(r, "state");
+        bool ready_ok = !json_array_size(states);
+        for (size_t i = 0; i < json_array_size(states); i++)
+                ready_ok |= !strcasecmp(json_string_value(json_array_get(states, i)), "Ready");
+        json_decref(states);
+        ab_image *imgs = NULL;
+        size_t n = 0;
+        ab_err *e = NULL;
+        if (ab_image_list(r->srv->images, &imgs, &n, &e) < 0)
+                return osb_err(r, e, "SANDBOX::");
+        json_t *items = json_array();
+        int64_t total = 0;
+        for (size_t i = 0; ready_ok && i < n; i++) {
+                const char *box, *tag;
+                size_t bl;
+                if (!snap_of(&imgs[i], &box, &bl, &tag) ||
+                    (want_box && (strlen(want_box) != bl || strncmp(want_box, box, bl))) ||
+                    (want_name && strcmp(want_name, tag)) || !snap_visible(r, box, bl))
+                        continue;
+                if (total >= (page - 1) * size && total < page * size)
+                        json_array_append_new(items, snap_json(&imgs[i], box, bl, tag));
+                total++;
+        }
+        ab_image_list_free(imgs, n);
+        int64_t pages = (total + size - 1) / size;
+        return resp_json(r, 200,
+                         json_pack("{s:o,s:{s:I,s:I,s:I,s:I,s:b}}", "items", items, "pagination",
+                                   "page", (json_int_t)page, "pageSize", (json_int_t)size,
+                                   "totalItems", (json_int_t)total, "totalPages", (json_int_t)pages,
+                                   "hasNextPage", page < pages));
+}
+
 static enum MHD_Result lifecycle(ab_req *r)
 {
         /* segments: opensandbox v1 sandboxes {id} ... */
@@ -1022,10 +1195,10 @@ static enum MHD_Result lifecycle(ab_req *r)
             !strcmp(m, "POST"))
                 return no_content(r, 204); /* the SDK's create-latency report: not kept */
         if (n < 3 || strcmp(r->seg[2], "sandboxes")) {
-                if (n >= 3 && !strcmp(r->seg[2], "snapshots"))
-                        return osb_error(r, 501, "SANDBOX::API_NOT_SUPPORTED",
-                                         "snapshots: use agentbox's POST "
-                                         "/v1/sandboxes/{id}/snapshot; create from its image");
+                if ((n == 3 && !strcmp(m, "GET")) ||
+                    (n == 4 && (!strcmp(m, "GET") || !strcmp(m, "DELETE"))))
+                        if (!strcmp(r->seg[2], "snapshots"))
+                                return snapshots(r);
                 return osb_error(r, 404, "SANDBOX::NOT_FOUND", "no route %s /%s", m, r->path);
         }
         if (n == 3 && !strcmp(m, "POST"))
@@ -1048,9 +1221,8 @@ static enum MHD_Result lifecycle(ab_req *r)
                 return osb_patch_metadata(r, id);
         if (n == 6 && !strcmp(m, "GET") && !strcmp(op, "endpoints"))
                 return osb_endpoint(r, id, r->seg[5]);
-        if (n == 5 && !strcmp(op, "snapshots"))
-                return osb_error(r, 501, "SANDBOX::API_NOT_SUPPORTED",
-                                 "snapshots: use agentbox's POST /v1/sandboxes/{id}/snapshot");
+        if (n == 5 && !strcmp(m, "POST") && !strcmp(op, "snapshots"))
+                return snap_create(r, id);
         return osb_error(r, 404, "SANDBOX::NOT_FOUND", "no route %s /%s", m, r->path);
 }
 

@@ -239,7 +239,7 @@ await sbx.deleteEgressRules(["pypi.org"]);
 const caps = await sbx.isolation.capabilities();
 ok(caps.available === false, "isolation.capabilities: not available", caps);
 await throwsApi(() => SandboxManager.create({ connectionConfig: admin }).createSnapshot(sbx.id), 501,
-  "createSnapshot: 501 API_NOT_SUPPORTED");
+  "createSnapshot of a box on the host base: 501 API_NOT_SUPPORTED");
 
 // ---- files -----------------------------------------------------------------------
 await sbx.files.writeFiles([{ path: "/workspace/a.txt", data: "hello world", mode: 640 }]);
@@ -471,6 +471,29 @@ if (imageRef) {
   await ib.files.writeFiles([{ path: "/workspace/in-image.txt", data: "x" }]);
   fi = (await ib.files.getFileInfo(["/workspace/in-image.txt"]))["/workspace/in-image.txt"];
   ok(fi && fi.size === 1, "an image of the store: files (its busybox has no stat: the init's lstat)", fi);
+  // snapshots: images of the store made from the box
+  const smgr = SandboxManager.create({ connectionConfig: admin });
+  const snap = await smgr.createSnapshot(ib.id, { name: "v1" });
+  ok(snap.id.startsWith("sha256:") && snap.sandboxId === ib.id && snap.name === "v1" &&
+     snap.status.state === "Ready" && snap.createdAt instanceof Date, "createSnapshot", snap);
+  const got = await smgr.getSnapshot(snap.id);
+  ok(got.id === snap.id && got.sandboxId === ib.id, "getSnapshot", got);
+  let sl = await smgr.listSnapshots({ sandboxId: ib.id });
+  ok(sl.items.length === 1 && sl.items[0].id === snap.id && sl.pagination.totalItems === 1, "listSnapshots by sandbox", sl);
+  const restored = await Sandbox.create({ connectionConfig: admin, snapshotId: snap.id });
+  ok((await restored.files.readFile("/workspace/in-image.txt")) === "x", "a sandbox from a snapshot has its files");
+  const keyS = await fetch(`${url}/v1/keys`, { method: "POST",
+    headers: { authorization: `Bearer ${token}`, "content-type": "application/json" },
+    body: JSON.stringify({ app_id: "osb-snap-other" }) }).then((r) => r.json());
+  const other = SandboxManager.create({ connectionConfig: conn(keyS.key) });
+  await throwsApi(() => other.getSnapshot(snap.id), 404, "another app's key: the snapshot is a 404");
+  sl = await other.listSnapshots({});
+  ok(sl.items.length === 0, "another app's key lists none of it", sl.items);
+  await other.close();
+  await restored.kill();
+  await smgr.deleteSnapshot(snap.id);
+  await throwsApi(() => smgr.getSnapshot(snap.id), 404, "deleteSnapshot: gone (404)");
+  await smgr.close();
   await ib.kill();
 }
 
