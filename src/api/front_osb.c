@@ -517,6 +517,24 @@ static int ensure_volumes(ab_req *r, json_t *vols, ab_err **err)
         return 0;
 }
 
+static bool snap_of(const ab_image *img, const char **box, size_t *box_len, const char **tag);
+static bool snap_visible(ab_req *r, const char *box, size_t box_len);
+
+/* An API key starts boxes only from snapshots of its own app's boxes: a
+ * snapshot holds a box's files. */
+static int check_snapshot_source(ab_req *r, const char *image, ab_err **err)
+{
+        ab_image img;
+        if (!r->scope || !image || !r->srv->images ||
+            ab_image_get(r->srv->images, image, &img, NULL) < 0)
+                return 0;
+        const char *box, *tag;
+        size_t bl;
+        bool hidden = snap_of(&img, &box, &bl, &tag) && !snap_visible(r, box, bl);
+        ab_image_clear(&img);
+        return hidden ? ab_err_set(err, AB_E_NOT_FOUND, 0, "no snapshot %s", image) : 0;
+}
+
 static enum MHD_Result osb_create(ab_req *r)
 {
         ab_err *e = NULL;
@@ -526,7 +544,7 @@ static enum MHD_Result osb_create(ab_req *r)
         create_req c;
         ab_box_rec rec;
         bool created;
-        if (parse_create(r->srv, body, &c, &e) < 0 ||
+        if (parse_create(r->srv, body, &c, &e) < 0 || check_snapshot_source(r, c.q.image, &e) < 0 ||
             ensure_volumes(r, json_object_get(body, "volumes"), &e) < 0 ||
             ab_manager_acquire(r->srv->mgr, &c.q, r->scope, &rec, &created, &e) < 0) {
                 create_req_clear(&c);

@@ -489,6 +489,8 @@ if (imageRef) {
   await throwsApi(() => other.getSnapshot(snap.id), 404, "another app's key: the snapshot is a 404");
   sl = await other.listSnapshots({});
   ok(sl.items.length === 0, "another app's key lists none of it", sl.items);
+  await throwsApi(() => Sandbox.create({ connectionConfig: conn(keyS.key), snapshotId: snap.id }), 404,
+    "another app's key cannot start a sandbox from it");
   await other.close();
   await restored.kill();
   await smgr.deleteSnapshot(snap.id);
