@@ -3,6 +3,8 @@
 # package-lock.json:
 #   tests/mcp    the official MCP TypeScript SDK (tests/mcp)
 #   tests/e2b    E2B's JS SDK (`e2b`), driving the E2B front (tests/e2b)
+#   tests/opensandbox  OpenSandbox's JS SDK (@alibaba-group/opensandbox), the
+#                client of the OpenSandbox front's test
 #   runners/js   the modules JS snippets may require (lodash, dayjs, moment,
 #                uuid, crypto-js, qs) and the Bun binary (@oven/bun-linux-x64)
 #                of the in-box JS runner
@@ -15,7 +17,7 @@ set -euo pipefail
 
 cd "$(dirname "$0")/.."
 todo=()
-for dir in tests/mcp tests/e2b runners/js console; do
+for dir in tests/mcp tests/e2b tests/opensandbox runners/js console; do
         if [ -d "$dir/node_modules" ]; then
                 echo "npm-deps.sh: $dir/node_modules already installed"
         else

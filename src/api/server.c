@@ -3,6 +3,7 @@
 #include "api/server.h"
 #include "api/conn.h"
 #include "api/front_e2b.h"
+#include "api/front_osb.h"
 #include "api/workers.h"
 #include "api/ws.h"
 #include "base/log.h"
@@ -118,6 +119,13 @@ static const route routes[] = {
     {"POST", "e2b/envd/files", AUTH_ANY, BODY_UPLOAD, envd_files_post},
     {"POST", "e2b/envd/process.Process/*", AUTH_ANY, BODY_JSON, envd_process_rpc},
     {"POST", "e2b/envd/filesystem.Filesystem/*", AUTH_ANY, BODY_JSON, envd_filesystem_rpc},
+    /* the OpenSandbox front (front_osb.c, front_execd.c) */
+    {"POST", "opensandbox/execd/*/files/upload", AUTH_USER, BODY_UPLOAD, route_osb_upload},
+    {"GET", "opensandbox/**", AUTH_USER, BODY_NONE, route_osb},
+    {"POST", "opensandbox/**", AUTH_USER, BODY_JSON, route_osb},
+    {"PATCH", "opensandbox/**", AUTH_USER, BODY_JSON, route_osb},
+    {"DELETE", "opensandbox/egress/*/policy", AUTH_USER, BODY_JSON, route_osb},
+    {"DELETE", "opensandbox/**", AUTH_USER, BODY_NONE, route_osb},
 };
 
 /* ---- responses -------------------------------------------------------- */
@@ -624,6 +632,9 @@ static bool auth_may_block(ab_req *r, auth_level need)
                 return false;
         _cleanup_free_ char *xkey = NULL;
         const char *h = auth_header(r, &xkey);
+        _cleanup_free_ char *osb = h ? NULL : osb_auth_header(r); /* the OpenSandbox SDK's */
+        if (osb)
+                h = osb;
         if (!h || strncasecmp(h, "Bearer ", 7) != 0 || !h[7])
                 return false;
         const char *tok = h + 7;
@@ -656,6 +667,9 @@ static enum MHD_Result authenticate(ab_req *r, auth_level need, bool *ok)
                                        req_header(r, "Sec-WebSocket-Protocol"));
         if (ws_auth)
                 h = ws_auth;
+        _cleanup_free_ char *osb = h ? NULL : osb_auth_header(r); /* the OpenSandbox SDK's */
+        if (osb)
+                h = osb;
         if (!h) {
                 if (!has_token) {
                         if (!peer_is_loopback(r))

@@ -359,3 +359,29 @@ int ab_manager_set_ttl(ab_manager *m, const char *id, const char *scope, int64_t
                 ab_box_rec_clear(&r);
         return rc;
 }
+
+int ab_manager_set_metadata(ab_manager *m, const char *id, const char *scope, json_t *metadata,
+                            ab_box_rec *out, ab_err **err)
+{
+        memset(out, 0, sizeof(*out));
+        if (!json_is_object(metadata))
+                return ab_err_set(err, AB_E_INVALID, 0, "metadata: must be an object");
+        slot *s = mgr_slot_get(m, id);
+        pthread_mutex_lock(&s->lock);
+        ab_box_rec r = {0};
+        int rc = mgr_get_scoped(m, id, scope, &r, err);
+        if (rc == 0 && r.status == AB_BOX_DELETING)
+                rc = ab_err_set(err, AB_E_CONFLICT, 0, "box %s is being deleted", id);
+        if (rc == 0) {
+                json_decref(r.metadata);
+                r.metadata = json_deep_copy(metadata);
+                rc = ab_store_box_update(m->o.store, &r, err);
+        }
+        if (rc == 0)
+                *out = r;
+        else
+                ab_box_rec_clear(&r);
+        pthread_mutex_unlock(&s->lock);
+        mgr_slot_put(m, s);
+        return rc;
+}

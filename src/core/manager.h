@@ -175,6 +175,9 @@ int ab_manager_delete_where(ab_manager *m, const ab_box_filter *f, const char *s
  * start). Changed rules cut the box's open proxy connections. */
 int ab_manager_set_network(ab_manager *m, const char *id, const char *scope, json_t *network,
                            ab_box_rec *out, ab_err **err);
+/* Replaces the box's metadata with a copy of `metadata` (an object). */
+int ab_manager_set_metadata(ab_manager *m, const char *id, const char *scope, json_t *metadata,
+                            ab_box_rec *out, ab_err **err);
 /* Makes port (1..65535) of the box public (reachable through the server's
  * port proxy without auth) or private again; kept in the record's
  * spec.public_ports. Idempotent; AB_E_INVALID for a bad port. Publishes

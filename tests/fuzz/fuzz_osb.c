@@ -1,0 +1,104 @@
+/* fuzz_osb - libFuzzer target for the OpenSandbox front's parsers of
+ * request fields (api/front_osb.h): the first byte picks the parser, the
+ * rest is its input. Multipart bodies (execd's upload), Range headers,
+ * Kubernetes quantities, RFC 3339 times, the list's metadata filter, and the
+ * networkPolicy and volumes objects of a create. Besides memory errors it
+ * checks their promises (parts lie inside the body, a range inside the
+ * file, a failure carries a message). Build and run with scripts/fuzz.sh. */
+#include "api/front_osb.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+#define check(cond) ((cond) ? (void)0 : (fprintf(stderr, "check failed: %s\n", #cond), abort()))
+
+static void multipart(const char *in, size_t n)
+{
+        /* "boundary\n" then the body */
+        const char *nl = memchr(in, '\n', n);
+        if (!nl)
+                return;
+        char *ct = xasprintf("multipart/form-data; boundary=%.*s", (int)(nl - in), in);
+        char *delim = osb_boundary_of(ct);
+        free(ct);
+        if (!delim)
+                return;
+        size_t len = n - (size_t)(nl + 1 - in);
+        char *body = xmalloc(len ? len : 1); /* exactly len bytes: overreads are caught */
+        memcpy(body, nl + 1, len);
+        osb_part parts[8];
+        char names[8][32];
+        size_t k = osb_split_parts(body, len, delim, parts, 8, names);
+        check(k <= 8);
+        for (size_t i = 0; i < k; i++) {
+                check(parts[i].data >= body && parts[i].data + parts[i].len <= body + len);
+                check(strlen(parts[i].name) < 32);
+        }
+        free(body);
+        free(delim);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+        if (size < 1)
+                return 0;
+        const char *in = (const char *)data + 1;
+        size_t n = size - 1;
+        char *s = xmalloc(n + 1);
+        memcpy(s, in, n);
+        s[n] = 0;
+        switch (data[0] % 7) {
+        case 0:
+                multipart(in, n);
+                break;
+        case 1: {
+                uint64_t off = 0, len = 0, fsize = n ? (uint64_t)(unsigned char)s[0] * 977 : 0;
+                if (osb_parse_range(s, fsize, &off, &len) == 0)
+                        check(len > 0 && off + len <= fsize);
+                break;
+        }
+        case 2: {
+                double c = 0;
+                uint64_t mib = 0;
+                if (osb_parse_cpu(s, &c) == 0)
+                        check(c > 0);
+                if (osb_parse_mib(s, &mib) == 0)
+                        check(mib >= 1);
+                break;
+        }
+        case 3: {
+                int64_t ms;
+                (void)osb_parse_time(s, &ms);
+                break;
+        }
+        case 4: {
+                json_t *md = json_pack("{s:s,s:s}", "sessionId", "a b", "k", "v=1");
+                (void)osb_meta_matches(md, s);
+                (void)osb_meta_matches(NULL, s);
+                json_decref(md);
+                break;
+        }
+        default: {
+                json_t *j = json_loadb(in, n, 0, NULL);
+                ab_err *e = NULL;
+                json_t *a = NULL, *b = NULL;
+                int rc = data[0] % 7 == 5 ? osb_parse_network(j, &a, &e)
+                                          : osb_parse_volumes(j, &a, &b, &e);
+                if (rc < 0) {
+                        check(e && e->msg && *e->msg &&
+                              (e->code == AB_E_INVALID || e->code == AB_E_UNSUPPORTED));
+                        check(!a && !b);
+                        ab_err_free(&e);
+                }
+                json_decref(a);
+                json_decref(b);
+                json_decref(j);
+                break;
+        }
+        }
+        free(s);
+        return 0;
+}
