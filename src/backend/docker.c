@@ -25,6 +25,7 @@
  * label; a crash at any point leaves a box that list shows and destroy
  * removes (a volume without a container, or a container never started, is
  * a create that did not finish). */
+#include "backend/backend_int.h"
 #include "backend/docker.h"
 #include "backend/docker_api.h"
 #include "base/id.h"
@@ -762,15 +763,6 @@ static int start_container(dk *d, int bfd, const char *id, ab_err **err)
         return 0;
 }
 
-/* path equals dir or lies below it (both canonical) */
-static bool path_within(const char *path, const char *dir)
-{
-        size_t n = strlen(dir);
-        if (n == 1)
-                return true;
-        return !strncmp(path, dir, n) && (path[n] == '\0' || path[n] == '/');
-}
-
 /* A new box's mounts: paths, kinds this backend has, host folders that are
  * folders and have nothing to do with the data folder (it holds every
  * box's socket folder), as on the native backend. */
@@ -793,7 +785,8 @@ static int check_mounts(dk *d, const ab_box_spec *spec, ab_err **err)
                 if (stat(m->source, &st) < 0 || !S_ISDIR(st.st_mode))
                         return ab_err_set(err, AB_E_INVALID, 0,
                                           "mounts: host_path '%s' is not a directory", m->source);
-                if (path_within(m->source, d->data) || path_within(d->data, m->source))
+                if (ab_backend_path_within(m->source, d->data) ||
+                    ab_backend_path_within(d->data, m->source))
                         return ab_err_set(err, AB_E_PERMISSION, 0,
                                           "mounts: host_path '%s' is, holds or lies in the "
                                           "server's data folder",
@@ -1565,56 +1558,6 @@ static int check_static(const char *path, ab_err **err)
         return 0;
 }
 
-static char *find_init(const char *given, ab_err **err)
-{
-        const char *env = getenv("AGENTBOX_INIT");
-        const char *set = given && *given ? given : env && *env ? env : NULL;
-        if (set) {
-                char *p = realpath(set, NULL);
-                if (!p || access(p, X_OK) < 0) {
-                        ab_err_set(err, AB_E_INTERNAL, errno,
-                                   "agentbox-init at %s (from init_path or AGENTBOX_INIT) cannot "
-                                   "be run",
-                                   set);
-                        free(p);
-                        return NULL;
-                }
-                return p;
-        }
-        static const char *const dirs[] = {".", "../libexec/agentbox",
-#ifdef AGENTBOX_LIBEXECDIR
-                                           AGENTBOX_LIBEXECDIR,
-#endif
-                                           NULL};
-        _cleanup_free_ char *looked = NULL;
-        _cleanup_free_ char *dir = ab_find_beside_self(dirs, "agentbox-init", X_OK, &looked);
-        if (!dir) {
-                ab_err_set(err, AB_E_INTERNAL, ENOENT,
-                           "agentbox-init not found: looked at %s (set init_path in the config "
-                           "or AGENTBOX_INIT)",
-                           looked);
-                return NULL;
-        }
-        return xasprintf("%s/agentbox-init", dir);
-}
-
-static int mkdir_p(const char *path, mode_t mode)
-{
-        char buf[4096];
-        snprintf(buf, sizeof(buf), "%s", path);
-        for (char *p = buf + 1; *p; p++) {
-                if (*p != '/')
-                        continue;
-                *p = '\0';
-                if (mkdir(buf, 0755) < 0 && errno != EEXIST)
-                        return -errno;
-                *p = '/';
-        }
-        if (mkdir(buf, mode) < 0 && errno != EEXIST)
-                return -errno;
-        return 0;
-}
-
 int ab_docker_open(const ab_docker_opts *opts, ab_backend **out, ab_err **err)
 {
         *out = NULL;
@@ -1624,7 +1567,7 @@ int ab_docker_open(const ab_docker_opts *opts, ab_backend **out, ab_err **err)
                                   "folder and reaches boxes through /proc): run as root");
         if (!opts->data_dir)
                 return ab_err_set(err, AB_E_INVALID, 0, "the Docker backend needs a data folder");
-        int r = mkdir_p(opts->data_dir, 0700);
+        int r = ab_backend_mkdir_p(opts->data_dir, 0700);
         if (r < 0)
                 return ab_err_set(err, AB_E_INTERNAL, -r, "cannot create data folder %s",
                                   opts->data_dir);
@@ -1648,7 +1591,7 @@ int ab_docker_open(const ab_docker_opts *opts, ab_backend **out, ab_err **err)
                 return ab_err_set(err, AB_E_INTERNAL, errno, "open %s", d->root);
         if (ab_dapi_open(opts->host, &d->api, err) < 0)
                 return -1;
-        d->init_path = find_init(opts->init_path, err);
+        d->init_path = ab_backend_find_init(opts->init_path, err);
         if (!d->init_path || check_static(d->init_path, err) < 0)
                 return -1;
         if (opts->skills_dir && *opts->skills_dir) {

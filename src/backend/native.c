@@ -13,6 +13,7 @@
  * Per-box operations hold an exclusive flock on boxes/ID/lock, so CLI
  * processes and server threads can act on the same data folder at once. */
 #include "backend/backend.h"
+#include "backend/backend_int.h"
 #include "base/buf.h"
 #include "base/log.h"
 #include "base/id.h"
@@ -413,8 +414,6 @@ static const char *uid_registry(void)
         return r && *r ? r : "/var/lib/agentbox/uid-ranges";
 }
 
-static int mkdir_p(const char *path, mode_t mode);
-
 /* A claim whose box no longer exists (its data folder was deleted without
  * `rm`) is stale; claims younger than min_age seconds may belong to a create
  * in progress. The claim is judged from one open file, whose inode is
@@ -469,7 +468,7 @@ static int claim_slot(int regfd, const char *slot, const char *owner)
 static int alloc_uid_base(native *n, const char *id, uid_t *out, ab_err **err)
 {
         const char *reg = uid_registry();
-        int r = mkdir_p(reg, 0700);
+        int r = ab_backend_mkdir_p(reg, 0700);
         if (r < 0)
                 return ab_err_set(err, AB_E_INTERNAL, -r, "cannot create uid registry %s", reg);
         _cleanup_close_ int regfd = open(reg, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -630,15 +629,6 @@ static int cmp_cstr(const void *a, const void *b)
         return strcmp(*(const char *const *)a, *(const char *const *)b);
 }
 
-/* path equals dir or lies below it (both canonical) */
-static bool path_within(const char *path, const char *dir)
-{
-        size_t n = strlen(dir);
-        if (n == 1)
-                return true;
-        return !strncmp(path, dir, n) && (path[n] == '\0' || path[n] == '/');
-}
-
 /* Checks a new box's mounts: paths, volumes that exist (locked, in name
  * order so two creates never wait for each other), host directories. */
 static int check_mounts(native *n, const ab_box_spec *spec, vol_locks *locks, ab_err **err)
@@ -658,7 +648,8 @@ static int check_mounts(native *n, const ab_box_spec *spec, vol_locks *locks, ab
                         return ab_err_set(err, AB_E_INVALID, 0,
                                           "mounts: host_path '%s' is not a directory", m->source);
                 /* the data folder holds every box's disk and the volumes */
-                if (path_within(m->source, n->data) || path_within(n->data, m->source))
+                if (ab_backend_path_within(m->source, n->data) ||
+                    ab_backend_path_within(n->data, m->source))
                         return ab_err_set(err, AB_E_PERMISSION, 0,
                                           "mounts: host_path '%s' is, holds or lies in the "
                                           "server's data folder",
@@ -1743,58 +1734,6 @@ static const ab_subcg_ops native_subcg = {
     .end = n_sub_end,
 };
 
-/* agentbox-init: the configured path (init_path, AGENTBOX_INIT), else next
- * to the running binary (a build tree, or agentbox-full in libexec), else
- * in ../libexec/agentbox from it (an installed bin/agentbox), else in the
- * libexec directory of the build's prefix. */
-static char *find_init(const char *given, ab_err **err)
-{
-        const char *env = getenv("AGENTBOX_INIT");
-        const char *set = given && *given ? given : env && *env ? env : NULL;
-        if (set) {
-                if (access(set, X_OK) < 0) {
-                        ab_err_set(err, AB_E_INTERNAL, errno,
-                                   "agentbox-init at %s (from init_path or AGENTBOX_INIT) cannot "
-                                   "be run",
-                                   set);
-                        return NULL;
-                }
-                return xstrdup(set);
-        }
-        static const char *const dirs[] = {".", "../libexec/agentbox",
-#ifdef AGENTBOX_LIBEXECDIR
-                                           AGENTBOX_LIBEXECDIR,
-#endif
-                                           NULL};
-        _cleanup_free_ char *looked = NULL;
-        _cleanup_free_ char *dir = ab_find_beside_self(dirs, "agentbox-init", X_OK, &looked);
-        if (!dir) {
-                ab_err_set(err, AB_E_INTERNAL, ENOENT,
-                           "agentbox-init not found: looked at %s (set init_path in the config "
-                           "or AGENTBOX_INIT)",
-                           looked);
-                return NULL;
-        }
-        return xasprintf("%s/agentbox-init", dir);
-}
-
-static int mkdir_p(const char *path, mode_t mode)
-{
-        char buf[4096];
-        snprintf(buf, sizeof(buf), "%s", path);
-        for (char *p = buf + 1; *p; p++) {
-                if (*p != '/')
-                        continue;
-                *p = '\0';
-                if (mkdir(buf, 0755) < 0 && errno != EEXIST)
-                        return -errno;
-                *p = '/';
-        }
-        if (mkdir(buf, mode) < 0 && errno != EEXIST)
-                return -errno;
-        return 0;
-}
-
 int ab_native_open(const ab_native_opts *opts, ab_backend **out, ab_err **err)
 {
         if (geteuid() != 0)
@@ -1802,7 +1741,7 @@ int ab_native_open(const ab_native_opts *opts, ab_backend **out, ab_err **err)
                                   "the native backend needs root (it creates namespaces, cgroups "
                                   "and loop devices): run as root");
         const char *data = opts->data_dir;
-        int r = mkdir_p(data, 0700);
+        int r = ab_backend_mkdir_p(data, 0700);
         if (r < 0)
                 return ab_err_set(err, AB_E_INTERNAL, -r, "cannot create data folder %s", data);
         native *n = xzalloc(sizeof(*n));
@@ -1848,7 +1787,7 @@ int ab_native_open(const ab_native_opts *opts, ab_backend **out, ab_err **err)
                              &sk, err) < 0)
                 return -1;
         n->hide[0] = n->data;
-        n->init_path = find_init(opts->init_path, err);
+        n->init_path = ab_backend_find_init(opts->init_path, err);
         if (!n->init_path)
                 return -1;
         sweep_trash(n);

@@ -1,0 +1,20 @@
+/* backend_int.h - helpers the backends share (backend.c); not for callers
+ * of backends. */
+#ifndef AB_BACKEND_INT_H
+#define AB_BACKEND_INT_H
+
+#include "base/err.h"
+#include <stdbool.h>
+#include <sys/types.h>
+
+/* agentbox-init: `given` (init_path, AGENTBOX_INIT) made canonical and
+ * checked executable, else found next to the running binary (or in the
+ * libexec folders of an install). Caller frees; NULL with *err naming
+ * where it looked. */
+char *ab_backend_find_init(const char *given, ab_err **err);
+/* mkdir -p: parents 0755, the last one `mode`; 0 or -errno. */
+int ab_backend_mkdir_p(const char *path, mode_t mode);
+/* path equals dir or lies below it (both canonical). */
+bool ab_backend_path_within(const char *path, const char *dir);
+
+#endif
