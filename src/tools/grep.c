@@ -10,6 +10,10 @@
 #define LINE_MAX_CHARS (LINE_SUMMARY * 10) /* longer lines are skipped (ReDoS, minified files) */
 #define BINARY_SNIFF   8192
 #define MATCH_LIMIT    1000000 /* backtracking budget per line: over it, no match */
+/* A search reads one file per round trip to the box's init: a whole
+ * distribution's tree takes minutes. It stops after this long with what it
+ * found, saying so, rather than outliving its caller. */
+#define GREP_TIME_MAX_S 30
 
 typedef struct grep_state {
         pcre2_code *re;
@@ -179,7 +183,13 @@ int tool_grep(tool_ctx *c, json_t *args, ab_tool_result *out, ab_err **err)
         }
         int r = 0;
         bool in_pseudo = pseudo_dir(send);
+        uint64_t deadline = ab_now_ns() + (uint64_t)GREP_TIME_MAX_S * 1000000000ull;
+        bool out_of_time = false;
         for (size_t i = 0; i < n && !g.truncated; i++) {
+                if ((i & 63) == 0 && ab_now_ns() > deadline) {
+                        out_of_time = true;
+                        break;
+                }
                 /* Symlinks are skipped (as DeerFlow), so a link never leads the
                  * search elsewhere; so are the ignore list and huge files. */
                 if (d[i].st.type != ABC_FILE || ignored_path(d[i].path) ||
@@ -198,7 +208,13 @@ int tool_grep(tool_ctx *c, json_t *args, ab_tool_result *out, ab_err **err)
         if (r < 0)
                 return -1;
         if (g.found == 0) {
-                result_set(out, xasprintf("No matches found under %s", path), false);
+                result_set(out,
+                           out_of_time ? xasprintf("No matches found under %s (the search stopped "
+                                                   "after %d s: narrow the path or add a glob "
+                                                   "filter)",
+                                                   path, GREP_TIME_MAX_S)
+                                       : xasprintf("No matches found under %s", path),
+                           false);
                 return 0;
         }
         _cleanup_buf_ ab_buf b = {0};
@@ -208,6 +224,11 @@ int tool_grep(tool_ctx *c, json_t *args, ab_tool_result *out, ab_err **err)
         ab_buf_add(&b, g.lines.p, g.lines.n);
         if (g.truncated)
                 ab_buf_puts(&b, "\nResults truncated. Narrow the path or add a glob filter.");
+        else if (out_of_time)
+                ab_buf_printf(&b,
+                              "\nThe search stopped after %d s. Narrow the path or add a glob "
+                              "filter.",
+                              GREP_TIME_MAX_S);
         result_set(out, ab_buf_steal(&b), false);
         return 0;
 }

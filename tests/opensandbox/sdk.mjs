@@ -216,7 +216,9 @@ ok(out(ex) === "unset\n/workspace\n", "sessions are apart from each other", ex);
 await sbx.commands.deleteSession(sid);
 await throwsApi(() => sbx.commands.runInSession(sid, "true"), 404, "deleteSession: the session is gone (404)");
 ex = await sbx.commands.runInSession(sid2, "sleep 301 &");
-ex = await sbx.commands.run("pgrep -f 'sleep 30[1]' >/dev/null && echo running");
+// (polled: under load the job's fork may not have exec'd sleep yet)
+ex = await sbx.commands.run("for i in $(seq 1 50); do pgrep -f 'sleep 30[1]' >/dev/null && " +
+  "{ echo running; break; }; sleep 0.1; done");
 ok(out(ex) === "running\n", "a session's background job runs after its run", ex);
 await sbx.commands.deleteSession(sid2);
 ex = await sbx.commands.run("sleep 0.3; pgrep -f 'sleep 30[1]' || echo none");
