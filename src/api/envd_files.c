@@ -26,38 +26,6 @@ static enum MHD_Result files_error(ab_req *r, ab_err *e)
         return ret;
 }
 
-typedef struct dl_job {
-        ab_server *srv;
-        ab_use use;
-        char *path;
-        int fd;
-} dl_job;
-
-static int dl_out(void *ud, int stream, const void *buf, size_t len)
-{
-        dl_job *j = ud;
-        return ab_write_all(j->fd, buf, len) < 0 ? -1 : 0;
-}
-
-static void *dl_main(void *arg)
-{
-        dl_job *j = arg;
-        ab_err *e = NULL;
-        int fd = ab_manager_use_connect(j->srv->mgr, &j->use, &e);
-        if (fd >= 0) {
-                if (abc_read(fd, j->path, 0, 0, dl_out, j, &e) < 0)
-                        ab_log(AB_LOG_WARN, "e2b download cut short", "box", j->use.rec.id, "path",
-                               j->path, "error", e->msg, NULL);
-                close(fd);
-        }
-        ab_err_free(&e);
-        ab_manager_use_end(j->srv->mgr, &j->use);
-        close(j->fd);
-        free(j->path);
-        free(j);
-        return NULL;
-}
-
 enum MHD_Result envd_files_get(ab_req *r, const char *id)
 {
         enum MHD_Result ret;
@@ -68,44 +36,26 @@ enum MHD_Result envd_files_get(ab_req *r, const char *id)
         if (!path || !*path)
                 return resp_json(r, 400,
                                  json_pack("{s:i,s:s}", "code", 400, "message", "path: required"));
-        dl_job *j = xzalloc(sizeof(*j));
-        j->srv = r->srv;
-        j->path = envd_abs_path(path, NULL);
+        _cleanup_free_ char *abs = envd_abs_path(path, NULL);
+        ab_use use;
         ab_err *e = NULL;
-        if (ab_manager_use_begin(r->srv->mgr, box, NULL, &j->use, &e) < 0) {
-                free(j->path);
-                free(j);
+        if (ab_manager_use_begin(r->srv->mgr, box, NULL, &use, &e) < 0)
                 return files_error(r, e);
-        }
         abc_stat st = {0};
-        int fd = ab_manager_use_connect(r->srv->mgr, &j->use, &e);
-        int rc = fd >= 0 ? abc_stat_path(fd, j->path, &st, &e) : -1;
+        int fd = ab_manager_use_connect(r->srv->mgr, &use, &e);
+        int rc = fd >= 0 ? abc_stat_path(fd, abs, &st, &e) : -1;
         if (fd >= 0)
                 close(fd);
         free(st.link);
         if (rc == 0 && st.type == ABC_DIR)
-                rc = ab_err_set(&e, AB_E_INVALID, 0, "%s is a directory", j->path);
-        int p[2] = {-1, -1};
-        if (rc == 0 && pipe2(p, O_CLOEXEC) < 0)
-                rc = ab_err_set(&e, AB_E_INTERNAL, errno, "pipe");
+                rc = ab_err_set(&e, AB_E_INVALID, 0, "%s is a directory", abs);
         if (rc < 0) {
-                ab_manager_use_end(r->srv->mgr, &j->use);
-                free(j->path);
-                free(j);
+                ab_manager_use_end(r->srv->mgr, &use);
                 return files_error(r, e);
-        }
-        j->fd = p[1];
-        if (spawn_detached(dl_main, j) < 0) {
-                close(p[0]);
-                close(p[1]);
-                ab_manager_use_end(r->srv->mgr, &j->use);
-                free(j->path);
-                free(j);
-                return resp_error(r, 503, "unavailable", "cannot start a thread");
         }
         /* envd's answer has the file's length: a stream cannot say it, the
          * SDK reads to the end */
-        return resp_stream(r, 200, "application/octet-stream", p[0], NULL);
+        return resp_box_file(r, &use, abs, 0, 0, 200, NULL);
 }
 
 /* One file to write: its path and its bytes (in the spooled upload). */

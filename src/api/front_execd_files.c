@@ -633,39 +633,6 @@ enum MHD_Result execd_files_replace(ab_req *r, const char *id)
 
 /* ---- download ----------------------------------------------------------- */
 
-typedef struct dl_job {
-        ab_server *srv;
-        ab_use use;
-        char *path;
-        uint64_t offset, length;
-        int fd;
-} dl_job;
-
-static int dl_out(void *ud, int stream, const void *buf, size_t len)
-{
-        dl_job *j = ud;
-        return ab_write_all(j->fd, buf, len) < 0 ? -1 : 0;
-}
-
-static void *dl_main(void *arg)
-{
-        dl_job *j = arg;
-        ab_err *e = NULL;
-        int fd = ab_manager_use_connect(j->srv->mgr, &j->use, &e);
-        if (fd >= 0) {
-                if (abc_read(fd, j->path, j->offset, j->length, dl_out, j, &e) < 0)
-                        ab_log(AB_LOG_WARN, "download cut short", "box", j->use.rec.id, "path",
-                               j->path, "error", e->msg, NULL);
-                close(fd);
-        }
-        ab_err_free(&e);
-        ab_manager_use_end(j->srv->mgr, &j->use);
-        close(j->fd);
-        free(j->path);
-        free(j);
-        return NULL;
-}
-
 /* "bytes=A-B" or "bytes=A-" (no suffix ranges, one range). */
 int osb_parse_range(const char *h, uint64_t size, uint64_t *off, uint64_t *len)
 {
@@ -692,23 +659,20 @@ enum MHD_Result execd_files_download(ab_req *r, const char *id)
         const char *path = req_query(r, "path");
         if (!path || !*path)
                 return osb_error(r, 400, "INVALID_REQUEST_BODY", "path: required");
-        dl_job *j = xzalloc(sizeof(*j));
-        j->srv = r->srv;
+        ab_use use;
+        uint64_t offset = 0, length = 0;
         enum MHD_Result ret;
-        if (execd_begin_use(r, id, &j->use, &ret) < 0) {
-                free(j);
+        if (execd_begin_use(r, id, &use, &ret) < 0)
                 return ret;
-        }
         ab_err *e = NULL;
         abc_stat st = {0};
-        int fd = ab_manager_use_connect(r->srv->mgr, &j->use, &e);
+        int fd = ab_manager_use_connect(r->srv->mgr, &use, &e);
         int rc = fd < 0 ? -1 : abc_stat_path(fd, path, &st, &e);
         if (fd >= 0)
                 close(fd);
         free(st.link);
         if (rc < 0 || st.type != ABC_FILE) {
-                ab_manager_use_end(r->srv->mgr, &j->use);
-                free(j);
+                ab_manager_use_end(r->srv->mgr, &use);
                 if (rc == 0)
                         return osb_error(r, 400, "INVALID_REQUEST_BODY", "%s is not a regular file",
                                          path);
@@ -724,46 +688,31 @@ enum MHD_Result execd_files_download(ab_req *r, const char *id)
         const char *os = req_query(r, "offset"), *ls = req_query(r, "limit");
         char cr[96] = "";
         if (range) {
-                if (osb_parse_range(range, st.size, &j->offset, &j->length) < 0) {
-                        ab_manager_use_end(r->srv->mgr, &j->use);
-                        free(j);
+                if (osb_parse_range(range, st.size, &offset, &length) < 0) {
+                        ab_manager_use_end(r->srv->mgr, &use);
                         return osb_error(r, 416, "INVALID_RANGE", "range %s of a %llu-byte file",
                                          range, (unsigned long long)st.size);
                 }
                 status = 206;
-                snprintf(cr, sizeof(cr), "bytes %llu-%llu/%llu", (unsigned long long)j->offset,
-                         (unsigned long long)(j->offset + j->length - 1),
-                         (unsigned long long)st.size);
+                snprintf(cr, sizeof(cr), "bytes %llu-%llu/%llu", (unsigned long long)offset,
+                         (unsigned long long)(offset + length - 1), (unsigned long long)st.size);
         } else {
-                j->offset = os ? strtoull(os, NULL, 10) : 0;
-                j->length = ls ? strtoull(ls, NULL, 10) : 0;
-                if (j->offset >= st.size)
-                        j->length = 0, j->offset = st.size;
-                if (ls && !j->length) /* limit=0: nothing */
-                        j->offset = st.size;
+                offset = os ? strtoull(os, NULL, 10) : 0;
+                length = ls ? strtoull(ls, NULL, 10) : 0;
+                if (offset >= st.size)
+                        length = 0, offset = st.size;
+                if (ls && !length) /* limit=0: nothing */
+                        offset = st.size;
         }
-        j->path = xstrdup(path);
-        int p[2];
-        if (j->offset >= st.size || pipe2(p, O_CLOEXEC) < 0) {
-                ab_manager_use_end(r->srv->mgr, &j->use);
-                free(j->path);
-                free(j);
+        if (offset >= st.size) {
+                ab_manager_use_end(r->srv->mgr, &use);
                 struct MHD_Response *resp =
                     MHD_create_response_from_buffer(0, "", MHD_RESPMEM_PERSISTENT);
                 MHD_add_response_header(resp, "Content-Type", "application/octet-stream");
                 return resp_send(r, status, resp);
         }
-        j->fd = p[1];
-        if (spawn_detached(dl_main, j) < 0) {
-                close(p[0]);
-                close(p[1]);
-                ab_manager_use_end(r->srv->mgr, &j->use);
-                free(j->path);
-                free(j);
-                return osb_error(r, 503, "RUNTIME_ERROR", "cannot start a thread");
-        }
         const char *const hdr[] = {"Content-Range", cr, NULL, NULL};
-        return resp_stream(r, status, "application/octet-stream", p[0], *cr ? hdr : NULL);
+        return resp_box_file(r, &use, path, offset, length, status, *cr ? hdr : NULL);
 }
 
 /* ---- upload (multipart: a "metadata" part, then its "file" part) -------- */

@@ -19,8 +19,9 @@ typedef struct file_job {
         char *path;
         abc_dirent *ents; /* zip: the tree */
         size_t n;
-        abc_stat st; /* zip of a single file */
-        int fd;      /* write end of the pipe */
+        abc_stat st;             /* zip of a single file */
+        uint64_t offset, length; /* a plain download's range (length 0: to the end) */
+        int fd;                  /* write end of the pipe */
         struct archive *ar;
 } file_job;
 
@@ -114,7 +115,7 @@ static void *read_main(void *arg)
         ab_err *e = NULL;
         int fd = ab_manager_use_connect(j->srv->mgr, &j->use, &e);
         if (fd >= 0) {
-                if (abc_read(fd, j->path, 0, 0, pipe_out, j, &e) < 0)
+                if (abc_read(fd, j->path, j->offset, j->length, pipe_out, j, &e) < 0)
                         ab_log(AB_LOG_WARN, "download cut short", "box", j->use.rec.id, "path",
                                j->path, "error", e->msg, NULL);
                 close(fd);
@@ -215,7 +216,7 @@ out:
         return NULL;
 }
 
-static enum MHD_Result start_download(ab_req *r, file_job *j, void *(*fn)(void *),
+static enum MHD_Result start_download(ab_req *r, file_job *j, void *(*fn)(void *), unsigned status,
                                       const char *ctype, const char *const *headers)
 {
         int p[2];
@@ -229,7 +230,20 @@ static enum MHD_Result start_download(ab_req *r, file_job *j, void *(*fn)(void *
                 file_job_free(j);
                 return resp_error(r, 503, "unavailable", "cannot start a thread");
         }
-        return resp_stream(r, 200, ctype, p[0], headers);
+        return resp_stream(r, status, ctype, p[0], headers);
+}
+
+enum MHD_Result resp_box_file(ab_req *r, ab_use *use, const char *path, uint64_t offset,
+                              uint64_t length, unsigned status, const char *const *headers)
+{
+        file_job *j = xzalloc(sizeof(*j));
+        j->srv = r->srv;
+        j->use = *use;
+        j->path = xstrdup(path);
+        j->offset = offset;
+        j->length = length;
+        j->fd = -1;
+        return start_download(r, j, read_main, status, "application/octet-stream", headers);
 }
 
 enum MHD_Result route_files_get(ab_req *r, const char *id)
@@ -295,7 +309,7 @@ enum MHD_Result route_files_get(ab_req *r, const char *id)
                                 *c = '_';
                 cd[strlen(cd) - 1] = '"';
                 const char *const hdr[] = {"Content-Disposition", cd, NULL, NULL};
-                return start_download(r, j, zip_main, "application/zip", hdr);
+                return start_download(r, j, zip_main, 200, "application/zip", hdr);
         }
         if (st.type == ABC_DIR) {
                 free(st.link);
@@ -328,7 +342,7 @@ enum MHD_Result route_files_get(ab_req *r, const char *id)
                                   "followed)",
                                   shown);
         }
-        return start_download(r, j, read_main, "application/octet-stream", NULL);
+        return start_download(r, j, read_main, 200, "application/octet-stream", NULL);
 }
 
 /* ---- upload and delete ------------------------------------------------ */
