@@ -32,26 +32,14 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.join(HERE, "..")
 sys.path.insert(0, os.path.join(ROOT, "tests", "lib"))
+sys.path.insert(0, HERE)
 import debianroot  # noqa: E402
+from images import free_port, pct  # noqa: E402  (bench/images.py)
 
 BUILD = os.environ.get("BUILD", os.path.join(ROOT, "build"))
 N = int(os.environ.get("N", "10"))
 IDLE = int(os.environ.get("IDLE", "10"))
 BIN = os.path.join(BUILD, "agentbox")
-
-
-def free_port():
-    import socket
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    p = s.getsockname()[1]
-    s.close()
-    return p
-
-
-def pct(v, p):
-    v = sorted(v)
-    return v[min(len(v) - 1, int(len(v) * p / 100))]
 
 
 class Srv:
