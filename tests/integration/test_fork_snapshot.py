@@ -212,6 +212,8 @@ r2 = srv.post("/v1/sandboxes/gone/fork", {"id": "gonef"})
 h.ok(r.status == 202 and r2.status in (404, 409), "a fork of a box being deleted: 409 (404 once it is gone)",
      r2.describe())
 h.eq(srv.status_of("gonef"), None, "... and no fork was made")
+# (the delete is asynchronous: let it end before the counts below are taken)
+abserver.wait_for(lambda: srv.status_of("gone") is None, 15)
 m = srv.metrics() or []
 forks = abserver.metric_sum(m, "agentbox_lifecycle_ops_total", op="fork", result="ok")
 snaps = abserver.metric_sum(m, "agentbox_lifecycle_ops_total", op="snapshot", result="ok")
