@@ -314,7 +314,8 @@ enum MHD_Result e2b_list(ab_req *r, const char *id)
                 return e2b_error(r, 400, "order: asc or desc");
         if (ab_manager_list(r->srv->mgr, &f, r->scope, &rs, &n, &e) < 0)
                 return e2b_err(r, e);
-        qsort(rs, n, sizeof(*rs), by_start);
+        if (n > 1) /* no boxes: rs is NULL, which qsort must not get */
+                qsort(rs, n, sizeof(*rs), by_start);
         bool desc = !order || !strcmp(order, "desc");
         const char *meta = req_query(r, "metadata");
         const char *state = req_query(r, "state");

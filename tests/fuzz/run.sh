@@ -4,7 +4,8 @@
 # new inputs kept in a scratch folder next to BIN (the committed corpus is
 # never written). Fails on a crash, a leak, a timeout (-timeout, 30 s an
 # input) or an out-of-memory; the input that did it is left in
-# BIN's folder as crash-*, leak-*, timeout-* or oom-*.
+# BIN's folder as crash-*, leak-*, timeout-* or oom-*. An undefined
+# behaviour UBSan sees counts as a crash.
 set -euo pipefail
 bin=$1 corpus=$2
 secs=${AGENTBOX_FUZZ_SECS:-3}
@@ -17,5 +18,8 @@ mkdir -p "$scratch"
 flags=()
 f=$(dirname "$0")/$name.flags
 [ ! -f "$f" ] || read -r -a flags <"$f"
+# UBSan only prints a report and goes on unless told to stop: an undefined
+# behaviour is a finding like a crash (the input is left as crash-*).
+export UBSAN_OPTIONS=${UBSAN_OPTIONS:-halt_on_error=1:print_stacktrace=1}
 exec "$bin" "${flags[@]}" -max_total_time="$secs" -timeout=30 -rss_limit_mb=4096 -print_final_stats=1 \
         -artifact_prefix="$dir/" "$scratch" ${corpus:+"$corpus"}
