@@ -399,12 +399,16 @@ int field_int(json_t *o, const char *name, int64_t *out, bool *present, ab_err *
                 *present = false;
         if (!v || json_is_null(v))
                 return 0;
-        if (json_is_real(v) && json_real_value(v) == (double)(int64_t)json_real_value(v))
-                *out = (int64_t)json_real_value(v);
-        else if (json_is_integer(v))
+        if (json_is_integer(v)) {
                 *out = json_integer_value(v);
-        else
-                return ab_err_set(err, AB_E_INVALID, 0, "%s: must be an integer", name);
+        } else {
+                /* A real (2.0) must lie in int64_t's range before it is cast:
+                 * outside it the cast is undefined (1e230 came from a body). */
+                double d = json_is_real(v) ? json_real_value(v) : 0.5; /* else: no integer */
+                if (!(d >= -0x1p63 && d < 0x1p63) || d != (double)(int64_t)d)
+                        return ab_err_set(err, AB_E_INVALID, 0, "%s: must be an integer", name);
+                *out = (int64_t)d;
+        }
         if (present)
                 *present = true;
         return 0;

@@ -113,7 +113,7 @@ int arg_int(json_t *args, const char *name, bool required, int64_t *v, ab_err **
         }
         if (json_is_real(j)) {
                 double d = json_real_value(j);
-                if (d == (double)(int64_t)d && d > -9e15 && d < 9e15) {
+                if (d > -9e15 && d < 9e15 && d == (double)(int64_t)d) { /* range first: the cast */
                         *v = (int64_t)d;
                         return 0;
                 }

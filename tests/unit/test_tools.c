@@ -254,6 +254,9 @@ static void test_dispatch(void)
                 AB_E_INVALID, "argument 'include_dirs' must be a boolean", "bad boolean named");
         is_fail("grep", "{\"pattern\": \"x\", \"path\": \".\", \"max_results\": \"many\"}",
                 AB_E_INVALID, "argument 'max_results' must be an integer", "bad integer named");
+        /* a real far outside int64_t: refused before any cast (the cast was UB) */
+        is_fail("grep", "{\"pattern\": \"x\", \"path\": \".\", \"max_results\": 1e300}",
+                AB_E_INVALID, "argument 'max_results' must be an integer", "1e300 is no integer");
         is_fail("bash", "{\"description\": 1, \"command\": \"true\"}", AB_E_INVALID,
                 "argument 'description' must be a string", "description must be a string");
         is_out("bash", "{\"description\": \"say hi\", \"command\": \"echo hi\"}", "hi\n", false,
