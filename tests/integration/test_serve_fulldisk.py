@@ -42,9 +42,19 @@ _cleanup = h._cleanup
 
 def cleanup():
     problems = _cleanup()  # servers stopped, boxes removed, then the filesystem goes
-    if subprocess.run(["umount", mnt]).returncode != 0:
+    # The kernel lets go of a box disk's loop device (and so of its file on
+    # this filesystem) a moment after its last close: a busy filesystem is
+    # retried for 10 s before it counts as held.
+    for _ in range(100):
+        if subprocess.run(["umount", mnt], stderr=subprocess.DEVNULL).returncode == 0:
+            break
+        time.sleep(0.1)
+    else:
+        holders = subprocess.run("losetup -a | grep -F %s; fuser -vm %s" % (mnt, mnt), shell=True,
+                                 capture_output=True, text=True)
         subprocess.run(["umount", "-l", mnt])
-        problems.append("the test's filesystem was still busy at cleanup")
+        problems.append("the test's filesystem was still busy 10 s after cleanup: %s%s"
+                        % (holders.stdout, holders.stderr))
     shutil.rmtree(base, ignore_errors=True)
     return problems
 
