@@ -6,6 +6,7 @@
 #include "api/front_osb.h"
 #include "api/workers.h"
 #include "api/ws.h"
+#include "base/jsonnum.h"
 #include "base/log.h"
 
 #include <arpa/inet.h>
@@ -399,16 +400,8 @@ int field_int(json_t *o, const char *name, int64_t *out, bool *present, ab_err *
                 *present = false;
         if (!v || json_is_null(v))
                 return 0;
-        if (json_is_integer(v)) {
-                *out = json_integer_value(v);
-        } else {
-                /* A real (2.0) must lie in int64_t's range before it is cast:
-                 * outside it the cast is undefined (1e230 came from a body). */
-                double d = json_is_real(v) ? json_real_value(v) : 0.5; /* else: no integer */
-                if (!(d >= -0x1p63 && d < 0x1p63) || d != (double)(int64_t)d)
-                        return ab_err_set(err, AB_E_INVALID, 0, "%s: must be an integer", name);
-                *out = (int64_t)d;
-        }
+        if (!ab_json_whole(v, out))
+                return ab_err_set(err, AB_E_INVALID, 0, "%s: must be an integer", name);
         if (present)
                 *present = true;
         return 0;

@@ -127,18 +127,18 @@ unsigned status_of(ab_code c);
 /* A response whose body is read from fd until EOF (chunked); the fd is
  * closed when the response is done. The producer writes the other end of a
  * pipe from its own thread and sees EPIPE when the client goes away. */
-/* Streams `length` bytes (0: to the end) of the box's file at `path` (as the
- * box names it), from `offset`, as the body of a `status` answer: a thread
- * reads it through the box's init into a pipe. Takes over *use, ended when
- * the stream ends (or at once when it cannot start). */
-enum MHD_Result resp_box_file(ab_req *r, ab_use *use, const char *path, uint64_t offset,
-                              uint64_t length, unsigned status, const char *const *headers);
 enum MHD_Result resp_stream(ab_req *r, unsigned status, const char *content_type, int fd,
                             const char *const *headers);
 /* Same, for a long-lived stream: slot (from req_stream_slot, may be NULL)
  * is released when the response ends. */
 enum MHD_Result resp_stream_counted(ab_req *r, unsigned status, const char *content_type, int fd,
                                     const char *const *headers, ab_stream_slot *slot);
+/* Streams `length` bytes (0: to the end) of the box's file at `path` (as the
+ * box names it), from `offset`, as the body of a `status` answer: a thread
+ * reads it through the box's init into a pipe. Takes over *use, ended when
+ * the stream ends (or at once when it cannot start). */
+enum MHD_Result resp_box_file(ab_req *r, ab_use *use, const char *path, uint64_t offset,
+                              uint64_t length, unsigned status, const char *const *headers);
 /* Queues a response made by the caller (adds the common headers; steals
  * resp). Use it rather than MHD_queue_response: on a worker the answer is
  * queued by MHD's thread. */

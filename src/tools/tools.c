@@ -3,6 +3,7 @@
  * exec.c (bash, sandbox_shell), fs.c (ls, glob, read_file, write_file,
  * str_replace) and grep.c. */
 #include "tools/tools_int.h"
+#include "base/jsonnum.h"
 
 #include <stdarg.h>
 #include <strings.h>
@@ -107,17 +108,8 @@ int arg_int(json_t *args, const char *name, bool required, int64_t *v, ab_err **
                                           name);
                 return 1;
         }
-        if (json_is_integer(j)) {
-                *v = json_integer_value(j);
+        if (ab_json_whole(j, v))
                 return 0;
-        }
-        if (json_is_real(j)) {
-                double d = json_real_value(j);
-                if (d > -9e15 && d < 9e15 && d == (double)(int64_t)d) { /* range first: the cast */
-                        *v = (int64_t)d;
-                        return 0;
-                }
-        }
         if (json_is_string(j)) {
                 const char *s = json_string_value(j);
                 char *end;
