@@ -11,19 +11,58 @@
 
 static int tap_n, tap_failed;
 
+/* Prints s as TAP: every line of a diagnostic (prefix "# ") starts with
+ * "# ", and a test's name stays on its "ok" line (newlines become spaces),
+ * so a message with newlines in it (an engine's error, a command's output)
+ * never makes lines the TAP reader cannot parse. */
+static inline void tap_print(const char *prefix, const char *s)
+{
+        if (*prefix) {
+                for (const char *p = s;;) {
+                        const char *nl = strchr(p, '\n');
+                        printf("%s%.*s\n", prefix, (int)(nl ? nl - p : (long)strlen(p)), p);
+                        if (!nl || !nl[1])
+                                break;
+                        p = nl + 1;
+                }
+                return;
+        }
+        for (const char *p = s; *p; p++)
+                putchar(*p == '\n' || *p == '\r' ? ' ' : *p);
+        putchar('\n');
+}
+
 static inline void tap_ok(int cond, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static inline void tap_ok(int cond, const char *fmt, ...)
 {
         va_list ap;
+        char *s = NULL;
         tap_n++;
-        printf("%sok %d - ", cond ? "" : "not ", tap_n);
         va_start(ap, fmt);
-        vprintf(fmt, ap);
+        if (vasprintf(&s, fmt, ap) < 0)
+                s = NULL;
         va_end(ap);
-        printf("\n");
+        printf("%sok %d - ", cond ? "" : "not ", tap_n);
+        tap_print("", s ? s : fmt);
+        free(s);
         fflush(stdout);
         if (!cond)
                 tap_failed++;
+}
+
+/* A diagnostic line (or lines): "# " and the formatted text. */
+static inline void tap_diag(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static inline void tap_diag(const char *fmt, ...)
+{
+        va_list ap;
+        char *s = NULL;
+        va_start(ap, fmt);
+        if (vasprintf(&s, fmt, ap) < 0)
+                s = NULL;
+        va_end(ap);
+        tap_print("# ", s ? s : fmt);
+        free(s);
+        fflush(stdout);
 }
 
 #define TAP_IS_INT(got, want, name)                                                                \
@@ -31,7 +70,7 @@ static inline void tap_ok(int cond, const char *fmt, ...)
                 long long _g = (long long)(got), _w = (long long)(want);                           \
                 tap_ok(_g == _w, "%s", name);                                                      \
                 if (_g != _w)                                                                      \
-                        printf("#   got %lld, want %lld\n", _g, _w);                               \
+                        tap_diag("  got %lld, want %lld", _g, _w);                                 \
         } while (0)
 
 #define TAP_IS_STR(got, want, name)                                                                \
@@ -40,8 +79,8 @@ static inline void tap_ok(int cond, const char *fmt, ...)
                 int _eq = (_g && _w) ? strcmp(_g, _w) == 0 : _g == _w;                             \
                 tap_ok(_eq, "%s", name);                                                           \
                 if (!_eq)                                                                          \
-                        printf("#   got \"%s\", want \"%s\"\n", _g ? _g : "(null)",                \
-                               _w ? _w : "(null)");                                                \
+                        tap_diag("  got \"%s\", want \"%s\"", _g ? _g : "(null)",                  \
+                                 _w ? _w : "(null)");                                              \
         } while (0)
 
 static inline void tap_skip_all(const char *why)

@@ -83,7 +83,7 @@ static int code_of(ab_err **e)
 {
         int c = *e ? (int)(*e)->code : 0;
         if (*e)
-                printf("#   error: %s\n", (*e)->msg);
+                tap_diag("  error: %s", (*e)->msg);
         ab_err_free(e);
         return c;
 }
@@ -661,7 +661,7 @@ static int wait_child(pid_t pid, unsigned ms)
                         return status;
                 usleep(5000);
         }
-        printf("#   child %d still running after %u ms\n", (int)pid, ms);
+        tap_diag("  child %d still running after %u ms", (int)pid, ms);
         kill(pid, SIGKILL);
         waitpid(pid, &status, 0);
         return -1;
@@ -756,7 +756,7 @@ static void test_real(void)
         char *parent;
         if (!open_real("real host", "agentbox-test", &cg, &parent))
                 return;
-        printf("# real host: cgroup v%d\n", (int)cg.version);
+        tap_diag("real host: cgroup v%d", (int)cg.version);
         bool v1 = cg.version == AB_CG_V1;
         const char *id = "box1";
         ab_cg_limits l = {.memory_bytes = 64 * MiB, .pids = 32, .cpus = 0.5};
@@ -837,7 +837,7 @@ static void test_real(void)
         close(rep[0]);
         int status = wait_child(forker, 10000);
         TAP_IS_INT(status, 0, "real: forker exited cleanly");
-        printf("#   %d forks worked, then errno %d\n", res[0], res[1]);
+        tap_diag("  %d forks worked, then errno %d", res[0], res[1]);
         tap_ok(res[0] >= 20 && res[0] <= 31, "real: fork stopped near pids.max (%d)", res[0]);
         TAP_IS_INT(res[1], EAGAIN, "real: fork failed with EAGAIN");
 
@@ -858,7 +858,7 @@ static void test_real(void)
         uint64_t t0 = ab_now_ms();
         TAP_IS_INT(ab_cg_kill_all(&cg, id, &e), 0, "real: kill_all");
         code_of(&e);
-        printf("#   kill_all took %llu ms\n", (unsigned long long)(ab_now_ms() - t0));
+        tap_diag("  kill_all took %llu ms", (unsigned long long)(ab_now_ms() - t0));
         status = wait_child(blocker, 3000);
         tap_ok(status != -1 && WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL,
                "real: kill_all SIGKILLed the blocker");
@@ -882,11 +882,11 @@ static void test_real(void)
                 char *b = ab_cg_path(&cg, v1_ctrls[i], id);
                 char *par = ab_cg_path(&cg, v1_ctrls[i], NULL);
                 if (b && exists(b)) {
-                        printf("#   still there: %s\n", b);
+                        tap_diag("  still there: %s", b);
                         gone = false;
                 }
                 if (par && !exists(par)) {
-                        printf("#   parent gone: %s\n", par);
+                        tap_diag("  parent gone: %s", par);
                         kept = false;
                 }
                 free(b);
@@ -985,7 +985,7 @@ static void freeze_tree(const char *what, const ab_cg *cg, const char *id, bool 
         code_of(&e);
         TAP_IS_INT(fs, AB_CG_FROZEN, nm(what, "frozen"));
         char sc = proc_state(child), sg = proc_state(grand);
-        printf("#   frozen tasks show as %c and %c in /proc/PID/stat\n", sc, sg);
+        tap_diag("  frozen tasks show as %c and %c in /proc/PID/stat", sc, sg);
         tap_ok(sc != 'R' && sg != 'R' && sc != '?' && sg != '?',
                "%s: the spinning processes are alive and not runnable", what);
         ab_cg_stats st0 = {0}, st1 = {0};
@@ -1062,8 +1062,8 @@ static void freeze_vforking(const char *what, const ab_cg *cg, const char *id)
                         code_of(&e);
                 ab_cg_thaw(cg, id, NULL);
         }
-        printf("#   %d/%d freezes of a vforking tree, the slowest %.2f ms\n", good, rounds,
-               (double)worst / 1e6);
+        tap_diag("  %d/%d freezes of a vforking tree, the slowest %.2f ms", good, rounds,
+                 (double)worst / 1e6);
         tap_ok(good == rounds, "%s: a tree that vforks all the time freezes every time", what);
         ab_cg_kill_all(cg, id, NULL);
         wait_child(child, 3000);

@@ -48,7 +48,7 @@ static void refused(const char *text, const char *what, const char *part1, const
         tap_ok(ok, "%s is refused, naming '%s'%s%s", what, part1, part2 ? " and " : "",
                part2 ? part2 : "");
         if (!ok)
-                printf("#   message: %s\n", m ? m : "(accepted)");
+                tap_diag("  message: %s", m ? m : "(accepted)");
 }
 
 static char *validate_err(const ab_config *c)
@@ -138,7 +138,7 @@ static void test_full_file(void)
         int r = ab_config_load_file(&c, path, &e);
         TAP_IS_INT(r, 0, "full config loads");
         if (e)
-                printf("#   %s\n", e->msg);
+                tap_diag("  %s", e->msg);
         ab_err_free(&e);
         TAP_IS_STR(c.listen, "0.0.0.0:9000", "listen");
         TAP_IS_STR(c.data_dir, "/var/lib/agentbox", "data (alias of data_dir)");
@@ -413,7 +413,7 @@ static void listen_ok(const char *l, const char *t)
         _cleanup_free_ char *m = try_listen(l, t);
         tap_ok(!m, "listen %s with token %s is accepted", l, t ? t : "(none)");
         if (m)
-                printf("#   %s\n", m);
+                tap_diag("  %s", m);
 }
 
 static void listen_refused(const char *l, const char *t, const char *part)
@@ -422,7 +422,7 @@ static void listen_refused(const char *l, const char *t, const char *part)
         tap_ok(m && strstr(m, part), "listen %s with token %s is refused (%s)", l, t ? t : "(none)",
                part);
         if (m && !strstr(m, part))
-                printf("#   %s\n", m);
+                tap_diag("  %s", m);
 }
 
 static void test_validate(void)

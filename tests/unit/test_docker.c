@@ -41,7 +41,7 @@ static int run(ab_backend *b, const char *id, const char *cmd, char **out)
         ab_err *e = NULL;
         int fd = b->ops->connect(b, id, &e);
         if (fd < 0) {
-                printf("# connect %s: %s\n", id, e->msg);
+                tap_diag("connect %s: %s", id, e->msg);
                 ab_err_free(&e);
                 return -1000;
         }
@@ -51,7 +51,7 @@ static int run(ab_backend *b, const char *id, const char *cmd, char **out)
         int r = abc_exec(fd, &req, collect, &o, &res, &e);
         close(fd);
         if (r < 0) {
-                printf("# exec %s: %s\n", cmd, e->msg);
+                tap_diag("exec %s: %s", cmd, e->msg);
                 ab_err_free(&e);
                 ab_buf_free(&o);
                 return -1000;
@@ -81,7 +81,7 @@ static int err_code(int rc, ab_err **e)
         if (rc >= 0)
                 return 0;
         int c = (*e)->code;
-        printf("#   (%s)\n", (*e)->msg);
+        tap_diag("  (%s)", (*e)->msg);
         ab_err_free(e);
         return c;
 }
@@ -105,7 +105,7 @@ static long api_status(const char *method, const char *path, json_t *body)
                 return -1;
         long s = r.status;
         if (s >= 300)
-                printf("#   %s %s: %ld %s\n", method, path, s, ab_dapi_message(&r));
+                tap_diag("  %s %s: %ld %s", method, path, s, ab_dapi_message(&r));
         ab_dapi_res_clear(&r);
         return s;
 }
@@ -323,7 +323,7 @@ int main(void)
                  * tested (sanitized) with the regular build's static init. */
                 const char *src = getenv("AB_SOURCE_ROOT");
                 static_init = xasprintf("%s/build/agentbox-init", src ? src : ".");
-                printf("# %s: using %s\n", e->msg, static_init);
+                tap_diag("%s: using %s", e->msg, static_init);
                 ab_err_free(&e);
                 if (access(static_init, X_OK) < 0)
                         tap_skip_all("agentbox-init is not static here (a sanitized build) and "
@@ -332,7 +332,7 @@ int main(void)
                 rc = ab_docker_open(&oa, &a, &e);
         }
         if (rc < 0)
-                printf("# open: %s\n", e->msg), ab_err_free(&e);
+                tap_diag("open: %s", e->msg), ab_err_free(&e);
         tap_ok(rc == 0, "ab_docker_open on the test engine");
         if (rc < 0)
                 return tap_done();
@@ -363,7 +363,7 @@ int main(void)
         rc = a->ops->create(a, &s, &e);
         uint64_t t_create = ab_now_ms() - t0;
         if (rc < 0)
-                printf("# create: %s\n", e->msg), ab_err_free(&e);
+                tap_diag("create: %s", e->msg), ab_err_free(&e);
         tap_ok(rc == 0, "create a box from %s (%llu ms)", image, (unsigned long long)t_create);
         if (rc < 0)
                 return tap_done();
@@ -400,7 +400,7 @@ int main(void)
                         t = ab_now_ns() - t;
                         best = t < best ? t : best;
                 }
-                printf("# exec of true: best of 10 %.2f ms\n", best / 1e6);
+                tap_diag("exec of true: best of 10 %.2f ms", best / 1e6);
                 best = UINT64_MAX;
                 for (int i = 0; i < 10; i++) {
                         uint64_t t = ab_now_ns();
@@ -409,7 +409,7 @@ int main(void)
                         t = ab_now_ns() - t;
                         best = t < best ? t : best;
                 }
-                printf("# info: best of 10 %.2f ms\n", best / 1e6);
+                tap_diag("info: best of 10 %.2f ms", best / 1e6);
         }
         rc = run(a, "t1", "tr '\\0' ' ' </proc/1/cmdline", &out);
         tap_ok(rc == 0 && out && strstr(out, "/.agentbox-init --listen"), "PID 1 is agentbox-init");
@@ -429,7 +429,7 @@ int main(void)
         tap_ok(rc == 0 && out && !strstr(out, dir_a), "the mount table names no path of the "
                                                       "data folder");
         if (out && strstr(out, dir_a))
-                printf("# %s\n", out);
+                tap_diag("%s", out);
         free(out);
         rc = run(a, "t1", "echo $AGENTBOX_TEST_IMAGE; id -u; hostname", &out);
         TAP_IS_STR(rc == 0 ? out : NULL, "\n0\nt1\n",
@@ -547,7 +547,7 @@ int main(void)
         ab_box_stats bs;
         rc = a->ops->stats(a, "t1", &bs, &e);
         if (rc < 0)
-                printf("# stats: %s\n", e->msg), ab_err_free(&e);
+                tap_diag("stats: %s", e->msg), ab_err_free(&e);
         tap_ok(rc == 0 && bs.memory_limit == 256ull * 1024 * 1024 && bs.memory_bytes > 0 &&
                    bs.pids >= 1 && bs.cpu_usage_ns > 0,
                "stats from the container's cgroup (mem %llu of %llu, %llu pids)",
@@ -827,7 +827,7 @@ int main(void)
                         bool said = rc < 0 && e->code == AB_E_UNAVAILABLE &&
                                     strstr(e->msg, "exited at start") && strstr(e->msg, "applet");
                         if (rc < 0)
-                                printf("#   (%s)\n", e->msg);
+                                tap_diag("  (%s)", e->msg);
                         ab_err_free(&e);
                         tap_ok(said, "create fails saying the container exited, with its log");
                         tap_ok(status(a, "dies") == 0 && !path_exists(dir_a, "docker/dies") &&
@@ -889,10 +889,10 @@ int main(void)
                 list_free(v, n);
         }
         tap_ok(ha && engine_objects(ha) == 0, "no container or volume of A is left on the engine");
-        printf(
-            "# create %llu ms, first exec %llu ms, stop %llu ms, start %llu ms, destroy %llu ms\n",
-            (unsigned long long)t_create, (unsigned long long)t_exec, (unsigned long long)t_stop,
-            (unsigned long long)t_start, (unsigned long long)t_destroy);
+        tap_diag("create %llu ms, first exec %llu ms, stop %llu ms, start %llu ms, destroy %llu ms",
+                 (unsigned long long)t_create, (unsigned long long)t_exec,
+                 (unsigned long long)t_stop, (unsigned long long)t_start,
+                 (unsigned long long)t_destroy);
 
         /* ---- kill -9 of a create at any moment: every container accounted for ---- */
         for (int k = 0; ha && k < 6; k++) {

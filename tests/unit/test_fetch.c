@@ -151,14 +151,14 @@ static void test_policy(void)
         int bad = 0;
         for (size_t i = 0; i < AB_ARRAY_LEN(refused); i++)
                 if (allowed(refused[i])) {
-                        printf("#   %s is allowed\n", refused[i]);
+                        tap_diag("  %s is allowed", refused[i]);
                         bad++;
                 }
         tap_ok(bad == 0, "policy: %zu internal addresses refused", AB_ARRAY_LEN(refused));
         bad = 0;
         for (size_t i = 0; i < AB_ARRAY_LEN(ok); i++)
                 if (!allowed(ok[i])) {
-                        printf("#   %s is refused\n", ok[i]);
+                        tap_diag("  %s is refused", ok[i]);
                         bad++;
                 }
         tap_ok(bad == 0, "policy: %zu outside addresses allowed", AB_ARRAY_LEN(ok));
@@ -686,7 +686,7 @@ static void refused(const char *name, const ab_fetch_req *req, ab_code code,
         int c4 = drain(lo4), c6 = drain(lo6);
         tap_ok(c4 == 0 && c6 == 0, "%s: the loopback servers saw no connection", name);
         if (c4 || c6)
-                printf("#   127.0.0.1 saw %d, ::1 saw %d\n", c4, c6);
+                tap_diag("  127.0.0.1 saw %d, ::1 saw %d", c4, c6);
         tap_ok(res.status == 0 && !res.body && !res.headers, "%s: no result", name);
         ab_err_free(&e);
         ab_fetch_res_clear(&res);
@@ -847,7 +847,7 @@ static void test_rebinding(void)
         bool refused_ = r < 0 && e && e->code == AB_E_PERMISSION;
         tap_ok(pinned || refused_, "DNS rebinding: refused or served by the checked address");
         if (e)
-                printf("#   %s\n", e->msg);
+                tap_diag("  %s", e->msg);
         TAP_IS_INT(hook_calls, 1, "DNS rebinding: the name was resolved once, by us");
         TAP_IS_INT(drain(lo4), 0, "DNS rebinding: the loopback server saw no connection");
         ab_err_free(&e);
@@ -952,7 +952,7 @@ static int fetch_ok(const char *name, ab_fetch_req *q, ab_fetch_res *res)
         int r = ab_fetch(q, res, &e);
         tap_ok(r == 0, "%s: succeeds", name);
         if (e)
-                printf("#   %s: %s\n", ab_code_name(e->code), e->msg);
+                tap_diag("  %s: %s", ab_code_name(e->code), e->msg);
         ab_err_free(&e);
         return r;
 }
@@ -1107,7 +1107,7 @@ static void test_limits_and_redirects(void)
         q.max_response = 0;
         uint64_t t0 = ab_now_ms();
         refused("response over the 10 MiB default (aborted)", &q, AB_E_LIMIT, WANT("10485760"));
-        printf("#   took %llu ms\n", (unsigned long long)(ab_now_ms() - t0));
+        tap_diag("  took %llu ms", (unsigned long long)(ab_now_ms() - t0));
 
         /* Timeouts against a server that never answers. */
         q = (ab_fetch_req){.url = url("http://%s:%d/hang", net.ns_addr, p4), .timeout_ms = 700};
@@ -1225,11 +1225,11 @@ int main(void)
                 why = net_setup(p4);
         atexit(net_teardown);
         if (why)
-                printf("# test host: %s\n", why);
+                tap_diag("test host: %s", why);
         else
-                printf("# test host %s%s%s in its own netns, reached through %s (%s)\n",
-                       net.ns_addr, net.up6 ? " and " : "", net.up6 ? net.ns_addr6 : "",
-                       net.host_if, net.host_addr);
+                tap_diag("test host %s%s%s in its own netns, reached through %s (%s)", net.ns_addr,
+                         net.up6 ? " and " : "", net.up6 ? net.ns_addr6 : "", net.host_if,
+                         net.host_addr);
 
         test_refusals();
         test_input();

@@ -29,7 +29,7 @@ static void mk(const char *rel, mode_t mode, bool dir)
                         close(fd);
         }
         if (r < 0)
-                printf("# cannot make %s: %s\n", p, strerror(errno));
+                tap_diag("cannot make %s: %s", p, strerror(errno));
 }
 
 static void chmod_rel(const char *rel, mode_t mode)
@@ -37,7 +37,7 @@ static void chmod_rel(const char *rel, mode_t mode)
         char p[256];
         snprintf(p, sizeof(p), "%s/%s", root, rel);
         if (chmod(p, mode) < 0)
-                printf("# chmod %s: %s\n", p, strerror(errno));
+                tap_diag("chmod %s: %s", p, strerror(errno));
 }
 
 static bool has(const ab_hide_list *l, const char *rel)
@@ -55,7 +55,7 @@ static ab_hide_list *get(ab_hide_watch *w, bool *walked)
         ab_err *e = NULL;
         ab_hide_list *l = ab_hide_get(w, &e);
         if (!l)
-                printf("# ab_hide_get: %s\n", e ? e->msg : "?");
+                tap_diag("ab_hide_get: %s", e ? e->msg : "?");
         ab_err_free(&e);
         *walked = ab_hide_walks(w) != before;
         return l;

@@ -20,7 +20,7 @@ static void ref_ok(const char *s, const char *canon, const char *domain, const c
         int rc = ab_image_ref_parse(s, &r, &err);
         tap_ok(rc == 0, "'%s' parses", s);
         if (rc < 0) {
-                printf("#   %s\n", err->msg);
+                tap_diag("  %s", err->msg);
                 ab_err_free(&err);
                 return;
         }
@@ -44,7 +44,7 @@ static void ref_bad(const char *s, const char *part, const char *why)
         if (err && part) {
                 tap_ok(strstr(err->msg, part) != NULL, "  the message names '%s'", part);
                 if (!strstr(err->msg, part))
-                        printf("#   message: %s\n", err->msg);
+                        tap_diag("  message: %s", err->msg);
         }
         tap_ok(r.domain == NULL && r.path == NULL && r.tag == NULL && r.digest == NULL,
                "  nothing is left in the output");
@@ -164,7 +164,7 @@ static void pick(const char *json, const char *want, int code, const char *name)
         } else {
                 tap_ok(rc < 0 && err && err->code == (ab_code)code && !d, "%s", name);
                 if (err)
-                        printf("#   %s: %s\n", ab_code_name(err->code), err->msg);
+                        tap_diag("  %s: %s", ab_code_name(err->code), err->msg);
         }
         if (err && code == AB_E_NOT_FOUND && strstr(json, "arm64"))
                 tap_ok(strstr(err->msg, "linux/arm64") && strstr(err->msg, "linux/amd64"),
@@ -220,7 +220,7 @@ static void manifest_bad(const char *json, int code, const char *name, const cha
         int rc = ab_manifest_parse(json, strlen(json), &m, &err);
         tap_ok(rc < 0 && err && err->code == (ab_code)code, "%s", name);
         if (err)
-                printf("#   %s: %s\n", ab_code_name(err->code), err->msg);
+                tap_diag("  %s: %s", ab_code_name(err->code), err->msg);
         if (part && err)
                 tap_ok(strstr(err->msg, part) != NULL, "  the message names '%s'", part);
         tap_ok(m.layers == NULL && m.config_digest == NULL, "  nothing is left in the output");
@@ -401,7 +401,7 @@ static void test_config(void)
                 tap_ok(rc < 0 && err && err->code == AB_E_INVALID && !c.os && !c.env,
                        "a config with %s is invalid", bad[i].why);
                 if (err)
-                        printf("#   %s\n", err->msg);
+                        tap_diag("  %s", err->msg);
                 if (rc == 0)
                         ab_image_config_clear(&c);
                 ab_err_free(&err);

@@ -160,7 +160,7 @@ static void import_fails(ab_image_store *s, const char *file, const char *name, 
         tap_ok(r < 0 && e && e->code == code, "%s%s%s: refused (%s)", file, name ? " as " : "",
                name ? name : "", ab_code_name(code));
         if (e) {
-                printf("#   %s\n", e->msg);
+                tap_diag("  %s", e->msg);
                 if (msg_part)
                         tap_ok(strstr(e->msg, msg_part) != NULL, "%s: message names \"%s\"", file,
                                msg_part);
@@ -216,7 +216,7 @@ static void test_open(ab_image_store **s)
         int r = ab_image_store_open(&o, s, &e);
         tap_ok(r == 0, "open %s", dir);
         if (r < 0) {
-                printf("#   %s\n", e->msg);
+                tap_diag("  %s", e->msg);
                 exit(tap_done());
         }
         static const char *const subs[] = {"images", "layers", "holds", "tmp"};
@@ -290,7 +290,7 @@ static void test_import_docker(ab_image_store *s)
         int r = import(s, "docker.tar", NULL, true, &sn, &imgs, &n, &e);
         tap_ok(r == 0, "import docker save through a pipe");
         if (r < 0) {
-                printf("#   %s\n", e->msg);
+                tap_diag("  %s", e->msg);
                 ab_err_free(&e);
                 return;
         }
@@ -353,7 +353,7 @@ static void test_import_more(ab_image_store *s)
                 _cleanup_free_ char *motd = xasprintf("%s/bin/busybox", imgs[0].layers[0]);
                 tap_ok(exists(motd), "gz: compressed layer unpacked");
         } else {
-                printf("#   %s\n", e->msg);
+                tap_diag("  %s", e->msg);
                 ab_err_free(&e);
         }
         ab_image_list_free(imgs, n);
@@ -371,7 +371,7 @@ static void test_import_more(ab_image_store *s)
                            strv_has(imgs[0].names, "docker.io/example/app:1"),
                        "app-gz: one more name for the app");
         } else {
-                printf("#   %s\n", e->msg);
+                tap_diag("  %s", e->msg);
                 ab_err_free(&e);
         }
         ab_image_list_free(imgs, n);
@@ -393,7 +393,7 @@ static void test_import_more(ab_image_store *s)
                         TAP_IS_STR(get(s, imgs[0].digests[0]), id_of("oci"),
                                    "get by manifest digest");
         } else {
-                printf("#   %s\n", e->msg);
+                tap_diag("  %s", e->msg);
                 ab_err_free(&e);
         }
         ab_image_list_free(imgs, n);
@@ -410,7 +410,7 @@ static void test_import_more(ab_image_store *s)
                         TAP_IS_STR(get(s, imgs[0].digests[i]), id_of("multi"),
                                    "multi: get by either digest");
         } else {
-                printf("#   %s\n", e->msg);
+                tap_diag("  %s", e->msg);
                 ab_err_free(&e);
         }
         ab_image_list_free(imgs, n);
@@ -427,7 +427,7 @@ static void test_import_more(ab_image_store *s)
                    !strcmp(imgs[0].names[0], "docker.io/library/mytool:latest"),
                "an OCI layout named only by a tag is imported with a name");
         if (e) {
-                printf("#   %s\n", e->msg);
+                tap_diag("  %s", e->msg);
                 ab_err_free(&e);
         }
         ab_image_list_free(imgs, n);
@@ -756,7 +756,7 @@ static void test_killed(void)
                 if (d)
                         closedir(d);
         }
-        printf("# killed while unpacking a layer in %d of 5 rounds\n", killed_in_tmp);
+        tap_diag("killed while unpacking a layer in %d of 5 rounds", killed_in_tmp);
         tap_ok(whole, "kill -9 mid-import: every directory in layers/ is a whole layer");
         ab_image_store *ks = NULL;
         ab_image_store_opts o = {.dir = kdir};

@@ -29,7 +29,7 @@ static const char *conn_sock = sock; /* the init conn() talks to */
 static void must(int r)
 {
         if (r < 0) {
-                printf("# setup failed: %s\n", strerror(errno));
+                tap_diag("setup failed: %s", strerror(errno));
                 abort();
         }
 }
@@ -121,7 +121,7 @@ static int conn(void)
         ab_err *e = NULL;
         int fd = abc_connect(AT_FDCWD, conn_sock, &e);
         if (fd < 0) {
-                printf("# connect: %s\n", e ? e->msg : "?");
+                tap_diag("connect: %s", e ? e->msg : "?");
                 ab_err_free(&e);
         }
         return fd;
@@ -335,9 +335,9 @@ static void test_stdin(void)
         int r = run(&req, &c, &res, &e);
         tap_ok(r == 0 && res.exit_code == 0 && !res.timed_out, "600 kB stdin from memory");
         if (r < 0 || res.exit_code || res.timed_out)
-                printf("# r=%d exit=%d timed_out=%d stdout_bytes=%llu stderr=%s err=%s\n", r,
-                       res.exit_code, res.timed_out, (unsigned long long)res.stdout_bytes,
-                       out_of(&c, 2), e ? e->msg : "");
+                tap_diag("r=%d exit=%d timed_out=%d stdout_bytes=%llu stderr=%s err=%s", r,
+                         res.exit_code, res.timed_out, (unsigned long long)res.stdout_bytes,
+                         out_of(&c, 2), e ? e->msg : "");
         put_file(at("big.in"), "");
         int bfd = open(at("big.in"), O_WRONLY | O_TRUNC | O_CLOEXEC);
         if (bfd < 0 || ab_write_all(bfd, big, n) < 0)
@@ -1478,7 +1478,7 @@ static char *run2(const char *cmd, const char *const *env, uint32_t timeout_ms, 
         abc_exec_req req = {.command = cmd, .env = env, .stdin_fd = -1, .timeout_ms = timeout_ms};
         *res = (abc_exec_res){.exit_code = -1};
         if (run(&req, &c, res, &e) < 0) {
-                printf("# exec '%s': %s\n", cmd, e ? e->msg : "?");
+                tap_diag("exec '%s': %s", cmd, e ? e->msg : "?");
                 res->exit_code = -1;
         }
         ab_err_free(&e);
@@ -1515,7 +1515,7 @@ static void test_login_env(void)
         }
         conn_sock = sock2;
         if (!bash_wrapped)
-                printf("# no private mount namespace: whether bash ran is not checked\n");
+                tap_diag("no private mount namespace: whether bash ran is not checked");
         snprintf(want, sizeof(want), "%s/pbin", ws2);
         must(mkdir(want, 0755));
         /* Its arguments and the environment it was started with. */
@@ -1617,14 +1617,14 @@ static void test_login_env(void)
         tap_ok(res.exit_code == 127 && strstr(err, "no-such-cmd-xyz: command not found"),
                "missing command: 127 and bash's message");
         if (res.exit_code != 127 || !strstr(err, "no-such-cmd-xyz: command not found"))
-                printf("# exit %d, stderr: %s\n", res.exit_code, err);
+                tap_diag("exit %d, stderr: %s", res.exit_code, err);
         free(s);
         free(err);
         s = run2("./plain.txt", NULL, 30000, &res, &err);
         tap_ok(res.exit_code == 126 && strstr(err, "Permission denied"),
                "a file that is not executable: 126 and bash's message");
         if (res.exit_code != 126 || !strstr(err, "Permission denied"))
-                printf("# exit %d, stderr: %s\n", res.exit_code, err);
+                tap_diag("exit %d, stderr: %s", res.exit_code, err);
         free(s);
         free(err);
         s = run2("abnoshebang x", NULL, 30000, &res, NULL);
@@ -1889,7 +1889,7 @@ static void start_init3(const char *bin)
         snprintf(mark, sizeof(mark), "%s/bound", img);
         if (copy_file("/bin/bash", in_img("bash"), 0755) < 0 ||
             copy_file("/bin/busybox", in_img("sh"), 0755) < 0) {
-                printf("# cannot copy /bin/bash and /bin/busybox (busybox-static)\n");
+                tap_diag("cannot copy /bin/bash and /bin/busybox (busybox-static)");
                 return;
         }
         put_file(in_img("passwd"), PASSWD);
@@ -1924,7 +1924,7 @@ static void start_init3(const char *bin)
                 msleep(20);
         }
         if (!exists(mark))
-                printf("# no private mount namespace for the image tests\n");
+                tap_diag("no private mount namespace for the image tests");
         init3_pid = -1;
 }
 
@@ -1958,7 +1958,7 @@ static char *run3(const char *cmd, const char *const *argv, const char *user,
                 res->exit_code = -1;
         conn_sock = sock;
         if (c.o[2].n)
-                printf("#   stderr: %s", out_of(&c, 2));
+                tap_diag("  stderr: %s", out_of(&c, 2));
         char *out = xstrdup(out_of(&c, 1));
         capture_free(&c);
         return out;
@@ -2398,7 +2398,7 @@ static void start_init(const char *bin)
                         break;
                 msleep(20);
         }
-        printf("# agentbox-init did not come up\n");
+        tap_diag("agentbox-init did not come up");
         init_pid = -1;
 }
 
@@ -2439,7 +2439,7 @@ static void test_reserve(void)
         int fd = conn();
         tap_ok(fd >= 0 && abc_reserve(fd, UINT64_MAX, &r, &e) == 0, "RESERVE without a size");
         if (e) {
-                printf("#   %s\n", e->msg);
+                tap_diag("  %s", e->msg);
                 ab_err_free(&e);
                 if (fd >= 0)
                         close(fd);

@@ -140,7 +140,7 @@ static void check_contained(const char *t, int want, const char *name)
         int got_t = count_entries(t), got_o = count_entries(o);
         tap_ok(got_t == 2 && got_o == want, "%s: nothing written outside dest", name);
         if (got_t != 2 || got_o != want)
-                printf("#   %d entries beside dest, %d in outside (want %d)\n", got_t, got_o, want);
+                tap_diag("  %d entries beside dest, %d in outside (want %d)", got_t, got_o, want);
 }
 
 static bool lstat_at(const char *t, const char *rel, struct stat *st)
@@ -174,7 +174,7 @@ static void check_refused(int rc, ab_err *e, ab_code code, const char *entry, co
 {
         bool ok = rc < 0 && e && e->code == code && (!entry || strstr(e->msg, entry));
         tap_ok(ok, "%s: refused (%s)", name, ab_code_name(code));
-        printf("#   rc %d, %s: %s\n", rc, e ? ab_code_name(e->code) : "-", e ? e->msg : "no error");
+        tap_diag("  rc %d, %s: %s", rc, e ? ab_code_name(e->code) : "-", e ? e->msg : "no error");
 }
 
 /* ---- a good layer ------------------------------------------------------- */
@@ -215,7 +215,7 @@ static void test_good(filter f, const char *fname)
         int rc = unpack_ents(t, f, ents, AB_ARRAY_LEN(ents), NULL, &st, &e);
         tap_ok(rc == 0, "%s layer unpacks", fname);
         if (rc < 0)
-                printf("#   %s\n", e->msg);
+                tap_diag("  %s", e->msg);
         _cleanup_free_ char *hello = read_rel(t, "dest/etc/hello");
         TAP_IS_STR(hello, "hello, layer\n", "file content");
         struct stat s = {0}, s2 = {0};
@@ -281,7 +281,7 @@ static void test_whiteouts(void)
         int rc = unpack_ents(t, GZIP, ents, AB_ARRAY_LEN(ents), NULL, &st, &e);
         tap_ok(rc == 0, "layer with whiteouts unpacks");
         if (rc < 0)
-                printf("#   %s\n", e->msg);
+                tap_diag("  %s", e->msg);
         struct stat s = {0}, s2 = {0};
         lstat_at(t, "dest/etc/gone", &s);
         lstat_at(t, "dest/etc/never", &s2);
@@ -352,7 +352,7 @@ static void test_replace(void)
         setrlimit(RLIMIT_NOFILE, &was);
         tap_ok(rc == 0, "layer with replaced entries unpacks (with 64 fds)");
         if (rc < 0)
-                printf("#   %s\n", e->msg);
+                tap_diag("  %s", e->msg);
         _cleanup_free_ char *x = read_rel(t, "dest/x");
         TAP_IS_STR(x, "file over dir", "a file replaces a directory (and all it held)");
         _cleanup_free_ char *flat = read_rel(t, "dest/deep");

@@ -40,7 +40,7 @@ static void *race(void *arg)
         ab_err *e = NULL;
         r->rc = ab_disk_create(r->cache, r->box, r->name, 24, &e);
         if (r->rc < 0)
-                printf("# %s: %s\n", r->name, e->msg);
+                tap_diag("%s: %s", r->name, e->msg);
         ab_err_free(&e);
         return NULL;
 }

@@ -8,7 +8,7 @@
 
 #define ok(c, ...)         tap_ok(!!(c), __VA_ARGS__)
 #define is_str(g, w, name) TAP_IS_STR(g, w, name)
-#define diag(...)          (printf("# "), printf(__VA_ARGS__), printf("\n"))
+#define diag(...)          tap_diag(__VA_ARGS__)
 #define bail_out(...)      (printf("Bail out! "), printf(__VA_ARGS__), printf("\n"), exit(1))
 
 #include <pthread.h>

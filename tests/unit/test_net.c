@@ -48,7 +48,7 @@ static int parse_pol(const char *js, ab_netpol *p, ab_err **err)
         json_error_t je;
         json_t *j = json_loads(js, JSON_DECODE_ANY, &je);
         if (!j) {
-                printf("# bad test JSON: %s\n", js);
+                tap_diag("bad test JSON: %s", js);
                 abort();
         }
         int r = ab_netpol_parse(j, p, err);
@@ -65,7 +65,7 @@ static void refused_pol(const char *js, const char *field)
         bool ok = r < 0 && err && err->code == AB_E_INVALID && err->msg && strstr(err->msg, field);
         tap_ok(ok, "refused %s (names %s)", js, field);
         if (!ok)
-                printf("#   r=%d msg=%s\n", r, err && err->msg ? err->msg : "(none)");
+                tap_diag("  r=%d msg=%s", r, err && err->msg ? err->msg : "(none)");
         if (r == 0)
                 ab_netpol_clear(&p);
         else
@@ -376,7 +376,7 @@ static void norm_ok(const char *in, const char *want)
         bool ok = ab_net_host_normalize(in, out, sizeof(out));
         tap_ok(ok && !strcmp(out, want), "normalize \"%s\" -> \"%s\"", in, want);
         if (!ok || strcmp(out, want))
-                printf("#   ok=%d got \"%s\"\n", ok, out);
+                tap_diag("  ok=%d got \"%s\"", ok, out);
 }
 
 static void norm_bad(const char *in, const char *name)
@@ -458,7 +458,7 @@ static void parse_bad(const char *req, const char *name)
         int st = pparse(req, &r, &why);
         tap_ok(st == 400 && why && !r.head, "400: %s", name);
         if (st != 400)
-                printf("#   got %d (%s)\n", st, why ? why : "no reason");
+                tap_diag("  got %d (%s)", st, why ? why : "no reason");
         free(r.head);
 }
 
@@ -472,14 +472,14 @@ static void parse_rewrite(const char *req, const char *host, int port, const cha
         tap_ok(st == 0 && !r.connect && !strcmp(r.host, host) && r.port == port,
                "%s: host %s port %d", name, host, port);
         if (st)
-                printf("#   status %d: %s\n", st, why ? why : "?");
+                tap_diag("  status %d: %s", st, why ? why : "?");
         else if (strcmp(r.host, host) || r.port != port)
-                printf("#   got host %s port %d\n", r.host, r.port);
+                tap_diag("  got host %s port %d", r.host, r.port);
         bool same =
             st == 0 && r.head && r.head_len == strlen(want) && !memcmp(r.head, want, r.head_len);
         tap_ok(same, "%s: rewritten head", name);
         if (!same && st == 0 && r.head)
-                printf("#   got  \"%.*s\"\n#   want \"%s\"\n", (int)r.head_len, r.head, want);
+                tap_diag("  got  \"%.*s\"\n#   want \"%s\"", (int)r.head_len, r.head, want);
         free(r.head);
 }
 
@@ -713,7 +713,7 @@ static void test_addrcheck(void)
                 else
                         tap_ok(!got, "%s reachable", cases[i].ip);
                 if (cases[i].why ? !got || strcmp(got, cases[i].why) : got != NULL)
-                        printf("#   got %s\n", got ? got : "(reachable)");
+                        tap_diag("  got %s", got ? got : "(reachable)");
         }
         struct sockaddr_storage un = {.ss_family = AF_UNIX};
         tap_ok(ab_addr_reason((struct sockaddr *)&un) != NULL, "a non-IP address is refused");
@@ -1382,7 +1382,7 @@ static void test_proxy(void)
                 tap_ok(!strstr(saw, "evil.com"), "the client's Host never reached the upstream");
                 tap_ok(!strstr(saw, "c2VjcmV0"), "Proxy-Authorization never reached the upstream");
         } else {
-                printf("#   got: %s\n", resp);
+                tap_diag("  got: %s", resp);
         }
 
         /* a CONNECT tunnel to the echo server */
@@ -1395,7 +1395,7 @@ static void test_proxy(void)
         t1 = tunnel(port, "up.test:7", head, sizeof(head));
         tap_ok(t1 >= 0, "CONNECT up.test:7 -> 200 Connection established");
         if (t1 < 0)
-                printf("#   got \"%s\"\n", head);
+                tap_diag("  got \"%s\"", head);
         tap_ok(t1 >= 0 && echoes(t1, "hello through the tunnel"), "bytes echo through the tunnel");
 
         /* denied: not in the rules */
@@ -1487,7 +1487,7 @@ int main(void)
         if (!why)
                 why = kid_setup();
         if (why) {
-                printf("# namespaces: %s\n", why);
+                tap_diag("namespaces: %s", why);
                 tap_ok(1, "ab_netns_socket and rtnetlink in another namespace # SKIP %s", why);
                 tap_ok(1, "veth pair # SKIP %s", why);
                 tap_ok(1, "proxy end to end # SKIP %s", why);

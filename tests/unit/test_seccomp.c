@@ -127,7 +127,7 @@ static void expect_errno(const char *name, probe_fn fn, unsigned long arg, int h
         tap_ok(conf.reported && conf.ret == -want, "%s -> %s (unconfined: %s)", name,
                strerrorname_np(want), describe(&plain, a, sizeof(a)));
         if (!(conf.reported && conf.ret == -want))
-                printf("#   confined: %s\n", describe(&conf, b, sizeof(b)));
+                tap_diag("  confined: %s", describe(&conf, b, sizeof(b)));
 }
 
 /* The confined call must succeed (return >= 0). */
@@ -137,7 +137,7 @@ static void expect_ok(const char *name, probe_fn fn, unsigned long arg, int how)
         struct outcome conf = run(fn, arg, how);
         tap_ok(conf.reported && conf.ret >= 0, "%s works when confined", name);
         if (!(conf.reported && conf.ret >= 0))
-                printf("#   confined: %s\n", describe(&conf, b, sizeof(b)));
+                tap_diag("  confined: %s", describe(&conf, b, sizeof(b)));
 }
 
 /* ---- probes: denied ---------------------------------------------------- */
@@ -655,7 +655,7 @@ static void test_build(void)
         tap_ok(r == 0 && filter.insns && filter.len > 0,
                "ab_seccomp_build yields a program (%u insns)", filter.len);
         if (r < 0) {
-                printf("#   %s\n", err ? err->msg : "no error object");
+                tap_diag("  %s", err ? err->msg : "no error object");
                 printf("Bail out! no filter to test\n");
                 exit(1);
         }
@@ -680,7 +680,7 @@ static void test_other_arches(void)
                        "i386 getpid via int $0x80 -> SIGSYS (unconfined: %s)",
                        describe(&plain, a, sizeof(a)));
                 if (!(conf.signaled && conf.code == SIGSYS))
-                        printf("#   confined: %s\n", describe(&conf, b, sizeof(b)));
+                        tap_diag("  confined: %s", describe(&conf, b, sizeof(b)));
         }
 
         plain = run(p_x32, 0, NONE);
@@ -688,7 +688,7 @@ static void test_other_arches(void)
         tap_ok(plain.reported && conf.signaled && conf.code == SIGSYS,
                "x32 getpid -> SIGSYS (unconfined: %s)", describe(&plain, a, sizeof(a)));
         if (!(conf.signaled && conf.code == SIGSYS))
-                printf("#   confined: %s\n", describe(&conf, b, sizeof(b)));
+                tap_diag("  confined: %s", describe(&conf, b, sizeof(b)));
 }
 
 static long landlock_abi(void)
@@ -736,7 +736,7 @@ static void test_landlock(void)
                 tap_ok(denied_ok, "landlock: mknod of a %s device is denied (unconfined: works)",
                        nodes[i].name);
                 if (!denied_ok)
-                        printf("#   confined: %s\n", describe(&conf, a, sizeof(a)));
+                        tap_diag("  confined: %s", describe(&conf, a, sizeof(a)));
         }
 
         /* Both, the way a box gets them: normal work still goes through. */

@@ -105,9 +105,9 @@ static bool has_prefix(char **v, size_t n, const char *prefix)
 static void dump(const ab_skill_report *rep)
 {
         for (size_t i = 0; i < rep->n_errors; i++)
-                printf("#   error: %s\n", rep->errors[i]);
+                tap_diag("  error: %s", rep->errors[i]);
         for (size_t i = 0; i < rep->n_warnings; i++)
-                printf("#   warning: %s\n", rep->warnings[i]);
+                tap_diag("  warning: %s", rep->warnings[i]);
 }
 
 /* Validates DATA/skills/NAME. */
@@ -309,7 +309,7 @@ static void test_parse(void)
                           !strncmp(e->msg, bad[i].msg, strlen(bad[i].msg));
                 tap_ok(ok, "%s is refused: \"%s\"", bad[i].what, bad[i].msg);
                 if (!ok)
-                        printf("#   got: %s\n", r < 0 && e ? e->msg : "(parsed)");
+                        tap_diag("  got: %s", r < 0 && e ? e->msg : "(parsed)");
                 if (r == 0)
                         ab_skill_md_clear(&md);
                 ab_err_free(&e);
@@ -456,7 +456,7 @@ static void test_install(ab_skills *s)
         close(fd);
         TAP_IS_INT(code, 0, "a good zip installs");
         if (code)
-                printf("#   %s\n", msg);
+                tap_diag("  %s", msg);
         tap_ok(!replaced, "... as a new skill");
         _cleanup_free_ char *p = xasprintf("%s/demo/SKILL.md", skills_dir);
         _cleanup_free_ char *got = read_at(p);
@@ -485,7 +485,7 @@ static void test_install(ab_skills *s)
         close(fd);
         TAP_IS_INT(code, 0, "a tar whose skill is in one top-level directory installs");
         if (code)
-                printf("#   %s\n", msg);
+                tap_diag("  %s", msg);
         _cleanup_free_ char *tp = xasprintf("%s/tool/scripts/x.py", skills_dir);
         tap_ok(exists(tp), "... its files are at the skill's top level");
         _cleanup_free_ char *mac = xasprintf("%s/tool/__MACOSX", skills_dir);
@@ -636,7 +636,7 @@ static void test_install(ab_skills *s)
                 tap_ok(ok, "%s is refused (%s), naming %s", evil[i].what,
                        ab_code_name((ab_code)evil[i].code), evil[i].mention);
                 if (!ok)
-                        printf("#   code %d: %s\n", code, msg ? msg : "(none)");
+                        tap_diag("  code %d: %s", code, msg ? msg : "(none)");
                 _cleanup_free_ char *d2 = xasprintf("%s/demo2", skills_dir);
                 tap_ok(!exists(d2) && count_entries(staging_dir) == 0 && !exists(outside) &&
                            !exists(etc_x) && !exists("/tmp/ab-skills-evil") &&

@@ -54,7 +54,7 @@ static void is_int(long long got, long long want, const char *fmt, ...)
         va_end(ap);
         tap_ok(got == want, "%s: %s", K, name);
         if (got != want)
-                printf("#   got %lld, want %lld\n", got, want);
+                tap_diag("  got %lld, want %lld", got, want);
 }
 
 static void is_str(const char *got, const char *want, const char *fmt, ...) AB_PRINTF(3, 4);
@@ -67,8 +67,7 @@ static void is_str(const char *got, const char *want, const char *fmt, ...)
         int eq = (got && want) ? strcmp(got, want) == 0 : got == want;
         tap_ok(eq, "%s: %s", K, name);
         if (!eq)
-                printf("#   got \"%s\", want \"%s\"\n", got ? got : "(null)",
-                       want ? want : "(null)");
+                tap_diag("  got \"%s\", want \"%s\"", got ? got : "(null)", want ? want : "(null)");
 }
 
 /* r >= 0 and no error; prints the error otherwise and releases it. */
@@ -81,7 +80,7 @@ static int no_err(int r, ab_err **e, const char *fmt, ...)
         va_end(ap);
         tap_ok(r >= 0 && !*e, "%s: %s", K, name);
         if (*e)
-                printf("#   error %s: %s\n", ab_code_name((*e)->code), (*e)->msg);
+                tap_diag("  error %s: %s", ab_code_name((*e)->code), (*e)->msg);
         ab_err_free(e);
         return r;
 }
@@ -98,9 +97,9 @@ static void is_err(int r, ab_err **e, ab_code code, const char *has, const char 
         bool good = r < 0 && *e && (*e)->code == code && (!has || strstr((*e)->msg, has));
         tap_ok(good, "%s: %s", K, name);
         if (!good)
-                printf("#   got r=%d %s: %s; want %s%s%s\n", r,
-                       *e ? ab_code_name((*e)->code) : "no error", *e ? (*e)->msg : "",
-                       ab_code_name(code), has ? " with " : "", has ? has : "");
+                tap_diag("  got r=%d %s: %s; want %s%s%s", r,
+                         *e ? ab_code_name((*e)->code) : "no error", *e ? (*e)->msg : "",
+                         ab_code_name(code), has ? " with " : "", has ? has : "");
         ab_err_free(e);
 }
 
@@ -127,7 +126,7 @@ static int raw(const target *t, const char *sql, char **out)
                 r = (rc == SQLITE_ROW || rc == SQLITE_DONE) ? 0 : -1;
         out:
                 if (r < 0)
-                        printf("#   sqlite: %s\n", db ? sqlite3_errmsg(db) : "no memory");
+                        tap_diag("  sqlite: %s", db ? sqlite3_errmsg(db) : "no memory");
                 sqlite3_finalize(st);
                 sqlite3_close(db);
                 return r;
@@ -137,7 +136,7 @@ static int raw(const target *t, const char *sql, char **out)
         ExecStatusType st = PQresultStatus(res);
         int r = (st == PGRES_TUPLES_OK || st == PGRES_COMMAND_OK) ? 0 : -1;
         if (r < 0)
-                printf("#   postgres: %s", PQerrorMessage(c));
+                tap_diag("  postgres: %s", PQerrorMessage(c));
         if (r == 0 && out && PQntuples(res) > 0 && !PQgetisnull(res, 0, 0))
                 *out = xstrdup(PQgetvalue(res, 0, 0));
         PQclear(res);
@@ -179,7 +178,7 @@ static int insert(ab_store *s, ab_box_rec r)
         ab_err *e = NULL;
         int ret = ab_store_box_insert(s, &r, &e);
         if (e)
-                printf("#   insert %s/%s: %s\n", r.provider, r.id, e->msg);
+                tap_diag("  insert %s/%s: %s", r.provider, r.id, e->msg);
         ab_err_free(&e);
         return ret;
 }
@@ -202,7 +201,7 @@ static char *list_ids(ab_store *s, ab_box_filter f)
         size_t n = 0;
         ab_err *e = NULL;
         if (ab_store_box_list(s, &f, &r, &n, &e) < 0) {
-                printf("#   list: %s\n", e->msg);
+                tap_diag("  list: %s", e->msg);
                 ab_err_free(&e);
                 return xstrdup("(error)");
         }
@@ -218,7 +217,7 @@ static char *idle_ids_of(ab_store *s, const char *provider, ab_idle_kind kind, i
         size_t n = 0;
         ab_err *e = NULL;
         if (ab_store_box_list_idle(s, provider, kind, now, dflt, &r, &n, &e) < 0) {
-                printf("#   list idle: %s\n", e->msg);
+                tap_diag("  list idle: %s", e->msg);
                 ab_err_free(&e);
                 return xstrdup("(error)");
         }
@@ -735,7 +734,7 @@ static void test_pool(const target *t, ab_store *s, ab_store *s2)
                 else if (cl[i].r == 0)
                         empty++;
                 else
-                        bad++, printf("#   claim %s: %s\n", cl[i].id, cl[i].err);
+                        bad++, tap_diag("  claim %s: %s", cl[i].id, cl[i].err);
         }
         is_int(got, POOL, "%d threads: %d claims succeed", THREADS, POOL);
         is_int(empty, THREADS - POOL, "and %d find the pool empty", THREADS - POOL);
@@ -918,8 +917,8 @@ static void test_insert_race(ab_store *s, ab_store *s2)
                 if (wins == 1 && conflicts == 1)
                         good++;
                 else
-                        printf("#   round %d: r=%d/%d codes %d/%d\n", i, x[0].r, x[1].r, x[0].code,
-                               x[1].code);
+                        tap_diag("  round %d: r=%d/%d codes %d/%d", i, x[0].r, x[1].r, x[0].code,
+                                 x[1].code);
         }
         is_int(good, ROUNDS,
                "same id from two handles at once: exactly one insert wins (%d rounds)", ROUNDS);
@@ -1022,7 +1021,7 @@ static int admin(const char *url, const char *verb, const char *name, const char
 {
         PGconn *c = PQconnectdb(url);
         if (PQstatus(c) != CONNECTION_OK) {
-                printf("#   postgres admin: %s", PQerrorMessage(c));
+                tap_diag("  postgres admin: %s", PQerrorMessage(c));
                 PQfinish(c);
                 return -1;
         }
@@ -1032,7 +1031,7 @@ static int admin(const char *url, const char *verb, const char *name, const char
         PGresult *r = PQexec(c, sql);
         int ret = PQresultStatus(r) == PGRES_COMMAND_OK ? 0 : -1;
         if (ret < 0)
-                printf("#   postgres admin: %s", PQerrorMessage(c));
+                tap_diag("  postgres admin: %s", PQerrorMessage(c));
         PQclear(r);
         PQfinish(c);
         return ret;
@@ -1085,8 +1084,8 @@ int main(void)
         test_postgres();
 
         clock_gettime(CLOCK_MONOTONIC, &t1);
-        printf("# %.2f s\n", (double)(t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) / 1e9);
+        tap_diag("%.2f s", (double)(t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) / 1e9);
         if (nftw(tmp, rm_one, 16, FTW_DEPTH | FTW_PHYS) != 0)
-                printf("# could not remove %s\n", tmp);
+                tap_diag("could not remove %s", tmp);
         return tap_done();
 }

@@ -31,7 +31,7 @@ static int conn(void)
         ab_err *e = NULL;
         int fd = abc_connect(AT_FDCWD, sock, &e);
         if (fd < 0) {
-                printf("# connect: %s\n", e ? e->msg : "?");
+                tap_diag("connect: %s", e ? e->msg : "?");
                 ab_err_free(&e);
         }
         return fd;

@@ -112,7 +112,7 @@ static int run_lim(const ab_tool_limits *l, const char *name, const char *json, 
         json_error_t je;
         json_t *args = json_loads(json, 0, &je);
         if (!args) {
-                printf("# bad test JSON %s: %s\n", json, je.text);
+                tap_diag("bad test JSON %s: %s", json, je.text);
                 abort();
         }
         int rc = ab_tool_run(&box, l, name, args, r, e);
@@ -131,10 +131,10 @@ static void is_out_lim(const ab_tool_limits *l, const char *name, const char *js
         tap_ok(ok, "%s", label);
         if (!ok) {
                 if (rc < 0)
-                        printf("#   failed: %s\n", e ? e->msg : "?");
+                        tap_diag("  failed: %s", e ? e->msg : "?");
                 else
-                        printf("#   got (is_error=%d) \"%s\"\n#  want (is_error=%d) \"%s\"\n",
-                               r.is_error, r.output, want_err, want);
+                        tap_diag("  got (is_error=%d) \"%s\"\n#  want (is_error=%d) \"%s\"",
+                                 r.is_error, r.output, want_err, want);
         }
         ab_tool_result_clear(&r);
         ab_err_free(&e);
@@ -156,8 +156,8 @@ static void is_fail(const char *name, const char *json, ab_code code, const char
         bool ok = rc < 0 && e && e->code == code && strstr(e->msg, sub) && !r.output;
         tap_ok(ok, "%s", label);
         if (!ok)
-                printf("#   rc=%d code=%d msg=%s out=%s\n", rc, e ? (int)e->code : 0,
-                       e ? e->msg : "-", r.output ? r.output : "-");
+                tap_diag("  rc=%d code=%d msg=%s out=%s", rc, e ? (int)e->code : 0,
+                         e ? e->msg : "-", r.output ? r.output : "-");
         ab_tool_result_clear(&r);
         ab_err_free(&e);
 }
@@ -168,7 +168,7 @@ static char *output_of(const ab_tool_limits *l, const char *name, const char *js
         ab_tool_result r = {0};
         ab_err *e = NULL;
         if (run_lim(l, name, json, &r, &e) < 0) {
-                printf("#   %s failed: %s\n", name, e ? e->msg : "?");
+                tap_diag("  %s failed: %s", name, e ? e->msg : "?");
                 ab_err_free(&e);
                 return NULL;
         }
@@ -753,7 +753,7 @@ static void test_sandbox_shell(void)
         tap_ok(end && end[strlen(".log]\n6\n7\n8\n9\n10\n")] == 0,
                "sandbox_shell: tail truncation by lines, notice names the log");
         if (!end)
-                printf("#   got %s\n", o ? o : "(null)");
+                tap_diag("  got %s", o ? o : "(null)");
         if (end) {
                 _cleanup_free_ char *logp = xstrndup(
                     so + strlen(pre) - strlen("/tmp/agentbox-shell/"),
@@ -781,7 +781,7 @@ static void test_sandbox_shell(void)
                     (size_t)(end2 - so2) + 4 - (strlen(pre2) - strlen("/tmp/agentbox-shell/")));
                 delete_in_box(logp);
         } else {
-                printf("#   got %s\n", o2 ? o2 : "(null)");
+                tap_diag("  got %s", o2 ? o2 : "(null)");
         }
         json_decref(j2);
 }
@@ -838,7 +838,7 @@ static void start_init(const char *bin)
                         break;
                 msleep(20);
         }
-        printf("# agentbox-init did not come up\n");
+        tap_diag("agentbox-init did not come up");
         init_pid = -1;
 }
 
@@ -870,7 +870,7 @@ int main(void)
         const char *bin = getenv("AGENTBOX_INIT");
         test_schemas();
         if (!bin || access(bin, X_OK) < 0) {
-                printf("# SKIP box tests: AGENTBOX_INIT is not set to the agentbox-init binary\n");
+                tap_diag("SKIP box tests: AGENTBOX_INIT is not set to the agentbox-init binary");
                 return tap_done();
         }
         const char *base = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";

@@ -230,7 +230,7 @@ static void store(const char *dir)
         snprintf(p, sizeof(p), "%s/volumes/one", data);
         tap_ok(access(p, F_OK) < 0, "its directory is gone");
         if (e)
-                printf("# %s\n", e->msg);
+                tap_diag("%s", e->msg);
         ab_err_free(&e);
         close(lfd);
         free(m1);
@@ -300,7 +300,7 @@ static void binds(const char *dir)
         tap_ok(ab_binds_apply(rfd, &b2, 1, -1, 0, &e) < 0 && e->code == AB_E_INVALID,
                "a symlink above a mount point fails the mount");
         if (e)
-                printf("# %s\n", e->msg);
+                tap_diag("%s", e->msg);
         snprintf(p, sizeof(p), "%s/keep/m", outside);
         tap_ok(access(p, F_OK) < 0, "and nothing was made through it");
         ab_err_free(&e);
@@ -337,7 +337,7 @@ int main(void)
         }
         config_roundtrip(dir);
         if (geteuid() != 0 || system("command -v mkfs.ext4 >/dev/null 2>&1") != 0) {
-                printf("# not root or no mkfs.ext4: the store and the binds are not tested\n");
+                tap_diag("not root or no mkfs.ext4: the store and the binds are not tested");
                 return tap_done();
         }
         store(dir);
