@@ -619,10 +619,11 @@ enum MHD_Result e2b_snapshot(ab_req *r, const char *id)
         }
         ab_image img;
         int rc = ab_manager_snapshot(r->srv->mgr, id, r->scope, name, &img, &e);
-        json_decref(body);
-        if (rc < 0)
+        if (rc < 0) {
+                json_decref(body);
                 return e2b_err(r, e);
-        json_t *j = ab_image_json(&img);
+        }
+        json_t *j = ab_image_json(&img, r->scope);
         ab_image_clear(&img);
         json_t *ref = json_object_get(j, "ref");
         if (!ref)
@@ -631,6 +632,7 @@ enum MHD_Result e2b_snapshot(ab_req *r, const char *id)
         json_t *ans =
             json_pack("{s:s,s:[s]}", "snapshotID", refs ? refs : name, "names", refs ? refs : name);
         json_decref(j);
+        json_decref(body); /* name may point into it */
         return resp_json(r, 201, ans);
 }
 

@@ -517,7 +517,8 @@ static int ensure_volumes(ab_req *r, json_t *vols, ab_err **err)
         return 0;
 }
 
-static bool snap_of(const ab_image *img, const char **box, size_t *box_len, const char **tag);
+static bool snap_of(const ab_image *img, const char *app, const char **box, size_t *box_len,
+                    const char **tag, const char **stored);
 static bool snap_visible(ab_req *r, const char *box, size_t box_len);
 
 /* An API key starts boxes only from snapshots of its own app's boxes: a
@@ -530,7 +531,8 @@ static int check_snapshot_source(ab_req *r, const char *image, ab_err **err)
                 return 0;
         const char *box, *tag;
         size_t bl;
-        bool hidden = snap_of(&img, &box, &bl, &tag) && !snap_visible(r, box, bl);
+        bool hidden = !ab_image_visible(&img, r->scope) ||
+                      (snap_of(&img, r->scope, &box, &bl, &tag, NULL) && !snap_visible(r, box, bl));
         ab_image_clear(&img);
         return hidden ? ab_err_set(err, AB_E_NOT_FOUND, 0, "no snapshot %s", image) : 0;
 }
@@ -1039,19 +1041,28 @@ static enum MHD_Result egress(ab_req *r, const char *id)
  * the image's id, which a create takes as snapshotId (or image.uri). */
 #define SNAP_REPO "docker.io/osb-snapshots/"
 
-/* The box and tag of img when it is a snapshot made here (pointers into a
- * name of img), else false. */
-static bool snap_of(const ab_image *img, const char **box, size_t *box_len, const char **tag)
+/* The box and tag of img when it is a snapshot made here, in a name app
+ * (NULL: the admin) sees (pointers into that name; *stored, when not NULL,
+ * gets the name as stored), else false. A snapshot made with an API key is
+ * its app's private image: its name is "@APP/" SNAP_REPO "BOX:TAG"
+ * (store.h). */
+static bool snap_of(const ab_image *img, const char *app, const char **box, size_t *box_len,
+                    const char **tag, const char **stored)
 {
         for (char **n = img->names; n && *n; n++) {
-                if (strncmp(*n, SNAP_REPO, strlen(SNAP_REPO)))
+                const char *name = ab_image_name_shown(*n, app);
+                if (name && name[0] == '@' && (name = strstr(name, "/" SNAP_REPO)))
+                        name++;
+                if (!name || strncmp(name, SNAP_REPO, strlen(SNAP_REPO)))
                         continue;
-                const char *b = *n + strlen(SNAP_REPO), *colon = strchr(b, ':');
+                const char *b = name + strlen(SNAP_REPO), *colon = strchr(b, ':');
                 if (!colon || colon == b)
                         continue;
                 *box = b;
                 *box_len = (size_t)(colon - b);
                 *tag = colon + 1;
+                if (stored)
+                        *stored = *n;
                 return true;
         }
         return false;
@@ -1133,7 +1144,8 @@ static int snap_get(ab_req *r, const char *sid, ab_image *img, const char **box,
                 *ret = osb_error(r, 404, "SANDBOX::NOT_FOUND", "no snapshot %s", sid);
                 return -1;
         }
-        if (!snap_of(img, box, box_len, tag) || !snap_visible(r, *box, *box_len)) {
+        if (!snap_of(img, r->scope, box, box_len, tag, NULL) || !ab_image_visible(img, r->scope) ||
+            !snap_visible(r, *box, *box_len)) {
                 ab_image_clear(img);
                 *ret = osb_error(r, 404, "SANDBOX::NOT_FOUND", "no snapshot %s", sid);
                 return -1;
@@ -1160,8 +1172,12 @@ static enum MHD_Result snapshots(ab_req *r)
                         ab_image_clear(&img);
                         return resp_json(r, 200, j);
                 }
+                /* only the snapshot's name: the same image may have
+                 * others (another app's identical snapshot) */
                 ab_err *e = NULL;
-                int rc = ab_image_remove(r->srv->images, img.id, &e);
+                const char *stored = NULL;
+                (void)snap_of(&img, r->scope, &box, &bl, &tag, &stored);
+                int rc = ab_image_remove(r->srv->images, stored ? stored : img.id, &e);
                 ab_image_clear(&img);
                 if (rc < 0)
                         return osb_err(r, e, "SANDBOX::");
@@ -1188,9 +1204,10 @@ static enum MHD_Result snapshots(ab_req *r)
         for (size_t i = 0; ready_ok && i < n; i++) {
                 const char *box, *tag;
                 size_t bl;
-                if (!snap_of(&imgs[i], &box, &bl, &tag) ||
+                if (!snap_of(&imgs[i], r->scope, &box, &bl, &tag, NULL) ||
                     (want_box && (strlen(want_box) != bl || strncmp(want_box, box, bl))) ||
-                    (want_name && strcmp(want_name, tag)) || !snap_visible(r, box, bl))
+                    (want_name && strcmp(want_name, tag)) ||
+                    !ab_image_visible(&imgs[i], r->scope) || !snap_visible(r, box, bl))
                         continue;
                 if (total >= (page - 1) * size && total < page * size)
                         json_array_append_new(items, snap_json(&imgs[i], box, bl, tag));

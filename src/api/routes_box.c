@@ -381,7 +381,7 @@ enum MHD_Result route_box_snapshot(ab_req *r, const char *id)
                 return resp_err(r, e);
         }
         json_decref(body);
-        json_t *j = ab_image_json(&img);
+        json_t *j = ab_image_json(&img, r->scope);
         ab_image_clear(&img);
         return resp_json(r, 201, j);
 }

@@ -33,18 +33,27 @@ void ab_images_metrics(ab_server *s, ab_buf *b)
                       n, (unsigned long long)bytes);
 }
 
-json_t *ab_image_json(const ab_image *img)
+json_t *ab_image_json(const ab_image *img, const char *app)
 {
         const ab_image_config *c = &img->config;
+        json_t *names = json_array();
+        for (char **p = img->names; p && *p; p++) {
+                const char *shown = ab_image_name_shown(*p, app);
+                if (shown)
+                        json_array_append_new(names, json_string(shown));
+        }
         json_t *cfg = json_pack("{s:o,s:o,s:o,s:o,s:o}", "env", strv_json(c->env), "entrypoint",
                                 strv_json(c->entrypoint), "cmd", strv_json(c->cmd), "user",
                                 c->user ? json_string(c->user) : json_null(), "workdir",
                                 c->workdir ? json_string(c->workdir) : json_null());
-        return json_pack("{s:s,s:o,s:o,s:I,s:I,s:I,s:s?,s:s?,s:s?,s:o}", "id", img->id, "names",
-                         strv_json(img->names), "digests", strv_json(img->digests), "layers",
-                         (json_int_t)img->n_layers, "size", (json_int_t)img->size, "created",
-                         (json_int_t)img->created, "os", c->os, "architecture", c->arch, "source",
-                         img->source, "config", cfg);
+        json_t *j =
+            json_pack("{s:s,s:o,s:o,s:I,s:I,s:I,s:s?,s:s?,s:s?,s:o}", "id", img->id, "names", names,
+                      "digests", strv_json(img->digests), "layers", (json_int_t)img->n_layers,
+                      "size", (json_int_t)img->size, "created", (json_int_t)img->created, "os",
+                      c->os, "architecture", c->arch, "source", img->source, "config", cfg);
+        if (!app && img->apps) /* the admin sees whose private image it is */
+                json_object_set_new(j, "apps", strv_json(img->apps));
+        return j;
 }
 
 static bool have_store(ab_req *r, enum MHD_Result *ret)
@@ -67,7 +76,8 @@ enum MHD_Result route_images_list(ab_req *r, const char *id)
                 return resp_err(r, e);
         json_t *a = json_array();
         for (size_t i = 0; i < n; i++)
-                json_array_append_new(a, ab_image_json(&imgs[i]));
+                if (ab_image_visible(&imgs[i], r->scope))
+                        json_array_append_new(a, ab_image_json(&imgs[i], r->scope));
         ab_image_list_free(imgs, n);
         return resp_json(r, 200, json_pack("{s:o}", "images", a));
 }
@@ -79,9 +89,9 @@ enum MHD_Result route_image_get(ab_req *r, const char *ref)
                 return ret;
         ab_err *e = NULL;
         ab_image img = {0};
-        if (ab_image_get(r->srv->images, ref, &img, &e) < 0)
+        if (ab_image_get_as(r->srv->images, r->scope, ref, &img, &e) < 0)
                 return resp_err(r, e);
-        json_t *j = ab_image_json(&img);
+        json_t *j = ab_image_json(&img, r->scope);
         ab_image_clear(&img);
         return resp_json(r, 200, j);
 }
@@ -109,7 +119,8 @@ typedef struct pull_job {
         ab_image_store *images;
         ab_metrics *metrics;
         char *ref;
-        int fd; /* the pipe the response reads */
+        char *app; /* the caller's app (NULL: the admin): how it sees the image */
+        int fd;    /* the pipe the response reads */
         bool broken;
         uint64_t last_ms; /* download events are sent at most every 200 ms */
 } pull_job;
@@ -157,11 +168,12 @@ static void *pull_main(void *arg)
                                     json_bytes(e->msg, strlen(e->msg))));
                 ab_err_free(&e);
         } else {
-                pull_send(j, "done", ab_image_json(&img));
+                pull_send(j, "done", ab_image_json(&img, j->app));
                 ab_image_clear(&img);
         }
         close(j->fd);
         free(j->ref);
+        free(j->app);
         free(j);
         return NULL;
 }
@@ -191,7 +203,7 @@ enum MHD_Result route_images_import(ab_req *r, const char *id)
                 return resp_err(r, e);
         json_t *a = json_array();
         for (size_t i = 0; i < n; i++)
-                json_array_append_new(a, ab_image_json(&imgs[i]));
+                json_array_append_new(a, ab_image_json(&imgs[i], r->scope));
         ab_image_list_free(imgs, n);
         return resp_json(r, 201, json_pack("{s:o}", "images", a));
 }
@@ -228,11 +240,13 @@ enum MHD_Result route_images_pull(ab_req *r, const char *id)
                 *j = (pull_job){.images = r->srv->images,
                                 .metrics = r->srv->metrics,
                                 .ref = steal_pointer(&refc),
+                                .app = r->scope ? xstrdup(r->scope) : NULL,
                                 .fd = p[1]};
                 if (spawn_detached(pull_main, j) < 0) {
                         close(p[0]);
                         close(p[1]);
                         free(j->ref);
+                        free(j->app);
                         free(j);
                         ab_stream_slot_release(slot);
                         return resp_error(r, 503, "unavailable", "cannot start a thread");
@@ -244,7 +258,7 @@ enum MHD_Result route_images_pull(ab_req *r, const char *id)
         ab_metrics_op(r->srv->metrics, "image_pull", pr == 0);
         if (pr < 0)
                 return resp_err(r, e);
-        json_t *j = ab_image_json(&img);
+        json_t *j = ab_image_json(&img, r->scope);
         ab_image_clear(&img);
         return resp_json(r, 200, j);
 }

@@ -225,8 +225,9 @@ enum MHD_Result route_image_get(ab_req *r, const char *ref);
 enum MHD_Result route_image_delete(ab_req *r, const char *ref);
 /* The image store's gauges (images, bytes) as Prometheus text. */
 void ab_images_metrics(ab_server *s, ab_buf *b);
-/* An image as the API and `agentbox image ls --json` show it (no host paths). */
-json_t *ab_image_json(const ab_image *img);
+/* An image as the API and `agentbox image ls --json` show it to app (NULL:
+ * the admin) (no host paths; of the names, those app sees, store.h). */
+json_t *ab_image_json(const ab_image *img, const char *app);
 /* routes_volumes.c */
 enum MHD_Result route_volume_create(ab_req *r, const char *id);
 enum MHD_Result route_volumes_list(ab_req *r, const char *id);

@@ -137,7 +137,7 @@ static int image_ls(ab_image_store *s, int argc, char **argv)
         if (as_json) {
                 json_t *a = json_array();
                 for (size_t i = 0; i < n; i++)
-                        json_array_append_new(a, ab_image_json(&imgs[i]));
+                        json_array_append_new(a, ab_image_json(&imgs[i], NULL));
                 char *txt = json_dumps(a, JSON_INDENT(2));
                 printf("%s\n", txt);
                 free(txt);

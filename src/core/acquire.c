@@ -338,7 +338,7 @@ int ab_manager_acquire(ab_manager *m, const ab_acquire_req *q, const char *scope
                 }
                 if (q->image && !have_img && !docker) {
                         pthread_mutex_unlock(&s->lock);
-                        int ir = mgr_image_resolve(m, q->image, &img, err);
+                        int ir = mgr_image_resolve(m, scope, q->image, &img, err);
                         pthread_mutex_lock(&s->lock);
                         if (ir < 0)
                                 break;

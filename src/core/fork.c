@@ -243,7 +243,7 @@ int ab_manager_snapshot(ab_manager *m, const char *id, const char *scope, const 
         uint64_t t0 = ab_now_ns();
         snap_ctx c = {.b = b, .bid = r.backend_id};
         if (rc == 0) {
-                rc = ab_image_commit(m->o.images, image, name, snap_write, &c, out, err);
+                rc = ab_image_commit(m->o.images, image, name, scope, snap_write, &c, out, err);
                 ab_metrics_op(m->o.metrics, "snapshot", rc == 0);
                 if (rc < 0 && err && *err)
                         ab_log(AB_LOG_WARN, "box snapshot failed", "box", id, "error", (*err)->msg,
@@ -252,7 +252,9 @@ int ab_manager_snapshot(ab_manager *m, const char *id, const char *scope, const 
         if (rc == 0) {
                 mgr_emit(m, "box.snapshot", &r,
                          json_pack("{s:s,s:s,s:I}", "image", out->id, "name",
-                                   out->names && out->names[0] ? out->names[0] : name,
+                                   out->names && out->names[0]
+                                       ? ab_image_name_shown(out->names[0], scope)
+                                       : name,
                                    "duration_ms", (json_int_t)((ab_now_ns() - t0) / 1000000)));
                 ab_log(AB_LOG_INFO, "box snapshot", "box", id, "image", out->id, NULL);
         }

@@ -3,13 +3,14 @@
  * layers away; its record keeps what execs need of the image's config. */
 #include "core/manager_int.h"
 
-int mgr_image_resolve(ab_manager *m, const char *ref, ab_image *out, ab_err **err)
+int mgr_image_resolve(ab_manager *m, const char *scope, const char *ref, ab_image *out,
+                      ab_err **err)
 {
         if (!m->o.images)
                 return ab_err_set(err, AB_E_UNSUPPORTED, 0,
                                   "image: this server has no image store");
         ab_err *e = NULL;
-        if (ab_image_get(m->o.images, ref, out, &e) == 0)
+        if (ab_image_get_as(m->o.images, scope, ref, out, &e) == 0)
                 return 0;
         if (e->code != AB_E_NOT_FOUND)
                 return mgr_propagate(err, e);

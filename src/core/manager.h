@@ -124,9 +124,11 @@ int ab_manager_fork(ab_manager *m, const char *src, const ab_acquire_req *req, c
 /* Makes a new image in the image store of box id's image plus one layer of
  * what the box changed (its root layer and its /workspace), named `name`
  * (canonicalised as Docker does: "myenv:1" -> docker.io/library/myenv:1).
- * The box is frozen while its disk is copied and goes on. AB_E_INVALID for
- * a bad name; AB_E_UNSUPPORTED for a box on the host base or a backend or
- * server without snapshots. Publishes "box.snapshot". */
+ * The box is frozen while its disk is copied and goes on. With scope (an
+ * API key's app) the image is that app's private image, `name` one of its
+ * own names (store.h, ab_image_commit); the admin's is shared. AB_E_INVALID
+ * for a bad name; AB_E_UNSUPPORTED for a box on the host base or a backend
+ * or server without snapshots. Publishes "box.snapshot". */
 int ab_manager_snapshot(ab_manager *m, const char *id, const char *scope, const char *name,
                         ab_image *out, ab_err **err);
 

@@ -170,7 +170,8 @@ json_t *mgr_mounts_spec(const ab_box_mount *mt, size_t n);
 
 /* The image for a new box: found in the store, else pulled. AB_E_UNSUPPORTED
  * when the manager has no image store. */
-int mgr_image_resolve(ab_manager *m, const char *ref, ab_image *out, ab_err **err);
+int mgr_image_resolve(ab_manager *m, const char *scope, const char *ref, ab_image *out,
+                      ab_err **err);
 /* What a box's record keeps of its image (spec.image): ref, id, env,
  * workdir, user. */
 json_t *mgr_image_spec(const char *ref, const ab_image *img);

@@ -314,7 +314,26 @@ void ab_image_clear(ab_image *img)
         imgstore_strv_free(img->layers);
         ab_image_config_clear(&img->config);
         free(img->source);
+        imgstore_strv_free(img->apps);
         memset(img, 0, sizeof(*img));
+}
+
+bool ab_image_visible(const ab_image *img, const char *app)
+{
+        if (!app || !img->apps || !img->apps[0])
+                return true;
+        for (char **a = img->apps; *a; a++)
+                if (!strcmp(*a, app))
+                        return true;
+        return false;
+}
+
+const char *ab_image_name_shown(const char *name, const char *app)
+{
+        if (name[0] != '@' || !app)
+                return name;
+        size_t n = strlen(app);
+        return !strncmp(name + 1, app, n) && name[1 + n] == '/' ? name + 2 + n : NULL;
 }
 
 void ab_image_list_free(ab_image *imgs, size_t n)
@@ -414,6 +433,11 @@ static void image_from_record(ab_image_store *s, json_t *rec, json_t *refs, ab_i
         config_from_json(json_object_get(rec, "config"), &out->config);
         out->created = (int64_t)json_integer_value(json_object_get(rec, "created"));
         out->source = jdup(rec, "source");
+        out->apps = jdupv(json_object_get(rec, "apps"));
+        if (out->apps && !out->apps[0]) {
+                free(out->apps);
+                out->apps = NULL;
+        }
 }
 
 /* Loads image HEX with its names from refs into out. */
@@ -441,6 +465,15 @@ static int resolve(ab_image_store *s, json_t *refs, const char *q, char **hex, c
         if (!q || !*q)
                 return ab_err_set(err, AB_E_INVALID, 0, "no image named");
         size_t qn = strlen(q);
+        /* a name as stored: an app's private name */
+        if (q[0] == '@') {
+                const char *id = json_string_value(json_object_get(refs, q));
+                if (!id || !ab_digest_valid(id))
+                        return ab_err_set(err, AB_E_NOT_FOUND, 0, "no image %s", q);
+                *hex = xstrdup(id + 7);
+                *name = xstrdup(q);
+                return 0;
+        }
         /* an id, or a manifest digest */
         if (ab_digest_valid(q)) {
                 if (record_exists(s, q + 7)) {
@@ -640,7 +673,8 @@ int ab_image_store_open(const ab_image_store_opts *opts, ab_image_store **out, a
 
 /* ---- get, list, remove -------------------------------------------------- */
 
-int ab_image_get(ab_image_store *s, const char *ref_or_id, ab_image *out, ab_err **err)
+int ab_image_get_as(ab_image_store *s, const char *app, const char *ref_or_id, ab_image *out,
+                    ab_err **err)
 {
         memset(out, 0, sizeof(*out));
         _cleanup_close_ int lk = imgstore_lock_or_err(s, "lock", LOCK_SH, err);
@@ -650,11 +684,32 @@ int ab_image_get(ab_image_store *s, const char *ref_or_id, ab_image *out, ab_err
         if (refs_load(s, &refs, err) < 0)
                 return -1;
         _cleanup_free_ char *hex = NULL, *name = NULL;
-        int r = resolve(s, refs, ref_or_id, &hex, &name, err);
+        /* app's own name first */
+        ab_image_ref ref;
+        _cleanup_err_ ab_err *perr = NULL;
+        if (app && ref_or_id && ref_or_id[0] != '@' &&
+            ab_image_ref_parse(ref_or_id, &ref, &perr) == 0) {
+                _cleanup_free_ char *canon = ab_image_ref_str(&ref);
+                ab_image_ref_clear(&ref);
+                _cleanup_free_ char *own = xasprintf("@%s/%s", app, canon);
+                const char *id = json_string_value(json_object_get(refs, own));
+                if (id && ab_digest_valid(id))
+                        hex = xstrdup(id + 7);
+        }
+        int r = hex ? 0 : resolve(s, refs, ref_or_id, &hex, &name, err);
         if (r == 0)
                 r = image_load(s, hex, refs, out, err);
         json_decref(refs);
+        if (r == 0 && !ab_image_visible(out, app)) {
+                ab_image_clear(out);
+                r = ab_err_set(err, AB_E_NOT_FOUND, 0, "no image %s", ref_or_id);
+        }
         return r < 0 ? -1 : 0;
+}
+
+int ab_image_get(ab_image_store *s, const char *ref_or_id, ab_image *out, ab_err **err)
+{
+        return ab_image_get_as(s, NULL, ref_or_id, out, err);
 }
 
 int ab_image_list(ab_image_store *s, ab_image **out, size_t *n, ab_err **err)
@@ -1056,6 +1111,17 @@ static json_t *record_json(const stage_image *im, json_t *old, const char *sourc
         json_t *src = json_object_get(old, "source");
         json_object_set_new(rec, "source",
                             json_is_string(src) ? json_incref(src) : json_string(source));
+        /* private to its apps while only apps made it: the same image made
+         * by another app (the same box files on the same base) adds it, one
+         * made shared (a pull, an admin's snapshot) stays shared */
+        json_t *apps = json_object_get(old, "apps");
+        if (old ? json_array_size(apps) && im->app : im->app != NULL) {
+                _cleanup_strv_ char **v = jdupv(apps);
+                imgstore_strv_add_unique(&v, im->app);
+                json_object_set_new(rec, "apps", jstrv(v));
+        } else if (old && json_array_size(apps)) {
+                json_object_set_new(rec, "apps", json_incref(apps));
+        }
         return rec;
 }
 
@@ -1346,19 +1412,24 @@ static int commit_layers(ab_image_store *s, const ab_image *base, const char *di
         return 0;
 }
 
-int ab_image_commit(ab_image_store *s, const char *base_id, const char *name,
+int ab_image_commit(ab_image_store *s, const char *base_id, const char *name, const char *app,
                     int (*write_layer)(void *ud, int fd, ab_err **err), void *ud, ab_image *out,
                     ab_err **err)
 {
         memset(out, 0, sizeof(*out));
-        stage_image im = {.names = xcalloc(1, sizeof(char *)),
-                          .digests = xcalloc(1, sizeof(char *))};
+        stage_image im = {
+            .names = xcalloc(1, sizeof(char *)), .digests = xcalloc(1, sizeof(char *)), .app = app};
         ab_image base = {0};
         ab_image *got = NULL;
         _cleanup_free_ char *digest = NULL, *blob = NULL;
         _cleanup_close_ int fd = -1;
         uint64_t size = 0, bytes = 0;
         int rc = imgstore_stage_name(&im, name, err);
+        if (rc == 0 && app) { /* in app's own names */
+                char *own = xasprintf("@%s/%s", app, im.names[0]);
+                free(im.names[0]);
+                im.names[0] = own;
+        }
         if (rc == 0)
                 rc = ab_image_get(s, base_id, &base, err);
         /* GC waits for commits as for pulls: a layer installed here has no

@@ -7,12 +7,16 @@
  *   DIR/gc.lock            flock: pulls and imports hold it shared while they
  *                          run; GC takes it exclusive without waiting (and
  *                          skips this round when it cannot)
- *   DIR/refs.json          {"canonical name": "image id", ...} (atomic rewrite)
+ *   DIR/refs.json          {"canonical name": "image id", ...} (atomic rewrite);
+ *                          the names of an app's private images (snapshots
+ *                          made with an API key) are "@APP/canonical name",
+ *                          apart from every other app's and the shared ones
  *   DIR/images/HEX.json    one image's record (id = "sha256:HEX", the digest of
  *                          its config blob, as Docker's image ids): layers
  *                          (blob digest, diff id, bytes), its config (env,
  *                          workdir, user, entrypoint, cmd, os, arch), the
- *                          manifest digests it was pulled by, created, source
+ *                          manifest digests it was pulled by, created, source,
+ *                          apps (the apps a private image belongs to)
  *   DIR/layers/HEX/fs      one unpacked layer (layer.h), HEX = its blob digest
  *   DIR/layers/HEX/layer.json  {digest, bytes, entries}
  *   DIR/holds/HOLDER       the image id a holder (a box id) uses
@@ -55,7 +59,17 @@ typedef struct ab_image {
         uint64_t size;          /* bytes of file data of its layers */
         int64_t created;        /* unix seconds it came into the store */
         char *source;           /* "pull" | "import" | "snapshot" */
+        char **apps; /* NULL: shared (every app sees it); else the apps whose private image it
+                      * is, NULL-terminated (a snapshot made with an API key: it holds a
+                      * box's files) */
 } ab_image;
+
+/* May app (NULL: the admin) see and use img? */
+bool ab_image_visible(const ab_image *img, const char *app);
+/* How app (NULL: the admin) sees one of an image's names: a shared name as
+ * it is, one of app's private names without its "@APP/", another app's
+ * private name not at all (NULL). The admin sees every name as stored. */
+const char *ab_image_name_shown(const char *name, const char *app);
 
 void ab_image_clear(ab_image *img);
 void ab_image_list_free(ab_image *imgs, size_t n);
@@ -103,9 +117,12 @@ int ab_image_import(ab_image_store *s, int fd, const char *name, ab_image_progre
  * diff id added (the id is the digest of that config blob) and is named
  * `name`, canonicalised as Docker does ("myenv:1" ->
  * docker.io/library/myenv:1); a name that named another image moves to
- * this one. AB_E_INVALID for a bad name (nothing is written then),
- * AB_E_NOT_FOUND when base_id is not in the store. *out gets the image. */
-int ab_image_commit(ab_image_store *s, const char *base_id, const char *name,
+ * this one. With app non-NULL the image is app's private image: named in
+ * app's own names ("@APP/docker.io/library/myenv:1"), so it takes no name
+ * of another app or a shared one, and only app (and the admin) see it.
+ * AB_E_INVALID for a bad name (nothing is written then), AB_E_NOT_FOUND
+ * when base_id is not in the store. *out gets the image. */
+int ab_image_commit(ab_image_store *s, const char *base_id, const char *name, const char *app,
                     int (*write_layer)(void *ud, int fd, ab_err **err), void *ud, ab_image *out,
                     ab_err **err);
 
@@ -113,8 +130,14 @@ int ab_image_commit(ab_image_store *s, const char *base_id, const char *name,
  * docker.io/library/busybox:latest), by id ("sha256:HEX", or a unique prefix
  * of HEX of at least 12 characters, a name winning over a prefix) or by a
  * manifest digest it was pulled by. AB_E_NOT_FOUND when absent; AB_E_INVALID
- * for a prefix that matches several images or a malformed reference. */
+ * for a prefix that matches several images or a malformed reference. A name
+ * as stored ("@APP/...") is looked up as it is. */
 int ab_image_get(ab_image_store *s, const char *ref_or_id, ab_image *out, ab_err **err);
+/* Same, as app sees the store (NULL: the admin, as ab_image_get): a
+ * reference is looked up in app's private names first, then in the shared
+ * ones; an image app may not see is AB_E_NOT_FOUND, as if absent. */
+int ab_image_get_as(ab_image_store *s, const char *app, const char *ref_or_id, ab_image *out,
+                    ab_err **err);
 
 /* Every image, sorted by id. */
 int ab_image_list(ab_image_store *s, ab_image **out, size_t *n, ab_err **err);

@@ -37,9 +37,10 @@ typedef struct stage_image {
         ab_image_config cfg;
         stage_layer *layers;
         size_t n_layers;
-        char **names;   /* canonical, NULL-terminated */
-        char **digests; /* manifest digests, NULL-terminated */
-        bool reused;    /* in the store already, with all its layers: keep those */
+        char **names;    /* canonical, NULL-terminated */
+        char **digests;  /* manifest digests, NULL-terminated */
+        bool reused;     /* in the store already, with all its layers: keep those */
+        const char *app; /* a private image's app (names already "@APP/..."), or NULL */
 } stage_image;
 
 /* NULL-terminated string vectors. */

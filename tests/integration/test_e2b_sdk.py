@@ -220,6 +220,24 @@ else:
              "a command in the image's box: its env, its own pid, /home/user made", (out, frames))
         srv.delete("/e2b/sandboxes/%s" % ib, headers=KEY, token=None)
 
+        # createSnapshot with an app's key: a templateID for that app only
+        akey = {a: {"X-API-Key": srv.post("/v1/keys", {"app_id": a}).get("key") or ""} for a in ("e2b-a", "e2b-b")}
+        r = srv.post("/e2b/v2/sandboxes", {"templateID": tpl, "timeout": 120}, headers=akey["e2b-a"], token=None)
+        ab = r.get("sandboxID")
+        srv.exec(ab, "echo mine > /workspace/mine")
+        snapname = "%s/e2b/snap:1" % reg.host
+        r = srv.post("/e2b/sandboxes/%s/snapshots" % ab, {"name": snapname}, headers=akey["e2b-a"], token=None)
+        h.eq((r.status, r.get("snapshotID")), (201, snapname), "createSnapshot with app e2b-a's key: 201",
+             r.describe())
+        r = srv.post("/e2b/v2/sandboxes", {"templateID": snapname, "timeout": 120}, headers=akey["e2b-a"],
+                     token=None)
+        h.eq(r.status, 201, "... app e2b-a makes a sandbox of it (templateID)", r.describe())
+        h.eq((srv.exec(r.get("sandboxID"), "cat /workspace/mine").get("stdout") or "").strip(), "mine",
+             "... with the snapshot's files")
+        r = srv.post("/e2b/v2/sandboxes", {"templateID": snapname, "timeout": 120}, headers=akey["e2b-b"],
+                     token=None)
+        h.ok(r.status != 201 and not r.get("sandboxID"), "app e2b-b cannot make a sandbox of it", r.describe())
+
 # ---- the watcher API (CreateWatcher / GetWatcherEvents / RemoveWatcher) ----------------
 r = rpc("filesystem.Filesystem/CreateWatcher", {"path": "/home/user", "recursive": True})
 wid = r.get("watcherId")

@@ -178,6 +178,53 @@ if BOXES:
     r = sh("fromsnap", "echo more > /workspace/w2; echo ok")
     r = sh("ib", "cat /workspace/w2")
     h.eq(out(r), "w2", "... and a box of its snapshot changes nothing of it", r.describe())
+
+    # ---- a snapshot made with an API key is its app's own image -------------------------------------
+    keys = {}
+    for app in ("acme", "other"):
+        r = srv.post("/v1/keys", {"app_id": app})
+        keys[app] = r.get("key")
+    r = srv.post("/v1/sandboxes", {"user_id": "u", "chat_id": "snap", "image": REF}, token=keys["acme"])
+    h.eq(r.status, 201, "app acme makes a box of the image", r.describe())
+    ab = r.get("id")
+    sh(ab, "echo secret-of-acme > /workspace/secret")
+    # (named in the test's registry: a pull of it by another app fails at once, offline)
+    PRIV = "%s/acme/priv:1" % R
+    r = srv.post("/v1/sandboxes/%s/snapshot" % ab, {"name": PRIV}, token=keys["acme"])
+    priv = r.json or {}
+    h.eq((r.status, priv.get("names")), (201, [PRIV]),
+         "acme snapshots it as .../acme/priv:1 and sees the name as it gave it", r.describe())
+    pid = priv.get("id")
+    listed = {i["id"]: i for i in srv.get("/v1/images", token=keys["acme"]).get("images") or []}
+    h.eq((listed.get(pid) or {}).get("names"), [PRIV], "acme's image list has it")
+    listed = [i["id"] for i in srv.get("/v1/images", token=keys["other"]).get("images") or []]
+    h.ok(pid and pid not in listed and snap.get("id") in listed,
+         "app other's list has the shared snapshot, not acme's", listed)
+    for q in (PRIV, pid, "@acme/" + PRIV):
+        r = srv.get("/v1/images/%s" % q, token=keys["other"])
+        check_error(r, 404, "not_found", "app other's GET /v1/images/%s" % q)
+    for n, q in enumerate((PRIV, pid)):
+        r = srv.post("/v1/sandboxes", {"user_id": "u", "chat_id": "steal%d" % n, "image": q},
+                     token=keys["other"])
+        h.ok(r.status != 201 and not r.get("id"), "app other cannot make a box of acme's image (%s)" % q,
+             r.describe())
+    r = srv.post("/v1/sandboxes/%s/snapshot" % ab, {"name": "myenv:1"}, token=keys["acme"])
+    h.eq(r.status, 201, "acme names a snapshot myenv:1 too, a name the admin's snapshot has", r.describe())
+    own = r.get("id") if r.status == 201 else None
+    r = srv.get("/v1/images/myenv:1", token=keys["other"])
+    h.eq(r.get("id"), snap.get("id"), "... for app other myenv:1 is still the admin's image", r.describe())
+    r = srv.get("/v1/images/myenv:1", token=keys["acme"])
+    h.ok(r.status == 200 and own and r.get("id") == own != snap.get("id"), "... for acme it is its own",
+         r.describe())
+    r = srv.post("/v1/sandboxes", {"user_id": "u", "chat_id": "fromsnap", "image": PRIV},
+                 token=keys["acme"])
+    h.eq(r.status, 201, "acme makes a box of its image", r.describe())
+    r = sh(r.get("id"), "cat /workspace/secret")
+    h.eq(out(r), "secret-of-acme", "... with the snapshot's files", r.describe())
+    admin = {i["id"]: i for i in srv.get("/v1/images").get("images") or []}
+    h.eq((sorted((admin.get(pid) or {}).get("names") or []), (admin.get(pid) or {}).get("apps")),
+         (sorted(["@acme/" + PRIV, "@acme/docker.io/library/myenv:1"]), ["acme"]),
+         "the admin sees it (the same image as acme's myenv:1), its names as stored and whose it is")
 else:
     h.skip('boxes of images: their /workspace, forks and snapshots', SKIP_WHY)
 

@@ -493,10 +493,33 @@ if (imageRef) {
   ok(sl.items.length === 0, "another app's key lists none of it", sl.items);
   await throwsApi(() => Sandbox.create({ connectionConfig: conn(keyS.key), snapshotId: snap.id }), 404,
     "another app's key cannot start a sandbox from it");
-  await other.close();
   await restored.kill();
   await smgr.deleteSnapshot(snap.id);
   await throwsApi(() => smgr.getSnapshot(snap.id), 404, "deleteSnapshot: gone (404)");
+  // a snapshot made with an app's key: that app's own (agentbox's private image)
+  const keyO = await fetch(`${url}/v1/keys`, { method: "POST",
+    headers: { authorization: `Bearer ${token}`, "content-type": "application/json" },
+    body: JSON.stringify({ app_id: "osb-snap-own" }) }).then((r) => r.json());
+  const own = SandboxManager.create({ connectionConfig: conn(keyO.key) });
+  const ob = await Sandbox.create({ connectionConfig: conn(keyO.key), image: imageRef });
+  await ob.files.writeFiles([{ path: "/workspace/own.txt", data: "own" }]);
+  const osnap = await own.createSnapshot(ob.id, { name: "v2" });
+  ok(osnap.sandboxId === ob.id && osnap.name === "v2", "an app's key: createSnapshot", osnap);
+  sl = await own.listSnapshots({ sandboxId: ob.id });
+  ok(sl.items.length === 1 && sl.items[0].id === osnap.id && sl.items[0].name === "v2",
+     "... its listSnapshots has it", sl.items);
+  const oback = await Sandbox.create({ connectionConfig: conn(keyO.key), snapshotId: osnap.id });
+  ok((await oback.files.readFile("/workspace/own.txt")) === "own", "... a sandbox from it has its files");
+  await throwsApi(() => other.getSnapshot(osnap.id), 404, "... another app's key: a 404");
+  const imgs = await fetch(`${url}/v1/images`, { headers: { authorization: `Bearer ${keyS.key}` } })
+    .then((r) => r.json());
+  ok(!imgs.images.some((i) => i.id === osnap.id), "... nor in its /v1/images", imgs.images.map((i) => i.id));
+  await oback.kill();
+  await own.deleteSnapshot(osnap.id);
+  await throwsApi(() => own.getSnapshot(osnap.id), 404, "... deleteSnapshot: gone (404)");
+  await ob.kill();
+  await own.close();
+  await other.close();
   await smgr.close();
   await ib.kill();
 }

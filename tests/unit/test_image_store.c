@@ -181,19 +181,11 @@ static ab_image *find(ab_image *v, size_t n, const char *id)
 }
 
 /* Looks q up; returns the id found (static buffer) or the error code name. */
+static const char *get_as(ab_image_store *s, const char *app, const char *q);
+
 static const char *get(ab_image_store *s, const char *q)
 {
-        static char got[128];
-        ab_image img;
-        ab_err *e = NULL;
-        if (ab_image_get(s, q, &img, &e) < 0) {
-                snprintf(got, sizeof(got), "%s", ab_code_name(e->code));
-                ab_err_free(&e);
-                return got;
-        }
-        snprintf(got, sizeof(got), "%s", img.id);
-        ab_image_clear(&img);
-        return got;
+        return get_as(s, NULL, q);
 }
 
 static char *layer_path(const char *digest)
@@ -485,6 +477,8 @@ static void test_get_list(ab_image_store *s)
 
 /* A layer as a box's snapshot writes it: a new file, a whiteout of the
  * image's /data/b, a workspace entry. */
+static char snap_byte = 'x'; /* the new layer's files hold it: another byte, another image */
+
 static int write_snap_layer(void *ud, int fd, ab_err **err)
 {
         int *calls = ud;
@@ -505,7 +499,7 @@ static int write_snap_layer(void *ud, int fd, ab_err **err)
                 archive_entry_set_size(en, isdir || strstr(names[i], ".wh.") ? 0 : 2);
                 archive_write_header(a, en);
                 if (!isdir && !strstr(names[i], ".wh."))
-                        archive_write_data(a, "x\n", 2);
+                        archive_write_data(a, (char[]){snap_byte, '\n'}, 2);
         }
         archive_write_close(a);
         archive_write_free(a);
@@ -519,12 +513,12 @@ static void test_commit(ab_image_store *s)
         ab_image img = {0}, base = {0};
         ab_err *e = NULL;
         int calls = 0;
-        int r = ab_image_commit(s, app, "Bad Name", write_snap_layer, &calls, &img, &e);
+        int r = ab_image_commit(s, app, "Bad Name", NULL, write_snap_layer, &calls, &img, &e);
         tap_ok(r < 0 && e && e->code == AB_E_INVALID && calls == 0,
                "commit: a bad name is AB_E_INVALID, before any layer is written");
         ab_err_free(&e);
         int layers = count_entries("layers");
-        r = ab_image_commit(s, app, "snap:1", write_snap_layer, &calls, &img, &e);
+        r = ab_image_commit(s, app, "snap:1", NULL, write_snap_layer, &calls, &img, &e);
         tap_ok(r == 0 && calls == 1, "commit app + a layer as snap:1 (%s)", e ? e->msg : "ok");
         ab_err_free(&e);
         if (r < 0)
@@ -550,6 +544,91 @@ static void test_commit(ab_image_store *s)
         TAP_IS_INT(count_entries("layers"), layers, "... its layer is gone, the base's stay");
         ab_image_clear(&img);
         ab_image_clear(&base);
+}
+
+/* The id app gets for q, or the error's code name. */
+static const char *get_as(ab_image_store *s, const char *app, const char *q)
+{
+        static char got[128];
+        ab_image img;
+        ab_err *e = NULL;
+        if (ab_image_get_as(s, app, q, &img, &e) < 0) {
+                snprintf(got, sizeof(got), "%s", ab_code_name(e->code));
+                ab_err_free(&e);
+                return got;
+        }
+        snprintf(got, sizeof(got), "%s", img.id);
+        ab_image_clear(&img);
+        return got;
+}
+
+/* A snapshot made with an API key is its app's private image: named in the
+ * app's own names, seen and used by that app (and the admin) only. */
+static void test_commit_private(ab_image_store *s)
+{
+        const char *app = id_of("app");
+        ab_image mine = {0}, shared = {0}, theirs = {0};
+        ab_err *e = NULL;
+        int calls = 0, layers = count_entries("layers");
+        snap_byte = 'p';
+        int r = ab_image_commit(s, app, "snap:1", "acme", write_snap_layer, &calls, &mine, &e);
+        tap_ok(r == 0, "commit snap:1 for app acme (%s)", e ? e->msg : "ok");
+        ab_err_free(&e);
+        if (r < 0)
+                return;
+        tap_ok(strv_len(mine.names) == 1 &&
+                   !strcmp(mine.names[0], "@acme/docker.io/library/snap:1"),
+               "... named in acme's own names");
+        tap_ok(mine.apps && strv_len(mine.apps) == 1 && !strcmp(mine.apps[0], "acme"),
+               "... private to acme");
+        tap_ok(ab_image_visible(&mine, "acme") && ab_image_visible(&mine, NULL) &&
+                   !ab_image_visible(&mine, "other"),
+               "... visible to acme and the admin, not to app other");
+        TAP_IS_STR(get_as(s, "acme", "snap:1"), mine.id, "acme gets snap:1");
+        TAP_IS_STR(get_as(s, "acme", mine.id), mine.id, "... and its id");
+        TAP_IS_STR(get_as(s, "other", "snap:1"), NOT_FOUND, "app other does not find snap:1");
+        TAP_IS_STR(get_as(s, "other", mine.id), NOT_FOUND, "... nor its id");
+        TAP_IS_STR(get_as(s, "other", "@acme/docker.io/library/snap:1"), NOT_FOUND,
+                   "... nor its name as stored");
+        TAP_IS_STR(get(s, "snap:1"), NOT_FOUND, "the shared name snap:1 stays free");
+        TAP_IS_STR(get(s, "@acme/docker.io/library/snap:1"), mine.id,
+                   "the admin finds it by its name as stored");
+        TAP_IS_STR(ab_image_name_shown(mine.names[0], "acme"), "docker.io/library/snap:1",
+                   "acme sees the name without its prefix");
+        tap_ok(!ab_image_name_shown(mine.names[0], "other") &&
+                   !ab_image_name_shown(mine.names[0], "acm") &&
+                   !strcmp(ab_image_name_shown(mine.names[0], NULL), mine.names[0]) &&
+                   !strcmp(ab_image_name_shown("docker.io/library/x:1", "other"),
+                           "docker.io/library/x:1"),
+               "another app does not see it, the admin sees it as stored, shared names are shown");
+
+        snap_byte = 's';
+        r = ab_image_commit(s, app, "snap:1", NULL, write_snap_layer, &calls, &shared, &e);
+        tap_ok(r == 0 && !shared.apps && strcmp(shared.id, mine.id),
+               "the admin's snap:1 is another image, shared (%s)", e ? e->msg : "ok");
+        ab_err_free(&e);
+        TAP_IS_STR(get_as(s, "acme", "snap:1"), mine.id, "acme still gets its own snap:1 first");
+        TAP_IS_STR(get_as(s, "other", "snap:1"), shared.id, "app other gets the shared one");
+
+        snap_byte = 'p';
+        r = ab_image_commit(s, app, "snap:1", "other", write_snap_layer, &calls, &theirs, &e);
+        tap_ok(r == 0 && theirs.id && !strcmp(theirs.id, mine.id) && strv_len(theirs.apps) == 2,
+               "app other making the same image: one image, private to both (%s)",
+               e ? e->msg : "ok");
+        ab_err_free(&e);
+        TAP_IS_STR(get_as(s, "other", "snap:1"), mine.id, "... app other now gets its own snap:1");
+        TAP_IS_STR(get_as(s, "acme", "snap:1"), mine.id, "... acme too");
+
+        tap_ok(ab_image_remove(s, "@acme/docker.io/library/snap:1", &e) == 0 &&
+                   ab_image_remove(s, "@other/docker.io/library/snap:1", &e) == 0 &&
+                   ab_image_remove(s, "snap:1", &e) == 0 && ab_image_gc(s, NULL, &e) == 0,
+               "the admin removes them by their names as stored; collect");
+        ab_err_free(&e);
+        TAP_IS_INT(count_entries("layers"), layers, "... their layers are gone");
+        snap_byte = 'x';
+        ab_image_clear(&mine);
+        ab_image_clear(&shared);
+        ab_image_clear(&theirs);
 }
 
 static int64_t layer_bytes(const char *digest)
@@ -801,6 +880,7 @@ int main(void)
         test_bad(s);
         test_get_list(s);
         test_commit(s);
+        test_commit_private(s);
         test_remove_hold_gc(s);
         test_reopen();
         test_concurrent();
