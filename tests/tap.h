@@ -11,56 +11,47 @@
 
 static int tap_n, tap_failed;
 
-/* Prints s as TAP: every line of a diagnostic (prefix "# ") starts with
- * "# ", and a test's name stays on its "ok" line (newlines become spaces),
- * so a message with newlines in it (an engine's error, a command's output)
- * never makes lines the TAP reader cannot parse. */
-static inline void tap_print(const char *prefix, const char *s)
+/* fmt and its arguments as a new string (fmt itself if that fails). */
+static inline char *tap_vfmt(const char *fmt, va_list ap)
 {
-        if (*prefix) {
-                for (const char *p = s;;) {
-                        const char *nl = strchr(p, '\n');
-                        printf("%s%.*s\n", prefix, (int)(nl ? nl - p : (long)strlen(p)), p);
-                        if (!nl || !nl[1])
-                                break;
-                        p = nl + 1;
-                }
-                return;
-        }
-        for (const char *p = s; *p; p++)
-                putchar(*p == '\n' || *p == '\r' ? ' ' : *p);
-        putchar('\n');
+        char *s = NULL;
+        return vasprintf(&s, fmt, ap) < 0 ? strdup(fmt) : s;
 }
 
+/* A message with newlines in it (an engine's error, a command's output)
+ * never makes lines the TAP reader cannot parse: a test's name stays on its
+ * "ok" line (newlines become spaces), every line of a diagnostic starts
+ * with "# ". */
 static inline void tap_ok(int cond, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static inline void tap_ok(int cond, const char *fmt, ...)
 {
         va_list ap;
-        char *s = NULL;
         tap_n++;
         va_start(ap, fmt);
-        if (vasprintf(&s, fmt, ap) < 0)
-                s = NULL;
+        char *s = tap_vfmt(fmt, ap);
         va_end(ap);
-        printf("%sok %d - ", cond ? "" : "not ", tap_n);
-        tap_print("", s ? s : fmt);
+        for (char *p = s; p && *p; p++)
+                if (*p == '\n' || *p == '\r')
+                        *p = ' ';
+        printf("%sok %d - %s\n", cond ? "" : "not ", tap_n, s ? s : fmt);
         free(s);
         fflush(stdout);
         if (!cond)
                 tap_failed++;
 }
 
-/* A diagnostic line (or lines): "# " and the formatted text. */
 static inline void tap_diag(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 static inline void tap_diag(const char *fmt, ...)
 {
         va_list ap;
-        char *s = NULL;
         va_start(ap, fmt);
-        if (vasprintf(&s, fmt, ap) < 0)
-                s = NULL;
+        char *s = tap_vfmt(fmt, ap);
         va_end(ap);
-        tap_print("# ", s ? s : fmt);
+        for (char *line = s, *nl; line && *line; line = nl ? nl + 1 : NULL) {
+                if ((nl = strchr(line, '\n')))
+                        *nl = 0;
+                printf("# %s\n", line);
+        }
         free(s);
         fflush(stdout);
 }

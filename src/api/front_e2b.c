@@ -619,21 +619,11 @@ enum MHD_Result e2b_snapshot(ab_req *r, const char *id)
         }
         ab_image img;
         int rc = ab_manager_snapshot(r->srv->mgr, id, r->scope, name, &img, &e);
-        if (rc < 0) {
-                json_decref(body);
-                return e2b_err(r, e);
-        }
-        json_t *j = ab_image_json(&img, r->scope);
         ab_image_clear(&img);
-        json_t *ref = json_object_get(j, "ref");
-        if (!ref)
-                ref = json_object_get(j, "reference");
-        const char *refs = json_string_value(ref);
-        json_t *ans =
-            json_pack("{s:s,s:[s]}", "snapshotID", refs ? refs : name, "names", refs ? refs : name);
-        json_decref(j);
+        /* the name as given is the templateID */
+        json_t *ans = rc < 0 ? NULL : json_pack("{s:s,s:[s]}", "snapshotID", name, "names", name);
         json_decref(body); /* name may point into it */
-        return resp_json(r, 201, ans);
+        return rc < 0 ? e2b_err(r, e) : resp_json(r, 201, ans);
 }
 
 /* PUT /sandboxes/{id}/network {allowOut, denyOut}: agentbox's network

@@ -1139,13 +1139,12 @@ static int snap_get(ab_req *r, const char *sid, ab_image *img, const char **box,
                                  "this server has no image store");
                 return -1;
         }
-        if (ab_image_get(r->srv->images, sid, img, &e) < 0) {
+        if (ab_image_get_as(r->srv->images, r->scope, sid, img, &e) < 0) {
                 ab_err_free(&e);
                 *ret = osb_error(r, 404, "SANDBOX::NOT_FOUND", "no snapshot %s", sid);
                 return -1;
         }
-        if (!snap_of(img, r->scope, box, box_len, tag, NULL) || !ab_image_visible(img, r->scope) ||
-            !snap_visible(r, *box, *box_len)) {
+        if (!snap_of(img, r->scope, box, box_len, tag, NULL) || !snap_visible(r, *box, *box_len)) {
                 ab_image_clear(img);
                 *ret = osb_error(r, 404, "SANDBOX::NOT_FOUND", "no snapshot %s", sid);
                 return -1;

@@ -202,7 +202,8 @@ static int snap_write(void *ud, int fd, ab_err **err)
         return c->b->ops->snapshot(c->b, c->bid, fd, err);
 }
 
-static int snapshot_name_check(const char *name, ab_err **err)
+/* Checks a snapshot's name; *canon gets it as Docker spells it in full. */
+static int snapshot_name_check(const char *name, char **canon, ab_err **err)
 {
         if (!name || !*name)
                 return ab_err_set(err, AB_E_INVALID, 0,
@@ -211,6 +212,7 @@ static int snapshot_name_check(const char *name, ab_err **err)
         if (ab_image_ref_parse(name, &ref, err) < 0)
                 return ab_err_wrap(err, "name");
         bool digest = ref.digest != NULL;
+        *canon = ab_image_ref_str(&ref);
         ab_image_ref_clear(&ref);
         if (digest)
                 return ab_err_set(err, AB_E_INVALID, 0,
@@ -231,10 +233,10 @@ int ab_manager_snapshot(ab_manager *m, const char *id, const char *scope, const 
         ab_box_rec r = {0};
         if (mgr_get_scoped(m, id, scope, &r, err) < 0)
                 return -1;
-        _cleanup_free_ char *image = NULL;
+        _cleanup_free_ char *image = NULL, *canon = NULL;
         int rc = source_usable(&r, err);
         if (rc == 0)
-                rc = snapshot_name_check(name, err);
+                rc = snapshot_name_check(name, &canon, err);
         if (rc == 0 && !(image = source_image(m, &r)))
                 rc = ab_err_set(err, AB_E_UNSUPPORTED, 0,
                                 "snapshot needs a box made from an image (box %s runs on the "
@@ -251,11 +253,8 @@ int ab_manager_snapshot(ab_manager *m, const char *id, const char *scope, const 
         }
         if (rc == 0) {
                 mgr_emit(m, "box.snapshot", &r,
-                         json_pack("{s:s,s:s,s:I}", "image", out->id, "name",
-                                   out->names && out->names[0]
-                                       ? ab_image_name_shown(out->names[0], scope)
-                                       : name,
-                                   "duration_ms", (json_int_t)((ab_now_ns() - t0) / 1000000)));
+                         json_pack("{s:s,s:s,s:I}", "image", out->id, "name", canon, "duration_ms",
+                                   (json_int_t)((ab_now_ns() - t0) / 1000000)));
                 ab_log(AB_LOG_INFO, "box snapshot", "box", id, "image", out->id, NULL);
         }
         ab_box_rec_clear(&r);
