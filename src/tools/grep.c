@@ -76,6 +76,13 @@ static int grep_batch(tool_ctx *c, grep_state *g, const char *pattern, size_t pl
         abc_grep_res res;
         _cleanup_err_ ab_err *e = NULL;
         if (abc_grep(fd, &q, on_match, g, &res, &e) < 0) {
+                if (tool_err_is(e, AB_E_INVALID, "unknown request type")) {
+                        /* a box started before init learnt GREP */
+                        result_errorf(out, "Error: this box's agentbox-init is older than the "
+                                           "server and cannot search; stop and start the box");
+                        *bad = true;
+                        return 0;
+                }
                 if (e->code == AB_E_INVALID) {
                         result_errorf(out, "Error: %s", e->msg);
                         *bad = true;
