@@ -297,7 +297,7 @@ static json_t *call_agent_tool(ab_mcp_conn *c, const char *name, json_t *args)
                 goto done;
         }
         ab_tool_result res;
-        if (tools_call(c->srv, c->scope, id, name, targs, &res, &e) < 0) {
+        if (tools_call(c->srv, NULL, c->scope, id, name, targs, &res, &e) < 0) {
                 out = err_result(e);
                 goto done;
         }

@@ -26,6 +26,7 @@ int tools_acquire(ab_server *s, const char *scope, json_t *o, ab_box_rec *out, b
 typedef struct use_conn {
         ab_manager *mgr;
         ab_use *use;
+        ab_req *req; /* or NULL */
 } use_conn;
 
 static int use_connect(void *ud, ab_err **err)
@@ -41,8 +42,14 @@ static int use_exec(void *ud, const abc_exec_req *req, abc_output_fn out, void *
         return ab_manager_exec(c->mgr, c->use, req, out, out_ud, res, err);
 }
 
-int tools_call(ab_server *s, const char *scope, const char *id, const char *name, json_t *args,
-               ab_tool_result *out, ab_err **err)
+static bool use_gone(void *ud)
+{
+        use_conn *c = ud;
+        return c->req && req_client_gone(c->req);
+}
+
+int tools_call(ab_server *s, ab_req *r, const char *scope, const char *id, const char *name,
+               json_t *args, ab_tool_result *out, ab_err **err)
 {
         *out = (ab_tool_result){0};
         /* Before the box is touched: an unknown tool must not resume it. */
@@ -51,11 +58,12 @@ int tools_call(ab_server *s, const char *scope, const char *id, const char *name
         ab_use u;
         if (ab_manager_use_begin(s->mgr, id, scope, &u, err) < 0)
                 return -1;
-        use_conn c = {.mgr = s->mgr, .use = &u};
+        use_conn c = {.mgr = s->mgr, .use = &u, .req = r};
         ab_tool_box box = {
             .box_id = u.rec.id,
             .connect = use_connect,
             .exec = use_exec,
+            .gone = use_gone,
             .ud = &c,
         };
         ab_tool_limits lim = s->cfg->tools;
@@ -114,7 +122,7 @@ enum MHD_Result route_box_tool(ab_req *r, const char *id)
                 return resp_err(r, e);
         }
         ab_tool_result res;
-        int rc = tools_call(r->srv, r->scope, box, name, args, &res, &e);
+        int rc = tools_call(r->srv, r, r->scope, box, name, args, &res, &e);
         json_decref(body);
         if (rc < 0)
                 return resp_err(r, e);
@@ -174,7 +182,7 @@ enum MHD_Result route_tool(ab_req *r, const char *name)
         _cleanup_free_ char *sid = xstrdup(rec.id);
         ab_box_rec_clear(&rec);
         ab_tool_result res;
-        int rc = tools_call(r->srv, r->scope, sid, name, args, &res, &e);
+        int rc = tools_call(r->srv, r, r->scope, sid, name, args, &res, &e);
         json_decref(args);
         if (rc < 0)
                 return resp_err(r, e);

@@ -609,6 +609,16 @@ bool req_peer_loopback(ab_req *r)
         return peer_is_loopback(r);
 }
 
+bool req_client_gone(ab_req *r)
+{
+        const union MHD_ConnectionInfo *ci =
+            MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+        if (!ci)
+                return false;
+        struct pollfd p = {.fd = ci->connect_fd, .events = POLLRDHUP};
+        return poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR));
+}
+
 /* The request's credential: its Authorization header, or E2B's X-API-Key
  * taken as a bearer token (*buf holds it then). */
 static const char *auth_header(ab_req *r, char **buf)

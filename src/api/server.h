@@ -108,6 +108,9 @@ enum MHD_Result req_authenticate(ab_req *r, bool *ok);
 bool req_secret_eq(const char *a, const char *b);
 /* True when the client connected from a loopback address. */
 bool req_peer_loopback(ab_req *r);
+/* True when the client has hung up (its socket was closed or broke): work
+ * done only for its answer may stop. Safe from a worker thread. */
+bool req_client_gone(ab_req *r);
 
 /* A query-string parameter, or NULL. */
 const char *req_query(ab_req *r, const char *key);
@@ -287,8 +290,10 @@ int tools_acquire(ab_server *s, const char *scope, json_t *o, ab_box_rec *out, b
  * needed; bash sees the box env. *out is filled on success (clear it with
  * ab_tool_result_clear). -1 with *err: AB_E_NOT_FOUND unknown tool or box,
  * AB_E_INVALID bad arguments (the message names the argument),
- * AB_E_UNAVAILABLE the box cannot be reached. */
-int tools_call(ab_server *s, const char *scope, const char *id, const char *name, json_t *args,
-               ab_tool_result *out, ab_err **err);
+ * AB_E_UNAVAILABLE the box cannot be reached. r (or NULL) is the HTTP
+ * request that waits for the answer: a long tool stops when its client
+ * hangs up. */
+int tools_call(ab_server *s, ab_req *r, const char *scope, const char *id, const char *name,
+               json_t *args, ab_tool_result *out, ab_err **err);
 
 #endif

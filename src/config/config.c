@@ -760,7 +760,7 @@ static const field *find_field(const char *k)
 
 static const char *const tool_names[] = {"bash_output_max", "read_file_max", "ls_output_max",
                                          "write_file_max",  "bash_timeout",  "shell_max_lines",
-                                         "shell_max_bytes", "grep_file_max"};
+                                         "shell_max_bytes", "grep_file_max", "grep_timeout"};
 
 /* Sets tool limit number i (an index into tool_names) of *t from v. */
 static why_t set_tool_limit(ab_tool_limits *t, size_t i, const char *v)
@@ -771,11 +771,12 @@ static why_t set_tool_limit(ab_tool_limits *t, size_t i, const char *v)
         why_t w = NULL;
         switch (i) {
         case 4:
+        case 8:
                 if ((w = parse_secs(v, &n)))
                         return w;
                 if (n < 1 || n > AB_MAX_TIMEOUT_S)
                         return why("must be 1s..%us", AB_MAX_TIMEOUT_S);
-                t->bash_timeout_s = (uint32_t)n;
+                *(i == 4 ? &t->bash_timeout_s : &t->grep_timeout_s) = (uint32_t)n;
                 return NULL;
         case 3:
         case 6:
@@ -814,10 +815,11 @@ static int tool_pair(yctx *y, const char *k, yaml_node_t *kn, yaml_node_t *vn, v
                 if (strcmp(k, tool_names[i]) == 0)
                         break;
         if (i == AB_ARRAY_LEN(tool_names))
-                return fail_at(y, kn, key,
-                               why("unknown key (known: bash_output_max, read_file_max, "
-                                   "ls_output_max, write_file_max, bash_timeout, "
-                                   "shell_max_lines, shell_max_bytes, grep_file_max)"));
+                return fail_at(
+                    y, kn, key,
+                    why("unknown key (known: bash_output_max, read_file_max, "
+                        "ls_output_max, write_file_max, bash_timeout, "
+                        "shell_max_lines, shell_max_bytes, grep_file_max, grep_timeout)"));
         if (is_null(vn))
                 return fail_at(y, vn, key, why("needs a value"));
         const char *v = scalar(y, vn, key);

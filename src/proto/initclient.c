@@ -425,6 +425,88 @@ int abc_read(int fd, const char *path, uint64_t offset, uint64_t length, abc_out
         return r;
 }
 
+size_t abc_grep_path_cost(const char *path)
+{
+        return 8 + strlen(path) + 1; /* a field's header, the string, its NUL */
+}
+
+static bool dec_flag(const abp_frame *f, uint32_t tag)
+{
+        size_t off = 0;
+        abp_field fl;
+        uint32_t v = 0;
+        while (abp_field_next(f, &off, &fl) == 1)
+                if (fl.tag == tag && fl.len == 4)
+                        memcpy(&v, fl.val, 4);
+        return le32toh(v) != 0;
+}
+
+int abc_grep(int fd, const abc_grep_req *req, abc_match_fn match, void *ud, abc_grep_res *res,
+             ab_err **err)
+{
+        *res = (abc_grep_res){0};
+        abp_buf b = {0};
+        abp_grep_req m = {
+            .pattern = req->pattern,
+            .pattern_len = req->pattern_len,
+            .flags = (req->literal ? ABP_G_LITERAL : 0) |
+                     (req->case_sensitive ? ABP_G_CASE_SENSITIVE : 0),
+            .count = req->count,
+            .timeout_ms = req->timeout_ms,
+            .size_max = req->size_max,
+            .paths = (const char **)req->paths,
+            .n_paths = req->n_paths,
+        };
+        if (abp_enc_grep(&b, &m) < 0) {
+                abp_buf_free(&b);
+                return ab_err_set(err, AB_E_LIMIT, 0, "grep request too large");
+        }
+        send_req(fd, &b);
+        abp_buf_free(&b);
+
+        /* The search's own deadline plus a margin: init answers by then. */
+        uint64_t ms = req->timeout_ms ? req->timeout_ms : 30000;
+        uint64_t until = ab_now_ms() + ms + IO_TIMEOUT_MS;
+        abp_reader rd = {0};
+        int r;
+        for (;;) {
+                abp_frame f;
+                r = abp_recv(fd, &rd, &f, req->gone ? 100 : IO_TIMEOUT_MS);
+                if (r == -ETIMEDOUT && req->gone && ab_now_ms() < until) {
+                        if (!req->gone(req->gone_ud))
+                                continue;
+                        shutdown(fd, SHUT_RDWR); /* init sees the hang-up and stops */
+                        r = ab_err_set(err, AB_E_TIMEOUT, 0, "cancelled: the caller went away");
+                        break;
+                }
+                if (r < 0) {
+                        r = unavailable(err);
+                        break;
+                }
+                if (f.type == ABP_ERROR) {
+                        r = from_error(&f, err);
+                        break;
+                }
+                if (f.type == ABP_OK) {
+                        res->truncated = dec_flag(&f, ABP_F_TRUNCATED);
+                        res->timed_out = dec_flag(&f, ABP_F_TIMED_OUT);
+                        break;
+                }
+                abp_match hit;
+                if (abp_dec_match(&f, &hit) < 0 || hit.index >= req->n_paths) {
+                        r = unavailable(err);
+                        break;
+                }
+                if (match && match(ud, hit.index, hit.line, hit.text, hit.len) < 0) {
+                        shutdown(fd, SHUT_RDWR);
+                        r = ab_err_set(err, AB_E_INTERNAL, 0, "grep aborted by its consumer");
+                        break;
+                }
+        }
+        abp_reader_free(&rd);
+        return r;
+}
+
 /* True when init has something to say (an early ERROR) before the upload is done. */
 static bool answered(int fd)
 {

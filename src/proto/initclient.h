@@ -119,6 +119,34 @@ typedef struct abc_reserve_res {
 } abc_reserve_res;
 int abc_reserve(int fd, uint64_t want, abc_reserve_res *res, ab_err **err);
 
+/* GREP (docs/protocol.md): init searches the files `paths` (box paths, in
+ * that order) for lines matching `pattern`, in the box. */
+typedef struct abc_grep_req {
+        const char *pattern; /* PCRE2; may hold NULs */
+        size_t pattern_len;
+        bool literal, case_sensitive;
+        const char *const *paths; /* together at most ABP_MAX_PAYLOAD bytes of fields */
+        size_t n_paths;
+        uint64_t size_max;   /* larger files are skipped */
+        uint32_t count;      /* most matches to deliver; one more sets truncated */
+        uint32_t timeout_ms; /* for the whole search (0 = 30 s) */
+        /* When set, asked every 100 ms while init searches: true (the caller's
+         * client went away) stops the search, AB_E_TIMEOUT "cancelled". */
+        bool (*gone)(void *ud);
+        void *gone_ud;
+} abc_grep_req;
+typedef struct abc_grep_res {
+        bool truncated, timed_out;
+} abc_grep_res;
+/* A match: paths[index], line number (1-based), the line as init shows it. */
+typedef int (*abc_match_fn)(void *ud, size_t index, uint64_t line, const char *text, size_t len);
+/* Runs GREP, calling `match` for each match in order. A bad pattern is
+ * AB_E_INVALID with init's message ("Invalid regex pattern: ..."). */
+int abc_grep(int fd, const abc_grep_req *req, abc_match_fn match, void *ud, abc_grep_res *res,
+             ab_err **err);
+/* The bytes one path adds to a GREP request (to cut the paths into requests). */
+size_t abc_grep_path_cost(const char *path);
+
 /* Deletes a file, a symlink, or (when recursive) a directory tree. */
 int abc_delete(int fd, const char *path, bool recursive, ab_err **err);
 

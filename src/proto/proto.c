@@ -306,7 +306,8 @@ static int val_str(const abp_field *fl, const char **s)
 
 bool abp_is_request(uint32_t type)
 {
-        return (type >= ABP_PING && type <= ABP_TERM_INPUT) || type == ABP_RESERVE;
+        return (type >= ABP_PING && type <= ABP_TERM_INPUT) || type == ABP_RESERVE ||
+               type == ABP_GREP;
 }
 
 bool abp_is_term_request(uint32_t type)
@@ -566,6 +567,111 @@ int abp_dec_entry(const abp_frame *f, abp_entry *m)
                 return -EBADMSG;
         m->mtime = (int64_t)mtime;
         return 0;
+}
+
+/* ---- grep ---- */
+
+int abp_enc_grep(abp_buf *b, const abp_grep_req *m)
+{
+        abp_frame_begin(b, ABP_GREP);
+        /* A str field: the pattern's bytes then one NUL. The decoder takes
+         * the field's length, so a NUL inside is the pattern's own. */
+        put_field(b, ABP_F_PATTERN, m->pattern, m->pattern_len, true);
+        if (m->flags)
+                abp_put_u32(b, ABP_F_FLAGS, m->flags);
+        abp_put_u32(b, ABP_F_COUNT, m->count);
+        if (m->timeout_ms)
+                abp_put_u32(b, ABP_F_TIMEOUT_MS, m->timeout_ms);
+        abp_put_u64(b, ABP_F_SIZE, m->size_max);
+        for (size_t i = 0; i < m->n_paths; i++)
+                abp_put_str(b, ABP_F_PATH, m->paths[i]);
+        return abp_frame_end(b);
+}
+
+int abp_dec_grep(const abp_frame *f, abp_grep_req *m)
+{
+        abp_field fl;
+        int r = 0;
+        size_t n_paths = 0;
+
+        *m = (abp_grep_req){0};
+        if (f->type != ABP_GREP)
+                return -EBADMSG;
+        FOR_FIELDS(f, fl, r, n_paths += fl.tag == ABP_F_PATH);
+        m->paths = n_paths ? xcalloc(n_paths + 1, sizeof(*m->paths)) : NULL;
+        FOR_FIELDS(f, fl, r, {
+                switch (fl.tag) {
+                case ABP_F_PATTERN:
+                        if (fl.len < 1 || fl.val[fl.len - 1] != 0) {
+                                r = -EBADMSG;
+                                break;
+                        }
+                        m->pattern = (const char *)fl.val;
+                        m->pattern_len = fl.len - 1;
+                        break;
+                case ABP_F_PATH:
+                        r = val_str(&fl, &m->paths[m->n_paths]);
+                        m->n_paths++;
+                        break;
+                case ABP_F_FLAGS:
+                        r = val_u32(&fl, &m->flags);
+                        break;
+                case ABP_F_COUNT:
+                        r = val_u32(&fl, &m->count);
+                        break;
+                case ABP_F_TIMEOUT_MS:
+                        r = val_u32(&fl, &m->timeout_ms);
+                        break;
+                case ABP_F_SIZE:
+                        r = val_u64(&fl, &m->size_max);
+                        break;
+                }
+        });
+        return m->pattern ? 0 : -EBADMSG;
+}
+
+void abp_grep_req_clear(abp_grep_req *m)
+{
+        free(m->paths);
+        *m = (abp_grep_req){0};
+}
+
+int abp_enc_match(abp_buf *b, const abp_match *m)
+{
+        abp_frame_begin(b, ABP_MATCH);
+        abp_put_u32(b, ABP_F_INDEX, m->index);
+        abp_put_u64(b, ABP_F_LINE, m->line);
+        abp_put_bytes(b, ABP_F_DATA, m->text ? m->text : "", m->len);
+        return abp_frame_end(b);
+}
+
+int abp_dec_match(const abp_frame *f, abp_match *m)
+{
+        abp_field fl;
+        int r = 0;
+        bool has_index = false, has_line = false, has_data = false;
+
+        *m = (abp_match){0};
+        if (f->type != ABP_MATCH)
+                return -EBADMSG;
+        FOR_FIELDS(f, fl, r, {
+                switch (fl.tag) {
+                case ABP_F_INDEX:
+                        r = val_u32(&fl, &m->index);
+                        has_index = true;
+                        break;
+                case ABP_F_LINE:
+                        r = val_u64(&fl, &m->line);
+                        has_line = true;
+                        break;
+                case ABP_F_DATA:
+                        m->text = fl.val;
+                        m->len = fl.len;
+                        has_data = true;
+                        break;
+                }
+        });
+        return has_index && has_line && has_data ? 0 : -EBADMSG;
 }
 
 /* ---- terminals ---- */

@@ -38,6 +38,20 @@
  *            bytes, so the box's own filesystem says ENOSPC before the host's
  *            does (core/diskguard.c); no SIZE = leave it as it is. OK's SIZE is
  *            what it holds, FREE what the box could write without it.
+ *   GREP:    C: GREP                          I: MATCH* OK{TRUNCATED,TIMED_OUT} or ERROR
+ *            searches the files named by GREP's repeated PATH fields (in
+ *            that order; files only, no walk: the client lists and filters)
+ *            for lines that match PATTERN (FLAGS: ABP_G_*), inside the box,
+ *            so the box's cgroup pays for the regex. Skips a file that is no
+ *            regular file, larger than SIZE, unreadable, or binary (a NUL in
+ *            its first 8 KiB), and lines over 2,000 code points. A MATCH is
+ *            {INDEX, LINE, DATA: the line without its break, invalid UTF-8
+ *            replaced, cut to 200 code points ("..." ending a cut one)}. At
+ *            most COUNT MATCHes: one more match ends the search with
+ *            TRUNCATED=1. TIMEOUT_MS bounds the whole search, checked at
+ *            every line (TIMED_OUT=1: what was found was sent); the search
+ *            also stops when the client hangs up. A bad PATTERN is ERROR
+ *            invalid_argument "Invalid regex pattern: MSG at position N".
  * Either side treats the other as untrusted: every decoder bounds-checks and
  * returns -EBADMSG on anything malformed. */
 #ifndef AB_PROTO_H
@@ -78,6 +92,7 @@ enum {
         ABP_TERM_ATTACH = 15,
         ABP_TERM_INPUT = 16,
         ABP_RESERVE = 40, /* apart from the file operations' range */
+        ABP_GREP = 41,
         /* streams, both ways */
         ABP_DATA = 0x100,
         ABP_EOF = 0x101,
@@ -87,6 +102,7 @@ enum {
         ABP_EXIT = 0x202,
         ABP_ENTRY = 0x203,
         ABP_TERM = 0x204,
+        ABP_MATCH = 0x205,
 };
 
 /* Field tags. */
@@ -109,6 +125,10 @@ enum {
         ABP_F_MODE = 20,         /* u32 permission bits */
         ABP_F_DEPTH = 21,        /* u32 */
         ABP_F_TO = 22,           /* str: RENAME target */
+        ABP_F_PATTERN = 23,      /* str: GREP's regular expression (PCRE2) */
+        ABP_F_INDEX = 24,        /* u32: MATCH: which of GREP's PATHs (0-based) */
+        ABP_F_LINE = 25,         /* u64: MATCH: line number (1-based) */
+        ABP_F_COUNT = 26,        /* u32: GREP: most MATCH frames to send */
         ABP_F_STREAM = 32,       /* u32: 0 stdin/upload, 1 stdout, 2 stderr */
         ABP_F_DATA = 33,         /* bytes */
         ABP_F_CODE = 48,         /* str: error code name, see ab_code_name() */
@@ -142,6 +162,13 @@ enum {
 /* FLAGS bits: WRITE uses ABP_W_*, DELETE uses ABP_RECURSIVE, MKDIR ABP_PARENTS. */
 enum { ABP_W_MKPARENTS = 1, ABP_W_APPEND = 2, ABP_W_EXCL = 4 };
 enum { ABP_RECURSIVE = 1, ABP_PARENTS = 1 };
+/* GREP's FLAGS. */
+enum { ABP_G_LITERAL = 1, ABP_G_CASE_SENSITIVE = 2 };
+/* GREP's fixed bounds (see the flow above). */
+#define ABP_GREP_LINE_SUMMARY 200     /* code points of a matching line shown */
+#define ABP_GREP_LINE_MAX     2000    /* longer lines are skipped (ReDoS, minified files) */
+#define ABP_GREP_BINARY_SNIFF 8192    /* a NUL in these first bytes: a binary file */
+#define ABP_GREP_MATCH_LIMIT  1000000 /* PCRE2 backtracking budget per line: over it, no match */
 
 /* ENTRY types (same values as abc_ftype). */
 enum { ABP_T_FILE = 1, ABP_T_DIR = 2, ABP_T_SYMLINK = 3, ABP_T_OTHER = 4 };
@@ -209,6 +236,25 @@ typedef struct abp_entry {
         const char *link; /* or NULL */
 } abp_entry;
 
+/* GREP. Decoded: pattern and paths point into the frame; the paths array is
+ * allocated by the decoder (abp_grep_req_clear). */
+typedef struct abp_grep_req {
+        const char *pattern; /* its bytes; may hold NULs */
+        size_t pattern_len;
+        uint32_t flags, count, timeout_ms; /* flags: ABP_G_* */
+        uint64_t size_max;
+        const char **paths;
+        size_t n_paths;
+} abp_grep_req;
+
+/* MATCH: one matching line of GREP. */
+typedef struct abp_match {
+        uint32_t index; /* into the request's paths */
+        uint64_t line;  /* 1-based */
+        const void *text;
+        size_t len;
+} abp_match;
+
 /* TERM_OPEN LIST CLOSE RESIZE SIGNAL ATTACH INPUT: the fields each one uses
  * (OPEN: argv, env, cwd, user, cols, rows; RESIZE: id, cols, rows; SIGNAL: id,
  * signal; CLOSE, ATTACH: id; INPUT: id, data). argv and env are allocated by the decoder
@@ -275,6 +321,8 @@ int abp_enc_exit(abp_buf *b, const abp_exit *m);
 int abp_enc_entry(abp_buf *b, const abp_entry *m);
 int abp_enc_term_req(abp_buf *b, uint32_t type, const abp_term_req *m);
 int abp_enc_term(abp_buf *b, const abp_term_info *m);
+int abp_enc_grep(abp_buf *b, const abp_grep_req *m);
+int abp_enc_match(abp_buf *b, const abp_match *m);
 
 /* ---- decoding: 0, or -EBADMSG (wrong type, malformed, required field missing) ---- */
 
@@ -302,10 +350,15 @@ int abp_dec_term_req(const abp_frame *f, abp_term_req *m) __attribute__((warn_un
 void abp_term_req_clear(abp_term_req *m);
 int abp_dec_term(const abp_frame *f, abp_term_info *m) __attribute__((warn_unused_result));
 void abp_term_info_clear(abp_term_info *m);
+/* GREP needs a PATTERN; abp_dec_grep allocates m->paths (abp_grep_req_clear). */
+int abp_dec_grep(const abp_frame *f, abp_grep_req *m) __attribute__((warn_unused_result));
+void abp_grep_req_clear(abp_grep_req *m);
+/* MATCH needs INDEX, LINE and DATA. */
+int abp_dec_match(const abp_frame *f, abp_match *m) __attribute__((warn_unused_result));
 /* True for a terminal request type (TERM_OPEN..TERM_INPUT). */
 bool abp_is_term_request(uint32_t type);
 
-/* True for a request type (PING..TERM_INPUT). */
+/* True for a request type (PING..TERM_INPUT, RESERVE, GREP). */
 bool abp_is_request(uint32_t type);
 
 /* ---- reading frames from a byte stream ---- */

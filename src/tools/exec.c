@@ -85,8 +85,8 @@ int tool_bash(tool_ctx *c, json_t *args, ab_tool_result *out, ab_err **err)
         if (r != 0)
                 return r < 0 ? -1 : 0;
         size_t n1, n2;
-        _cleanup_free_ char *so = utf8_clean(cap.o[1].p ? cap.o[1].p : "", cap.o[1].n, &n1);
-        _cleanup_free_ char *se = utf8_clean(cap.o[2].p ? cap.o[2].p : "", cap.o[2].n, &n2);
+        _cleanup_free_ char *so = ab_utf8_clean(cap.o[1].p ? cap.o[1].p : "", cap.o[1].n, &n1);
+        _cleanup_free_ char *se = ab_utf8_clean(cap.o[2].p ? cap.o[2].p : "", cap.o[2].n, &n2);
         _cleanup_buf_ ab_buf b = {0};
         ab_buf_add(&b, so, n1);
         if (n2) {
@@ -194,8 +194,8 @@ int tool_sandbox_shell(tool_ctx *c, json_t *args, ab_tool_result *out, ab_err **
         if (r != 0)
                 return r < 0 ? -1 : 0;
         size_t n1, n2;
-        _cleanup_free_ char *so = utf8_clean(cap.o[1].p ? cap.o[1].p : "", cap.o[1].n, &n1);
-        _cleanup_free_ char *se = utf8_clean(cap.o[2].p ? cap.o[2].p : "", cap.o[2].n, &n2);
+        _cleanup_free_ char *so = ab_utf8_clean(cap.o[1].p ? cap.o[1].p : "", cap.o[1].n, &n1);
+        _cleanup_free_ char *se = ab_utf8_clean(cap.o[2].p ? cap.o[2].p : "", cap.o[2].n, &n2);
         if (res.timed_out) {
                 _cleanup_free_ char *notice = timeout_notice(timeout);
                 _cleanup_free_ char *old = se;

@@ -528,7 +528,7 @@ static bool looks_binary(const char *s, size_t n)
         if (memchr(s, 0, n < 8192 ? n : 8192))
                 return true;
         size_t clean_len;
-        _cleanup_free_ char *clean = utf8_clean(s, n, &clean_len);
+        _cleanup_free_ char *clean = ab_utf8_clean(s, n, &clean_len);
         return clean_len != n || memcmp(clean, s, n) != 0;
 }
 

@@ -1,69 +1,23 @@
-/* grep.c - DeerFlow's grep (sandbox/search.py find_grep_matches): PCRE2 on
- * the host over file contents read through the box's init. The regex runs
- * here, not in the box, but only ever sees bytes init handed over. */
-#define PCRE2_CODE_UNIT_WIDTH 8
+/* grep.c - DeerFlow's grep (sandbox/search.py find_grep_matches). The tree
+ * is listed and filtered here (ignore list, glob, sizes, symlinks skipped);
+ * the regex runs in the box (init's GREP, src/init/grep.c), so the box's
+ * cgroup pays for it, its deadline holds inside a file, and it stops when
+ * the caller's client goes away. */
 #include "tools/tools_int.h"
 
-#include <pcre2.h>
-
-#define LINE_SUMMARY   200                 /* chars shown of a matching line */
-#define LINE_MAX_CHARS (LINE_SUMMARY * 10) /* longer lines are skipped (ReDoS, minified files) */
-#define BINARY_SNIFF   8192
-#define MATCH_LIMIT    1000000 /* backtracking budget per line: over it, no match */
-/* A search reads one file per round trip to the box's init: a whole
- * distribution's tree takes minutes. It stops after this long with what it
- * found, saying so, rather than outliving its caller. */
-#define GREP_TIME_MAX_S 30
+/* Bytes of paths per GREP request (below the protocol's 1 MiB frame). */
+#define GREP_BATCH_BYTES (768u * 1024)
 
 typedef struct grep_state {
-        pcre2_code *re;
-        pcre2_match_data *md;
-        pcre2_match_context *mc;
         ab_buf lines;
         size_t found, max;
-        bool truncated;
+        bool truncated, out_of_time;
+        char **display; /* the current request's paths as shown */
 } grep_state;
 
-/* truncate_line: the line without its break, at most LINE_SUMMARY chars. */
-static void add_line(ab_buf *b, const char *s, size_t n)
+static void grep_free(grep_state *g)
 {
-        while (n && (s[n - 1] == '\n' || s[n - 1] == '\r'))
-                n--;
-        if (utf8_count(s, n) <= LINE_SUMMARY) {
-                ab_buf_add(b, s, n);
-                return;
-        }
-        ab_buf_add(b, s, utf8_offset(s, n, LINE_SUMMARY - 3));
-        ab_buf_puts(b, "...");
-}
-
-/* Searches one file's text; false once the result cap is passed. */
-static bool grep_text(grep_state *g, const char *display, const char *buf, size_t len)
-{
-        size_t clean_len;
-        _cleanup_free_ char *text = utf8_clean(buf, len, &clean_len);
-        size_t i = 0, ln = 0;
-        while (i < clean_len) {
-                const char *nl = memchr(text + i, '\n', clean_len - i);
-                size_t end = nl ? (size_t)(nl - text) + 1 : clean_len; /* with its "\n" */
-                ln++;
-                const char *line = text + i;
-                size_t n = end - i;
-                i = end;
-                if (utf8_count(line, n) > LINE_MAX_CHARS)
-                        continue;
-                int rc = pcre2_match(g->re, (PCRE2_SPTR)line, n, 0, 0, g->md, g->mc);
-                if (rc < 0)
-                        continue; /* no match, or a match limit: not a match */
-                if (g->found == g->max) {
-                        g->truncated = true;
-                        return false;
-                }
-                g->found++;
-                ab_buf_printf(&g->lines, "\n%s:%zu: ", display, ln);
-                add_line(&g->lines, line, n);
-        }
-        return true;
+        free(g->lines.p);
 }
 
 /* Whether dir is /proc, /sys or /dev or below: kernel pseudo-files, where a
@@ -81,34 +35,129 @@ static bool pseudo_dir(const char *dir)
         return false;
 }
 
-/* Reads and searches one file; -1 only when the box is gone. */
-static int grep_file(tool_ctx *c, grep_state *g, const char *send, const char *display,
-                     ab_err **err)
+static int on_match(void *ud, size_t index, uint64_t line, const char *text, size_t len)
+{
+        grep_state *g = ud;
+        g->found++;
+        ab_buf_printf(&g->lines, "\n%s:%llu: ", g->display[index], (unsigned long long)line);
+        ab_buf_add(&g->lines, text, len);
+        return 0;
+}
+
+/* One GREP request over paths[0..n) (send forms; display forms alongside).
+ * -1 with *err only when the box is gone or the caller left; an invalid
+ * pattern is a result for the model (*bad set). */
+static int grep_batch(tool_ctx *c, grep_state *g, const char *pattern, size_t plen, bool literal,
+                      bool case_sensitive, char **send, char **display, size_t n,
+                      uint64_t deadline_ms, ab_tool_result *out, bool *bad, ab_err **err)
+{
+        uint64_t now = ab_now_ms();
+        if (now >= deadline_ms) {
+                g->out_of_time = true;
+                return 0;
+        }
+        _cleanup_close_ int fd = tool_connect(c, err);
+        if (fd < 0)
+                return -1;
+        g->display = display;
+        abc_grep_req q = {
+            .pattern = pattern,
+            .pattern_len = plen,
+            .literal = literal,
+            .case_sensitive = case_sensitive,
+            .paths = (const char *const *)send,
+            .n_paths = n,
+            .size_max = c->lim.grep_file_max,
+            .count = (uint32_t)(g->max - g->found),
+            .timeout_ms = (uint32_t)(deadline_ms - now),
+            .gone = c->box->gone,
+            .gone_ud = c->box->ud,
+        };
+        abc_grep_res res;
+        _cleanup_err_ ab_err *e = NULL;
+        if (abc_grep(fd, &q, on_match, g, &res, &e) < 0) {
+                if (tool_err_is(e, AB_E_INVALID, "unknown request type")) {
+                        /* a box started before init learnt GREP */
+                        result_errorf(out, "Error: this box's agentbox-init is older than the "
+                                           "server and cannot search; stop and start the box");
+                        *bad = true;
+                        return 0;
+                }
+                if (e->code == AB_E_INVALID) {
+                        result_errorf(out, "Error: %s", e->msg);
+                        *bad = true;
+                        return 0;
+                }
+                if (err && !*err)
+                        *err = steal_pointer(&e);
+                return -1;
+        }
+        g->truncated = res.truncated;
+        if (res.timed_out)
+                g->out_of_time = true;
+        return 0;
+}
+
+/* The files under path that grep searches, in listing order: regular
+ * files only (symlinks are skipped, as DeerFlow does, so a link never leads
+ * the search elsewhere), not on the ignore list, not over the size limit,
+ * matching the glob, and not kernel pseudo-files unless the search starts
+ * there. 0 with the lists; 1 with a result for the model (nothing to
+ * search: not found, ...); -1 with *err when the box is gone. */
+static int grep_candidates(tool_ctx *c, const char *path, const char *root, const char *send,
+                           const char *glob, char ***sends, char ***shows, size_t *nf,
+                           ab_tool_result *out, ab_err **err)
 {
         _cleanup_err_ ab_err *e = NULL;
-        _cleanup_free_ char *buf = NULL;
-        size_t len;
-        bool over;
-        if (read_whole(c, send, c->lim.grep_file_max, &buf, &len, &over, &e) < 0) {
+        abc_dirent *d = NULL;
+        size_t n = 0;
+        *nf = 0;
+        if (list_tree(c, send, &d, &n, &e) < 0) {
                 if (tool_err_is_fatal(e)) {
                         if (err && !*err)
                                 *err = steal_pointer(&e);
                         return -1;
                 }
-                return 0; /* unreadable: skipped, as DeerFlow skips OSError */
+                if (tool_err_is(e, AB_E_INVALID, "not a directory")) {
+                        /* A single file; the glob filter sees its name. */
+                        const char *base = strrchr(root, '/');
+                        *sends = xcalloc(2, sizeof(char *));
+                        *shows = xcalloc(2, sizeof(char *));
+                        if (!glob || glob_path_matches(glob, base ? base + 1 : root)) {
+                                (*sends)[0] = xstrdup(send);
+                                (*shows)[0] = xstrdup(root);
+                                *nf = 1;
+                        }
+                        return 0;
+                }
+                if (e->code == AB_E_NOT_FOUND)
+                        result_errorf(out, "Error: Directory not found: %s", path);
+                else if (e->code == AB_E_PERMISSION)
+                        result_errorf(out, "Error: Permission denied: %s", path);
+                else
+                        result_errorf(out, "Error: Unexpected error searching file contents: %s",
+                                      e->msg);
+                return 1;
         }
-        if (over || memchr(buf, 0, len < BINARY_SNIFF ? len : BINARY_SNIFF))
-                return 0;
-        grep_text(g, display, buf, len);
+        bool in_pseudo = pseudo_dir(send);
+        *sends = xcalloc(n + 1, sizeof(char *));
+        *shows = xcalloc(n + 1, sizeof(char *));
+        for (size_t i = 0; i < n; i++) {
+                if (d[i].st.type != ABC_FILE || ignored_path(d[i].path) ||
+                    d[i].st.size > c->lim.grep_file_max)
+                        continue;
+                if (glob && !glob_path_matches(glob, d[i].path))
+                        continue;
+                char *sendp = path_join(send, d[i].path);
+                if (!in_pseudo && pseudo_dir(sendp)) {
+                        free(sendp);
+                        continue;
+                }
+                (*sends)[*nf] = sendp;
+                (*shows)[(*nf)++] = path_join(root, d[i].path);
+        }
+        abc_dirents_free(d, n);
         return 0;
-}
-
-static void grep_free(grep_state *g)
-{
-        pcre2_match_context_free(g->mc);
-        pcre2_match_data_free(g->md);
-        pcre2_code_free(g->re);
-        free(g->lines.p);
 }
 
 int tool_grep(tool_ctx *c, json_t *args, ab_tool_result *out, ab_err **err)
@@ -132,87 +181,54 @@ int tool_grep(tool_ctx *c, json_t *args, ab_tool_result *out, ab_err **err)
                 glob = NULL;
 
         __attribute__((cleanup(grep_free))) grep_state g = {.max = (size_t)max};
-        uint32_t opts = PCRE2_UTF | PCRE2_MATCH_INVALID_UTF;
-        opts |= literal ? PCRE2_LITERAL : PCRE2_UCP; /* UCP: Unicode \w, \d, ... as Python's re */
-        if (!case_sensitive)
-                opts |= PCRE2_CASELESS;
-        int ecode;
-        PCRE2_SIZE eoff;
-        g.re = pcre2_compile((PCRE2_SPTR)pattern, plen, opts, &ecode, &eoff, NULL);
-        if (!g.re) {
-                PCRE2_UCHAR msg[256];
-                pcre2_get_error_message(ecode, msg, sizeof(msg));
-                result_errorf(out, "Error: Invalid regex pattern: %s at position %zu", (char *)msg,
-                              (size_t)eoff);
-                return 0;
-        }
-        g.md = pcre2_match_data_create_from_pattern(g.re, NULL);
-        g.mc = pcre2_match_context_create(NULL);
-        if (!g.md || !g.mc)
-                abort(); /* out of memory, as xmalloc */
-        pcre2_set_match_limit(g.mc, MATCH_LIMIT);
-
+        /* A search of a whole distribution's tree takes long: it stops after
+         * grep_timeout_s with what it found, saying so, rather than outliving
+         * its caller. */
+        uint64_t deadline = ab_now_ms() + (uint64_t)c->lim.grep_timeout_s * 1000u;
         _cleanup_free_ char *root = path_display(path);
         const char *send = path_for_box(path);
-        _cleanup_err_ ab_err *e = NULL;
-        abc_dirent *d = NULL;
-        size_t n = 0;
-        if (list_tree(c, send, &d, &n, &e) < 0) {
-                if (tool_err_is_fatal(e)) {
-                        if (err && !*err)
-                                *err = steal_pointer(&e);
-                        return -1;
-                }
-                if (tool_err_is(e, AB_E_INVALID, "not a directory")) {
-                        /* A single file; the glob filter sees its name. */
-                        const char *base = strrchr(root, '/');
-                        if ((!glob || glob_path_matches(glob, base ? base + 1 : root)) &&
-                            grep_file(c, &g, send, root, err) < 0)
-                                return -1;
-                } else if (e->code == AB_E_NOT_FOUND) {
-                        result_errorf(out, "Error: Directory not found: %s", path);
-                        return 0;
-                } else if (e->code == AB_E_PERMISSION) {
-                        result_errorf(out, "Error: Permission denied: %s", path);
-                        return 0;
-                } else {
-                        result_errorf(out, "Error: Unexpected error searching file contents: %s",
-                                      e->msg);
-                        return 0;
-                }
-        }
-        int r = 0;
-        bool in_pseudo = pseudo_dir(send);
-        uint64_t deadline = ab_now_ns() + (uint64_t)GREP_TIME_MAX_S * 1000000000ull;
-        bool out_of_time = false;
-        for (size_t i = 0; i < n && !g.truncated; i++) {
-                if ((i & 63) == 0 && ab_now_ns() > deadline) {
-                        out_of_time = true;
-                        break;
-                }
-                /* Symlinks are skipped (as DeerFlow), so a link never leads the
-                 * search elsewhere; so are the ignore list and huge files. */
-                if (d[i].st.type != ABC_FILE || ignored_path(d[i].path) ||
-                    d[i].st.size > c->lim.grep_file_max)
-                        continue;
-                if (glob && !glob_path_matches(glob, d[i].path))
-                        continue;
-                _cleanup_free_ char *sendp = path_join(send, d[i].path);
-                if (!in_pseudo && pseudo_dir(sendp))
-                        continue;
-                _cleanup_free_ char *disp = path_join(root, d[i].path);
-                if ((r = grep_file(c, &g, sendp, disp, err)) < 0)
-                        break;
-        }
-        abc_dirents_free(d, n);
+        /* The files to search, as sent to init and as shown. */
+        _cleanup_strv_ char **sends = NULL, **shows = NULL;
+        size_t nf = 0;
+        bool bad = false;
+        int r = grep_candidates(c, path, root, send, glob, &sends, &shows, &nf, out, err);
         if (r < 0)
                 return -1;
+        if (r > 0) {
+                /* No tree to search: the pattern's error still comes first. */
+                ab_tool_result msg = *out;
+                *out = (ab_tool_result){0};
+                if (grep_batch(c, &g, pattern, plen, literal, case_sensitive, NULL, NULL, 0,
+                               deadline, out, &bad, err) < 0) {
+                        ab_tool_result_clear(&msg);
+                        return -1;
+                }
+                if (bad)
+                        ab_tool_result_clear(&msg);
+                else
+                        *out = msg;
+                return 0;
+        }
+        size_t i = 0;
+        do {
+                size_t j = i, bytes = 0;
+                while (j < nf &&
+                       (j == i || bytes + abc_grep_path_cost(sends[j]) <= GREP_BATCH_BYTES))
+                        bytes += abc_grep_path_cost(sends[j++]);
+                if (grep_batch(c, &g, pattern, plen, literal, case_sensitive, sends + i, shows + i,
+                               j - i, deadline, out, &bad, err) < 0)
+                        return -1;
+                if (bad)
+                        return 0;
+                i = j;
+        } while (i < nf && !g.truncated && !g.out_of_time);
+        bool out_of_time = g.out_of_time;
         if (g.found == 0) {
                 result_set(out,
                            out_of_time ? xasprintf("No matches found under %s (the search stopped "
                                                    "after %d s: narrow the path or add a glob "
                                                    "filter)",
-                                                   path, GREP_TIME_MAX_S)
+                                                   path, (int)c->lim.grep_timeout_s)
                                        : xasprintf("No matches found under %s", path),
                            false);
                 return 0;
@@ -228,7 +244,7 @@ int tool_grep(tool_ctx *c, json_t *args, ab_tool_result *out, ab_err **err)
                 ab_buf_printf(&b,
                               "\nThe search stopped after %d s. Narrow the path or add a glob "
                               "filter.",
-                              GREP_TIME_MAX_S);
+                              (int)c->lim.grep_timeout_s);
         result_set(out, ab_buf_steal(&b), false);
         return 0;
 }

@@ -200,6 +200,8 @@ static void fill_limits(ab_tool_limits *l, const ab_tool_limits *in)
                 l->shell_max_bytes = 50 * 1024;
         if (!l->grep_file_max)
                 l->grep_file_max = 1024 * 1024;
+        if (!l->grep_timeout_s)
+                l->grep_timeout_s = 30;
 }
 
 int ab_tool_run(const ab_tool_box *box, const ab_tool_limits *lim, const char *name, json_t *args,
@@ -224,7 +226,7 @@ int ab_tool_run(const ab_tool_box *box, const ab_tool_limits *lim, const char *n
         if (!out->output)
                 out->output = xstrdup("");
         /* Everything the model sees is valid UTF-8 without NULs (JSON-safe). */
-        char *clean = utf8_clean(out->output, strlen(out->output), NULL);
+        char *clean = ab_utf8_clean(out->output, strlen(out->output), NULL);
         free(out->output);
         out->output = clean;
         return 0;

@@ -27,6 +27,7 @@ typedef struct ab_tool_limits {
         size_t shell_max_lines;  /* [2000] sandbox_shell tail truncation */
         size_t shell_max_bytes;  /* [50 KiB] */
         uint64_t grep_file_max;  /* [1 MiB] files larger than this are skipped by grep */
+        uint32_t grep_timeout_s; /* [30] a grep stops after this long with what it found */
 } ab_tool_limits;
 
 /* How a tool reaches the box. connect() returns a new connection to the
@@ -40,6 +41,9 @@ typedef struct ab_tool_box {
         int (*connect)(void *ud, ab_err **err);
         int (*exec)(void *ud, const abc_exec_req *req, abc_output_fn out, void *out_ud,
                     abc_exec_res *res, ab_err **err);
+        /* Optional (NULL: never): true when nobody waits for the answer any
+         * more (the caller's client hung up); a long tool (grep) then stops. */
+        bool (*gone)(void *ud);
         void *ud;
 } ab_tool_box;
 

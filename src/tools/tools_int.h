@@ -8,6 +8,7 @@
 
 #include "proto/initclient.h"
 #include "base/buf.h"
+#include "base/utf8.h"
 #include "base/util.h"
 
 /* The box's working directory: relative paths are relative to it. */
@@ -56,14 +57,7 @@ bool tool_err_is_fatal(const ab_err *e);
 /* True when an init error message starts with prefix ("is a directory", ...). */
 bool tool_err_is(const ab_err *e, ab_code code, const char *prefix);
 
-/* ---- text (fmt.c; buffers are base/buf.h) ---- */
-
-/* Valid UTF-8 copy of buf: invalid bytes and NULs become U+FFFD. */
-char *utf8_clean(const void *buf, size_t len, size_t *outlen);
-/* Code points in valid UTF-8 text s of n bytes. */
-size_t utf8_count(const char *s, size_t n);
-/* Byte offset of the k-th code point of s (n when k is past the end). */
-size_t utf8_offset(const char *s, size_t n, size_t k);
+/* ---- text (fmt.c; UTF-8 is base/utf8.h, buffers base/buf.h) ---- */
 
 /* DeerFlow's truncations, in code points (0 = off); take and return malloc'd text. */
 char *trunc_middle(char *s, size_t max_chars);                   /* bash */

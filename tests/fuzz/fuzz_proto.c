@@ -32,6 +32,11 @@ static void decode_all(const abp_frame *f)
         abp_term_info ti;
         if (abp_dec_term(f, &ti) == 0)
                 abp_term_info_clear(&ti);
+        abp_grep_req gq;
+        if (abp_dec_grep(f, &gq) == 0)
+                abp_grep_req_clear(&gq);
+        abp_match ma;
+        (void)!abp_dec_match(f, &ma);
         size_t off = 0;
         abp_field fl;
         while (abp_field_next(f, &off, &fl) == 1)

@@ -5,6 +5,7 @@
 #include "tap.h"
 
 #include <errno.h>
+#include <string.h>
 #include <sys/socket.h>
 
 /* Feeds the frames in b to a fresh reader one byte at a time (so every
@@ -625,9 +626,58 @@ static void test_socket(void)
         abp_reader_free(&r);
 }
 
+/* GREP and MATCH: a pattern holding a NUL, repeated paths; rejections. */
+static void test_grep_codec(void)
+{
+        abp_buf b = {0};
+        abp_frame f;
+        static const char pat[] = "a\0b(c";
+        const char *paths[] = {"x/one.txt", "/abs/two", "three", NULL};
+        abp_grep_req q = {.pattern = pat,
+                          .pattern_len = sizeof(pat) - 1,
+                          .flags = ABP_G_LITERAL | ABP_G_CASE_SENSITIVE,
+                          .count = 7,
+                          .timeout_ms = 1234,
+                          .size_max = 1u << 20,
+                          .paths = paths,
+                          .n_paths = 3};
+        abp_grep_req d;
+        tap_ok(abp_enc_grep(&b, &q) == 0 && reparse(&b, &f) == 0 && abp_dec_grep(&f, &d) == 0,
+               "GREP round trip");
+        tap_ok(d.pattern_len == sizeof(pat) - 1 && memcmp(d.pattern, pat, sizeof(pat) - 1) == 0,
+               "GREP: the pattern keeps its NUL and length");
+        tap_ok(d.flags == q.flags && d.count == 7 && d.timeout_ms == 1234 && d.size_max == 1u << 20,
+               "GREP: flags, count, timeout, size");
+        tap_ok(d.n_paths == 3 && !strcmp(d.paths[0], "x/one.txt") &&
+                   !strcmp(d.paths[1], "/abs/two") && !strcmp(d.paths[2], "three"),
+               "GREP: the paths in order");
+        abp_grep_req_clear(&d);
+        b.len = 0;
+        abp_grep_req none = {.n_paths = 0};
+        abp_frame_begin(&b, ABP_GREP);
+        abp_put_u32(&b, ABP_F_COUNT, 1);
+        tap_ok(abp_frame_end(&b) == 0 && reparse(&b, &f) == 0 &&
+                   abp_dec_grep(&f, &none) == -EBADMSG,
+               "GREP without a pattern is refused");
+        abp_grep_req_clear(&none);
+        b.len = 0;
+        abp_match m = {.index = 2, .line = 99, .text = "hit\0me", .len = 6}, dm;
+        tap_ok(abp_enc_match(&b, &m) == 0 && reparse(&b, &f) == 0 && abp_dec_match(&f, &dm) == 0 &&
+                   dm.index == 2 && dm.line == 99 && dm.len == 6 && !memcmp(dm.text, "hit\0me", 6),
+               "MATCH round trip");
+        b.len = 0;
+        abp_frame_begin(&b, ABP_MATCH);
+        abp_put_u32(&b, ABP_F_INDEX, 1);
+        abp_put_bytes(&b, ABP_F_DATA, "x", 1);
+        tap_ok(abp_frame_end(&b) == 0 && reparse(&b, &f) == 0 && abp_dec_match(&f, &dm) == -EBADMSG,
+               "MATCH without a line number is refused");
+        abp_buf_free(&b);
+}
+
 int main(void)
 {
         test_roundtrips();
+        test_grep_codec();
         test_term_codec();
         test_rejections();
         test_random();
