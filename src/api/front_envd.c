@@ -111,6 +111,28 @@ static enum MHD_Result envd_deny(ab_req *r, unsigned status, const char *msg)
         return resp_json(r, status, json_pack("{s:i,s:s}", "code", (int)status, "message", msg));
 }
 
+/* Box id's record when tok is its access token: 1 (*rec filled: clear it);
+ * 0 when it is not (no such box, one being deleted, another creation of the
+ * id or another app: no record this token was made for; a malformed token);
+ * -1 with *err (err must not be NULL) when the store or the secret fails. */
+static int token_box(ab_server *s, const char *id, const char *tok, ab_box_rec *rec, ab_err **err)
+{
+        if (!tok || strlen(tok) != E2B_TOKEN_LEN)
+                return 0;
+        if (ab_manager_get(s->mgr, id, NULL, rec, err) < 0) {
+                if ((*err)->code != AB_E_NOT_FOUND)
+                        return -1;
+                ab_err_free(err);
+                return 0;
+        }
+        char want[E2B_TOKEN_LEN + 1];
+        if (rec->status != AB_BOX_DELETING && e2b_access_token(s, rec, want, err) == 0 &&
+            req_secret_eq(tok, want))
+                return 1;
+        ab_box_rec_clear(rec);
+        return *err ? -1 : 0;
+}
+
 enum MHD_Result envd_authenticate(ab_req *r, bool *ok)
 {
         *ok = false;
@@ -118,30 +140,13 @@ enum MHD_Result envd_authenticate(ab_req *r, bool *ok)
         const char *tok = req_header(r, "X-Access-Token");
         if (!id || !*id || strlen(id) > 64)
                 return envd_deny(r, 400, "missing E2b-Sandbox-Id header");
-        const char *bad = "invalid or missing X-Access-Token for this sandbox";
-        if (!tok || strlen(tok) != E2B_TOKEN_LEN)
-                return envd_deny(r, 401, bad);
-        /* The box as it is now: a deleted box (or a later one with its id,
-         * or one of another app) has no record this token was made for. */
         ab_box_rec rec;
         ab_err *e = NULL;
-        if (ab_manager_get(r->srv->mgr, id, NULL, &rec, &e) < 0) {
-                if (e->code != AB_E_NOT_FOUND)
-                        return resp_err(r, e);
-                ab_err_free(&e);
-                return envd_deny(r, 401, bad);
-        }
-        char want[E2B_TOKEN_LEN + 1];
-        bool good = rec.status != AB_BOX_DELETING &&
-                    e2b_access_token(r->srv, &rec, want, &e) == 0 && req_secret_eq(tok, want);
-        if (e) {
-                ab_box_rec_clear(&rec);
+        int rc = token_box(r->srv, id, tok, &rec, &e);
+        if (rc < 0)
                 return resp_err(r, e);
-        }
-        if (!good) {
-                ab_box_rec_clear(&rec);
-                return envd_deny(r, 401, bad);
-        }
+        if (rc == 0)
+                return envd_deny(r, 401, "invalid or missing X-Access-Token for this sandbox");
         /* the call acts as the box's owner: its app (none: the admin's box) */
         r->scope_buf = steal_pointer(&rec.app_id);
         r->scope = r->scope_buf;
@@ -512,12 +517,19 @@ enum MHD_Result envd_filesystem_rpc(ab_req *r, const char *method)
 
 /* ---- /health ----------------------------------------------------------- */
 
+/* GET /health: 204 while the server is up. With E2b-Sandbox-Id, 204 only
+ * while that box runs (or is paused) and X-Access-Token is its token, else
+ * 502 (the SDK's "not running"): a caller without the token learns nothing,
+ * not even whether the box exists. */
 enum MHD_Result envd_health(ab_req *r, const char *id)
 {
         const char *box = req_header(r, "E2b-Sandbox-Id");
         if (box) {
                 ab_box_rec rec;
-                if (ab_manager_get(r->srv->mgr, box, NULL, &rec, NULL) < 0)
+                ab_err *e = NULL;
+                int rc = token_box(r->srv, box, req_header(r, "X-Access-Token"), &rec, &e);
+                ab_err_free(&e);
+                if (rc <= 0)
                         return resp_json(r, 502,
                                          json_pack("{s:i,s:s}", "code", 502, "message",
                                                    "the sandbox is not running"));

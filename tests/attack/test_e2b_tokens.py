@@ -12,7 +12,10 @@ box's app. Each check passes only when the attack fails:
 - the same within one app: a box re-made with the same id is not opened by
   the first one's token;
 - the token of a live box still works after a restart (nothing lost), and
-  a forged or truncated token is refused."""
+  a forged or truncated token is refused;
+- envd's /health tells whether a box runs only to the holder of its token
+  (without it: 502 as for an unknown id, so it is no oracle of which ids
+  exist)."""
 import os
 import secrets
 import sys
@@ -44,6 +47,13 @@ def e2b_token(box, key):
     return r, r.get("envdAccessToken") if isinstance(r.json, dict) else None
 
 
+def health(box, tok=None):
+    hdr = {"E2b-Sandbox-Id": box}
+    if tok:
+        hdr["X-Access-Token"] = tok
+    return srv.request("GET", "/e2b/envd/health", headers=hdr, token=None)
+
+
 def stat_ok(box, tok):
     return envd(box, tok, "filesystem.Filesystem/Stat", {"path": "/workspace"})
 
@@ -64,13 +74,24 @@ h.eq(tok, TA, "app A's key gets the same token again", r.describe())
 
 r = srv.post("/e2b/sandboxes", {"templateID": "base", "timeout": 600}, token=KEY_B)
 h.eq(r.status, 201, "app B makes an E2B sandbox", r.describe())
-SB = r.get("sandboxID") or "none"
+SB, TSB = r.get("sandboxID") or "none", r.get("envdAccessToken") or "none"
+r = stat_ok(SB, TSB)
+h.eq(r.status, 200, "B's token opens B's sandbox", r.describe())
 r = stat_ok(SB, TA)
 h.eq(r.status, 401, "A's token with B's sandbox id: 401", r.describe())
 r = stat_ok(SA, TA[:-1])
 h.eq(r.status, 401, "a truncated token: 401", r.describe())
 r = stat_ok(SA, "0" * 64)
 h.eq(r.status, 401, "a forged token: 401", r.describe())
+r = health(SA, TA)
+h.eq(r.status, 204, "envd /health with the box's token: running", r.describe())
+r = health("nosuchbox" + secrets.token_hex(4))
+h.eq(r.status, 502, "envd /health of an unknown id: 502", r.describe())
+r = health(SA)
+h.eq(r.status, 502, "envd /health of A's box without its token: 502 as for an unknown id (no oracle)",
+     r.describe())
+r = health(SA, TSB)
+h.eq(r.status, 502, "... and with another box's token", r.describe())
 
 # ---- a token outlives nothing: restart keeps it, delete ends it --------------------------------
 
@@ -83,6 +104,8 @@ r = srv.delete("/e2b/sandboxes/" + SA, token=KEY_A)
 h.eq(r.status, 204, "app A kills its sandbox", r.describe())
 r = stat_ok(SA, TA)
 h.eq(r.status, 401, "the deleted box's token: 401 (not a call on a missing box)", r.describe())
+r = health(SA, TA)
+h.eq(r.status, 502, "envd /health with the deleted box's token: not running", r.describe())
 
 # ---- an id made again, by another app -----------------------------------------------------------
 
