@@ -98,7 +98,7 @@ typedef struct ab_req {
         ab_quota key_quotas;
         ab_caller caller;
         ab_proxy *proxy; /* a request to a box's port, or NULL (routes_ports.c) */
-        char *front_box; /* the box a per-box credential (E2B's access token) opened */
+        char *front_box; /* owned, or NULL: the box an E2B access token opened */
 } ab_req;
 
 /* Authenticates r as a route open to users (admin token or API key) would:
