@@ -29,7 +29,7 @@ static enum MHD_Result files_error(ab_req *r, ab_err *e)
 enum MHD_Result envd_files_get(ab_req *r, const char *id)
 {
         enum MHD_Result ret;
-        const char *box = envd_box(r, &ret, false);
+        const char *box = envd_box(r, &ret);
         if (!box)
                 return ret;
         const char *path = req_query(r, "path");
@@ -39,7 +39,7 @@ enum MHD_Result envd_files_get(ab_req *r, const char *id)
         _cleanup_free_ char *abs = envd_abs_path(path, NULL);
         ab_use use;
         ab_err *e = NULL;
-        if (ab_manager_use_begin(r->srv->mgr, box, NULL, &use, &e) < 0)
+        if (ab_manager_use_begin(r->srv->mgr, box, r->scope, &use, &e) < 0)
                 return files_error(r, e);
         abc_stat st = {0};
         int fd = ab_manager_use_connect(r->srv->mgr, &use, &e);
@@ -179,7 +179,7 @@ bad:
 enum MHD_Result envd_files_post(ab_req *r, const char *id)
 {
         enum MHD_Result ret;
-        const char *box = envd_box(r, &ret, false);
+        const char *box = envd_box(r, &ret);
         if (!box)
                 return ret;
         if (r->upload_failed)
@@ -235,7 +235,7 @@ enum MHD_Result envd_files_post(ab_req *r, const char *id)
                 free(files[i].path);
                 files[i].path = full;
                 up_call c = {.f = &files[i], .src_fd = src_fd};
-                rc = envd_with_box(r->srv, box, up_write, &c, &e);
+                rc = envd_with_box(r->srv, box, r->scope, up_write, &c, &e);
                 if (rc == 0) {
                         const char *name = strrchr(full, '/');
                         json_array_append_new(a, json_pack("{s:s,s:s,s:s}", "name",

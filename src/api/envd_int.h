@@ -11,10 +11,9 @@
 /* Keepalive events on long-lived streams, this often (s). */
 #define ENVD_KEEPALIVE_S 15
 
-/* The box a call is for, after checking its access token; NULL after
- * answering (400 without E2b-Sandbox-Id, 401 for a bad token) in Connect's
- * error shape (rpc) or envd's {"code": status, "message"}. */
-const char *envd_box(ab_req *r, enum MHD_Result *ret, bool rpc);
+/* The box a call is for, whose access token envd_authenticate checked from
+ * the request's head (borrowed from r); r->scope is then the box's app. */
+const char *envd_box(ab_req *r, enum MHD_Result *ret);
 /* The exec user of a call (Authorization: Basic base64("name:")): NULL =
  * the box's default (also for E2B's "user" and "root"). Free it. */
 char *envd_user(ab_req *r);
@@ -32,14 +31,16 @@ char *envd_abs_path(const char *base, const char *rel);
 /* filesystem.EntryInfo of absolute path with st. */
 json_t *envd_entry_info(const char *path, const abc_stat *st);
 
-/* Runs fn with a connection to box id's init, inside a use of the box. */
+/* Runs fn with a connection to box id's init, inside a use of the box by
+ * scope (the call's app: r->scope). */
 typedef int (*box_fn)(int fd, void *ud, ab_err **err);
-int envd_with_box(ab_server *s, const char *id, box_fn fn, void *ud, ab_err **err);
+int envd_with_box(ab_server *s, const char *id, const char *scope, box_fn fn, void *ud,
+                  ab_err **err);
 /* Stats path following symlinks (E2B's /home/user is one): *st is the
  * target's (st->link: the first link's target; free it); *real (when not
  * NULL) the path it resolved to (free it). */
-int envd_stat_follow(ab_server *s, const char *box, const char *path, abc_stat *st, char **real,
-                     ab_err **err);
+int envd_stat_follow(ab_server *s, const char *box, const char *scope, const char *path,
+                     abc_stat *st, char **real, ab_err **err);
 
 /* envd_watch.c: filesystem.Filesystem/WatchDir (a stream) and the watcher
  * calls (CreateWatcher, GetWatcherEvents, RemoveWatcher). */

@@ -37,6 +37,7 @@ typedef struct proc {
         struct proc *next;
         int refs;
         char *box;
+        char *scope;  /* the app the process runs for (its box's), or NULL */
         uint32_t pid; /* in the box; 0 until known */
         char *tag;
         json_t *config; /* ProcessConfig, for List */
@@ -99,6 +100,7 @@ static void proc_unref(proc *p)
         ab_buf_free(&p->pending);
         json_decref(p->config);
         free(p->box);
+        free(p->scope);
         free(p->tag);
         ab_strvfreep(&p->argv);
         ab_strvfreep(&p->env);
@@ -298,7 +300,7 @@ static void *pty_main(void *arg)
         _cleanup_buf_ ab_buf b = {0};
         int exit_code = 0;
         bool exited = false, closed = false;
-        int rc = ab_manager_term_attach(m, p->box, NULL, p->tid, &a, &e);
+        int rc = ab_manager_term_attach(m, p->box, p->scope, p->tid, &a, &e);
         if (rc == 0)
                 ab_manager_use_hold(m, &a.use);
         if (rc < 0) {
@@ -336,7 +338,7 @@ static void *pty_main(void *arg)
                                 break;
                 }
                 ab_manager_term_detach(m, &a);
-                ab_manager_term_close(m, p->box, NULL, p->tid, NULL);
+                ab_manager_term_close(m, p->box, p->scope, p->tid, NULL);
                 _cleanup_free_ char *status =
                     exited ? xasprintf("exit status %d", exit_code) : xstrdup("signal: killed");
                 event_envelope(&b, json_pack("{s:{s:i,s:b,s:s}}", "end", "exitCode",
@@ -399,8 +401,8 @@ static int proc_signal(ab_server *s, proc *p, int sig, ab_err **err)
 {
         if (p->tid) /* a PTY: its session ends (SIGKILL), or its foreground group gets sig */
                 return sig == SIGKILL
-                           ? ab_manager_term_close(s->mgr, p->box, NULL, p->tid, err)
-                           : ab_manager_term_signal(s->mgr, p->box, NULL, p->tid, sig, err);
+                           ? ab_manager_term_close(s->mgr, p->box, p->scope, p->tid, err)
+                           : ab_manager_term_signal(s->mgr, p->box, p->scope, p->tid, sig, err);
         if (sig == SIGKILL) {
                 pthread_mutex_lock(&p->io_lock);
                 if (p->cancel_w >= 0) {
@@ -419,7 +421,7 @@ static int proc_signal(ab_server *s, proc *p, int sig, ab_err **err)
         snprintf(signame, sizeof(signame), "-%d", sig);
         const char *argv[] = {"kill", signame, pid, NULL};
         ab_use u;
-        if (ab_manager_use_begin(s->mgr, p->box, NULL, &u, err) < 0)
+        if (ab_manager_use_begin(s->mgr, p->box, p->scope, &u, err) < 0)
                 return -1;
         abc_exec_req q = {.argv = argv, .stdin_fd = -1, .timeout_ms = 10000};
         abc_exec_res res;
@@ -541,7 +543,7 @@ static enum MHD_Result pty_start(ab_req *r, const char *box, proc *p, json_t *pt
         };
         abc_term_info info = {0};
         ab_err *e = NULL;
-        if (ab_manager_term_open_id(r->srv->mgr, box, NULL, &q, &info, &e) < 0) {
+        if (ab_manager_term_open_id(r->srv->mgr, box, r->scope, &q, &info, &e) < 0) {
                 ab_stream_slot_release(slot);
                 p->refs = 1;
                 proc_unref(p);
@@ -560,7 +562,7 @@ static enum MHD_Result pty_start(ab_req *r, const char *box, proc *p, json_t *pt
         p->refs++; /* subscribe's, dropped below */
         enum MHD_Result ret = subscribe(r, p, true, slot);
         if (spawn_detached(pty_main, p) < 0) {
-                ab_manager_term_close(r->srv->mgr, box, NULL, p->tid, NULL);
+                ab_manager_term_close(r->srv->mgr, box, r->scope, p->tid, NULL);
                 proc_unlist(p);
                 pthread_mutex_lock(&p->lock);
                 subs_close(&p->subs);
@@ -608,6 +610,7 @@ static enum MHD_Result process_start(ab_req *r, const char *box, json_t *msg)
         pthread_mutex_init(&p->io_lock, NULL);
         p->srv = r->srv;
         p->box = xstrdup(box);
+        p->scope = r->scope ? xstrdup(r->scope) : NULL;
         p->stdin_w = p->cancel_w = p->stdin_r = p->cancel_r = -1;
         p->refs = 2; /* the registry's and the thread's */
         const char *tag = json_string_value(json_object_get(msg, "tag"));
@@ -651,7 +654,7 @@ static enum MHD_Result process_start(ab_req *r, const char *box, json_t *msg)
         p->stdin_w = in[1];
         p->cancel_r = cancel[0];
         p->cancel_w = cancel[1];
-        if (ab_manager_use_begin(r->srv->mgr, box, NULL, &p->use, &e) < 0) {
+        if (ab_manager_use_begin(r->srv->mgr, box, r->scope, &p->use, &e) < 0) {
                 ab_stream_slot_release(slot);
                 p->refs = 1;
                 proc_unref(p);
@@ -737,8 +740,8 @@ static int proc_input(proc *p, json_t *input, ab_err **err)
         if (p->tid) {
                 for (size_t off = 0; off < len;) { /* the keeper takes 60 KiB a call */
                         size_t n = len - off > 60000 ? 60000 : len - off;
-                        if (ab_manager_term_input(p->srv->mgr, p->box, NULL, p->tid, data + off, n,
-                                                  err) < 0)
+                        if (ab_manager_term_input(p->srv->mgr, p->box, p->scope, p->tid, data + off,
+                                                  n, err) < 0)
                                 return -1;
                         off += n;
                 }
@@ -773,7 +776,7 @@ static enum MHD_Result process_unary(ab_req *r, const char *box, const char *met
                 if (!p->tid)
                         rc = ab_err_set(&e, AB_E_INVALID, 0, "the process has no PTY");
                 else if (json_is_integer(cj) && json_is_integer(rj))
-                        rc = ab_manager_term_resize(r->srv->mgr, box, NULL, p->tid,
+                        rc = ab_manager_term_resize(r->srv->mgr, box, r->scope, p->tid,
                                                     (uint32_t)json_integer_value(cj),
                                                     (uint32_t)json_integer_value(rj), &e);
         } else if (!strcmp(method, "SendInput")) {
@@ -856,7 +859,7 @@ static enum MHD_Result process_stream_input(ab_req *r, const char *box)
 enum MHD_Result envd_process_rpc(ab_req *r, const char *method)
 {
         enum MHD_Result ret;
-        const char *box = envd_box(r, &ret, true);
+        const char *box = envd_box(r, &ret);
         if (!box)
                 return ret;
         if (!strcmp(method, "StreamInput"))

@@ -198,7 +198,7 @@ static watch *watch_new(ab_req *r, const char *box, json_t *msg, int fd, ab_err 
         }
         abc_stat st = {0};
         char *real = NULL;
-        if (envd_stat_follow(r->srv, box, path, &st, &real, err) < 0)
+        if (envd_stat_follow(r->srv, box, r->scope, path, &st, &real, err) < 0)
                 return NULL;
         free(st.link);
         if (st.type != ABC_DIR) {

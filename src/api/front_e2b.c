@@ -95,7 +95,7 @@ static json_t *sandbox_json(ab_req *r, const ab_box_rec *rec, bool detail)
             "envdVersion", ENVD_VERSION);
         if (detail) {
                 char tok[E2B_TOKEN_LEN + 1];
-                if (e2b_access_token(r->srv, rec->id, tok, NULL) == 0)
+                if (e2b_access_token(r->srv, rec, tok, NULL) == 0)
                         json_object_set_new(j, "envdAccessToken", json_string(tok));
                 const char *dom = r->srv->cfg->ports_domain;
                 json_object_set_new(j, "domain", dom && *dom ? json_string(dom) : json_null());

@@ -11,11 +11,22 @@
 
 #define E2B_TOKEN_LEN 64 /* hex characters */
 
-/* The envd access token of box id: HMAC-SHA256 of the id with the server's
- * E2B secret (DATA/e2b.secret, made at first use), so that it survives a
- * restart and needs no record. out gets E2B_TOKEN_LEN hex digits + NUL.
- * 0, or -1 with *err when the secret cannot be read or made. */
-int e2b_access_token(ab_server *s, const char *id, char out[E2B_TOKEN_LEN + 1], ab_err **err);
+/* The envd access token of the box rec: HMAC-SHA256 with the server's E2B
+ * secret (DATA/e2b.secret, made at first use) of the box's id, its creation
+ * (spec.creation, a random value each new box gets) and its app, so that it
+ * survives a restart, opens no later box with the same id and no box of
+ * another app, and needs no record of its own. out gets E2B_TOKEN_LEN hex
+ * digits + NUL. 0, or -1 with *err when the secret cannot be read or made. */
+int e2b_access_token(ab_server *s, const ab_box_rec *rec, char out[E2B_TOKEN_LEN + 1],
+                     ab_err **err);
+
+/* Authenticates an envd call from its head, before any body is read: the
+ * box named by E2b-Sandbox-Id exists and X-Access-Token is the token of this
+ * creation of it. Then sets r->scope to the box's app (NULL: a box of the
+ * admin's) and r->front_box to its id (*ok true); else answers 400 (no id),
+ * 401 (a bad token, an unknown or deleted box) or 500 itself. Reads the
+ * store: call it on a worker. */
+enum MHD_Result envd_authenticate(ab_req *r, bool *ok);
 
 /* Ends the E2B processes and watches of box id that this server runs (their
  * streams see the end): called when the front deletes or pauses a box. */

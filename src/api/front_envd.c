@@ -2,9 +2,11 @@
  * /e2b/envd for every box (docs/compat-e2b.md): Connect RPC with JSON for
  * process.Process (envd_proc.c) and filesystem.Filesystem (here; watches in
  * envd_watch.c), /files (envd_files.c) and /health (here). A call names its
- * box by E2b-Sandbox-Id and proves it with X-Access-Token, an HMAC of the
- * box id with the server's E2B secret. This file: the tokens, what the envd
- * files share (envd_int.h), the filesystem calls, /health, the shutdown. */
+ * box by E2b-Sandbox-Id and proves it with X-Access-Token, an HMAC with the
+ * server's E2B secret of the box's id, its creation and its app: it opens
+ * that box only, while it exists, as its app. This file: the tokens, what
+ * the envd files share (envd_int.h), the filesystem calls, /health, the
+ * shutdown. */
 #include "api/envd_int.h"
 #include "base/log.h"
 
@@ -54,7 +56,27 @@ static int load_secret(const char *data_dir, ab_err **err)
         return 0;
 }
 
-int e2b_access_token(ab_server *s, const char *id, char out[E2B_TOKEN_LEN + 1], ab_err **err)
+/* What a token is bound to: the box's id, its creation (a random value
+ * stored with the box; a box from before it had one: its creation time and
+ * backend name) and its owner's app, each ended by a NUL so that no two
+ * tuples make the same bytes. */
+static void token_input(ab_buf *b, const ab_box_rec *rec)
+{
+        static const char tag[] = "agentbox e2b envd access token v2";
+        ab_buf_add(b, tag, sizeof(tag));
+        ab_buf_add(b, rec->id, strlen(rec->id) + 1);
+        const char *app = rec->app_id ? rec->app_id : "";
+        ab_buf_add(b, app, strlen(app) + 1);
+        const char *creation = json_string_value(json_object_get(rec->spec, "creation"));
+        if (creation)
+                ab_buf_printf(b, "creation=%s", creation);
+        else
+                ab_buf_printf(b, "created_at=%lld backend_id=%s", (long long)rec->created_at,
+                              rec->backend_id ? rec->backend_id : "");
+        ab_buf_add(b, "", 1);
+}
+
+int e2b_access_token(ab_server *s, const ab_box_rec *rec, char out[E2B_TOKEN_LEN + 1], ab_err **err)
 {
         pthread_mutex_lock(&secret_lock);
         int rc = secret_ok ? 0 : load_secret(s->cfg->data_dir, err);
@@ -63,44 +85,86 @@ int e2b_access_token(ab_server *s, const char *id, char out[E2B_TOKEN_LEN + 1], 
         pthread_mutex_unlock(&secret_lock);
         if (rc < 0)
                 return -1;
+        _cleanup_buf_ ab_buf in = {0};
+        token_input(&in, rec);
         unsigned char mac[32];
         unsigned int n = 0;
-        HMAC(EVP_sha256(), secret, sizeof(secret), (const unsigned char *)id, strlen(id), mac, &n);
+        HMAC(EVP_sha256(), secret, sizeof(secret), (const unsigned char *)in.p, in.n, mac, &n);
         for (unsigned i = 0; i < 32; i++)
                 snprintf(out + 2 * i, 3, "%02x", mac[i]);
         return 0;
 }
 
-/* The box a call is for, after checking its access token: NULL after
- * answering 401 (envd's answer to a bad token). */
-const char *envd_box(ab_req *r, enum MHD_Result *ret, bool rpc)
+/* envd's calls answer errors in Connect's shape; /files in envd's own. */
+static bool envd_is_rpc(ab_req *r)
 {
+        return strncmp(r->path, "e2b/envd/files", 14) != 0;
+}
+
+static enum MHD_Result envd_deny(ab_req *r, unsigned status, const char *msg)
+{
+        if (envd_is_rpc(r))
+                return resp_json(r, status,
+                                 json_pack("{s:s,s:s}", "code",
+                                           status == 400 ? "invalid_argument" : "unauthenticated",
+                                           "message", msg));
+        return resp_json(r, status, json_pack("{s:i,s:s}", "code", (int)status, "message", msg));
+}
+
+/* Box id's record when tok is its access token: 1 (*rec filled: clear it);
+ * 0 when it is not (no such box, one being deleted, another creation of the
+ * id or another app: no record this token was made for; a malformed token);
+ * -1 with *err (err must not be NULL) when the store or the secret fails. */
+static int token_box(ab_server *s, const char *id, const char *tok, ab_box_rec *rec, ab_err **err)
+{
+        if (!tok || strlen(tok) != E2B_TOKEN_LEN)
+                return 0;
+        if (ab_manager_get(s->mgr, id, NULL, rec, err) < 0) {
+                if ((*err)->code != AB_E_NOT_FOUND)
+                        return -1;
+                ab_err_free(err);
+                return 0;
+        }
+        char want[E2B_TOKEN_LEN + 1];
+        if (rec->status != AB_BOX_DELETING && e2b_access_token(s, rec, want, err) == 0 &&
+            req_secret_eq(tok, want))
+                return 1;
+        ab_box_rec_clear(rec);
+        return *err ? -1 : 0;
+}
+
+enum MHD_Result envd_authenticate(ab_req *r, bool *ok)
+{
+        *ok = false;
         const char *id = req_header(r, "E2b-Sandbox-Id");
         const char *tok = req_header(r, "X-Access-Token");
-        char want[E2B_TOKEN_LEN + 1];
+        if (!id || !*id || strlen(id) > 64)
+                return envd_deny(r, 400, "missing E2b-Sandbox-Id header");
+        ab_box_rec rec;
         ab_err *e = NULL;
-        if (!id || !*id || strlen(id) > 64) {
-                *ret = rpc ? resp_json(r, 400,
-                                       json_pack("{s:s,s:s}", "code", "invalid_argument", "message",
-                                                 "missing E2b-Sandbox-Id header"))
-                           : resp_json(r, 400,
-                                       json_pack("{s:i,s:s}", "code", 400, "message",
-                                                 "missing E2b-Sandbox-Id header"));
+        int rc = token_box(r->srv, id, tok, &rec, &e);
+        if (rc < 0)
+                return resp_err(r, e);
+        if (rc == 0)
+                return envd_deny(r, 401, "invalid or missing X-Access-Token for this sandbox");
+        /* the call acts as the box's owner: its app (none: the admin's box) */
+        r->scope_buf = steal_pointer(&rec.app_id);
+        r->scope = r->scope_buf;
+        r->front_box = xstrdup(rec.id);
+        ab_box_rec_clear(&rec);
+        *ok = true;
+        return MHD_YES;
+}
+
+/* The box a call is for: the one its access token was checked for (from
+ * the head, before the body: envd_authenticate). */
+const char *envd_box(ab_req *r, enum MHD_Result *ret)
+{
+        if (!r->front_box) { /* a route not behind envd_authenticate: a bug */
+                *ret = envd_deny(r, 401, "invalid or missing X-Access-Token for this sandbox");
                 return NULL;
         }
-        if (e2b_access_token(r->srv, id, want, &e) < 0) {
-                *ret = resp_err(r, e);
-                return NULL;
-        }
-        if (!tok || !req_secret_eq(tok, want)) {
-                const char *msg = "invalid or missing X-Access-Token for this sandbox";
-                *ret = rpc ? resp_json(
-                                 r, 401,
-                                 json_pack("{s:s,s:s}", "code", "unauthenticated", "message", msg))
-                           : resp_json(r, 401, json_pack("{s:i,s:s}", "code", 401, "message", msg));
-                return NULL;
-        }
-        return id;
+        return r->front_box;
 }
 
 /* The user of a call (Authorization: Basic base64("name:")), as an exec's
@@ -235,10 +299,11 @@ json_t *envd_entry_info(const char *path, const abc_stat *st)
 
 /* ---- box connections ------------------------------------------------- */
 
-int envd_with_box(ab_server *s, const char *id, box_fn fn, void *ud, ab_err **err)
+int envd_with_box(ab_server *s, const char *id, const char *scope, box_fn fn, void *ud,
+                  ab_err **err)
 {
         ab_use u;
-        if (ab_manager_use_begin(s->mgr, id, NULL, &u, err) < 0)
+        if (ab_manager_use_begin(s->mgr, id, scope, &u, err) < 0)
                 return -1;
         int rc = -1;
         int fd = ab_manager_use_connect(s->mgr, &u, err);
@@ -275,14 +340,14 @@ static int fs_list(int fd, void *ud, ab_err **err)
 /* Stats path following symlinks (E2B's /home/user is one): *st is the
  * target's, with the first link's target in st->link; *real (when given)
  * the path it resolved to. */
-int envd_stat_follow(ab_server *s, const char *box, const char *path, abc_stat *st, char **real,
-                     ab_err **err)
+int envd_stat_follow(ab_server *s, const char *box, const char *scope, const char *path,
+                     abc_stat *st, char **real, ab_err **err)
 {
         char *cur = envd_abs_path(path, NULL);
         char *first_link = NULL;
         for (int hop = 0;; hop++) {
                 fs_call c = {.path = cur};
-                if (envd_with_box(s, box, fs_stat, &c, err) < 0) {
+                if (envd_with_box(s, box, scope, fs_stat, &c, err) < 0) {
                         free(cur);
                         free(first_link);
                         return -1;
@@ -334,9 +399,9 @@ static int fs_remove(int fd, void *ud, ab_err **err)
 }
 
 /* Stats c->path on a fresh connection (after an operation). */
-static int fs_stat_after(ab_server *s, const char *box, fs_call *c, ab_err **err)
+static int fs_stat_after(ab_req *r, const char *box, fs_call *c, ab_err **err)
 {
-        return envd_with_box(s, box, fs_stat, c, err);
+        return envd_with_box(r->srv, box, r->scope, fs_stat, c, err);
 }
 
 static enum MHD_Result fs_entry_answer(ab_req *r, const char *path, fs_call *c)
@@ -358,30 +423,30 @@ static enum MHD_Result fs_unary(ab_req *r, const char *box, const char *method, 
                 if (!c.path || !c.path2 || !*c.path || !*c.path2)
                         return envd_rpc_error(r, "invalid_argument",
                                               "source and destination: required");
-                if (envd_with_box(r->srv, box, fs_move, &c, &e) < 0)
+                if (envd_with_box(r->srv, box, r->scope, fs_move, &c, &e) < 0)
                         return envd_rpc_err(r, e);
                 c.path = c.path2;
-                if (fs_stat_after(r->srv, box, &c, &e) < 0)
+                if (fs_stat_after(r, box, &c, &e) < 0)
                         return envd_rpc_err(r, e);
                 return fs_entry_answer(r, c.path2, &c);
         }
         if (!c.path || !*c.path)
                 return envd_rpc_error(r, "invalid_argument", "path: required");
         if (!strcmp(method, "Stat")) {
-                if (envd_stat_follow(r->srv, box, c.path, &c.st, NULL, &e) < 0)
+                if (envd_stat_follow(r->srv, box, r->scope, c.path, &c.st, NULL, &e) < 0)
                         return envd_rpc_err(r, e);
                 return fs_entry_answer(r, c.path, &c);
         }
         if (!strcmp(method, "MakeDir")) {
                 /* envd answers already_exists for an existing path (the SDK's false) */
-                if (envd_with_box(r->srv, box, fs_stat, &c, &e) == 0) {
+                if (envd_with_box(r->srv, box, r->scope, fs_stat, &c, &e) == 0) {
                         free(c.st.link);
                         return envd_rpc_error(r, "already_exists", "the path exists already");
                 }
                 ab_err_free(&e);
-                if (envd_with_box(r->srv, box, fs_mkdir, &c, &e) < 0)
+                if (envd_with_box(r->srv, box, r->scope, fs_mkdir, &c, &e) < 0)
                         return envd_rpc_err(r, e);
-                if (fs_stat_after(r->srv, box, &c, &e) < 0)
+                if (fs_stat_after(r, box, &c, &e) < 0)
                         return envd_rpc_err(r, e);
                 return fs_entry_answer(r, c.path, &c);
         }
@@ -389,7 +454,7 @@ static enum MHD_Result fs_unary(ab_req *r, const char *box, const char *method, 
                 _cleanup_free_ char *shown = envd_abs_path(c.path, NULL);
                 if (!strcmp(shown, "/") || !strcmp(shown, "/workspace"))
                         return envd_rpc_error(r, "invalid_argument", "refusing to remove it");
-                if (envd_with_box(r->srv, box, fs_remove, &c, &e) < 0)
+                if (envd_with_box(r->srv, box, r->scope, fs_remove, &c, &e) < 0)
                         return envd_rpc_err(r, e);
                 return resp_json(r, 200, json_object());
         }
@@ -401,14 +466,14 @@ static enum MHD_Result fs_unary(ab_req *r, const char *box, const char *method, 
                 if (c.depth > 32)
                         c.depth = 32;
                 _cleanup_free_ char *real = NULL;
-                if (envd_stat_follow(r->srv, box, c.path, &c.st, &real, &e) < 0)
+                if (envd_stat_follow(r->srv, box, r->scope, c.path, &c.st, &real, &e) < 0)
                         return envd_rpc_err(r, e);
                 free(c.st.link);
                 if (c.st.type != ABC_DIR)
                         return envd_rpc_error(r, "invalid_argument", "not a directory");
                 const char *shown_path = c.path;
                 c.path = real;
-                if (envd_with_box(r->srv, box, fs_list, &c, &e) < 0)
+                if (envd_with_box(r->srv, box, r->scope, fs_list, &c, &e) < 0)
                         return envd_rpc_err(r, e);
                 _cleanup_free_ char *base = envd_abs_path(shown_path, NULL);
                 json_t *a = json_array();
@@ -425,7 +490,7 @@ static enum MHD_Result fs_unary(ab_req *r, const char *box, const char *method, 
 enum MHD_Result envd_filesystem_rpc(ab_req *r, const char *method)
 {
         enum MHD_Result ret;
-        const char *box = envd_box(r, &ret, true);
+        const char *box = envd_box(r, &ret);
         if (!box)
                 return ret;
         bool streaming = !strcmp(method, "WatchDir");
@@ -452,12 +517,19 @@ enum MHD_Result envd_filesystem_rpc(ab_req *r, const char *method)
 
 /* ---- /health ----------------------------------------------------------- */
 
+/* GET /health: 204 while the server is up. With E2b-Sandbox-Id, 204 only
+ * while that box runs (or is paused) and X-Access-Token is its token, else
+ * 502 (the SDK's "not running"): a caller without the token learns nothing,
+ * not even whether the box exists. */
 enum MHD_Result envd_health(ab_req *r, const char *id)
 {
         const char *box = req_header(r, "E2b-Sandbox-Id");
         if (box) {
                 ab_box_rec rec;
-                if (ab_manager_get(r->srv->mgr, box, NULL, &rec, NULL) < 0)
+                ab_err *e = NULL;
+                int rc = token_box(r->srv, box, req_header(r, "X-Access-Token"), &rec, &e);
+                ab_err_free(&e);
+                if (rc <= 0)
                         return resp_json(r, 502,
                                          json_pack("{s:i,s:s}", "code", 502, "message",
                                                    "the sandbox is not running"));

@@ -90,11 +90,16 @@ int run_req_parse(json_t *body, ab_run_req *q, ab_err **err)
         return 0;
 }
 
+enum MHD_Result runner_authenticate(ab_req *r, bool *ok)
+{
+        enum MHD_Result ret = MHD_YES;
+        *ok = sandbox_auth(r, &ret);
+        return ret;
+}
+
+/* The route's auth (runner_authenticate) ran from the head already. */
 static enum MHD_Result run(ab_req *r, const char *lang)
 {
-        enum MHD_Result ret;
-        if (!sandbox_auth(r, &ret))
-                return ret;
         if (!r->srv->runners)
                 return sandbox_answer(r, 503, "The code runner is not enabled on this server");
         json_error_t je;
@@ -113,7 +118,7 @@ static enum MHD_Result run(ab_req *r, const char *lang)
         json_decref(body);
         if (rc < 0) {
                 unsigned st = e->code == AB_E_INVALID ? 400 : status_of(e->code);
-                ret = sandbox_answer(r, st, e->msg);
+                enum MHD_Result ret = sandbox_answer(r, st, e->msg);
                 ab_err_free(&e);
                 return ret;
         }
@@ -135,9 +140,6 @@ enum MHD_Result route_sandbox_python(ab_req *r, const char *id)
 
 enum MHD_Result route_sandbox_modules(ab_req *r, const char *id)
 {
-        enum MHD_Result ret;
-        if (!sandbox_auth(r, &ret))
-                return ret;
         return resp_json(r, 200,
                          json_pack("{s:b,s:o}", "success", 1, "data", ab_runners_modules()));
 }

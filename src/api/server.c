@@ -26,7 +26,11 @@
 /* Idle handler threads kept for the next requests. */
 #define WORKERS_KEEP_IDLE 8
 
-typedef enum { AUTH_ANY, AUTH_USER, AUTH_ADMIN } auth_level;
+/* Who may call a route, decided from the request's head before any body is
+ * read: anyone; a user (admin token or API key); the admin; the holder of
+ * a box's E2B access token (envd_authenticate); the code runner's token
+ * (runner_authenticate). */
+typedef enum { AUTH_ANY, AUTH_USER, AUTH_ADMIN, AUTH_ENVD, AUTH_RUNNER } auth_level;
 
 typedef struct route {
         const char *method;
@@ -38,9 +42,9 @@ typedef struct route {
 
 static const route routes[] = {
     {"GET", "health", AUTH_ANY, BODY_NONE, route_health},
-    {"POST", "sandbox/js", AUTH_ANY, BODY_JSON, route_sandbox_js},
-    {"POST", "sandbox/python", AUTH_ANY, BODY_JSON, route_sandbox_python},
-    {"GET", "sandbox/modules", AUTH_ANY, BODY_NONE, route_sandbox_modules},
+    {"POST", "sandbox/js", AUTH_RUNNER, BODY_JSON, route_sandbox_js},
+    {"POST", "sandbox/python", AUTH_RUNNER, BODY_JSON, route_sandbox_python},
+    {"GET", "sandbox/modules", AUTH_RUNNER, BODY_NONE, route_sandbox_modules},
     {"GET", "metrics", AUTH_USER, BODY_NONE, route_metrics},
     {"POST", "v1/sandboxes", AUTH_USER, BODY_JSON, route_box_create},
     {"GET", "v1/sandboxes", AUTH_USER, BODY_NONE, route_box_list},
@@ -116,10 +120,10 @@ static const route routes[] = {
     {"GET", "e2b/snapshots", AUTH_USER, BODY_NONE, e2b_unsupported},
     {"DELETE", "e2b/templates/*", AUTH_USER, BODY_NONE, e2b_unsupported},
     {"GET", "e2b/envd/health", AUTH_ANY, BODY_NONE, envd_health},
-    {"GET", "e2b/envd/files", AUTH_ANY, BODY_NONE, envd_files_get},
-    {"POST", "e2b/envd/files", AUTH_ANY, BODY_UPLOAD, envd_files_post},
-    {"POST", "e2b/envd/process.Process/*", AUTH_ANY, BODY_JSON, envd_process_rpc},
-    {"POST", "e2b/envd/filesystem.Filesystem/*", AUTH_ANY, BODY_JSON, envd_filesystem_rpc},
+    {"GET", "e2b/envd/files", AUTH_ENVD, BODY_NONE, envd_files_get},
+    {"POST", "e2b/envd/files", AUTH_ENVD, BODY_UPLOAD, envd_files_post},
+    {"POST", "e2b/envd/process.Process/*", AUTH_ENVD, BODY_JSON, envd_process_rpc},
+    {"POST", "e2b/envd/filesystem.Filesystem/*", AUTH_ENVD, BODY_JSON, envd_filesystem_rpc},
     /* the OpenSandbox front (front_osb.c, front_execd.c) */
     {"POST", "opensandbox/execd/*/files/upload", AUTH_USER, BODY_UPLOAD, route_osb_upload},
     {"GET", "opensandbox/**", AUTH_USER, BODY_NONE, route_osb},
@@ -635,8 +639,10 @@ static const char *auth_header(ab_req *r, char **buf)
 static bool auth_may_block(ab_req *r, auth_level need)
 {
         const ab_config *c = r->srv->cfg;
-        if (need == AUTH_ANY)
+        if (need == AUTH_ANY || need == AUTH_RUNNER)
                 return false;
+        if (need == AUTH_ENVD) /* the box's record */
+                return true;
         _cleanup_free_ char *xkey = NULL;
         const char *h = auth_header(r, &xkey);
         _cleanup_free_ char *osb = h ? NULL : osb_auth_header(r); /* the OpenSandbox SDK's */
@@ -665,6 +671,10 @@ static enum MHD_Result authenticate(ab_req *r, auth_level need, bool *ok)
                 *ok = true;
                 return MHD_YES;
         }
+        if (need == AUTH_ENVD)
+                return envd_authenticate(r, ok);
+        if (need == AUTH_RUNNER)
+                return runner_authenticate(r, ok);
         _cleanup_free_ char *xkey = NULL;
         const char *h = auth_header(r, &xkey);
         /* A browser's WebSocket offers its token as a subprotocol (api/ws.c). */
@@ -826,6 +836,7 @@ static void req_free(ab_req *r)
                 close(r->upload_fd);
         free(r->scope_buf);
         free(r->key_id);
+        free(r->front_box);
         free(r->body);
         free(r->seg);
         free(r->segbuf);
@@ -861,7 +872,23 @@ static enum MHD_Result route_request(ab_req *r, bool *done)
         return ret;
 }
 
-/* The rest of the first call: auth, the body's size, the upload spool. */
+/* The box an app's upload goes into (a route on /v1/sandboxes/{id}/ or
+ * /opensandbox/execd/{id}/), or NULL: that box must be the app's before its
+ * body is spooled to disk. */
+static const char *upload_box(ab_req *r)
+{
+        const route *rt = r->route;
+        const char *id = NULL;
+        if (rt->body != BODY_UPLOAD || !r->scope)
+                return NULL;
+        if (strncmp(rt->pattern, "v1/sandboxes/*/", 15) &&
+            strncmp(rt->pattern, "opensandbox/execd/*/", 20))
+                return NULL;
+        return route_matches(rt, r, &id) ? id : NULL;
+}
+
+/* The rest of the first call: auth (and for an app's upload into a box,
+ * that the box is the app's), the body's size, the upload spool. */
 static enum MHD_Result first_call(ab_req *r, bool *done)
 {
         *done = false;
@@ -875,6 +902,16 @@ static enum MHD_Result first_call(ab_req *r, bool *done)
         if (!ok) {
                 *done = true;
                 return ret;
+        }
+        const char *box = upload_box(r);
+        if (box) {
+                ab_box_rec rec;
+                ab_err *e = NULL;
+                if (ab_manager_get(r->srv->mgr, box, r->scope, &rec, &e) < 0) {
+                        *done = true;
+                        return resp_err(r, e);
+                }
+                ab_box_rec_clear(&rec);
         }
         r->body_kind = rt->body;
         const char *cl = req_header(r, "Content-Length");
@@ -1003,7 +1040,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
                 *con_cls = r;
                 bool done;
                 enum MHD_Result ret = route_request(r, &done);
-                if (!done && (r->proxy || auth_may_block(r, r->route->auth)))
+                /* the store may be read: an API key, a box's record (uploads) */
+                if (!done && (r->proxy || r->route->body == BODY_UPLOAD ||
+                              auth_may_block(r, r->route->auth)))
                         return dispatch(r, PH_AUTH, worker_first_call);
                 if (!done)
                         ret = first_call(r, &done);

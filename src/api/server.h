@@ -98,6 +98,7 @@ typedef struct ab_req {
         ab_quota key_quotas;
         ab_caller caller;
         ab_proxy *proxy; /* a request to a box's port, or NULL (routes_ports.c) */
+        char *front_box; /* owned, or NULL: the box an E2B access token opened */
 } ab_req;
 
 /* Authenticates r as a route open to users (admin token or API key) would:
@@ -209,6 +210,9 @@ enum MHD_Result route_call(ab_req *r, route_fn fn, const char *id);
 /* Appends the per-app and disk series to the /metrics text (routes_quota.c). */
 char *quota_metrics_append(ab_server *s, char *txt);
 enum MHD_Result route_files_get(ab_req *r, const char *id);
+/* The code runner's routes authenticate from the head (SANDBOX_TOKEN, else
+ * the admin token, else loopback only): *ok, or an answer queued. */
+enum MHD_Result runner_authenticate(ab_req *r, bool *ok);
 enum MHD_Result route_sandbox_js(ab_req *r, const char *id);
 enum MHD_Result route_sandbox_python(ab_req *r, const char *id);
 enum MHD_Result route_sandbox_modules(ab_req *r, const char *id);

@@ -371,6 +371,13 @@ void mgr_fill_new_rec(ab_manager *m, const ab_acquire_req *q, const char *app, c
         char me[160];
         if (mgr_process_identity(getpid(), me, sizeof(me)))
                 json_object_set_new(spec, "creator", json_string(me));
+        /* This creation of the box: a random value no later box with the same
+         * id has (credentials bound to one box's life, as E2B's access token,
+         * include it). */
+        char c1[17], c2[17];
+        ab_id_random(c1);
+        ab_id_random(c2);
+        json_object_set_new(spec, "creation", json_pack("s+", c1, c2));
         /* the backend that runs it (the default when the request names none) */
         json_object_set_new(
             spec, "backend",

@@ -39,7 +39,7 @@ typedef struct ab_box_rec {
         int64_t ttl_s;          /* 0 = no TTL */
         bool has_limits;        /* false: the server's default limits apply */
         ab_limits limits;       /* cpus, memory_mib, pids, disk_mib, timeout_s (stored fields) */
-        json_t *spec;           /* object: env, network, creator...; or NULL */
+        json_t *spec;           /* object: env, network, creator, creation...; or NULL */
         json_t *metadata;       /* object, or NULL */
         char *error;            /* why status is error, or NULL */
 } ab_box_rec;

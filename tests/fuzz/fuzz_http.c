@@ -18,11 +18,16 @@
  * what inputs create does not pile up. The server keeps state across
  * inputs (events, the store, sessions), so libFuzzer's leak check after
  * each input is off for this target (tests/fuzz/fuzz_http.flags);
- * LeakSanitizer still checks the whole process when a run ends. The E2B
- * front's secret is fixed (DIR/e2b.secret) so that seeds of envd calls can
- * carry box1's access token and reach the Connect and multipart parsers.
+ * LeakSanitizer still checks the whole process when a run ends. An envd
+ * access token is bound to one box's creation and app, so no seed can hold
+ * a valid one: each world starts with box "box1" (of app "app-a"), and
+ * every "@BOX1-TOKEN@" in an input is replaced by box1's current token
+ * (when box1 exists), so that envd seeds reach the Connect and multipart
+ * parsers past the token check.
  * Build and run with scripts/fuzz.sh. */
+#include "api/front_e2b.h"
 #include "api/server.h"
+#include "api/workers.h"
 #include "base/log.h"
 
 #include <arpa/inet.h>
@@ -251,10 +256,6 @@ static world *world_new(void)
         ab_config_default(&w->cfg);
         free(w->cfg.data_dir);
         w->cfg.data_dir = xstrdup(w->dir);
-        /* the E2B front's secret, fixed: the seeds carry box1's envd access token */
-        _cleanup_free_ char *secret = xasprintf("%s/e2b.secret", w->dir);
-        FILE *sf = fopen(secret, "w");
-        check(sf && fwrite("fuzz-e2b-secret-0123456789abcdef", 1, 32, sf) == 32 && fclose(sf) == 0);
         w->cfg.max_upload = 1 << 20;
         w->cfg.max_body = 64 << 10;
         w->cfg.n_keys = 1;
@@ -274,6 +275,12 @@ static world *world_new(void)
             .reaper_interval_ms = 3600 * 1000,
         };
         check(ab_manager_open(&mo, &w->mgr, &e) == 0);
+        /* box1, whose envd token replaces @BOX1-TOKEN@ in the inputs */
+        ab_acquire_req q = {.id = "box1"};
+        ab_box_rec rec;
+        bool created;
+        check(ab_manager_acquire(w->mgr, &q, "app-a", &rec, &created, &e) == 0);
+        ab_box_rec_clear(&rec);
         w->srv = (ab_server){.cfg = &w->cfg,
                              .mgr = w->mgr,
                              .store = w->store,
@@ -285,6 +292,36 @@ static world *world_new(void)
         check(mkdir(w->srv.tmp_dir, 0700) == 0);
         check(ab_server_start_external(&w->srv, &e) == 0);
         return w;
+}
+
+#define BOX1_TOKEN "@BOX1-TOKEN@"
+
+/* data with each BOX1_TOKEN replaced by box1's envd access token (data
+ * itself when there is none, or box1 does not exist now). */
+static uint8_t *with_box1_token(const uint8_t *data, size_t size, size_t *out_size)
+{
+        const size_t pl = strlen(BOX1_TOKEN);
+        *out_size = size;
+        if (!memmem(data, size, BOX1_TOKEN, pl))
+                return NULL;
+        ab_box_rec rec;
+        char tok[E2B_TOKEN_LEN + 1];
+        if (ab_manager_get(W->mgr, "box1", NULL, &rec, NULL) < 0)
+                return NULL;
+        int rc = e2b_access_token(&W->srv, &rec, tok, NULL);
+        ab_box_rec_clear(&rec);
+        if (rc < 0)
+                return NULL;
+        ab_buf b = {0};
+        const uint8_t *p = data, *end = data + size, *hit;
+        while ((hit = memmem(p, (size_t)(end - p), BOX1_TOKEN, pl))) {
+                ab_buf_add(&b, p, (size_t)(hit - p));
+                ab_buf_add(&b, tok, E2B_TOKEN_LEN);
+                p = hit + pl;
+        }
+        ab_buf_add(&b, p, (size_t)(end - p));
+        *out_size = b.n;
+        return (uint8_t *)b.p;
 }
 
 static unsigned connections(struct MHD_Daemon *d)
@@ -316,16 +353,29 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         int buf = 512 * 1024;
         setsockopt(sv[0], SOL_SOCKET, SO_SNDBUF, &buf, sizeof(buf));
         setsockopt(sv[1], SOL_SOCKET, SO_RCVBUF, &buf, sizeof(buf));
-        check(ab_write_all(sv[0], data + 1, size - 1) == 0);
-        close(sv[0]); /* the request ends here; answers are not read */
+        size_t n;
+        _cleanup_free_ uint8_t *sub = with_box1_token(data + 1, size - 1, &n);
+        check(ab_write_all(sv[0], sub ? sub : data + 1, n) == 0);
 
         struct sockaddr_in peer = {.sin_family = AF_INET, .sin_port = htons(40000)};
         peer.sin_addr.s_addr = htonl((flags & 1) ? 0x7f000001 : 0xc0000201); /* 192.0.2.1 */
         check(MHD_add_connection(W->srv.mhd, sv[1], (struct sockaddr *)&peer, sizeof(peer)) ==
               MHD_YES);
         uint64_t t0 = ab_now_ns();
-        for (unsigned spins = 0; connections(W->srv.mhd) > 0; spins++) {
+        /* The client's end closes (the request ends there; answers are not
+         * read) once no handler has run for a few rounds, or after 200 ms:
+         * closed at once, a request whose auth runs on a worker (an envd
+         * token, an API key from the store) would find the connection
+         * closed when it resumes, before its body is read. */
+        int client = sv[0];
+        unsigned idle = 0;
+        for (unsigned spins = 0; client >= 0 || connections(W->srv.mhd) > 0; spins++) {
                 MHD_run(W->srv.mhd);
+                idle = ab_workers_in_flight(W->srv.workers) ? 0 : idle + 1;
+                if (client >= 0 && (idle >= 8 || ab_now_ns() - t0 > 200ull * 1000 * 1000)) {
+                        close(client);
+                        client = -1;
+                }
                 if (spins > 16) {
                         struct timespec ts = {0, 100 * 1000};
                         nanosleep(&ts, NULL);
