@@ -371,6 +371,9 @@ static int acquire_once(ab_manager *m, const ab_acquire_req *q, const char *scop
         slot *s = mgr_slot_get(m, id);
         pthread_mutex_lock(&s->lock);
         int rc = -1;
+        /* an insert refused while no box is at id: the store has a box of
+         * these keys at another id (its one-box-per-keys index) */
+        int conflicts = 0;
         int64_t deadline = mgr_wall_ms() + WAIT_OTHER_MS;
         for (;;) {
                 ab_err *e = NULL;
@@ -500,7 +503,7 @@ static int acquire_once(ab_manager *m, const ab_acquire_req *q, const char *scop
                         }
                         if (c < 0) {
                                 ab_box_rec_clear(&r);
-                                if (e->code == AB_E_CONFLICT) {
+                                if (e->code == AB_E_CONFLICT && ++conflicts < 3) {
                                         ab_err_free(&e);
                                         continue; /* made meanwhile: take that one */
                                 }
@@ -525,7 +528,7 @@ static int acquire_once(ab_manager *m, const ab_acquire_req *q, const char *scop
                 if (ins < 0) {
                         mgr_disk_end(m, &dt);
                         ab_box_rec_clear(&r);
-                        if (e->code == AB_E_CONFLICT) {
+                        if (e->code == AB_E_CONFLICT && ++conflicts < 3) {
                                 ab_err_free(&e);
                                 continue; /* another process won: take its box */
                         }
