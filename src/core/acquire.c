@@ -532,6 +532,12 @@ static int acquire_once(ab_manager *m, const ab_acquire_req *q, const char *scop
                                 ab_err_free(&e);
                                 continue; /* another process won: take its box */
                         }
+                        if (e->code == AB_E_CONFLICT) {
+                                ab_err_free(&e);
+                                ab_err_set(err, AB_E_CONFLICT, 0,
+                                           "a box of these keys exists under another id");
+                                break;
+                        }
                         if (err && !*err)
                                 *err = e;
                         else

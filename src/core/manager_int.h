@@ -186,8 +186,6 @@ void mgr_image_release(ab_manager *m, const char *bid);
  * workdir, user}. */
 const json_t *mgr_rec_image(const ab_box_rec *r);
 
-/* Checks an acquire request (keys, mode, limits, network, env, ...);
- * idbuf gets the box id it names, *app its app (scope wins). */
 /* True when id has the shape of an id derived from keys: 16 hex digits. */
 bool mgr_id_derived_shape(const char *id);
 /* Whether q may make a new box at its explicit id: an API key (scope) may not
@@ -199,6 +197,8 @@ int mgr_new_id_check(const ab_acquire_req *q, const char *scope, ab_err **err);
  * check_keys resolved it). */
 bool mgr_rec_is_requested(const ab_box_rec *r, const ab_acquire_req *q, const char *app,
                           const char *scope);
+/* Checks an acquire request (keys, mode, limits, network, env, ...);
+ * idbuf gets the box id it names, *app its app (scope wins). */
 int mgr_check_keys(ab_manager *m, const ab_acquire_req *q, const char *scope, const char **app,
                    char idbuf[64], ab_err **err);
 void mgr_fill_new_rec(ab_manager *m, const ab_acquire_req *q, const char *app, const char *id,

@@ -800,6 +800,21 @@ int main(void)
                        e->code == AB_E_CONFLICT,
                    "those keys get a conflict, not the admin's box");
                 ab_err_free(&e);
+                /* a box of the keys at an id of neither scheme: refused, no loop */
+                ab_acquire_req odd = {.id = "odd-id"};
+                ok(ab_manager_acquire(m, &odd, NULL, &r, &created, &e) == 0, "a box odd-id");
+                ab_box_rec_clear(&r);
+                ab_store_box_get(st, "native", "odd-id", &cur0, NULL);
+                cur0.app_id = xstrdup("app1");
+                cur0.user_id = xstrdup("zu");
+                cur0.chat_id = xstrdup("zc");
+                ab_store_box_update(st, &cur0, NULL);
+                ab_box_rec_clear(&cur0);
+                ab_acquire_req kz = {.app_id = "app1", .user_id = "zu", .chat_id = "zc"};
+                ok(ab_manager_acquire(m, &kz, "app1", &r, &created, &e) < 0 &&
+                       e->code == AB_E_CONFLICT && strstr(e->msg, "another id"),
+                   "keys whose box is at another id: a conflict (the store keeps one per keys)");
+                ab_err_free(&e);
                 /* thread ids are per app */
                 ab_acquire_req t = {.thread_id = "shared-thread"};
                 ok(ab_manager_acquire(m, &t, "app1", &r, &created, &e) == 0 && created,
