@@ -8,7 +8,17 @@
 
 #include <openssl/evp.h>
 
-/* ---- ids of keys (sha256, as the seeds derive them) ---- */
+/* ---- ids of keys ----
+ *
+ * An id derived from keys is the first 16 hex digits of sha256 over the keys
+ * written as netstrings ("<length>:<bytes>,") after a tag naming the kind: no
+ * two different key lists encode alike, and a thread id is hashed with its
+ * app, so each app has threads of its own. Explicit ids of that shape (16 hex
+ * digits) are the server's to give: an API key cannot make a box by one (see
+ * mgr_new_id_check), so no app can take the id another app's keys lead to.
+ * Boxes made before this scheme keep their ids (sha256 of "app-user-chat" or
+ * of the thread id alone); acquire finds them by those when the row's keys are
+ * the request's (legacy_id). */
 
 static void sha_hex16(const char *s, char out[17])
 {
@@ -26,13 +36,90 @@ static void sha_hex16(const char *s, char out[17])
 
 void ab_manager_key_id(const char *app_id, const char *user_id, const char *chat_id, char out[17])
 {
-        _cleanup_free_ char *s = xasprintf("%s-%s-%s", app_id, user_id, chat_id);
+        _cleanup_free_ char *s =
+            xasprintf("agentbox-keys-v2,%zu:%s,%zu:%s,%zu:%s,", strlen(app_id), app_id,
+                      strlen(user_id), user_id, strlen(chat_id), chat_id);
         sha_hex16(s, out);
 }
 
-void ab_manager_thread_id(const char *thread_id, char out[17])
+void ab_manager_thread_id(const char *app_id, const char *thread_id, char out[17])
 {
-        sha_hex16(thread_id, out);
+        /* the admin's threads (no app) have a tag of their own */
+        _cleanup_free_ char *s =
+            app_id ? xasprintf("agentbox-thread-v2,%zu:%s,%zu:%s,", strlen(app_id), app_id,
+                               strlen(thread_id), thread_id)
+                   : xasprintf("agentbox-thread-v2-admin,%zu:%s,", strlen(thread_id), thread_id);
+        sha_hex16(s, out);
+}
+
+/* The ids of the first scheme, for boxes made before the second. */
+static void legacy_key_id(const char *app, const char *user, const char *chat, char out[17])
+{
+        _cleanup_free_ char *s = xasprintf("%s-%s-%s", app, user, chat);
+        sha_hex16(s, out);
+}
+
+bool mgr_id_derived_shape(const char *id)
+{
+        size_t n = 0;
+        for (; id[n]; n++)
+                if (!((id[n] >= '0' && id[n] <= '9') || (id[n] >= 'a' && id[n] <= 'f')))
+                        return false;
+        return n == 16;
+}
+
+int mgr_new_id_check(const ab_acquire_req *q, const char *scope, ab_err **err)
+{
+        if (scope && q->id && mgr_id_derived_shape(q->id))
+                return ab_err_set(err, AB_E_INVALID, 0,
+                                  "id: ids of 16 hex digits are the server's (derived from "
+                                  "app_id+user_id+chat_id or thread_id); choose another id");
+        return 0;
+}
+
+static bool str_eq(const char *a, const char *b)
+{
+        return a ? b && !strcmp(a, b) : !b;
+}
+
+bool mgr_rec_is_requested(const ab_box_rec *r, const ab_acquire_req *q, const char *app,
+                          const char *scope)
+{
+        if (!mgr_scope_ok(r, scope))
+                return false;
+        if (q->thread_id)
+                return str_eq(r->app_id, app) && str_eq(r->thread_id, q->thread_id) &&
+                       !r->user_id && !r->chat_id;
+        if (q->user_id || q->chat_id)
+                return str_eq(r->app_id, app) && str_eq(r->user_id, q->user_id) &&
+                       str_eq(r->chat_id, q->chat_id) && !r->thread_id;
+        return true; /* an explicit id names the box itself */
+}
+
+/* Keys of a box made before the second scheme: when the store has no box at
+ * id but one at the first scheme's id whose keys are the request's, id
+ * becomes that one. A box at the old id with other keys (two key lists the
+ * old scheme confused, or an id another app chose) is not the request's. */
+static void legacy_id(ab_manager *m, const ab_acquire_req *q, const char *app, const char *scope,
+                      char id[64])
+{
+        if (!q->thread_id && !q->user_id)
+                return;
+        ab_box_rec r = {0};
+        if (ab_store_box_get(m->o.store, m->provider, id, &r, NULL) == 0) {
+                ab_box_rec_clear(&r);
+                return;
+        }
+        char old[17];
+        if (q->thread_id)
+                sha_hex16(q->thread_id, old);
+        else
+                legacy_key_id(app, q->user_id, q->chat_id, old);
+        if (ab_store_box_get(m->o.store, m->provider, old, &r, NULL) < 0)
+                return;
+        if (mgr_rec_is_requested(&r, q, app, scope))
+                snprintf(id, 64, "%s", old);
+        ab_box_rec_clear(&r);
 }
 
 static bool limits_equal(const ab_limits *a, const ab_limits *b)
@@ -72,7 +159,7 @@ static int check_keys(ab_manager *m, const ab_acquire_req *q, const char *scope,
         } else if (q->thread_id) {
                 if (!*q->thread_id)
                         return ab_err_set(err, AB_E_INVALID, 0, "thread_id: must not be empty");
-                ab_manager_thread_id(q->thread_id, idbuf);
+                ab_manager_thread_id(*app, q->thread_id, idbuf);
         } else if (q->id) {
                 if (ab_id_check(q->id, err) < 0)
                         return ab_err_wrap(err, "id");
@@ -198,11 +285,18 @@ static int create_backend(ab_manager *m, ab_box_rec *r, const ab_limits *lim, co
         if (b->ops->create(b, &spec, &e) < 0) {
                 if (img && e->code != AB_E_CONFLICT)
                         mgr_image_release(m, r->backend_id);
-                if (e->code == AB_E_CONFLICT) {
+                if (e->code == AB_E_CONFLICT && !r->app_id) {
                         /* A box by this name exists (made by the CLI, or a
-                         * record lost): adopt it. */
+                         * record lost): the admin's, adopted. */
                         ab_err_free(&e);
                         return mgr_ensure_running(m, r, err) < 0 ? -1 : 0;
+                }
+                if (e->code == AB_E_CONFLICT) {
+                        /* ... and never an app's: the caller records it as
+                         * the admin's (ab_manager_adopt) */
+                        ab_err_free(&e);
+                        return ab_err_set(err, AB_E_CONFLICT, 0, "id \"%s\" belongs to another app",
+                                          r->id);
                 }
                 ab_metrics_op(m->o.metrics, "create", false);
                 ab_log(AB_LOG_WARN, "box cannot be created", "box", r->id, "error", e->msg, NULL);
@@ -231,8 +325,11 @@ static int create_backend(ab_manager *m, ab_box_rec *r, const ab_limits *lim, co
         return 0;
 }
 
-int ab_manager_acquire(ab_manager *m, const ab_acquire_req *q, const char *scope, ab_box_rec *out,
-                       bool *created, ab_err **err)
+/* One acquire. With no_legacy the keys' id is the second scheme's even when
+ * the store has a box of theirs at the first's; *retry asks for another round
+ * (that box went away meanwhile). */
+static int acquire_once(ab_manager *m, const ab_acquire_req *q, const char *scope, bool no_legacy,
+                        ab_box_rec *out, bool *created, bool *retry, ab_err **err)
 {
         char id[64];
         const char *app = NULL;
@@ -240,6 +337,10 @@ int ab_manager_acquire(ab_manager *m, const ab_acquire_req *q, const char *scope
         *created = false;
         if (check_keys(m, q, scope, &app, id, err) < 0)
                 return -1;
+        char derived[64];
+        snprintf(derived, sizeof(derived), "%s", id);
+        if (!no_legacy)
+                legacy_id(m, q, app, scope, id);
         ab_limits lim = m->o.limits;
         if (q->limits)
                 lim = *q->limits;
@@ -265,10 +366,14 @@ int ab_manager_acquire(ab_manager *m, const ab_acquire_req *q, const char *scope
                        !mm.n && !q->backend;
         ab_image img = {0};
         bool have_img = false;
+        bool legacy = strcmp(id, derived) != 0;
 
         slot *s = mgr_slot_get(m, id);
         pthread_mutex_lock(&s->lock);
         int rc = -1;
+        /* an insert refused while no box is at id: the store has a box of
+         * these keys at another id (its one-box-per-keys index) */
+        int conflicts = 0;
         int64_t deadline = mgr_wall_ms() + WAIT_OTHER_MS;
         for (;;) {
                 ab_err *e = NULL;
@@ -278,6 +383,13 @@ int ab_manager_acquire(ab_manager *m, const ab_acquire_req *q, const char *scope
                                 ab_box_rec_clear(&r);
                                 ab_err_set(err, AB_E_CONFLICT, 0,
                                            "id \"%s\" belongs to another app", id);
+                                break;
+                        }
+                        if (!mgr_rec_is_requested(&r, q, app, scope)) {
+                                /* the keys' id is another box's (one the admin named) */
+                                ab_box_rec_clear(&r);
+                                ab_err_set(err, AB_E_CONFLICT, 0,
+                                           "id \"%s\" is another box's (its keys differ)", id);
                                 break;
                         }
                         if (r.status == AB_BOX_CREATING) {
@@ -322,6 +434,12 @@ int ab_manager_acquire(ab_manager *m, const ab_acquire_req *q, const char *scope
                         break;
                 }
                 ab_err_free(&e);
+                if (legacy) {
+                        *retry = true; /* the old box went away: a new one at the new id */
+                        break;
+                }
+                if (mgr_new_id_check(q, scope, err) < 0)
+                        break;
                 /* A new box from an image: the image first (pulled when the
                  * store lacks it), before anything is counted or recorded. */
                 if (docker && !dimg) {
@@ -385,7 +503,7 @@ int ab_manager_acquire(ab_manager *m, const ab_acquire_req *q, const char *scope
                         }
                         if (c < 0) {
                                 ab_box_rec_clear(&r);
-                                if (e->code == AB_E_CONFLICT) {
+                                if (e->code == AB_E_CONFLICT && ++conflicts < 3) {
                                         ab_err_free(&e);
                                         continue; /* made meanwhile: take that one */
                                 }
@@ -410,9 +528,15 @@ int ab_manager_acquire(ab_manager *m, const ab_acquire_req *q, const char *scope
                 if (ins < 0) {
                         mgr_disk_end(m, &dt);
                         ab_box_rec_clear(&r);
-                        if (e->code == AB_E_CONFLICT) {
+                        if (e->code == AB_E_CONFLICT && ++conflicts < 3) {
                                 ab_err_free(&e);
                                 continue; /* another process won: take its box */
+                        }
+                        if (e->code == AB_E_CONFLICT) {
+                                ab_err_free(&e);
+                                ab_err_set(err, AB_E_CONFLICT, 0,
+                                           "a box of these keys exists under another id");
+                                break;
                         }
                         if (err && !*err)
                                 *err = e;
@@ -424,6 +548,8 @@ int ab_manager_acquire(ab_manager *m, const ab_acquire_req *q, const char *scope
                 mgr_disk_end(m, &dt);
                 if (made < 0) {
                         ab_store_box_delete(m->o.store, m->provider, id, NULL);
+                        if (err && *err && (*err)->code == AB_E_CONFLICT)
+                                ab_manager_adopt(m, id, NULL); /* a box of the CLI's */
                         ab_box_rec_clear(&r);
                         break;
                 }
@@ -446,5 +572,15 @@ int ab_manager_acquire(ab_manager *m, const ab_acquire_req *q, const char *scope
         mgr_mounts_clear(&mm);
         if (rc == 0)
                 mgr_enforce_cap(m, id);
+        return rc;
+}
+
+int ab_manager_acquire(ab_manager *m, const ab_acquire_req *q, const char *scope, ab_box_rec *out,
+                       bool *created, ab_err **err)
+{
+        bool retry = false;
+        int rc = acquire_once(m, q, scope, false, out, created, &retry, err);
+        if (rc < 0 && retry)
+                rc = acquire_once(m, q, scope, true, out, created, &retry, err);
         return rc;
 }

@@ -112,6 +112,8 @@ int ab_manager_fork(ab_manager *m, const char *src_id, const ab_acquire_req *q, 
         int rc = source_usable(&src, err);
         if (rc == 0)
                 rc = mgr_check_keys(m, &nq, scope, &app, id, err);
+        if (rc == 0)
+                rc = mgr_new_id_check(&nq, scope, err);
         if (rc < 0) {
                 ab_box_rec_clear(&src);
                 return -1;

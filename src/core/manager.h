@@ -75,10 +75,13 @@ int ab_manager_open(const ab_manager_opts *o, ab_manager **out, ab_err **err);
 /* Stops the background jobs (waits for running ones) and frees. Boxes keep running. */
 void ab_manager_free(ab_manager *m);
 
-/* Derives a box id from keys: 16 hex of sha256(app-user-chat) or of
- * sha256(thread_id). out holds 17 bytes. */
+/* Derives a box id from keys: the first 16 hex digits of sha256 over the
+ * keys as netstrings after a tag ("agentbox-keys-v2,<len>:<app>,<len>:<user>,
+ * <len>:<chat>,"; a thread: "agentbox-thread-v2,<len>:<app>,<len>:<thread>,",
+ * or "agentbox-thread-v2-admin,<len>:<thread>," with no app). Injective
+ * before the cut; docs/api.md gives the scheme. out holds 17 bytes. */
 void ab_manager_key_id(const char *app_id, const char *user_id, const char *chat_id, char out[17]);
-void ab_manager_thread_id(const char *thread_id, char out[17]);
+void ab_manager_thread_id(const char *app_id, const char *thread_id, char out[17]);
 
 typedef struct ab_acquire_req {
         const char *id; /* explicit id, or NULL */

@@ -186,6 +186,17 @@ void mgr_image_release(ab_manager *m, const char *bid);
  * workdir, user}. */
 const json_t *mgr_rec_image(const ab_box_rec *r);
 
+/* True when id has the shape of an id derived from keys: 16 hex digits. */
+bool mgr_id_derived_shape(const char *id);
+/* Whether q may make a new box at its explicit id: an API key (scope) may not
+ * take an id of the derived shape (it could be another app's keys'). 0, or
+ * AB_E_INVALID. */
+int mgr_new_id_check(const ab_acquire_req *q, const char *scope, ab_err **err);
+/* Whether r is the box q asks for: scope may see it, and for keys or a
+ * thread id, r's app, user, chat and thread are the request's (app as
+ * check_keys resolved it). */
+bool mgr_rec_is_requested(const ab_box_rec *r, const ab_acquire_req *q, const char *app,
+                          const char *scope);
 /* Checks an acquire request (keys, mode, limits, network, env, ...);
  * idbuf gets the box id it names, *app its app (scope wins). */
 int mgr_check_keys(ab_manager *m, const ab_acquire_req *q, const char *scope, const char **app,

@@ -18,11 +18,13 @@ typedef struct sqlite_store {
 static const char *const v1[] = AB_STORE_SCHEMA_V1("INTEGER PRIMARY KEY AUTOINCREMENT");
 static const char *const v2[] = AB_STORE_SCHEMA_V2;
 static const char *const v3[] = AB_STORE_SCHEMA_V3;
+static const char *const v4[] = AB_STORE_SCHEMA_V4;
 
 static const ab_store_migration migrations[] = {
     {1, v1},
     {2, v2},
     {3, v3},
+    {4, v4},
 };
 
 static ab_code code_of(int rc)

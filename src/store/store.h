@@ -92,7 +92,10 @@ const char *ab_store_kind(const ab_store *s);
 /* The schema version after migrations. */
 int ab_store_schema_version(ab_store *s, int *out, ab_err **err);
 
-/* Inserts a new record. AB_E_CONFLICT when (provider, id) exists. */
+/* Inserts a new record. AB_E_CONFLICT when (provider, id) exists, or a
+ * record of provider with the same app_id, user_id and chat_id (all three
+ * set), or with the same thread_id and app_id (app_id NULL included): one
+ * box per keys (schema version 4). */
 int ab_store_box_insert(ab_store *s, const ab_box_rec *r, ab_err **err);
 /* Reads one record. AB_E_NOT_FOUND when absent. */
 int ab_store_box_get(ab_store *s, const char *provider, const char *id, ab_box_rec *out,

@@ -118,4 +118,17 @@ int ab_store_pg_open(const char *url, ab_store **out, ab_err **err);
                 "ALTER TABLE api_keys ADD COLUMN quotas TEXT", NULL,                               \
         }
 
+/* Version 4: one box per keys. Ids from keys changed scheme (docs/api.md,
+ * "Box ids"); boxes of the first keep their ids, so the database, not the id
+ * alone, keeps the keys of an app (and a thread id of an app, or of none) to
+ * one box across server processes. Rows of the first scheme satisfy both:
+ * it gave one id per keys and one per thread id. */
+#define AB_STORE_SCHEMA_V4                                                                         \
+        {                                                                                          \
+                "CREATE UNIQUE INDEX boxes_keys ON boxes (provider, app_id, user_id, chat_id)",    \
+                    "CREATE UNIQUE INDEX boxes_thread ON boxes (provider, COALESCE(app_id, ''), "  \
+                    "thread_id) WHERE thread_id IS NOT NULL",                                      \
+                    NULL,                                                                          \
+        }
+
 #endif

@@ -164,7 +164,7 @@ h.eq(srv.get("/v1/sandboxes/" + chat_box_id("app2", "u5", "c5")).status, 404, ".
 r = srv.post("/v1/exec", {"app_id": "app2", "user_id": "u1", "chat_id": "c1", "command": "echo pwned"}, token=K1)
 check_error(r, 403, "permission_denied", "the app1 key /v1/exec for app2's keys")
 r = srv.post("/v1/sandboxes", {"thread_id": "t-k1"}, token=K1)
-h.eq((r.status, r.get("id"), r.get("app_id")), (201, thread_box_id("t-k1"), "app1"),
+h.eq((r.status, r.get("id"), r.get("app_id")), (201, thread_box_id("t-k1", "app1"), "app1"),
      "a thread acquire by the app1 key belongs to app1", r.describe())
 r = srv.post("/v1/sandboxes", {"id": "k1-explicit"}, token=K1)
 h.eq((r.status, r.get("app_id")), (201, "app1"), "an explicit-id create by the app1 key belongs to app1",
@@ -180,7 +180,7 @@ check_error(r, 409, "conflict", "the app1 key acquiring an explicit id that belo
 h.eq((srv.box("k2-box") or {}).get("app_id"), "app2", "... the box still belongs to app2")
 r = srv.post("/v1/sandboxes", {"id": "adm-x"}, token=K1)
 h.ok(r.status in (404, 409), "the app1 key acquiring the admin's app-less box is refused", r.describe())
-h.eq(ids(srv.list({"app_id": "app1"})), sorted([A1, A1b, chat_box_id("app1", "u5", "c5"), thread_box_id("t-k1"),
+h.eq(ids(srv.list({"app_id": "app1"})), sorted([A1, A1b, chat_box_id("app1", "u5", "c5"), thread_box_id("t-k1", "app1"),
                                                 "k1-explicit", chat_box_id("app1", "u6", "c6")]),
      "admin view: app1 has exactly the boxes made for it")
 

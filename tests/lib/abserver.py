@@ -73,13 +73,32 @@ _YAML_WORDS = {"y", "n", "yes", "no", "on", "off", "true", "false", "null", "~"}
 
 # ---- small helpers ----------------------------------------------------------
 
+def _netstrings(*parts):
+    return "".join("%d:%s," % (len(p.encode()), p) for p in parts)
+
+
 def chat_box_id(app_id, user_id, chat_id):
     """The id docs/api.md gives {app_id, user_id, chat_id}."""
+    s = "agentbox-keys-v2," + _netstrings(app_id, user_id, chat_id)
+    return hashlib.sha256(s.encode()).hexdigest()[:16]
+
+
+def thread_box_id(thread_id, app_id=None):
+    """The id docs/api.md gives {thread_id} of app_id (None: the admin's, no app)."""
+    if app_id is None:
+        s = "agentbox-thread-v2-admin," + _netstrings(thread_id)
+    else:
+        s = "agentbox-thread-v2," + _netstrings(app_id, thread_id)
+    return hashlib.sha256(s.encode()).hexdigest()[:16]
+
+
+def legacy_chat_box_id(app_id, user_id, chat_id):
+    """The id of the first scheme (boxes made before it changed)."""
     return hashlib.sha256(("%s-%s-%s" % (app_id, user_id, chat_id)).encode()).hexdigest()[:16]
 
 
-def thread_box_id(thread_id):
-    """The id docs/api.md gives {thread_id}."""
+def legacy_thread_box_id(thread_id):
+    """The first scheme's id of {thread_id}, whatever the app."""
     return hashlib.sha256(thread_id.encode()).hexdigest()[:16]
 
 

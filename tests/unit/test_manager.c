@@ -5,6 +5,7 @@
  * crash can leave. */
 #include "core/manager.h"
 #include "tap.h"
+#include <openssl/evp.h>
 
 #define ok(c, ...)         tap_ok(!!(c), __VA_ARGS__)
 #define is_str(g, w, name) TAP_IS_STR(g, w, name)
@@ -346,6 +347,16 @@ static const char *events_of(uint64_t after, const char *id)
         return buf;
 }
 
+/* The first scheme's id of a string: 16 hex of its sha256. */
+static void legacy_key_id_for_test(const char *s, char out[17])
+{
+        unsigned char md[32];
+        unsigned int len = 0;
+        EVP_Digest(s, strlen(s), md, &len, EVP_sha256(), NULL);
+        for (int i = 0; i < 8; i++)
+                snprintf(out + 2 * i, 3, "%02x", md[i]);
+}
+
 static ab_box_rec acquire_id(ab_manager *m, const char *id, int64_t idle_pause_s)
 {
         ab_acquire_req q = {.id = id, .idle_pause_s = idle_pause_s};
@@ -672,12 +683,27 @@ int main(void)
         /* ids */
         char id[17];
         ab_manager_key_id("app1", "u1", "c1", id);
-        is_str(id, "ec0734d61a736489", "id = first 16 hex of sha256(\"app1-u1-c1\")");
+        is_str(id, "483119b62f4bcb95",
+               "id = first 16 hex of sha256(\"agentbox-keys-v2,4:app1,2:u1,2:c1,\")");
         char id2[17];
         ab_manager_key_id("app1", "u1", "c2", id2);
         ok(strcmp(id, id2) != 0, "other chat, other id");
-        ab_manager_thread_id("thread-1", id2);
-        is_str(id2, "4b0a5fefc328e6b9", "thread id = first 16 hex of sha256(\"thread-1\")");
+        ab_manager_thread_id(NULL, "thread-1", id2);
+        is_str(
+            id2, "95e95f9852ee6b95",
+            "admin thread id = first 16 hex of sha256(\"agentbox-thread-v2-admin,8:thread-1,\")");
+        ab_manager_thread_id("app1", "thread-1", id2);
+        is_str(id2, "7d1ec025a28367ff",
+               "app thread id = first 16 hex of sha256(\"agentbox-thread-v2,4:app1,8:thread-1,\")");
+        {
+                char a[17], b[17];
+                ab_manager_key_id("a", "x-y", "c", a);
+                ab_manager_key_id("a-x", "y", "c", b);
+                ok(strcmp(a, b) != 0, "(a, x-y, c) and (a-x, y, c) give two ids");
+                ab_manager_thread_id("app1", "t", a);
+                ab_manager_thread_id("app2", "t", b);
+                ok(strcmp(a, b) != 0, "one thread id of two apps gives two ids");
+        }
 
         ab_manager *m = open_mgr(300, 0, 0);
         ok(m != NULL, "manager opens on an empty store");
@@ -723,6 +749,130 @@ int main(void)
         ab_err_free(&e);
         ok(ab_manager_get(m, id, "app1", &r, &e) == 0, "a key of app1 does");
         ab_box_rec_clear(&r);
+
+        /* ids between apps (docs/security.md "Box ids") */
+        {
+                /* A box the first scheme made: a row at sha256("app1-lu-lc")[:16] */
+                ab_acquire_req lk = {.app_id = "app1", .user_id = "lu2", .chat_id = "lc2"};
+                char v1[17];
+                legacy_key_id_for_test("app1-lu2-lc2", v1);
+                ab_acquire_req byid = {.id = v1};
+                ok(ab_manager_acquire(m, &byid, NULL, &r, &created, &e) == 0 && created,
+                   "a box at the first scheme's id of (app1, lu2, lc2)");
+                ab_box_rec_clear(&r);
+                ab_box_rec cur0 = {0};
+                ab_store_box_get(st, "native", v1, &cur0, NULL);
+                cur0.app_id = xstrdup("app1");
+                cur0.user_id = xstrdup("lu2");
+                cur0.chat_id = xstrdup("lc2");
+                ab_store_box_update(st, &cur0, NULL);
+                ab_box_rec_clear(&cur0);
+                int cr = FB.creates;
+                ok(ab_manager_acquire(m, &lk, "app1", &r, &created, &e) == 0 && !created &&
+                       !strcmp(r.id, v1),
+                   "its keys still acquire it, by its old id");
+                ab_box_rec_clear(&r);
+                ok(FB.creates == cr, "and make no new box");
+                /* another app's keys that led to the same old id get their own box */
+                legacy_key_id_for_test("app1-lu3-lc3", v1);
+                ab_acquire_req squat = {.id = v1};
+                ok(ab_manager_acquire(m, &squat, "app9", &r, &created, &e) < 0 &&
+                       e->code == AB_E_INVALID,
+                   "an API key cannot make a box at an id of 16 hex digits");
+                ab_err_free(&e);
+                ok(ab_manager_acquire(m, &squat, NULL, &r, &created, &e) == 0 && created,
+                   "the admin can (the row has no keys)");
+                ab_box_rec_clear(&r);
+                ab_acquire_req k3 = {.app_id = "app1", .user_id = "lu3", .chat_id = "lc3"};
+                ok(ab_manager_acquire(m, &k3, "app1", &r, &created, &e) == 0 && created &&
+                       strcmp(r.id, v1) != 0 && !strcmp(r.app_id, "app1"),
+                   "keys whose old id holds a box of other keys get a new box at the new id");
+                ab_box_rec_clear(&r);
+                /* a derived id taken by a box of other keys is refused, never handed out */
+                char nid[17];
+                ab_manager_key_id("app1", "lu4", "lc4", nid);
+                ab_acquire_req at = {.id = nid};
+                ok(ab_manager_acquire(m, &at, NULL, &r, &created, &e) == 0 && created,
+                   "the admin names a box by the id of (app1, lu4, lc4)");
+                ab_box_rec_clear(&r);
+                ab_acquire_req k4 = {.app_id = "app1", .user_id = "lu4", .chat_id = "lc4"};
+                ok(ab_manager_acquire(m, &k4, "app1", &r, &created, &e) < 0 &&
+                       e->code == AB_E_CONFLICT,
+                   "those keys get a conflict, not the admin's box");
+                ab_err_free(&e);
+                /* a box of the keys at an id of neither scheme: refused, no loop */
+                ab_acquire_req odd = {.id = "odd-id"};
+                ok(ab_manager_acquire(m, &odd, NULL, &r, &created, &e) == 0, "a box odd-id");
+                ab_box_rec_clear(&r);
+                ab_store_box_get(st, "native", "odd-id", &cur0, NULL);
+                cur0.app_id = xstrdup("app1");
+                cur0.user_id = xstrdup("zu");
+                cur0.chat_id = xstrdup("zc");
+                ab_store_box_update(st, &cur0, NULL);
+                ab_box_rec_clear(&cur0);
+                ab_acquire_req kz = {.app_id = "app1", .user_id = "zu", .chat_id = "zc"};
+                ok(ab_manager_acquire(m, &kz, "app1", &r, &created, &e) < 0 &&
+                       e->code == AB_E_CONFLICT && strstr(e->msg, "another id"),
+                   "keys whose box is at another id: a conflict (the store keeps one per keys)");
+                ab_err_free(&e);
+                /* thread ids are per app */
+                ab_acquire_req t = {.thread_id = "shared-thread"};
+                ok(ab_manager_acquire(m, &t, "app1", &r, &created, &e) == 0 && created,
+                   "app1 makes its thread");
+                _cleanup_free_ char *t1 = xstrdup(r.id);
+                ab_box_rec_clear(&r);
+                ok(ab_manager_acquire(m, &t, "app2", &r, &created, &e) == 0 && created &&
+                       strcmp(r.id, t1) != 0 && !strcmp(r.app_id, "app2"),
+                   "app2's thread of the same name is another box");
+                ab_box_rec_clear(&r);
+                /* an old thread box: only its own app reaches it by the thread id */
+                legacy_key_id_for_test("old-thread", v1);
+                ab_acquire_req ot = {.id = v1};
+                ok(ab_manager_acquire(m, &ot, NULL, &r, &created, &e) == 0 && created,
+                   "a box at the first scheme's id of thread old-thread");
+                ab_box_rec_clear(&r);
+                ab_store_box_get(st, "native", v1, &cur0, NULL);
+                cur0.app_id = xstrdup("app1");
+                cur0.thread_id = xstrdup("old-thread");
+                ab_store_box_update(st, &cur0, NULL);
+                ab_box_rec_clear(&cur0);
+                ab_acquire_req otq = {.thread_id = "old-thread"};
+                ok(ab_manager_acquire(m, &otq, "app1", &r, &created, &e) == 0 && !created &&
+                       !strcmp(r.id, v1),
+                   "app1 still gets its old thread box");
+                ab_box_rec_clear(&r);
+                ok(ab_manager_acquire(m, &otq, "app2", &r, &created, &e) == 0 && created &&
+                       strcmp(r.id, v1) != 0 && !strcmp(r.app_id, "app2"),
+                   "app2 gets a box of its own for that thread id");
+                ab_box_rec_clear(&r);
+                /* the old box goes: its keys get a new box at the new id */
+                ok(ab_manager_delete(m, v1, NULL, &e) == 0 && wait_gone(v1),
+                   "the old thread box is deleted");
+                ab_manager_thread_id("app1", "old-thread", nid);
+                ok(ab_manager_acquire(m, &otq, "app1", &r, &created, &e) == 0 && created &&
+                       !strcmp(r.id, nid),
+                   "then app1's thread id makes a box at the new id");
+                ab_box_rec_clear(&r);
+        }
+
+        /* a box the CLI made while the server runs is the admin's */
+        {
+                ab_box_spec cs = {.id = "cli-made"};
+                ab_limits_default(&cs.limits);
+                ok(FB.base.ops->create(&FB.base, &cs, &e) == 0, "the CLI makes box cli-made");
+                ab_acquire_req cq = {.id = "cli-made"};
+                ok(ab_manager_acquire(m, &cq, "app1", &r, &created, &e) < 0 &&
+                       e->code == AB_E_CONFLICT,
+                   "an API key's create by its id does not adopt it");
+                ab_err_free(&e);
+                ok(ab_manager_get(m, "cli-made", "app1", &r, &e) < 0 && e->code == AB_E_NOT_FOUND,
+                   "nor sees it afterwards");
+                ab_err_free(&e);
+                ok(ab_manager_get(m, "cli-made", NULL, &r, &e) == 0 && !r.app_id,
+                   "the admin sees it, a box of no app");
+                ab_box_rec_clear(&r);
+                ok(find(&FB, "cli-made") != NULL, "the box is still there");
+        }
 
         /* concurrent acquires: one box */
         race rc = {.m = m, .lock = PTHREAD_MUTEX_INITIALIZER};

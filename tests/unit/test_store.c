@@ -301,7 +301,9 @@ static void test_migrations(const target *t)
 
         /* A database of version 2 with a key: version 3 adds the keys' quotas. */
         ok(raw(t, "ALTER TABLE api_keys DROP COLUMN quotas", NULL) == 0 &&
-               raw(t, "DELETE FROM schema_migrations WHERE version = 3", NULL) == 0 &&
+               raw(t, "DROP INDEX boxes_keys", NULL) == 0 &&
+               raw(t, "DROP INDEX boxes_thread", NULL) == 0 &&
+               raw(t, "DELETE FROM schema_migrations WHERE version >= 3", NULL) == 0 &&
                raw(t,
                    "INSERT INTO api_keys (key_id, key_hash, app_id, name, created_at) "
                    "VALUES ('k_old', 'hash_old', 'app_old', NULL, 5)",
@@ -317,6 +319,80 @@ static void test_migrations(const target *t)
                    "... with no quotas of its own");
                 ab_api_key_clear(&k);
                 raw(t, "DELETE FROM api_keys WHERE key_id = 'k_old'", NULL);
+                ab_store_close(s);
+        }
+
+        /* A database of version 3 with boxes of the first id scheme: version 4
+         * keeps them and allows one box per keys (of an app) from then on. */
+        ok(raw(t, "DROP INDEX boxes_keys", NULL) == 0 &&
+               raw(t, "DROP INDEX boxes_thread", NULL) == 0 &&
+               raw(t, "DELETE FROM schema_migrations WHERE version = 4", NULL) == 0,
+           "make a version 3 database");
+        static const char *const old_rows[] = {
+            /* keys (app1, u-1, c): sha256("app1-u-1-c")[:16] */
+            "('native', 'o_keys', 'o_keys', 'app1', 'u-1', 'c', NULL)",
+            /* thread t of app1, and an admin's thread u (first scheme: no app in the id) */
+            "('native', 'o_thr', 'o_thr', 'app1', NULL, NULL, 't')",
+            "('native', 'o_thr_adm', 'o_thr_adm', NULL, NULL, NULL, 'u')",
+            /* explicit ids: no keys */
+            "('native', 'o_x1', 'o_x1', 'app1', NULL, NULL, NULL)",
+            "('native', 'o_x2', 'o_x2', 'app1', NULL, NULL, NULL)",
+        };
+        bool all = true;
+        for (size_t i = 0; i < sizeof(old_rows) / sizeof(old_rows[0]); i++) {
+                _cleanup_free_ char *q = xasprintf(
+                    "INSERT INTO boxes (provider, id, backend_id, app_id, user_id, chat_id, "
+                    "thread_id, status, mode, created_at, last_active_at) VALUES %.*s, 'stopped', "
+                    "'session', 1, 1)",
+                    (int)strlen(old_rows[i]) - 1, old_rows[i]);
+                all &= raw(t, q, NULL) == 0;
+        }
+        ok(all, "with boxes of keys, of threads and of explicit ids");
+        s = open_store(t, "a version 3 database with boxes");
+        if (s) {
+                no_err(ab_store_schema_version(s, &v2, &e), &e, "schema version after migration");
+                ok(v2 >= 4, "migrated to version 4 or later (%d)", v2);
+                ab_box_rec r = {0};
+                no_err(ab_store_box_get(s, "native", "o_keys", &r, &e), &e,
+                       "the box of keys is there by its old id");
+                ok(r.app_id && !strcmp(r.app_id, "app1") && r.user_id &&
+                       !strcmp(r.user_id, "u-1") && r.chat_id && !strcmp(r.chat_id, "c"),
+                   "... with its keys");
+                ab_box_rec_clear(&r);
+                no_err(ab_store_box_get(s, "native", "o_thr_adm", &r, &e), &e,
+                       "the admin's thread box is there");
+                ab_box_rec_clear(&r);
+                static const struct {
+                        const char *row;
+                        bool conflict;
+                        const char *what;
+                } more[] = {
+                    {"('native', 'n1', 'n1', 'app1', 'u-1', 'c', NULL)", true,
+                     "a second box of the same keys is a conflict"},
+                    {"('native', 'n2', 'n2', 'app2', 'u-1', 'c', NULL)", false,
+                     "the same user and chat of another app is not"},
+                    {"('native', 'n3', 'n3', 'app1', 'u', '1-c', NULL)", false,
+                     "nor keys the first scheme confused with them"},
+                    {"('native', 'n4', 'n4', 'app1', NULL, NULL, 't')", true,
+                     "a second box of app1's thread t is a conflict"},
+                    {"('native', 'n5', 'n5', 'app2', NULL, NULL, 't')", false,
+                     "app2's thread t is not"},
+                    {"('native', 'n6', 'n6', NULL, NULL, NULL, 'u')", true,
+                     "a second box of the admin's thread u is a conflict"},
+                    {"('native', 'n7', 'n7', 'app1', NULL, NULL, 'u')", false,
+                     "app1's thread u is not"},
+                    {"('native', 'n8', 'n8', 'app1', NULL, NULL, NULL)", false,
+                     "boxes of explicit ids are not limited"},
+                };
+                for (size_t i = 0; i < sizeof(more) / sizeof(more[0]); i++) {
+                        _cleanup_free_ char *q = xasprintf(
+                            "INSERT INTO boxes (provider, id, backend_id, app_id, user_id, "
+                            "chat_id, thread_id, status, mode, created_at, last_active_at) VALUES "
+                            "%.*s, 'stopped', 'session', 1, 1)",
+                            (int)strlen(more[i].row) - 1, more[i].row);
+                        ok((raw(t, q, NULL) != 0) == more[i].conflict, "%s", more[i].what);
+                }
+                raw(t, "DELETE FROM boxes", NULL);
                 ab_store_close(s);
         }
 
