@@ -199,8 +199,78 @@ static bool parent_gone(int pidfd)
         return poll(&p, 1, 0) != 0;
 }
 
+/* Files of /proc that tell about the host rather than the box (its disks
+ * and their traffic, the kernel's build configuration, timers and
+ * scheduler state of every host process, its hardware): covered, a file by
+ * /dev/null, a directory by an empty read-only tmpfs (docs/security.md,
+ * "Root-only host files"). What is missing on this kernel is skipped. */
+static const char *const proc_masked[] = {"diskstats",   "config.gz",     "timer_list",
+                                          "sched_debug", "latency_stats", "timer_stats",
+                                          "acpi",        "scsi",          "asound"};
+
+/* A cover for what `at` is (0 = file, else directory): a detached mount or -errno. */
+NO_ASAN static int proc_cover(bool dir)
+{
+        int fs = -1, tree = -1;
+        if (dir) {
+                fs = (int)syscall(SYS_fsopen, "tmpfs", FSOPEN_CLOEXEC);
+                if (fs >= 0 &&
+                    syscall(SYS_fsconfig, fs, FSCONFIG_SET_STRING, "source", "none", 0) == 0 &&
+                    syscall(SYS_fsconfig, fs, FSCONFIG_SET_STRING, "size", "4k", 0) == 0 &&
+                    syscall(SYS_fsconfig, fs, FSCONFIG_SET_STRING, "nr_inodes", "1", 0) == 0 &&
+                    syscall(SYS_fsconfig, fs, FSCONFIG_SET_STRING, "mode", "0555", 0) == 0 &&
+                    syscall(SYS_fsconfig, fs, FSCONFIG_CMD_CREATE, NULL, NULL, 0) == 0)
+                        tree = (int)syscall(SYS_fsmount, fs, FSMOUNT_CLOEXEC,
+                                            MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID |
+                                                MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC);
+        } else {
+                tree = (int)syscall(SYS_open_tree, AT_FDCWD, "/dev/null",
+                                    OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC);
+                struct mount_attr a = {.attr_set = MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID |
+                                                   MOUNT_ATTR_NOEXEC};
+                if (tree >= 0 &&
+                    syscall(SYS_mount_setattr, tree, "", AT_EMPTY_PATH, &a, sizeof(a)) < 0) {
+                        close(tree);
+                        tree = -1;
+                }
+        }
+        int e = errno;
+        if (fs >= 0)
+                close(fs);
+        errno = e;
+        return tree < 0 ? -errno : tree;
+}
+
+/* Covers proc_masked[] in the proc mount whose root is `proc`. 0 or -errno. */
+NO_ASAN static int proc_mask(int proc)
+{
+        for (size_t i = 0; i < AB_ARRAY_LEN(proc_masked); i++) {
+                int at = openat(proc, proc_masked[i], O_PATH | O_NOFOLLOW | O_CLOEXEC);
+                if (at < 0) {
+                        if (errno == ENOENT)
+                                continue;
+                        return -errno;
+                }
+                struct stat st;
+                int r = fstat(at, &st) < 0 ? -errno : proc_cover(S_ISDIR(st.st_mode));
+                if (r >= 0) {
+                        int tree = r;
+                        r = syscall(SYS_move_mount, tree, "", at, "",
+                                    MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH) < 0
+                                ? -errno
+                                : 0;
+                        close(tree);
+                }
+                close(at);
+                if (r < 0)
+                        return r;
+        }
+        return 0;
+}
+
 /* The box's /proc (of C's pid namespace) on root/proc, onto an fd reached
- * without following symlinks (binds.h). 0 or -errno. */
+ * without following symlinks (binds.h), with proc_masked[] covered.
+ * 0 or -errno. */
 NO_ASAN static int mount_proc(const char *root, uid_t base)
 {
         int rfd = open(root, O_PATH | O_DIRECTORY | O_CLOEXEC);
@@ -218,6 +288,8 @@ NO_ASAN static int mount_proc(const char *root, uid_t base)
             syscall(SYS_move_mount, tree, "", at, "",
                     MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH) < 0)
                 r = -errno;
+        if (r == 0)
+                r = proc_mask(tree); /* tree: the mounted proc now */
         if (tree >= 0)
                 close(tree);
         if (fs >= 0)
@@ -473,7 +545,7 @@ NO_ASAN static int run_setup(void *arg)
             .disk_uid_base = s->disk_uid_base,
             .userns_fd = userns,
             .tmp_mib = s->limits->memory_mib / 2 ? s->limits->memory_mib / 2 : 16,
-            .etc_hidden = s->etc_hidden,
+            .unreadable = s->unreadable,
             .while_mounting = join_cgroup,
             .ud = (void *)s,
             .binds = s->binds,

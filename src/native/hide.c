@@ -10,25 +10,23 @@
 
 /* Host files holding secrets, hidden on top of the rule that a box sees only
  * what any host user may read (fnmatch patterns relative to /etc). */
-static const char *const etc_deny[] = {"shadow",
-                                       "shadow-",
-                                       "gshadow",
-                                       "gshadow-",
-                                       "security/opasswd",
-                                       "ssl/private",
-                                       "ssh/ssh_host_*_key",
-                                       "agentbox"};
+static const char *const etc_deny[] = {"shadow",      "mailname",           "shadow-",
+                                       "gshadow",     "gshadow-",           "security/opasswd",
+                                       "ssl/private", "ssh/ssh_host_*_key", "agentbox"};
 
 #define WATCH_MASK                                                                                 \
         (IN_ATTRIB | IN_CREATE | IN_DELETE | IN_MOVED_FROM | IN_MOVED_TO | IN_DELETE_SELF |        \
          IN_MOVE_SELF)
-#define MAX_DEPTH 16
+/* Deeper directories are hidden whole rather than walked (fails closed). */
+#define MAX_DEPTH 48
 
 struct ab_hide_watch {
         pthread_mutex_t lock;
-        char *etc;
-        int ino;    /* inotify over the directories of the last walk; -1: none */
-        int mounts; /* /proc/self/mountinfo, polled for changes of the mount table */
+        char *root;     /* entries are relative to it */
+        char **dirs;    /* what is walked below root ("" = root itself), NULL-terminated */
+        char *deny_dir; /* where the deny list applies, below root ("" = root) */
+        int ino;        /* inotify over the directories of the last walk; -1: none */
+        int mounts;     /* /proc/self/mountinfo, polled for changes of the mount table */
         ab_hide_list *cur;
         unsigned walks;
 };
@@ -59,12 +57,17 @@ static void watch(walk *w, const char *path)
         }
 }
 
-/* Lists, below `dir` (relative path `rel`, "" at the top), every entry no
- * host user but its owner could read; readable directories are descended. */
-static int walk_unreadable(walk *w, const char *etc, const char *rel, int depth)
+static char *join(const char *a, const char *b)
 {
-        char path[8200];
-        snprintf(path, sizeof(path), "%s%s%s", etc, rel[0] ? "/" : "", rel);
+        size_t n = strlen(a);
+        return xasprintf("%s%s%s", a, n && a[n - 1] != '/' && b[0] ? "/" : "", b);
+}
+
+/* Lists, below root/rel, every entry no host user but its owner (or group)
+ * could read; readable directories are descended. */
+static int walk_unreadable(walk *w, const char *root, const char *rel, int depth)
+{
+        _cleanup_free_ char *path = rel[0] ? join(root, rel) : xstrdup(root);
         watch(w, path);
         DIR *d = opendir(path);
         if (!d)
@@ -78,27 +81,52 @@ static int walk_unreadable(walk *w, const char *etc, const char *rel, int depth)
                 if (fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0 ||
                     S_ISLNK(st.st_mode))
                         continue; /* a link resolves inside the box, to what the box sees */
-                char sub[4200];
-                snprintf(sub, sizeof(sub), "%s%s%s", rel, rel[0] ? "/" : "", e->d_name);
+                _cleanup_free_ char *sub = join(rel, e->d_name);
                 bool readable =
                     (st.st_mode & S_IROTH) && (!S_ISDIR(st.st_mode) || (st.st_mode & S_IXOTH));
-                if (!readable)
+                if (!readable || (S_ISDIR(st.st_mode) && depth >= MAX_DEPTH))
                         list_add(w, sub);
-                else if (S_ISDIR(st.st_mode) && depth < MAX_DEPTH)
-                        r = walk_unreadable(w, etc, sub, depth + 1);
+                else if (S_ISDIR(st.st_mode))
+                        r = walk_unreadable(w, root, sub, depth + 1);
         }
         closedir(d);
         return r;
 }
 
-static int walk_deny_list(walk *w, const char *etc)
+/* One directory of the watch: a top directory nobody else may enter is
+ * listed itself; a link (merged /usr: /lib -> usr/lib) is not walked (what
+ * it points at is, when shared). */
+static int walk_top(walk *w, const char *root, const char *rel)
+{
+        if (!rel[0])
+                return walk_unreadable(w, root, "", 0);
+        _cleanup_free_ char *path = join(root, rel);
+        struct stat st;
+        if (lstat(path, &st) < 0 || !S_ISDIR(st.st_mode)) {
+                /* its parent's watch reports it when it appears */
+                _cleanup_free_ char *parent = xstrdup(path);
+                char *slash = strrchr(parent, '/');
+                if (slash && slash != parent)
+                        *slash = '\0';
+                watch(w, slash == parent ? "/" : parent);
+                return 0;
+        }
+        if (!(st.st_mode & S_IROTH) || !(st.st_mode & S_IXOTH)) {
+                list_add(w, rel);
+                watch(w, path);
+                return 0;
+        }
+        return walk_unreadable(w, root, rel, 0);
+}
+
+static int walk_deny_list(walk *w, const char *root, const char *deny_dir)
 {
         for (size_t i = 0; i < AB_ARRAY_LEN(etc_deny); i++) {
-                const char *pat = etc_deny[i];
+                _cleanup_free_ char *pat = join(deny_dir, etc_deny[i]);
                 const char *slash = strrchr(pat, '/');
-                char dir_rel[256], dir[4400];
-                snprintf(dir_rel, sizeof(dir_rel), "%.*s", slash ? (int)(slash - pat) : 0, pat);
-                snprintf(dir, sizeof(dir), "%s%s%s", etc, slash ? "/" : "", dir_rel);
+                _cleanup_free_ char *dir_rel =
+                    slash ? xasprintf("%.*s", (int)(slash - pat), pat) : xstrdup("");
+                _cleanup_free_ char *dir = dir_rel[0] ? join(root, dir_rel) : xstrdup(root);
                 const char *leaf = slash ? slash + 1 : pat;
                 watch(w, dir);
                 DIR *d = opendir(dir);
@@ -108,8 +136,7 @@ static int walk_deny_list(walk *w, const char *etc)
                 while ((e = readdir(d))) {
                         if (e->d_name[0] == '.' || fnmatch(leaf, e->d_name, 0) != 0)
                                 continue;
-                        char rel[600];
-                        snprintf(rel, sizeof(rel), "%s%s%s", dir_rel, slash ? "/" : "", e->d_name);
+                        _cleanup_free_ char *rel = join(dir_rel, e->d_name);
                         list_add(w, rel);
                 }
                 closedir(d);
@@ -127,14 +154,28 @@ void ab_hide_list_unref(ab_hide_list *l)
         free(l);
 }
 
-ab_hide_watch *ab_hide_watch_new(const char *etc)
+ab_hide_watch *ab_hide_watch_new_dirs(const char *root, const char *const *dirs,
+                                      const char *deny_dir)
 {
         ab_hide_watch *w = xzalloc(sizeof(*w));
         pthread_mutex_init(&w->lock, NULL);
-        w->etc = xstrdup(etc);
+        w->root = xstrdup(root);
+        size_t n = 0;
+        while (dirs[n])
+                n++;
+        w->dirs = xcalloc(n + 1, sizeof(char *));
+        for (size_t i = 0; i < n; i++)
+                w->dirs[i] = xstrdup(dirs[i]);
+        w->deny_dir = xstrdup(deny_dir);
         w->ino = -1;
         w->mounts = open("/proc/self/mountinfo", O_RDONLY | O_CLOEXEC);
         return w;
+}
+
+ab_hide_watch *ab_hide_watch_new(const char *etc)
+{
+        static const char *const all[] = {"", NULL};
+        return ab_hide_watch_new_dirs(etc, all, "");
 }
 
 void ab_hide_watch_free(ab_hide_watch *w)
@@ -147,7 +188,11 @@ void ab_hide_watch_free(ab_hide_watch *w)
                 close(w->mounts);
         ab_hide_list_unref(w->cur);
         pthread_mutex_destroy(&w->lock);
-        free(w->etc);
+        for (size_t i = 0; w->dirs[i]; i++)
+                free(w->dirs[i]);
+        free(w->dirs);
+        free(w->deny_dir);
+        free(w->root);
         free(w);
 }
 
@@ -175,15 +220,17 @@ ab_hide_list *ab_hide_get(ab_hide_watch *w, ab_err **err)
                 walk wk = {.l = xzalloc(sizeof(ab_hide_list)),
                            .ino = inotify_init1(IN_NONBLOCK | IN_CLOEXEC)};
                 atomic_init(&wk.l->refs, 1);
-                int r = walk_unreadable(&wk, w->etc, "", 0);
+                int r = 0;
+                for (size_t i = 0; r == 0 && w->dirs[i]; i++)
+                        r = walk_top(&wk, w->root, w->dirs[i]);
                 if (r == 0)
-                        r = walk_deny_list(&wk, w->etc);
+                        r = walk_deny_list(&wk, w->root, w->deny_dir);
                 w->ino = wk.ino;
                 w->walks++;
                 if (r < 0) {
                         ab_hide_list_unref(wk.l);
                         pthread_mutex_unlock(&w->lock);
-                        ab_err_set(err, AB_E_INTERNAL, -r, "cannot read %s", w->etc);
+                        ab_err_set(err, AB_E_INTERNAL, -r, "cannot read %s", w->root);
                         return NULL;
                 }
                 w->cur = wk.l;

@@ -35,7 +35,14 @@ static const char *const shared[] = {
     "var/lib/ucf",
     "var/cache/apt",
     "var/cache/debconf",
+    NULL,
 };
+#define N_SHARED (AB_ARRAY_LEN(shared) - 1)
+
+const char *const *ab_rootfs_shared(void)
+{
+        return shared;
+}
 
 /* The skeleton: the box's own directories (mode). */
 static const struct {
@@ -150,13 +157,36 @@ static int hide_rel(int mask_dfd, const char *host_dir, const char *rel_in, uid_
         }
 }
 
-/* The /etc layer's mask: a whiteout for each path of the hide list (see
- * native/hide.h: what no unprivileged host user may read, and the deny list). */
-static int hide_etc_secrets(int mask_dfd, const ab_hide_list *l, uid_t base)
+/* Whether `rel` (relative to /) lies below the shared path `layer`. */
+static const char *below(const char *rel, const char *layer)
 {
+        size_t n = strlen(layer);
+        return !strncmp(rel, layer, n) && rel[n] == '/' ? rel + n + 1 : NULL;
+}
+
+/* Whether the hide list names the shared path itself: nobody else may
+ * enter it on the host, so the box gets an empty directory instead. */
+static bool layer_hidden(const ab_hide_list *l, const char *layer)
+{
+        for (size_t i = 0; l && i < l->n; i++)
+                if (!strcmp(l->rel[i], layer))
+                        return true;
+        return false;
+}
+
+/* A shared layer's mask: a whiteout for each path of the hide list inside
+ * it (see native/hide.h: what no unprivileged host user may read, and the
+ * deny list of /etc). */
+static int hide_unreadable(int mask_dfd, const char *layer, const ab_hide_list *l, uid_t base)
+{
+        char host[300];
+        snprintf(host, sizeof(host), "/%s", layer);
         int r = 0;
-        for (size_t i = 0; r == 0 && l && i < l->n; i++)
-                r = hide_rel(mask_dfd, "/etc", l->rel[i], base);
+        for (size_t i = 0; r == 0 && l && i < l->n; i++) {
+                const char *rel = below(l->rel[i], layer);
+                if (rel)
+                        r = hide_rel(mask_dfd, host, rel, base);
+        }
         return r;
 }
 
@@ -489,7 +519,7 @@ static int build_masks(int mfd, const ab_rootfs_spec *s, bool *has_mask)
                 (void)!fchownat(sk, skel_links[i][0], s->uid_base, s->uid_base,
                                 AT_SYMLINK_NOFOLLOW);
         }
-        for (size_t i = 0; i < AB_ARRAY_LEN(shared); i++) {
+        for (size_t i = 0; i < N_SHARED; i++) {
                 char host[300];
                 snprintf(host, sizeof(host), "/%s", shared[i]);
                 struct stat st;
@@ -514,7 +544,7 @@ static int build_masks(int mfd, const ab_rootfs_spec *s, bool *has_mask)
                         return -errno;
                 (void)!fchownat(sk, shared[i], st.st_uid + s->uid_base, st.st_gid + s->uid_base, 0);
         }
-        for (size_t i = 0; i < AB_ARRAY_LEN(shared); i++)
+        for (size_t i = 0; i < N_SHARED; i++)
                 has_mask[i] = layer_needs_mask(s, i);
         return 0;
 }
@@ -529,6 +559,8 @@ static bool layer_needs_mask(const ab_rootfs_spec *s, size_t i)
         bool hides = !strcmp(shared[i], "etc");
         for (const char *const *h = s->hide; h && *h; h++)
                 hides |= !strncmp(*h, host, hl) && (*h)[hl] == '/';
+        for (size_t k = 0; s->unreadable && k < s->unreadable->n; k++)
+                hides |= below(s->unreadable->rel[k], shared[i]) != NULL;
         return hides;
 }
 
@@ -536,7 +568,7 @@ static bool layer_needs_mask(const ab_rootfs_spec *s, size_t i)
 static int build_layer_masks(int mfd, const ab_rootfs_spec *s)
 {
         int r;
-        for (size_t i = 0; i < AB_ARRAY_LEN(shared); i++) {
+        for (size_t i = 0; i < N_SHARED; i++) {
                 if (!layer_needs_mask(s, i))
                         continue;
                 char name[64], mname[80], host[300];
@@ -552,9 +584,10 @@ static int build_layer_masks(int mfd, const ab_rootfs_spec *s)
                 _cleanup_close_ int lfd = openat(mfd, mname, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
                 if (lfd < 0)
                         return -errno;
-                if (!strcmp(shared[i], "etc") &&
-                    ((r = hide_etc_secrets(lfd, s->etc_hidden, s->uid_base)) < 0 ||
-                     (s->hostname && (r = etc_own_names(lfd, s->hostname, s->uid_base)) < 0)))
+                if ((r = hide_unreadable(lfd, shared[i], s->unreadable, s->uid_base)) < 0)
+                        return r;
+                if (!strcmp(shared[i], "etc") && s->hostname &&
+                    (r = etc_own_names(lfd, s->hostname, s->uid_base)) < 0)
                         return r;
                 for (const char *const *h = s->hide; h && *h; h++)
                         if (!strncmp(*h, host, hl) && (*h)[hl] == '/' &&
@@ -708,11 +741,12 @@ static int build_without_disk(const ab_rootfs_spec *s, bool host, const char *ma
                         return ab_err_set(err, AB_E_INTERNAL, errno, "mkdir %s", p);
                 return idmapped_lower(s->base, p, s->userns_fd, err);
         }
-        for (size_t i = 0; i < AB_ARRAY_LEN(shared); i++) {
+        for (size_t i = 0; i < N_SHARED; i++) {
                 char hostp[300];
                 snprintf(hostp, sizeof(hostp), "/%s", shared[i]);
                 layer *l = &layers[i];
-                if (lstat(hostp, &l->st) < 0 || !S_ISDIR(l->st.st_mode))
+                if (lstat(hostp, &l->st) < 0 || !S_ISDIR(l->st.st_mode) ||
+                    layer_hidden(s->unreadable, shared[i]))
                         continue;
                 l->present = true;
                 layer_name(shared[i], l->name, sizeof(l->name));
@@ -853,8 +887,8 @@ int ab_rootfs_build(const ab_rootfs_spec *s, ab_err **err)
         if (bfd < 0 || fchdir(bfd) < 0)
                 return ab_err_set(err, AB_E_INTERNAL, errno, "open %s", s->box_dir);
         bool host = !s->layers && strcmp(s->base, "/") == 0;
-        bool has_mask[AB_ARRAY_LEN(shared)] = {false};
-        layer layers[AB_ARRAY_LEN(shared)];
+        bool has_mask[N_SHARED] = {false};
+        layer layers[N_SHARED];
         memset(layers, 0, sizeof(layers));
         if (build_while_mounting(s, bfd, disk, host, mask, lower, has_mask, layers, err) < 0)
                 return -1;
@@ -883,7 +917,7 @@ int ab_rootfs_build(const ab_rootfs_spec *s, ab_err **err)
         _cleanup_close_ int rfd = open(root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
         if (rfd < 0)
                 return ab_err_set(err, AB_E_INTERNAL, errno, "open %s", root);
-        for (size_t i = 0; host && i < AB_ARRAY_LEN(shared); i++) {
+        for (size_t i = 0; host && i < N_SHARED; i++) {
                 const layer *l = &layers[i];
                 if (!l->present)
                         continue;

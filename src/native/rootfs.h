@@ -32,9 +32,10 @@ typedef struct ab_rootfs_spec {
         /* Whose files a disk without its own record of that holds (a fork's
          * copy of another box's disk: that box's uid_base); 0 = uid_base. */
         uid_t disk_uid_base;
-        int userns_fd;                  /* a user namespace mapping 0..65535 to uid_base.. */
-        uint64_t tmp_mib;               /* size of /tmp */
-        const ab_hide_list *etc_hidden; /* host base: what /etc's layer hides (hide.h) */
+        int userns_fd;    /* a user namespace mapping 0..65535 to uid_base.. */
+        uint64_t tmp_mib; /* size of /tmp */
+        /* host base: what the shared layers hide (hide.h; relative to /). */
+        const ab_hide_list *unreadable;
         /* Called while the disk is being mounted (by a helper), for the
          * caller's own work meanwhile; may be NULL. Non-zero fails the build. */
         int (*while_mounting)(void *ud, ab_err **err);
@@ -52,6 +53,10 @@ typedef struct ab_rootfs_spec {
  * disk's).  On failure the caller's mount namespace is
  * simply discarded, so no cleanup of partial mounts is needed. */
 int ab_rootfs_build(const ab_rootfs_spec *s, ab_err **err);
+
+/* The host paths a box on the host base shares (relative to /: "usr",
+ * "etc", "var/lib/dpkg", ...), NULL-terminated, static. What hide.h walks. */
+const char *const *ab_rootfs_shared(void);
 
 /* Makes the box-side directories on a freshly mounted disk (idempotent). */
 int ab_rootfs_prepare_disk(const char *disk_dir, uid_t uid_base, ab_err **err);
