@@ -151,6 +151,7 @@ def plant_mnt(mnt):
 with_disk("mnt", plant_mnt)
 r = srv.post("/v1/sandboxes/mnt/start")
 h.ok(r.status >= 400, "mnt does not start through a symlink at /mnt", r.describe())
+h.eq(srv.status_of("mnt"), "stopped", "mnt stays stopped")
 msg = r.err_message or ""
 h.contains(msg, "/mnt/user-data", "the error names the mount path", r.describe())
 h.contains(msg, "symlink", "the error says a symlink is in the way", r.describe())
