@@ -13,6 +13,8 @@ box. Passes only when
   them up readable;
 - the host-revealing /proc files (diskstats, config.gz, timer_list, ...) are
   empty or unreadable in the box, though the host's are not.
+The boxes are made through each front: /v1, E2B (/e2b/v2/sandboxes,
+template "base") and OpenSandbox (/opensandbox/v1/sandboxes, image "base").
 Controls: on the host each entry exists; in the box, world-readable files
 next to them are read."""
 import json
@@ -21,14 +23,14 @@ import shutil
 import stat
 
 import attacklib as al
-from attacklib import abtest
+import abserver
 
 SHARED = ["usr", "etc", "bin", "sbin", "lib", "lib32", "lib64", "libx32", "var/lib/dpkg",
           "var/lib/apt", "var/lib/ucf", "var/cache/apt", "var/cache/debconf"]
 MAX_ENTRIES = 2000  # the walk lists at most this many (the planted ones first)
 PROC = ["/proc/diskstats", "/proc/config.gz", "/proc/timer_list", "/proc/sched_debug"]
 
-h = abtest.Harness()
+h = abserver.ServerHarness(budget=180)
 tok = al.token()
 planted = []  # (path, is_dir)
 
@@ -162,20 +164,39 @@ try:
             pass
     h.ok(proc, "control: the host has host-revealing /proc files with content", repr(proc))
 
-    box = h.create(None, "--disk", "64M", "--memory", "256M", "--pids", "128")
+    srv = h.start_server(config={"limits": {"disk": "64M", "memory": "256M", "timeout": "60s"}})
+    boxes = []
+    r = srv.post("/v1/sandboxes", {"id": "v1box"})
+    h.eq(r.status, 201, "a box through /v1", r.describe())
+    boxes.append(("v1", "v1box"))
+    r = srv.post("/e2b/v2/sandboxes", {"templateID": "base", "timeout": 120})
+    h.ok(r.status in (200, 201) and isinstance(r.json, dict) and r.json.get("sandboxID"),
+         "a box through E2B", r.describe())
+    if isinstance(r.json, dict) and r.json.get("sandboxID"):
+        boxes.append(("e2b", r.json["sandboxID"]))
+    r = srv.post("/opensandbox/v1/sandboxes",
+                 {"image": {"uri": "base"}, "entrypoint": ["sleep", "infinity"],
+                  "resourceLimits": {}, "timeout": 120})
+    h.ok(r.status in (200, 201, 202) and isinstance(r.json, dict) and r.json.get("id"),
+         "a box through OpenSandbox", r.describe())
+    if isinstance(r.json, dict) and r.json.get("id"):
+        boxes.append(("opensandbox", r.json["id"]))
     arg = json.dumps({"secret": secrets, "control": controls, "proc": proc})
-    r = al.bpy(h, box, PROBE, arg, t=60)
-    got = al.last_json(r.out)
-    h.ok(got, "the probe ran in the box", r.describe())
-    read = sorted("%s: %s" % (p, got.get(p)) for p in secrets
-                  if not str(got.get(p, "ERR")).startswith("ERR"))
-    h.eq(read, [], "no root-only host file or directory of a shared layer is readable in the box")
-    for p in mine:
-        h.ok(str(got.get(p, "")).startswith("ERR"), "planted %s is out of reach" % p, got.get(p))
-    h.eq([p for p in controls if not str(got.get(p, "")).startswith("SIZE")], [],
-         "control: world-readable files of the same layers are read in the box")
-    h.eq([p for p in proc if got.get(p) not in ("SIZE 0",) and not str(got.get(p)).startswith("ERR")],
-         [], "host-revealing /proc files are empty or unreadable in the box")
+    for front, box in boxes:
+        r = srv.exec(box, al.py_cmd(PROBE, arg), timeout_s=60)
+        got = al.last_json((r.json or {}).get("stdout") if isinstance(r.json, dict) else "")
+        h.ok(got, "%s: the probe ran in the box" % front, r.describe())
+        read = sorted("%s: %s" % (p, got.get(p)) for p in secrets
+                      if not str(got.get(p, "ERR")).startswith("ERR"))
+        h.eq(read, [], "%s: no root-only host file or directory of a shared layer is readable "
+             "in the box" % front)
+        for p in mine:
+            h.ok(str(got.get(p, "")).startswith("ERR"), "%s: planted %s is out of reach" % (front, p),
+                 got.get(p))
+        h.eq([p for p in controls if not str(got.get(p, "")).startswith("SIZE")], [],
+             "%s: control: world-readable files of the same layers are read in the box" % front)
+        h.eq([p for p in proc if got.get(p) != "SIZE 0" and not str(got.get(p)).startswith("ERR")],
+             [], "%s: host-revealing /proc files are empty or unreadable in the box" % front)
     for p, _ in planted:
         h.ok(os.path.exists(p) and not (os.stat(p).st_mode & stat.S_IROTH),
              "%s is untouched on the host" % p)
