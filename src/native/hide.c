@@ -1,4 +1,5 @@
 #include "native/hide.h"
+#include "base/buf.h"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -22,11 +23,12 @@ static const char *const etc_deny[] = {"shadow",      "mailname",           "sha
 
 struct ab_hide_watch {
         pthread_mutex_t lock;
-        char *root;     /* entries are relative to it */
-        char **dirs;    /* what is walked below root ("" = root itself), NULL-terminated */
-        char *deny_dir; /* where the deny list applies, below root ("" = root) */
-        int ino;        /* inotify over the directories of the last walk; -1: none */
-        int mounts;     /* /proc/self/mountinfo, polled for changes of the mount table */
+        char *root;      /* entries are relative to it */
+        char **dirs;     /* what is walked below root ("" = root itself), NULL-terminated */
+        char *deny_dir;  /* where the deny list applies, below root ("" = root) */
+        int ino;         /* inotify over the directories of the last walk; -1: none */
+        int mounts;      /* /proc/self/mountinfo, polled for changes of the mount table */
+        char *mount_key; /* the mounts on or above the walked dirs at the last walk */
         ab_hide_list *cur;
         unsigned walks;
 };
@@ -187,6 +189,7 @@ void ab_hide_watch_free(ab_hide_watch *w)
         if (w->mounts >= 0)
                 close(w->mounts);
         ab_hide_list_unref(w->cur);
+        free(w->mount_key);
         pthread_mutex_destroy(&w->lock);
         for (size_t i = 0; w->dirs[i]; i++)
                 free(w->dirs[i]);
@@ -196,17 +199,57 @@ void ab_hide_watch_free(ab_hide_watch *w)
         free(w);
 }
 
+/* Whether a mount at `mp` can change what root/dir shows: on it, below it or above it. */
+static bool mount_matters(const char *mp, const char *path)
+{
+        size_t m = strlen(mp), p = strlen(path);
+        if (m <= p)
+                return !strncmp(path, mp, m) && (m == p || path[m] == '/' || mp[m - 1] == '/');
+        return !strncmp(mp, path, p) && mp[p] == '/';
+}
+
+/* The mounts (id and mount point) of this namespace that can change what
+ * the walked dirs show, in the mount table's order: the table changes with
+ * every mount on the host (each box's volumes and skills), and only these
+ * ask for a new walk. NULL when the table cannot be read (then any change
+ * counts). */
+static char *mount_key(ab_hide_watch *w)
+{
+        _cleanup_free_ char *txt = NULL;
+        if (ab_read_file(AT_FDCWD, "/proc/self/mountinfo", &txt, NULL) < 0)
+                return NULL;
+        ab_buf key = {0};
+        char *save = NULL;
+        for (char *ln = strtok_r(txt, "\n", &save); ln; ln = strtok_r(NULL, "\n", &save)) {
+                unsigned id;
+                char mp[4096];
+                if (sscanf(ln, "%u %*u %*s %*s %4095s", &id, mp) != 2)
+                        continue;
+                bool matters = false;
+                for (size_t i = 0; !matters && w->dirs[i]; i++) {
+                        _cleanup_free_ char *path = join(w->root, w->dirs[i]);
+                        matters = mount_matters(mp, path);
+                }
+                if (matters)
+                        ab_buf_printf(&key, "%u %s\n", id, mp);
+        }
+        return ab_buf_steal(&key);
+}
+
 /* Whether the host may have changed since the last walk. */
 static bool changed(ab_hide_watch *w)
 {
-        if (!w->cur || w->ino < 0 || w->mounts < 0)
+        if (!w->cur || w->ino < 0 || w->mounts < 0 || !w->mount_key)
                 return true;
         char buf[4096] __attribute__((aligned(__alignof__(struct inotify_event))));
         ssize_t n = read(w->ino, buf, sizeof(buf));
         if (n != -1 || errno != EAGAIN)
                 return true; /* an event (or an error: do not trust the watch) */
         struct pollfd p = {w->mounts, POLLPRI, 0};
-        return poll(&p, 1, 0) != 0;
+        if (poll(&p, 1, 0) == 0)
+                return false;
+        _cleanup_free_ char *key = mount_key(w);
+        return !key || strcmp(key, w->mount_key) != 0;
 }
 
 ab_hide_list *ab_hide_get(ab_hide_watch *w, ab_err **err)
@@ -217,6 +260,12 @@ ab_hide_list *ab_hide_get(ab_hide_watch *w, ab_err **err)
                 w->cur = NULL;
                 if (w->ino >= 0)
                         close(w->ino);
+                /* The mount table as it is before the walk: consume its
+                 * pending change, then note the mounts that matter. */
+                if (w->mounts >= 0)
+                        (void)poll(&(struct pollfd){w->mounts, POLLPRI, 0}, 1, 0);
+                free(w->mount_key);
+                w->mount_key = mount_key(w);
                 walk wk = {.l = xzalloc(sizeof(ab_hide_list)),
                            .ino = inotify_init1(IN_NONBLOCK | IN_CLOEXEC)};
                 atomic_init(&wk.l->refs, 1);

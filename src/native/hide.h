@@ -9,9 +9,13 @@
  * Walking the layers is the slowest part of building a rootfs, so a watch keeps
  * the result and walks again only when the host changed: inotify on every
  * directory the walk read (entries created, removed, renamed, chmod'ed or
- * chown'ed) and the mount table (poll on /proc/self/mountinfo). Each watch
- * is set before its directory is read, so no change that completed before
- * ab_hide_get() returns can be missed. */
+ * chown'ed) and the mount table (poll on /proc/self/mountinfo; a change
+ * counts only when a mount on, below or above a walked directory came or
+ * went, since the host mounts often elsewhere: each box's volumes, skills).
+ * Each watch is set before its directory is read, and the mount table noted
+ * before the walk, so no change that completed before ab_hide_get() returns
+ * can be missed. A walk of /usr and the rest reads some 160,000 entries
+ * (about half a second of CPU). */
 #ifndef AB_HIDE_H
 #define AB_HIDE_H
 

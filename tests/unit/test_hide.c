@@ -190,6 +190,17 @@ int main(void)
                        "a mount is noticed: what it covers is judged afresh");
                 ab_hide_list_unref(l);
                 umount2(app, MNT_DETACH);
+                l = get(w, &walked);
+                ab_hide_list_unref(l);
+                char other[] = "/tmp/ab-hide-other-XXXXXX";
+                tap_ok(mkdtemp(other) && mount("t", other, "tmpfs", 0, "mode=700") == 0,
+                       "mount a tmpfs elsewhere");
+                l = get(w, &walked);
+                tap_ok(!walked && l && has(l, "app/key2"),
+                       "a mount outside the walked tree asks for no new walk");
+                ab_hide_list_unref(l);
+                umount2(other, MNT_DETACH);
+                rmdir(other);
         } else {
                 tap_ok(true, "# SKIP mount case: needs root and a private mount namespace");
         }
