@@ -8,9 +8,10 @@ box left:
   the box made (to its own /etc, and to /etc by an absolute path); the host
   then gets that path and the box restarts: the layer is at its own path (a
   directory now), never on the box's /etc;
-- a symlink at /tmp in the box's layer (planted on the stopped box's disk,
-  as an attacker with the layer would): /tmp is a tmpfs at /tmp, the box's
-  /etc is untouched;
+- a symlink at /tmp and /run in the box's layer (planted on the stopped
+  box's disk, as an attacker with the layer would; boxes made through /v1,
+  E2B and OpenSandbox, started again by an exec): /tmp and /run are tmpfs
+  at their paths, the box's /etc is untouched;
 - a symlink higher up a mount path (/mnt): the start fails with an error
   that names the path and says a symlink is in the way, and names no host
   path."""
@@ -112,13 +113,6 @@ else:
 
 # ---- /tmp: a symlink in the box's own layer ------------------------------------------------------
 
-r = srv.post("/v1/sandboxes", {"id": "tmp"})
-h.eq(r.status, 201, "box tmp", r.describe())
-r, j = sh("tmp", "echo mine > /etc/%s" % MARK)
-h.eq(j.get("exit_code"), 0, "tmp writes its own /etc file", r.describe())
-h.eq(srv.post("/v1/sandboxes/tmp/stop").status, 200, "tmp stops")
-
-
 def plant_tmp(mnt):
     upper = os.path.join(mnt, "layers", "root", "upper")
     h.ok(os.path.isdir(upper), "the root layer's upper is on the disk")
@@ -126,15 +120,35 @@ def plant_tmp(mnt):
     os.symlink("/etc", os.path.join(upper, "run"))
 
 
-with_disk("tmp", plant_tmp)
-r = srv.post("/v1/sandboxes/tmp/start")
-h.eq(r.status, 200, "tmp starts again", r.describe())
-r, j = sh("tmp", "cat /etc/%s; test -s /etc/passwd && echo passwd; test -L /tmp || echo tmpdir; "
-                 "test -L /run || echo rundir; awk '$5 == \"/tmp\" || $5 == \"/run\" || $5 == \"/etc\" "
-                 "{for (i = 7; i < NF; i++) if ($i == \"-\") {print $5, $(i + 1); break}}' "
-                 "/proc/self/mountinfo | sort" % MARK)
-h.eq(j.get("stdout"), "mine\npasswd\ntmpdir\nrundir\n/etc overlay\n/run tmpfs\n/tmp tmpfs\n",
-     "/tmp and /run are tmpfs at their own paths; the box's /etc is untouched", r.describe())
+def tmp_attack(front, bid):
+    r, j = sh(bid, "echo mine > /etc/%s" % MARK)
+    h.eq(j.get("exit_code"), 0, "%s: the box writes its own /etc file" % front, r.describe())
+    h.eq(srv.post("/v1/sandboxes/%s/stop" % bid).status, 200, "%s: the box stops" % front)
+    with_disk(bid, plant_tmp)
+    # Started again by an exec (a stopped box is started first), as any front's would.
+    r, j = sh(bid, "cat /etc/%s; test -s /etc/passwd && echo passwd; test -L /tmp || echo tmpdir; "
+                   "test -L /run || echo rundir; awk '$5 == \"/tmp\" || $5 == \"/run\" || "
+                   "$5 == \"/etc\" {for (i = 7; i < NF; i++) if ($i == \"-\") "
+                   "{print $5, $(i + 1); break}}' /proc/self/mountinfo | sort" % MARK)
+    h.eq(j.get("stdout"), "mine\npasswd\ntmpdir\nrundir\n/etc overlay\n/run tmpfs\n/tmp tmpfs\n",
+         "%s: /tmp and /run are tmpfs at their own paths; the box's /etc is untouched" % front,
+         r.describe())
+
+
+r = srv.post("/v1/sandboxes", {"id": "tmp"})
+h.eq(r.status, 201, "box tmp through /v1", r.describe())
+tmp_attack("v1", "tmp")
+r = srv.post("/e2b/v2/sandboxes", {"templateID": "base", "timeout": 120})
+bid = r.json.get("sandboxID") if isinstance(r.json, dict) else None
+h.ok(r.status in (200, 201) and bid, "a box through E2B", r.describe())
+if bid:
+    tmp_attack("e2b", bid)
+r = srv.post("/opensandbox/v1/sandboxes", {"image": {"uri": "base"}, "entrypoint": ["sleep", "infinity"],
+                                           "resourceLimits": {}, "timeout": 120})
+bid = r.json.get("id") if isinstance(r.json, dict) else None
+h.ok(r.status in (200, 201, 202) and bid, "a box through OpenSandbox", r.describe())
+if bid:
+    tmp_attack("opensandbox", bid)
 
 # ---- a symlink higher up a mount path: the start fails, naming the path ----------------------
 
