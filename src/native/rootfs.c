@@ -263,13 +263,16 @@ static int fs_tree(const char *type, const char *const (*kv)[2], size_t n, unsig
         return t < 0 ? -errno : t;
 }
 
-static int tmpfs_tree(const char *mode, const char *size, uid_t owner, unsigned attrs)
+/* A tmpfs owned by `owner` (mode and size as tmpfs spells them; nr_inodes
+ * may be NULL for tmpfs's default). */
+static int tmpfs_tree(const char *mode, const char *size, const char *nr_inodes, uid_t owner,
+                      unsigned attrs)
 {
         char id[16];
         snprintf(id, sizeof(id), "%u", (unsigned)owner);
-        const char *const kv[][2] = {
-            {"source", "tmpfs"}, {"mode", mode}, {"size", size}, {"uid", id}, {"gid", id}};
-        return fs_tree("tmpfs", kv, AB_ARRAY_LEN(kv), attrs);
+        const char *const kv[][2] = {{"source", "tmpfs"}, {"mode", mode}, {"size", size},
+                                     {"uid", id},         {"gid", id},    {"nr_inodes", nr_inodes}};
+        return fs_tree("tmpfs", kv, AB_ARRAY_LEN(kv) - !nr_inodes, attrs);
 }
 
 /* A clone of the directory at dirfd/name (no symlink on the way), not recursive. */
@@ -348,9 +351,8 @@ static int bind_skills(int rfd, const char *src, const char *path, uid_t base, a
 
 static int mount_dev(int rfd, uid_t base, ab_err **err)
 {
-        char sz[] = "1m";
         _cleanup_close_ int dev =
-            tmpfs_tree("755", sz, base, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NOEXEC);
+            tmpfs_tree("755", "1m", "256", base, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NOEXEC);
         if (dev < 0)
                 return ab_err_set(err, AB_E_INTERNAL, -dev, "mount /dev tmpfs");
         if (move_to(rfd, "/dev", dev, base, err) < 0)
@@ -389,7 +391,7 @@ static int mount_dev(int rfd, uid_t base, ab_err **err)
         if (mkdirat(dev, "shm", 01777) < 0 && errno != EEXIST)
                 return ab_err_set(err, AB_E_INTERNAL, errno, "mkdir /dev/shm");
         _cleanup_close_ int shm =
-            tmpfs_tree("1777", "64m", base, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV);
+            tmpfs_tree("1777", "64m", NULL, base, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV);
         _cleanup_close_ int at = openat(dev, "shm", O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
         if (shm < 0 || at < 0 ||
             syscall(SYS_move_mount, shm, "", at, "",
@@ -964,7 +966,7 @@ int ab_rootfs_build(const ab_rootfs_spec *s, ab_err **err)
         static const char *const tmpfs[][3] = {{"/tmp", "1777", NULL}, {"/run", "755", "16m"}};
         for (size_t i = 0; i < AB_ARRAY_LEN(tmpfs); i++) {
                 _cleanup_close_ int tree =
-                    tmpfs_tree(tmpfs[i][1], tmpfs[i][2] ? tmpfs[i][2] : o, s->uid_base,
+                    tmpfs_tree(tmpfs[i][1], tmpfs[i][2] ? tmpfs[i][2] : o, NULL, s->uid_base,
                                MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV);
                 if (tree < 0)
                         return ab_err_set(err, AB_E_INTERNAL, -tree, "mount %s", tmpfs[i][0]);

@@ -9,7 +9,13 @@
  *   BOX_DIR/root   overlay(lower = mask:lower, upper = disk/upper) plus binds of
  *                  /workspace, /mnt/user-data/{workspace,uploads,outputs}, /mnt/skills, /skills
  * (read-only), tmpfs /tmp /run /dev (with null zero full random urandom tty). /proc and /dev/pts
- * are mounted later by the box's init-to-be, inside its namespaces. */
+ * are mounted later by the box's init-to-be, inside its namespaces.
+ *
+ * The root's upper layer is the box's and survives stops, so below BOX/root
+ * every mount is made with the new mount API and moved onto an fd of its
+ * mount point reached without following symlinks (ab_mount_point, binds.h):
+ * a symlink the box left where a mount goes is replaced, one higher up fails
+ * the build (AB_E_INVALID naming the box path). */
 #ifndef AB_ROOTFS_H
 #define AB_ROOTFS_H
 
