@@ -23,6 +23,7 @@
 #include "native/cgroup.h"
 #include "native/hide.h"
 #include "native/loopdisk.h"
+#include "native/rootfs.h"
 #include "native/seccomp.h"
 #include "native/skillsfs.h"
 #include "native/state.h"
@@ -189,13 +190,13 @@ static int init_memfd(native *n, ab_err **err)
         return r < 0 ? -1 : fd;
 }
 
-/* What the /etc layer of a box on the host base hides, walked again only
- * when /etc or the mount table changed (native/hide.h). */
-static ab_hide_list *etc_hidden(native *n, ab_err **err)
+/* What the shared layers of a box on the host base hide, walked again
+ * only when one of them or the mount table changed (native/hide.h). */
+static ab_hide_list *shared_unreadable(native *n, ab_err **err)
 {
         pthread_mutex_lock(&n->lazy);
         if (!n->hide_watch)
-                n->hide_watch = ab_hide_watch_new("/etc");
+                n->hide_watch = ab_hide_watch_new_dirs("/", ab_rootfs_shared(), "etc");
         pthread_mutex_unlock(&n->lazy);
         return ab_hide_get(n->hide_watch, err);
 }
@@ -329,7 +330,7 @@ static int start_locked(native *n, int bfd, const char *id, ab_err **err)
         ab_hide_list *hidden = NULL;
         ab_bind *binds = NULL;
         if (resolve_binds(n, &c, &binds, err) < 0 ||
-            (!c.rootfs && !c.layers && !(hidden = etc_hidden(n, err)))) {
+            (!c.rootfs && !c.layers && !(hidden = shared_unreadable(n, err)))) {
                 binds_free(binds, c.n_mounts);
                 ab_box_config_clear(&c);
                 return ab_err_wrap(err, "box %s", id);
@@ -348,7 +349,7 @@ static int start_locked(native *n, int bfd, const char *id, ab_err **err)
             .cg_limits = &cl,
             .bpf = &n->bpf,
             .init_memfd = exe,
-            .etc_hidden = hidden,
+            .unreadable = hidden,
             .binds = binds,
             .n_binds = c.n_mounts,
         };

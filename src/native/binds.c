@@ -17,12 +17,7 @@ static int open_in_root(int root_fd, const char *path, int flags)
         return fd < 0 ? -errno : fd;
 }
 
-/* The directory at path, made (one component at a time, each below the fd
- * of its parent, owned by box root) where missing. A symlink the box left
- * as the last component (where its mount goes, hidden under the mount while
- * the box ran) is replaced by a directory; one anywhere before it fails
- * with -ELOOP. */
-static int make_dirs(int root_fd, const char *path, uid_t base)
+int ab_mount_point(int root_fd, const char *path, uid_t base)
 {
         int fd = open_in_root(root_fd, path, O_DIRECTORY);
         if (fd != -ENOENT && fd != -ELOOP)
@@ -111,7 +106,7 @@ static int bind_dir(int root_fd, const ab_bind *b, int userns_fd, uid_t base, ab
             set_attr(tree, attr | (idmap ? MOUNT_ATTR_IDMAP : 0), idmap ? userns_fd : -1, false);
         if (r < 0)
                 return fail(err, b, r, "cannot set the mount's attributes");
-        _cleanup_close_ int target = make_dirs(root_fd, b->path, base);
+        _cleanup_close_ int target = ab_mount_point(root_fd, b->path, base);
         if (target < 0)
                 return fail(err, b, target, "cannot make its mount point");
         if ((r = move_onto(tree, target)) < 0)

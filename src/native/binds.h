@@ -37,4 +37,14 @@ typedef struct ab_bind {
 int ab_binds_apply(int root_fd, const ab_bind *binds, size_t n, int userns_fd, uid_t uid_base,
                    ab_err **err);
 
+/* An O_PATH fd of the directory at path (absolute, normalised) below
+ * root_fd, for a mount to be moved onto: missing directories are made one
+ * component at a time, each below the fd of its parent (owned by base, mode
+ * 0755). A symlink the box left as the last component (where a mount goes,
+ * hidden under it while the box ran) is replaced by a directory; a symlink
+ * anywhere before it gives -ELOOP, a non-directory -ENOTDIR. Returns the fd
+ * (the caller closes it) or -errno. Used for every mount of a box's start
+ * (rootfs.c, binds.c, box.c) so that none follows the box's symlinks. */
+int ab_mount_point(int root_fd, const char *path, uid_t base);
+
 #endif

@@ -199,6 +199,105 @@ static bool parent_gone(int pidfd)
         return poll(&p, 1, 0) != 0;
 }
 
+/* Files of /proc that tell about the host rather than the box (its disks
+ * and their traffic, the kernel's build configuration, timers and
+ * scheduler state of every host process, its hardware): covered, a file by
+ * /dev/null, a directory by an empty read-only tmpfs (docs/security.md,
+ * "Root-only host files"). What is missing on this kernel is skipped. */
+static const char *const proc_masked[] = {"diskstats",   "config.gz",     "timer_list",
+                                          "sched_debug", "latency_stats", "timer_stats",
+                                          "acpi",        "scsi",          "asound"};
+
+/* A cover for what `at` is (0 = file, else directory): a detached mount or -errno. */
+NO_ASAN static int proc_cover(bool dir)
+{
+        int fs = -1, tree = -1;
+        if (dir) {
+                fs = (int)syscall(SYS_fsopen, "tmpfs", FSOPEN_CLOEXEC);
+                if (fs >= 0 &&
+                    syscall(SYS_fsconfig, fs, FSCONFIG_SET_STRING, "source", "none", 0) == 0 &&
+                    syscall(SYS_fsconfig, fs, FSCONFIG_SET_STRING, "size", "4k", 0) == 0 &&
+                    syscall(SYS_fsconfig, fs, FSCONFIG_SET_STRING, "nr_inodes", "1", 0) == 0 &&
+                    syscall(SYS_fsconfig, fs, FSCONFIG_SET_STRING, "mode", "0555", 0) == 0 &&
+                    syscall(SYS_fsconfig, fs, FSCONFIG_CMD_CREATE, NULL, NULL, 0) == 0)
+                        tree = (int)syscall(SYS_fsmount, fs, FSMOUNT_CLOEXEC,
+                                            MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID |
+                                                MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC);
+        } else {
+                tree = (int)syscall(SYS_open_tree, AT_FDCWD, "/dev/null",
+                                    OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC);
+                struct mount_attr a = {.attr_set = MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID |
+                                                   MOUNT_ATTR_NOEXEC};
+                if (tree >= 0 &&
+                    syscall(SYS_mount_setattr, tree, "", AT_EMPTY_PATH, &a, sizeof(a)) < 0) {
+                        close(tree);
+                        tree = -1;
+                }
+        }
+        int e = errno;
+        if (fs >= 0)
+                close(fs);
+        errno = e;
+        return tree < 0 ? -errno : tree;
+}
+
+/* Covers proc_masked[] in the proc mount whose root is `proc`. 0 or -errno. */
+NO_ASAN static int proc_mask(int proc)
+{
+        for (size_t i = 0; i < AB_ARRAY_LEN(proc_masked); i++) {
+                int at = openat(proc, proc_masked[i], O_PATH | O_NOFOLLOW | O_CLOEXEC);
+                if (at < 0) {
+                        if (errno == ENOENT)
+                                continue;
+                        return -errno;
+                }
+                struct stat st;
+                int r = fstat(at, &st) < 0 ? -errno : proc_cover(S_ISDIR(st.st_mode));
+                if (r >= 0) {
+                        int tree = r;
+                        r = syscall(SYS_move_mount, tree, "", at, "",
+                                    MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH) < 0
+                                ? -errno
+                                : 0;
+                        close(tree);
+                }
+                close(at);
+                if (r < 0)
+                        return r;
+        }
+        return 0;
+}
+
+/* The box's /proc (of C's pid namespace) on root/proc, onto an fd reached
+ * without following symlinks (binds.h), with proc_masked[] covered.
+ * 0 or -errno. */
+NO_ASAN static int mount_proc(const char *root, uid_t base)
+{
+        int rfd = open(root, O_PATH | O_DIRECTORY | O_CLOEXEC);
+        if (rfd < 0)
+                return -errno;
+        int at = ab_mount_point(rfd, "/proc", base);
+        close(rfd);
+        if (at < 0)
+                return at;
+        int r = 0, fs = (int)syscall(SYS_fsopen, "proc", FSOPEN_CLOEXEC), tree = -1;
+        if (fs < 0 || syscall(SYS_fsconfig, fs, FSCONFIG_SET_STRING, "source", "proc", 0) < 0 ||
+            syscall(SYS_fsconfig, fs, FSCONFIG_CMD_CREATE, NULL, NULL, 0) < 0 ||
+            (tree = (int)syscall(SYS_fsmount, fs, FSMOUNT_CLOEXEC,
+                                 MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC)) < 0 ||
+            syscall(SYS_move_mount, tree, "", at, "",
+                    MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH) < 0)
+                r = -errno;
+        if (r == 0)
+                r = proc_mask(tree); /* tree: the mounted proc now */
+        if (tree >= 0)
+                close(tree);
+        if (fs >= 0)
+                close(fs);
+        close(at);
+        return r;
+}
+
 typedef struct init_args {
         const ab_spawn_spec *s;
         int out;    /* the caller's report pipe */
@@ -215,7 +314,7 @@ NO_ASAN static int run_init(void *arg)
         const init_args *a = arg;
         const ab_spawn_spec *s = a->s;
         int rep = a->out;
-        char root[4200], p[4300];
+        char root[4200];
         /* Until init runs, die with P (which dies with the caller). */
         if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0)
                 die(rep, AB_E_INTERNAL, errno, "PR_SET_PDEATHSIG");
@@ -228,10 +327,15 @@ NO_ASAN static int run_init(void *arg)
         (void)write_str("/proc/self/oom_score_adj", "-1000");
         snprintf(root, sizeof(root), "%s/root", s->box_dir);
 
-        /* Still host root: mount the box's own /proc before entering the user namespace. */
-        snprintf(p, sizeof(p), "%s/proc", root);
-        if (mount("proc", p, "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) < 0)
-                die(rep, AB_E_INTERNAL, errno, "mount /proc");
+        /* Still host root: mount the box's own /proc before entering the user
+         * namespace, onto an fd of the root (never through a box's symlink). */
+        int r = mount_proc(root, s->uid_base);
+        if (r == -ELOOP || r == -ENOTDIR)
+                die(rep, AB_E_INVALID, -r,
+                    "mount /proc: a symlink or a file in the box's own layer is in the way of "
+                    "the box's /proc (mounts never follow the box's symlinks)");
+        if (r < 0)
+                die(rep, AB_E_INTERNAL, -r, "mount /proc");
         /* From here on paths are relative to the root: once in the user namespace
          * this process can no longer traverse the host's 0700 box directory. */
         if (chdir(root) < 0)
@@ -255,7 +359,7 @@ NO_ASAN static int run_init(void *arg)
                 die(rep, AB_E_INTERNAL, errno, "mount /dev/pts");
         if (sethostname(s->id, strlen(s->id)) < 0)
                 die(rep, AB_E_INTERNAL, errno, "sethostname");
-        int r = lo_up();
+        r = lo_up();
         if (r < 0)
                 die(rep, AB_E_INTERNAL, -r, "bring up loopback");
         /* The copied root mount is locked and pivot_root refuses locked mounts:
@@ -441,7 +545,7 @@ NO_ASAN static int run_setup(void *arg)
             .disk_uid_base = s->disk_uid_base,
             .userns_fd = userns,
             .tmp_mib = s->limits->memory_mib / 2 ? s->limits->memory_mib / 2 : 16,
-            .etc_hidden = s->etc_hidden,
+            .unreadable = s->unreadable,
             .while_mounting = join_cgroup,
             .ud = (void *)s,
             .binds = s->binds,

@@ -26,7 +26,7 @@ typedef struct ab_spawn_spec {
         const ab_cg_limits *cg_limits;  /* its limits (it is made, or updated) */
         const ab_bpf *bpf;              /* seccomp filter to install */
         int init_memfd;                 /* the agentbox-init binary, from ab_box_seal_init() */
-        const ab_hide_list *etc_hidden; /* host base: what to hide of /etc (hide.h) */
+        const ab_hide_list *unreadable; /* host base: what the shared layers hide (hide.h) */
         const ab_bind *binds;           /* volumes, host dirs, read-only and hidden paths */
         size_t n_binds;
 } ab_spawn_spec;

@@ -1,4 +1,5 @@
 #include "native/hide.h"
+#include "base/buf.h"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -10,25 +11,24 @@
 
 /* Host files holding secrets, hidden on top of the rule that a box sees only
  * what any host user may read (fnmatch patterns relative to /etc). */
-static const char *const etc_deny[] = {"shadow",
-                                       "shadow-",
-                                       "gshadow",
-                                       "gshadow-",
-                                       "security/opasswd",
-                                       "ssl/private",
-                                       "ssh/ssh_host_*_key",
-                                       "agentbox"};
+static const char *const etc_deny[] = {"shadow",      "mailname",           "shadow-",
+                                       "gshadow",     "gshadow-",           "security/opasswd",
+                                       "ssl/private", "ssh/ssh_host_*_key", "agentbox"};
 
 #define WATCH_MASK                                                                                 \
         (IN_ATTRIB | IN_CREATE | IN_DELETE | IN_MOVED_FROM | IN_MOVED_TO | IN_DELETE_SELF |        \
          IN_MOVE_SELF)
-#define MAX_DEPTH 16
+/* Deeper directories are hidden whole rather than walked (fails closed). */
+#define MAX_DEPTH 48
 
 struct ab_hide_watch {
         pthread_mutex_t lock;
-        char *etc;
-        int ino;    /* inotify over the directories of the last walk; -1: none */
-        int mounts; /* /proc/self/mountinfo, polled for changes of the mount table */
+        char *root;      /* entries are relative to it */
+        char **dirs;     /* what is walked below root ("" = root itself), NULL-terminated */
+        char *deny_dir;  /* where the deny list applies, below root ("" = root) */
+        int ino;         /* inotify over the directories of the last walk; -1: none */
+        int mounts;      /* /proc/self/mountinfo, polled for changes of the mount table */
+        char *mount_key; /* the mounts on or above the walked dirs at the last walk */
         ab_hide_list *cur;
         unsigned walks;
 };
@@ -59,12 +59,17 @@ static void watch(walk *w, const char *path)
         }
 }
 
-/* Lists, below `dir` (relative path `rel`, "" at the top), every entry no
- * host user but its owner could read; readable directories are descended. */
-static int walk_unreadable(walk *w, const char *etc, const char *rel, int depth)
+static char *join(const char *a, const char *b)
 {
-        char path[8200];
-        snprintf(path, sizeof(path), "%s%s%s", etc, rel[0] ? "/" : "", rel);
+        size_t n = strlen(a);
+        return xasprintf("%s%s%s", a, n && a[n - 1] != '/' && b[0] ? "/" : "", b);
+}
+
+/* Lists, below root/rel, every entry no host user but its owner (or group)
+ * could read; readable directories are descended. */
+static int walk_unreadable(walk *w, const char *root, const char *rel, int depth)
+{
+        _cleanup_free_ char *path = rel[0] ? join(root, rel) : xstrdup(root);
         watch(w, path);
         DIR *d = opendir(path);
         if (!d)
@@ -78,27 +83,52 @@ static int walk_unreadable(walk *w, const char *etc, const char *rel, int depth)
                 if (fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0 ||
                     S_ISLNK(st.st_mode))
                         continue; /* a link resolves inside the box, to what the box sees */
-                char sub[4200];
-                snprintf(sub, sizeof(sub), "%s%s%s", rel, rel[0] ? "/" : "", e->d_name);
+                _cleanup_free_ char *sub = join(rel, e->d_name);
                 bool readable =
                     (st.st_mode & S_IROTH) && (!S_ISDIR(st.st_mode) || (st.st_mode & S_IXOTH));
-                if (!readable)
+                if (!readable || (S_ISDIR(st.st_mode) && depth >= MAX_DEPTH))
                         list_add(w, sub);
-                else if (S_ISDIR(st.st_mode) && depth < MAX_DEPTH)
-                        r = walk_unreadable(w, etc, sub, depth + 1);
+                else if (S_ISDIR(st.st_mode))
+                        r = walk_unreadable(w, root, sub, depth + 1);
         }
         closedir(d);
         return r;
 }
 
-static int walk_deny_list(walk *w, const char *etc)
+/* One directory of the watch: a top directory nobody else may enter is
+ * listed itself; a link (merged /usr: /lib -> usr/lib) is not walked (what
+ * it points at is, when shared). */
+static int walk_top(walk *w, const char *root, const char *rel)
+{
+        if (!rel[0])
+                return walk_unreadable(w, root, "", 0);
+        _cleanup_free_ char *path = join(root, rel);
+        struct stat st;
+        if (lstat(path, &st) < 0 || !S_ISDIR(st.st_mode)) {
+                /* its parent's watch reports it when it appears */
+                _cleanup_free_ char *parent = xstrdup(path);
+                char *slash = strrchr(parent, '/');
+                if (slash && slash != parent)
+                        *slash = '\0';
+                watch(w, slash == parent ? "/" : parent);
+                return 0;
+        }
+        if (!(st.st_mode & S_IROTH) || !(st.st_mode & S_IXOTH)) {
+                list_add(w, rel);
+                watch(w, path);
+                return 0;
+        }
+        return walk_unreadable(w, root, rel, 0);
+}
+
+static int walk_deny_list(walk *w, const char *root, const char *deny_dir)
 {
         for (size_t i = 0; i < AB_ARRAY_LEN(etc_deny); i++) {
-                const char *pat = etc_deny[i];
+                _cleanup_free_ char *pat = join(deny_dir, etc_deny[i]);
                 const char *slash = strrchr(pat, '/');
-                char dir_rel[256], dir[4400];
-                snprintf(dir_rel, sizeof(dir_rel), "%.*s", slash ? (int)(slash - pat) : 0, pat);
-                snprintf(dir, sizeof(dir), "%s%s%s", etc, slash ? "/" : "", dir_rel);
+                _cleanup_free_ char *dir_rel =
+                    slash ? xasprintf("%.*s", (int)(slash - pat), pat) : xstrdup("");
+                _cleanup_free_ char *dir = dir_rel[0] ? join(root, dir_rel) : xstrdup(root);
                 const char *leaf = slash ? slash + 1 : pat;
                 watch(w, dir);
                 DIR *d = opendir(dir);
@@ -108,8 +138,7 @@ static int walk_deny_list(walk *w, const char *etc)
                 while ((e = readdir(d))) {
                         if (e->d_name[0] == '.' || fnmatch(leaf, e->d_name, 0) != 0)
                                 continue;
-                        char rel[600];
-                        snprintf(rel, sizeof(rel), "%s%s%s", dir_rel, slash ? "/" : "", e->d_name);
+                        _cleanup_free_ char *rel = join(dir_rel, e->d_name);
                         list_add(w, rel);
                 }
                 closedir(d);
@@ -127,14 +156,28 @@ void ab_hide_list_unref(ab_hide_list *l)
         free(l);
 }
 
-ab_hide_watch *ab_hide_watch_new(const char *etc)
+ab_hide_watch *ab_hide_watch_new_dirs(const char *root, const char *const *dirs,
+                                      const char *deny_dir)
 {
         ab_hide_watch *w = xzalloc(sizeof(*w));
         pthread_mutex_init(&w->lock, NULL);
-        w->etc = xstrdup(etc);
+        w->root = xstrdup(root);
+        size_t n = 0;
+        while (dirs[n])
+                n++;
+        w->dirs = xcalloc(n + 1, sizeof(char *));
+        for (size_t i = 0; i < n; i++)
+                w->dirs[i] = xstrdup(dirs[i]);
+        w->deny_dir = xstrdup(deny_dir);
         w->ino = -1;
         w->mounts = open("/proc/self/mountinfo", O_RDONLY | O_CLOEXEC);
         return w;
+}
+
+ab_hide_watch *ab_hide_watch_new(const char *etc)
+{
+        static const char *const all[] = {"", NULL};
+        return ab_hide_watch_new_dirs(etc, all, "");
 }
 
 void ab_hide_watch_free(ab_hide_watch *w)
@@ -146,22 +189,67 @@ void ab_hide_watch_free(ab_hide_watch *w)
         if (w->mounts >= 0)
                 close(w->mounts);
         ab_hide_list_unref(w->cur);
+        free(w->mount_key);
         pthread_mutex_destroy(&w->lock);
-        free(w->etc);
+        for (size_t i = 0; w->dirs[i]; i++)
+                free(w->dirs[i]);
+        free(w->dirs);
+        free(w->deny_dir);
+        free(w->root);
         free(w);
+}
+
+/* Whether a mount at `mp` can change what root/dir shows: on it, below it or above it. */
+static bool mount_matters(const char *mp, const char *path)
+{
+        size_t m = strlen(mp), p = strlen(path);
+        if (m <= p)
+                return !strncmp(path, mp, m) && (m == p || path[m] == '/' || mp[m - 1] == '/');
+        return !strncmp(mp, path, p) && mp[p] == '/';
+}
+
+/* The mounts (id and mount point) of this namespace that can change what
+ * the walked dirs show, in the mount table's order: the table changes with
+ * every mount on the host (each box's volumes and skills), and only these
+ * ask for a new walk. NULL when the table cannot be read (then any change
+ * counts). */
+static char *mount_key(ab_hide_watch *w)
+{
+        _cleanup_free_ char *txt = NULL;
+        if (ab_read_file(AT_FDCWD, "/proc/self/mountinfo", &txt, NULL) < 0)
+                return NULL;
+        ab_buf key = {0};
+        char *save = NULL;
+        for (char *ln = strtok_r(txt, "\n", &save); ln; ln = strtok_r(NULL, "\n", &save)) {
+                unsigned id;
+                char mp[4096];
+                if (sscanf(ln, "%u %*u %*s %*s %4095s", &id, mp) != 2)
+                        continue;
+                bool matters = false;
+                for (size_t i = 0; !matters && w->dirs[i]; i++) {
+                        _cleanup_free_ char *path = join(w->root, w->dirs[i]);
+                        matters = mount_matters(mp, path);
+                }
+                if (matters)
+                        ab_buf_printf(&key, "%u %s\n", id, mp);
+        }
+        return ab_buf_steal(&key);
 }
 
 /* Whether the host may have changed since the last walk. */
 static bool changed(ab_hide_watch *w)
 {
-        if (!w->cur || w->ino < 0 || w->mounts < 0)
+        if (!w->cur || w->ino < 0 || w->mounts < 0 || !w->mount_key)
                 return true;
         char buf[4096] __attribute__((aligned(__alignof__(struct inotify_event))));
         ssize_t n = read(w->ino, buf, sizeof(buf));
         if (n != -1 || errno != EAGAIN)
                 return true; /* an event (or an error: do not trust the watch) */
         struct pollfd p = {w->mounts, POLLPRI, 0};
-        return poll(&p, 1, 0) != 0;
+        if (poll(&p, 1, 0) == 0)
+                return false;
+        _cleanup_free_ char *key = mount_key(w);
+        return !key || strcmp(key, w->mount_key) != 0;
 }
 
 ab_hide_list *ab_hide_get(ab_hide_watch *w, ab_err **err)
@@ -172,18 +260,26 @@ ab_hide_list *ab_hide_get(ab_hide_watch *w, ab_err **err)
                 w->cur = NULL;
                 if (w->ino >= 0)
                         close(w->ino);
+                /* The mount table as it is before the walk: consume its
+                 * pending change, then note the mounts that matter. */
+                if (w->mounts >= 0)
+                        (void)poll(&(struct pollfd){w->mounts, POLLPRI, 0}, 1, 0);
+                free(w->mount_key);
+                w->mount_key = mount_key(w);
                 walk wk = {.l = xzalloc(sizeof(ab_hide_list)),
                            .ino = inotify_init1(IN_NONBLOCK | IN_CLOEXEC)};
                 atomic_init(&wk.l->refs, 1);
-                int r = walk_unreadable(&wk, w->etc, "", 0);
+                int r = 0;
+                for (size_t i = 0; r == 0 && w->dirs[i]; i++)
+                        r = walk_top(&wk, w->root, w->dirs[i]);
                 if (r == 0)
-                        r = walk_deny_list(&wk, w->etc);
+                        r = walk_deny_list(&wk, w->root, w->deny_dir);
                 w->ino = wk.ino;
                 w->walks++;
                 if (r < 0) {
                         ab_hide_list_unref(wk.l);
                         pthread_mutex_unlock(&w->lock);
-                        ab_err_set(err, AB_E_INTERNAL, -r, "cannot read %s", w->etc);
+                        ab_err_set(err, AB_E_INTERNAL, -r, "cannot read %s", w->root);
                         return NULL;
                 }
                 w->cur = wk.l;

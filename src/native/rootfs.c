@@ -6,6 +6,7 @@
 #include <fcntl.h>
 #include <sched.h>
 #include <linux/mount.h>
+#include <linux/openat2.h>
 #include <sys/mman.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
@@ -34,7 +35,14 @@ static const char *const shared[] = {
     "var/lib/ucf",
     "var/cache/apt",
     "var/cache/debconf",
+    NULL,
 };
+#define N_SHARED (AB_ARRAY_LEN(shared) - 1)
+
+const char *const *ab_rootfs_shared(void)
+{
+        return shared;
+}
 
 /* The skeleton: the box's own directories (mode). */
 static const struct {
@@ -149,13 +157,36 @@ static int hide_rel(int mask_dfd, const char *host_dir, const char *rel_in, uid_
         }
 }
 
-/* The /etc layer's mask: a whiteout for each path of the hide list (see
- * native/hide.h: what no unprivileged host user may read, and the deny list). */
-static int hide_etc_secrets(int mask_dfd, const ab_hide_list *l, uid_t base)
+/* Whether `rel` (relative to /) lies below the shared path `layer`. */
+static const char *below(const char *rel, const char *layer)
 {
+        size_t n = strlen(layer);
+        return !strncmp(rel, layer, n) && rel[n] == '/' ? rel + n + 1 : NULL;
+}
+
+/* Whether the hide list names the shared path itself: nobody else may
+ * enter it on the host, so the box gets an empty directory instead. */
+static bool layer_hidden(const ab_hide_list *l, const char *layer)
+{
+        for (size_t i = 0; l && i < l->n; i++)
+                if (!strcmp(l->rel[i], layer))
+                        return true;
+        return false;
+}
+
+/* A shared layer's mask: a whiteout for each path of the hide list inside
+ * it (see native/hide.h: what no unprivileged host user may read, and the
+ * deny list of /etc). */
+static int hide_unreadable(int mask_dfd, const char *layer, const ab_hide_list *l, uid_t base)
+{
+        char host[300];
+        snprintf(host, sizeof(host), "/%s", layer);
         int r = 0;
-        for (size_t i = 0; r == 0 && l && i < l->n; i++)
-                r = hide_rel(mask_dfd, "/etc", l->rel[i], base);
+        for (size_t i = 0; r == 0 && l && i < l->n; i++) {
+                const char *rel = below(l->rel[i], layer);
+                if (rel)
+                        r = hide_rel(mask_dfd, host, rel, base);
+        }
         return r;
 }
 
@@ -213,45 +244,124 @@ static int idmapped_lower(const char *base, const char *target, int userns_fd, a
         return 0;
 }
 
-static int bind(const char *src, const char *dst, bool ro, ab_err **err)
+/* A new file system of `type` (fsopen, fsconfig with the string options
+ * kv[0..n), fsmount with attrs): a detached mount, not yet anywhere in the
+ * tree. Relative paths among the options resolve against the working
+ * directory (the box directory) and are shown as given in mountinfo.
+ * Returns its fd or -errno. */
+static int fs_tree(const char *type, const char *const (*kv)[2], size_t n, unsigned attrs)
 {
-        if (mount(src, dst, NULL, MS_BIND, NULL) < 0)
-                return ab_err_set(err, AB_E_INTERNAL, errno, "bind %s on %s", src, dst);
-        unsigned long fl = MS_BIND | MS_REMOUNT | MS_NOSUID | MS_NODEV | (ro ? MS_RDONLY : 0);
-        if (mount(NULL, dst, NULL, fl, NULL) < 0)
-                return ab_err_set(err, AB_E_INTERNAL, errno, "remount %s", dst);
+        _cleanup_close_ int fs = (int)syscall(SYS_fsopen, type, FSOPEN_CLOEXEC);
+        if (fs < 0)
+                return -errno;
+        for (size_t i = 0; i < n; i++)
+                if (syscall(SYS_fsconfig, fs, FSCONFIG_SET_STRING, kv[i][0], kv[i][1], 0) < 0)
+                        return -errno;
+        if (syscall(SYS_fsconfig, fs, FSCONFIG_CMD_CREATE, NULL, NULL, 0) < 0)
+                return -errno;
+        int t = (int)syscall(SYS_fsmount, fs, FSMOUNT_CLOEXEC, attrs);
+        return t < 0 ? -errno : t;
+}
+
+/* A tmpfs owned by `owner` (mode and size as tmpfs spells them; nr_inodes
+ * may be NULL for tmpfs's default). */
+static int tmpfs_tree(const char *mode, const char *size, const char *nr_inodes, uid_t owner,
+                      unsigned attrs)
+{
+        char id[16];
+        snprintf(id, sizeof(id), "%u", (unsigned)owner);
+        const char *const kv[][2] = {{"source", "tmpfs"}, {"mode", mode}, {"size", size},
+                                     {"uid", id},         {"gid", id},    {"nr_inodes", nr_inodes}};
+        return fs_tree("tmpfs", kv, AB_ARRAY_LEN(kv) - !nr_inodes, attrs);
+}
+
+/* A clone of the directory at dirfd/name (no symlink on the way), not recursive. */
+static int clone_dir(int dirfd, const char *name)
+{
+        struct open_how how = {.flags = O_PATH | O_DIRECTORY | O_CLOEXEC,
+                               .resolve =
+                                   RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS};
+        _cleanup_close_ int src = (int)syscall(SYS_openat2, dirfd, name, &how, sizeof(how));
+        if (src < 0)
+                return -errno;
+        int t = (int)syscall(SYS_open_tree, src, "",
+                             OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_EMPTY_PATH);
+        return t < 0 ? -errno : t;
+}
+
+static int mount_attr(int tree, uint64_t set)
+{
+        struct mount_attr a = {.attr_set = set};
+        return syscall(SYS_mount_setattr, tree, "", AT_EMPTY_PATH, &a, sizeof(a)) < 0 ? -errno : 0;
+}
+
+/* Moves the detached mount `tree` onto path (absolute, inside the box) of
+ * the root at rfd. The mount point is reached with ab_mount_point (binds.h):
+ * never through a symlink of the box's; a planted symlink as the last
+ * component is replaced, one before it fails the start naming the path. */
+static int move_to(int rfd, const char *path, int tree, uid_t base, ab_err **err)
+{
+        _cleanup_close_ int t = ab_mount_point(rfd, path, base);
+        if (t == -ELOOP || t == -ENOTDIR)
+                return ab_err_set(err, AB_E_INVALID, -t,
+                                  "cannot mount the box's %s: a symlink or a file in the box's "
+                                  "own layer is in the way (mounts never follow the box's "
+                                  "symlinks); remove it from the box's %s",
+                                  path, path);
+        if (t < 0)
+                return ab_err_set(err, AB_E_INTERNAL, -t, "cannot open the box's %s", path);
+        if (syscall(SYS_move_mount, tree, "", t, "",
+                    MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH) < 0)
+                return ab_err_set(err, AB_E_INTERNAL, errno, "cannot mount the box's %s", path);
         return 0;
 }
 
-/* The skills folder, read-only, with its staging area (installs in
+/* The skills folder, read-only, at path, with its staging area (installs in
  * progress, native/skillsfs.h) covered by an empty read-only tmpfs. */
-static int bind_skills(const char *src, const char *dst, ab_err **err)
+static int bind_skills(int rfd, const char *src, const char *path, uid_t base, ab_err **err)
 {
-        if (bind(src, dst, true, err) < 0)
+        /* src is the host's skills folder (the server's): a path is safe there. */
+        _cleanup_close_ int tree =
+            (int)syscall(SYS_open_tree, AT_FDCWD, src, OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC);
+        int r = tree < 0
+                    ? -errno
+                    : mount_attr(tree, MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV);
+        if (r < 0)
+                return ab_err_set(err, AB_E_INTERNAL, -r, "cannot bind the skills on %s", path);
+        if (move_to(rfd, path, tree, base, err) < 0)
                 return -1;
-        char p[4300];
-        snprintf(p, sizeof(p), "%s/.staging", dst);
-        struct stat st;
-        if (lstat(p, &st) < 0 || !S_ISDIR(st.st_mode))
+        /* tree is the mounted bind now: .staging is looked up inside it. */
+        struct open_how how = {.flags = O_PATH | O_DIRECTORY | O_CLOEXEC,
+                               .resolve =
+                                   RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS};
+        _cleanup_close_ int st = (int)syscall(SYS_openat2, tree, ".staging", &how, sizeof(how));
+        if (st < 0)
                 return 0;
-        if (mount("tmpfs", p, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC,
-                  "size=4k,nr_inodes=2,mode=0555") < 0)
-                return ab_err_set(err, AB_E_INTERNAL, errno, "hide %s", p);
+        const char *const kv[][2] = {
+            {"source", "tmpfs"}, {"size", "4k"}, {"nr_inodes", "2"}, {"mode", "0555"}};
+        _cleanup_close_ int cover =
+            fs_tree("tmpfs", kv, AB_ARRAY_LEN(kv),
+                    MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC);
+        if (cover < 0 || syscall(SYS_move_mount, cover, "", st, "",
+                                 MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH) < 0)
+                return ab_err_set(err, AB_E_INTERNAL, cover < 0 ? -cover : errno,
+                                  "hide %s/.staging", path);
         return 0;
 }
 
-static int mount_dev(const char *root, uid_t base, ab_err **err)
+static int mount_dev(int rfd, uid_t base, ab_err **err)
 {
-        char dev[4200], p[4300];
-        snprintf(dev, sizeof(dev), "%s/dev", root);
-        char opts[128];
-        snprintf(opts, sizeof(opts), "mode=755,size=1m,nr_inodes=256,uid=%u,gid=%u", (unsigned)base,
-                 (unsigned)base);
-        if (mount("tmpfs", dev, "tmpfs", MS_NOSUID | MS_NOEXEC, opts) < 0)
-                return ab_err_set(err, AB_E_INTERNAL, errno, "mount /dev tmpfs");
-        /* The host's nodes, made again here (we are host root, and this tmpfs
-         * is not nodev): the same devices, mode and owner as binds of them
-         * would show, for one system call each instead of two mounts. */
+        _cleanup_close_ int dev =
+            tmpfs_tree("755", "1m", "256", base, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NOEXEC);
+        if (dev < 0)
+                return ab_err_set(err, AB_E_INTERNAL, -dev, "mount /dev tmpfs");
+        if (move_to(rfd, "/dev", dev, base, err) < 0)
+                return -1;
+        /* Filled through the fd of its own root (a fresh tmpfs: nothing of
+         * the box's in it). The host's nodes, made again here (we are host
+         * root, and this tmpfs is not nodev): the same devices, mode and
+         * owner as binds of them would show, for one system call each
+         * instead of two mounts. */
         static const char *const nodes[] = {"null", "zero", "full", "random", "urandom", "tty"};
         for (size_t i = 0; i < AB_ARRAY_LEN(nodes); i++) {
                 char src[64];
@@ -260,10 +370,10 @@ static int mount_dev(const char *root, uid_t base, ab_err **err)
                 if (stat(src, &st) < 0 || !S_ISCHR(st.st_mode))
                         return ab_err_set(err, AB_E_INTERNAL, errno ? errno : ENODEV,
                                           "host device %s", src);
-                snprintf(p, sizeof(p), "%s/%s", dev, nodes[i]);
-                if (mknod(p, S_IFCHR | (st.st_mode & 0777), st.st_rdev) < 0 ||
-                    chmod(p, st.st_mode & 0777) < 0 || lchown(p, st.st_uid, st.st_gid) < 0)
-                        return ab_err_set(err, AB_E_INTERNAL, errno, "make %s", p);
+                if (mknodat(dev, nodes[i], S_IFCHR | (st.st_mode & 0777), st.st_rdev) < 0 ||
+                    fchmodat(dev, nodes[i], st.st_mode & 0777, 0) < 0 ||
+                    fchownat(dev, nodes[i], st.st_uid, st.st_gid, AT_SYMLINK_NOFOLLOW) < 0)
+                        return ab_err_set(err, AB_E_INTERNAL, errno, "make /dev/%s", nodes[i]);
         }
         static const char *const links[][2] = {{"fd", "/proc/self/fd"},
                                                {"stdin", "/proc/self/fd/0"},
@@ -271,27 +381,27 @@ static int mount_dev(const char *root, uid_t base, ab_err **err)
                                                {"stderr", "/proc/self/fd/2"},
                                                {"ptmx", "pts/ptmx"}};
         for (size_t i = 0; i < AB_ARRAY_LEN(links); i++) {
-                snprintf(p, sizeof(p), "%s/%s", dev, links[i][0]);
-                if (symlink(links[i][1], p) < 0 && errno != EEXIST)
-                        return ab_err_set(err, AB_E_INTERNAL, errno, "symlink %s", p);
-                (void)!lchown(p, base, base);
+                if (symlinkat(links[i][1], dev, links[i][0]) < 0 && errno != EEXIST)
+                        return ab_err_set(err, AB_E_INTERNAL, errno, "symlink /dev/%s",
+                                          links[i][0]);
+                (void)!fchownat(dev, links[i][0], base, base, AT_SYMLINK_NOFOLLOW);
         }
-        snprintf(p, sizeof(p), "%s/pts", dev);
-        if (mkdir(p, 0755) < 0 && errno != EEXIST)
-                return ab_err_set(err, AB_E_INTERNAL, errno, "mkdir %s", p);
-        snprintf(p, sizeof(p), "%s/shm", dev);
-        if (mkdir(p, 01777) < 0 && errno != EEXIST)
-                return ab_err_set(err, AB_E_INTERNAL, errno, "mkdir %s", p);
-        char shm[128];
-        snprintf(shm, sizeof(shm), "mode=1777,size=64m,uid=%u,gid=%u", (unsigned)base,
-                 (unsigned)base);
-        if (mount("shm", p, "tmpfs", MS_NOSUID | MS_NODEV, shm) < 0)
-                return ab_err_set(err, AB_E_INTERNAL, errno, "mount /dev/shm");
-        /* Lock the layout: no new nodes can appear in /dev. */
-        if (mount(NULL, dev, NULL, MS_REMOUNT | MS_NOSUID | MS_NOEXEC | MS_RDONLY, opts) < 0 &&
-            mount(NULL, dev, NULL, MS_REMOUNT | MS_BIND | MS_NOSUID | MS_NOEXEC | MS_RDONLY, NULL) <
-                0)
-                return ab_err_set(err, AB_E_INTERNAL, errno, "remount /dev read-only");
+        if (mkdirat(dev, "pts", 0755) < 0 && errno != EEXIST)
+                return ab_err_set(err, AB_E_INTERNAL, errno, "mkdir /dev/pts");
+        if (mkdirat(dev, "shm", 01777) < 0 && errno != EEXIST)
+                return ab_err_set(err, AB_E_INTERNAL, errno, "mkdir /dev/shm");
+        _cleanup_close_ int shm =
+            tmpfs_tree("1777", "64m", NULL, base, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV);
+        _cleanup_close_ int at = openat(dev, "shm", O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (shm < 0 || at < 0 ||
+            syscall(SYS_move_mount, shm, "", at, "",
+                    MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH) < 0)
+                return ab_err_set(err, AB_E_INTERNAL, shm < 0 ? -shm : errno, "mount /dev/shm");
+        /* Lock the layout: no new nodes can appear in /dev (the mount is
+         * read-only; a box cannot lift that on a mount it was handed). */
+        int r = mount_attr(dev, MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NOEXEC);
+        if (r < 0)
+                return ab_err_set(err, AB_E_INTERNAL, -r, "remount /dev read-only");
         return 0;
 }
 
@@ -352,6 +462,23 @@ static const char *box_rel(const char *box_dir, const char *path)
         return path;
 }
 
+/* An overlay of a shared host path, mounted at /rel of the root at rfd. */
+static int shared_overlay(const char *box_dir, int rfd, const char *rel, const char *lowers,
+                          const char *upper, const char *work, uid_t base, ab_err **err)
+{
+        const char *const kv[][2] = {{"source", "agentbox"},
+                                     {"lowerdir", lowers},
+                                     {"upperdir", box_rel(box_dir, upper)},
+                                     {"workdir", box_rel(box_dir, work)}};
+        char path[300];
+        snprintf(path, sizeof(path), "/%s", rel);
+        _cleanup_close_ int tree =
+            fs_tree("overlay", kv, AB_ARRAY_LEN(kv), MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV);
+        if (tree < 0)
+                return ab_err_set(err, AB_E_INTERNAL, -tree, "cannot make the overlay of %s", path);
+        return move_to(rfd, path, tree, base, err);
+}
+
 static int mount_overlay(const char *box_dir, const char *target, const char *lowers,
                          const char *upper, const char *work, ab_err **err)
 {
@@ -394,7 +521,7 @@ static int build_masks(int mfd, const ab_rootfs_spec *s, bool *has_mask)
                 (void)!fchownat(sk, skel_links[i][0], s->uid_base, s->uid_base,
                                 AT_SYMLINK_NOFOLLOW);
         }
-        for (size_t i = 0; i < AB_ARRAY_LEN(shared); i++) {
+        for (size_t i = 0; i < N_SHARED; i++) {
                 char host[300];
                 snprintf(host, sizeof(host), "/%s", shared[i]);
                 struct stat st;
@@ -419,7 +546,7 @@ static int build_masks(int mfd, const ab_rootfs_spec *s, bool *has_mask)
                         return -errno;
                 (void)!fchownat(sk, shared[i], st.st_uid + s->uid_base, st.st_gid + s->uid_base, 0);
         }
-        for (size_t i = 0; i < AB_ARRAY_LEN(shared); i++)
+        for (size_t i = 0; i < N_SHARED; i++)
                 has_mask[i] = layer_needs_mask(s, i);
         return 0;
 }
@@ -434,6 +561,8 @@ static bool layer_needs_mask(const ab_rootfs_spec *s, size_t i)
         bool hides = !strcmp(shared[i], "etc");
         for (const char *const *h = s->hide; h && *h; h++)
                 hides |= !strncmp(*h, host, hl) && (*h)[hl] == '/';
+        for (size_t k = 0; s->unreadable && k < s->unreadable->n; k++)
+                hides |= below(s->unreadable->rel[k], shared[i]) != NULL;
         return hides;
 }
 
@@ -441,7 +570,7 @@ static bool layer_needs_mask(const ab_rootfs_spec *s, size_t i)
 static int build_layer_masks(int mfd, const ab_rootfs_spec *s)
 {
         int r;
-        for (size_t i = 0; i < AB_ARRAY_LEN(shared); i++) {
+        for (size_t i = 0; i < N_SHARED; i++) {
                 if (!layer_needs_mask(s, i))
                         continue;
                 char name[64], mname[80], host[300];
@@ -457,9 +586,10 @@ static int build_layer_masks(int mfd, const ab_rootfs_spec *s)
                 _cleanup_close_ int lfd = openat(mfd, mname, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
                 if (lfd < 0)
                         return -errno;
-                if (!strcmp(shared[i], "etc") &&
-                    ((r = hide_etc_secrets(lfd, s->etc_hidden, s->uid_base)) < 0 ||
-                     (s->hostname && (r = etc_own_names(lfd, s->hostname, s->uid_base)) < 0)))
+                if ((r = hide_unreadable(lfd, shared[i], s->unreadable, s->uid_base)) < 0)
+                        return r;
+                if (!strcmp(shared[i], "etc") && s->hostname &&
+                    (r = etc_own_names(lfd, s->hostname, s->uid_base)) < 0)
                         return r;
                 for (const char *const *h = s->hide; h && *h; h++)
                         if (!strncmp(*h, host, hl) && (*h)[hl] == '/' &&
@@ -538,6 +668,14 @@ static char *image_lowers(const char *const *layers)
         return ab_buf_steal(&b);
 }
 
+/* The root of a custom rootfs or an image box: one overlay over it all. */
+static int mount_overlay_image(const ab_rootfs_spec *s, const char *root, const char *upper,
+                               const char *work, ab_err **err)
+{
+        _cleanup_free_ char *lowers = image_lowers(s->layers);
+        return mount_overlay(s->box_dir, root, lowers, upper, work, err);
+}
+
 /* The box's disk is mounted by a helper while the setup process builds what
  * needs no disk (the skeleton, the masks, the idmapped lowers): an ext4
  * mount mostly waits (for its journal thread, for reads through the loop
@@ -605,11 +743,12 @@ static int build_without_disk(const ab_rootfs_spec *s, bool host, const char *ma
                         return ab_err_set(err, AB_E_INTERNAL, errno, "mkdir %s", p);
                 return idmapped_lower(s->base, p, s->userns_fd, err);
         }
-        for (size_t i = 0; i < AB_ARRAY_LEN(shared); i++) {
+        for (size_t i = 0; i < N_SHARED; i++) {
                 char hostp[300];
                 snprintf(hostp, sizeof(hostp), "/%s", shared[i]);
                 layer *l = &layers[i];
-                if (lstat(hostp, &l->st) < 0 || !S_ISDIR(l->st.st_mode))
+                if (lstat(hostp, &l->st) < 0 || !S_ISDIR(l->st.st_mode) ||
+                    layer_hidden(s->unreadable, shared[i]))
                         continue;
                 l->present = true;
                 layer_name(shared[i], l->name, sizeof(l->name));
@@ -736,7 +875,7 @@ static int seed_workspace(int dfd, const ab_rootfs_spec *s, ab_err **err)
 
 int ab_rootfs_build(const ab_rootfs_spec *s, ab_err **err)
 {
-        char disk[4096], mask[4096], lower[4096], root[4096], p[4200], q[4200];
+        char disk[4096], mask[4096], lower[4096], root[4096];
         snprintf(disk, sizeof(disk), "%s/disk", s->box_dir);
         snprintf(mask, sizeof(mask), "%s/mask", s->box_dir);
         snprintf(lower, sizeof(lower), "%s/lower", s->box_dir);
@@ -750,8 +889,8 @@ int ab_rootfs_build(const ab_rootfs_spec *s, ab_err **err)
         if (bfd < 0 || fchdir(bfd) < 0)
                 return ab_err_set(err, AB_E_INTERNAL, errno, "open %s", s->box_dir);
         bool host = !s->layers && strcmp(s->base, "/") == 0;
-        bool has_mask[AB_ARRAY_LEN(shared)] = {false};
-        layer layers[AB_ARRAY_LEN(shared)];
+        bool has_mask[N_SHARED] = {false};
+        layer layers[N_SHARED];
         memset(layers, 0, sizeof(layers));
         if (build_while_mounting(s, bfd, disk, host, mask, lower, has_mask, layers, err) < 0)
                 return -1;
@@ -771,28 +910,28 @@ int ab_rootfs_build(const ab_rootfs_spec *s, ab_err **err)
                 return ab_err_set(err, AB_E_INVALID, errno, "rootfs %s", s->base);
         if (layer_dirs(disk, "root", &rst, s->uid_base, upper, work, sizeof(upper), err) < 0)
                 return -1;
-        if (host) {
-                /* The root is the skeleton alone; shared paths are mounted on it. */
-                if (mount_overlay(s->box_dir, root, "mask/skel", upper, work, err) < 0)
+        /* The root itself is the box directory's (the host's): a path is
+         * safe there. Everything below it is the box's own layer, reached
+         * only through rfd (move_to). */
+        if (host ? mount_overlay(s->box_dir, root, "mask/skel", upper, work, err) < 0
+                 : mount_overlay_image(s, root, upper, work, err) < 0)
+                return -1;
+        _cleanup_close_ int rfd = open(root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (rfd < 0)
+                return ab_err_set(err, AB_E_INTERNAL, errno, "open %s", root);
+        for (size_t i = 0; host && i < N_SHARED; i++) {
+                const layer *l = &layers[i];
+                if (!l->present)
+                        continue;
+                /* The upper's owner is the host dir's, shifted: st_uid + base. */
+                if (layer_dirs(disk, l->name, &l->st, s->uid_base, upper, work, sizeof(upper),
+                               err) < 0)
                         return -1;
-                for (size_t i = 0; i < AB_ARRAY_LEN(shared); i++) {
-                        const layer *l = &layers[i];
-                        if (!l->present)
-                                continue;
-                        /* The upper's owner is the host dir's, shifted: st_uid + base. */
-                        if (layer_dirs(disk, l->name, &l->st, s->uid_base, upper, work,
-                                       sizeof(upper), err) < 0)
-                                return -1;
-                        _cleanup_free_ char *lowers =
-                            has_mask[i] ? xasprintf("mask/m_%s:lower/%s", l->name, l->name)
-                                        : xasprintf("lower/%s", l->name);
-                        snprintf(q, sizeof(q), "%s/%s", root, shared[i]);
-                        if (mount_overlay(s->box_dir, q, lowers, upper, work, err) < 0)
-                                return -1;
-                }
-        } else {
-                _cleanup_free_ char *lowers = image_lowers(s->layers);
-                if (mount_overlay(s->box_dir, root, lowers, upper, work, err) < 0)
+                _cleanup_free_ char *lowers =
+                    has_mask[i] ? xasprintf("mask/m_%s:lower/%s", l->name, l->name)
+                                : xasprintf("lower/%s", l->name);
+                if (shared_overlay(s->box_dir, rfd, shared[i], lowers, upper, work, s->uid_base,
+                                   err) < 0)
                         return -1;
         }
 
@@ -800,42 +939,43 @@ int ab_rootfs_build(const ab_rootfs_spec *s, ab_err **err)
                   NULL) < 0)
                 return ab_err_set(err, AB_E_INTERNAL, errno, "remount mask read-only");
 
-        /* Binds of the disk keep its nosuid and nodev: no remount needed. */
-        static const char *const binds[][2] = {{"workspace", "workspace"},
-                                               {"workspace", "mnt/user-data/workspace"},
-                                               {"uploads", "mnt/user-data/uploads"},
-                                               {"outputs", "mnt/user-data/outputs"}};
-        for (size_t i = 0; i < AB_ARRAY_LEN(binds); i++) {
-                snprintf(p, sizeof(p), "%s/%s", disk, binds[i][0]);
-                snprintf(q, sizeof(q), "%s/%s", root, binds[i][1]);
-                if (mount(p, q, NULL, MS_BIND, NULL) < 0)
-                        return ab_err_set(err, AB_E_INTERNAL, errno, "bind %s on %s", p, q);
+        /* Binds of the disk keep its nosuid and nodev (a clone keeps them). */
+        static const char *const binds[][2] = {{"workspace", "/workspace"},
+                                               {"workspace", "/mnt/user-data/workspace"},
+                                               {"uploads", "/mnt/user-data/uploads"},
+                                               {"outputs", "/mnt/user-data/outputs"}};
+        {
+                _cleanup_close_ int dfd = open(disk, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+                if (dfd < 0)
+                        return ab_err_set(err, AB_E_INTERNAL, errno, "open %s", disk);
+                for (size_t i = 0; i < AB_ARRAY_LEN(binds); i++) {
+                        _cleanup_close_ int tree = clone_dir(dfd, binds[i][0]);
+                        if (tree < 0)
+                                return ab_err_set(err, AB_E_INTERNAL, -tree,
+                                                  "cannot bind the disk's %s", binds[i][0]);
+                        if (move_to(rfd, binds[i][1], tree, s->uid_base, err) < 0)
+                                return -1;
+                }
         }
-        if (s->skills_dir) {
-                snprintf(q, sizeof(q), "%s/mnt/skills", root);
-                if (bind_skills(s->skills_dir, q, err) < 0)
-                        return -1;
-                snprintf(q, sizeof(q), "%s/skills", root);
-                if (bind_skills(s->skills_dir, q, err) < 0)
+        if (s->skills_dir &&
+            (bind_skills(rfd, s->skills_dir, "/mnt/skills", s->uid_base, err) < 0 ||
+             bind_skills(rfd, s->skills_dir, "/skills", s->uid_base, err) < 0))
+                return -1;
+        char o[32];
+        snprintf(o, sizeof(o), "%llum", (unsigned long long)s->tmp_mib);
+        static const char *const tmpfs[][3] = {{"/tmp", "1777", NULL}, {"/run", "755", "16m"}};
+        for (size_t i = 0; i < AB_ARRAY_LEN(tmpfs); i++) {
+                _cleanup_close_ int tree =
+                    tmpfs_tree(tmpfs[i][1], tmpfs[i][2] ? tmpfs[i][2] : o, NULL, s->uid_base,
+                               MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV);
+                if (tree < 0)
+                        return ab_err_set(err, AB_E_INTERNAL, -tree, "mount %s", tmpfs[i][0]);
+                if (move_to(rfd, tmpfs[i][0], tree, s->uid_base, err) < 0)
                         return -1;
         }
-        char o[128];
-        snprintf(q, sizeof(q), "%s/tmp", root);
-        snprintf(o, sizeof(o), "mode=1777,size=%llum,uid=%u,gid=%u", (unsigned long long)s->tmp_mib,
-                 (unsigned)s->uid_base, (unsigned)s->uid_base);
-        if (mount("tmpfs", q, "tmpfs", MS_NOSUID | MS_NODEV, o) < 0)
-                return ab_err_set(err, AB_E_INTERNAL, errno, "mount /tmp");
-        snprintf(q, sizeof(q), "%s/run", root);
-        snprintf(o, sizeof(o), "mode=755,size=16m,uid=%u,gid=%u", (unsigned)s->uid_base,
-                 (unsigned)s->uid_base);
-        if (mount("tmpfs", q, "tmpfs", MS_NOSUID | MS_NODEV, o) < 0)
-                return ab_err_set(err, AB_E_INTERNAL, errno, "mount /run");
-        if (mount_dev(root, s->uid_base, err) < 0)
+        if (mount_dev(rfd, s->uid_base, err) < 0)
                 return -1;
         if (!s->n_binds)
                 return 0;
-        _cleanup_close_ int rfd = open(root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-        if (rfd < 0)
-                return ab_err_set(err, AB_E_INTERNAL, errno, "open %s", root);
         return ab_binds_apply(rfd, s->binds, s->n_binds, s->userns_fd, s->uid_base, err);
 }

@@ -9,7 +9,13 @@
  *   BOX_DIR/root   overlay(lower = mask:lower, upper = disk/upper) plus binds of
  *                  /workspace, /mnt/user-data/{workspace,uploads,outputs}, /mnt/skills, /skills
  * (read-only), tmpfs /tmp /run /dev (with null zero full random urandom tty). /proc and /dev/pts
- * are mounted later by the box's init-to-be, inside its namespaces. */
+ * are mounted later by the box's init-to-be, inside its namespaces.
+ *
+ * The root's upper layer is the box's and survives stops, so below BOX/root
+ * every mount is made with the new mount API and moved onto an fd of its
+ * mount point reached without following symlinks (ab_mount_point, binds.h):
+ * a symlink the box left where a mount goes is replaced, one higher up fails
+ * the build (AB_E_INVALID naming the box path). */
 #ifndef AB_ROOTFS_H
 #define AB_ROOTFS_H
 
@@ -32,9 +38,10 @@ typedef struct ab_rootfs_spec {
         /* Whose files a disk without its own record of that holds (a fork's
          * copy of another box's disk: that box's uid_base); 0 = uid_base. */
         uid_t disk_uid_base;
-        int userns_fd;                  /* a user namespace mapping 0..65535 to uid_base.. */
-        uint64_t tmp_mib;               /* size of /tmp */
-        const ab_hide_list *etc_hidden; /* host base: what /etc's layer hides (hide.h) */
+        int userns_fd;    /* a user namespace mapping 0..65535 to uid_base.. */
+        uint64_t tmp_mib; /* size of /tmp */
+        /* host base: what the shared layers hide (hide.h; relative to /). */
+        const ab_hide_list *unreadable;
         /* Called while the disk is being mounted (by a helper), for the
          * caller's own work meanwhile; may be NULL. Non-zero fails the build. */
         int (*while_mounting)(void *ud, ab_err **err);
@@ -52,6 +59,10 @@ typedef struct ab_rootfs_spec {
  * disk's).  On failure the caller's mount namespace is
  * simply discarded, so no cleanup of partial mounts is needed. */
 int ab_rootfs_build(const ab_rootfs_spec *s, ab_err **err);
+
+/* The host paths a box on the host base shares (relative to /: "usr",
+ * "etc", "var/lib/dpkg", ...), NULL-terminated, static. What hide.h walks. */
+const char *const *ab_rootfs_shared(void);
 
 /* Makes the box-side directories on a freshly mounted disk (idempotent). */
 int ab_rootfs_prepare_disk(const char *disk_dir, uid_t uid_base, ab_err **err);

@@ -1,4 +1,5 @@
-/* Unit tests: the list of what a box must not see of /etc (native/hide.h) is
+/* Unit tests: the list of what a box must not see of /etc and the other
+ * shared layers (native/hide.h) is
  * right, is kept while nothing changes, and is made again after every kind
  * of change that could make a secret visible: a chmod, a new file, a
  * directory opened up, a mount. Runs on a fake /etc in a temp dir; the mount
@@ -59,6 +60,52 @@ static ab_hide_list *get(ab_hide_watch *w, bool *walked)
         ab_err_free(&e);
         *walked = ab_hide_walks(w) != before;
         return l;
+}
+
+/* A watch over several directories of a fake host root, as the server
+ * makes one over the shared layers: entries relative to the root, the deny
+ * list under etc/ only, a link among the dirs not walked, a dir nobody else
+ * may enter listed itself, a missing dir noticed when it appears. */
+static void several_dirs(void)
+{
+        mk("etc", 0755, true);
+        mk("etc/shadow", 0644, false);
+        mk("usr", 0755, true);
+        mk("usr/shadow", 0644, false); /* the deny list is /etc's */
+        mk("usr/share", 0755, true);
+        mk("usr/share/rules.d", 0700, true);
+        mk("usr/share/ok", 0644, false);
+        mk("var", 0755, true);
+        mk("var/cache", 0755, true);
+        mk("var/cache/debconf", 0755, true);
+        mk("var/cache/debconf/passwords.dat", 0600, false);
+        mk("var/lib", 0755, true);
+        mk("private", 0700, true);
+        mk("private/x", 0600, false);
+        char lnk[128];
+        snprintf(lnk, sizeof(lnk), "%s/lib", root);
+        tap_ok(symlink("usr", lnk) == 0, "symlink lib -> usr");
+        static const char *const dirs[] = {"etc",         "usr",     "lib", "var/cache/debconf",
+                                           "var/lib/ucf", "private", NULL};
+        ab_hide_watch *w = ab_hide_watch_new_dirs(root, dirs, "etc");
+        bool walked;
+        ab_hide_list *l = get(w, &walked);
+        tap_ok(l && has(l, "etc/shadow") && has(l, "usr/share/rules.d") &&
+                   has(l, "var/cache/debconf/passwords.dat"),
+               "several dirs: unreadable entries and the deny list, relative to the root");
+        tap_ok(l && !has(l, "usr/shadow") && !has(l, "usr/share/ok") &&
+                   !has(l, "lib/share/rules.d"),
+               "several dirs: the deny list only under etc/, links not walked");
+        tap_ok(l && has(l, "private") && !has(l, "private/x"),
+               "several dirs: a dir nobody else may enter is listed itself");
+        ab_hide_list_unref(l);
+        mk("var/lib/ucf", 0755, true);
+        mk("var/lib/ucf/hashfile", 0600, false);
+        l = get(w, &walked);
+        tap_ok(walked && l && has(l, "var/lib/ucf/hashfile"),
+               "several dirs: a dir that appears later is walked");
+        ab_hide_list_unref(l);
+        ab_hide_watch_free(w);
 }
 
 int main(void)
@@ -143,12 +190,29 @@ int main(void)
                        "a mount is noticed: what it covers is judged afresh");
                 ab_hide_list_unref(l);
                 umount2(app, MNT_DETACH);
+                l = get(w, &walked);
+                ab_hide_list_unref(l);
+                char other[] = "/tmp/ab-hide-other-XXXXXX";
+                tap_ok(mkdtemp(other) && mount("t", other, "tmpfs", 0, "mode=700") == 0,
+                       "mount a tmpfs elsewhere");
+                l = get(w, &walked);
+                tap_ok(!walked && l && has(l, "app/key2"),
+                       "a mount outside the walked tree asks for no new walk");
+                ab_hide_list_unref(l);
+                umount2(other, MNT_DETACH);
+                rmdir(other);
         } else {
                 tap_ok(true, "# SKIP mount case: needs root and a private mount namespace");
         }
         ab_hide_watch_free(w);
 
         char cmd[128];
+        snprintf(cmd, sizeof(cmd), "rm -rf %s", root);
+        tap_ok(system(cmd) == 0, "cleanup");
+        snprintf(root, sizeof(root), "/tmp/ab-hide-XXXXXX");
+        tap_ok(mkdtemp(root) != NULL, "mkdtemp");
+        chmod(root, 0755);
+        several_dirs();
         snprintf(cmd, sizeof(cmd), "rm -rf %s", root);
         tap_ok(system(cmd) == 0, "cleanup");
         return tap_done();
