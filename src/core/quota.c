@@ -85,7 +85,8 @@ static void caps_fit_host(ab_manager *m)
                 if (c->disk_mib && c->disk_mib < (int64_t)d->disk_mib)
                         c->disk_mib = (int64_t)d->disk_mib;
         }
-        if (m->o.quotas.allowed_network < 0)
+        /* not given (options zeroed, as in tests and short-lived users): every mode */
+        if (m->o.quotas.allowed_network <= 0)
                 m->o.quotas.allowed_network = AB_QUOTA_NET_ALL;
 }
 
