@@ -7,6 +7,7 @@
 #include <arpa/inet.h>
 #include <ctype.h>
 #include <fcntl.h>
+#include <inttypes.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -25,6 +26,7 @@ void ab_config_default(ab_config *c)
             .sample_interval_ms = 10000,
             .max_body = 1024 * 1024,
             .max_upload = 1024 * 1024 * 1024,
+            .tmp_max = 4ull << 30,
             .max_connections = 10000,
             .max_connections_per_address = 256,
             .head_timeout_ms = 10000,
@@ -307,6 +309,7 @@ static const field fields[] = {
     F("webhook_url", NULL, "AGENTBOX_WEBHOOK_URL", K_URL, webhook_url),
     F("max_body", NULL, NULL, K_BYTES, max_body),
     F("max_upload", NULL, NULL, K_BYTES, max_upload),
+    F("tmp_max", NULL, NULL, K_BYTES, tmp_max),
     F("max_connections", NULL, "AGENTBOX_MAX_CONNECTIONS", K_COUNT, max_connections),
     F("max_connections_per_address", NULL, "AGENTBOX_MAX_CONNECTIONS_PER_ADDRESS", K_COUNT,
       max_connections_per_address),
@@ -1223,6 +1226,10 @@ int ab_config_validate(const ab_config *c, ab_err **err)
                 return invalid(err, "max_body", why("must be more than 0 bytes"));
         if (c->max_upload == 0)
                 return invalid(err, "max_upload", why("must be more than 0 bytes"));
+        if (c->tmp_max < c->max_upload)
+                return invalid(err, "tmp_max",
+                               why("must be at least max_upload (%" PRIu64 " bytes), got %" PRIu64,
+                                   c->max_upload, c->tmp_max));
 
         if (ab_limits_validate(&c->limits, err) < 0)
                 return ab_err_wrap(err, "limits");
