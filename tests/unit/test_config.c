@@ -617,6 +617,12 @@ static void test_ceilings(void)
         ab_err *e = NULL;
         tap_ok(ab_config_validate(&c, &e) == 0, "the defaults validate");
         ab_err_free(&e);
+        tap_ok(c.tmp_max == 4ull << 30 && c.tmp_max >= c.max_upload,
+               "tmp_max: 4 GiB by default, at least max_upload");
+        c.tmp_max = c.max_upload - 1;
+        _cleanup_free_ char *m = validate_err(&c);
+        tap_ok(m && strstr(m, "tmp_max") && strstr(m, "max_upload"),
+               "a tmp_max below max_upload is refused, naming both");
         ab_config_release(&c);
         _cleanup_free_ char *path = write_conf("quotas:\n"
                                                "  max_limits: {cpus: 4, memory: 8G, pids: 2048,"
