@@ -5,7 +5,8 @@ handler runs, up to max_upload (1 GiB by default) each; with no global cap, a fe
 clients holding uploads open could fill the host's disk. The server's default
 cap (tmp_max, 4 GiB) must hold, with no configuration:
 - while four uploads that declare 1 GiB each are held open, a fifth is answered
-  503 at once (before its body is read), and so is a chunked one;
+  503 at once (before its body is read), and so are a chunked one and one
+  through the OpenSandbox front's file upload;
 - once they end, their share of the spool is released and uploads work again."""
 import os
 import socket
@@ -67,6 +68,14 @@ fifth = socket.create_connection((srv.host, srv.port), timeout=10)
 fifth.sendall(head(GIB) + bytes(1024))
 h.eq(answer_of(fifth), 503, "with 4 GiB of uploads held, a fifth 1 GiB upload is answered 503 at once")
 fifth.close()
+
+# the fronts' uploads share the same spool: OpenSandbox's file upload
+osb = socket.create_connection((srv.host, srv.port), timeout=10)
+osb.sendall(("POST /opensandbox/execd/%s/files/upload HTTP/1.1\r\nHost: 127.0.0.1\r\n%s"
+             "Content-Type: multipart/form-data; boundary=x\r\nContent-Length: %d\r\n\r\n" % (
+                 BOX, AUTH, GIB)).encode() + bytes(1024))
+h.eq(answer_of(osb), 503, "... and so is an OpenSandbox file upload of 1 GiB")
+osb.close()
 
 ch = socket.create_connection((srv.host, srv.port), timeout=10)
 ch.sendall(head(chunked=True) + b"400\r\n" + bytes(1024) + b"\r\n0\r\n\r\n")
