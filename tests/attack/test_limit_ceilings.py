@@ -32,11 +32,17 @@ srv = h.start_server(name="ceilings", token=TOKEN, config={
     "api_keys": [{"key": KEY, "app_id": "tenant"}]})
 
 
+KEY_IDS = {}
+
+
 def new_key(app, quotas):
     """An API key of app with its own quotas (POST /v1/keys), or None."""
     r = srv.post("/v1/keys", {"app_id": app, "quotas": quotas})
     h.eq(r.status, 201, "the admin makes a key of app %s with quotas %s" % (app, quotas), r.describe())
-    return r.get("key") if r.status == 201 else None
+    if r.status != 201:
+        return None
+    KEY_IDS[app] = r.get("key_id")
+    return r.get("key")
 
 
 with open("/proc/meminfo") as f:
@@ -107,6 +113,13 @@ if KEY_S:
     r = srv.post("/v1/sandboxes", {"id": "ceil-small2", "limits": {"cpus": 2}}, token=KEY_S)
     refused(r, "max_limits.cpus", "app small asks 2 CPUs over its 1 CPU ceiling")
     gone("ceil-small2", "app small's second box")
+    r = srv.get("/v1/keys/%s" % KEY_IDS["small"])
+    eff = r.get("effective_quotas") or {}
+    h.ok((eff.get("max_limits") or {}).get("memory_mib") == 256 and
+         (eff.get("max_limits") or {}).get("cpus") == 1 and
+         (eff.get("max_limits") or {}).get("pids", 0) > 0 and
+         eff.get("allowed_network") == ["none", "allowlist"],
+         "GET /v1/keys/{id} shows the key's ceilings over the server's (host-fit) ones", r.describe())
 KEY_G = new_key("granted", {"allowed_network": ["none", "allowlist", "full"]})
 if KEY_G:
     r = srv.post("/v1/sandboxes", {"id": "ceil-grant", "network": {"mode": "full"}}, token=KEY_G)
@@ -140,4 +153,20 @@ refused(r, "allowed_network", "OpenSandbox: an app key asks networkPolicy defaul
 
 boxes = [b for b in srv.list({"app_id": "tenant"}) or [] if b.get("status") != "deleting"]
 h.eq(sorted(b.get("id") for b in boxes), ["ceil-ok"], "app tenant has only its one box within the ceilings")
+# ---- the config's layers: the server's own ceiling, an app's entry above it ------------------
+KEY_W = "key-w-" + secrets.token_hex(8)
+srv2 = h.start_server(name="ceilings-cfg", token=TOKEN, config={
+    "idle_pause": "1h", "idle_stop": "2h",
+    "api_keys": [{"key": KEY, "app_id": "tenant"}, {"key": KEY_W, "app_id": "wide"}],
+    "quotas": {"max_limits": {"memory": "512M"},
+               "apps": {"wide": {"max_limits": {"memory": "1G"}, "allowed_network": ["none", "allowlist", "full"]}}}})
+r = srv2.post("/v1/sandboxes", {"id": "cfg-t", "limits": {"memory_mib": 768}}, token=KEY)
+refused(r, "max_limits.memory_mib", "config: app tenant asks 768 MiB over the server's 512 MiB ceiling")
+h.ok("512" in r.text, "... the answer gives the ceiling (512 MiB)", r.describe())
+r = srv2.post("/v1/sandboxes", {"id": "cfg-w", "limits": {"memory_mib": 768}}, token=KEY_W)
+h.eq(r.status, 201, "config: app wide (its entry raises the ceiling to 1 GiB) gets 768 MiB", r.describe())
+r = srv2.post("/v1/sandboxes", {"id": "cfg-w2", "limits": {"memory_mib": 2048}}, token=KEY_W)
+refused(r, "max_limits.memory_mib", "config: app wide asks 2 GiB over its own 1 GiB ceiling")
+r = srv2.put("/v1/sandboxes/cfg-w/network", {"mode": "full"}, token=KEY_W)
+h.ok(r.status != 400, "config: app wide, allowed full network, may switch to it", r.describe())
 h.done()
