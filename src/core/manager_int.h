@@ -225,6 +225,9 @@ int mgr_quota_create_begin(ab_manager *m, const char *app, uint64_t disk_mib, mg
  * and the ceiling (or the policy's own error). */
 int mgr_caps_check(ab_manager *m, const char *app, const ab_limits *lim, json_t *network,
                    ab_err **err);
+/* The same ceiling for a new volume of app (a disk on the host too):
+ * max_limits.disk_mib, AB_E_INVALID naming it. */
+int mgr_caps_check_volume(ab_manager *m, const char *app, uint64_t size_mib, ab_err **err);
 /* Starting the stopped box r: max_running. */
 int mgr_quota_start_begin(ab_manager *m, const ab_box_rec *r, mgr_ticket *t, ab_err **err);
 void mgr_quota_end(ab_manager *m, mgr_ticket *t);

@@ -211,6 +211,17 @@ int mgr_caps_check(ab_manager *m, const char *app, const ab_limits *lim, json_t 
         return 0;
 }
 
+int mgr_caps_check_volume(ab_manager *m, const char *app, uint64_t size_mib, ab_err **err)
+{
+        ab_quota q;
+        ab_manager_quota_of(m, app, NULL, &q);
+        int64_t cap = q.max_limits.disk_mib;
+        if (cap > 0 && size_mib > (uint64_t)cap)
+                return caps_refuse("max_limits.disk_mib", app, err,
+                                   "size_mib %" PRIu64 " MiB > %" PRId64 " MiB", size_mib, cap);
+        return 0;
+}
+
 static bool counted(const ab_box_rec *r)
 {
         return r->app_id && r->mode != AB_MODE_POOL && r->mode != AB_MODE_SYSTEM;

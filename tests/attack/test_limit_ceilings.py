@@ -5,8 +5,8 @@ passes only when the attack fails:
 - a box asking more memory, CPUs, pids or disk than the server's ceilings
   (quotas.max_limits: by default the host's RAM, CPUs, a pid ceiling and the
   size of the data folder's disk) is refused with 400 naming the ceiling,
-  and nothing is made: on /v1/sandboxes, on a fork, on the E2B front (a
-  template's box) and on the OpenSandbox front (resourceLimits);
+  and nothing is made: on /v1/sandboxes, on a fork, on the OpenSandbox
+  front (resourceLimits), and for a volume's size;
 - an app may ask only the network modes it is allowed (allowed_network;
   full is not among the default's): full is refused at create, at a
   network change (PUT /v1/sandboxes/{id}/network), through E2B
@@ -80,6 +80,11 @@ for i, (what, limits, ceiling) in enumerate(attacks):
 r = srv.post("/v1/sandboxes", {"id": "ceil-admin", "limits": {"memory_mib": 1024 * 1024}})
 refused(r, "max_limits.memory_mib", "the admin asks 1 TiB of memory")
 gone("ceil-admin", "the admin's 1 TiB box")
+
+# a volume is a disk on the host too
+r = srv.post("/v1/volumes", {"name": "ceil-vol", "size_mib": 16 * 1024 * 1024}, token=KEY)
+refused(r, "max_limits.disk_mib", "an app key asks a 16 TiB volume")
+h.eq(srv.get("/v1/volumes/ceil-vol", token=KEY).status, 404, "a 16 TiB volume: none was made")
 
 # ---- network mode full --------------------------------------------------------------------
 r = srv.post("/v1/sandboxes", {"id": "ceil-net", "network": {"mode": "full"}}, token=KEY)
