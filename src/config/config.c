@@ -1235,6 +1235,15 @@ int ab_config_validate(const ab_config *c, ab_err **err)
                 return ab_err_wrap(err, "limits");
         if (ab_quota_validate(&c->quotas, false, err) < 0)
                 return -1;
+        /* the server's own default limits must fit its ceilings */
+        const ab_limit_caps *mc = &c->quotas.max_limits;
+        if ((mc->cpus > 0 && c->limits.cpus > mc->cpus) ||
+            (mc->memory_mib > 0 && c->limits.memory_mib > (uint64_t)mc->memory_mib) ||
+            (mc->pids > 0 && c->limits.pids > (uint64_t)mc->pids) ||
+            (mc->disk_mib > 0 && c->limits.disk_mib > (uint64_t)mc->disk_mib))
+                return invalid(err, "quotas.max_limits",
+                               why("the default limits (limits:) must fit under the server's "
+                                   "ceilings: lower limits or raise max_limits"));
         for (size_t i = 0; i < c->n_app_quotas; i++)
                 if (ab_quota_validate(&c->app_quotas[i].q, true, err) < 0)
                         return ab_err_wrap(err, "quotas.apps.%s", c->app_quotas[i].app_id);

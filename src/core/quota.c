@@ -66,7 +66,10 @@ static void caps_fit_host(ab_manager *m)
         }
         if (c->memory_mib < 0) {
                 long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
-                c->memory_mib = pages > 0 && psz > 0 ? (int64_t)pages / (1048576 / psz) : 0;
+                c->memory_mib =
+                    pages > 0 && psz > 0
+                        ? (int64_t)(((unsigned __int128)pages * (unsigned long)psz) >> 20)
+                        : 0;
                 if (c->memory_mib && c->memory_mib < (int64_t)d->memory_mib)
                         c->memory_mib = (int64_t)d->memory_mib;
         }

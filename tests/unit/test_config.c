@@ -623,6 +623,11 @@ static void test_ceilings(void)
         _cleanup_free_ char *m = validate_err(&c);
         tap_ok(m && strstr(m, "tmp_max") && strstr(m, "max_upload"),
                "a tmp_max below max_upload is refused, naming both");
+        c.tmp_max = c.max_upload;
+        c.quotas.max_limits.memory_mib = (int64_t)c.limits.memory_mib - 1;
+        _cleanup_free_ char *m2 = validate_err(&c);
+        tap_ok(m2 && strstr(m2, "max_limits"),
+               "a server ceiling below the default limits is refused, naming max_limits");
         ab_config_release(&c);
         _cleanup_free_ char *path = write_conf("quotas:\n"
                                                "  max_limits: {cpus: 4, memory: 8G, pids: 2048,"
