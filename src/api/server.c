@@ -829,8 +829,24 @@ static const route *find_route(ab_req *r, const char **id, enum MHD_Result *ret)
 
 /* ---- request life cycle ----------------------------------------------- */
 
+/* The global cap of DATA/tmp: takes n more bytes of the spool for r, or
+ * false when that would pass tmp_max (nothing taken then). */
+static bool tmp_take(ab_req *r, uint64_t n)
+{
+        _Atomic uint64_t *used = &r->srv->tmp_used;
+        uint64_t cur = atomic_load(used), max = r->srv->cfg->tmp_max;
+        do {
+                if (n > max || cur > max - n)
+                        return false;
+        } while (!atomic_compare_exchange_weak(used, &cur, cur + n));
+        r->tmp_held += n;
+        return true;
+}
+
 static void req_free(ab_req *r)
 {
+        if (r->tmp_held)
+                atomic_fetch_sub(&r->srv->tmp_used, r->tmp_held);
         ports_free(r->proxy);
         if (r->upload_fd >= 0)
                 close(r->upload_fd);
@@ -887,6 +903,16 @@ static const char *upload_box(ab_req *r)
         return route_matches(rt, r, &id) ? id : NULL;
 }
 
+/* 503 for an upload the spool's global cap (tmp_max) cannot take now. */
+static enum MHD_Result tmp_full_answer(ab_req *r)
+{
+        ab_log(AB_LOG_WARN, "upload refused: the spool is full", NULL);
+        return resp_error(r, 503, "unavailable",
+                          "the server's upload spool is full (tmp_max, %" PRIu64
+                          " bytes over all uploads in progress); try again later",
+                          r->srv->cfg->tmp_max);
+}
+
 /* The rest of the first call: auth (and for an app's upload into a box,
  * that the box is the app's), the body's size, the upload spool. */
 static enum MHD_Result first_call(ab_req *r, bool *done)
@@ -926,6 +952,10 @@ static enum MHD_Result first_call(ab_req *r, bool *done)
                                   " bytes is larger than the limit of %" PRIu64 " bytes",
                                   len, max);
         }
+        if (rt->body == BODY_UPLOAD && len && !tmp_take(r, len)) {
+                *done = true;
+                return tmp_full_answer(r);
+        }
         if (rt->body == BODY_UPLOAD) {
                 int e = open_upload(r);
                 if (e < 0) {
@@ -943,6 +973,13 @@ static void take_body(ab_req *r, const char *data, size_t size)
         if (r->body_kind == BODY_UPLOAD) {
                 if (r->upload_len + size > c->max_upload) {
                         r->body_too_large = true;
+                        return;
+                }
+                /* a body longer than its Content-Length (or chunked) takes
+                 * more of the spool as it comes */
+                if (r->upload_len + size > r->tmp_held &&
+                    (r->tmp_full || !tmp_take(r, r->upload_len + size - r->tmp_held))) {
+                        r->tmp_full = true;
                         return;
                 }
                 if (!r->upload_failed && ab_write_all(r->upload_fd, data, size) < 0)
@@ -1100,6 +1137,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
                                   "request body is larger than the limit of %" PRIu64 " bytes",
                                   r->body_kind == BODY_UPLOAD ? s->cfg->max_upload
                                                               : s->cfg->max_body);
+        if (r->tmp_full)
+                return tmp_full_answer(r);
         if (r->upload_failed)
                 return resp_error(r, 500, "internal", "cannot spool the upload");
         return dispatch(r, PH_RUN, worker_handler);

@@ -34,7 +34,8 @@ typedef struct ab_server {
         ab_metrics *metrics;
         ab_backend *backend;
         struct MHD_Daemon *mhd;
-        char *tmp_dir; /* DATA/tmp: uploads are spooled here */
+        char *tmp_dir;             /* DATA/tmp: uploads are spooled here */
+        _Atomic uint64_t tmp_used; /* bytes its spooled uploads may hold now (cfg->tmp_max) */
         int64_t started_ms;
         uint64_t started_ns;
         atomic_int sse_subscribers;
@@ -83,6 +84,8 @@ typedef struct ab_req {
         int upload_fd;
         uint64_t upload_len;
         bool upload_failed;
+        uint64_t tmp_held;    /* bytes of srv->tmp_used this request holds */
+        bool tmp_full;        /* the spool's global cap refused the upload */
         ab_use *deferred_use; /* ended once the response is sent (its store writes then
                                * cost the client nothing) */
         int status;           /* the status answered, for logs */

@@ -1,12 +1,16 @@
 /* Archive uploads into a box. Two passes over the spooled archive: the first
  * reads it all (names, entry types, sizes, checksums) and writes nothing; the
- * second writes each entry through the box's init (abc_mkdir / abc_write fed
- * from a temp file), so paths resolve in the box's own mount namespace and a
- * zip-slip name never reaches a write. */
+ * second streams each entry through a pipe into the box's init (abc_mkdir /
+ * abc_write), so paths resolve in the box's own mount namespace, a zip-slip
+ * name never reaches a write, and the decompressed bytes land only on the
+ * box's own disk (counted against its quota), never on the host's: the
+ * upload costs the host no more disk than its own spooled bytes. */
 #include "api/upload.h"
 #include "skills/archive.h"
 
 #include <fcntl.h>
+#include <pthread.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 
 #define EXTRACT_MAX_ENTRIES 10000
@@ -23,8 +27,59 @@ typedef struct box_extract {
         ab_server *srv;
         ab_use *use;
         const char *dir;
-        int tmp; /* holds the current entry's data */
 } box_extract;
+
+/* The thread that decompresses one entry into the pipe abc_write reads. */
+typedef struct feeder {
+        ab_archive_reader *rd;
+        int out;  /* the pipe's write end; closed by the feeder */
+        int conn; /* the init connection of the write */
+        ab_err *err;
+} feeder;
+
+static void *feed_main(void *arg)
+{
+        feeder *f = arg;
+        if (ab_archive_data(f->rd, f->out, &f->err) < 0)
+                /* Before the pipe's EOF: the init sees the hang-up mid-write and
+                 * throws the partial file away, so a cut entry is never kept. */
+                shutdown(f->conn, SHUT_RDWR);
+        close(f->out);
+        return NULL;
+}
+
+/* Streams the current entry's data into the file `path` of the box. */
+static int put_file(int conn, const char *path, uint32_t mode, ab_archive_reader *rd, ab_err **err)
+{
+        int p[2];
+        if (pipe2(p, O_CLOEXEC) < 0)
+                return ab_err_set(err, AB_E_INTERNAL, errno, "pipe");
+        feeder f = {.rd = rd, .out = p[1], .conn = conn};
+        pthread_t t;
+        int pe = pthread_create(&t, NULL, feed_main, &f);
+        if (pe) {
+                close(p[0]);
+                close(p[1]);
+                return ab_err_set(err, AB_E_INTERNAL, pe, "start the entry's feeder");
+        }
+        ab_err *we = NULL;
+        int r =
+            abc_write(conn, path, NULL, 0, p[0], ABC_W_MKPARENTS, (mode & 0111) ? 0755 : 0644, &we);
+        close(p[0]); /* a feeder still writing gets EPIPE and stops */
+        pthread_join(t, NULL);
+        /* The feeder's EPIPE only echoes the write's own failure; any other
+         * feeder error (the archive's) is the cause and names the entry. */
+        bool echo = f.err && f.err->errnum == EPIPE && r < 0;
+        if (f.err && !echo) {
+                ab_err_free(&we);
+                *err = f.err;
+                return -1;
+        }
+        ab_err_free(&f.err);
+        if (r < 0)
+                *err = we;
+        return r;
+}
 
 static char *join(const char *dir, const char *rel)
 {
@@ -41,20 +96,10 @@ static int put_entry(void *ud, const char *path, bool is_dir, uint32_t mode, ab_
 {
         box_extract *x = ud;
         _cleanup_free_ char *full = join(x->dir, path);
-        if (!is_dir) {
-                if (ftruncate(x->tmp, 0) < 0 || lseek(x->tmp, 0, SEEK_SET) != 0)
-                        return ab_err_set(err, AB_E_INTERNAL, errno, "reset the entry buffer");
-                if (ab_archive_data(rd, x->tmp, err) < 0)
-                        return -1;
-                if (lseek(x->tmp, 0, SEEK_SET) != 0)
-                        return ab_err_set(err, AB_E_INTERNAL, errno, "rewind the entry buffer");
-        }
         _cleanup_close_ int fd = ab_manager_use_connect(x->srv->mgr, x->use, err);
         if (fd < 0)
                 return -1;
-        int r = is_dir ? abc_mkdir(fd, full, true, 0755, err)
-                       : abc_write(fd, full, NULL, 0, x->tmp, ABC_W_MKPARENTS,
-                                   (mode & 0111) ? 0755 : 0644, err);
+        int r = is_dir ? abc_mkdir(fd, full, true, 0755, err) : put_file(fd, full, mode, rd, err);
         if (r < 0)
                 return ab_err_wrap(err, "%s", full);
         return 0;
@@ -95,17 +140,11 @@ enum MHD_Result upload_extract(ab_req *r, const char *id, const char *dir)
                 ab_manager_use_end(r->srv->mgr, &u);
                 return resp_err(r, e);
         }
-        _cleanup_close_ int tmp = open(r->srv->tmp_dir, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
-        if (tmp < 0) {
-                ab_manager_use_end(r->srv->mgr, &u);
-                return resp_error(r, 500, "internal", "cannot make a temp file: %s",
-                                  strerror(errno));
-        }
         int fd = ab_manager_use_connect(r->srv->mgr, &u, &e);
         rc = fd < 0 ? -1 : abc_mkdir(fd, dir, true, 0755, &e);
         if (fd >= 0)
                 close(fd);
-        box_extract bx = {.srv = r->srv, .use = &u, .dir = dir, .tmp = tmp};
+        box_extract bx = {.srv = r->srv, .use = &u, .dir = dir};
         if (rc == 0)
                 rc = ab_archive_walk(r->upload_fd, (ab_archive_format)fmt, &lim, put_entry, &bx,
                                      &st, &e);

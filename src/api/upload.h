@@ -13,7 +13,9 @@ bool upload_wants_extract(ab_req *r);
  * box `id`, entry by entry through the box's init. Every entry is checked
  * (names, types, sizes, checksums) before anything is written: a bad one
  * answers 400 naming it (413 for a size or count limit) and the box is left
- * untouched. Answers 201 {"path", "files", "dirs", "size"}. */
+ * untouched. The entries' data is decompressed straight into the box (a
+ * pipe to its init), never onto the host's disk; a full box disk is 507.
+ * Answers 201 {"path", "files", "dirs", "size"}. */
 enum MHD_Result upload_extract(ab_req *r, const char *id, const char *dir);
 
 #endif

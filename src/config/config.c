@@ -7,6 +7,7 @@
 #include <arpa/inet.h>
 #include <ctype.h>
 #include <fcntl.h>
+#include <inttypes.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -25,6 +26,7 @@ void ab_config_default(ab_config *c)
             .sample_interval_ms = 10000,
             .max_body = 1024 * 1024,
             .max_upload = 1024 * 1024 * 1024,
+            .tmp_max = 4ull << 30,
             .max_connections = 10000,
             .max_connections_per_address = 256,
             .head_timeout_ms = 10000,
@@ -41,6 +43,11 @@ void ab_config_default(ab_config *c)
         };
         ab_limits_default(&c->limits);
         ab_quota_none(&c->quotas);
+        /* Ceilings fit the host (the manager measures it) and apps get no
+         * full network unless the config grants it. */
+        c->quotas.max_limits =
+            (ab_limit_caps){AB_QUOTA_INHERIT, AB_QUOTA_INHERIT, AB_QUOTA_INHERIT, AB_QUOTA_INHERIT};
+        c->quotas.allowed_network = AB_QUOTA_NET_NONE | AB_QUOTA_NET_ALLOWLIST;
 }
 
 static char *dup_or_null(const char *s)
@@ -302,6 +309,7 @@ static const field fields[] = {
     F("webhook_url", NULL, "AGENTBOX_WEBHOOK_URL", K_URL, webhook_url),
     F("max_body", NULL, NULL, K_BYTES, max_body),
     F("max_upload", NULL, NULL, K_BYTES, max_upload),
+    F("tmp_max", NULL, NULL, K_BYTES, tmp_max),
     F("max_connections", NULL, "AGENTBOX_MAX_CONNECTIONS", K_COUNT, max_connections),
     F("max_connections_per_address", NULL, "AGENTBOX_MAX_CONNECTIONS_PER_ADDRESS", K_COUNT,
       max_connections_per_address),
@@ -839,6 +847,8 @@ typedef struct quota_ctx {
 } quota_ctx;
 
 static int load_app_quotas(yctx *y, ab_config *c, yaml_node_t *map);
+static int caps_pair(yctx *y, const char *k, yaml_node_t *kn, yaml_node_t *vn, void *arg);
+static int load_allowed_network(yctx *y, quota_ctx *qc, yaml_node_t *seq);
 
 static int quota_pair(yctx *y, const char *k, yaml_node_t *kn, yaml_node_t *vn, void *arg)
 {
@@ -847,6 +857,10 @@ static int quota_pair(yctx *y, const char *k, yaml_node_t *kn, yaml_node_t *vn, 
         snprintf(key, sizeof(key), "%s.%s", qc->where, k);
         if (!strcmp(k, "apps") && qc->c)
                 return load_app_quotas(y, qc->c, vn);
+        if (!strcmp(k, "max_limits"))
+                return is_null(vn) ? 0 : each_pair(y, vn, key, caps_pair, qc);
+        if (!strcmp(k, "allowed_network"))
+                return is_null(vn) ? 0 : load_allowed_network(y, qc, vn);
         static const char *const known[] = {"max_boxes", "max_running", "max_disk",  "max_disk_mib",
                                             "max_execs", "exec_rate",   "exec_burst"};
         size_t i;
@@ -856,7 +870,8 @@ static int quota_pair(yctx *y, const char *k, yaml_node_t *kn, yaml_node_t *vn, 
         if (i == AB_ARRAY_LEN(known))
                 return fail_at(y, kn, key,
                                why("unknown key (known: max_boxes, max_running, max_disk, "
-                                   "max_execs, exec_rate, exec_burst%s)",
+                                   "max_execs, exec_rate, exec_burst, max_limits, "
+                                   "allowed_network%s)",
                                    qc->c ? ", apps" : ""));
         if (is_null(vn))
                 return fail_at(y, vn, key, why("needs a value (0 = no limit)"));
@@ -893,6 +908,86 @@ static int quota_pair(yctx *y, const char *k, yaml_node_t *kn, yaml_node_t *vn, 
                                             : &q->max_execs);
         }
         return w ? fail_at(y, vn, key, w) : 0;
+}
+
+/* quotas.max_limits: {cpus, memory, pids, disk}: a box's ceilings; "auto"
+ * (the server's default) fits the host, 0 = no ceiling. */
+static int caps_pair(yctx *y, const char *k, yaml_node_t *kn, yaml_node_t *vn, void *arg)
+{
+        quota_ctx *qc = arg;
+        char key[300];
+        snprintf(key, sizeof(key), "%s.max_limits.%s", qc->where, k);
+        ab_limit_caps *c = &qc->q->max_limits;
+        static const char *const known[] = {"cpus", "memory", "memory_mib",
+                                            "pids", "disk",   "disk_mib"};
+        size_t i;
+        for (i = 0; i < AB_ARRAY_LEN(known); i++)
+                if (!strcmp(k, known[i]))
+                        break;
+        if (i == AB_ARRAY_LEN(known))
+                return fail_at(y, kn, key, why("unknown key (known: cpus, memory, pids, disk)"));
+        if (is_null(vn))
+                return fail_at(y, vn, key, why("needs a value (0 = no ceiling)"));
+        const char *v = scalar(y, vn, key);
+        if (!v)
+                return -1;
+        if (!strcmp(v, "auto")) { /* in an app's entry: the server's ceiling */
+                if (i == 0)
+                        c->cpus = AB_QUOTA_INHERIT;
+                else
+                        *(i == 3   ? &c->pids
+                          : i <= 2 ? &c->memory_mib
+                                   : &c->disk_mib) = AB_QUOTA_INHERIT;
+                return 0;
+        }
+        why_t w = NULL;
+        ab_err *e = NULL;
+        uint64_t mib;
+        switch (i) {
+        case 0:
+                if (!(w = parse_double(v, false, &c->cpus)) && (c->cpus < 0 || c->cpus > 1e6))
+                        w = why("must be a number of CPUs >= 0, got %g", c->cpus);
+                break;
+        case 3:
+                w = parse_count(v, &c->pids);
+                break;
+        default:
+                if (!strcmp(v, "0"))
+                        mib = 0;
+                else if (ab_parse_mib(v, &mib, &e) < 0) {
+                        w = why_from_err(&e);
+                        break;
+                }
+                *(i <= 2 ? &c->memory_mib : &c->disk_mib) =
+                    mib > INT64_MAX ? INT64_MAX : (int64_t)mib;
+        }
+        return w ? fail_at(y, vn, key, w) : 0;
+}
+
+/* quotas.allowed_network: [none, allowlist, full]. */
+static int load_allowed_network(yctx *y, quota_ctx *qc, yaml_node_t *seq)
+{
+        char key[300];
+        snprintf(key, sizeof(key), "%s.allowed_network", qc->where);
+        if (seq->type != YAML_SEQUENCE_NODE)
+                return fail_at(y, seq, key,
+                               why("expected a list of network modes (none, allowlist, full)"));
+        int64_t bits = AB_QUOTA_NET_NONE;
+        for (yaml_node_item_t *it = seq->data.sequence.items.start;
+             it < seq->data.sequence.items.top; it++) {
+                yaml_node_t *item = node(y, *it);
+                const char *v = scalar(y, item, key);
+                if (!v)
+                        return -1;
+                int b = ab_quota_net_bit(v);
+                if (!b)
+                        return fail_at(
+                            y, item, key,
+                            why("'%s' is not a network mode (none, allowlist, full)", v));
+                bits |= b;
+        }
+        qc->q->allowed_network = bits;
+        return 0;
 }
 
 static int app_quota_pair(yctx *y, const char *k, yaml_node_t *kn, yaml_node_t *vn, void *arg)
@@ -1133,11 +1228,24 @@ int ab_config_validate(const ab_config *c, ab_err **err)
                 return invalid(err, "max_body", why("must be more than 0 bytes"));
         if (c->max_upload == 0)
                 return invalid(err, "max_upload", why("must be more than 0 bytes"));
+        if (c->tmp_max < c->max_upload)
+                return invalid(err, "tmp_max",
+                               why("must be at least max_upload (%" PRIu64 " bytes), got %" PRIu64,
+                                   c->max_upload, c->tmp_max));
 
         if (ab_limits_validate(&c->limits, err) < 0)
                 return ab_err_wrap(err, "limits");
         if (ab_quota_validate(&c->quotas, false, err) < 0)
                 return -1;
+        /* the server's own default limits must fit its ceilings */
+        const ab_limit_caps *mc = &c->quotas.max_limits;
+        if ((mc->cpus > 0 && c->limits.cpus > mc->cpus) ||
+            (mc->memory_mib > 0 && c->limits.memory_mib > (uint64_t)mc->memory_mib) ||
+            (mc->pids > 0 && c->limits.pids > (uint64_t)mc->pids) ||
+            (mc->disk_mib > 0 && c->limits.disk_mib > (uint64_t)mc->disk_mib))
+                return invalid(err, "quotas.max_limits",
+                               why("the default limits (limits:) must fit under the server's "
+                                   "ceilings: lower limits or raise max_limits"));
         for (size_t i = 0; i < c->n_app_quotas; i++)
                 if (ab_quota_validate(&c->app_quotas[i].q, true, err) < 0)
                         return ab_err_wrap(err, "quotas.apps.%s", c->app_quotas[i].app_id);

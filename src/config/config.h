@@ -48,10 +48,12 @@ typedef struct ab_config {
         double alert_memory_pct;    /* alert thresholds in percent of the limit; 0 = off */
         double alert_cpu_pct;       /* percent of the cpu limit over the last sample */
         double alert_disk_pct;
-        char *webhook_url;                   /* alerts are POSTed here when set */
-        uint64_t max_body;                   /* largest JSON request body; default 1 MiB */
-        uint64_t max_upload;                 /* largest PUT file body; default 1 GiB */
-        int64_t max_connections;             /* open HTTP connections; default 10000 */
+        char *webhook_url;       /* alerts are POSTed here when set */
+        uint64_t max_body;       /* largest JSON request body; default 1 MiB */
+        uint64_t max_upload;     /* largest PUT file body; default 1 GiB */
+        uint64_t tmp_max;        /* bytes of uploads spooled in DATA/tmp at once, over all
+                                  * requests (503 past it); default 4 GiB, >= max_upload */
+        int64_t max_connections; /* open HTTP connections; default 10000 */
         int64_t max_connections_per_address; /* from one client address; default 256 */
         int64_t head_timeout_ms; /* a request head must be complete in this time; default 10 s */
         int64_t max_streams;     /* long-lived streams (SSE, exec streams, terminals); 1000 */

@@ -344,6 +344,8 @@ static int acquire_once(ab_manager *m, const ab_acquire_req *q, const char *scop
         ab_limits lim = m->o.limits;
         if (q->limits)
                 lim = *q->limits;
+        if (mgr_caps_check(m, app, &lim, q->network, err) < 0)
+                return -1;
         /* Mounts are checked before anything is counted or recorded; an
          * existing box keeps its own. */
         mgr_mounts mm;

@@ -124,6 +124,10 @@ int ab_manager_fork(ab_manager *m, const char *src_id, const ab_acquire_req *q, 
         mgr_limits_from_rec(m, &src, &lim);
         if (q->limits)
                 lim = *q->limits;
+        if (mgr_caps_check(m, app, &lim, nq.network, err) < 0) {
+                ab_box_rec_clear(&src);
+                return -1;
+        }
         image = source_image(m, &src);
 
         slot *s = mgr_slot_get(m, id);

@@ -292,6 +292,8 @@ int ab_manager_set_network(ab_manager *m, const char *id, const char *scope, jso
         if (rc == 0 && (r.status == AB_BOX_DELETING || r.status == AB_BOX_CREATING))
                 rc = ab_err_set(err, AB_E_CONFLICT, 0, "box %s is being %s", id,
                                 r.status == AB_BOX_DELETING ? "deleted" : "created");
+        if (rc == 0)
+                rc = mgr_caps_check(m, r.app_id, NULL, pj, err);
         if (rc == 0) {
                 if (!r.spec)
                         r.spec = json_object();

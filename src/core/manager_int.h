@@ -229,6 +229,16 @@ void mgr_quota_free(ab_manager *m);
  * AB_E_QUOTA naming the quota, its limit and the use. */
 int mgr_quota_create_begin(ab_manager *m, const char *app, uint64_t disk_mib, mgr_ticket *t,
                            ab_err **err);
+/* The ceilings of app (NULL = a box of no app) for a box with limits lim
+ * (or NULL: not checked) and network policy network (a "network" object;
+ * NULL = not checked, as is mode none): max_limits for everyone,
+ * allowed_network for the boxes of an app. AB_E_INVALID naming the field
+ * and the ceiling (or the policy's own error). */
+int mgr_caps_check(ab_manager *m, const char *app, const ab_limits *lim, json_t *network,
+                   ab_err **err);
+/* The same ceiling for a new volume of app (a disk on the host too):
+ * max_limits.disk_mib, AB_E_INVALID naming it. */
+int mgr_caps_check_volume(ab_manager *m, const char *app, uint64_t size_mib, ab_err **err);
 /* Starting the stopped box r: max_running. */
 int mgr_quota_start_begin(ab_manager *m, const ab_box_rec *r, mgr_ticket *t, ab_err **err);
 void mgr_quota_end(ab_manager *m, mgr_ticket *t);

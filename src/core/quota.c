@@ -5,9 +5,13 @@
  * concurrent creates never pass a limit; execs in flight and the rate's
  * token bucket are counted here. */
 #include "core/manager_int.h"
+#include "net/policy.h"
 
 #include <inttypes.h>
 #include <stdarg.h>
+#include <stdio.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
 
 typedef struct mgr_app {
         struct mgr_app *next;
@@ -30,10 +34,70 @@ void ab_manager_set_caller(const ab_caller *c)
         tl_caller = c;
 }
 
+/* A box's ceiling of pids when the host's own is larger: enough for any
+ * build or test run, far from the host's pid space. */
+#define HOST_PIDS_CEILING 32768
+
+static int64_t host_pid_max(void)
+{
+        int64_t v = 0;
+        FILE *f = fopen("/proc/sys/kernel/pid_max", "re");
+        if (f) {
+                long long n;
+                if (fscanf(f, "%lld", &n) == 1 && n > 0)
+                        v = n;
+                fclose(f);
+        }
+        return v;
+}
+
+/* Fills the server's ceilings left "auto" (AB_QUOTA_INHERIT) from the host:
+ * its CPUs, its RAM, its pid space and the size of the boxes' disk, never
+ * below the server's own default limits (which must always fit). */
+static void caps_fit_host(ab_manager *m)
+{
+        ab_limit_caps *c = &m->o.quotas.max_limits;
+        const ab_limits *d = &m->o.limits;
+        if (c->cpus < 0) {
+                long n = sysconf(_SC_NPROCESSORS_ONLN);
+                c->cpus = n > 0 ? (double)n : 0;
+                if (c->cpus && c->cpus < d->cpus)
+                        c->cpus = d->cpus;
+        }
+        if (c->memory_mib < 0) {
+                long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
+                c->memory_mib =
+                    pages > 0 && psz > 0
+                        ? (int64_t)(((unsigned __int128)pages * (unsigned long)psz) >> 20)
+                        : 0;
+                if (c->memory_mib && c->memory_mib < (int64_t)d->memory_mib)
+                        c->memory_mib = (int64_t)d->memory_mib;
+        }
+        if (c->pids < 0) {
+                int64_t pm = host_pid_max();
+                c->pids = pm > 0 && pm < HOST_PIDS_CEILING ? pm : HOST_PIDS_CEILING;
+                if (c->pids < (int64_t)d->pids)
+                        c->pids = (int64_t)d->pids;
+        }
+        if (c->disk_mib < 0) {
+                struct statvfs st;
+                c->disk_mib = 0;
+                if (m->o.disk_dir && statvfs(m->o.disk_dir, &st) == 0)
+                        c->disk_mib =
+                            (int64_t)(((unsigned __int128)st.f_blocks * st.f_frsize) >> 20);
+                if (c->disk_mib && c->disk_mib < (int64_t)d->disk_mib)
+                        c->disk_mib = (int64_t)d->disk_mib;
+        }
+        /* not given (options zeroed, as in tests and short-lived users): every mode */
+        if (m->o.quotas.allowed_network <= 0)
+                m->o.quotas.allowed_network = AB_QUOTA_NET_ALL;
+}
+
 void mgr_quota_init(ab_manager *m)
 {
         m->quota = xzalloc(sizeof(*m->quota));
         pthread_mutex_init(&m->quota->lock, NULL);
+        caps_fit_host(m);
 }
 
 void mgr_quota_free(ab_manager *m)
@@ -73,6 +137,92 @@ void ab_manager_quota_of(ab_manager *m, const char *app, const ab_quota *key, ab
                 key = tl_caller->quotas;
         if (key)
                 ab_quota_apply(out, key);
+}
+
+/* "APP" or "the server" in a ceiling's message. */
+static const char *caps_owner(const char *app, char *buf, size_t len)
+{
+        if (!app)
+                return "this server";
+        snprintf(buf, len, "app \"%s\"", app);
+        return buf;
+}
+
+static int caps_refuse(const char *what, const char *app, ab_err **err, const char *fmt, ...)
+    AB_PRINTF(4, 5);
+static int caps_refuse(const char *what, const char *app, ab_err **err, const char *fmt, ...)
+{
+        va_list ap;
+        va_start(ap, fmt);
+        char *msg = NULL;
+        if (vasprintf(&msg, fmt, ap) < 0)
+                abort();
+        va_end(ap);
+        char buf[160];
+        ab_log(AB_LOG_INFO, "over a ceiling", "app", app ? app : "", "ceiling", what, NULL);
+        int r = ab_err_set(err, AB_E_INVALID, 0,
+                           "%s: over the ceiling %s of %s (ask the operator "
+                           "to raise it)",
+                           msg, what, caps_owner(app, buf, sizeof(buf)));
+        free(msg);
+        return r;
+}
+
+static int limits_check(const ab_limit_caps *c, const char *app, const ab_limits *l, ab_err **err)
+{
+        if (c->cpus > 0 && l->cpus > c->cpus)
+                return caps_refuse("max_limits.cpus", app, err, "limits.cpus %g > %g", l->cpus,
+                                   c->cpus);
+        if (c->memory_mib > 0 && l->memory_mib > (uint64_t)c->memory_mib)
+                return caps_refuse("max_limits.memory_mib", app, err,
+                                   "limits.memory_mib %" PRIu64 " MiB > %" PRId64 " MiB",
+                                   l->memory_mib, c->memory_mib);
+        if (c->pids > 0 && l->pids > (uint64_t)c->pids)
+                return caps_refuse("max_limits.pids", app, err,
+                                   "limits.pids %" PRIu64 " > %" PRId64, l->pids, c->pids);
+        if (c->disk_mib > 0 && l->disk_mib > (uint64_t)c->disk_mib)
+                return caps_refuse("max_limits.disk_mib", app, err,
+                                   "limits.disk_mib %" PRIu64 " MiB > %" PRId64 " MiB", l->disk_mib,
+                                   c->disk_mib);
+        return 0;
+}
+
+int mgr_caps_check(ab_manager *m, const char *app, const ab_limits *lim, json_t *network,
+                   ab_err **err)
+{
+        ab_quota q;
+        ab_manager_quota_of(m, app, NULL, &q);
+        if (lim && limits_check(&q.max_limits, app, lim, err) < 0)
+                return -1;
+        if (!app || !network || q.allowed_network < 0)
+                return 0;
+        ab_netpol pol;
+        if (ab_netpol_parse(network, &pol, err) < 0)
+                return -1;
+        const char *mode = ab_net_mode_name(pol.mode);
+        ab_netpol_clear(&pol);
+        if (!(q.allowed_network & ab_quota_net_bit(mode))) {
+                json_t *allowed = ab_quota_net_json(q.allowed_network | AB_QUOTA_NET_NONE);
+                char *names = json_dumps(allowed, JSON_COMPACT);
+                json_decref(allowed);
+                int r = caps_refuse("allowed_network", app, err,
+                                    "network.mode \"%s\" is not allowed (allowed: %s)", mode,
+                                    names ? names : "[\"none\"]");
+                free(names);
+                return r;
+        }
+        return 0;
+}
+
+int mgr_caps_check_volume(ab_manager *m, const char *app, uint64_t size_mib, ab_err **err)
+{
+        ab_quota q;
+        ab_manager_quota_of(m, app, NULL, &q);
+        int64_t cap = q.max_limits.disk_mib;
+        if (cap > 0 && size_mib > (uint64_t)cap)
+                return caps_refuse("max_limits.disk_mib", app, err,
+                                   "size_mib %" PRIu64 " MiB > %" PRId64 " MiB", size_mib, cap);
+        return 0;
 }
 
 static bool counted(const ab_box_rec *r)

@@ -40,6 +40,8 @@ int ab_manager_volume_create(ab_manager *m, const char *name, uint64_t size_mib,
         ab_backend *b = m->o.backend;
         if (!size_mib)
                 size_mib = m->o.limits.disk_mib;
+        if (mgr_caps_check_volume(m, scope, size_mib, err) < 0)
+                return -1;
         /* a new disk on the host, admitted like a box's */
         mgr_disk_ticket dt;
         if (mgr_disk_admit(m, size_mib, &dt, err) < 0)

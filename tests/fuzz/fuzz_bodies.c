@@ -120,10 +120,23 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         case 3: { /* POST /v1/keys */
                 const char *app, *name;
                 ab_quota quotas;
-                if (parse_key_create(body, &app, &name, &quotas, &e) < 0)
+                if (parse_key_create(body, &app, &name, &quotas, &e) < 0) {
                         failed(&e);
-                else
-                        check(app && *app);
+                        break;
+                }
+                check(app && *app);
+                /* what a key's quotas (max_limits, allowed_network too) hold
+                 * is valid and survives the store's JSON form */
+                check(ab_quota_validate(&quotas, true, NULL) == 0);
+                json_t *qj = ab_quota_json(&quotas, true);
+                ab_quota back;
+                check(ab_quota_from_json(qj, &back, NULL) == 0);
+                json_decref(qj);
+                check(back.max_boxes == quotas.max_boxes &&
+                      back.max_limits.memory_mib == quotas.max_limits.memory_mib &&
+                      back.max_limits.pids == quotas.max_limits.pids &&
+                      back.max_limits.disk_mib == quotas.max_limits.disk_mib &&
+                      back.allowed_network == quotas.allowed_network);
                 break;
         }
         case 4: { /* POST /v1/sandboxes/{id}/tools/{name} */

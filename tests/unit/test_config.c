@@ -593,6 +593,65 @@ static void test_quotas(void)
         refused("quotas:\n  apps:\n    a1: {max_boxes: 1}\n    a1: {max_boxes: 2}\n",
                 "an app given twice", "a1", "twice");
         refused("disk_overcommit_ratio: -2\n", "a negative ratio", "disk_overcommit_ratio", NULL);
+        refused("quotas:\n  max_limits: {memory: lots}\n", "a bad memory ceiling",
+                "quotas.max_limits.memory", "line 2");
+        refused("quotas:\n  max_limits: {gpus: 1}\n", "an unknown ceiling",
+                "quotas.max_limits.gpus", "unknown");
+        refused("quotas:\n  apps:\n    a1: {allowed_network: [internet]}\n",
+                "an unknown network mode of an app", "quotas.apps.a1.allowed_network", "internet");
+        refused("quotas:\n  allowed_network: full\n", "allowed_network not a list",
+                "quotas.allowed_network", "list");
+}
+
+static void test_ceilings(void)
+{
+        ab_config c;
+        ab_config_default(&c);
+        tap_ok(c.quotas.max_limits.cpus == AB_QUOTA_INHERIT &&
+                   c.quotas.max_limits.memory_mib == AB_QUOTA_INHERIT &&
+                   c.quotas.max_limits.pids == AB_QUOTA_INHERIT &&
+                   c.quotas.max_limits.disk_mib == AB_QUOTA_INHERIT,
+               "ceilings default to auto (fit the host)");
+        TAP_IS_INT(c.quotas.allowed_network, AB_QUOTA_NET_NONE | AB_QUOTA_NET_ALLOWLIST,
+                   "apps get none and allowlist by default, not full");
+        ab_err *e = NULL;
+        tap_ok(ab_config_validate(&c, &e) == 0, "the defaults validate");
+        ab_err_free(&e);
+        tap_ok(c.tmp_max == 4ull << 30 && c.tmp_max >= c.max_upload,
+               "tmp_max: 4 GiB by default, at least max_upload");
+        c.tmp_max = c.max_upload - 1;
+        _cleanup_free_ char *m = validate_err(&c);
+        tap_ok(m && strstr(m, "tmp_max") && strstr(m, "max_upload"),
+               "a tmp_max below max_upload is refused, naming both");
+        c.tmp_max = c.max_upload;
+        c.quotas.max_limits.memory_mib = (int64_t)c.limits.memory_mib - 1;
+        _cleanup_free_ char *m2 = validate_err(&c);
+        tap_ok(m2 && strstr(m2, "max_limits"),
+               "a server ceiling below the default limits is refused, naming max_limits");
+        ab_config_release(&c);
+        _cleanup_free_ char *path = write_conf("quotas:\n"
+                                               "  max_limits: {cpus: 4, memory: 8G, pids: 2048,"
+                                               " disk: auto}\n"
+                                               "  allowed_network: [none]\n"
+                                               "  apps:\n"
+                                               "    big:\n"
+                                               "      max_limits: {memory: 16G, cpus: auto}\n"
+                                               "      allowed_network: [allowlist, full]\n");
+        ab_config_default(&c);
+        tap_ok(ab_config_load_file(&c, path, &e) == 0 && ab_config_validate(&c, &e) == 0,
+               "max_limits and allowed_network load");
+        ab_err_free(&e);
+        tap_ok(c.quotas.max_limits.cpus == 4 && c.quotas.max_limits.memory_mib == 8192 &&
+                   c.quotas.max_limits.pids == 2048 &&
+                   c.quotas.max_limits.disk_mib == AB_QUOTA_INHERIT,
+               "the server's ceilings (memory a size in MiB, disk auto)");
+        TAP_IS_INT(c.quotas.allowed_network, AB_QUOTA_NET_NONE, "allowed_network: [none]");
+        tap_ok(c.n_app_quotas == 1 && c.app_quotas[0].q.max_limits.memory_mib == 16384 &&
+                   c.app_quotas[0].q.max_limits.cpus == AB_QUOTA_INHERIT &&
+                   c.app_quotas[0].q.max_limits.pids == AB_QUOTA_INHERIT &&
+                   c.app_quotas[0].q.allowed_network == AB_QUOTA_NET_ALL,
+               "an app's own ceilings and network modes (none always among them)");
+        ab_config_release(&c);
 }
 
 int main(void)
@@ -611,6 +670,7 @@ int main(void)
         test_validate();
         test_tools();
         test_quotas();
+        test_ceilings();
         DIR *d = opendir(dir);
         for (struct dirent *de; d && (de = readdir(d));)
                 if (de->d_name[0] != '.')

@@ -73,6 +73,57 @@ static void test_json(void)
         ab_err_free(&e);
 }
 
+/* max_limits and allowed_network: JSON form, layering and validation. */
+static void test_ceilings(void)
+{
+        ab_err *e = NULL;
+        ab_quota q;
+        json_t *j = json_loads("{\"max_limits\":{\"cpus\":2,\"memory_mib\":512},"
+                               "\"allowed_network\":[\"allowlist\"]}",
+                               0, NULL);
+        TAP_IS_INT(ab_quota_from_json(j, &q, &e), 0, "max_limits and allowed_network parse");
+        tap_ok(q.max_limits.cpus == 2 && q.max_limits.memory_mib == 512, "the ceilings given");
+        TAP_IS_INT(q.max_limits.pids, AB_QUOTA_INHERIT, "a ceiling not given inherits");
+        TAP_IS_INT(q.allowed_network, AB_QUOTA_NET_NONE | AB_QUOTA_NET_ALLOWLIST,
+                   "allowed_network: none is always in it");
+        tap_ok(!ab_quota_is_unset(&q), "an override of ceilings only is set");
+        json_t *back = ab_quota_json(&q, true);
+        json_t *caps = json_object_get(back, "max_limits");
+        tap_ok(json_object_size(caps) == 2 &&
+                   json_integer_value(json_object_get(caps, "memory_mib")) == 512 &&
+                   json_array_size(json_object_get(back, "allowed_network")) == 2,
+               "the ceilings go back out");
+        json_decref(back);
+        json_decref(j);
+
+        ab_quota base, eff;
+        ab_quota_none(&base);
+        TAP_IS_INT(base.allowed_network, AB_QUOTA_NET_ALL, "no quotas: every network mode");
+        base.max_limits = (ab_limit_caps){8, 4096, 1024, 10000};
+        eff = base;
+        ab_quota_apply(&eff, &q);
+        tap_ok(eff.max_limits.cpus == 2 && eff.max_limits.memory_mib == 512 &&
+                   eff.max_limits.pids == 1024 && eff.max_limits.disk_mib == 10000,
+               "an app's ceilings override the server's field by field");
+        TAP_IS_INT(eff.allowed_network, AB_QUOTA_NET_NONE | AB_QUOTA_NET_ALLOWLIST,
+                   "the app's allowed_network replaces the server's");
+
+        const char *bad[] = {
+            "{\"max_limits\":{\"memory_mib\":-1}}", "{\"max_limits\":{\"cpus\":\"many\"}}",
+            "{\"max_limits\":{\"gpus\":1}}",        "{\"max_limits\":[]}",
+            "{\"allowed_network\":\"full\"}",       "{\"allowed_network\":[\"internet\"]}"};
+        for (size_t i = 0; i < AB_ARRAY_LEN(bad); i++) {
+                j = json_loads(bad[i], 0, NULL);
+                tap_ok(ab_quota_from_json(j, &q, &e) < 0 && e && e->code == AB_E_INVALID,
+                       "refused: %s", bad[i]);
+                ab_err_free(&e);
+                json_decref(j);
+        }
+        TAP_IS_INT(ab_quota_net_bit("restricted"), AB_QUOTA_NET_ALLOWLIST,
+                   "restricted is allowlist");
+        TAP_IS_INT(ab_quota_net_bit("open"), 0, "not a mode");
+}
+
 static void test_bucket(void)
 {
         ab_bucket b = {0};
@@ -103,6 +154,7 @@ int main(void)
         test_over();
         test_layers();
         test_json();
+        test_ceilings();
         test_bucket();
         return tap_done();
 }
