@@ -160,7 +160,7 @@ static void *pull_main(void *arg)
         pull_job *j = arg;
         ab_err *e = NULL;
         ab_image img = {0};
-        int pr = ab_image_pull(j->images, j->ref, pull_progress, j, &img, &e);
+        int pr = ab_image_pull_as(j->images, j->app, j->ref, pull_progress, j, &img, &e);
         ab_metrics_op(j->metrics, "image_pull", pr == 0);
         if (pr < 0) {
                 pull_send(j, "error",
@@ -254,7 +254,7 @@ enum MHD_Result route_images_pull(ab_req *r, const char *id)
                 return resp_stream_counted(r, 200, "text/event-stream", p[0], sse_headers, slot);
         }
         ab_image img = {0};
-        int pr = ab_image_pull(r->srv->images, refc, NULL, NULL, &img, &e);
+        int pr = ab_image_pull_as(r->srv->images, r->scope, refc, NULL, NULL, &img, &e);
         ab_metrics_op(r->srv->metrics, "image_pull", pr == 0);
         if (pr < 0)
                 return resp_err(r, e);

@@ -16,7 +16,7 @@ int mgr_image_resolve(ab_manager *m, const char *scope, const char *ref, ab_imag
                 return mgr_propagate(err, e);
         ab_err_free(&e);
         ab_log(AB_LOG_INFO, "pulling an image for a new box", "image", ref, NULL);
-        int r = ab_image_pull(m->o.images, ref, NULL, NULL, out, err);
+        int r = ab_image_pull_as(m->o.images, scope, ref, NULL, NULL, out, err);
         ab_metrics_op(m->o.metrics, "image_pull", r == 0);
         if (r < 0)
                 return ab_err_wrap(err, "image %s", ref);
