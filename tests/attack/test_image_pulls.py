@@ -259,10 +259,12 @@ def app_pull_attack(what, ref, expect_status=(403,)):
     return r
 
 
-app_pull_attack("a pull from a loopback registry by reference", "%s/attack/good:1" % R)
+r = app_pull_attack("a pull from a loopback registry by reference", "%s/attack/good:1" % R)
+h.ok("app_registries" in r.describe(), "... and the answer names the setting that allows it", r.describe()[:500])
 app_pull_attack("a pull from a registry name that resolves to loopback (quay.io -> 127.0.0.1)",
                 "quay.io/attack/img:1")
-app_pull_attack("a token realm on loopback (the fake ghcr.io's 401)", "ghcr.io/realm/img:1")
+r = app_pull_attack("a token realm on loopback (the fake ghcr.io's 401)", "ghcr.io/realm/img:1")
+h.ok("127.0.0.1 (loopback)" in r.describe(), "... and the answer names the refused address", r.describe()[:500])
 app_pull_attack("a redirect to loopback (the fake ghcr.io's 307)", "ghcr.io/redir/img:1")
 r = S.post("/v1/sandboxes", {"image": "ghcr.io/realm/img:2"}, token=KEY, timeout=60)
 h.ok(r.status >= 400 and not [x for x in victim_hits if "img" in x or "token" in x],
@@ -278,6 +280,7 @@ before = layer_dirs()
 r = pull("%s/attack/swap:1" % R)
 h.ok(r.status >= 400 and not has_image("%s/attack/swap:1" % R),
      "a layer whose uncompressed digest is not its diff id fails the pull", r.describe()[:600])
+h.ok("diff id" in r.describe(), "... and the answer says which layer and diff id", r.describe()[:600])
 evil_hex = registry.sha256(gzip.compress(EVIL, mtime=0))[7:]
 abserver.wait_for(lambda: evil_hex not in layer_dirs(), timeout=10)
 h.ok(evil_hex not in layer_dirs(), "... and the layer is not kept", "%s -> %s" % (before, layer_dirs()))
