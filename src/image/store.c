@@ -316,6 +316,7 @@ void ab_image_clear(ab_image *img)
         ab_image_config_clear(&img->config);
         free(img->source);
         imgstore_strv_free(img->apps);
+        imgstore_strv_free(img->pulled_by);
         memset(img, 0, sizeof(*img));
 }
 
@@ -438,6 +439,11 @@ static void image_from_record(ab_image_store *s, json_t *rec, json_t *refs, ab_i
         if (out->apps && !out->apps[0]) {
                 free(out->apps);
                 out->apps = NULL;
+        }
+        out->pulled_by = jdupv(json_object_get(rec, "pulled_by"));
+        if (out->pulled_by && !out->pulled_by[0]) {
+                free(out->pulled_by);
+                out->pulled_by = NULL;
         }
 }
 
@@ -1051,8 +1057,8 @@ static int layer_diff_id(ab_image_store *s, const char *digest, int fd, const ch
 /* Unpacks the layer read from fd into DIR/tmp, then renames it into
  * DIR/layers/HEX: the layer appears whole or not at all. */
 int imgstore_layer_install(ab_image_store *s, const char *digest, const char *diff_id, int fd,
-                           uint64_t total, ab_image_progress_fn fn, void *ud, uint64_t *bytes,
-                           ab_err **err)
+                           uint64_t total, uint64_t max_bytes, ab_image_progress_fn fn, void *ud,
+                           uint64_t *bytes, ab_err **err)
 {
         const char *hex = digest + 7;
         _cleanup_free_ char *got_diff = NULL;
@@ -1071,7 +1077,10 @@ int imgstore_layer_install(ab_image_store *s, const char *digest, const char *di
         }
         imgstore_progress(fn, ud, "unpack", digest, 0, total);
         ab_layer_stats st = {0};
-        if (ab_layer_unpack(fd, fsfd, &s->layer, &st, err) < 0) {
+        ab_layer_opts lo = s->layer;
+        if (max_bytes)
+                lo.max_bytes = max_bytes;
+        if (ab_layer_unpack(fd, fsfd, &lo, &st, err) < 0) {
                 ab_err_wrap(err, "layer %s", digest);
                 goto out;
         }
@@ -1176,6 +1185,12 @@ static json_t *record_json(const stage_image *im, json_t *old, const char *sourc
         } else if (old && json_array_size(apps)) {
                 json_object_set_new(rec, "apps", json_incref(apps));
         }
+        /* the apps whose disk quota it counts against */
+        _cleanup_strv_ char **pulled = jdupv(json_object_get(old, "pulled_by"));
+        if (im->pulled_by)
+                imgstore_strv_add_unique(&pulled, im->pulled_by);
+        if (pulled && pulled[0])
+                json_object_set_new(rec, "pulled_by", jstrv(pulled));
         return rec;
 }
 
@@ -1341,27 +1356,91 @@ static int pull_config(ab_image_store *s, ab_registry *reg, const ab_manifest *m
         return 0;
 }
 
-static int pull_layers(ab_image_store *s, ab_registry *reg, const ab_manifest *m, stage_image *im,
-                       ab_image_progress_fn fn, void *ud, ab_err **err)
+/* What an app's pull may still add (ab_image_pull_as's budget). */
+typedef struct pull_budget {
+        const char *app;
+        uint64_t budget, left; /* budget 0: no bound */
+} pull_budget;
+
+static int over_budget(const pull_budget *b, const char *what, ab_err **err)
 {
-        if (imgstore_stage_reuse(s, im, fn, ud))
+        return ab_err_set(err, AB_E_QUOTA, 0,
+                          "quota max_disk_mib of app \"%s\" exceeded: %s needs more than the "
+                          "%" PRIu64 " MiB of disk the app has left",
+                          b->app, what, b->budget >> 20);
+}
+
+/* Takes bytes of b; AB_E_QUOTA when they are more than is left. */
+static int budget_take(pull_budget *b, uint64_t bytes, const char *what, ab_err **err)
+{
+        if (!b->budget)
                 return 0;
+        if (bytes > b->left)
+                return over_budget(b, what, err);
+        b->left -= bytes;
+        return 0;
+}
+
+/* When app pulled or made image id before, its size counts already. */
+static bool counted_for(ab_image_store *s, const char *id, const char *app, uint64_t *size)
+{
+        json_t *rec = NULL;
+        *size = 0;
+        if (record_load(s, id + 7, &rec) < 0)
+                return false;
+        _cleanup_strv_ char **pulled = jdupv(json_object_get(rec, "pulled_by"));
+        _cleanup_strv_ char **apps = jdupv(json_object_get(rec, "apps"));
+        bool yes = false;
+        for (char **p = pulled; p && *p && !yes; p++)
+                yes = !strcmp(*p, app);
+        for (char **p = apps; p && *p && !yes; p++)
+                yes = !strcmp(*p, app);
+        json_t *layers = json_object_get(rec, "layers"), *l;
+        size_t i;
+        json_array_foreach(layers, i, l)
+        {
+                *size += (uint64_t)json_integer_value(json_object_get(l, "bytes"));
+        }
+        json_decref(rec);
+        return yes;
+}
+
+static int pull_layers(ab_image_store *s, ab_registry *reg, const ab_manifest *m, stage_image *im,
+                       pull_budget *b, ab_image_progress_fn fn, void *ud, ab_err **err)
+{
+        uint64_t have = 0;
+        if (b->budget && counted_for(s, im->id, b->app, &have))
+                b->budget = 0; /* counted when the app first pulled it */
+        if (imgstore_stage_reuse(s, im, fn, ud))
+                return budget_take(b, have, im->id, err);
         im->layers = xcalloc(m->n_layers ? m->n_layers : 1, sizeof(stage_layer));
         for (size_t i = 0; i < m->n_layers; i++) {
                 stage_layer *l = &im->layers[im->n_layers++];
                 l->digest = xstrdup(m->layers[i].digest);
                 l->diff_id = im->cfg.diff_ids ? xstrdup(im->cfg.diff_ids[i]) : NULL;
                 if (imgstore_layer_present(s, l->digest + 7, &l->bytes)) {
-                        if (imgstore_layer_diff_check(s, l->digest, l->diff_id, err) < 0)
+                        if (imgstore_layer_diff_check(s, l->digest, l->diff_id, err) < 0 ||
+                            budget_take(b, l->bytes, im->id, err) < 0)
                                 return -1;
                         imgstore_progress(fn, ud, "exists", l->digest, 0, 0);
                         continue;
                 }
+                if (b->budget && !b->left)
+                        return over_budget(b, im->id, err);
+                uint64_t cap = s->layer.max_bytes ? s->layer.max_bytes : AB_LAYER_DEFAULT_MAX_BYTES;
+                bool capped = b->budget && b->left < cap;
                 _cleanup_close_ int fd = download(s, reg, l->digest, s->max_blob, fn, ud, err);
                 if (fd < 0)
                         return -1;
-                if (imgstore_layer_install(s, l->digest, l->diff_id, fd, m->layers[i].size, fn, ud,
-                                           &l->bytes, err) < 0)
+                if (imgstore_layer_install(s, l->digest, l->diff_id, fd, m->layers[i].size,
+                                           capped ? b->left : 0, fn, ud, &l->bytes, err) < 0) {
+                        if (capped && *err && (*err)->code == AB_E_LIMIT) {
+                                ab_err_free(err);
+                                return over_budget(b, im->id, err);
+                        }
+                        return -1;
+                }
+                if (budget_take(b, l->bytes, im->id, err) < 0)
                         return -1;
         }
         return 0;
@@ -1387,11 +1466,31 @@ bool ab_image_app_registry_allowed(const ab_image_store *s, const char *domain)
 int ab_image_pull(ab_image_store *s, const char *ref, ab_image_progress_fn fn, void *ud,
                   ab_image *out, ab_err **err)
 {
-        return ab_image_pull_as(s, NULL, ref, fn, ud, out, err);
+        return ab_image_pull_as(s, NULL, 0, ref, fn, ud, out, err);
 }
 
-int ab_image_pull_as(ab_image_store *s, const char *app, const char *ref, ab_image_progress_fn fn,
-                     void *ud, ab_image *out, ab_err **err)
+int ab_image_app_bytes(ab_image_store *s, const char *app, uint64_t *out, ab_err **err)
+{
+        *out = 0;
+        ab_image *imgs = NULL;
+        size_t n = 0;
+        if (ab_image_list(s, &imgs, &n, err) < 0)
+                return -1;
+        for (size_t i = 0; i < n; i++) {
+                bool mine = false;
+                for (char **p = imgs[i].pulled_by; p && *p && !mine; p++)
+                        mine = !strcmp(*p, app);
+                for (char **p = imgs[i].apps; p && *p && !mine; p++)
+                        mine = !strcmp(*p, app);
+                if (mine)
+                        *out += imgs[i].size;
+        }
+        ab_image_list_free(imgs, n);
+        return 0;
+}
+
+int ab_image_pull_as(ab_image_store *s, const char *app, uint64_t budget, const char *ref,
+                     ab_image_progress_fn fn, void *ud, ab_image *out, ab_err **err)
 {
         memset(out, 0, sizeof(*out));
         ab_image_ref r;
@@ -1413,7 +1512,9 @@ int ab_image_pull_as(ab_image_store *s, const char *app, const char *ref, ab_ima
         ab_registry *reg = NULL;
         ab_manifest m = {0};
         stage_image im = {.names = xcalloc(1, sizeof(char *)),
-                          .digests = xcalloc(1, sizeof(char *))};
+                          .digests = xcalloc(1, sizeof(char *)),
+                          .pulled_by = app};
+        pull_budget b = {.app = app, .budget = app ? budget : 0, .left = budget};
         ab_image *got = NULL;
         int rc = g < 0 ? -1 : 0;
         if (rc == 0)
@@ -1425,7 +1526,7 @@ int ab_image_pull_as(ab_image_store *s, const char *app, const char *ref, ab_ima
         if (rc == 0)
                 rc = pull_config(s, reg, &m, &im, err);
         if (rc == 0)
-                rc = pull_layers(s, reg, &m, &im, fn, ud, err);
+                rc = pull_layers(s, reg, &m, &im, &b, fn, ud, err);
         if (rc == 0) {
                 imgstore_strv_add_unique(&im.names, canon);
                 rc = imgstore_commit(s, &im, 1, "pull", &got, err);
@@ -1556,8 +1657,8 @@ int ab_image_commit(ab_image_store *s, const char *base_id, const char *name, co
                 if (lseek(fd, 0, SEEK_SET) < 0)
                         rc = ab_err_set(err, AB_E_INTERNAL, errno, "rewind the new layer");
                 else
-                        rc = imgstore_layer_install(s, digest, digest, fd, size, NULL, NULL, &bytes,
-                                                    err);
+                        rc = imgstore_layer_install(s, digest, digest, fd, size, 0, NULL, NULL,
+                                                    &bytes, err);
         }
         if (rc == 0) {
                 blob = commit_config(&base, digest);

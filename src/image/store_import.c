@@ -601,7 +601,7 @@ static int install_layers(ab_image_store *s, int root, stage_image *v, size_t n,
                                 return ab_err_set(err, AB_E_INTERNAL, errno, "open layer %s",
                                                   l->path);
                         if (imgstore_layer_install(s, l->digest, l->diff_id, fd,
-                                                   (uint64_t)st.st_size, fn, ud, &l->bytes,
+                                                   (uint64_t)st.st_size, 0, fn, ud, &l->bytes,
                                                    err) < 0)
                                 return -1;
                 }

@@ -39,10 +39,11 @@ typedef struct stage_image {
         ab_image_config cfg;
         stage_layer *layers;
         size_t n_layers;
-        char **names;    /* canonical, NULL-terminated */
-        char **digests;  /* manifest digests, NULL-terminated */
-        bool reused;     /* in the store already, with all its layers: keep those */
-        const char *app; /* a private image's app (names already "@APP/..."), or NULL */
+        char **names;          /* canonical, NULL-terminated */
+        char **digests;        /* manifest digests, NULL-terminated */
+        bool reused;           /* in the store already, with all its layers: keep those */
+        const char *app;       /* a private image's app (names already "@APP/..."), or NULL */
+        const char *pulled_by; /* the app whose pull this is, or NULL */
 } stage_image;
 
 /* NULL-terminated string vectors. */
@@ -78,10 +79,11 @@ int imgstore_stage_name(stage_image *im, const char *name, ab_err **err);
 bool imgstore_layer_present(ab_image_store *s, const char *hex, uint64_t *bytes);
 /* Checks that the layer in fd decompresses to diff_id (when non-NULL:
  * AB_E_INVALID if not, before anything is written), unpacks it into tmp/,
- * records its diff id and renames it into layers/HEX. fd must be seekable. */
+ * records its diff id and renames it into layers/HEX. fd must be seekable.
+ * max_bytes: file data it may unpack to (0: the store's layer bound). */
 int imgstore_layer_install(ab_image_store *s, const char *digest, const char *diff_id, int fd,
-                           uint64_t total, ab_image_progress_fn fn, void *ud, uint64_t *bytes,
-                           ab_err **err);
+                           uint64_t total, uint64_t max_bytes, ab_image_progress_fn fn, void *ud,
+                           uint64_t *bytes, ab_err **err);
 /* For a layer already in the store: AB_E_INVALID when it recorded a diff id
  * other than diff_id (NULL: nothing to check). Layers installed before diff
  * ids were recorded pass. */
