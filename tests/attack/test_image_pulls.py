@@ -132,7 +132,7 @@ threading.Thread(target=victim_loop, daemon=True).start()
 FAKE = r'''
 import sys
 from http.server import BaseHTTPRequestHandler, HTTPServer
-IP = sys.argv[1]
+IP, FILES = sys.argv[1], sys.argv[2]
 class H(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.0"
     def send(self, code, hdrs=()):
@@ -150,6 +150,17 @@ class H(BaseHTTPRequestHandler):
                                     'Bearer realm="http://127.0.0.1/token",service="x",scope="repository:realm/img:pull"')])
         if p.startswith("/v2/redir/"):
             return self.send(307, [("Location", "http://127.0.0.1" + p)])
+        # a static registry of the images the test wrote to FILES
+        import json, os
+        idx = json.load(open(os.path.join(FILES, "index.json")))
+        if p in idx:
+            body = open(os.path.join(FILES, idx[p][1]), "rb").read()
+            self.send_response(200)
+            self.send_header("Content-Type", idx[p][0])
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+            return
         return self.send(404)
     def log_message(self, *a):
         pass
@@ -161,7 +172,38 @@ class S(HTTPServer):
 print("ready", flush=True)
 S((IP, 80), H).serve_forever()
 '''
-procs.append(subprocess.Popen(["ip", "netns", "exec", NS_OUT, al.HOST_PY, "-c", FAKE, OUT_IP],
+FILES = os.path.join(h.root, "outside-registry")
+os.makedirs(FILES)
+index = {}
+
+
+def serve_image(repo, tagname, layers):
+    """Puts an image (gzip layers, a true config) where the fake ghcr.io serves it."""
+    cfg = {"config": {"Env": ["PATH=/bin"]}, "architecture": "amd64", "os": "linux",
+           "rootfs": {"type": "layers", "diff_ids": [registry.sha256(l) for l in layers]}}
+    blobs = [json.dumps(cfg, sort_keys=True).encode()] + [gzip.compress(l, mtime=0, compresslevel=1)
+                                                          for l in layers]
+    for b in blobs:
+        d = registry.sha256(b)
+        with open(os.path.join(FILES, d[7:]), "wb") as f:
+            f.write(b)
+        index["/v2/%s/blobs/%s" % (repo, d)] = ("application/octet-stream", d[7:])
+    man = {"schemaVersion": 2, "mediaType": registry.MT_OCI_MANIFEST,
+           "config": {"mediaType": registry.MT_OCI_CONFIG, "size": len(blobs[0]),
+                      "digest": registry.sha256(blobs[0])},
+           "layers": [{"mediaType": registry.MT_OCI_GZIP, "size": len(b), "digest": registry.sha256(b)}
+                      for b in blobs[1:]]}
+    mb = json.dumps(man).encode()
+    with open(os.path.join(FILES, "m-" + registry.sha256(mb)[7:]), "wb") as f:
+        f.write(mb)
+    index["/v2/%s/manifests/%s" % (repo, tagname)] = (registry.MT_OCI_MANIFEST, "m-" + registry.sha256(mb)[7:])
+    with open(os.path.join(FILES, "index.json"), "w") as f:
+        json.dump(index, f)
+
+
+serve_image("small/img", "1", [registry.tar_of({"etc/small": os.urandom(256 * 1024)})])
+serve_image("big/img", "1", [registry.tar_of({"etc/big": os.urandom(6 << 20)})])
+procs.append(subprocess.Popen(["ip", "netns", "exec", NS_OUT, al.HOST_PY, "-c", FAKE, OUT_IP, FILES],
                               stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True))
 if procs[-1].stdout.readline().strip() != "ready":
     cleanup()
@@ -224,9 +266,11 @@ push_raw("attack/norootfs", "1", [BASE, EVIL], None)
 
 ADMIN = "admin-" + al.token()
 KEY = "appkey-" + al.token()
+QKEY = "appqkey-" + al.token()
 S = h.start_server(token=ADMIN, config={
     "limits": {"disk": "64M", "memory": "256M", "timeout": "30s"},
-    "api_keys": [{"key": KEY, "app_id": "appa"}],
+    "api_keys": [{"key": KEY, "app_id": "appa"}, {"key": QKEY, "app_id": "appq"}],
+    "quotas": {"apps": {"appq": {"max_disk": "4M"}}},
     "registries": [{"host": "ghcr.io", "insecure": True}, {"host": "quay.io", "insecure": True}],
 })
 LAYERS = os.path.join(S.data, "images", "layers")
@@ -300,6 +344,20 @@ r = S.post("/v1/sandboxes", {"id": "goodbox", "image": "%s/attack/good:1" % R})
 out = (S.exec("goodbox", "cat /etc/marker").get("stdout") or "") if r.status == 201 else r.describe()
 h.ok("genuine" in out, "control: a box of the good image runs and has its layer", out[:400])
 S.delete("/v1/sandboxes/goodbox")
+
+# ---- an app's images count against its disk quota ----------------------------------------
+r = pull("ghcr.io/small/img:1", token=QKEY)
+h.eq(r.status, 200, "control: an app with a 4 MiB disk quota pulls a 256 KiB image", r.describe()[:500])
+before = layer_dirs()
+r = pull("ghcr.io/big/img:1", token=QKEY)
+h.ok(r.status == 429 and not has_image("ghcr.io/big/img:1"),
+     "an app cannot store a 6 MiB image past its 4 MiB disk quota (429)", r.describe()[:600])
+abserver.wait_for(lambda: layer_dirs() == before, timeout=10)
+h.eq(layer_dirs(), before, "... and none of its layers is kept")
+r = pull("ghcr.io/big/img:1")
+h.eq(r.status, 200, "control: the admin pulls the same image (no app quota)", r.describe()[:500])
+r = pull("ghcr.io/big/img:1", token=QKEY)
+h.eq(r.status, 429, "an app pulling an image already in the store counts it too (429)", r.describe()[:500])
 
 victim.close()
 cleanup()
