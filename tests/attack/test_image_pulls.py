@@ -236,6 +236,7 @@ TOP = registry.tar_of({"etc/marker": b"genuine\n"})
 EVIL = registry.tar_of({"etc/marker": b"swapped\n"})
 CONFIG = {"config": {"Env": ["PATH=/bin"]}}
 registry.push_image(R, "attack/good", "1", [BASE, TOP], CONFIG)
+registry.push_image(R, "attack/osb", "1", [BASE, TOP], {"config": {"Env": ["PATH=/bin", "FOR=osb"]}})
 
 
 def push_raw(repo, tagname, layers, diff_ids):
@@ -313,6 +314,28 @@ app_pull_attack("a redirect to loopback (the fake ghcr.io's 307)", "ghcr.io/redi
 r = S.post("/v1/sandboxes", {"image": "ghcr.io/realm/img:2"}, token=KEY, timeout=60)
 h.ok(r.status >= 400 and not [x for x in victim_hits if "img" in x or "token" in x],
      "app key: a create that pulls (token realm on loopback) reaches nothing inside", r.describe()[:600])
+# the same through the E2B and OpenSandbox fronts (a sandbox of a template / image pulls it)
+mark = len(victim_hits)
+r = S.post("/e2b/v2/sandboxes", {"templateID": "quay.io/attack/e2b:1", "timeout": 60}, token=None,
+           headers={"X-API-Key": KEY}, timeout=60)
+h.ok(r.status >= 400 and not victim_hits[mark:],
+     "E2B: a sandbox whose templateID names a registry resolving to loopback reaches nothing inside",
+     r.describe()[:500] + "\nvictim saw: %s" % victim_hits[mark:])
+mark = len(victim_hits)
+r = S.post("/opensandbox/v1/sandboxes", {"image": {"uri": "ghcr.io/realm/osb:1"}, "timeout": 60,
+                                         "entrypoint": ["tail", "-f", "/dev/null"],
+                                         "resourceLimits": {"cpu": "1", "memory": "256Mi"}},
+           token=None, headers={"OPEN-SANDBOX-API-KEY": KEY}, timeout=60)
+h.ok(r.status >= 400 and not victim_hits[mark:],
+     "OpenSandbox: a sandbox whose image's registry sends its token realm to loopback reaches nothing inside",
+     r.describe()[:500] + "\nvictim saw: %s" % victim_hits[mark:])
+mark = len(victim_hits)
+r = S.post("/opensandbox/v1/sandboxes", {"image": {"uri": "%s/attack/osb:1" % R}, "timeout": 60,
+                                         "entrypoint": ["tail", "-f", "/dev/null"]},
+           token=None, headers={"OPEN-SANDBOX-API-KEY": KEY}, timeout=60)
+h.ok(r.status >= 400, "OpenSandbox: an app key's sandbox of an image on a loopback registry is refused",
+     r.describe()[:500])
+
 mark = len(victim_hits)
 r = pull("ghcr.io/nothing/img:1", token=KEY)
 h.eq((r.status, victim_hits[mark:]), (404, []),
