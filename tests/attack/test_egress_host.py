@@ -237,6 +237,21 @@ out = curl("http://%s:%d/health" % (HOST_IP, SPORT), "-i")
 h.ok(" 200 " not in out.split("\n")[0] and '"status"' not in out,
      "proxy: the server's own API on its listen address is refused", out[-600:])
 
+# the same through a sandbox made by the OpenSandbox front (networkPolicy allows every target)
+r = S.post("/opensandbox/v1/sandboxes", {"image": {"uri": "base"}, "timeout": 120,
+                                         "entrypoint": ["tail", "-f", "/dev/null"],
+                                         "networkPolicy": {"defaultAction": "deny",
+                                                           "egress": [{"action": "allow", "target": "*"}]}},
+           token=None, headers={"OPEN-SANDBOX-API-KEY": S.token})
+osb_id = r.get("id") if r.status in (200, 201, 202) else None
+h.ok(osb_id is not None, "an OpenSandbox sandbox with an allow-all egress policy is created", r.describe()[:400])
+if osb_id:
+    mark = len(host_hits)
+    out = out_of(ex(osb_id, "curl -sS -m 8 http://%s:%d/osb; echo; echo rc=$?" % (HOST_IP, HPORT), t=20))
+    h.ok("HOST-SECRET" not in out and len(host_hits) == mark,
+         "proxy (OpenSandbox box): the host's public address is refused", out[-400:])
+    S.delete("/v1/sandboxes/" + osb_id)
+
 # an address the host takes after the server started is refused at once
 r = sh("ip", "addr", "add", LATE_IP + "/32", "dev", "abhd" + tag)
 h.ok(r.returncode == 0 and b"HOST-SECRET" in fetch_host((LATE_IP, HPORT)),
