@@ -116,7 +116,7 @@ enum MHD_Result route_image_delete(ab_req *r, const char *ref)
 /* A pull streamed as server-sent events: "progress" events, then "done"
  * with the image or "error". */
 typedef struct pull_job {
-        ab_image_store *images;
+        ab_manager *mgr;
         ab_metrics *metrics;
         char *ref;
         char *app; /* the caller's app (NULL: the admin): how it sees the image */
@@ -160,7 +160,7 @@ static void *pull_main(void *arg)
         pull_job *j = arg;
         ab_err *e = NULL;
         ab_image img = {0};
-        int pr = ab_image_pull(j->images, j->ref, pull_progress, j, &img, &e);
+        int pr = ab_manager_image_pull(j->mgr, j->app, j->ref, pull_progress, j, &img, &e);
         ab_metrics_op(j->metrics, "image_pull", pr == 0);
         if (pr < 0) {
                 pull_send(j, "error",
@@ -237,7 +237,7 @@ enum MHD_Result route_images_pull(ab_req *r, const char *id)
                         return resp_error(r, 500, "internal", "pipe: %s", strerror(errno));
                 }
                 pull_job *j = xzalloc(sizeof(*j));
-                *j = (pull_job){.images = r->srv->images,
+                *j = (pull_job){.mgr = r->srv->mgr,
                                 .metrics = r->srv->metrics,
                                 .ref = steal_pointer(&refc),
                                 .app = r->scope ? xstrdup(r->scope) : NULL,
@@ -254,7 +254,7 @@ enum MHD_Result route_images_pull(ab_req *r, const char *id)
                 return resp_stream_counted(r, 200, "text/event-stream", p[0], sse_headers, slot);
         }
         ab_image img = {0};
-        int pr = ab_image_pull(r->srv->images, refc, NULL, NULL, &img, &e);
+        int pr = ab_manager_image_pull(r->srv->mgr, r->scope, refc, NULL, NULL, &img, &e);
         ab_metrics_op(r->srv->metrics, "image_pull", pr == 0);
         if (pr < 0)
                 return resp_err(r, e);

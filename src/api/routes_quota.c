@@ -20,9 +20,9 @@ static json_t *usage_json(const ab_app_usage *u)
         for (int k = 0; k < AB_Q_N; k++)
                 json_object_set_new(rej, ab_quota_name((ab_quota_kind)k),
                                     json_integer(u->rejected[k]));
-        return json_pack("{s:I,s:I,s:I,s:I,s:o}", "boxes", (json_int_t)u->boxes, "running",
-                         (json_int_t)u->running, "disk_mib", (json_int_t)u->disk_mib, "execs",
-                         (json_int_t)u->execs, "rejected", rej);
+        return json_pack("{s:I,s:I,s:I,s:I,s:I,s:o}", "boxes", (json_int_t)u->boxes, "running",
+                         (json_int_t)u->running, "disk_mib", (json_int_t)u->disk_mib, "image_mib",
+                         (json_int_t)u->image_mib, "execs", (json_int_t)u->execs, "rejected", rej);
 }
 
 /* GET /v1/keys/{id}: {key_id, app_id, name, created_at, quotas (the key's

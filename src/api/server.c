@@ -8,6 +8,7 @@
 #include "api/ws.h"
 #include "base/jsonnum.h"
 #include "base/log.h"
+#include "net/addrcheck.h"
 
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -1304,6 +1305,9 @@ int ab_server_start(ab_server *s, ab_err **err)
         }
         struct sockaddr_storage bound;
         socklen_t bl = sizeof(bound);
+        /* egress (proxy, httpRequest, image pulls) never reaches the server itself */
+        if (ab_addr_note_listen((struct sockaddr *)&ss) < 0)
+                ab_log(AB_LOG_WARN, "too many listen addresses to keep from egress", NULL);
         if (getsockname(fd, (struct sockaddr *)&bound, &bl) == 0)
                 s->port =
                     ntohs(bound.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&bound)->sin6_port

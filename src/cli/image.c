@@ -58,6 +58,8 @@ int cli_images_open(const ab_config *cfg, const char *data, ab_image_store **out
             .dir = dir,
             .registry = {.insecure = insecure, .creds = creds, .n_creds = nc},
             .layer = {.max_bytes = cfg ? cfg->image_max_layer : 0},
+            .app_registries = cfg ? (const char *const *)cfg->app_registries : NULL,
+            .app_loopback = cfg && cfg->app_registries_loopback,
         };
         int r = ab_image_store_open(&o, out, err);
         if (loaded)

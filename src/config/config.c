@@ -90,6 +90,12 @@ static void config_copy(ab_config *dst, const ab_config *src)
                 for (size_t i = 0; i < src->n_host_mount_prefixes; i++)
                         dst->host_mount_prefixes[i] = xstrdup(src->host_mount_prefixes[i]);
         }
+        dst->app_registries = NULL;
+        if (src->app_registries) {
+                dst->app_registries = xcalloc(src->n_app_registries + 1, sizeof(char *));
+                for (size_t i = 0; i < src->n_app_registries; i++)
+                        dst->app_registries[i] = xstrdup(src->app_registries[i]);
+        }
         dst->app_quotas =
             src->n_app_quotas ? xcalloc(src->n_app_quotas, sizeof(*dst->app_quotas)) : NULL;
         for (size_t i = 0; i < src->n_app_quotas; i++) {
@@ -144,6 +150,7 @@ void ab_config_release(ab_config *c)
         registries_free(c->registries, c->n_registries);
         app_quotas_free(c->app_quotas, c->n_app_quotas);
         ab_strvfreep(&c->host_mount_prefixes);
+        ab_strvfreep(&c->app_registries);
         *c = (ab_config){0};
 }
 
@@ -328,6 +335,7 @@ static const field fields[] = {
     F("disk_reserve", NULL, "AGENTBOX_DISK_RESERVE", K_BYTES, disk_reserve),
     F("disk_watch_interval", NULL, NULL, K_MS, disk_watch_interval_ms),
     F("image_max_layer", NULL, NULL, K_BYTES, image_max_layer),
+    F("app_registries_loopback", NULL, NULL, K_BOOL, app_registries_loopback),
     F("skills_disk", NULL, "AGENTBOX_SKILLS_DISK", K_BYTES, skills_disk),
     F("backend", NULL, "AGENTBOX_BACKEND", K_OPT_STR, backend),
     F("docker_host", NULL, "AGENTBOX_DOCKER_HOST", K_OPT_STR, docker_host),
@@ -756,6 +764,40 @@ static int load_host_prefixes(yctx *y, ab_config *c, yaml_node_t *seq)
         return 0;
 }
 
+/* app_registries: [HOST, ...]: registries as in an image reference
+ * ("ghcr.io", "reg.example.com:5000") or "*.domain"; [] = none. */
+static int load_app_registries(yctx *y, ab_config *c, yaml_node_t *seq)
+{
+        ab_strvfreep(&c->app_registries);
+        c->n_app_registries = 0;
+        if (is_null(seq))
+                return 0;
+        if (seq->type != YAML_SEQUENCE_NODE)
+                return fail_at(y, seq, "app_registries",
+                               why("expected a list of registry hosts (\"ghcr.io\", "
+                                   "\"*.example.com\")"));
+        size_t n = (size_t)(seq->data.sequence.items.top - seq->data.sequence.items.start);
+        c->app_registries = xcalloc(n + 1, sizeof(char *));
+        for (yaml_node_item_t *it = seq->data.sequence.items.start;
+             it < seq->data.sequence.items.top; it++) {
+                yaml_node_t *item = node(y, *it);
+                const char *v = scalar(y, item, "app_registries");
+                if (!v)
+                        return -1;
+                const char *host = strncmp(v, "*.", 2) ? v : v + 2;
+                bool ok = *host && strlen(v) < 256;
+                for (const char *p = host; *p && ok; p++)
+                        ok = isalnum((unsigned char)*p) || strchr(".-:[]", *p);
+                if (!ok)
+                        return fail_at(y, item, "app_registries",
+                                       why("'%s' is not a registry host (as in an image "
+                                           "reference) or *.domain",
+                                           v));
+                c->app_registries[c->n_app_registries++] = xstrdup(v);
+        }
+        return 0;
+}
+
 /* Aliases of one field set the same member: a file giving both is an error. */
 static const field *find_field(const char *k)
 {
@@ -1040,6 +1082,8 @@ static int top_pair(yctx *y, const char *k, yaml_node_t *kn, yaml_node_t *vn, vo
                 return load_registries(y, t->c, vn);
         if (strcmp(k, "host_mount_prefixes") == 0)
                 return load_host_prefixes(y, t->c, vn);
+        if (strcmp(k, "app_registries") == 0)
+                return load_app_registries(y, t->c, vn);
         if (strcmp(k, "quotas") == 0) {
                 if (is_null(vn))
                         return 0;
@@ -1049,7 +1093,8 @@ static int top_pair(yctx *y, const char *k, yaml_node_t *kn, yaml_node_t *vn, vo
         const field *f = find_field(k);
         if (!f) {
                 _cleanup_free_ char *known =
-                    xstrdup("limits, tools, api_keys, quotas, registries, host_mount_prefixes");
+                    xstrdup("limits, tools, api_keys, quotas, registries, host_mount_prefixes, "
+                            "app_registries");
                 for (size_t i = 0; i < AB_ARRAY_LEN(fields); i++) {
                         char *more = xasprintf("%s, %s", known, fields[i].name);
                         free(known);

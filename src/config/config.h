@@ -84,6 +84,12 @@ typedef struct ab_config {
         ab_config_registry *registries; /* image registries' credentials and HTTP permission */
         size_t n_registries;
         uint64_t image_max_layer; /* most bytes one image layer may unpack to; default 16 GiB */
+        /* Registries pulls made with an API key may use (config:
+         * app_registries: [HOST, ...], "*.domain" for subdomains), NULL-terminated;
+         * NULL (not set) = the image store's default public registries, empty = none. */
+        char **app_registries;
+        size_t n_app_registries;
+        bool app_registries_loopback; /* API keys may pull from loopback too; default false */
         /* Size of the skills folder's own disk (DATA/skills.img) when it is
          * made; an existing one keeps its size. Default 1 GiB. */
         uint64_t skills_disk;

@@ -16,11 +16,27 @@ int mgr_image_resolve(ab_manager *m, const char *scope, const char *ref, ab_imag
                 return mgr_propagate(err, e);
         ab_err_free(&e);
         ab_log(AB_LOG_INFO, "pulling an image for a new box", "image", ref, NULL);
-        int r = ab_image_pull(m->o.images, ref, NULL, NULL, out, err);
+        int r = ab_manager_image_pull(m, scope, ref, NULL, NULL, out, err);
         ab_metrics_op(m->o.metrics, "image_pull", r == 0);
         if (r < 0)
                 return ab_err_wrap(err, "image %s", ref);
         return 0;
+}
+
+int ab_manager_image_pull(ab_manager *m, const char *scope, const char *ref,
+                          ab_image_progress_fn fn, void *ud, ab_image *out, ab_err **err)
+{
+        memset(out, 0, sizeof(*out));
+        if (!m->o.images)
+                return ab_err_set(err, AB_E_UNSUPPORTED, 0,
+                                  "image: this server has no image store");
+        mgr_ticket t = {0};
+        uint64_t budget = 0;
+        if (scope && mgr_quota_image_begin(m, scope, &budget, &t, err) < 0)
+                return -1;
+        int r = ab_image_pull_as(m->o.images, scope, budget, ref, fn, ud, out, err);
+        mgr_quota_end(m, &t);
+        return r;
 }
 
 static json_t *strv_json(char **v)

@@ -299,6 +299,7 @@ void ab_manager_quota_of(ab_manager *m, const char *app, const ab_quota *key, ab
 typedef struct ab_app_usage {
         char *app_id;
         int64_t boxes, running, disk_mib, execs;
+        int64_t image_mib;        /* the images the app pulled or made (part of disk_mib) */
         int64_t rejected[AB_Q_N]; /* requests refused by each quota since the server started */
 } ab_app_usage;
 /* One app's use (AB_E_UNAVAILABLE when the store cannot be read). */
@@ -311,6 +312,15 @@ void ab_app_usages_free(ab_app_usage *u, size_t n);
  * before a call that would first make a box (POST /v1/exec) so that a
  * refused exec leaves nothing behind. AB_E_QUOTA when not; app NULL = yes. */
 int ab_manager_quota_exec_check(ab_manager *m, const char *app, ab_err **err);
+
+/* Pulls ref into the image store for scope (an API key's app; NULL: the
+ * admin), as ab_image_pull_as: an app pulls only from allowed registries
+ * and addresses, and what the image holds counts against its max_disk_mib
+ * (the whole quota left is held for the pull while it runs, so concurrent
+ * creates and pulls of the app cannot pass it together; an image over it
+ * is AB_E_QUOTA). fn may be NULL; it runs in the calling thread. */
+int ab_manager_image_pull(ab_manager *m, const char *scope, const char *ref,
+                          ab_image_progress_fn fn, void *ud, ab_image *out, ab_err **err);
 
 /* ---- disk (core/diskguard.c) ---- */
 

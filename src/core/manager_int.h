@@ -239,6 +239,11 @@ int mgr_caps_check(ab_manager *m, const char *app, const ab_limits *lim, json_t 
 /* The same ceiling for a new volume of app (a disk on the host too):
  * max_limits.disk_mib, AB_E_INVALID naming it. */
 int mgr_caps_check_volume(ab_manager *m, const char *app, uint64_t size_mib, ab_err **err);
+/* An image pull of app: *budget gets the bytes of max_disk_mib left (0: no
+ * quota, no bound), all of which the ticket holds until mgr_quota_end.
+ * AB_E_QUOTA when nothing is left. */
+int mgr_quota_image_begin(ab_manager *m, const char *app, uint64_t *budget, mgr_ticket *t,
+                          ab_err **err);
 /* Starting the stopped box r: max_running. */
 int mgr_quota_start_begin(ab_manager *m, const ab_box_rec *r, mgr_ticket *t, ab_err **err);
 void mgr_quota_end(ab_manager *m, mgr_ticket *t);

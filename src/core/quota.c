@@ -235,7 +235,20 @@ static bool is_running(ab_box_status s)
         return s == AB_BOX_CREATING || s == AB_BOX_RUNNING || s == AB_BOX_PAUSED;
 }
 
-/* The app's boxes in the store (skipping exclude). */
+/* The images app pulled or made count against its disk (in whole MiB). */
+static int image_usage(ab_manager *m, const char *app, ab_app_usage *u, ab_err **err)
+{
+        uint64_t bytes = 0;
+        if (!m->o.images)
+                return 0;
+        if (ab_image_app_bytes(m->o.images, app, &bytes, err) < 0)
+                return -1;
+        u->image_mib = (int64_t)((bytes + (1u << 20) - 1) >> 20);
+        u->disk_mib += u->image_mib;
+        return 0;
+}
+
+/* The app's boxes in the store (skipping exclude) and its images. */
 static int store_usage(ab_manager *m, const char *app, const char *exclude, ab_app_usage *u,
                        ab_err **err)
 {
@@ -256,7 +269,7 @@ static int store_usage(ab_manager *m, const char *app, const char *exclude, ab_a
                 u->disk_mib += (int64_t)l.disk_mib;
         }
         ab_box_recs_free(rs, n);
-        return 0;
+        return image_usage(m, app, u, err);
 }
 
 static int refuse(ab_manager *m, mgr_app *a, ab_quota_kind k, const char *app, ab_err **err,
@@ -328,6 +341,40 @@ int mgr_quota_create_begin(ab_manager *m, const char *app, uint64_t disk_mib, mg
         pthread_mutex_lock(&m->quota->lock);
         int r = reserve(m, app, NULL, 1, 1, (int64_t)disk_mib, t, err);
         pthread_mutex_unlock(&m->quota->lock);
+        return r;
+}
+
+int mgr_quota_image_begin(ab_manager *m, const char *app, uint64_t *budget, mgr_ticket *t,
+                          ab_err **err)
+{
+        memset(t, 0, sizeof(*t));
+        *budget = 0;
+        ab_quota q;
+        ab_manager_quota_of(m, app, NULL, &q);
+        if (q.max_disk_mib <= 0)
+                return 0;
+        pthread_mutex_lock(&m->quota->lock);
+        mgr_app *a = app_get(m->quota, app);
+        ab_app_usage u = {0};
+        ab_err *e = NULL;
+        int r = 0;
+        if (store_usage(m, app, NULL, &u, &e) < 0) {
+                ab_err_wrap(&e, "quotas of app \"%s\"", app);
+                r = mgr_propagate(err, e);
+        } else {
+                int64_t used = u.disk_mib + a->rsv_disk_mib;
+                if (used >= q.max_disk_mib)
+                        r = refuse(m, a, AB_Q_DISK, app, err,
+                                   "the limit is %" PRId64 " MiB of disk over all boxes and "
+                                   "images, %" PRId64 " MiB are in use: nothing is left for an "
+                                   "image",
+                                   q.max_disk_mib, used);
+                else
+                        r = reserve(m, app, NULL, 0, 0, q.max_disk_mib - used, t, err);
+        }
+        pthread_mutex_unlock(&m->quota->lock);
+        if (r == 0)
+                *budget = (uint64_t)t->disk_mib << 20;
         return r;
 }
 
@@ -499,6 +546,11 @@ int ab_manager_app_usages(ab_manager *m, ab_app_usage **out, size_t *n, ab_err *
                 s->disk_mib += (int64_t)l.disk_mib;
         }
         ab_box_recs_free(rs, nr);
+        for (size_t i = 0; i < nu; i++)
+                if (image_usage(m, u[i].app_id, &u[i], err) < 0) {
+                        ab_app_usages_free(u, nu);
+                        return -1;
+                }
         pthread_mutex_lock(&m->quota->lock);
         for (mgr_app *a = m->quota->apps; a; a = a->next) {
                 if (strchr(a->name, '\n'))

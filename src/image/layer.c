@@ -13,6 +13,7 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <linux/openat2.h>
+#include <openssl/evp.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/sysmacros.h>
@@ -817,5 +818,69 @@ int ab_layer_unpack(int fd, int dest_dirfd, const ab_layer_opts *o, ab_layer_sta
         free(u->dirs);
         set_free(&u->files);
         free(u);
+        return rc < 0 ? -1 : 0;
+}
+
+/* Room per entry for its tar headers: a header block, a PAX or GNU long-name
+ * header and its data, rounded up generously. */
+#define DIFF_ENTRY_ROOM 4096ull
+
+static int hash_stream(struct archive *a, EVP_MD_CTX *md, uint64_t bound, ab_err **err)
+{
+        struct archive_entry *e;
+        if (archive_read_next_header(a, &e) != ARCHIVE_OK)
+                return ab_err_set(err, AB_E_INVALID, 0,
+                                  "the layer is not plain, gzip or zstd data: %s",
+                                  archive_error_string(a));
+        _cleanup_free_ char *buf = xmalloc(CHUNK);
+        uint64_t total = 0;
+        for (;;) {
+                la_ssize_t n = archive_read_data(a, buf, CHUNK);
+                if (n == 0)
+                        return 0;
+                if (n < 0)
+                        return ab_err_set(err, AB_E_INVALID, 0, "the layer is damaged: %s",
+                                          archive_error_string(a));
+                total += (uint64_t)n;
+                if (total > bound)
+                        return ab_err_set(err, AB_E_LIMIT, 0,
+                                          "the layer decompresses to more than %" PRIu64 " bytes",
+                                          bound);
+                if (!EVP_DigestUpdate(md, buf, (size_t)n))
+                        return ab_err_set(err, AB_E_INTERNAL, 0, "sha256 of the layer");
+        }
+}
+
+int ab_layer_diff_id(int fd, const ab_layer_opts *o, char **out, ab_err **err)
+{
+        uint64_t max_bytes = o && o->max_bytes ? o->max_bytes : AB_LAYER_DEFAULT_MAX_BYTES;
+        uint64_t max_entries = o && o->max_entries ? o->max_entries : AB_LAYER_DEFAULT_MAX_ENTRIES;
+        uint64_t bound = max_bytes + max_entries * DIFF_ENTRY_ROOM; /* both far below 2^63 */
+        struct archive *a = archive_read_new();
+        EVP_MD_CTX *md = EVP_MD_CTX_new();
+        int rc;
+        /* the raw format hands over the decompressed stream as one entry */
+        archive_read_support_format_raw(a);
+        archive_read_support_filter_gzip(a);
+        archive_read_support_filter_zstd(a);
+        if (!md || !EVP_DigestInit_ex(md, EVP_sha256(), NULL))
+                rc = ab_err_set(err, AB_E_INTERNAL, 0, "sha256 of the layer");
+        else if (archive_read_open_fd(a, fd, CHUNK) != ARCHIVE_OK)
+                rc = ab_err_set(err, AB_E_INVALID, 0, "the layer cannot be read: %s",
+                                archive_error_string(a));
+        else
+                rc = hash_stream(a, md, bound, err);
+        unsigned char d[EVP_MAX_MD_SIZE];
+        unsigned int dn = 0;
+        if (rc == 0 && (!EVP_DigestFinal_ex(md, d, &dn) || dn != 32))
+                rc = ab_err_set(err, AB_E_INTERNAL, 0, "sha256 of the layer");
+        if (rc == 0) {
+                char hex[65];
+                for (unsigned int i = 0; i < dn; i++)
+                        snprintf(hex + 2 * i, 3, "%02x", d[i]);
+                *out = xasprintf("sha256:%s", hex);
+        }
+        EVP_MD_CTX_free(md);
+        archive_read_free(a);
         return rc < 0 ? -1 : 0;
 }

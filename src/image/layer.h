@@ -53,4 +53,13 @@ typedef struct ab_layer_stats {
 int ab_layer_unpack(int fd, int dest_dirfd, const ab_layer_opts *o, ab_layer_stats *st,
                     ab_err **err);
 
+/* The layer's diff id: "sha256:HEX" of the whole tar stream read from fd
+ * (from its current offset to its end) after gzip or zstd decompression (a
+ * plain tar as it is), as an image config's rootfs.diff_ids lists it. Only
+ * reads; more than max_bytes of file data plus room for max_entries
+ * entries' headers (o's bounds, as for ab_layer_unpack) fails with
+ * AB_E_LIMIT, a stream that is not plain, gzip or zstd with AB_E_INVALID.
+ * *out (caller frees) is set only on success. */
+int ab_layer_diff_id(int fd, const ab_layer_opts *o, char **out, ab_err **err);
+
 #endif

@@ -11,7 +11,9 @@
  * and the reference only. */
 #include "image/registry.h"
 #include "image/manifest.h"
+#include "net/addrcheck.h"
 
+#include <arpa/inet.h>
 #include <curl/curl.h>
 #include <jansson.h>
 #include <openssl/evp.h>
@@ -40,6 +42,8 @@ struct ab_registry {
         auth_kind auth;
         char *token; /* cached Bearer token */
         long connect_s, stall_s;
+        bool check_addrs, allow_loopback;
+        char blocked[INET6_ADDRSTRLEN + 64]; /* "ADDR (why)": a connect check_addrs refused */
         CURL *curl;
         char errbuf[CURL_ERROR_SIZE];
 };
@@ -242,6 +246,8 @@ int ab_registry_open(const ab_registry_opts *opts, const ab_image_ref *ref, ab_r
                         break;
                 }
         }
+        r->check_addrs = opts->check_addrs;
+        r->allow_loopback = opts->allow_loopback;
         r->connect_s = opts->connect_timeout_s > 0 ? opts->connect_timeout_s : DEFAULT_CONNECT;
         r->stall_s = opts->stall_timeout_s > 0 ? opts->stall_timeout_s : DEFAULT_STALL;
         r->curl = curl_easy_init();
@@ -254,6 +260,33 @@ int ab_registry_open(const ab_registry_opts *opts, const ab_image_ref *ref, ab_r
 }
 
 /* ---- requests ------------------------------------------------------------ */
+
+/* Every socket curl opens (the registry, redirects, the token realm) is for
+ * an address it resolved itself: checking it here leaves no gap between the
+ * check and the connect. */
+static curl_socket_t on_open_socket(void *user, curlsocktype purpose, struct curl_sockaddr *a)
+{
+        ab_registry *r = user;
+        (void)purpose;
+        const struct sockaddr *sa = &a->addr;
+        const char *why = ab_addr_reason(sa);
+        if (why && r->allow_loopback && ab_addr_fixed_reason(sa) &&
+            strcmp(ab_addr_fixed_reason(sa), "loopback") == 0)
+                why = NULL;
+        if (why) {
+                char as[INET6_ADDRSTRLEN] = "?";
+                if (sa->sa_family == AF_INET)
+                        inet_ntop(AF_INET, &((const struct sockaddr_in *)sa)->sin_addr, as,
+                                  sizeof(as));
+                else if (sa->sa_family == AF_INET6)
+                        inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)sa)->sin6_addr, as,
+                                  sizeof(as));
+                snprintf(r->blocked, sizeof(r->blocked), "%s (%s)", as, why);
+                return CURL_SOCKET_BAD;
+        }
+        int fd = socket(a->family, a->socktype | SOCK_CLOEXEC, a->protocol);
+        return fd < 0 ? CURL_SOCKET_BAD : fd;
+}
 
 /* Options of one GET; basic credentials only when `basic`. */
 static int set_options(ab_registry *r, const char *url, struct curl_slist *headers, xfer *x,
@@ -290,6 +323,12 @@ static int set_options(ab_registry *r, const char *url, struct curl_slist *heade
         ok = ok && curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, on_header) == CURLE_OK;
         ok = ok && curl_easy_setopt(c, CURLOPT_HEADERDATA, x) == CURLE_OK;
         ok = ok && curl_easy_setopt(c, CURLOPT_ERRORBUFFER, r->errbuf) == CURLE_OK;
+        r->blocked[0] = '\0';
+        if (r->check_addrs) {
+                ok = ok &&
+                     curl_easy_setopt(c, CURLOPT_OPENSOCKETFUNCTION, on_open_socket) == CURLE_OK;
+                ok = ok && curl_easy_setopt(c, CURLOPT_OPENSOCKETDATA, r) == CURLE_OK;
+        }
         if (basic) {
                 /* Sent to this host only: curl drops them on a redirect elsewhere. */
                 ok = ok && curl_easy_setopt(c, CURLOPT_HTTPAUTH, (long)CURLAUTH_BASIC) == CURLE_OK;
@@ -310,6 +349,11 @@ static int transfer_error(ab_registry *r, CURLcode rc, xfer *x, const char *what
                 return ab_err_set(err, e == ENOSPC || e == EDQUOT ? AB_E_STORAGE : AB_E_INTERNAL, e,
                                   "registry %s: writing %s failed", r->domain, what);
         }
+        if (r->blocked[0])
+                return ab_err_set(err, AB_E_PERMISSION, 0,
+                                  "registry %s: %s: the connection to %s is not allowed for "
+                                  "pulls with an API key",
+                                  r->domain, what, r->blocked);
         const char *why = r->errbuf[0] ? r->errbuf : curl_easy_strerror(rc);
         if (rc == CURLE_OPERATION_TIMEDOUT)
                 return ab_err_set(err, AB_E_UNAVAILABLE, 0,

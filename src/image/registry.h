@@ -11,7 +11,8 @@
  *
  * Errors: an unknown repository, tag or digest is AB_E_NOT_FOUND (404, or the
  * registry's MANIFEST_UNKNOWN / NAME_UNKNOWN / BLOB_UNKNOWN); credentials
- * refused, missing or still answered 401/403 AB_E_PERMISSION; a registry that
+ * refused, missing or still answered 401/403 AB_E_PERMISSION, and so is an
+ * address refused by opts.check_addrs; a registry that
  * cannot be reached, times out, answers 5xx or answers something that is not
  * what the protocol says (bad JSON, wrong digest, a token realm that is not
  * https for an https registry) AB_E_UNAVAILABLE; a body over its bound
@@ -41,6 +42,13 @@ typedef struct ab_registry_opts {
         size_t n_creds;
         long connect_timeout_s; /* 0 = 10 */
         long stall_timeout_s;   /* a transfer slower than 1 byte/s this long fails; 0 = 60 */
+        /* Every address connected to (the registry, each redirect, the token
+         * realm) is checked as the egress proxy checks it (net/addrcheck.h)
+         * when the socket is opened, so a name cannot resolve one way for the
+         * check and another for the connect; a refused one fails the request
+         * with AB_E_PERMISSION. For pulls an app asked for. */
+        bool check_addrs;
+        bool allow_loopback; /* with check_addrs: loopback addresses pass (development) */
 } ab_registry_opts;
 
 typedef struct ab_registry ab_registry;

@@ -14,6 +14,7 @@
 #include <linux/openat2.h>
 #include <openssl/evp.h>
 #include <stdatomic.h>
+#include <strings.h>
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -315,6 +316,7 @@ void ab_image_clear(ab_image *img)
         ab_image_config_clear(&img->config);
         free(img->source);
         imgstore_strv_free(img->apps);
+        imgstore_strv_free(img->pulled_by);
         memset(img, 0, sizeof(*img));
 }
 
@@ -437,6 +439,11 @@ static void image_from_record(ab_image_store *s, json_t *rec, json_t *refs, ab_i
         if (out->apps && !out->apps[0]) {
                 free(out->apps);
                 out->apps = NULL;
+        }
+        out->pulled_by = jdupv(json_object_get(rec, "pulled_by"));
+        if (out->pulled_by && !out->pulled_by[0]) {
+                free(out->pulled_by);
+                out->pulled_by = NULL;
         }
 }
 
@@ -601,6 +608,7 @@ void ab_image_store_free(ab_image_store *s)
                 close(s->dfd);
         free(s->dir);
         imgstore_strv_free(s->insecure);
+        imgstore_strv_free(s->app_registries);
         for (size_t i = 0; s->creds && i < s->registry.n_creds; i++) {
                 free((char *)s->creds[i].registry);
                 free((char *)s->creds[i].username);
@@ -656,6 +664,13 @@ int ab_image_store_open(const ab_image_store_opts *opts, ab_image_store **out, a
         copy_registry_opts(s, &opts->registry);
         s->layer = opts->layer;
         s->max_blob = opts->max_blob_bytes ? opts->max_blob_bytes : DEFAULT_MAX_BLOB;
+        static const char *const app_default[] = AB_IMAGE_APP_REGISTRIES_DEFAULT;
+        const char *const *apps = opts->app_registries ? opts->app_registries : app_default;
+        size_t na = imgstore_strv_len((char *const *)apps);
+        s->app_registries = xcalloc(na + 1, sizeof(char *));
+        for (size_t i = 0; i < na; i++)
+                s->app_registries[i] = xstrdup(apps[i]);
+        s->app_loopback = opts->app_loopback;
         /* layers/ may be read by whoever mounts them; the rest is the store's own */
         static const char *const subdirs[] = {"images", "layers", "holds", "tmp"};
         for (size_t i = 0; i < AB_ARRAY_LEN(subdirs); i++) {
@@ -1000,12 +1015,55 @@ bool imgstore_layer_present(ab_image_store *s, const char *hex, uint64_t *bytes)
         return true;
 }
 
+static int diff_id_mismatch(const char *digest, const char *got, const char *want, ab_err **err)
+{
+        return ab_err_set(err, AB_E_INVALID, 0,
+                          "layer %s decompresses to %s, but the image's config lists diff id %s "
+                          "(rootfs.diff_ids)",
+                          digest, got, want);
+}
+
+int imgstore_layer_diff_check(ab_image_store *s, const char *digest, const char *diff_id,
+                              ab_err **err)
+{
+        if (!diff_id)
+                return 0;
+        _cleanup_free_ char *p = xasprintf("layers/%s/layer.json", digest + 7);
+        json_t *j = NULL;
+        if (read_json_at(s->dfd, p, &j) < 0)
+                return 0; /* gone meanwhile: the caller's commit finds that */
+        const char *got = json_string_value(json_object_get(j, "diff_id"));
+        int r = got && strcmp(got, diff_id) ? diff_id_mismatch(digest, got, diff_id, err) : 0;
+        json_decref(j);
+        return r;
+}
+
+/* The diff id of the layer in fd, checked against want; fd is left where it was. */
+static int layer_diff_id(ab_image_store *s, const char *digest, int fd, const char *want,
+                         char **got, ab_err **err)
+{
+        off_t at = lseek(fd, 0, SEEK_CUR);
+        if (at < 0)
+                return ab_err_set(err, AB_E_INTERNAL, errno, "layer %s: not seekable", digest);
+        if (ab_layer_diff_id(fd, &s->layer, got, err) < 0)
+                return ab_err_wrap(err, "layer %s", digest);
+        if (lseek(fd, at, SEEK_SET) < 0)
+                return ab_err_set(err, AB_E_INTERNAL, errno, "rewind layer %s", digest);
+        if (strcmp(*got, want))
+                return diff_id_mismatch(digest, *got, want, err);
+        return 0;
+}
+
 /* Unpacks the layer read from fd into DIR/tmp, then renames it into
  * DIR/layers/HEX: the layer appears whole or not at all. */
-int imgstore_layer_install(ab_image_store *s, const char *digest, int fd, uint64_t total,
-                           ab_image_progress_fn fn, void *ud, uint64_t *bytes, ab_err **err)
+int imgstore_layer_install(ab_image_store *s, const char *digest, const char *diff_id, int fd,
+                           uint64_t total, uint64_t max_bytes, ab_image_progress_fn fn, void *ud,
+                           uint64_t *bytes, ab_err **err)
 {
         const char *hex = digest + 7;
+        _cleanup_free_ char *got_diff = NULL;
+        if (diff_id && layer_diff_id(s, digest, fd, diff_id, &got_diff, err) < 0)
+                return -1;
         _cleanup_free_ char *tmp = imgstore_mkdir_tmp(s, "layer", err);
         if (!tmp)
                 return -1;
@@ -1019,7 +1077,10 @@ int imgstore_layer_install(ab_image_store *s, const char *digest, int fd, uint64
         }
         imgstore_progress(fn, ud, "unpack", digest, 0, total);
         ab_layer_stats st = {0};
-        if (ab_layer_unpack(fd, fsfd, &s->layer, &st, err) < 0) {
+        ab_layer_opts lo = s->layer;
+        if (max_bytes)
+                lo.max_bytes = max_bytes;
+        if (ab_layer_unpack(fd, fsfd, &lo, &st, err) < 0) {
                 ab_err_wrap(err, "layer %s", digest);
                 goto out;
         }
@@ -1027,6 +1088,8 @@ int imgstore_layer_install(ab_image_store *s, const char *digest, int fd, uint64
         json_object_set_new(meta, "digest", json_string(digest));
         json_object_set_new(meta, "bytes", json_integer((json_int_t)st.bytes));
         json_object_set_new(meta, "entries", json_integer((json_int_t)st.entries));
+        if (got_diff)
+                json_object_set_new(meta, "diff_id", json_string(got_diff));
         int r = write_json_at(tfd, "layer.json", meta);
         json_decref(meta);
         if (r == 0 && syncfs(tfd) < 0)
@@ -1122,6 +1185,12 @@ static json_t *record_json(const stage_image *im, json_t *old, const char *sourc
         } else if (old && json_array_size(apps)) {
                 json_object_set_new(rec, "apps", json_incref(apps));
         }
+        /* the apps whose disk quota it counts against */
+        _cleanup_strv_ char **pulled = jdupv(json_object_get(old, "pulled_by"));
+        if (im->pulled_by)
+                imgstore_strv_add_unique(&pulled, im->pulled_by);
+        if (pulled && pulled[0])
+                json_object_set_new(rec, "pulled_by", jstrv(pulled));
         return rec;
 }
 
@@ -1275,54 +1344,181 @@ static int pull_config(ab_image_store *s, ab_registry *reg, const ab_manifest *m
                 return ab_err_set(err, AB_E_UNAVAILABLE, 0, "config blob %s has digest %s",
                                   m->config_digest, im->id);
         size_t nd = imgstore_strv_len(im->cfg.diff_ids);
-        if (im->cfg.diff_ids && nd != m->n_layers)
+        /* every layer is checked against its diff id: a config without them
+         * would let any layer through */
+        if (!im->cfg.diff_ids)
+                return ab_err_set(err, AB_E_INVALID, 0,
+                                  "image %s: its config lists no rootfs.diff_ids", im->id);
+        if (nd != m->n_layers)
                 return ab_err_set(err, AB_E_INVALID, 0,
                                   "image %s has %zu layers but its config lists %zu", im->id,
                                   m->n_layers, nd);
         return 0;
 }
 
-static int pull_layers(ab_image_store *s, ab_registry *reg, const ab_manifest *m, stage_image *im,
-                       ab_image_progress_fn fn, void *ud, ab_err **err)
+/* What an app's pull may still add (ab_image_pull_as's budget). */
+typedef struct pull_budget {
+        const char *app;
+        uint64_t budget, left; /* budget 0: no bound */
+} pull_budget;
+
+static int over_budget(const pull_budget *b, const char *what, ab_err **err)
 {
-        if (imgstore_stage_reuse(s, im, fn, ud))
+        return ab_err_set(err, AB_E_QUOTA, 0,
+                          "quota max_disk_mib of app \"%s\" exceeded: %s needs more than the "
+                          "%" PRIu64 " MiB of disk the app has left",
+                          b->app, what, b->budget >> 20);
+}
+
+/* Takes bytes of b; AB_E_QUOTA when they are more than is left. */
+static int budget_take(pull_budget *b, uint64_t bytes, const char *what, ab_err **err)
+{
+        if (!b->budget)
                 return 0;
+        if (bytes > b->left)
+                return over_budget(b, what, err);
+        b->left -= bytes;
+        return 0;
+}
+
+/* When app pulled or made image id before, its size counts already. */
+static bool counted_for(ab_image_store *s, const char *id, const char *app, uint64_t *size)
+{
+        json_t *rec = NULL;
+        *size = 0;
+        if (record_load(s, id + 7, &rec) < 0)
+                return false;
+        _cleanup_strv_ char **pulled = jdupv(json_object_get(rec, "pulled_by"));
+        _cleanup_strv_ char **apps = jdupv(json_object_get(rec, "apps"));
+        bool yes = false;
+        for (char **p = pulled; p && *p && !yes; p++)
+                yes = !strcmp(*p, app);
+        for (char **p = apps; p && *p && !yes; p++)
+                yes = !strcmp(*p, app);
+        json_t *layers = json_object_get(rec, "layers"), *l;
+        size_t i;
+        json_array_foreach(layers, i, l)
+        {
+                *size += (uint64_t)json_integer_value(json_object_get(l, "bytes"));
+        }
+        json_decref(rec);
+        return yes;
+}
+
+static int pull_layers(ab_image_store *s, ab_registry *reg, const ab_manifest *m, stage_image *im,
+                       pull_budget *b, ab_image_progress_fn fn, void *ud, ab_err **err)
+{
+        uint64_t have = 0;
+        if (b->budget && counted_for(s, im->id, b->app, &have))
+                b->budget = 0; /* counted when the app first pulled it */
+        if (imgstore_stage_reuse(s, im, fn, ud))
+                return budget_take(b, have, im->id, err);
         im->layers = xcalloc(m->n_layers ? m->n_layers : 1, sizeof(stage_layer));
         for (size_t i = 0; i < m->n_layers; i++) {
                 stage_layer *l = &im->layers[im->n_layers++];
                 l->digest = xstrdup(m->layers[i].digest);
                 l->diff_id = im->cfg.diff_ids ? xstrdup(im->cfg.diff_ids[i]) : NULL;
                 if (imgstore_layer_present(s, l->digest + 7, &l->bytes)) {
+                        if (imgstore_layer_diff_check(s, l->digest, l->diff_id, err) < 0 ||
+                            budget_take(b, l->bytes, im->id, err) < 0)
+                                return -1;
                         imgstore_progress(fn, ud, "exists", l->digest, 0, 0);
                         continue;
                 }
+                if (b->budget && !b->left)
+                        return over_budget(b, im->id, err);
+                uint64_t cap = s->layer.max_bytes ? s->layer.max_bytes : AB_LAYER_DEFAULT_MAX_BYTES;
+                bool capped = b->budget && b->left < cap;
                 _cleanup_close_ int fd = download(s, reg, l->digest, s->max_blob, fn, ud, err);
                 if (fd < 0)
                         return -1;
-                if (imgstore_layer_install(s, l->digest, fd, m->layers[i].size, fn, ud, &l->bytes,
-                                           err) < 0)
+                if (imgstore_layer_install(s, l->digest, l->diff_id, fd, m->layers[i].size,
+                                           capped ? b->left : 0, fn, ud, &l->bytes, err) < 0) {
+                        if (capped && *err && (*err)->code == AB_E_LIMIT) {
+                                ab_err_free(err);
+                                return over_budget(b, im->id, err);
+                        }
+                        return -1;
+                }
+                if (budget_take(b, l->bytes, im->id, err) < 0)
                         return -1;
         }
         return 0;
 }
 
+bool ab_image_app_registry_allowed(const ab_image_store *s, const char *domain)
+{
+        if (s->app_loopback && ab_image_ref_is_loopback(domain))
+                return true;
+        size_t dl = strlen(domain);
+        for (char **p = s->app_registries; p && *p; p++) {
+                if (strcasecmp(*p, domain) == 0)
+                        return true;
+                if (!strncmp(*p, "*.", 2)) { /* subdomains only */
+                        size_t sl = strlen(*p + 1);
+                        if (dl > sl && strcasecmp(domain + dl - sl, *p + 1) == 0)
+                                return true;
+                }
+        }
+        return false;
+}
+
 int ab_image_pull(ab_image_store *s, const char *ref, ab_image_progress_fn fn, void *ud,
                   ab_image *out, ab_err **err)
+{
+        return ab_image_pull_as(s, NULL, 0, ref, fn, ud, out, err);
+}
+
+int ab_image_app_bytes(ab_image_store *s, const char *app, uint64_t *out, ab_err **err)
+{
+        *out = 0;
+        ab_image *imgs = NULL;
+        size_t n = 0;
+        if (ab_image_list(s, &imgs, &n, err) < 0)
+                return -1;
+        for (size_t i = 0; i < n; i++) {
+                bool mine = false;
+                for (char **p = imgs[i].pulled_by; p && *p && !mine; p++)
+                        mine = !strcmp(*p, app);
+                for (char **p = imgs[i].apps; p && *p && !mine; p++)
+                        mine = !strcmp(*p, app);
+                if (mine)
+                        *out += imgs[i].size;
+        }
+        ab_image_list_free(imgs, n);
+        return 0;
+}
+
+int ab_image_pull_as(ab_image_store *s, const char *app, uint64_t budget, const char *ref,
+                     ab_image_progress_fn fn, void *ud, ab_image *out, ab_err **err)
 {
         memset(out, 0, sizeof(*out));
         ab_image_ref r;
         if (ab_image_ref_parse(ref, &r, err) < 0)
                 return -1;
+        if (app && !ab_image_app_registry_allowed(s, r.domain)) {
+                ab_err_set(err, AB_E_PERMISSION, 0,
+                           "image %s: pulls with an API key may use only the registries the "
+                           "server allows (app_registries); %s is not one",
+                           ref, r.domain);
+                ab_image_ref_clear(&r);
+                return -1;
+        }
+        ab_registry_opts ro = s->registry;
+        ro.check_addrs = app != NULL;
+        ro.allow_loopback = s->app_loopback;
         _cleanup_free_ char *canon = ab_image_ref_str(&r);
         _cleanup_close_ int g = imgstore_lock_or_err(s, "gc.lock", LOCK_SH, err);
         ab_registry *reg = NULL;
         ab_manifest m = {0};
         stage_image im = {.names = xcalloc(1, sizeof(char *)),
-                          .digests = xcalloc(1, sizeof(char *))};
+                          .digests = xcalloc(1, sizeof(char *)),
+                          .pulled_by = app};
+        pull_budget b = {.app = app, .budget = app ? budget : 0, .left = budget};
         ab_image *got = NULL;
         int rc = g < 0 ? -1 : 0;
         if (rc == 0)
-                rc = ab_registry_open(&s->registry, &r, &reg, err);
+                rc = ab_registry_open(&ro, &r, &reg, err);
         if (rc == 0) {
                 imgstore_progress(fn, ud, "resolve", NULL, 0, 0);
                 rc = pull_manifest(reg, ab_image_ref_reference(&r), &im, &m, err);
@@ -1330,7 +1526,7 @@ int ab_image_pull(ab_image_store *s, const char *ref, ab_image_progress_fn fn, v
         if (rc == 0)
                 rc = pull_config(s, reg, &m, &im, err);
         if (rc == 0)
-                rc = pull_layers(s, reg, &m, &im, fn, ud, err);
+                rc = pull_layers(s, reg, &m, &im, &b, fn, ud, err);
         if (rc == 0) {
                 imgstore_strv_add_unique(&im.names, canon);
                 rc = imgstore_commit(s, &im, 1, "pull", &got, err);
@@ -1340,11 +1536,20 @@ int ab_image_pull(ab_image_store *s, const char *ref, ab_image_progress_fn fn, v
                 free(got);
                 imgstore_progress(fn, ud, "done", NULL, 0, 0);
         }
+        bool left_layers = rc < 0 && im.n_layers > 0;
         imgstore_stage_clear(&im);
         ab_manifest_clear(&m);
         if (reg)
                 ab_registry_free(reg);
         ab_image_ref_clear(&r);
+        if (left_layers && g >= 0) {
+                /* layers this failed pull unpacked belong to no image: collect
+                 * them now (skipped while another pull runs; the next GC then) */
+                close(g);
+                g = -1;
+                _cleanup_err_ ab_err *ge = NULL;
+                (void)ab_image_gc(s, NULL, &ge);
+        }
         return rc < 0 ? -1 : 0;
 }
 
@@ -1452,7 +1657,8 @@ int ab_image_commit(ab_image_store *s, const char *base_id, const char *name, co
                 if (lseek(fd, 0, SEEK_SET) < 0)
                         rc = ab_err_set(err, AB_E_INTERNAL, errno, "rewind the new layer");
                 else
-                        rc = imgstore_layer_install(s, digest, fd, size, NULL, NULL, &bytes, err);
+                        rc = imgstore_layer_install(s, digest, digest, fd, size, 0, NULL, NULL,
+                                                    &bytes, err);
         }
         if (rc == 0) {
                 blob = commit_config(&base, digest);

@@ -46,7 +46,22 @@ typedef struct ab_image_store_opts {
         ab_registry_opts registry; /* copied (strings too) */
         ab_layer_opts layer;       /* bounds on one layer's unpacked size */
         uint64_t max_blob_bytes;   /* most bytes of one downloaded blob; 0 = 8 GiB */
+        /* The registries an app (a pull with an API key) may pull from, as in
+         * a reference ("docker.io", "ghcr.io", "reg.example.com:5000", or
+         * "*.example.com" for its subdomains), NULL-terminated; NULL means
+         * AB_IMAGE_APP_REGISTRIES_DEFAULT, an empty list none. Copied. */
+        const char *const *app_registries;
+        /* Apps may also pull from loopback registries, and their pulls may
+         * connect to loopback addresses (development). */
+        bool app_loopback;
 } ab_image_store_opts;
+
+/* The public registries apps may pull from unless the config says otherwise. */
+#define AB_IMAGE_APP_REGISTRIES_DEFAULT                                                            \
+        {                                                                                          \
+                "docker.io", "ghcr.io", "quay.io", "gcr.io", "registry.k8s.io", "public.ecr.aws",  \
+                    "mcr.microsoft.com", NULL                                                      \
+        }
 
 typedef struct ab_image {
         char *id;       /* "sha256:HEX" of the config blob */
@@ -59,9 +74,11 @@ typedef struct ab_image {
         uint64_t size;          /* bytes of file data of its layers */
         int64_t created;        /* unix seconds it came into the store */
         char *source;           /* "pull" | "import" | "snapshot" */
-        char **apps; /* NULL: shared (every app sees it); else the apps whose private image it
-                      * is, NULL-terminated (a snapshot made with an API key: it holds a
-                      * box's files) */
+        char **apps;      /* NULL: shared (every app sees it); else the apps whose private image it
+                           * is, NULL-terminated (a snapshot made with an API key: it holds a
+                           * box's files) */
+        char **pulled_by; /* apps that pulled it with an API key (its size counts against
+                           * each one's disk quota), NULL-terminated, or NULL */
 } ab_image;
 
 /* May app (NULL: the admin) see and use img? */
@@ -92,6 +109,24 @@ typedef void (*ab_image_progress_fn)(void *ud, const char *phase, const char *di
  * registry's errors are passed on (registry.h). fn may be NULL. */
 int ab_image_pull(ab_image_store *s, const char *ref, ab_image_progress_fn fn, void *ud,
                   ab_image *out, ab_err **err);
+/* ab_image_pull for app (NULL: the admin, exactly ab_image_pull). An app
+ * pulls only from the registries opts.app_registries allows (loopback ones
+ * too with opts.app_loopback), else AB_E_PERMISSION before anything is
+ * sent; and every address its pull connects to (the registry, redirects,
+ * the token realm) must pass net/addrcheck.h (loopback too with
+ * app_loopback), else AB_E_PERMISSION. The image is shared, as any pull,
+ * and records app in pulled_by. budget (app only; 0 = no bound) is the
+ * file data the whole image may hold (its layers already in the store
+ * count too, unless app pulled this image before): a layer is unpacked
+ * with no more than what is left, and an image over it is AB_E_QUOTA with
+ * nothing recorded. */
+int ab_image_pull_as(ab_image_store *s, const char *app, uint64_t budget, const char *ref,
+                     ab_image_progress_fn fn, void *ud, ab_image *out, ab_err **err);
+/* Bytes of file data of the images app pulled or made (pulled_by, apps):
+ * what counts against its disk quota. Each image counts whole. */
+int ab_image_app_bytes(ab_image_store *s, const char *app, uint64_t *out, ab_err **err);
+/* May app pull from the registry `domain` (as in a reference)? */
+bool ab_image_app_registry_allowed(const ab_image_store *s, const char *domain);
 
 /* Imports every image of a `docker save` tarball or an OCI image-layout
  * tarball (plain, gzip or zstd) read from fd to its end (a pipe is fine),

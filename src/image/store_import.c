@@ -590,6 +590,8 @@ static int install_layers(ab_image_store *s, int root, stage_image *v, size_t n,
                 for (size_t k = 0; k < v[i].n_layers; k++) {
                         stage_layer *l = &v[i].layers[k];
                         if (imgstore_layer_present(s, l->digest + 7, &l->bytes)) {
+                                if (imgstore_layer_diff_check(s, l->digest, l->diff_id, err) < 0)
+                                        return -1;
                                 imgstore_progress(fn, ud, "exists", l->digest, 0, 0);
                                 continue;
                         }
@@ -598,8 +600,9 @@ static int install_layers(ab_image_store *s, int root, stage_image *v, size_t n,
                         if (fd < 0 || fstat(fd, &st) < 0)
                                 return ab_err_set(err, AB_E_INTERNAL, errno, "open layer %s",
                                                   l->path);
-                        if (imgstore_layer_install(s, l->digest, fd, (uint64_t)st.st_size, fn, ud,
-                                                   &l->bytes, err) < 0)
+                        if (imgstore_layer_install(s, l->digest, l->diff_id, fd,
+                                                   (uint64_t)st.st_size, 0, fn, ud, &l->bytes,
+                                                   err) < 0)
                                 return -1;
                 }
         }

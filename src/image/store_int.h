@@ -22,6 +22,8 @@ struct ab_image_store {
         ab_registry_cred *creds;
         ab_layer_opts layer;
         uint64_t max_blob;
+        char **app_registries; /* NULL-terminated (may be empty) */
+        bool app_loopback;
 };
 
 /* An image on its way into the store (pull or import). */
@@ -37,10 +39,11 @@ typedef struct stage_image {
         ab_image_config cfg;
         stage_layer *layers;
         size_t n_layers;
-        char **names;    /* canonical, NULL-terminated */
-        char **digests;  /* manifest digests, NULL-terminated */
-        bool reused;     /* in the store already, with all its layers: keep those */
-        const char *app; /* a private image's app (names already "@APP/..."), or NULL */
+        char **names;          /* canonical, NULL-terminated */
+        char **digests;        /* manifest digests, NULL-terminated */
+        bool reused;           /* in the store already, with all its layers: keep those */
+        const char *app;       /* a private image's app (names already "@APP/..."), or NULL */
+        const char *pulled_by; /* the app whose pull this is, or NULL */
 } stage_image;
 
 /* NULL-terminated string vectors. */
@@ -74,9 +77,18 @@ int imgstore_stage_config(stage_image *im, const char *json, size_t len, ab_err 
 int imgstore_stage_name(stage_image *im, const char *name, ab_err **err);
 /* True when layers/HEX is in the store; *bytes gets its file data size. */
 bool imgstore_layer_present(ab_image_store *s, const char *hex, uint64_t *bytes);
-/* Unpacks the layer in fd into tmp/ and renames it into layers/HEX. */
-int imgstore_layer_install(ab_image_store *s, const char *digest, int fd, uint64_t total,
-                           ab_image_progress_fn fn, void *ud, uint64_t *bytes, ab_err **err);
+/* Checks that the layer in fd decompresses to diff_id (when non-NULL:
+ * AB_E_INVALID if not, before anything is written), unpacks it into tmp/,
+ * records its diff id and renames it into layers/HEX. fd must be seekable.
+ * max_bytes: file data it may unpack to (0: the store's layer bound). */
+int imgstore_layer_install(ab_image_store *s, const char *digest, const char *diff_id, int fd,
+                           uint64_t total, uint64_t max_bytes, ab_image_progress_fn fn, void *ud,
+                           uint64_t *bytes, ab_err **err);
+/* For a layer already in the store: AB_E_INVALID when it recorded a diff id
+ * other than diff_id (NULL: nothing to check). Layers installed before diff
+ * ids were recorded pass. */
+int imgstore_layer_diff_check(ab_image_store *s, const char *digest, const char *diff_id,
+                              ab_err **err);
 /* True (and im->reused set) when im is stored already with all its layers. */
 bool imgstore_stage_reuse(ab_image_store *s, stage_image *im, ab_image_progress_fn fn, void *ud);
 /* Writes the records, then the names; *out (may be NULL) gets the images. */

@@ -4,7 +4,10 @@
  * scratch folder in /dev/shm. After each input: the limits held, a failure
  * is a layer's fault (invalid, limit) or a full disk, never internal, nothing
  * appeared beside dest or in outside; then dest is removed (without
- * following a symlink). Build and run with scripts/fuzz.sh. */
+ * following a symlink). The same input's diff id (ab_layer_diff_id, which
+ * reads the whole decompressed stream) is either a sha256 digest or a
+ * layer's fault, never more than its bound read. Build and run with
+ * scripts/fuzz.sh. */
 #include "image/layer.h"
 
 #include <dirent.h>
@@ -98,6 +101,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                 ab_err_free(&e);
         }
         check(st.bytes <= o.max_bytes && st.entries <= o.max_entries + 1);
+
+        char *diff = NULL;
+        check(lseek(fd, 0, SEEK_SET) == 0);
+        if (ab_layer_diff_id(fd, &o, &diff, &e) < 0) {
+                check(e != NULL && diff == NULL);
+                check(e->code == AB_E_INVALID || e->code == AB_E_LIMIT);
+                ab_err_free(&e);
+        } else {
+                check(diff != NULL && strlen(diff) == 71 && !strncmp(diff, "sha256:", 7));
+                free(diff);
+        }
         check(count_entries(scratch) == 2 && count_entries(outside) == 0);
         close(fd);
         close(dfd);

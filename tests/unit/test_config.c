@@ -654,6 +654,36 @@ static void test_ceilings(void)
         ab_config_release(&c);
 }
 
+/* app_registries and app_registries_loopback: where API keys may pull from. */
+static void test_app_registries(void)
+{
+        ab_config c;
+        ab_config_default(&c);
+        tap_ok(!c.app_registries && !c.app_registries_loopback,
+               "app_registries defaults to unset (the image store's public list), loopback off");
+        _cleanup_free_ char *p = write_conf("app_registries: [ghcr.io, \"*.example.com\", "
+                                            "\"reg.example.com:5000\"]\n"
+                                            "app_registries_loopback: true\n");
+        ab_err *e = NULL;
+        tap_ok(ab_config_load_file(&c, p, &e) == 0, "app_registries loads (%s)", e ? e->msg : "ok");
+        ab_err_free(&e);
+        tap_ok(c.n_app_registries == 3 && c.app_registries && !c.app_registries[3] &&
+                   !strcmp(c.app_registries[1], "*.example.com") && c.app_registries_loopback,
+               "... three hosts, NULL-terminated, and loopback on");
+        ab_config_release(&c);
+        ab_config_default(&c);
+        _cleanup_free_ char *q = write_conf("app_registries: []\n");
+        tap_ok(ab_config_load_file(&c, q, &e) == 0 && c.app_registries && !c.app_registries[0],
+               "app_registries: [] is an empty list (no registry), not unset");
+        ab_err_free(&e);
+        ab_config_release(&c);
+        refused("app_registries: ghcr.io\n", "app_registries not a list", "app_registries", NULL);
+        refused("app_registries: [\"bad host\"]\n", "a registry with a space", "app_registries",
+                "bad host");
+        refused("app_registries: [\"*.\"]\n", "a bare *.", "app_registries", NULL);
+        refused("app_registries: [\"a/b\"]\n", "a registry with a path", "app_registries", NULL);
+}
+
 int main(void)
 {
         /* meson sets AGENTBOX_INIT for other tests; start from a clean slate. */
@@ -671,6 +701,7 @@ int main(void)
         test_tools();
         test_quotas();
         test_ceilings();
+        test_app_registries();
         DIR *d = opendir(dir);
         for (struct dirent *de; d && (de = readdir(d));)
                 if (de->d_name[0] != '.')

@@ -755,6 +755,46 @@ static void test_reopen(void)
         ab_err_free(&e);
 }
 
+/* Which registries an app may pull from: the default public list, an
+ * admin's list (exact, *.domain for subdomains), loopback only when allowed;
+ * a refused app pull sends nothing (AB_E_PERMISSION before any connect). */
+static void test_app_registries(void)
+{
+        ab_image_store *d = NULL, *l = NULL;
+        ab_image_store_opts o = {.dir = dir};
+        tap_ok(ab_image_store_open(&o, &d, NULL) == 0, "open with the default app registries");
+        tap_ok(ab_image_app_registry_allowed(d, "docker.io") &&
+                   ab_image_app_registry_allowed(d, "ghcr.io") &&
+                   !ab_image_app_registry_allowed(d, "localhost:5000") &&
+                   !ab_image_app_registry_allowed(d, "127.0.0.1:5000") &&
+                   !ab_image_app_registry_allowed(d, "registry.internal"),
+               "default: public registries yes, loopback and others no");
+        ab_image out;
+        ab_err *e = NULL;
+        int r = ab_image_pull_as(d, "appx", 0, "127.0.0.1:1/a/b:1", NULL, NULL, &out, &e);
+        tap_ok(r < 0 && e && e->code == AB_E_PERMISSION && strstr(e->msg, "app_registries"),
+               "an app's pull from a loopback registry is refused before any connect (%s)",
+               e ? e->msg : "pulled");
+        ab_err_free(&e);
+        r = ab_image_pull_as(d, NULL, 0, "127.0.0.1:1/a/b:1", NULL, NULL, &out, &e);
+        tap_ok(r < 0 && e && e->code == AB_E_UNAVAILABLE,
+               "the admin's pull of the same goes to the registry (nothing listens: unavailable)");
+        ab_err_free(&e);
+        ab_image_store_free(d);
+        static const char *const mine[] = {"reg.example.com:5000", "*.corp.example", NULL};
+        ab_image_store_opts lo = {.dir = dir, .app_registries = mine, .app_loopback = true};
+        tap_ok(ab_image_store_open(&lo, &l, NULL) == 0, "open with an admin's list");
+        tap_ok(ab_image_app_registry_allowed(l, "reg.example.com:5000") &&
+                   ab_image_app_registry_allowed(l, "A.Corp.Example") &&
+                   !ab_image_app_registry_allowed(l, "corp.example") &&
+                   !ab_image_app_registry_allowed(l, "reg.example.com") &&
+                   !ab_image_app_registry_allowed(l, "docker.io") &&
+                   ab_image_app_registry_allowed(l, "localhost:5000") &&
+                   ab_image_app_registry_allowed(l, "[::1]:5000"),
+               "a list: exact hosts, *.domain for subdomains only, loopback when allowed");
+        ab_image_store_free(l);
+}
+
 /* Two processes import the same archive into a new store at once. */
 static void test_concurrent(void)
 {
@@ -903,6 +943,7 @@ int main(void)
         test_commit_private(s);
         test_remove_hold_gc(s);
         test_reopen();
+        test_app_registries();
         test_concurrent();
         test_killed();
         ab_image_store_free(s);

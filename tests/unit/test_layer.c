@@ -12,6 +12,7 @@
 #include <archive_entry.h>
 #include <dirent.h>
 #include <fcntl.h>
+#include <openssl/evp.h>
 #include <sched.h>
 #include <sys/mman.h>
 #include <sys/mount.h>
@@ -728,6 +729,75 @@ static void attack_file_parent(void)
         TAP_IS_STR(a, "a file", "the file stays");
 }
 
+/* sha256 of fd's bytes from 0, as "sha256:HEX". */
+static char *plain_digest(int fd)
+{
+        char buf[1 << 14];
+        EVP_MD_CTX *md = EVP_MD_CTX_new();
+        EVP_DigestInit_ex(md, EVP_sha256(), NULL);
+        ssize_t n;
+        lseek(fd, 0, SEEK_SET);
+        while ((n = read(fd, buf, sizeof(buf))) > 0)
+                EVP_DigestUpdate(md, buf, (size_t)n);
+        unsigned char d[32];
+        unsigned int dn = 0;
+        EVP_DigestFinal_ex(md, d, &dn);
+        EVP_MD_CTX_free(md);
+        char hex[65];
+        for (unsigned int i = 0; i < 32; i++)
+                snprintf(hex + 2 * i, 3, "%02x", d[i]);
+        lseek(fd, 0, SEEK_SET);
+        return xasprintf("sha256:%s", hex);
+}
+
+/* ab_layer_diff_id: the digest of the decompressed tar, whatever the
+ * compression; garbage and bombs refused. */
+static void test_diff_id(void)
+{
+        static const ent ents[] = {{.name = "etc/a", .data = "one"},
+                                   {.name = "etc/b", .data = "two"}};
+        int plain = make_layer(PLAIN, ents, 2);
+        _cleanup_free_ char *want = plain_digest(plain);
+        static const filter fs[] = {PLAIN, GZIP, ZSTD};
+        static const char *const names[] = {"plain", "gzip", "zstd"};
+        for (size_t i = 0; i < 3; i++) {
+                int fd = make_layer(fs[i], ents, 2);
+                char *got = NULL;
+                ab_err *e = NULL;
+                int rc = ab_layer_diff_id(fd, NULL, &got, &e);
+                tap_ok(rc == 0 && got && !strcmp(got, want),
+                       "diff id of a %s layer is the sha256 "
+                       "of its tar",
+                       names[i]);
+                if (rc < 0)
+                        tap_diag("  %s", e->msg);
+                free(got);
+                ab_err_free(&e);
+                close(fd);
+        }
+        close(plain);
+        int fd = memfd_create("garbage", MFD_CLOEXEC);
+        static const char gz_head_only[] = "\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\x03garbage";
+        if (ab_write_all(fd, gz_head_only, sizeof(gz_head_only) - 1) < 0)
+                abort();
+        lseek(fd, 0, SEEK_SET);
+        char *got = NULL;
+        ab_err *e = NULL;
+        int rc = ab_layer_diff_id(fd, NULL, &got, &e);
+        tap_ok(rc < 0 && e && e->code == AB_E_INVALID && !got,
+               "a broken gzip stream has no diff id");
+        ab_err_free(&e);
+        close(fd);
+        static const ent big[] = {{.name = "zeros", .zeros = 4u << 20}};
+        fd = make_layer(GZIP, big, 1);
+        ab_layer_opts o = {.max_bytes = 1 << 20, .max_entries = 4};
+        rc = ab_layer_diff_id(fd, &o, &got, &e);
+        tap_ok(rc < 0 && e && e->code == AB_E_LIMIT && !got,
+               "a layer decompressing past its bound has no diff id (AB_E_LIMIT)");
+        ab_err_free(&e);
+        close(fd);
+}
+
 int main(void)
 {
         if (geteuid() != 0)
@@ -747,6 +817,7 @@ int main(void)
         attack_garbage();
         attack_file_parent();
         test_full_disk();
+        test_diff_id();
         _cleanup_free_ char *cmd = xasprintf("rm -rf '%s'", base);
         if (system(cmd) != 0)
                 tap_ok(0, "rm -rf %s", base);

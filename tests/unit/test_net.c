@@ -25,6 +25,7 @@
 #include "tap.h"
 
 #include <arpa/inet.h>
+#include <ifaddrs.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/netlink.h>
@@ -717,6 +718,39 @@ static void test_addrcheck(void)
         }
         struct sockaddr_storage un = {.ss_family = AF_UNIX};
         tap_ok(ab_addr_reason((struct sockaddr *)&un) != NULL, "a non-IP address is refused");
+
+        /* the server's listen address, in every form that reaches it */
+        tap_ok(reason_of("203.0.113.77") == NULL, "control: 203.0.113.77 reachable before");
+        struct sockaddr_in lst = {.sin_family = AF_INET, .sin_port = htons(8080)};
+        inet_pton(AF_INET, "203.0.113.77", &lst.sin_addr);
+        tap_ok(ab_addr_note_listen((struct sockaddr *)&lst) == 0, "a listen address is noted");
+        static const char *const forms[] = {"203.0.113.77", "::ffff:203.0.113.77",
+                                            "64:ff9b::cb00:714d", "2002:cb00:714d::1"};
+        for (size_t i = 0; i < AB_ARRAY_LEN(forms); i++) {
+                const char *got = reason_of(forms[i]);
+                tap_ok(got && !strcmp(got, "this host's address"),
+                       "the listen address as %s is refused", forms[i]);
+        }
+        tap_ok(reason_of("203.0.113.78") == NULL, "its neighbour is not");
+        struct sockaddr_in lo = {.sin_family = AF_INET};
+        inet_pton(AF_INET, "127.0.0.1", &lo.sin_addr);
+        tap_ok(ab_addr_note_listen((struct sockaddr *)&lo) == 0 &&
+                   ab_addr_fixed_reason((struct sockaddr *)&lst) == NULL,
+               "a loopback listen address is ignored; the fixed check does not look at the host");
+        /* every address of this host's interfaces is refused */
+        struct ifaddrs *ifs = NULL;
+        int seen = 0, refused = 0;
+        if (getifaddrs(&ifs) == 0) {
+                for (struct ifaddrs *i = ifs; i; i = i->ifa_next)
+                        if (i->ifa_addr && (i->ifa_addr->sa_family == AF_INET ||
+                                            i->ifa_addr->sa_family == AF_INET6)) {
+                                seen++;
+                                refused += ab_addr_reason(i->ifa_addr) != NULL;
+                        }
+                freeifaddrs(ifs);
+        }
+        tap_ok(seen > 0 && refused == seen, "each of this host's %d interface addresses is refused",
+               seen);
 
         tap_ok(ab_name_reason("localhost") != NULL, "name localhost refused");
         tap_ok(ab_name_reason("LocalHost.") != NULL, "name LocalHost. refused");
