@@ -8,7 +8,7 @@
 #include "api/ws.h"
 #include "base/jsonnum.h"
 #include "base/log.h"
-#include "net/addrcheck.h"
+#include "base/addrcheck.h"
 
 #include <arpa/inet.h>
 #include <fcntl.h>

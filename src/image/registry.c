@@ -11,7 +11,7 @@
  * and the reference only. */
 #include "image/registry.h"
 #include "image/manifest.h"
-#include "net/addrcheck.h"
+#include "base/addrcheck.h"
 
 #include <arpa/inet.h>
 #include <curl/curl.h>

@@ -43,7 +43,7 @@ typedef struct ab_registry_opts {
         long connect_timeout_s; /* 0 = 10 */
         long stall_timeout_s;   /* a transfer slower than 1 byte/s this long fails; 0 = 60 */
         /* Every address connected to (the registry, each redirect, the token
-         * realm) is checked as the egress proxy checks it (net/addrcheck.h)
+         * realm) is checked as the egress proxy checks it (base/addrcheck.h)
          * when the socket is opened, so a name cannot resolve one way for the
          * check and another for the connect; a refused one fails the request
          * with AB_E_PERMISSION. For pulls an app asked for. */

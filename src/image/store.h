@@ -113,7 +113,7 @@ int ab_image_pull(ab_image_store *s, const char *ref, ab_image_progress_fn fn, v
  * pulls only from the registries opts.app_registries allows (loopback ones
  * too with opts.app_loopback), else AB_E_PERMISSION before anything is
  * sent; and every address its pull connects to (the registry, redirects,
- * the token realm) must pass net/addrcheck.h (loopback too with
+ * the token realm) must pass base/addrcheck.h (loopback too with
  * app_loopback), else AB_E_PERMISSION. The image is shared, as any pull,
  * and records app in pulled_by. budget (app only; 0 = no bound) is the
  * file data the whole image may hold (its layers already in the store

@@ -8,7 +8,7 @@
 #include "net/proxy.h"
 #include "base/log.h"
 #include "base/util.h"
-#include "net/addrcheck.h"
+#include "base/addrcheck.h"
 
 #include <arpa/inet.h>
 #include <ctype.h>

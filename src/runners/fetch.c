@@ -9,7 +9,7 @@
  * each hop goes through the same checks. */
 #include "runners/fetch.h"
 #include "base/buf.h"
-#include "net/addrcheck.h"
+#include "base/addrcheck.h"
 
 #include <arpa/inet.h>
 #include <curl/curl.h>
@@ -26,7 +26,7 @@
 #define MAX_REQ_HEADER_BYTES   ((size_t)64 * 1024)
 #define MAX_RES_HEADER_BYTES   ((size_t)256 * 1024)
 
-/* ---- address policy: net/addrcheck.h ---- */
+/* ---- address policy: base/addrcheck.h ---- */
 
 bool ab_fetch_addr_allowed(const struct sockaddr *sa)
 {

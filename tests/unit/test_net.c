@@ -17,7 +17,7 @@
  * nowhere. Without root those parts are skipped with the reason. */
 #include "base/util.h"
 #include "base/events.h"
-#include "net/addrcheck.h"
+#include "base/addrcheck.h"
 #include "net/net.h"
 #include "net/netns.h"
 #include "net/policy.h"

@@ -1,6 +1,6 @@
 /* addrcheck.c - which addresses and names egress may never reach
  * (addrcheck.h). */
-#include "net/addrcheck.h"
+#include "base/addrcheck.h"
 #include "base/util.h"
 
 #include <arpa/inet.h>

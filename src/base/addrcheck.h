@@ -1,6 +1,7 @@
 /* addrcheck.h - the internal ranges no egress path may reach: the code
- * runner's httpRequest (runners/fetch.c) and the allowlist proxy
- * (net/proxy.c) both ask here. Internal: loopback, private (RFC 1918, IPv6
+ * runner's httpRequest (runners/fetch.c), the allowlist proxy (net/proxy.c)
+ * and the registry client's connects (image/registry.c) all ask here (so it
+ * lives in base, below all three). Internal: loopback, private (RFC 1918, IPv6
  * unique local), link-local, cloud metadata, carrier-grade NAT, multicast,
  * unspecified, broadcast, benchmarking, IETF assignments, reserved, and
  * IPv6 forms that embed one of those (v4-mapped, -compatible, NAT64, 6to4,
