@@ -708,6 +708,8 @@ static enum MHD_Result authenticate(ab_req *r, auth_level need, bool *ok)
                         }
                         r->key_id = steal_pointer(&k.key_id);
                         r->caller.key_id = r->key_id;
+                        /* deleting the key ends this request and its stream */
+                        ab_conns_bind_key(r->srv->conns, r->conn, r->key_id);
                         ab_api_key_clear(&k);
                 } else if (e->code != AB_E_NOT_FOUND) {
                         return resp_err(r, e);
@@ -1173,6 +1175,22 @@ static void raise_nofile(int64_t max_connections)
 
 /* The connection table (deadlines, caps, parked streams) and the worker
  * pool both daemons use. */
+/* The connection table's key check: true only when the store says the key
+ * is gone (a store error is no proof). */
+static bool key_gone(void *arg, const char *key_id)
+{
+        ab_server *s = arg;
+        ab_api_key k = {0};
+        ab_err *e = NULL;
+        if (ab_store_key_get(s->store, key_id, &k, &e) == 0) {
+                ab_api_key_clear(&k);
+                return false;
+        }
+        bool gone = e->code == AB_E_NOT_FOUND;
+        ab_err_free(&e);
+        return gone;
+}
+
 static int start_tables(ab_server *s, ab_err **err)
 {
         ab_conns_opts co = {
@@ -1183,6 +1201,8 @@ static int start_tables(ab_server *s, ab_err **err)
             .max_streams = s->cfg->max_streams,
             .max_streams_addr = s->cfg->max_streams_per_address,
             .events = s->events,
+            .key_gone = s->store ? key_gone : NULL,
+            .key_arg = s,
         };
         s->conns = ab_conns_new(&co);
         if (!s->conns) {
