@@ -386,9 +386,14 @@ size_t ab_conns_revoke_key(ab_conns *c, const char *key_id)
         return n;
 }
 
-/* The distinct keys bound to open connections (NULL-terminated; free with
- * ab_strvfreep). */
-static char **bound_keys(ab_conns *c)
+static int cmp_str(const void *a, const void *b)
+{
+        return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* The distinct keys bound to open connections, sorted (NULL-terminated;
+ * free with ab_strvfreep). Copied under the lock, sorted outside it. */
+static char **bound_keys(ab_conns *c, size_t *n_out)
 {
         size_t n = 0, cap = 8;
         char **v = xcalloc(cap, sizeof(char *));
@@ -396,22 +401,27 @@ static char **bound_keys(ab_conns *c)
         for (conn_ent *e = c->conns; e; e = e->next) {
                 if (!e->key_id || e->shut)
                         continue;
-                bool seen = false;
-                for (size_t i = 0; i < n && !seen; i++)
-                        seen = !strcmp(v[i], e->key_id);
-                if (seen)
-                        continue;
                 if (n + 1 >= cap)
-                        v = xrealloc(v, (cap *= 2) * sizeof(char *));
+                        v = xrealloc(v, (cap = xmul(cap, 2)) * sizeof(char *));
                 v[n++] = xstrdup(e->key_id);
-                v[n] = NULL;
         }
         pthread_mutex_unlock(&c->mu);
+        v[n] = NULL;
+        qsort(v, n, sizeof(char *), cmp_str);
+        size_t m = 0;
+        for (size_t i = 0; i < n; i++) {
+                if (m && !strcmp(v[m - 1], v[i]))
+                        free(v[i]);
+                else
+                        v[m++] = v[i];
+        }
+        v[m] = NULL;
+        *n_out = m;
         return v;
 }
 
-/* Every key_check_ms: asks o.key_gone about each key bound to an open
- * connection and revokes those gone (deleted through another server on the
+/* Every key_check_ms: asks o.keys_gone about the keys bound to open
+ * connections and revokes those gone (deleted through another server on the
  * same store). */
 static void *key_checker_main(void *arg)
 {
@@ -429,9 +439,15 @@ static void *key_checker_main(void *arg)
                 pthread_mutex_unlock(&c->mu);
                 if (quit)
                         return NULL;
-                _cleanup_strv_ char **keys = bound_keys(c);
-                for (size_t i = 0; keys[i]; i++)
-                        if (c->o.key_gone(c->o.key_arg, keys[i]))
+                size_t n = 0;
+                _cleanup_strv_ char **keys = bound_keys(c, &n);
+                if (!n)
+                        continue;
+                _cleanup_free_ bool *gone = xcalloc(n, sizeof(bool));
+                if (c->o.keys_gone(c->o.key_arg, (const char *const *)keys, n, gone) < 0)
+                        continue; /* no answer is no proof */
+                for (size_t i = 0; i < n; i++)
+                        if (gone[i])
                                 ab_conns_revoke_key(c, keys[i]);
         }
 }
@@ -697,7 +713,7 @@ ab_conns *ab_conns_new(const ab_conns_opts *o)
         pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
         pthread_cond_init(&c->key_cond, &ca);
         pthread_condattr_destroy(&ca);
-        if (c->o.key_gone) {
+        if (c->o.keys_gone) {
                 if (c->o.key_check_ms <= 0)
                         c->o.key_check_ms = AB_KEY_CHECK_MS;
                 /* without it, keys deleted elsewhere end streams only here */

@@ -42,10 +42,11 @@ typedef struct ab_conns_opts {
         int64_t max_streams_addr; /* long-lived streams from one address */
         ab_events *events;        /* parked event streams wake on its news; may be NULL */
         /* Asked every key_check_ms (0 = AB_KEY_CHECK_MS), on a thread of its
-         * own, about each key bound to an open connection: true when the key
-         * no longer exists (then the key is revoked). May block (the store);
-         * answer false when unsure. NULL = no such check. */
-        bool (*key_gone)(void *arg, const char *key_id);
+         * own, about the keys bound to open connections (keys[0..n), sorted,
+         * distinct): sets gone[i] for each key that no longer exists (those
+         * are revoked). 0, or -1 when it cannot tell (nothing is revoked).
+         * May block (the store). NULL = no such check. */
+        int (*keys_gone)(void *arg, const char *const *keys, size_t n, bool *gone);
         void *key_arg;
         int64_t key_check_ms;
 } ab_conns_opts;
