@@ -87,7 +87,7 @@ struct ab_conns {
         char *revoked[REVOKED_KEEP];
         size_t revoked_next;
         uint64_t key_closed; /* connections ended because their key was revoked */
-        /* the key checker thread (o.key_gone), when there is one */
+        /* the key checker thread (o.keys_gone), when there is one */
         pthread_cond_t key_cond;
         bool key_thread;
         pthread_t key_checker;
