@@ -38,7 +38,8 @@ typedef struct conn {
 typedef struct app_ent {
         char *app; /* "" for boxes of no app */
         size_t n_conns;
-        int refs; /* one per box_ent */
+        uint64_t warned_s; /* when "at its cap" was last logged (once a minute at most) */
+        int refs;          /* one per box_ent */
         struct app_ent *next;
 } app_ent;
 
@@ -898,6 +899,15 @@ static void accept_on(ab_proxy *p, uint64_t key)
                 struct epoll_event ev = {.events = 0, .data.u64 = b->key};
                 epoll_ctl(p->ep, EPOLL_CTL_MOD, b->lfd, &ev);
                 b->paused = true;
+                uint64_t now_s = ab_now_ms() / 1000;
+                if (b->ae->n_conns >= (size_t)p->o.max_conns_per_app &&
+                    now_s >= b->ae->warned_s + 60) {
+                        b->ae->warned_s = now_s;
+                        ab_log(AB_LOG_WARN,
+                               "egress proxy: an app is at its tunnel cap, its boxes wait "
+                               "(network_proxy_max_per_app)",
+                               "app", b->app ? b->app : "", "box", b->id, NULL);
+                }
         }
         pthread_mutex_unlock(&p->lock);
 }
