@@ -13,16 +13,16 @@ Must hold: every stream opened with the deleted key ends within a couple of
 seconds of the delete (the server shuts its connection down); the same
 streams opened with another key of the same app live on; the deleted key
 opens nothing new (401)."""
-import json
 import os
 import secrets
-import socket
 import sys
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
 import abserver  # noqa: E402
+import rawstream  # noqa: E402
 import wsclient  # noqa: E402
+from rawstream import closed_by_server  # noqa: E402
 
 LIB = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib")
 TOKEN = "tok-" + secrets.token_hex(8)
@@ -55,48 +55,7 @@ abserver.wait_for(lambda: srv.get("/v1/sandboxes/%s/ports/8000/echo" % BOX).stat
 
 
 def raw_request(method, path, token, body=None, headers=None):
-    """Sends a request on a socket of its own and reads the answer's head.
-    Returns (socket, status)."""
-    s = socket.create_connection((srv.host, srv.port), timeout=10)
-    data = json.dumps(body).encode() if body is not None else b""
-    lines = ["%s %s HTTP/1.1" % (method, path), "Host: %s:%d" % (srv.host, srv.port),
-             "Authorization: Bearer %s" % token]
-    if body is not None:
-        lines += ["Content-Type: application/json", "Content-Length: %d" % len(data)]
-    for k, v in (headers or {}).items():
-        lines.append("%s: %s" % (k, v))
-    s.sendall(("\r\n".join(lines) + "\r\n\r\n").encode() + data)
-    buf = b""
-    end = time.monotonic() + 10
-    while b"\r\n\r\n" not in buf and time.monotonic() < end:
-        try:
-            d = s.recv(4096)
-        except socket.timeout:
-            break
-        if not d:
-            break
-        buf += d
-    first = buf.split(b"\r\n", 1)[0].split(b" ")
-    status = int(first[1]) if len(first) > 1 and first[1].isdigit() else -1
-    return s, status
-
-
-def closed_by_server(s, timeout):
-    """True when the server closes s (EOF or reset) within timeout seconds;
-    data on the way is read and dropped."""
-    end = time.monotonic() + timeout
-    while True:
-        left = end - time.monotonic()
-        if left <= 0:
-            return False
-        s.settimeout(min(left, 0.5))
-        try:
-            if not s.recv(65536):
-                return True
-        except socket.timeout:
-            continue
-        except OSError:
-            return True
+    return rawstream.open_stream(srv, method, path, token, body, headers)
 
 
 def open_streams(token):

@@ -9,7 +9,6 @@ the admin deletes the key on server 1. Must hold: server 2 closes the stream
 within its key check interval (2 s) and a little; a stream of another key
 lives on. Until this was fixed the stream stayed open."""
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -17,6 +16,8 @@ import urllib.parse
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
 import abserver  # noqa: E402
+import rawstream  # noqa: E402
+from rawstream import closed_by_server  # noqa: E402
 
 admin_url = os.environ.get("AGENTBOX_TEST_PG_URL")
 h = abserver.ServerHarness(budget=90)
@@ -33,32 +34,7 @@ def psql(sql):
 
 
 def event_stream(srv, token):
-    s = socket.create_connection((srv.host, srv.port), timeout=10)
-    s.sendall(("GET /v1/events HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\n\r\n" % token).encode())
-    buf = b""
-    while b"\r\n\r\n" not in buf:
-        d = s.recv(4096)
-        if not d:
-            break
-        buf += d
-    first = buf.split(b"\r\n", 1)[0].split(b" ")
-    return s, int(first[1]) if len(first) > 1 and first[1].isdigit() else -1
-
-
-def closed_by_server(s, timeout):
-    end = time.monotonic() + timeout
-    while True:
-        left = end - time.monotonic()
-        if left <= 0:
-            return False
-        s.settimeout(min(left, 0.5))
-        try:
-            if not s.recv(65536):
-                return True
-        except socket.timeout:
-            continue
-        except OSError:
-            return True
+    return rawstream.open_stream(srv, "GET", "/v1/events", token)
 
 
 r = psql("CREATE DATABASE %s" % db)
