@@ -1173,8 +1173,6 @@ static void raise_nofile(int64_t max_connections)
         }
 }
 
-/* The connection table (deadlines, caps, parked streams) and the worker
- * pool both daemons use. */
 static int cmp_key_id(const void *a, const void *b)
 {
         return strcmp(((const ab_api_key *)a)->key_id, ((const ab_api_key *)b)->key_id);
@@ -1202,6 +1200,8 @@ static int keys_gone(void *arg, const char *const *keys, size_t n, bool *gone)
         return 0;
 }
 
+/* The connection table (deadlines, caps, parked streams) and the worker
+ * pool both daemons use. */
 static int start_tables(ab_server *s, ab_err **err)
 {
         ab_conns_opts co = {

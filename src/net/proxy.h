@@ -27,17 +27,17 @@
 typedef struct ab_proxy ab_proxy;
 
 typedef struct ab_proxy_opts {
-        ab_events *events;      /* borrowed; may be NULL */
-        ab_metrics *metrics;    /* borrowed; may be NULL */
-        const char *hosts_file; /* /etc/hosts-format names looked up before DNS; NULL = none */
-        int max_conns_per_box;  /* 0 = 256; more wait in the listener's backlog */
+        ab_events *events;       /* borrowed; may be NULL */
+        ab_metrics *metrics;     /* borrowed; may be NULL */
+        const char *hosts_file;  /* /etc/hosts-format names looked up before DNS; NULL = none */
+        int max_conns_per_box;   /* 0 = 256; more wait in the listener's backlog */
+        long connect_timeout_ms; /* 0 = 10000 */
+        long idle_timeout_ms;    /* a tunnel quiet this long is closed; 0 = 600000 */
         /* The tunnels of all the boxes of one app (boxes of no app count as
          * one app): 0 = AB_PROXY_MAX_CONNS_PER_APP. More wait in their
          * boxes' backlogs, so that one app cannot take every tunnel (4096 at
          * most in all) from the others. */
         int max_conns_per_app;
-        long connect_timeout_ms; /* 0 = 10000 */
-        long idle_timeout_ms;    /* a tunnel quiet this long is closed; 0 = 600000 */
 } ab_proxy_opts;
 
 int ab_proxy_new(const ab_proxy_opts *o, ab_proxy **out, ab_err **err);
