@@ -20,6 +20,10 @@
 
 #define TICK_MS      250 /* deadline resolution */
 #define ADDR_BUCKETS 4096
+/* Revoked keys remembered, for a request that authenticated with a key just
+ * before its revocation and binds just after: that takes microseconds, so a
+ * few hundred later revocations cannot overtake it. */
+#define REVOKED_KEEP 256
 
 /* A peer address: IPv4 as v4-mapped IPv6, so both share one key space. */
 typedef struct addr_key {
@@ -38,7 +42,8 @@ typedef struct conn_ent {
         addr_ent *addr;
         int64_t deadline_ms; /* 0 = none (head complete, request in progress) */
         bool shut;
-        char *uri; /* the current request's target as sent (MHD's thread only) */
+        char *uri;    /* the current request's target as sent (MHD's thread only) */
+        char *key_id; /* the store key that authenticated the current request, or NULL */
 } conn_ent;
 
 struct ab_stream_slot {
@@ -78,6 +83,14 @@ struct ab_conns {
         int ep, evfd;
         bool quit;
         pthread_t timer;
+        /* revoked keys: the latest REVOKED_KEEP, a ring (see ab_conns_bind_key) */
+        char *revoked[REVOKED_KEEP];
+        size_t revoked_next;
+        uint64_t key_closed; /* connections ended because their key was revoked */
+        /* the key checker thread (o.keys_gone), when there is one */
+        pthread_cond_t key_cond;
+        bool key_thread;
+        pthread_t key_checker;
 };
 
 static int64_t mono_ms(void)
@@ -227,6 +240,7 @@ void ab_conns_notify(void *cls, struct MHD_Connection *conn, void **socket_conte
         c->open--;
         pthread_mutex_unlock(&c->mu);
         free(e->uri);
+        free(e->key_id);
         free(e);
         *socket_context = NULL;
 }
@@ -240,6 +254,7 @@ void *ab_conns_uri_seen(void *cls, const char *uri, struct MHD_Connection *conn)
         free(e->uri);
         e->uri = xstrdup(uri);
         pthread_mutex_lock(&c->mu);
+        free(steal_pointer(&e->key_id)); /* a new request: its own credential */
         int64_t d = mono_ms() + c->o.head_timeout_ms;
         if (e->deadline_ms == 0 || d < e->deadline_ms)
                 e->deadline_ms = d;
@@ -313,6 +328,128 @@ void ab_stream_slot_release(ab_stream_slot *s)
         addr_unref(c, s->addr);
         pthread_mutex_unlock(&c->mu);
         free(s);
+}
+
+/* ---- credentials ---------------------------------------------------------- */
+
+/* Locked. */
+static bool key_revoked(ab_conns *c, const char *key_id)
+{
+        for (size_t i = 0; i < REVOKED_KEEP; i++)
+                if (c->revoked[i] && !strcmp(c->revoked[i], key_id))
+                        return true;
+        return false;
+}
+
+/* Locked: ends e's connection (MHD sees its end and closes it; a parked
+ * reader wakes on the hang-up, an upgraded relay reads its end). */
+static void shut_ent(ab_conns *c, conn_ent *e)
+{
+        if (e->shut || e->fd < 0)
+                return;
+        shutdown(e->fd, SHUT_RDWR);
+        e->shut = true;
+        c->key_closed++;
+}
+
+void ab_conns_bind_key(ab_conns *c, struct MHD_Connection *conn, const char *key_id)
+{
+        conn_ent *e = ent_of(conn);
+        if (!e || !key_id)
+                return;
+        pthread_mutex_lock(&c->mu);
+        free(e->key_id);
+        e->key_id = xstrdup(key_id);
+        if (key_revoked(c, key_id))
+                shut_ent(c, e);
+        pthread_mutex_unlock(&c->mu);
+}
+
+size_t ab_conns_revoke_key(ab_conns *c, const char *key_id)
+{
+        size_t n = 0;
+        pthread_mutex_lock(&c->mu);
+        if (!key_revoked(c, key_id)) {
+                free(c->revoked[c->revoked_next]);
+                c->revoked[c->revoked_next] = xstrdup(key_id);
+                c->revoked_next = (c->revoked_next + 1) % REVOKED_KEEP;
+        }
+        for (conn_ent *e = c->conns; e; e = e->next)
+                if (e->key_id && !e->shut && !strcmp(e->key_id, key_id)) {
+                        shut_ent(c, e);
+                        n++;
+                }
+        pthread_mutex_unlock(&c->mu);
+        if (n)
+                ab_log(AB_LOG_INFO, "connections of a revoked API key ended", "key_id", key_id,
+                       NULL);
+        return n;
+}
+
+static int cmp_str(const void *a, const void *b)
+{
+        return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* The distinct keys bound to open connections, sorted (NULL-terminated;
+ * free with ab_strvfreep). Copied under the lock, sorted outside it. */
+static char **bound_keys(ab_conns *c, size_t *n_out)
+{
+        size_t n = 0, cap = 8;
+        char **v = xcalloc(cap, sizeof(char *));
+        pthread_mutex_lock(&c->mu);
+        for (conn_ent *e = c->conns; e; e = e->next) {
+                if (!e->key_id || e->shut)
+                        continue;
+                if (n + 1 >= cap)
+                        v = xrealloc(v, (cap = xmul(cap, 2)) * sizeof(char *));
+                v[n++] = xstrdup(e->key_id);
+        }
+        pthread_mutex_unlock(&c->mu);
+        v[n] = NULL;
+        qsort(v, n, sizeof(char *), cmp_str);
+        size_t m = 0;
+        for (size_t i = 0; i < n; i++) {
+                if (m && !strcmp(v[m - 1], v[i]))
+                        free(v[i]);
+                else
+                        v[m++] = v[i];
+        }
+        v[m] = NULL;
+        *n_out = m;
+        return v;
+}
+
+/* Every key_check_ms: asks o.keys_gone about the keys bound to open
+ * connections and revokes those gone (deleted through another server on the
+ * same store). */
+static void *key_checker_main(void *arg)
+{
+        ab_conns *c = arg;
+        for (;;) {
+                pthread_mutex_lock(&c->mu);
+                struct timespec ts;
+                clock_gettime(CLOCK_MONOTONIC, &ts);
+                int64_t ns = ts.tv_nsec + (c->o.key_check_ms % 1000) * 1000000;
+                ts.tv_sec += c->o.key_check_ms / 1000 + ns / 1000000000;
+                ts.tv_nsec = ns % 1000000000;
+                while (!c->quit && pthread_cond_timedwait(&c->key_cond, &c->mu, &ts) == 0)
+                        ;
+                bool quit = c->quit;
+                pthread_mutex_unlock(&c->mu);
+                if (quit)
+                        return NULL;
+                size_t n = 0;
+                _cleanup_strv_ char **keys = bound_keys(c, &n);
+                if (!n)
+                        continue;
+                _cleanup_free_ bool *gone = xcalloc(n, sizeof(bool));
+                if (c->o.keys_gone(c->o.key_arg, (const char *const *)keys, n, gone) < 0)
+                        continue; /* no answer is no proof */
+                for (size_t i = 0; i < n; i++)
+                        if (gone[i])
+                                ab_conns_revoke_key(c, keys[i]);
+        }
 }
 
 /* ---- parking ------------------------------------------------------------ */
@@ -571,6 +708,19 @@ ab_conns *ab_conns_new(const ab_conns_opts *o)
         }
         if ((e = pthread_create(&c->timer, NULL, timer_main, c)) != 0)
                 goto fail;
+        pthread_condattr_t ca;
+        pthread_condattr_init(&ca);
+        pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+        pthread_cond_init(&c->key_cond, &ca);
+        pthread_condattr_destroy(&ca);
+        if (c->o.keys_gone) {
+                if (c->o.key_check_ms <= 0)
+                        c->o.key_check_ms = AB_KEY_CHECK_MS;
+                /* without it, keys deleted elsewhere end streams only here */
+                c->key_thread = pthread_create(&c->key_checker, NULL, key_checker_main, c) == 0;
+                if (!c->key_thread)
+                        ab_log(AB_LOG_WARN, "cannot start the API key checker", NULL);
+        }
         if (c->o.events)
                 ab_events_set_notify(c->o.events, events_news, c);
         return c;
@@ -593,9 +743,15 @@ void ab_conns_free(ab_conns *c)
                 ab_events_set_notify(c->o.events, NULL, NULL);
         pthread_mutex_lock(&c->mu);
         c->quit = true;
+        pthread_cond_broadcast(&c->key_cond);
         pthread_mutex_unlock(&c->mu);
         events_news(c);
         pthread_join(c->timer, NULL);
+        if (c->key_thread)
+                pthread_join(c->key_checker, NULL);
+        pthread_cond_destroy(&c->key_cond);
+        for (size_t i = 0; i < REVOKED_KEEP; i++)
+                free(c->revoked[i]);
         while (c->graveyard) {
                 ab_park *n = c->graveyard->next;
                 free(c->graveyard);
@@ -604,6 +760,8 @@ void ab_conns_free(ab_conns *c)
         while (c->conns) { /* none after MHD_stop_daemon; just in case */
                 conn_ent *e = c->conns;
                 list_remove(&c->conns, e);
+                free(e->uri);
+                free(e->key_id);
                 free(e);
         }
         for (size_t i = 0; i < ADDR_BUCKETS; i++)
@@ -631,7 +789,7 @@ void ab_conns_metrics(ab_conns *c, ab_buf *b)
 {
         pthread_mutex_lock(&c->mu);
         int64_t open = c->open, streams = c->streams;
-        uint64_t dl = c->deadline_closed;
+        uint64_t dl = c->deadline_closed, kc = c->key_closed;
         uint64_t r[5] = {c->refused_addr, c->refused_total, c->refused_streams_addr,
                          c->refused_streams, c->refused_busy};
         pthread_mutex_unlock(&c->mu);
@@ -656,4 +814,10 @@ void ab_conns_metrics(ab_conns *c, ab_buf *b)
         for (size_t i = 0; i < 5; i++)
                 ab_buf_printf(b, "agentbox_http_refused_total{reason=\"%s\"} %llu\n", reason[i],
                               (unsigned long long)r[i]);
+        ab_buf_printf(b,
+                      "# HELP agentbox_http_key_revoked_closed_total Connections (streams "
+                      "included) ended because the API key that opened them was deleted.\n"
+                      "# TYPE agentbox_http_key_revoked_closed_total counter\n"
+                      "agentbox_http_key_revoked_closed_total %llu\n",
+                      (unsigned long long)kc);
 }

@@ -13,7 +13,11 @@
  * - a streaming response with nothing to send parks: its connection is
  *   suspended (it costs a socket and a little memory, no thread) until its
  *   data fd is readable, the event bus has news, the client hangs up, a
- *   deadline passes, or its producer wakes it.
+ *   deadline passes, or its producer wakes it;
+ * - a request authenticated with an API key from the store is bound to that
+ *   key: when the key is deleted, every connection bound to it is shut down
+ *   (its streams, WebSockets and port relays end with it), at once on this
+ *   server and within key_check_ms when another server deleted it.
  *
  * One timer thread serves the deadlines and the parked streams. All
  * functions are thread-safe unless they say where they must be called. */
@@ -37,7 +41,18 @@ typedef struct ab_conns_opts {
         int64_t max_streams;      /* long-lived streams in total */
         int64_t max_streams_addr; /* long-lived streams from one address */
         ab_events *events;        /* parked event streams wake on its news; may be NULL */
+        /* Asked every key_check_ms (0 = AB_KEY_CHECK_MS), on a thread of its
+         * own, about the keys bound to open connections (keys[0..n), sorted,
+         * distinct): sets gone[i] for each key that no longer exists (those
+         * are revoked). 0, or -1 when it cannot tell (nothing is revoked).
+         * May block (the store). NULL = no such check. */
+        int (*keys_gone)(void *arg, const char *const *keys, size_t n, bool *gone);
+        void *key_arg;
+        int64_t key_check_ms;
 } ab_conns_opts;
+
+/* How often bound keys are checked against the store by default. */
+#define AB_KEY_CHECK_MS 2000
 
 /* Makes the table and starts the timer thread. NULL when the thread or its
  * epoll cannot be made (errno set). */
@@ -78,6 +93,22 @@ typedef enum {
  * AB_SLOT_OK; release it with ab_stream_slot_release (any thread, once). */
 ab_slot_result ab_stream_slot_take(ab_conns *c, struct MHD_Connection *conn, ab_stream_slot **out);
 void ab_stream_slot_release(ab_stream_slot *s);
+
+/* ---- credentials ------------------------------------------------------------ */
+
+/* Binds conn's current request, and whatever it becomes (a stream, an
+ * upgraded WebSocket or port relay), to the store API key key_id (copied):
+ * when the key is revoked, the connection is shut down. A key revoked
+ * already (among the latest few hundred) shuts it at once, so a request
+ * that authenticated just before the revocation does not slip through. The
+ * next request on the connection starts unbound. Any thread, while conn's
+ * request is being handled. */
+void ab_conns_bind_key(ab_conns *c, struct MHD_Connection *conn, const char *key_id);
+/* Revokes key_id: shuts down every connection bound to it (a parked stream
+ * wakes on the hang-up, an upgraded connection's relay reads its end) and
+ * remembers it for ab_conns_bind_key. Returns how many connections it shut
+ * down. Any thread. */
+size_t ab_conns_revoke_key(ab_conns *c, const char *key_id);
 
 /* ---- parked streaming readers ------------------------------------------ */
 

@@ -1072,5 +1072,8 @@ enum MHD_Result route_keys_delete(ab_req *r, const char *id)
         ab_err *e = NULL;
         if (ab_store_key_delete(r->srv->store, id, &e) < 0)
                 return resp_err(r, e);
-        return resp_json(r, 200, json_pack("{s:s}", "deleted", id));
+        /* its streams end now, not when their clients leave (conn.h) */
+        size_t ended = ab_conns_revoke_key(r->srv->conns, id);
+        return resp_json(
+            r, 200, json_pack("{s:s,s:I}", "deleted", id, "connections_closed", (json_int_t)ended));
 }

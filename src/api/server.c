@@ -729,6 +729,8 @@ static enum MHD_Result authenticate(ab_req *r, auth_level need, bool *ok)
                         }
                         r->key_id = steal_pointer(&k.key_id);
                         r->caller.key_id = r->key_id;
+                        /* deleting the key ends this request and its stream */
+                        ab_conns_bind_key(r->srv->conns, r->conn, r->key_id);
                         ab_api_key_clear(&k);
                 } else if (e->code != AB_E_NOT_FOUND) {
                         return resp_err(r, e);
@@ -1260,6 +1262,33 @@ static void raise_nofile(int64_t max_connections)
         }
 }
 
+static int cmp_key_id(const void *a, const void *b)
+{
+        return strcmp(((const ab_api_key *)a)->key_id, ((const ab_api_key *)b)->key_id);
+}
+
+/* The connection table's key check (conn.h): one read of the store's keys
+ * per round, however many keys have streams. */
+static int keys_gone(void *arg, const char *const *keys, size_t n, bool *gone)
+{
+        ab_server *s = arg;
+        ab_api_key *ks = NULL;
+        size_t nk = 0;
+        ab_err *e = NULL;
+        if (ab_store_key_list(s->store, &ks, &nk, &e) < 0) {
+                ab_log(AB_LOG_WARN, "API key check: cannot list keys", "error", e->msg, NULL);
+                ab_err_free(&e);
+                return -1;
+        }
+        qsort(ks, nk, sizeof(*ks), cmp_key_id);
+        for (size_t i = 0; i < n; i++) {
+                ab_api_key want = {.key_id = (char *)keys[i]};
+                gone[i] = !bsearch(&want, ks, nk, sizeof(*ks), cmp_key_id);
+        }
+        ab_api_keys_free(ks, nk);
+        return 0;
+}
+
 /* The connection table (deadlines, caps, parked streams) and the worker
  * pool both daemons use. */
 static int start_tables(ab_server *s, ab_err **err)
@@ -1272,6 +1301,8 @@ static int start_tables(ab_server *s, ab_err **err)
             .max_streams = s->cfg->max_streams,
             .max_streams_addr = s->cfg->max_streams_per_address,
             .events = s->events,
+            .keys_gone = s->store ? keys_gone : NULL,
+            .key_arg = s,
         };
         s->conns = ab_conns_new(&co);
         if (!s->conns) {

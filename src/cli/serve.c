@@ -260,7 +260,8 @@ int cli_service_open(cli_service *s, const cli_service_args *a, ab_err **err)
                              .metrics = s->metrics,
                              .hosts_file = cfg->network_hosts_file,
                              .subnet = cfg->network_subnet,
-                             .full_disabled = !cfg->network_full};
+                             .full_disabled = !cfg->network_full,
+                             .proxy_max_per_app = cfg->network_proxy_max_per_app};
         if (ab_net_new(&nopts, &s->net, err) < 0)
                 goto fail;
         ab_manager_opts mo = {

@@ -35,6 +35,7 @@ void ab_config_default(ab_config *c)
             .max_requests = 512,
             .ports_timeout_ms = 60000,
             .network_full = true,
+            .network_proxy_max_per_app = 1024, /* net/proxy.h AB_PROXY_MAX_CONNS_PER_APP */
             .disk_overcommit_ratio = 10,
             .disk_reserve = 256 * 1024 * 1024,
             .disk_watch_interval_ms = 1000,
@@ -330,6 +331,8 @@ static const field fields[] = {
     F("network_hosts_file", NULL, "AGENTBOX_NETWORK_HOSTS_FILE", K_OPT_STR, network_hosts_file),
     F("network_subnet", NULL, "AGENTBOX_NETWORK_SUBNET", K_OPT_STR, network_subnet),
     F("network_full", NULL, "AGENTBOX_NETWORK_FULL", K_BOOL, network_full),
+    F("network_proxy_max_per_app", NULL, "AGENTBOX_NETWORK_PROXY_MAX_PER_APP", K_COUNT,
+      network_proxy_max_per_app),
     F("disk_overcommit_ratio", NULL, "AGENTBOX_DISK_OVERCOMMIT_RATIO", K_RATIO,
       disk_overcommit_ratio),
     F("disk_reserve", NULL, "AGENTBOX_DISK_RESERVE", K_BYTES, disk_reserve),
@@ -1251,6 +1254,7 @@ int ab_config_validate(const ab_config *c, ab_err **err)
             {"max_streams_per_address", c->max_streams_per_address, 1},
             {"max_requests", c->max_requests, 1},
             {"ports_timeout", c->ports_timeout_ms, 100},
+            {"network_proxy_max_per_app", c->network_proxy_max_per_app, 1},
         };
         for (size_t i = 0; i < AB_ARRAY_LEN(ints); i++)
                 if (ints[i].v < ints[i].min)

@@ -64,6 +64,8 @@ typedef struct ab_config {
         char *ports_domain;
         int64_t ports_timeout_ms; /* a box's server must answer a proxied request's head
                                    * in this time (504 after); default 60 s */
+        /* egress proxy tunnels of all the boxes of one app at once; default 1024 */
+        int64_t network_proxy_max_per_app;
         char *network_hosts_file; /* names the egress proxy resolves before DNS (hosts format) */
         char *network_subnet;     /* full mode's IPv4 range; NULL = 10.88.0.0/16 */
         bool network_full;        /* full network mode allowed; default true */

@@ -7,6 +7,7 @@
 #include "net/proxy.h"
 
 #include <arpa/inet.h>
+#include <limits.h>
 #include <fcntl.h>
 #include <linux/netlink.h>
 #include <pthread.h>
@@ -82,8 +83,12 @@ int ab_net_new(const ab_net_opts *o, ab_net **out, ab_err **err)
         n->max_index = (~n->mask + 1u) / 4u - 1u;
         if (n->max_index > 99999) /* "abnet" + 5 digits fits IFNAMSIZ */
                 n->max_index = 99999;
-        ab_proxy_opts po = {
-            .events = o->events, .metrics = o->metrics, .hosts_file = o->hosts_file};
+        ab_proxy_opts po = {.events = o->events,
+                            .metrics = o->metrics,
+                            .hosts_file = o->hosts_file,
+                            .max_conns_per_app = o->proxy_max_per_app > INT_MAX
+                                                     ? INT_MAX
+                                                     : (int)o->proxy_max_per_app};
         if (ab_proxy_new(&po, &n->proxy, err) < 0) {
                 free(n);
                 return -1;

@@ -36,6 +36,8 @@ typedef struct ab_net_opts {
         const char *hosts_file; /* names the proxy resolves before DNS; NULL = none */
         const char *subnet;     /* full mode's IPv4 range; NULL = "10.88.0.0/16" */
         bool full_disabled;     /* refuse full mode (config network.full: false) */
+        /* egress proxy tunnels of one app at once; 0 = the proxy's default */
+        int64_t proxy_max_per_app;
 } ab_net_opts;
 
 int ab_net_new(const ab_net_opts *o, ab_net **out, ab_err **err);

@@ -34,8 +34,18 @@ typedef struct conn {
         struct conn *next;
 } conn;
 
+/* The tunnels of one app's boxes (the admin's boxes, of no app, share one). */
+typedef struct app_ent {
+        char *app; /* "" for boxes of no app */
+        size_t n_conns;
+        uint64_t warned_s; /* when "at its cap" was last logged (once a minute at most) */
+        int refs;          /* one per box_ent */
+        struct app_ent *next;
+} app_ent;
+
 typedef struct box_ent {
         char *id, *app;
+        app_ent *ae; /* its app's count (a reference) */
         pid_t pid;
         int lfd;
         uint64_t key; /* epoll data: identifies this listener incarnation */
@@ -57,6 +67,7 @@ struct ab_proxy {
         pthread_mutex_t lock;
         pthread_cond_t idle; /* signalled when a connection thread ends */
         box_ent *boxes;
+        app_ent *apps;
         size_t threads; /* connection threads alive */
         uint64_t next_key;
         int ep, wake[2];
@@ -91,10 +102,48 @@ static void cut_conns(box_ent *b)
         }
 }
 
-static void unref_box(box_ent *b)
+/* Locked: the count of app's tunnels, made on first use (a reference). */
+static app_ent *app_ref(ab_proxy *p, const char *app)
+{
+        const char *key = app ? app : "";
+        app_ent *a = p->apps;
+        while (a && strcmp(a->app, key))
+                a = a->next;
+        if (!a) {
+                a = xzalloc(sizeof(*a));
+                a->app = xstrdup(key);
+                a->next = p->apps;
+                p->apps = a;
+        }
+        a->refs++;
+        return a;
+}
+
+static void app_unref(ab_proxy *p, app_ent *a)
+{
+        if (--a->refs > 0)
+                return;
+        for (app_ent **pp = &p->apps; *pp; pp = &(*pp)->next)
+                if (*pp == a) {
+                        *pp = a->next;
+                        break;
+                }
+        free(a->app);
+        free(a);
+}
+
+/* Locked: whether b may take one more tunnel (its own cap and its app's). */
+static bool box_has_room(ab_proxy *p, const box_ent *b)
+{
+        return b->n_conns < (size_t)p->o.max_conns_per_box &&
+               b->ae->n_conns < (size_t)p->o.max_conns_per_app;
+}
+
+static void unref_box(ab_proxy *p, box_ent *b)
 {
         if (--b->refs > 0)
                 return;
+        app_unref(p, b->ae);
         ab_netpol_clear(&b->pol);
         free(b->id);
         free(b->app);
@@ -115,7 +164,7 @@ static void remove_box(ab_proxy *p, box_ent *b)
                 b->lfd = -1;
         }
         cut_conns(b);
-        unref_box(b);
+        unref_box(p, b);
 }
 
 /* ---- events ----------------------------------------------------------- */
@@ -785,18 +834,19 @@ static void *conn_main(void *arg)
                         break;
                 }
         j->b->n_conns--;
+        j->b->ae->n_conns--;
         p->threads--;
-        /* room again: listeners paused at a cap (this box's, or everyone's
-         * when the global one was hit) are watched again */
+        /* room again: listeners paused at a cap (this box's, its app's, or
+         * everyone's when the global one was hit) are watched again */
         for (box_ent *b = p->boxes; b; b = b->next)
-                if (b->paused && b->lfd >= 0 && b->n_conns < (size_t)p->o.max_conns_per_box) {
+                if (b->paused && b->lfd >= 0 && box_has_room(p, b)) {
                         struct epoll_event ev = {.events = EPOLLIN, .data.u64 = b->key};
                         epoll_ctl(p->ep, EPOLL_CTL_MOD, b->lfd, &ev);
                         b->paused = false;
                 }
         close(j->c->cfd);
         free(j->c);
-        unref_box(j->b);
+        unref_box(p, j->b);
         pthread_cond_broadcast(&p->idle);
         pthread_mutex_unlock(&p->lock);
         free(j);
@@ -809,8 +859,7 @@ static void accept_on(ab_proxy *p, uint64_t key)
         box_ent *b = p->boxes;
         while (b && b->key != key)
                 b = b->next;
-        while (b && b->lfd >= 0 && b->n_conns < (size_t)p->o.max_conns_per_box &&
-               p->threads < MAX_THREADS) {
+        while (b && b->lfd >= 0 && box_has_room(p, b) && p->threads < MAX_THREADS) {
                 int fd = accept4(b->lfd, NULL, NULL, SOCK_CLOEXEC);
                 if (fd < 0)
                         break;
@@ -822,6 +871,7 @@ static void accept_on(ab_proxy *p, uint64_t key)
                 c->next = b->conns;
                 b->conns = c;
                 b->n_conns++;
+                b->ae->n_conns++;
                 b->refs++;
                 p->threads++;
                 job *j = xmalloc(sizeof(*j));
@@ -834,6 +884,7 @@ static void accept_on(ab_proxy *p, uint64_t key)
                 if (pthread_create(&t, &at, conn_main, j)) {
                         b->conns = c->next;
                         b->n_conns--;
+                        b->ae->n_conns--;
                         b->refs--;
                         p->threads--;
                         close(fd);
@@ -842,13 +893,21 @@ static void accept_on(ab_proxy *p, uint64_t key)
                 }
                 pthread_attr_destroy(&at);
         }
-        if (b && b->lfd >= 0 && !b->paused &&
-            (b->n_conns >= (size_t)p->o.max_conns_per_box || p->threads >= MAX_THREADS)) {
+        if (b && b->lfd >= 0 && !b->paused && (!box_has_room(p, b) || p->threads >= MAX_THREADS)) {
                 /* level-triggered: leaving it armed would spin; the next
                  * connection to end re-arms it */
                 struct epoll_event ev = {.events = 0, .data.u64 = b->key};
                 epoll_ctl(p->ep, EPOLL_CTL_MOD, b->lfd, &ev);
                 b->paused = true;
+                uint64_t now_s = ab_now_ms() / 1000;
+                if (b->ae->n_conns >= (size_t)p->o.max_conns_per_app &&
+                    now_s >= b->ae->warned_s + 60) {
+                        b->ae->warned_s = now_s;
+                        ab_log(AB_LOG_WARN,
+                               "egress proxy: an app is at its tunnel cap, its boxes wait "
+                               "(network_proxy_max_per_app)",
+                               "app", b->app ? b->app : "", "box", b->id, NULL);
+                }
         }
         pthread_mutex_unlock(&p->lock);
 }
@@ -882,8 +941,10 @@ int ab_proxy_new(const ab_proxy_opts *o, ab_proxy **out, ab_err **err)
 {
         ab_proxy *p = xzalloc(sizeof(*p));
         p->o = *o;
-        if (!p->o.max_conns_per_box)
+        if (p->o.max_conns_per_box <= 0)
                 p->o.max_conns_per_box = 256;
+        if (p->o.max_conns_per_app <= 0)
+                p->o.max_conns_per_app = AB_PROXY_MAX_CONNS_PER_APP;
         if (!p->o.connect_timeout_ms)
                 p->o.connect_timeout_ms = 10000;
         if (!p->o.idle_timeout_ms)
@@ -952,6 +1013,7 @@ void ab_proxy_attach(ab_proxy *p, const char *box, const char *app, pid_t pid, i
         b->refs = 1;
         ab_netpol_copy(pol, &b->pol);
         pthread_mutex_lock(&p->lock);
+        b->ae = app_ref(p, app);
         box_ent *old = find_box(p, box);
         if (old)
                 remove_box(p, old);

@@ -21,6 +21,8 @@
 #include <sys/types.h>
 
 #define AB_PROXY_PORT 3128
+/* Tunnels of one app at once, by default: a quarter of the proxy's 4096. */
+#define AB_PROXY_MAX_CONNS_PER_APP 1024
 
 typedef struct ab_proxy ab_proxy;
 
@@ -31,6 +33,11 @@ typedef struct ab_proxy_opts {
         int max_conns_per_box;   /* 0 = 256; more wait in the listener's backlog */
         long connect_timeout_ms; /* 0 = 10000 */
         long idle_timeout_ms;    /* a tunnel quiet this long is closed; 0 = 600000 */
+        /* The tunnels of all the boxes of one app (boxes of no app count as
+         * one app): 0 = AB_PROXY_MAX_CONNS_PER_APP. More wait in their
+         * boxes' backlogs, so that one app cannot take every tunnel (4096 at
+         * most in all) from the others. */
+        int max_conns_per_app;
 } ab_proxy_opts;
 
 int ab_proxy_new(const ab_proxy_opts *o, ab_proxy **out, ab_err **err);

@@ -85,6 +85,7 @@ static void test_defaults(void)
         TAP_IS_INT(c.max_streams, 1000, "default max_streams");
         TAP_IS_INT(c.max_streams_per_address, 128, "default max_streams_per_address");
         TAP_IS_INT(c.max_requests, 512, "default max_requests");
+        TAP_IS_INT(c.network_proxy_max_per_app, 1024, "default network_proxy_max_per_app");
         TAP_IS_INT(c.limits.memory_mib, AB_DEFAULT_MEMORY_MIB, "default limits");
         tap_ok(c.n_keys == 0 && !c.keys, "no API keys");
         _cleanup_free_ char *m = validate_err(&c);
@@ -117,6 +118,7 @@ static const char full[] = "# agentbox config\n"
                            "max_streams: 30\n"
                            "max_streams_per_address: 3\n"
                            "max_requests: 40\n"
+                           "network_proxy_max_per_app: 64\n"
                            "limits:\n"
                            "  cpus: 2.5\n"
                            "  memory: 2G\n"
@@ -162,6 +164,7 @@ static void test_full_file(void)
         TAP_IS_INT(c.max_streams, 30, "max_streams");
         TAP_IS_INT(c.max_streams_per_address, 3, "max_streams_per_address");
         TAP_IS_INT(c.max_requests, 40, "max_requests");
+        TAP_IS_INT(c.network_proxy_max_per_app, 64, "network_proxy_max_per_app");
         tap_ok(c.limits.cpus == 2.5, "limits.cpus");
         TAP_IS_INT(c.limits.memory_mib, 2048, "limits.memory 2G");
         TAP_IS_INT(c.limits.pids, 1000, "limits.pids");
@@ -235,6 +238,14 @@ static void test_ports(void)
                         tap_ok(!m, "%s: valid (%s)", cases[i].domain, m ? m : "ok");
                 ab_config_release(&c);
         }
+        /* the egress proxy's cap per app: 0 would let no app's box out */
+        ab_config c;
+        ab_config_default(&c);
+        c.network_proxy_max_per_app = 0;
+        _cleanup_free_ char *m = validate_err(&c);
+        tap_ok(m && strstr(m, "network_proxy_max_per_app"),
+               "network_proxy_max_per_app 0: refused (%s)", m ? m : "accepted");
+        ab_config_release(&c);
 }
 
 /* backend names one of the two; docker_host is a unix:// socket; both

@@ -1341,6 +1341,72 @@ static void test_proxy_cap(void)
         ab_netpol_clear(&pol);
 }
 
+/* Sends a request the policy denies on fd; true when the proxy answers 403
+ * within ms (it served the connection), false when nothing comes. */
+static bool answered_403(int fd, int ms)
+{
+        static const char req[] = "GET http://denied.test/ HTTP/1.1\r\n\r\n";
+        if (fd < 0 || write(fd, req, sizeof(req) - 1) != (ssize_t)sizeof(req) - 1)
+                return false;
+        struct pollfd pf = {.fd = fd, .events = POLLIN};
+        if (poll(&pf, 1, ms) != 1)
+                return false;
+        char buf[64] = "";
+        return read(fd, buf, sizeof(buf) - 1) > 12 && !strncmp(buf, "HTTP/1.1 403 ", 13);
+}
+
+/* One app's boxes together at the app's cap: its further connections wait
+ * (on any of its boxes) while another app's box is served at once; a slot
+ * freed by the app lets its waiting connection in. */
+static void test_proxy_app_cap(void)
+{
+        ab_proxy_opts o = {.max_conns_per_box = 3, .max_conns_per_app = 4};
+        ab_proxy *px = NULL;
+        _cleanup_err_ ab_err *err = NULL;
+        TAP_IS_INT(ab_proxy_new(&o, &px, &err), 0, "ab_proxy_new with 3 a box, 4 an app");
+        if (!px)
+                return;
+        ab_netpol pol;
+        TAP_IS_INT(parse_pol("{\"mode\": \"allowlist\", \"allow\": [\"up.test\"]}", &pol, &err), 0,
+                   "app cap policy parses");
+        int pa1 = 0, pa2 = 0, pb = 0;
+        ab_proxy_attach(px, "a1", "appa", 1, tcp_listen("127.0.0.1", &pa1), &pol);
+        ab_proxy_attach(px, "a2", "appa", 2, tcp_listen("127.0.0.1", &pa2), &pol);
+        ab_proxy_attach(px, "b1", "appb", 3, tcp_listen("127.0.0.1", &pb), &pol);
+        int idle[4];
+        for (int i = 0; i < 4; i++) /* 3 on a1 (its cap), 1 on a2: appa's 4 */
+                idle[i] = tcp_connect("127.0.0.1", i < 3 ? pa1 : pa2);
+        size_t nb = 0, nc = 0;
+        for (int i = 0; i < 200 && nc < 4; i++) {
+                usleep(10000);
+                ab_proxy_counts(px, &nb, &nc);
+        }
+        TAP_IS_INT(nc, 4, "appa's idle connections take its 4 slots");
+        int waiting = tcp_connect("127.0.0.1", pa2);
+        tap_ok(!answered_403(waiting, 700),
+               "appa at its cap: a connection to its box under that box's own cap waits");
+        int other = tcp_connect("127.0.0.1", pb);
+        tap_ok(answered_403(other, 2000), "appb's box is served at once meanwhile");
+        ab_proxy_counts(px, &nb, &nc);
+        TAP_IS_INT(nc, 5, "appa's 4 and appb's 1 (none of appa's beyond its cap)");
+        close(idle[0]);
+        char buf[64] = "";
+        struct pollfd pf = {.fd = waiting, .events = POLLIN};
+        ssize_t k =
+            waiting >= 0 && poll(&pf, 1, 2000) == 1 ? read(waiting, buf, sizeof(buf) - 1) : -1;
+        tap_ok(k > 12 && !strncmp(buf, "HTTP/1.1 403 ", 13),
+               "a slot freed by appa lets its waiting connection in (on its other box)");
+        for (int i = 1; i < 4; i++)
+                if (idle[i] >= 0)
+                        close(idle[i]);
+        if (waiting >= 0)
+                close(waiting);
+        if (other >= 0)
+                close(other);
+        ab_proxy_free(px);
+        ab_netpol_clear(&pol);
+}
+
 static void test_proxy(void)
 {
         if (!kid.veth_up) {
@@ -1530,6 +1596,7 @@ int main(void)
                 test_veth();
                 test_proxy();
                 test_proxy_cap();
+                test_proxy_app_cap();
                 test_link_del();
         }
         kid_teardown();
