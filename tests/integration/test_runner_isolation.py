@@ -81,6 +81,7 @@ def main():
     o = _os()
     system_helper.fs.write_file('secret.txt', 'SECRET-%s')
     fd = o.open('%s.tmp', o.O_WRONLY | o.O_CREAT, 0o644)
+    o.fchmod(fd, 0o644)  # a run's umask is 077: B may read this one
     o.write(fd, json.dumps({'dir': system_helper.fs.tmp_dir, 'pid': o.getpid(),
                             'uid': o.getuid()}).encode())
     o.close(fd)
