@@ -825,53 +825,58 @@ def _remove_owned(paths):
         subprocess.run(['rm', '-rf', '--'] + left, stderr=subprocess.DEVNULL, check=False)
 
 
-def _sweep_ipc(uid):
-    """Removes the System V shared memory segments, semaphore sets and
-    message queues uid made or owns (the caller is uid: IPC_RMID needs the
-    owner or the creator)."""
-    import ctypes
-    libc = ctypes.CDLL(None, use_errno=True)
-    ipc_rmid = 0
-    removers = {
-        'shm': lambda i: libc.shmctl(i, ipc_rmid, None),
-        'sem': lambda i: libc.semctl(i, 0, ipc_rmid),
-        'msg': lambda i: libc.msgctl(i, ipc_rmid, None),
-    }
-    for kind, remove in removers.items():
-        try:
-            with open('/proc/sysvipc/' + kind) as f:
-                lines = f.read().splitlines()
-        except OSError:
-            continue
-        if not lines:
-            continue
-        cols = lines[0].split()
-        for line in lines[1:]:
-            row = dict(zip(cols, line.split()))
-            try:
-                if uid in (int(row['uid']), int(row['cuid'])):
-                    remove(int(row[cols[1]]))
-            except (KeyError, ValueError):
-                continue
+def _ipc_table(kind):
+    """The rows of /proc/sysvipc/KIND as dicts (column name -> text), and
+    the name of its id column."""
+    try:
+        with open('/proc/sysvipc/' + kind) as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return [], None
+    if not lines:
+        return [], None
+    cols = lines[0].split()
+    return [dict(zip(cols, line.split())) for line in lines[1:]], cols[1]
 
 
 def _ipc_uids():
     uids = set()
     for kind in ('shm', 'sem', 'msg'):
-        try:
-            with open('/proc/sysvipc/' + kind) as f:
-                lines = f.read().splitlines()
-        except OSError:
-            continue
-        cols = lines[0].split() if lines else []
-        for line in lines[1:]:
-            row = dict(zip(cols, line.split()))
+        rows, _ = _ipc_table(kind)
+        for row in rows:
             for k in ('uid', 'cuid'):
                 try:
                     uids.add(int(row[k]))
                 except (KeyError, ValueError):
                     pass
     return uids
+
+
+def _sweep_ipc(uid):
+    """Removes the System V shared memory segments, semaphore sets and
+    message queues uid made or owns (the caller is uid: IPC_RMID needs the
+    owner or the creator). ctypes is loaded only when there is one."""
+    mine = []
+    for kind in ('shm', 'sem', 'msg'):
+        rows, id_col = _ipc_table(kind)
+        for row in rows:
+            try:
+                if uid in (int(row['uid']), int(row['cuid'])):
+                    mine.append((kind, int(row[id_col])))
+            except (KeyError, ValueError):
+                continue
+    if not mine:
+        return
+    import ctypes
+    libc = ctypes.CDLL(None, use_errno=True)
+    ipc_rmid = 0
+    for kind, ipc_id in mine:
+        if kind == 'shm':
+            libc.shmctl(ipc_id, ipc_rmid, None)
+        elif kind == 'sem':
+            libc.semctl(ipc_id, 0, ipc_rmid)
+        else:
+            libc.msgctl(ipc_id, ipc_rmid, None)
 
 
 def _sweep(uid):
