@@ -903,9 +903,28 @@ def _sweep(uid):
     os._exit(0)
 
 
+def _live_uids():
+    """The real uids of the box's processes (a run of an earlier zygote may
+    still be going: the host ends and sweeps it)."""
+    uids = set()
+    for name in os.listdir('/proc'):
+        if not name.isdigit():
+            continue
+        try:
+            with open('/proc/%s/status' % name) as f:
+                for line in f:
+                    if line.startswith('Uid:'):
+                        uids.add(int(line.split()[1]))
+                        break
+        except (OSError, ValueError, IndexError):
+            continue
+    return uids
+
+
 def _sweep_all():
     """At start: what runs of an earlier zygote (a server restart, a crash)
-    left, for every uid but root's; waits for the sweeps."""
+    left, for every uid but root's and those with a live process; waits for
+    the sweeps."""
     uids = _ipc_uids()
     for place in SHARED_WRITABLE:
         try:
@@ -918,6 +937,7 @@ def _sweep_all():
         except OSError:
             pass
     uids.discard(0)
+    uids -= _live_uids()
     for uid in sorted(uids):
         pid = _sweep(uid)
         if pid:
@@ -925,6 +945,32 @@ def _sweep_all():
                 os.waitpid(pid, 0)
             except ChildProcessError:
                 pass
+
+
+def _remove_dead_zygote_dirs(base):
+    """Socket directories of earlier zygotes (killed before they could
+    remove theirs) whose socket no longer answers."""
+    import socket
+    try:
+        entries = list(os.scandir(base))
+    except OSError:
+        return
+    for e in entries:
+        try:
+            if (not e.name.startswith('agentbox-zygote-') or not e.is_dir(follow_symlinks=False) or
+                    e.stat(follow_symlinks=False).st_uid != 0):
+                continue
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            try:
+                s.connect(os.path.join(e.path, 'sock'))
+                continue  # a live zygote
+            except (ConnectionRefusedError, FileNotFoundError):
+                pass
+            finally:
+                s.close()
+            shutil.rmtree(e.path, ignore_errors=True)
+        except OSError:
+            continue
 
 
 def _zygote(argv):
@@ -941,6 +987,7 @@ def _zygote(argv):
         js_argv = None
     base = os.environ.get('TMPDIR') or '/tmp'
     _sweep_all()
+    _remove_dead_zygote_dirs(base)
     sockdir = tempfile.mkdtemp(prefix='agentbox-zygote-', dir=base)
     os.chmod(sockdir, 0o700)
     path = os.path.join(sockdir, 'sock')

@@ -5,7 +5,9 @@ the box is the boundary) a snippet writes into every directory of the box it
 can write to (/tmp, /var/tmp, /dev/shm, ...), makes System V shared memory,
 message queues and semaphores and a POSIX message queue, all readable to
 anyone; a later run (another tenant's, with another or the same uid) then
-looks for them. Then 1,000 runs each leave files in the shared temp places,
+looks for them, also after a server restart that cut a run short (uids
+start again from the first). Then 1,000 runs each leave files in the shared
+temp places,
 and the box's tmpfs use, its memory cgroup and its IPC objects must not
 grow. Each check passes only when the attack fails."""
 import glob
@@ -197,6 +199,56 @@ for attempt in range(3):
     h.ok(seen == [], "later run %d (uid %s) finds nothing of the earlier run" % (attempt + 1, got.get("uid")),
          "%s %s" % (seen, r.describe()[:400]))
     time.sleep(0.5)
+
+# ---- across a server restart (uids start again from the first) ---------------------------
+# A run plants a private file and is still going when the server is killed:
+# it is never told "ended". After the restart the uids are handed out from
+# the first again, so a later run may be the planter's uid and read even a
+# 0600 file; the new zygote sweeps what runs of the old one left.
+STALE = "STALE-CANARY-" + secrets.token_hex(8)
+PLANT_STALE = BYPASS + """
+def main():
+    o = _os()
+    for p in ('/tmp', '/dev/shm', '/var/tmp'):
+        fd = o.open(p + '/stale-%%d' %% o.getuid(), 0o101, 0o600)
+        o.write(fd, b'%s')
+        o.close(fd)
+    fd = o.open('/tmp/stale-planted', 0o101, 0o644)
+    o.close(fd)
+    time.sleep(1.5)
+    return 1
+""" % STALE
+LOOK_STALE = BYPASS + """
+def main():
+    o = _os()
+    seen = []
+    for p in ('/tmp', '/dev/shm', '/var/tmp'):
+        for n in o.listdir(p):
+            if n.startswith('stale-'):
+                try:
+                    fd = o.open(p + '/' + n, 0)
+                    seen.append('%s/%s: %s' % (p, n, o.read(fd, 100).decode()))
+                    o.close(fd)
+                except OSError as e:
+                    seen.append('%s/%s: %s' % (p, n, e.strerror))
+    return {'uid': o.getuid(), 'seen': seen}
+"""
+planter = threading.Thread(target=lambda: py(PLANT_STALE, timeout=15))
+planter.start()
+time.sleep(1.0)
+S.kill9()
+planter.join()
+time.sleep(1.0)  # the planter's process exits (its connection is gone)
+why = S.start()
+h.ok(why is None, "the server starts again", why)
+stale_seen = []
+for attempt in range(3):
+    r = py(LOOK_STALE)
+    got = ret(r) or {}
+    stale_seen += got.get("seen") or ["(no answer: %s)" % r.describe()[:200]]
+    h.diag("after the restart, uid %s" % got.get("uid"))
+h.eq([x for x in stale_seen if STALE in x or "stale-" in x], [],
+     "after a restart no run finds what a run of the old server left (uids are reused)")
 
 # ---- 1,000 runs leave no memory behind ------------------------------------------------------
 MEASURE = BYPASS + """
