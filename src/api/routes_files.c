@@ -172,12 +172,13 @@ static int zip_add(file_job *j, const char *dir, const char *rel, const abc_stat
                         break;
                 }
                 ab_err *e = NULL;
-                int fd = ab_manager_use_connect(j->srv->mgr, &j->use, &e);
+                /* at most the listed size: a file that grows meanwhile (a log)
+                 * cannot keep the zip from ending */
+                int fd = st->size > 0 ? ab_manager_use_connect(j->srv->mgr, &j->use, &e) : -1;
                 if (fd >= 0) {
-                        /* A file that changed size meanwhile is cut/padded by
-                         * libarchive; one swapped for a symlink since it was
-                         * listed is not read through it (its entry is zeros). */
-                        if (abc_read_beneath(fd, dir, rel, zip_data, j, &e) < 0)
+                        /* One swapped for a symlink since it was listed is not
+                         * read through it (its entry is empty). */
+                        if (abc_read_beneath(fd, dir, rel, st->size, zip_data, j, &e) < 0)
                                 ab_log(AB_LOG_WARN, "zip: cannot read a file", "box", j->use.rec.id,
                                        "dir", dir, "path", name, "error", e->msg, NULL);
                         close(fd);

@@ -430,8 +430,8 @@ int abc_read(int fd, const char *path, uint64_t offset, uint64_t length, abc_out
         return read_req(fd, &m, out, ud, err);
 }
 
-int abc_read_beneath(int fd, const char *dir, const char *rel, abc_output_fn out, void *ud,
-                     ab_err **err)
+int abc_read_beneath(int fd, const char *dir, const char *rel, uint64_t length, abc_output_fn out,
+                     void *ud, ab_err **err)
 {
         if (!abc_path_is_safe(rel))
                 return ab_err_set(err, AB_E_INVALID, 0, "not a relative path beneath %s", dir);
@@ -442,7 +442,7 @@ int abc_read_beneath(int fd, const char *dir, const char *rel, abc_output_fn out
         while (dl > 1 && dir[dl - 1] == '/')
                 dl--;
         _cleanup_free_ char *path = xasprintf("%.*s/%s", (int)dl, dir, rel);
-        abp_file_req m = {.path = path, .flags = ABP_R_NOFOLLOW, .depth = comps};
+        abp_file_req m = {.path = path, .length = length, .flags = ABP_R_NOFOLLOW, .depth = comps};
         return read_req(fd, &m, out, ud, err);
 }
 
