@@ -725,7 +725,8 @@ HELLO_MAX = 4096
 # writable to run uids; tests/attack/test_runner_leftovers.py looks for any
 # other). After a run ends the sweep removes what its uid left there.
 SHARED_WRITABLE = ('/tmp', '/var/tmp', '/dev/shm')
-SWEEP_MAX_ENTRIES = 200000  # entries looked at per sweep
+SWEEP_MAX_ENTRIES = 200000  # entries looked at per pass of a sweep
+SWEEP_MAX_PASSES = 50       # passes, while a pass stopped at that many
 SWEEP_MAX_DEPTH = 64        # directories of other owners walked into
 
 
@@ -768,7 +769,8 @@ def _zygote_child(conn, hello, tmpdir, js_argv):
 
 def _owned_paths(uid):
     """The topmost entries owned by uid under the shared writable places,
-    as far as uid can read them."""
+    as far as uid can read them, and whether the walk stopped at
+    SWEEP_MAX_ENTRIES (then there may be more)."""
     import stat as st_mod
     found = []
     budget = SWEEP_MAX_ENTRIES
@@ -790,7 +792,7 @@ def _owned_paths(uid):
                 found.append(e.path)
             elif st_mod.S_ISDIR(st.st_mode) and depth < SWEEP_MAX_DEPTH:
                 stack.append((e.path, depth + 1))
-    return found
+    return found, budget <= 0
 
 
 def _remove_owned(paths):
@@ -896,7 +898,11 @@ def _sweep(uid):
         os.setgid(uid)
         os.setuid(uid)
         os.chdir('/')
-        _remove_owned(_owned_paths(uid))
+        for _ in range(SWEEP_MAX_PASSES):
+            found, more = _owned_paths(uid)
+            _remove_owned(found)
+            if not more:
+                break
         _sweep_ipc(uid)
     except BaseException:  # noqa: B902 - a child must never return to the zygote
         pass
