@@ -183,6 +183,12 @@ def _setup_process(uid, tmpdir=None):
     if tmpdir is None:
         tmpdir = _make_tmpdir(uid)
     if uid is not None and os.geteuid() == 0:
+        # POSIX message queues outlive their process and cannot be listed
+        # without an mqueue mount, so no sweep could find them: a run may
+        # create none (the kernel charges a queue to this limit).
+        resource.setrlimit(resource.RLIMIT_MSGQUEUE, (0, 0))
+        # what it writes past its temp dir is its own, even while it runs
+        os.umask(0o077)
         os.setgroups([])
         os.setgid(uid)
         os.setuid(uid)
@@ -714,6 +720,15 @@ ZYGOTE_PRELOAD = (
 )
 HELLO_MAX = 4096
 
+# Where a run's uid can write besides its own temp dir: the box's shared
+# temp places (the runner box's /workspace and every other directory are not
+# writable to run uids; tests/attack/test_runner_leftovers.py looks for any
+# other). After a run ends the sweep removes what its uid left there.
+SHARED_WRITABLE = ('/tmp', '/var/tmp', '/dev/shm')
+SWEEP_MAX_ENTRIES = 200000  # entries looked at per pass of a sweep
+SWEEP_MAX_PASSES = 50       # passes, while a pass stopped at that many
+SWEEP_MAX_DEPTH = 64        # directories of other owners walked into
+
 
 def _zygote_arg(argv, name):
     for i, a in enumerate(argv):
@@ -752,6 +767,218 @@ def _zygote_child(conn, hello, tmpdir, js_argv):
     os._exit(1)
 
 
+def _owned_paths(uid):
+    """The topmost entries owned by uid under the shared writable places,
+    as far as uid can read them, and whether the walk stopped at
+    SWEEP_MAX_ENTRIES (then there may be more)."""
+    import stat as st_mod
+    found = []
+    budget = SWEEP_MAX_ENTRIES
+    stack = [(p, 0) for p in SHARED_WRITABLE]
+    while stack and budget > 0:
+        d, depth = stack.pop()
+        try:
+            with os.scandir(d) as it:
+                entries = list(it)
+        except OSError:
+            continue
+        for e in entries:
+            budget -= 1
+            try:
+                st = e.stat(follow_symlinks=False)
+            except OSError:
+                continue
+            if st.st_uid == uid:
+                found.append(e.path)
+            elif st_mod.S_ISDIR(st.st_mode) and depth < SWEEP_MAX_DEPTH:
+                stack.append((e.path, depth + 1))
+    return found, budget <= 0
+
+
+def _remove_owned(paths):
+    """Removes paths (files or trees of the caller), whatever their modes."""
+    def fix(func, path, _exc):
+        # a directory the run made unreadable or unwritable: its owner may
+        # change that
+        try:
+            os.chmod(os.path.dirname(path), 0o700)
+            if os.path.isdir(path) and not os.path.islink(path):
+                os.chmod(path, 0o700)
+            func(path)
+        except OSError:
+            pass
+    left = []
+    for p in paths:
+        try:
+            if os.path.isdir(p) and not os.path.islink(p):
+                os.chmod(p, 0o700)
+                shutil.rmtree(p, onerror=fix)
+            else:
+                os.unlink(p)
+        except (OSError, RecursionError):
+            pass
+        if os.path.lexists(p):
+            left.append(p)
+    if left:
+        # deeper than Python recurses: the tools take any depth
+        import subprocess
+        subprocess.run(['chmod', '-R', 'u+rwx', '--'] + left, stderr=subprocess.DEVNULL,
+                       check=False)
+        subprocess.run(['rm', '-rf', '--'] + left, stderr=subprocess.DEVNULL, check=False)
+
+
+def _ipc_table(kind):
+    """The rows of /proc/sysvipc/KIND as dicts (column name -> text), and
+    the name of its id column."""
+    try:
+        with open('/proc/sysvipc/' + kind) as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return [], None
+    if not lines:
+        return [], None
+    cols = lines[0].split()
+    return [dict(zip(cols, line.split())) for line in lines[1:]], cols[1]
+
+
+def _ipc_uids():
+    uids = set()
+    for kind in ('shm', 'sem', 'msg'):
+        rows, _ = _ipc_table(kind)
+        for row in rows:
+            for k in ('uid', 'cuid'):
+                try:
+                    uids.add(int(row[k]))
+                except (KeyError, ValueError):
+                    pass
+    return uids
+
+
+def _sweep_ipc(uid):
+    """Removes the System V shared memory segments, semaphore sets and
+    message queues uid made or owns (the caller is uid: IPC_RMID needs the
+    owner or the creator). ctypes is loaded only when there is one."""
+    mine = []
+    for kind in ('shm', 'sem', 'msg'):
+        rows, id_col = _ipc_table(kind)
+        for row in rows:
+            try:
+                if uid in (int(row['uid']), int(row['cuid'])):
+                    mine.append((kind, int(row[id_col])))
+            except (KeyError, ValueError):
+                continue
+    if not mine:
+        return
+    import ctypes
+    libc = ctypes.CDLL(None, use_errno=True)
+    ipc_rmid = 0
+    for kind, ipc_id in mine:
+        if kind == 'shm':
+            libc.shmctl(ipc_id, ipc_rmid, None)
+        elif kind == 'sem':
+            libc.semctl(ipc_id, 0, ipc_rmid)
+        else:
+            libc.msgctl(ipc_id, ipc_rmid, None)
+
+
+def _sweep(uid):
+    """Forks a child that becomes uid and removes everything uid left behind:
+    its entries in the shared writable places and its System V IPC objects.
+    As uid it can remove only what the run itself could have removed, so a
+    link another run plants cannot turn the sweep against anything else.
+    Returns the child's pid (0 when the fork failed)."""
+    try:
+        pid = os.fork()
+    except OSError:
+        return 0
+    if pid:
+        return pid
+    try:
+        os.setgroups([])
+        os.setgid(uid)
+        os.setuid(uid)
+        os.chdir('/')
+        for _ in range(SWEEP_MAX_PASSES):
+            found, more = _owned_paths(uid)
+            _remove_owned(found)
+            if not more:
+                break
+        _sweep_ipc(uid)
+    except BaseException:  # noqa: B902 - a child must never return to the zygote
+        pass
+    os._exit(0)
+
+
+def _live_uids():
+    """The real uids of the box's processes (a run of an earlier zygote may
+    still be going: the host ends and sweeps it)."""
+    uids = set()
+    for name in os.listdir('/proc'):
+        if not name.isdigit():
+            continue
+        try:
+            with open('/proc/%s/status' % name) as f:
+                for line in f:
+                    if line.startswith('Uid:'):
+                        uids.add(int(line.split()[1]))
+                        break
+        except (OSError, ValueError, IndexError):
+            continue
+    return uids
+
+
+def _sweep_all():
+    """At start: what runs of an earlier zygote (a server restart, a crash)
+    left, for every uid but root's and those with a live process; waits for
+    the sweeps."""
+    uids = _ipc_uids()
+    for place in SHARED_WRITABLE:
+        try:
+            with os.scandir(place) as it:
+                for e in it:
+                    try:
+                        uids.add(e.stat(follow_symlinks=False).st_uid)
+                    except OSError:
+                        pass
+        except OSError:
+            pass
+    uids.discard(0)
+    uids -= _live_uids()
+    for uid in sorted(uids):
+        pid = _sweep(uid)
+        if pid:
+            try:
+                os.waitpid(pid, 0)
+            except ChildProcessError:
+                pass
+
+
+def _remove_dead_zygote_dirs(base):
+    """Socket directories of earlier zygotes (killed before they could
+    remove theirs) whose socket no longer answers."""
+    import socket
+    try:
+        entries = list(os.scandir(base))
+    except OSError:
+        return
+    for e in entries:
+        try:
+            if (not e.name.startswith('agentbox-zygote-') or not e.is_dir(follow_symlinks=False) or
+                    e.stat(follow_symlinks=False).st_uid != 0):
+                continue
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            try:
+                s.connect(os.path.join(e.path, 'sock'))
+                continue  # a live zygote
+            except (ConnectionRefusedError, FileNotFoundError):
+                pass
+            finally:
+                s.close()
+            shutil.rmtree(e.path, ignore_errors=True)
+        except OSError:
+            continue
+
+
 def _zygote(argv):
     import select
     import socket
@@ -765,6 +992,8 @@ def _zygote(argv):
     if not all(js_argv):
         js_argv = None
     base = os.environ.get('TMPDIR') or '/tmp'
+    _sweep_all()
+    _remove_dead_zygote_dirs(base)
     sockdir = tempfile.mkdtemp(prefix='agentbox-zygote-', dir=base)
     os.chmod(sockdir, 0o700)
     path = os.path.join(sockdir, 'sock')
@@ -783,7 +1012,8 @@ def _zygote(argv):
             r, _, _ = select.select([ls, 0], [], [])
             if 0 in r:
                 # {"ended": UID}: the host has ended the run's processes; its
-                # temp dir goes (a killed run could not remove it itself).
+                # temp dir goes (a killed run could not remove it itself), and
+                # the sweep removes whatever else the uid left.
                 data = os.read(0, 65536)
                 if not data:
                     break  # the host is gone
@@ -791,11 +1021,16 @@ def _zygote(argv):
                 while b'\n' in inbuf:
                     line, inbuf = inbuf.split(b'\n', 1)
                     try:
-                        d = dirs.pop(json.loads(line.decode('utf-8')).get('ended'), None)
+                        ended = json.loads(line.decode('utf-8')).get('ended')
                     except (ValueError, AttributeError, TypeError):
-                        d = None
+                        ended = None
+                    if (not isinstance(ended, int) or isinstance(ended, bool) or
+                            not 0 < ended < 2 ** 31):
+                        continue
+                    d = dirs.pop(ended, None)
                     if d:
                         shutil.rmtree(d, ignore_errors=True)
+                    _sweep(ended)
             if ls not in r:
                 continue
             try:

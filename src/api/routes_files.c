@@ -141,11 +141,15 @@ static int zip_data(void *ud, int stream, const void *buf, size_t len)
         return archive_write_data(j->ar, buf, len) < 0 ? -1 : 0;
 }
 
-/* Adds one entry; returns -1 when the archive (the client) is broken. */
-static int zip_add(file_job *j, const char *rel, const char *inbox, const abc_stat *st)
+/* Adds one entry, the file rel beneath dir in the box, stored under rel
+ * escaped (ab_name_escape: no control characters, escape sequences or
+ * backslashes reach whoever lists or unpacks the zip); returns -1 when the
+ * archive (the client) is broken. */
+static int zip_add(file_job *j, const char *dir, const char *rel, const abc_stat *st)
 {
         struct archive_entry *en = archive_entry_new();
-        archive_entry_set_pathname(en, rel);
+        _cleanup_free_ char *name = ab_name_escape(rel, NULL);
+        archive_entry_set_pathname(en, name);
         archive_entry_set_mtime(en, st->mtime, 0);
         archive_entry_set_perm(en, st->mode & 07777);
         int rc = 0;
@@ -168,12 +172,15 @@ static int zip_add(file_job *j, const char *rel, const char *inbox, const abc_st
                         break;
                 }
                 ab_err *e = NULL;
-                int fd = ab_manager_use_connect(j->srv->mgr, &j->use, &e);
+                /* at most the listed size: a file that grows meanwhile (a log)
+                 * cannot keep the zip from ending */
+                int fd = st->size > 0 ? ab_manager_use_connect(j->srv->mgr, &j->use, &e) : -1;
                 if (fd >= 0) {
-                        /* a file that changed size meanwhile is cut/padded by libarchive */
-                        if (abc_read(fd, inbox, 0, st->size, zip_data, j, &e) < 0)
+                        /* One swapped for a symlink since it was listed is not
+                         * read through it (its entry is empty). */
+                        if (abc_read_beneath(fd, dir, rel, st->size, zip_data, j, &e) < 0)
                                 ab_log(AB_LOG_WARN, "zip: cannot read a file", "box", j->use.rec.id,
-                                       "path", inbox, "error", e->msg, NULL);
+                                       "dir", dir, "path", name, "error", e->msg, NULL);
                         close(fd);
                 }
                 ab_err_free(&e);
@@ -199,15 +206,17 @@ static void *zip_main(void *arg)
                 goto out;
         }
         if (j->ents) {
-                for (size_t i = 0; i < j->n; i++) {
-                        _cleanup_free_ char *inbox = xasprintf("%s/%s", j->path, j->ents[i].path);
-                        if (zip_add(j, j->ents[i].path, inbox, &j->ents[i].st) < 0)
+                for (size_t i = 0; i < j->n; i++)
+                        if (zip_add(j, j->path, j->ents[i].path, &j->ents[i].st) < 0)
                                 break;
-                }
         } else {
-                const char *base = strrchr(j->path, '/');
-                base = base && base[1] ? base + 1 : j->path;
-                zip_add(j, base, j->path, &j->st);
+                const char *slash = strrchr(j->path, '/');
+                const char *base = slash && slash[1] ? slash + 1 : j->path;
+                _cleanup_free_ char *dir = base == j->path ? xstrdup(".")
+                                           : slash == j->path
+                                               ? xstrdup("/")
+                                               : xstrndup(j->path, (size_t)(slash - j->path));
+                zip_add(j, dir, base, &j->st);
         }
         archive_write_close(j->ar);
 out:

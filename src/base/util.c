@@ -222,3 +222,73 @@ int ab_rm_tree_at(int dfd, const char *name)
                 return -errno;
         return rm_tree_dev(dfd, name, top.st_dev);
 }
+
+/* Length of the valid UTF-8 sequence at s (1..4; overlong forms, surrogates
+ * and code points above U+10FFFF are invalid), or 0. */
+static size_t utf8_len(const unsigned char *s, uint32_t *cp)
+{
+        unsigned char c = s[0];
+        size_t n;
+        uint32_t v, min;
+        if (c < 0x80) {
+                *cp = c;
+                return 1;
+        } else if ((c & 0xe0) == 0xc0) {
+                n = 2, v = c & 0x1f, min = 0x80;
+        } else if ((c & 0xf0) == 0xe0) {
+                n = 3, v = c & 0x0f, min = 0x800;
+        } else if ((c & 0xf8) == 0xf0) {
+                n = 4, v = c & 0x07, min = 0x10000;
+        } else {
+                return 0;
+        }
+        for (size_t i = 1; i < n; i++) {
+                if ((s[i] & 0xc0) != 0x80)
+                        return 0; /* also stops at the terminating NUL */
+                v = (v << 6) | (s[i] & 0x3f);
+        }
+        if (v < min || v > 0x10ffff || (v >= 0xd800 && v <= 0xdfff))
+                return 0;
+        *cp = v;
+        return n;
+}
+
+static bool name_cp_unsafe(uint32_t cp)
+{
+        return cp < 0x20 || cp == 0x7f || cp == '\\' || (cp >= 0x80 && cp <= 0x9f) ||
+               (cp >= 0x202a && cp <= 0x202e) || (cp >= 0x2066 && cp <= 0x2069);
+}
+
+char *ab_name_escape(const char *name, bool *changed)
+{
+        static const char hex[] = "0123456789ABCDEF";
+        const unsigned char *s = (const unsigned char *)name;
+        size_t len = strlen(name);
+        /* at most every byte becomes three */
+        if (len > (SIZE_MAX - 1) / 3)
+                abort();
+        char *out = xmalloc(len * 3 + 1), *o = out;
+        bool any = false;
+        for (size_t i = 0; i < len;) {
+                uint32_t cp = 0;
+                size_t n = utf8_len(s + i, &cp);
+                if (n > 0 && !name_cp_unsafe(cp)) {
+                        memcpy(o, s + i, n);
+                        o += n;
+                        i += n;
+                        continue;
+                }
+                /* an unsafe character: each of its bytes; not UTF-8: this byte */
+                size_t k = n > 0 ? n : 1;
+                for (size_t j = 0; j < k; j++, i++) {
+                        *o++ = '%';
+                        *o++ = hex[s[i] >> 4];
+                        *o++ = hex[s[i] & 15];
+                }
+                any = true;
+        }
+        *o = 0;
+        if (changed)
+                *changed = any;
+        return out;
+}

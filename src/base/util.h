@@ -100,6 +100,16 @@ int ab_read_file(int dirfd, const char *path, char **out, size_t *len) AB_WUR;
 int ab_write_file_atomic(int dirfd, const char *path, const void *data, size_t len,
                          mode_t mode) AB_WUR;
 
+/* A copy of a file name (or a relative path) that is safe to show on a
+ * terminal and to unpack on any system: each byte that is a C0 control
+ * (newline, ESC, ...), DEL, a backslash (a path separator on Windows), not
+ * part of valid UTF-8, or part of a C1 control (U+0080..U+009F: CSI and
+ * friends) or a bidirectional-text control (U+202A..U+202E, U+2066..U+2069)
+ * becomes "%XX" (its value, upper-case hex); everything else, '%' and '/'
+ * included, stays. *changed (may be NULL) says whether anything did. The
+ * caller frees the result. */
+char *ab_name_escape(const char *name, bool *changed);
+
 /* Monotonic clock in nanoseconds / milliseconds. */
 uint64_t ab_now_ns(void);
 static inline uint64_t ab_now_ms(void)

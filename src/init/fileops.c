@@ -177,10 +177,78 @@ static char *read_link(int dirfd, const char *name)
 
 /* ---- READ ---- */
 
+/* Opens path with none of its last `tail` components followed when it is a
+ * symlink (the part before them resolves as init_open does): the tail is
+ * opened beneath that directory with RESOLVE_NO_SYMLINKS, or, without
+ * openat2, one O_NOFOLLOW component at a time. fd or -errno (ELOOP for a
+ * link in the tail, EXDEV/EINVAL for a ".." or an absolute tail). */
+static int open_tail_nofollow(const init_conf *conf, const char *path, uint32_t tail, int flags)
+{
+        size_t n = strlen(path);
+        while (n > 1 && path[n - 1] == '/')
+                n--;
+        /* where the tail starts: after the tail-th slash from the end */
+        size_t start = n;
+        for (uint32_t k = 0; k < tail && start > 0; k++) {
+                while (start > 0 && path[start - 1] != '/')
+                        start--;
+                if (k + 1 < tail)
+                        while (start > 0 && path[start - 1] == '/')
+                                start--;
+        }
+        _cleanup_free_ char *dir =
+            start == 0 ? xstrdup(path[0] == '/' ? "/" : ".") : xstrndup(path, start);
+        _cleanup_free_ char *rest = xstrndup(path + start, n - start);
+        if (!rest[0] || rest[0] == '/')
+                return -EINVAL;
+        _cleanup_close_ int dfd = init_open(conf, dir, O_PATH | O_DIRECTORY | O_CLOEXEC, 0);
+        if (dfd < 0)
+                return dfd;
+        struct open_how how = {
+            .flags = (uint64_t)(flags | O_NOFOLLOW),
+            .resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS,
+        };
+        for (;;) {
+                long fd = syscall(SYS_openat2, dfd, rest, &how, sizeof(how));
+                if (fd >= 0)
+                        return (int)fd;
+                if (errno == EINTR)
+                        continue;
+                if (errno != ENOSYS)
+                        return -errno;
+                break;
+        }
+        /* no openat2: one component at a time */
+        int cur = fcntl(dfd, F_DUPFD_CLOEXEC, 3);
+        if (cur < 0)
+                return -errno;
+        for (char *save = NULL, *comp = strtok_r(rest, "/", &save); comp;) {
+                char *next = strtok_r(NULL, "/", &save);
+                if (!strcmp(comp, "..")) {
+                        close(cur);
+                        return -EXDEV;
+                }
+                int f = next ? O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC : flags | O_NOFOLLOW;
+                int nfd;
+                do
+                        nfd = openat(cur, comp, f);
+                while (nfd < 0 && errno == EINTR);
+                int e = errno;
+                close(cur);
+                if (nfd < 0)
+                        return -e;
+                cur = nfd;
+                comp = next;
+        }
+        return cur;
+}
+
 static void do_read(init_conn *c, const init_conf *conf, const abp_file_req *m)
 {
-        _cleanup_close_ int fd =
-            init_open(conf, m->path, O_RDONLY | O_NOCTTY | O_NONBLOCK | O_CLOEXEC, 0);
+        const int oflags = O_RDONLY | O_NOCTTY | O_NONBLOCK | O_CLOEXEC;
+        _cleanup_close_ int fd = (m->flags & ABP_R_NOFOLLOW) && m->depth > 0
+                                     ? open_tail_nofollow(conf, m->path, m->depth, oflags)
+                                     : init_open(conf, m->path, oflags, 0);
         struct stat st;
         if (fd < 0) {
                 init_send_errno(c, -fd, m->path);

@@ -391,12 +391,10 @@ int abc_exec(int fd, const abc_exec_req *req, abc_output_fn out, void *ud, abc_e
 
 /* ---- files ---- */
 
-int abc_read(int fd, const char *path, uint64_t offset, uint64_t length, abc_output_fn out,
-             void *ud, ab_err **err)
+static int read_req(int fd, const abp_file_req *m, abc_output_fn out, void *ud, ab_err **err)
 {
         abp_buf b = {0};
-        abp_file_req m = {.path = path, .offset = offset, .length = length};
-        if (enc_file(&b, ABP_READ, &m, err) < 0)
+        if (enc_file(&b, ABP_READ, m, err) < 0)
                 return -1;
         send_req(fd, &b);
         abp_buf_free(&b);
@@ -505,6 +503,29 @@ int abc_grep(int fd, const abc_grep_req *req, abc_match_fn match, void *ud, abc_
         }
         abp_reader_free(&rd);
         return r;
+}
+
+int abc_read(int fd, const char *path, uint64_t offset, uint64_t length, abc_output_fn out,
+             void *ud, ab_err **err)
+{
+        abp_file_req m = {.path = path, .offset = offset, .length = length};
+        return read_req(fd, &m, out, ud, err);
+}
+
+int abc_read_beneath(int fd, const char *dir, const char *rel, uint64_t length, abc_output_fn out,
+                     void *ud, ab_err **err)
+{
+        if (!abc_path_is_safe(rel))
+                return ab_err_set(err, AB_E_INVALID, 0, "not a relative path beneath %s", dir);
+        uint32_t comps = 1;
+        for (const char *c = rel; *c; c++)
+                comps += *c == '/';
+        size_t dl = strlen(dir);
+        while (dl > 1 && dir[dl - 1] == '/')
+                dl--;
+        _cleanup_free_ char *path = xasprintf("%.*s/%s", (int)dl, dir, rel);
+        abp_file_req m = {.path = path, .length = length, .flags = ABP_R_NOFOLLOW, .depth = comps};
+        return read_req(fd, &m, out, ud, err);
 }
 
 /* True when init has something to say (an early ERROR) before the upload is done. */

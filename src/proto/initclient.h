@@ -88,6 +88,15 @@ typedef struct abc_dirent {
  * through `out` (stream 1) in chunks. Directories are AB_E_INVALID. */
 int abc_read(int fd, const char *path, uint64_t offset, uint64_t length, abc_output_fn out,
              void *ud, ab_err **err);
+/* abc_read of dir/rel (up to `length` bytes, 0 = to the end) where no
+ * component of rel is followed when it is a symlink (a link there is
+ * AB_E_INVALID, "symlink not followed"), so an entry listed as a file and
+ * swapped for a link since is not read through the link; dir resolves as
+ * abc_read resolves a path. rel must pass abc_path_is_safe (else AB_E_INVALID,
+ * nothing sent). An init that predates this follows rel's links as abc_read
+ * does. */
+int abc_read_beneath(int fd, const char *dir, const char *rel, uint64_t length, abc_output_fn out,
+                     void *ud, ab_err **err);
 
 enum { ABC_W_MKPARENTS = 1, ABC_W_APPEND = 2, ABC_W_EXCL = 4 };
 /* Writes `len` bytes of `data` (or, when src_fd >= 0, everything read from

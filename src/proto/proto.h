@@ -159,9 +159,14 @@ enum {
 #define ABP_TERM_DIM_MAX 1000         /* most columns or rows of a terminal */
 #define ABP_TERM_REQ_MAX (60u * 1024) /* most bytes of one terminal request frame */
 
-/* FLAGS bits: WRITE uses ABP_W_*, DELETE uses ABP_RECURSIVE, MKDIR ABP_PARENTS. */
+/* FLAGS bits: WRITE uses ABP_W_*, DELETE uses ABP_RECURSIVE, MKDIR ABP_PARENTS,
+ * READ ABP_R_NOFOLLOW: none of the last DEPTH components of PATH is followed
+ * when it is a symlink (the read fails with ELOOP), so a file swapped for a
+ * link after it was listed is not read through it. An init that predates the
+ * flag ignores it and follows as a plain READ does. */
 enum { ABP_W_MKPARENTS = 1, ABP_W_APPEND = 2, ABP_W_EXCL = 4 };
 enum { ABP_RECURSIVE = 1, ABP_PARENTS = 1 };
+enum { ABP_R_NOFOLLOW = 1 };
 /* GREP's FLAGS. */
 enum { ABP_G_LITERAL = 1, ABP_G_CASE_SENSITIVE = 2 };
 /* GREP's fixed bounds (see the flow above). */

@@ -290,8 +290,9 @@ static int read_pid_line(int fd, pid_t *host_pid)
         return ok ? 0 : -1;
 }
 
-/* Ends whatever the run left behind: its cgroup (every process in it, even
- * one that left its session), or, without one, every process of its uid. */
+/* Ends whatever the run left behind: its processes (its cgroup, every
+ * process in it even one that left its session; without one, every process
+ * of its uid), then its files and IPC objects (the zygote's sweep). */
 static void end_run(ab_runners *rs, wproc *p)
 {
         char sub[32];
@@ -302,24 +303,27 @@ static void end_run(ab_runners *rs, wproc *p)
                 if (b->subcg->end(b, BOX_ID, sub, &p->oom_kills, &ke) < 0)
                         ab_log(AB_LOG_WARN, "runner: cannot end a run's cgroup", "error", ke->msg,
                                NULL);
-                ab_err_free(&ke);
-                /* nothing of the run is left: the zygote removes its temp dir
-                 * (one short line: atomic on the pipe) */
-                char line[48];
-                snprintf(line, sizeof(line), "{\"ended\":%d}\n", p->uid);
-                pthread_mutex_lock(&rs->lock);
-                if (rs->zy_in_w >= 0 && ab_write_all(rs->zy_in_w, line, strlen(line)) < 0)
-                        ab_log(AB_LOG_WARN, "runner: cannot reach the zygote", NULL);
-                pthread_mutex_unlock(&rs->lock);
-                return;
+        } else {
+                char kill_cmd[160];
+                snprintf(kill_cmd, sizeof(kill_cmd),
+                         "for i in 1 2 3 4 5 6 7 8; do pkill -KILL -U %d || exit 0; sleep 0.05; "
+                         "done",
+                         p->uid);
+                if (box_exec(rs, kill_cmd, &ke) < 0)
+                        ab_log(AB_LOG_WARN, "runner: cannot end a run's processes", "error",
+                               ke->msg, NULL);
         }
-        char kill_cmd[160];
-        snprintf(kill_cmd, sizeof(kill_cmd),
-                 "for i in 1 2 3 4 5 6 7 8; do pkill -KILL -U %d || exit 0; sleep 0.05; done",
-                 p->uid);
-        if (box_exec(rs, kill_cmd, &ke) < 0)
-                ab_log(AB_LOG_WARN, "runner: cannot clean up after a run", "error", ke->msg, NULL);
         ab_err_free(&ke);
+        /* No process of the run is left: the zygote removes its temp dir and
+         * sweeps what its uid left in the box's shared temp places and IPC
+         * (one short line: atomic on the pipe). The uid is free again only
+         * after this (wproc_put), so no later run gets it before the line. */
+        char line[48];
+        snprintf(line, sizeof(line), "{\"ended\":%d}\n", p->uid);
+        pthread_mutex_lock(&rs->lock);
+        if (rs->zy_in_w >= 0 && ab_write_all(rs->zy_in_w, line, strlen(line)) < 0)
+                ab_log(AB_LOG_WARN, "runner: cannot reach the zygote", NULL);
+        pthread_mutex_unlock(&rs->lock);
 }
 
 /* One run's process, from the zygote's fork to its end: connect, let the

@@ -6,7 +6,10 @@
  * makes its temp dir and drops to a uid of its own (a JS run's child then
  * execs Bun). It runs exactly one snippet and exits, so no process that ran
  * user code is ever reused and no run can see another's data; whatever it
- * leaves behind dies with its cgroup. The protocols are in runners/README.md.
+ * leaves behind dies with its cgroup, and once it has ended the zygote
+ * sweeps, as the run's uid, what that uid left in the box's shared temp
+ * places and System V IPC (the isolation between runs: uid, temp dir,
+ * cgroup, sweep; docs/security.md). The protocols are in runners/README.md.
  * The only way out to the network is httpRequest, made by the server itself
  * (fetch.h). Thread-safe. */
 #ifndef AB_RUNNER_H

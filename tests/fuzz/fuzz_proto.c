@@ -2,12 +2,30 @@
  * box's init sends the host, and the bytes a client sends init. Every frame
  * the reader cuts is run through every decoder. Build and run with
  * scripts/fuzz.sh (clang -fsanitize=fuzzer,address,undefined). */
+#include "base/util.h"
 #include "proto/proto.h"
 
 #include <stddef.h>
 #include <stdint.h>
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+/* A listing entry's name (the box chooses it) as the zip download stores it
+ * (ab_name_escape): nothing unsafe may be left. */
+static void check_escape(const char *name)
+{
+        char *e = ab_name_escape(name, NULL);
+        for (const unsigned char *c = (const unsigned char *)e; *c; c++)
+                if (*c < 0x20 || *c == 0x7f || *c == '\\')
+                        abort();
+        /* the result escapes nothing again: it is all safe UTF-8 */
+        bool changed = true;
+        char *again = ab_name_escape(e, &changed);
+        if (changed || strcmp(again, e) != 0)
+                abort();
+        free(again);
+        free(e);
+}
 
 static void decode_all(const abp_frame *f)
 {
@@ -25,7 +43,8 @@ static void decode_all(const abp_frame *f)
         abp_exit ei;
         (void)!abp_dec_exit(f, &ei);
         abp_entry en;
-        (void)!abp_dec_entry(f, &en);
+        if (abp_dec_entry(f, &en) == 0 && en.path)
+                check_escape(en.path);
         abp_term_req tq;
         if (abp_dec_term_req(f, &tq) == 0)
                 abp_term_req_clear(&tq);

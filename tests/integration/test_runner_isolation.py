@@ -73,6 +73,7 @@ h.eq(ret(r), 3, "python: the next run works", r.describe()[:300])
 tok = secrets.token_hex(8)
 A_READY = "/tmp/a-ready-" + tok
 B_DONE = "/tmp/b-done-" + tok
+A_SAW = "/tmp/a-saw-" + tok  # B stays until A saw B_DONE: a run's files go when it ends
 
 # A: writes a secret in its temp dir, says where and who it is, then waits
 # (alive, its dir present) until B is done.
@@ -81,16 +82,18 @@ def main():
     o = _os()
     system_helper.fs.write_file('secret.txt', 'SECRET-%s')
     fd = o.open('%s.tmp', o.O_WRONLY | o.O_CREAT, 0o644)
+    o.fchmod(fd, 0o644)  # a run's umask is 077: B may read this one
     o.write(fd, json.dumps({'dir': system_helper.fs.tmp_dir, 'pid': o.getpid(),
                             'uid': o.getuid()}).encode())
     o.close(fd)
     o.rename('%s.tmp', '%s')
     for i in range(400):
         if o.path.exists('%s'):
+            o.close(o.open('%s', o.O_WRONLY | o.O_CREAT, 0o644))
             return {'waited': True, 'secret': system_helper.fs.read_file('secret.txt')}
         time.sleep(0.05)
     return {'waited': False}
-""" % (tok, A_READY, A_READY, A_READY, B_DONE)
+""" % (tok, A_READY, A_READY, A_READY, B_DONE, A_SAW)
 
 # B: waits for A, then goes for A's files, A's process and the zygote.
 CODE_B = OS + """
@@ -138,6 +141,10 @@ def main():
     attempt('read_zygote_environ', lambda: open_any('/proc/%%d/environ' %% z))
     fd = o.open('%s', o.O_WRONLY | o.O_CREAT, 0o644)
     o.close(fd)
+    for i in range(200):
+        if o.path.exists('%s'):
+            break
+        time.sleep(0.05)
     return out
 
 def open_any(path, n=-1):
@@ -147,7 +154,7 @@ def open_any(path, n=-1):
         return o.read(fd, 1 << 20 if n < 0 else n).decode('utf-8', 'replace')
     finally:
         o.close(fd)
-""" % (A_READY, A_READY, B_DONE)
+""" % (A_READY, A_READY, B_DONE, A_SAW)
 
 res = {}
 

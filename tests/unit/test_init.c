@@ -1039,6 +1039,7 @@ static void test_read_write(void)
         s = get_file(in_ws("m.sh"));
         TAP_IS_STR(s, "new content", "the new content is in place");
 
+        int fd;
         /* Writing over a symlink replaces the link, not its target. */
         put_file(at("target.txt"), "target");
         must(symlink(at("target.txt"), in_ws("wlink")));
@@ -1049,6 +1050,49 @@ static void test_read_write(void)
         expect_err(write_to("loop", "x", ABC_W_APPEND, 0, &e), &e, AB_E_INVALID, "loop",
                    "append through a symlink is refused");
 
+        /* A read beneath a directory follows no link below it. */
+        must(symlink(at("target.txt"), in_ws("rlink")));
+        must(symlink("d1", in_ws("dlink")));
+        capture_free(&c);
+        fd = conn();
+        r = abc_read_beneath(fd, ws, "d1/d2/f.txt", 0, collect, &c, &e);
+        close(fd);
+        tap_ok(r == 0 && strcmp(out_of(&c, 1), "deep") == 0,
+               "read beneath: a file two levels down");
+        capture_free(&c);
+        fd = conn();
+        r = abc_read_beneath(fd, "d1/", "d2/f.txt", 3, collect, &c, &e);
+        close(fd);
+        tap_ok(r == 0 && strcmp(out_of(&c, 1), "dee") == 0,
+               "read beneath a relative directory with a trailing slash, 3 bytes");
+        capture_free(&c);
+        fd = conn();
+        r = abc_read_beneath(fd, ws, "rlink", 0, collect, &c, &e);
+        close(fd);
+        expect_err(r, &e, AB_E_INVALID, "rlink",
+                   "read beneath: a symlink to a file is not followed");
+        tap_ok(c.o[1].n == 0, "... and nothing of its target came");
+        fd = conn();
+        r = abc_read_beneath(fd, ws, "dlink/d2/f.txt", 0, collect, &c, &e);
+        close(fd);
+        expect_err(r, &e, AB_E_INVALID, "dlink",
+                   "read beneath: a symlinked directory is not followed");
+        tap_ok(read_to("dlink/d2/f.txt", 0, 0, &c, &e) == 0 && strcmp(out_of(&c, 1), "deep") == 0,
+               "(a plain read follows it)");
+        capture_free(&c);
+        fd = conn();
+        r = abc_read_beneath(fd, in_ws("dlink"), "d2/f.txt", 0, collect, &c, &e);
+        close(fd);
+        tap_ok(r == 0 && strcmp(out_of(&c, 1), "deep") == 0,
+               "read beneath: the directory itself may be reached through a link");
+        capture_free(&c);
+        fd = conn();
+        r = abc_read_beneath(fd, ws, "../etc/passwd", 0, collect, &c, &e);
+        close(fd);
+        expect_err(r, &e, AB_E_INVALID, NULL, "read beneath: a path with .. is refused");
+        unlink(in_ws("rlink"));
+        unlink(in_ws("dlink"));
+
         /* Multi-chunk write from an fd, read back. */
         size_t n = 200000;
         char *big = xmalloc(n);
@@ -1057,7 +1101,7 @@ static void test_read_write(void)
         int bfd = open(at("big.src"), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
         if (bfd < 0 || ab_write_all(bfd, big, n) < 0 || lseek(bfd, 0, SEEK_SET) < 0)
                 abort();
-        int fd = conn();
+        fd = conn();
         r = abc_write(fd, "big.bin", NULL, 0, bfd, 0, 0, &e);
         close(fd);
         close(bfd);

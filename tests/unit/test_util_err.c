@@ -112,9 +112,44 @@ static void test_buf(void)
         ab_buf_free(&b);
 }
 
+static void expect_escape(const char *in, const char *want, bool want_changed)
+{
+        bool changed = !want_changed;
+        char *got = ab_name_escape(in, &changed);
+        tap_ok(strcmp(got, want) == 0 && changed == want_changed, "escape \"%s\" -> \"%s\"", want,
+               got);
+        free(got);
+}
+
+static void test_name_escape(void)
+{
+        expect_escape("plain/name 100%.txt", "plain/name 100%.txt", false);
+        expect_escape("caf\xc3\xa9/\xe6\x97\xa5.txt", "caf\xc3\xa9/\xe6\x97\xa5.txt", false);
+        expect_escape("", "", false);
+        expect_escape("new\nline\r\t", "new%0Aline%0D%09", true);
+        expect_escape("..\\..\\x", "..%5C..%5Cx", true);
+        expect_escape("\x1b[31mred\x7f", "%1B[31mred%7F", true);
+        expect_escape("csi\xc2\x9b"
+                      "2J",
+                      "csi%C2%9B2J", true); /* C1 CSI */
+        expect_escape("a\xe2\x80\xae"
+                      "b\xe2\x81\xa6",
+                      "a%E2%80%AEb%E2%81%A6", true); /* bidi */
+        expect_escape("bad\xff\xfe", "bad%FF%FE", true);
+        expect_escape("trunc\xe6\x97", "trunc%E6%97", true);                /* cut in the middle */
+        expect_escape("over\xc0\xaf", "over%C0%AF", true);                  /* overlong '/' */
+        expect_escape("sur\xed\xa0\x80", "sur%ED%A0%80", true);             /* a surrogate */
+        expect_escape("big\xf4\x90\x80\x80", "big%F4%90%80%80", true);      /* above U+10FFFF */
+        expect_escape("\xf0\x9f\x98\x80 ok", "\xf0\x9f\x98\x80 ok", false); /* 4-byte UTF-8 */
+        char *s = ab_name_escape("x\n", NULL);
+        TAP_IS_STR(s, "x%0A", "changed may be NULL");
+        free(s);
+}
+
 int main(void)
 {
         test_err();
+        test_name_escape();
         test_buf();
         test_files();
         tap_ok(xadd(1, 2) == 3 && xmul(3, 4) == 12, "checked arithmetic");
