@@ -6,9 +6,9 @@ box's app. Each check passes only when the attack fails:
 - an app's key does not get another app's box (nor its envdAccessToken)
   from GET /e2b/sandboxes/{id}, and one box's token opens no other box;
 - a token of a deleted box opens nothing (401, not a call on a missing box);
-- app A keeps the token of a box whose id comes from a thread_id, deletes
-  the box; app B makes a box of the same thread: same id. A's old token
-  must not read B's files nor run a command in B's box;
+- app A keeps the token of a box with an explicit id, deletes the box; app
+  B makes a box of the same id (ids are first-come across apps). A's old
+  token must not read B's files nor run a command in B's box;
 - the same within one app: a box re-made with the same id is not opened by
   the first one's token;
 - the token of a live box still works after a restart (nothing lost), and
@@ -109,10 +109,9 @@ h.eq(r.status, 502, "envd /health with the deleted box's token: not running", r.
 
 # ---- an id made again, by another app -----------------------------------------------------------
 
-THREAD = "thread-" + secrets.token_hex(6)
-X = abserver.thread_box_id(THREAD)
-r = srv.post("/v1/sandboxes", {"thread_id": THREAD}, token=KEY_A)
-h.eq((r.status, r.get("id")), (201, X), "app A makes the box of a thread", r.describe())
+X = "shared-" + secrets.token_hex(5)
+r = srv.post("/v1/sandboxes", {"id": X}, token=KEY_A)
+h.eq((r.status, r.get("id")), (201, X), "app A makes a box with an explicit id", r.describe())
 r, TX = e2b_token(X, KEY_A)
 h.ok(r.status == 200 and isinstance(TX, str), "app A takes its envd access token", r.describe())
 TX = TX or "none"
@@ -121,8 +120,8 @@ h.eq(r.status, 200, "the token reads A's box", r.describe())
 r = srv.delete("/v1/sandboxes/" + X, token=KEY_A)
 h.ok(r.status in (200, 202, 204), "app A deletes the box", r.describe())
 
-r = srv.post("/v1/sandboxes", {"thread_id": THREAD}, token=KEY_B)
-h.eq((r.status, r.get("id")), (201, X), "app B makes a box of the same thread: the same id", r.describe())
+r = srv.post("/v1/sandboxes", {"id": X}, token=KEY_B)
+h.eq((r.status, r.get("id")), (201, X), "app B makes a box of the same id", r.describe())
 SECRET = "B-SECRET-" + secrets.token_hex(8)
 r = srv.put(srv.file_path(X, "/workspace/secret.txt"), SECRET, token=KEY_B)
 h.ok(r.status in (200, 201, 204), "app B keeps a secret in it", r.describe())
@@ -149,8 +148,8 @@ h.eq((r.status, r.body), (200, SECRET.encode()), "B's own token reads its box", 
 
 r = srv.delete("/v1/sandboxes/" + X, token=KEY_B)
 h.ok(r.status in (200, 202, 204), "app B deletes the box", r.describe())
-r = srv.post("/v1/sandboxes", {"thread_id": THREAD}, token=KEY_B)
-h.eq((r.status, r.get("id")), (201, X), "app B makes the box of the thread again", r.describe())
+r = srv.post("/v1/sandboxes", {"id": X}, token=KEY_B)
+h.eq((r.status, r.get("id")), (201, X), "app B makes the box of that id again", r.describe())
 r = stat_ok(X, TB or "none")
 h.eq(r.status, 401, "the first box's token does not open the second (same id, same app)", r.describe())
 r, TB2 = e2b_token(X, KEY_B)
