@@ -83,6 +83,12 @@ static void config_copy(ab_config *dst, const ab_config *src)
                 for (size_t i = 0; i < src->n_host_mount_prefixes; i++)
                         dst->host_mount_prefixes[i] = xstrdup(src->host_mount_prefixes[i]);
         }
+        dst->allowed_hosts = NULL;
+        if (src->allowed_hosts) {
+                dst->allowed_hosts = xcalloc(src->n_allowed_hosts + 1, sizeof(char *));
+                for (size_t i = 0; i < src->n_allowed_hosts; i++)
+                        dst->allowed_hosts[i] = xstrdup(src->allowed_hosts[i]);
+        }
         dst->app_quotas =
             src->n_app_quotas ? xcalloc(src->n_app_quotas, sizeof(*dst->app_quotas)) : NULL;
         for (size_t i = 0; i < src->n_app_quotas; i++) {
@@ -137,6 +143,7 @@ void ab_config_release(ab_config *c)
         registries_free(c->registries, c->n_registries);
         app_quotas_free(c->app_quotas, c->n_app_quotas);
         ab_strvfreep(&c->host_mount_prefixes);
+        ab_strvfreep(&c->allowed_hosts);
         *c = (ab_config){0};
 }
 
@@ -748,6 +755,37 @@ static int load_host_prefixes(yctx *y, ab_config *c, yaml_node_t *seq)
         return 0;
 }
 
+/* allowed_hosts: [NAME, ...]: host names or addresses as a Host header
+ * spells them (an IPv6 address in brackets), optionally with ":PORT". */
+static int load_allowed_hosts(yctx *y, ab_config *c, yaml_node_t *seq)
+{
+        ab_strvfreep(&c->allowed_hosts);
+        c->n_allowed_hosts = 0;
+        if (is_null(seq))
+                return 0;
+        if (seq->type != YAML_SEQUENCE_NODE)
+                return fail_at(y, seq, "allowed_hosts", why("expected a list of host names"));
+        size_t n = (size_t)(seq->data.sequence.items.top - seq->data.sequence.items.start);
+        c->allowed_hosts = xcalloc(n + 1, sizeof(char *));
+        for (yaml_node_item_t *it = seq->data.sequence.items.start;
+             it < seq->data.sequence.items.top; it++) {
+                yaml_node_t *item = node(y, *it);
+                const char *v = scalar(y, item, "allowed_hosts");
+                if (!v)
+                        return -1;
+                bool ok = *v && strlen(v) < 256;
+                for (const char *p = v; ok && *p; p++)
+                        ok = isalnum((unsigned char)*p) || strchr(".-_:[]", *p);
+                if (!ok)
+                        return fail_at(y, item, "allowed_hosts",
+                                       why("'%s': expected a host name or address, "
+                                           "optionally with :PORT (no scheme, no path)",
+                                           v));
+                c->allowed_hosts[c->n_allowed_hosts++] = xstrdup(v);
+        }
+        return 0;
+}
+
 /* Aliases of one field set the same member: a file giving both is an error. */
 static const field *find_field(const char *k)
 {
@@ -943,6 +981,8 @@ static int top_pair(yctx *y, const char *k, yaml_node_t *kn, yaml_node_t *vn, vo
                 return load_registries(y, t->c, vn);
         if (strcmp(k, "host_mount_prefixes") == 0)
                 return load_host_prefixes(y, t->c, vn);
+        if (strcmp(k, "allowed_hosts") == 0)
+                return load_allowed_hosts(y, t->c, vn);
         if (strcmp(k, "quotas") == 0) {
                 if (is_null(vn))
                         return 0;
@@ -952,7 +992,8 @@ static int top_pair(yctx *y, const char *k, yaml_node_t *kn, yaml_node_t *vn, vo
         const field *f = find_field(k);
         if (!f) {
                 _cleanup_free_ char *known =
-                    xstrdup("limits, tools, api_keys, quotas, registries, host_mount_prefixes");
+                    xstrdup("limits, tools, api_keys, quotas, registries, host_mount_prefixes, "
+                            "allowed_hosts");
                 for (size_t i = 0; i < AB_ARRAY_LEN(fields); i++) {
                         char *more = xasprintf("%s, %s", known, fields[i].name);
                         free(known);
