@@ -13,6 +13,7 @@ import secrets
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import abserver  # noqa: E402
 
 TOKEN = "tok-" + secrets.token_hex(8)
@@ -105,4 +106,35 @@ h.eq(sorted(b["id"] for b in (srv.list() or [])), before, "no box was made by a 
 r = srv.exec(X, "grep -c smuggled /tmp/www.log")
 h.eq((r.get("stdout") or "").strip(), "0", "the smuggled request never reached the box",
      srv.exec(X, "cat /tmp/www.log").get("stdout"))
+
+# ---- ... and through the egress proxy of an allowlist box --------------------------------------
+# The proxy reads a box's request head, then relays bytes: two framings would let the
+# origin server read a second request the proxy never checked. The host is unlisted
+# (and .invalid): the proxy must refuse the head as malformed (400) before its policy
+# (403) or any lookup; nothing leaves the machine either way.
+r = srv.post("/v1/sandboxes", {"app_id": "app", "user_id": "u", "chat_id": "egress-" + MARK,
+                               "network": {"mode": "allowlist", "allow": ["allowed.invalid"]}})
+h.eq(r.status, 201, "an allowlist box", r.describe())
+E = r.get("id") or "none"
+PROBE = r"""
+import base64, os, socket, sys
+p = os.environ.get("HTTP_PROXY", "http://127.0.0.1:3128").rsplit(":", 1)
+s = socket.create_connection((p[0].split("//")[-1], int(p[1])), timeout=10)
+s.sendall(base64.b64decode(sys.argv[1]))
+print(s.recv(4096).split(b"\r\n")[0].decode("latin-1"))
+"""
+import attacklib  # noqa: E402
+import base64  # noqa: E402
+
+
+def via_proxy(req):
+    return srv.exec(E, attacklib.py_cmd(PROBE, base64.b64encode(req.encode()).decode()))
+
+
+for what, heads in bodies.items():
+    r = via_proxy("POST http://blocked.invalid/ HTTP/1.1\r\nHost: blocked.invalid\r\n%s\r\n0\r\n\r\n" % heads)
+    h.contains(r.get("stdout") or "", " 400 ", "egress proxy, %s: 400 before its policy" % what, r.describe())
+r = via_proxy("GET http://blocked.invalid/ HTTP/1.1\r\nHost: blocked.invalid\r\n\r\n")
+h.contains(r.get("stdout") or "", " 403 ", "egress proxy: a plain request to the unlisted host is 403 (the probe works)",
+           r.describe())
 h.done()
