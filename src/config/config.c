@@ -729,61 +729,54 @@ static int load_registries(yctx *y, ab_config *c, yaml_node_t *seq)
         return 0;
 }
 
-/* host_mount_prefixes: [DIR, ...]: absolute folders, never "/" alone. */
-static int load_host_prefixes(yctx *y, ab_config *c, yaml_node_t *seq)
+/* A list of strings under key into *out (NULL-terminated) and *n, replacing
+ * what was there; each item passes check (NULL) or fails the load with its
+ * message. expected names what the list holds, for a value of another kind. */
+static int load_str_list(yctx *y, yaml_node_t *seq, const char *key, const char *expected,
+                         why_t (*check)(const char *v), char ***out, size_t *n)
 {
-        ab_strvfreep(&c->host_mount_prefixes);
-        c->n_host_mount_prefixes = 0;
+        ab_strvfreep(out);
+        *n = 0;
         if (is_null(seq))
                 return 0;
         if (seq->type != YAML_SEQUENCE_NODE)
-                return fail_at(y, seq, "host_mount_prefixes",
-                               why("expected a list of absolute folders"));
-        size_t n = (size_t)(seq->data.sequence.items.top - seq->data.sequence.items.start);
-        c->host_mount_prefixes = xcalloc(n + 1, sizeof(char *));
+                return fail_at(y, seq, key, why("expected a list of %s", expected));
+        size_t cap = (size_t)(seq->data.sequence.items.top - seq->data.sequence.items.start);
+        *out = xcalloc(cap + 1, sizeof(char *));
         for (yaml_node_item_t *it = seq->data.sequence.items.start;
              it < seq->data.sequence.items.top; it++) {
                 yaml_node_t *item = node(y, *it);
-                const char *v = scalar(y, item, "host_mount_prefixes");
+                const char *v = scalar(y, item, key);
                 if (!v)
                         return -1;
-                if (v[0] != '/' || !strcmp(v, "/"))
-                        return fail_at(y, item, "host_mount_prefixes",
-                                       why("'%s': must be an absolute folder other than /", v));
-                c->host_mount_prefixes[c->n_host_mount_prefixes++] = xstrdup(v);
+                why_t w = check(v);
+                if (w)
+                        return fail_at(y, item, key, w);
+                (*out)[(*n)++] = xstrdup(v);
         }
         return 0;
 }
 
-/* allowed_hosts: [NAME, ...]: host names or addresses as a Host header
- * spells them (an IPv6 address in brackets), optionally with ":PORT". */
-static int load_allowed_hosts(yctx *y, ab_config *c, yaml_node_t *seq)
+/* host_mount_prefixes: absolute folders, never "/" alone. */
+static why_t host_prefix_check(const char *v)
 {
-        ab_strvfreep(&c->allowed_hosts);
-        c->n_allowed_hosts = 0;
-        if (is_null(seq))
-                return 0;
-        if (seq->type != YAML_SEQUENCE_NODE)
-                return fail_at(y, seq, "allowed_hosts", why("expected a list of host names"));
-        size_t n = (size_t)(seq->data.sequence.items.top - seq->data.sequence.items.start);
-        c->allowed_hosts = xcalloc(n + 1, sizeof(char *));
-        for (yaml_node_item_t *it = seq->data.sequence.items.start;
-             it < seq->data.sequence.items.top; it++) {
-                yaml_node_t *item = node(y, *it);
-                const char *v = scalar(y, item, "allowed_hosts");
-                if (!v)
-                        return -1;
-                bool ok = *v && strlen(v) < 256;
-                for (const char *p = v; ok && *p; p++)
-                        ok = isalnum((unsigned char)*p) || strchr(".-_:[]", *p);
-                if (!ok)
-                        return fail_at(y, item, "allowed_hosts",
-                                       why("'%s': expected a host name or address, "
-                                           "optionally with :PORT (no scheme, no path)",
-                                           v));
-                c->allowed_hosts[c->n_allowed_hosts++] = xstrdup(v);
-        }
-        return 0;
+        if (v[0] != '/' || !strcmp(v, "/"))
+                return why("'%s': must be an absolute folder other than /", v);
+        return NULL;
+}
+
+/* allowed_hosts: host names or addresses as a Host header spells them (an
+ * IPv6 address in brackets), optionally with ":PORT". */
+static why_t allowed_host_check(const char *v)
+{
+        bool ok = *v && strlen(v) < 256;
+        for (const char *p = v; ok && *p; p++)
+                ok = isalnum((unsigned char)*p) || strchr(".-_:[]", *p);
+        if (!ok)
+                return why("'%s': expected a host name or address, optionally with :PORT "
+                           "(no scheme, no path)",
+                           v);
+        return NULL;
 }
 
 /* Aliases of one field set the same member: a file giving both is an error. */
@@ -980,9 +973,11 @@ static int top_pair(yctx *y, const char *k, yaml_node_t *kn, yaml_node_t *vn, vo
         if (strcmp(k, "registries") == 0)
                 return load_registries(y, t->c, vn);
         if (strcmp(k, "host_mount_prefixes") == 0)
-                return load_host_prefixes(y, t->c, vn);
+                return load_str_list(y, vn, k, "absolute folders", host_prefix_check,
+                                     &t->c->host_mount_prefixes, &t->c->n_host_mount_prefixes);
         if (strcmp(k, "allowed_hosts") == 0)
-                return load_allowed_hosts(y, t->c, vn);
+                return load_str_list(y, vn, k, "host names", allowed_host_check,
+                                     &t->c->allowed_hosts, &t->c->n_allowed_hosts);
         if (strcmp(k, "quotas") == 0) {
                 if (is_null(vn))
                         return 0;
