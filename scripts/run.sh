@@ -23,7 +23,7 @@ if [ "${1:-}" != --demo ]; then
         listen=${AGENTBOX_LISTEN:-127.0.0.1:8080}
         echo
         echo "agentbox: serving on http://$listen (data in $data). Try, from another terminal:"
-        echo "  curl -s -X POST http://$listen/v1/exec -d '{\"app_id\":\"a\",\"user_id\":\"u\",\"chat_id\":\"c\",\"command\":\"uname -a\"}'"
+        echo "  curl -s -X POST http://$listen/v1/exec -H 'Content-Type: application/json' -d '{\"app_id\":\"a\",\"user_id\":\"u\",\"chat_id\":\"c\",\"command\":\"uname -a\"}'"
         echo "  curl -s http://$listen/v1/sandboxes"
         echo "API: docs/api.md   settings: docs/configuration.md   Ctrl-C stops the server."
         echo

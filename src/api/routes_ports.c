@@ -109,6 +109,12 @@ static char *target_of(ab_req *r, bool by_host)
         return raw[n] == '/' ? xstrdup(raw + n) : xasprintf("/%s", raw + n);
 }
 
+bool ports_by_host(ab_req *r)
+{
+        _cleanup_free_ char *port = NULL, *box = NULL;
+        return host_match(req_header(r, "Host"), r->srv->cfg->ports_domain, &port, &box);
+}
+
 bool ports_match(ab_req *r)
 {
         char *port = NULL, *box = NULL;
@@ -228,7 +234,7 @@ typedef struct head_ctx {
         ab_req *r;
         ab_buf *b;
         const char *connection; /* the Connection header: names more hop headers */
-        bool drop_auth;
+        bool drop_auth;         /* a private port: Authorization was the credential */
         bool bad;
         int n_cl, n_te;
         const char *xff;
@@ -263,6 +269,33 @@ static void protocols_without_ours(ab_buf *b, const char *v)
                 ab_buf_printf(b, "Sec-WebSocket-Protocol: %s\r\n", keep.p);
 }
 
+/* True when the header k: v carries a credential of this server, which
+ * the box must never see: the Authorization of a private port (it was the
+ * credential) or any holding a token or key of this server (a public
+ * port's client may send its token along), X-API-Key and the OpenSandbox
+ * SDK's key holding one, and E2B's envd access token (X-Access-Token,
+ * a box's own secret) always. */
+static bool credential(head_ctx *h, const char *k, const char *v)
+{
+        if (!v)
+                return false;
+        if (strcasecmp(k, "Authorization") == 0) {
+                if (h->drop_auth)
+                        return true;
+                if (strncasecmp(v, "Bearer ", 7) != 0)
+                        return false;
+                const char *tok = v + 7;
+                while (*tok == ' ')
+                        tok++;
+                return req_is_credential(h->r, tok);
+        }
+        if (strcasecmp(k, "X-Access-Token") == 0)
+                return true;
+        if (strcasecmp(k, "X-API-Key") == 0 || strcasecmp(k, "OPEN-SANDBOX-API-KEY") == 0)
+                return h->drop_auth || req_is_credential(h->r, v);
+        return false;
+}
+
 static enum MHD_Result head_hdr(void *cls, enum MHD_ValueKind kind, const char *k, const char *v)
 {
         head_ctx *h = cls;
@@ -279,7 +312,7 @@ static enum MHD_Result head_hdr(void *cls, enum MHD_ValueKind kind, const char *
                 h->xff = v;
         if (hop_header(k) || (h->connection && ab_http_list_has(h->connection, k)))
                 return MHD_YES;
-        if (h->drop_auth && strcasecmp(k, "Authorization") == 0)
+        if (credential(h, k, v))
                 return MHD_YES;
         if (strcasecmp(k, "Sec-WebSocket-Protocol") == 0 && v) {
                 protocols_without_ours(h->b, v);

@@ -4,6 +4,7 @@
 #include "api/conn.h"
 #include "api/front_e2b.h"
 #include "api/front_osb.h"
+#include "api/reqcheck.h"
 #include "api/workers.h"
 #include "api/ws.h"
 #include "base/jsonnum.h"
@@ -757,6 +758,137 @@ enum MHD_Result req_authenticate(ab_req *r, bool *ok)
         return authenticate(r, AUTH_USER, ok);
 }
 
+bool req_is_credential(ab_req *r, const char *tok)
+{
+        if (!tok || !*tok)
+                return false;
+        const ab_config *c = r->srv->cfg;
+        if (c->token && *c->token && same_secret(tok, c->token))
+                return true;
+        for (size_t i = 0; i < c->n_keys; i++)
+                if (same_secret(tok, c->keys[i].key))
+                        return true;
+        char hex[65];
+        sha256_hex(tok, hex);
+        ab_api_key k = {0};
+        ab_err *e = NULL;
+        if (ab_store_key_find(r->srv->store, hex, &k, &e) == 0) {
+                ab_api_key_clear(&k);
+                return true;
+        }
+        /* the store failed: treat the value as a credential (never pass on
+         * what may be one) */
+        bool unsure = e && e->code != AB_E_NOT_FOUND;
+        ab_err_free(&e);
+        return unsure;
+}
+
+/* ---- before routing: an exact target, one framing, and for a server
+ * without a token, no other site's page ----------------------------------- */
+
+typedef struct head_count {
+        int cl, te;
+} head_count;
+
+static enum MHD_Result count_framing(void *cls, enum MHD_ValueKind kind, const char *k,
+                                     const char *v)
+{
+        head_count *c = cls;
+        (void)kind;
+        (void)v;
+        if (strcasecmp(k, "Content-Length") == 0)
+                c->cl++;
+        else if (strcasecmp(k, "Transfer-Encoding") == 0)
+                c->te++;
+        return MHD_YES;
+}
+
+/* Requests that are refused whatever their route (answered; false):
+ * control characters in the target (escaped ones too: "%00" decoded ends
+ * the path early) and a body framed twice (request smuggling). */
+static bool request_exact(ab_req *r, const char *url, enum MHD_Result *ret)
+{
+        const char *raw = ab_conns_raw_uri(r->conn);
+        if (!ab_req_target_clean(raw ? raw : url) || !ab_req_target_clean(url)) {
+                *ret = resp_error(r, 400, "invalid_argument",
+                                  "the request target holds a control character (a NUL, a line "
+                                  "break, ...), escaped or not");
+                return false;
+        }
+        head_count c = {0};
+        MHD_get_connection_values(r->conn, MHD_HEADER_KIND, count_framing, &c);
+        if ((c.cl && c.te) || c.cl > 1 || c.te > 1) {
+                *ret = resp_error(r, 400, "invalid_argument",
+                                  "conflicting Content-Length / Transfer-Encoding headers");
+                return false;
+        }
+        return true;
+}
+
+static bool host_allowed(ab_req *r, const char *host)
+{
+        if (ab_req_host_loopback(host))
+                return true;
+        const ab_config *c = r->srv->cfg;
+        for (size_t i = 0; i < c->n_allowed_hosts; i++)
+                if (ab_req_host_is(host, c->allowed_hosts[i]))
+                        return true;
+        return ports_by_host(r); /* PORT-ID.ports_domain */
+}
+
+/* A server without a token takes every loopback client for the admin; a
+ * web page the user opens is one too (its requests come from the user's
+ * browser). So such a server answers only its own origin: a Host of
+ * another name (DNS rebinding), another site's Origin or Sec-Fetch-Site
+ * (CSRF), and on JSON routes the content types a page may send without
+ * asking first, are refused (answered; false). */
+static bool request_same_origin(ab_req *r, enum MHD_Result *ret)
+{
+        const ab_config *c = r->srv->cfg;
+        if (c->token && *c->token)
+                return true;
+        const char *host = req_header(r, "Host");
+        if (host && !host_allowed(r, host)) {
+                *ret = resp_error(r, 403, "permission_denied",
+                                  "Host \"%s\" is not this server's: a server without a token "
+                                  "answers loopback names and allowed_hosts only",
+                                  host);
+                return false;
+        }
+        const char *origin = req_header(r, "Origin");
+        if (origin && (!host || !ab_req_origin_same(origin, host))) {
+                *ret = resp_error(r, 403, "permission_denied",
+                                  "Origin \"%s\" is another site: a server without a token "
+                                  "answers its own pages only",
+                                  origin);
+                return false;
+        }
+        const char *site = req_header(r, "Sec-Fetch-Site");
+        if (site && (!strcasecmp(site, "cross-site") || !strcasecmp(site, "same-site"))) {
+                *ret = resp_error(r, 403, "permission_denied",
+                                  "a request from another site (Sec-Fetch-Site: %s): a server "
+                                  "without a token answers its own pages only",
+                                  site);
+                return false;
+        }
+        return true;
+}
+
+/* A JSON route of a server without a token refuses the content types a
+ * page may send to another site without asking first (answered; false). */
+static bool request_json_type(ab_req *r, enum MHD_Result *ret)
+{
+        const ab_config *c = r->srv->cfg;
+        if ((c->token && *c->token) || !r->route || r->route->body != BODY_JSON)
+                return true;
+        const char *ct = req_header(r, "Content-Type");
+        if (!ab_req_ctype_simple(ct))
+                return true;
+        *ret = resp_error(r, 415, "unsupported_media_type",
+                          "Content-Type \"%s\" on a JSON route: send application/json", ct);
+        return false;
+}
+
 /* ---- routing ---------------------------------------------------------- */
 
 static void split_path(ab_req *r)
@@ -1078,8 +1210,13 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
                 r->upload_fd = -1;
                 r->t0 = ab_now_ns();
                 *con_cls = r;
-                bool done;
-                enum MHD_Result ret = route_request(r, &done);
+                bool done = true;
+                enum MHD_Result ret = MHD_YES;
+                if (request_exact(r, url, &ret) && request_same_origin(r, &ret)) {
+                        ret = route_request(r, &done);
+                        if (!done && !request_json_type(r, &ret))
+                                done = true;
+                }
                 /* the store may be read: an API key, a box's record (uploads) */
                 if (!done && (r->proxy || r->route->body == BODY_UPLOAD ||
                               auth_may_block(r, r->route->auth)))

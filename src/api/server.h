@@ -108,6 +108,11 @@ typedef struct ab_req {
  * sets r->scope, or answers 401/403 (*ok false). May read the store. */
 enum MHD_Result req_authenticate(ab_req *r, bool *ok);
 
+/* True when tok is a credential of this server: the admin token, a
+ * configured API key or one in the store (also when the store cannot tell).
+ * May read the store: a worker only. */
+bool req_is_credential(ab_req *r, const char *tok);
+
 /* Constant-time comparison of two secrets. */
 bool req_secret_eq(const char *a, const char *b);
 /* True when the client connected from a loopback address. */
@@ -275,6 +280,8 @@ void term_ws_shutdown(void);
  * releases r->proxy with the request. ports_shutdown ends the relays of
  * upgraded connections and waits for their threads (before MHD stops). */
 bool ports_match(ab_req *r);
+/* True when r's Host names a box's port (PORT-ID.ports_domain). */
+bool ports_by_host(ab_req *r);
 enum MHD_Result ports_open(ab_req *r, bool *done);
 enum MHD_Result ports_body(ab_req *r, const char *data, size_t *size);
 enum MHD_Result ports_answer(ab_req *r);

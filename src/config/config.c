@@ -56,6 +56,17 @@ static char *dup_or_null(const char *s)
         return s ? xstrdup(s) : NULL;
 }
 
+/* A copy of the n strings of v (NULL-terminated), or NULL when v is. */
+static char **strv_copy(char *const *v, size_t n)
+{
+        if (!v)
+                return NULL;
+        char **c = xcalloc(n + 1, sizeof(char *));
+        for (size_t i = 0; i < n; i++)
+                c[i] = xstrdup(v[i]);
+        return c;
+}
+
 static void config_copy(ab_config *dst, const ab_config *src)
 {
         *dst = *src;
@@ -85,18 +96,9 @@ static void config_copy(ab_config *dst, const ab_config *src)
                 dst->registries[i].username = dup_or_null(src->registries[i].username);
                 dst->registries[i].password = dup_or_null(src->registries[i].password);
         }
-        dst->host_mount_prefixes = NULL;
-        if (src->host_mount_prefixes) {
-                dst->host_mount_prefixes = xcalloc(src->n_host_mount_prefixes + 1, sizeof(char *));
-                for (size_t i = 0; i < src->n_host_mount_prefixes; i++)
-                        dst->host_mount_prefixes[i] = xstrdup(src->host_mount_prefixes[i]);
-        }
-        dst->app_registries = NULL;
-        if (src->app_registries) {
-                dst->app_registries = xcalloc(src->n_app_registries + 1, sizeof(char *));
-                for (size_t i = 0; i < src->n_app_registries; i++)
-                        dst->app_registries[i] = xstrdup(src->app_registries[i]);
-        }
+        dst->host_mount_prefixes = strv_copy(src->host_mount_prefixes, src->n_host_mount_prefixes);
+        dst->app_registries = strv_copy(src->app_registries, src->n_app_registries);
+        dst->allowed_hosts = strv_copy(src->allowed_hosts, src->n_allowed_hosts);
         dst->app_quotas =
             src->n_app_quotas ? xcalloc(src->n_app_quotas, sizeof(*dst->app_quotas)) : NULL;
         for (size_t i = 0; i < src->n_app_quotas; i++) {
@@ -152,6 +154,7 @@ void ab_config_release(ab_config *c)
         app_quotas_free(c->app_quotas, c->n_app_quotas);
         ab_strvfreep(&c->host_mount_prefixes);
         ab_strvfreep(&c->app_registries);
+        ab_strvfreep(&c->allowed_hosts);
         *c = (ab_config){0};
 }
 
@@ -741,64 +744,67 @@ static int load_registries(yctx *y, ab_config *c, yaml_node_t *seq)
         return 0;
 }
 
-/* host_mount_prefixes: [DIR, ...]: absolute folders, never "/" alone. */
-static int load_host_prefixes(yctx *y, ab_config *c, yaml_node_t *seq)
+/* A list of strings under key into *out (NULL-terminated) and *n, replacing
+ * what was there; each item passes check (NULL) or fails the load with its
+ * message. expected names what the list holds, for a value of another kind. */
+static int load_str_list(yctx *y, yaml_node_t *seq, const char *key, const char *expected,
+                         why_t (*check)(const char *v), char ***out, size_t *n)
 {
-        ab_strvfreep(&c->host_mount_prefixes);
-        c->n_host_mount_prefixes = 0;
+        ab_strvfreep(out);
+        *n = 0;
         if (is_null(seq))
                 return 0;
         if (seq->type != YAML_SEQUENCE_NODE)
-                return fail_at(y, seq, "host_mount_prefixes",
-                               why("expected a list of absolute folders"));
-        size_t n = (size_t)(seq->data.sequence.items.top - seq->data.sequence.items.start);
-        c->host_mount_prefixes = xcalloc(n + 1, sizeof(char *));
+                return fail_at(y, seq, key, why("expected a list of %s", expected));
+        size_t cap = (size_t)(seq->data.sequence.items.top - seq->data.sequence.items.start);
+        *out = xcalloc(cap + 1, sizeof(char *));
         for (yaml_node_item_t *it = seq->data.sequence.items.start;
              it < seq->data.sequence.items.top; it++) {
                 yaml_node_t *item = node(y, *it);
-                const char *v = scalar(y, item, "host_mount_prefixes");
+                const char *v = scalar(y, item, key);
                 if (!v)
                         return -1;
-                if (v[0] != '/' || !strcmp(v, "/"))
-                        return fail_at(y, item, "host_mount_prefixes",
-                                       why("'%s': must be an absolute folder other than /", v));
-                c->host_mount_prefixes[c->n_host_mount_prefixes++] = xstrdup(v);
+                why_t w = check(v);
+                if (w)
+                        return fail_at(y, item, key, w);
+                (*out)[(*n)++] = xstrdup(v);
         }
         return 0;
 }
 
-/* app_registries: [HOST, ...]: registries as in an image reference
- * ("ghcr.io", "reg.example.com:5000") or "*.domain"; [] = none. */
-static int load_app_registries(yctx *y, ab_config *c, yaml_node_t *seq)
+/* app_registries: registries as in an image reference ("ghcr.io",
+ * "reg.example.com:5000") or "*.domain"; [] = none. */
+static why_t app_registry_check(const char *v)
 {
-        ab_strvfreep(&c->app_registries);
-        c->n_app_registries = 0;
-        if (is_null(seq))
-                return 0;
-        if (seq->type != YAML_SEQUENCE_NODE)
-                return fail_at(y, seq, "app_registries",
-                               why("expected a list of registry hosts (\"ghcr.io\", "
-                                   "\"*.example.com\")"));
-        size_t n = (size_t)(seq->data.sequence.items.top - seq->data.sequence.items.start);
-        c->app_registries = xcalloc(n + 1, sizeof(char *));
-        for (yaml_node_item_t *it = seq->data.sequence.items.start;
-             it < seq->data.sequence.items.top; it++) {
-                yaml_node_t *item = node(y, *it);
-                const char *v = scalar(y, item, "app_registries");
-                if (!v)
-                        return -1;
-                const char *host = strncmp(v, "*.", 2) ? v : v + 2;
-                bool ok = *host && strlen(v) < 256;
-                for (const char *p = host; *p && ok; p++)
-                        ok = isalnum((unsigned char)*p) || strchr(".-:[]", *p);
-                if (!ok)
-                        return fail_at(y, item, "app_registries",
-                                       why("'%s' is not a registry host (as in an image "
-                                           "reference) or *.domain",
-                                           v));
-                c->app_registries[c->n_app_registries++] = xstrdup(v);
-        }
-        return 0;
+        const char *host = strncmp(v, "*.", 2) ? v : v + 2;
+        bool ok = *host && strlen(v) < 256;
+        for (const char *p = host; *p && ok; p++)
+                ok = isalnum((unsigned char)*p) || strchr(".-:[]", *p);
+        if (!ok)
+                return why("'%s' is not a registry host (as in an image reference) or *.domain", v);
+        return NULL;
+}
+
+/* host_mount_prefixes: absolute folders, never "/" alone. */
+static why_t host_prefix_check(const char *v)
+{
+        if (v[0] != '/' || !strcmp(v, "/"))
+                return why("'%s': must be an absolute folder other than /", v);
+        return NULL;
+}
+
+/* allowed_hosts: host names or addresses as a Host header spells them (an
+ * IPv6 address in brackets), optionally with ":PORT". */
+static why_t allowed_host_check(const char *v)
+{
+        bool ok = *v && strlen(v) < 256;
+        for (const char *p = v; ok && *p; p++)
+                ok = isalnum((unsigned char)*p) || strchr(".-_:[]", *p);
+        if (!ok)
+                return why("'%s': expected a host name or address, optionally with :PORT "
+                           "(no scheme, no path)",
+                           v);
+        return NULL;
 }
 
 /* Aliases of one field set the same member: a file giving both is an error. */
@@ -1084,9 +1090,15 @@ static int top_pair(yctx *y, const char *k, yaml_node_t *kn, yaml_node_t *vn, vo
         if (strcmp(k, "registries") == 0)
                 return load_registries(y, t->c, vn);
         if (strcmp(k, "host_mount_prefixes") == 0)
-                return load_host_prefixes(y, t->c, vn);
+                return load_str_list(y, vn, k, "absolute folders", host_prefix_check,
+                                     &t->c->host_mount_prefixes, &t->c->n_host_mount_prefixes);
+        if (strcmp(k, "allowed_hosts") == 0)
+                return load_str_list(y, vn, k, "host names", allowed_host_check,
+                                     &t->c->allowed_hosts, &t->c->n_allowed_hosts);
         if (strcmp(k, "app_registries") == 0)
-                return load_app_registries(y, t->c, vn);
+                return load_str_list(y, vn, k, "registry hosts (\"ghcr.io\", \"*.example.com\")",
+                                     app_registry_check, &t->c->app_registries,
+                                     &t->c->n_app_registries);
         if (strcmp(k, "quotas") == 0) {
                 if (is_null(vn))
                         return 0;
@@ -1097,7 +1109,7 @@ static int top_pair(yctx *y, const char *k, yaml_node_t *kn, yaml_node_t *vn, vo
         if (!f) {
                 _cleanup_free_ char *known =
                     xstrdup("limits, tools, api_keys, quotas, registries, host_mount_prefixes, "
-                            "app_registries");
+                            "app_registries, allowed_hosts");
                 for (size_t i = 0; i < AB_ARRAY_LEN(fields); i++) {
                         char *more = xasprintf("%s, %s", known, fields[i].name);
                         free(known);

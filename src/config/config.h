@@ -99,6 +99,12 @@ typedef struct ab_config {
          * host_mount_prefixes: [DIR, ...], absolute); none = host mounts refused. */
         char **host_mount_prefixes; /* NULL-terminated, or NULL */
         size_t n_host_mount_prefixes;
+        /* Host names (or addresses, with ":PORT" to name one port only) a
+         * server without a token answers besides the loopback ones (config:
+         * allowed_hosts: [NAME, ...]); every other Host is refused (DNS
+         * rebinding). NULL-terminated, or NULL. */
+        char **allowed_hosts;
+        size_t n_allowed_hosts;
         /* The backend of boxes created without "backend": "native" (default)
          * or "docker" (env AGENTBOX_BACKEND, --backend). The Docker backend is
          * open when it is the default or docker_host is set. */

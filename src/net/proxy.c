@@ -337,6 +337,7 @@ int ab_proxy_parse(const char *buf, size_t len, ab_proxy_req *r, const char **wh
         n += (size_t)snprintf(h + n, cap - n, " HTTP/1.1\r\nHost: %s\r\n", hostport);
         const char *line = end + 2;
         const char *stop = buf + len;
+        int n_cl = 0, n_te = 0;
         for (;;) {
                 const char *le = memmem(line, (size_t)(stop - line), "\r\n", 2);
                 if (!le) {
@@ -351,7 +352,16 @@ int ab_proxy_parse(const char *buf, size_t len, ab_proxy_req *r, const char **wh
                         free(h);
                         return *why = "malformed header", 400;
                 }
-                if (!hop_header(line, (size_t)(colon - line))) {
+                size_t nn = (size_t)(colon - line);
+                n_cl += nn == 14 && !strncasecmp(line, "content-length", nn);
+                n_te += nn == 17 && !strncasecmp(line, "transfer-encoding", nn);
+                if ((n_cl && n_te) || n_cl > 1 || n_te > 1) {
+                        /* two framings: the origin server and anything between
+                         * may read different bodies (request smuggling) */
+                        free(h);
+                        return *why = "conflicting Content-Length / Transfer-Encoding headers", 400;
+                }
+                if (!hop_header(line, nn)) {
                         size_t ln = (size_t)(le - line) + 2;
                         memcpy(h + n, line, ln);
                         n += ln;

@@ -64,7 +64,8 @@ void ab_proxy_counts(ab_proxy *p, size_t *boxes, size_t *conns);
  * target is host:port; otherwise it must be an absolute http:// URL. Fills
  * host (normalised), port and, for plain HTTP, *head: the request rewritten
  * for the origin server (origin-form target, Host set to the target,
- * Proxy-* / Connection / Keep-Alive headers dropped, "Connection: close").
+ * Proxy-* / Connection / Keep-Alive headers dropped, "Connection: close"); a
+ * head with Content-Length and Transfer-Encoding, or either twice, is 400.
  * Returns 0, or an HTTP status to answer (400, 405, 501) with *why set. */
 typedef struct ab_proxy_req {
         bool connect;

@@ -15,7 +15,7 @@ only when the attack fails:
   Content-Length does not leak into the next answer of a kept-alive
   connection; an answer with both framings is read as chunked;
 - header injection: CR/LF cannot be put into what the box receives (an
-  escaped CR/LF in the target stays escaped; a bare CR in a header is not
+  escaped CR/LF in the target is refused, 400, before the box sees it; a bare CR in a header is not
   passed on as a line break), and a box cannot inject a header into the
   answer with a bare CR."""
 import http.server
@@ -183,9 +183,8 @@ h.eq(r.status, 502, "a box answering something else than HTTP: 502", r.describe(
 r = srv.get(PA + "/echo/%0d%0aInjected:%20yes?x=%0d%0aAlso:%20yes")
 j = r.json or {}
 names = [k.lower() for k, _ in j.get("headers") or []]
-h.eq(r.status, 200, "escaped CR/LF in the target", r.describe())
+h.eq(r.status, 400, "escaped CR/LF in the target: refused before routing", r.describe())
 h.ok("injected" not in names and "also" not in names, "escaped CR/LF in the target make no header", repr(j))
-h.eq(j.get("target"), "/echo/%0d%0aInjected:%20yes?x=%0d%0aAlso:%20yes", "... and stay escaped", repr(j))
 st, head, body, err = srv.raw(("GET %s/echo/bare-cr HTTP/1.1\r\nHost: x\r\n%sX-A: a\rInjected: yes\r\n"
                                "Connection: close\r\n\r\n" % (PA, AUTH)).encode())
 h.ok(st != 200 or b'"injected"' not in body.lower(), "a bare CR in a request header is no line break for the box",

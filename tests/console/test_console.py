@@ -15,7 +15,10 @@ the server has no terminal API), validate a bad and a good skill and install
 the good one, run a Python snippet in the playground, see the server's charts,
 no CSP violation and no token in any URL, an API key of another app not seeing
 the box. Screenshots of every page go to meson-logs/console/ (or
-$AGENTBOX_CONSOLE_SHOTS).
+$AGENTBOX_CONSOLE_SHOTS). The same run follows against a server without a
+token (an empty token on the login form): that server refuses other sites'
+pages (Host, Origin, Sec-Fetch-Site, content types; docs/security.md), and
+its own console, same-origin, must not notice.
 
 Skipped when Chromium or puppeteer-core is missing (scripts/browser-deps.sh
 and scripts/npm-deps.sh install them)."""
@@ -37,7 +40,8 @@ CHROMIUM = os.environ.get("AGENTBOX_CHROMIUM", "/usr/bin/chromium")
 h = abserver.ServerHarness(budget=280)
 TOKEN = "console-admin-token-%d-0123456789" % os.getpid()
 APP_KEY = "console-app-key-0123456789abcdef"
-srv = h.start_server(token=TOKEN, config={"api_keys": [{"key": APP_KEY, "app_id": "otherapp"}]})
+CONFIG = {"api_keys": [{"key": APP_KEY, "app_id": "otherapp"}]}
+srv = h.start_server(token=TOKEN, config=CONFIG)
 
 # ---- the browser -------------------------------------------------------------------------
 node = shutil.which("node")
@@ -79,41 +83,54 @@ with open(paths["good_skill"], "wb") as f:
                        "console-skill/scripts/run.sh": "#!/bin/sh\necho run\n"}))
 with open(paths["bad_skill"], "wb") as f:
     f.write(zip_bytes({"bad-skill/SKILL.md": "---\nname: another-name\ndescription: The name does not match.\n---\n"}))
-cfg = {"base": srv.url, "token": TOKEN, "app_key": APP_KEY, "shots": shots, "work": work, "chromium": CHROMIUM,
-       "console_dir": CONSOLE_DIR, "files": paths}
-cfg_path = os.path.join(work, "config.json")
-with open(cfg_path, "w") as f:
-    json.dump(cfg, f)
+def run_browser(srv, token, label, shots):
+    """Runs console.mjs against srv, logging in with token; relays its TAP
+    lines as "LABEL: name"."""
+    os.makedirs(shots, exist_ok=True)
+    for old in os.listdir(shots):  # the previous run's
+        if old.endswith(".png"):
+            os.unlink(os.path.join(shots, old))
+    cfg = {"base": srv.url, "token": token, "app_key": APP_KEY, "shots": shots, "work": work,
+           "chromium": CHROMIUM, "console_dir": CONSOLE_DIR, "files": paths}
+    cfg_path = os.path.join(work, "config.json")
+    with open(cfg_path, "w") as f:
+        json.dump(cfg, f)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AGENTBOX_TOKEN")}
+    env["HOME"] = work  # Chromium's profile and crash dirs
+    try:
+        p = subprocess.run([node, os.path.join(os.path.dirname(os.path.abspath(__file__)), "console.mjs"), cfg_path],
+                           capture_output=True, text=True, timeout=200 * h.slow, env=env, cwd=work)
+        out, err, rc = p.stdout, p.stderr, p.returncode
+    except subprocess.TimeoutExpired as e:
+        out = e.stdout.decode() if isinstance(e.stdout, bytes) else (e.stdout or "")
+        err = e.stderr.decode() if isinstance(e.stderr, bytes) else (e.stderr or "")
+        rc = "timeout"
+    n = 0
+    pending = None
+    for line in out.splitlines() + [""]:
+        if line.startswith("# ") and pending:
+            pending[1].append(line[2:])
+            continue
+        if pending:
+            good, diag, name = pending
+            if " # SKIP " in name:
+                name, reason = name.split(" # SKIP ", 1)
+                h.skip("%s: %s" % (label, name), reason)
+            else:
+                h.ok(good, "%s: %s" % (label, name), "\n".join(diag) + ("\nnode stderr:\n" + err[-1500:] if not good else ""))
+            pending = None
+        if line.startswith("ok ") or line.startswith("not ok "):
+            pending = (line.startswith("ok "), [], line.split(" - ", 1)[1] if " - " in line else line)
+            n += 1
+    h.ok(rc == 0 and n > 0, "%s: console.mjs ran %d tests and exited 0" % (label, n),
+         "exit %s\nstdout:\n%s\nstderr:\n%s" % (rc, out[-2000:], err[-3000:]))
 
-env = {k: v for k, v in os.environ.items() if not k.startswith("AGENTBOX_TOKEN")}
-env["HOME"] = work  # Chromium's profile and crash dirs
-try:
-    p = subprocess.run([node, os.path.join(os.path.dirname(os.path.abspath(__file__)), "console.mjs"), cfg_path],
-                       capture_output=True, text=True, timeout=200 * h.slow, env=env, cwd=work)
-    out, err, rc = p.stdout, p.stderr, p.returncode
-except subprocess.TimeoutExpired as e:
-    out = e.stdout.decode() if isinstance(e.stdout, bytes) else (e.stdout or "")
-    err = e.stderr.decode() if isinstance(e.stderr, bytes) else (e.stderr or "")
-    rc = "timeout"
 
-n = 0
-pending = None
-for line in out.splitlines() + [""]:
-    if line.startswith("# ") and pending:
-        pending[1].append(line[2:])
-        continue
-    if pending:
-        good, diag, name = pending
-        if " # SKIP " in name:
-            name, reason = name.split(" # SKIP ", 1)
-            h.skip("browser: " + name, reason)
-        else:
-            h.ok(good, "browser: " + name, "\n".join(diag) + ("\nnode stderr:\n" + err[-1500:] if not good else ""))
-        pending = None
-    if line.startswith("ok ") or line.startswith("not ok "):
-        pending = (line.startswith("ok "), [], line.split(" - ", 1)[1] if " - " in line else line)
-        n += 1
-h.ok(rc == 0 and n > 0, "console.mjs ran %d tests and exited 0" % n,
-     "exit %s\nstdout:\n%s\nstderr:\n%s" % (rc, out[-2000:], err[-3000:]))
+run_browser(srv, TOKEN, "browser", shots)
+# A server without a token, on a data folder of its own: the console logs in
+# with an empty token.
+srv.stop()
+open_srv = h.start_server(name="notoken", token=None, config=CONFIG, data=h.new_data_dir("notoken"))
+run_browser(open_srv, "", "browser (no token)", os.path.join(shots, "no-token"))
 h.diag("screenshots: %s" % shots)
 h.done()

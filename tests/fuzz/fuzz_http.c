@@ -10,7 +10,9 @@
  * output, /v1/events) stops at its first write.
  *
  * The first byte picks the client's address (loopback or not) and whether
- * the server has an admin token ("admin-token"; the API key "key-a" of app
+ * the server has an admin token (without one, the Host, Origin and
+ * content-type checks run; allowed_hosts is "devbox.lan" and
+ * "[fd00::1]:8080") ("admin-token"; the API key "key-a" of app
  * "app-a" is always configured). The manager runs on an in-memory fake
  * backend (create/start/stop/pause/destroy only flip a state; connecting to
  * a box's init fails), so a request costs no box; the store is SQLite in a
@@ -262,6 +264,11 @@ static world *world_new(void)
         w->cfg.keys = xcalloc(1, sizeof(*w->cfg.keys));
         w->cfg.keys[0].key = xstrdup("key-a");
         w->cfg.keys[0].app_id = xstrdup("app-a");
+        /* a server without a token answers these Hosts besides loopback ones */
+        w->cfg.n_allowed_hosts = 2;
+        w->cfg.allowed_hosts = xcalloc(3, sizeof(char *));
+        w->cfg.allowed_hosts[0] = xstrdup("devbox.lan");
+        w->cfg.allowed_hosts[1] = xstrdup("[fd00::1]:8080");
         ab_err *e = NULL;
         check(ab_store_open(NULL, w->dir, &w->store, &e) == 0);
         w->events = ab_events_new(256);

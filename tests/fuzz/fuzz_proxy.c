@@ -13,6 +13,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -20,6 +21,23 @@ static void check(bool cond)
 {
         if (!cond)
                 abort();
+}
+
+/* Content-Length and Transfer-Encoding header lines in head[0..n). */
+static int framings(const char *head, size_t n)
+{
+        int k = 0;
+        for (const char *p = head, *end = head + n; p < end;) {
+                const char *le = memmem(p, (size_t)(end - p), "\r\n", 2);
+                size_t ln = le ? (size_t)(le - p) : (size_t)(end - p);
+                if ((ln > 15 && !strncasecmp(p, "content-length:", 15)) ||
+                    (ln > 18 && !strncasecmp(p, "transfer-encoding:", 18)))
+                        k++;
+                if (!le)
+                        break;
+                p = le + 2;
+        }
+        return k;
 }
 
 static void fuzz_request(const uint8_t *data, size_t size, const ab_netpol *pol)
@@ -54,6 +72,9 @@ static void fuzz_request(const uint8_t *data, size_t size, const ab_netpol *pol)
                                 check(i + 1 < r.head_len && r.head[i + 1] == '\n');
                         else if (r.head[i] == '\n')
                                 check(i > 0 && r.head[i - 1] == '\r');
+                /* one framing of the body at most: Content-Length and
+                 * Transfer-Encoding never both, neither twice */
+                check(framings(r.head, r.head_len) <= 1);
         }
         if (pol)
                 (void)ab_netpol_allows(pol, r.host, r.port, NULL, 0);

@@ -192,10 +192,15 @@ for i in range(2):
     created.append(rid)
 h.ne(rids[0], rids[1], "two creates without keys make two different boxes")
 
-# A request as curl -d sends it (form content type) is still JSON to the server.
+# A request as curl -d sends it (form content type): a server without a token refuses
+# it on a JSON route (a web page could post it to another site without asking first);
+# with Content-Type: application/json, or none, the same body works.
 r = srv.post("/v1/sandboxes", b'{"id":"curl-style"}', headers={"Content-Type": "application/x-www-form-urlencoded"})
-h.eq((r.status, r.get("id")), (201, "curl-style"), "a body sent as curl -d sends it (form content type) works",
-     r.describe())
+h.eq((r.status, r.err_code), (415, "unsupported_media_type"),
+     "a body sent as curl -d sends it (form content type): 415 without a token", r.describe())
+h.contains(r.err_message or "", "application/json", "... saying what to send", r.describe())
+r = srv.post("/v1/sandboxes", b'{"id":"curl-style"}', headers={"Content-Type": "application/json"})
+h.eq((r.status, r.get("id")), (201, "curl-style"), "... as application/json it works", r.describe())
 created.append("curl-style")
 
 O = "opts-1"
@@ -598,7 +603,7 @@ r = srv.put(srv.file_path(F, "/tmp/up.txt"), b"tmpdata")
 h.eq(r.status, 201, "PUT outside /workspace (to /tmp)", r.describe())
 h.eq(sh(F, "cat /tmp/up.txt").get("stdout"), "tmpdata", "... lands there in the box")
 
-status, head, body, err = srv.raw(("PUT %s HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n"
+status, head, body, err = srv.raw(("PUT %s HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: %d\r\n"
                                    "Content-Type: application/octet-stream\r\n\r\n"
                                    % (srv.file_path(F, "huge.bin"), MAX_UPLOAD * 4)).encode(), timeout=5)
 h.eq(status, 413, "PUT with Content-Length over max_upload is refused with 413 before the body is sent",

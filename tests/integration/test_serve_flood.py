@@ -74,7 +74,7 @@ def read_head(s, timeout=30.0):
 def open_sse(src):
     """An event stream from src: (socket, first bytes of the answer)."""
     s = connect_from(src)
-    s.sendall(b"GET /v1/events HTTP/1.1\r\nHost: agentbox\r\n\r\n")
+    s.sendall(b"GET /v1/events HTTP/1.1\r\nHost: localhost\r\n\r\n")
     return s, read_head(s)
 
 
@@ -114,7 +114,7 @@ for i in range(N_SLOW):
     try:
         t0 = time.monotonic()  # before connect: the server's clock for it starts later
         s = connect_from("127.0.0.2")
-        s.sendall(b"GET /health HTTP/1.1\r\nHost: agentbox\r\n")
+        s.sendall(b"GET /health HTTP/1.1\r\nHost: localhost\r\n")
         s.setblocking(False)
         slow.append([s, t0, None])
     except OSError as e:
@@ -271,13 +271,13 @@ PORT = S2.port
 held = []
 for i in range(CAP):
     s = connect_from("127.0.0.4")
-    s.sendall(b"GET /health HTTP/1.1\r\nHost: agentbox\r\n")  # a head never completed
+    s.sendall(b"GET /health HTTP/1.1\r\nHost: localhost\r\n")  # a head never completed
     held.append(s)
 ok = wait_for(lambda: metric_sum(S2.metrics() or [], "agentbox_http_connections") == CAP + 1, 30)
 h.ok(ok, "127.0.0.4 holds %d connections, its cap (and /metrics asked from 127.0.0.1 makes one more)" % CAP)
 try:
     s = connect_from("127.0.0.4")
-    s.sendall(b"GET /health HTTP/1.1\r\nHost: agentbox\r\n\r\n")
+    s.sendall(b"GET /health HTTP/1.1\r\nHost: localhost\r\n\r\n")
     head = read_head(s, 10)
     s.close()
 except OSError:
@@ -287,7 +287,7 @@ h.ok(not head.startswith(b"HTTP/"), "a connection from 127.0.0.4 past its cap is
 r = S2.get("/health", token=None, timeout=60)
 h.eq(r.status, 200, "... while 127.0.0.1 still gets in", r.describe())
 s = connect_from("127.0.0.5")
-s.sendall(b"GET /health HTTP/1.1\r\nHost: agentbox\r\n\r\n")
+s.sendall(b"GET /health HTTP/1.1\r\nHost: localhost\r\n\r\n")
 head = read_head(s, 30)
 s.close()
 h.ok(head.startswith(b"HTTP/1.1 200"), "... and so does 127.0.0.5", head[:200])
@@ -296,7 +296,7 @@ h.ok((metric_sum(S2.metrics() or [], "agentbox_http_refused_total", reason="conn
 held[0].close()
 ok = wait_for(lambda: metric_sum(S2.metrics() or [], "agentbox_http_connections") == CAP, 30)
 s = connect_from("127.0.0.4")
-s.sendall(b"GET /health HTTP/1.1\r\nHost: agentbox\r\n\r\n")
+s.sendall(b"GET /health HTTP/1.1\r\nHost: localhost\r\n\r\n")
 head = read_head(s, 30)
 s.close()
 h.ok(ok and head.startswith(b"HTTP/1.1 200"), "once one of them closes, 127.0.0.4 gets in again", head[:200])

@@ -248,6 +248,30 @@ static void test_ports(void)
         ab_config_release(&c);
 }
 
+/* allowed_hosts: a list of host names (":PORT" allowed), copied with the
+ * config; anything with a scheme, a path or spaces is refused. */
+static void test_allowed_hosts(void)
+{
+        _cleanup_free_ char *path =
+            write_conf("allowed_hosts:\n  - devbox.lan\n  - \"[fd00::1]:8080\"\n");
+        ab_config c;
+        ab_config_default(&c);
+        ab_err *e = NULL;
+        TAP_IS_INT(ab_config_load_file(&c, path, &e), 0, "allowed_hosts loads");
+        ab_err_free(&e);
+        tap_ok(c.n_allowed_hosts == 2 && !strcmp(c.allowed_hosts[0], "devbox.lan") &&
+                   !strcmp(c.allowed_hosts[1], "[fd00::1]:8080") && !c.allowed_hosts[2],
+               "... both entries, NULL-terminated");
+        TAP_IS_INT(ab_config_load_file(&c, path, NULL), 0, "a second load over the first");
+        tap_ok(c.n_allowed_hosts == 2, "... holds the list once");
+        ab_config_release(&c);
+        refused("allowed_hosts:\n  - http://devbox.lan\n", "a scheme", "allowed_hosts",
+                "no scheme");
+        refused("allowed_hosts:\n  - devbox.lan/x\n", "a path", "allowed_hosts", NULL);
+        refused("allowed_hosts: devbox.lan\n", "a scalar", "allowed_hosts", "list");
+        refused("allowed_hosts:\n  - \"\"\n", "an empty name", "allowed_hosts", NULL);
+}
+
 /* backend names one of the two; docker_host is a unix:// socket; both
  * come from the file and the environment. */
 static void test_backend(void)
@@ -705,6 +729,7 @@ int main(void)
         test_full_file();
         test_bad_values();
         test_ports();
+        test_allowed_hosts();
         test_backend();
         test_unknown_keys();
         test_env();

@@ -586,6 +586,19 @@ static void test_proxy_parse(void)
         parse_bad("GET http://user:pw@example.com/ HTTP/1.1\r\n\r\n", "userinfo with password");
         parse_bad("GET http://@example.com/ HTTP/1.1\r\n\r\n", "empty userinfo");
         parse_bad("GET http://example.com:99999/ HTTP/1.1\r\n\r\n", "port out of range");
+        /* two framings of one body: request smuggling */
+        parse_bad("POST http://example.com/ HTTP/1.1\r\nContent-Length: 5\r\n"
+                  "Transfer-Encoding: chunked\r\n\r\n",
+                  "Content-Length with Transfer-Encoding");
+        parse_bad("POST http://example.com/ HTTP/1.1\r\ntransfer-encoding: chunked\r\n"
+                  "content-length: 0\r\n\r\n",
+                  "Transfer-Encoding then Content-Length (any case)");
+        parse_bad("POST http://example.com/ HTTP/1.1\r\nContent-Length: 5\r\n"
+                  "Content-Length: 6\r\n\r\n",
+                  "two Content-Lengths");
+        parse_bad("POST http://example.com/ HTTP/1.1\r\nTransfer-Encoding: chunked\r\n"
+                  "Transfer-Encoding: identity\r\n\r\n",
+                  "two Transfer-Encodings");
         parse_bad("GET http://example.com:/ HTTP/1.1\r\n\r\n", "empty port");
         parse_bad("GET http://exa mple.com/ HTTP/1.1\r\n\r\n", "space in the host");
         parse_bad("GET http://example.com/ HTTP/2.0\r\n\r\n", "HTTP/2.0");
