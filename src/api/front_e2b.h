@@ -29,6 +29,13 @@
 int e2b_access_token(ab_server *s, const ab_box_rec *rec, const char *key_id,
                      char out[E2B_TOKEN_MAX + 1], ab_err **err);
 
+/* Splits the access token tok (from a request: any bytes, NUL-terminated;
+ * NULL is malformed) into the key id it carries: *key_id is NULL for a
+ * key-less token (E2B_TOKEN_LEN characters), else a copy of the part before
+ * the '.' (free it). Checks the shape only, not the MAC. False (and *key_id
+ * NULL) for a malformed token. */
+bool e2b_token_parse(const char *tok, char **key_id);
+
 /* Authenticates an envd call from its head, before any body is read: the
  * box named by E2b-Sandbox-Id exists, X-Access-Token is the token of this
  * creation of it and, for a key-bound token, its key still exists. Then sets

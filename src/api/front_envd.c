@@ -145,9 +145,7 @@ static enum MHD_Result envd_deny(ab_req *r, unsigned status, const char *msg)
         return resp_json(r, status, json_pack("{s:i,s:s}", "code", (int)status, "message", msg));
 }
 
-/* Splits tok into the key id it carries (*key_id: NULL for a key-less
- * token; free it) and checks its shape. False for a malformed token. */
-static bool token_parse(const char *tok, char **key_id)
+bool e2b_token_parse(const char *tok, char **key_id)
 {
         *key_id = NULL;
         if (!tok)
@@ -183,7 +181,7 @@ static int token_box(ab_server *s, const char *id, const char *tok, ab_box_rec *
         if (key_id)
                 *key_id = NULL;
         _cleanup_free_ char *kid = NULL;
-        if (!token_parse(tok, &kid))
+        if (!e2b_token_parse(tok, &kid))
                 return 0;
         if (ab_manager_get(s->mgr, id, NULL, rec, err) < 0) {
                 if ((*err)->code != AB_E_NOT_FOUND)
