@@ -196,9 +196,8 @@ static int token_box(ab_server *s, const char *id, const char *tok, ab_box_rec *
         if (kid) { /* the key must still exist, for the box's app */
                 ab_api_key k = {0};
                 if (ab_store_key_get(s->store, kid, &k, err) < 0) {
-                        if ((*err)->code != AB_E_NOT_FOUND)
-                                goto no;
-                        ab_err_free(err);
+                        if ((*err)->code == AB_E_NOT_FOUND) /* deleted: the token with it */
+                                ab_err_free(err);
                         goto no;
                 }
                 bool ok = same_app(k.app_id, rec->app_id);
