@@ -94,8 +94,10 @@ static json_t *sandbox_json(ab_req *r, const ab_box_rec *rec, bool detail)
             rec->metadata ? json_incref(rec->metadata) : json_object(), "state", state_of(rec),
             "envdVersion", ENVD_VERSION);
         if (detail) {
-                char tok[E2B_TOKEN_LEN + 1];
-                if (e2b_access_token(r->srv, rec, tok, NULL) == 0)
+                /* a caller that a store API key authenticated gets a token
+                 * bound to that key: deleting the key ends what it opens */
+                char tok[E2B_TOKEN_MAX + 1];
+                if (e2b_access_token(r->srv, rec, r->key_id, tok, NULL) == 0)
                         json_object_set_new(j, "envdAccessToken", json_string(tok));
                 const char *dom = r->srv->cfg->ports_domain;
                 json_object_set_new(j, "domain", dom && *dom ? json_string(dom) : json_null());

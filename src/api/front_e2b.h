@@ -9,23 +9,41 @@
 
 #include "api/server.h"
 
-#define E2B_TOKEN_LEN 64 /* hex characters */
+#define E2B_TOKEN_LEN     64 /* the MAC: hex characters */
+#define E2B_TOKEN_KEY_MAX 64 /* the longest key id a token carries */
+/* The longest token: "<key id>.<MAC>" */
+#define E2B_TOKEN_MAX (E2B_TOKEN_KEY_MAX + 1 + E2B_TOKEN_LEN)
 
 /* The envd access token of the box rec: HMAC-SHA256 with the server's E2B
  * secret (DATA/e2b.secret, made at first use) of the box's id, its creation
  * (spec.creation, a random value each new box gets) and its app, so that it
  * survives a restart, opens no later box with the same id and no box of
- * another app, and needs no record of its own. out gets E2B_TOKEN_LEN hex
- * digits + NUL. 0, or -1 with *err when the secret cannot be read or made. */
-int e2b_access_token(ab_server *s, const ab_box_rec *rec, char out[E2B_TOKEN_LEN + 1],
-                     ab_err **err);
+ * another app, and needs no record of its own. With key_id (a store API
+ * key's id: the caller's key), the MAC covers the key id too and the token
+ * is "<key_id>.<MAC>": envd_authenticate then also wants the key to exist
+ * and binds the call's connection to it. Without (the admin token, a key of
+ * the config file, a token-less server's loopback caller), the MAC alone.
+ * out gets the token + NUL (at most E2B_TOKEN_MAX characters). 0, or -1
+ * with *err (err may be NULL) when the secret cannot be read or made or
+ * key_id is not a key id ([A-Za-z0-9_-], 1 to E2B_TOKEN_KEY_MAX). */
+int e2b_access_token(ab_server *s, const ab_box_rec *rec, const char *key_id,
+                     char out[E2B_TOKEN_MAX + 1], ab_err **err);
+
+/* Splits the access token tok (from a request: any bytes, NUL-terminated;
+ * NULL is malformed) into the key id it carries: *key_id is NULL for a
+ * key-less token (E2B_TOKEN_LEN characters), else a copy of the part before
+ * the '.' (free it). Checks the shape only, not the MAC. False (and *key_id
+ * NULL) for a malformed token. */
+bool e2b_token_parse(const char *tok, char **key_id);
 
 /* Authenticates an envd call from its head, before any body is read: the
- * box named by E2b-Sandbox-Id exists and X-Access-Token is the token of this
- * creation of it. Then sets r->scope to the box's app (NULL: a box of the
- * admin's) and r->front_box to its id (*ok true); else answers 400 (no id),
- * 401 (a bad token, an unknown or deleted box) or 500 itself. Reads the
- * store: call it on a worker. */
+ * box named by E2b-Sandbox-Id exists, X-Access-Token is the token of this
+ * creation of it and, for a key-bound token, its key still exists. Then sets
+ * r->scope to the box's app (NULL: a box of the admin's), r->front_box to
+ * its id and, for a key-bound token, r->key_id to the key, whose deletion
+ * then shuts the connection (ab_conns_bind_key) (*ok true); else answers
+ * 400 (no id), 401 (a bad token, an unknown or deleted box, a deleted key)
+ * or 500 itself. Reads the store: call it on a worker. */
 enum MHD_Result envd_authenticate(ab_req *r, bool *ok);
 
 /* Ends the E2B processes and watches of box id that this server runs (their

@@ -9,7 +9,9 @@
  * shutdown. */
 #include "api/envd_int.h"
 #include "base/log.h"
+#include "store/store.h"
 
+#include <ctype.h>
 #include <fcntl.h>
 #include <openssl/hmac.h>
 #include <sys/random.h>
@@ -58,12 +60,19 @@ static int load_secret(const char *data_dir, ab_err **err)
 
 /* What a token is bound to: the box's id, its creation (a random value
  * stored with the box; a box from before it had one: its creation time and
- * backend name) and its owner's app, each ended by a NUL so that no two
- * tuples make the same bytes. */
-static void token_input(ab_buf *b, const ab_box_rec *rec)
+ * backend name), its owner's app and, for a token handed to a caller that a
+ * store API key authenticated, that key's id, each ended by a NUL so that no
+ * two tuples make the same bytes. The two kinds have tags of their own: no
+ * key-bound token's MAC is a key-less one's, so dropping the key id from a
+ * token does not make a token that outlives the key. */
+static void token_input(ab_buf *b, const ab_box_rec *rec, const char *key_id)
 {
         static const char tag[] = "agentbox e2b envd access token v2";
-        ab_buf_add(b, tag, sizeof(tag));
+        static const char tag_key[] = "agentbox e2b envd access token v3 key-bound";
+        if (key_id)
+                ab_buf_add(b, tag_key, sizeof(tag_key));
+        else
+                ab_buf_add(b, tag, sizeof(tag));
         ab_buf_add(b, rec->id, strlen(rec->id) + 1);
         const char *app = rec->app_id ? rec->app_id : "";
         ab_buf_add(b, app, strlen(app) + 1);
@@ -74,10 +83,28 @@ static void token_input(ab_buf *b, const ab_box_rec *rec)
                 ab_buf_printf(b, "created_at=%lld backend_id=%s", (long long)rec->created_at,
                               rec->backend_id ? rec->backend_id : "");
         ab_buf_add(b, "", 1);
+        if (key_id)
+                ab_buf_add(b, key_id, strlen(key_id) + 1);
 }
 
-int e2b_access_token(ab_server *s, const ab_box_rec *rec, char out[E2B_TOKEN_LEN + 1], ab_err **err)
+/* A key id a token may carry: what POST /v1/keys makes ("k_" and hex), and
+ * nothing that could hold the separator. */
+static bool token_key_id_ok(const char *k, size_t n)
 {
+        if (n == 0 || n > E2B_TOKEN_KEY_MAX)
+                return false;
+        for (size_t i = 0; i < n; i++)
+                if (!isalnum((unsigned char)k[i]) && k[i] != '_' && k[i] != '-')
+                        return false;
+        return true;
+}
+
+int e2b_access_token(ab_server *s, const ab_box_rec *rec, const char *key_id,
+                     char out[E2B_TOKEN_MAX + 1], ab_err **err)
+{
+        if (key_id && !token_key_id_ok(key_id, strlen(key_id)))
+                return ab_err_set(err, AB_E_INVALID, 0, "key id %s cannot be bound to a token",
+                                  key_id);
         pthread_mutex_lock(&secret_lock);
         int rc = secret_ok ? 0 : load_secret(s->cfg->data_dir, err);
         if (rc == 0)
@@ -86,12 +113,19 @@ int e2b_access_token(ab_server *s, const ab_box_rec *rec, char out[E2B_TOKEN_LEN
         if (rc < 0)
                 return -1;
         _cleanup_buf_ ab_buf in = {0};
-        token_input(&in, rec);
+        token_input(&in, rec, key_id);
         unsigned char mac[32];
         unsigned int n = 0;
         HMAC(EVP_sha256(), secret, sizeof(secret), (const unsigned char *)in.p, in.n, mac, &n);
+        size_t off = 0;
+        if (key_id) {
+                size_t kl = strlen(key_id);
+                memcpy(out, key_id, kl);
+                out[kl] = '.';
+                off = kl + 1;
+        }
         for (unsigned i = 0; i < 32; i++)
-                snprintf(out + 2 * i, 3, "%02x", mac[i]);
+                snprintf(out + off + 2 * i, 3, "%02x", mac[i]);
         return 0;
 }
 
@@ -111,13 +145,43 @@ static enum MHD_Result envd_deny(ab_req *r, unsigned status, const char *msg)
         return resp_json(r, status, json_pack("{s:i,s:s}", "code", (int)status, "message", msg));
 }
 
-/* Box id's record when tok is its access token: 1 (*rec filled: clear it);
- * 0 when it is not (no such box, one being deleted, another creation of the
- * id or another app: no record this token was made for; a malformed token);
- * -1 with *err (err must not be NULL) when the store or the secret fails. */
-static int token_box(ab_server *s, const char *id, const char *tok, ab_box_rec *rec, ab_err **err)
+bool e2b_token_parse(const char *tok, char **key_id)
 {
-        if (!tok || strlen(tok) != E2B_TOKEN_LEN)
+        *key_id = NULL;
+        if (!tok)
+                return false;
+        size_t n = strlen(tok);
+        if (n == E2B_TOKEN_LEN)
+                return true;
+        if (n <= E2B_TOKEN_LEN + 1 || n > E2B_TOKEN_MAX || tok[n - E2B_TOKEN_LEN - 1] != '.')
+                return false;
+        size_t kl = n - E2B_TOKEN_LEN - 1;
+        if (!token_key_id_ok(tok, kl))
+                return false;
+        *key_id = xstrndup(tok, kl);
+        return true;
+}
+
+/* True when a and b are both NULL or the same string. */
+static bool same_app(const char *a, const char *b)
+{
+        return a == b || (a && b && !strcmp(a, b));
+}
+
+/* Box id's record when tok is its access token: 1 (*rec filled: clear it;
+ * *key_id, when key_id is not NULL, the store API key the token is bound to
+ * or NULL: free it); 0 when it is not (no such box, one being deleted,
+ * another creation of the id or another app: no record this token was made
+ * for; a malformed token; the key it is bound to deleted or of another app);
+ * -1 with *err (err must not be NULL) when the store or the secret fails.
+ * The MAC covers the key id, so a token of one key is no token of another. */
+static int token_box(ab_server *s, const char *id, const char *tok, ab_box_rec *rec, char **key_id,
+                     ab_err **err)
+{
+        if (key_id)
+                *key_id = NULL;
+        _cleanup_free_ char *kid = NULL;
+        if (!e2b_token_parse(tok, &kid))
                 return 0;
         if (ab_manager_get(s->mgr, id, NULL, rec, err) < 0) {
                 if ((*err)->code != AB_E_NOT_FOUND)
@@ -125,10 +189,26 @@ static int token_box(ab_server *s, const char *id, const char *tok, ab_box_rec *
                 ab_err_free(err);
                 return 0;
         }
-        char want[E2B_TOKEN_LEN + 1];
-        if (rec->status != AB_BOX_DELETING && e2b_access_token(s, rec, want, err) == 0 &&
-            req_secret_eq(tok, want))
-                return 1;
+        char want[E2B_TOKEN_MAX + 1];
+        if (rec->status == AB_BOX_DELETING || e2b_access_token(s, rec, kid, want, err) < 0 ||
+            !req_secret_eq(tok, want))
+                goto no;
+        if (kid) { /* the key must still exist, for the box's app */
+                ab_api_key k = {0};
+                if (ab_store_key_get(s->store, kid, &k, err) < 0) {
+                        if ((*err)->code == AB_E_NOT_FOUND) /* deleted: the token with it */
+                                ab_err_free(err);
+                        goto no;
+                }
+                bool ok = same_app(k.app_id, rec->app_id);
+                ab_api_key_clear(&k);
+                if (!ok)
+                        goto no;
+        }
+        if (key_id)
+                *key_id = steal_pointer(&kid);
+        return 1;
+no:
         ab_box_rec_clear(rec);
         return *err ? -1 : 0;
 }
@@ -142,11 +222,17 @@ enum MHD_Result envd_authenticate(ab_req *r, bool *ok)
                 return envd_deny(r, 400, "missing E2b-Sandbox-Id header");
         ab_box_rec rec;
         ab_err *e = NULL;
-        int rc = token_box(r->srv, id, tok, &rec, &e);
+        char *key_id = NULL;
+        int rc = token_box(r->srv, id, tok, &rec, &key_id, &e);
         if (rc < 0)
                 return resp_err(r, e);
         if (rc == 0)
                 return envd_deny(r, 401, "invalid or missing X-Access-Token for this sandbox");
+        if (key_id) { /* deleting the key ends this call and its stream */
+                free(r->key_id);
+                r->key_id = key_id;
+                ab_conns_bind_key(r->srv->conns, r->conn, r->key_id);
+        }
         /* the call acts as the box's owner: its app (none: the admin's box) */
         r->scope_buf = steal_pointer(&rec.app_id);
         r->scope = r->scope_buf;
@@ -527,7 +613,7 @@ enum MHD_Result envd_health(ab_req *r, const char *id)
         if (box) {
                 ab_box_rec rec;
                 ab_err *e = NULL;
-                int rc = token_box(r->srv, box, req_header(r, "X-Access-Token"), &rec, &e);
+                int rc = token_box(r->srv, box, req_header(r, "X-Access-Token"), &rec, NULL, &e);
                 ab_err_free(&e);
                 if (rc <= 0)
                         return resp_json(r, 502,

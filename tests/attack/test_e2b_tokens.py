@@ -6,9 +6,10 @@ box's app. Each check passes only when the attack fails:
 - an app's key does not get another app's box (nor its envdAccessToken)
   from GET /e2b/sandboxes/{id}, and one box's token opens no other box;
 - a token of a deleted box opens nothing (401, not a call on a missing box);
-- app A keeps the token of a box with an explicit id, deletes the box; app
-  B makes a box of the same id (ids are first-come across apps). A's old
-  token must not read B's files nor run a command in B's box;
+- app A keeps the token of a box whose id comes from a thread_id, deletes
+  the box; app B makes a box of the same thread (an id of B's), and a box
+  of an explicit id A used before (explicit ids are first-come across
+  apps): A's old tokens must not read B's files nor run commands there;
 - the same within one app: a box re-made with the same id is not opened by
   the first one's token;
 - the token of a live box still works after a restart (nothing lost), and
@@ -107,11 +108,15 @@ h.eq(r.status, 401, "the deleted box's token: 401 (not a call on a missing box)"
 r = health(SA, TA)
 h.eq(r.status, 502, "envd /health with the deleted box's token: not running", r.describe())
 
-# ---- an id made again, by another app -----------------------------------------------------------
+# ---- the same thread, another app ---------------------------------------------------------------
+# A thread's box id is per app (docs/api.md): app B's box of A's thread has an
+# id of its own, and A's token of its box opens neither B's box nor, once the
+# box is deleted, anything.
 
-X = "shared-" + secrets.token_hex(5)
-r = srv.post("/v1/sandboxes", {"id": X}, token=KEY_A)
-h.eq((r.status, r.get("id")), (201, X), "app A makes a box with an explicit id", r.describe())
+THREAD = "thread-" + secrets.token_hex(6)
+X = abserver.thread_box_id(THREAD, "appa")
+r = srv.post("/v1/sandboxes", {"thread_id": THREAD}, token=KEY_A)
+h.eq((r.status, r.get("id")), (201, X), "app A makes the box of a thread", r.describe())
 r, TX = e2b_token(X, KEY_A)
 h.ok(r.status == 200 and isinstance(TX, str), "app A takes its envd access token", r.describe())
 TX = TX or "none"
@@ -120,36 +125,64 @@ h.eq(r.status, 200, "the token reads A's box", r.describe())
 r = srv.delete("/v1/sandboxes/" + X, token=KEY_A)
 h.ok(r.status in (200, 202, 204), "app A deletes the box", r.describe())
 
-r = srv.post("/v1/sandboxes", {"id": X}, token=KEY_B)
-h.eq((r.status, r.get("id")), (201, X), "app B makes a box of the same id", r.describe())
+XB = abserver.thread_box_id(THREAD, "appb")
+r = srv.post("/v1/sandboxes", {"thread_id": THREAD}, token=KEY_B)
+h.eq((r.status, r.get("id")), (201, XB), "app B makes a box of the same thread: an id of B's", r.describe())
 SECRET = "B-SECRET-" + secrets.token_hex(8)
-r = srv.put(srv.file_path(X, "/workspace/secret.txt"), SECRET, token=KEY_B)
+r = srv.put(srv.file_path(XB, "/workspace/secret.txt"), SECRET, token=KEY_B)
 h.ok(r.status in (200, 201, 204), "app B keeps a secret in it", r.describe())
 
-r = envd_read(X, TX, "/workspace/secret.txt")
-h.eq(r.status, 401, "A's old token does not read B's box of the same id", r.describe())
-h.ok(SECRET.encode() not in (r.body or b""), "... and B's secret does not leak", r.describe())
-r = stat_ok(X, TX)
-h.eq(r.status, 401, "... nor stat in it", r.describe())
-r = envd(X, TX, "process.Process/List", {})
-h.eq(r.status, 401, "... nor list its processes", r.describe())
-marker = "/workspace/pwned-" + secrets.token_hex(4)
-r = envd(X, TX, "filesystem.Filesystem/MakeDir", {"path": marker})
-h.eq(r.status, 401, "... nor make a directory in it", r.describe())
-r = srv.exec(X, "test -e %s && echo PWNED || echo clean" % marker, token=KEY_B)
-h.eq((r.get("stdout") or "").strip(), "clean", "B's box is untouched", r.describe())
+for box in (X, XB):
+    r = envd_read(box, TX, "/workspace/secret.txt")
+    h.eq(r.status, 401, "A's old token does not read %s" % box, r.describe())
+    h.ok(SECRET.encode() not in (r.body or b""), "... and B's secret does not leak", r.describe())
+    r = stat_ok(box, TX)
+    h.eq(r.status, 401, "... nor stat in it", r.describe())
+    r = envd(box, TX, "process.Process/List", {})
+    h.eq(r.status, 401, "... nor list its processes", r.describe())
+    marker = "/workspace/pwned-" + secrets.token_hex(4)
+    r = envd(box, TX, "filesystem.Filesystem/MakeDir", {"path": marker})
+    h.eq(r.status, 401, "... nor make a directory in it", r.describe())
+r = srv.exec(XB, "ls /workspace | grep -c pwned || true", token=KEY_B)
+h.eq((r.get("stdout") or "").strip(), "0", "B's box is untouched", r.describe())
 
-r, TB = e2b_token(X, KEY_B)
-h.ok(isinstance(TB, str) and TB != TX, "B's own token of the box is another one", r.describe())
-r = envd_read(X, TB or "none", "/workspace/secret.txt")
+r, TB = e2b_token(XB, KEY_B)
+h.ok(isinstance(TB, str) and TB != TX, "B's own token of its box is another one", r.describe())
+r = envd_read(XB, TB or "none", "/workspace/secret.txt")
 h.eq((r.status, r.body), (200, SECRET.encode()), "B's own token reads its box", r.describe())
+X = XB
+
+# ---- one id, two apps: an explicit id is first-come across apps -----------------------------------
+
+Y = "shared-" + secrets.token_hex(5)
+r = srv.post("/v1/sandboxes", {"id": Y}, token=KEY_A)
+h.eq((r.status, r.get("id")), (201, Y), "app A makes a box with an explicit id", r.describe())
+r, TY = e2b_token(Y, KEY_A)
+h.ok(r.status == 200 and isinstance(TY, str), "app A takes its envd access token", r.describe())
+TY = TY or "none"
+r = srv.delete("/v1/sandboxes/" + Y, token=KEY_A)
+h.ok(r.status in (200, 202, 204), "app A deletes the box", r.describe())
+r = srv.post("/v1/sandboxes", {"id": Y}, token=KEY_B)
+h.eq((r.status, r.get("id")), (201, Y), "app B makes a box of the same id", r.describe())
+SECRET_Y = "B-SECRET-" + secrets.token_hex(8)
+r = srv.put(srv.file_path(Y, "/workspace/secret.txt"), SECRET_Y, token=KEY_B)
+h.ok(r.status in (200, 201, 204), "app B keeps a secret in it", r.describe())
+r = envd_read(Y, TY, "/workspace/secret.txt")
+h.eq(r.status, 401, "A's old token does not read B's box of the same id", r.describe())
+h.ok(SECRET_Y.encode() not in (r.body or b""), "... and B's secret does not leak", r.describe())
+marker = "/workspace/pwned-" + secrets.token_hex(4)
+r = envd(Y, TY, "filesystem.Filesystem/MakeDir", {"path": marker})
+h.eq(r.status, 401, "... nor make a directory in it", r.describe())
+r = srv.exec(Y, "test -e %s && echo PWNED || echo clean" % marker, token=KEY_B)
+h.eq((r.get("stdout") or "").strip(), "clean", "B's box of that id is untouched", r.describe())
+srv.delete("/v1/sandboxes/" + Y, token=KEY_B)
 
 # ---- an id made again within one app -------------------------------------------------------------
 
 r = srv.delete("/v1/sandboxes/" + X, token=KEY_B)
 h.ok(r.status in (200, 202, 204), "app B deletes the box", r.describe())
-r = srv.post("/v1/sandboxes", {"id": X}, token=KEY_B)
-h.eq((r.status, r.get("id")), (201, X), "app B makes the box of that id again", r.describe())
+r = srv.post("/v1/sandboxes", {"thread_id": THREAD}, token=KEY_B)
+h.eq((r.status, r.get("id")), (201, X), "app B makes the box of the thread again", r.describe())
 r = stat_ok(X, TB or "none")
 h.eq(r.status, 401, "the first box's token does not open the second (same id, same app)", r.describe())
 r, TB2 = e2b_token(X, KEY_B)

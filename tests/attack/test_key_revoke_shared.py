@@ -7,7 +7,9 @@ scripts/pg.sh; skipped without it; a database of its own, dropped at the
 end). The holder of a leaked key keeps an event stream open on server 2;
 the admin deletes the key on server 1. Must hold: server 2 closes the stream
 within its key check interval (2 s) and a little; a stream of another key
-lives on. Until this was fixed the stream stayed open."""
+lives on. Until this was fixed the stream stayed open. The same for an E2B
+envd process stream on server 2, opened with the envdAccessToken the leaked
+key got there: it ends, and the token is 401 afterwards."""
 import os
 import subprocess
 import sys
@@ -56,12 +58,27 @@ try:
     kept, st = event_stream(S2, keys["kept"][0])
     h.eq(st, 200, "the other key opens one too", "status %d" % st)
     h.ok(not closed_by_server(leaked, 0.1), "control: the stream is open before the delete")
+    # an E2B envd stream on server 2, by the envdAccessToken the leaked key got there
+    r = S2.post("/e2b/sandboxes", {"templateID": "base", "timeout": 600},
+                headers={"X-API-Key": keys["leaked"][0]}, token=None)
+    h.eq(r.status, 201, "the leaked key makes an E2B sandbox on server 2", r.describe())
+    ebox, etok = r.get("sandboxID") or "none", r.get("envdAccessToken") or "none"
+    envd, st = rawstream.open_envd_stream(S2, ebox, etok, "process.Process/Start",
+                                          {"process": {"cmd": "/bin/sleep", "args": ["120"]}})
+    h.eq(st, 200, "its token opens an envd process stream on server 2", "status %d" % st)
 
     r = S1.delete("/v1/keys/%s" % keys["leaked"][1])
     h.eq(r.status, 200, "the admin deletes the leaked key on server 1", r.describe())
     h.ok(closed_by_server(leaked, END_WITHIN),
          "server 2 ends the deleted key's event stream within %gs" % END_WITHIN)
+    h.ok(closed_by_server(envd, END_WITHIN),
+         "server 2 ends the envd stream of the deleted key's token within %gs" % END_WITHIN)
     h.ok(not closed_by_server(kept, 0.1), "the other key's stream on server 2 lives on")
+    r = S2.request("POST", "/e2b/envd/filesystem.Filesystem/Stat", body={"path": "/workspace"}, token=None,
+                   headers={"E2b-Sandbox-Id": ebox, "X-Access-Token": etok})
+    h.eq(r.status, 401, "the deleted key's envd token opens nothing new on server 2", r.describe())
+    envd.close()
+    S2.delete("/e2b/sandboxes/" + ebox)
     r = S2.get("/v1/events", token=keys["leaked"][0], timeout=5)
     h.eq(r.status, 401, "the deleted key opens nothing new on server 2", r.describe())
     leaked.close()

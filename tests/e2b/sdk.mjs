@@ -467,6 +467,36 @@ await step('app-scoped API key', async () => {
   ok(await mine.kill(), "the key kills its own sandbox");
 });
 
+// A sandbox's envdAccessToken fetched with an API key is bound to that key:
+// deleting the key ends the command and watch streams the SDK holds, and
+// the SDK's next envd call is an AuthenticationError.
+await step('a deleted API key ends its envd streams', async () => {
+  const res = await api('POST', '/v1/keys', { app_id: `app-${tag}` });
+  const { key, key_id: keyId } = await res.json();
+  const mine = await Sandbox.create({ apiKey: key, metadata: { suite: tag, kind: 'revoked' } });
+  const r = await mine.commands.run('echo keyed');
+  ok(r.stdout === 'keyed\n', "a key's sandbox runs commands with the key-bound token", r);
+  const cmd = await mine.commands.run('sleep 100', { background: true });
+  let watchEnded = false;
+  const watch = await mine.files.watchDir('/home/user', () => {}, {
+    timeoutMs: 0,
+    onExit: () => {
+      watchEnded = true;
+    },
+  });
+  const del = await api('DELETE', `/v1/keys/${keyId}`);
+  ok(del.status === 200, 'the admin deletes the key', del.status);
+  const t0 = Date.now();
+  const ended = await Promise.race([cmd.wait().then(() => 'exited', () => 'ended'), sleep(5000).then(() => 'open')]);
+  ok(ended !== 'open', "the key's command stream ends within 5 s of the delete", ended);
+  while (!watchEnded && Date.now() - t0 < 5000) await sleep(100);
+  ok(watchEnded, "the key's watch ends within 5 s of the delete");
+  const e = await thrown(() => mine.commands.run('true'));
+  ok(e instanceof AuthenticationError, "the deleted key's token: AuthenticationError", e && `${e.name}: ${e.message}`);
+  await watch.stop().catch(() => null);
+  ok(await Sandbox.kill(mine.sandboxId), 'the admin kills the sandbox');
+});
+
 // ---- kill ------------------------------------------------------------------------------
 await step('kill', async () => {
   ok(await sbx.kill(), 'kill: true');

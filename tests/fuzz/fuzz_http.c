@@ -312,10 +312,10 @@ static uint8_t *with_box1_token(const uint8_t *data, size_t size, size_t *out_si
         if (!memmem(data, size, BOX1_TOKEN, pl))
                 return NULL;
         ab_box_rec rec;
-        char tok[E2B_TOKEN_LEN + 1];
+        char tok[E2B_TOKEN_MAX + 1];
         if (ab_manager_get(W->mgr, "box1", NULL, &rec, NULL) < 0)
                 return NULL;
-        int rc = e2b_access_token(&W->srv, &rec, tok, NULL);
+        int rc = e2b_access_token(&W->srv, &rec, NULL, tok, NULL);
         ab_box_rec_clear(&rec);
         if (rc < 0)
                 return NULL;
