@@ -633,7 +633,8 @@ static dir_set *cache_load(ab_hide_watch *w)
                 dir_set_free(s);
                 return NULL;
         }
-        size_t n = get_count(&r, 8);
+        /* rel, dev, ino, mtime, ctime, racy, the two name counts */
+        size_t n = get_count(&r, 4 + 8 + 8 + 8 + 4 + 8 + 4 + 1 + 4 + 4);
         s->v = xcalloc(n ? n : 1, sizeof(dir_rec));
         s->cap = n ? n : 1;
         for (; s->n < n; s->n++)

@@ -23,7 +23,10 @@
  * walk saw (some 17,000 for the shared layers, not 160,000 entries) and
  * reads again only those whose (dev, ino, mtime, ctime) changed (an entry
  * added, removed or renamed changes its directory's mtime, a chmod or chown
- * of a directory its ctime) and directories that are new, whole. What a
+ * of a directory its ctime) and directories that are new, whole; a
+ * directory changed within 2 s of the walk that saw it is never trusted
+ * (timestamps are coarse). A watching process's first walk starts from it
+ * too, its watches set before each directory is checked. What a
  * directory's stat cannot show, a chmod or chown of an existing file in
  * place, is bounded in time: a walk that did not stat every entry is
  * trusted for max_age_s (AB_HIDE_CACHE_MAX_AGE_S) after the last walk that
@@ -58,8 +61,9 @@ typedef struct ab_hide_watch ab_hide_watch;
  * Entries are relative to root ("etc/shadow"); a dir nobody else may enter
  * is an entry itself. The server uses root "/" and the shared layers
  * (ab_rootfs_shared), deny_dir "etc". Never fails: when inotify is
- * unavailable (no instances or watches left), every ab_hide_get() walks
- * again, as if the host changed each time. Copies its arguments. */
+ * unavailable (no instances or watches left), every ab_hide_get() checks
+ * the directories of the last walk again, as a one-shot watch does (see
+ * above). Copies its arguments. */
 ab_hide_watch *ab_hide_watch_new_dirs(const char *root, const char *const *dirs,
                                       const char *deny_dir);
 
