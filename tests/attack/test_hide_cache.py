@@ -11,6 +11,10 @@ the CLI starts afterwards:
 - a directory of /usr/share, world-readable when the cache was written,
   chmod'ed 0700 since (its ctime, not its parent's mtime, changes);
 - the same after the cache was replaced by garbage;
+- a world-readable file of a trusted directory chmod'ed 0600 in place (no
+  directory changes: the one thing the cache cannot see) while a server runs
+  on the same data folder: the server's watch sees it, walks again at its
+  next start and rewrites the cache, so the CLI's next box hides it too;
 and the cache itself is 0600 in the data folder. Each is tried by reading
 it, then after a chmod from box root (which owns it in the box) that would
 copy it up readable. Controls: the entries exist on the host, and the box
@@ -22,9 +26,9 @@ import stat
 import time
 
 import attacklib as al
-import abtest
+import abserver
 
-h = abtest.Harness(timeout=120)
+h = abserver.ServerHarness(budget=150, timeout=120)
 tok = al.token()
 made = []  # host paths to remove, deepest last
 
@@ -82,6 +86,8 @@ try:
     made.append(d2)
     os.mkdir(d2 + "/sub", 0o755)
     write(d2 + "/sub/ok.txt", 0o644, "ok-" + tok)
+    inplace = d2 + "/sub/inplace.txt"
+    write(inplace, 0o644, "inplace-" + tok)
     # Directories changed within 2 s of a walk are never trusted: let these
     # age so that the cache does trust them.
     time.sleep(3)
@@ -118,6 +124,24 @@ try:
         h.eq(read, [], "%s: no secret made root-only on the host since is readable in a box the "
              "CLI starts" % round_)
         h.rm(b)
+
+    # Let the directories changed above age past 2 s and have the CLI persist
+    # a walk that trusts them: only the server can then tell of the chmod.
+    time.sleep(3)
+    h.rm(h.create())
+    srv = h.start_server(config={"limits": {"disk": "64M", "memory": "256M", "timeout": "60s"}})
+    r = srv.post("/v1/sandboxes", {"id": "srvbox1"})
+    h.eq(r.status, 201, "server: a box (its first walk, watched from then on)", r.describe())
+    os.chmod(inplace, 0o600)
+    secrets.append(inplace)
+    r = srv.post("/v1/sandboxes", {"id": "srvbox2"})
+    h.eq(r.status, 201, "server: another box after the chmod (walks again)", r.describe())
+    b = h.create()
+    got = probe(b, [inplace, d2 + "/sub/ok.txt"])
+    h.ok(str(got.get(d2 + "/sub/ok.txt", "")).startswith("READ ok-"),
+         "server: control: its world-readable neighbour is read", repr(got))
+    h.ok(str(got.get(inplace, "")).startswith("ERR"),
+         "server: a file chmod'ed 0600 in place is out of reach in the CLI's next box", repr(got))
     for p in secrets:
         h.ok(not os.stat(p).st_mode & stat.S_IROTH, "%s is untouched on the host" % p)
 finally:
