@@ -698,7 +698,10 @@ static int need_walk(ab_hide_watch *w)
 {
         if (!w->cur || w->ino < 0)
                 return WALK_CHECK;
-        if (w->mounts < 0 || !w->mount_key)
+        /* The watch sees changes from its first walk on; one that started
+         * from a persisted walk may have missed a chmod in place before. */
+        if (w->mounts < 0 || !w->mount_key ||
+            (w->kept && time(NULL) - w->last->full_time > (int64_t)w->max_age))
                 return WALK_FULL;
         char buf[4096] __attribute__((aligned(__alignof__(struct inotify_event))));
         ssize_t n = read(w->ino, buf, sizeof(buf));

@@ -26,7 +26,8 @@
  * of a directory its ctime) and directories that are new, whole; a
  * directory changed within 2 s of the walk that saw it is never trusted
  * (timestamps are coarse). A watching process's first walk starts from it
- * too, its watches set before each directory is checked. What a
+ * too, its watches set before each directory is checked, and it walks
+ * fully at its first ab_hide_get() once that is max_age_s old. What a
  * directory's stat cannot show, a chmod or chown of an existing file in
  * place, is bounded in time: a walk that did not stat every entry is
  * trusted for max_age_s (AB_HIDE_CACHE_MAX_AGE_S) after the last walk that

@@ -231,6 +231,25 @@ static void persisted(void)
                "cache: the watch sees a chmod in place and walks fully");
         ab_hide_list_unref(l);
         ab_hide_watch_free(w);
+        /* ...and one that started from it walks fully once it is too old */
+        w = ab_hide_watch_new(root);
+        ab_hide_watch_persist(w, cache, 1);
+        l = get(w, &walked);
+        ab_hide_last_walk(w, &rd, &kept);
+        ab_hide_list_unref(l);
+        tap_ok(kept > 0, "cache: a watching process trusts a cache within its age");
+        l = get(w, &walked);
+        tap_ok(!walked, "cache: ...keeps its list while nothing changes");
+        ab_hide_list_unref(l);
+        sleep(2);
+        l = get(w, &walked);
+        ab_hide_last_walk(w, &rd, &kept);
+        tap_ok(walked && kept == 0, "cache: ...and walks fully once the cache's age is past");
+        ab_hide_list_unref(l);
+        l = get(w, &walked);
+        tap_ok(!walked, "cache: ...then trusts its watch alone");
+        ab_hide_list_unref(l);
+        ab_hide_watch_free(w);
         l = one_start(root, 600, &rd, &kept);
         tap_ok(kept > 0 && l && has(l, "a/b/ok"),
                "cache: ...and the next one-shot start gets it from the cache");
