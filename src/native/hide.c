@@ -678,13 +678,32 @@ static void cache_save(ab_hide_watch *w, const dir_set *s)
         put_u64(&b, fnv(b.p, b.n));
         _cleanup_free_ char *tmp =
             xasprintf("%s.tmp.%d.%d", w->cache_path, (int)getpid(), (int)gettid());
-        int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+        /* Written unnamed, then named and renamed: a process killed while
+         * writing leaves nothing behind. */
+        _cleanup_free_ char *dir = xstrdup(w->cache_path);
+        char *slash = strrchr(dir, '/');
+        if (slash)
+                *slash = '\0';
+        bool unnamed = true;
+        int fd = open(slash ? (dir[0] ? dir : "/") : ".", O_WRONLY | O_TMPFILE | O_CLOEXEC, 0600);
+        if (fd < 0) {
+                unnamed = false;
+                fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+        }
         if (fd < 0)
                 return;
         int r = ab_write_all(fd, b.p, b.n);
+        if (r == 0 && unnamed) {
+                char self[64];
+                snprintf(self, sizeof(self), "/proc/self/fd/%d", fd);
+                if (linkat(AT_FDCWD, self, AT_FDCWD, tmp, AT_SYMLINK_FOLLOW) < 0)
+                        r = -errno;
+        }
         if (close(fd) < 0 && r == 0)
                 r = -errno;
-        if (r < 0 || rename(tmp, w->cache_path) < 0)
+        if (r == 0 && rename(tmp, w->cache_path) < 0)
+                r = -errno;
+        if (r < 0)
                 unlink(tmp);
 }
 
