@@ -6,8 +6,8 @@
 #include <fnmatch.h>
 #include <poll.h>
 #include <pthread.h>
-#include <sys/inotify.h>
 #include <stdint.h>
+#include <sys/inotify.h>
 #include <sys/stat.h>
 #include <time.h>
 
