@@ -180,6 +180,10 @@ typedef struct ab_native_opts {
         /* Keep formatted disk images ready for the next creates, made by a
          * background thread (for long-running processes: the server). */
         bool keep_spares;
+        /* Keep what boxes must not see of the host current with inotify
+         * (native/hide.h; for long-running processes: the server). Without
+         * it each start re-checks the walk persisted in DATA/hide.cache. */
+        bool watch_host;
         /* Size of the skills folder's own disk when it is made (DATA/skills.img,
          * native/skillsfs.h); 0 = AB_SKILLS_DISK_MIB. */
         uint64_t skills_disk_mib;

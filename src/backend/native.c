@@ -70,6 +70,7 @@ typedef struct native {
         int init_fd;               /* sealed memfd of agentbox-init, -1 until first start */
         struct stat init_st;       /* the binary it was copied from */
         ab_hide_watch *hide_watch; /* what boxes must not see of /etc; NULL until first start */
+        bool watch_host;           /* opts.watch_host: keep hide_watch current with inotify */
         /* The spare-disk thread (opts.keep_spares): makes spares of the size
          * the last create used (native/loopdisk.h). */
         bool keep_spares;
@@ -195,8 +196,13 @@ static int init_memfd(native *n, ab_err **err)
 static ab_hide_list *shared_unreadable(native *n, ab_err **err)
 {
         pthread_mutex_lock(&n->lazy);
-        if (!n->hide_watch)
+        if (!n->hide_watch) {
                 n->hide_watch = ab_hide_watch_new_dirs("/", ab_rootfs_shared(), "etc");
+                _cleanup_free_ char *cache = xasprintf("%s/hide.cache", n->data);
+                ab_hide_watch_persist(n->hide_watch, cache, AB_HIDE_CACHE_MAX_AGE_S);
+                if (!n->watch_host)
+                        ab_hide_watch_one_shot(n->hide_watch);
+        }
         pthread_mutex_unlock(&n->lazy);
         return ab_hide_get(n->hide_watch, err);
 }
@@ -1755,6 +1761,7 @@ int ab_native_open(const ab_native_opts *opts, ab_backend **out, ab_err **err)
         pthread_mutex_init(&n->spare_mu, NULL);
         pthread_cond_init(&n->spare_cv, NULL);
         n->keep_spares = opts->keep_spares;
+        n->watch_host = opts->watch_host;
         _cleanup_backend_ ab_backend *guard = &n->base;
         n->data = realpath(data, NULL);
         if (!n->data)

@@ -243,6 +243,7 @@ int cli_service_open(cli_service *s, const cli_service_args *a, ab_err **err)
         ab_native_opts no = {.data_dir = cfg->data_dir,
                              .init_path = cfg->init_path,
                              .keep_spares = true,
+                             .watch_host = true,
                              .skills_disk_mib = cfg->skills_disk >> 20};
         if (cli_backend_open(cfg, &no, &s->backend, err) < 0 ||
             ab_store_open(cfg->store_url, cfg->data_dir, &s->store, err) < 0)
