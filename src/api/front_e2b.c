@@ -138,6 +138,10 @@ static int strings_only(json_t *o, const char *what, ab_err **err)
         return 0;
 }
 
+/* What a new sandbox's TTL holds while it is being set up (created, its
+ * home link made): its own timeout is then set counted from the answer. */
+#define SETUP_MARGIN_S 600
+
 /* Makes /home/user, E2B's home, a link to /workspace (where relative paths
  * and commands start) unless the box's image has one. */
 static void home_link(ab_server *s, const char *id)
@@ -214,7 +218,9 @@ enum MHD_Result e2b_create(ab_req *r, const char *id)
             .idle_pause_s = -1, /* an E2B sandbox lives until its timeout */
             .idle_stop_s = -1,
             .has_ttl = true,
-            .ttl_s = timeout,
+            /* set again, counted from the answer, once the box is ready: a
+             * create slower than the timeout must not find it expired */
+            .ttl_s = timeout + SETUP_MARGIN_S,
         };
         ab_box_rec rec;
         bool created;
@@ -226,15 +232,13 @@ enum MHD_Result e2b_create(ab_req *r, const char *id)
                         return e2b_error(r, 400, "template %s: %s", tpl ? tpl : "base", e->msg);
                 return e2b_err(r, e);
         }
-        if (auto_pause) {
-                ab_box_rec_clear(&rec);
-                if (ab_manager_set_ttl(r->srv->mgr, sid, r->scope, timeout, "pause", &rec, &e) <
-                    0) {
-                        ab_manager_delete(r->srv->mgr, sid, r->scope, NULL);
-                        return e2b_err(r, e);
-                }
-        }
         home_link(r->srv, sid);
+        ab_box_rec_clear(&rec);
+        if (ab_manager_set_ttl(r->srv->mgr, sid, r->scope, timeout, auto_pause ? "pause" : NULL,
+                               &rec, &e) < 0) {
+                ab_manager_delete(r->srv->mgr, sid, r->scope, NULL);
+                return e2b_err(r, e);
+        }
         enum MHD_Result ret = sandbox_answer(r, 201, &rec);
         ab_box_rec_clear(&rec);
         return ret;
@@ -547,6 +551,15 @@ enum MHD_Result e2b_metrics(ab_req *r, const char *id)
         return resp_json(r, 200, a);
 }
 
+/* One failed copy in a fork's answer: {"error": {code, message}} (frees *e). */
+static void fork_error(json_t *a, ab_err **e)
+{
+        json_array_append_new(a, json_pack("{s:{s:i,s:o}}", "error", "code",
+                                           (int)status_of((*e)->code), "message",
+                                           json_bytes((*e)->msg, strlen((*e)->msg))));
+        ab_err_free(e);
+}
+
 /* POST /sandboxes/{id}/fork {timeout, count}: count copies of the box's
  * files (agentbox forks disks, not memory: the copies start fresh). */
 enum MHD_Result e2b_fork(ab_req *r, const char *id)
@@ -580,16 +593,19 @@ enum MHD_Result e2b_fork(ab_req *r, const char *id)
                                     .idle_pause_s = -1,
                                     .idle_stop_s = -1,
                                     .has_ttl = true,
-                                    .ttl_s = t};
+                                    .ttl_s = t + SETUP_MARGIN_S}; /* set again below */
                 ab_box_rec rec;
                 if (ab_manager_fork(r->srv->mgr, id, &q, r->scope, &rec, &e) < 0) {
-                        json_array_append_new(a, json_pack("{s:{s:i,s:o}}", "error", "code",
-                                                           (int)status_of(e->code), "message",
-                                                           json_bytes(e->msg, strlen(e->msg))));
-                        ab_err_free(&e);
+                        fork_error(a, &e);
                         continue;
                 }
                 home_link(r->srv, sid);
+                ab_box_rec_clear(&rec);
+                if (ab_manager_set_ttl(r->srv->mgr, sid, r->scope, t, NULL, &rec, &e) < 0) {
+                        ab_manager_delete(r->srv->mgr, sid, r->scope, NULL);
+                        fork_error(a, &e);
+                        continue;
+                }
                 json_array_append_new(a,
                                       json_pack("{s:o}", "sandbox", sandbox_json(r, &rec, true)));
                 ab_box_rec_clear(&rec);
