@@ -114,7 +114,10 @@ try {
   await page.click('form.create button[type=submit]');
   await page.waitForFunction(() => location.hash.startsWith('#/box/'), {timeout: 60000});
   const boxId = decodeURIComponent(await page.evaluate(() => location.hash.slice(6)));
-  const want = crypto.createHash('sha256').update('consoleapp-u1-c1').digest('hex').slice(0, 16);
+  // docs/api.md, "Box ids": sha256 of a tag and the keys as netstrings, 16 hex digits
+  const ns = (...parts) => parts.map(p => Buffer.byteLength(p) + ':' + p + ',').join('');
+  const want = crypto.createHash('sha256').update('agentbox-keys-v2,' + ns('consoleapp', 'u1', 'c1'))
+    .digest('hex').slice(0, 16);
   ok(boxId === want, 'creating a box from the form opens its page (id from app/user/chat)', boxId + ' vs ' + want);
   await page.waitForFunction(() => document.querySelector('#box-state')?.textContent === 'running');
   ok(true, 'the box page shows the box running');
