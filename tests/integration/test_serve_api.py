@@ -125,7 +125,7 @@ h.eq(r.status, 201, "create by app/user/chat answers 201", r.describe())
 h.ok(r.header("Content-Type", "").startswith("application/json"), "create answers application/json",
      r.describe())
 a = r.json if isinstance(r.json, dict) else {}
-h.eq(a.get("id"), A, "id is the first 16 hex of sha256(app_id-user_id-chat_id)", r.text)
+h.eq(a.get("id"), A, "id is the keys' id (docs/api.md, Box ids)", r.text)
 created.append(A)
 check_box(a, "create by chat")
 h.eq((a.get("status"), a.get("mode"), a.get("provider"), a.get("backend_id")), ("running", "session", h.backend, A),
@@ -163,7 +163,7 @@ for keys, bid in ((("app1", "u1", "c2"), A2), (("app1", "u3", "c1"), A3), (("app
 r = srv.post("/v1/sandboxes", {"thread_id": "thread-xyz"})
 T = thread_box_id("thread-xyz")
 h.eq(r.status, 201, "create by thread_id answers 201", r.describe())
-h.eq(r.get("id"), T, "id is the first 16 hex of sha256(thread_id)", r.text)
+h.eq(r.get("id"), T, "id is the thread's id (docs/api.md, Box ids)", r.text)
 h.eq((r.get("thread_id"), r.get("app_id"), r.get("status")), ("thread-xyz", None, "running"),
      "thread box carries thread_id, no app_id, running", r.text)
 created.append(T)
