@@ -3,7 +3,7 @@
  * for SIGINT/SIGTERM. Boxes keep running when the server stops; a restart
  * (even after kill -9) finds them again. The pieces without the HTTP server
  * (cli_service_open) also serve `agentbox mcp`. */
-#include "api/server.h"
+#include "kit/server.h"
 #include "runners/runner.h"
 #include "cli/cli.h"
 #include "base/selfpath.h"

@@ -1,5 +1,5 @@
 /* fuzz_http - libFuzzer target for HTTP request handling down to the routes
- * (api/server.c and the route modules): the request head (method, target,
+ * (kit/server.c and the route modules): the request head (method, target,
  * query string, headers, the Authorization header), routing and path ids,
  * body reading and limits, and each route with its body, all on the real
  * code. libmicrohttpd runs without a listening socket or threads
@@ -27,9 +27,9 @@
  * (when box1 exists), so that envd seeds reach the Connect and multipart
  * parsers past the token check.
  * Build and run with scripts/fuzz.sh. */
-#include "api/front_e2b.h"
-#include "api/server.h"
-#include "api/workers.h"
+#include "fronts/e2b/front_e2b.h"
+#include "kit/server.h"
+#include "http/workers.h"
 #include "base/log.h"
 
 #include <arpa/inet.h>
