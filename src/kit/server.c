@@ -1,9 +1,8 @@
-/* The HTTP front: libmicrohttpd daemon, request life cycle, routing, auth,
- * and the response helpers the route modules use. */
+/* The HTTP service as agentbox's fronts use it: libmicrohttpd daemon,
+ * request life cycle, routing over the registered route tables, auth, and
+ * the response helpers the route modules use. It names no front. */
 #include "kit/server.h"
 #include "http/conn.h"
-#include "fronts/e2b/front_e2b.h"
-#include "fronts/opensandbox/front_osb.h"
 #include "http/reqcheck.h"
 #include "http/workers.h"
 #include "http/ws.h"
@@ -27,113 +26,6 @@
 #define IDLE_CONN_TIMEOUT_S 120
 /* Idle handler threads kept for the next requests. */
 #define WORKERS_KEEP_IDLE 8
-
-/* Who may call a route, decided from the request's head before any body is
- * read: anyone; a user (admin token or API key); the admin; the holder of
- * a box's E2B access token (envd_authenticate); the code runner's token
- * (runner_authenticate). */
-typedef enum { AUTH_ANY, AUTH_USER, AUTH_ADMIN, AUTH_ENVD, AUTH_RUNNER } auth_level;
-
-typedef struct route {
-        const char *method;
-        const char *pattern; /* segments separated by '/', "*" = the id */
-        auth_level auth;
-        body_kind body;
-        enum MHD_Result (*fn)(ab_req *r, const char *id);
-} route;
-
-static const route routes[] = {
-    {"GET", "health", AUTH_ANY, BODY_NONE, route_health},
-    {"POST", "sandbox/js", AUTH_RUNNER, BODY_JSON, route_sandbox_js},
-    {"POST", "sandbox/python", AUTH_RUNNER, BODY_JSON, route_sandbox_python},
-    {"GET", "sandbox/modules", AUTH_RUNNER, BODY_NONE, route_sandbox_modules},
-    {"GET", "metrics", AUTH_USER, BODY_NONE, route_metrics},
-    {"POST", "v1/sandboxes", AUTH_USER, BODY_JSON, route_box_create},
-    {"GET", "v1/sandboxes", AUTH_USER, BODY_NONE, route_box_list},
-    {"DELETE", "v1/sandboxes", AUTH_USER, BODY_NONE, route_box_delete_where},
-    {"GET", "v1/sandboxes/*", AUTH_USER, BODY_NONE, route_box_get},
-    {"DELETE", "v1/sandboxes/*", AUTH_USER, BODY_NONE, route_box_delete},
-    {"POST", "v1/sandboxes/*/stop", AUTH_USER, BODY_JSON, route_box_stop},
-    {"POST", "v1/sandboxes/*/start", AUTH_USER, BODY_JSON, route_box_start},
-    {"POST", "v1/sandboxes/*/pause", AUTH_USER, BODY_JSON, route_box_pause},
-    {"POST", "v1/sandboxes/*/resume", AUTH_USER, BODY_JSON, route_box_resume},
-    {"POST", "v1/sandboxes/*/fork", AUTH_USER, BODY_JSON, route_box_fork},
-    {"POST", "v1/sandboxes/*/snapshot", AUTH_USER, BODY_JSON, route_box_snapshot},
-    {"GET", "v1/sandboxes/*/network", AUTH_USER, BODY_NONE, route_box_network_get},
-    {"PUT", "v1/sandboxes/*/network", AUTH_USER, BODY_JSON, route_box_network_put},
-    {"POST", "v1/sandboxes/*/exec", AUTH_USER, BODY_JSON, route_box_exec},
-    {"GET", "v1/sandboxes/*/files", AUTH_USER, BODY_NONE, route_files_get},
-    {"PUT", "v1/sandboxes/*/files", AUTH_USER, BODY_UPLOAD, route_files_put},
-    {"DELETE", "v1/sandboxes/*/files", AUTH_USER, BODY_NONE, route_files_delete},
-    {"GET", "v1/skills", AUTH_USER, BODY_NONE, route_skills_list},
-    {"GET", "v1/skills/prompt", AUTH_USER, BODY_NONE, route_skills_prompt},
-    {"GET", "v1/skills/*", AUTH_USER, BODY_NONE, route_skill_get},
-    {"PUT", "v1/skills/*", AUTH_ADMIN, BODY_UPLOAD, route_skill_put},
-    {"DELETE", "v1/skills/*", AUTH_ADMIN, BODY_NONE, route_skill_delete},
-    {"POST", "v1/skills/*/validate", AUTH_USER, BODY_UPLOAD, route_skill_validate},
-    {"POST", "v1/exec", AUTH_USER, BODY_JSON, route_exec},
-    {"GET", "v1/tools", AUTH_USER, BODY_NONE, route_tools_list},
-    {"GET", "v1/tools/prompt", AUTH_USER, BODY_NONE, route_tools_prompt},
-    {"POST", "v1/tools/*", AUTH_USER, BODY_JSON, route_tool},
-    {"POST", "v1/sandboxes/*/tools/*", AUTH_USER, BODY_JSON, route_box_tool},
-    {"POST", "mcp", AUTH_USER, BODY_JSON, route_mcp_post},
-    {"DELETE", "mcp", AUTH_USER, BODY_NONE, route_mcp_delete},
-    {"GET", "v1/events", AUTH_USER, BODY_NONE, route_events},
-    {"GET", "v1/keys", AUTH_ADMIN, BODY_NONE, route_keys_list},
-    {"POST", "v1/keys", AUTH_ADMIN, BODY_JSON, route_keys_create},
-    {"DELETE", "v1/keys/*", AUTH_ADMIN, BODY_NONE, route_keys_delete},
-    {"POST", "v1/sandboxes/*/terminals", AUTH_USER, BODY_JSON, route_term_create},
-    {"GET", "v1/sandboxes/*/terminals", AUTH_USER, BODY_NONE, route_term_list},
-    {"GET", "v1/sandboxes/*/terminals/*", AUTH_USER, BODY_NONE, route_term_get},
-    {"DELETE", "v1/sandboxes/*/terminals/*", AUTH_USER, BODY_NONE, route_term_delete},
-    {"POST", "v1/sandboxes/*/terminals/*/resize", AUTH_USER, BODY_JSON, route_term_resize},
-    {"GET", "v1/sandboxes/*/execs", AUTH_USER, BODY_NONE, route_box_execs},
-    /* the web console (routes_console.c): static files, no auth (the token
-     * is given to the page's scripts, never to these) */
-    {"GET", "", AUTH_ANY, BODY_NONE, route_console},
-    {"GET", "console/*", AUTH_ANY, BODY_NONE, route_console},
-    {"GET", "v1/keys/*", AUTH_ADMIN, BODY_NONE, route_key_get},
-    {"GET", "v1/images", AUTH_USER, BODY_NONE, route_images_list},
-    {"POST", "v1/images", AUTH_USER, BODY_JSON, route_images_pull},
-    {"POST", "v1/images/import", AUTH_ADMIN, BODY_UPLOAD, route_images_import},
-    {"GET", "v1/images/**", AUTH_USER, BODY_NONE, route_image_get},
-    {"PUT", "v1/sandboxes/*/ports/*/public", AUTH_USER, BODY_JSON, route_port_public_put},
-    {"DELETE", "v1/sandboxes/*/ports/*/public", AUTH_USER, BODY_NONE, route_port_public_delete},
-    {"DELETE", "v1/images/**", AUTH_ADMIN, BODY_NONE, route_image_delete},
-    {"GET", "v1/volumes", AUTH_USER, BODY_NONE, route_volumes_list},
-    {"POST", "v1/volumes", AUTH_USER, BODY_JSON, route_volume_create},
-    {"GET", "v1/volumes/*", AUTH_USER, BODY_NONE, route_volume_get},
-    {"DELETE", "v1/volumes/*", AUTH_USER, BODY_NONE, route_volume_delete},
-    /* the E2B front (front_e2b.c, front_envd.c; docs/compat-e2b.md) */
-    {"POST", "e2b/v2/sandboxes", AUTH_USER, BODY_JSON, e2b_create},
-    {"POST", "e2b/sandboxes", AUTH_USER, BODY_JSON, e2b_create},
-    {"GET", "e2b/v2/sandboxes", AUTH_USER, BODY_NONE, e2b_list},
-    {"GET", "e2b/sandboxes", AUTH_USER, BODY_NONE, e2b_list},
-    {"GET", "e2b/sandboxes/*", AUTH_USER, BODY_NONE, e2b_get},
-    {"DELETE", "e2b/sandboxes/*", AUTH_USER, BODY_NONE, e2b_kill},
-    {"POST", "e2b/sandboxes/*/timeout", AUTH_USER, BODY_JSON, e2b_timeout},
-    {"POST", "e2b/sandboxes/*/pause", AUTH_USER, BODY_JSON, e2b_pause},
-    {"POST", "e2b/sandboxes/*/resume", AUTH_USER, BODY_JSON, e2b_connect},
-    {"POST", "e2b/v2/sandboxes/*/connect", AUTH_USER, BODY_JSON, e2b_connect},
-    {"GET", "e2b/sandboxes/*/metrics", AUTH_USER, BODY_NONE, e2b_metrics},
-    {"POST", "e2b/sandboxes/*/fork", AUTH_USER, BODY_JSON, e2b_fork},
-    {"POST", "e2b/sandboxes/*/snapshots", AUTH_USER, BODY_JSON, e2b_snapshot},
-    {"PUT", "e2b/sandboxes/*/network", AUTH_USER, BODY_JSON, e2b_network},
-    {"GET", "e2b/snapshots", AUTH_USER, BODY_NONE, e2b_unsupported},
-    {"DELETE", "e2b/templates/*", AUTH_USER, BODY_NONE, e2b_unsupported},
-    {"GET", "e2b/envd/health", AUTH_ANY, BODY_NONE, envd_health},
-    {"GET", "e2b/envd/files", AUTH_ENVD, BODY_NONE, envd_files_get},
-    {"POST", "e2b/envd/files", AUTH_ENVD, BODY_UPLOAD, envd_files_post},
-    {"POST", "e2b/envd/process.Process/*", AUTH_ENVD, BODY_JSON, envd_process_rpc},
-    {"POST", "e2b/envd/filesystem.Filesystem/*", AUTH_ENVD, BODY_JSON, envd_filesystem_rpc},
-    /* the OpenSandbox front (front_osb.c, front_execd.c) */
-    {"POST", "opensandbox/execd/*/files/upload", AUTH_USER, BODY_UPLOAD, route_osb_upload},
-    {"GET", "opensandbox/**", AUTH_USER, BODY_NONE, route_osb},
-    {"POST", "opensandbox/**", AUTH_USER, BODY_JSON, route_osb},
-    {"PATCH", "opensandbox/**", AUTH_USER, BODY_JSON, route_osb},
-    {"DELETE", "opensandbox/egress/*/policy", AUTH_USER, BODY_JSON, route_osb},
-    {"DELETE", "opensandbox/**", AUTH_USER, BODY_NONE, route_osb},
-};
 
 /* ---- responses -------------------------------------------------------- */
 
@@ -627,6 +519,19 @@ bool req_client_gone(ab_req *r)
 
 /* The request's credential: its Authorization header, or E2B's X-API-Key
  * taken as a bearer token (*buf holds it then). */
+/* A credential in a header form of some table's clients (the OpenSandbox
+ * SDK's), as "Bearer TOKEN" (malloc'd), or NULL. */
+static char *table_credential(ab_req *r)
+{
+        for (size_t i = 0; i < r->srv->n_tables; i++)
+                if (r->srv->tables[i]->credential) {
+                        char *h = r->srv->tables[i]->credential(r);
+                        if (h)
+                                return h;
+                }
+        return NULL;
+}
+
 static const char *auth_header(ab_req *r, char **buf)
 {
         const char *h = req_header(r, "Authorization");
@@ -641,15 +546,15 @@ static const char *auth_header(ab_req *r, char **buf)
 static bool auth_may_block(ab_req *r, auth_level need)
 {
         const ab_config *c = r->srv->cfg;
-        if (need == AUTH_ANY || need == AUTH_RUNNER)
+        if (need == AUTH_ANY)
                 return false;
-        if (need == AUTH_ENVD) /* the box's record */
-                return true;
+        if (need == AUTH_OWN) /* E2B's access token reads the box's record */
+                return r->table->auth_blocks;
         _cleanup_free_ char *xkey = NULL;
         const char *h = auth_header(r, &xkey);
-        _cleanup_free_ char *osb = h ? NULL : osb_auth_header(r); /* the OpenSandbox SDK's */
-        if (osb)
-                h = osb;
+        _cleanup_free_ char *own = h ? NULL : table_credential(r); /* the OpenSandbox SDK's */
+        if (own)
+                h = own;
         if (!h || strncasecmp(h, "Bearer ", 7) != 0 || !h[7])
                 return false;
         const char *tok = h + 7;
@@ -673,10 +578,11 @@ static enum MHD_Result authenticate(ab_req *r, auth_level need, bool *ok)
                 *ok = true;
                 return MHD_YES;
         }
-        if (need == AUTH_ENVD)
-                return envd_authenticate(r, ok);
-        if (need == AUTH_RUNNER)
-                return runner_authenticate(r, ok);
+        if (need == AUTH_OWN) {
+                if (!r->table->authenticate) /* a table's mistake: refused, not let in */
+                        return resp_error(r, 500, "internal", "route has no authenticator");
+                return r->table->authenticate(r, ok);
+        }
         _cleanup_free_ char *xkey = NULL;
         const char *h = auth_header(r, &xkey);
         /* A browser's WebSocket offers its token as a subprotocol (http/ws.c). */
@@ -686,9 +592,9 @@ static enum MHD_Result authenticate(ab_req *r, auth_level need, bool *ok)
                                        req_header(r, "Sec-WebSocket-Protocol"));
         if (ws_auth)
                 h = ws_auth;
-        _cleanup_free_ char *osb = h ? NULL : osb_auth_header(r); /* the OpenSandbox SDK's */
-        if (osb)
-                h = osb;
+        _cleanup_free_ char *own = h ? NULL : table_credential(r); /* the OpenSandbox SDK's */
+        if (own)
+                h = own;
         if (!h) {
                 if (!has_token) {
                         if (!peer_is_loopback(r))
@@ -833,7 +739,8 @@ static bool host_allowed(ab_req *r, const char *host)
         for (size_t i = 0; i < c->n_allowed_hosts; i++)
                 if (ab_req_host_is(host, c->allowed_hosts[i]))
                         return true;
-        return ports_by_host(r); /* PORT-ID.ports_domain */
+        /* PORT-ID.ports_domain */
+        return r->srv->proxy && r->srv->proxy->by_host && r->srv->proxy->by_host(r);
 }
 
 /* A server without a token takes every loopback client for the admin; a
@@ -904,7 +811,7 @@ static void split_path(ab_req *r)
         }
 }
 
-static bool route_matches(const route *rt, ab_req *r, const char **id)
+static bool route_matches(const ab_route *rt, ab_req *r, const char **id)
 {
         _cleanup_free_ char *pat = xstrdup(rt->pattern);
         char *save = NULL;
@@ -928,21 +835,26 @@ static bool route_matches(const route *rt, ab_req *r, const char **id)
 }
 
 /* Finds the route; answers 404/405 itself when none fits. */
-static const route *find_route(ab_req *r, const char **id, enum MHD_Result *ret)
+static const ab_route *find_route(ab_req *r, const char **id, enum MHD_Result *ret)
 {
         char allow[128] = "";
-        for (size_t i = 0; i < AB_ARRAY_LEN(routes); i++) {
-                const char *rid;
-                if (!route_matches(&routes[i], r, &rid))
-                        continue;
-                if (!strcmp(routes[i].method, r->method)) {
-                        *id = rid;
-                        return &routes[i];
-                }
-                if (strlen(allow) + strlen(routes[i].method) + 3 < sizeof(allow)) {
-                        if (*allow)
-                                strcat(allow, ", ");
-                        strcat(allow, routes[i].method);
+        for (size_t t = 0; t < r->srv->n_tables; t++) {
+                const ab_route_table *tb = r->srv->tables[t];
+                for (size_t i = 0; i < tb->n_routes; i++) {
+                        const ab_route *rt = &tb->routes[i];
+                        const char *rid;
+                        if (!route_matches(rt, r, &rid))
+                                continue;
+                        if (!strcmp(rt->method, r->method)) {
+                                *id = rid;
+                                r->table = tb;
+                                return rt;
+                        }
+                        if (strlen(allow) + strlen(rt->method) + 3 < sizeof(allow)) {
+                                if (*allow)
+                                        strcat(allow, ", ");
+                                strcat(allow, rt->method);
+                        }
                 }
         }
         if (*allow) {
@@ -982,7 +894,8 @@ static void req_free(ab_req *r)
 {
         if (r->tmp_held)
                 atomic_fetch_sub(&r->srv->tmp_used, r->tmp_held);
-        ports_free(r->proxy);
+        if (r->proxy)
+                r->srv->proxy->free(r->proxy);
         if (r->upload_fd >= 0)
                 close(r->upload_fd);
         free(r->scope_buf);
@@ -1009,31 +922,32 @@ static enum MHD_Result route_request(ab_req *r, bool *done)
 {
         *done = false;
         split_path(r);
-        if (ports_match(r)) { /* a box's port: any method, the body passed on */
-                static const route port_route = {"*", "", AUTH_USER, BODY_PROXY, NULL};
+        /* a box's port: any method, the body passed on */
+        if (r->srv->proxy && r->srv->proxy->match(r)) {
+                static const ab_route port_route = {"*", "", AUTH_USER, BODY_PROXY, NULL};
                 r->route = &port_route;
                 return MHD_YES;
         }
         const char *id;
         enum MHD_Result ret = MHD_YES;
-        const route *rt = find_route(r, &id, &ret);
+        const ab_route *rt = find_route(r, &id, &ret);
         if (!rt)
                 *done = true;
         r->route = rt;
         return ret;
 }
 
-/* The box an app's upload goes into (a route on /v1/sandboxes/{id}/ or
- * /opensandbox/execd/{id}/), or NULL: that box must be the app's before its
- * body is spooled to disk. */
+/* The box an app's upload goes into (a route under its table's
+ * box_upload_prefix, e.g. /v1/sandboxes/{id}/), or NULL: that box must be the
+ * app's before its body is spooled to disk. */
 static const char *upload_box(ab_req *r)
 {
-        const route *rt = r->route;
+        const ab_route *rt = r->route;
         const char *id = NULL;
-        if (rt->body != BODY_UPLOAD || !r->scope)
+        const char *pre = r->table ? r->table->box_upload_prefix : NULL;
+        if (rt->body != BODY_UPLOAD || !r->scope || !pre)
                 return NULL;
-        if (strncmp(rt->pattern, "v1/sandboxes/*/", 15) &&
-            strncmp(rt->pattern, "opensandbox/execd/*/", 20))
+        if (strncmp(rt->pattern, pre, strlen(pre)))
                 return NULL;
         return route_matches(rt, r, &id) ? id : NULL;
 }
@@ -1053,10 +967,10 @@ static enum MHD_Result tmp_full_answer(ab_req *r)
 static enum MHD_Result first_call(ab_req *r, bool *done)
 {
         *done = false;
-        const route *rt = r->route;
+        const ab_route *rt = r->route;
         if (rt->body == BODY_PROXY) {
                 r->body_kind = BODY_PROXY;
-                return ports_open(r, done);
+                return r->srv->proxy->open(r, done);
         }
         bool ok;
         enum MHD_Result ret = authenticate(r, rt->auth, &ok);
@@ -1253,7 +1167,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
                 break;
         }
         if (*upload_data_size && r->body_kind == BODY_PROXY)
-                return ports_body(r, upload_data, upload_data_size);
+                return s->proxy->body(r, upload_data, upload_data_size);
         if (*upload_data_size) {
                 if (r->body_kind == BODY_NONE) {
                         /* a body on a route that takes none: ignore it, but bounded */
@@ -1268,7 +1182,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
                 return MHD_YES;
         }
         if (r->body_kind == BODY_PROXY) /* answered on this thread, parking meanwhile */
-                return ports_answer(r);
+                return s->proxy->answer(r);
         if (r->body_kind == BODY_NONE)
                 r->body_len = 0;
         r->phase = PH_DONE;
@@ -1539,17 +1453,44 @@ void ab_server_stop(ab_server *s)
         if (fd >= 0)
                 close(fd);
         ab_events_shutdown(s->events);
-        term_ws_shutdown();
-        ports_shutdown();
+        for (size_t i = 0; i < s->n_tables; i++) /* upgraded relays: terminals, ports */
+                if (s->tables[i]->quiesce)
+                        s->tables[i]->quiesce();
         /* MHD must not stop with a connection suspended: streams end, and
          * handlers in flight finish (each resumes its connection). */
         ab_conns_stop_streams(s->conns);
         ab_workers_drain(s->workers);
-        envd_shutdown(); /* E2B processes use the manager from threads of their own */
+        /* fronts' threads of their own (E2B processes) use the manager */
+        for (size_t i = 0; i < s->n_tables; i++)
+                if (s->tables[i]->shutdown)
+                        s->tables[i]->shutdown();
         MHD_stop_daemon(s->mhd);
         s->mhd = NULL;
         ab_workers_free(steal_pointer(&s->workers));
         ab_conns_free(steal_pointer(&s->conns));
+}
+
+void ab_server_add_routes(ab_server *s, const ab_route_table *t)
+{
+        /* a wiring mistake of the program, not input: stop at once */
+        if (s->n_tables >= AB_SERVER_MAX_TABLES || (t->proxy && s->proxy)) {
+                ab_log(AB_LOG_ERROR, "route table refused: too many tables, or a second proxy",
+                       "table", t->name, NULL);
+                abort();
+        }
+        if (t->proxy)
+                s->proxy = t->proxy;
+        s->tables[s->n_tables++] = t;
+}
+
+enum MHD_Result route_call(ab_req *r, route_fn fn, const char *id)
+{
+        if (!r->key_id)
+                return fn(r, id);
+        ab_manager_set_caller(&r->caller);
+        enum MHD_Result ret = fn(r, id);
+        ab_manager_set_caller(NULL);
+        return ret;
 }
 
 void ab_server_counts(ab_server *s, ab_buf *b)

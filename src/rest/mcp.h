@@ -8,7 +8,7 @@
 #ifndef AB_MCP_H
 #define AB_MCP_H
 
-#include "kit/server.h"
+#include "rest/rest.h"
 
 /* Protocol versions spoken, newest first. */
 #define AB_MCP_VERSION_LATEST "2025-06-18"

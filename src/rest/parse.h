@@ -7,7 +7,7 @@
 #ifndef AB_PARSE_H
 #define AB_PARSE_H
 
-#include "kit/server.h"
+#include "rest/rest.h"
 #include "runners/runner.h"
 
 /* An exec request (routes_box.c): command or argv, env, cwd, stdin, timeout. */

@@ -1,6 +1,6 @@
 /* Routes of docs/api.md: sandboxes, exec, events, API keys, health, metrics. */
 #include "rest/parse.h"
-#include "kit/server.h"
+#include "rest/rest.h"
 #include "base/buf.h"
 #include "runners/runner.h"
 #include "base/log.h"

@@ -2,7 +2,7 @@
  * (console_assets.h), served at / (index.html) and /console/NAME, with a
  * strict Content-Security-Policy, ETag revalidation and no other server. */
 #include "rest/console_assets.h"
-#include "kit/server.h"
+#include "rest/rest.h"
 
 /* Scripts, styles, fonts and images only from this origin, no inline script
  * or style, no plugins, no framing; fetch and the terminal's WebSocket go to

@@ -1,6 +1,6 @@
 /* GET /v1/sandboxes/{id}/execs: a box's exec history, from the store's exec
  * audit table (every exec through the manager writes one row; docs/api.md). */
-#include "kit/server.h"
+#include "rest/rest.h"
 
 #define EXECS_DEFAULT_LIMIT 100
 #define EXECS_MAX_LIMIT     1000

@@ -2,7 +2,7 @@
  * DELETE. Every operation runs inside the box through its init, so paths are
  * resolved in the box's own mount namespace: no host path is ever touched.
  * Downloads are streamed by a producer thread through a pipe. */
-#include "kit/server.h"
+#include "rest/rest.h"
 #include "kit/upload.h"
 #include "base/log.h"
 

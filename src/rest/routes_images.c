@@ -1,7 +1,7 @@
 /* Images over HTTP (docs/api.md "Images"): list, get, pull (progress as
  * server-sent events when asked), remove. The work is in src/image; this
  * file maps it to JSON and statuses. */
-#include "kit/server.h"
+#include "rest/rest.h"
 
 #include <fcntl.h>
 #include <unistd.h>

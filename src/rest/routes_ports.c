@@ -11,7 +11,7 @@
  * An upgrade (WebSocket) answered 101 by the box gets a thread that moves
  * bytes both ways, counted as a stream. */
 #include "http/httpmsg.h"
-#include "kit/server.h"
+#include "rest/rest.h"
 #include "http/ws.h"
 #include "base/id.h"
 #include "base/log.h"

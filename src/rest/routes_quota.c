@@ -1,18 +1,8 @@
 /* Quotas over HTTP: who a request counts against (the manager is told the
  * calling API key around the handler), GET /v1/keys/{id} (a key, its quotas
  * and its app's use), and the per-app and disk series of /metrics. */
-#include "kit/server.h"
+#include "rest/rest.h"
 #include "base/buf.h"
-
-enum MHD_Result route_call(ab_req *r, route_fn fn, const char *id)
-{
-        if (!r->key_id)
-                return fn(r, id);
-        ab_manager_set_caller(&r->caller);
-        enum MHD_Result ret = fn(r, id);
-        ab_manager_set_caller(NULL);
-        return ret;
-}
 
 static json_t *usage_json(const ab_app_usage *u)
 {

@@ -8,7 +8,7 @@
  * token is required when the server has one; with neither, loopback clients
  * only, like the rest of the API. */
 #include "rest/parse.h"
-#include "kit/server.h"
+#include "rest/rest.h"
 #include "runners/runner.h"
 
 static enum MHD_Result sandbox_answer(ab_req *r, unsigned status, const char *message)

@@ -2,7 +2,7 @@
  * progressive-loading prompt, validate (installed or uploaded), and the
  * admin-only install (PUT of a zip/tar) and delete. The work is in
  * src/skills; this file maps it to JSON and statuses. */
-#include "kit/server.h"
+#include "rest/rest.h"
 #include "skills/skills.h"
 
 static int open_skills(ab_req *r, ab_skills *s, ab_err **err)

@@ -6,7 +6,7 @@
  * WebSocket has a thread of its own that moves terminal output to the
  * client and input, resize and signal messages to the box's init; it holds
  * a use of the box while attached (core/term.c). */
-#include "kit/server.h"
+#include "rest/rest.h"
 #include "http/ws.h"
 #include "base/log.h"
 

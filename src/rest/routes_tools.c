@@ -3,7 +3,7 @@
  * tools themselves are src/tools; this file only finds the box and keeps it
  * in use (running, not idle-stopped) for the length of the call. */
 #include "rest/parse.h"
-#include "kit/server.h"
+#include "rest/rest.h"
 
 static bool is_acquire_field(const char *k)
 {

@@ -1,6 +1,6 @@
 /* Named volumes over HTTP (docs/api.md "Volumes"): create, list, get,
  * delete. The work is in the manager (core/volumes.c) and the backend. */
-#include "kit/server.h"
+#include "rest/rest.h"
 
 /* A volume as the API and `agentbox volume ls --json` show it (no host paths). */
 json_t *ab_volume_json(const ab_volume_info *v)

@@ -29,6 +29,9 @@
  * Build and run with scripts/fuzz.sh. */
 #include "fronts/e2b/front_e2b.h"
 #include "kit/server.h"
+#include "fronts/e2b/e2b.h"
+#include "fronts/opensandbox/opensandbox.h"
+#include "rest/rest.h"
 #include "http/workers.h"
 #include "base/log.h"
 
@@ -297,6 +300,9 @@ static world *world_new(void)
                              .started_ns = ab_now_ns()};
         w->srv.tmp_dir = xasprintf("%s/tmp", w->dir);
         check(mkdir(w->srv.tmp_dir, 0700) == 0);
+        ab_server_add_routes(&w->srv, &ab_rest_routes);
+        ab_server_add_routes(&w->srv, &ab_e2b_routes);
+        ab_server_add_routes(&w->srv, &ab_osb_routes);
         check(ab_server_start_external(&w->srv, &e) == 0);
         return w;
 }

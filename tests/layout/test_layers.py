@@ -1,6 +1,9 @@
 #!/usr/bin/env python3
 """The layers of src/ are visible in its folders: a folder includes headers
 only of its own folder and of folders below it (docs/architecture.md).
+The fronts (src/fronts/NAME, one folder each) stand side by side with
+agentbox's own API (src/rest): none of them includes another, and the HTTP
+layer (src/http) includes only base.
 Prints TAP. Run from anywhere: the tree is found relative to this file."""
 import os
 import re
@@ -22,10 +25,31 @@ RANK = {
     "core": 4,      # the sandbox manager
     "tools": 5,     # agent tools (reach boxes through the manager)
     "runners": 5,   # the code runner
+    "http": 1,      # the HTTP machinery: connections, workers, WebSocket, messages,
+                    # Connect RPC, request checks (base only: it names no front)
     "config": 6,    # the service's settings
-    "api": 7,       # HTTP, MCP, the fronts
-    "cli": 8,       # the command line
+    "kit": 7,       # what every front uses: the server's request life cycle, route
+                    # tables, the caller and auth, responses, uploads
+    "rest": 8,      # agentbox's own routes, MCP, the console
+    "fronts": 8,    # fronts/NAME: a compatible API (E2B, OpenSandbox), one folder each
+    "cli": 9,       # the command line: wires REST and the fronts to the server
 }
+
+# Folders that hold one layer per subfolder (fronts/e2b, fronts/opensandbox):
+# each subfolder is a layer of the parent's rank, a peer of the others.
+GROUPS = ("fronts",)
+
+
+def layer_of(path):
+    """The layer a folder or an include names: "kit", "fronts/e2b"."""
+    parts = path.split("/")
+    if parts[0] in GROUPS and len(parts) > 1:
+        return parts[0] + "/" + parts[1]
+    return parts[0]
+
+
+def rank_of(layer):
+    return RANK.get(layer.split("/", 1)[0])
 
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
 
@@ -44,25 +68,30 @@ def violations(src):
                 if not name.endswith((".c", ".h")):
                     continue
                 f = os.path.join(root, name)
+                rel = os.path.relpath(f, src)
+                me = layer_of(os.path.dirname(rel))
+                if me in GROUPS:
+                    bad.append("%s: a file of %s/ belongs in a folder of its own (%s/NAME/)"
+                               % (rel, me, me))
+                    continue
                 with open(f, encoding="utf-8", errors="replace") as fh:
                     text = fh.read()
                 for inc in INCLUDE.findall(text):
                     if "/" not in inc:
                         continue  # same-folder include ("landlock.h")
-                    target = inc.split("/", 1)[0]
-                    rel = os.path.relpath(f, src)
-                    if target not in RANK:
+                    target = layer_of(inc)
+                    if rank_of(target) is None:
                         bad.append('%s includes "%s": no such layer' % (rel, inc))
-                    elif target != folder and RANK[target] >= RANK[folder]:
+                    elif target != me and rank_of(target) >= rank_of(me):
                         bad.append('%s includes "%s": %s (layer %d) may not use %s (layer %d)'
-                                   % (rel, inc, folder, RANK[folder], target, RANK[target]))
+                                   % (rel, inc, me, rank_of(me), target, rank_of(target)))
     return bad
 
 
 def main():
     here = os.path.dirname(os.path.abspath(__file__))
     src = os.path.normpath(os.path.join(here, "..", "..", "src"))
-    print("1..2")
+    print("1..3")
     bad = violations(src)
     for b in bad:
         print("# " + b)
@@ -73,15 +102,39 @@ def main():
     # throwaway tree is reported.
     with tempfile.TemporaryDirectory() as t:
         os.makedirs(os.path.join(t, "base"))
-        os.makedirs(os.path.join(t, "api"))
+        os.makedirs(os.path.join(t, "kit"))
         with open(os.path.join(t, "base", "x.c"), "w") as fh:
-            fh.write('#include "api/server.h"\n')
-        with open(os.path.join(t, "api", "y.c"), "w") as fh:
+            fh.write('#include "kit/server.h"\n')
+        with open(os.path.join(t, "kit", "y.c"), "w") as fh:
             fh.write('#include "base/x.h"\n')
         got = violations(t)
         ok = len(got) == 1 and "base/x.c" in got[0]
-    print("%s 2 - an upward include (base -> api) is reported" % ("ok" if ok else "not ok"))
-    return 0 if not bad and ok else 1
+    print("%s 2 - an upward include (base -> kit) is reported" % ("ok" if ok else "not ok"))
+
+    # Fronts are peers of each other and of REST: a front including another
+    # front or REST, or REST including a front, is reported; a front using
+    # its own folder and the kit is not.
+    with tempfile.TemporaryDirectory() as t:
+        files = {
+            "fronts/a/x.c": '#include "fronts/b/y.h"\n',           # bad: front -> front
+            "fronts/a/y.c": '#include "rest/rest.h"\n',            # bad: front -> rest
+            "rest/z.c": '#include "fronts/a/x.h"\n',               # bad: rest -> front
+            "http/w.c": '#include "kit/server.h"\n',               # bad: http -> kit
+            "fronts/b/y.c": '#include "fronts/b/y.h"\n#include "kit/server.h"\n',  # fine
+            "kit/server.c": '#include "http/conn.h"\n',            # fine
+        }
+        for rel, text in files.items():
+            os.makedirs(os.path.join(t, os.path.dirname(rel)), exist_ok=True)
+            with open(os.path.join(t, rel), "w") as fh:
+                fh.write(text)
+        got = violations(t)
+        want = ["fronts/a/x.c", "fronts/a/y.c", "http/w.c", "rest/z.c"]
+        ok3 = sorted(g.split(" ", 1)[0] for g in got) == want
+        for g in got:
+            print("#   (throwaway tree) " + g)
+    print("%s 3 - fronts include neither each other nor rest, rest no front, http only base"
+          % ("ok" if ok3 else "not ok"))
+    return 0 if not bad and ok and ok3 else 1
 
 
 if __name__ == "__main__":
