@@ -375,7 +375,7 @@ int cli_serve(int argc, char **argv, const char *data_flag)
                 return EXIT_AGENTBOX;
         }
         char port[16], pool[24], idle[24], pause[24];
-        snprintf(port, sizeof(port), "%u", srv->port);
+        snprintf(port, sizeof(port), "%u", srv->http.port);
         snprintf(pool, sizeof(pool), "%" PRId64, cfg->pool_size);
         snprintf(idle, sizeof(idle), "%" PRId64, cfg->idle_stop_s);
         snprintf(pause, sizeof(pause), "%" PRId64, cfg->idle_pause_s);

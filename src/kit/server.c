@@ -3,6 +3,7 @@
  * the response helpers the route modules use. It names no front. */
 #include "kit/server.h"
 #include "http/conn.h"
+#include "http/server.h"
 #include "http/reqcheck.h"
 #include "http/workers.h"
 #include "http/ws.h"
@@ -12,20 +13,13 @@
 
 #include <arpa/inet.h>
 #include <fcntl.h>
-#include <netdb.h>
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
 #include <poll.h>
 #include <pthread.h>
 #include <stdarg.h>
-#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
-
-/* Keep-alive connections idle this long are closed (streams send keepalives). */
-#define IDLE_CONN_TIMEOUT_S 120
-/* Idle handler threads kept for the next requests. */
-#define WORKERS_KEEP_IDLE 8
 
 /* ---- responses -------------------------------------------------------- */
 
@@ -193,7 +187,7 @@ enum MHD_Result resp_stream_counted(ab_req *r, unsigned status, const char *cont
         stream *s = xzalloc(sizeof(*s));
         s->fd = fd;
         s->slot = slot;
-        s->park = ab_park_new(r->srv->conns, r->conn);
+        s->park = ab_park_new(r->srv->http.conns, r->conn);
         int fl = fcntl(fd, F_GETFL);
         if (fl >= 0)
                 fcntl(fd, F_SETFL, fl | O_NONBLOCK);
@@ -214,7 +208,7 @@ enum MHD_Result resp_stream(ab_req *r, unsigned status, const char *content_type
 ab_stream_slot *req_stream_slot(ab_req *r, enum MHD_Result *ret)
 {
         ab_stream_slot *slot = NULL;
-        switch (ab_stream_slot_take(r->srv->conns, r->conn, &slot)) {
+        switch (ab_stream_slot_take(r->srv->http.conns, r->conn, &slot)) {
         case AB_SLOT_OK:
                 return slot;
         case AB_SLOT_ADDRESS_FULL:
@@ -637,7 +631,7 @@ static enum MHD_Result authenticate(ab_req *r, auth_level need, bool *ok)
                         r->key_id = steal_pointer(&k.key_id);
                         r->caller.key_id = r->key_id;
                         /* deleting the key ends this request and its stream */
-                        ab_conns_bind_key(r->srv->conns, r->conn, r->key_id);
+                        ab_conns_bind_key(r->srv->http.conns, r->conn, r->key_id);
                         ab_api_key_clear(&k);
                 } else if (e->code != AB_E_NOT_FOUND) {
                         return resp_err(r, e);
@@ -1078,8 +1072,8 @@ static void worker_handler(void *arg)
 static enum MHD_Result dispatch(ab_req *r, int phase, void (*fn)(void *))
 {
         ab_server *s = r->srv;
-        if (!ab_workers_reserve(s->workers)) {
-                ab_conns_count_busy(s->conns);
+        if (!ab_workers_reserve(s->http.workers)) {
+                ab_conns_count_busy(s->http.conns);
                 r->phase = PH_DONE;
                 return resp_error(r, 503, "unavailable",
                                   "the server has %lld requests in flight, the most "
@@ -1089,7 +1083,7 @@ static enum MHD_Result dispatch(ab_req *r, int phase, void (*fn)(void *))
         r->phase = phase;
         r->on_worker = true;
         MHD_suspend_connection(r->conn);
-        ab_workers_run(s->workers, fn, r);
+        ab_workers_run(s->http.workers, fn, r);
         return MHD_YES;
 }
 
@@ -1115,7 +1109,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         ab_server *s = cls;
         ab_req *r = *con_cls;
         if (!r) {
-                ab_conns_head_done(s->conns, conn);
+                ab_conns_head_done(s->http.conns, conn);
                 r = xzalloc(sizeof(*r));
                 r->srv = s;
                 r->conn = conn;
@@ -1202,7 +1196,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
                          enum MHD_RequestTerminationCode toe)
 {
         ab_server *s = cls;
-        ab_conns_request_done(s->conns, conn);
+        ab_conns_request_done(s->http.conns, conn);
         ab_req *r = *con_cls;
         if (!r)
                 return;
@@ -1220,97 +1214,6 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
                 MHD_destroy_response(r->resp);
         req_free(r);
         *con_cls = NULL;
-}
-
-/* libmicrohttpd's own messages, at most LOG_BURST per LOG_WINDOW_S: a flood
- * of refused connections must not flood the log too. */
-#define LOG_BURST    20
-#define LOG_WINDOW_S 10
-static void mhd_log(void *cls, const char *fmt, va_list ap)
-{
-        static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
-        static uint64_t window_start;
-        static unsigned in_window, dropped;
-        uint64_t now = ab_now_ms() / 1000;
-        pthread_mutex_lock(&mu);
-        if (now >= window_start + LOG_WINDOW_S) {
-                if (dropped) {
-                        char n[24];
-                        snprintf(n, sizeof(n), "%u", dropped);
-                        ab_log(AB_LOG_WARN, "http: messages dropped (too many)", "count", n, NULL);
-                }
-                window_start = now;
-                in_window = dropped = 0;
-        }
-        bool say = in_window < LOG_BURST;
-        if (say)
-                in_window++;
-        else
-                dropped++;
-        pthread_mutex_unlock(&mu);
-        if (!say)
-                return;
-        char buf[512];
-        vsnprintf(buf, sizeof(buf), fmt, ap);
-        size_t n = strlen(buf);
-        while (n && buf[n - 1] == '\n')
-                buf[--n] = 0;
-        ab_log(AB_LOG_WARN, "http", "detail", buf, NULL);
-}
-
-/* Parses HOST:PORT / [V6]:PORT into a socket address. */
-static int parse_listen(const char *listen, struct sockaddr_storage *ss, socklen_t *sl,
-                        ab_err **err)
-{
-        _cleanup_free_ char *host = NULL;
-        const char *port;
-        if (listen[0] == '[') {
-                const char *end = strchr(listen, ']');
-                if (!end || end[1] != ':')
-                        return ab_err_set(err, AB_E_INVALID, 0, "listen: bad address \"%s\"",
-                                          listen);
-                host = xstrndup(listen + 1, (size_t)(end - listen - 1));
-                port = end + 2;
-        } else {
-                const char *colon = strrchr(listen, ':');
-                if (!colon)
-                        return ab_err_set(err, AB_E_INVALID, 0, "listen: \"%s\" is not HOST:PORT",
-                                          listen);
-                host = xstrndup(listen, (size_t)(colon - listen));
-                port = colon + 1;
-        }
-        struct addrinfo hints = {.ai_flags = AI_PASSIVE | AI_NUMERICSERV,
-                                 .ai_socktype = SOCK_STREAM};
-        struct addrinfo *ai = NULL;
-        int rc = getaddrinfo(*host ? host : NULL, port, &hints, &ai);
-        if (rc != 0)
-                return ab_err_set(err, AB_E_INVALID, 0, "listen: cannot resolve \"%s\": %s", listen,
-                                  gai_strerror(rc));
-        memcpy(ss, ai->ai_addr, ai->ai_addrlen);
-        *sl = ai->ai_addrlen;
-        freeaddrinfo(ai);
-        return 0;
-}
-
-/* Every connection is a descriptor: lift the soft limit to the hard one. */
-static void raise_nofile(int64_t max_connections)
-{
-        struct rlimit rl;
-        if (getrlimit(RLIMIT_NOFILE, &rl) < 0)
-                return;
-        if (rl.rlim_cur < rl.rlim_max) {
-                rl.rlim_cur = rl.rlim_max;
-                setrlimit(RLIMIT_NOFILE, &rl);
-        }
-        if (rl.rlim_cur != RLIM_INFINITY && (int64_t)rl.rlim_cur < max_connections + 1024) {
-                char have[24], want[24];
-                snprintf(have, sizeof(have), "%llu", (unsigned long long)rl.rlim_cur);
-                snprintf(want, sizeof(want), "%lld", (long long)max_connections + 1024);
-                ab_log(AB_LOG_WARN,
-                       "the open-files limit is below max_connections plus room for boxes; "
-                       "raise it (ulimit -n, LimitNOFILE=) or lower max_connections",
-                       "nofile", have, "wanted", want, NULL);
-        }
 }
 
 static int cmp_key_id(const void *a, const void *b)
@@ -1340,134 +1243,53 @@ static int keys_gone(void *arg, const char *const *keys, size_t n, bool *gone)
         return 0;
 }
 
-/* The connection table (deadlines, caps, parked streams) and the worker
- * pool both daemons use. */
-static int start_tables(ab_server *s, ab_err **err)
+/* The HTTP server's options from the service's settings. */
+static ab_http_opts http_opts(ab_server *s)
 {
-        ab_conns_opts co = {
+        return (ab_http_opts){
+            .listen = s->cfg->listen,
             .head_timeout_ms = s->cfg->head_timeout_ms,
-            .keepalive_ms = (int64_t)IDLE_CONN_TIMEOUT_S * 1000,
             .max_connections = s->cfg->max_connections,
-            .max_per_address = s->cfg->max_connections_per_address,
+            .max_connections_per_address = s->cfg->max_connections_per_address,
             .max_streams = s->cfg->max_streams,
-            .max_streams_addr = s->cfg->max_streams_per_address,
+            .max_streams_per_address = s->cfg->max_streams_per_address,
+            .max_requests = s->cfg->max_requests,
             .events = s->events,
             .keys_gone = s->store ? keys_gone : NULL,
             .key_arg = s,
+            .on_request = on_request,
+            .on_completed = on_completed,
+            .cls = s,
         };
-        s->conns = ab_conns_new(&co);
-        if (!s->conns) {
-                return ab_err_set(err, AB_E_INTERNAL, errno, "cannot start the connection timer");
-        }
-        s->workers = ab_workers_new((size_t)s->cfg->max_requests, WORKERS_KEEP_IDLE);
-        return 0;
 }
 
 int ab_server_start(ab_server *s, ab_err **err)
 {
-        struct sockaddr_storage ss;
-        socklen_t sl = 0;
-        if (parse_listen(s->cfg->listen, &ss, &sl, err) < 0)
-                return -1;
-        int fd = socket(ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
-        if (fd < 0)
-                return ab_err_set(err, AB_E_INTERNAL, errno, "socket");
-        int one = 1;
-        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-        if (bind(fd, (struct sockaddr *)&ss, sl) < 0) {
-                int e = errno;
-                close(fd);
-                return ab_err_set(err, e == EADDRINUSE ? AB_E_CONFLICT : AB_E_UNAVAILABLE, e,
-                                  "cannot listen on %s", s->cfg->listen);
-        }
-        if (listen(fd, 4096) < 0) {
-                int e = errno;
-                close(fd);
-                return ab_err_set(err, AB_E_UNAVAILABLE, e, "listen on %s", s->cfg->listen);
-        }
-        struct sockaddr_storage bound;
-        socklen_t bl = sizeof(bound);
-        /* egress (proxy, httpRequest, image pulls) never reaches the server itself */
-        if (ab_addr_note_listen((struct sockaddr *)&ss) < 0)
-                ab_log(AB_LOG_WARN, "too many listen addresses to keep from egress", NULL);
-        if (getsockname(fd, (struct sockaddr *)&bound, &bl) == 0)
-                s->port =
-                    ntohs(bound.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&bound)->sin6_port
-                                                      : ((struct sockaddr_in *)&bound)->sin_port);
-        raise_nofile(s->cfg->max_connections);
-        if (start_tables(s, err) < 0) {
-                close(fd);
-                return -1;
-        }
-        /* One polling thread (epoll) for every connection; handlers run on
-         * the workers; suspended connections cost no thread. */
-        unsigned flags = MHD_USE_EPOLL_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME |
-                         MHD_ALLOW_UPGRADE | MHD_USE_ERROR_LOG;
-        if (ss.ss_family == AF_INET6)
-                flags |= MHD_USE_IPv6;
-        /* MHD's own limit sits above ours, so ab_conns_accept refuses (and
-         * counts) first. */
-        unsigned mhd_limit = (unsigned)s->cfg->max_connections + 64;
-        s->mhd = MHD_start_daemon(
-            flags, 0, ab_conns_accept, s->conns, on_request, s, MHD_OPTION_EXTERNAL_LOGGER, mhd_log,
-            s, MHD_OPTION_LISTEN_SOCKET, fd, MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
-            MHD_OPTION_NOTIFY_CONNECTION, ab_conns_notify, s->conns, MHD_OPTION_URI_LOG_CALLBACK,
-            ab_conns_uri_seen, s->conns, MHD_OPTION_CONNECTION_LIMIT, mhd_limit,
-            MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)IDLE_CONN_TIMEOUT_S, MHD_OPTION_END);
-        if (!s->mhd) {
-                close(fd);
-                ab_workers_free(steal_pointer(&s->workers));
-                ab_conns_free(steal_pointer(&s->conns));
-                return ab_err_set(err, AB_E_INTERNAL, 0, "cannot start the HTTP server on %s",
-                                  s->cfg->listen);
-        }
-        return 0;
+        ab_http_opts o = http_opts(s);
+        return ab_http_start(&s->http, &o, err);
 }
 
 int ab_server_start_external(ab_server *s, ab_err **err)
 {
-        if (start_tables(s, err) < 0)
-                return -1;
-        /* The same request path as ab_server_start (handlers on the workers,
-         * connections suspended meanwhile), driven by the caller's MHD_run. */
-        s->mhd = MHD_start_daemon(
-            MHD_USE_NO_LISTEN_SOCKET | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ITC | MHD_USE_ERROR_LOG,
-            0, ab_conns_accept, s->conns, on_request, s, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, s,
-            MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_NOTIFY_CONNECTION,
-            ab_conns_notify, s->conns, MHD_OPTION_URI_LOG_CALLBACK, ab_conns_uri_seen, s->conns,
-            MHD_OPTION_CONNECTION_LIMIT, (unsigned)s->cfg->max_connections + 64,
-            MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)IDLE_CONN_TIMEOUT_S, MHD_OPTION_END);
-        if (!s->mhd) {
-                ab_workers_free(steal_pointer(&s->workers));
-                ab_conns_free(steal_pointer(&s->conns));
-                return ab_err_set(err, AB_E_INTERNAL, 0, "cannot start the HTTP daemon");
-        }
-        return 0;
+        ab_http_opts o = http_opts(s);
+        return ab_http_start_external(&s->http, &o, err);
 }
 
 void ab_server_stop(ab_server *s)
 {
-        if (!s->mhd)
+        if (!s->http.mhd)
                 return;
-        int fd = MHD_quiesce_daemon(s->mhd);
-        if (fd >= 0)
-                close(fd);
+        ab_http_quiesce(&s->http);
         ab_events_shutdown(s->events);
         for (size_t i = 0; i < s->n_tables; i++) /* upgraded relays: terminals, ports */
                 if (s->tables[i]->quiesce)
                         s->tables[i]->quiesce();
-        /* MHD must not stop with a connection suspended: streams end, and
-         * handlers in flight finish (each resumes its connection). */
-        ab_conns_stop_streams(s->conns);
-        ab_workers_drain(s->workers);
+        ab_http_drain(&s->http);
         /* fronts' threads of their own (E2B processes) use the manager */
         for (size_t i = 0; i < s->n_tables; i++)
                 if (s->tables[i]->shutdown)
                         s->tables[i]->shutdown();
-        MHD_stop_daemon(s->mhd);
-        s->mhd = NULL;
-        ab_workers_free(steal_pointer(&s->workers));
-        ab_conns_free(steal_pointer(&s->conns));
+        ab_http_stop(&s->http);
 }
 
 void ab_server_add_routes(ab_server *s, const ab_route_table *t)
@@ -1495,10 +1317,5 @@ enum MHD_Result route_call(ab_req *r, route_fn fn, const char *id)
 
 void ab_server_counts(ab_server *s, ab_buf *b)
 {
-        ab_conns_metrics(s->conns, b);
-        ab_buf_printf(b,
-                      "# HELP agentbox_http_requests_in_flight Requests being handled.\n"
-                      "# TYPE agentbox_http_requests_in_flight gauge\n"
-                      "agentbox_http_requests_in_flight %zu\n",
-                      ab_workers_in_flight(s->workers));
+        ab_http_counts(&s->http, b);
 }

@@ -16,6 +16,7 @@
 #define AB_SERVER_H
 
 #include "http/conn.h"
+#include "http/server.h"
 #include "config/config.h"
 #include "core/manager.h"
 #include "tools/tools.h"
@@ -39,21 +40,18 @@ typedef struct ab_server {
         ab_events *events;
         ab_metrics *metrics;
         ab_backend *backend;
-        struct MHD_Daemon *mhd;
         char *tmp_dir;             /* DATA/tmp: uploads are spooled here */
         _Atomic uint64_t tmp_used; /* bytes its spooled uploads may hold now (cfg->tmp_max) */
         int64_t started_ms;
         uint64_t started_ns;
         atomic_int sse_subscribers;
-        uint16_t port;              /* the port actually bound */
         struct ab_runners *runners; /* the code runner (seed 003), or NULL */
         char *sandbox_token;    /* SANDBOX_TOKEN: bearer token of the /sandbox routes, or NULL */
-        struct ab_conns *conns; /* connection table, caps, deadlines, parked streams */
-        struct ab_workers *workers; /* threads that run handlers */
-        ab_image_store *images;     /* the image store (routes_images.c), or NULL */
+        ab_image_store *images; /* the image store (routes_images.c), or NULL */
         const struct ab_route_table *tables[AB_SERVER_MAX_TABLES]; /* ab_server_add_routes */
         size_t n_tables;
         const struct ab_proxy_ops *proxy; /* the tables' proxy, or NULL */
+        ab_http http; /* the HTTP server: daemon, connections, workers, bound port */
 } ab_server;
 
 /* Starts listening on cfg->listen. */

@@ -970,7 +970,7 @@ enum MHD_Result route_events(ab_req *r, const char *id)
                 free(s);
                 return ret;
         }
-        s->park = ab_park_new(r->srv->conns, r->conn);
+        s->park = ab_park_new(r->srv->http.conns, r->conn);
         atomic_fetch_add(&r->srv->sse_subscribers, 1);
         struct MHD_Response *resp =
             MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16 * 1024, sse_read, s, sse_free);
@@ -1073,7 +1073,7 @@ enum MHD_Result route_keys_delete(ab_req *r, const char *id)
         if (ab_store_key_delete(r->srv->store, id, &e) < 0)
                 return resp_err(r, e);
         /* its streams end now, not when their clients leave (conn.h) */
-        size_t ended = ab_conns_revoke_key(r->srv->conns, id);
+        size_t ended = ab_conns_revoke_key(r->srv->http.conns, id);
         return resp_json(
             r, 200, json_pack("{s:s,s:I}", "deleted", id, "connections_closed", (json_int_t)ended));
 }

@@ -515,7 +515,7 @@ enum MHD_Result ports_open(ab_req *r, bool *done)
         int rc = send_all(fd, head.p, head.n, (int)s->cfg->ports_timeout_ms);
         if (rc < 0)
                 return unreachable(r, px, rc == -EPIPE ? -ECONNREFUSED : rc);
-        px->park = ab_park_new(s->conns, r->conn);
+        px->park = ab_park_new(s->http.conns, r->conn);
         *done = false;
         return MHD_YES;
 }
@@ -1059,7 +1059,7 @@ enum MHD_Result ports_answer(ab_req *r)
                 b->end = in->n - h.head_len;
                 b->fd = px->fd; /* the response owns the connection now */
                 px->fd = -1;
-                b->park = ab_park_new(r->srv->conns, r->conn);
+                b->park = ab_park_new(r->srv->http.conns, r->conn);
                 resp = MHD_create_response_from_callback(size, READ_BUF, pbody_read, b, pbody_free);
         }
         copy_headers(resp, &h, false);

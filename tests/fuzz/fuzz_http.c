@@ -372,7 +372,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
         struct sockaddr_in peer = {.sin_family = AF_INET, .sin_port = htons(40000)};
         peer.sin_addr.s_addr = htonl((flags & 1) ? 0x7f000001 : 0xc0000201); /* 192.0.2.1 */
-        check(MHD_add_connection(W->srv.mhd, sv[1], (struct sockaddr *)&peer, sizeof(peer)) ==
+        check(MHD_add_connection(W->srv.http.mhd, sv[1], (struct sockaddr *)&peer, sizeof(peer)) ==
               MHD_YES);
         uint64_t t0 = ab_now_ns();
         /* The client's end closes (the request ends there; answers are not
@@ -382,8 +382,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
          * closed when it resumes, before its body is read. */
         int client = sv[0];
         unsigned idle = 0;
-        for (unsigned spins = 0; client >= 0 || connections(W->srv.mhd) > 0; spins++) {
-                MHD_run(W->srv.mhd);
+        for (unsigned spins = 0; client >= 0 || connections(W->srv.http.mhd) > 0; spins++) {
+                MHD_run(W->srv.http.mhd);
                 idle = ab_workers_in_flight(W->srv.workers) ? 0 : idle + 1;
                 if (client >= 0 && (idle >= 8 || ab_now_ns() - t0 > 200ull * 1000 * 1000)) {
                         close(client);

@@ -878,7 +878,7 @@ static char *server_host(ab_req *r)
         bool ok = h && *h && strlen(h) < 256;
         for (const char *c = h; ok && *c; c++)
                 ok = isalnum((unsigned char)*c) || strchr(".-:[]_", *c);
-        return ok ? xstrdup(h) : xasprintf("127.0.0.1:%u", r->srv->port);
+        return ok ? xstrdup(h) : xasprintf("127.0.0.1:%u", r->srv->http.port);
 }
 
 /* execd's endpoint is this server's execd front; the egress sidecar's, its
