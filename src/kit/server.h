@@ -112,85 +112,6 @@ typedef struct ab_req {
         char *front_box; /* owned, or NULL: the box an E2B access token opened */
 } ab_req;
 
-/* Authenticates r as a route open to users (admin token or API key) would:
- * sets r->scope, or answers 401/403 (*ok false). May read the store. */
-enum MHD_Result req_authenticate(ab_req *r, bool *ok);
-
-/* True when tok is a credential of this server: the admin token, a
- * configured API key or one in the store (also when the store cannot tell).
- * May read the store: a worker only. */
-bool req_is_credential(ab_req *r, const char *tok);
-
-/* Constant-time comparison of two secrets. */
-bool req_secret_eq(const char *a, const char *b);
-/* True when the client connected from a loopback address. */
-bool req_peer_loopback(ab_req *r);
-/* True when the client has hung up (its socket was closed or broke): work
- * done only for its answer may stop. Safe from a worker thread. */
-bool req_client_gone(ab_req *r);
-
-/* A query-string parameter, or NULL. */
-const char *req_query(ab_req *r, const char *key);
-/* A request header, or NULL. */
-const char *req_header(ab_req *r, const char *key);
-
-/* Queues a JSON response (steals j). Returns an MHD result. */
-enum MHD_Result resp_json(ab_req *r, unsigned status, json_t *j);
-/* Queues {"error":{"code","message"}} with the status fitting e's code (frees e). */
-enum MHD_Result resp_err(ab_req *r, ab_err *e);
-/* Same, with an explicit status and code name. */
-enum MHD_Result resp_error(ab_req *r, unsigned status, const char *code, const char *fmt, ...)
-    AB_PRINTF(4, 5);
-/* HTTP status for an error code. */
-unsigned status_of(ab_code c);
-
-/* A response whose body is read from fd until EOF (chunked); the fd is
- * closed when the response is done. The producer writes the other end of a
- * pipe from its own thread and sees EPIPE when the client goes away. */
-enum MHD_Result resp_stream(ab_req *r, unsigned status, const char *content_type, int fd,
-                            const char *const *headers);
-/* Same, for a long-lived stream: slot (from req_stream_slot, may be NULL)
- * is released when the response ends. */
-enum MHD_Result resp_stream_counted(ab_req *r, unsigned status, const char *content_type, int fd,
-                                    const char *const *headers, ab_stream_slot *slot);
-/* Streams `length` bytes (0: to the end) of the box's file at `path` (as the
- * box names it), from `offset`, as the body of a `status` answer: a thread
- * reads it through the box's init into a pipe. Takes over *use, ended when
- * the stream ends (or at once when it cannot start). */
-enum MHD_Result resp_box_file(ab_req *r, ab_use *use, const char *path, uint64_t offset,
-                              uint64_t length, unsigned status, const char *const *headers);
-/* Queues a response made by the caller (adds the common headers; steals
- * resp). Use it rather than MHD_queue_response: on a worker the answer is
- * queued by MHD's thread. */
-enum MHD_Result resp_send(ab_req *r, unsigned status, struct MHD_Response *resp);
-/* Counts a long-lived stream of r (an event stream, an exec stream, a
- * terminal) against max_streams and max_streams_per_address, apart from
- * connections and requests in flight. Returns the slot (release it with
- * ab_stream_slot_release when the stream ends, from any thread), or NULL
- * after answering r 503 (the server's cap) or 429 (the address's cap); *ret
- * is then the handler's result. */
-ab_stream_slot *req_stream_slot(ab_req *r, enum MHD_Result *ret);
-/* Starts a detached thread running fn(arg). 0 or -errno. */
-int spawn_detached(void *(*fn)(void *), void *arg);
-
-/* Parses the JSON body: NULL body = {}; not an object or bad JSON = AB_E_INVALID. */
-int req_json(ab_req *r, json_t **out, ab_err **err);
-
-/* Field readers: absent fields leave *out unchanged and return 0; a wrong
- * type is AB_E_INVALID naming the field. */
-int field_str(json_t *o, const char *name, const char **out, ab_err **err);
-int field_int(json_t *o, const char *name, int64_t *out, bool *present, ab_err **err);
-int field_num(json_t *o, const char *name, double *out, bool *present, ab_err **err);
-int field_obj(json_t *o, const char *name, json_t **out, ab_err **err);
-/* AB_E_INVALID naming the first key of o not in the NULL-terminated list. */
-int fields_known(json_t *o, const char *const *known, const char *where, ab_err **err);
-
-/* A JSON string from bytes that may not be UTF-8: invalid sequences become U+FFFD. */
-json_t *json_bytes(const char *buf, size_t len);
-
-/* The box as the API shows it (docs/api.md). */
-json_t *box_json(const ab_server *s, const ab_box_rec *r);
-
 /* ---- routes: each user of the server (REST, a front) registers its table ---- */
 
 /* Who may call a route, decided from the request's head before any body is
@@ -260,4 +181,11 @@ void ab_server_add_routes(ab_server *s, const ab_route_table *t);
 /* Runs the route handler with the manager told who calls (the caller's API
  * key and its quotas), as every route is run. */
 enum MHD_Result route_call(ab_req *r, route_fn fn, const char *id);
+
+/* What route modules use on a request: its caller and auth, answers, and
+ * reading it (each header says what it holds). */
+#include "kit/auth.h"
+#include "kit/request.h"
+#include "kit/resp.h"
+
 #endif
