@@ -103,28 +103,6 @@ static enum MHD_Result file_err(ab_req *r, ab_err *e)
 
 /* ---- download --------------------------------------------------------- */
 
-static int pipe_out(void *ud, int stream, const void *buf, size_t len)
-{
-        file_job *j = ud;
-        return ab_write_all(j->fd, buf, len) < 0 ? -1 : 0;
-}
-
-static void *read_main(void *arg)
-{
-        file_job *j = arg;
-        ab_err *e = NULL;
-        int fd = ab_manager_use_connect(j->srv->mgr, &j->use, &e);
-        if (fd >= 0) {
-                if (abc_read(fd, j->path, j->offset, j->length, pipe_out, j, &e) < 0)
-                        ab_log(AB_LOG_WARN, "download cut short", "box", j->use.rec.id, "path",
-                               j->path, "error", e->msg, NULL);
-                close(fd);
-        }
-        ab_err_free(&e);
-        file_job_free(j); /* closes the pipe: the client sees the end */
-        return NULL;
-}
-
 static la_ssize_t zip_write(struct archive *a, void *ud, const void *buf, size_t len)
 {
         file_job *j = ud;
@@ -242,19 +220,6 @@ static enum MHD_Result start_download(ab_req *r, file_job *j, void *(*fn)(void *
         return resp_stream(r, status, ctype, p[0], headers);
 }
 
-enum MHD_Result resp_box_file(ab_req *r, ab_use *use, const char *path, uint64_t offset,
-                              uint64_t length, unsigned status, const char *const *headers)
-{
-        file_job *j = xzalloc(sizeof(*j));
-        j->srv = r->srv;
-        j->use = *use;
-        j->path = xstrdup(path);
-        j->offset = offset;
-        j->length = length;
-        j->fd = -1;
-        return start_download(r, j, read_main, status, "application/octet-stream", headers);
-}
-
 enum MHD_Result route_files_get(ab_req *r, const char *id)
 {
         enum MHD_Result ret;
@@ -351,7 +316,12 @@ enum MHD_Result route_files_get(ab_req *r, const char *id)
                                   "followed)",
                                   shown);
         }
-        return start_download(r, j, read_main, 200, "application/octet-stream", NULL);
+        /* streamed by the kit, which takes the use over */
+        ab_use use = j->use;
+        ret = resp_box_file(r, &use, j->path, 0, 0, 200, NULL);
+        free(j->path);
+        free(j);
+        return ret;
 }
 
 /* ---- upload and delete ------------------------------------------------ */
