@@ -384,7 +384,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         unsigned idle = 0;
         for (unsigned spins = 0; client >= 0 || connections(W->srv.http.mhd) > 0; spins++) {
                 MHD_run(W->srv.http.mhd);
-                idle = ab_workers_in_flight(W->srv.workers) ? 0 : idle + 1;
+                idle = ab_workers_in_flight(W->srv.http.workers) ? 0 : idle + 1;
                 if (client >= 0 && (idle >= 8 || ab_now_ns() - t0 > 200ull * 1000 * 1000)) {
                         close(client);
                         client = -1;
