@@ -3,7 +3,7 @@
  * resolved in the box's own mount namespace: no host path is ever touched.
  * Downloads are streamed by a producer thread through a pipe. */
 #include "rest/rest.h"
-#include "kit/upload.h"
+#include "rest/upload.h"
 #include "base/log.h"
 
 #include <archive.h>

@@ -5,7 +5,7 @@
  * name never reaches a write, and the decompressed bytes land only on the
  * box's own disk (counted against its quota), never on the host's: the
  * upload costs the host no more disk than its own spooled bytes. */
-#include "kit/upload.h"
+#include "rest/upload.h"
 #include "skills/archive.h"
 
 #include <fcntl.h>

@@ -3,7 +3,7 @@
 #ifndef AB_UPLOAD_H
 #define AB_UPLOAD_H
 
-#include "kit/server.h"
+#include "rest/rest.h"
 
 /* True when the PUT asks for extraction (`extract` other than 0/false, or a
  * `format`): the body is then an archive, not a file's bytes. */
