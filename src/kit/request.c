@@ -5,7 +5,6 @@
 #include "base/log.h"
 #include "base/util.h"
 
-
 /* ---- request helpers -------------------------------------------------- */
 
 const char *req_query(ab_req *r, const char *key)
