@@ -73,21 +73,18 @@ bool req_client_gone(ab_req *r)
         return poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR));
 }
 
-/* The request's credential: its Authorization header, or E2B's X-API-Key
- * taken as a bearer token (*buf holds it then). */
-/* A credential in a header form of some table's clients (the OpenSandbox
- * SDK's), as "Bearer TOKEN" (malloc'd), or NULL. */
+/* The credential in the header form of the clients of r's route table (the
+ * OpenSandbox SDK's OPEN-SANDBOX-API-KEY), as "Bearer KEY" (malloc'd), or
+ * NULL. */
 static char *table_credential(ab_req *r)
 {
-        for (size_t i = 0; i < r->srv->n_tables; i++)
-                if (r->srv->tables[i]->credential) {
-                        char *h = r->srv->tables[i]->credential(r);
-                        if (h)
-                                return h;
-                }
-        return NULL;
+        const char *name = r->table ? r->table->key_header : NULL;
+        const char *k = name ? req_header(r, name) : NULL;
+        return k && *k ? xasprintf("Bearer %s", k) : NULL;
 }
 
+/* The request's credential: its Authorization header, or E2B's X-API-Key
+ * taken as a bearer token (*buf holds it then). */
 static const char *auth_header(ab_req *r, char **buf)
 {
         const char *h = req_header(r, "Authorization");

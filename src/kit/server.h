@@ -155,10 +155,11 @@ typedef struct ab_route_table {
          * store, so it runs on a worker. */
         enum MHD_Result (*authenticate)(ab_req *r, bool *ok);
         bool auth_blocks;
-        /* A credential in a header form of this table's clients (the
-         * OpenSandbox SDK's OPEN-SANDBOX-API-KEY) as "Bearer TOKEN"
-         * (malloc'd), or NULL; asked when r has no Authorization header. */
-        char *(*credential)(ab_req *r);
+        /* A header in which this table's clients may send their token or
+         * API key instead of Authorization (the OpenSandbox SDK's
+         * OPEN-SANDBOX-API-KEY), checked like a bearer token on this
+         * table's routes when there is no Authorization header. NULL: none. */
+        const char *key_header;
         /* Upload routes under this prefix (REST's "v1/sandboxes/{id}/") put their
          * body into box {id}: the box must be the app's before the body is
          * spooled. NULL: none. */

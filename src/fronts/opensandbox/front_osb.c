@@ -90,14 +90,6 @@ int64_t osb_wall_ms(void)
         return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-char *osb_auth_header(ab_req *r)
-{
-        if (strncmp(r->path, "opensandbox/", 12) != 0 || req_header(r, "Authorization"))
-                return NULL;
-        const char *k = req_header(r, "OPEN-SANDBOX-API-KEY");
-        return k && *k ? xasprintf("Bearer %s", k) : NULL;
-}
-
 /* ---- the box as OpenSandbox shows it ----------------------------------- */
 
 /* OpenSandbox's state of a box. A stopped box is "Paused" (its files are

@@ -19,11 +19,6 @@ enum MHD_Result route_osb(ab_req *r, const char *rest);
  * (BODY_UPLOAD), not parsed as JSON. */
 enum MHD_Result route_osb_upload(ab_req *r, const char *id);
 
-/* The SDK sends its key in an `OPEN-SANDBOX-API-KEY` header: for requests
- * under /opensandbox/ without an Authorization header, "Bearer KEY" to check
- * like one (malloc'd), else NULL. */
-char *osb_auth_header(ab_req *r);
-
 /* ---- shared by front_osb.c and front_execd.c ---- */
 
 /* Answers OpenSandbox's error shape {"code", "message"}. */

@@ -15,6 +15,6 @@ const ab_route_table ab_osb_routes = {
     .name = "opensandbox",
     .routes = routes,
     .n_routes = AB_ARRAY_LEN(routes),
-    .credential = osb_auth_header, /* the SDK's OPEN-SANDBOX-API-KEY */
+    .key_header = "OPEN-SANDBOX-API-KEY", /* where the SDK sends its key */
     .box_upload_prefix = "opensandbox/execd/*/",
 };
