@@ -7,6 +7,7 @@ layer (src/http) includes only base.
 Prints TAP. Run from anywhere: the tree is found relative to this file."""
 import os
 import re
+import subprocess
 import sys
 import tempfile
 
@@ -88,10 +89,74 @@ def violations(src):
     return bad
 
 
+def layers_in(src):
+    """Every layer folder under src: "base", ..., "fronts/e2b"."""
+    out = []
+    for folder in sorted(os.listdir(src)):
+        if not os.path.isdir(os.path.join(src, folder)):
+            continue
+        if folder in GROUPS:
+            out += [folder + "/" + sub for sub in sorted(os.listdir(os.path.join(src, folder)))
+                    if os.path.isdir(os.path.join(src, folder, sub))]
+        else:
+            out.append(folder)
+    return out
+
+
+def object_layer(name, layers):
+    """The layer of a meson object file ("src_fronts_e2b_routes.c.o"): the
+    longest layer whose folder, with '/' as '_', starts its name."""
+    best = None
+    for lay in layers:
+        pre = "src_" + lay.replace("/", "_") + "_"
+        if name.startswith(pre) and (best is None or len(lay) > len(best)):
+            best = lay
+    return best
+
+
+def nm_symbols(path):
+    """(defined global symbols, undefined symbols) of an object file."""
+    out = subprocess.run(["nm", "-g", path], capture_output=True, text=True, check=True).stdout
+    defined, undefined = set(), set()
+    for line in out.splitlines():
+        parts = line.split()
+        if len(parts) == 2 and parts[0] == "U":
+            undefined.add(parts[1])
+        elif len(parts) == 3 and parts[1] in "TDRBVW":
+            defined.add(parts[2])
+    return defined, undefined
+
+
+def link_violations(objdir, layers):
+    """Calls across layers in the built library: an object of layer F may
+    use a function or data of layer G only when G == F or G is below F.
+    (An include check alone misses a prototype in a low header whose body
+    sits in a higher folder.)"""
+    owner, uses = {}, {}
+    for name in sorted(os.listdir(objdir)):
+        if not name.endswith(".o"):
+            continue
+        lay = object_layer(name, layers)
+        if lay is None:
+            continue
+        d, u = nm_symbols(os.path.join(objdir, name))
+        for sym in d:
+            owner[sym] = lay
+        uses[name] = (lay, u)
+    bad = []
+    for name, (lay, u) in sorted(uses.items()):
+        for sym in sorted(u):
+            other = owner.get(sym)
+            if other and other != lay and rank_of(other) >= rank_of(lay):
+                bad.append("%s uses %s of %s: %s (layer %d) may not use %s (layer %d)"
+                           % (name, sym, other, lay, rank_of(lay), other, rank_of(other)))
+    return bad
+
+
 def main():
     here = os.path.dirname(os.path.abspath(__file__))
     src = os.path.normpath(os.path.join(here, "..", "..", "src"))
-    print("1..3")
+    print("1..5")
     bad = violations(src)
     for b in bad:
         print("# " + b)
@@ -134,7 +199,37 @@ def main():
             print("#   (throwaway tree) " + g)
     print("%s 3 - fronts include neither each other nor rest, rest no front, http only base"
           % ("ok" if ok3 else "not ok"))
-    return 0 if not bad and ok and ok3 else 1
+
+    # The same rule at link time, on the library meson built (AB_BUILD_DIR):
+    # what each layer's objects call.
+    # It must be able to fail: a front calling REST (two tiny objects).
+    with tempfile.TemporaryDirectory() as t:
+        srcs = {"src_rest_a.c": "int rest_fn(void);\nint rest_fn(void) { return 1; }\n",
+                "src_fronts_e2b_b.c": "int rest_fn(void);\nint front_fn(void);\n"
+                                      "int front_fn(void) { return rest_fn(); }\n"}
+        for name, text in srcs.items():
+            with open(os.path.join(t, name), "w") as fh:
+                fh.write(text)
+            subprocess.run(["cc", "-c", "-o", os.path.join(t, name + ".o"),
+                            os.path.join(t, name)], check=True)
+        got = link_violations(t, ["rest", "fronts/e2b"])
+        ok5 = len(got) == 1 and "rest_fn" in got[0] and "fronts/e2b" in got[0]
+    print("%s 4 - a front calling REST's function is reported at link time"
+          % ("ok" if ok5 else "not ok"))
+
+    build = os.environ.get("AB_BUILD_DIR")
+    objdir = os.path.join(build, "libagentbox.a.p") if build else None
+    if not objdir or not os.path.isdir(objdir):
+        print("ok 5 - # SKIP no build to read (AB_BUILD_DIR)")
+        ok4 = True
+    else:
+        got = link_violations(objdir, layers_in(src))
+        for g in got:
+            print("# " + g)
+        ok4 = not got
+        print("%s 5 - the built library's layers call only their own layer and those below"
+              % ("ok" if ok4 else "not ok"))
+    return 0 if not bad and ok and ok3 and ok4 and ok5 else 1
 
 
 if __name__ == "__main__":
