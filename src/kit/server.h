@@ -1,17 +1,19 @@
-/* server.h - the HTTP service and what the route modules share: the request
- * context, JSON and error responses, streamed responses fed by a producer
- * thread, long-lived stream slots, and field parsing.
+/* server.h - the HTTP service as agentbox's fronts use it (src/kit): the
+ * server (ab_server), the request context (ab_req), and the route tables
+ * REST and each front register (ab_route_table). What route modules use on
+ * a request is in the headers included at the end: the caller and auth
+ * (kit/auth.h), reading it (kit/request.h), answering it (kit/resp.h).
  *
- * libmicrohttpd runs one epoll thread for every connection, which never
- * blocks; route handlers run on a bounded pool of worker threads while their
- * connection is suspended (http/workers.h), so they may block (the manager,
- * the store, a box). A handler answers with the resp_* helpers as usual.
- * Streamed responses park their connection while they have nothing to send
- * (http/conn.h), so an idle stream costs no thread. A content reader must
- * never block; an upgrade callback (WebSocket: the daemon has
- * MHD_ALLOW_UPGRADE) runs on the polling thread too, so it hands the socket
- * to a thread of its own and returns at once. Long-lived streams count
- * themselves with req_stream_slot. */
+ * The transport below is http/server.h: one epoll thread for every
+ * connection, which never blocks; route handlers run on a bounded pool of
+ * worker threads while their connection is suspended (http/workers.h), so
+ * they may block (the manager, the store, a box). A handler answers with the
+ * resp_* helpers as usual. Streamed responses park their connection while
+ * they have nothing to send (http/conn.h), so an idle stream costs no
+ * thread. A content reader must never block; an upgrade callback
+ * (WebSocket: the daemon has MHD_ALLOW_UPGRADE) runs on the polling thread
+ * too, so it hands the socket to a thread of its own and returns at once.
+ * Long-lived streams count themselves with req_stream_slot. */
 #ifndef AB_SERVER_H
 #define AB_SERVER_H
 
@@ -54,15 +56,18 @@ typedef struct ab_server {
         ab_http http; /* the HTTP server: daemon, connections, workers, bound port */
 } ab_server;
 
-/* Starts listening on cfg->listen. */
+/* Starts listening on cfg->listen, with the tables added so far. Errors:
+ * http/server.h's ab_http_start. */
 int ab_server_start(ab_server *s, ab_err **err);
 /* For the HTTP fuzz target (tests/fuzz/fuzz_http.c): the same request
  * handling with no listening socket and no threads of its own; the caller
- * hands it connections with MHD_add_connection(s->mhd, ...) and drives it with
- * MHD_run(s->mhd). Stop it with ab_server_stop. */
+ * hands it connections with MHD_add_connection(s->http.mhd, ...) and drives
+ * it with MHD_run(s->http.mhd). Stop it with ab_server_stop. */
 int ab_server_start_external(ab_server *s, ab_err **err);
-/* Stops accepting, ends event streams, and waits (up to a few seconds) for
- * requests in progress. */
+/* Stops accepting, ends event streams and the tables' relays (quiesce),
+ * waits (up to a few seconds) for requests in progress, then ends the
+ * tables' own threads (shutdown) and the daemon. After it the manager may be
+ * freed. */
 void ab_server_stop(ab_server *s);
 /* Appends the HTTP gauges and counters (connections, streams, requests in
  * flight, closed at the head deadline, refused by a cap) as Prometheus text. */
