@@ -2,7 +2,7 @@
 #ifndef AB_CLI_H
 #define AB_CLI_H
 
-#include "api/server.h"
+#include "rest/rest.h"
 #include "backend/backend.h"
 
 /* Exit codes (documented in `agentbox --help`). */

@@ -4,7 +4,7 @@
  * manager) without the HTTP server, with admin rights over the data folder's
  * boxes (whoever can run it can run the CLI on them anyway). Ends when stdin
  * does. */
-#include "api/mcp.h"
+#include "rest/mcp.h"
 #include "cli/cli.h"
 #include "base/log.h"
 

@@ -3,7 +3,10 @@
  * for SIGINT/SIGTERM. Boxes keep running when the server stops; a restart
  * (even after kill -9) finds them again. The pieces without the HTTP server
  * (cli_service_open) also serve `agentbox mcp`. */
-#include "api/server.h"
+#include "kit/server.h"
+#include "fronts/e2b/e2b.h"
+#include "fronts/opensandbox/opensandbox.h"
+#include "rest/rest.h"
 #include "runners/runner.h"
 #include "cli/cli.h"
 #include "base/selfpath.h"
@@ -363,13 +366,17 @@ int cli_serve(int argc, char **argv, const char *data_flag)
         }
         ab_server *srv = &svc.srv;
         const ab_config *cfg = &svc.cfg;
+        /* agentbox's own API, then the fronts (docs/architecture.md) */
+        ab_server_add_routes(srv, &ab_rest_routes);
+        ab_server_add_routes(srv, &ab_e2b_routes);
+        ab_server_add_routes(srv, &ab_osb_routes);
         if (ab_server_start(srv, &e) < 0) {
                 cli_error(e);
                 cli_service_close(&svc);
                 return EXIT_AGENTBOX;
         }
         char port[16], pool[24], idle[24], pause[24];
-        snprintf(port, sizeof(port), "%u", srv->port);
+        snprintf(port, sizeof(port), "%u", srv->http.port);
         snprintf(pool, sizeof(pool), "%" PRId64, cfg->pool_size);
         snprintf(idle, sizeof(idle), "%" PRId64, cfg->idle_stop_s);
         snprintf(pause, sizeof(pause), "%" PRId64, cfg->idle_pause_s);

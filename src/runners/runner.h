@@ -40,7 +40,7 @@ int ab_runners_new(const ab_runners_opts *o, ab_runners **out, ab_err **err);
 void ab_runners_free(ab_runners *r);
 
 /* One snippet run, as FastGPT's code sandbox takes it (the HTTP shape is
- * read and checked by the route, api/routes_runner.c). */
+ * read and checked by the route, rest/routes_runner.c). */
 typedef struct ab_run_req {
         const char *code;                       /* NULL = "" */
         json_t *variables;                      /* object, or NULL (borrowed) */

@@ -1,6 +1,6 @@
 /* archive.h - reading untrusted zip and tar uploads safely (libarchive).
  * Shared by skill installs (src/skills/skills.c) and archive uploads into a
- * box (src/api/upload.c).
+ * box (src/rest/upload.c).
  *
  * ab_archive_walk checks every entry before the caller sees it: its path must
  * be relative, without "..", and is handed over normalised ("./a//b/" ->

@@ -1,5 +1,5 @@
 /* fuzz_archive - libFuzzer target for archive uploads (skills/archive.c,
- * used by PUT .../files?extract=1 in api/upload.c and by skill installs).
+ * used by PUT .../files?extract=1 in rest/upload.c and by skill installs).
  * The first byte picks the format (auto, zip, tar) and small or large
  * limits; the rest is the archive. Every entry the walk hands out is checked
  * against the walk's promise (a relative, normalised path without "..", a

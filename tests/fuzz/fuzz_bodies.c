@@ -1,5 +1,5 @@
 /* fuzz_bodies - libFuzzer target for the JSON bodies of the routes: the
- * parse step of each route (api/parse.h, parse_acquire in api/server.h),
+ * parse step of each route (rest/parse.h, parse_acquire in kit/server.h),
  * after req_json, on the input read as the body. The first byte picks the
  * route; the rest is the body. Agent tool calls go on into the tool itself
  * (ab_tool_run: its argument parsing and checks) against a fake box whose
@@ -7,7 +7,7 @@
  * anywhere. Besides memory errors it checks the parsers' promises (a failure
  * carries a message, an AB_E_INVALID or AB_E_UNSUPPORTED error; what a
  * success hands out is consistent). Build and run with scripts/fuzz.sh. */
-#include "api/parse.h"
+#include "rest/parse.h"
 #include "net/policy.h"
 
 #include <stdio.h>

@@ -1,11 +1,11 @@
 /* fuzz_envd_token - libFuzzer target for the parser of E2B envd access
- * tokens (X-Access-Token, api/front_e2b.h: e2b_token_parse). Besides memory
+ * tokens (X-Access-Token, fronts/e2b/front_e2b.h: e2b_token_parse). Besides memory
  * errors it checks its promises: a key-less token is E2B_TOKEN_LEN
  * characters; a key-bound one is "<key id>.<MAC>" with the key id a copy of
  * the token's head, of 1 to E2B_TOKEN_KEY_MAX characters of [A-Za-z0-9_-]
  * (so no key id holds the separator), and the MAC E2B_TOKEN_LEN characters;
  * a refusal leaves no key id. Build and run with scripts/fuzz.sh. */
-#include "api/front_e2b.h"
+#include "fronts/e2b/front_e2b.h"
 
 #include <ctype.h>
 #include <stdio.h>

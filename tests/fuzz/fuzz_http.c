@@ -1,5 +1,5 @@
 /* fuzz_http - libFuzzer target for HTTP request handling down to the routes
- * (api/server.c and the route modules): the request head (method, target,
+ * (kit/server.c and the route modules): the request head (method, target,
  * query string, headers, the Authorization header), routing and path ids,
  * body reading and limits, and each route with its body, all on the real
  * code. libmicrohttpd runs without a listening socket or threads
@@ -27,9 +27,12 @@
  * (when box1 exists), so that envd seeds reach the Connect and multipart
  * parsers past the token check.
  * Build and run with scripts/fuzz.sh. */
-#include "api/front_e2b.h"
-#include "api/server.h"
-#include "api/workers.h"
+#include "fronts/e2b/front_e2b.h"
+#include "kit/server.h"
+#include "fronts/e2b/e2b.h"
+#include "fronts/opensandbox/opensandbox.h"
+#include "rest/rest.h"
+#include "http/workers.h"
 #include "base/log.h"
 
 #include <arpa/inet.h>
@@ -297,6 +300,9 @@ static world *world_new(void)
                              .started_ns = ab_now_ns()};
         w->srv.tmp_dir = xasprintf("%s/tmp", w->dir);
         check(mkdir(w->srv.tmp_dir, 0700) == 0);
+        ab_server_add_routes(&w->srv, &ab_rest_routes);
+        ab_server_add_routes(&w->srv, &ab_e2b_routes);
+        ab_server_add_routes(&w->srv, &ab_osb_routes);
         check(ab_server_start_external(&w->srv, &e) == 0);
         return w;
 }
@@ -366,7 +372,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
         struct sockaddr_in peer = {.sin_family = AF_INET, .sin_port = htons(40000)};
         peer.sin_addr.s_addr = htonl((flags & 1) ? 0x7f000001 : 0xc0000201); /* 192.0.2.1 */
-        check(MHD_add_connection(W->srv.mhd, sv[1], (struct sockaddr *)&peer, sizeof(peer)) ==
+        check(MHD_add_connection(W->srv.http.mhd, sv[1], (struct sockaddr *)&peer, sizeof(peer)) ==
               MHD_YES);
         uint64_t t0 = ab_now_ns();
         /* The client's end closes (the request ends there; answers are not
@@ -376,9 +382,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
          * closed when it resumes, before its body is read. */
         int client = sv[0];
         unsigned idle = 0;
-        for (unsigned spins = 0; client >= 0 || connections(W->srv.mhd) > 0; spins++) {
-                MHD_run(W->srv.mhd);
-                idle = ab_workers_in_flight(W->srv.workers) ? 0 : idle + 1;
+        for (unsigned spins = 0; client >= 0 || connections(W->srv.http.mhd) > 0; spins++) {
+                MHD_run(W->srv.http.mhd);
+                idle = ab_workers_in_flight(W->srv.http.workers) ? 0 : idle + 1;
                 if (client >= 0 && (idle >= 8 || ab_now_ns() - t0 > 200ull * 1000 * 1000)) {
                         close(client);
                         client = -1;

@@ -1,8 +1,8 @@
 /* fuzz_httpmsg - libFuzzer target for what the port proxy reads from a
- * box's server (src/api/httpmsg.c): a response head, then the rest as a
+ * box's server (src/http/httpmsg.c): a response head, then the rest as a
  * chunked body, fed in pieces whose sizes the input's first byte picks, into
  * a small output buffer. Build and run with scripts/fuzz.sh. */
-#include "api/httpmsg.h"
+#include "http/httpmsg.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -1,11 +1,11 @@
 /* fuzz_osb - libFuzzer target for the OpenSandbox front's parsers of
- * request fields (api/front_osb.h): the first byte picks the parser, the
+ * request fields (fronts/opensandbox/front_osb.h): the first byte picks the parser, the
  * rest is its input. Multipart bodies (execd's upload), Range headers,
  * Kubernetes quantities, RFC 3339 times, the list's metadata filter, and the
  * networkPolicy and volumes objects of a create. Besides memory errors it
  * checks their promises (parts lie inside the body, a range inside the
  * file, a failure carries a message). Build and run with scripts/fuzz.sh. */
-#include "api/front_osb.h"
+#include "fronts/opensandbox/front_osb.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,8 +1,8 @@
-/* fuzz_ws - libFuzzer target for the WebSocket layer (src/api/ws.c): the
+/* fuzz_ws - libFuzzer target for the WebSocket layer (src/http/ws.c): the
  * frames a client sends an attached terminal, and the handshake headers the
  * auth code reads (the subprotocol list, the key). Build and run with
  * scripts/fuzz.sh. */
-#include "api/ws.h"
+#include "http/ws.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -1,10 +1,10 @@
-/* Unit tests: the Connect protocol's framing (api/connectrpc.h) as the E2B
+/* Unit tests: the Connect protocol's framing (http/connectrpc.h) as the E2B
  * front speaks it: envelopes out (flags, big-endian length, compact JSON),
  * the end-of-stream message, request messages in (bare JSON, the first
  * envelope, a client stream), what is refused (truncated or oversized
  * frames, compressed messages, non-objects), error codes and their HTTP
  * statuses, and base64 both ways (padding, the URL-safe alphabet). */
-#include "api/connectrpc.h"
+#include "http/connectrpc.h"
 #include "base/util.h"
 #include "tap.h"
 

@@ -1,8 +1,8 @@
 /* Unit tests: the port proxy's reading of a box server's answers
- * (api/httpmsg.h): response heads (complete, incomplete, malformed, 1xx,
+ * (http/httpmsg.h): response heads (complete, incomplete, malformed, 1xx,
  * bounded), header lists, Content-Length, and the chunked decoder fed
  * byte by byte and with a small output buffer. */
-#include "api/httpmsg.h"
+#include "http/httpmsg.h"
 #include "base/buf.h"
 #include "base/util.h"
 #include "tap.h"

@@ -1,8 +1,8 @@
-/* Unit tests: the checks of a request's head before routing (api/reqcheck.h):
+/* Unit tests: the checks of a request's head before routing (http/reqcheck.h):
  * control characters in a target (bytes and escapes), loopback Host names,
  * allowed_hosts entries, same-origin Origins and the content types a page
  * may send to another site without asking. */
-#include "api/reqcheck.h"
+#include "http/reqcheck.h"
 #include "tap.h"
 
 static void test_target(void)

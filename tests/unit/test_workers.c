@@ -2,7 +2,7 @@
  * threads on demand: a job that blocks never queues another behind it),
  * refuses a reservation past the cap, counts jobs in flight, and drains. And
  * the event bus calls its notify hook after each emit and at shutdown. */
-#include "api/workers.h"
+#include "http/workers.h"
 #include "base/events.h"
 #include "base/util.h"
 #include "tap.h"

@@ -1,0 +1,55 @@
+/* envd_int.h - what the files of the E2B front's envd (front_envd.c: auth,
+ * paths, entries, the filesystem calls, /health; envd_proc.c: processes and
+ * PTYs; envd_watch.c: watches; envd_files.c: /files) share. Not a public
+ * interface: only these files include it. */
+#ifndef AB_ENVD_INT_H
+#define AB_ENVD_INT_H
+
+#include "http/connectrpc.h"
+#include "fronts/e2b/front_e2b.h"
+
+/* Keepalive events on long-lived streams, this often (s). */
+#define ENVD_KEEPALIVE_S 15
+
+/* The box a call is for, whose access token envd_authenticate checked from
+ * the request's head (borrowed from r); r->scope is then the box's app. */
+const char *envd_box(ab_req *r, enum MHD_Result *ret);
+/* The exec user of a call (Authorization: Basic base64("name:")): NULL =
+ * the box's default (also for E2B's "user" and "root"). Free it. */
+char *envd_user(ab_req *r);
+/* Unary Connect errors: from an agentbox error (freed), or a code and text. */
+enum MHD_Result envd_rpc_err(ab_req *r, ab_err *e);
+enum MHD_Result envd_rpc_error(ab_req *r, const char *code, const char *msg);
+/* True when the request is application/connect+json (enveloped). */
+bool envd_enveloped(ab_req *r);
+/* A stream that is over at once: its end envelope carries the error. */
+enum MHD_Result envd_stream_error(ab_req *r, const char *code, const char *msg);
+
+/* base + "/" + rel (rel NULL or "": base), absolute: a relative base is
+ * relative to /workspace. Free it. */
+char *envd_abs_path(const char *base, const char *rel);
+/* filesystem.EntryInfo of absolute path with st. */
+json_t *envd_entry_info(const char *path, const abc_stat *st);
+
+/* Runs fn with a connection to box id's init, inside a use of the box by
+ * scope (the call's app: r->scope). */
+typedef int (*box_fn)(int fd, void *ud, ab_err **err);
+int envd_with_box(ab_server *s, const char *id, const char *scope, box_fn fn, void *ud,
+                  ab_err **err);
+/* Stats path following symlinks (E2B's /home/user is one): *st is the
+ * target's (st->link: the first link's target; free it); *real (when not
+ * NULL) the path it resolved to (free it). */
+int envd_stat_follow(ab_server *s, const char *box, const char *scope, const char *path,
+                     abc_stat *st, char **real, ab_err **err);
+
+/* envd_watch.c: filesystem.Filesystem/WatchDir (a stream) and the watcher
+ * calls (CreateWatcher, GetWatcherEvents, RemoveWatcher). */
+enum MHD_Result envd_watch_dir(ab_req *r, const char *box, json_t *msg);
+enum MHD_Result envd_watcher_rpc(ab_req *r, const char *box, const char *method, json_t *msg);
+
+/* Shutdown halves (envd_shutdown): every process killed, every PTY closed,
+ * every watch stopped; each waits (up to 5 s) for its threads. */
+void envd_procs_stop(void);
+void envd_watches_stop(void);
+
+#endif

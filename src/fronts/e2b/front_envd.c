@@ -1,0 +1,639 @@
+/* envd, the in-sandbox API of E2B's SDK, served by the server under
+ * /e2b/envd for every box (docs/compat-e2b.md): Connect RPC with JSON for
+ * process.Process (envd_proc.c) and filesystem.Filesystem (here; watches in
+ * envd_watch.c), /files (envd_files.c) and /health (here). A call names its
+ * box by E2b-Sandbox-Id and proves it with X-Access-Token, an HMAC with the
+ * server's E2B secret of the box's id, its creation and its app: it opens
+ * that box only, while it exists, as its app. This file: the tokens, what
+ * the envd files share (envd_int.h), the filesystem calls, /health, the
+ * shutdown. */
+#include "fronts/e2b/envd_int.h"
+#include "base/log.h"
+#include "store/store.h"
+
+#include <ctype.h>
+#include <fcntl.h>
+#include <openssl/hmac.h>
+#include <sys/random.h>
+#include <time.h>
+
+/* ---- access tokens ---------------------------------------------------- */
+
+static pthread_mutex_t secret_lock = PTHREAD_MUTEX_INITIALIZER;
+static unsigned char secret[32];
+static bool secret_ok;
+
+static int load_secret(const char *data_dir, ab_err **err)
+{
+        _cleanup_free_ char *path = xasprintf("%s/e2b.secret", data_dir);
+        _cleanup_free_ char *txt = NULL;
+        size_t len = 0;
+        if (ab_read_file(AT_FDCWD, path, &txt, &len) == 0 && len == sizeof(secret)) {
+                memcpy(secret, txt, sizeof(secret));
+                return 0;
+        }
+        unsigned char fresh[sizeof(secret)];
+        if (getrandom(fresh, sizeof(fresh), 0) != (ssize_t)sizeof(fresh))
+                return ab_err_set(err, AB_E_INTERNAL, errno, "getrandom");
+        /* Made once: a second process racing here reads the winner's. */
+        _cleanup_free_ char *tmp = xasprintf("%s/.e2b.secret.%d", data_dir, (int)getpid());
+        int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+        if (fd < 0)
+                return ab_err_set(err, AB_E_INTERNAL, errno, "create %s", tmp);
+        int rc = ab_write_all(fd, fresh, sizeof(fresh));
+        if (rc == 0 && fsync(fd) < 0)
+                rc = -errno;
+        close(fd);
+        if (rc < 0 || (link(tmp, path) < 0 && errno != EEXIST)) {
+                unlink(tmp);
+                return ab_err_set(err, AB_E_INTERNAL, rc < 0 ? -rc : errno, "write %s", path);
+        }
+        unlink(tmp);
+        free(txt);
+        txt = NULL;
+        if (ab_read_file(AT_FDCWD, path, &txt, &len) < 0 || len != sizeof(secret))
+                return ab_err_set(err, AB_E_INTERNAL, 0, "%s: not a secret of %zu bytes", path,
+                                  sizeof(secret));
+        memcpy(secret, txt, sizeof(secret));
+        return 0;
+}
+
+/* What a token is bound to: the box's id, its creation (a random value
+ * stored with the box; a box from before it had one: its creation time and
+ * backend name), its owner's app and, for a token handed to a caller that a
+ * store API key authenticated, that key's id, each ended by a NUL so that no
+ * two tuples make the same bytes. The two kinds have tags of their own: no
+ * key-bound token's MAC is a key-less one's, so dropping the key id from a
+ * token does not make a token that outlives the key. */
+static void token_input(ab_buf *b, const ab_box_rec *rec, const char *key_id)
+{
+        static const char tag[] = "agentbox e2b envd access token v2";
+        static const char tag_key[] = "agentbox e2b envd access token v3 key-bound";
+        if (key_id)
+                ab_buf_add(b, tag_key, sizeof(tag_key));
+        else
+                ab_buf_add(b, tag, sizeof(tag));
+        ab_buf_add(b, rec->id, strlen(rec->id) + 1);
+        const char *app = rec->app_id ? rec->app_id : "";
+        ab_buf_add(b, app, strlen(app) + 1);
+        const char *creation = json_string_value(json_object_get(rec->spec, "creation"));
+        if (creation)
+                ab_buf_printf(b, "creation=%s", creation);
+        else
+                ab_buf_printf(b, "created_at=%lld backend_id=%s", (long long)rec->created_at,
+                              rec->backend_id ? rec->backend_id : "");
+        ab_buf_add(b, "", 1);
+        if (key_id)
+                ab_buf_add(b, key_id, strlen(key_id) + 1);
+}
+
+/* A key id a token may carry: what POST /v1/keys makes ("k_" and hex), and
+ * nothing that could hold the separator. */
+static bool token_key_id_ok(const char *k, size_t n)
+{
+        if (n == 0 || n > E2B_TOKEN_KEY_MAX)
+                return false;
+        for (size_t i = 0; i < n; i++)
+                if (!isalnum((unsigned char)k[i]) && k[i] != '_' && k[i] != '-')
+                        return false;
+        return true;
+}
+
+int e2b_access_token(ab_server *s, const ab_box_rec *rec, const char *key_id,
+                     char out[E2B_TOKEN_MAX + 1], ab_err **err)
+{
+        if (key_id && !token_key_id_ok(key_id, strlen(key_id)))
+                return ab_err_set(err, AB_E_INVALID, 0, "key id %s cannot be bound to a token",
+                                  key_id);
+        pthread_mutex_lock(&secret_lock);
+        int rc = secret_ok ? 0 : load_secret(s->cfg->data_dir, err);
+        if (rc == 0)
+                secret_ok = true;
+        pthread_mutex_unlock(&secret_lock);
+        if (rc < 0)
+                return -1;
+        _cleanup_buf_ ab_buf in = {0};
+        token_input(&in, rec, key_id);
+        unsigned char mac[32];
+        unsigned int n = 0;
+        HMAC(EVP_sha256(), secret, sizeof(secret), (const unsigned char *)in.p, in.n, mac, &n);
+        size_t off = 0;
+        if (key_id) {
+                size_t kl = strlen(key_id);
+                memcpy(out, key_id, kl);
+                out[kl] = '.';
+                off = kl + 1;
+        }
+        for (unsigned i = 0; i < 32; i++)
+                snprintf(out + off + 2 * i, 3, "%02x", mac[i]);
+        return 0;
+}
+
+/* envd's calls answer errors in Connect's shape; /files in envd's own. */
+static bool envd_is_rpc(ab_req *r)
+{
+        return strncmp(r->path, "e2b/envd/files", 14) != 0;
+}
+
+static enum MHD_Result envd_deny(ab_req *r, unsigned status, const char *msg)
+{
+        if (envd_is_rpc(r))
+                return resp_json(r, status,
+                                 json_pack("{s:s,s:s}", "code",
+                                           status == 400 ? "invalid_argument" : "unauthenticated",
+                                           "message", msg));
+        return resp_json(r, status, json_pack("{s:i,s:s}", "code", (int)status, "message", msg));
+}
+
+bool e2b_token_parse(const char *tok, char **key_id)
+{
+        *key_id = NULL;
+        if (!tok)
+                return false;
+        size_t n = strlen(tok);
+        if (n == E2B_TOKEN_LEN)
+                return true;
+        if (n <= E2B_TOKEN_LEN + 1 || n > E2B_TOKEN_MAX || tok[n - E2B_TOKEN_LEN - 1] != '.')
+                return false;
+        size_t kl = n - E2B_TOKEN_LEN - 1;
+        if (!token_key_id_ok(tok, kl))
+                return false;
+        *key_id = xstrndup(tok, kl);
+        return true;
+}
+
+/* True when a and b are both NULL or the same string. */
+static bool same_app(const char *a, const char *b)
+{
+        return a == b || (a && b && !strcmp(a, b));
+}
+
+/* Box id's record when tok is its access token: 1 (*rec filled: clear it;
+ * *key_id, when key_id is not NULL, the store API key the token is bound to
+ * or NULL: free it); 0 when it is not (no such box, one being deleted,
+ * another creation of the id or another app: no record this token was made
+ * for; a malformed token; the key it is bound to deleted or of another app);
+ * -1 with *err (err must not be NULL) when the store or the secret fails.
+ * The MAC covers the key id, so a token of one key is no token of another. */
+static int token_box(ab_server *s, const char *id, const char *tok, ab_box_rec *rec, char **key_id,
+                     ab_err **err)
+{
+        if (key_id)
+                *key_id = NULL;
+        _cleanup_free_ char *kid = NULL;
+        if (!e2b_token_parse(tok, &kid))
+                return 0;
+        if (ab_manager_get(s->mgr, id, NULL, rec, err) < 0) {
+                if ((*err)->code != AB_E_NOT_FOUND)
+                        return -1;
+                ab_err_free(err);
+                return 0;
+        }
+        char want[E2B_TOKEN_MAX + 1];
+        if (rec->status == AB_BOX_DELETING || e2b_access_token(s, rec, kid, want, err) < 0 ||
+            !req_secret_eq(tok, want))
+                goto no;
+        if (kid) { /* the key must still exist, for the box's app */
+                ab_api_key k = {0};
+                if (ab_store_key_get(s->store, kid, &k, err) < 0) {
+                        if ((*err)->code == AB_E_NOT_FOUND) /* deleted: the token with it */
+                                ab_err_free(err);
+                        goto no;
+                }
+                bool ok = same_app(k.app_id, rec->app_id);
+                ab_api_key_clear(&k);
+                if (!ok)
+                        goto no;
+        }
+        if (key_id)
+                *key_id = steal_pointer(&kid);
+        return 1;
+no:
+        ab_box_rec_clear(rec);
+        return *err ? -1 : 0;
+}
+
+enum MHD_Result envd_authenticate(ab_req *r, bool *ok)
+{
+        *ok = false;
+        const char *id = req_header(r, "E2b-Sandbox-Id");
+        const char *tok = req_header(r, "X-Access-Token");
+        if (!id || !*id || strlen(id) > 64)
+                return envd_deny(r, 400, "missing E2b-Sandbox-Id header");
+        ab_box_rec rec;
+        ab_err *e = NULL;
+        char *key_id = NULL;
+        int rc = token_box(r->srv, id, tok, &rec, &key_id, &e);
+        if (rc < 0)
+                return resp_err(r, e);
+        if (rc == 0)
+                return envd_deny(r, 401, "invalid or missing X-Access-Token for this sandbox");
+        if (key_id) { /* deleting the key ends this call and its stream */
+                free(r->key_id);
+                r->key_id = key_id;
+                ab_conns_bind_key(r->srv->http.conns, r->conn, r->key_id);
+        }
+        /* the call acts as the box's owner: its app (none: the admin's box) */
+        r->scope_buf = steal_pointer(&rec.app_id);
+        r->scope = r->scope_buf;
+        r->front_box = xstrdup(rec.id);
+        ab_box_rec_clear(&rec);
+        *ok = true;
+        return MHD_YES;
+}
+
+/* The box a call is for: the one its access token was checked for (from
+ * the head, before the body: envd_authenticate). */
+const char *envd_box(ab_req *r, enum MHD_Result *ret)
+{
+        if (!r->front_box) { /* a route not behind envd_authenticate: a bug */
+                *ret = envd_deny(r, 401, "invalid or missing X-Access-Token for this sandbox");
+                return NULL;
+        }
+        return r->front_box;
+}
+
+/* The user of a call (Authorization: Basic base64("name:")), as an exec's
+ * user: NULL = the box's default (root). E2B's default user "user" is the
+ * box's default too: agentbox boxes have no such account. */
+char *envd_user(ab_req *r)
+{
+        const char *h = req_header(r, "Authorization");
+        if (!h || strncasecmp(h, "Basic ", 6))
+                return NULL;
+        char *dec = NULL;
+        size_t n = 0;
+        if (crpc_b64_decode(h + 6, &dec, &n) < 0)
+                return NULL;
+        char *colon = strchr(dec, ':');
+        if (colon)
+                *colon = 0;
+        if (!*dec || !strcmp(dec, "user") || !strcmp(dec, "root")) {
+                free(dec);
+                return NULL;
+        }
+        return dec;
+}
+
+/* A unary Connect error (frees e). */
+enum MHD_Result envd_rpc_err(ab_req *r, ab_err *e)
+{
+        const char *code = crpc_code_of(e->code);
+        if (e->code == AB_E_CONFLICT && strstr(e->msg, "exists"))
+                code = "already_exists";
+        enum MHD_Result ret = resp_json(
+            r, crpc_http_status(code),
+            json_pack("{s:s,s:o}", "code", code, "message", json_bytes(e->msg, strlen(e->msg))));
+        ab_err_free(&e);
+        return ret;
+}
+
+enum MHD_Result envd_rpc_error(ab_req *r, const char *code, const char *msg)
+{
+        return resp_json(r, crpc_http_status(code),
+                         json_pack("{s:s,s:s}", "code", code, "message", msg));
+}
+
+bool envd_enveloped(ab_req *r)
+{
+        const char *ct = req_header(r, "Content-Type");
+        return ct && !strncasecmp(ct, "application/connect+json", 24);
+}
+
+/* A stream that is over at once: an end envelope with an error. */
+enum MHD_Result envd_stream_error(ab_req *r, const char *code, const char *msg)
+{
+        int p[2];
+        if (pipe2(p, O_CLOEXEC) < 0)
+                return resp_error(r, 500, "internal", "pipe: %s", strerror(errno));
+        _cleanup_buf_ ab_buf b = {0};
+        crpc_end(&b, code, msg);
+        if (ab_write_all(p[1], b.p, b.n) < 0) {
+                /* an empty stream: the client reports a missing end */
+        }
+        close(p[1]);
+        return resp_stream(r, 200, "application/connect+json", p[0], NULL);
+}
+
+/* ---- entries ------------------------------------------------------------ */
+
+/* "/a/b" + "c" -> "/a/b/c"; a relative path is relative to /workspace, the
+ * box's home (and E2B's /home/user, a link to it). */
+char *envd_abs_path(const char *base, const char *rel)
+{
+        _cleanup_free_ char *b = base[0] == '/' ? xstrdup(base) : xasprintf("/workspace/%s", base);
+        size_t n = strlen(b);
+        while (n > 1 && b[n - 1] == '/')
+                b[--n] = 0;
+        if (!rel || !*rel)
+                return steal_pointer(&b);
+        return !strcmp(b, "/") ? xasprintf("/%s", rel) : xasprintf("%s/%s", b, rel);
+}
+
+static void perm_string(char out[11], abc_ftype t, uint32_t mode)
+{
+        out[0] = t == ABC_DIR ? 'd' : t == ABC_SYMLINK ? 'l' : '-';
+        const char *rwx = "rwxrwxrwx";
+        for (int i = 0; i < 9; i++)
+                out[1 + i] = mode & (1u << (8 - i)) ? rwx[i] : '-';
+        out[10] = 0;
+}
+
+static const char *ftype_name(abc_ftype t)
+{
+        switch (t) {
+        case ABC_FILE:
+                return "FILE_TYPE_FILE";
+        case ABC_DIR:
+                return "FILE_TYPE_DIRECTORY";
+        case ABC_SYMLINK:
+                return "FILE_TYPE_SYMLINK";
+        default:
+                return "FILE_TYPE_UNSPECIFIED";
+        }
+}
+
+static json_t *rfc3339(int64_t secs)
+{
+        time_t t = (time_t)secs;
+        struct tm tm;
+        gmtime_r(&t, &tm);
+        char buf[32];
+        strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", &tm);
+        return json_string(buf);
+}
+
+/* filesystem.EntryInfo of path (absolute) with st. */
+json_t *envd_entry_info(const char *path, const abc_stat *st)
+{
+        const char *name = strrchr(path, '/');
+        name = name && name[1] ? name + 1 : path;
+        char perms[11];
+        perm_string(perms, st->type, st->mode);
+        json_t *j = json_pack("{s:o,s:s,s:o,s:s,s:i,s:s,s:s,s:s,s:o}", "name",
+                              json_bytes(name, strlen(name)), "type", ftype_name(st->type), "path",
+                              json_bytes(path, strlen(path)), "size", "0", "mode",
+                              (int)(st->mode & 07777), "permissions", perms, "owner", "root",
+                              "group", "root", "modifiedTime", rfc3339(st->mtime));
+        char sz[32];
+        snprintf(sz, sizeof(sz), "%" PRIu64, st->size);
+        json_object_set_new(j, "size", json_string(sz));
+        if (st->link)
+                json_object_set_new(j, "symlinkTarget", json_bytes(st->link, strlen(st->link)));
+        return j;
+}
+
+/* ---- box connections ------------------------------------------------- */
+
+int envd_with_box(ab_server *s, const char *id, const char *scope, box_fn fn, void *ud,
+                  ab_err **err)
+{
+        ab_use u;
+        if (ab_manager_use_begin(s->mgr, id, scope, &u, err) < 0)
+                return -1;
+        int rc = -1;
+        int fd = ab_manager_use_connect(s->mgr, &u, err);
+        if (fd >= 0) {
+                rc = fn(fd, ud, err);
+                close(fd);
+        }
+        ab_manager_use_end(s->mgr, &u);
+        return rc;
+}
+
+/* ---- filesystem.Filesystem ------------------------------------------- */
+
+typedef struct fs_call {
+        const char *path, *path2;
+        int depth;
+        abc_stat st;
+        abc_dirent *ents;
+        size_t n;
+} fs_call;
+
+static int fs_stat(int fd, void *ud, ab_err **err)
+{
+        fs_call *c = ud;
+        return abc_stat_path(fd, c->path, &c->st, err);
+}
+
+static int fs_list(int fd, void *ud, ab_err **err)
+{
+        fs_call *c = ud;
+        return abc_list(fd, c->path, c->depth, &c->ents, &c->n, err);
+}
+
+/* Stats path following symlinks (E2B's /home/user is one): *st is the
+ * target's, with the first link's target in st->link; *real (when given)
+ * the path it resolved to. */
+int envd_stat_follow(ab_server *s, const char *box, const char *scope, const char *path,
+                     abc_stat *st, char **real, ab_err **err)
+{
+        char *cur = envd_abs_path(path, NULL);
+        char *first_link = NULL;
+        for (int hop = 0;; hop++) {
+                fs_call c = {.path = cur};
+                if (envd_with_box(s, box, scope, fs_stat, &c, err) < 0) {
+                        free(cur);
+                        free(first_link);
+                        return -1;
+                }
+                if (c.st.type != ABC_SYMLINK || !c.st.link || hop == 8) {
+                        *st = c.st;
+                        if (first_link) {
+                                free(st->link);
+                                st->link = first_link;
+                        }
+                        if (real)
+                                *real = cur;
+                        else
+                                free(cur);
+                        return 0;
+                }
+                char *next;
+                if (c.st.link[0] == '/') {
+                        next = xstrdup(c.st.link);
+                } else {
+                        char *slash = strrchr(cur, '/');
+                        *slash = 0;
+                        next = xasprintf("%s/%s", *cur ? cur : "", c.st.link);
+                }
+                if (!first_link)
+                        first_link = steal_pointer(&c.st.link);
+                free(c.st.link);
+                free(cur);
+                cur = next;
+        }
+}
+
+static int fs_mkdir(int fd, void *ud, ab_err **err)
+{
+        fs_call *c = ud;
+        return abc_mkdir(fd, c->path, true, 0755, err);
+}
+
+static int fs_move(int fd, void *ud, ab_err **err)
+{
+        fs_call *c = ud;
+        return abc_rename(fd, c->path, c->path2, err);
+}
+
+static int fs_remove(int fd, void *ud, ab_err **err)
+{
+        fs_call *c = ud;
+        return abc_delete(fd, c->path, true, err);
+}
+
+/* Stats c->path on a fresh connection (after an operation). */
+static int fs_stat_after(ab_req *r, const char *box, fs_call *c, ab_err **err)
+{
+        return envd_with_box(r->srv, box, r->scope, fs_stat, c, err);
+}
+
+static enum MHD_Result fs_entry_answer(ab_req *r, const char *path, fs_call *c)
+{
+        _cleanup_free_ char *shown = envd_abs_path(path, NULL);
+        json_t *j = json_pack("{s:o}", "entry", envd_entry_info(shown, &c->st));
+        free(c->st.link);
+        return resp_json(r, 200, j);
+}
+
+static enum MHD_Result fs_unary(ab_req *r, const char *box, const char *method, json_t *msg)
+{
+        ab_err *e = NULL;
+        fs_call c = {0};
+        c.path = json_string_value(json_object_get(msg, "path"));
+        if (!strcmp(method, "Move")) {
+                c.path = json_string_value(json_object_get(msg, "source"));
+                c.path2 = json_string_value(json_object_get(msg, "destination"));
+                if (!c.path || !c.path2 || !*c.path || !*c.path2)
+                        return envd_rpc_error(r, "invalid_argument",
+                                              "source and destination: required");
+                if (envd_with_box(r->srv, box, r->scope, fs_move, &c, &e) < 0)
+                        return envd_rpc_err(r, e);
+                c.path = c.path2;
+                if (fs_stat_after(r, box, &c, &e) < 0)
+                        return envd_rpc_err(r, e);
+                return fs_entry_answer(r, c.path2, &c);
+        }
+        if (!c.path || !*c.path)
+                return envd_rpc_error(r, "invalid_argument", "path: required");
+        if (!strcmp(method, "Stat")) {
+                if (envd_stat_follow(r->srv, box, r->scope, c.path, &c.st, NULL, &e) < 0)
+                        return envd_rpc_err(r, e);
+                return fs_entry_answer(r, c.path, &c);
+        }
+        if (!strcmp(method, "MakeDir")) {
+                /* envd answers already_exists for an existing path (the SDK's false) */
+                if (envd_with_box(r->srv, box, r->scope, fs_stat, &c, &e) == 0) {
+                        free(c.st.link);
+                        return envd_rpc_error(r, "already_exists", "the path exists already");
+                }
+                ab_err_free(&e);
+                if (envd_with_box(r->srv, box, r->scope, fs_mkdir, &c, &e) < 0)
+                        return envd_rpc_err(r, e);
+                if (fs_stat_after(r, box, &c, &e) < 0)
+                        return envd_rpc_err(r, e);
+                return fs_entry_answer(r, c.path, &c);
+        }
+        if (!strcmp(method, "Remove")) {
+                _cleanup_free_ char *shown = envd_abs_path(c.path, NULL);
+                if (!strcmp(shown, "/") || !strcmp(shown, "/workspace"))
+                        return envd_rpc_error(r, "invalid_argument", "refusing to remove it");
+                if (envd_with_box(r->srv, box, r->scope, fs_remove, &c, &e) < 0)
+                        return envd_rpc_err(r, e);
+                return resp_json(r, 200, json_object());
+        }
+        if (!strcmp(method, "ListDir")) {
+                json_t *dj = json_object_get(msg, "depth");
+                c.depth = json_is_integer(dj) ? (int)json_integer_value(dj) : 1;
+                if (c.depth < 1)
+                        c.depth = 1;
+                if (c.depth > 32)
+                        c.depth = 32;
+                _cleanup_free_ char *real = NULL;
+                if (envd_stat_follow(r->srv, box, r->scope, c.path, &c.st, &real, &e) < 0)
+                        return envd_rpc_err(r, e);
+                free(c.st.link);
+                if (c.st.type != ABC_DIR)
+                        return envd_rpc_error(r, "invalid_argument", "not a directory");
+                const char *shown_path = c.path;
+                c.path = real;
+                if (envd_with_box(r->srv, box, r->scope, fs_list, &c, &e) < 0)
+                        return envd_rpc_err(r, e);
+                _cleanup_free_ char *base = envd_abs_path(shown_path, NULL);
+                json_t *a = json_array();
+                for (size_t i = 0; i < c.n; i++) {
+                        _cleanup_free_ char *full = envd_abs_path(base, c.ents[i].path);
+                        json_array_append_new(a, envd_entry_info(full, &c.ents[i].st));
+                }
+                abc_dirents_free(c.ents, c.n);
+                return resp_json(r, 200, json_pack("{s:o}", "entries", a));
+        }
+        return envd_rpc_error(r, "unimplemented", "no such method of filesystem.Filesystem");
+}
+
+enum MHD_Result envd_filesystem_rpc(ab_req *r, const char *method)
+{
+        enum MHD_Result ret;
+        const char *box = envd_box(r, &ret);
+        if (!box)
+                return ret;
+        bool streaming = !strcmp(method, "WatchDir");
+        json_t *msg;
+        ab_err *e = NULL;
+        if (crpc_parse_request(r->body, r->body_len, envd_enveloped(r), &msg, &e) < 0) {
+                if (streaming) {
+                        ret = envd_stream_error(r, "invalid_argument", e->msg);
+                        ab_err_free(&e);
+                        return ret;
+                }
+                return envd_rpc_err(r, e);
+        }
+        if (streaming)
+                ret = envd_watch_dir(r, box, msg);
+        else if (!strcmp(method, "CreateWatcher") || !strcmp(method, "GetWatcherEvents") ||
+                 !strcmp(method, "RemoveWatcher"))
+                ret = envd_watcher_rpc(r, box, method, msg);
+        else
+                ret = fs_unary(r, box, method, msg);
+        json_decref(msg);
+        return ret;
+}
+
+/* ---- /health ----------------------------------------------------------- */
+
+/* GET /health: 204 while the server is up. With E2b-Sandbox-Id, 204 only
+ * while that box runs (or is paused) and X-Access-Token is its token, else
+ * 502 (the SDK's "not running"): a caller without the token learns nothing,
+ * not even whether the box exists. */
+enum MHD_Result envd_health(ab_req *r, const char *id)
+{
+        const char *box = req_header(r, "E2b-Sandbox-Id");
+        if (box) {
+                ab_box_rec rec;
+                ab_err *e = NULL;
+                int rc = token_box(r->srv, box, req_header(r, "X-Access-Token"), &rec, NULL, &e);
+                ab_err_free(&e);
+                if (rc <= 0)
+                        return resp_json(r, 502,
+                                         json_pack("{s:i,s:s}", "code", 502, "message",
+                                                   "the sandbox is not running"));
+                bool up = rec.status == AB_BOX_RUNNING || rec.status == AB_BOX_PAUSED;
+                ab_box_rec_clear(&rec);
+                if (!up)
+                        return resp_json(r, 502,
+                                         json_pack("{s:i,s:s}", "code", 502, "message",
+                                                   "the sandbox is not running"));
+        }
+        struct MHD_Response *resp = MHD_create_response_from_buffer(0, "", MHD_RESPMEM_PERSISTENT);
+        return resp_send(r, 204, resp);
+}
+
+/* ---- shutdown ------------------------------------------------------------ */
+
+void envd_shutdown(void)
+{
+        envd_procs_stop();
+        envd_watches_stop();
+}

@@ -1,0 +1,1294 @@
+/* OpenSandbox's execd API (specs/execd-api.yaml, as its JS SDK calls it)
+ * under /opensandbox/execd/{id}: commands (streamed as server-sent events,
+ * background commands with status, logs and interrupt), bash sessions,
+ * metrics, and the routing of every execd call (files and directories are
+ * front_execd_files.c's). Commands go through the manager's exec (the one
+ * door: env, limits, audit, events). */
+#include "fronts/opensandbox/front_execd_int.h"
+#include "base/log.h"
+
+#include <openssl/rand.h>
+#include <poll.h>
+#include <sys/socket.h>
+
+#define BG_RUNNING_MAX 256        /* background commands running at once, server-wide */
+#define CMDS_KEPT      256        /* finished commands remembered for status/logs */
+#define CMD_LOG_MAX    (8u << 20) /* bytes of a background command's output kept */
+#define PING_MS        15000      /* a silent foreground stream gets a ping this often */
+
+/* ---- helpers ------------------------------------------------------------ */
+
+static int send_all(int fd, const void *buf, size_t len)
+{
+        const char *p = buf;
+        while (len) {
+                ssize_t k = send(fd, p, len, MSG_NOSIGNAL);
+                if (k < 0 && errno == EINTR)
+                        continue;
+                if (k <= 0)
+                        return -1;
+                p += k;
+                len -= (size_t)k;
+        }
+        return 0;
+}
+
+/* Errors of an operation on a box's files or commands in execd's codes: a
+ * missing path is FILE_NOT_FOUND, a bad request INVALID_REQUEST_BODY, a
+ * full disk 507 (as agentbox's own file routes answer it). Frees e. */
+enum MHD_Result execd_err(ab_req *r, ab_err *e)
+{
+        enum MHD_Result ret;
+        if (e->code == AB_E_NOT_FOUND)
+                ret = osb_error(r, 404, "FILE_NOT_FOUND", "%s", e->msg);
+        else if (e->code == AB_E_INVALID)
+                ret = osb_error(r, 400, "INVALID_REQUEST_BODY", "%s", e->msg);
+        else if (e->code == AB_E_LIMIT)
+                ret = osb_error(r, 507, "DISK_FULL", "%s", e->msg);
+        else
+                return osb_err(r, e, "");
+        ab_err_free(&e);
+        return ret;
+}
+
+int execd_begin_use(ab_req *r, const char *id, ab_use *u, enum MHD_Result *ret)
+{
+        ab_err *e = NULL;
+        if (ab_manager_use_begin(r->srv->mgr, id, r->scope, u, &e) < 0) {
+                *ret = osb_err(r, e, "");
+                return -1;
+        }
+        return 0;
+}
+
+enum MHD_Result execd_ok(ab_req *r)
+{
+        struct MHD_Response *resp = MHD_create_response_from_buffer(0, "", MHD_RESPMEM_PERSISTENT);
+        return resp_send(r, 200, resp);
+}
+
+/* ---- commands ----------------------------------------------------------- */
+
+typedef struct cmd {
+        struct cmd *next;
+        char id[24];
+        char *box;
+        char *content;
+        bool background, running, interrupted, truncated;
+        int exit_code;
+        char *error;
+        int64_t started_ms, finished_ms;
+        ab_buf log;    /* a background command's stdout and stderr, as they came */
+        int cancel_fd; /* shutdown(SHUT_RD) on it ends the exec; -1 once done */
+} cmd;
+
+static pthread_mutex_t cmds_lock = PTHREAD_MUTEX_INITIALIZER;
+static cmd *cmds; /* newest first */
+static size_t n_cmds;
+static size_t n_bg_running;
+
+static void cmd_free(cmd *c)
+{
+        free(c->box);
+        free(c->content);
+        free(c->error);
+        ab_buf_free(&c->log);
+        free(c);
+}
+
+/* Adds c; forgets the oldest finished command beyond CMDS_KEPT. */
+static void cmds_add(cmd *c)
+{
+        pthread_mutex_lock(&cmds_lock);
+        c->next = cmds;
+        cmds = c;
+        n_cmds++;
+        if (n_cmds > CMDS_KEPT) {
+                cmd **victim = NULL;
+                for (cmd **p = &cmds; *p; p = &(*p)->next)
+                        if (!(*p)->running)
+                                victim = p;
+                if (victim) {
+                        cmd *v = *victim;
+                        *victim = v->next;
+                        n_cmds--;
+                        cmd_free(v);
+                }
+        }
+        pthread_mutex_unlock(&cmds_lock);
+}
+
+/* Caller holds cmds_lock. */
+static cmd *cmd_find(const char *box, const char *id)
+{
+        for (cmd *c = cmds; c; c = c->next)
+                if (!strcmp(c->id, id) && !strcmp(c->box, box))
+                        return c;
+        return NULL;
+}
+
+typedef struct cmd_job {
+        ab_server *srv;
+        ab_use use;
+        cmd *c;
+        char *command, *cwd, *user;
+        char **argv; /* a session's run: instead of command (which names it for status) */
+        char **env;
+        uint32_t timeout_ms;
+        int fd;   /* fg: the event stream's end; bg: our end of a pair */
+        int peer; /* bg: the pair's other end, kept open while the command runs */
+        bool broken;
+        char *key_id;
+        ab_quota key_quotas;
+        ab_caller caller;
+        /* a foreground stream: events are sent under wlock by the exec's
+         * output and by the pinger, which wakes on cv */
+        pthread_mutex_t wlock;
+        pthread_cond_t cv;
+        bool done;
+        int64_t last_ms; /* when the last event was sent */
+} cmd_job;
+
+static cmd_job *cmd_job_new(ab_server *srv)
+{
+        cmd_job *j = xzalloc(sizeof(*j));
+        j->srv = srv;
+        j->fd = j->peer = -1;
+        pthread_mutex_init(&j->wlock, NULL);
+        pthread_condattr_t ca;
+        pthread_condattr_init(&ca);
+        pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+        pthread_cond_init(&j->cv, &ca);
+        pthread_condattr_destroy(&ca);
+        j->last_ms = (int64_t)ab_now_ms();
+        return j;
+}
+
+static void cmd_job_free(cmd_job *j)
+{
+        pthread_mutex_destroy(&j->wlock);
+        pthread_cond_destroy(&j->cv);
+        free(j->command);
+        free(j->cwd);
+        free(j->user);
+        ab_strvfreep(&j->argv);
+        ab_strvfreep(&j->env);
+        free(j->key_id);
+        free(j);
+}
+
+/* Caller holds j->wlock. */
+static int sse_send_locked(cmd_job *j, json_t *ev)
+{
+        json_object_set_new(ev, "timestamp", json_integer(osb_wall_ms()));
+        char *txt = json_dumps(ev, JSON_COMPACT);
+        json_decref(ev);
+        if (!txt || j->broken) {
+                free(txt);
+                return -1;
+        }
+        char *frame = xasprintf("data: %s\n\n", txt);
+        free(txt);
+        int rc = send_all(j->fd, frame, strlen(frame));
+        free(frame);
+        if (rc < 0)
+                j->broken = true;
+        j->last_ms = (int64_t)ab_now_ms();
+        return rc;
+}
+
+static int sse_event(cmd_job *j, json_t *ev)
+{
+        pthread_mutex_lock(&j->wlock);
+        int rc = sse_send_locked(j, ev);
+        pthread_mutex_unlock(&j->wlock);
+        return rc;
+}
+
+/* A ping event when a foreground command was silent for PING_MS: clients
+ * (undici's body timeout is 5 minutes) and proxies keep the stream. */
+static void *ping_main(void *arg)
+{
+        cmd_job *j = arg;
+        pthread_mutex_lock(&j->wlock);
+        while (!j->done && !j->broken) {
+                struct timespec ts;
+                clock_gettime(CLOCK_MONOTONIC, &ts);
+                ts.tv_sec += PING_MS / 1000;
+                pthread_cond_timedwait(&j->cv, &j->wlock, &ts);
+                if (!j->done && (int64_t)ab_now_ms() - j->last_ms >= PING_MS - 50)
+                        sse_send_locked(j, json_pack("{s:s}", "type", "ping"));
+        }
+        pthread_mutex_unlock(&j->wlock);
+        return NULL;
+}
+
+static int fg_output(void *ud, int stream, const void *buf, size_t len)
+{
+        cmd_job *j = ud;
+        return sse_event(j, json_pack("{s:s,s:o}", "type", stream == 2 ? "stderr" : "stdout",
+                                      "text", json_bytes(buf, len)));
+}
+
+static int bg_output(void *ud, int stream, const void *buf, size_t len)
+{
+        cmd_job *j = ud;
+        pthread_mutex_lock(&cmds_lock);
+        if (j->c->log.n + len <= CMD_LOG_MAX)
+                ab_buf_add(&j->c->log, buf, len);
+        else
+                j->c->truncated = true;
+        pthread_mutex_unlock(&cmds_lock);
+        return 0;
+}
+
+static void *cmd_main(void *arg)
+{
+        cmd_job *j = arg;
+        cmd *c = j->c; /* only under cmds_lock once it is finished: it may be forgotten */
+        bool background = c->background;
+        if (j->key_id)
+                ab_manager_set_caller(&j->caller);
+        pthread_t pinger;
+        bool pinging = !background && pthread_create(&pinger, NULL, ping_main, j) == 0;
+        abc_exec_req q = {
+            .command = j->argv ? NULL : j->command,
+            .argv = (const char *const *)j->argv,
+            .env = (const char *const *)j->env,
+            .cwd = j->cwd,
+            .user = j->user,
+            .stdin_fd = -1,
+            .timeout_ms = j->timeout_ms,
+            .output_cap = background ? CMD_LOG_MAX : 0,
+            .has_cancel = true,
+            .cancel_fd = j->fd,
+        };
+        abc_exec_res res = {0};
+        ab_err *e = NULL;
+        int rc = ab_manager_exec(j->srv->mgr, &j->use, &q, background ? bg_output : fg_output, j,
+                                 &res, &e);
+        pthread_mutex_lock(&cmds_lock);
+        bool interrupted = c->interrupted;
+        c->running = false;
+        c->finished_ms = osb_wall_ms();
+        if (background)
+                n_bg_running--;
+        if (rc < 0) {
+                c->exit_code = interrupted ? 137 : -1;
+                c->error = xstrdup(interrupted ? "interrupted" : e->msg);
+        } else {
+                c->exit_code = res.exit_code;
+                if (res.timed_out)
+                        c->error = xasprintf("timed out after %u ms", j->timeout_ms);
+        }
+        c->cancel_fd = -1;
+        int exit_code = c->exit_code;
+        _cleanup_free_ char *error = c->error ? xstrdup(c->error) : NULL;
+        pthread_mutex_unlock(&cmds_lock);
+        if (pinging) {
+                pthread_mutex_lock(&j->wlock);
+                j->done = true;
+                pthread_cond_signal(&j->cv);
+                pthread_mutex_unlock(&j->wlock);
+                pthread_join(pinger, NULL);
+        }
+        if (!background) {
+                if (exit_code != 0 || error) {
+                        const char *ename = rc < 0 ? (interrupted ? "Interrupted" : "RuntimeError")
+                                            : res.timed_out ? "TimeoutError"
+                                                            : "CommandExecError";
+                        char ev[16];
+                        snprintf(ev, sizeof(ev), "%d", exit_code);
+                        json_t *tb = json_array();
+                        if (error)
+                                json_array_append_new(tb, json_string(error));
+                        sse_event(j, json_pack("{s:s,s:{s:s,s:s,s:o}}", "type", "error", "error",
+                                               "ename", ename, "evalue", ev, "traceback", tb));
+                }
+                sse_event(j, json_pack("{s:s,s:I}", "type", "execution_complete", "execution_time",
+                                       (json_int_t)res.duration_ms));
+        }
+        ab_err_free(&e);
+        ab_manager_use_end(j->srv->mgr, &j->use);
+        ab_manager_set_caller(NULL);
+        close(j->fd); /* the event stream ends */
+        if (j->peer >= 0)
+                close(j->peer);
+        cmd_job_free(j);
+        return NULL;
+}
+
+static int parse_command(json_t *body, cmd_job *j, bool *background, ab_err **err)
+{
+        const char *command = json_string_value(json_object_get(body, "command"));
+        if (!command || !*command)
+                return ab_err_set(err, AB_E_INVALID, 0, "command: required");
+        const char *cwd = json_string_value(json_object_get(body, "cwd"));
+        *background = json_is_true(json_object_get(body, "background"));
+        json_t *to = json_object_get(body, "timeout");
+        if (json_is_integer(to) || json_is_real(to)) {
+                double ms = json_number_value(to);
+                if (ms < 1 || ms > AB_MAX_TIMEOUT_S * 1000.0)
+                        return ab_err_set(err, AB_E_INVALID, 0,
+                                          "timeout: must be 1..%u milliseconds",
+                                          AB_MAX_TIMEOUT_S * 1000);
+                j->timeout_ms = (uint32_t)ms;
+        } else if (*background) { /* a background command may run as long as agentbox allows */
+                j->timeout_ms = AB_MAX_TIMEOUT_S * 1000;
+        }
+        json_t *uid = json_object_get(body, "uid"), *gid = json_object_get(body, "gid");
+        if (json_is_integer(gid) && !json_is_integer(uid))
+                return ab_err_set(err, AB_E_INVALID, 0, "gid: needs uid");
+        if (json_is_integer(uid))
+                j->user = json_is_integer(gid)
+                              ? xasprintf("%lld:%lld", (long long)json_integer_value(uid),
+                                          (long long)json_integer_value(gid))
+                              : xasprintf("%lld", (long long)json_integer_value(uid));
+        json_t *envs = json_object_get(body, "envs");
+        size_t n = 0;
+        j->env = xcalloc(json_object_size(envs) + 1, sizeof(char *));
+        const char *k;
+        json_t *v;
+        json_object_foreach(envs, k, v)
+        {
+                if (!json_is_string(v) || !*k || strchr(k, '='))
+                        return ab_err_set(err, AB_E_INVALID, 0,
+                                          "envs.%s: must be a string with a valid name", k);
+                j->env[n++] = xasprintf("%s=%s", k, json_string_value(v));
+        }
+        j->command = xstrdup(command);
+        j->cwd = cwd && *cwd ? xstrdup(cwd) : NULL;
+        return 0;
+}
+
+static const char *const sse_headers[] = {"X-Accel-Buffering", "no", "Cache-Control",
+                                          "no-cache",          NULL, NULL};
+
+/* POST /command: a foreground command answers a stream of events (init,
+ * stdout, stderr, error, execution_complete) while it runs; a background
+ * one answers its init event and runs on, its output kept for /logs. */
+static enum MHD_Result start_cmd(ab_req *r, const char *id, cmd_job *j, bool bg);
+
+/* A background command's slot is free again. */
+static void bg_done(bool bg)
+{
+        if (!bg)
+                return;
+        pthread_mutex_lock(&cmds_lock);
+        n_bg_running--;
+        pthread_mutex_unlock(&cmds_lock);
+}
+
+static enum MHD_Result cmd_run(ab_req *r, const char *id)
+{
+        ab_err *e = NULL;
+        json_t *body;
+        if (req_json(r, &body, &e) < 0)
+                return execd_err(r, e);
+        cmd_job *j = cmd_job_new(r->srv);
+        bool bg = false;
+        if (parse_command(body, j, &bg, &e) < 0) {
+                json_decref(body);
+                cmd_job_free(j);
+                return execd_err(r, e);
+        }
+        json_decref(body);
+        return start_cmd(r, id, j, bg);
+}
+
+/* Starts job j (its command parsed) in box id and answers r. Takes j. */
+static enum MHD_Result start_cmd(ab_req *r, const char *id, cmd_job *j, bool bg)
+{
+        ab_err *e = NULL;
+        enum MHD_Result ret;
+        if (bg) { /* each holds a thread and a use of its box */
+                pthread_mutex_lock(&cmds_lock);
+                bool full = n_bg_running >= BG_RUNNING_MAX;
+                if (!full)
+                        n_bg_running++;
+                pthread_mutex_unlock(&cmds_lock);
+                if (full) {
+                        cmd_job_free(j);
+                        return osb_error(r, 429, "TOO_MANY_COMMANDS",
+                                         "%d background commands run already; interrupt some",
+                                         BG_RUNNING_MAX);
+                }
+        }
+        if (execd_begin_use(r, id, &j->use, &ret) < 0) {
+                bg_done(bg);
+                cmd_job_free(j);
+                return ret;
+        }
+        if (ab_manager_quota_exec_check(r->srv->mgr, j->use.rec.app_id, &e) < 0) {
+                bg_done(bg);
+                ab_manager_use_end(r->srv->mgr, &j->use);
+                cmd_job_free(j);
+                return osb_err(r, e, "");
+        }
+        ab_stream_slot *slot = NULL;
+        if (!bg && !(slot = req_stream_slot(r, &ret))) {
+                bg_done(bg);
+                ab_manager_use_end(r->srv->mgr, &j->use);
+                cmd_job_free(j);
+                return ret;
+        }
+        int sv[2];
+        unsigned char rnd[8];
+        if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0 ||
+            RAND_bytes(rnd, sizeof(rnd)) != 1) {
+                if (slot)
+                        ab_stream_slot_release(slot);
+                bg_done(bg);
+                ab_manager_use_end(r->srv->mgr, &j->use);
+                cmd_job_free(j);
+                return osb_error(r, 500, "RUNTIME_ERROR", "cannot make the command's stream");
+        }
+        cmd *c = xzalloc(sizeof(*c));
+        strcpy(c->id, "cmd-");
+        for (size_t i = 0; i < sizeof(rnd); i++)
+                snprintf(c->id + 4 + 2 * i, 3, "%02x", rnd[i]);
+        c->box = xstrdup(id);
+        c->content = xstrdup(j->command);
+        c->background = bg;
+        c->running = true;
+        c->started_ms = osb_wall_ms();
+        c->cancel_fd = sv[0];
+        j->c = c;
+        j->fd = sv[0];
+        if (r->key_id) { /* the thread outlives r: copies */
+                j->key_id = xstrdup(r->key_id);
+                j->key_quotas = r->key_quotas;
+                j->caller = (ab_caller){.key_id = j->key_id,
+                                        .quotas = r->caller.quotas ? &j->key_quotas : NULL};
+        }
+        _cleanup_free_ char *init = NULL;
+        {
+                json_t *ev = json_pack("{s:s,s:s,s:I}", "type", "init", "text", c->id, "timestamp",
+                                       (json_int_t)c->started_ms);
+                char *txt = json_dumps(ev, JSON_COMPACT);
+                json_decref(ev);
+                init = xasprintf("data: %s\n\n", txt);
+                free(txt);
+        }
+        if (bg)
+                j->peer = sv[1];
+        else
+                send_all(sv[0], init, strlen(init)); /* the socket's buffer takes it */
+        cmds_add(c);
+        if (spawn_detached(cmd_main, j) < 0) {
+                pthread_mutex_lock(&cmds_lock);
+                c->running = false;
+                c->exit_code = -1;
+                c->error = xstrdup("cannot start a thread");
+                c->cancel_fd = -1;
+                pthread_mutex_unlock(&cmds_lock);
+                close(sv[0]);
+                close(sv[1]);
+                if (slot)
+                        ab_stream_slot_release(slot);
+                bg_done(bg);
+                ab_manager_use_end(r->srv->mgr, &j->use);
+                cmd_job_free(j);
+                return osb_error(r, 503, "RUNTIME_ERROR", "cannot start a thread");
+        }
+        if (!bg)
+                return resp_stream_counted(r, 200, "text/event-stream", sv[1], sse_headers, slot);
+        size_t len = strlen(init);
+        struct MHD_Response *resp =
+            MHD_create_response_from_buffer(len, steal_pointer(&init), MHD_RESPMEM_MUST_FREE);
+        MHD_add_response_header(resp, "Content-Type", "text/event-stream");
+        return resp_send(r, 200, resp);
+}
+
+/* Looks a command of box id up (the box must be the caller's). */
+int execd_box_check(ab_req *r, const char *id, enum MHD_Result *ret)
+{
+        ab_err *e = NULL;
+        ab_box_rec rec;
+        if (ab_manager_get(r->srv->mgr, id, r->scope, &rec, &e) < 0) {
+                *ret = osb_err(r, e, "");
+                return -1;
+        }
+        ab_box_rec_clear(&rec);
+        return 0;
+}
+
+static enum MHD_Result cmd_status(ab_req *r, const char *id, const char *cid)
+{
+        enum MHD_Result ret;
+        if (execd_box_check(r, id, &ret) < 0)
+                return ret;
+        pthread_mutex_lock(&cmds_lock);
+        cmd *c = cmd_find(id, cid);
+        json_t *j = NULL;
+        if (c) {
+                char st[32], fin[32];
+                osb_time(c->started_ms, st);
+                osb_time(c->finished_ms, fin);
+                j = json_pack("{s:s,s:s,s:b,s:o,s:s,s:o}", "id", c->id, "content", c->content,
+                              "running", c->running, "exit_code",
+                              c->running ? json_null() : json_integer(c->exit_code), "started_at",
+                              st, "finished_at", c->running ? json_null() : json_string(fin));
+                if (c->error)
+                        json_object_set_new(j, "error", json_string(c->error));
+        }
+        pthread_mutex_unlock(&cmds_lock);
+        if (!j)
+                return osb_error(r, 404, "COMMAND_NOT_FOUND", "no command %s in sandbox %s", cid,
+                                 id);
+        return resp_json(r, 200, j);
+}
+
+/* GET /command/{cid}/logs?cursor=N: the output after its first N lines;
+ * EXECD-COMMANDS-TAIL-CURSOR gives the number of complete lines so far. */
+static enum MHD_Result cmd_logs(ab_req *r, const char *id, const char *cid)
+{
+        enum MHD_Result ret;
+        if (execd_box_check(r, id, &ret) < 0)
+                return ret;
+        const char *cs = req_query(r, "cursor");
+        long long cursor = cs ? strtoll(cs, NULL, 10) : 0;
+        if (cursor < 0)
+                cursor = 0;
+        pthread_mutex_lock(&cmds_lock);
+        cmd *c = cmd_find(id, cid);
+        ab_buf out = {0};
+        long long lines = 0;
+        if (c) {
+                size_t from = 0;
+                for (size_t i = 0; i < c->log.n; i++) {
+                        if (c->log.p[i] != '\n')
+                                continue;
+                        if (++lines == cursor)
+                                from = i + 1;
+                }
+                if (cursor > lines)
+                        from = c->log.n;
+                ab_buf_add(&out, c->log.p + from, c->log.n - from);
+        }
+        pthread_mutex_unlock(&cmds_lock);
+        if (!c)
+                return osb_error(r, 404, "COMMAND_NOT_FOUND", "no command %s in sandbox %s", cid,
+                                 id);
+        size_t len = out.n;
+        struct MHD_Response *resp = MHD_create_response_from_buffer(
+            len, len ? ab_buf_steal(&out) : xstrdup(""), MHD_RESPMEM_MUST_FREE);
+        ab_buf_free(&out);
+        char cur[24];
+        snprintf(cur, sizeof(cur), "%lld", lines);
+        MHD_add_response_header(resp, "Content-Type", "text/plain; charset=utf-8");
+        MHD_add_response_header(resp, "EXECD-COMMANDS-TAIL-CURSOR", cur);
+        return resp_send(r, 200, resp);
+}
+
+/* DELETE /command?id=CID: kills the command's process tree. */
+static enum MHD_Result cmd_interrupt(ab_req *r, const char *id)
+{
+        enum MHD_Result ret;
+        if (execd_box_check(r, id, &ret) < 0)
+                return ret;
+        const char *cid = req_query(r, "id");
+        if (!cid)
+                return osb_error(r, 400, "INVALID_REQUEST_BODY", "id: required");
+        pthread_mutex_lock(&cmds_lock);
+        cmd *c = cmd_find(id, cid);
+        if (c && c->running) {
+                c->interrupted = true; /* a session's run: its thread types ^C */
+                if (c->cancel_fd >= 0)
+                        shutdown(c->cancel_fd, SHUT_RD); /* the exec sees a hang-up */
+        }
+        pthread_mutex_unlock(&cmds_lock);
+        if (!c)
+                return osb_error(r, 404, "COMMAND_NOT_FOUND", "no command %s in sandbox %s", cid,
+                                 id);
+        return execd_ok(r);
+}
+
+/* ---- sessions ----------------------------------------------------------- */
+
+/* A session is a bash that lives on a terminal of the box (init's keeper
+ * holds it: it outlives every request, and a pause), so everything a shell
+ * keeps lasts from one run to the next: variables, functions, options, the
+ * working directory, background jobs. A run writes the user's command to a
+ * file in the box and types one line of ours into the shell: print a start
+ * mark, source the file, print an end mark with $?. The user's command never
+ * becomes part of that line. The output between the marks is the run's
+ * (stdout and stderr together: one terminal). */
+#define SESSION_DIR       "/tmp/.agentbox-sessions"
+#define SESSIONS_MAX      1024
+#define SESSION_TIMEOUT_S 600  /* a run given no timeout */
+#define SESSION_GRACE_MS  5000 /* after ^C, before the shell is given up */
+
+typedef struct session {
+        struct session *next;
+        char id[32];
+        char *box;
+        char *cwd; /* where its shell starts, or NULL */
+        char *tid; /* its terminal, or NULL before the first run / after its shell died */
+        bool busy; /* a run is in progress (one at a time) */
+} session;
+
+static session *sessions;
+static size_t n_sessions;
+
+static void session_free(session *ss)
+{
+        free(ss->box);
+        free(ss->cwd);
+        free(ss->tid);
+        free(ss);
+}
+
+static enum MHD_Result session_create(ab_req *r, const char *id)
+{
+        enum MHD_Result ret;
+        if (execd_box_check(r, id, &ret) < 0)
+                return ret;
+        ab_err *e = NULL;
+        json_t *body;
+        if (req_json(r, &body, &e) < 0)
+                return execd_err(r, e);
+        const char *cwd = json_string_value(json_object_get(body, "cwd"));
+        unsigned char rnd[8];
+        if (RAND_bytes(rnd, sizeof(rnd)) != 1) {
+                json_decref(body);
+                return osb_error(r, 500, "RUNTIME_ERROR", "no randomness");
+        }
+        session *ss = xzalloc(sizeof(*ss));
+        strcpy(ss->id, "session-");
+        for (size_t i = 0; i < sizeof(rnd); i++)
+                snprintf(ss->id + 8 + 2 * i, 3, "%02x", rnd[i]);
+        ss->box = xstrdup(id);
+        ss->cwd = cwd && *cwd ? xstrdup(cwd) : NULL;
+        json_decref(body);
+        json_t *j = json_pack("{s:s}", "session_id", ss->id);
+        session *old = NULL;
+        pthread_mutex_lock(&cmds_lock);
+        ss->next = sessions;
+        sessions = ss;
+        if (++n_sessions > SESSIONS_MAX) { /* the oldest idle one is forgotten */
+                session **victim = NULL;
+                for (session **p = &sessions; *p; p = &(*p)->next)
+                        if (!(*p)->busy)
+                                victim = p;
+                if (victim) {
+                        old = *victim;
+                        *victim = old->next;
+                        n_sessions--;
+                }
+        }
+        pthread_mutex_unlock(&cmds_lock);
+        if (old) { /* its shell goes too */
+                if (old->tid)
+                        ab_manager_term_close(r->srv->mgr, old->box, NULL, old->tid, &e);
+                ab_err_free(&e);
+                session_free(old);
+        }
+        return resp_json(r, 200, j);
+}
+
+/* Caller holds cmds_lock. */
+static session **session_find(const char *box, const char *sid)
+{
+        for (session **p = &sessions; *p; p = &(*p)->next)
+                if (!strcmp((*p)->id, sid) && !strcmp((*p)->box, box))
+                        return p;
+        return NULL;
+}
+
+/* Starts the session's shell (a bash on a terminal, no echo, no prompt). */
+static int session_shell(ab_server *s, const char *scope, const char *box, const char *cwd,
+                         char **tid, ab_err **err)
+{
+        static const char *const argv[] = {"bash",        "--noprofile", "--norc",
+                                           "--noediting", "-i",          NULL};
+        /* The end mark comes from PROMPT_COMMAND, which runs when the line
+         * is done, also when ^C made the shell drop the rest of it. */
+        static const char *const env[] = {
+            "PS1=",
+            "PS2=",
+            "PS0=",
+            "TERM=dumb",
+            "HISTFILE=/dev/null",
+            "PROMPT_COMMAND=printf '\\036E%s:%d\\036' \"${__ab_nonce:-none}\" \"$?\"",
+            NULL};
+        abc_term_req q = {.argv = argv, .env = env, .cwd = cwd, .cols = 1000, .rows = 50};
+        abc_term_info info = {0};
+        if (ab_manager_term_open_id(s->mgr, box, scope, &q, &info, err) < 0)
+                return -1;
+        static const char setup[] = "stty -echo -onlcr 2>/dev/null; set +m\n";
+        int rc = ab_manager_term_input(s->mgr, box, scope, info.id, setup, sizeof(setup) - 1, err);
+        if (rc == 0)
+                *tid = steal_pointer(&info.id);
+        else
+                ab_manager_term_close(s->mgr, box, scope, info.id, NULL);
+        abc_term_info_clear(&info);
+        return rc;
+}
+
+typedef struct srun {
+        ab_server *srv;
+        cmd *c;
+        char *scope, *box, *sid, *tid;
+        int fd; /* the event stream */
+        uint32_t timeout_ms;
+        char nonce[17];
+        bool broken;
+        int64_t last_ms;
+} srun;
+
+static int srun_event(srun *s, json_t *ev)
+{
+        json_object_set_new(ev, "timestamp", json_integer(osb_wall_ms()));
+        char *txt = json_dumps(ev, JSON_COMPACT);
+        json_decref(ev);
+        if (!txt || s->broken) {
+                free(txt);
+                return -1;
+        }
+        char *frame = xasprintf("data: %s\n\n", txt);
+        free(txt);
+        if (send_all(s->fd, frame, strlen(frame)) < 0)
+                s->broken = true;
+        free(frame);
+        s->last_ms = (int64_t)ab_now_ms();
+        return s->broken ? -1 : 0;
+}
+
+static void srun_output(srun *s, const char *p, size_t n)
+{
+        if (n)
+                srun_event(s, json_pack("{s:s,s:o}", "type", "stdout", "text", json_bytes(p, n)));
+}
+
+/* How many of the last bytes of buf (len n) begin mark: held back, they may
+ * be the start of a mark the next chunk ends. */
+static size_t mark_prefix(const char *buf, size_t n, const char *mark)
+{
+        size_t ml = strlen(mark);
+        for (size_t k = ml - 1 < n ? ml - 1 : n; k > 0; k--)
+                if (!memcmp(buf + n - k, mark, k))
+                        return k;
+        return 0;
+}
+
+/* Scans the terminal's output for the run's marks: *started once the start
+ * mark went by; emits what lies between; 1 with *code at the end mark. */
+static int srun_scan(srun *s, ab_buf *b, bool *started, int *code)
+{
+        char start[24], end[24];
+        snprintf(start, sizeof(start), "\036S%s\036", s->nonce);
+        snprintf(end, sizeof(end), "\036E%s:", s->nonce);
+        if (!*started) {
+                const char *m = b->n ? memmem(b->p, b->n, start, strlen(start)) : NULL;
+                if (!m) {
+                        size_t keep = mark_prefix(b->p, b->n, start);
+                        ab_buf_drop(b, b->n - keep);
+                        return 0;
+                }
+                ab_buf_drop(b, (size_t)(m - b->p) + strlen(start));
+                *started = true;
+        }
+        const char *m = b->n ? memmem(b->p, b->n, end, strlen(end)) : NULL;
+        if (!m) {
+                size_t keep = mark_prefix(b->p, b->n, end);
+                srun_output(s, b->p, b->n - keep);
+                ab_buf_drop(b, b->n - keep);
+                return 0;
+        }
+        size_t before = (size_t)(m - b->p);
+        const char *tail = m + strlen(end);
+        const char *close = memchr(tail, '\036', b->n - (size_t)(tail - b->p));
+        srun_output(s, b->p, before);
+        ab_buf_drop(b, before);
+        if (!close)
+                return 0; /* the code is still to come */
+        *code = atoi(b->p + strlen(end));
+        return 1;
+}
+
+/* Marks the session's run over (and its shell gone when dead). */
+static void session_done(srun *s, bool dead)
+{
+        pthread_mutex_lock(&cmds_lock);
+        session **sp = session_find(s->box, s->sid);
+        if (sp) {
+                (*sp)->busy = false;
+                if (dead) {
+                        free((*sp)->tid);
+                        (*sp)->tid = NULL;
+                }
+        }
+        pthread_mutex_unlock(&cmds_lock);
+}
+
+static void *srun_main(void *arg)
+{
+        srun *s = arg;
+        ab_manager *m = s->srv->mgr;
+        ab_term_attach a;
+        ab_err *e = NULL;
+        int code = -1;
+        bool done = false, dead = false, started = false, sent_int = false, timed_out = false;
+        const char *error = NULL;
+        uint64_t t0 = ab_now_ms(), deadline = t0 + s->timeout_ms, give_up = 0;
+        ab_buf b = {0};
+        if (ab_manager_term_attach(m, s->box, s->scope, s->tid, &a, &e) < 0) {
+                error = e->msg;
+                dead = true;
+        } else {
+                _cleanup_free_ char *line =
+                    xasprintf("__ab_nonce=%s; printf '\\036S%%s\\036' \"$__ab_nonce\"; "
+                              ". '" SESSION_DIR "/%s.cmd'\n",
+                              s->nonce, s->sid);
+                if (abc_term_input(a.stream, line, strlen(line)) < 0) {
+                        error = "the session's shell takes no input";
+                        done = dead = true;
+                }
+        }
+        while (!error && !done) {
+                abc_term_event ev;
+                int k;
+                while (!done && (k = abc_term_next(a.stream, &ev)) == 1) {
+                        if (ev.kind == ABC_TERM_OUTPUT) {
+                                ab_buf_add(&b, ev.data, ev.len);
+                                done = srun_scan(s, &b, &started, &code) == 1;
+                        } else { /* the shell exited (exit in the command) or was closed */
+                                if (started)
+                                        srun_output(s, b.p, b.n);
+                                code = ev.kind == ABC_TERM_EXIT ? ev.exit_code : -1;
+                                done = dead = true;
+                        }
+                }
+                if (done)
+                        break;
+                if (k < 0) {
+                        error = "the session's shell went away";
+                        dead = true;
+                        break;
+                }
+                pthread_mutex_lock(&cmds_lock);
+                bool interrupted = s->c->interrupted;
+                pthread_mutex_unlock(&cmds_lock);
+                uint64_t now = ab_now_ms();
+                if (!sent_int && (interrupted || s->broken || now >= deadline)) {
+                        timed_out = !interrupted && !s->broken;
+                        /* ^C, as a user would type it: the line discipline
+                         * signals the foreground group (the shell lives on) */
+                        abc_term_input(a.stream, "\003", 1);
+                        sent_int = true;
+                        give_up = now + SESSION_GRACE_MS;
+                }
+                if (sent_int && now >= give_up) { /* the run ignores ^C: the shell goes */
+                        ab_manager_term_close(m, s->box, s->scope, s->tid, NULL);
+                        error = "the run did not stop on ^C: the session's shell was closed";
+                        dead = true;
+                        break;
+                }
+                if ((int64_t)now - s->last_ms >= PING_MS)
+                        srun_event(s, json_pack("{s:s}", "type", "ping"));
+                struct pollfd p[2] = {{.fd = a.fd, .events = POLLIN},
+                                      {.fd = s->fd, .events = POLLRDHUP}};
+                if (poll(p, 2, 200) > 0 && (p[1].revents & (POLLRDHUP | POLLHUP | POLLERR)))
+                        s->broken = true;
+        }
+        ab_buf_free(&b);
+        if (a.stream || a.fd >= 0)
+                ab_manager_term_detach(m, &a);
+        pthread_mutex_lock(&cmds_lock);
+        bool interrupted = s->c->interrupted;
+        s->c->running = false;
+        s->c->finished_ms = osb_wall_ms();
+        s->c->exit_code = error ? -1 : code;
+        if (error || timed_out || interrupted)
+                s->c->error = xstrdup(error ? error : interrupted ? "interrupted" : "timed out");
+        s->c->cancel_fd = -1;
+        pthread_mutex_unlock(&cmds_lock);
+        session_done(s, dead);
+        if (error || code != 0) {
+                const char *ename = error         ? "RuntimeError"
+                                    : timed_out   ? "TimeoutError"
+                                    : interrupted ? "Interrupted"
+                                                  : "CommandExecError";
+                char ev[16];
+                snprintf(ev, sizeof(ev), "%d", error ? -1 : code);
+                json_t *tb = json_array();
+                if (error)
+                        json_array_append_new(tb, json_string(error));
+                srun_event(s, json_pack("{s:s,s:{s:s,s:s,s:o}}", "type", "error", "error", "ename",
+                                        ename, "evalue", ev, "traceback", tb));
+        }
+        srun_event(s, json_pack("{s:s,s:I}", "type", "execution_complete", "execution_time",
+                                (json_int_t)(ab_now_ms() - t0)));
+        ab_err_free(&e);
+        close(s->fd);
+        free(s->scope);
+        free(s->box);
+        free(s->sid);
+        free(s->tid);
+        free(s);
+        return NULL;
+}
+
+/* Writes the run's command file in the box: the command, after a cd to
+ * its working directory when it has one (read by the shell from a file of
+ * its own: no user text is quoted into shell text). */
+static int session_files(ab_server *srv, const char *scope, const char *box, const char *sid,
+                         const char *command, const char *cwd, ab_err **err)
+{
+        ab_use u;
+        if (ab_manager_use_begin(srv->mgr, box, scope, &u, err) < 0)
+                return -1;
+        _cleanup_free_ char *cmdf = xasprintf(SESSION_DIR "/%s.cmd", sid);
+        _cleanup_free_ char *cwdf = xasprintf(SESSION_DIR "/%s.cwd", sid);
+        _cleanup_free_ char *text =
+            cwd ? xasprintf("cd -- \"$(cat '%s')\" || return 1\n%s\n", cwdf, command)
+                : xasprintf("%s\n", command);
+        int rc = 0;
+        for (int i = 0; rc == 0 && i < (cwd ? 2 : 1); i++) {
+                int fd = ab_manager_use_connect(srv->mgr, &u, err);
+                rc = fd < 0 ? -1
+                            : abc_write(fd, i ? cwdf : cmdf, i ? cwd : text, strlen(i ? cwd : text),
+                                        -1, ABC_W_MKPARENTS, 0600, err);
+                if (fd >= 0)
+                        close(fd);
+        }
+        ab_manager_use_end(srv->mgr, &u);
+        return rc;
+}
+
+/* POST /session/{sid}/run {command, cwd?, timeout?}: streamed like a
+ * foreground command. */
+static enum MHD_Result session_run(ab_req *r, const char *id, const char *sid)
+{
+        enum MHD_Result ret;
+        if (execd_box_check(r, id, &ret) < 0) /* the box is the caller's before its sessions */
+                return ret;
+        ab_err *e = NULL;
+        json_t *body;
+        if (req_json(r, &body, &e) < 0)
+                return execd_err(r, e);
+        const char *command = json_string_value(json_object_get(body, "command"));
+        const char *cwd = json_string_value(json_object_get(body, "cwd"));
+        json_t *to = json_object_get(body, "timeout");
+        double ms = json_is_number(to) ? json_number_value(to) : SESSION_TIMEOUT_S * 1000.0;
+        if (!command || !*command || ms < 1 || ms > AB_MAX_TIMEOUT_S * 1000.0) {
+                json_decref(body);
+                return osb_error(r, 400, "INVALID_REQUEST_BODY",
+                                 "command: required; timeout: 1..%u milliseconds",
+                                 AB_MAX_TIMEOUT_S * 1000);
+        }
+        pthread_mutex_lock(&cmds_lock);
+        session **sp = session_find(id, sid);
+        bool busy = sp && (*sp)->busy;
+        char *tid = sp && (*sp)->tid ? xstrdup((*sp)->tid) : NULL;
+        char *first_cwd = sp && (*sp)->cwd ? xstrdup((*sp)->cwd) : NULL;
+        if (sp && !busy)
+                (*sp)->busy = true;
+        pthread_mutex_unlock(&cmds_lock);
+        if (!sp || busy) {
+                json_decref(body);
+                free(tid);
+                free(first_cwd);
+                return !sp ? osb_error(r, 404, "SESSION_NOT_FOUND", "no session %s in sandbox %s",
+                                       sid, id)
+                           : osb_error(r, 409, "SESSION_BUSY", "session %s runs a command already",
+                                       sid);
+        }
+        srun *s = xzalloc(sizeof(*s));
+        s->srv = r->srv;
+        s->scope = r->scope ? xstrdup(r->scope) : NULL;
+        s->box = xstrdup(id);
+        s->sid = xstrdup(sid);
+        s->timeout_ms = (uint32_t)ms;
+        s->fd = -1;
+        s->last_ms = (int64_t)ab_now_ms();
+        unsigned char rnd[8];
+        int rc = RAND_bytes(rnd, sizeof(rnd)) == 1
+                     ? 0
+                     : ab_err_set(&e, AB_E_INTERNAL, 0, "no randomness");
+        for (size_t i = 0; i < sizeof(rnd); i++)
+                snprintf(s->nonce + 2 * i, 3, "%02x", rnd[i]);
+        if (rc == 0)
+                rc =
+                    session_files(r->srv, r->scope, id, sid, command, cwd && *cwd ? cwd : NULL, &e);
+        if (rc == 0 && tid) { /* is its shell still there (a stop of the box ends it)? */
+                abc_term_info ti = {0};
+                ab_err *ge = NULL;
+                if (ab_manager_term_get(r->srv->mgr, id, r->scope, tid, &ti, &ge) < 0 ||
+                    !ti.running) {
+                        free(tid);
+                        tid = NULL;
+                }
+                abc_term_info_clear(&ti);
+                ab_err_free(&ge);
+        }
+        if (rc == 0 && !tid) /* a new shell: a first run, or the last one is gone */
+                rc = session_shell(r->srv, r->scope, id, first_cwd, &tid, &e);
+        free(first_cwd);
+        _cleanup_free_ char *content = xstrdup(command); /* for status; body goes now */
+        json_decref(body);
+        if (rc == 0) {
+                pthread_mutex_lock(&cmds_lock);
+                sp = session_find(id, sid);
+                if (sp) {
+                        free((*sp)->tid);
+                        (*sp)->tid = xstrdup(tid);
+                }
+                pthread_mutex_unlock(&cmds_lock);
+        }
+        s->tid = tid;
+        ab_stream_slot *slot = NULL;
+        int sv[2] = {-1, -1};
+        if (rc == 0 && !(slot = req_stream_slot(r, &ret))) {
+                srun s_copy = *s;
+                session_done(&s_copy, false);
+                free(s->scope), free(s->box), free(s->sid), free(s->tid), free(s);
+                return ret;
+        }
+        if (rc == 0 && socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0)
+                rc = ab_err_set(&e, AB_E_INTERNAL, errno, "socketpair");
+        cmd *c = NULL;
+        if (rc == 0) {
+                c = xzalloc(sizeof(*c));
+                strcpy(c->id, "cmd-");
+                memcpy(c->id + 4, s->nonce, 16);
+                c->box = xstrdup(id);
+                c->content = steal_pointer(&content);
+                c->running = true;
+                c->started_ms = osb_wall_ms();
+                c->cancel_fd = -1;
+                s->c = c;
+                s->fd = sv[0];
+                char *init =
+                    xasprintf("data: {\"type\":\"init\",\"text\":\"%s\",\"timestamp\":%lld}\n\n",
+                              c->id, (long long)c->started_ms);
+                send_all(sv[0], init, strlen(init));
+                free(init);
+                cmds_add(c);
+                if (spawn_detached(srun_main, s) < 0) {
+                        pthread_mutex_lock(&cmds_lock);
+                        c->running = false;
+                        c->exit_code = -1;
+                        c->error = xstrdup("cannot start a thread");
+                        pthread_mutex_unlock(&cmds_lock);
+                        close(sv[0]);
+                        close(sv[1]);
+                        rc = ab_err_set(&e, AB_E_UNAVAILABLE, 0, "cannot start a thread");
+                } else {
+                        return resp_stream_counted(r, 200, "text/event-stream", sv[1], sse_headers,
+                                                   slot);
+                }
+        }
+        if (slot)
+                ab_stream_slot_release(slot);
+        session_done(s, false);
+        free(s->scope), free(s->box), free(s->sid), free(s->tid), free(s);
+        return execd_err(r, e);
+}
+
+static enum MHD_Result session_delete(ab_req *r, const char *id, const char *sid)
+{
+        enum MHD_Result ret;
+        if (execd_box_check(r, id, &ret) < 0)
+                return ret;
+        pthread_mutex_lock(&cmds_lock);
+        session **sp = session_find(id, sid);
+        session *ss = sp ? *sp : NULL;
+        if (ss) {
+                *sp = ss->next;
+                n_sessions--;
+        }
+        pthread_mutex_unlock(&cmds_lock);
+        if (!ss)
+                return osb_error(r, 404, "SESSION_NOT_FOUND", "no session %s in sandbox %s", sid,
+                                 id);
+        ab_err *e = NULL;
+        if (ss->tid) /* its shell and whatever runs on it; a run in progress ends with it */
+                ab_manager_term_close(r->srv->mgr, id, r->scope, ss->tid, &e);
+        ab_err_free(&e);
+        session_free(ss);
+        return execd_ok(r);
+}
+
+/* ---- metrics ------------------------------------------------------------ */
+
+/* The box's use over `window_ms` (CPU) and now (memory); NULL with *err
+ * when the box is not the caller's. A box not running uses nothing. */
+static json_t *metrics_json(ab_server *s, const char *scope, const char *id, int window_ms,
+                            ab_err **err)
+{
+        ab_box_rec rec;
+        if (ab_manager_get(s->mgr, id, scope, &rec, err) < 0)
+                return NULL;
+        double cpus = rec.has_limits ? rec.limits.cpus : s->cfg->limits.cpus;
+        ab_box_stats a = {0}, b = {0};
+        bool live = ab_manager_stats(s->mgr, &rec, &a, NULL) == 0;
+        uint64_t t0 = ab_now_ns();
+        if (live) {
+                struct timespec ts = {window_ms / 1000, (window_ms % 1000) * 1000000L};
+                nanosleep(&ts, NULL);
+                live = ab_manager_stats(s->mgr, &rec, &b, NULL) == 0;
+        }
+        double dt = (double)(ab_now_ns() - t0);
+        ab_box_rec_clear(&rec);
+        double pct = live && dt > 0 && cpus > 0 && b.cpu_usage_ns >= a.cpu_usage_ns
+                         ? (double)(b.cpu_usage_ns - a.cpu_usage_ns) / dt / cpus * 100.0
+                         : 0;
+        return json_pack("{s:f,s:f,s:f,s:f,s:I}", "cpu_count", cpus, "cpu_used_pct", pct,
+                         "mem_total_mib", (double)b.memory_limit / 1048576.0, "mem_used_mib",
+                         (double)b.memory_bytes / 1048576.0, "timestamp",
+                         (json_int_t)osb_wall_ms());
+}
+
+static enum MHD_Result metrics(ab_req *r, const char *id)
+{
+        ab_err *e = NULL;
+        json_t *j = metrics_json(r->srv, r->scope, id, 100, &e);
+        return j ? resp_json(r, 200, j) : osb_err(r, e, "");
+}
+
+typedef struct watch_job {
+        ab_server *srv;
+        char *scope, *box;
+        int fd;
+} watch_job;
+
+static void *watch_main(void *arg)
+{
+        watch_job *w = arg;
+        for (;;) { /* one sample a second until the client or the box goes away */
+                ab_err *e = NULL;
+                json_t *j = metrics_json(w->srv, w->scope, w->box, 1000, &e);
+                if (!j) {
+                        ab_err_free(&e);
+                        break;
+                }
+                char *txt = json_dumps(j, JSON_COMPACT);
+                json_decref(j);
+                char *frame = xasprintf("data: %s\n\n", txt ? txt : "{}");
+                free(txt);
+                int rc = send_all(w->fd, frame, strlen(frame));
+                free(frame);
+                if (rc < 0)
+                        break;
+        }
+        close(w->fd);
+        free(w->scope);
+        free(w->box);
+        free(w);
+        return NULL;
+}
+
+/* GET /metrics/watch: a sample every second as server-sent events. */
+static enum MHD_Result metrics_watch(ab_req *r, const char *id)
+{
+        enum MHD_Result ret;
+        if (execd_box_check(r, id, &ret) < 0)
+                return ret;
+        ab_stream_slot *slot = req_stream_slot(r, &ret);
+        if (!slot)
+                return ret;
+        int sv[2];
+        if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0) {
+                ab_stream_slot_release(slot);
+                return osb_error(r, 500, "RUNTIME_ERROR", "socketpair: %s", strerror(errno));
+        }
+        watch_job *w = xzalloc(sizeof(*w));
+        w->srv = r->srv;
+        w->scope = r->scope ? xstrdup(r->scope) : NULL;
+        w->box = xstrdup(id);
+        w->fd = sv[0];
+        if (spawn_detached(watch_main, w) < 0) {
+                close(sv[0]);
+                close(sv[1]);
+                free(w->scope);
+                free(w->box);
+                free(w);
+                ab_stream_slot_release(slot);
+                return osb_error(r, 503, "RUNTIME_ERROR", "cannot start a thread");
+        }
+        return resp_stream_counted(r, 200, "text/event-stream", sv[1], sse_headers, slot);
+}
+
+/* The isolated sessions of newer execd builds (/v1/isolated/...): not
+ * offered; the capabilities call says so in its own shape. */
+static enum MHD_Result isolated(ab_req *r, const char *id)
+{
+        enum MHD_Result ret;
+        if (execd_box_check(r, id, &ret) < 0)
+                return ret;
+        if (!strcmp(r->method, "GET") && !strcmp(r->seg[r->n_seg - 1], "capabilities"))
+                return resp_json(
+                    r, 200,
+                    json_pack("{s:b,s:s,s:b,s:b,s:b,s:b}", "available", 0, "message",
+                              "agentbox: every box is isolated already; use commands and sessions",
+                              "setpriv_available", 0, "userns_available", 0, "commit_supported", 0,
+                              "diff_supported", 0));
+        return osb_error(r, 503, "NOT_SUPPORTED", "isolated sessions are not offered by agentbox");
+}
+
+/* ---- routing ------------------------------------------------------------ */
+
+enum MHD_Result execd_route(ab_req *r, const char *id, size_t first)
+{
+        const char *m = r->method;
+        size_t n = r->n_seg - first;
+        const char *a = r->seg[first], *b = n > 1 ? r->seg[first + 1] : "";
+        bool get = !strcmp(m, "GET"), post = !strcmp(m, "POST"), del = !strcmp(m, "DELETE");
+        if (n == 1 && get && !strcmp(a, "ping")) {
+                enum MHD_Result ret;
+                if (execd_box_check(r, id, &ret) < 0)
+                        return ret;
+                return execd_ok(r);
+        }
+        if (!strcmp(a, "command")) {
+                if (n == 1 && post)
+                        return cmd_run(r, id);
+                if (n == 1 && del)
+                        return cmd_interrupt(r, id);
+                if (n == 3 && get && !strcmp(b, "status"))
+                        return cmd_status(r, id, r->seg[first + 2]);
+                if (n == 3 && get && !strcmp(r->seg[first + 2], "logs"))
+                        return cmd_logs(r, id, b);
+        }
+        if (!strcmp(a, "session")) {
+                if (n == 1 && post)
+                        return session_create(r, id);
+                if (n == 3 && post && !strcmp(r->seg[first + 2], "run"))
+                        return session_run(r, id, b);
+                if (n == 2 && del)
+                        return session_delete(r, id, b);
+        }
+        if (!strcmp(a, "files")) {
+                if (n == 1 && del)
+                        return execd_remove_paths(r, id, false);
+                if (n == 2 && get && !strcmp(b, "info"))
+                        return execd_files_info(r, id);
+                if (n == 2 && get && !strcmp(b, "search"))
+                        return execd_dir_list(r, id, true);
+                if (n == 2 && get && !strcmp(b, "download"))
+                        return execd_files_download(r, id);
+                if (n == 2 && post && !strcmp(b, "permissions"))
+                        return execd_paths_perm(r, id, false);
+                if (n == 2 && post && !strcmp(b, "mv"))
+                        return execd_files_mv(r, id);
+                if (n == 2 && post && !strcmp(b, "replace"))
+                        return execd_files_replace(r, id);
+        }
+        if (!strcmp(a, "directories")) {
+                if (n == 1 && post)
+                        return execd_paths_perm(r, id, true);
+                if (n == 1 && del)
+                        return execd_remove_paths(r, id, true);
+                if (n == 2 && get && !strcmp(b, "list"))
+                        return execd_dir_list(r, id, false);
+        }
+        if (n == 1 && get && !strcmp(a, "metrics"))
+                return metrics(r, id);
+        if (n == 2 && get && !strcmp(a, "metrics") && !strcmp(b, "watch"))
+                return metrics_watch(r, id);
+        if (n >= 2 && !strcmp(a, "v1") && !strcmp(b, "isolated"))
+                return isolated(r, id);
+        return osb_error(r, 404, "NOT_FOUND", "no execd route %s /%s", m, r->path);
+}

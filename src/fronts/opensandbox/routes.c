@@ -1,0 +1,20 @@
+/* routes.c - the OpenSandbox front's route table (docs/compat-opensandbox.md). */
+#include "fronts/opensandbox/front_osb.h"
+#include "fronts/opensandbox/opensandbox.h"
+
+static const ab_route routes[] = {
+    {"POST", "opensandbox/execd/*/files/upload", AUTH_USER, BODY_UPLOAD, route_osb_upload},
+    {"GET", "opensandbox/**", AUTH_USER, BODY_NONE, route_osb},
+    {"POST", "opensandbox/**", AUTH_USER, BODY_JSON, route_osb},
+    {"PATCH", "opensandbox/**", AUTH_USER, BODY_JSON, route_osb},
+    {"DELETE", "opensandbox/egress/*/policy", AUTH_USER, BODY_JSON, route_osb},
+    {"DELETE", "opensandbox/**", AUTH_USER, BODY_NONE, route_osb},
+};
+
+const ab_route_table ab_osb_routes = {
+    .name = "opensandbox",
+    .routes = routes,
+    .n_routes = AB_ARRAY_LEN(routes),
+    .key_header = "OPEN-SANDBOX-API-KEY", /* where the SDK sends its key */
+    .box_upload_prefix = "opensandbox/execd/*/",
+};

@@ -1,0 +1,227 @@
+/* resp.c - answers: JSON and errors, streamed bodies, stream slots (kit/resp.h). */
+#include "kit/server_int.h"
+#include "base/jsonnum.h"
+#include "base/log.h"
+#include "base/util.h"
+
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <sys/socket.h>
+
+/* ---- responses -------------------------------------------------------- */
+
+unsigned status_of(ab_code c)
+{
+        switch (c) {
+        case AB_E_INVALID:
+                return 400;
+        case AB_E_NOT_FOUND:
+                return 404;
+        case AB_E_CONFLICT:
+                return 409;
+        case AB_E_UNAVAILABLE:
+                return 503;
+        case AB_E_LIMIT:
+                return 413;
+        case AB_E_PERMISSION:
+                return 403;
+        case AB_E_TIMEOUT:
+                return 504;
+        case AB_E_UNSUPPORTED:
+                return 501;
+        case AB_E_QUOTA:
+                return 429;
+        case AB_E_STORAGE:
+                return 507;
+        default:
+                return 500;
+        }
+}
+
+/* Headers every answer has, unless its route set them (the console's assets
+ * set their own caching). */
+static void common_headers(struct MHD_Response *resp)
+{
+        if (!MHD_get_response_header(resp, "Cache-Control"))
+                MHD_add_response_header(resp, "Cache-Control", "no-store");
+        if (!MHD_get_response_header(resp, "X-Content-Type-Options"))
+                MHD_add_response_header(resp, "X-Content-Type-Options", "nosniff");
+}
+
+/* On a worker thread the response is kept in r and queued by MHD's thread
+ * once the connection is resumed (MHD_queue_response belongs to the access
+ * handler). */
+enum MHD_Result kit_queue(ab_req *r, unsigned status, struct MHD_Response *resp)
+{
+        common_headers(resp);
+        if (r->on_worker && r->resp) { /* one answer per request */
+                MHD_destroy_response(resp);
+                return MHD_NO;
+        }
+        r->status = (int)status;
+        ab_metrics_http(r->srv->metrics, (int)status);
+        if (r->on_worker) {
+                r->resp = resp;
+                r->resp_status = status;
+                return MHD_YES;
+        }
+        enum MHD_Result ret = MHD_queue_response(r->conn, status, resp);
+        MHD_destroy_response(resp);
+        return ret;
+}
+
+enum MHD_Result resp_send(ab_req *r, unsigned status, struct MHD_Response *resp)
+{
+        return kit_queue(r, status, resp);
+}
+
+enum MHD_Result resp_json(ab_req *r, unsigned status, json_t *j)
+{
+        char *txt = json_dumps(j, JSON_COMPACT | JSON_REAL_PRECISION(12));
+        json_decref(j);
+        if (!txt)
+                abort();
+        size_t len = strlen(txt);
+        txt = xrealloc(txt, len + 2);
+        txt[len++] = '\n';
+        txt[len] = 0;
+        struct MHD_Response *resp =
+            MHD_create_response_from_buffer(len, txt, MHD_RESPMEM_MUST_FREE);
+        MHD_add_response_header(resp, "Content-Type", "application/json");
+        return kit_queue(r, status, resp);
+}
+
+static enum MHD_Result resp_error_v(ab_req *r, unsigned status, const char *code, const char *msg)
+{
+        if (status >= 400)
+                ab_metrics_error(r->srv->metrics, code);
+        json_t *m = json_string(msg);
+        if (!m)
+                m = json_bytes(msg, strlen(msg));
+        json_t *j = json_pack("{s:{s:s,s:o}}", "error", "code", code, "message", m);
+        return resp_json(r, status, j);
+}
+
+enum MHD_Result resp_error(ab_req *r, unsigned status, const char *code, const char *fmt, ...)
+{
+        va_list ap;
+        va_start(ap, fmt);
+        char *msg = NULL;
+        if (vasprintf(&msg, fmt, ap) < 0)
+                abort();
+        va_end(ap);
+        enum MHD_Result ret = resp_error_v(r, status, code, msg);
+        free(msg);
+        return ret;
+}
+
+enum MHD_Result resp_err(ab_req *r, ab_err *e)
+{
+        unsigned st = status_of(e->code);
+        const char *code = ab_code_name(e->code);
+        if (st >= 500 && st != 503 && st != 507)
+                ab_log(AB_LOG_ERROR, "request failed", "method", r->method, "path", r->path,
+                       "error", e->msg, NULL);
+        enum MHD_Result ret = resp_error_v(r, st, code, e->msg);
+        ab_err_free(&e);
+        return ret;
+}
+
+typedef struct stream {
+        int fd;
+        ab_park *park;
+        ab_stream_slot *slot; /* a long-lived stream's slot, or NULL */
+} stream;
+
+/* Never blocks MHD's thread: with nothing in the pipe the connection parks
+ * until the producer writes, closes, or the client hangs up. */
+static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
+{
+        stream *s = cls;
+        for (;;) {
+                ssize_t n = read(s->fd, buf, max);
+                if (n > 0)
+                        return n;
+                if (n == 0)
+                        return MHD_CONTENT_READER_END_OF_STREAM;
+                if (errno == EINTR)
+                        continue;
+                if (errno != EAGAIN)
+                        return MHD_CONTENT_READER_END_WITH_ERROR;
+                switch (ab_park_suspend(s->park, s->fd, false, 0, NULL, NULL)) {
+                case AB_PARK_SUSPENDED:
+                        return 0;
+                case AB_PARK_RETRY:
+                        continue;
+                default:
+                        return MHD_CONTENT_READER_END_WITH_ERROR; /* client gone, or stopping */
+                }
+        }
+}
+
+static void stream_free(void *cls)
+{
+        stream *s = cls;
+        close(s->fd);
+        ab_park_free(s->park);
+        ab_stream_slot_release(s->slot);
+        free(s);
+}
+
+enum MHD_Result resp_stream_counted(ab_req *r, unsigned status, const char *content_type, int fd,
+                                    const char *const *headers, ab_stream_slot *slot)
+{
+        stream *s = xzalloc(sizeof(*s));
+        s->fd = fd;
+        s->slot = slot;
+        s->park = ab_park_new(r->srv->http.conns, r->conn);
+        int fl = fcntl(fd, F_GETFL);
+        if (fl >= 0)
+                fcntl(fd, F_SETFL, fl | O_NONBLOCK);
+        struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 64 * 1024,
+                                                                      stream_read, s, stream_free);
+        MHD_add_response_header(resp, "Content-Type", content_type);
+        for (const char *const *h = headers; h && h[0]; h += 2)
+                MHD_add_response_header(resp, h[0], h[1]);
+        return kit_queue(r, status, resp);
+}
+
+enum MHD_Result resp_stream(ab_req *r, unsigned status, const char *content_type, int fd,
+                            const char *const *headers)
+{
+        return resp_stream_counted(r, status, content_type, fd, headers, NULL);
+}
+
+ab_stream_slot *req_stream_slot(ab_req *r, enum MHD_Result *ret)
+{
+        ab_stream_slot *slot = NULL;
+        switch (ab_stream_slot_take(r->srv->http.conns, r->conn, &slot)) {
+        case AB_SLOT_OK:
+                return slot;
+        case AB_SLOT_ADDRESS_FULL:
+                *ret = resp_error(r, 429, "too_many_requests",
+                                  "this address has %lld streams open (events, exec streams, "
+                                  "terminals), the most max_streams_per_address allows: close "
+                                  "one first",
+                                  (long long)r->srv->cfg->max_streams_per_address);
+                return NULL;
+        default:
+                *ret = resp_error(r, 503, "unavailable",
+                                  "the server has %lld streams open (events, exec streams, "
+                                  "terminals), the most max_streams allows: try again later",
+                                  (long long)r->srv->cfg->max_streams);
+                return NULL;
+        }
+}
+
+int spawn_detached(void *(*fn)(void *), void *arg)
+{
+        pthread_attr_t a;
+        pthread_attr_init(&a);
+        pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
+        pthread_t t;
+        int rc = pthread_create(&t, &a, fn, arg);
+        pthread_attr_destroy(&a);
+        return -rc;
+}
