@@ -27,6 +27,9 @@
 #define IDLE_CONN_TIMEOUT_S 120
 /* Idle handler threads kept for the next requests. */
 #define WORKERS_KEEP_IDLE 8
+/* The stop waits this long for the threads of spawn_detached; serve's
+ * watchdog (10 s) ends the process first when one is stuck. */
+#define STOP_WAIT_MS 30000
 
 /* Who may call a route, decided from the request's head before any body is
  * read: anyone; a user (admin token or API key); the admin; the holder of
@@ -341,15 +344,70 @@ ab_stream_slot *req_stream_slot(ab_req *r, enum MHD_Result *ret)
         }
 }
 
+/* The threads of spawn_detached still running. They use the manager (an
+ * exec, a file stream, a pull), which serve frees after ab_server_stop: the
+ * stop waits for this to reach 0. */
+static pthread_mutex_t spawn_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t spawn_cv = PTHREAD_COND_INITIALIZER;
+static size_t spawn_live;
+
+typedef struct spawn_call {
+        void *(*fn)(void *);
+        void *arg;
+} spawn_call;
+
+static void *spawn_main(void *p)
+{
+        spawn_call c = *(spawn_call *)p;
+        free(p);
+        c.fn(c.arg);
+        pthread_mutex_lock(&spawn_lock);
+        spawn_live--;
+        pthread_cond_broadcast(&spawn_cv);
+        pthread_mutex_unlock(&spawn_lock);
+        return NULL;
+}
+
 int spawn_detached(void *(*fn)(void *), void *arg)
 {
+        spawn_call *c = xzalloc(sizeof(*c));
+        c->fn = fn;
+        c->arg = arg;
         pthread_attr_t a;
         pthread_attr_init(&a);
         pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
+        pthread_mutex_lock(&spawn_lock);
+        spawn_live++;
+        pthread_mutex_unlock(&spawn_lock);
         pthread_t t;
-        int rc = pthread_create(&t, &a, fn, arg);
+        int rc = pthread_create(&t, &a, spawn_main, c);
         pthread_attr_destroy(&a);
+        if (rc != 0) {
+                free(c);
+                pthread_mutex_lock(&spawn_lock);
+                spawn_live--;
+                pthread_cond_broadcast(&spawn_cv);
+                pthread_mutex_unlock(&spawn_lock);
+        }
         return -rc;
+}
+
+size_t spawn_wait(uint64_t timeout_ms)
+{
+        struct timespec end;
+        clock_gettime(CLOCK_REALTIME, &end);
+        end.tv_sec += (time_t)(timeout_ms / 1000);
+        end.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
+        if (end.tv_nsec >= 1000000000L) {
+                end.tv_sec++;
+                end.tv_nsec -= 1000000000L;
+        }
+        pthread_mutex_lock(&spawn_lock);
+        while (spawn_live && pthread_cond_timedwait(&spawn_cv, &spawn_lock, &end) != ETIMEDOUT)
+                ;
+        size_t left = spawn_live;
+        pthread_mutex_unlock(&spawn_lock);
+        return left;
 }
 
 /* ---- request helpers -------------------------------------------------- */
@@ -1552,10 +1610,21 @@ void ab_server_stop(ab_server *s)
         /* MHD must not stop with a connection suspended: streams end, and
          * handlers in flight finish (each resumes its connection). */
         ab_conns_stop_streams(s->conns);
+        execd_shutdown(); /* OpenSandbox's commands and session runs end (no wait) */
         ab_workers_drain(s->workers);
         envd_shutdown(); /* E2B processes use the manager from threads of their own */
         MHD_stop_daemon(s->mhd);
         s->mhd = NULL;
+        /* Every stream's socket or pipe is closed now: the threads that fed
+         * them (execs, file downloads, pulls) end, and serve frees the
+         * manager they use only after them. Its watchdog ends a stop that
+         * takes longer (a thread stuck in the manager) before the free. */
+        size_t left = spawn_wait(STOP_WAIT_MS);
+        if (left) {
+                char n[24];
+                snprintf(n, sizeof(n), "%zu", left);
+                ab_log(AB_LOG_WARN, "threads still running at the stop", "threads", n, NULL);
+        }
         ab_workers_free(steal_pointer(&s->workers));
         ab_conns_free(steal_pointer(&s->conns));
 }
