@@ -123,6 +123,8 @@ int envd_parse_multipart(const char *body, size_t len, const char *ctype, up_fil
         const char *p = memfind(body, len, delim, dl);
         up_file *v = NULL;
         size_t cnt = 0;
+        if (!p) /* not even the first delimiter: not a multipart body */
+                goto bad;
         while (p) {
                 p += dl;
                 size_t left = (size_t)(body + len - p);
