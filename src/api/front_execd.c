@@ -868,7 +868,11 @@ static void *srun_main(void *arg)
                         dead = true;
                         break;
                 }
-                if (atomic_load(&stopping)) { /* the shell stays, as a terminal does */
+                if (atomic_load(&stopping)) {
+                        /* ^C, as when the client goes away, but no wait for
+                         * the run's end: the shell stays, as a terminal does */
+                        if (!sent_int)
+                                abc_term_input(a.stream, "\003", 1);
                         error = "the server stopped";
                         break;
                 }

@@ -10,7 +10,9 @@ OpenSandbox session run, a metrics watch, an E2B process stream
 has shown it is running, SIGTERM: the server must exit 0 before its
 watchdog (10 s, which exits without freeing anything) and log neither
 "exiting anyway" nor "threads still running"; every stream must end. Then
-the same data dir serves again and the box still runs commands."""
+the same data dir serves again: every exec that ran at the stop ended
+before the store closed (it has its row in the exec audit), and the box
+still runs commands."""
 import base64
 import http.client
 import json
@@ -83,16 +85,16 @@ EX = "/opensandbox/execd/%s" % sid
 r = srv.post(EX + "/session", {})
 sess = r.get("session_id") or ""
 h.ok(r.status == 200 and sess, "an OpenSandbox session", r.describe())
-r = srv.post(EX + "/command", {"command": "sleep 300", "background": True})
+r = srv.post(EX + "/command", {"command": "sleep 300; : osb-bg", "background": True})
 h.eq(r.status, 200, "an OpenSandbox background command", r.describe())
 
 streams = [
-    Stream("REST exec stream", "POST", "/v1/sandboxes/%s/exec" % sid, js({"command": LONG}), SSE),
-    Stream("OpenSandbox command stream", "POST", EX + "/command", js({"command": LONG}), SSE),
+    Stream("REST exec stream", "POST", "/v1/sandboxes/%s/exec" % sid, js({"command": LONG + "; : rest"}), SSE),
+    Stream("OpenSandbox command stream", "POST", EX + "/command", js({"command": LONG + "; : osb-fg"}), SSE),
     Stream("OpenSandbox session run", "POST", EX + "/session/%s/run" % sess, js({"command": LONG}), SSE),
     Stream("OpenSandbox metrics watch", "GET", EX + "/metrics/watch", b"", AUTH),
     Stream("E2B process stream", "POST", "/e2b/envd/process.Process/Start",
-           envelope({"process": {"cmd": "/bin/bash", "args": ["-c", LONG]}}), CONNECT),
+           envelope({"process": {"cmd": "/bin/bash", "args": ["-c", LONG + "; : e2b-proc"]}}), CONNECT),
     Stream("E2B PTY", "POST", "/e2b/envd/process.Process/Start",
            envelope({"process": {"cmd": "/bin/bash", "args": ["-c", LONG]},
                      "pty": {"size": {"cols": 80, "rows": 24}}}), CONNECT),
@@ -137,6 +139,10 @@ for s in streams:
 srv.bad_stops.clear()  # judged above, with the log
 
 srv.start()
+r = srv.post("/v1/sandboxes/%s/exec" % sid, {"command": "sleep 0.5; ps -eo args"})
+ps = r.get("stdout") or ""
+h.ok(r.status == 200 and "sleep 300" not in ps and "seq 1 600" not in ps and "sleep 0.1" not in ps,
+     "the commands that ran at the stop were ended (background, streams and the session's run)", r.describe())
 r = srv.post("/v1/sandboxes/%s/exec" % sid, {"command": "echo after"})
 h.ok(r.status == 200 and "after" in (r.get("stdout") or ""), "the box runs commands after the restart",
      r.describe())
