@@ -1,7 +1,8 @@
 /* envd_int.h - what the files of the E2B front's envd (front_envd.c: auth,
  * paths, entries, the filesystem calls, /health; envd_proc.c: processes and
  * PTYs; envd_watch.c: watches; envd_files.c: /files) share. Not a public
- * interface: only these files include it. */
+ * interface: only these files include it (and tests/fuzz/fuzz_multipart.c,
+ * for envd_parse_multipart). */
 #ifndef AB_ENVD_INT_H
 #define AB_ENVD_INT_H
 
