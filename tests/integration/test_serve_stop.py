@@ -4,15 +4,15 @@ threads that run the fronts' execs end before the manager they use is
 freed).
 
 One server, one box; then at once: a REST exec stream, an OpenSandbox
-foreground command stream, an OpenSandbox background command, an
-OpenSandbox session run, a metrics watch, an E2B process stream
+foreground command stream, an OpenSandbox background command, six
+OpenSandbox session runs (each thread notices the stop at its own time,
+some late in it), a metrics watch, an E2B process stream
 (process.Process/Start), an E2B PTY and an E2B WatchDir stream. Once each
 has shown it is running, SIGTERM: the server must exit 0 before its
 watchdog (10 s, which exits without freeing anything) and log neither
 "exiting anyway" nor "threads still running"; every stream must end. Then
-the same data dir serves again: every exec that ran at the stop ended
-before the store closed (it has its row in the exec audit), and the box
-still runs commands."""
+the same data dir serves again: the commands that ran at the stop are gone
+(background, streams, session runs), and the box still runs commands."""
 import base64
 import http.client
 import json
@@ -30,6 +30,7 @@ TOKEN = "stop-admin-token-%d-0123456789" % os.getpid()
 srv = h.start_server(token=TOKEN, config={"max_streams": 64, "max_streams_per_address": 64})
 AUTH = {"Authorization": "Bearer " + TOKEN}
 LONG = "for i in $(seq 1 600); do echo tick$i; sleep 0.1; done"
+SESSIONS = 6
 
 r = srv.post("/e2b/v2/sandboxes", {"templateID": "base", "timeout": 600}, headers={"X-API-Key": TOKEN}, token=None)
 h.eq(r.status, 201, "an E2B sandbox (also the box of the other fronts)", r.describe())
@@ -82,16 +83,23 @@ SSE = dict(JSON, Accept="text/event-stream")
 CONNECT = dict(ENVD, **{"Content-Type": "application/connect+json"})
 EX = "/opensandbox/execd/%s" % sid
 
-r = srv.post(EX + "/session", {})
-sess = r.get("session_id") or ""
-h.ok(r.status == 200 and sess, "an OpenSandbox session", r.describe())
+# several session runs: their threads notice the stop at different times
+# (each polls its stream every 200 ms), some late in the stop
+sessions = []
+for i in range(SESSIONS):
+    r = srv.post(EX + "/session", {})
+    sessions.append(r.get("session_id") or "")
+h.ok(all(sessions), "%d OpenSandbox sessions" % SESSIONS, r.describe())
 r = srv.post(EX + "/command", {"command": "sleep 300; : osb-bg", "background": True})
 h.eq(r.status, 200, "an OpenSandbox background command", r.describe())
 
 streams = [
     Stream("REST exec stream", "POST", "/v1/sandboxes/%s/exec" % sid, js({"command": LONG + "; : rest"}), SSE),
     Stream("OpenSandbox command stream", "POST", EX + "/command", js({"command": LONG + "; : osb-fg"}), SSE),
-    Stream("OpenSandbox session run", "POST", EX + "/session/%s/run" % sess, js({"command": LONG}), SSE),
+] + [
+    Stream("OpenSandbox session run %d" % i, "POST", EX + "/session/%s/run" % sess, js({"command": LONG}), SSE)
+    for i, sess in enumerate(sessions)
+] + [
     Stream("OpenSandbox metrics watch", "GET", EX + "/metrics/watch", b"", AUTH),
     Stream("E2B process stream", "POST", "/e2b/envd/process.Process/Start",
            envelope({"process": {"cmd": "/bin/bash", "args": ["-c", LONG + "; : e2b-proc"]}}), CONNECT),
