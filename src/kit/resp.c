@@ -215,13 +215,70 @@ ab_stream_slot *req_stream_slot(ab_req *r, enum MHD_Result *ret)
         }
 }
 
+/* The threads of spawn_detached still running. They use the manager (an
+ * exec, a file stream, a pull), which serve frees after ab_server_stop: the
+ * stop waits for this to reach 0. */
+static pthread_mutex_t spawn_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t spawn_cv = PTHREAD_COND_INITIALIZER;
+static size_t spawn_live;
+
+typedef struct spawn_call {
+        void *(*fn)(void *);
+        void *arg;
+} spawn_call;
+
+static void spawn_done(void)
+{
+        pthread_mutex_lock(&spawn_lock);
+        spawn_live--;
+        pthread_cond_broadcast(&spawn_cv);
+        pthread_mutex_unlock(&spawn_lock);
+}
+
+static void *spawn_main(void *p)
+{
+        spawn_call c = *(spawn_call *)p;
+        free(p);
+        c.fn(c.arg);
+        spawn_done();
+        return NULL;
+}
+
 int spawn_detached(void *(*fn)(void *), void *arg)
 {
+        spawn_call *c = xzalloc(sizeof(*c));
+        c->fn = fn;
+        c->arg = arg;
         pthread_attr_t a;
         pthread_attr_init(&a);
         pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
+        pthread_mutex_lock(&spawn_lock);
+        spawn_live++;
+        pthread_mutex_unlock(&spawn_lock);
         pthread_t t;
-        int rc = pthread_create(&t, &a, fn, arg);
+        int rc = pthread_create(&t, &a, spawn_main, c);
         pthread_attr_destroy(&a);
+        if (rc != 0) {
+                free(c);
+                spawn_done();
+        }
         return -rc;
+}
+
+size_t spawn_wait(uint64_t timeout_ms)
+{
+        struct timespec end;
+        clock_gettime(CLOCK_REALTIME, &end);
+        end.tv_sec += (time_t)(timeout_ms / 1000);
+        end.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
+        if (end.tv_nsec >= 1000000000L) {
+                end.tv_sec++;
+                end.tv_nsec -= 1000000000L;
+        }
+        pthread_mutex_lock(&spawn_lock);
+        while (spawn_live && pthread_cond_timedwait(&spawn_cv, &spawn_lock, &end) != ETIMEDOUT)
+                ;
+        size_t left = spawn_live;
+        pthread_mutex_unlock(&spawn_lock);
+        return left;
 }

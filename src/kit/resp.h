@@ -42,7 +42,12 @@ enum MHD_Result resp_send(ab_req *r, unsigned status, struct MHD_Response *resp)
  * after answering r 503 (the server's cap) or 429 (the address's cap); *ret
  * is then the handler's result. */
 ab_stream_slot *req_stream_slot(ab_req *r, enum MHD_Result *ret);
-/* Starts a detached thread running fn(arg). 0 or -errno. */
+/* Starts a detached thread running fn(arg). 0 or -errno. ab_server_stop
+ * waits for it (it may use the manager): fn must end once the stop has
+ * closed the streams and cancelled the fronts' execs. */
 int spawn_detached(void *(*fn)(void *), void *arg);
+/* Waits up to timeout_ms for every thread of spawn_detached to end; the
+ * number still running. */
+size_t spawn_wait(uint64_t timeout_ms);
 
 #endif

@@ -603,6 +603,10 @@ int ab_server_start_external(ab_server *s, ab_err **err)
         return ab_http_start_external(&s->http, &o, err);
 }
 
+/* The stop waits this long for the threads of spawn_detached; serve's
+ * watchdog (10 s) ends the process first when one is stuck. */
+#define STOP_WAIT_MS 30000
+
 void ab_server_stop(ab_server *s)
 {
         if (!s->http.mhd)
@@ -618,6 +622,16 @@ void ab_server_stop(ab_server *s)
                 if (s->tables[i]->shutdown)
                         s->tables[i]->shutdown();
         ab_http_stop(&s->http);
+        /* Every stream's socket or pipe is closed now: the threads that fed
+         * them (execs, file downloads, pulls) end, and serve frees the
+         * manager they use only after them. Its watchdog ends a stop that
+         * takes longer (a thread stuck in the manager) before the free. */
+        size_t left = spawn_wait(STOP_WAIT_MS);
+        if (left) {
+                char n[24];
+                snprintf(n, sizeof(n), "%zu", left);
+                ab_log(AB_LOG_WARN, "threads still running at the stop", "threads", n, NULL);
+        }
 }
 
 void ab_server_add_routes(ab_server *s, const ab_route_table *t)

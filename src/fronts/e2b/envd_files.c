@@ -58,13 +58,6 @@ enum MHD_Result envd_files_get(ab_req *r, const char *id)
         return resp_box_file(r, &use, abs, 0, 0, 200, NULL);
 }
 
-/* One file to write: its path and its bytes (in the spooled upload). */
-typedef struct up_file {
-        char *path;
-        const char *data;
-        size_t len;
-} up_file;
-
 typedef struct up_call {
         up_file *f;
         int src_fd; /* octet-stream: the upload itself, or -1 */
@@ -107,9 +100,8 @@ static char *disp_param(const char *line, size_t len, const char *name)
         return NULL;
 }
 
-/* Splits a multipart/form-data body into its file parts. */
-static int parse_multipart(const char *body, size_t len, const char *ctype, up_file **out,
-                           size_t *n, ab_err **err)
+int envd_parse_multipart(const char *body, size_t len, const char *ctype, up_file **out, size_t *n,
+                         ab_err **err)
 {
         const char *bp = strstr(ctype, "boundary=");
         if (!bp)
@@ -131,6 +123,8 @@ static int parse_multipart(const char *body, size_t len, const char *ctype, up_f
         const char *p = memfind(body, len, delim, dl);
         up_file *v = NULL;
         size_t cnt = 0;
+        if (!p) /* not even the first delimiter: not a multipart body */
+                goto bad;
         while (p) {
                 p += dl;
                 size_t left = (size_t)(body + len - p);
@@ -206,7 +200,7 @@ enum MHD_Result envd_files_post(ab_req *r, const char *id)
                         if (map == MAP_FAILED)
                                 return resp_error(r, 500, "internal", "mmap: %s", strerror(errno));
                 }
-                if (parse_multipart(map, maplen, ctype, &files, &n, &e) < 0) {
+                if (envd_parse_multipart(map, maplen, ctype, &files, &n, &e) < 0) {
                         if (map)
                                 munmap(map, maplen);
                         return files_error(r, e);

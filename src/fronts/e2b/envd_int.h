@@ -1,7 +1,8 @@
 /* envd_int.h - what the files of the E2B front's envd (front_envd.c: auth,
  * paths, entries, the filesystem calls, /health; envd_proc.c: processes and
  * PTYs; envd_watch.c: watches; envd_files.c: /files) share. Not a public
- * interface: only these files include it. */
+ * interface: only these files include it (and tests/fuzz/fuzz_multipart.c,
+ * for envd_parse_multipart). */
 #ifndef AB_ENVD_INT_H
 #define AB_ENVD_INT_H
 
@@ -41,6 +42,22 @@ int envd_with_box(ab_server *s, const char *id, const char *scope, box_fn fn, vo
  * NULL) the path it resolved to (free it). */
 int envd_stat_follow(ab_server *s, const char *box, const char *scope, const char *path,
                      abc_stat *st, char **real, ab_err **err);
+
+/* One file of an upload: its path (malloc'd) and its bytes (borrowed from
+ * the body). */
+typedef struct up_file {
+        char *path;
+        const char *data;
+        size_t len;
+} up_file;
+/* envd_files.c: splits a multipart/form-data body (len bytes, not
+ * NUL-terminated; NULL when len is 0) by the boundary of ctype into its
+ * file parts (those with a filename): *out (free each path, then *out;
+ * NULL when none), *n. The parts' data point into body. -1 with
+ * AB_E_INVALID for a missing or bad boundary or a malformed body (*out
+ * untouched). Fuzzed by tests/fuzz/fuzz_multipart.c. */
+int envd_parse_multipart(const char *body, size_t len, const char *ctype, up_file **out, size_t *n,
+                         ab_err **err);
 
 /* envd_watch.c: filesystem.Filesystem/WatchDir (a stream) and the watcher
  * calls (CreateWatcher, GetWatcherEvents, RemoveWatcher). */

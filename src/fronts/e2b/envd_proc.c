@@ -391,8 +391,13 @@ static void *keepalive_main(void *arg)
 
 static void keepalive_start(void)
 {
-        if (spawn_detached(keepalive_main, NULL) < 0)
+        /* not spawn_detached: it lives as long as the process and never
+         * touches the manager, so the server's stop does not wait for it */
+        pthread_t t;
+        if (pthread_create(&t, NULL, keepalive_main, NULL) != 0)
                 ab_log(AB_LOG_WARN, "no keepalive thread for E2B process streams", NULL);
+        else
+                pthread_detach(t);
 }
 
 /* Kills process p: SIGKILL ends its tree through the exec's cancel fd;

@@ -83,7 +83,8 @@ typedef struct cmd {
 } cmd;
 
 static pthread_mutex_t cmds_lock = PTHREAD_MUTEX_INITIALIZER;
-static cmd *cmds; /* newest first */
+static atomic_bool stopping; /* execd_shutdown: session runs leave their shells */
+static cmd *cmds;            /* newest first */
 static size_t n_cmds;
 static size_t n_bg_running;
 
@@ -867,6 +868,14 @@ static void *srun_main(void *arg)
                         dead = true;
                         break;
                 }
+                if (atomic_load(&stopping)) {
+                        /* ^C, as when the client goes away, but no wait for
+                         * the run's end: the shell stays, as a terminal does */
+                        if (!sent_int)
+                                abc_term_input(a.stream, "\003", 1);
+                        error = "the server stopped";
+                        break;
+                }
                 pthread_mutex_lock(&cmds_lock);
                 bool interrupted = s->c->interrupted;
                 pthread_mutex_unlock(&cmds_lock);
@@ -1109,6 +1118,21 @@ static enum MHD_Result session_delete(ab_req *r, const char *id, const char *sid
         ab_err_free(&e);
         session_free(ss);
         return execd_ok(r);
+}
+
+/* ---- shutdown ----------------------------------------------------------- */
+
+void execd_shutdown(void)
+{
+        atomic_store(&stopping, true);
+        pthread_mutex_lock(&cmds_lock);
+        for (cmd *c = cmds; c; c = c->next) {
+                if (c->running && c->cancel_fd >= 0) {
+                        c->interrupted = true;
+                        shutdown(c->cancel_fd, SHUT_RD); /* the exec sees a hang-up */
+                }
+        }
+        pthread_mutex_unlock(&cmds_lock);
 }
 
 /* ---- metrics ------------------------------------------------------------ */

@@ -38,6 +38,12 @@ int64_t osb_wall_ms(void);
 
 /* execd of box id (rest: the segments after the id, from r->seg[first]). */
 enum MHD_Result execd_route(ab_req *r, const char *id, size_t first);
+/* At the server's stop (front_execd.c): every running command is
+ * interrupted (its exec ends); every session run types ^C into its shell
+ * and leaves it without waiting (the shell lives on in the box). Returns at
+ * once: the threads end on their own, and ab_server_stop waits for them
+ * (spawn_wait). */
+void execd_shutdown(void);
 
 /* ---- the parsers of request fields, apart for tests/fuzz/fuzz_osb.c ---- */
 
