@@ -697,6 +697,12 @@ int abp_enc_term_req(abp_buf *b, uint32_t type, const abp_term_req *m)
                 abp_put_u32(b, ABP_F_SIGNAL, m->signal);
         if (m->data)
                 abp_put_bytes(b, ABP_F_DATA, m->data, m->data_len);
+        if (m->pipes)
+                abp_put_u32(b, ABP_F_PIPES, 1);
+        if (m->close_stdin)
+                abp_put_u32(b, ABP_F_CLOSE_STDIN, 1);
+        if (m->tag)
+                abp_put_str(b, ABP_F_TAG, m->tag);
         return abp_frame_end(b);
 }
 
@@ -713,6 +719,10 @@ int abp_enc_term(abp_buf *b, const abp_term_info *m)
         abp_put_u32(b, ABP_F_RUNNING, m->running);
         if (m->has_exit)
                 abp_put_u32(b, ABP_F_EXIT_CODE, (uint32_t)m->exit_code);
+        if (m->pipes)
+                abp_put_u32(b, ABP_F_PIPES, 1);
+        if (m->tag)
+                abp_put_str(b, ABP_F_TAG, m->tag);
         return abp_frame_end(b);
 }
 
@@ -778,6 +788,15 @@ static int term_req_fields(const abp_frame *f, abp_term_req *m)
                         m->data = fl.val;
                         m->data_len = fl.len;
                         break;
+                case ABP_F_PIPES:
+                        r = val_bool(&fl, &m->pipes);
+                        break;
+                case ABP_F_CLOSE_STDIN:
+                        r = val_bool(&fl, &m->close_stdin);
+                        break;
+                case ABP_F_TAG:
+                        r = val_str(&fl, &m->tag);
+                        break;
                 }
         });
         return 0;
@@ -805,6 +824,8 @@ int abp_dec_term_req(const abp_frame *f, abp_term_req *m)
                 ok = dim_ok(m->cols, resize) && dim_ok(m->rows, resize);
         if (ok && f->type == ABP_TERM_SIGNAL)
                 ok = m->signal > 0 && m->signal < 65;
+        if (ok && m->tag)
+                ok = strlen(m->tag) <= ABP_TERM_TAG_MAX;
         for (size_t i = 0; ok && i < m->n_argv; i++)
                 ok = m->argv[i][0] != 0 || i > 0;
         if (!ok) {
@@ -845,6 +866,12 @@ static int term_fields(const abp_frame *f, abp_term_info *m, uint32_t *code)
                 case ABP_F_EXIT_CODE:
                         r = val_u32(&fl, code);
                         m->has_exit = true;
+                        break;
+                case ABP_F_PIPES:
+                        r = val_bool(&fl, &m->pipes);
+                        break;
+                case ABP_F_TAG:
+                        r = val_str(&fl, &m->tag);
                         break;
                 }
         });
