@@ -70,9 +70,11 @@ typedef struct term {
         char id[ABP_TERM_ID_MAX + 1];
         char **argv;
         char *tag;
-        bool pipes;  /* a background process: fd[] instead of master */
-        int fd[3];   /* pipes: stdin (write end), stdout, stderr (read ends); -1 closed */
-        bool in_eof; /* pipes: close stdin once in is written */
+        bool pipes;        /* a background process: fd[] instead of master */
+        int fd[3];         /* pipes: stdin (write end), stdout, stderr (read ends); -1 closed */
+        bool in_eof;       /* pipes: close stdin once in is written */
+        uint64_t deadline; /* pipes: killed at this ab_now_ms() (0: never) */
+        bool timed_out;
         uint32_t cols, rows;
         uint64_t created_ms;
         pid_t pid;
@@ -197,6 +199,7 @@ static void queue_info(conn *c, const term *t)
             .has_exit = t->ended,
             .exit_code = t->exit_code,
             .pipes = t->pipes,
+            .timed_out = t->timed_out,
             .tag = t->tag,
         };
         if (abp_enc_term(&c->out, &m) < 0)
@@ -344,7 +347,7 @@ static void term_end(term *t)
         free(t->in);
         t->in = NULL;
         t->in_len = 0;
-        abp_exit ex = {.exit_code = t->exit_code};
+        abp_exit ex = {.exit_code = t->exit_code, .timed_out = t->timed_out};
         for (size_t i = 0; i < TERM_MAX_CONNS; i++) {
                 conn *c = conns[i];
                 if (!c || c->t != t)
@@ -574,6 +577,7 @@ static void proc_open(conn *c, const abp_term_req *q, int slot, int cwdfd, char 
         term *t = term_new(steal_pointer(argv), q->tag);
         t->pipes = true;
         t->pid = pid;
+        t->deadline = q->timeout_ms ? ab_now_ms() + q->timeout_ms : 0;
         t->running = true;
         t->fd[0] = steal_fd(&in[1]);
         t->fd[1] = steal_fd(&out[0]);
@@ -749,7 +753,7 @@ static void do_attach(conn *c, term *t)
         queue_info(c, t);
         ring_replay(c, t);
         if (t->ended) {
-                abp_exit ex = {.exit_code = t->exit_code};
+                abp_exit ex = {.exit_code = t->exit_code, .timed_out = t->timed_out};
                 if (abp_enc_exit(&c->out, &ex) < 0)
                         abort();
                 c->closing = true;
@@ -965,7 +969,8 @@ static void reap(void)
                         if (!t || t->pid != p || !t->running)
                                 continue;
                         t->running = false;
-                        t->exit_code = WIFEXITED(status)     ? WEXITSTATUS(status)
+                        t->exit_code = t->timed_out          ? ABP_TIMEOUT_EXIT
+                                       : WIFEXITED(status)   ? WEXITSTATUS(status)
                                        : WIFSIGNALED(status) ? 128 + WTERMSIG(status)
                                                              : 0;
                         /* Read what the pty (pipes) still holds; whatever else keeps
@@ -1042,6 +1047,16 @@ __attribute__((noreturn)) void init_term_keeper(int ks, const char *workdir)
                         term *t = terms[i];
                         if (!t || t->ended || (!t->pipes && t->master < 0))
                                 continue;
+                        if (t->deadline && t->running) {
+                                if (now >= t->deadline) { /* its timeout: the session goes */
+                                        t->timed_out = true;
+                                        t->deadline = 0;
+                                        kill_session(t->pid);
+                                } else {
+                                        int left = (int)(t->deadline - now);
+                                        timeout = timeout < 0 || left < timeout ? left : timeout;
+                                }
+                        }
                         if (t->drain_until && t->drain_until != UINT64_MAX) {
                                 if (now >= t->drain_until) {
                                         term_end(t);

@@ -823,6 +823,7 @@ static int to_term_info(const abp_frame *f, abc_term_info *out, ab_err **err)
             .exit_code = m.exit_code,
             .pid = m.pid,
             .pipes = m.pipes,
+            .timed_out = m.timed_out,
             .tag = m.tag ? xstrdup(m.tag) : NULL,
         };
         for (size_t i = 0; i < m.n_argv; i++)
@@ -873,6 +874,7 @@ int abc_term_open(int fd, const abc_term_req *req, abc_term_info *out, ab_err **
             .rows = req->rows,
             .pipes = req->pipes,
             .close_stdin = req->pipes && req->close_stdin,
+            .timeout_ms = req->pipes ? req->timeout_ms : 0,
             .tag = req->tag,
         };
         if (req->tag && strlen(req->tag) > ABP_TERM_TAG_MAX)
@@ -1049,7 +1051,9 @@ int abc_term_next(abc_term_stream *s, abc_term_event *ev)
                 }
                 s->ended = true;
                 if (f.type == ABP_EXIT && abp_dec_exit(&f, &e) == 0) {
-                        *ev = (abc_term_event){.kind = ABC_TERM_EXIT, .exit_code = e.exit_code};
+                        *ev = (abc_term_event){.kind = ABC_TERM_EXIT,
+                                               .exit_code = e.exit_code,
+                                               .timed_out = e.timed_out};
                         return 1;
                 }
                 if (f.type == ABP_EOF) {

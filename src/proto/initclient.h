@@ -180,6 +180,7 @@ typedef struct abc_term_info {
         int exit_code;      /* 128+N when killed by signal N */
         uint32_t pid;       /* its process, in the box's pid namespace */
         bool pipes;         /* a background process (stdout and stderr apart, no pty) */
+        bool timed_out;     /* it was killed at its timeout (exit_code 124) */
         char *tag;          /* the label given at open, or NULL */
 } abc_term_info;
 
@@ -195,6 +196,7 @@ typedef struct abc_term_req {
         bool pipes;              /* a background process: stdin, stdout, stderr are pipes */
         bool close_stdin;        /* pipes: its stdin is closed from the start */
         const char *tag;         /* kept with it and listed (at most 8 KiB), or NULL */
+        uint32_t timeout_ms;     /* pipes: init kills it (its session) after this; 0 = never */
 } abc_term_req;
 
 /* Starts a terminal. AB_E_CONFLICT when the box has as many terminals as it
@@ -236,6 +238,7 @@ typedef struct abc_term_event {
         size_t len;
         int stream; /* OUTPUT: 1 (a terminal's, a process's stdout) or 2 (stderr) */
         int exit_code;
+        bool timed_out; /* EXIT: killed at its timeout */
 } abc_term_event;
 
 /* Attaches to terminal tid: *info gets it; then *out streams it. */

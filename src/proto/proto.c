@@ -701,6 +701,8 @@ int abp_enc_term_req(abp_buf *b, uint32_t type, const abp_term_req *m)
                 abp_put_u32(b, ABP_F_PIPES, 1);
         if (m->close_stdin)
                 abp_put_u32(b, ABP_F_CLOSE_STDIN, 1);
+        if (m->timeout_ms)
+                abp_put_u32(b, ABP_F_TIMEOUT_MS, m->timeout_ms);
         if (m->tag)
                 abp_put_str(b, ABP_F_TAG, m->tag);
         return abp_frame_end(b);
@@ -721,6 +723,8 @@ int abp_enc_term(abp_buf *b, const abp_term_info *m)
                 abp_put_u32(b, ABP_F_EXIT_CODE, (uint32_t)m->exit_code);
         if (m->pipes)
                 abp_put_u32(b, ABP_F_PIPES, 1);
+        if (m->timed_out)
+                abp_put_u32(b, ABP_F_TIMED_OUT, 1);
         if (m->tag)
                 abp_put_str(b, ABP_F_TAG, m->tag);
         return abp_frame_end(b);
@@ -793,6 +797,9 @@ static int term_req_fields(const abp_frame *f, abp_term_req *m)
                         break;
                 case ABP_F_CLOSE_STDIN:
                         r = val_bool(&fl, &m->close_stdin);
+                        break;
+                case ABP_F_TIMEOUT_MS:
+                        r = val_u32(&fl, &m->timeout_ms);
                         break;
                 case ABP_F_TAG:
                         r = val_str(&fl, &m->tag);
@@ -869,6 +876,9 @@ static int term_fields(const abp_frame *f, abp_term_info *m, uint32_t *code)
                         break;
                 case ABP_F_PIPES:
                         r = val_bool(&fl, &m->pipes);
+                        break;
+                case ABP_F_TIMED_OUT:
+                        r = val_bool(&fl, &m->timed_out);
                         break;
                 case ABP_F_TAG:
                         r = val_str(&fl, &m->tag);

@@ -284,9 +284,10 @@ typedef struct abp_term_req {
         uint32_t cols, rows, signal;
         const void *data; /* INPUT: bytes for the terminal (ABP_F_DATA) */
         size_t data_len;
-        bool pipes;       /* OPEN: a background process; LIST: list processes */
-        bool close_stdin; /* OPEN, INPUT of a process: its stdin is closed */
-        const char *tag;  /* OPEN: ABP_F_TAG, at most ABP_TERM_TAG_MAX bytes, or NULL */
+        bool pipes;          /* OPEN: a background process; LIST: list processes */
+        uint32_t timeout_ms; /* OPEN of a process: killed (its session) after this; 0 = never */
+        bool close_stdin;    /* OPEN, INPUT of a process: its stdin is closed */
+        const char *tag;     /* OPEN: ABP_F_TAG, at most ABP_TERM_TAG_MAX bytes, or NULL */
 } abp_term_req;
 
 /* A terminal, as TERM answers describe it. argv allocated by the decoder
@@ -301,6 +302,7 @@ typedef struct abp_term_info {
         bool has_exit; /* exit_code is known (the process exited) */
         int32_t exit_code;
         bool pipes;      /* a background process (DATA(1) stdout, DATA(2) stderr) */
+        bool timed_out;  /* killed at its timeout (exit_code 124) */
         const char *tag; /* ABP_F_TAG, or NULL */
 } abp_term_info;
 

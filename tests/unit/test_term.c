@@ -519,6 +519,35 @@ static void test_procs(void)
         detach(&a);
         abc_term_info_clear(&t);
 
+        /* a timeout kills its session: exit code 124, timed out */
+        const char *const tsl[] = {"sh", "-c", "sleep 3142 & sleep 3143", NULL};
+        fd = conn();
+        abc_term_req tq = {.argv = tsl, .pipes = true, .close_stdin = true, .timeout_ms = 500};
+        tap_ok(fd >= 0 && abc_term_open(fd, &tq, &t, &e) == 0 && attach(t.id, &a, &e) == 0,
+               "start a process with a 500 ms timeout");
+        ab_err_free(&e);
+        if (fd >= 0)
+                close(fd);
+        tap_ok(read_until(&a, NULL, 10000) && a.exit_code == ABP_TIMEOUT_EXIT,
+               "it is killed at its timeout: EXIT 124");
+        bool listed = false;
+        lr = list_kind(true, &v, &n);
+        for (size_t i = 0; lr == 0 && i < n; i++)
+                listed |= !strcmp(v[i].id, t.id) && v[i].timed_out && v[i].exit_code == 124;
+        tap_ok(listed, "listed as timed out");
+        abc_term_infos_free(v, n);
+        for (int i = 0; i < 100 && count_procs("sleep", "3142") > 0; i++)
+                msleep(50);
+        tap_ok(count_procs("sleep", "3142") == 0, "... its background child too");
+        detach(&a);
+        fd = conn();
+        if (fd >= 0) {
+                (void)abc_term_close(fd, t.id, &e);
+                ab_err_free(&e);
+                close(fd);
+        }
+        abc_term_info_clear(&t);
+
         /* the bound: 64 running */
         const char *const sl2[] = {"sleep", "2718", NULL};
         int started = 0;
