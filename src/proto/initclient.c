@@ -793,6 +793,8 @@ int abc_ping(int fd, char **version, ab_err **err)
 
 /* ---- terminals ---- */
 
+_Static_assert(ABC_TERM_TAG_MAX == ABP_TERM_TAG_MAX, "one tag bound");
+
 void abc_term_info_clear(abc_term_info *t)
 {
         free(t->id);

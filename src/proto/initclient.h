@@ -184,6 +184,8 @@ typedef struct abc_term_info {
         char *tag;          /* the label given at open, or NULL */
 } abc_term_info;
 
+#define ABC_TERM_TAG_MAX (8u * 1024) /* longest tag (ABP_TERM_TAG_MAX) */
+
 void abc_term_info_clear(abc_term_info *t);
 void abc_term_infos_free(abc_term_info *v, size_t n);
 
