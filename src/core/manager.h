@@ -406,7 +406,7 @@ int ab_manager_term_input(ab_manager *m, const char *id, const char *scope, cons
  * -1, duration 0: it runs on); an "exec" event with "background": true and
  * its "process_id". No exec metric: the server does not see it finish. ---- */
 
-/* Starts req (argv required; pipes: a background process, else a terminal)
+/* Starts req (argv, or for a process command; pipes: a background process, else a terminal)
  * in a box being used, with the box's env under req's, the image's user and
  * workdir unless req names them. AB_E_QUOTA when the app may not exec now,
  * AB_E_CONFLICT when the box holds as many as init keeps. */

@@ -332,7 +332,8 @@ int ab_manager_cmd_start(ab_manager *m, ab_use *u, const abc_term_req *req, abc_
                          ab_err **err)
 {
         *out = (abc_term_info){0};
-        if (!req->argv || !req->argv[0] || !req->argv[0][0])
+        bool shell = req->pipes && req->command;
+        if (shell ? !req->command[0] : !req->argv || !req->argv[0] || !req->argv[0][0])
                 return ab_err_set(err, AB_E_INVALID, 0, "a command needs a program");
         if (mgr_quota_exec_begin(m, &u->rec, err) < 0)
                 return -1;
@@ -360,9 +361,9 @@ int ab_manager_cmd_start(ab_manager *m, ab_use *u, const abc_term_req *req, abc_
         mgr_quota_exec_end(m, &u->rec);
         if (rc < 0)
                 return -1;
-        abc_exec_req x = {.argv = req->argv};
+        abc_exec_req x = {.argv = shell ? NULL : req->argv, .command = req->command};
         _cleanup_free_ char *text = abc_exec_req_text(&x);
-        cmd_recorded(m, u, text, req->argv, out->id, started);
+        cmd_recorded(m, u, text, shell ? NULL : req->argv, out->id, started);
         return 0;
 }
 

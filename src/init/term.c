@@ -74,6 +74,8 @@ typedef struct term {
         int fd[3];         /* pipes: stdin (write end), stdout, stderr (read ends); -1 closed */
         bool in_eof;       /* pipes: close stdin once in is written */
         uint64_t deadline; /* pipes: killed at this ab_now_ms() (0: never) */
+        uint64_t ended_ms; /* wall time of the end */
+        uint64_t lines;    /* pipes: newlines written to stdout */
         bool timed_out;
         uint32_t cols, rows;
         uint64_t created_ms;
@@ -200,6 +202,8 @@ static void queue_info(conn *c, const term *t)
             .exit_code = t->exit_code,
             .pipes = t->pipes,
             .timed_out = t->timed_out,
+            .ended_ms = t->ended_ms,
+            .lines = t->lines,
             .tag = t->tag,
         };
         if (abp_enc_term(&c->out, &m) < 0)
@@ -341,6 +345,7 @@ static void term_end(term *t)
         if (t->ended)
                 return;
         t->ended = true;
+        t->ended_ms = wall_ms();
         fd_close(&t->master);
         for (int i = 0; i < 3; i++)
                 fd_close(&t->fd[i]);
@@ -363,6 +368,9 @@ static void term_end(term *t)
 static void term_output(term *t, uint32_t stream, const uint8_t *buf, size_t n)
 {
         ring_add(&t->ring[stream], t->pipes ? PROC_RING : TERM_RING, buf, n);
+        if (t->pipes && stream == 1)
+                for (const uint8_t *p = buf; (p = memchr(p, '\n', n - (size_t)(p - buf))); p++)
+                        t->lines++;
         for (size_t i = 0; i < TERM_MAX_CONNS; i++)
                 if (conns[i] && conns[i]->t == t)
                         queue_data(conns[i], stream, buf, n);
@@ -573,7 +581,8 @@ static void proc_open(conn *c, const abp_term_req *q, int slot, int cwdfd, char 
                 goto out;
         }
         if (pid == 0)
-                term_child((int[3]){in[0], out[1], err[1]}, false, cwdfd, *argv, env, user);
+                term_child((int[3]){in[0], out[1], q->merge ? out[1] : err[1]}, false, cwdfd, *argv,
+                           env, user);
         term *t = term_new(steal_pointer(argv), q->tag);
         t->pipes = true;
         t->pid = pid;
@@ -653,6 +662,17 @@ static void do_open(conn *c, const abp_term_req *q)
         for (size_t i = 0; i < q->n_env; i++)
                 extra[n_extra++] = q->env[i];
         _cleanup_strv_ char **env = init_base_env(extra, n_extra, kconf.workdir, &user, shell);
+        if (q->pipes && q->command) { /* as an exec's COMMAND: the box's shell runs it */
+                if (!shell) {
+                        queue_error(c, "unsupported", INIT_NO_SHELL);
+                        return;
+                }
+                ab_strvfreep(&argv);
+                argv = xcalloc(4, sizeof(*argv));
+                argv[0] = xstrdup(shell);
+                argv[1] = xstrdup("-c");
+                argv[2] = xstrdup(q->command);
+        }
         if (q->pipes) {
                 proc_open(c, q, slot, cwdfd, &argv, env, &user);
                 return;
@@ -717,7 +737,10 @@ static void do_resize(term *t, uint32_t cols, uint32_t rows)
 static void do_signal(term *t, int sig)
 {
         pid_t pg = -1;
-        if (t->pipes) {
+        if (t->pipes && sig == SIGKILL) {
+                if (t->running) /* everything it started too, as a close does */
+                        kill_session(t->pid);
+        } else if (t->pipes) {
                 if (t->running && kill(-t->pid, sig) < 0)
                         kill(t->pid, sig);
         } else if (t->master >= 0 && ioctl(t->master, TIOCGPGRP, &pg) == 0 && pg > 1)
@@ -741,8 +764,15 @@ static void do_close(term *t)
         term_free(t);
 }
 
-static void do_attach(conn *c, term *t)
+static void do_attach(conn *c, term *t, bool snapshot)
 {
+        if (snapshot) { /* what it kept, as it is now */
+                queue_info(c, t);
+                ring_replay(c, t);
+                queue_empty(c, ABP_EOF);
+                c->closing = true;
+                return;
+        }
         size_t watchers = 0;
         for (size_t i = 0; i < TERM_MAX_CONNS; i++)
                 watchers += conns[i] && conns[i]->t == t;
@@ -822,7 +852,7 @@ static void conn_request(conn *c, const abp_frame *f)
                         c->closing = true;
                         break;
                 case ABP_TERM_ATTACH:
-                        do_attach(c, t);
+                        do_attach(c, t, q.snapshot);
                         break;
                 case ABP_TERM_INPUT:
                         do_input(c, t, &q);

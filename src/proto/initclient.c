@@ -826,6 +826,8 @@ static int to_term_info(const abp_frame *f, abc_term_info *out, ab_err **err)
             .pid = m.pid,
             .pipes = m.pipes,
             .timed_out = m.timed_out,
+            .ended_ms = (int64_t)m.ended_ms,
+            .lines = m.lines,
             .tag = m.tag ? xstrdup(m.tag) : NULL,
         };
         for (size_t i = 0; i < m.n_argv; i++)
@@ -877,6 +879,8 @@ int abc_term_open(int fd, const abc_term_req *req, abc_term_info *out, ab_err **
             .pipes = req->pipes,
             .close_stdin = req->pipes && req->close_stdin,
             .timeout_ms = req->pipes ? req->timeout_ms : 0,
+            .command = req->pipes ? req->command : NULL,
+            .merge = req->pipes && req->merge,
             .tag = req->tag,
         };
         if (req->tag && strlen(req->tag) > ABP_TERM_TAG_MAX)
@@ -993,12 +997,12 @@ struct abc_term_stream {
         bool ended;
 };
 
-int abc_term_attach(int fd, const char *tid, abc_term_info *info, abc_term_stream **out,
-                    ab_err **err)
+static int attach(int fd, const char *tid, bool snapshot, abc_term_info *info,
+                  abc_term_stream **out, ab_err **err)
 {
         *info = (abc_term_info){0};
         *out = NULL;
-        abp_term_req m = {.id = tid};
+        abp_term_req m = {.id = tid, .snapshot = snapshot};
         if (!tid || strlen(tid) > ABP_TERM_ID_MAX)
                 return ab_err_set(err, AB_E_NOT_FOUND, 0, "no such terminal");
         if (term_send(fd, ABP_TERM_ATTACH, &m, err) < 0)
@@ -1015,6 +1019,18 @@ int abc_term_attach(int fd, const char *tid, abc_term_info *info, abc_term_strea
                 fcntl(fd, F_SETFL, fl | O_NONBLOCK);
         *out = s;
         return 0;
+}
+
+int abc_term_attach(int fd, const char *tid, abc_term_info *info, abc_term_stream **out,
+                    ab_err **err)
+{
+        return attach(fd, tid, false, info, out, err);
+}
+
+int abc_term_snapshot(int fd, const char *tid, abc_term_info *info, abc_term_stream **out,
+                      ab_err **err)
+{
+        return attach(fd, tid, true, info, out, err);
 }
 
 int abc_term_next(abc_term_stream *s, abc_term_event *ev)

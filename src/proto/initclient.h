@@ -181,6 +181,8 @@ typedef struct abc_term_info {
         uint32_t pid;       /* its process, in the box's pid namespace */
         bool pipes;         /* a background process (stdout and stderr apart, no pty) */
         bool timed_out;     /* it was killed at its timeout (exit_code 124) */
+        int64_t ended_ms;   /* when it ended (unix ms), 0 while it runs */
+        uint64_t lines;     /* a process: newlines it wrote to stdout in all */
         char *tag;          /* the label given at open, or NULL */
 } abc_term_info;
 
@@ -199,6 +201,8 @@ typedef struct abc_term_req {
         bool close_stdin;        /* pipes: its stdin is closed from the start */
         const char *tag;         /* kept with it and listed (at most 8 KiB), or NULL */
         uint32_t timeout_ms;     /* pipes: init kills it (its session) after this; 0 = never */
+        const char *command;     /* pipes, instead of argv: run by the box's shell (-c) */
+        bool merge;              /* pipes: its stderr goes to its stdout */
 } abc_term_req;
 
 /* Starts a terminal. AB_E_CONFLICT when the box has as many terminals as it
@@ -246,6 +250,10 @@ typedef struct abc_term_event {
 /* Attaches to terminal tid: *info gets it; then *out streams it. */
 int abc_term_attach(int fd, const char *tid, abc_term_info *info, abc_term_stream **out,
                     ab_err **err);
+/* What terminal or process tid kept of its output, as it is now: *info,
+ * then *out gives OUTPUT events and ends with ABC_TERM_CLOSED (or -1). */
+int abc_term_snapshot(int fd, const char *tid, abc_term_info *info, abc_term_stream **out,
+                      ab_err **err);
 /* The next event: 1 = *ev filled, 0 = nothing complete yet (poll the fd for
  * POLLIN and call again), -1 = the stream ended without a word (the box
  * stopped, init went away) or init broke the protocol. Call until it

@@ -703,6 +703,12 @@ int abp_enc_term_req(abp_buf *b, uint32_t type, const abp_term_req *m)
                 abp_put_u32(b, ABP_F_CLOSE_STDIN, 1);
         if (m->timeout_ms)
                 abp_put_u32(b, ABP_F_TIMEOUT_MS, m->timeout_ms);
+        if (m->command)
+                abp_put_str(b, ABP_F_COMMAND, m->command);
+        if (m->merge)
+                abp_put_u32(b, ABP_F_MERGE, 1);
+        if (m->snapshot)
+                abp_put_u32(b, ABP_F_SNAPSHOT, 1);
         if (m->tag)
                 abp_put_str(b, ABP_F_TAG, m->tag);
         return abp_frame_end(b);
@@ -725,6 +731,10 @@ int abp_enc_term(abp_buf *b, const abp_term_info *m)
                 abp_put_u32(b, ABP_F_PIPES, 1);
         if (m->timed_out)
                 abp_put_u32(b, ABP_F_TIMED_OUT, 1);
+        if (m->ended_ms)
+                abp_put_u64(b, ABP_F_ENDED_MS, m->ended_ms);
+        if (m->pipes)
+                abp_put_u64(b, ABP_F_LINES, m->lines);
         if (m->tag)
                 abp_put_str(b, ABP_F_TAG, m->tag);
         return abp_frame_end(b);
@@ -800,6 +810,15 @@ static int term_req_fields(const abp_frame *f, abp_term_req *m)
                         break;
                 case ABP_F_TIMEOUT_MS:
                         r = val_u32(&fl, &m->timeout_ms);
+                        break;
+                case ABP_F_COMMAND:
+                        r = val_str(&fl, &m->command);
+                        break;
+                case ABP_F_MERGE:
+                        r = val_bool(&fl, &m->merge);
+                        break;
+                case ABP_F_SNAPSHOT:
+                        r = val_bool(&fl, &m->snapshot);
                         break;
                 case ABP_F_TAG:
                         r = val_str(&fl, &m->tag);
@@ -879,6 +898,12 @@ static int term_fields(const abp_frame *f, abp_term_info *m, uint32_t *code)
                         break;
                 case ABP_F_TIMED_OUT:
                         r = val_bool(&fl, &m->timed_out);
+                        break;
+                case ABP_F_ENDED_MS:
+                        r = val_u64(&fl, &m->ended_ms);
+                        break;
+                case ABP_F_LINES:
+                        r = val_u64(&fl, &m->lines);
                         break;
                 case ABP_F_TAG:
                         r = val_str(&fl, &m->tag);

@@ -160,6 +160,10 @@ enum {
         ABP_F_TAG = 104,         /* str: TERM_OPEN, TERM: the client's label, kept with it */
         ABP_F_CLOSE_STDIN = 105, /* u32 bool: TERM_OPEN, TERM_INPUT of a process: close its
                                   * stdin (after DATA) */
+        ABP_F_ENDED_MS = 106,    /* u64: TERM: when it ended (unix ms) */
+        ABP_F_SNAPSHOT = 107,    /* u32 bool: TERM_ATTACH: the kept output, then EOF */
+        ABP_F_MERGE = 108,       /* u32 bool: TERM_OPEN of a process: stderr into stdout */
+        ABP_F_LINES = 109,       /* u64: TERM: newlines a process wrote to stdout in all */
         ABP_F_FREE = 90,         /* u64: RESERVE's answer, bytes the box could write */
 };
 
@@ -285,6 +289,9 @@ typedef struct abp_term_req {
         const void *data; /* INPUT: bytes for the terminal (ABP_F_DATA) */
         size_t data_len;
         bool pipes;          /* OPEN: a background process; LIST: list processes */
+        const char *command; /* OPEN of a process: run by the box's shell (-c), not argv */
+        bool merge;          /* OPEN of a process: its stderr goes to stdout */
+        bool snapshot;       /* ATTACH: the kept output, then EOF (not attached) */
         uint32_t timeout_ms; /* OPEN of a process: killed (its session) after this; 0 = never */
         bool close_stdin;    /* OPEN, INPUT of a process: its stdin is closed */
         const char *tag;     /* OPEN: ABP_F_TAG, at most ABP_TERM_TAG_MAX bytes, or NULL */
@@ -301,9 +308,11 @@ typedef struct abp_term_info {
         bool running;
         bool has_exit; /* exit_code is known (the process exited) */
         int32_t exit_code;
-        bool pipes;      /* a background process (DATA(1) stdout, DATA(2) stderr) */
-        bool timed_out;  /* killed at its timeout (exit_code 124) */
-        const char *tag; /* ABP_F_TAG, or NULL */
+        bool pipes;        /* a background process (DATA(1) stdout, DATA(2) stderr) */
+        bool timed_out;    /* killed at its timeout (exit_code 124) */
+        uint64_t ended_ms; /* when it ended (unix ms), 0 while it runs */
+        uint64_t lines;    /* a process: newlines written to stdout since it started */
+        const char *tag;   /* ABP_F_TAG, or NULL */
 } abp_term_info;
 
 /* ---- encoding ---- */

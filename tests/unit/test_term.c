@@ -519,6 +519,54 @@ static void test_procs(void)
         detach(&a);
         abc_term_info_clear(&t);
 
+        /* COMMAND by the box's shell, stderr merged, a snapshot of the output */
+        fd = conn();
+        abc_term_req cq = {.pipes = true,
+                           .close_stdin = true,
+                           .merge = true,
+                           .command = "echo one; echo two >&2; echo three; exit 5"};
+        tap_ok(fd >= 0 && abc_term_open(fd, &cq, &t, &e) == 0 && t.pipes,
+               "a process from a shell command (%s)", e ? e->msg : "");
+        ab_err_free(&e);
+        if (fd >= 0)
+                close(fd);
+        tap_ok(attach(t.id, &a, &e) == 0 && read_until(&a, NULL, 10000) && a.exit_code == 5 &&
+                   a.out && strstr(a.out, "one\ntwo\nthree\n") && !a.err,
+               "stderr merged into stdout in order; exit 5");
+        ab_err_free(&e);
+        detach(&a);
+        memset(&a, 0, sizeof(a));
+        a.exit_code = -1;
+        a.fd = conn();
+        tap_ok(a.fd >= 0 && abc_term_snapshot(a.fd, t.id, &a.info, &a.s, &e) == 0 &&
+                   read_until(&a, NULL, 5000) && a.closed && a.out &&
+                   !strcmp(a.out, "one\ntwo\nthree\n") && a.info.lines == 3 &&
+                   a.info.ended_ms > 0 && !a.info.running,
+               "a snapshot: the kept output, lines 3, its end time, then EOF");
+        ab_err_free(&e);
+        detach(&a);
+        abc_term_info_clear(&t);
+
+        /* SIGKILL of a process ends its whole session, kept with exit 137 */
+        const char *const kj[] = {"sh", "-c", "set -m; sleep 3144 & sleep 3145", NULL};
+        tap_ok(open_proc(kj, NULL, true, &t, &e) == 0,
+               "start sh with a job in a process group of its own");
+        ab_err_free(&e);
+        for (int i = 0; i < 200 && count_procs("sleep", "3145") < 1; i++)
+                msleep(50);
+        fd = conn();
+        tap_ok(fd >= 0 && abc_term_signal(fd, t.id, SIGKILL, &e) == 0 &&
+                   attach(t.id, &a, &e) == 0 && read_until(&a, NULL, 10000) && a.exit_code == 137,
+               "SIGKILL: exit 137, and it is still listed");
+        ab_err_free(&e);
+        if (fd >= 0)
+                close(fd);
+        for (int i = 0; i < 100 && count_procs("sleep", "3144") > 0; i++)
+                msleep(50);
+        tap_ok(count_procs("sleep", "3144") == 0, "... and the job of its own group too");
+        detach(&a);
+        abc_term_info_clear(&t);
+
         /* a timeout kills its session: exit code 124, timed out */
         const char *const tsl[] = {"sh", "-c", "sleep 3142 & sleep 3143", NULL};
         fd = conn();
