@@ -1,0 +1,96 @@
+#!/usr/bin/env python3
+"""What the E2B and OpenSandbox fronts start lives in the box, not the server.
+
+Both SDKs, unchanged, start long commands (E2B background processes, one
+waiting for stdin; OpenSandbox background commands and a session with shell
+state), then the server is stopped and started again (SIGTERM, a new port),
+and the SDKs reconnect: the E2B processes are listed, connected to (their
+output from before the restart and after), fed and killed, and one's exit
+code arrives; the OpenSandbox commands' status, logs and exit codes are
+there, the session's shell kept its variables, directory and functions,
+and an interrupt after the restart ends a command (tests/e2b/restart.mjs,
+tests/opensandbox/restart.mjs). Skipped (77) without node or the SDKs."""
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
+import abserver  # noqa: E402
+
+ROOT = os.path.realpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
+E2B_DIR = os.path.join(ROOT, "tests", "e2b")
+OSB_DIR = os.path.join(ROOT, "tests", "opensandbox")
+
+node = shutil.which("node")
+if not node:
+    print("1..0 # SKIP node is not installed (scripts/npm-deps.sh installs it)")
+    sys.exit(77)
+h = abserver.ServerHarness(budget=200)
+have_e2b = os.path.isdir(os.path.join(E2B_DIR, "node_modules", "e2b"))
+have_osb = os.path.isdir(os.path.join(OSB_DIR, "node_modules", "@alibaba-group", "opensandbox"))
+if not have_e2b and not have_osb:
+    h.skip_all("neither SDK is installed (scripts/npm-deps.sh installs them)")
+
+TOKEN = "state-admin-token-%s-0123456789" % os.getpid()
+srv = h.start_server(token=TOKEN)
+
+
+def run(what, cwd, argv, env):
+    """Runs one phase of an SDK script, relays its TAP lines; returns its state line's JSON."""
+    try:
+        p = subprocess.run([node] + argv, capture_output=True, text=True, timeout=120 * h.slow, env=env, cwd=cwd)
+        out, err, rc = p.stdout, p.stderr, p.returncode
+    except subprocess.TimeoutExpired as e:
+        out = e.stdout.decode() if isinstance(e.stdout, bytes) else (e.stdout or "")
+        err = e.stderr.decode() if isinstance(e.stderr, bytes) else (e.stderr or "")
+        rc = "timeout"
+    state, n, pending = None, 0, None
+    for line in out.splitlines() + [""]:
+        if line.startswith("# state: "):
+            state = json.loads(line[len("# state: "):])
+            continue
+        if line.startswith("# ") and pending:
+            pending[1].append(line[2:])
+            continue
+        if pending:
+            h.ok(pending[0], pending[2], "\n".join(pending[1]) + ("\nnode stderr:\n" + err[-1500:]
+                                                                   if not pending[0] else ""))
+            pending = None
+        if line.startswith("ok ") or line.startswith("not ok "):
+            pending = (line.startswith("ok "), [], "%s: %s" % (what, line.split(" - ", 1)[-1]))
+            n += 1
+    h.ok(rc == 0 and n > 0, "%s: ran %d checks and exited 0" % (what, n),
+         "exit %s\nstdout:\n%s\nstderr:\n%s\nserver log:\n%s" % (rc, out[-1500:], err[-2000:], srv.log()[-2000:]))
+    return state
+
+
+def e2b_env():
+    env = {k: v for k, v in os.environ.items() if not k.startswith("E2B_")}
+    env.update({"E2B_API_URL": srv.url + "/e2b", "E2B_SANDBOX_URL": srv.url + "/e2b/envd", "E2B_API_KEY": TOKEN})
+    return env
+
+
+osb_env = dict(os.environ, OPENSANDBOX_DISABLE_METRICS="1")
+e2b_state = osb_state = None
+if have_e2b:
+    e2b_state = run("E2B before", E2B_DIR, [os.path.join(E2B_DIR, "restart.mjs"), "before", srv.url], e2b_env())
+    h.ok(e2b_state is not None, "E2B: the state of the first phase")
+if have_osb:
+    osb_state = run("OpenSandbox before", OSB_DIR,
+                    [os.path.join(OSB_DIR, "restart.mjs"), "before", srv.url, TOKEN], osb_env)
+    h.ok(osb_state is not None, "OpenSandbox: the state of the first phase")
+
+stopped, rc = srv.stop()
+h.ok(stopped and rc == 0, "the server stops on SIGTERM while the commands run (exit %s)" % rc)
+err = srv.start()
+h.ok(err is None, "the server starts again", err or "")
+
+if e2b_state:
+    run("E2B after", E2B_DIR, [os.path.join(E2B_DIR, "restart.mjs"), "after", srv.url, json.dumps(e2b_state)],
+        e2b_env())
+if osb_state:
+    run("OpenSandbox after", OSB_DIR,
+        [os.path.join(OSB_DIR, "restart.mjs"), "after", srv.url, TOKEN, json.dumps(osb_state)], osb_env)
+h.done()
