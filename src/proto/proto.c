@@ -921,7 +921,8 @@ int abp_dec_term(const abp_frame *f, abp_term_info *m)
         if (f->type != ABP_TERM || count_lists(f, &na, &ne) < 0)
                 return -EBADMSG;
         m->argv = xcalloc(na + 1, sizeof(*m->argv));
-        if (term_fields(f, m, &code) < 0 || !m->id || strlen(m->id) > ABP_TERM_ID_MAX) {
+        if (term_fields(f, m, &code) < 0 || !m->id || strlen(m->id) > ABP_TERM_ID_MAX ||
+            (m->tag && strlen(m->tag) > ABP_TERM_TAG_MAX)) {
                 abp_term_info_clear(m);
                 return -EBADMSG;
         }

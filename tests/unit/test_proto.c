@@ -377,6 +377,11 @@ static void test_term_codec(void)
                "TERM of a process round trip (pipes, tag)");
         abp_term_info_clear(&to);
         abp_buf_free(&b);
+        ti.tag = big;
+        tap_ok(abp_enc_term(&b, &ti) == 0 && reparse(&b, &f) == 0 &&
+                   abp_dec_term(&f, &to) == -EBADMSG,
+               "a TERM with a tag over ABP_TERM_TAG_MAX is refused");
+        abp_buf_free(&b);
         tap_ok(abp_is_term_request(ABP_TERM_OPEN) && abp_is_term_request(ABP_TERM_ATTACH) &&
                    !abp_is_term_request(ABP_RENAME) && !abp_is_term_request(ABP_TERM) &&
                    abp_is_request(ABP_TERM_ATTACH),
