@@ -12,12 +12,36 @@
 #include <openssl/rand.h>
 #include <poll.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <sys/socket.h>
+#include <time.h>
 
 #define CMDS_KEPT 256   /* finished commands remembered for status/logs */
 #define PING_MS   15000 /* a silent foreground stream gets a ping this often */
 
 /* ---- helpers ------------------------------------------------------------ */
+
+/* The threads of this file (foreground commands, session runs, metrics
+ * watches) use the manager: execd_shutdown ends them and waits for them
+ * before the manager goes. */
+static atomic_int n_threads;
+static atomic_bool stopping;
+
+static int execd_spawn(void *(*fn)(void *), void *arg)
+{
+        if (atomic_load(&stopping))
+                return -ESHUTDOWN;
+        atomic_fetch_add(&n_threads, 1);
+        int rc = spawn_detached(fn, arg);
+        if (rc < 0)
+                atomic_fetch_sub(&n_threads, 1);
+        return rc;
+}
+
+static void execd_thread_done(void)
+{
+        atomic_fetch_sub(&n_threads, 1);
+}
 
 static int send_all(int fd, const void *buf, size_t len)
 {
@@ -291,6 +315,7 @@ static void *cmd_main(void *arg)
         ab_manager_set_caller(NULL);
         close(j->fd); /* the event stream ends */
         cmd_job_free(j);
+        execd_thread_done();
         return NULL;
 }
 
@@ -524,7 +549,7 @@ static enum MHD_Result start_cmd(ab_req *r, const char *id, cmd_job *j, bool bg)
         }
         send_all(sv[0], init, strlen(init)); /* the socket's buffer takes it */
         cmds_add(c);
-        if (spawn_detached(cmd_main, j) < 0) {
+        if (execd_spawn(cmd_main, j) < 0) {
                 pthread_mutex_lock(&cmds_lock);
                 c->running = false;
                 c->exit_code = -1;
@@ -1058,6 +1083,10 @@ static void *srun_main(void *arg)
                         sent_int = true;
                         give_up = now + SESSION_GRACE_MS;
                 }
+                if (atomic_load(&stopping)) { /* the run goes on in the shell */
+                        error = "the server is stopping";
+                        break;
+                }
                 if (sent_int && now >= give_up) { /* the run ignores ^C: the shell goes */
                         ab_manager_term_close(m, s->box, s->scope, s->tid, NULL);
                         closed = true;
@@ -1108,6 +1137,7 @@ static void *srun_main(void *arg)
         free(s->tid);
         free(s->cwd0);
         free(s);
+        execd_thread_done();
         return NULL;
 }
 
@@ -1236,7 +1266,7 @@ static enum MHD_Result session_run(ab_req *r, const char *id, const char *sid)
                 send_all(sv[0], init, strlen(init));
                 free(init);
                 cmds_add(c);
-                if (spawn_detached(srun_main, s) < 0) {
+                if (execd_spawn(srun_main, s) < 0) {
                         pthread_mutex_lock(&cmds_lock);
                         c->running = false;
                         c->exit_code = -1;
@@ -1326,7 +1356,7 @@ typedef struct watch_job {
 static void *watch_main(void *arg)
 {
         watch_job *w = arg;
-        for (;;) { /* one sample a second until the client or the box goes away */
+        while (!atomic_load(&stopping)) { /* a sample a second until the client or box goes */
                 ab_err *e = NULL;
                 json_t *j = metrics_json(w->srv, w->scope, w->box, 1000, &e);
                 if (!j) {
@@ -1346,6 +1376,7 @@ static void *watch_main(void *arg)
         free(w->scope);
         free(w->box);
         free(w);
+        execd_thread_done();
         return NULL;
 }
 
@@ -1368,7 +1399,7 @@ static enum MHD_Result metrics_watch(ab_req *r, const char *id)
         w->scope = r->scope ? xstrdup(r->scope) : NULL;
         w->box = xstrdup(id);
         w->fd = sv[0];
-        if (spawn_detached(watch_main, w) < 0) {
+        if (execd_spawn(watch_main, w) < 0) {
                 close(sv[0]);
                 close(sv[1]);
                 free(w->scope);
@@ -1460,4 +1491,21 @@ enum MHD_Result execd_route(ab_req *r, const char *id, size_t first)
         if (n >= 2 && !strcmp(a, "v1") && !strcmp(b, "isolated"))
                 return isolated(r, id);
         return osb_error(r, 404, "NOT_FOUND", "no execd route %s /%s", m, r->path);
+}
+
+void execd_shutdown(void)
+{
+        atomic_store(&stopping, true);
+        for (int i = 0; i < 1000 && atomic_load(&n_threads) > 0; i++) { /* 10 s */
+                /* foreground commands end as when their client goes away */
+                pthread_mutex_lock(&cmds_lock);
+                for (cmd *c = cmds; c; c = c->next)
+                        if (c->running && c->cancel_fd >= 0)
+                                shutdown(c->cancel_fd, SHUT_RD);
+                pthread_mutex_unlock(&cmds_lock);
+                struct timespec ts = {0, 10000000};
+                nanosleep(&ts, NULL);
+        }
+        if (atomic_load(&n_threads) > 0)
+                ab_log(AB_LOG_WARN, "opensandbox: threads still running at shutdown", NULL);
 }

@@ -23,6 +23,10 @@ enum MHD_Result route_osb_upload(ab_req *r, const char *id);
  * under /opensandbox/ without an Authorization header, "Bearer KEY" to check
  * like one (malloc'd), else NULL. */
 char *osb_auth_header(ab_req *r);
+/* Ends the execd threads (foreground commands, session runs, metrics
+ * watches; background commands and sessions live on in their boxes) and
+ * waits for them (up to 10 s): call before the manager is freed. */
+void execd_shutdown(void);
 
 /* ---- shared by front_osb.c and front_execd.c ---- */
 

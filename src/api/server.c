@@ -1409,6 +1409,8 @@ void ab_server_stop(ab_server *s)
         ab_conns_stop_streams(s->conns);
         ab_workers_drain(s->workers);
         envd_shutdown(); /* E2B processes use the manager from threads of their own */
+        /* so do OpenSandbox's foreground commands, session runs and watches */
+        execd_shutdown();
         MHD_stop_daemon(s->mhd);
         s->mhd = NULL;
         ab_workers_free(steal_pointer(&s->workers));

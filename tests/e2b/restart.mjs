@@ -30,7 +30,7 @@ try {
     const fed = await sbx.commands.run('read x; echo got-$x; exit 7', { background: true, stdin: true, timeoutMs: 0 });
     ok(long.pid > 1 && fed.pid > 1, 'two background processes', [long.pid, fed.pid]);
     await sleep(500);
-    console.log(`# state: ${JSON.stringify({ sandboxId: sbx.sandboxId, long: long.pid, fed: fed.pid })}`);
+    console.log(`# state: ${JSON.stringify({ sandboxId: sbx.sandboxId, token: sbx.envdAccessToken, long: long.pid, fed: fed.pid })}`);
   } else {
     const st = JSON.parse(stateJson);
     const sbx = await Sandbox.connect(st.sandboxId);

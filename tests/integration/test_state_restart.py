@@ -9,12 +9,19 @@ output from before the restart and after), fed and killed, and one's exit
 code arrives; the OpenSandbox commands' status, logs and exit codes are
 there, the session's shell kept its variables, directory and functions,
 and an interrupt after the restart ends a command (tests/e2b/restart.mjs,
-tests/opensandbox/restart.mjs). Skipped (77) without node or the SDKs."""
+tests/opensandbox/restart.mjs). The server is stopped while streams are in
+flight (an E2B Connect, an OpenSandbox foreground command and a session
+run): it must stop at once and cleanly (with ASan: no use after free of the
+manager by the fronts' threads). Skipped (77) without node or the SDKs."""
+import http.client
 import json
 import os
 import shutil
+import struct
 import subprocess
 import sys
+import time
+import urllib.parse
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
 import abserver  # noqa: E402
@@ -82,8 +89,41 @@ if have_osb:
                     [os.path.join(OSB_DIR, "restart.mjs"), "before", srv.url, TOKEN], osb_env)
     h.ok(osb_state is not None, "OpenSandbox: the state of the first phase")
 
+# Streams in flight while the server stops.
+streams = []
+
+
+def open_stream(path, body, headers):
+    u = urllib.parse.urlsplit(srv.url)
+    c = http.client.HTTPConnection(u.hostname, u.port, timeout=30)
+    c.request("POST", path, body=body, headers=headers)
+    resp = c.getresponse()
+    streams.append(c)
+    return resp.status
+
+
+if e2b_state:
+    msg = json.dumps({"process": {"pid": e2b_state["long"]}}).encode()
+    st = open_stream("/e2b/envd/process.Process/Connect", struct.pack(">BI", 0, len(msg)) + msg,
+                     {"Content-Type": "application/connect+json", "Connect-Protocol-Version": "1",
+                      "E2b-Sandbox-Id": e2b_state["sandboxId"], "X-Access-Token": e2b_state.get("token", "")})
+    h.eq(st, 200, "an E2B Connect stream follows a process while the server stops")
+if osb_state:
+    AUTH = {"Authorization": "Bearer " + TOKEN, "Content-Type": "application/json"}
+    E = "/opensandbox/execd/%s" % osb_state["id"]
+    st = open_stream(E + "/command", json.dumps({"command": "sleep 30; echo never"}), AUTH)
+    h.eq(st, 200, "an OpenSandbox foreground command streams while the server stops")
+    r = srv.post(E + "/session", {"cwd": "/tmp"}, headers=AUTH, token=None)
+    sid2 = r.get("session_id") or "none"
+    st = open_stream(E + "/session/%s/run" % sid2, json.dumps({"command": "sleep 30"}), AUTH)
+    h.eq(st, 200, "an OpenSandbox session run streams while the server stops")
+t0 = time.monotonic()
 stopped, rc = srv.stop()
-h.ok(stopped and rc == 0, "the server stops on SIGTERM while the commands run (exit %s)" % rc)
+dt = time.monotonic() - t0
+h.ok(stopped and rc == 0 and dt < 15 * h.slow,
+     "the server stops on SIGTERM while the commands run and streams are followed (exit %s, %.1f s)" % (rc, dt))
+for c in streams:
+    c.close()
 err = srv.start()
 h.ok(err is None, "the server starts again", err or "")
 
