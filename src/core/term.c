@@ -72,6 +72,22 @@ void mgr_entrypoint_start(ab_manager *m, const ab_box_rec *r)
         abc_term_info_clear(&info);
 }
 
+bool mgr_procs_running(ab_manager *m, const ab_box_rec *r)
+{
+        ab_backend *b = m->o.backend;
+        ab_err *e = NULL;
+        abc_term_info *v = NULL;
+        size_t n = 0;
+        _cleanup_close_ int fd = b->ops->connect(b, r->backend_id, &e);
+        bool any = false;
+        if (fd >= 0 && abc_term_list_kind(fd, true, &v, &n, &e) == 0)
+                for (size_t i = 0; i < n && !any; i++)
+                        any = v[i].running;
+        abc_term_infos_free(v, n);
+        ab_err_free(&e);
+        return any;
+}
+
 int ab_manager_term_attach_use(ab_manager *m, ab_use *u, const char *tid, ab_term_attach *a,
                                ab_err **err)
 {

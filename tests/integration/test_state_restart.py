@@ -12,7 +12,9 @@ and an interrupt after the restart ends a command (tests/e2b/restart.mjs,
 tests/opensandbox/restart.mjs). The server is stopped while streams are in
 flight (an E2B Connect, an OpenSandbox foreground command and a session
 run): it must stop at once and cleanly (with ASan: no use after free of the
-manager by the fronts' threads). Skipped (77) without node or the SDKs."""
+manager by the fronts' threads). A box whose init runs a background command
+is busy: it is not paused for idleness while the command runs, and is once
+it ended. Skipped (77) without node or the SDKs."""
 import http.client
 import json
 import os
@@ -133,4 +135,20 @@ if e2b_state:
 if osb_state:
     run("OpenSandbox after", OSB_DIR,
         [os.path.join(OSB_DIR, "restart.mjs"), "after", srv.url, TOKEN, json.dumps(osb_state)], osb_env)
+
+# ---- a running background command keeps its box from idling out ------------------------
+srv2 = h.start_server(name="idle", token=TOKEN, config={"idle_pause": "1s", "reaper_interval": "200ms"})
+AUTH = {"Authorization": "Bearer " + TOKEN}
+r = srv2.post("/opensandbox/v1/sandboxes", {"image": {"uri": "base"}, "timeout": 300, "resourceLimits": {},
+                                           "entrypoint": ["sleep", "infinity"]}, headers=AUTH, token=None)
+box = r.get("id") or "none"
+r = srv2.post("/opensandbox/execd/%s/command" % box, {"command": "sleep 4; echo done", "background": True},
+              headers=AUTH, token=None)
+h.eq(r.status, 200, "a background command in a box that idles out after 1 s", r.describe())
+time.sleep(2.5)
+h.eq(srv2.get("/v1/sandboxes/%s" % box).get("status"), "running",
+     "2.5 s later, while the command runs, the box is not paused")
+paused = abserver.wait_for(lambda: srv2.get("/v1/sandboxes/%s" % box).get("status") == "paused", 15, 0.2)
+h.ok(paused, "once the command ended, the box idles out (paused)",
+     srv2.get("/v1/sandboxes/%s" % box).describe())
 h.done()
