@@ -588,17 +588,20 @@ int abp_enc_grep(abp_buf *b, const abp_grep_req *m)
         return abp_frame_end(b);
 }
 
-int abp_dec_grep(const abp_frame *f, abp_grep_req *m)
+static int count_paths(const abp_frame *f, size_t *n)
 {
         abp_field fl;
         int r = 0;
-        size_t n_paths = 0;
+        *n = 0;
+        FOR_FIELDS(f, fl, r, *n += fl.tag == ABP_F_PATH);
+        return 0;
+}
 
-        *m = (abp_grep_req){0};
-        if (f->type != ABP_GREP)
-                return -EBADMSG;
-        FOR_FIELDS(f, fl, r, n_paths += fl.tag == ABP_F_PATH);
-        m->paths = n_paths ? xcalloc(n_paths + 1, sizeof(*m->paths)) : NULL;
+/* (FOR_FIELDS returns on a bad field: the caller frees what was made) */
+static int grep_fields(const abp_frame *f, abp_grep_req *m)
+{
+        abp_field fl;
+        int r = 0;
         FOR_FIELDS(f, fl, r, {
                 switch (fl.tag) {
                 case ABP_F_PATTERN:
@@ -627,7 +630,21 @@ int abp_dec_grep(const abp_frame *f, abp_grep_req *m)
                         break;
                 }
         });
-        return m->pattern ? 0 : -EBADMSG;
+        return 0;
+}
+
+int abp_dec_grep(const abp_frame *f, abp_grep_req *m)
+{
+        size_t n_paths;
+        *m = (abp_grep_req){0};
+        if (f->type != ABP_GREP || count_paths(f, &n_paths) < 0)
+                return -EBADMSG;
+        m->paths = n_paths ? xcalloc(n_paths + 1, sizeof(*m->paths)) : NULL;
+        if (grep_fields(f, m) < 0 || !m->pattern) {
+                abp_grep_req_clear(m);
+                return -EBADMSG;
+        }
+        return 0;
 }
 
 void abp_grep_req_clear(abp_grep_req *m)
