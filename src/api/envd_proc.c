@@ -317,11 +317,20 @@ static enum MHD_Result ps_answer(ab_req *r, const char *box, const abc_term_info
 void envd_forget_box(const char *id)
 {
         /* The box's processes die with it; its streams detach now. */
-        pthread_mutex_lock(&streams_lock);
-        for (pstream *ps = streams; ps; ps = ps->next)
-                if (!strcmp(ps->box, id))
-                        atomic_store(&ps->stop, true);
-        pthread_mutex_unlock(&streams_lock);
+        for (int i = 0; i < 300; i++) { /* 3 s: each detaches within 200 ms */
+                bool any = false;
+                pthread_mutex_lock(&streams_lock);
+                for (pstream *ps = streams; ps; ps = ps->next)
+                        if (!strcmp(ps->box, id)) {
+                                atomic_store(&ps->stop, true);
+                                any = true;
+                        }
+                pthread_mutex_unlock(&streams_lock);
+                if (!any)
+                        break;
+                struct timespec ts = {0, 10000000};
+                nanosleep(&ts, NULL);
+        }
 }
 
 /* ---- process.Process -------------------------------------------------------- */
