@@ -14,11 +14,15 @@ flight (an E2B Connect, an OpenSandbox foreground command and a session
 run): it must stop at once and cleanly (with ASan: no use after free of the
 manager by the fronts' threads). A box whose init runs a background command
 is busy: it is not paused for idleness while the command runs, and is once
-it ended. Skipped (77) without node or the SDKs."""
+it ended. Every command the SDKs started (E2B processes, OpenSandbox
+background commands and session runs) went through the manager's door: a
+row of the exec audit (exit code -1: it runs on) and an `exec` event with
+`background: true`. Skipped (77) without node or the SDKs."""
 import http.client
 import json
 import os
 import shutil
+import sqlite3
 import struct
 import subprocess
 import sys
@@ -90,6 +94,43 @@ if have_osb:
     osb_state = run("OpenSandbox before", OSB_DIR,
                     [os.path.join(OSB_DIR, "restart.mjs"), "before", srv.url, TOKEN], osb_env)
     h.ok(osb_state is not None, "OpenSandbox: the state of the first phase")
+
+# The door: audit rows and exec events of the commands the SDKs started.
+def audit_rows():
+    try:
+        with sqlite3.connect(os.path.join(srv.data, "agentbox.db"), timeout=5) as c:
+            return c.execute("SELECT command, exit_code FROM exec_audit").fetchall()
+    except sqlite3.Error as e:
+        h.diag("audit read: %s" % e)
+        return []
+
+
+events = srv.sse("/v1/events?types=exec&after=0")
+seen = []
+end = time.monotonic() + 5
+while time.monotonic() < end:
+    ev = events.next(0.5)
+    if ev is None:
+        if events.ended or len(seen) >= 5:
+            break
+        continue
+    try:
+        seen.append(json.loads(ev.data).get("data") or {})
+    except ValueError:
+        pass
+events.close()
+wanted = []
+if e2b_state:
+    wanted += ["echo before-restart", "read x; echo got-"]
+if osb_state:
+    wanted += ["echo one; sleep 4", "sleep 3; echo done", "export KEEP=kept"]
+rows = audit_rows()
+for w in wanted:
+    h.ok(any(w in (c or "") and code == -1 for c, code in rows),
+         "the door: an audit row (exit code -1) for `%s`" % w, repr(rows)[:1500])
+    h.ok(any(w in (d.get("command") or "") and d.get("background") is True and d.get("process_id")
+             for d in seen), "the door: an exec event (background, process_id) for `%s`" % w,
+         json.dumps(seen)[:1500])
 
 # Streams in flight while the server stops.
 streams = []
