@@ -123,6 +123,14 @@ static void reap_idle(ab_manager *m, ab_idle_kind kind)
                     ab_store_box_get(m->o.store, m->provider, rs[i].id, &r, NULL) == 0 &&
                     (r.status == AB_BOX_RUNNING || (!pause && r.status == AB_BOX_PAUSED)) &&
                     r.last_active_at <= rs[i].last_active_at) {
+                        if (r.status == AB_BOX_RUNNING && mgr_procs_running(m, &r)) {
+                                /* a user's command runs on in it: busy, not idle */
+                                ab_store_box_touch(m->o.store, m->provider, r.id, now, NULL);
+                                ab_box_rec_clear(&r);
+                                pthread_mutex_unlock(&s->lock);
+                                mgr_slot_put(m, s);
+                                continue;
+                        }
                         ab_err *se = NULL;
                         int rc = pause ? mgr_pause_locked(m, &r, "idle", &se)
                                        : mgr_stop_locked(m, &r, "idle", &se);

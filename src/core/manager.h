@@ -395,4 +395,37 @@ int ab_manager_term_signal(ab_manager *m, const char *id, const char *scope, con
 int ab_manager_term_input(ab_manager *m, const char *id, const char *scope, const char *tid,
                           const void *data, size_t len, ab_err **err);
 
+/* ---- users' commands held by the box's init (core/term.c): background
+ * processes (pipes, no pty) and commands on a terminal that a front starts
+ * for a user (E2B processes and PTYs, OpenSandbox commands). They outlive
+ * the server: list, attach (ab_manager_term_attach), signal and close them
+ * by id after a restart. The exec door's rule, as ab_manager_exec applies
+ * it to a command it runs to its end: admitted by the app's exec quota
+ * (max_execs, exec_rate) at its start (then it runs on its own, bounded by
+ * init: 64 processes per box); an exec audit row at its start (exit_code
+ * -1, duration 0: it runs on); an "exec" event with "background": true and
+ * its "process_id". No exec metric: the server does not see it finish. ---- */
+
+/* Starts req (argv, or for a process command; pipes: a background process, else a terminal)
+ * in a box being used, with the box's env under req's, the image's user and
+ * workdir unless req names them. AB_E_QUOTA when the app may not exec now,
+ * AB_E_CONFLICT when the box holds as many as init keeps. */
+int ab_manager_cmd_start(ab_manager *m, ab_use *u, const abc_term_req *req, abc_term_info *out,
+                         ab_err **err);
+/* The same by box id (starts or resumes it, as an exec). */
+int ab_manager_cmd_start_id(ab_manager *m, const char *id, const char *scope,
+                            const abc_term_req *req, abc_term_info *out, ab_err **err);
+/* Admits and records a user's command that a front runs in a shell it keeps
+ * (an OpenSandbox session's run): the quota, audit row and event of
+ * ab_manager_cmd_start, for `command` typed into terminal tid. */
+int ab_manager_cmd_record(ab_manager *m, ab_use *u, const char *command, const char *tid,
+                          ab_err **err);
+/* The box's background processes (a stopped box has none: empty). */
+int ab_manager_proc_list(ab_manager *m, const char *id, const char *scope, abc_term_info **out,
+                         size_t *n, ab_err **err);
+/* Writes a background process's stdin (at most 60 KiB a call), then closes
+ * it when close_stdin. AB_E_CONFLICT when its stdin is closed. */
+int ab_manager_proc_input(ab_manager *m, const char *id, const char *scope, const char *tid,
+                          const void *data, size_t len, bool close_stdin, ab_err **err);
+
 #endif

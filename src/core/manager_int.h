@@ -146,6 +146,10 @@ void mgr_wake_pool(ab_manager *m);
  * after a create or a start of the box (caller holds the slot lock). A
  * failure is logged and published as "box.error", not returned: the box runs. */
 void mgr_entrypoint_start(ab_manager *m, const ab_box_rec *r);
+/* True when running box r's init holds a running background process (a
+ * user's command that runs on: core/term.c), which keeps the box from
+ * idling out as an exec in flight does. */
+bool mgr_procs_running(ab_manager *m, const ab_box_rec *r);
 
 /* ---- volumes and mounts (core/volumes.c) ---- */
 

@@ -72,6 +72,22 @@ void mgr_entrypoint_start(ab_manager *m, const ab_box_rec *r)
         abc_term_info_clear(&info);
 }
 
+bool mgr_procs_running(ab_manager *m, const ab_box_rec *r)
+{
+        ab_backend *b = m->o.backend;
+        ab_err *e = NULL;
+        abc_term_info *v = NULL;
+        size_t n = 0;
+        _cleanup_close_ int fd = b->ops->connect(b, r->backend_id, &e);
+        bool any = false;
+        if (fd >= 0 && abc_term_list_kind(fd, true, &v, &n, &e) == 0)
+                for (size_t i = 0; i < n && !any; i++)
+                        any = v[i].running;
+        abc_term_infos_free(v, n);
+        ab_err_free(&e);
+        return any;
+}
+
 int ab_manager_term_attach_use(ab_manager *m, ab_use *u, const char *tid, ab_term_attach *a,
                                ab_err **err)
 {
@@ -195,7 +211,7 @@ int ab_manager_term_get(ab_manager *m, const char *id, const char *scope, const 
         return rc == 0 ? 0 : no_terminal(id, tid, err);
 }
 
-typedef enum { OP_CLOSE, OP_RESIZE, OP_SIGNAL, OP_INPUT } term_op;
+typedef enum { OP_CLOSE, OP_RESIZE, OP_SIGNAL, OP_INPUT, OP_PROC_INPUT, OP_PROC_EOF } term_op;
 
 static int term_do(ab_manager *m, const char *id, const char *scope, const char *tid, term_op op,
                    uint32_t a, uint32_t b, const void *data, ab_err **err)
@@ -215,6 +231,8 @@ static int term_do(ab_manager *m, const char *id, const char *scope, const char 
                 rc = abc_term_resize(fd, tid, a, b, &e);
         else if (fd >= 0 && op == OP_INPUT)
                 rc = abc_term_write(fd, tid, data, a, &e);
+        else if (fd >= 0 && (op == OP_PROC_INPUT || op == OP_PROC_EOF))
+                rc = abc_proc_write(fd, tid, data, a, op == OP_PROC_EOF, &e);
         else if (fd >= 0)
                 rc = abc_term_signal(fd, tid, (int)a, &e);
         if (rc == 0 && op == OP_CLOSE)
@@ -251,6 +269,130 @@ int ab_manager_term_input(ab_manager *m, const char *id, const char *scope, cons
         if (len > UINT32_MAX)
                 return ab_err_set(err, AB_E_INVALID, 0, "terminal input too large");
         return term_do(m, id, scope, tid, OP_INPUT, (uint32_t)len, 0, data, err);
+}
+
+int ab_manager_proc_input(ab_manager *m, const char *id, const char *scope, const char *tid,
+                          const void *data, size_t len, bool close_stdin, ab_err **err)
+{
+        if (len > UINT32_MAX)
+                return ab_err_set(err, AB_E_INVALID, 0, "process input too large");
+        return term_do(m, id, scope, tid, close_stdin ? OP_PROC_EOF : OP_PROC_INPUT, (uint32_t)len,
+                       0, data, err);
+}
+
+int ab_manager_proc_list(ab_manager *m, const char *id, const char *scope, abc_term_info **out,
+                         size_t *n, ab_err **err)
+{
+        ab_use u;
+        bool none;
+        *out = NULL;
+        *n = 0;
+        if (term_use(m, id, scope, &u, &none, err) < 0)
+                return -1;
+        if (none)
+                return 0;
+        _cleanup_close_ int fd = ab_manager_use_connect(m, &u, err);
+        int rc = fd < 0 ? -1 : abc_term_list_kind(fd, true, out, n, err);
+        ab_manager_use_end(m, &u);
+        return rc;
+}
+
+/* The exec door's record of a user's command that runs on in the box: the
+ * audit row (written by use_end), the activity, the "exec" event. */
+static void cmd_recorded(ab_manager *m, ab_use *u, const char *text, const char *const *argv,
+                         const char *tid, int64_t started)
+{
+        ab_exec_audit *a = xzalloc(sizeof(*a));
+        *a = (ab_exec_audit){
+            .provider = xstrdup(m->provider),
+            .box_id = xstrdup(u->rec.id),
+            .command = xstrdup(text),
+            .exit_code = -1,
+            .started_at = started,
+        };
+        if (u->audit)
+                ab_exec_audits_free(u->audit, 1);
+        u->audit = a;
+        if (u->rec.mode != AB_MODE_SYSTEM) {
+                _cleanup_err_ ab_err *te = NULL;
+                if (ab_store_box_touch(m->o.store, m->provider, u->rec.id, mgr_wall_ms(), &te) == 0)
+                        u->touched = true;
+        }
+        size_t cl = strlen(text);
+        json_t *d = json_pack("{s:s%,s:b,s:s}", "command", text,
+                              cl > EVENT_CMD_MAX ? (size_t)EVENT_CMD_MAX : cl, "background", 1,
+                              "process_id", tid);
+        if (!d) /* not UTF-8 */
+                d = json_pack("{s:s,s:b,s:s}", "command", "(not UTF-8)", "background", 1,
+                              "process_id", tid);
+        if (argv && cl <= EVENT_CMD_MAX) {
+                json_t *w = json_array();
+                for (size_t i = 0; argv[i]; i++)
+                        json_array_append_new(w, json_string(argv[i]));
+                json_object_set_new(d, "argv", w);
+        }
+        mgr_emit(m, "exec", &u->rec, d);
+}
+
+int ab_manager_cmd_record(ab_manager *m, ab_use *u, const char *command, const char *tid,
+                          ab_err **err)
+{
+        if (mgr_quota_exec_begin(m, &u->rec, err) < 0)
+                return -1;
+        mgr_quota_exec_end(m, &u->rec);
+        cmd_recorded(m, u, command, NULL, tid, mgr_wall_ms());
+        return 0;
+}
+
+int ab_manager_cmd_start(ab_manager *m, ab_use *u, const abc_term_req *req, abc_term_info *out,
+                         ab_err **err)
+{
+        *out = (abc_term_info){0};
+        bool shell = req->pipes && req->command;
+        if (shell ? !req->command[0] : !req->argv || !req->argv[0] || !req->argv[0][0])
+                return ab_err_set(err, AB_E_INVALID, 0, "a command needs a program");
+        if (mgr_quota_exec_begin(m, &u->rec, err) < 0)
+                return -1;
+        int64_t started = mgr_wall_ms();
+        abc_term_req q = *req;
+        const json_t *img = mgr_rec_image(&u->rec);
+        if (img && !q.user)
+                q.user = json_string_value(json_object_get(img, "user"));
+        if (img && !q.cwd)
+                q.cwd = json_string_value(json_object_get(img, "workdir"));
+        _cleanup_strv_ char **env = ab_manager_box_env(&u->rec);
+        size_t n = 0, k = 0;
+        while (env[n])
+                n++;
+        while (req->env && req->env[k])
+                k++;
+        _cleanup_free_ const char **all = xcalloc(xadd(xadd(n, k), 1), sizeof(char *));
+        for (size_t i = 0; i < n; i++)
+                all[i] = env[i];
+        for (size_t i = 0; i < k; i++)
+                all[n + i] = req->env[i];
+        q.env = all;
+        _cleanup_close_ int fd = ab_manager_use_connect(m, u, err);
+        int rc = fd < 0 ? -1 : abc_term_open(fd, &q, out, err);
+        mgr_quota_exec_end(m, &u->rec);
+        if (rc < 0)
+                return -1;
+        abc_exec_req x = {.argv = shell ? NULL : req->argv, .command = req->command};
+        _cleanup_free_ char *text = abc_exec_req_text(&x);
+        cmd_recorded(m, u, text, shell ? NULL : req->argv, out->id, started);
+        return 0;
+}
+
+int ab_manager_cmd_start_id(ab_manager *m, const char *id, const char *scope,
+                            const abc_term_req *req, abc_term_info *out, ab_err **err)
+{
+        ab_use u;
+        *out = (abc_term_info){0};
+        if (ab_manager_use_begin(m, id, scope, &u, err) < 0)
+                return -1;
+        int rc = ab_manager_cmd_start(m, &u, req, out, err);
+        ab_manager_use_end(m, &u);
+        return rc;
 }
 
 void ab_manager_term_audit(ab_manager *m, ab_use *u, const char *const *argv, int exit_code,

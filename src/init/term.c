@@ -19,7 +19,13 @@
  * them has TERM_HWM bytes queued, the keeper stops reading the pty (the
  * program blocks, as it would behind a slow ssh link); a connection that
  * stays that full for TERM_STALL_MS is dropped so that one stuck client
- * cannot stop a terminal for the others. */
+ * cannot stop a terminal for the others.
+ *
+ * The keeper also holds the box's background processes (TERM_OPEN with
+ * PIPES): the same life cycle as a terminal, but the program's stdin,
+ * stdout and stderr are pipes, each output stream with a ring of its own,
+ * so that what API fronts start in the background (E2B processes,
+ * OpenSandbox commands) outlives the server that started it. */
 #include "init/init_int.h"
 
 #include <dirent.h>
@@ -37,9 +43,13 @@
 #include <termios.h>
 #include <time.h>
 
-#define TERM_MAX_RUNNING 16          /* running terminals per box */
-#define TERM_MAX_KEPT    32          /* running + exited ones kept for their history */
-#define TERM_RING        (64u << 10) /* recent output kept per terminal */
+#define TERM_MAX_RUNNING 16 /* running terminals per box */
+#define TERM_MAX_KEPT    32 /* running + exited ones kept for their history */
+#define PROC_MAX_RUNNING 64 /* running background processes per box */
+#define PROC_MAX_KEPT    96 /* running + exited ones kept for their history */
+#define TERMS_MAX        (TERM_MAX_KEPT + PROC_MAX_KEPT)
+#define TERM_RING        (64u << 10)  /* recent output kept per terminal */
+#define PROC_RING        (128u << 10) /* recent output kept per process and stream */
 #define TERM_HWM         (256u << 10)
 #define TERM_STALL_MS    30000
 #define TERM_INPUT_MAX   (64u << 10) /* input waiting for the pty before we stop reading */
@@ -51,19 +61,31 @@ int init_term_sock = -1;
 int init_term_keeper_end = -1;
 int init_notify_fd = -1;
 
+typedef struct ring {
+        uint8_t *p; /* allocated on first output */
+        size_t cap, head, len;
+} ring;
+
 typedef struct term {
         char id[ABP_TERM_ID_MAX + 1];
         char **argv;
+        char *tag;
+        bool pipes;        /* a background process: fd[] instead of master */
+        int fd[3];         /* pipes: stdin (write end), stdout, stderr (read ends); -1 closed */
+        bool in_eof;       /* pipes: close stdin once in is written */
+        uint64_t deadline; /* pipes: killed at this ab_now_ms() (0: never) */
+        uint64_t ended_ms; /* wall time of the end */
+        uint64_t lines;    /* pipes: newlines written to stdout */
+        bool timed_out;
         uint32_t cols, rows;
         uint64_t created_ms;
         pid_t pid;
-        int master;           /* -1 once the terminal ended */
+        int master;           /* -1 once the terminal ended (pipes: always -1) */
         bool running;         /* the process was not reaped yet */
         bool ended;           /* exit known and the pty drained: EXIT was sent */
         int exit_code;        /* when !running */
         uint64_t drain_until; /* after the process exited: last moment to read the pty */
-        uint8_t *ring;        /* TERM_RING bytes, allocated on first output */
-        size_t ring_head, ring_len;
+        ring ring[3];         /* output per stream: [1] (a terminal's all), [2] */
         uint8_t *in;
         size_t in_len;
         uint64_t stalled_since; /* when reading the pty was paused (0: not paused) */
@@ -77,7 +99,7 @@ typedef struct conn {
         bool closing; /* hang up once out is sent */
 } conn;
 
-static term *terms[TERM_MAX_KEPT];
+static term *terms[TERMS_MAX];
 static conn *conns[TERM_MAX_CONNS];
 static init_conf kconf;
 
@@ -151,11 +173,11 @@ static void queue_empty(conn *c, uint32_t type)
                 abort();
 }
 
-static void queue_data(conn *c, const uint8_t *p, size_t n)
+static void queue_data(conn *c, uint32_t stream, const uint8_t *p, size_t n)
 {
         while (n > 0) {
                 size_t k = n < ABP_CHUNK ? n : ABP_CHUNK;
-                if (abp_enc_data(&c->out, 1, p, k) < 0)
+                if (abp_enc_data(&c->out, stream, p, k) < 0)
                         abort();
                 p += k;
                 n -= k;
@@ -178,6 +200,11 @@ static void queue_info(conn *c, const term *t)
             .running = !t->ended,
             .has_exit = t->ended,
             .exit_code = t->exit_code,
+            .pipes = t->pipes,
+            .timed_out = t->timed_out,
+            .ended_ms = t->ended_ms,
+            .lines = t->lines,
+            .tag = t->tag,
         };
         if (abp_enc_term(&c->out, &m) < 0)
                 abort(); /* argv came in one frame: it fits in one */
@@ -185,7 +212,7 @@ static void queue_info(conn *c, const term *t)
 
 static term *find_term(const char *id)
 {
-        for (size_t i = 0; i < TERM_MAX_KEPT; i++)
+        for (size_t i = 0; i < TERMS_MAX; i++)
                 if (terms[i] && strcmp(terms[i]->id, id) == 0)
                         return terms[i];
         return NULL;
@@ -198,35 +225,41 @@ static void set_nonblock(int fd)
                 fcntl(fd, F_SETFL, fl | O_NONBLOCK);
 }
 
-static void ring_add(term *t, const uint8_t *p, size_t n)
+static void ring_add(ring *g, size_t cap, const uint8_t *p, size_t n)
 {
-        if (!t->ring)
-                t->ring = xmalloc(TERM_RING);
-        if (n >= TERM_RING) {
-                memcpy(t->ring, p + n - TERM_RING, TERM_RING);
-                t->ring_head = 0;
-                t->ring_len = TERM_RING;
+        if (!g->p) {
+                g->p = xmalloc(cap);
+                g->cap = cap;
+        }
+        if (n >= g->cap) {
+                memcpy(g->p, p + n - g->cap, g->cap);
+                g->head = 0;
+                g->len = g->cap;
                 return;
         }
-        size_t first = TERM_RING - t->ring_head;
+        size_t first = g->cap - g->head;
         if (first > n)
                 first = n;
-        memcpy(t->ring + t->ring_head, p, first);
-        memcpy(t->ring, p + first, n - first);
-        t->ring_head = (t->ring_head + n) % TERM_RING;
-        t->ring_len = t->ring_len + n > TERM_RING ? TERM_RING : t->ring_len + n;
+        memcpy(g->p + g->head, p, first);
+        memcpy(g->p, p + first, n - first);
+        g->head = (g->head + n) % g->cap;
+        g->len = g->len + n > g->cap ? g->cap : g->len + n;
 }
 
+/* The rings to a client that attaches: stdout's, then stderr's. */
 static void ring_replay(conn *c, const term *t)
 {
-        if (!t->ring_len)
-                return;
-        size_t start = (t->ring_head + TERM_RING - t->ring_len) % TERM_RING;
-        size_t first = TERM_RING - start;
-        if (first > t->ring_len)
-                first = t->ring_len;
-        queue_data(c, t->ring + start, first);
-        queue_data(c, t->ring, t->ring_len - first);
+        for (uint32_t s = 1; s <= 2; s++) {
+                const ring *g = &t->ring[s];
+                if (!g->len)
+                        continue;
+                size_t start = (g->head + g->cap - g->len) % g->cap;
+                size_t first = g->cap - start;
+                if (first > g->len)
+                        first = g->len;
+                queue_data(c, s, g->p + start, first);
+                queue_data(c, s, g->p, g->len - first);
+        }
 }
 
 /* The session id of a process, from /proc/PID/stat, or -1. */
@@ -270,15 +303,27 @@ static void kill_session(pid_t sid)
 
 static void term_free(term *t)
 {
-        for (size_t i = 0; i < TERM_MAX_KEPT; i++)
+        for (size_t i = 0; i < TERMS_MAX; i++)
                 if (terms[i] == t)
                         terms[i] = NULL;
         if (t->master >= 0)
                 close(t->master);
+        for (int i = 0; i < 3; i++)
+                if (t->fd[i] >= 0)
+                        close(t->fd[i]);
         ab_strvfreep(&t->argv);
-        free(t->ring);
+        free(t->tag);
+        for (int i = 0; i < 3; i++)
+                free(t->ring[i].p);
         free(t->in);
         free(t);
+}
+
+static void fd_close(int *fd)
+{
+        if (*fd >= 0)
+                close(*fd);
+        *fd = -1;
 }
 
 static void conn_free(conn *c)
@@ -300,13 +345,14 @@ static void term_end(term *t)
         if (t->ended)
                 return;
         t->ended = true;
-        if (t->master >= 0)
-                close(t->master);
-        t->master = -1;
+        t->ended_ms = wall_ms();
+        fd_close(&t->master);
+        for (int i = 0; i < 3; i++)
+                fd_close(&t->fd[i]);
         free(t->in);
         t->in = NULL;
         t->in_len = 0;
-        abp_exit ex = {.exit_code = t->exit_code};
+        abp_exit ex = {.exit_code = t->exit_code, .timed_out = t->timed_out};
         for (size_t i = 0; i < TERM_MAX_CONNS; i++) {
                 conn *c = conns[i];
                 if (!c || c->t != t)
@@ -316,6 +362,38 @@ static void term_end(term *t)
                 c->t = NULL;
                 c->closing = true;
         }
+}
+
+/* Output to the ring of its stream and to attached clients. */
+static void term_output(term *t, uint32_t stream, const uint8_t *buf, size_t n)
+{
+        ring_add(&t->ring[stream], t->pipes ? PROC_RING : TERM_RING, buf, n);
+        if (t->pipes && stream == 1)
+                for (const uint8_t *p = buf; (p = memchr(p, '\n', n - (size_t)(p - buf))); p++)
+                        t->lines++;
+        for (size_t i = 0; i < TERM_MAX_CONNS; i++)
+                if (conns[i] && conns[i]->t == t)
+                        queue_data(conns[i], stream, buf, n);
+}
+
+/* One read of a process's stdout (1) or stderr (2); at the end of both
+ * after the process was reaped, the process ended. */
+static void proc_read(term *t, int stream)
+{
+        static uint8_t buf[ABP_CHUNK];
+        ssize_t n;
+        do
+                n = read(t->fd[stream], buf, sizeof(buf));
+        while (n < 0 && errno == EINTR);
+        if (n < 0 && errno == EAGAIN)
+                return;
+        if (n > 0) {
+                term_output(t, (uint32_t)stream, buf, (size_t)n);
+                return;
+        }
+        fd_close(&t->fd[stream]);
+        if (!t->running && t->fd[1] < 0 && t->fd[2] < 0)
+                term_end(t);
 }
 
 /* One read of the pty: output to the ring and to attached clients. */
@@ -336,16 +414,20 @@ static void term_read(term *t)
                         t->drain_until = UINT64_MAX; /* wait for the exit status */
                 return;
         }
-        ring_add(t, buf, (size_t)n);
-        for (size_t i = 0; i < TERM_MAX_CONNS; i++)
-                if (conns[i] && conns[i]->t == t)
-                        queue_data(conns[i], buf, (size_t)n);
+        term_output(t, 1, buf, (size_t)n);
+}
+
+/* The fd input goes to: the pty, or a process's stdin pipe (-1: none). */
+static int in_fd(const term *t)
+{
+        return t->pipes ? t->fd[0] : t->master;
 }
 
 static void term_write(term *t)
 {
-        while (t->in_len > 0) {
-                ssize_t n = write(t->master, t->in, t->in_len);
+        int fd = in_fd(t);
+        while (fd >= 0 && t->in_len > 0) {
+                ssize_t n = write(fd, t->in, t->in_len);
                 if (n < 0 && errno == EINTR)
                         continue;
                 if (n < 0 && errno == EAGAIN)
@@ -357,18 +439,26 @@ static void term_write(term *t)
                 memmove(t->in, t->in + n, t->in_len - (size_t)n);
                 t->in_len -= (size_t)n;
         }
+        if (t->pipes && t->in_eof && !t->in_len)
+                fd_close(&t->fd[0]); /* the program reads EOF */
 }
 
 /* ---- starting a terminal ---- */
 
-/* The child on the pty's slave side, as `user`: never returns. */
-__attribute__((noreturn)) static void term_child(int slave, int cwdfd, char **argv, char **env,
-                                                 const init_user *user)
+/* The child, as `user`, on the pty's slave side (io[0..2] all the slave)
+ * or on a process's pipes (pty false): never returns. */
+__attribute__((noreturn)) static void term_child(const int io[3], bool pty, int cwdfd, char **argv,
+                                                 char **env, const init_user *user)
 {
         init_child_common(); /* setsid first: the pty becomes its controlling terminal */
-        if (ioctl(slave, TIOCSCTTY, 0) < 0)
+        if (pty && ioctl(io[0], TIOCSCTTY, 0) < 0)
                 _exit(127);
-        if (dup2(slave, 0) < 0 || dup2(slave, 1) < 0 || dup2(slave, 2) < 0)
+        /* every source above 2 first, so that no dup2 overwrites another's */
+        int hi[3];
+        for (int i = 0; i < 3; i++)
+                if ((hi[i] = fcntl(io[i], F_DUPFD_CLOEXEC, 3)) < 0)
+                        _exit(127);
+        if (dup2(hi[0], 0) < 0 || dup2(hi[1], 1) < 0 || dup2(hi[2], 2) < 0)
                 _exit(127);
         if (fchdir(cwdfd) < 0) {
                 dprintf(2, "agentbox-init: cannot enter the working directory: %s\r\n",
@@ -377,7 +467,8 @@ __attribute__((noreturn)) static void term_child(int slave, int cwdfd, char **ar
         }
         if (user->set) {
                 /* Its terminal is its own, as login(1) makes it (best effort). */
-                (void)!fchown(slave, user->uid, (gid_t)-1);
+                if (pty)
+                        (void)!fchown(0, user->uid, (gid_t)-1);
                 int r = init_user_apply(user);
                 if (r < 0) {
                         dprintf(2, "agentbox-init: cannot become uid %u gid %u: %s\r\n",
@@ -410,19 +501,23 @@ static void new_id(char *out)
                 snprintf(out + 2 + 2 * i, 3, "%02x", r[i]);
 }
 
-/* A free slot for a new terminal: -1 with *why when there is none (an exited
- * terminal with no client is dropped to make room). */
-static int term_slot(const char **why)
+/* A free slot for a new terminal (or process, pipes): -1 with *why when
+ * there is none (an exited one of its kind with no client is dropped to
+ * make room). */
+static int term_slot(bool pipes, const char **why)
 {
-        size_t running = 0;
+        size_t running = 0, kept = 0;
         int free_slot = -1, oldest = -1;
-        for (int i = 0; i < TERM_MAX_KEPT; i++) {
+        for (int i = 0; i < TERMS_MAX; i++) {
                 term *t = terms[i];
                 if (!t) {
                         if (free_slot < 0)
                                 free_slot = i;
                         continue;
                 }
+                if (t->pipes != pipes)
+                        continue;
+                kept++;
                 if (!t->ended) {
                         running++;
                         continue;
@@ -433,17 +528,19 @@ static int term_slot(const char **why)
                 if (!watched && (oldest < 0 || t->created_ms < terms[oldest]->created_ms))
                         oldest = i;
         }
-        if (running >= TERM_MAX_RUNNING) {
-                *why = "too many terminals in this box (16 run at most): close one first";
+        if (running >= (pipes ? PROC_MAX_RUNNING : TERM_MAX_RUNNING)) {
+                *why = pipes ? "too many background processes in this box (64 run at most)"
+                             : "too many terminals in this box (16 run at most): close one first";
                 return -1;
         }
-        if (free_slot >= 0)
+        if (free_slot >= 0 && kept < (pipes ? PROC_MAX_KEPT : TERM_MAX_KEPT))
                 return free_slot;
         if (oldest >= 0) {
                 term_free(terms[oldest]);
                 return oldest;
         }
-        *why = "too many terminals in this box: close one first";
+        *why = pipes ? "too many background processes in this box: close one first"
+                     : "too many terminals in this box: close one first";
         return -1;
 }
 
@@ -451,6 +548,62 @@ static bool env_ok(const char *e)
 {
         const char *eq = strchr(e, '=');
         return eq && eq != e;
+}
+
+static term *term_new(char **argv, const char *tag)
+{
+        term *t = xzalloc(sizeof(*t));
+        new_id(t->id);
+        t->argv = argv;
+        t->tag = tag ? xstrdup(tag) : NULL;
+        t->master = t->fd[0] = t->fd[1] = t->fd[2] = -1;
+        t->created_ms = wall_ms();
+        return t;
+}
+
+/* do_open's end for a background process: its three pipes, then the fork. */
+static void proc_open(conn *c, const abp_term_req *q, int slot, int cwdfd, char ***argv, char **env,
+                      const init_user *user)
+{
+        int in[2] = {-1, -1}, out[2] = {-1, -1}, err[2] = {-1, -1};
+        if (pipe2(in, O_CLOEXEC) < 0 || pipe2(out, O_CLOEXEC) < 0 || pipe2(err, O_CLOEXEC) < 0) {
+                char m[256];
+                snprintf(m, sizeof(m), "cannot make pipes: %s", strerror(errno));
+                queue_error(c, "internal", m);
+                goto out;
+        }
+        pid_t pid = fork();
+        if (pid < 0) {
+                int e = errno;
+                char m[256];
+                snprintf(m, sizeof(m), "cannot fork: %s", strerror(e));
+                queue_error(c, e == EAGAIN ? "limit_exceeded" : "internal", m);
+                goto out;
+        }
+        if (pid == 0)
+                term_child((int[3]){in[0], out[1], q->merge ? out[1] : err[1]}, false, cwdfd, *argv,
+                           env, user);
+        term *t = term_new(steal_pointer(argv), q->tag);
+        t->pipes = true;
+        t->pid = pid;
+        t->deadline = q->timeout_ms ? ab_now_ms() + q->timeout_ms : 0;
+        t->running = true;
+        t->fd[0] = steal_fd(&in[1]);
+        t->fd[1] = steal_fd(&out[0]);
+        t->fd[2] = steal_fd(&err[0]);
+        for (int i = 0; i < 3; i++)
+                set_nonblock(t->fd[i]);
+        if (q->close_stdin)
+                fd_close(&t->fd[0]);
+        terms[slot] = t;
+        queue_info(c, t);
+        c->closing = true;
+out:
+        for (int i = 0; i < 2; i++) {
+                fd_close(&in[i]);
+                fd_close(&out[i]);
+                fd_close(&err[i]);
+        }
 }
 
 static void do_open(conn *c, const abp_term_req *q)
@@ -485,7 +638,7 @@ static void do_open(conn *c, const abp_term_req *q)
                         return;
                 }
         }
-        int slot = term_slot(&why);
+        int slot = term_slot(q->pipes, &why);
         if (slot < 0) {
                 queue_error(c, "conflict", why);
                 return;
@@ -503,10 +656,27 @@ static void do_open(conn *c, const abp_term_req *q)
         }
         /* The base environment of an exec, a terminal's TERM, then the request's. */
         _cleanup_free_ const char **extra = xcalloc(q->n_env + 2, sizeof(*extra));
-        extra[0] = "TERM=xterm-256color";
+        size_t n_extra = 0;
+        if (!q->pipes)
+                extra[n_extra++] = "TERM=xterm-256color";
         for (size_t i = 0; i < q->n_env; i++)
-                extra[i + 1] = q->env[i];
-        _cleanup_strv_ char **env = init_base_env(extra, q->n_env + 1, kconf.workdir, &user, shell);
+                extra[n_extra++] = q->env[i];
+        _cleanup_strv_ char **env = init_base_env(extra, n_extra, kconf.workdir, &user, shell);
+        if (q->pipes && q->command) { /* as an exec's COMMAND: the box's shell runs it */
+                if (!shell) {
+                        queue_error(c, "unsupported", INIT_NO_SHELL);
+                        return;
+                }
+                ab_strvfreep(&argv);
+                argv = xcalloc(4, sizeof(*argv));
+                argv[0] = xstrdup(shell);
+                argv[1] = xstrdup("-c");
+                argv[2] = xstrdup(q->command);
+        }
+        if (q->pipes) {
+                proc_open(c, q, slot, cwdfd, &argv, env, &user);
+                return;
+        }
 
         struct winsize ws = {.ws_col = (unsigned short)(q->cols ? q->cols : 80),
                              .ws_row = (unsigned short)(q->rows ? q->rows : 24)};
@@ -530,14 +700,11 @@ static void do_open(conn *c, const abp_term_req *q)
                 return;
         }
         if (pid == 0)
-                term_child(slave, cwdfd, argv, env, &user);
+                term_child((int[3]){slave, slave, slave}, true, cwdfd, argv, env, &user);
         set_nonblock(master);
-        term *t = xzalloc(sizeof(*t));
-        new_id(t->id);
-        t->argv = steal_pointer(&argv);
+        term *t = term_new(steal_pointer(&argv), q->tag);
         t->cols = ws.ws_col;
         t->rows = ws.ws_row;
-        t->created_ms = wall_ms();
         t->pid = pid;
         t->master = steal_fd(&master);
         t->running = true;
@@ -546,10 +713,10 @@ static void do_open(conn *c, const abp_term_req *q)
         c->closing = true;
 }
 
-static void do_list(conn *c)
+static void do_list(conn *c, bool pipes)
 {
-        for (size_t i = 0; i < TERM_MAX_KEPT; i++)
-                if (terms[i])
+        for (size_t i = 0; i < TERMS_MAX; i++)
+                if (terms[i] && terms[i]->pipes == pipes)
                         queue_info(c, terms[i]);
         queue_empty(c, ABP_OK);
         c->closing = true;
@@ -565,11 +732,18 @@ static void do_resize(term *t, uint32_t cols, uint32_t rows)
 }
 
 /* A signal goes to the terminal's foreground process group (what ^C
- * reaches), or to the terminal's process when that is unknown. */
+ * reaches), or to the terminal's process when that is unknown; to a
+ * background process's group (its own: it leads a session). */
 static void do_signal(term *t, int sig)
 {
         pid_t pg = -1;
-        if (t->master >= 0 && ioctl(t->master, TIOCGPGRP, &pg) == 0 && pg > 1)
+        if (t->pipes && sig == SIGKILL) {
+                if (t->running) /* everything it started too, as a close does */
+                        kill_session(t->pid);
+        } else if (t->pipes) {
+                if (t->running && kill(-t->pid, sig) < 0)
+                        kill(t->pid, sig);
+        } else if (t->master >= 0 && ioctl(t->master, TIOCGPGRP, &pg) == 0 && pg > 1)
                 kill(-pg, sig);
         else if (!t->ended)
                 kill(t->pid, sig);
@@ -590,8 +764,15 @@ static void do_close(term *t)
         term_free(t);
 }
 
-static void do_attach(conn *c, term *t)
+static void do_attach(conn *c, term *t, bool snapshot)
 {
+        if (snapshot) { /* what it kept, as it is now */
+                queue_info(c, t);
+                ring_replay(c, t);
+                queue_empty(c, ABP_EOF);
+                c->closing = true;
+                return;
+        }
         size_t watchers = 0;
         for (size_t i = 0; i < TERM_MAX_CONNS; i++)
                 watchers += conns[i] && conns[i]->t == t;
@@ -602,7 +783,7 @@ static void do_attach(conn *c, term *t)
         queue_info(c, t);
         ring_replay(c, t);
         if (t->ended) {
-                abp_exit ex = {.exit_code = t->exit_code};
+                abp_exit ex = {.exit_code = t->exit_code, .timed_out = t->timed_out};
                 if (abp_enc_exit(&c->out, &ex) < 0)
                         abort();
                 c->closing = true;
@@ -615,8 +796,10 @@ static void do_attach(conn *c, term *t)
  * the output stream needs). */
 static void do_input(conn *c, term *t, const abp_term_req *q)
 {
-        if (t->master < 0) {
-                queue_error(c, "conflict", "the terminal's program has exited");
+        if (in_fd(t) < 0) {
+                queue_error(c, "conflict",
+                            t->pipes && !t->ended ? "the process's stdin is closed"
+                                                  : "the terminal's program has exited");
                 return;
         }
         if (t->in_len + q->data_len > 4 * TERM_INPUT_MAX) {
@@ -627,8 +810,9 @@ static void do_input(conn *c, term *t, const abp_term_req *q)
                 t->in = xrealloc(t->in, t->in_len + q->data_len);
                 memcpy(t->in + t->in_len, q->data, q->data_len);
                 t->in_len += q->data_len;
-                term_write(t);
         }
+        t->in_eof |= t->pipes && q->close_stdin;
+        term_write(t);
         queue_empty(c, ABP_OK);
         c->closing = true;
 }
@@ -650,7 +834,7 @@ static void conn_request(conn *c, const abp_frame *f)
                         do_open(c, &q);
                         break;
                 case ABP_TERM_LIST:
-                        do_list(c);
+                        do_list(c, q.pipes);
                         break;
                 case ABP_TERM_CLOSE:
                         do_close(t);
@@ -668,7 +852,7 @@ static void conn_request(conn *c, const abp_frame *f)
                         c->closing = true;
                         break;
                 case ABP_TERM_ATTACH:
-                        do_attach(c, t);
+                        do_attach(c, t, q.snapshot);
                         break;
                 case ABP_TERM_INPUT:
                         do_input(c, t, &q);
@@ -684,8 +868,13 @@ static void conn_stream(conn *c, const abp_frame *f)
         term *t = c->t;
         abp_data d;
         abp_term_req q;
+        if (f->type == ABP_EOF && t->pipes) { /* the end of a process's stdin */
+                t->in_eof = true;
+                term_write(t);
+                return;
+        }
         if (f->type == ABP_DATA && abp_dec_data(f, &d) == 0 && d.stream == 0) {
-                if (t->master >= 0 && d.len > 0) {
+                if (in_fd(t) >= 0 && !t->in_eof && d.len > 0) {
                         t->in = xrealloc(t->in, xadd(t->in_len, d.len));
                         memcpy(t->in + t->in_len, d.data, d.len);
                         t->in_len += d.len;
@@ -805,17 +994,20 @@ static void reap(void)
         int status;
         pid_t p;
         while ((p = waitpid(-1, &status, WNOHANG)) > 0) {
-                for (size_t i = 0; i < TERM_MAX_KEPT; i++) {
+                for (size_t i = 0; i < TERMS_MAX; i++) {
                         term *t = terms[i];
                         if (!t || t->pid != p || !t->running)
                                 continue;
                         t->running = false;
-                        t->exit_code = WIFEXITED(status)     ? WEXITSTATUS(status)
+                        t->exit_code = t->timed_out          ? ABP_TIMEOUT_EXIT
+                                       : WIFEXITED(status)   ? WEXITSTATUS(status)
                                        : WIFSIGNALED(status) ? 128 + WTERMSIG(status)
                                                              : 0;
-                        /* Read what the pty still holds; whatever else keeps it open
-                         * gets TERM_DRAIN_MS to let it go. */
-                        if (t->drain_until == UINT64_MAX)
+                        /* Read what the pty (pipes) still holds; whatever else keeps
+                         * it open gets TERM_DRAIN_MS to let it go. */
+                        if (t->pipes)
+                                fd_close(&t->fd[0]);
+                        if (t->pipes ? t->fd[1] < 0 && t->fd[2] < 0 : t->drain_until == UINT64_MAX)
                                 term_end(t);
                         else
                                 t->drain_until = ab_now_ms() + TERM_DRAIN_MS;
@@ -867,10 +1059,11 @@ __attribute__((noreturn)) void init_term_keeper(int ks, const char *workdir)
         if (sfd < 0)
                 _exit(1);
 
-        enum { MAXP = 2 + TERM_MAX_KEPT + TERM_MAX_CONNS };
+        enum { MAXP = 2 + 3 * TERMS_MAX + TERM_MAX_CONNS };
         for (;;) {
                 struct pollfd p[MAXP];
                 term *pt[MAXP];
+                int pw[MAXP]; /* which fd of pt: -1 the pty, 0..2 a process's pipe */
                 conn *pc[MAXP];
                 int np = 0, timeout = -1;
                 uint64_t now = ab_now_ms();
@@ -880,10 +1073,20 @@ __attribute__((noreturn)) void init_term_keeper(int ks, const char *workdir)
                 p[np++] =
                     (struct pollfd){.fd = nconns < TERM_MAX_CONNS ? ks : -1, .events = POLLIN};
                 p[np++] = (struct pollfd){.fd = sfd, .events = POLLIN};
-                for (size_t i = 0; i < TERM_MAX_KEPT; i++) {
+                for (size_t i = 0; i < TERMS_MAX; i++) {
                         term *t = terms[i];
-                        if (!t || t->master < 0)
+                        if (!t || t->ended || (!t->pipes && t->master < 0))
                                 continue;
+                        if (t->deadline && t->running) {
+                                if (now >= t->deadline) { /* its timeout: the session goes */
+                                        t->timed_out = true;
+                                        t->deadline = 0;
+                                        kill_session(t->pid);
+                                } else {
+                                        int left = (int)(t->deadline - now);
+                                        timeout = timeout < 0 || left < timeout ? left : timeout;
+                                }
+                        }
                         if (t->drain_until && t->drain_until != UINT64_MAX) {
                                 if (now >= t->drain_until) {
                                         term_end(t);
@@ -899,9 +1102,22 @@ __attribute__((noreturn)) void init_term_keeper(int ks, const char *workdir)
                                 timeout = timeout < 0 || timeout > 1000 ? 1000 : timeout;
                         if (t->in_len)
                                 ev |= POLLOUT;
+                        if (t->pipes) {
+                                for (int k = 0; k < 3; k++) {
+                                        short e = k ? ev & POLLIN : ev & POLLOUT;
+                                        if (t->fd[k] < 0 || !e)
+                                                continue;
+                                        pt[np] = t;
+                                        pw[np] = k;
+                                        pc[np] = NULL;
+                                        p[np++] = (struct pollfd){.fd = t->fd[k], .events = e};
+                                }
+                                continue;
+                        }
                         if (t->drain_until == UINT64_MAX)
                                 ev &= (short)~POLLIN; /* EIO already: wait for the exit */
                         pt[np] = t;
+                        pw[np] = -1;
                         pc[np] = NULL;
                         /* (a hung-up pty reports POLLHUP whatever we ask: leave it out) */
                         p[np++] = (struct pollfd){.fd = ev ? t->master : -1, .events = ev};
@@ -920,6 +1136,7 @@ __attribute__((noreturn)) void init_term_keeper(int ks, const char *workdir)
                         if (c->out.len)
                                 ev |= POLLOUT;
                         pt[np] = NULL;
+                        pw[np] = -1;
                         pc[np] = c;
                         p[np++] = (struct pollfd){.fd = c->fd, .events = ev};
                 }
@@ -939,8 +1156,19 @@ __attribute__((noreturn)) void init_term_keeper(int ks, const char *workdir)
                                 continue;
                         if (pt[i]) {
                                 term *t = pt[i];
+                                if (t->ended)
+                                        continue; /* ended by reap() or a read above */
+                                if (pw[i] == 0) {
+                                        term_write(t);
+                                        continue;
+                                }
+                                if (pw[i] > 0) {
+                                        if (t->fd[pw[i]] >= 0)
+                                                proc_read(t, pw[i]);
+                                        continue;
+                                }
                                 if (t->master < 0)
-                                        continue; /* ended by reap() above */
+                                        continue;
                                 if (p[i].revents & POLLOUT)
                                         term_write(t);
                                 if (p[i].revents & (POLLIN | POLLHUP | POLLERR))

@@ -793,9 +793,12 @@ int abc_ping(int fd, char **version, ab_err **err)
 
 /* ---- terminals ---- */
 
+_Static_assert(ABC_TERM_TAG_MAX == ABP_TERM_TAG_MAX, "one tag bound");
+
 void abc_term_info_clear(abc_term_info *t)
 {
         free(t->id);
+        free(t->tag);
         ab_strvfreep(&t->argv);
         *t = (abc_term_info){0};
 }
@@ -820,6 +823,12 @@ static int to_term_info(const abp_frame *f, abc_term_info *out, ab_err **err)
             .created_ms = (int64_t)m.created_ms,
             .running = m.running,
             .exit_code = m.exit_code,
+            .pid = m.pid,
+            .pipes = m.pipes,
+            .timed_out = m.timed_out,
+            .ended_ms = (int64_t)m.ended_ms,
+            .lines = m.lines,
+            .tag = m.tag ? xstrdup(m.tag) : NULL,
         };
         for (size_t i = 0; i < m.n_argv; i++)
                 out->argv[i] = xstrdup(m.argv[i]);
@@ -867,7 +876,16 @@ int abc_term_open(int fd, const abc_term_req *req, abc_term_info *out, ab_err **
             .user = req->user,
             .cols = req->cols,
             .rows = req->rows,
+            .pipes = req->pipes,
+            .close_stdin = req->pipes && req->close_stdin,
+            .timeout_ms = req->pipes ? req->timeout_ms : 0,
+            .command = req->pipes ? req->command : NULL,
+            .merge = req->pipes && req->merge,
+            .tag = req->tag,
         };
+        if (req->tag && strlen(req->tag) > ABP_TERM_TAG_MAX)
+                return ab_err_set(err, AB_E_INVALID, 0, "terminal tag: at most %u bytes",
+                                  ABP_TERM_TAG_MAX);
         if (term_send(fd, ABP_TERM_OPEN, &m, err) < 0)
                 return -1;
         abp_reader rd = {0};
@@ -881,7 +899,12 @@ int abc_term_open(int fd, const abc_term_req *req, abc_term_info *out, ab_err **
 
 int abc_term_list(int fd, abc_term_info **out, size_t *n, ab_err **err)
 {
-        abp_term_req m = {0};
+        return abc_term_list_kind(fd, false, out, n, err);
+}
+
+int abc_term_list_kind(int fd, bool pipes, abc_term_info **out, size_t *n, ab_err **err)
+{
+        abp_term_req m = {.pipes = pipes};
         *out = NULL;
         *n = 0;
         if (term_send(fd, ABP_TERM_LIST, &m, err) < 0)
@@ -957,18 +980,29 @@ int abc_term_write(int fd, const char *tid, const void *data, size_t len, ab_err
         return term_simple(fd, ABP_TERM_INPUT, &m, err);
 }
 
+int abc_proc_write(int fd, const char *tid, const void *data, size_t len, bool close_stdin,
+                   ab_err **err)
+{
+        if (len > ABP_TERM_REQ_MAX - 1024)
+                return ab_err_set(err, AB_E_INVALID, 0, "process input: at most %u bytes a call",
+                                  ABP_TERM_REQ_MAX - 1024);
+        abp_term_req m = {
+            .id = tid, .data = data ? data : "", .data_len = len, .close_stdin = close_stdin};
+        return term_simple(fd, ABP_TERM_INPUT, &m, err);
+}
+
 struct abc_term_stream {
         int fd;
         abp_reader rd;
         bool ended;
 };
 
-int abc_term_attach(int fd, const char *tid, abc_term_info *info, abc_term_stream **out,
-                    ab_err **err)
+static int attach(int fd, const char *tid, bool snapshot, abc_term_info *info,
+                  abc_term_stream **out, ab_err **err)
 {
         *info = (abc_term_info){0};
         *out = NULL;
-        abp_term_req m = {.id = tid};
+        abp_term_req m = {.id = tid, .snapshot = snapshot};
         if (!tid || strlen(tid) > ABP_TERM_ID_MAX)
                 return ab_err_set(err, AB_E_NOT_FOUND, 0, "no such terminal");
         if (term_send(fd, ABP_TERM_ATTACH, &m, err) < 0)
@@ -985,6 +1019,18 @@ int abc_term_attach(int fd, const char *tid, abc_term_info *info, abc_term_strea
                 fcntl(fd, F_SETFL, fl | O_NONBLOCK);
         *out = s;
         return 0;
+}
+
+int abc_term_attach(int fd, const char *tid, abc_term_info *info, abc_term_stream **out,
+                    ab_err **err)
+{
+        return attach(fd, tid, false, info, out, err);
+}
+
+int abc_term_snapshot(int fd, const char *tid, abc_term_info *info, abc_term_stream **out,
+                      ab_err **err)
+{
+        return attach(fd, tid, true, info, out, err);
 }
 
 int abc_term_next(abc_term_stream *s, abc_term_event *ev)
@@ -1011,16 +1057,21 @@ int abc_term_next(abc_term_stream *s, abc_term_event *ev)
                 }
                 abp_data d;
                 abp_exit e;
-                if (f.type == ABP_DATA && abp_dec_data(&f, &d) == 0 && d.stream == 1) {
+                if (f.type == ABP_DATA && abp_dec_data(&f, &d) == 0 &&
+                    (d.stream == 1 || d.stream == 2)) {
                         if (!d.len)
                                 continue;
-                        *ev =
-                            (abc_term_event){.kind = ABC_TERM_OUTPUT, .data = d.data, .len = d.len};
+                        *ev = (abc_term_event){.kind = ABC_TERM_OUTPUT,
+                                               .data = d.data,
+                                               .len = d.len,
+                                               .stream = (int)d.stream};
                         return 1;
                 }
                 s->ended = true;
                 if (f.type == ABP_EXIT && abp_dec_exit(&f, &e) == 0) {
-                        *ev = (abc_term_event){.kind = ABC_TERM_EXIT, .exit_code = e.exit_code};
+                        *ev = (abc_term_event){.kind = ABC_TERM_EXIT,
+                                               .exit_code = e.exit_code,
+                                               .timed_out = e.timed_out};
                         return 1;
                 }
                 if (f.type == ABP_EOF) {
@@ -1073,6 +1124,14 @@ int abc_term_send_signal(abc_term_stream *s, int sig)
         abp_buf b = {0};
         abp_term_req m = {.id = "", .signal = (uint32_t)sig};
         if (abp_enc_term_req(&b, ABP_TERM_SIGNAL, &m) < 0)
+                abort();
+        return stream_send(s, &b);
+}
+
+int abc_term_send_eof(abc_term_stream *s)
+{
+        abp_buf b = {0};
+        if (abp_enc_empty(&b, ABP_EOF) < 0)
                 abort();
         return stream_send(s, &b);
 }

@@ -178,7 +178,15 @@ typedef struct abc_term_info {
         int64_t created_ms; /* unix milliseconds */
         bool running;       /* false once the process exited (exit_code is then set) */
         int exit_code;      /* 128+N when killed by signal N */
+        uint32_t pid;       /* its process, in the box's pid namespace */
+        bool pipes;         /* a background process (stdout and stderr apart, no pty) */
+        bool timed_out;     /* it was killed at its timeout (exit_code 124) */
+        int64_t ended_ms;   /* when it ended (unix ms), 0 while it runs */
+        uint64_t lines;     /* a process: newlines it wrote to stdout in all */
+        char *tag;          /* the label given at open, or NULL */
 } abc_term_info;
+
+#define ABC_TERM_TAG_MAX (8u * 1024) /* longest tag (ABP_TERM_TAG_MAX) */
 
 void abc_term_info_clear(abc_term_info *t);
 void abc_term_infos_free(abc_term_info *v, size_t n);
@@ -189,6 +197,12 @@ typedef struct abc_term_req {
         const char *cwd;         /* NULL = /workspace; must exist */
         const char *user;        /* NULL or "" = root; else as abc_exec_req's */
         uint32_t cols, rows;     /* 0 = 80 x 24; at most 1000 */
+        bool pipes;              /* a background process: stdin, stdout, stderr are pipes */
+        bool close_stdin;        /* pipes: its stdin is closed from the start */
+        const char *tag;         /* kept with it and listed (at most 8 KiB), or NULL */
+        uint32_t timeout_ms;     /* pipes: init kills it (its session) after this; 0 = never */
+        const char *command;     /* pipes, instead of argv: run by the box's shell (-c) */
+        bool merge;              /* pipes: its stderr goes to its stdout */
 } abc_term_req;
 
 /* Starts a terminal. AB_E_CONFLICT when the box has as many terminals as it
@@ -196,6 +210,8 @@ typedef struct abc_term_req {
 int abc_term_open(int fd, const abc_term_req *req, abc_term_info *out, ab_err **err);
 /* Every terminal of the box (running, and exited ones not yet closed). */
 int abc_term_list(int fd, abc_term_info **out, size_t *n, ab_err **err);
+/* The same for the box's background processes (pipes true) or terminals. */
+int abc_term_list_kind(int fd, bool pipes, abc_term_info **out, size_t *n, ab_err **err);
 /* Kills the terminal's session (every process on it) and forgets it;
  * attached clients see it end. AB_E_NOT_FOUND for an unknown id. */
 int abc_term_close(int fd, const char *tid, ab_err **err);
@@ -206,6 +222,10 @@ int abc_term_signal(int fd, const char *tid, int sig, ab_err **err);
  * AB_E_CONFLICT when its program has exited or it has 256 KiB of input
  * waiting already. */
 int abc_term_write(int fd, const char *tid, const void *data, size_t len, ab_err **err);
+/* The same for a background process, closing its stdin after data when
+ * close_stdin (AB_E_CONFLICT when it is closed already). */
+int abc_proc_write(int fd, const char *tid, const void *data, size_t len, bool close_stdin,
+                   ab_err **err);
 
 /* An attached terminal: the connection fd (borrowed, set non-blocking by
  * abc_term_attach) carries its output one way and input, resize and signal
@@ -213,7 +233,7 @@ int abc_term_write(int fd, const char *tid, const void *data, size_t len, ab_err
 typedef struct abc_term_stream abc_term_stream;
 
 typedef enum {
-        ABC_TERM_OUTPUT = 1, /* data, len: output bytes (the ring buffer's first) */
+        ABC_TERM_OUTPUT = 1, /* data, len, stream: output bytes (the ring buffer's first) */
         ABC_TERM_EXIT,       /* exit_code: the process exited; the stream ends */
         ABC_TERM_CLOSED,     /* the terminal was closed; the stream ends */
 } abc_term_event_kind;
@@ -222,12 +242,18 @@ typedef struct abc_term_event {
         abc_term_event_kind kind;
         const void *data; /* valid until the next abc_term_next */
         size_t len;
+        int stream; /* OUTPUT: 1 (a terminal's, a process's stdout) or 2 (stderr) */
         int exit_code;
+        bool timed_out; /* EXIT: killed at its timeout */
 } abc_term_event;
 
 /* Attaches to terminal tid: *info gets it; then *out streams it. */
 int abc_term_attach(int fd, const char *tid, abc_term_info *info, abc_term_stream **out,
                     ab_err **err);
+/* What terminal or process tid kept of its output, as it is now: *info,
+ * then *out gives OUTPUT events and ends with ABC_TERM_CLOSED (or -1). */
+int abc_term_snapshot(int fd, const char *tid, abc_term_info *info, abc_term_stream **out,
+                      ab_err **err);
 /* The next event: 1 = *ev filled, 0 = nothing complete yet (poll the fd for
  * POLLIN and call again), -1 = the stream ended without a word (the box
  * stopped, init went away) or init broke the protocol. Call until it
@@ -238,6 +264,8 @@ int abc_term_next(abc_term_stream *s, abc_term_event *ev);
 int abc_term_input(abc_term_stream *s, const void *data, size_t len);
 int abc_term_send_resize(abc_term_stream *s, uint32_t cols, uint32_t rows);
 int abc_term_send_signal(abc_term_stream *s, int sig);
+/* Closes an attached background process's stdin (once its input is written). */
+int abc_term_send_eof(abc_term_stream *s);
 int abc_term_stream_fd(const abc_term_stream *s);
 /* Frees the stream (not the fd: closing it detaches). */
 void abc_term_stream_free(abc_term_stream *s);

@@ -588,17 +588,20 @@ int abp_enc_grep(abp_buf *b, const abp_grep_req *m)
         return abp_frame_end(b);
 }
 
-int abp_dec_grep(const abp_frame *f, abp_grep_req *m)
+static int count_paths(const abp_frame *f, size_t *n)
 {
         abp_field fl;
         int r = 0;
-        size_t n_paths = 0;
+        *n = 0;
+        FOR_FIELDS(f, fl, r, *n += fl.tag == ABP_F_PATH);
+        return 0;
+}
 
-        *m = (abp_grep_req){0};
-        if (f->type != ABP_GREP)
-                return -EBADMSG;
-        FOR_FIELDS(f, fl, r, n_paths += fl.tag == ABP_F_PATH);
-        m->paths = n_paths ? xcalloc(n_paths + 1, sizeof(*m->paths)) : NULL;
+/* (FOR_FIELDS returns on a bad field: the caller frees what was made) */
+static int grep_fields(const abp_frame *f, abp_grep_req *m)
+{
+        abp_field fl;
+        int r = 0;
         FOR_FIELDS(f, fl, r, {
                 switch (fl.tag) {
                 case ABP_F_PATTERN:
@@ -627,7 +630,21 @@ int abp_dec_grep(const abp_frame *f, abp_grep_req *m)
                         break;
                 }
         });
-        return m->pattern ? 0 : -EBADMSG;
+        return 0;
+}
+
+int abp_dec_grep(const abp_frame *f, abp_grep_req *m)
+{
+        size_t n_paths;
+        *m = (abp_grep_req){0};
+        if (f->type != ABP_GREP || count_paths(f, &n_paths) < 0)
+                return -EBADMSG;
+        m->paths = n_paths ? xcalloc(n_paths + 1, sizeof(*m->paths)) : NULL;
+        if (grep_fields(f, m) < 0 || !m->pattern) {
+                abp_grep_req_clear(m);
+                return -EBADMSG;
+        }
+        return 0;
 }
 
 void abp_grep_req_clear(abp_grep_req *m)
@@ -697,6 +714,20 @@ int abp_enc_term_req(abp_buf *b, uint32_t type, const abp_term_req *m)
                 abp_put_u32(b, ABP_F_SIGNAL, m->signal);
         if (m->data)
                 abp_put_bytes(b, ABP_F_DATA, m->data, m->data_len);
+        if (m->pipes)
+                abp_put_u32(b, ABP_F_PIPES, 1);
+        if (m->close_stdin)
+                abp_put_u32(b, ABP_F_CLOSE_STDIN, 1);
+        if (m->timeout_ms)
+                abp_put_u32(b, ABP_F_TIMEOUT_MS, m->timeout_ms);
+        if (m->command)
+                abp_put_str(b, ABP_F_COMMAND, m->command);
+        if (m->merge)
+                abp_put_u32(b, ABP_F_MERGE, 1);
+        if (m->snapshot)
+                abp_put_u32(b, ABP_F_SNAPSHOT, 1);
+        if (m->tag)
+                abp_put_str(b, ABP_F_TAG, m->tag);
         return abp_frame_end(b);
 }
 
@@ -713,6 +744,16 @@ int abp_enc_term(abp_buf *b, const abp_term_info *m)
         abp_put_u32(b, ABP_F_RUNNING, m->running);
         if (m->has_exit)
                 abp_put_u32(b, ABP_F_EXIT_CODE, (uint32_t)m->exit_code);
+        if (m->pipes)
+                abp_put_u32(b, ABP_F_PIPES, 1);
+        if (m->timed_out)
+                abp_put_u32(b, ABP_F_TIMED_OUT, 1);
+        if (m->ended_ms)
+                abp_put_u64(b, ABP_F_ENDED_MS, m->ended_ms);
+        if (m->pipes)
+                abp_put_u64(b, ABP_F_LINES, m->lines);
+        if (m->tag)
+                abp_put_str(b, ABP_F_TAG, m->tag);
         return abp_frame_end(b);
 }
 
@@ -778,6 +819,27 @@ static int term_req_fields(const abp_frame *f, abp_term_req *m)
                         m->data = fl.val;
                         m->data_len = fl.len;
                         break;
+                case ABP_F_PIPES:
+                        r = val_bool(&fl, &m->pipes);
+                        break;
+                case ABP_F_CLOSE_STDIN:
+                        r = val_bool(&fl, &m->close_stdin);
+                        break;
+                case ABP_F_TIMEOUT_MS:
+                        r = val_u32(&fl, &m->timeout_ms);
+                        break;
+                case ABP_F_COMMAND:
+                        r = val_str(&fl, &m->command);
+                        break;
+                case ABP_F_MERGE:
+                        r = val_bool(&fl, &m->merge);
+                        break;
+                case ABP_F_SNAPSHOT:
+                        r = val_bool(&fl, &m->snapshot);
+                        break;
+                case ABP_F_TAG:
+                        r = val_str(&fl, &m->tag);
+                        break;
                 }
         });
         return 0;
@@ -805,6 +867,8 @@ int abp_dec_term_req(const abp_frame *f, abp_term_req *m)
                 ok = dim_ok(m->cols, resize) && dim_ok(m->rows, resize);
         if (ok && f->type == ABP_TERM_SIGNAL)
                 ok = m->signal > 0 && m->signal < 65;
+        if (ok && m->tag)
+                ok = strlen(m->tag) <= ABP_TERM_TAG_MAX;
         for (size_t i = 0; ok && i < m->n_argv; i++)
                 ok = m->argv[i][0] != 0 || i > 0;
         if (!ok) {
@@ -846,6 +910,21 @@ static int term_fields(const abp_frame *f, abp_term_info *m, uint32_t *code)
                         r = val_u32(&fl, code);
                         m->has_exit = true;
                         break;
+                case ABP_F_PIPES:
+                        r = val_bool(&fl, &m->pipes);
+                        break;
+                case ABP_F_TIMED_OUT:
+                        r = val_bool(&fl, &m->timed_out);
+                        break;
+                case ABP_F_ENDED_MS:
+                        r = val_u64(&fl, &m->ended_ms);
+                        break;
+                case ABP_F_LINES:
+                        r = val_u64(&fl, &m->lines);
+                        break;
+                case ABP_F_TAG:
+                        r = val_str(&fl, &m->tag);
+                        break;
                 }
         });
         return 0;
@@ -859,7 +938,8 @@ int abp_dec_term(const abp_frame *f, abp_term_info *m)
         if (f->type != ABP_TERM || count_lists(f, &na, &ne) < 0)
                 return -EBADMSG;
         m->argv = xcalloc(na + 1, sizeof(*m->argv));
-        if (term_fields(f, m, &code) < 0 || !m->id || strlen(m->id) > ABP_TERM_ID_MAX) {
+        if (term_fields(f, m, &code) < 0 || !m->id || strlen(m->id) > ABP_TERM_ID_MAX ||
+            (m->tag && strlen(m->tag) > ABP_TERM_TAG_MAX)) {
                 abp_term_info_clear(m);
                 return -EBADMSG;
         }

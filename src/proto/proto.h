@@ -32,6 +32,9 @@
  *            the first DATA frames replay the terminal's ring buffer; EOF
  *            instead of EXIT: the terminal was closed. Closing the
  *            connection detaches; the terminal lives on.
+ *            A background process (TERM_OPEN with PIPES=1) is the same but
+ *            for its pipes: DATA(1) stdout, DATA(2) stderr (a ring each),
+ *            TERM_INPUT may close its stdin, no RESIZE.
  *   RESERVE: C: RESERVE[SIZE]                 I: OK{SIZE,FREE}     or ERROR
  *            the balloon: init holds an unlinked file on the workdir's
  *            filesystem, allocated (fallocate, no data written) to SIZE
@@ -152,12 +155,22 @@ enum {
         ABP_F_CREATED_MS = 100,  /* u64 unix milliseconds */
         ABP_F_RUNNING = 101,     /* u32 bool */
         ABP_F_PID = 102,         /* u32: the terminal's process (in the box's pid namespace) */
+        ABP_F_PIPES = 103,       /* u32 bool: TERM_OPEN, TERM: a background process (pipes, no
+                                  * pty); TERM_LIST: list those instead of terminals */
+        ABP_F_TAG = 104,         /* str: TERM_OPEN, TERM: the client's label, kept with it */
+        ABP_F_CLOSE_STDIN = 105, /* u32 bool: TERM_OPEN, TERM_INPUT of a process: close its
+                                  * stdin (after DATA) */
+        ABP_F_ENDED_MS = 106,    /* u64: TERM: when it ended (unix ms) */
+        ABP_F_SNAPSHOT = 107,    /* u32 bool: TERM_ATTACH: the kept output, then EOF */
+        ABP_F_MERGE = 108,       /* u32 bool: TERM_OPEN of a process: stderr into stdout */
+        ABP_F_LINES = 109,       /* u64: TERM: newlines a process wrote to stdout in all */
         ABP_F_FREE = 90,         /* u64: RESERVE's answer, bytes the box could write */
 };
 
 #define ABP_TERM_ID_MAX  40           /* longest terminal id ("t_" + hex) */
 #define ABP_TERM_DIM_MAX 1000         /* most columns or rows of a terminal */
 #define ABP_TERM_REQ_MAX (60u * 1024) /* most bytes of one terminal request frame */
+#define ABP_TERM_TAG_MAX (8u * 1024)  /* longest TAG of a terminal or process */
 
 /* FLAGS bits: WRITE uses ABP_W_*, DELETE uses ABP_RECURSIVE, MKDIR ABP_PARENTS,
  * READ ABP_R_NOFOLLOW: none of the last DEPTH components of PATH is followed
@@ -275,6 +288,13 @@ typedef struct abp_term_req {
         uint32_t cols, rows, signal;
         const void *data; /* INPUT: bytes for the terminal (ABP_F_DATA) */
         size_t data_len;
+        bool pipes;          /* OPEN: a background process; LIST: list processes */
+        const char *command; /* OPEN of a process: run by the box's shell (-c), not argv */
+        bool merge;          /* OPEN of a process: its stderr goes to stdout */
+        bool snapshot;       /* ATTACH: the kept output, then EOF (not attached) */
+        uint32_t timeout_ms; /* OPEN of a process: killed (its session) after this; 0 = never */
+        bool close_stdin;    /* OPEN, INPUT of a process: its stdin is closed */
+        const char *tag;     /* OPEN: ABP_F_TAG, at most ABP_TERM_TAG_MAX bytes, or NULL */
 } abp_term_req;
 
 /* A terminal, as TERM answers describe it. argv allocated by the decoder
@@ -288,6 +308,11 @@ typedef struct abp_term_info {
         bool running;
         bool has_exit; /* exit_code is known (the process exited) */
         int32_t exit_code;
+        bool pipes;        /* a background process (DATA(1) stdout, DATA(2) stderr) */
+        bool timed_out;    /* killed at its timeout (exit_code 124) */
+        uint64_t ended_ms; /* when it ended (unix ms), 0 while it runs */
+        uint64_t lines;    /* a process: newlines written to stdout since it started */
+        const char *tag;   /* ABP_F_TAG, or NULL */
 } abp_term_info;
 
 /* ---- encoding ---- */

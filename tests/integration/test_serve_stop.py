@@ -11,8 +11,10 @@ some late in it), a metrics watch, an E2B process stream
 has shown it is running, SIGTERM: the server must exit 0 before its
 watchdog (10 s, which exits without freeing anything) and log neither
 "exiting anyway" nor "threads still running"; every stream must end. Then
-the same data dir serves again: the commands that ran at the stop are gone
-(background, streams, session runs), and the box still runs commands."""
+the same data dir serves again: the commands whose client was the stream
+(REST exec, OpenSandbox's foreground command) are gone, those that live in
+the box's init (an OpenSandbox background command, an E2B process) run on,
+and the box still runs commands."""
 import base64
 import http.client
 import json
@@ -149,8 +151,12 @@ srv.bad_stops.clear()  # judged above, with the log
 srv.start()
 r = srv.post("/v1/sandboxes/%s/exec" % sid, {"command": "sleep 0.5; ps -eo args"})
 ps = r.get("stdout") or ""
-h.ok(r.status == 200 and "sleep 300" not in ps and "seq 1 600" not in ps and "sleep 0.1" not in ps,
-     "the commands that ran at the stop were ended (background, streams and the session's run)", r.describe())
+h.ok(r.status == 200 and "; : rest" not in ps and "; : osb-fg" not in ps,
+     "the commands whose client was a stream ended with it (REST exec, OpenSandbox foreground)",
+     r.describe())
+h.ok(r.status == 200 and "osb-bg" in ps and "e2b-proc" in ps,
+     "the commands that live in the box's init run on (OpenSandbox background, E2B process)",
+     r.describe())
 r = srv.post("/v1/sandboxes/%s/exec" % sid, {"command": "echo after"})
 h.ok(r.status == 200 and "after" in (r.get("stdout") or ""), "the box runs commands after the restart",
      r.describe())

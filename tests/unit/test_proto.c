@@ -333,6 +333,55 @@ static void test_term_codec(void)
         tap_ok(abp_frame_end(&b) == 0 && reparse(&b, &f) == 0 && abp_dec_term(&f, &to) == -EBADMSG,
                "TERM without an id is refused");
         abp_buf_free(&b);
+        /* background processes: PIPES, TAG, CLOSE_STDIN */
+        abp_term_req pq = {.argv = argv,
+                           .n_argv = 2,
+                           .pipes = true,
+                           .close_stdin = true,
+                           .tag = "{\"kind\":\"e2b\"}"};
+        tap_ok(abp_enc_term_req(&b, ABP_TERM_OPEN, &pq) == 0 && reparse(&b, &f) == 0 &&
+                   abp_dec_term_req(&f, &q) == 0 && q.pipes && q.close_stdin && q.tag &&
+                   !strcmp(q.tag, "{\"kind\":\"e2b\"}"),
+               "TERM_OPEN of a process round trip (pipes, close stdin, tag)");
+        abp_term_req_clear(&q);
+        abp_buf_free(&b);
+        _cleanup_free_ char *big = xmalloc(ABP_TERM_TAG_MAX + 2);
+        memset(big, 'x', ABP_TERM_TAG_MAX + 1);
+        big[ABP_TERM_TAG_MAX + 1] = 0;
+        pq.tag = big;
+        tap_ok(abp_enc_term_req(&b, ABP_TERM_OPEN, &pq) == 0 && reparse(&b, &f) == 0 &&
+                   abp_dec_term_req(&f, &q) == -EBADMSG,
+               "a tag over ABP_TERM_TAG_MAX is refused");
+        abp_buf_free(&b);
+        pq = (abp_term_req){.id = "t_1", .data = "x", .data_len = 1, .close_stdin = true};
+        tap_ok(abp_enc_term_req(&b, ABP_TERM_INPUT, &pq) == 0 && reparse(&b, &f) == 0 &&
+                   abp_dec_term_req(&f, &q) == 0 && q.close_stdin && q.data_len == 1,
+               "TERM_INPUT with CLOSE_STDIN round trip");
+        abp_term_req_clear(&q);
+        abp_buf_free(&b);
+        pq = (abp_term_req){.pipes = true};
+        tap_ok(abp_enc_term_req(&b, ABP_TERM_LIST, &pq) == 0 && reparse(&b, &f) == 0 &&
+                   abp_dec_term_req(&f, &q) == 0 && q.pipes,
+               "TERM_LIST of processes round trip");
+        abp_term_req_clear(&q);
+        abp_buf_free(&b);
+        ti = (abp_term_info){.id = "t_cd",
+                             .argv = argv,
+                             .n_argv = 1,
+                             .pid = 9,
+                             .running = true,
+                             .pipes = true,
+                             .tag = "label"};
+        tap_ok(abp_enc_term(&b, &ti) == 0 && reparse(&b, &f) == 0 && abp_dec_term(&f, &to) == 0 &&
+                   to.pipes && to.tag && !strcmp(to.tag, "label") && to.pid == 9 && !to.has_exit,
+               "TERM of a process round trip (pipes, tag)");
+        abp_term_info_clear(&to);
+        abp_buf_free(&b);
+        ti.tag = big;
+        tap_ok(abp_enc_term(&b, &ti) == 0 && reparse(&b, &f) == 0 &&
+                   abp_dec_term(&f, &to) == -EBADMSG,
+               "a TERM with a tag over ABP_TERM_TAG_MAX is refused");
+        abp_buf_free(&b);
         tap_ok(abp_is_term_request(ABP_TERM_OPEN) && abp_is_term_request(ABP_TERM_ATTACH) &&
                    !abp_is_term_request(ABP_RENAME) && !abp_is_term_request(ABP_TERM) &&
                    abp_is_request(ABP_TERM_ATTACH),

@@ -3,7 +3,9 @@
  * history replayed, input, exit codes (also of a program that exited before
  * anyone attached), resize and signal on the stream, list and close, close
  * kills background jobs (their own process groups) too, the keeper comes
- * back after a crash, bad requests. */
+ * back after a crash, bad requests; background processes (PIPES): stdout
+ * and stderr apart, stdin written and closed, tag, listed apart from the
+ * terminals, history and exit code after the fact, signals, the bound. */
 #include "proto/initclient.h"
 #include "proto/proto.h"
 #include "tap.h"
@@ -53,6 +55,8 @@ typedef struct stream {
         abc_term_info info;
         char *out;
         size_t n;
+        char *err; /* a process's stderr */
+        size_t n_err;
         int exit_code; /* -1 until EXIT */
         bool closed, ended;
 } stream;
@@ -78,7 +82,12 @@ static bool read_until(stream *st, const char *want, int ms)
                 abc_term_event ev;
                 int k;
                 while ((k = abc_term_next(st->s, &ev)) > 0) {
-                        if (ev.kind == ABC_TERM_OUTPUT) {
+                        if (ev.kind == ABC_TERM_OUTPUT && ev.stream == 2) {
+                                st->err = xrealloc(st->err, st->n_err + ev.len + 1);
+                                memcpy(st->err + st->n_err, ev.data, ev.len);
+                                st->n_err += ev.len;
+                                st->err[st->n_err] = 0;
+                        } else if (ev.kind == ABC_TERM_OUTPUT) {
                                 st->out = xrealloc(st->out, st->n + ev.len + 1);
                                 memcpy(st->out + st->n, ev.data, ev.len);
                                 st->n += ev.len;
@@ -109,6 +118,7 @@ static void detach(stream *st)
                 close(st->fd);
         abc_term_info_clear(&st->info);
         free(st->out);
+        free(st->err);
         memset(st, 0, sizeof(*st));
 }
 
@@ -379,6 +389,239 @@ static void test_bad(void)
         ab_err_free(&e);
 }
 
+static int open_proc(const char *const *argv, const char *tag, bool close_stdin, abc_term_info *t,
+                     ab_err **e)
+{
+        int fd = conn();
+        abc_term_req q = {.argv = argv, .pipes = true, .tag = tag, .close_stdin = close_stdin};
+        int r = fd < 0 ? -1 : abc_term_open(fd, &q, t, e);
+        if (fd >= 0)
+                close(fd);
+        return r;
+}
+
+static int list_kind(bool pipes, abc_term_info **v, size_t *n)
+{
+        ab_err *e = NULL;
+        int fd = conn();
+        int r = fd < 0 ? -1 : abc_term_list_kind(fd, pipes, v, n, &e);
+        if (fd >= 0)
+                close(fd);
+        ab_err_free(&e);
+        return r;
+}
+
+static void test_procs(void)
+{
+        ab_err *e = NULL;
+        abc_term_info t;
+        const char *const argv[] = {
+            "sh", "-c", "echo out-1; echo err-1 >&2; read x; echo got-$x; echo $0 >&2; exit 7",
+            NULL};
+        tap_ok(open_proc(argv, "{\"kind\":\"test\"}", false, &t, &e) == 0,
+               "start a background process (%s)", e ? e->msg : "");
+        ab_err_free(&e);
+        tap_ok(t.id && t.pipes && t.running && t.pid > 1 && t.tag &&
+                   !strcmp(t.tag, "{\"kind\":\"test\"}"),
+               "it runs, has a pid, its tag, and says it is a process");
+        abc_term_info *v = NULL;
+        size_t n = 0;
+        tap_ok(list_kind(true, &v, &n) == 0 && n == 1 && !strcmp(v[0].id, t.id) && v[0].tag &&
+                   v[0].pid == t.pid,
+               "listed among the processes, with its tag and pid");
+        abc_term_infos_free(v, n);
+        bool among = false;
+        int lr = list_kind(false, &v, &n);
+        for (size_t i = 0; lr == 0 && i < n; i++)
+                among |= !strcmp(v[i].id, t.id);
+        tap_ok(lr == 0 && !among, "not among the terminals");
+        abc_term_infos_free(v, n);
+        stream a;
+        tap_ok(attach(t.id, &a, &e) == 0 && read_until(&a, "out-1", 10000), "attach: stdout");
+        ab_err_free(&e);
+        for (int i = 0; i < 100 && !(a.err && strstr(a.err, "err-1")); i++)
+                read_until(&a, "never", 50);
+        tap_ok(a.err && strstr(a.err, "err-1") && !strstr(a.out, "err-1"),
+               "stderr arrives apart, as stream 2");
+        int fd = conn();
+        tap_ok(fd >= 0 && abc_proc_write(fd, t.id, "abc\n", 4, false, &e) == 0,
+               "write its stdin without attaching");
+        ab_err_free(&e);
+        close(fd);
+        tap_ok(read_until(&a, NULL, 10000) && strstr(a.out, "got-abc") && a.exit_code == 7,
+               "it read the input, exited 7: EXIT 7");
+        detach(&a);
+        tap_ok(attach(t.id, &a, &e) == 0 && read_until(&a, NULL, 10000) && a.exit_code == 7 &&
+                   a.out && strstr(a.out, "out-1") && strstr(a.out, "got-abc") && a.err &&
+                   strstr(a.err, "err-1") && !a.info.running,
+               "attaching after the exit: both streams' history, then EXIT 7");
+        ab_err_free(&e);
+        detach(&a);
+        tap_ok(list_kind(true, &v, &n) == 0 && n == 1 && !v[0].running && v[0].exit_code == 7,
+               "listed with its exit code");
+        abc_term_infos_free(v, n);
+        fd = conn();
+        tap_ok(fd >= 0 && abc_term_close(fd, t.id, &e) == 0, "close (forget) it");
+        ab_err_free(&e);
+        close(fd);
+        abc_term_info_clear(&t);
+
+        /* stdin closed: cat ends; closed from the start: EOF at once */
+        const char *const cat[] = {"cat", NULL};
+        tap_ok(open_proc(cat, NULL, false, &t, &e) == 0 && attach(t.id, &a, &e) == 0,
+               "start and attach to cat");
+        ab_err_free(&e);
+        fd = conn();
+        tap_ok(fd >= 0 && abc_proc_write(fd, t.id, "meow\n", 5, true, &e) == 0 &&
+                   read_until(&a, NULL, 10000) && strstr(a.out, "meow") && a.exit_code == 0,
+               "its input, then its stdin closed: it echoes and exits 0");
+        ab_err_free(&e);
+        close(fd);
+        fd = conn();
+        tap_ok(fd >= 0 && abc_proc_write(fd, t.id, "x", 1, false, &e) < 0 && e &&
+                   e->code == AB_E_CONFLICT,
+               "input after the end: conflict");
+        ab_err_free(&e);
+        close(fd);
+        detach(&a);
+        abc_term_info_clear(&t);
+        tap_ok(open_proc(cat, NULL, true, &t, &e) == 0 && attach(t.id, &a, &e) == 0 &&
+                   read_until(&a, NULL, 10000) && a.exit_code == 0,
+               "stdin closed from the start: cat exits 0 at once");
+        ab_err_free(&e);
+        detach(&a);
+        abc_term_info_clear(&t);
+        /* EOF on an attached stream */
+        tap_ok(open_proc(cat, NULL, false, &t, &e) == 0 && attach(t.id, &a, &e) == 0 &&
+                   abc_term_input(a.s, "purr\n", 5) == 0 && abc_term_send_eof(a.s) == 0 &&
+                   read_until(&a, NULL, 10000) && strstr(a.out, "purr") && a.exit_code == 0,
+               "input and EOF on the attached stream");
+        ab_err_free(&e);
+        detach(&a);
+        abc_term_info_clear(&t);
+
+        /* a signal goes to its process group */
+        const char *const sl[] = {"sh", "-c", "sleep 3141 & wait", NULL};
+        tap_ok(open_proc(sl, NULL, true, &t, &e) == 0, "start sh with a sleep");
+        ab_err_free(&e);
+        for (int i = 0; i < 200 && count_procs("sleep", "3141") < 1; i++)
+                msleep(50);
+        fd = conn();
+        tap_ok(fd >= 0 && abc_term_signal(fd, t.id, SIGTERM, &e) == 0 &&
+                   attach(t.id, &a, &e) == 0 && read_until(&a, NULL, 10000) &&
+                   a.exit_code == 128 + SIGTERM,
+               "SIGTERM: it ends with 143");
+        ab_err_free(&e);
+        close(fd);
+        for (int i = 0; i < 100 && count_procs("sleep", "3141") > 0; i++)
+                msleep(50);
+        tap_ok(count_procs("sleep", "3141") == 0, "... and its child in the group too");
+        detach(&a);
+        abc_term_info_clear(&t);
+
+        /* COMMAND by the box's shell, stderr merged, a snapshot of the output */
+        fd = conn();
+        abc_term_req cq = {.pipes = true,
+                           .close_stdin = true,
+                           .merge = true,
+                           .command = "echo one; echo two >&2; echo three; exit 5"};
+        tap_ok(fd >= 0 && abc_term_open(fd, &cq, &t, &e) == 0 && t.pipes,
+               "a process from a shell command (%s)", e ? e->msg : "");
+        ab_err_free(&e);
+        if (fd >= 0)
+                close(fd);
+        tap_ok(attach(t.id, &a, &e) == 0 && read_until(&a, NULL, 10000) && a.exit_code == 5 &&
+                   a.out && strstr(a.out, "one\ntwo\nthree\n") && !a.err,
+               "stderr merged into stdout in order; exit 5");
+        ab_err_free(&e);
+        detach(&a);
+        memset(&a, 0, sizeof(a));
+        a.exit_code = -1;
+        a.fd = conn();
+        tap_ok(a.fd >= 0 && abc_term_snapshot(a.fd, t.id, &a.info, &a.s, &e) == 0 &&
+                   read_until(&a, NULL, 5000) && a.closed && a.out &&
+                   !strcmp(a.out, "one\ntwo\nthree\n") && a.info.lines == 3 &&
+                   a.info.ended_ms > 0 && !a.info.running,
+               "a snapshot: the kept output, lines 3, its end time, then EOF");
+        ab_err_free(&e);
+        detach(&a);
+        abc_term_info_clear(&t);
+
+        /* SIGKILL of a process ends its whole session, kept with exit 137 */
+        const char *const kj[] = {"sh", "-c", "set -m; sleep 3144 & sleep 3145", NULL};
+        tap_ok(open_proc(kj, NULL, true, &t, &e) == 0,
+               "start sh with a job in a process group of its own");
+        ab_err_free(&e);
+        for (int i = 0; i < 200 && count_procs("sleep", "3145") < 1; i++)
+                msleep(50);
+        fd = conn();
+        tap_ok(fd >= 0 && abc_term_signal(fd, t.id, SIGKILL, &e) == 0 &&
+                   attach(t.id, &a, &e) == 0 && read_until(&a, NULL, 10000) && a.exit_code == 137,
+               "SIGKILL: exit 137, and it is still listed");
+        ab_err_free(&e);
+        if (fd >= 0)
+                close(fd);
+        for (int i = 0; i < 100 && count_procs("sleep", "3144") > 0; i++)
+                msleep(50);
+        tap_ok(count_procs("sleep", "3144") == 0, "... and the job of its own group too");
+        detach(&a);
+        abc_term_info_clear(&t);
+
+        /* a timeout kills its session: exit code 124, timed out */
+        const char *const tsl[] = {"sh", "-c", "sleep 3142 & sleep 3143", NULL};
+        fd = conn();
+        abc_term_req tq = {.argv = tsl, .pipes = true, .close_stdin = true, .timeout_ms = 500};
+        tap_ok(fd >= 0 && abc_term_open(fd, &tq, &t, &e) == 0 && attach(t.id, &a, &e) == 0,
+               "start a process with a 500 ms timeout");
+        ab_err_free(&e);
+        if (fd >= 0)
+                close(fd);
+        tap_ok(read_until(&a, NULL, 10000) && a.exit_code == ABP_TIMEOUT_EXIT,
+               "it is killed at its timeout: EXIT 124");
+        bool listed = false;
+        lr = list_kind(true, &v, &n);
+        for (size_t i = 0; lr == 0 && i < n; i++)
+                listed |= !strcmp(v[i].id, t.id) && v[i].timed_out && v[i].exit_code == 124;
+        tap_ok(listed, "listed as timed out");
+        abc_term_infos_free(v, n);
+        for (int i = 0; i < 100 && count_procs("sleep", "3142") > 0; i++)
+                msleep(50);
+        tap_ok(count_procs("sleep", "3142") == 0, "... its background child too");
+        detach(&a);
+        fd = conn();
+        if (fd >= 0) {
+                (void)abc_term_close(fd, t.id, &e);
+                ab_err_free(&e);
+                close(fd);
+        }
+        abc_term_info_clear(&t);
+
+        /* the bound: 64 running */
+        const char *const sl2[] = {"sleep", "2718", NULL};
+        int started = 0;
+        for (int i = 0; i < 70; i++) {
+                if (open_proc(sl2, NULL, true, &t, &e) == 0)
+                        started++;
+                else if (e && e->code != AB_E_CONFLICT)
+                        tap_diag("open: %s", e->msg);
+                ab_err_free(&e);
+                abc_term_info_clear(&t);
+        }
+        tap_ok(started == 64, "64 processes run at most (%d started)", started);
+        tap_ok(list_kind(true, &v, &n) == 0, "list them");
+        for (size_t i = 0; i < n; i++) {
+                fd = conn();
+                if (fd >= 0 && abc_term_close(fd, v[i].id, &e) < 0)
+                        tap_diag("close: %s", e ? e->msg : "?");
+                ab_err_free(&e);
+                if (fd >= 0)
+                        close(fd);
+        }
+        abc_term_infos_free(v, n);
+        tap_ok(list_kind(true, &v, &n) == 0 && n == 0, "closed: none is left");
+        abc_term_infos_free(v, n);
+}
+
 int main(void)
 {
         const char *bin = getenv("AGENTBOX_INIT");
@@ -411,6 +654,7 @@ int main(void)
         test_close_kills_jobs();
         test_keeper_crash();
         test_bad();
+        test_procs();
         kill(init_pid, SIGTERM);
         waitpid(init_pid, NULL, 0);
         char cmd[1200];

@@ -64,8 +64,9 @@ int envd_parse_multipart(const char *body, size_t len, const char *ctype, up_fil
 enum MHD_Result envd_watch_dir(ab_req *r, const char *box, json_t *msg);
 enum MHD_Result envd_watcher_rpc(ab_req *r, const char *box, const char *method, json_t *msg);
 
-/* Shutdown halves (envd_shutdown): every process killed, every PTY closed,
- * every watch stopped; each waits (up to 5 s) for its threads. */
+/* Shutdown halves (envd_shutdown): every process stream detached (the
+ * processes and PTYs live on in their boxes), every watch stopped; each
+ * waits for its threads (up to 10 s, 5 s). */
 void envd_procs_stop(void);
 void envd_watches_stop(void);
 

@@ -46,12 +46,14 @@ bool e2b_token_parse(const char *tok, char **key_id);
  * or 500 itself. Reads the store: call it on a worker. */
 enum MHD_Result envd_authenticate(ab_req *r, bool *ok);
 
-/* Ends the E2B processes and watches of box id that this server runs (their
- * streams see the end): called when the front deletes or pauses a box. */
+/* Detaches this server's streams of box id's E2B processes and waits for
+ * them (the processes die with the box): called when the front deletes a
+ * box. */
 void envd_forget_box(const char *id);
 
-/* Ends every E2B process, PTY and watch of this server and waits (up to 5 s)
- * for their threads: at the server's stop, before the manager goes. */
+/* Detaches every E2B process and PTY stream (they live on in their boxes),
+ * stops every watch and waits for their threads: at the server's stop,
+ * before the manager goes. */
 void envd_shutdown(void);
 
 /* Control plane (front_e2b.c). `id` is the {sandboxID} segment. */

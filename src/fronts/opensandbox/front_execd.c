@@ -2,21 +2,46 @@
  * under /opensandbox/execd/{id}: commands (streamed as server-sent events,
  * background commands with status, logs and interrupt), bash sessions,
  * metrics, and the routing of every execd call (files and directories are
- * front_execd_files.c's). Commands go through the manager's exec (the one
- * door: env, limits, audit, events). */
+ * front_execd_files.c's). Foreground commands go through the manager's
+ * exec (the one door: env, limits, audit, events); background commands and
+ * sessions live in the box's init (ab_manager_cmd_start, terminals), so a
+ * restart of the server loses neither. */
 #include "fronts/opensandbox/front_execd_int.h"
 #include "base/log.h"
 
 #include <openssl/rand.h>
 #include <poll.h>
+#include <signal.h>
+#include <stdatomic.h>
 #include <sys/socket.h>
+#include <time.h>
 
-#define BG_RUNNING_MAX 256        /* background commands running at once, server-wide */
-#define CMDS_KEPT      256        /* finished commands remembered for status/logs */
-#define CMD_LOG_MAX    (8u << 20) /* bytes of a background command's output kept */
-#define PING_MS        15000      /* a silent foreground stream gets a ping this often */
+#define CMDS_KEPT 256   /* finished commands remembered for status/logs */
+#define PING_MS   15000 /* a silent foreground stream gets a ping this often */
 
 /* ---- helpers ------------------------------------------------------------ */
+
+/* The threads of this file (foreground commands, session runs, metrics
+ * watches) use the manager: execd_shutdown ends them and waits for them
+ * before the manager goes. */
+static atomic_int n_threads;
+static atomic_bool stopping;
+
+static int execd_spawn(void *(*fn)(void *), void *arg)
+{
+        if (atomic_load(&stopping))
+                return -ESHUTDOWN;
+        atomic_fetch_add(&n_threads, 1);
+        int rc = spawn_detached(fn, arg);
+        if (rc < 0)
+                atomic_fetch_sub(&n_threads, 1);
+        return rc;
+}
+
+static void execd_thread_done(void)
+{
+        atomic_fetch_sub(&n_threads, 1);
+}
 
 static int send_all(int fd, const void *buf, size_t len)
 {
@@ -74,11 +99,10 @@ typedef struct cmd {
         char id[24];
         char *box;
         char *content;
-        bool background, running, interrupted, truncated;
+        bool running, interrupted;
         int exit_code;
         char *error;
         int64_t started_ms, finished_ms;
-        ab_buf log;    /* a background command's stdout and stderr, as they came */
         int cancel_fd; /* shutdown(SHUT_RD) on it ends the exec; -1 once done */
 } cmd;
 
@@ -86,14 +110,12 @@ static pthread_mutex_t cmds_lock = PTHREAD_MUTEX_INITIALIZER;
 static atomic_bool stopping; /* execd_shutdown: session runs leave their shells */
 static cmd *cmds;            /* newest first */
 static size_t n_cmds;
-static size_t n_bg_running;
 
 static void cmd_free(cmd *c)
 {
         free(c->box);
         free(c->content);
         free(c->error);
-        ab_buf_free(&c->log);
         free(c);
 }
 
@@ -136,8 +158,7 @@ typedef struct cmd_job {
         char **argv; /* a session's run: instead of command (which names it for status) */
         char **env;
         uint32_t timeout_ms;
-        int fd;   /* fg: the event stream's end; bg: our end of a pair */
-        int peer; /* bg: the pair's other end, kept open while the command runs */
+        int fd; /* the event stream's end */
         bool broken;
         char *key_id;
         ab_quota key_quotas;
@@ -154,7 +175,7 @@ static cmd_job *cmd_job_new(ab_server *srv)
 {
         cmd_job *j = xzalloc(sizeof(*j));
         j->srv = srv;
-        j->fd = j->peer = -1;
+        j->fd = -1;
         pthread_mutex_init(&j->wlock, NULL);
         pthread_condattr_t ca;
         pthread_condattr_init(&ca);
@@ -231,27 +252,14 @@ static int fg_output(void *ud, int stream, const void *buf, size_t len)
                                       "text", json_bytes(buf, len)));
 }
 
-static int bg_output(void *ud, int stream, const void *buf, size_t len)
-{
-        cmd_job *j = ud;
-        pthread_mutex_lock(&cmds_lock);
-        if (j->c->log.n + len <= CMD_LOG_MAX)
-                ab_buf_add(&j->c->log, buf, len);
-        else
-                j->c->truncated = true;
-        pthread_mutex_unlock(&cmds_lock);
-        return 0;
-}
-
 static void *cmd_main(void *arg)
 {
         cmd_job *j = arg;
         cmd *c = j->c; /* only under cmds_lock once it is finished: it may be forgotten */
-        bool background = c->background;
         if (j->key_id)
                 ab_manager_set_caller(&j->caller);
         pthread_t pinger;
-        bool pinging = !background && pthread_create(&pinger, NULL, ping_main, j) == 0;
+        bool pinging = pthread_create(&pinger, NULL, ping_main, j) == 0;
         abc_exec_req q = {
             .command = j->argv ? NULL : j->command,
             .argv = (const char *const *)j->argv,
@@ -260,20 +268,16 @@ static void *cmd_main(void *arg)
             .user = j->user,
             .stdin_fd = -1,
             .timeout_ms = j->timeout_ms,
-            .output_cap = background ? CMD_LOG_MAX : 0,
             .has_cancel = true,
             .cancel_fd = j->fd,
         };
         abc_exec_res res = {0};
         ab_err *e = NULL;
-        int rc = ab_manager_exec(j->srv->mgr, &j->use, &q, background ? bg_output : fg_output, j,
-                                 &res, &e);
+        int rc = ab_manager_exec(j->srv->mgr, &j->use, &q, fg_output, j, &res, &e);
         pthread_mutex_lock(&cmds_lock);
         bool interrupted = c->interrupted;
         c->running = false;
         c->finished_ms = osb_wall_ms();
-        if (background)
-                n_bg_running--;
         if (rc < 0) {
                 c->exit_code = interrupted ? 137 : -1;
                 c->error = xstrdup(interrupted ? "interrupted" : e->msg);
@@ -293,29 +297,26 @@ static void *cmd_main(void *arg)
                 pthread_mutex_unlock(&j->wlock);
                 pthread_join(pinger, NULL);
         }
-        if (!background) {
-                if (exit_code != 0 || error) {
-                        const char *ename = rc < 0 ? (interrupted ? "Interrupted" : "RuntimeError")
-                                            : res.timed_out ? "TimeoutError"
-                                                            : "CommandExecError";
-                        char ev[16];
-                        snprintf(ev, sizeof(ev), "%d", exit_code);
-                        json_t *tb = json_array();
-                        if (error)
-                                json_array_append_new(tb, json_string(error));
-                        sse_event(j, json_pack("{s:s,s:{s:s,s:s,s:o}}", "type", "error", "error",
-                                               "ename", ename, "evalue", ev, "traceback", tb));
-                }
-                sse_event(j, json_pack("{s:s,s:I}", "type", "execution_complete", "execution_time",
-                                       (json_int_t)res.duration_ms));
+        if (exit_code != 0 || error) {
+                const char *ename = rc < 0          ? (interrupted ? "Interrupted" : "RuntimeError")
+                                    : res.timed_out ? "TimeoutError"
+                                                    : "CommandExecError";
+                char ev[16];
+                snprintf(ev, sizeof(ev), "%d", exit_code);
+                json_t *tb = json_array();
+                if (error)
+                        json_array_append_new(tb, json_string(error));
+                sse_event(j, json_pack("{s:s,s:{s:s,s:s,s:o}}", "type", "error", "error", "ename",
+                                       ename, "evalue", ev, "traceback", tb));
         }
+        sse_event(j, json_pack("{s:s,s:I}", "type", "execution_complete", "execution_time",
+                               (json_int_t)res.duration_ms));
         ab_err_free(&e);
         ab_manager_use_end(j->srv->mgr, &j->use);
         ab_manager_set_caller(NULL);
         close(j->fd); /* the event stream ends */
-        if (j->peer >= 0)
-                close(j->peer);
         cmd_job_free(j);
+        execd_thread_done();
         return NULL;
 }
 
@@ -370,16 +371,6 @@ static const char *const sse_headers[] = {"X-Accel-Buffering", "no", "Cache-Cont
  * one answers its init event and runs on, its output kept for /logs. */
 static enum MHD_Result start_cmd(ab_req *r, const char *id, cmd_job *j, bool bg);
 
-/* A background command's slot is free again. */
-static void bg_done(bool bg)
-{
-        if (!bg)
-                return;
-        pthread_mutex_lock(&cmds_lock);
-        n_bg_running--;
-        pthread_mutex_unlock(&cmds_lock);
-}
-
 static enum MHD_Result cmd_run(ab_req *r, const char *id)
 {
         ab_err *e = NULL;
@@ -397,38 +388,127 @@ static enum MHD_Result cmd_run(ab_req *r, const char *id)
         return start_cmd(r, id, j, bg);
 }
 
+/* ---- background commands: processes held by the box's init ---- */
+
+/* A background command is a process in the box's init (its stderr merged
+ * into its stdout, as execd's logs have them), started through the
+ * manager's door for users' commands; init keeps its status, exit code and
+ * the last 128 KiB of its output, so status, logs and interrupt work after
+ * a restart of the server too. Its id and command ride in the process's
+ * tag: {"front":"osb","cmd":ID,"content":COMMAND (cut to fit)}. */
+static char *bg_tag(const char *cid, const char *command)
+{
+        size_t cut = strlen(command);
+        for (;;) {
+                json_t *j = json_pack("{s:s,s:s,s:s%}", "front", "osb", "cmd", cid, "content",
+                                      command, cut);
+                char *t = j ? json_dumps(j, JSON_COMPACT) : NULL;
+                json_decref(j);
+                if (t && strlen(t) <= ABC_TERM_TAG_MAX)
+                        return t;
+                free(t);
+                cut = cut > 1024 ? cut - 1024 : 0; /* (also when the cut split a character) */
+                while (cut > 0 && ((unsigned char)command[cut] & 0xc0) == 0x80)
+                        cut--;
+        }
+}
+
+/* The background command cid of box (*t, its content in *content); 0, or
+ * -1 with AB_E_NOT_FOUND when there is none. */
+static int bg_find(ab_server *srv, const char *scope, const char *box, const char *cid,
+                   abc_term_info *t, char **content, ab_err **err)
+{
+        abc_term_info *v;
+        size_t n;
+        *t = (abc_term_info){0};
+        if (ab_manager_proc_list(srv->mgr, box, scope, &v, &n, err) < 0)
+                return -1;
+        int rc = -1;
+        for (size_t i = 0; i < n && rc < 0; i++) {
+                json_t *j = v[i].tag ? json_loads(v[i].tag, 0, NULL) : NULL;
+                const char *front = json_string_value(json_object_get(j, "front"));
+                const char *id = json_string_value(json_object_get(j, "cmd"));
+                if (front && !strcmp(front, "osb") && id && !strcmp(id, cid)) {
+                        if (content) {
+                                const char *c = json_string_value(json_object_get(j, "content"));
+                                *content = xstrdup(c ? c : "");
+                        }
+                        *t = v[i];
+                        v[i] = (abc_term_info){0};
+                        rc = 0;
+                }
+                json_decref(j);
+        }
+        abc_term_infos_free(v, n);
+        if (rc < 0)
+                return ab_err_set(err, AB_E_NOT_FOUND, 0, "no command %s in sandbox %s", cid, box);
+        return 0;
+}
+
+static enum MHD_Result start_bg(ab_req *r, const char *id, cmd_job *j)
+{
+        unsigned char rnd[8];
+        if (RAND_bytes(rnd, sizeof(rnd)) != 1) {
+                cmd_job_free(j);
+                return osb_error(r, 500, "RUNTIME_ERROR", "no randomness");
+        }
+        char cid[24] = "cmd-";
+        for (size_t i = 0; i < sizeof(rnd); i++)
+                snprintf(cid + 4 + 2 * i, 3, "%02x", rnd[i]);
+        _cleanup_free_ char *tag = bg_tag(cid, j->command);
+        abc_term_req q = {
+            .command = j->command,
+            .env = (const char *const *)j->env,
+            .cwd = j->cwd,
+            .user = j->user,
+            .pipes = true,
+            .close_stdin = true,
+            .merge = true,
+            .timeout_ms = j->timeout_ms,
+            .tag = tag,
+        };
+        abc_term_info t;
+        ab_err *e = NULL;
+        int rc = ab_manager_cmd_start_id(r->srv->mgr, id, r->scope, &q, &t, &e);
+        cmd_job_free(j);
+        if (rc < 0) {
+                if (e->code != AB_E_CONFLICT)
+                        return osb_err(r, e, "");
+                enum MHD_Result ret = osb_error(r, 429, "TOO_MANY_COMMANDS", "%s", e->msg);
+                ab_err_free(&e);
+                return ret;
+        }
+        json_t *ev = json_pack("{s:s,s:s,s:I}", "type", "init", "text", cid, "timestamp",
+                               (json_int_t)t.created_ms);
+        abc_term_info_clear(&t);
+        char *txt = json_dumps(ev, JSON_COMPACT);
+        json_decref(ev);
+        char *init = xasprintf("data: %s\n\n", txt);
+        free(txt);
+        struct MHD_Response *resp =
+            MHD_create_response_from_buffer(strlen(init), init, MHD_RESPMEM_MUST_FREE);
+        MHD_add_response_header(resp, "Content-Type", "text/event-stream");
+        return resp_send(r, 200, resp);
+}
+
 /* Starts job j (its command parsed) in box id and answers r. Takes j. */
 static enum MHD_Result start_cmd(ab_req *r, const char *id, cmd_job *j, bool bg)
 {
         ab_err *e = NULL;
         enum MHD_Result ret;
-        if (bg) { /* each holds a thread and a use of its box */
-                pthread_mutex_lock(&cmds_lock);
-                bool full = n_bg_running >= BG_RUNNING_MAX;
-                if (!full)
-                        n_bg_running++;
-                pthread_mutex_unlock(&cmds_lock);
-                if (full) {
-                        cmd_job_free(j);
-                        return osb_error(r, 429, "TOO_MANY_COMMANDS",
-                                         "%d background commands run already; interrupt some",
-                                         BG_RUNNING_MAX);
-                }
-        }
+        if (bg)
+                return start_bg(r, id, j);
         if (execd_begin_use(r, id, &j->use, &ret) < 0) {
-                bg_done(bg);
                 cmd_job_free(j);
                 return ret;
         }
         if (ab_manager_quota_exec_check(r->srv->mgr, j->use.rec.app_id, &e) < 0) {
-                bg_done(bg);
                 ab_manager_use_end(r->srv->mgr, &j->use);
                 cmd_job_free(j);
                 return osb_err(r, e, "");
         }
         ab_stream_slot *slot = NULL;
-        if (!bg && !(slot = req_stream_slot(r, &ret))) {
-                bg_done(bg);
+        if (!(slot = req_stream_slot(r, &ret))) {
                 ab_manager_use_end(r->srv->mgr, &j->use);
                 cmd_job_free(j);
                 return ret;
@@ -437,9 +517,7 @@ static enum MHD_Result start_cmd(ab_req *r, const char *id, cmd_job *j, bool bg)
         unsigned char rnd[8];
         if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0 ||
             RAND_bytes(rnd, sizeof(rnd)) != 1) {
-                if (slot)
-                        ab_stream_slot_release(slot);
-                bg_done(bg);
+                ab_stream_slot_release(slot);
                 ab_manager_use_end(r->srv->mgr, &j->use);
                 cmd_job_free(j);
                 return osb_error(r, 500, "RUNTIME_ERROR", "cannot make the command's stream");
@@ -450,7 +528,6 @@ static enum MHD_Result start_cmd(ab_req *r, const char *id, cmd_job *j, bool bg)
                 snprintf(c->id + 4 + 2 * i, 3, "%02x", rnd[i]);
         c->box = xstrdup(id);
         c->content = xstrdup(j->command);
-        c->background = bg;
         c->running = true;
         c->started_ms = osb_wall_ms();
         c->cancel_fd = sv[0];
@@ -471,12 +548,9 @@ static enum MHD_Result start_cmd(ab_req *r, const char *id, cmd_job *j, bool bg)
                 init = xasprintf("data: %s\n\n", txt);
                 free(txt);
         }
-        if (bg)
-                j->peer = sv[1];
-        else
-                send_all(sv[0], init, strlen(init)); /* the socket's buffer takes it */
+        send_all(sv[0], init, strlen(init)); /* the socket's buffer takes it */
         cmds_add(c);
-        if (spawn_detached(cmd_main, j) < 0) {
+        if (execd_spawn(cmd_main, j) < 0) {
                 pthread_mutex_lock(&cmds_lock);
                 c->running = false;
                 c->exit_code = -1;
@@ -485,20 +559,12 @@ static enum MHD_Result start_cmd(ab_req *r, const char *id, cmd_job *j, bool bg)
                 pthread_mutex_unlock(&cmds_lock);
                 close(sv[0]);
                 close(sv[1]);
-                if (slot)
-                        ab_stream_slot_release(slot);
-                bg_done(bg);
+                ab_stream_slot_release(slot);
                 ab_manager_use_end(r->srv->mgr, &j->use);
                 cmd_job_free(j);
                 return osb_error(r, 503, "RUNTIME_ERROR", "cannot start a thread");
         }
-        if (!bg)
-                return resp_stream_counted(r, 200, "text/event-stream", sv[1], sse_headers, slot);
-        size_t len = strlen(init);
-        struct MHD_Response *resp =
-            MHD_create_response_from_buffer(len, steal_pointer(&init), MHD_RESPMEM_MUST_FREE);
-        MHD_add_response_header(resp, "Content-Type", "text/event-stream");
-        return resp_send(r, 200, resp);
+        return resp_stream_counted(r, 200, "text/event-stream", sv[1], sse_headers, slot);
 }
 
 /* Looks a command of box id up (the box must be the caller's). */
@@ -512,6 +578,37 @@ int execd_box_check(ab_req *r, const char *id, enum MHD_Result *ret)
         }
         ab_box_rec_clear(&rec);
         return 0;
+}
+
+static enum MHD_Result bg_err(ab_req *r, const char *id, const char *cid, ab_err *e)
+{
+        if (e->code != AB_E_NOT_FOUND)
+                return osb_err(r, e, "");
+        ab_err_free(&e);
+        return osb_error(r, 404, "COMMAND_NOT_FOUND", "no command %s in sandbox %s", cid, id);
+}
+
+/* The status of a background command, from the box's init. */
+static enum MHD_Result bg_status(ab_req *r, const char *id, const char *cid)
+{
+        abc_term_info t;
+        _cleanup_free_ char *content = NULL;
+        ab_err *e = NULL;
+        if (bg_find(r->srv, r->scope, id, cid, &t, &content, &e) < 0)
+                return bg_err(r, id, cid, e);
+        char st[32], fin[32];
+        osb_time(t.created_ms, st);
+        osb_time(t.ended_ms, fin);
+        json_t *j =
+            json_pack("{s:s,s:s,s:b,s:o,s:s,s:o}", "id", cid, "content", content, "running",
+                      t.running, "exit_code", t.running ? json_null() : json_integer(t.exit_code),
+                      "started_at", st, "finished_at", t.running ? json_null() : json_string(fin));
+        if (!t.running && t.timed_out)
+                json_object_set_new(j, "error", json_string("timed out"));
+        else if (!t.running && t.exit_code == 128 + SIGKILL)
+                json_object_set_new(j, "error", json_string("killed (interrupted)"));
+        abc_term_info_clear(&t);
+        return resp_json(r, 200, j);
 }
 
 static enum MHD_Result cmd_status(ab_req *r, const char *id, const char *cid)
@@ -535,9 +632,80 @@ static enum MHD_Result cmd_status(ab_req *r, const char *id, const char *cid)
         }
         pthread_mutex_unlock(&cmds_lock);
         if (!j)
-                return osb_error(r, 404, "COMMAND_NOT_FOUND", "no command %s in sandbox %s", cid,
-                                 id);
+                return bg_status(r, id, cid);
         return resp_json(r, 200, j);
+}
+
+/* What the box's init kept of process tid's output (the last 128 KiB). */
+static int bg_kept(ab_server *srv, const char *scope, const char *box, const char *tid,
+                   abc_term_info *t, ab_buf *out, ab_err **err)
+{
+        *t = (abc_term_info){0};
+        ab_use u;
+        if (ab_manager_use_begin(srv->mgr, box, scope, &u, err) < 0)
+                return -1;
+        _cleanup_close_ int fd = ab_manager_use_connect(srv->mgr, &u, err);
+        abc_term_stream *st = NULL;
+        int rc = fd < 0 ? -1 : abc_term_snapshot(fd, tid, t, &st, err);
+        for (int waited = 0; rc == 0;) {
+                abc_term_event ev;
+                int k = abc_term_next(st, &ev);
+                if (k > 0 && ev.kind == ABC_TERM_OUTPUT) {
+                        ab_buf_add(out, ev.data, ev.len);
+                        continue;
+                }
+                if (k != 0)
+                        break; /* EOF: all of it */
+                struct pollfd pf = {.fd = fd, .events = POLLIN};
+                if (waited >= 10000 || poll(&pf, 1, 1000) < 0) {
+                        rc = ab_err_set(err, AB_E_UNAVAILABLE, 0, "init did not answer");
+                        break;
+                }
+                waited += 1000;
+        }
+        abc_term_stream_free(st);
+        ab_manager_use_end(srv->mgr, &u);
+        return rc;
+}
+
+/* The logs of a background command (see cmd_logs), from the box's init:
+ * the lines it dropped from the front of its ring still count for the
+ * cursor. */
+static enum MHD_Result bg_logs(ab_req *r, const char *id, const char *cid, long long cursor)
+{
+        abc_term_info t;
+        ab_err *e = NULL;
+        if (bg_find(r->srv, r->scope, id, cid, &t, NULL, &e) < 0)
+                return bg_err(r, id, cid, e);
+        _cleanup_buf_ ab_buf log = {0};
+        _cleanup_free_ char *tid = steal_pointer(&t.id);
+        abc_term_info_clear(&t);
+        if (bg_kept(r->srv, r->scope, id, tid, &t, &log, &e) < 0)
+                return bg_err(r, id, cid, e);
+        long long in_ring = 0;
+        for (size_t i = 0; i < log.n; i++)
+                in_ring += log.p[i] == '\n';
+        long long lines = (long long)t.lines, dropped = lines - in_ring;
+        abc_term_info_clear(&t);
+        size_t from = 0;
+        if (cursor >= lines) {
+                from = log.n;
+        } else if (cursor > dropped) {
+                long long seen = dropped;
+                for (size_t i = 0; i < log.n && seen < cursor; i++)
+                        if (log.p[i] == '\n' && ++seen == cursor)
+                                from = i + 1;
+        }
+        size_t len = log.n - from;
+        char *body = xmalloc(len + 1);
+        memcpy(body, log.p + from, len);
+        struct MHD_Response *resp =
+            MHD_create_response_from_buffer(len, body, MHD_RESPMEM_MUST_FREE);
+        char cur[24];
+        snprintf(cur, sizeof(cur), "%lld", lines);
+        MHD_add_response_header(resp, "Content-Type", "text/plain; charset=utf-8");
+        MHD_add_response_header(resp, "EXECD-COMMANDS-TAIL-CURSOR", cur);
+        return resp_send(r, 200, resp);
 }
 
 /* GET /command/{cid}/logs?cursor=N: the output after its first N lines;
@@ -552,33 +720,14 @@ static enum MHD_Result cmd_logs(ab_req *r, const char *id, const char *cid)
         if (cursor < 0)
                 cursor = 0;
         pthread_mutex_lock(&cmds_lock);
-        cmd *c = cmd_find(id, cid);
-        ab_buf out = {0};
-        long long lines = 0;
-        if (c) {
-                size_t from = 0;
-                for (size_t i = 0; i < c->log.n; i++) {
-                        if (c->log.p[i] != '\n')
-                                continue;
-                        if (++lines == cursor)
-                                from = i + 1;
-                }
-                if (cursor > lines)
-                        from = c->log.n;
-                ab_buf_add(&out, c->log.p + from, c->log.n - from);
-        }
+        bool streamed = cmd_find(id, cid) != NULL;
         pthread_mutex_unlock(&cmds_lock);
-        if (!c)
-                return osb_error(r, 404, "COMMAND_NOT_FOUND", "no command %s in sandbox %s", cid,
-                                 id);
-        size_t len = out.n;
-        struct MHD_Response *resp = MHD_create_response_from_buffer(
-            len, len ? ab_buf_steal(&out) : xstrdup(""), MHD_RESPMEM_MUST_FREE);
-        ab_buf_free(&out);
-        char cur[24];
-        snprintf(cur, sizeof(cur), "%lld", lines);
+        if (!streamed)
+                return bg_logs(r, id, cid, cursor);
+        /* a foreground command or a session's run: its output went to its stream */
+        struct MHD_Response *resp = MHD_create_response_from_buffer(0, "", MHD_RESPMEM_PERSISTENT);
         MHD_add_response_header(resp, "Content-Type", "text/plain; charset=utf-8");
-        MHD_add_response_header(resp, "EXECD-COMMANDS-TAIL-CURSOR", cur);
+        MHD_add_response_header(resp, "EXECD-COMMANDS-TAIL-CURSOR", "0");
         return resp_send(r, 200, resp);
 }
 
@@ -599,46 +748,116 @@ static enum MHD_Result cmd_interrupt(ab_req *r, const char *id)
                         shutdown(c->cancel_fd, SHUT_RD); /* the exec sees a hang-up */
         }
         pthread_mutex_unlock(&cmds_lock);
-        if (!c)
-                return osb_error(r, 404, "COMMAND_NOT_FOUND", "no command %s in sandbox %s", cid,
-                                 id);
+        if (c)
+                return execd_ok(r);
+        /* a background command: SIGKILL ends its session in the box */
+        abc_term_info t;
+        ab_err *e = NULL;
+        if (bg_find(r->srv, r->scope, id, cid, &t, NULL, &e) < 0)
+                return bg_err(r, id, cid, e);
+        int rc =
+            t.running ? ab_manager_term_signal(r->srv->mgr, id, r->scope, t.id, SIGKILL, &e) : 0;
+        abc_term_info_clear(&t);
+        if (rc < 0)
+                return bg_err(r, id, cid, e);
         return execd_ok(r);
 }
 
 /* ---- sessions ----------------------------------------------------------- */
 
 /* A session is a bash that lives on a terminal of the box (init's keeper
- * holds it: it outlives every request, and a pause), so everything a shell
- * keeps lasts from one run to the next: variables, functions, options, the
- * working directory, background jobs. A run writes the user's command to a
- * file in the box and types one line of ours into the shell: print a start
- * mark, source the file, print an end mark with $?. The user's command never
+ * holds it: it outlives every request, a pause and a restart of the
+ * server), so everything a shell keeps lasts from one run to the next:
+ * variables, functions, options, the working directory, background jobs.
+ * The terminal's tag names it ({"front":"osb","session":ID,"cwd":...}), so
+ * a server finds it again after a restart; only whether a run is in
+ * progress is this server's. A run writes the user's command to a file in
+ * the box and types one line of ours into the shell: print a start mark,
+ * source the file, print an end mark with $?. The user's command never
  * becomes part of that line. The output between the marks is the run's
- * (stdout and stderr together: one terminal). */
+ * (stdout and stderr together: one terminal). Each run is a user's command
+ * for the exec door (ab_manager_cmd_record: quota, audit, event). */
 #define SESSION_DIR       "/tmp/.agentbox-sessions"
-#define SESSIONS_MAX      1024
 #define SESSION_TIMEOUT_S 600  /* a run given no timeout */
 #define SESSION_GRACE_MS  5000 /* after ^C, before the shell is given up */
 
-typedef struct session {
-        struct session *next;
-        char id[32];
-        char *box;
-        char *cwd; /* where its shell starts, or NULL */
-        char *tid; /* its terminal, or NULL before the first run / after its shell died */
-        bool busy; /* a run is in progress (one at a time) */
-} session;
+/* A session with a run in progress (under cmds_lock). */
+typedef struct busy_run {
+        struct busy_run *next;
+        char *box, *sid;
+} busy_run;
 
-static session *sessions;
-static size_t n_sessions;
+static busy_run *busy_runs;
 
-static void session_free(session *ss)
+/* Marks session sid of box busy: false when it was already. */
+static bool session_claim(const char *box, const char *sid)
 {
-        free(ss->box);
-        free(ss->cwd);
-        free(ss->tid);
-        free(ss);
+        pthread_mutex_lock(&cmds_lock);
+        bool busy = false;
+        for (busy_run *b = busy_runs; b && !busy; b = b->next)
+                busy = !strcmp(b->box, box) && !strcmp(b->sid, sid);
+        if (!busy) {
+                busy_run *b = xzalloc(sizeof(*b));
+                b->box = xstrdup(box);
+                b->sid = xstrdup(sid);
+                b->next = busy_runs;
+                busy_runs = b;
+        }
+        pthread_mutex_unlock(&cmds_lock);
+        return !busy;
 }
+
+static void session_release(const char *box, const char *sid)
+{
+        pthread_mutex_lock(&cmds_lock);
+        for (busy_run **l = &busy_runs; *l; l = &(*l)->next) {
+                busy_run *b = *l;
+                if (!strcmp(b->box, box) && !strcmp(b->sid, sid)) {
+                        *l = b->next;
+                        free(b->box);
+                        free(b->sid);
+                        free(b);
+                        break;
+                }
+        }
+        pthread_mutex_unlock(&cmds_lock);
+}
+
+/* The terminal of session sid in box (*t), and the directory it started
+ * in (*cwd, NULL for none; free it). AB_E_NOT_FOUND when there is none. */
+static int session_lookup(ab_server *srv, const char *scope, const char *box, const char *sid,
+                          abc_term_info *t, char **cwd, ab_err **err)
+{
+        abc_term_info *v;
+        size_t n;
+        *t = (abc_term_info){0};
+        if (cwd)
+                *cwd = NULL;
+        if (ab_manager_term_list(srv->mgr, box, scope, &v, &n, err) < 0)
+                return -1;
+        int rc = -1;
+        for (size_t i = 0; i < n && rc < 0; i++) {
+                json_t *j = v[i].tag ? json_loads(v[i].tag, 0, NULL) : NULL;
+                const char *front = json_string_value(json_object_get(j, "front"));
+                const char *s = json_string_value(json_object_get(j, "session"));
+                if (front && !strcmp(front, "osb") && s && !strcmp(s, sid)) {
+                        const char *c = json_string_value(json_object_get(j, "cwd"));
+                        if (cwd && c)
+                                *cwd = xstrdup(c);
+                        *t = v[i];
+                        v[i] = (abc_term_info){0};
+                        rc = 0;
+                }
+                json_decref(j);
+        }
+        abc_term_infos_free(v, n);
+        if (rc < 0)
+                return ab_err_set(err, AB_E_NOT_FOUND, 0, "no session %s in sandbox %s", sid, box);
+        return 0;
+}
+
+static int session_shell(ab_server *s, const char *scope, const char *box, const char *sid,
+                         const char *cwd, char **tid, ab_err **err);
 
 static enum MHD_Result session_create(ab_req *r, const char *id)
 {
@@ -650,56 +869,32 @@ static enum MHD_Result session_create(ab_req *r, const char *id)
         if (req_json(r, &body, &e) < 0)
                 return execd_err(r, e);
         const char *cwd = json_string_value(json_object_get(body, "cwd"));
-        unsigned char rnd[8];
-        if (RAND_bytes(rnd, sizeof(rnd)) != 1) {
-                json_decref(body);
-                return osb_error(r, 500, "RUNTIME_ERROR", "no randomness");
-        }
-        session *ss = xzalloc(sizeof(*ss));
-        strcpy(ss->id, "session-");
-        for (size_t i = 0; i < sizeof(rnd); i++)
-                snprintf(ss->id + 8 + 2 * i, 3, "%02x", rnd[i]);
-        ss->box = xstrdup(id);
-        ss->cwd = cwd && *cwd ? xstrdup(cwd) : NULL;
+        _cleanup_free_ char *dir = cwd && *cwd ? xstrdup(cwd) : NULL;
         json_decref(body);
-        json_t *j = json_pack("{s:s}", "session_id", ss->id);
-        session *old = NULL;
-        pthread_mutex_lock(&cmds_lock);
-        ss->next = sessions;
-        sessions = ss;
-        if (++n_sessions > SESSIONS_MAX) { /* the oldest idle one is forgotten */
-                session **victim = NULL;
-                for (session **p = &sessions; *p; p = &(*p)->next)
-                        if (!(*p)->busy)
-                                victim = p;
-                if (victim) {
-                        old = *victim;
-                        *victim = old->next;
-                        n_sessions--;
+        if (dir && strlen(dir) > 4096)
+                return osb_error(r, 400, "INVALID_REQUEST_BODY", "cwd: at most 4096 bytes");
+        unsigned char rnd[8];
+        if (RAND_bytes(rnd, sizeof(rnd)) != 1)
+                return osb_error(r, 500, "RUNTIME_ERROR", "no randomness");
+        char sid[32] = "session-";
+        for (size_t i = 0; i < sizeof(rnd); i++)
+                snprintf(sid + 8 + 2 * i, 3, "%02x", rnd[i]);
+        _cleanup_free_ char *tid = NULL;
+        if (session_shell(r->srv, r->scope, id, sid, dir, &tid, &e) < 0) {
+                if (e->code == AB_E_CONFLICT) {
+                        ret = osb_error(r, 429, "TOO_MANY_SESSIONS", "%s", e->msg);
+                        ab_err_free(&e);
+                        return ret;
                 }
+                return execd_err(r, e);
         }
-        pthread_mutex_unlock(&cmds_lock);
-        if (old) { /* its shell goes too */
-                if (old->tid)
-                        ab_manager_term_close(r->srv->mgr, old->box, NULL, old->tid, &e);
-                ab_err_free(&e);
-                session_free(old);
-        }
-        return resp_json(r, 200, j);
+        return resp_json(r, 200, json_pack("{s:s}", "session_id", sid));
 }
 
-/* Caller holds cmds_lock. */
-static session **session_find(const char *box, const char *sid)
-{
-        for (session **p = &sessions; *p; p = &(*p)->next)
-                if (!strcmp((*p)->id, sid) && !strcmp((*p)->box, box))
-                        return p;
-        return NULL;
-}
-
-/* Starts the session's shell (a bash on a terminal, no echo, no prompt). */
-static int session_shell(ab_server *s, const char *scope, const char *box, const char *cwd,
-                         char **tid, ab_err **err)
+/* Starts the session's shell (a bash on a terminal, no echo, no prompt),
+ * tagged with the session. */
+static int session_shell(ab_server *s, const char *scope, const char *box, const char *sid,
+                         const char *cwd, char **tid, ab_err **err)
 {
         static const char *const argv[] = {"bash",        "--noprofile", "--norc",
                                            "--noediting", "-i",          NULL};
@@ -713,7 +908,13 @@ static int session_shell(ab_server *s, const char *scope, const char *box, const
             "HISTFILE=/dev/null",
             "PROMPT_COMMAND=printf '\\036E%s:%d\\036' \"${__ab_nonce:-none}\" \"$?\"",
             NULL};
-        abc_term_req q = {.argv = argv, .env = env, .cwd = cwd, .cols = 1000, .rows = 50};
+        json_t *tj = json_pack("{s:s,s:s}", "front", "osb", "session", sid);
+        if (cwd)
+                json_object_set_new(tj, "cwd", json_string(cwd));
+        _cleanup_free_ char *tag = json_dumps(tj, JSON_COMPACT);
+        json_decref(tj);
+        abc_term_req q = {
+            .argv = argv, .env = env, .cwd = cwd, .cols = 1000, .rows = 50, .tag = tag};
         abc_term_info info = {0};
         if (ab_manager_term_open_id(s->mgr, box, scope, &q, &info, err) < 0)
                 return -1;
@@ -731,7 +932,8 @@ typedef struct srun {
         ab_server *srv;
         cmd *c;
         char *scope, *box, *sid, *tid;
-        int fd; /* the event stream */
+        char *cwd0; /* the directory the session's shell starts in, or NULL */
+        int fd;     /* the event stream */
         uint32_t timeout_ms;
         char nonce[17];
         bool broken;
@@ -808,19 +1010,20 @@ static int srun_scan(srun *s, ab_buf *b, bool *started, int *code)
         return 1;
 }
 
-/* Marks the session's run over (and its shell gone when dead). */
-static void session_done(srun *s, bool dead)
+/* Marks the session's run over; when its shell was given up, the session
+ * gets a new one (its state is lost, the session goes on). */
+static void session_done(srun *s, bool dead, bool closed)
 {
-        pthread_mutex_lock(&cmds_lock);
-        session **sp = session_find(s->box, s->sid);
-        if (sp) {
-                (*sp)->busy = false;
-                if (dead) {
-                        free((*sp)->tid);
-                        (*sp)->tid = NULL;
-                }
+        if (closed) {
+                _cleanup_free_ char *tid = NULL;
+                ab_err *e = NULL;
+                if (session_shell(s->srv, s->scope, s->box, s->sid, s->cwd0, &tid, &e) < 0)
+                        ab_log(AB_LOG_WARN, "opensandbox: a session's new shell", "box", s->box,
+                               "error", e->msg, NULL);
+                ab_err_free(&e);
         }
-        pthread_mutex_unlock(&cmds_lock);
+        (void)dead;
+        session_release(s->box, s->sid);
 }
 
 static void *srun_main(void *arg)
@@ -831,6 +1034,7 @@ static void *srun_main(void *arg)
         ab_err *e = NULL;
         int code = -1;
         bool done = false, dead = false, started = false, sent_int = false, timed_out = false;
+        bool closed = false;
         const char *error = NULL;
         uint64_t t0 = ab_now_ms(), deadline = t0 + s->timeout_ms, give_up = 0;
         ab_buf b = {0};
@@ -888,8 +1092,13 @@ static void *srun_main(void *arg)
                         sent_int = true;
                         give_up = now + SESSION_GRACE_MS;
                 }
+                if (atomic_load(&stopping)) { /* the run goes on in the shell */
+                        error = "the server is stopping";
+                        break;
+                }
                 if (sent_int && now >= give_up) { /* the run ignores ^C: the shell goes */
                         ab_manager_term_close(m, s->box, s->scope, s->tid, NULL);
+                        closed = true;
                         error = "the run did not stop on ^C: the session's shell was closed";
                         dead = true;
                         break;
@@ -913,7 +1122,7 @@ static void *srun_main(void *arg)
                 s->c->error = xstrdup(error ? error : interrupted ? "interrupted" : "timed out");
         s->c->cancel_fd = -1;
         pthread_mutex_unlock(&cmds_lock);
-        session_done(s, dead);
+        session_done(s, dead, closed);
         if (error || code != 0) {
                 const char *ename = error         ? "RuntimeError"
                                     : timed_out   ? "TimeoutError"
@@ -935,7 +1144,9 @@ static void *srun_main(void *arg)
         free(s->box);
         free(s->sid);
         free(s->tid);
+        free(s->cwd0);
         free(s);
+        execd_thread_done();
         return NULL;
 }
 
@@ -943,11 +1154,16 @@ static void *srun_main(void *arg)
  * its working directory when it has one (read by the shell from a file of
  * its own: no user text is quoted into shell text). */
 static int session_files(ab_server *srv, const char *scope, const char *box, const char *sid,
-                         const char *command, const char *cwd, ab_err **err)
+                         const char *tid, const char *command, const char *cwd, ab_err **err)
 {
         ab_use u;
         if (ab_manager_use_begin(srv->mgr, box, scope, &u, err) < 0)
                 return -1;
+        /* a user's command: the exec door admits and records it */
+        if (ab_manager_cmd_record(srv->mgr, &u, command, tid, err) < 0) {
+                ab_manager_use_end(srv->mgr, &u);
+                return -1;
+        }
         _cleanup_free_ char *cmdf = xasprintf(SESSION_DIR "/%s.cmd", sid);
         _cleanup_free_ char *cwdf = xasprintf(SESSION_DIR "/%s.cwd", sid);
         _cleanup_free_ char *text =
@@ -987,23 +1203,28 @@ static enum MHD_Result session_run(ab_req *r, const char *id, const char *sid)
                                  "command: required; timeout: 1..%u milliseconds",
                                  AB_MAX_TIMEOUT_S * 1000);
         }
-        pthread_mutex_lock(&cmds_lock);
-        session **sp = session_find(id, sid);
-        bool busy = sp && (*sp)->busy;
-        char *tid = sp && (*sp)->tid ? xstrdup((*sp)->tid) : NULL;
-        char *first_cwd = sp && (*sp)->cwd ? xstrdup((*sp)->cwd) : NULL;
-        if (sp && !busy)
-                (*sp)->busy = true;
-        pthread_mutex_unlock(&cmds_lock);
-        if (!sp || busy) {
+        if (!session_claim(id, sid)) {
                 json_decref(body);
-                free(tid);
-                free(first_cwd);
-                return !sp ? osb_error(r, 404, "SESSION_NOT_FOUND", "no session %s in sandbox %s",
-                                       sid, id)
-                           : osb_error(r, 409, "SESSION_BUSY", "session %s runs a command already",
-                                       sid);
+                return osb_error(r, 409, "SESSION_BUSY", "session %s runs a command already", sid);
         }
+        abc_term_info ti;
+        char *first_cwd = NULL;
+        if (session_lookup(r->srv, r->scope, id, sid, &ti, &first_cwd, &e) < 0) {
+                session_release(id, sid);
+                json_decref(body);
+                if (e->code != AB_E_NOT_FOUND)
+                        return execd_err(r, e);
+                ab_err_free(&e);
+                return osb_error(r, 404, "SESSION_NOT_FOUND", "no session %s in sandbox %s", sid,
+                                 id);
+        }
+        char *tid = steal_pointer(&ti.id);
+        if (!ti.running) { /* its shell exited (an `exit` in a run): forget it */
+                ab_manager_term_close(r->srv->mgr, id, r->scope, tid, NULL);
+                free(tid);
+                tid = NULL;
+        }
+        abc_term_info_clear(&ti);
         srun *s = xzalloc(sizeof(*s));
         s->srv = r->srv;
         s->scope = r->scope ? xstrdup(r->scope) : NULL;
@@ -1018,41 +1239,20 @@ static enum MHD_Result session_run(ab_req *r, const char *id, const char *sid)
                      : ab_err_set(&e, AB_E_INTERNAL, 0, "no randomness");
         for (size_t i = 0; i < sizeof(rnd); i++)
                 snprintf(s->nonce + 2 * i, 3, "%02x", rnd[i]);
+        if (rc == 0 && !tid) /* a new shell: the last one is gone */
+                rc = session_shell(r->srv, r->scope, id, sid, first_cwd, &tid, &e);
+        s->cwd0 = steal_pointer(&first_cwd);
         if (rc == 0)
-                rc =
-                    session_files(r->srv, r->scope, id, sid, command, cwd && *cwd ? cwd : NULL, &e);
-        if (rc == 0 && tid) { /* is its shell still there (a stop of the box ends it)? */
-                abc_term_info ti = {0};
-                ab_err *ge = NULL;
-                if (ab_manager_term_get(r->srv->mgr, id, r->scope, tid, &ti, &ge) < 0 ||
-                    !ti.running) {
-                        free(tid);
-                        tid = NULL;
-                }
-                abc_term_info_clear(&ti);
-                ab_err_free(&ge);
-        }
-        if (rc == 0 && !tid) /* a new shell: a first run, or the last one is gone */
-                rc = session_shell(r->srv, r->scope, id, first_cwd, &tid, &e);
-        free(first_cwd);
+                rc = session_files(r->srv, r->scope, id, sid, tid, command,
+                                   cwd && *cwd ? cwd : NULL, &e);
         _cleanup_free_ char *content = xstrdup(command); /* for status; body goes now */
         json_decref(body);
-        if (rc == 0) {
-                pthread_mutex_lock(&cmds_lock);
-                sp = session_find(id, sid);
-                if (sp) {
-                        free((*sp)->tid);
-                        (*sp)->tid = xstrdup(tid);
-                }
-                pthread_mutex_unlock(&cmds_lock);
-        }
         s->tid = tid;
         ab_stream_slot *slot = NULL;
         int sv[2] = {-1, -1};
         if (rc == 0 && !(slot = req_stream_slot(r, &ret))) {
-                srun s_copy = *s;
-                session_done(&s_copy, false);
-                free(s->scope), free(s->box), free(s->sid), free(s->tid), free(s);
+                session_release(id, sid);
+                free(s->scope), free(s->box), free(s->sid), free(s->tid), free(s->cwd0), free(s);
                 return ret;
         }
         if (rc == 0 && socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0)
@@ -1075,7 +1275,7 @@ static enum MHD_Result session_run(ab_req *r, const char *id, const char *sid)
                 send_all(sv[0], init, strlen(init));
                 free(init);
                 cmds_add(c);
-                if (spawn_detached(srun_main, s) < 0) {
+                if (execd_spawn(srun_main, s) < 0) {
                         pthread_mutex_lock(&cmds_lock);
                         c->running = false;
                         c->exit_code = -1;
@@ -1091,8 +1291,8 @@ static enum MHD_Result session_run(ab_req *r, const char *id, const char *sid)
         }
         if (slot)
                 ab_stream_slot_release(slot);
-        session_done(s, false);
-        free(s->scope), free(s->box), free(s->sid), free(s->tid), free(s);
+        session_release(id, sid);
+        free(s->scope), free(s->box), free(s->sid), free(s->tid), free(s->cwd0), free(s);
         return execd_err(r, e);
 }
 
@@ -1101,38 +1301,22 @@ static enum MHD_Result session_delete(ab_req *r, const char *id, const char *sid
         enum MHD_Result ret;
         if (execd_box_check(r, id, &ret) < 0)
                 return ret;
-        pthread_mutex_lock(&cmds_lock);
-        session **sp = session_find(id, sid);
-        session *ss = sp ? *sp : NULL;
-        if (ss) {
-                *sp = ss->next;
-                n_sessions--;
-        }
-        pthread_mutex_unlock(&cmds_lock);
-        if (!ss)
+        abc_term_info ti;
+        ab_err *e = NULL;
+        if (session_lookup(r->srv, r->scope, id, sid, &ti, NULL, &e) < 0) {
+                if (e->code != AB_E_NOT_FOUND)
+                        return execd_err(r, e);
+                ab_err_free(&e);
                 return osb_error(r, 404, "SESSION_NOT_FOUND", "no session %s in sandbox %s", sid,
                                  id);
-        ab_err *e = NULL;
-        if (ss->tid) /* its shell and whatever runs on it; a run in progress ends with it */
-                ab_manager_term_close(r->srv->mgr, id, r->scope, ss->tid, &e);
-        ab_err_free(&e);
-        session_free(ss);
-        return execd_ok(r);
-}
-
-/* ---- shutdown ----------------------------------------------------------- */
-
-void execd_shutdown(void)
-{
-        atomic_store(&stopping, true);
-        pthread_mutex_lock(&cmds_lock);
-        for (cmd *c = cmds; c; c = c->next) {
-                if (c->running && c->cancel_fd >= 0) {
-                        c->interrupted = true;
-                        shutdown(c->cancel_fd, SHUT_RD); /* the exec sees a hang-up */
-                }
         }
-        pthread_mutex_unlock(&cmds_lock);
+        /* its shell and whatever runs on it; a run in progress ends with it */
+        int rc = ab_manager_term_close(r->srv->mgr, id, r->scope, ti.id, &e);
+        abc_term_info_clear(&ti);
+        if (rc < 0 && e->code != AB_E_NOT_FOUND)
+                return execd_err(r, e);
+        ab_err_free(&e);
+        return execd_ok(r);
 }
 
 /* ---- metrics ------------------------------------------------------------ */
@@ -1181,7 +1365,7 @@ typedef struct watch_job {
 static void *watch_main(void *arg)
 {
         watch_job *w = arg;
-        for (;;) { /* one sample a second until the client or the box goes away */
+        while (!atomic_load(&stopping)) { /* a sample a second until the client or box goes */
                 ab_err *e = NULL;
                 json_t *j = metrics_json(w->srv, w->scope, w->box, 1000, &e);
                 if (!j) {
@@ -1201,6 +1385,7 @@ static void *watch_main(void *arg)
         free(w->scope);
         free(w->box);
         free(w);
+        execd_thread_done();
         return NULL;
 }
 
@@ -1223,7 +1408,7 @@ static enum MHD_Result metrics_watch(ab_req *r, const char *id)
         w->scope = r->scope ? xstrdup(r->scope) : NULL;
         w->box = xstrdup(id);
         w->fd = sv[0];
-        if (spawn_detached(watch_main, w) < 0) {
+        if (execd_spawn(watch_main, w) < 0) {
                 close(sv[0]);
                 close(sv[1]);
                 free(w->scope);
@@ -1315,4 +1500,21 @@ enum MHD_Result execd_route(ab_req *r, const char *id, size_t first)
         if (n >= 2 && !strcmp(a, "v1") && !strcmp(b, "isolated"))
                 return isolated(r, id);
         return osb_error(r, 404, "NOT_FOUND", "no execd route %s /%s", m, r->path);
+}
+
+void execd_shutdown(void)
+{
+        atomic_store(&stopping, true);
+        for (int i = 0; i < 1000 && atomic_load(&n_threads) > 0; i++) { /* 10 s */
+                /* foreground commands end as when their client goes away */
+                pthread_mutex_lock(&cmds_lock);
+                for (cmd *c = cmds; c; c = c->next)
+                        if (c->running && c->cancel_fd >= 0)
+                                shutdown(c->cancel_fd, SHUT_RD);
+                pthread_mutex_unlock(&cmds_lock);
+                struct timespec ts = {0, 10000000};
+                nanosleep(&ts, NULL);
+        }
+        if (atomic_load(&n_threads) > 0)
+                ab_log(AB_LOG_WARN, "opensandbox: threads still running at shutdown", NULL);
 }

@@ -19,6 +19,11 @@ enum MHD_Result route_osb(ab_req *r, const char *rest);
  * (BODY_UPLOAD), not parsed as JSON. */
 enum MHD_Result route_osb_upload(ab_req *r, const char *id);
 
+/* Ends the execd threads (foreground commands, session runs, metrics
+ * watches; background commands and sessions live on in their boxes) and
+ * waits for them (up to 10 s): call before the manager is freed. */
+void execd_shutdown(void);
+
 /* ---- shared by front_osb.c and front_execd.c ---- */
 
 /* Answers OpenSandbox's error shape {"code", "message"}. */
@@ -38,12 +43,6 @@ int64_t osb_wall_ms(void);
 
 /* execd of box id (rest: the segments after the id, from r->seg[first]). */
 enum MHD_Result execd_route(ab_req *r, const char *id, size_t first);
-/* At the server's stop (front_execd.c): every running command is
- * interrupted (its exec ends); every session run types ^C into its shell
- * and leaves it without waiting (the shell lives on in the box). Returns at
- * once: the threads end on their own, and ab_server_stop waits for them
- * (spawn_wait). */
-void execd_shutdown(void);
 
 /* ---- the parsers of request fields, apart for tests/fuzz/fuzz_osb.c ---- */
 

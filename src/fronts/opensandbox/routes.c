@@ -17,6 +17,7 @@ const ab_route_table ab_osb_routes = {
     .n_routes = AB_ARRAY_LEN(routes),
     .key_header = "OPEN-SANDBOX-API-KEY", /* where the SDK sends its key */
     .box_upload_prefix = "opensandbox/execd/*/",
-    /* its commands and session runs end (no wait) while workers still run */
-    .quiesce = execd_shutdown,
+    /* its threads (foreground commands, session runs, metrics watches) use
+     * the manager: they end, and are waited for, before it is freed */
+    .shutdown = execd_shutdown,
 };
