@@ -27,6 +27,11 @@ RANK = {
     "cli": 8,       # the command line
 }
 
+# Headers of one backend (docker_api.h, backend_int.h) are private to
+# src/backend: every layer above reaches backends through backend.h only, so
+# core names no backend (backend.h's optional ops say what one can do).
+BACKEND_PUBLIC = {"backend/backend.h"}
+
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
 
 
@@ -51,6 +56,10 @@ def violations(src):
                         continue  # same-folder include ("landlock.h")
                     target = inc.split("/", 1)[0]
                     rel = os.path.relpath(f, src)
+                    if (target == "backend" and folder != "backend"
+                            and inc not in BACKEND_PUBLIC):
+                        bad.append('%s includes "%s": only backend/backend.h is public'
+                                   % (os.path.relpath(f, src), inc))
                     if target not in RANK:
                         bad.append('%s includes "%s": no such layer' % (rel, inc))
                     elif target != folder and RANK[target] >= RANK[folder]:
@@ -62,7 +71,7 @@ def violations(src):
 def main():
     here = os.path.dirname(os.path.abspath(__file__))
     src = os.path.normpath(os.path.join(here, "..", "..", "src"))
-    print("1..2")
+    print("1..3")
     bad = violations(src)
     for b in bad:
         print("# " + b)
@@ -81,7 +90,20 @@ def main():
         got = violations(t)
         ok = len(got) == 1 and "base/x.c" in got[0]
     print("%s 2 - an upward include (base -> api) is reported" % ("ok" if ok else "not ok"))
-    return 0 if not bad and ok else 1
+
+    # ... and so is a layer above reaching one backend's private header.
+    with tempfile.TemporaryDirectory() as t:
+        os.makedirs(os.path.join(t, "core"))
+        os.makedirs(os.path.join(t, "backend"))
+        with open(os.path.join(t, "core", "x.c"), "w") as fh:
+            fh.write('#include "backend/backend.h"\n#include "backend/docker_api.h"\n')
+        with open(os.path.join(t, "backend", "y.c"), "w") as fh:
+            fh.write('#include "backend/docker_api.h"\n')
+        got = violations(t)
+        ok3 = len(got) == 1 and "core/x.c" in got[0] and "docker_api.h" in got[0]
+    print("%s 3 - a backend's private header used above src/backend is reported"
+          % ("ok" if ok3 else "not ok"))
+    return 0 if not bad and ok and ok3 else 1
 
 
 if __name__ == "__main__":
