@@ -248,6 +248,25 @@ typedef struct ab_docker_opts {
 
 int ab_docker_open(const ab_docker_opts *opts, ab_backend **out, ab_err **err);
 
+/* The mock backend (backend/mock.c, docs/backends.md): boxes in this
+ * process's memory, for users' own tests - no kernel features, no root.
+ * Files live in memory (bounded by the box's disk limit); EXEC runs nothing
+ * and answers from the expectations file, a JSON object {"commands": [{
+ * "command": exact text | "regex": POSIX extended, "stdout"?, "stderr"?,
+ * "exit_code"? (0), "delay_ms"? (0)}, ...]} read again whenever it changes
+ * (the first rule that matches wins; a command of argv words is matched as
+ * the words joined by spaces); a command no rule matches exits 127 with
+ * "agentbox mock: no expectation matches this command: ..." on stderr.
+ * Terminals are AB_E_UNSUPPORTED. Every call is appended to the calls log
+ * as one JSON line {"time_ms", "box", "op", ...}. AB_E_INVALID for an
+ * unreadable or malformed expectations file or log path. */
+typedef struct ab_mock_opts {
+        const char *expect_path; /* NULL = no rules: every command is unmatched */
+        const char *log_path;    /* appended to (created 0600); NULL = no log */
+} ab_mock_opts;
+
+int ab_mock_open(const ab_mock_opts *opts, ab_backend **out, ab_err **err);
+
 /* A backend over several (backend/multi.c): create goes to the one
  * spec->backend names (AB_E_INVALID naming the choices for an unknown name;
  * NULL = the one named default_name); every other op to the one that has
