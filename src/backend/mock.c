@@ -34,9 +34,14 @@
 #include <unistd.h>
 
 #define MOCK_PATH_MAX  4096
-#define MOCK_FILES_MAX 100000 /* files and folders of one box */
-#define MOCK_IO_MS     30000  /* longest wait for the client between frames */
-#define MOCK_UNMATCHED 127    /* a command no rule matches: as a shell's "not found" */
+#define MOCK_FILES_MAX 10000 /* files and folders of one box (lookups are linear) */
+#define MOCK_IO_MS     30000 /* longest wait for the client between frames */
+#define MOCK_UNMATCHED 127   /* a command no rule matches: as a shell's "not found" */
+/* File bytes it holds in the server's memory: per box (under its disk
+ * limit) and for all boxes together, so boxes that are only a test's
+ * fixtures cannot grow the server without bound. */
+#define MOCK_BOX_BYTES   (64ull << 20)
+#define MOCK_TOTAL_BYTES (512ull << 20)
 
 /* ---- expectations ---- */
 
@@ -75,7 +80,8 @@ typedef struct mbox {
         int64_t created_at, started_at;
         node *nodes;
         size_t n_nodes, cap_nodes;
-        uint64_t bytes; /* file data held, against limits.disk_mib */
+        uint64_t bytes;  /* file data held, against disk_cap() */
+        uint64_t *total; /* the backend's count of every box's bytes */
 } mbox;
 
 typedef struct conn {
@@ -94,6 +100,7 @@ typedef struct mock {
         int log_fd;
         conn *conns; /* being served */
         size_t n_conns;
+        uint64_t bytes; /* file data of every box */
         bool closing;
 } mock;
 
@@ -296,6 +303,7 @@ static node *node_add(mbox *x, const char *path, bool dir, uint32_t mode)
 static void node_drop(mbox *x, size_t i)
 {
         x->bytes -= x->nodes[i].len;
+        *x->total -= x->nodes[i].len;
         free(x->nodes[i].path);
         free(x->nodes[i].data);
         x->nodes[i] = x->nodes[--x->n_nodes];
@@ -385,7 +393,8 @@ static int ensure_parent(mbox *x, const char *path, bool mkparents)
 
 static uint64_t disk_cap(const mbox *x)
 {
-        return (x->limits.disk_mib ? x->limits.disk_mib : AB_DEFAULT_DISK_MIB) << 20;
+        uint64_t d = (x->limits.disk_mib ? x->limits.disk_mib : AB_DEFAULT_DISK_MIB) << 20;
+        return d < MOCK_BOX_BYTES ? d : MOCK_BOX_BYTES;
 }
 
 /* ---- answering the protocol ---- */
@@ -698,13 +707,16 @@ static void do_write(sess *s, const abp_file_req *q, const char *path)
         if (!e) {
                 size_t old = n ? n->len : 0;
                 size_t nlen = (flags & ABP_W_APPEND) ? old + len : len;
-                if (x->bytes - old + nlen > disk_cap(x) || (!n && x->n_nodes >= MOCK_FILES_MAX))
+                if (x->bytes - old + nlen > disk_cap(x) ||
+                    s->m->bytes - old + nlen > MOCK_TOTAL_BYTES ||
+                    (!n && x->n_nodes >= MOCK_FILES_MAX))
                         e = ENOSPC;
         }
         if (!e) {
                 if (!n)
                         n = node_add(x, path, false, mode);
                 x->bytes -= n->len;
+                s->m->bytes -= n->len;
                 if (flags & ABP_W_APPEND) {
                         n->data = xrealloc(n->data, n->len + len + 1);
                         memcpy(n->data + n->len, data, len);
@@ -716,6 +728,7 @@ static void do_write(sess *s, const abp_file_req *q, const char *path)
                         data = NULL;
                 }
                 x->bytes += n->len;
+                s->m->bytes += n->len;
                 n->mtime = (int64_t)time(NULL);
         }
         pthread_mutex_unlock(&s->m->mu);
@@ -728,9 +741,9 @@ static void do_write(sess *s, const abp_file_req *q, const char *path)
         send_ok(s);
 }
 
-static int cmp_str(const void *a, const void *b)
+static int cmp_node(const void *a, const void *b)
 {
-        return strcmp(*(char *const *)a, *(char *const *)b);
+        return strcmp((*(node *const *)a)->path, (*(node *const *)b)->path);
 }
 
 static void do_list(sess *s, const abp_file_req *q, const char *path)
@@ -743,7 +756,7 @@ static void do_list(sess *s, const abp_file_req *q, const char *path)
         node *d = node_get(x, path);
         int e = !d ? ENOENT : !d->dir ? ENOTDIR : 0;
         size_t base = strcmp(path, "/") ? strlen(path) + 1 : 1;
-        char **names = NULL;
+        node **v = e ? NULL : xcalloc(x->n_nodes + 1, sizeof(*v));
         size_t n = 0;
         for (size_t i = 0; !e && i < x->n_nodes; i++) {
                 const char *p = x->nodes[i].path;
@@ -752,24 +765,19 @@ static void do_list(sess *s, const abp_file_req *q, const char *path)
                 uint32_t levels = 1;
                 for (const char *c = p + base; *c; c++)
                         levels += *c == '/';
-                if (levels > depth)
-                        continue;
-                names = xrealloc(names, xmul(n + 1, sizeof(*names)));
-                names[n++] = x->nodes[i].path;
+                if (levels <= depth)
+                        v[n++] = &x->nodes[i];
         }
         if (n)
-                qsort(names, n, sizeof(*names), cmp_str);
-        for (size_t i = 0; i < n && i < ABP_MAX_ENTRIES; i++) {
-                if (entry_of(&s->out, names[i] + base, node_get(x, names[i])) < 0)
+                qsort(v, n, sizeof(*v), cmp_node);
+        for (size_t i = 0; i < n && i < ABP_MAX_ENTRIES; i++)
+                if (entry_of(&s->out, v[i]->path + base, v[i]) < 0)
                         break;
-        }
         pthread_mutex_unlock(&s->m->mu);
-        free(names);
+        free(v);
         log_call(s->m, s->box, "list", json_pack("{s:s,s:i}", "path", path, "depth", (int)depth));
-        if (e) {
-                abp_buf_free(&s->out);
+        if (e)
                 return send_errno(s, e, path);
-        }
         send_ok(s);
 }
 
@@ -1043,7 +1051,8 @@ static int mk_create(ab_backend *b, const ab_box_spec *spec, ab_err **err)
                     .status = AB_BOX_RUNNING,
                     .limits = spec->limits,
                     .created_at = now,
-                    .started_at = now};
+                    .started_at = now,
+                    .total = &m->bytes};
         node_add(x, "/", true, 0755);
         node_add(x, "/tmp", true, 01777);
         node_add(x, "/workspace", true, 0755);
