@@ -257,12 +257,18 @@ int ab_docker_open(const ab_docker_opts *opts, ab_backend **out, ab_err **err);
  * (the first rule that matches wins; a command of argv words is matched as
  * the words joined by spaces); a command no rule matches exits 127 with
  * "agentbox mock: no expectation matches this command: ..." on stderr.
- * Terminals are AB_E_UNSUPPORTED. Every call is appended to the calls log
+ * Terminals are AB_E_UNSUPPORTED. A box holds at most 64 MiB of files (less
+ * under a smaller disk limit), all boxes 512 MiB. Every call is appended to the calls log
  * as one JSON line {"time_ms", "box", "op", ...}. AB_E_INVALID for an
  * unreadable or malformed expectations file or log path. */
 typedef struct ab_mock_opts {
         const char *expect_path; /* NULL = no rules: every command is unmatched */
         const char *log_path;    /* appended to (created 0600); NULL = no log */
+        /* Where the boxes and their files are kept across a clean restart:
+         * written at free, read (then removed) at open, so a box deleted
+         * after a start never comes back after a crash. NULL = memory only.
+         * AB_E_INVALID at open for a file that does not read back. */
+        const char *state_path;
 } ab_mock_opts;
 
 int ab_mock_open(const ab_mock_opts *opts, ab_backend **out, ab_err **err);

@@ -11,8 +11,9 @@
  * matches), after the rule's delay. Terminals and the balloon are
  * unsupported. Every call is appended as one JSON line to the calls log.
  *
- * Nothing of a mock box survives the process: a restarted server finds no
- * boxes (its records of them are reconciled as gone). */
+ * A clean stop (free) writes every box and its files to state_path, and
+ * the next open reads them back; a crash loses them (the records of its
+ * boxes then say the backend has no such box). */
 #include "backend/backend.h"
 #include "base/id.h"
 #include "base/log.h"
@@ -21,6 +22,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <openssl/evp.h>
 #include <poll.h>
 #include <pthread.h>
 #include <regex.h>
@@ -101,6 +103,7 @@ typedef struct mock {
         conn *conns; /* being served */
         size_t n_conns;
         uint64_t bytes; /* file data of every box */
+        char *state_path;
         bool closing;
 } mock;
 
@@ -1225,6 +1228,143 @@ static int mk_stats(ab_backend *b, const char *id, ab_box_stats *out, ab_err **e
         return x ? 0 : no_box(id, err);
 }
 
+/* ---- kept across a clean restart ---- */
+
+static json_t *state_box(const mbox *x)
+{
+        json_t *files = json_array();
+        for (size_t i = 0; i < x->n_nodes; i++) {
+                const node *n = &x->nodes[i];
+                json_t *f = json_pack("{s:s,s:b,s:i,s:I}", "path", n->path, "dir", n->dir, "mode",
+                                      (int)n->mode, "mtime", (json_int_t)n->mtime);
+                if (!n->dir) {
+                        char *b64 = xmalloc(xadd(xmul(n->len / 3 + 1, 4), 1));
+                        EVP_EncodeBlock((unsigned char *)b64, n->data, (int)n->len);
+                        json_object_set_new(f, "data", json_string(b64));
+                        free(b64);
+                }
+                json_array_append_new(files, f);
+        }
+        const ab_limits *l = &x->limits;
+        return json_pack("{s:s,s:i,s:I,s:I,s:{s:f,s:I,s:I,s:I,s:i,s:I,s:I},s:o}", "id", x->id,
+                         "status", (int)x->status, "created_at", (json_int_t)x->created_at,
+                         "started_at", (json_int_t)x->started_at, "limits", "cpus", l->cpus,
+                         "memory_mib", (json_int_t)l->memory_mib, "pids", (json_int_t)l->pids,
+                         "disk_mib", (json_int_t)l->disk_mib, "timeout_s", (int)l->timeout_s,
+                         "output_cap", (json_int_t)l->output_cap, "nofile", (json_int_t)l->nofile,
+                         "files", files);
+}
+
+/* Writes every box to state_path (at free: a clean stop). */
+static void state_save(mock *m)
+{
+        if (!m->state_path || !m->n_boxes)
+                return;
+        json_t *boxes = json_array();
+        for (size_t i = 0; i < m->n_boxes; i++)
+                json_array_append_new(boxes, state_box(&m->boxes[i]));
+        json_t *j = json_pack("{s:i,s:o}", "version", 1, "boxes", boxes);
+        char *text = json_dumps(j, JSON_COMPACT);
+        json_decref(j);
+        int r = text ? ab_write_file_atomic(AT_FDCWD, m->state_path, text, strlen(text), 0600)
+                     : -ENOMEM;
+        free(text);
+        if (r < 0)
+                ab_log(AB_LOG_WARN, "mock: cannot keep the boxes for the next start", "path",
+                       m->state_path, "error", strerror(-r), NULL);
+}
+
+static int64_t jint(const json_t *o, const char *k)
+{
+        return (int64_t)json_integer_value(json_object_get(o, k));
+}
+
+/* One file of a saved box: 0, or -1 when it is malformed. */
+static int state_node(mock *m, mbox *x, const json_t *f)
+{
+        const char *p = json_string_value(json_object_get(f, "path"));
+        char norm[MOCK_PATH_MAX];
+        if (!p || path_norm(p, norm) < 0 || strcmp(norm, p) || node_get(x, p) ||
+            x->n_nodes >= MOCK_FILES_MAX)
+                return -1;
+        bool dir = json_is_true(json_object_get(f, "dir"));
+        node *n = node_add(x, p, dir, (uint32_t)jint(f, "mode"));
+        n->mtime = jint(f, "mtime");
+        const char *b64 = json_string_value(json_object_get(f, "data"));
+        if (dir || !b64)
+                return dir ? 0 : -1;
+        size_t bl = strlen(b64);
+        if (bl % 4 || bl > (MOCK_BOX_BYTES / 3 + 1) * 4)
+                return -1;
+        n->data = xmalloc(bl / 4 * 3 + 1);
+        int len = EVP_DecodeBlock(n->data, (const unsigned char *)b64, (int)bl);
+        if (len < 0)
+                return -1;
+        /* EVP_DecodeBlock counts the padding as data */
+        for (size_t i = bl; i > 0 && b64[i - 1] == '=' && len > 0; i--)
+                len--;
+        n->len = (size_t)len;
+        if (x->bytes + n->len > MOCK_BOX_BYTES || m->bytes + n->len > MOCK_TOTAL_BYTES)
+                return -1;
+        x->bytes += n->len;
+        m->bytes += n->len;
+        return 0;
+}
+
+/* Reads the boxes a clean stop left, then removes the file: a box deleted
+ * after this start must not come back after a crash. */
+static int state_load(mock *m, ab_err **err)
+{
+        if (!m->state_path)
+                return 0;
+        json_error_t je;
+        json_t *j = json_load_file(m->state_path, 0, &je);
+        if (!j && access(m->state_path, F_OK) < 0 && errno == ENOENT)
+                return 0;
+        const json_t *boxes = json_object_get(j, "boxes");
+        bool bad = !json_is_array(boxes);
+        for (size_t i = 0; !bad && i < json_array_size(boxes); i++) {
+                const json_t *b = json_array_get(boxes, i), *l = json_object_get(b, "limits");
+                const char *id = json_string_value(json_object_get(b, "id"));
+                int64_t st = jint(b, "status");
+                if (!id || !ab_id_valid(id) || box_get(m, id) || st < AB_BOX_CREATING ||
+                    st > AB_BOX_STATUS_MAX || !json_is_object(l)) {
+                        bad = true;
+                        break;
+                }
+                if (m->n_boxes == m->cap_boxes) {
+                        m->cap_boxes = m->cap_boxes ? m->cap_boxes * 2 : 16;
+                        m->boxes = xrealloc(m->boxes, xmul(m->cap_boxes, sizeof(*m->boxes)));
+                }
+                mbox *x = &m->boxes[m->n_boxes++];
+                *x = (mbox){.id = xstrdup(id),
+                            .status = (ab_box_status)st,
+                            .created_at = jint(b, "created_at"),
+                            .started_at = jint(b, "started_at"),
+                            .limits = {.cpus = json_number_value(json_object_get(l, "cpus")),
+                                       .memory_mib = (uint64_t)jint(l, "memory_mib"),
+                                       .pids = (uint64_t)jint(l, "pids"),
+                                       .disk_mib = (uint64_t)jint(l, "disk_mib"),
+                                       .timeout_s = (uint32_t)jint(l, "timeout_s"),
+                                       .output_cap = (uint64_t)jint(l, "output_cap"),
+                                       .nofile = (uint64_t)jint(l, "nofile")},
+                            .total = &m->bytes};
+                const json_t *files = json_object_get(b, "files");
+                for (size_t k = 0; !bad && k < json_array_size(files); k++)
+                        bad = state_node(m, x, json_array_get(files, k)) < 0;
+                bad = bad || !node_get(x, "/");
+        }
+        json_decref(j);
+        if (bad)
+                return ab_err_set(err, AB_E_INVALID, 0,
+                                  "mock boxes kept at %s are unreadable%s%s (remove the file to "
+                                  "start without them)",
+                                  m->state_path, j ? "" : ": ", j ? "" : je.text);
+        if (unlink(m->state_path) < 0)
+                return ab_err_set(err, AB_E_UNAVAILABLE, errno, "cannot remove %s", m->state_path);
+        return 0;
+}
+
 static void mk_free(ab_backend *b)
 {
         mock *m = MK(b);
@@ -1236,11 +1376,13 @@ static void mk_free(ab_backend *b)
         while (m->n_conns)
                 pthread_cond_wait(&m->idle, &m->mu);
         pthread_mutex_unlock(&m->mu);
+        state_save(m);
         for (size_t i = 0; i < m->n_boxes; i++)
                 box_clear(&m->boxes[i]);
         free(m->boxes);
         rules_clear(&m->rules);
         free(m->expect_path);
+        free(m->state_path);
         if (m->log_fd >= 0)
                 close(m->log_fd);
         pthread_cond_destroy(&m->idle);
@@ -1277,6 +1419,13 @@ int ab_mock_open(const ab_mock_opts *o, ab_backend **out, ab_err **err)
                         mk_free(&m->base);
                         return -1;
                 }
+        }
+        m->state_path = o->state_path && *o->state_path ? xstrdup(o->state_path) : NULL;
+        if (state_load(m, err) < 0) {
+                free(m->state_path);
+                m->state_path = NULL; /* kept as it is for the admin to look at */
+                mk_free(&m->base);
+                return -1;
         }
         if (o->log_path && *o->log_path) {
                 m->log_fd =

@@ -42,7 +42,10 @@ static int open_mock(const ab_config *cfg, const char *data_dir, ab_backend **ou
 {
         _cleanup_free_ char *log =
             cfg->mock_log && *cfg->mock_log ? NULL : xasprintf("%s/mock-calls.jsonl", data_dir);
-        ab_mock_opts mo = {.expect_path = cfg->mock_expect, .log_path = log ? log : cfg->mock_log};
+        _cleanup_free_ char *state = xasprintf("%s/mock-state.json", data_dir);
+        ab_mock_opts mo = {.expect_path = cfg->mock_expect,
+                           .log_path = log ? log : cfg->mock_log,
+                           .state_path = state};
         if (ab_mock_open(&mo, out, err) < 0)
                 return ab_err_wrap(err, "the mock backend");
         return 0;

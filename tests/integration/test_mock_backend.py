@@ -5,7 +5,8 @@ cgroups, no namespaces), creates boxes in memory, answers execs from the
 expectations file (exact and regex matches, stdout/stderr, exit codes,
 delays and timeouts; an unmatched command exits 127 with a message; a
 rewritten file is read again), keeps files in memory behind the files API
-and the tools, and logs every call. The Python example of docs/backends.md
+and the tools, keeps boxes and files across a clean restart, and logs
+every call. The Python example of docs/backends.md
 runs against it as written. A malformed expectations file stops the
 server at start, naming the rule. A native server with mock_expect offers
 mock boxes beside native ones, chosen per box."""
@@ -162,6 +163,20 @@ r = srv.post("/v1/sandboxes/%s/start" % box, {})
 h.eq(r.status, 200, "start", r.describe())
 r = srv.get("/v1/sandboxes/%s/files?path=/workspace/src/hello.py" % box)
 h.eq(r.status, 200, "its files outlived the stop", r.describe())
+
+# ---- 4b. a clean restart keeps the boxes and their files --------------------------------
+
+why = srv.restart()
+h.ok(not why, "restart the server (SIGTERM, start)", why)
+r = srv.get("/v1/sandboxes/%s" % box)
+h.eq((r.status, (r.json or {}).get("status")), (200, "running"), "the box is still there, running",
+     r.describe())
+r = srv.get("/v1/sandboxes/%s/files?path=/workspace/src/hello.py" % box)
+h.eq((r.status, r.body), (200, b"print('hi')\nhello world\n"), "... with its files", r.describe())
+r, j = ex({"command": "ls"})
+h.eq(j.get("stdout"), "file1.txt\nfile2.txt\n", "... and answers execs", r.describe())
+h.ok(not os.path.exists(os.path.join(data, "mock-state.json")),
+     "the kept state was read and removed (a crash later cannot resurrect deleted boxes)")
 
 # ---- 5. the calls log --------------------------------------------------------------------
 

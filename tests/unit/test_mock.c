@@ -274,6 +274,49 @@ int main(void)
                "free ends open sessions (the client sees EOF)");
         close(held);
 
+        /* ---- kept across a clean restart ---- */
+        _cleanup_free_ char *state = xasprintf("%s/state.json", dir);
+        ab_mock_opts so = {.state_path = state};
+        tap_ok(ab_mock_open(&so, &b, &e) == 0, "open with a state file that does not exist yet");
+        s = (ab_box_spec){.id = "k1", .limits = {.disk_mib = 8}};
+        tap_ok(b->ops->create(b, &s, &e) == 0 && b->ops->pause(b, "k1", &e) == 0,
+               "create k1, pause it");
+        b->ops->resume(b, "k1", &e);
+        fd = b->ops->connect(b, "k1", &e);
+        static const char bin[] = {'a', 0, 'b', '\n', (char)0xff};
+        tap_ok(abc_write(fd, "d/bin", bin, sizeof(bin), -1, ABC_W_MKPARENTS, 0600, &e) == 0,
+               "write a binary file");
+        close(fd);
+        b->ops->pause(b, "k1", &e);
+        b->ops->free(b);
+        struct stat sst;
+        tap_ok(stat(state, &sst) == 0 && (sst.st_mode & 0777) == 0600,
+               "free writes the state (0600)");
+        tap_ok(ab_mock_open(&so, &b, &e) == 0, "open again");
+        tap_ok(b->ops->info(b, "k1", &bi, &e) == 0 && bi.status == AB_BOX_PAUSED &&
+                   bi.limits.disk_mib == 8,
+               "the box is back, paused, with its limits");
+        ab_box_info_clear(&bi);
+        tap_ok(access(state, F_OK) < 0,
+               "... and the state file is gone (no resurrection after a crash)");
+        b->ops->resume(b, "k1", &e);
+        fd = b->ops->connect(b, "k1", &e);
+        memset(&o, 0, sizeof(o));
+        tap_ok(abc_read(fd, "d/bin", 0, 0, collect, &o, &e) == 0 && o.n[0] == sizeof(bin) &&
+                   !memcmp(o.b[0], bin, sizeof(bin)),
+               "its binary file is back byte for byte");
+        close(fd);
+        b->ops->destroy(b, "k1", &e);
+        b->ops->free(b);
+        tap_ok(access(state, F_OK) < 0, "no boxes: no state file");
+        write_text(state, "{\"version\": 1, \"boxes\": [{\"id\": \"../x\"}]}");
+        tap_ok(ab_mock_open(&so, &b, &e) < 0 && e && e->code == AB_E_INVALID &&
+                   strstr(e->msg, "state.json"),
+               "a malformed state file: refused, naming it (%s)", e ? e->msg : "no error");
+        ab_err_free(&e);
+        tap_ok(access(state, F_OK) == 0, "... and kept for the admin");
+        unlink(state);
+
         /* ---- the calls log ---- */
         TAP_IS_INT(count_lines(log, "\"op\":\"exec\""), 8, "the log has every exec");
         TAP_IS_INT(count_lines(log, "\"command\":\"rm -rf /\",\"exit_code\":127,\"matched\":null"),
