@@ -817,6 +817,12 @@ static int ensure_ready(ab_runners *rs, ab_err **err)
 {
         if (rs->runtime_missing)
                 return ab_err_set(err, AB_E_UNAVAILABLE, ENOENT, "runner: %s", rs->runtime_missing);
+        ab_backend *b = ab_manager_backend(rs->o.manager);
+        if (!b->ops->connect_unix)
+                return ab_err_set(err, AB_E_UNSUPPORTED, 0,
+                                  "runner: the %s backend has no connect_unix (the runner reaches "
+                                  "its zygote in the system box through it)",
+                                  b->ops->name);
         pthread_mutex_lock(&rs->lock);
         if (rs->ready) {
                 pthread_mutex_unlock(&rs->lock);

@@ -207,6 +207,13 @@ if m:
     h.eq((p.returncode, p.stdout.strip()), (0, "ok"), "the example passes against the mock server",
          p.stderr[-2000:])
 
+# ---- 6b. what the mock cannot do says so ------------------------------------------------
+
+r = srv.post("/sandbox/python", {"code": "def main():\n    return 1\n"}, token=None)
+h.eq(r.status, 501, "the code runner on a mock-only server: 501", r.describe())
+h.contains((r.json or {}).get("message", ""), "mock backend has no connect_unix", "... saying why",
+           r.describe())
+
 r = srv.delete("/v1/sandboxes/%s" % box)
 h.ok(r.status in (200, 202, 204), "delete the box", r.describe())
 h.ok(abserver.wait_for(lambda: srv.get("/v1/sandboxes/%s" % box).status == 404),
