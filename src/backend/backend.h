@@ -257,10 +257,11 @@ int ab_docker_open(const ab_docker_opts *opts, ab_backend **out, ab_err **err);
  * (the first rule that matches wins; a command of argv words is matched as
  * the words joined by spaces); a command no rule matches exits 127 with
  * "agentbox mock: no expectation matches this command: ..." on stderr.
- * Terminals are AB_E_UNSUPPORTED. A box holds at most 64 MiB of files (less
- * under a smaller disk limit), all boxes 512 MiB. Every call is appended to the calls log
- * as one JSON line {"time_ms", "box", "op", ...}. AB_E_INVALID for an
- * unreadable or malformed expectations file or log path. */
+ * Terminals are AB_E_UNSUPPORTED. A box holds at most 64 MiB of files
+ * (less under a smaller disk limit), all boxes 512 MiB. Every call is
+ * appended to the calls log as one JSON line {"time_ms", "box", "op", ...}.
+ * AB_E_INVALID for an unreadable or malformed expectations file or log
+ * path. */
 typedef struct ab_mock_opts {
         const char *expect_path; /* NULL = no rules: every command is unmatched */
         const char *log_path;    /* appended to (created 0600); NULL = no log */
