@@ -254,8 +254,9 @@ int ab_docker_open(const ab_docker_opts *opts, ab_backend **out, ab_err **err);
  * and answers from the expectations file, a JSON object {"commands": [{
  * "command": exact text | "regex": POSIX extended, "stdout"?, "stderr"?,
  * "exit_code"? (0), "delay_ms"? (0)}, ...]} read again whenever it changes
- * (the first rule that matches wins; a command of argv words is matched as
- * the words joined by spaces); a command no rule matches exits 127 with
+ * (the first rule that matches wins; an argv ending in "-c CMD" - a shell
+ * given a command line, as the fronts wrap commands - is matched as CMD,
+ * other argv as the words joined by spaces); a command no rule matches exits 127 with
  * "agentbox mock: no expectation matches this command: ..." on stderr.
  * Terminals are AB_E_UNSUPPORTED. A box holds at most 64 MiB of files
  * (less under a smaller disk limit), all boxes 512 MiB. Every call is

@@ -116,12 +116,15 @@ static bool wait_or_gone(int fd, uint64_t ms)
         }
 }
 
-/* The command as the rules see it: the shell command, or argv joined by
- * spaces. */
+/* The command as the rules see it: the shell command; or, for argv ending
+ * in "-c CMD" (a shell given a command line, as the fronts wrap a user's
+ * command in their own helpers), CMD; else argv joined by spaces. */
 static char *exec_text(const abp_exec_req *q)
 {
         if (q->command)
                 return xstrdup(q->command);
+        if (q->n_argv >= 3 && !strcmp(q->argv[q->n_argv - 2], "-c"))
+                return xstrdup(q->argv[q->n_argv - 1]);
         size_t n = 1;
         for (size_t i = 0; i < q->n_argv; i++)
                 n = xadd(n, xadd(strlen(q->argv[i]), 1));

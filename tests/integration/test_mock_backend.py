@@ -13,6 +13,7 @@ mock boxes beside native ones, chosen per box."""
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -251,5 +252,43 @@ r = nat.post("/v1/sandboxes", {"backend": "kube"})
 h.eq(r.status, 400, "an unknown backend: 400", r.describe())
 h.contains((r.json or {}).get("error", {}).get("message", ""), "native, mock",
            "... naming the ones the server has", r.describe())
+
+# ---- 9. E2B's SDK against a mock server -----------------------------------------------
+
+E2B_DIR = os.path.join(HERE, "..", "e2b")
+node = shutil.which("node")
+E2B_SMOKE = r"""
+import { Sandbox } from 'e2b';
+const s = await Sandbox.create({ apiKey: process.env.E2B_API_KEY });
+const out = {};
+try {
+  out.ls = (await s.commands.run('ls')).stdout;
+  try { await s.commands.run('whoami'); } catch (e) { out.unmatched = e.exitCode; }
+  await s.files.write('/workspace/x.txt', 'hello');
+  out.read = await s.files.read('/workspace/x.txt');
+} finally { await s.kill(); }
+console.log(JSON.stringify(out));
+"""
+if not node or not os.path.isdir(os.path.join(E2B_DIR, "node_modules", "e2b")):
+    h.skip("E2B's SDK against the mock", "no node or no tests/e2b/node_modules (scripts/npm-deps.sh)")
+else:
+    tok = "tok-" + os.urandom(8).hex()
+    e2 = h.start_server(config={"backend": "mock", "mock_expect": expect, "mock_log": calls_log},
+                        name="mock-e2b", data=os.path.join(mroot, "data-e2b"), token=tok)
+    os.symlink(os.path.realpath(os.path.join(E2B_DIR, "node_modules")), os.path.join(mroot, "node_modules"))
+    script = os.path.join(mroot, "e2b_smoke.mjs")
+    with open(script, "w") as f:
+        f.write(E2B_SMOKE)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("E2B_")}
+    env.update({"E2B_API_URL": e2.url + "/e2b", "E2B_SANDBOX_URL": e2.url + "/e2b/envd", "E2B_API_KEY": tok})
+    p = subprocess.run([node, script], capture_output=True, text=True, env=env, timeout=120, cwd=mroot)
+    try:
+        got = json.loads(p.stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        got = None
+    h.eq(got, {"ls": "file1.txt\nfile2.txt\n", "unmatched": 127, "read": "hello"},
+         "E2B's SDK: commands.run answered by the expectations (the front's wrapper unwrapped), "
+         "an unmatched one exits 127, files.write/read", p.stdout[-1000:] + p.stderr[-2000:])
+    e2.stop()
 
 h.done()

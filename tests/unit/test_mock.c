@@ -156,6 +156,11 @@ int main(void)
         q = (abc_exec_req){.argv = argv, .stdin_fd = -1};
         tap_ok(run(b, "m1", &q, &o, &res, &e) == 0 && !strcmp(o.b[0], "hi\n"),
                "argv is matched as its words joined by spaces");
+        const char *wrapped[] = {"/bin/sh", "-c", "exec \"$@\"", "sh", "/bin/bash",
+                                 "-l",      "-c", "echo hi",     NULL};
+        q = (abc_exec_req){.argv = wrapped, .stdin_fd = -1};
+        tap_ok(run(b, "m1", &q, &o, &res, &e) == 0 && !strcmp(o.b[0], "hi\n"),
+               "argv ending in -c CMD (a front's wrapper) is matched by CMD");
         q = (abc_exec_req){.command = "ls", .stdin_fd = -1, .output_cap = 1};
         tap_ok(run(b, "m1", &q, &o, &res, &e) == 0 && res.truncated && !strncmp(o.b[0], "a\n[", 3),
                "the output cap holds");
@@ -318,7 +323,7 @@ int main(void)
         unlink(state);
 
         /* ---- the calls log ---- */
-        TAP_IS_INT(count_lines(log, "\"op\":\"exec\""), 8, "the log has every exec");
+        TAP_IS_INT(count_lines(log, "\"op\":\"exec\""), 9, "the log has every exec");
         TAP_IS_INT(count_lines(log, "\"command\":\"rm -rf /\",\"exit_code\":127,\"matched\":null"),
                    1, "... an unmatched one with matched null");
         TAP_IS_INT(count_lines(log, "\"op\":\"write\""), 4, "... every write");
