@@ -7,7 +7,7 @@ delays and timeouts; an unmatched command exits 127 with a message; a
 rewritten file is read again), keeps files in memory behind the files API
 and the tools, keeps boxes and files across a clean restart, and logs
 every call. The Python example of docs/backends.md
-runs against it as written. A malformed expectations file stops the
+runs against it as written, and so do the E2B and OpenSandbox SDKs. A malformed expectations file stops the
 server at start, naming the rule. A native server with mock_expect offers
 mock boxes beside native ones, chosen per box."""
 import json
@@ -253,13 +253,12 @@ h.eq(r.status, 400, "an unknown backend: 400", r.describe())
 h.contains((r.json or {}).get("error", {}).get("message", ""), "native, mock",
            "... naming the ones the server has", r.describe())
 
-# ---- 9. E2B's SDK against a mock server -----------------------------------------------
+# ---- 9. the E2B and OpenSandbox SDKs against a mock server ------------------------------
 
-E2B_DIR = os.path.join(HERE, "..", "e2b")
 node = shutil.which("node")
 E2B_SMOKE = r"""
 import { Sandbox } from 'e2b';
-const s = await Sandbox.create({ apiKey: process.env.E2B_API_KEY });
+const s = await Sandbox.create({ apiKey: process.env.SDK_KEY });
 const out = {};
 try {
   out.ls = (await s.commands.run('ls')).stdout;
@@ -269,26 +268,51 @@ try {
 } finally { await s.kill(); }
 console.log(JSON.stringify(out));
 """
-if not node or not os.path.isdir(os.path.join(E2B_DIR, "node_modules", "e2b")):
-    h.skip("E2B's SDK against the mock", "no node or no tests/e2b/node_modules (scripts/npm-deps.sh)")
-else:
+OSB_SMOKE = r"""
+import { ConnectionConfig, Sandbox } from "@alibaba-group/opensandbox";
+const conn = new ConnectionConfig({ domain: process.env.SDK_URL + "/opensandbox",
+                                    apiKey: process.env.SDK_KEY, requestTimeoutSeconds: 60 });
+const s = await Sandbox.create({ connectionConfig: conn, image: "base", timeoutSeconds: 600 });
+const out = {};
+try {
+  out.ls = (await s.commands.run("ls")).logs.stdout.map((m) => m.text).join("");
+  out.unmatched = (await s.commands.run("whoami")).exitCode;
+  await s.files.writeFiles([{ path: "/workspace/x.txt", data: "hello" }]);
+  out.read = await s.files.readFile("/workspace/x.txt");
+} finally { await s.kill(); }
+console.log(JSON.stringify(out));
+"""
+
+
+def sdk_smoke(name, sdk_dir, package, script_text):
+    mods = os.path.join(HERE, "..", sdk_dir, "node_modules")
+    if not node or not os.path.isdir(os.path.join(mods, package)):
+        h.skip("%s's SDK against the mock" % name, "no node or no tests/%s/node_modules (scripts/npm-deps.sh)"
+               % sdk_dir)
+        return
     tok = "tok-" + os.urandom(8).hex()
-    e2 = h.start_server(config={"backend": "mock", "mock_expect": expect, "mock_log": calls_log},
-                        name="mock-e2b", data=os.path.join(mroot, "data-e2b"), token=tok)
-    os.symlink(os.path.realpath(os.path.join(E2B_DIR, "node_modules")), os.path.join(mroot, "node_modules"))
-    script = os.path.join(mroot, "e2b_smoke.mjs")
-    with open(script, "w") as f:
-        f.write(E2B_SMOKE)
+    srv2 = h.start_server(config={"backend": "mock", "mock_expect": expect, "mock_log": calls_log},
+                          name="mock-" + sdk_dir, data=os.path.join(mroot, "data-" + sdk_dir), token=tok)
+    d = os.path.join(mroot, sdk_dir)
+    os.mkdir(d)
+    os.symlink(os.path.realpath(mods), os.path.join(d, "node_modules"))
+    with open(os.path.join(d, "smoke.mjs"), "w") as f:
+        f.write(script_text)
     env = {k: v for k, v in os.environ.items() if not k.startswith("E2B_")}
-    env.update({"E2B_API_URL": e2.url + "/e2b", "E2B_SANDBOX_URL": e2.url + "/e2b/envd", "E2B_API_KEY": tok})
-    p = subprocess.run([node, script], capture_output=True, text=True, env=env, timeout=120, cwd=mroot)
+    env.update({"E2B_API_URL": srv2.url + "/e2b", "E2B_SANDBOX_URL": srv2.url + "/e2b/envd",
+                "SDK_URL": srv2.url, "SDK_KEY": tok, "OPENSANDBOX_DISABLE_METRICS": "1"})
+    p = subprocess.run([node, "smoke.mjs"], capture_output=True, text=True, env=env, timeout=120, cwd=d)
     try:
         got = json.loads(p.stdout.strip().splitlines()[-1])
     except (ValueError, IndexError):
         got = None
     h.eq(got, {"ls": "file1.txt\nfile2.txt\n", "unmatched": 127, "read": "hello"},
-         "E2B's SDK: commands.run answered by the expectations (the front's wrapper unwrapped), "
-         "an unmatched one exits 127, files.write/read", p.stdout[-1000:] + p.stderr[-2000:])
-    e2.stop()
+         "%s's SDK: commands.run answered by the expectations, an unmatched command exits 127, "
+         "files written and read" % name, p.stdout[-1000:] + p.stderr[-2000:])
+    srv2.stop()
+
+
+sdk_smoke("E2B", "e2b", "e2b", E2B_SMOKE)
+sdk_smoke("OpenSandbox", "opensandbox", "@alibaba-group/opensandbox", OSB_SMOKE)
 
 h.done()
