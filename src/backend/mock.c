@@ -21,13 +21,13 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <openssl/evp.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
-#include <openssl/evp.h>
-#include <pthread.h>
 
 static int no_box(const char *id, ab_err **err)
 {
