@@ -15,10 +15,11 @@
 #include <sys/types.h>
 #include <time.h>
 
-#define MOCK_PATH_MAX  4096
-#define MOCK_FILES_MAX 10000 /* files and folders of one box (lookups are linear) */
-#define MOCK_IO_MS     30000 /* longest wait for the client between frames */
-#define MOCK_UNMATCHED 127   /* a command no rule matches: as a shell's "not found" */
+#define MOCK_PATH_MAX         4096
+#define MOCK_FILES_MAX        10000 /* files and folders of one box (lookups are linear) */
+#define MOCK_IO_MS            30000 /* longest wait for the client between frames */
+#define MOCK_GREP_PATTERN_MAX 1000  /* bytes of a GREP pattern (the search runs in the server) */
+#define MOCK_UNMATCHED        127   /* a command no rule matches: as a shell's "not found" */
 /* File bytes it holds in the server's memory: per box (under its disk
  * limit) and for all boxes together, so boxes that are only a test's
  * fixtures cannot grow the server without bound. */

@@ -4,6 +4,7 @@
  * per connection, as init serves it. */
 #include "backend/mock_int.h"
 #include "base/log.h"
+#include "base/utf8.h"
 #include "base/util.h"
 #include "proto/proto.h"
 
@@ -498,85 +499,149 @@ static void do_change(sess *s, uint32_t type, const abp_file_req *q, const char 
         send_ok(s);
 }
 
+/* A MATCH as init shapes it: valid UTF-8, the line break dropped, at most
+ * ABP_GREP_LINE_SUMMARY code points ("..." ending a cut one). */
+static int queue_match(sess *s, uint32_t index, uint64_t line, const char *p, size_t n)
+{
+        while (n && (p[n - 1] == '\n' || p[n - 1] == '\r'))
+                n--;
+        size_t cl = 0;
+        _cleanup_free_ char *c = ab_utf8_clean(p, n, &cl);
+        _cleanup_free_ char *cut = NULL;
+        if (ab_utf8_count(c, cl) > ABP_GREP_LINE_SUMMARY) {
+                size_t keep = ab_utf8_offset(c, cl, ABP_GREP_LINE_SUMMARY - 3);
+                cut = xasprintf("%.*s...", (int)keep, c);
+        }
+        abp_match mt = {
+            .index = index, .line = line, .text = cut ? cut : c, .len = cut ? strlen(cut) : cl};
+        return abp_enc_match(&s->out, &mt);
+}
+
+/* The pattern as a POSIX extended regex (escaped when literal), or NULL
+ * with *why: the search runs in the server's own process (a real box's runs
+ * in the box), so what could make glibc's regex blow up in size or time -
+ * counted repetition, back-references, a long pattern - is refused. */
+static char *grep_pattern(const abp_grep_req *q, const char **why)
+{
+        *why = NULL;
+        if (memchr(q->pattern, 0, q->pattern_len))
+                *why = "a NUL in the pattern";
+        else if (q->pattern_len > MOCK_GREP_PATTERN_MAX)
+                *why = "longer than the mock backend's grep takes (1000 bytes)";
+        if (*why)
+                return NULL;
+        bool literal = q->flags & ABP_G_LITERAL;
+        char *pat = xmalloc(q->pattern_len * 2 + 1);
+        size_t pl = 0;
+        for (size_t i = 0; i < q->pattern_len; i++) {
+                char c = q->pattern[i];
+                if (literal && strchr("\\^$.|?*+()[]{}", c))
+                        pat[pl++] = '\\';
+                else if (!literal &&
+                         (c == '{' || (c == '\\' && i + 1 < q->pattern_len &&
+                                       q->pattern[i + 1] >= '0' && q->pattern[i + 1] <= '9')))
+                        *why = "the mock backend's grep takes no {m,n} repetition or "
+                               "back-references";
+                pat[pl++] = c;
+        }
+        pat[pl] = '\0';
+        if (*why) {
+                free(pat);
+                return NULL;
+        }
+        return pat;
+}
+
+typedef struct gfile {
+        uint32_t index;
+        uint8_t *data;
+        size_t len;
+} gfile;
+
 /* GREP over files of the box, with POSIX extended regexes (not PCRE2 as
- * init's: a mock's patterns are the test's own). */
+ * init's: a mock's files are a test's fixtures). The files are copied out
+ * under mu and searched without it, against the request's deadline. */
 static void do_grep(sess *s, const abp_frame *f)
 {
         abp_grep_req q;
         if (abp_dec_grep(f, &q) < 0)
                 return send_error(s, "invalid_argument", "malformed GREP");
-        _cleanup_free_ char *pat = xmalloc(q.pattern_len * 2 + 1);
-        size_t pl = 0;
-        bool nul = memchr(q.pattern, 0, q.pattern_len) != NULL;
-        for (size_t i = 0; i < q.pattern_len; i++) {
-                char c = q.pattern[i];
-                if ((q.flags & ABP_G_LITERAL) && strchr("\\^$.|?*+()[]{}", c))
-                        pat[pl++] = '\\';
-                pat[pl++] = c;
-        }
-        pat[pl] = '\0';
+        const char *why = NULL;
+        _cleanup_free_ char *pat = grep_pattern(&q, &why);
         regex_t re;
-        int rc = nul ? REG_BADPAT
-                     : regcomp(&re, pat,
+        int rc = pat ? regcomp(&re, pat,
                                REG_EXTENDED | REG_NOSUB |
-                                   ((q.flags & ABP_G_CASE_SENSITIVE) ? 0 : REG_ICASE));
+                                   ((q.flags & ABP_G_CASE_SENSITIVE) ? 0 : REG_ICASE))
+                     : REG_BADPAT;
         if (rc != 0) {
-                char msg[160] = "a NUL in the pattern";
-                if (!nul)
+                char msg[160];
+                if (why)
+                        snprintf(msg, sizeof(msg), "%s", why);
+                else
                         regerror(rc, &re, msg, sizeof(msg));
                 abp_grep_req_clear(&q);
                 return send_error(s, "invalid_argument", "Invalid regex pattern: %s", msg);
         }
-        uint32_t count = q.count ? q.count : UINT32_MAX, found = 0;
-        bool truncated = false;
+        gfile *files = xcalloc(q.n_paths + 1, sizeof(*files));
+        size_t nf = 0;
         pthread_mutex_lock(&s->m->mu);
         mbox *x = live_box(s);
-        if (!x) {
-                regfree(&re);
-                abp_grep_req_clear(&q);
-                return;
-        }
-        for (size_t i = 0; i < q.n_paths && !truncated; i++) {
+        for (size_t i = 0; x && i < q.n_paths; i++) {
                 char p[MOCK_PATH_MAX];
                 node *n = mock_path_norm(q.paths[i], p) == 0 ? mock_node_get(x, p) : NULL;
                 if (!n || n->dir || (q.size_max && n->len > q.size_max) ||
                     memchr(n->data, 0,
                            n->len < ABP_GREP_BINARY_SNIFF ? n->len : ABP_GREP_BINARY_SNIFF))
                         continue;
+                files[nf].index = (uint32_t)i;
+                files[nf].len = n->len;
+                files[nf].data = xmalloc(n->len + 1);
+                memcpy(files[nf].data, n->data, n->len);
+                nf++;
+        }
+        if (x)
+                pthread_mutex_unlock(&s->m->mu);
+        uint32_t count = q.count ? q.count : UINT32_MAX, found = 0;
+        uint64_t deadline = ab_now_ms() + (q.timeout_ms ? q.timeout_ms : 30000);
+        bool truncated = false, timed_out = false;
+        for (size_t k = 0; x && k < nf && !truncated && !timed_out; k++) {
+                const gfile *g = &files[k];
                 uint64_t line = 0;
-                for (size_t off = 0; off < n->len && !truncated;) {
-                        const uint8_t *nl = memchr(n->data + off, '\n', n->len - off);
-                        size_t ll = nl ? (size_t)(nl - (n->data + off)) : n->len - off;
+                for (size_t off = 0; off < g->len && !truncated;) {
+                        const uint8_t *nl = memchr(g->data + off, '\n', g->len - off);
+                        size_t ll = nl ? (size_t)(nl - (g->data + off)) : g->len - off;
                         line++;
-                        char *t = xstrndup((const char *)n->data + off, ll);
-                        if (ll <= ABP_GREP_LINE_MAX && regexec(&re, t, 0, NULL, 0) == 0) {
-                                if (found == count) {
-                                        truncated = true;
-                                } else {
-                                        found++;
-                                        abp_match mt = {.index = (uint32_t)i,
-                                                        .line = line,
-                                                        .text = t,
-                                                        .len = ll < ABP_GREP_LINE_SUMMARY
-                                                                   ? ll
-                                                                   : ABP_GREP_LINE_SUMMARY};
-                                        if (abp_enc_match(&s->out, &mt) < 0)
-                                                truncated = true;
-                                }
+                        if (ab_now_ms() > deadline) {
+                                timed_out = true;
+                                break;
                         }
-                        free(t);
+                        _cleanup_free_ char *t = xstrndup((const char *)g->data + off, ll);
+                        if (ll <= ABP_GREP_LINE_MAX && regexec(&re, t, 0, NULL, 0) == 0) {
+                                if (found == count)
+                                        truncated = true;
+                                else if (queue_match(s, g->index, line, t, ll) < 0)
+                                        truncated = true;
+                                else
+                                        found++;
+                        }
                         off += ll + 1;
                 }
         }
-        pthread_mutex_unlock(&s->m->mu);
+        for (size_t k = 0; k < nf; k++)
+                free(files[k].data);
+        free(files);
         regfree(&re);
+        if (!x) {
+                abp_grep_req_clear(&q);
+                return;
+        }
         json_t *lj = json_pack("{s:s%,s:i,s:i}", "pattern", q.pattern, q.pattern_len, "files",
                                (int)q.n_paths, "matches", (int)found);
         abp_grep_req_clear(&q);
         mock_log_call(s->m, s->box, "grep", lj);
         abp_frame_begin(&s->out, ABP_OK);
         abp_put_u32(&s->out, ABP_F_TRUNCATED, truncated);
-        abp_put_u32(&s->out, ABP_F_TIMED_OUT, 0);
+        abp_put_u32(&s->out, ABP_F_TIMED_OUT, timed_out);
         if (abp_frame_end(&s->out) == 0)
                 (void)flush(s);
 }

@@ -48,6 +48,24 @@ static int run(ab_backend *b, const char *id, const abc_exec_req *q, out *o, abc
         return rc;
 }
 
+typedef struct grep_hits {
+        int n;
+        char text[2][256];
+        uint64_t line[2];
+} grep_hits;
+
+static int grep_hit(void *ud, size_t index, uint64_t line, const char *text, size_t len)
+{
+        (void)index;
+        grep_hits *h = ud;
+        if (h->n < 2) {
+                snprintf(h->text[h->n], sizeof(h->text[0]), "%.*s", (int)len, text);
+                h->line[h->n] = line;
+        }
+        h->n++;
+        return 0;
+}
+
 static void write_text(const char *path, const char *text)
 {
         FILE *f = fopen(path, "w");
@@ -228,6 +246,47 @@ int main(void)
         TAP_IS_INT(code_of(abc_mkdir(fd, "x/y", false, 0700, &e), &e), AB_E_CONFLICT,
                    "... again without parents: conflict");
         close(fd);
+        /* ---- grep: POSIX regexes in the server, bounded ---- */
+        fd = b->ops->connect(b, "m1", &e);
+        tap_ok(abc_write(fd, "g.txt", "x{1}y\nabc\n\xff\xfe caf\xc3\xa9 abc\n", 22, -1, 0, 0, &e) ==
+                   0,
+               "write a file to search");
+        close(fd);
+        const char *gp[] = {"g.txt", "nope.txt"};
+        abc_grep_req gq = {.pattern = "a.c", .pattern_len = 3, .paths = gp, .n_paths = 2};
+        abc_grep_res gr;
+        grep_hits hs = {0};
+        fd = b->ops->connect(b, "m1", &e);
+        tap_ok(abc_grep(fd, &gq, grep_hit, &hs, &gr, &e) == 0 && hs.n == 2 && hs.line[0] == 2 &&
+                   hs.line[1] == 3 &&
+                   !strcmp(hs.text[1], "\xef\xbf\xbd\xef\xbf\xbd caf\xc3\xa9 abc"),
+               "grep: both lines, the invalid bytes as U+FFFD (%d: %s)", hs.n, hs.text[1]);
+        close(fd);
+        gq = (abc_grep_req){
+            .pattern = "x{1}", .pattern_len = 4, .literal = true, .paths = gp, .n_paths = 1};
+        memset(&hs, 0, sizeof(hs));
+        fd = b->ops->connect(b, "m1", &e);
+        tap_ok(abc_grep(fd, &gq, grep_hit, &hs, &gr, &e) == 0 && hs.n == 1 && hs.line[0] == 1,
+               "grep a literal with braces");
+        close(fd);
+        static const char *const blowups[] = {"((a{1,255}){1,255}){1,255}", "(a)\\1"};
+        for (size_t i = 0; i < 2; i++) {
+                gq = (abc_grep_req){.pattern = blowups[i],
+                                    .pattern_len = strlen(blowups[i]),
+                                    .paths = gp,
+                                    .n_paths = 1};
+                fd = b->ops->connect(b, "m1", &e);
+                tap_ok(abc_grep(fd, &gq, grep_hit, &hs, &gr, &e) < 0 && e &&
+                           e->code == AB_E_INVALID && strstr(e->msg, "Invalid regex pattern"),
+                       "grep %s: refused before it compiles (%s)", blowups[i],
+                       e ? e->msg : "no error");
+                ab_err_free(&e);
+                close(fd);
+        }
+        fd = b->ops->connect(b, "m1", &e);
+        tap_ok(abc_delete(fd, "g.txt", false, &e) == 0, "remove it");
+        close(fd);
+
         /* the box's disk limit (1 MiB) bounds what it holds */
         _cleanup_free_ char *big = xzalloc(700 * 1024);
         fd = b->ops->connect(b, "m1", &e);
@@ -326,7 +385,7 @@ int main(void)
         TAP_IS_INT(count_lines(log, "\"op\":\"exec\""), 9, "the log has every exec");
         TAP_IS_INT(count_lines(log, "\"command\":\"rm -rf /\",\"exit_code\":127,\"matched\":null"),
                    1, "... an unmatched one with matched null");
-        TAP_IS_INT(count_lines(log, "\"op\":\"write\""), 4, "... every write");
+        TAP_IS_INT(count_lines(log, "\"op\":\"write\""), 5, "... every write");
         TAP_IS_INT(count_lines(log, "\"op\":\"create\""), 2, "... every create");
         TAP_IS_INT(count_lines(log, "\"box\":\"m1\",\"op\":\"destroy\""), 1, "... the destroy");
         unlink(exp);
