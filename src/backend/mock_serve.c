@@ -145,8 +145,10 @@ static void do_exec(sess *s, const abp_frame *f)
 {
         mock *m = s->m;
         abp_exec_req q;
-        if (abp_dec_exec(f, &q) < 0)
+        if (abp_dec_exec(f, &q) < 0) {
+                abp_exec_req_clear(&q); /* the decoder may have allocated before it failed */
                 return send_error(s, "invalid_argument", "malformed EXEC");
+        }
         _cleanup_free_ char *text = exec_text(&q);
         _cleanup_free_ char *cwd = q.cwd ? xstrdup(q.cwd) : NULL;
         _cleanup_free_ char *user = q.user && *q.user ? xstrdup(q.user) : NULL;
@@ -300,6 +302,8 @@ static void do_write(sess *s, const abp_file_req *q, const char *path)
                         free(data);
                         return send_error(s, "invalid_argument", "malformed WRITE data");
                 }
+                if (dd.len == 0)
+                        continue;
                 if (over || len + dd.len > limit) {
                         over = true;
                         continue;
@@ -342,7 +346,8 @@ static void do_write(sess *s, const abp_file_req *q, const char *path)
                 s->m->bytes -= n->len;
                 if (flags & ABP_W_APPEND) {
                         n->data = xrealloc(n->data, n->len + len + 1);
-                        memcpy(n->data + n->len, data, len);
+                        if (len)
+                                memcpy(n->data + n->len, data, len);
                         n->len += len;
                 } else {
                         free(n->data);
@@ -564,8 +569,10 @@ typedef struct gfile {
 static void do_grep(sess *s, const abp_frame *f)
 {
         abp_grep_req q;
-        if (abp_dec_grep(f, &q) < 0)
+        if (abp_dec_grep(f, &q) < 0) {
+                abp_grep_req_clear(&q); /* the decoder may have allocated before it failed */
                 return send_error(s, "invalid_argument", "malformed GREP");
+        }
         const char *why = NULL;
         _cleanup_free_ char *pat = grep_pattern(&q, &why);
         regex_t re;
@@ -589,7 +596,8 @@ static void do_grep(sess *s, const abp_frame *f)
         for (size_t i = 0; x && i < q.n_paths; i++) {
                 char p[MOCK_PATH_MAX];
                 node *n = mock_path_norm(q.paths[i], p) == 0 ? mock_node_get(x, p) : NULL;
-                if (!n || n->dir || (q.size_max && n->len > q.size_max) ||
+                /* (an empty file has no line to match) */
+                if (!n || n->dir || !n->len || (q.size_max && n->len > q.size_max) ||
                     memchr(n->data, 0,
                            n->len < ABP_GREP_BINARY_SNIFF ? n->len : ABP_GREP_BINARY_SNIFF))
                         continue;
