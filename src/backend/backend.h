@@ -1,8 +1,25 @@
-/* backend.h - the one interface every box backend implements (native now;
- * Docker and Kubernetes later). A backend owns boxes' runtime: it creates
- * them, starts and stops their init, destroys them, and hands out a
- * connection to a box's agentbox-init. Exec and file operations then go
- * through the init protocol (initclient.h), identical on every backend.
+/* backend.h - the one interface every box backend implements: native
+ * (Linux namespaces on this host), Docker (containers of an engine), mock
+ * (in memory, for users' own tests) and, next, Kubernetes (pods). A backend
+ * owns boxes' runtime: it creates them, starts and stops their init,
+ * destroys them, and hands out a connection to a box's agentbox-init. Exec
+ * and file operations then go through the init protocol (initclient.h),
+ * identical on every backend.
+ *
+ * Which ops a backend must have (ab_backend_ops, op by op below):
+ *   required  name create start stop pause resume destroy info list connect
+ *             stats free - every backend, Kubernetes too; callers call them
+ *             without checking.
+ *   optional  connect_unix disk_alloc fork snapshot image_config, and the
+ *             subcg and vol tables - NULL where a backend has no such thing;
+ *             every caller checks for NULL first and answers AB_E_UNSUPPORTED
+ *             (501 over HTTP) naming the backend.
+ *                      native  docker  mock  (kubernetes, planned)
+ *   connect_unix       yes     yes     -     (exec into the pod: likely)
+ *   disk_alloc         yes     -       -     -
+ *   fork, snapshot     yes     -       -     -
+ *   image_config       -       yes     -     yes (the cluster pulls images)
+ *   subcg, vol         yes     -       -     -
  *
  * Thread-safety: every op may be called concurrently from several threads and
  * several processes; backends serialise per box themselves. */
@@ -14,6 +31,8 @@
 #include "base/err.h"
 #include "base/limits.h"
 #include "base/mounts.h"
+
+#include <jansson.h>
 
 #define AB_ID_MAX 63
 
@@ -33,10 +52,10 @@ typedef struct ab_box_spec {
          * that does not exist (and nothing is created). */
         const ab_box_mount *mounts;
         size_t n_mounts;
-        /* Which backend makes the box, by its ops->name ("native", "docker"),
+        /* Which backend makes the box, by its ops->name ("native", "docker", "mock"),
          * for the multiplexing backend (ab_multi_open); NULL = its default.
-         * A single backend ignores it. On the Docker backend, `image` is a
-         * Docker image reference the engine pulls (layers is NULL). */
+         * A single backend ignores it. On a backend with image_config
+         * (Docker), `image` is a reference its engine pulls (layers is NULL). */
         const char *backend;
 } ab_box_spec;
 
@@ -66,41 +85,49 @@ typedef struct ab_box_stats {
 typedef struct ab_backend ab_backend;
 
 typedef struct ab_backend_ops {
+        /* Required: a static name, what ab_box_spec.backend and the config's
+         * `backend` call it. */
         const char *name;
-        /* Creates the box's persistent disk and starts it. AB_E_CONFLICT if the id exists. */
+        /* Required. Creates the box's persistent disk and starts it. AB_E_CONFLICT if the id
+         * exists. */
         int (*create)(ab_backend *b, const ab_box_spec *spec, ab_err **err);
-        /* Starts a stopped box over its existing disk. Starting a running box is a
+        /* Required. Starts a stopped box over its existing disk. Starting a running box is a
          * no-op; starting a paused box resumes it. */
         int (*start)(ab_backend *b, const char *id, ab_err **err);
-        /* Ends every process of the box and releases its mounts; the disk stays.
+        /* Required. Ends every process of the box and releases its mounts; the disk stays.
          * Stopping a stopped box is a no-op; a paused box is stopped too. */
         int (*stop)(ab_backend *b, const char *id, ab_err **err);
-        /* Freezes every process of a running box: they keep their memory, files
-         * and sockets but get no CPU until resume. The state lives with the box
-         * (its cgroup on the native backend), so another process sees it paused.
-         * Pausing a paused box is a no-op. AB_E_CONFLICT when the box is not
-         * running; AB_E_TIMEOUT when its processes did not all stop in time (the
-         * box is then left running). connect refuses a paused box. */
+        /* Required (a backend that cannot freeze answers AB_E_UNSUPPORTED). Freezes every process
+         * of a running box: they keep their memory, files and sockets but get no CPU until resume.
+         * The state lives with the box (its cgroup on the native backend), so another process sees
+         * it paused. Pausing a paused box is a no-op. AB_E_CONFLICT when the box is not running;
+         * AB_E_TIMEOUT when its processes did not all stop in time (the box is then left running).
+         * connect refuses a paused box. */
         int (*pause)(ab_backend *b, const char *id, ab_err **err);
-        /* Thaws a paused box: its processes go on where they were. Resuming a
+        /* Required. Thaws a paused box: its processes go on where they were. Resuming a
          * running box is a no-op; AB_E_CONFLICT when the box is not running. */
         int (*resume)(ab_backend *b, const char *id, ab_err **err);
-        /* Stops the box if needed and removes everything of it. */
+        /* Required. Stops the box if needed and removes everything of it. */
         int (*destroy)(ab_backend *b, const char *id, ab_err **err);
-        /* Current state; a box whose init died is reported (and recorded) as stopped,
-         * a box whose processes are frozen as paused. */
+        /* Required. Current state; AB_E_NOT_FOUND for no such box; a box whose init died is
+         * reported (and recorded) as stopped, a box whose processes are frozen as paused. */
         int (*info)(ab_backend *b, const char *id, ab_box_info *out, ab_err **err);
-        /* Every box, sorted by id. Free each with ab_box_info_clear, then the array. */
+        /* Required. Every box, sorted by id. Free each with ab_box_info_clear, then the array. */
         int (*list)(ab_backend *b, ab_box_info **out, size_t *n, ab_err **err);
-        /* A new connection to the running box's init (caller closes).
+        /* Required. A new connection to the running box's init, speaking the
+         * init protocol (a socket; caller closes).
          * AB_E_CONFLICT when the box is not running (paused included: resume it). */
         int (*connect)(ab_backend *b, const char *id, ab_err **err);
-        /* Resource usage of a running or paused box. */
+        /* Required. Resource usage of a running or paused box (zeros where
+         * the backend measures nothing). */
         int (*stats)(ab_backend *b, const char *id, ab_box_stats *out, ab_err **err);
-        /* A connection to the unix stream socket at `path` (absolute, as the
+        /* Optional (NULL: the code runner, its only user, is unavailable on
+         * the backend's boxes). A connection to the unix stream socket at `path` (absolute, as the
          * box sees it; resolved inside the box, no symlinks) of a running box.
          * Caller closes. The code runner reaches its zygote this way. */
         int (*connect_unix)(ab_backend *b, const char *id, const char *path, ab_err **err);
+        /* Required. Frees the backend (boxes keep running where they run
+         * outside this process). */
         void (*free)(ab_backend *b);
         /* Optional (NULL where a backend has no disks of its own on this host):
          * the bytes the box's disk takes on the host's filesystem now (a sparse
@@ -123,6 +150,18 @@ typedef struct ab_backend_ops {
          * disk (a running box is frozen while the copy is made).
          * AB_E_UNSUPPORTED for a box not made from an image. */
         int (*snapshot)(ab_backend *b, const char *id, int out_fd, ab_err **err);
+        /* Optional: set on a backend whose engine keeps images of its own
+         * (Docker; Kubernetes), NULL on one that runs images of agentbox's
+         * own store (spec->layers, which core resolves). The configuration of
+         * image `ref` (NULL = the backend's default image), pulled first
+         * where the engine lacks it, shaped as the manager records an image
+         * of a box: {"ref", "id", "env": ["K=V", ...], "workdir"?, "user"?}.
+         * A box of such a backend is created with spec->image = the reference
+         * (layers NULL); the image's Env, WorkingDir and User reach the box's
+         * commands only through the manager, which passes them with every
+         * exec. AB_E_INVALID for no ref and no default image, AB_E_NOT_FOUND
+         * for an image the engine cannot find. Caller decrefs *out. */
+        int (*image_config)(ab_backend *b, const char *ref, json_t **out, ab_err **err);
 } ab_backend_ops;
 
 /* Sub-cgroups of a running box: limits on one process tree inside it
@@ -213,11 +252,40 @@ typedef struct ab_docker_opts {
 
 int ab_docker_open(const ab_docker_opts *opts, ab_backend **out, ab_err **err);
 
+/* The mock backend (backend/mock.c, docs/backends.md): boxes in this
+ * process's memory, for users' own tests - no kernel features, no root.
+ * Files live in memory (bounded by the box's disk limit); EXEC runs nothing
+ * and answers from the expectations file, a JSON object {"commands": [{
+ * "command": exact text | "regex": POSIX extended, "stdout"?, "stderr"?,
+ * "exit_code"? (0), "delay_ms"? (0)}, ...]} read again whenever it changes
+ * (the first rule that matches wins; an argv ending in "-c CMD" - a shell
+ * given a command line, as the fronts wrap commands - is matched as CMD,
+ * other argv as the words joined by spaces); a command no rule matches exits 127 with
+ * "agentbox mock: no expectation matches this command: ..." on stderr.
+ * Terminals are AB_E_UNSUPPORTED. A box holds at most 64 MiB of files
+ * (less under a smaller disk limit), all boxes 512 MiB. Every call is
+ * appended to the calls log as one JSON line {"time_ms", "box", "op", ...}.
+ * AB_E_INVALID for an unreadable or malformed expectations file or log
+ * path. */
+typedef struct ab_mock_opts {
+        const char *expect_path; /* NULL = no rules: every command is unmatched */
+        const char *log_path;    /* appended to (created 0600); NULL = no log */
+        /* Where the boxes and their files are kept across a clean restart:
+         * written at free, read (then removed) at open, so a box deleted
+         * after a start never comes back after a crash. NULL = memory only.
+         * AB_E_INVALID at open for a file that does not read back. */
+        const char *state_path;
+} ab_mock_opts;
+
+int ab_mock_open(const ab_mock_opts *opts, ab_backend **out, ab_err **err);
+
 /* A backend over several (backend/multi.c): create goes to the one
  * spec->backend names (AB_E_INVALID naming the choices for an unknown name;
  * NULL = the one named default_name); every other op to the one that has
- * the box (asked in order, the answer cached). list merges. subcg and vol
- * are backends[0]'s (the native one). Takes ownership of the backends
+ * the box (asked in order, the answer cached); an optional op the owner
+ * lacks is AB_E_UNSUPPORTED. image_config goes to the default backend (ask
+ * ab_backend_pick for another one's). list merges. subcg and vol are
+ * backends[0]'s (the native one). Takes ownership of the backends
  * (freed with it, also on failure). Its ops->name is backends[0]'s, so the
  * store's records keep their provider whichever backend is the default. */
 int ab_multi_open(ab_backend **backends, size_t n, const char *default_name, ab_backend **out,
@@ -228,6 +296,13 @@ const char *ab_backend_default(ab_backend *b);
 /* The backend named `name` inside b (b itself when it is not a multi one
  * and has that name), or NULL. */
 ab_backend *ab_backend_find(ab_backend *b, const char *name);
+/* The backend a box of spec->backend `name` goes to: ab_backend_find(b,
+ * name), or for NULL the default one. NULL for an unknown name. To ask
+ * whether that backend has an optional op, test its ops (a multi backend's
+ * own table routes every op). */
+ab_backend *ab_backend_pick(ab_backend *b, const char *name);
+/* The names of b's backends, ", "-separated, into buf (cut to size). */
+void ab_backend_names(ab_backend *b, char *buf, size_t size);
 
 static inline void ab_backend_freep(ab_backend **b)
 {

@@ -26,7 +26,7 @@
  * removes (a volume without a container, or a container never started, is
  * a create that did not finish). */
 #include "backend/backend_int.h"
-#include "backend/docker.h"
+#include "backend/backend.h"
 #include "backend/docker_api.h"
 #include "base/id.h"
 #include "base/log.h"
@@ -1427,11 +1427,9 @@ static int k_stats(ab_backend *b, const char *id, ab_box_stats *out, ab_err **er
 
 /* ---- the image a box was made from ---------------------------------------- */
 
-int ab_docker_image_config(ab_backend *b, const char *ref, json_t **out, ab_err **err)
+static int k_image_config(ab_backend *b, const char *ref, json_t **out, ab_err **err)
 {
         *out = NULL;
-        if (!b || strcmp(b->ops->name, "docker"))
-                return ab_err_set(err, AB_E_INVALID, 0, "not a Docker backend");
         dk *d = D(b);
         if (!ref || !*ref)
                 ref = d->default_image;
@@ -1529,6 +1527,7 @@ static const ab_backend_ops docker_ops = {
     .stats = k_stats,
     .connect_unix = k_connect_unix,
     .free = k_free,
+    .image_config = k_image_config,
     /* disk_alloc, fork, snapshot: none (the API answers 501) */
 };
 

@@ -119,12 +119,8 @@ static int index_of(multi *m, const char *name, size_t *idx)
 
 static int unknown_backend(multi *m, const char *name, ab_err **err)
 {
-        char names[128] = "";
-        for (size_t i = 0; i < m->n; i++) {
-                size_t len = strlen(names);
-                snprintf(names + len, sizeof(names) - len, "%s%s", i ? ", " : "",
-                         m->b[i]->ops->name);
-        }
+        char names[128];
+        ab_backend_names(&m->base, names, sizeof(names));
         return ab_err_set(err, AB_E_INVALID, 0, "unknown backend '%s' (this server has: %s)", name,
                           names);
 }
@@ -199,7 +195,26 @@ static int multi_stats(ab_backend *b, const char *id, ab_box_stats *out, ab_err 
 
 static int multi_connect_unix(ab_backend *b, const char *id, const char *path, ab_err **err)
 {
-        ROUTE(connect_unix, id, path, err);
+        ab_backend *o = owner_of(M(b), id, err);
+        if (!o)
+                return -1;
+        if (!o->ops->connect_unix)
+                return ab_err_set(err, AB_E_UNSUPPORTED, 0,
+                                  "the %s backend cannot reach a socket inside box %s",
+                                  o->ops->name, id);
+        return o->ops->connect_unix(o, id, path, err);
+}
+
+static int multi_image_config(ab_backend *b, const char *ref, json_t **out, ab_err **err)
+{
+        multi *m = M(b);
+        ab_backend *d = m->b[m->def];
+        *out = NULL;
+        if (!d->ops->image_config)
+                return ab_err_set(err, AB_E_UNSUPPORTED, 0,
+                                  "the %s backend runs images of agentbox's own store",
+                                  d->ops->name);
+        return d->ops->image_config(d, ref, out, err);
 }
 
 static int multi_destroy(ab_backend *b, const char *id, ab_err **err)
@@ -315,6 +330,7 @@ static ab_backend_ops multi_ops_for(const char *name)
             .disk_alloc = multi_disk_alloc,
             .fork = multi_fork,
             .snapshot = multi_snapshot,
+            .image_config = multi_image_config,
         };
 }
 
@@ -368,4 +384,27 @@ const char *ab_backend_default(ab_backend *b)
         if (b->ops->free == multi_free)
                 return M(b)->b[M(b)->def]->ops->name;
         return b->ops->name;
+}
+
+ab_backend *ab_backend_pick(ab_backend *b, const char *name)
+{
+        return ab_backend_find(b, name ? name : ab_backend_default(b));
+}
+
+void ab_backend_names(ab_backend *b, char *buf, size_t size)
+{
+        if (!size)
+                return;
+        buf[0] = '\0';
+        if (b->ops->free != multi_free) {
+                snprintf(buf, size, "%s", b->ops->name);
+                return;
+        }
+        multi *m = M(b);
+        for (size_t i = 0; i < m->n; i++) {
+                size_t len = strlen(buf);
+                if (len + 1 >= size)
+                        break;
+                snprintf(buf + len, size - len, "%s%s", i ? ", " : "", m->b[i]->ops->name);
+        }
 }

@@ -37,28 +37,60 @@ int cli_usage_error(const char *fmt, const char *arg)
         return EXIT_USAGE;
 }
 
+/* The mock backend with the config's expectations and calls log. */
+static int open_mock(const ab_config *cfg, const char *data_dir, ab_backend **out, ab_err **err)
+{
+        _cleanup_free_ char *log =
+            cfg->mock_log && *cfg->mock_log ? NULL : xasprintf("%s/mock-calls.jsonl", data_dir);
+        _cleanup_free_ char *state = xasprintf("%s/mock-state.json", data_dir);
+        ab_mock_opts mo = {.expect_path = cfg->mock_expect,
+                           .log_path = log ? log : cfg->mock_log,
+                           .state_path = state};
+        if (ab_mock_open(&mo, out, err) < 0)
+                return ab_err_wrap(err, "the mock backend");
+        return 0;
+}
+
 int cli_backend_open(const ab_config *cfg, const ab_native_opts *no, ab_backend **out, ab_err **err)
 {
+        /* A mock-only server needs no kernel features: native is not opened. */
+        if (cfg->backend && strcmp(cfg->backend, "mock") == 0)
+                return open_mock(cfg, no->data_dir, out, err);
         bool docker = (cfg->backend && strcmp(cfg->backend, "docker") == 0) || cfg->docker_host;
-        ab_backend *v[2] = {NULL, NULL};
-        if (ab_native_open(no, &v[0], err) < 0)
+        bool mock = cfg->mock_expect && *cfg->mock_expect;
+        ab_backend *v[3] = {NULL, NULL, NULL};
+        size_t n = 0;
+        if (ab_native_open(no, &v[n], err) < 0)
                 return -1;
-        if (!docker) {
+        n++;
+        if (docker) {
+                _cleanup_free_ char *skills = xasprintf("%s/skills", no->data_dir);
+                ab_docker_opts d = {.host = cfg->docker_host,
+                                    .data_dir = no->data_dir,
+                                    .init_path = no->init_path,
+                                    .runtime = cfg->docker_runtime,
+                                    .default_image = cfg->docker_image,
+                                    .skills_dir = skills};
+                if (ab_docker_open(&d, &v[n], err) < 0) {
+                        ab_err_wrap(err, "the Docker backend");
+                        goto fail;
+                }
+                n++;
+        }
+        if (mock) {
+                if (open_mock(cfg, no->data_dir, &v[n], err) < 0)
+                        goto fail;
+                n++;
+        }
+        if (n == 1) {
                 *out = v[0];
                 return 0;
         }
-        _cleanup_free_ char *skills = xasprintf("%s/skills", no->data_dir);
-        ab_docker_opts d = {.host = cfg->docker_host,
-                            .data_dir = no->data_dir,
-                            .init_path = no->init_path,
-                            .runtime = cfg->docker_runtime,
-                            .default_image = cfg->docker_image,
-                            .skills_dir = skills};
-        if (ab_docker_open(&d, &v[1], err) < 0) {
-                v[0]->ops->free(v[0]);
-                return ab_err_wrap(err, "the Docker backend");
-        }
-        return ab_multi_open(v, 2, cfg->backend ? cfg->backend : "native", out, err);
+        return ab_multi_open(v, n, cfg->backend ? cfg->backend : "native", out, err);
+fail:
+        for (size_t i = 0; i < n; i++)
+                v[i]->ops->free(v[i]);
+        return -1;
 }
 
 int cli_backend_open_env(const char *data, ab_backend **out, ab_err **err)

@@ -252,8 +252,8 @@ static int cmd_create(ab_backend *b, const char *data, int argc, char **argv)
         }
         spec.mounts = vols;
         spec.n_mounts = nv;
-        bool docker = spec.backend ? strcmp(spec.backend, "docker") == 0
-                                   : strcmp(ab_backend_default(b), "docker") == 0;
+        ab_backend *target = ab_backend_pick(b, spec.backend);
+        bool docker = target && target->ops->image_config; /* the engine pulls images */
         if (spec.backend && !ab_backend_find(b, spec.backend)) {
                 free_volume_args(vol_args, nv);
                 ab_err_set(&e, AB_E_INVALID, 0,

@@ -21,7 +21,7 @@
 
 static const char *serve_usage =
     "Usage: agentbox serve [--listen HOST:PORT] [--data DIR] [--config FILE] [--store URL]\n"
-    "                      [--backend native|docker]\n"
+    "                      [--backend native|docker|mock]\n"
     "\n"
     "Runs the sandbox service: the REST API of docs/api.md, server-sent events\n"
     "and Prometheus metrics. Boxes live on after the server stops; a restart\n"
@@ -42,7 +42,9 @@ static const char *serve_usage =
     "                      this kernel's namespaces) or docker (a Docker engine at\n"
     "                      docker_host / $DOCKER_HOST; env AGENTBOX_BACKEND). Setting\n"
     "                      docker_host offers Docker boxes beside native ones\n"
-    "                      (docs/backends.md)\n"
+    "                      (docs/backends.md). mock: boxes in memory answering\n"
+    "                      commands from mock_expect (AGENTBOX_MOCK_EXPECT), for\n"
+    "                      your own tests; needs no root\n"
     "\n"
     "Environment: AGENTBOX_TOKEN is the admin bearer token. Without it the server\n"
     "is open to everyone on this machine and refuses a non-loopback --listen; it\n"

@@ -83,6 +83,8 @@ static void config_copy(ab_config *dst, const ab_config *src)
         dst->docker_host = dup_or_null(src->docker_host);
         dst->docker_runtime = dup_or_null(src->docker_runtime);
         dst->docker_image = dup_or_null(src->docker_image);
+        dst->mock_expect = dup_or_null(src->mock_expect);
+        dst->mock_log = dup_or_null(src->mock_log);
         dst->keys = src->n_keys ? xcalloc(src->n_keys, sizeof(*dst->keys)) : NULL;
         for (size_t i = 0; i < src->n_keys; i++) {
                 dst->keys[i].key = dup_or_null(src->keys[i].key);
@@ -149,6 +151,8 @@ void ab_config_release(ab_config *c)
         free(c->docker_host);
         free(c->docker_runtime);
         free(c->docker_image);
+        free(c->mock_expect);
+        free(c->mock_log);
         keys_free(c->keys, c->n_keys);
         registries_free(c->registries, c->n_registries);
         app_quotas_free(c->app_quotas, c->n_app_quotas);
@@ -347,6 +351,8 @@ static const field fields[] = {
     F("docker_host", NULL, "AGENTBOX_DOCKER_HOST", K_OPT_STR, docker_host),
     F("docker_runtime", NULL, "AGENTBOX_DOCKER_RUNTIME", K_OPT_STR, docker_runtime),
     F("docker_image", NULL, "AGENTBOX_DOCKER_IMAGE", K_OPT_STR, docker_image),
+    F("mock_expect", NULL, "AGENTBOX_MOCK_EXPECT", K_OPT_STR, mock_expect),
+    F("mock_log", NULL, "AGENTBOX_MOCK_LOG", K_OPT_STR, mock_log),
 };
 #undef F
 
@@ -1237,9 +1243,10 @@ int ab_config_validate(const ab_config *c, ab_err **err)
                 return invalid(err, "skills_disk", why("must be at least 16M"));
         if ((w = check_http_url(c->webhook_url)))
                 return invalid(err, "webhook_url", w);
-        if (c->backend && strcmp(c->backend, "native") != 0 && strcmp(c->backend, "docker") != 0)
+        if (c->backend && strcmp(c->backend, "native") != 0 && strcmp(c->backend, "docker") != 0 &&
+            strcmp(c->backend, "mock") != 0)
                 return invalid(err, "backend",
-                               why("'%s' is not a backend (native or docker)", c->backend));
+                               why("'%s' is not a backend (native, docker or mock)", c->backend));
         if (c->docker_host && strncmp(c->docker_host, "unix://", 7) != 0)
                 return invalid(err, "docker_host",
                                why("'%s': only unix:// sockets are supported", c->docker_host));

@@ -106,7 +106,7 @@ typedef struct ab_config {
         char **allowed_hosts;
         size_t n_allowed_hosts;
         /* The backend of boxes created without "backend": "native" (default)
-         * or "docker" (env AGENTBOX_BACKEND, --backend). The Docker backend is
+         * "docker" or "mock" (env AGENTBOX_BACKEND, --backend). The Docker backend is
          * open when it is the default or docker_host is set. */
         char *backend;
         char *docker_host;    /* DOCKER_HOST form, "unix:///run/docker.sock"; NULL =
@@ -114,6 +114,14 @@ typedef struct ab_config {
                                * AGENTBOX_DOCKER_HOST) */
         char *docker_runtime; /* OCI runtime of Docker boxes ("runsc"); NULL = the engine's */
         char *docker_image;   /* image of Docker boxes created without one */
+        /* The mock backend (backend.h, ab_mock_open): its expectations file
+         * and calls log (env AGENTBOX_MOCK_EXPECT, AGENTBOX_MOCK_LOG; the log
+         * defaults to DATA/mock-calls.jsonl). With backend "mock" it is the
+         * only backend (no root needed); with another default and
+         * mock_expect set it is open beside it, for boxes created with
+         * "backend": "mock". */
+        char *mock_expect;
+        char *mock_log;
 } ab_config;
 
 /* Fills *c with the defaults. */

@@ -1,7 +1,6 @@
 /* Acquire: the box for a request's keys, found or made (from the warm pool
  * when it has one), running when this returns. Idempotent across threads and
  * processes: the store's unique (provider, id) decides who creates. */
-#include "backend/docker.h"
 #include "core/manager_int.h"
 #include "image/ref.h"
 #include "net/net.h"
@@ -235,13 +234,15 @@ static int check_keys(ab_manager *m, const ab_acquire_req *q, const char *scope,
                                                   i == 0 ? " non-empty" : "");
                 }
         }
-        if (q->backend && !ab_backend_find(m->o.backend, q->backend))
+        if (q->backend && !ab_backend_find(m->o.backend, q->backend)) {
+                char names[128];
+                ab_backend_names(m->o.backend, names, sizeof(names));
                 return ab_err_set(err, AB_E_INVALID, 0,
-                                  "backend: '%s' is not a backend of this server (it has: %s%s)",
-                                  q->backend, m->o.backend->ops->name,
-                                  ab_backend_find(m->o.backend, "docker") ? ", docker" : "");
+                                  "backend: '%s' is not a backend of this server (it has: %s)",
+                                  q->backend, names);
+        }
         if (q->image) {
-                if (!m->o.images && !mgr_req_docker(m, q))
+                if (!m->o.images && !mgr_engine_images(m, q->backend))
                         return ab_err_set(err, AB_E_UNSUPPORTED, 0,
                                           "image: this server has no image store");
                 ab_image_ref ref;
@@ -270,7 +271,7 @@ static int create_backend(ab_manager *m, ab_box_rec *r, const ab_limits *lim, co
                             .mounts = mm->v,
                             .n_mounts = mm->n,
                             .backend = mgr_rec_backend(r)};
-        if (spec.backend && strcmp(spec.backend, "docker") == 0) {
+        if (spec.backend && mgr_engine_images(m, spec.backend)) {
                 /* the engine's own image: a reference it pulls itself */
                 const json_t *ri = mgr_rec_image(r);
                 spec.image = ri ? json_string_value(json_object_get(ri, "ref")) : NULL;
@@ -353,17 +354,19 @@ static int acquire_once(ab_manager *m, const ab_acquire_req *q, const char *scop
                 mgr_mounts_clear(&mm);
                 return -1;
         }
-        bool docker = mgr_req_docker(m, q);
-        for (size_t i = 0; docker && i < mm.n; i++) {
+        ab_backend *engine = mgr_engine_images(m, q->backend);
+        bool eng = engine != NULL;
+        for (size_t i = 0; eng && i < mm.n; i++) {
                 if (mm.v[i].kind == AB_MOUNT_VOLUME || mm.v[i].kind == AB_MOUNT_READONLY) {
                         mgr_mounts_clear(&mm);
                         return ab_err_set(err, AB_E_UNSUPPORTED, 0,
                                           "volumes and readonly_paths are not supported on the "
-                                          "Docker backend (mounts and blocked_paths are; "
-                                          "docs/backends.md)");
+                                          "%s backend (mounts and blocked_paths are; "
+                                          "docs/backends.md)",
+                                          engine->ops->name);
                 }
         }
-        json_t *dimg = NULL; /* a Docker box's image config, from the engine */
+        json_t *dimg = NULL; /* an engine-image box's image config, from its engine */
         bool pool_ok = m->o.pool_size > 0 && limits_equal(&lim, &m->o.limits) && !q->image &&
                        !mm.n && !q->backend;
         ab_image img = {0};
@@ -444,11 +447,10 @@ static int acquire_once(ab_manager *m, const ab_acquire_req *q, const char *scop
                         break;
                 /* A new box from an image: the image first (pulled when the
                  * store lacks it), before anything is counted or recorded. */
-                if (docker && !dimg) {
+                if (eng && !dimg) {
                         /* may pull: the slot is free meanwhile, as for our images */
                         pthread_mutex_unlock(&s->lock);
-                        int ir = ab_docker_image_config(ab_backend_find(m->o.backend, "docker"),
-                                                        q->image, &dimg, err);
+                        int ir = engine->ops->image_config(engine, q->image, &dimg, err);
                         pthread_mutex_lock(&s->lock);
                         if (ir < 0) {
                                 dimg = NULL;
@@ -456,7 +458,7 @@ static int acquire_once(ab_manager *m, const ab_acquire_req *q, const char *scop
                         }
                         continue; /* the box may have been made meanwhile */
                 }
-                if (q->image && !have_img && !docker) {
+                if (q->image && !have_img && !eng) {
                         pthread_mutex_unlock(&s->lock);
                         int ir = mgr_image_resolve(m, scope, q->image, &img, err);
                         pthread_mutex_lock(&s->lock);
@@ -518,9 +520,9 @@ static int acquire_once(ab_manager *m, const ab_acquire_req *q, const char *scop
                         r.status = AB_BOX_CREATING;
                 }
                 /* A new disk: the host's free space next. */
-                /* (a Docker box's files live on the engine's disk, not ours) */
+                /* (an engine-image box's files live on its engine's disk, not ours) */
                 mgr_disk_ticket dt = {0};
-                if (!docker && mgr_disk_admit(m, lim.disk_mib, &dt, err) < 0) {
+                if (!eng && mgr_disk_admit(m, lim.disk_mib, &dt, err) < 0) {
                         mgr_quota_end(m, &qt);
                         ab_box_rec_clear(&r);
                         break;

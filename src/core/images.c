@@ -106,10 +106,10 @@ const char *mgr_rec_backend(const ab_box_rec *r)
         return r->spec ? json_string_value(json_object_get(r->spec, "backend")) : NULL;
 }
 
-bool mgr_req_docker(ab_manager *m, const ab_acquire_req *q)
+ab_backend *mgr_engine_images(ab_manager *m, const char *backend)
 {
-        const char *b = q->backend ? q->backend : ab_backend_default(m->o.backend);
-        return strcmp(b, "docker") == 0;
+        ab_backend *b = ab_backend_pick(m->o.backend, backend);
+        return b && b->ops->image_config ? b : NULL;
 }
 
 const json_t *mgr_rec_image(const ab_box_rec *r)

@@ -273,7 +273,10 @@ void mgr_disk_start(ab_manager *m);
 /* The backend a record's box runs on (its spec's "backend"; NULL for
  * records older than the field: the default at their time, native). */
 const char *mgr_rec_backend(const ab_box_rec *r);
-/* Whether a create request's box goes to the Docker backend. */
-bool mgr_req_docker(ab_manager *m, const ab_acquire_req *q);
+/* The backend a box of `backend` (a request's or a record's; NULL = the
+ * default) goes to when that backend's engine keeps images of its own
+ * (ops->image_config: Docker), else NULL (images come from agentbox's own
+ * store, or the backend is unknown). */
+ab_backend *mgr_engine_images(ab_manager *m, const char *backend);
 
 #endif

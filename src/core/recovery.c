@@ -1,7 +1,6 @@
 /* Recovery: who is creating a box (a process identity that survives pid
  * reuse), creates whose creator died, and the reconciliation of the store
  * with the backend when the manager opens. */
-#include "backend/docker.h"
 #include "core/manager_int.h"
 #include "net/net.h"
 
@@ -124,16 +123,16 @@ static int adopt(ab_manager *m, const ab_box_info *bi, ab_err **err)
         mgr_fill_new_rec(m, &q, NULL, bi->id, &bi->limits, &r);
         ab_image img = {0};
         /* a box `agentbox create --image` made: its image's env and workdir */
-        bool docker = bi->backend && strcmp(bi->backend, "docker") == 0;
-        if (!docker && bi->image && m->o.images &&
+        ab_backend *engine = bi->backend ? mgr_engine_images(m, bi->backend) : NULL;
+        bool eng = engine != NULL;
+        if (!eng && bi->image && m->o.images &&
             ab_image_get(m->o.images, bi->image, &img, NULL) == 0)
                 json_object_set_new(r.spec, "image", mgr_image_spec(NULL, &img));
         ab_image_clear(&img);
-        /* a Docker box: its image's config from the engine (by id) */
+        /* a box of an engine with images of its own (Docker): its image's config from the engine
+         * (by id) */
         json_t *dimg = NULL;
-        if (docker && bi->image &&
-            ab_docker_image_config(ab_backend_find(m->o.backend, "docker"), bi->image, &dimg,
-                                   NULL) == 0)
+        if (eng && bi->image && engine->ops->image_config(engine, bi->image, &dimg, NULL) == 0)
                 json_object_set_new(r.spec, "image", dimg);
         if (bi->backend)
                 json_object_set_new(r.spec, "backend", json_string(bi->backend));

@@ -341,7 +341,13 @@ static void *warm_main(void *arg)
         _cleanup_free_ char *path = rs->zy_socket ? xstrdup(rs->zy_socket) : NULL;
         bool no_cg = rs->no_cg;
         pthread_mutex_unlock(&rs->lock);
-        int fd = path ? b->ops->connect_unix(b, BOX_ID, path, &e) : -1;
+        int fd = -1;
+        if (path && !b->ops->connect_unix)
+                ab_err_set(&e, AB_E_UNSUPPORTED, 0,
+                           "the %s backend cannot reach the code runner's socket in a box",
+                           b->ops->name);
+        else if (path)
+                fd = b->ops->connect_unix(b, BOX_ID, path, &e);
         pid_t host_pid = 0;
         bool started = false;
         p->in_w = fd; /* closed with p */
@@ -811,6 +817,12 @@ static int ensure_ready(ab_runners *rs, ab_err **err)
 {
         if (rs->runtime_missing)
                 return ab_err_set(err, AB_E_UNAVAILABLE, ENOENT, "runner: %s", rs->runtime_missing);
+        ab_backend *b = ab_manager_backend(rs->o.manager);
+        if (!b->ops->connect_unix)
+                return ab_err_set(err, AB_E_UNSUPPORTED, 0,
+                                  "runner: the %s backend has no connect_unix (the runner reaches "
+                                  "its zygote in the system box through it)",
+                                  b->ops->name);
         pthread_mutex_lock(&rs->lock);
         if (rs->ready) {
                 pthread_mutex_unlock(&rs->lock);

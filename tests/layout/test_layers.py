@@ -52,6 +52,11 @@ def layer_of(path):
 def rank_of(layer):
     return RANK.get(layer.split("/", 1)[0])
 
+# Headers of one backend (docker_api.h, backend_int.h) are private to
+# src/backend: every layer above reaches backends through backend.h only, so
+# core names no backend (backend.h's optional ops say what one can do).
+BACKEND_PUBLIC = {"backend/backend.h"}
+
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
 
 
@@ -81,6 +86,10 @@ def violations(src):
                     if "/" not in inc:
                         continue  # same-folder include ("landlock.h")
                     target = layer_of(inc)
+                    if (target == "backend" and folder != "backend"
+                            and inc not in BACKEND_PUBLIC):
+                        bad.append('%s includes "%s": only backend/backend.h is public'
+                                   % (os.path.relpath(f, src), inc))
                     if rank_of(target) is None:
                         bad.append('%s includes "%s": no such layer' % (rel, inc))
                     elif target != me and rank_of(target) >= rank_of(me):
@@ -156,7 +165,7 @@ def link_violations(objdir, layers):
 def main():
     here = os.path.dirname(os.path.abspath(__file__))
     src = os.path.normpath(os.path.join(here, "..", "..", "src"))
-    print("1..5")
+    print("1..6")
     bad = violations(src)
     for b in bad:
         print("# " + b)
@@ -229,7 +238,20 @@ def main():
         ok4 = not got
         print("%s 5 - the built library's layers call only their own layer and those below"
               % ("ok" if ok4 else "not ok"))
-    return 0 if not bad and ok and ok3 and ok4 and ok5 else 1
+
+    # ... and so is a layer above reaching one backend's private header.
+    with tempfile.TemporaryDirectory() as t:
+        os.makedirs(os.path.join(t, "core"))
+        os.makedirs(os.path.join(t, "backend"))
+        with open(os.path.join(t, "core", "x.c"), "w") as fh:
+            fh.write('#include "backend/backend.h"\n#include "backend/docker_api.h"\n')
+        with open(os.path.join(t, "backend", "y.c"), "w") as fh:
+            fh.write('#include "backend/docker_api.h"\n')
+        got = violations(t)
+        ok6 = len(got) == 1 and "core/x.c" in got[0] and "docker_api.h" in got[0]
+    print("%s 6 - a backend's private header used above src/backend is reported"
+          % ("ok" if ok6 else "not ok"))
+    return 0 if not bad and ok and ok3 and ok4 and ok5 and ok6 else 1
 
 
 if __name__ == "__main__":

@@ -300,6 +300,20 @@ static void test_backend(void)
         unsetenv("AGENTBOX_DOCKER_HOST");
         ab_config_release(&c);
 
+        ab_config_default(&c);
+        _cleanup_free_ char *pm = write_conf("backend: mock\nmock_expect: /t/expect.json\n");
+        setenv("AGENTBOX_MOCK_LOG", "/t/calls.jsonl", 1);
+        tap_ok(ab_config_load_file(&c, pm, &e) == 0 && ab_config_load_env(&c, &e) == 0 &&
+                   ab_config_validate(&c, &e) == 0,
+               "backend: mock with mock_expect and AGENTBOX_MOCK_LOG loads (%s)",
+               e ? e->msg : "ok");
+        ab_err_free(&e);
+        unsetenv("AGENTBOX_MOCK_LOG");
+        TAP_IS_STR(c.backend, "mock", "backend mock");
+        TAP_IS_STR(c.mock_expect, "/t/expect.json", "mock_expect");
+        TAP_IS_STR(c.mock_log, "/t/calls.jsonl", "mock_log from the environment");
+        ab_config_release(&c);
+
         const struct {
                 const char *backend, *host, *want;
         } bad[] = {

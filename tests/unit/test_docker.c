@@ -4,7 +4,6 @@
  * reachable. Image: AGENTBOX_TEST_DOCKER_IMAGE, default
  * agentbox-test/busybox:latest (scripts/dockerd.sh makes it). */
 #include "backend/backend.h"
-#include "backend/docker.h"
 #include "backend/docker_api.h"
 #include "base/buf.h"
 #include "net/net.h"
@@ -437,7 +436,7 @@ int main(void)
         free(out);
         {
                 json_t *ic = NULL;
-                rc = ab_docker_image_config(a, image, &ic, &e);
+                rc = a->ops->image_config(a, image, &ic, &e);
                 /* the engine's own view of the image */
                 _cleanup_free_ char *q = ab_dapi_escape(image);
                 _cleanup_free_ char *p = xasprintf("/images/%s/json", q);
@@ -450,7 +449,7 @@ int main(void)
                 }
                 tap_ok(rc == 0 && want && json_array_size(want) > 0 &&
                            json_equal(json_object_get(ic, "env"), want),
-                       "ab_docker_image_config gives the image's Env");
+                       "image_config gives the image's Env");
                 TAP_IS_STR(json_string_value(json_object_get(ic, "ref")), image, "... and its ref");
                 json_decref(want);
                 json_decref(ic);

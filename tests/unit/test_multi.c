@@ -103,6 +103,15 @@ static int f_connect_unix(ab_backend *b, const char *id, const char *path, ab_er
         return f_connect(b, id, err);
 }
 
+static int f_image_config(ab_backend *b, const char *ref, json_t **out, ab_err **err)
+{
+        F(b)->calls++;
+        if (!ref)
+                return ab_err_set(err, AB_E_INVALID, 0, "no image given and no default image");
+        *out = json_pack("{s:s,s:s,s:[]}", "ref", ref, "id", "sha256:1", "env");
+        return 0;
+}
+
 static void f_free(ab_backend *b)
 {
         fake *f = F(b);
@@ -136,6 +145,10 @@ int main(void)
         static fake nat, dock;
         fake_init(&nat, "native");
         fake_init(&dock, "docker");
+        /* as the real ones: only docker's engine keeps images; native here
+         * lacks connect_unix, as the mock backend does */
+        dock.ops.image_config = f_image_config;
+        nat.ops.connect_unix = NULL;
         ab_backend *v[2] = {&nat.base, &dock.base};
         ab_backend *m = NULL;
         ab_err *e = NULL;
@@ -166,6 +179,32 @@ int main(void)
                    strstr(e->msg, "native, docker"),
                "an unknown backend: invalid, naming the choices (%s)", e ? e->msg : "no error");
         ab_err_free(&e);
+
+        char names[64];
+        ab_backend_names(m, names, sizeof(names));
+        TAP_IS_STR(names, "native, docker", "names lists both");
+        ab_backend_names(&nat.base, names, sizeof(names));
+        TAP_IS_STR(names, "native", "... a single backend's is its own");
+        tap_ok(ab_backend_pick(m, NULL) == &nat.base &&
+                   ab_backend_pick(m, "docker") == &dock.base &&
+                   ab_backend_pick(m, "podman") == NULL,
+               "pick: the default for NULL, else by name");
+        tap_ok(ab_backend_pick(m, "docker")->ops->image_config &&
+                   !ab_backend_pick(m, NULL)->ops->image_config,
+               "... and tells which backend's engine keeps images");
+        json_t *ic = NULL;
+        tap_ok(m->ops->image_config(m, "alpine", &ic, &e) < 0 && !ic && e &&
+                   e->code == AB_E_UNSUPPORTED && strstr(e->msg, "native"),
+               "image_config routes to the default (native: unsupported, %s)",
+               e ? e->msg : "no error");
+        ab_err_free(&e);
+        tap_ok(m->ops->connect_unix(m, "a", "/x.sock", &e) < 0 && e &&
+                   e->code == AB_E_UNSUPPORTED && strstr(e->msg, "native"),
+               "connect_unix on a box of a backend without it: unsupported (%s)",
+               e ? e->msg : "no error");
+        ab_err_free(&e);
+        tap_ok(m->ops->connect_unix(m, "b", "/x.sock", &e) == 100,
+               "connect_unix on a box of a backend with it: routed there");
 
         int before_n = nat.calls, before_d = dock.calls;
         tap_ok(m->ops->stop(m, "b", &e) == 0 && m->ops->start(m, "b", &e) == 0 &&
@@ -222,7 +261,12 @@ int main(void)
         fake_init(&dock, "docker");
         v[0] = &nat.base;
         v[1] = &dock.base;
+        dock.ops.image_config = f_image_config;
         tap_ok(ab_multi_open(v, 2, "docker", &m, &e) == 0, "open with docker as the default");
+        tap_ok(m->ops->image_config(m, "alpine", &ic, &e) == 0 &&
+                   !strcmp(json_string_value(json_object_get(ic, "ref")), "alpine"),
+               "image_config routes to the default (docker)");
+        json_decref(ic);
         TAP_IS_STR(ab_backend_default(m), "docker", "... creates go to docker");
         TAP_IS_STR(m->ops->name, "native", "... and its name is still native");
         s = (ab_box_spec){.id = "d"};
