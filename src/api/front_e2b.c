@@ -7,8 +7,9 @@
  * types (404 -> NotFoundError, 401 -> AuthenticationError). */
 #include "api/front_e2b.h"
 #include "base/log.h"
+#include "base/codec.h"
+#include "base/id.h"
 
-#include <sys/random.h>
 #include <time.h>
 
 /* The envd version the SDK is told: 0.6.3 lets it use every call this front
@@ -54,12 +55,8 @@ static enum MHD_Result no_content(ab_req *r)
 
 static json_t *iso_time(int64_t ms)
 {
-        time_t t = (time_t)(ms / 1000);
-        struct tm tm;
-        gmtime_r(&t, &tm);
-        char buf[40], out[48];
-        strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%S", &tm);
-        snprintf(out, sizeof(out), "%s.%03dZ", buf, (int)(ms % 1000));
+        char out[AB_TIME_LEN];
+        ab_time_rfc3339(ms, true, out);
         return json_string(out);
 }
 
@@ -115,8 +112,7 @@ static void new_id(char out[21])
 {
         static const char abc[] = "abcdefghijklmnopqrstuvwxyz0123456789";
         unsigned char rnd[20];
-        if (getrandom(rnd, sizeof(rnd), 0) != (ssize_t)sizeof(rnd))
-                abort();
+        ab_random_bytes(rnd, sizeof(rnd));
         out[0] = abc[rnd[0] % 26]; /* a letter first */
         for (int i = 1; i < 20; i++)
                 out[i] = abc[rnd[i] % 36];
@@ -322,16 +318,9 @@ enum MHD_Result e2b_list(ab_req *r, const char *id)
         const char *tpl = req_query(r, "template");
         const char *after = req_query(r, "startedAfter");
         int64_t after_ms = 0;
-        if (after && *after) {
-                struct tm tm = {0};
-                const char *rest = strptime(after, "%Y-%m-%dT%H:%M:%S", &tm);
-                if (!rest) {
-                        ab_box_recs_free(rs, n);
-                        return e2b_error(r, 400, "startedAfter: an RFC 3339 time");
-                }
-                after_ms = (int64_t)timegm(&tm) * 1000;
-                if (*rest == '.')
-                        after_ms += (int64_t)(strtod(rest, NULL) * 1000);
+        if (after && *after && ab_time_parse_rfc3339(after, &after_ms) < 0) {
+                ab_box_recs_free(rs, n);
+                return e2b_error(r, 400, "startedAfter: an RFC 3339 time");
         }
         json_t *a = json_array();
         long long seen = 0;

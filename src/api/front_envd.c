@@ -9,10 +9,11 @@
  * shutdown. */
 #include "api/envd_int.h"
 #include "base/log.h"
+#include "base/codec.h"
+#include "base/id.h"
 
 #include <fcntl.h>
 #include <openssl/hmac.h>
-#include <sys/random.h>
 #include <time.h>
 
 /* ---- access tokens ---------------------------------------------------- */
@@ -31,8 +32,7 @@ static int load_secret(const char *data_dir, ab_err **err)
                 return 0;
         }
         unsigned char fresh[sizeof(secret)];
-        if (getrandom(fresh, sizeof(fresh), 0) != (ssize_t)sizeof(fresh))
-                return ab_err_set(err, AB_E_INTERNAL, errno, "getrandom");
+        ab_random_bytes(fresh, sizeof(fresh));
         /* Made once: a second process racing here reads the winner's. */
         _cleanup_free_ char *tmp = xasprintf("%s/.e2b.secret.%d", data_dir, (int)getpid());
         int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
@@ -90,8 +90,7 @@ int e2b_access_token(ab_server *s, const ab_box_rec *rec, char out[E2B_TOKEN_LEN
         unsigned char mac[32];
         unsigned int n = 0;
         HMAC(EVP_sha256(), secret, sizeof(secret), (const unsigned char *)in.p, in.n, mac, &n);
-        for (unsigned i = 0; i < 32; i++)
-                snprintf(out + 2 * i, 3, "%02x", mac[i]);
+        ab_hex_encode(mac, 32, out);
         return 0;
 }
 
@@ -269,11 +268,8 @@ static const char *ftype_name(abc_ftype t)
 
 static json_t *rfc3339(int64_t secs)
 {
-        time_t t = (time_t)secs;
-        struct tm tm;
-        gmtime_r(&t, &tm);
-        char buf[32];
-        strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", &tm);
+        char buf[AB_TIME_LEN];
+        ab_time_rfc3339(secs * 1000, false, buf);
         return json_string(buf);
 }
 

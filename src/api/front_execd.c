@@ -6,9 +6,12 @@
  * door: env, limits, audit, events). */
 #include "api/front_execd_int.h"
 #include "base/log.h"
+#include "base/codec.h"
+#include "base/id.h"
 
-#include <openssl/rand.h>
 #include <poll.h>
+#include <pthread.h>
+#include <time.h>
 #include <sys/socket.h>
 
 #define BG_RUNNING_MAX 256        /* background commands running at once, server-wide */
@@ -17,21 +20,6 @@
 #define PING_MS        15000      /* a silent foreground stream gets a ping this often */
 
 /* ---- helpers ------------------------------------------------------------ */
-
-static int send_all(int fd, const void *buf, size_t len)
-{
-        const char *p = buf;
-        while (len) {
-                ssize_t k = send(fd, p, len, MSG_NOSIGNAL);
-                if (k < 0 && errno == EINTR)
-                        continue;
-                if (k <= 0)
-                        return -1;
-                p += k;
-                len -= (size_t)k;
-        }
-        return 0;
-}
 
 /* Errors of an operation on a box's files or commands in execd's codes: a
  * missing path is FILE_NOT_FOUND, a bad request INVALID_REQUEST_BODY, a
@@ -189,7 +177,7 @@ static int sse_send_locked(cmd_job *j, json_t *ev)
         }
         char *frame = xasprintf("data: %s\n\n", txt);
         free(txt);
-        int rc = send_all(j->fd, frame, strlen(frame));
+        int rc = ab_send_all(j->fd, frame, strlen(frame), -1);
         free(frame);
         if (rc < 0)
                 j->broken = true;
@@ -433,9 +421,7 @@ static enum MHD_Result start_cmd(ab_req *r, const char *id, cmd_job *j, bool bg)
                 return ret;
         }
         int sv[2];
-        unsigned char rnd[8];
-        if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0 ||
-            RAND_bytes(rnd, sizeof(rnd)) != 1) {
+        if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0) {
                 if (slot)
                         ab_stream_slot_release(slot);
                 bg_done(bg);
@@ -444,9 +430,7 @@ static enum MHD_Result start_cmd(ab_req *r, const char *id, cmd_job *j, bool bg)
                 return osb_error(r, 500, "RUNTIME_ERROR", "cannot make the command's stream");
         }
         cmd *c = xzalloc(sizeof(*c));
-        strcpy(c->id, "cmd-");
-        for (size_t i = 0; i < sizeof(rnd); i++)
-                snprintf(c->id + 4 + 2 * i, 3, "%02x", rnd[i]);
+        ab_random_hex(c->id, sizeof(c->id), "cmd-", 8);
         c->box = xstrdup(id);
         c->content = xstrdup(j->command);
         c->background = bg;
@@ -473,7 +457,7 @@ static enum MHD_Result start_cmd(ab_req *r, const char *id, cmd_job *j, bool bg)
         if (bg)
                 j->peer = sv[1];
         else
-                send_all(sv[0], init, strlen(init)); /* the socket's buffer takes it */
+                ab_send_all(sv[0], init, strlen(init), -1); /* the socket's buffer takes it */
         cmds_add(c);
         if (spawn_detached(cmd_main, j) < 0) {
                 pthread_mutex_lock(&cmds_lock);
@@ -522,9 +506,9 @@ static enum MHD_Result cmd_status(ab_req *r, const char *id, const char *cid)
         cmd *c = cmd_find(id, cid);
         json_t *j = NULL;
         if (c) {
-                char st[32], fin[32];
-                osb_time(c->started_ms, st);
-                osb_time(c->finished_ms, fin);
+                char st[AB_TIME_LEN], fin[AB_TIME_LEN];
+                ab_time_rfc3339(c->started_ms, true, st);
+                ab_time_rfc3339(c->finished_ms, true, fin);
                 j = json_pack("{s:s,s:s,s:b,s:o,s:s,s:o}", "id", c->id, "content", c->content,
                               "running", c->running, "exit_code",
                               c->running ? json_null() : json_integer(c->exit_code), "started_at",
@@ -649,15 +633,8 @@ static enum MHD_Result session_create(ab_req *r, const char *id)
         if (req_json(r, &body, &e) < 0)
                 return execd_err(r, e);
         const char *cwd = json_string_value(json_object_get(body, "cwd"));
-        unsigned char rnd[8];
-        if (RAND_bytes(rnd, sizeof(rnd)) != 1) {
-                json_decref(body);
-                return osb_error(r, 500, "RUNTIME_ERROR", "no randomness");
-        }
         session *ss = xzalloc(sizeof(*ss));
-        strcpy(ss->id, "session-");
-        for (size_t i = 0; i < sizeof(rnd); i++)
-                snprintf(ss->id + 8 + 2 * i, 3, "%02x", rnd[i]);
+        ab_random_hex(ss->id, sizeof(ss->id), "session-", 8);
         ss->box = xstrdup(id);
         ss->cwd = cwd && *cwd ? xstrdup(cwd) : NULL;
         json_decref(body);
@@ -748,7 +725,7 @@ static int srun_event(srun *s, json_t *ev)
         }
         char *frame = xasprintf("data: %s\n\n", txt);
         free(txt);
-        if (send_all(s->fd, frame, strlen(frame)) < 0)
+        if (ab_send_all(s->fd, frame, strlen(frame), -1) < 0)
                 s->broken = true;
         free(frame);
         s->last_ms = (int64_t)ab_now_ms();
@@ -1003,15 +980,8 @@ static enum MHD_Result session_run(ab_req *r, const char *id, const char *sid)
         s->timeout_ms = (uint32_t)ms;
         s->fd = -1;
         s->last_ms = (int64_t)ab_now_ms();
-        unsigned char rnd[8];
-        int rc = RAND_bytes(rnd, sizeof(rnd)) == 1
-                     ? 0
-                     : ab_err_set(&e, AB_E_INTERNAL, 0, "no randomness");
-        for (size_t i = 0; i < sizeof(rnd); i++)
-                snprintf(s->nonce + 2 * i, 3, "%02x", rnd[i]);
-        if (rc == 0)
-                rc =
-                    session_files(r->srv, r->scope, id, sid, command, cwd && *cwd ? cwd : NULL, &e);
+        ab_random_hex(s->nonce, sizeof(s->nonce), "", 8);
+        int rc = session_files(r->srv, r->scope, id, sid, command, cwd && *cwd ? cwd : NULL, &e);
         if (rc == 0 && tid) { /* is its shell still there (a stop of the box ends it)? */
                 abc_term_info ti = {0};
                 ab_err *ge = NULL;
@@ -1063,7 +1033,7 @@ static enum MHD_Result session_run(ab_req *r, const char *id, const char *sid)
                 char *init =
                     xasprintf("data: {\"type\":\"init\",\"text\":\"%s\",\"timestamp\":%lld}\n\n",
                               c->id, (long long)c->started_ms);
-                send_all(sv[0], init, strlen(init));
+                ab_send_all(sv[0], init, strlen(init), -1);
                 free(init);
                 cmds_add(c);
                 if (spawn_detached(srun_main, s) < 0) {
@@ -1168,7 +1138,7 @@ static void *watch_main(void *arg)
                 json_decref(j);
                 char *frame = xasprintf("data: %s\n\n", txt ? txt : "{}");
                 free(txt);
-                int rc = send_all(w->fd, frame, strlen(frame));
+                int rc = ab_send_all(w->fd, frame, strlen(frame), -1);
                 free(frame);
                 if (rc < 0)
                         break;

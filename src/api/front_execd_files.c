@@ -6,6 +6,7 @@
  * box's own tools run as execs by the manager. */
 #include "api/front_execd_int.h"
 #include "base/log.h"
+#include "base/codec.h"
 
 #include <ctype.h>
 #include <fcntl.h>
@@ -97,8 +98,8 @@ static int stat_fallback(ab_server *s, ab_use *u, const char *const *paths, size
                 }
                 static const char *const types[] = {"other", "file", "directory", "symlink",
                                                     "other"};
-                char mt[32], ms[8];
-                osb_time(st.mtime * 1000, mt);
+                char mt[AB_TIME_LEN], ms[8];
+                ab_time_rfc3339(st.mtime * 1000, true, mt);
                 snprintf(ms, sizeof(ms), "%o", st.mode & 07777);
                 json_object_set_new(out, paths[i],
                                     json_pack("{s:o,s:s,s:I,s:s,s:s,s:s,s:s,s:I}", "path",
@@ -156,9 +157,9 @@ static int stat_paths(ab_server *s, ab_use *u, const char *const *paths, size_t 
                         if (nf != 8)
                                 continue;
                         int64_t mtime = strtoll(f[5], NULL, 10), btime = strtoll(f[6], NULL, 10);
-                        char mt[32], bt[32];
-                        osb_time(mtime * 1000, mt);
-                        osb_time((btime > 0 ? btime : mtime) * 1000, bt);
+                        char mt[AB_TIME_LEN], bt[AB_TIME_LEN];
+                        ab_time_rfc3339(mtime * 1000, true, mt);
+                        ab_time_rfc3339((btime > 0 ? btime : mtime) * 1000, true, bt);
                         json_object_set_new(
                             *out, f[7],
                             json_pack("{s:o,s:s,s:I,s:s,s:s,s:o,s:o,s:I}", "path",

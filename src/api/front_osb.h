@@ -35,8 +35,6 @@ enum MHD_Result osb_err(ab_req *r, ab_err *e, const char *prefix);
 /* Every value of a query parameter given once or more (?path=a&path=b): a
  * new array of strings. */
 json_t *osb_query_all(ab_req *r, const char *key);
-/* Unix milliseconds as RFC 3339 ("2026-11-27T09:00:00.000Z") into buf. */
-void osb_time(int64_t ms, char buf[32]);
 
 /* Wall clock, unix milliseconds. */
 int64_t osb_wall_ms(void);
@@ -50,8 +48,6 @@ enum MHD_Result execd_route(ab_req *r, const char *id, size_t first);
  * as MiB rounded up. 0, or -1 for anything else. */
 int osb_parse_cpu(const char *s, double *out);
 int osb_parse_mib(const char *s, uint64_t *out);
-/* RFC 3339 -> unix ms. 0 or -1. */
-int osb_parse_time(const char *s, int64_t *ms);
 /* networkPolicy -> agentbox's network object (new reference; NULL when
  * absent); volumes -> agentbox's volumes and mounts (new references or
  * NULL). -1 with AB_E_INVALID or AB_E_UNSUPPORTED. */

@@ -4,10 +4,11 @@
 #include "base/buf.h"
 #include "runners/runner.h"
 #include "base/log.h"
+#include "base/codec.h"
+#include "base/id.h"
 
 #include <fcntl.h>
 #include <openssl/evp.h>
-#include <openssl/rand.h>
 #include <signal.h>
 
 #define SSE_KEEPALIVE_MS 15000
@@ -981,12 +982,6 @@ enum MHD_Result route_events(ab_req *r, const char *id)
 
 /* ---- API keys --------------------------------------------------------- */
 
-static void hex_of(const unsigned char *b, size_t n, char *out)
-{
-        for (size_t i = 0; i < n; i++)
-                snprintf(out + 2 * i, 3, "%02x", b[i]);
-}
-
 int parse_key_create(json_t *body, const char **app, const char **name, ab_quota *quotas,
                      ab_err **err)
 {
@@ -1015,18 +1010,13 @@ enum MHD_Result route_keys_create(ab_req *r, const char *id)
                 json_decref(body);
                 return resp_err(r, e);
         }
-        unsigned char rnd[24], kid[6];
-        if (RAND_bytes(rnd, sizeof(rnd)) != 1 || RAND_bytes(kid, sizeof(kid)) != 1) {
-                json_decref(body);
-                return resp_error(r, 500, "internal", "no randomness");
-        }
-        char secret[64] = "abk_", key_id[32] = "k_", hash[65];
-        hex_of(rnd, sizeof(rnd), secret + 4);
-        hex_of(kid, sizeof(kid), key_id + 2);
+        char secret[64], key_id[32], hash[65];
+        ab_random_hex(secret, sizeof(secret), "abk_", 24);
+        ab_random_hex(key_id, sizeof(key_id), "k_", 6);
         unsigned char md[EVP_MAX_MD_SIZE];
         unsigned int mdlen = 0;
         EVP_Digest(secret, strlen(secret), md, &mdlen, EVP_sha256(), NULL);
-        hex_of(md, 32, hash);
+        ab_hex_encode(md, 32, hash);
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);
         ab_api_key k = {

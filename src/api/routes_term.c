@@ -9,6 +9,7 @@
 #include "api/server.h"
 #include "api/ws.h"
 #include "base/log.h"
+#include "base/codec.h"
 
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -29,11 +30,8 @@
 
 static json_t *term_json(const char *box, const abc_term_info *t)
 {
-        char at[32] = "";
-        time_t secs = (time_t)(t->created_ms / 1000);
-        struct tm tm;
-        if (gmtime_r(&secs, &tm))
-                strftime(at, sizeof(at), "%Y-%m-%dT%H:%M:%SZ", &tm);
+        char at[AB_TIME_LEN];
+        ab_time_rfc3339(t->created_ms, false, at);
         json_t *argv = json_array();
         for (char **a = t->argv; a && *a; a++)
                 json_array_append_new(argv, json_bytes(*a, strlen(*a)));

@@ -10,6 +10,7 @@
 #include "base/jsonnum.h"
 #include "base/log.h"
 #include "base/addrcheck.h"
+#include "base/codec.h"
 
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -573,8 +574,7 @@ static void sha256_hex(const char *s, char out[65])
         unsigned int len = 0;
         if (!EVP_Digest(s, strlen(s), md, &len, EVP_sha256(), NULL))
                 abort();
-        for (unsigned i = 0; i < 32; i++)
-                snprintf(out + 2 * i, 3, "%02x", md[i]);
+        ab_hex_encode(md, 32, out);
 }
 
 static bool same_secret(const char *a, const char *b)

@@ -29,6 +29,7 @@
 #include "backend/docker.h"
 #include "backend/docker_api.h"
 #include "base/id.h"
+#include "base/codec.h"
 #include "base/log.h"
 #include "base/selfpath.h"
 
@@ -860,11 +861,8 @@ static int64_t parse_time(const char *s)
 {
         if (!s || !*s || !strncmp(s, "0001-", 5))
                 return 0;
-        struct tm tm = {0};
-        const char *rest = strptime(s, "%Y-%m-%dT%H:%M:%S", &tm);
-        if (!rest)
-                return 0;
-        return (int64_t)timegm(&tm);
+        int64_t ms;
+        return ab_time_parse_rfc3339(s, &ms) < 0 ? 0 : ms / 1000;
 }
 
 /* Fills *out from an inspect answer. */
