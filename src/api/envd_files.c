@@ -3,6 +3,7 @@
  * or several (multipart/form-data, the part's filename is its path) through
  * the box's init. Errors in envd's shape {"code": status, "message"}. */
 #include "api/envd_int.h"
+#include "api/kit_status.h"
 #include "base/log.h"
 
 #include <fcntl.h>
@@ -12,13 +13,8 @@
 
 static enum MHD_Result files_error(ab_req *r, ab_err *e)
 {
-        unsigned st = e->code == AB_E_NOT_FOUND    ? 404
-                      : e->code == AB_E_INVALID    ? 400
-                      : e->code == AB_E_LIMIT      ? 507
-                      : e->code == AB_E_PERMISSION ? 403
-                                                   : status_of(e->code);
-        if (e->code == AB_E_UNAVAILABLE)
-                st = 502;
+        /* a box that cannot be reached is envd's 502 */
+        unsigned st = e->code == AB_E_UNAVAILABLE ? 502 : kit_file_status(e->code);
         enum MHD_Result ret = resp_json(
             r, st,
             json_pack("{s:i,s:o}", "code", (int)st, "message", json_bytes(e->msg, strlen(e->msg))));

@@ -7,6 +7,7 @@
  * types (404 -> NotFoundError, 401 -> AuthenticationError). */
 #include "api/front_e2b.h"
 #include "base/log.h"
+#include "api/kit_parse.h"
 #include "base/codec.h"
 #include "base/id.h"
 
@@ -234,41 +235,6 @@ enum MHD_Result e2b_create(ab_req *r, const char *id)
         return ret;
 }
 
-/* The metadata filter of a list: "k1=v1&k2=v2", URL-encoded twice (the SDK
- * encodes the pairs, then the query). */
-static bool metadata_match(const ab_box_rec *rec, const char *filter)
-{
-        if (!filter || !*filter)
-                return true;
-        _cleanup_free_ char *f = xstrdup(filter);
-        char *save = NULL;
-        for (char *kv = strtok_r(f, "&", &save); kv; kv = strtok_r(NULL, "&", &save)) {
-                char *eq = strchr(kv, '=');
-                if (!eq)
-                        continue;
-                *eq = 0;
-                /* decode %XX of each side */
-                char *sides[2] = {kv, eq + 1};
-                for (int s = 0; s < 2; s++) {
-                        char *o = sides[s];
-                        for (char *i = sides[s]; *i; i++) {
-                                if (*i == '%' && i[1] && i[2]) {
-                                        char hx[3] = {i[1], i[2], 0};
-                                        *o++ = (char)strtol(hx, NULL, 16);
-                                        i += 2;
-                                } else {
-                                        *o++ = *i == '+' ? ' ' : *i;
-                                }
-                        }
-                        *o = 0;
-                }
-                const char *v = json_string_value(json_object_get(rec->metadata, kv));
-                if (!v || strcmp(v, eq + 1))
-                        return false;
-        }
-        return true;
-}
-
 static bool state_match(const ab_box_rec *rec, const char *states)
 {
         if (!states || !*states)
@@ -328,7 +294,7 @@ enum MHD_Result e2b_list(ab_req *r, const char *id)
         for (size_t k = 0; k < n; k++) {
                 ab_box_rec *b = &rs[desc ? n - 1 - k : k];
                 if (b->status == AB_BOX_DELETING || b->status == AB_BOX_CREATING ||
-                    !metadata_match(b, meta) || !state_match(b, state) ||
+                    !kit_meta_match(b->metadata, meta, NULL) || !state_match(b, state) ||
                     (tpl && *tpl && strcmp(tpl, template_of(b))) || b->created_at <= after_ms)
                         continue;
                 if (seen++ < skip)

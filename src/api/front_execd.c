@@ -5,6 +5,7 @@
  * front_execd_files.c's). Commands go through the manager's exec (the one
  * door: env, limits, audit, events). */
 #include "api/front_execd_int.h"
+#include "api/kit_status.h"
 #include "base/log.h"
 #include "base/codec.h"
 #include "base/id.h"
@@ -31,7 +32,7 @@ enum MHD_Result execd_err(ab_req *r, ab_err *e)
                 ret = osb_error(r, 404, "FILE_NOT_FOUND", "%s", e->msg);
         else if (e->code == AB_E_INVALID)
                 ret = osb_error(r, 400, "INVALID_REQUEST_BODY", "%s", e->msg);
-        else if (e->code == AB_E_LIMIT)
+        else if (kit_file_status(e->code) == 507)
                 ret = osb_error(r, 507, "DISK_FULL", "%s", e->msg);
         else
                 return osb_err(r, e, "");

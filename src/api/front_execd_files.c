@@ -844,13 +844,7 @@ enum MHD_Result route_osb_upload(ab_req *r, const char *id)
         munmap(map, r->upload_len);
         if (rc == 0 && !files)
                 rc = ab_err_set(&e, AB_E_INVALID, 0, "no file part (expected metadata + file)");
-        if (rc < 0) {
-                if (e->code == AB_E_LIMIT) {
-                        ret = osb_error(r, 507, "DISK_FULL", "%s", e->msg);
-                        ab_err_free(&e);
-                        return ret;
-                }
-                return execd_err(r, e);
-        }
+        if (rc < 0)
+                return execd_err(r, e); /* a full disk is 507 there */
         return execd_ok(r);
 }

@@ -5,6 +5,7 @@
  * docs/compat-opensandbox.md says what maps to what. */
 #include "api/front_osb.h"
 #include "base/log.h"
+#include "api/kit_parse.h"
 #include "base/codec.h"
 #include "base/id.h"
 
@@ -570,49 +571,6 @@ static enum MHD_Result osb_get(ab_req *r, const char *id)
         return resp_json(r, 200, j);
 }
 
-/* %XX decoding of one metadata filter word (the SDK sends k=v&k2=v2 as one
- * parameter, each key and value encoded once more). */
-static char *pct_decode(const char *s, size_t n)
-{
-        char *o = xmalloc(n + 1), *p = o;
-        for (size_t i = 0; i < n; i++) {
-                if (s[i] == '%' && i + 2 < n && isxdigit((unsigned char)s[i + 1]) &&
-                    isxdigit((unsigned char)s[i + 2])) {
-                        char hex[3] = {s[i + 1], s[i + 2], 0};
-                        *p++ = (char)strtol(hex, NULL, 16);
-                        i += 2;
-                } else {
-                        *p++ = s[i] == '+' ? ' ' : s[i];
-                }
-        }
-        *p = 0;
-        return o;
-}
-
-bool osb_meta_matches(json_t *metadata, const char *filter)
-{
-        if (!filter || !*filter)
-                return true;
-        const char *p = filter;
-        while (*p) {
-                size_t n = strcspn(p, "&");
-                const char *eq = memchr(p, '=', n);
-                if (n) {
-                        _cleanup_free_ char *k = pct_decode(p, eq ? (size_t)(eq - p) : n);
-                        _cleanup_free_ char *v =
-                            eq ? pct_decode(eq + 1, n - (size_t)(eq - p) - 1) : xstrdup("");
-                        const char *have = json_string_value(json_object_get(metadata, k));
-                        if (!strncmp(k, OSB_META_PREFIX, strlen(OSB_META_PREFIX)) || !have ||
-                            strcmp(have, v))
-                                return false;
-                }
-                p += n;
-                if (*p == '&')
-                        p++;
-        }
-        return true;
-}
-
 static bool state_matches(const ab_box_rec *rec, json_t *states)
 {
         if (!json_array_size(states))
@@ -659,7 +617,7 @@ static enum MHD_Result osb_list(ab_req *r)
         int64_t total = 0;
         for (size_t i = 0; i < n; i++) {
                 if (!osb_state(rs[i].status) || !state_matches(&rs[i], states) ||
-                    !osb_meta_matches(rs[i].metadata, meta))
+                    !kit_meta_match(rs[i].metadata, meta, OSB_META_PREFIX))
                         continue;
                 if (total >= (page - 1) * size && total < page * size)
                         json_array_append_new(items, osb_box_json(&rs[i], true));

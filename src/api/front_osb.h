@@ -53,8 +53,6 @@ int osb_parse_mib(const char *s, uint64_t *out);
  * NULL). -1 with AB_E_INVALID or AB_E_UNSUPPORTED. */
 int osb_parse_network(json_t *np, json_t **out, ab_err **err);
 int osb_parse_volumes(json_t *vols, json_t **volumes, json_t **mounts, ab_err **err);
-/* Does metadata match the list filter "k=v&k2=v2" (each word %-encoded)? */
-bool osb_meta_matches(json_t *metadata, const char *filter);
 /* A Range header "bytes=A-B" / "bytes=A-" of a size-byte file. 0 or -1. */
 int osb_parse_range(const char *h, uint64_t size, uint64_t *off, uint64_t *len);
 /* "--" + the boundary of a multipart/form-data Content-Type (malloc'd), or NULL. */

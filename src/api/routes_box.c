@@ -1,4 +1,5 @@
 /* Routes of docs/api.md: sandboxes, exec, events, API keys, health, metrics. */
+#include "api/kit_parse.h"
 #include "api/parse.h"
 #include "api/server.h"
 #include "base/buf.h"
@@ -455,37 +456,6 @@ void exec_job_free(exec_job *j)
         free(j);
 }
 
-/* "argv": a non-empty array of strings, the first not empty.
- * *out gets a strv, or NULL when the field is absent or null. */
-static int parse_argv(json_t *body, char ***out, ab_err **err)
-{
-        json_t *a = json_object_get(body, "argv");
-        *out = NULL;
-        if (!a || json_is_null(a))
-                return 0;
-        if (!json_is_array(a) || json_array_size(a) == 0)
-                return ab_err_set(err, AB_E_INVALID, 0,
-                                  "argv: must be a non-empty array of strings");
-        size_t i;
-        json_t *w;
-        json_array_foreach(a, i, w)
-        {
-                /* (a NUL inside is refused by the JSON parser already) */
-                if (!json_is_string(w))
-                        return ab_err_set(err, AB_E_INVALID, 0, "argv[%zu]: must be a string", i);
-        }
-        if (json_string_length(json_array_get(a, 0)) == 0)
-                return ab_err_set(err, AB_E_INVALID, 0,
-                                  "argv[0]: must not be empty (it names the program)");
-        char **v = xcalloc(xadd(json_array_size(a), 1), sizeof(*v));
-        json_array_foreach(a, i, w)
-        {
-                v[i] = xstrdup(json_string_value(w));
-        }
-        *out = v;
-        return 0;
-}
-
 int parse_exec(json_t *body, exec_job **out, ab_err **err)
 {
         const char *cmd = NULL, *cwd = NULL, *in = NULL, *user = NULL;
@@ -494,7 +464,7 @@ int parse_exec(json_t *body, exec_job **out, ab_err **err)
             field_str(body, "user", &user, err) < 0 || field_obj(body, "env", &env, err) < 0)
                 return -1;
         _cleanup_strv_ char **argv = NULL;
-        if (parse_argv(body, &argv, err) < 0)
+        if (kit_parse_argv(body, "argv", &argv, err) < 0)
                 return -1;
         json_t *sv = json_object_get(body, "stdin");
         if (sv && !json_is_null(sv)) {

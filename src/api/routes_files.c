@@ -2,6 +2,7 @@
  * DELETE. Every operation runs inside the box through its init, so paths are
  * resolved in the box's own mount namespace: no host path is ever touched.
  * Downloads are streamed by a producer thread through a pipe. */
+#include "api/kit_status.h"
 #include "api/server.h"
 #include "api/upload.h"
 #include "base/log.h"
@@ -88,17 +89,6 @@ static const char *need_path(ab_req *r, enum MHD_Result *ret)
                 return NULL;
         }
         return p;
-}
-
-/* Maps a file-operation error: a full disk is 507. */
-static enum MHD_Result file_err(ab_req *r, ab_err *e)
-{
-        if (e->code == AB_E_LIMIT) {
-                enum MHD_Result ret = resp_error(r, 507, "limit_exceeded", "%s", e->msg);
-                ab_err_free(&e);
-                return ret;
-        }
-        return resp_err(r, e);
 }
 
 /* ---- download --------------------------------------------------------- */
@@ -289,7 +279,7 @@ enum MHD_Result route_files_get(ab_req *r, const char *id)
                 if (fd >= 0)
                         close(fd);
                 file_job_free(j);
-                return file_err(r, e);
+                return kit_file_err(r, e);
         }
         close(fd);
         _cleanup_free_ char *shown = display_path(path);
@@ -301,7 +291,7 @@ enum MHD_Result route_files_get(ab_req *r, const char *id)
                                         close(fd);
                                 free(st.link);
                                 file_job_free(j);
-                                return file_err(r, e);
+                                return kit_file_err(r, e);
                         }
                         close(fd);
                         free(st.link);
@@ -329,7 +319,7 @@ enum MHD_Result route_files_get(ab_req *r, const char *id)
                         if (fd >= 0)
                                 close(fd);
                         file_job_free(j);
-                        return file_err(r, e);
+                        return kit_file_err(r, e);
                 }
                 close(fd);
                 file_job_free(j);
@@ -380,7 +370,7 @@ enum MHD_Result route_files_put(ab_req *r, const char *id)
         }
         ab_manager_use_end(r->srv->mgr, &u);
         if (rc < 0)
-                return file_err(r, e);
+                return kit_file_err(r, e);
         _cleanup_free_ char *shown = display_path(path);
         return resp_json(r, 201,
                          json_pack("{s:o,s:I}", "path", json_bytes(shown, strlen(shown)), "size",
@@ -415,6 +405,6 @@ enum MHD_Result route_files_delete(ab_req *r, const char *id)
         }
         ab_manager_use_end(r->srv->mgr, &u);
         if (rc < 0)
-                return file_err(r, e);
+                return kit_file_err(r, e);
         return resp_json(r, 200, json_pack("{s:o}", "deleted", json_bytes(shown, strlen(shown))));
 }

@@ -6,6 +6,7 @@
  * WebSocket has a thread of its own that moves terminal output to the
  * client and input, resize and signal messages to the box's init; it holds
  * a use of the box while attached (core/term.c). */
+#include "api/kit_parse.h"
 #include "api/server.h"
 #include "api/ws.h"
 #include "base/log.h"
@@ -101,8 +102,8 @@ enum MHD_Result route_term_create(ab_req *r, const char *id)
         if (req_json(r, &body, &e) < 0)
                 return resp_err(r, e);
         abc_term_req q = {0};
-        json_t *argv = json_object_get(body, "argv"), *env = NULL;
-        _cleanup_free_ const char **av = NULL;
+        json_t *env = NULL;
+        _cleanup_strv_ char **av = NULL;
         _cleanup_strv_ char **ev = NULL;
         int rc = fields_known(body, known, NULL, &e);
         if (rc == 0)
@@ -111,20 +112,9 @@ enum MHD_Result route_term_create(ab_req *r, const char *id)
                 rc = field_str(body, "cwd", &q.cwd, &e);
         if (rc == 0)
                 rc = field_obj(body, "env", &env, &e);
-        if (rc == 0 && argv && !json_is_null(argv)) {
-                if (!json_is_array(argv) || json_array_size(argv) == 0)
-                        rc = ab_err_set(&e, AB_E_INVALID, 0,
-                                        "argv: must be a non-empty array of strings");
-                av = xcalloc(json_array_size(argv) + 1, sizeof(char *));
-                for (size_t i = 0; rc == 0 && i < json_array_size(argv); i++) {
-                        av[i] = json_string_value(json_array_get(argv, i));
-                        if (!av[i] || (i == 0 && !av[i][0]))
-                                rc =
-                                    ab_err_set(&e, AB_E_INVALID, 0, "argv[%zu]: must be a%s string",
-                                               i, i ? "" : " non-empty");
-                }
-                q.argv = av;
-        }
+        if (rc == 0)
+                rc = kit_parse_argv(body, "argv", &av, &e);
+        q.argv = (const char *const *)av;
         if (rc == 0 && env) {
                 ev = xcalloc(json_object_size(env) + 1, sizeof(char *));
                 size_t n = 0;

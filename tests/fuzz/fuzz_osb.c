@@ -6,6 +6,7 @@
  * checks their promises (parts lie inside the body, a range inside the
  * file, a failure carries a message). Build and run with scripts/fuzz.sh. */
 #include "api/front_osb.h"
+#include "api/kit_parse.h"
 #include "base/codec.h"
 
 #include <stdio.h>
@@ -78,8 +79,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         }
         case 4: {
                 json_t *md = json_pack("{s:s,s:s}", "sessionId", "a b", "k", "v=1");
-                (void)osb_meta_matches(md, s);
-                (void)osb_meta_matches(NULL, s);
+                (void)kit_meta_match(md, s, "opensandbox.io/");
+                (void)kit_meta_match(NULL, s, NULL);
                 json_decref(md);
                 break;
         }
