@@ -433,20 +433,12 @@ enum MHD_Result e2b_connect(ab_req *r, const char *id)
                 return e2b_error(r, 400, "%s", e->msg);
         enum MHD_Result ret;
         ab_box_rec rec;
-        if (get_box(r, id, &rec, &ret) < 0)
+        if (get_box(r, id, &rec, &ret) < 0) /* a box being deleted is gone: 404 */
                 return ret;
-        ab_box_status st = rec.status;
         ab_box_rec_clear(&rec);
-        bool resumed = false;
-        if (st == AB_BOX_PAUSED) {
-                if (ab_manager_resume(r->srv->mgr, id, r->scope, NULL, &e) < 0)
-                        return e2b_err(r, e);
-                resumed = true;
-        } else if (st != AB_BOX_RUNNING) {
-                if (ab_manager_start(r->srv->mgr, id, r->scope, NULL, &e) < 0)
-                        return e2b_err(r, e);
-                resumed = true;
-        }
+        bool resumed = false; /* decided under the box's lock, not from rec */
+        if (ab_manager_ensure_running(r->srv->mgr, id, r->scope, &resumed, NULL, &e) < 0)
+                return e2b_err(r, e);
         /* A connect sets the timeout when given, and restarts it after a
          * pause at the timeout (autoPause cleared it). */
         int64_t secs = has_t && t > 0 ? t : 0;

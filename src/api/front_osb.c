@@ -675,20 +675,12 @@ static enum MHD_Result osb_resume(ab_req *r, const char *id)
 {
         ab_box_rec rec;
         enum MHD_Result ret;
-        if (get_box(r, id, &rec, &ret) < 0)
+        if (get_box(r, id, &rec, &ret) < 0) /* a box being deleted is gone: 404 */
                 return ret;
-        ab_box_status st = rec.status;
         ab_box_rec_clear(&rec);
-        ab_err *e = NULL;
-        int rc = 0;
-        if (st == AB_BOX_PAUSED)
-                rc = ab_manager_resume(r->srv->mgr, id, r->scope, &rec, &e);
-        else if (st != AB_BOX_RUNNING)
-                rc = ab_manager_start(r->srv->mgr, id, r->scope, &rec, &e);
-        if (rc < 0)
+        ab_err *e = NULL; /* paused or stopped: decided under the box's lock */
+        if (ab_manager_ensure_running(r->srv->mgr, id, r->scope, NULL, NULL, &e) < 0)
                 return osb_err(r, e, "SANDBOX::");
-        if (st != AB_BOX_RUNNING)
-                ab_box_rec_clear(&rec);
         return no_content(r, 202);
 }
 
