@@ -5,6 +5,7 @@
  * what init does not offer (owners, modes, stat's details) through the
  * box's own tools run as execs by the manager. */
 #include "api/front_execd_int.h"
+#include "api/kit_multipart.h"
 #include "base/log.h"
 #include "base/codec.h"
 
@@ -13,10 +14,11 @@
 #include <fnmatch.h>
 #include <sys/mman.h>
 
-#define STAT_OUTPUT_CAP (64u << 20) /* stat's answer for a listing */
-#define STAT_CHUNK      512         /* paths per stat exec */
-#define LIST_MAX_DEPTH  32
-#define REPLACE_MAX     (64u << 20) /* files larger than this are not edited in memory */
+#define STAT_OUTPUT_CAP  (64u << 20) /* stat's answer for a listing */
+#define STAT_CHUNK       512         /* paths per stat exec */
+#define LIST_MAX_DEPTH   32
+#define UPLOAD_PARTS_MAX 256         /* metadata + file parts of one upload */
+#define REPLACE_MAX      (64u << 20) /* files larger than this are not edited in memory */
 
 /* ---- helpers ------------------------------------------------------------ */
 
@@ -718,67 +720,11 @@ enum MHD_Result execd_files_download(ab_req *r, const char *id)
 
 /* ---- upload (multipart: a "metadata" part, then its "file" part) -------- */
 
-/* The boundary of a multipart/form-data Content-Type, or NULL. */
-char *osb_boundary_of(const char *ct)
-{
-        const char *b = ct ? strstr(ct, "boundary=") : NULL;
-        if (!b)
-                return NULL;
-        b += 9;
-        bool quoted = *b == '"';
-        b += quoted;
-        size_t n = strcspn(b, quoted ? "\"" : "; \t");
-        return n && n <= 70 ? xasprintf("--%.*s", (int)n, b) : NULL;
-}
-
-/* Splits body into parts; the i-th part's name is written into names[i]. */
-size_t osb_split_parts(const char *body, size_t len, const char *delim, osb_part *parts, size_t max,
-                       char names[][32])
-{
-        size_t dl = strlen(delim), n = 0;
-        const char *p = memmem(body, len, delim, dl);
-        while (p && n < max) {
-                p += dl;
-                size_t left = len - (size_t)(p - body);
-                if (left >= 2 && p[0] == '-' && p[1] == '-')
-                        break; /* the closing delimiter */
-                if (left < 2 || p[0] != '\r' || p[1] != '\n')
-                        break;
-                p += 2;
-                left -= 2;
-                const char *hend = memmem(p, left, "\r\n\r\n", 4);
-                if (!hend)
-                        break;
-                names[n][0] = 0;
-                /* name="...", not the end of filename="..." */
-                const char *nm = memmem(p, (size_t)(hend - p), "name=\"", 6);
-                while (nm && nm > p && isalnum((unsigned char)nm[-1]))
-                        nm = memmem(nm + 6, (size_t)(hend - nm - 6), "name=\"", 6);
-                if (nm) {
-                        nm += 6;
-                        const char *q =
-                            memchr(nm, '"', (size_t)(hend - nm)); /* not past the head */
-                        if (q && q - nm < 32)
-                                snprintf(names[n], 32, "%.*s", (int)(q - nm), nm);
-                }
-                const char *data = hend + 4;
-                _cleanup_free_ char *next_delim = xasprintf("\r\n%s", delim);
-                const char *end =
-                    memmem(data, len - (size_t)(data - body), next_delim, strlen(next_delim));
-                if (!end)
-                        break;
-                parts[n] = (osb_part){.name = names[n], .data = data, .len = (size_t)(end - data)};
-                n++;
-                p = end + 2;
-        }
-        return n;
-}
-
 enum MHD_Result route_osb_upload(ab_req *r, const char *id)
 {
         if (r->upload_failed)
                 return osb_error(r, 500, "RUNTIME_ERROR", "cannot spool the upload");
-        _cleanup_free_ char *delim = osb_boundary_of(req_header(r, "Content-Type"));
+        _cleanup_free_ char *delim = kit_multipart_delim(req_header(r, "Content-Type"));
         if (!delim)
                 return osb_error(r, 400, "INVALID_REQUEST_BODY",
                                  "expected multipart/form-data with a boundary");
@@ -787,28 +733,33 @@ enum MHD_Result route_osb_upload(ab_req *r, const char *id)
         void *map = mmap(NULL, r->upload_len, PROT_READ, MAP_PRIVATE, r->upload_fd, 0);
         if (map == MAP_FAILED)
                 return osb_error(r, 500, "RUNTIME_ERROR", "mmap: %s", strerror(errno));
-        osb_part parts[64];
-        char names[64][32];
-        size_t n = osb_split_parts(map, r->upload_len, delim, parts, 64, names);
+        kit_part *parts;
+        size_t n;
+        ab_err *e = NULL;
+        if (kit_multipart_split(map, r->upload_len, delim, UPLOAD_PARTS_MAX, &parts, &n, &e) < 0) {
+                munmap(map, r->upload_len);
+                return execd_err(r, e);
+        }
         ab_use u;
         enum MHD_Result ret;
         if (execd_begin_use(r, id, &u, &ret) < 0) {
+                kit_parts_free(parts, n);
                 munmap(map, r->upload_len);
                 return ret;
         }
-        ab_err *e = NULL;
         int rc = 0;
         size_t files = 0;
         json_t *meta = NULL;
         for (size_t i = 0; i < n && rc == 0; i++) {
-                if (!strcmp(parts[i].name, "metadata")) {
+                const char *name = parts[i].name ? parts[i].name : "";
+                if (!strcmp(name, "metadata")) {
                         json_decref(meta);
                         meta = json_loadb(parts[i].data, parts[i].len, 0, NULL);
                         if (!json_is_object(meta))
                                 rc = ab_err_set(&e, AB_E_INVALID, 0, "metadata: not a JSON object");
                         continue;
                 }
-                if (strcmp(parts[i].name, "file"))
+                if (strcmp(name, "file"))
                         continue;
                 const char *path = json_string_value(json_object_get(meta, "path"));
                 uint32_t mode = 0;
@@ -841,6 +792,7 @@ enum MHD_Result route_osb_upload(ab_req *r, const char *id)
         }
         json_decref(meta);
         ab_manager_use_end(r->srv->mgr, &u);
+        kit_parts_free(parts, n);
         munmap(map, r->upload_len);
         if (rc == 0 && !files)
                 rc = ab_err_set(&e, AB_E_INVALID, 0, "no file part (expected metadata + file)");

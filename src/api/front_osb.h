@@ -55,16 +55,5 @@ int osb_parse_network(json_t *np, json_t **out, ab_err **err);
 int osb_parse_volumes(json_t *vols, json_t **volumes, json_t **mounts, ab_err **err);
 /* A Range header "bytes=A-B" / "bytes=A-" of a size-byte file. 0 or -1. */
 int osb_parse_range(const char *h, uint64_t size, uint64_t *off, uint64_t *len);
-/* "--" + the boundary of a multipart/form-data Content-Type (malloc'd), or NULL. */
-char *osb_boundary_of(const char *content_type);
-/* The parts of a multipart body (at most max; their data points into body,
- * their names into names). */
-typedef struct osb_part {
-        const char *name;
-        const char *data;
-        size_t len;
-} osb_part;
-size_t osb_split_parts(const char *body, size_t len, const char *delim, osb_part *parts, size_t max,
-                       char names[][32]);
 
 #endif

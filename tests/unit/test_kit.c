@@ -1,5 +1,6 @@
 /* Unit tests: the request fields every front parses the same way
  * (api/kit_parse.h): argv and the list's metadata filter. */
+#include "api/kit_multipart.h"
 #include "api/kit_parse.h"
 #include "tap.h"
 
@@ -74,8 +75,94 @@ static void test_meta(void)
         json_decref(md);
 }
 
+static void test_delim(void)
+{
+        static const struct {
+                const char *ct, *want;
+        } cases[] = {
+            {"multipart/form-data; boundary=abc", "--abc"},
+            {"multipart/form-data; BOUNDARY=abc; charset=x", "--abc"},
+            {"multipart/form-data; boundary=\"a b;c\"", "--a b;c"},
+            {"multipart/form-data; boundary=\"abc", NULL}, /* unclosed quote */
+            {"multipart/form-data; boundary=", NULL},
+            {"multipart/form-data; boundary=\"\"", NULL},
+            {"multipart/form-data", NULL},
+            {"multipart/form-data; boundary=0123456789012345678901234567890123456789012345678901"
+             "234567890123456789",
+             "--0123456789012345678901234567890123456789012345678901234567890123456789"},
+            {"multipart/form-data; boundary=0123456789012345678901234567890123456789012345678901"
+             "2345678901234567890",
+             NULL}, /* 71 characters */
+        };
+        for (size_t i = 0; i < AB_ARRAY_LEN(cases); i++) {
+                char *d = kit_multipart_delim(cases[i].ct);
+                tap_ok(cases[i].want ? d && !strcmp(d, cases[i].want) : !d, "boundary of '%s': %s",
+                       cases[i].ct, d ? d : "none");
+                free(d);
+        }
+        tap_ok(!kit_multipart_delim(NULL), "no Content-Type: no boundary");
+}
+
+static int split(const char *body, size_t max, kit_part **p, size_t *n, ab_code *code)
+{
+        ab_err *e = NULL;
+        int rc = kit_multipart_split(body, strlen(body), "--XB", max, p, n, &e);
+        *code = e ? e->code : (ab_code)0;
+        ab_err_free(&e);
+        return rc;
+}
+
+static void test_multipart(void)
+{
+        kit_part *p;
+        size_t n;
+        ab_code c;
+        const char *two =
+            "preamble\r\n--XB\r\n"
+            "Content-Disposition: form-data; name=\"metadata\"\r\n"
+            "Content-Type: application/json\r\n\r\n"
+            "{}\r\n--XB\r\n"
+            "content-disposition: form-data; name=\"file\"; filename=\"a/b.txt\"\r\n\r\n"
+            "x\r\n--XBnot-a-delimiter\r\n\r\n--XB--\r\nepilogue";
+        tap_ok(split(two, 8, &p, &n, &c) == 0 && n == 2, "two parts");
+        if (n == 2) {
+                tap_ok(p[0].name && !strcmp(p[0].name, "metadata") && !p[0].filename &&
+                           p[0].len == 2 && !memcmp(p[0].data, "{}", 2),
+                       "the first: its name and bytes");
+                tap_ok(p[1].name && !strcmp(p[1].name, "file") && p[1].filename &&
+                           !strcmp(p[1].filename, "a/b.txt"),
+                       "the second: name (not the end of filename) and filename");
+                tap_ok(p[1].len == strlen("x\r\n--XBnot-a-delimiter\r\n"),
+                       "a delimiter-like line inside a part is data");
+        }
+        kit_parts_free(p, n);
+        tap_ok(split("--XB\r\n\r\nbare\r\n--XB--", 8, &p, &n, &c) == 0 && n == 1 && !p[0].name &&
+                   p[0].len == 4,
+               "a part with no head lines");
+        kit_parts_free(p, n);
+        tap_ok(split("--XB--", 8, &p, &n, &c) == 0 && n == 0 && !p, "no parts");
+        static const char *bad[] = {
+            "",
+            "no delimiter at all",
+            "--XB\r\nContent-Disposition: form-data; name=\"a\"\r\n\r\ndata", /* no end */
+            "--XB\r\nContent-Disposition: form-data; name=\"a\"",             /* no blank line */
+            "--XBjunk\r\n\r\n\r\n--XB--",
+            "--XB",
+        };
+        for (size_t i = 0; i < AB_ARRAY_LEN(bad); i++)
+                tap_ok(split(bad[i], 8, &p, &n, &c) < 0 && c == AB_E_INVALID && !p && !n,
+                       "malformed body #%zu refused", i);
+        const char *three = "--XB\r\n\r\na\r\n--XB\r\n\r\nb\r\n--XB\r\n\r\nc\r\n--XB--";
+        tap_ok(split(three, 2, &p, &n, &c) < 0 && c == AB_E_INVALID, "more parts than max refused");
+        tap_ok(split(three, 3, &p, &n, &c) == 0 && n == 3, "as many parts as max pass");
+        kit_parts_free(p, n);
+        kit_parts_free(NULL, 0);
+}
+
 int main(void)
 {
+        test_delim();
+        test_multipart();
         test_argv();
         test_meta();
         return tap_done();
