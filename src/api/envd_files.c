@@ -3,6 +3,7 @@
  * or several (multipart/form-data, the part's filename is its path) through
  * the box's init. Errors in envd's shape {"code": status, "message"}. */
 #include "api/envd_int.h"
+#include "api/kit_files.h"
 #include "api/kit_multipart.h"
 #include "api/kit_status.h"
 #include "base/log.h"
@@ -159,10 +160,10 @@ enum MHD_Result envd_files_post(ab_req *r, const char *id)
                 up_call c = {.f = &files[i], .src_fd = src_fd};
                 rc = envd_with_box(r->srv, box, r->scope, up_write, &c, &e);
                 if (rc == 0) {
-                        const char *name = strrchr(full, '/');
-                        json_array_append_new(a, json_pack("{s:s,s:s,s:s}", "name",
-                                                           name ? name + 1 : full, "type", "file",
-                                                           "path", full));
+                        json_array_append_new(
+                            a, json_pack("{s:s,s:s,s:s}", "name", kit_base_name(full), "type",
+                                         "file" /* envd's HTTP EntryInfo: file or dir */, "path",
+                                         full));
                 }
         }
         for (size_t i = 0; i < n; i++)

@@ -8,6 +8,7 @@
  * the envd files share (envd_int.h), the filesystem calls, /health, the
  * shutdown. */
 #include "api/envd_int.h"
+#include "api/kit_files.h"
 #include "base/log.h"
 #include "base/codec.h"
 #include "base/id.h"
@@ -252,20 +253,6 @@ static void perm_string(char out[11], abc_ftype t, uint32_t mode)
         out[10] = 0;
 }
 
-static const char *ftype_name(abc_ftype t)
-{
-        switch (t) {
-        case ABC_FILE:
-                return "FILE_TYPE_FILE";
-        case ABC_DIR:
-                return "FILE_TYPE_DIRECTORY";
-        case ABC_SYMLINK:
-                return "FILE_TYPE_SYMLINK";
-        default:
-                return "FILE_TYPE_UNSPECIFIED";
-        }
-}
-
 static json_t *rfc3339(int64_t secs)
 {
         char buf[AB_TIME_LEN];
@@ -276,15 +263,14 @@ static json_t *rfc3339(int64_t secs)
 /* filesystem.EntryInfo of path (absolute) with st. */
 json_t *envd_entry_info(const char *path, const abc_stat *st)
 {
-        const char *name = strrchr(path, '/');
-        name = name && name[1] ? name + 1 : path;
+        const char *name = kit_base_name(path);
         char perms[11];
         perm_string(perms, st->type, st->mode);
-        json_t *j = json_pack("{s:o,s:s,s:o,s:s,s:i,s:s,s:s,s:s,s:o}", "name",
-                              json_bytes(name, strlen(name)), "type", ftype_name(st->type), "path",
-                              json_bytes(path, strlen(path)), "size", "0", "mode",
-                              (int)(st->mode & 07777), "permissions", perms, "owner", "root",
-                              "group", "root", "modifiedTime", rfc3339(st->mtime));
+        json_t *j = json_pack(
+            "{s:o,s:s,s:o,s:s,s:i,s:s,s:s,s:s,s:o}", "name", json_bytes(name, strlen(name)), "type",
+            kit_ftype_name(&kit_ftypes_envd, st->type), "path", json_bytes(path, strlen(path)),
+            "size", "0", "mode", (int)(st->mode & 07777), "permissions", perms, "owner", "root",
+            "group", "root", "modifiedTime", rfc3339(st->mtime));
         char sz[32];
         snprintf(sz, sizeof(sz), "%" PRIu64, st->size);
         json_object_set_new(j, "size", json_string(sz));

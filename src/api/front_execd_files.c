@@ -5,6 +5,7 @@
  * what init does not offer (owners, modes, stat's details) through the
  * box's own tools run as execs by the manager. */
 #include "api/front_execd_int.h"
+#include "api/kit_files.h"
 #include "api/kit_multipart.h"
 #include "base/log.h"
 #include "base/codec.h"
@@ -67,17 +68,6 @@ static int run_argv(ab_server *s, ab_use *u, const char *const *argv, uint64_t c
         return 0;
 }
 
-static const char *ftype_name(const char *stat_type)
-{
-        if (!strncmp(stat_type, "regular", 7))
-                return "file";
-        if (!strcmp(stat_type, "directory"))
-                return "directory";
-        if (!strcmp(stat_type, "symbolic link"))
-                return "symlink";
-        return "other";
-}
-
 /* Paths stat did not describe (a box whose stat is not GNU's, or a race)
  * from the init's lstat: no owner or group then. */
 static int stat_fallback(ab_server *s, ab_use *u, const char *const *paths, size_t n, json_t *out,
@@ -98,15 +88,13 @@ static int stat_fallback(ab_server *s, ab_use *u, const char *const *paths, size
                         ab_err_free(&e);
                         continue;
                 }
-                static const char *const types[] = {"other", "file", "directory", "symlink",
-                                                    "other"};
                 char mt[AB_TIME_LEN], ms[8];
                 ab_time_rfc3339(st.mtime * 1000, true, mt);
                 snprintf(ms, sizeof(ms), "%o", st.mode & 07777);
                 json_object_set_new(out, paths[i],
                                     json_pack("{s:o,s:s,s:I,s:s,s:s,s:s,s:s,s:I}", "path",
                                               json_bytes(paths[i], strlen(paths[i])), "type",
-                                              types[st.type <= ABC_OTHER ? st.type : 0], "size",
+                                              kit_ftype_name(&kit_ftypes_execd, st.type), "size",
                                               (json_int_t)st.size, "modified_at", mt, "created_at",
                                               mt, "owner", "", "group", "", "mode",
                                               (json_int_t)strtol(ms, NULL, 10)));
@@ -165,7 +153,8 @@ static int stat_paths(ab_server *s, ab_use *u, const char *const *paths, size_t 
                         json_object_set_new(
                             *out, f[7],
                             json_pack("{s:o,s:s,s:I,s:s,s:s,s:o,s:o,s:I}", "path",
-                                      json_bytes(f[7], strlen(f[7])), "type", ftype_name(f[0]),
+                                      json_bytes(f[7], strlen(f[7])), "type",
+                                      kit_ftype_name(&kit_ftypes_execd, kit_ftype_of_stat(f[0])),
                                       "size", (json_int_t)strtoll(f[1], NULL, 10), "modified_at",
                                       mt, "created_at", bt, "owner", json_bytes(f[3], strlen(f[3])),
                                       "group", json_bytes(f[4], strlen(f[4])), "mode",

@@ -2,6 +2,7 @@
  * DELETE. Every operation runs inside the box through its init, so paths are
  * resolved in the box's own mount namespace: no host path is ever touched.
  * Downloads are streamed by a producer thread through a pipe. */
+#include "api/kit_files.h"
 #include "api/kit_status.h"
 #include "api/server.h"
 #include "api/upload.h"
@@ -37,20 +38,6 @@ static void file_job_free(file_job *j)
         free(j);
 }
 
-static const char *type_name(abc_ftype t)
-{
-        switch (t) {
-        case ABC_FILE:
-                return "file";
-        case ABC_DIR:
-                return "dir";
-        case ABC_SYMLINK:
-                return "symlink";
-        default:
-                return "other";
-        }
-}
-
 /* The path as shown to clients: absolute, without trailing slashes. */
 static char *display_path(const char *p)
 {
@@ -63,14 +50,14 @@ static char *display_path(const char *p)
 
 static json_t *entry_json(const char *base, const char *rel, const abc_stat *st)
 {
-        const char *name = strrchr(rel, '/');
-        name = name ? name + 1 : rel;
+        const char *name = kit_base_name(rel);
         _cleanup_free_ char *full =
             !strcmp(base, "/") ? xasprintf("/%s", rel) : xasprintf("%s/%s", base, rel);
-        json_t *j = json_pack("{s:o,s:o,s:s,s:I,s:I,s:I}", "name", json_bytes(name, strlen(name)),
-                              "path", json_bytes(full, strlen(full)), "type", type_name(st->type),
-                              "size", (json_int_t)st->size, "mtime", (json_int_t)st->mtime, "mode",
-                              (json_int_t)st->mode);
+        json_t *j =
+            json_pack("{s:o,s:o,s:s,s:I,s:I,s:I}", "name", json_bytes(name, strlen(name)), "path",
+                      json_bytes(full, strlen(full)), "type",
+                      kit_ftype_name(&kit_ftypes_rest, st->type), "size", (json_int_t)st->size,
+                      "mtime", (json_int_t)st->mtime, "mode", (json_int_t)st->mode);
         if (st->link)
                 json_object_set_new(j, "link", json_bytes(st->link, strlen(st->link)));
         return j;

@@ -1,5 +1,6 @@
 /* Unit tests: the request fields every front parses the same way
  * (api/kit_parse.h): argv and the list's metadata filter. */
+#include "api/kit_files.h"
 #include "api/kit_multipart.h"
 #include "api/kit_parse.h"
 #include "tap.h"
@@ -159,8 +160,29 @@ static void test_multipart(void)
         kit_parts_free(NULL, 0);
 }
 
+static void test_files(void)
+{
+        TAP_IS_STR(kit_ftype_name(&kit_ftypes_rest, ABC_DIR), "dir", "REST: dir");
+        TAP_IS_STR(kit_ftype_name(&kit_ftypes_envd, ABC_DIR), "FILE_TYPE_DIRECTORY", "envd: dir");
+        TAP_IS_STR(kit_ftype_name(&kit_ftypes_execd, ABC_DIR), "directory", "execd: dir");
+        TAP_IS_STR(kit_ftype_name(&kit_ftypes_execd, ABC_SYMLINK), "symlink", "execd: symlink");
+        TAP_IS_STR(kit_ftype_name(&kit_ftypes_envd, ABC_OTHER), "FILE_TYPE_UNSPECIFIED",
+                   "envd: other");
+        TAP_IS_STR(kit_ftype_name(&kit_ftypes_rest, (abc_ftype)99), "other", "unknown: other");
+        TAP_IS_INT(kit_ftype_of_stat("regular empty file"), ABC_FILE, "stat: empty file");
+        TAP_IS_INT(kit_ftype_of_stat("regular file"), ABC_FILE, "stat: file");
+        TAP_IS_INT(kit_ftype_of_stat("directory"), ABC_DIR, "stat: directory");
+        TAP_IS_INT(kit_ftype_of_stat("symbolic link"), ABC_SYMLINK, "stat: link");
+        TAP_IS_INT(kit_ftype_of_stat("fifo"), ABC_OTHER, "stat: fifo");
+        TAP_IS_STR(kit_base_name("/a/b.txt"), "b.txt", "base name");
+        TAP_IS_STR(kit_base_name("b.txt"), "b.txt", "a bare name");
+        TAP_IS_STR(kit_base_name("/"), "/", "the root is its own name");
+        TAP_IS_STR(kit_base_name("a/"), "a/", "a trailing slash: the whole path");
+}
+
 int main(void)
 {
+        test_files();
         test_delim();
         test_multipart();
         test_argv();
