@@ -10,6 +10,7 @@
  * with "pty" runs on an agentbox terminal instead (core/term.c). Processes
  * live in this server: a restart ends them. */
 #include "api/envd_int.h"
+#include "api/kit_term.h"
 #include "base/log.h"
 
 #include <fcntl.h>
@@ -288,6 +289,24 @@ static void proc_unlist(proc *p)
         pthread_mutex_unlock(&reg_lock);
 }
 
+/* The PTY's output as a data.pty event to every subscriber. */
+static int pty_output(void *ud, const void *data, size_t len)
+{
+        proc *p = ud;
+        _cleanup_free_ char *b64 = crpc_b64_encode(data, len);
+        _cleanup_buf_ ab_buf d = {0};
+        event_envelope(&d, json_pack("{s:{s:s}}", "data", "pty", b64));
+        pthread_mutex_lock(&p->lock);
+        proc_broadcast(p, d.p, d.n);
+        pthread_mutex_unlock(&p->lock);
+        return 0;
+}
+
+static int pty_idle(void *ud, int polled, short extra)
+{
+        return atomic_load(&stopping); /* the server stops: end the stream */
+}
+
 /* A PTY's thread: attached to its terminal, it relays the output as
  * data.pty events until the program exits or the terminal is closed, then
  * closes the terminal (the box keeps at most 16). */
@@ -299,7 +318,6 @@ static void *pty_main(void *arg)
         ab_err *e = NULL;
         _cleanup_buf_ ab_buf b = {0};
         int exit_code = 0;
-        bool exited = false, closed = false;
         int rc = ab_manager_term_attach(m, p->box, p->scope, p->tid, &a, &e);
         if (rc == 0)
                 ab_manager_use_hold(m, &a.use);
@@ -307,36 +325,9 @@ static void *pty_main(void *arg)
                 crpc_end(&b, crpc_code_of(e->code), e->msg);
                 ab_err_free(&e);
         } else {
-                bool done = false;
-                while (!done) {
-                        abc_term_event ev;
-                        int k;
-                        while (!done && (k = abc_term_next(a.stream, &ev)) > 0) {
-                                if (ev.kind == ABC_TERM_OUTPUT) {
-                                        _cleanup_free_ char *b64 = crpc_b64_encode(ev.data, ev.len);
-                                        _cleanup_buf_ ab_buf d = {0};
-                                        event_envelope(&d,
-                                                       json_pack("{s:{s:s}}", "data", "pty", b64));
-                                        pthread_mutex_lock(&p->lock);
-                                        proc_broadcast(p, d.p, d.n);
-                                        pthread_mutex_unlock(&p->lock);
-                                        continue;
-                                }
-                                exited = ev.kind == ABC_TERM_EXIT;
-                                closed = !exited;
-                                exit_code = ev.exit_code;
-                                done = true;
-                        }
-                        if (done)
-                                break;
-                        if (k < 0) {
-                                closed = true;
-                                break;
-                        }
-                        struct pollfd pf = {.fd = a.fd, .events = POLLIN};
-                        if ((poll(&pf, 1, 200) < 0 && errno != EINTR) || atomic_load(&stopping))
-                                break;
-                }
+                const kit_term_pump pump = {
+                    .output = pty_output, .idle = pty_idle, .extra_fd = -1, .tick_ms = 200};
+                bool exited = kit_term_pump_run(&a, &pump, p, &exit_code) == KIT_TERM_EXITED;
                 ab_manager_term_detach(m, &a);
                 ab_manager_term_close(m, p->box, p->scope, p->tid, NULL);
                 _cleanup_free_ char *status =
@@ -345,7 +336,6 @@ static void *pty_main(void *arg)
                                              exited ? exit_code : -1, "exited", exited, "status",
                                              status));
                 crpc_end(&b, NULL, NULL);
-                (void)closed;
         }
         proc_unlist(p);
         pthread_mutex_lock(&p->lock);

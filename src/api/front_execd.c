@@ -6,6 +6,7 @@
  * door: env, limits, audit, events). */
 #include "api/front_execd_int.h"
 #include "api/kit_status.h"
+#include "api/kit_term.h"
 #include "base/log.h"
 #include "base/codec.h"
 #include "base/id.h"
@@ -800,6 +801,55 @@ static void session_done(srun *s, bool dead)
         pthread_mutex_unlock(&cmds_lock);
 }
 
+/* A session run being pumped: the run's side of kit_term_pump. */
+typedef struct srun_pumping {
+        srun *s;
+        ab_term_attach *a;
+        ab_buf b; /* the output since the start mark */
+        bool started, sent_int, timed_out, dead;
+        int code;
+        const char *error;
+        uint64_t deadline, give_up;
+} srun_pumping;
+
+static int srun_out(void *ud, const void *data, size_t len)
+{
+        srun_pumping *p = ud;
+        ab_buf_add(&p->b, data, len);
+        return srun_scan(p->s, &p->b, &p->started, &p->code) == 1; /* its end mark: done */
+}
+
+/* Between waits: a client gone, an interrupt or the timeout sends ^C; a
+ * run that ignores it loses its shell; a quiet run gets pings. */
+static int srun_idle(void *ud, int polled, short revents)
+{
+        srun_pumping *p = ud;
+        srun *s = p->s;
+        if (polled > 0 && (revents & (POLLRDHUP | POLLHUP | POLLERR)))
+                s->broken = true;
+        pthread_mutex_lock(&cmds_lock);
+        bool interrupted = s->c->interrupted;
+        pthread_mutex_unlock(&cmds_lock);
+        uint64_t now = ab_now_ms();
+        if (!p->sent_int && (interrupted || s->broken || now >= p->deadline)) {
+                p->timed_out = !interrupted && !s->broken;
+                /* ^C, as a user would type it: the line discipline
+                 * signals the foreground group (the shell lives on) */
+                abc_term_input(p->a->stream, "\003", 1);
+                p->sent_int = true;
+                p->give_up = now + SESSION_GRACE_MS;
+        }
+        if (p->sent_int && now >= p->give_up) { /* the run ignores ^C: the shell goes */
+                ab_manager_term_close(s->srv->mgr, s->box, s->scope, s->tid, NULL);
+                p->error = "the run did not stop on ^C: the session's shell was closed";
+                p->dead = true;
+                return 1;
+        }
+        if ((int64_t)now - s->last_ms >= PING_MS)
+                srun_event(s, json_pack("{s:s}", "type", "ping"));
+        return 0;
+}
+
 static void *srun_main(void *arg)
 {
         srun *s = arg;
@@ -807,10 +857,9 @@ static void *srun_main(void *arg)
         ab_term_attach a;
         ab_err *e = NULL;
         int code = -1;
-        bool done = false, dead = false, started = false, sent_int = false, timed_out = false;
+        bool done = false, dead = false, timed_out = false;
         const char *error = NULL;
-        uint64_t t0 = ab_now_ms(), deadline = t0 + s->timeout_ms, give_up = 0;
-        ab_buf b = {0};
+        uint64_t t0 = ab_now_ms();
         if (ab_manager_term_attach(m, s->box, s->scope, s->tid, &a, &e) < 0) {
                 error = e->msg;
                 dead = true;
@@ -824,53 +873,35 @@ static void *srun_main(void *arg)
                         done = dead = true;
                 }
         }
-        while (!error && !done) {
-                abc_term_event ev;
-                int k;
-                while (!done && (k = abc_term_next(a.stream, &ev)) == 1) {
-                        if (ev.kind == ABC_TERM_OUTPUT) {
-                                ab_buf_add(&b, ev.data, ev.len);
-                                done = srun_scan(s, &b, &started, &code) == 1;
-                        } else { /* the shell exited (exit in the command) or was closed */
-                                if (started)
-                                        srun_output(s, b.p, b.n);
-                                code = ev.kind == ABC_TERM_EXIT ? ev.exit_code : -1;
-                                done = dead = true;
-                        }
-                }
-                if (done)
+        srun_pumping sp = {.s = s, .a = &a, .code = -1, .deadline = t0 + s->timeout_ms};
+        if (!error && !done) {
+                const kit_term_pump pump = {.output = srun_out,
+                                            .idle = srun_idle,
+                                            .extra_fd = s->fd,
+                                            .extra_events = POLLRDHUP,
+                                            .tick_ms = 200};
+                int exit_code = -1;
+                switch (kit_term_pump_run(&a, &pump, &sp, &exit_code)) {
+                case KIT_TERM_EXITED: /* exit in the command: the shell is gone */
+                case KIT_TERM_CLOSED:
+                        if (sp.started)
+                                srun_output(s, sp.b.p, sp.b.n);
+                        sp.code = exit_code;
+                        dead = true;
                         break;
-                if (k < 0) {
-                        error = "the session's shell went away";
+                case KIT_TERM_STOPPED: /* its end mark, or given up (sp.error) */
+                        dead = sp.dead;
+                        break;
+                default:
+                        sp.error = "the session's shell went away";
                         dead = true;
                         break;
                 }
-                pthread_mutex_lock(&cmds_lock);
-                bool interrupted = s->c->interrupted;
-                pthread_mutex_unlock(&cmds_lock);
-                uint64_t now = ab_now_ms();
-                if (!sent_int && (interrupted || s->broken || now >= deadline)) {
-                        timed_out = !interrupted && !s->broken;
-                        /* ^C, as a user would type it: the line discipline
-                         * signals the foreground group (the shell lives on) */
-                        abc_term_input(a.stream, "\003", 1);
-                        sent_int = true;
-                        give_up = now + SESSION_GRACE_MS;
-                }
-                if (sent_int && now >= give_up) { /* the run ignores ^C: the shell goes */
-                        ab_manager_term_close(m, s->box, s->scope, s->tid, NULL);
-                        error = "the run did not stop on ^C: the session's shell was closed";
-                        dead = true;
-                        break;
-                }
-                if ((int64_t)now - s->last_ms >= PING_MS)
-                        srun_event(s, json_pack("{s:s}", "type", "ping"));
-                struct pollfd p[2] = {{.fd = a.fd, .events = POLLIN},
-                                      {.fd = s->fd, .events = POLLRDHUP}};
-                if (poll(p, 2, 200) > 0 && (p[1].revents & (POLLRDHUP | POLLHUP | POLLERR)))
-                        s->broken = true;
+                error = sp.error;
+                code = sp.code;
+                timed_out = sp.timed_out;
         }
-        ab_buf_free(&b);
+        ab_buf_free(&sp.b);
         if (a.stream || a.fd >= 0)
                 ab_manager_term_detach(m, &a);
         pthread_mutex_lock(&cmds_lock);
