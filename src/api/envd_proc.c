@@ -10,6 +10,7 @@
  * with "pty" runs on an agentbox terminal instead (core/term.c). Processes
  * live in this server: a restart ends them. */
 #include "api/envd_int.h"
+#include "api/kit_exec.h"
 #include "api/kit_term.h"
 #include "base/log.h"
 
@@ -64,6 +65,7 @@ typedef struct proc {
         /* a PTY (Start with "pty"): an agentbox terminal of the box */
         char *tid;
         uint32_t cols, rows;
+        kit_caller kc; /* the request's: the exec counts against its API key */
 } proc;
 
 static pthread_mutex_t reg_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -107,6 +109,7 @@ static void proc_unref(proc *p)
         ab_strvfreep(&p->env);
         free(p->cwd);
         free(p->user);
+        kit_caller_clear(&p->kc);
         free(p->tid);
         pthread_mutex_destroy(&p->lock);
         pthread_mutex_destroy(&p->io_lock);
@@ -661,7 +664,7 @@ static enum MHD_Result process_start(ab_req *r, const char *box, json_t *msg)
         p->next = procs;
         procs = p;
         pthread_mutex_unlock(&reg_lock);
-        if (spawn_detached(proc_main, p) < 0) {
+        if (kit_exec_spawn(r, &p->kc, proc_main, p) < 0) {
                 ab_manager_use_end(r->srv->mgr, &p->use);
                 pthread_mutex_lock(&reg_lock);
                 for (proc **l = &procs; *l; l = &(*l)->next)

@@ -5,6 +5,7 @@
  * front_execd_files.c's). Commands go through the manager's exec (the one
  * door: env, limits, audit, events). */
 #include "api/front_execd_int.h"
+#include "api/kit_exec.h"
 #include "api/kit_status.h"
 #include "api/kit_term.h"
 #include "base/log.h"
@@ -128,9 +129,7 @@ typedef struct cmd_job {
         int fd;   /* fg: the event stream's end; bg: our end of a pair */
         int peer; /* bg: the pair's other end, kept open while the command runs */
         bool broken;
-        char *key_id;
-        ab_quota key_quotas;
-        ab_caller caller;
+        kit_caller kc; /* the request's, for the exec on its own thread */
         /* a foreground stream: events are sent under wlock by the exec's
          * output and by the pinger, which wakes on cv */
         pthread_mutex_t wlock;
@@ -163,7 +162,7 @@ static void cmd_job_free(cmd_job *j)
         free(j->user);
         ab_strvfreep(&j->argv);
         ab_strvfreep(&j->env);
-        free(j->key_id);
+        kit_caller_clear(&j->kc);
         free(j);
 }
 
@@ -237,8 +236,6 @@ static void *cmd_main(void *arg)
         cmd_job *j = arg;
         cmd *c = j->c; /* only under cmds_lock once it is finished: it may be forgotten */
         bool background = c->background;
-        if (j->key_id)
-                ab_manager_set_caller(&j->caller);
         pthread_t pinger;
         bool pinging = !background && pthread_create(&pinger, NULL, ping_main, j) == 0;
         abc_exec_req q = {
@@ -300,7 +297,6 @@ static void *cmd_main(void *arg)
         }
         ab_err_free(&e);
         ab_manager_use_end(j->srv->mgr, &j->use);
-        ab_manager_set_caller(NULL);
         close(j->fd); /* the event stream ends */
         if (j->peer >= 0)
                 close(j->peer);
@@ -441,12 +437,6 @@ static enum MHD_Result start_cmd(ab_req *r, const char *id, cmd_job *j, bool bg)
         c->cancel_fd = sv[0];
         j->c = c;
         j->fd = sv[0];
-        if (r->key_id) { /* the thread outlives r: copies */
-                j->key_id = xstrdup(r->key_id);
-                j->key_quotas = r->key_quotas;
-                j->caller = (ab_caller){.key_id = j->key_id,
-                                        .quotas = r->caller.quotas ? &j->key_quotas : NULL};
-        }
         _cleanup_free_ char *init = NULL;
         {
                 json_t *ev = json_pack("{s:s,s:s,s:I}", "type", "init", "text", c->id, "timestamp",
@@ -461,7 +451,7 @@ static enum MHD_Result start_cmd(ab_req *r, const char *id, cmd_job *j, bool bg)
         else
                 ab_send_all(sv[0], init, strlen(init), -1); /* the socket's buffer takes it */
         cmds_add(c);
-        if (spawn_detached(cmd_main, j) < 0) {
+        if (kit_exec_spawn(r, &j->kc, cmd_main, j) < 0) {
                 pthread_mutex_lock(&cmds_lock);
                 c->running = false;
                 c->exit_code = -1;

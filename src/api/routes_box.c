@@ -1,4 +1,5 @@
 /* Routes of docs/api.md: sandboxes, exec, events, API keys, health, metrics. */
+#include "api/kit_exec.h"
 #include "api/kit_parse.h"
 #include "api/parse.h"
 #include "api/server.h"
@@ -434,15 +435,12 @@ typedef struct exec_job {
         /* SSE mode */
         int fd;
         bool broken;
-        /* the request's API key, for the quotas of an exec on its own thread */
-        char *key_id;
-        ab_quota key_quotas;
-        ab_caller caller;
+        kit_caller kc; /* the request's, for an exec on its own thread */
 } exec_job;
 
 void exec_job_free(exec_job *j)
 {
-        free(j->key_id);
+        kit_caller_clear(&j->kc);
         free(j->command);
         ab_strvfreep(&j->argv);
         free(j->cwd);
@@ -596,8 +594,6 @@ static int sse_output(void *ud, int stream, const void *buf, size_t len)
 static void *exec_stream_main(void *arg)
 {
         exec_job *j = arg;
-        if (j->key_id)
-                ab_manager_set_caller(&j->caller);
         abc_exec_req q;
         fill_req(j, &q);
         q.has_cancel = true; /* the response's reader going away kills the command */
@@ -618,7 +614,6 @@ static void *exec_stream_main(void *arg)
                                    "truncated", res.truncated));
         }
         ab_manager_use_end(j->srv->mgr, &j->use);
-        ab_manager_set_caller(NULL);
         exec_job_free(j);
         return NULL;
 }
@@ -657,13 +652,7 @@ static enum MHD_Result run_exec(ab_req *r, exec_job *j, const char *sandbox_id)
                         return resp_error(r, 500, "internal", "pipe: %s", strerror(errno));
                 }
                 j->fd = p[1];
-                if (r->key_id) { /* the thread outlives nothing of r: copies */
-                        j->key_id = xstrdup(r->key_id);
-                        j->key_quotas = r->key_quotas;
-                        j->caller = (ab_caller){.key_id = j->key_id,
-                                                .quotas = r->caller.quotas ? &j->key_quotas : NULL};
-                }
-                if (spawn_detached(exec_stream_main, j) < 0) {
+                if (kit_exec_spawn(r, &j->kc, exec_stream_main, j) < 0) {
                         close(p[0]);
                         ab_stream_slot_release(slot);
                         ab_manager_use_end(r->srv->mgr, &j->use);
