@@ -76,8 +76,7 @@ void imgstore_progress(ab_image_progress_fn fn, void *ud, const char *phase, con
 
 static void to_hex(const unsigned char *md, size_t n, char *out)
 {
-        for (size_t i = 0; i < n; i++)
-                sprintf(out + 2 * i, "%02x", md[i]);
+        ab_hex_encode(md, n, out);
 }
 
 /* "sha256:HEX" of buf. */
