@@ -29,6 +29,7 @@
 #include "backend/backend.h"
 #include "backend/docker_api.h"
 #include "base/id.h"
+#include "base/codec.h"
 #include "base/log.h"
 #include "base/selfpath.h"
 
@@ -487,24 +488,8 @@ static json_t *limits_label(const ab_limits *l)
 
 static void limits_parse(const char *s, ab_limits *l)
 {
-        ab_limits_default(l);
         json_t *j = s ? json_loads(s, 0, NULL) : NULL;
-        if (!j)
-                return;
-        json_t *v;
-        if ((v = json_object_get(j, "cpus")) && json_is_number(v))
-                l->cpus = json_number_value(v);
-        static const char *const keys[] = {"memory_mib", "pids", "disk_mib", "output_cap",
-                                           "nofile"};
-        uint64_t *const fields[] = {&l->memory_mib, &l->pids, &l->disk_mib, &l->output_cap,
-                                    &l->nofile};
-        for (size_t i = 0; i < AB_ARRAY_LEN(keys); i++)
-                if ((v = json_object_get(j, keys[i])) && json_is_integer(v) &&
-                    json_integer_value(v) >= 0)
-                        *fields[i] = (uint64_t)json_integer_value(v);
-        if ((v = json_object_get(j, "timeout_s")) && json_is_integer(v) &&
-            json_integer_value(v) >= 0)
-                l->timeout_s = (uint32_t)json_integer_value(v);
+        ab_limits_from_json(j, l);
         json_decref(j);
 }
 
@@ -860,11 +845,8 @@ static int64_t parse_time(const char *s)
 {
         if (!s || !*s || !strncmp(s, "0001-", 5))
                 return 0;
-        struct tm tm = {0};
-        const char *rest = strptime(s, "%Y-%m-%dT%H:%M:%S", &tm);
-        if (!rest)
-                return 0;
-        return (int64_t)timegm(&tm);
+        int64_t ms;
+        return ab_time_parse_rfc3339(s, &ms) < 0 ? 0 : ms / 1000;
 }
 
 /* Fills *out from an inspect answer. */

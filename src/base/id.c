@@ -1,4 +1,5 @@
 #include "base/id.h"
+#include "base/codec.h"
 
 #include <fcntl.h>
 #include <sys/random.h>
@@ -29,12 +30,11 @@ int ab_id_check(const char *s, ab_err **err)
                           s ? s : "");
 }
 
-void ab_id_random(char out[17])
+void ab_random_bytes(void *b, size_t n)
 {
-        unsigned char b[8];
         size_t got = 0;
-        while (got < sizeof(b)) {
-                ssize_t r = getrandom(b + got, sizeof(b) - got, 0);
+        while (got < n) {
+                ssize_t r = getrandom((char *)b + got, n - got, 0);
                 if (r < 0) {
                         if (errno == EINTR)
                                 continue;
@@ -42,10 +42,20 @@ void ab_id_random(char out[17])
                 }
                 got += (size_t)r;
         }
-        static const char hex[] = "0123456789abcdef";
-        for (size_t i = 0; i < sizeof(b); i++) {
-                out[2 * i] = hex[b[i] >> 4];
-                out[2 * i + 1] = hex[b[i] & 15];
-        }
-        out[16] = '\0';
+}
+
+void ab_random_hex(char *out, size_t cap, const char *prefix, size_t n)
+{
+        size_t pl = strlen(prefix);
+        if (n > 64 || cap < pl + 2 * n + 1)
+                abort();
+        unsigned char b[64];
+        ab_random_bytes(b, n);
+        memcpy(out, prefix, pl);
+        ab_hex_encode(b, n, out + pl);
+}
+
+void ab_id_random(char out[17])
+{
+        ab_random_hex(out, 17, "", 8);
 }

@@ -143,6 +143,28 @@ bad:
                           s ? s : "");
 }
 
+bool ab_limits_from_json(const json_t *j, ab_limits *l)
+{
+        ab_limits_default(l);
+        if (!json_is_object(j))
+                return false;
+        json_t *v = json_object_get(j, "cpus");
+        if (json_is_number(v))
+                l->cpus = json_number_value(v);
+        static const char *const keys[] = {"memory_mib", "pids", "disk_mib", "output_cap",
+                                           "nofile"};
+        uint64_t *const fields[] = {&l->memory_mib, &l->pids, &l->disk_mib, &l->output_cap,
+                                    &l->nofile};
+        for (size_t i = 0; i < AB_ARRAY_LEN(keys); i++)
+                if ((v = json_object_get(j, keys[i])) && json_is_integer(v) &&
+                    json_integer_value(v) >= 0)
+                        *fields[i] = (uint64_t)json_integer_value(v);
+        if ((v = json_object_get(j, "timeout_s")) && json_is_integer(v) &&
+            json_integer_value(v) >= 0 && json_integer_value(v) <= UINT32_MAX)
+                l->timeout_s = (uint32_t)json_integer_value(v);
+        return true;
+}
+
 json_t *ab_limits_json(const ab_limits *l)
 {
         json_t *j = json_pack("{s:f,s:I,s:I,s:I,s:I}", "cpus", l->cpus, "memory_mib",

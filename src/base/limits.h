@@ -40,6 +40,12 @@ void ab_limits_default(ab_limits *l);
  * JSON object: what a box record stores and the API shows. */
 json_t *ab_limits_json(const ab_limits *l);
 
+/* The inverse of ab_limits_json (and of a Docker label that adds output_cap
+ * and nofile): *l gets the defaults, then each field j has with the right
+ * type (cpus a number; the others integers, a negative one ignored). False
+ * when j is not an object (then *l is the defaults). Does not validate. */
+bool ab_limits_from_json(const json_t *j, ab_limits *l);
+
 /* Checks every field against the bounds; AB_E_INVALID naming the field otherwise. */
 int ab_limits_validate(const ab_limits *l, ab_err **err);
 

@@ -3,6 +3,8 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <poll.h>
+#include <sys/socket.h>
 #include <stdarg.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -99,6 +101,37 @@ int ab_write_all(int fd, const void *buf, size_t len)
                 }
                 p += n;
                 len -= (size_t)n;
+        }
+        return 0;
+}
+
+int ab_send_all(int fd, const void *buf, size_t len, int timeout_ms)
+{
+        const char *p = buf;
+        uint64_t until = timeout_ms < 0 ? 0 : ab_now_ms() + (uint64_t)timeout_ms;
+        while (len) {
+                ssize_t k = send(fd, p, len, MSG_NOSIGNAL | MSG_DONTWAIT);
+                if (k > 0) {
+                        p += k;
+                        len -= (size_t)k;
+                        if (timeout_ms >= 0) /* the peer takes bytes: its time starts again */
+                                until = ab_now_ms() + (uint64_t)timeout_ms;
+                        continue;
+                }
+                if (k < 0 && errno == EINTR)
+                        continue;
+                if (k == 0 || (errno != EAGAIN && errno != EWOULDBLOCK))
+                        return k == 0 ? -EPIPE : -errno;
+                int wait = -1;
+                if (timeout_ms >= 0) {
+                        uint64_t now = ab_now_ms();
+                        if (now >= until)
+                                return -ETIMEDOUT;
+                        wait = (int)(until - now);
+                }
+                struct pollfd pf = {.fd = fd, .events = POLLOUT};
+                if (poll(&pf, 1, wait) < 0 && errno != EINTR)
+                        return -errno;
         }
         return 0;
 }

@@ -86,6 +86,11 @@ size_t xmul(size_t a, size_t b);
 int ab_write_all(int fd, const void *buf, size_t len) AB_WUR;
 ssize_t ab_read_full(int fd, void *buf, size_t len) AB_WUR;
 
+/* Sends all of buf on socket fd (blocking or not), never raising SIGPIPE;
+ * gives up when the peer takes nothing for timeout_ms (-1: waits forever). 0, -ETIMEDOUT, or -errno
+ * (EPIPE, ECONNRESET: the peer is gone). */
+int ab_send_all(int fd, const void *buf, size_t len, int timeout_ms);
+
 /* Removes dfd/name, a file or a whole tree, never following a symlink and
  * never entering another mount (-EBUSY for a mount point in it: a bind
  * or a disk must never be emptied through its mount). 0 (also when name does

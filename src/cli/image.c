@@ -2,6 +2,7 @@
  * and the store's opener shared with `serve`. */
 #include "cli/cli.h"
 #include "base/log.h"
+#include "base/codec.h"
 
 #include <fcntl.h>
 #include <getopt.h>
@@ -100,11 +101,8 @@ static void show_progress(void *ud, const char *phase, const char *digest, uint6
 
 static void print_image(const ab_image *img)
 {
-        char when[32] = "";
-        time_t t = (time_t)img->created;
-        struct tm tm;
-        if (gmtime_r(&t, &tm))
-                strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%SZ", &tm);
+        char when[AB_TIME_LEN];
+        ab_time_rfc3339(img->created * 1000, false, when);
         const char *name = img->names && img->names[0] ? img->names[0] : "<none>";
         printf("%-50s %.19s %3zu %10.1f MiB %s\n", name, img->id, img->n_layers,
                (double)img->size / (1024.0 * 1024.0), when);

@@ -1,6 +1,7 @@
 /* Acquire: the box for a request's keys, found or made (from the warm pool
  * when it has one), running when this returns. Idempotent across threads and
  * processes: the store's unique (provider, id) decides who creates. */
+#include "base/codec.h"
 #include "core/manager_int.h"
 #include "image/ref.h"
 #include "net/net.h"
@@ -25,12 +26,7 @@ static void sha_hex16(const char *s, char out[17])
         unsigned int len = 0;
         if (!EVP_Digest(s, strlen(s), md, &len, EVP_sha256(), NULL))
                 abort();
-        static const char hex[] = "0123456789abcdef";
-        for (int i = 0; i < 8; i++) {
-                out[2 * i] = hex[md[i] >> 4];
-                out[2 * i + 1] = hex[md[i] & 15];
-        }
-        out[16] = 0;
+        ab_hex_encode(md, 8, out);
 }
 
 void ab_manager_key_id(const char *app_id, const char *user_id, const char *chat_id, char out[17])

@@ -164,7 +164,7 @@ int mgr_with_box(ab_manager *m, const char *id, const char *scope, locked_op op,
                 rc = op(m, &r, err);
         pthread_mutex_unlock(&s->lock);
         mgr_slot_put(m, s);
-        if (rc == 0 && out)
+        if (rc >= 0 && out)
                 *out = r;
         else
                 ab_box_rec_clear(&r);
@@ -262,6 +262,29 @@ int ab_manager_start(ab_manager *m, const char *id, const char *scope, ab_box_re
         if (mgr_with_box(m, id, scope, op_start, out, err) < 0)
                 return -1;
         mgr_enforce_cap(m, id);
+        return 0;
+}
+
+/* 1 when the box had to be thawed or started, 0 when it ran already. */
+static int op_ensure_running(ab_manager *m, ab_box_rec *r, ab_err **err)
+{
+        if (r->status == AB_BOX_RUNNING)
+                return 0;
+        if (r->status == AB_BOX_PAUSED)
+                return resume_locked(m, r, "api", err) < 0 ? -1 : 1;
+        return op_start(m, r, err) < 0 ? -1 : 1;
+}
+
+int ab_manager_ensure_running(ab_manager *m, const char *id, const char *scope, bool *woke,
+                              ab_box_rec *out, ab_err **err)
+{
+        int rc = mgr_with_box(m, id, scope, op_ensure_running, out, err);
+        if (rc < 0)
+                return -1;
+        if (woke)
+                *woke = rc > 0;
+        if (rc > 0)
+                mgr_enforce_cap(m, id);
         return 0;
 }
 

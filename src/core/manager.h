@@ -161,6 +161,15 @@ int ab_manager_pause(ab_manager *m, const char *id, const char *scope, ab_box_re
  * AB_E_CONFLICT when it is stopped (start it). Publishes "box.resumed". */
 int ab_manager_resume(ab_manager *m, const char *id, const char *scope, ab_box_rec *out,
                       ab_err **err);
+/* Makes box id run, deciding under its lock (no status read before it can
+ * change): a paused box is thawed (as ab_manager_resume), a stopped or
+ * failed one started (as ab_manager_start), a running one left alone.
+ * *woke (when not NULL) says whether it had to be thawed or started; *out
+ * (when not NULL) gets the record after. AB_E_CONFLICT while the box is
+ * being deleted, AB_E_UNAVAILABLE when it cannot start. For the fronts'
+ * "resume" and "connect", which take either state. */
+int ab_manager_ensure_running(ab_manager *m, const char *id, const char *scope, bool *woke,
+                              ab_box_rec *out, ab_err **err);
 /* Makes box id end `secs` seconds from now (E2B's setTimeout): its ttl_s
  * becomes its age plus secs (secs <= 0: no TTL). on_expiry says what the
  * reaper does then: "delete" (the default of every box) or "pause" (the box

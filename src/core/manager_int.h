@@ -208,7 +208,8 @@ int mgr_check_keys(ab_manager *m, const ab_acquire_req *q, const char *scope, co
 void mgr_fill_new_rec(ab_manager *m, const ab_acquire_req *q, const char *app, const char *id,
                       const ab_limits *lim, ab_box_rec *r);
 /* Runs op on the box under its slot lock; AB_E_CONFLICT while it is being
- * deleted. On success *out gets the record (when out is non-NULL). */
+ * deleted. Returns op's result: -1, or 0 or a positive value op chose (then
+ * *out gets the record, when out is non-NULL). */
 int mgr_with_box(ab_manager *m, const char *id, const char *scope, locked_op op, ab_box_rec *out,
                  ab_err **err);
 /* Sleeps up to ms or until woken; returns false when stopping. */

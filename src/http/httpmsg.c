@@ -2,6 +2,7 @@
  * httpmsg.h. */
 #include "http/httpmsg.h"
 #include "base/util.h"
+#include "base/codec.h"
 
 #include <ctype.h>
 #include <strings.h>
@@ -150,14 +151,6 @@ int ab_http_content_length(const char *v, uint64_t *out)
 
 enum { C_SIZE, C_EXT, C_DATA, C_DATA_CR, C_DATA_LF, C_TRAILER, C_TRAILER_LINE, C_DONE };
 
-static int hexval(char c)
-{
-        if (c >= '0' && c <= '9')
-                return c - '0';
-        c = (char)tolower((unsigned char)c);
-        return c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
-}
-
 int ab_chunked_feed(ab_chunked *c, const char *in, size_t n, char *out, size_t out_max,
                     size_t *used, size_t *made)
 {
@@ -167,7 +160,7 @@ int ab_chunked_feed(ab_chunked *c, const char *in, size_t n, char *out, size_t o
                 char ch = in[i];
                 switch (c->state) {
                 case C_SIZE: {
-                        int v = hexval(ch);
+                        int v = ab_hexval(ch);
                         if (v >= 0) {
                                 if (c->digits >= 15) /* more than 2^60: not a real body */
                                         goto bad;

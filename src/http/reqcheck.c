@@ -1,5 +1,6 @@
 /* reqcheck.c - checks of a request's head before routing; see reqcheck.h. */
 #include "http/reqcheck.h"
+#include "base/codec.h"
 
 #include <arpa/inet.h>
 #include <ctype.h>
@@ -10,14 +11,6 @@
 #include <strings.h>
 
 #define NAME_MAX_LEN 255
-
-static int hexval(char c)
-{
-        if (c >= '0' && c <= '9')
-                return c - '0';
-        c = (char)tolower((unsigned char)c);
-        return c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
-}
 
 static bool ctl(unsigned v)
 {
@@ -33,7 +26,7 @@ bool ab_req_target_clean(const char *raw)
                         return false;
                 if (*p != '%')
                         continue;
-                int hi = hexval(p[1]), lo = hi < 0 ? -1 : hexval(p[2]);
+                int hi = ab_hexval(p[1]), lo = hi < 0 ? -1 : ab_hexval(p[2]);
                 if (hi >= 0 && lo >= 0 && ctl((unsigned)(hi * 16 + lo)))
                         return false;
         }

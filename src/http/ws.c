@@ -269,29 +269,6 @@ int ws_next(ws_conn *c, ws_msg *m, uint16_t *code)
         }
 }
 
-static int send_all(int fd, const uint8_t *p, size_t n, int timeout_ms)
-{
-        while (n > 0) {
-                ssize_t k = send(fd, p, n, MSG_NOSIGNAL | MSG_DONTWAIT);
-                if (k < 0 && errno == EINTR)
-                        continue;
-                if (k < 0 && errno == EAGAIN) {
-                        struct pollfd pf = {.fd = fd, .events = POLLOUT};
-                        int r = poll(&pf, 1, timeout_ms);
-                        if (r == 0)
-                                return -ETIMEDOUT;
-                        if (r < 0 && errno != EINTR)
-                                return -errno;
-                        continue;
-                }
-                if (k < 0)
-                        return -errno;
-                p += k;
-                n -= (size_t)k;
-        }
-        return 0;
-}
-
 int ws_send(ws_conn *c, int op, const void *p, size_t n, int timeout_ms)
 {
         uint8_t hdr[10];
@@ -317,10 +294,10 @@ int ws_send(ws_conn *c, int op, const void *p, size_t n, int timeout_ms)
                 memcpy(one, hdr, h);
                 if (n)
                         memcpy(one + h, p, n);
-                return send_all(c->fd, one, h + n, timeout_ms);
+                return ab_send_all(c->fd, one, h + n, timeout_ms);
         }
-        int r = send_all(c->fd, hdr, h, timeout_ms);
-        return r < 0 ? r : send_all(c->fd, p, n, timeout_ms);
+        int r = ab_send_all(c->fd, hdr, h, timeout_ms);
+        return r < 0 ? r : ab_send_all(c->fd, p, n, timeout_ms);
 }
 
 int ws_send_close(ws_conn *c, uint16_t code, const char *reason, int timeout_ms)

@@ -6,6 +6,7 @@
  * entry itself by *at() calls that do not follow it. Data is counted as
  * libarchive decompresses it, so a header cannot lie about sizes. */
 #include "image/layer.h"
+#include "base/codec.h"
 
 #include <archive.h>
 #include <archive_entry.h>
@@ -876,8 +877,7 @@ int ab_layer_diff_id(int fd, const ab_layer_opts *o, char **out, ab_err **err)
                 rc = ab_err_set(err, AB_E_INTERNAL, 0, "sha256 of the layer");
         if (rc == 0) {
                 char hex[65];
-                for (unsigned int i = 0; i < dn; i++)
-                        snprintf(hex + 2 * i, 3, "%02x", d[i]);
+                ab_hex_encode(d, dn, hex);
                 *out = xasprintf("sha256:%s", hex);
         }
         EVP_MD_CTX_free(md);

@@ -10,6 +10,7 @@
  * tokens never appear in a message: errors name the registry, the repository
  * and the reference only. */
 #include "image/registry.h"
+#include "base/codec.h"
 #include "image/manifest.h"
 #include "base/addrcheck.h"
 
@@ -618,8 +619,7 @@ static char *hex_digest(EVP_MD_CTX *md)
                 return NULL;
         char *s = xmalloc(7 + 64 + 1);
         memcpy(s, "sha256:", 7);
-        for (unsigned i = 0; i < 32; i++)
-                snprintf(s + 7 + 2 * i, 3, "%02x", d[i]);
+        ab_hex_encode(d, 32, s + 7);
         return s;
 }
 

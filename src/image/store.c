@@ -2,6 +2,7 @@
  * unpacked once per digest, pulls and imports staged in DIR/tmp and made
  * visible only by rename. */
 #include "image/store.h"
+#include "base/codec.h"
 
 #include "image/ref.h"
 #include "image/store_int.h"
@@ -75,8 +76,7 @@ void imgstore_progress(ab_image_progress_fn fn, void *ud, const char *phase, con
 
 static void to_hex(const unsigned char *md, size_t n, char *out)
 {
-        for (size_t i = 0; i < n; i++)
-                sprintf(out + 2 * i, "%02x", md[i]);
+        ab_hex_encode(md, n, out);
 }
 
 /* "sha256:HEX" of buf. */
@@ -1574,11 +1574,8 @@ static char *commit_config(const ab_image *base, const char *diff_id)
         for (char **d = c->diff_ids; d && *d; d++)
                 json_array_append_new(ids, json_string(*d));
         json_array_append_new(ids, json_string(diff_id));
-        char when[32];
-        time_t now = time(NULL);
-        struct tm tm;
-        gmtime_r(&now, &tm);
-        strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%SZ", &tm);
+        char when[AB_TIME_LEN];
+        ab_time_rfc3339((int64_t)time(NULL) * 1000, false, when);
         json_t *j = json_pack("{s:s,s:s,s:o,s:{s:s,s:o},s:s,s:[{s:s,s:s}]}", "architecture",
                               c->arch ? c->arch : HOST_ARCH, "os", c->os ? c->os : "linux",
                               "config", cfg, "rootfs", "type", "layers", "diff_ids", ids, "created",

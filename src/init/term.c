@@ -27,6 +27,7 @@
  * so that what API fronts start in the background (E2B processes,
  * OpenSandbox commands) outlives the server that started it. */
 #include "init/init_int.h"
+#include "base/id.h"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -34,7 +35,6 @@
 #include <signal.h>
 #include <sys/ioctl.h>
 #include <sys/prctl.h>
-#include <sys/random.h>
 #include <sys/resource.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
@@ -491,14 +491,7 @@ __attribute__((noreturn)) static void term_child(const int io[3], bool pty, int 
 
 static void new_id(char *out)
 {
-        uint8_t r[8];
-        if (getrandom(r, sizeof(r), 0) != sizeof(r)) {
-                uint64_t v = ab_now_ns() ^ (uint64_t)getpid() << 32;
-                memcpy(r, &v, sizeof(r));
-        }
-        strcpy(out, "t_");
-        for (int i = 0; i < 8; i++)
-                snprintf(out + 2 + 2 * i, 3, "%02x", r[i]);
+        ab_random_hex(out, ABP_TERM_ID_MAX + 1, "t_", 8);
 }
 
 /* A free slot for a new terminal (or process, pipes): -1 with *why when

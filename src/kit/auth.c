@@ -2,6 +2,7 @@
  * configured and stored API keys, the route tables' own header forms and
  * authenticators. */
 #include "kit/server_int.h"
+#include "base/codec.h"
 #include "base/jsonnum.h"
 #include "base/log.h"
 #include "base/util.h"
@@ -21,8 +22,7 @@ static void sha256_hex(const char *s, char out[65])
         unsigned int len = 0;
         if (!EVP_Digest(s, strlen(s), md, &len, EVP_sha256(), NULL))
                 abort();
-        for (unsigned i = 0; i < 32; i++)
-                snprintf(out + 2 * i, 3, "%02x", md[i]);
+        ab_hex_encode(md, 32, out);
 }
 
 static bool same_secret(const char *a, const char *b)

@@ -3,8 +3,8 @@
  * sessions. */
 #include "rest/mcp.h"
 #include "base/log.h"
+#include "base/id.h"
 
-#include <openssl/rand.h>
 #include <pthread.h>
 #include <stdarg.h>
 
@@ -486,11 +486,7 @@ static ssize_t session_find(const char *id, const char *scope)
 
 static int session_new(const char *scope, const char *version, char out[33])
 {
-        unsigned char rnd[16];
-        if (RAND_bytes(rnd, sizeof(rnd)) != 1)
-                return -EIO;
-        for (size_t i = 0; i < sizeof(rnd); i++)
-                snprintf(out + 2 * i, 3, "%02x", rnd[i]);
+        ab_random_hex(out, 33, "", 16);
         pthread_mutex_lock(&sessions_lock);
         size_t slot = n_sessions;
         if (n_sessions == MAX_SESSIONS) {

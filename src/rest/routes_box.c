@@ -1,13 +1,16 @@
 /* Routes of docs/api.md: sandboxes, exec, events, API keys, health, metrics. */
 #include "rest/parse.h"
 #include "rest/rest.h"
+#include "kit/exec.h"
+#include "kit/parse.h"
 #include "base/buf.h"
 #include "runners/runner.h"
 #include "base/log.h"
+#include "base/codec.h"
+#include "base/id.h"
 
 #include <fcntl.h>
 #include <openssl/evp.h>
-#include <openssl/rand.h>
 #include <signal.h>
 
 #define SSE_KEEPALIVE_MS 15000
@@ -432,15 +435,12 @@ typedef struct exec_job {
         /* SSE mode */
         int fd;
         bool broken;
-        /* the request's API key, for the quotas of an exec on its own thread */
-        char *key_id;
-        ab_quota key_quotas;
-        ab_caller caller;
+        kit_caller kc; /* the request's, for an exec on its own thread */
 } exec_job;
 
 void exec_job_free(exec_job *j)
 {
-        free(j->key_id);
+        kit_caller_clear(&j->kc);
         free(j->command);
         ab_strvfreep(&j->argv);
         free(j->cwd);
@@ -454,37 +454,6 @@ void exec_job_free(exec_job *j)
         free(j);
 }
 
-/* "argv": a non-empty array of strings, the first not empty.
- * *out gets a strv, or NULL when the field is absent or null. */
-static int parse_argv(json_t *body, char ***out, ab_err **err)
-{
-        json_t *a = json_object_get(body, "argv");
-        *out = NULL;
-        if (!a || json_is_null(a))
-                return 0;
-        if (!json_is_array(a) || json_array_size(a) == 0)
-                return ab_err_set(err, AB_E_INVALID, 0,
-                                  "argv: must be a non-empty array of strings");
-        size_t i;
-        json_t *w;
-        json_array_foreach(a, i, w)
-        {
-                /* (a NUL inside is refused by the JSON parser already) */
-                if (!json_is_string(w))
-                        return ab_err_set(err, AB_E_INVALID, 0, "argv[%zu]: must be a string", i);
-        }
-        if (json_string_length(json_array_get(a, 0)) == 0)
-                return ab_err_set(err, AB_E_INVALID, 0,
-                                  "argv[0]: must not be empty (it names the program)");
-        char **v = xcalloc(xadd(json_array_size(a), 1), sizeof(*v));
-        json_array_foreach(a, i, w)
-        {
-                v[i] = xstrdup(json_string_value(w));
-        }
-        *out = v;
-        return 0;
-}
-
 int parse_exec(json_t *body, exec_job **out, ab_err **err)
 {
         const char *cmd = NULL, *cwd = NULL, *in = NULL, *user = NULL;
@@ -493,7 +462,7 @@ int parse_exec(json_t *body, exec_job **out, ab_err **err)
             field_str(body, "user", &user, err) < 0 || field_obj(body, "env", &env, err) < 0)
                 return -1;
         _cleanup_strv_ char **argv = NULL;
-        if (parse_argv(body, &argv, err) < 0)
+        if (kit_parse_argv(body, "argv", &argv, err) < 0)
                 return -1;
         json_t *sv = json_object_get(body, "stdin");
         if (sv && !json_is_null(sv)) {
@@ -625,8 +594,6 @@ static int sse_output(void *ud, int stream, const void *buf, size_t len)
 static void *exec_stream_main(void *arg)
 {
         exec_job *j = arg;
-        if (j->key_id)
-                ab_manager_set_caller(&j->caller);
         abc_exec_req q;
         fill_req(j, &q);
         q.has_cancel = true; /* the response's reader going away kills the command */
@@ -647,7 +614,6 @@ static void *exec_stream_main(void *arg)
                                    "truncated", res.truncated));
         }
         ab_manager_use_end(j->srv->mgr, &j->use);
-        ab_manager_set_caller(NULL);
         exec_job_free(j);
         return NULL;
 }
@@ -686,13 +652,7 @@ static enum MHD_Result run_exec(ab_req *r, exec_job *j, const char *sandbox_id)
                         return resp_error(r, 500, "internal", "pipe: %s", strerror(errno));
                 }
                 j->fd = p[1];
-                if (r->key_id) { /* the thread outlives nothing of r: copies */
-                        j->key_id = xstrdup(r->key_id);
-                        j->key_quotas = r->key_quotas;
-                        j->caller = (ab_caller){.key_id = j->key_id,
-                                                .quotas = r->caller.quotas ? &j->key_quotas : NULL};
-                }
-                if (spawn_detached(exec_stream_main, j) < 0) {
+                if (kit_exec_spawn(r, &j->kc, exec_stream_main, j) < 0) {
                         close(p[0]);
                         ab_stream_slot_release(slot);
                         ab_manager_use_end(r->srv->mgr, &j->use);
@@ -981,12 +941,6 @@ enum MHD_Result route_events(ab_req *r, const char *id)
 
 /* ---- API keys --------------------------------------------------------- */
 
-static void hex_of(const unsigned char *b, size_t n, char *out)
-{
-        for (size_t i = 0; i < n; i++)
-                snprintf(out + 2 * i, 3, "%02x", b[i]);
-}
-
 int parse_key_create(json_t *body, const char **app, const char **name, ab_quota *quotas,
                      ab_err **err)
 {
@@ -1015,18 +969,13 @@ enum MHD_Result route_keys_create(ab_req *r, const char *id)
                 json_decref(body);
                 return resp_err(r, e);
         }
-        unsigned char rnd[24], kid[6];
-        if (RAND_bytes(rnd, sizeof(rnd)) != 1 || RAND_bytes(kid, sizeof(kid)) != 1) {
-                json_decref(body);
-                return resp_error(r, 500, "internal", "no randomness");
-        }
-        char secret[64] = "abk_", key_id[32] = "k_", hash[65];
-        hex_of(rnd, sizeof(rnd), secret + 4);
-        hex_of(kid, sizeof(kid), key_id + 2);
+        char secret[64], key_id[32], hash[65];
+        ab_random_hex(secret, sizeof(secret), "abk_", 24);
+        ab_random_hex(key_id, sizeof(key_id), "k_", 6);
         unsigned char md[EVP_MAX_MD_SIZE];
         unsigned int mdlen = 0;
         EVP_Digest(secret, strlen(secret), md, &mdlen, EVP_sha256(), NULL);
-        hex_of(md, 32, hash);
+        ab_hex_encode(md, 32, hash);
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);
         ab_api_key k = {

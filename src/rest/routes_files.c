@@ -4,6 +4,8 @@
  * Downloads are streamed by a producer thread through a pipe. */
 #include "rest/rest.h"
 #include "rest/upload.h"
+#include "kit/files.h"
+#include "kit/status.h"
 #include "base/log.h"
 
 #include <archive.h>
@@ -36,20 +38,6 @@ static void file_job_free(file_job *j)
         free(j);
 }
 
-static const char *type_name(abc_ftype t)
-{
-        switch (t) {
-        case ABC_FILE:
-                return "file";
-        case ABC_DIR:
-                return "dir";
-        case ABC_SYMLINK:
-                return "symlink";
-        default:
-                return "other";
-        }
-}
-
 /* The path as shown to clients: absolute, without trailing slashes. */
 static char *display_path(const char *p)
 {
@@ -62,14 +50,14 @@ static char *display_path(const char *p)
 
 static json_t *entry_json(const char *base, const char *rel, const abc_stat *st)
 {
-        const char *name = strrchr(rel, '/');
-        name = name ? name + 1 : rel;
+        const char *name = kit_base_name(rel);
         _cleanup_free_ char *full =
             !strcmp(base, "/") ? xasprintf("/%s", rel) : xasprintf("%s/%s", base, rel);
-        json_t *j = json_pack("{s:o,s:o,s:s,s:I,s:I,s:I}", "name", json_bytes(name, strlen(name)),
-                              "path", json_bytes(full, strlen(full)), "type", type_name(st->type),
-                              "size", (json_int_t)st->size, "mtime", (json_int_t)st->mtime, "mode",
-                              (json_int_t)st->mode);
+        json_t *j =
+            json_pack("{s:o,s:o,s:s,s:I,s:I,s:I}", "name", json_bytes(name, strlen(name)), "path",
+                      json_bytes(full, strlen(full)), "type",
+                      kit_ftype_name(&kit_ftypes_rest, st->type), "size", (json_int_t)st->size,
+                      "mtime", (json_int_t)st->mtime, "mode", (json_int_t)st->mode);
         if (st->link)
                 json_object_set_new(j, "link", json_bytes(st->link, strlen(st->link)));
         return j;
@@ -88,17 +76,6 @@ static const char *need_path(ab_req *r, enum MHD_Result *ret)
                 return NULL;
         }
         return p;
-}
-
-/* Maps a file-operation error: a full disk is 507. */
-static enum MHD_Result file_err(ab_req *r, ab_err *e)
-{
-        if (e->code == AB_E_LIMIT) {
-                enum MHD_Result ret = resp_error(r, 507, "limit_exceeded", "%s", e->msg);
-                ab_err_free(&e);
-                return ret;
-        }
-        return resp_err(r, e);
 }
 
 /* ---- download --------------------------------------------------------- */
@@ -254,7 +231,7 @@ enum MHD_Result route_files_get(ab_req *r, const char *id)
                 if (fd >= 0)
                         close(fd);
                 file_job_free(j);
-                return file_err(r, e);
+                return kit_file_err(r, e);
         }
         close(fd);
         _cleanup_free_ char *shown = display_path(path);
@@ -266,7 +243,7 @@ enum MHD_Result route_files_get(ab_req *r, const char *id)
                                         close(fd);
                                 free(st.link);
                                 file_job_free(j);
-                                return file_err(r, e);
+                                return kit_file_err(r, e);
                         }
                         close(fd);
                         free(st.link);
@@ -294,7 +271,7 @@ enum MHD_Result route_files_get(ab_req *r, const char *id)
                         if (fd >= 0)
                                 close(fd);
                         file_job_free(j);
-                        return file_err(r, e);
+                        return kit_file_err(r, e);
                 }
                 close(fd);
                 file_job_free(j);
@@ -350,7 +327,7 @@ enum MHD_Result route_files_put(ab_req *r, const char *id)
         }
         ab_manager_use_end(r->srv->mgr, &u);
         if (rc < 0)
-                return file_err(r, e);
+                return kit_file_err(r, e);
         _cleanup_free_ char *shown = display_path(path);
         return resp_json(r, 201,
                          json_pack("{s:o,s:I}", "path", json_bytes(shown, strlen(shown)), "size",
@@ -385,6 +362,6 @@ enum MHD_Result route_files_delete(ab_req *r, const char *id)
         }
         ab_manager_use_end(r->srv->mgr, &u);
         if (rc < 0)
-                return file_err(r, e);
+                return kit_file_err(r, e);
         return resp_json(r, 200, json_pack("{s:o}", "deleted", json_bytes(shown, strlen(shown))));
 }

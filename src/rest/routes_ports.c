@@ -405,31 +405,6 @@ static int build_head(ab_req *r, ab_proxy *px, bool drop_auth, ab_buf *b, enum M
         return 0;
 }
 
-/* Writes all of p within timeout_ms. 0 or -errno. */
-static int send_all(int fd, const char *p, size_t n, int timeout_ms)
-{
-        int64_t until = (int64_t)ab_now_ms() + timeout_ms;
-        while (n) {
-                ssize_t k = send(fd, p, n, MSG_NOSIGNAL | MSG_DONTWAIT);
-                if (k > 0) {
-                        p += k;
-                        n -= (size_t)k;
-                        continue;
-                }
-                if (k < 0 && errno == EINTR)
-                        continue;
-                if (k < 0 && errno != EAGAIN)
-                        return -errno;
-                int64_t left = until - (int64_t)ab_now_ms();
-                if (left <= 0)
-                        return -ETIMEDOUT;
-                struct pollfd pf = {.fd = fd, .events = POLLOUT};
-                if (poll(&pf, 1, (int)left) < 0 && errno != EINTR)
-                        return -errno;
-        }
-        return 0;
-}
-
 static enum MHD_Result unreachable(ab_req *r, ab_proxy *px, int e)
 {
         if (e == -ECONNREFUSED || e == -EADDRNOTAVAIL)
@@ -512,7 +487,7 @@ enum MHD_Result ports_open(ab_req *r, bool *done)
         if (fd < 0)
                 return unreachable(r, px, fd);
         px->fd = fd;
-        int rc = send_all(fd, head.p, head.n, (int)s->cfg->ports_timeout_ms);
+        int rc = ab_send_all(fd, head.p, head.n, (int)s->cfg->ports_timeout_ms);
         if (rc < 0)
                 return unreachable(r, px, rc == -EPIPE ? -ECONNREFUSED : rc);
         px->park = ab_park_new(s->http.conns, r->conn);

@@ -8,7 +8,10 @@
  * a use of the box while attached (core/term.c). */
 #include "rest/rest.h"
 #include "http/ws.h"
+#include "kit/parse.h"
+#include "kit/term.h"
 #include "base/log.h"
+#include "base/codec.h"
 
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -29,11 +32,8 @@
 
 static json_t *term_json(const char *box, const abc_term_info *t)
 {
-        char at[32] = "";
-        time_t secs = (time_t)(t->created_ms / 1000);
-        struct tm tm;
-        if (gmtime_r(&secs, &tm))
-                strftime(at, sizeof(at), "%Y-%m-%dT%H:%M:%SZ", &tm);
+        char at[AB_TIME_LEN];
+        ab_time_rfc3339(t->created_ms, false, at);
         json_t *argv = json_array();
         for (char **a = t->argv; a && *a; a++)
                 json_array_append_new(argv, json_bytes(*a, strlen(*a)));
@@ -103,8 +103,8 @@ enum MHD_Result route_term_create(ab_req *r, const char *id)
         if (req_json(r, &body, &e) < 0)
                 return resp_err(r, e);
         abc_term_req q = {0};
-        json_t *argv = json_object_get(body, "argv"), *env = NULL;
-        _cleanup_free_ const char **av = NULL;
+        json_t *env = NULL;
+        _cleanup_strv_ char **av = NULL;
         _cleanup_strv_ char **ev = NULL;
         int rc = fields_known(body, known, NULL, &e);
         if (rc == 0)
@@ -113,20 +113,9 @@ enum MHD_Result route_term_create(ab_req *r, const char *id)
                 rc = field_str(body, "cwd", &q.cwd, &e);
         if (rc == 0)
                 rc = field_obj(body, "env", &env, &e);
-        if (rc == 0 && argv && !json_is_null(argv)) {
-                if (!json_is_array(argv) || json_array_size(argv) == 0)
-                        rc = ab_err_set(&e, AB_E_INVALID, 0,
-                                        "argv: must be a non-empty array of strings");
-                av = xcalloc(json_array_size(argv) + 1, sizeof(char *));
-                for (size_t i = 0; rc == 0 && i < json_array_size(argv); i++) {
-                        av[i] = json_string_value(json_array_get(argv, i));
-                        if (!av[i] || (i == 0 && !av[i][0]))
-                                rc =
-                                    ab_err_set(&e, AB_E_INVALID, 0, "argv[%zu]: must be a%s string",
-                                               i, i ? "" : " non-empty");
-                }
-                q.argv = av;
-        }
+        if (rc == 0)
+                rc = kit_parse_argv(body, "argv", &av, &e);
+        q.argv = (const char *const *)av;
         if (rc == 0 && env) {
                 ev = xcalloc(json_object_size(env) + 1, sizeof(char *));
                 size_t n = 0;
@@ -297,82 +286,96 @@ static void ws_close(ws_conn *w, uint16_t code, const char *reason)
         }
 }
 
+/* A terminal WebSocket being pumped: the client's side of kit_term_pump. */
+typedef struct ws_pumping {
+        ws_session *s;
+        ws_conn *w;
+        ab_term_attach *a;
+        bool ping_out; /* a ping is unanswered */
+} ws_pumping;
+
+static int ws_out(void *ud, int stream, const void *data, size_t len)
+{
+        ws_pumping *p = ud;
+        return ws_send(p->w, WS_BINARY, data, len, WS_SEND_MS) < 0; /* the client takes nothing */
+}
+
+/* The client's side: what the last wait saw on its socket, then its
+ * messages (keystrokes, resizes, pings, its close). Nonzero ends the pump. */
+static int ws_in(void *ud, int polled, short revents)
+{
+        ws_pumping *p = ud;
+        ws_conn *w = p->w;
+        if (polled == 0) {
+                if (p->ping_out)
+                        return 1; /* no answer to the last ping: the client is gone */
+                if (ws_send(w, WS_PING, "", 0, WS_SEND_MS) < 0)
+                        return 1;
+                p->ping_out = true;
+        } else if (polled > 0 && revents) {
+                long got = ws_read(w);
+                if (got == 0 && stopping())
+                        (void)!ws_send_close(w, WS_CLOSE_GOING_AWAY, "the server is shutting down",
+                                             1000);
+                if (got == 0 || (got < 0 && got != -EAGAIN))
+                        return 1; /* the client went away: detach */
+                p->ping_out = false;
+        }
+        ws_msg m;
+        uint16_t code;
+        int k;
+        while ((k = ws_next(w, &m, &code)) > 0) {
+                int r = 0;
+                if (m.op == WS_BINARY && m.len)
+                        r = abc_term_input(p->a->stream, m.data, m.len);
+                else if (m.op == WS_TEXT)
+                        ws_control(p->a->stream, m.data, m.len);
+                else if (m.op == WS_PING)
+                        r = ws_send(w, WS_PONG, m.data, m.len, WS_SEND_MS);
+                else if (m.op == WS_CLOSE) {
+                        uint16_t echo = m.close_code == 1005 ? WS_CLOSE_NORMAL : m.close_code;
+                        (void)!ws_send_close(w, echo, "", 5000);
+                        return 1; /* detach: the terminal lives on */
+                }
+                if (r < 0) {
+                        ws_close(w, WS_CLOSE_GOING_AWAY, "terminal ended");
+                        return 1;
+                }
+        }
+        if (k < 0) {
+                ws_close(w, code, "protocol error");
+                return 1;
+        }
+        return 0;
+}
+
 /* Moves bytes both ways until one side ends. */
 static void ws_pump(ws_session *s, ws_conn *w, ab_term_attach *a)
 {
-        bool ping_out = false;
-        for (;;) {
-                abc_term_event ev;
-                int k;
-                while ((k = abc_term_next(a->stream, &ev)) > 0) {
-                        if (ev.kind == ABC_TERM_OUTPUT) {
-                                if (ws_send(w, WS_BINARY, ev.data, ev.len, WS_SEND_MS) < 0)
-                                        return; /* the client stopped taking output */
-                                continue;
-                        }
-                        if (ev.kind == ABC_TERM_EXIT) {
-                                char msg[64];
-                                int n =
-                                    snprintf(msg, sizeof(msg),
-                                             "{\"type\":\"exit\",\"exit_code\":%d}", ev.exit_code);
-                                if (ws_send(w, WS_TEXT, msg, (size_t)n, WS_SEND_MS) == 0)
-                                        ws_close(w, WS_CLOSE_NORMAL, "exited");
-                        } else {
-                                ws_close(w, WS_CLOSE_GOING_AWAY, "terminal closed");
-                        }
-                        return;
-                }
-                if (k < 0) {
-                        ws_close(w, WS_CLOSE_GOING_AWAY, "terminal ended: the box stopped");
-                        return;
-                }
-                ws_msg m;
-                uint16_t code;
-                while ((k = ws_next(w, &m, &code)) > 0) {
-                        int r = 0;
-                        if (m.op == WS_BINARY && m.len)
-                                r = abc_term_input(a->stream, m.data, m.len);
-                        else if (m.op == WS_TEXT)
-                                ws_control(a->stream, m.data, m.len);
-                        else if (m.op == WS_PING)
-                                r = ws_send(w, WS_PONG, m.data, m.len, WS_SEND_MS);
-                        else if (m.op == WS_CLOSE) {
-                                uint16_t echo =
-                                    m.close_code == 1005 ? WS_CLOSE_NORMAL : m.close_code;
-                                (void)!ws_send_close(w, echo, "", 5000);
-                                return; /* detach: the terminal lives on */
-                        }
-                        if (r < 0) {
-                                ws_close(w, WS_CLOSE_GOING_AWAY, "terminal ended");
-                                return;
-                        }
-                }
-                if (k < 0) {
-                        ws_close(w, code, "protocol error");
-                        return;
-                }
-                struct pollfd p[2] = {{.fd = s->sock, .events = POLLIN},
-                                      {.fd = a->fd, .events = POLLIN}};
-                int n = poll(p, 2, WS_PING_MS);
-                if (n < 0 && errno != EINTR)
-                        return;
-                if (n == 0) {
-                        if (ping_out)
-                                return; /* no answer to the last ping: the client is gone */
-                        if (ws_send(w, WS_PING, "", 0, WS_SEND_MS) < 0)
-                                return;
-                        ping_out = true;
-                        continue;
-                }
-                if (p[0].revents) {
-                        long got = ws_read(w);
-                        if (got == 0 && stopping())
-                                (void)!ws_send_close(w, WS_CLOSE_GOING_AWAY,
-                                                     "the server is shutting down", 1000);
-                        if (got == 0 || (got < 0 && got != -EAGAIN))
-                                return; /* the client went away: detach */
-                        ping_out = false;
-                }
+        ws_pumping p = {.s = s, .w = w, .a = a};
+        const kit_term_pump pump = {.output = ws_out,
+                                    .idle = ws_in,
+                                    .extra_fd = s->sock,
+                                    .extra_events = POLLIN,
+                                    .tick_ms = WS_PING_MS};
+        int code = 0;
+        switch (kit_term_pump_run(a, &pump, &p, &code)) {
+        case KIT_TERM_TIMED_OUT: /* as an exit: the client sees the code */
+        case KIT_TERM_EXITED: {
+                char msg[64];
+                int n = snprintf(msg, sizeof(msg), "{\"type\":\"exit\",\"exit_code\":%d}", code);
+                if (ws_send(w, WS_TEXT, msg, (size_t)n, WS_SEND_MS) == 0)
+                        ws_close(w, WS_CLOSE_NORMAL, "exited");
+                break;
+        }
+        case KIT_TERM_CLOSED:
+                ws_close(w, WS_CLOSE_GOING_AWAY, "terminal closed");
+                break;
+        case KIT_TERM_GONE:
+                ws_close(w, WS_CLOSE_GOING_AWAY, "terminal ended: the box stopped");
+                break;
+        default: /* stopped by a side (it said why) or a failed wait */
+                break;
         }
 }
 

@@ -6,6 +6,7 @@
  * box's own disk (counted against its quota), never on the host's: the
  * upload costs the host no more disk than its own spooled bytes. */
 #include "rest/upload.h"
+#include "kit/status.h"
 #include "skills/archive.h"
 
 #include <fcntl.h>
@@ -149,14 +150,8 @@ enum MHD_Result upload_extract(ab_req *r, const char *id, const char *dir)
                 rc = ab_archive_walk(r->upload_fd, (ab_archive_format)fmt, &lim, put_entry, &bx,
                                      &st, &e);
         ab_manager_use_end(r->srv->mgr, &u);
-        if (rc < 0) {
-                if (e->code == AB_E_LIMIT) { /* the box's disk is full */
-                        enum MHD_Result ret = resp_error(r, 507, "limit_exceeded", "%s", e->msg);
-                        ab_err_free(&e);
-                        return ret;
-                }
-                return resp_err(r, e);
-        }
+        if (rc < 0)
+                return kit_file_err(r, e);
         _cleanup_free_ char *shown = display_dir(dir);
         return resp_json(r, 201,
                          json_pack("{s:o,s:I,s:I,s:I}", "path", json_bytes(shown, strlen(shown)),

@@ -167,25 +167,10 @@ static char *limits_text(const ab_limits *l)
  * when there is none or it is not a JSON object. */
 static bool limits_parse(const char *text, ab_limits *l)
 {
-        ab_limits_default(l);
         json_t *j = text ? json_loads(text, 0, NULL) : NULL;
-        if (!json_is_object(j)) {
-                json_decref(j);
-                return false;
-        }
-        json_t *v;
-        if ((v = json_object_get(j, "cpus")) && json_is_number(v))
-                l->cpus = json_number_value(v);
-        if ((v = json_object_get(j, "memory_mib")) && json_is_integer(v))
-                l->memory_mib = (uint64_t)json_integer_value(v);
-        if ((v = json_object_get(j, "pids")) && json_is_integer(v))
-                l->pids = (uint64_t)json_integer_value(v);
-        if ((v = json_object_get(j, "disk_mib")) && json_is_integer(v))
-                l->disk_mib = (uint64_t)json_integer_value(v);
-        if ((v = json_object_get(j, "timeout_s")) && json_is_integer(v))
-                l->timeout_s = (uint32_t)json_integer_value(v);
+        bool ok = ab_limits_from_json(j, l);
         json_decref(j);
-        return true;
+        return ok;
 }
 
 /* A JSON object column, or NULL (absent, or not an object). */

@@ -1,13 +1,14 @@
 /* fuzz_multipart - libFuzzer target for the multipart/form-data parsers of
  * the fronts' uploads: E2B envd's POST /files (envd_parse_multipart,
- * fronts/e2b/envd_int.h) and OpenSandbox execd's files/upload (osb_boundary_of +
- * osb_split_parts, fronts/opensandbox/front_osb.h). The input is a Content-Type line, then
+ * fronts/e2b/envd_int.h) and the kit's parser under it, which OpenSandbox
+ * execd's files/upload uses directly (kit_multipart_delim +
+ * kit_multipart_split, kit/multipart.h). The input is a Content-Type line, then
  * the body; the first byte picks the parser. Besides memory errors it checks
  * their promises: every part lies inside the body, a file part has a path, a
  * failure carries a message and hands out nothing. Build and run with
  * scripts/fuzz.sh. */
 #include "fronts/e2b/envd_int.h"
-#include "fronts/opensandbox/front_osb.h"
+#include "kit/multipart.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -38,19 +39,26 @@ static void envd(const char *ctype, const char *body, size_t len)
         free(files);
 }
 
-static void osb(const char *ctype, const char *body, size_t len)
+static void kit(const char *ctype, const char *body, size_t len)
 {
-        char *delim = osb_boundary_of(ctype);
+        char *delim = kit_multipart_delim(ctype);
         if (!delim)
                 return;
         check(!strncmp(delim, "--", 2) && delim[2]);
-        osb_part parts[8];
-        char names[8][32];
-        size_t k = osb_split_parts(body, len, delim, parts, 8, names);
-        check(k <= 8);
-        for (size_t i = 0; i < k; i++) {
-                check(parts[i].data >= body && parts[i].data + parts[i].len <= body + len);
-                check(strlen(parts[i].name) < 32);
+        check(strlen(delim) <= 2 + KIT_MULTIPART_BOUNDARY_MAX);
+        kit_part *parts = (kit_part *)1; /* NULL on failure */
+        size_t k = 7;
+        ab_err *e = NULL;
+        if (kit_multipart_split(body, len, delim, 8, &parts, &k, &e) < 0) {
+                check(e && e->msg[0]);
+                check(!parts && k == 0);
+                ab_err_free(&e);
+        } else {
+                check(!e);
+                check(k <= 8);
+                for (size_t i = 0; i < k; i++)
+                        check(parts[i].data >= body && parts[i].data + parts[i].len <= body + len);
+                kit_parts_free(parts, k);
         }
         free(delim);
 }
@@ -72,7 +80,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         char *body = xmalloc(len ? len : 1);
         memcpy(body, nl + 1, len);
         if (data[0] & 1)
-                osb(ctype, body, len);
+                kit(ctype, body, len);
         else
                 envd(ctype, body, len);
         free(body);

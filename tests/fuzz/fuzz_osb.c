@@ -1,11 +1,14 @@
 /* fuzz_osb - libFuzzer target for the OpenSandbox front's parsers of
  * request fields (fronts/opensandbox/front_osb.h): the first byte picks the parser, the
- * rest is its input. Multipart bodies (execd's upload), Range headers,
+ * rest is its input. Multipart bodies (the shared kit parser every upload uses), Range headers,
  * Kubernetes quantities, RFC 3339 times, the list's metadata filter, and the
  * networkPolicy and volumes objects of a create. Besides memory errors it
  * checks their promises (parts lie inside the body, a range inside the
  * file, a failure carries a message). Build and run with scripts/fuzz.sh. */
 #include "fronts/opensandbox/front_osb.h"
+#include "kit/multipart.h"
+#include "kit/parse.h"
+#include "base/codec.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,21 +25,26 @@ static void multipart(const char *in, size_t n)
         if (!nl)
                 return;
         char *ct = xasprintf("multipart/form-data; boundary=%.*s", (int)(nl - in), in);
-        char *delim = osb_boundary_of(ct);
+        char *delim = kit_multipart_delim(ct);
         free(ct);
         if (!delim)
                 return;
+        check(strlen(delim) >= 3 && strlen(delim) <= 2 + KIT_MULTIPART_BOUNDARY_MAX);
         size_t len = n - (size_t)(nl + 1 - in);
         char *body = xmalloc(len ? len : 1); /* exactly len bytes: overreads are caught */
         memcpy(body, nl + 1, len);
-        osb_part parts[8];
-        char names[8][32];
-        size_t k = osb_split_parts(body, len, delim, parts, 8, names);
+        kit_part *parts = NULL;
+        size_t k = 0;
+        ab_err *e = NULL;
+        int rc = kit_multipart_split(body, len, delim, 8, &parts, &k, &e);
+        check(rc == 0 || (e && e->code == AB_E_INVALID && !parts && !k));
         check(k <= 8);
         for (size_t i = 0; i < k; i++) {
                 check(parts[i].data >= body && parts[i].data + parts[i].len <= body + len);
-                check(strlen(parts[i].name) < 32);
+                check(!parts[i].name || !memchr(parts[i].name, '"', strlen(parts[i].name)));
         }
+        kit_parts_free(parts, k);
+        ab_err_free(&e);
         free(body);
         free(delim);
 }
@@ -71,13 +79,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         }
         case 3: {
                 int64_t ms;
-                (void)osb_parse_time(s, &ms);
+                if (ab_time_parse_rfc3339(s, &ms) == 0 && ms % 1000 < 0 && ms >= 0)
+                        abort(); /* a parsed time's fraction is 0..999 */
                 break;
         }
         case 4: {
                 json_t *md = json_pack("{s:s,s:s}", "sessionId", "a b", "k", "v=1");
-                (void)osb_meta_matches(md, s);
-                (void)osb_meta_matches(NULL, s);
+                (void)kit_meta_match(md, s, "opensandbox.io/");
+                (void)kit_meta_match(NULL, s, NULL);
                 json_decref(md);
                 break;
         }

@@ -90,6 +90,29 @@ static void test_limits(void)
         l.disk_mib = 1;
         tap_ok(ab_limits_validate(&l, &e) < 0 && strstr(e->msg, "disk"), "1 MiB disk rejected");
         ab_err_free(&e);
+
+        /* the stored form round-trips; what is odd in it keeps the default */
+        ab_limits in = {
+            .cpus = 2.5, .memory_mib = 512, .pids = 64, .disk_mib = 100, .timeout_s = 30};
+        json_t *j = ab_limits_json(&in);
+        json_object_set_new(j, "nofile", json_integer(99));
+        tap_ok(ab_limits_from_json(j, &l) && l.cpus == 2.5 && l.memory_mib == 512 && l.pids == 64 &&
+                   l.disk_mib == 100 && l.timeout_s == 30 && l.nofile == 99 &&
+                   l.output_cap == AB_DEFAULT_OUTPUT_CAP,
+               "limits from their JSON: every field, the rest defaults");
+        json_decref(j);
+        j = json_pack("{s:s,s:i,s:f,s:I}", "cpus", "2", "memory_mib", -5, "pids", 1.5, "timeout_s",
+                      (json_int_t)1 << 40);
+        tap_ok(ab_limits_from_json(j, &l) && l.cpus == AB_DEFAULT_CPUS &&
+                   l.memory_mib == AB_DEFAULT_MEMORY_MIB && l.pids == AB_DEFAULT_PIDS &&
+                   l.timeout_s == AB_DEFAULT_TIMEOUT_S,
+               "a string, a negative, a fraction or an overflow keeps the default");
+        json_decref(j);
+        j = json_string("x");
+        tap_ok(!ab_limits_from_json(j, &l) && l.memory_mib == AB_DEFAULT_MEMORY_MIB,
+               "not an object: false, the defaults");
+        json_decref(j);
+        tap_ok(!ab_limits_from_json(NULL, &l), "no JSON: false");
 }
 
 /* Listing entries come from inside a box: only plain relative paths pass. */

@@ -489,6 +489,32 @@ static void test_pause(void)
         ok(ab_manager_use_begin(m, "pz1", NULL, &u, &e) == 0, "a use starts the stopped box");
         ab_manager_use_end(m, &u);
 
+        /* one door for "resume if paused, start if stopped", decided under
+         * the box's lock (the fronts' connect and resume) */
+        bool woke = true;
+        resumes = FB.resumes;
+        starts = FB.starts;
+        ok(ab_manager_ensure_running(m, "pz1", NULL, &woke, &r, &e) == 0 && !woke &&
+               r.status == AB_BOX_RUNNING && FB.resumes == resumes && FB.starts == starts,
+           "ensure_running of a running box: nothing to do");
+        ab_box_rec_clear(&r);
+        ab_manager_pause(m, "pz1", NULL, &r, NULL);
+        ab_box_rec_clear(&r);
+        ok(ab_manager_ensure_running(m, "pz1", NULL, &woke, &r, &e) == 0 && woke &&
+               r.status == AB_BOX_RUNNING && FB.resumes == resumes + 1 && FB.starts == starts,
+           "ensure_running of a paused box resumes it");
+        ab_box_rec_clear(&r);
+        ab_manager_stop(m, "pz1", NULL, &r, NULL);
+        ab_box_rec_clear(&r);
+        ok(ab_manager_ensure_running(m, "pz1", NULL, &woke, NULL, &e) == 0 && woke &&
+               FB.starts == starts + 1 && fake_status("pz1") == AB_BOX_RUNNING,
+           "ensure_running of a stopped box starts it");
+        is_str(status_of_id("pz1"), "running", "... recorded running");
+        ok(ab_manager_ensure_running(m, "no-such-box", NULL, &woke, NULL, &e) < 0 && e &&
+               e->code == AB_E_NOT_FOUND,
+           "ensure_running of no box: not found");
+        ab_err_free(&e);
+
         /* per-box settings */
         r = acquire_id(m, "pz-never", -1);
         ab_box_rec_clear(&r);

@@ -4,6 +4,7 @@
 #include "tap.h"
 
 #include <fcntl.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 
 static int leaf_fails(ab_err **err)
@@ -146,8 +147,37 @@ static void test_name_escape(void)
         free(s);
 }
 
+/* ab_send_all: all of it, a peer that takes nothing, a peer gone. */
+static void test_send_all(void)
+{
+        int sv[2];
+        if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0) {
+                tap_ok(0, "socketpair");
+                return;
+        }
+        int sz = 4096;
+        setsockopt(sv[0], SOL_SOCKET, SO_SNDBUF, &sz, sizeof(sz));
+        TAP_IS_INT(ab_send_all(sv[0], "hello", 5, 1000), 0, "a short send");
+        char got[8] = {0};
+        tap_ok(read(sv[1], got, sizeof(got)) == 5 && !memcmp(got, "hello", 5), "... arrives whole");
+        size_t big = 4 << 20;
+        char *buf = xmalloc(big);
+        memset(buf, 'x', big);
+        uint64_t t0 = ab_now_ms();
+        TAP_IS_INT(ab_send_all(sv[0], buf, big, 200), -ETIMEDOUT,
+                   "a peer that reads nothing: -ETIMEDOUT");
+        uint64_t took = ab_now_ms() - t0;
+        tap_ok(took >= 150 && took < 5000, "... after about the timeout (%llu ms)",
+               (unsigned long long)took);
+        close(sv[1]);
+        TAP_IS_INT(ab_send_all(sv[0], "x", 1, -1), -EPIPE, "a peer gone: -EPIPE, no SIGPIPE");
+        close(sv[0]);
+        free(buf);
+}
+
 int main(void)
 {
+        test_send_all();
         test_err();
         test_name_escape();
         test_buf();

@@ -3,6 +3,9 @@
  * or several (multipart/form-data, the part's filename is its path) through
  * the box's init. Errors in envd's shape {"code": status, "message"}. */
 #include "fronts/e2b/envd_int.h"
+#include "kit/files.h"
+#include "kit/multipart.h"
+#include "kit/status.h"
 #include "base/log.h"
 
 #include <fcntl.h>
@@ -12,13 +15,8 @@
 
 static enum MHD_Result files_error(ab_req *r, ab_err *e)
 {
-        unsigned st = e->code == AB_E_NOT_FOUND    ? 404
-                      : e->code == AB_E_INVALID    ? 400
-                      : e->code == AB_E_LIMIT      ? 507
-                      : e->code == AB_E_PERMISSION ? 403
-                                                   : status_of(e->code);
-        if (e->code == AB_E_UNAVAILABLE)
-                st = 502;
+        /* a box that cannot be reached is envd's 502 */
+        unsigned st = e->code == AB_E_UNAVAILABLE ? 502 : kit_file_status(e->code);
         enum MHD_Result ret = resp_json(
             r, st,
             json_pack("{s:i,s:o}", "code", (int)st, "message", json_bytes(e->msg, strlen(e->msg))));
@@ -69,105 +67,31 @@ static int up_write(int fd, void *ud, ab_err **err)
         return abc_write(fd, c->f->path, c->f->data, c->f->len, c->src_fd, ABC_W_MKPARENTS, 0, err);
 }
 
-/* Finds `needle` in hay[0..n). */
-static const char *memfind(const char *hay, size_t n, const char *needle, size_t m)
-{
-        if (m == 0 || n < m)
-                return NULL;
-        for (const char *p = hay; (p = memchr(p, needle[0], (size_t)(hay + n - p) - m + 1)); p++) {
-                if (!memcmp(p, needle, m))
-                        return p;
-                if ((size_t)(hay + n - p) <= m)
-                        break;
-        }
-        return NULL;
-}
-
-/* A header parameter: name="value" in a Content-Disposition line. */
-static char *disp_param(const char *line, size_t len, const char *name)
-{
-        _cleanup_free_ char *pat = xasprintf("%s=\"", name);
-        size_t pl = strlen(pat);
-        for (const char *p = line; (p = memfind(p, (size_t)(line + len - p), pat, pl)); p += pl) {
-                if (p > line && p[-1] != ' ' && p[-1] != ';')
-                        continue;
-                const char *v = p + pl;
-                const char *q = memchr(v, '"', (size_t)(line + len - v));
-                if (!q)
-                        return NULL;
-                return xstrndup(v, (size_t)(q - v));
-        }
-        return NULL;
-}
-
 int envd_parse_multipart(const char *body, size_t len, const char *ctype, up_file **out, size_t *n,
                          ab_err **err)
 {
-        const char *bp = strstr(ctype, "boundary=");
-        if (!bp)
-                return ab_err_set(err, AB_E_INVALID, 0, "multipart: no boundary");
-        bp += 9;
-        _cleanup_free_ char *bnd = NULL;
-        if (*bp == '"') {
-                const char *q = strchr(bp + 1, '"');
-                if (!q)
-                        return ab_err_set(err, AB_E_INVALID, 0, "multipart: bad boundary");
-                bnd = xstrndup(bp + 1, (size_t)(q - bp - 1));
-        } else {
-                bnd = xstrndup(bp, strcspn(bp, "; \t"));
-        }
-        if (!*bnd || strlen(bnd) > 200)
-                return ab_err_set(err, AB_E_INVALID, 0, "multipart: bad boundary");
-        _cleanup_free_ char *delim = xasprintf("--%s", bnd);
-        size_t dl = strlen(delim);
-        const char *p = memfind(body, len, delim, dl);
-        up_file *v = NULL;
+        _cleanup_free_ char *delim = kit_multipart_delim(ctype);
+        if (!delim)
+                return ab_err_set(err, AB_E_INVALID, 0, "multipart: no or a bad boundary");
+        kit_part *parts;
+        size_t np;
+        if (kit_multipart_split(body, len, delim, KIT_MULTIPART_MAX_PARTS, &parts, &np, err) < 0)
+                return -1;
+        up_file *v = xcalloc(np ? np : 1, sizeof(*v));
         size_t cnt = 0;
-        if (!p) /* not even the first delimiter: not a multipart body */
-                goto bad;
-        while (p) {
-                p += dl;
-                size_t left = (size_t)(body + len - p);
-                if (left >= 2 && p[0] == '-' && p[1] == '-')
-                        break; /* the closing delimiter */
-                if (left < 2 || p[0] != '\r' || p[1] != '\n')
-                        goto bad;
-                p += 2;
-                const char *hend = memfind(p, (size_t)(body + len - p), "\r\n\r\n", 4);
-                if (!hend)
-                        goto bad;
-                _cleanup_free_ char *fname = NULL;
-                for (const char *l = p; l < hend;) {
-                        const char *le = memfind(l, (size_t)(hend + 2 - l), "\r\n", 2);
-                        if (!le)
-                                le = hend;
-                        if ((size_t)(le - l) > 20 && !strncasecmp(l, "Content-Disposition:", 20)) {
-                                free(fname);
-                                fname = disp_param(l, (size_t)(le - l), "filename");
-                        }
-                        l = le + 2;
-                }
-                const char *data = hend + 4;
-                _cleanup_free_ char *close_delim = xasprintf("\r\n%s", delim);
-                const char *next = memfind(data, (size_t)(body + len - data), close_delim, dl + 2);
-                if (!next)
-                        goto bad;
-                if (fname) {
-                        v = xrealloc(v, xmul(cnt + 1, sizeof(*v)));
-                        v[cnt++] = (up_file){.path = steal_pointer(&fname),
-                                             .data = data,
-                                             .len = (size_t)(next - data)};
-                }
-                p = next + 2;
+        for (size_t i = 0; i < np; i++)
+                if (parts[i].filename)
+                        v[cnt++] = (up_file){.path = steal_pointer(&parts[i].filename),
+                                             .data = parts[i].data,
+                                             .len = parts[i].len};
+        kit_parts_free(parts, np);
+        if (!cnt) {
+                free(v);
+                v = NULL;
         }
         *out = v;
         *n = cnt;
         return 0;
-bad:
-        for (size_t i = 0; i < cnt; i++)
-                free(v[i].path);
-        free(v);
-        return ab_err_set(err, AB_E_INVALID, 0, "multipart: malformed body");
 }
 
 enum MHD_Result envd_files_post(ab_req *r, const char *id)
@@ -231,10 +155,10 @@ enum MHD_Result envd_files_post(ab_req *r, const char *id)
                 up_call c = {.f = &files[i], .src_fd = src_fd};
                 rc = envd_with_box(r->srv, box, r->scope, up_write, &c, &e);
                 if (rc == 0) {
-                        const char *name = strrchr(full, '/');
-                        json_array_append_new(a, json_pack("{s:s,s:s,s:s}", "name",
-                                                           name ? name + 1 : full, "type", "file",
-                                                           "path", full));
+                        json_array_append_new(
+                            a, json_pack("{s:s,s:s,s:s}", "name", kit_base_name(full), "type",
+                                         "file" /* envd's HTTP EntryInfo: file or dir */, "path",
+                                         full));
                 }
         }
         for (size_t i = 0; i < n; i++)

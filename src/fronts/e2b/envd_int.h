@@ -50,7 +50,7 @@ typedef struct up_file {
         const char *data;
         size_t len;
 } up_file;
-/* envd_files.c: splits a multipart/form-data body (len bytes, not
+/* envd_files.c: splits a multipart/form-data body (kit/multipart.h; len bytes, not
  * NUL-terminated; NULL when len is 0) by the boundary of ctype into its
  * file parts (those with a filename): *out (free each path, then *out;
  * NULL when none), *n. The parts' data point into body. -1 with

@@ -11,6 +11,7 @@
  * process. The server keeps nothing else: a shutdown detaches the streams
  * and the processes run on, in the box, until it is deleted. */
 #include "fronts/e2b/envd_int.h"
+#include "kit/term.h"
 #include "base/log.h"
 
 #include <fcntl.h>
@@ -203,6 +204,43 @@ static void end_envelope(ab_buf *b, bool exited, int code)
         crpc_end(b, NULL, NULL);
 }
 
+/* A stream being pumped: the client's side of kit_term_pump. */
+typedef struct ps_pumping {
+        pstream *ps;
+        ab_buf b;
+        ab_buf ka;     /* the keepalive event */
+        uint64_t last; /* when the client was last written to */
+        bool gone;     /* the client went away */
+} ps_pumping;
+
+static int ps_out(void *ud, int stream, const void *data, size_t len)
+{
+        ps_pumping *p = ud;
+        _cleanup_free_ char *b64 = crpc_b64_encode(data, len);
+        const char *kind = p->ps->pty ? "pty" : stream == 2 ? "stderr" : "stdout";
+        p->b.n = 0;
+        event_envelope(&p->b, json_pack("{s:{s:s}}", "data", kind, b64));
+        p->gone = ps_write(p->ps, p->b.p, p->b.n) < 0;
+        p->last = ab_now_ms();
+        return p->gone;
+}
+
+/* Between waits: the client gone (POLLERR on its pipe) or the stream told
+ * to stop ends the pump; a quiet stream gets keepalives. */
+static int ps_idle(void *ud, int polled, short revents)
+{
+        ps_pumping *p = ud;
+        if (polled > 0 && (revents & (POLLERR | POLLHUP)))
+                p->gone = true;
+        if (p->gone || ps_stopped(p->ps))
+                return 1;
+        if (ab_now_ms() - p->last >= ENVD_KEEPALIVE_S * 1000ull) {
+                p->gone = ps_write(p->ps, p->ka.p, p->ka.n) < 0;
+                p->last = ab_now_ms();
+        }
+        return p->gone;
+}
+
 /* Relays one attached process to the client until its end (then forgets
  * it in init), the client goes away, or the stream must stop (the process
  * runs on). */
@@ -222,51 +260,35 @@ static void *ps_main(void *arg)
                 return NULL;
         }
         ab_manager_use_hold(m, &a.use); /* a pause freezes it with the box, as E2B's does */
-        _cleanup_buf_ ab_buf ka = {0};
-        event_envelope(&ka, json_pack("{s:{}}", "keepalive"));
-        uint64_t last = ab_now_ms();
-        bool done = false, gone = false, ended = false;
-        while (!done && !gone) {
-                abc_term_event ev;
-                int k;
-                while (!done && !gone && (k = abc_term_next(a.stream, &ev)) > 0) {
-                        b.n = 0;
-                        if (ev.kind == ABC_TERM_OUTPUT) {
-                                _cleanup_free_ char *b64 = crpc_b64_encode(ev.data, ev.len);
-                                const char *kind = ps->pty          ? "pty"
-                                                   : ev.stream == 2 ? "stderr"
-                                                                    : "stdout";
-                                event_envelope(&b, json_pack("{s:{s:s}}", "data", kind, b64));
-                        } else if (ev.kind == ABC_TERM_EXIT && ev.timed_out) {
-                                crpc_end(&b, "deadline_exceeded",
-                                         "the command ran longer than its timeout");
-                                done = ended = true;
-                        } else {
-                                end_envelope(&b, ev.kind == ABC_TERM_EXIT, ev.exit_code);
-                                done = ended = true;
-                        }
-                        gone = ps_write(ps, b.p, b.n) < 0;
-                        last = ab_now_ms();
-                }
-                if (done || gone)
-                        break;
-                if (k < 0) { /* the box stopped or went away: the process with it */
-                        b.n = 0;
-                        end_envelope(&b, false, -1);
-                        (void)ps_write(ps, b.p, b.n);
-                        break;
-                }
-                if (ps_stopped(ps))
-                        break;
-                if (ab_now_ms() - last >= ENVD_KEEPALIVE_S * 1000ull) {
-                        gone = ps_write(ps, ka.p, ka.n) < 0;
-                        last = ab_now_ms();
-                }
-                struct pollfd pf[2] = {{.fd = a.fd, .events = POLLIN},
-                                       {.fd = ps->fd, .events = 0}}; /* POLLERR: the client left */
-                if (poll(pf, 2, 200) > 0 && (pf[1].revents & (POLLERR | POLLHUP)))
-                        gone = true;
+        ps_pumping p = {.ps = ps, .last = ab_now_ms()};
+        event_envelope(&p.ka, json_pack("{s:{}}", "keepalive"));
+        const kit_term_pump pump = {
+            .output = ps_out, .idle = ps_idle, .extra_fd = ps->fd, .tick_ms = 200};
+        int code = -1;
+        bool ended = false;
+        switch (kit_term_pump_run(&a, &pump, &p, &code)) {
+        case KIT_TERM_TIMED_OUT:
+                crpc_end(&b, "deadline_exceeded", "the command ran longer than its timeout");
+                ended = true;
+                break;
+        case KIT_TERM_EXITED:
+                end_envelope(&b, true, code);
+                ended = true;
+                break;
+        case KIT_TERM_CLOSED: /* killed */
+                end_envelope(&b, false, -1);
+                ended = true;
+                break;
+        case KIT_TERM_GONE: /* the box stopped or went away: the process with it */
+                end_envelope(&b, false, -1);
+                break;
+        default: /* the client went away or the stream must stop: the process runs on */
+                break;
         }
+        if (b.n)
+                (void)ps_write(ps, b.p, b.n);
+        ab_buf_free(&p.b);
+        ab_buf_free(&p.ka);
         ab_manager_term_detach(m, &a);
         if (ended) /* E2B forgets an ended process */
                 ab_manager_term_close(m, ps->box, ps->scope, ps->tid, NULL);

@@ -5,10 +5,10 @@
  * paused box: it skips rounds while the box does not run. */
 #include "fronts/e2b/envd_int.h"
 #include "base/log.h"
+#include "base/id.h"
 
 #include <fcntl.h>
 #include <pthread.h>
-#include <sys/random.h>
 #include <time.h>
 
 #define WATCH_POLL_MS        200
@@ -213,13 +213,7 @@ static watch *watch_new(ab_req *r, const char *box, json_t *msg, int fd, ab_err 
         w->recursive = json_is_true(json_object_get(msg, "recursive"));
         w->include_entry = json_is_true(json_object_get(msg, "includeEntry"));
         w->fd = fd;
-        unsigned char rnd[8] = {0};
-        if (getrandom(rnd, sizeof(rnd), 0) < 0) {
-                /* an id made of zeros is still unique enough with the counter */
-        }
-        static unsigned counter;
-        snprintf(w->id, sizeof(w->id), "w%02x%02x%02x%02x%02x%02x%u", rnd[0], rnd[1], rnd[2],
-                 rnd[3], rnd[4], rnd[5], __atomic_add_fetch(&counter, 1, __ATOMIC_RELAXED));
+        ab_random_hex(w->id, sizeof(w->id), "w", 8);
         if (fd < 0)
                 w->events = json_array();
         /* the first listing is the baseline: events are changes after it */

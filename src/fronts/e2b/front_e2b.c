@@ -7,8 +7,10 @@
  * types (404 -> NotFoundError, 401 -> AuthenticationError). */
 #include "fronts/e2b/front_e2b.h"
 #include "base/log.h"
+#include "kit/parse.h"
+#include "base/codec.h"
+#include "base/id.h"
 
-#include <sys/random.h>
 #include <time.h>
 
 /* The envd version the SDK is told: 0.6.3 lets it use every call this front
@@ -54,12 +56,8 @@ static enum MHD_Result no_content(ab_req *r)
 
 static json_t *iso_time(int64_t ms)
 {
-        time_t t = (time_t)(ms / 1000);
-        struct tm tm;
-        gmtime_r(&t, &tm);
-        char buf[40], out[48];
-        strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%S", &tm);
-        snprintf(out, sizeof(out), "%s.%03dZ", buf, (int)(ms % 1000));
+        char out[AB_TIME_LEN];
+        ab_time_rfc3339(ms, true, out);
         return json_string(out);
 }
 
@@ -117,8 +115,7 @@ static void new_id(char out[21])
 {
         static const char abc[] = "abcdefghijklmnopqrstuvwxyz0123456789";
         unsigned char rnd[20];
-        if (getrandom(rnd, sizeof(rnd), 0) != (ssize_t)sizeof(rnd))
-                abort();
+        ab_random_bytes(rnd, sizeof(rnd));
         out[0] = abc[rnd[0] % 26]; /* a letter first */
         for (int i = 1; i < 20; i++)
                 out[i] = abc[rnd[i] % 36];
@@ -244,41 +241,6 @@ enum MHD_Result e2b_create(ab_req *r, const char *id)
         return ret;
 }
 
-/* The metadata filter of a list: "k1=v1&k2=v2", URL-encoded twice (the SDK
- * encodes the pairs, then the query). */
-static bool metadata_match(const ab_box_rec *rec, const char *filter)
-{
-        if (!filter || !*filter)
-                return true;
-        _cleanup_free_ char *f = xstrdup(filter);
-        char *save = NULL;
-        for (char *kv = strtok_r(f, "&", &save); kv; kv = strtok_r(NULL, "&", &save)) {
-                char *eq = strchr(kv, '=');
-                if (!eq)
-                        continue;
-                *eq = 0;
-                /* decode %XX of each side */
-                char *sides[2] = {kv, eq + 1};
-                for (int s = 0; s < 2; s++) {
-                        char *o = sides[s];
-                        for (char *i = sides[s]; *i; i++) {
-                                if (*i == '%' && i[1] && i[2]) {
-                                        char hx[3] = {i[1], i[2], 0};
-                                        *o++ = (char)strtol(hx, NULL, 16);
-                                        i += 2;
-                                } else {
-                                        *o++ = *i == '+' ? ' ' : *i;
-                                }
-                        }
-                        *o = 0;
-                }
-                const char *v = json_string_value(json_object_get(rec->metadata, kv));
-                if (!v || strcmp(v, eq + 1))
-                        return false;
-        }
-        return true;
-}
-
 static bool state_match(const ab_box_rec *rec, const char *states)
 {
         if (!states || !*states)
@@ -328,16 +290,9 @@ enum MHD_Result e2b_list(ab_req *r, const char *id)
         const char *tpl = req_query(r, "template");
         const char *after = req_query(r, "startedAfter");
         int64_t after_ms = 0;
-        if (after && *after) {
-                struct tm tm = {0};
-                const char *rest = strptime(after, "%Y-%m-%dT%H:%M:%S", &tm);
-                if (!rest) {
-                        ab_box_recs_free(rs, n);
-                        return e2b_error(r, 400, "startedAfter: an RFC 3339 time");
-                }
-                after_ms = (int64_t)timegm(&tm) * 1000;
-                if (*rest == '.')
-                        after_ms += (int64_t)(strtod(rest, NULL) * 1000);
+        if (after && *after && ab_time_parse_rfc3339(after, &after_ms) < 0) {
+                ab_box_recs_free(rs, n);
+                return e2b_error(r, 400, "startedAfter: an RFC 3339 time");
         }
         json_t *a = json_array();
         long long seen = 0;
@@ -345,7 +300,7 @@ enum MHD_Result e2b_list(ab_req *r, const char *id)
         for (size_t k = 0; k < n; k++) {
                 ab_box_rec *b = &rs[desc ? n - 1 - k : k];
                 if (b->status == AB_BOX_DELETING || b->status == AB_BOX_CREATING ||
-                    !metadata_match(b, meta) || !state_match(b, state) ||
+                    !kit_meta_match(b->metadata, meta, NULL) || !state_match(b, state) ||
                     (tpl && *tpl && strcmp(tpl, template_of(b))) || b->created_at <= after_ms)
                         continue;
                 if (seen++ < skip)
@@ -484,20 +439,12 @@ enum MHD_Result e2b_connect(ab_req *r, const char *id)
                 return e2b_error(r, 400, "%s", e->msg);
         enum MHD_Result ret;
         ab_box_rec rec;
-        if (get_box(r, id, &rec, &ret) < 0)
+        if (get_box(r, id, &rec, &ret) < 0) /* a box being deleted is gone: 404 */
                 return ret;
-        ab_box_status st = rec.status;
         ab_box_rec_clear(&rec);
-        bool resumed = false;
-        if (st == AB_BOX_PAUSED) {
-                if (ab_manager_resume(r->srv->mgr, id, r->scope, NULL, &e) < 0)
-                        return e2b_err(r, e);
-                resumed = true;
-        } else if (st != AB_BOX_RUNNING) {
-                if (ab_manager_start(r->srv->mgr, id, r->scope, NULL, &e) < 0)
-                        return e2b_err(r, e);
-                resumed = true;
-        }
+        bool resumed = false; /* decided under the box's lock, not from rec */
+        if (ab_manager_ensure_running(r->srv->mgr, id, r->scope, &resumed, NULL, &e) < 0)
+                return e2b_err(r, e);
         /* A connect sets the timeout when given, and restarts it after a
          * pause at the timeout (autoPause cleared it). */
         int64_t secs = has_t && t > 0 ? t : 0;

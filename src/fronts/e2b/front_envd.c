@@ -8,13 +8,15 @@
  * the envd files share (envd_int.h), the filesystem calls, /health, the
  * shutdown. */
 #include "fronts/e2b/envd_int.h"
+#include "kit/files.h"
 #include "base/log.h"
+#include "base/codec.h"
+#include "base/id.h"
 #include "store/store.h"
 
 #include <ctype.h>
 #include <fcntl.h>
 #include <openssl/hmac.h>
-#include <sys/random.h>
 #include <time.h>
 
 /* ---- access tokens ---------------------------------------------------- */
@@ -33,8 +35,7 @@ static int load_secret(const char *data_dir, ab_err **err)
                 return 0;
         }
         unsigned char fresh[sizeof(secret)];
-        if (getrandom(fresh, sizeof(fresh), 0) != (ssize_t)sizeof(fresh))
-                return ab_err_set(err, AB_E_INTERNAL, errno, "getrandom");
+        ab_random_bytes(fresh, sizeof(fresh));
         /* Made once: a second process racing here reads the winner's. */
         _cleanup_free_ char *tmp = xasprintf("%s/.e2b.secret.%d", data_dir, (int)getpid());
         int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
@@ -124,8 +125,7 @@ int e2b_access_token(ab_server *s, const ab_box_rec *rec, const char *key_id,
                 out[kl] = '.';
                 off = kl + 1;
         }
-        for (unsigned i = 0; i < 32; i++)
-                snprintf(out + off + 2 * i, 3, "%02x", mac[i]);
+        ab_hex_encode(mac, 32, out + off);
         return 0;
 }
 
@@ -339,42 +339,24 @@ static void perm_string(char out[11], abc_ftype t, uint32_t mode)
         out[10] = 0;
 }
 
-static const char *ftype_name(abc_ftype t)
-{
-        switch (t) {
-        case ABC_FILE:
-                return "FILE_TYPE_FILE";
-        case ABC_DIR:
-                return "FILE_TYPE_DIRECTORY";
-        case ABC_SYMLINK:
-                return "FILE_TYPE_SYMLINK";
-        default:
-                return "FILE_TYPE_UNSPECIFIED";
-        }
-}
-
 static json_t *rfc3339(int64_t secs)
 {
-        time_t t = (time_t)secs;
-        struct tm tm;
-        gmtime_r(&t, &tm);
-        char buf[32];
-        strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", &tm);
+        char buf[AB_TIME_LEN];
+        ab_time_rfc3339(secs * 1000, false, buf);
         return json_string(buf);
 }
 
 /* filesystem.EntryInfo of path (absolute) with st. */
 json_t *envd_entry_info(const char *path, const abc_stat *st)
 {
-        const char *name = strrchr(path, '/');
-        name = name && name[1] ? name + 1 : path;
+        const char *name = kit_base_name(path);
         char perms[11];
         perm_string(perms, st->type, st->mode);
-        json_t *j = json_pack("{s:o,s:s,s:o,s:s,s:i,s:s,s:s,s:s,s:o}", "name",
-                              json_bytes(name, strlen(name)), "type", ftype_name(st->type), "path",
-                              json_bytes(path, strlen(path)), "size", "0", "mode",
-                              (int)(st->mode & 07777), "permissions", perms, "owner", "root",
-                              "group", "root", "modifiedTime", rfc3339(st->mtime));
+        json_t *j = json_pack(
+            "{s:o,s:s,s:o,s:s,s:i,s:s,s:s,s:s,s:o}", "name", json_bytes(name, strlen(name)), "type",
+            kit_ftype_name(&kit_ftypes_envd, st->type), "path", json_bytes(path, strlen(path)),
+            "size", "0", "mode", (int)(st->mode & 07777), "permissions", perms, "owner", "root",
+            "group", "root", "modifiedTime", rfc3339(st->mtime));
         char sz[32];
         snprintf(sz, sizeof(sz), "%" PRIu64, st->size);
         json_object_set_new(j, "size", json_string(sz));

@@ -7,10 +7,15 @@
  * sessions live in the box's init (ab_manager_cmd_start, terminals), so a
  * restart of the server loses neither. */
 #include "fronts/opensandbox/front_execd_int.h"
+#include "kit/exec.h"
+#include "kit/status.h"
+#include "kit/term.h"
 #include "base/log.h"
+#include "base/codec.h"
+#include "base/id.h"
 
-#include <openssl/rand.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <sys/socket.h>
@@ -43,21 +48,6 @@ static void execd_thread_done(void)
         atomic_fetch_sub(&n_threads, 1);
 }
 
-static int send_all(int fd, const void *buf, size_t len)
-{
-        const char *p = buf;
-        while (len) {
-                ssize_t k = send(fd, p, len, MSG_NOSIGNAL);
-                if (k < 0 && errno == EINTR)
-                        continue;
-                if (k <= 0)
-                        return -1;
-                p += k;
-                len -= (size_t)k;
-        }
-        return 0;
-}
-
 /* Errors of an operation on a box's files or commands in execd's codes: a
  * missing path is FILE_NOT_FOUND, a bad request INVALID_REQUEST_BODY, a
  * full disk 507 (as agentbox's own file routes answer it). Frees e. */
@@ -68,7 +58,7 @@ enum MHD_Result execd_err(ab_req *r, ab_err *e)
                 ret = osb_error(r, 404, "FILE_NOT_FOUND", "%s", e->msg);
         else if (e->code == AB_E_INVALID)
                 ret = osb_error(r, 400, "INVALID_REQUEST_BODY", "%s", e->msg);
-        else if (e->code == AB_E_LIMIT)
+        else if (kit_file_status(e->code) == 507)
                 ret = osb_error(r, 507, "DISK_FULL", "%s", e->msg);
         else
                 return osb_err(r, e, "");
@@ -160,9 +150,7 @@ typedef struct cmd_job {
         uint32_t timeout_ms;
         int fd; /* the event stream's end */
         bool broken;
-        char *key_id;
-        ab_quota key_quotas;
-        ab_caller caller;
+        kit_caller kc; /* the request's, for the exec on its own thread */
         /* a foreground stream: events are sent under wlock by the exec's
          * output and by the pinger, which wakes on cv */
         pthread_mutex_t wlock;
@@ -195,7 +183,7 @@ static void cmd_job_free(cmd_job *j)
         free(j->user);
         ab_strvfreep(&j->argv);
         ab_strvfreep(&j->env);
-        free(j->key_id);
+        kit_caller_clear(&j->kc);
         free(j);
 }
 
@@ -211,7 +199,7 @@ static int sse_send_locked(cmd_job *j, json_t *ev)
         }
         char *frame = xasprintf("data: %s\n\n", txt);
         free(txt);
-        int rc = send_all(j->fd, frame, strlen(frame));
+        int rc = ab_send_all(j->fd, frame, strlen(frame), -1);
         free(frame);
         if (rc < 0)
                 j->broken = true;
@@ -256,8 +244,6 @@ static void *cmd_main(void *arg)
 {
         cmd_job *j = arg;
         cmd *c = j->c; /* only under cmds_lock once it is finished: it may be forgotten */
-        if (j->key_id)
-                ab_manager_set_caller(&j->caller);
         pthread_t pinger;
         bool pinging = pthread_create(&pinger, NULL, ping_main, j) == 0;
         abc_exec_req q = {
@@ -313,7 +299,6 @@ static void *cmd_main(void *arg)
                                (json_int_t)res.duration_ms));
         ab_err_free(&e);
         ab_manager_use_end(j->srv->mgr, &j->use);
-        ab_manager_set_caller(NULL);
         close(j->fd); /* the event stream ends */
         cmd_job_free(j);
         execd_thread_done();
@@ -447,14 +432,8 @@ static int bg_find(ab_server *srv, const char *scope, const char *box, const cha
 
 static enum MHD_Result start_bg(ab_req *r, const char *id, cmd_job *j)
 {
-        unsigned char rnd[8];
-        if (RAND_bytes(rnd, sizeof(rnd)) != 1) {
-                cmd_job_free(j);
-                return osb_error(r, 500, "RUNTIME_ERROR", "no randomness");
-        }
-        char cid[24] = "cmd-";
-        for (size_t i = 0; i < sizeof(rnd); i++)
-                snprintf(cid + 4 + 2 * i, 3, "%02x", rnd[i]);
+        char cid[24];
+        ab_random_hex(cid, sizeof(cid), "cmd-", 8);
         _cleanup_free_ char *tag = bg_tag(cid, j->command);
         abc_term_req q = {
             .command = j->command,
@@ -514,18 +493,14 @@ static enum MHD_Result start_cmd(ab_req *r, const char *id, cmd_job *j, bool bg)
                 return ret;
         }
         int sv[2];
-        unsigned char rnd[8];
-        if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0 ||
-            RAND_bytes(rnd, sizeof(rnd)) != 1) {
+        if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0) {
                 ab_stream_slot_release(slot);
                 ab_manager_use_end(r->srv->mgr, &j->use);
                 cmd_job_free(j);
                 return osb_error(r, 500, "RUNTIME_ERROR", "cannot make the command's stream");
         }
         cmd *c = xzalloc(sizeof(*c));
-        strcpy(c->id, "cmd-");
-        for (size_t i = 0; i < sizeof(rnd); i++)
-                snprintf(c->id + 4 + 2 * i, 3, "%02x", rnd[i]);
+        ab_random_hex(c->id, sizeof(c->id), "cmd-", 8);
         c->box = xstrdup(id);
         c->content = xstrdup(j->command);
         c->running = true;
@@ -533,12 +508,6 @@ static enum MHD_Result start_cmd(ab_req *r, const char *id, cmd_job *j, bool bg)
         c->cancel_fd = sv[0];
         j->c = c;
         j->fd = sv[0];
-        if (r->key_id) { /* the thread outlives r: copies */
-                j->key_id = xstrdup(r->key_id);
-                j->key_quotas = r->key_quotas;
-                j->caller = (ab_caller){.key_id = j->key_id,
-                                        .quotas = r->caller.quotas ? &j->key_quotas : NULL};
-        }
         _cleanup_free_ char *init = NULL;
         {
                 json_t *ev = json_pack("{s:s,s:s,s:I}", "type", "init", "text", c->id, "timestamp",
@@ -548,9 +517,9 @@ static enum MHD_Result start_cmd(ab_req *r, const char *id, cmd_job *j, bool bg)
                 init = xasprintf("data: %s\n\n", txt);
                 free(txt);
         }
-        send_all(sv[0], init, strlen(init)); /* the socket's buffer takes it */
+        ab_send_all(sv[0], init, strlen(init), -1); /* the socket's buffer takes it */
         cmds_add(c);
-        if (execd_spawn(cmd_main, j) < 0) {
+        if (kit_exec_spawn_via(execd_spawn, r, &j->kc, cmd_main, j) < 0) {
                 pthread_mutex_lock(&cmds_lock);
                 c->running = false;
                 c->exit_code = -1;
@@ -596,9 +565,9 @@ static enum MHD_Result bg_status(ab_req *r, const char *id, const char *cid)
         ab_err *e = NULL;
         if (bg_find(r->srv, r->scope, id, cid, &t, &content, &e) < 0)
                 return bg_err(r, id, cid, e);
-        char st[32], fin[32];
-        osb_time(t.created_ms, st);
-        osb_time(t.ended_ms, fin);
+        char st[AB_TIME_LEN], fin[AB_TIME_LEN];
+        ab_time_rfc3339(t.created_ms, true, st);
+        ab_time_rfc3339(t.ended_ms, true, fin);
         json_t *j =
             json_pack("{s:s,s:s,s:b,s:o,s:s,s:o}", "id", cid, "content", content, "running",
                       t.running, "exit_code", t.running ? json_null() : json_integer(t.exit_code),
@@ -620,9 +589,9 @@ static enum MHD_Result cmd_status(ab_req *r, const char *id, const char *cid)
         cmd *c = cmd_find(id, cid);
         json_t *j = NULL;
         if (c) {
-                char st[32], fin[32];
-                osb_time(c->started_ms, st);
-                osb_time(c->finished_ms, fin);
+                char st[AB_TIME_LEN], fin[AB_TIME_LEN];
+                ab_time_rfc3339(c->started_ms, true, st);
+                ab_time_rfc3339(c->finished_ms, true, fin);
                 j = json_pack("{s:s,s:s,s:b,s:o,s:s,s:o}", "id", c->id, "content", c->content,
                               "running", c->running, "exit_code",
                               c->running ? json_null() : json_integer(c->exit_code), "started_at",
@@ -873,12 +842,8 @@ static enum MHD_Result session_create(ab_req *r, const char *id)
         json_decref(body);
         if (dir && strlen(dir) > 4096)
                 return osb_error(r, 400, "INVALID_REQUEST_BODY", "cwd: at most 4096 bytes");
-        unsigned char rnd[8];
-        if (RAND_bytes(rnd, sizeof(rnd)) != 1)
-                return osb_error(r, 500, "RUNTIME_ERROR", "no randomness");
-        char sid[32] = "session-";
-        for (size_t i = 0; i < sizeof(rnd); i++)
-                snprintf(sid + 8 + 2 * i, 3, "%02x", rnd[i]);
+        char sid[32];
+        ab_random_hex(sid, sizeof(sid), "session-", 8);
         _cleanup_free_ char *tid = NULL;
         if (session_shell(r->srv, r->scope, id, sid, dir, &tid, &e) < 0) {
                 if (e->code == AB_E_CONFLICT) {
@@ -951,7 +916,7 @@ static int srun_event(srun *s, json_t *ev)
         }
         char *frame = xasprintf("data: %s\n\n", txt);
         free(txt);
-        if (send_all(s->fd, frame, strlen(frame)) < 0)
+        if (ab_send_all(s->fd, frame, strlen(frame), -1) < 0)
                 s->broken = true;
         free(frame);
         s->last_ms = (int64_t)ab_now_ms();
@@ -1026,6 +991,65 @@ static void session_done(srun *s, bool dead, bool closed)
         session_release(s->box, s->sid);
 }
 
+/* A session run being pumped: the run's side of kit_term_pump. */
+typedef struct srun_pumping {
+        srun *s;
+        ab_term_attach *a;
+        ab_buf b; /* the output since the start mark */
+        bool started, sent_int, timed_out, dead, closed;
+        int code;
+        const char *error;
+        uint64_t deadline, give_up;
+} srun_pumping;
+
+static int srun_out(void *ud, int stream, const void *data, size_t len)
+{
+        srun_pumping *p = ud;
+        ab_buf_add(&p->b, data, len);
+        return srun_scan(p->s, &p->b, &p->started, &p->code) == 1; /* its end mark: done */
+}
+
+/* Between waits: the server stopping leaves the run to its shell; a client
+ * gone, an interrupt or the timeout sends ^C; a run that ignores it loses
+ * its shell; a quiet run gets pings. */
+static int srun_idle(void *ud, int polled, short revents)
+{
+        srun_pumping *p = ud;
+        srun *s = p->s;
+        if (polled > 0 && (revents & (POLLRDHUP | POLLHUP | POLLERR)))
+                s->broken = true;
+        if (atomic_load(&stopping)) {
+                /* ^C, as when the client goes away, but no wait for the
+                 * run's end: the shell stays, as a terminal does */
+                if (!p->sent_int)
+                        abc_term_input(p->a->stream, "\003", 1);
+                p->error = "the server stopped";
+                return 1;
+        }
+        pthread_mutex_lock(&cmds_lock);
+        bool interrupted = s->c->interrupted;
+        pthread_mutex_unlock(&cmds_lock);
+        uint64_t now = ab_now_ms();
+        if (!p->sent_int && (interrupted || s->broken || now >= p->deadline)) {
+                p->timed_out = !interrupted && !s->broken;
+                /* ^C, as a user would type it: the line discipline
+                 * signals the foreground group (the shell lives on) */
+                abc_term_input(p->a->stream, "\003", 1);
+                p->sent_int = true;
+                p->give_up = now + SESSION_GRACE_MS;
+        }
+        if (p->sent_int && now >= p->give_up) { /* the run ignores ^C: the shell goes */
+                ab_manager_term_close(s->srv->mgr, s->box, s->scope, s->tid, NULL);
+                p->closed = true;
+                p->error = "the run did not stop on ^C: the session's shell was closed";
+                p->dead = true;
+                return 1;
+        }
+        if ((int64_t)now - s->last_ms >= PING_MS)
+                srun_event(s, json_pack("{s:s}", "type", "ping"));
+        return 0;
+}
+
 static void *srun_main(void *arg)
 {
         srun *s = arg;
@@ -1033,11 +1057,9 @@ static void *srun_main(void *arg)
         ab_term_attach a;
         ab_err *e = NULL;
         int code = -1;
-        bool done = false, dead = false, started = false, sent_int = false, timed_out = false;
-        bool closed = false;
+        bool done = false, dead = false, timed_out = false, closed = false;
         const char *error = NULL;
-        uint64_t t0 = ab_now_ms(), deadline = t0 + s->timeout_ms, give_up = 0;
-        ab_buf b = {0};
+        uint64_t t0 = ab_now_ms(), deadline = t0 + s->timeout_ms;
         if (ab_manager_term_attach(m, s->box, s->scope, s->tid, &a, &e) < 0) {
                 error = e->msg;
                 dead = true;
@@ -1051,66 +1073,37 @@ static void *srun_main(void *arg)
                         done = dead = true;
                 }
         }
-        while (!error && !done) {
-                abc_term_event ev;
-                int k;
-                while (!done && (k = abc_term_next(a.stream, &ev)) == 1) {
-                        if (ev.kind == ABC_TERM_OUTPUT) {
-                                ab_buf_add(&b, ev.data, ev.len);
-                                done = srun_scan(s, &b, &started, &code) == 1;
-                        } else { /* the shell exited (exit in the command) or was closed */
-                                if (started)
-                                        srun_output(s, b.p, b.n);
-                                code = ev.kind == ABC_TERM_EXIT ? ev.exit_code : -1;
-                                done = dead = true;
-                        }
-                }
-                if (done)
+        srun_pumping sp = {.s = s, .a = &a, .code = -1, .deadline = deadline};
+        if (!error && !done) {
+                const kit_term_pump pump = {.output = srun_out,
+                                            .idle = srun_idle,
+                                            .extra_fd = s->fd,
+                                            .extra_events = POLLRDHUP,
+                                            .tick_ms = 200};
+                int exit_code = -1;
+                switch (kit_term_pump_run(&a, &pump, &sp, &exit_code)) {
+                case KIT_TERM_EXITED: /* exit in the command: the shell is gone */
+                case KIT_TERM_TIMED_OUT:
+                case KIT_TERM_CLOSED:
+                        if (sp.started)
+                                srun_output(s, sp.b.p, sp.b.n);
+                        sp.code = exit_code;
+                        dead = true;
                         break;
-                if (k < 0) {
-                        error = "the session's shell went away";
+                case KIT_TERM_STOPPED: /* its end mark, given up or the server stops (sp.error) */
+                        dead = sp.dead;
+                        break;
+                default:
+                        sp.error = "the session's shell went away";
                         dead = true;
                         break;
                 }
-                if (atomic_load(&stopping)) {
-                        /* ^C, as when the client goes away, but no wait for
-                         * the run's end: the shell stays, as a terminal does */
-                        if (!sent_int)
-                                abc_term_input(a.stream, "\003", 1);
-                        error = "the server stopped";
-                        break;
-                }
-                pthread_mutex_lock(&cmds_lock);
-                bool interrupted = s->c->interrupted;
-                pthread_mutex_unlock(&cmds_lock);
-                uint64_t now = ab_now_ms();
-                if (!sent_int && (interrupted || s->broken || now >= deadline)) {
-                        timed_out = !interrupted && !s->broken;
-                        /* ^C, as a user would type it: the line discipline
-                         * signals the foreground group (the shell lives on) */
-                        abc_term_input(a.stream, "\003", 1);
-                        sent_int = true;
-                        give_up = now + SESSION_GRACE_MS;
-                }
-                if (atomic_load(&stopping)) { /* the run goes on in the shell */
-                        error = "the server is stopping";
-                        break;
-                }
-                if (sent_int && now >= give_up) { /* the run ignores ^C: the shell goes */
-                        ab_manager_term_close(m, s->box, s->scope, s->tid, NULL);
-                        closed = true;
-                        error = "the run did not stop on ^C: the session's shell was closed";
-                        dead = true;
-                        break;
-                }
-                if ((int64_t)now - s->last_ms >= PING_MS)
-                        srun_event(s, json_pack("{s:s}", "type", "ping"));
-                struct pollfd p[2] = {{.fd = a.fd, .events = POLLIN},
-                                      {.fd = s->fd, .events = POLLRDHUP}};
-                if (poll(p, 2, 200) > 0 && (p[1].revents & (POLLRDHUP | POLLHUP | POLLERR)))
-                        s->broken = true;
+                error = sp.error;
+                code = sp.code;
+                timed_out = sp.timed_out;
+                closed = sp.closed;
         }
-        ab_buf_free(&b);
+        ab_buf_free(&sp.b);
         if (a.stream || a.fd >= 0)
                 ab_manager_term_detach(m, &a);
         pthread_mutex_lock(&cmds_lock);
@@ -1233,13 +1226,9 @@ static enum MHD_Result session_run(ab_req *r, const char *id, const char *sid)
         s->timeout_ms = (uint32_t)ms;
         s->fd = -1;
         s->last_ms = (int64_t)ab_now_ms();
-        unsigned char rnd[8];
-        int rc = RAND_bytes(rnd, sizeof(rnd)) == 1
-                     ? 0
-                     : ab_err_set(&e, AB_E_INTERNAL, 0, "no randomness");
-        for (size_t i = 0; i < sizeof(rnd); i++)
-                snprintf(s->nonce + 2 * i, 3, "%02x", rnd[i]);
-        if (rc == 0 && !tid) /* a new shell: the last one is gone */
+        ab_random_hex(s->nonce, sizeof(s->nonce), "", 8);
+        int rc = 0;
+        if (!tid) /* a new shell: the last one is gone */
                 rc = session_shell(r->srv, r->scope, id, sid, first_cwd, &tid, &e);
         s->cwd0 = steal_pointer(&first_cwd);
         if (rc == 0)
@@ -1272,7 +1261,7 @@ static enum MHD_Result session_run(ab_req *r, const char *id, const char *sid)
                 char *init =
                     xasprintf("data: {\"type\":\"init\",\"text\":\"%s\",\"timestamp\":%lld}\n\n",
                               c->id, (long long)c->started_ms);
-                send_all(sv[0], init, strlen(init));
+                ab_send_all(sv[0], init, strlen(init), -1);
                 free(init);
                 cmds_add(c);
                 if (execd_spawn(srun_main, s) < 0) {
@@ -1376,7 +1365,7 @@ static void *watch_main(void *arg)
                 json_decref(j);
                 char *frame = xasprintf("data: %s\n\n", txt ? txt : "{}");
                 free(txt);
-                int rc = send_all(w->fd, frame, strlen(frame));
+                int rc = ab_send_all(w->fd, frame, strlen(frame), -1);
                 free(frame);
                 if (rc < 0)
                         break;

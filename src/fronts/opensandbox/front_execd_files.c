@@ -5,17 +5,21 @@
  * what init does not offer (owners, modes, stat's details) through the
  * box's own tools run as execs by the manager. */
 #include "fronts/opensandbox/front_execd_int.h"
+#include "kit/files.h"
+#include "kit/multipart.h"
 #include "base/log.h"
+#include "base/codec.h"
 
 #include <ctype.h>
 #include <fcntl.h>
 #include <fnmatch.h>
 #include <sys/mman.h>
 
-#define STAT_OUTPUT_CAP (64u << 20) /* stat's answer for a listing */
-#define STAT_CHUNK      512         /* paths per stat exec */
-#define LIST_MAX_DEPTH  32
-#define REPLACE_MAX     (64u << 20) /* files larger than this are not edited in memory */
+#define STAT_OUTPUT_CAP  (64u << 20) /* stat's answer for a listing */
+#define STAT_CHUNK       512         /* paths per stat exec */
+#define LIST_MAX_DEPTH   32
+#define UPLOAD_PARTS_MAX 256         /* metadata + file parts of one upload */
+#define REPLACE_MAX      (64u << 20) /* files larger than this are not edited in memory */
 
 /* ---- helpers ------------------------------------------------------------ */
 
@@ -64,17 +68,6 @@ static int run_argv(ab_server *s, ab_use *u, const char *const *argv, uint64_t c
         return 0;
 }
 
-static const char *ftype_name(const char *stat_type)
-{
-        if (!strncmp(stat_type, "regular", 7))
-                return "file";
-        if (!strcmp(stat_type, "directory"))
-                return "directory";
-        if (!strcmp(stat_type, "symbolic link"))
-                return "symlink";
-        return "other";
-}
-
 /* Paths stat did not describe (a box whose stat is not GNU's, or a race)
  * from the init's lstat: no owner or group then. */
 static int stat_fallback(ab_server *s, ab_use *u, const char *const *paths, size_t n, json_t *out,
@@ -95,15 +88,13 @@ static int stat_fallback(ab_server *s, ab_use *u, const char *const *paths, size
                         ab_err_free(&e);
                         continue;
                 }
-                static const char *const types[] = {"other", "file", "directory", "symlink",
-                                                    "other"};
-                char mt[32], ms[8];
-                osb_time(st.mtime * 1000, mt);
+                char mt[AB_TIME_LEN], ms[8];
+                ab_time_rfc3339(st.mtime * 1000, true, mt);
                 snprintf(ms, sizeof(ms), "%o", st.mode & 07777);
                 json_object_set_new(out, paths[i],
                                     json_pack("{s:o,s:s,s:I,s:s,s:s,s:s,s:s,s:I}", "path",
                                               json_bytes(paths[i], strlen(paths[i])), "type",
-                                              types[st.type <= ABC_OTHER ? st.type : 0], "size",
+                                              kit_ftype_name(&kit_ftypes_execd, st.type), "size",
                                               (json_int_t)st.size, "modified_at", mt, "created_at",
                                               mt, "owner", "", "group", "", "mode",
                                               (json_int_t)strtol(ms, NULL, 10)));
@@ -156,13 +147,14 @@ static int stat_paths(ab_server *s, ab_use *u, const char *const *paths, size_t 
                         if (nf != 8)
                                 continue;
                         int64_t mtime = strtoll(f[5], NULL, 10), btime = strtoll(f[6], NULL, 10);
-                        char mt[32], bt[32];
-                        osb_time(mtime * 1000, mt);
-                        osb_time((btime > 0 ? btime : mtime) * 1000, bt);
+                        char mt[AB_TIME_LEN], bt[AB_TIME_LEN];
+                        ab_time_rfc3339(mtime * 1000, true, mt);
+                        ab_time_rfc3339((btime > 0 ? btime : mtime) * 1000, true, bt);
                         json_object_set_new(
                             *out, f[7],
                             json_pack("{s:o,s:s,s:I,s:s,s:s,s:o,s:o,s:I}", "path",
-                                      json_bytes(f[7], strlen(f[7])), "type", ftype_name(f[0]),
+                                      json_bytes(f[7], strlen(f[7])), "type",
+                                      kit_ftype_name(&kit_ftypes_execd, kit_ftype_of_stat(f[0])),
                                       "size", (json_int_t)strtoll(f[1], NULL, 10), "modified_at",
                                       mt, "created_at", bt, "owner", json_bytes(f[3], strlen(f[3])),
                                       "group", json_bytes(f[4], strlen(f[4])), "mode",
@@ -717,67 +709,11 @@ enum MHD_Result execd_files_download(ab_req *r, const char *id)
 
 /* ---- upload (multipart: a "metadata" part, then its "file" part) -------- */
 
-/* The boundary of a multipart/form-data Content-Type, or NULL. */
-char *osb_boundary_of(const char *ct)
-{
-        const char *b = ct ? strstr(ct, "boundary=") : NULL;
-        if (!b)
-                return NULL;
-        b += 9;
-        bool quoted = *b == '"';
-        b += quoted;
-        size_t n = strcspn(b, quoted ? "\"" : "; \t");
-        return n && n <= 70 ? xasprintf("--%.*s", (int)n, b) : NULL;
-}
-
-/* Splits body into parts; the i-th part's name is written into names[i]. */
-size_t osb_split_parts(const char *body, size_t len, const char *delim, osb_part *parts, size_t max,
-                       char names[][32])
-{
-        size_t dl = strlen(delim), n = 0;
-        const char *p = memmem(body, len, delim, dl);
-        while (p && n < max) {
-                p += dl;
-                size_t left = len - (size_t)(p - body);
-                if (left >= 2 && p[0] == '-' && p[1] == '-')
-                        break; /* the closing delimiter */
-                if (left < 2 || p[0] != '\r' || p[1] != '\n')
-                        break;
-                p += 2;
-                left -= 2;
-                const char *hend = memmem(p, left, "\r\n\r\n", 4);
-                if (!hend)
-                        break;
-                names[n][0] = 0;
-                /* name="...", not the end of filename="..." */
-                const char *nm = memmem(p, (size_t)(hend - p), "name=\"", 6);
-                while (nm && nm > p && isalnum((unsigned char)nm[-1]))
-                        nm = memmem(nm + 6, (size_t)(hend - nm - 6), "name=\"", 6);
-                if (nm) {
-                        nm += 6;
-                        const char *q =
-                            memchr(nm, '"', (size_t)(hend - nm)); /* not past the head */
-                        if (q && q - nm < 32)
-                                snprintf(names[n], 32, "%.*s", (int)(q - nm), nm);
-                }
-                const char *data = hend + 4;
-                _cleanup_free_ char *next_delim = xasprintf("\r\n%s", delim);
-                const char *end =
-                    memmem(data, len - (size_t)(data - body), next_delim, strlen(next_delim));
-                if (!end)
-                        break;
-                parts[n] = (osb_part){.name = names[n], .data = data, .len = (size_t)(end - data)};
-                n++;
-                p = end + 2;
-        }
-        return n;
-}
-
 enum MHD_Result route_osb_upload(ab_req *r, const char *id)
 {
         if (r->upload_failed)
                 return osb_error(r, 500, "RUNTIME_ERROR", "cannot spool the upload");
-        _cleanup_free_ char *delim = osb_boundary_of(req_header(r, "Content-Type"));
+        _cleanup_free_ char *delim = kit_multipart_delim(req_header(r, "Content-Type"));
         if (!delim)
                 return osb_error(r, 400, "INVALID_REQUEST_BODY",
                                  "expected multipart/form-data with a boundary");
@@ -786,28 +722,33 @@ enum MHD_Result route_osb_upload(ab_req *r, const char *id)
         void *map = mmap(NULL, r->upload_len, PROT_READ, MAP_PRIVATE, r->upload_fd, 0);
         if (map == MAP_FAILED)
                 return osb_error(r, 500, "RUNTIME_ERROR", "mmap: %s", strerror(errno));
-        osb_part parts[64];
-        char names[64][32];
-        size_t n = osb_split_parts(map, r->upload_len, delim, parts, 64, names);
+        kit_part *parts;
+        size_t n;
+        ab_err *e = NULL;
+        if (kit_multipart_split(map, r->upload_len, delim, UPLOAD_PARTS_MAX, &parts, &n, &e) < 0) {
+                munmap(map, r->upload_len);
+                return execd_err(r, e);
+        }
         ab_use u;
         enum MHD_Result ret;
         if (execd_begin_use(r, id, &u, &ret) < 0) {
+                kit_parts_free(parts, n);
                 munmap(map, r->upload_len);
                 return ret;
         }
-        ab_err *e = NULL;
         int rc = 0;
         size_t files = 0;
         json_t *meta = NULL;
         for (size_t i = 0; i < n && rc == 0; i++) {
-                if (!strcmp(parts[i].name, "metadata")) {
+                const char *name = parts[i].name ? parts[i].name : "";
+                if (!strcmp(name, "metadata")) {
                         json_decref(meta);
                         meta = json_loadb(parts[i].data, parts[i].len, 0, NULL);
                         if (!json_is_object(meta))
                                 rc = ab_err_set(&e, AB_E_INVALID, 0, "metadata: not a JSON object");
                         continue;
                 }
-                if (strcmp(parts[i].name, "file"))
+                if (strcmp(name, "file"))
                         continue;
                 const char *path = json_string_value(json_object_get(meta, "path"));
                 uint32_t mode = 0;
@@ -840,16 +781,11 @@ enum MHD_Result route_osb_upload(ab_req *r, const char *id)
         }
         json_decref(meta);
         ab_manager_use_end(r->srv->mgr, &u);
+        kit_parts_free(parts, n);
         munmap(map, r->upload_len);
         if (rc == 0 && !files)
                 rc = ab_err_set(&e, AB_E_INVALID, 0, "no file part (expected metadata + file)");
-        if (rc < 0) {
-                if (e->code == AB_E_LIMIT) {
-                        ret = osb_error(r, 507, "DISK_FULL", "%s", e->msg);
-                        ab_err_free(&e);
-                        return ret;
-                }
-                return execd_err(r, e);
-        }
+        if (rc < 0)
+                return execd_err(r, e); /* a full disk is 507 there */
         return execd_ok(r);
 }

@@ -5,10 +5,12 @@
  * docs/compat-opensandbox.md says what maps to what. */
 #include "fronts/opensandbox/front_osb.h"
 #include "base/log.h"
+#include "kit/parse.h"
+#include "base/codec.h"
+#include "base/id.h"
 
 #include <ctype.h>
 #include <math.h>
-#include <openssl/rand.h>
 #include <stdarg.h>
 #include <time.h>
 
@@ -73,16 +75,6 @@ json_t *osb_query_all(ab_req *r, const char *key)
         return c.out;
 }
 
-void osb_time(int64_t ms, char buf[32])
-{
-        time_t t = (time_t)(ms / 1000);
-        struct tm tm;
-        gmtime_r(&t, &tm);
-        char day[24];
-        strftime(day, sizeof(day), "%Y-%m-%dT%H:%M:%S", &tm);
-        snprintf(buf, 32, "%s.%03dZ", day, (int)(ms % 1000));
-}
-
 int64_t osb_wall_ms(void)
 {
         struct timespec ts;
@@ -142,8 +134,8 @@ static json_t *osb_box_json(const ab_box_rec *rec, bool full)
         const char *state = osb_state(rec->status);
         if (!state)
                 return NULL;
-        char created[32];
-        osb_time(rec->created_at, created);
+        char created[AB_TIME_LEN];
+        ab_time_rfc3339(rec->created_at, true, created);
         json_t *status = json_pack("{s:s}", "state", state);
         if (rec->status == AB_BOX_STOPPED)
                 json_object_set_new(status, "reason", json_string("stopped"));
@@ -153,8 +145,8 @@ static json_t *osb_box_json(const ab_box_rec *rec, bool full)
             json_pack("{s:s,s:o,s:o,s:o,s:s}", "id", rec->id, "status", status, "metadata",
                       user_metadata(rec), "entrypoint", box_entrypoint(rec), "createdAt", created);
         if (rec->ttl_s > 0) {
-                char exp[32];
-                osb_time(rec->created_at + rec->ttl_s * 1000, exp);
+                char exp[AB_TIME_LEN];
+                ab_time_rfc3339(rec->created_at + rec->ttl_s * 1000, true, exp);
                 json_object_set_new(j, "expiresAt", json_string(exp));
         }
         if (full) {
@@ -358,17 +350,6 @@ static bool is_base_image(const char *uri)
         return false;
 }
 
-static int random_id(char out[24])
-{
-        unsigned char b[8];
-        if (RAND_bytes(b, sizeof(b)) != 1)
-                return -1;
-        strcpy(out, "osb-");
-        for (size_t i = 0; i < sizeof(b); i++)
-                snprintf(out + 4 + 2 * i, 3, "%02x", b[i]);
-        return 0;
-}
-
 typedef struct create_req {
         ab_acquire_req q;
         ab_limits lim;
@@ -462,8 +443,7 @@ static int parse_create(ab_server *s, json_t *body, create_req *c, ab_err **err)
         c->q.volumes = c->volumes;
         c->q.mounts = c->mounts;
         c->q.metadata = c->meta;
-        if (random_id(c->id) < 0)
-                return ab_err_set(err, AB_E_INTERNAL, 0, "no randomness");
+        ab_random_hex(c->id, sizeof(c->id), "osb-", 8);
         c->q.id = c->id;
         return 0;
 }
@@ -583,49 +563,6 @@ static enum MHD_Result osb_get(ab_req *r, const char *id)
         return resp_json(r, 200, j);
 }
 
-/* %XX decoding of one metadata filter word (the SDK sends k=v&k2=v2 as one
- * parameter, each key and value encoded once more). */
-static char *pct_decode(const char *s, size_t n)
-{
-        char *o = xmalloc(n + 1), *p = o;
-        for (size_t i = 0; i < n; i++) {
-                if (s[i] == '%' && i + 2 < n && isxdigit((unsigned char)s[i + 1]) &&
-                    isxdigit((unsigned char)s[i + 2])) {
-                        char hex[3] = {s[i + 1], s[i + 2], 0};
-                        *p++ = (char)strtol(hex, NULL, 16);
-                        i += 2;
-                } else {
-                        *p++ = s[i] == '+' ? ' ' : s[i];
-                }
-        }
-        *p = 0;
-        return o;
-}
-
-bool osb_meta_matches(json_t *metadata, const char *filter)
-{
-        if (!filter || !*filter)
-                return true;
-        const char *p = filter;
-        while (*p) {
-                size_t n = strcspn(p, "&");
-                const char *eq = memchr(p, '=', n);
-                if (n) {
-                        _cleanup_free_ char *k = pct_decode(p, eq ? (size_t)(eq - p) : n);
-                        _cleanup_free_ char *v =
-                            eq ? pct_decode(eq + 1, n - (size_t)(eq - p) - 1) : xstrdup("");
-                        const char *have = json_string_value(json_object_get(metadata, k));
-                        if (!strncmp(k, OSB_META_PREFIX, strlen(OSB_META_PREFIX)) || !have ||
-                            strcmp(have, v))
-                                return false;
-                }
-                p += n;
-                if (*p == '&')
-                        p++;
-        }
-        return true;
-}
-
 static bool state_matches(const ab_box_rec *rec, json_t *states)
 {
         if (!json_array_size(states))
@@ -672,7 +609,7 @@ static enum MHD_Result osb_list(ab_req *r)
         int64_t total = 0;
         for (size_t i = 0; i < n; i++) {
                 if (!osb_state(rs[i].status) || !state_matches(&rs[i], states) ||
-                    !osb_meta_matches(rs[i].metadata, meta))
+                    !kit_meta_match(rs[i].metadata, meta, OSB_META_PREFIX))
                         continue;
                 if (total >= (page - 1) * size && total < page * size)
                         json_array_append_new(items, osb_box_json(&rs[i], true));
@@ -730,61 +667,16 @@ static enum MHD_Result osb_resume(ab_req *r, const char *id)
 {
         ab_box_rec rec;
         enum MHD_Result ret;
-        if (get_box(r, id, &rec, &ret) < 0)
+        if (get_box(r, id, &rec, &ret) < 0) /* a box being deleted is gone: 404 */
                 return ret;
-        ab_box_status st = rec.status;
         ab_box_rec_clear(&rec);
-        ab_err *e = NULL;
-        int rc = 0;
-        if (st == AB_BOX_PAUSED)
-                rc = ab_manager_resume(r->srv->mgr, id, r->scope, &rec, &e);
-        else if (st != AB_BOX_RUNNING)
-                rc = ab_manager_start(r->srv->mgr, id, r->scope, &rec, &e);
-        if (rc < 0)
+        ab_err *e = NULL; /* paused or stopped: decided under the box's lock */
+        if (ab_manager_ensure_running(r->srv->mgr, id, r->scope, NULL, NULL, &e) < 0)
                 return osb_err(r, e, "SANDBOX::");
-        if (st != AB_BOX_RUNNING)
-                ab_box_rec_clear(&rec);
         return no_content(r, 202);
 }
 
 /* ---- renew, metadata, endpoints ---------------------------------------- */
-
-/* RFC 3339 ("2026-11-27T09:00:00Z", "...00.123+02:00") -> unix ms. */
-int osb_parse_time(const char *s, int64_t *ms)
-{
-        struct tm tm = {0};
-        const char *p = strptime(s, "%Y-%m-%dT%H:%M:%S", &tm);
-        if (!p)
-                return -1;
-        int64_t frac_ms = 0, scale = 100;
-        if (*p == '.') {
-                if (!isdigit((unsigned char)*++p))
-                        return -1;
-                for (; isdigit((unsigned char)*p); p++, scale /= 10)
-                        frac_ms += (*p - '0') * scale;
-        }
-        int64_t off = 0;
-        if (*p == 'Z' || *p == 'z') {
-                p++;
-        } else if (*p == '+' || *p == '-') {
-                const char *d = p + 1;
-                if (!isdigit((unsigned char)d[0]) || !isdigit((unsigned char)d[1]) || d[2] != ':' ||
-                    !isdigit((unsigned char)d[3]) || !isdigit((unsigned char)d[4]))
-                        return -1;
-                int hh = (d[0] - '0') * 10 + d[1] - '0', mm = (d[3] - '0') * 10 + d[4] - '0';
-                off = (int64_t)(hh * 60 + mm) * 60 * (*p == '+' ? 1 : -1);
-                p += 6;
-        } else {
-                return -1;
-        }
-        if (*p || tm.tm_year > 8000)
-                return -1;
-        time_t t = timegm(&tm);
-        if (t == (time_t)-1)
-                return -1;
-        *ms = ((int64_t)t - off) * 1000 + frac_ms;
-        return 0;
-}
 
 static enum MHD_Result osb_renew(ab_req *r, const char *id)
 {
@@ -794,7 +686,7 @@ static enum MHD_Result osb_renew(ab_req *r, const char *id)
                 return osb_err(r, e, "SANDBOX::");
         const char *exp = json_string_value(json_object_get(body, "expiresAt"));
         int64_t at = 0;
-        if (!exp || osb_parse_time(exp, &at) < 0) {
+        if (!exp || ab_time_parse_rfc3339(exp, &at) < 0) {
                 json_decref(body);
                 return osb_error(r, 400, "SANDBOX::INVALID_ARGUMENT",
                                  "expiresAt: required, an RFC 3339 time");
@@ -813,8 +705,8 @@ static enum MHD_Result osb_renew(ab_req *r, const char *id)
         int64_t secs = (at - osb_wall_ms() + 999) / 1000; /* from now: the box ends at `at` */
         if (ab_manager_set_ttl(r->srv->mgr, id, r->scope, secs, NULL, &rec, &e) < 0)
                 return osb_err(r, e, "SANDBOX::");
-        char buf[32];
-        osb_time(rec.created_at + rec.ttl_s * 1000, buf);
+        char buf[AB_TIME_LEN];
+        ab_time_rfc3339(rec.created_at + rec.ttl_s * 1000, true, buf);
         ab_box_rec_clear(&rec);
         return resp_json(r, 200, json_pack("{s:s}", "expiresAt", buf));
 }
@@ -1062,8 +954,8 @@ static bool snap_of(const ab_image *img, const char *app, const char **box, size
 
 static json_t *snap_json(const ab_image *img, const char *box, size_t box_len, const char *tag)
 {
-        char at[32];
-        osb_time(img->created * 1000, at);
+        char at[AB_TIME_LEN];
+        ab_time_rfc3339(img->created * 1000, true, at);
         return json_pack("{s:s,s:s%,s:s,s:{s:s,s:s},s:s}", "id", img->id, "sandboxId", box, box_len,
                          "name", tag, "status", "state", "Ready", "lastTransitionAt", at,
                          "createdAt", at);

@@ -35,8 +35,6 @@ enum MHD_Result osb_err(ab_req *r, ab_err *e, const char *prefix);
 /* Every value of a query parameter given once or more (?path=a&path=b): a
  * new array of strings. */
 json_t *osb_query_all(ab_req *r, const char *key);
-/* Unix milliseconds as RFC 3339 ("2026-11-27T09:00:00.000Z") into buf. */
-void osb_time(int64_t ms, char buf[32]);
 
 /* Wall clock, unix milliseconds. */
 int64_t osb_wall_ms(void);
@@ -50,27 +48,12 @@ enum MHD_Result execd_route(ab_req *r, const char *id, size_t first);
  * as MiB rounded up. 0, or -1 for anything else. */
 int osb_parse_cpu(const char *s, double *out);
 int osb_parse_mib(const char *s, uint64_t *out);
-/* RFC 3339 -> unix ms. 0 or -1. */
-int osb_parse_time(const char *s, int64_t *ms);
 /* networkPolicy -> agentbox's network object (new reference; NULL when
  * absent); volumes -> agentbox's volumes and mounts (new references or
  * NULL). -1 with AB_E_INVALID or AB_E_UNSUPPORTED. */
 int osb_parse_network(json_t *np, json_t **out, ab_err **err);
 int osb_parse_volumes(json_t *vols, json_t **volumes, json_t **mounts, ab_err **err);
-/* Does metadata match the list filter "k=v&k2=v2" (each word %-encoded)? */
-bool osb_meta_matches(json_t *metadata, const char *filter);
 /* A Range header "bytes=A-B" / "bytes=A-" of a size-byte file. 0 or -1. */
 int osb_parse_range(const char *h, uint64_t size, uint64_t *off, uint64_t *len);
-/* "--" + the boundary of a multipart/form-data Content-Type (malloc'd), or NULL. */
-char *osb_boundary_of(const char *content_type);
-/* The parts of a multipart body (at most max; their data points into body,
- * their names into names). */
-typedef struct osb_part {
-        const char *name;
-        const char *data;
-        size_t len;
-} osb_part;
-size_t osb_split_parts(const char *body, size_t len, const char *delim, osb_part *parts, size_t max,
-                       char names[][32]);
 
 #endif
