@@ -202,7 +202,9 @@ static void on_line(wproc *p, const char *line, size_t len)
                 return; /* not ours: the runner keeps stdout for protocol lines */
         if (json_is_true(json_object_get(j, "ready"))) {
                 pthread_mutex_lock(&rs->lock);
-                if (p->state == W_STARTING) {
+                /* not once stopping: ab_runners_free has emptied the idle
+                 * lists, and a reference taken now would never be dropped */
+                if (p->state == W_STARTING && !rs->stopping) {
                         p->state = W_READY;
                         p->refs++; /* the idle list's */
                         p->next = rs->idle[p->lang];

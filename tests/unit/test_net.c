@@ -1401,7 +1401,10 @@ static void test_proxy_app_cap(void)
         int other = tcp_connect("127.0.0.1", pb);
         tap_ok(answered_403(other, 2000), "appb's box is served at once meanwhile");
         ab_proxy_counts(px, &nb, &nc);
-        TAP_IS_INT(nc, 5, "appa's 4 and appb's 1 (none of appa's beyond its cap)");
+        /* appb's may already be closed after its answer: 4 or 5, never more */
+        tap_ok(nc == 4 || nc == 5, "appa's 4 and at most appb's 1 (none of appa's beyond its cap)");
+        if (nc != 4 && nc != 5)
+                tap_diag("got %zu connections", nc);
         close(idle[0]);
         char buf[64] = "";
         struct pollfd pf = {.fd = waiting, .events = POLLIN};
