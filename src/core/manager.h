@@ -215,6 +215,40 @@ void ab_manager_use_end(ab_manager *m, ab_use *u);
  * on at the resume, as E2B's pause keeps processes. Idempotent. */
 void ab_manager_use_hold(ab_manager *m, ab_use *u);
 
+/* File doors: every file operation on a box goes through one of these, on
+ * a use (ab_manager_use_begin; u stays the caller's). Each opens its own
+ * connection to the box's init (ab_manager_use_connect: a box stopped under
+ * the use is started again), counts in agentbox_file_ops_total{op,result}
+ * and as the use's activity, and is never an exec: no exec quota, no exec
+ * audit row, no "exec" event. Paths are the box's (relative ones under
+ * /workspace); errors are initclient.h's (AB_E_NOT_FOUND a missing path,
+ * AB_E_INVALID bad arguments, AB_E_PERMISSION read-only, AB_E_LIMIT a full
+ * disk, AB_E_UNAVAILABLE the box cannot be reached). Outputs as the abc_
+ * call's: release a stat with abc_stat_clear, a listing with
+ * abc_dirents_free. Thread-safe; a use may be shared by one thread only. */
+int ab_manager_file_stat(ab_manager *m, ab_use *u, const char *path, bool names, abc_stat *st,
+                         ab_err **err);
+int ab_manager_file_list(ab_manager *m, ab_use *u, const char *path, int depth, abc_dirent **out,
+                         size_t *n, ab_err **err);
+int ab_manager_file_read(ab_manager *m, ab_use *u, const char *path, uint64_t offset,
+                         uint64_t length, abc_output_fn out, void *ud, ab_err **err);
+/* abc_read_beneath: no component of rel is followed when it is a symlink. */
+int ab_manager_file_read_beneath(ab_manager *m, ab_use *u, const char *dir, const char *rel,
+                                 uint64_t length, abc_output_fn out, void *ud, ab_err **err);
+int ab_manager_file_write(ab_manager *m, ab_use *u, const char *path, const void *data, size_t len,
+                          int src_fd, uint32_t flags, uint32_t mode, ab_err **err);
+int ab_manager_file_mkdir(ab_manager *m, ab_use *u, const char *path, bool parents, uint32_t mode,
+                          ab_err **err);
+int ab_manager_file_rename(ab_manager *m, ab_use *u, const char *from, const char *to,
+                           ab_err **err);
+int ab_manager_file_delete(ab_manager *m, ab_use *u, const char *path, bool recursive,
+                           ab_err **err);
+int ab_manager_file_chmod(ab_manager *m, ab_use *u, const char *path, uint32_t mode, ab_err **err);
+/* owner, group: names of the box's /etc/passwd and /etc/group or numbers;
+ * NULL = unchanged (not both). */
+int ab_manager_file_chown(ab_manager *m, ab_use *u, const char *path, const char *owner,
+                          const char *group, ab_err **err);
+
 /* Gives a box the backend has but the store does not know (one made by
  * `agentbox create`) a record, as a restart of the server would: a session
  * box of no app. 0 also when it had one; AB_E_NOT_FOUND when the backend has
