@@ -403,6 +403,29 @@ int ab_manager_term_attach(ab_manager *m, const char *id, const char *scope, con
                            ab_term_attach *a, ab_err **err);
 void ab_manager_term_detach(ab_manager *m, ab_term_attach *a);
 
+/* The exec door for a user's command that does not run through
+ * ab_manager_exec (a command typed into a terminal: an OpenSandbox session's
+ * run, an E2B PTY): it counts as an exec all the same. begin takes one of
+ * the app's execs at once and of its exec rate (AB_E_QUOTA when over;
+ * AB_E_INVALID for a req without a command or argv; only req's command or
+ * argv is read, and copied into k). end gives the exec back and, unless rc
+ * < 0 (the command never ran: nothing but the metric), records it as
+ * ab_manager_exec does: the exec metric, the audit row (written by
+ * use_end), the box's activity and the "exec" event. res may hold only
+ * exit_code (duration_ms 0 = measured from begin). end is a no-op on a
+ * mark that is not open; u must be a use of the same box. */
+typedef struct ab_exec_mark {
+        char *text;  /* internal */
+        char **argv; /* internal */
+        int64_t started_ms;
+        uint64_t t0;
+        bool open;
+} ab_exec_mark;
+int ab_manager_exec_begin(ab_manager *m, ab_use *u, const abc_exec_req *req, ab_exec_mark *k,
+                          ab_err **err);
+void ab_manager_exec_end(ab_manager *m, ab_use *u, ab_exec_mark *k, int rc,
+                         const abc_exec_res *res);
+
 /* Records a terminal session run as a command (`agentbox exec -t`) in the
  * exec audit, as ab_manager_exec records an exec: argv (NULL = the login
  * shell), its exit code, its start (unix ms). Written by use_end. */

@@ -593,7 +593,7 @@ int abc_write(int fd, const char *path, const void *data, size_t len, int src_fd
 static void dirent_clear(abc_dirent *d)
 {
         free(d->path);
-        free(d->st.link);
+        abc_stat_clear(&d->st);
 }
 
 void abc_dirents_free(abc_dirent *d, size_t n)
