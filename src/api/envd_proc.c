@@ -303,6 +303,15 @@ static void *pty_main(void *arg)
         int rc = ab_manager_term_attach(m, p->box, p->scope, p->tid, &a, &e);
         if (rc == 0)
                 ab_manager_use_hold(m, &a.use);
+        /* The PTY's program is a user's command: the exec door counts it
+         * (quota, audit, event) for as long as it runs. */
+        ab_exec_mark mark = {0};
+        abc_exec_req xq = {.argv = (const char *const *)p->argv + 4};
+        if (rc == 0 && ab_manager_exec_begin(m, &a.use, &xq, &mark, &e) < 0) {
+                ab_manager_term_detach(m, &a);
+                ab_manager_term_close(m, p->box, p->scope, p->tid, NULL);
+                rc = -1;
+        }
         if (rc < 0) {
                 crpc_end(&b, crpc_code_of(e->code), e->msg);
                 ab_err_free(&e);
@@ -337,6 +346,8 @@ static void *pty_main(void *arg)
                         if ((poll(&pf, 1, 200) < 0 && errno != EINTR) || atomic_load(&stopping))
                                 break;
                 }
+                abc_exec_res xr = {.exit_code = exited ? exit_code : 128 + SIGKILL};
+                ab_manager_exec_end(m, &a.use, &mark, 0, &xr);
                 ab_manager_term_detach(m, &a);
                 ab_manager_term_close(m, p->box, p->scope, p->tid, NULL);
                 _cleanup_free_ char *status =
@@ -543,7 +554,14 @@ static enum MHD_Result pty_start(ab_req *r, const char *box, proc *p, json_t *pt
         };
         abc_term_info info = {0};
         ab_err *e = NULL;
-        if (ab_manager_term_open_id(r->srv->mgr, box, r->scope, &q, &info, &e) < 0) {
+        ab_box_rec rec = {0};
+        /* Refused before it starts when the app has no exec left (pty_main
+         * takes the exec). */
+        int qrc = ab_manager_get(r->srv->mgr, box, r->scope, &rec, &e);
+        if (qrc == 0)
+                qrc = ab_manager_quota_exec_check(r->srv->mgr, rec.app_id, &e);
+        ab_box_rec_clear(&rec);
+        if (qrc < 0 || ab_manager_term_open_id(r->srv->mgr, box, r->scope, &q, &info, &e) < 0) {
                 ab_stream_slot_release(slot);
                 p->refs = 1;
                 proc_unref(p);

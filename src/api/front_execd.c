@@ -9,6 +9,7 @@
 
 #include <openssl/rand.h>
 #include <poll.h>
+#include <signal.h>
 #include <sys/socket.h>
 
 #define BG_RUNNING_MAX 256        /* background commands running at once, server-wide */
@@ -833,9 +834,16 @@ static void *srun_main(void *arg)
         const char *error = NULL;
         uint64_t t0 = ab_now_ms(), deadline = t0 + s->timeout_ms, give_up = 0;
         ab_buf b = {0};
-        if (ab_manager_term_attach(m, s->box, s->scope, s->tid, &a, &e) < 0) {
+        /* The run is a user's command: the exec door counts it (quota,
+         * audit, event) while it runs. */
+        ab_exec_mark mark = {0};
+        abc_exec_req xq = {.command = s->c->content};
+        bool attached = ab_manager_term_attach(m, s->box, s->scope, s->tid, &a, &e) == 0;
+        if (!attached) {
                 error = e->msg;
                 dead = true;
+        } else if (ab_manager_exec_begin(m, &a.use, &xq, &mark, &e) < 0) {
+                error = e->msg; /* the shell lives on: the session is not dead */
         } else {
                 _cleanup_free_ char *line =
                     xasprintf("__ab_nonce=%s; printf '\\036S%%s\\036' \"$__ab_nonce\"; "
@@ -893,8 +901,12 @@ static void *srun_main(void *arg)
                         s->broken = true;
         }
         ab_buf_free(&b);
-        if (a.stream || a.fd >= 0)
+        if (attached) {
+                abc_exec_res xr = {.exit_code = error ? 128 + SIGKILL : code,
+                                   .timed_out = timed_out};
+                ab_manager_exec_end(m, &a.use, &mark, 0, &xr);
                 ab_manager_term_detach(m, &a);
+        }
         pthread_mutex_lock(&cmds_lock);
         bool interrupted = s->c->interrupted;
         s->c->running = false;
@@ -1005,6 +1017,13 @@ static enum MHD_Result session_run(ab_req *r, const char *id, const char *sid)
                      : ab_err_set(&e, AB_E_INTERNAL, 0, "no randomness");
         for (size_t i = 0; i < sizeof(rnd); i++)
                 snprintf(s->nonce + 2 * i, 3, "%02x", rnd[i]);
+        if (rc == 0) { /* refused before it starts when the app has no exec left */
+                ab_box_rec rec = {0};
+                rc = ab_manager_get(r->srv->mgr, id, r->scope, &rec, &e);
+                if (rc == 0)
+                        rc = ab_manager_quota_exec_check(r->srv->mgr, rec.app_id, &e);
+                ab_box_rec_clear(&rec);
+        }
         if (rc == 0)
                 rc =
                     session_files(r->srv, r->scope, id, sid, command, cwd && *cwd ? cwd : NULL, &e);
