@@ -85,6 +85,14 @@ int ab_manager_file_delete(ab_manager *m, ab_use *u, const char *path, bool recu
         return done(m, "delete", rc);
 }
 
+int ab_manager_file_symlink(ab_manager *m, ab_use *u, const char *path, const char *target,
+                            ab_err **err)
+{
+        _cleanup_close_ int fd = ab_manager_use_connect(m, u, err);
+        int rc = fd < 0 ? -1 : abc_symlink(fd, path, target, err);
+        return done(m, "symlink", rc);
+}
+
 int ab_manager_file_chmod(ab_manager *m, ab_use *u, const char *path, uint32_t mode, ab_err **err)
 {
         _cleanup_close_ int fd = ab_manager_use_connect(m, u, err);

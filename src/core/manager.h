@@ -243,6 +243,9 @@ int ab_manager_file_rename(ab_manager *m, ab_use *u, const char *from, const cha
                            ab_err **err);
 int ab_manager_file_delete(ab_manager *m, ab_use *u, const char *path, bool recursive,
                            ab_err **err);
+/* A symlink at path to target (stored as given). */
+int ab_manager_file_symlink(ab_manager *m, ab_use *u, const char *path, const char *target,
+                            ab_err **err);
 int ab_manager_file_chmod(ab_manager *m, ab_use *u, const char *path, uint32_t mode, ab_err **err);
 /* owner, group: names of the box's /etc/passwd and /etc/group or numbers;
  * NULL = unchanged (not both). */
@@ -355,6 +358,27 @@ int ab_manager_quota_exec_check(ab_manager *m, const char *app, ab_err **err);
  * is AB_E_QUOTA). fn may be NULL; it runs in the calling thread. */
 int ab_manager_image_pull(ab_manager *m, const char *scope, const char *ref,
                           ab_image_progress_fn fn, void *ud, ab_image *out, ab_err **err);
+
+/* Image doors: the image store as scope (an API key's app; NULL: the admin)
+ * sees it. Every one is AB_E_UNSUPPORTED on a server without an image
+ * store; pull, remove and import count in agentbox_lifecycle_ops_total
+ * (image_pull, image_remove, image_import). list: the images scope may
+ * use (its own private ones and the shared ones), sorted by id; free with
+ * ab_image_list_free. get: as ab_image_get_as (AB_E_NOT_FOUND for an image
+ * scope cannot see); release *out with ab_image_clear. remove: a name (or,
+ * given an id or digest, every name of the image) as ab_image_remove, then
+ * a GC (*freed: its bytes; may be NULL); with scope, only a ref the app
+ * can see (else AB_E_NOT_FOUND). import: a `docker save` or OCI layout
+ * tarball read from fd (the admin's: a route makes sure), as
+ * ab_image_import. */
+int ab_manager_image_list(ab_manager *m, const char *scope, ab_image **out, size_t *n,
+                          ab_err **err);
+int ab_manager_image_get(ab_manager *m, const char *scope, const char *ref, ab_image *out,
+                         ab_err **err);
+int ab_manager_image_remove(ab_manager *m, const char *scope, const char *ref, uint64_t *freed,
+                            ab_err **err);
+int ab_manager_image_import(ab_manager *m, int fd, const char *name, ab_image **out, size_t *n,
+                            ab_err **err);
 
 /* ---- disk (core/diskguard.c) ---- */
 

@@ -749,6 +749,21 @@ static void do_chown(init_conn *c, const init_conf *conf, const abp_file_req *m)
         send_ok(c);
 }
 
+static void do_symlink(init_conn *c, const init_conf *conf, const abp_file_req *m)
+{
+        _cleanup_free_ char *name = NULL;
+        _cleanup_close_ int dfd = open_parent(conf, m->path, false, &name);
+        if (dfd < 0) {
+                init_send_errno(c, -dfd, m->path);
+                return;
+        }
+        if (symlinkat(m->to, dfd, name) < 0) {
+                init_send_errno(c, errno, m->path);
+                return;
+        }
+        send_ok(c);
+}
+
 void init_fileop(init_conn *c, const abp_frame *f, const init_conf *conf)
 {
         abp_file_req m;
@@ -794,6 +809,9 @@ void init_fileop(init_conn *c, const abp_frame *f, const init_conf *conf)
                 break;
         case ABP_CHOWN:
                 do_chown(c, conf, &m);
+                break;
+        case ABP_SYMLINK:
+                do_symlink(c, conf, &m);
                 break;
         }
 }

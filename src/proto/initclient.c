@@ -741,6 +741,17 @@ int abc_chown(int fd, const char *path, const char *owner, const char *group, ab
         return simple(fd, &b, err);
 }
 
+int abc_symlink(int fd, const char *path, const char *target, ab_err **err)
+{
+        abp_buf b = {0};
+        abp_file_req m = {.path = path, .to = target};
+        if (!target || !target[0])
+                return ab_err_set(err, AB_E_INVALID, 0, "empty symlink target");
+        if (enc_file(&b, ABP_SYMLINK, &m, err) < 0)
+                return -1;
+        return simple(fd, &b, err);
+}
+
 int abc_delete(int fd, const char *path, bool recursive, ab_err **err)
 {
         abp_buf b = {0};

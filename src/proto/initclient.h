@@ -179,6 +179,10 @@ int abc_delete(int fd, const char *path, bool recursive, ab_err **err);
 /* Creates a directory (and its parents when `parents`). */
 int abc_mkdir(int fd, const char *path, bool parents, uint32_t mode, ab_err **err);
 
+/* Makes path a symlink to target (stored as given, never resolved).
+ * AB_E_CONFLICT when path exists; AB_E_INVALID from an init before proto 3. */
+int abc_symlink(int fd, const char *path, const char *target, ab_err **err);
+
 /* Renames within the box. */
 int abc_rename(int fd, const char *from, const char *to, ab_err **err);
 

@@ -402,7 +402,7 @@ int abp_dec_file(const abp_frame *f, abp_file_req *m)
 
         *m = (abp_file_req){0};
         if ((f->type < ABP_READ || f->type > ABP_RENAME) && f->type != ABP_CHMOD &&
-            f->type != ABP_CHOWN)
+            f->type != ABP_CHOWN && f->type != ABP_SYMLINK)
                 return -EBADMSG;
         FOR_FIELDS(f, fl, r, {
                 switch (fl.tag) {
@@ -435,7 +435,7 @@ int abp_dec_file(const abp_frame *f, abp_file_req *m)
                         break;
                 }
         });
-        if (!m->path || (f->type == ABP_RENAME && !m->to) ||
+        if (!m->path || ((f->type == ABP_RENAME || f->type == ABP_SYMLINK) && !m->to) ||
             (f->type == ABP_CHOWN && !m->owner && !m->group))
                 return -EBADMSG;
         return 0;

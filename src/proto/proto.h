@@ -23,11 +23,12 @@
  *   WRITE:   C: WRITE DATA(0)* EOF            I: OK                or ERROR (maybe early)
  *   LIST:    C: LIST                          I: ENTRY* OK         or ERROR
  *   STAT:    C: STAT                          I: ENTRY             or ERROR
- *   DELETE, MKDIR, RENAME, CHMOD, CHOWN:      I: OK                or ERROR
+ *   DELETE, MKDIR, RENAME, CHMOD, CHOWN, SYMLINK: I: OK           or ERROR
  *            CHMOD sets PATH's MODE (07777 bits); CHOWN sets its owner
  *            (OWNER) and/or group (GROUP), each a name of the box's
  *            /etc/passwd or /etc/group or a number; both follow a final
- *            symlink, as chmod(1) and chown(1) do. STAT with FLAGS
+ *            symlink, as chmod(1) and chown(1) do. SYMLINK makes PATH a
+ *            link to TO (stored as given). STAT with FLAGS
  *            ABP_S_NAMES adds OWNER and GROUP (names from the box's
  *            databases, absent for ids without an entry); every ENTRY
  *            carries UID and GID (an init before proto 3 sends neither).
@@ -95,6 +96,7 @@ enum {
         ABP_RENAME = 9,
         ABP_CHMOD = 17, /* file operations too (after the terminals' range) */
         ABP_CHOWN = 18,
+        ABP_SYMLINK = 19,
         ABP_TERM_OPEN = 10,
         ABP_TERM_LIST = 11,
         ABP_TERM_CLOSE = 12,
@@ -135,7 +137,7 @@ enum {
         ABP_F_FLAGS = 19,        /* u32, ABP_W_* / ABP_RECURSIVE / ABP_PARENTS */
         ABP_F_MODE = 20,         /* u32 permission bits */
         ABP_F_DEPTH = 21,        /* u32 */
-        ABP_F_TO = 22,           /* str: RENAME target */
+        ABP_F_TO = 22,           /* str: RENAME target, SYMLINK's link target */
         ABP_F_PATTERN = 23,      /* str: GREP's regular expression (PCRE2) */
         ABP_F_INDEX = 24,        /* u32: MATCH: which of GREP's PATHs (0-based) */
         ABP_F_LINE = 25,         /* u64: MATCH: line number (1-based) */
@@ -220,7 +222,7 @@ typedef struct abp_exec_req {
         uint64_t output_cap;
 } abp_exec_req;
 
-/* READ WRITE LIST STAT DELETE MKDIR RENAME CHMOD CHOWN: the fields each one
+/* READ WRITE LIST STAT DELETE MKDIR RENAME CHMOD CHOWN SYMLINK: the fields each one
  * uses. */
 typedef struct abp_file_req {
         const char *path;
