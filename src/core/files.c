@@ -39,6 +39,27 @@ int ab_manager_file_list(ab_manager *m, ab_use *u, const char *path, int depth, 
         return done(m, "list", rc);
 }
 
+int ab_manager_file_peek_list(ab_manager *m, const char *id, const char *scope, const char *path,
+                              int depth, abc_dirent **out, size_t *n, ab_err **err)
+{
+        *out = NULL;
+        *n = 0;
+        ab_box_rec r = {0};
+        if (mgr_get_scoped(m, id, scope, &r, err) < 0)
+                return -1;
+        bool running = r.status == AB_BOX_RUNNING;
+        ab_backend *b = m->o.backend;
+        ab_err *e = NULL;
+        int fd = running ? b->ops->connect(b, r.backend_id, &e) : -1;
+        ab_err_free(&e);
+        ab_box_rec_clear(&r);
+        if (fd < 0)
+                return ab_err_set(err, AB_E_CONFLICT, 0, "box %s is not running", id);
+        int rc = abc_list(fd, path, depth, out, n, err);
+        close(fd);
+        return done(m, "list", rc);
+}
+
 int ab_manager_file_read(ab_manager *m, ab_use *u, const char *path, uint64_t offset,
                          uint64_t length, abc_output_fn out, void *ud, ab_err **err)
 {

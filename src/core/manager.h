@@ -230,6 +230,12 @@ int ab_manager_file_stat(ab_manager *m, ab_use *u, const char *path, bool names,
                          ab_err **err);
 int ab_manager_file_list(ab_manager *m, ab_use *u, const char *path, int depth, abc_dirent **out,
                          size_t *n, ab_err **err);
+/* ab_manager_file_list of box id (scope as everywhere) without a use: only
+ * while the box runs (else AB_E_CONFLICT; AB_E_NOT_FOUND when it is gone),
+ * never starting or resuming it, and not counted as its activity: a
+ * watcher's poll must not keep a box awake. */
+int ab_manager_file_peek_list(ab_manager *m, const char *id, const char *scope, const char *path,
+                              int depth, abc_dirent **out, size_t *n, ab_err **err);
 int ab_manager_file_read(ab_manager *m, ab_use *u, const char *path, uint64_t offset,
                          uint64_t length, abc_output_fn out, void *ud, ab_err **err);
 /* abc_read_beneath: no component of rel is followed when it is a symlink. */
