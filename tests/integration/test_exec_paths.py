@@ -150,6 +150,12 @@ h.ok(r.status == 200 and "shell from-box" in (r.get("output") or ""), "REST sand
      r.describe())
 recorded("paths", "echo shell $BOXVAR", "REST sandbox_shell tool", counted=1, before=n0)
 
+f0 = file_ops_total()
+r = S.post("/v1/sandboxes/paths/tools/read_file", {"args": {"path": "/workspace/nothing-here"}})
+h.eq(r.status, 200, "REST read_file tool of a missing file answers", r.describe())
+h.ok(file_ops_total() > f0, "... through the manager's file doors (agentbox_file_ops_total)",
+     "%s -> %s" % (f0, file_ops_total()))
+
 # ---- the bash tool over MCP ---------------------------------------------------------------
 ACCEPT = {"Accept": "application/json, text/event-stream"}
 r = S.post("/mcp", {"jsonrpc": "2.0", "id": 1, "method": "initialize",
