@@ -624,17 +624,11 @@ int abp_enc_grep(abp_buf *b, const abp_grep_req *m)
         return abp_frame_end(b);
 }
 
-int abp_dec_grep(const abp_frame *f, abp_grep_req *m)
+/* GREP's fields into m, whose paths array holds every PATH already. */
+static int dec_grep_fields(const abp_frame *f, abp_grep_req *m)
 {
         abp_field fl;
         int r = 0;
-        size_t n_paths = 0;
-
-        *m = (abp_grep_req){0};
-        if (f->type != ABP_GREP)
-                return -EBADMSG;
-        FOR_FIELDS(f, fl, r, n_paths += fl.tag == ABP_F_PATH);
-        m->paths = n_paths ? xcalloc(n_paths + 1, sizeof(*m->paths)) : NULL;
         FOR_FIELDS(f, fl, r, {
                 switch (fl.tag) {
                 case ABP_F_PATTERN:
@@ -664,6 +658,24 @@ int abp_dec_grep(const abp_frame *f, abp_grep_req *m)
                 }
         });
         return m->pattern ? 0 : -EBADMSG;
+}
+
+int abp_dec_grep(const abp_frame *f, abp_grep_req *m)
+{
+        abp_field fl;
+        int r = 0;
+        size_t n_paths = 0;
+
+        *m = (abp_grep_req){0};
+        if (f->type != ABP_GREP)
+                return -EBADMSG;
+        FOR_FIELDS(f, fl, r, n_paths += fl.tag == ABP_F_PATH);
+        m->paths = n_paths ? xcalloc(n_paths + 1, sizeof(*m->paths)) : NULL;
+        /* A malformed request frees the paths array (the decoder's own). */
+        r = dec_grep_fields(f, m);
+        if (r < 0)
+                abp_grep_req_clear(m);
+        return r;
 }
 
 void abp_grep_req_clear(abp_grep_req *m)
