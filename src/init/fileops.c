@@ -707,32 +707,18 @@ static void do_rename(init_conn *c, const init_conf *conf, const abp_file_req *m
         send_ok(c);
 }
 
-/* ---- CHMOD, CHOWN ---- */
+/* ---- CHMOD, CHOWN, SYMLINK ---- */
 
-/* Both act on PATH's final component through its parent directory and
- * follow it when it is a symlink (as chmod(1) and chown(1) do); init runs
- * in the box, so a link's target is a path of the box. */
-static void do_chmod(init_conn *c, const init_conf *conf, const abp_file_req *m)
+/* One call on PATH's last component through its parent directory. CHMOD
+ * and CHOWN follow it when it is a symlink (as chmod(1) and chown(1) do);
+ * init runs in the box, so a link's target is a path of the box. */
+static void do_at_parent(init_conn *c, const init_conf *conf, uint32_t type, const abp_file_req *m)
 {
-        _cleanup_free_ char *name = NULL;
-        _cleanup_close_ int dfd = open_parent(conf, m->path, false, &name);
-        if (dfd < 0) {
-                init_send_errno(c, -dfd, m->path);
-                return;
-        }
-        if (fchmodat(dfd, name, m->mode & 07777, 0) < 0) {
-                init_send_errno(c, errno, m->path);
-                return;
-        }
-        send_ok(c);
-}
-
-static void do_chown(init_conn *c, const init_conf *conf, const abp_file_req *m)
-{
-        uid_t uid;
-        gid_t gid;
+        uid_t uid = (uid_t)-1;
+        gid_t gid = (gid_t)-1;
         _cleanup_free_ char *why = NULL;
-        if (init_owner_resolve(conf, m->owner, m->group, &uid, &gid, &why) < 0) {
+        if (type == ABP_CHOWN &&
+            init_owner_resolve(conf, m->owner, m->group, &uid, &gid, &why) < 0) {
                 init_send_error(c, "invalid_argument", "%s", why);
                 return;
         }
@@ -742,22 +728,10 @@ static void do_chown(init_conn *c, const init_conf *conf, const abp_file_req *m)
                 init_send_errno(c, -dfd, m->path);
                 return;
         }
-        if (fchownat(dfd, name, uid, gid, 0) < 0) {
-                init_send_errno(c, errno, m->path);
-                return;
-        }
-        send_ok(c);
-}
-
-static void do_symlink(init_conn *c, const init_conf *conf, const abp_file_req *m)
-{
-        _cleanup_free_ char *name = NULL;
-        _cleanup_close_ int dfd = open_parent(conf, m->path, false, &name);
-        if (dfd < 0) {
-                init_send_errno(c, -dfd, m->path);
-                return;
-        }
-        if (symlinkat(m->to, dfd, name) < 0) {
+        int r = type == ABP_CHMOD   ? fchmodat(dfd, name, m->mode & 07777, 0)
+                : type == ABP_CHOWN ? fchownat(dfd, name, uid, gid, 0)
+                                    : symlinkat(m->to, dfd, name);
+        if (r < 0) {
                 init_send_errno(c, errno, m->path);
                 return;
         }
@@ -805,13 +779,9 @@ void init_fileop(init_conn *c, const abp_frame *f, const init_conf *conf)
                 do_rename(c, conf, &m);
                 break;
         case ABP_CHMOD:
-                do_chmod(c, conf, &m);
-                break;
         case ABP_CHOWN:
-                do_chown(c, conf, &m);
-                break;
         case ABP_SYMLINK:
-                do_symlink(c, conf, &m);
+                do_at_parent(c, conf, f->type, &m);
                 break;
         }
 }
