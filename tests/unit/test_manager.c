@@ -667,6 +667,63 @@ static void *racer(void *arg)
         return NULL;
 }
 
+/* The exec door of a command that runs on a terminal: begin takes one of
+ * the app's execs, end records it as ab_manager_exec would. */
+static void test_exec_mark(void)
+{
+        ab_manager_opts o = {.backend = &FB.base,
+                             .store = st,
+                             .events = ev,
+                             .metrics = mt,
+                             .reaper_interval_ms = 3600 * 1000};
+        ab_limits_default(&o.limits);
+        o.quotas.max_execs = 1;
+        ab_manager *m = NULL;
+        ab_err *e = NULL;
+        if (ab_manager_open(&o, &m, &e) < 0) {
+                ok(false, "manager with max_execs 1: %s", e->msg);
+                ab_err_free(&e);
+                return;
+        }
+        ab_acquire_req q = {.app_id = "mk", .user_id = "u", .chat_id = "c"};
+        ab_box_rec r = {0};
+        bool created = false;
+        ok(ab_manager_acquire(m, &q, "mk", &r, &created, &e) == 0, "a box of app mk");
+        ab_use u, u2;
+        ok(ab_manager_use_begin(m, r.id, "mk", &u, &e) == 0 &&
+               ab_manager_use_begin(m, r.id, "mk", &u2, &e) == 0,
+           "two uses of it");
+        uint64_t seq = ab_events_last_seq(ev);
+        abc_exec_req xq = {.command = "typed into a terminal"};
+        ab_exec_mark k, k2;
+        ok(ab_manager_exec_begin(m, &u, &xq, &k, &e) == 0 && k.open,
+           "exec_begin takes the app's one exec");
+        ok(ab_manager_exec_begin(m, &u2, &xq, &k2, &e) < 0 && e && e->code == AB_E_QUOTA,
+           "a second one is over the app's max_execs (AB_E_QUOTA)");
+        ab_err_free(&e);
+        abc_exec_res res = {.exit_code = 3};
+        ab_manager_exec_end(m, &u, &k, 0, &res);
+        ok(!k.open, "exec_end closes the mark");
+        ab_manager_exec_end(m, &u, &k, 0, &res); /* a no-op */
+        ab_manager_use_end(m, &u);
+        ab_exec_audit *a = NULL;
+        size_t n = 0;
+        ok(ab_store_audit_list(st, "native", r.id, 5, &a, &n, &e) == 0 && n == 1 &&
+               !strcmp(a[0].command, "typed into a terminal") && a[0].exit_code == 3,
+           "its end is one audit row with the command and exit code");
+        ab_exec_audits_free(a, n);
+        ok(strstr(events_of(seq, r.id), "exec") != NULL, "... and an exec event");
+        ok(ab_manager_exec_begin(m, &u2, &xq, &k2, &e) == 0, "the exec given back, another starts");
+        ab_manager_exec_end(m, &u2, &k2, -1, &res); /* it never ran */
+        ab_manager_use_end(m, &u2);
+        ok(ab_store_audit_list(st, "native", r.id, 5, &a, &n, &e) == 0 && n == 1,
+           "a command that never ran leaves no audit row");
+        ab_exec_audits_free(a, n);
+        ab_err_free(&e);
+        ab_box_rec_clear(&r);
+        ab_manager_free(m);
+}
+
 int main(void)
 {
         snprintf(dir, sizeof(dir), "/tmp/ab-mgr-XXXXXX");
@@ -1185,6 +1242,8 @@ int main(void)
            "recovery keeps it");
         is_str(status_of_id("sys-test"), "gone", "and does not adopt it as a user's box");
         ab_manager_free(m);
+
+        test_exec_mark();
 
         ab_metrics_free(mt);
         ab_events_free(ev);
