@@ -18,7 +18,7 @@ void ab_images_metrics(ab_server *s, ab_buf *b)
 {
         ab_image *imgs = NULL;
         size_t n = 0;
-        if (!s->images || ab_image_list(s->images, &imgs, &n, NULL) < 0)
+        if (!s->images || ab_manager_image_list(s->mgr, NULL, &imgs, &n, NULL) < 0)
                 return;
         uint64_t bytes = 0;
         for (size_t i = 0; i < n; i++)
