@@ -56,6 +56,13 @@ static int use_write(void *ud, const char *path, const void *data, size_t len, u
         return ab_manager_file_write(c->mgr, c->use, path, data, len, -1, flags, 0, err);
 }
 
+static int use_grep(void *ud, const abc_grep_req *q, abc_match_fn fn, void *fn_ud,
+                    abc_grep_res *res, ab_err **err)
+{
+        use_conn *c = ud;
+        return ab_manager_file_grep(c->mgr, c->use, q, fn, fn_ud, res, err);
+}
+
 static int use_exec(void *ud, const abc_exec_req *req, abc_output_fn out, void *out_ud,
                     abc_exec_res *res, ab_err **err)
 {
@@ -88,6 +95,7 @@ int tools_call(ab_server *s, ab_req *r, const char *scope, const char *id, const
             .list = use_list,
             .read = use_read,
             .write = use_write,
+            .grep = use_grep,
             .ud = &c,
         };
         ab_tool_limits lim = s->cfg->tools;

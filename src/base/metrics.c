@@ -21,7 +21,7 @@ static const char *const ops[] = {"create",        "start",      "stop",        
                                   "pressure_stop", "image_pull", "image_import", "image_remove",
                                   "fork",          "snapshot",   "other"};
 static const char *const file_ops[] = {"stat",   "list",  "read",  "write",   "mkdir", "rename",
-                                       "delete", "chmod", "chown", "symlink", "other"};
+                                       "delete", "chmod", "chown", "symlink", "grep",  "other"};
 static const char *const proxy_results[] = {"allowed", "denied", "error", "other"};
 static const double buckets[] = {.001, .0025, .005, .01, .025, .05, .1, .25,
                                  .5,   1,     2.5,  5,   10,   30,  60};

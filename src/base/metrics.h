@@ -28,7 +28,7 @@ void ab_metrics_error(ab_metrics *m, const char *code);
 void ab_metrics_op(ab_metrics *m, const char *op, bool ok);
 
 /* One file operation through the manager's file doors: "stat", "list",
- * "read", "write", "mkdir", "rename", "delete", "chmod", "chown", "symlink"; `ok`
+ * "read", "write", "mkdir", "rename", "delete", "chmod", "chown", "symlink", "grep"; `ok`
  * false counts a failure (a missing path included). */
 void ab_metrics_file(ab_metrics *m, const char *op, bool ok);
 

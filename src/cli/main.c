@@ -611,6 +611,13 @@ static int tool_write(void *ud, const char *path, const void *data, size_t len, 
         return ab_manager_file_write(c->l->mgr, c->u, path, data, len, -1, flags, 0, err);
 }
 
+static int tool_grep(void *ud, const abc_grep_req *q, abc_match_fn fn, void *fn_ud,
+                     abc_grep_res *res, ab_err **err)
+{
+        tool_conn *c = ud;
+        return ab_manager_file_grep(c->l->mgr, c->u, q, fn, fn_ud, res, err);
+}
+
 static int tool_exec(void *ud, const abc_exec_req *req, abc_output_fn out, void *out_ud,
                      abc_exec_res *res, ab_err **err)
 {
@@ -663,6 +670,7 @@ static int cmd_tool(const char *data, bool help, int argc, char **argv)
                            .list = tool_list,
                            .read = tool_read,
                            .write = tool_write,
+                           .grep = tool_grep,
                            .ud = &c};
         ab_tool_limits lim = {0};
         ab_tool_result res = {0};

@@ -76,6 +76,15 @@ int ab_manager_file_read_beneath(ab_manager *m, ab_use *u, const char *dir, cons
         return done(m, "read", rc);
 }
 
+int ab_manager_file_grep(ab_manager *m, ab_use *u, const abc_grep_req *q, abc_match_fn fn, void *ud,
+                         abc_grep_res *res, ab_err **err)
+{
+        *res = (abc_grep_res){0};
+        _cleanup_close_ int fd = ab_manager_use_connect(m, u, err);
+        int rc = fd < 0 ? -1 : abc_grep(fd, q, fn, ud, res, err);
+        return done(m, "grep", rc);
+}
+
 int ab_manager_file_write(ab_manager *m, ab_use *u, const char *path, const void *data, size_t len,
                           int src_fd, uint32_t flags, uint32_t mode, ab_err **err)
 {

@@ -241,6 +241,9 @@ int ab_manager_file_read(ab_manager *m, ab_use *u, const char *path, uint64_t of
 /* abc_read_beneath: no component of rel is followed when it is a symlink. */
 int ab_manager_file_read_beneath(ab_manager *m, ab_use *u, const char *dir, const char *rel,
                                  uint64_t length, abc_output_fn out, void *ud, ab_err **err);
+/* abc_grep: init searches the files q->paths for q->pattern in the box. */
+int ab_manager_file_grep(ab_manager *m, ab_use *u, const abc_grep_req *q, abc_match_fn fn, void *ud,
+                         abc_grep_res *res, ab_err **err);
 int ab_manager_file_write(ab_manager *m, ab_use *u, const char *path, const void *data, size_t len,
                           int src_fd, uint32_t flags, uint32_t mode, ab_err **err);
 int ab_manager_file_mkdir(ab_manager *m, ab_use *u, const char *path, bool parents, uint32_t mode,

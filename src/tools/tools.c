@@ -184,6 +184,17 @@ int tool_write(tool_ctx *c, const char *path, const void *data, size_t len, uint
         return abc_write(fd, path, data, len, -1, flags, 0, err);
 }
 
+int tool_search(tool_ctx *c, const abc_grep_req *q, abc_match_fn fn, void *ud, abc_grep_res *res,
+                ab_err **err)
+{
+        if (c->box->grep)
+                return c->box->grep(c->box->ud, q, fn, ud, res, err);
+        _cleanup_close_ int fd = tool_connect(c, err);
+        if (fd < 0)
+                return -1;
+        return abc_grep(fd, q, fn, ud, res, err);
+}
+
 int tool_connect(tool_ctx *c, ab_err **err)
 {
         ab_err *e = NULL;

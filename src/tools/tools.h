@@ -46,7 +46,7 @@ typedef struct ab_tool_box {
         bool (*gone)(void *ud);
         /* Optional file operations (each NULL: the tool does it itself on a
          * connection of connect()): a listing, a read of up to length bytes
-         * (0 = all), a write (ABC_W_* flags). In the server and the CLI they
+         * (0 = all), a write (ABC_W_* flags), a search (abc_grep). In the server and the CLI they
          * are the manager's file doors (counted as file operations, never
          * as execs: docs/architecture.md); errors as initclient.h's. */
         int (*list)(void *ud, const char *path, int depth, abc_dirent **out, size_t *n,
@@ -55,6 +55,8 @@ typedef struct ab_tool_box {
                     ab_err **err);
         int (*write)(void *ud, const char *path, const void *data, size_t len, uint32_t flags,
                      ab_err **err);
+        int (*grep)(void *ud, const abc_grep_req *q, abc_match_fn fn, void *fn_ud,
+                    abc_grep_res *res, ab_err **err);
         void *ud;
 } ab_tool_box;
 

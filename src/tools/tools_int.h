@@ -58,6 +58,8 @@ int tool_read(tool_ctx *c, const char *path, uint64_t length, abc_output_fn fn, 
               ab_err **err);
 int tool_write(tool_ctx *c, const char *path, const void *data, size_t len, uint32_t flags,
                ab_err **err);
+int tool_search(tool_ctx *c, const abc_grep_req *q, abc_match_fn fn, void *ud, abc_grep_res *res,
+                ab_err **err);
 /* True when e is the caller's problem (the box is unreachable): the tool then
  * returns -1 with it, instead of showing it to the model. */
 bool tool_err_is_fatal(const ab_err *e);
