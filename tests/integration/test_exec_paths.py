@@ -2,13 +2,16 @@
 """One exec door: every way of running a command in a box is recorded the same
 way. Against the real `agentbox serve`: a REST exec (the reference), a REST
 exec of an argv, the bash and sandbox_shell tools over REST, the bash tool
-over MCP (/mcp), an E2B process and an E2B PTY (envd's process.Start), an
-OpenSandbox command and a command run in an OpenSandbox session each show
-up as an `exec` event on /v1/events, in the exec counter of /metrics and as
-a row of the store's exec audit table, with the box's env. The fronts'
-internal work is no exec: OpenSandbox's file info, listing and chmod, and
-E2B's home link, add neither events, nor audit rows, nor execs (they are
-file operations: agentbox_file_ops_total). The CLI (`agentbox exec`, one word = shell string, several = argv;
+over MCP (/mcp) and an OpenSandbox command each show up as an `exec` event
+on /v1/events, in the exec counter of /metrics and as a row of the store's
+exec audit table, with the box's env. The commands the box's init holds (an
+E2B process and PTY, a command run in an OpenSandbox session) are recorded
+once at their start: one `exec` event (background, with its process id) and
+one audit row (exit code -1), no exec metric. The fronts' internal work is
+no exec: OpenSandbox's file info, listing and chmod, and E2B's home link,
+add neither events, nor audit rows, nor execs (they are file operations:
+agentbox_file_ops_total). The CLI (`agentbox exec`, one word = shell
+string, several = argv;
 `agentbox tool ... bash`) runs in its own process: its execs are rows of the
 same audit table (its events and metrics are its own process's, gone with
 it), and it works on a box the server made as well as on one of `agentbox
@@ -96,6 +99,21 @@ def recorded_like(box, marker, what, exit_code, before):
          "%s: one row in the store's exec audit" % what, repr(audit_like(box, marker)))
     h.ok(wait_for(lambda: execs_total() - before == 1, 5, 0.1), "%s: agentbox_execs_total went up by 1" % what,
          "%s - %s" % (execs_total(), before))
+
+
+def started_like(box, marker, what, before):
+    """As recorded, for a user's command the box's init holds (ab_manager_cmd_start /
+    _cmd_record): one exec event at its start, background with its process id, one audit
+    row (exit code -1: it runs on), and no exec metric (the server does not see its end)."""
+    pull(lambda: events_like(box, marker))
+    ev = events_like(box, marker)
+    h.ok(len(ev) == 1 and ev[0].get("background") is True and ev[0].get("process_id"),
+         "%s: one exec event at its start (background, process_id)" % what, json.dumps(seen[-5:]))
+    h.ok(wait_for(lambda: [row[1] for row in audit_like(box, marker)] == [-1], 10, 0.1),
+         "%s: one row in the store's exec audit (exit code -1)" % what, repr(audit_like(box, marker)))
+    pull(lambda: False, 0.3)
+    h.eq(execs_total(), before, "%s: no exec metric (it runs on in the box)" % what)
+    h.eq(len(events_like(box, marker)), 1, "%s: still one exec event after its end" % what)
 
 
 def file_ops_total():
@@ -211,12 +229,12 @@ pull(lambda: False, 0.3)
 n0 = execs_total()
 end, out, frames = envd_start({"process": {"cmd": "/bin/sh", "args": ["-c", "echo e2bproc $BOXVAR; exit 4"]}})
 h.ok(end.get("exitCode") == 4 and b"e2bproc from-e2b" in out, "E2B process runs with the box env", frames)
-recorded_like(eb, "echo e2bproc $BOXVAR; exit 4", "E2B process", 4, n0)
+started_like(eb, "echo e2bproc $BOXVAR; exit 4", "E2B process", n0)
 n0 = execs_total()
 end, out, frames = envd_start({"process": {"cmd": "/bin/sh", "args": ["-c", "echo e2bpty $BOXVAR; exit 5"]},
                                "pty": {"size": {"cols": 80, "rows": 24}}})
 h.ok(end.get("exitCode") == 5 and b"e2bpty from-e2b" in out, "E2B PTY runs with the box env", frames)
-recorded_like(eb, "echo e2bpty $BOXVAR; exit 5", "E2B PTY", 5, n0)
+started_like(eb, "echo e2bpty $BOXVAR; exit 5", "E2B PTY", n0)
 pull(lambda: False, 0.5)
 h.eq([e for e in seen if e.get("box_id") == eb and "/home/user" in (e.get("data") or {}).get("command", "")], [],
      "E2B's home link is no exec of the user's")
@@ -239,7 +257,7 @@ h.ok(r.status == 200 and sess, "an OpenSandbox session", r.describe())
 n0 = execs_total()
 r = S.post(EX + "/session/%s/run" % sess, {"command": "echo osbsess $BOXVAR; false"}, headers=OKEY, token=None)
 h.ok(r.status == 200 and b"osbsess from-osb" in r.body, "a command in the OpenSandbox session runs", r.describe())
-recorded_like(ob, "echo osbsess $BOXVAR; false", "OpenSandbox session run", 1, n0)
+started_like(ob, "echo osbsess $BOXVAR; false", "OpenSandbox session run", n0)
 
 pull(lambda: False, 0.3)
 n_seen, n0, f0 = len(seen), execs_total(), file_ops_total()
