@@ -20,6 +20,8 @@ static const char *const ops[] = {"create",        "start",      "stop",        
                                   "pause",         "resume",     "idle_pause",   "lru_pause",
                                   "pressure_stop", "image_pull", "image_import", "image_remove",
                                   "fork",          "snapshot",   "other"};
+static const char *const file_ops[] = {"stat",   "list",  "read",  "write",   "mkdir", "rename",
+                                       "delete", "chmod", "chown", "symlink", "grep",  "other"};
 static const char *const proxy_results[] = {"allowed", "denied", "error", "other"};
 static const double buckets[] = {.001, .0025, .005, .01, .025, .05, .1, .25,
                                  .5,   1,     2.5,  5,   10,   30,  60};
@@ -28,6 +30,7 @@ static const double buckets[] = {.001, .0025, .005, .01, .025, .05, .1, .25,
 #define N_CODES    AB_ARRAY_LEN(codes)
 #define N_OPS      AB_ARRAY_LEN(ops)
 #define N_PROXY    AB_ARRAY_LEN(proxy_results)
+#define N_FILE_OPS AB_ARRAY_LEN(file_ops)
 #define N_BUCKETS  (AB_ARRAY_LEN(buckets) + 1) /* the last one is +Inf */
 #define N_STATUS   600                         /* slot 0 holds statuses outside 100..599 */
 
@@ -41,6 +44,7 @@ struct ab_metrics {
         counter errors[N_CODES];
         counter lifecycle[N_OPS][2]; /* [op][0 = ok, 1 = error] */
         counter proxy[N_PROXY];
+        counter files[N_FILE_OPS][2]; /* [op][0 = ok, 1 = error] */
 };
 
 ab_metrics *ab_metrics_new(void)
@@ -99,6 +103,11 @@ void ab_metrics_error(ab_metrics *m, const char *code)
 void ab_metrics_op(ab_metrics *m, const char *op, bool ok)
 {
         inc(&m->lifecycle[index_of(ops, N_OPS, op)][ok ? 0 : 1], 1);
+}
+
+void ab_metrics_file(ab_metrics *m, const char *op, bool ok)
+{
+        inc(&m->files[index_of(file_ops, N_FILE_OPS, op)][ok ? 0 : 1], 1);
 }
 
 void ab_metrics_proxy(ab_metrics *m, const char *result)
@@ -230,6 +239,20 @@ char *ab_metrics_render(ab_metrics *m, const ab_metrics_gauges *g)
                                     "agentbox_lifecycle_ops_total{op=\"%s\",result=\"%s\"} "
                                     "%llu\n",
                                     ops[i], r ? "error" : "ok", (unsigned long long)v);
+                }
+        }
+
+        header(&b, "agentbox_file_ops_total", "counter",
+               "File operations on boxes (the manager's file doors) by kind and result.");
+        for (size_t i = 0; i < N_FILE_OPS; i++) {
+                for (int r = 0; r < 2; r++) {
+                        uint64_t v = get(&m->files[i][r]);
+                        if (i + 1 < N_FILE_OPS || v)
+                                ab_buf_printf(&b,
+                                              "agentbox_file_ops_total{op=\"%s\",result=\"%s\"} "
+                                              "%llu\n",
+                                              file_ops[i], r ? "error" : "ok",
+                                              (unsigned long long)v);
                 }
         }
 

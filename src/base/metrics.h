@@ -27,6 +27,11 @@ void ab_metrics_error(ab_metrics *m, const char *code);
  * failure. */
 void ab_metrics_op(ab_metrics *m, const char *op, bool ok);
 
+/* One file operation through the manager's file doors: "stat", "list",
+ * "read", "write", "mkdir", "rename", "delete", "chmod", "chown", "symlink", "grep"; `ok`
+ * false counts a failure (a missing path included). */
+void ab_metrics_file(ab_metrics *m, const char *op, bool ok);
+
 /* One connection to the allowlist egress proxy: "allowed", "denied" (by the
  * box's rules or an internal address) or "error" (bad request, no route). */
 void ab_metrics_proxy(ab_metrics *m, const char *result);

@@ -590,6 +590,34 @@ static int tool_connect(void *ud, ab_err **err)
         return ab_manager_use_connect(c->l->mgr, c->u, err);
 }
 
+static int tool_list(void *ud, const char *path, int depth, abc_dirent **out, size_t *n,
+                     ab_err **err)
+{
+        tool_conn *c = ud;
+        return ab_manager_file_list(c->l->mgr, c->u, path, depth, out, n, err);
+}
+
+static int tool_read(void *ud, const char *path, uint64_t length, abc_output_fn out, void *out_ud,
+                     ab_err **err)
+{
+        tool_conn *c = ud;
+        return ab_manager_file_read(c->l->mgr, c->u, path, 0, length, out, out_ud, err);
+}
+
+static int tool_write(void *ud, const char *path, const void *data, size_t len, uint32_t flags,
+                      ab_err **err)
+{
+        tool_conn *c = ud;
+        return ab_manager_file_write(c->l->mgr, c->u, path, data, len, -1, flags, 0, err);
+}
+
+static int tool_grep(void *ud, const abc_grep_req *q, abc_match_fn fn, void *fn_ud,
+                     abc_grep_res *res, ab_err **err)
+{
+        tool_conn *c = ud;
+        return ab_manager_file_grep(c->l->mgr, c->u, q, fn, fn_ud, res, err);
+}
+
 static int tool_exec(void *ud, const abc_exec_req *req, abc_output_fn out, void *out_ud,
                      abc_exec_res *res, ab_err **err)
 {
@@ -636,8 +664,14 @@ static int cmd_tool(const char *data, bool help, int argc, char **argv)
         }
         /* Bash and sandbox_shell run through the manager's exec, as over REST and MCP. */
         tool_conn c = {.l = &l, .u = &u};
-        ab_tool_box box = {
-            .box_id = u.rec.id, .connect = tool_connect, .exec = tool_exec, .ud = &c};
+        ab_tool_box box = {.box_id = u.rec.id,
+                           .connect = tool_connect,
+                           .exec = tool_exec,
+                           .list = tool_list,
+                           .read = tool_read,
+                           .write = tool_write,
+                           .grep = tool_grep,
+                           .ud = &c};
         ab_tool_limits lim = {0};
         ab_tool_result res = {0};
         int r = ab_tool_run(&box, &lim, name, args, &res, &e);

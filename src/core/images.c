@@ -17,7 +17,6 @@ int mgr_image_resolve(ab_manager *m, const char *scope, const char *ref, ab_imag
         ab_err_free(&e);
         ab_log(AB_LOG_INFO, "pulling an image for a new box", "image", ref, NULL);
         int r = ab_manager_image_pull(m, scope, ref, NULL, NULL, out, err);
-        ab_metrics_op(m->o.metrics, "image_pull", r == 0);
         if (r < 0)
                 return ab_err_wrap(err, "image %s", ref);
         return 0;
@@ -36,6 +35,74 @@ int ab_manager_image_pull(ab_manager *m, const char *scope, const char *ref,
                 return -1;
         int r = ab_image_pull_as(m->o.images, scope, budget, ref, fn, ud, out, err);
         mgr_quota_end(m, &t);
+        ab_metrics_op(m->o.metrics, "image_pull", r == 0);
+        return r;
+}
+
+static int no_store(ab_err **err)
+{
+        return ab_err_set(err, AB_E_UNSUPPORTED, 0, "this server has no image store");
+}
+
+int ab_manager_image_list(ab_manager *m, const char *scope, ab_image **out, size_t *n, ab_err **err)
+{
+        *out = NULL;
+        *n = 0;
+        if (!m->o.images)
+                return no_store(err);
+        ab_image *all = NULL;
+        size_t na = 0, k = 0;
+        if (ab_image_list(m->o.images, &all, &na, err) < 0)
+                return -1;
+        for (size_t i = 0; i < na; i++) {
+                if (ab_image_visible(&all[i], scope))
+                        all[k++] = all[i];
+                else
+                        ab_image_clear(&all[i]);
+        }
+        *out = all;
+        *n = k;
+        return 0;
+}
+
+int ab_manager_image_get(ab_manager *m, const char *scope, const char *ref, ab_image *out,
+                         ab_err **err)
+{
+        memset(out, 0, sizeof(*out));
+        if (!m->o.images)
+                return no_store(err);
+        return ab_image_get_as(m->o.images, scope, ref, out, err);
+}
+
+int ab_manager_image_remove(ab_manager *m, const char *scope, const char *ref, uint64_t *freed,
+                            ab_err **err)
+{
+        if (freed)
+                *freed = 0;
+        if (!m->o.images)
+                return no_store(err);
+        if (scope) { /* an app removes only what it sees */
+                ab_image img = {0};
+                if (ab_image_get_as(m->o.images, scope, ref, &img, err) < 0)
+                        return -1;
+                ab_image_clear(&img);
+        }
+        int r = ab_image_remove(m->o.images, ref, err);
+        ab_metrics_op(m->o.metrics, "image_remove", r == 0);
+        if (r < 0)
+                return -1;
+        return ab_image_gc(m->o.images, freed, err);
+}
+
+int ab_manager_image_import(ab_manager *m, int fd, const char *name, ab_image **out, size_t *n,
+                            ab_err **err)
+{
+        *out = NULL;
+        *n = 0;
+        if (!m->o.images)
+                return no_store(err);
+        int r = ab_image_import(m->o.images, fd, name, NULL, NULL, out, n, err);
+        ab_metrics_op(m->o.metrics, "image_import", r == 0);
         return r;
 }
 

@@ -224,6 +224,52 @@ void ab_manager_use_end(ab_manager *m, ab_use *u);
  * on at the resume, as E2B's pause keeps processes. Idempotent. */
 void ab_manager_use_hold(ab_manager *m, ab_use *u);
 
+/* File doors: every file operation on a box goes through one of these, on
+ * a use (ab_manager_use_begin; u stays the caller's). Each opens its own
+ * connection to the box's init (ab_manager_use_connect: a box stopped under
+ * the use is started again), counts in agentbox_file_ops_total{op,result}
+ * and as the use's activity, and is never an exec: no exec quota, no exec
+ * audit row, no "exec" event. Paths are the box's (relative ones under
+ * /workspace); errors are initclient.h's (AB_E_NOT_FOUND a missing path,
+ * AB_E_INVALID bad arguments, AB_E_PERMISSION read-only, AB_E_LIMIT a full
+ * disk, AB_E_UNAVAILABLE the box cannot be reached). Outputs as the abc_
+ * call's: release a stat with abc_stat_clear, a listing with
+ * abc_dirents_free. Thread-safe; a use may be shared by one thread only. */
+int ab_manager_file_stat(ab_manager *m, ab_use *u, const char *path, bool names, abc_stat *st,
+                         ab_err **err);
+int ab_manager_file_list(ab_manager *m, ab_use *u, const char *path, int depth, abc_dirent **out,
+                         size_t *n, ab_err **err);
+/* ab_manager_file_list of box id (scope as everywhere) without a use: only
+ * while the box runs (else AB_E_CONFLICT; AB_E_NOT_FOUND when it is gone),
+ * never starting or resuming it, and not counted as its activity: a
+ * watcher's poll must not keep a box awake. */
+int ab_manager_file_peek_list(ab_manager *m, const char *id, const char *scope, const char *path,
+                              int depth, abc_dirent **out, size_t *n, ab_err **err);
+int ab_manager_file_read(ab_manager *m, ab_use *u, const char *path, uint64_t offset,
+                         uint64_t length, abc_output_fn out, void *ud, ab_err **err);
+/* abc_read_beneath: no component of rel is followed when it is a symlink. */
+int ab_manager_file_read_beneath(ab_manager *m, ab_use *u, const char *dir, const char *rel,
+                                 uint64_t length, abc_output_fn out, void *ud, ab_err **err);
+/* abc_grep: init searches the files q->paths for q->pattern in the box. */
+int ab_manager_file_grep(ab_manager *m, ab_use *u, const abc_grep_req *q, abc_match_fn fn, void *ud,
+                         abc_grep_res *res, ab_err **err);
+int ab_manager_file_write(ab_manager *m, ab_use *u, const char *path, const void *data, size_t len,
+                          int src_fd, uint32_t flags, uint32_t mode, ab_err **err);
+int ab_manager_file_mkdir(ab_manager *m, ab_use *u, const char *path, bool parents, uint32_t mode,
+                          ab_err **err);
+int ab_manager_file_rename(ab_manager *m, ab_use *u, const char *from, const char *to,
+                           ab_err **err);
+int ab_manager_file_delete(ab_manager *m, ab_use *u, const char *path, bool recursive,
+                           ab_err **err);
+/* A symlink at path to target (stored as given). */
+int ab_manager_file_symlink(ab_manager *m, ab_use *u, const char *path, const char *target,
+                            ab_err **err);
+int ab_manager_file_chmod(ab_manager *m, ab_use *u, const char *path, uint32_t mode, ab_err **err);
+/* owner, group: names of the box's /etc/passwd and /etc/group or numbers;
+ * NULL = unchanged (not both). */
+int ab_manager_file_chown(ab_manager *m, ab_use *u, const char *path, const char *owner,
+                          const char *group, ab_err **err);
+
 /* Gives a box the backend has but the store does not know (one made by
  * `agentbox create`) a record, as a restart of the server would: a session
  * box of no app. 0 also when it had one; AB_E_NOT_FOUND when the backend has
@@ -330,6 +376,27 @@ int ab_manager_quota_exec_check(ab_manager *m, const char *app, ab_err **err);
  * is AB_E_QUOTA). fn may be NULL; it runs in the calling thread. */
 int ab_manager_image_pull(ab_manager *m, const char *scope, const char *ref,
                           ab_image_progress_fn fn, void *ud, ab_image *out, ab_err **err);
+
+/* Image doors: the image store as scope (an API key's app; NULL: the admin)
+ * sees it. Every one is AB_E_UNSUPPORTED on a server without an image
+ * store; pull, remove and import count in agentbox_lifecycle_ops_total
+ * (image_pull, image_remove, image_import). list: the images scope may
+ * use (its own private ones and the shared ones), sorted by id; free with
+ * ab_image_list_free. get: as ab_image_get_as (AB_E_NOT_FOUND for an image
+ * scope cannot see); release *out with ab_image_clear. remove: a name (or,
+ * given an id or digest, every name of the image) as ab_image_remove, then
+ * a GC (*freed: its bytes; may be NULL); with scope, only a ref the app
+ * can see (else AB_E_NOT_FOUND). import: a `docker save` or OCI layout
+ * tarball read from fd (the admin's: a route makes sure), as
+ * ab_image_import. */
+int ab_manager_image_list(ab_manager *m, const char *scope, ab_image **out, size_t *n,
+                          ab_err **err);
+int ab_manager_image_get(ab_manager *m, const char *scope, const char *ref, ab_image *out,
+                         ab_err **err);
+int ab_manager_image_remove(ab_manager *m, const char *scope, const char *ref, uint64_t *freed,
+                            ab_err **err);
+int ab_manager_image_import(ab_manager *m, int fd, const char *name, ab_image **out, size_t *n,
+                            ab_err **err);
 
 /* ---- disk (core/diskguard.c) ---- */
 

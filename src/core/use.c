@@ -211,6 +211,91 @@ static json_t *exec_event(const abc_exec_req *req, const char *text, const abc_e
         return d;
 }
 
+static char **strv_copy(const char *const *v)
+{
+        size_t n = 0;
+        while (v[n])
+                n++;
+        char **c = xcalloc(n + 1, sizeof(char *));
+        for (size_t i = 0; i < n; i++)
+                c[i] = xstrdup(v[i]);
+        return c;
+}
+
+/* An exec that ab_manager_exec runs: begin takes one of the app's execs
+ * and of its exec rate (AB_E_QUOTA when over); end gives it back and,
+ * unless rc < 0 (it never ran: nothing but the metric), records it: the
+ * exec metric, the audit row (written by use_end), the box's activity and
+ * the "exec" event. end is a no-op on a mark that is not open. */
+typedef struct exec_mark {
+        char *text;
+        char **argv;
+        int64_t started_ms;
+        uint64_t t0;
+        bool open;
+} exec_mark;
+
+static int exec_begin(ab_manager *m, ab_use *u, const abc_exec_req *req, exec_mark *k, ab_err **err)
+{
+        memset(k, 0, sizeof(*k));
+        if (abc_exec_req_check(req, err) < 0)
+                return -1;
+        if (mgr_quota_exec_begin(m, &u->rec, err) < 0)
+                return -1;
+        k->text = abc_exec_req_text(req);
+        k->argv = req->argv ? strv_copy(req->argv) : NULL;
+        k->started_ms = mgr_wall_ms();
+        k->t0 = ab_now_ns();
+        k->open = true;
+        return 0;
+}
+
+static void exec_end(ab_manager *m, ab_use *u, exec_mark *k, int rc, const abc_exec_res *res)
+{
+        if (!k->open)
+                return;
+        k->open = false;
+        mgr_quota_exec_end(m, &u->rec);
+        double secs = (double)(ab_now_ns() - k->t0) / 1e9;
+        ab_metrics_exec(m->o.metrics, secs, exec_outcome(rc, res));
+        _cleanup_free_ char *text = steal_pointer(&k->text);
+        _cleanup_strv_ char **argv = steal_pointer(&k->argv);
+        if (rc < 0)
+                return;
+        /* The audit row is written by use_end, after the caller answered. */
+        ab_exec_audit *a = xzalloc(sizeof(*a));
+        *a = (ab_exec_audit){
+            .provider = xstrdup(m->provider),
+            .box_id = xstrdup(u->rec.id),
+            .command = xstrdup(text),
+            .exit_code = res->exit_code,
+            .timed_out = res->timed_out,
+            .started_at = k->started_ms,
+            .duration_ms =
+                res->duration_ms ? (int64_t)res->duration_ms : mgr_wall_ms() - k->started_ms,
+            .stdout_bytes = (int64_t)res->stdout_bytes,
+            .stderr_bytes = (int64_t)res->stderr_bytes,
+        };
+        if (u->audit)
+                ab_exec_audits_free(u->audit, 1);
+        u->audit = a;
+        /* Activity is recorded before the caller answers, so whoever reads
+         * the box after the answer sees this exec (the audit row may follow). */
+        if (u->rec.mode != AB_MODE_SYSTEM) {
+                _cleanup_err_ ab_err *te = NULL;
+                if (ab_store_box_touch(m->o.store, m->provider, u->rec.id, mgr_wall_ms(), &te) < 0)
+                        ab_log(AB_LOG_WARN, "store: cannot mark activity", "box", u->rec.id,
+                               "error", te->msg, NULL);
+                else
+                        u->touched = true;
+        }
+        abc_exec_req q = {.command = argv ? NULL : text, .argv = (const char *const *)argv};
+        abc_exec_res shown = *res;
+        if (!shown.duration_ms)
+                shown.duration_ms = (uint64_t)(mgr_wall_ms() - k->started_ms);
+        mgr_emit(m, "exec", &u->rec, exec_event(&q, text, &shown));
+}
+
 int ab_manager_exec(ab_manager *m, ab_use *u, const abc_exec_req *req, abc_output_fn out, void *ud,
                     abc_exec_res *res, ab_err **err)
 {
@@ -232,46 +317,13 @@ int ab_manager_exec(ab_manager *m, ab_use *u, const abc_exec_req *req, abc_outpu
         }
         if (!q.output_cap)
                 q.output_cap = m->o.limits.output_cap;
-        if (mgr_quota_exec_begin(m, &u->rec, err) < 0)
+        exec_mark k;
+        if (exec_begin(m, u, req, &k, err) < 0)
                 return -1;
-        int64_t started = mgr_wall_ms();
-        uint64_t t0 = ab_now_ns();
         int rc = -1;
         _cleanup_close_ int fd = ab_manager_use_connect(m, u, err);
         if (fd >= 0)
                 rc = abc_exec(fd, &q, out, ud, res, err);
-        mgr_quota_exec_end(m, &u->rec);
-        double secs = (double)(ab_now_ns() - t0) / 1e9;
-        ab_metrics_exec(m->o.metrics, secs, exec_outcome(rc, res));
-        if (rc < 0)
-                return -1;
-        /* The audit row is written by use_end, after the caller answered. */
-        char *text = abc_exec_req_text(req);
-        ab_exec_audit *a = xzalloc(sizeof(*a));
-        *a = (ab_exec_audit){
-            .provider = xstrdup(m->provider),
-            .box_id = xstrdup(u->rec.id),
-            .command = text,
-            .exit_code = res->exit_code,
-            .timed_out = res->timed_out,
-            .started_at = started,
-            .duration_ms = (int64_t)res->duration_ms,
-            .stdout_bytes = (int64_t)res->stdout_bytes,
-            .stderr_bytes = (int64_t)res->stderr_bytes,
-        };
-        if (u->audit)
-                ab_exec_audits_free(u->audit, 1);
-        u->audit = a;
-        /* Activity is recorded before the caller answers, so whoever reads
-         * the box after the answer sees this exec (the audit row may follow). */
-        if (u->rec.mode != AB_MODE_SYSTEM) {
-                _cleanup_err_ ab_err *te = NULL;
-                if (ab_store_box_touch(m->o.store, m->provider, u->rec.id, mgr_wall_ms(), &te) < 0)
-                        ab_log(AB_LOG_WARN, "store: cannot mark activity", "box", u->rec.id,
-                               "error", te->msg, NULL);
-                else
-                        u->touched = true;
-        }
-        mgr_emit(m, "exec", &u->rec, exec_event(req, text, res));
-        return 0;
+        exec_end(m, u, &k, rc, res);
+        return rc < 0 ? -1 : 0;
 }

@@ -522,6 +522,9 @@ static void fill_entry(abp_entry *e, const char *path, const struct stat *st, co
             .size = (uint64_t)st->st_size,
             .mtime = st->st_mtim.tv_sec,
             .link = link,
+            .has_ids = true,
+            .uid = st->st_uid,
+            .gid = st->st_gid,
         };
 }
 
@@ -577,9 +580,14 @@ static void do_stat(init_conn *c, const init_conf *conf, const abp_file_req *m)
                 return;
         }
         _cleanup_free_ char *link = S_ISLNK(st.st_mode) ? read_link(fd, "") : NULL;
+        _cleanup_free_ char *owner = NULL, *group = NULL;
+        if (m->flags & ABP_S_NAMES)
+                init_id_names(conf, st.st_uid, st.st_gid, &owner, &group);
         abp_entry e;
         abp_buf b = {0};
         fill_entry(&e, m->path, &st, link);
+        e.owner = owner;
+        e.group = group;
         if (abp_enc_entry(&b, &e) == 0)
                 (void)!init_send(c, &b);
         abp_buf_free(&b);
@@ -699,6 +707,37 @@ static void do_rename(init_conn *c, const init_conf *conf, const abp_file_req *m
         send_ok(c);
 }
 
+/* ---- CHMOD, CHOWN, SYMLINK ---- */
+
+/* One call on PATH's last component through its parent directory. CHMOD
+ * and CHOWN follow it when it is a symlink (as chmod(1) and chown(1) do);
+ * init runs in the box, so a link's target is a path of the box. */
+static void do_at_parent(init_conn *c, const init_conf *conf, uint32_t type, const abp_file_req *m)
+{
+        uid_t uid = (uid_t)-1;
+        gid_t gid = (gid_t)-1;
+        _cleanup_free_ char *why = NULL;
+        if (type == ABP_CHOWN &&
+            init_owner_resolve(conf, m->owner, m->group, &uid, &gid, &why) < 0) {
+                init_send_error(c, "invalid_argument", "%s", why);
+                return;
+        }
+        _cleanup_free_ char *name = NULL;
+        _cleanup_close_ int dfd = open_parent(conf, m->path, false, &name);
+        if (dfd < 0) {
+                init_send_errno(c, -dfd, m->path);
+                return;
+        }
+        int r = type == ABP_CHMOD   ? fchmodat(dfd, name, m->mode & 07777, 0)
+                : type == ABP_CHOWN ? fchownat(dfd, name, uid, gid, 0)
+                                    : symlinkat(m->to, dfd, name);
+        if (r < 0) {
+                init_send_errno(c, errno, m->path);
+                return;
+        }
+        send_ok(c);
+}
+
 void init_fileop(init_conn *c, const abp_frame *f, const init_conf *conf)
 {
         abp_file_req m;
@@ -715,6 +754,8 @@ void init_fileop(init_conn *c, const abp_frame *f, const init_conf *conf)
         _cleanup_free_ char *to = m.to ? xstrdup(m.to) : NULL;
         m.path = path;
         m.to = to;
+        /* owner and group are read before a WRITE could reuse the buffer:
+         * only CHOWN reads them, and it receives nothing more. */
         switch (f->type) {
         case ABP_READ:
                 do_read(c, conf, &m);
@@ -736,6 +777,11 @@ void init_fileop(init_conn *c, const abp_frame *f, const init_conf *conf)
                 break;
         case ABP_RENAME:
                 do_rename(c, conf, &m);
+                break;
+        case ABP_CHMOD:
+        case ABP_CHOWN:
+        case ABP_SYMLINK:
+                do_at_parent(c, conf, f->type, &m);
                 break;
         }
 }

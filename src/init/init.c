@@ -234,6 +234,9 @@ static void session(int fd, const char *workdir)
                 case ABP_DELETE:
                 case ABP_MKDIR:
                 case ABP_RENAME:
+                case ABP_CHMOD:
+                case ABP_CHOWN:
+                case ABP_SYMLINK:
                         init_fileop(&c, &f, &conf);
                         break;
                 case ABP_RESERVE:

@@ -68,6 +68,15 @@ typedef struct init_user {
  * an unreadable file, an id the box's user namespace does not map. */
 int init_user_resolve(const init_conf *conf, const char *spec, init_user *u, char **why);
 void init_user_free(init_user *u);
+/* CHOWN's ids: owner (a name of the box's /etc/passwd or a uid) and group (a
+ * name of its /etc/group or a gid), either NULL = unchanged ((uid_t)-1 /
+ * (gid_t)-1). 0, or -1 with *why (malloc'd) for an unknown name, a bad
+ * number or an id the box's user namespace does not map. */
+int init_owner_resolve(const init_conf *conf, const char *owner, const char *group, uid_t *uid,
+                       gid_t *gid, char **why);
+/* The names of uid and gid in the box's /etc/passwd and /etc/group (each
+ * malloc'd, or NULL when it has no entry or the file is unreadable). */
+void init_id_names(const init_conf *conf, uint32_t uid, uint32_t gid, char **owner, char **group);
 /* In a child before exec: setgroups, setgid, setuid to u (nothing when u is
  * NULL or not set). 0 or -errno. */
 int init_user_apply(const init_user *u);

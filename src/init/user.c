@@ -327,6 +327,82 @@ int init_user_resolve(const init_conf *conf, const char *spec, init_user *u, cha
         return 0;
 }
 
+/* The name of the first group entry with gid id, malloc'd, or NULL. */
+static char *group_name(const char *db, size_t len, uint32_t id)
+{
+        const char *at = db, *end = db + len;
+        span f[GR_FIELDS];
+        int k;
+        while ((k = next_entry(&at, end, f, GR_FIELDS)) >= 0) {
+                uint32_t g;
+                if (k == 1 && parse_id(f[GR_GID], &g) == 0 && g == id)
+                        return xstrndup(f[GR_NAME].p, f[GR_NAME].n);
+        }
+        return NULL;
+}
+
+void init_id_names(const init_conf *conf, uint32_t uid, uint32_t gid, char **owner, char **group)
+{
+        *owner = *group = NULL;
+        _cleanup_free_ char *pw = NULL, *gr = NULL;
+        size_t pwlen = 0, grlen = 0;
+        if (read_db(conf, "/etc/passwd", &pw, &pwlen) == 0) {
+                init_user u = {0};
+                if (find_passwd(pw, pwlen, NULL, true, uid, &u))
+                        *owner = steal_pointer(&u.name);
+                init_user_free(&u);
+        }
+        if (read_db(conf, "/etc/group", &gr, &grlen) == 0)
+                *group = group_name(gr, grlen, gid);
+}
+
+int init_owner_resolve(const init_conf *conf, const char *owner, const char *group, uid_t *uid,
+                       gid_t *gid, char **why)
+{
+        *uid = (uid_t)-1;
+        *gid = (gid_t)-1;
+        *why = NULL;
+        if ((owner && (!*owner || strlen(owner) > USER_SPEC_MAX)) ||
+            (group && (!*group || strlen(group) > USER_SPEC_MAX)))
+                return fail(why, "owner and group must be 1..%d bytes", USER_SPEC_MAX);
+        init_user u = {.set = true};
+        if (owner) {
+                _cleanup_free_ char *pw = NULL;
+                size_t pwlen = 0;
+                int r = read_db(conf, "/etc/passwd", &pw, &pwlen);
+                if (r < 0 && r != -ENOENT)
+                        return db_failed(why, "/etc/passwd", r);
+                uint32_t id = 0;
+                bool num = parse_id((span){owner, strlen(owner)}, &id) == 0;
+                init_user f = {0};
+                if (find_passwd(pw ? pw : "", pwlen, owner, num, id, &f))
+                        id = f.uid;
+                else if (!num)
+                        return fail(why, "no user '%s' in this box's /etc/passwd", owner);
+                init_user_free(&f);
+                u.uid = *uid = id;
+        }
+        if (group) {
+                _cleanup_free_ char *gr = NULL;
+                size_t grlen = 0;
+                int r = read_db(conf, "/etc/group", &gr, &grlen);
+                if (r < 0 && r != -ENOENT)
+                        return db_failed(why, "/etc/group", r);
+                uint32_t id = 0;
+                bool num = parse_id((span){group, strlen(group)}, &id) == 0;
+                gid_t g;
+                if (find_group(gr ? gr : "", grlen, group, num, id, &g))
+                        id = g;
+                else if (!num)
+                        return fail(why, "no group '%s' in this box's /etc/group", group);
+                u.gid = *gid = id;
+        }
+        /* Ids left unchanged are checked as root's, which is always mapped. */
+        int r = check_mapped(conf, &u, why);
+        init_user_free(&u);
+        return r;
+}
+
 int init_user_apply(const init_user *u)
 {
         if (!u || !u->set)

@@ -1,6 +1,6 @@
 /* boxfile.c - a box's file as a response body (resp_box_file, kit/resp.h):
- * a thread reads it through the box's init into a pipe the response
- * streams, so the client's pace never holds a worker. */
+ * a thread reads it through the manager's file door (init's READ) into a
+ * pipe the response streams, so the client's pace never holds a worker. */
 #include "kit/server_int.h"
 #include "base/log.h"
 #include "base/util.h"
@@ -37,13 +37,10 @@ static void *read_main(void *arg)
 {
         read_job *j = arg;
         ab_err *e = NULL;
-        int fd = ab_manager_use_connect(j->srv->mgr, &j->use, &e);
-        if (fd >= 0) {
-                if (abc_read(fd, j->path, j->offset, j->length, pipe_out, j, &e) < 0)
-                        ab_log(AB_LOG_WARN, "download cut short", "box", j->use.rec.id, "path",
-                               j->path, "error", e->msg, NULL);
-                close(fd);
-        }
+        if (ab_manager_file_read(j->srv->mgr, &j->use, j->path, j->offset, j->length, pipe_out, j,
+                                 &e) < 0)
+                ab_log(AB_LOG_WARN, "download cut short", "box", j->use.rec.id, "path", j->path,
+                       "error", e->msg, NULL);
         ab_err_free(&e);
         read_job_free(j); /* closes the pipe: the client sees the end */
         return NULL;

@@ -593,7 +593,7 @@ int abc_write(int fd, const char *path, const void *data, size_t len, int src_fd
 static void dirent_clear(abc_dirent *d)
 {
         free(d->path);
-        free(d->st.link);
+        abc_stat_clear(&d->st);
 }
 
 void abc_dirents_free(abc_dirent *d, size_t n)
@@ -611,7 +611,20 @@ static void to_stat(const abp_entry *e, abc_stat *st)
             .mode = e->mode & 07777,
             .mtime = e->mtime,
             .link = e->link ? xstrdup(e->link) : NULL,
+            .has_ids = e->has_ids,
+            .uid = e->uid,
+            .gid = e->gid,
+            .owner = e->owner ? xstrdup(e->owner) : NULL,
+            .group = e->group ? xstrdup(e->group) : NULL,
         };
+}
+
+void abc_stat_clear(abc_stat *st)
+{
+        free(st->link);
+        free(st->owner);
+        free(st->group);
+        *st = (abc_stat){0};
 }
 
 bool abc_path_is_safe(const char *p)
@@ -674,10 +687,10 @@ int abc_list(int fd, const char *path, int depth, abc_dirent **out, size_t *n, a
         return 0;
 }
 
-int abc_stat_path(int fd, const char *path, abc_stat *st, ab_err **err)
+static int stat_req(int fd, const char *path, uint32_t flags, abc_stat *st, ab_err **err)
 {
         abp_buf b = {0};
-        abp_file_req m = {.path = path};
+        abp_file_req m = {.path = path, .flags = flags};
         *st = (abc_stat){0};
         if (enc_file(&b, ABP_STAT, &m, err) < 0)
                 return -1;
@@ -696,6 +709,47 @@ int abc_stat_path(int fd, const char *path, abc_stat *st, ab_err **err)
         }
         abp_reader_free(&rd);
         return r;
+}
+
+int abc_stat_path(int fd, const char *path, abc_stat *st, ab_err **err)
+{
+        return stat_req(fd, path, 0, st, err);
+}
+
+int abc_stat_names(int fd, const char *path, abc_stat *st, ab_err **err)
+{
+        return stat_req(fd, path, ABP_S_NAMES, st, err);
+}
+
+int abc_chmod(int fd, const char *path, uint32_t mode, ab_err **err)
+{
+        abp_buf b = {0};
+        abp_file_req m = {.path = path, .mode = mode & 07777};
+        if (enc_file(&b, ABP_CHMOD, &m, err) < 0)
+                return -1;
+        return simple(fd, &b, err);
+}
+
+int abc_chown(int fd, const char *path, const char *owner, const char *group, ab_err **err)
+{
+        abp_buf b = {0};
+        abp_file_req m = {.path = path, .owner = owner, .group = group};
+        if (!owner && !group)
+                return ab_err_set(err, AB_E_INVALID, 0, "chown: an owner or a group is needed");
+        if (enc_file(&b, ABP_CHOWN, &m, err) < 0)
+                return -1;
+        return simple(fd, &b, err);
+}
+
+int abc_symlink(int fd, const char *path, const char *target, ab_err **err)
+{
+        abp_buf b = {0};
+        abp_file_req m = {.path = path, .to = target};
+        if (!target || !target[0])
+                return ab_err_set(err, AB_E_INVALID, 0, "empty symlink target");
+        if (enc_file(&b, ABP_SYMLINK, &m, err) < 0)
+                return -1;
+        return simple(fd, &b, err);
 }
 
 int abc_delete(int fd, const char *path, bool recursive, ab_err **err)

@@ -77,7 +77,13 @@ typedef struct abc_stat {
         uint32_t mode; /* permission bits */
         int64_t mtime; /* seconds since the epoch */
         char *link;    /* symlink target, or NULL */
+        bool has_ids;  /* uid and gid are known (an init before proto 3 sends neither) */
+        uint32_t uid, gid;
+        char *owner, *group; /* names (abc_stat_names only), or NULL */
 } abc_stat;
+
+/* Frees st's strings and zeroes it. */
+void abc_stat_clear(abc_stat *st);
 
 typedef struct abc_dirent {
         char *path; /* path relative to the listed directory, e.g. "src/main.c" */
@@ -116,8 +122,19 @@ bool abc_path_is_safe(const char *p);
 int abc_list(int fd, const char *path, int depth, abc_dirent **out, size_t *n, ab_err **err);
 void abc_dirents_free(abc_dirent *d, size_t n);
 
-/* lstat of a path inside the box. Free st->link with free(). */
+/* lstat of a path inside the box. Release *st with abc_stat_clear. */
 int abc_stat_path(int fd, const char *path, abc_stat *st, ab_err **err);
+/* abc_stat_path, with st->owner and st->group named from the box's
+ * /etc/passwd and /etc/group (NULL where it has no entry). */
+int abc_stat_names(int fd, const char *path, abc_stat *st, ab_err **err);
+
+/* Sets the permission bits (07777) of path, following a final symlink.
+ * AB_E_INVALID from an init that predates it ("unknown request type"). */
+int abc_chmod(int fd, const char *path, uint32_t mode, ab_err **err);
+/* Sets path's owner and/or group (a name of the box's /etc/passwd or
+ * /etc/group, or a number; NULL = unchanged, not both), following a final
+ * symlink. AB_E_INVALID for an unknown name or an unmapped id. */
+int abc_chown(int fd, const char *path, const char *owner, const char *group, ab_err **err);
 
 /* RESERVE: has the box's init hold a balloon of `want` bytes on its workdir's
  * filesystem (UINT64_MAX = leave it as it is). *res gets what it holds and
@@ -161,6 +178,10 @@ int abc_delete(int fd, const char *path, bool recursive, ab_err **err);
 
 /* Creates a directory (and its parents when `parents`). */
 int abc_mkdir(int fd, const char *path, bool parents, uint32_t mode, ab_err **err);
+
+/* Makes path a symlink to target (stored as given, never resolved).
+ * AB_E_CONFLICT when path exists; AB_E_INVALID from an init before proto 3. */
+int abc_symlink(int fd, const char *path, const char *target, ab_err **err);
 
 /* Renames within the box. */
 int abc_rename(int fd, const char *from, const char *to, ab_err **err);

@@ -171,6 +171,10 @@ int abp_enc_file(abp_buf *b, uint32_t type, const abp_file_req *m)
         abp_put_str(b, ABP_F_PATH, m->path ? m->path : "");
         if (m->to)
                 abp_put_str(b, ABP_F_TO, m->to);
+        if (m->owner)
+                abp_put_str(b, ABP_F_OWNER, m->owner);
+        if (m->group)
+                abp_put_str(b, ABP_F_GROUP, m->group);
         if (m->offset)
                 abp_put_u64(b, ABP_F_OFFSET, m->offset);
         if (m->length)
@@ -232,6 +236,14 @@ int abp_enc_entry(abp_buf *b, const abp_entry *m)
         abp_put_u64(b, ABP_F_MTIME, (uint64_t)m->mtime);
         if (m->link)
                 abp_put_str(b, ABP_F_LINK, m->link);
+        if (m->has_ids) {
+                abp_put_u32(b, ABP_F_UID, m->uid);
+                abp_put_u32(b, ABP_F_GID, m->gid);
+        }
+        if (m->owner)
+                abp_put_str(b, ABP_F_OWNER, m->owner);
+        if (m->group)
+                abp_put_str(b, ABP_F_GROUP, m->group);
         return abp_frame_end(b);
 }
 
@@ -389,7 +401,8 @@ int abp_dec_file(const abp_frame *f, abp_file_req *m)
         int r = 0;
 
         *m = (abp_file_req){0};
-        if (f->type < ABP_READ || f->type > ABP_RENAME)
+        if ((f->type < ABP_READ || f->type > ABP_RENAME) && f->type != ABP_CHMOD &&
+            f->type != ABP_CHOWN && f->type != ABP_SYMLINK)
                 return -EBADMSG;
         FOR_FIELDS(f, fl, r, {
                 switch (fl.tag) {
@@ -398,6 +411,12 @@ int abp_dec_file(const abp_frame *f, abp_file_req *m)
                         break;
                 case ABP_F_TO:
                         r = val_str(&fl, &m->to);
+                        break;
+                case ABP_F_OWNER:
+                        r = val_str(&fl, &m->owner);
+                        break;
+                case ABP_F_GROUP:
+                        r = val_str(&fl, &m->group);
                         break;
                 case ABP_F_OFFSET:
                         r = val_u64(&fl, &m->offset);
@@ -416,7 +435,8 @@ int abp_dec_file(const abp_frame *f, abp_file_req *m)
                         break;
                 }
         });
-        if (!m->path || (f->type == ABP_RENAME && !m->to))
+        if (!m->path || ((f->type == ABP_RENAME || f->type == ABP_SYMLINK) && !m->to) ||
+            (f->type == ABP_CHOWN && !m->owner && !m->group))
                 return -EBADMSG;
         return 0;
 }
@@ -537,6 +557,7 @@ int abp_dec_entry(const abp_frame *f, abp_entry *m)
         abp_field fl;
         int r = 0;
         uint64_t mtime = 0;
+        bool has_uid = false, has_gid = false;
 
         *m = (abp_entry){0};
         if (f->type != ABP_ENTRY)
@@ -561,8 +582,23 @@ int abp_dec_entry(const abp_frame *f, abp_entry *m)
                 case ABP_F_LINK:
                         r = val_str(&fl, &m->link);
                         break;
+                case ABP_F_UID:
+                        r = val_u32(&fl, &m->uid);
+                        has_uid = r == 0;
+                        break;
+                case ABP_F_GID:
+                        r = val_u32(&fl, &m->gid);
+                        has_gid = r == 0;
+                        break;
+                case ABP_F_OWNER:
+                        r = val_str(&fl, &m->owner);
+                        break;
+                case ABP_F_GROUP:
+                        r = val_str(&fl, &m->group);
+                        break;
                 }
         });
+        m->has_ids = has_uid && has_gid;
         if (!m->path || m->type < ABP_T_FILE || m->type > ABP_T_OTHER)
                 return -EBADMSG;
         m->mtime = (int64_t)mtime;

@@ -23,7 +23,15 @@
  *   WRITE:   C: WRITE DATA(0)* EOF            I: OK                or ERROR (maybe early)
  *   LIST:    C: LIST                          I: ENTRY* OK         or ERROR
  *   STAT:    C: STAT                          I: ENTRY             or ERROR
- *   DELETE, MKDIR, RENAME:                    I: OK                or ERROR
+ *   DELETE, MKDIR, RENAME, CHMOD, CHOWN, SYMLINK: I: OK           or ERROR
+ *            CHMOD sets PATH's MODE (07777 bits); CHOWN sets its owner
+ *            (OWNER) and/or group (GROUP), each a name of the box's
+ *            /etc/passwd or /etc/group or a number; both follow a final
+ *            symlink, as chmod(1) and chown(1) do. SYMLINK makes PATH a
+ *            link to TO (stored as given). STAT with FLAGS
+ *            ABP_S_NAMES adds OWNER and GROUP (names from the box's
+ *            databases, absent for ids without an entry); every ENTRY
+ *            carries UID and GID (an init before proto 3 sends neither).
  *   TERM_OPEN:   C: TERM_OPEN                 I: TERM              or ERROR
  *   TERM_LIST:   C: TERM_LIST                 I: TERM* OK          or ERROR
  *   TERM_CLOSE, TERM_RESIZE, TERM_SIGNAL, TERM_INPUT: I: OK        or ERROR
@@ -66,8 +74,10 @@
 #include <sys/types.h>
 
 /* PING's PROTO. 2: EXEC and TERM_OPEN take USER; an init answering 1
- * ignores it (an unknown tag) and runs the command as root. */
-#define ABP_PROTO_VERSION 2
+ * ignores it (an unknown tag) and runs the command as root. 3: CHMOD,
+ * CHOWN, and UID/GID (and on request OWNER/GROUP) in ENTRY; an older init
+ * answers CHMOD and CHOWN with ERROR invalid_argument "unknown request". */
+#define ABP_PROTO_VERSION 3
 #define ABP_HDR_SIZE      8
 #define ABP_MAX_PAYLOAD   (1u << 20)    /* hard limit on one frame's payload */
 #define ABP_CHUNK         (64u * 1024)  /* data bytes per DATA frame a sender emits */
@@ -87,6 +97,9 @@ enum {
         ABP_DELETE = 7,
         ABP_MKDIR = 8,
         ABP_RENAME = 9,
+        ABP_CHMOD = 17, /* file operations too (after the terminals' range) */
+        ABP_CHOWN = 18,
+        ABP_SYMLINK = 19,
         ABP_TERM_OPEN = 10,
         ABP_TERM_LIST = 11,
         ABP_TERM_CLOSE = 12,
@@ -127,7 +140,7 @@ enum {
         ABP_F_FLAGS = 19,        /* u32, ABP_W_* / ABP_RECURSIVE / ABP_PARENTS */
         ABP_F_MODE = 20,         /* u32 permission bits */
         ABP_F_DEPTH = 21,        /* u32 */
-        ABP_F_TO = 22,           /* str: RENAME target */
+        ABP_F_TO = 22,           /* str: RENAME target, SYMLINK's link target */
         ABP_F_PATTERN = 23,      /* str: GREP's regular expression (PCRE2) */
         ABP_F_INDEX = 24,        /* u32: MATCH: which of GREP's PATHs (0-based) */
         ABP_F_LINE = 25,         /* u64: MATCH: line number (1-based) */
@@ -148,6 +161,10 @@ enum {
         ABP_F_SIZE = 81,         /* u64 */
         ABP_F_MTIME = 82,        /* u64 holding an int64, seconds */
         ABP_F_LINK = 83,         /* str: symlink target */
+        ABP_F_UID = 84,          /* u32: ENTRY: owner's uid (in the box) */
+        ABP_F_GID = 85,          /* u32: ENTRY: group's gid (in the box) */
+        ABP_F_OWNER = 86,        /* str: CHOWN's new owner; STAT's answer: the owner's name */
+        ABP_F_GROUP = 87,        /* str: CHOWN's new group; STAT's answer: the group's name */
         ABP_F_TERM_ID = 96,      /* str: "t_" + hex */
         ABP_F_COLS = 97,         /* u32 */
         ABP_F_ROWS = 98,         /* u32 */
@@ -180,6 +197,8 @@ enum {
 enum { ABP_W_MKPARENTS = 1, ABP_W_APPEND = 2, ABP_W_EXCL = 4 };
 enum { ABP_RECURSIVE = 1, ABP_PARENTS = 1 };
 enum { ABP_R_NOFOLLOW = 1 };
+/* STAT's FLAGS: ABP_S_NAMES asks for OWNER and GROUP names in the answer. */
+enum { ABP_S_NAMES = 1 };
 /* GREP's FLAGS. */
 enum { ABP_G_LITERAL = 1, ABP_G_CASE_SENSITIVE = 2 };
 /* GREP's fixed bounds (see the flow above). */
@@ -216,10 +235,12 @@ typedef struct abp_exec_req {
         uint64_t output_cap;
 } abp_exec_req;
 
-/* READ WRITE LIST STAT DELETE MKDIR RENAME: the fields each one uses. */
+/* READ WRITE LIST STAT DELETE MKDIR RENAME CHMOD CHOWN SYMLINK: the fields each one
+ * uses. */
 typedef struct abp_file_req {
         const char *path;
         const char *to;
+        const char *owner, *group; /* CHOWN: at least one */
         uint64_t offset, length;
         uint32_t flags, mode, depth;
 } abp_file_req;
@@ -252,6 +273,9 @@ typedef struct abp_entry {
         uint64_t size;
         int64_t mtime;
         const char *link; /* or NULL */
+        bool has_ids;     /* UID and GID were sent */
+        uint32_t uid, gid;
+        const char *owner, *group; /* names, or NULL */
 } abp_entry;
 
 /* GREP. Decoded: pattern and paths point into the frame; the paths array is

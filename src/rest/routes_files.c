@@ -32,7 +32,7 @@ static void file_job_free(file_job *j)
         ab_manager_use_end(j->srv->mgr, &j->use);
         free(j->path);
         abc_dirents_free(j->ents, j->n);
-        free(j->st.link);
+        abc_stat_clear(&j->st);
         if (j->fd >= 0)
                 close(j->fd);
         free(j);
@@ -129,15 +129,12 @@ static int zip_add(file_job *j, const char *dir, const char *rel, const abc_stat
                 ab_err *e = NULL;
                 /* at most the listed size: a file that grows meanwhile (a log)
                  * cannot keep the zip from ending */
-                int fd = st->size > 0 ? ab_manager_use_connect(j->srv->mgr, &j->use, &e) : -1;
-                if (fd >= 0) {
-                        /* One swapped for a symlink since it was listed is not
-                         * read through it (its entry is empty). */
-                        if (abc_read_beneath(fd, dir, rel, st->size, zip_data, j, &e) < 0)
-                                ab_log(AB_LOG_WARN, "zip: cannot read a file", "box", j->use.rec.id,
-                                       "dir", dir, "path", name, "error", e->msg, NULL);
-                        close(fd);
-                }
+                /* One swapped for a symlink since it was listed is not
+                 * read through it (its entry is empty). */
+                if (st->size > 0 && ab_manager_file_read_beneath(j->srv->mgr, &j->use, dir, rel,
+                                                                 st->size, zip_data, j, &e) < 0)
+                        ab_log(AB_LOG_WARN, "zip: cannot read a file", "box", j->use.rec.id, "dir",
+                               dir, "path", name, "error", e->msg, NULL);
                 ab_err_free(&e);
                 rc = archive_write_finish_entry(j->ar) == ARCHIVE_FATAL ? -1 : 0;
                 break;
@@ -226,27 +223,19 @@ enum MHD_Result route_files_get(ab_req *r, const char *id)
                 return resp_err(r, e);
         }
         abc_stat st = {0};
-        int fd = ab_manager_use_connect(r->srv->mgr, &j->use, &e);
-        if (fd < 0 || abc_stat_path(fd, path, &st, &e) < 0) {
-                if (fd >= 0)
-                        close(fd);
+        if (ab_manager_file_stat(r->srv->mgr, &j->use, path, false, &st, &e) < 0) {
                 file_job_free(j);
                 return kit_file_err(r, e);
         }
-        close(fd);
         _cleanup_free_ char *shown = display_path(path);
         if (format) {
                 if (st.type == ABC_DIR) {
-                        fd = ab_manager_use_connect(r->srv->mgr, &j->use, &e);
-                        if (fd < 0 || abc_list(fd, path, ZIP_MAX_DEPTH, &j->ents, &j->n, &e) < 0) {
-                                if (fd >= 0)
-                                        close(fd);
-                                free(st.link);
+                        abc_stat_clear(&st);
+                        if (ab_manager_file_list(r->srv->mgr, &j->use, path, ZIP_MAX_DEPTH,
+                                                 &j->ents, &j->n, &e) < 0) {
                                 file_job_free(j);
                                 return kit_file_err(r, e);
                         }
-                        close(fd);
-                        free(st.link);
                 } else {
                         j->st = st;
                 }
@@ -263,17 +252,13 @@ enum MHD_Result route_files_get(ab_req *r, const char *id)
                 return start_download(r, j, zip_main, 200, "application/zip", hdr);
         }
         if (st.type == ABC_DIR) {
-                free(st.link);
+                abc_stat_clear(&st);
                 abc_dirent *ents = NULL;
                 size_t n = 0;
-                fd = ab_manager_use_connect(r->srv->mgr, &j->use, &e);
-                if (fd < 0 || abc_list(fd, path, depth, &ents, &n, &e) < 0) {
-                        if (fd >= 0)
-                                close(fd);
+                if (ab_manager_file_list(r->srv->mgr, &j->use, path, depth, &ents, &n, &e) < 0) {
                         file_job_free(j);
                         return kit_file_err(r, e);
                 }
-                close(fd);
                 file_job_free(j);
                 json_t *a = json_array();
                 for (size_t i = 0; i < n; i++)
@@ -285,7 +270,7 @@ enum MHD_Result route_files_get(ab_req *r, const char *id)
                                            "entries", a));
         }
         bool regular = st.type == ABC_FILE;
-        free(st.link);
+        abc_stat_clear(&st);
         if (!regular) {
                 file_job_free(j);
                 return resp_error(r, 400, "invalid_argument",
@@ -317,11 +302,8 @@ enum MHD_Result route_files_put(ab_req *r, const char *id)
                 return resp_err(r, e);
         int rc = -1;
         if (lseek(r->upload_fd, 0, SEEK_SET) == 0) {
-                int fd = ab_manager_use_connect(r->srv->mgr, &u, &e);
-                if (fd >= 0) {
-                        rc = abc_write(fd, path, NULL, 0, r->upload_fd, ABC_W_MKPARENTS, 0, &e);
-                        close(fd);
-                }
+                rc = ab_manager_file_write(r->srv->mgr, &u, path, NULL, 0, r->upload_fd,
+                                           ABC_W_MKPARENTS, 0, &e);
         } else {
                 ab_err_set(&e, AB_E_INTERNAL, errno, "rewind the spooled upload");
         }
@@ -354,12 +336,7 @@ enum MHD_Result route_files_delete(ab_req *r, const char *id)
         ab_use u;
         if (ab_manager_use_begin(r->srv->mgr, id, r->scope, &u, &e) < 0)
                 return resp_err(r, e);
-        int rc = -1;
-        int fd = ab_manager_use_connect(r->srv->mgr, &u, &e);
-        if (fd >= 0) {
-                rc = abc_delete(fd, path, recursive, &e);
-                close(fd);
-        }
+        int rc = ab_manager_file_delete(r->srv->mgr, &u, path, recursive, &e);
         ab_manager_use_end(r->srv->mgr, &u);
         if (rc < 0)
                 return kit_file_err(r, e);

@@ -18,7 +18,7 @@ void ab_images_metrics(ab_server *s, ab_buf *b)
 {
         ab_image *imgs = NULL;
         size_t n = 0;
-        if (!s->images || ab_image_list(s->images, &imgs, &n, NULL) < 0)
+        if (!s->images || ab_manager_image_list(s->mgr, NULL, &imgs, &n, NULL) < 0)
                 return;
         uint64_t bytes = 0;
         for (size_t i = 0; i < n; i++)
@@ -72,12 +72,11 @@ enum MHD_Result route_images_list(ab_req *r, const char *id)
         ab_err *e = NULL;
         ab_image *imgs = NULL;
         size_t n = 0;
-        if (ab_image_list(r->srv->images, &imgs, &n, &e) < 0)
+        if (ab_manager_image_list(r->srv->mgr, r->scope, &imgs, &n, &e) < 0)
                 return resp_err(r, e);
         json_t *a = json_array();
         for (size_t i = 0; i < n; i++)
-                if (ab_image_visible(&imgs[i], r->scope))
-                        json_array_append_new(a, ab_image_json(&imgs[i], r->scope));
+                json_array_append_new(a, ab_image_json(&imgs[i], r->scope));
         ab_image_list_free(imgs, n);
         return resp_json(r, 200, json_pack("{s:o}", "images", a));
 }
@@ -89,7 +88,7 @@ enum MHD_Result route_image_get(ab_req *r, const char *ref)
                 return ret;
         ab_err *e = NULL;
         ab_image img = {0};
-        if (ab_image_get_as(r->srv->images, r->scope, ref, &img, &e) < 0)
+        if (ab_manager_image_get(r->srv->mgr, r->scope, ref, &img, &e) < 0)
                 return resp_err(r, e);
         json_t *j = ab_image_json(&img, r->scope);
         ab_image_clear(&img);
@@ -102,12 +101,8 @@ enum MHD_Result route_image_delete(ab_req *r, const char *ref)
         if (!have_store(r, &ret))
                 return ret;
         ab_err *e = NULL;
-        int rr = ab_image_remove(r->srv->images, ref, &e);
-        ab_metrics_op(r->srv->metrics, "image_remove", rr == 0);
-        if (rr < 0)
-                return resp_err(r, e);
         uint64_t freed = 0;
-        if (ab_image_gc(r->srv->images, &freed, &e) < 0)
+        if (ab_manager_image_remove(r->srv->mgr, r->scope, ref, &freed, &e) < 0)
                 return resp_err(r, e);
         return resp_json(r, 200,
                          json_pack("{s:s,s:I}", "removed", ref, "freed", (json_int_t)freed));
@@ -117,7 +112,6 @@ enum MHD_Result route_image_delete(ab_req *r, const char *ref)
  * with the image or "error". */
 typedef struct pull_job {
         ab_manager *mgr;
-        ab_metrics *metrics;
         char *ref;
         char *app; /* the caller's app (NULL: the admin): how it sees the image */
         int fd;    /* the pipe the response reads */
@@ -161,7 +155,6 @@ static void *pull_main(void *arg)
         ab_err *e = NULL;
         ab_image img = {0};
         int pr = ab_manager_image_pull(j->mgr, j->app, j->ref, pull_progress, j, &img, &e);
-        ab_metrics_op(j->metrics, "image_pull", pr == 0);
         if (pr < 0) {
                 pull_send(j, "error",
                           json_pack("{s:s,s:o}", "code", ab_code_name(e->code), "message",
@@ -196,10 +189,8 @@ enum MHD_Result route_images_import(ab_req *r, const char *id)
         ab_err *e = NULL;
         ab_image *imgs = NULL;
         size_t n = 0;
-        int ir = ab_image_import(r->srv->images, r->upload_fd, name && *name ? name : NULL, NULL,
-                                 NULL, &imgs, &n, &e);
-        ab_metrics_op(r->srv->metrics, "image_import", ir == 0);
-        if (ir < 0)
+        if (ab_manager_image_import(r->srv->mgr, r->upload_fd, name && *name ? name : NULL, &imgs,
+                                    &n, &e) < 0)
                 return resp_err(r, e);
         json_t *a = json_array();
         for (size_t i = 0; i < n; i++)
@@ -238,7 +229,6 @@ enum MHD_Result route_images_pull(ab_req *r, const char *id)
                 }
                 pull_job *j = xzalloc(sizeof(*j));
                 *j = (pull_job){.mgr = r->srv->mgr,
-                                .metrics = r->srv->metrics,
                                 .ref = steal_pointer(&refc),
                                 .app = r->scope ? xstrdup(r->scope) : NULL,
                                 .fd = p[1]};
@@ -254,9 +244,7 @@ enum MHD_Result route_images_pull(ab_req *r, const char *id)
                 return resp_stream_counted(r, 200, "text/event-stream", p[0], sse_headers, slot);
         }
         ab_image img = {0};
-        int pr = ab_manager_image_pull(r->srv->mgr, r->scope, refc, NULL, NULL, &img, &e);
-        ab_metrics_op(r->srv->metrics, "image_pull", pr == 0);
-        if (pr < 0)
+        if (ab_manager_image_pull(r->srv->mgr, r->scope, refc, NULL, NULL, &img, &e) < 0)
                 return resp_err(r, e);
         json_t *j = ab_image_json(&img, r->scope);
         ab_image_clear(&img);

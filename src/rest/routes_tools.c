@@ -35,6 +35,34 @@ static int use_connect(void *ud, ab_err **err)
         return ab_manager_use_connect(c->mgr, c->use, err);
 }
 
+static int use_list(void *ud, const char *path, int depth, abc_dirent **out, size_t *n,
+                    ab_err **err)
+{
+        use_conn *c = ud;
+        return ab_manager_file_list(c->mgr, c->use, path, depth, out, n, err);
+}
+
+static int use_read(void *ud, const char *path, uint64_t length, abc_output_fn out, void *out_ud,
+                    ab_err **err)
+{
+        use_conn *c = ud;
+        return ab_manager_file_read(c->mgr, c->use, path, 0, length, out, out_ud, err);
+}
+
+static int use_write(void *ud, const char *path, const void *data, size_t len, uint32_t flags,
+                     ab_err **err)
+{
+        use_conn *c = ud;
+        return ab_manager_file_write(c->mgr, c->use, path, data, len, -1, flags, 0, err);
+}
+
+static int use_grep(void *ud, const abc_grep_req *q, abc_match_fn fn, void *fn_ud,
+                    abc_grep_res *res, ab_err **err)
+{
+        use_conn *c = ud;
+        return ab_manager_file_grep(c->mgr, c->use, q, fn, fn_ud, res, err);
+}
+
 static int use_exec(void *ud, const abc_exec_req *req, abc_output_fn out, void *out_ud,
                     abc_exec_res *res, ab_err **err)
 {
@@ -64,6 +92,10 @@ int tools_call(ab_server *s, ab_req *r, const char *scope, const char *id, const
             .connect = use_connect,
             .exec = use_exec,
             .gone = use_gone,
+            .list = use_list,
+            .read = use_read,
+            .write = use_write,
+            .grep = use_grep,
             .ud = &c,
         };
         ab_tool_limits lim = s->cfg->tools;

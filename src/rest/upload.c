@@ -97,10 +97,18 @@ static int put_entry(void *ud, const char *path, bool is_dir, uint32_t mode, ab_
 {
         box_extract *x = ud;
         _cleanup_free_ char *full = join(x->dir, path);
+        if (is_dir) {
+                if (ab_manager_file_mkdir(x->srv->mgr, x->use, full, true, 0755, err) < 0)
+                        return ab_err_wrap(err, "%s", full);
+                return 0;
+        }
+        /* A file is written on a connection of this use's own (not through
+         * the write door): a cut archive entry must abort the write mid-way
+         * (shutdown), so init never keeps a partial file. */
         _cleanup_close_ int fd = ab_manager_use_connect(x->srv->mgr, x->use, err);
         if (fd < 0)
                 return -1;
-        int r = is_dir ? abc_mkdir(fd, full, true, 0755, err) : put_file(fd, full, mode, rd, err);
+        int r = put_file(fd, full, mode, rd, err);
         if (r < 0)
                 return ab_err_wrap(err, "%s", full);
         return 0;
@@ -141,10 +149,7 @@ enum MHD_Result upload_extract(ab_req *r, const char *id, const char *dir)
                 ab_manager_use_end(r->srv->mgr, &u);
                 return resp_err(r, e);
         }
-        int fd = ab_manager_use_connect(r->srv->mgr, &u, &e);
-        rc = fd < 0 ? -1 : abc_mkdir(fd, dir, true, 0755, &e);
-        if (fd >= 0)
-                close(fd);
+        rc = ab_manager_file_mkdir(r->srv->mgr, &u, dir, true, 0755, &e);
         box_extract bx = {.srv = r->srv, .use = &u, .dir = dir};
         if (rc == 0)
                 rc = ab_archive_walk(r->upload_fd, (ab_archive_format)fmt, &lim, put_entry, &bx,

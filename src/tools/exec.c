@@ -216,8 +216,7 @@ int tool_sandbox_shell(tool_ctx *c, json_t *args, ab_tool_result *out, ab_err **
                         ab_buf_add(&log, se, n2);
                 }
                 _cleanup_err_ ab_err *e = NULL;
-                _cleanup_close_ int fd = tool_connect(c, &e);
-                if (fd >= 0 && abc_write(fd, lp, log.p, log.n, -1, ABC_W_MKPARENTS, 0, &e) == 0)
+                if (tool_write(c, lp, log.p, log.n, ABC_W_MKPARENTS, &e) == 0)
                         where = xasprintf("The full output is in %s", lp);
                 else if (tool_err_is_fatal(e))
                         return ab_err_set(err, e->code, 0, "%s", e->msg);

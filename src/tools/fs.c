@@ -180,10 +180,7 @@ static void dirents_append(abc_dirent **v, size_t *n, size_t *cap, abc_dirent *a
 static int list_one(tool_ctx *c, const char *dir, int depth, abc_dirent **out, size_t *n,
                     ab_err **err)
 {
-        _cleanup_close_ int fd = tool_connect(c, err);
-        if (fd < 0)
-                return -1;
-        return abc_list(fd, dir, depth, out, n, err);
+        return tool_list(c, dir, depth, out, n, err);
 }
 
 static int dirent_cmp(const void *a, const void *b)
@@ -270,11 +267,8 @@ static int read_cb(void *ud, int stream, const void *buf, size_t len)
 int read_whole(tool_ctx *c, const char *path, size_t max, char **buf, size_t *len, bool *over,
                ab_err **err)
 {
-        _cleanup_close_ int fd = tool_connect(c, err);
-        if (fd < 0)
-                return -1;
         readbuf r = {.max = max};
-        if (abc_read(fd, path, 0, (uint64_t)max + 1, read_cb, &r, err) < 0) {
+        if (tool_read(c, path, (uint64_t)max + 1, read_cb, &r, err) < 0) {
                 free(r.b.p);
                 return -1;
         }
@@ -371,10 +365,7 @@ int tool_ls(tool_ctx *c, json_t *args, ab_tool_result *out, ab_err **err)
         _cleanup_err_ ab_err *e = NULL;
         abc_dirent *d = NULL;
         size_t n = 0;
-        _cleanup_close_ int fd = tool_connect(c, err);
-        if (fd < 0)
-                return -1;
-        if (abc_list(fd, path_for_box(path), 2, &d, &n, &e) < 0) {
+        if (tool_list(c, path_for_box(path), 2, &d, &n, &e) < 0) {
                 if (fatal_or_keep(&e, err) < 0)
                         return -1;
                 if (e->code == AB_E_NOT_FOUND || tool_err_is(e, AB_E_INVALID, "not a directory"))
@@ -639,10 +630,7 @@ static void write_error(ab_tool_result *out, const ab_err *e, const char *path)
 static int write_through(tool_ctx *c, const char *path, const char *data, size_t len,
                          uint32_t flags, ab_err **e)
 {
-        _cleanup_close_ int fd = tool_connect(c, e);
-        if (fd < 0)
-                return -1;
-        return abc_write(fd, path_for_box(path), data, len, -1, flags, 0, e);
+        return tool_write(c, path_for_box(path), data, len, flags, e);
 }
 
 int tool_write_file(tool_ctx *c, json_t *args, ab_tool_result *out, ab_err **err)

@@ -56,9 +56,6 @@ static int grep_batch(tool_ctx *c, grep_state *g, const char *pattern, size_t pl
                 g->out_of_time = true;
                 return 0;
         }
-        _cleanup_close_ int fd = tool_connect(c, err);
-        if (fd < 0)
-                return -1;
         g->display = display;
         abc_grep_req q = {
             .pattern = pattern,
@@ -75,7 +72,7 @@ static int grep_batch(tool_ctx *c, grep_state *g, const char *pattern, size_t pl
         };
         abc_grep_res res;
         _cleanup_err_ ab_err *e = NULL;
-        if (abc_grep(fd, &q, on_match, g, &res, &e) < 0) {
+        if (tool_search(c, &q, on_match, g, &res, &e) < 0) {
                 if (tool_err_is(e, AB_E_INVALID, "unknown request type")) {
                         /* a box started before init learnt GREP */
                         result_errorf(out, "Error: this box's agentbox-init is older than the "

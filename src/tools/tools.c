@@ -152,6 +152,49 @@ void ab_tool_result_clear(ab_tool_result *r)
         r->is_error = false;
 }
 
+int tool_list(tool_ctx *c, const char *path, int depth, abc_dirent **out, size_t *n, ab_err **err)
+{
+        if (c->box->list)
+                return c->box->list(c->box->ud, path, depth, out, n, err);
+        _cleanup_close_ int fd = tool_connect(c, err);
+        if (fd < 0)
+                return -1;
+        return abc_list(fd, path, depth, out, n, err);
+}
+
+int tool_read(tool_ctx *c, const char *path, uint64_t length, abc_output_fn fn, void *ud,
+              ab_err **err)
+{
+        if (c->box->read)
+                return c->box->read(c->box->ud, path, length, fn, ud, err);
+        _cleanup_close_ int fd = tool_connect(c, err);
+        if (fd < 0)
+                return -1;
+        return abc_read(fd, path, 0, length, fn, ud, err);
+}
+
+int tool_write(tool_ctx *c, const char *path, const void *data, size_t len, uint32_t flags,
+               ab_err **err)
+{
+        if (c->box->write)
+                return c->box->write(c->box->ud, path, data, len, flags, err);
+        _cleanup_close_ int fd = tool_connect(c, err);
+        if (fd < 0)
+                return -1;
+        return abc_write(fd, path, data, len, -1, flags, 0, err);
+}
+
+int tool_search(tool_ctx *c, const abc_grep_req *q, abc_match_fn fn, void *ud, abc_grep_res *res,
+                ab_err **err)
+{
+        if (c->box->grep)
+                return c->box->grep(c->box->ud, q, fn, ud, res, err);
+        _cleanup_close_ int fd = tool_connect(c, err);
+        if (fd < 0)
+                return -1;
+        return abc_grep(fd, q, fn, ud, res, err);
+}
+
 int tool_connect(tool_ctx *c, ab_err **err)
 {
         ab_err *e = NULL;

@@ -44,6 +44,19 @@ typedef struct ab_tool_box {
         /* Optional (NULL: never): true when nobody waits for the answer any
          * more (the caller's client hung up); a long tool (grep) then stops. */
         bool (*gone)(void *ud);
+        /* Optional file operations (each NULL: the tool does it itself on a
+         * connection of connect()): a listing, a read of up to length bytes
+         * (0 = all), a write (ABC_W_* flags), a search (abc_grep). In the server and the CLI they
+         * are the manager's file doors (counted as file operations, never
+         * as execs: docs/architecture.md); errors as initclient.h's. */
+        int (*list)(void *ud, const char *path, int depth, abc_dirent **out, size_t *n,
+                    ab_err **err);
+        int (*read)(void *ud, const char *path, uint64_t length, abc_output_fn out, void *out_ud,
+                    ab_err **err);
+        int (*write)(void *ud, const char *path, const void *data, size_t len, uint32_t flags,
+                     ab_err **err);
+        int (*grep)(void *ud, const abc_grep_req *q, abc_match_fn fn, void *fn_ud,
+                    abc_grep_res *res, ab_err **err);
         void *ud;
 } ab_tool_box;
 

@@ -51,6 +51,15 @@ void result_errorf(ab_tool_result *out, const char *fmt, ...) AB_PRINTF(2, 3);
 
 /* Opens a connection to the box's init; -1 with *err (AB_E_UNAVAILABLE) when not. */
 int tool_connect(tool_ctx *c, ab_err **err);
+/* A listing, a read, a write in the box: through the box's file callbacks
+ * when it has them, else on a connection of tool_connect. */
+int tool_list(tool_ctx *c, const char *path, int depth, abc_dirent **out, size_t *n, ab_err **err);
+int tool_read(tool_ctx *c, const char *path, uint64_t length, abc_output_fn fn, void *ud,
+              ab_err **err);
+int tool_write(tool_ctx *c, const char *path, const void *data, size_t len, uint32_t flags,
+               ab_err **err);
+int tool_search(tool_ctx *c, const abc_grep_req *q, abc_match_fn fn, void *ud, abc_grep_res *res,
+                ab_err **err);
 /* True when e is the caller's problem (the box is unreachable): the tool then
  * returns -1 with it, instead of showing it to the model. */
 bool tool_err_is_fatal(const ab_err *e);

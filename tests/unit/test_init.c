@@ -1264,6 +1264,74 @@ static void test_delete_mkdir_rename(void)
         ab_err_free(&e);
 }
 
+/* CHMOD, CHOWN, SYMLINK and STAT's ids and names (proto 3). */
+static void test_chmod_chown_symlink(void)
+{
+        ab_err *e = NULL;
+        struct stat hs;
+        abc_stat st = {0};
+        int fd;
+        put_file(in_ws("perm"), "x");
+
+        fd = conn();
+        tap_ok(abc_chmod(fd, "perm", 0640, &e) == 0 && stat(in_ws("perm"), &hs) == 0 &&
+                   (hs.st_mode & 07777) == 0640,
+               "CHMOD sets the mode bits");
+        close(fd);
+        fd = conn();
+        tap_ok(abc_chown(fd, "perm", "1234", "5678", &e) == 0 && stat(in_ws("perm"), &hs) == 0 &&
+                   hs.st_uid == 1234 && hs.st_gid == 5678,
+               "CHOWN to numbers without entries");
+        close(fd);
+        fd = conn();
+        tap_ok(abc_stat_path(fd, "perm", &st, &e) == 0 && st.has_ids && st.uid == 1234 &&
+                   st.gid == 5678 && !st.owner && !st.group,
+               "STAT carries uid and gid, no names unless asked");
+        abc_stat_clear(&st);
+        close(fd);
+        fd = conn();
+        tap_ok(abc_chown(fd, "perm", "root", NULL, &e) == 0 && stat(in_ws("perm"), &hs) == 0 &&
+                   hs.st_uid == 0 && hs.st_gid == 5678,
+               "CHOWN of the owner by name keeps the group");
+        close(fd);
+        fd = conn();
+        tap_ok(abc_chown(fd, "perm", NULL, "0", &e) == 0 && stat(in_ws("perm"), &hs) == 0 &&
+                   hs.st_uid == 0 && hs.st_gid == 0,
+               "CHOWN of the group only");
+        close(fd);
+        fd = conn();
+        tap_ok(abc_stat_names(fd, "perm", &st, &e) == 0 && st.owner && !strcmp(st.owner, "root") &&
+                   st.group && !strcmp(st.group, "root"),
+               "STAT with names: owner and group from /etc/passwd and /etc/group");
+        abc_stat_clear(&st);
+        close(fd);
+        fd = conn();
+        expect_err(abc_chown(fd, "perm", "no-such-user-ab", NULL, &e), &e, AB_E_INVALID, NULL,
+                   "CHOWN to an unknown user name");
+        close(fd);
+        fd = conn();
+        expect_err(abc_chmod(fd, "no-such-file", 0600, &e), &e, AB_E_NOT_FOUND, "no-such-file",
+                   "CHMOD of a missing file");
+        close(fd);
+
+        fd = conn();
+        tap_ok(abc_symlink(fd, "plink", "perm", &e) == 0, "SYMLINK makes a link");
+        close(fd);
+        char tgt[64] = "";
+        ssize_t tl = readlink(in_ws("plink"), tgt, sizeof(tgt) - 1);
+        tap_ok(tl == 4 && !memcmp(tgt, "perm", 4), "... to the target as given");
+        fd = conn();
+        expect_err(abc_symlink(fd, "plink", "other", &e), &e, AB_E_CONFLICT, "plink",
+                   "SYMLINK over an existing path");
+        close(fd);
+        fd = conn();
+        tap_ok(abc_chmod(fd, "plink", 0604, &e) == 0 && stat(in_ws("perm"), &hs) == 0 &&
+                   (hs.st_mode & 07777) == 0604,
+               "CHMOD follows a final symlink, as chmod(1)");
+        close(fd);
+        ab_err_free(&e);
+}
+
 static bool init_has_mount(const char *path)
 {
         char mi[64];
@@ -2559,6 +2627,7 @@ int main(int argc, char **argv)
                 test_read_write();
                 test_list_stat();
                 test_delete_mkdir_rename();
+                test_chmod_chown_symlink();
                 test_mount_errors();
                 test_reserve();
                 stop_init();

@@ -693,6 +693,54 @@ static void *racer(void *arg)
         return NULL;
 }
 
+/* The door of a user's command that a front runs in a shell it keeps
+ * (ab_manager_cmd_record): admitted by the app's exec quota, recorded at
+ * its start (audit row, "exec" event), once per command. */
+static void test_cmd_record(void)
+{
+        ab_manager_opts o = {.backend = &FB.base,
+                             .store = st,
+                             .events = ev,
+                             .metrics = mt,
+                             .reaper_interval_ms = 3600 * 1000};
+        ab_limits_default(&o.limits);
+        o.quotas.exec_rate = 0.001; /* one exec, then none for a long while */
+        o.quotas.exec_burst = 1;
+        ab_manager *m = NULL;
+        ab_err *e = NULL;
+        if (ab_manager_open(&o, &m, &e) < 0) {
+                ok(false, "manager with an exec rate: %s", e->msg);
+                ab_err_free(&e);
+                return;
+        }
+        ab_acquire_req q = {.app_id = "mk", .user_id = "u", .chat_id = "c"};
+        ab_box_rec r = {0};
+        bool created = false;
+        ok(ab_manager_acquire(m, &q, "mk", &r, &created, &e) == 0, "a box of app mk");
+        ab_use u;
+        ok(ab_manager_use_begin(m, r.id, "mk", &u, &e) == 0, "a use of it");
+        uint64_t seq = ab_events_last_seq(ev);
+        ok(ab_manager_cmd_record(m, &u, "typed into a terminal", "t1", &e) == 0,
+           "cmd_record admits the app's one exec");
+        ok(ab_manager_cmd_record(m, &u, "and another", "t1", &e) < 0 && e && e->code == AB_E_QUOTA,
+           "a second one is over the app's exec rate (AB_E_QUOTA)");
+        ab_err_free(&e);
+        ab_manager_use_end(m, &u);
+        ab_exec_audit *a = NULL;
+        size_t n = 0;
+        ok(ab_store_audit_list(st, "native", r.id, 5, &a, &n, &e) == 0 && n == 1 &&
+               !strcmp(a[0].command, "typed into a terminal") && a[0].exit_code == -1,
+           "the admitted command is one audit row (exit_code -1: it runs on)");
+        ab_exec_audits_free(a, n);
+        const char *evs = events_of(seq, r.id);
+        const char *x = strstr(evs, "exec");
+        ok(x != NULL && strstr(x + 4, "exec") == NULL,
+           "... and one exec event: the refused one is neither");
+        ab_err_free(&e);
+        ab_box_rec_clear(&r);
+        ab_manager_free(m);
+}
+
 int main(void)
 {
         snprintf(dir, sizeof(dir), "/tmp/ab-mgr-XXXXXX");
@@ -1211,6 +1259,8 @@ int main(void)
            "recovery keeps it");
         is_str(status_of_id("sys-test"), "gone", "and does not adopt it as a user's box");
         ab_manager_free(m);
+
+        test_cmd_record();
 
         ab_metrics_free(mt);
         ab_events_free(ev);

@@ -106,8 +106,8 @@ static void test_roundtrips(void)
         b.len = 0;
 
         /* Every file request. */
-        const uint32_t types[] = {ABP_READ,   ABP_WRITE, ABP_LIST,  ABP_STAT,
-                                  ABP_DELETE, ABP_MKDIR, ABP_RENAME};
+        const uint32_t types[] = {ABP_READ,  ABP_WRITE,  ABP_LIST,  ABP_STAT,   ABP_DELETE,
+                                  ABP_MKDIR, ABP_RENAME, ABP_CHMOD, ABP_SYMLINK};
         for (size_t i = 0; i < AB_ARRAY_LEN(types); i++) {
                 abp_file_req m = {.path = "dir/file name",
                                   .to = "other",
@@ -205,6 +205,39 @@ static void test_roundtrips(void)
         tap_ok(abp_enc_entry(&b, &en) == 0 && reparse(&b, &f) == 0 &&
                    abp_dec_entry(&f, &eng) == 0 && eng.type == ABP_T_DIR && !eng.link,
                "ENTRY without link round trip");
+        b.len = 0;
+        tap_ok(abp_dec_entry(&f, &eng) == 0 && !eng.has_ids && !eng.owner && !eng.group,
+               "ENTRY of an init before proto 3: no ids, no names");
+        en.has_ids = true;
+        en.uid = 1000;
+        en.gid = 0;
+        en.owner = "user";
+        en.group = "root";
+        tap_ok(abp_enc_entry(&b, &en) == 0 && reparse(&b, &f) == 0 &&
+                   abp_dec_entry(&f, &eng) == 0 && eng.has_ids && eng.uid == 1000 && eng.gid == 0 &&
+                   !strcmp(eng.owner, "user") && !strcmp(eng.group, "root"),
+               "ENTRY with UID, GID, OWNER, GROUP round trip");
+        b.len = 0;
+
+        /* CHOWN: owner and/or group, never neither; RENAME and SYMLINK need TO. */
+        abp_file_req co = {.path = "p", .owner = "u"}, cg;
+        tap_ok(abp_enc_file(&b, ABP_CHOWN, &co) == 0 && reparse(&b, &f) == 0 &&
+                   abp_dec_file(&f, &cg) == 0 && !strcmp(cg.owner, "u") && !cg.group,
+               "CHOWN with an owner only round trip");
+        b.len = 0;
+        co = (abp_file_req){.path = "p", .group = "g"};
+        tap_ok(abp_enc_file(&b, ABP_CHOWN, &co) == 0 && reparse(&b, &f) == 0 &&
+                   abp_dec_file(&f, &cg) == 0 && !cg.owner && !strcmp(cg.group, "g"),
+               "CHOWN with a group only round trip");
+        b.len = 0;
+        co = (abp_file_req){.path = "p"};
+        tap_ok(abp_enc_file(&b, ABP_CHOWN, &co) == 0 && reparse(&b, &f) == 0 &&
+                   abp_dec_file(&f, &cg) == -EBADMSG,
+               "CHOWN with neither owner nor group does not decode");
+        b.len = 0;
+        tap_ok(abp_enc_file(&b, ABP_SYMLINK, &co) == 0 && reparse(&b, &f) == 0 &&
+                   abp_dec_file(&f, &cg) == -EBADMSG,
+               "SYMLINK without a target does not decode");
         b.len = 0;
 
         /* Several frames in one buffer come out in order. */

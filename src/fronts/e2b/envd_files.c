@@ -40,11 +40,8 @@ enum MHD_Result envd_files_get(ab_req *r, const char *id)
         if (ab_manager_use_begin(r->srv->mgr, box, r->scope, &use, &e) < 0)
                 return files_error(r, e);
         abc_stat st = {0};
-        int fd = ab_manager_use_connect(r->srv->mgr, &use, &e);
-        int rc = fd >= 0 ? abc_stat_path(fd, abs, &st, &e) : -1;
-        if (fd >= 0)
-                close(fd);
-        free(st.link);
+        int rc = ab_manager_file_stat(r->srv->mgr, &use, abs, false, &st, &e);
+        abc_stat_clear(&st);
         if (rc == 0 && st.type == ABC_DIR)
                 rc = ab_err_set(&e, AB_E_INVALID, 0, "%s is a directory", abs);
         if (rc < 0) {
@@ -61,10 +58,11 @@ typedef struct up_call {
         int src_fd; /* octet-stream: the upload itself, or -1 */
 } up_call;
 
-static int up_write(int fd, void *ud, ab_err **err)
+static int up_write(ab_manager *m, ab_use *u, void *ud, ab_err **err)
 {
         up_call *c = ud;
-        return abc_write(fd, c->f->path, c->f->data, c->f->len, c->src_fd, ABC_W_MKPARENTS, 0, err);
+        return ab_manager_file_write(m, u, c->f->path, c->f->data, c->f->len, c->src_fd,
+                                     ABC_W_MKPARENTS, 0, err);
 }
 
 int envd_parse_multipart(const char *body, size_t len, const char *ctype, up_file **out, size_t *n,

@@ -32,9 +32,9 @@ char *envd_abs_path(const char *base, const char *rel);
 /* filesystem.EntryInfo of absolute path with st. */
 json_t *envd_entry_info(const char *path, const abc_stat *st);
 
-/* Runs fn with a connection to box id's init, inside a use of the box by
- * scope (the call's app: r->scope). */
-typedef int (*box_fn)(int fd, void *ud, ab_err **err);
+/* Runs fn inside a use of box id by scope (the call's app: r->scope); fn
+ * reaches the box through the manager's file doors on u. */
+typedef int (*box_fn)(ab_manager *m, ab_use *u, void *ud, ab_err **err);
 int envd_with_box(ab_server *s, const char *id, const char *scope, box_fn fn, void *ud,
                   ab_err **err);
 /* Stats path following symlinks (E2B's /home/user is one): *st is the

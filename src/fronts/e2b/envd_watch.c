@@ -60,14 +60,9 @@ static int watch_list(watch *w, abc_dirent **out, size_t *n)
         ab_box_rec rec;
         if (ab_manager_get(w->srv->mgr, w->box, NULL, &rec, NULL) < 0)
                 return -2; /* gone */
-        bool running = rec.status == AB_BOX_RUNNING;
-        ab_backend *b = ab_manager_backend(w->srv->mgr);
-        int fd = running ? b->ops->connect(b, rec.backend_id, NULL) : -1;
         ab_box_rec_clear(&rec);
-        if (fd < 0)
-                return -1;
-        int rc = abc_list(fd, w->path, w->recursive ? WATCH_MAX_DEPTH : 1, out, n, NULL);
-        close(fd);
+        int rc = ab_manager_file_peek_list(w->srv->mgr, w->box, NULL, w->path,
+                                           w->recursive ? WATCH_MAX_DEPTH : 1, out, n, NULL);
         return rc < 0 ? -1 : 0;
 }
 

@@ -140,27 +140,27 @@ static int strings_only(json_t *o, const char *what, ab_err **err)
 #define SETUP_MARGIN_S 600
 
 /* Makes /home/user, E2B's home, a link to /workspace (where relative paths
- * and commands start) unless the box's image has one. */
+ * and commands start) unless the box's image has one: file operations
+ * through the manager's doors, never an exec of the user's. */
 static void home_link(ab_server *s, const char *id)
 {
-        static const char *const argv[] = {
-            "/bin/sh", "-c",
-            "[ -e /home/user ] || { mkdir -p /home && ln -s /workspace /home/user; }", NULL};
         ab_use u;
         ab_err *e = NULL;
         if (ab_manager_use_begin(s->mgr, id, NULL, &u, &e) < 0) {
                 ab_err_free(&e);
                 return;
         }
-        abc_exec_req q = {.argv = argv, .stdin_fd = -1, .timeout_ms = 10000};
-        abc_exec_res res;
-        int fd = ab_manager_use_connect(s->mgr, &u, &e);
-        /* not an exec of the user's: straight to the init, unaudited */
-        if (fd >= 0) {
-                if (abc_exec(fd, &q, NULL, NULL, &res, &e) < 0)
+        abc_stat st = {0};
+        int rc = ab_manager_file_stat(s->mgr, &u, "/home/user", false, &st, &e);
+        abc_stat_clear(&st);
+        if (rc < 0 && e->code == AB_E_NOT_FOUND) {
+                ab_err_free(&e);
+                rc = ab_manager_file_mkdir(s->mgr, &u, "/home", true, 0755, &e);
+                if (rc == 0)
+                        rc = ab_manager_file_symlink(s->mgr, &u, "/home/user", "/workspace", &e);
+                if (rc < 0 && e->code != AB_E_CONFLICT) /* a race with the box: it has one */
                         ab_log(AB_LOG_WARN, "e2b: no /home/user link", "box", id, "error", e->msg,
                                NULL);
-                close(fd);
         }
         ab_err_free(&e);
         ab_manager_use_end(s->mgr, &u);

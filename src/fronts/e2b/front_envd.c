@@ -373,12 +373,7 @@ int envd_with_box(ab_server *s, const char *id, const char *scope, box_fn fn, vo
         ab_use u;
         if (ab_manager_use_begin(s->mgr, id, scope, &u, err) < 0)
                 return -1;
-        int rc = -1;
-        int fd = ab_manager_use_connect(s->mgr, &u, err);
-        if (fd >= 0) {
-                rc = fn(fd, ud, err);
-                close(fd);
-        }
+        int rc = fn(s->mgr, &u, ud, err);
         ab_manager_use_end(s->mgr, &u);
         return rc;
 }
@@ -393,16 +388,16 @@ typedef struct fs_call {
         size_t n;
 } fs_call;
 
-static int fs_stat(int fd, void *ud, ab_err **err)
+static int fs_stat(ab_manager *m, ab_use *u, void *ud, ab_err **err)
 {
         fs_call *c = ud;
-        return abc_stat_path(fd, c->path, &c->st, err);
+        return ab_manager_file_stat(m, u, c->path, false, &c->st, err);
 }
 
-static int fs_list(int fd, void *ud, ab_err **err)
+static int fs_list(ab_manager *m, ab_use *u, void *ud, ab_err **err)
 {
         fs_call *c = ud;
-        return abc_list(fd, c->path, c->depth, &c->ents, &c->n, err);
+        return ab_manager_file_list(m, u, c->path, c->depth, &c->ents, &c->n, err);
 }
 
 /* Stats path following symlinks (E2B's /home/user is one): *st is the
@@ -448,22 +443,22 @@ int envd_stat_follow(ab_server *s, const char *box, const char *scope, const cha
         }
 }
 
-static int fs_mkdir(int fd, void *ud, ab_err **err)
+static int fs_mkdir(ab_manager *m, ab_use *u, void *ud, ab_err **err)
 {
         fs_call *c = ud;
-        return abc_mkdir(fd, c->path, true, 0755, err);
+        return ab_manager_file_mkdir(m, u, c->path, true, 0755, err);
 }
 
-static int fs_move(int fd, void *ud, ab_err **err)
+static int fs_move(ab_manager *m, ab_use *u, void *ud, ab_err **err)
 {
         fs_call *c = ud;
-        return abc_rename(fd, c->path, c->path2, err);
+        return ab_manager_file_rename(m, u, c->path, c->path2, err);
 }
 
-static int fs_remove(int fd, void *ud, ab_err **err)
+static int fs_remove(ab_manager *m, ab_use *u, void *ud, ab_err **err)
 {
         fs_call *c = ud;
-        return abc_delete(fd, c->path, true, err);
+        return ab_manager_file_delete(m, u, c->path, true, err);
 }
 
 /* Stats c->path on a fresh connection (after an operation). */

@@ -1164,12 +1164,8 @@ static int session_files(ab_server *srv, const char *scope, const char *box, con
                 : xasprintf("%s\n", command);
         int rc = 0;
         for (int i = 0; rc == 0 && i < (cwd ? 2 : 1); i++) {
-                int fd = ab_manager_use_connect(srv->mgr, &u, err);
-                rc = fd < 0 ? -1
-                            : abc_write(fd, i ? cwdf : cmdf, i ? cwd : text, strlen(i ? cwd : text),
-                                        -1, ABC_W_MKPARENTS, 0600, err);
-                if (fd >= 0)
-                        close(fd);
+                rc = ab_manager_file_write(srv->mgr, &u, i ? cwdf : cmdf, i ? cwd : text,
+                                           strlen(i ? cwd : text), -1, ABC_W_MKPARENTS, 0600, err);
         }
         ab_manager_use_end(srv->mgr, &u);
         return rc;

@@ -1,9 +1,8 @@
 /* OpenSandbox's execd file calls under /opensandbox/execd/{id}: files
  * (info, upload, download, search, replace, move, permissions, delete) and
- * directories (list, create, delete). Everything happens inside the box:
- * through its init (fd-relative, as every agentbox file operation), or for
- * what init does not offer (owners, modes, stat's details) through the
- * box's own tools run as execs by the manager. */
+ * directories (list, create, delete). Everything happens inside the box
+ * through the manager's file doors (init's file operations, fd-relative):
+ * never as a user's exec. */
 #include "fronts/opensandbox/front_execd_int.h"
 #include "kit/files.h"
 #include "kit/multipart.h"
@@ -15,8 +14,6 @@
 #include <fnmatch.h>
 #include <sys/mman.h>
 
-#define STAT_OUTPUT_CAP  (64u << 20) /* stat's answer for a listing */
-#define STAT_CHUNK       512         /* paths per stat exec */
 #define LIST_MAX_DEPTH   32
 #define UPLOAD_PARTS_MAX 256         /* metadata + file parts of one upload */
 #define REPLACE_MAX      (64u << 20) /* files larger than this are not edited in memory */
@@ -43,127 +40,54 @@ static int mode_of(json_t *v, uint32_t *out)
         return 0;
 }
 
-typedef struct collect_buf {
-        ab_buf out, err;
-} collect_buf;
-
-static int collect_out(void *ud, int stream, const void *buf, size_t len)
+/* A FileInfo: owner and group are names from the box's databases, or the
+ * ids as numbers where it has no entry. Init keeps no birth time, so
+ * created_at is the modification time. */
+static json_t *file_info(const char *path, const abc_stat *st, const char *owner, const char *group)
 {
-        collect_buf *c = ud;
-        ab_buf_add(stream == 2 ? &c->err : &c->out, buf, len);
-        return 0;
-}
-
-/* Runs argv in the box being used; *exit_code gets its status. Output in c. */
-static int run_argv(ab_server *s, ab_use *u, const char *const *argv, uint64_t cap, collect_buf *c,
-                    int *exit_code, ab_err **err)
-{
-        static const char *const c_locale[] = {"LC_ALL=C", NULL}; /* stat's %F, tools' messages */
-        abc_exec_req q = {
-            .argv = argv, .env = c_locale, .stdin_fd = -1, .output_cap = cap, .timeout_ms = 60000};
-        abc_exec_res res;
-        if (ab_manager_exec(s->mgr, u, &q, collect_out, c, &res, err) < 0)
-                return -1;
-        *exit_code = res.exit_code;
-        return 0;
-}
-
-/* Paths stat did not describe (a box whose stat is not GNU's, or a race)
- * from the init's lstat: no owner or group then. */
-static int stat_fallback(ab_server *s, ab_use *u, const char *const *paths, size_t n, json_t *out,
-                         ab_err **err)
-{
-        for (size_t i = 0; i < n; i++) {
-                if (json_object_get(out, paths[i]))
-                        continue;
-                abc_stat st = {0};
-                ab_err *e = NULL;
-                int fd = ab_manager_use_connect(s->mgr, u, err);
-                if (fd < 0)
-                        return -1;
-                int rc = abc_stat_path(fd, paths[i], &st, &e);
-                close(fd);
-                free(st.link);
-                if (rc < 0) { /* missing: left out */
-                        ab_err_free(&e);
-                        continue;
-                }
-                char mt[AB_TIME_LEN], ms[8];
-                ab_time_rfc3339(st.mtime * 1000, true, mt);
-                snprintf(ms, sizeof(ms), "%o", st.mode & 07777);
-                json_object_set_new(out, paths[i],
-                                    json_pack("{s:o,s:s,s:I,s:s,s:s,s:s,s:s,s:I}", "path",
-                                              json_bytes(paths[i], strlen(paths[i])), "type",
-                                              kit_ftype_name(&kit_ftypes_execd, st.type), "size",
-                                              (json_int_t)st.size, "modified_at", mt, "created_at",
-                                              mt, "owner", "", "group", "", "mode",
-                                              (json_int_t)strtol(ms, NULL, 10)));
-        }
-        return 0;
+        char mt[AB_TIME_LEN], ms[8], ou[16], gr[16];
+        ab_time_rfc3339(st->mtime * 1000, true, mt);
+        snprintf(ms, sizeof(ms), "%o", st->mode & 07777);
+        snprintf(ou, sizeof(ou), "%u", st->uid);
+        snprintf(gr, sizeof(gr), "%u", st->gid);
+        if (!st->has_ids)
+                ou[0] = gr[0] = 0;
+        return json_pack("{s:o,s:s,s:I,s:s,s:s,s:o,s:o,s:I}", "path",
+                         json_bytes(path, strlen(path)), "type",
+                         kit_ftype_name(&kit_ftypes_execd, st->type), "size", (json_int_t)st->size,
+                         "modified_at", mt, "created_at", mt, "owner",
+                         json_bytes(owner ? owner : ou, strlen(owner ? owner : ou)), "group",
+                         json_bytes(group ? group : gr, strlen(group ? group : gr)), "mode",
+                         (json_int_t)strtol(ms, NULL, 10));
 }
 
 /* FileInfo of each path (as given: relative ones are under /workspace),
- * from one stat in the box per chunk of paths; *out maps path -> FileInfo.
- * Paths that do not exist are absent from it. */
+ * from the manager's stat door (internal work: never an exec); *out maps
+ * path -> FileInfo. Paths that do not exist are absent from it. */
 static int stat_paths(ab_server *s, ab_use *u, const char *const *paths, size_t n, json_t **out,
                       ab_err **err)
 {
         *out = json_object();
-        for (size_t at = 0; at < n; at += STAT_CHUNK) {
-                size_t k = n - at < STAT_CHUNK ? n - at : STAT_CHUNK;
-                const char **argv = xcalloc(k + 5, sizeof(char *));
-                argv[0] = "stat";
-                argv[1] = "--printf=%F\\037%s\\037%a\\037%U\\037%G\\037%Y\\037%W\\037%n\\036";
-                argv[2] = "--";
-                for (size_t i = 0; i < k; i++)
-                        argv[3 + i] = paths[at + i];
-                collect_buf c = {0};
-                int code;
-                int rc = run_argv(s, u, argv, STAT_OUTPUT_CAP, &c, &code, err);
-                free(argv);
-                if (rc < 0) {
-                        ab_buf_free(&c.out);
-                        ab_buf_free(&c.err);
+        for (size_t i = 0; i < n; i++) {
+                abc_stat st = {0};
+                ab_err *e = NULL;
+                if (ab_manager_file_stat(s->mgr, u, paths[i], true, &st, &e) < 0) {
+                        if (e->code == AB_E_NOT_FOUND) { /* missing: left out */
+                                ab_err_free(&e);
+                                continue;
+                        }
+                        if (err && !*err)
+                                *err = e;
+                        else
+                                ab_err_free(&e);
                         json_decref(*out);
                         *out = NULL;
                         return -1;
                 }
-                ab_buf_putc(&c.out, 0);
-                char *save = NULL;
-                for (char *rec = strtok_r(c.out.p, "\036", &save); rec;
-                     rec = strtok_r(NULL, "\036", &save)) {
-                        char *f[8];
-                        size_t nf = 0;
-                        for (char *p = rec; nf < 8; nf++) {
-                                f[nf] = p;
-                                char *sep = nf < 7 ? strchr(p, '\037') : NULL;
-                                if (nf < 7 && !sep)
-                                        break;
-                                if (sep) {
-                                        *sep = 0;
-                                        p = sep + 1;
-                                }
-                        }
-                        if (nf != 8)
-                                continue;
-                        int64_t mtime = strtoll(f[5], NULL, 10), btime = strtoll(f[6], NULL, 10);
-                        char mt[AB_TIME_LEN], bt[AB_TIME_LEN];
-                        ab_time_rfc3339(mtime * 1000, true, mt);
-                        ab_time_rfc3339((btime > 0 ? btime : mtime) * 1000, true, bt);
-                        json_object_set_new(
-                            *out, f[7],
-                            json_pack("{s:o,s:s,s:I,s:s,s:s,s:o,s:o,s:I}", "path",
-                                      json_bytes(f[7], strlen(f[7])), "type",
-                                      kit_ftype_name(&kit_ftypes_execd, kit_ftype_of_stat(f[0])),
-                                      "size", (json_int_t)strtoll(f[1], NULL, 10), "modified_at",
-                                      mt, "created_at", bt, "owner", json_bytes(f[3], strlen(f[3])),
-                                      "group", json_bytes(f[4], strlen(f[4])), "mode",
-                                      (json_int_t)strtol(f[2], NULL, 10)));
-                }
-                ab_buf_free(&c.out);
-                ab_buf_free(&c.err);
+                json_object_set_new(*out, paths[i], file_info(paths[i], &st, st.owner, st.group));
+                abc_stat_clear(&st);
         }
-        return stat_fallback(s, u, paths, n, *out, err);
+        return 0;
 }
 
 /* The query's paths (?path=a&path=b), at least one; answers 400 itself. */
@@ -263,10 +187,7 @@ enum MHD_Result execd_remove_paths(ab_req *r, const char *id, bool recursive)
         int rc = 0;
         json_array_foreach(paths, i, p)
         {
-                int fd = ab_manager_use_connect(r->srv->mgr, &u, &e);
-                rc = fd < 0 ? -1 : abc_delete(fd, json_string_value(p), recursive, &e);
-                if (fd >= 0)
-                        close(fd);
+                rc = ab_manager_file_delete(r->srv->mgr, &u, json_string_value(p), recursive, &e);
                 if (rc < 0)
                         break;
         }
@@ -277,7 +198,8 @@ enum MHD_Result execd_remove_paths(ab_req *r, const char *id, bool recursive)
         return execd_ok(r);
 }
 
-/* chmod and chown of one path by the box's own tools (init has neither). */
+/* chmod and chown of one path through the manager's doors (init's CHMOD
+ * and CHOWN; never a user's exec). */
 static int set_perm(ab_server *s, ab_use *u, const char *path, json_t *perm, bool mode_given,
                     ab_err **err)
 {
@@ -285,32 +207,18 @@ static int set_perm(ab_server *s, ab_use *u, const char *path, json_t *perm, boo
         if (mode_of(json_object_get(perm, "mode"), &mode) < 0)
                 return ab_err_set(err, AB_E_INVALID, 0, "%s: mode must be octal digits, e.g. 644",
                                   path);
-        char ms[16];
-        snprintf(ms, sizeof(ms), "%o", mode);
-        int code = 0;
-        collect_buf c = {0};
-        int rc = 0;
-        if (mode_given || json_object_get(perm, "mode")) {
-                const char *argv[] = {"chmod", ms, "--", path, NULL};
-                rc = run_argv(s, u, argv, 0, &c, &code, err);
-        }
+        if ((mode_given || json_object_get(perm, "mode")) &&
+            ab_manager_file_chmod(s->mgr, u, path, mode, err) < 0)
+                return -1;
         const char *owner = json_string_value(json_object_get(perm, "owner"));
         const char *group = json_string_value(json_object_get(perm, "group"));
-        if (rc == 0 && code == 0 && ((owner && *owner) || (group && *group))) {
-                _cleanup_free_ char *og = xasprintf("%s%s%s", owner ? owner : "",
-                                                    group && *group ? ":" : "", group ? group : "");
-                const char *argv[] = {"chown", og, "--", path, NULL};
-                rc = run_argv(s, u, argv, 0, &c, &code, err);
-        }
-        if (rc == 0 && code != 0) {
-                ab_buf_putc(&c.err, 0);
-                rc =
-                    ab_err_set(err, strstr(c.err.p, "No such file") ? AB_E_NOT_FOUND : AB_E_INVALID,
-                               0, "%s", c.err.p);
-        }
-        ab_buf_free(&c.out);
-        ab_buf_free(&c.err);
-        return rc;
+        if (owner && !*owner)
+                owner = NULL;
+        if (group && !*group)
+                group = NULL;
+        if ((owner || group) && ab_manager_file_chown(s->mgr, u, path, owner, group, err) < 0)
+                return -1;
+        return 0;
 }
 
 /* POST /files/permissions {path: {mode, owner, group}} and POST /directories
@@ -343,10 +251,7 @@ enum MHD_Result execd_paths_perm(ab_req *r, const char *id, bool mkdirs)
                                                 "%s: mode must be octal digits, e.g. 755", path);
                                 break;
                         }
-                        int fd = ab_manager_use_connect(r->srv->mgr, &u, &e);
-                        rc = fd < 0 ? -1 : abc_mkdir(fd, path, true, mode, &e);
-                        if (fd >= 0)
-                                close(fd);
+                        rc = ab_manager_file_mkdir(r->srv->mgr, &u, path, true, mode, &e);
                 }
                 if (rc == 0)
                         rc = set_perm(r->srv, &u, path, perm, !mkdirs, &e);
@@ -388,10 +293,7 @@ enum MHD_Result execd_files_mv(ab_req *r, const char *id)
                         rc = ab_err_set(&e, AB_E_INVALID, 0, "[%zu]: needs src and dest", i);
                         break;
                 }
-                int fd = ab_manager_use_connect(r->srv->mgr, &u, &e);
-                rc = fd < 0 ? -1 : abc_rename(fd, src, dest, &e);
-                if (fd >= 0)
-                        close(fd);
+                rc = ab_manager_file_rename(r->srv->mgr, &u, src, dest, &e);
                 if (rc < 0)
                         break;
         }
@@ -402,8 +304,47 @@ enum MHD_Result execd_files_mv(ab_req *r, const char *id)
         return execd_ok(r);
 }
 
+/* Owner and group names by (uid, gid), learnt from one named stat of an
+ * entry that has them: a listing has few distinct pairs. */
+typedef struct name_cache {
+        struct name_ent {
+                uint32_t uid, gid;
+                char *owner, *group;
+        } * v;
+        size_t n;
+} name_cache;
+
+static const struct name_ent *names_of(ab_server *s, ab_use *u, name_cache *c, const char *path,
+                                       const abc_stat *st)
+{
+        for (size_t i = 0; i < c->n; i++)
+                if (c->v[i].uid == st->uid && c->v[i].gid == st->gid)
+                        return &c->v[i];
+        abc_stat named = {0};
+        ab_err *e = NULL;
+        if (ab_manager_file_stat(s->mgr, u, path, true, &named, &e) < 0) {
+                ab_err_free(&e); /* gone meanwhile: numbers, asked again next time */
+                return NULL;
+        }
+        c->v = xrealloc(c->v, xmul(c->n + 1, sizeof(*c->v)));
+        c->v[c->n] = (struct name_ent){st->uid, st->gid, steal_pointer(&named.owner),
+                                       steal_pointer(&named.group)};
+        abc_stat_clear(&named);
+        return &c->v[c->n++];
+}
+
+static void name_cache_clear(name_cache *c)
+{
+        for (size_t i = 0; i < c->n; i++) {
+                free(c->v[i].owner);
+                free(c->v[i].group);
+        }
+        free(c->v);
+}
+
 /* The entries under dir (depth levels) as FileInfo objects, those whose
- * name (or, for a pattern with '/', relative path) matches pattern. */
+ * name (or, for a pattern with '/', relative path) matches pattern: one
+ * listing, and a named stat per distinct owner (never a user's exec). */
 static int list_infos(ab_server *s, ab_use *u, const char *dir, int depth, const char *pattern,
                       json_t **out, ab_err **err)
 {
@@ -411,30 +352,20 @@ static int list_infos(ab_server *s, ab_use *u, const char *dir, int depth, const
         abc_dirent *ents = NULL;
         size_t n = 0;
         abc_stat st = {0};
-        int fd = ab_manager_use_connect(s->mgr, u, err);
-        if (fd < 0)
+        if (ab_manager_file_stat(s->mgr, u, dir, false, &st, err) < 0)
                 return -1;
-        int rc = abc_stat_path(fd, dir, &st, err);
-        close(fd);
         bool is_dir = st.type == ABC_DIR;
-        free(st.link);
-        if (rc < 0)
-                return -1;
+        abc_stat_clear(&st);
         if (!is_dir)
                 return ab_err_set(err, AB_E_INVALID, 0,
                                   "%s is not a directory (a symlink is not followed)", dir);
-        fd = ab_manager_use_connect(s->mgr, u, err);
-        if (fd < 0)
-                return -1;
-        rc = abc_list(fd, dir, depth, &ents, &n, err);
-        close(fd);
-        if (rc < 0)
+        if (ab_manager_file_list(s->mgr, u, dir, depth, &ents, &n, err) < 0)
                 return -1;
         size_t dl = strlen(dir);
         while (dl > 1 && dir[dl - 1] == '/')
                 dl--;
-        char **full = xcalloc(n + 1, sizeof(char *));
-        size_t k = 0;
+        name_cache names = {0};
+        *out = json_array();
         for (size_t i = 0; i < n; i++) {
                 const char *rel = ents[i].path;
                 const char *base = strrchr(rel, '/');
@@ -443,23 +374,17 @@ static int list_infos(ab_server *s, ab_use *u, const char *dir, int depth, const
                 if (pattern && *pattern && strcmp(pattern, "**") &&
                     fnmatch(pattern, subject, 0) != 0)
                         continue;
-                full[k++] = dl == 1 && dir[0] == '/' ? xasprintf("/%s", rel)
-                                                     : xasprintf("%.*s/%s", (int)dl, dir, rel);
+                _cleanup_free_ char *full = dl == 1 && dir[0] == '/'
+                                                ? xasprintf("/%s", rel)
+                                                : xasprintf("%.*s/%s", (int)dl, dir, rel);
+                const struct name_ent *ne =
+                    ents[i].st.has_ids ? names_of(s, u, &names, full, &ents[i].st) : NULL;
+                json_array_append_new(*out, file_info(full, &ents[i].st, ne ? ne->owner : NULL,
+                                                      ne ? ne->group : NULL));
         }
+        name_cache_clear(&names);
         abc_dirents_free(ents, n);
-        json_t *infos = NULL;
-        rc = stat_paths(s, u, (const char *const *)full, k, &infos, err);
-        if (rc == 0) {
-                *out = json_array();
-                for (size_t i = 0; i < k; i++) {
-                        json_t *fi = json_object_get(infos, full[i]);
-                        if (fi) /* gone meanwhile: left out */
-                                json_array_append(*out, fi);
-                }
-        }
-        json_decref(infos);
-        ab_strvfreep(&full);
-        return rc;
+        return 0;
 }
 
 enum MHD_Result execd_dir_list(ab_req *r, const char *id, bool search)
@@ -520,22 +445,15 @@ static int replace_one(ab_server *s, ab_use *u, const char *path, const char *ol
         if (!ol)
                 return ab_err_set(err, AB_E_INVALID, 0, "%s: old must not be empty", path);
         abc_stat st = {0};
-        int fd = ab_manager_use_connect(s->mgr, u, err);
-        if (fd < 0)
+        if (ab_manager_file_stat(s->mgr, u, path, false, &st, err) < 0)
                 return -1;
-        int rc = abc_stat_path(fd, path, &st, err);
-        close(fd);
-        free(st.link);
-        if (rc < 0)
-                return -1;
-        if (st.type != ABC_FILE)
+        abc_ftype type = st.type;
+        uint32_t mode = st.mode;
+        abc_stat_clear(&st);
+        if (type != ABC_FILE)
                 return ab_err_set(err, AB_E_INVALID, 0, "%s: not a regular file", path);
         read_buf rb = {0};
-        fd = ab_manager_use_connect(s->mgr, u, err);
-        if (fd < 0)
-                return -1;
-        rc = abc_read(fd, path, 0, 0, read_into, &rb, err);
-        close(fd);
+        int rc = ab_manager_file_read(s->mgr, u, path, 0, 0, read_into, &rb, err);
         if (rc < 0 || rb.too_big) {
                 ab_buf_free(&rb.b);
                 if (rb.too_big) {
@@ -561,14 +479,9 @@ static int replace_one(ab_server *s, ab_use *u, const char *path, const char *ol
         }
         ab_buf_free(&rb.b);
         rc = 0;
-        if (*count) {
-                fd = ab_manager_use_connect(s->mgr, u, err);
-                rc = fd < 0 ? -1
-                            : abc_write(fd, path, out.p ? out.p : "", out.n, -1, 0, st.mode & 07777,
-                                        err);
-                if (fd >= 0)
-                        close(fd);
-        }
+        if (*count)
+                rc = ab_manager_file_write(s->mgr, u, path, out.p ? out.p : "", out.n, -1, 0,
+                                           mode & 07777, err);
         ab_buf_free(&out);
         return rc;
 }
@@ -658,11 +571,11 @@ enum MHD_Result execd_files_download(ab_req *r, const char *id)
                 return ret;
         ab_err *e = NULL;
         abc_stat st = {0};
-        int fd = ab_manager_use_connect(r->srv->mgr, &use, &e);
-        int rc = fd < 0 ? -1 : abc_stat_path(fd, path, &st, &e);
-        if (fd >= 0)
-                close(fd);
+        int rc = ab_manager_file_stat(r->srv->mgr, &use, path, false, &st, &e);
         free(st.link);
+        free(st.owner);
+        free(st.group);
+        st.link = st.owner = st.group = NULL;
         if (rc < 0 || st.type != ABC_FILE) {
                 ab_manager_use_end(r->srv->mgr, &use);
                 if (rc == 0)
@@ -762,12 +675,8 @@ enum MHD_Result route_osb_upload(ab_req *r, const char *id)
                                         "metadata.mode: octal digits, e.g. 644");
                         break;
                 }
-                int fd = ab_manager_use_connect(r->srv->mgr, &u, &e);
-                rc = fd < 0 ? -1
-                            : abc_write(fd, path, parts[i].data, parts[i].len, -1, ABC_W_MKPARENTS,
-                                        mode, &e);
-                if (fd >= 0)
-                        close(fd);
+                rc = ab_manager_file_write(r->srv->mgr, &u, path, parts[i].data, parts[i].len, -1,
+                                           ABC_W_MKPARENTS, mode, &e);
                 if (rc == 0 && (json_string_value(json_object_get(meta, "owner")) ||
                                 json_string_value(json_object_get(meta, "group")))) {
                         json_t *perm = json_deep_copy(meta);

@@ -498,9 +498,8 @@ static bool snap_visible(ab_req *r, const char *box, size_t box_len);
 static int check_snapshot_source(ab_req *r, const char *image, ab_err **err)
 {
         ab_image img;
-        if (!r->scope || !image || !r->srv->images ||
-            ab_image_get(r->srv->images, image, &img, NULL) < 0)
-                return 0;
+        if (!r->scope || !image || ab_manager_image_get(r->srv->mgr, NULL, image, &img, NULL) < 0)
+                return 0; /* the admin's view: to tell a hidden snapshot */
         const char *box, *tag;
         size_t bl;
         bool hidden = !ab_image_visible(&img, r->scope) ||
@@ -1023,7 +1022,7 @@ static int snap_get(ab_req *r, const char *sid, ab_image *img, const char **box,
                                  "this server has no image store");
                 return -1;
         }
-        if (ab_image_get_as(r->srv->images, r->scope, sid, img, &e) < 0) {
+        if (ab_manager_image_get(r->srv->mgr, r->scope, sid, img, &e) < 0) {
                 ab_err_free(&e);
                 *ret = osb_error(r, 404, "SANDBOX::NOT_FOUND", "no snapshot %s", sid);
                 return -1;
@@ -1060,7 +1059,8 @@ static enum MHD_Result snapshots(ab_req *r)
                 ab_err *e = NULL;
                 const char *stored = NULL;
                 (void)snap_of(&img, r->scope, &box, &bl, &tag, &stored);
-                int rc = ab_image_remove(r->srv->images, stored ? stored : img.id, &e);
+                int rc = ab_manager_image_remove(r->srv->mgr, r->scope, stored ? stored : img.id,
+                                                 NULL, &e);
                 ab_image_clear(&img);
                 if (rc < 0)
                         return osb_err(r, e, "SANDBOX::");
@@ -1080,7 +1080,7 @@ static enum MHD_Result snapshots(ab_req *r)
         ab_image *imgs = NULL;
         size_t n = 0;
         ab_err *e = NULL;
-        if (ab_image_list(r->srv->images, &imgs, &n, &e) < 0)
+        if (ab_manager_image_list(r->srv->mgr, r->scope, &imgs, &n, &e) < 0)
                 return osb_err(r, e, "SANDBOX::");
         json_t *items = json_array();
         int64_t total = 0;
@@ -1089,8 +1089,7 @@ static enum MHD_Result snapshots(ab_req *r)
                 size_t bl;
                 if (!snap_of(&imgs[i], r->scope, &box, &bl, &tag, NULL) ||
                     (want_box && (strlen(want_box) != bl || strncmp(want_box, box, bl))) ||
-                    (want_name && strcmp(want_name, tag)) ||
-                    !ab_image_visible(&imgs[i], r->scope) || !snap_visible(r, box, bl))
+                    (want_name && strcmp(want_name, tag)) || !snap_visible(r, box, bl))
                         continue;
                 if (total >= (page - 1) * size && total < page * size)
                         json_array_append_new(items, snap_json(&imgs[i], box, bl, tag));
