@@ -90,6 +90,7 @@ static int set_status(ab_backend *b, const char *id, const char *op, ab_err **er
         } else if (!strcmp(op, "stop")) {
                 x->status = AB_BOX_STOPPED;
                 x->started_at = 0;
+                mock_procs_clear(x); /* they die with the box */
         } else if (x->status != AB_BOX_RUNNING && x->status != AB_BOX_PAUSED) {
                 rc = ab_err_set(err, AB_E_CONFLICT, 0, "box %s is not running", id);
         } else {
