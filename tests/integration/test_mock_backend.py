@@ -45,6 +45,7 @@ RULES = {"commands": [
     {"regex": "^go test( .*)?$", "stdout": "PASS\nok\n", "delay_ms": 300},
     {"command": "make", "stderr": "no rule\n", "exit_code": 2},
     {"command": "echo hi", "stdout": "hi\n"},
+    {"command": "serve", "stdout": "up\n", "delay_ms": 600000},
 ]}
 
 
@@ -265,6 +266,13 @@ try {
   try { await s.commands.run('whoami'); } catch (e) { out.unmatched = e.exitCode; }
   await s.files.write('/workspace/x.txt', 'hello');
   out.read = await s.files.read('/workspace/x.txt');
+  const bg = await s.commands.run('go test ./...', { background: true });
+  out.listed = (await s.commands.list()).some((p) => p.pid === bg.pid);
+  out.bg = (await bg.wait()).stdout;
+  const slow = await s.commands.run('serve', { background: true });
+  out.killed = await slow.kill();
+  try { await slow.wait(); } catch (e) { out.killed_exit = e.exitCode; }
+  out.gone = !(await s.commands.list()).some((p) => p.pid === slow.pid);
 } finally { await s.kill(); }
 console.log(JSON.stringify(out));
 """
@@ -279,12 +287,30 @@ try {
   out.unmatched = (await s.commands.run("whoami")).exitCode;
   await s.files.writeFiles([{ path: "/workspace/x.txt", data: "hello" }]);
   out.read = await s.files.readFile("/workspace/x.txt");
+  const bg = await s.commands.run("go test ./...", { background: true });
+  let st;
+  for (let i = 0; i < 100 && (!st || st.running); i++) {
+    if (st) await new Promise((r) => setTimeout(r, 100));
+    st = await s.commands.getCommandStatus(bg.id);
+  }
+  out.bg_exit = st.exitCode;
+  out.bg_logs = (await s.commands.getBackgroundCommandLogs(bg.id)).content;
+  const slow = await s.commands.run("serve", { background: true });
+  await s.commands.interrupt(slow.id);
+  st = await s.commands.getCommandStatus(slow.id);
+  for (let i = 0; i < 100 && st.running; i++) {
+    await new Promise((r) => setTimeout(r, 100));
+    st = await s.commands.getCommandStatus(slow.id);
+  }
+  out.interrupted = st.running === false;
+  out.interrupted_exit = st.exitCode;
 } finally { await s.kill(); }
 console.log(JSON.stringify(out));
 """
 
 
-def sdk_smoke(name, sdk_dir, package, script_text):
+def sdk_smoke(name, sdk_dir, package, script_text, extra=None, extra_what=""):
+    extra = extra or {}
     mods = os.path.join(HERE, "..", sdk_dir, "node_modules")
     if not node or not os.path.isdir(os.path.join(mods, package)):
         h.skip("%s's SDK against the mock" % name, "no node or no tests/%s/node_modules (scripts/npm-deps.sh)"
@@ -306,13 +332,21 @@ def sdk_smoke(name, sdk_dir, package, script_text):
         got = json.loads(p.stdout.strip().splitlines()[-1])
     except (ValueError, IndexError):
         got = None
-    h.eq(got, {"ls": "file1.txt\nfile2.txt\n", "unmatched": 127, "read": "hello"},
+    want = {"ls": "file1.txt\nfile2.txt\n", "unmatched": 127, "read": "hello"}
+    want.update(extra)
+    h.eq(got, want,
          "%s's SDK: commands.run answered by the expectations, an unmatched command exits 127, "
-         "files written and read" % name, p.stdout[-1000:] + p.stderr[-2000:])
+         "files written and read%s" % (name, extra_what), p.stdout[-1000:] + p.stderr[-2000:])
     srv2.stop()
 
 
-sdk_smoke("E2B", "e2b", "e2b", E2B_SMOKE)
-sdk_smoke("OpenSandbox", "opensandbox", "@alibaba-group/opensandbox", OSB_SMOKE)
+sdk_smoke("E2B", "e2b", "e2b", E2B_SMOKE,
+          # the front's kill is a close (TERM_CLOSE): the stream ends without an exit code, as on
+          # a native box, and wait() throws with -1
+          {"listed": True, "bg": "PASS\nok\n", "killed": True, "killed_exit": -1, "gone": True},
+          "; a background command listed and waited for, another killed and gone")
+sdk_smoke("OpenSandbox", "opensandbox", "@alibaba-group/opensandbox", OSB_SMOKE,
+          {"bg_exit": 0, "bg_logs": "PASS\nok\n", "interrupted": True, "interrupted_exit": 137},
+          "; a background command's status and logs, another interrupted (137)")
 
 h.done()
