@@ -170,6 +170,12 @@ uint64_t mock_disk_cap(const mbox *x);
 /* Ends and forgets every background process of x (its stop or delete:
  * attached sessions see the box gone and hang up). Under mu. */
 void mock_procs_clear(mbox *x);
+/* x's processes for the state file ({"next_pid", "list": [...]}, output in
+ * base64), and back: 0, or -1 for a malformed one (x may then hold some:
+ * the caller drops the box). NULL j: none kept. Under mu, or before the
+ * backend serves. */
+json_t *mock_procs_save(const mbox *x);
+int mock_procs_load(mbox *x, const json_t *j);
 
 /* Thread body: answers one init-protocol request on a->c.fd for box
  * a->box, then unlinks a->c from m->conns, closes the fd and frees a. */

@@ -11,6 +11,7 @@
 #include "proto/proto.h"
 
 #include <errno.h>
+#include <openssl/evp.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -1149,6 +1150,142 @@ static void do_term(sess *s, const abp_frame *f)
         else
                 proc_simple(s, f->type, &q);
         abp_term_req_clear(&q);
+}
+
+/* ---- kept across a clean restart (mock.c's state file) ---- */
+
+static json_t *b64_json(const char *p, size_t n)
+{
+        char *b = xmalloc(xadd(xmul(n / 3 + 1, 4), 1));
+        EVP_EncodeBlock((unsigned char *)b, (const unsigned char *)(p ? p : ""), (int)n);
+        json_t *j = json_string(b);
+        free(b);
+        return j;
+}
+
+/* Decodes base64 of at most max bytes into *out (*n). 0 or -1. */
+static int b64_take(const json_t *j, size_t max, char **out, size_t *n)
+{
+        const char *s = json_string_value(j);
+        size_t bl = s ? strlen(s) : 0;
+        if (!s || bl % 4 || bl > (max / 3 + 1) * 4)
+                return -1;
+        char *d = xmalloc(bl / 4 * 3 + 1);
+        int len = EVP_DecodeBlock((unsigned char *)d, (const unsigned char *)s, (int)bl);
+        for (size_t i = bl; len > 0 && i > 0 && s[i - 1] == '='; i--)
+                len--; /* EVP_DecodeBlock counts the padding as data */
+        if (len < 0 || (size_t)len > max) {
+                free(d);
+                return -1;
+        }
+        *out = d;
+        *n = (size_t)len;
+        return 0;
+}
+
+json_t *mock_procs_save(const mbox *x)
+{
+        json_t *a = json_array();
+        for (size_t i = 0; i < x->n_procs; i++) {
+                const mproc *p = x->procs[i];
+                json_t *argv = json_array();
+                for (char **v = p->argv; *v; v++)
+                        json_array_append_new(argv, json_string(*v));
+                json_t *o = json_pack(
+                    "{s:s,s:o,s:I,s:I,s:I,s:I,s:b,s:b,s:b,s:b,s:b,s:i,s:i,s:I,s:I,s:I,s:I,s:I}",
+                    "id", p->id, "argv", argv, "pid", (json_int_t)p->pid, "created_ms",
+                    (json_int_t)p->created_ms, "end_ms", (json_int_t)p->end_ms, "ended_ms",
+                    (json_int_t)p->ended_ms, "ended", p->ended, "timed_out", p->timed_out,
+                    "will_time_out", p->will_time_out, "stdin_closed", p->stdin_closed, "merge",
+                    p->merge, "code", p->code, "exit_code", p->exit_code, "out_lines",
+                    (json_int_t)p->out_lines, "lines", (json_int_t)p->lines, "stdin_bytes",
+                    (json_int_t)p->stdin_bytes, "total0", (json_int_t)p->ring[0].total, "total1",
+                    (json_int_t)p->ring[1].total);
+                if (p->tag)
+                        json_object_set_new(o, "tag", json_string(p->tag));
+                json_object_set_new(o, "out", b64_json(p->out, p->out_len));
+                json_object_set_new(o, "err", b64_json(p->err, p->err_len));
+                json_object_set_new(o, "ring0", b64_json(p->ring[0].p, p->ring[0].len));
+                json_object_set_new(o, "ring1", b64_json(p->ring[1].p, p->ring[1].len));
+                json_array_append_new(a, o);
+        }
+        return json_pack("{s:I,s:o}", "next_pid", (json_int_t)x->next_pid, "list", a);
+}
+
+static uint64_t ju(const json_t *o, const char *k)
+{
+        json_int_t v = json_integer_value(json_object_get(o, k));
+        return v < 0 ? 0 : (uint64_t)v;
+}
+
+static int proc_load(mbox *x, const json_t *o)
+{
+        const char *id = json_string_value(json_object_get(o, "id"));
+        const json_t *argv = json_object_get(o, "argv"), *tag = json_object_get(o, "tag");
+        size_t na = json_array_size(argv);
+        if (!id || strncmp(id, "t_", 2) || strlen(id) > ABP_TERM_ID_MAX || proc_find(x, id) ||
+            !na || na > 4096 ||
+            (tag && (!json_is_string(tag) || json_string_length(tag) > ABP_TERM_TAG_MAX)))
+                return -1;
+        mproc *p = xzalloc(sizeof(*p));
+        snprintf(p->id, sizeof(p->id), "%s", id);
+        p->argv = xcalloc(na + 1, sizeof(*p->argv));
+        int bad = 0;
+        for (size_t i = 0; i < na; i++) {
+                const char *a = json_string_value(json_array_get(argv, i));
+                p->argv[i] = xstrdup(a ? a : "");
+                bad |= !a;
+        }
+        p->tag = tag ? xstrdup(json_string_value(tag)) : NULL;
+        p->pid = (uint32_t)ju(o, "pid");
+        p->created_ms = ju(o, "created_ms");
+        p->end_ms = ju(o, "end_ms");
+        p->ended_ms = ju(o, "ended_ms");
+        p->ended = json_is_true(json_object_get(o, "ended"));
+        p->timed_out = json_is_true(json_object_get(o, "timed_out"));
+        p->will_time_out = json_is_true(json_object_get(o, "will_time_out"));
+        p->stdin_closed = json_is_true(json_object_get(o, "stdin_closed"));
+        p->merge = json_is_true(json_object_get(o, "merge"));
+        p->code = (int)ju(o, "code");
+        p->exit_code = (int)ju(o, "exit_code");
+        p->out_lines = ju(o, "out_lines");
+        p->lines = ju(o, "lines");
+        p->stdin_bytes = ju(o, "stdin_bytes");
+        char *r0 = NULL, *r1 = NULL;
+        size_t n0 = 0, n1 = 0;
+        bad |= b64_take(json_object_get(o, "out"), MOCK_PROC_RING, &p->out, &p->out_len);
+        bad |= b64_take(json_object_get(o, "err"), MOCK_PROC_RING, &p->err, &p->err_len);
+        bad |= b64_take(json_object_get(o, "ring0"), MOCK_PROC_RING, &r0, &n0);
+        bad |= b64_take(json_object_get(o, "ring1"), MOCK_PROC_RING, &r1, &n1);
+        if (!bad) {
+                ring_add(&p->ring[0], r0, n0);
+                ring_add(&p->ring[1], r1, n1);
+                p->ring[0].total = ju(o, "total0") < n0 ? n0 : ju(o, "total0");
+                p->ring[1].total = ju(o, "total1") < n1 ? n1 : ju(o, "total1");
+        }
+        free(r0);
+        free(r1);
+        if (bad) {
+                proc_free(p);
+                return -1;
+        }
+        x->procs = xrealloc(x->procs, (x->n_procs + 1) * sizeof(*x->procs));
+        x->procs[x->n_procs++] = p;
+        return 0;
+}
+
+int mock_procs_load(mbox *x, const json_t *j)
+{
+        if (!j)
+                return 0; /* a state file from before processes were kept */
+        const json_t *list = json_object_get(j, "list");
+        if (!json_is_array(list) || json_array_size(list) > MOCK_PROCS_KEPT)
+                return -1;
+        x->next_pid = (uint32_t)ju(j, "next_pid");
+        for (size_t i = 0; i < json_array_size(list); i++)
+                if (proc_load(x, json_array_get(list, i)) < 0)
+                        return -1;
+        return 0;
 }
 
 static void serve(sess *s)

@@ -500,7 +500,9 @@ int main(void)
 
         /* ---- kept across a clean restart ---- */
         _cleanup_free_ char *state = xasprintf("%s/state.json", dir);
-        ab_mock_opts so = {.state_path = state};
+        write_text(exp, "{\"commands\": [{\"command\": \"serve\", \"stdout\": \"up\\n\", "
+                        "\"delay_ms\": 600000}, {\"command\": \"ls\", \"stdout\": \"a\\n\"}]}");
+        ab_mock_opts so = {.state_path = state, .expect_path = exp};
         tap_ok(ab_mock_open(&so, &b, &e) == 0, "open with a state file that does not exist yet");
         s = (ab_box_spec){.id = "k1", .limits = {.disk_mib = 8}};
         tap_ok(b->ops->create(b, &s, &e) == 0 && b->ops->pause(b, "k1", &e) == 0,
@@ -511,6 +513,16 @@ int main(void)
         tap_ok(abc_write(fd, "d/bin", bin, sizeof(bin), -1, ABC_W_MKPARENTS, 0600, &e) == 0,
                "write a binary file");
         close(fd);
+        abc_term_info kt = {0}, ku = {0};
+        abc_term_event kev;
+        abc_term_req kq = {.pipes = true, .command = "serve", .tag = "srv"};
+        tap_ok(proc_start(b, "k1", &kq, &kt, &e) == 0 && kt.running, "start a long process");
+        char *srv_id = xstrdup(kt.id);
+        abc_term_info_clear(&kt);
+        kq = (abc_term_req){.pipes = true, .command = "ls"};
+        tap_ok(proc_start(b, "k1", &kq, &kt, &e) == 0 && !kt.running, "... and one that ended");
+        char *ls_id = xstrdup(kt.id);
+        abc_term_info_clear(&kt);
         b->ops->pause(b, "k1", &e);
         b->ops->free(b);
         struct stat sst;
@@ -530,6 +542,21 @@ int main(void)
                    !memcmp(o.b[0], bin, sizeof(bin)),
                "its binary file is back byte for byte");
         close(fd);
+        fd = b->ops->connect(b, "k1", &e);
+        abc_term_info *kl = NULL;
+        size_t knl = 0;
+        tap_ok(abc_term_list_kind(fd, true, &kl, &knl, &e) == 0 && knl == 2 &&
+                   !strcmp(kl[0].id, srv_id) && kl[0].running && !strcmp(kl[0].tag, "srv") &&
+                   !kl[1].running && kl[1].exit_code == 0,
+               "its background processes are back: the long one running, with its tag");
+        abc_term_infos_free(kl, knl);
+        close(fd);
+        tap_ok(proc_follow(b, "k1", ls_id, true, &o, &kev, &ku) == ABC_TERM_CLOSED &&
+                   !strcmp(o.b[0], "a\n"),
+               "... the ended one with its output");
+        abc_term_info_clear(&ku);
+        free(srv_id);
+        free(ls_id);
         b->ops->destroy(b, "k1", &e);
         b->ops->free(b);
         tap_ok(access(state, F_OK) < 0, "no boxes: no state file");
