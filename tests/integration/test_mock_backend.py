@@ -168,6 +168,12 @@ h.eq(r.status, 200, "its files outlived the stop", r.describe())
 
 # ---- 4b. a clean restart keeps the boxes and their files --------------------------------
 
+# a background command (OpenSandbox's, held by the box's "init") lives on over the restart
+r = srv.post("/opensandbox/execd/%s/command" % box, {"command": "serve", "background": True})
+bg = re.search(rb'"type":"init","text":"([^"]+)"', r.body or b"")
+h.ok(r.status == 200 and bg, "start a background command that runs on (OpenSandbox's execd)",
+     r.describe())
+bg = bg.group(1).decode() if bg else "none"
 why = srv.restart()
 h.ok(not why, "restart the server (SIGTERM, start)", why)
 r = srv.get("/v1/sandboxes/%s" % box)
@@ -177,6 +183,13 @@ r = srv.get("/v1/sandboxes/%s/files?path=/workspace/src/hello.py" % box)
 h.eq((r.status, r.body), (200, b"print('hi')\nhello world\n"), "... with its files", r.describe())
 r, j = ex({"command": "ls"})
 h.eq(j.get("stdout"), "file1.txt\nfile2.txt\n", "... and answers execs", r.describe())
+r = srv.get("/opensandbox/execd/%s/command/status/%s" % (box, bg))
+h.eq((r.status, (r.json or {}).get("running")), (200, True),
+     "... its background command still runs", r.describe())
+r = srv.request("DELETE", "/opensandbox/execd/%s/command" % box, query={"id": bg})
+r2 = srv.get("/opensandbox/execd/%s/command/status/%s" % (box, bg))
+h.eq((r.status, (r2.json or {}).get("running"), (r2.json or {}).get("exit_code")), (200, False, 137),
+     "... interrupted: it ends with 137", r.describe() + r2.describe())
 h.ok(not os.path.exists(os.path.join(data, "mock-state.json")),
      "the kept state was read and removed (a crash later cannot resurrect deleted boxes)")
 
