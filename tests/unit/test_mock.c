@@ -94,6 +94,9 @@ static size_t count_lines(const char *path, const char *needle)
         return n;
 }
 
+/* A started process's id ("t_none" when it did not start: the checks fail, not crash). */
+#define TID(t) ((t).id ? (t).id : "t_none")
+
 /* Follows an attached (or snapshot) stream to its end: output into *o,
  * the last event's kind returned (EXIT, CLOSED) with *ev, or -1. */
 static int follow(abc_term_stream *st, out *o, abc_term_event *ev)
@@ -245,11 +248,11 @@ int main(void)
                 abc_term_info t = {0}, u = {0};
                 abc_term_event ev;
                 abc_term_req pq = {.pipes = true, .command = "ls", .tag = "tag-ls"};
-                tap_ok(proc_start(b, "m1", &pq, &t, &e) == 0 && t.pipes && t.pid >= 100 &&
-                           !strcmp(t.tag, "tag-ls") && t.argv && t.argv[2] &&
-                           !strcmp(t.argv[2], "ls"),
+                tap_ok(proc_start(b, "m1", &pq, &t, &e) == 0 && t.pipes && t.pid >= 100 && t.tag &&
+                           !strcmp(t.tag, "tag-ls") && t.argv && t.argv[0] && t.argv[1] &&
+                           t.argv[2] && !strcmp(t.argv[2], "ls"),
                        "a process: started, its tag and argv kept");
-                char *ls_id = xstrdup(t.id);
+                char *ls_id = xstrdup(t.id ? t.id : "none");
                 abc_term_info_clear(&t);
                 tap_ok(proc_follow(b, "m1", ls_id, false, &o, &ev, &u) == ABC_TERM_EXIT &&
                            ev.exit_code == 0 && !strcmp(o.b[0], "a\nb\n") && !u.running &&
@@ -264,7 +267,7 @@ int main(void)
                 const char *falsev[] = {"/bin/sh", "-c", "false", NULL};
                 pq = (abc_term_req){.pipes = true, .argv = falsev, .merge = true};
                 tap_ok(proc_start(b, "m1", &pq, &t, &e) == 0, "argv ending in -c CMD, merged");
-                tap_ok(proc_follow(b, "m1", t.id, false, &o, &ev, &u) == ABC_TERM_EXIT &&
+                tap_ok(proc_follow(b, "m1", TID(t), false, &o, &ev, &u) == ABC_TERM_EXIT &&
                            ev.exit_code == 3 && !strcmp(o.b[0], "boom\n") && !o.n[1],
                        "... its stderr on stdout, exit 3");
                 abc_term_info_clear(&t);
@@ -274,7 +277,7 @@ int main(void)
                 uint64_t t1 = ab_now_ms();
                 tap_ok(proc_start(b, "m1", &pq, &t, &e) == 0 && t.running,
                        "a process with a delay runs");
-                tap_ok(proc_follow(b, "m1", t.id, false, &o, &ev, &u) == ABC_TERM_EXIT &&
+                tap_ok(proc_follow(b, "m1", TID(t), false, &o, &ev, &u) == ABC_TERM_EXIT &&
                            ev.exit_code == 0 && !strcmp(o.b[0], "PASS\n") && u.running &&
                            ab_now_ms() - t1 >= 200,
                        "... attached: live output and EXIT after its delay");
@@ -283,7 +286,7 @@ int main(void)
 
                 pq.timeout_ms = 50;
                 tap_ok(proc_start(b, "m1", &pq, &t, &e) == 0 &&
-                           proc_follow(b, "m1", t.id, false, &o, &ev, &u) == ABC_TERM_EXIT &&
+                           proc_follow(b, "m1", TID(t), false, &o, &ev, &u) == ABC_TERM_EXIT &&
                            ev.exit_code == 124 && ev.timed_out && !o.n[0],
                        "a delay over its timeout: 124, timed out, no output");
                 abc_term_info_clear(&t);
@@ -292,17 +295,17 @@ int main(void)
                 pq = (abc_term_req){.pipes = true, .command = "serve", .tag = "k"};
                 tap_ok(proc_start(b, "m1", &pq, &t, &e) == 0 && t.running, "start another");
                 int fd = b->ops->connect(b, "m1", &e);
-                tap_ok(abc_proc_write(fd, t.id, "in", 2, true, &e) == 0,
+                tap_ok(abc_proc_write(fd, TID(t), "in", 2, true, &e) == 0,
                        "... input, closing stdin");
                 close(fd);
                 fd = b->ops->connect(b, "m1", &e);
-                TAP_IS_INT(code_of(abc_proc_write(fd, t.id, "x", 1, false, &e), &e), AB_E_CONFLICT,
-                           "... input to its closed stdin: conflict");
+                TAP_IS_INT(code_of(abc_proc_write(fd, TID(t), "x", 1, false, &e), &e),
+                           AB_E_CONFLICT, "... input to its closed stdin: conflict");
                 close(fd);
                 fd = b->ops->connect(b, "m1", &e);
-                tap_ok(abc_term_signal(fd, t.id, SIGKILL, &e) == 0, "... SIGKILL");
+                tap_ok(abc_term_signal(fd, TID(t), SIGKILL, &e) == 0, "... SIGKILL");
                 close(fd);
-                tap_ok(proc_follow(b, "m1", t.id, false, &o, &ev, &u) == ABC_TERM_EXIT &&
+                tap_ok(proc_follow(b, "m1", TID(t), false, &o, &ev, &u) == ABC_TERM_EXIT &&
                            ev.exit_code == 137 && !o.n[0] && !u.running && u.ended_ms,
                        "... it ended with 137, no output");
                 abc_term_info_clear(&u);
@@ -310,7 +313,7 @@ int main(void)
                 abc_term_info *l = NULL;
                 size_t nl = 0;
                 tap_ok(abc_term_list_kind(fd, true, &l, &nl, &e) == 0 && nl == 5 &&
-                           !strcmp(l[0].id, ls_id) && !strcmp(l[4].tag, "k") &&
+                           !strcmp(l[0].id, ls_id) && l[4].tag && !strcmp(l[4].tag, "k") &&
                            l[4].exit_code == 137,
                        "list: the 5 processes, oldest first, with tags and exit codes");
                 abc_term_infos_free(l, nl);
@@ -517,11 +520,11 @@ int main(void)
         abc_term_event kev;
         abc_term_req kq = {.pipes = true, .command = "serve", .tag = "srv"};
         tap_ok(proc_start(b, "k1", &kq, &kt, &e) == 0 && kt.running, "start a long process");
-        char *srv_id = xstrdup(kt.id);
+        char *srv_id = xstrdup(kt.id ? kt.id : "none");
         abc_term_info_clear(&kt);
         kq = (abc_term_req){.pipes = true, .command = "ls"};
         tap_ok(proc_start(b, "k1", &kq, &kt, &e) == 0 && !kt.running, "... and one that ended");
-        char *ls_id = xstrdup(kt.id);
+        char *ls_id = xstrdup(kt.id ? kt.id : "none");
         abc_term_info_clear(&kt);
         b->ops->pause(b, "k1", &e);
         b->ops->free(b);
@@ -546,8 +549,8 @@ int main(void)
         abc_term_info *kl = NULL;
         size_t knl = 0;
         tap_ok(abc_term_list_kind(fd, true, &kl, &knl, &e) == 0 && knl == 2 &&
-                   !strcmp(kl[0].id, srv_id) && kl[0].running && !strcmp(kl[0].tag, "srv") &&
-                   !kl[1].running && kl[1].exit_code == 0,
+                   !strcmp(kl[0].id, srv_id) && kl[0].running && kl[0].tag &&
+                   !strcmp(kl[0].tag, "srv") && !kl[1].running && kl[1].exit_code == 0,
                "its background processes are back: the long one running, with its tag");
         abc_term_infos_free(kl, knl);
         close(fd);
