@@ -980,9 +980,13 @@ static void proc_follow(sess *s, const char *id, uint64_t sent[2])
         for (;;) {
                 pthread_mutex_lock(&s->m->mu);
                 mbox *x = mock_box_get(s->m, s->box);
-                mproc *p = x && x->status == AB_BOX_RUNNING ? proc_find(x, id) : NULL;
+                bool paused = x && x->status == AB_BOX_PAUSED; /* frozen: it waits */
+                mproc *p = x && (x->status == AB_BOX_RUNNING || paused) ? proc_find(x, id) : NULL;
                 uint64_t now = wall_ms(), wait = 0;
-                if (p) {
+                if (p && paused) {
+                        p->stdin_bytes += in;
+                        wait = 200;
+                } else if (p) {
                         p->stdin_bytes += in;
                         proc_tick(p, now);
                         if (p->ended) {
@@ -999,7 +1003,7 @@ static void proc_follow(sess *s, const char *id, uint64_t sent[2])
                         if (abp_enc_empty(&s->out, ABP_EOF) < 0) /* closed */
                                 abort();
                 }
-                bool done = !p || p->ended;
+                bool done = !p || (p->ended && !paused);
                 pthread_mutex_unlock(&s->m->mu);
                 in = 0;
                 if (done) {
