@@ -90,6 +90,7 @@ static int set_status(ab_backend *b, const char *id, const char *op, ab_err **er
         } else if (!strcmp(op, "stop")) {
                 x->status = AB_BOX_STOPPED;
                 x->started_at = 0;
+                mock_procs_clear(x); /* they die with the box */
         } else if (x->status != AB_BOX_RUNNING && x->status != AB_BOX_PAUSED) {
                 rc = ab_err_set(err, AB_E_CONFLICT, 0, "box %s is not running", id);
         } else {
@@ -253,13 +254,16 @@ static json_t *state_box(const mbox *x)
                 json_array_append_new(files, f);
         }
         const ab_limits *l = &x->limits;
-        return json_pack("{s:s,s:i,s:I,s:I,s:{s:f,s:I,s:I,s:I,s:i,s:I,s:I},s:o}", "id", x->id,
-                         "status", (int)x->status, "created_at", (json_int_t)x->created_at,
-                         "started_at", (json_int_t)x->started_at, "limits", "cpus", l->cpus,
-                         "memory_mib", (json_int_t)l->memory_mib, "pids", (json_int_t)l->pids,
-                         "disk_mib", (json_int_t)l->disk_mib, "timeout_s", (int)l->timeout_s,
-                         "output_cap", (json_int_t)l->output_cap, "nofile", (json_int_t)l->nofile,
-                         "files", files);
+        json_t *j = json_pack("{s:s,s:i,s:I,s:I,s:{s:f,s:I,s:I,s:I,s:i,s:I,s:I},s:o}", "id", x->id,
+                              "status", (int)x->status, "created_at", (json_int_t)x->created_at,
+                              "started_at", (json_int_t)x->started_at, "limits", "cpus", l->cpus,
+                              "memory_mib", (json_int_t)l->memory_mib, "pids", (json_int_t)l->pids,
+                              "disk_mib", (json_int_t)l->disk_mib, "timeout_s", (int)l->timeout_s,
+                              "output_cap", (json_int_t)l->output_cap, "nofile",
+                              (json_int_t)l->nofile, "files", files);
+        if (x->n_procs) /* background processes live on, as a real box's keeper's */
+                json_object_set_new(j, "processes", mock_procs_save(x));
+        return j;
 }
 
 /* Writes every box to state_path (at free: a clean stop). */
@@ -359,7 +363,8 @@ static int state_load(mock *m, ab_err **err)
                 const json_t *files = json_object_get(b, "files");
                 for (size_t k = 0; !bad && k < json_array_size(files); k++)
                         bad = state_node(m, x, json_array_get(files, k)) < 0;
-                bad = bad || !mock_node_get(x, "/");
+                bad = bad || !mock_node_get(x, "/") ||
+                      mock_procs_load(x, json_object_get(b, "processes")) < 0;
         }
         json_decref(j);
         if (bad)

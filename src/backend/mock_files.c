@@ -79,6 +79,7 @@ void mock_node_drop(mbox *x, size_t i)
 
 void mock_box_clear(mbox *x)
 {
+        mock_procs_clear(x);
         while (x->n_nodes)
                 mock_node_drop(x, x->n_nodes - 1);
         free(x->nodes);

@@ -56,6 +56,39 @@ typedef struct node {
         int64_t mtime;
 } node;
 
+/* ---- background processes (mock_serve.c) ---- */
+
+#define MOCK_PROCS_RUNNING 64            /* as init's keeper: running at once */
+#define MOCK_PROCS_KEPT    96            /* with the exited ones */
+#define MOCK_PROC_RING     (128u * 1024) /* bytes kept per stream, as init's rings */
+
+/* The last MOCK_PROC_RING bytes written to a stream, and how many were. */
+typedef struct mring {
+        char *p;
+        size_t len;
+        uint64_t total;
+} mring;
+
+/* A background process answered from the expectations: it "runs" until
+ * end_ms (the rule's delay, or the request's timeout), then its output
+ * enters the rings and it exits with the rule's code; a signal or a close
+ * ends it sooner (128+N, no output). */
+typedef struct mproc {
+        char id[48];
+        char **argv; /* as init reports it: [shell, "-c", command] or the argv */
+        char *tag;   /* or NULL */
+        uint32_t pid;
+        uint64_t created_ms, end_ms, ended_ms;
+        bool ended, timed_out, stdin_closed, merge, will_time_out;
+        int code, exit_code; /* the rule's; the one reported once ended */
+        char *out, *err;     /* what it writes at its end (the tails a ring keeps) */
+        size_t out_len, err_len;
+        uint64_t out_lines; /* newlines in all of out (and err when merged) */
+        mring ring[2];      /* stdout, stderr */
+        uint64_t lines, stdin_bytes;
+        unsigned clients; /* attached sessions */
+} mproc;
+
 typedef struct mbox {
         char *id;
         ab_box_status status;
@@ -65,6 +98,9 @@ typedef struct mbox {
         size_t n_nodes, cap_nodes;
         uint64_t bytes;  /* file data held, against disk_cap() */
         uint64_t *total; /* the backend's count of every box's bytes */
+        mproc **procs;   /* background processes, oldest first */
+        size_t n_procs;
+        uint32_t next_pid;
 } mbox;
 
 typedef struct conn {
@@ -130,6 +166,16 @@ int mock_ensure_parent(mbox *x, const char *path, bool mkparents);
 uint64_t mock_disk_cap(const mbox *x);
 
 /* ---- mock_serve.c ---- */
+
+/* Ends and forgets every background process of x (its stop or delete:
+ * attached sessions see the box gone and hang up). Under mu. */
+void mock_procs_clear(mbox *x);
+/* x's processes for the state file ({"next_pid", "list": [...]}, output in
+ * base64), and back: 0, or -1 for a malformed one (x may then hold some:
+ * the caller drops the box). NULL j: none kept. Under mu, or before the
+ * backend serves. */
+json_t *mock_procs_save(const mbox *x);
+int mock_procs_load(mbox *x, const json_t *j);
 
 /* Thread body: answers one init-protocol request on a->c.fd for box
  * a->box, then unlinks a->c from m->conns, closes the fd and frees a. */

@@ -1,6 +1,8 @@
 /* mock_serve.c - the init protocol (proto.h) answered in-process for a
  * mock box: EXEC from the expectations, files from the box's tree, GREP
- * with POSIX regexes; terminals and the balloon unsupported. One request
+ * with POSIX regexes; background processes (TERM_* with PIPES) from the
+ * expectations too, kept per box; terminals with a pty and the balloon
+ * unsupported. One request
  * per connection, as init serves it. */
 #include "backend/mock_int.h"
 #include "base/log.h"
@@ -9,12 +11,15 @@
 #include "proto/proto.h"
 
 #include <errno.h>
+#include <openssl/evp.h>
 #include <poll.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 /* ---- answering the protocol ---- */
@@ -120,25 +125,71 @@ static bool wait_or_gone(int fd, uint64_t ms)
 /* The command as the rules see it: the shell command; or, for argv ending
  * in "-c CMD" (a shell given a command line, as the fronts wrap a user's
  * command in their own helpers), CMD; else argv joined by spaces. */
-static char *exec_text(const abp_exec_req *q)
+static char *cmd_text(const char *command, const char *const *argv, size_t n_argv)
 {
-        if (q->command)
-                return xstrdup(q->command);
-        if (q->n_argv >= 3 && !strcmp(q->argv[q->n_argv - 2], "-c"))
-                return xstrdup(q->argv[q->n_argv - 1]);
+        if (command)
+                return xstrdup(command);
+        if (n_argv >= 3 && !strcmp(argv[n_argv - 2], "-c"))
+                return xstrdup(argv[n_argv - 1]);
         size_t n = 1;
-        for (size_t i = 0; i < q->n_argv; i++)
-                n = xadd(n, xadd(strlen(q->argv[i]), 1));
+        for (size_t i = 0; i < n_argv; i++)
+                n = xadd(n, xadd(strlen(argv[i]), 1));
         char *s = xmalloc(n), *p = s;
-        for (size_t i = 0; i < q->n_argv; i++) {
-                size_t l = strlen(q->argv[i]);
+        for (size_t i = 0; i < n_argv; i++) {
+                size_t l = strlen(argv[i]);
                 if (i)
                         *p++ = ' ';
-                memcpy(p, q->argv[i], l);
+                memcpy(p, argv[i], l);
                 p += l;
         }
         *p = '\0';
         return s;
+}
+
+static char *exec_text(const abp_exec_req *q)
+{
+        return cmd_text(q->command, q->argv, q->n_argv);
+}
+
+/* What the expectations answer to a command: copied, as the rules may be
+ * reloaded while the command "runs". The caller frees out and err. */
+typedef struct answer {
+        bool hit;
+        size_t idx;
+        int code;
+        uint32_t delay;
+        char *out, *err;
+        size_t out_len, err_len;
+} answer;
+
+static void match_answer(mock *m, const char *text, answer *a)
+{
+        pthread_mutex_lock(&m->mu);
+        mock_rules_refresh(m);
+        const rule *hit = NULL;
+        size_t idx = 0;
+        for (size_t i = 0; i < m->rules.n && !hit; i++) {
+                const rule *r = &m->rules.v[i];
+                if (r->has_re ? regexec(&r->re, text, 0, NULL, 0) == 0 : !strcmp(r->command, text))
+                        hit = r, idx = i;
+        }
+        *a = (answer){.hit = hit != NULL,
+                      .idx = idx,
+                      .code = hit ? hit->exit_code : MOCK_UNMATCHED,
+                      .delay = hit ? hit->delay_ms : 0,
+                      .out_len = hit ? hit->out_len : 0};
+        a->out = xmalloc(a->out_len + 1);
+        if (hit) {
+                memcpy(a->out, hit->out, a->out_len);
+                a->err = xmalloc(hit->err_len + 1);
+                memcpy(a->err, hit->err, hit->err_len);
+                a->err_len = hit->err_len;
+        } else {
+                a->err =
+                    xasprintf("agentbox mock: no expectation matches this command: %s\n", text);
+                a->err_len = strlen(a->err);
+        }
+        pthread_mutex_unlock(&m->mu);
 }
 
 static void do_exec(sess *s, const abp_frame *f)
@@ -170,29 +221,15 @@ static void do_exec(sess *s, const abp_frame *f)
                 in_bytes += dd.len;
         }
 
-        pthread_mutex_lock(&m->mu);
-        mock_rules_refresh(m);
-        const rule *hit = NULL;
-        size_t idx = 0;
-        for (size_t i = 0; i < m->rules.n && !hit; i++) {
-                const rule *r = &m->rules.v[i];
-                if (r->has_re ? regexec(&r->re, text, 0, NULL, 0) == 0 : !strcmp(r->command, text))
-                        hit = r, idx = i;
-        }
-        /* copied: the rules may be reloaded while this exec waits */
-        int code = hit ? hit->exit_code : MOCK_UNMATCHED;
-        uint32_t delay = hit ? hit->delay_ms : 0;
-        size_t out_len = hit ? hit->out_len : 0;
-        _cleanup_free_ char *out = xmalloc(out_len + 1);
-        if (hit)
-                memcpy(out, hit->out, out_len);
-        _cleanup_free_ char *errs =
-            hit ? xmalloc(hit->err_len + 1)
-                : xasprintf("agentbox mock: no expectation matches this command: %s\n", text);
-        size_t err_len = hit ? hit->err_len : strlen(errs);
-        if (hit)
-                memcpy(errs, hit->err, hit->err_len);
-        pthread_mutex_unlock(&m->mu);
+        answer a;
+        match_answer(m, text, &a);
+        const bool hit = a.hit;
+        const size_t idx = a.idx;
+        const int code = a.code;
+        const uint32_t delay = a.delay;
+        const size_t out_len = a.out_len, err_len = a.err_len;
+        _cleanup_free_ char *out = a.out;
+        _cleanup_free_ char *errs = a.err;
 
         uint64_t t0 = ab_now_ms();
         bool timed_out = timeout_ms && delay > timeout_ms;
@@ -654,6 +691,607 @@ static void do_grep(sess *s, const abp_frame *f)
                 (void)flush(s);
 }
 
+/* ---- background processes: init's keeper's TERM_* ops with PIPES=1
+ * (docs/protocol.md "Background processes"), answered from the
+ * expectations. Terminals with a pty are not served. ---- */
+
+static uint64_t wall_ms(void)
+{
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+static char **strv_dup(const char *const *v)
+{
+        size_t n = 0;
+        while (v[n])
+                n++;
+        char **c = xcalloc(n + 1, sizeof(*c));
+        for (size_t i = 0; i < n; i++)
+                c[i] = xstrdup(v[i]);
+        return c;
+}
+
+static void ring_add(mring *r, const char *p, size_t n)
+{
+        r->total += n;
+        if (n >= MOCK_PROC_RING) {
+                p += n - MOCK_PROC_RING;
+                n = MOCK_PROC_RING;
+        }
+        if (!r->p)
+                r->p = xmalloc(MOCK_PROC_RING);
+        if (r->len + n > MOCK_PROC_RING) {
+                size_t drop = r->len + n - MOCK_PROC_RING;
+                memmove(r->p, r->p + drop, r->len - drop);
+                r->len -= drop;
+        }
+        memcpy(r->p + r->len, p, n);
+        r->len += n;
+}
+
+static void proc_free(mproc *p)
+{
+        if (!p)
+                return;
+        ab_strvfreep(&p->argv);
+        free(p->tag);
+        free(p->out);
+        free(p->err);
+        free(p->ring[0].p);
+        free(p->ring[1].p);
+        free(p);
+}
+
+void mock_procs_clear(mbox *x)
+{
+        for (size_t i = 0; i < x->n_procs; i++)
+                proc_free(x->procs[i]);
+        free(x->procs);
+        x->procs = NULL;
+        x->n_procs = 0;
+}
+
+/* Ends p at its time: its output enters the rings, the rule's exit code
+ * (or 124 at its timeout). Under mu. */
+static void proc_tick(mproc *p, uint64_t now)
+{
+        if (p->ended || now < p->end_ms)
+                return;
+        p->ended = true;
+        p->ended_ms = p->end_ms;
+        p->timed_out = p->will_time_out;
+        p->exit_code = p->timed_out ? ABP_TIMEOUT_EXIT : p->code;
+        if (!p->timed_out) {
+                ring_add(&p->ring[0], p->out, p->out_len);
+                ring_add(&p->ring[p->merge ? 0 : 1], p->err, p->err_len);
+                p->lines += p->out_lines;
+        }
+        free(p->out);
+        free(p->err);
+        p->out = p->err = NULL;
+        p->out_len = p->err_len = 0;
+}
+
+/* A signal, as a program with default dispositions takes it: one that
+ * ends a process ends it with 128+N; the ones ignored or stopping by
+ * default change nothing. Under mu. */
+static void proc_signal(mproc *p, int sig, uint64_t now)
+{
+        proc_tick(p, now);
+        if (p->ended || sig <= 0 || sig == SIGCHLD || sig == SIGCONT || sig == SIGURG ||
+            sig == SIGWINCH || sig == SIGSTOP || sig == SIGTSTP || sig == SIGTTIN || sig == SIGTTOU)
+                return;
+        p->ended = true;
+        p->ended_ms = now;
+        p->exit_code = 128 + sig;
+        free(p->out);
+        free(p->err);
+        p->out = p->err = NULL;
+        p->out_len = p->err_len = 0;
+}
+
+static mproc *proc_find(mbox *x, const char *id)
+{
+        for (size_t i = 0; id && i < x->n_procs; i++)
+                if (!strcmp(x->procs[i]->id, id))
+                        return x->procs[i];
+        return NULL;
+}
+
+static void proc_drop(mbox *x, size_t i)
+{
+        proc_free(x->procs[i]);
+        memmove(&x->procs[i], &x->procs[i + 1], (x->n_procs - i - 1) * sizeof(*x->procs));
+        x->n_procs--;
+}
+
+static int queue_proc_info(abp_buf *b, const mproc *p)
+{
+        size_t n = 0;
+        while (p->argv[n])
+                n++;
+        abp_term_info t = {.id = p->id,
+                           .argv = (const char **)p->argv,
+                           .n_argv = n,
+                           .pid = p->pid,
+                           .created_ms = p->created_ms,
+                           .running = !p->ended,
+                           .has_exit = p->ended,
+                           .exit_code = p->exit_code,
+                           .pipes = true,
+                           .timed_out = p->timed_out,
+                           .ended_ms = p->ended ? p->ended_ms : 0,
+                           .lines = p->lines,
+                           .tag = p->tag};
+        return abp_enc_term(b, &t);
+}
+
+static uint64_t count_nl(const char *p, size_t n)
+{
+        uint64_t k = 0;
+        for (const char *e = p + n; (p = memchr(p, '\n', (size_t)(e - p))); p++)
+                k++;
+        return k;
+}
+
+/* Keeps the last MOCK_PROC_RING bytes of *p (what a ring would). */
+static void keep_tail(char **p, size_t *n)
+{
+        if (*n <= MOCK_PROC_RING)
+                return;
+        char *t = xmalloc(MOCK_PROC_RING);
+        memcpy(t, *p + *n - MOCK_PROC_RING, MOCK_PROC_RING);
+        free(*p);
+        *p = t;
+        *n = MOCK_PROC_RING;
+}
+
+static void proc_open(sess *s, const abp_term_req *q)
+{
+        static const char *const login[] = {"/bin/bash", "-l", NULL};
+        if (!q->pipes) {
+                mock_log_call(s->m, s->box, "terminal", NULL);
+                return send_error(s, "unsupported",
+                                  "the mock backend has no terminals (a pty); background "
+                                  "processes are served");
+        }
+        const char *const *argv = q->n_argv ? (const char *const *)q->argv : login;
+        size_t n_argv = q->n_argv ? q->n_argv : 2;
+        _cleanup_free_ char *text = cmd_text(q->command, argv, n_argv);
+        answer a;
+        match_answer(s->m, text, &a);
+        mproc *p = xzalloc(sizeof(*p));
+        if (q->command) {
+                const char *v[] = {"/bin/bash", "-c", q->command, NULL};
+                p->argv = strv_dup(v);
+        } else {
+                p->argv = strv_dup(argv);
+        }
+        p->tag = q->tag ? xstrdup(q->tag) : NULL;
+        p->merge = q->merge;
+        p->stdin_closed = q->close_stdin;
+        p->created_ms = wall_ms();
+        p->will_time_out = q->timeout_ms && a.delay > q->timeout_ms;
+        p->end_ms = p->created_ms + (p->will_time_out ? q->timeout_ms : a.delay);
+        p->code = a.code;
+        p->out_lines = count_nl(a.out, a.out_len) + (q->merge ? count_nl(a.err, a.err_len) : 0);
+        p->out = a.out;
+        p->out_len = a.out_len;
+        p->err = a.err;
+        p->err_len = a.err_len;
+        keep_tail(&p->out, &p->out_len);
+        keep_tail(&p->err, &p->err_len);
+        const char *why = NULL;
+        pthread_mutex_lock(&s->m->mu);
+        mbox *x = live_box(s);
+        if (!x) {
+                proc_free(p);
+                return;
+        }
+        size_t running = 0;
+        for (size_t i = 0; i < x->n_procs; i++) {
+                proc_tick(x->procs[i], p->created_ms);
+                running += !x->procs[i]->ended;
+        }
+        if (running >= MOCK_PROCS_RUNNING)
+                why = "too many background processes running in this box (64)";
+        if (!why && x->n_procs >= MOCK_PROCS_KEPT) {
+                size_t i = 0;
+                while (i < x->n_procs && (!x->procs[i]->ended || x->procs[i]->clients))
+                        i++;
+                if (i < x->n_procs)
+                        proc_drop(x, i);
+                else
+                        why = "too many background processes kept in this box (96)";
+        }
+        json_t *lj =
+            json_pack("{s:s,s:o,s:i,s:b}", "command", text, "matched",
+                      a.hit ? json_integer((json_int_t)a.idx) : json_null(), "exit_code",
+                      p->will_time_out ? ABP_TIMEOUT_EXIT : p->code, "timed_out", p->will_time_out);
+        if (why) {
+                pthread_mutex_unlock(&s->m->mu);
+                proc_free(p);
+                json_object_set_new(lj, "error", json_string(why));
+                mock_log_call(s->m, s->box, "process_start", lj);
+                return send_error(s, "conflict", "%s", why);
+        }
+        static uint32_t seq; /* under mu */
+        snprintf(p->id, sizeof(p->id), "t_%012llx%08x", (unsigned long long)p->created_ms, ++seq);
+        p->pid = x->next_pid < 100 ? (x->next_pid = 100) : ++x->next_pid;
+        x->procs = xrealloc(x->procs, (x->n_procs + 1) * sizeof(*x->procs));
+        x->procs[x->n_procs++] = p;
+        proc_tick(p, p->created_ms); /* no delay: ended at once */
+        int r = queue_proc_info(&s->out, p);
+        json_object_set_new(lj, "id", json_string(p->id));
+        json_object_set_new(lj, "pid", json_integer(p->pid));
+        if (p->tag)
+                json_object_set_new(lj, "tag", json_string(p->tag));
+        if (q->cwd)
+                json_object_set_new(lj, "cwd", json_string(q->cwd));
+        if (q->user && *q->user)
+                json_object_set_new(lj, "user", json_string(q->user));
+        pthread_mutex_unlock(&s->m->mu);
+        mock_log_call(s->m, s->box, "process_start", lj);
+        if (r == 0)
+                (void)flush(s);
+}
+
+static void proc_list(sess *s, bool pipes)
+{
+        pthread_mutex_lock(&s->m->mu);
+        mbox *x = live_box(s);
+        if (!x)
+                return;
+        uint64_t now = wall_ms();
+        size_t n = 0;
+        for (size_t i = 0; pipes && i < x->n_procs; i++, n++) {
+                proc_tick(x->procs[i], now);
+                if (queue_proc_info(&s->out, x->procs[i]) < 0)
+                        abort(); /* a tag and argv fit in a frame */
+        }
+        pthread_mutex_unlock(&s->m->mu);
+        mock_log_call(s->m, s->box, pipes ? "process_list" : "terminal_list",
+                      json_pack("{s:i}", "count", (int)n));
+        send_ok(s);
+}
+
+/* Queues what ring r got since *sent (at most what it holds). */
+static void queue_ring(abp_buf *b, uint32_t stream, const mring *r, uint64_t *sent)
+{
+        uint64_t fresh = r->total - *sent;
+        size_t n = fresh < r->len ? (size_t)fresh : r->len;
+        const char *p = r->p + r->len - n;
+        for (size_t off = 0; off < n; off += ABP_CHUNK) {
+                size_t k = n - off < ABP_CHUNK ? n - off : ABP_CHUNK;
+                if (abp_enc_data(b, stream, p + off, k) < 0)
+                        abort(); /* k <= ABP_CHUNK */
+        }
+        *sent = r->total;
+}
+
+/* An attached session: DATA(0) and EOF feed stdin (counted), SIGNAL
+ * applies; until p ends (EXIT), is closed (EOF), the box goes (hang-up)
+ * or the client detaches. */
+static void proc_follow(sess *s, const char *id, uint64_t sent[2])
+{
+        uint64_t in = 0;
+        for (;;) {
+                pthread_mutex_lock(&s->m->mu);
+                mbox *x = mock_box_get(s->m, s->box);
+                bool paused = x && x->status == AB_BOX_PAUSED; /* frozen: it waits */
+                mproc *p = x && (x->status == AB_BOX_RUNNING || paused) ? proc_find(x, id) : NULL;
+                uint64_t now = wall_ms(), wait = 0;
+                if (p && paused) {
+                        p->stdin_bytes += in;
+                        wait = 200;
+                } else if (p) {
+                        p->stdin_bytes += in;
+                        proc_tick(p, now);
+                        if (p->ended) {
+                                queue_ring(&s->out, 1, &p->ring[0], &sent[0]);
+                                queue_ring(&s->out, 2, &p->ring[1], &sent[1]);
+                                abp_exit ex = {.exit_code = p->exit_code,
+                                               .timed_out = p->timed_out};
+                                if (abp_enc_exit(&s->out, &ex) < 0)
+                                        abort();
+                        }
+                        wait = p->end_ms > now ? p->end_ms - now : 0;
+                        wait = wait > 200 ? 200 : wait;
+                } else if (x && x->status == AB_BOX_RUNNING) {
+                        if (abp_enc_empty(&s->out, ABP_EOF) < 0) /* closed */
+                                abort();
+                }
+                bool done = !p || (p->ended && !paused);
+                pthread_mutex_unlock(&s->m->mu);
+                in = 0;
+                if (done) {
+                        (void)flush(s);
+                        return;
+                }
+                abp_frame f;
+                abp_data d;
+                abp_term_req q;
+                int r = abp_recv(s->fd, &s->rd, &f, (int)wait);
+                if (r == -ETIMEDOUT)
+                        continue;
+                if (r < 0)
+                        return; /* detached */
+                if (f.type == ABP_DATA && abp_dec_data(&f, &d) == 0 && d.stream == 0) {
+                        in += d.len;
+                        continue;
+                }
+                bool eof = f.type == ABP_EOF;
+                bool sig = f.type == ABP_TERM_SIGNAL && abp_dec_term_req(&f, &q) == 0;
+                bool resize = !sig && f.type == ABP_TERM_RESIZE && abp_dec_term_req(&f, &q) == 0;
+                if (!eof && !sig && !resize)
+                        return send_error(s, "invalid_argument",
+                                          "unexpected frame on a terminal stream");
+                pthread_mutex_lock(&s->m->mu);
+                x = mock_box_get(s->m, s->box);
+                p = x ? proc_find(x, id) : NULL;
+                if (p && eof)
+                        p->stdin_closed = true;
+                if (p && sig)
+                        proc_signal(p, (int)q.signal, wall_ms());
+                pthread_mutex_unlock(&s->m->mu);
+                if (sig)
+                        mock_log_call(s->m, s->box, "process_signal",
+                                      json_pack("{s:s,s:i}", "id", id, "signal", (int)q.signal));
+                if (sig || resize)
+                        abp_term_req_clear(&q);
+        }
+}
+
+static void proc_attach(sess *s, const char *id, bool snapshot)
+{
+        pthread_mutex_lock(&s->m->mu);
+        mbox *x = live_box(s);
+        if (!x)
+                return;
+        mproc *p = proc_find(x, id);
+        if (!p) {
+                pthread_mutex_unlock(&s->m->mu);
+                return send_error(s, "not_found", "no such terminal");
+        }
+        proc_tick(p, wall_ms());
+        uint64_t sent[2] = {0, 0};
+        if (queue_proc_info(&s->out, p) < 0)
+                abort();
+        queue_ring(&s->out, 1, &p->ring[0], &sent[0]);
+        queue_ring(&s->out, 2, &p->ring[1], &sent[1]);
+        bool follow = !snapshot && !p->ended;
+        if (snapshot) {
+                if (abp_enc_empty(&s->out, ABP_EOF) < 0)
+                        abort();
+        } else if (p->ended) {
+                abp_exit ex = {.exit_code = p->exit_code, .timed_out = p->timed_out};
+                if (abp_enc_exit(&s->out, &ex) < 0)
+                        abort();
+        }
+        p->clients += follow;
+        pthread_mutex_unlock(&s->m->mu);
+        mock_log_call(s->m, s->box, snapshot ? "process_snapshot" : "process_attach",
+                      json_pack("{s:s}", "id", id));
+        if (flush(s) < 0 || !follow)
+                goto out;
+        proc_follow(s, id, sent);
+out:
+        if (!follow)
+                return;
+        pthread_mutex_lock(&s->m->mu);
+        x = mock_box_get(s->m, s->box);
+        p = x ? proc_find(x, id) : NULL;
+        if (p)
+                p->clients--;
+        pthread_mutex_unlock(&s->m->mu);
+}
+
+/* CLOSE, RESIZE (no pty: nothing to resize, OK as init's), SIGNAL, INPUT. */
+static void proc_simple(sess *s, uint32_t type, const abp_term_req *q)
+{
+        static const char *const ops[] = {[ABP_TERM_CLOSE] = "process_close",
+                                          [ABP_TERM_RESIZE] = "process_resize",
+                                          [ABP_TERM_SIGNAL] = "process_signal",
+                                          [ABP_TERM_INPUT] = "process_input"};
+        pthread_mutex_lock(&s->m->mu);
+        mbox *x = live_box(s);
+        if (!x)
+                return;
+        size_t i = 0;
+        while (i < x->n_procs && (!q->id || strcmp(x->procs[i]->id, q->id)))
+                i++;
+        mproc *p = i < x->n_procs ? x->procs[i] : NULL;
+        const char *code = NULL, *why = NULL;
+        uint64_t now = wall_ms();
+        if (!p) {
+                code = "not_found", why = "no such terminal";
+        } else if (type == ABP_TERM_CLOSE) { /* killed and forgotten */
+                proc_drop(x, i);
+        } else if (type == ABP_TERM_SIGNAL) {
+                proc_signal(p, (int)q->signal, now);
+        } else if (type == ABP_TERM_INPUT) {
+                proc_tick(p, now);
+                if (p->ended)
+                        code = "conflict", why = "the terminal's program has exited";
+                else if (p->stdin_closed)
+                        code = "conflict", why = "the process's stdin is closed";
+                else {
+                        p->stdin_bytes += q->data_len;
+                        p->stdin_closed = q->close_stdin;
+                }
+        }
+        pthread_mutex_unlock(&s->m->mu);
+        json_t *lj = json_pack("{s:s?}", "id", q->id);
+        if (type == ABP_TERM_SIGNAL)
+                json_object_set_new(lj, "signal", json_integer(q->signal));
+        if (type == ABP_TERM_INPUT) {
+                json_object_set_new(lj, "bytes", json_integer((json_int_t)q->data_len));
+                json_object_set_new(lj, "close_stdin", json_boolean(q->close_stdin));
+        }
+        if (why)
+                json_object_set_new(lj, "error", json_string(why));
+        mock_log_call(s->m, s->box, ops[type], lj);
+        if (why)
+                return send_error(s, code, "%s", why);
+        send_ok(s);
+}
+
+static void do_term(sess *s, const abp_frame *f)
+{
+        abp_term_req q;
+        if (abp_dec_term_req(f, &q) < 0) {
+                abp_term_req_clear(&q);
+                return send_error(s, "invalid_argument", "malformed terminal request");
+        }
+        if (f->type == ABP_TERM_OPEN)
+                proc_open(s, &q);
+        else if (f->type == ABP_TERM_LIST)
+                proc_list(s, q.pipes);
+        else if (f->type == ABP_TERM_ATTACH)
+                proc_attach(s, q.id, q.snapshot);
+        else
+                proc_simple(s, f->type, &q);
+        abp_term_req_clear(&q);
+}
+
+/* ---- kept across a clean restart (mock.c's state file) ---- */
+
+static json_t *b64_json(const char *p, size_t n)
+{
+        char *b = xmalloc(xadd(xmul(n / 3 + 1, 4), 1));
+        EVP_EncodeBlock((unsigned char *)b, (const unsigned char *)(p ? p : ""), (int)n);
+        json_t *j = json_string(b);
+        free(b);
+        return j;
+}
+
+/* Decodes base64 of at most max bytes into *out (*n). 0 or -1. */
+static int b64_take(const json_t *j, size_t max, char **out, size_t *n)
+{
+        const char *s = json_string_value(j);
+        size_t bl = s ? strlen(s) : 0;
+        if (!s || bl % 4 || bl > (max / 3 + 1) * 4)
+                return -1;
+        char *d = xmalloc(bl / 4 * 3 + 1);
+        int len = EVP_DecodeBlock((unsigned char *)d, (const unsigned char *)s, (int)bl);
+        for (size_t i = bl; len > 0 && i > 0 && s[i - 1] == '='; i--)
+                len--; /* EVP_DecodeBlock counts the padding as data */
+        if (len < 0 || (size_t)len > max) {
+                free(d);
+                return -1;
+        }
+        *out = d;
+        *n = (size_t)len;
+        return 0;
+}
+
+json_t *mock_procs_save(const mbox *x)
+{
+        json_t *a = json_array();
+        for (size_t i = 0; i < x->n_procs; i++) {
+                const mproc *p = x->procs[i];
+                json_t *argv = json_array();
+                for (char **v = p->argv; *v; v++)
+                        json_array_append_new(argv, json_string(*v));
+                json_t *o = json_pack(
+                    "{s:s,s:o,s:I,s:I,s:I,s:I,s:b,s:b,s:b,s:b,s:b,s:i,s:i,s:I,s:I,s:I,s:I,s:I}",
+                    "id", p->id, "argv", argv, "pid", (json_int_t)p->pid, "created_ms",
+                    (json_int_t)p->created_ms, "end_ms", (json_int_t)p->end_ms, "ended_ms",
+                    (json_int_t)p->ended_ms, "ended", p->ended, "timed_out", p->timed_out,
+                    "will_time_out", p->will_time_out, "stdin_closed", p->stdin_closed, "merge",
+                    p->merge, "code", p->code, "exit_code", p->exit_code, "out_lines",
+                    (json_int_t)p->out_lines, "lines", (json_int_t)p->lines, "stdin_bytes",
+                    (json_int_t)p->stdin_bytes, "total0", (json_int_t)p->ring[0].total, "total1",
+                    (json_int_t)p->ring[1].total);
+                if (p->tag)
+                        json_object_set_new(o, "tag", json_string(p->tag));
+                json_object_set_new(o, "out", b64_json(p->out, p->out_len));
+                json_object_set_new(o, "err", b64_json(p->err, p->err_len));
+                json_object_set_new(o, "ring0", b64_json(p->ring[0].p, p->ring[0].len));
+                json_object_set_new(o, "ring1", b64_json(p->ring[1].p, p->ring[1].len));
+                json_array_append_new(a, o);
+        }
+        return json_pack("{s:I,s:o}", "next_pid", (json_int_t)x->next_pid, "list", a);
+}
+
+static uint64_t ju(const json_t *o, const char *k)
+{
+        json_int_t v = json_integer_value(json_object_get(o, k));
+        return v < 0 ? 0 : (uint64_t)v;
+}
+
+static int proc_load(mbox *x, const json_t *o)
+{
+        const char *id = json_string_value(json_object_get(o, "id"));
+        const json_t *argv = json_object_get(o, "argv"), *tag = json_object_get(o, "tag");
+        size_t na = json_array_size(argv);
+        if (!id || strncmp(id, "t_", 2) || strlen(id) > ABP_TERM_ID_MAX || proc_find(x, id) ||
+            !na || na > 4096 ||
+            (tag && (!json_is_string(tag) || json_string_length(tag) > ABP_TERM_TAG_MAX)))
+                return -1;
+        mproc *p = xzalloc(sizeof(*p));
+        snprintf(p->id, sizeof(p->id), "%s", id);
+        p->argv = xcalloc(na + 1, sizeof(*p->argv));
+        int bad = 0;
+        for (size_t i = 0; i < na; i++) {
+                const char *a = json_string_value(json_array_get(argv, i));
+                p->argv[i] = xstrdup(a ? a : "");
+                bad |= !a;
+        }
+        p->tag = tag ? xstrdup(json_string_value(tag)) : NULL;
+        p->pid = (uint32_t)ju(o, "pid");
+        p->created_ms = ju(o, "created_ms");
+        p->end_ms = ju(o, "end_ms");
+        p->ended_ms = ju(o, "ended_ms");
+        p->ended = json_is_true(json_object_get(o, "ended"));
+        p->timed_out = json_is_true(json_object_get(o, "timed_out"));
+        p->will_time_out = json_is_true(json_object_get(o, "will_time_out"));
+        p->stdin_closed = json_is_true(json_object_get(o, "stdin_closed"));
+        p->merge = json_is_true(json_object_get(o, "merge"));
+        p->code = (int)ju(o, "code");
+        p->exit_code = (int)ju(o, "exit_code");
+        p->out_lines = ju(o, "out_lines");
+        p->lines = ju(o, "lines");
+        p->stdin_bytes = ju(o, "stdin_bytes");
+        char *r0 = NULL, *r1 = NULL;
+        size_t n0 = 0, n1 = 0;
+        bad |= b64_take(json_object_get(o, "out"), MOCK_PROC_RING, &p->out, &p->out_len);
+        bad |= b64_take(json_object_get(o, "err"), MOCK_PROC_RING, &p->err, &p->err_len);
+        bad |= b64_take(json_object_get(o, "ring0"), MOCK_PROC_RING, &r0, &n0);
+        bad |= b64_take(json_object_get(o, "ring1"), MOCK_PROC_RING, &r1, &n1);
+        if (!bad) {
+                ring_add(&p->ring[0], r0, n0);
+                ring_add(&p->ring[1], r1, n1);
+                p->ring[0].total = ju(o, "total0") < n0 ? n0 : ju(o, "total0");
+                p->ring[1].total = ju(o, "total1") < n1 ? n1 : ju(o, "total1");
+        }
+        free(r0);
+        free(r1);
+        if (bad) {
+                proc_free(p);
+                return -1;
+        }
+        x->procs = xrealloc(x->procs, (x->n_procs + 1) * sizeof(*x->procs));
+        x->procs[x->n_procs++] = p;
+        return 0;
+}
+
+int mock_procs_load(mbox *x, const json_t *j)
+{
+        if (!j)
+                return 0; /* a state file from before processes were kept */
+        const json_t *list = json_object_get(j, "list");
+        if (!json_is_array(list) || json_array_size(list) > MOCK_PROCS_KEPT)
+                return -1;
+        x->next_pid = (uint32_t)ju(j, "next_pid");
+        for (size_t i = 0; i < json_array_size(list); i++)
+                if (proc_load(x, json_array_get(list, i)) < 0)
+                        return -1;
+        return 0;
+}
+
 static void serve(sess *s)
 {
         abp_frame f;
@@ -671,10 +1309,8 @@ static void serve(sess *s)
                 return do_grep(s, &f);
         if (f.type == ABP_RESERVE)
                 return send_error(s, "unsupported", "no balloon on the mock backend");
-        if (abp_is_term_request(f.type)) {
-                mock_log_call(s->m, s->box, "terminal", NULL);
-                return send_error(s, "unsupported", "the mock backend has no terminals");
-        }
+        if (abp_is_term_request(f.type))
+                return do_term(s, &f);
         abp_file_req q;
         if (f.type < ABP_READ || f.type > ABP_RENAME || abp_dec_file(&f, &q) < 0)
                 return send_error(s, "invalid_argument", "unknown or malformed request");

@@ -45,6 +45,7 @@ RULES = {"commands": [
     {"regex": "^go test( .*)?$", "stdout": "PASS\nok\n", "delay_ms": 300},
     {"command": "make", "stderr": "no rule\n", "exit_code": 2},
     {"command": "echo hi", "stdout": "hi\n"},
+    {"command": "serve", "stdout": "up\n", "delay_ms": 600000},
 ]}
 
 
@@ -167,6 +168,12 @@ h.eq(r.status, 200, "its files outlived the stop", r.describe())
 
 # ---- 4b. a clean restart keeps the boxes and their files --------------------------------
 
+# a background command (OpenSandbox's, held by the box's "init") lives on over the restart
+r = srv.post("/opensandbox/execd/%s/command" % box, {"command": "serve", "background": True})
+bg = re.search(rb'"type":"init","text":"([^"]+)"', r.body or b"")
+h.ok(r.status == 200 and bg, "start a background command that runs on (OpenSandbox's execd)",
+     r.describe())
+bg = bg.group(1).decode() if bg else "none"
 why = srv.restart()
 h.ok(not why, "restart the server (SIGTERM, start)", why)
 r = srv.get("/v1/sandboxes/%s" % box)
@@ -176,6 +183,13 @@ r = srv.get("/v1/sandboxes/%s/files?path=/workspace/src/hello.py" % box)
 h.eq((r.status, r.body), (200, b"print('hi')\nhello world\n"), "... with its files", r.describe())
 r, j = ex({"command": "ls"})
 h.eq(j.get("stdout"), "file1.txt\nfile2.txt\n", "... and answers execs", r.describe())
+r = srv.get("/opensandbox/execd/%s/command/status/%s" % (box, bg))
+h.eq((r.status, (r.json or {}).get("running")), (200, True),
+     "... its background command still runs", r.describe())
+r = srv.request("DELETE", "/opensandbox/execd/%s/command" % box, query={"id": bg})
+r2 = srv.get("/opensandbox/execd/%s/command/status/%s" % (box, bg))
+h.eq((r.status, (r2.json or {}).get("running"), (r2.json or {}).get("exit_code")), (200, False, 137),
+     "... interrupted: it ends with 137", r.describe() + r2.describe())
 h.ok(not os.path.exists(os.path.join(data, "mock-state.json")),
      "the kept state was read and removed (a crash later cannot resurrect deleted boxes)")
 
@@ -265,6 +279,13 @@ try {
   try { await s.commands.run('whoami'); } catch (e) { out.unmatched = e.exitCode; }
   await s.files.write('/workspace/x.txt', 'hello');
   out.read = await s.files.read('/workspace/x.txt');
+  const bg = await s.commands.run('go test ./...', { background: true });
+  out.listed = (await s.commands.list()).some((p) => p.pid === bg.pid);
+  out.bg = (await bg.wait()).stdout;
+  const slow = await s.commands.run('serve', { background: true });
+  out.killed = await slow.kill();
+  try { await slow.wait(); } catch (e) { out.killed_exit = e.exitCode; }
+  out.gone = !(await s.commands.list()).some((p) => p.pid === slow.pid);
 } finally { await s.kill(); }
 console.log(JSON.stringify(out));
 """
@@ -279,12 +300,30 @@ try {
   out.unmatched = (await s.commands.run("whoami")).exitCode;
   await s.files.writeFiles([{ path: "/workspace/x.txt", data: "hello" }]);
   out.read = await s.files.readFile("/workspace/x.txt");
+  const bg = await s.commands.run("go test ./...", { background: true });
+  let st;
+  for (let i = 0; i < 100 && (!st || st.running); i++) {
+    if (st) await new Promise((r) => setTimeout(r, 100));
+    st = await s.commands.getCommandStatus(bg.id);
+  }
+  out.bg_exit = st.exitCode;
+  out.bg_logs = (await s.commands.getBackgroundCommandLogs(bg.id)).content;
+  const slow = await s.commands.run("serve", { background: true });
+  await s.commands.interrupt(slow.id);
+  st = await s.commands.getCommandStatus(slow.id);
+  for (let i = 0; i < 100 && st.running; i++) {
+    await new Promise((r) => setTimeout(r, 100));
+    st = await s.commands.getCommandStatus(slow.id);
+  }
+  out.interrupted = st.running === false;
+  out.interrupted_exit = st.exitCode;
 } finally { await s.kill(); }
 console.log(JSON.stringify(out));
 """
 
 
-def sdk_smoke(name, sdk_dir, package, script_text):
+def sdk_smoke(name, sdk_dir, package, script_text, extra=None, extra_what=""):
+    extra = extra or {}
     mods = os.path.join(HERE, "..", sdk_dir, "node_modules")
     if not node or not os.path.isdir(os.path.join(mods, package)):
         h.skip("%s's SDK against the mock" % name, "no node or no tests/%s/node_modules (scripts/npm-deps.sh)"
@@ -306,13 +345,21 @@ def sdk_smoke(name, sdk_dir, package, script_text):
         got = json.loads(p.stdout.strip().splitlines()[-1])
     except (ValueError, IndexError):
         got = None
-    h.eq(got, {"ls": "file1.txt\nfile2.txt\n", "unmatched": 127, "read": "hello"},
+    want = {"ls": "file1.txt\nfile2.txt\n", "unmatched": 127, "read": "hello"}
+    want.update(extra)
+    h.eq(got, want,
          "%s's SDK: commands.run answered by the expectations, an unmatched command exits 127, "
-         "files written and read" % name, p.stdout[-1000:] + p.stderr[-2000:])
+         "files written and read%s" % (name, extra_what), p.stdout[-1000:] + p.stderr[-2000:])
     srv2.stop()
 
 
-sdk_smoke("E2B", "e2b", "e2b", E2B_SMOKE)
-sdk_smoke("OpenSandbox", "opensandbox", "@alibaba-group/opensandbox", OSB_SMOKE)
+sdk_smoke("E2B", "e2b", "e2b", E2B_SMOKE,
+          # the front's kill is a close (TERM_CLOSE): the stream ends without an exit code, as on
+          # a native box, and wait() throws with -1
+          {"listed": True, "bg": "PASS\nok\n", "killed": True, "killed_exit": -1, "gone": True},
+          "; a background command listed and waited for, another killed and gone")
+sdk_smoke("OpenSandbox", "opensandbox", "@alibaba-group/opensandbox", OSB_SMOKE,
+          {"bg_exit": 0, "bg_logs": "PASS\nok\n", "interrupted": True, "interrupted_exit": 137},
+          "; a background command's status and logs, another interrupted (137)")
 
 h.done()

@@ -7,6 +7,8 @@
 #include "tap.h"
 
 #include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -92,6 +94,63 @@ static size_t count_lines(const char *path, const char *needle)
         return n;
 }
 
+/* A started process's id ("t_none" when it did not start: the checks fail, not crash). */
+#define TID(t) ((t).id ? (t).id : "t_none")
+
+/* Follows an attached (or snapshot) stream to its end: output into *o,
+ * the last event's kind returned (EXIT, CLOSED) with *ev, or -1. */
+static int follow(abc_term_stream *st, out *o, abc_term_event *ev)
+{
+        memset(o, 0, sizeof(*o));
+        for (;;) {
+                int r = abc_term_next(st, ev);
+                if (r < 0)
+                        return -1;
+                if (r == 0) {
+                        struct pollfd p = {.fd = abc_term_stream_fd(st), .events = POLLIN};
+                        if (poll(&p, 1, 5000) <= 0)
+                                return -1;
+                        continue;
+                }
+                if (ev->kind != ABC_TERM_OUTPUT)
+                        return (int)ev->kind;
+                collect(o, ev->stream, ev->data, ev->len);
+        }
+}
+
+/* Starts a background process in box id; its info in *t (cleared by the caller). */
+static int proc_start(ab_backend *b, const char *id, const abc_term_req *q, abc_term_info *t,
+                      ab_err **e)
+{
+        int fd = b->ops->connect(b, id, e);
+        if (fd < 0)
+                return -1;
+        int r = abc_term_open(fd, q, t, e);
+        close(fd);
+        return r;
+}
+
+/* Attaches (or takes a snapshot) and follows to the end. */
+static int proc_follow(ab_backend *b, const char *id, const char *tid, bool snapshot, out *o,
+                       abc_term_event *ev, abc_term_info *t)
+{
+        ab_err *e = NULL;
+        int fd = b->ops->connect(b, id, &e);
+        abc_term_stream *st = NULL;
+        int r = fd < 0     ? -1
+                : snapshot ? abc_term_snapshot(fd, tid, t, &st, &e)
+                           : abc_term_attach(fd, tid, t, &st, &e);
+        if (r == 0)
+                r = follow(st, o, ev);
+        else
+                r = e ? -(int)e->code : -1;
+        abc_term_stream_free(st);
+        ab_err_free(&e);
+        if (fd >= 0)
+                close(fd);
+        return r;
+}
+
 int main(void)
 {
         char dir[] = "/tmp/ab-mock-XXXXXX";
@@ -104,7 +163,8 @@ int main(void)
                    "{\"command\": \"ls\", \"stdout\": \"a\\nb\\n\"},"
                    "{\"regex\": \"^go test( .*)?$\", \"stdout\": \"PASS\\n\", \"delay_ms\": 200},"
                    "{\"command\": \"false\", \"stderr\": \"boom\\n\", \"exit_code\": 3},"
-                   "{\"command\": \"echo hi\", \"stdout\": \"hi\\n\"}]}");
+                   "{\"command\": \"echo hi\", \"stdout\": \"hi\\n\"},"
+                   "{\"command\": \"serve\", \"stdout\": \"up\\n\", \"delay_ms\": 600000}]}");
         ab_err *e = NULL;
         ab_backend *b = NULL;
 
@@ -182,6 +242,107 @@ int main(void)
         q = (abc_exec_req){.command = "ls", .stdin_fd = -1, .output_cap = 1};
         tap_ok(run(b, "m1", &q, &o, &res, &e) == 0 && res.truncated && !strncmp(o.b[0], "a\n[", 3),
                "the output cap holds");
+
+        /* ---- background processes (TERM_* with PIPES), from the same rules ---- */
+        {
+                abc_term_info t = {0}, u = {0};
+                abc_term_event ev;
+                abc_term_req pq = {.pipes = true, .command = "ls", .tag = "tag-ls"};
+                tap_ok(proc_start(b, "m1", &pq, &t, &e) == 0 && t.pipes && t.pid >= 100 && t.tag &&
+                           !strcmp(t.tag, "tag-ls") && t.argv && t.argv[0] && t.argv[1] &&
+                           t.argv[2] && !strcmp(t.argv[2], "ls"),
+                       "a process: started, its tag and argv kept");
+                char *ls_id = xstrdup(t.id ? t.id : "none");
+                abc_term_info_clear(&t);
+                tap_ok(proc_follow(b, "m1", ls_id, false, &o, &ev, &u) == ABC_TERM_EXIT &&
+                           ev.exit_code == 0 && !strcmp(o.b[0], "a\nb\n") && !u.running &&
+                           u.lines == 2,
+                       "... attach: the rule's stdout replayed, EXIT 0, 2 lines");
+                abc_term_info_clear(&u);
+                tap_ok(proc_follow(b, "m1", ls_id, true, &o, &ev, &u) == ABC_TERM_CLOSED &&
+                           !strcmp(o.b[0], "a\nb\n"),
+                       "... a snapshot: the ring, then the end");
+                abc_term_info_clear(&u);
+
+                const char *falsev[] = {"/bin/sh", "-c", "false", NULL};
+                pq = (abc_term_req){.pipes = true, .argv = falsev, .merge = true};
+                tap_ok(proc_start(b, "m1", &pq, &t, &e) == 0, "argv ending in -c CMD, merged");
+                tap_ok(proc_follow(b, "m1", TID(t), false, &o, &ev, &u) == ABC_TERM_EXIT &&
+                           ev.exit_code == 3 && !strcmp(o.b[0], "boom\n") && !o.n[1],
+                       "... its stderr on stdout, exit 3");
+                abc_term_info_clear(&t);
+                abc_term_info_clear(&u);
+
+                pq = (abc_term_req){.pipes = true, .command = "go test ./a"};
+                uint64_t t1 = ab_now_ms();
+                tap_ok(proc_start(b, "m1", &pq, &t, &e) == 0 && t.running,
+                       "a process with a delay runs");
+                tap_ok(proc_follow(b, "m1", TID(t), false, &o, &ev, &u) == ABC_TERM_EXIT &&
+                           ev.exit_code == 0 && !strcmp(o.b[0], "PASS\n") && u.running &&
+                           ab_now_ms() - t1 >= 200,
+                       "... attached: live output and EXIT after its delay");
+                abc_term_info_clear(&t);
+                abc_term_info_clear(&u);
+
+                pq.timeout_ms = 50;
+                tap_ok(proc_start(b, "m1", &pq, &t, &e) == 0 &&
+                           proc_follow(b, "m1", TID(t), false, &o, &ev, &u) == ABC_TERM_EXIT &&
+                           ev.exit_code == 124 && ev.timed_out && !o.n[0],
+                       "a delay over its timeout: 124, timed out, no output");
+                abc_term_info_clear(&t);
+                abc_term_info_clear(&u);
+
+                pq = (abc_term_req){.pipes = true, .command = "serve", .tag = "k"};
+                tap_ok(proc_start(b, "m1", &pq, &t, &e) == 0 && t.running, "start another");
+                int fd = b->ops->connect(b, "m1", &e);
+                tap_ok(abc_proc_write(fd, TID(t), "in", 2, true, &e) == 0,
+                       "... input, closing stdin");
+                close(fd);
+                fd = b->ops->connect(b, "m1", &e);
+                TAP_IS_INT(code_of(abc_proc_write(fd, TID(t), "x", 1, false, &e), &e),
+                           AB_E_CONFLICT, "... input to its closed stdin: conflict");
+                close(fd);
+                fd = b->ops->connect(b, "m1", &e);
+                tap_ok(abc_term_signal(fd, TID(t), SIGKILL, &e) == 0, "... SIGKILL");
+                close(fd);
+                tap_ok(proc_follow(b, "m1", TID(t), false, &o, &ev, &u) == ABC_TERM_EXIT &&
+                           ev.exit_code == 137 && !o.n[0] && !u.running && u.ended_ms,
+                       "... it ended with 137, no output");
+                abc_term_info_clear(&u);
+                fd = b->ops->connect(b, "m1", &e);
+                abc_term_info *l = NULL;
+                size_t nl = 0;
+                tap_ok(abc_term_list_kind(fd, true, &l, &nl, &e) == 0 && nl == 5 &&
+                           !strcmp(l[0].id, ls_id) && l[4].tag && !strcmp(l[4].tag, "k") &&
+                           l[4].exit_code == 137,
+                       "list: the 5 processes, oldest first, with tags and exit codes");
+                abc_term_infos_free(l, nl);
+                close(fd);
+                fd = b->ops->connect(b, "m1", &e);
+                tap_ok(abc_term_list(fd, &l, &nl, &e) == 0 && nl == 0,
+                       "... the terminals' list is empty");
+                abc_term_infos_free(l, nl);
+                close(fd);
+                fd = b->ops->connect(b, "m1", &e);
+                tap_ok(abc_term_close(fd, ls_id, &e) == 0, "close one");
+                close(fd);
+                tap_ok(proc_follow(b, "m1", ls_id, false, &o, &ev, &u) == -AB_E_NOT_FOUND,
+                       "... then it is not found");
+                abc_term_req tq = {0};
+                fd = b->ops->connect(b, "m1", &e);
+                TAP_IS_INT(code_of(abc_term_open(fd, &tq, &u, &e), &e), AB_E_UNSUPPORTED,
+                           "a terminal with a pty: unsupported");
+                close(fd);
+                tap_ok(b->ops->stop(b, "m1", &e) == 0 && b->ops->start(b, "m1", &e) == 0,
+                       "stop and start the box");
+                fd = b->ops->connect(b, "m1", &e);
+                tap_ok(abc_term_list_kind(fd, true, &l, &nl, &e) == 0 && nl == 0,
+                       "... its processes died with it");
+                abc_term_infos_free(l, nl);
+                close(fd);
+                free(ls_id);
+                abc_term_info_clear(&t);
+        }
         sleep(1); /* a new mtime */
         write_text(exp, "{\"commands\": [{\"command\": \"ls\", \"stdout\": \"new\\n\"}]}");
         q = (abc_exec_req){.command = "ls", .stdin_fd = -1};
@@ -301,8 +462,10 @@ int main(void)
                    bs.disk_limit_bytes == 1 << 20,
                "stats: the bytes held and the limit");
         fd = b->ops->connect(b, "m1", &e);
-        TAP_IS_INT(code_of(abc_term_list(fd, &(abc_term_info *){NULL}, &n, &e), &e),
-                   AB_E_UNSUPPORTED, "terminals: unsupported");
+        abc_term_req tq = {.pipes = false};
+        abc_term_info ti = {0};
+        TAP_IS_INT(code_of(abc_term_open(fd, &tq, &ti, &e), &e), AB_E_UNSUPPORTED,
+                   "terminals with a pty: unsupported");
         close(fd);
 
         /* ---- life cycle ---- */
@@ -340,7 +503,9 @@ int main(void)
 
         /* ---- kept across a clean restart ---- */
         _cleanup_free_ char *state = xasprintf("%s/state.json", dir);
-        ab_mock_opts so = {.state_path = state};
+        write_text(exp, "{\"commands\": [{\"command\": \"serve\", \"stdout\": \"up\\n\", "
+                        "\"delay_ms\": 600000}, {\"command\": \"ls\", \"stdout\": \"a\\n\"}]}");
+        ab_mock_opts so = {.state_path = state, .expect_path = exp};
         tap_ok(ab_mock_open(&so, &b, &e) == 0, "open with a state file that does not exist yet");
         s = (ab_box_spec){.id = "k1", .limits = {.disk_mib = 8}};
         tap_ok(b->ops->create(b, &s, &e) == 0 && b->ops->pause(b, "k1", &e) == 0,
@@ -351,6 +516,16 @@ int main(void)
         tap_ok(abc_write(fd, "d/bin", bin, sizeof(bin), -1, ABC_W_MKPARENTS, 0600, &e) == 0,
                "write a binary file");
         close(fd);
+        abc_term_info kt = {0}, ku = {0};
+        abc_term_event kev;
+        abc_term_req kq = {.pipes = true, .command = "serve", .tag = "srv"};
+        tap_ok(proc_start(b, "k1", &kq, &kt, &e) == 0 && kt.running, "start a long process");
+        char *srv_id = xstrdup(kt.id ? kt.id : "none");
+        abc_term_info_clear(&kt);
+        kq = (abc_term_req){.pipes = true, .command = "ls"};
+        tap_ok(proc_start(b, "k1", &kq, &kt, &e) == 0 && !kt.running, "... and one that ended");
+        char *ls_id = xstrdup(kt.id ? kt.id : "none");
+        abc_term_info_clear(&kt);
         b->ops->pause(b, "k1", &e);
         b->ops->free(b);
         struct stat sst;
@@ -370,6 +545,21 @@ int main(void)
                    !memcmp(o.b[0], bin, sizeof(bin)),
                "its binary file is back byte for byte");
         close(fd);
+        fd = b->ops->connect(b, "k1", &e);
+        abc_term_info *kl = NULL;
+        size_t knl = 0;
+        tap_ok(abc_term_list_kind(fd, true, &kl, &knl, &e) == 0 && knl == 2 &&
+                   !strcmp(kl[0].id, srv_id) && kl[0].running && kl[0].tag &&
+                   !strcmp(kl[0].tag, "srv") && !kl[1].running && kl[1].exit_code == 0,
+               "its background processes are back: the long one running, with its tag");
+        abc_term_infos_free(kl, knl);
+        close(fd);
+        tap_ok(proc_follow(b, "k1", ls_id, true, &o, &kev, &ku) == ABC_TERM_CLOSED &&
+                   !strcmp(o.b[0], "a\n"),
+               "... the ended one with its output");
+        abc_term_info_clear(&ku);
+        free(srv_id);
+        free(ls_id);
         b->ops->destroy(b, "k1", &e);
         b->ops->free(b);
         tap_ok(access(state, F_OK) < 0, "no boxes: no state file");
@@ -386,6 +576,10 @@ int main(void)
         TAP_IS_INT(count_lines(log, "\"command\":\"rm -rf /\",\"exit_code\":127,\"matched\":null"),
                    1, "... an unmatched one with matched null");
         TAP_IS_INT(count_lines(log, "\"op\":\"write\""), 5, "... every write");
+        TAP_IS_INT(count_lines(log, "\"op\":\"process_start\""), 5, "... every process started");
+        TAP_IS_INT(count_lines(log, "\"op\":\"process_signal\""), 1, "... the signal");
+        TAP_IS_INT(count_lines(log, "\"op\":\"process_input\""), 2, "... the inputs");
+        TAP_IS_INT(count_lines(log, "\"op\":\"process_close\""), 1, "... the close");
         TAP_IS_INT(count_lines(log, "\"op\":\"create\""), 2, "... every create");
         TAP_IS_INT(count_lines(log, "\"box\":\"m1\",\"op\":\"destroy\""), 1, "... the destroy");
         unlink(exp);
