@@ -94,11 +94,17 @@ try {
   // ---- login ----------------------------------------------------------------
   await page.waitForSelector('form.login input[type=password]');
   await shot(page, 'login');
-  await page.type('form.login input', 'wrong-token');
-  await page.click('form.login button[type=submit]');
-  await page.waitForFunction(() => document.querySelector('form.login .error')?.textContent.includes('refused'));
-  ok(true, 'a wrong token is refused on the login form');
-  await page.$eval('form.login input', el => { el.value = ''; });
+  if (cfg.token) {
+    await page.type('form.login input', 'wrong-token');
+    await page.click('form.login button[type=submit]');
+    await page.waitForFunction(() => document.querySelector('form.login .error')?.textContent.includes('refused'));
+    ok(true, 'a wrong token is refused on the login form');
+    await page.$eval('form.login input', el => { el.value = ''; });
+  } else {
+    // without a token the server takes any key from loopback as its admin
+    // (docs/api.md, the SDKs' first run): there is no wrong token to refuse
+    ok(true, 'no token on the server: no wrong token to refuse');
+  }
   await page.type('form.login input', cfg.token);
   await page.click('form.login button[type=submit]');
   await page.waitForSelector('table#boxes');
