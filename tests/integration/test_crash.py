@@ -82,6 +82,15 @@ for i, d in enumerate(delays):
 boxes = {b["id"]: b for b in listing()}
 for b in boxes:
     h.track(b)
+# On Docker, a create killed between making the container and starting it
+# leaves the box in error, saying so (docs/docker.md: never silent); the
+# remedy is to delete it, which must work.
+half_made = [b for b, x in boxes.items() if not h.native and x["status"] == "error" and
+             "never started" in (x.get("error") or "")]
+for b in half_made:
+    r = h.run("rm", b)
+    h.eq(r.rc, 0, "a half-made Docker box (%s) says so and deletes cleanly" % b, r.describe())
+    del boxes[b]
 h.ok(all(b["status"] in ("running", "stopped") for b in boxes.values()),
      "after killed creates every box is running or stopped",
      json.dumps(list(boxes.values()))[:2000])
