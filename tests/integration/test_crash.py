@@ -86,7 +86,7 @@ for b in boxes:
 # leaves the box in error, saying so (docs/docker.md: never silent); the
 # remedy is to delete it, which must work.
 half_made = [b for b, x in boxes.items() if not h.native and x["status"] == "error" and
-             "never started" in (x.get("error") or "")]
+             "a create that did not finish" in (x.get("error") or "")]
 for b in half_made:
     r = h.run("rm", b)
     h.eq(r.rc, 0, "a half-made Docker box (%s) says so and deletes cleanly" % b, r.describe())

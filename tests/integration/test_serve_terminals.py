@@ -160,7 +160,13 @@ h.eq(srv.get("%s/%s" % (T, t2)).status, 404, "GET a deleted terminal: 404")
 h.eq(srv.delete("%s/%s" % (T, t2)).status, 404, "DELETE it again: 404")
 for x in ids[1:]:
     srv.delete("%s/%s" % (T, x))
-r = srv.exec(B, "ps -eo args | grep -c '^sleep 600' || true")
+# SIGKILL is sent before DELETE answers; a killed process may still show for
+# a moment while it exits
+for _ in range(50):
+    r = srv.exec(B, "ps -eo args | grep -c '^sleep 600' || true")
+    if (r.get("stdout") or "").strip() == "0":
+        break
+    time.sleep(0.1)
 h.eq((r.get("stdout") or "").strip(), "0", "DELETE kills the terminals' processes", r.describe())
 
 # ---- bad requests -----------------------------------------------------------------------------
