@@ -4,8 +4,11 @@
  * attached, so a box someone types in never idles out under them. */
 #include "core/manager_int.h"
 
-int ab_manager_term_open(ab_manager *m, ab_use *u, const abc_term_req *req, abc_term_info *out,
-                         ab_err **err)
+/* Opens req in the box being used: the image's user and workdir where req
+ * names none, the box's env (with the network's proxy variables) under the
+ * request's. For terminals and users' background commands alike. */
+static int term_open_in(ab_manager *m, ab_use *u, const abc_term_req *req, abc_term_info *out,
+                        ab_err **err)
 {
         abc_term_req q = *req;
         const json_t *img = mgr_rec_image(&u->rec);
@@ -13,7 +16,6 @@ int ab_manager_term_open(ab_manager *m, ab_use *u, const abc_term_req *req, abc_
                 q.user = json_string_value(json_object_get(img, "user"));
         if (img && !q.cwd)
                 q.cwd = json_string_value(json_object_get(img, "workdir"));
-        /* The box's env (with the network's proxy variables) under the request's. */
         _cleanup_strv_ char **env = ab_manager_box_env(&u->rec);
         size_t n = 0, k = 0;
         while (env[n])
@@ -27,7 +29,13 @@ int ab_manager_term_open(ab_manager *m, ab_use *u, const abc_term_req *req, abc_
                 all[n + i] = req->env[i];
         q.env = all;
         _cleanup_close_ int fd = ab_manager_use_connect(m, u, err);
-        if (fd < 0 || abc_term_open(fd, &q, out, err) < 0)
+        return fd < 0 ? -1 : abc_term_open(fd, &q, out, err);
+}
+
+int ab_manager_term_open(ab_manager *m, ab_use *u, const abc_term_req *req, abc_term_info *out,
+                         ab_err **err)
+{
+        if (term_open_in(m, u, req, out, err) < 0)
                 return -1;
         mgr_emit(m, "terminal.opened", &u->rec,
                  json_pack("{s:s,s:i,s:i}", "terminal_id", out->id, "cols", (int)out->cols, "rows",
@@ -354,26 +362,7 @@ int ab_manager_cmd_start(ab_manager *m, ab_use *u, const abc_term_req *req, abc_
         if (mgr_quota_exec_begin(m, &u->rec, err) < 0)
                 return -1;
         int64_t started = mgr_wall_ms();
-        abc_term_req q = *req;
-        const json_t *img = mgr_rec_image(&u->rec);
-        if (img && !q.user)
-                q.user = json_string_value(json_object_get(img, "user"));
-        if (img && !q.cwd)
-                q.cwd = json_string_value(json_object_get(img, "workdir"));
-        _cleanup_strv_ char **env = ab_manager_box_env(&u->rec);
-        size_t n = 0, k = 0;
-        while (env[n])
-                n++;
-        while (req->env && req->env[k])
-                k++;
-        _cleanup_free_ const char **all = xcalloc(xadd(xadd(n, k), 1), sizeof(char *));
-        for (size_t i = 0; i < n; i++)
-                all[i] = env[i];
-        for (size_t i = 0; i < k; i++)
-                all[n + i] = req->env[i];
-        q.env = all;
-        _cleanup_close_ int fd = ab_manager_use_connect(m, u, err);
-        int rc = fd < 0 ? -1 : abc_term_open(fd, &q, out, err);
+        int rc = term_open_in(m, u, req, out, err);
         mgr_quota_exec_end(m, &u->rec);
         if (rc < 0)
                 return -1;
