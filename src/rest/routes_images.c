@@ -64,6 +64,16 @@ static bool have_store(ab_req *r, enum MHD_Result *ret)
         return false;
 }
 
+/* {"images": [...]} of the n images (as r's caller sees them); frees them. */
+static json_t *images_json(ab_req *r, ab_image *imgs, size_t n)
+{
+        json_t *a = json_array();
+        for (size_t i = 0; i < n; i++)
+                json_array_append_new(a, ab_image_json(&imgs[i], r->scope));
+        ab_image_list_free(imgs, n);
+        return json_pack("{s:o}", "images", a);
+}
+
 enum MHD_Result route_images_list(ab_req *r, const char *id)
 {
         enum MHD_Result ret;
@@ -74,11 +84,7 @@ enum MHD_Result route_images_list(ab_req *r, const char *id)
         size_t n = 0;
         if (ab_manager_image_list(r->srv->mgr, r->scope, &imgs, &n, &e) < 0)
                 return resp_err(r, e);
-        json_t *a = json_array();
-        for (size_t i = 0; i < n; i++)
-                json_array_append_new(a, ab_image_json(&imgs[i], r->scope));
-        ab_image_list_free(imgs, n);
-        return resp_json(r, 200, json_pack("{s:o}", "images", a));
+        return resp_json(r, 200, images_json(r, imgs, n));
 }
 
 enum MHD_Result route_image_get(ab_req *r, const char *ref)
@@ -192,11 +198,7 @@ enum MHD_Result route_images_import(ab_req *r, const char *id)
         if (ab_manager_image_import(r->srv->mgr, r->upload_fd, name && *name ? name : NULL, &imgs,
                                     &n, &e) < 0)
                 return resp_err(r, e);
-        json_t *a = json_array();
-        for (size_t i = 0; i < n; i++)
-                json_array_append_new(a, ab_image_json(&imgs[i], r->scope));
-        ab_image_list_free(imgs, n);
-        return resp_json(r, 201, json_pack("{s:o}", "images", a));
+        return resp_json(r, 201, images_json(r, imgs, n));
 }
 
 enum MHD_Result route_images_pull(ab_req *r, const char *id)
