@@ -185,7 +185,7 @@ enum MHD_Result e2b_create(ab_req *r, const char *id)
             (meta && strings_only(meta, "metadata", &e) < 0) ||
             (envs && strings_only(envs, "envVars", &e) < 0)) {
                 json_decref(body);
-                return e2b_error(r, 400, "%s", e->msg);
+                return e2b_err(r, e); /* invalid input: 400 */
         }
         if (!has_timeout)
                 timeout = DEFAULT_TIMEOUT_S;
@@ -436,7 +436,7 @@ enum MHD_Result e2b_connect(ab_req *r, const char *id)
         int rc = field_int(body, "timeout", &t, &has_t, &e);
         json_decref(body);
         if (rc < 0)
-                return e2b_error(r, 400, "%s", e->msg);
+                return e2b_err(r, e); /* a bad timeout: 400 */
         enum MHD_Result ret;
         ab_box_rec rec;
         if (get_box(r, id, &rec, &ret) < 0) /* a box being deleted is gone: 404 */
@@ -520,7 +520,7 @@ enum MHD_Result e2b_fork(ab_req *r, const char *id)
         if (field_int(body, "timeout", &t, &p, &e) < 0 ||
             field_int(body, "count", &count, &p, &e) < 0) {
                 json_decref(body);
-                return e2b_error(r, 400, "%s", e->msg);
+                return e2b_err(r, e); /* invalid input: 400 */
         }
         json_decref(body);
         if (count < 1 || count > 16)
@@ -573,7 +573,7 @@ enum MHD_Result e2b_snapshot(ab_req *r, const char *id)
         const char *name = NULL;
         if (field_str(body, "name", &name, &e) < 0) {
                 json_decref(body);
-                return e2b_error(r, 400, "%s", e->msg);
+                return e2b_err(r, e); /* invalid input: 400 */
         }
         char gen[40];
         if (!name || !*name) {
