@@ -162,6 +162,8 @@ h.ok(r.status == 200 and isinstance(TY, str), "app A takes its envd access token
 TY = TY or "none"
 r = srv.delete("/v1/sandboxes/" + Y, token=KEY_A)
 h.ok(r.status in (200, 202, 204), "app A deletes the box", r.describe())
+# a delete is asynchronous: the id is free once the box is gone
+abserver.wait_for(lambda: srv.get("/v1/sandboxes/" + Y).status == 404, timeout=30)
 r = srv.post("/v1/sandboxes", {"id": Y}, token=KEY_B)
 h.eq((r.status, r.get("id")), (201, Y), "app B makes a box of the same id", r.describe())
 SECRET_Y = "B-SECRET-" + secrets.token_hex(8)
