@@ -607,21 +607,45 @@ int ab_server_start_external(ab_server *s, ab_err **err)
  * watchdog (10 s) ends the process first when one is stuck. */
 #define STOP_WAIT_MS 30000
 
+/* Logs a step of the stop that took over a second: when serve's watchdog
+ * ends a stop, the log says where the time went. */
+static void stop_step_done(const char *step, uint64_t since_ns)
+{
+        uint64_t ms = (ab_now_ns() - since_ns) / 1000000;
+        if (ms < 1000)
+                return;
+        char t[24];
+        snprintf(t, sizeof(t), "%" PRIu64, ms);
+        ab_log(AB_LOG_WARN, "a step of the stop was slow", "step", step, "ms", t, NULL);
+}
+
 void ab_server_stop(ab_server *s)
 {
         if (!s->http.mhd)
                 return;
+        uint64_t t = ab_now_ns();
         ab_http_quiesce(&s->http);
         ab_events_shutdown(s->events);
-        for (size_t i = 0; i < s->n_tables; i++) /* upgraded relays: terminals, ports */
+        stop_step_done("quiesce", t);
+        for (size_t i = 0; i < s->n_tables; i++) { /* upgraded relays: terminals, ports */
+                t = ab_now_ns();
                 if (s->tables[i]->quiesce)
                         s->tables[i]->quiesce();
+                stop_step_done(s->tables[i]->name, t);
+        }
+        t = ab_now_ns();
         ab_http_drain(&s->http);
+        stop_step_done("drain", t);
         /* fronts' threads of their own (E2B processes) use the manager */
-        for (size_t i = 0; i < s->n_tables; i++)
+        for (size_t i = 0; i < s->n_tables; i++) {
+                t = ab_now_ns();
                 if (s->tables[i]->shutdown)
                         s->tables[i]->shutdown();
+                stop_step_done(s->tables[i]->name, t);
+        }
+        t = ab_now_ns();
         ab_http_stop(&s->http);
+        stop_step_done("http", t);
         /* Every stream's socket or pipe is closed now: the threads that fed
          * them (execs, file downloads, pulls) end, and serve frees the
          * manager they use only after them. Its watchdog ends a stop that
