@@ -18,6 +18,7 @@ import sys
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
 import abserver  # noqa: E402
 import imagelib  # noqa: E402
+import nodetap  # noqa: E402
 
 ROOT = os.path.realpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 OSB_DIR = os.path.join(ROOT, "tests", "opensandbox")
@@ -55,33 +56,6 @@ else:
     h.skip("an image of the store", "no %s on this host to build one from" % imagelib.BUSYBOX)
 
 if os.path.isdir(SDK):
-    env = dict(os.environ, OPENSANDBOX_DISABLE_METRICS="1")
-    try:
-        p = subprocess.run([node, os.path.join(OSB_DIR, "sdk.mjs"), srv.url, TOKEN, IMAGE], capture_output=True,
-                           text=True, timeout=200 * h.slow, env=env, cwd=OSB_DIR)
-        out, err, rc = p.stdout, p.stderr, p.returncode
-    except subprocess.TimeoutExpired as e:
-        out = e.stdout.decode() if isinstance(e.stdout, bytes) else (e.stdout or "")
-        err = e.stderr.decode() if isinstance(e.stderr, bytes) else (e.stderr or "")
-        rc = "timeout"
-    n = 0
-    pending = None
-    for line in out.splitlines() + [""]:
-        if line.startswith("# timing:"):
-            print(line)
-            continue
-        if line.startswith("# ") and pending:
-            pending[1].append(line[2:])
-            continue
-        if pending:
-            h.ok(pending[0], pending[2], "\n".join(pending[1]) + ("\nsdk stderr:\n" + err[-1500:] if not pending[0] else ""))
-            pending = None
-        if line.startswith("ok ") or line.startswith("not ok "):
-            name = line.split(" - ", 1)[1] if " - " in line else line
-            pending = (line.startswith("ok "), [], "SDK: " + name)
-            n += 1
-        elif line.startswith("Bail out!"):
-            h.ok(False, "SDK: %s" % line, "sdk stderr:\n" + err[-3000:])
-    h.ok(rc == 0 and n > 0, "SDK: sdk.mjs ran %d checks and exited 0" % n,
-         "exit %s\nstdout tail:\n%s\nstderr:\n%s\nserver log:\n%s" % (rc, out[-1500:], err[-3000:], srv.log()[-3000:]))
+    nodetap.run(h, node, os.path.join(OSB_DIR, "sdk.mjs"), [srv.url, TOKEN, IMAGE], OSB_DIR,
+                dict(os.environ, OPENSANDBOX_DISABLE_METRICS="1"), 200 * h.slow, "SDK: ", srv)
 h.done()

@@ -51,8 +51,10 @@ async function until(pred, ms = 10000, step = 100) {
 const domain = `${url}/opensandbox`;
 const conn = (apiKey) => new ConnectionConfig({ domain, apiKey, requestTimeoutSeconds: 60 });
 const admin = conn(token);
-const out = (ex) => ex.logs.stdout.map((m) => m.text).join("");
-const err = (ex) => ex.logs.stderr.map((m) => m.text).join("");
+// execd sends one event per line without its end (tests/opensandbox/edges.mjs
+// checks the events themselves): the lines, each with its end again
+const out = (ex) => ex.logs.stdout.map((m) => `${m.text}\n`).join("");
+const err = (ex) => ex.logs.stderr.map((m) => `${m.text}\n`).join("");
 
 // ---- create ----------------------------------------------------------------------
 let t0 = Date.now();
@@ -106,8 +108,8 @@ ex = await sbx.commands.run("for i in 1 2 3; do echo tick$i; sleep 0.4; done", {
   onStdout: (m) => arrivals.push([m.text, Date.now() - t0]),
 });
 const doneAt = Date.now() - t0;
-const ticks = arrivals.map((a) => a[0]).join("");
-ok(ticks === "tick1\ntick2\ntick3\n", "streaming: stdout chunks in order", arrivals);
+const ticks = arrivals.map((a) => a[0]).join("|");
+ok(ticks === "tick1|tick2|tick3", "streaming: stdout lines in order", arrivals);
 ok(arrivals.length >= 3 && arrivals[0][1] < doneAt - 700,
   `streaming: the first line arrives ${arrivals[0]?.[1]} ms in, the command ends at ${doneAt} ms`, arrivals);
 
@@ -567,7 +569,7 @@ const fg = await Sandbox.create({
 let outs = "";
 ex = await fg.commands.run("echo fastgpt-ok", { workingDirectory: "/workspace" },
   { skipAccumulation: true, onStdout: (m) => { outs += m.text; } });
-ok(outs === "fastgpt-ok\n" && ex.exitCode === 0, "FastGPT: execute with handlers", { outs, ex });
+ok(outs === "fastgpt-ok" && ex.exitCode === 0, "FastGPT: execute with handlers", { outs, ex });
 info = await fg.getInfo();
 ok(info.expiresAt === null || info.expiresAt === undefined, "FastGPT: timeoutSeconds null means no expiry", info);
 await fg.pause();

@@ -82,6 +82,77 @@ enum MHD_Result execd_ok(ab_req *r)
         return resp_send(r, 200, resp);
 }
 
+/* ---- output lines --------------------------------------------------------- */
+
+/* execd sends a command's output one event per line, without the line's
+ * end: a foreground command's lines end at \n or \r (\r\n is one end; an
+ * empty line is sent as "\n"); a session run's at \n only (a \r before it
+ * dropped, empty lines not sent), as bash sessions scan them. A last line
+ * without an end goes out when the command ends. execd holds a line of any
+ * length; here a line longer than LINE_MAX_BYTES goes out in pieces of
+ * that size (cut between characters), so a box that never prints a newline
+ * cannot make the server hold its output. */
+#define LINE_MAX_BYTES 65536
+
+typedef struct out_lines {
+        ab_buf b;         /* the line so far */
+        bool cr;          /* the last byte was a \r that ended a line */
+        bool session;     /* a session run's rules */
+        const char *type; /* the events' type: "stdout" or "stderr" */
+        int (*send)(void *ud, const char *type, const char *text, size_t n);
+        void *ud;
+} out_lines;
+
+/* Sends the first n bytes of the line so far. */
+static void lines_emit(out_lines *l, size_t n)
+{
+        size_t len = n;
+        if (l->session && len && l->b.p[len - 1] == '\r')
+                len--;
+        if (len)
+                l->send(l->ud, l->type, l->b.p, len);
+        ab_buf_drop(&l->b, n);
+}
+
+/* Takes the next n bytes of output; sends the lines they end. */
+static void lines_feed(out_lines *l, const char *p, size_t n)
+{
+        while (n) {
+                size_t k = 0;
+                while (k < n && p[k] != '\n' && (l->session || p[k] != '\r'))
+                        k++;
+                if (k) {
+                        l->cr = false;
+                        ab_buf_add(&l->b, p, k);
+                        while (l->b.n >= LINE_MAX_BYTES) {
+                                size_t cut = LINE_MAX_BYTES;
+                                while (cut > LINE_MAX_BYTES - 4 &&
+                                       ((unsigned char)l->b.p[cut] & 0xc0) == 0x80)
+                                        cut--; /* not inside a character */
+                                lines_emit(l, cut);
+                        }
+                }
+                if (k == n)
+                        return;
+                bool pair = p[k] == '\n' && l->cr; /* the \n of a \r\n */
+                if (l->b.n)
+                        lines_emit(l, l->b.n);
+                else if (!pair && !l->session)
+                        l->send(l->ud, l->type, "\n", 1);
+                l->cr = p[k] == '\r';
+                p += k + 1;
+                n -= k + 1;
+        }
+}
+
+/* The command ended: sends a last line without its end. */
+static void lines_flush(out_lines *l)
+{
+        if (l->b.n)
+                lines_emit(l, l->b.n);
+        ab_buf_free(&l->b);
+}
+
 /* ---- commands ----------------------------------------------------------- */
 
 typedef struct cmd {
@@ -156,8 +227,11 @@ typedef struct cmd_job {
         pthread_mutex_t wlock;
         pthread_cond_t cv;
         bool done;
-        int64_t last_ms; /* when the last event was sent */
+        int64_t last_ms;  /* when the last event was sent */
+        out_lines out[2]; /* stdout, stderr */
 } cmd_job;
+
+static int fg_line(void *ud, const char *type, const char *text, size_t n);
 
 static cmd_job *cmd_job_new(ab_server *srv)
 {
@@ -171,6 +245,8 @@ static cmd_job *cmd_job_new(ab_server *srv)
         pthread_cond_init(&j->cv, &ca);
         pthread_condattr_destroy(&ca);
         j->last_ms = (int64_t)ab_now_ms();
+        for (int i = 0; i < 2; i++)
+                j->out[i] = (out_lines){.type = i ? "stderr" : "stdout", .send = fg_line, .ud = j};
         return j;
 }
 
@@ -178,6 +254,8 @@ static void cmd_job_free(cmd_job *j)
 {
         pthread_mutex_destroy(&j->wlock);
         pthread_cond_destroy(&j->cv);
+        ab_buf_free(&j->out[0].b);
+        ab_buf_free(&j->out[1].b);
         free(j->command);
         free(j->cwd);
         free(j->user);
@@ -233,11 +311,16 @@ static void *ping_main(void *arg)
         return NULL;
 }
 
+static int fg_line(void *ud, const char *type, const char *text, size_t n)
+{
+        return sse_event(ud, json_pack("{s:s,s:o}", "type", type, "text", json_bytes(text, n)));
+}
+
 static int fg_output(void *ud, int stream, const void *buf, size_t len)
 {
         cmd_job *j = ud;
-        return sse_event(j, json_pack("{s:s,s:o}", "type", stream == 2 ? "stderr" : "stdout",
-                                      "text", json_bytes(buf, len)));
+        lines_feed(&j->out[stream == 2], buf, len);
+        return j->broken ? -1 : 0;
 }
 
 static void *cmd_main(void *arg)
@@ -260,6 +343,8 @@ static void *cmd_main(void *arg)
         abc_exec_res res = {0};
         ab_err *e = NULL;
         int rc = ab_manager_exec(j->srv->mgr, &j->use, &q, fg_output, j, &res, &e);
+        lines_flush(&j->out[0]);
+        lines_flush(&j->out[1]);
         pthread_mutex_lock(&cmds_lock);
         bool interrupted = c->interrupted;
         c->running = false;
@@ -294,9 +379,10 @@ static void *cmd_main(void *arg)
                         json_array_append_new(tb, json_string(error));
                 sse_event(j, json_pack("{s:s,s:{s:s,s:s,s:o}}", "type", "error", "error", "ename",
                                        ename, "evalue", ev, "traceback", tb));
+        } else { /* as execd: an error ends the stream, no completion follows it */
+                sse_event(j, json_pack("{s:s,s:I}", "type", "execution_complete", "execution_time",
+                                       (json_int_t)res.duration_ms));
         }
-        sse_event(j, json_pack("{s:s,s:I}", "type", "execution_complete", "execution_time",
-                               (json_int_t)res.duration_ms));
         ab_err_free(&e);
         ab_manager_use_end(j->srv->mgr, &j->use);
         close(j->fd); /* the event stream ends */
@@ -903,6 +989,7 @@ typedef struct srun {
         char nonce[17];
         bool broken;
         int64_t last_ms;
+        out_lines out; /* stdout and stderr together: one terminal */
 } srun;
 
 static int srun_event(srun *s, json_t *ev)
@@ -923,10 +1010,14 @@ static int srun_event(srun *s, json_t *ev)
         return s->broken ? -1 : 0;
 }
 
+static int srun_line(void *ud, const char *type, const char *text, size_t n)
+{
+        return srun_event(ud, json_pack("{s:s,s:o}", "type", type, "text", json_bytes(text, n)));
+}
+
 static void srun_output(srun *s, const char *p, size_t n)
 {
-        if (n)
-                srun_event(s, json_pack("{s:s,s:o}", "type", "stdout", "text", json_bytes(p, n)));
+        lines_feed(&s->out, p, n);
 }
 
 /* How many of the last bytes of buf (len n) begin mark: held back, they may
@@ -1104,6 +1195,7 @@ static void *srun_main(void *arg)
                 closed = sp.closed;
         }
         ab_buf_free(&sp.b);
+        lines_flush(&s->out);
         if (a.stream || a.fd >= 0)
                 ab_manager_term_detach(m, &a);
         pthread_mutex_lock(&cmds_lock);
@@ -1128,9 +1220,10 @@ static void *srun_main(void *arg)
                         json_array_append_new(tb, json_string(error));
                 srun_event(s, json_pack("{s:s,s:{s:s,s:s,s:o}}", "type", "error", "error", "ename",
                                         ename, "evalue", ev, "traceback", tb));
+        } else { /* no completion after an error, as execd */
+                srun_event(s, json_pack("{s:s,s:I}", "type", "execution_complete", "execution_time",
+                                        (json_int_t)(ab_now_ms() - t0)));
         }
-        srun_event(s, json_pack("{s:s,s:I}", "type", "execution_complete", "execution_time",
-                                (json_int_t)(ab_now_ms() - t0)));
         ab_err_free(&e);
         close(s->fd);
         free(s->scope);
@@ -1222,6 +1315,7 @@ static enum MHD_Result session_run(ab_req *r, const char *id, const char *sid)
         s->timeout_ms = (uint32_t)ms;
         s->fd = -1;
         s->last_ms = (int64_t)ab_now_ms();
+        s->out = (out_lines){.session = true, .type = "stdout", .send = srun_line, .ud = s};
         ab_random_hex(s->nonce, sizeof(s->nonce), "", 8);
         int rc = 0;
         if (!tid) /* a new shell: the last one is gone */
