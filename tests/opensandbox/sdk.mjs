@@ -368,7 +368,7 @@ await kept.close();
 
 // ---- endpoints and a dev server ------------------------------------------------------
 const ep = await resumed.getEndpoint(44772);
-ok(ep.endpoint.endsWith(`/opensandbox/execd/${sbx.id}`), "getEndpoint(execd): this server's execd route", ep);
+ok(ep.endpoint.endsWith(`/opensandbox/v1/sandboxes/${sbx.id}/proxy/44772`), "getEndpoint(execd): this server's execd route, ending with /44772", ep);
 await resumed.files.writeFiles([{ path: "/workspace/site/index.html", data: "<h1>from the box</h1>" }]);
 const dev = await resumed.commands.run("exec python3 -m http.server 8000 --bind 127.0.0.1",
   { background: true, workingDirectory: "/workspace/site" });
