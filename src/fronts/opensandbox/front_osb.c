@@ -8,6 +8,7 @@
 #include "kit/parse.h"
 #include "base/codec.h"
 #include "base/id.h"
+#include "base/mounts.h"
 
 #include <ctype.h>
 #include <math.h>
@@ -319,13 +320,33 @@ int osb_parse_volumes(json_t *vols, json_t **volumes, json_t **mounts, ab_err **
                 json_t *pvc = json_object_get(v, "pvc"), *host = json_object_get(v, "host");
                 const char *claim = json_string_value(json_object_get(pvc, "claimName"));
                 const char *hp = json_string_value(json_object_get(host, "path"));
-                if (path && claim)
-                        json_array_append_new(vs, json_pack("{s:s,s:s,s:b}", "name", claim, "path",
-                                                            path, "read_only", ro));
-                else if (path && hp)
-                        json_array_append_new(ms, json_pack("{s:s,s:s,s:b}", "host_path", hp,
+                json_t *subj = json_object_get(v, "subPath");
+                const char *sub = json_string_value(subj);
+                if ((subj && !json_is_null(subj) && !sub) ||
+                    (sub && *sub && ab_volume_sub_check(sub, err) < 0)) {
+                        json_decref(vs);
+                        json_decref(ms);
+                        if (!*err)
+                                return ab_err_set(err, AB_E_INVALID, 0,
+                                                  "volumes[%zu].subPath: must be a string", i);
+                        return ab_err_wrap(err, "volumes[%zu]", i);
+                }
+                if (sub && !*sub)
+                        sub = NULL;
+                if (path && claim) {
+                        /* the volume's folder sub, made when missing, as a PVC's subPath */
+                        json_t *o = json_pack("{s:s,s:s,s:b}", "name", claim, "path", path,
+                                              "read_only", ro);
+                        if (sub)
+                                json_object_set_new(o, "sub_path", json_string(sub));
+                        json_array_append_new(vs, o);
+                } else if (path && hp) {
+                        /* host path + subPath; the manager checks the result's real path
+                         * against host_mount_prefixes */
+                        _cleanup_free_ char *full = sub ? xasprintf("%s/%s", hp, sub) : xstrdup(hp);
+                        json_array_append_new(ms, json_pack("{s:s,s:s,s:b}", "host_path", full,
                                                             "path", path, "read_only", ro));
-                else {
+                } else {
                         json_decref(vs);
                         json_decref(ms);
                         return ab_err_set(err, AB_E_UNSUPPORTED, 0,
