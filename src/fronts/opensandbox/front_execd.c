@@ -99,22 +99,42 @@ typedef struct out_lines {
         bool cr;          /* the last byte was a \r that ended a line */
         bool session;     /* a session run's rules */
         const char *type; /* the events' type: "stdout" or "stderr" */
-        int (*send)(void *ud, const char *type, const char *text, size_t n);
-        void *ud;
+        /* the events of the lines the last feed ended, for the caller to
+         * send at once (one write for a chunk of many short lines) */
+        ab_buf frames;
 } out_lines;
 
-/* Sends the first n bytes of the line so far. */
+/* Appends event ev (taken), stamped with the time, as a server-sent event. */
+static void sse_frame(ab_buf *f, json_t *ev)
+{
+        json_object_set_new(ev, "timestamp", json_integer(osb_wall_ms()));
+        char *txt = json_dumps(ev, JSON_COMPACT);
+        json_decref(ev);
+        if (!txt)
+                abort(); /* jansson fails only without memory */
+        ab_buf_puts(f, "data: ");
+        ab_buf_puts(f, txt);
+        ab_buf_puts(f, "\n\n");
+        free(txt);
+}
+
+static void lines_event(out_lines *l, const char *text, size_t n)
+{
+        sse_frame(&l->frames, json_pack("{s:s,s:o}", "type", l->type, "text", json_bytes(text, n)));
+}
+
+/* The first n bytes of the line so far are a line. */
 static void lines_emit(out_lines *l, size_t n)
 {
         size_t len = n;
         if (l->session && len && l->b.p[len - 1] == '\r')
                 len--;
         if (len)
-                l->send(l->ud, l->type, l->b.p, len);
+                lines_event(l, l->b.p, len);
         ab_buf_drop(&l->b, n);
 }
 
-/* Takes the next n bytes of output; sends the lines they end. */
+/* Takes the next n bytes of output; the lines they end go to l->frames. */
 static void lines_feed(out_lines *l, const char *p, size_t n)
 {
         while (n) {
@@ -124,7 +144,7 @@ static void lines_feed(out_lines *l, const char *p, size_t n)
                 if (k) {
                         l->cr = false;
                         ab_buf_add(&l->b, p, k);
-                        while (l->b.n >= LINE_MAX_BYTES) {
+                        while (l->b.n > LINE_MAX_BYTES) { /* b.p[cut] is a byte of it */
                                 size_t cut = LINE_MAX_BYTES;
                                 while (cut > LINE_MAX_BYTES - 4 &&
                                        ((unsigned char)l->b.p[cut] & 0xc0) == 0x80)
@@ -138,19 +158,24 @@ static void lines_feed(out_lines *l, const char *p, size_t n)
                 if (l->b.n)
                         lines_emit(l, l->b.n);
                 else if (!pair && !l->session)
-                        l->send(l->ud, l->type, "\n", 1);
+                        lines_event(l, "\n", 1);
                 l->cr = p[k] == '\r';
                 p += k + 1;
                 n -= k + 1;
         }
 }
 
-/* The command ended: sends a last line without its end. */
+/* The command ended: a last line without its end goes to l->frames. */
 static void lines_flush(out_lines *l)
 {
         if (l->b.n)
                 lines_emit(l, l->b.n);
+}
+
+static void lines_free(out_lines *l)
+{
         ab_buf_free(&l->b);
+        ab_buf_free(&l->frames);
 }
 
 /* ---- commands ----------------------------------------------------------- */
@@ -231,8 +256,6 @@ typedef struct cmd_job {
         out_lines out[2]; /* stdout, stderr */
 } cmd_job;
 
-static int fg_line(void *ud, const char *type, const char *text, size_t n);
-
 static cmd_job *cmd_job_new(ab_server *srv)
 {
         cmd_job *j = xzalloc(sizeof(*j));
@@ -245,8 +268,8 @@ static cmd_job *cmd_job_new(ab_server *srv)
         pthread_cond_init(&j->cv, &ca);
         pthread_condattr_destroy(&ca);
         j->last_ms = (int64_t)ab_now_ms();
-        for (int i = 0; i < 2; i++)
-                j->out[i] = (out_lines){.type = i ? "stderr" : "stdout", .send = fg_line, .ud = j};
+        j->out[0] = (out_lines){.type = "stdout"};
+        j->out[1] = (out_lines){.type = "stderr"};
         return j;
 }
 
@@ -254,8 +277,8 @@ static void cmd_job_free(cmd_job *j)
 {
         pthread_mutex_destroy(&j->wlock);
         pthread_cond_destroy(&j->cv);
-        ab_buf_free(&j->out[0].b);
-        ab_buf_free(&j->out[1].b);
+        lines_free(&j->out[0]);
+        lines_free(&j->out[1]);
         free(j->command);
         free(j->cwd);
         free(j->user);
@@ -265,23 +288,31 @@ static void cmd_job_free(cmd_job *j)
         free(j);
 }
 
-/* Caller holds j->wlock. */
-static int sse_send_locked(cmd_job *j, json_t *ev)
+/* Sends the frames of f (emptied). Caller holds j->wlock. */
+static int sse_send_frames_locked(cmd_job *j, ab_buf *f)
 {
-        json_object_set_new(ev, "timestamp", json_integer(osb_wall_ms()));
-        char *txt = json_dumps(ev, JSON_COMPACT);
-        json_decref(ev);
-        if (!txt || j->broken) {
-                free(txt);
-                return -1;
-        }
-        char *frame = xasprintf("data: %s\n\n", txt);
-        free(txt);
-        int rc = ab_send_all(j->fd, frame, strlen(frame), -1);
-        free(frame);
+        int rc = j->broken ? -1 : f->n ? ab_send_all(j->fd, f->p, f->n, -1) : 0;
+        ab_buf_drop(f, f->n);
         if (rc < 0)
                 j->broken = true;
         j->last_ms = (int64_t)ab_now_ms();
+        return rc;
+}
+
+/* Caller holds j->wlock. */
+static int sse_send_locked(cmd_job *j, json_t *ev)
+{
+        _cleanup_buf_ ab_buf f = {0};
+        sse_frame(&f, ev);
+        return sse_send_frames_locked(j, &f);
+}
+
+/* Sends the frames of a feed's lines (f emptied). */
+static int sse_send_frames(cmd_job *j, ab_buf *f)
+{
+        pthread_mutex_lock(&j->wlock);
+        int rc = f->n ? sse_send_frames_locked(j, f) : j->broken ? -1 : 0;
+        pthread_mutex_unlock(&j->wlock);
         return rc;
 }
 
@@ -311,16 +342,12 @@ static void *ping_main(void *arg)
         return NULL;
 }
 
-static int fg_line(void *ud, const char *type, const char *text, size_t n)
-{
-        return sse_event(ud, json_pack("{s:s,s:o}", "type", type, "text", json_bytes(text, n)));
-}
-
 static int fg_output(void *ud, int stream, const void *buf, size_t len)
 {
         cmd_job *j = ud;
-        lines_feed(&j->out[stream == 2], buf, len);
-        return j->broken ? -1 : 0;
+        out_lines *o = &j->out[stream == 2];
+        lines_feed(o, buf, len);
+        return sse_send_frames(j, &o->frames);
 }
 
 static void *cmd_main(void *arg)
@@ -343,8 +370,10 @@ static void *cmd_main(void *arg)
         abc_exec_res res = {0};
         ab_err *e = NULL;
         int rc = ab_manager_exec(j->srv->mgr, &j->use, &q, fg_output, j, &res, &e);
-        lines_flush(&j->out[0]);
-        lines_flush(&j->out[1]);
+        for (int i = 0; i < 2; i++) {
+                lines_flush(&j->out[i]);
+                sse_send_frames(j, &j->out[i].frames);
+        }
         pthread_mutex_lock(&cmds_lock);
         bool interrupted = c->interrupted;
         c->running = false;
@@ -992,32 +1021,27 @@ typedef struct srun {
         out_lines out; /* stdout and stderr together: one terminal */
 } srun;
 
-static int srun_event(srun *s, json_t *ev)
+/* Sends the frames of f (emptied). */
+static int srun_send_frames(srun *s, ab_buf *f)
 {
-        json_object_set_new(ev, "timestamp", json_integer(osb_wall_ms()));
-        char *txt = json_dumps(ev, JSON_COMPACT);
-        json_decref(ev);
-        if (!txt || s->broken) {
-                free(txt);
-                return -1;
-        }
-        char *frame = xasprintf("data: %s\n\n", txt);
-        free(txt);
-        if (ab_send_all(s->fd, frame, strlen(frame), -1) < 0)
+        if (f->n && !s->broken && ab_send_all(s->fd, f->p, f->n, -1) < 0)
                 s->broken = true;
-        free(frame);
+        ab_buf_drop(f, f->n);
         s->last_ms = (int64_t)ab_now_ms();
         return s->broken ? -1 : 0;
 }
 
-static int srun_line(void *ud, const char *type, const char *text, size_t n)
+static int srun_event(srun *s, json_t *ev)
 {
-        return srun_event(ud, json_pack("{s:s,s:o}", "type", type, "text", json_bytes(text, n)));
+        _cleanup_buf_ ab_buf f = {0};
+        sse_frame(&f, ev);
+        return srun_send_frames(s, &f);
 }
 
 static void srun_output(srun *s, const char *p, size_t n)
 {
         lines_feed(&s->out, p, n);
+        srun_send_frames(s, &s->out.frames);
 }
 
 /* How many of the last bytes of buf (len n) begin mark: held back, they may
@@ -1196,6 +1220,8 @@ static void *srun_main(void *arg)
         }
         ab_buf_free(&sp.b);
         lines_flush(&s->out);
+        srun_send_frames(s, &s->out.frames);
+        lines_free(&s->out);
         if (a.stream || a.fd >= 0)
                 ab_manager_term_detach(m, &a);
         pthread_mutex_lock(&cmds_lock);
@@ -1315,7 +1341,7 @@ static enum MHD_Result session_run(ab_req *r, const char *id, const char *sid)
         s->timeout_ms = (uint32_t)ms;
         s->fd = -1;
         s->last_ms = (int64_t)ab_now_ms();
-        s->out = (out_lines){.session = true, .type = "stdout", .send = srun_line, .ud = s};
+        s->out = (out_lines){.session = true, .type = "stdout"};
         ab_random_hex(s->nonce, sizeof(s->nonce), "", 8);
         int rc = 0;
         if (!tid) /* a new shell: the last one is gone */
