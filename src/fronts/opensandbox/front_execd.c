@@ -7,6 +7,7 @@
  * sessions live in the box's init (ab_manager_cmd_start, terminals), so a
  * restart of the server loses neither. */
 #include "fronts/opensandbox/front_execd_int.h"
+#include "fronts/opensandbox/osb_lines.h"
 #include "kit/exec.h"
 #include "kit/status.h"
 #include "kit/term.h"
@@ -80,102 +81,6 @@ enum MHD_Result execd_ok(ab_req *r)
 {
         struct MHD_Response *resp = MHD_create_response_from_buffer(0, "", MHD_RESPMEM_PERSISTENT);
         return resp_send(r, 200, resp);
-}
-
-/* ---- output lines --------------------------------------------------------- */
-
-/* execd sends a command's output one event per line, without the line's
- * end: a foreground command's lines end at \n or \r (\r\n is one end; an
- * empty line is sent as "\n"); a session run's at \n only (a \r before it
- * dropped, empty lines not sent), as bash sessions scan them. A last line
- * without an end goes out when the command ends. execd holds a line of any
- * length; here a line longer than LINE_MAX_BYTES goes out in pieces of
- * that size (cut between characters), so a box that never prints a newline
- * cannot make the server hold its output. */
-#define LINE_MAX_BYTES 65536
-
-typedef struct out_lines {
-        ab_buf b;         /* the line so far */
-        bool cr;          /* the last byte was a \r that ended a line */
-        bool session;     /* a session run's rules */
-        const char *type; /* the events' type: "stdout" or "stderr" */
-        /* the events of the lines the last feed ended, for the caller to
-         * send at once (one write for a chunk of many short lines) */
-        ab_buf frames;
-} out_lines;
-
-/* Appends event ev (taken), stamped with the time, as a server-sent event. */
-static void sse_frame(ab_buf *f, json_t *ev)
-{
-        json_object_set_new(ev, "timestamp", json_integer(osb_wall_ms()));
-        char *txt = json_dumps(ev, JSON_COMPACT);
-        json_decref(ev);
-        if (!txt)
-                abort(); /* jansson fails only without memory */
-        ab_buf_puts(f, "data: ");
-        ab_buf_puts(f, txt);
-        ab_buf_puts(f, "\n\n");
-        free(txt);
-}
-
-static void lines_event(out_lines *l, const char *text, size_t n)
-{
-        sse_frame(&l->frames, json_pack("{s:s,s:o}", "type", l->type, "text", json_bytes(text, n)));
-}
-
-/* The first n bytes of the line so far are a line. */
-static void lines_emit(out_lines *l, size_t n)
-{
-        size_t len = n;
-        if (l->session && len && l->b.p[len - 1] == '\r')
-                len--;
-        if (len)
-                lines_event(l, l->b.p, len);
-        ab_buf_drop(&l->b, n);
-}
-
-/* Takes the next n bytes of output; the lines they end go to l->frames. */
-static void lines_feed(out_lines *l, const char *p, size_t n)
-{
-        while (n) {
-                size_t k = 0;
-                while (k < n && p[k] != '\n' && (l->session || p[k] != '\r'))
-                        k++;
-                if (k) {
-                        l->cr = false;
-                        ab_buf_add(&l->b, p, k);
-                        while (l->b.n > LINE_MAX_BYTES) { /* b.p[cut] is a byte of it */
-                                size_t cut = LINE_MAX_BYTES;
-                                while (cut > LINE_MAX_BYTES - 4 &&
-                                       ((unsigned char)l->b.p[cut] & 0xc0) == 0x80)
-                                        cut--; /* not inside a character */
-                                lines_emit(l, cut);
-                        }
-                }
-                if (k == n)
-                        return;
-                bool pair = p[k] == '\n' && l->cr; /* the \n of a \r\n */
-                if (l->b.n)
-                        lines_emit(l, l->b.n);
-                else if (!pair && !l->session)
-                        lines_event(l, "\n", 1);
-                l->cr = p[k] == '\r';
-                p += k + 1;
-                n -= k + 1;
-        }
-}
-
-/* The command ended: a last line without its end goes to l->frames. */
-static void lines_flush(out_lines *l)
-{
-        if (l->b.n)
-                lines_emit(l, l->b.n);
-}
-
-static void lines_free(out_lines *l)
-{
-        ab_buf_free(&l->b);
-        ab_buf_free(&l->frames);
 }
 
 /* ---- commands ----------------------------------------------------------- */
@@ -253,7 +158,7 @@ typedef struct cmd_job {
         pthread_cond_t cv;
         bool done;
         int64_t last_ms;  /* when the last event was sent */
-        out_lines out[2]; /* stdout, stderr */
+        osb_lines out[2]; /* stdout, stderr */
 } cmd_job;
 
 static cmd_job *cmd_job_new(ab_server *srv)
@@ -268,8 +173,8 @@ static cmd_job *cmd_job_new(ab_server *srv)
         pthread_cond_init(&j->cv, &ca);
         pthread_condattr_destroy(&ca);
         j->last_ms = (int64_t)ab_now_ms();
-        j->out[0] = (out_lines){.type = "stdout"};
-        j->out[1] = (out_lines){.type = "stderr"};
+        j->out[0] = (osb_lines){.type = "stdout"};
+        j->out[1] = (osb_lines){.type = "stderr"};
         return j;
 }
 
@@ -277,8 +182,8 @@ static void cmd_job_free(cmd_job *j)
 {
         pthread_mutex_destroy(&j->wlock);
         pthread_cond_destroy(&j->cv);
-        lines_free(&j->out[0]);
-        lines_free(&j->out[1]);
+        osb_lines_free(&j->out[0]);
+        osb_lines_free(&j->out[1]);
         free(j->command);
         free(j->cwd);
         free(j->user);
@@ -303,7 +208,7 @@ static int sse_send_frames_locked(cmd_job *j, ab_buf *f)
 static int sse_send_locked(cmd_job *j, json_t *ev)
 {
         _cleanup_buf_ ab_buf f = {0};
-        sse_frame(&f, ev);
+        osb_sse_frame(&f, ev);
         return sse_send_frames_locked(j, &f);
 }
 
@@ -345,8 +250,8 @@ static void *ping_main(void *arg)
 static int fg_output(void *ud, int stream, const void *buf, size_t len)
 {
         cmd_job *j = ud;
-        out_lines *o = &j->out[stream == 2];
-        lines_feed(o, buf, len);
+        osb_lines *o = &j->out[stream == 2];
+        osb_lines_feed(o, buf, len);
         return sse_send_frames(j, &o->frames);
 }
 
@@ -371,7 +276,7 @@ static void *cmd_main(void *arg)
         ab_err *e = NULL;
         int rc = ab_manager_exec(j->srv->mgr, &j->use, &q, fg_output, j, &res, &e);
         for (int i = 0; i < 2; i++) {
-                lines_flush(&j->out[i]);
+                osb_lines_flush(&j->out[i]);
                 sse_send_frames(j, &j->out[i].frames);
         }
         pthread_mutex_lock(&cmds_lock);
@@ -1018,7 +923,7 @@ typedef struct srun {
         char nonce[17];
         bool broken;
         int64_t last_ms;
-        out_lines out; /* stdout and stderr together: one terminal */
+        osb_lines out; /* stdout and stderr together: one terminal */
 } srun;
 
 /* Sends the frames of f (emptied). */
@@ -1034,13 +939,13 @@ static int srun_send_frames(srun *s, ab_buf *f)
 static int srun_event(srun *s, json_t *ev)
 {
         _cleanup_buf_ ab_buf f = {0};
-        sse_frame(&f, ev);
+        osb_sse_frame(&f, ev);
         return srun_send_frames(s, &f);
 }
 
 static void srun_output(srun *s, const char *p, size_t n)
 {
-        lines_feed(&s->out, p, n);
+        osb_lines_feed(&s->out, p, n);
         srun_send_frames(s, &s->out.frames);
 }
 
@@ -1219,9 +1124,9 @@ static void *srun_main(void *arg)
                 closed = sp.closed;
         }
         ab_buf_free(&sp.b);
-        lines_flush(&s->out);
+        osb_lines_flush(&s->out);
         srun_send_frames(s, &s->out.frames);
-        lines_free(&s->out);
+        osb_lines_free(&s->out);
         if (a.stream || a.fd >= 0)
                 ab_manager_term_detach(m, &a);
         pthread_mutex_lock(&cmds_lock);
@@ -1341,7 +1246,7 @@ static enum MHD_Result session_run(ab_req *r, const char *id, const char *sid)
         s->timeout_ms = (uint32_t)ms;
         s->fd = -1;
         s->last_ms = (int64_t)ab_now_ms();
-        s->out = (out_lines){.session = true, .type = "stdout"};
+        s->out = (osb_lines){.session = true, .type = "stdout"};
         ab_random_hex(s->nonce, sizeof(s->nonce), "", 8);
         int rc = 0;
         if (!tid) /* a new shell: the last one is gone */
