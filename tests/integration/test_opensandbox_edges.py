@@ -9,31 +9,21 @@ made) on every answer of the front, errors too, and execd's endpoint
 ending in /44772 (the old route kept). Skipped (77) only when node is
 missing."""
 import os
-import shutil
-import subprocess
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
 import abserver  # noqa: E402
 import nodetap  # noqa: E402
 
-ROOT = os.path.realpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
-OSB_DIR = os.path.join(ROOT, "tests", "opensandbox")
-SDK = os.path.join(OSB_DIR, "node_modules", "@alibaba-group", "opensandbox")
-
-node = shutil.which("node")
-if not node:
-    print("1..0 # SKIP node is not installed (scripts/npm-deps.sh installs it)")
-    sys.exit(77)
-
+OSB_DIR = os.path.join(nodetap.ROOT, "tests", "opensandbox")
+node = nodetap.find_node()
 h = abserver.ServerHarness(budget=120)
-if not os.path.isdir(SDK):
-    subprocess.run([os.path.join(ROOT, "scripts", "npm-deps.sh")], capture_output=True, timeout=300)
-h.ok(os.path.isdir(SDK), "the OpenSandbox SDK is installed in tests/opensandbox (scripts/npm-deps.sh)")
+have_sdk = nodetap.ensure_sdk(h, os.path.join(OSB_DIR, "node_modules", "@alibaba-group", "opensandbox"),
+                              "the OpenSandbox SDK (tests/opensandbox)")
 
 TOKEN = "osb-edges-token-%s-0123456789" % os.getpid()
 srv = h.start_server(token=TOKEN)
-if os.path.isdir(SDK):
+if have_sdk:
     nodetap.run(h, node, os.path.join(OSB_DIR, "edges.mjs"), [srv.url, TOKEN], OSB_DIR,
                 dict(os.environ, OPENSANDBOX_DISABLE_METRICS="1"), 100 * h.slow, "edges: ", srv)
 h.done()

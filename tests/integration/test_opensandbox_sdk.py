@@ -11,8 +11,6 @@ box through the port route), list and metadata, the SDK's own errors
 adapter makes in its opensandbox mode. Skipped (77) only when node is
 missing; when the SDK is not installed, scripts/npm-deps.sh installs it."""
 import os
-import shutil
-import subprocess
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
@@ -20,19 +18,11 @@ import abserver  # noqa: E402
 import imagelib  # noqa: E402
 import nodetap  # noqa: E402
 
-ROOT = os.path.realpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
-OSB_DIR = os.path.join(ROOT, "tests", "opensandbox")
-SDK = os.path.join(OSB_DIR, "node_modules", "@alibaba-group", "opensandbox")
-
-node = shutil.which("node")
-if not node:
-    print("1..0 # SKIP node is not installed (scripts/npm-deps.sh installs it)")
-    sys.exit(77)
-
+OSB_DIR = os.path.join(nodetap.ROOT, "tests", "opensandbox")
+node = nodetap.find_node()
 h = abserver.ServerHarness(budget=240)
-if not os.path.isdir(SDK):
-    subprocess.run([os.path.join(ROOT, "scripts", "npm-deps.sh")], capture_output=True, timeout=300)
-h.ok(os.path.isdir(SDK), "the OpenSandbox SDK is installed in tests/opensandbox (scripts/npm-deps.sh)")
+have_sdk = nodetap.ensure_sdk(h, os.path.join(OSB_DIR, "node_modules", "@alibaba-group", "opensandbox"),
+                              "the OpenSandbox SDK (tests/opensandbox)")
 
 TOKEN = "osb-admin-token-%s-0123456789" % os.getpid()
 srv = h.start_server(token=TOKEN, config={"reaper_interval": "500ms"})  # TTL checks
@@ -55,7 +45,7 @@ elif os.path.exists(imagelib.BUSYBOX):
 else:
     h.skip("an image of the store", "no %s on this host to build one from" % imagelib.BUSYBOX)
 
-if os.path.isdir(SDK):
+if have_sdk:
     nodetap.run(h, node, os.path.join(OSB_DIR, "sdk.mjs"), [srv.url, TOKEN, IMAGE], OSB_DIR,
                 dict(os.environ, OPENSANDBOX_DISABLE_METRICS="1"), 200 * h.slow, "SDK: ", srv)
 h.done()

@@ -2,7 +2,30 @@
 tests/<front>/*.mjs) and relays each of its checks as a check of the Python
 test that runs it (abtest's harness h), with the script's diagnostics, its
 stderr and the server's log when a check fails. Not a test itself."""
+import os
+import shutil
 import subprocess
+import sys
+
+ROOT = os.path.realpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
+
+
+def find_node():
+    """node's path; when there is none, the test is skipped (exit 77)."""
+    node = shutil.which("node")
+    if not node:
+        print("1..0 # SKIP node is not installed (scripts/npm-deps.sh installs it)")
+        sys.exit(77)
+    return node
+
+
+def ensure_sdk(h, sdk, what):
+    """Checks that the SDK folder sdk is there, running scripts/npm-deps.sh
+    once when it is not; True when it is."""
+    if not os.path.isdir(sdk):
+        subprocess.run([os.path.join(ROOT, "scripts", "npm-deps.sh")], capture_output=True, timeout=300)
+    h.ok(os.path.isdir(sdk), "%s is installed (scripts/npm-deps.sh)" % what)
+    return os.path.isdir(sdk)
 
 
 def run(h, node, script, args, cwd, env, timeout, label, srv=None):

@@ -2,28 +2,13 @@
 // program may rely on, driven through the SDK (@alibaba-group/opensandbox,
 // unchanged) and plain fetch: output events one per line, no completion
 // after an error, X-Request-ID on every answer, execd's endpoint ending in
-// /44772, a volume's subPath. Prints TAP.
+// /44772. Prints TAP.
 // usage: node edges.mjs URL ADMIN_TOKEN
 import { ConnectionConfig, Sandbox } from "@alibaba-group/opensandbox";
+import { args, done, ok } from "./tap.mjs";
 
-const [url, token] = process.argv.slice(2);
-if (!url || !token) {
-  console.log("Bail out! usage: node edges.mjs URL ADMIN_TOKEN");
-  process.exit(2);
-}
-process.env.OPENSANDBOX_DISABLE_METRICS = "1";
+const [url, token] = args("edges.mjs");
 
-let n = 0;
-let failed = 0;
-function ok(cond, name, diag) {
-  n++;
-  if (!cond) failed++;
-  console.log(`${cond ? "ok" : "not ok"} ${n} - ${name}`);
-  if (!cond && diag !== undefined) {
-    const text = typeof diag === "string" ? diag : JSON.stringify(diag, null, 1);
-    for (const l of String(text).split("\n").slice(0, 30)) console.log(`# ${l}`);
-  }
-}
 const same = (a, b) => JSON.stringify(a) === JSON.stringify(b);
 const texts = (msgs) => msgs.map((m) => m.text);
 
@@ -121,5 +106,4 @@ res = await fetch(`${url}/v1/sandboxes`, { headers: { Authorization: `Bearer ${t
 ok(rid(res) === null, "agentbox's own API is left as it is", rid(res));
 
 await sbx.kill();
-console.log(`1..${n}`);
-process.exit(failed ? 1 : 0);
+done();

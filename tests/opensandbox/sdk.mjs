@@ -7,25 +7,10 @@ import {
   SandboxApiException,
   SandboxManager,
 } from "@alibaba-group/opensandbox";
+import { args, done, ok } from "./tap.mjs";
 
-const [url, token, imageRef] = process.argv.slice(2);
-if (!url || !token) {
-  console.log("Bail out! usage: node sdk.mjs URL ADMIN_TOKEN");
-  process.exit(2);
-}
-process.env.OPENSANDBOX_DISABLE_METRICS = "1";
+const [url, token, imageRef] = args("sdk.mjs", "URL ADMIN_TOKEN [IMAGE]");
 
-let n = 0;
-let failed = 0;
-function ok(cond, name, diag) {
-  n++;
-  if (!cond) failed++;
-  console.log(`${cond ? "ok" : "not ok"} ${n} - ${name}`);
-  if (!cond && diag !== undefined) {
-    const text = typeof diag === "string" ? diag : JSON.stringify(diag, null, 1);
-    for (const l of String(text).split("\n").slice(0, 30)) console.log(`# ${l}`);
-  }
-}
 function errText(e) {
   return `${e?.name}: ${e?.message} status=${e?.statusCode} code=${e?.error?.code}`;
 }
@@ -597,5 +582,4 @@ await throwsApi(() => mgr.getSandboxInfo(sbx.id), 404, "kill: the sandbox is gon
 await mgr.close();
 await sbx.close();
 await resumed.close();
-console.log(`1..${n}`);
-process.exit(failed ? 1 : 0);
+done();
