@@ -280,7 +280,8 @@ static int resolve_binds(native *n, const ab_box_config *c, ab_bind **out, ab_er
         *out = b;
         for (size_t i = 0; i < c->n_mounts; i++) {
                 const ab_box_mount *m = &c->mounts[i];
-                b[i] = (ab_bind){.kind = m->kind, .path = m->path, .read_only = m->read_only};
+                b[i] = (ab_bind){
+                    .kind = m->kind, .path = m->path, .read_only = m->read_only, .sub = m->sub};
                 if (m->kind == AB_MOUNT_HOST)
                         b[i].host = m->source;
                 if (m->kind != AB_MOUNT_VOLUME)

@@ -87,6 +87,28 @@ int ab_box_path_check(const char *path, ab_mount_kind kind, ab_err **err)
         return 0;
 }
 
+int ab_volume_sub_check(const char *sub, ab_err **err)
+{
+        size_t n = strlen(sub);
+        if (!n || n > 1024)
+                return ab_err_set(err, AB_E_INVALID, 0, "sub_path: 1 to 1024 bytes");
+        if (sub[0] == '/')
+                return ab_err_set(err, AB_E_INVALID, 0,
+                                  "sub_path '%s': must be relative (a folder of the volume)", sub);
+        for (const char *p = sub; *p;) {
+                const char *e = strchrnul(p, '/');
+                size_t len = (size_t)(e - p);
+                if (!len || (len == 1 && p[0] == '.') || (len == 2 && !strncmp(p, "..", 2)))
+                        return ab_err_set(err, AB_E_INVALID, 0,
+                                          "sub_path '%s': no empty, '.' or '..' names", sub);
+                p = *e ? e + 1 : e;
+                if (*e && !*p)
+                        return ab_err_set(err, AB_E_INVALID, 0, "sub_path '%s': no trailing '/'",
+                                          sub);
+        }
+        return 0;
+}
+
 const char *ab_mount_kind_name(ab_mount_kind k)
 {
         switch (k) {
@@ -112,6 +134,12 @@ int ab_box_mounts_check(const ab_box_mount *m, size_t n, ab_err **err)
                         return ab_err_wrap(err, "%ss[%zu]", ab_mount_kind_name(m[i].kind), i);
                 if (m[i].kind == AB_MOUNT_VOLUME && ab_volume_name_check(m[i].source, err) < 0)
                         return -1;
+                if (m[i].sub && m[i].kind != AB_MOUNT_VOLUME)
+                        return ab_err_set(err, AB_E_INVALID, 0,
+                                          "%ss[%zu]: only a volume has a sub_path",
+                                          ab_mount_kind_name(m[i].kind), i);
+                if (m[i].sub && ab_volume_sub_check(m[i].sub, err) < 0)
+                        return ab_err_wrap(err, "volumes[%zu]", i);
                 if (m[i].kind == AB_MOUNT_HOST && (!m[i].source || m[i].source[0] != '/'))
                         return ab_err_set(err, AB_E_INVALID, 0,
                                           "mounts[%zu].host_path: must be absolute", i);

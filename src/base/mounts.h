@@ -22,12 +22,21 @@ typedef struct ab_box_mount {
         const char *source;
         const char *path; /* inside the box: absolute and normalised (ab_box_path_check) */
         bool read_only;   /* VOLUME, HOST */
+        /* VOLUME: a folder of the volume mounted instead of its root
+         * (ab_volume_sub_check; made when missing, as Kubernetes makes a
+         * subPath), or NULL for the root. */
+        const char *sub;
 } ab_box_mount;
 
 #define AB_MOUNTS_MAX 64
 
 /* Volume names: [a-z0-9][a-z0-9_.-]{0,62}. AB_E_INVALID otherwise. */
 int ab_volume_name_check(const char *name, ab_err **err);
+/* A folder of a volume (sub_path, OpenSandbox's subPath): relative, its
+ * names separated by single '/', none of them "." or "..", no trailing '/',
+ * at most 1024 bytes. AB_E_INVALID otherwise. Symlinks inside the volume
+ * are checked when it is mounted (they may not lead out of it). */
+int ab_volume_sub_check(const char *sub, ab_err **err);
 
 /* Checks a path inside the box for a mount of this kind: absolute,
  * normalised (no "//", ".", ".." or trailing "/"), at most 1024 bytes, not

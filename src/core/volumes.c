@@ -94,6 +94,7 @@ void mgr_mounts_clear(mgr_mounts *mm)
         for (size_t i = 0; i < mm->n; i++) {
                 free((char *)mm->v[i].source);
                 free((char *)mm->v[i].path);
+                free((char *)mm->v[i].sub);
         }
         free(mm->v);
         memset(mm, 0, sizeof(*mm));
@@ -121,9 +122,19 @@ static int parse_bind(json_t *o, const char *list, size_t i, const char *src_key
         json_t *v;
         json_object_foreach(o, k, v)
         {
-                if (strcmp(k, src_key) && strcmp(k, "path") && strcmp(k, "read_only"))
+                bool sub = !strcmp(k, "sub_path") && !strcmp(list, "volumes");
+                if (strcmp(k, src_key) && strcmp(k, "path") && strcmp(k, "read_only") && !sub)
                         return ab_err_set(err, AB_E_INVALID, 0, "%s[%zu]: unknown field '%s'", list,
                                           i, k);
+        }
+        json_t *sub = json_object_get(o, "sub_path");
+        if (sub && !json_is_null(sub)) {
+                if (!json_is_string(sub))
+                        return ab_err_set(err, AB_E_INVALID, 0,
+                                          "%s[%zu].sub_path: must be a string", list, i);
+                if (ab_volume_sub_check(json_string_value(sub), err) < 0)
+                        return ab_err_wrap(err, "%s[%zu]", list, i);
+                mt->sub = xstrdup(json_string_value(sub));
         }
         const char *src = json_string_value(json_object_get(o, src_key));
         const char *path = json_string_value(json_object_get(o, "path"));
@@ -267,11 +278,14 @@ json_t *mgr_mounts_spec(const ab_box_mount *mt, size_t n)
                *blocked = json_array();
         for (size_t i = 0; i < n; i++) {
                 switch (mt[i].kind) {
-                case AB_MOUNT_VOLUME:
-                        json_array_append_new(vols, json_pack("{s:s,s:s,s:b}", "name", mt[i].source,
-                                                              "path", mt[i].path, "read_only",
-                                                              mt[i].read_only));
+                case AB_MOUNT_VOLUME: {
+                        json_t *v = json_pack("{s:s,s:s,s:b}", "name", mt[i].source, "path",
+                                              mt[i].path, "read_only", mt[i].read_only);
+                        if (mt[i].sub)
+                                json_object_set_new(v, "sub_path", json_string(mt[i].sub));
+                        json_array_append_new(vols, v);
                         break;
+                }
                 case AB_MOUNT_HOST:
                         json_array_append_new(hosts, json_pack("{s:s,s:s,s:b}", "host_path",
                                                                mt[i].source, "path", mt[i].path,

@@ -1,5 +1,6 @@
 /* resp.c - answers: JSON and errors, streamed bodies, stream slots (kit/resp.h). */
 #include "kit/server_int.h"
+#include "base/id.h"
 #include "base/jsonnum.h"
 #include "base/log.h"
 #include "base/util.h"
@@ -49,12 +50,37 @@ static void common_headers(struct MHD_Response *resp)
                 MHD_add_response_header(resp, "X-Content-Type-Options", "nosniff");
 }
 
+/* X-Request-ID for a table that has it (ab_route_table.request_id). */
+static void request_id(ab_req *r, struct MHD_Response *resp)
+{
+        if (!r->table || !r->table->request_id || MHD_get_response_header(resp, "X-Request-ID"))
+                return;
+        const char *h = req_header(r, "X-Request-ID");
+        while (h && (*h == ' ' || *h == '\t'))
+                h++;
+        size_t n = h ? strlen(h) : 0;
+        while (n && (h[n - 1] == ' ' || h[n - 1] == '\t'))
+                n--;
+        bool sane = n > 0 && n <= 256;
+        for (size_t i = 0; sane && i < n; i++)
+                sane = h[i] >= 0x20 && h[i] < 0x7f;
+        char id[257];
+        if (sane) {
+                memcpy(id, h, n);
+                id[n] = 0;
+        } else {
+                ab_random_hex(id, sizeof(id), "", 16);
+        }
+        MHD_add_response_header(resp, "X-Request-ID", id);
+}
+
 /* On a worker thread the response is kept in r and queued by MHD's thread
  * once the connection is resumed (MHD_queue_response belongs to the access
  * handler). */
 enum MHD_Result kit_queue(ab_req *r, unsigned status, struct MHD_Response *resp)
 {
         common_headers(resp);
+        request_id(r, resp);
         if (r->on_worker && r->resp) { /* one answer per request */
                 MHD_destroy_response(resp);
                 return MHD_NO;

@@ -160,6 +160,7 @@ static bool route_matches(const ab_route *rt, ab_req *r, const char **id)
 static const ab_route *find_route(ab_req *r, const char **id, enum MHD_Result *ret)
 {
         char allow[128] = "";
+        const ab_route_table *path_table = NULL; /* a table that has the path */
         for (size_t t = 0; t < r->srv->n_tables; t++) {
                 const ab_route_table *tb = r->srv->tables[t];
                 for (size_t i = 0; i < tb->n_routes; i++) {
@@ -172,6 +173,8 @@ static const ab_route *find_route(ab_req *r, const char **id, enum MHD_Result *r
                                 r->table = tb;
                                 return rt;
                         }
+                        if (!path_table)
+                                path_table = tb;
                         if (strlen(allow) + strlen(rt->method) + 3 < sizeof(allow)) {
                                 if (*allow)
                                         strcat(allow, ", ");
@@ -180,6 +183,7 @@ static const ab_route *find_route(ab_req *r, const char **id, enum MHD_Result *r
                 }
         }
         if (*allow) {
+                r->table = path_table; /* its headers go on the 405 too */
                 json_t *j = json_pack("{s:{s:s,s:s}}", "error", "code", "method_not_allowed",
                                       "message", "method not allowed here");
                 char *txt = json_dumps(j, JSON_COMPACT);

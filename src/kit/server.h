@@ -169,6 +169,11 @@ typedef struct ab_route_table {
          * body into box {id}: the box must be the app's before the body is
          * spooled. NULL: none. */
         const char *box_upload_prefix;
+        /* Every answer on this table's paths (errors, 401 and 405 too) carries
+         * X-Request-ID: the client's own when it sent a sane one (printable,
+         * at most 256 bytes), else a new one (32 hex digits), as
+         * OpenSandbox's server does. */
+        bool request_id;
         /* Server stop: quiesce ends the table's long-lived relays (WebSocket
          * terminals, port relays) while workers still run; shutdown ends the
          * threads of its own that use the manager, after every handler has

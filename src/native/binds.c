@@ -1,4 +1,5 @@
 #include "native/binds.h"
+#include "base/util.h"
 
 #include <fcntl.h>
 #include <linux/mount.h>
@@ -87,6 +88,42 @@ static int fail(ab_err **err, const ab_bind *b, int r, const char *what)
                                       : "");
 }
 
+/* The folder sub of the volume at vol (opened O_PATH), made where missing:
+ * each prefix of it is resolved beneath vol, so neither ".." nor a symlink
+ * (the box may plant them in its volume, and other boxes share it) leads
+ * out; a missing folder is made in its parent as just resolved. An fd or
+ * -errno (-EXDEV: a symlink leads out). */
+static int open_sub(int vol, const char *sub)
+{
+        struct open_how how = {.flags = O_PATH | O_DIRECTORY | O_CLOEXEC,
+                               .resolve =
+                                   RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS | RESOLVE_NO_XDEV};
+        _cleanup_free_ char *walk = xstrdup(sub);
+        _cleanup_close_ int parent = -1;
+        const char *name = walk;
+        for (char *e = walk;; e++) { /* the folders on the way, then sub itself */
+                if (*e && *e != '/')
+                        continue;
+                char c = *e;
+                *e = 0;
+                int fd = (int)syscall(SYS_openat2, vol, walk, &how, sizeof(how));
+                if (fd < 0 && errno == ENOENT) {
+                        if (mkdirat(parent >= 0 ? parent : vol, name, 0755) < 0 && errno != EEXIST)
+                                return -errno;
+                        fd = (int)syscall(SYS_openat2, vol, walk, &how, sizeof(how));
+                }
+                if (fd < 0)
+                        return -errno;
+                if (!c)
+                        return fd;
+                if (parent >= 0)
+                        close(parent);
+                parent = fd;
+                *e = c;
+                name = e + 1;
+        }
+}
+
 /* A volume (idmapped) or a host directory (not) onto its path. */
 static int bind_dir(int root_fd, const ab_bind *b, int userns_fd, uid_t base, ab_err **err)
 {
@@ -95,6 +132,20 @@ static int bind_dir(int root_fd, const ab_bind *b, int userns_fd, uid_t base, ab
         _cleanup_close_ int src = (int)syscall(SYS_openat2, AT_FDCWD, b->host, &how, sizeof(how));
         if (src < 0)
                 return fail(err, b, -errno, "cannot open its source");
+        if (b->sub) {
+                int fd = open_sub(src, b->sub);
+                if (fd < 0)
+                        return ab_err_set(err,
+                                          fd == -EXDEV || fd == -ENOTDIR || fd == -ELOOP
+                                              ? AB_E_INVALID
+                                              : AB_E_INTERNAL,
+                                          -fd, "volume %s: its sub_path '%s'%s", b->path, b->sub,
+                                          fd == -EXDEV     ? " leads out of the volume (a symlink)"
+                                          : fd == -ENOTDIR ? " is not a folder"
+                                                           : ": cannot open or make it");
+                close(src);
+                src = fd;
+        }
         _cleanup_close_ int tree = (int)syscall(
             SYS_open_tree, src, "", OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_EMPTY_PATH);
         if (tree < 0)

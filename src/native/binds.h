@@ -25,6 +25,11 @@ typedef struct ab_bind {
         const char *host; /* VOLUME, HOST; else NULL */
         const char *path; /* inside the box, checked with ab_box_path_check */
         bool read_only;
+        /* VOLUME: the folder of host mounted instead of host itself
+         * (ab_volume_sub_check), or NULL. Its missing folders are made
+         * (mode 0755); a symlink on the way may not lead out of host
+         * (AB_E_INVALID). */
+        const char *sub;
 } ab_bind;
 
 /* Applies binds[0..n) to the root at root_fd: volumes and host directories

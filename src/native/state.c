@@ -88,6 +88,8 @@ int ab_box_config_write(int boxfd, const ab_box_config *c, ab_err **err)
                                               "path", m->path, "read_only", m->read_only);
                         if (m->source)
                                 json_object_set_new(o, "source", json_string(m->source));
+                        if (m->sub)
+                                json_object_set_new(o, "sub", json_string(m->sub));
                         json_array_append_new(a, o);
                 }
                 json_object_set_new(j, "mounts", a);
@@ -128,6 +130,8 @@ static int read_mounts(json_t *a, ab_box_config *c)
                         return -1;
                 m->path = xstrdup(path);
                 m->source = src ? xstrdup(src) : NULL;
+                const char *sub = json_string_value(json_object_get(o, "sub"));
+                m->sub = sub ? xstrdup(sub) : NULL;
                 m->read_only = json_is_true(json_object_get(o, "read_only"));
                 c->n_mounts++;
         }
@@ -194,6 +198,7 @@ void ab_box_config_clear(ab_box_config *c)
         for (size_t i = 0; i < c->n_mounts; i++) {
                 free((char *)c->mounts[i].path);
                 free((char *)c->mounts[i].source);
+                free((char *)c->mounts[i].sub);
         }
         free(c->mounts);
         c->mounts = NULL;

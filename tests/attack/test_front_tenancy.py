@@ -18,6 +18,7 @@ import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
 import abserver  # noqa: E402
+import attacklib  # noqa: E402
 
 TOKEN = "tok-" + secrets.token_hex(8)
 KEY_A = "key-a-" + secrets.token_hex(8)
@@ -168,33 +169,7 @@ h.ok(r.status == 200 and OA not in r.text, "app B: the snapshot list shows nothi
 r = call("GET", "/opensandbox/v1/sandboxes/%s/endpoints/44772" % OA, None, OSB_A)
 ep = r.get("endpoint") or ""
 h.ok(r.status == 200 and OA in ep, "app A: its execd endpoint", r.describe())
-MP = "multipart/form-data; boundary=XyZ"
-upload = ('--XyZ\r\nContent-Disposition: form-data; name="metadata"\r\n\r\n{"path":"%s"}\r\n'
-          '--XyZ\r\nContent-Disposition: form-data; name="file"; filename="f"\r\n\r\npwned\r\n--XyZ--\r\n' % PWN).encode()
-EXECD = [
-    ("GET", "/ping", None, None),
-    ("POST", "/command", {"command": "touch " + PWN}, None),
-    ("POST", "/command", {"command": "touch " + PWN, "background": True}, None),
-    ("DELETE", "/command?id=" + CID, None, None),
-    ("GET", "/command/status/" + CID, None, None),
-    ("GET", "/command/%s/logs" % CID, None, None),
-    ("POST", "/session", {}, None),
-    ("POST", "/session/%s/run" % SID, {"command": "touch " + PWN}, None),
-    ("DELETE", "/session/" + SID, None, None),
-    ("GET", "/files/info?path=/workspace/keep", None, None),
-    ("GET", "/files/search?path=/workspace&pattern=*", None, None),
-    ("GET", "/files/download?path=/etc/hostname", None, None),
-    ("POST", "/files/permissions", {"/workspace/keep": {"mode": 777}}, None),
-    ("POST", "/files/mv", [{"src": "/workspace/keep", "dest": PWN}], None),
-    ("POST", "/files/replace", {"/etc/hostname": {"old": "a", "new": "b"}}, None),
-    ("POST", "/files/upload", upload, MP),
-    ("DELETE", "/files?path=/workspace/keep", None, None),
-    ("POST", "/directories", {PWN: {"mode": 755}}, None),
-    ("DELETE", "/directories?path=/workspace/keep", None, None),
-    ("GET", "/directories/list?path=/workspace", None, None),
-    ("GET", "/metrics", None, None),
-    ("GET", "/metrics/watch", None, None),
-]
+EXECD = attacklib.osb_execd_calls(CID, SID, PWN)
 for method, sub, body, ctype in EXECD:
     for box in (OA, EA):
         hdr = dict(OSB_B)

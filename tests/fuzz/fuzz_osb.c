@@ -102,6 +102,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                         check(!a && !b);
                         ab_err_free(&e);
                 }
+                size_t i;
+                json_t *v;
+                json_array_foreach(data[0] % 7 == 5 ? NULL : a, i, v)
+                { /* a volume's sub_path never climbs out of it */
+                        const char *sub = json_string_value(json_object_get(v, "sub_path"));
+                        if (!sub)
+                                continue;
+                        size_t l = strlen(sub);
+                        check(*sub && *sub != '/' && strcmp(sub, "..") && strncmp(sub, "../", 3) &&
+                              !strstr(sub, "/../") && (l < 3 || strcmp(sub + l - 3, "/..")));
+                }
                 json_decref(a);
                 json_decref(b);
                 json_decref(j);

@@ -296,7 +296,7 @@ const conn = new ConnectionConfig({ domain: process.env.SDK_URL + "/opensandbox"
 const s = await Sandbox.create({ connectionConfig: conn, image: "base", timeoutSeconds: 600 });
 const out = {};
 try {
-  out.ls = (await s.commands.run("ls")).logs.stdout.map((m) => m.text).join("");
+  out.ls = (await s.commands.run("ls")).logs.stdout.map((m) => `${m.text}\n`).join(""); // an event a line
   out.unmatched = (await s.commands.run("whoami")).exitCode;
   await s.files.writeFiles([{ path: "/workspace/x.txt", data: "hello" }]);
   out.read = await s.files.readFile("/workspace/x.txt");

@@ -11,27 +11,18 @@ box through the port route), list and metadata, the SDK's own errors
 adapter makes in its opensandbox mode. Skipped (77) only when node is
 missing; when the SDK is not installed, scripts/npm-deps.sh installs it."""
 import os
-import shutil
-import subprocess
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
 import abserver  # noqa: E402
 import imagelib  # noqa: E402
+import nodetap  # noqa: E402
 
-ROOT = os.path.realpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
-OSB_DIR = os.path.join(ROOT, "tests", "opensandbox")
-SDK = os.path.join(OSB_DIR, "node_modules", "@alibaba-group", "opensandbox")
-
-node = shutil.which("node")
-if not node:
-    print("1..0 # SKIP node is not installed (scripts/npm-deps.sh installs it)")
-    sys.exit(77)
-
+OSB_DIR = os.path.join(nodetap.ROOT, "tests", "opensandbox")
+node = nodetap.find_node()
 h = abserver.ServerHarness(budget=240)
-if not os.path.isdir(SDK):
-    subprocess.run([os.path.join(ROOT, "scripts", "npm-deps.sh")], capture_output=True, timeout=300)
-h.ok(os.path.isdir(SDK), "the OpenSandbox SDK is installed in tests/opensandbox (scripts/npm-deps.sh)")
+have_sdk = nodetap.ensure_sdk(h, os.path.join(OSB_DIR, "node_modules", "@alibaba-group", "opensandbox"),
+                              "the OpenSandbox SDK (tests/opensandbox)")
 
 TOKEN = "osb-admin-token-%s-0123456789" % os.getpid()
 srv = h.start_server(token=TOKEN, config={"reaper_interval": "500ms"})  # TTL checks
@@ -54,34 +45,7 @@ elif os.path.exists(imagelib.BUSYBOX):
 else:
     h.skip("an image of the store", "no %s on this host to build one from" % imagelib.BUSYBOX)
 
-if os.path.isdir(SDK):
-    env = dict(os.environ, OPENSANDBOX_DISABLE_METRICS="1")
-    try:
-        p = subprocess.run([node, os.path.join(OSB_DIR, "sdk.mjs"), srv.url, TOKEN, IMAGE], capture_output=True,
-                           text=True, timeout=200 * h.slow, env=env, cwd=OSB_DIR)
-        out, err, rc = p.stdout, p.stderr, p.returncode
-    except subprocess.TimeoutExpired as e:
-        out = e.stdout.decode() if isinstance(e.stdout, bytes) else (e.stdout or "")
-        err = e.stderr.decode() if isinstance(e.stderr, bytes) else (e.stderr or "")
-        rc = "timeout"
-    n = 0
-    pending = None
-    for line in out.splitlines() + [""]:
-        if line.startswith("# timing:"):
-            print(line)
-            continue
-        if line.startswith("# ") and pending:
-            pending[1].append(line[2:])
-            continue
-        if pending:
-            h.ok(pending[0], pending[2], "\n".join(pending[1]) + ("\nsdk stderr:\n" + err[-1500:] if not pending[0] else ""))
-            pending = None
-        if line.startswith("ok ") or line.startswith("not ok "):
-            name = line.split(" - ", 1)[1] if " - " in line else line
-            pending = (line.startswith("ok "), [], "SDK: " + name)
-            n += 1
-        elif line.startswith("Bail out!"):
-            h.ok(False, "SDK: %s" % line, "sdk stderr:\n" + err[-3000:])
-    h.ok(rc == 0 and n > 0, "SDK: sdk.mjs ran %d checks and exited 0" % n,
-         "exit %s\nstdout tail:\n%s\nstderr:\n%s\nserver log:\n%s" % (rc, out[-1500:], err[-3000:], srv.log()[-3000:]))
+if have_sdk:
+    nodetap.run(h, node, os.path.join(OSB_DIR, "sdk.mjs"), [srv.url, TOKEN, IMAGE], OSB_DIR,
+                dict(os.environ, OPENSANDBOX_DISABLE_METRICS="1"), 200 * h.slow, "SDK: ", srv)
 h.done()

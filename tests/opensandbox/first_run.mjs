@@ -34,7 +34,7 @@ try {
 }
 try {
   const ex = await sbx.commands.run('echo first-run');
-  const out = ex.logs.stdout.map((m) => m.text).join('');
+  const out = ex.logs.stdout.map((m) => `${m.text}\n`).join(''); // an event a line
   ok(out === 'first-run\n' && ex.exitCode === 0, 'commands.run in the sandbox', ex);
   await sbx.files.writeFiles([{ path: '/tmp/hello.txt', data: 'hi' }]);
   ok((await sbx.files.readFile('/tmp/hello.txt')) === 'hi', 'files.writeFiles then files.readFile');

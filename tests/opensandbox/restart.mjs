@@ -21,7 +21,7 @@ function ok(cond, name, diag) {
 }
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 const connectionConfig = new ConnectionConfig({ domain: `${url}/opensandbox`, apiKey: token, requestTimeoutSeconds: 60 });
-const out = (ex) => ex.logs.stdout.map((m) => m.text).join("");
+const out = (ex) => ex.logs.stdout.map((m) => `${m.text}\n`).join(""); // an event a line
 
 try {
   if (phase === "before") {

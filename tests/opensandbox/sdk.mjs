@@ -7,25 +7,10 @@ import {
   SandboxApiException,
   SandboxManager,
 } from "@alibaba-group/opensandbox";
+import { args, done, ok } from "./tap.mjs";
 
-const [url, token, imageRef] = process.argv.slice(2);
-if (!url || !token) {
-  console.log("Bail out! usage: node sdk.mjs URL ADMIN_TOKEN");
-  process.exit(2);
-}
-process.env.OPENSANDBOX_DISABLE_METRICS = "1";
+const [url, token, imageRef] = args("sdk.mjs", "URL ADMIN_TOKEN [IMAGE]");
 
-let n = 0;
-let failed = 0;
-function ok(cond, name, diag) {
-  n++;
-  if (!cond) failed++;
-  console.log(`${cond ? "ok" : "not ok"} ${n} - ${name}`);
-  if (!cond && diag !== undefined) {
-    const text = typeof diag === "string" ? diag : JSON.stringify(diag, null, 1);
-    for (const l of String(text).split("\n").slice(0, 30)) console.log(`# ${l}`);
-  }
-}
 function errText(e) {
   return `${e?.name}: ${e?.message} status=${e?.statusCode} code=${e?.error?.code}`;
 }
@@ -51,8 +36,10 @@ async function until(pred, ms = 10000, step = 100) {
 const domain = `${url}/opensandbox`;
 const conn = (apiKey) => new ConnectionConfig({ domain, apiKey, requestTimeoutSeconds: 60 });
 const admin = conn(token);
-const out = (ex) => ex.logs.stdout.map((m) => m.text).join("");
-const err = (ex) => ex.logs.stderr.map((m) => m.text).join("");
+// execd sends one event per line without its end (tests/opensandbox/edges.mjs
+// checks the events themselves): the lines, each with its end again
+const out = (ex) => ex.logs.stdout.map((m) => `${m.text}\n`).join("");
+const err = (ex) => ex.logs.stderr.map((m) => `${m.text}\n`).join("");
 
 // ---- create ----------------------------------------------------------------------
 let t0 = Date.now();
@@ -106,8 +93,8 @@ ex = await sbx.commands.run("for i in 1 2 3; do echo tick$i; sleep 0.4; done", {
   onStdout: (m) => arrivals.push([m.text, Date.now() - t0]),
 });
 const doneAt = Date.now() - t0;
-const ticks = arrivals.map((a) => a[0]).join("");
-ok(ticks === "tick1\ntick2\ntick3\n", "streaming: stdout chunks in order", arrivals);
+const ticks = arrivals.map((a) => a[0]).join("|");
+ok(ticks === "tick1|tick2|tick3", "streaming: stdout lines in order", arrivals);
 ok(arrivals.length >= 3 && arrivals[0][1] < doneAt - 700,
   `streaming: the first line arrives ${arrivals[0]?.[1]} ms in, the command ends at ${doneAt} ms`, arrivals);
 
@@ -366,7 +353,7 @@ await kept.close();
 
 // ---- endpoints and a dev server ------------------------------------------------------
 const ep = await resumed.getEndpoint(44772);
-ok(ep.endpoint.endsWith(`/opensandbox/execd/${sbx.id}`), "getEndpoint(execd): this server's execd route", ep);
+ok(ep.endpoint.endsWith(`/opensandbox/v1/sandboxes/${sbx.id}/proxy/44772`), "getEndpoint(execd): this server's execd route, ending with /44772", ep);
 await resumed.files.writeFiles([{ path: "/workspace/site/index.html", data: "<h1>from the box</h1>" }]);
 const dev = await resumed.commands.run("exec python3 -m http.server 8000 --bind 127.0.0.1",
   { background: true, workingDirectory: "/workspace/site" });
@@ -567,7 +554,7 @@ const fg = await Sandbox.create({
 let outs = "";
 ex = await fg.commands.run("echo fastgpt-ok", { workingDirectory: "/workspace" },
   { skipAccumulation: true, onStdout: (m) => { outs += m.text; } });
-ok(outs === "fastgpt-ok\n" && ex.exitCode === 0, "FastGPT: execute with handlers", { outs, ex });
+ok(outs === "fastgpt-ok" && ex.exitCode === 0, "FastGPT: execute with handlers", { outs, ex });
 info = await fg.getInfo();
 ok(info.expiresAt === null || info.expiresAt === undefined, "FastGPT: timeoutSeconds null means no expiry", info);
 await fg.pause();
@@ -595,5 +582,4 @@ await throwsApi(() => mgr.getSandboxInfo(sbx.id), 404, "kill: the sandbox is gon
 await mgr.close();
 await sbx.close();
 await resumed.close();
-console.log(`1..${n}`);
-process.exit(failed ? 1 : 0);
+done();

@@ -7,6 +7,7 @@
  * sessions live in the box's init (ab_manager_cmd_start, terminals), so a
  * restart of the server loses neither. */
 #include "fronts/opensandbox/front_execd_int.h"
+#include "fronts/opensandbox/osb_lines.h"
 #include "kit/exec.h"
 #include "kit/status.h"
 #include "kit/term.h"
@@ -156,7 +157,8 @@ typedef struct cmd_job {
         pthread_mutex_t wlock;
         pthread_cond_t cv;
         bool done;
-        int64_t last_ms; /* when the last event was sent */
+        int64_t last_ms;  /* when the last event was sent */
+        osb_lines out[2]; /* stdout, stderr */
 } cmd_job;
 
 static cmd_job *cmd_job_new(ab_server *srv)
@@ -171,6 +173,8 @@ static cmd_job *cmd_job_new(ab_server *srv)
         pthread_cond_init(&j->cv, &ca);
         pthread_condattr_destroy(&ca);
         j->last_ms = (int64_t)ab_now_ms();
+        j->out[0] = (osb_lines){.type = "stdout"};
+        j->out[1] = (osb_lines){.type = "stderr"};
         return j;
 }
 
@@ -178,6 +182,8 @@ static void cmd_job_free(cmd_job *j)
 {
         pthread_mutex_destroy(&j->wlock);
         pthread_cond_destroy(&j->cv);
+        osb_lines_free(&j->out[0]);
+        osb_lines_free(&j->out[1]);
         free(j->command);
         free(j->cwd);
         free(j->user);
@@ -187,23 +193,31 @@ static void cmd_job_free(cmd_job *j)
         free(j);
 }
 
-/* Caller holds j->wlock. */
-static int sse_send_locked(cmd_job *j, json_t *ev)
+/* Sends the frames of f (emptied). Caller holds j->wlock. */
+static int sse_send_frames_locked(cmd_job *j, ab_buf *f)
 {
-        json_object_set_new(ev, "timestamp", json_integer(osb_wall_ms()));
-        char *txt = json_dumps(ev, JSON_COMPACT);
-        json_decref(ev);
-        if (!txt || j->broken) {
-                free(txt);
-                return -1;
-        }
-        char *frame = xasprintf("data: %s\n\n", txt);
-        free(txt);
-        int rc = ab_send_all(j->fd, frame, strlen(frame), -1);
-        free(frame);
+        int rc = j->broken ? -1 : f->n ? ab_send_all(j->fd, f->p, f->n, -1) : 0;
+        ab_buf_drop(f, f->n);
         if (rc < 0)
                 j->broken = true;
         j->last_ms = (int64_t)ab_now_ms();
+        return rc;
+}
+
+/* Caller holds j->wlock. */
+static int sse_send_locked(cmd_job *j, json_t *ev)
+{
+        _cleanup_buf_ ab_buf f = {0};
+        osb_sse_frame(&f, ev);
+        return sse_send_frames_locked(j, &f);
+}
+
+/* Sends the frames of a feed's lines (f emptied). */
+static int sse_send_frames(cmd_job *j, ab_buf *f)
+{
+        pthread_mutex_lock(&j->wlock);
+        int rc = f->n ? sse_send_frames_locked(j, f) : j->broken ? -1 : 0;
+        pthread_mutex_unlock(&j->wlock);
         return rc;
 }
 
@@ -236,8 +250,9 @@ static void *ping_main(void *arg)
 static int fg_output(void *ud, int stream, const void *buf, size_t len)
 {
         cmd_job *j = ud;
-        return sse_event(j, json_pack("{s:s,s:o}", "type", stream == 2 ? "stderr" : "stdout",
-                                      "text", json_bytes(buf, len)));
+        osb_lines *o = &j->out[stream == 2];
+        osb_lines_feed(o, buf, len);
+        return sse_send_frames(j, &o->frames);
 }
 
 static void *cmd_main(void *arg)
@@ -260,6 +275,10 @@ static void *cmd_main(void *arg)
         abc_exec_res res = {0};
         ab_err *e = NULL;
         int rc = ab_manager_exec(j->srv->mgr, &j->use, &q, fg_output, j, &res, &e);
+        for (int i = 0; i < 2; i++) {
+                osb_lines_flush(&j->out[i]);
+                sse_send_frames(j, &j->out[i].frames);
+        }
         pthread_mutex_lock(&cmds_lock);
         bool interrupted = c->interrupted;
         c->running = false;
@@ -294,9 +313,10 @@ static void *cmd_main(void *arg)
                         json_array_append_new(tb, json_string(error));
                 sse_event(j, json_pack("{s:s,s:{s:s,s:s,s:o}}", "type", "error", "error", "ename",
                                        ename, "evalue", ev, "traceback", tb));
+        } else { /* as execd: an error ends the stream, no completion follows it */
+                sse_event(j, json_pack("{s:s,s:I}", "type", "execution_complete", "execution_time",
+                                       (json_int_t)res.duration_ms));
         }
-        sse_event(j, json_pack("{s:s,s:I}", "type", "execution_complete", "execution_time",
-                               (json_int_t)res.duration_ms));
         ab_err_free(&e);
         ab_manager_use_end(j->srv->mgr, &j->use);
         close(j->fd); /* the event stream ends */
@@ -903,30 +923,30 @@ typedef struct srun {
         char nonce[17];
         bool broken;
         int64_t last_ms;
+        osb_lines out; /* stdout and stderr together: one terminal */
 } srun;
 
-static int srun_event(srun *s, json_t *ev)
+/* Sends the frames of f (emptied). */
+static int srun_send_frames(srun *s, ab_buf *f)
 {
-        json_object_set_new(ev, "timestamp", json_integer(osb_wall_ms()));
-        char *txt = json_dumps(ev, JSON_COMPACT);
-        json_decref(ev);
-        if (!txt || s->broken) {
-                free(txt);
-                return -1;
-        }
-        char *frame = xasprintf("data: %s\n\n", txt);
-        free(txt);
-        if (ab_send_all(s->fd, frame, strlen(frame), -1) < 0)
+        if (f->n && !s->broken && ab_send_all(s->fd, f->p, f->n, -1) < 0)
                 s->broken = true;
-        free(frame);
+        ab_buf_drop(f, f->n);
         s->last_ms = (int64_t)ab_now_ms();
         return s->broken ? -1 : 0;
 }
 
+static int srun_event(srun *s, json_t *ev)
+{
+        _cleanup_buf_ ab_buf f = {0};
+        osb_sse_frame(&f, ev);
+        return srun_send_frames(s, &f);
+}
+
 static void srun_output(srun *s, const char *p, size_t n)
 {
-        if (n)
-                srun_event(s, json_pack("{s:s,s:o}", "type", "stdout", "text", json_bytes(p, n)));
+        osb_lines_feed(&s->out, p, n);
+        srun_send_frames(s, &s->out.frames);
 }
 
 /* How many of the last bytes of buf (len n) begin mark: held back, they may
@@ -1104,6 +1124,9 @@ static void *srun_main(void *arg)
                 closed = sp.closed;
         }
         ab_buf_free(&sp.b);
+        osb_lines_flush(&s->out);
+        srun_send_frames(s, &s->out.frames);
+        osb_lines_free(&s->out);
         if (a.stream || a.fd >= 0)
                 ab_manager_term_detach(m, &a);
         pthread_mutex_lock(&cmds_lock);
@@ -1128,9 +1151,10 @@ static void *srun_main(void *arg)
                         json_array_append_new(tb, json_string(error));
                 srun_event(s, json_pack("{s:s,s:{s:s,s:s,s:o}}", "type", "error", "error", "ename",
                                         ename, "evalue", ev, "traceback", tb));
+        } else { /* no completion after an error, as execd */
+                srun_event(s, json_pack("{s:s,s:I}", "type", "execution_complete", "execution_time",
+                                        (json_int_t)(ab_now_ms() - t0)));
         }
-        srun_event(s, json_pack("{s:s,s:I}", "type", "execution_complete", "execution_time",
-                                (json_int_t)(ab_now_ms() - t0)));
         ab_err_free(&e);
         close(s->fd);
         free(s->scope);
@@ -1222,6 +1246,7 @@ static enum MHD_Result session_run(ab_req *r, const char *id, const char *sid)
         s->timeout_ms = (uint32_t)ms;
         s->fd = -1;
         s->last_ms = (int64_t)ab_now_ms();
+        s->out = (osb_lines){.session = true, .type = "stdout"};
         ab_random_hex(s->nonce, sizeof(s->nonce), "", 8);
         int rc = 0;
         if (!tid) /* a new shell: the last one is gone */

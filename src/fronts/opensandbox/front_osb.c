@@ -8,6 +8,7 @@
 #include "kit/parse.h"
 #include "base/codec.h"
 #include "base/id.h"
+#include "base/mounts.h"
 
 #include <ctype.h>
 #include <math.h>
@@ -319,13 +320,33 @@ int osb_parse_volumes(json_t *vols, json_t **volumes, json_t **mounts, ab_err **
                 json_t *pvc = json_object_get(v, "pvc"), *host = json_object_get(v, "host");
                 const char *claim = json_string_value(json_object_get(pvc, "claimName"));
                 const char *hp = json_string_value(json_object_get(host, "path"));
-                if (path && claim)
-                        json_array_append_new(vs, json_pack("{s:s,s:s,s:b}", "name", claim, "path",
-                                                            path, "read_only", ro));
-                else if (path && hp)
-                        json_array_append_new(ms, json_pack("{s:s,s:s,s:b}", "host_path", hp,
+                json_t *subj = json_object_get(v, "subPath");
+                const char *sub = json_string_value(subj);
+                if ((subj && !json_is_null(subj) && !sub) ||
+                    (sub && *sub && ab_volume_sub_check(sub, err) < 0)) {
+                        json_decref(vs);
+                        json_decref(ms);
+                        if (!*err)
+                                return ab_err_set(err, AB_E_INVALID, 0,
+                                                  "volumes[%zu].subPath: must be a string", i);
+                        return ab_err_wrap(err, "volumes[%zu]", i);
+                }
+                if (sub && !*sub)
+                        sub = NULL;
+                if (path && claim) {
+                        /* the volume's folder sub, made when missing, as a PVC's subPath */
+                        json_t *o = json_pack("{s:s,s:s,s:b}", "name", claim, "path", path,
+                                              "read_only", ro);
+                        if (sub)
+                                json_object_set_new(o, "sub_path", json_string(sub));
+                        json_array_append_new(vs, o);
+                } else if (path && hp) {
+                        /* host path + subPath; the manager checks the result's real path
+                         * against host_mount_prefixes */
+                        _cleanup_free_ char *full = sub ? xasprintf("%s/%s", hp, sub) : xstrdup(hp);
+                        json_array_append_new(ms, json_pack("{s:s,s:s,s:b}", "host_path", full,
                                                             "path", path, "read_only", ro));
-                else {
+                } else {
                         json_decref(vs);
                         json_decref(ms);
                         return ab_err_set(err, AB_E_UNSUPPORTED, 0,
@@ -764,9 +785,11 @@ static char *server_host(ab_req *r)
         return ok ? xstrdup(h) : xasprintf("127.0.0.1:%u", r->srv->http.port);
 }
 
-/* execd's endpoint is this server's execd front; the egress sidecar's, its
- * egress front; any other port, agentbox's port route (which needs the
- * caller's key: given back as an Authorization header to send). */
+/* execd's endpoint is this server's execd front, the egress sidecar's its
+ * egress front, both at .../sandboxes/{id}/proxy/{port} (OpenSandbox's
+ * server proxy route: the SDK and OpenSandbox's own tests take an endpoint
+ * that ends with its port); any other port, agentbox's port route (which
+ * needs the caller's key: given back as an Authorization header to send). */
 static enum MHD_Result osb_endpoint(ab_req *r, const char *id, const char *port_s)
 {
         char *end;
@@ -780,11 +803,11 @@ static enum MHD_Result osb_endpoint(ab_req *r, const char *id, const char *port_
         ab_box_rec_clear(&rec);
         _cleanup_free_ char *host = server_host(r);
         json_t *j;
-        if (port == OSB_EXECD_PORT)
-                j = json_pack("{s:s++}", "endpoint", host, "/opensandbox/execd/", id);
-        else if (port == OSB_EGRESS_PORT)
-                j = json_pack("{s:s++}", "endpoint", host, "/opensandbox/egress/", id);
-        else {
+        if (port == OSB_EXECD_PORT || port == OSB_EGRESS_PORT) {
+                _cleanup_free_ char *ep =
+                    xasprintf("%s/opensandbox/v1/sandboxes/%s/proxy/%ld", host, id, port);
+                j = json_pack("{s:s}", "endpoint", ep);
+        } else {
                 _cleanup_free_ char *ep = xasprintf("%s/v1/sandboxes/%s/ports/%ld", host, id, port);
                 j = json_pack("{s:s}", "endpoint", ep);
                 const char *key = req_header(r, "OPEN-SANDBOX-API-KEY");
@@ -913,6 +936,16 @@ static enum MHD_Result egress(ab_req *r, const char *id)
         ret = policy_answer(r, &rec);
         ab_box_rec_clear(&rec);
         return ret;
+}
+
+/* The egress sidecar of box id (rest: the segments from r->seg[first]):
+ * its policy; the credential vault is not offered. */
+static enum MHD_Result egress_route(ab_req *r, const char *id, size_t first)
+{
+        if (r->n_seg == first + 1 && !strcmp(r->seg[first], "policy"))
+                return egress(r, id);
+        return osb_error(r, 501, "EGRESS::API_NOT_SUPPORTED",
+                         "the credential vault is not offered by agentbox");
 }
 
 /* ---- routing ----------------------------------------------------------- */
@@ -1104,6 +1137,20 @@ static enum MHD_Result snapshots(ab_req *r)
                                    "hasNextPage", page < pages));
 }
 
+/* .../sandboxes/{id}/proxy/{port}/...: execd (44772) and the egress
+ * sidecar (18080) of box id, at the endpoints osb_endpoint gives; every
+ * other port is agentbox's port route. */
+static enum MHD_Result osb_proxy(ab_req *r, const char *id, const char *port)
+{
+        if (!strcmp(port, "44772"))
+                return execd_route(r, id, 6);
+        if (!strcmp(port, "18080"))
+                return egress_route(r, id, 6);
+        return osb_error(r, 404, "SANDBOX::NOT_FOUND",
+                         "port %s: use its endpoint (GET .../endpoints/%s), agentbox's port route",
+                         port, port);
+}
+
 static enum MHD_Result lifecycle(ab_req *r)
 {
         /* segments: opensandbox v1 sandboxes {id} ... */
@@ -1129,6 +1176,8 @@ static enum MHD_Result lifecycle(ab_req *r)
         if (n == 4 && !strcmp(m, "DELETE"))
                 return osb_delete(r, id);
         const char *op = n > 4 ? r->seg[4] : "";
+        if (n >= 7 && !strcmp(op, "proxy"))
+                return osb_proxy(r, id, r->seg[5]);
         if (n == 5 && !strcmp(m, "POST") && !strcmp(op, "pause"))
                 return osb_pause(r, id);
         if (n == 5 && !strcmp(m, "POST") && !strcmp(op, "resume"))
@@ -1149,11 +1198,8 @@ enum MHD_Result route_osb(ab_req *r, const char *rest)
         (void)rest;
         if (r->n_seg >= 2 && !strcmp(r->seg[1], "v1"))
                 return lifecycle(r);
-        if (r->n_seg == 4 && !strcmp(r->seg[1], "egress") && !strcmp(r->seg[3], "policy"))
-                return egress(r, r->seg[2]);
         if (r->n_seg >= 4 && !strcmp(r->seg[1], "egress"))
-                return osb_error(r, 501, "EGRESS::API_NOT_SUPPORTED",
-                                 "the credential vault is not offered by agentbox");
+                return egress_route(r, r->seg[2], 3);
         if (r->n_seg >= 4 && !strcmp(r->seg[1], "execd"))
                 return execd_route(r, r->seg[2], 3);
         return osb_error(r, 404, "NOT_FOUND", "no route %s /%s", r->method, r->path);

@@ -4,6 +4,12 @@
 
 static const ab_route routes[] = {
     {"POST", "opensandbox/execd/*/files/upload", AUTH_USER, BODY_UPLOAD, route_osb_upload},
+    /* execd and egress at the endpoints the lifecycle API gives
+     * (.../proxy/{port}, as OpenSandbox's server proxy: the SDK's endpoint
+     * ends with the port) */
+    {"POST", "opensandbox/v1/sandboxes/*/proxy/44772/files/upload", AUTH_USER, BODY_UPLOAD,
+     route_osb_upload},
+    {"DELETE", "opensandbox/v1/sandboxes/*/proxy/18080/policy", AUTH_USER, BODY_JSON, route_osb},
     {"GET", "opensandbox/**", AUTH_USER, BODY_NONE, route_osb},
     {"POST", "opensandbox/**", AUTH_USER, BODY_JSON, route_osb},
     {"PATCH", "opensandbox/**", AUTH_USER, BODY_JSON, route_osb},
@@ -16,7 +22,8 @@ const ab_route_table ab_osb_routes = {
     .routes = routes,
     .n_routes = AB_ARRAY_LEN(routes),
     .key_header = "OPEN-SANDBOX-API-KEY", /* where the SDK sends its key */
-    .box_upload_prefix = "opensandbox/execd/*/",
+    .box_upload_prefix = "opensandbox/",  /* both upload routes: {id} is their box */
+    .request_id = true,                   /* as OpenSandbox's server answers */
     /* its threads (foreground commands, session runs, metrics watches) use
      * the manager: they end, and are waited for, before it is freed */
     .shutdown = execd_shutdown,
