@@ -1798,9 +1798,11 @@ int ab_native_open(const ab_native_opts *opts, ab_backend **out, ab_err **err)
         n->init_path = ab_backend_find_init(opts->init_path, err);
         if (!n->init_path)
                 return -1;
-        sweep_trash(n);
-        sweep_claims(n);
-        ab_disk_sweep_cache(n->cache_fd);
+        if (!opts->no_sweeps) {
+                sweep_trash(n);
+                sweep_claims(n);
+                ab_disk_sweep_cache(n->cache_fd);
+        }
         *out = steal_pointer(&guard);
         return 0;
 }

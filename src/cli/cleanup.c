@@ -128,7 +128,7 @@ int cli_cleanup(int argc, char **argv, const char *data)
                 return cli_fail(&e);
         }
         _cleanup_backend_ ab_backend *b = NULL;
-        if (cli_backend_open_env(data, &b, &e) < 0)
+        if (cli_backend_open_env(data, false, &b, &e) < 0)
                 return cli_fail(&e);
         cli_released rel;
         if (cli_data_release(b, data, &rel, &e) < 0)

@@ -100,8 +100,9 @@ int cli_backend_open(const ab_config *cfg, const ab_native_opts *no, ab_backend 
                      ab_err **err);
 /* cli_backend_open for the CLI's own commands: the settings of the
  * environment (AGENTBOX_BACKEND, AGENTBOX_DOCKER_HOST, ...) over the
- * defaults, boxes in data (NULL or "" = ./data). */
-int cli_backend_open_env(const char *data, ab_backend **out, ab_err **err);
+ * defaults, boxes in data (NULL or "" = ./data). quick: no sweeps of what
+ * crashes left (ab_native_opts.no_sweeps), for commands that only use a box. */
+int cli_backend_open_env(const char *data, bool quick, ab_backend **out, ab_err **err);
 /* Loads the configuration (file, then environment, then *a), creates the
  * data folder and opens backend, store, events, metrics, webhook and manager.
  * On failure nothing stays open. */

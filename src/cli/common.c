@@ -93,14 +93,15 @@ fail:
         return -1;
 }
 
-int cli_backend_open_env(const char *data, ab_backend **out, ab_err **err)
+int cli_backend_open_env(const char *data, bool quick, ab_backend **out, ab_err **err)
 {
         ab_config cfg;
         ab_config_default(&cfg);
         int rc = ab_config_load_env(&cfg, err);
         if (rc == 0 && (rc = ab_config_validate(&cfg, err)) == 0) {
                 ab_native_opts no = {.data_dir = data && *data ? data : "./data",
-                                     .init_path = cfg.init_path};
+                                     .init_path = cfg.init_path,
+                                     .no_sweeps = quick};
                 rc = cli_backend_open(&cfg, &no, out, err);
         }
         ab_config_release(&cfg);

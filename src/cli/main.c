@@ -777,7 +777,7 @@ int main(int argc, char **argv)
                 return cmd_rm(data, sub_argc, sub_argv);
         _cleanup_err_ ab_err *e = NULL;
         _cleanup_backend_ ab_backend *b = NULL;
-        if (cli_backend_open_env(data, &b, &e) < 0)
+        if (cli_backend_open_env(data, false, &b, &e) < 0)
                 return cli_fail(&e);
         if (!strcmp(cmd, "create"))
                 return cmd_create(b, data, sub_argc, sub_argv);
