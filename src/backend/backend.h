@@ -232,6 +232,11 @@ typedef struct ab_native_opts {
          * (the CLI's exec), which would otherwise read every claim on the
          * host on each run. */
         bool no_sweeps;
+        /* Set up DATA/skills (mount its disk) only before a box starts, not
+         * at open: for short-lived processes (the CLI), which would otherwise
+         * leave it mounted after an `ls`. The server mounts it at open (its
+         * skills routes write there). */
+        bool lazy_skills;
 } ab_native_opts;
 
 #define AB_SKILLS_DISK_MIB 1024

@@ -11,6 +11,7 @@
 - After kill -9 of the server, `agentbox cleanup` leaves the same nothing.
 - A user's box that runs keeps the skills disk mounted at a stop (it shares
   it); once it is gone, `agentbox cleanup` unmounts it.
+- `agentbox ls` (a CLI verb that starts no box) mounts nothing.
 """
 import os
 import subprocess
@@ -165,4 +166,9 @@ c = cleanup()
 h.eq(c.returncode, 0, "cleanup once the box is gone exits 0", c.stdout + c.stderr)
 h.contains(c.stdout, "skills disk unmounted", "cleanup unmounts the skills disk then", c.stdout)
 nothing_left("after the box is gone and cleanup")
+
+# ---- the CLI's own verbs mount nothing they do not need -----------------------------------
+r = subprocess.run([h.bin, "--data", DATA, "ls"], capture_output=True, text=True, timeout=60)
+h.eq(r.returncode, 0, "agentbox ls exits 0", r.stderr)
+nothing_left("after agentbox ls")
 h.done()
