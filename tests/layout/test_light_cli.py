@@ -30,6 +30,16 @@ def binary():
     return os.path.join(d, "agentbox") if d else None
 
 
+def mounts_under(path):
+    found = []
+    with open("/proc/self/mountinfo") as f:
+        for line in f:
+            mp = line.split()[4]
+            if mp == path or mp.startswith(path + "/"):
+                found.append(mp)
+    return sorted(found, key=lambda m: -m.count("/"))
+
+
 def stem(soname):
     return re.sub(r"\.so(\..*)?$", "", soname)
 
@@ -67,7 +77,8 @@ def main():
     # configuration that needs them must go to agentbox-full before any open.
     # A copy of the binary beside a stand-in agentbox-full shows which ran.
     bad = []
-    with tempfile.TemporaryDirectory() as tmp:
+    tmp = tempfile.mkdtemp(prefix="ab-light-")
+    try:
         light = os.path.join(tmp, "agentbox")
         shutil.copy(b, light)
         full = os.path.join(tmp, "agentbox-full")
@@ -86,6 +97,13 @@ def main():
             if not r.stdout.startswith("FULL --data %s exec nosuchbox -- true" % data):
                 bad.append("%s: rc %d %s %s" % (env, r.returncode, r.stdout.strip()[:100],
                                                 r.stderr.strip()[:200]))
+    finally:
+        # A light binary that served one of them itself has mounted the skills
+        # disk of the data folder (a failure above): take it down before the
+        # folder goes.
+        for mp in mounts_under(tmp):
+            subprocess.run(["umount", "-l", mp], capture_output=True)
+        shutil.rmtree(tmp, ignore_errors=True)
     if bad:
         fails += 1
         print("not ok 3 - configurations light.c cannot serve go to agentbox-full")
