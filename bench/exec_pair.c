@@ -68,13 +68,15 @@ static int conn(const char *host, int port)
 }
 
 /* One request on fd; 0 when it answered 200 with "exit_code":0. */
+static const char *host_hdr = "127.0.0.1"; /* HOST:PORT: the server refuses other Host names */
+
 static int post(int fd, const char *path, const char *body)
 {
         char req[8192], buf[65536];
         int n = snprintf(req, sizeof(req),
-                         "POST %s HTTP/1.1\r\nHost: bench\r\nContent-Type: application/json\r\n"
+                         "POST %s HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\n"
                          "Content-Length: %zu\r\n\r\n%s",
-                         path, strlen(body), body);
+                         path, host_hdr, strlen(body), body);
         if (n < 0 || (size_t)n >= sizeof(req) || write(fd, req, (size_t)n) != n)
                 return -1;
         size_t got = 0;
@@ -133,6 +135,9 @@ int main(int argc, char **argv)
         }
         const char *host = argv[optind], *path = argv[optind + 2];
         int port = atoi(argv[optind + 1]);
+        char hh[300];
+        snprintf(hh, sizeof(hh), "%s:%d", host, port);
+        host_hdr = hh;
         char **bodies = argv + optind + 3;
         int nb = argc - optind - 3;
         int fd = conn(host, port);

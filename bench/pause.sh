@@ -61,6 +61,10 @@ cleanup() {
                 for c in /sys/fs/cgroup/*/"$cg" /sys/fs/cgroup/"$cg"; do
                         [ -d "$c" ] && rmdir "$c" 2>/dev/null
                 done
+                # the server stopped while its box ran: the skills disk is still mounted
+                "$AB" --data "$DATA" cleanup >/dev/null 2>&1
+                echo "leftovers (the server stopped, the box deleted):"
+                leak_report "$DATA"
         fi
         if [ "${KEEP:-0}" = 1 ]; then
                 echo "bench/pause.sh: kept $WORK"
@@ -113,9 +117,9 @@ done
 [ -n "$PORT" ] || { echo "bench/pause.sh: agentbox serve does not start:" >&2; tail -5 "$WORK/serve.log" >&2; exit 1; }
 URL=http://127.0.0.1:$PORT
 echo "  agentbox serve pid $SERVER_PID on $URL"
-curl -s -X POST "$URL/v1/sandboxes" -d "{\"id\":\"$BOX\"}" | grep -q '"status": *"running"' ||
+curl -s -X POST "$URL/v1/sandboxes" -H "Content-Type: application/json" -d "{\"id\":\"$BOX\"}" | grep -q '"status": *"running"' ||
         { echo "bench/pause.sh: cannot create the box" >&2; exit 1; }
-curl -s -X POST "$URL/v1/sandboxes/$BOX/exec" -d '{"command":"(nohup python3 -m http.server 8000 --bind 127.0.0.1 >/dev/null 2>&1 &); (nohup sh -c \"while :; do sleep 0.1; done\" >/dev/null 2>&1 &); (nohup sleep 100000 >/dev/null 2>&1 &); sleep 0.5"}' >/dev/null
+curl -s -X POST "$URL/v1/sandboxes/$BOX/exec" -H "Content-Type: application/json" -d '{"command":"(nohup python3 -m http.server 8000 --bind 127.0.0.1 >/dev/null 2>&1 &); (nohup sh -c \"while :; do sleep 0.1; done\" >/dev/null 2>&1 &); (nohup sleep 100000 >/dev/null 2>&1 &); sleep 0.5"}' >/dev/null
 INIT_PID=$("$AB" --data "$DATA" inspect "$BOX" | sed -n 's/.*"init_pid": *\([0-9]*\).*/\1/p')
 PIDS=$("$AB" --data "$DATA" inspect "$BOX" | sed -n 's/.*"pids": *\([0-9]*\).*/\1/p' | tail -1)
 FF=
@@ -130,7 +134,7 @@ echo "  box $BOX: init pid $INIT_PID, $PIDS processes; freezer file $FF"
 
 log "pause and resume, $N times each"
 "$WORK/pause_load" 127.0.0.1 "$PORT" "$BOX" "$N" "$FF" "$WORK" || { echo "bench/pause.sh: requests failed" >&2; exit 1; }
-ok=$(curl -s "$URL/v1/sandboxes/$BOX/exec" -d '{"command":"python3 -c \"import urllib.request as u; print(u.urlopen(\\\"http://127.0.0.1:8000/\\\", timeout=5).status)\""}')
+ok=$(curl -s "$URL/v1/sandboxes/$BOX/exec" -H "Content-Type: application/json" -d '{"command":"python3 -c \"import urllib.request as u; print(u.urlopen(\\\"http://127.0.0.1:8000/\\\", timeout=5).status)\""}')
 printf '%s' "$ok" | grep -q '"stdout": *"200\\n"' && echo "  after $N pauses the server in the box still answers" ||
         echo "  !! the server in the box does not answer after the run: $ok"
 

@@ -36,7 +36,11 @@
 #      runs/s with CONC parallel loops of BASE_PER (20) runs each (every output
 #      checked for "success":true)
 #   6. a table with the issue's targets (MET/MISSED) and the ratio vs the
-#      baseline
+#      baseline; issue 29's: CPU per request <= 0.25x a bare interpreter's
+#      start, p50 <= 5 ms, requests/s at CONC connections >= 4x the bare
+#      interpreter's runs/s
+#   7. the server stopped and every box deleted: leftovers of the data dir
+#      (bench/lib.sh leak_report; "LEAK" lines for anything found)
 #
 # Knobs (environment): BUILD (default build), WARM (8), N_SEQ (300),
 # N_IDLE (30), IDLE_MS (400), CONC (10), SECS (20), N_BASE (50),
@@ -121,6 +125,8 @@ cleanup() {
         for j in "${BASE_PIDS[@]}"; do kill "$j" 2>/dev/null; done
         [ -z "$SERVER_PID" ] || stop_server "$SERVER_PID"
         rm_boxes
+        # what a server stopped before its boxes were deleted keeps mounted
+        [ -d "$DATA" ] && "$AB" --data "$DATA" cleanup >/dev/null 2>&1
         if [ -d "$WORK" ]; then
                 awk -v w="$WORK" 'index($2, w) == 1 {print $2}' /proc/self/mounts | sort -r |
                         while read -r m; do umount -l "$m" 2>/dev/null; done
@@ -457,6 +463,28 @@ tline "Python requests/s at $CONC connections" "$(get py_conc_rps)" ">=" 200 "18
 tline "errors at $CONC connections (JS + Python)" \
         "$(( $(get js_conc_errors | grep . || echo 0) + $(get py_conc_errors | grep . || echo 0) ))" "==" 0 "-" ""
 echo "  (JS baseline: ${JSB#b_}; also for reference: p50 at a pause of $IDLE_MS ms, JS $(get js_idle_p50) / Python $(get py_idle_p50) ms)"
+echo
+echo "targets (issue 29: against a bare interpreter start per run, measured above in this run):"
+printf '  %-52s %10s  %-10s %s\n' "" measured target result
+rline() { # label value op limit
+        printf '  %-52s %10s  %-10s %s\n' "$1" "${2:--}" "$3 $4" "$(verdict "$2" "$3" "$4")"
+}
+q() { awk -v a="$1" -v b="$2" 'BEGIN {if (a != "" && b > 0) printf "%.2f", a / b}'; }
+rline "JS CPU per request / ${JSB#b_} -e CPU per run" "$(q "$(get js_conc_cpu_box)" "$(get ${JSB}_cpu)")" "<=" 0.25
+rline "Python CPU per request / python3 -c CPU per run" "$(q "$(get py_conc_cpu_box)" "$(get b_py_cpu)")" "<=" 0.25
+rline "JS p50 (ms), back-to-back" "$(get js_seq_p50)" "<=" 5
+rline "Python p50 (ms), back-to-back" "$(get py_seq_p50)" "<=" 5
+rline "JS requests/s at $CONC conns / ${JSB#b_} -e runs/s" "$(q "$(get js_conc_rps)" "$(get ${JSB}_rps)")" ">=" 4
+rline "Python requests/s at $CONC conns / python3 -c runs/s" "$(q "$(get py_conc_rps)" "$(get b_py_rps)")" ">=" 4
+
+# ---- 7. leftovers: every box deleted, the server stopped (it stops its system
+# box and unmounts the skills disk) -------------------------------------------------
+stop_server "$SERVER_PID"
+SERVER_PID=
+rm_boxes
+echo
+echo "leftovers once the server has stopped and every box is deleted:"
+leak_report "$DATA"
 if [ -s "$NOTES" ]; then
         echo
         echo "notes:"

@@ -909,6 +909,16 @@ def _sweep(uid):
     os._exit(0)
 
 
+def _needs_sweep(uid):
+    """Whether uid left anything for _sweep to remove. The zygote looks as
+    root (lstat only, no link followed, nothing changed), which sees at least
+    what uid itself can: when it finds nothing, neither would the sweep, and
+    the fork of a sweep child is spared (most runs leave nothing outside
+    their temp dir)."""
+    found, more = _owned_paths(uid)
+    return bool(found) or more or uid in _ipc_uids()
+
+
 def _live_uids():
     """The real uids of the box's processes (a run of an earlier zygote may
     still be going: the host ends and sweeps it)."""
@@ -1030,7 +1040,8 @@ def _zygote(argv):
                     d = dirs.pop(ended, None)
                     if d:
                         shutil.rmtree(d, ignore_errors=True)
-                    _sweep(ended)
+                    if _needs_sweep(ended):
+                        _sweep(ended)
             if ls not in r:
                 continue
             try:

@@ -226,6 +226,17 @@ typedef struct ab_native_opts {
         /* Size of the skills folder's own disk when it is made (DATA/skills.img,
          * native/skillsfs.h); 0 = AB_SKILLS_DISK_MIB. */
         uint64_t skills_disk_mib;
+        /* Leave the sweeps of what crashed creates and deletes left (trash,
+         * stale uid-range claims, the disk template cache) to the next
+         * opener without it: for a short-lived process that only uses boxes
+         * (the CLI's exec), which would otherwise read every claim on the
+         * host on each run. */
+        bool no_sweeps;
+        /* Set up DATA/skills (mount its disk) only before a box starts, not
+         * at open: for short-lived processes (the CLI), which would otherwise
+         * leave it mounted after an `ls`. The server mounts it at open (its
+         * skills routes write there). */
+        bool lazy_skills;
 } ab_native_opts;
 
 #define AB_SKILLS_DISK_MIB 1024

@@ -61,8 +61,10 @@ typedef struct native {
         int cache_fd; /* DATA/cache: formatted disk templates */
         ab_cg cg;
         bool cg_ok;
-        bool cg_tried;  /* cgroups and the seccomp filter are set up on first */
-        bool bpf_ready; /* use, so short CLI calls (ls, exec) skip them */
+        bool cg_tried;       /* cgroups and the seccomp filter are set up on first */
+        bool bpf_ready;      /* use, so short CLI calls (ls, exec) skip them */
+        bool skills_ready;   /* DATA/skills set up (ab_skillsfs_open), under lazy */
+        uint64_t skills_mib; /* the size of its disk when it is made */
         pthread_mutex_t lazy;
         char *cg_error;
         atomic_uint uid_hint; /* next uid slot to probe; >= UID_SLOTS: pick one at random */
@@ -207,6 +209,21 @@ static ab_hide_list *shared_unreadable(native *n, ab_err **err)
         return ab_hide_get(n->hide_watch, err);
 }
 
+/* DATA/skills as boxes bind it (native/skillsfs.h): at open, or (opts.lazy_skills)
+ * before the first start of a box. */
+static int need_skills(native *n, ab_err **err)
+{
+        pthread_mutex_lock(&n->lazy);
+        int r = 0;
+        if (!n->skills_ready) {
+                ab_skillsfs_kind sk;
+                r = ab_skillsfs_open(n->data_fd, n->data, n->cache_fd, n->skills_mib, &sk, err);
+                n->skills_ready = r == 0;
+        }
+        pthread_mutex_unlock(&n->lazy);
+        return r;
+}
+
 static int need_cgroups(native *n, ab_err **err)
 {
         if (cg_ready(n))
@@ -314,7 +331,7 @@ static int start_locked(native *n, int bfd, const char *id, ab_err **err)
         }
         mark_paused(bfd, false);
         ab_state_clear(&st);
-        if (need_cgroups(n, err) < 0 || need_bpf(n, err) < 0)
+        if (need_cgroups(n, err) < 0 || need_bpf(n, err) < 0 || need_skills(n, err) < 0)
                 return -1;
         ab_box_config c;
         if (ab_box_config_read(bfd, &c, err) < 0)
@@ -1790,18 +1807,18 @@ int ab_native_open(const ab_native_opts *opts, ab_backend **out, ab_err **err)
                 return ab_err_set(err, AB_E_INTERNAL, errno, "open %s/cache", n->data);
         if (ab_vols_open(n->data, n->cache_fd, &n->vols, err) < 0)
                 return -1;
-        ab_skillsfs_kind sk;
-        if (ab_skillsfs_open(n->data_fd, n->data, n->cache_fd,
-                             opts->skills_disk_mib ? opts->skills_disk_mib : AB_SKILLS_DISK_MIB,
-                             &sk, err) < 0)
+        n->skills_mib = opts->skills_disk_mib ? opts->skills_disk_mib : AB_SKILLS_DISK_MIB;
+        if (!opts->lazy_skills && need_skills(n, err) < 0)
                 return -1;
         n->hide[0] = n->data;
         n->init_path = ab_backend_find_init(opts->init_path, err);
         if (!n->init_path)
                 return -1;
-        sweep_trash(n);
-        sweep_claims(n);
-        ab_disk_sweep_cache(n->cache_fd);
+        if (!opts->no_sweeps) {
+                sweep_trash(n);
+                sweep_claims(n);
+                ab_disk_sweep_cache(n->cache_fd);
+        }
         *out = steal_pointer(&guard);
         return 0;
 }

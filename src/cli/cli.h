@@ -80,7 +80,8 @@ typedef struct cli_service {
         struct ab_net *net;
         ab_image_store *images;
         ab_manager *mgr;
-        ab_server srv; /* wired to the pieces above; only serve starts its HTTP daemon */
+        ab_server srv;   /* wired to the pieces above; only serve starts its HTTP daemon */
+        int server_lock; /* DATA/.server.lock (cleanup.c), shared-locked; 0 = none */
 } cli_service;
 
 typedef struct cli_service_args {
@@ -99,14 +100,36 @@ int cli_backend_open(const ab_config *cfg, const ab_native_opts *no, ab_backend 
                      ab_err **err);
 /* cli_backend_open for the CLI's own commands: the settings of the
  * environment (AGENTBOX_BACKEND, AGENTBOX_DOCKER_HOST, ...) over the
- * defaults, boxes in data (NULL or "" = ./data). */
-int cli_backend_open_env(const char *data, ab_backend **out, ab_err **err);
+ * defaults, boxes in data (NULL or "" = ./data). quick: no sweeps of what
+ * crashes left (ab_native_opts.no_sweeps), for commands that only use a box. */
+int cli_backend_open_env(const char *data, bool quick, ab_backend **out, ab_err **err);
 /* Loads the configuration (file, then environment, then *a), creates the
  * data folder and opens backend, store, events, metrics, webhook and manager.
  * On failure nothing stays open. */
 int cli_service_open(cli_service *s, const cli_service_args *a, ab_err **err);
 /* Closes what cli_service_open opened (boxes keep running); s may be zeroed. */
 void cli_service_close(cli_service *s);
+
+/* cleanup.c: what a server leaves on the host for its data folder. */
+typedef struct cli_released {
+        size_t sysboxes;       /* system boxes stopped */
+        size_t boxes_live;     /* other boxes running, paused or being made */
+        bool skills_unmounted; /* DATA/skills was unmounted */
+} cli_released;
+/* Opens DATA/.server.lock and holds a shared flock on it (an fd the caller
+ * closes when the server ends), so `agentbox cleanup` knows a server runs
+ * on the folder; waits while a cleanup runs. -1 with err. */
+int cli_server_lock(const char *data, ab_err **err);
+/* Stops the system boxes of b and, when no other box runs, is paused or is
+ * being made, unmounts DATA/skills; *out says what it did. For a server's
+ * stop and `agentbox cleanup`, when no server uses data any more. */
+int cli_data_release(ab_backend *b, const char *data, cli_released *out, ab_err **err);
+/* cli_data_release at a server's stop (from cli_service_close), when s holds
+ * the server lock and no other server shares it; problems are logged. */
+void cli_service_release(cli_service *s);
+/* agentbox cleanup: cli_data_release for a data folder no server runs on
+ * (refused, AB_E_CONFLICT, while one does). Returns an exit code. */
+int cli_cleanup(int argc, char **argv, const char *data);
 
 /* Opens the image store of data folder `data` (DATA/images) with the
  * registry settings of cfg (may be NULL: defaults). image.c. */

@@ -60,7 +60,10 @@ int cli_backend_open(const ab_config *cfg, const ab_native_opts *no, ab_backend 
         bool mock = cfg->mock_expect && *cfg->mock_expect;
         ab_backend *v[3] = {NULL, NULL, NULL};
         size_t n = 0;
-        if (ab_native_open(no, &v[n], err) < 0)
+        /* Docker boxes bind DATA/skills as they are made: it is mounted first. */
+        ab_native_opts nopts = *no;
+        nopts.lazy_skills = no->lazy_skills && !docker;
+        if (ab_native_open(&nopts, &v[n], err) < 0)
                 return -1;
         n++;
         if (docker) {
@@ -93,14 +96,16 @@ fail:
         return -1;
 }
 
-int cli_backend_open_env(const char *data, ab_backend **out, ab_err **err)
+int cli_backend_open_env(const char *data, bool quick, ab_backend **out, ab_err **err)
 {
         ab_config cfg;
         ab_config_default(&cfg);
         int rc = ab_config_load_env(&cfg, err);
         if (rc == 0 && (rc = ab_config_validate(&cfg, err)) == 0) {
                 ab_native_opts no = {.data_dir = data && *data ? data : "./data",
-                                     .init_path = cfg.init_path};
+                                     .init_path = cfg.init_path,
+                                     .no_sweeps = quick,
+                                     .lazy_skills = true};
                 rc = cli_backend_open(&cfg, &no, out, err);
         }
         ab_config_release(&cfg);

@@ -12,7 +12,7 @@ int cli_local_open(cli_local *l, const char *data, const char *id, ab_err **err)
 {
         memset(l, 0, sizeof(*l));
         ab_native_opts no = {.data_dir = data && *data ? data : "./data"};
-        if (cli_backend_open_env(no.data_dir, &l->backend, err) < 0)
+        if (cli_backend_open_env(no.data_dir, true, &l->backend, err) < 0)
                 goto fail;
         const char *url = getenv("AGENTBOX_STORE");
         if (!url || !*url) {

@@ -5,8 +5,9 @@
  * service (libcurl, libpq, libmicrohttpd, libarchive and theirs): ~15 of
  * ~17 ms on the host of docs/benchmarks.md. Every other command (serve, mcp,
  * create, ls, cp, tool, ...), `exec --help` and an exec with a PostgreSQL
- * store are handed on to agentbox-full, the same command line with every
- * library, by execv with the same arguments. */
+ * store, the Docker backend or the mock backend are handed on to
+ * agentbox-full, the same command line with every library, by execv with
+ * the same arguments (light.c stands in for what those need). */
 #include "cli/cli.h"
 #include "base/log.h"
 #include "base/selfpath.h"
@@ -34,10 +35,23 @@ static bool wants_help(int argc, char **argv)
         return false;
 }
 
+/* True when the environment's config (cli_backend_open and the store's
+ * open read it) needs only what this binary links: a SQLite store and the
+ * native backend. */
+static bool light_enough(void)
+{
+        const char *store = getenv("AGENTBOX_STORE");
+        const char *backend = getenv("AGENTBOX_BACKEND");
+        const char *docker = getenv("AGENTBOX_DOCKER_HOST");
+        const char *mock = getenv("AGENTBOX_MOCK_EXPECT");
+        return (!store || !*store || !strncmp(store, "sqlite:", 7)) &&
+               (!backend || !*backend || !strcmp(backend, "native")) && (!docker || !*docker) &&
+               (!mock || !*mock);
+}
+
 int main(int argc, char **argv)
 {
         const char *data = getenv("AGENTBOX_DATA");
-        const char *store = getenv("AGENTBOX_STORE");
         int i = 1;
         for (; i < argc; i++) {
                 if (!strcmp(argv[i], "--data") && i + 1 < argc)
@@ -47,8 +61,8 @@ int main(int argc, char **argv)
                 else
                         break;
         }
-        bool sqlite = !store || !*store || !strncmp(store, "sqlite:", 7);
-        if (i < argc && !strcmp(argv[i], "exec") && sqlite && !wants_help(argc - i, argv + i)) {
+        if (i < argc && !strcmp(argv[i], "exec") && light_enough() &&
+            !wants_help(argc - i, argv + i)) {
                 ab_log_init_from_env();
                 return cli_exec(argc - i, argv + i, data);
         }

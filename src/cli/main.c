@@ -49,6 +49,9 @@ static const char *usage_text =
     "  image pull|ls|rm|import|gc     the image store (`agentbox image --help`)\n"
     "  volume create NAME [--size MIB] | ls [--json] | rm NAME\n"
     "                                 named volumes: disks boxes share and that outlive them\n"
+    "  cleanup                        remove what a killed server left for the data\n"
+    "                                 folder: its system boxes, the skills disk mount\n"
+    "                                 (`agentbox cleanup --help`)\n"
     "  version                        print the version\n"
     "\n"
     "Limits for create (defaults in brackets):\n"
@@ -725,6 +728,8 @@ int main(int argc, char **argv)
                 return cli_mcp(sub_argc, sub_argv, data);
         if (!strcmp(cmd, "image"))
                 return cli_image(sub_argc, sub_argv, data);
+        if (!strcmp(cmd, "cleanup"))
+                return cli_cleanup(sub_argc, sub_argv, data);
         if (!strcmp(cmd, "version")) {
                 printf("agentbox %s\n", AGENTBOX_VERSION);
                 return 0;
@@ -772,7 +777,7 @@ int main(int argc, char **argv)
                 return cmd_rm(data, sub_argc, sub_argv);
         _cleanup_err_ ab_err *e = NULL;
         _cleanup_backend_ ab_backend *b = NULL;
-        if (cli_backend_open_env(data, &b, &e) < 0)
+        if (cli_backend_open_env(data, false, &b, &e) < 0)
                 return cli_fail(&e);
         if (!strcmp(cmd, "create"))
                 return cmd_create(b, data, sub_argc, sub_argv);

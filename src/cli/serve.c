@@ -245,6 +245,8 @@ int cli_service_open(cli_service *s, const cli_service_args *a, ab_err **err)
                            cfg->data_dir);
                 goto fail;
         }
+        if ((s->server_lock = cli_server_lock(cfg->data_dir, err)) < 0)
+                goto fail;
         ab_native_opts no = {.data_dir = cfg->data_dir,
                              .init_path = cfg->init_path,
                              .keep_spares = true,
@@ -337,8 +339,11 @@ void cli_service_close(cli_service *s)
                 ab_store_close(s->store);
         if (s->images)
                 ab_image_store_free(s->images);
+        cli_service_release(s);
         if (s->backend)
                 s->backend->ops->free(s->backend);
+        if (s->server_lock > 0)
+                close(s->server_lock);
         free(s->srv.tmp_dir);
         ab_config_release(&s->cfg);
         memset(s, 0, sizeof(*s));

@@ -292,6 +292,14 @@ typedef struct ab_sysbox_spec {
  * Its execs get no default timeout: the caller sets one or none. */
 int ab_manager_sys_use_begin(ab_manager *m, const ab_sysbox_spec *spec, ab_use *u, ab_err **err);
 
+/* For a server's clean stop and `agentbox cleanup` (no manager then: the
+ * system boxes' users are gone): stops every running or paused system box
+ * of b and counts into *stopped those it stopped and into *others_live the
+ * other boxes that run, are paused or are being made (they hold what all
+ * boxes share, as the skills disk). -1 with err (the first failure) when a
+ * list or a stop failed; the others are still tried. */
+int ab_sysboxes_stop(ab_backend *b, size_t *stopped, size_t *others_live, ab_err **err);
+
 /* Named volumes (backend.h's ab_volume_ops). A volume made with an API key
  * belongs to its app: scope (an app id) sees and uses only its app's
  * volumes, admin (NULL) every volume. AB_E_UNSUPPORTED when the backend has

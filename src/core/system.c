@@ -83,3 +83,36 @@ ab_backend *ab_manager_backend(ab_manager *m)
 {
         return m->o.backend;
 }
+
+int ab_sysboxes_stop(ab_backend *b, size_t *stopped, size_t *others_live, ab_err **err)
+{
+        *stopped = *others_live = 0;
+        ab_box_info *bi = NULL;
+        size_t n = 0;
+        if (b->ops->list(b, &bi, &n, err) < 0)
+                return ab_err_wrap(err, "list boxes");
+        int rc = 0;
+        for (size_t i = 0; i < n; i++) {
+                bool live = bi[i].status == AB_BOX_RUNNING || bi[i].status == AB_BOX_PAUSED;
+                if (strncmp(bi[i].id, SYSTEM_PREFIX, strlen(SYSTEM_PREFIX))) {
+                        *others_live += live || bi[i].status == AB_BOX_CREATING;
+                        continue;
+                }
+                if (!live)
+                        continue;
+                ab_err *e = NULL;
+                if (b->ops->stop(b, bi[i].id, &e) == 0) {
+                        (*stopped)++;
+                        ab_log(AB_LOG_INFO, "system box stopped", "box", bi[i].id, NULL);
+                } else if (rc == 0) {
+                        rc = mgr_propagate(err, e);
+                        ab_err_wrap(err, "stop system box %s", bi[i].id);
+                } else {
+                        ab_err_free(&e);
+                }
+        }
+        for (size_t i = 0; i < n; i++)
+                ab_box_info_clear(&bi[i]);
+        free(bi);
+        return rc;
+}

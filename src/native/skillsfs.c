@@ -258,16 +258,28 @@ static int mount_image(int dfd, const char *data, ab_err **err)
         return -1;
 }
 
+/* DATA/.skills.lock, held (flock) until the fd is closed; -1 with err. */
+static int lock_data(int data_fd, const char *data, ab_err **err)
+{
+        int lfd = openat(data_fd, LOCK, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+        if (lfd < 0)
+                return ab_err_set(err, AB_E_INTERNAL, errno, "open %s/%s", data, LOCK);
+        while (flock(lfd, LOCK_EX) < 0) {
+                if (errno != EINTR) {
+                        int e = errno;
+                        close(lfd);
+                        return ab_err_set(err, AB_E_INTERNAL, e, "lock %s/%s", data, LOCK);
+                }
+        }
+        return lfd;
+}
+
 int ab_skillsfs_open(int data_fd, const char *data, int cache_fd, uint64_t size_mib,
                      ab_skillsfs_kind *kind, ab_err **err)
 {
-        _cleanup_close_ int lfd =
-            openat(data_fd, LOCK, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+        _cleanup_close_ int lfd = lock_data(data_fd, data, err);
         if (lfd < 0)
-                return ab_err_set(err, AB_E_INTERNAL, errno, "open %s/%s", data, LOCK);
-        while (flock(lfd, LOCK_EX) < 0)
-                if (errno != EINTR)
-                        return ab_err_set(err, AB_E_INTERNAL, errno, "lock %s/%s", data, LOCK);
+                return -1;
         if (mkdirat(data_fd, "skills", 0755) < 0 && errno != EEXIST)
                 return ab_err_set(err, AB_E_INTERNAL, errno, "create %s/skills", data);
         _cleanup_free_ char *image = xasprintf("%s/" IMAGE, data);
@@ -313,4 +325,23 @@ int ab_skillsfs_open(int data_fd, const char *data, int cache_fd, uint64_t size_
         ab_skillsfs_sweep_staging(sfd);
         finish(data_fd, sfd, stfd);
         return 0;
+}
+
+int ab_skillsfs_unmount(const char *data, ab_err **err)
+{
+        _cleanup_close_ int dfd = open(data, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (dfd < 0)
+                return errno == ENOENT ? 0 : ab_err_set(err, AB_E_INTERNAL, errno, "open %s", data);
+        _cleanup_close_ int lfd = lock_data(dfd, data, err);
+        if (lfd < 0)
+                return -1;
+        _cleanup_free_ char *image = xasprintf("%s/" IMAGE, data);
+        _cleanup_free_ char *target = xasprintf("%s/skills", data);
+        if (!ab_disk_mounted_at(image, target))
+                return 0;
+        /* Not detached: a file open on it (an install under way) keeps it. */
+        if (umount2(target, UMOUNT_NOFOLLOW) < 0)
+                return ab_err_set(err, errno == EBUSY ? AB_E_CONFLICT : AB_E_INTERNAL, errno,
+                                  "unmount %s", target);
+        return 1;
 }

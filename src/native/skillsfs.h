@@ -39,6 +39,16 @@ typedef enum {
 int ab_skillsfs_open(int data_fd, const char *data, int cache_fd, uint64_t size_mib,
                      ab_skillsfs_kind *kind, ab_err **err);
 
+/* Unmounts DATA/skills when it is the mount of DATA/skills.img, under the
+ * same lock as ab_skillsfs_open; its loop device goes with the last mount
+ * of it (a box still running keeps its own). For a server that stops
+ * while no box needs the skills any more: the next ab_skillsfs_open mounts
+ * it again (on the loop device a box still holds, if any). 1 when it
+ * unmounted, 0 when there was nothing to unmount (no data folder, not
+ * mounted, a plain folder or the admin's own mount); AB_E_CONFLICT while a
+ * file is open on it. */
+int ab_skillsfs_unmount(const char *data, ab_err **err);
+
 /* Removes what installs of dead processes left in DATA/skills/.staging
  * (entries are named NAME.PID.*). */
 void ab_skillsfs_sweep_staging(int skills_fd);

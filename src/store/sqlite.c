@@ -214,6 +214,13 @@ int ab_store_sqlite_open(const char *path, ab_store **out, ab_err **err)
         }
         sqlite3_extended_result_codes(db, 1);
         sqlite3_busy_timeout(db, BUSY_TIMEOUT_MS);
+        /* The WAL file stays between processes and commits alone checkpoint
+         * (SQLite's auto-checkpoint): a CLI exec, which opens the store for one
+         * audit row, would otherwise make, sync, checkpoint and delete the WAL
+         * on every run. Committed rows are in the WAL either way. */
+        int persist = 1;
+        sqlite3_file_control(db, "main", SQLITE_FCNTL_PERSIST_WAL, &persist);
+        sqlite3_db_config(db, SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, 1, NULL);
         sqlite_store *q = xzalloc(sizeof(*q));
         q->base.ops = &sqlite_ops;
         q->db = db;
