@@ -88,6 +88,7 @@ CALLS = [
     ("POST", "/v1/shell/sessions/create", {"id": "evil"}, None),
     ("GET", "/v1/shell/sessions", None, None),
     ("DELETE", "/v1/shell/sessions/keep", None, None),
+    ("DELETE", "/v1/shell/sessions", None, None),
     ("POST", "/v1/bash/exec", {"command": "touch " + MARK}, None),
     ("POST", "/v1/file/read", {"file": "/workspace/a.txt"}, None),
     ("POST", "/v1/file/write", {"file": "/workspace/a.txt", "content": "B was here"}, None),

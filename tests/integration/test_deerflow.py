@@ -95,6 +95,10 @@ def enveloped(r):
 r = aio("GET", "/v1/sandbox")
 h.ok(r.status == 200 and r.get("success") is True and r.get("home_dir") and r.get("version"),
      "GET /v1/sandbox: the context (home_dir, version) without any key", r.describe())
+sysenv = (r.get("detail") or {}).get("system") or {}
+h.ok(all(k in sysenv for k in ("os", "os_version", "arch", "user", "home_dir", "timezone", "occupied_ports"))
+     and set((r.get("detail") or {}).get("runtime") or {}) == {"python", "nodejs"},
+     "GET /v1/sandbox: detail with every field AIO's schema requires", r.describe())
 
 r = aio("POST", "/v1/shell/exec", {"command": "echo hello; export KEEP=kept; cd /tmp",
                                     "no_change_timeout": 600})
@@ -119,8 +123,10 @@ h.eq(((data(r) or {}).get("output") or "").strip(), "/etc", "exec_dir for one co
 r = aio("POST", "/v1/shell/exec", {"id": S, "command": "pwd", "exec_dir": "/nonexistent", "strict": True})
 h.ok(r.status == 400 and r.get("success") is False, "strict exec_dir that does not exist: 400", r.describe())
 r = aio("GET", "/v1/shell/sessions")
-h.ok(r.status == 200 and S in ((data(r) or {}).get("sessions") or {}), "GET /v1/shell/sessions lists it",
-     r.describe())
+info = ((data(r) or {}).get("sessions") or {}).get(S) or {}
+h.ok(r.status == 200 and info.get("working_dir") == "/workspace" and info.get("status") == "ready"
+     and all(k in info for k in ("created_at", "last_used_at", "age_seconds")),
+     "GET /v1/shell/sessions lists it (ShellSessionInfo)", r.describe())
 
 # async + view + wait
 r = aio("POST", "/v1/shell/exec", {"id": S, "command": "echo one; sleep 1; echo two", "async_mode": True})
@@ -278,6 +284,12 @@ r = aio("DELETE", "/v1/shell/sessions/" + S)
 h.eq(r.status, 200, "DELETE /v1/shell/sessions/{id}", r.describe())
 r = aio("POST", "/v1/shell/view", {"id": S})
 h.eq(r.status, 404, "the session is gone", r.describe())
+aio("POST", "/v1/shell/sessions/create", {"id": "extra1"})
+r = aio("DELETE", "/v1/shell/sessions")
+h.ok(r.status == 200 and (data(r) or {}).get("closed") == 2, "DELETE /v1/shell/sessions: every session",
+     r.describe())
+r = aio("GET", "/v1/shell/sessions")
+h.eq((data(r) or {}).get("sessions"), {}, "no sessions left", r.describe())
 r = prov("DELETE", "/api/sandboxes/" + SID)
 h.ok(r.status == 200 and r.json == {"ok": True, "sandbox_id": SID}, "DELETE /api/sandboxes/{id}", r.describe())
 r = prov("GET", "/api/sandboxes/" + SID)

@@ -70,6 +70,7 @@ enum MHD_Result aio_shell_write(ab_req *r);
 enum MHD_Result aio_session_create(ab_req *r);
 enum MHD_Result aio_session_list(ab_req *r);
 enum MHD_Result aio_session_delete(ab_req *r, const char *sid);
+enum MHD_Result aio_session_delete_all(ab_req *r);
 enum MHD_Result aio_bash_exec(ab_req *r);
 /* The server stops: waits for sessions' commands give up (they go on in
  * their shells) within a tick. */

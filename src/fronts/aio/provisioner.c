@@ -11,6 +11,7 @@
 
 #include <ctype.h>
 #include <string.h>
+#include <sys/utsname.h>
 
 #define MAX_EXTRA_MOUNTS 10 /* as DeerFlow's provisioner */
 #define ID_MAX           64
@@ -319,12 +320,20 @@ enum MHD_Result aio_sandbox_delete(ab_req *r, const char *sid)
         return resp_json(r, 200, json_pack("{s:b,s:s}", "ok", 1, "sandbox_id", sid));
 }
 
-/* GET /v1/sandbox: AIO's context; its fields beside the envelope. */
+/* GET /v1/sandbox: AIO's context (SandboxResponse: its fields beside the
+ * envelope, every one its schema requires). */
 enum MHD_Result aio_context(ab_req *r)
 {
-        json_t *j = json_pack("{s:b,s:s,s:n,s:s,s:s,s:s,s:{s:s,s:s}}", "success", 1, "message",
-                              "Operation successful", "data", "home_dir", "/root", "workspace",
-                              "/mnt/user-data/workspace", "version", AGENTBOX_VERSION, "detail",
-                              "sandbox_id", aio_box(r), "runtime", "agentbox");
+        struct utsname u;
+        if (uname(&u) < 0)
+                memset(&u, 0, sizeof(u));
+        json_t *sys =
+            json_pack("{s:s,s:s,s:s,s:s,s:s,s:s,s:s,s:[]}", "os", "linux", "os_version", u.release,
+                      "arch", u.machine, "user", "root", "home_dir", "/root", "workspace",
+                      "/mnt/user-data/workspace", "timezone", "UTC", "occupied_ports");
+        json_t *j = json_pack("{s:b,s:s,s:n,s:s,s:s,s:s,s:{s:o,s:{s:[],s:[]},s:[]}}", "success", 1,
+                              "message", "Operation successful", "data", "home_dir", "/root",
+                              "workspace", "/mnt/user-data/workspace", "version", AGENTBOX_VERSION,
+                              "detail", "system", sys, "runtime", "python", "nodejs", "utils");
         return resp_json(r, 200, j);
 }

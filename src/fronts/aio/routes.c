@@ -228,6 +228,7 @@ static const aio_call calls[] = {
     {"POST", "v1/shell/write", aio_shell_write},
     {"POST", "v1/shell/sessions/create", aio_session_create},
     {"GET", "v1/shell/sessions", aio_session_list},
+    {"DELETE", "v1/shell/sessions", aio_session_delete_all},
     {"POST", "v1/bash/exec", aio_bash_exec},
     {"POST", "v1/file/read", aio_file_read},
     {"POST", "v1/file/write", aio_file_write},

@@ -21,6 +21,7 @@
 #include "fronts/aio/aio_int.h"
 
 #include "base/buf.h"
+#include "base/codec.h"
 #include "base/id.h"
 #include "base/limits.h"
 #include "base/util.h"
@@ -30,6 +31,7 @@
 #include <poll.h>
 #include <stdatomic.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #define SESS_DIR         "/tmp/.agentbox-aio"
@@ -927,28 +929,72 @@ enum MHD_Result aio_session_create(ab_req *r)
         return ans ? aio_ok(r, ans) : aio_err(r, e);
 }
 
-/* GET /v1/shell/sessions: {sessions: {ID: {working_dir, alive}}}. */
-enum MHD_Result aio_session_list(ab_req *r)
+/* A session as AIO lists it (ShellSessionInfo). */
+static json_t *session_info(const abc_term_info *t, const char *cwd)
+{
+        char when[AB_TIME_LEN];
+        ab_time_rfc3339(t->created_ms, false, when);
+        int64_t age = (int64_t)time(NULL) - t->created_ms / 1000;
+        return json_pack("{s:s,s:s,s:s,s:I,s:s,s:n}", "working_dir", cwd ? cwd : "/workspace",
+                         "created_at", when, "last_used_at", when, "age_seconds",
+                         (json_int_t)(age > 0 ? age : 0), "status", t->running ? "ready" : "closed",
+                         "current_command");
+}
+
+/* Each session of the call's box: fn(r, sid, terminal, cwd, ud). */
+static int sessions_each(ab_req *r,
+                         void (*fn)(ab_req *, const char *, const abc_term_info *, const char *,
+                                    void *),
+                         void *ud, ab_err **err)
 {
         abc_term_info *v;
         size_t n;
-        ab_err *e = NULL;
-        if (ab_manager_term_list(r->srv->mgr, aio_box(r), r->scope, &v, &n, &e) < 0)
-                return aio_err(r, e);
-        json_t *m = json_object();
+        if (ab_manager_term_list(r->srv->mgr, aio_box(r), r->scope, &v, &n, err) < 0)
+                return -1;
         for (size_t i = 0; i < n; i++) {
                 json_t *j = v[i].tag ? json_loads(v[i].tag, 0, NULL) : NULL;
                 const char *sid = tag_session(j);
-                const char *cwd = json_string_value(json_object_get(j, "cwd"));
                 if (sid)
-                        json_object_set_new(m, sid,
-                                            json_pack("{s:s,s:b}", "working_dir",
-                                                      cwd ? cwd : "/workspace", "alive",
-                                                      v[i].running));
+                        fn(r, sid, &v[i], json_string_value(json_object_get(j, "cwd")), ud);
                 json_decref(j);
         }
         abc_term_infos_free(v, n);
+        return 0;
+}
+
+static void list_one(ab_req *r, const char *sid, const abc_term_info *t, const char *cwd, void *ud)
+{
+        (void)r;
+        json_object_set_new(ud, sid, session_info(t, cwd));
+}
+
+/* GET /v1/shell/sessions: {sessions: {ID: ShellSessionInfo}}. */
+enum MHD_Result aio_session_list(ab_req *r)
+{
+        json_t *m = json_object();
+        ab_err *e = NULL;
+        if (sessions_each(r, list_one, m, &e) < 0) {
+                json_decref(m);
+                return aio_err(r, e);
+        }
         return aio_ok(r, json_pack("{s:o}", "sessions", m));
+}
+
+static void close_one(ab_req *r, const char *sid, const abc_term_info *t, const char *cwd, void *ud)
+{
+        (void)sid, (void)cwd;
+        if (ab_manager_term_close(r->srv->mgr, aio_box(r), r->scope, t->id, NULL) == 0)
+                (*(size_t *)ud)++;
+}
+
+/* DELETE /v1/shell/sessions: every session of the box. */
+enum MHD_Result aio_session_delete_all(ab_req *r)
+{
+        size_t closed = 0;
+        ab_err *e = NULL;
+        if (sessions_each(r, close_one, &closed, &e) < 0)
+                return aio_err(r, e);
+        return aio_ok(r, json_pack("{s:I}", "closed", (json_int_t)closed));
 }
 
 /* DELETE /v1/shell/sessions/{id}: its shell and whatever runs on it. */
