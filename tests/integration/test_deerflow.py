@@ -143,6 +143,15 @@ d = data(r) or {}
 h.ok(d.get("output", "").split() == ["one", "two"] and d.get("exit_code") == 0 and d.get("status") == "completed",
      "view: the whole output and the exit code", r.describe())
 
+# two execs at once on one session: one runs, the other is 409
+import threading  # noqa: E402
+got = []
+ths = [threading.Thread(target=lambda: got.append(aio("POST", "/v1/shell/exec", {"id": S, "command": "sleep 1"}).status))
+       for _ in range(2)]
+[t.start() for t in ths]
+[t.join() for t in ths]
+h.eq(sorted(got), [200, 409], "two execs at once in one session: one runs, one is 409", str(got))
+
 # timeouts
 t0 = time.time()
 r = aio("POST", "/v1/shell/exec", {"id": S, "command": "echo start; sleep 30", "no_change_timeout": 1})
@@ -290,6 +299,9 @@ h.ok(r.status == 200 and (data(r) or {}).get("closed") == 2, "DELETE /v1/shell/s
      r.describe())
 r = aio("GET", "/v1/shell/sessions")
 h.eq((data(r) or {}).get("sessions"), {}, "no sessions left", r.describe())
+made = [aio("POST", "/v1/shell/sessions/create", {"id": "many%d" % i}).status for i in range(9)]
+h.eq(made, [200] * 8 + [429], "at most 8 shell sessions per sandbox: the 9th is 429", str(made))
+aio("DELETE", "/v1/shell/sessions")
 r = prov("DELETE", "/api/sandboxes/" + SID)
 h.ok(r.status == 200 and r.json == {"ok": True, "sandbox_id": SID}, "DELETE /api/sandboxes/{id}", r.describe())
 r = prov("GET", "/api/sandboxes/" + SID)

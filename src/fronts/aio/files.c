@@ -122,7 +122,7 @@ static int read_all(ab_req *r, ab_use *u, const char *path, ab_buf *b, ab_err **
         if (dir)
                 return ab_err_set(err, AB_E_INVALID, 0, "%s is a directory", path);
         if (size > READ_MAX)
-                return ab_err_set(err, AB_E_LIMIT, 0,
+                return ab_err_set(err, AB_E_INVALID, 0,
                                   "%s holds %llu bytes: more than the %u this call reads (use "
                                   "/v1/file/download)",
                                   path, (unsigned long long)size, READ_MAX);
@@ -270,7 +270,7 @@ enum MHD_Result aio_file_replace(ab_req *r)
                 }
                 ab_buf_add(&out, p, (size_t)(lim - p));
                 if (out.n > READ_MAX)
-                        rc = ab_err_set(&e, AB_E_LIMIT, 0, "the result would exceed %u bytes",
+                        rc = ab_err_set(&e, AB_E_INVALID, 0, "the result would exceed %u bytes",
                                         READ_MAX);
         }
         if (rc == 0 && count)

@@ -6,7 +6,6 @@
 #include "base/id.h"
 #include "base/log.h"
 #include "base/util.h"
-#include "kit/status.h"
 
 #include <ctype.h>
 #include <stdarg.h>
@@ -42,7 +41,7 @@ enum MHD_Result aio_fail(ab_req *r, unsigned status, json_t *data, const char *f
 
 enum MHD_Result aio_err(ab_req *r, ab_err *e)
 {
-        unsigned st = kit_file_status(e->code);
+        unsigned st = status_of(e->code);
         if (st >= 500 && st != 503 && st != 507)
                 ab_log(AB_LOG_ERROR, "deerflow: request failed", "path", r->path, "error", e->msg,
                        NULL);

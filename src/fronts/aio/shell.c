@@ -29,6 +29,7 @@
 
 #include <ctype.h>
 #include <poll.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <string.h>
 #include <time.h>
@@ -51,6 +52,52 @@ static atomic_bool stopping;
 void aio_shell_quiesce(void)
 {
         atomic_store(&stopping, true);
+}
+
+/* ---- sessions a call of this server is starting a run in ------------------ */
+
+/* Between the check that a session is idle and the line typed into it, the
+ * session is this call's: a second exec at once is 409 (after the line,
+ * the run's own state in the box says it runs). */
+typedef struct claim {
+        struct claim *next;
+        char *box, *sid;
+} claim;
+
+static pthread_mutex_t claims_lock = PTHREAD_MUTEX_INITIALIZER;
+static claim *claims;
+
+static bool session_claim(const char *box, const char *sid)
+{
+        pthread_mutex_lock(&claims_lock);
+        bool busy = false;
+        for (claim *c = claims; c && !busy; c = c->next)
+                busy = !strcmp(c->box, box) && !strcmp(c->sid, sid);
+        if (!busy) {
+                claim *c = xzalloc(sizeof(*c));
+                c->box = xstrdup(box);
+                c->sid = xstrdup(sid);
+                c->next = claims;
+                claims = c;
+        }
+        pthread_mutex_unlock(&claims_lock);
+        return !busy;
+}
+
+static void session_release(const char *box, const char *sid)
+{
+        pthread_mutex_lock(&claims_lock);
+        for (claim **l = &claims; *l; l = &(*l)->next) {
+                claim *c = *l;
+                if (!strcmp(c->box, box) && !strcmp(c->sid, sid)) {
+                        *l = c->next;
+                        free(c->box);
+                        free(c->sid);
+                        free(c);
+                        break;
+                }
+        }
+        pthread_mutex_unlock(&claims_lock);
 }
 
 /* ---- sessions: terminals tagged with their id --------------------------- */
@@ -171,7 +218,7 @@ static int sess_ensure(ab_req *r, const char *sid, const char *cwd, sess *s, boo
                 s->tid = NULL;
                 cwd = s->cwd;
         } else if (count >= AIO_SESSIONS_MAX) {
-                return ab_err_set(err, AB_E_LIMIT, 0,
+                return ab_err_set(err, AB_E_QUOTA, 0,
                                   "sandbox has %d shell sessions already (the most it keeps): "
                                   "delete one first",
                                   AIO_SESSIONS_MAX);
@@ -583,8 +630,13 @@ enum MHD_Result aio_shell_exec(ab_req *r)
                 json_decref(b);
                 return bad_field(r, e);
         }
+        if (!session_claim(aio_box(r), o.sid)) {
+                json_decref(b);
+                return aio_fail(r, 409, NULL, "session %s is starting a command already", o.sid);
+        }
         ab_use u;
         if (aio_use(r, &u, &ret) < 0) {
+                session_release(aio_box(r), o.sid);
                 json_decref(b);
                 return ret;
         }
@@ -631,6 +683,7 @@ enum MHD_Result aio_shell_exec(ab_req *r)
                 rc = ab_manager_term_input(r->srv->mgr, aio_box(r), r->scope, s.tid, line,
                                            strlen(line), &e);
         }
+        session_release(aio_box(r), o.sid);
         json_t *ans = NULL;
         if (rc == 0 && o.async) {
                 run_state st = {.status = "running", .output = json_string("")};
