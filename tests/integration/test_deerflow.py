@@ -311,4 +311,18 @@ h.ok(r.status in (401, 404) and enveloped(r), "its URL no longer answers", r.des
 r = prov("DELETE", "/api/sandboxes/" + SID)
 h.ok(r.status == 200 and r.get("ok") is True, "deleting it again answers ok, as DeerFlow's provisioner",
      r.describe())
+
+# ---- another prefix (deerflow_prefix), the same server stopped first -----------------------
+srv.stop()
+srv2 = h.start_server(name="deerflow2", token=TOKEN, data=srv.data, config={
+    "idle_pause": "1h", "idle_stop": "2h", "deerflow_prefix": "sandbox/df",
+    "api_keys": [{"key": KEY, "app_id": "appa"}]})
+r = srv2.request("POST", "/sandbox/df/api/sandboxes", body={"sandbox_id": "other"}, headers=PK, token=None)
+u2 = urllib.parse.urlparse(r.get("sandbox_url") or "http://x/none").path
+h.ok(r.status == 200 and u2.startswith("/sandbox/df/aio/"), "deerflow_prefix moves the routes", r.describe())
+r = srv2.request("GET", u2 + "/v1/sandbox", token=None)
+h.eq(r.status, 200, "the AIO routes under the new prefix", r.describe())
+r = srv2.request("GET", "/deerflow/health", token=None)
+h.ok(r.status in (401, 404), "the old prefix is free", r.describe())
+srv2.request("DELETE", "/sandbox/df/api/sandboxes/other", headers=PK, token=None)
 h.done()
