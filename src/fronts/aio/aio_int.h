@@ -51,6 +51,30 @@ int aio_opt_int(json_t *o, const char *name, int64_t lo, int64_t hi, int64_t *ou
  * the server, then PREFIX/aio (free it). */
 char *aio_url_base(ab_req *r);
 
+/* ---- parse.c: pure parsers (no I/O), also fuzzed (tests/fuzz/fuzz_aio.c) ---- */
+
+/* A sandbox URL's segment "{box}.{token}" (or "{box}" alone, for a caller
+ * with a key): id (65 bytes) gets the box id, *token points into cap or
+ * is NULL. 0, or -1 when cap is neither. */
+int aio_cap_parse(const char *cap, char id[65], const char **token);
+/* Where the output of the run with nonce lies in a terminal's output buf
+ * (bn bytes), between its start mark and its end mark: *off and *len (a
+ * partial end mark at the end is held back). 1 with *code when the end
+ * mark is complete, else 0. *from_start: the start mark is in buf (else
+ * the beginning was lost to init's ring). */
+int aio_marks_scan(const char *buf, size_t bn, const char *nonce, size_t *off, size_t *len,
+                   int *code, bool *from_start);
+/* At most max characters (0: all) of n bytes at p as a JSON string
+ * (invalid UTF-8 replaced): its head and tail with a marker between, as
+ * AIO's truncation. A new reference. */
+json_t *aio_text_cut(const char *p, size_t n, size_t max);
+/* Lines [start, end) (0-based; end < 0: to the last) of buf (bn bytes):
+ * *p and *n, within buf. */
+void aio_lines_cut(const char *buf, size_t bn, int64_t start, int64_t end, const char **p,
+                   size_t *n);
+/* "1M", "500K", "2G", "1024" (a B may follow): bytes; -1 for anything else. */
+int64_t aio_size_parse(const char *s);
+
 /* ---- provisioner.c ---- */
 enum MHD_Result aio_health(ab_req *r, const char *id);
 enum MHD_Result aio_sandbox_create(ab_req *r, const char *id);

@@ -129,29 +129,6 @@ static int read_all(ab_req *r, ab_use *u, const char *path, ab_buf *b, ab_err **
         return ab_manager_file_read(r->srv->mgr, u, path, 0, READ_MAX, buf_out, b, err);
 }
 
-/* Lines [start, end) of text (0-based; end < 0: to the last). */
-static void lines_cut(const ab_buf *b, int64_t start, int64_t end, const char **p, size_t *n)
-{
-        const char *s = b->p ? b->p : "", *lim = s + b->n;
-        int64_t line = 0;
-        const char *from = start <= 0 ? s : NULL, *to = lim;
-        for (const char *q = s; q < lim; q++) {
-                if (*q != '\n')
-                        continue;
-                line++;
-                if (!from && line == start)
-                        from = q + 1;
-                if (end >= 0 && line == end) {
-                        to = q + 1;
-                        break;
-                }
-        }
-        if (!from || (end >= 0 && end <= start))
-                from = to = lim;
-        *p = from;
-        *n = (size_t)(to - from);
-}
-
 /* POST /v1/file/read {file, start_line?, end_line?}: {content, file}. */
 enum MHD_Result aio_file_read(ab_req *r)
 {
@@ -179,7 +156,7 @@ enum MHD_Result aio_file_read(ab_req *r)
         }
         const char *p;
         size_t n;
-        lines_cut(&data, start, end, &p, &n);
+        aio_lines_cut(data.p, data.n, start, end, &p, &n);
         ret = aio_ok(r, json_pack("{s:o,s:s}", "content", json_bytes(p, n), "file", path));
         json_decref(b);
         return ret;
@@ -502,35 +479,6 @@ enum MHD_Result aio_file_find(ab_req *r)
         return ret;
 }
 
-/* "1M", "500K", "2G", "1024": bytes; -1 when it is none. */
-static int64_t size_parse(const char *s)
-{
-        char *end;
-        double v = strtod(s, &end);
-        if (end == s || v < 0)
-                return -1;
-        int64_t mul = 1;
-        switch (*end) {
-        case 'k':
-        case 'K':
-                mul = 1 << 10, end++;
-                break;
-        case 'm':
-        case 'M':
-                mul = 1 << 20, end++;
-                break;
-        case 'g':
-        case 'G':
-                mul = 1 << 30, end++;
-                break;
-        default:
-                break;
-        }
-        if (*end == 'B' || *end == 'b')
-                end++;
-        return *end ? -1 : (int64_t)(v * (double)mul);
-}
-
 /* A list of globs; each string. */
 static bool any_glob(json_t *globs, const char *rel)
 {
@@ -593,7 +541,7 @@ static int grep_parse(json_t *b, grep_opts *o, ab_err **err)
                 return -1;
         if (!o->pattern || !*o->pattern)
                 return ab_err_set(err, AB_E_INVALID, 0, "pattern: required");
-        if (size && (o->size_max = size_parse(size)) < 0)
+        if (size && (o->size_max = aio_size_parse(size)) < 0)
                 return ab_err_set(err, AB_E_INVALID, 0, "max_file_size: e.g. 1M, 500K or 1024");
         if ((o->include && !json_is_null(o->include) && !json_is_array(o->include)) ||
             (o->exclude && !json_is_null(o->exclude) && !json_is_array(o->exclude)))

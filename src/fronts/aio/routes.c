@@ -136,22 +136,6 @@ int aio_opt_int(json_t *o, const char *name, int64_t lo, int64_t hi, int64_t *ou
 static char prefix[PREFIX_MAX + 1];
 static size_t prefix_segs;
 
-/* "{box}.{token}" (or "{box}" alone, for a caller with a key): 0, or -1
- * when cap is neither. */
-static int cap_parse(const char *cap, char id[65], const char **token)
-{
-        const char *dot = strchr(cap, '.');
-        size_t n = dot ? (size_t)(dot - cap) : strlen(cap);
-        if (n == 0 || n > 64)
-                return -1;
-        memcpy(id, cap, n);
-        id[n] = 0;
-        *token = dot ? dot + 1 : NULL;
-        if (*token && strlen(*token) != AIO_TOKEN_HEX)
-                return -1;
-        return ab_id_valid(id) ? 0 : -1;
-}
-
 /* 1 when tok is the token of box id (not being deleted): *app gets its
  * app (NULL: the admin's box); 0 when not; -1 with *err. */
 static int token_box(ab_req *r, const char *id, const char *tok, char **app, ab_err **err)
@@ -180,7 +164,7 @@ static enum MHD_Result aio_authenticate(ab_req *r, bool *ok)
         size_t i = prefix_segs + 1; /* PREFIX/aio/CAP/... */
         char id[65];
         const char *tok = NULL;
-        if (i >= r->n_seg || cap_parse(r->seg[i], id, &tok) < 0)
+        if (i >= r->n_seg || aio_cap_parse(r->seg[i], id, &tok) < 0)
                 return aio_fail(r, 404, NULL, "no such sandbox URL");
         ab_err *e = NULL;
         if (tok) {

@@ -299,73 +299,6 @@ static int run_write(ab_req *r, ab_use *u, const char *sid, const run *x, ab_err
                                      0600, err);
 }
 
-/* Where the run's output lies in b: *off and *len; 1 with *code when its
- * end mark is there, else 0. *from_start: its start mark is in b (else
- * the output's beginning was lost to the ring). */
-static int marks_scan(const ab_buf *b, const char *nonce, size_t *off, size_t *len, int *code,
-                      bool *from_start)
-{
-        char start[48], end[48];
-        snprintf(start, sizeof(start), "\036S%s\036", nonce);
-        snprintf(end, sizeof(end), "\036E%s:", nonce);
-        const char *p = b->p ? b->p : "";
-        const char *s = b->n ? memmem(p, b->n, start, strlen(start)) : NULL;
-        *from_start = s != NULL;
-        size_t o = s ? (size_t)(s - p) + strlen(start) : 0;
-        const char *e = memmem(p + o, b->n - o, end, strlen(end));
-        if (!s && !e) { /* not started yet (or all of it lost) */
-                *off = *len = 0;
-                return 0;
-        }
-        *off = o;
-        if (e) {
-                const char *c = e + strlen(end);
-                const char *close = memchr(c, '\036', b->n - (size_t)(c - p));
-                if (close) {
-                        *len = (size_t)(e - (p + o));
-                        *code = atoi(c);
-                        return 1;
-                }
-        }
-        /* hold back a partial end mark at the end */
-        size_t n = b->n - o, el = strlen(end);
-        for (size_t k = el - 1 < n ? el - 1 : n; k > 0; k--)
-                if (!memcmp(p + b->n - k, end, k)) {
-                        n -= k;
-                        break;
-                }
-        *len = e ? (size_t)(e - (p + o)) : n;
-        return 0;
-}
-
-/* At most max characters of text (UTF-8: whole characters): its head and
- * tail with a marker between. A new JSON string. */
-static json_t *text_cut(const char *p, size_t n, size_t max)
-{
-        json_t *full = json_bytes(p, n);
-        const char *s = json_string_value(full);
-        size_t len = json_string_length(full), chars = 0;
-        for (size_t i = 0; i < len; i++)
-                chars += ((unsigned char)s[i] & 0xC0) != 0x80;
-        if (max == 0 || chars <= max)
-                return full;
-        size_t head = max / 2, tail = max - head, seen = 0, hb = 0, tb = len;
-        for (hb = 0; hb < len; hb++) {
-                if (((unsigned char)s[hb] & 0xC0) != 0x80 && seen++ == head)
-                        break;
-        }
-        seen = 0;
-        while (tb > hb && seen < tail) {
-                tb--;
-                if (((unsigned char)s[tb] & 0xC0) != 0x80)
-                        seen++;
-        }
-        _cleanup_free_ char *cut = xasprintf("%.*s\n... [%zu characters truncated] ...\n%s",
-                                             (int)hb, s, chars - head - tail, s + tb);
-        json_decref(full);
-        return json_string(cut);
-}
-
 /* What a session's run reads as now. */
 typedef struct run_state {
         const char *status; /* AIO's BashCommandStatus */
@@ -419,8 +352,8 @@ static int state_of(ab_req *r, ab_use *u, const sess *s, const run *x, run_state
                 return -1;
         size_t off, len;
         bool whole;
-        int done = marks_scan(&b, x->nonce, &off, &len, &st->code, &whole);
-        st->output = text_cut(b.p ? b.p + off : "", len, AIO_OUTPUT_MAX);
+        int done = aio_marks_scan(b.p, b.n, x->nonce, &off, &len, &st->code, &whole);
+        st->output = aio_text_cut(b.p ? b.p + off : "", len, AIO_OUTPUT_MAX);
         if (!done)
                 st->status = "running";
         else if (x->ended)
@@ -529,7 +462,7 @@ static int waiter_out(void *ud, int stream, const void *data, size_t len)
         w->last_out = ab_now_ms();
         size_t off, n;
         bool whole;
-        w->done = marks_scan(&w->b, w->nonce, &off, &n, &w->code, &whole) == 1;
+        w->done = aio_marks_scan(w->b.p, w->b.n, w->nonce, &off, &n, &w->code, &whole) == 1;
         if (!w->done && whole && w->b.n > KEEP_MAX) {
                 /* keep the start mark and the last half: the middle goes */
                 size_t keep = KEEP_MAX / 2, cut = w->b.n - keep - off;
@@ -695,7 +628,7 @@ enum MHD_Result aio_shell_exec(ab_req *r)
                 bool whole;
                 int code = -1;
                 if (w.b.n)
-                        marks_scan(&w.b, x.nonce, &off, &n, &code, &whole);
+                        aio_marks_scan(w.b.p, w.b.n, x.nonce, &off, &n, &code, &whole);
                 _cleanup_buf_ ab_buf out = {0};
                 if (w.dropped)
                         ab_buf_printf(&out, "... [earlier output dropped] ...\n");
@@ -703,7 +636,8 @@ enum MHD_Result aio_shell_exec(ab_req *r)
                 run_state st = {.status = w.done ? "completed" : w.status};
                 st.has_code = w.done;
                 st.code = w.code;
-                st.output = text_cut(out.p ? out.p : "", out.n, o.truncate ? AIO_OUTPUT_MAX : 0);
+                st.output =
+                    aio_text_cut(out.p ? out.p : "", out.n, o.truncate ? AIO_OUTPUT_MAX : 0);
                 if (!w.done && w.status && !strcmp(w.status, "hard_timeout")) {
                         free(x.ended);
                         x.ended = xstrdup("hard_timeout");
@@ -1179,9 +1113,10 @@ enum MHD_Result aio_bash_exec(ab_req *r)
                 ans = json_pack(
                     "{s:s,s:s,s:s,s:s,s:o,s:o,s:I,s:I}", "session_id", sid, "command_id", cid,
                     "command", command, "status", res.timed_out ? "timed_out" : "completed",
-                    "stdout", text_cut(t.out.p ? t.out.p : "", t.out.n, (size_t)max_len), "stderr",
-                    text_cut(t.err.p ? t.err.p : "", t.err.n, (size_t)max_len), "offset",
-                    (json_int_t)res.stdout_bytes, "stderr_offset", (json_int_t)res.stderr_bytes);
+                    "stdout", aio_text_cut(t.out.p ? t.out.p : "", t.out.n, (size_t)max_len),
+                    "stderr", aio_text_cut(t.err.p ? t.err.p : "", t.err.n, (size_t)max_len),
+                    "offset", (json_int_t)res.stdout_bytes, "stderr_offset",
+                    (json_int_t)res.stderr_bytes);
                 json_object_set_new(ans, "exit_code",
                                     res.timed_out ? json_null() : json_integer(res.exit_code));
         }
