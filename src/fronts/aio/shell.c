@@ -25,6 +25,7 @@
 #include "base/id.h"
 #include "base/limits.h"
 #include "base/util.h"
+#include "kit/shell.h"
 #include "kit/term.h"
 
 #include <ctype.h>
@@ -165,39 +166,16 @@ static int sess_find(ab_req *r, const char *sid, sess *s, size_t *count, ab_err 
         return found;
 }
 
-/* Starts session sid's shell (bash on a terminal, no echo, no prompt; the
- * end mark from PROMPT_COMMAND) in cwd (NULL: /workspace). */
+/* Starts session sid's shell (kit_shell_open) in cwd (NULL: /workspace),
+ * tagged with the session. */
 static int sess_open(ab_req *r, const char *sid, const char *cwd, char **tid, ab_err **err)
 {
-        static const char *const argv[] = {"bash",        "--noprofile", "--norc",
-                                           "--noediting", "-i",          NULL};
-        static const char *const env[] = {
-            "PS1=",
-            "PS2=",
-            "PS0=",
-            "TERM=dumb",
-            "HISTFILE=/dev/null",
-            "PROMPT_COMMAND=printf '\\036E%s:%d\\036' \"${__ab_nonce:-none}\" \"$?\"",
-            NULL};
         json_t *tj = json_pack("{s:s,s:s}", "front", "aio", "session", sid);
         if (cwd)
                 json_object_set_new(tj, "cwd", json_string(cwd));
         _cleanup_free_ char *tag = json_dumps(tj, JSON_COMPACT);
         json_decref(tj);
-        abc_term_req q = {
-            .argv = argv, .env = env, .cwd = cwd, .cols = 1000, .rows = 50, .tag = tag};
-        abc_term_info info = {0};
-        if (ab_manager_term_open_id(r->srv->mgr, aio_box(r), r->scope, &q, &info, err) < 0)
-                return -1;
-        static const char setup[] = "stty -echo -onlcr 2>/dev/null; set +m\n";
-        int rc = ab_manager_term_input(r->srv->mgr, aio_box(r), r->scope, info.id, setup,
-                                       sizeof(setup) - 1, err);
-        if (rc == 0)
-                *tid = steal_pointer(&info.id);
-        else
-                ab_manager_term_close(r->srv->mgr, aio_box(r), r->scope, info.id, NULL);
-        abc_term_info_clear(&info);
-        return rc;
+        return kit_shell_open(r->srv->mgr, aio_box(r), r->scope, tag, cwd, tid, err);
 }
 
 /* Session sid with a live shell: found, made (within AIO_SESSIONS_MAX), or
@@ -307,36 +285,6 @@ typedef struct run_state {
         json_t *output; /* a string */
 } run_state;
 
-/* What init kept of terminal tid's output (its ring) into *out. */
-static int term_kept(ab_req *r, ab_use *u, const char *tid, ab_buf *out, ab_err **err)
-{
-        _cleanup_close_ int fd = ab_manager_use_connect(r->srv->mgr, u, err);
-        if (fd < 0)
-                return -1;
-        abc_term_info t = {0};
-        abc_term_stream *st = NULL;
-        int rc = abc_term_snapshot(fd, tid, &t, &st, err);
-        for (int waited = 0; rc == 0;) {
-                abc_term_event ev;
-                int k = abc_term_next(st, &ev);
-                if (k > 0 && ev.kind == ABC_TERM_OUTPUT) {
-                        ab_buf_add(out, ev.data, ev.len);
-                        continue;
-                }
-                if (k != 0)
-                        break; /* the end of what it kept */
-                struct pollfd pf = {.fd = fd, .events = POLLIN};
-                if (waited >= 10000 || poll(&pf, 1, 1000) < 0) {
-                        rc = ab_err_set(err, AB_E_UNAVAILABLE, 0, "init did not answer");
-                        break;
-                }
-                waited += 1000;
-        }
-        abc_term_stream_free(st);
-        abc_term_info_clear(&t);
-        return rc;
-}
-
 /* The state of run x of session s (from the terminal's ring). */
 static int state_of(ab_req *r, ab_use *u, const sess *s, const run *x, run_state *st, ab_err **err)
 {
@@ -348,7 +296,10 @@ static int state_of(ab_req *r, ab_use *u, const sess *s, const run *x, run_state
                 return 0;
         }
         _cleanup_buf_ ab_buf b = {0};
-        if (term_kept(r, u, s->tid, &b, err) < 0)
+        abc_term_info t;
+        int rc = kit_term_kept(r->srv->mgr, aio_box(r), r->scope, s->tid, &t, &b, err);
+        abc_term_info_clear(&t);
+        if (rc < 0)
                 return -1;
         size_t off, len;
         bool whole;
