@@ -5,6 +5,7 @@
 #include "base/util.h"
 
 #include <poll.h>
+#include <stdlib.h>
 #include <string.h>
 
 int kit_shell_open(ab_manager *m, const char *box, const char *scope, const char *tag,
@@ -66,4 +67,42 @@ int kit_term_kept(ab_manager *m, const char *box, const char *scope, const char 
         abc_term_stream_free(st);
         ab_manager_use_end(m, &u);
         return rc;
+}
+
+typedef struct kit_claim_entry {
+        struct kit_claim_entry *next;
+        char *box, *sid;
+} kit_claim_entry;
+
+bool kit_claim(kit_claims *c, const char *box, const char *sid)
+{
+        pthread_mutex_lock(&c->lock);
+        bool busy = false;
+        for (kit_claim_entry *k = c->head; k && !busy; k = k->next)
+                busy = !strcmp(k->box, box) && !strcmp(k->sid, sid);
+        if (!busy) {
+                kit_claim_entry *k = xzalloc(sizeof(*k));
+                k->box = xstrdup(box);
+                k->sid = xstrdup(sid);
+                k->next = c->head;
+                c->head = k;
+        }
+        pthread_mutex_unlock(&c->lock);
+        return !busy;
+}
+
+void kit_release(kit_claims *c, const char *box, const char *sid)
+{
+        pthread_mutex_lock(&c->lock);
+        for (kit_claim_entry **l = &c->head; *l; l = &(*l)->next) {
+                kit_claim_entry *k = *l;
+                if (!strcmp(k->box, box) && !strcmp(k->sid, sid)) {
+                        *l = k->next;
+                        free(k->box);
+                        free(k->sid);
+                        free(k);
+                        break;
+                }
+        }
+        pthread_mutex_unlock(&c->lock);
 }

@@ -9,6 +9,9 @@
 #include "base/buf.h"
 #include "core/manager.h"
 
+#include <pthread.h>
+#include <stdbool.h>
+
 /* Starts a bash on a terminal of box (scope as everywhere): no echo, no
  * prompt, no job control, no history file, TERM=dumb; after each line its
  * PROMPT_COMMAND prints the end mark "\036E<nonce>:<$?>\036", where nonce
@@ -26,5 +29,22 @@ int kit_shell_open(ab_manager *m, const char *box, const char *scope, const char
  * when init does not answer within 10 s. */
 int kit_term_kept(ab_manager *m, const char *box, const char *scope, const char *tid,
                   abc_term_info *t, ab_buf *out, ab_err **err);
+
+/* Sessions in use by calls of this server (box and session id pairs):
+ * what lets a front answer 409 to a second command in a session at once.
+ * Static storage: `static kit_claims x = KIT_CLAIMS_INIT;`. Thread-safe. */
+typedef struct kit_claims {
+        pthread_mutex_t lock;
+        struct kit_claim_entry *head;
+} kit_claims;
+#define KIT_CLAIMS_INIT                                                                            \
+        {                                                                                          \
+                PTHREAD_MUTEX_INITIALIZER, NULL                                                    \
+        }
+
+/* Claims session sid of box: false when it is claimed already. */
+bool kit_claim(kit_claims *c, const char *box, const char *sid);
+/* Releases a claim of kit_claim (none: nothing). */
+void kit_release(kit_claims *c, const char *box, const char *sid);
 
 #endif

@@ -30,7 +30,6 @@
 
 #include <ctype.h>
 #include <poll.h>
-#include <pthread.h>
 #include <stdatomic.h>
 #include <string.h>
 #include <time.h>
@@ -60,46 +59,7 @@ void aio_shell_quiesce(void)
 /* Between the check that a session is idle and the line typed into it, the
  * session is this call's: a second exec at once is 409 (after the line,
  * the run's own state in the box says it runs). */
-typedef struct claim {
-        struct claim *next;
-        char *box, *sid;
-} claim;
-
-static pthread_mutex_t claims_lock = PTHREAD_MUTEX_INITIALIZER;
-static claim *claims;
-
-static bool session_claim(const char *box, const char *sid)
-{
-        pthread_mutex_lock(&claims_lock);
-        bool busy = false;
-        for (claim *c = claims; c && !busy; c = c->next)
-                busy = !strcmp(c->box, box) && !strcmp(c->sid, sid);
-        if (!busy) {
-                claim *c = xzalloc(sizeof(*c));
-                c->box = xstrdup(box);
-                c->sid = xstrdup(sid);
-                c->next = claims;
-                claims = c;
-        }
-        pthread_mutex_unlock(&claims_lock);
-        return !busy;
-}
-
-static void session_release(const char *box, const char *sid)
-{
-        pthread_mutex_lock(&claims_lock);
-        for (claim **l = &claims; *l; l = &(*l)->next) {
-                claim *c = *l;
-                if (!strcmp(c->box, box) && !strcmp(c->sid, sid)) {
-                        *l = c->next;
-                        free(c->box);
-                        free(c->sid);
-                        free(c);
-                        break;
-                }
-        }
-        pthread_mutex_unlock(&claims_lock);
-}
+static kit_claims starting = KIT_CLAIMS_INIT;
 
 /* ---- sessions: terminals tagged with their id --------------------------- */
 
@@ -514,13 +474,13 @@ enum MHD_Result aio_shell_exec(ab_req *r)
                 json_decref(b);
                 return bad_field(r, e);
         }
-        if (!session_claim(aio_box(r), o.sid)) {
+        if (!kit_claim(&starting, aio_box(r), o.sid)) {
                 json_decref(b);
                 return aio_fail(r, 409, NULL, "session %s is starting a command already", o.sid);
         }
         ab_use u;
         if (aio_use(r, &u, &ret) < 0) {
-                session_release(aio_box(r), o.sid);
+                kit_release(&starting, aio_box(r), o.sid);
                 json_decref(b);
                 return ret;
         }
@@ -567,7 +527,7 @@ enum MHD_Result aio_shell_exec(ab_req *r)
                 rc = ab_manager_term_input(r->srv->mgr, aio_box(r), r->scope, s.tid, line,
                                            strlen(line), &e);
         }
-        session_release(aio_box(r), o.sid);
+        kit_release(&starting, aio_box(r), o.sid);
         json_t *ans = NULL;
         if (rc == 0 && o.async) {
                 run_state st = {.status = "running", .output = json_string("")};

@@ -719,46 +719,17 @@ static enum MHD_Result cmd_interrupt(ab_req *r, const char *id)
 #define SESSION_TIMEOUT_S 600  /* a run given no timeout */
 #define SESSION_GRACE_MS  5000 /* after ^C, before the shell is given up */
 
-/* A session with a run in progress (under cmds_lock). */
-typedef struct busy_run {
-        struct busy_run *next;
-        char *box, *sid;
-} busy_run;
+/* Sessions with a run in progress. */
+static kit_claims busy_runs = KIT_CLAIMS_INIT;
 
-static busy_run *busy_runs;
-
-/* Marks session sid of box busy: false when it was already. */
 static bool session_claim(const char *box, const char *sid)
 {
-        pthread_mutex_lock(&cmds_lock);
-        bool busy = false;
-        for (busy_run *b = busy_runs; b && !busy; b = b->next)
-                busy = !strcmp(b->box, box) && !strcmp(b->sid, sid);
-        if (!busy) {
-                busy_run *b = xzalloc(sizeof(*b));
-                b->box = xstrdup(box);
-                b->sid = xstrdup(sid);
-                b->next = busy_runs;
-                busy_runs = b;
-        }
-        pthread_mutex_unlock(&cmds_lock);
-        return !busy;
+        return kit_claim(&busy_runs, box, sid);
 }
 
 static void session_release(const char *box, const char *sid)
 {
-        pthread_mutex_lock(&cmds_lock);
-        for (busy_run **l = &busy_runs; *l; l = &(*l)->next) {
-                busy_run *b = *l;
-                if (!strcmp(b->box, box) && !strcmp(b->sid, sid)) {
-                        *l = b->next;
-                        free(b->box);
-                        free(b->sid);
-                        free(b);
-                        break;
-                }
-        }
-        pthread_mutex_unlock(&cmds_lock);
+        kit_release(&busy_runs, box, sid);
 }
 
 /* The terminal of session sid in box (*t), and the directory it started
