@@ -475,8 +475,9 @@ enum MHD_Result aio_shell_exec(ab_req *r)
                 return bad_field(r, e);
         }
         if (!kit_claim(&starting, aio_box(r), o.sid)) {
-                json_decref(b);
-                return aio_fail(r, 409, NULL, "session %s is starting a command already", o.sid);
+                ret = aio_fail(r, 409, NULL, "session %s is starting a command already", o.sid);
+                json_decref(b); /* o's strings are b's */
+                return ret;
         }
         ab_use u;
         if (aio_use(r, &u, &ret) < 0) {
