@@ -152,6 +152,20 @@ ths = [threading.Thread(target=lambda: got.append(aio("POST", "/v1/shell/exec", 
 [t.join() for t in ths]
 h.eq(sorted(got), [200, 409], "two execs at once in one session: one runs, one is 409", str(got))
 
+# output beyond what is kept: AIO's cut (30000 characters, head and tail)
+r = aio("POST", "/v1/shell/exec", {"id": S, "command": "seq 1 40000"})
+out = (data(r) or {}).get("output") or ""
+h.ok(out.startswith("1\n2\n3\n") and out.rstrip().endswith("39999\n40000") and "truncated" in out
+     and len(out) < 30200, "a long output: head and tail, cut to 30000 characters", out[:80] + " ... " + out[-80:])
+r = aio("POST", "/v1/shell/exec", {"id": S, "command": "seq 1 40000", "truncate": False})
+h.eq(len(((data(r) or {}).get("output") or "").split()), 40000, "truncate: false gives all of it", r.describe()[:300])
+r = aio("POST", "/v1/shell/exec", {"id": S, "command": "seq 1 40000; sleep 1", "async_mode": True})
+aio("POST", "/v1/shell/wait", {"id": S, "seconds": 20})
+r = aio("POST", "/v1/shell/view", {"id": S})
+out = (data(r) or {}).get("output") or ""
+h.ok((data(r) or {}).get("status") == "completed" and out.rstrip().endswith("40000") and 1000 < len(out) < 30200,
+     "view of a long output: the end of what init kept", out[:80] + " ... " + out[-80:])
+
 # timeouts
 t0 = time.time()
 r = aio("POST", "/v1/shell/exec", {"id": S, "command": "echo start; sleep 30", "no_change_timeout": 1})

@@ -45,7 +45,7 @@
 #define KILL_GRACE_MS    3000
 #define RUN_FILE_MAX     (1u << 20)
 #define COMMAND_MAX      (1u << 20)
-#define KEEP_MAX         (256u << 10) /* output kept by a synchronous exec */
+#define KEEP_MAX         (1u << 20) /* output kept by a synchronous exec */
 
 static atomic_bool stopping;
 
@@ -246,7 +246,7 @@ typedef struct run_state {
 } run_state;
 
 /* The state of run x of session s (from the terminal's ring). */
-static int state_of(ab_req *r, ab_use *u, const sess *s, const run *x, run_state *st, ab_err **err)
+static int state_of(ab_req *r, const sess *s, const run *x, run_state *st, ab_err **err)
 {
         *st = (run_state){.status = "completed"};
         if (!s->tid || !s->running || strcmp(s->tid, x->tid)) {
@@ -496,7 +496,7 @@ enum MHD_Result aio_shell_exec(ab_req *r)
                 rc = sess_ensure(r, o.sid, dir, &s, &made, &e);
         if (rc == 0 && !made && run_read(r, &u, o.sid, &prev, &e) == 1) {
                 run_state st;
-                rc = state_of(r, &u, &s, &prev, &st, &e);
+                rc = state_of(r, &s, &prev, &st, &e);
                 json_decref(st.output);
                 if (rc == 0 && !strcmp(st.status, "running"))
                         rc = ab_err_set(&e, AB_E_CONFLICT, 0,
@@ -647,7 +647,7 @@ static int session_state(ab_req *r, ab_use *u, sess *s, run *x, bool has_run, ru
                 *st = (run_state){.status = "completed", .output = json_string("")};
                 return 0;
         }
-        return state_of(r, u, s, x, st, err);
+        return state_of(r, s, x, st, err);
 }
 
 /* POST /v1/shell/view {id}: the last run's output and status. */
@@ -733,7 +733,7 @@ enum MHD_Result aio_shell_kill(ab_req *r)
                 while (rc == 0 && !strcmp(st.status, "running") && ab_now_ms() < until) {
                         usleep(100 * 1000);
                         json_decref(st.output);
-                        rc = state_of(r, &u, &s, &x, &st, &e);
+                        rc = state_of(r, &s, &x, &st, &e);
                 }
                 if (rc == 0 && !strcmp(st.status, "running"))
                         ab_manager_term_close(r->srv->mgr, aio_box(r), r->scope, s.tid, NULL);
