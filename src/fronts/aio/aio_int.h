@@ -28,8 +28,9 @@ enum MHD_Result aio_ok(ab_req *r, json_t *data);
 /* {"success": false, "message": ..., "data": data} with status (steals data). */
 enum MHD_Result aio_fail(ab_req *r, unsigned status, json_t *data, const char *fmt, ...)
     AB_PRINTF(4, 5);
-/* aio_fail for e (freed), with the status fitting its code (a bad field:
- * 422, as AIO's validation answers it). */
+/* aio_fail for e (freed), with the status fitting its code (status_of).
+ * A bad or missing field is answered 422 instead, as AIO's validation
+ * answers it (aio_body and the handlers' own). */
 enum MHD_Result aio_err(ab_req *r, ab_err *e);
 
 /* The box of the call (checked from the request's head: routes.c). */
@@ -75,7 +76,9 @@ void aio_lines_cut(const char *buf, size_t bn, int64_t start, int64_t end, const
 /* "1M", "500K", "2G", "1024" (a B may follow): bytes; -1 for anything else. */
 int64_t aio_size_parse(const char *s);
 
-/* ---- provisioner.c ---- */
+/* ---- provisioner.c: DeerFlow's provisioner routes, each a route_fn (id:
+ * the sandbox id of the path, or unused); answers and errors as its
+ * FastAPI service gives them ({"detail": ...}) ---- */
 enum MHD_Result aio_health(ab_req *r, const char *id);
 enum MHD_Result aio_sandbox_create(ab_req *r, const char *id);
 enum MHD_Result aio_sandbox_list(ab_req *r, const char *id);
@@ -85,7 +88,8 @@ enum MHD_Result aio_sandbox_delete(ab_req *r, const char *id);
 enum MHD_Result aio_context(ab_req *r);
 
 /* ---- shell.c: shell sessions (terminals kept by the box's init) and
- * /v1/bash/exec ---- */
+ * /v1/bash/exec. Each handler answers the call of aio_box(r) in AIO's
+ * envelope, its body read with aio_body ---- */
 enum MHD_Result aio_shell_exec(ab_req *r);
 enum MHD_Result aio_shell_view(ab_req *r);
 enum MHD_Result aio_shell_wait(ab_req *r);
@@ -96,11 +100,13 @@ enum MHD_Result aio_session_list(ab_req *r);
 enum MHD_Result aio_session_delete(ab_req *r, const char *sid);
 enum MHD_Result aio_session_delete_all(ab_req *r);
 enum MHD_Result aio_bash_exec(ab_req *r);
-/* The server stops: waits for sessions' commands give up (they go on in
- * their shells) within a tick. */
+/* The server stops: synchronous execs and waits stop waiting within a
+ * tick (they answer `running`); the commands go on in their shells. */
 void aio_shell_quiesce(void);
 
-/* ---- files.c ---- */
+/* ---- files.c: the file calls, through the manager's file doors (paths
+ * are the box's, resolved by its init); errors carry AIO's
+ * FileOperationError as data ---- */
 enum MHD_Result aio_file_read(ab_req *r);
 enum MHD_Result aio_file_write(ab_req *r);
 enum MHD_Result aio_file_list(ab_req *r);
