@@ -43,8 +43,9 @@ enum MHD_Result aio_err(ab_req *r, ab_err *e)
 {
         unsigned st = status_of(e->code);
         if (st >= 500 && st != 503 && st != 507)
-                ab_log(AB_LOG_ERROR, "deerflow: request failed", "path", r->path, "error", e->msg,
-                       NULL);
+                /* the box, not the path: a sandbox URL's path holds its token */
+                ab_log(AB_LOG_ERROR, "deerflow: request failed", "box",
+                       aio_box(r) ? aio_box(r) : "-", "error", e->msg, NULL);
         enum MHD_Result ret = aio_fail(r, st, NULL, "%s", e->msg);
         ab_err_free(&e);
         return ret;
