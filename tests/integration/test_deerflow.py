@@ -288,8 +288,16 @@ h.ok(r.status == 422 and enveloped(r), "a body that is not JSON: 422", r.describ
 
 # ---- a session outlives a server restart ------------------------------------------------
 r = aio("POST", "/v1/shell/exec", {"id": S, "command": "export SURVIVE=yes; cd /mnt/user-data"})
-r = aio("POST", "/v1/shell/exec", {"id": S, "command": "sleep 2; echo after-restart", "async_mode": True})
+held = []
+t = threading.Thread(target=lambda: held.append(aio("POST", "/v1/shell/exec",
+                                                    {"id": S, "command": "sleep 3; echo after-restart"})))
+t.start()
+time.sleep(1.0)
 srv.restart()
+t.join()
+h.ok(held and held[0].status == 200 and (data(held[0]) or {}).get("status") == "running",
+     "a synchronous exec when the server stops: answered `running` (the command goes on)",
+     held[0].describe() if held else "no answer")
 BASE2 = BASE
 r = aio("POST", "/v1/shell/wait", {"id": S, "seconds": 20})
 h.eq((data(r) or {}).get("status"), "completed", "after a restart: wait for the command started before", r.describe())
