@@ -74,6 +74,33 @@ r = prov("POST", "/api/sandboxes", {"sandbox_id": "hostmnt", "extra_mounts": [
 h.ok(r.status == 403 and "host" in (r.get("detail") or "").lower(),
      "an app's extra_mount of a host directory is refused clearly (403)", r.describe())
 
+# extra_mounts: the app's named volume, shared by two sandboxes (one read-only)
+VOL = "dfvol" + secrets.token_hex(3)
+r = srv.request("POST", "/v1/volumes", body={"name": VOL, "size_mib": 64}, headers=PK, token=None)
+h.eq(r.status, 201, "a named volume of the app", r.describe())
+vsb = []
+for n, ro in (("volw", False), ("volr", True)):
+    r = prov("POST", "/api/sandboxes", {"sandbox_id": n, "extra_mounts": [
+        {"host_path": "volume:" + VOL, "container_path": "/mnt/shared", "read_only": ro}]})
+    h.eq(r.status, 200, "a sandbox with extra_mount volume:%s (read_only %s)" % (VOL, ro), r.describe())
+    vsb.append(urllib.parse.urlparse(r.get("sandbox_url") or "http://x/none").path)
+r = srv.request("POST", vsb[0] + "/v1/file/write", body={"file": "/mnt/shared/note.txt", "content": "shared"},
+                token=None)
+h.eq(r.status, 200, "one sandbox writes into the volume", r.describe())
+r = srv.request("POST", vsb[1] + "/v1/file/read", body={"file": "/mnt/shared/note.txt"}, token=None)
+h.eq(((r.json or {}).get("data") or {}).get("content"), "shared", "the other reads it", r.describe())
+r = srv.request("POST", vsb[1] + "/v1/file/write", body={"file": "/mnt/shared/x", "content": "no"}, token=None)
+h.ok(r.status in (403, 400) and ((r.json or {}).get("data") or {}).get("error_type") in ("permission_denied",
+                                                                                       "invalid_argument"),
+     "the read-only mount refuses a write", r.describe())
+r = prov("POST", "/api/sandboxes", {"sandbox_id": "volx", "extra_mounts": [
+    {"host_path": "volume:nosuchvol", "container_path": "/mnt/shared"}]})
+h.eq(r.status, 404, "a volume that does not exist: 404", r.describe())
+for n in ("volw", "volr"):
+    prov("DELETE", "/api/sandboxes/" + n)
+h.ok(abserver.wait_for(lambda: srv.request("DELETE", "/v1/volumes/" + VOL, headers=PK, token=None).status == 200,
+                       timeout=30), "the volume goes once its sandboxes are deleted")
+
 # ---- the AIO routes, as DeerFlow's AioSandbox client calls them ---------------------------
 BASE = urllib.parse.urlparse(URL).path
 
@@ -336,8 +363,12 @@ h.ok(r.status == 200 and r.get("ok") is True, "deleting it again answers ok, as 
 
 # ---- another prefix (deerflow_prefix), the same server stopped first -----------------------
 srv.stop()
+HOSTDIR = os.path.join(h.root, "hostdir")
+os.makedirs(HOSTDIR)
+with open(os.path.join(HOSTDIR, "data.txt"), "w") as f:
+    f.write("from the host")
 srv2 = h.start_server(name="deerflow2", token=TOKEN, data=srv.data, config={
-    "idle_pause": "1h", "idle_stop": "2h", "deerflow_prefix": "sandbox/df",
+    "idle_pause": "1h", "idle_stop": "2h", "deerflow_prefix": "sandbox/df", "host_mount_prefixes": [HOSTDIR],
     "api_keys": [{"key": KEY, "app_id": "appa"}]})
 r = srv2.request("POST", "/sandbox/df/api/sandboxes", body={"sandbox_id": "other"}, headers=PK, token=None)
 u2 = urllib.parse.urlparse(r.get("sandbox_url") or "http://x/none").path
@@ -347,4 +378,19 @@ h.eq(r.status, 200, "the AIO routes under the new prefix", r.describe())
 r = srv2.request("GET", "/deerflow/health", token=None)
 h.ok(r.status in (401, 404), "the old prefix is free", r.describe())
 srv2.request("DELETE", "/sandbox/df/api/sandboxes/other", headers=PK, token=None)
+mnt = [{"host_path": HOSTDIR, "container_path": "/mnt/host", "read_only": True}]
+r = srv2.request("POST", "/sandbox/df/api/sandboxes", body={"sandbox_id": "hostmnt", "extra_mounts": mnt},
+                 headers=PK, token=None)
+h.ok(r.status == 403 and "admin" in (r.get("detail") or ""), "an app's host directory mount: 403 even under "
+     "host_mount_prefixes", r.describe())
+r = srv2.request("POST", "/sandbox/df/api/sandboxes", body={"sandbox_id": "hostmnt", "extra_mounts": mnt})
+u3 = urllib.parse.urlparse(r.get("sandbox_url") or "http://x/none").path
+h.eq(r.status, 200, "the admin's host directory mount under host_mount_prefixes", r.describe())
+r = srv2.request("POST", u3 + "/v1/file/read", body={"file": "/mnt/host/data.txt"}, token=None)
+h.eq(((r.json or {}).get("data") or {}).get("content"), "from the host", "the box reads the host directory",
+     r.describe())
+r = srv2.request("POST", "/sandbox/df/api/sandboxes", body={"sandbox_id": "hostmnt2", "extra_mounts": [
+    {"host_path": "/etc", "container_path": "/mnt/etc", "read_only": True}]})
+h.eq(r.status, 403, "the admin's host mount outside host_mount_prefixes: 403", r.describe())
+srv2.request("DELETE", "/sandbox/df/api/sandboxes/hostmnt")
 h.done()
