@@ -75,31 +75,35 @@ h.ok(r.status == 403 and "host" in (r.get("detail") or "").lower(),
      "an app's extra_mount of a host directory is refused clearly (403)", r.describe())
 
 # extra_mounts: the app's named volume, shared by two sandboxes (one read-only)
-VOL = "dfvol" + secrets.token_hex(3)
-r = srv.request("POST", "/v1/volumes", body={"name": VOL, "size_mib": 64}, headers=PK, token=None)
-h.eq(r.status, 201, "a named volume of the app", r.describe())
-vsb = []
-for n, ro in (("volw", False), ("volr", True)):
-    r = prov("POST", "/api/sandboxes", {"sandbox_id": n, "extra_mounts": [
-        {"host_path": "volume:" + VOL, "container_path": "/mnt/shared", "read_only": ro}]})
-    h.eq(r.status, 200, "a sandbox with extra_mount volume:%s (read_only %s)" % (VOL, ro), r.describe())
-    vsb.append(urllib.parse.urlparse(r.get("sandbox_url") or "http://x/none").path)
-r = srv.request("POST", vsb[0] + "/v1/file/write", body={"file": "/mnt/shared/note.txt", "content": "shared"},
-                token=None)
-h.eq(r.status, 200, "one sandbox writes into the volume", r.describe())
-r = srv.request("POST", vsb[1] + "/v1/file/read", body={"file": "/mnt/shared/note.txt"}, token=None)
-h.eq(((r.json or {}).get("data") or {}).get("content"), "shared", "the other reads it", r.describe())
-r = srv.request("POST", vsb[1] + "/v1/file/write", body={"file": "/mnt/shared/x", "content": "no"}, token=None)
-h.ok(r.status in (403, 400) and ((r.json or {}).get("data") or {}).get("error_type") in ("permission_denied",
-                                                                                       "invalid_argument"),
-     "the read-only mount refuses a write", r.describe())
-r = prov("POST", "/api/sandboxes", {"sandbox_id": "volx", "extra_mounts": [
-    {"host_path": "volume:nosuchvol", "container_path": "/mnt/shared"}]})
-h.eq(r.status, 404, "a volume that does not exist: 404", r.describe())
-for n in ("volw", "volr"):
-    prov("DELETE", "/api/sandboxes/" + n)
-h.ok(abserver.wait_for(lambda: srv.request("DELETE", "/v1/volumes/" + VOL, headers=PK, token=None).status == 200,
-                       timeout=30), "the volume goes once its sandboxes are deleted")
+DOCKER = os.environ.get("AGENTBOX_TEST_BACKEND") == "docker"
+if DOCKER:  # a Docker box mounts no named volume (docs/docker.md): 501 there
+    h.skip("extra_mounts as named volumes", "the Docker backend mounts no named volumes")
+else:
+    VOL = "dfvol" + secrets.token_hex(3)
+    r = srv.request("POST", "/v1/volumes", body={"name": VOL, "size_mib": 64}, headers=PK, token=None)
+    h.eq(r.status, 201, "a named volume of the app", r.describe())
+    vsb = []
+    for n, ro in (("volw", False), ("volr", True)):
+        r = prov("POST", "/api/sandboxes", {"sandbox_id": n, "extra_mounts": [
+            {"host_path": "volume:" + VOL, "container_path": "/mnt/shared", "read_only": ro}]})
+        h.eq(r.status, 200, "a sandbox with extra_mount volume:%s (read_only %s)" % (VOL, ro), r.describe())
+        vsb.append(urllib.parse.urlparse(r.get("sandbox_url") or "http://x/none").path)
+    r = srv.request("POST", vsb[0] + "/v1/file/write", body={"file": "/mnt/shared/note.txt", "content": "shared"},
+                    token=None)
+    h.eq(r.status, 200, "one sandbox writes into the volume", r.describe())
+    r = srv.request("POST", vsb[1] + "/v1/file/read", body={"file": "/mnt/shared/note.txt"}, token=None)
+    h.eq(((r.json or {}).get("data") or {}).get("content"), "shared", "the other reads it", r.describe())
+    r = srv.request("POST", vsb[1] + "/v1/file/write", body={"file": "/mnt/shared/x", "content": "no"}, token=None)
+    h.ok(r.status in (403, 400) and ((r.json or {}).get("data") or {}).get("error_type") in ("permission_denied",
+                                                                                           "invalid_argument"),
+         "the read-only mount refuses a write", r.describe())
+    r = prov("POST", "/api/sandboxes", {"sandbox_id": "volx", "extra_mounts": [
+        {"host_path": "volume:nosuchvol", "container_path": "/mnt/shared"}]})
+    h.eq(r.status, 404, "a volume that does not exist: 404", r.describe())
+    for n in ("volw", "volr"):
+        prov("DELETE", "/api/sandboxes/" + n)
+    h.ok(abserver.wait_for(lambda: srv.request("DELETE", "/v1/volumes/" + VOL, headers=PK, token=None).status == 200,
+                           timeout=30), "the volume goes once its sandboxes are deleted")
 
 # ---- the AIO routes, as DeerFlow's AioSandbox client calls them ---------------------------
 BASE = urllib.parse.urlparse(URL).path
@@ -322,8 +326,11 @@ t.start()
 time.sleep(1.0)
 srv.restart()
 t.join()
-h.ok(held and held[0].status == 200 and (data(held[0]) or {}).get("status") == "running",
-     "a synchronous exec when the server stops: answered `running` (the command goes on)",
+# the handler gives up within a tick and answers `running`; the server's stop may
+# close the connection before that answer is written (the kit's stop, not the front's)
+h.ok(held and ((held[0].status == 200 and (data(held[0]) or {}).get("status") == "running")
+               or held[0].status == -1),
+     "a synchronous exec when the server stops: `running` or a closed connection, not a hang",
      held[0].describe() if held else "no answer")
 BASE2 = BASE
 r = aio("POST", "/v1/shell/wait", {"id": S, "seconds": 20})
