@@ -89,8 +89,10 @@ export async function render(main, args, signal) {
   function row(b) {
     const l = b.limits || {};
     const s = b.stats;
-    const keys = [b.app_id, b.user_id, b.chat_id].filter(x => x !== null).join(' / ') ||
-                 (b.thread_id ? 'thread ' + b.thread_id : '–');
+    const deerflow = b.metadata && b.metadata['deerflow.sandbox_id'];
+    const keys = ([b.app_id, b.user_id, b.chat_id].filter(x => x !== null).join(' / ') ||
+                  (b.thread_id && !deerflow ? 'thread ' + b.thread_id : '–')) +
+                 (deerflow ? ' · DeerFlow sandbox ' + deerflow : '');
     return h('tr', {'data-id': b.id},
       h('td', {}, h('a', {href: '#/box/' + encodeURIComponent(b.id)}, b.id)),
       h('td', {}, badge(b.status)),

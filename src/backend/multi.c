@@ -334,6 +334,63 @@ static ab_backend_ops multi_ops_for(const char *name)
         };
 }
 
+/* Volumes and sub-cgroups are backends[0]'s: each call goes to it with its
+ * own handle (its tables read their backend's state from the handle they
+ * are given, which the multi backend's is not). */
+static ab_backend *first(ab_backend *b)
+{
+        return M(b)->b[0];
+}
+
+static int mv_create(ab_backend *b, const char *name, uint64_t size_mib, const char *app,
+                     ab_err **err)
+{
+        ab_backend *t = first(b);
+        return t->vol->create(t, name, size_mib, app, err);
+}
+
+static int mv_get(ab_backend *b, const char *name, ab_volume_info *out, ab_err **err)
+{
+        ab_backend *t = first(b);
+        return t->vol->get(t, name, out, err);
+}
+
+static int mv_list(ab_backend *b, ab_volume_info **out, size_t *n, ab_err **err)
+{
+        ab_backend *t = first(b);
+        return t->vol->list(t, out, n, err);
+}
+
+static int mv_remove(ab_backend *b, const char *name, ab_err **err)
+{
+        ab_backend *t = first(b);
+        return t->vol->remove(t, name, err);
+}
+
+static const ab_volume_ops multi_vol = {mv_create, mv_get, mv_list, mv_remove};
+
+static int ms_create(ab_backend *b, const char *id, const char *sub, uint64_t memory_bytes,
+                     uint64_t pids, pid_t host_pid, ab_err **err)
+{
+        ab_backend *t = first(b);
+        return t->subcg->create(t, id, sub, memory_bytes, pids, host_pid, err);
+}
+
+static int ms_set_memory(ab_backend *b, const char *id, const char *sub, uint64_t bytes,
+                         ab_err **err)
+{
+        ab_backend *t = first(b);
+        return t->subcg->set_memory(t, id, sub, bytes, err);
+}
+
+static int ms_end(ab_backend *b, const char *id, const char *sub, uint64_t *oom_kills, ab_err **err)
+{
+        ab_backend *t = first(b);
+        return t->subcg->end(t, id, sub, oom_kills, err);
+}
+
+static const ab_subcg_ops multi_subcg = {ms_create, ms_set_memory, ms_end};
+
 /* The ops table lives with the multi backend (its name is backends[0]'s). */
 typedef struct multi_box {
         multi m;
@@ -353,8 +410,8 @@ int ab_multi_open(ab_backend **backends, size_t n, const char *default_name, ab_
         multi *m = &mb->m;
         mb->ops = multi_ops_for(backends[0]->ops->name);
         m->base.ops = &mb->ops;
-        m->base.subcg = backends[0]->subcg;
-        m->base.vol = backends[0]->vol;
+        m->base.subcg = backends[0]->subcg ? &multi_subcg : NULL;
+        m->base.vol = backends[0]->vol ? &multi_vol : NULL;
         pthread_mutex_init(&m->mu, NULL);
         for (size_t i = 0; i < n; i++)
                 m->b[m->n++] = backends[i];

@@ -4,6 +4,7 @@
  * (even after kill -9) finds them again. The pieces without the HTTP server
  * (cli_service_open) also serve `agentbox mcp`. */
 #include "kit/server.h"
+#include "fronts/aio/aio.h"
 #include "fronts/e2b/e2b.h"
 #include "fronts/opensandbox/opensandbox.h"
 #include "rest/rest.h"
@@ -377,7 +378,10 @@ int cli_serve(int argc, char **argv, const char *data_flag)
         ab_server_add_routes(srv, &ab_rest_routes);
         ab_server_add_routes(srv, &ab_e2b_routes);
         ab_server_add_routes(srv, &ab_osb_routes);
-        if (ab_server_start(srv, &e) < 0) {
+        const ab_route_table *aio = ab_aio_routes(cfg->deerflow_prefix, &e);
+        if (aio)
+                ab_server_add_routes(srv, aio);
+        if (!aio || ab_server_start(srv, &e) < 0) {
                 cli_error(e);
                 cli_service_close(&svc);
                 return EXIT_AGENTBOX;

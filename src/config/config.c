@@ -78,6 +78,7 @@ static void config_copy(ab_config *dst, const ab_config *src)
         dst->webhook_url = dup_or_null(src->webhook_url);
         dst->network_hosts_file = dup_or_null(src->network_hosts_file);
         dst->ports_domain = dup_or_null(src->ports_domain);
+        dst->deerflow_prefix = dup_or_null(src->deerflow_prefix);
         dst->network_subnet = dup_or_null(src->network_subnet);
         dst->backend = dup_or_null(src->backend);
         dst->docker_host = dup_or_null(src->docker_host);
@@ -146,6 +147,7 @@ void ab_config_release(ab_config *c)
         free(c->webhook_url);
         free(c->network_hosts_file);
         free(c->ports_domain);
+        free(c->deerflow_prefix);
         free(c->network_subnet);
         free(c->backend);
         free(c->docker_host);
@@ -334,6 +336,7 @@ static const field fields[] = {
       max_streams_per_address),
     F("max_requests", NULL, "AGENTBOX_MAX_REQUESTS", K_COUNT, max_requests),
     F("ports_domain", NULL, "AGENTBOX_PORTS_DOMAIN", K_OPT_STR, ports_domain),
+    F("deerflow_prefix", NULL, "AGENTBOX_DEERFLOW_PREFIX", K_OPT_STR, deerflow_prefix),
     F("ports_timeout", NULL, "AGENTBOX_PORTS_TIMEOUT", K_MS, ports_timeout_ms),
     F("network_hosts_file", NULL, "AGENTBOX_NETWORK_HOSTS_FILE", K_OPT_STR, network_hosts_file),
     F("network_subnet", NULL, "AGENTBOX_NETWORK_SUBNET", K_OPT_STR, network_subnet),

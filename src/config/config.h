@@ -62,6 +62,8 @@ typedef struct ab_config {
         /* Ports of boxes by host name: a request whose Host is PORT-ID.DOMAIN
          * goes to that port of box ID (docs/api.md, "Ports"); NULL = off. */
         char *ports_domain;
+        char *deerflow_prefix;    /* DeerFlow's front's path prefix, or NULL = "deerflow"
+                                   * (env AGENTBOX_DEERFLOW_PREFIX; docs/compat-deerflow.md) */
         int64_t ports_timeout_ms; /* a box's server must answer a proxied request's head
                                    * in this time (504 after); default 60 s */
         /* egress proxy tunnels of all the boxes of one app at once; default 1024 */

@@ -135,6 +135,13 @@ h.eq((r.json or {}).get("provider"), "docker", "--backend docker: a box without 
 r = S2.post("/v1/sandboxes", {"id": "nt2", "backend": "native"}, timeout=60)
 h.eq((r.json or {}).get("provider"), "native", "... and backend native still gives a native one", r.describe())
 h.eq(containers("nt2", d2), [], "... with no container")
+# named volumes on a server whose backend is several: the first's table, called
+# with its own handle (the multi backend's handle once crashed it: SIGSEGV)
+r = S2.post("/v1/volumes", {"name": "mvol", "size_mib": 16})
+h.eq(r.status, 201, "POST /v1/volumes on a server of several backends", r.describe())
+r = S2.get("/v1/volumes")
+h.ok(r.status == 200 and [v.get("name") for v in r.get("volumes", [])] == ["mvol"], "... listed", r.describe())
+h.eq(S2.delete("/v1/volumes/mvol").status, 200, "... and deleted")
 for b in ("dk2", "nt2"):
     S2.delete("/v1/sandboxes/" + b, timeout=120)
 h.ok(wait_for(lambda: containers("dk2", d2) == [], timeout=60), "deleted boxes leave no container")

@@ -9,6 +9,7 @@
 #include "fronts/opensandbox/front_execd_int.h"
 #include "fronts/opensandbox/osb_lines.h"
 #include "kit/exec.h"
+#include "kit/shell.h"
 #include "kit/status.h"
 #include "kit/term.h"
 #include "base/log.h"
@@ -625,38 +626,6 @@ static enum MHD_Result cmd_status(ab_req *r, const char *id, const char *cid)
         return resp_json(r, 200, j);
 }
 
-/* What the box's init kept of process tid's output (the last 128 KiB). */
-static int bg_kept(ab_server *srv, const char *scope, const char *box, const char *tid,
-                   abc_term_info *t, ab_buf *out, ab_err **err)
-{
-        *t = (abc_term_info){0};
-        ab_use u;
-        if (ab_manager_use_begin(srv->mgr, box, scope, &u, err) < 0)
-                return -1;
-        _cleanup_close_ int fd = ab_manager_use_connect(srv->mgr, &u, err);
-        abc_term_stream *st = NULL;
-        int rc = fd < 0 ? -1 : abc_term_snapshot(fd, tid, t, &st, err);
-        for (int waited = 0; rc == 0;) {
-                abc_term_event ev;
-                int k = abc_term_next(st, &ev);
-                if (k > 0 && ev.kind == ABC_TERM_OUTPUT) {
-                        ab_buf_add(out, ev.data, ev.len);
-                        continue;
-                }
-                if (k != 0)
-                        break; /* EOF: all of it */
-                struct pollfd pf = {.fd = fd, .events = POLLIN};
-                if (waited >= 10000 || poll(&pf, 1, 1000) < 0) {
-                        rc = ab_err_set(err, AB_E_UNAVAILABLE, 0, "init did not answer");
-                        break;
-                }
-                waited += 1000;
-        }
-        abc_term_stream_free(st);
-        ab_manager_use_end(srv->mgr, &u);
-        return rc;
-}
-
 /* The logs of a background command (see cmd_logs), from the box's init:
  * the lines it dropped from the front of its ring still count for the
  * cursor. */
@@ -669,7 +638,7 @@ static enum MHD_Result bg_logs(ab_req *r, const char *id, const char *cid, long 
         _cleanup_buf_ ab_buf log = {0};
         _cleanup_free_ char *tid = steal_pointer(&t.id);
         abc_term_info_clear(&t);
-        if (bg_kept(r->srv, r->scope, id, tid, &t, &log, &e) < 0)
+        if (kit_term_kept(r->srv->mgr, id, r->scope, tid, &t, &log, &e) < 0)
                 return bg_err(r, id, cid, e);
         long long in_ring = 0;
         for (size_t i = 0; i < log.n; i++)
@@ -770,46 +739,17 @@ static enum MHD_Result cmd_interrupt(ab_req *r, const char *id)
 #define SESSION_TIMEOUT_S 600  /* a run given no timeout */
 #define SESSION_GRACE_MS  5000 /* after ^C, before the shell is given up */
 
-/* A session with a run in progress (under cmds_lock). */
-typedef struct busy_run {
-        struct busy_run *next;
-        char *box, *sid;
-} busy_run;
+/* Sessions with a run in progress. */
+static kit_claims busy_runs = KIT_CLAIMS_INIT;
 
-static busy_run *busy_runs;
-
-/* Marks session sid of box busy: false when it was already. */
 static bool session_claim(const char *box, const char *sid)
 {
-        pthread_mutex_lock(&cmds_lock);
-        bool busy = false;
-        for (busy_run *b = busy_runs; b && !busy; b = b->next)
-                busy = !strcmp(b->box, box) && !strcmp(b->sid, sid);
-        if (!busy) {
-                busy_run *b = xzalloc(sizeof(*b));
-                b->box = xstrdup(box);
-                b->sid = xstrdup(sid);
-                b->next = busy_runs;
-                busy_runs = b;
-        }
-        pthread_mutex_unlock(&cmds_lock);
-        return !busy;
+        return kit_claim(&busy_runs, box, sid);
 }
 
 static void session_release(const char *box, const char *sid)
 {
-        pthread_mutex_lock(&cmds_lock);
-        for (busy_run **l = &busy_runs; *l; l = &(*l)->next) {
-                busy_run *b = *l;
-                if (!strcmp(b->box, box) && !strcmp(b->sid, sid)) {
-                        *l = b->next;
-                        free(b->box);
-                        free(b->sid);
-                        free(b);
-                        break;
-                }
-        }
-        pthread_mutex_unlock(&cmds_lock);
+        kit_release(&busy_runs, box, sid);
 }
 
 /* The terminal of session sid in box (*t), and the directory it started
@@ -876,41 +816,16 @@ static enum MHD_Result session_create(ab_req *r, const char *id)
         return resp_json(r, 200, json_pack("{s:s}", "session_id", sid));
 }
 
-/* Starts the session's shell (a bash on a terminal, no echo, no prompt),
- * tagged with the session. */
+/* Starts the session's shell (kit_shell_open), tagged with the session. */
 static int session_shell(ab_server *s, const char *scope, const char *box, const char *sid,
                          const char *cwd, char **tid, ab_err **err)
 {
-        static const char *const argv[] = {"bash",        "--noprofile", "--norc",
-                                           "--noediting", "-i",          NULL};
-        /* The end mark comes from PROMPT_COMMAND, which runs when the line
-         * is done, also when ^C made the shell drop the rest of it. */
-        static const char *const env[] = {
-            "PS1=",
-            "PS2=",
-            "PS0=",
-            "TERM=dumb",
-            "HISTFILE=/dev/null",
-            "PROMPT_COMMAND=printf '\\036E%s:%d\\036' \"${__ab_nonce:-none}\" \"$?\"",
-            NULL};
         json_t *tj = json_pack("{s:s,s:s}", "front", "osb", "session", sid);
         if (cwd)
                 json_object_set_new(tj, "cwd", json_string(cwd));
         _cleanup_free_ char *tag = json_dumps(tj, JSON_COMPACT);
         json_decref(tj);
-        abc_term_req q = {
-            .argv = argv, .env = env, .cwd = cwd, .cols = 1000, .rows = 50, .tag = tag};
-        abc_term_info info = {0};
-        if (ab_manager_term_open_id(s->mgr, box, scope, &q, &info, err) < 0)
-                return -1;
-        static const char setup[] = "stty -echo -onlcr 2>/dev/null; set +m\n";
-        int rc = ab_manager_term_input(s->mgr, box, scope, info.id, setup, sizeof(setup) - 1, err);
-        if (rc == 0)
-                *tid = steal_pointer(&info.id);
-        else
-                ab_manager_term_close(s->mgr, box, scope, info.id, NULL);
-        abc_term_info_clear(&info);
-        return rc;
+        return kit_shell_open(s->mgr, box, scope, tag, cwd, tid, err);
 }
 
 typedef struct srun {
