@@ -6,6 +6,7 @@
 #include "kit/server.h"
 #include "fronts/e2b/e2b.h"
 #include "fronts/opensandbox/opensandbox.h"
+#include "fronts/sessions/sessions.h"
 #include "rest/rest.h"
 #include "runners/runner.h"
 #include "cli/cli.h"
@@ -372,6 +373,7 @@ int cli_serve(int argc, char **argv, const char *data_flag)
         ab_server_add_routes(srv, &ab_rest_routes);
         ab_server_add_routes(srv, &ab_e2b_routes);
         ab_server_add_routes(srv, &ab_osb_routes);
+        ab_server_add_routes(srv, &ab_sessions_routes);
         if (ab_server_start(srv, &e) < 0) {
                 cli_error(e);
                 cli_service_close(&svc);
