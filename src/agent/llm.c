@@ -83,17 +83,11 @@ static int add_call_piece(ab_llm_reply *r, json_t *tc, size_t pos, ab_err **err)
         if (!json_is_object(fn))
                 return ab_err_set(err, AB_E_INVALID, 0, "a tool call's function is not an object");
         const char *name = json_string_value(json_object_get(fn, "name"));
-        if (name && *name) { /* some servers repeat the name in every piece */
+        if (name && *name) { /* whole in one piece; a repeat replaces it, as OpenAI's client does */
                 if (strlen(name) > CALL_NAME_MAX)
                         return ab_err_set(err, AB_E_LIMIT, 0, "a tool name is too long");
-                if (!c->name || strcmp(c->name, name)) {
-                        char *both = c->name && !c->args.n ? xasprintf("%s%s", c->name, name)
-                                                           : xstrdup(name);
-                        free(c->name);
-                        c->name = both;
-                        if (strlen(both) > CALL_NAME_MAX)
-                                return ab_err_set(err, AB_E_LIMIT, 0, "a tool name is too long");
-                }
+                free(c->name);
+                c->name = xstrdup(name);
         }
         json_t *a = json_object_get(fn, "arguments");
         if (json_is_string(a)) {

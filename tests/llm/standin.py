@@ -12,8 +12,8 @@ so the stand-in keeps no state between requests:
   text      two text pieces, then stop
   tool      one bash call (echo) then, after its result, text quoting it
   tools     a bash call, then a write_file call, then text (three steps)
-  split     one bash call whose id, name and arguments arrive over many
-            chunks (the arguments one character at a time)
+  split     one bash call whose arguments arrive over many chunks, one
+            character at a time (the id and name come first, as OpenAI sends them)
   parallel  two calls in one answer (index 0 and 1), their pieces interleaved
   skill     a read_file of /mnt/skills/demo/SKILL.md, then text
   loop      a bash call every step (never stops by itself: max_steps)
@@ -124,9 +124,8 @@ def script(name, step, messages):
         if step == 0:
             args = json.dumps({"command": "echo split-args-ok", "description": "split"})
             out = [chunk({"role": "assistant"}),
-                   chunk({"tool_calls": [call_piece(0, id="call_split")]}),
-                   chunk({"tool_calls": [call_piece(0, name="ba")]}),
-                   chunk({"tool_calls": [call_piece(0, name="sh")]})]
+                   chunk({"tool_calls": [call_piece(0, id="call_split", name="bash")]}),
+                   chunk({"tool_calls": [call_piece(0, args="")]})]
             out += [chunk({"tool_calls": [call_piece(0, args=ch)]}) for ch in args]
             out.append(chunk(finish="tool_calls"))
             return out
@@ -222,6 +221,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
                 self.send_event(chunk(finish="stop"))
                 self.send_event("[DONE]")
                 return
+            # The first delta names the role, as OpenAI's streams do.
+            out[0]["choices"][0]["delta"].setdefault("role", "assistant")
             for c in out:
                 self.send_event(c)
             if (body.get("stream_options") or {}).get("include_usage"):
