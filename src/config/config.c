@@ -1018,6 +1018,14 @@ static int llm_pair(yctx *y, const char *k, yaml_node_t *kn, yaml_node_t *vn, vo
         _cleanup_free_ char *key = xasprintf("%s.%s", lc->where, k);
         if (lc->c && !strcmp(k, "apps"))
                 return load_app_llm(y, lc->c, vn, lc->dir);
+        static const char *const known[] = {"base_url",    "api_key",   "api_key_file",
+                                            "model",       "max_steps", "max_tokens",
+                                            "temperature", "timeout",   NULL};
+        const char *const *p = known;
+        while (*p && strcmp(*p, k))
+                p++;
+        if (!*p)
+                return fail_at(y, kn, key, set_llm(lc, k, ""));
         if (is_null(vn))
                 return fail_at(y, vn, key, why("needs a value"));
         const char *v = scalar(y, vn, key);

@@ -978,12 +978,18 @@ int ab_store_chat_append(ab_store *s, const char *app_id, const char *thread_id,
         STORE_LOCKED(s);
         if (s->ops->begin(s, op, err) < 0)
                 return -1;
+        /* The session may have been deleted while its turn ran: no orphans. */
         if (EXEC(s, op,
-                 "SELECT COALESCE(MAX(seq), 0) FROM chat_messages WHERE app_id = $1 AND "
-                 "thread_id = $2",
+                 "SELECT (SELECT COUNT(*) FROM chat_sessions WHERE app_id = $1 AND thread_id = "
+                 "$2), (SELECT COALESCE(MAX(seq), 0) FROM chat_messages WHERE app_id = $1 AND "
+                 "thread_id = $2)",
                  &res, err, SQL_TEXT(chat_app(app_id)), SQL_TEXT(thread_id)) < 0)
                 goto fail;
-        int64_t seq = num(&res, 0, 0), now = wall_ms();
+        if (num(&res, 0, 0) == 0) {
+                ab_err_set(err, AB_E_NOT_FOUND, 0, "no session %s", thread_id);
+                goto fail;
+        }
+        int64_t seq = num(&res, 0, 1), now = wall_ms();
         for (size_t i = 0; i < n; i++)
                 if (EXEC(s, op,
                          "INSERT INTO chat_messages (app_id, thread_id, seq, role, message, "

@@ -167,7 +167,8 @@ int ab_store_chat_session_get(ab_store *s, const char *app_id, const char *threa
 int ab_store_chat_session_delete(ab_store *s, const char *app_id, const char *thread_id,
                                  ab_err **err);
 /* Appends n messages (chat-completions messages as JSON text, with their
- * roles) after the thread's last, in one transaction. */
+ * roles) after the thread's last, in one transaction; AB_E_NOT_FOUND (and
+ * nothing written) when the session is gone. */
 int ab_store_chat_append(ab_store *s, const char *app_id, const char *thread_id,
                          const char *const *roles, const char *const *messages, size_t n,
                          ab_err **err);

@@ -1013,6 +1013,11 @@ static void test_chat(ab_store *s)
         ab_strvfreep(&v);
         is_err(ab_store_chat_session_delete(s, "app1", "t1", &e), &e, AB_E_NOT_FOUND, "t1",
                "chat: deleting again is not found");
+        is_err(ab_store_chat_append(s, "app1", "t1", roles, more, 1, &e), &e, AB_E_NOT_FOUND, "t1",
+               "chat: no append to a deleted session");
+        no_err(ab_store_chat_history(s, "app1", "t1", 10, &v, &n, &e), &e, "chat: still empty");
+        ok(n == 0, "chat: the refused append left nothing");
+        ab_strvfreep(&v);
         no_err(ab_store_chat_session_delete(s, NULL, "t1", &e), &e, "chat: delete the admin's");
 }
 

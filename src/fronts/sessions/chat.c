@@ -234,7 +234,10 @@ static void save_turn(chat_job *j, json_t *added)
         }
         ab_err *e = NULL;
         if (ab_store_chat_append(j->srv->store, j->app, j->thread, roles,
-                                 (const char *const *)texts, n, &e) < 0) {
+                                 (const char *const *)texts, n, &e) < 0 &&
+            e->code == AB_E_NOT_FOUND) {
+                ab_err_free(&e); /* the session was deleted meanwhile: nothing to keep */
+        } else if (e) {
                 ab_log(AB_LOG_ERROR, "chat: the turn could not be saved", "thread", j->thread,
                        "error", e->msg, NULL);
                 emit(j, "error",
