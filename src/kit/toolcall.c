@@ -4,8 +4,7 @@
 typedef struct use_conn {
         ab_manager *mgr;
         ab_use *use;
-        bool (*gone)(void *ud); /* or NULL */
-        void *gone_ud;
+        const kit_tool_opts *o; /* or NULL */
 } use_conn;
 
 static int use_connect(void *ud, ab_err **err)
@@ -46,17 +45,28 @@ static int use_exec(void *ud, const abc_exec_req *req, abc_output_fn out, void *
                     abc_exec_res *res, ab_err **err)
 {
         use_conn *c = ud;
-        return ab_manager_exec(c->mgr, c->use, req, out, out_ud, res, err);
+        abc_exec_req q = *req;
+        if (c->o && c->o->deadline_ms > 0) {
+                int64_t left = c->o->deadline_ms - (int64_t)ab_now_ms();
+                uint32_t cap = left < 1000 ? 1000 : left > UINT32_MAX ? UINT32_MAX : (uint32_t)left;
+                if (!q.timeout_ms || q.timeout_ms > cap)
+                        q.timeout_ms = cap;
+        }
+        if (c->o && c->o->cancel_fd >= 0 && !q.has_cancel) {
+                q.has_cancel = true;
+                q.cancel_fd = c->o->cancel_fd;
+        }
+        return ab_manager_exec(c->mgr, c->use, &q, out, out_ud, res, err);
 }
 
 static bool use_gone(void *ud)
 {
         use_conn *c = ud;
-        return c->gone && c->gone(c->gone_ud);
+        return c->o && c->o->gone && c->o->gone(c->o->gone_ud);
 }
 
 int kit_tool_call(ab_server *s, const char *scope, const char *id, const char *name, json_t *args,
-                  bool (*gone)(void *ud), void *gone_ud, ab_tool_result *out, ab_err **err)
+                  const kit_tool_opts *o, ab_tool_result *out, ab_err **err)
 {
         *out = (ab_tool_result){0};
         /* Before the box is touched: an unknown tool must not resume it. */
@@ -65,7 +75,7 @@ int kit_tool_call(ab_server *s, const char *scope, const char *id, const char *n
         ab_use u;
         if (ab_manager_use_begin(s->mgr, id, scope, &u, err) < 0)
                 return -1;
-        use_conn c = {.mgr = s->mgr, .use = &u, .gone = gone, .gone_ud = gone_ud};
+        use_conn c = {.mgr = s->mgr, .use = &u, .o = o};
         ab_tool_box box = {
             .box_id = u.rec.id,
             .connect = use_connect,

@@ -32,7 +32,8 @@ static bool req_gone(void *ud)
 int tools_call(ab_server *s, ab_req *r, const char *scope, const char *id, const char *name,
                json_t *args, ab_tool_result *out, ab_err **err)
 {
-        return kit_tool_call(s, scope, id, name, args, req_gone, r, out, err);
+        kit_tool_opts o = {.gone = req_gone, .gone_ud = r, .cancel_fd = -1};
+        return kit_tool_call(s, scope, id, name, args, &o, out, err);
 }
 
 /* ---- routes ----------------------------------------------------------- */

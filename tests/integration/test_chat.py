@@ -186,10 +186,22 @@ closed = abserver.wait_for(lambda: any(r.get("closed") and r.get("scenario") == 
 h.ok(closed, "the client's hang-up closes the model request (the stand-in saw it)",
      repr(model.records()[-3:]))
 h.ok(time.monotonic() - t0 < 6, "within seconds (%.1fs)" % (time.monotonic() - t0))
-free = abserver.wait_for(lambda: srv.post("/api/chat/%s" % other, {"message": "x"}, token=KEY_A,
-                                          timeout=0.5).status != 409, timeout=5)
 _, evs = chat(thread, "again [[text]]")
 h.eq(text_of(evs), "Hello from the stand-in.", "the thread takes a new chat after the hang-up", repr(evs))
+
+# ---- a hang-up while a tool runs ends the tool too ----
+long = srv.sse("/api/chat/%s" % thread, method="POST", body={"message": "nap [[sleep]]"}, token=KEY_A)
+ev = long.collect(until=lambda e: e.type == "tool_call", timeout=10)
+h.ok(ev and ev[-1].type == "tool_call", "a chat runs sleep 30 in the box", repr(ev))
+time.sleep(0.5)
+t0 = time.monotonic()
+long.close()
+free = abserver.wait_for(lambda: srv.post("/api/chat/%s" % thread, {"message": "free? [[text]]"},
+                                          token=KEY_A).status == 200, timeout=10)
+r = srv.post("/api/chat/%s" % thread, {"message": "free? [[text]]"}, token=KEY_A)
+h.ok(free and time.monotonic() - t0 < 6,
+     "hanging up ends the running command: the thread is free in %.1fs, not 30" % (time.monotonic() - t0),
+     r.describe())
 
 # ---- the deadline (app chat-b: timeout 2s, max_steps 2) ----
 tb = new_session(KEY_B)
@@ -198,6 +210,11 @@ _, evs = chat(tb, "think [[slow]]", key=KEY_B)
 err = (of(evs, "error") or [{}])[-1]
 h.eq(err.get("code"), "timeout", "past the app's deadline the turn ends with a timeout error", repr(evs))
 h.ok(time.monotonic() - t0 < 8, "soon after the 2 s deadline (%.1fs)" % (time.monotonic() - t0))
+t0 = time.monotonic()
+_, evs = chat(tb, "nap [[sleep]]", key=KEY_B)
+h.ok(time.monotonic() - t0 < 8, "the deadline also cuts a running command short (%.1fs, not 30)"
+     % (time.monotonic() - t0), repr(evs))
+h.eq((of(evs, "error") or [{}])[-1].get("code"), "timeout", "and the turn ends with a timeout", repr(evs))
 _, evs = chat(tb, "forever [[loop]]", key=KEY_B)
 h.eq((of(evs, "done") or [{}])[-1].get("steps"), 2, "the app's own max_steps", repr(evs))
 

@@ -16,6 +16,7 @@ so the stand-in keeps no state between requests:
             character at a time (the id and name come first, as OpenAI sends them)
   parallel  two calls in one answer (index 0 and 1), their pieces interleaved
   skill     a read_file of /mnt/skills/demo/SKILL.md, then text
+  sleep     a bash call of `sleep 30` (for deadlines and hang-ups during a tool)
   loop      a bash call every step (never stops by itself: max_steps)
   recall    text naming how many user messages it was sent (the history)
   error401  HTTP 401 whose message echoes the request's key (as OpenAI's
@@ -150,6 +151,12 @@ def script(name, step, messages):
                                {"path": "/mnt/skills/demo/SKILL.md", "description": "load"}),
                     chunk(finish="tool_calls")]
         return text_chunks("Skill read.")
+    if name == "sleep":
+        if step == 0:
+            return [whole_call(0, "call_sleep", "bash", {"command": "sleep 30; echo late",
+                                                         "description": "a long command"}),
+                    chunk(finish="tool_calls")]
+        return text_chunks("Slept: ", last_tool_content(messages).strip()[:200])
     if name == "loop":
         return [whole_call(0, "call_loop_%d" % step, "bash",
                            {"command": "echo step-%d" % step, "description": "loop"}),

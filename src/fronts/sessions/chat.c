@@ -175,7 +175,11 @@ static bool tool_gone(void *ud)
 static int run_tool(void *ud, const char *name, json_t *args, ab_tool_result *out, ab_err **err)
 {
         chat_job *j = ud;
-        return kit_tool_call(j->srv, j->app, j->box, name, args, tool_gone, j, out, err);
+        kit_tool_opts o = {.gone = tool_gone,
+                           .gone_ud = j,
+                           .deadline_ms = j->start_ms + j->llm.timeout_ms,
+                           .cancel_fd = j->fd};
+        return kit_tool_call(j->srv, j->app, j->box, name, args, &o, out, err);
 }
 
 /* The system prompt: how the box's tools work, then the skills' names and
