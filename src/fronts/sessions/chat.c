@@ -24,8 +24,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#define MESSAGE_MAX (256 * 1024) /* bytes of a user's message */
-#define HISTORY_MAX 400          /* earlier messages sent back to the model */
+#define MESSAGE_MAX   (256 * 1024)      /* bytes of a user's message */
+#define HISTORY_MAX   400               /* earlier messages sent back to the model */
+#define HISTORY_BYTES (2 * 1024 * 1024) /* ... and their JSON at most */
 
 /* The turns running now, by app and thread. */
 typedef struct running {
@@ -203,16 +204,20 @@ static char *system_prompt(ab_server *s)
         return p;
 }
 
-/* The history the model sees: the newest messages, never starting with
- * tool answers whose call was cut off. */
+/* The history the model sees: the newest messages, at most HISTORY_MAX of
+ * them and HISTORY_BYTES of JSON, never starting with tool answers whose
+ * call was cut off. */
 static json_t *load_history(chat_job *j, ab_err **err)
 {
         _cleanup_strv_ char **v = NULL;
         size_t n = 0;
         if (ab_store_chat_history(j->srv->store, j->app, j->thread, HISTORY_MAX, &v, &n, err) < 0)
                 return NULL;
+        size_t first = n, bytes = 0;
+        while (first > 0 && bytes + strlen(v[first - 1]) <= HISTORY_BYTES)
+                bytes += strlen(v[--first]);
         json_t *a = json_array();
-        for (size_t i = 0; i < n; i++) {
+        for (size_t i = first; i < n; i++) {
                 json_t *m = json_loads(v[i], 0, NULL);
                 const char *role = json_string_value(json_object_get(m, "role"));
                 if (!m || (!json_array_size(a) && role && !strcmp(role, "tool"))) {
