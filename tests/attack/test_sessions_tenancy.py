@@ -100,6 +100,18 @@ h.eq(r.status, 200, "B deletes its own thread", r.describe())
 r = srv.get("/api/files/%s/download" % A, token=KEY_A, query={"path": "uploads/secret.txt"})
 h.eq((r.status, r.body), (200, b"a-secret"), "A's thread survives B's delete of B's", r.describe())
 
+# The admin's own thread of the same name is the admin's: deleting it leaves A's.
+r = srv.post("/api/sessions", {"thread_id": A})
+h.eq(r.status, 201, "the admin makes a thread of the same name", r.describe())
+body, hdr = multipart("admin.txt", "x")
+r = srv.post("/api/files/%s/upload" % A, body, headers=hdr)
+h.eq(r.status, 201, "the admin's thread gets a box of its own", r.describe())
+r = srv.delete("/api/sessions/%s" % A)
+h.eq((r.status, len((r.json or {}).get("boxes", []))), (200, 1),
+     "the admin deletes its thread and its one box", r.describe())
+r = srv.get("/api/files/%s/download" % A, token=KEY_A, query={"path": "uploads/secret.txt"})
+h.eq((r.status, r.body), (200, b"a-secret"), "A's thread and box survive the admin's delete", r.describe())
+
 # No credentials; API keys on the admin's skill routes.
 calls_before = len(model.records())
 for method, path, body in (("POST", "/api/sessions", {}), ("DELETE", "/api/sessions/%s" % A, None),

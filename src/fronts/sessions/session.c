@@ -89,6 +89,28 @@ enum MHD_Result sessions_create(ab_req *r, const char *unused)
         return resp_json(r, 201, json_pack("{s:s}", "thread_id", id));
 }
 
+/* Deletes the boxes of thread id of scope's app (the admin's: of no app;
+ * a filter without an app would match every app's thread of that id). */
+static int delete_boxes(ab_server *s, const char *scope, const char *id, json_t *out, ab_err **err)
+{
+        ab_box_filter f = {.app_id = scope, .thread_id = id};
+        ab_box_rec *v = NULL;
+        size_t n = 0;
+        if (ab_manager_list(s->mgr, &f, scope, &v, &n, err) < 0)
+                return -1;
+        int rc = 0;
+        for (size_t i = 0; i < n && rc == 0; i++) {
+                bool mine = scope ? v[i].app_id && !strcmp(v[i].app_id, scope) : !v[i].app_id;
+                if (!mine)
+                        continue;
+                rc = ab_manager_delete(s->mgr, v[i].id, scope, err);
+                if (rc == 0)
+                        json_array_append_new(out, json_string(v[i].id));
+        }
+        ab_box_recs_free(v, n);
+        return rc;
+}
+
 /* DELETE /api/sessions/{thread_id}: the thread's box and its history. */
 enum MHD_Result sessions_delete(ab_req *r, const char *id)
 {
@@ -96,15 +118,12 @@ enum MHD_Result sessions_delete(ab_req *r, const char *id)
         if (!session_check(r, id, &ret))
                 return ret;
         ab_err *e = NULL;
-        ab_box_filter f = {.app_id = r->scope, .thread_id = id};
-        _cleanup_strv_ char **ids = NULL;
-        if (ab_manager_delete_where(r->srv->mgr, &f, r->scope, &ids, &e) < 0)
-                return resp_err(r, e);
-        if (ab_store_chat_session_delete(r->srv->store, r->scope, id, &e) < 0)
-                return resp_err(r, e);
         json_t *boxes = json_array();
-        for (char **p = ids; p && *p; p++)
-                json_array_append_new(boxes, json_string(*p));
+        if (delete_boxes(r->srv, r->scope, id, boxes, &e) < 0 ||
+            ab_store_chat_session_delete(r->srv->store, r->scope, id, &e) < 0) {
+                json_decref(boxes);
+                return resp_err(r, e);
+        }
         return resp_json(r, 200, json_pack("{s:s,s:o}", "deleted", id, "boxes", boxes));
 }
 
