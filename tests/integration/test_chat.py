@@ -89,6 +89,18 @@ h.ok("bash" in names and "read_file" in names, "the box's tools are offered", re
 sysmsg = req["body"]["messages"][0]
 h.eq(sysmsg.get("role"), "system", "the first message is the system prompt")
 
+statuses, prev = [], None
+for i in range(15):  # the next message as soon as "done" arrives is never 409
+    s = srv.sse("/api/chat/%s" % thread, method="POST", body={"message": "quick %d [[text]]" % i},
+                token=KEY_A)
+    statuses.append(s.status)
+    if prev:
+        prev.close()
+    s.collect(until=lambda e: e.type == "done", timeout=10)
+    prev = s
+prev.close()
+h.eq(statuses, [200] * 15, "a thread takes its next message as soon as done arrives", repr(statuses))
+
 # ---- one tool call ----
 _, evs = chat(thread, "run something [[tool]]")
 calls, results = of(evs, "tool_call"), of(evs, "tool_result")

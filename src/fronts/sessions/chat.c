@@ -269,18 +269,19 @@ static void emit_error(chat_job *j, const ab_err *e, long http_status)
         emit(j, "error", d);
 }
 
-static void *chat_thread(void *arg)
+/* Runs the turn and saves it; res is filled also when it fails. */
+static void run_turn(chat_job *j, ab_agent_res *res)
 {
-        chat_job *j = arg;
         ab_err *e = NULL;
         _cleanup_free_ char *system = system_prompt(j->srv);
         json_t *tools = ab_tools_schemas();
         json_t *history = load_history(j, &e);
-        ab_agent_res res = {0};
         if (!history) {
                 emit_error(j, e, 0);
                 ab_err_free(&e);
-                goto out;
+                *res = (ab_agent_res){.stop = "error"};
+                json_decref(tools);
+                return;
         }
         ab_agent_req q = {
             .llm =
@@ -303,21 +304,28 @@ static void *chat_thread(void *arg)
             .tool_ud = j,
             .sink = {.text = on_text, .tool_call = on_call, .tool_result = on_result, .ud = j},
         };
-        if (ab_agent_run(&q, &res, &e) < 0) {
-                emit_error(j, e, res.http_status);
+        if (ab_agent_run(&q, res, &e) < 0) {
+                emit_error(j, e, res->http_status);
                 ab_err_free(&e);
         }
-        save_turn(j, res.added);
+        save_turn(j, res->added);
+        json_decref(history);
+        json_decref(tools);
+}
+
+static void *chat_thread(void *arg)
+{
+        chat_job *j = arg;
+        ab_agent_res res = {0};
+        run_turn(j, &res);
+        /* Before "done": a client may send the thread's next message at once. */
+        running_release(j->app, j->thread);
         emit(j, "done",
              json_pack("{s:s,s:i,s:{s:I,s:I,s:I}}", "stop", res.stop, "steps", res.steps, "usage",
                        "prompt_tokens", (json_int_t)res.prompt_tokens, "completion_tokens",
                        (json_int_t)res.completion_tokens, "total_tokens",
                        (json_int_t)res.total_tokens));
-out:
         ab_agent_res_clear(&res);
-        json_decref(history);
-        json_decref(tools);
-        running_release(j->app, j->thread);
         job_free(j);
         return NULL;
 }
