@@ -963,10 +963,12 @@ static why_t set_llm(llm_ctx *lc, const char *k, const char *v)
 {
         ab_config_llm *l = lc->l;
         int64_t n = 0;
-        why_t w;
+        why_t w = NULL;
         if (!strcmp(k, "base_url")) {
-                if (!*v || (w = check_http_url(v)))
-                        return *v ? w : why("must not be empty");
+                if (!*v)
+                        return why("must not be empty");
+                if ((w = check_http_url(v)))
+                        return w;
                 free(l->base_url);
                 l->base_url = xstrdup(v);
         } else if (!strcmp(k, "api_key") || !strcmp(k, "api_key_file")) {
