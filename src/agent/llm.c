@@ -8,6 +8,7 @@
 #include <curl/curl.h>
 #include <pthread.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/socket.h>
 
 #define CALL_NAME_MAX 256
@@ -197,6 +198,7 @@ typedef struct xfer {
         CURL *curl;
         ab_sse sse;
         bool streaming; /* a 2xx answer: the body is SSE */
+        bool whole;     /* a 2xx answer in JSON: a server that does not stream */
         bool checked;   /* the status was looked at */
         ab_buf errbody; /* the body of an error answer (bounded) */
         ab_err *err;    /* what stopped the transfer from inside a callback */
@@ -218,8 +220,20 @@ static size_t on_body(char *p, size_t size, size_t n, void *ud)
                 long code = 0;
                 curl_easy_getinfo(x->curl, CURLINFO_RESPONSE_CODE, &code);
                 x->r->http_status = code;
-                x->streaming = code >= 200 && code < 300;
+                char *ct = NULL;
+                curl_easy_getinfo(x->curl, CURLINFO_CONTENT_TYPE, &ct);
+                bool ok = code >= 200 && code < 300;
+                x->whole = ok && ct && !strncasecmp(ct, "application/json", 16);
+                x->streaming = ok && !x->whole;
                 x->checked = true;
+        }
+        if (x->whole) { /* kept whole, up to the content's bound */
+                if (x->errbody.n + len > AB_LLM_MAX_CONTENT + AB_LLM_MAX_ERROR) {
+                        ab_err_set(&x->err, AB_E_LIMIT, 0, "the model's answer is too long");
+                        return 0;
+                }
+                ab_buf_add(&x->errbody, p, len);
+                return len;
         }
         if (!x->streaming) {
                 if (x->errbody.n < AB_LLM_MAX_ERROR)
@@ -261,6 +275,34 @@ static char *request_body(const ab_llm_opts *o, json_t *messages, json_t *tools)
         char *s = json_dumps(b, JSON_COMPACT);
         json_decref(b);
         return s;
+}
+
+/* A chat completion answered whole ({"choices":[{"message", "finish_reason"}],
+ * "usage"}) read as if it had been one chunk of a stream. */
+static int feed_whole(xfer *x, ab_err **err)
+{
+        json_error_t je;
+        json_t *j = json_loadb(x->errbody.p ? x->errbody.p : "", x->errbody.n, 0, &je);
+        json_t *ch = json_array_get(json_object_get(j, "choices"), 0);
+        json_t *msg = json_object_get(ch, "message");
+        if (!json_is_object(msg)) {
+                json_decref(j);
+                return ab_err_set(err, AB_E_UNAVAILABLE, 0,
+                                  "the model answered JSON that is not a chat completion");
+        }
+        json_t *chunk =
+            json_pack("{s:[{s:i,s:O,s:O}]}", "choices", "index", 0, "delta", msg, "finish_reason",
+                      json_object_get(ch, "finish_reason") ?: json_null());
+        json_t *u = json_object_get(j, "usage");
+        if (u)
+                json_object_set(chunk, "usage", u);
+        char *txt = json_dumps(chunk, JSON_COMPACT);
+        int rc = ab_llm_feed_chunk(x->r, txt, strlen(txt), x->text, x->ud, err);
+        free(txt);
+        json_decref(chunk);
+        json_decref(j);
+        x->r->done = rc == 0;
+        return rc;
 }
 
 /* The message of an error answer: {"error":{"message"}} (OpenAI and most
@@ -365,6 +407,13 @@ static int transfer_result(xfer *x, CURLcode rc, const char *errbuf, ab_err **er
                 _cleanup_free_ char *m =
                     ab_llm_redact(xstrdup(*errbuf ? errbuf : curl_easy_strerror(rc)), o->api_key);
                 return ab_err_set(err, AB_E_UNAVAILABLE, 0, "the model cannot be reached: %s", m);
+        }
+        if (x->whole) {
+                if (feed_whole(x, err) < 0) {
+                        (*err)->msg = ab_llm_redact((*err)->msg, o->api_key);
+                        return -1;
+                }
+                return 0;
         }
         if (!x->streaming) {
                 _cleanup_free_ char *m = ab_llm_redact(error_message(&x->errbody), o->api_key);

@@ -6,7 +6,8 @@
  * arguments?}}]}, finish_reason}], usage?} ending with "data: [DONE]";
  * content goes to the caller's sink as it comes, tool calls are assembled
  * from their pieces (by index; several calls at once), usage is asked for
- * with stream_options.include_usage.
+ * with stream_options.include_usage. A server that ignores "stream" and
+ * answers one JSON chat completion is read the same way.
  *
  * The API key is sent in the Authorization header only and never appears in
  * an error message: text from the model server is scrubbed of it.

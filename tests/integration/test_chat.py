@@ -118,6 +118,14 @@ tool_msg = [m for m in second if m.get("role") == "tool"][-1]
 h.eq(tool_msg.get("tool_call_id"), "call_one", "the tool message answers the call's id")
 h.contains(tool_msg.get("content", ""), "hi-from-box", "the tool message carries the output")
 
+# ---- a model that does not stream ----
+_, evs = chat(thread, "whole [[nostream]]")
+h.eq([c["name"] for c in of(evs, "tool_call")], ["bash"], "a whole (not streamed) answer's call runs",
+     repr(evs))
+h.contains(text_of(evs), "hi-from-box", "and its text arrives as one piece", repr(evs))
+h.eq((of(evs, "done") or [{}])[-1].get("usage", {}).get("total_tokens"), 20,
+     "its usage is counted", repr(evs))
+
 # ---- several tools in a row, and the file they wrote ----
 _, evs = chat(thread, "two steps [[tools]]")
 h.eq([c["name"] for c in of(evs, "tool_call")], ["bash", "write_file"], "two calls, in order", repr(evs))

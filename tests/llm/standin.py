@@ -16,6 +16,8 @@ so the stand-in keeps no state between requests:
             character at a time (the id and name come first, as OpenAI sends them)
   parallel  two calls in one answer (index 0 and 1), their pieces interleaved
   skill     a read_file of /mnt/skills/demo/SKILL.md, then text
+  nostream  the tool script answered as one JSON chat completion, not
+            streamed (a server that ignores "stream": true)
   sleep     a bash call of `sleep 30` (for deadlines and hang-ups during a tool)
   loop      a bash call every step (never stops by itself: max_steps)
   recall    text naming how many user messages it was sent (the history)
@@ -166,6 +168,29 @@ def script(name, step, messages):
     return (400, {"error": {"message": "unknown scenario %s" % name, "type": "invalid_request"}})
 
 
+def whole_completion(chunks):
+    """The chunks of a script as one non-streamed chat completion."""
+    msg, calls, finish = {"role": "assistant", "content": None}, {}, None
+    for c in chunks:
+        for ch in c["choices"]:
+            d = ch["delta"]
+            if d.get("content"):
+                msg["content"] = (msg["content"] or "") + d["content"]
+            for tc in d.get("tool_calls") or []:
+                cur = calls.setdefault(tc["index"], {"id": None, "type": "function",
+                                                     "function": {"name": "", "arguments": ""}})
+                cur["id"] = tc.get("id") or cur["id"]
+                fn = tc.get("function") or {}
+                cur["function"]["name"] = fn.get("name") or cur["function"]["name"]
+                cur["function"]["arguments"] += fn.get("arguments") or ""
+            finish = ch.get("finish_reason") or finish
+    if calls:
+        msg["tool_calls"] = [calls[i] for i in sorted(calls)]
+    return {"id": "chatcmpl-standin", "object": "chat.completion", "model": "standin",
+            "choices": [{"index": 0, "message": msg, "finish_reason": finish}],
+            "usage": {"prompt_tokens": 7, "completion_tokens": 3, "total_tokens": 10}}
+
+
 class Handler(http.server.BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
 
@@ -209,6 +234,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
                 "message": "Incorrect API key provided: %s. You can find your API key at "
                            "https://platform.example/account/api-keys." % auth[7:],
                 "type": "invalid_request_error", "code": "invalid_api_key"}})
+        if name == "nostream":
+            return self.send_json(200, whole_completion(script("tool", step, messages)))
         out = None if name == "slow" else script(name, step, messages)
         if isinstance(out, tuple):  # an error status, before any stream starts
             return self.send_json(out[0], out[1])
