@@ -290,9 +290,9 @@ static int feed_whole(xfer *x, ab_err **err)
                 return ab_err_set(err, AB_E_UNAVAILABLE, 0,
                                   "the model answered JSON that is not a chat completion");
         }
-        json_t *chunk =
-            json_pack("{s:[{s:i,s:O,s:O}]}", "choices", "index", 0, "delta", msg, "finish_reason",
-                      json_object_get(ch, "finish_reason") ?: json_null());
+        json_t *fr = json_object_get(ch, "finish_reason");
+        json_t *chunk = json_pack("{s:[{s:i,s:O,s:O}]}", "choices", "index", 0, "delta", msg,
+                                  "finish_reason", fr ? fr : json_null());
         json_t *u = json_object_get(j, "usage");
         if (u)
                 json_object_set(chunk, "usage", u);
