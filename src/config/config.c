@@ -1410,6 +1410,22 @@ int ab_config_load_env(ab_config *c, ab_err **err)
                         return -1;
                 }
         }
+        /* The chat's model: llm.base_url, api_key, api_key_file, model. */
+        static const char *const llm_env[][2] = {{"AGENTBOX_LLM_BASE_URL", "base_url"},
+                                                 {"AGENTBOX_LLM_API_KEY", "api_key"},
+                                                 {"AGENTBOX_LLM_API_KEY_FILE", "api_key_file"},
+                                                 {"AGENTBOX_LLM_MODEL", "model"}};
+        llm_ctx lc = {.c = &tmp, .l = &tmp.llm, .where = "llm"};
+        for (size_t i = 0; i < AB_ARRAY_LEN(llm_env); i++) {
+                const char *v = getenv(llm_env[i][0]);
+                why_t w = v && *v ? set_llm(&lc, llm_env[i][1], v) : NULL;
+                if (w) {
+                        ab_err_set(err, AB_E_INVALID, 0, "%s: %s", llm_env[i][0], w);
+                        free(w);
+                        ab_config_release(&tmp);
+                        return -1;
+                }
+        }
         ab_config_release(c);
         *c = tmp;
         return 0;

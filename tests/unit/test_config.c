@@ -639,6 +639,23 @@ static void test_llm(void)
         refused("llm:\n  modle: x\n", "an unknown llm key", "llm.modle", "unknown");
         refused("llm:\n  apps:\n    a:\n      apps: {}\n", "apps inside an app's override",
                 "llm.apps.a.apps", "unknown");
+        ab_config_default(&c);
+        setenv("AGENTBOX_LLM_BASE_URL", "http://127.0.0.1:7/v1", 1);
+        setenv("AGENTBOX_LLM_API_KEY", "sk-env", 1);
+        setenv("AGENTBOX_LLM_MODEL", "m-env", 1);
+        tap_ok(ab_config_load_env(&c, &e) == 0 && c.llm.base_url &&
+                   !strcmp(c.llm.base_url, "http://127.0.0.1:7/v1") &&
+                   !strcmp(c.llm.api_key, "sk-env") && !strcmp(c.llm.model, "m-env"),
+               "AGENTBOX_LLM_BASE_URL, _API_KEY and _MODEL set llm");
+        ab_err_free(&e);
+        setenv("AGENTBOX_LLM_BASE_URL", "gopher://x", 1);
+        tap_ok(ab_config_load_env(&c, &e) < 0 && e && strstr(e->msg, "AGENTBOX_LLM_BASE_URL"),
+               "a bad AGENTBOX_LLM_BASE_URL is refused, named");
+        ab_err_free(&e);
+        unsetenv("AGENTBOX_LLM_BASE_URL");
+        unsetenv("AGENTBOX_LLM_API_KEY");
+        unsetenv("AGENTBOX_LLM_MODEL");
+        ab_config_release(&c);
         _cleanup_free_ char *m = load_err("llm:\n  api_key: [sk-secret-list]\n");
         tap_ok(m && !strstr(m, "sk-secret"), "a bad api_key's message does not show it (%s)",
                m ? m : "accepted");
