@@ -31,11 +31,12 @@ model = standin.start(os.path.join(h.data, "..", "standin-%d.jsonl" % os.getpid(
 CONFIG = {
     "limits": {"disk": "64M", "memory": "256M", "timeout": "30s"},
     "api_keys": [{"key": KEY_A, "app_id": "chat-a"}, {"key": KEY_B, "app_id": "chat-b"}],
-    "llm": {"base_url": model.base_url(), "api_key": LLM_KEY, "model": "standin-model",
+    "llm": {"base_url": model.base_url(), "model": "standin-model",
             "max_steps": 4, "timeout": "60s",
             "apps": {"chat-b": {"timeout": "2s", "max_steps": 2}}},
 }
-srv = h.start_server(token=TOKEN, config=CONFIG)
+# The key from the environment (AGENTBOX_LLM_API_KEY): it must not reach the boxes.
+srv = h.start_server(token=TOKEN, config=CONFIG, env={"AGENTBOX_LLM_API_KEY": LLM_KEY})
 
 
 def new_session(key=KEY_A, **body):
@@ -288,7 +289,12 @@ _, evs = chat(hist, "third question [[recall]]")
 h.contains(text_of(evs), "I was sent 3 user messages; the first: first question",
            "the history continues after a restart", repr(evs))
 
-# ---- the key is never written down ----
+# ---- the key is never written down, nor seen in a box ----
+r = srv.exec(abserver.thread_box_id(hist, "chat-a"),
+             "env; tr '\\0' '\\n' < /proc/1/environ; cat /proc/self/environ", token=KEY_A)
+h.eq(r.status, 200, "a command runs in the thread's box", r.describe())
+h.contains(r.text, "PATH=", "and shows its environment", r.describe())
+h.not_contains(r.text, LLM_KEY, "the key is not in the environment of the box's processes")
 log = srv.log()
 h.not_contains(log, LLM_KEY, "the key is not in the server's log")
 found = []
