@@ -33,6 +33,7 @@ static const ab_route routes[] = {
     {"POST", "v1/skills/*/validate", AUTH_USER, BODY_UPLOAD, route_skill_validate},
     /* The skills administration of the sessions API (docs/api.md, "Sessions and chat"). */
     {"GET", "api/admin/skills", AUTH_ADMIN, BODY_NONE, route_skills_list},
+    {"POST", "api/admin/skills", AUTH_ADMIN, BODY_UPLOAD, route_skill_form},
     {"POST", "api/admin/skills/*", AUTH_ADMIN, BODY_UPLOAD, route_skill_put},
     {"PUT", "api/admin/skills/*", AUTH_ADMIN, BODY_UPLOAD, route_skill_put},
     {"POST", "api/admin/skills/*/validate", AUTH_ADMIN, BODY_UPLOAD, route_skill_validate},

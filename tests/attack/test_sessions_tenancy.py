@@ -136,6 +136,9 @@ def skill_zip(name):
 r = srv.post("/api/admin/skills/evil", skill_zip("evil"), token=KEY_A,
              headers={"Content-Type": "application/zip"})
 h.eq(r.status, 403, "an API key cannot upload a skill", r.describe())
+body, hdr = multipart("SKILL.md", "---\nname: evil\ndescription: x\n---\n")
+r = srv.post("/api/admin/skills?skill_name=evil", body, token=KEY_A, headers=hdr)
+h.eq(r.status, 403, "nor as a form (POST /api/admin/skills)", r.describe())
 r = srv.get("/api/admin/skills")
 h.ok(not any(s.get("name") == "evil" for s in (r.json or {}).get("skills", [])),
      "and nothing was installed", r.describe())

@@ -165,6 +165,42 @@ r = srv.post("/api/admin/skills/demo", buf.getvalue(), headers={"Content-Type": 
 h.eq(r.status, 201, "the admin uploads a skill at /api/admin/skills/demo", r.describe())
 r = srv.get("/api/admin/skills")
 h.ok(any(s.get("name") == "demo" for s in (r.json or {}).get("skills", [])), "it is listed", r.describe())
+
+
+def form(fields, files):
+    """A multipart/form-data body: fields {name: value}, files [(filename, bytes)]."""
+    b = "f0rmb0undary%d" % os.getpid()
+    out = b""
+    for k, v in fields.items():
+        out += ("--%s\r\nContent-Disposition: form-data; name=\"%s\"\r\n\r\n%s\r\n" % (b, k, v)).encode()
+    for name, data in files:
+        out += ("--%s\r\nContent-Disposition: form-data; name=\"files\"; filename=\"%s\"\r\n"
+                "Content-Type: application/octet-stream\r\n\r\n" % (b, name)).encode() + data + b"\r\n"
+    return out + ("--%s--\r\n" % b).encode(), {"Content-Type": "multipart/form-data; boundary=%s" % b}
+
+
+body, hdr = form({"skill_name": "formskill"},
+                 [("SKILL.md", b"---\nname: formskill\ndescription: Uploaded as a form.\n---\n# F\n"),
+                  ("scripts/helper.sh", b"echo helper\n")])
+r = srv.post("/api/admin/skills", body, headers=hdr)
+h.eq((r.status, (r.json or {}).get("skill"), (r.json or {}).get("status"), (r.json or {}).get("files")),
+     (201, "formskill", "created", 2), "a skill uploaded as a form (skill_name and its files) installs",
+     r.describe())
+r = srv.get("/v1/skills/formskill")
+h.ok(r.status == 200 and (r.json or {}).get("has_scripts"), "with its scripts/ folder", r.describe())
+body, hdr = form({"skill_name": "evilform"},
+                 [("SKILL.md", b"---\nname: evilform\ndescription: x\n---\n"), ("../../escape.sh", b"x")])
+r = srv.post("/api/admin/skills", body, headers=hdr)
+h.eq(r.status, 400, "a file path with .. is refused", r.describe())
+h.ok(srv.get("/v1/skills/evilform").status == 404, "and nothing is installed")
+h.ok(not os.path.exists(os.path.join(srv.data, "escape.sh")), "nor written outside")
+body, hdr = form({"skill_name": "noskillmd"}, [("README.md", b"no SKILL.md")])
+r = srv.post("/api/admin/skills", body, headers=hdr)
+h.eq(r.status, 400, "a form without SKILL.md is refused with the validation report", r.describe())
+h.contains(json.dumps(r.json), "SKILL.md not found", "naming the missing SKILL.md", r.describe())
+body, hdr = form({}, [("SKILL.md", b"---\nname: x\n---\n")])
+r = srv.post("/api/admin/skills", body, headers=hdr)
+h.eq(r.status, 400, "a form without skill_name is 400", r.describe())
 _, evs = chat(thread, "use the skill [[skill]]")
 h.contains(json.dumps(of(evs, "tool_result")), "pineapple-%d" % os.getpid(),
            "the model read SKILL.md through read_file", repr(evs))
