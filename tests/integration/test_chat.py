@@ -156,6 +156,16 @@ if back:
     tools = [m for m in back[-1]["body"]["messages"] if m.get("role") == "tool"][-2:]
     h.eq([m["tool_call_id"] for m in tools], ["call_p0", "call_p1"], "one tool message per call")
 
+# ---- calls the loop refuses ----
+_, evs = chat(thread, "bad calls [[badcalls]]")
+calls, results = of(evs, "tool_call"), of(evs, "tool_result")
+h.eq([(c["name"], c["arguments"]) for c in calls], [("bash", None), ("format_host_disk", {})],
+     "calls with bad JSON (arguments null) and an unknown tool are reported", repr(evs))
+h.eq([r["is_error"] for r in results], [True, True], "both answer with an error", repr(results))
+h.contains(json.dumps(results), "not a JSON object", "naming the bad arguments", repr(results))
+h.contains(json.dumps(results), "no tool", "and the unknown tool", repr(results))
+h.eq(text_of(evs), "Recovered.", "the model goes on after them", repr(evs))
+
 # ---- a skill read on demand ----
 buf = io.BytesIO()
 with zipfile.ZipFile(buf, "w") as z:

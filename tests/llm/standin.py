@@ -18,6 +18,8 @@ so the stand-in keeps no state between requests:
   skill     a read_file of /mnt/skills/demo/SKILL.md, then text
   nostream  the tool script answered as one JSON chat completion, not
             streamed (a server that ignores "stream": true)
+  badcalls  two calls the loop must refuse: arguments that are not JSON, and a
+            tool that does not exist; then text
   sleep     a bash call of `sleep 30` (for deadlines and hang-ups during a tool)
   loop      a bash call every step (never stops by itself: max_steps)
   recall    text naming how many user messages it was sent (the history)
@@ -153,6 +155,12 @@ def script(name, step, messages):
                                {"path": "/mnt/skills/demo/SKILL.md", "description": "load"}),
                     chunk(finish="tool_calls")]
         return text_chunks("Skill read.")
+    if name == "badcalls":
+        if step == 0:
+            return [chunk({"tool_calls": [call_piece(0, "call_badjson", "bash", "{not json"),
+                                          call_piece(1, "call_unknown", "format_host_disk", "{}")]}),
+                    chunk(finish="tool_calls")]
+        return text_chunks("Recovered.")
     if name == "sleep":
         if step == 0:
             return [whole_call(0, "call_sleep", "bash", {"command": "sleep 30; echo late",
