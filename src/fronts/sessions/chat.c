@@ -168,15 +168,10 @@ static void on_result(void *ud, const char *id, const char *name, const char *ou
                        json_bytes(out, strlen(out)), "is_error", is_error));
 }
 
-static bool tool_gone(void *ud)
-{
-        return job_stop(ud);
-}
-
 static int run_tool(void *ud, const char *name, json_t *args, ab_tool_result *out, ab_err **err)
 {
         chat_job *j = ud;
-        kit_tool_opts o = {.gone = tool_gone,
+        kit_tool_opts o = {.gone = job_stop,
                            .gone_ud = j,
                            .deadline_ms = j->start_ms + j->llm.timeout_ms,
                            .cancel_fd = j->fd};
