@@ -8,6 +8,8 @@
 #   runners/js   the modules JS snippets may require (lodash, dayjs, moment,
 #                uuid, crypto-js, qs) and the Bun binary (@oven/bun-linux-x64)
 #                of the in-box JS runner
+#   tests/llm    the official openai client, checking the stand-in model
+#                server of the chat tests (tests/llm/fidelity.mjs)
 #   console      xterm.js (@xterm/xterm, @xterm/addon-fit), embedded into the
 #                binary by the build (console/embed.py), and puppeteer-core for
 #                the console's browser tests (tests/console)
@@ -17,7 +19,7 @@ set -euo pipefail
 
 cd "$(dirname "$0")/.."
 todo=()
-for dir in tests/mcp tests/e2b tests/opensandbox runners/js console; do
+for dir in tests/mcp tests/e2b tests/opensandbox tests/llm runners/js console; do
         if [ -d "$dir/node_modules" ]; then
                 echo "npm-deps.sh: $dir/node_modules already installed"
         else

@@ -102,6 +102,27 @@ export async function streamEvents(path, onEvent, signal, onState) {
   }
 }
 
+// Sends a request whose answer is a server-sent event stream (POST /api/chat)
+// and calls onEvent({id, type, data, json}) for each event until the stream
+// ends or signal aborts (which closes it: the server stops the work). Throws
+// ApiError when the request is refused.
+export async function postEvents(path, json, onEvent, signal) {
+  const resp = await request('POST', path, {json, signal, headers: {Accept: 'text/event-stream'}});
+  const reader = resp.body.pipeThrough(new TextDecoderStream()).getReader();
+  let buf = '';
+  for (;;) {
+    const {value, done} = await reader.read();
+    if (done) return;
+    buf += value.replace(/\r\n?/g, '\n');
+    let cut;
+    while ((cut = buf.indexOf('\n\n')) >= 0) {
+      const ev = parseEvent(buf.slice(0, cut));
+      buf = buf.slice(cut + 2);
+      if (ev) onEvent(ev);
+    }
+  }
+}
+
 function parseEvent(block) {
   let type = 'message', id = null;
   const data = [];

@@ -9,6 +9,7 @@ const pages = {
   box: () => import('./box.mjs'),
   skills: () => import('./skills.mjs'),
   playground: () => import('./playground.mjs'),
+  chat: () => import('./chat.mjs'),
   server: () => import('./server.mjs'),
 };
 

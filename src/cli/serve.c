@@ -7,6 +7,7 @@
 #include "fronts/aio/aio.h"
 #include "fronts/e2b/e2b.h"
 #include "fronts/opensandbox/opensandbox.h"
+#include "fronts/sessions/sessions.h"
 #include "rest/rest.h"
 #include "runners/runner.h"
 #include "cli/cli.h"
@@ -53,6 +54,12 @@ static const char *serve_usage =
     "(config: allowed_hosts: [NAME, ...]), and no other site's pages (Origin,\n"
     "Sec-Fetch-Site; JSON routes refuse text/plain and form bodies).\n"
     "AGENTBOX_LOG=debug|info|warn|error sets the log level (default info).\n"
+    "\n"
+    "Chat (POST /api/chat): the model is any OpenAI-compatible API, config llm:\n"
+    "{base_url, api_key or api_key_file, model, max_steps, max_tokens, temperature,\n"
+    "timeout, apps: {APP: {...}}} or env AGENTBOX_LLM_BASE_URL, AGENTBOX_LLM_API_KEY\n"
+    "(_FILE), AGENTBOX_LLM_MODEL (docs/configuration.md); without a base_url the\n"
+    "chat answers 503.\n"
     "\n"
     "Idle boxes: paused after idle_pause (env AGENTBOX_IDLE_PAUSE, default 60s; their\n"
     "processes are kept, frozen, and any use resumes them), stopped after idle_stop\n"
@@ -378,6 +385,7 @@ int cli_serve(int argc, char **argv, const char *data_flag)
         ab_server_add_routes(srv, &ab_rest_routes);
         ab_server_add_routes(srv, &ab_e2b_routes);
         ab_server_add_routes(srv, &ab_osb_routes);
+        ab_server_add_routes(srv, &ab_sessions_routes);
         const ab_route_table *aio = ab_aio_routes(cfg->deerflow_prefix, &e);
         if (aio)
                 ab_server_add_routes(srv, aio);

@@ -18,6 +18,7 @@ void ab_config_default(ab_config *c)
 {
         *c = (ab_config){
             .listen = xstrdup("127.0.0.1:8080"),
+            .llm = {.max_steps = 20, .temperature = -1, .timeout_ms = 600000},
             .data_dir = xstrdup("./data"),
             .idle_pause_s = 60,
             .idle_stop_s = 300,
@@ -67,6 +68,32 @@ static char **strv_copy(char *const *v, size_t n)
         return c;
 }
 
+static void llm_copy(ab_config_llm *dst, const ab_config_llm *src)
+{
+        *dst = *src;
+        dst->base_url = dup_or_null(src->base_url);
+        dst->api_key = dup_or_null(src->api_key);
+        dst->model = dup_or_null(src->model);
+}
+
+static void llm_free(ab_config_llm *l)
+{
+        free(l->base_url);
+        if (l->api_key) /* a secret: no copy left in freed memory */
+                explicit_bzero(l->api_key, strlen(l->api_key));
+        free(l->api_key);
+        free(l->model);
+}
+
+static void app_llm_free(ab_config_app_llm *a, size_t n)
+{
+        for (size_t i = 0; i < n; i++) {
+                free(a[i].app_id);
+                llm_free(&a[i].llm);
+        }
+        free(a);
+}
+
 static void config_copy(ab_config *dst, const ab_config *src)
 {
         *dst = *src;
@@ -107,6 +134,12 @@ static void config_copy(ab_config *dst, const ab_config *src)
         for (size_t i = 0; i < src->n_app_quotas; i++) {
                 dst->app_quotas[i] = src->app_quotas[i];
                 dst->app_quotas[i].app_id = dup_or_null(src->app_quotas[i].app_id);
+        }
+        llm_copy(&dst->llm, &src->llm);
+        dst->app_llm = src->n_app_llm ? xcalloc(src->n_app_llm, sizeof(*dst->app_llm)) : NULL;
+        for (size_t i = 0; i < src->n_app_llm; i++) {
+                dst->app_llm[i].app_id = xstrdup(src->app_llm[i].app_id);
+                llm_copy(&dst->app_llm[i].llm, &src->app_llm[i].llm);
         }
 }
 
@@ -158,6 +191,8 @@ void ab_config_release(ab_config *c)
         keys_free(c->keys, c->n_keys);
         registries_free(c->registries, c->n_registries);
         app_quotas_free(c->app_quotas, c->n_app_quotas);
+        llm_free(&c->llm);
+        app_llm_free(c->app_llm, c->n_app_llm);
         ab_strvfreep(&c->host_mount_prefixes);
         ab_strvfreep(&c->app_registries);
         ab_strvfreep(&c->allowed_hosts);
@@ -897,6 +932,179 @@ static int tool_pair(yctx *y, const char *k, yaml_node_t *kn, yaml_node_t *vn, v
         return w ? fail_at(y, vn, key, w) : 0;
 }
 
+/* --- llm: {base_url, api_key, api_key_file, model, max_steps, max_tokens,
+ * temperature, timeout, apps: {APP: {...}}} --- */
+
+typedef struct llm_ctx {
+        ab_config *c; /* the server's section (apps allowed), or NULL */
+        ab_config_llm *l;
+        const char *where; /* "llm" or "llm.apps.APP" */
+        const char *dir;   /* the config file's folder, for a relative api_key_file */
+} llm_ctx;
+
+/* The first line of the file at path (relative to dir), without its end. */
+static why_t read_key_file(const char *dir, const char *path, char **out)
+{
+        _cleanup_free_ char *full =
+            path[0] == '/' || !dir ? xstrdup(path) : xasprintf("%s/%s", dir, path);
+        FILE *f = fopen(full, "re");
+        if (!f)
+                return why("cannot read '%s': %s", full, strerror(errno));
+        char buf[4096];
+        size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+        fclose(f);
+        buf[n] = 0;
+        buf[strcspn(buf, "\r\n")] = 0;
+        if (!*buf)
+                return why("'%s' holds no key", full);
+        *out = xstrdup(buf);
+        explicit_bzero(buf, sizeof(buf));
+        return NULL;
+}
+
+static why_t set_llm(llm_ctx *lc, const char *k, const char *v)
+{
+        ab_config_llm *l = lc->l;
+        int64_t n = 0;
+        why_t w = NULL;
+        if (!strcmp(k, "base_url")) {
+                if (!*v)
+                        return why("must not be empty");
+                if ((w = check_http_url(v)))
+                        return w;
+                free(l->base_url);
+                l->base_url = xstrdup(v);
+        } else if (!strcmp(k, "api_key") || !strcmp(k, "api_key_file")) {
+                char *key = NULL;
+                if (!strcmp(k, "api_key"))
+                        key = xstrdup(v);
+                else if ((w = read_key_file(lc->dir, v, &key)))
+                        return w;
+                if (l->api_key) {
+                        explicit_bzero(l->api_key, strlen(l->api_key));
+                        free(l->api_key);
+                }
+                l->api_key = key;
+        } else if (!strcmp(k, "model")) {
+                free(l->model);
+                l->model = xstrdup(v);
+        } else if (!strcmp(k, "max_steps") || !strcmp(k, "max_tokens")) {
+                if ((w = parse_count(v, &n)))
+                        return w;
+                if (!strcmp(k, "max_steps") && (n < 1 || n > 1000))
+                        return why("must be 1..1000");
+                *(!strcmp(k, "max_steps") ? &l->max_steps : &l->max_tokens) = n;
+        } else if (!strcmp(k, "temperature")) {
+                double d;
+                if ((w = parse_double(v, false, &d)))
+                        return w;
+                if (d < 0 || d > 2)
+                        return why("must be 0..2");
+                l->temperature = d;
+        } else if (!strcmp(k, "timeout")) {
+                if ((w = parse_secs(v, &n)))
+                        return w;
+                if (n < 1 || n > 86400)
+                        return why("must be 1s..24h");
+                l->timeout_ms = n * 1000;
+        } else {
+                return why("unknown key (known: base_url, api_key, api_key_file, model, "
+                           "max_steps, max_tokens, temperature, timeout%s)",
+                           lc->c ? ", apps" : "");
+        }
+        return NULL;
+}
+
+static int load_app_llm(yctx *y, ab_config *c, yaml_node_t *map, const char *dir);
+
+static int llm_pair(yctx *y, const char *k, yaml_node_t *kn, yaml_node_t *vn, void *arg)
+{
+        llm_ctx *lc = arg;
+        _cleanup_free_ char *key = xasprintf("%s.%s", lc->where, k);
+        if (lc->c && !strcmp(k, "apps"))
+                return load_app_llm(y, lc->c, vn, lc->dir);
+        static const char *const known[] = {"base_url",    "api_key",   "api_key_file",
+                                            "model",       "max_steps", "max_tokens",
+                                            "temperature", "timeout",   NULL};
+        const char *const *p = known;
+        while (*p && strcmp(*p, k))
+                p++;
+        if (!*p)
+                return fail_at(y, kn, key, set_llm(lc, k, ""));
+        if (is_null(vn))
+                return fail_at(y, vn, key, why("needs a value"));
+        const char *v = scalar(y, vn, key);
+        if (!v)
+                return -1;
+        why_t w = set_llm(lc, k, v);
+        return w ? fail_at(y, !strcmp(k, "api_key") ? kn : vn, key, w) : 0;
+}
+
+static int app_llm_pair(yctx *y, const char *k, yaml_node_t *kn, yaml_node_t *vn, void *arg)
+{
+        llm_ctx *parent = arg;
+        ab_config *c = parent->c;
+        if (!*k)
+                return fail_at(y, kn, "llm.apps", why("an app id must not be empty"));
+        c->app_llm = xrealloc(c->app_llm, (c->n_app_llm + 1) * sizeof(*c->app_llm));
+        ab_config_app_llm *a = &c->app_llm[c->n_app_llm++];
+        *a = (ab_config_app_llm){
+            .app_id = xstrdup(k),
+            .llm = {.max_steps = -1, .max_tokens = -1, .temperature = -1, .timeout_ms = -1}};
+        if (is_null(vn))
+                return 0;
+        _cleanup_free_ char *where = xasprintf("llm.apps.%s", k);
+        llm_ctx lc = {.c = NULL, .l = &a->llm, .where = where, .dir = parent->dir};
+        return each_pair(y, vn, where, llm_pair, &lc);
+}
+
+static int load_app_llm(yctx *y, ab_config *c, yaml_node_t *map, const char *dir)
+{
+        app_llm_free(c->app_llm, c->n_app_llm);
+        c->app_llm = NULL;
+        c->n_app_llm = 0;
+        if (is_null(map))
+                return 0;
+        llm_ctx lc = {.c = c, .dir = dir};
+        return each_pair(y, map, "llm.apps", app_llm_pair, &lc);
+}
+
+static int load_llm(yctx *y, ab_config *c, yaml_node_t *map)
+{
+        if (is_null(map))
+                return 0;
+        _cleanup_free_ char *copy = xstrdup(y->path);
+        char *slash = strrchr(copy, '/');
+        if (slash)
+                *slash = 0;
+        llm_ctx lc = {.c = c, .l = &c->llm, .where = "llm", .dir = slash ? copy : NULL};
+        return each_pair(y, map, "llm", llm_pair, &lc);
+}
+
+void ab_config_llm_for(const ab_config *c, const char *app, ab_config_llm *out)
+{
+        *out = c->llm;
+        for (size_t i = 0; app && i < c->n_app_llm; i++) {
+                const ab_config_llm *o = &c->app_llm[i].llm;
+                if (strcmp(c->app_llm[i].app_id, app))
+                        continue;
+                if (o->base_url)
+                        out->base_url = o->base_url;
+                if (o->api_key)
+                        out->api_key = o->api_key;
+                if (o->model)
+                        out->model = o->model;
+                if (o->max_steps >= 0)
+                        out->max_steps = o->max_steps;
+                if (o->max_tokens >= 0)
+                        out->max_tokens = o->max_tokens;
+                if (o->temperature >= 0)
+                        out->temperature = o->temperature;
+                if (o->timeout_ms >= 0)
+                        out->timeout_ms = o->timeout_ms;
+        }
+}
+
 /* --- quotas: {max_boxes, max_running, max_disk, max_execs, exec_rate,
  * exec_burst, apps: {APP: {...}}} --- */
 
@@ -1108,6 +1316,8 @@ static int top_pair(yctx *y, const char *k, yaml_node_t *kn, yaml_node_t *vn, vo
                 return load_str_list(y, vn, k, "registry hosts (\"ghcr.io\", \"*.example.com\")",
                                      app_registry_check, &t->c->app_registries,
                                      &t->c->n_app_registries);
+        if (strcmp(k, "llm") == 0)
+                return load_llm(y, t->c, vn);
         if (strcmp(k, "quotas") == 0) {
                 if (is_null(vn))
                         return 0;
@@ -1116,9 +1326,9 @@ static int top_pair(yctx *y, const char *k, yaml_node_t *kn, yaml_node_t *vn, vo
         }
         const field *f = find_field(k);
         if (!f) {
-                _cleanup_free_ char *known =
-                    xstrdup("limits, tools, api_keys, quotas, registries, host_mount_prefixes, "
-                            "app_registries, allowed_hosts");
+                _cleanup_free_ char *known = xstrdup(
+                    "limits, tools, api_keys, quotas, llm, registries, host_mount_prefixes, "
+                    "app_registries, allowed_hosts");
                 for (size_t i = 0; i < AB_ARRAY_LEN(fields); i++) {
                         char *more = xasprintf("%s, %s", known, fields[i].name);
                         free(known);
@@ -1198,6 +1408,22 @@ int ab_config_load_env(ab_config *c, ab_err **err)
                 why_t w = set_field(&tmp, f, v, false);
                 if (w) {
                         ab_err_set(err, AB_E_INVALID, 0, "%s: %s", f->env, w);
+                        free(w);
+                        ab_config_release(&tmp);
+                        return -1;
+                }
+        }
+        /* The chat's model: llm.base_url, api_key, api_key_file, model. */
+        static const char *const llm_env[][2] = {{"AGENTBOX_LLM_BASE_URL", "base_url"},
+                                                 {"AGENTBOX_LLM_API_KEY", "api_key"},
+                                                 {"AGENTBOX_LLM_API_KEY_FILE", "api_key_file"},
+                                                 {"AGENTBOX_LLM_MODEL", "model"}};
+        llm_ctx lc = {.c = &tmp, .l = &tmp.llm, .where = "llm"};
+        for (size_t i = 0; i < AB_ARRAY_LEN(llm_env); i++) {
+                const char *v = getenv(llm_env[i][0]);
+                why_t w = v && *v ? set_llm(&lc, llm_env[i][1], v) : NULL;
+                if (w) {
+                        ab_err_set(err, AB_E_INVALID, 0, "%s: %s", llm_env[i][0], w);
                         free(w);
                         ab_config_release(&tmp);
                         return -1;

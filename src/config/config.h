@@ -25,6 +25,26 @@ typedef struct ab_config_registry {
         bool insecure;  /* plain HTTP allowed (loopback registries always are) */
 } ab_config_registry;
 
+/* The model of the agent loop (POST /api/chat; config: llm: {base_url,
+ * api_key or api_key_file, model, max_steps, max_tokens, temperature,
+ * timeout, apps: {APP: {...}}}). Unset fields (NULL, < 0) of an app's
+ * override take the server's. api_key_file is read when the config loads
+ * (its first line); the key is never printed. */
+typedef struct ab_config_llm {
+        char *base_url;     /* an OpenAI-compatible API ("http://host/v1"); NULL = no chat */
+        char *api_key;      /* sent as "Authorization: Bearer KEY", or NULL */
+        char *model;        /* the "model" of each request */
+        int64_t max_steps;  /* model calls per message; default 20 */
+        int64_t max_tokens; /* the request's max_tokens; 0 = not sent (default) */
+        double temperature; /* < 0 = not sent (default) */
+        int64_t timeout_ms; /* one message's deadline, every step included; default 10 min */
+} ab_config_llm;
+
+typedef struct ab_config_app_llm {
+        char *app_id;
+        ab_config_llm llm;
+} ab_config_app_llm;
+
 typedef struct ab_config {
         char *listen;    /* HOST:PORT; default "127.0.0.1:8080" (env AGENTBOX_LISTEN) */
         char *data_dir;  /* default "./data" (env AGENTBOX_DATA) */
@@ -124,7 +144,14 @@ typedef struct ab_config {
          * "backend": "mock". */
         char *mock_expect;
         char *mock_log;
+        ab_config_llm llm;          /* the agent loop's model */
+        ab_config_app_llm *app_llm; /* per-app overrides */
+        size_t n_app_llm;
 } ab_config;
+
+/* The model settings of app (NULL: the admin's = the server's): the app's
+ * override over the server's, fields borrowed from c. */
+void ab_config_llm_for(const ab_config *c, const char *app, ab_config_llm *out);
 
 /* Fills *c with the defaults. */
 void ab_config_default(ab_config *c);

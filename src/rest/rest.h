@@ -55,6 +55,8 @@ enum MHD_Result route_skills_list(ab_req *r, const char *id);
 enum MHD_Result route_skills_prompt(ab_req *r, const char *id);
 enum MHD_Result route_skill_get(ab_req *r, const char *name);
 enum MHD_Result route_skill_put(ab_req *r, const char *name);
+/* POST /api/admin/skills: a skill as multipart/form-data (routes_skills_form.c). */
+enum MHD_Result route_skill_form(ab_req *r, const char *unused);
 enum MHD_Result route_skill_validate(ab_req *r, const char *name);
 enum MHD_Result route_skill_delete(ab_req *r, const char *name);
 /* routes_images.c */

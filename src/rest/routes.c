@@ -31,6 +31,13 @@ static const ab_route routes[] = {
     {"PUT", "v1/skills/*", AUTH_ADMIN, BODY_UPLOAD, route_skill_put},
     {"DELETE", "v1/skills/*", AUTH_ADMIN, BODY_NONE, route_skill_delete},
     {"POST", "v1/skills/*/validate", AUTH_USER, BODY_UPLOAD, route_skill_validate},
+    /* The skills administration of the sessions API (docs/api.md, "Sessions and chat"). */
+    {"GET", "api/admin/skills", AUTH_ADMIN, BODY_NONE, route_skills_list},
+    {"POST", "api/admin/skills", AUTH_ADMIN, BODY_UPLOAD, route_skill_form},
+    {"POST", "api/admin/skills/*", AUTH_ADMIN, BODY_UPLOAD, route_skill_put},
+    {"PUT", "api/admin/skills/*", AUTH_ADMIN, BODY_UPLOAD, route_skill_put},
+    {"POST", "api/admin/skills/*/validate", AUTH_ADMIN, BODY_UPLOAD, route_skill_validate},
+    {"DELETE", "api/admin/skills/*", AUTH_ADMIN, BODY_NONE, route_skill_delete},
     {"POST", "v1/exec", AUTH_USER, BODY_JSON, route_exec},
     {"GET", "v1/tools", AUTH_USER, BODY_NONE, route_tools_list},
     {"GET", "v1/tools/prompt", AUTH_USER, BODY_NONE, route_tools_prompt},

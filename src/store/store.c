@@ -913,3 +913,118 @@ int ab_store_key_delete(ab_store *s, const char *key_id, ab_err **err)
                 return ab_err_set(err, AB_E_NOT_FOUND, 0, "%s: no such key", op);
         return 0;
 }
+
+/* ---- chat sessions and their history ---- */
+
+/* The admin's rows carry app_id '' (the column is part of the key). */
+static const char *chat_app(const char *app_id)
+{
+        return app_id ? app_id : "";
+}
+
+int ab_store_chat_session_insert(ab_store *s, const char *app_id, const char *thread_id,
+                                 ab_err **err)
+{
+        _cleanup_free_ char *op = xasprintf("create chat session %s", thread_id);
+        STORE_LOCKED(s);
+        return EXEC(s, op,
+                    "INSERT INTO chat_sessions (app_id, thread_id, created_at) VALUES ($1, $2, $3)",
+                    NULL, err, SQL_TEXT(chat_app(app_id)), SQL_TEXT(thread_id), SQL_INT(wall_ms()));
+}
+
+int ab_store_chat_session_get(ab_store *s, const char *app_id, const char *thread_id, ab_err **err)
+{
+        _cleanup_free_ char *op = xasprintf("read chat session %s", thread_id);
+        _cleanup_res_ ab_sql_res res = {0};
+        STORE_LOCKED(s);
+        if (EXEC(s, op, "SELECT created_at FROM chat_sessions WHERE app_id = $1 AND thread_id = $2",
+                 &res, err, SQL_TEXT(chat_app(app_id)), SQL_TEXT(thread_id)) < 0)
+                return -1;
+        if (!res.nrows)
+                return ab_err_set(err, AB_E_NOT_FOUND, 0, "no session %s", thread_id);
+        return 0;
+}
+
+int ab_store_chat_session_delete(ab_store *s, const char *app_id, const char *thread_id,
+                                 ab_err **err)
+{
+        _cleanup_free_ char *op = xasprintf("delete chat session %s", thread_id);
+        _cleanup_res_ ab_sql_res res = {0};
+        STORE_LOCKED(s);
+        if (s->ops->begin(s, op, err) < 0)
+                return -1;
+        if (EXEC(s, op, "DELETE FROM chat_messages WHERE app_id = $1 AND thread_id = $2", NULL, err,
+                 SQL_TEXT(chat_app(app_id)), SQL_TEXT(thread_id)) < 0 ||
+            EXEC(s, op, "DELETE FROM chat_sessions WHERE app_id = $1 AND thread_id = $2", &res, err,
+                 SQL_TEXT(chat_app(app_id)), SQL_TEXT(thread_id)) < 0) {
+                s->ops->rollback(s);
+                return -1;
+        }
+        if (s->ops->commit(s, op, err) < 0) {
+                s->ops->rollback(s);
+                return -1;
+        }
+        if (!res.changes)
+                return ab_err_set(err, AB_E_NOT_FOUND, 0, "no session %s", thread_id);
+        return 0;
+}
+
+int ab_store_chat_append(ab_store *s, const char *app_id, const char *thread_id,
+                         const char *const *roles, const char *const *messages, size_t n,
+                         ab_err **err)
+{
+        _cleanup_free_ char *op = xasprintf("append to chat %s", thread_id);
+        _cleanup_res_ ab_sql_res res = {0};
+        STORE_LOCKED(s);
+        if (s->ops->begin(s, op, err) < 0)
+                return -1;
+        /* The session may have been deleted while its turn ran: no orphans. */
+        if (EXEC(s, op,
+                 "SELECT (SELECT COUNT(*) FROM chat_sessions WHERE app_id = $1 AND thread_id = "
+                 "$2), (SELECT COALESCE(MAX(seq), 0) FROM chat_messages WHERE app_id = $1 AND "
+                 "thread_id = $2)",
+                 &res, err, SQL_TEXT(chat_app(app_id)), SQL_TEXT(thread_id)) < 0)
+                goto fail;
+        if (num(&res, 0, 0) == 0) {
+                ab_err_set(err, AB_E_NOT_FOUND, 0, "no session %s", thread_id);
+                goto fail;
+        }
+        int64_t seq = num(&res, 0, 1), now = wall_ms();
+        for (size_t i = 0; i < n; i++)
+                if (EXEC(s, op,
+                         "INSERT INTO chat_messages (app_id, thread_id, seq, role, message, "
+                         "created_at) VALUES ($1, $2, $3, $4, $5, $6)",
+                         NULL, err, SQL_TEXT(chat_app(app_id)), SQL_TEXT(thread_id),
+                         SQL_INT(seq + 1 + (int64_t)i), SQL_TEXT(roles[i]), SQL_TEXT(messages[i]),
+                         SQL_INT(now)) < 0)
+                        goto fail;
+        if (s->ops->commit(s, op, err) < 0)
+                goto fail;
+        return 0;
+fail:
+        s->ops->rollback(s);
+        return -1;
+}
+
+int ab_store_chat_history(ab_store *s, const char *app_id, const char *thread_id, size_t limit,
+                          char ***messages, size_t *n, ab_err **err)
+{
+        *messages = NULL;
+        *n = 0;
+        _cleanup_free_ char *op = xasprintf("read chat %s", thread_id);
+        _cleanup_res_ ab_sql_res res = {0};
+        STORE_LOCKED(s);
+        /* The newest `limit`, given oldest first. */
+        if (EXEC(s, op,
+                 "SELECT message FROM (SELECT seq, message FROM chat_messages WHERE app_id = $1 "
+                 "AND thread_id = $2 ORDER BY seq DESC LIMIT $3) t ORDER BY seq",
+                 &res, err, SQL_TEXT(chat_app(app_id)), SQL_TEXT(thread_id),
+                 SQL_INT(limit > INT64_MAX ? INT64_MAX : (int64_t)limit)) < 0)
+                return -1;
+        char **v = xcalloc(res.nrows + 1, sizeof(*v));
+        for (size_t i = 0; i < res.nrows; i++)
+                v[i] = take(&res, i, 0);
+        *messages = v;
+        *n = res.nrows;
+        return 0;
+}

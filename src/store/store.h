@@ -157,4 +157,23 @@ int ab_store_key_list(ab_store *s, ab_api_key **out, size_t *n, ab_err **err);
 int ab_store_key_get(ab_store *s, const char *key_id, ab_api_key *out, ab_err **err);
 int ab_store_key_delete(ab_store *s, const char *key_id, ab_err **err);
 
+/* Chat sessions (POST /api/sessions) and their history, per app (NULL: the
+ * admin) and thread id. Insert: AB_E_CONFLICT when the thread exists. Get:
+ * 0, or AB_E_NOT_FOUND. Delete removes the session and its messages in one
+ * transaction (AB_E_NOT_FOUND when there was no session). */
+int ab_store_chat_session_insert(ab_store *s, const char *app_id, const char *thread_id,
+                                 ab_err **err);
+int ab_store_chat_session_get(ab_store *s, const char *app_id, const char *thread_id, ab_err **err);
+int ab_store_chat_session_delete(ab_store *s, const char *app_id, const char *thread_id,
+                                 ab_err **err);
+/* Appends n messages (chat-completions messages as JSON text, with their
+ * roles) after the thread's last, in one transaction; AB_E_NOT_FOUND (and
+ * nothing written) when the session is gone. */
+int ab_store_chat_append(ab_store *s, const char *app_id, const char *thread_id,
+                         const char *const *roles, const char *const *messages, size_t n,
+                         ab_err **err);
+/* The thread's newest `limit` messages, oldest first: *messages is a new
+ * NULL-terminated array of JSON texts (free with the strv cleanup). */
+int ab_store_chat_history(ab_store *s, const char *app_id, const char *thread_id, size_t limit,
+                          char ***messages, size_t *n, ab_err **err);
 #endif

@@ -131,4 +131,18 @@ int ab_store_pg_open(const char *url, ab_store **out, ab_err **err);
                     NULL,                                                                          \
         }
 
+/* Version 5: chat sessions and their history (the agent loop of POST
+ * /api/chat). app_id '' is the admin's. A message is one chat-completions
+ * message as JSON (role, content, tool_calls, tool_call_id); seq orders them
+ * within a thread. */
+#define AB_STORE_SCHEMA_V5                                                                         \
+        {                                                                                          \
+                "CREATE TABLE chat_sessions (app_id TEXT NOT NULL, thread_id TEXT NOT NULL, "      \
+                "created_at BIGINT NOT NULL, PRIMARY KEY (app_id, thread_id))",                    \
+                    "CREATE TABLE chat_messages (app_id TEXT NOT NULL, thread_id TEXT NOT NULL, "  \
+                    "seq BIGINT NOT NULL, role TEXT NOT NULL, message TEXT NOT NULL, "             \
+                    "created_at BIGINT NOT NULL, PRIMARY KEY (app_id, thread_id, seq))",           \
+                    NULL,                                                                          \
+        }
+
 #endif

@@ -267,6 +267,19 @@ try {
   ok(parsed && parsed.product === 42 && parsed.n === 2 && /py 42/.test(ret.log || ''), 'a Python snippet runs in the playground', JSON.stringify(ret));
   await shot(page, 'playground');
 
+  // ---- chat (the stand-in model: a bash call, then text quoting its output) ---------
+  await page.goto(cfg.base + '/#/chat', {waitUntil: 'networkidle2'});
+  await page.waitForSelector('#chat-input');
+  await page.type('#chat-input', 'run it [[tool]]');
+  await page.click('#chat-send');
+  await page.waitForFunction(() => /Ended: stop/.test(document.querySelector('#chat-usage')?.textContent || ''),
+                             {timeout: 60000}).catch(() => {});
+  const chat = await page.evaluate(() => ({log: document.querySelector('#chat-log')?.textContent || '',
+                                           usage: document.querySelector('#chat-usage')?.textContent || ''}));
+  ok(/Tool bash/.test(chat.log) && /The box said: hi-from-box/.test(chat.log) && /Ended: stop/.test(chat.usage),
+     'the chat page shows the tool call, the answer and the usage', JSON.stringify(chat));
+  await shot(page, 'chat');
+
   // ---- server -------------------------------------------------------------------
   await page.goto(cfg.base + '/#/server', {waitUntil: 'networkidle2'});
   await page.waitForFunction(() => document.querySelectorAll('#charts svg polyline').length >= 4 &&

@@ -12,7 +12,8 @@ its exec history and its events live, a file named like markup listed as text
 back byte-identical, download the folder as a zip, preview a text file, type
 `echo hi` in the terminal and see `hi` (skipped, naming the missing route, when
 the server has no terminal API), validate a bad and a good skill and install
-the good one, run a Python snippet in the playground, see the server's charts,
+the good one, run a Python snippet in the playground, chat with the agent
+(the stand-in model of tests/llm: a tool call and its result shown), see the server's charts,
 no CSP violation and no token in any URL, an API key of another app not seeing
 the box. Screenshots of every page go to meson-logs/console/ (or
 $AGENTBOX_CONSOLE_SHOTS). The same run follows against a server without a
@@ -31,7 +32,9 @@ import sys
 import zipfile
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "llm"))
 import abserver  # noqa: E402
+import standin  # noqa: E402
 
 ROOT = os.path.realpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 CONSOLE_DIR = os.path.join(ROOT, "console")
@@ -40,7 +43,9 @@ CHROMIUM = os.environ.get("AGENTBOX_CHROMIUM", "/usr/bin/chromium")
 h = abserver.ServerHarness(budget=280)
 TOKEN = "console-admin-token-%d-0123456789" % os.getpid()
 APP_KEY = "console-app-key-0123456789abcdef"
-CONFIG = {"api_keys": [{"key": APP_KEY, "app_id": "otherapp"}]}
+model = standin.start(os.path.join(h.root, "standin.jsonl"))  # the chat page's model
+CONFIG = {"api_keys": [{"key": APP_KEY, "app_id": "otherapp"}],
+          "llm": {"base_url": model.base_url(), "api_key": "sk-console"}}
 srv = h.start_server(token=TOKEN, config=CONFIG)
 
 # ---- the browser -------------------------------------------------------------------------

@@ -28,7 +28,8 @@ RANK = {
     "runners": 5,   # the code runner
     "http": 1,      # the HTTP machinery: connections, workers, WebSocket, messages,
                     # Connect RPC, request checks (base only: it names no front)
-    "config": 6,    # the service's settings
+    "config": 6,
+    "agent": 6,     # the agent loop and its model client (chat completions over libcurl)    # the service's settings
     "kit": 7,       # what every front uses: the server's request life cycle, route
                     # tables, the caller and auth, responses, uploads
     "rest": 8,      # agentbox's own routes, MCP, the console

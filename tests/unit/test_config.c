@@ -586,6 +586,81 @@ static void test_tools(void)
         refused("tools:\n  bash_out: 5\n", "an unknown tools key", "tools.bash_out", "unknown");
 }
 
+static void test_llm(void)
+{
+        _cleanup_free_ char *keyfile = write_conf("sk-from-file\nsecond line\n");
+        _cleanup_free_ char *text = xasprintf("llm:\n"
+                                              "  base_url: http://127.0.0.1:9/v1\n"
+                                              "  api_key: sk-inline\n"
+                                              "  model: m1\n"
+                                              "  max_steps: 7\n"
+                                              "  max_tokens: 100\n"
+                                              "  temperature: 0.5\n"
+                                              "  timeout: 90s\n"
+                                              "  apps:\n"
+                                              "    app2:\n"
+                                              "      model: m2\n"
+                                              "      api_key_file: %s\n"
+                                              "      max_steps: 3\n",
+                                              keyfile);
+        _cleanup_free_ char *path = write_conf(text);
+        ab_config c;
+        ab_config_default(&c);
+        TAP_IS_INT(c.llm.max_steps, 20, "llm.max_steps defaults to 20");
+        TAP_IS_INT(c.llm.timeout_ms, 600000, "llm.timeout defaults to 10 minutes");
+        tap_ok(!c.llm.base_url && c.llm.temperature < 0, "no model and no temperature by default");
+        ab_err *e = NULL;
+        tap_ok(ab_config_load_file(&c, path, &e) == 0, "an llm: section loads");
+        if (e)
+                tap_diag("%s", e->msg);
+        ab_err_free(&e);
+        ab_config_llm l;
+        ab_config_llm_for(&c, "app1", &l);
+        tap_ok(l.base_url && !strcmp(l.base_url, "http://127.0.0.1:9/v1") &&
+                   !strcmp(l.api_key, "sk-inline") && !strcmp(l.model, "m1") && l.max_steps == 7 &&
+                   l.max_tokens == 100 && l.temperature == 0.5 && l.timeout_ms == 90000,
+               "an app without an override gets the server's settings");
+        ab_config_llm_for(&c, "app2", &l);
+        tap_ok(!strcmp(l.model, "m2") && !strcmp(l.api_key, "sk-from-file") && l.max_steps == 3 &&
+                   l.max_tokens == 100 && !strcmp(l.base_url, "http://127.0.0.1:9/v1"),
+               "app2's override replaces only what it names; api_key_file's first line");
+        ab_config_llm_for(&c, NULL, &l);
+        tap_ok(!strcmp(l.model, "m1"), "the admin gets the server's settings");
+        ab_config copy;
+        ab_config_default(&copy);
+        ab_config_release(&copy);
+        ab_config_release(&c);
+        refused("llm:\n  base_url: ftp://x\n", "an llm.base_url that is not http", "llm.base_url",
+                "line 2");
+        refused("llm:\n  max_steps: 0\n", "llm.max_steps 0", "llm.max_steps", "1..1000");
+        refused("llm:\n  temperature: 3\n", "llm.temperature 3", "llm.temperature", NULL);
+        refused("llm:\n  api_key_file: /nonexistent/key\n", "a missing api_key_file",
+                "llm.api_key_file", "/nonexistent/key");
+        refused("llm:\n  modle: x\n", "an unknown llm key", "llm.modle", "unknown");
+        refused("llm:\n  apps:\n    a:\n      apps: {}\n", "apps inside an app's override",
+                "llm.apps.a.apps", "unknown");
+        ab_config_default(&c);
+        setenv("AGENTBOX_LLM_BASE_URL", "http://127.0.0.1:7/v1", 1);
+        setenv("AGENTBOX_LLM_API_KEY", "sk-env", 1);
+        setenv("AGENTBOX_LLM_MODEL", "m-env", 1);
+        tap_ok(ab_config_load_env(&c, &e) == 0 && c.llm.base_url &&
+                   !strcmp(c.llm.base_url, "http://127.0.0.1:7/v1") &&
+                   !strcmp(c.llm.api_key, "sk-env") && !strcmp(c.llm.model, "m-env"),
+               "AGENTBOX_LLM_BASE_URL, _API_KEY and _MODEL set llm");
+        ab_err_free(&e);
+        setenv("AGENTBOX_LLM_BASE_URL", "gopher://x", 1);
+        tap_ok(ab_config_load_env(&c, &e) < 0 && e && strstr(e->msg, "AGENTBOX_LLM_BASE_URL"),
+               "a bad AGENTBOX_LLM_BASE_URL is refused, named");
+        ab_err_free(&e);
+        unsetenv("AGENTBOX_LLM_BASE_URL");
+        unsetenv("AGENTBOX_LLM_API_KEY");
+        unsetenv("AGENTBOX_LLM_MODEL");
+        ab_config_release(&c);
+        _cleanup_free_ char *m = load_err("llm:\n  api_key: [sk-secret-list]\n");
+        tap_ok(m && !strstr(m, "sk-secret"), "a bad api_key's message does not show it (%s)",
+               m ? m : "accepted");
+}
+
 static void test_quotas(void)
 {
         ab_config c;
@@ -752,6 +827,7 @@ int main(void)
         test_quotas();
         test_ceilings();
         test_app_registries();
+        test_llm();
         DIR *d = opendir(dir);
         for (struct dirent *de; d && (de = readdir(d));)
                 if (de->d_name[0] != '.')

@@ -267,6 +267,14 @@ static void test_concurrent_fresh_open(const target *t)
         is_int(good, N, "%d processes opening a fresh database at once all succeed", N);
 }
 
+/* Undoes version 5 (the chat tables) so that an older version can be made. */
+static bool drop_v5(const target *t)
+{
+        return raw(t, "DROP TABLE chat_messages", NULL) == 0 &&
+               raw(t, "DROP TABLE chat_sessions", NULL) == 0 &&
+               raw(t, "DELETE FROM schema_migrations WHERE version = 5", NULL) == 0;
+}
+
 static void test_migrations(const target *t)
 {
         ab_err *e = NULL;
@@ -300,7 +308,7 @@ static void test_migrations(const target *t)
         ab_store_close(s);
 
         /* A database of version 2 with a key: version 3 adds the keys' quotas. */
-        ok(raw(t, "ALTER TABLE api_keys DROP COLUMN quotas", NULL) == 0 &&
+        ok(raw(t, "ALTER TABLE api_keys DROP COLUMN quotas", NULL) == 0 && drop_v5(t) &&
                raw(t, "DROP INDEX boxes_keys", NULL) == 0 &&
                raw(t, "DROP INDEX boxes_thread", NULL) == 0 &&
                raw(t, "DELETE FROM schema_migrations WHERE version >= 3", NULL) == 0 &&
@@ -324,9 +332,9 @@ static void test_migrations(const target *t)
 
         /* A database of version 3 with boxes of the first id scheme: version 4
          * keeps them and allows one box per keys (of an app) from then on. */
-        ok(raw(t, "DROP INDEX boxes_keys", NULL) == 0 &&
+        ok(drop_v5(t) && raw(t, "DROP INDEX boxes_keys", NULL) == 0 &&
                raw(t, "DROP INDEX boxes_thread", NULL) == 0 &&
-               raw(t, "DELETE FROM schema_migrations WHERE version = 4", NULL) == 0,
+               raw(t, "DELETE FROM schema_migrations WHERE version >= 4", NULL) == 0,
            "make a version 3 database");
         static const char *const old_rows[] = {
             /* keys (app1, u-1, c): sha256("app1-u-1-c")[:16] */
@@ -970,6 +978,49 @@ static void *insert_thread(void *p)
 
 /* Two handles (as two processes would) create the same box at once: the
  * database's unique key lets exactly one win, the other gets a conflict. */
+static void test_chat(ab_store *s)
+{
+        ab_err *e = NULL;
+        no_err(ab_store_chat_session_insert(s, "app1", "t1", &e), &e, "chat: a session");
+        no_err(ab_store_chat_session_insert(s, NULL, "t1", &e), &e,
+               "chat: the admin's session of the same id");
+        is_err(ab_store_chat_session_insert(s, "app1", "t1", &e), &e, AB_E_CONFLICT, "t1",
+               "chat: the same session twice is a conflict");
+        no_err(ab_store_chat_session_get(s, "app1", "t1", &e), &e, "chat: the session is there");
+        is_err(ab_store_chat_session_get(s, "app2", "t1", &e), &e, AB_E_NOT_FOUND, "t1",
+               "chat: another app does not see it");
+        const char *roles[] = {"user", "assistant"};
+        const char *msgs[] = {"{\"role\":\"user\",\"content\":\"a\"}",
+                              "{\"role\":\"assistant\",\"content\":\"b\"}"};
+        no_err(ab_store_chat_append(s, "app1", "t1", roles, msgs, 2, &e), &e, "chat: append two");
+        const char *more[] = {"{\"role\":\"user\",\"content\":\"c\"}"};
+        no_err(ab_store_chat_append(s, "app1", "t1", roles, more, 1, &e), &e, "chat: append one");
+        char **v = NULL;
+        size_t n = 0;
+        no_err(ab_store_chat_history(s, "app1", "t1", 10, &v, &n, &e), &e, "chat: history");
+        ok(n == 3 && strstr(v[0], "\"a\"") && strstr(v[2], "\"c\""), "chat: in order (%zu)", n);
+        ab_strvfreep(&v);
+        no_err(ab_store_chat_history(s, "app1", "t1", 2, &v, &n, &e), &e, "chat: newest two");
+        ok(n == 2 && strstr(v[0], "\"b\"") && strstr(v[1], "\"c\""),
+           "chat: the newest, oldest first");
+        ab_strvfreep(&v);
+        no_err(ab_store_chat_history(s, NULL, "t1", 10, &v, &n, &e), &e, "chat: admin's history");
+        ok(n == 0, "chat: the admin's thread of the same id has its own history");
+        ab_strvfreep(&v);
+        no_err(ab_store_chat_session_delete(s, "app1", "t1", &e), &e, "chat: delete");
+        no_err(ab_store_chat_history(s, "app1", "t1", 10, &v, &n, &e), &e, "chat: history after");
+        ok(n == 0, "chat: the delete took the messages");
+        ab_strvfreep(&v);
+        is_err(ab_store_chat_session_delete(s, "app1", "t1", &e), &e, AB_E_NOT_FOUND, "t1",
+               "chat: deleting again is not found");
+        is_err(ab_store_chat_append(s, "app1", "t1", roles, more, 1, &e), &e, AB_E_NOT_FOUND, "t1",
+               "chat: no append to a deleted session");
+        no_err(ab_store_chat_history(s, "app1", "t1", 10, &v, &n, &e), &e, "chat: still empty");
+        ok(n == 0, "chat: the refused append left nothing");
+        ab_strvfreep(&v);
+        no_err(ab_store_chat_session_delete(s, NULL, "t1", &e), &e, "chat: delete the admin's");
+}
+
 static void test_insert_race(ab_store *s, ab_store *s2)
 {
         enum { ROUNDS = 20 };
@@ -1034,6 +1085,7 @@ static void suite(const target *t)
         test_pool(t, s, s2);
         test_audit(s);
         test_keys(s);
+        test_chat(s);
         test_insert_race(s, s2);
         if (strcmp(t->kind, "postgres") == 0)
                 test_pg_reconnect(t, s);

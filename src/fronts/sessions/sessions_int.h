@@ -1,0 +1,27 @@
+/* sessions_int.h - between the files of the sessions front. */
+#ifndef AB_SESSIONS_INT_H
+#define AB_SESSIONS_INT_H
+
+#include "fronts/sessions/sessions.h"
+
+/* The longest thread id a client may choose. */
+#define SESSION_ID_MAX 128
+
+/* True when id is a valid thread id: 1..SESSION_ID_MAX of [A-Za-z0-9._-]. */
+bool session_id_ok(const char *id);
+/* Answers 400 or 404 (or the store's error) unless thread id is a session of
+ * r's app; true when it is. */
+bool session_check(ab_req *r, const char *id, enum MHD_Result *ret);
+/* Finds or makes the thread's box and makes it run (the box's id into
+ * out[17]). The manager's errors. */
+int session_box(ab_server *s, const char *scope, const char *thread, char out[17], ab_err **err);
+
+enum MHD_Result sessions_create(ab_req *r, const char *id);
+enum MHD_Result sessions_delete(ab_req *r, const char *id);
+enum MHD_Result sessions_chat(ab_req *r, const char *id);
+enum MHD_Result sessions_upload(ab_req *r, const char *id);
+enum MHD_Result sessions_download(ab_req *r, const char *id);
+/* The table's stop: running chats end (their model request and tools). */
+void sessions_quiesce(void);
+
+#endif
