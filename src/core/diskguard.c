@@ -6,8 +6,11 @@
  * Admission: a create is refused (AB_E_STORAGE) when the promised-but-unused
  * space - over every box, its disk limit minus what its image holds, plus
  * the new disk - passes disk_overcommit_ratio times the free space above
- * the reserve. The promised sum comes from a scan of the backend's disks
- * (at most every SCAN_NS), plus what was admitted since.
+ * the reserve. The promised sum comes from a scan of the backend's disks,
+ * plus what was admitted since: the guard's thread scans again at most every
+ * SCAN_NS when boxes changed, and a create scans only when there has been no
+ * scan yet or before it would refuse - never as a matter of course, so a
+ * create's cost does not grow with the number of boxes.
  *
  * The guard: when a box's ext4 writes into its image and the host's
  * filesystem is full, the loop device fails the write, ext4 aborts its
@@ -29,7 +32,7 @@
 #include <sys/statfs.h>
 #include <sys/statvfs.h>
 
-#define SCAN_NS      (5ull * 1000 * 1000 * 1000)
+#define SCAN_NS      (30ull * 1000 * 1000 * 1000)
 #define MIB          (1024ull * 1024)
 #define BALLOON_STEP (8 * MIB) /* balloons change by at least this much (or to 0) */
 
@@ -57,6 +60,7 @@ struct mgr_disk {
         uint64_t since_scan; /* admitted since */
         uint64_t pending;    /* admitted, disk not made yet */
         uint64_t scan_ns;
+        uint64_t scan_gen; /* the store's box generation before the last scan */
         int64_t refused;
         int64_t rounds; /* of the guard */
         uint64_t balloon_bytes;
@@ -67,6 +71,10 @@ struct mgr_disk {
         known_balloon *known;
         size_t n_known;
         int64_t opened_s; /* inits started later than this hold no balloon we do not know */
+        /* What the last round saw, for guard_due (under `round`). */
+        uint64_t round_avail; /* the host's space above the reserve */
+        uint64_t round_slack; /* round_avail less what the boxes could still write */
+        uint64_t round_ns;
 };
 
 static void known_free(known_balloon *k, size_t n)
@@ -145,15 +153,16 @@ int mgr_disk_admit(ab_manager *m, uint64_t disk_mib, mgr_disk_ticket *t, ab_err 
         uint64_t now = ab_now_ns();
         uint64_t usable = free_b > m->o.disk_reserve ? free_b - m->o.disk_reserve : 0;
         double allowed = m->o.disk_overcommit_ratio * (double)usable;
-        /* Rescan when the last scan is old, and before any refusal (boxes
-         * deleted since give their promises back; refusals are rare). */
-        if (!d->scan_ns || now - d->scan_ns > SCAN_NS ||
-            (double)(d->promised + d->since_scan + d->pending + want) > allowed) {
+        /* Scan when there was none, and before any refusal (boxes deleted
+         * since give their promises back; refusals are rare). */
+        if (!d->scan_ns || (double)(d->promised + d->since_scan + d->pending + want) > allowed) {
                 uint64_t p;
+                uint64_t gen = ab_store_box_gen(m->o.store);
                 if (scan_promised(m, &p) == 0) {
                         d->promised = p;
                         d->since_scan = 0;
                         d->scan_ns = now;
+                        d->scan_gen = gen;
                 } else {
                         ab_log(AB_LOG_WARN, "disk admission: cannot list the boxes' disks", NULL);
                 }
@@ -351,6 +360,12 @@ void ab_manager_disk_balance(ab_manager *m)
                 }
                 nb++;
         }
+        uint64_t could_write = 0;
+        for (size_t i = 0; i < k; i++)
+                could_write += gs[i].free;
+        d->round_avail = free_b > m->o.disk_reserve ? free_b - m->o.disk_reserve : 0;
+        d->round_slack = d->round_avail > could_write ? d->round_avail - could_write : 0;
+        d->round_ns = ab_now_ns();
         set_targets(gs, nb, avail);
         uint64_t held = 0;
         int64_t ballooned = 0;
@@ -387,12 +402,68 @@ void ab_manager_disk_balance(ab_manager *m)
         pthread_mutex_unlock(&d->round);
 }
 
+/* A round looks at every running box; between rounds the balance holds by
+ * itself (a box's write lowers both sides alike), so a round is due only
+ * when something may have moved it: the host's free space fell by half the
+ * slack the last round left (writes outside the boxes, or writes by boxes
+ * started since the round, which it did not count: a box that does not
+ * write takes nothing from the host, and once such writes have used half
+ * the slack the next round counts the box, with the other half left),
+ * balloons are held (the disk is short: every period, as before), or a
+ * minute passed. An idle server costs one statvfs a period, and a create
+ * does not set off a walk over every box. */
+#define GUARD_FULL_NS (60ull * 1000 * 1000 * 1000)
+static bool guard_due(ab_manager *m)
+{
+        struct mgr_disk *d = m->disk;
+        uint64_t free_b, total;
+        if (host_space(m, &free_b, &total) < 0)
+                return true;
+        uint64_t avail = free_b > m->o.disk_reserve ? free_b - m->o.disk_reserve : 0;
+        pthread_mutex_lock(&d->round);
+        bool due = !d->round_ns || ab_now_ns() - d->round_ns > GUARD_FULL_NS ||
+                   avail + d->round_slack / 2 < d->round_avail;
+        pthread_mutex_unlock(&d->round);
+        pthread_mutex_lock(&d->lock);
+        due = due || d->ballooned;
+        pthread_mutex_unlock(&d->lock);
+        return due;
+}
+
+/* Admission's promised sum, scanned again in the background (not under a
+ * create) when it is older than SCAN_NS and boxes changed since. Creates
+ * admitted while the scan ran stay counted (a box may be counted twice for a
+ * while: on the safe side). */
+static void refresh_promised(ab_manager *m)
+{
+        if (!admission_on(m))
+                return;
+        struct mgr_disk *d = m->disk;
+        uint64_t gen = ab_store_box_gen(m->o.store), now = ab_now_ns();
+        pthread_mutex_lock(&d->lock);
+        bool due = d->scan_ns && now - d->scan_ns > SCAN_NS && gen != d->scan_gen;
+        uint64_t before = d->since_scan;
+        pthread_mutex_unlock(&d->lock);
+        uint64_t p;
+        if (!due || scan_promised(m, &p) < 0)
+                return;
+        pthread_mutex_lock(&d->lock);
+        d->promised = p;
+        d->since_scan = d->since_scan > before ? d->since_scan - before : 0;
+        d->scan_ns = now;
+        d->scan_gen = gen;
+        pthread_mutex_unlock(&d->lock);
+}
+
 static void *guard_main(void *arg)
 {
         ab_manager *m = arg;
         bool flag = false;
-        while (mgr_nap(m, m->o.disk_watch_interval_ms, &flag))
-                ab_manager_disk_balance(m);
+        while (mgr_nap(m, m->o.disk_watch_interval_ms, &flag)) {
+                if (guard_due(m))
+                        ab_manager_disk_balance(m);
+                refresh_promised(m);
+        }
         return NULL;
 }
 

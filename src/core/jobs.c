@@ -213,40 +213,52 @@ static void relieve_memory(ab_manager *m)
         ab_box_recs_free(rs, n);
 }
 
-/* TTL expiry, and drift: boxes the store thinks run whose init died. */
-static void reap_ttl_and_drift(ab_manager *m)
+/* TTL expiry: the store lists only the boxes whose TTL has passed. */
+static void reap_ttl(ab_manager *m)
 {
-        ab_box_filter f = {.provider = m->provider};
+        ab_box_rec *rs = NULL;
+        size_t n = 0;
+        if (ab_store_box_list_expired(m->o.store, m->provider, mgr_wall_ms(), &rs, &n, NULL) < 0)
+                return;
+        for (size_t i = 0; i < n; i++) {
+                slot *s = mgr_slot_get(m, rs[i].id);
+                pthread_mutex_lock(&s->lock);
+                ab_box_rec cur = {0};
+                const char *act = NULL;
+                if (ab_store_box_get(m->o.store, m->provider, rs[i].id, &cur, NULL) == 0 &&
+                    cur.status != AB_BOX_DELETING &&
+                    (act = json_string_value(json_object_get(cur.spec, "ttl_action"))) &&
+                    !strcmp(act, "pause")) {
+                        mgr_ttl_pause_locked(m, &cur);
+                } else if (cur.id && cur.status != AB_BOX_DELETING) {
+                        ab_metrics_op(m->o.metrics, "ttl_delete", true);
+                        mgr_delete_locked(m, &cur);
+                }
+                ab_box_rec_clear(&cur);
+                pthread_mutex_unlock(&s->lock);
+                mgr_slot_put(m, s);
+        }
+        ab_box_recs_free(rs, n);
+}
+
+/* Drift: boxes the store thinks run (or are paused) whose init died, or that
+ * someone else (the CLI) paused or resumed. One page of DRIFT_PAGE boxes a
+ * round, walking the table by id, so a round's cost does not grow with the
+ * number of boxes; any use of a box checks it at once anyway. */
+#define DRIFT_PAGE 64
+static void reap_drift(ab_manager *m)
+{
+        ab_box_filter f = {
+            .provider = m->provider, .after_id = m->drift_cursor, .limit = DRIFT_PAGE};
         ab_box_rec *rs = NULL;
         size_t n = 0;
         if (ab_store_box_list(m->o.store, &f, &rs, &n, NULL) < 0)
                 return;
-        int64_t now = mgr_wall_ms();
+        free(m->drift_cursor); /* a short page ends the walk: the next starts over */
+        m->drift_cursor = n == DRIFT_PAGE ? xstrdup(rs[n - 1].id) : NULL;
         ab_backend *b = m->o.backend;
         for (size_t i = 0; i < n; i++) {
                 ab_box_rec *r = &rs[i];
-                if (r->status == AB_BOX_DELETING) {
-                        continue;
-                }
-                if (r->ttl_s > 0 && !mgr_is_pool(r) && r->created_at + r->ttl_s * 1000 < now) {
-                        slot *s = mgr_slot_get(m, r->id);
-                        pthread_mutex_lock(&s->lock);
-                        ab_box_rec cur = {0};
-                        const char *act = NULL;
-                        if (ab_store_box_get(m->o.store, m->provider, r->id, &cur, NULL) == 0 &&
-                            cur.status != AB_BOX_DELETING &&
-                            (act = json_string_value(json_object_get(cur.spec, "ttl_action"))) &&
-                            !strcmp(act, "pause")) {
-                                mgr_ttl_pause_locked(m, &cur);
-                        } else if (cur.id && cur.status != AB_BOX_DELETING) {
-                                ab_metrics_op(m->o.metrics, "ttl_delete", true);
-                                mgr_delete_locked(m, &cur);
-                        }
-                        ab_box_rec_clear(&cur);
-                        pthread_mutex_unlock(&s->lock);
-                        mgr_slot_put(m, s);
-                        continue;
-                }
                 if (r->status != AB_BOX_RUNNING && r->status != AB_BOX_PAUSED)
                         continue;
                 ab_box_info info;
@@ -254,7 +266,6 @@ static void reap_ttl_and_drift(ab_manager *m)
                         continue;
                 ab_box_status truth = info.status;
                 ab_box_info_clear(&info);
-                /* Died, or paused or resumed by someone else (the CLI). */
                 if (truth == r->status ||
                     (truth != AB_BOX_STOPPED && truth != AB_BOX_RUNNING && truth != AB_BOX_PAUSED))
                         continue;
@@ -283,12 +294,15 @@ static void reap_ttl_and_drift(ab_manager *m)
 
 void ab_manager_reap(ab_manager *m)
 {
+        pthread_mutex_lock(&m->reap_lock);
         /* Stop before pause: a box past both deadlines is not paused first. */
         reap_idle(m, AB_IDLE_STOP);
         reap_idle(m, AB_IDLE_PAUSE);
         relieve_memory(m);
-        reap_ttl_and_drift(m);
+        reap_ttl(m);
+        reap_drift(m);
         mgr_enforce_cap(m, NULL);
+        pthread_mutex_unlock(&m->reap_lock);
 }
 
 void *mgr_reaper_main(void *arg)

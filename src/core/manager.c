@@ -261,6 +261,7 @@ int ab_manager_open(const ab_manager_opts *o, ab_manager **out, ab_err **err)
         pthread_mutex_init(&m->lock, NULL);
         pthread_mutex_init(&m->counts_lock, NULL);
         pthread_mutex_init(&m->cap_lock, NULL);
+        pthread_mutex_init(&m->reap_lock, NULL);
         pthread_condattr_t ca;
         pthread_condattr_init(&ca);
         pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
@@ -334,6 +335,8 @@ void ab_manager_free(ab_manager *m)
         pthread_mutex_destroy(&m->lock);
         pthread_mutex_destroy(&m->counts_lock);
         pthread_mutex_destroy(&m->cap_lock);
+        pthread_mutex_destroy(&m->reap_lock);
+        free(m->drift_cursor);
         pthread_cond_destroy(&m->wake);
         pthread_cond_destroy(&m->del_wake);
         free(m);

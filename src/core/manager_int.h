@@ -69,8 +69,10 @@ struct ab_manager {
         pthread_mutex_t cap_lock; /* one enforcement of the running-box cap at a time */
         uint64_t counts_at_ns;
         ab_manager_counts counts_cache;
-        struct mgr_quota *quota; /* core/quota.c */
-        struct mgr_disk *disk;   /* core/diskguard.c */
+        struct mgr_quota *quota;   /* core/quota.c */
+        struct mgr_disk *disk;     /* core/diskguard.c */
+        pthread_mutex_t reap_lock; /* one reaper round at a time (tests call it too) */
+        char *drift_cursor;        /* core/jobs.c: the last id of the drift walk's page */
 };
 
 typedef int (*locked_op)(ab_manager *m, ab_box_rec *r, ab_err **err);

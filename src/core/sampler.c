@@ -7,12 +7,62 @@ typedef struct sample_prev {
         char *id;
         uint64_t cpu_ns, at_ns;
         bool alerted[3];
+        bool seen; /* sampled in this walk */
 } sample_prev;
 
+/* A round samples at most SAMPLE_PAGE boxes, the next page of a walk over the
+ * running boxes by id: a round's cost does not grow with the number of boxes
+ * (with many boxes, each is sampled less often). prev is sorted by id. */
+#define SAMPLE_PAGE 50
 typedef struct sampler {
         sample_prev *v;
-        size_t n;
+        size_t n, cap;
+        char *cursor; /* the last id of the walk's previous page; NULL = start */
 } sampler;
+
+static int prev_cmp(const void *key, const void *elem)
+{
+        return strcmp(key, ((const sample_prev *)elem)->id);
+}
+
+/* The entry of id, made (zeroed) when there is none. */
+static sample_prev *prev_of(sampler *sp, const char *id)
+{
+        size_t lo = 0, hi = sp->n;
+        while (lo < hi) {
+                size_t mid = lo + (hi - lo) / 2;
+                int c = prev_cmp(id, &sp->v[mid]);
+                if (c == 0)
+                        return &sp->v[mid];
+                if (c < 0)
+                        hi = mid;
+                else
+                        lo = mid + 1;
+        }
+        if (sp->n == sp->cap) {
+                sp->cap = sp->cap ? 2 * sp->cap : 64;
+                sp->v = xrealloc(sp->v, sp->cap * sizeof(*sp->v));
+        }
+        memmove(&sp->v[lo + 1], &sp->v[lo], (sp->n - lo) * sizeof(*sp->v));
+        sp->n++;
+        sp->v[lo] = (sample_prev){.id = xstrdup(id)};
+        return &sp->v[lo];
+}
+
+/* At the end of a walk: forgets boxes it did not sample (stopped, deleted). */
+static void prev_prune(sampler *sp)
+{
+        size_t k = 0;
+        for (size_t i = 0; i < sp->n; i++) {
+                if (!sp->v[i].seen) {
+                        free(sp->v[i].id);
+                        continue;
+                }
+                sp->v[i].seen = false;
+                sp->v[k++] = sp->v[i];
+        }
+        sp->n = k;
+}
 
 static void check_alert(ab_manager *m, sample_prev *p, const ab_box_rec *r, int which,
                         const char *metric, double value, double threshold)
@@ -45,18 +95,20 @@ static void sampler_clear(sampler *sp)
         for (size_t i = 0; i < sp->n; i++)
                 free(sp->v[i].id);
         free(sp->v);
-        sp->v = NULL;
-        sp->n = 0;
+        free(sp->cursor);
+        *sp = (sampler){0};
 }
 
 static void sample_once(ab_manager *m, sampler *sp)
 {
-        ab_box_filter f = {.provider = m->provider, .status = AB_BOX_RUNNING};
+        ab_box_filter f = {.provider = m->provider,
+                           .status = AB_BOX_RUNNING,
+                           .after_id = sp->cursor,
+                           .limit = SAMPLE_PAGE};
         ab_box_rec *rs = NULL;
         size_t n = 0;
         if (ab_store_box_list(m->o.store, &f, &rs, &n, NULL) < 0)
                 return;
-        sampler next = {.v = xcalloc(n + 1, sizeof(sample_prev))};
         for (size_t i = 0; i < n; i++) {
                 ab_box_rec *r = &rs[i];
                 if (mgr_is_pool(r))
@@ -64,14 +116,8 @@ static void sample_once(ab_manager *m, sampler *sp)
                 ab_box_stats st;
                 if (ab_manager_stats(m, r, &st, NULL) < 0)
                         continue;
-                sample_prev *p = &next.v[next.n++];
-                p->id = xstrdup(r->id);
-                for (size_t k = 0; k < sp->n; k++)
-                        if (!strcmp(sp->v[k].id, r->id)) {
-                                p->cpu_ns = sp->v[k].cpu_ns;
-                                p->at_ns = sp->v[k].at_ns;
-                                memcpy(p->alerted, sp->v[k].alerted, sizeof(p->alerted));
-                        }
+                sample_prev *p = prev_of(sp, r->id);
+                p->seen = true;
                 uint64_t now = ab_now_ns();
                 ab_limits l;
                 mgr_limits_from_rec(m, r, &l);
@@ -99,9 +145,11 @@ static void sample_once(ab_manager *m, sampler *sp)
                         check_alert(m, p, r, 1, "cpu", cpu, m->o.alert_cpu_pct);
                 check_alert(m, p, r, 2, "disk", disk, m->o.alert_disk_pct);
         }
+        free(sp->cursor);
+        sp->cursor = n == SAMPLE_PAGE ? xstrdup(rs[n - 1].id) : NULL;
+        if (!sp->cursor)
+                prev_prune(sp); /* the walk is over */
         ab_box_recs_free(rs, n);
-        sampler_clear(sp);
-        *sp = next;
 }
 
 void *mgr_sampler_main(void *arg)

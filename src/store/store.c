@@ -143,6 +143,19 @@ static void store_unlockp(ab_store **s)
 /* Holds the handle's mutex until the end of the enclosing block. */
 #define STORE_LOCKED(s) __attribute__((cleanup(store_unlockp))) ab_store *_held = store_lock(s)
 
+/* A write of box rows that may change a box's status or the set of boxes:
+ * ab_store_box_gen moves (before the write: a reader that saw the old
+ * generation reads again). */
+static void box_changed(ab_store *s)
+{
+        atomic_fetch_add(&s->box_gen, 1);
+}
+
+uint64_t ab_store_box_gen(ab_store *s)
+{
+        return atomic_load(&s->box_gen);
+}
+
 /* ---- helpers ---- */
 
 static int64_t wall_ms(void)
@@ -474,6 +487,7 @@ int ab_store_box_insert(ab_store *s, const ab_box_rec *r, ab_err **err)
         _cleanup_box_text_ box_text t = {0};
         box_args(r, &t, a);
         STORE_LOCKED(s);
+        box_changed(s);
         return s->ops->exec(s, op,
                             "INSERT INTO boxes (" BOX_COLS ") VALUES ($1, $2, $3, $4, $5, $6, "
                             "$7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18)",
@@ -508,6 +522,7 @@ int ab_store_box_update(ab_store *s, const ab_box_rec *r, ab_err **err)
         _cleanup_box_text_ box_text t = {0};
         box_args(r, &t, a);
         STORE_LOCKED(s);
+        box_changed(s);
         if (s->ops->exec(s, op,
                          "UPDATE boxes SET backend_id = $3, app_id = $4, user_id = $5, "
                          "chat_id = $6, thread_id = $7, status = $8, mode = $9, "
@@ -531,6 +546,7 @@ int ab_store_box_set_status(ab_store *s, const char *provider, const char *id, a
         _cleanup_free_ char *op = xasprintf("set status of box %s/%s to %s", provider, id, status);
         _cleanup_res_ ab_sql_res res = {0};
         STORE_LOCKED(s);
+        box_changed(s);
         int r;
         if (expect)
                 r = EXEC(s, op,
@@ -581,6 +597,7 @@ int ab_store_box_delete(ab_store *s, const char *provider, const char *id, ab_er
         _cleanup_free_ char *op = xasprintf("delete box %s/%s", provider, id);
         _cleanup_res_ ab_sql_res res = {0};
         STORE_LOCKED(s);
+        box_changed(s);
         if (EXEC(s, op, "DELETE FROM boxes WHERE provider = $1 AND id = $2", &res, err,
                  SQL_TEXT(provider), SQL_TEXT(id)) < 0)
                 return -1;
@@ -604,7 +621,7 @@ int ab_store_box_list(ab_store *s, const ab_box_filter *f, ab_box_rec **out, siz
         *n = 0;
         /* Only column names from the table above go into the text; values are bound. */
         _cleanup_free_ char *sql = xstrdup("SELECT " BOX_COLS " FROM boxes WHERE 1 = 1");
-        ab_sql_arg a[AB_ARRAY_LEN(filters) + 2];
+        ab_sql_arg a[AB_ARRAY_LEN(filters) + 3];
         size_t na = 0;
         const char *enums[2][2] = {
             {"status", f && f->status ? ab_box_status_name(f->status) : NULL},
@@ -626,7 +643,18 @@ int ab_store_box_list(ab_store *s, const ab_box_filter *f, ab_box_rec **out, siz
                 free(sql);
                 sql = t;
         }
-        char *t = xasprintf("%s ORDER BY created_at, id", sql);
+        char *t;
+        if (f && f->limit) { /* a page, in id order, after the cursor */
+                if (f->after_id) {
+                        a[na++] = SQL_TEXT(f->after_id);
+                        t = xasprintf("%s AND id > $%zu", sql, na);
+                        free(sql);
+                        sql = t;
+                }
+                t = xasprintf("%s ORDER BY id LIMIT %zu", sql, f->limit);
+        } else {
+                t = xasprintf("%s ORDER BY created_at, id", sql);
+        }
         free(sql);
         sql = t;
         _cleanup_res_ ab_sql_res res = {0};
@@ -663,6 +691,26 @@ int ab_store_box_list_idle(ab_store *s, const char *provider, ab_idle_kind kind,
                       states, col, col, col, col);
         if (EXEC(s, "list idle boxes", sql, &res, err, SQL_TEXT(provider), SQL_INT(now_ms),
                  SQL_INT(default_idle_s)) < 0)
+                return -1;
+        boxes_from(&res, out, n);
+        return 0;
+}
+
+int ab_store_box_list_expired(ab_store *s, const char *provider, int64_t now_ms, ab_box_rec **out,
+                              size_t *n, ab_err **err)
+{
+        *out = NULL;
+        *n = 0;
+        if (!provider)
+                return ab_err_set(err, AB_E_INVALID, 0, "list expired boxes: no provider");
+        _cleanup_res_ ab_sql_res res = {0};
+        STORE_LOCKED(s);
+        /* created_at + ttl_s * 1000 < now, written so that no ttl overflows */
+        if (EXEC(s, "list expired boxes",
+                 "SELECT " BOX_COLS " FROM boxes WHERE provider = $1 AND ttl_s > 0 "
+                 "AND mode <> 'pool' AND status <> 'deleting' AND $2 - created_at > 0 "
+                 "AND ttl_s <= ($2 - created_at - 1) / 1000 ORDER BY created_at, id",
+                 &res, err, SQL_TEXT(provider), SQL_INT(now_ms)) < 0)
                 return -1;
         boxes_from(&res, out, n);
         return 0;
@@ -708,6 +756,7 @@ static int claim_body(ab_store *s, void *p, ab_err **err)
         struct claim_ctx *c = p;
         const ab_box_rec *cl = c->claim;
         _cleanup_res_ ab_sql_res res = {0};
+        box_changed(s);
         if (EXEC(s, c->op, "SELECT 1 FROM boxes WHERE provider = $1 AND id = $2", &res, err,
                  SQL_TEXT(cl->provider), SQL_TEXT(cl->id)) < 0)
                 return -1;

@@ -53,6 +53,11 @@ typedef struct ab_box_filter {
         const char *app_id, *user_id, *chat_id, *thread_id;
         ab_box_status status; /* 0 = any */
         ab_box_mode mode;     /* 0 = any */
+        /* limit > 0: a page of at most limit records in id order, those with
+         * an id after after_id (NULL = from the first); for walks over every
+         * box a few at a time. */
+        const char *after_id;
+        size_t limit;
 } ab_box_filter;
 
 typedef struct ab_exec_audit {
@@ -113,7 +118,8 @@ int ab_store_box_touch(ab_store *s, const char *provider, const char *id, int64_
                        ab_err **err);
 /* Deletes the record. AB_E_NOT_FOUND when absent. */
 int ab_store_box_delete(ab_store *s, const char *provider, const char *id, ab_err **err);
-/* Records matching f, ordered by created_at then id. */
+/* Records matching f, ordered by created_at then id (or a page by id:
+ * f->limit). */
 int ab_store_box_list(ab_store *s, const ab_box_filter *f, ab_box_rec **out, size_t *n,
                       ab_err **err);
 /* Which idle deadline ab_store_box_list_idle looks at. */
@@ -128,6 +134,15 @@ typedef enum {
  * value < 0 never qualify. Ordered by last_active_at (oldest first). */
 int ab_store_box_list_idle(ab_store *s, const char *provider, ab_idle_kind kind, int64_t now_ms,
                            int64_t default_idle_s, ab_box_rec **out, size_t *n, ab_err **err);
+/* Non-pool records of provider, not being deleted, whose TTL has passed:
+ * ttl_s > 0 and created_at + ttl_s * 1000 < now_ms. */
+int ab_store_box_list_expired(ab_store *s, const char *provider, int64_t now_ms, ab_box_rec **out,
+                              size_t *n, ab_err **err);
+/* A number that moves whenever a box row is inserted, deleted, or has its
+ * status or columns replaced through this handle (not on touch): a reader
+ * that saw the same number twice knows no box changed through this handle
+ * in between (writes by other processes or servers are not seen). */
+uint64_t ab_store_box_gen(ab_store *s);
 /* Counts of records of provider by status, as parallel arrays (status names
  * owned by the caller: free each and the arrays). */
 int ab_store_box_count_by_status(ab_store *s, const char *provider, char ***statuses,

@@ -12,6 +12,8 @@
 #include "store/store.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
 
 /* A bound parameter: text (NULL = SQL NULL) or a 64-bit integer. */
 typedef struct ab_sql_arg {
@@ -72,6 +74,7 @@ typedef struct ab_store_ops {
 struct ab_store {
         const ab_store_ops *ops;
         pthread_mutex_t lock;
+        _Atomic uint64_t box_gen; /* ab_store_box_gen */
 };
 
 /* Driver constructors: connect and configure; store.c then migrates. They

@@ -617,6 +617,91 @@ static void test_list(ab_store *s)
         no_err(ab_store_box_list(s, NULL, &r, &n, &e), &e, "list without a filter");
         ok(n >= 6, "a NULL filter lists everything (%zu)", n);
         ab_box_recs_free(r, n);
+
+        /* pages in id order after a cursor: a walk over every box a few at a time */
+        struct {
+                ab_box_filter f;
+                const char *want, *name;
+        } pages[] = {
+            {{.provider = "list", .limit = 2}, "l0,l1", "first page of 2, by id"},
+            {{.provider = "list", .limit = 2, .after_id = "l1"}, "l2,l3", "the page after l1"},
+            {{.provider = "list", .limit = 2, .after_id = "l3"}, "l4", "the last, short page"},
+            {{.provider = "list", .limit = 2, .after_id = "l4"}, "", "past the end: empty"},
+            {{.provider = "list", .status = AB_BOX_RUNNING, .limit = 10, .after_id = "l0"},
+             "l2,l3,l4",
+             "a page with a status filter"},
+            {{.provider = "list", .after_id = "l2"},
+             "l1,l0,l2,l3,l4",
+             "no limit: the cursor is unused"},
+        };
+        for (size_t i = 0; i < AB_ARRAY_LEN(pages); i++) {
+                _cleanup_free_ char *got = list_ids(s, pages[i].f);
+                is_str(got, pages[i].want, "list %s", pages[i].name);
+        }
+}
+
+static char *expired_ids(ab_store *s, const char *provider, int64_t now)
+{
+        ab_box_rec *r = NULL;
+        size_t n = 0;
+        ab_err *e = NULL;
+        if (ab_store_box_list_expired(s, provider, now, &r, &n, &e) < 0) {
+                tap_diag("  list expired: %s", e->msg);
+                ab_err_free(&e);
+                return xstrdup("(error)");
+        }
+        char *out = ids(r, n);
+        ab_box_recs_free(r, n);
+        return out;
+}
+
+/* TTLs: only boxes past created_at + ttl_s are listed, however large a TTL. */
+static void test_expired(ab_store *s)
+{
+        const int64_t now = 1800000000000;
+        struct {
+                const char *id, *status, *mode;
+                int64_t age_ms, ttl_s;
+        } rows[] = {
+            {"t-past", "running", "session", 61000, 60},
+            {"t-edge", "running", "session", 60000, 60}, /* exactly at it: not yet */
+            {"t-young", "stopped", "session", 1000, 60},
+            {"t-none", "running", "session", 999999999, 0},
+            {"t-huge", "running", "session", 999999999, INT64_MAX},
+            {"t-pool", "running", "pool", 999999999, 1},
+            {"t-deleting", "deleting", "session", 999999999, 1},
+            {"t-stopped", "stopped", "task", 120000, 60},
+        };
+        for (size_t i = 0; i < AB_ARRAY_LEN(rows); i++) {
+                ab_box_rec r =
+                    box("ttl", rows[i].id, rows[i].status, rows[i].mode, now - rows[i].age_ms, now);
+                r.ttl_s = rows[i].ttl_s;
+                insert(s, r);
+        }
+        insert(s, box("ttl-other", "o", "running", "session", 1, 0));
+        _cleanup_free_ char *got = expired_ids(s, "ttl", now);
+        is_str(got, "t-stopped,t-past",
+               "expired: past their TTL, oldest first; none, huge, pool, deleting excluded");
+        _cleanup_free_ char *later = expired_ids(s, "ttl", now + 1);
+        is_str(later, "t-stopped,t-past,t-edge", "a millisecond later the edge has passed");
+}
+
+/* The box generation moves with every insert, update, status change and
+ * delete, and not with a touch. */
+static void test_gen(ab_store *s)
+{
+        ab_err *e = NULL;
+        uint64_t g0 = ab_store_box_gen(s);
+        insert(s, box("gen", "g1", "running", "session", 1, 1));
+        uint64_t g1 = ab_store_box_gen(s);
+        ok(g1 != g0, "an insert moves the generation");
+        no_err(ab_store_box_touch(s, "gen", "g1", 5, &e), &e, "touch");
+        ok(ab_store_box_gen(s) == g1, "a touch does not");
+        no_err(ab_store_box_set_status(s, "gen", "g1", AB_BOX_STOPPED, 0, NULL, &e), &e, "status");
+        uint64_t g2 = ab_store_box_gen(s);
+        ok(g2 != g1, "a status change does");
+        no_err(ab_store_box_delete(s, "gen", "g1", &e), &e, "delete");
+        ok(ab_store_box_gen(s) != g2, "a delete does");
 }
 
 static char *idle_ids(ab_store *s, const char *provider, int64_t now, int64_t dflt)
@@ -1081,6 +1166,8 @@ static void suite(const target *t)
         test_boxes(s);
         test_list(s);
         test_idle(s);
+        test_expired(s);
+        test_gen(s);
         test_count(s);
         test_pool(t, s, s2);
         test_audit(s);
