@@ -49,6 +49,8 @@ static const char *usage_text =
     "  image pull|ls|rm|import|gc     the image store (`agentbox image --help`)\n"
     "  volume create NAME [--size MIB] | ls [--json] | rm NAME\n"
     "                                 named volumes: disks boxes share and that outlive them\n"
+    "  nodes [--json]                 the nodes of a fleet sharing a PostgreSQL store\n"
+    "                                 (docs/fleet.md; `agentbox nodes --help`)\n"
     "  version                        print the version\n"
     "\n"
     "Limits for create (defaults in brackets):\n"
@@ -725,6 +727,8 @@ int main(int argc, char **argv)
                 return cli_mcp(sub_argc, sub_argv, data);
         if (!strcmp(cmd, "image"))
                 return cli_image(sub_argc, sub_argv, data);
+        if (!strcmp(cmd, "nodes"))
+                return cli_nodes(sub_argc, sub_argv, data);
         if (!strcmp(cmd, "version")) {
                 printf("agentbox %s\n", AGENTBOX_VERSION);
                 return 0;

@@ -25,6 +25,19 @@ typedef struct ab_config_registry {
         bool insecure;  /* plain HTTP allowed (loopback registries always are) */
 } ab_config_registry;
 
+/* Several servers as one service on a shared PostgreSQL store (config:
+ * fleet: {node, url, secret_file, heartbeat, down_after}; docs/fleet.md).
+ * Off while node is NULL. */
+typedef struct ab_config_fleet {
+        char *node;            /* this server's node id (env AGENTBOX_FLEET_NODE) */
+        char *url;             /* http(s)://HOST:PORT the other nodes reach it at
+                                * (env AGENTBOX_FLEET_URL) */
+        char *secret_file;     /* file holding the fleet secret, at least 32 bytes
+                                * (env AGENTBOX_FLEET_SECRET_FILE); never logged */
+        int64_t heartbeat_ms;  /* how often the node records its heartbeat; default 2 s */
+        int64_t down_after_ms; /* a node without a heartbeat this long is down; default 10 s */
+} ab_config_fleet;
+
 typedef struct ab_config {
         char *listen;    /* HOST:PORT; default "127.0.0.1:8080" (env AGENTBOX_LISTEN) */
         char *data_dir;  /* default "./data" (env AGENTBOX_DATA) */
@@ -122,6 +135,7 @@ typedef struct ab_config {
          * "backend": "mock". */
         char *mock_expect;
         char *mock_log;
+        ab_config_fleet fleet;
 } ab_config;
 
 /* Fills *c with the defaults. */

@@ -97,6 +97,8 @@ void mgr_limits_from_rec(const ab_manager *m, const ab_box_rec *r, ab_limits *l)
 char *mgr_dump(json_t *j);
 /* Mode tests and the API-key scope test (scope NULL = admin). */
 bool mgr_is_pool(const ab_box_rec *r);
+/* r runs on this server: no fleet, or r's node is this node. */
+bool mgr_owns(const ab_manager *m, const ab_box_rec *r);
 bool mgr_is_task(const ab_box_rec *r);
 bool mgr_scope_ok(const ab_box_rec *r, const char *scope);
 /* Reads a box the caller may see: pool boxes and other apps' boxes are

@@ -51,7 +51,7 @@ static void sampler_clear(sampler *sp)
 
 static void sample_once(ab_manager *m, sampler *sp)
 {
-        ab_box_filter f = {.provider = m->provider, .status = AB_BOX_RUNNING};
+        ab_box_filter f = {.provider = m->provider, .status = AB_BOX_RUNNING, .node = m->o.node_id};
         ab_box_rec *rs = NULL;
         size_t n = 0;
         if (ab_store_box_list(m->o.store, &f, &rs, &n, NULL) < 0)

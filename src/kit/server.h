@@ -53,6 +53,7 @@ typedef struct ab_server {
         const struct ab_route_table *tables[AB_SERVER_MAX_TABLES]; /* ab_server_add_routes */
         size_t n_tables;
         const struct ab_proxy_ops *proxy; /* the tables' proxy, or NULL */
+        struct ab_fleet *fleet;           /* this node of a fleet (docs/fleet.md), or NULL */
         ab_http http; /* the HTTP server: daemon, connections, workers, bound port */
 } ab_server;
 

@@ -40,6 +40,10 @@ enum MHD_Result route_keys_list(ab_req *r, const char *id);
 enum MHD_Result route_keys_create(ab_req *r, const char *id);
 enum MHD_Result route_keys_delete(ab_req *r, const char *id);
 enum MHD_Result route_key_get(ab_req *r, const char *id);
+/* routes_nodes.c: the nodes of a fleet */
+enum MHD_Result route_nodes_list(ab_req *r, const char *id);
+enum MHD_Result route_node_drain(ab_req *r, const char *id);
+enum MHD_Result route_node_undrain(ab_req *r, const char *id);
 /* Appends the per-app and disk series to the /metrics text (routes_quota.c). */
 char *quota_metrics_append(ab_server *s, char *txt);
 enum MHD_Result route_files_get(ab_req *r, const char *id);

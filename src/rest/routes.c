@@ -64,6 +64,10 @@ static const ab_route routes[] = {
     {"POST", "v1/volumes", AUTH_USER, BODY_JSON, route_volume_create},
     {"GET", "v1/volumes/*", AUTH_USER, BODY_NONE, route_volume_get},
     {"DELETE", "v1/volumes/*", AUTH_USER, BODY_NONE, route_volume_delete},
+    /* the nodes of a fleet (routes_nodes.c) */
+    {"GET", "v1/nodes", AUTH_ADMIN, BODY_NONE, route_nodes_list},
+    {"POST", "v1/nodes/*/drain", AUTH_ADMIN, BODY_NONE, route_node_drain},
+    {"POST", "v1/nodes/*/undrain", AUTH_ADMIN, BODY_NONE, route_node_undrain},
 };
 
 /* Terminal WebSockets and port relays hold upgraded connections of their

@@ -21,12 +21,10 @@ static const char *const v1[] = AB_STORE_SCHEMA_V1("BIGSERIAL PRIMARY KEY");
 static const char *const v2[] = AB_STORE_SCHEMA_V2;
 static const char *const v3[] = AB_STORE_SCHEMA_V3;
 static const char *const v4[] = AB_STORE_SCHEMA_V4;
+static const char *const v5[] = AB_STORE_SCHEMA_V5;
 
 static const ab_store_migration migrations[] = {
-    {1, v1},
-    {2, v2},
-    {3, v3},
-    {4, v4},
+    {1, v1}, {2, v2}, {3, v3}, {4, v4}, {5, v5},
 };
 
 /* libpq messages end in a newline and may span lines; keep them on one. */
@@ -192,7 +190,8 @@ static const ab_store_ops pg_ops = {
     /* Concurrent claims skip each other's locked rows instead of waiting for
      * them (and then finding them gone). */
     .claim_select = "SELECT id, backend_id FROM boxes WHERE provider = $1 AND mode = 'pool' "
-                    "AND status = 'running' ORDER BY created_at, id LIMIT 1 "
+                    "AND status = 'running' AND COALESCE(node, '') = COALESCE($2, '') ORDER BY "
+                    "created_at, id LIMIT 1 "
                     "FOR UPDATE SKIP LOCKED",
     .exec = pg_exec,
     .begin = pg_begin,

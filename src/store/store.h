@@ -42,6 +42,7 @@ typedef struct ab_box_rec {
         json_t *spec;           /* object: env, network, creator, creation...; or NULL */
         json_t *metadata;       /* object, or NULL */
         char *error;            /* why status is error, or NULL */
+        char *node;             /* the fleet node that owns the box (docs/fleet.md), or NULL */
 } ab_box_rec;
 
 void ab_box_rec_clear(ab_box_rec *r);
@@ -53,6 +54,7 @@ typedef struct ab_box_filter {
         const char *app_id, *user_id, *chat_id, *thread_id;
         ab_box_status status; /* 0 = any */
         ab_box_mode mode;     /* 0 = any */
+        const char *node;     /* only this fleet node's boxes; NULL = any owner */
 } ab_box_filter;
 
 typedef struct ab_exec_audit {
@@ -134,8 +136,8 @@ int ab_store_box_count_by_status(ab_store *s, const char *provider, char ***stat
                                  int64_t **counts, size_t *n, ab_err **err);
 
 /* Atomically turns one pooled box of provider (mode "pool", status
- * "running") into the box described by claim: the pooled record is deleted
- * and claim is inserted with claim->backend_id set to the pooled box's
+ * "running") of claim->node (a fleet node claims only its own) into the box described by claim: the
+ * pooled record is deleted and claim is inserted with claim->backend_id set to the pooled box's
  * backend_id, in one transaction. Two concurrent claims never get the same
  * pooled box. Returns 1 when a box was claimed (claim->backend_id is then
  * replaced by a newly allocated string), 0 when the pool is empty,
@@ -156,5 +158,32 @@ int ab_store_key_list(ab_store *s, ab_api_key **out, size_t *n, ab_err **err);
 /* The key with this key_id. AB_E_NOT_FOUND when absent. */
 int ab_store_key_get(ab_store *s, const char *key_id, ab_api_key *out, ab_err **err);
 int ab_store_key_delete(ab_store *s, const char *key_id, ab_err **err);
+
+/* A node of a fleet: several servers sharing one store (docs/fleet.md).
+ * Owned by the record (free with ab_node_rec_clear). */
+typedef struct ab_node_rec {
+        char *id;                       /* the node's id (fleet.node) */
+        char *url;                      /* where the other nodes reach it (fleet.url) */
+        bool draining;                  /* no new boxes are placed on it */
+        int64_t started_at;             /* ms: when its server started */
+        int64_t heartbeat_at;           /* ms: its last heartbeat */
+        int64_t running;                /* its running boxes */
+        int64_t mem_total, mem_avail;   /* bytes of its host's memory */
+        int64_t disk_total, disk_avail; /* bytes of its data folder's filesystem */
+} ab_node_rec;
+
+void ab_node_rec_clear(ab_node_rec *n);
+void ab_node_recs_free(ab_node_rec *n, size_t count);
+
+/* A node's heartbeat: inserts n, or replaces the url, started_at,
+ * heartbeat_at and capacity of the node with n->id (its draining flag is
+ * kept). AB_E_INVALID without an id or url. */
+int ab_store_node_beat(ab_store *s, const ab_node_rec *n, ab_err **err);
+/* Every node, ordered by id. */
+int ab_store_node_list(ab_store *s, ab_node_rec **out, size_t *n, ab_err **err);
+/* The node with this id. AB_E_NOT_FOUND when absent. */
+int ab_store_node_get(ab_store *s, const char *id, ab_node_rec *out, ab_err **err);
+/* Sets or clears a node's draining flag. AB_E_NOT_FOUND when absent. */
+int ab_store_node_set_draining(ab_store *s, const char *id, bool draining, ab_err **err);
 
 #endif

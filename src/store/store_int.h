@@ -50,8 +50,9 @@ typedef struct ab_store_ops {
         /* Run first in the migration transaction so that concurrent opens of a
          * fresh database take turns; NULL when begin() already excludes writers. */
         const char *migrate_lock;
-        /* SELECT id, backend_id of one claimable pooled box of provider $1,
-         * locked against concurrent claims until the transaction ends. */
+        /* SELECT id, backend_id of one claimable pooled box of provider $1
+         * and fleet node $2 (NULL: a box of no node), locked against concurrent claims until the
+         * transaction ends. */
         const char *claim_select;
 
         /* Runs one statement with args bound to $1..$nargs. res may be NULL.
@@ -129,6 +130,21 @@ int ab_store_pg_open(const char *url, ab_store **out, ab_err **err);
                     "CREATE UNIQUE INDEX boxes_thread ON boxes (provider, COALESCE(app_id, ''), "  \
                     "thread_id) WHERE thread_id IS NOT NULL",                                      \
                     NULL,                                                                          \
+        }
+
+/* Version 5: several servers as one service (docs/fleet.md): the nodes of a
+ * fleet with their heartbeats and capacity, and the node that owns each box
+ * (NULL: no owner, a single server's box). */
+#define AB_STORE_SCHEMA_V5                                                                         \
+        {                                                                                          \
+                "CREATE TABLE nodes ("                                                             \
+                "id TEXT NOT NULL PRIMARY KEY, url TEXT NOT NULL, "                                \
+                "draining INTEGER NOT NULL DEFAULT 0, started_at BIGINT NOT NULL, "                \
+                "heartbeat_at BIGINT NOT NULL, running BIGINT NOT NULL DEFAULT 0, "                \
+                "mem_total BIGINT NOT NULL DEFAULT 0, mem_avail BIGINT NOT NULL DEFAULT 0, "       \
+                "disk_total BIGINT NOT NULL DEFAULT 0, disk_avail BIGINT NOT NULL DEFAULT 0)",     \
+                    "ALTER TABLE boxes ADD COLUMN node TEXT",                                      \
+                    "CREATE INDEX boxes_node ON boxes (node)", NULL,                               \
         }
 
 #endif
