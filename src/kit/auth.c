@@ -2,6 +2,7 @@
  * configured and stored API keys, the route tables' own header forms and
  * authenticators. */
 #include "kit/server_int.h"
+#include "kit/forward.h"
 #include "base/codec.h"
 #include "base/jsonnum.h"
 #include "base/log.h"
@@ -101,6 +102,8 @@ bool kit_auth_may_block(ab_req *r, auth_level need)
         const ab_config *c = r->srv->cfg;
         if (need == AUTH_ANY)
                 return false;
+        if (req_header(r, FLEET_HDR_SECRET)) /* a forwarded caller's API key */
+                return true;
         if (need == AUTH_OWN) /* E2B's access token reads the box's record */
                 return r->table->auth_blocks;
         _cleanup_free_ char *xkey = NULL;
@@ -131,6 +134,11 @@ enum MHD_Result kit_authenticate(ab_req *r, auth_level need, bool *ok)
                 *ok = true;
                 return MHD_YES;
         }
+        /* a request another fleet node passed on: its caller is in its head */
+        enum MHD_Result fret = MHD_YES;
+        if (kit_fleet_identity(r, need, ok, &fret) && (!*ok || need != AUTH_OWN))
+                return fret;
+        *ok = false;
         if (need == AUTH_OWN) {
                 if (!r->table->authenticate) /* a table's mistake: refused, not let in */
                         return resp_error(r, 500, "internal", "route has no authenticator");

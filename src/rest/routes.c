@@ -1,6 +1,7 @@
 /* routes.c - the table of agentbox's own routes (docs/api.md), which
  * `agentbox serve` registers with the server. */
 #include "rest/rest.h"
+#include "kit/relay.h"
 
 static const ab_route routes[] = {
     {"GET", "health", AUTH_ANY, BODY_NONE, route_health},
@@ -75,16 +76,17 @@ static const ab_route routes[] = {
 static void rest_quiesce(void)
 {
         term_ws_shutdown();
-        ports_shutdown();
+        relay_shutdown();
 }
 
 static const ab_proxy_ops ports_proxy = {
     .match = ports_match,
     .by_host = ports_by_host,
+    .box = ports_box,
     .open = ports_open,
-    .body = ports_body,
-    .answer = ports_answer,
-    .free = ports_free,
+    .body = relay_body,
+    .answer = relay_answer,
+    .free = relay_free,
 };
 
 const ab_route_table ab_rest_routes = {
