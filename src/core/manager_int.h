@@ -229,6 +229,7 @@ int mgr_reconcile(ab_manager *m, ab_err **err);
 typedef struct mgr_ticket {
         void *app; /* internal */
         int64_t boxes, running, disk_mib;
+        char *fleet_lock; /* in a fleet: the app's lock in the store, held until the end */
 } mgr_ticket;
 void mgr_quota_init(ab_manager *m);
 void mgr_quota_free(ab_manager *m);

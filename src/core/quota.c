@@ -332,15 +332,49 @@ ok:
         return 0;
 }
 
+/* In a fleet, the nodes' counts of an app take turns: a count and the
+ * record it admits are one step for the whole fleet (held from the count
+ * until mgr_quota_end, after the record is in the store). */
+static int fleet_lock(ab_manager *m, const char *app, char **name, ab_err **err)
+{
+        *name = NULL;
+        ab_quota q;
+        ab_manager_quota_of(m, app, NULL, &q);
+        if (!m->o.node_id || (q.max_boxes <= 0 && q.max_running <= 0 && q.max_disk_mib <= 0))
+                return 0;
+        char *n = xasprintf("agentbox quota %s", app);
+        if (ab_store_lock(m->o.store, n, 30000, err) < 0) {
+                free(n);
+                return -1;
+        }
+        *name = n;
+        return 0;
+}
+
+static void fleet_unlock(ab_manager *m, char **name)
+{
+        if (!*name)
+                return;
+        ab_store_unlock(m->o.store, *name);
+        free(*name);
+        *name = NULL;
+}
+
 int mgr_quota_create_begin(ab_manager *m, const char *app, uint64_t disk_mib, mgr_ticket *t,
                            ab_err **err)
 {
         memset(t, 0, sizeof(*t));
         if (!app)
                 return 0;
+        char *lock = NULL;
+        if (fleet_lock(m, app, &lock, err) < 0)
+                return -1;
         pthread_mutex_lock(&m->quota->lock);
         int r = reserve(m, app, NULL, 1, 1, (int64_t)disk_mib, t, err);
         pthread_mutex_unlock(&m->quota->lock);
+        if (r < 0)
+                fleet_unlock(m, &lock);
+        t->fleet_lock = lock;
         return r;
 }
 
@@ -391,6 +425,7 @@ int mgr_quota_start_begin(ab_manager *m, const ab_box_rec *r, mgr_ticket *t, ab_
 
 void mgr_quota_end(ab_manager *m, mgr_ticket *t)
 {
+        fleet_unlock(m, &t->fleet_lock);
         mgr_app *a = t->app;
         if (!a)
                 return;

@@ -4,6 +4,7 @@
 #include "kit/relay.h"
 #include "kit/server_int.h"
 #include "fleet/fleet.h"
+#include "http/httpmsg.h"
 #include "base/log.h"
 
 #include <fcntl.h>
@@ -146,9 +147,10 @@ static int forward(ab_req *r, const char *box, bool anonymous, enum MHD_Result *
         ab_box_rec rec = {0};
         if (ab_manager_get(s->mgr, box, anonymous ? NULL : r->scope, &rec, NULL) < 0)
                 return 0; /* unknown, or not the caller's: the route says so */
+        bool local = kit_box_local(s, &rec);
         _cleanup_free_ char *node = steal_pointer(&rec.node);
         ab_box_rec_clear(&rec);
-        if (!node || !strcmp(node, ab_fleet_node(s->fleet)))
+        if (local)
                 return 0;
         _cleanup_free_ char *url = NULL;
         ab_node_state st = AB_NODE_DOWN;
@@ -214,7 +216,7 @@ int kit_forward_port(ab_req *r, const char *box, enum MHD_Result *ret)
         ab_box_rec rec = {0};
         if (ab_manager_get(r->srv->mgr, box, NULL, &rec, NULL) < 0)
                 return 0;
-        bool local = !rec.node || !strcmp(rec.node, ab_fleet_node(r->srv->fleet));
+        bool local = kit_box_local(r->srv, &rec);
         ab_box_rec_clear(&rec);
         if (local)
                 return 0;
@@ -226,6 +228,111 @@ int kit_forward_port(ab_req *r, const char *box, enum MHD_Result *ret)
         if (f == 0) /* another node's box, and not the caller's */
                 *ret = resp_error(r, 404, "not_found", "no box \"%s\"", box);
         return f ? f : -1;
+}
+
+bool kit_box_local(const ab_server *s, const ab_box_rec *rec)
+{
+        return !s->fleet || !rec->node || !strcmp(rec->node, ab_fleet_node(s->fleet));
+}
+
+/* ---- a buffered call ---- */
+
+#define CALL_MAX     (16u << 20)
+#define CALL_WAIT_MS (10 * 60 * 1000)
+
+/* Reads fd to its end into b (at most CALL_MAX bytes); -errno. */
+static int read_to_end(int fd, ab_buf *b)
+{
+        int64_t end = (int64_t)ab_now_ms() + CALL_WAIT_MS;
+        for (;;) {
+                if (b->n >= CALL_MAX)
+                        return -EFBIG;
+                char *p = ab_buf_reserve(b, 65536);
+                ssize_t n = recv(fd, p, 65536, MSG_DONTWAIT);
+                if (n > 0) {
+                        ab_buf_commit(b, (size_t)n);
+                        continue;
+                }
+                if (n == 0)
+                        return 0;
+                if (errno == EINTR)
+                        continue;
+                if (errno != EAGAIN)
+                        return -errno;
+                int left = (int)(end - (int64_t)ab_now_ms());
+                struct pollfd pf = {.fd = fd, .events = POLLIN};
+                if (left <= 0 || poll(&pf, 1, left) == 0)
+                        return -ETIMEDOUT;
+        }
+}
+
+/* The body of an answer after its head: as sent, or de-chunked. */
+static int answer_body(const ab_http_head *h, const char *p, size_t n, ab_buf *out)
+{
+        const char *te = ab_http_head_get(h, "Transfer-Encoding");
+        if (!te) {
+                ab_buf_add(out, p, n);
+                return 0;
+        }
+        ab_chunked ch = {0};
+        size_t used = 0;
+        while (used < n) {
+                size_t u = 0, made = 0;
+                char *dst = ab_buf_reserve(out, 65536);
+                int rc = ab_chunked_feed(&ch, p + used, n - used, dst, 65536, &u, &made);
+                if (rc < 0)
+                        return -EPROTO;
+                ab_buf_commit(out, made);
+                used += u;
+                if (rc == 1)
+                        return 0;
+                if (!u && !made)
+                        return -EPROTO;
+        }
+        return -EPROTO;
+}
+
+enum MHD_Result kit_forward_buffered(ab_req *r, const char *node)
+{
+        ab_server *s = r->srv;
+        _cleanup_free_ char *url = NULL;
+        ab_node_state st = AB_NODE_DOWN;
+        if (!s->fleet || ab_fleet_owner(s->fleet, node, &url, &st) < 0 || st == AB_NODE_DOWN)
+                return resp_error(r, 503, "unavailable",
+                                  "the box is on node %s, which is down (no heartbeat)", node);
+        const char *target = ab_conns_raw_uri(r->conn);
+        _cleanup_free_ char *extra = identity_lines(r, s->fleet, false);
+        _cleanup_buf_ ab_buf req = {0};
+        ab_buf_printf(&req,
+                      "%s %s HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\n"
+                      "Content-Length: %zu\r\n%sConnection: close\r\n\r\n",
+                      r->method, target ? target : "/", node, r->body_len, extra);
+        explicit_bzero(extra, strlen(extra));
+        ab_buf_add(&req, r->body ? r->body : "", r->body_len);
+        _cleanup_close_ int fd = connect_url(url);
+        if (fd < 0)
+                return owner_unreachable(r, "of this request", node, fd);
+        int rc = ab_send_all(fd, req.p, req.n, (int)s->cfg->ports_timeout_ms);
+        explicit_bzero(req.p, req.n);
+        _cleanup_buf_ ab_buf in = {0};
+        if (rc == 0)
+                rc = read_to_end(fd, &in);
+        if (rc < 0)
+                return owner_unreachable(r, "of this request", node, rc);
+        ab_http_head h = {0};
+        _cleanup_buf_ ab_buf body = {0};
+        if (ab_http_head_parse(in.p ? in.p : "", in.n, &h) != 1 ||
+            answer_body(&h, in.p + h.head_len, in.n - h.head_len, &body) < 0) {
+                ab_http_head_clear(&h);
+                return resp_error(r, 502, "unavailable", "node %s sent a malformed answer", node);
+        }
+        const char *ct = ab_http_head_get(&h, "Content-Type");
+        struct MHD_Response *resp = MHD_create_response_from_buffer(
+            body.n, body.n ? body.p : (void *)"", MHD_RESPMEM_MUST_COPY);
+        MHD_add_response_header(resp, "Content-Type", ct ? ct : "application/json");
+        unsigned status = (unsigned)h.status;
+        ab_http_head_clear(&h);
+        return resp_send(r, status, resp);
 }
 
 const ab_proxy_ops kit_forward_ops = {

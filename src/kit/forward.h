@@ -45,6 +45,17 @@ int kit_forward(ab_req *r, const char *box, enum MHD_Result *ret);
  * public). *done as kit_forward's -1. */
 int kit_forward_port(ab_req *r, const char *box, enum MHD_Result *ret);
 
+/* True when rec's box runs on this server: no fleet, a box of no node, or
+ * this node's. */
+bool kit_box_local(const ab_server *s, const ab_box_rec *rec);
+
+/* Answers r with what fleet node `node` answers to r's method, target and
+ * buffered body (r->body), sent as r's caller: for a request whose box
+ * turned out to be another node's only after its body was read (an acquire
+ * that lost the race for its keys to another node). The answer is read
+ * whole (JSON: at most 16 MiB). A worker only. */
+enum MHD_Result kit_forward_buffered(ab_req *r, const char *node);
+
 /* On a fleet node, takes the caller of a node-to-node request from its
  * fleet headers (r->forwarded, r->scope, the key's id and quotas). 0 when r
  * is not one (no secret header); 1 when it is and *ok says whether the

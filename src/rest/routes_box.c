@@ -2,6 +2,7 @@
 #include "rest/parse.h"
 #include "rest/rest.h"
 #include "kit/exec.h"
+#include "kit/forward.h"
 #include "kit/parse.h"
 #include "base/buf.h"
 #include "runners/runner.h"
@@ -196,6 +197,12 @@ enum MHD_Result route_box_create(ab_req *r, const char *id)
                 return resp_err(r, e);
         }
         json_decref(body);
+        if (!kit_box_local(r->srv, &rec) && rec.status != AB_BOX_RUNNING) {
+                /* another fleet node won the race for these keys: it starts its box */
+                _cleanup_free_ char *node = steal_pointer(&rec.node);
+                ab_box_rec_clear(&rec);
+                return kit_forward_buffered(r, node);
+        }
         json_t *j = box_json(r->srv, &rec);
         ab_box_rec_clear(&rec);
         return resp_json(r, created ? 201 : 200, j);

@@ -193,6 +193,8 @@ static const ab_store_ops pg_ops = {
                     "AND status = 'running' AND COALESCE(node, '') = COALESCE($2, '') ORDER BY "
                     "created_at, id LIMIT 1 "
                     "FOR UPDATE SKIP LOCKED",
+    .lock_try = "SELECT pg_try_advisory_lock(hashtextextended($1, 0))",
+    .lock_release = "SELECT pg_advisory_unlock(hashtextextended($1, 0))",
     .exec = pg_exec,
     .begin = pg_begin,
     .commit = pg_commit,

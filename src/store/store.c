@@ -1015,3 +1015,36 @@ int ab_store_node_set_draining(ab_store *s, const char *id, bool draining, ab_er
                 return -1;
         return res.changes ? 0 : ab_err_set(err, AB_E_NOT_FOUND, 0, "no node \"%s\"", id);
 }
+
+/* ---- locks between processes ---- */
+
+int ab_store_lock(ab_store *s, const char *name, int timeout_ms, ab_err **err)
+{
+        if (!s->ops->lock_try)
+                return 0;
+        int64_t end = wall_ms() + timeout_ms;
+        for (;;) {
+                _cleanup_res_ ab_sql_res res = {0};
+                {
+                        STORE_LOCKED(s);
+                        if (EXEC(s, "take a lock", s->ops->lock_try, &res, err, SQL_TEXT(name)) < 0)
+                                return -1;
+                }
+                const char *got = cell(&res, 0, 0);
+                if (got && (!strcmp(got, "t") || !strcmp(got, "1")))
+                        return 0;
+                if (wall_ms() >= end)
+                        return ab_err_set(err, AB_E_UNAVAILABLE, 0,
+                                          "the lock \"%s\" is held elsewhere; try again", name);
+                struct timespec ts = {0, 10 * 1000 * 1000};
+                nanosleep(&ts, NULL);
+        }
+}
+
+void ab_store_unlock(ab_store *s, const char *name)
+{
+        if (!s->ops->lock_release)
+                return;
+        STORE_LOCKED(s);
+        EXEC(s, "release a lock", s->ops->lock_release, NULL, NULL, SQL_TEXT(name));
+}

@@ -159,6 +159,14 @@ int ab_store_key_list(ab_store *s, ab_api_key **out, size_t *n, ab_err **err);
 int ab_store_key_get(ab_store *s, const char *key_id, ab_api_key *out, ab_err **err);
 int ab_store_key_delete(ab_store *s, const char *key_id, ab_err **err);
 
+/* A lock over every process sharing the store, by name (PostgreSQL: a
+ * session advisory lock; SQLite: nothing to take, 0). Waits up to
+ * timeout_ms, retrying without holding the handle meanwhile; AB_E_UNAVAILABLE
+ * when it could not be had. Taking it again on the same handle succeeds (the
+ * holder is the process): threads of one process need their own lock. */
+int ab_store_lock(ab_store *s, const char *name, int timeout_ms, ab_err **err);
+void ab_store_unlock(ab_store *s, const char *name);
+
 /* A node of a fleet: several servers sharing one store (docs/fleet.md).
  * Owned by the record (free with ab_node_rec_clear). */
 typedef struct ab_node_rec {

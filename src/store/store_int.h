@@ -54,6 +54,10 @@ typedef struct ab_store_ops {
          * and fleet node $2 (NULL: a box of no node), locked against concurrent claims until the
          * transaction ends. */
         const char *claim_select;
+        /* SELECT whether the session lock named $1 was taken (true/1) and
+         * the statement that releases it; NULL where one host's processes
+         * need none (SQLite: the store's own locking). */
+        const char *lock_try, *lock_release;
 
         /* Runs one statement with args bound to $1..$nargs. res may be NULL.
          * On failure sets *err to "OP: database message" with the code that
