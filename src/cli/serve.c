@@ -400,7 +400,9 @@ static int fleet_join(cli_service *s, ab_err **err)
                             .data_dir = s->cfg.data_dir,
                             .secret = secret,
                             .heartbeat_ms = fc->heartbeat_ms,
-                            .down_after_ms = fc->down_after_ms};
+                            .down_after_ms = fc->down_after_ms,
+                            .events = s->events,
+                            .store_url = s->cfg.store_url};
         int rc = ab_fleet_start(&fo, &s->srv.fleet, err);
         explicit_bzero(secret, strlen(secret));
         free(secret);

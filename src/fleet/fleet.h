@@ -23,6 +23,8 @@ typedef struct ab_fleet_opts {
         const char *secret;    /* the fleet's shared secret (copied; never logged) */
         int64_t heartbeat_ms;  /* period of the heartbeat */
         int64_t down_after_ms; /* a node silent this long is down */
+        ab_events *events;     /* borrowed: the node's bus, joined to the fleet's events */
+        const char *store_url; /* the shared store's postgres:// url (its events' LISTEN) */
 } ab_fleet_opts;
 
 /* Records this node's first heartbeat (so that a node that cannot reach

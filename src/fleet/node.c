@@ -1,6 +1,6 @@
 /* node.c - this node's heartbeat in the store's nodes table, and the state
  * of every node as read from it (docs/fleet.md). */
-#include "fleet/fleet.h"
+#include "fleet/fleet_int.h"
 #include "base/codec.h"
 #include "base/log.h"
 #include "base/util.h"
@@ -23,6 +23,7 @@ struct ab_fleet {
          * URLs and states that requests for their boxes need */
         ab_node_rec *nodes;
         size_t n_nodes;
+        fleet_events *events;
 };
 
 static int64_t wall_ms(void)
@@ -159,6 +160,8 @@ int ab_fleet_start(const ab_fleet_opts *o, ab_fleet **out, ab_err **err)
                 fleet_free(f);
                 return ab_err_set(err, AB_E_INTERNAL, e, "fleet: cannot start the heartbeat");
         }
+        if (o->events && o->store_url)
+                f->events = fleet_events_start(o->events, o->store, o->store_url, o->node);
         ab_log(AB_LOG_INFO, "fleet: node registered", "node", f->node, "url", f->url, NULL);
         *out = f;
         return 0;
@@ -173,6 +176,7 @@ void ab_fleet_stop(ab_fleet *f)
         pthread_cond_signal(&f->wake);
         pthread_mutex_unlock(&f->lock);
         pthread_join(f->thread, NULL);
+        fleet_events_stop(f->events);
         fleet_free(f);
 }
 

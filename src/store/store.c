@@ -1048,3 +1048,12 @@ void ab_store_unlock(ab_store *s, const char *name)
         STORE_LOCKED(s);
         EXEC(s, "release a lock", s->ops->lock_release, NULL, NULL, SQL_TEXT(name));
 }
+
+int ab_store_notify(ab_store *s, const char *channel, const char *payload, ab_err **err)
+{
+        if (!s->ops->notify)
+                return ab_err_set(err, AB_E_UNSUPPORTED, 0,
+                                  "notify: the %s store has no notifications", s->ops->kind);
+        STORE_LOCKED(s);
+        return EXEC(s, "notify", s->ops->notify, NULL, err, SQL_TEXT(channel), SQL_TEXT(payload));
+}

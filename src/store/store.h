@@ -167,6 +167,19 @@ int ab_store_key_delete(ab_store *s, const char *key_id, ab_err **err);
 int ab_store_lock(ab_store *s, const char *name, int timeout_ms, ab_err **err);
 void ab_store_unlock(ab_store *s, const char *name);
 
+/* Messages between the processes sharing a PostgreSQL store (NOTIFY and
+ * LISTEN; a message is at most 7999 bytes). notify: sends payload on
+ * channel (AB_E_UNSUPPORTED for SQLite). listen: a connection of its own to
+ * url listening on channel (a name of letters, digits and '_'); wait: up to
+ * timeout_ms for messages, calling fn(arg, payload) for each; -1 with *err
+ * when the connection broke (close it and listen again). */
+int ab_store_notify(ab_store *s, const char *channel, const char *payload, ab_err **err);
+typedef struct ab_store_listener ab_store_listener;
+int ab_store_listen(const char *url, const char *channel, ab_store_listener **out, ab_err **err);
+int ab_store_listen_wait(ab_store_listener *l, int timeout_ms,
+                         void (*fn)(void *arg, const char *payload), void *arg, ab_err **err);
+void ab_store_listen_close(ab_store_listener *l);
+
 /* A node of a fleet: several servers sharing one store (docs/fleet.md).
  * Owned by the record (free with ab_node_rec_clear). */
 typedef struct ab_node_rec {

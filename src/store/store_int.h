@@ -58,6 +58,8 @@ typedef struct ab_store_ops {
          * the statement that releases it; NULL where one host's processes
          * need none (SQLite: the store's own locking). */
         const char *lock_try, *lock_release;
+        /* SELECT that sends $2 on channel $1 to the store's listeners; NULL: none */
+        const char *notify;
 
         /* Runs one statement with args bound to $1..$nargs. res may be NULL.
          * On failure sets *err to "OP: database message" with the code that

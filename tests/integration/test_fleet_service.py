@@ -7,6 +7,7 @@ nodes make exactly one box, the others get it (a stopped one is started by
 its node); GET /v1/sandboxes on any node lists every node's boxes; one
 /v1/events stream on any node carries the events of all nodes, each naming
 its node."""
+import json
 import os
 import sys
 import threading
@@ -74,10 +75,35 @@ try:
     r = other.exec(BID, "echo ok", token=KA)
     h.eq(r.get("stdout"), "ok\n", "... and it runs there", r.describe())
 
+    # ---- the fleet's events on one stream ------------------------------------------------------------
+    ev = n3.sse("/v1/events")
+    h.eq(ev.status, 200, "GET /v1/events on n3", ev.describe())
+    made = {}
+    for s in (n1, n2):
+        r = s.post("/v1/sandboxes", {"app_id": "evapp", "user_id": "u", "chat_id": s.name})
+        made[r.get("id")] = s.name
+    seen = {}
+
+    def both(e):
+        if e.type == "box.created":
+            d = json.loads(e.data)
+            if d.get("box_id") in made:
+                seen[d["box_id"]] = d.get("node")
+        return len(seen) == 2
+
+    ev.collect(until=both, timeout=15)
+    h.eq(seen, made, "n3's stream carries the box.created events of n1 and n2, each naming its node")
+    ev.close()
+    r = n3.sse("/v1/events", token=KA)
+    got = r.collect(timeout=2)
+    h.ok(not any((json.loads(e.data).get("app_id") == "evapp") for e in got if e.data and e.data.startswith("{")),
+         "... an API key's stream on n3 carries none of another app's")
+    r.close()
+
     # ---- the fleet's list ------------------------------------------------------------------------------
     for s in F.nodes:
         r = s.get("/v1/sandboxes")
-        h.eq(len(r.get("sandboxes") or []), 4, "%s lists every node's 4 boxes" % s.name, r.describe())
+        h.eq(len(r.get("sandboxes") or []), 6, "%s lists every node's 6 boxes" % s.name, r.describe())
 finally:
     F.close()
 h.done()
