@@ -89,6 +89,7 @@ static void config_copy(ab_config *dst, const ab_config *src)
         dst->fleet.node = dup_or_null(src->fleet.node);
         dst->fleet.url = dup_or_null(src->fleet.url);
         dst->fleet.secret_file = dup_or_null(src->fleet.secret_file);
+        dst->fleet.placement = dup_or_null(src->fleet.placement);
         dst->keys = src->n_keys ? xcalloc(src->n_keys, sizeof(*dst->keys)) : NULL;
         for (size_t i = 0; i < src->n_keys; i++) {
                 dst->keys[i].key = dup_or_null(src->keys[i].key);
@@ -160,6 +161,7 @@ void ab_config_release(ab_config *c)
         free(c->fleet.node);
         free(c->fleet.url);
         free(c->fleet.secret_file);
+        free(c->fleet.placement);
         keys_free(c->keys, c->n_keys);
         registries_free(c->registries, c->n_registries);
         app_quotas_free(c->app_quotas, c->n_app_quotas);
@@ -366,6 +368,7 @@ static const field fields[] = {
     F("fleet.secret_file", NULL, "AGENTBOX_FLEET_SECRET_FILE", K_OPT_STR, fleet.secret_file),
     F("fleet.heartbeat", NULL, NULL, K_MS, fleet.heartbeat_ms),
     F("fleet.down_after", NULL, NULL, K_MS, fleet.down_after_ms),
+    F("fleet.placement", NULL, "AGENTBOX_FLEET_PLACEMENT", K_OPT_STR, fleet.placement),
 };
 #undef F
 
@@ -1095,7 +1098,8 @@ static int fleet_pair(yctx *y, const char *k, yaml_node_t *kn, yaml_node_t *vn, 
         if (!f)
                 return fail_at(
                     y, kn, key,
-                    why("unknown key (known: node, url, secret_file, heartbeat, down_after)"));
+                    why("unknown key (known: node, url, secret_file, heartbeat, down_after, "
+                        "placement)"));
         const char *v = "";
         bool null = is_null(vn);
         if (!null && !(v = scalar(y, vn, key)))
@@ -1282,6 +1286,11 @@ static why_t check_fleet(const ab_config *c)
         if (!c->store_url || (strncmp(c->store_url, "postgres://", 11) != 0 &&
                               strncmp(c->store_url, "postgresql://", 13) != 0))
                 return why("a fleet shares one PostgreSQL store: set store: postgres://...");
+        if (f->placement && strcmp(f->placement, "spread") && strcmp(f->placement, "local"))
+                return why("placement: '%s' is not spread or local", f->placement);
+        if (strncasecmp(f->url, "http://", 7) != 0)
+                return why("url: nodes speak plain http:// to each other (put TLS in front "
+                           "of the fleet, not between its nodes)");
         if (f->heartbeat_ms < 100)
                 return why("heartbeat: must be at least 100ms");
         if (f->down_after_ms < 2 * f->heartbeat_ms)

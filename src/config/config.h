@@ -36,6 +36,8 @@ typedef struct ab_config_fleet {
                                 * (env AGENTBOX_FLEET_SECRET_FILE); never logged */
         int64_t heartbeat_ms;  /* how often the node records its heartbeat; default 2 s */
         int64_t down_after_ms; /* a node without a heartbeat this long is down; default 10 s */
+        char *placement;       /* where new boxes go: NULL/"spread" = a live node with room,
+                                * the best of two sampled; "local" = the node asked */
 } ab_config_fleet;
 
 typedef struct ab_config {

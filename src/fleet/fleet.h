@@ -66,4 +66,11 @@ int ab_fleet_node_get(ab_fleet *f, const char *id, ab_node_rec *out, ab_node_sta
  * has no such node. For the requests about boxes the node owns. */
 int ab_fleet_owner(ab_fleet *f, const char *node, char **url, ab_node_state *state);
 
+/* Where a new box goes (docs/fleet.md, "Placement"): of the live nodes not
+ * draining whose last heartbeat shows room (mem_bytes of memory and
+ * disk_bytes of disk available), the better of two picked at random (fewer
+ * running boxes, then more memory available). *node: its id (the caller
+ * frees; maybe this node's). AB_E_UNAVAILABLE when no node has room. */
+int ab_fleet_place(ab_fleet *f, uint64_t mem_bytes, uint64_t disk_bytes, char **node, ab_err **err);
+
 #endif

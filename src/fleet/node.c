@@ -2,6 +2,7 @@
  * of every node as read from it (docs/fleet.md). */
 #include "fleet/fleet_int.h"
 #include "base/codec.h"
+#include "base/id.h"
 #include "base/log.h"
 #include "base/util.h"
 
@@ -261,5 +262,47 @@ int ab_fleet_owner(ab_fleet *f, const char *node, char **url, ab_node_state *sta
                 return -1;
         *url = steal_pointer(&n.url);
         ab_node_rec_clear(&n);
+        return 0;
+}
+
+static size_t random_below(size_t n)
+{
+        uint32_t v;
+        ab_random_bytes(&v, sizeof(v));
+        return v % n; /* a pick among a few nodes: the tiny bias does not matter */
+}
+
+/* True when a is the better home for a new box than b. */
+static bool better(const ab_node_rec *a, const ab_node_rec *b)
+{
+        if (a->running != b->running)
+                return a->running < b->running;
+        return a->mem_avail > b->mem_avail;
+}
+
+int ab_fleet_place(ab_fleet *f, uint64_t mem_bytes, uint64_t disk_bytes, char **node, ab_err **err)
+{
+        *node = NULL;
+        int64_t now = wall_ms();
+        pthread_mutex_lock(&f->lock);
+        size_t *ok = xcalloc(f->n_nodes + 1, sizeof(*ok));
+        size_t n = 0;
+        for (size_t i = 0; i < f->n_nodes; i++) {
+                const ab_node_rec *c = &f->nodes[i];
+                if (ab_fleet_node_state(f, c, now) == AB_NODE_UP &&
+                    (c->mem_total == 0 || (uint64_t)c->mem_avail >= mem_bytes) &&
+                    (c->disk_total == 0 || (uint64_t)c->disk_avail >= disk_bytes))
+                        ok[n++] = i;
+        }
+        if (n) {
+                size_t a = ok[random_below(n)], b = ok[random_below(n)];
+                *node = xstrdup(f->nodes[better(&f->nodes[b], &f->nodes[a]) ? b : a].id);
+        }
+        pthread_mutex_unlock(&f->lock);
+        free(ok);
+        if (!*node)
+                return ab_err_set(err, AB_E_UNAVAILABLE, 0,
+                                  "no node of the fleet can take a new box now (every node is "
+                                  "down, draining or short of memory or disk)");
         return 0;
 }

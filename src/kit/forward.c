@@ -335,6 +335,29 @@ enum MHD_Result kit_forward_buffered(ab_req *r, const char *node)
         return resp_send(r, status, resp);
 }
 
+int kit_place(ab_req *r, uint64_t mem_bytes, uint64_t disk_bytes, enum MHD_Result *ret)
+{
+        ab_fleet *f = r->srv->fleet;
+        if (!f || r->forwarded)
+                return 0;
+        const char *how = r->srv->cfg->fleet.placement;
+        _cleanup_free_ char *url = NULL;
+        ab_node_state self = AB_NODE_UP;
+        ab_fleet_owner(f, ab_fleet_node(f), &url, &self);
+        if (how && !strcmp(how, "local") && self != AB_NODE_DRAINING)
+                return 0;
+        _cleanup_free_ char *node = NULL;
+        ab_err *e = NULL;
+        if (ab_fleet_place(f, mem_bytes, disk_bytes, &node, &e) < 0) {
+                *ret = resp_err(r, e);
+                return 1;
+        }
+        if (!strcmp(node, ab_fleet_node(f)))
+                return 0;
+        *ret = kit_forward_buffered(r, node);
+        return 1;
+}
+
 const ab_proxy_ops kit_forward_ops = {
     .body = relay_body,
     .answer = relay_answer,

@@ -56,6 +56,14 @@ bool kit_box_local(const ab_server *s, const ab_box_rec *rec);
  * whole (JSON: at most 16 MiB). A worker only. */
 enum MHD_Result kit_forward_buffered(ab_req *r, const char *node);
 
+/* Placement of a new box (docs/fleet.md): in a fleet whose placement is
+ * spread, or on a node that drains, the node a box that does not exist yet
+ * goes to (ab_fleet_place, for mem_bytes and disk_bytes); r, a create with
+ * its body read, is forwarded there whole. 1 when answered (forwarded, or
+ * 503 when no node has room: *ret); 0 when the box is made here. A
+ * forwarded request is always made here. A worker only. */
+int kit_place(ab_req *r, uint64_t mem_bytes, uint64_t disk_bytes, enum MHD_Result *ret);
+
 /* On a fleet node, takes the caller of a node-to-node request from its
  * fleet headers (r->forwarded, r->scope, the key's id and quotas). 0 when r
  * is not one (no secret header); 1 when it is and *ok says whether the

@@ -180,6 +180,40 @@ int parse_acquire(const ab_server *s, json_t *body, ab_acquire_req *q, ab_limits
         return 0;
 }
 
+/* True when the box a create names (by id or keys) exists already: it is
+ * acquired where it is, never placed. */
+static bool box_exists(ab_req *r, const ab_acquire_req *q)
+{
+        ab_box_rec rec;
+        if (q->id) {
+                bool found = ab_manager_get(r->srv->mgr, q->id, r->scope, &rec, NULL) == 0;
+                if (found)
+                        ab_box_rec_clear(&rec);
+                return found;
+        }
+        if (!q->thread_id && !(q->user_id && q->chat_id))
+                return false; /* a new box of no keys */
+        ab_box_filter f = {.app_id = q->app_id,
+                           .user_id = q->thread_id ? NULL : q->user_id,
+                           .chat_id = q->thread_id ? NULL : q->chat_id,
+                           .thread_id = q->thread_id};
+        ab_box_rec *rs = NULL;
+        size_t n = 0;
+        if (ab_manager_list(r->srv->mgr, &f, r->scope, &rs, &n, NULL) < 0)
+                return true; /* unsure: made (or found) here */
+        ab_box_recs_free(rs, n);
+        return n > 0;
+}
+
+/* In a fleet, a new box may go to another node (kit_place): 1 = answered. */
+static int place(ab_req *r, const ab_acquire_req *q, enum MHD_Result *ret)
+{
+        if (!r->srv->fleet || r->forwarded || box_exists(r, q))
+                return 0;
+        const ab_limits *l = q->limits ? q->limits : &r->srv->cfg->limits;
+        return kit_place(r, l->memory_mib << 20, l->disk_mib << 20, ret);
+}
+
 enum MHD_Result route_box_create(ab_req *r, const char *id)
 {
         ab_err *e = NULL;
@@ -191,13 +225,21 @@ enum MHD_Result route_box_create(ab_req *r, const char *id)
         ab_box_rec rec;
         bool created;
         if (fields_known(body, acquire_fields, NULL, &e) < 0 ||
-            parse_acquire(r->srv, body, &q, &lim, &e) < 0 ||
-            ab_manager_acquire(r->srv->mgr, &q, r->scope, &rec, &created, &e) < 0) {
+            parse_acquire(r->srv, body, &q, &lim, &e) < 0) {
+                json_decref(body);
+                return resp_err(r, e);
+        }
+        enum MHD_Result placed;
+        if (place(r, &q, &placed)) {
+                json_decref(body);
+                return placed;
+        }
+        if (ab_manager_acquire(r->srv->mgr, &q, r->scope, &rec, &created, &e) < 0) {
                 json_decref(body);
                 return resp_err(r, e);
         }
         json_decref(body);
-        if (!kit_box_local(r->srv, &rec) && rec.status != AB_BOX_RUNNING) {
+        if (!kit_box_local(r->srv, &rec) && rec.status != AB_BOX_RUNNING && !r->forwarded) {
                 /* another fleet node won the race for these keys: it starts its box */
                 _cleanup_free_ char *node = steal_pointer(&rec.node);
                 ab_box_rec_clear(&rec);

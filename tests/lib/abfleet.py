@@ -1,7 +1,9 @@
 """A fleet of agentbox servers for the tests (docs/fleet.md): N servers on
-127.0.0.1, 127.0.0.2, ... (one port for all, a data dir each) sharing one
-PostgreSQL database of their own, made on the suite's PostgreSQL
-(AGENTBOX_TEST_PG_URL, scripts/pg.sh) and dropped by close()."""
+127.0.0.1, 127.0.0.2, ... (placement local unless asked: a box lives on the
+node that made it) sharing one PostgreSQL database of their own, made on the
+suite's PostgreSQL
+(AGENTBOX_TEST_PG_URL, scripts/pg.sh) and dropped by close(); one port for
+all, a data dir each."""
 import os
 import subprocess
 import urllib.parse
@@ -18,7 +20,8 @@ def psql(admin_url, sql):
 
 
 class Fleet:
-    def __init__(self, h, n=3, config=None, heartbeat="300ms", down_after="1500ms", name="fleet"):
+    def __init__(self, h, n=3, config=None, heartbeat="300ms", down_after="1500ms", name="fleet",
+                 placement="local"):
         self.h = h
         self.admin_url = os.environ.get("AGENTBOX_TEST_PG_URL")
         if not self.admin_url:
@@ -41,7 +44,7 @@ class Fleet:
             cfg = {"store": self.store_url,
                    "fleet": {"node": "n%d" % (i + 1), "url": "http://%s:%d" % (host, self.port),
                              "secret_file": self.secret_file, "heartbeat": heartbeat,
-                             "down_after": down_after}}
+                             "down_after": down_after, "placement": placement}}
             cfg.update(config or {})
             data = h.data if i == 0 else h.new_data_dir("node%d" % (i + 1))
             s = h.server(config=cfg, token=TOKEN, name="n%d" % (i + 1), data=data, listen_host=host)
