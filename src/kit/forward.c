@@ -292,46 +292,64 @@ static int answer_body(const ab_http_head *h, const char *p, size_t n, ab_buf *o
         return -EPROTO;
 }
 
-enum MHD_Result kit_forward_buffered(ab_req *r, const char *node)
+int kit_fleet_call(ab_req *r, const char *node, const char *method, const char *target,
+                   const char *body, size_t len, unsigned *status, ab_buf *answer,
+                   char **content_type, ab_err **err)
 {
         ab_server *s = r->srv;
         _cleanup_free_ char *url = NULL;
         ab_node_state st = AB_NODE_DOWN;
+        if (content_type)
+                *content_type = NULL;
         if (!s->fleet || ab_fleet_owner(s->fleet, node, &url, &st) < 0 || st == AB_NODE_DOWN)
-                return resp_error(r, 503, "unavailable",
-                                  "the box is on node %s, which is down (no heartbeat)", node);
-        const char *target = ab_conns_raw_uri(r->conn);
+                return ab_err_set(err, AB_E_UNAVAILABLE, 0,
+                                  "node %s is down (no heartbeat): its boxes are unavailable "
+                                  "until it is back",
+                                  node);
         _cleanup_free_ char *extra = identity_lines(r, s->fleet, false);
         _cleanup_buf_ ab_buf req = {0};
         ab_buf_printf(&req,
                       "%s %s HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\n"
                       "Content-Length: %zu\r\n%sConnection: close\r\n\r\n",
-                      r->method, target ? target : "/", node, r->body_len, extra);
+                      method, target, node, len, extra);
         explicit_bzero(extra, strlen(extra));
-        ab_buf_add(&req, r->body ? r->body : "", r->body_len);
+        ab_buf_add(&req, body ? body : "", len);
         _cleanup_close_ int fd = connect_url(url);
-        if (fd < 0)
-                return owner_unreachable(r, "of this request", node, fd);
-        int rc = ab_send_all(fd, req.p, req.n, (int)s->cfg->ports_timeout_ms);
+        int rc = fd < 0 ? fd : ab_send_all(fd, req.p, req.n, (int)s->cfg->ports_timeout_ms);
         explicit_bzero(req.p, req.n);
         _cleanup_buf_ ab_buf in = {0};
         if (rc == 0)
                 rc = read_to_end(fd, &in);
         if (rc < 0)
-                return owner_unreachable(r, "of this request", node, rc);
+                return ab_err_set(err, AB_E_UNAVAILABLE, -rc, "node %s cannot be reached", node);
         ab_http_head h = {0};
-        _cleanup_buf_ ab_buf body = {0};
         if (ab_http_head_parse(in.p ? in.p : "", in.n, &h) != 1 ||
-            answer_body(&h, in.p + h.head_len, in.n - h.head_len, &body) < 0) {
+            answer_body(&h, in.p + h.head_len, in.n - h.head_len, answer) < 0) {
                 ab_http_head_clear(&h);
-                return resp_error(r, 502, "unavailable", "node %s sent a malformed answer", node);
+                return ab_err_set(err, AB_E_UNAVAILABLE, 0, "node %s sent a malformed answer",
+                                  node);
         }
         const char *ct = ab_http_head_get(&h, "Content-Type");
+        if (content_type && ct)
+                *content_type = xstrdup(ct);
+        *status = (unsigned)h.status;
+        ab_http_head_clear(&h);
+        return 0;
+}
+
+enum MHD_Result kit_forward_buffered(ab_req *r, const char *node)
+{
+        const char *target = ab_conns_raw_uri(r->conn);
+        _cleanup_buf_ ab_buf body = {0};
+        _cleanup_free_ char *ct = NULL;
+        unsigned status = 0;
+        ab_err *e = NULL;
+        if (kit_fleet_call(r, node, r->method, target ? target : "/", r->body, r->body_len, &status,
+                           &body, &ct, &e) < 0)
+                return resp_err(r, e);
         struct MHD_Response *resp = MHD_create_response_from_buffer(
             body.n, body.n ? body.p : (void *)"", MHD_RESPMEM_MUST_COPY);
         MHD_add_response_header(resp, "Content-Type", ct ? ct : "application/json");
-        unsigned status = (unsigned)h.status;
-        ab_http_head_clear(&h);
         return resp_send(r, status, resp);
 }
 

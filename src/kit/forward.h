@@ -56,6 +56,16 @@ bool kit_box_local(const ab_server *s, const ab_box_rec *rec);
  * whole (JSON: at most 16 MiB). A worker only. */
 enum MHD_Result kit_forward_buffered(ab_req *r, const char *node);
 
+/* A call to fleet node `node` as r's caller (the fleet's identity
+ * headers): method and target (path and query) with a JSON body of len
+ * bytes; its answer's status, body (read whole, de-chunked, at most 16 MiB)
+ * into answer and Content-Type (*content_type, or NULL; the caller frees;
+ * content_type may be NULL). AB_E_UNAVAILABLE when the node is down or
+ * cannot be reached. A worker only. */
+int kit_fleet_call(ab_req *r, const char *node, const char *method, const char *target,
+                   const char *body, size_t len, unsigned *status, ab_buf *answer,
+                   char **content_type, ab_err **err);
+
 /* Placement of a new box (docs/fleet.md): in a fleet whose placement is
  * spread, or on a node that drains, the node a box that does not exist yet
  * goes to (ab_fleet_place, for mem_bytes and disk_bytes); r, a create with

@@ -314,6 +314,30 @@ enum MHD_Result route_box_list(ab_req *r, const char *id)
         return resp_json(r, 200, j);
 }
 
+/* In a fleet, the boxes of f on other nodes are deleted by their nodes
+ * (the manager deletes this node's); their ids join a. */
+static void delete_remote(ab_req *r, const ab_box_filter *f, json_t *a)
+{
+        ab_box_rec *rs = NULL;
+        size_t n = 0;
+        if (!r->srv->fleet || ab_manager_list(r->srv->mgr, f, r->scope, &rs, &n, NULL) < 0)
+                return;
+        for (size_t i = 0; i < n; i++) {
+                if (kit_box_local(r->srv, &rs[i]) || rs[i].status == AB_BOX_DELETING)
+                        continue;
+                _cleanup_free_ char *target = xasprintf("/v1/sandboxes/%s", rs[i].id);
+                _cleanup_buf_ ab_buf out = {0};
+                unsigned status = 0;
+                ab_err *e = NULL;
+                if (kit_fleet_call(r, rs[i].node, "DELETE", target, NULL, 0, &status, &out, NULL,
+                                   &e) == 0 &&
+                    status == 202)
+                        json_array_append_new(a, json_string(rs[i].id));
+                ab_err_free(&e);
+        }
+        ab_box_recs_free(rs, n);
+}
+
 enum MHD_Result route_box_delete_where(ab_req *r, const char *id)
 {
         ab_err *e = NULL;
@@ -333,6 +357,7 @@ enum MHD_Result route_box_delete_where(ab_req *r, const char *id)
         json_t *a = json_array();
         for (char **p = ids; p && *p; p++)
                 json_array_append_new(a, json_string(*p));
+        delete_remote(r, &f, a);
         return resp_json(r, 202, json_pack("{s:o}", "deleting", a));
 }
 

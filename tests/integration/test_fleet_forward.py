@@ -5,7 +5,8 @@ public route is used through n2 or n3, which forward to n1 and stream the
 answer back: JSON, an exec's event stream, an upload and a download
 (1 MiB, byte for byte), a terminal over WebSocket, a box's port (HTTP and a
 WebSocket echo), the E2B front (control plane and envd) and the OpenSandbox
-front (lifecycle and execd), the lifecycle (stop, start) and the delete.
+front (lifecycle and execd), MCP tool calls (an agent tool, stop, delete),
+a delete by keys, the lifecycle (stop, start) and the delete.
 The app's API key made on one node works on all of them."""
 import hashlib
 import json
@@ -126,6 +127,39 @@ try:
          "... an execd command through n3 streams its output", s.describe())
     r = n2.delete("/opensandbox/v1/sandboxes/%s" % O, token=None, headers=OH)
     h.ok(r.status in (200, 204), "... deleted through n2", r.describe())
+
+    # ---- MCP ----------------------------------------------------------------------------------------
+    ACC = {"Accept": "application/json, text/event-stream"}
+    r = n3.post("/mcp", {"jsonrpc": "2.0", "id": 1, "method": "initialize",
+                         "params": {"protocolVersion": "2025-06-18", "capabilities": {},
+                                    "clientInfo": {"name": "fleet", "version": "1"}}}, headers=ACC, token=KEY)
+    sid = r.header("Mcp-Session-Id")
+    h.ok(r.status == 200 and sid, "MCP initialize on n3", r.describe())
+    hdr = dict(ACC, **{"Mcp-Session-Id": sid or ""})
+    r = n3.post("/mcp", {"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+                         "params": {"name": "bash", "arguments": {"sandbox_id": B, "command": "echo mcp-$(hostname)"}}},
+                headers=hdr, token=KEY)
+    res = r.get("result") or {}
+    text = "".join(c.get("text", "") for c in res.get("content") or [])
+    h.ok(r.status == 200 and not res.get("isError") and "mcp-%s" % B in text,
+         "an MCP tool call on n3 about n1's box runs on n1", r.describe())
+    r = n2.post("/v1/sandboxes", {"app_id": "fwdapp", "user_id": "u", "chat_id": "mcp"}, token=KEY)
+    M = r.get("id") or "none"
+    r = n1.post("/v1/sandboxes", {"app_id": "fwdapp", "user_id": "u", "chat_id": "mcp-stop"}, token=KEY)
+    M1 = r.get("id") or "none"
+    r = n3.post("/mcp", {"jsonrpc": "2.0", "id": 3, "method": "tools/call",
+                         "params": {"name": "sandbox_stop", "arguments": {"sandbox_id": M1}}}, headers=hdr, token=KEY)
+    h.ok(r.status == 200 and not (r.get("result") or {}).get("isError"), "MCP sandbox_stop on n3 of n1's box",
+         r.describe())
+    h.eq((n1.box(M1, token=KEY) or {}).get("status"), "stopped", "... stopped it on n1")
+    r = n3.post("/mcp", {"jsonrpc": "2.0", "id": 4, "method": "tools/call",
+                         "params": {"name": "sandbox_delete", "arguments": {"sandbox_id": M}}}, headers=hdr, token=KEY)
+    h.ok(r.status == 200 and not (r.get("result") or {}).get("isError"), "MCP sandbox_delete on n3 of n2's box",
+         r.describe())
+    h.ok(abserver.wait_for(lambda: n2.get("/v1/sandboxes/%s" % M, token=KEY).status == 404, timeout=20),
+         "... deleted it on n2")
+    r = n3.delete("/v1/sandboxes?app_id=fwdapp&user_id=u&chat_id=mcp-stop", token=KEY)
+    h.eq((r.status, r.get("deleting")), (202, [M1]), "DELETE by keys on n3 deletes n1's box", r.describe())
 
     # ---- lifecycle and delete ---------------------------------------------------------------------
     r = n2.post("/v1/sandboxes/%s/stop" % B, {}, token=KEY)
