@@ -124,6 +124,20 @@ bool kit_auth_may_block(ab_req *r, auth_level need)
         return true;
 }
 
+void kit_take_key(ab_req *r, ab_api_key *k)
+{
+        if (k->has_quotas) {
+                r->key_quotas = k->quotas;
+                r->caller.quotas = &r->key_quotas;
+        }
+        free(r->key_id);
+        r->key_id = steal_pointer(&k->key_id);
+        r->caller.key_id = r->key_id;
+        /* deleting the key ends this request and its stream */
+        ab_conns_bind_key(r->srv->http.conns, r->conn, r->key_id);
+        ab_api_key_clear(k);
+}
+
 /* Sets r->scope from the Authorization header; answers 401/403 itself. */
 enum MHD_Result kit_authenticate(ab_req *r, auth_level need, bool *ok)
 {
@@ -191,15 +205,7 @@ enum MHD_Result kit_authenticate(ab_req *r, auth_level need, bool *ok)
                 ab_err *e = NULL;
                 if (ab_store_key_find(r->srv->store, hex, &k, &e) == 0) {
                         r->scope_buf = steal_pointer(&k.app_id);
-                        if (k.has_quotas) {
-                                r->key_quotas = k.quotas;
-                                r->caller.quotas = &r->key_quotas;
-                        }
-                        r->key_id = steal_pointer(&k.key_id);
-                        r->caller.key_id = r->key_id;
-                        /* deleting the key ends this request and its stream */
-                        ab_conns_bind_key(r->srv->http.conns, r->conn, r->key_id);
-                        ab_api_key_clear(&k);
+                        kit_take_key(r, &k);
                 } else if (e->code != AB_E_NOT_FOUND) {
                         return resp_err(r, e);
                 } else {

@@ -427,14 +427,7 @@ int kit_fleet_identity(ab_req *r, auth_level need, bool *ok, enum MHD_Result *re
                                           "the caller's API key is another app's");
                         return 1;
                 }
-                if (k.has_quotas) {
-                        r->key_quotas = k.quotas;
-                        r->caller.quotas = &r->key_quotas;
-                }
-                r->key_id = steal_pointer(&k.key_id);
-                r->caller.key_id = r->key_id;
-                ab_conns_bind_key(r->srv->http.conns, r->conn, r->key_id);
-                ab_api_key_clear(&k);
+                kit_take_key(r, &k);
         }
         if (need == AUTH_ADMIN && r->scope) {
                 *ret = resp_error(r, 403, "permission_denied",

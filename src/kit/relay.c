@@ -398,6 +398,17 @@ static int relay_step(int from, short rev, int to, ab_buf *q, bool *eof)
         return *eof && q->n == 0;
 }
 
+/* Takes x off the list of relays (relay_lock held). */
+static void relays_remove(upgraded *x)
+{
+        for (upgraded **pp = &relays; *pp; pp = &(*pp)->next)
+                if (*pp == x) {
+                        *pp = x->next;
+                        break;
+                }
+        relay_count--;
+}
+
 static void *relay_main(void *arg)
 {
         upgraded *x = arg;
@@ -439,12 +450,7 @@ static void *relay_main(void *arg)
                 }
         }
         pthread_mutex_lock(&relay_lock);
-        for (upgraded **pp = &relays; *pp; pp = &(*pp)->next)
-                if (*pp == x) {
-                        *pp = x->next;
-                        break;
-                }
-        relay_count--;
+        relays_remove(x);
         pthread_cond_broadcast(&relay_gone);
         pthread_mutex_unlock(&relay_lock);
         /* the box's socket is closed by the request's end (relay_free),
@@ -486,12 +492,7 @@ static void on_upgrade(void *cls, struct MHD_Connection *conn, void *con_cls, co
                 return;
         if (go) {
                 pthread_mutex_lock(&relay_lock);
-                for (upgraded **pp = &relays; *pp; pp = &(*pp)->next)
-                        if (*pp == x) {
-                                *pp = x->next;
-                                break;
-                        }
-                relay_count--;
+                relays_remove(x);
                 pthread_mutex_unlock(&relay_lock);
         }
         upgraded_free(x);
