@@ -837,6 +837,13 @@ enum MHD_Result route_exec(ab_req *r, const char *id)
                 exec_job_free(j);
                 return exec_unavailable(r, e, NULL);
         }
+        if (!kit_box_local(r->srv, &rec) && !r->forwarded) {
+                /* the keys' box is another fleet node's: the whole call runs there */
+                exec_job_free(j);
+                _cleanup_free_ char *node = steal_pointer(&rec.node);
+                ab_box_rec_clear(&rec);
+                return kit_forward_buffered(r, node);
+        }
         j->srv = r->srv;
         _cleanup_free_ char *sid = xstrdup(rec.id);
         ab_box_rec_clear(&rec);

@@ -6,7 +6,7 @@ answer back: JSON, an exec's event stream, an upload and a download
 (1 MiB, byte for byte), a terminal over WebSocket, a box's port (HTTP and a
 WebSocket echo), the E2B front (control plane and envd) and the OpenSandbox
 front (lifecycle and execd), MCP tool calls (an agent tool, stop, delete),
-a delete by keys, the lifecycle (stop, start) and the delete.
+a delete by keys, /v1/exec and /v1/tools by keys, the lifecycle (stop, start) and the delete.
 The app's API key made on one node works on all of them."""
 import hashlib
 import json
@@ -39,6 +39,13 @@ try:
     r = n3.post("/v1/sandboxes/%s/tools/bash" % B, {"command": "echo tool"}, token=KEY)
     h.eq(r.status, 200, "an agent tool through n3", r.describe())
     h.contains(r.text, "tool", "... with its output")
+
+    keys = {"app_id": "fwdapp", "user_id": "u", "chat_id": "c"}
+    r = n3.post("/v1/exec", dict(keys, command="echo one-call-$(hostname)"), token=KEY)
+    h.eq((r.status, r.get("stdout"), r.get("sandbox_id")), (200, "one-call-%s\n" % B, B),
+         "POST /v1/exec with the keys of n1's box through n3 runs on n1", r.describe())
+    r = n2.post("/v1/tools/bash", dict(keys, command="echo tool-call"), token=KEY)
+    h.ok(r.status == 200 and "tool-call" in r.text, "POST /v1/tools/bash with its keys through n2", r.describe())
 
     # ---- an exec's event stream -----------------------------------------------------------------
     s = n3.sse("/v1/sandboxes/%s/exec" % B, method="POST", token=KEY,

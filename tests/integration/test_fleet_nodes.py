@@ -82,11 +82,15 @@ try:
     r = n1.post("/v1/sandboxes", {"app_id": "nodesapp", "user_id": "u", "chat_id": "c"})
     h.eq((r.status, r.get("node")), (201, "n1"), "a box made through n1 is n1's", r.describe())
     bid = r.get("id")
+    r = n2.post("/v1/sandboxes", {"app_id": "nodesapp", "user_id": "u", "chat_id": "c2"})
+    h.eq((r.status, r.get("node")), (201, "n2"), "another box on n2", r.describe())
+    other = r.get("id")
     ok = abserver.wait_for(lambda: nodes(n3)[1].get("n1", {}).get("running") == 1, timeout=10)
     h.ok(ok, "n1's heartbeat counts its running box", json.dumps(nodes(n3)[1].get("n1")))
     r = n2.get("/v1/sandboxes")
     h.eq([(b.get("id"), b.get("node"), b.get("status")) for b in r.get("sandboxes") or []],
-         [(bid, "n1", "running")], "n2 lists n1's box with its node", r.describe())
+         [(bid, "n1", "running"), (other, "n2", "running")], "n2 lists both boxes with their nodes",
+         r.describe())
 
     # ---- drain --------------------------------------------------------------------
     r = n2.post("/v1/nodes/n3/drain")
@@ -122,6 +126,9 @@ try:
     h.contains(r.err_message or "", "node n1 is down", "... naming the node")
     r = n2.exec(bid, "true")
     h.eq(r.status, 503, "... an exec too", r.describe())
+    r = n3.exec(other, "echo still-here")
+    h.eq((r.status, r.get("stdout")), (200, "still-here\n"), "n2's box is unaffected, used through n3",
+         r.describe())
     why = n1.start(new_port=False)
     h.ok(not why, "n1 starts again", why)
     ok = abserver.wait_for(lambda: nodes(n2)[1].get("n1", {}).get("state") == "up", timeout=10)
@@ -131,6 +138,7 @@ try:
     h.ok(ok, "... and its box is running again", str(n3.box(bid)))
     r = n1.delete("/v1/sandboxes/%s" % bid)
     h.eq(r.status, 202, "delete the box through its node", r.describe())
+    n2.delete("/v1/sandboxes/%s" % other)
 finally:
     F.close()
 h.done()
