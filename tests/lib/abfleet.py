@@ -31,6 +31,7 @@ class Fleet:
         r = psql(self.admin_url, "CREATE DATABASE %s" % self.db)
         if r.returncode != 0:
             h.bail_out("cannot create a test database: %s" % r.stderr.strip())
+        self.dropped = False
         u = urllib.parse.urlsplit(self.admin_url)
         self.store_url = urllib.parse.urlunsplit((u.scheme, u.netloc, "/" + self.db, u.query, u.fragment))
         self.secret_file = os.path.join(h.root, "fleet.secret")
@@ -54,14 +55,21 @@ class Fleet:
         for s in self.nodes:
             why = s.start(new_port=False)
             if why:
+                self.close()  # bail_server exits at once
                 h.bail_server(s, why)
 
     def node(self, name):
         return self.nodes[int(name[1:]) - 1]
 
-    def close(self):
-        for s in self.nodes:
-            s.stop()
+    def _drop(self):
+        if self.dropped:
+            return
+        self.dropped = True
         r = psql(self.admin_url, "DROP DATABASE IF EXISTS %s WITH (FORCE)" % self.db)
         if r.returncode != 0:
             self.h.diag("could not drop %s: %s" % (self.db, r.stderr.strip()))
+
+    def close(self):
+        for s in self.nodes:
+            s.stop()
+        self._drop()
