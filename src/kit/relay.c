@@ -193,7 +193,7 @@ void relay_connected(ab_req *r, ab_proxy *px, int fd)
         px->park = ab_park_new(r->srv->http.conns, r->conn);
 }
 
-/* Sends what out holds until the box's server takes no more. false when the
+/* Sends what out holds until the other server takes no more. false when the
  * connection broke. */
 static bool flush_out(ab_proxy *px)
 {
@@ -222,7 +222,7 @@ enum MHD_Result relay_body(ab_req *r, const char *data, size_t *size)
         size_t off = 0;
         for (;;) {
                 if (px->failed) {
-                        *size = 0; /* the box went away: its answer (or 502) decides */
+                        *size = 0; /* the server went away: its answer (or 502) decides */
                         return MHD_YES;
                 }
                 size_t room = px->out.n < BODY_BUF ? BODY_BUF - px->out.n : 0;
@@ -243,7 +243,7 @@ enum MHD_Result relay_body(ab_req *r, const char *data, size_t *size)
                         px->failed = true;
                         continue;
                 }
-                /* A box that takes a little now and then (a closed window
+                /* A server that takes a little now and then (a closed window
                  * reopening as the kernel compacts its queue) is still
                  * stalled: the deadline restarts after BODY_BUF bytes. */
                 px->progress += before - px->out.n;
@@ -253,7 +253,7 @@ enum MHD_Result relay_body(ab_req *r, const char *data, size_t *size)
                 }
                 if (!*size)
                         return MHD_YES;
-                /* full, and the box takes nothing now: wait for it */
+                /* full, and the server takes nothing now: wait for it */
                 int64_t now = (int64_t)ab_now_ms();
                 if (!px->write_deadline) {
                         px->write_deadline = now + px->timeout_ms;
@@ -357,10 +357,10 @@ static void pbody_free(void *cls)
 
 typedef struct upgraded {
         struct upgraded *next;
-        ab_proxy *px;    /* the request, until on_upgrade runs */
-        int box, client; /* box: the other server's side */
+        ab_proxy *px;       /* the request, until on_upgrade runs */
+        int server, client; /* the other server's socket, the client's */
         struct MHD_UpgradeResponseHandle *urh;
-        ab_buf to_client, to_box; /* bytes read and not yet written */
+        ab_buf to_client, to_server; /* bytes read and not yet written */
 } upgraded;
 
 static pthread_mutex_t relay_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -372,7 +372,7 @@ static bool relay_stopping;
 static void upgraded_free(upgraded *x)
 {
         ab_buf_free(&x->to_client);
-        ab_buf_free(&x->to_box);
+        ab_buf_free(&x->to_server);
         free(x);
 }
 
@@ -412,48 +412,48 @@ static void relays_remove(upgraded *x)
 static void *relay_main(void *arg)
 {
         upgraded *x = arg;
-        bool eof_c = false, eof_b = false, shut_b = false, shut_c = false, box_gone = false;
+        bool eof_c = false, eof_s = false, shut_s = false, shut_c = false, server_gone = false;
         for (;;) {
                 struct pollfd p[2] = {
                     {.fd = x->client,
-                     .events = (short)((!eof_c && x->to_box.n < RELAY_BUF ? POLLIN : 0) |
+                     .events = (short)((!eof_c && x->to_server.n < RELAY_BUF ? POLLIN : 0) |
                                        (x->to_client.n ? POLLOUT : 0))},
-                    {.fd = box_gone ? -1 : x->box,
-                     .events = (short)((!eof_b && x->to_client.n < RELAY_BUF ? POLLIN : 0) |
-                                       (x->to_box.n ? POLLOUT : 0))}};
+                    {.fd = server_gone ? -1 : x->server,
+                     .events = (short)((!eof_s && x->to_client.n < RELAY_BUF ? POLLIN : 0) |
+                                       (x->to_server.n ? POLLOUT : 0))}};
                 if (poll(p, 2, RELAY_IDLE_MS) < 0 && errno != EINTR)
                         break;
                 if ((p[0].revents | p[1].revents) & POLLNVAL)
                         break;
-                int up = relay_step(x->client, p[0].revents, x->box, &x->to_box, &eof_c);
-                int down = relay_step(x->box, p[1].revents, x->client, &x->to_client, &eof_b);
+                int up = relay_step(x->client, p[0].revents, x->server, &x->to_server, &eof_c);
+                int down = relay_step(x->server, p[1].revents, x->client, &x->to_client, &eof_s);
                 if (up < 0 || down < 0)
                         break;
                 /* a side that ended: pass the half-close on */
-                if (up == 1 && !shut_b) {
-                        shutdown(x->box, SHUT_WR);
-                        shut_b = true;
+                if (up == 1 && !shut_s) {
+                        shutdown(x->server, SHUT_WR);
+                        shut_s = true;
                 }
                 if (down == 1 && !shut_c) {
                         shutdown(x->client, SHUT_WR);
                         shut_c = true;
                 }
-                if (shut_b && shut_c)
+                if (shut_s && shut_c)
                         break;
                 /* a side closed both ways is polled no more (it would wake
                  * poll at once, again and again) */
                 if (eof_c && p[0].revents & (POLLHUP | POLLERR))
                         break; /* nothing can reach the client any more */
-                if (eof_b && p[1].revents & (POLLHUP | POLLERR)) {
-                        box_gone = shut_b = true;
-                        ab_buf_free(&x->to_box);
+                if (eof_s && p[1].revents & (POLLHUP | POLLERR)) {
+                        server_gone = shut_s = true;
+                        ab_buf_free(&x->to_server);
                 }
         }
         pthread_mutex_lock(&relay_lock);
         relays_remove(x);
         pthread_cond_broadcast(&relay_gone);
         pthread_mutex_unlock(&relay_lock);
-        /* the box's socket is closed by the request's end (relay_free),
+        /* the server's socket is closed by the request's end (relay_free),
          * which MHD calls once the upgraded connection is closed */
         struct MHD_UpgradeResponseHandle *urh = x->urh;
         upgraded_free(x);
@@ -472,14 +472,14 @@ static void on_upgrade(void *cls, struct MHD_Connection *conn, void *con_cls, co
         x->px = NULL;
         x->client = sock;
         x->urh = urh;
-        /* A client gone without a word would hold the box in use forever:
-         * TCP keepalive finds it out within a few minutes. */
+        /* A client gone without a word would hold the relay (and a box in
+         * use) forever: TCP keepalive finds it out within a few minutes. */
         int on = 1, idle = 60, intvl = 15, cnt = 4;
         setsockopt(sock, SOL_SOCKET, SO_KEEPALIVE, &on, sizeof(on));
         setsockopt(sock, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof(idle));
         setsockopt(sock, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof(intvl));
         setsockopt(sock, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof(cnt));
-        ab_buf_add(&x->to_box, extra_in, extra_in_size);
+        ab_buf_add(&x->to_server, extra_in, extra_in_size);
         pthread_mutex_lock(&relay_lock);
         bool go = !relay_stopping;
         if (go) {
@@ -505,7 +505,7 @@ void relay_shutdown(void)
         relay_stopping = true;
         for (upgraded *x = relays; x; x = x->next) {
                 shutdown(x->client, SHUT_RDWR);
-                shutdown(x->box, SHUT_RDWR);
+                shutdown(x->server, SHUT_RDWR);
         }
         struct timespec until;
         clock_gettime(CLOCK_REALTIME, &until);
@@ -519,7 +519,7 @@ void relay_shutdown(void)
 /* ---- the answer (a worker) ---- */
 
 /* Reads the answer's head (1xx other than 101 skipped) into h; the bytes
- * after it stay in px->in. 1 = complete; 0 = parked until the box sends
+ * after it stay in px->in. 1 = complete; 0 = parked until the server sends
  * more or the deadline passes; -1 = answered (or the client is gone). */
 static int read_head(ab_req *r, ab_proxy *px, ab_http_head *h, enum MHD_Result *ret)
 {
@@ -575,8 +575,8 @@ static int read_head(ab_req *r, ab_proxy *px, ab_http_head *h, enum MHD_Result *
         }
 }
 
-/* The rest of the request's body (and a chunked body's end) to the box.
- * 1 = done (or failed: the box's answer decides); 0 = parked; -1 = the
+/* The rest of the request's body (and a chunked body's end) to the server.
+ * 1 = done (or failed: the server's answer decides); 0 = parked; -1 = the
  * client left. */
 static int finish_body(ab_req *r, ab_proxy *px)
 {
@@ -647,13 +647,13 @@ static enum MHD_Result answer_upgrade(ab_req *r, ab_proxy *px, ab_http_head *h, 
                 return ret;
         px->slot = slot; /* the request's: released when it ends */
         upgraded *x = xzalloc(sizeof(*x));
-        x->box = px->fd; /* still owned by px: closed when the request ends */
+        x->server = px->fd; /* still owned by px: closed when the request ends */
         x->client = -1;
         x->px = px;
         ab_buf_add(&x->to_client, in->p + h->head_len, in->n - h->head_len);
         /* When the client goes away before the 101 is sent, on_upgrade never
-         * runs: x, the box's socket, the slot and the use of the box end with
-         * the request (relay_free). */
+         * runs: x, the server's socket, the slot and (a port's) use of the
+         * box end with the request (relay_free). */
         struct MHD_Response *resp = MHD_create_response_for_upgrade(on_upgrade, x);
         if (!resp) {
                 upgraded_free(x);
