@@ -4,7 +4,8 @@ goes to a live node with room, the better of two sampled (fewer running
 boxes): creates through one node spread over the fleet; POST
 /v1/nodes/{id}/drain stops placing on a node (a create through a draining
 node goes elsewhere; every node draining: 503), undrain places there again;
-a box that exists is acquired where it is, never placed anew."""
+a box that exists is acquired where it is, never placed anew; racing
+acquires of new keys through every node, each placing it, make one box."""
 import os
 import sys
 import time
@@ -53,6 +54,24 @@ try:
         r = s.post("/v1/sandboxes", keys)
         h.eq((r.status, r.get("id"), r.get("node")), (200, bid, home),
              "acquiring it through %s finds it on %s" % (s.name, home), r.describe())
+
+    # racing acquires of new keys, each node placing them: still one box
+    import threading
+    keys2 = {"app_id": "placeapp", "user_id": "u", "chat_id": "race"}
+    res = [None] * 9
+
+    def acq(i):
+        res[i] = F.nodes[i % 3].post("/v1/sandboxes", keys2, timeout=90)
+
+    ts = [threading.Thread(target=acq, args=(i,)) for i in range(9)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(120)
+    h.eq(sorted(r.status for r in res), [200] * 8 + [201], "9 racing acquires of new keys, placed: one 201",
+         "\n".join(r.describe()[:200] for r in res))
+    h.eq(len(set(r.get("id") for r in res)), 1, "... one box")
+    h.eq(len(set(r.get("node") for r in res)), 1, "... on one node")
 finally:
     F.close()
 h.done()
