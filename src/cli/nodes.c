@@ -66,9 +66,11 @@ int cli_nodes(int argc, char **argv, const char *data_flag)
                        ns[i].running, ns[i].mem_avail >> 20, ns[i].disk_avail >> 20, ns[i].url);
         }
         if (as_json) {
-                char *t = json_dumps(json_pack("{s:o}", "nodes", list), JSON_INDENT(2));
+                json_t *j = json_pack("{s:o}", "nodes", list);
+                char *t = json_dumps(j, JSON_INDENT(2));
                 puts(t);
                 free(t);
+                json_decref(j);
         } else {
                 json_decref(list);
                 if (n)

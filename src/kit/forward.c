@@ -169,6 +169,8 @@ static int forward(ab_req *r, const char *box, bool anonymous, enum MHD_Result *
         }
         _cleanup_free_ char *peer = xasprintf("fleet node %s (box %s)", node, box);
         ab_proxy *px = relay_new(peer, s->cfg->ports_timeout_ms, FORWARD_HEAD_MS);
+        if (r->proxy) /* a box's port: the relay to the node replaces the port's */
+                r->pxops->free(r->proxy);
         r->proxy = px;
         r->pxops = &kit_forward_ops;
         r->body_kind = BODY_PROXY;
