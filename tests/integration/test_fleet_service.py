@@ -6,7 +6,8 @@ for the fleet); concurrent acquires of one app's keys through all three
 nodes make exactly one box, the others get it (a stopped one is started by
 its node); GET /v1/sandboxes on any node lists every node's boxes; one
 /v1/events stream on any node carries the events of all nodes, each naming
-its node."""
+its node; an app's exec rate holds across its boxes' nodes (each node takes
+its share: its running boxes of the app over the fleet's)."""
 import json
 import os
 import sys
@@ -17,7 +18,8 @@ import abserver  # noqa: E402
 import abfleet  # noqa: E402
 
 h = abserver.ServerHarness(budget=200)
-F = abfleet.Fleet(h, name="fleetsvc", config={"quotas": {"apps": {"qapp": {"max_boxes": 3}}}})
+F = abfleet.Fleet(h, name="fleetsvc", config={"quotas": {"apps": {"qapp": {"max_boxes": 3},
+                                                                 "rapp": {"exec_rate": 0.2, "exec_burst": 4}}}})
 
 
 def race(calls):
@@ -99,6 +101,20 @@ try:
     h.ok(not any((json.loads(e.data).get("app_id") == "evapp") for e in got if e.data and e.data.startswith("{")),
          "... an API key's stream on n3 carries none of another app's")
     r.close()
+
+    # ---- the exec rate, fleet-wide -----------------------------------------------------------------
+    KR = n1.post("/v1/keys", {"app_id": "rapp"}).get("key") or "none"
+    rb = [s.post("/v1/sandboxes", {"app_id": "rapp", "user_id": "u", "chat_id": s.name}, token=KR).get("id")
+          for s in (n1, n2)]
+    got = [n3.exec(b, "true", token=KR).status for _ in range(8) for b in rb]
+    h.ok(3 <= got.count(200) <= 5 and got.count(200) + got.count(429) == len(got),
+         "an app with a burst of 4 execs and boxes on two nodes: 4 of 16 run fleet-wide, not 4 per node",
+         repr(got))
+    r = n1.delete("/v1/sandboxes?app_id=rapp", token=KR)
+    h.eq((r.status, sorted(r.get("deleting") or [])), (202, sorted(rb)), "delete its boxes by app (both nodes')",
+         r.describe())
+    h.ok(abserver.wait_for(lambda: not n3.get("/v1/sandboxes", token=KR).get("sandboxes"), timeout=30),
+         "... and they are gone")
 
     # ---- the fleet's list ------------------------------------------------------------------------------
     for s in F.nodes:
