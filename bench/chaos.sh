@@ -13,4 +13,9 @@ cd "$(dirname "$0")/.."
 export AGENTBOX_BIN=${AGENTBOX_BIN:-$PWD/build/agentbox}
 export AGENTBOX_INIT=${AGENTBOX_INIT:-$PWD/build/agentbox-init}
 export PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1
+# --fleet: the same idea over a three-node fleet (bench/chaos_fleet.py; needs
+# AGENTBOX_TEST_PG_URL, e.g. from scripts/pg.sh)
+for a in "$@"; do
+        [ "$a" = --fleet ] && exec python3 bench/chaos_fleet.py "$@"
+done
 exec python3 bench/chaos.py "$@"

@@ -24,6 +24,10 @@ struct ab_events {
         pthread_rwlock_t notify_lock; /* held for reading while notify runs */
         void (*notify)(void *arg);
         void *notify_arg;
+        char *node; /* ab_events_set_node: every event names it; NULL = none */
+        /* ab_events_set_tap (under notify_lock): sees this process's events */
+        void (*tap)(void *arg, const char *json);
+        void *tap_arg;
 };
 
 static void run_notify(ab_events *ev);
@@ -66,6 +70,7 @@ void ab_events_free(ab_events *ev)
         for (size_t i = 0; i < ev->cap; i++)
                 slot_clear(&ev->ring[i]);
         free(ev->ring);
+        free(ev->node);
         pthread_cond_destroy(&ev->cv);
         pthread_mutex_destroy(&ev->mu);
         pthread_rwlock_destroy(&ev->notify_lock);
@@ -84,8 +89,10 @@ static json_t *str_or_null(const char *s)
         return s ? json_string(s) : json_null();
 }
 
-uint64_t ab_events_emit(ab_events *ev, const char *type, const char *box_id, const char *app_id,
-                        json_t *data)
+/* Puts an event into the ring: this process's (tap: the tap sees it) or
+ * another fleet node's. */
+static uint64_t emit(ab_events *ev, const char *type, const char *box_id, const char *app_id,
+                     int64_t time_ms, const char *node, json_t *data, bool tap)
 {
         if (!data)
                 data = json_object();
@@ -94,9 +101,11 @@ uint64_t ab_events_emit(ab_events *ev, const char *type, const char *box_id, con
         json_t *j = json_object();
         json_object_set_new(j, "seq", json_integer(0));
         json_object_set_new(j, "type", json_string(type ? type : ""));
-        json_object_set_new(j, "time", json_integer(unix_ms()));
+        json_object_set_new(j, "time", json_integer(time_ms));
         json_object_set_new(j, "box_id", str_or_null(box_id));
         json_object_set_new(j, "app_id", str_or_null(app_id));
+        if (node)
+                json_object_set_new(j, "node", json_string(node));
         json_object_set_new(j, "data", data);
 
         ev_slot s = {
@@ -119,9 +128,56 @@ uint64_t ab_events_emit(ab_events *ev, const char *type, const char *box_id, con
         pthread_mutex_unlock(&ev->mu);
 
         slot_clear(&old);
+        if (tap) {
+                pthread_rwlock_rdlock(&ev->notify_lock);
+                if (ev->tap) {
+                        char *t = json_dumps(j, JSON_COMPACT | JSON_ENSURE_ASCII);
+                        if (t)
+                                ev->tap(ev->tap_arg, t);
+                        free(t);
+                }
+                pthread_rwlock_unlock(&ev->notify_lock);
+        }
         json_decref(j);
         run_notify(ev);
         return s.seq;
+}
+
+uint64_t ab_events_emit(ab_events *ev, const char *type, const char *box_id, const char *app_id,
+                        json_t *data)
+{
+        return emit(ev, type, box_id, app_id, unix_ms(), ev->node, data, true);
+}
+
+int ab_events_inject(ab_events *ev, const char *json)
+{
+        json_t *j = json_loads(json, 0, NULL);
+        const char *type = json_string_value(json_object_get(j, "type"));
+        const char *node = json_string_value(json_object_get(j, "node"));
+        json_t *t = json_object_get(j, "time"), *data = json_object_get(j, "data");
+        if (!type || !node || !json_is_integer(t) || (data && !json_is_object(data))) {
+                json_decref(j);
+                return -EINVAL;
+        }
+        emit(ev, type, json_string_value(json_object_get(j, "box_id")),
+             json_string_value(json_object_get(j, "app_id")), json_integer_value(t), node,
+             data ? json_incref(data) : NULL, false);
+        json_decref(j);
+        return 0;
+}
+
+void ab_events_set_node(ab_events *ev, const char *node)
+{
+        free(ev->node);
+        ev->node = node ? xstrdup(node) : NULL;
+}
+
+void ab_events_set_tap(ab_events *ev, void (*fn)(void *arg, const char *json), void *arg)
+{
+        pthread_rwlock_wrlock(&ev->notify_lock);
+        ev->tap = fn;
+        ev->tap_arg = arg;
+        pthread_rwlock_unlock(&ev->notify_lock);
 }
 
 static void run_notify(ab_events *ev)

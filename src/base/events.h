@@ -56,4 +56,17 @@ void ab_events_shutdown(ab_events *ev);
  * returns, a cleared fn is no longer running. */
 void ab_events_set_notify(ab_events *ev, void (*fn)(void *arg), void *arg);
 
+/* Several servers as one service (docs/fleet.md). set_node: every event
+ * this process emits from now on carries "node": node (call before any
+ * thread emits). set_tap: fn(arg, json) sees each event this process emits,
+ * as its JSON line, on the emitting thread after the ring has it (quick, no
+ * calls back into the bus; NULL clears it, and when this returns a cleared
+ * fn is no longer running). inject: an event another node emitted (its JSON
+ * line: type, time, node, box_id, app_id, data) joins the ring with a
+ * sequence number of this bus; the tap does not see it. -EINVAL when the
+ * line is not such an event. */
+void ab_events_set_node(ab_events *ev, const char *node);
+void ab_events_set_tap(ab_events *ev, void (*fn)(void *arg, const char *json), void *arg);
+int ab_events_inject(ab_events *ev, const char *json);
+
 #endif

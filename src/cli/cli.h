@@ -68,6 +68,8 @@ int cli_serve(int argc, char **argv, const char *data_flag);
 /* agentbox mcp [...]: the MCP server on stdin/stdout (newline-delimited
  * JSON-RPC) until stdin ends. Returns an exit code. */
 int cli_mcp(int argc, char **argv, const char *data_flag);
+/* agentbox nodes: the fleet's nodes from the shared store (nodes.c). */
+int cli_nodes(int argc, char **argv, const char *data_flag);
 
 /* What `agentbox serve` and `agentbox mcp` run on (serve.c). */
 typedef struct cli_service {

@@ -52,6 +52,8 @@ static const char *usage_text =
     "  cleanup                        remove what a killed server left for the data\n"
     "                                 folder: its system boxes, the skills disk mount\n"
     "                                 (`agentbox cleanup --help`)\n"
+    "  nodes [--json]                 the nodes of a fleet sharing a PostgreSQL store\n"
+    "                                 (docs/fleet.md; `agentbox nodes --help`)\n"
     "  version                        print the version\n"
     "\n"
     "Limits for create (defaults in brackets):\n"
@@ -730,6 +732,8 @@ int main(int argc, char **argv)
                 return cli_image(sub_argc, sub_argv, data);
         if (!strcmp(cmd, "cleanup"))
                 return cli_cleanup(sub_argc, sub_argv, data);
+        if (!strcmp(cmd, "nodes"))
+                return cli_nodes(sub_argc, sub_argv, data);
         if (!strcmp(cmd, "version")) {
                 printf("agentbox %s\n", AGENTBOX_VERSION);
                 return 0;

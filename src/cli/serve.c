@@ -14,6 +14,9 @@
 #include "base/selfpath.h"
 #include "net/net.h"
 #include "base/log.h"
+#include "fleet/fleet.h"
+
+#include <fcntl.h>
 
 #include <inttypes.h>
 #include <pthread.h>
@@ -60,6 +63,9 @@ static const char *serve_usage =
     "timeout, apps: {APP: {...}}} or env AGENTBOX_LLM_BASE_URL, AGENTBOX_LLM_API_KEY\n"
     "(_FILE), AGENTBOX_LLM_MODEL (docs/configuration.md); without a base_url the\n"
     "chat answers 503.\n"
+    "Several servers as one service: with a postgres:// store and fleet: {node, url,\n"
+    "secret_file} (AGENTBOX_FLEET_NODE, _URL, _SECRET_FILE) the server is a node of\n"
+    "a fleet: any node answers for any box (docs/fleet.md; `agentbox nodes`).\n"
     "\n"
     "Idle boxes: paused after idle_pause (env AGENTBOX_IDLE_PAUSE, default 60s; their\n"
     "processes are kept, frozen, and any use resumes them), stopped after idle_stop\n"
@@ -312,6 +318,7 @@ int cli_service_open(cli_service *s, const cli_service_args *a, ab_err **err)
             .disk_overcommit_ratio = cfg->disk_overcommit_ratio,
             .disk_reserve = cfg->disk_reserve,
             .disk_watch_interval_ms = cfg->disk_watch_interval_ms,
+            .node_id = cfg->fleet.node,
         };
         if (ab_manager_open(&mo, &s->mgr, err) < 0)
                 goto fail;
@@ -333,6 +340,7 @@ fail:
 
 void cli_service_close(cli_service *s)
 {
+        ab_fleet_stop(s->srv.fleet);
         ab_runners_free(s->srv.runners);
         free(s->srv.sandbox_token);
         ab_manager_free(s->mgr);
@@ -355,6 +363,66 @@ void cli_service_close(cli_service *s)
         free(s->srv.tmp_dir);
         ab_config_release(&s->cfg);
         memset(s, 0, sizeof(*s));
+}
+
+/* The fleet's secret from fleet.secret_file: its first line, at least 32
+ * bytes, in a file other users cannot read. Never logged. */
+static int read_fleet_secret(const char *path, char **out, ab_err **err)
+{
+        *out = NULL;
+        _cleanup_close_ int fd = open(path, O_RDONLY | O_CLOEXEC);
+        struct stat st;
+        if (fd < 0 || fstat(fd, &st) < 0)
+                return ab_err_set(err, AB_E_INVALID, errno, "fleet.secret_file: cannot read %s",
+                                  path);
+        if (st.st_mode & 0007)
+                return ab_err_set(err, AB_E_INVALID, 0,
+                                  "fleet.secret_file: %s is readable by every user: chmod o-rwx",
+                                  path);
+        char buf[1024];
+        ssize_t n = ab_read_full(fd, buf, sizeof(buf) - 1);
+        if (n < 0)
+                return ab_err_set(err, AB_E_INVALID, (int)-n, "fleet.secret_file: cannot read %s",
+                                  path);
+        buf[n] = 0;
+        buf[strcspn(buf, "\r\n")] = 0;
+        size_t len = strlen(buf);
+        int rc = 0;
+        if (len < 32)
+                rc = ab_err_set(err, AB_E_INVALID, 0,
+                                "fleet.secret_file: the secret in %s must be at least 32 bytes "
+                                "(e.g. openssl rand -hex 32)",
+                                path);
+        else
+                *out = xstrdup(buf);
+        explicit_bzero(buf, sizeof(buf));
+        return rc;
+}
+
+/* Joins the fleet when fleet: is set: registers this node and starts its
+ * heartbeat (docs/fleet.md). */
+static int fleet_join(cli_service *s, ab_err **err)
+{
+        const ab_config_fleet *fc = &s->cfg.fleet;
+        if (!fc->node)
+                return 0;
+        char *secret = NULL;
+        if (read_fleet_secret(fc->secret_file, &secret, err) < 0)
+                return -1;
+        ab_fleet_opts fo = {.store = s->store,
+                            .mgr = s->mgr,
+                            .node = fc->node,
+                            .url = fc->url,
+                            .data_dir = s->cfg.data_dir,
+                            .secret = secret,
+                            .heartbeat_ms = fc->heartbeat_ms,
+                            .down_after_ms = fc->down_after_ms,
+                            .events = s->events,
+                            .store_url = s->cfg.store_url};
+        int rc = ab_fleet_start(&fo, &s->srv.fleet, err);
+        explicit_bzero(secret, strlen(secret));
+        free(secret);
+        return rc;
 }
 
 int cli_serve(int argc, char **argv, const char *data_flag)
@@ -381,6 +449,11 @@ int cli_serve(int argc, char **argv, const char *data_flag)
         }
         ab_server *srv = &svc.srv;
         const ab_config *cfg = &svc.cfg;
+        if (fleet_join(&svc, &e) < 0) {
+                cli_error(e);
+                cli_service_close(&svc);
+                return EXIT_AGENTBOX;
+        }
         /* agentbox's own API, then the fronts (docs/architecture.md) */
         ab_server_add_routes(srv, &ab_rest_routes);
         ab_server_add_routes(srv, &ab_e2b_routes);

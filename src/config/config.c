@@ -26,6 +26,7 @@ void ab_config_default(ab_config *c)
             .reaper_interval_ms = 5000,
             .sample_interval_ms = 10000,
             .max_body = 1024 * 1024,
+            .fleet = {.heartbeat_ms = 2000, .down_after_ms = 10000},
             .max_upload = 1024 * 1024 * 1024,
             .tmp_max = 4ull << 30,
             .max_connections = 10000,
@@ -113,6 +114,10 @@ static void config_copy(ab_config *dst, const ab_config *src)
         dst->docker_image = dup_or_null(src->docker_image);
         dst->mock_expect = dup_or_null(src->mock_expect);
         dst->mock_log = dup_or_null(src->mock_log);
+        dst->fleet.node = dup_or_null(src->fleet.node);
+        dst->fleet.url = dup_or_null(src->fleet.url);
+        dst->fleet.secret_file = dup_or_null(src->fleet.secret_file);
+        dst->fleet.placement = dup_or_null(src->fleet.placement);
         dst->keys = src->n_keys ? xcalloc(src->n_keys, sizeof(*dst->keys)) : NULL;
         for (size_t i = 0; i < src->n_keys; i++) {
                 dst->keys[i].key = dup_or_null(src->keys[i].key);
@@ -188,6 +193,10 @@ void ab_config_release(ab_config *c)
         free(c->docker_image);
         free(c->mock_expect);
         free(c->mock_log);
+        free(c->fleet.node);
+        free(c->fleet.url);
+        free(c->fleet.secret_file);
+        free(c->fleet.placement);
         keys_free(c->keys, c->n_keys);
         registries_free(c->registries, c->n_registries);
         app_quotas_free(c->app_quotas, c->n_app_quotas);
@@ -391,6 +400,13 @@ static const field fields[] = {
     F("docker_image", NULL, "AGENTBOX_DOCKER_IMAGE", K_OPT_STR, docker_image),
     F("mock_expect", NULL, "AGENTBOX_MOCK_EXPECT", K_OPT_STR, mock_expect),
     F("mock_log", NULL, "AGENTBOX_MOCK_LOG", K_OPT_STR, mock_log),
+    /* the fleet: section's keys (fleet_pair) */
+    F("fleet.node", NULL, "AGENTBOX_FLEET_NODE", K_OPT_STR, fleet.node),
+    F("fleet.url", NULL, "AGENTBOX_FLEET_URL", K_URL, fleet.url),
+    F("fleet.secret_file", NULL, "AGENTBOX_FLEET_SECRET_FILE", K_OPT_STR, fleet.secret_file),
+    F("fleet.heartbeat", NULL, NULL, K_MS, fleet.heartbeat_ms),
+    F("fleet.down_after", NULL, NULL, K_MS, fleet.down_after_ms),
+    F("fleet.placement", NULL, "AGENTBOX_FLEET_PLACEMENT", K_OPT_STR, fleet.placement),
 };
 #undef F
 
@@ -1284,6 +1300,25 @@ static int load_app_quotas(yctx *y, ab_config *c, yaml_node_t *map)
         return each_pair(y, map, "quotas.apps", app_quota_pair, c);
 }
 
+/* fleet: {node, url, secret_file, heartbeat, down_after}: the fields named
+ * "fleet.KEY" in the table above. */
+static int fleet_pair(yctx *y, const char *k, yaml_node_t *kn, yaml_node_t *vn, void *arg)
+{
+        _cleanup_free_ char *key = xasprintf("fleet.%s", k);
+        const field *f = find_field(key);
+        if (!f)
+                return fail_at(
+                    y, kn, key,
+                    why("unknown key (known: node, url, secret_file, heartbeat, down_after, "
+                        "placement)"));
+        const char *v = "";
+        bool null = is_null(vn);
+        if (!null && !(v = scalar(y, vn, key)))
+                return -1;
+        why_t w = set_field(arg, f, v, null);
+        return w ? fail_at(y, vn, key, w) : 0;
+}
+
 typedef struct top_ctx {
         ab_config *c;
         bool seen[AB_ARRAY_LEN(fields)];
@@ -1318,18 +1353,22 @@ static int top_pair(yctx *y, const char *k, yaml_node_t *kn, yaml_node_t *vn, vo
                                      &t->c->n_app_registries);
         if (strcmp(k, "llm") == 0)
                 return load_llm(y, t->c, vn);
+        if (strcmp(k, "fleet") == 0)
+                return is_null(vn) ? 0 : each_pair(y, vn, "fleet", fleet_pair, t->c);
         if (strcmp(k, "quotas") == 0) {
                 if (is_null(vn))
                         return 0;
                 quota_ctx qc = {.c = t->c, .q = &t->c->quotas, .where = "quotas"};
                 return each_pair(y, vn, "quotas", quota_pair, &qc);
         }
-        const field *f = find_field(k);
+        const field *f = strchr(k, '.') ? NULL : find_field(k);
         if (!f) {
                 _cleanup_free_ char *known = xstrdup(
                     "limits, tools, api_keys, quotas, llm, registries, host_mount_prefixes, "
-                    "app_registries, allowed_hosts");
+                    "app_registries, allowed_hosts, fleet");
                 for (size_t i = 0; i < AB_ARRAY_LEN(fields); i++) {
+                        if (strchr(fields[i].name, '.'))
+                                continue; /* a section's key (fleet.node) */
                         char *more = xasprintf("%s, %s", known, fields[i].name);
                         free(known);
                         known = more;
@@ -1453,6 +1492,41 @@ static bool domain_ok(const char *d)
         return !strstr(d, "..");
 }
 
+/* A fleet node needs an id the others can name in URLs and headers, a URL
+ * they reach it at, a secret, and the store they share. */
+static why_t check_fleet(const ab_config *c)
+{
+        const ab_config_fleet *f = &c->fleet;
+        if (!f->node || !*f->node)
+                return f->url || f->secret_file
+                           ? why("node: is needed with url and secret_file (the node's id)")
+                           : NULL;
+        size_t n = strlen(f->node);
+        bool ok = n <= 63;
+        for (const char *p = f->node; ok && *p; p++)
+                ok = isalnum((unsigned char)*p) || *p == '-' || *p == '_' || *p == '.';
+        if (!ok)
+                return why("node: '%s' is not a node id (up to 63 letters, digits, '-', '_', '.')",
+                           f->node);
+        if (!f->url || !*f->url)
+                return why("url: is needed (the http://HOST:PORT other nodes reach this one at)");
+        if (!f->secret_file || !*f->secret_file)
+                return why("secret_file: is needed (a file holding the fleet's shared secret)");
+        if (!c->store_url || (strncmp(c->store_url, "postgres://", 11) != 0 &&
+                              strncmp(c->store_url, "postgresql://", 13) != 0))
+                return why("a fleet shares one PostgreSQL store: set store: postgres://...");
+        if (f->placement && strcmp(f->placement, "spread") && strcmp(f->placement, "local"))
+                return why("placement: '%s' is not spread or local", f->placement);
+        if (strncasecmp(f->url, "http://", 7) != 0)
+                return why("url: nodes speak plain http:// to each other (put TLS in front "
+                           "of the fleet, not between its nodes)");
+        if (f->heartbeat_ms < 100)
+                return why("heartbeat: must be at least 100ms");
+        if (f->down_after_ms < 2 * f->heartbeat_ms)
+                return why("down_after: must be at least twice the heartbeat");
+        return NULL;
+}
+
 int ab_config_validate(const ab_config *c, ab_err **err)
 {
         bool loopback;
@@ -1551,6 +1625,8 @@ int ab_config_validate(const ab_config *c, ab_err **err)
         if (c->disk_watch_interval_ms < 0)
                 return invalid(err, "disk_watch_interval", why("must be >= 0 (0 = off)"));
 
+        if ((w = check_fleet(c)))
+                return invalid(err, "fleet", w);
         for (size_t i = 0; i < c->n_keys; i++) {
                 if ((w = check_api_key(c->keys[i].key, c->keys[i].app_id)))
                         return invalid(err, "api_keys", w);

@@ -44,6 +44,20 @@ typedef struct ab_config_app_llm {
         char *app_id;
         ab_config_llm llm;
 } ab_config_app_llm;
+/* Several servers as one service on a shared PostgreSQL store (config:
+ * fleet: {node, url, secret_file, heartbeat, down_after}; docs/fleet.md).
+ * Off while node is NULL. */
+typedef struct ab_config_fleet {
+        char *node;            /* this server's node id (env AGENTBOX_FLEET_NODE) */
+        char *url;             /* http(s)://HOST:PORT the other nodes reach it at
+                                * (env AGENTBOX_FLEET_URL) */
+        char *secret_file;     /* file holding the fleet secret, at least 32 bytes
+                                * (env AGENTBOX_FLEET_SECRET_FILE); never logged */
+        int64_t heartbeat_ms;  /* how often the node records its heartbeat; default 2 s */
+        int64_t down_after_ms; /* a node without a heartbeat this long is down; default 10 s */
+        char *placement;       /* where new boxes go: NULL/"spread" = a live node with room,
+                                * the best of two sampled; "local" = the node asked */
+} ab_config_fleet;
 
 typedef struct ab_config {
         char *listen;    /* HOST:PORT; default "127.0.0.1:8080" (env AGENTBOX_LISTEN) */
@@ -147,6 +161,7 @@ typedef struct ab_config {
         ab_config_llm llm;          /* the agent loop's model */
         ab_config_app_llm *app_llm; /* per-app overrides */
         size_t n_app_llm;
+        ab_config_fleet fleet;
 } ab_config;
 
 /* The model settings of app (NULL: the admin's = the server's): the app's

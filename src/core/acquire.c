@@ -393,7 +393,8 @@ static int acquire_once(ab_manager *m, const ab_acquire_req *q, const char *scop
                                            "id \"%s\" is another box's (its keys differ)", id);
                                 break;
                         }
-                        if (r.status == AB_BOX_CREATING) {
+                        if (r.status == AB_BOX_CREATING && mgr_owns(m, &r)) {
+                                /* (another fleet node's creator is no process here) */
                                 const char *who = mgr_rec_creator(&r);
                                 if (mgr_creator_dead(who) && mgr_recover_creating(m, &r)) {
                                         ab_box_rec_clear(&r);
@@ -414,6 +415,13 @@ static int acquire_once(ab_manager *m, const ab_acquire_req *q, const char *scop
                                 mgr_sleep_ms(50);
                                 pthread_mutex_lock(&s->lock);
                                 continue;
+                        }
+                        if (!mgr_owns(m, &r)) {
+                                /* another fleet node's box (it won a race for these
+                                 * keys): as it is; the server passes a use on to it */
+                                *out = r;
+                                rc = 0;
+                                break;
                         }
                         if (mgr_ensure_running(m, &r, err) < 0) {
                                 ab_box_rec_clear(&r);

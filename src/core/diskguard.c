@@ -318,7 +318,7 @@ void ab_manager_disk_balance(ab_manager *m)
                 return;
         struct mgr_disk *d = m->disk;
         pthread_mutex_lock(&d->round);
-        ab_box_filter f = {.provider = m->provider, .status = AB_BOX_RUNNING};
+        ab_box_filter f = {.provider = m->provider, .status = AB_BOX_RUNNING, .node = m->o.node_id};
         ab_box_rec *rs = NULL;
         size_t n = 0;
         if (ab_store_box_list(m->o.store, &f, &rs, &n, NULL) < 0) {

@@ -36,7 +36,7 @@ void mgr_enforce_cap(ab_manager *m, const char *keep)
                 return;
         /* Two enforcements at once would each stop a box for the same excess. */
         pthread_mutex_lock(&m->cap_lock);
-        ab_box_filter f = {.provider = m->provider, .status = AB_BOX_RUNNING};
+        ab_box_filter f = {.provider = m->provider, .status = AB_BOX_RUNNING, .node = m->o.node_id};
         ab_box_rec *rs = NULL;
         size_t n = 0;
         _cleanup_err_ ab_err *e = NULL;
@@ -116,6 +116,8 @@ static void reap_idle(ab_manager *m, ab_idle_kind kind)
                 return;
         }
         for (size_t i = 0; i < n; i++) {
+                if (!mgr_owns(m, &rs[i]))
+                        continue; /* another fleet node's: its own jobs see to it */
                 slot *s = mgr_slot_get(m, rs[i].id);
                 pthread_mutex_lock(&s->lock);
                 ab_box_rec r = {0};
@@ -180,7 +182,7 @@ static void relieve_memory(ab_manager *m)
         double pct = mem_available_pct(m);
         if (pct < 0 || pct >= m->o.memory_pressure_pct)
                 return;
-        ab_box_filter f = {.provider = m->provider, .status = AB_BOX_PAUSED};
+        ab_box_filter f = {.provider = m->provider, .status = AB_BOX_PAUSED, .node = m->o.node_id};
         ab_box_rec *rs = NULL;
         size_t n = 0;
         if (ab_store_box_list(m->o.store, &f, &rs, &n, NULL) < 0 || n == 0)
@@ -221,6 +223,8 @@ static void reap_ttl(ab_manager *m)
         if (ab_store_box_list_expired(m->o.store, m->provider, mgr_wall_ms(), &rs, &n, NULL) < 0)
                 return;
         for (size_t i = 0; i < n; i++) {
+                if (!mgr_owns(m, &rs[i]))
+                        continue; /* another fleet node's: its own jobs see to it */
                 slot *s = mgr_slot_get(m, rs[i].id);
                 pthread_mutex_lock(&s->lock);
                 ab_box_rec cur = {0};
@@ -249,7 +253,10 @@ static void reap_ttl(ab_manager *m)
 static void reap_drift(ab_manager *m)
 {
         ab_box_filter f = {
-            .provider = m->provider, .after_id = m->drift_cursor, .limit = DRIFT_PAGE};
+            .provider = m->provider,
+            .node = m->o.node_id,
+            .after_id = m->drift_cursor,
+            .limit = DRIFT_PAGE};
         ab_box_rec *rs = NULL;
         size_t n = 0;
         if (ab_store_box_list(m->o.store, &f, &rs, &n, NULL) < 0)

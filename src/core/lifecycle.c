@@ -160,6 +160,9 @@ int mgr_with_box(ab_manager *m, const char *id, const char *scope, locked_op op,
         int rc = mgr_get_scoped(m, id, scope, &r, err);
         if (rc == 0 && r.status == AB_BOX_DELETING)
                 rc = ab_err_set(err, AB_E_CONFLICT, 0, "box %s is being deleted", id);
+        if (rc == 0 && !mgr_owns(m, &r)) /* the server forwards such requests: a safety net */
+                rc = ab_err_set(err, AB_E_UNAVAILABLE, 0, "box %s runs on fleet node %s", id,
+                                r.node);
         if (rc == 0)
                 rc = op(m, &r, err);
         pthread_mutex_unlock(&s->lock);

@@ -130,6 +130,11 @@ int mgr_get_scoped(ab_manager *m, const char *id, const char *scope, ab_box_rec 
         return 0;
 }
 
+bool mgr_owns(const ab_manager *m, const ab_box_rec *r)
+{
+        return !m->o.node_id || (r->node && !strcmp(r->node, m->o.node_id));
+}
+
 /* Records a new status (store) and tells subscribers. */
 void mgr_set_status(ab_manager *m, ab_box_rec *r, ab_box_status status, const char *error)
 {
@@ -216,7 +221,7 @@ int ab_manager_counts_get(ab_manager *m, ab_manager_counts *out, ab_err **err)
                 pthread_mutex_unlock(&m->counts_lock);
                 return 0;
         }
-        ab_box_filter f = {.provider = m->provider};
+        ab_box_filter f = {.provider = m->provider, .node = m->o.node_id};
         ab_box_rec *rs = NULL;
         size_t n = 0;
         if (ab_store_box_list(m->o.store, &f, &rs, &n, err) < 0) {
@@ -348,6 +353,7 @@ void mgr_fill_new_rec(ab_manager *m, const ab_acquire_req *q, const char *app, c
         int64_t now = mgr_wall_ms();
         r->provider = xstrdup(m->provider);
         r->id = xstrdup(id);
+        r->node = m->o.node_id ? xstrdup(m->o.node_id) : NULL;
         r->backend_id = xstrdup(id);
         r->app_id = app ? xstrdup(app) : NULL;
         r->user_id = q->user_id ? xstrdup(q->user_id) : NULL;

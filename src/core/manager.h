@@ -63,6 +63,11 @@ typedef struct ab_manager_opts {
          * must lie under one after realpath); none = host mounts refused. */
         const char *const *host_mount_prefixes;
         size_t n_host_mount_prefixes;
+        /* In a fleet (docs/fleet.md): this node's id. The boxes it makes are
+         * its own (the record's node); recovery and the background jobs touch
+         * only its own boxes; lists and quotas count every node's. NULL = a
+         * single server (records without a node). Borrowed. */
+        const char *node_id;
         bool no_jobs; /* a short-lived user (the CLI): no recovery at open and no
                        * background jobs (reaper, pool, sampler, deleters); a
                        * box it deletes stays "deleting" until a server runs */

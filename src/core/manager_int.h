@@ -99,6 +99,8 @@ void mgr_limits_from_rec(const ab_manager *m, const ab_box_rec *r, ab_limits *l)
 char *mgr_dump(json_t *j);
 /* Mode tests and the API-key scope test (scope NULL = admin). */
 bool mgr_is_pool(const ab_box_rec *r);
+/* r runs on this server: no fleet, or r's node is this node. */
+bool mgr_owns(const ab_manager *m, const ab_box_rec *r);
 bool mgr_is_task(const ab_box_rec *r);
 bool mgr_scope_ok(const ab_box_rec *r, const char *scope);
 /* Reads a box the caller may see: pool boxes and other apps' boxes are
@@ -229,6 +231,7 @@ int mgr_reconcile(ab_manager *m, ab_err **err);
 typedef struct mgr_ticket {
         void *app; /* internal */
         int64_t boxes, running, disk_mib;
+        char *fleet_lock; /* in a fleet: the app's lock in the store, held until the end */
 } mgr_ticket;
 void mgr_quota_init(ab_manager *m);
 void mgr_quota_free(ab_manager *m);

@@ -53,7 +53,7 @@ out:
 
 static int64_t pool_count(ab_manager *m)
 {
-        ab_box_filter f = {.provider = m->provider, .mode = AB_MODE_POOL};
+        ab_box_filter f = {.provider = m->provider, .mode = AB_MODE_POOL, .node = m->o.node_id};
         ab_box_rec *rs = NULL;
         size_t n = 0;
         if (ab_store_box_list(m->o.store, &f, &rs, &n, NULL) < 0)

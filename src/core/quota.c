@@ -20,6 +20,8 @@ typedef struct mgr_app {
         int64_t rsv_boxes, rsv_running, rsv_disk_mib; /* reservations in progress */
         ab_bucket bucket;
         int64_t rejected[AB_Q_N];
+        double share;      /* in a fleet: this node's part of the app's exec rate */
+        uint64_t share_ns; /* when share was counted (0 = never) */
 } mgr_app;
 
 struct mgr_quota {
@@ -332,15 +334,49 @@ ok:
         return 0;
 }
 
+/* In a fleet, the nodes' counts of an app take turns: a count and the
+ * record it admits are one step for the whole fleet (held from the count
+ * until mgr_quota_end, after the record is in the store). */
+static int fleet_lock(ab_manager *m, const char *app, char **name, ab_err **err)
+{
+        *name = NULL;
+        ab_quota q;
+        ab_manager_quota_of(m, app, NULL, &q);
+        if (!m->o.node_id || (q.max_boxes <= 0 && q.max_running <= 0 && q.max_disk_mib <= 0))
+                return 0;
+        char *n = xasprintf("agentbox quota %s", app);
+        if (ab_store_lock(m->o.store, n, 30000, err) < 0) {
+                free(n);
+                return -1;
+        }
+        *name = n;
+        return 0;
+}
+
+static void fleet_unlock(ab_manager *m, char **name)
+{
+        if (!*name)
+                return;
+        ab_store_unlock(m->o.store, *name);
+        free(*name);
+        *name = NULL;
+}
+
 int mgr_quota_create_begin(ab_manager *m, const char *app, uint64_t disk_mib, mgr_ticket *t,
                            ab_err **err)
 {
         memset(t, 0, sizeof(*t));
         if (!app)
                 return 0;
+        char *lock = NULL;
+        if (fleet_lock(m, app, &lock, err) < 0)
+                return -1;
         pthread_mutex_lock(&m->quota->lock);
         int r = reserve(m, app, NULL, 1, 1, (int64_t)disk_mib, t, err);
         pthread_mutex_unlock(&m->quota->lock);
+        if (r < 0)
+                fleet_unlock(m, &lock);
+        t->fleet_lock = lock;
         return r;
 }
 
@@ -391,6 +427,7 @@ int mgr_quota_start_begin(ab_manager *m, const ab_box_rec *r, mgr_ticket *t, ab_
 
 void mgr_quota_end(ab_manager *m, mgr_ticket *t)
 {
+        fleet_unlock(m, &t->fleet_lock);
         mgr_app *a = t->app;
         if (!a)
                 return;
@@ -414,11 +451,60 @@ static mgr_app *bucket_of(ab_manager *m, const char *app, mgr_app *a)
         return app_get(m->quota, name);
 }
 
+#define SHARE_TTL_NS 1000000000ull /* how long a node's share of a rate is reused */
+
+/* In a fleet, this node's part of app's exec rate: its running boxes of the
+ * app over the fleet's (at least one of its own: an exec is in one of
+ * them), counted at most once a second. The fleet's nodes' parts add up to
+ * the whole rate. 1 outside a fleet. */
+static double rate_share(ab_manager *m, const char *app)
+{
+        if (!m->o.node_id)
+                return 1.0;
+        uint64_t now = ab_now_ns();
+        pthread_mutex_lock(&m->quota->lock);
+        mgr_app *a = app_get(m->quota, app);
+        bool fresh = a->share_ns && now - a->share_ns < SHARE_TTL_NS;
+        double share = a->share;
+        pthread_mutex_unlock(&m->quota->lock);
+        if (fresh)
+                return share;
+        ab_box_filter f = {.provider = m->provider, .app_id = app, .status = AB_BOX_RUNNING};
+        ab_box_rec *rs = NULL;
+        size_t n = 0;
+        if (ab_store_box_list(m->o.store, &f, &rs, &n, NULL) < 0)
+                return a->share_ns ? share : 1.0; /* the store is away: the last count */
+        size_t own = 0, all = 0;
+        for (size_t i = 0; i < n; i++) {
+                if (mgr_is_pool(&rs[i]))
+                        continue;
+                all++;
+                own += mgr_owns(m, &rs[i]);
+        }
+        ab_box_recs_free(rs, n);
+        if (!own) {
+                own = 1;
+                all++;
+        }
+        share = (double)own / (double)all;
+        pthread_mutex_lock(&m->quota->lock);
+        a->share = share;
+        a->share_ns = now;
+        pthread_mutex_unlock(&m->quota->lock);
+        return share;
+}
+
 /* max_execs and exec_rate; takes a token and counts the exec when take. */
 static int exec_admit(ab_manager *m, const char *app, bool take, ab_err **err)
 {
         ab_quota q;
         ab_manager_quota_of(m, app, NULL, &q);
+        if (q.exec_rate > 0) {
+                double share = rate_share(m, app);
+                q.exec_rate *= share;
+                if (q.exec_burst > 0)
+                        q.exec_burst = q.exec_burst * share < 1 ? 1 : q.exec_burst * share;
+        }
         pthread_mutex_lock(&m->quota->lock);
         mgr_app *a = app_get(m->quota, app);
         int r = 0;

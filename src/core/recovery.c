@@ -202,7 +202,7 @@ static void reconcile_images(ab_manager *m)
 /* Brings the store in line with the backend after a restart or a crash. */
 int mgr_reconcile(ab_manager *m, ab_err **err)
 {
-        ab_box_filter f = {.provider = m->provider};
+        ab_box_filter f = {.provider = m->provider, .node = m->o.node_id};
         ab_box_rec *rs = NULL;
         size_t n = 0;
         if (ab_store_box_list(m->o.store, &f, &rs, &n, err) < 0)

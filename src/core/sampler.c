@@ -103,6 +103,7 @@ static void sample_once(ab_manager *m, sampler *sp)
 {
         ab_box_filter f = {.provider = m->provider,
                            .status = AB_BOX_RUNNING,
+                           .node = m->o.node_id,
                            .after_id = sp->cursor,
                            .limit = SAMPLE_PAGE};
         ab_box_rec *rs = NULL;

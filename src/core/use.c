@@ -16,6 +16,11 @@ int ab_manager_use_begin(ab_manager *m, const char *id, const char *scope, ab_us
         int rc = mgr_get_scoped(m, id, scope, &r, err);
         if (rc == 0 && r.status == AB_BOX_DELETING)
                 rc = ab_err_set(err, AB_E_CONFLICT, 0, "box %s is being deleted", id);
+        else if (rc == 0 && !mgr_owns(m, &r)) /* the server forwards such uses: a safety net */
+                rc = ab_err_set(err, AB_E_UNAVAILABLE, 0,
+                                "box %s runs on fleet node %s: ask that node (or any node "
+                                "through the REST routes, which forward)",
+                                id, r.node);
         else if (rc == 0 && r.status == AB_BOX_CREATING)
                 rc = ab_err_set(err, AB_E_UNAVAILABLE, 0, "box %s is still being created", id);
         bool started = false;

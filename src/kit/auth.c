@@ -2,6 +2,7 @@
  * configured and stored API keys, the route tables' own header forms and
  * authenticators. */
 #include "kit/server_int.h"
+#include "kit/forward.h"
 #include "base/codec.h"
 #include "base/jsonnum.h"
 #include "base/log.h"
@@ -101,6 +102,8 @@ bool kit_auth_may_block(ab_req *r, auth_level need)
         const ab_config *c = r->srv->cfg;
         if (need == AUTH_ANY)
                 return false;
+        if (req_header(r, FLEET_HDR_SECRET)) /* a forwarded caller's API key */
+                return true;
         if (need == AUTH_OWN) /* E2B's access token reads the box's record */
                 return r->table->auth_blocks;
         _cleanup_free_ char *xkey = NULL;
@@ -121,6 +124,20 @@ bool kit_auth_may_block(ab_req *r, auth_level need)
         return true;
 }
 
+void kit_take_key(ab_req *r, ab_api_key *k)
+{
+        if (k->has_quotas) {
+                r->key_quotas = k->quotas;
+                r->caller.quotas = &r->key_quotas;
+        }
+        free(r->key_id);
+        r->key_id = steal_pointer(&k->key_id);
+        r->caller.key_id = r->key_id;
+        /* deleting the key ends this request and its stream */
+        ab_conns_bind_key(r->srv->http.conns, r->conn, r->key_id);
+        ab_api_key_clear(k);
+}
+
 /* Sets r->scope from the Authorization header; answers 401/403 itself. */
 enum MHD_Result kit_authenticate(ab_req *r, auth_level need, bool *ok)
 {
@@ -131,6 +148,11 @@ enum MHD_Result kit_authenticate(ab_req *r, auth_level need, bool *ok)
                 *ok = true;
                 return MHD_YES;
         }
+        /* a request another fleet node passed on: its caller is in its head */
+        enum MHD_Result fret = MHD_YES;
+        if (kit_fleet_identity(r, need, ok, &fret) && (!*ok || need != AUTH_OWN))
+                return fret;
+        *ok = false;
         if (need == AUTH_OWN) {
                 if (!r->table->authenticate) /* a table's mistake: refused, not let in */
                         return resp_error(r, 500, "internal", "route has no authenticator");
@@ -183,15 +205,7 @@ enum MHD_Result kit_authenticate(ab_req *r, auth_level need, bool *ok)
                 ab_err *e = NULL;
                 if (ab_store_key_find(r->srv->store, hex, &k, &e) == 0) {
                         r->scope_buf = steal_pointer(&k.app_id);
-                        if (k.has_quotas) {
-                                r->key_quotas = k.quotas;
-                                r->caller.quotas = &r->key_quotas;
-                        }
-                        r->key_id = steal_pointer(&k.key_id);
-                        r->caller.key_id = r->key_id;
-                        /* deleting the key ends this request and its stream */
-                        ab_conns_bind_key(r->srv->http.conns, r->conn, r->key_id);
-                        ab_api_key_clear(&k);
+                        kit_take_key(r, &k);
                 } else if (e->code != AB_E_NOT_FOUND) {
                         return resp_err(r, e);
                 } else {

@@ -1,6 +1,7 @@
 /* request.c - reading a request: query, headers, JSON body and fields, and
  * the box as the API shows it (kit/request.h). */
 #include "kit/server_int.h"
+#include "fleet/fleet.h"
 #include "base/jsonnum.h"
 #include "base/log.h"
 #include "base/util.h"
@@ -179,6 +180,21 @@ static json_t *str_or_null(const char *s)
         return s ? json_bytes(s, strlen(s)) : json_null();
 }
 
+/* A fleet box's owner node; a box whose owner is down reads "unavailable". */
+static void box_json_node(const ab_server *s, const ab_box_rec *r, json_t *j)
+{
+        json_object_set_new(j, "node", json_string(r->node));
+        _cleanup_free_ char *url = NULL;
+        ab_node_state st;
+        if (!s->fleet || ab_fleet_owner(s->fleet, r->node, &url, &st) < 0 || st != AB_NODE_DOWN)
+                return;
+        json_object_set_new(j, "status", json_string("unavailable"));
+        json_object_set_new(j, "error",
+                            json_sprintf("its node %s is down (no heartbeat): the box is back "
+                                         "when the node is",
+                                         r->node));
+}
+
 json_t *box_json(const ab_server *s, const ab_box_rec *r)
 {
         int64_t idle = r->idle_stop_s ? r->idle_stop_s : s->cfg->idle_stop_s;
@@ -199,6 +215,8 @@ json_t *box_json(const ab_server *s, const ab_box_rec *r)
             net ? json_incref(net) : json_pack("{s:s,s:[],s:[]}", "mode", "none", "allow", "deny"),
             "env", env ? json_incref(env) : json_object(), "metadata",
             r->metadata ? json_incref(r->metadata) : json_object(), "error", str_or_null(r->error));
+        if (r->node) /* a fleet's box (docs/fleet.md): its owner, and whether it is reachable */
+                box_json_node(s, r, j);
         json_t *pub = json_object_get(r->spec, "public_ports"); /* docs/api.md, "Ports" */
         json_object_set_new(j, "public_ports",
                             json_is_array(pub) ? json_incref(pub) : json_array());

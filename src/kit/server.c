@@ -3,6 +3,7 @@
  * cycle (auth from the head, body, handler on a worker, answer) on the
  * event-driven server of http/server.h. It names no front. */
 #include "kit/server_int.h"
+#include "kit/forward.h"
 #include "http/reqcheck.h"
 #include "base/log.h"
 #include "base/util.h"
@@ -221,7 +222,7 @@ static void req_free(ab_req *r)
         if (r->tmp_held)
                 atomic_fetch_sub(&r->srv->tmp_used, r->tmp_held);
         if (r->proxy)
-                r->srv->proxy->free(r->proxy);
+                r->pxops->free(r->proxy);
         if (r->upload_fd >= 0)
                 close(r->upload_fd);
         free(r->scope_buf);
@@ -252,6 +253,7 @@ static enum MHD_Result route_request(ab_req *r, bool *done)
         if (r->srv->proxy && r->srv->proxy->match(r)) {
                 static const ab_route port_route = {"*", "", AUTH_USER, BODY_PROXY, NULL};
                 r->route = &port_route;
+                r->pxops = r->srv->proxy;
                 return MHD_YES;
         }
         const char *id;
@@ -294,14 +296,26 @@ static enum MHD_Result first_call(ab_req *r, bool *done)
 {
         *done = false;
         const ab_route *rt = r->route;
+        enum MHD_Result ret = MHD_YES;
         if (rt->body == BODY_PROXY) {
                 r->body_kind = BODY_PROXY;
-                return r->srv->proxy->open(r, done);
+                const ab_proxy_ops *po = r->srv->proxy;
+                int f = po->box ? kit_forward_port(r, po->box(r), &ret) : 0;
+                if (f) { /* passed on to the box's node (the relay replaced the port's) */
+                        *done = f < 0;
+                        return ret;
+                }
+                return po->open(r, done);
         }
         bool ok;
-        enum MHD_Result ret = kit_authenticate(r, rt->auth, &ok);
+        ret = kit_authenticate(r, rt->auth, &ok);
         if (!ok) {
                 *done = true;
+                return ret;
+        }
+        int f = kit_forward(r, NULL, &ret);
+        if (f) { /* another fleet node's box: its answer is relayed */
+                *done = f < 0;
                 return ret;
         }
         const char *box = upload_box(r);
@@ -459,7 +473,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
                 }
                 /* the store may be read: an API key, a box's record (uploads) */
                 if (!done && (r->proxy || r->route->body == BODY_UPLOAD ||
-                              kit_auth_may_block(r, r->route->auth)))
+                              kit_auth_may_block(r, r->route->auth) || kit_forward_may(r)))
                         return dispatch(r, PH_AUTH, worker_first_call);
                 if (!done)
                         ret = first_call(r, &done);
@@ -493,7 +507,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
                 break;
         }
         if (*upload_data_size && r->body_kind == BODY_PROXY)
-                return s->proxy->body(r, upload_data, upload_data_size);
+                return r->pxops->body(r, upload_data, upload_data_size);
         if (*upload_data_size) {
                 if (r->body_kind == BODY_NONE) {
                         /* a body on a route that takes none: ignore it, but bounded */
@@ -508,7 +522,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
                 return MHD_YES;
         }
         if (r->body_kind == BODY_PROXY) /* answered on this thread, parking meanwhile */
-                return s->proxy->answer(r);
+                return r->pxops->answer(r);
         if (r->body_kind == BODY_NONE)
                 r->body_len = 0;
         r->phase = PH_DONE;

@@ -53,6 +53,7 @@ typedef struct ab_server {
         const struct ab_route_table *tables[AB_SERVER_MAX_TABLES]; /* ab_server_add_routes */
         size_t n_tables;
         const struct ab_proxy_ops *proxy; /* the tables' proxy, or NULL */
+        struct ab_fleet *fleet;           /* this node of a fleet (docs/fleet.md), or NULL */
         ab_http http; /* the HTTP server: daemon, connections, workers, bound port */
 } ab_server;
 
@@ -113,8 +114,11 @@ typedef struct ab_req {
         char *key_id;
         ab_quota key_quotas;
         ab_caller caller;
-        ab_proxy *proxy; /* a request to a box's port, or NULL (routes_ports.c) */
-        char *front_box; /* owned, or NULL: the box an E2B access token opened */
+        ab_proxy *proxy;                  /* a relayed request (kit/relay.h): to a box's port
+                                           * (routes_ports.c) or to a box's fleet node (kit/forward.c) */
+        const struct ab_proxy_ops *pxops; /* how proxy's body and answer go */
+        bool forwarded;                   /* from another fleet node: never forwarded again */
+        char *front_box;                  /* owned, or NULL: the box an E2B access token opened */
 } ab_req;
 
 /* ---- routes: each user of the server (REST, a front) registers its table ---- */
@@ -141,8 +145,9 @@ typedef struct ab_route {
  * before routing, with any method; the body passed on as it comes. Each hook
  * runs where ports_* in rest/rest.h says. */
 typedef struct ab_proxy_ops {
-        bool (*match)(ab_req *r);   /* MHD's thread: claims r (sets r->proxy) */
-        bool (*by_host)(ab_req *r); /* r's Host names a box's port */
+        bool (*match)(ab_req *r);      /* MHD's thread: claims r (sets r->proxy) */
+        bool (*by_host)(ab_req *r);    /* r's Host names a box's port */
+        const char *(*box)(ab_req *r); /* the box of a claimed r (fleet forwarding) */
         enum MHD_Result (*open)(ab_req *r, bool *done);
         enum MHD_Result (*body)(ab_req *r, const char *data, size_t *size);
         enum MHD_Result (*answer)(ab_req *r);
@@ -181,6 +186,10 @@ typedef struct ab_route_table {
         void (*quiesce)(void);
         void (*shutdown)(void);
         const ab_proxy_ops *proxy; /* or NULL */
+        /* The box a request of this table is about, from its head (after
+         * auth), for forwarding it to the box's fleet node (kit/forward.h);
+         * NULL: the "*" after "sandboxes" in the route's pattern. */
+        const char *(*box_of)(ab_req *r);
 } ab_route_table;
 
 /* Adds t to the server's routes (before ab_server_start*). Tables are

@@ -2,6 +2,7 @@
  * it exposes, and the Streamable HTTP transport (POST/DELETE /mcp) with its
  * sessions. */
 #include "rest/mcp.h"
+#include "kit/forward.h"
 #include "base/log.h"
 #include "base/id.h"
 
@@ -190,6 +191,45 @@ static json_t *json_result(json_t *j)
         return r;
 }
 
+static json_t *err_result(ab_err *e);
+
+/* In a fleet, the node of box id when it is another node's (the caller
+ * frees), else NULL: the call runs here. */
+static char *remote_node(ab_mcp_conn *c, const char *id)
+{
+        ab_box_rec rec;
+        if (!c->req || !c->srv->fleet || ab_manager_get(c->srv->mgr, id, c->scope, &rec, NULL) < 0)
+                return NULL;
+        char *node = kit_box_local(c->srv, &rec) ? NULL : steal_pointer(&rec.node);
+        ab_box_rec_clear(&rec);
+        return node;
+}
+
+/* A REST call about box id on its fleet node, as the MCP caller: its JSON
+ * answer, or an MCP error result. */
+static json_t *remote_call(ab_mcp_conn *c, const char *node, const char *method, const char *target,
+                           json_t *body, json_t **answer)
+{
+        *answer = NULL;
+        _cleanup_free_ char *text = body ? json_dumps(body, JSON_COMPACT) : NULL;
+        _cleanup_buf_ ab_buf out = {0};
+        unsigned status = 0;
+        ab_err *e = NULL;
+        if (kit_fleet_call(c->req, node, method, target, text, text ? strlen(text) : 0, &status,
+                           &out, NULL, &e) < 0)
+                return err_result(e);
+        json_t *j = out.n ? json_loadb(out.p, out.n, 0, NULL) : NULL;
+        if (status >= 300) {
+                const char *msg =
+                    json_string_value(json_object_get(json_object_get(j, "error"), "message"));
+                json_t *res = text_result(msg ? msg : "the box's node refused the call", true);
+                json_decref(j);
+                return res;
+        }
+        *answer = j;
+        return NULL;
+}
+
 /* A failure the model should see (a tool result with isError); frees e. */
 static json_t *err_result(ab_err *e)
 {
@@ -245,6 +285,17 @@ static json_t *call_lifecycle(ab_mcp_conn *c, const char *name, json_t *args)
                 return err_result(e);
         if (!id)
                 return text_result("sandbox_id: required", true);
+        _cleanup_free_ char *node = remote_node(c, id);
+        if (node) { /* another fleet node's box: stopped or deleted there */
+                bool stop = !strcmp(name, "sandbox_stop");
+                _cleanup_free_ char *target =
+                    xasprintf("/v1/sandboxes/%s%s", id, stop ? "/stop" : "");
+                json_t *ans = NULL, *empty = json_object();
+                json_t *res = remote_call(c, node, stop ? "POST" : "DELETE", target,
+                                          stop ? empty : NULL, &ans);
+                json_decref(empty);
+                return res ? res : json_result(ans);
+        }
         if (!strcmp(name, "sandbox_stop")) {
                 if (ab_manager_stop(m, id, c->scope, &rec, &e) < 0)
                         return err_result(e);
@@ -262,7 +313,7 @@ static json_t *call_lifecycle(ab_mcp_conn *c, const char *name, json_t *args)
 static json_t *call_agent_tool(ab_mcp_conn *c, const char *name, json_t *args)
 {
         ab_err *e = NULL;
-        _cleanup_free_ char *id = NULL;
+        _cleanup_free_ char *id = NULL, *node = NULL;
         const char *sid = NULL;
         json_t *keys = json_object(), *targs = json_object();
         const char *k;
@@ -294,6 +345,19 @@ static json_t *call_agent_tool(ab_mcp_conn *c, const char *name, json_t *args)
                 out = text_result("no sandbox: give sandbox_id (from sandbox_create), or "
                                   "app_id+user_id+chat_id, or thread_id",
                                   true);
+                goto done;
+        }
+        node = remote_node(c, id);
+        if (node) { /* another fleet node's box: the tool runs there */
+                _cleanup_free_ char *target = xasprintf("/v1/sandboxes/%s/tools/%s", id, name);
+                json_t *ans = NULL;
+                out = remote_call(c, node, "POST", target, targs, &ans);
+                if (!out) {
+                        const char *o = json_string_value(json_object_get(ans, "output"));
+                        out =
+                            text_result(o ? o : "", json_is_true(json_object_get(ans, "is_error")));
+                }
+                json_decref(ans);
                 goto done;
         }
         ab_tool_result res;
@@ -584,7 +648,7 @@ enum MHD_Result route_mcp_post(ab_req *r, const char *id)
                                               "Parse error: %s (line %d, column %d)", je.text,
                                               je.line, je.column),
                                  NULL);
-        ab_mcp_conn c = {.srv = r->srv, .scope = r->scope};
+        ab_mcp_conn c = {.srv = r->srv, .scope = r->scope, .req = r};
         bool init = has_initialize(msg);
         const char *sid = req_header(r, "Mcp-Session-Id");
         if (!init && !sid) {

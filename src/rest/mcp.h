@@ -18,6 +18,8 @@ typedef struct ab_mcp_conn {
         ab_server *srv;    /* the service pieces (its HTTP daemon need not run) */
         const char *scope; /* NULL = admin; else the app_id every call is confined to */
         char version[16];  /* set by a successful initialize */
+        ab_req *req;       /* the HTTP request carrying the message (POST /mcp), or NULL (stdio):
+                            * in a fleet, calls about another node's box go to it as its caller */
 } ab_mcp_conn;
 
 /* True when v is a protocol version this server speaks. */

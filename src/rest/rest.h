@@ -40,6 +40,10 @@ enum MHD_Result route_keys_list(ab_req *r, const char *id);
 enum MHD_Result route_keys_create(ab_req *r, const char *id);
 enum MHD_Result route_keys_delete(ab_req *r, const char *id);
 enum MHD_Result route_key_get(ab_req *r, const char *id);
+/* routes_nodes.c: the nodes of a fleet */
+enum MHD_Result route_nodes_list(ab_req *r, const char *id);
+enum MHD_Result route_node_drain(ab_req *r, const char *id);
+enum MHD_Result route_node_undrain(ab_req *r, const char *id);
 /* Appends the per-app and disk series to the /metrics text (routes_quota.c). */
 char *quota_metrics_append(ab_server *s, char *txt);
 enum MHD_Result route_files_get(ab_req *r, const char *id);
@@ -94,26 +98,17 @@ void term_ws_shutdown(void);
 /* Ports of boxes (routes_ports.c). ports_match (MHD's thread, first call)
  * claims a request for a box's port: /v1/sandboxes/{id}/ports/{port}[/...]
  * with any method (but PUT and DELETE of .../public), or any request whose
- * Host is PORT-ID.ports_domain; it sets r->proxy. ports_open (a worker,
- * before the body) authenticates (a public port needs nothing), begins a
- * use of the box, connects inside it and sends the head; it answers errors
- * itself (*done). ports_body (MHD's thread) passes body bytes on without
- * blocking: it leaves what the box cannot take yet in *size and parks the
- * connection. ports_answer (MHD's thread, after the body: every call that
- * follows until it queued a response) finishes the body, waits for the
- * answer's head without blocking (parked on the box's socket, at most
- * ports_timeout) and relays the answer: streamed, or for a 101 the upgraded
- * connection. ports_free
- * releases r->proxy with the request. ports_shutdown ends the relays of
- * upgraded connections and waits for their threads (before MHD stops). */
+ * Host is PORT-ID.ports_domain; it sets r->proxy (a relay, kit/relay.h).
+ * ports_open (a worker, before the body) authenticates (a public port needs
+ * nothing), begins a use of the box, connects inside it and sends the head;
+ * it answers errors itself (*done). The body and the answer (streamed, or
+ * for a 101 the upgraded connection) are the relay's (kit/relay.h). */
 bool ports_match(ab_req *r);
 /* True when r's Host names a box's port (PORT-ID.ports_domain). */
 bool ports_by_host(ab_req *r);
+/* The box of a request ports_match claimed. */
+const char *ports_box(ab_req *r);
 enum MHD_Result ports_open(ab_req *r, bool *done);
-enum MHD_Result ports_body(ab_req *r, const char *data, size_t *size);
-enum MHD_Result ports_answer(ab_req *r);
-void ports_free(ab_proxy *px);
-void ports_shutdown(void);
 enum MHD_Result route_port_public_put(ab_req *r, const char *id);
 enum MHD_Result route_port_public_delete(ab_req *r, const char *id);
 /* GET /v1/sandboxes/{id}/execs (routes_execs.c). */

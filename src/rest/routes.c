@@ -1,6 +1,7 @@
 /* routes.c - the table of agentbox's own routes (docs/api.md), which
  * `agentbox serve` registers with the server. */
 #include "rest/rest.h"
+#include "kit/relay.h"
 
 static const ab_route routes[] = {
     {"GET", "health", AUTH_ANY, BODY_NONE, route_health},
@@ -71,6 +72,10 @@ static const ab_route routes[] = {
     {"POST", "v1/volumes", AUTH_USER, BODY_JSON, route_volume_create},
     {"GET", "v1/volumes/*", AUTH_USER, BODY_NONE, route_volume_get},
     {"DELETE", "v1/volumes/*", AUTH_USER, BODY_NONE, route_volume_delete},
+    /* the nodes of a fleet (routes_nodes.c) */
+    {"GET", "v1/nodes", AUTH_ADMIN, BODY_NONE, route_nodes_list},
+    {"POST", "v1/nodes/*/drain", AUTH_ADMIN, BODY_NONE, route_node_drain},
+    {"POST", "v1/nodes/*/undrain", AUTH_ADMIN, BODY_NONE, route_node_undrain},
 };
 
 /* Terminal WebSockets and port relays hold upgraded connections of their
@@ -78,16 +83,17 @@ static const ab_route routes[] = {
 static void rest_quiesce(void)
 {
         term_ws_shutdown();
-        ports_shutdown();
+        relay_shutdown();
 }
 
 static const ab_proxy_ops ports_proxy = {
     .match = ports_match,
     .by_host = ports_by_host,
+    .box = ports_box,
     .open = ports_open,
-    .body = ports_body,
-    .answer = ports_answer,
-    .free = ports_free,
+    .body = relay_body,
+    .answer = relay_answer,
+    .free = relay_free,
 };
 
 const ab_route_table ab_rest_routes = {

@@ -2,6 +2,7 @@
 #include "rest/parse.h"
 #include "rest/rest.h"
 #include "kit/exec.h"
+#include "kit/forward.h"
 #include "kit/parse.h"
 #include "base/buf.h"
 #include "runners/runner.h"
@@ -179,6 +180,40 @@ int parse_acquire(const ab_server *s, json_t *body, ab_acquire_req *q, ab_limits
         return 0;
 }
 
+/* True when the box a create names (by id or keys) exists already: it is
+ * acquired where it is, never placed. */
+static bool box_exists(ab_req *r, const ab_acquire_req *q)
+{
+        ab_box_rec rec;
+        if (q->id) {
+                bool found = ab_manager_get(r->srv->mgr, q->id, r->scope, &rec, NULL) == 0;
+                if (found)
+                        ab_box_rec_clear(&rec);
+                return found;
+        }
+        if (!q->thread_id && !(q->user_id && q->chat_id))
+                return false; /* a new box of no keys */
+        ab_box_filter f = {.app_id = q->app_id,
+                           .user_id = q->thread_id ? NULL : q->user_id,
+                           .chat_id = q->thread_id ? NULL : q->chat_id,
+                           .thread_id = q->thread_id};
+        ab_box_rec *rs = NULL;
+        size_t n = 0;
+        if (ab_manager_list(r->srv->mgr, &f, r->scope, &rs, &n, NULL) < 0)
+                return true; /* unsure: made (or found) here */
+        ab_box_recs_free(rs, n);
+        return n > 0;
+}
+
+/* In a fleet, a new box may go to another node (kit_place): 1 = answered. */
+static int place(ab_req *r, const ab_acquire_req *q, enum MHD_Result *ret)
+{
+        if (!r->srv->fleet || r->forwarded || box_exists(r, q))
+                return 0;
+        const ab_limits *l = q->limits ? q->limits : &r->srv->cfg->limits;
+        return kit_place(r, l->memory_mib << 20, l->disk_mib << 20, ret);
+}
+
 enum MHD_Result route_box_create(ab_req *r, const char *id)
 {
         ab_err *e = NULL;
@@ -190,12 +225,26 @@ enum MHD_Result route_box_create(ab_req *r, const char *id)
         ab_box_rec rec;
         bool created;
         if (fields_known(body, acquire_fields, NULL, &e) < 0 ||
-            parse_acquire(r->srv, body, &q, &lim, &e) < 0 ||
-            ab_manager_acquire(r->srv->mgr, &q, r->scope, &rec, &created, &e) < 0) {
+            parse_acquire(r->srv, body, &q, &lim, &e) < 0) {
+                json_decref(body);
+                return resp_err(r, e);
+        }
+        enum MHD_Result placed;
+        if (place(r, &q, &placed)) {
+                json_decref(body);
+                return placed;
+        }
+        if (ab_manager_acquire(r->srv->mgr, &q, r->scope, &rec, &created, &e) < 0) {
                 json_decref(body);
                 return resp_err(r, e);
         }
         json_decref(body);
+        if (!kit_box_local(r->srv, &rec) && rec.status != AB_BOX_RUNNING && !r->forwarded) {
+                /* another fleet node won the race for these keys: it starts its box */
+                _cleanup_free_ char *node = steal_pointer(&rec.node);
+                ab_box_rec_clear(&rec);
+                return kit_forward_buffered(r, node);
+        }
         json_t *j = box_json(r->srv, &rec);
         ab_box_rec_clear(&rec);
         return resp_json(r, created ? 201 : 200, j);
@@ -265,6 +314,30 @@ enum MHD_Result route_box_list(ab_req *r, const char *id)
         return resp_json(r, 200, j);
 }
 
+/* In a fleet, the boxes of f on other nodes are deleted by their nodes
+ * (the manager deletes this node's); their ids join a. */
+static void delete_remote(ab_req *r, const ab_box_filter *f, json_t *a)
+{
+        ab_box_rec *rs = NULL;
+        size_t n = 0;
+        if (!r->srv->fleet || ab_manager_list(r->srv->mgr, f, r->scope, &rs, &n, NULL) < 0)
+                return;
+        for (size_t i = 0; i < n; i++) {
+                if (kit_box_local(r->srv, &rs[i]) || rs[i].status == AB_BOX_DELETING)
+                        continue;
+                _cleanup_free_ char *target = xasprintf("/v1/sandboxes/%s", rs[i].id);
+                _cleanup_buf_ ab_buf out = {0};
+                unsigned status = 0;
+                ab_err *e = NULL;
+                if (kit_fleet_call(r, rs[i].node, "DELETE", target, NULL, 0, &status, &out, NULL,
+                                   &e) == 0 &&
+                    status == 202)
+                        json_array_append_new(a, json_string(rs[i].id));
+                ab_err_free(&e);
+        }
+        ab_box_recs_free(rs, n);
+}
+
 enum MHD_Result route_box_delete_where(ab_req *r, const char *id)
 {
         ab_err *e = NULL;
@@ -284,6 +357,7 @@ enum MHD_Result route_box_delete_where(ab_req *r, const char *id)
         json_t *a = json_array();
         for (char **p = ids; p && *p; p++)
                 json_array_append_new(a, json_string(*p));
+        delete_remote(r, &f, a);
         return resp_json(r, 202, json_pack("{s:o}", "deleting", a));
 }
 
@@ -762,6 +836,13 @@ enum MHD_Result route_exec(ab_req *r, const char *id)
         if (rc < 0) {
                 exec_job_free(j);
                 return exec_unavailable(r, e, NULL);
+        }
+        if (!kit_box_local(r->srv, &rec) && !r->forwarded) {
+                /* the keys' box is another fleet node's: the whole call runs there */
+                exec_job_free(j);
+                _cleanup_free_ char *node = steal_pointer(&rec.node);
+                ab_box_rec_clear(&rec);
+                return kit_forward_buffered(r, node);
         }
         j->srv = r->srv;
         _cleanup_free_ char *sid = xstrdup(rec.id);

@@ -5,6 +5,7 @@
 #include "rest/parse.h"
 #include "rest/rest.h"
 #include "kit/toolcall.h"
+#include "kit/forward.h"
 
 static bool is_acquire_field(const char *k)
 {
@@ -143,6 +144,13 @@ enum MHD_Result route_tool(ab_req *r, const char *name)
                 return resp_err(r, e);
         }
         json_decref(acq);
+        if (!kit_box_local(r->srv, &rec) && !r->forwarded) {
+                /* the keys' box is another fleet node's: the whole call runs there */
+                json_decref(args);
+                _cleanup_free_ char *node = steal_pointer(&rec.node);
+                ab_box_rec_clear(&rec);
+                return kit_forward_buffered(r, node);
+        }
         _cleanup_free_ char *sid = xstrdup(rec.id);
         ab_box_rec_clear(&rec);
         ab_tool_result res;

@@ -7,6 +7,7 @@
 #include <ctype.h>
 #include <inttypes.h>
 #include <libpq-fe.h>
+#include <poll.h>
 
 #define OID_INT8 20
 #define OID_TEXT 25
@@ -22,9 +23,10 @@ static const char *const v2[] = AB_STORE_SCHEMA_V2;
 static const char *const v3[] = AB_STORE_SCHEMA_V3;
 static const char *const v4[] = AB_STORE_SCHEMA_V4;
 static const char *const v5[] = AB_STORE_SCHEMA_V5;
+static const char *const v6[] = AB_STORE_SCHEMA_V6;
 
 static const ab_store_migration migrations[] = {
-    {1, v1}, {2, v2}, {3, v3}, {4, v4}, {5, v5},
+    {1, v1}, {2, v2}, {3, v3}, {4, v4}, {5, v5}, {6, v6},
 };
 
 /* libpq messages end in a newline and may span lines; keep them on one. */
@@ -190,8 +192,12 @@ static const ab_store_ops pg_ops = {
     /* Concurrent claims skip each other's locked rows instead of waiting for
      * them (and then finding them gone). */
     .claim_select = "SELECT id, backend_id FROM boxes WHERE provider = $1 AND mode = 'pool' "
-                    "AND status = 'running' ORDER BY created_at, id LIMIT 1 "
+                    "AND status = 'running' AND COALESCE(node, '') = COALESCE($2, '') ORDER BY "
+                    "created_at, id LIMIT 1 "
                     "FOR UPDATE SKIP LOCKED",
+    .notify = "SELECT pg_notify($1, $2)",
+    .lock_try = "SELECT pg_try_advisory_lock(hashtextextended($1, 0))",
+    .lock_release = "SELECT pg_advisory_unlock(hashtextextended($1, 0))",
     .exec = pg_exec,
     .begin = pg_begin,
     .commit = pg_commit,
@@ -233,4 +239,68 @@ int ab_store_pg_open(const char *url, ab_store **out, ab_err **err)
         p->conn = c;
         *out = &p->base;
         return 0;
+}
+
+/* ---- LISTEN ---- */
+
+struct ab_store_listener {
+        PGconn *conn;
+};
+
+int ab_store_listen(const char *url, const char *channel, ab_store_listener **out, ab_err **err)
+{
+        *out = NULL;
+        for (const char *p = channel; *p; p++)
+                if (!isalnum((unsigned char)*p) && *p != '_')
+                        return ab_err_set(err, AB_E_INVALID, 0, "listen: bad channel name");
+        if (!url || (strncmp(url, "postgres://", 11) && strncmp(url, "postgresql://", 13)))
+                return ab_err_set(err, AB_E_UNSUPPORTED, 0, "listen: needs a PostgreSQL store");
+        const char *keys[] = {"connect_timeout", "application_name", "dbname", NULL};
+        const char *vals[] = {"10", "agentbox-listen", url, NULL};
+        PGconn *c = PQconnectdbParams(keys, vals, 1);
+        if (!c)
+                abort();
+        _cleanup_free_ char *sql = xasprintf("LISTEN %s", channel);
+        PGresult *r = PQstatus(c) == CONNECTION_OK ? PQexec(c, sql) : NULL;
+        if (!r || PQresultStatus(r) != PGRES_COMMAND_OK) {
+                _cleanup_free_ char *msg = one_line(PQerrorMessage(c));
+                PQclear(r);
+                PQfinish(c);
+                return ab_err_set(err, AB_E_UNAVAILABLE, 0, "listen: %s", msg);
+        }
+        PQclear(r);
+        PQsetNoticeProcessor(c, quiet_notices, NULL);
+        ab_store_listener *l = xzalloc(sizeof(*l));
+        l->conn = c;
+        *out = l;
+        return 0;
+}
+
+int ab_store_listen_wait(ab_store_listener *l, int timeout_ms,
+                         void (*fn)(void *arg, const char *payload), void *arg, ab_err **err)
+{
+        struct pollfd p = {.fd = PQsocket(l->conn), .events = POLLIN};
+        if (p.fd < 0 || PQstatus(l->conn) != CONNECTION_OK)
+                return ab_err_set(err, AB_E_UNAVAILABLE, 0, "listen: the connection is gone");
+        int n = poll(&p, 1, timeout_ms);
+        if (n < 0 && errno != EINTR)
+                return ab_err_set(err, AB_E_UNAVAILABLE, errno, "listen: poll");
+        if (n > 0 && !PQconsumeInput(l->conn)) {
+                _cleanup_free_ char *msg = one_line(PQerrorMessage(l->conn));
+                return ab_err_set(err, AB_E_UNAVAILABLE, 0, "listen: %s", msg);
+        }
+        PGnotify *m;
+        while ((m = PQnotifies(l->conn))) {
+                fn(arg, m->extra);
+                PQfreemem(m);
+        }
+        return 0;
+}
+
+void ab_store_listen_close(ab_store_listener *l)
+{
+        if (!l)
+                return;
+        PQfinish(l->conn);
+        free(l);
 }

@@ -20,9 +20,10 @@ static const char *const v2[] = AB_STORE_SCHEMA_V2;
 static const char *const v3[] = AB_STORE_SCHEMA_V3;
 static const char *const v4[] = AB_STORE_SCHEMA_V4;
 static const char *const v5[] = AB_STORE_SCHEMA_V5;
+static const char *const v6[] = AB_STORE_SCHEMA_V6;
 
 static const ab_store_migration migrations[] = {
-    {1, v1}, {2, v2}, {3, v3}, {4, v4}, {5, v5},
+    {1, v1}, {2, v2}, {3, v3}, {4, v4}, {5, v5}, {6, v6},
 };
 
 static ab_code code_of(int rc)
@@ -151,7 +152,8 @@ static const ab_store_ops sqlite_ops = {
     .migrate_lock = NULL, /* BEGIN IMMEDIATE already excludes other writers */
     /* The transaction holds the database's write lock: no row lock needed. */
     .claim_select = "SELECT id, backend_id FROM boxes WHERE provider = $1 AND mode = 'pool' "
-                    "AND status = 'running' ORDER BY created_at, id LIMIT 1",
+                    "AND status = 'running' AND COALESCE(node, '') = COALESCE($2, '') ORDER BY "
+                    "created_at, id LIMIT 1",
     .exec = sq_exec,
     .begin = sq_begin,
     .commit = sq_commit,

@@ -9,8 +9,8 @@
 #define BOX_COLS                                                                                   \
         "provider, id, backend_id, app_id, user_id, chat_id, thread_id, status, mode, "            \
         "created_at, last_active_at, idle_stop_s, ttl_s, limits, spec, metadata, error, "          \
-        "idle_pause_s"
-enum { BOX_NCOLS = 18 };
+        "idle_pause_s, node"
+enum { BOX_NCOLS = 19 };
 
 #define AUDIT_COLS                                                                                 \
         "provider, box_id, command, exit_code, timed_out, started_at, duration_ms, "               \
@@ -31,8 +31,8 @@ void ab_box_rec_clear(ab_box_rec *r)
 {
         if (!r)
                 return;
-        char **strs[] = {&r->provider, &r->id,      &r->backend_id, &r->app_id,
-                         &r->user_id,  &r->chat_id, &r->thread_id,  &r->error};
+        char **strs[] = {&r->provider, &r->id,        &r->backend_id, &r->app_id, &r->user_id,
+                         &r->chat_id,  &r->thread_id, &r->error,      &r->node};
         for (size_t i = 0; i < AB_ARRAY_LEN(strs); i++)
                 free(*strs[i]);
         json_decref(r->spec);
@@ -227,6 +227,7 @@ static void row_to_box(ab_sql_res *r, size_t i, ab_box_rec *b)
         b->metadata = object_parse(cell(r, i, 15));
         b->error = take(r, i, 16);
         b->idle_pause_s = num(r, i, 17);
+        b->node = take(r, i, 18);
         if (!b->status) {
                 /* Written by a newer version, or by hand: visible, never silent. */
                 free(b->error);
@@ -261,7 +262,7 @@ static void box_text_clear(box_text *t)
 }
 #define _cleanup_box_text_ __attribute__((cleanup(box_text_clear)))
 
-/* The 18 columns of BOX_COLS as $1..$18 (t holds the JSON texts). */
+/* The 19 columns of BOX_COLS as $1..$19 (t holds the JSON texts). */
 static void box_args(const ab_box_rec *r, box_text *t, ab_sql_arg a[BOX_NCOLS])
 {
         t->limits = r->has_limits ? limits_text(&r->limits) : NULL;
@@ -286,6 +287,7 @@ static void box_args(const ab_box_rec *r, box_text *t, ab_sql_arg a[BOX_NCOLS])
             SQL_TEXT(t->metadata),
             SQL_TEXT(r->error),
             SQL_INT(r->idle_pause_s),
+            SQL_TEXT(r->node),
         };
         memcpy(a, v, sizeof(v));
 }
@@ -490,7 +492,7 @@ int ab_store_box_insert(ab_store *s, const ab_box_rec *r, ab_err **err)
         box_changed(s);
         return s->ops->exec(s, op,
                             "INSERT INTO boxes (" BOX_COLS ") VALUES ($1, $2, $3, $4, $5, $6, "
-                            "$7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18)",
+                            "$7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19)",
                             a, BOX_NCOLS, NULL, err);
 }
 
@@ -528,7 +530,7 @@ int ab_store_box_update(ab_store *s, const ab_box_rec *r, ab_err **err)
                          "chat_id = $6, thread_id = $7, status = $8, mode = $9, "
                          "created_at = $10, last_active_at = $11, idle_stop_s = $12, "
                          "ttl_s = $13, limits = $14, spec = $15, metadata = $16, error = $17, "
-                         "idle_pause_s = $18 WHERE provider = $1 AND id = $2",
+                         "idle_pause_s = $18, node = $19 WHERE provider = $1 AND id = $2",
                          a, BOX_NCOLS, &res, err) < 0)
                 return -1;
         return res.changes ? 0 : not_found(err, op, r->provider, r->id);
@@ -616,6 +618,7 @@ int ab_store_box_list(ab_store *s, const ab_box_filter *f, ab_box_rec **out, siz
             {"user_id", offsetof(ab_box_filter, user_id)},
             {"chat_id", offsetof(ab_box_filter, chat_id)},
             {"thread_id", offsetof(ab_box_filter, thread_id)},
+            {"node", offsetof(ab_box_filter, node)},
         };
         *out = NULL;
         *n = 0;
@@ -764,7 +767,8 @@ static int claim_body(ab_store *s, void *p, ab_err **err)
                 return ab_err_set(err, AB_E_CONFLICT, 0, "%s: box '%s' exists already", c->op,
                                   cl->id);
         ab_sql_res_clear(&res);
-        if (EXEC(s, c->op, s->ops->claim_select, &res, err, SQL_TEXT(cl->provider)) < 0)
+        if (EXEC(s, c->op, s->ops->claim_select, &res, err, SQL_TEXT(cl->provider),
+                 SQL_TEXT(cl->node)) < 0)
                 return -1;
         if (!res.nrows)
                 return 0;
@@ -786,7 +790,7 @@ static int claim_body(ab_store *s, void *p, ab_err **err)
         box_args(&row, &t, a);
         if (s->ops->exec(s, c->op,
                          "INSERT INTO boxes (" BOX_COLS ") VALUES ($1, $2, $3, $4, $5, $6, "
-                         "$7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18)",
+                         "$7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19)",
                          a, BOX_NCOLS, NULL, err) < 0)
                 return -1;
         c->backend_id = steal_pointer(&backend_id);
@@ -1076,4 +1080,143 @@ int ab_store_chat_history(ab_store *s, const char *app_id, const char *thread_id
         *messages = v;
         *n = res.nrows;
         return 0;
+}
+/* ---- fleet nodes ---- */
+
+#define NODE_COLS                                                                                  \
+        "id, url, draining, started_at, heartbeat_at, running, mem_total, mem_avail, "             \
+        "disk_total, disk_avail"
+
+void ab_node_rec_clear(ab_node_rec *n)
+{
+        if (!n)
+                return;
+        free(n->id);
+        free(n->url);
+        memset(n, 0, sizeof(*n));
+}
+
+void ab_node_recs_free(ab_node_rec *n, size_t count)
+{
+        if (!n)
+                return;
+        for (size_t i = 0; i < count; i++)
+                ab_node_rec_clear(&n[i]);
+        free(n);
+}
+
+static void row_to_node(ab_sql_res *r, size_t i, ab_node_rec *n)
+{
+        n->id = take(r, i, 0);
+        n->url = take(r, i, 1);
+        n->draining = num(r, i, 2) != 0;
+        n->started_at = num(r, i, 3);
+        n->heartbeat_at = num(r, i, 4);
+        n->running = num(r, i, 5);
+        n->mem_total = num(r, i, 6);
+        n->mem_avail = num(r, i, 7);
+        n->disk_total = num(r, i, 8);
+        n->disk_avail = num(r, i, 9);
+}
+
+int ab_store_node_beat(ab_store *s, const ab_node_rec *n, ab_err **err)
+{
+        if (!n->id || !*n->id || !n->url || !*n->url)
+                return ab_err_set(err, AB_E_INVALID, 0,
+                                  "node heartbeat: a node needs an id and a url");
+        _cleanup_free_ char *op = xasprintf("heartbeat of node %s", n->id);
+        STORE_LOCKED(s);
+        return EXEC(s, op,
+                    "INSERT INTO nodes (" NODE_COLS ") VALUES ($1, $2, 0, $3, $4, $5, $6, $7, $8, "
+                    "$9) ON CONFLICT (id) DO UPDATE SET url = $2, started_at = $3, "
+                    "heartbeat_at = $4, running = $5, mem_total = $6, mem_avail = $7, "
+                    "disk_total = $8, disk_avail = $9",
+                    NULL, err, SQL_TEXT(n->id), SQL_TEXT(n->url), SQL_INT(n->started_at),
+                    SQL_INT(n->heartbeat_at), SQL_INT(n->running), SQL_INT(n->mem_total),
+                    SQL_INT(n->mem_avail), SQL_INT(n->disk_total), SQL_INT(n->disk_avail));
+}
+
+int ab_store_node_list(ab_store *s, ab_node_rec **out, size_t *n, ab_err **err)
+{
+        *out = NULL;
+        *n = 0;
+        _cleanup_res_ ab_sql_res res = {0};
+        STORE_LOCKED(s);
+        if (EXEC0(s, "list nodes", "SELECT " NODE_COLS " FROM nodes ORDER BY id", &res, err) < 0)
+                return -1;
+        if (!res.nrows)
+                return 0;
+        *out = xcalloc(res.nrows, sizeof(**out));
+        *n = res.nrows;
+        for (size_t i = 0; i < res.nrows; i++)
+                row_to_node(&res, i, &(*out)[i]);
+        return 0;
+}
+
+int ab_store_node_get(ab_store *s, const char *id, ab_node_rec *out, ab_err **err)
+{
+        memset(out, 0, sizeof(*out));
+        _cleanup_free_ char *op = xasprintf("get node %s", id);
+        _cleanup_res_ ab_sql_res res = {0};
+        STORE_LOCKED(s);
+        if (EXEC(s, op, "SELECT " NODE_COLS " FROM nodes WHERE id = $1", &res, err, SQL_TEXT(id)) <
+            0)
+                return -1;
+        if (!res.nrows)
+                return ab_err_set(err, AB_E_NOT_FOUND, 0, "no node \"%s\"", id);
+        row_to_node(&res, 0, out);
+        return 0;
+}
+
+int ab_store_node_set_draining(ab_store *s, const char *id, bool draining, ab_err **err)
+{
+        _cleanup_free_ char *op = xasprintf("%s node %s", draining ? "drain" : "undrain", id);
+        _cleanup_res_ ab_sql_res res = {0};
+        STORE_LOCKED(s);
+        if (EXEC(s, op, "UPDATE nodes SET draining = $2 WHERE id = $1", &res, err, SQL_TEXT(id),
+                 SQL_INT(draining)) < 0)
+                return -1;
+        return res.changes ? 0 : ab_err_set(err, AB_E_NOT_FOUND, 0, "no node \"%s\"", id);
+}
+
+/* ---- locks between processes ---- */
+
+int ab_store_lock(ab_store *s, const char *name, int timeout_ms, ab_err **err)
+{
+        if (!s->ops->lock_try)
+                return 0;
+        int64_t end = wall_ms() + timeout_ms;
+        for (;;) {
+                _cleanup_res_ ab_sql_res res = {0};
+                {
+                        STORE_LOCKED(s);
+                        if (EXEC(s, "take a lock", s->ops->lock_try, &res, err, SQL_TEXT(name)) < 0)
+                                return -1;
+                }
+                const char *got = cell(&res, 0, 0);
+                if (got && (!strcmp(got, "t") || !strcmp(got, "1")))
+                        return 0;
+                if (wall_ms() >= end)
+                        return ab_err_set(err, AB_E_UNAVAILABLE, 0,
+                                          "the lock \"%s\" is held elsewhere; try again", name);
+                struct timespec ts = {0, 10 * 1000 * 1000};
+                nanosleep(&ts, NULL);
+        }
+}
+
+void ab_store_unlock(ab_store *s, const char *name)
+{
+        if (!s->ops->lock_release)
+                return;
+        STORE_LOCKED(s);
+        EXEC(s, "release a lock", s->ops->lock_release, NULL, NULL, SQL_TEXT(name));
+}
+
+int ab_store_notify(ab_store *s, const char *channel, const char *payload, ab_err **err)
+{
+        if (!s->ops->notify)
+                return ab_err_set(err, AB_E_UNSUPPORTED, 0,
+                                  "notify: the %s store has no notifications", s->ops->kind);
+        STORE_LOCKED(s);
+        return EXEC(s, "notify", s->ops->notify, NULL, err, SQL_TEXT(channel), SQL_TEXT(payload));
 }

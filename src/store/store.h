@@ -42,6 +42,7 @@ typedef struct ab_box_rec {
         json_t *spec;           /* object: env, network, creator, creation...; or NULL */
         json_t *metadata;       /* object, or NULL */
         char *error;            /* why status is error, or NULL */
+        char *node;             /* the fleet node that owns the box (docs/fleet.md), or NULL */
 } ab_box_rec;
 
 void ab_box_rec_clear(ab_box_rec *r);
@@ -58,6 +59,7 @@ typedef struct ab_box_filter {
          * box a few at a time. */
         const char *after_id;
         size_t limit;
+        const char *node;     /* only this fleet node's boxes; NULL = any owner */
 } ab_box_filter;
 
 typedef struct ab_exec_audit {
@@ -149,8 +151,8 @@ int ab_store_box_count_by_status(ab_store *s, const char *provider, char ***stat
                                  int64_t **counts, size_t *n, ab_err **err);
 
 /* Atomically turns one pooled box of provider (mode "pool", status
- * "running") into the box described by claim: the pooled record is deleted
- * and claim is inserted with claim->backend_id set to the pooled box's
+ * "running") of claim->node (a fleet node claims only its own) into the box described by claim: the
+ * pooled record is deleted and claim is inserted with claim->backend_id set to the pooled box's
  * backend_id, in one transaction. Two concurrent claims never get the same
  * pooled box. Returns 1 when a box was claimed (claim->backend_id is then
  * replaced by a newly allocated string), 0 when the pool is empty,
@@ -191,4 +193,52 @@ int ab_store_chat_append(ab_store *s, const char *app_id, const char *thread_id,
  * NULL-terminated array of JSON texts (free with the strv cleanup). */
 int ab_store_chat_history(ab_store *s, const char *app_id, const char *thread_id, size_t limit,
                           char ***messages, size_t *n, ab_err **err);
+/* A lock over every process sharing the store, by name (PostgreSQL: a
+ * session advisory lock; SQLite: nothing to take, 0). Waits up to
+ * timeout_ms, retrying without holding the handle meanwhile; AB_E_UNAVAILABLE
+ * when it could not be had. Taking it again on the same handle succeeds (the
+ * holder is the process): threads of one process need their own lock. */
+int ab_store_lock(ab_store *s, const char *name, int timeout_ms, ab_err **err);
+void ab_store_unlock(ab_store *s, const char *name);
+
+/* Messages between the processes sharing a PostgreSQL store (NOTIFY and
+ * LISTEN; a message is at most 7999 bytes). notify: sends payload on
+ * channel (AB_E_UNSUPPORTED for SQLite). listen: a connection of its own to
+ * url listening on channel (a name of letters, digits and '_'); wait: up to
+ * timeout_ms for messages, calling fn(arg, payload) for each; -1 with *err
+ * when the connection broke (close it and listen again). */
+int ab_store_notify(ab_store *s, const char *channel, const char *payload, ab_err **err);
+typedef struct ab_store_listener ab_store_listener;
+int ab_store_listen(const char *url, const char *channel, ab_store_listener **out, ab_err **err);
+int ab_store_listen_wait(ab_store_listener *l, int timeout_ms,
+                         void (*fn)(void *arg, const char *payload), void *arg, ab_err **err);
+void ab_store_listen_close(ab_store_listener *l);
+
+/* A node of a fleet: several servers sharing one store (docs/fleet.md).
+ * Owned by the record (free with ab_node_rec_clear). */
+typedef struct ab_node_rec {
+        char *id;                       /* the node's id (fleet.node) */
+        char *url;                      /* where the other nodes reach it (fleet.url) */
+        bool draining;                  /* no new boxes are placed on it */
+        int64_t started_at;             /* ms: when its server started */
+        int64_t heartbeat_at;           /* ms: its last heartbeat */
+        int64_t running;                /* its running boxes */
+        int64_t mem_total, mem_avail;   /* bytes of its host's memory */
+        int64_t disk_total, disk_avail; /* bytes of its data folder's filesystem */
+} ab_node_rec;
+
+void ab_node_rec_clear(ab_node_rec *n);
+void ab_node_recs_free(ab_node_rec *n, size_t count);
+
+/* A node's heartbeat: inserts n, or replaces the url, started_at,
+ * heartbeat_at and capacity of the node with n->id (its draining flag is
+ * kept). AB_E_INVALID without an id or url. */
+int ab_store_node_beat(ab_store *s, const ab_node_rec *n, ab_err **err);
+/* Every node, ordered by id. */
+int ab_store_node_list(ab_store *s, ab_node_rec **out, size_t *n, ab_err **err);
+/* The node with this id. AB_E_NOT_FOUND when absent. */
+int ab_store_node_get(ab_store *s, const char *id, ab_node_rec *out, ab_err **err);
+/* Sets or clears a node's draining flag. AB_E_NOT_FOUND when absent. */
+int ab_store_node_set_draining(ab_store *s, const char *id, bool draining, ab_err **err);
+
 #endif

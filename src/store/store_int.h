@@ -52,9 +52,16 @@ typedef struct ab_store_ops {
         /* Run first in the migration transaction so that concurrent opens of a
          * fresh database take turns; NULL when begin() already excludes writers. */
         const char *migrate_lock;
-        /* SELECT id, backend_id of one claimable pooled box of provider $1,
-         * locked against concurrent claims until the transaction ends. */
+        /* SELECT id, backend_id of one claimable pooled box of provider $1
+         * and fleet node $2 (NULL: a box of no node), locked against concurrent claims until the
+         * transaction ends. */
         const char *claim_select;
+        /* SELECT whether the session lock named $1 was taken (true/1) and
+         * the statement that releases it; NULL where one host's processes
+         * need none (SQLite: the store's own locking). */
+        const char *lock_try, *lock_release;
+        /* SELECT that sends $2 on channel $1 to the store's listeners; NULL: none */
+        const char *notify;
 
         /* Runs one statement with args bound to $1..$nargs. res may be NULL.
          * On failure sets *err to "OP: database message" with the code that
@@ -146,6 +153,21 @@ int ab_store_pg_open(const char *url, ab_store **out, ab_err **err);
                     "seq BIGINT NOT NULL, role TEXT NOT NULL, message TEXT NOT NULL, "             \
                     "created_at BIGINT NOT NULL, PRIMARY KEY (app_id, thread_id, seq))",           \
                     NULL,                                                                          \
+        }
+
+/* Version 6: several servers as one service (docs/fleet.md): the nodes of a
+ * fleet with their heartbeats and capacity, and the node that owns each box
+ * (NULL: no owner, a single server's box). */
+#define AB_STORE_SCHEMA_V6                                                                         \
+        {                                                                                          \
+                "CREATE TABLE nodes ("                                                             \
+                "id TEXT NOT NULL PRIMARY KEY, url TEXT NOT NULL, "                                \
+                "draining INTEGER NOT NULL DEFAULT 0, started_at BIGINT NOT NULL, "                \
+                "heartbeat_at BIGINT NOT NULL, running BIGINT NOT NULL DEFAULT 0, "                \
+                "mem_total BIGINT NOT NULL DEFAULT 0, mem_avail BIGINT NOT NULL DEFAULT 0, "       \
+                "disk_total BIGINT NOT NULL DEFAULT 0, disk_avail BIGINT NOT NULL DEFAULT 0)",     \
+                    "ALTER TABLE boxes ADD COLUMN node TEXT",                                      \
+                    "CREATE INDEX boxes_node ON boxes (node)", NULL,                               \
         }
 
 #endif

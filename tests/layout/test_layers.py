@@ -26,6 +26,7 @@ RANK = {
     "core": 4,      # the sandbox manager
     "tools": 5,     # agent tools (reach boxes through the manager)
     "runners": 5,   # the code runner
+    "fleet": 5,     # several servers as one service: nodes, heartbeats
     "http": 1,      # the HTTP machinery: connections, workers, WebSocket, messages,
                     # Connect RPC, request checks (base only: it names no front)
     "config": 6,

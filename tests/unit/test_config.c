@@ -808,6 +808,73 @@ static void test_app_registries(void)
         refused("app_registries: [\"a/b\"]\n", "a registry with a path", "app_registries", NULL);
 }
 
+/* fleet: a section of its own; validated as a whole (docs/fleet.md). */
+static void test_fleet(void)
+{
+        ab_config c;
+        ab_config_default(&c);
+        tap_ok(!c.fleet.node && c.fleet.heartbeat_ms == 2000 && c.fleet.down_after_ms == 10000,
+               "no fleet by default; heartbeat 2s, down_after 10s");
+        _cleanup_free_ char *vm = validate_err(&c);
+        tap_ok(!vm, "the default validates (no fleet needs no PostgreSQL)");
+        _cleanup_free_ char *p =
+            write_conf("store: postgres://u@db/agentbox\nfleet:\n  node: n-1.a_b\n"
+                       "  url: http://10.0.0.1:8080\n  secret_file: /etc/s\n  heartbeat: 500ms\n"
+                       "  down_after: 3s\n  placement: local\n");
+        ab_err *e = NULL;
+        tap_ok(ab_config_load_file(&c, p, &e) == 0 && ab_config_validate(&c, &e) == 0,
+               "a fleet section loads and validates (%s)", e ? e->msg : "ok");
+        ab_err_free(&e);
+        TAP_IS_STR(c.fleet.node, "n-1.a_b", "fleet.node");
+        TAP_IS_STR(c.fleet.url, "http://10.0.0.1:8080", "fleet.url");
+        TAP_IS_STR(c.fleet.secret_file, "/etc/s", "fleet.secret_file");
+        TAP_IS_STR(c.fleet.placement, "local", "fleet.placement");
+        tap_ok(c.fleet.heartbeat_ms == 500 && c.fleet.down_after_ms == 3000,
+               "fleet.heartbeat and down_after");
+        setenv("AGENTBOX_FLEET_NODE", "n9", 1);
+        tap_ok(ab_config_load_env(&c, &e) == 0, "the environment loads");
+        ab_err_free(&e);
+        TAP_IS_STR(c.fleet.node, "n9", "AGENTBOX_FLEET_NODE overrides the file");
+        unsetenv("AGENTBOX_FLEET_NODE");
+        static const struct {
+                const char *text, *why;
+        } bad[] = {
+            {"fleet:\n  node: n1\n  url: http://h:1\n  secret_file: /s\n", "postgres"},
+            {"store: postgres://db/x\nfleet:\n  node: n1\n  secret_file: /s\n", "url"},
+            {"store: postgres://db/x\nfleet:\n  node: n1\n  url: http://h:1\n", "secret_file"},
+            {"store: postgres://db/x\nfleet:\n  node: \"n 1\"\n  url: http://h:1\n"
+             "  secret_file: /s\n",
+             "not a node id"},
+            {"store: postgres://db/x\nfleet:\n  node: n1\n  url: https://h:1\n"
+             "  secret_file: /s\n",
+             "plain http"},
+            {"store: postgres://db/x\nfleet:\n  node: n1\n  url: http://h:1\n"
+             "  secret_file: /s\n  placement: far\n",
+             "placement"},
+            {"store: postgres://db/x\nfleet:\n  node: n1\n  url: http://h:1\n"
+             "  secret_file: /s\n  heartbeat: 5s\n  down_after: 6s\n",
+             "twice"},
+            {"fleet:\n  url: http://h:1\n", "node"},
+        };
+        for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+                ab_config b;
+                ab_config_default(&b);
+                _cleanup_free_ char *bp = write_conf(bad[i].text);
+                ab_err *be = NULL;
+                int r = ab_config_load_file(&b, bp, &be);
+                _cleanup_free_ char *m = r < 0 ? xstrdup(be->msg) : validate_err(&b);
+                ab_err_free(&be);
+                tap_ok(m && strstr(m, "fleet") && strstr(m, bad[i].why),
+                       "bad fleet settings refused, naming '%s'", bad[i].why);
+                if (!(m && strstr(m, bad[i].why)))
+                        tap_diag("  message: %s", m ? m : "(accepted)");
+                ab_config_release(&b);
+        }
+        refused("fleet:\n  nodes: n1\n", "an unknown fleet key", "fleet.nodes", "unknown");
+        refused("fleet.node: n1\n", "a dotted top-level key", "fleet.node", "unknown");
+        ab_config_release(&c);
+}
+
 int main(void)
 {
         /* meson sets AGENTBOX_INIT for other tests; start from a clean slate. */
@@ -828,6 +895,7 @@ int main(void)
         test_ceilings();
         test_app_registries();
         test_llm();
+        test_fleet();
         DIR *d = opendir(dir);
         for (struct dirent *de; d && (de = readdir(d));)
                 if (de->d_name[0] != '.')

@@ -267,12 +267,22 @@ static void test_concurrent_fresh_open(const target *t)
         is_int(good, N, "%d processes opening a fresh database at once all succeed", N);
 }
 
-/* Undoes version 5 (the chat tables) so that an older version can be made. */
-static bool drop_v5(const target *t)
+/* Undoes version 6 (the fleet's table and column). */
+static bool undo_v6(const target *t)
 {
-        return raw(t, "DROP TABLE chat_messages", NULL) == 0 &&
+        return raw(t, "DROP TABLE nodes", NULL) == 0 &&
+               raw(t, "DROP INDEX boxes_node", NULL) == 0 &&
+               raw(t, "ALTER TABLE boxes DROP COLUMN node", NULL) == 0 &&
+               raw(t, "DELETE FROM schema_migrations WHERE version >= 6", NULL) == 0;
+}
+
+/* Takes a database back to version 4: versions 6 (the fleet's) and 5 (the
+ * chat tables) undone. */
+static bool undo_v5(const target *t)
+{
+        return undo_v6(t) && raw(t, "DROP TABLE chat_messages", NULL) == 0 &&
                raw(t, "DROP TABLE chat_sessions", NULL) == 0 &&
-               raw(t, "DELETE FROM schema_migrations WHERE version = 5", NULL) == 0;
+               raw(t, "DELETE FROM schema_migrations WHERE version >= 5", NULL) == 0;
 }
 
 static void test_migrations(const target *t)
@@ -307,8 +317,29 @@ static void test_migrations(const target *t)
         s = open_store(t, "after the newer version is gone");
         ab_store_close(s);
 
+        /* A database of version 4 with a box: versions 5 and 6 add the chat
+         * tables and the fleet's nodes, and the box has no owner node. */
+        ok(undo_v5(t) &&
+               raw(t,
+                   "INSERT INTO boxes (provider, id, backend_id, status, mode, created_at, "
+                   "last_active_at) VALUES ('native', 'v4box', 'v4box', 'stopped', 'session', 1, "
+                   "1)",
+                   NULL) == 0,
+           "make a version 4 database with a box");
+        s = open_store(t, "a version 4 database");
+        if (s) {
+                no_err(ab_store_schema_version(s, &v2, &e), &e, "schema version after migration");
+                ok(v2 >= 6, "migrated to version 6 or later (%d)", v2);
+                ab_box_rec r = {0};
+                no_err(ab_store_box_get(s, "native", "v4box", &r, &e), &e, "the box is there");
+                ok(r.node == NULL, "... owned by no node");
+                ab_box_rec_clear(&r);
+                raw(t, "DELETE FROM boxes", NULL);
+                ab_store_close(s);
+        }
+
         /* A database of version 2 with a key: version 3 adds the keys' quotas. */
-        ok(raw(t, "ALTER TABLE api_keys DROP COLUMN quotas", NULL) == 0 && drop_v5(t) &&
+        ok(undo_v5(t) && raw(t, "ALTER TABLE api_keys DROP COLUMN quotas", NULL) == 0 &&
                raw(t, "DROP INDEX boxes_keys", NULL) == 0 &&
                raw(t, "DROP INDEX boxes_thread", NULL) == 0 &&
                raw(t, "DELETE FROM schema_migrations WHERE version >= 3", NULL) == 0 &&
@@ -332,7 +363,7 @@ static void test_migrations(const target *t)
 
         /* A database of version 3 with boxes of the first id scheme: version 4
          * keeps them and allows one box per keys (of an app) from then on. */
-        ok(drop_v5(t) && raw(t, "DROP INDEX boxes_keys", NULL) == 0 &&
+        ok(undo_v5(t) && raw(t, "DROP INDEX boxes_keys", NULL) == 0 &&
                raw(t, "DROP INDEX boxes_thread", NULL) == 0 &&
                raw(t, "DELETE FROM schema_migrations WHERE version >= 4", NULL) == 0,
            "make a version 3 database");
@@ -1151,6 +1182,77 @@ static void test_pg_reconnect(const target *t, ab_store *s)
         ab_box_rec_clear(&g);
 }
 
+/* Fleet nodes (schema 5): heartbeats upsert, draining survives them; boxes
+ * carry their owner node, lists filter by it, and a node claims only its
+ * own pooled boxes. */
+static void test_nodes(ab_store *s)
+{
+        ab_err *e = NULL;
+        ab_node_rec a = {.id = S("na"),
+                         .url = S("http://127.0.0.1:1"),
+                         .started_at = 1,
+                         .heartbeat_at = 10,
+                         .running = 2,
+                         .mem_total = 100,
+                         .mem_avail = 50,
+                         .disk_total = 1000,
+                         .disk_avail = 400};
+        no_err(ab_store_node_beat(s, &a, &e), &e, "first heartbeat registers a node");
+        ab_node_rec b = {.id = S("nb"), .url = S("http://127.0.0.2:1"), .heartbeat_at = 11};
+        no_err(ab_store_node_beat(s, &b, &e), &e, "a second node");
+        no_err(ab_store_node_set_draining(s, "na", true, &e), &e, "drain na");
+        a.heartbeat_at = 20;
+        a.running = 3;
+        no_err(ab_store_node_beat(s, &a, &e), &e, "another heartbeat of na");
+        ab_node_rec g;
+        no_err(ab_store_node_get(s, "na", &g, &e), &e, "get na");
+        ok(g.heartbeat_at == 20 && g.running == 3 && g.draining && g.disk_avail == 400 && g.url &&
+               !strcmp(g.url, "http://127.0.0.1:1"),
+           "the heartbeat updated it and kept draining");
+        ab_node_rec_clear(&g);
+        ab_node_rec *ns = NULL;
+        size_t n = 0;
+        no_err(ab_store_node_list(s, &ns, &n, &e), &e, "list nodes");
+        ok(n == 2 && !strcmp(ns[0].id, "na") && !strcmp(ns[1].id, "nb"), "two nodes by id");
+        ab_node_recs_free(ns, n);
+        is_err(ab_store_node_set_draining(s, "nc", true, &e), &e, AB_E_NOT_FOUND, "nc",
+               "draining an unknown node");
+        is_err(ab_store_node_get(s, "nc", &g, &e), &e, AB_E_NOT_FOUND, "nc", "get an unknown node");
+        ab_node_rec bad = {.id = S("nd")};
+        is_err(ab_store_node_beat(s, &bad, &e), &e, AB_E_INVALID, "url", "a node needs a url");
+
+        ab_box_rec r = box("fleet", "fa", "running", "session", 1, 1);
+        r.node = S("na");
+        insert(s, r);
+        r = box("fleet", "fb", "running", "session", 2, 2);
+        r.node = S("nb");
+        insert(s, r);
+        insert(s, box("fleet", "fc", "running", "session", 3, 3));
+        char *l = list_ids(s, (ab_box_filter){.provider = "fleet", .node = "na"});
+        is_str(l, "fa", "the node filter lists one node's boxes");
+        free(l);
+        l = list_ids(s, (ab_box_filter){.provider = "fleet"});
+        is_str(l, "fa,fb,fc", "without it, every node's");
+        free(l);
+        ab_box_rec got;
+        no_err(ab_store_box_get(s, "fleet", "fb", &got, &e), &e, "get a node's box");
+        is_str(got.node, "nb", "a box keeps its owner node");
+        ab_box_rec_clear(&got);
+
+        r = box("fleetpool", "pa", "running", "pool", 1, 1);
+        r.node = S("na");
+        insert(s, r);
+        ab_box_rec c = box("fleetpool", "cb", "running", "session", 5, 5);
+        c.node = S("nb");
+        c.backend_id = xstrdup("cb");
+        is_int(ab_store_pool_claim(s, &c, &e), 0, "node nb cannot claim node na's pooled box");
+        ab_err_free(&e);
+        c.node = S("na");
+        is_int(ab_store_pool_claim(s, &c, &e), 1, "node na claims its own");
+        ab_err_free(&e);
+        free(c.backend_id);
+}
+
 static void suite(const target *t)
 {
         K = t->kind;
@@ -1174,6 +1276,7 @@ static void suite(const target *t)
         test_keys(s);
         test_chat(s);
         test_insert_race(s, s2);
+        test_nodes(s);
         if (strcmp(t->kind, "postgres") == 0)
                 test_pg_reconnect(t, s);
         ab_store_close(s);

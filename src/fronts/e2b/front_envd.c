@@ -13,6 +13,7 @@
 #include "base/codec.h"
 #include "base/id.h"
 #include "store/store.h"
+#include "fleet/fleet.h"
 
 #include <ctype.h>
 #include <fcntl.h>
@@ -24,6 +25,18 @@
 static pthread_mutex_t secret_lock = PTHREAD_MUTEX_INITIALIZER;
 static unsigned char secret[32];
 static bool secret_ok;
+
+/* In a fleet (docs/fleet.md) every node makes and checks the same tokens:
+ * their key is derived from the fleet's secret, not kept in one node's data
+ * folder. */
+static void fleet_secret(ab_server *s)
+{
+        static const char label[] = "agentbox e2b envd access token key";
+        const char *f = ab_fleet_secret(s->fleet);
+        unsigned int n = 0;
+        HMAC(EVP_sha256(), f, (int)strlen(f), (const unsigned char *)label, sizeof(label) - 1,
+             secret, &n);
+}
 
 static int load_secret(const char *data_dir, ab_err **err)
 {
@@ -107,7 +120,11 @@ int e2b_access_token(ab_server *s, const ab_box_rec *rec, const char *key_id,
                 return ab_err_set(err, AB_E_INVALID, 0, "key id %s cannot be bound to a token",
                                   key_id);
         pthread_mutex_lock(&secret_lock);
-        int rc = secret_ok ? 0 : load_secret(s->cfg->data_dir, err);
+        int rc = 0;
+        if (!secret_ok && s->fleet)
+                fleet_secret(s);
+        else if (!secret_ok)
+                rc = load_secret(s->cfg->data_dir, err);
         if (rc == 0)
                 secret_ok = true;
         pthread_mutex_unlock(&secret_lock);

@@ -17,6 +17,18 @@ static const ab_route routes[] = {
     {"DELETE", "opensandbox/**", AUTH_USER, BODY_NONE, route_osb},
 };
 
+/* The box a request is about (for forwarding it to the box's fleet node,
+ * kit/forward.h): /opensandbox/v1/sandboxes/{id}/..., /opensandbox/execd/{id}/...,
+ * /opensandbox/egress/{id}/... */
+static const char *osb_box_of(ab_req *r)
+{
+        if (r->n_seg >= 4 && !strcmp(r->seg[1], "v1") && !strcmp(r->seg[2], "sandboxes"))
+                return r->seg[3];
+        if (r->n_seg >= 3 && (!strcmp(r->seg[1], "execd") || !strcmp(r->seg[1], "egress")))
+                return r->seg[2];
+        return NULL;
+}
+
 const ab_route_table ab_osb_routes = {
     .name = "opensandbox",
     .routes = routes,
@@ -27,4 +39,5 @@ const ab_route_table ab_osb_routes = {
     /* its threads (foreground commands, session runs, metrics watches) use
      * the manager: they end, and are waited for, before it is freed */
     .shutdown = execd_shutdown,
+    .box_of = osb_box_of,
 };
