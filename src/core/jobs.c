@@ -222,13 +222,17 @@ static void reap_ttl_and_drift(ab_manager *m)
         if (ab_store_box_list(m->o.store, &f, &rs, &n, NULL) < 0)
                 return;
         int64_t now = mgr_wall_ms();
+        int64_t next = 0; /* the earliest TTL end still ahead */
         ab_backend *b = m->o.backend;
         for (size_t i = 0; i < n; i++) {
                 ab_box_rec *r = &rs[i];
                 if (r->status == AB_BOX_DELETING) {
                         continue;
                 }
-                if (r->ttl_s > 0 && !mgr_is_pool(r) && r->created_at + r->ttl_s * 1000 < now) {
+                int64_t end = r->created_at + r->ttl_s * 1000;
+                if (r->ttl_s > 0 && !mgr_is_pool(r) && end >= now && (!next || end < next))
+                        next = end;
+                if (r->ttl_s > 0 && !mgr_is_pool(r) && end < now) {
                         slot *s = mgr_slot_get(m, r->id);
                         pthread_mutex_lock(&s->lock);
                         ab_box_rec cur = {0};
@@ -279,6 +283,38 @@ static void reap_ttl_and_drift(ab_manager *m)
                 mgr_slot_put(m, s);
         }
         ab_box_recs_free(rs, n);
+        pthread_mutex_lock(&m->lock);
+        /* an end moved earlier during the scan wakes the reaper for another */
+        if (!m->ttl_wanted || !m->ttl_next_ms || (next && next < m->ttl_next_ms))
+                m->ttl_next_ms = next;
+        pthread_mutex_unlock(&m->lock);
+}
+
+void mgr_ttl_wake(ab_manager *m, int64_t end_ms)
+{
+        pthread_mutex_lock(&m->lock);
+        if (!m->ttl_next_ms || end_ms < m->ttl_next_ms) {
+                m->ttl_next_ms = end_ms;
+                m->ttl_wanted = true;
+                pthread_cond_broadcast(&m->wake);
+        }
+        pthread_mutex_unlock(&m->lock);
+}
+
+/* How long the reaper sleeps: its interval, or less when a box's TTL ends
+ * sooner (just after that end: the expiry test is "ended before now"). */
+static int64_t reaper_nap_ms(ab_manager *m)
+{
+        int64_t ms = m->o.reaper_interval_ms;
+        pthread_mutex_lock(&m->lock);
+        int64_t next = m->ttl_next_ms;
+        pthread_mutex_unlock(&m->lock);
+        if (next) {
+                int64_t left = next - mgr_wall_ms() + 5;
+                if (left < ms)
+                        ms = left > 5 ? left : 5;
+        }
+        return ms;
 }
 
 void ab_manager_reap(ab_manager *m)
@@ -294,7 +330,7 @@ void ab_manager_reap(ab_manager *m)
 void *mgr_reaper_main(void *arg)
 {
         ab_manager *m = arg;
-        while (mgr_nap(m, m->o.reaper_interval_ms, NULL))
+        while (mgr_nap(m, reaper_nap_ms(m), &m->ttl_wanted))
                 ab_manager_reap(m);
         return NULL;
 }
