@@ -95,7 +95,7 @@ r = srv.post("/e2b/v2/sandboxes", {"templateID": "base", "timeout": 600, "metada
              headers=KEY, token=None)
 h.eq(r.status, 201, "POST /e2b/v2/sandboxes with X-API-Key: 201", r.describe())
 sid, tok = r.get("sandboxID"), r.get("envdAccessToken")
-h.ok(isinstance(tok, str) and len(tok) == 64 and r.get("envdVersion") == "0.6.3" and r.get("domain") == DOMAIN,
+h.ok(isinstance(tok, str) and len(tok) == 64 and r.get("envdVersion") == "0.6.4" and r.get("domain") == DOMAIN,
      "the create answer: envdAccessToken, envdVersion, domain (ports_domain)", r.describe())
 ENVD = {"E2b-Sandbox-Id": sid or "", "X-Access-Token": tok or ""}
 

@@ -127,8 +127,9 @@ typedef struct pstream {
         ab_server *srv;
         char *box, *scope, *tid;
         bool pty;
-        int fd;           /* write end of the response pipe (non-blocking) */
-        atomic_bool stop; /* detach now: the server stops, or the box goes */
+        int fd;             /* write end of the response pipe (non-blocking) */
+        atomic_bool stop;   /* detach now: the server stops, or the box goes */
+        atomic_bool killed; /* the box is being deleted: the stream ends as E2B's */
 } pstream;
 
 static pthread_mutex_t streams_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -202,6 +203,15 @@ static void end_envelope(ab_buf *b, bool exited, int code)
         event_envelope(b, json_pack("{s:{s:i,s:b,s:s}}", "end", "exitCode", exited ? code : -1,
                                     "exited", exited, "status", status));
         crpc_end(b, NULL, NULL);
+}
+
+/* The end of a stream whose sandbox was killed (deleted, its timeout ran
+ * out) or stopped under it: E2B's envd goes with its sandbox, so the SDK
+ * meets a dropped stream and a dead sandbox and raises its TimeoutError;
+ * "unavailable" is the Connect code it maps to that same error. */
+static void sandbox_gone(ab_buf *b)
+{
+        crpc_end(b, "unavailable", "the sandbox was killed or reached its end of life");
 }
 
 /* A stream being pumped: the client's side of kit_term_pump. */
@@ -280,9 +290,11 @@ static void *ps_main(void *arg)
                 ended = true;
                 break;
         case KIT_TERM_GONE: /* the box stopped or went away: the process with it */
-                end_envelope(&b, false, -1);
+                sandbox_gone(&b);
                 break;
         default: /* the client went away or the stream must stop: the process runs on */
+                if (atomic_load(&ps->killed))
+                        sandbox_gone(&b);
                 break;
         }
         if (b.n)
@@ -344,6 +356,7 @@ void envd_forget_box(const char *id)
                 pthread_mutex_lock(&streams_lock);
                 for (pstream *ps = streams; ps; ps = ps->next)
                         if (!strcmp(ps->box, id)) {
+                                atomic_store(&ps->killed, true);
                                 atomic_store(&ps->stop, true);
                                 any = true;
                         }

@@ -346,6 +346,41 @@ static json_t *rfc3339(int64_t secs)
         return json_string(buf);
 }
 
+/* The absolute, cleaned path a link at path (absolute) pointing to link
+ * names, as E2B's envd reports a symlink's target: a relative link is taken
+ * from the link's folder; "." and ".." are resolved by name. Free it. */
+static char *link_target(const char *path, const char *link)
+{
+        _cleanup_free_ char *dir = xstrdup(path);
+        char *slash = strrchr(dir, '/');
+        if (slash)
+                *slash = 0;
+        _cleanup_free_ char *joined =
+            link[0] == '/' ? xstrdup(link) : xasprintf("%s/%s", dir, link);
+        char *out = xmalloc(strlen(joined) + 2);
+        size_t n = 0;
+        char *save = NULL;
+        for (char *part = strtok_r(joined, "/", &save); part; part = strtok_r(NULL, "/", &save)) {
+                if (!strcmp(part, "."))
+                        continue;
+                if (!strcmp(part, "..")) {
+                        while (n > 0 && out[n - 1] != '/')
+                                n--;
+                        if (n > 0)
+                                n--; /* the slash before the dropped name */
+                        continue;
+                }
+                out[n++] = '/';
+                size_t l = strlen(part);
+                memcpy(out + n, part, l);
+                n += l;
+        }
+        if (n == 0)
+                out[n++] = '/';
+        out[n] = 0;
+        return out;
+}
+
 /* filesystem.EntryInfo of path (absolute) with st. */
 json_t *envd_entry_info(const char *path, const abc_stat *st)
 {
@@ -360,8 +395,10 @@ json_t *envd_entry_info(const char *path, const abc_stat *st)
         char sz[32];
         snprintf(sz, sizeof(sz), "%" PRIu64, st->size);
         json_object_set_new(j, "size", json_string(sz));
-        if (st->link)
-                json_object_set_new(j, "symlinkTarget", json_bytes(st->link, strlen(st->link)));
+        if (st->link) {
+                _cleanup_free_ char *target = link_target(path, st->link);
+                json_object_set_new(j, "symlinkTarget", json_bytes(target, strlen(target)));
+        }
         return j;
 }
 
@@ -455,10 +492,16 @@ static int fs_move(ab_manager *m, ab_use *u, void *ud, ab_err **err)
         return ab_manager_file_rename(m, u, c->path, c->path2, err);
 }
 
+/* Removing what is not there succeeds, as E2B's envd does (the box is). */
 static int fs_remove(ab_manager *m, ab_use *u, void *ud, ab_err **err)
 {
         fs_call *c = ud;
-        return ab_manager_file_delete(m, u, c->path, true, err);
+        if (ab_manager_file_delete(m, u, c->path, true, err) == 0)
+                return 0;
+        if ((*err)->code != AB_E_NOT_FOUND)
+                return -1;
+        ab_err_free(err);
+        return 0;
 }
 
 /* Stats c->path on a fresh connection (after an operation). */
@@ -581,7 +624,8 @@ enum MHD_Result envd_filesystem_rpc(ab_req *r, const char *method)
 /* ---- /health ----------------------------------------------------------- */
 
 /* GET /health: 204 while the server is up. With E2b-Sandbox-Id, 204 only
- * while that box runs (or is paused) and X-Access-Token is its token, else
+ * while that box runs (not paused: E2B's envd is frozen with its sandbox and
+ * answers nothing) and X-Access-Token is its token, else
  * 502 (the SDK's "not running"): a caller without the token learns nothing,
  * not even whether the box exists. */
 enum MHD_Result envd_health(ab_req *r, const char *id)
@@ -596,7 +640,8 @@ enum MHD_Result envd_health(ab_req *r, const char *id)
                         return resp_json(r, 502,
                                          json_pack("{s:i,s:s}", "code", 502, "message",
                                                    "the sandbox is not running"));
-                bool up = rec.status == AB_BOX_RUNNING || rec.status == AB_BOX_PAUSED;
+                /* a paused sandbox is not running (the SDK's isRunning) */
+                bool up = rec.status == AB_BOX_RUNNING;
                 ab_box_rec_clear(&rec);
                 if (!up)
                         return resp_json(r, 502,

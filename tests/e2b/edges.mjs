@@ -1,0 +1,144 @@
+// The edges where a program written against E2B meets agentbox's E2B front
+// (docs/compat-e2b.md), driven by E2B's JS SDK: the package named by
+// E2B_SDK_MODULE ("e2b" = 2.51.0, "e2b-2.45.0" = 2.45.0, both in
+// package.json), pointed at the server by E2B_API_URL, E2B_SANDBOX_URL and
+// E2B_API_KEY (set by tests/integration/test_e2b_edges.py). Prints TAP.
+//
+//   node edges.mjs SERVER_URL ADMIN_TOKEN
+const sdkName = process.env.E2B_SDK_MODULE || 'e2b';
+const { AuthenticationError, NotFoundError, Sandbox, SandboxNotFoundError, TimeoutError } = await import(sdkName);
+
+const [server, adminToken] = process.argv.slice(2);
+let n = 0;
+function ok(cond, name, detail) {
+  n++;
+  console.log(`${cond ? 'ok' : 'not ok'} ${n} - ${name}`);
+  if (!cond && detail !== undefined) {
+    const text = typeof detail === 'string' ? detail : JSON.stringify(detail, null, 1);
+    for (const line of String(text).split('\n').slice(0, 30)) console.log(`# ${line}`);
+  }
+  return cond;
+}
+async function step(name, f) {
+  try {
+    return await f();
+  } catch (e) {
+    ok(false, name, `${e && e.name}: ${e && e.message}\n${e && e.stack}`);
+    return undefined;
+  }
+}
+async function thrown(f) {
+  try {
+    await f();
+    return null;
+  } catch (e) {
+    return e;
+  }
+}
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+const api = (method, path, body, token = adminToken) =>
+  fetch(server + path, {
+    method,
+    headers: { Authorization: `Bearer ${token}`, 'Content-Type': 'application/json' },
+    body: body === undefined ? undefined : JSON.stringify(body),
+  });
+
+const sbx = await step('Sandbox.create', () => Sandbox.create({ timeoutMs: 600_000 }));
+if (!sbx) {
+  console.log('Bail out! no sandbox');
+  process.exit(1);
+}
+
+// ---- connect --------------------------------------------------------------------------
+await step('connect', async () => {
+  const e = await thrown(() => Sandbox.connect('nosuchsandbox0000000'));
+  ok(e instanceof SandboxNotFoundError || (e instanceof NotFoundError && /not found/i.test(e.message)),
+    'connect to a missing sandbox: SandboxNotFoundError (E2B\'s {code, message} 404)', e && `${e.name}: ${e.message}`);
+  const before = (await sbx.getInfo()).endAt.getTime();
+  const again = await Sandbox.connect(sbx.sandboxId, { timeoutMs: 30_000 });
+  const after = (await again.getInfo()).endAt.getTime();
+  ok(Math.abs(after - before) < 2000 && after - Date.now() > 500_000,
+    'connect with a shorter timeout keeps the longer one (it only extends)', { before, after });
+  await Sandbox.connect(sbx.sandboxId, { timeoutMs: 900_000 });
+  const longer = (await sbx.getInfo()).endAt.getTime();
+  ok(longer - Date.now() > 850_000, 'connect with a longer timeout extends it', { longer, now: Date.now() });
+});
+
+await step('isRunning after pause', async () => {
+  const p = await Sandbox.create({ timeoutMs: 120_000 });
+  ok(await p.isRunning(), 'isRunning: true while it runs');
+  await p.pause();
+  ok((await p.isRunning()) === false, 'isRunning: false right after pause()');
+  const back = await Sandbox.connect(p.sandboxId);
+  ok(await back.isRunning(), 'isRunning: true again after connect');
+  await back.kill();
+});
+
+// ---- files ----------------------------------------------------------------------------
+await step('files edges', async () => {
+  await sbx.files.remove('/tmp/no-such-file-here');
+  ok(true, 'remove of a missing file succeeds');
+  await sbx.commands.run('mkdir -p /tmp/lk/sub && echo x > /tmp/lk/sub/f && ln -sfn sub/f /tmp/lk/rel && ln -sfn ../lk/sub/./f /tmp/lk/up');
+  const ents = await sbx.files.list('/tmp/lk');
+  const rel = ents.find((x) => x.name === 'rel');
+  const up = ents.find((x) => x.name === 'up');
+  ok(rel && rel.symlinkTarget === '/tmp/lk/sub/f' && up && up.symlinkTarget === '/tmp/lk/sub/f',
+    'a symlink\'s info carries its absolute target', ents);
+});
+
+// ---- a sandbox killed while a command streams -------------------------------------------
+await step('killed while streaming', async () => {
+  const k = await Sandbox.create({ timeoutMs: 120_000 });
+  const out = [];
+  const run = k.commands.run('echo up; sleep 60', { onStdout: (d) => out.push(d) }).then((r) => r, (e) => e);
+  for (let i = 0; i < 50 && !out.length; i++) await sleep(100);
+  await Sandbox.kill(k.sandboxId);
+  const t0 = Date.now();
+  const r = await Promise.race([run, sleep(15_000).then(() => 'hung')]);
+  ok(r instanceof TimeoutError, 'a sandbox killed while a command streams: the run raises TimeoutError',
+    r && (r.name ? `${r.name}: ${r.message} exitCode=${r.exitCode}` : r));
+  ok(Date.now() - t0 < 10_000, 'the stream ends soon after the kill', Date.now() - t0);
+});
+
+// ---- setTimeout ends the sandbox on time --------------------------------------------------
+await step('setTimeout', async () => {
+  const s = await Sandbox.create({ timeoutMs: 120_000 });
+  const t0 = Date.now();
+  await s.setTimeout(5000);
+  let gone = 0;
+  for (let i = 0; i < 200; i++) {
+    if (!(await s.isRunning())) {
+      gone = Date.now() - t0;
+      break;
+    }
+    await sleep(100);
+  }
+  // the timeout counts in whole seconds from the box's start: up to 1 s late
+  ok(gone >= 4500 && gone < 7000, 'setTimeout(5000): the sandbox ends at about 5 s', { gone });
+  const e = await thrown(() => s.getInfo());
+  ok(e instanceof NotFoundError || e instanceof SandboxNotFoundError, 'then it is gone (NotFoundError)', e && e.message);
+});
+
+// ---- keys in E2B's form ---------------------------------------------------------------------
+await step('e2b keys', async () => {
+  const res = await api('POST', '/v1/keys', { app_id: `e2bkeys${process.pid}`, name: 'sdk', format: 'e2b' });
+  const key = await res.json();
+  ok(res.status === 201 && /^e2b_[0-9a-f]{40}$/.test(key.key), 'POST /v1/keys {format: "e2b"}: an e2b_ + hex key', key);
+  const mine = await Sandbox.create({ apiKey: key.key, timeoutMs: 60_000, validateApiKey: true });
+  const listed = await Sandbox.list({ apiKey: key.key, validateApiKey: true }).nextItems();
+  ok(listed.length === 1 && listed[0].sandboxId === mine.sandboxId, 'the SDK takes it: a sandbox of the key\'s app', listed);
+  await Sandbox.kill(mine.sandboxId, { apiKey: key.key });
+  const plain = await (await api('POST', '/v1/keys', { app_id: `e2bkeys${process.pid}`, name: 'plain' })).json();
+  const e = await thrown(() => Sandbox.list({ apiKey: plain.key, validateApiKey: true }).nextItems());
+  if (sdkName === 'e2b-2.45.0')
+    ok(e instanceof AuthenticationError && /e2b_/.test(e.message),
+      'SDK 2.45 refuses an agentbox-form key itself (E2B_VALIDATE_API_KEY=false lifts it)',
+      e && `${e.name}: ${e.message}`);
+  else
+    ok(e === null, 'SDK 2.51 checks no key form: an agentbox-form key works', e && `${e.name}: ${e.message}`);
+  const bad = await api('POST', '/v1/keys', { app_id: 'x', format: 'other' });
+  ok(bad.status === 400, 'format: another value is 400', await bad.text());
+});
+
+await sbx.kill();
+console.log(`1..${n}`);

@@ -1,0 +1,53 @@
+"""The E2B front at the edges where E2B's own service behaves in a way a
+program may rely on (docs/compat-e2b.md), driven by both E2B JS SDKs the
+project pins (tests/e2b/package.json: `e2b` 2.51.0 and `e2b-2.45.0`, an npm
+alias of 2.45.0), one server for both: tests/e2b/edges.mjs checks connect
+(SDK 2.45's /sandboxes/{id}/connect, a missing sandbox as
+SandboxNotFoundError, a connect that only extends the timeout), isRunning
+after pause, removing a missing file, a symlink's absolute target, a sandbox
+killed while a command streams (TimeoutError), setTimeout(5000) ending the
+sandbox at about 5 s, and keys minted in E2B's form (`e2b_` + hex) that the
+SDK's own key check accepts. Then, here over plain HTTP: the envd version
+the answers carry.
+
+Without node or the SDKs installed (and no way to install them) the file is
+skipped."""
+import os
+import shutil
+import subprocess
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
+import abserver  # noqa: E402
+import taprelay  # noqa: E402
+
+ROOT = os.path.realpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
+E2B_DIR = os.path.join(ROOT, "tests", "e2b")
+SDKS = ("e2b", "e2b-2.45.0")
+
+h = abserver.ServerHarness(budget=240)
+node = shutil.which("node")
+if not node:
+    h.skip_all("node is not installed (scripts/npm-deps.sh installs it)")
+have = lambda: all(os.path.isdir(os.path.join(E2B_DIR, "node_modules", s)) for s in SDKS)  # noqa: E731
+if not have():
+    subprocess.run([os.path.join(ROOT, "scripts", "npm-deps.sh")], capture_output=True, timeout=300)
+if not have():
+    h.skip_all("the e2b SDKs (2.51.0, 2.45.0) are not installed and scripts/npm-deps.sh could not install them")
+
+TOKEN = "e2b-edges-token-%s-0123456789" % os.getpid()
+# a long reaper interval: a timeout must end the sandbox on time, not at a scan
+srv = h.start_server(token=TOKEN, config={"reaper_interval": "60s"})
+
+for sdk in SDKS:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("E2B_")}
+    env.update({"E2B_API_URL": srv.url + "/e2b", "E2B_SANDBOX_URL": srv.url + "/e2b/envd", "E2B_API_KEY": TOKEN,
+                "E2B_SDK_MODULE": sdk, "E2B_VALIDATE_API_KEY": "false"})
+    taprelay.relay(h, [node, os.path.join(E2B_DIR, "edges.mjs"), srv.url, TOKEN], env, E2B_DIR,
+                   label=sdk, timeout=150, min_checks=15)
+
+r = srv.post("/e2b/v2/sandboxes", {"timeout": 60}, headers={"X-API-Key": TOKEN}, token=None)
+h.ok(r.status == 201 and r.get("envdVersion") == "0.6.4", "the create answer: envdVersion 0.6.4", r.describe())
+if r.get("sandboxID"):
+    srv.request("DELETE", "/e2b/sandboxes/" + r.get("sandboxID"), headers={"X-API-Key": TOKEN}, token=None)
+h.done()
