@@ -6,13 +6,11 @@
 //
 //   node sdk.mjs SERVER_URL ADMIN_TOKEN PORTS_DOMAIN
 import http from 'node:http';
-import {
-  AuthenticationError,
-  CommandExitError,
-  NotFoundError,
-  Sandbox,
-  TimeoutError,
-} from 'e2b';
+// E2B_SDK_MODULE names the SDK: "e2b" (2.51.0, the default) or "e2b-2.45.0"
+// (an npm alias of 2.45.0; tests/e2b/package.json).
+const { AuthenticationError, CommandExitError, NotFoundError, Sandbox, TimeoutError } = await import(
+  process.env.E2B_SDK_MODULE || 'e2b'
+);
 
 const [server, adminToken, portsDomain] = process.argv.slice(2);
 let n = 0;
