@@ -74,6 +74,22 @@ await step('isRunning after pause', async () => {
   await back.kill();
 });
 
+// ---- home ------------------------------------------------------------------------------
+await step('home', async () => {
+  const w = await sbx.files.write('test_write.txt', 'hello');
+  ok(w.path === '/home/user/test_write.txt', 'a relative path resolves in /home/user (the entry says so)', w);
+  ok((await sbx.files.read('/home/user/test_write.txt')) === 'hello', 'and the file is there');
+  const r = await sbx.commands.run('pwd; cat test_write.txt; echo "$HOME"');
+  ok(r.stdout === '/home/user\nhello/home/user\n', 'commands start in /home/user, HOME there', r.stdout);
+  const h2 = await sbx.commands.run('echo "$HOME"; pwd', { envs: { HOME: '/tmp' }, cwd: 'sub/..' });
+  ok(h2.stdout === '/tmp\n/home/user\n', 'envs override HOME; a relative cwd is in /home/user', h2.stdout);
+  const ents = await sbx.files.list('.');
+  const e = ents.find((x) => x.name === 'test_write.txt');
+  ok(e && e.path === '/home/user/test_write.txt', 'files.list(".") lists /home/user with paths under it', ents);
+  const info = await sbx.files.getInfo('test_write.txt');
+  ok(info.path === '/home/user/test_write.txt', 'getInfo of a relative path: under /home/user', info);
+});
+
 // ---- files ----------------------------------------------------------------------------
 await step('files edges', async () => {
   await sbx.files.remove('/tmp/no-such-file-here');

@@ -103,7 +103,7 @@ await step('commands.run', async () => {
   const who = await sbx.commands.run('id -un', { user: 'nobody' });
   const root = await sbx.commands.run('id -un', { user: 'root' });
   const dflt = await sbx.commands.run('id -un; pwd');
-  ok(who.stdout === 'nobody\n' && root.stdout === 'root\n' && dflt.stdout === 'root\n/workspace\n',
+  ok(who.stdout === 'nobody\n' && root.stdout === 'root\n' && dflt.stdout === 'root\n/home/user\n',
     'run: the user option (nobody, root), the default user and cwd', [who.stdout, root.stdout, dflt.stdout]);
 });
 

@@ -26,8 +26,11 @@ bool envd_enveloped(ab_req *r);
 /* A stream that is over at once: its end envelope carries the error. */
 enum MHD_Result envd_stream_error(ab_req *r, const char *code, const char *msg);
 
+/* E2B's home: where relative paths resolve and commands start, as in E2B. */
+#define E2B_HOME "/home/user"
+
 /* base + "/" + rel (rel NULL or "": base), absolute: a relative base is
- * relative to /workspace. Free it. */
+ * relative to E2B_HOME. Free it. */
 char *envd_abs_path(const char *base, const char *rel);
 /* filesystem.EntryInfo of absolute path with st. */
 json_t *envd_entry_info(const char *path, const abc_stat *st);

@@ -447,7 +447,15 @@ static enum MHD_Result process_start(ab_req *r, const char *box, json_t *msg)
                 argv[1 + i] = steal_pointer(&args[i]);
         json_t *envs = json_object_get(pc, "envs");
         size_t ne = json_is_object(envs) ? json_object_size(envs) : 0, k = 0;
-        _cleanup_strv_ char **env = xcalloc(ne + 1, sizeof(char *));
+        _cleanup_strv_ char **env = xcalloc(ne + 3, sizeof(char *));
+        const char *cwd = json_string_value(json_object_get(pc, "cwd"));
+        /* Commands start in E2B's home unless told otherwise, with HOME
+         * there, as in E2B; PWD names the cwd as given (pwd shows
+         * /home/user, not the /workspace its link leads to). The call's
+         * envs come after: they win. */
+        _cleanup_free_ char *abs_cwd = envd_abs_path(cwd && *cwd ? cwd : E2B_HOME, NULL);
+        env[k++] = xstrdup("HOME=" E2B_HOME);
+        env[k++] = xasprintf("PWD=%s", abs_cwd);
         const char *key;
         json_t *val;
         json_object_foreach(envs, key, val)
@@ -455,8 +463,6 @@ static enum MHD_Result process_start(ab_req *r, const char *box, json_t *msg)
                 if (json_is_string(val) && *key && !strchr(key, '='))
                         env[k++] = xasprintf("%s=%s", key, json_string_value(val));
         }
-        const char *cwd = json_string_value(json_object_get(pc, "cwd"));
-        _cleanup_free_ char *abs_cwd = cwd && *cwd ? envd_abs_path(cwd, NULL) : NULL;
         _cleanup_free_ char *user = envd_user(r);
         uint32_t timeout_ms = call_timeout_ms(r);
         json_t *size = json_object_get(pty, "size");

@@ -317,17 +317,46 @@ enum MHD_Result envd_stream_error(ab_req *r, const char *code, const char *msg)
 
 /* ---- entries ------------------------------------------------------------ */
 
-/* "/a/b" + "c" -> "/a/b/c"; a relative path is relative to /workspace, the
- * box's home (and E2B's /home/user, a link to it). */
+/* p (absolute) with "." and ".." resolved by name and no doubled or
+ * trailing slashes, as Go's filepath.Clean (E2B's envd) makes it. Free it. */
+static char *path_clean(const char *p)
+{
+        _cleanup_free_ char *work = xstrdup(p);
+        char *out = xmalloc(strlen(p) + 2);
+        size_t n = 0;
+        char *save = NULL;
+        for (char *part = strtok_r(work, "/", &save); part; part = strtok_r(NULL, "/", &save)) {
+                if (!strcmp(part, "."))
+                        continue;
+                if (!strcmp(part, "..")) {
+                        while (n > 0 && out[n - 1] != '/')
+                                n--;
+                        if (n > 0)
+                                n--; /* the slash before the dropped name */
+                        continue;
+                }
+                out[n++] = '/';
+                size_t l = strlen(part);
+                memcpy(out + n, part, l);
+                n += l;
+        }
+        if (n == 0)
+                out[n++] = '/';
+        out[n] = 0;
+        return out;
+}
+
+/* "/a/b" + "c" -> "/a/b/c", cleaned; a relative path is relative to
+ * /home/user, E2B's home (a link to /workspace, the box's, made at create). */
 char *envd_abs_path(const char *base, const char *rel)
 {
-        _cleanup_free_ char *b = base[0] == '/' ? xstrdup(base) : xasprintf("/workspace/%s", base);
-        size_t n = strlen(b);
-        while (n > 1 && b[n - 1] == '/')
-                b[--n] = 0;
-        if (!rel || !*rel)
-                return steal_pointer(&b);
-        return !strcmp(b, "/") ? xasprintf("/%s", rel) : xasprintf("%s/%s", b, rel);
+        _cleanup_free_ char *joined = NULL;
+        if (base[0] == '/')
+                joined = rel && *rel ? xasprintf("%s/%s", base, rel) : xstrdup(base);
+        else
+                joined = rel && *rel ? xasprintf(E2B_HOME "/%s/%s", base, rel)
+                                     : xasprintf(E2B_HOME "/%s", base);
+        return path_clean(joined);
 }
 
 static void perm_string(char out[11], abc_ftype t, uint32_t mode)
@@ -348,37 +377,16 @@ static json_t *rfc3339(int64_t secs)
 
 /* The absolute, cleaned path a link at path (absolute) pointing to link
  * names, as E2B's envd reports a symlink's target: a relative link is taken
- * from the link's folder; "." and ".." are resolved by name. Free it. */
+ * from the link's folder. Free it. */
 static char *link_target(const char *path, const char *link)
 {
+        if (link[0] == '/')
+                return envd_abs_path(link, NULL);
         _cleanup_free_ char *dir = xstrdup(path);
         char *slash = strrchr(dir, '/');
         if (slash)
                 *slash = 0;
-        _cleanup_free_ char *joined =
-            link[0] == '/' ? xstrdup(link) : xasprintf("%s/%s", dir, link);
-        char *out = xmalloc(strlen(joined) + 2);
-        size_t n = 0;
-        char *save = NULL;
-        for (char *part = strtok_r(joined, "/", &save); part; part = strtok_r(NULL, "/", &save)) {
-                if (!strcmp(part, "."))
-                        continue;
-                if (!strcmp(part, "..")) {
-                        while (n > 0 && out[n - 1] != '/')
-                                n--;
-                        if (n > 0)
-                                n--; /* the slash before the dropped name */
-                        continue;
-                }
-                out[n++] = '/';
-                size_t l = strlen(part);
-                memcpy(out + n, part, l);
-                n += l;
-        }
-        if (n == 0)
-                out[n++] = '/';
-        out[n] = 0;
-        return out;
+        return envd_abs_path(*dir ? dir : "/", link);
 }
 
 /* filesystem.EntryInfo of path (absolute) with st. */
@@ -558,7 +566,7 @@ static enum MHD_Result fs_unary(ab_req *r, const char *box, const char *method, 
         }
         if (!strcmp(method, "Remove")) {
                 _cleanup_free_ char *shown = envd_abs_path(c.path, NULL);
-                if (!strcmp(shown, "/") || !strcmp(shown, "/workspace"))
+                if (!strcmp(shown, "/") || !strcmp(shown, "/workspace") || !strcmp(shown, E2B_HOME))
                         return envd_rpc_error(r, "invalid_argument", "refusing to remove it");
                 if (envd_with_box(r->srv, box, r->scope, fs_remove, &c, &e) < 0)
                         return envd_rpc_err(r, e);
