@@ -92,6 +92,10 @@ await step('home', async () => {
 
 // ---- files ----------------------------------------------------------------------------
 await step('files edges', async () => {
+  const big = 'gzip me '.repeat(20000);
+  const gz = await sbx.files.write('/tmp/gz.txt', big, { gzip: true });
+  ok(gz.path === '/tmp/gz.txt' && (await sbx.files.read('/tmp/gz.txt')) === big,
+    'files.write with gzip: true lands inflated', gz);
   await sbx.files.remove('/tmp/no-such-file-here');
   ok(true, 'remove of a missing file succeeds');
   await sbx.commands.run('mkdir -p /tmp/lk/sub && echo x > /tmp/lk/sub/f && ln -sfn sub/f /tmp/lk/rel && ln -sfn ../lk/sub/./f /tmp/lk/up');
