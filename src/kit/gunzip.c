@@ -8,10 +8,11 @@
 
 #define GZ_CHUNK (64u << 10)
 
-/* Writes n bytes of p to fd, taking them from the spool's cap first. */
-static int spool_out(ab_req *r, int fd, const unsigned char *p, size_t n, ab_err **err)
+/* Writes n bytes of p to fd, taking them from the cap first. */
+static int spool_out(kit_gz_take take, void *ud, int fd, const unsigned char *p, size_t n,
+                     ab_err **err)
 {
-        if (!kit_tmp_take(r, n))
+        if (take && !take(ud, n))
                 return ab_err_set(err, AB_E_UNAVAILABLE, 0,
                                   "the server's upload spool is full (tmp_max); try again later");
         int rc = ab_write_all(fd, p, n);
@@ -20,7 +21,8 @@ static int spool_out(ab_req *r, int fd, const unsigned char *p, size_t n, ab_err
 
 /* Runs z over what src holds, writing what it inflates to dst: 0 at the
  * end of the last member, -1 with *err. */
-static int inflate_all(ab_req *r, z_stream *z, int src, int dst, uint64_t max, ab_err **err)
+static int inflate_all(z_stream *z, int src, int dst, uint64_t max, kit_gz_take take, void *ud,
+                       ab_err **err)
 {
         _cleanup_free_ unsigned char *in = xmalloc(GZ_CHUNK);
         _cleanup_free_ unsigned char *out = xmalloc(GZ_CHUNK);
@@ -57,7 +59,7 @@ static int inflate_all(ab_req *r, z_stream *z, int src, int dst, uint64_t max, a
                                           "%" PRIu64 " bytes (max_upload)",
                                           max);
                 total += got;
-                if (got && spool_out(r, dst, out, got, err) < 0)
+                if (got && spool_out(take, ud, dst, out, got, err) < 0)
                         return -1;
                 if (zr == Z_STREAM_END)
                         ended = true;
@@ -70,6 +72,21 @@ static int inflate_all(ab_req *r, z_stream *z, int src, int dst, uint64_t max, a
         return 0;
 }
 
+int kit_gunzip_fd(int src, int dst, uint64_t max, kit_gz_take take, void *ud, ab_err **err)
+{
+        z_stream z = {0};
+        if (inflateInit2(&z, 15 + 16) != Z_OK) /* 15 + 16: a gzip header, not zlib's */
+                return ab_err_set(err, AB_E_INTERNAL, 0, "inflateInit2");
+        int rc = inflate_all(&z, src, dst, max, take, ud, err);
+        inflateEnd(&z);
+        return rc;
+}
+
+static bool take_spool(void *ud, uint64_t n)
+{
+        return kit_tmp_take(ud, n);
+}
+
 int kit_gunzip_upload(ab_req *r, uint64_t max, int *out, ab_err **err)
 {
         *out = -1;
@@ -78,12 +95,7 @@ int kit_gunzip_upload(ab_req *r, uint64_t max, int *out, ab_err **err)
         _cleanup_close_ int fd = open(r->srv->tmp_dir, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
         if (fd < 0)
                 return ab_err_set(err, AB_E_INTERNAL, errno, "open a spool file");
-        z_stream z = {0};
-        if (inflateInit2(&z, 15 + 16) != Z_OK) /* 15 + 16: a gzip header, not zlib's */
-                return ab_err_set(err, AB_E_INTERNAL, 0, "inflateInit2");
-        int rc = inflate_all(r, &z, r->upload_fd, fd, max, err);
-        inflateEnd(&z);
-        if (rc < 0)
+        if (kit_gunzip_fd(r->upload_fd, fd, max, take_spool, r, err) < 0)
                 return -1;
         if (lseek(fd, 0, SEEK_SET) != 0)
                 return ab_err_set(err, AB_E_INTERNAL, errno, "rewind the inflated upload");

@@ -8,6 +8,16 @@
 
 #include "kit/server.h"
 
+/* Takes n more bytes of a cap for what is being inflated; false: no room. */
+typedef bool (*kit_gz_take)(void *ud, uint64_t n);
+
+/* Inflates the gzip stream (one or more members, RFC 1952) read from src
+ * (to its end) into dst, at most max bytes, each write first taken from
+ * take (NULL: no cap besides max). 0, or -1 with *err as for
+ * kit_gunzip_upload; dst then holds part of the output. Fuzzed by
+ * tests/fuzz/fuzz_gunzip.c. */
+int kit_gunzip_fd(int src, int dst, uint64_t max, kit_gz_take take, void *ud, ab_err **err);
+
 /* Inflates the gzip stream (one or more members, RFC 1952) of r's spooled
  * upload (r->upload_fd, from its start) into a new unnamed file of the
  * spool: *out gets it (read from its start; close it), its bytes counted
