@@ -157,4 +157,25 @@ int ab_store_key_list(ab_store *s, ab_api_key **out, size_t *n, ab_err **err);
 int ab_store_key_get(ab_store *s, const char *key_id, ab_api_key *out, ab_err **err);
 int ab_store_key_delete(ab_store *s, const char *key_id, ab_err **err);
 
+/* ---- file metadata ---------------------------------------------------------
+ * String pairs kept for files of a box (E2B's files.write metadata), by
+ * absolute path, for one creation of the box (spec.creation): rows of
+ * another creation are never returned and are replaced by a set. A box's
+ * rows go with ab_store_box_delete. */
+
+/* Sets the metadata of path (a JSON object; NULL or {}: removes it). */
+int ab_store_file_meta_set(ab_store *s, const char *provider, const char *id, const char *creation,
+                           const char *path, json_t *meta, ab_err **err);
+/* *out: a new object, path -> metadata, for path and every path under it
+ * (path + "/"); {} when none. */
+int ab_store_file_meta_get(ab_store *s, const char *provider, const char *id, const char *creation,
+                           const char *path, json_t **out, ab_err **err);
+/* A rename: what was kept for from and the paths under it now is to's
+ * (what to had is dropped). */
+int ab_store_file_meta_move(ab_store *s, const char *provider, const char *id, const char *from,
+                            const char *to, ab_err **err);
+/* A removal: drops what is kept for path and the paths under it. */
+int ab_store_file_meta_delete(ab_store *s, const char *provider, const char *id, const char *path,
+                              ab_err **err);
+
 #endif

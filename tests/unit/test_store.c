@@ -303,6 +303,7 @@ static void test_migrations(const target *t)
         ok(raw(t, "ALTER TABLE api_keys DROP COLUMN quotas", NULL) == 0 &&
                raw(t, "DROP INDEX boxes_keys", NULL) == 0 &&
                raw(t, "DROP INDEX boxes_thread", NULL) == 0 &&
+               raw(t, "DROP TABLE file_meta", NULL) == 0 &&
                raw(t, "DELETE FROM schema_migrations WHERE version >= 3", NULL) == 0 &&
                raw(t,
                    "INSERT INTO api_keys (key_id, key_hash, app_id, name, created_at) "
@@ -326,7 +327,8 @@ static void test_migrations(const target *t)
          * keeps them and allows one box per keys (of an app) from then on. */
         ok(raw(t, "DROP INDEX boxes_keys", NULL) == 0 &&
                raw(t, "DROP INDEX boxes_thread", NULL) == 0 &&
-               raw(t, "DELETE FROM schema_migrations WHERE version = 4", NULL) == 0,
+               raw(t, "DROP TABLE file_meta", NULL) == 0 &&
+               raw(t, "DELETE FROM schema_migrations WHERE version >= 4", NULL) == 0,
            "make a version 3 database");
         static const char *const old_rows[] = {
             /* keys (app1, u-1, c): sha256("app1-u-1-c")[:16] */
@@ -970,6 +972,70 @@ static void *insert_thread(void *p)
 
 /* Two handles (as two processes would) create the same box at once: the
  * database's unique key lets exactly one win, the other gets a conflict. */
+/* File metadata (E2B's files.write metadata): by path and creation; moves,
+ * removals and a box's delete carry it along or drop it. */
+static json_t *meta_of(ab_store *s, const char *id, const char *creation, const char *path)
+{
+        ab_err *e = NULL;
+        json_t *o = NULL;
+        no_err(ab_store_file_meta_get(s, "native", id, creation, path, &o, &e), &e,
+               "get file metadata under %s", path);
+        return o ? o : json_object();
+}
+
+static void test_file_meta(ab_store *s)
+{
+        ab_err *e = NULL;
+        ab_box_rec b = {.provider = S("native"),
+                        .id = S("fm1"),
+                        .backend_id = S("be-fm1"),
+                        .status = AB_BOX_RUNNING,
+                        .mode = AB_MODE_SESSION,
+                        .created_at = 1};
+        no_err(ab_store_box_insert(s, &b, &e), &e, "a box for file metadata");
+        json_t *m1 = json_pack("{s:s,s:s}", "k", "v 1", "b", "it's");
+        json_t *m2 = json_pack("{s:s}", "x", "y");
+        no_err(ab_store_file_meta_set(s, "native", "fm1", "c1", "/d/a.txt", m1, &e), &e, "set a");
+        no_err(ab_store_file_meta_set(s, "native", "fm1", "c1", "/d/sub/b.txt", m2, &e), &e,
+               "set b");
+        no_err(ab_store_file_meta_set(s, "native", "fm1", "c1", "/d2/c.txt", m2, &e), &e, "set c");
+        json_t *o = meta_of(s, "fm1", "c1", "/d");
+        ok(json_object_size(o) == 2 && json_equal(json_object_get(o, "/d/a.txt"), m1) &&
+               json_equal(json_object_get(o, "/d/sub/b.txt"), m2),
+           "get of a folder: what is kept under it (not /d2)");
+        json_decref(o);
+        o = meta_of(s, "fm1", "c2", "/");
+        ok(json_object_size(o) == 0, "another creation of the box sees none of it");
+        json_decref(o);
+        no_err(ab_store_file_meta_move(s, "native", "fm1", "/d", "/e", &e), &e, "move /d to /e");
+        o = meta_of(s, "fm1", "c1", "/");
+        ok(json_object_size(o) == 3 && json_object_get(o, "/e/a.txt") &&
+               json_object_get(o, "/e/sub/b.txt") && json_object_get(o, "/d2/c.txt"),
+           "a move carries a folder's metadata along, /d2 untouched");
+        json_decref(o);
+        no_err(ab_store_file_meta_move(s, "native", "fm1", "/d2/c.txt", "/e/a.txt", &e), &e,
+               "move a file onto another");
+        o = meta_of(s, "fm1", "c1", "/e/a.txt");
+        ok(json_object_size(o) == 1 && json_equal(json_object_get(o, "/e/a.txt"), m2),
+           "the moved file's metadata replaces the target's");
+        json_decref(o);
+        no_err(ab_store_file_meta_set(s, "native", "fm1", "c1", "/e/a.txt", NULL, &e), &e,
+               "set none");
+        no_err(ab_store_file_meta_delete(s, "native", "fm1", "/e", &e), &e, "delete /e");
+        o = meta_of(s, "fm1", "c1", "/");
+        ok(json_object_size(o) == 0, "set none and a removal drop it");
+        json_decref(o);
+        no_err(ab_store_file_meta_set(s, "native", "fm1", "c1", "/f", m1, &e), &e, "set f");
+        no_err(ab_store_box_delete(s, "native", "fm1", &e), &e, "delete the box");
+        no_err(ab_store_box_insert(s, &b, &e), &e, "the same id again");
+        o = meta_of(s, "fm1", "c1", "/");
+        ok(json_object_size(o) == 0, "a box's delete drops its file metadata");
+        json_decref(o);
+        no_err(ab_store_box_delete(s, "native", "fm1", &e), &e, "clean up");
+        json_decref(m1);
+        json_decref(m2);
+}
+
 static void test_insert_race(ab_store *s, ab_store *s2)
 {
         enum { ROUNDS = 20 };
@@ -1034,6 +1100,7 @@ static void suite(const target *t)
         test_pool(t, s, s2);
         test_audit(s);
         test_keys(s);
+        test_file_meta(s);
         test_insert_race(s, s2);
         if (strcmp(t->kind, "postgres") == 0)
                 test_pg_reconnect(t, s);
