@@ -96,6 +96,21 @@ await step('files edges', async () => {
   const gz = await sbx.files.write('/tmp/gz.txt', big, { gzip: true });
   ok(gz.path === '/tmp/gz.txt' && (await sbx.files.read('/tmp/gz.txt')) === big,
     'files.write with gzip: true lands inflated', gz);
+  const meta = { owner: 'ann', 'x-tag': 'a b!' };
+  const mw = await sbx.files.write('/tmp/md/m.txt', 'with metadata', { metadata: meta });
+  const same = (m) => m && JSON.stringify(m, Object.keys(m).sort()) === JSON.stringify(meta, Object.keys(meta).sort());
+  ok(same(mw.metadata), 'files.write with metadata: the answer carries it', mw);
+  ok(same((await sbx.files.getInfo('/tmp/md/m.txt')).metadata), 'getInfo returns the metadata');
+  const ml = (await sbx.files.list('/tmp/md')).find((x) => x.name === 'm.txt');
+  ok(ml && same(ml.metadata), 'files.list returns the metadata', ml);
+  await sbx.files.rename('/tmp/md', '/tmp/md2');
+  ok(same((await sbx.files.getInfo('/tmp/md2/m.txt')).metadata), 'a rename (of its folder) carries it along');
+  await sbx.files.write('/tmp/md2/m.txt', 'rewritten');
+  ok((await sbx.files.getInfo('/tmp/md2/m.txt')).metadata === undefined, 'a write without metadata: none');
+  await sbx.files.write('/tmp/md2/n.txt', 'x', { metadata: { k: 'v' } });
+  await sbx.files.remove('/tmp/md2');
+  await sbx.files.write('/tmp/md2/n.txt', 'y');
+  ok((await sbx.files.getInfo('/tmp/md2/n.txt')).metadata === undefined, 'a removal drops it');
   await sbx.files.remove('/tmp/no-such-file-here');
   ok(true, 'remove of a missing file succeeds');
   await sbx.commands.run('mkdir -p /tmp/lk/sub && echo x > /tmp/lk/sub/f && ln -sfn sub/f /tmp/lk/rel && ln -sfn ../lk/sub/./f /tmp/lk/up');

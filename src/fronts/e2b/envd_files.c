@@ -27,6 +27,12 @@ static enum MHD_Result files_error(ab_req *r, ab_err *e)
         return ret;
 }
 
+/* Cleanup for a local json_t * (NULL: nothing). */
+static void json_release(json_t **j)
+{
+        json_decref(*j);
+}
+
 /* A gzip upload that could not be inflated: 400 (not gzip), 413 (it
  * inflates past max_upload: a gzip bomb), 503 (the spool is full). */
 static enum MHD_Result gunzip_error(ab_req *r, ab_err *e)
@@ -129,6 +135,10 @@ enum MHD_Result envd_files_post(ab_req *r, const char *id)
                                  json_pack("{s:i,s:s}", "code", 415, "message",
                                            "Content-Encoding: gzip or identity"));
         ab_err *e = NULL;
+        json_t *meta = NULL; /* X-Metadata-*: kept for each file written */
+        if (envd_meta_headers(r, &meta, &e) < 0)
+                return files_error(r, e);
+        __attribute__((cleanup(json_release))) json_t *meta_ref = meta;
         _cleanup_close_ int inflated = -1;
         if (gz) { /* the upload, inflated, replaces it */
                 if (kit_gunzip_upload(r, r->srv->cfg->max_upload, &inflated, &e) < 0)
@@ -181,11 +191,14 @@ enum MHD_Result envd_files_post(ab_req *r, const char *id)
                 files[i].path = full;
                 up_call c = {.f = &files[i], .src_fd = src_fd};
                 rc = envd_with_box(r->srv, box, r->scope, up_write, &c, &e);
+                if (rc == 0) /* a new file: what was kept for the path goes */
+                        rc = envd_meta_set(r, box, full, meta, &e);
                 if (rc == 0) {
                         json_array_append_new(
-                            a, json_pack("{s:s,s:s,s:s}", "name", kit_base_name(full), "type",
-                                         "file" /* envd's HTTP EntryInfo: file or dir */, "path",
-                                         full));
+                            a,
+                            json_pack("{s:s,s:s,s:s,s:o}", "name", kit_base_name(full), "type",
+                                      "file" /* envd's HTTP EntryInfo: file or dir */, "path", full,
+                                      "metadata", meta ? json_incref(meta) : json_object()));
                 }
         }
         for (size_t i = 0; i < n; i++)

@@ -518,12 +518,15 @@ static int fs_stat_after(ab_req *r, const char *box, fs_call *c, ab_err **err)
         return envd_with_box(r->srv, box, r->scope, fs_stat, c, err);
 }
 
-static enum MHD_Result fs_entry_answer(ab_req *r, const char *path, fs_call *c)
+static enum MHD_Result fs_entry_answer(ab_req *r, const char *box, const char *path, fs_call *c)
 {
         _cleanup_free_ char *shown = envd_abs_path(path, NULL);
-        json_t *j = json_pack("{s:o}", "entry", envd_entry_info(shown, &c->st));
+        json_t *entry = envd_entry_info(shown, &c->st);
+        json_t *meta = envd_meta_under(r, box, shown);
+        envd_entry_meta(entry, meta);
+        json_decref(meta);
         free(c->st.link);
-        return resp_json(r, 200, j);
+        return resp_json(r, 200, json_pack("{s:o}", "entry", entry));
 }
 
 static enum MHD_Result fs_unary(ab_req *r, const char *box, const char *method, json_t *msg)
@@ -539,17 +542,20 @@ static enum MHD_Result fs_unary(ab_req *r, const char *box, const char *method, 
                                               "source and destination: required");
                 if (envd_with_box(r->srv, box, r->scope, fs_move, &c, &e) < 0)
                         return envd_rpc_err(r, e);
+                _cleanup_free_ char *from = envd_abs_path(c.path, NULL);
+                _cleanup_free_ char *to = envd_abs_path(c.path2, NULL);
+                envd_meta_moved(r, box, from, to);
                 c.path = c.path2;
                 if (fs_stat_after(r, box, &c, &e) < 0)
                         return envd_rpc_err(r, e);
-                return fs_entry_answer(r, c.path2, &c);
+                return fs_entry_answer(r, box, c.path2, &c);
         }
         if (!c.path || !*c.path)
                 return envd_rpc_error(r, "invalid_argument", "path: required");
         if (!strcmp(method, "Stat")) {
                 if (envd_stat_follow(r->srv, box, r->scope, c.path, &c.st, NULL, &e) < 0)
                         return envd_rpc_err(r, e);
-                return fs_entry_answer(r, c.path, &c);
+                return fs_entry_answer(r, box, c.path, &c);
         }
         if (!strcmp(method, "MakeDir")) {
                 /* envd answers already_exists for an existing path (the SDK's false) */
@@ -562,7 +568,7 @@ static enum MHD_Result fs_unary(ab_req *r, const char *box, const char *method, 
                         return envd_rpc_err(r, e);
                 if (fs_stat_after(r, box, &c, &e) < 0)
                         return envd_rpc_err(r, e);
-                return fs_entry_answer(r, c.path, &c);
+                return fs_entry_answer(r, box, c.path, &c);
         }
         if (!strcmp(method, "Remove")) {
                 _cleanup_free_ char *shown = envd_abs_path(c.path, NULL);
@@ -570,6 +576,7 @@ static enum MHD_Result fs_unary(ab_req *r, const char *box, const char *method, 
                         return envd_rpc_error(r, "invalid_argument", "refusing to remove it");
                 if (envd_with_box(r->srv, box, r->scope, fs_remove, &c, &e) < 0)
                         return envd_rpc_err(r, e);
+                envd_meta_removed(r, box, shown);
                 return resp_json(r, 200, json_object());
         }
         if (!strcmp(method, "ListDir")) {
@@ -590,11 +597,15 @@ static enum MHD_Result fs_unary(ab_req *r, const char *box, const char *method, 
                 if (envd_with_box(r->srv, box, r->scope, fs_list, &c, &e) < 0)
                         return envd_rpc_err(r, e);
                 _cleanup_free_ char *base = envd_abs_path(shown_path, NULL);
+                json_t *meta = envd_meta_under(r, box, base);
                 json_t *a = json_array();
                 for (size_t i = 0; i < c.n; i++) {
                         _cleanup_free_ char *full = envd_abs_path(base, c.ents[i].path);
-                        json_array_append_new(a, envd_entry_info(full, &c.ents[i].st));
+                        json_t *entry = envd_entry_info(full, &c.ents[i].st);
+                        envd_entry_meta(entry, meta);
+                        json_array_append_new(a, entry);
                 }
+                json_decref(meta);
                 abc_dirents_free(c.ents, c.n);
                 return resp_json(r, 200, json_pack("{s:o}", "entries", a));
         }
