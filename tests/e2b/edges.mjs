@@ -121,6 +121,30 @@ await step('files edges', async () => {
     'a symlink\'s info carries its absolute target', ents);
 });
 
+// ---- watches: inotify in the box ------------------------------------------------------------
+await step('watchDir', async () => {
+  await sbx.files.makeDir('/tmp/wd');
+  await sbx.files.write('/tmp/wd/before.txt', 'b');
+  const evs = [];
+  const h = await sbx.files.watchDir('/tmp/wd', (ev) => evs.push(ev), { timeoutMs: 0, recursive: true });
+  await sbx.files.write('/tmp/wd/new.txt', 'content');
+  await sbx.commands.run('echo 1 >> /tmp/wd/before.txt; echo 2 >> /tmp/wd/before.txt; mv /tmp/wd/before.txt /tmp/wd/after.txt; mkdir -p /tmp/wd/sub/deeper; echo x > /tmp/wd/sub/deeper/f.txt; chmod 600 /tmp/wd/after.txt');
+  await sleep(600);
+  await sbx.commands.run('echo y > /tmp/wd/sub/deeper/g.txt; rm /tmp/wd/new.txt');
+  await sleep(600);
+  await h.stop();
+  const has = (name, type) => evs.some((e) => e.name === name && e.type === type);
+  ok(has('new.txt', 'create') && has('new.txt', 'write'), 'a file written with content: create and write', evs);
+  ok(!evs.some((e) => e.name.includes('.abtmp')), 'no temp names in events', evs);
+  ok(evs.filter((e) => e.name === 'before.txt' && e.type === 'write').length >= 2,
+    'two appends: two writes (nothing merged)', evs);
+  ok(has('before.txt', 'rename') && has('after.txt', 'create'), 'a rename: rename of the old name, create of the new', evs);
+  ok(has('after.txt', 'chmod'), 'chmod', evs);
+  ok(has('sub/deeper/f.txt', 'create'), 'recursive: a file in a folder made while watching', evs);
+  ok(has('sub/deeper/g.txt', 'create') && has('sub/deeper/g.txt', 'write'), 'recursive: the new folder is watched', evs);
+  ok(has('new.txt', 'remove'), 'remove', evs);
+});
+
 // ---- a sandbox killed while a command streams -------------------------------------------
 await step('killed while streaming', async () => {
   const k = await Sandbox.create({ timeoutMs: 120_000 });
