@@ -975,8 +975,8 @@ int ab_store_file_meta_get(ab_store *s, const char *provider, const char *id, co
         _cleanup_res_ ab_sql_res res = {0};
         STORE_LOCKED(s);
         if (EXEC(s, "get file metadata",
-                 "SELECT path, metadata FROM file_meta WHERE provider = $1 AND box_id = $2 AND "
-                 META_UNDER " AND creation = $5",
+                 "SELECT path, metadata FROM file_meta WHERE provider = $1 AND box_id = $2 "
+                 "AND " META_UNDER " AND creation = $5",
                  &res, err, SQL_TEXT(provider), SQL_TEXT(id), SQL_TEXT(path), SQL_TEXT(pre),
                  SQL_TEXT(creation)) < 0)
                 return -1;
