@@ -5,43 +5,13 @@
 // E2B_API_KEY (set by tests/integration/test_e2b_edges.py). Prints TAP.
 //
 //   node edges.mjs SERVER_URL ADMIN_TOKEN
+import { finish, ok, restApi, sleep, step, thrown } from './tap.mjs';
+
 const sdkName = process.env.E2B_SDK_MODULE || 'e2b';
 const { AuthenticationError, NotFoundError, Sandbox, SandboxNotFoundError, TimeoutError } = await import(sdkName);
 
 const [server, adminToken] = process.argv.slice(2);
-let n = 0;
-function ok(cond, name, detail) {
-  n++;
-  console.log(`${cond ? 'ok' : 'not ok'} ${n} - ${name}`);
-  if (!cond && detail !== undefined) {
-    const text = typeof detail === 'string' ? detail : JSON.stringify(detail, null, 1);
-    for (const line of String(text).split('\n').slice(0, 30)) console.log(`# ${line}`);
-  }
-  return cond;
-}
-async function step(name, f) {
-  try {
-    return await f();
-  } catch (e) {
-    ok(false, name, `${e && e.name}: ${e && e.message}\n${e && e.stack}`);
-    return undefined;
-  }
-}
-async function thrown(f) {
-  try {
-    await f();
-    return null;
-  } catch (e) {
-    return e;
-  }
-}
-const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
-const api = (method, path, body, token = adminToken) =>
-  fetch(server + path, {
-    method,
-    headers: { Authorization: `Bearer ${token}`, 'Content-Type': 'application/json' },
-    body: body === undefined ? undefined : JSON.stringify(body),
-  });
+const api = restApi(server, adminToken);
 
 const sbx = await step('Sandbox.create', () => Sandbox.create({ timeoutMs: 600_000 }));
 if (!sbx) {
@@ -200,4 +170,4 @@ await step('e2b keys', async () => {
 });
 
 await sbx.kill();
-console.log(`1..${n}`);
+finish();

@@ -6,6 +6,7 @@
 //
 //   node sdk.mjs SERVER_URL ADMIN_TOKEN PORTS_DOMAIN
 import http from 'node:http';
+import { finish, ok, restApi, sleep, step, thrown } from './tap.mjs';
 // E2B_SDK_MODULE names the SDK: "e2b" (2.51.0, the default) or "e2b-2.45.0"
 // (an npm alias of 2.45.0; tests/e2b/package.json).
 const { AuthenticationError, CommandExitError, NotFoundError, Sandbox, TimeoutError } = await import(
@@ -13,47 +14,7 @@ const { AuthenticationError, CommandExitError, NotFoundError, Sandbox, TimeoutEr
 );
 
 const [server, adminToken, portsDomain] = process.argv.slice(2);
-let n = 0;
-let failed = 0;
-function ok(cond, name, detail) {
-  n++;
-  if (cond) {
-    console.log(`ok ${n} - ${name}`);
-  } else {
-    failed++;
-    console.log(`not ok ${n} - ${name}`);
-    if (detail !== undefined) {
-      const text = typeof detail === 'string' ? detail : JSON.stringify(detail, null, 1);
-      for (const line of String(text).split('\n').slice(0, 30)) console.log(`# ${line}`);
-    }
-  }
-  return cond;
-}
-// Runs f; a throw is one failed check named `name`.
-async function step(name, f) {
-  try {
-    return await f();
-  } catch (e) {
-    ok(false, name, `${e && e.name}: ${e && e.message}\n${e && e.stack}`);
-    return undefined;
-  }
-}
-// The error f throws (or null).
-async function thrown(f) {
-  try {
-    await f();
-    return null;
-  } catch (e) {
-    return e;
-  }
-}
-const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
-const api = (method, path, body, token = adminToken) =>
-  fetch(server + path, {
-    method,
-    headers: { Authorization: `Bearer ${token}`, 'Content-Type': 'application/json' },
-    body: body === undefined ? undefined : JSON.stringify(body),
-  });
+const api = restApi(server, adminToken);
 
 // ---- create, info, list ------------------------------------------------------------
 const tag = `t${process.pid}`;
@@ -506,5 +467,4 @@ await step('kill', async () => {
   ok((await sbx.isRunning()) === false, 'isRunning after kill: false');
 });
 
-console.log(`1..${n}`);
-process.exit(failed ? 1 : 0);
+finish();

@@ -15,8 +15,6 @@ across a restart of the server.
 Without node or the SDKs installed (and no way to install them) the file is
 skipped."""
 import os
-import shutil
-import subprocess
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
@@ -25,17 +23,10 @@ import taprelay  # noqa: E402
 
 ROOT = os.path.realpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 E2B_DIR = os.path.join(ROOT, "tests", "e2b")
-SDKS = ("e2b", "e2b-2.45.0")
+SDKS = taprelay.E2B_SDKS
 
 h = abserver.ServerHarness(budget=240)
-node = shutil.which("node")
-if not node:
-    h.skip_all("node is not installed (scripts/npm-deps.sh installs it)")
-have = lambda: all(os.path.isdir(os.path.join(E2B_DIR, "node_modules", s)) for s in SDKS)  # noqa: E731
-if not have():
-    subprocess.run([os.path.join(ROOT, "scripts", "npm-deps.sh")], capture_output=True, timeout=300)
-if not have():
-    h.skip_all("the e2b SDKs (2.51.0, 2.45.0) are not installed and scripts/npm-deps.sh could not install them")
+node = taprelay.need_e2b_sdks(h)
 
 TOKEN = "e2b-edges-token-%s-0123456789" % os.getpid()
 # a long reaper interval: a timeout must end the sandbox on time, not at a scan

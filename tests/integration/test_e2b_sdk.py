@@ -24,9 +24,7 @@ import base64
 import http.client
 import json
 import os
-import shutil
 import struct
-import subprocess
 import sys
 import time
 
@@ -39,17 +37,10 @@ import taprelay  # noqa: E402
 ROOT = os.path.realpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 E2B_DIR = os.path.join(ROOT, "tests", "e2b")
 DOMAIN = "e2b.test"
-SDKS = ("e2b", "e2b-2.45.0")  # 2.51.0 and 2.45.0 (an npm alias; tests/e2b/package.json)
+SDKS = taprelay.E2B_SDKS
 
 h = abserver.ServerHarness(budget=280)
-node = shutil.which("node")
-if not node:
-    h.skip_all("node is not installed (scripts/npm-deps.sh installs it)")
-have = lambda: all(os.path.isdir(os.path.join(E2B_DIR, "node_modules", s)) for s in SDKS)  # noqa: E731
-if not have():
-    subprocess.run([os.path.join(ROOT, "scripts", "npm-deps.sh")], capture_output=True, timeout=300)
-if not have():
-    h.skip_all("the e2b SDKs are not installed and scripts/npm-deps.sh could not install them (offline?)")
+node = taprelay.need_e2b_sdks(h)
 
 TOKEN = "e2b-admin-token-%s-0123456789" % os.getpid()
 srv = h.start_server(token=TOKEN, config={"ports_domain": DOMAIN, "reaper_interval": "500ms"})

@@ -3,6 +3,8 @@ driving an SDK) as a Python test file's own checks: each "ok N - name" /
 "not ok N - name" line (with its "# detail" lines) becomes one h.ok, each
 "Bail out!" a failure; then one check that the script ran at least
 min_checks checks and exited 0."""
+import os
+import shutil
 import subprocess
 
 
@@ -34,3 +36,27 @@ def relay(h, argv, env, cwd, label="SDK", timeout=200, min_checks=1):
     h.ok(rc == 0 and n >= min_checks, "%s: %s ran %d checks and exited 0" % (label, argv[1] if len(argv) > 1 else argv[0], n),
          "exit %s\nstdout tail:\n%s\nstderr:\n%s" % (rc, out[-2000:], err[-3000:]))
     return n
+
+
+ROOT = os.path.realpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
+E2B_DIR = os.path.join(ROOT, "tests", "e2b")
+# The E2B SDKs tests/e2b/package.json pins, driven side by side: 2.51.0 and
+# 2.45.0 (an npm alias); a script picks one by E2B_SDK_MODULE.
+E2B_SDKS = ("e2b", "e2b-2.45.0")
+
+
+def need_e2b_sdks(h):
+    """node and both E2B SDKs (installing them with scripts/npm-deps.sh
+    when missing), or the file is skipped. Returns node's path."""
+    node = shutil.which("node")
+    if not node:
+        h.skip_all("node is not installed (scripts/npm-deps.sh installs it)")
+
+    def have():
+        return all(os.path.isdir(os.path.join(E2B_DIR, "node_modules", s)) for s in E2B_SDKS)
+    if not have():
+        subprocess.run([os.path.join(ROOT, "scripts", "npm-deps.sh")], capture_output=True, timeout=300)
+    if not have():
+        h.skip_all("the e2b SDKs (2.51.0, 2.45.0) are not installed and scripts/npm-deps.sh could not "
+                   "install them (offline?)")
+    return node
