@@ -322,8 +322,9 @@ static watch *watch_new(ab_req *r, const char *box, json_t *msg, int fd, ab_err 
         char *real = NULL;
         if (envd_stat_follow(r->srv, box, r->scope, path, &st, &real, err) < 0)
                 return NULL;
-        free(st.link);
-        if (st.type != ABC_DIR) {
+        bool dir = st.type == ABC_DIR;
+        abc_stat_clear(&st);
+        if (!dir) {
                 free(real);
                 ab_err_set(err, AB_E_INVALID, 0, "%s is not a directory", path);
                 return NULL;

@@ -389,6 +389,19 @@ static char *link_target(const char *path, const char *link)
         return envd_abs_path(*dir ? dir : "/", link);
 }
 
+/* The owner or group envd shows: the box's name for it when known, root
+ * for id 0, else the number (a listing carries ids, not names). */
+static json_t *id_name(const char *name, bool has_ids, uint32_t id)
+{
+        if (name)
+                return json_string(name);
+        if (!has_ids || id == 0)
+                return json_string("root");
+        char num[16];
+        snprintf(num, sizeof(num), "%" PRIu32, id);
+        return json_string(num);
+}
+
 /* filesystem.EntryInfo of path (absolute) with st. */
 json_t *envd_entry_info(const char *path, const abc_stat *st)
 {
@@ -398,8 +411,10 @@ json_t *envd_entry_info(const char *path, const abc_stat *st)
         json_t *j = json_pack(
             "{s:o,s:s,s:o,s:s,s:i,s:s,s:s,s:s,s:o}", "name", json_bytes(name, strlen(name)), "type",
             kit_ftype_name(&kit_ftypes_envd, st->type), "path", json_bytes(path, strlen(path)),
-            "size", "0", "mode", (int)(st->mode & 07777), "permissions", perms, "owner", "root",
-            "group", "root", "modifiedTime", rfc3339(st->mtime));
+            "size", "0", "mode", (int)(st->mode & 07777), "permissions", perms, "owner", "",
+            "group", "", "modifiedTime", rfc3339(st->mtime));
+        json_object_set_new(j, "owner", id_name(st->owner, st->has_ids, st->uid));
+        json_object_set_new(j, "group", id_name(st->group, st->has_ids, st->gid));
         char sz[32];
         snprintf(sz, sizeof(sz), "%" PRIu64, st->size);
         json_object_set_new(j, "size", json_string(sz));
@@ -433,10 +448,11 @@ typedef struct fs_call {
         size_t n;
 } fs_call;
 
+/* A stat with the owner's and group's names (envd shows them). */
 static int fs_stat(ab_manager *m, ab_use *u, void *ud, ab_err **err)
 {
         fs_call *c = ud;
-        return ab_manager_file_stat(m, u, c->path, false, &c->st, err);
+        return ab_manager_file_stat(m, u, c->path, true, &c->st, err);
 }
 
 static int fs_list(ab_manager *m, ab_use *u, void *ud, ab_err **err)
@@ -482,7 +498,7 @@ int envd_stat_follow(ab_server *s, const char *box, const char *scope, const cha
                 }
                 if (!first_link)
                         first_link = steal_pointer(&c.st.link);
-                free(c.st.link);
+                abc_stat_clear(&c.st); /* the link was taken, the names go */
                 free(cur);
                 cur = next;
         }
@@ -525,7 +541,7 @@ static enum MHD_Result fs_entry_answer(ab_req *r, const char *box, const char *p
         json_t *meta = envd_meta_under(r, box, shown);
         envd_entry_meta(entry, meta);
         json_decref(meta);
-        free(c->st.link);
+        abc_stat_clear(&c->st);
         return resp_json(r, 200, json_pack("{s:o}", "entry", entry));
 }
 
@@ -560,7 +576,7 @@ static enum MHD_Result fs_unary(ab_req *r, const char *box, const char *method, 
         if (!strcmp(method, "MakeDir")) {
                 /* envd answers already_exists for an existing path (the SDK's false) */
                 if (envd_with_box(r->srv, box, r->scope, fs_stat, &c, &e) == 0) {
-                        free(c.st.link);
+                        abc_stat_clear(&c.st);
                         return envd_rpc_error(r, "already_exists", "the path exists already");
                 }
                 ab_err_free(&e);
@@ -589,8 +605,9 @@ static enum MHD_Result fs_unary(ab_req *r, const char *box, const char *method, 
                 _cleanup_free_ char *real = NULL;
                 if (envd_stat_follow(r->srv, box, r->scope, c.path, &c.st, &real, &e) < 0)
                         return envd_rpc_err(r, e);
-                free(c.st.link);
-                if (c.st.type != ABC_DIR)
+                bool dir = c.st.type == ABC_DIR;
+                abc_stat_clear(&c.st);
+                if (!dir)
                         return envd_rpc_error(r, "invalid_argument", "not a directory");
                 const char *shown_path = c.path;
                 c.path = real;
