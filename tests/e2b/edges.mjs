@@ -60,6 +60,8 @@ await step('home', async () => {
   const nob = await sbx.files.getInfo('/tmp/by-nobody');
   const mine = await sbx.files.getInfo('/tmp');
   ok(nob.owner === 'nobody' && mine.owner === 'root', 'entries show their owner by the box\'s names', [nob, mine]);
+  const listed = (await sbx.files.list('/tmp')).find((x) => x.name === 'by-nobody');
+  ok(listed && listed.owner === 'nobody' && listed.group === 'nogroup', 'and so does files.list', listed);
   const info = await sbx.files.getInfo('test_write.txt');
   ok(info.path === '/home/user/test_write.txt', 'getInfo of a relative path: under /home/user', info);
 });

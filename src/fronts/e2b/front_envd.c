@@ -461,6 +461,92 @@ static int fs_list(ab_manager *m, ab_use *u, void *ud, ab_err **err)
         return ab_manager_file_list(m, u, c->path, c->depth, &c->ents, &c->n, err);
 }
 
+/* ---- owner names of a listing ---- */
+
+#define NAMES_FILE_MAX (1u << 20) /* most bytes of /etc/passwd or /etc/group read */
+
+typedef struct names_read {
+        const char *path;
+        ab_buf b;
+} names_read;
+
+static int names_chunk(void *ud, int stream, const void *buf, size_t len)
+{
+        names_read *n = ud;
+        if (n->b.n + len > NAMES_FILE_MAX)
+                return -1; /* too large: no names from it */
+        ab_buf_add(&n->b, buf, len);
+        return 0;
+}
+
+static int names_file(ab_manager *m, ab_use *u, void *ud, ab_err **err)
+{
+        names_read *n = ud;
+        return ab_manager_file_read(m, u, n->path, 0, NAMES_FILE_MAX + 1, names_chunk, n, err);
+}
+
+/* id -> name of the box's /etc/passwd or /etc/group ("name:x:id:..."
+ * lines; the first name of an id wins), as an object keyed by the id in
+ * decimal; {} when the file cannot be read. */
+static json_t *names_of(ab_req *r, const char *box, const char *path)
+{
+        names_read n = {.path = path};
+        json_t *o = json_object();
+        ab_err *e = NULL;
+        if (envd_with_box(r->srv, box, r->scope, names_file, &n, &e) < 0) {
+                ab_err_free(&e);
+                ab_buf_free(&n.b);
+                return o;
+        }
+        ab_buf_add(&n.b, "", 1);
+        char *save = NULL;
+        for (char *line = strtok_r(n.b.p, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+                char *name = line, *c1 = strchr(line, ':');
+                char *c2 = c1 ? strchr(c1 + 1, ':') : NULL;
+                char *c3 = c2 ? strchr(c2 + 1, ':') : NULL;
+                if (!c1 || !c2 || !c3 || c1 == name || c3 == c2 + 1)
+                        continue;
+                *c1 = *c3 = 0;
+                char *end = NULL;
+                unsigned long id = strtoul(c2 + 1, &end, 10);
+                if (*end || id > UINT32_MAX)
+                        continue;
+                char key[16];
+                snprintf(key, sizeof(key), "%lu", id);
+                if (!json_object_get(o, key))
+                        json_object_set_new(o, key, json_bytes(name, strlen(name)));
+        }
+        ab_buf_free(&n.b);
+        return o;
+}
+
+/* Fills the owner and group names of a listing's entries from the box's
+ * databases: read only when an entry has an id other than root's. */
+static void name_entries(ab_req *r, const char *box, abc_dirent *ents, size_t n)
+{
+        bool others = false;
+        for (size_t i = 0; i < n && !others; i++)
+                others = ents[i].st.has_ids && (ents[i].st.uid || ents[i].st.gid);
+        if (!others)
+                return;
+        json_t *users = names_of(r, box, "/etc/passwd");
+        json_t *groups = names_of(r, box, "/etc/group");
+        for (size_t i = 0; i < n; i++) {
+                abc_stat *st = &ents[i].st;
+                char key[16];
+                snprintf(key, sizeof(key), "%" PRIu32, st->uid);
+                const char *u = json_string_value(json_object_get(users, key));
+                snprintf(key, sizeof(key), "%" PRIu32, st->gid);
+                const char *g = json_string_value(json_object_get(groups, key));
+                if (st->has_ids && u && !st->owner)
+                        st->owner = xstrdup(u);
+                if (st->has_ids && g && !st->group)
+                        st->group = xstrdup(g);
+        }
+        json_decref(users);
+        json_decref(groups);
+}
+
 /* Stats path following symlinks (E2B's /home/user is one): *st is the
  * target's, with the first link's target in st->link; *real (when given)
  * the path it resolved to. */
@@ -615,6 +701,7 @@ static enum MHD_Result fs_unary(ab_req *r, const char *box, const char *method, 
                         return envd_rpc_err(r, e);
                 _cleanup_free_ char *base = envd_abs_path(shown_path, NULL);
                 json_t *meta = envd_meta_under(r, box, base);
+                name_entries(r, box, c.ents, c.n);
                 json_t *a = json_array();
                 for (size_t i = 0; i < c.n; i++) {
                         _cleanup_free_ char *full = envd_abs_path(base, c.ents[i].path);
