@@ -217,8 +217,10 @@ void init_watch(init_conn *c, const abp_frame *f, const init_conf *conf)
         w.ifd = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
         if (w.ifd < 0) {
                 init_send_errno(c, errno, m.path);
-        } else if (stat(root, &st) < 0 || !S_ISDIR(st.st_mode)) {
-                init_send_errno(c, errno ? errno : ENOTDIR, m.path);
+        } else if (stat(root, &st) < 0) {
+                init_send_errno(c, errno, m.path);
+        } else if (!S_ISDIR(st.st_mode)) {
+                init_send_errno(c, ENOTDIR, m.path);
         } else {
                 errno = 0;
                 add_tree(&w, "", 0, false);
