@@ -20,6 +20,7 @@ PACKAGES=(
         libpq-dev
         libcurl4-openssl-dev
         libarchive-dev
+        zlib1g-dev
         libssl-dev
         libyaml-dev
         libpcre2-dev

@@ -2,7 +2,8 @@
 # npm-deps.sh - install the npm packages of the project, each pinned by its
 # package-lock.json:
 #   tests/mcp    the official MCP TypeScript SDK (tests/mcp)
-#   tests/e2b    E2B's JS SDK (`e2b`), driving the E2B front (tests/e2b)
+#   tests/e2b    E2B's JS SDK, 2.51.0 (`e2b`) and 2.45.0 (`e2b-2.45.0`, an npm
+#                alias), driving the E2B front (tests/e2b)
 #   tests/opensandbox  OpenSandbox's JS SDK (@alibaba-group/opensandbox), the
 #                client of the OpenSandbox front's test
 #   runners/js   the modules JS snippets may require (lodash, dayjs, moment,

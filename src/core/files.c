@@ -39,11 +39,9 @@ int ab_manager_file_list(ab_manager *m, ab_use *u, const char *path, int depth, 
         return done(m, "list", rc);
 }
 
-int ab_manager_file_peek_list(ab_manager *m, const char *id, const char *scope, const char *path,
-                              int depth, abc_dirent **out, size_t *n, ab_err **err)
+/* A connection to box id's init while it runs (a peek: no use, no wake). */
+static int peek_connect(ab_manager *m, const char *id, const char *scope, ab_err **err)
 {
-        *out = NULL;
-        *n = 0;
         ab_box_rec r = {0};
         if (mgr_get_scoped(m, id, scope, &r, err) < 0)
                 return -1;
@@ -55,9 +53,33 @@ int ab_manager_file_peek_list(ab_manager *m, const char *id, const char *scope, 
         ab_box_rec_clear(&r);
         if (fd < 0)
                 return ab_err_set(err, AB_E_CONFLICT, 0, "box %s is not running", id);
+        return fd;
+}
+
+int ab_manager_file_peek_list(ab_manager *m, const char *id, const char *scope, const char *path,
+                              int depth, abc_dirent **out, size_t *n, ab_err **err)
+{
+        *out = NULL;
+        *n = 0;
+        int fd = peek_connect(m, id, scope, err);
+        if (fd < 0)
+                return -1;
         int rc = abc_list(fd, path, depth, out, n, err);
         close(fd);
         return done(m, "list", rc);
+}
+
+int ab_manager_file_watch_open(ab_manager *m, const char *id, const char *scope, const char *path,
+                               bool recursive, int *fd, ab_err **err)
+{
+        *fd = -1;
+        _cleanup_close_ int c = peek_connect(m, id, scope, err);
+        if (c < 0)
+                return -1;
+        int rc = abc_watch_open(c, path, recursive, err);
+        if (rc == 0)
+                *fd = steal_fd(&c);
+        return done(m, "watch", rc);
 }
 
 int ab_manager_file_read(ab_manager *m, ab_use *u, const char *path, uint64_t offset,

@@ -215,12 +215,22 @@ static void relieve_memory(ab_manager *m)
         ab_box_recs_free(rs, n);
 }
 
-/* TTL expiry: the store lists only the boxes whose TTL has passed. */
+/* TTL expiry: the store lists only the boxes whose TTL has passed, and
+ * tells the earliest end still ahead, which the reaper sleeps towards. */
 static void reap_ttl(ab_manager *m)
 {
         ab_box_rec *rs = NULL;
         size_t n = 0;
-        if (ab_store_box_list_expired(m->o.store, m->provider, mgr_wall_ms(), &rs, &n, NULL) < 0)
+        int64_t now = mgr_wall_ms(), next = 0;
+        if (ab_store_box_next_ttl_end(m->o.store, m->provider, m->o.node_id, now, &next, NULL) ==
+            0) {
+                pthread_mutex_lock(&m->lock);
+                /* an end moved earlier meanwhile wakes the reaper for another */
+                if (!m->ttl_wanted || !m->ttl_next_ms || (next && next < m->ttl_next_ms))
+                        m->ttl_next_ms = next;
+                pthread_mutex_unlock(&m->lock);
+        }
+        if (ab_store_box_list_expired(m->o.store, m->provider, now, &rs, &n, NULL) < 0)
                 return;
         for (size_t i = 0; i < n; i++) {
                 if (!mgr_owns(m, &rs[i]))
@@ -252,11 +262,10 @@ static void reap_ttl(ab_manager *m)
 #define DRIFT_PAGE 64
 static void reap_drift(ab_manager *m)
 {
-        ab_box_filter f = {
-            .provider = m->provider,
-            .node = m->o.node_id,
-            .after_id = m->drift_cursor,
-            .limit = DRIFT_PAGE};
+        ab_box_filter f = {.provider = m->provider,
+                           .node = m->o.node_id,
+                           .after_id = m->drift_cursor,
+                           .limit = DRIFT_PAGE};
         ab_box_rec *rs = NULL;
         size_t n = 0;
         if (ab_store_box_list(m->o.store, &f, &rs, &n, NULL) < 0)
@@ -299,6 +308,33 @@ static void reap_drift(ab_manager *m)
         ab_box_recs_free(rs, n);
 }
 
+void mgr_ttl_wake(ab_manager *m, int64_t end_ms)
+{
+        pthread_mutex_lock(&m->lock);
+        if (!m->ttl_next_ms || end_ms < m->ttl_next_ms) {
+                m->ttl_next_ms = end_ms;
+                m->ttl_wanted = true;
+                pthread_cond_broadcast(&m->wake);
+        }
+        pthread_mutex_unlock(&m->lock);
+}
+
+/* How long the reaper sleeps: its interval, or less when a box's TTL ends
+ * sooner (just after that end: the expiry test is "ended before now"). */
+static int64_t reaper_nap_ms(ab_manager *m)
+{
+        int64_t ms = m->o.reaper_interval_ms;
+        pthread_mutex_lock(&m->lock);
+        int64_t next = m->ttl_next_ms;
+        pthread_mutex_unlock(&m->lock);
+        if (next) {
+                int64_t left = next - mgr_wall_ms() + 5;
+                if (left < ms)
+                        ms = left > 5 ? left : 5;
+        }
+        return ms;
+}
+
 void ab_manager_reap(ab_manager *m)
 {
         pthread_mutex_lock(&m->reap_lock);
@@ -315,7 +351,7 @@ void ab_manager_reap(ab_manager *m)
 void *mgr_reaper_main(void *arg)
 {
         ab_manager *m = arg;
-        while (mgr_nap(m, m->o.reaper_interval_ms, NULL))
+        while (mgr_nap(m, reaper_nap_ms(m), &m->ttl_wanted))
                 ab_manager_reap(m);
         return NULL;
 }

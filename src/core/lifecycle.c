@@ -381,6 +381,8 @@ int ab_manager_set_ttl(ab_manager *m, const char *id, const char *scope, int64_t
         }
         pthread_mutex_unlock(&s->lock);
         mgr_slot_put(m, s);
+        if (rc == 0 && r.ttl_s > 0)
+                mgr_ttl_wake(m, r.created_at + r.ttl_s * 1000);
         if (rc == 0 && out)
                 *out = r;
         else

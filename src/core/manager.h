@@ -250,6 +250,12 @@ int ab_manager_file_list(ab_manager *m, ab_use *u, const char *path, int depth, 
  * watcher's poll must not keep a box awake. */
 int ab_manager_file_peek_list(ab_manager *m, const char *id, const char *scope, const char *path,
                               int depth, abc_dirent **out, size_t *n, ab_err **err);
+/* A watch of directory path of box id (abc_watch_open), like
+ * ab_manager_file_peek_list without a use: only while the box runs, never
+ * waking it, not its activity. *fd (close it to end the watch) carries the
+ * events (abc_watch_next); the watch ends with the box. */
+int ab_manager_file_watch_open(ab_manager *m, const char *id, const char *scope, const char *path,
+                               bool recursive, int *fd, ab_err **err);
 int ab_manager_file_read(ab_manager *m, ab_use *u, const char *path, uint64_t offset,
                          uint64_t length, abc_output_fn out, void *ud, ab_err **err);
 /* abc_read_beneath: no component of rel is followed when it is a symlink. */

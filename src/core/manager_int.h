@@ -59,6 +59,11 @@ struct ab_manager {
         del_job *del_head, *del_tail;
         bool stopping;
         bool pool_wanted;
+        /* The earliest TTL end the reaper knows of (wall ms; 0 = none) and
+         * a wake-up for it: a box's timeout ends on time, not at the next
+         * scan (ab_manager_set_ttl moves it earlier). Under lock. */
+        int64_t ttl_next_ms;
+        bool ttl_wanted;
 
         pthread_t reaper, pooler, sampler, deleters[N_DELETERS];
         bool have_reaper, have_pooler, have_sampler;
@@ -145,6 +150,9 @@ bool mgr_recover_creating(ab_manager *m, ab_box_rec *r);
 void mgr_sleep_ms(int ms);
 /* Tells the pool filler a pooled box was taken. */
 void mgr_wake_pool(ab_manager *m);
+/* A box's TTL now ends at end_ms (wall ms): wakes the reaper when that is
+ * before the earliest end it sleeps towards. */
+void mgr_ttl_wake(ab_manager *m, int64_t end_ms);
 /* A new record for req (status creating), owned by r. */
 /* Starts the box's entrypoint (spec.entrypoint) on a terminal of its own,
  * after a create or a start of the box (caller holds the slot lock). A

@@ -245,6 +245,9 @@ static void session(int fd, const char *workdir)
                 case ABP_GREP:
                         init_grep(&c, &f, &conf);
                         break;
+                case ABP_WATCH:
+                        init_watch(&c, &f, &conf);
+                        break;
                 default:
                         init_send_error(&c, "invalid_argument", "unknown request type %u", f.type);
                         break;

@@ -43,6 +43,9 @@ void init_exec(init_conn *c, const abp_frame *f, const init_conf *conf);
 /* Captures and caches the login environment now (in a child of init made for
  * it), so the first exec finds it ready. */
 void init_exec_prewarm(const init_conf *conf);
+/* Handles a WATCH request frame (watch.c): streams the directory's
+ * changes until the client hangs up. */
+void init_watch(init_conn *c, const abp_frame *f, const init_conf *conf);
 /* Handles a GREP request frame (grep.c). */
 void init_grep(init_conn *c, const abp_frame *f, const init_conf *conf);
 /* Handles READ WRITE LIST STAT DELETE MKDIR RENAME request frames. */

@@ -217,6 +217,11 @@ static bool tmp_take(ab_req *r, uint64_t n)
         return true;
 }
 
+bool kit_tmp_take(ab_req *r, uint64_t n)
+{
+        return tmp_take(r, n);
+}
+
 static void req_free(ab_req *r)
 {
         if (r->tmp_held)

@@ -208,4 +208,9 @@ enum MHD_Result route_call(ab_req *r, route_fn fn, const char *id);
 #include "kit/request.h"
 #include "kit/resp.h"
 
+/* Takes n more bytes of the upload spool's global cap (tmp_max) for r,
+ * released when r ends; false (nothing taken) when that would pass the cap.
+ * For a route that writes more of its own into the spool (gunzip.h). */
+bool kit_tmp_take(ab_req *r, uint64_t n);
+
 #endif

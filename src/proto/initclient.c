@@ -1202,3 +1202,38 @@ void abc_term_stream_free(abc_term_stream *s)
         abp_reader_free(&s->rd);
         free(s);
 }
+
+/* ---- watch ---- */
+
+int abc_watch_open(int fd, const char *path, bool recursive, ab_err **err)
+{
+        abp_buf b = {0};
+        abp_file_req m = {.path = path, .flags = recursive ? ABP_RECURSIVE : 0};
+        if (enc_file(&b, ABP_WATCH, &m, err) < 0)
+                return -1;
+        return simple(fd, &b, err);
+}
+
+int abc_watch_next(int fd, abp_reader *rd, int timeout_ms, uint32_t *kind, char **name,
+                   ab_err **err)
+{
+        *name = NULL;
+        struct pollfd p = {.fd = fd, .events = POLLIN};
+        if (rd->end == rd->start) { /* nothing buffered: wait for it */
+                int k = poll(&p, 1, timeout_ms);
+                if (k < 0 && errno == EINTR)
+                        return 0;
+                if (k == 0)
+                        return 0;
+        }
+        abp_frame f;
+        if (next_frame(fd, rd, &f, err) < 0)
+                return -1;
+        abp_file_req m;
+        if (f.type != ABP_WATCH_EVENT || abp_dec_file(&f, &m) < 0)
+                return ab_err_set(err, AB_E_UNAVAILABLE, 0,
+                                  "box init sent a malformed watch event");
+        *kind = m.flags;
+        *name = xstrdup(m.path);
+        return 1;
+}

@@ -170,6 +170,21 @@ typedef int (*abc_match_fn)(void *ud, size_t index, uint64_t line, const char *t
  * AB_E_INVALID with init's message ("Invalid regex pattern: ..."). */
 int abc_grep(int fd, const abc_grep_req *req, abc_match_fn match, void *ud, abc_grep_res *res,
              ab_err **err);
+/* WATCH (docs/protocol.md): asks init to watch directory path (recursive:
+ * its subdirectories too) and waits for its OK. 0, or -1 with *err (init's
+ * error: not_found, a non-directory is invalid; an init that predates WATCH
+ * answers AB_E_INVALID "unknown request type"). After it, fd carries only
+ * events: read them with abc_watch_next; close fd to stop the watch. */
+int abc_watch_open(int fd, const char *path, bool recursive, ab_err **err);
+/* The next event of a watch opened on fd: 1 with *kind (ABP_WATCH_*) and
+ * *name (relative to the watched directory; free it), 0 when none came
+ * within timeout_ms, -1 with *err when the watch ended (the box stopped,
+ * the directory went: AB_E_UNAVAILABLE). rd is the watch's frame reader
+ * (zeroed before the first call; abp_reader_free it at the end). */
+struct abp_reader;
+int abc_watch_next(int fd, struct abp_reader *rd, int timeout_ms, uint32_t *kind, char **name,
+                   ab_err **err);
+
 /* The bytes one path adds to a GREP request (to cut the paths into requests). */
 size_t abc_grep_path_cost(const char *path);
 

@@ -319,7 +319,7 @@ static int val_str(const abp_field *fl, const char **s)
 bool abp_is_request(uint32_t type)
 {
         return (type >= ABP_PING && type <= ABP_TERM_INPUT) || type == ABP_RESERVE ||
-               type == ABP_GREP;
+               type == ABP_GREP || type == ABP_WATCH;
 }
 
 bool abp_is_term_request(uint32_t type)
@@ -402,7 +402,8 @@ int abp_dec_file(const abp_frame *f, abp_file_req *m)
 
         *m = (abp_file_req){0};
         if ((f->type < ABP_READ || f->type > ABP_RENAME) && f->type != ABP_CHMOD &&
-            f->type != ABP_CHOWN && f->type != ABP_SYMLINK)
+            f->type != ABP_CHOWN && f->type != ABP_SYMLINK && f->type != ABP_WATCH &&
+            f->type != ABP_WATCH_EVENT)
                 return -EBADMSG;
         FOR_FIELDS(f, fl, r, {
                 switch (fl.tag) {
@@ -436,7 +437,9 @@ int abp_dec_file(const abp_frame *f, abp_file_req *m)
                 }
         });
         if (!m->path || ((f->type == ABP_RENAME || f->type == ABP_SYMLINK) && !m->to) ||
-            (f->type == ABP_CHOWN && !m->owner && !m->group))
+            (f->type == ABP_CHOWN && !m->owner && !m->group) ||
+            (f->type == ABP_WATCH_EVENT &&
+             (m->flags < ABP_WATCH_CREATE || m->flags > ABP_WATCH_CHMOD)))
                 return -EBADMSG;
         return 0;
 }

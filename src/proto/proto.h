@@ -109,6 +109,7 @@ enum {
         ABP_TERM_INPUT = 16,
         ABP_RESERVE = 40, /* apart from the file operations' range */
         ABP_GREP = 41,
+        ABP_WATCH = 42, /* a directory's changes, streamed (ABP_WATCH_EVENT) */
         /* streams, both ways */
         ABP_DATA = 0x100,
         ABP_EOF = 0x101,
@@ -119,6 +120,7 @@ enum {
         ABP_ENTRY = 0x203,
         ABP_TERM = 0x204,
         ABP_MATCH = 0x205,
+        ABP_WATCH_EVENT = 0x206,
 };
 
 /* Field tags. */
@@ -197,6 +199,20 @@ enum {
 enum { ABP_W_MKPARENTS = 1, ABP_W_APPEND = 2, ABP_W_EXCL = 4 };
 enum { ABP_RECURSIVE = 1, ABP_PARENTS = 1 };
 enum { ABP_R_NOFOLLOW = 1 };
+/* WATCH: PATH (a directory), FLAGS ABP_RECURSIVE (its subdirectories too,
+ * those made later included, down to ABP_WATCH_DEPTH_MAX levels and at most
+ * ABP_WATCH_DIRS_MAX directories). init answers OK once it watches, then a
+ * WATCH_EVENT per change, PATH the name relative to the watched directory
+ * and FLAGS one of ABP_WATCH_*, until the client hangs up. */
+enum {
+        ABP_WATCH_CREATE = 1, /* made, or moved in */
+        ABP_WATCH_WRITE = 2,
+        ABP_WATCH_REMOVE = 3,
+        ABP_WATCH_RENAME = 4, /* moved away (its new name, if watched, is a CREATE) */
+        ABP_WATCH_CHMOD = 5,  /* attributes changed */
+};
+#define ABP_WATCH_DEPTH_MAX 16
+#define ABP_WATCH_DIRS_MAX  4096
 /* STAT's FLAGS: ABP_S_NAMES asks for OWNER and GROUP names in the answer. */
 enum { ABP_S_NAMES = 1 };
 /* GREP's FLAGS. */
@@ -412,7 +428,7 @@ int abp_dec_match(const abp_frame *f, abp_match *m) __attribute__((warn_unused_r
 /* True for a terminal request type (TERM_OPEN..TERM_INPUT). */
 bool abp_is_term_request(uint32_t type);
 
-/* True for a request type (PING..TERM_INPUT, RESERVE, GREP). */
+/* True for a request type (PING..TERM_INPUT, RESERVE, GREP, WATCH). */
 bool abp_is_request(uint32_t type);
 
 /* ---- reading frames from a byte stream ---- */

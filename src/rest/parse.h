@@ -21,9 +21,11 @@ void exec_job_free(exec_job *j);
  * (*j), both parsed. */
 int parse_exec_any(const ab_server *s, json_t *body, json_t **acq, ab_acquire_req *q,
                    ab_limits *lim, exec_job **j, ab_err **err);
-/* POST /v1/keys {app_id, name?}: pointers into body. */
+/* POST /v1/keys {app_id, name?, quotas?, format?}: pointers into body;
+ * *e2b_form when format is "e2b" (a secret in E2B's form), false for
+ * "agentbox" or none; another format is AB_E_INVALID. */
 int parse_key_create(json_t *body, const char **app, const char **name, ab_quota *quotas,
-                     ab_err **err);
+                     bool *e2b_form, ab_err **err);
 /* POST /v1/sandboxes/{id}/tools/{name}: the tool's arguments, "args" or else
  * the whole body (*args is borrowed from body). */
 int parse_box_tool(json_t *body, json_t **args, ab_err **err);

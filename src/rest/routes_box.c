@@ -1023,18 +1023,24 @@ enum MHD_Result route_events(ab_req *r, const char *id)
 /* ---- API keys --------------------------------------------------------- */
 
 int parse_key_create(json_t *body, const char **app, const char **name, ab_quota *quotas,
-                     ab_err **err)
+                     bool *e2b_form, ab_err **err)
 {
-        static const char *const known[] = {"app_id", "name", "quotas", NULL};
+        static const char *const known[] = {"app_id", "name", "quotas", "format", NULL};
         json_t *qo = NULL;
+        const char *format = NULL;
         *app = *name = NULL;
+        *e2b_form = false;
         ab_quota_unset(quotas);
         if (fields_known(body, known, NULL, err) < 0 || field_str(body, "app_id", app, err) < 0 ||
             field_str(body, "name", name, err) < 0 || field_obj(body, "quotas", &qo, err) < 0 ||
+            field_str(body, "format", &format, err) < 0 ||
             (qo && ab_quota_from_json(qo, quotas, err) < 0))
                 return -1;
         if (!*app || !**app)
                 return ab_err_set(err, AB_E_INVALID, 0, "app_id: required");
+        if (format && strcmp(format, "agentbox") && strcmp(format, "e2b"))
+                return ab_err_set(err, AB_E_INVALID, 0, "format: \"agentbox\" or \"e2b\"");
+        *e2b_form = format && !strcmp(format, "e2b");
         return 0;
 }
 
@@ -1046,12 +1052,18 @@ enum MHD_Result route_keys_create(ab_req *r, const char *id)
                 return resp_err(r, e);
         const char *app = NULL, *name = NULL;
         ab_quota quotas;
-        if (parse_key_create(body, &app, &name, &quotas, &e) < 0) {
+        bool e2b_form;
+        if (parse_key_create(body, &app, &name, &quotas, &e2b_form, &e) < 0) {
                 json_decref(body);
                 return resp_err(r, e);
         }
         char secret[64], key_id[32], hash[65];
-        ab_random_hex(secret, sizeof(secret), "abk_", 24);
+        /* E2B's form ("e2b_" and 40 hex digits) passes the check E2B's SDKs
+         * make before sending a key (JS SDK 2.45 unless E2B_VALIDATE_API_KEY=false) */
+        if (e2b_form)
+                ab_random_hex(secret, sizeof(secret), "e2b_", 20);
+        else
+                ab_random_hex(secret, sizeof(secret), "abk_", 24);
         ab_random_hex(key_id, sizeof(key_id), "k_", 6);
         unsigned char md[EVP_MAX_MD_SIZE];
         unsigned int mdlen = 0;

@@ -603,7 +603,11 @@ int ab_store_box_delete(ab_store *s, const char *provider, const char *id, ab_er
         if (EXEC(s, op, "DELETE FROM boxes WHERE provider = $1 AND id = $2", &res, err,
                  SQL_TEXT(provider), SQL_TEXT(id)) < 0)
                 return -1;
-        return res.changes ? 0 : not_found(err, op, provider, id);
+        if (!res.changes)
+                return not_found(err, op, provider, id);
+        _cleanup_res_ ab_sql_res meta = {0};
+        return EXEC(s, op, "DELETE FROM file_meta WHERE provider = $1 AND box_id = $2", &meta, err,
+                    SQL_TEXT(provider), SQL_TEXT(id));
 }
 
 int ab_store_box_list(ab_store *s, const ab_box_filter *f, ab_box_rec **out, size_t *n,
@@ -716,6 +720,32 @@ int ab_store_box_list_expired(ab_store *s, const char *provider, int64_t now_ms,
                  &res, err, SQL_TEXT(provider), SQL_INT(now_ms)) < 0)
                 return -1;
         boxes_from(&res, out, n);
+        return 0;
+}
+
+int ab_store_box_next_ttl_end(ab_store *s, const char *provider, const char *node, int64_t now_ms,
+                              int64_t *out, ab_err **err)
+{
+        *out = 0;
+        if (!provider)
+                return ab_err_set(err, AB_E_INVALID, 0, "next TTL end: no provider");
+        _cleanup_res_ ab_sql_res res = {0};
+        STORE_LOCKED(s);
+        /* TTLs past MAX_TTL_S end beyond any reaper's horizon (and would
+         * overflow the sum): left out. */
+#define NEXT_TTL_SQL                                                                               \
+        "SELECT MIN(created_at + ttl_s * 1000) FROM boxes WHERE provider = $1 AND ttl_s > 0 "      \
+        "AND ttl_s < 1000000000000 AND mode <> 'pool' AND status <> 'deleting' "                   \
+        "AND created_at + ttl_s * 1000 >= $2"
+        int rc = node ? EXEC(s, "next TTL end", NEXT_TTL_SQL " AND node = $3", &res, err,
+                             SQL_TEXT(provider), SQL_INT(now_ms), SQL_TEXT(node))
+                      : EXEC(s, "next TTL end", NEXT_TTL_SQL, &res, err, SQL_TEXT(provider),
+                             SQL_INT(now_ms));
+#undef NEXT_TTL_SQL
+        if (rc < 0)
+                return -1;
+        if (res.nrows && cell(&res, 0, 0))
+                *out = num(&res, 0, 0);
         return 0;
 }
 
@@ -1219,4 +1249,123 @@ int ab_store_notify(ab_store *s, const char *channel, const char *payload, ab_er
                                   "notify: the %s store has no notifications", s->ops->kind);
         STORE_LOCKED(s);
         return EXEC(s, "notify", s->ops->notify, NULL, err, SQL_TEXT(channel), SQL_TEXT(payload));
+}
+
+/* ---- file metadata ----------------------------------------------------------------- */
+
+/* What the paths under path begin with: "/" for the root, else path + "/". */
+static char *under_prefix(const char *path)
+{
+        return !strcmp(path, "/") ? xstrdup("/") : xasprintf("%s/", path);
+}
+
+/* Matches path $3 and the paths under it ($4, its under_prefix). */
+#define META_UNDER "(path = $3 OR substr(path, 1, length(CAST($4 AS TEXT))) = $4)"
+
+static int meta_drop(ab_store *s, const char *op, const char *provider, const char *id,
+                     const char *path, ab_err **err)
+{
+        _cleanup_free_ char *pre = under_prefix(path);
+        _cleanup_res_ ab_sql_res res = {0};
+        return EXEC(s, op,
+                    "DELETE FROM file_meta WHERE provider = $1 AND box_id = $2 AND " META_UNDER,
+                    &res, err, SQL_TEXT(provider), SQL_TEXT(id), SQL_TEXT(path), SQL_TEXT(pre));
+}
+
+int ab_store_file_meta_set(ab_store *s, const char *provider, const char *id, const char *creation,
+                           const char *path, json_t *meta, ab_err **err)
+{
+        if (check_key(provider, id, "set file metadata", err) < 0)
+                return -1;
+        if (!path || !creation)
+                return ab_err_set(err, AB_E_INVALID, 0, "set file metadata: no path or creation");
+        _cleanup_free_ char *op = xasprintf("set file metadata %s/%s %s", provider, id, path);
+        _cleanup_res_ ab_sql_res res = {0};
+        STORE_LOCKED(s);
+        if (!meta || !json_object_size(meta))
+                return EXEC(s, op,
+                            "DELETE FROM file_meta WHERE provider = $1 AND box_id = $2 AND "
+                            "path = $3",
+                            &res, err, SQL_TEXT(provider), SQL_TEXT(id), SQL_TEXT(path));
+        _cleanup_free_ char *txt = json_dumps(meta, JSON_COMPACT | JSON_SORT_KEYS);
+        return EXEC(s, op,
+                    "INSERT INTO file_meta (provider, box_id, creation, path, metadata) "
+                    "VALUES ($1, $2, $3, $4, $5) ON CONFLICT (provider, box_id, path) "
+                    "DO UPDATE SET creation = $3, metadata = $5",
+                    &res, err, SQL_TEXT(provider), SQL_TEXT(id), SQL_TEXT(creation), SQL_TEXT(path),
+                    SQL_TEXT(txt));
+}
+
+int ab_store_file_meta_get(ab_store *s, const char *provider, const char *id, const char *creation,
+                           const char *path, json_t **out, ab_err **err)
+{
+        *out = NULL;
+        if (check_key(provider, id, "get file metadata", err) < 0)
+                return -1;
+        if (!path || !creation)
+                return ab_err_set(err, AB_E_INVALID, 0, "get file metadata: no path or creation");
+        _cleanup_free_ char *pre = under_prefix(path);
+        _cleanup_res_ ab_sql_res res = {0};
+        STORE_LOCKED(s);
+        if (EXEC(s, "get file metadata",
+                 "SELECT path, metadata FROM file_meta WHERE provider = $1 AND box_id = $2 "
+                 "AND " META_UNDER " AND creation = $5",
+                 &res, err, SQL_TEXT(provider), SQL_TEXT(id), SQL_TEXT(path), SQL_TEXT(pre),
+                 SQL_TEXT(creation)) < 0)
+                return -1;
+        json_t *o = json_object();
+        for (size_t i = 0; i < res.nrows; i++) {
+                const char *p = res.cells[i * res.ncols], *m = res.cells[i * res.ncols + 1];
+                json_t *j = m ? json_loads(m, 0, NULL) : NULL;
+                if (p && json_is_object(j))
+                        json_object_set_new(o, p, j);
+                else
+                        json_decref(j);
+        }
+        *out = o;
+        return 0;
+}
+
+int ab_store_file_meta_move(ab_store *s, const char *provider, const char *id, const char *from,
+                            const char *to, ab_err **err)
+{
+        if (check_key(provider, id, "move file metadata", err) < 0)
+                return -1;
+        if (!from || !to)
+                return ab_err_set(err, AB_E_INVALID, 0, "move file metadata: no path");
+        if (!strcmp(from, to))
+                return 0;
+        _cleanup_free_ char *op = xasprintf("move file metadata %s/%s %s", provider, id, from);
+        _cleanup_free_ char *pre = under_prefix(from), *to_pre = under_prefix(to);
+        _cleanup_res_ ab_sql_res a = {0}, b = {0};
+        STORE_LOCKED(s);
+        if (s->ops->begin(s, op, err) < 0)
+                return -1;
+        if (meta_drop(s, op, provider, id, to, err) < 0 ||
+            EXEC(s, op,
+                 "UPDATE file_meta SET path = $4 WHERE provider = $1 AND box_id = $2 AND "
+                 "path = $3",
+                 &a, err, SQL_TEXT(provider), SQL_TEXT(id), SQL_TEXT(from), SQL_TEXT(to)) < 0 ||
+            EXEC(s, op,
+                 "UPDATE file_meta SET path = $4 || substr(path, length(CAST($3 AS TEXT)) "
+                 "+ 1) "
+                 "WHERE provider = $1 AND box_id = $2 AND "
+                 "substr(path, 1, length(CAST($3 AS TEXT))) = $3",
+                 &b, err, SQL_TEXT(provider), SQL_TEXT(id), SQL_TEXT(pre), SQL_TEXT(to_pre)) < 0 ||
+            s->ops->commit(s, op, err) < 0) {
+                s->ops->rollback(s);
+                return -1;
+        }
+        return 0;
+}
+
+int ab_store_file_meta_delete(ab_store *s, const char *provider, const char *id, const char *path,
+                              ab_err **err)
+{
+        if (check_key(provider, id, "delete file metadata", err) < 0)
+                return -1;
+        if (!path)
+                return ab_err_set(err, AB_E_INVALID, 0, "delete file metadata: no path");
+        STORE_LOCKED(s);
+        return meta_drop(s, "delete file metadata", provider, id, path, err);
 }

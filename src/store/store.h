@@ -59,7 +59,7 @@ typedef struct ab_box_filter {
          * box a few at a time. */
         const char *after_id;
         size_t limit;
-        const char *node;     /* only this fleet node's boxes; NULL = any owner */
+        const char *node; /* only this fleet node's boxes; NULL = any owner */
 } ab_box_filter;
 
 typedef struct ab_exec_audit {
@@ -140,6 +140,11 @@ int ab_store_box_list_idle(ab_store *s, const char *provider, ab_idle_kind kind,
  * ttl_s > 0 and created_at + ttl_s * 1000 < now_ms. */
 int ab_store_box_list_expired(ab_store *s, const char *provider, int64_t now_ms, ab_box_rec **out,
                               size_t *n, ab_err **err);
+/* The earliest end (created_at + ttl_s * 1000, ms) at or after now_ms of a
+ * TTL of provider's non-pool boxes not being deleted (only node's when node
+ * is set); 0 when there is none. */
+int ab_store_box_next_ttl_end(ab_store *s, const char *provider, const char *node, int64_t now_ms,
+                              int64_t *out, ab_err **err);
 /* A number that moves whenever a box row is inserted, deleted, or has its
  * status or columns replaced through this handle (not on touch): a reader
  * that saw the same number twice knows no box changed through this handle
@@ -240,5 +245,25 @@ int ab_store_node_list(ab_store *s, ab_node_rec **out, size_t *n, ab_err **err);
 int ab_store_node_get(ab_store *s, const char *id, ab_node_rec *out, ab_err **err);
 /* Sets or clears a node's draining flag. AB_E_NOT_FOUND when absent. */
 int ab_store_node_set_draining(ab_store *s, const char *id, bool draining, ab_err **err);
+/* ---- file metadata ---------------------------------------------------------
+ * String pairs kept for files of a box (E2B's files.write metadata), by
+ * absolute path, for one creation of the box (spec.creation): rows of
+ * another creation are never returned and are replaced by a set. A box's
+ * rows go with ab_store_box_delete. */
+
+/* Sets the metadata of path (a JSON object; NULL or {}: removes it). */
+int ab_store_file_meta_set(ab_store *s, const char *provider, const char *id, const char *creation,
+                           const char *path, json_t *meta, ab_err **err);
+/* *out: a new object, path -> metadata, for path and every path under it
+ * (path + "/"); {} when none. */
+int ab_store_file_meta_get(ab_store *s, const char *provider, const char *id, const char *creation,
+                           const char *path, json_t **out, ab_err **err);
+/* A rename: what was kept for from and the paths under it now is to's
+ * (what to had is dropped). */
+int ab_store_file_meta_move(ab_store *s, const char *provider, const char *id, const char *from,
+                            const char *to, ab_err **err);
+/* A removal: drops what is kept for path and the paths under it. */
+int ab_store_file_meta_delete(ab_store *s, const char *provider, const char *id, const char *path,
+                              ab_err **err);
 
 #endif

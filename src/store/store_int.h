@@ -170,4 +170,15 @@ int ab_store_pg_open(const char *url, ab_store **out, ab_err **err);
                     "CREATE INDEX boxes_node ON boxes (node)", NULL,                               \
         }
 
+/* Version 7: file metadata of a box's files (E2B's files.write metadata),
+ * by path, for one creation of the box (a later box with the same id sees
+ * none of it). */
+#define AB_STORE_SCHEMA_V7                                                                         \
+        {                                                                                          \
+                "CREATE TABLE file_meta (provider TEXT NOT NULL, box_id TEXT NOT NULL, "           \
+                "creation TEXT NOT NULL, path TEXT NOT NULL, metadata TEXT NOT NULL, "             \
+                "PRIMARY KEY (provider, box_id, path))",                                           \
+                    NULL,                                                                          \
+        }
+
 #endif

@@ -84,6 +84,7 @@ for method, path, body in (
         ("POST", "/e2b/sandboxes/%s/pause", {}),
         ("POST", "/e2b/sandboxes/%s/resume", {"timeout": 5}),
         ("POST", "/e2b/v2/sandboxes/%s/connect", {"timeout": 5}),
+        ("POST", "/e2b/sandboxes/%s/connect", {"timeout": 5}),  # SDK 2.45's path
         ("GET", "/e2b/sandboxes/%s/metrics", None),
         ("POST", "/e2b/sandboxes/%s/fork", {}),
         ("POST", "/e2b/sandboxes/%s/snapshots", {}),

@@ -9,7 +9,8 @@
 // "rest": {...}} in milliseconds.
 //
 //   node bench.mjs SERVER_URL TOKEN N [WARMUP]
-import { Sandbox } from 'e2b';
+// E2B_SDK_MODULE: the SDK, "e2b" (2.51.0) or "e2b-2.45.0" (tests/e2b/package.json)
+const { Sandbox } = await import(process.env.E2B_SDK_MODULE || 'e2b');
 
 const [server, token, nArg, warmArg] = process.argv.slice(2);
 const N = Number(nArg || 20);

@@ -4,7 +4,8 @@
 // server takes any key from a loopback client as its admin. Prints TAP.
 //
 //   node first_run.mjs   (E2B_API_URL, E2B_SANDBOX_URL, E2B_API_KEY set)
-import { Sandbox } from 'e2b';
+// E2B_SDK_MODULE: the SDK, "e2b" (2.51.0) or "e2b-2.45.0" (tests/e2b/package.json)
+const { Sandbox } = await import(process.env.E2B_SDK_MODULE || 'e2b');
 
 let n = 0;
 let failed = 0;

@@ -6,7 +6,8 @@
 //   node restart.mjs before SERVER_URL
 //   node restart.mjs after SERVER_URL STATE_JSON
 // (E2B_API_URL, E2B_SANDBOX_URL and E2B_API_KEY are set by the test)
-import { CommandExitError, Sandbox } from 'e2b';
+// E2B_SDK_MODULE: the SDK, "e2b" (2.51.0) or "e2b-2.45.0" (tests/e2b/package.json)
+const { CommandExitError, Sandbox } = await import(process.env.E2B_SDK_MODULE || 'e2b');
 
 const [phase, , stateJson] = process.argv.slice(2);
 let n = 0;

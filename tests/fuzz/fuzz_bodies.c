@@ -120,7 +120,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         case 3: { /* POST /v1/keys */
                 const char *app, *name;
                 ab_quota quotas;
-                if (parse_key_create(body, &app, &name, &quotas, &e) < 0) {
+                bool e2b_form;
+                if (parse_key_create(body, &app, &name, &quotas, &e2b_form, &e) < 0) {
                         failed(&e);
                         break;
                 }

@@ -1,6 +1,7 @@
 /* fuzz_proto - libFuzzer target for the init protocol decoder: the bytes a
- * box's init sends the host, and the bytes a client sends init. Every frame
- * the reader cuts is run through every decoder. Build and run with
+ * box's init sends the host (WATCH_EVENT frames included), and the bytes a
+ * client sends init (WATCH included). Every frame the reader cuts is run
+ * through every decoder. Build and run with
  * scripts/fuzz.sh (clang -fsanitize=fuzzer,address,undefined). */
 #include "base/util.h"
 #include "proto/proto.h"
@@ -33,7 +34,10 @@ static void decode_all(const abp_frame *f)
         if (abp_dec_exec(f, &ex) == 0)
                 abp_exec_req_clear(&ex);
         abp_file_req fr;
-        (void)!abp_dec_file(f, &fr);
+        /* a watch event has a name and one of the kinds (docs/protocol.md) */
+        if (abp_dec_file(f, &fr) == 0 && f->type == ABP_WATCH_EVENT &&
+            (!fr.path || fr.flags < ABP_WATCH_CREATE || fr.flags > ABP_WATCH_CHMOD))
+                abort();
         abp_data d;
         (void)!abp_dec_data(f, &d);
         abp_ok ok;

@@ -1,6 +1,6 @@
 """The E2B front (docs/compat-e2b.md) driven by E2B's own JS SDK, unchanged.
 
-tests/e2b/sdk.mjs runs the real `e2b` npm package (pinned by
+tests/e2b/sdk.mjs runs the real `e2b` npm package, 2.51.0 and then 2.45.0 (pinned by
 tests/e2b/package-lock.json, installed by scripts/npm-deps.sh) against a
 server started here with E2B_API_URL=URL/e2b, E2B_SANDBOX_URL=URL/e2b/envd
 and E2B_API_KEY=the admin token; its TAP lines are relayed as this file's
@@ -24,9 +24,7 @@ import base64
 import http.client
 import json
 import os
-import shutil
 import struct
-import subprocess
 import sys
 import time
 
@@ -34,19 +32,15 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import abserver  # noqa: E402
 import imagelib  # noqa: E402
 import registry  # noqa: E402
+import taprelay  # noqa: E402
 
 ROOT = os.path.realpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 E2B_DIR = os.path.join(ROOT, "tests", "e2b")
 DOMAIN = "e2b.test"
+SDKS = taprelay.E2B_SDKS
 
 h = abserver.ServerHarness(budget=280)
-node = shutil.which("node")
-if not node:
-    h.skip_all("node is not installed (scripts/npm-deps.sh installs it)")
-if not os.path.isdir(os.path.join(E2B_DIR, "node_modules", "e2b")):
-    subprocess.run([os.path.join(ROOT, "scripts", "npm-deps.sh")], capture_output=True, timeout=300)
-if not os.path.isdir(os.path.join(E2B_DIR, "node_modules", "e2b")):
-    h.skip_all("the e2b SDK is not installed and scripts/npm-deps.sh could not install it (offline?)")
+node = taprelay.need_e2b_sdks(h)
 
 TOKEN = "e2b-admin-token-%s-0123456789" % os.getpid()
 srv = h.start_server(token=TOKEN, config={"ports_domain": DOMAIN, "reaper_interval": "500ms"})
@@ -57,37 +51,13 @@ r = srv.request("GET", "/e2b/v2/sandboxes", headers={"X-API-Key": TOKEN}, token=
 h.ok(r.status == 200 and r.json == [], "list on a server without sandboxes: 200 []", r.describe())
 
 
-def relay(argv, env):
-    """Runs the SDK script and relays its TAP lines as this file's tests."""
-    try:
-        p = subprocess.run(argv, capture_output=True, text=True, timeout=200 * h.slow, env=env, cwd=E2B_DIR)
-        out, err, rc = p.stdout, p.stderr, p.returncode
-    except subprocess.TimeoutExpired as e:
-        out = e.stdout.decode() if isinstance(e.stdout, bytes) else (e.stdout or "")
-        err = e.stderr.decode() if isinstance(e.stderr, bytes) else (e.stderr or "")
-        rc = "timeout"
-    n = 0
-    pending = None
-    for line in out.splitlines() + [""]:
-        if line.startswith("# ") and pending:
-            pending[1].append(line[2:])
-            continue
-        if pending:
-            h.ok(pending[0], pending[2], "\n".join(pending[1]) + ("\nnode stderr:\n" + err[-1500:] if not pending[0] else ""))
-            pending = None
-        if line.startswith("ok ") or line.startswith("not ok "):
-            name = line.split(" - ", 1)[1] if " - " in line else line
-            pending = (line.startswith("ok "), [], "SDK: " + name)
-            n += 1
-        elif line.startswith("Bail out!"):
-            h.ok(False, "SDK: %s" % line, "node stderr:\n" + err[-3000:])
-    h.ok(rc == 0 and n >= 80, "SDK: sdk.mjs ran %d checks and exited 0" % n,
-         "exit %s\nstdout tail:\n%s\nstderr:\n%s" % (rc, out[-2000:], err[-3000:]))
-
-
 env = {k: v for k, v in os.environ.items() if not k.startswith("E2B_")}
-env.update({"E2B_API_URL": srv.url + "/e2b", "E2B_SANDBOX_URL": srv.url + "/e2b/envd", "E2B_API_KEY": TOKEN})
-relay([node, os.path.join(E2B_DIR, "sdk.mjs"), srv.url, TOKEN, DOMAIN], env)
+env.update({"E2B_API_URL": srv.url + "/e2b", "E2B_SANDBOX_URL": srv.url + "/e2b/envd", "E2B_API_KEY": TOKEN,
+            "E2B_VALIDATE_API_KEY": "false"})  # SDK 2.45 wants e2b_ + hex keys otherwise
+for sdk in SDKS:  # both SDKs the project pins, against the same server
+    env["E2B_SDK_MODULE"] = sdk
+    taprelay.relay(h, [node, os.path.join(E2B_DIR, "sdk.mjs"), srv.url, TOKEN, DOMAIN], env, E2B_DIR,
+                   label=sdk, timeout=200, min_checks=80)
 
 # ---- the Connect protocol and the control plane over plain HTTP ------------------------
 KEY = {"X-API-Key": TOKEN}
@@ -95,7 +65,7 @@ r = srv.post("/e2b/v2/sandboxes", {"templateID": "base", "timeout": 600, "metada
              headers=KEY, token=None)
 h.eq(r.status, 201, "POST /e2b/v2/sandboxes with X-API-Key: 201", r.describe())
 sid, tok = r.get("sandboxID"), r.get("envdAccessToken")
-h.ok(isinstance(tok, str) and len(tok) == 64 and r.get("envdVersion") == "0.6.3" and r.get("domain") == DOMAIN,
+h.ok(isinstance(tok, str) and len(tok) == 64 and r.get("envdVersion") == "0.6.4" and r.get("domain") == DOMAIN,
      "the create answer: envdAccessToken, envdVersion, domain (ports_domain)", r.describe())
 ENVD = {"E2b-Sandbox-Id": sid or "", "X-Access-Token": tok or ""}
 

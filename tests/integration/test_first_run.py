@@ -100,10 +100,14 @@ else:
     if not os.path.isdir(os.path.join(E2B_DIR, "node_modules", "e2b")):
         h.skip("E2B's SDK with a made-up key", "the e2b SDK is not installed (scripts/npm-deps.sh)")
     else:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("E2B_")}
-        env.update({"E2B_API_URL": srv.url + "/e2b", "E2B_SANDBOX_URL": srv.url + "/e2b/envd",
-                    "E2B_API_KEY": MADE_UP})
-        relay("E2B SDK", [node, os.path.join(E2B_DIR, "first_run.mjs")], env, E2B_DIR)
+        # SDK 2.45 checks a key's form before sending it: a made-up key in E2B's form
+        for sdk, key in (("e2b", MADE_UP), ("e2b-2.45.0", "e2b_" + "0123456789abcdef" * 2 + "01234567")):
+            if not os.path.isdir(os.path.join(E2B_DIR, "node_modules", sdk)):
+                continue
+            env = {k: v for k, v in os.environ.items() if not k.startswith("E2B_")}
+            env.update({"E2B_API_URL": srv.url + "/e2b", "E2B_SANDBOX_URL": srv.url + "/e2b/envd",
+                        "E2B_API_KEY": key, "E2B_SDK_MODULE": sdk})
+            relay("E2B SDK %s" % sdk, [node, os.path.join(E2B_DIR, "first_run.mjs")], env, E2B_DIR)
     if not os.path.isdir(os.path.join(OSB_DIR, "node_modules", "@alibaba-group", "opensandbox")):
         h.skip("the OpenSandbox SDK with a made-up key", "the SDK is not installed (scripts/npm-deps.sh)")
     else:

@@ -79,17 +79,25 @@ def run(what, cwd, argv, env):
     return state
 
 
-def e2b_env():
+# both E2B SDKs the project pins (2.51.0, 2.45.0 by an npm alias), each with its own sandbox
+E2B_SDKS = [s for s in ("e2b", "e2b-2.45.0") if os.path.isdir(os.path.join(E2B_DIR, "node_modules", s))]
+
+
+def e2b_env(sdk):
     env = {k: v for k, v in os.environ.items() if not k.startswith("E2B_")}
-    env.update({"E2B_API_URL": srv.url + "/e2b", "E2B_SANDBOX_URL": srv.url + "/e2b/envd", "E2B_API_KEY": TOKEN})
+    env.update({"E2B_API_URL": srv.url + "/e2b", "E2B_SANDBOX_URL": srv.url + "/e2b/envd", "E2B_API_KEY": TOKEN,
+                "E2B_SDK_MODULE": sdk, "E2B_VALIDATE_API_KEY": "false"})
     return env
 
 
 osb_env = dict(os.environ, OPENSANDBOX_DISABLE_METRICS="1")
-e2b_state = osb_state = None
-if have_e2b:
-    e2b_state = run("E2B before", E2B_DIR, [os.path.join(E2B_DIR, "restart.mjs"), "before", srv.url], e2b_env())
-    h.ok(e2b_state is not None, "E2B: the state of the first phase")
+e2b_states = {}
+osb_state = None
+for sdk in E2B_SDKS if have_e2b else ():
+    e2b_states[sdk] = run("E2B %s before" % sdk, E2B_DIR, [os.path.join(E2B_DIR, "restart.mjs"), "before", srv.url],
+                          e2b_env(sdk))
+    h.ok(e2b_states[sdk] is not None, "E2B %s: the state of the first phase" % sdk)
+e2b_state = e2b_states.get("e2b") or next(iter(e2b_states.values()), None)  # the one followed below
 if have_osb:
     osb_state = run("OpenSandbox before", OSB_DIR,
                     [os.path.join(OSB_DIR, "restart.mjs"), "before", srv.url, TOKEN], osb_env)
@@ -170,9 +178,10 @@ for c in streams:
 err = srv.start()
 h.ok(err is None, "the server starts again", err or "")
 
-if e2b_state:
-    run("E2B after", E2B_DIR, [os.path.join(E2B_DIR, "restart.mjs"), "after", srv.url, json.dumps(e2b_state)],
-        e2b_env())
+for sdk, state in e2b_states.items():
+    if state:
+        run("E2B %s after" % sdk, E2B_DIR,
+            [os.path.join(E2B_DIR, "restart.mjs"), "after", srv.url, json.dumps(state)], e2b_env(sdk))
 if osb_state:
     run("OpenSandbox after", OSB_DIR,
         [os.path.join(OSB_DIR, "restart.mjs"), "after", srv.url, TOKEN, json.dumps(osb_state)], osb_env)

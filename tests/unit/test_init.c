@@ -5,6 +5,7 @@
  * read-only and a tiny tmpfs, for the EROFS and ENOSPC mappings), then runs
  * execs and file operations against it. Every wait is bounded. */
 #include "proto/initclient.h"
+#include "base/buf.h"
 #include "base/util.h"
 #include "proto/proto.h"
 #include "tap.h"
@@ -2543,6 +2544,115 @@ static void rm_rf(const char *path)
 /* RESERVE: the balloon is held by PID 1 (it outlives the session that
  * sized it), takes space from the workdir's filesystem, and no command sees
  * its fd. */
+/* ---- WATCH ---- */
+
+/* The events of a watch until it is quiet for quiet_ms: "KIND:name" lines. */
+static char *watch_events(int fd, abp_reader *rd, int quiet_ms)
+{
+        ab_buf b = {0};
+        for (;;) {
+                uint32_t kind;
+                char *name;
+                ab_err *e = NULL;
+                int k = abc_watch_next(fd, rd, quiet_ms, &kind, &name, &e);
+                if (k <= 0) {
+                        ab_err_free(&e);
+                        break;
+                }
+                ab_buf_printf(&b, "%u:%s\n", kind, name);
+                free(name);
+        }
+        ab_buf_add(&b, "", 1);
+        return b.p;
+}
+
+static bool has_event(const char *evs, unsigned kind, const char *name)
+{
+        char want[PATH_MAX + 16];
+        snprintf(want, sizeof(want), "%u:%s\n", kind, name);
+        return strstr(evs, want) && (strstr(evs, want) == evs || strstr(evs, want)[-1] == '\n');
+}
+
+static void test_watch(void)
+{
+        must(mkdir(in_ws("w"), 0755));
+        must(mkdir(in_ws("w/old"), 0755));
+        int fd = conn();
+        ab_err *e = NULL;
+        int rc = abc_watch_open(fd, in_ws("w"), true, &e);
+        tap_ok(rc == 0, "WATCH of a directory: OK (%s)", e ? e->msg : "");
+        ab_err_free(&e);
+        abp_reader rd = {0};
+        ab_err *we = NULL;
+        tap_ok(write_to(in_ws("w/a.txt"), "data", 0, 0644, &we) == 0, "a WRITE into it");
+        ab_err_free(&we);
+        must(mkdir(in_ws("w/new"), 0755));
+        must(mkdir(in_ws("w/new/deeper"), 0755));
+        put_file(in_ws("w/new/deeper/f.txt"), "f");
+        put_file(in_ws("w/old/g.txt"), "g");
+        must(rename(in_ws("w/a.txt"), in_ws("w/b.txt")));
+        must(chmod(in_ws("w/b.txt"), 0600));
+        must(unlink(in_ws("w/b.txt")));
+        char *evs = watch_events(fd, &rd, 400);
+        tap_ok(has_event(evs, ABP_WATCH_CREATE, "a.txt") &&
+                   has_event(evs, ABP_WATCH_WRITE, "a.txt") && !strstr(evs, ".abtmp"),
+               "a WRITE arrives as create + write under its own name, no temp file");
+        tap_ok(has_event(evs, ABP_WATCH_CREATE, "new") &&
+                   has_event(evs, ABP_WATCH_CREATE, "new/deeper/f.txt"),
+               "recursive: a new folder and what was made in it before its watch");
+        tap_ok(has_event(evs, ABP_WATCH_CREATE, "old/g.txt"), "recursive: an existing subfolder");
+        tap_ok(has_event(evs, ABP_WATCH_RENAME, "a.txt") &&
+                   has_event(evs, ABP_WATCH_CREATE, "b.txt"),
+               "a rename: rename of the old name, create of the new");
+        tap_ok(has_event(evs, ABP_WATCH_CHMOD, "b.txt") &&
+                   has_event(evs, ABP_WATCH_REMOVE, "b.txt"),
+               "chmod and remove");
+        tap_diag("events: %s", evs);
+        free(evs);
+        abp_reader_free(&rd);
+        close(fd);
+
+        /* bounds: nothing below ABP_WATCH_DEPTH_MAX levels is watched */
+        char deep[PATH_MAX] = "d";
+        must(mkdir(in_ws("d"), 0755));
+        for (int i = 1; i <= ABP_WATCH_DEPTH_MAX + 2; i++) {
+                strncat(deep, "/x", sizeof(deep) - strlen(deep) - 1);
+                must(mkdir(in_ws(deep), 0755));
+        }
+        fd = conn();
+        tap_ok(abc_watch_open(fd, in_ws("d"), true, &e) == 0, "WATCH of a deep tree: OK");
+        ab_err_free(&e);
+        abp_reader rd2 = {0};
+        char at_max[PATH_MAX] = "d", below[PATH_MAX];
+        for (int i = 1; i <= ABP_WATCH_DEPTH_MAX; i++)
+                strncat(at_max, "/x", sizeof(at_max) - strlen(at_max) - 1);
+        snprintf(below, sizeof(below), "%s/x", at_max);
+        char f1[PATH_MAX + 8], f2[PATH_MAX + 8];
+        snprintf(f1, sizeof(f1), "%s/in.txt", at_max);
+        snprintf(f2, sizeof(f2), "%s/out.txt", below);
+        put_file(in_ws(f1), "1");
+        put_file(in_ws(f2), "2");
+        evs = watch_events(fd, &rd2, 400);
+        tap_ok(strstr(evs, "in.txt") && !strstr(evs, "out.txt"),
+               "a file %d levels down is seen, one level further is not", ABP_WATCH_DEPTH_MAX);
+        free(evs);
+        abp_reader_free(&rd2);
+        close(fd);
+
+        fd = conn();
+        rc = abc_watch_open(fd, in_ws("no-such-dir"), false, &e);
+        tap_ok(rc < 0 && e && e->code == AB_E_NOT_FOUND,
+               "WATCH of a missing directory: not_found (%s)", e ? e->msg : "no error");
+        ab_err_free(&e);
+        close(fd);
+        put_file(in_ws("plain"), "p");
+        fd = conn();
+        rc = abc_watch_open(fd, in_ws("plain"), false, &e);
+        tap_ok(rc < 0 && e, "WATCH of a file: an error (%s)", e ? e->msg : "none");
+        ab_err_free(&e);
+        close(fd);
+}
+
 static void test_reserve(void)
 {
         const uint64_t mib = 1024 * 1024;
@@ -2630,6 +2740,7 @@ int main(int argc, char **argv)
                 test_chmod_chown_symlink();
                 test_mount_errors();
                 test_reserve();
+                test_watch();
                 stop_init();
         }
         start_init2(bin);

@@ -267,10 +267,12 @@ static void test_concurrent_fresh_open(const target *t)
         is_int(good, N, "%d processes opening a fresh database at once all succeed", N);
 }
 
-/* Undoes version 6 (the fleet's table and column). */
+/* Undoes versions 7 (file metadata) and 6 (the fleet's table and column). */
 static bool undo_v6(const target *t)
 {
-        return raw(t, "DROP TABLE nodes", NULL) == 0 &&
+        return raw(t, "DROP TABLE file_meta", NULL) == 0 &&
+               raw(t, "DELETE FROM schema_migrations WHERE version >= 7", NULL) == 0 &&
+               raw(t, "DROP TABLE nodes", NULL) == 0 &&
                raw(t, "DROP INDEX boxes_node", NULL) == 0 &&
                raw(t, "ALTER TABLE boxes DROP COLUMN node", NULL) == 0 &&
                raw(t, "DELETE FROM schema_migrations WHERE version >= 6", NULL) == 0;
@@ -715,6 +717,16 @@ static void test_expired(ab_store *s)
                "expired: past their TTL, oldest first; none, huge, pool, deleting excluded");
         _cleanup_free_ char *later = expired_ids(s, "ttl", now + 1);
         is_str(later, "t-stopped,t-past,t-edge", "a millisecond later the edge has passed");
+        int64_t next = -1;
+        ab_err *e = NULL;
+        no_err(ab_store_box_next_ttl_end(s, "ttl", NULL, now, &next, &e), &e, "next TTL end");
+        is_int(next, now, "the next end: the edge's, now (huge, pool, deleting left out)");
+        no_err(ab_store_box_next_ttl_end(s, "ttl", NULL, now + 1, &next, &e), &e, "next TTL end");
+        is_int(next, now - 1000 + 60000, "after it, the young box's end");
+        no_err(ab_store_box_next_ttl_end(s, "ttl", "n1", now + 1, &next, &e), &e, "of a node");
+        is_int(next, 0, "... a node with no boxes has none");
+        no_err(ab_store_box_next_ttl_end(s, "none", NULL, now, &next, &e), &e, "no boxes");
+        is_int(next, 0, "no TTL at all: 0");
 }
 
 /* The box generation moves with every insert, update, status change and
@@ -1092,8 +1104,6 @@ static void *insert_thread(void *p)
         return NULL;
 }
 
-/* Two handles (as two processes would) create the same box at once: the
- * database's unique key lets exactly one win, the other gets a conflict. */
 static void test_chat(ab_store *s)
 {
         ab_err *e = NULL;
@@ -1137,6 +1147,72 @@ static void test_chat(ab_store *s)
         no_err(ab_store_chat_session_delete(s, NULL, "t1", &e), &e, "chat: delete the admin's");
 }
 
+/* File metadata (E2B's files.write metadata): by path and creation; moves,
+ * removals and a box's delete carry it along or drop it. */
+static json_t *meta_of(ab_store *s, const char *id, const char *creation, const char *path)
+{
+        ab_err *e = NULL;
+        json_t *o = NULL;
+        no_err(ab_store_file_meta_get(s, "native", id, creation, path, &o, &e), &e,
+               "get file metadata under %s", path);
+        return o ? o : json_object();
+}
+
+static void test_file_meta(ab_store *s)
+{
+        ab_err *e = NULL;
+        ab_box_rec b = {.provider = S("native"),
+                        .id = S("fm1"),
+                        .backend_id = S("be-fm1"),
+                        .status = AB_BOX_RUNNING,
+                        .mode = AB_MODE_SESSION,
+                        .created_at = 1};
+        no_err(ab_store_box_insert(s, &b, &e), &e, "a box for file metadata");
+        json_t *m1 = json_pack("{s:s,s:s}", "k", "v 1", "b", "it's");
+        json_t *m2 = json_pack("{s:s}", "x", "y");
+        no_err(ab_store_file_meta_set(s, "native", "fm1", "c1", "/d/a.txt", m1, &e), &e, "set a");
+        no_err(ab_store_file_meta_set(s, "native", "fm1", "c1", "/d/sub/b.txt", m2, &e), &e,
+               "set b");
+        no_err(ab_store_file_meta_set(s, "native", "fm1", "c1", "/d2/c.txt", m2, &e), &e, "set c");
+        json_t *o = meta_of(s, "fm1", "c1", "/d");
+        ok(json_object_size(o) == 2 && json_equal(json_object_get(o, "/d/a.txt"), m1) &&
+               json_equal(json_object_get(o, "/d/sub/b.txt"), m2),
+           "get of a folder: what is kept under it (not /d2)");
+        json_decref(o);
+        o = meta_of(s, "fm1", "c2", "/");
+        ok(json_object_size(o) == 0, "another creation of the box sees none of it");
+        json_decref(o);
+        no_err(ab_store_file_meta_move(s, "native", "fm1", "/d", "/e", &e), &e, "move /d to /e");
+        o = meta_of(s, "fm1", "c1", "/");
+        ok(json_object_size(o) == 3 && json_object_get(o, "/e/a.txt") &&
+               json_object_get(o, "/e/sub/b.txt") && json_object_get(o, "/d2/c.txt"),
+           "a move carries a folder's metadata along, /d2 untouched");
+        json_decref(o);
+        no_err(ab_store_file_meta_move(s, "native", "fm1", "/d2/c.txt", "/e/a.txt", &e), &e,
+               "move a file onto another");
+        o = meta_of(s, "fm1", "c1", "/e/a.txt");
+        ok(json_object_size(o) == 1 && json_equal(json_object_get(o, "/e/a.txt"), m2),
+           "the moved file's metadata replaces the target's");
+        json_decref(o);
+        no_err(ab_store_file_meta_set(s, "native", "fm1", "c1", "/e/a.txt", NULL, &e), &e,
+               "set none");
+        no_err(ab_store_file_meta_delete(s, "native", "fm1", "/e", &e), &e, "delete /e");
+        o = meta_of(s, "fm1", "c1", "/");
+        ok(json_object_size(o) == 0, "set none and a removal drop it");
+        json_decref(o);
+        no_err(ab_store_file_meta_set(s, "native", "fm1", "c1", "/f", m1, &e), &e, "set f");
+        no_err(ab_store_box_delete(s, "native", "fm1", &e), &e, "delete the box");
+        no_err(ab_store_box_insert(s, &b, &e), &e, "the same id again");
+        o = meta_of(s, "fm1", "c1", "/");
+        ok(json_object_size(o) == 0, "a box's delete drops its file metadata");
+        json_decref(o);
+        no_err(ab_store_box_delete(s, "native", "fm1", &e), &e, "clean up");
+        json_decref(m1);
+        json_decref(m2);
+}
+
+/* Two handles (as two processes would) create the same box at once: the
+ * database's unique key lets exactly one win, the other gets a conflict. */
 static void test_insert_race(ab_store *s, ab_store *s2)
 {
         enum { ROUNDS = 20 };
@@ -1275,6 +1351,7 @@ static void suite(const target *t)
         test_audit(s);
         test_keys(s);
         test_chat(s);
+        test_file_meta(s);
         test_insert_race(s, s2);
         test_nodes(s);
         if (strcmp(t->kind, "postgres") == 0)

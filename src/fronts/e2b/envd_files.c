@@ -1,15 +1,18 @@
 /* /files of the E2B front's envd (front_envd.c): GET streams a file out of
  * the box (abc_read through a pipe), POST writes one file (octet-stream)
  * or several (multipart/form-data, the part's filename is its path) through
- * the box's init. Errors in envd's shape {"code": status, "message"}. */
+ * the box's init, gzip-encoded or not (kit/gunzip.h). Errors in envd's
+ * shape {"code": status, "message"}. */
 #include "fronts/e2b/envd_int.h"
 #include "kit/files.h"
+#include "kit/gunzip.h"
 #include "kit/multipart.h"
 #include "kit/status.h"
 #include "base/log.h"
 
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 
 /* ---- /files -------------------------------------------------------------- */
 
@@ -17,6 +20,27 @@ static enum MHD_Result files_error(ab_req *r, ab_err *e)
 {
         /* a box that cannot be reached is envd's 502 */
         unsigned st = e->code == AB_E_UNAVAILABLE ? 502 : kit_file_status(e->code);
+        enum MHD_Result ret = resp_json(
+            r, st,
+            json_pack("{s:i,s:o}", "code", (int)st, "message", json_bytes(e->msg, strlen(e->msg))));
+        ab_err_free(&e);
+        return ret;
+}
+
+/* Cleanup for a local json_t * (NULL: nothing). */
+static void json_release(json_t **j)
+{
+        json_decref(*j);
+}
+
+/* A gzip upload that could not be inflated: 400 (not gzip), 413 (it
+ * inflates past max_upload: a gzip bomb), 503 (the spool is full). */
+static enum MHD_Result gunzip_error(ab_req *r, ab_err *e)
+{
+        unsigned st = e->code == AB_E_INVALID       ? 400
+                      : e->code == AB_E_LIMIT       ? 413
+                      : e->code == AB_E_UNAVAILABLE ? 503
+                                                    : 500;
         enum MHD_Result ret = resp_json(
             r, st,
             json_pack("{s:i,s:o}", "code", (int)st, "message", json_bytes(e->msg, strlen(e->msg))));
@@ -105,12 +129,27 @@ enum MHD_Result envd_files_post(ab_req *r, const char *id)
         const char *ctype = req_header(r, "Content-Type");
         const char *qpath = req_query(r, "path");
         const char *cenc = req_header(r, "Content-Encoding");
-        if (cenc && strcasecmp(cenc, "identity"))
-                return resp_json(r, 400,
-                                 json_pack("{s:i,s:s}", "code", 400, "message",
-                                           "Content-Encoding: only identity uploads are supported "
-                                           "(no gzip)"));
+        bool gz = cenc && !strcasecmp(cenc, "gzip");
+        if (cenc && !gz && strcasecmp(cenc, "identity"))
+                return resp_json(r, 415,
+                                 json_pack("{s:i,s:s}", "code", 415, "message",
+                                           "Content-Encoding: gzip or identity"));
         ab_err *e = NULL;
+        json_t *meta = NULL; /* X-Metadata-*: kept for each file written */
+        if (envd_meta_headers(r, &meta, &e) < 0)
+                return files_error(r, e);
+        __attribute__((cleanup(json_release))) json_t *meta_ref = meta;
+        _cleanup_close_ int inflated = -1;
+        if (gz) { /* the upload, inflated, replaces it */
+                if (kit_gunzip_upload(r, r->srv->cfg->max_upload, &inflated, &e) < 0)
+                        return gunzip_error(r, e);
+                struct stat ist;
+                if (fstat(inflated, &ist) < 0)
+                        return resp_error(r, 500, "internal", "fstat: %s", strerror(errno));
+                close(r->upload_fd);
+                r->upload_fd = steal_fd(&inflated);
+                r->upload_len = (uint64_t)ist.st_size;
+        }
         up_file *files = NULL;
         size_t n = 0;
         void *map = NULL;
@@ -152,11 +191,14 @@ enum MHD_Result envd_files_post(ab_req *r, const char *id)
                 files[i].path = full;
                 up_call c = {.f = &files[i], .src_fd = src_fd};
                 rc = envd_with_box(r->srv, box, r->scope, up_write, &c, &e);
+                if (rc == 0) /* a new file: what was kept for the path goes */
+                        rc = envd_meta_set(r, box, full, meta, &e);
                 if (rc == 0) {
                         json_array_append_new(
-                            a, json_pack("{s:s,s:s,s:s}", "name", kit_base_name(full), "type",
-                                         "file" /* envd's HTTP EntryInfo: file or dir */, "path",
-                                         full));
+                            a,
+                            json_pack("{s:s,s:s,s:s,s:o}", "name", kit_base_name(full), "type",
+                                      "file" /* envd's HTTP EntryInfo: file or dir */, "path", full,
+                                      "metadata", meta ? json_incref(meta) : json_object()));
                 }
         }
         for (size_t i = 0; i < n; i++)

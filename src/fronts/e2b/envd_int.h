@@ -26,8 +26,11 @@ bool envd_enveloped(ab_req *r);
 /* A stream that is over at once: its end envelope carries the error. */
 enum MHD_Result envd_stream_error(ab_req *r, const char *code, const char *msg);
 
+/* E2B's home: where relative paths resolve and commands start, as in E2B. */
+#define E2B_HOME "/home/user"
+
 /* base + "/" + rel (rel NULL or "": base), absolute: a relative base is
- * relative to /workspace. Free it. */
+ * relative to E2B_HOME. Free it. */
 char *envd_abs_path(const char *base, const char *rel);
 /* filesystem.EntryInfo of absolute path with st. */
 json_t *envd_entry_info(const char *path, const abc_stat *st);
@@ -63,6 +66,24 @@ int envd_parse_multipart(const char *body, size_t len, const char *ctype, up_fil
  * calls (CreateWatcher, GetWatcherEvents, RemoveWatcher). */
 enum MHD_Result envd_watch_dir(ab_req *r, const char *box, json_t *msg);
 enum MHD_Result envd_watcher_rpc(ab_req *r, const char *box, const char *method, json_t *msg);
+
+/* envd_meta.c: file metadata (E2B's files.write metadata), kept in the
+ * store per box and path. */
+/* The X-Metadata-KEY headers of r: *out a new object (NULL when none);
+ * AB_E_INVALID for a bad key or value, or too many (64 keys of at most 128
+ * token characters, values of at most 1024 printable ASCII). */
+int envd_meta_headers(ab_req *r, json_t **out, ab_err **err);
+/* Keeps meta for path (absolute, as shown) of box (NULL or {}: drops it). */
+int envd_meta_set(ab_req *r, const char *box, const char *path, json_t *meta, ab_err **err);
+/* A new object, path -> metadata, for path and the paths under it; {} when
+ * none or unreadable (logged). */
+json_t *envd_meta_under(ab_req *r, const char *box, const char *path);
+/* After a Move / a Remove: carries along / drops what is kept (failures
+ * are logged: the operation itself is done). */
+void envd_meta_moved(ab_req *r, const char *box, const char *from, const char *to);
+void envd_meta_removed(ab_req *r, const char *box, const char *path);
+/* Sets entry's "metadata" to map[entry.path] ({} when none). */
+void envd_entry_meta(json_t *entry, json_t *map);
 
 /* Shutdown halves (envd_shutdown): every process stream detached (the
  * processes and PTYs live on in their boxes), every watch stopped; each

@@ -127,8 +127,9 @@ typedef struct pstream {
         ab_server *srv;
         char *box, *scope, *tid;
         bool pty;
-        int fd;           /* write end of the response pipe (non-blocking) */
-        atomic_bool stop; /* detach now: the server stops, or the box goes */
+        int fd;             /* write end of the response pipe (non-blocking) */
+        atomic_bool stop;   /* detach now: the server stops, or the box goes */
+        atomic_bool killed; /* the box is being deleted: the stream ends as E2B's */
 } pstream;
 
 static pthread_mutex_t streams_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -202,6 +203,15 @@ static void end_envelope(ab_buf *b, bool exited, int code)
         event_envelope(b, json_pack("{s:{s:i,s:b,s:s}}", "end", "exitCode", exited ? code : -1,
                                     "exited", exited, "status", status));
         crpc_end(b, NULL, NULL);
+}
+
+/* The end of a stream whose sandbox was killed (deleted, its timeout ran
+ * out) or stopped under it: E2B's envd goes with its sandbox, so the SDK
+ * meets a dropped stream and a dead sandbox and raises its TimeoutError;
+ * "unavailable" is the Connect code it maps to that same error. */
+static void sandbox_gone(ab_buf *b)
+{
+        crpc_end(b, "unavailable", "the sandbox was killed or reached its end of life");
 }
 
 /* A stream being pumped: the client's side of kit_term_pump. */
@@ -280,9 +290,11 @@ static void *ps_main(void *arg)
                 ended = true;
                 break;
         case KIT_TERM_GONE: /* the box stopped or went away: the process with it */
-                end_envelope(&b, false, -1);
+                sandbox_gone(&b);
                 break;
         default: /* the client went away or the stream must stop: the process runs on */
+                if (atomic_load(&ps->killed))
+                        sandbox_gone(&b);
                 break;
         }
         if (b.n)
@@ -344,6 +356,7 @@ void envd_forget_box(const char *id)
                 pthread_mutex_lock(&streams_lock);
                 for (pstream *ps = streams; ps; ps = ps->next)
                         if (!strcmp(ps->box, id)) {
+                                atomic_store(&ps->killed, true);
                                 atomic_store(&ps->stop, true);
                                 any = true;
                         }
@@ -434,7 +447,15 @@ static enum MHD_Result process_start(ab_req *r, const char *box, json_t *msg)
                 argv[1 + i] = steal_pointer(&args[i]);
         json_t *envs = json_object_get(pc, "envs");
         size_t ne = json_is_object(envs) ? json_object_size(envs) : 0, k = 0;
-        _cleanup_strv_ char **env = xcalloc(ne + 1, sizeof(char *));
+        _cleanup_strv_ char **env = xcalloc(ne + 3, sizeof(char *));
+        const char *cwd = json_string_value(json_object_get(pc, "cwd"));
+        /* Commands start in E2B's home unless told otherwise, with HOME
+         * there, as in E2B; PWD names the cwd as given (pwd shows
+         * /home/user, not the /workspace its link leads to). The call's
+         * envs come after: they win. */
+        _cleanup_free_ char *abs_cwd = envd_abs_path(cwd && *cwd ? cwd : E2B_HOME, NULL);
+        env[k++] = xstrdup("HOME=" E2B_HOME);
+        env[k++] = xasprintf("PWD=%s", abs_cwd);
         const char *key;
         json_t *val;
         json_object_foreach(envs, key, val)
@@ -442,8 +463,6 @@ static enum MHD_Result process_start(ab_req *r, const char *box, json_t *msg)
                 if (json_is_string(val) && *key && !strchr(key, '='))
                         env[k++] = xasprintf("%s=%s", key, json_string_value(val));
         }
-        const char *cwd = json_string_value(json_object_get(pc, "cwd"));
-        _cleanup_free_ char *abs_cwd = cwd && *cwd ? envd_abs_path(cwd, NULL) : NULL;
         _cleanup_free_ char *user = envd_user(r);
         uint32_t timeout_ms = call_timeout_ms(r);
         json_t *size = json_object_get(pty, "size");

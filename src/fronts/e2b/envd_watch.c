@@ -1,11 +1,15 @@
 /* Watches of the E2B front's envd (front_envd.c): WatchDir streams and the
- * watcher calls. agentbox-init has no inotify: a watch lists the directory
- * through the box's init every WATCH_POLL_MS and reports the differences
+ * watcher calls. A watch is inotify in the box, through its init (WATCH,
+ * docs/protocol.md): create, write, remove, rename and chmod as they
+ * happen, as E2B's envd reports them, recursive watches following new
+ * subdirectories. A box whose init predates WATCH is polled instead: the
+ * directory listed every WATCH_POLL_MS and the differences reported
  * (create, remove, write: mtime or size, chmod: mode). A watch never wakes a
- * paused box: it skips rounds while the box does not run. */
+ * paused box: it waits while the box does not run. */
 #include "fronts/e2b/envd_int.h"
 #include "base/log.h"
 #include "base/id.h"
+#include "proto/proto.h"
 
 #include <fcntl.h>
 #include <pthread.h>
@@ -30,6 +34,7 @@ typedef struct watch {
         ab_server *srv;
         char *box, *path;
         bool recursive, include_entry;
+        int init_fd; /* the inotify watch opened before the stream's start, or -1 */
         abc_dirent *prev;
         size_t n_prev;
 } watch;
@@ -46,6 +51,8 @@ static void watch_unref(watch *w)
                 return;
         if (w->fd >= 0)
                 close(w->fd);
+        if (w->init_fd >= 0)
+                close(w->init_fd);
         json_decref(w->events);
         abc_dirents_free(w->prev, w->n_prev);
         free(w->box);
@@ -130,16 +137,114 @@ static int watch_diff(watch *w, abc_dirent *cur, size_t n)
         return 0;
 }
 
-static void *watch_main(void *arg)
+static bool watch_stopped(watch *w)
 {
-        watch *w = arg;
-        uint64_t last_keepalive = ab_now_ms();
-        for (;;) {
-                pthread_mutex_lock(&watch_lock);
-                bool stop = w->stop;
-                pthread_mutex_unlock(&watch_lock);
-                if (stop)
+        pthread_mutex_lock(&watch_lock);
+        bool stop = w->stop;
+        pthread_mutex_unlock(&watch_lock);
+        return stop;
+}
+
+/* A keepalive on a quiet stream, every ENVD_KEEPALIVE_S: -1 when its reader
+ * is gone. */
+static int watch_keepalive(watch *w, uint64_t *last)
+{
+        if (w->fd < 0 || ab_now_ms() - *last <= ENVD_KEEPALIVE_S * 1000)
+                return 0;
+        *last = ab_now_ms();
+        _cleanup_buf_ ab_buf b = {0};
+        crpc_envelope(&b, 0, json_pack("{s:{}}", "keepalive"));
+        pthread_mutex_lock(&watch_lock);
+        int rc = ab_write_all(w->fd, b.p, b.n);
+        pthread_mutex_unlock(&watch_lock);
+        return rc < 0 ? -1 : 0;
+}
+
+/* The entry of name (relative to the watched directory) for includeEntry:
+ * listed from its folder, as a watch reads without waking the box. */
+static void event_stat(watch *w, const char *name, abc_stat *st)
+{
+        _cleanup_free_ char *full = envd_abs_path(w->path, name);
+        char *slash = strrchr(full, '/');
+        const char *base = slash + 1;
+        _cleanup_free_ char *dir = slash == full ? xstrdup("/") : xstrndup(full, slash - full);
+        abc_dirent *ents = NULL;
+        size_t n = 0;
+        if (ab_manager_file_peek_list(w->srv->mgr, w->box, NULL, dir, 1, &ents, &n, NULL) < 0)
+                return;
+        for (size_t i = 0; i < n; i++)
+                if (!strcmp(ents[i].path, base)) {
+                        *st = ents[i].st;
+                        ents[i].st = (abc_stat){0};
                         break;
+                }
+        abc_dirents_free(ents, n);
+}
+
+typedef enum { WATCHED_END, WATCHED_RETRY, WATCHED_POLL } watched;
+
+/* One inotify watch through the box's init, relayed until the watch must
+ * stop, its reader goes (WATCHED_END), the box stops running (WATCHED_RETRY)
+ * or its init has no WATCH (WATCHED_POLL). */
+/* Opens the inotify watch of w into *fd: WATCHED_RETRY when it is open (or
+ * the box does not run now), WATCHED_POLL for an init without WATCH,
+ * WATCHED_END when the box or the directory is gone. */
+static watched watch_open(watch *w, int *fd)
+{
+        ab_err *e = NULL;
+        if (ab_manager_file_watch_open(w->srv->mgr, w->box, NULL, w->path, w->recursive, fd, &e) ==
+            0)
+                return WATCHED_RETRY;
+        bool old = e->code == AB_E_INVALID && strstr(e->msg, "unknown request type");
+        bool gone = e->code == AB_E_NOT_FOUND;
+        ab_err_free(&e);
+        return old ? WATCHED_POLL : gone ? WATCHED_END : WATCHED_RETRY;
+}
+
+static watched watch_inotify(watch *w, uint64_t *last_keepalive)
+{
+        int fd = steal_fd(&w->init_fd);
+        ab_err *e = NULL;
+        if (fd < 0) {
+                watched how = watch_open(w, &fd);
+                if (fd < 0)
+                        return how;
+        }
+        abp_reader rd = {0};
+        watched how = WATCHED_END;
+        while (!watch_stopped(w)) {
+                uint32_t kind;
+                char *name;
+                int k = abc_watch_next(fd, &rd, WATCH_POLL_MS, &kind, &name, &e);
+                if (k < 0) { /* the box stopped, or the directory went */
+                        ab_err_free(&e);
+                        how = WATCHED_RETRY;
+                        break;
+                }
+                if (k > 0) {
+                        abc_dirent d = {.path = name};
+                        if (w->include_entry && kind != ABP_WATCH_REMOVE &&
+                            kind != ABP_WATCH_RENAME)
+                                event_stat(w, name, &d.st);
+                        int rc = watch_emit(w, &d, (int)kind);
+                        abc_stat_clear(&d.st);
+                        free(name);
+                        if (rc < 0)
+                                break;
+                }
+                if (watch_keepalive(w, last_keepalive) < 0)
+                        break;
+        }
+        abp_reader_free(&rd);
+        close(fd);
+        return how;
+}
+
+/* The directory polled (an init without WATCH): until the watch must stop,
+ * the box goes or the reader does. */
+static void watch_poll(watch *w, uint64_t *last_keepalive)
+{
+        while (!watch_stopped(w)) {
                 struct timespec ts = {0, WATCH_POLL_MS * 1000000L};
                 nanosleep(&ts, NULL);
                 abc_dirent *cur = NULL;
@@ -155,13 +260,35 @@ static void *watch_main(void *arg)
                         if (rc < 0)
                                 break;
                 }
-                if (w->fd >= 0 && ab_now_ms() - last_keepalive > ENVD_KEEPALIVE_S * 1000) {
-                        last_keepalive = ab_now_ms();
-                        _cleanup_buf_ ab_buf b = {0};
-                        crpc_envelope(&b, 0, json_pack("{s:{}}", "keepalive"));
-                        if (ab_write_all(w->fd, b.p, b.n) < 0)
-                                break;
+                if (watch_keepalive(w, last_keepalive) < 0)
+                        break;
+        }
+}
+
+static void *watch_main(void *arg)
+{
+        watch *w = arg;
+        uint64_t last_keepalive = ab_now_ms();
+        for (;;) {
+                watched how = watch_stopped(w) ? WATCHED_END : watch_inotify(w, &last_keepalive);
+                if (how == WATCHED_POLL) {
+                        if (!w->prev && watch_list(w, &w->prev, &w->n_prev) < 0) {
+                                w->prev = NULL; /* a baseline at the first listing */
+                                w->n_prev = 0;
+                        }
+                        watch_poll(w, &last_keepalive);
                 }
+                if (how != WATCHED_RETRY)
+                        break;
+                /* the box does not run now (paused, stopped): wait, never wake it */
+                ab_box_rec rec;
+                if (ab_manager_get(w->srv->mgr, w->box, NULL, &rec, NULL) < 0)
+                        break; /* gone */
+                ab_box_rec_clear(&rec);
+                struct timespec ts = {0, WATCH_POLL_MS * 1000000L};
+                nanosleep(&ts, NULL);
+                if (watch_keepalive(w, &last_keepalive) < 0)
+                        break;
         }
         pthread_mutex_lock(&watch_lock);
         for (watch **l = &watches; *l; l = &(*l)->next)
@@ -195,8 +322,9 @@ static watch *watch_new(ab_req *r, const char *box, json_t *msg, int fd, ab_err 
         char *real = NULL;
         if (envd_stat_follow(r->srv, box, r->scope, path, &st, &real, err) < 0)
                 return NULL;
-        free(st.link);
-        if (st.type != ABC_DIR) {
+        bool dir = st.type == ABC_DIR;
+        abc_stat_clear(&st);
+        if (!dir) {
                 free(real);
                 ab_err_set(err, AB_E_INVALID, 0, "%s is not a directory", path);
                 return NULL;
@@ -208,11 +336,16 @@ static watch *watch_new(ab_req *r, const char *box, json_t *msg, int fd, ab_err 
         w->recursive = json_is_true(json_object_get(msg, "recursive"));
         w->include_entry = json_is_true(json_object_get(msg, "includeEntry"));
         w->fd = fd;
+        w->init_fd = -1;
         ab_random_hex(w->id, sizeof(w->id), "w", 8);
+        /* watching before the stream starts: nothing done after the SDK's
+         * watchDir returns is missed (a box not running: its thread waits) */
+        watched how = watch_open(w, &w->init_fd);
         if (fd < 0)
                 w->events = json_array();
-        /* the first listing is the baseline: events are changes after it */
-        if (watch_list(w, &w->prev, &w->n_prev) < 0) {
+        /* polling (an init without WATCH): the first listing is the
+         * baseline, events are changes after it */
+        if (how == WATCHED_POLL && watch_list(w, &w->prev, &w->n_prev) < 0) {
                 w->prev = NULL;
                 w->n_prev = 0;
         }

@@ -13,10 +13,12 @@
 
 #include <time.h>
 
-/* The envd version the SDK is told: 0.6.3 lets it use every call this front
- * serves (closeStdin from 0.5.2, octet-stream uploads from 0.5.7, watch
- * entries from 0.6.3) and nothing older (the default user from 0.4.0). */
-#define ENVD_VERSION      "0.6.3"
+/* The envd version the SDK is told: 0.6.4 lets it use every call this front
+ * serves (closeStdin from 0.5.2, octet-stream and gzip uploads from 0.5.7,
+ * file metadata from 0.6.2, watch entries from 0.6.3, watches with
+ * allowNetworkMounts from 0.6.4: inotify in the box sees every mount) and
+ * nothing older (the default user from 0.4.0). */
+#define ENVD_VERSION      "0.6.4"
 #define DEFAULT_TIMEOUT_S 300
 #define CLIENT_ID         "agentbox"
 
@@ -52,6 +54,14 @@ static enum MHD_Result no_content(ab_req *r)
 {
         struct MHD_Response *resp = MHD_create_response_from_buffer(0, "", MHD_RESPMEM_PERSISTENT);
         return resp_send(r, 204, resp);
+}
+
+/* The time of day in ms since the epoch (box records count in it). */
+static int64_t wall_ms(void)
+{
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
 static json_t *iso_time(int64_t ms)
@@ -222,6 +232,16 @@ enum MHD_Result e2b_create(ab_req *r, const char *id)
         ab_box_rec rec;
         bool created;
         int rc = ab_manager_acquire(r->srv->mgr, &q, r->scope, &rec, &created, &e);
+        if (rc < 0 && net && e->code == AB_E_UNSUPPORTED) {
+                /* E2B's SDK 2.45 asks for the internet on every create: a
+                 * server that has no full network (config network.full:
+                 * false, no iptables) gives its default network instead.
+                 * An app's ceiling (allowed_network) still refuses it. */
+                ab_err_free(&e);
+                new_id(sid);
+                q.network = NULL;
+                rc = ab_manager_acquire(r->srv->mgr, &q, r->scope, &rec, &created, &e);
+        }
         json_decref(net);
         json_decref(body);
         if (rc < 0) {
@@ -422,9 +442,11 @@ enum MHD_Result e2b_pause(ab_req *r, const char *id)
         return no_content(r);
 }
 
-/* POST /v2/sandboxes/{id}/connect {timeout} (and the older
- * /sandboxes/{id}/resume): resumes a paused (or starts a stopped) box,
- * sets its timeout; 201 when it had to be resumed, else 200. */
+/* POST /v2/sandboxes/{id}/connect {timeout} (SDK 2.51; /sandboxes/{id}/connect
+ * of SDK 2.45 and the older /sandboxes/{id}/resume): resumes a paused (or
+ * starts a stopped) box and extends its timeout to at least timeout seconds
+ * from now (never shortens it, as E2B's connect); 201 when it had to be
+ * resumed, else 200. */
 enum MHD_Result e2b_connect(ab_req *r, const char *id)
 {
         ab_err *e = NULL;
@@ -453,6 +475,8 @@ enum MHD_Result e2b_connect(ab_req *r, const char *id)
                 return ret;
         if (!secs && cur.ttl_s == 0)
                 secs = DEFAULT_TIMEOUT_S;
+        if (secs && cur.ttl_s > 0 && cur.created_at + cur.ttl_s * 1000 >= wall_ms() + secs * 1000)
+                secs = 0; /* it ends later already */
         if (secs) {
                 ab_box_rec_clear(&cur);
                 if (ab_manager_set_ttl(r->srv->mgr, id, r->scope, secs, NULL, &cur, &e) < 0)
@@ -477,9 +501,7 @@ enum MHD_Result e2b_metrics(ab_req *r, const char *id)
                 ab_limits l = r->srv->cfg->limits;
                 if (rec.has_limits)
                         l = rec.limits;
-                struct timespec ts;
-                clock_gettime(CLOCK_REALTIME, &ts);
-                int64_t now = (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+                int64_t now = wall_ms();
                 /* CPU: the average since the box was made (one sample has no interval) */
                 double cpus = l.cpus >= 1 ? l.cpus : 1;
                 double secs = (double)(now - rec.created_at) / 1000.0;

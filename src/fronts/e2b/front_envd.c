@@ -334,17 +334,46 @@ enum MHD_Result envd_stream_error(ab_req *r, const char *code, const char *msg)
 
 /* ---- entries ------------------------------------------------------------ */
 
-/* "/a/b" + "c" -> "/a/b/c"; a relative path is relative to /workspace, the
- * box's home (and E2B's /home/user, a link to it). */
+/* p (absolute) with "." and ".." resolved by name and no doubled or
+ * trailing slashes, as Go's filepath.Clean (E2B's envd) makes it. Free it. */
+static char *path_clean(const char *p)
+{
+        _cleanup_free_ char *work = xstrdup(p);
+        char *out = xmalloc(strlen(p) + 2);
+        size_t n = 0;
+        char *save = NULL;
+        for (char *part = strtok_r(work, "/", &save); part; part = strtok_r(NULL, "/", &save)) {
+                if (!strcmp(part, "."))
+                        continue;
+                if (!strcmp(part, "..")) {
+                        while (n > 0 && out[n - 1] != '/')
+                                n--;
+                        if (n > 0)
+                                n--; /* the slash before the dropped name */
+                        continue;
+                }
+                out[n++] = '/';
+                size_t l = strlen(part);
+                memcpy(out + n, part, l);
+                n += l;
+        }
+        if (n == 0)
+                out[n++] = '/';
+        out[n] = 0;
+        return out;
+}
+
+/* "/a/b" + "c" -> "/a/b/c", cleaned; a relative path is relative to
+ * /home/user, E2B's home (a link to /workspace, the box's, made at create). */
 char *envd_abs_path(const char *base, const char *rel)
 {
-        _cleanup_free_ char *b = base[0] == '/' ? xstrdup(base) : xasprintf("/workspace/%s", base);
-        size_t n = strlen(b);
-        while (n > 1 && b[n - 1] == '/')
-                b[--n] = 0;
-        if (!rel || !*rel)
-                return steal_pointer(&b);
-        return !strcmp(b, "/") ? xasprintf("/%s", rel) : xasprintf("%s/%s", b, rel);
+        _cleanup_free_ char *joined = NULL;
+        if (base[0] == '/')
+                joined = rel && *rel ? xasprintf("%s/%s", base, rel) : xstrdup(base);
+        else
+                joined = rel && *rel ? xasprintf(E2B_HOME "/%s/%s", base, rel)
+                                     : xasprintf(E2B_HOME "/%s", base);
+        return path_clean(joined);
 }
 
 static void perm_string(char out[11], abc_ftype t, uint32_t mode)
@@ -363,6 +392,33 @@ static json_t *rfc3339(int64_t secs)
         return json_string(buf);
 }
 
+/* The absolute, cleaned path a link at path (absolute) pointing to link
+ * names, as E2B's envd reports a symlink's target: a relative link is taken
+ * from the link's folder. Free it. */
+static char *link_target(const char *path, const char *link)
+{
+        if (link[0] == '/')
+                return envd_abs_path(link, NULL);
+        _cleanup_free_ char *dir = xstrdup(path);
+        char *slash = strrchr(dir, '/');
+        if (slash)
+                *slash = 0;
+        return envd_abs_path(*dir ? dir : "/", link);
+}
+
+/* The owner or group envd shows: the box's name for it when known, root
+ * for id 0, else the number (a listing carries ids, not names). */
+static json_t *id_name(const char *name, bool has_ids, uint32_t id)
+{
+        if (name)
+                return json_string(name);
+        if (!has_ids || id == 0)
+                return json_string("root");
+        char num[16];
+        snprintf(num, sizeof(num), "%" PRIu32, id);
+        return json_string(num);
+}
+
 /* filesystem.EntryInfo of path (absolute) with st. */
 json_t *envd_entry_info(const char *path, const abc_stat *st)
 {
@@ -372,13 +428,17 @@ json_t *envd_entry_info(const char *path, const abc_stat *st)
         json_t *j = json_pack(
             "{s:o,s:s,s:o,s:s,s:i,s:s,s:s,s:s,s:o}", "name", json_bytes(name, strlen(name)), "type",
             kit_ftype_name(&kit_ftypes_envd, st->type), "path", json_bytes(path, strlen(path)),
-            "size", "0", "mode", (int)(st->mode & 07777), "permissions", perms, "owner", "root",
-            "group", "root", "modifiedTime", rfc3339(st->mtime));
+            "size", "0", "mode", (int)(st->mode & 07777), "permissions", perms, "owner", "",
+            "group", "", "modifiedTime", rfc3339(st->mtime));
+        json_object_set_new(j, "owner", id_name(st->owner, st->has_ids, st->uid));
+        json_object_set_new(j, "group", id_name(st->group, st->has_ids, st->gid));
         char sz[32];
         snprintf(sz, sizeof(sz), "%" PRIu64, st->size);
         json_object_set_new(j, "size", json_string(sz));
-        if (st->link)
-                json_object_set_new(j, "symlinkTarget", json_bytes(st->link, strlen(st->link)));
+        if (st->link) {
+                _cleanup_free_ char *target = link_target(path, st->link);
+                json_object_set_new(j, "symlinkTarget", json_bytes(target, strlen(target)));
+        }
         return j;
 }
 
@@ -405,16 +465,103 @@ typedef struct fs_call {
         size_t n;
 } fs_call;
 
+/* A stat with the owner's and group's names (envd shows them). */
 static int fs_stat(ab_manager *m, ab_use *u, void *ud, ab_err **err)
 {
         fs_call *c = ud;
-        return ab_manager_file_stat(m, u, c->path, false, &c->st, err);
+        return ab_manager_file_stat(m, u, c->path, true, &c->st, err);
 }
 
 static int fs_list(ab_manager *m, ab_use *u, void *ud, ab_err **err)
 {
         fs_call *c = ud;
         return ab_manager_file_list(m, u, c->path, c->depth, &c->ents, &c->n, err);
+}
+
+/* ---- owner names of a listing ---- */
+
+#define NAMES_FILE_MAX (1u << 20) /* most bytes of /etc/passwd or /etc/group read */
+
+typedef struct names_read {
+        const char *path;
+        ab_buf b;
+} names_read;
+
+static int names_chunk(void *ud, int stream, const void *buf, size_t len)
+{
+        names_read *n = ud;
+        if (n->b.n + len > NAMES_FILE_MAX)
+                return -1; /* too large: no names from it */
+        ab_buf_add(&n->b, buf, len);
+        return 0;
+}
+
+static int names_file(ab_manager *m, ab_use *u, void *ud, ab_err **err)
+{
+        names_read *n = ud;
+        return ab_manager_file_read(m, u, n->path, 0, NAMES_FILE_MAX + 1, names_chunk, n, err);
+}
+
+/* id -> name of the box's /etc/passwd or /etc/group ("name:x:id:..."
+ * lines; the first name of an id wins), as an object keyed by the id in
+ * decimal; {} when the file cannot be read. */
+static json_t *names_of(ab_req *r, const char *box, const char *path)
+{
+        names_read n = {.path = path};
+        json_t *o = json_object();
+        ab_err *e = NULL;
+        if (envd_with_box(r->srv, box, r->scope, names_file, &n, &e) < 0) {
+                ab_err_free(&e);
+                ab_buf_free(&n.b);
+                return o;
+        }
+        ab_buf_add(&n.b, "", 1);
+        char *save = NULL;
+        for (char *line = strtok_r(n.b.p, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+                char *name = line, *c1 = strchr(line, ':');
+                char *c2 = c1 ? strchr(c1 + 1, ':') : NULL;
+                char *c3 = c2 ? strchr(c2 + 1, ':') : NULL;
+                if (!c1 || !c2 || !c3 || c1 == name || c3 == c2 + 1)
+                        continue;
+                *c1 = *c3 = 0;
+                char *end = NULL;
+                unsigned long id = strtoul(c2 + 1, &end, 10);
+                if (*end || id > UINT32_MAX)
+                        continue;
+                char key[16];
+                snprintf(key, sizeof(key), "%lu", id);
+                if (!json_object_get(o, key))
+                        json_object_set_new(o, key, json_bytes(name, strlen(name)));
+        }
+        ab_buf_free(&n.b);
+        return o;
+}
+
+/* Fills the owner and group names of a listing's entries from the box's
+ * databases: read only when an entry has an id other than root's. */
+static void name_entries(ab_req *r, const char *box, abc_dirent *ents, size_t n)
+{
+        bool others = false;
+        for (size_t i = 0; i < n && !others; i++)
+                others = ents[i].st.has_ids && (ents[i].st.uid || ents[i].st.gid);
+        if (!others)
+                return;
+        json_t *users = names_of(r, box, "/etc/passwd");
+        json_t *groups = names_of(r, box, "/etc/group");
+        for (size_t i = 0; i < n; i++) {
+                abc_stat *st = &ents[i].st;
+                char key[16];
+                snprintf(key, sizeof(key), "%" PRIu32, st->uid);
+                const char *u = json_string_value(json_object_get(users, key));
+                snprintf(key, sizeof(key), "%" PRIu32, st->gid);
+                const char *g = json_string_value(json_object_get(groups, key));
+                if (st->has_ids && u && !st->owner)
+                        st->owner = xstrdup(u);
+                if (st->has_ids && g && !st->group)
+                        st->group = xstrdup(g);
+        }
+        json_decref(users);
+        json_decref(groups);
 }
 
 /* Stats path following symlinks (E2B's /home/user is one): *st is the
@@ -454,7 +601,7 @@ int envd_stat_follow(ab_server *s, const char *box, const char *scope, const cha
                 }
                 if (!first_link)
                         first_link = steal_pointer(&c.st.link);
-                free(c.st.link);
+                abc_stat_clear(&c.st); /* the link was taken, the names go */
                 free(cur);
                 cur = next;
         }
@@ -472,10 +619,16 @@ static int fs_move(ab_manager *m, ab_use *u, void *ud, ab_err **err)
         return ab_manager_file_rename(m, u, c->path, c->path2, err);
 }
 
+/* Removing what is not there succeeds, as E2B's envd does (the box is). */
 static int fs_remove(ab_manager *m, ab_use *u, void *ud, ab_err **err)
 {
         fs_call *c = ud;
-        return ab_manager_file_delete(m, u, c->path, true, err);
+        if (ab_manager_file_delete(m, u, c->path, true, err) == 0)
+                return 0;
+        if ((*err)->code != AB_E_NOT_FOUND)
+                return -1;
+        ab_err_free(err);
+        return 0;
 }
 
 /* Stats c->path on a fresh connection (after an operation). */
@@ -484,12 +637,15 @@ static int fs_stat_after(ab_req *r, const char *box, fs_call *c, ab_err **err)
         return envd_with_box(r->srv, box, r->scope, fs_stat, c, err);
 }
 
-static enum MHD_Result fs_entry_answer(ab_req *r, const char *path, fs_call *c)
+static enum MHD_Result fs_entry_answer(ab_req *r, const char *box, const char *path, fs_call *c)
 {
         _cleanup_free_ char *shown = envd_abs_path(path, NULL);
-        json_t *j = json_pack("{s:o}", "entry", envd_entry_info(shown, &c->st));
-        free(c->st.link);
-        return resp_json(r, 200, j);
+        json_t *entry = envd_entry_info(shown, &c->st);
+        json_t *meta = envd_meta_under(r, box, shown);
+        envd_entry_meta(entry, meta);
+        json_decref(meta);
+        abc_stat_clear(&c->st);
+        return resp_json(r, 200, json_pack("{s:o}", "entry", entry));
 }
 
 static enum MHD_Result fs_unary(ab_req *r, const char *box, const char *method, json_t *msg)
@@ -505,22 +661,25 @@ static enum MHD_Result fs_unary(ab_req *r, const char *box, const char *method, 
                                               "source and destination: required");
                 if (envd_with_box(r->srv, box, r->scope, fs_move, &c, &e) < 0)
                         return envd_rpc_err(r, e);
+                _cleanup_free_ char *from = envd_abs_path(c.path, NULL);
+                _cleanup_free_ char *to = envd_abs_path(c.path2, NULL);
+                envd_meta_moved(r, box, from, to);
                 c.path = c.path2;
                 if (fs_stat_after(r, box, &c, &e) < 0)
                         return envd_rpc_err(r, e);
-                return fs_entry_answer(r, c.path2, &c);
+                return fs_entry_answer(r, box, c.path2, &c);
         }
         if (!c.path || !*c.path)
                 return envd_rpc_error(r, "invalid_argument", "path: required");
         if (!strcmp(method, "Stat")) {
                 if (envd_stat_follow(r->srv, box, r->scope, c.path, &c.st, NULL, &e) < 0)
                         return envd_rpc_err(r, e);
-                return fs_entry_answer(r, c.path, &c);
+                return fs_entry_answer(r, box, c.path, &c);
         }
         if (!strcmp(method, "MakeDir")) {
                 /* envd answers already_exists for an existing path (the SDK's false) */
                 if (envd_with_box(r->srv, box, r->scope, fs_stat, &c, &e) == 0) {
-                        free(c.st.link);
+                        abc_stat_clear(&c.st);
                         return envd_rpc_error(r, "already_exists", "the path exists already");
                 }
                 ab_err_free(&e);
@@ -528,14 +687,15 @@ static enum MHD_Result fs_unary(ab_req *r, const char *box, const char *method, 
                         return envd_rpc_err(r, e);
                 if (fs_stat_after(r, box, &c, &e) < 0)
                         return envd_rpc_err(r, e);
-                return fs_entry_answer(r, c.path, &c);
+                return fs_entry_answer(r, box, c.path, &c);
         }
         if (!strcmp(method, "Remove")) {
                 _cleanup_free_ char *shown = envd_abs_path(c.path, NULL);
-                if (!strcmp(shown, "/") || !strcmp(shown, "/workspace"))
+                if (!strcmp(shown, "/") || !strcmp(shown, "/workspace") || !strcmp(shown, E2B_HOME))
                         return envd_rpc_error(r, "invalid_argument", "refusing to remove it");
                 if (envd_with_box(r->srv, box, r->scope, fs_remove, &c, &e) < 0)
                         return envd_rpc_err(r, e);
+                envd_meta_removed(r, box, shown);
                 return resp_json(r, 200, json_object());
         }
         if (!strcmp(method, "ListDir")) {
@@ -548,19 +708,25 @@ static enum MHD_Result fs_unary(ab_req *r, const char *box, const char *method, 
                 _cleanup_free_ char *real = NULL;
                 if (envd_stat_follow(r->srv, box, r->scope, c.path, &c.st, &real, &e) < 0)
                         return envd_rpc_err(r, e);
-                free(c.st.link);
-                if (c.st.type != ABC_DIR)
+                bool dir = c.st.type == ABC_DIR;
+                abc_stat_clear(&c.st);
+                if (!dir)
                         return envd_rpc_error(r, "invalid_argument", "not a directory");
                 const char *shown_path = c.path;
                 c.path = real;
                 if (envd_with_box(r->srv, box, r->scope, fs_list, &c, &e) < 0)
                         return envd_rpc_err(r, e);
                 _cleanup_free_ char *base = envd_abs_path(shown_path, NULL);
+                json_t *meta = envd_meta_under(r, box, base);
+                name_entries(r, box, c.ents, c.n);
                 json_t *a = json_array();
                 for (size_t i = 0; i < c.n; i++) {
                         _cleanup_free_ char *full = envd_abs_path(base, c.ents[i].path);
-                        json_array_append_new(a, envd_entry_info(full, &c.ents[i].st));
+                        json_t *entry = envd_entry_info(full, &c.ents[i].st);
+                        envd_entry_meta(entry, meta);
+                        json_array_append_new(a, entry);
                 }
+                json_decref(meta);
                 abc_dirents_free(c.ents, c.n);
                 return resp_json(r, 200, json_pack("{s:o}", "entries", a));
         }
@@ -598,7 +764,8 @@ enum MHD_Result envd_filesystem_rpc(ab_req *r, const char *method)
 /* ---- /health ----------------------------------------------------------- */
 
 /* GET /health: 204 while the server is up. With E2b-Sandbox-Id, 204 only
- * while that box runs (or is paused) and X-Access-Token is its token, else
+ * while that box runs (not paused: E2B's envd is frozen with its sandbox and
+ * answers nothing) and X-Access-Token is its token, else
  * 502 (the SDK's "not running"): a caller without the token learns nothing,
  * not even whether the box exists. */
 enum MHD_Result envd_health(ab_req *r, const char *id)
@@ -613,7 +780,8 @@ enum MHD_Result envd_health(ab_req *r, const char *id)
                         return resp_json(r, 502,
                                          json_pack("{s:i,s:s}", "code", 502, "message",
                                                    "the sandbox is not running"));
-                bool up = rec.status == AB_BOX_RUNNING || rec.status == AB_BOX_PAUSED;
+                /* a paused sandbox is not running (the SDK's isRunning) */
+                bool up = rec.status == AB_BOX_RUNNING;
                 ab_box_rec_clear(&rec);
                 if (!up)
                         return resp_json(r, 502,

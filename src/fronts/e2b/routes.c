@@ -13,6 +13,7 @@ static const ab_route routes[] = {
     {"POST", "e2b/sandboxes/*/pause", AUTH_USER, BODY_JSON, e2b_pause},
     {"POST", "e2b/sandboxes/*/resume", AUTH_USER, BODY_JSON, e2b_connect},
     {"POST", "e2b/v2/sandboxes/*/connect", AUTH_USER, BODY_JSON, e2b_connect},
+    {"POST", "e2b/sandboxes/*/connect", AUTH_USER, BODY_JSON, e2b_connect}, /* SDK 2.45 */
     {"GET", "e2b/sandboxes/*/metrics", AUTH_USER, BODY_NONE, e2b_metrics},
     {"POST", "e2b/sandboxes/*/fork", AUTH_USER, BODY_JSON, e2b_fork},
     {"POST", "e2b/sandboxes/*/snapshots", AUTH_USER, BODY_JSON, e2b_snapshot},

@@ -1,0 +1,62 @@
+"""Relays the TAP lines of a script in another language (a node script
+driving an SDK) as a Python test file's own checks: each "ok N - name" /
+"not ok N - name" line (with its "# detail" lines) becomes one h.ok, each
+"Bail out!" a failure; then one check that the script ran at least
+min_checks checks and exited 0."""
+import os
+import shutil
+import subprocess
+
+
+def relay(h, argv, env, cwd, label="SDK", timeout=200, min_checks=1):
+    """Runs argv (timeout seconds, times the harness's slowness) and relays
+    its TAP lines as h's checks, each named "LABEL: name"."""
+    try:
+        p = subprocess.run(argv, capture_output=True, text=True, timeout=timeout * h.slow, env=env, cwd=cwd)
+        out, err, rc = p.stdout, p.stderr, p.returncode
+    except subprocess.TimeoutExpired as e:
+        out = e.stdout.decode() if isinstance(e.stdout, bytes) else (e.stdout or "")
+        err = e.stderr.decode() if isinstance(e.stderr, bytes) else (e.stderr or "")
+        rc = "timeout"
+    n = 0
+    pending = None
+    for line in out.splitlines() + [""]:
+        if line.startswith("# ") and pending:
+            pending[1].append(line[2:])
+            continue
+        if pending:
+            h.ok(pending[0], pending[2], "\n".join(pending[1]) + ("\nnode stderr:\n" + err[-1500:] if not pending[0] else ""))
+            pending = None
+        if line.startswith("ok ") or line.startswith("not ok "):
+            name = line.split(" - ", 1)[1] if " - " in line else line
+            pending = (line.startswith("ok "), [], "%s: %s" % (label, name))
+            n += 1
+        elif line.startswith("Bail out!"):
+            h.ok(False, "%s: %s" % (label, line), "node stderr:\n" + err[-3000:])
+    h.ok(rc == 0 and n >= min_checks, "%s: %s ran %d checks and exited 0" % (label, argv[1] if len(argv) > 1 else argv[0], n),
+         "exit %s\nstdout tail:\n%s\nstderr:\n%s" % (rc, out[-2000:], err[-3000:]))
+    return n
+
+
+ROOT = os.path.realpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
+E2B_DIR = os.path.join(ROOT, "tests", "e2b")
+# The E2B SDKs tests/e2b/package.json pins, driven side by side: 2.51.0 and
+# 2.45.0 (an npm alias); a script picks one by E2B_SDK_MODULE.
+E2B_SDKS = ("e2b", "e2b-2.45.0")
+
+
+def need_e2b_sdks(h):
+    """node and both E2B SDKs (installing them with scripts/npm-deps.sh
+    when missing), or the file is skipped. Returns node's path."""
+    node = shutil.which("node")
+    if not node:
+        h.skip_all("node is not installed (scripts/npm-deps.sh installs it)")
+
+    def have():
+        return all(os.path.isdir(os.path.join(E2B_DIR, "node_modules", s)) for s in E2B_SDKS)
+    if not have():
+        subprocess.run([os.path.join(ROOT, "scripts", "npm-deps.sh")], capture_output=True, timeout=300)
+    if not have():
+        h.skip_all("the e2b SDKs (2.51.0, 2.45.0) are not installed and scripts/npm-deps.sh could not "
+                   "install them (offline?)")
+    return node
