@@ -84,6 +84,11 @@ static json_t *yaml_to_json(yaml_document_t *doc, yaml_node_t *n, int depth)
         }
 }
 
+json_t *ab_kapi_yaml_node(yaml_document_t *doc, yaml_node_t *n)
+{
+        return yaml_to_json(doc, n, 0);
+}
+
 static json_t *load_yaml(const char *text, size_t len)
 {
         yaml_parser_t p;
@@ -716,6 +721,8 @@ static int list_once(ab_kapi *k, const char *list_path, const char *query, watch
                 if (r != 0)
                         break;
         }
+        if (r == 0)
+                r = w->fn(w->ud, "SYNCED", NULL, true, err);
         ab_kapi_res_clear(&res);
         return r < 0 ? -1 : r;
 }

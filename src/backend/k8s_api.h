@@ -87,7 +87,9 @@ int ab_kapi_watch_line(const char *line, size_t len, json_t **event, const char 
                        json_t **object);
 
 /* Called for each object: first every item of the list (type "ADDED",
- * sync true), then each watch event (ADDED, MODIFIED, DELETED). Return 0 to
+ * sync true), then once "SYNCED" with obj NULL (the list is complete: an
+ * object not seen is not there), then each watch event (ADDED, MODIFIED,
+ * DELETED). Return 0 to
  * go on, 1 to stop with success, -1 (with *err set) to stop with that
  * error. obj is borrowed. */
 typedef int (*ab_kapi_event_fn)(void *ud, const char *type, json_t *obj, bool sync, ab_err **err);
@@ -102,6 +104,13 @@ typedef int (*ab_kapi_event_fn)(void *ud, const char *type, json_t *obj, bool sy
  * returned 1, -1 with *err otherwise. */
 int ab_kapi_list_watch(ab_kapi *k, const char *list_path, const char *query, uint64_t deadline_ms,
                        const char *what, ab_kapi_event_fn fn, void *ud, ab_err **err);
+
+/* The YAML node n of doc as JSON: mappings as objects (scalar keys),
+ * sequences as arrays, every scalar as a string. NULL for an empty node or
+ * one nested deeper than 64. Caller decrefs. */
+typedef struct yaml_document_s yaml_document_t;
+typedef struct yaml_node_s yaml_node_t;
+json_t *ab_kapi_yaml_node(yaml_document_t *doc, yaml_node_t *n);
 
 /* s escaped for a URL's query (caller frees). */
 char *ab_kapi_escape(const char *s);

@@ -3,6 +3,7 @@
  *   agentbox-init --fd N       [--workdir DIR]   serve on an inherited listening socket
  *   agentbox-init --listen PATH [--workdir DIR]  bind and listen itself
  *   agentbox-init --listen-tcp IP:PORT --secret-file F  (also, or alone) TCP
+ *   agentbox-init --install PATH                 copy itself to PATH (pods' init container)
  *   agentbox-init --version
  *
  * The main loop only starts sessions, reaps zombies and handles SIGTERM:
@@ -382,6 +383,7 @@ static void usage(FILE *f)
             f,
             "usage: agentbox-init [--fd N | --listen PATH] [--listen-tcp IP:PORT --secret-file F]\n"
             "                     [--workdir DIR] [--max-procs N] [--prewarm]\n"
+            "       agentbox-init --install PATH   (copies itself to PATH, 0755)\n"
             "       agentbox-init --version\n"
             "--listen-tcp and --secret-file default to $AGENTBOX_INIT_LISTEN and\n"
             "$AGENTBOX_INIT_SECRET_FILE; TCP connections must pass the handshake of\n"
@@ -511,6 +513,39 @@ static void accept_tcp(int lfd, int sfd, const int taken[2], const sigset_t *old
         close(cfd);
 }
 
+/* --install PATH: copies this binary to PATH (0755, through a temporary
+ * name and a rename), for an init container that carries init into a pod's
+ * shared emptyDir: the carrier image needs no shell or cp. */
+static int install_self(const char *path)
+{
+        _cleanup_close_ int in = open("/proc/self/exe", O_RDONLY | O_CLOEXEC);
+        _cleanup_free_ char *tmp = xasprintf("%s.tmp", path);
+        _cleanup_close_ int out = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0755);
+        if (in < 0 || out < 0) {
+                logmsg("--install %s: %s", path, strerror(errno));
+                return 1;
+        }
+        char buf[65536];
+        for (;;) {
+                ssize_t n = read(in, buf, sizeof(buf));
+                if (n < 0 && errno == EINTR)
+                        continue;
+                if (n < 0 || (n > 0 && ab_write_all(out, buf, (size_t)n) < 0)) {
+                        logmsg("--install %s: %s", path, strerror(errno));
+                        unlink(tmp);
+                        return 1;
+                }
+                if (n == 0)
+                        break;
+        }
+        if (fchmod(out, 0755) < 0 || fsync(out) < 0 || rename(tmp, path) < 0) {
+                logmsg("--install %s: %s", path, strerror(errno));
+                unlink(tmp);
+                return 1;
+        }
+        return 0;
+}
+
 unsigned long init_max_procs;
 
 int main(int argc, char **argv)
@@ -540,6 +575,8 @@ int main(int argc, char **argv)
                         lfd = (int)v;
                 } else if (i + 1 < argc && strcmp(a, "--listen") == 0) {
                         listen_path = argv[++i];
+                } else if (i + 1 < argc && strcmp(a, "--install") == 0) {
+                        return install_self(argv[i + 1]);
                 } else if (i + 1 < argc && strcmp(a, "--listen-tcp") == 0) {
                         tcp_addr = argv[++i];
                 } else if (i + 1 < argc && strcmp(a, "--secret-file") == 0) {
