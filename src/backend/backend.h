@@ -14,8 +14,8 @@
  *             subcg and vol tables - NULL where a backend has no such thing;
  *             every caller checks for NULL first and answers AB_E_UNSUPPORTED
  *             (501 over HTTP) naming the backend.
- *                      native  docker  mock  (kubernetes, planned)
- *   connect_unix       yes     yes     -     (exec into the pod: likely)
+ *                      native  docker  mock  kubernetes
+ *   connect_unix       yes     yes     -     -
  *   disk_alloc         yes     -       -     -
  *   fork, snapshot     yes     -       -     -
  *   image_config       -       yes     -     yes (the cluster pulls images)
@@ -57,6 +57,10 @@ typedef struct ab_box_spec {
          * A single backend ignores it. On a backend with image_config
          * (Docker), `image` is a reference its engine pulls (layers is NULL). */
         const char *backend;
+        /* The box's network mode ("none", "allowlist", "full"; NULL =
+         * "none"), for a backend that enforces it itself at create
+         * (kubernetes: a NetworkPolicy); the others ignore it. */
+        const char *network;
 } ab_box_spec;
 
 typedef struct ab_box_info {
@@ -278,6 +282,27 @@ typedef struct ab_mock_opts {
 } ab_mock_opts;
 
 int ab_mock_open(const ab_mock_opts *opts, ab_backend **out, ab_err **err);
+
+/* The kubernetes backend (backend/kubernetes.c, docs/kubernetes.md): each
+ * box is a pod of a cluster (a Secret as its record, a PVC for its files,
+ * a NetworkPolicy for its network mode), its init reached over TCP on the
+ * pod's IP with the box's secret (proto/handshake.h). pause is a stop.
+ * settings_json is the config's `kubernetes:` section as JSON text (see
+ * ab_k8s_settings_check); init_image is required. Connects to the API at
+ * open (AB_E_UNAVAILABLE or AB_E_PERMISSION when it cannot list pods) and
+ * removes boxes a create left half made. */
+typedef struct ab_k8s_opts {
+        const char *settings_json;
+        const char *data_dir; /* tells this server's boxes from others' in one namespace */
+} ab_k8s_opts;
+
+int ab_k8s_open(const ab_k8s_opts *opts, ab_backend **out, ab_err **err);
+/* Checks the settings s (a JSON object: kubeconfig, context, namespace,
+ * image, init_image, image_pull_policy, storage_class, workspace_size,
+ * node_selector, tolerations, runtime_class, labels, annotations,
+ * ready_timeout, egress_proxy), turning YAML's string numbers into numbers
+ * where the API wants them. 0, or AB_E_INVALID naming the setting. */
+int ab_k8s_settings_check(json_t *s, ab_err **err);
 
 /* A backend over several (backend/multi.c): create goes to the one
  * spec->backend names (AB_E_INVALID naming the choices for an unknown name;

@@ -58,7 +58,7 @@ int cli_backend_open(const ab_config *cfg, const ab_native_opts *no, ab_backend 
                 return open_mock(cfg, no->data_dir, out, err);
         bool docker = (cfg->backend && strcmp(cfg->backend, "docker") == 0) || cfg->docker_host;
         bool mock = cfg->mock_expect && *cfg->mock_expect;
-        ab_backend *v[3] = {NULL, NULL, NULL};
+        ab_backend *v[4] = {NULL, NULL, NULL, NULL};
         size_t n = 0;
         if (ab_native_open(no, &v[n], err) < 0)
                 return -1;
@@ -79,6 +79,12 @@ int cli_backend_open(const ab_config *cfg, const ab_native_opts *no, ab_backend 
         }
         if (mock) {
                 if (open_mock(cfg, no->data_dir, &v[n], err) < 0)
+                        goto fail;
+                n++;
+        }
+        if ((cfg->backend && strcmp(cfg->backend, "kubernetes") == 0) || cfg->kubernetes) {
+                ab_k8s_opts ko = {.settings_json = cfg->kubernetes, .data_dir = no->data_dir};
+                if (ab_k8s_open(&ko, &v[n], err) < 0)
                         goto fail;
                 n++;
         }

@@ -3,6 +3,8 @@
  * so the file and the environment parse values the same way. Loading works on
  * a copy: on error the configuration passed in is left as it was. */
 #include "config/config.h"
+#include "backend/backend.h"
+#include "backend/k8s_api.h"
 
 #include <arpa/inet.h>
 #include <ctype.h>
@@ -85,6 +87,7 @@ static void config_copy(ab_config *dst, const ab_config *src)
         dst->docker_image = dup_or_null(src->docker_image);
         dst->mock_expect = dup_or_null(src->mock_expect);
         dst->mock_log = dup_or_null(src->mock_log);
+        dst->kubernetes = dup_or_null(src->kubernetes);
         dst->keys = src->n_keys ? xcalloc(src->n_keys, sizeof(*dst->keys)) : NULL;
         for (size_t i = 0; i < src->n_keys; i++) {
                 dst->keys[i].key = dup_or_null(src->keys[i].key);
@@ -153,6 +156,7 @@ void ab_config_release(ab_config *c)
         free(c->docker_image);
         free(c->mock_expect);
         free(c->mock_log);
+        free(c->kubernetes);
         keys_free(c->keys, c->n_keys);
         registries_free(c->registries, c->n_registries);
         app_quotas_free(c->app_quotas, c->n_app_quotas);
@@ -1073,6 +1077,28 @@ static int load_app_quotas(yctx *y, ab_config *c, yaml_node_t *map)
         return each_pair(y, map, "quotas.apps", app_quota_pair, c);
 }
 
+/* The kubernetes: section, checked by the backend's rules and kept as JSON
+ * text for it (backend/backend.h, ab_k8s_settings_check). */
+static int load_kubernetes(yctx *y, ab_config *c, yaml_node_t *kn, yaml_node_t *vn)
+{
+        if (is_null(vn))
+                return 0;
+        if (vn->type != YAML_MAPPING_NODE)
+                return fail_at(y, vn, "kubernetes", why("expected a mapping of settings"));
+        json_t *j = ab_kapi_yaml_node(y->doc, vn);
+        ab_err *e = NULL;
+        if (ab_k8s_settings_check(j, &e) < 0) {
+                int r = fail_at(y, kn, "kubernetes", why("%s", e->msg));
+                ab_err_free(&e);
+                json_decref(j);
+                return r;
+        }
+        free(c->kubernetes);
+        c->kubernetes = json_dumps(j, JSON_COMPACT);
+        json_decref(j);
+        return 0;
+}
+
 typedef struct top_ctx {
         ab_config *c;
         bool seen[AB_ARRAY_LEN(fields)];
@@ -1105,6 +1131,8 @@ static int top_pair(yctx *y, const char *k, yaml_node_t *kn, yaml_node_t *vn, vo
                 return load_str_list(y, vn, k, "registry hosts (\"ghcr.io\", \"*.example.com\")",
                                      app_registry_check, &t->c->app_registries,
                                      &t->c->n_app_registries);
+        if (strcmp(k, "kubernetes") == 0)
+                return load_kubernetes(y, t->c, kn, vn);
         if (strcmp(k, "quotas") == 0) {
                 if (is_null(vn))
                         return 0;
@@ -1115,7 +1143,7 @@ static int top_pair(yctx *y, const char *k, yaml_node_t *kn, yaml_node_t *vn, vo
         if (!f) {
                 _cleanup_free_ char *known =
                     xstrdup("limits, tools, api_keys, quotas, registries, host_mount_prefixes, "
-                            "app_registries, allowed_hosts");
+                            "app_registries, allowed_hosts, kubernetes");
                 for (size_t i = 0; i < AB_ARRAY_LEN(fields); i++) {
                         char *more = xasprintf("%s, %s", known, fields[i].name);
                         free(known);
@@ -1244,9 +1272,10 @@ int ab_config_validate(const ab_config *c, ab_err **err)
         if ((w = check_http_url(c->webhook_url)))
                 return invalid(err, "webhook_url", w);
         if (c->backend && strcmp(c->backend, "native") != 0 && strcmp(c->backend, "docker") != 0 &&
-            strcmp(c->backend, "mock") != 0)
-                return invalid(err, "backend",
-                               why("'%s' is not a backend (native, docker or mock)", c->backend));
+            strcmp(c->backend, "mock") != 0 && strcmp(c->backend, "kubernetes") != 0)
+                return invalid(
+                    err, "backend",
+                    why("'%s' is not a backend (native, docker, mock or kubernetes)", c->backend));
         if (c->docker_host && strncmp(c->docker_host, "unix://", 7) != 0)
                 return invalid(err, "docker_host",
                                why("'%s': only unix:// sockets are supported", c->docker_host));

@@ -122,6 +122,11 @@ typedef struct ab_config {
          * "backend": "mock". */
         char *mock_expect;
         char *mock_log;
+        /* The kubernetes backend's settings (config: kubernetes: {...},
+         * docs/kubernetes.md), checked at load and kept as JSON text for
+         * ab_k8s_open; NULL = none. The backend is open when it is the
+         * default or this is set. */
+        char *kubernetes;
 } ab_config;
 
 /* Fills *c with the defaults. */

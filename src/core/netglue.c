@@ -16,6 +16,11 @@ int mgr_net_sync(ab_manager *m, const ab_box_rec *r, pid_t init_pid, bool thorou
 {
         if (!m->o.net)
                 return 0;
+        /* A pod's network is the cluster's: its mode is a NetworkPolicy the
+         * kubernetes backend made with the box (no host netns to enter). */
+        const char *be = mgr_rec_backend(r);
+        if (be && !strcmp(be, "kubernetes"))
+                return 0;
         ab_netpol pol;
         rec_policy(r, &pol);
         int rc = 0;
