@@ -413,6 +413,10 @@ static json_t *pod_body(kb *k, const char *id, const json_t *rec, const char *na
                                  "automountServiceAccountToken", 0, "enableServiceLinks", 0,
                                  "terminationGracePeriodSeconds", 5, "initContainers", carrier,
                                  "containers", box, "volumes", vols);
+        /* the box's id as its host name where it is a DNS label, as on
+         * the other backends */
+        if (!strchr(id, '_') && strlen(id) <= 63 && id[strlen(id) - 1] != '-')
+                json_object_set_new(spec, "hostname", json_string(id));
         if (sget(k, "runtime_class"))
                 json_object_set_new(spec, "runtimeClassName",
                                     json_string(sget(k, "runtime_class")));

@@ -1228,6 +1228,23 @@ int ab_config_load_env(ab_config *c, ab_err **err)
                         return -1;
                 }
         }
+        /* the kubernetes: section as one JSON object (for containers and tests) */
+        const char *kv = getenv("AGENTBOX_KUBERNETES");
+        if (kv && *kv) {
+                json_t *j = json_loads(kv, 0, NULL);
+                ab_err *e = NULL;
+                if (!json_is_object(j) || ab_k8s_settings_check(j, &e) < 0) {
+                        ab_err_set(err, AB_E_INVALID, 0, "AGENTBOX_KUBERNETES: %s",
+                                   e ? e->msg : "not a JSON object of settings");
+                        ab_err_free(&e);
+                        json_decref(j);
+                        ab_config_release(&tmp);
+                        return -1;
+                }
+                free(tmp.kubernetes);
+                tmp.kubernetes = json_dumps(j, JSON_COMPACT);
+                json_decref(j);
+        }
         ab_config_release(c);
         *c = tmp;
         return 0;

@@ -124,8 +124,9 @@ typedef struct ab_config {
         char *mock_log;
         /* The kubernetes backend's settings (config: kubernetes: {...},
          * docs/kubernetes.md), checked at load and kept as JSON text for
-         * ab_k8s_open; NULL = none. The backend is open when it is the
-         * default or this is set. */
+         * ab_k8s_open; NULL = none (env AGENTBOX_KUBERNETES: the section
+         * as a JSON object). The backend is open when it is the default or
+         * this is set. */
         char *kubernetes;
 } ab_config;
 
