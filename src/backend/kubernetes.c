@@ -399,6 +399,10 @@ static json_t *pod_body(kb *k, const char *id, const json_t *rec, const char *na
             "valueFrom", "fieldRef", "fieldPath", "status.podIP", "volumeMounts", mounts,
             "resources", resources(&l, l.disk_mib), "readinessProbe", "tcpSocket", "port",
             ABH_DEFAULT_PORT, "periodSeconds", 1, "timeoutSeconds", 1, "failureThreshold", 3);
+        /* as on the Docker backend: no device nodes (the device cgroup would
+         * refuse them anyway; the capability is not needed) */
+        json_object_set_new(box, "securityContext",
+                            json_pack("{s:{s:[s]}}", "capabilities", "drop", "MKNOD"));
         json_t *carrier =
             json_pack("{s:s,s:s,s:s,s:[s,s,s],s:[{s:s,s:s}]}", "name", "agentbox-init", "image",
                       sget(k, "init_image"), "imagePullPolicy", pull, "command", "/agentbox-init",

@@ -125,6 +125,27 @@ int init_send_errno(init_conn *c, int e, const char *path)
         }
 }
 
+void init_hangup(int fd)
+{
+        int dom = 0;
+        socklen_t l = sizeof(dom);
+        if (getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &dom, &l) == 0 && dom != AF_UNIX &&
+            shutdown(fd, SHUT_WR) == 0) {
+                uint64_t until = ab_now_ms() + 2000;
+                char buf[16384];
+                for (;;) {
+                        uint64_t now = ab_now_ms();
+                        struct pollfd p = {.fd = fd, .events = POLLIN};
+                        if (now >= until || poll(&p, 1, (int)(until - now)) <= 0)
+                                break;
+                        ssize_t n = recv(fd, buf, sizeof(buf), MSG_DONTWAIT);
+                        if (n == 0 || (n < 0 && errno != EINTR && errno != EAGAIN))
+                                break;
+                }
+        }
+        close(fd);
+}
+
 /* ---- the balloon (RESERVE) ---- */
 
 /* An unlinked file on the workdir's filesystem, opened by PID 1 before it
@@ -304,7 +325,7 @@ static void session(int fd, const char *workdir)
         }
         abp_reader_free(&c.rd);
         if (c.fd >= 0) /* an exec may have hung up already */
-                close(c.fd);
+                init_hangup(c.fd);
         if (conf.workdir_fd >= 0)
                 close(conf.workdir_fd);
 }
