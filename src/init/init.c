@@ -324,7 +324,13 @@ static void session(int fd, const char *workdir)
                 }
         }
         abp_reader_free(&c.rd);
-        if (c.fd >= 0) /* an exec may have hung up already */
+        /* an exec may have hung up already; a terminal request handed the
+         * connection to the keeper, which must keep it whole: only close
+         * this copy */
+        bool handed = r == 0 && f.type >= ABP_TERM_OPEN && f.type <= ABP_TERM_INPUT;
+        if (c.fd >= 0 && handed)
+                close(c.fd);
+        else if (c.fd >= 0)
                 init_hangup(c.fd);
         if (conf.workdir_fd >= 0)
                 close(conf.workdir_fd);
