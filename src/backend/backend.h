@@ -303,6 +303,12 @@ int ab_k8s_open(const ab_k8s_opts *opts, ab_backend **out, ab_err **err);
  * ready_timeout, egress_proxy), turning YAML's string numbers into numbers
  * where the API wants them. 0, or AB_E_INVALID naming the setting. */
 int ab_k8s_settings_check(json_t *s, ab_err **err);
+/* The settings as the config file gives them (a YAML mapping node of doc),
+ * checked as ab_k8s_settings_check does, into *json (JSON text for
+ * ab_k8s_opts.settings_json; caller frees). 0 or AB_E_INVALID. */
+typedef struct yaml_document_s yaml_document_t;
+typedef struct yaml_node_s yaml_node_t;
+int ab_k8s_settings_yaml(yaml_document_t *doc, yaml_node_t *n, char **json, ab_err **err);
 
 /* A backend over several (backend/multi.c): create goes to the one
  * spec->backend names (AB_E_INVALID naming the choices for an unknown name;

@@ -179,7 +179,7 @@ static int from_kubeconfig(ab_kapi *k, const ab_kapi_opts *o, ab_err **err)
         size_t len = 0;
         int r = ab_read_file(AT_FDCWD, f, &text, &len);
         if (r < 0)
-                return ab_err_set(err, AB_E_INVALID, -r, "kubeconfig %s: %s", f, strerror(-r));
+                return ab_err_set(err, AB_E_INVALID, -r, "kubeconfig %s", f);
         json_t *cfg = load_yaml(text, len);
         if (!json_is_object(cfg)) {
                 json_decref(cfg);

@@ -1162,6 +1162,21 @@ int ab_k8s_settings_check(json_t *s, ab_err **err)
         return 0;
 }
 
+int ab_k8s_settings_yaml(yaml_document_t *doc, yaml_node_t *n, char **json, ab_err **err)
+{
+        *json = NULL;
+        json_t *j = ab_kapi_yaml_node(doc, n);
+        if (!json_is_object(j)) {
+                json_decref(j);
+                return ab_err_set(err, AB_E_INVALID, 0, "kubernetes: expected a mapping");
+        }
+        int r = ab_k8s_settings_check(j, err);
+        if (r == 0)
+                *json = json_dumps(j, JSON_COMPACT);
+        json_decref(j);
+        return r;
+}
+
 /* Removes boxes a create left half made (state "creating", older than a
  * create may take) and says what it assumes of network policies. */
 static void recover(kb *k)

@@ -4,7 +4,6 @@
  * a copy: on error the configuration passed in is left as it was. */
 #include "config/config.h"
 #include "backend/backend.h"
-#include "backend/k8s_api.h"
 
 #include <arpa/inet.h>
 #include <ctype.h>
@@ -1085,17 +1084,15 @@ static int load_kubernetes(yctx *y, ab_config *c, yaml_node_t *kn, yaml_node_t *
                 return 0;
         if (vn->type != YAML_MAPPING_NODE)
                 return fail_at(y, vn, "kubernetes", why("expected a mapping of settings"));
-        json_t *j = ab_kapi_yaml_node(y->doc, vn);
         ab_err *e = NULL;
-        if (ab_k8s_settings_check(j, &e) < 0) {
+        char *j = NULL;
+        if (ab_k8s_settings_yaml(y->doc, vn, &j, &e) < 0) {
                 int r = fail_at(y, kn, "kubernetes", why("%s", e->msg));
                 ab_err_free(&e);
-                json_decref(j);
                 return r;
         }
         free(c->kubernetes);
-        c->kubernetes = json_dumps(j, JSON_COMPACT);
-        json_decref(j);
+        c->kubernetes = j;
         return 0;
 }
 
