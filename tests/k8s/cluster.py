@@ -1,0 +1,256 @@
+"""cluster - start the stand-in Kubernetes cluster (tests/k8s/apiserver.py and
+tests/k8s/kubelet.py) for a test, stdlib only.
+
+    import cluster
+    c = cluster.Cluster()          # needs AGENTBOX_TEST_DOCKER_HOST (scripts/dockerd.sh)
+    c.start()
+    c.kubeconfig                   # kubeconfig with the bearer token
+    c.kubeconfig_cert              # kubeconfig with a client certificate
+    c.token, c.ca, c.server, c.namespace
+    c.api                          # a kclient.Client (token) for the test's own calls
+    c.restart_apiserver()          # SIGTERM, start again on the same port and state
+    c.compact()                    # drop the watch history: older watches get 410 Gone
+    c.kill_container(pod)          # docker kill a pod's container from outside
+    c.leftovers()                  # this cluster's containers still on the engine
+    c.validate_recorded()          # every object written, checked against the OpenAPI schema
+    c.stop()                       # stop both, remove every container this cluster made
+
+Each Cluster has its own state dir (certificates, kubeconfigs, state.json,
+volumes), its own 127.N.0.0/16 pod IP range (N picked per cluster so that
+parallel test files do not collide) and a label value on its containers;
+stop() runs at exit too. Cluster.available() says why one cannot run.
+"""
+
+import atexit
+import json
+import os
+import random
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import dockerapi  # noqa: E402
+import kclient  # noqa: E402
+
+CLUSTER_LABEL = "k8s-standin.cluster"
+
+
+def docker_host():
+    return os.environ.get("AGENTBOX_TEST_DOCKER_HOST") or os.environ.get("DOCKER_HOST", "")
+
+
+def available():
+    """None if a cluster can start here, else the reason it cannot."""
+    host = docker_host()
+    if not host:
+        return "no Docker engine: AGENTBOX_TEST_DOCKER_HOST is not set (scripts/dockerd.sh)"
+    if not host.startswith("unix://") or not os.path.exists(host[7:]):
+        return "the Docker engine %s is not reachable" % host
+    try:
+        dockerapi.Docker(host).call("GET", "/_ping", timeout=5)
+    except (OSError, dockerapi.DockerError) as e:
+        return "the Docker engine %s does not answer: %s" % (host, e)
+    if shutil.which("openssl") is None:
+        return "openssl is not installed"
+    return None
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Cluster:
+    def __init__(self, state_dir=None, node_labels=None, node_taints=None, history=1000, backoff=0.5,
+                 bookmark_interval=2.0, namespace="default", verbose=False):
+        self.own_dir = state_dir is None
+        self.dir = state_dir or tempfile.mkdtemp(prefix="k8s-standin-", dir="/var/tmp")
+        self.id = "c" + os.urandom(5).hex()
+        self.port = None
+        self.node_labels = node_labels or {}
+        self.node_taints = node_taints or []
+        self.history, self.backoff, self.bookmark_interval = history, backoff, bookmark_interval
+        self.namespace = namespace
+        self.verbose = verbose
+        self.ip_octet = random.randint(100, 250)
+        self.apiserver = None
+        self.kubelet = None
+        self.docker = dockerapi.Docker(docker_host())
+        atexit.register(self.stop)
+
+    @property
+    def kubeconfig(self):
+        return os.path.join(self.dir, "kubeconfig")
+
+    @property
+    def kubeconfig_cert(self):
+        return os.path.join(self.dir, "kubeconfig-cert")
+
+    @property
+    def ca(self):
+        return os.path.join(self.dir, "pki", "ca.crt")
+
+    @property
+    def server(self):
+        return "https://127.0.0.1:%d" % self.port
+
+    @property
+    def token(self):
+        with open(os.path.join(self.dir, "token")) as f:
+            return f.read().strip()
+
+    def start(self):
+        self.port = self.port or free_port()
+        self.start_apiserver()
+        self.api = kclient.Client(self.kubeconfig)
+        self.start_kubelet()
+        self.wait(lambda: self.node_ready(), 30, "the stand-in node to be Ready")
+        return self
+
+    def _spawn(self, argv, log):
+        out = open(os.path.join(self.dir, log), "ab")
+        return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=out, start_new_session=True)
+
+    def start_apiserver(self):
+        os.makedirs(self.dir, exist_ok=True)
+        argv = [sys.executable, os.path.join(HERE, "apiserver.py"), "--state-dir", self.dir,
+                "--port", str(self.port), "--history", str(self.history),
+                "--bookmark-interval", str(self.bookmark_interval), "--docker-host", docker_host()]
+        if self.verbose:
+            argv.append("--verbose")
+        for attempt in range(50):
+            self.apiserver = self._spawn(argv, "apiserver.log")
+            line = self.apiserver.stdout.readline().decode()
+            if line.startswith("READY"):
+                return
+            self.apiserver.wait()
+            time.sleep(0.1)  # the port may still be held by the process before
+        raise RuntimeError("the stand-in API server did not start; see %s/apiserver.log" % self.dir)
+
+    def stop_apiserver(self):
+        if self.apiserver and self.apiserver.poll() is None:
+            self.apiserver.send_signal(signal.SIGTERM)
+            self.apiserver.wait(10)
+        self.apiserver = None
+
+    def restart_apiserver(self):
+        """Stop the API server (state saved, watches cut) and start it again on
+        the same port with the same state."""
+        self.stop_apiserver()
+        self.start_apiserver()
+
+    def start_kubelet(self):
+        argv = [sys.executable, os.path.join(HERE, "kubelet.py"), "--kubeconfig", self.kubeconfig,
+                "--state-dir", os.path.join(self.dir, "kubelet"), "--docker-host", docker_host(),
+                "--cluster", self.id, "--ip-octet", str(self.ip_octet), "--log-dir",
+                os.path.join(self.dir, "logs"), "--backoff", str(self.backoff)]
+        for k, v in self.node_labels.items():
+            argv += ["--label", "%s=%s" % (k, v)]
+        for t in self.node_taints:
+            argv += ["--taint", t]
+        self.kubelet = self._spawn(argv, "kubelet.log")
+        if not self.kubelet.stdout.readline().startswith(b"READY"):
+            raise RuntimeError("the stand-in kubelet did not start; see %s/kubelet.log" % self.dir)
+
+    def stop_kubelet(self):
+        if self.kubelet and self.kubelet.poll() is None:
+            self.kubelet.send_signal(signal.SIGTERM)
+            self.kubelet.wait(10)
+        self.kubelet = None
+
+    def node_ready(self):
+        st, node = self.api.request("GET", "/api/v1/nodes/standin-node")
+        return st == 200 and any(c["type"] == "Ready" and c["status"] == "True"
+                                 for c in node.get("status", {}).get("conditions") or [])
+
+    def wait(self, pred, timeout, what):
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            try:
+                v = pred()
+                if v:
+                    return v
+            except OSError:
+                pass
+            time.sleep(0.1)
+        raise TimeoutError("timed out waiting for " + what)
+
+    def compact(self):
+        """Drop the API server's watch history: a watch or continue from any
+        resourceVersion before now gets 410 Gone."""
+        return self.api.must("POST", "/_standin/compact", {})
+
+    def pod_containers(self, pod_uid):
+        return self.docker.containers("io.kubernetes.pod.uid=" + pod_uid)
+
+    def kill_container(self, pod, container=None, namespace=None, signal_name="SIGKILL"):
+        """docker kill a running container of a pod, as an outside kill (or an
+        OOM) would."""
+        p = self.api.must("GET", kclient.pod_path(namespace or self.namespace, pod))
+        name = container or p["spec"]["containers"][0]["name"]
+        for c in self.pod_containers(p["metadata"]["uid"]):
+            if c["Labels"].get("io.kubernetes.container.name") == name and c["State"] == "running":
+                self.docker.kill(c["Id"], signal_name)
+                return c["Id"]
+        raise LookupError("pod %s has no running container %s" % (pod, name))
+
+    def leftovers(self):
+        """This cluster's containers still on the engine (names)."""
+        return [c["Names"][0].lstrip("/") for c in self.docker.containers("%s=%s" % (CLUSTER_LABEL, self.id))]
+
+    def recorded(self):
+        path = os.path.join(self.dir, "recorded.jsonl")
+        if not os.path.exists(path):
+            return []
+        with open(path) as f:
+            return [json.loads(line) for line in f if line.strip()]
+
+    def validate_recorded(self, records=None):
+        """Check every object written to the stand-in against the Kubernetes
+        OpenAPI schema (tests/k8s/validate.mjs on the kubernetes-models npm
+        package); raise SchemaError listing the invalid ones."""
+        records = self.recorded() if records is None else records
+        return validate_objects([r["object"] for r in records])
+
+    def stop(self):
+        self.stop_kubelet()
+        self.stop_apiserver()
+        for c in self.docker.containers("%s=%s" % (CLUSTER_LABEL, self.id)) if self.port else []:
+            self.docker.remove(c["Id"])
+        if self.own_dir and os.environ.get("K8S_STANDIN_KEEP") != "1":
+            shutil.rmtree(self.dir, ignore_errors=True)
+
+
+class SchemaError(Exception):
+    pass
+
+
+def validator_ready():
+    """None if the schema validator can run, else why not."""
+    if shutil.which("node") is None:
+        return "node is not installed"
+    if not os.path.isdir(os.path.join(HERE, "node_modules", "kubernetes-models")):
+        return "tests/k8s/node_modules is missing (scripts/npm-deps.sh)"
+    return None
+
+
+def validate_objects(objs):
+    why = validator_ready()
+    if why:
+        raise SchemaError("cannot validate: " + why)
+    r = subprocess.run(["node", os.path.join(HERE, "validate.mjs")], input=json.dumps(objs).encode(),
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=120)
+    if r.returncode not in (0, 1):
+        raise SchemaError("validate.mjs failed: %s" % r.stderr.decode(errors="replace"))
+    bad = json.loads(r.stdout)
+    if bad:
+        raise SchemaError("%d object(s) do not match the Kubernetes OpenAPI schema:\n%s" % (
+            len(bad), "\n".join("  %s %s: %s" % (b["kind"], b["name"], b["errors"]) for b in bad[:20])))
+    return len(objs)

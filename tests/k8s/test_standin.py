@@ -1,0 +1,443 @@
+#!/usr/bin/env python3
+"""test_standin - the stand-in Kubernetes cluster (tests/k8s) checked by real
+clients that nobody here wrote: Debian's kubectl and python3-kubernetes.
+
+One cluster for the whole file (API server + kubelet on the private Docker
+engine of scripts/dockerd.sh, AGENTBOX_TEST_DOCKER_HOST). Prints TAP; skips
+with the reason when Docker, kubectl or python3-kubernetes is missing.
+"""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import traceback
+import urllib.request
+import ssl
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import cluster  # noqa: E402
+import kclient  # noqa: E402
+
+IMAGE = "agentbox-test/busybox:latest"
+
+
+class Tap:
+    def __init__(self):
+        self.n = 0
+        self.failed = 0
+
+    def ok(self, cond, name, diag=None):
+        self.n += 1
+        print("%sok %d - %s" % ("" if cond else "not ", self.n, name), flush=True)
+        if not cond:
+            self.failed += 1
+            if diag is not None:
+                for line in str(diag).splitlines()[:40]:
+                    print("#   " + line, flush=True)
+        return cond
+
+    def eq(self, got, want, name):
+        return self.ok(got == want, name, "got %r, want %r" % (got, want))
+
+    def done(self):
+        print("1..%d" % self.n, flush=True)
+        sys.exit(1 if self.failed else 0)
+
+
+def skip_all(reason):
+    print("1..0 # SKIP " + reason, flush=True)
+    sys.exit(0)
+
+
+t = Tap()
+
+
+def kubectl(c, *args, kubeconfig=None, stdin=None, check=False):
+    r = subprocess.run(["kubectl", "--kubeconfig", kubeconfig or c.kubeconfig, "--request-timeout=30s", *args],
+                       input=stdin.encode() if stdin else None, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                       timeout=90)
+    out, err = r.stdout.decode(), r.stderr.decode()
+    if check and r.returncode != 0:
+        raise RuntimeError("kubectl %s: %s" % (" ".join(args), err))
+    return r.returncode, out, err
+
+
+def pod(name, cmd, labels=None, **spec_extra):
+    c = {"name": "main", "image": IMAGE, "command": ["sh", "-c", cmd]}
+    c.update(spec_extra.pop("container", {}))
+    spec = {"containers": [c], "restartPolicy": "Never", "terminationGracePeriodSeconds": 1}
+    spec.update(spec_extra)
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "labels": labels or {}}, "spec": spec}
+
+
+def wait_pod(c, name, pred, timeout=30, ns="default"):
+    def check():
+        st, p = c.api.request("GET", kclient.pod_path(ns, name))
+        return p if st == 200 and pred(p) else None
+    return c.wait(check, timeout, "pod %s" % name)
+
+
+def events_for(c, name, ns="default"):
+    lst = c.api.must("GET", "/api/v1/namespaces/%s/events" % ns,
+                     params={"fieldSelector": "involvedObject.name=" + name})
+    return [(e["reason"], e["message"]) for e in lst["items"]]
+
+
+def test_kubectl_basics(c):
+    rc, out, err = kubectl(c, "version", "-o", "json")
+    t.ok(rc == 0 and json.loads(out)["serverVersion"]["major"] == "1", "kubectl version reads /version", err)
+    rc, out, err = kubectl(c, "api-resources")
+    t.ok(rc == 0 and "networkpolicies" in out and "persistentvolumeclaims" in out and "deployments" in out,
+         "kubectl api-resources lists the served resources from discovery", err)
+    rc, out, err = kubectl(c, "create", "-f", "-", stdin=json.dumps(
+        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cm1", "labels": {"app": "a", "tier": "x"}},
+         "data": {"k": "v"}}))
+    t.ok(rc == 0 and "configmap/cm1 created" in out, "kubectl create -f makes a ConfigMap", err)
+    kubectl(c, "create", "-f", "-", check=True, stdin=json.dumps(
+        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cm2"}, "data": {"k": "v"}}))
+    kubectl(c, "label", "configmap", "cm2", "app=b", check=True)
+    rc, out, err = kubectl(c, "get", "configmaps", "-l", "app in (a,b)", "-o", "name")
+    t.eq(sorted(out.split()), ["configmap/cm1", "configmap/cm2"], "kubectl get -l 'app in (a,b)'")
+    rc, out, err = kubectl(c, "get", "configmaps", "-l", "app!=a,app", "-o", "name")
+    t.eq(out.split(), ["configmap/cm2"], "kubectl get -l 'app!=a,app'")
+    rc, out, err = kubectl(c, "get", "configmaps", "-l", "!tier", "-o", "name")
+    t.ok("configmap/cm2" in out and "configmap/cm1" not in out, "kubectl get -l '!tier'", out + err)
+    rc, out, err = kubectl(c, "get", "configmap", "nope")
+    t.ok(rc != 0 and 'Error from server (NotFound): configmaps "nope" not found' in err,
+         "kubectl shows a 404 as NotFound", err)
+    rc, out, err = kubectl(c, "create", "-f", "-", stdin=json.dumps(
+        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cm1"}}))
+    t.ok(rc != 0 and 'Error from server (AlreadyExists)' in err and 'configmaps "cm1" already exists' in err,
+         "kubectl shows a 409 as AlreadyExists", err)
+    rc, out, err = kubectl(c, "create", "-f", "-", stdin=json.dumps(
+        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "Bad_Name"}}))
+    t.ok(rc != 0 and "is invalid" in err and "RFC 1123" in err, "kubectl shows a 422 for a bad name", err)
+    rc, out, err = kubectl(c, "create", "-f", "-", stdin=json.dumps(
+        {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "empty"}, "spec": {"containers": []}}))
+    t.ok(rc != 0 and "spec.containers: Required value" in err, "a pod without containers is 422 Invalid", err)
+    rc, out, err = kubectl(c, "get", "configmaps", "-o", "name", kubeconfig=c.kubeconfig_cert)
+    t.ok(rc == 0 and "configmap/cm1" in out, "kubectl with a client certificate (kubeconfig-cert)", err)
+    ctx = ssl.create_default_context(cafile=c.ca)
+    try:
+        urllib.request.urlopen(c.server + "/api/v1/namespaces/default/configmaps", context=ctx, timeout=10)
+        code, body = 200, {}
+    except urllib.error.HTTPError as e:
+        code, body = e.code, json.loads(e.read())
+    t.ok(code == 401 and body.get("kind") == "Status" and body.get("reason") == "Unauthorized",
+         "no token and no certificate: 401 Status", (code, body))
+    rc, out, err = kubectl(c, "delete", "configmap", "cm1", "cm2")
+    t.ok(rc == 0 and 'configmap "cm1" deleted' in out, "kubectl delete", err)
+
+
+def test_python_client(c):
+    from kubernetes import client, config, watch
+    from kubernetes.client.rest import ApiException
+    api = client.CoreV1Api(config.new_client_from_config(config_file=c.kubeconfig))
+
+    def status_of(fn, *a, **kw):
+        try:
+            fn(*a, **kw)
+            return 200, None
+        except ApiException as e:
+            return e.status, json.loads(e.body)
+    sec = client.V1Secret(metadata=client.V1ObjectMeta(name="s1", labels={"box": "1"}), string_data={"a": "b"})
+    made = api.create_namespaced_secret("default", sec)
+    t.ok(made.data == {"a": "Yg=="} and made.metadata.uid and int(made.metadata.resource_version) > 0,
+         "python: create a Secret (stringData folded into data, uid and resourceVersion set)")
+    code, body = status_of(api.create_namespaced_secret, "default", sec)
+    t.ok(code == 409 and body["reason"] == "AlreadyExists", "python: ApiException 409 AlreadyExists", body)
+    code, body = status_of(api.read_namespaced_secret, "nope", "default")
+    t.ok(code == 404 and body["reason"] == "NotFound" and body["details"]["name"] == "nope",
+         "python: ApiException 404 NotFound with details", body)
+    bad = client.V1Secret(metadata=client.V1ObjectMeta(name="s2", labels={"bad key!": "x"}))
+    code, body = status_of(api.create_namespaced_secret, "default", bad)
+    t.ok(code == 422 and body["reason"] == "Invalid" and body["details"]["causes"][0]["field"] == "metadata.labels",
+         "python: ApiException 422 Invalid with causes for a bad label", body)
+    cur = api.read_namespaced_secret("s1", "default")
+    stale = cur.metadata.resource_version
+    cur.metadata.labels["v"] = "2"
+    api.replace_namespaced_secret("s1", "default", cur)
+    cur.metadata.resource_version = stale
+    code, body = status_of(api.replace_namespaced_secret, "s1", "default", cur)
+    t.ok(code == 409 and body["reason"] == "Conflict", "python: PUT with a stale resourceVersion is 409 Conflict",
+         body)
+    api.patch_namespaced_secret("s1", "default", {"metadata": {"labels": {"v": "3"}}})
+    t.eq(api.read_namespaced_secret("s1", "default").metadata.labels, {"box": "1", "v": "3"},
+         "python: strategic merge patch of labels")
+    lst = api.list_namespaced_secret("default", label_selector="box=1")
+    t.eq([s.metadata.name for s in lst.items], ["s1"], "python: list with a label selector")
+    # limit/continue
+    for i in range(5):
+        api.create_namespaced_config_map("default", client.V1ConfigMap(
+            metadata=client.V1ObjectMeta(name="page-%d" % i, labels={"page": "y"})))
+    names, token = [], None
+    while True:
+        page = api.list_namespaced_config_map("default", label_selector="page=y", limit=2, _continue=token)
+        names += [m.metadata.name for m in page.items]
+        token = page.metadata._continue
+        if not token:
+            break
+    t.eq(names, ["page-%d" % i for i in range(5)], "python: list in pages with limit/continue")
+    # watch: events after a resourceVersion, then 410 after compaction and a re-list
+    rv = api.list_namespaced_config_map("default").metadata.resource_version
+    got = []
+
+    def watcher():
+        w = watch.Watch()
+        for ev in w.stream(api.list_namespaced_config_map, "default", resource_version=rv,
+                           label_selector="page=y", timeout_seconds=10):
+            got.append((ev["type"], ev["object"].metadata.name))
+            if len(got) == 3:
+                w.stop()
+    th = threading.Thread(target=watcher)
+    th.start()
+    time.sleep(0.5)
+    api.patch_namespaced_config_map("page-0", "default", {"data": {"x": "1"}})
+    api.delete_namespaced_config_map("page-1", "default")
+    api.patch_namespaced_config_map("page-2", "default", {"metadata": {"labels": {"page": "n"}}})
+    th.join(15)
+    t.eq(got, [("MODIFIED", "page-0"), ("DELETED", "page-1"), ("DELETED", "page-2")],
+         "python: watch from a resourceVersion (a label change out of the selector reads as DELETED)")
+    c.compact()
+    code, body = None, None
+    try:
+        for ev in watch.Watch().stream(api.list_namespaced_config_map, "default", resource_version=rv,
+                                       timeout_seconds=5):
+            pass
+    except ApiException as e:
+        code = e.status
+        body = e
+    t.ok(code == 410, "python: a watch from a compacted resourceVersion raises 410 Gone", body)
+    relist = api.list_namespaced_config_map("default", label_selector="page=y")
+    seen = []
+    w = watch.Watch()
+    for ev in w.stream(api.list_namespaced_config_map, "default", label_selector="page=y",
+                       resource_version=relist.metadata.resource_version, timeout_seconds=5):
+        seen.append((ev["type"], ev["object"].metadata.name))
+        w.stop()
+    t.ok(seen == [] or all(s[0] != "ERROR" for s in seen), "python: after 410, re-list and watch again", seen)
+    api.delete_collection_namespaced_config_map("default", label_selector="page")
+
+
+def test_raw_watch_410(c):
+    rv = c.api.must("GET", "/api/v1/namespaces/default/secrets")["metadata"]["resourceVersion"]
+    c.api.must("POST", "/api/v1/namespaces/default/secrets", {"metadata": {"name": "w1"}})
+    c.compact()
+    evs = list(c.api.watch("/api/v1/namespaces/default/secrets", {"resourceVersion": rv, "timeoutSeconds": "3"}))
+    t.ok(len(evs) == 1 and evs[0]["type"] == "ERROR" and evs[0]["object"]["code"] == 410 and
+         evs[0]["object"]["reason"] == "Expired", "a watch from before the compaction: ERROR event, 410 Expired",
+         evs)
+    rv2 = c.api.must("GET", "/api/v1/namespaces/default/secrets")["metadata"]["resourceVersion"]
+    evs = []
+
+    def w():
+        for ev in c.api.watch("/api/v1/namespaces/default/secrets",
+                              {"resourceVersion": rv2, "timeoutSeconds": "3", "allowWatchBookmarks": "true"}):
+            evs.append(ev)
+    th = threading.Thread(target=w)
+    th.start()
+    time.sleep(0.3)
+    c.api.must("DELETE", "/api/v1/namespaces/default/secrets/w1")
+    th.join(10)
+    types = [e["type"] for e in evs]
+    t.ok(types[:1] == ["DELETED"] and "BOOKMARK" in types, "watch: DELETED, then BOOKMARKs, until timeoutSeconds",
+         types)
+
+
+def test_pod_ready(c):
+    p = pod("web", "echo hello; exec httpd -f -p $(POD_IP):8080", labels={"app": "web"},
+            container={"env": [{"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+                               {"name": "GREETING", "value": "hi from $(POD_IP)"}],
+                       "readinessProbe": {"tcpSocket": {"port": 8080}, "periodSeconds": 1}})
+    rc, out, err = kubectl(c, "apply", "-f", "-", stdin=json.dumps(p))
+    t.ok(rc == 0, "kubectl apply a pod", err)
+    rc, out, err = kubectl(c, "wait", "--for=condition=Ready", "pod/web", "--timeout=40s")
+    t.ok(rc == 0, "kubectl wait --for=condition=Ready: the kubelet runs the pod to Ready", err)
+    got = c.api.must("GET", kclient.pod_path("default", "web"))
+    ip = got["status"].get("podIP", "")
+    t.ok(ip.startswith("127.%d." % c.ip_octet) and got["status"]["phase"] == "Running",
+         "status.podIP is the pod's own loopback address, phase Running", got["status"])
+    try:
+        body = urllib.request.urlopen("http://%s:8080/" % ip, timeout=5).status
+    except urllib.error.HTTPError as e:
+        body = e.code
+    except OSError as e:
+        body = e
+    t.ok(body in (200, 404), "the pod's server answers on its pod IP", body)
+    rc, out, err = kubectl(c, "logs", "web")
+    t.ok(rc == 0 and "hello" in out, "kubectl logs", err)
+    conds = {x["type"]: x["status"] for x in got["status"]["conditions"]}
+    t.ok(conds.get("Ready") == "True" and conds.get("PodScheduled") == "True" and
+         conds.get("Initialized") == "True", "conditions Ready/PodScheduled/Initialized", conds)
+    reasons = [r for r, _ in events_for(c, "web")]
+    t.ok(all(x in reasons for x in ("Scheduled", "Pulled", "Created", "Started")),
+         "events Scheduled, Pulled, Created, Started", reasons)
+    # killed from outside, restartPolicy Never: Failed with the exit code
+    c.kill_container("web")
+    got = wait_pod(c, "web", lambda p: p["status"]["phase"] == "Failed")
+    term = got["status"]["containerStatuses"][0]["state"].get("terminated", {})
+    t.ok(term.get("exitCode") == 137 and term.get("reason") == "Error",
+         "a container killed from outside: terminated 137, pod Failed (restartPolicy Never)", got["status"])
+    rc, out, err = kubectl(c, "delete", "pod", "web")
+    t.ok(rc == 0 and not c.leftovers(), "delete: the pod goes and nothing is left on the engine",
+         (err, c.leftovers()))
+
+
+def test_failures(c):
+    c.api.must("POST", kclient.pod_path("default"), pod("picky", "sleep 1", nodeSelector={"disk": "ssd"}))
+    got = wait_pod(c, "picky", lambda p: any(x["type"] == "PodScheduled" and x.get("reason") == "Unschedulable"
+                                             for x in p["status"].get("conditions") or []))
+    t.ok(not got["spec"].get("nodeName") and got["status"]["phase"] == "Pending",
+         "a nodeSelector no node matches: Pending, PodScheduled=False Unschedulable", got["status"])
+    t.ok("FailedScheduling" in [r for r, _ in events_for(c, "picky")], "event FailedScheduling")
+    c.api.must("POST", kclient.pod_path("default"), pod("noimage", "true", container={"image": "no/such:1"}))
+    got = wait_pod(c, "noimage", lambda p: (p["status"].get("containerStatuses") or [{}])[0].get(
+        "state", {}).get("waiting", {}).get("reason") in ("ErrImagePull", "ImagePullBackOff"))
+    t.ok(True, "an image missing from the engine: waiting ErrImagePull/ImagePullBackOff")
+    wait_pod(c, "noimage", lambda p: p["status"]["containerStatuses"][0]["state"].get("waiting", {}).get(
+        "reason") == "ImagePullBackOff")
+    t.ok(True, "then ImagePullBackOff")
+    c.api.must("POST", "/api/v1/namespaces/default/persistentvolumeclaims", {
+        "metadata": {"name": "nobind"}, "spec": {"storageClassName": "fast", "accessModes": ["ReadWriteOnce"],
+                                                 "resources": {"requests": {"storage": "1Gi"}}}})
+    c.wait(lambda: "ProvisioningFailed" in [r for r, _ in events_for(c, "nobind")], 10, "ProvisioningFailed")
+    got = c.api.must("GET", "/api/v1/namespaces/default/persistentvolumeclaims/nobind")
+    t.eq(got["status"]["phase"], "Pending", "a PVC of an unknown storage class stays Pending (ProvisioningFailed)")
+    oom = pod("oom", "head -c 200000000 /dev/zero | tail > /dev/null",
+              container={"resources": {"limits": {"memory": "16Mi", "cpu": "500m"}}})
+    c.api.must("POST", kclient.pod_path("default"), oom)
+    got = wait_pod(c, "oom", lambda p: p["status"]["phase"] in ("Failed", "Succeeded"))
+    term = got["status"]["containerStatuses"][0]["state"].get("terminated", {})
+    t.ok(term.get("reason") == "OOMKilled" and got["status"]["phase"] == "Failed",
+         "a container over its memory limit: terminated OOMKilled", got["status"])
+    for name in ("picky", "noimage", "oom"):
+        c.api.must("DELETE", kclient.pod_path("default", name))
+    c.api.must("DELETE", "/api/v1/namespaces/default/persistentvolumeclaims/nobind")
+
+
+def test_gc_and_restart(c):
+    owner = c.api.must("POST", "/api/v1/namespaces/default/configmaps", {"metadata": {"name": "owner"}})
+    c.api.must("POST", "/api/v1/namespaces/default/secrets", {"metadata": {"name": "dep", "ownerReferences": [
+        {"apiVersion": "v1", "kind": "ConfigMap", "name": "owner", "uid": owner["metadata"]["uid"]}]}})
+    rc, out, err = kubectl(c, "delete", "configmap", "owner")
+    c.wait(lambda: c.api.request("GET", "/api/v1/namespaces/default/secrets/dep")[0] == 404, 10,
+           "the dependent to go")
+    t.ok(True, "ownerReferences: the dependent is garbage-collected after its owner")
+    keep = c.api.must("POST", "/api/v1/namespaces/default/configmaps", {"metadata": {"name": "keep"}})
+    rv = int(keep["metadata"]["resourceVersion"])
+    c.restart_apiserver()
+    got = c.api.must("GET", "/api/v1/namespaces/default/configmaps/keep")
+    t.ok(got["metadata"]["uid"] == keep["metadata"]["uid"], "an API server restart keeps the objects")
+    nxt = c.api.must("POST", "/api/v1/namespaces/default/configmaps", {"metadata": {"name": "after"}})
+    t.ok(int(nxt["metadata"]["resourceVersion"]) > rv, "and the resourceVersion counter")
+    rc, out, err = kubectl(c, "get", "configmap", "keep", "-o", "name")
+    t.eq(out.strip(), "configmap/keep", "kubectl reads it after the restart")
+
+
+MANIFEST = """
+apiVersion: v1
+kind: ServiceAccount
+metadata: {name: agentbox, namespace: default}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata: {name: agentbox, namespace: default}
+rules:
+- apiGroups: [""]
+  resources: [pods, persistentvolumeclaims, secrets]
+  verbs: [get, list, watch, create, delete]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata: {name: agentbox, namespace: default}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: agentbox}
+subjects: [{kind: ServiceAccount, name: agentbox, namespace: default}]
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: agentbox, namespace: default}
+spec:
+  replicas: 1
+  selector: {matchLabels: {app: agentbox}}
+  template:
+    metadata: {labels: {app: agentbox}}
+    spec:
+      serviceAccountName: agentbox
+      containers: [{name: server, image: agentbox:latest, ports: [{containerPort: 8080}]}]
+---
+apiVersion: v1
+kind: Service
+metadata: {name: agentbox, namespace: default}
+spec:
+  selector: {app: agentbox}
+  ports: [{port: 80, targetPort: 8080}]
+"""
+
+
+def test_dry_run(c):
+    with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as f:
+        f.write(MANIFEST)
+    rc, out, err = kubectl(c, "apply", "--dry-run=client", "-f", f.name)
+    os.unlink(f.name)
+    t.ok(rc == 0 and all(x in out for x in ("serviceaccount/agentbox created (dry run)",
+                                             "role.rbac.authorization.k8s.io/agentbox created (dry run)",
+                                             "deployment.apps/agentbox created (dry run)",
+                                             "service/agentbox created (dry run)")),
+         "kubectl apply --dry-run=client of a Deployment/Role/RoleBinding/ServiceAccount/Service", out + err)
+
+
+def test_schema(c):
+    n = c.validate_recorded()
+    t.ok(n > 10, "every object written in this file matches the Kubernetes OpenAPI schema (%d)" % n)
+    bad = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "x"},
+           "spec": {"containers": [{"name": "c", "image": "i", "ports": [{"containerPort": "eighty"}]}]}}
+    try:
+        c.validate_recorded([{"object": bad}])
+        caught = None
+    except cluster.SchemaError as e:
+        caught = str(e)
+    t.ok(caught and "containerPort" in caught, "the validator catches a bad object", caught)
+
+
+def main():
+    why = cluster.available()
+    if why:
+        skip_all(why)
+    if shutil.which("kubectl") is None:
+        skip_all("kubectl is not installed (scripts/deps.sh: kubernetes-client)")
+    try:
+        import kubernetes  # noqa: F401
+    except ImportError:
+        # Debian's python3-kubernetes is in Debian's python; the suite's
+        # python3 may be another one (pyenv): run under Debian's then.
+        deb = "/usr/bin/python3"
+        if os.path.realpath(sys.executable) != os.path.realpath(deb) and os.path.exists(deb) and \
+                subprocess.run([deb, "-c", "import kubernetes"], stderr=subprocess.DEVNULL).returncode == 0:
+            os.execv(deb, [deb] + sys.argv)
+        skip_all("python3-kubernetes is not installed (scripts/deps.sh)")
+    why = cluster.validator_ready()
+    if why:
+        skip_all(why)
+    c = cluster.Cluster()
+    try:
+        c.start()
+        for fn in (test_kubectl_basics, test_python_client, test_raw_watch_410, test_pod_ready, test_failures,
+                   test_gc_and_restart, test_dry_run, test_schema):
+            try:
+                fn(c)
+            except Exception:
+                t.ok(False, "%s raised" % fn.__name__, traceback.format_exc())
+    finally:
+        c.stop()
+    t.ok(not c.leftovers(), "stop() leaves no container of the cluster on the engine", c.leftovers())
+    t.done()
+
+
+if __name__ == "__main__":
+    main()
