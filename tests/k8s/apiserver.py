@@ -549,6 +549,8 @@ class Store:
         self.history_max = history_max
         self.record_path = record_path
         self.ip_counter = 0
+        self.dirty = False
+        self.save_cond = threading.Condition(self.lock)
         if os.path.exists(self.path):
             with open(self.path) as f:
                 st = json.load(f)
@@ -556,7 +558,24 @@ class Store:
             self.rv, self.history, self.compacted = st["rv"], st["history"], st["compacted"]
             self.ip_counter = st.get("ip_counter", 0)
 
+    def mark_dirty(self):
+        """Have the saver thread write state.json soon (within --save-delay);
+        the caller holds the lock."""
+        self.dirty = True
+        self.save_cond.notify()
+
+    def run_saver(self, delay):
+        """Coalesce writes: one state.json per burst, not one per write."""
+        while True:
+            with self.lock:
+                while not self.dirty:
+                    self.save_cond.wait()
+            time.sleep(delay)
+            with self.lock:
+                self.save()
+
     def save(self):
+        self.dirty = False
         st = {"objects": {"\x00".join(k): v for k, v in self.objects.items()}, "rv": self.rv,
               "history": self.history, "compacted": self.compacted, "ip_counter": self.ip_counter}
         tmp = self.path + ".tmp"
@@ -586,14 +605,14 @@ class Store:
             drop = len(self.history) - self.history_max
             self.compacted = self.history[drop - 1][0]
             del self.history[:drop]
-        self.save()
+        self.mark_dirty()
         self.cond.notify_all()
 
     def compact(self):
         with self.lock:
             self.history = []
             self.compacted = self.rv
-            self.save()
+            self.mark_dirty()
             self.cond.notify_all()
 
     def list(self, res, ns):
@@ -1900,6 +1919,8 @@ def main():
                     help="seconds a watch without timeoutSeconds lasts")
     ap.add_argument("--docker-host", default=os.environ.get("DOCKER_HOST", ""),
                     help="the kubelet's Docker engine (unix:///path), for pods/log of running containers")
+    ap.add_argument("--save-delay", type=float, default=0.05,
+                    help="seconds a write may wait to reach state.json (SIGTERM/SIGINT save at once)")
     ap.add_argument("--verbose", action="store_true", help="log every request to stderr")
     args = ap.parse_args()
     os.makedirs(args.state_dir, exist_ok=True)
@@ -1933,6 +1954,7 @@ def main():
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
     threading.Thread(target=api.run_controllers, daemon=True).start()
+    threading.Thread(target=api.store.run_saver, args=(args.save_delay,), daemon=True).start()
     print("READY %s" % url, flush=True)
     srv.serve_forever()
 

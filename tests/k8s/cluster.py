@@ -18,9 +18,15 @@ tests/k8s/kubelet.py) for a test, stdlib only.
 Each Cluster has its own state dir (certificates, kubeconfigs, state.json,
 volumes), its own 127.N.0.0/16 pod IP range (N picked per cluster so that
 parallel test files do not collide) and a label value on its containers;
-stop() runs at exit too. Cluster.available() says why one cannot run.
+stop() runs at exit too. available() says why one cannot run.
+
+By hand, or for a script that shares one cluster between test files:
+
+    python3 tests/k8s/cluster.py up --state-dir /tmp/k8s    # prints KUBECONFIG=... lines
+    python3 tests/k8s/cluster.py down --state-dir /tmp/k8s  # stops it, removes its containers
 """
 
+import argparse
 import atexit
 import json
 import os
@@ -228,6 +234,14 @@ class Cluster:
             shutil.rmtree(self.dir, ignore_errors=True)
 
 
+    def save(self):
+        """Write STATE/cluster.json: what `cluster.py down` needs to stop
+        this cluster from another process."""
+        with open(os.path.join(self.dir, "cluster.json"), "w") as f:
+            json.dump({"id": self.id, "port": self.port, "ip_octet": self.ip_octet,
+                       "pids": [p.pid for p in (self.apiserver, self.kubelet) if p]}, f)
+
+
 class SchemaError(Exception):
     pass
 
@@ -254,3 +268,54 @@ def validate_objects(objs):
         raise SchemaError("%d object(s) do not match the Kubernetes OpenAPI schema:\n%s" % (
             len(bad), "\n".join("  %s %s: %s" % (b["kind"], b["name"], b["errors"]) for b in bad[:20])))
     return len(objs)
+
+
+def cli():
+    ap = argparse.ArgumentParser(description="Start or stop a stand-in Kubernetes cluster (API server + "
+                                 "kubelet on AGENTBOX_TEST_DOCKER_HOST or DOCKER_HOST) in the background.")
+    ap.add_argument("verb", choices=["up", "down"])
+    ap.add_argument("--state-dir", required=True, help="the cluster's state dir (made by up, removed by down)")
+    ap.add_argument("--label", action="append", default=[], help="KEY=VALUE node label (up)")
+    ap.add_argument("--taint", action="append", default=[], help="KEY[=VALUE]:EFFECT node taint (up)")
+    args = ap.parse_args()
+    d = os.path.abspath(args.state_dir)
+    if args.verb == "up":
+        why = available()
+        if why:
+            sys.exit("cluster.py: " + why)
+        c = Cluster(state_dir=d, node_labels=dict(x.split("=", 1) for x in args.label), node_taints=args.taint)
+        try:
+            c.start()
+        except Exception:
+            c.stop()
+            raise
+        c.save()
+        atexit.unregister(c.stop)
+        print("KUBECONFIG=%s" % c.kubeconfig)
+        print("K8S_STANDIN_SERVER=%s" % c.server)
+        print("K8S_STANDIN_TOKEN=%s" % c.token)
+        print("K8S_STANDIN_CA=%s" % c.ca)
+        print("K8S_STANDIN_DIR=%s" % d)
+        return
+    path = os.path.join(d, "cluster.json")
+    if not os.path.exists(path):
+        sys.exit("cluster.py: no cluster in %s" % d)
+    with open(path) as f:
+        st = json.load(f)
+    for pid in st["pids"]:
+        try:
+            os.kill(pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+    for _ in range(50):
+        if not any(os.path.exists("/proc/%d" % p) for p in st["pids"]):
+            break
+        time.sleep(0.1)
+    docker = dockerapi.Docker(docker_host())
+    for ct in docker.containers("%s=%s" % (CLUSTER_LABEL, st["id"])):
+        docker.remove(ct["Id"])
+    shutil.rmtree(d, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    cli()

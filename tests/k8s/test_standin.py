@@ -340,6 +340,169 @@ def test_gc_and_restart(c):
     t.eq(out.strip(), "configmap/keep", "kubectl reads it after the restart")
 
 
+def test_pod_features(c):
+    """Init container, emptyDir, PVC, secret volume items/modes, env and
+    envFrom, downward API, $(VAR), workingDir, runAsUser, an exec probe."""
+    api = c.api
+    api.must("POST", "/api/v1/namespaces/default/secrets", {"metadata": {"name": "cfg"}, "stringData": {
+        "a": "secret-a", "b": "secret-b"}})
+    api.must("POST", "/api/v1/namespaces/default/configmaps", {"metadata": {"name": "envs"},
+                                                               "data": {"X": "from-cm"}})
+    api.must("POST", "/api/v1/namespaces/default/persistentvolumeclaims", {
+        "metadata": {"name": "data"}, "spec": {"accessModes": ["ReadWriteOnce"],
+                                               "resources": {"requests": {"storage": "1Gi"}}}})
+    pvc = c.wait(lambda: (lambda p: p if p["status"].get("phase") == "Bound" else None)(
+        api.must("GET", "/api/v1/namespaces/default/persistentvolumeclaims/data")), 10, "the PVC to bind")
+    t.ok(pvc["spec"]["storageClassName"] == "standard" and pvc["spec"]["volumeName"].startswith("pvc-") and
+         "kubernetes.io/pvc-protection" in pvc["metadata"]["finalizers"],
+         "a PVC of the default class binds (volumeName, pvc-protection finalizer)", pvc)
+    main = "cat /work/init.txt /secrets/renamed; echo; stat -c %a /secrets/renamed; " \
+           "echo X=$X S=$FROM_SECRET G=$GREETING; pwd; id -u; exec sleep 100"
+    spec = {
+        "initContainers": [{"name": "init", "image": IMAGE, "command": ["sh", "-c", "echo from-init > "
+                                                                         "/work/init.txt; echo kept > /data/p.txt"],
+                            "volumeMounts": [{"name": "work", "mountPath": "/work"},
+                                             {"name": "data", "mountPath": "/data"}]}],
+        "containers": [{"name": "main", "image": IMAGE, "command": ["sh", "-c"], "args": [main],
+                        "workingDir": "/work",
+                        "env": [{"name": "NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+                                {"name": "GREETING", "value": "hi-$(NAME)"},
+                                {"name": "FROM_SECRET", "valueFrom": {"secretKeyRef": {"name": "cfg", "key": "b"}}}],
+                        "envFrom": [{"configMapRef": {"name": "envs"}}],
+                        "securityContext": {"runAsUser": 1234},
+                        "volumeMounts": [{"name": "work", "mountPath": "/work"},
+                                         {"name": "sec", "mountPath": "/secrets"}],
+                        "readinessProbe": {"exec": {"command": ["test", "-f", "/work/init.txt"]},
+                                           "periodSeconds": 1}}],
+        "volumes": [{"name": "work", "emptyDir": {}},
+                    {"name": "data", "persistentVolumeClaim": {"claimName": "data"}},
+                    {"name": "sec", "secret": {"secretName": "cfg", "defaultMode": 0o400,
+                                               "items": [{"key": "a", "path": "renamed", "mode": 0o444}]}}],
+        "restartPolicy": "Never", "terminationGracePeriodSeconds": 1}
+    api.must("POST", kclient.pod_path("default"), {"metadata": {"name": "feat"}, "spec": spec})
+    rc, out, err = kubectl(c, "wait", "--for=condition=Ready", "pod/feat", "--timeout=40s")
+    t.ok(rc == 0, "a pod with an init container, volumes and an exec readiness probe gets Ready", err)
+    got = api.must("GET", kclient.pod_path("default", "feat"))
+    init = (got["status"].get("initContainerStatuses") or [{}])[0]
+    t.ok(init.get("state", {}).get("terminated", {}).get("reason") == "Completed",
+         "the init container ran to Completed first", got["status"])
+    rc, out, err = kubectl(c, "logs", "feat")
+    lines = out.split("\n")
+    t.ok(lines[:3] == ["from-init", "secret-a", "444"], "emptyDir shared with the init container; secret item "
+         "file with its mode", out)
+    t.ok("X=from-cm S=secret-b G=hi-feat" in out, "envFrom configMap, secretKeyRef, $(VAR) of a fieldRef", out)
+    t.ok("/work\n1234" in out, "workingDir and runAsUser", out)
+    pv = api.must("GET", "/api/v1/persistentvolumes/" + pvc["spec"]["volumeName"])
+    path = pv["spec"]["hostPath"]["path"]
+    with open(os.path.join(path, "p.txt")) as f:
+        t.eq(f.read(), "kept\n", "the PVC is the PV's host dir")
+    api.must("DELETE", "/api/v1/namespaces/default/persistentvolumeclaims/data")
+    time.sleep(1)
+    st, got = api.request("GET", "/api/v1/namespaces/default/persistentvolumeclaims/data")
+    t.ok(st == 200 and got["metadata"].get("deletionTimestamp"),
+         "a PVC in use stays Terminating (pvc-protection)", got)
+    kubectl(c, "delete", "pod", "feat", "--wait=true", check=True)
+    c.wait(lambda: api.request("GET", "/api/v1/namespaces/default/persistentvolumeclaims/data")[0] == 404, 15,
+           "the PVC to go")
+    c.wait(lambda: not os.path.exists(path), 10, "the volume to be deleted")
+    t.ok(True, "once the pod is gone, the PVC goes, and its volume (reclaim policy Delete)")
+
+
+def test_restart_policy(c):
+    c.api.must("POST", kclient.pod_path("default"), pod("crash", "echo run; exit 3", restartPolicy="OnFailure"))
+    got = wait_pod(c, "crash", lambda p: (p["status"].get("containerStatuses") or [{}])[0].get(
+        "restartCount", 0) >= 2, timeout=40)
+    cs = got["status"]["containerStatuses"][0]
+    t.ok(got["status"]["phase"] == "Running" and cs["lastState"].get("terminated", {}).get("exitCode") == 3,
+         "restartPolicy OnFailure: restarted, lastState terminated with exit code 3", got["status"])
+    wait_pod(c, "crash", lambda p: p["status"]["containerStatuses"][0]["state"].get("waiting", {}).get(
+        "reason") == "CrashLoopBackOff", timeout=20)
+    t.ok("BackOff" in [r for r, _ in events_for(c, "crash")], "CrashLoopBackOff and a BackOff event")
+    c.api.must("DELETE", kclient.pod_path("default", "crash"), params={"gracePeriodSeconds": "0"})
+    c.api.must("POST", kclient.pod_path("default"), pod("ok", "exit 0", restartPolicy="OnFailure"))
+    got = wait_pod(c, "ok", lambda p: p["status"]["phase"] == "Succeeded")
+    t.eq(got["status"]["containerStatuses"][0]["state"]["terminated"]["reason"], "Completed",
+         "restartPolicy OnFailure, exit 0: Succeeded, Completed")
+    c.api.must("DELETE", kclient.pod_path("default", "ok"))
+
+
+def test_patches_and_names(c):
+    made = c.api.must("POST", "/api/v1/namespaces/default/configmaps", {"metadata": {"generateName": "gen-"}})
+    name = made["metadata"]["name"]
+    t.ok(name.startswith("gen-") and len(name) == 9, "generateName: a random suffix", name)
+    rc, out, err = kubectl(c, "patch", "configmap", name, "--type=json",
+                           "-p", '[{"op":"add","path":"/data","value":{"a":"1"}}]')
+    rc2, out2, err2 = kubectl(c, "patch", "configmap", name, "--type=merge", "-p", '{"data":{"b":"2","a":null}}')
+    got = c.api.must("GET", "/api/v1/namespaces/default/configmaps/" + name)
+    t.ok(rc == 0 and rc2 == 0 and got["data"] == {"b": "2"}, "kubectl patch --type=json and --type=merge",
+         (err, err2, got))
+    st, body = c.api.request("POST", "/api/v1/namespaces/default/configmaps", b"{not json")
+    t.ok(st == 400 and body["reason"] == "BadRequest", "bad JSON: 400 BadRequest", body)
+    st, body = c.api.request("POST", "/api/v1/namespaces/default/configmaps", {"kind": "Pod", "metadata": {"name": "k"}})
+    t.ok(st == 400 and body["kind"] == "Status", "a kind that is not the URL's: 400", body)
+    st, body = c.api.request("POST", "/api/v1/namespaces/nowhere/configmaps", {"metadata": {"name": "k"}})
+    t.ok(st == 404 and 'namespaces "nowhere" not found' in body["message"], "a missing namespace: 404", body)
+    c.api.must("POST", "/api/v1/namespaces", {"metadata": {"name": "scratch"}})
+    c.api.must("POST", "/api/v1/namespaces/scratch/configmaps", {"metadata": {"name": "in"}})
+    rc, out, err = kubectl(c, "delete", "namespace", "scratch", "--timeout=20s")
+    t.ok(rc == 0 and c.api.request("GET", "/api/v1/namespaces/scratch/configmaps/in")[0] == 404,
+         "deleting a namespace deletes what is in it, then the namespace", err)
+    owner = c.api.must("POST", "/api/v1/namespaces/default/configmaps", {"metadata": {"name": "fg"}})
+    c.api.must("POST", "/api/v1/namespaces/default/configmaps", {"metadata": {"name": "fg-dep", "finalizers": [
+        "test/hold"], "ownerReferences": [{"apiVersion": "v1", "kind": "ConfigMap", "name": "fg",
+                                           "uid": owner["metadata"]["uid"], "blockOwnerDeletion": True}]}})
+    c.api.must("DELETE", "/api/v1/namespaces/default/configmaps/fg", {"propagationPolicy": "Foreground"})
+    time.sleep(1)
+    st, got = c.api.request("GET", "/api/v1/namespaces/default/configmaps/fg")
+    t.ok(st == 200 and "foregroundDeletion" in got["metadata"].get("finalizers", []),
+         "Foreground deletion: the owner waits for its dependents", got)
+    c.api.must("PATCH", "/api/v1/namespaces/default/configmaps/fg-dep", {"metadata": {"finalizers": None}},
+               ctype="application/merge-patch+json")
+    c.wait(lambda: c.api.request("GET", "/api/v1/namespaces/default/configmaps/fg")[0] == 404, 10, "the owner")
+    t.ok(True, "and goes once they are gone")
+
+
+def test_restart_mid_watch(c):
+    from kubernetes import client, config, watch
+    api = client.CoreV1Api(config.new_client_from_config(config_file=c.kubeconfig))
+    rv = api.list_namespaced_config_map("default").metadata.resource_version
+    seen, errors = [], []
+
+    def watcher():
+        nonlocal rv
+        end = time.monotonic() + 30
+        while time.monotonic() < end and len(seen) < 2:
+            try:
+                for ev in watch.Watch().stream(api.list_namespaced_config_map, "default", resource_version=rv,
+                                               label_selector="mid=watch", timeout_seconds=10):
+                    rv = ev["object"].metadata.resource_version
+                    seen.append(ev["object"].metadata.name)
+                    if len(seen) == 2:
+                        return
+            except Exception as e:  # the connection cut by the restart: watch again from rv
+                errors.append(repr(e))
+                if "410" in repr(e):
+                    return
+                time.sleep(0.2)
+    th = threading.Thread(target=watcher)
+    th.start()
+    time.sleep(0.5)
+    api.create_namespaced_config_map("default", client.V1ConfigMap(
+        metadata=client.V1ObjectMeta(name="mid-before", labels={"mid": "watch"})))
+    time.sleep(0.5)
+    c.restart_apiserver()
+    api.create_namespaced_config_map("default", client.V1ConfigMap(
+        metadata=client.V1ObjectMeta(name="mid-after", labels={"mid": "watch"})))
+    th.join(40)
+    t.eq(seen, ["mid-before", "mid-after"], "an API server restart mid-watch: the client watches again from its "
+         "resourceVersion and misses nothing (history kept)")
+    t.ok(not any("410" in e for e in errors), "no 410 after a restart", errors)
+    c.api.must("POST", kclient.pod_path("default"), pod("late", "exec sleep 100"))
+    wait_pod(c, "late", lambda p: p["status"]["phase"] == "Running")
+    t.ok(True, "the kubelet reconnects after the restart and runs new pods")
+    c.api.must("DELETE", kclient.pod_path("default", "late"), params={"gracePeriodSeconds": "0"})
+
+
 MANIFEST = """
 apiVersion: v1
 kind: ServiceAccount
@@ -428,7 +591,8 @@ def main():
     try:
         c.start()
         for fn in (test_kubectl_basics, test_python_client, test_raw_watch_410, test_pod_ready, test_failures,
-                   test_gc_and_restart, test_dry_run, test_schema):
+                   test_pod_features, test_restart_policy, test_patches_and_names, test_gc_and_restart,
+                   test_restart_mid_watch, test_dry_run, test_schema):
             try:
                 fn(c)
             except Exception:
