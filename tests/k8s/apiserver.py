@@ -1585,7 +1585,8 @@ class Handler(BaseHTTPRequestHandler):
             raise ApiError(404, "NotFound", "the server could not find the requested resource")
         name = rest[1] if len(rest) > 1 else None
         sub = rest[2] if len(rest) > 2 else None
-        if len(rest) > 3 or (sub and not ((sub == "status" and res.status) or (sub == "log" and res.log))):
+        if len(rest) > 3 or (sub and not ((sub == "status" and res.status) or (sub == "log" and res.log) or
+                                          (sub == "eviction" and res.name == "pods"))):
             raise ApiError(404, "NotFound", "the server could not find the requested resource")
         if res.namespaced and ns is None and name is not None:
             raise ApiError(404, "NotFound", "the server could not find the requested resource")
@@ -1622,6 +1623,10 @@ class Handler(BaseHTTPRequestHandler):
                 return self.send_json(200, lst)
             raise ApiError(405, "MethodNotAllowed", "the server does not allow this method on the requested "
                            "resource")
+        if sub == "eviction":
+            if method != "POST":
+                raise ApiError(405, "MethodNotAllowed", "method not allowed")
+            return self.evict(res, ns, name)
         if sub == "log":
             if method != "GET":
                 raise ApiError(405, "MethodNotAllowed", "method not allowed")
@@ -1649,6 +1654,20 @@ class Handler(BaseHTTPRequestHandler):
                                                 "uid": obj["metadata"]["uid"]}})
             return self.send_json(200, obj)
         raise ApiError(405, "MethodNotAllowed", "the server does not allow this method on the requested resource")
+
+    def evict(self, res, ns, name):
+        """POST pods/NAME/eviction (policy/v1 Eviction): API-initiated
+        eviction, a delete with the Eviction's deleteOptions (there are no
+        PodDisruptionBudgets here to refuse it)."""
+        body = self.json_body()
+        if not isinstance(body, dict) or body.get("kind", "Eviction") != "Eviction":
+            raise ApiError(400, "BadRequest", "the body must be a policy/v1 Eviction")
+        if (body.get("metadata") or {}).get("name", name) != name:
+            raise ApiError(400, "BadRequest", "name in URL does not match name in Eviction object")
+        opts = body.get("deleteOptions") or {}
+        self.server.api.delete(res, ns, name, opts, self.who)
+        self.send_json(201, {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
+                             "code": 201})
 
     def host(self):
         return "%s:%d" % self.server.server_address[:2]
@@ -1839,6 +1858,9 @@ def resource_list(group, version):
         if r.log:
             out.append({"name": r.name + "/log", "singularName": "", "namespaced": r.namespaced,
                         "kind": r.kind, "verbs": ["get"]})
+        if r.name == "pods":
+            out.append({"name": "pods/eviction", "singularName": "", "namespaced": True, "group": "policy",
+                        "version": "v1", "kind": "Eviction", "verbs": ["create"]})
     return {"kind": "APIResourceList", "apiVersion": "v1",
             "groupVersion": group + "/" + version if group else version, "resources": out}
 

@@ -11,6 +11,8 @@ tests/k8s/kubelet.py) for a test, stdlib only.
     c.restart_apiserver()          # SIGTERM, start again on the same port and state
     c.compact()                    # drop the watch history: older watches get 410 Gone
     c.kill_container(pod)          # docker kill a pod's container from outside
+    c.evict_pod(pod)               # the kubelet evicts it (node pressure): Failed/Evicted
+    c.restart_kubelet()            # stop and start the kubelet (it adopts running containers)
     c.leftovers()                  # this cluster's containers still on the engine
     c.validate_recorded()          # every object written, checked against the OpenAPI schema
     c.stop()                       # stop both, remove every container this cluster made
@@ -206,6 +208,21 @@ class Cluster:
                 self.docker.kill(c["Id"], signal_name)
                 return c["Id"]
         raise LookupError("pod %s has no running container %s" % (pod, name))
+
+    def evict_pod(self, pod, message="The node was low on resource: memory.", namespace=None):
+        """Have the kubelet evict a pod as under node pressure: containers
+        killed, phase Failed, reason Evicted, the object left in place (an
+        API-initiated eviction is POST pods/NAME/eviction instead)."""
+        import kubelet
+        self.api.must("PATCH", kclient.pod_path(namespace or self.namespace, pod),
+                      {"metadata": {"annotations": {kubelet.EVICT_ANNOTATION: message}}},
+                      ctype="application/merge-patch+json")
+
+    def restart_kubelet(self):
+        """Stop the kubelet and start it again: it takes over the running
+        containers of its pods and removes those of pods that went meanwhile."""
+        self.stop_kubelet()
+        self.start_kubelet()
 
     def leftovers(self):
         """This cluster's containers still on the engine (names)."""

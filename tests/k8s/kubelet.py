@@ -41,6 +41,9 @@ from apiserver import parse_quantity  # noqa: E402
 from kclient import ApiCallError  # noqa: E402
 
 CLUSTER_LABEL = "k8s-standin.cluster"
+# A test's way to make the kubelet evict a pod as under node pressure
+# (cluster.Cluster.evict_pod): the annotation's value is the message.
+EVICT_ANNOTATION = "k8s-standin.agentbox.dev/evict"
 VAR_REF = re.compile(r"\$\(([A-Za-z_][A-Za-z0-9_.\-]*)\)|\$\$")
 
 
@@ -229,6 +232,8 @@ class PodWorker:
         self.last_status = None
         self.volumes = None
         self.start_time = None
+        self.frozen = False
+        self.evicted = None
 
     def update(self, pod, deleted):
         with self.cond:
@@ -479,8 +484,9 @@ class PodWorker:
     def backoff(self, n):
         return min(self.args.backoff * (2 ** max(n - 1, 0)), self.args.backoff * 16)
 
-    def poll_container(self, c, st):
+    def poll_container(self, c, st, cname=None):
         """Refresh st from Docker; True if the container has just ended."""
+        cname = c["name"] if c else cname
         info = self.docker.inspect(st["id"]) if st.get("id") else None
         if info is None:
             if "running" in st.get("state", {}):
@@ -503,7 +509,7 @@ class PodWorker:
                                       "finishedAt": s.get("FinishedAt", "")[:19] + "Z"}}
         st["ended_id"] = st["id"]
         st["ready"] = False
-        self.save_log(c["name"], st["id"])
+        self.save_log(cname, st["id"])
         return True
 
     def save_log(self, cname, cid):
@@ -593,17 +599,40 @@ class PodWorker:
 
     # -- the pod --
     def adopt(self):
-        """Containers this pod already has on the engine (a kubelet restart)."""
+        """After a kubelet restart: restart counts and last states from the
+        status this kubelet wrote before, and the pod's running containers
+        taken over (others removed)."""
+        for cst in (self.pod.get("status") or {}).get("containerStatuses") or []:
+            st = self.cs.get(cst.get("name"))
+            if st is not None:
+                st["restarts"] = cst.get("restartCount", 0)
+                st["attempt"] = st["restarts"] + 1
+                if cst.get("lastState"):
+                    st["last"] = cst["lastState"]
         for cont in self.docker.containers("io.kubernetes.pod.uid=" + self.uid):
             cname = cont["Labels"].get("io.kubernetes.container.name")
             st = self.cs.get(cname)
             if st is None or cont["State"] != "running":
                 self.docker.remove(cont["Id"])
                 continue
+            info = self.docker.inspect(cont["Id"]) or {}
             st["id"] = cont["Id"]
-            st["state"] = {"running": {"startedAt": now_ts()}}
+            st["state"] = {"running": {"startedAt": info.get("State", {}).get("StartedAt", now_ts())[:19] + "Z"}}
             st["started"] = time.monotonic()
             st["pulled"] = True
+
+    def evict(self, message):
+        """Node-pressure eviction: kill the containers at once, the pod Failed
+        with reason Evicted (the object stays until someone deletes it)."""
+        self.event("Warning", "Evicted", message)
+        for name, st in self.cs.items():
+            if st.get("id"):
+                self.event("Normal", "Killing", "Stopping container %s" % name)
+                self.docker.stop(st["id"], 0)
+                self.poll_container(None, st, name)
+                self.docker.remove(st.pop("id"))
+        self.terminal = "Failed"
+        self.evicted = message
 
     def run(self):
         try:
@@ -627,9 +656,11 @@ class PodWorker:
         st0 = self.pod.get("status") or {}
         self.start_time = st0.get("startTime") or now_ts()
         if st0.get("phase") in ("Succeeded", "Failed"):
+            # ended before this kubelet started: its status stays as written
             self.failed = st0["phase"] == "Failed"
             self.init_done = len(inits)
             self.terminal = st0["phase"]
+            self.frozen = True
         else:
             self.terminal = None
             self.adopt()
@@ -640,6 +671,9 @@ class PodWorker:
                 pod, deleted = self.pod, self.deleted
             if deleted or pod["metadata"].get("deletionTimestamp"):
                 return self.teardown(pod, deleted)
+            evict = (pod["metadata"].get("annotations") or {}).get(EVICT_ANNOTATION)
+            if evict and self.terminal is None:
+                self.evict(evict)
             if self.terminal is None:
                 try:
                     if self.volumes is None:
@@ -748,9 +782,15 @@ class PodWorker:
               "containerStatuses": cstat, "qosClass": old.get("qosClass", "BestEffort")}
         if inits:
             st["initContainerStatuses"] = istat
+        if self.evicted:
+            st.update({"reason": "Evicted", "message": self.evicted})
+            conds.append(cond("DisruptionTarget", True))
+            conds[-1].update({"reason": "TerminationByKubelet", "message": self.evicted})
         return st
 
     def write_status(self, pod, inits, conts):
+        if self.frozen:
+            return
         st = self.build_status(pod, inits, conts)
         cmp = json.dumps(st, sort_keys=True)
         if cmp == self.last_status:

@@ -503,6 +503,38 @@ def test_restart_mid_watch(c):
     c.api.must("DELETE", kclient.pod_path("default", "late"), params={"gracePeriodSeconds": "0"})
 
 
+def test_kubelet_restart_and_eviction(c):
+    c.api.must("POST", kclient.pod_path("default"), pod("adopt", "exec sleep 100"))
+    got = wait_pod(c, "adopt", lambda p: p["status"]["phase"] == "Running")
+    uid = got["metadata"]["uid"]
+    before = [x["Id"] for x in c.pod_containers(uid)]
+    stray = c.docker.create("k8s-standin-stray-" + c.id, {
+        "Image": IMAGE, "Cmd": ["sleep", "100"],
+        "Labels": {cluster.CLUSTER_LABEL: c.id, "io.kubernetes.pod.uid": "no-such-pod"}})
+    c.restart_kubelet()
+    c.wait(lambda: c.docker.inspect(stray) is None, 20, "the stray container to be removed")
+    t.ok(True, "a restarted kubelet removes containers of pods that do not exist")
+    time.sleep(1)
+    after = [x["Id"] for x in c.pod_containers(uid)]
+    got = c.api.must("GET", kclient.pod_path("default", "adopt"))
+    t.ok(after == before and got["status"]["phase"] == "Running",
+         "and takes over the running containers of its pods", (before, after, got["status"]))
+    c.evict_pod("adopt")
+    got = wait_pod(c, "adopt", lambda p: p["status"]["phase"] == "Failed")
+    t.ok(got["status"].get("reason") == "Evicted" and not c.pod_containers(uid),
+         "node-pressure eviction: containers killed, phase Failed, reason Evicted", got["status"])
+    c.api.must("DELETE", kclient.pod_path("default", "adopt"))
+    from kubernetes import client, config
+    api = client.CoreV1Api(config.new_client_from_config(config_file=c.kubeconfig))
+    c.api.must("POST", kclient.pod_path("default"), pod("evict2", "exec sleep 100"))
+    wait_pod(c, "evict2", lambda p: p["status"]["phase"] == "Running")
+    api.create_namespaced_pod_eviction("evict2", "default", client.V1Eviction(
+        metadata=client.V1ObjectMeta(name="evict2", namespace="default"),
+        delete_options=client.V1DeleteOptions(grace_period_seconds=0)))
+    c.wait(lambda: c.api.request("GET", kclient.pod_path("default", "evict2"))[0] == 404, 15, "evict2 to go")
+    t.ok(True, "python: the policy/v1 Eviction subresource deletes the pod")
+
+
 MANIFEST = """
 apiVersion: v1
 kind: ServiceAccount
@@ -592,7 +624,7 @@ def main():
         c.start()
         for fn in (test_kubectl_basics, test_python_client, test_raw_watch_410, test_pod_ready, test_failures,
                    test_pod_features, test_restart_policy, test_patches_and_names, test_gc_and_restart,
-                   test_restart_mid_watch, test_dry_run, test_schema):
+                   test_restart_mid_watch, test_kubelet_restart_and_eviction, test_dry_run, test_schema):
             try:
                 fn(c)
             except Exception:
