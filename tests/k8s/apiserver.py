@@ -941,8 +941,7 @@ class Api:
             md["resourceVersion"] = old["metadata"]["resourceVersion"]
             return new
         if md.get("deletionTimestamp") and not md.get("finalizers") and not (
-                res.name == "pods" and old.get("spec", {}).get("nodeName")
-                and not pod_terminal(new)) and not (
+                res.name == "pods" and old.get("spec", {}).get("nodeName")) and not (
                 res.name == "namespaces" and new.get("spec", {}).get("finalizers")):
             md["resourceVersion"] = str(self.store.next_rv())
             self.store.commit("DELETED", res, key, new, old)
@@ -1467,6 +1466,11 @@ class Handler(BaseHTTPRequestHandler):
         return None
 
     def read_body(self):
+        """The request body, read once (after authentication) and kept, so
+        that an error answered before a handler reads it leaves the
+        connection in step."""
+        if self.body is not None:
+            return self.body
         n = int(self.headers.get("Content-Length") or 0)
         if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
             data = b""
@@ -1479,11 +1483,15 @@ class Handler(BaseHTTPRequestHandler):
                 data += self.rfile.read(size)
                 self.rfile.readline(100)
                 if len(data) > MAX_BODY:
+                    self.close_connection = True
                     raise ApiError(413, "RequestEntityTooLarge", "Request entity too large")
+            self.body = data
             return data
         if n > MAX_BODY:
+            self.close_connection = True
             raise ApiError(413, "RequestEntityTooLarge", "Request entity too large: limit is 3145728")
-        return self.rfile.read(n) if n else b""
+        self.body = self.rfile.read(n) if n else b""
+        return self.body
 
     def json_body(self):
         ctype = self.headers.get("Content-Type", "")
@@ -1526,9 +1534,10 @@ class Handler(BaseHTTPRequestHandler):
                 return self.send_json(200, VERSION)
             who = self.user()
             if who is None:
-                # drain a small body so the connection stays usable
-                raise ApiError(401, "Unauthorized", "Unauthorized")
+                raise ApiError(401, "Unauthorized", "Unauthorized")  # and the connection closes
             self.who = who
+            self.body = None
+            self.read_body()
             if url.path == "/_standin/compact" and method == "POST":
                 self.server.api.store.compact()
                 return self.send_json(200, {"compacted": self.server.api.store.compacted})

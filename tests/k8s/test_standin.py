@@ -131,6 +131,16 @@ def test_kubectl_basics(c):
         code, body = e.code, json.loads(e.read())
     t.ok(code == 401 and body.get("kind") == "Status" and body.get("reason") == "Unauthorized",
          "no token and no certificate: 401 Status", (code, body))
+    conn = c.api.conn()
+    hdr = c.api.headers("application/json")
+    conn.request("POST", "/api/v1/namespaces/default/nosuchthings", body=b'{"a": 1}', headers=hdr)
+    r1 = conn.getresponse()
+    r1.read()
+    conn.request("GET", "/api/v1/namespaces/default/configmaps/cm1", headers=hdr)
+    r2 = conn.getresponse()
+    t.ok(r1.status == 404 and r2.status == 200 and json.loads(r2.read())["metadata"]["name"] == "cm1",
+         "keep-alive: a request answered with an error before its body was used leaves the connection usable")
+    conn.close()
     rc, out, err = kubectl(c, "delete", "configmap", "cm1", "cm2")
     t.ok(rc == 0 and 'configmap "cm1" deleted' in out, "kubectl delete", err)
 
