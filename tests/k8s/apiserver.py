@@ -240,6 +240,10 @@ def check_label_value(v):
     return None
 
 
+def check_annotation_value(v):
+    return None if isinstance(v, str) else "values must be strings"
+
+
 def validate_meta(res, obj, causes):
     md = obj.get("metadata")
     name = md.get("name", "")
@@ -250,29 +254,16 @@ def validate_meta(res, obj, causes):
         err = check_dns_label(name) if res.name in LABEL_NAMED else check_dns_subdomain(name)
         if err:
             causes.append(("metadata.name", 'Invalid value: "%s": %s' % (name, err), "FieldValueInvalid"))
-    labels = md.get("labels") or {}
-    if not isinstance(labels, dict):
-        causes.append(("metadata.labels", "Invalid value: must be a map", "FieldValueInvalid"))
-        labels = {}
-    for k, v in labels.items():
-        err = check_qualified_name(k)
-        if err:
-            causes.append(("metadata.labels", 'Invalid value: "%s": %s' % (k, err), "FieldValueInvalid"))
-        err = check_label_value(v)
-        if err:
-            causes.append(("metadata.labels", 'Invalid value: "%s": %s' % (v, err), "FieldValueInvalid"))
-    ann = md.get("annotations") or {}
-    if not isinstance(ann, dict):
-        causes.append(("metadata.annotations", "Invalid value: must be a map", "FieldValueInvalid"))
-        ann = {}
-    for k, v in ann.items():
-        err = check_qualified_name(k)
-        if err:
-            causes.append(("metadata.annotations", 'Invalid value: "%s": %s' % (k, err),
-                           "FieldValueInvalid"))
-        if not isinstance(v, str):
-            causes.append(("metadata.annotations", "Invalid value: values must be strings",
-                           "FieldValueInvalid"))
+    for field, check_value in (("labels", check_label_value), ("annotations", check_annotation_value)):
+        m = md.get(field) or {}
+        path = "metadata." + field
+        if not isinstance(m, dict):
+            causes.append((path, "Invalid value: must be a map", "FieldValueInvalid"))
+            continue
+        for k, v in m.items():
+            for bad, err in ((k, check_qualified_name(k)), (v, check_value(v))):
+                if err:
+                    causes.append((path, 'Invalid value: "%s": %s' % (bad, err), "FieldValueInvalid"))
     for i, ref in enumerate(md.get("ownerReferences") or []):
         for f in ("apiVersion", "kind", "name", "uid"):
             if not (isinstance(ref, dict) and ref.get(f)):
@@ -1557,7 +1548,7 @@ class Handler(BaseHTTPRequestHandler):
             self.send_error_status(ApiError(500, "InternalError", "Internal error occurred: %r" % e))
 
     def send_text(self, code, text):
-        data = text.encode()
+        data = text.encode() if isinstance(text, str) else text
         self.send_response(code)
         self.send_header("Content-Type", "text/plain; charset=utf-8")
         self.send_header("Content-Length", str(len(data)))
@@ -1709,11 +1700,7 @@ class Handler(BaseHTTPRequestHandler):
         tail = q.get("tailLines")
         if tail:
             data = b"\n".join(data.split(b"\n")[-(int(tail) + 1):])
-        self.send_response(200)
-        self.send_header("Content-Type", "text/plain")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
+        self.send_text(200, data)
 
     def watch(self, res, ns, q):
         """A watch stream: chunked JSON lines from resourceVersion on."""

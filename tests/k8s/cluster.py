@@ -142,10 +142,18 @@ class Cluster:
             time.sleep(0.1)  # the port may still be held by the process before
         raise RuntimeError("the stand-in API server did not start; see %s/apiserver.log" % self.dir)
 
+    @staticmethod
+    def _end(proc):
+        if proc and proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
     def stop_apiserver(self):
-        if self.apiserver and self.apiserver.poll() is None:
-            self.apiserver.send_signal(signal.SIGTERM)
-            self.apiserver.wait(10)
+        self._end(self.apiserver)
         self.apiserver = None
 
     def restart_apiserver(self):
@@ -168,9 +176,7 @@ class Cluster:
             raise RuntimeError("the stand-in kubelet did not start; see %s/kubelet.log" % self.dir)
 
     def stop_kubelet(self):
-        if self.kubelet and self.kubelet.poll() is None:
-            self.kubelet.send_signal(signal.SIGTERM)
-            self.kubelet.wait(10)
+        self._end(self.kubelet)
         self.kubelet = None
 
     def node_ready(self):
