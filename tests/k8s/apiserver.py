@@ -1739,7 +1739,12 @@ class Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.close_connection = True
 
+        as_table = "as=Table" in self.headers.get("Accept", "")
+
         def send(ev):
+            if as_table and ev["type"] in ("ADDED", "MODIFIED", "DELETED"):
+                obj = ev["object"]
+                ev = {"type": ev["type"], "object": table(res, [obj], obj["metadata"]["resourceVersion"])}
             data = (json.dumps(ev) + "\n").encode()
             self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
             self.wfile.flush()

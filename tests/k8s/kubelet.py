@@ -94,10 +94,9 @@ class Kubelet:
                 "spec": {"taints": self.args.taint} if self.args.taint else {}}
         st, out = self.api.request("POST", "/api/v1/nodes", node)
         if st == 409:
-            cur = self.api.must("GET", "/api/v1/nodes/" + self.node)
-            cur["metadata"]["labels"] = labels
-            cur["spec"] = node["spec"]
-            self.api.must("PUT", "/api/v1/nodes/" + self.node, cur)
+            # registered before: add our labels, leave taints as others set them
+            self.api.must("PATCH", "/api/v1/nodes/" + self.node, {"metadata": {"labels": labels}},
+                          ctype="application/merge-patch+json")
         elif st != 201:
             raise ApiCallError(st, out)
         t = now_ts()

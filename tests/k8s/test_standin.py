@@ -141,6 +141,12 @@ def test_kubectl_basics(c):
     t.ok(r1.status == 404 and r2.status == 200 and json.loads(r2.read())["metadata"]["name"] == "cm1",
          "keep-alive: a request answered with an error before its body was used leaves the connection usable")
     conn.close()
+    seen = subprocess.Popen(["kubectl", "--kubeconfig", c.kubeconfig, "get", "configmaps", "--watch-only",
+                             "--request-timeout=4s", "-o", "name"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    time.sleep(1.5)
+    kubectl(c, "label", "configmap", "cm1", "watched=yes", check=True)
+    out, err = seen.communicate(timeout=20)
+    t.ok(b"configmap/cm1" in out, "kubectl get --watch-only sees a change", (out, err))
     rc, out, err = kubectl(c, "delete", "configmap", "cm1", "cm2")
     t.ok(rc == 0 and 'configmap "cm1" deleted' in out, "kubectl delete", err)
 
@@ -306,6 +312,22 @@ def test_failures(c):
     t.ok(not got["spec"].get("nodeName") and got["status"]["phase"] == "Pending",
          "a nodeSelector no node matches: Pending, PodScheduled=False Unschedulable", got["status"])
     t.ok("FailedScheduling" in [r for r, _ in events_for(c, "picky")], "event FailedScheduling")
+    rc, out, err = kubectl(c, "taint", "nodes", "standin-node", "dedicated=boxes:NoSchedule")
+    t.ok(rc == 0, "kubectl taint a node", err)
+    c.api.must("POST", kclient.pod_path("default"), pod("untolerated", "sleep 1"))
+    tol = [{"key": "dedicated", "operator": "Equal", "value": "boxes", "effect": "NoSchedule"}]
+    c.api.must("POST", kclient.pod_path("default"), pod("tolerated", "exec sleep 100", tolerations=tol))
+    got = wait_pod(c, "untolerated", lambda p: any(x.get("reason") == "Unschedulable"
+                                                   for x in p["status"].get("conditions") or []))
+    t.ok("untolerated taint {dedicated: boxes}" in got["status"]["conditions"][0]["message"],
+         "a pod without the toleration: Unschedulable, the taint named", got["status"])
+    got = wait_pod(c, "tolerated", lambda p: p["status"]["phase"] == "Running")
+    t.ok(got["spec"]["nodeName"] == "standin-node", "a pod with the toleration runs")
+    kubectl(c, "taint", "nodes", "standin-node", "dedicated-", check=True)
+    wait_pod(c, "untolerated", lambda p: p["spec"].get("nodeName"))
+    t.ok(True, "once the taint is gone the pending pod is scheduled")
+    for name in ("untolerated", "tolerated"):
+        c.api.must("DELETE", kclient.pod_path("default", name), params={"gracePeriodSeconds": "0"})
     c.api.must("POST", kclient.pod_path("default"), pod("noimage", "true", container={"image": "no/such:1"}))
     got = wait_pod(c, "noimage", lambda p: (p["status"].get("containerStatuses") or [{}])[0].get(
         "state", {}).get("waiting", {}).get("reason") in ("ErrImagePull", "ImagePullBackOff"))
