@@ -30,6 +30,8 @@ By hand, or for a script that shares one cluster between test files:
 
 import argparse
 import atexit
+import ctypes
+import fcntl
 import json
 import os
 import random
@@ -47,6 +49,8 @@ import dockerapi  # noqa: E402
 import kclient  # noqa: E402
 
 CLUSTER_LABEL = "k8s-standin.cluster"
+TMP_ROOT = "/var/tmp"
+DIR_PREFIX = "k8s-standin-"
 
 
 def docker_host():
@@ -69,6 +73,53 @@ def available():
     return None
 
 
+def alive(pid):
+    return pid is not None and os.path.exists("/proc/%d" % pid)
+
+
+def sweep():
+    """Remove what clusters of killed tests left: state dirs whose owner and
+    processes are gone (their containers too). Dirs of `cluster.py up` stay."""
+    for name in os.listdir(TMP_ROOT):
+        d = os.path.join(TMP_ROOT, name)
+        if not name.startswith(DIR_PREFIX) or not os.path.isdir(d) or name == DIR_PREFIX + "ips":
+            continue
+        try:
+            with open(os.path.join(d, "cluster.json")) as f:
+                st = json.load(f)
+        except (OSError, ValueError):
+            if time.time() - os.stat(d).st_mtime > 3600:  # never started, an hour ago
+                shutil.rmtree(d, ignore_errors=True)
+            continue
+        if st.get("owner") is None or alive(st["owner"]) or any(alive(p) for p in st["pids"]):
+            continue
+        try:
+            docker = dockerapi.Docker(docker_host())
+            for ct in docker.containers("%s=%s" % (CLUSTER_LABEL, st["id"])):
+                docker.remove(ct["Id"])
+        except (OSError, ValueError, dockerapi.DockerError):
+            continue
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def claim_ip_octet():
+    """A second octet for this cluster's pod IPs (127.N.x.y) that no other
+    live cluster on this machine holds: an flock on a file per octet, held
+    until the process ends."""
+    d = os.path.join(TMP_ROOT, DIR_PREFIX + "ips")
+    os.makedirs(d, exist_ok=True)
+    octets = list(range(100, 251))
+    random.shuffle(octets)
+    for n in octets:
+        f = open(os.path.join(d, "%d.lock" % n), "w")
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return n, f
+        except OSError:
+            f.close()
+    raise RuntimeError("no free pod IP range: 151 stand-in clusters running?")
+
+
 def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -77,9 +128,11 @@ def free_port():
 
 class Cluster:
     def __init__(self, state_dir=None, node_labels=None, node_taints=None, history=1000, backoff=0.5,
-                 bookmark_interval=2.0, namespace="default", verbose=False):
+                 bookmark_interval=2.0, namespace="default", verbose=False, tie_to_parent=True):
         self.own_dir = state_dir is None
-        self.dir = state_dir or tempfile.mkdtemp(prefix="k8s-standin-", dir="/var/tmp")
+        if self.own_dir:
+            sweep()
+        self.dir = state_dir or tempfile.mkdtemp(prefix=DIR_PREFIX, dir=TMP_ROOT)
         self.id = "c" + os.urandom(5).hex()
         self.port = None
         self.node_labels = node_labels or {}
@@ -87,7 +140,11 @@ class Cluster:
         self.history, self.backoff, self.bookmark_interval = history, backoff, bookmark_interval
         self.namespace = namespace
         self.verbose = verbose
-        self.ip_octet = random.randint(100, 250)
+        self.ip_octet, self.ip_lock = claim_ip_octet()
+        # Children die with this process (SIGKILL by a test timeout): the
+        # API server is SIGTERMed, the kubelet removes the cluster's
+        # containers first (SIGUSR1). `cluster.py up` leaves them running.
+        self.tie_to_parent = tie_to_parent
         self.apiserver = None
         self.kubelet = None
         self.docker = dockerapi.Docker(docker_host())
@@ -120,11 +177,18 @@ class Cluster:
         self.api = kclient.Client(self.kubeconfig)
         self.start_kubelet()
         self.wait(lambda: self.node_ready(), 30, "the stand-in node to be Ready")
+        self.save()
         return self
 
-    def _spawn(self, argv, log):
+    def _spawn(self, argv, log, death_signal=signal.SIGTERM):
         out = open(os.path.join(self.dir, log), "ab")
-        return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=out, start_new_session=True)
+        tie = self.tie_to_parent
+
+        def child():
+            if tie:
+                ctypes.CDLL(None, use_errno=True).prctl(1, int(death_signal))  # PR_SET_PDEATHSIG
+        return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=out, start_new_session=True,
+                                preexec_fn=child)
 
     def start_apiserver(self):
         os.makedirs(self.dir, exist_ok=True)
@@ -171,7 +235,7 @@ class Cluster:
             argv += ["--label", "%s=%s" % (k, v)]
         for t in self.node_taints:
             argv += ["--taint", t]
-        self.kubelet = self._spawn(argv, "kubelet.log")
+        self.kubelet = self._spawn(argv, "kubelet.log", signal.SIGUSR1)
         if not self.kubelet.stdout.readline().startswith(b"READY"):
             raise RuntimeError("the stand-in kubelet did not start; see %s/kubelet.log" % self.dir)
 
@@ -259,9 +323,11 @@ class Cluster:
 
     def save(self):
         """Write STATE/cluster.json: what `cluster.py down` needs to stop
-        this cluster from another process."""
+        this cluster from another process, and sweep() to clean up after a
+        test that was killed (owner: the test's pid; none for `up`)."""
         with open(os.path.join(self.dir, "cluster.json"), "w") as f:
             json.dump({"id": self.id, "port": self.port, "ip_octet": self.ip_octet,
+                       "owner": os.getpid() if self.tie_to_parent else None,
                        "pids": [p.pid for p in (self.apiserver, self.kubelet) if p]}, f)
 
 
@@ -306,7 +372,8 @@ def cli():
         why = available()
         if why:
             sys.exit("cluster.py: " + why)
-        c = Cluster(state_dir=d, node_labels=dict(x.split("=", 1) for x in args.label), node_taints=args.taint)
+        c = Cluster(state_dir=d, node_labels=dict(x.split("=", 1) for x in args.label), node_taints=args.taint,
+                    tie_to_parent=False)
         try:
             c.start()
         except Exception:

@@ -865,6 +865,15 @@ def main():
         ap.error("--ip-octet must be 1..254")
     k = Kubelet(args)
     signal.signal(signal.SIGTERM, lambda s, f: os._exit(0))
+
+    def remove_all(signum, frame):
+        # the harness that started us is gone: take the cluster's containers along
+        try:
+            for c in k.docker.containers("%s=%s" % (CLUSTER_LABEL, args.cluster)):
+                k.docker.remove(c["Id"])
+        finally:
+            os._exit(0)
+    signal.signal(signal.SIGUSR1, remove_all)
     print("READY kubelet %s" % args.node_name, flush=True)
     k.run()
 
