@@ -630,6 +630,15 @@ def test_schema(c):
     except cluster.SchemaError as e:
         caught = str(e)
     t.ok(caught and "containerPort" in caught, "the validator catches a bad object", caught)
+    typo = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "x"},
+            "spec": {"containers": [{"name": "c", "image": "i", "volumeMount": []}]}}
+    try:
+        c.validate_recorded([{"object": typo}])
+        caught = None
+    except cluster.SchemaError as e:
+        caught = str(e)
+    t.ok(caught and 'unknown field "volumeMount"' in caught,
+         "and a field the schema does not have (a real server would drop it)", caught)
 
 
 def main():

@@ -7,7 +7,91 @@
 // Reads a JSON array of objects on stdin; prints a JSON array of the invalid
 // ones ({kind, name, errors}) and exits 1 if there is any, 0 if none. An
 // object whose apiVersion/kind has no schema is invalid too.
-import { readFileSync } from "node:fs";
+//
+// The compiled validators let unknown fields through (the OpenAPI
+// definitions do not forbid them), while a real API server drops them, or
+// refuses them under fieldValidation=Strict. So a second pass walks each
+// object along the package's type declarations (the .d.ts interfaces, one
+// per definition, with its properties and their types) and reports every
+// field the schema does not have.
+import { existsSync, readFileSync } from "node:fs";
+import { dirname, join } from "node:path";
+import { fileURLToPath } from "node:url";
+
+const MODULES = join(dirname(fileURLToPath(import.meta.url)), "node_modules");
+const interfaces = new Map(); // .d.ts path -> {props: Map(name -> type), imports: Map(name -> path)} | null
+
+// The properties of the interface a .d.ts file declares, or null if it
+// declares none (a type alias such as Quantity: not an object).
+function parseDts(path) {
+  if (interfaces.has(path)) return interfaces.get(path);
+  let out = null;
+  if (existsSync(path)) {
+    const text = readFileSync(path, "utf8").replace(/\/\*[\s\S]*?\*\//g, "");
+    const imports = new Map();
+    for (const m of text.matchAll(/import \{ (\w+) \} from "([^"]+)";/g)) {
+      const spec = m[2].replace(/\.js$/, "");
+      imports.set(m[1], spec.startsWith(".") ? join(dirname(path), spec + ".d.ts") : join(MODULES, spec + ".d.ts"));
+    }
+    const head = text.match(/export interface \w+( extends TypeMeta)? \{/);
+    if (head) {
+      const props = new Map();
+      if (head[1]) {
+        props.set("apiVersion", "string");
+        props.set("kind", "string");
+      }
+      let i = head.index + head[0].length;
+      for (;;) {
+        const m = /^\s*"([^"]+)"\??:\s*|^\s*\}/.exec(text.slice(i));
+        if (!m || !m[1]) break;
+        i += m[0].length;
+        let depth = 0, j = i;
+        for (; j < text.length; j++) {
+          const ch = text[j];
+          if (ch === "{" || ch === "<" || ch === "(") depth++;
+          else if (ch === "}" || ch === ">" || ch === ")") depth--;
+          else if (ch === ";" && depth === 0) break;
+        }
+        props.set(m[1], text.slice(i, j).trim());
+        i = j + 1;
+      }
+      out = { props, imports };
+    }
+  }
+  interfaces.set(path, out);
+  return out;
+}
+
+// Unknown fields of value against a type expression of decl's file.
+function unknownFields(value, type, decl, path, errs) {
+  type = type.trim();
+  const arr = /^Array<([\s\S]*)>$/.exec(type);
+  if (arr) {
+    if (Array.isArray(value)) value.forEach((v, k) => unknownFields(v, arr[1], decl, `${path}/${k}`, errs));
+    return;
+  }
+  const map = /^\{\s*\[key: string\]:\s*([\s\S]*?);?\s*\}$/.exec(type);
+  if (map) {
+    if (value && typeof value === "object")
+      for (const [k, v] of Object.entries(value)) unknownFields(v, map[1], decl, `${path}/${k}`, errs);
+    return;
+  }
+  if (!/^\w+$/.test(type) || !decl.imports.has(type)) return; // a primitive or a union
+  const sub = parseDts(decl.imports.get(type));
+  if (sub) checkObject(value, sub, path, errs);
+}
+
+function checkObject(value, decl, path, errs) {
+  if (!value || typeof value !== "object" || Array.isArray(value) || decl.props.size === 0) return;
+  for (const [k, v] of Object.entries(value)) {
+    if (!decl.props.has(k)) errs.push(`${path}/${k} unknown field "${k}"`);
+    else unknownFields(v, decl.props.get(k), decl, `${path}/${k}`, errs);
+  }
+}
+
+function topDts(apiVersion, kind) {
+  return join(MODULES, "kubernetes-models", ...apiVersion.split("/"), kind + ".d.ts");
+}
 
 function schemaName(apiVersion, kind) {
   const [group, version] = apiVersion.includes("/") ? apiVersion.split("/") : ["core", apiVersion];
@@ -37,12 +121,12 @@ for (const obj of objs) {
     bad.push({ kind: obj.kind, name, errors: [`no schema for ${obj.apiVersion} ${obj.kind}`] });
     continue;
   }
-  if (!validate(obj)) {
-    bad.push({
-      kind: obj.kind, name,
-      errors: validate.errors.map((e) => `${e.instancePath || "/"} ${e.keyword} ${JSON.stringify(e.params)}`),
-    });
-  }
+  const errors = validate(obj) ? [] :
+    validate.errors.map((e) => `${e.instancePath || "/"} ${e.keyword} ${JSON.stringify(e.params)}`);
+  const decl = parseDts(topDts(obj.apiVersion, obj.kind));
+  if (!decl) errors.push(`no type declaration for ${obj.apiVersion} ${obj.kind}`);
+  else checkObject(obj, decl, "", errors);
+  if (errors.length) bad.push({ kind: obj.kind, name, errors });
 }
 process.stdout.write(JSON.stringify(bad));
 process.exit(bad.length ? 1 : 0);
