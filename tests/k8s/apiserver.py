@@ -48,6 +48,7 @@ import json
 import os
 import re
 import secrets
+import shutil
 import signal
 import socket
 import ssl
@@ -127,6 +128,53 @@ FIELDS = {
     "nodes": {"spec.unschedulable"},
     "persistentvolumeclaims": set(),
 }
+
+
+# What the request being served asked for (fieldValidation) and the
+# warnings it collects; unset in the controllers' thread.
+REQ = threading.local()
+
+
+class FieldValidator:
+    """The Kubernetes OpenAPI schema at write time: a `node validate.mjs
+    --serve` child answers, per object, the fields the schema does not have
+    and the type errors. Unavailable (no node or no tests/k8s/node_modules):
+    writes are not checked, and why is in self.why."""
+
+    def __init__(self, enabled):
+        here = os.path.dirname(os.path.abspath(__file__))
+        self.argv = ["node", os.path.join(here, "validate.mjs"), "--serve"]
+        self.proc = None
+        self.lock = threading.Lock()
+        self.why = None
+        if not enabled:
+            self.why = "disabled (--no-field-validation)"
+        elif not shutil.which("node"):
+            self.why = "node is not installed"
+        elif not os.path.isdir(os.path.join(here, "node_modules", "kubernetes-models")):
+            self.why = "tests/k8s/node_modules is missing (scripts/npm-deps.sh)"
+
+    def check(self, obj):
+        if self.why:
+            return None
+        with self.lock:
+            for _ in range(2):
+                if self.proc is None or self.proc.poll() is not None:
+                    self.proc = subprocess.Popen(self.argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+                try:
+                    self.proc.stdin.write((json.dumps(obj) + "\n").encode())
+                    self.proc.stdin.flush()
+                    line = self.proc.stdout.readline()
+                    if line:
+                        return json.loads(line)
+                except (OSError, ValueError):
+                    pass
+                self.proc = None
+        return None
+
+
+def field_path(path):
+    return "".join("[%d]" % p if isinstance(p, int) else ("." if i else "") + p for i, p in enumerate(path))
 
 
 class ApiError(Exception):
@@ -582,7 +630,8 @@ class Store:
         if not self.record_path:
             return
         with open(self.record_path, "a") as f:
-            f.write(json.dumps({"verb": verb, "resource": res.name, "user": who, "object": obj}) + "\n")
+            f.write(json.dumps({"verb": verb, "resource": res.name, "user": who, "object": obj,
+                                "warnings": list(getattr(REQ, "warnings", []))}) + "\n")
 
     def commit(self, etype, res, key, obj, prev):
         """Store (or remove, for DELETED) obj under key and log the event. The
@@ -634,6 +683,7 @@ class Api:
         self.args = args
         self.store = Store(args.state_dir, args.history, os.path.join(args.state_dir, "recorded.jsonl"))
         self.stopping = False
+        self.fields = FieldValidator(not args.no_field_validation)
         with self.store.lock:
             for ns in DEFAULT_NAMESPACES:
                 if ("namespaces", "", ns) not in self.store.objects:
@@ -729,6 +779,35 @@ class Api:
             md.pop("namespace", None)
         return obj
 
+    def check_fields(self, res, obj):
+        """fieldValidation as a real API server does it for a request's body:
+        a value of the wrong type is 400 BadRequest; fields the schema does
+        not have are dropped with a Warning (Warn, the default), dropped
+        silently (Ignore) or refused with 400 (Strict)."""
+        mode = getattr(REQ, "fv", None)
+        if mode is None:
+            return
+        if mode not in ("Ignore", "Warn", "Strict"):
+            raise ApiError(400, "BadRequest", 'fieldValidation must be one of "Ignore", "Warn" or "Strict", not '
+                           '"%s"' % mode)
+        out = self.fields.check(obj)
+        if not out:
+            return
+        if out["typeErrors"]:
+            raise ApiError(400, "BadRequest", '%s in version "%s" cannot be handled as a %s: %s' % (
+                res.kind, res.version, res.kind, "; ".join(out["typeErrors"])))
+        unknown = [field_path(p) for p in out["unknown"]]
+        if unknown and mode == "Strict":
+            raise ApiError(400, "BadRequest", "strict decoding error: " + ", ".join(
+                'unknown field "%s"' % u for u in unknown))
+        for path in out["unknown"]:
+            cur = obj
+            for k in path[:-1]:
+                cur = cur[k]
+            cur.pop(path[-1], None)
+        if mode == "Warn":
+            REQ.warnings.extend('unknown field "%s"' % u for u in unknown)
+
     def check_namespace(self, res, ns):
         if not res.namespaced:
             return
@@ -742,6 +821,7 @@ class Api:
 
     def create(self, res, ns, body, who, dry_run=False):
         obj = self.prepare_new(res, ns, body)
+        self.check_fields(res, obj)
         md = obj["metadata"]
         with self.store.lock:
             self.check_namespace(res, ns)
@@ -854,6 +934,7 @@ class Api:
         resourceVersion; the main resource keeps the old status and the
         status subresource keeps everything but the status."""
         obj = self.prepare_new(res, ns, body)
+        self.check_fields(res, obj)
         md = obj["metadata"]
         if md.get("name") and md["name"] != name:
             raise ApiError(400, "BadRequest", "the name of the object (%s) does not match the name on the "
@@ -1434,6 +1515,8 @@ class Handler(BaseHTTPRequestHandler):
         self.send_header("Cache-Control", "no-cache, private")
         for k, v in (extra or {}).items():
             self.send_header(k, v)
+        for w in getattr(REQ, "warnings", []):
+            self.send_header("Warning", '299 - "%s"' % w.replace('"', '\\"'))
         self.end_headers()
         if self.command != "HEAD":
             self.wfile.write(data)
@@ -1515,6 +1598,7 @@ class Handler(BaseHTTPRequestHandler):
         self.dispatch("DELETE")
 
     def dispatch(self, method):
+        REQ.fv, REQ.warnings = None, []
         url = urllib.parse.urlsplit(self.path)
         q = {k: v[-1] for k, v in urllib.parse.parse_qs(url.query, keep_blank_values=True).items()}
         parts = [urllib.parse.unquote(p) for p in url.path.split("/") if p]
@@ -1529,6 +1613,8 @@ class Handler(BaseHTTPRequestHandler):
             self.who = who
             self.body = None
             self.read_body()
+            REQ.fv = q.get("fieldValidation", "Warn") if method in ("POST", "PUT", "PATCH") else None
+            REQ.warnings = []
             if url.path == "/_standin/compact" and method == "POST":
                 self.server.api.store.compact()
                 return self.send_json(200, {"compacted": self.server.api.store.compacted})
@@ -1944,6 +2030,8 @@ def main():
                     help="the kubelet's Docker engine (unix:///path), for pods/log of running containers")
     ap.add_argument("--save-delay", type=float, default=0.05,
                     help="seconds a write may wait to reach state.json (SIGTERM/SIGINT save at once)")
+    ap.add_argument("--no-field-validation", action="store_true",
+                    help="keep unknown fields and do not check types (no node validate.mjs child)")
     ap.add_argument("--verbose", action="store_true", help="log every request to stderr")
     args = ap.parse_args()
     os.makedirs(args.state_dir, exist_ok=True)

@@ -310,6 +310,11 @@ class Cluster:
         OpenAPI schema (tests/k8s/validate.mjs on the kubernetes-models npm
         package); raise SchemaError listing the invalid ones."""
         records = self.recorded() if records is None else records
+        dropped = ["%s %s: %s" % (r["object"].get("kind"), r["object"].get("metadata", {}).get("name"),
+                                  ", ".join(r["warnings"])) for r in records if r.get("warnings")]
+        if dropped:
+            raise SchemaError("%d write(s) carried fields the schema does not have (the API server dropped "
+                              "them, as a real one does):\n  %s" % (len(dropped), "\n  ".join(dropped[:20])))
         return validate_objects([r["object"] for r in records])
 
     def stop(self):

@@ -121,6 +121,24 @@ def test_kubectl_basics(c):
     rc, out, err = kubectl(c, "create", "-f", "-", stdin=json.dumps(
         {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "empty"}, "spec": {"containers": []}}))
     t.ok(rc != 0 and "spec.containers: Required value" in err, "a pod without containers is 422 Invalid", err)
+    rc, out, err = kubectl(c, "create", "-f", "-", stdin=json.dumps(
+        {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "typo-strict"},
+         "spec": {"containers": [{"name": "c", "image": IMAGE, "imag": "x"}]}}))
+    t.ok(rc != 0 and 'strict decoding error: unknown field "spec.containers[0].imag"' in err,
+         "kubectl (fieldValidation=Strict): an unknown field is refused", err)
+    conn = c.api.conn()
+    conn.request("POST", "/api/v1/namespaces/default/configmaps", headers=c.api.headers("application/json"),
+                 body=json.dumps({"metadata": {"name": "typo-warn"}, "dat": {"a": "b"}}).encode())
+    r = conn.getresponse()
+    made = json.loads(r.read())
+    warning = r.getheader("Warning", "")
+    conn.close()
+    t.ok(r.status == 201 and "dat" not in made and 'unknown field \\"dat\\"' in warning,
+         "no fieldValidation (Warn): the unknown field is dropped with a Warning header", (r.status, made, warning))
+    st, body = c.api.request("POST", kclient.pod_path("default"), {"metadata": {"name": "typo-type"}, "spec": {
+        "containers": [{"name": "c", "image": IMAGE, "ports": [{"containerPort": "eighty"}]}]}})
+    t.ok(st == 400 and body["reason"] == "BadRequest" and "cannot be handled as a Pod" in body["message"],
+         "a value of the wrong type: 400 BadRequest", body)
     rc, out, err = kubectl(c, "get", "configmaps", "-o", "name", kubeconfig=c.kubeconfig_cert)
     t.ok(rc == 0 and "configmap/cm1" in out, "kubectl with a client certificate (kubeconfig-cert)", err)
     ctx = ssl.create_default_context(cafile=c.ca)
@@ -147,7 +165,7 @@ def test_kubectl_basics(c):
     kubectl(c, "label", "configmap", "cm1", "watched=yes", check=True)
     out, err = seen.communicate(timeout=20)
     t.ok(b"configmap/cm1" in out, "kubectl get --watch-only sees a change", (out, err))
-    rc, out, err = kubectl(c, "delete", "configmap", "cm1", "cm2")
+    rc, out, err = kubectl(c, "delete", "configmap", "cm1", "cm2", "typo-warn")
     t.ok(rc == 0 and 'configmap "cm1" deleted' in out, "kubectl delete", err)
 
 
@@ -620,8 +638,17 @@ def test_dry_run(c):
 
 
 def test_schema(c):
-    n = c.validate_recorded()
+    records = c.recorded()
+    typos = [r for r in records if r["object"]["metadata"].get("name", "").startswith("typo-")]
+    n = c.validate_recorded([r for r in records if r not in typos])
     t.ok(n > 10, "every object written in this file matches the Kubernetes OpenAPI schema (%d)" % n)
+    try:
+        c.validate_recorded(typos)
+        caught = None
+    except cluster.SchemaError as e:
+        caught = str(e)
+    t.ok(caught and 'unknown field "dat"' in caught, "validate_recorded() reports the fields the server dropped",
+         caught)
     bad = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "x"},
            "spec": {"containers": [{"name": "c", "image": "i", "ports": [{"containerPort": "eighty"}]}]}}
     try:

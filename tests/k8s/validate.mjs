@@ -3,6 +3,7 @@
 // are the published OpenAPI v2 definitions turned into validators).
 //
 //   node validate.mjs < objects.json
+//   node validate.mjs --serve       (a JSON object a line in, an answer a line out)
 //
 // Reads a JSON array of objects on stdin; prints a JSON array of the invalid
 // ones ({kind, name, errors}) and exits 1 if there is any, 0 if none. An
@@ -62,31 +63,37 @@ function parseDts(path) {
   return out;
 }
 
-// Unknown fields of value against a type expression of decl's file.
-function unknownFields(value, type, decl, path, errs) {
+// Unknown fields of value against a type expression of decl's file: their
+// paths (arrays of keys and indexes) pushed on out.
+function unknownFields(value, type, decl, path, out) {
   type = type.trim();
   const arr = /^Array<([\s\S]*)>$/.exec(type);
   if (arr) {
-    if (Array.isArray(value)) value.forEach((v, k) => unknownFields(v, arr[1], decl, `${path}/${k}`, errs));
+    if (Array.isArray(value)) value.forEach((v, k) => unknownFields(v, arr[1], decl, [...path, k], out));
     return;
   }
   const map = /^\{\s*\[key: string\]:\s*([\s\S]*?);?\s*\}$/.exec(type);
   if (map) {
     if (value && typeof value === "object")
-      for (const [k, v] of Object.entries(value)) unknownFields(v, map[1], decl, `${path}/${k}`, errs);
+      for (const [k, v] of Object.entries(value)) unknownFields(v, map[1], decl, [...path, k], out);
     return;
   }
   if (!/^\w+$/.test(type) || !decl.imports.has(type)) return; // a primitive or a union
   const sub = parseDts(decl.imports.get(type));
-  if (sub) checkObject(value, sub, path, errs);
+  if (sub) checkObject(value, sub, path, out);
 }
 
-function checkObject(value, decl, path, errs) {
+function checkObject(value, decl, path, out) {
   if (!value || typeof value !== "object" || Array.isArray(value) || decl.props.size === 0) return;
   for (const [k, v] of Object.entries(value)) {
-    if (!decl.props.has(k)) errs.push(`${path}/${k} unknown field "${k}"`);
-    else unknownFields(v, decl.props.get(k), decl, `${path}/${k}`, errs);
+    if (!decl.props.has(k)) out.push([...path, k]);
+    else unknownFields(v, decl.props.get(k), decl, [...path, k], out);
   }
+}
+
+// A field path as the API server writes it in messages: spec.containers[0].imag
+export function fieldPath(path) {
+  return path.map((p, i) => (typeof p === "number" ? `[${p}]` : (i ? "." : "") + p)).join("");
 }
 
 function topDts(apiVersion, kind) {
@@ -99,15 +106,13 @@ function schemaName(apiVersion, kind) {
   return `IoK8sApi${cap(group.split(".")[0])}${cap(version)}${kind}`;
 }
 
-const objs = JSON.parse(readFileSync(0, "utf8"));
-const bad = [];
 const cache = new Map();
-for (const obj of objs) {
-  const name = `${obj?.metadata?.namespace ?? ""}/${obj?.metadata?.name ?? ""}`;
-  if (!obj || typeof obj.apiVersion !== "string" || typeof obj.kind !== "string") {
-    bad.push({ kind: String(obj?.kind), name, errors: ["no apiVersion/kind"] });
-    continue;
-  }
+
+// {errors: ["/path keyword params"], typeErrors: [...the "type" ones],
+//  unknown: [[key, ...]]} for one object.
+async function check(obj) {
+  if (!obj || typeof obj.apiVersion !== "string" || typeof obj.kind !== "string")
+    return { errors: ["no apiVersion/kind"], typeErrors: [], unknown: [] };
   const mod = schemaName(obj.apiVersion, obj.kind);
   if (!cache.has(mod)) {
     try {
@@ -117,16 +122,40 @@ for (const obj of objs) {
     }
   }
   const validate = cache.get(mod);
-  if (!validate) {
-    bad.push({ kind: obj.kind, name, errors: [`no schema for ${obj.apiVersion} ${obj.kind}`] });
-    continue;
-  }
-  const errors = validate(obj) ? [] :
-    validate.errors.map((e) => `${e.instancePath || "/"} ${e.keyword} ${JSON.stringify(e.params)}`);
+  if (!validate) return { errors: [`no schema for ${obj.apiVersion} ${obj.kind}`], typeErrors: [], unknown: [] };
+  const fails = validate(obj) ? [] : validate.errors;
+  const fmt = (e) => `${e.instancePath || "/"} ${e.keyword} ${JSON.stringify(e.params)}`;
+  const unknown = [];
   const decl = parseDts(topDts(obj.apiVersion, obj.kind));
+  const errors = fails.map(fmt);
   if (!decl) errors.push(`no type declaration for ${obj.apiVersion} ${obj.kind}`);
-  else checkObject(obj, decl, "", errors);
-  if (errors.length) bad.push({ kind: obj.kind, name, errors });
+  else checkObject(obj, decl, [], unknown);
+  for (const u of unknown) errors.push(`${fieldPath(u)}: unknown field "${u[u.length - 1]}"`);
+  return { errors, typeErrors: fails.filter((e) => e.keyword === "type").map(fmt), unknown };
+}
+
+if (process.argv[2] === "--serve") {
+  // One JSON object a line in, one answer a line out (the API server's
+  // field validation).
+  const { createInterface } = await import("node:readline");
+  for await (const line of createInterface({ input: process.stdin })) {
+    let answer;
+    try {
+      answer = await check(JSON.parse(line));
+    } catch (e) {
+      answer = { errors: [String(e)], typeErrors: [], unknown: [] };
+    }
+    process.stdout.write(JSON.stringify(answer) + "\n");
+  }
+  process.exit(0);
+}
+
+const objs = JSON.parse(readFileSync(0, "utf8"));
+const bad = [];
+for (const obj of objs) {
+  const name = `${obj?.metadata?.namespace ?? ""}/${obj?.metadata?.name ?? ""}`;
+  const { errors } = await check(obj);
+  if (errors.length) bad.push({ kind: String(obj?.kind), name, errors });
 }
 process.stdout.write(JSON.stringify(bad));
 process.exit(bad.length ? 1 : 0);
