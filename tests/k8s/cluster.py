@@ -73,8 +73,18 @@ def available():
     return None
 
 
-def alive(pid):
-    return pid is not None and os.path.exists("/proc/%d" % pid)
+def held(path):
+    """Whether a live process holds the flock on path (a cluster's owner
+    holds STATE/lock while it lives; pids are no proof across PID
+    namespaces)."""
+    try:
+        with open(path) as f:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return False
+    except FileNotFoundError:
+        return False
+    except OSError:
+        return True
 
 
 def sweep():
@@ -88,10 +98,10 @@ def sweep():
             with open(os.path.join(d, "cluster.json")) as f:
                 st = json.load(f)
         except (OSError, ValueError):
-            if time.time() - os.stat(d).st_mtime > 3600:  # never started, an hour ago
-                shutil.rmtree(d, ignore_errors=True)
+            if not held(os.path.join(d, "lock")) and time.time() - os.stat(d).st_mtime > 3600:
+                shutil.rmtree(d, ignore_errors=True)  # never started, an hour ago
             continue
-        if st.get("owner") is None or alive(st["owner"]) or any(alive(p) for p in st["pids"]):
+        if not st.get("tied") or held(os.path.join(d, "lock")):
             continue
         try:
             docker = dockerapi.Docker(docker_host())
@@ -133,6 +143,13 @@ class Cluster:
         if self.own_dir:
             sweep()
         self.dir = state_dir or tempfile.mkdtemp(prefix=DIR_PREFIX, dir=TMP_ROOT)
+        os.makedirs(self.dir, exist_ok=True)
+        # held while this process lives: sweep() leaves the dir alone
+        self.lock = open(os.path.join(self.dir, "lock"), "w")
+        try:
+            fcntl.flock(self.lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            raise RuntimeError("the state dir %s is in use by another cluster" % self.dir)
         self.id = "c" + os.urandom(5).hex()
         self.port = None
         self.node_labels = node_labels or {}
@@ -332,7 +349,7 @@ class Cluster:
         test that was killed (owner: the test's pid; none for `up`)."""
         with open(os.path.join(self.dir, "cluster.json"), "w") as f:
             json.dump({"id": self.id, "port": self.port, "ip_octet": self.ip_octet,
-                       "owner": os.getpid() if self.tie_to_parent else None,
+                       "tied": self.tie_to_parent,
                        "pids": [p.pid for p in (self.apiserver, self.kubelet) if p]}, f)
 
 

@@ -689,12 +689,16 @@ def main():
         skip_all(why)
     c = cluster.Cluster()
     try:
+        t0 = time.monotonic()
         c.start()
+        print("# cluster start: %.1f s" % (time.monotonic() - t0), flush=True)
         for fn in (test_kubectl_basics, test_python_client, test_raw_watch_410, test_pod_ready, test_failures,
                    test_pod_features, test_restart_policy, test_patches_and_names, test_gc_and_restart,
                    test_restart_mid_watch, test_kubelet_restart_and_eviction, test_dry_run, test_schema):
+            t0 = time.monotonic()
             try:
                 fn(c)
+                print("# %s: %.1f s" % (fn.__name__, time.monotonic() - t0), flush=True)
             except Exception:
                 t.ok(False, "%s raised" % fn.__name__, traceback.format_exc())
     finally:
