@@ -884,6 +884,10 @@ class Api:
                 latest = ":" not in img.rsplit("/", 1)[-1] or img.endswith(":latest")
                 c.setdefault("imagePullPolicy", "Always" if latest and "@" not in img else "IfNotPresent")
                 c.setdefault("resources", {})
+                r = c["resources"] if isinstance(c["resources"], dict) else {}
+                lim = r.get("limits") if isinstance(r.get("limits"), dict) else {}
+                for k, v in lim.items():  # requests default to the limits
+                    r.setdefault("requests", {}).setdefault(k, v)
                 for p in c.get("ports") or []:
                     if isinstance(p, dict):
                         p.setdefault("protocol", "TCP")
@@ -1718,7 +1722,10 @@ class Handler(BaseHTTPRequestHandler):
                 raise ApiError(405, "MethodNotAllowed", "method not allowed")
             return self.pod_log(res, ns, name, q)
         if method == "GET":
-            return self.send_json(200, api.get(res, ns, name))
+            obj = api.get(res, ns, name)
+            if "as=Table" in self.headers.get("Accept", "") and sub is None:
+                return self.send_json(200, table(res, [obj], obj["metadata"]["resourceVersion"]))
+            return self.send_json(200, obj)
         if method == "PUT":
             body = self.json_body()
             return self.send_json(200, api.replace(res, ns, name, body, self.who, sub, dry))

@@ -323,6 +323,29 @@ def test_pod_ready(c):
          (err, c.leftovers()))
 
 
+def test_security_and_limits(c):
+    sc = {"capabilities": {"drop": ["ALL"]}, "readOnlyRootFilesystem": True, "allowPrivilegeEscalation": False}
+    c.api.must("POST", kclient.pod_path("default"), pod(
+        "locked", "grep CapEff /proc/self/status; touch /x 2>/dev/null || echo read-only; exec sleep 100",
+        container={"securityContext": sc, "resources": {"limits": {"cpu": "250m", "memory": "64Mi"}}}))
+    got = wait_pod(c, "locked", lambda p: p["status"]["phase"] == "Running")
+    c.wait(lambda: "read-only" in kubectl(c, "logs", "locked")[1], 10, "the pod's output")
+    out = kubectl(c, "logs", "locked")[1]
+    t.ok("CapEff:\t0000000000000000" in out and "read-only" in out,
+         "securityContext: capabilities dropped, read-only root filesystem", out)
+    info = c.docker.inspect(c.pod_containers(got["metadata"]["uid"])[0]["Id"])
+    hc = info["HostConfig"]
+    t.ok(hc["NanoCpus"] == 250000000 and hc["Memory"] == 64 * 2 ** 20 and hc["NetworkMode"] == "host",
+         "limits: cpu 250m -> NanoCpus, memory 64Mi -> Memory; host network", hc)
+    t.ok(got["status"]["qosClass"] == "Guaranteed" and
+         got["spec"]["containers"][0]["resources"]["requests"] == {"cpu": "250m", "memory": "64Mi"},
+         "requests default to the limits; qosClass Guaranteed", got)
+    rc, out, err = kubectl(c, "get", "pods", "locked")
+    t.ok(rc == 0 and "1/1" in out and "Running" in out, "kubectl get pods shows READY and STATUS", out + err)
+    rc, out, err = kubectl(c, "delete", "pod", "locked")
+    t.ok("Killing" in [r for r, _ in events_for(c, "locked")], "deletion: a Killing event")
+
+
 def test_failures(c):
     c.api.must("POST", kclient.pod_path("default"), pod("picky", "sleep 1", nodeSelector={"disk": "ssd"}))
     got = wait_pod(c, "picky", lambda p: any(x["type"] == "PodScheduled" and x.get("reason") == "Unschedulable"
@@ -692,7 +715,8 @@ def main():
         t0 = time.monotonic()
         c.start()
         print("# cluster start: %.1f s" % (time.monotonic() - t0), flush=True)
-        for fn in (test_kubectl_basics, test_python_client, test_raw_watch_410, test_pod_ready, test_failures,
+        for fn in (test_kubectl_basics, test_python_client, test_raw_watch_410, test_pod_ready,
+                   test_security_and_limits, test_failures,
                    test_pod_features, test_restart_policy, test_patches_and_names, test_gc_and_restart,
                    test_restart_mid_watch, test_kubelet_restart_and_eviction, test_dry_run, test_schema):
             t0 = time.monotonic()
