@@ -41,6 +41,8 @@ PACKAGES=(
         systemd
         docker-registry
         zstd
+        kubernetes-client
+        python3-kubernetes
 )
 
 die() {
