@@ -1,6 +1,7 @@
 /* Error and usage messages every CLI verb prints the same way, and the
  * backends every verb opens. */
 #include "cli/cli.h"
+#include "base/log.h"
 
 void cli_error(const ab_err *e)
 {
@@ -60,9 +61,23 @@ int cli_backend_open(const ab_config *cfg, const ab_native_opts *no, ab_backend 
         bool mock = cfg->mock_expect && *cfg->mock_expect;
         ab_backend *v[4] = {NULL, NULL, NULL, NULL};
         size_t n = 0;
-        if (ab_native_open(no, &v[n], err) < 0)
+        bool k8s_default = cfg->backend && strcmp(cfg->backend, "kubernetes") == 0;
+        ab_err *ne = NULL;
+        if (ab_native_open(no, &v[n], &ne) == 0) {
+                n++;
+        } else if (k8s_default && !docker && !mock) {
+                /* A server in a pod may lack what native boxes need (root,
+                 * cgroups, loop devices): its boxes are the cluster's anyway. */
+                ab_log(AB_LOG_WARN, "native boxes unavailable; kubernetes only", "error", ne->msg,
+                       NULL);
+                ab_err_free(&ne);
+        } else {
+                if (err && !*err)
+                        *err = ne;
+                else
+                        ab_err_free(&ne);
                 return -1;
-        n++;
+        }
         if (docker) {
                 _cleanup_free_ char *skills = xasprintf("%s/skills", no->data_dir);
                 ab_docker_opts d = {.host = cfg->docker_host,
