@@ -679,6 +679,15 @@ class Harness:
             return []
         root, self.root = self.root, None
         problems = _cleanup_dir(root, self.bin, self._boxes, self._keep_dir, self._keep_boxes)
+        # the stand-in cluster goes after the boxes (their rm needs it): an
+        # exit through os._exit would skip its own atexit stop
+        cl = getattr(self, "cluster", None)
+        if cl is not None:
+            self.cluster = None
+            try:
+                cl.stop()
+            except Exception as e:  # noqa: BLE001 (cleanup goes on)
+                problems.append("stopping the stand-in cluster: %s" % e)
         if self._keep_dir:
             self.diag("abtest: kept %s (ABTEST_KEEP)" % root)
         if self._lockfd is not None:
