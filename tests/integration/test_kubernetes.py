@@ -38,7 +38,7 @@ def objects(box):
     return h.k8s_objects(box)
 
 
-srv = server("main")
+srv = server("main", egress_proxy={"selector": {"app": "agentbox-egress"}, "port": 3128})
 
 # ---- a box works, and delete leaves nothing --------------------------------
 
@@ -59,6 +59,19 @@ h.eq(pod["spec"].get("automountServiceAccountToken"), False,
 vols = {v["name"]: v for v in pod["spec"]["volumes"]}
 h.eq(vols.get("agentbox-secret", {}).get("secret", {}).get("secretName"), "ab-k-ok",
      "the pod mounts its own box's Secret only")
+r = srv.post("/v1/sandboxes", {"id": "k-allow", "network": {"mode": "allowlist",
+                                                          "allow": ["example.com"]}})
+h.eq(r.status, 201, "a box with network allowlist", r.describe())
+pol = cl.api.must("GET", "/apis/networking.k8s.io/v1/namespaces/%s/networkpolicies/ab-k-allow"
+                  % cl.namespace)
+h.eq(pol["spec"].get("egress"),
+     [{"to": [{"podSelector": {"matchLabels": {"app": "agentbox-egress"}}}],
+       "ports": [{"protocol": "TCP", "port": 3128}]}],
+     "network allowlist: egress only to the egress proxy's pods and port", json.dumps(pol["spec"]))
+h.eq(pol["spec"].get("podSelector"), {"matchLabels": {"agentbox.dev/box": "k-allow"}},
+     "... for this box's pod only")
+r = srv.delete("/v1/sandboxes/k-allow")
+h.ok(r.status in (200, 202, 204), "delete k-allow", r.describe())
 r = srv.exec("k-ok", "echo kept > /workspace/k.txt; echo ok")
 h.eq((r.status, r.get("stdout")), (200, "ok\n"), "exec in the pod", r.describe())
 
