@@ -390,19 +390,26 @@ static json_t *pod_body(kb *k, const char *id, const json_t *rec, const char *na
             "subPath", "workspace", "name", "files", "mountPath", "/mnt/user-data/uploads",
             "subPath", "uploads", "name", "files", "mountPath", "/mnt/user-data/outputs", "subPath",
             "outputs");
+        /* as on the Docker backend: init caps the box's processes itself (a
+         * pod has no pids limit of its own) and captures the login
+         * environment ahead of the first exec */
+        _cleanup_free_ char *mp = xasprintf("%llu", (unsigned long long)l.pids);
         json_t *box = json_pack(
-            "{s:s,s:s,s:s,s:[s,s,s,s,s,s,s],s:[{s:s,s:{s:{s:s}}}],s:o,s:o,"
+            "{s:s,s:s,s:s,s:[s,s,s,s,s,s,s,s,s,s],s:[{s:s,s:{s:{s:s}}}],s:o,s:o,"
             "s:{s:{s:i},s:i,s:i,s:i}}",
             "name", "box", "image", image, "imagePullPolicy", pull, "command",
             IN_BIN "/agentbox-init", "--listen-tcp", listen, "--secret-file",
-            IN_SECRET "/" SECRET_KEY, "--workdir", "/workspace", "env", "name", "AGENTBOX_POD_IP",
-            "valueFrom", "fieldRef", "fieldPath", "status.podIP", "volumeMounts", mounts,
-            "resources", resources(&l, l.disk_mib), "readinessProbe", "tcpSocket", "port",
-            ABH_DEFAULT_PORT, "periodSeconds", 1, "timeoutSeconds", 1, "failureThreshold", 3);
+            IN_SECRET "/" SECRET_KEY, "--workdir", "/workspace", "--max-procs", mp, "--prewarm",
+            "env", "name", "AGENTBOX_POD_IP", "valueFrom", "fieldRef", "fieldPath", "status.podIP",
+            "volumeMounts", mounts, "resources", resources(&l, l.disk_mib), "readinessProbe",
+            "tcpSocket", "port", ABH_DEFAULT_PORT, "periodSeconds", 1, "timeoutSeconds", 1,
+            "failureThreshold", 3);
         /* as on the Docker backend: no device nodes (the device cgroup would
          * refuse them anyway; the capability is not needed) */
         json_object_set_new(box, "securityContext",
-                            json_pack("{s:{s:[s]}}", "capabilities", "drop", "MKNOD"));
+                            json_pack("{s:i,s:i,s:{s:[s]}}", "runAsUser", 0, "runAsGroup", 0,
+                                      "capabilities", "drop", "MKNOD"));
+        json_object_set_new(box, "workingDir", json_string("/"));
         json_t *carrier =
             json_pack("{s:s,s:s,s:s,s:[s,s,s],s:[{s:s,s:s}]}", "name", "agentbox-init", "image",
                       sget(k, "init_image"), "imagePullPolicy", pull, "command", "/agentbox-init",
