@@ -166,6 +166,12 @@ typedef struct ab_backend_ops {
          * exec. AB_E_INVALID for no ref and no default image, AB_E_NOT_FOUND
          * for an image the engine cannot find. Caller decrefs *out. */
         int (*image_config)(ab_backend *b, const char *ref, json_t **out, ab_err **err);
+        /* Optional: set on a backend that enforces a box's network mode itself
+         * (kubernetes: a NetworkPolicy), NULL where the server's network code
+         * applies it to the box's netns (native, Docker). Makes box id's
+         * enforcement match mode ("none", "allowlist", "full"); AB_E_NOT_FOUND
+         * for no such box. */
+        int (*set_network)(ab_backend *b, const char *id, const char *mode, ab_err **err);
 } ab_backend_ops;
 
 /* Sub-cgroups of a running box: limits on one process tree inside it

@@ -1028,6 +1028,38 @@ static int k_image_config(ab_backend *b, const char *ref, json_t **out, ab_err *
         return 0;
 }
 
+static int k_set_network(ab_backend *b, const char *id, const char *mode, ab_err **err)
+{
+        kb *k = K(b);
+        json_t *rec = NULL, *cur = NULL;
+        int r = get_record(k, id, &rec, err);
+        if (r == 0)
+                return ab_err_set(err, AB_E_NOT_FOUND, 0, "no box with id '%s'", id);
+        if (r < 0)
+                return -1;
+        _cleanup_free_ char *name = obj_name(id);
+        _cleanup_free_ char *p = path_of(k, "networkpolicies", name);
+        json_t *want = policy_body(k, id, mode, name, rec);
+        r = get_obj(k, "networkpolicies", name, &cur, err);
+        if (r >= 0 && !want) {
+                r = r ? ab_kapi_delete(k->api, p, err) : 0; /* full: no policy */
+        } else if (r == 0) {
+                _cleanup_free_ char *pols = path_of(k, "networkpolicies", NULL);
+                r = ab_kapi_create(k->api, pols, want, NULL, err);
+        } else if (r > 0 &&
+                   !json_equal(json_object_get(cur, "spec"), json_object_get(want, "spec"))) {
+                /* changed in place (a merge patch replaces the egress list
+                 * whole): never a moment without a policy */
+                json_t *patch = json_pack("{s:O}", "spec", json_object_get(want, "spec"));
+                r = ab_kapi_patch(k->api, p, patch, NULL, err);
+                json_decref(patch);
+        }
+        json_decref(want);
+        json_decref(cur);
+        json_decref(rec);
+        return r < 0 ? -1 : 0;
+}
+
 static void k_free(ab_backend *b)
 {
         kb *k = K(b);
@@ -1059,6 +1091,7 @@ static const ab_backend_ops k8s_ops = {
     .stats = k_stats,
     .free = k_free,
     .image_config = k_image_config,
+    .set_network = k_set_network,
     /* connect_unix, disk_alloc, fork, snapshot, subcg, vol: none (501) */
 };
 

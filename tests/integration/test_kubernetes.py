@@ -70,6 +70,23 @@ h.eq(pol["spec"].get("egress"),
      "network allowlist: egress only to the egress proxy's pods and port", json.dumps(pol["spec"]))
 h.eq(pol["spec"].get("podSelector"), {"matchLabels": {"agentbox.dev/box": "k-allow"}},
      "... for this box's pod only")
+polpath = "/apis/networking.k8s.io/v1/namespaces/%s/networkpolicies/ab-k-allow" % cl.namespace
+uid0 = pol["metadata"]["uid"]
+r = srv.put("/v1/sandboxes/k-allow/network", {"mode": "none"})
+h.eq(r.status, 200, "PUT network none on the allowlist box", r.describe())
+pol = cl.api.must("GET", polpath)
+h.eq((pol["spec"].get("egress"), pol["metadata"]["uid"]), ([], uid0),
+     "the box's policy is changed in place to deny all egress", json.dumps(pol))
+r = srv.put("/v1/sandboxes/k-allow/network", {"mode": "full"})
+if r.status == 200:
+    st, _ = cl.api.request("GET", polpath)
+    h.eq(st, 404, "network full: the policy is gone")
+    r = srv.put("/v1/sandboxes/k-allow/network", {"mode": "none"})
+    st, pol = cl.api.request("GET", polpath)
+    h.eq((st, (pol or {}).get("spec", {}).get("egress") if st == 200 else None), (200, []),
+         "back to none: a deny-all policy again", repr(pol))
+else:
+    h.skip("network full: the policy is gone", "this server refuses full network (%d)" % r.status)
 r = srv.delete("/v1/sandboxes/k-allow")
 h.ok(r.status in (200, 202, 204), "delete k-allow", r.describe())
 r = srv.exec("k-ok", "echo kept > /workspace/k.txt; echo ok")
