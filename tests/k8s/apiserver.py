@@ -1627,6 +1627,8 @@ class Handler(BaseHTTPRequestHandler):
             if parts[:2] == ["openapi", "v3"]:
                 return self.send_json(200, openapi_v3("/".join(parts[2:])))
             raise ApiError(404, "NotFound", "the server could not find the requested resource")
+        except sel.SelectorError as e:
+            self.send_error_status(ApiError(400, "BadRequest", str(e)))
         except ApiError as e:
             self.close_connection = self.close_connection or e.code in (401, 413)
             self.send_error_status(e)
@@ -1698,9 +1700,7 @@ class Handler(BaseHTTPRequestHandler):
                 body = self.json_body()
                 return self.send_json(201, api.create(res, ns, body, self.who, dry))
             if method == "DELETE":
-                opts = self.json_body() or {}
-                if not isinstance(opts, dict):
-                    raise ApiError(400, "BadRequest", "DeleteOptions must be an object")
+                opts = self.delete_options(q)
                 lst = api.list(res, ns, q)
                 out = []
                 for o in lst["items"]:
@@ -1733,13 +1733,7 @@ class Handler(BaseHTTPRequestHandler):
             ctype = self.headers.get("Content-Type", "").split(";")[0].strip()
             return self.send_json(200, api.patch(res, ns, name, ctype, self.read_body(), self.who, sub, dry))
         if method == "DELETE" and sub is None:
-            opts = self.json_body() or {}
-            if not isinstance(opts, dict):
-                raise ApiError(400, "BadRequest", "DeleteOptions must be an object")
-            for k in ("gracePeriodSeconds", "propagationPolicy"):
-                if k in q:
-                    opts[k] = int(q[k]) if k == "gracePeriodSeconds" else q[k]
-            obj = api.delete(res, ns, name, opts, self.who, dry)
+            obj = api.delete(res, ns, name, self.delete_options(q), self.who, dry)
             if res.name != "pods" and not dry and (res.name, ns or "", name) not in api.store.objects:
                 return self.send_json(200, {"kind": "Status", "apiVersion": "v1", "metadata": {},
                                             "status": "Success", "details": {
@@ -1761,6 +1755,23 @@ class Handler(BaseHTTPRequestHandler):
         self.server.api.delete(res, ns, name, opts, self.who)
         self.send_json(201, {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
                              "code": 201})
+
+    def delete_options(self, q):
+        """DeleteOptions from the body, overridden by the query's
+        gracePeriodSeconds / propagationPolicy / orphanDependents."""
+        opts = self.json_body() or {}
+        if not isinstance(opts, dict):
+            raise ApiError(400, "BadRequest", "DeleteOptions must be an object")
+        if "gracePeriodSeconds" in q:
+            try:
+                opts["gracePeriodSeconds"] = int(q["gracePeriodSeconds"])
+            except ValueError:
+                raise ApiError(400, "BadRequest", "gracePeriodSeconds must be an integer")
+        if "propagationPolicy" in q:
+            opts["propagationPolicy"] = q["propagationPolicy"]
+        if q.get("orphanDependents") in ("true", "false"):
+            opts["orphanDependents"] = q["orphanDependents"] == "true"
+        return opts
 
     def host(self):
         return "%s:%d" % self.server.server_address[:2]

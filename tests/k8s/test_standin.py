@@ -16,8 +16,9 @@ import tempfile
 import threading
 import time
 import traceback
-import urllib.request
 import ssl
+import urllib.parse
+import urllib.request
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
@@ -608,6 +609,52 @@ def test_kubelet_restart_and_eviction(c):
     t.ok(True, "python: the policy/v1 Eviction subresource deletes the pod")
 
 
+def test_bad_input(c):
+    """Random selectors, bodies and patches: each answered with a Status
+    (never 500) and the server still serving."""
+    import random
+    rnd = random.Random(26)
+    conn = c.api.conn()
+    hdr = c.api.headers("application/json")
+    codes = {}
+
+    def call(method, path, body=None, ctype="application/json"):
+        h = dict(hdr, **{"Content-Type": ctype})
+        conn.request(method, path, body=body, headers=h)
+        r = conn.getresponse()
+        data = r.read()
+        codes.setdefault(r.status, data[:200])
+        return r.status
+    alphabet = "ab=!,() in notin !=x-_./"
+    for _ in range(50):
+        sel_ = "".join(rnd.choice(alphabet) for _ in range(rnd.randint(1, 14)))
+        call("GET", "/api/v1/namespaces/default/configmaps?" + urllib.parse.urlencode({"labelSelector": sel_}))
+        call("GET", "/api/v1/namespaces/default/pods?" + urllib.parse.urlencode({"fieldSelector": sel_}))
+    pieces = ['{', '}', '[', ']', '"metadata"', ':', '"name"', '"x"', ',', '1', 'null', '"labels"', '{"a":1}',
+              '"data"', '"spec"', '"containers"', '[]', 'true']
+    for _ in range(40):
+        body = "".join(rnd.choice(pieces) for _ in range(rnd.randint(1, 12))).encode()
+        call("POST", "/api/v1/namespaces/default/configmaps", body)
+        call("POST", kclient.pod_path("default"), body)
+    c.api.must("POST", "/api/v1/namespaces/default/configmaps", {"metadata": {"name": "patchme"}})
+    for _ in range(40):
+        body = "".join(rnd.choice(pieces + ['"op"', '"add"', '"path"', '"/data"', '"value"'])
+                       for _ in range(rnd.randint(1, 12))).encode()
+        ctype = rnd.choice(["application/merge-patch+json", "application/strategic-merge-patch+json",
+                            "application/json-patch+json"])
+        call("PATCH", "/api/v1/namespaces/default/configmaps/patchme", body, ctype)
+    conn.close()
+    t.ok(500 not in codes and set(codes) <= {200, 201, 400, 404, 409, 415, 422},
+         "random selectors, bodies and patches: Status answers, never 500",
+         {k: v for k, v in codes.items()})
+    st, _ = c.api.request("GET", "/api/v1/namespaces/default/configmaps/patchme")
+    t.eq(st, 200, "and the server still serves")
+    st, lst = c.api.request("GET", "/api/v1/namespaces/default/configmaps")
+    for cm in lst["items"]:
+        if cm["metadata"]["name"] not in ("kube-root-ca.crt",):
+            c.api.request("DELETE", "/api/v1/namespaces/default/configmaps/" + cm["metadata"]["name"])
+
+
 MANIFEST = """
 apiVersion: v1
 kind: ServiceAccount
@@ -718,7 +765,8 @@ def main():
         for fn in (test_kubectl_basics, test_python_client, test_raw_watch_410, test_pod_ready,
                    test_security_and_limits, test_failures,
                    test_pod_features, test_restart_policy, test_patches_and_names, test_gc_and_restart,
-                   test_restart_mid_watch, test_kubelet_restart_and_eviction, test_dry_run, test_schema):
+                   test_restart_mid_watch, test_kubelet_restart_and_eviction, test_bad_input, test_dry_run,
+                   test_schema):
             t0 = time.monotonic()
             try:
                 fn(c)
