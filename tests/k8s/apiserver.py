@@ -1629,6 +1629,8 @@ class Handler(BaseHTTPRequestHandler):
                 return self.route(method, parts, q)
             if parts[:2] == ["openapi", "v3"]:
                 return self.send_json(200, openapi_v3("/".join(parts[2:])))
+            if parts == ["openapi", "v2"]:
+                return self.send_openapi_v2()
             raise ApiError(404, "NotFound", "the server could not find the requested resource")
         except sel.SelectorError as e:
             self.send_error_status(ApiError(400, "BadRequest", str(e)))
@@ -1641,6 +1643,30 @@ class Handler(BaseHTTPRequestHandler):
             import traceback
             traceback.print_exc()
             self.send_error_status(ApiError(500, "InternalError", "Internal error occurred: %r" % e))
+
+    def send_openapi_v2(self):
+        """/openapi/v2 for clients that validate with it (kubectl before
+        1.27): a swagger 2.0 document with no definitions, so their
+        client-side validation finds no schema and passes objects on, as
+        for a type the server does not publish. Protobuf (gnostic's
+        openapi_v2.Document) when asked, else JSON."""
+        if "protobuf" in self.headers.get("Accept", ""):
+            def field(num, data):
+                n, out = len(data), bytes([(num << 3) | 2])
+                while n > 127:
+                    out += bytes([(n & 127) | 128])
+                    n >>= 7
+                return out + bytes([n]) + data
+            info = field(1, b"Kubernetes") + field(2, VERSION["gitVersion"].encode())
+            data = field(1, b"2.0") + field(2, info)
+            self.send_response(200)
+            self.send_header("Content-Type", "application/octet-stream")  # as kube-openapi serves it
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+            return
+        self.send_json(200, {"swagger": "2.0", "info": {"title": "Kubernetes", "version": VERSION["gitVersion"]},
+                             "paths": {}, "definitions": {}})
 
     def send_text(self, code, text):
         data = text.encode() if isinstance(text, str) else text
