@@ -2044,7 +2044,7 @@ def kubeconfig(server, ca, user, namespace="default"):
         "current-context": "standin"}, indent=1)
 
 
-def write_kubeconfigs(state_dir, server, token):
+def write_kubeconfigs(state_dir, server, token, namespace="default"):
     """kubeconfig (bearer token) and kubeconfig-cert (client cert/key),
     both with the CA inline."""
     pki = os.path.join(state_dir, "pki")
@@ -2058,7 +2058,7 @@ def write_kubeconfigs(state_dir, server, token):
                                              "client-key-data": b64("client.key")})):
         path = os.path.join(state_dir, fname)
         with open(path + ".tmp", "w") as f:
-            f.write(kubeconfig(server, ca, user))
+            f.write(kubeconfig(server, ca, user, namespace))
         os.chmod(path + ".tmp", 0o600)
         os.replace(path + ".tmp", path)
 
@@ -2073,6 +2073,8 @@ def main():
     ap.add_argument("--bookmark-interval", type=float, default=5.0, help="seconds between BOOKMARK events")
     ap.add_argument("--watch-timeout", type=float, default=1800.0,
                     help="seconds a watch without timeoutSeconds lasts")
+    ap.add_argument("--namespace", default="default",
+                    help="the kubeconfigs' namespace (made if missing)")
     ap.add_argument("--docker-host", default=os.environ.get("DOCKER_HOST", ""),
                     help="the kubelet's Docker engine (unix:///path), for pods/log of running containers")
     ap.add_argument("--save-delay", type=float, default=0.05,
@@ -2102,7 +2104,10 @@ def main():
     srv = Server(("127.0.0.1", args.port), Handler, api, ctx, token)
     port = srv.server_address[1]
     url = "https://127.0.0.1:%d" % port
-    write_kubeconfigs(args.state_dir, url, token)
+    write_kubeconfigs(args.state_dir, url, token, args.namespace)
+    with api.store.lock:
+        if ("namespaces", "", args.namespace) not in api.store.objects:
+            api.create(by_name("namespaces"), None, {"metadata": {"name": args.namespace}}, "system")
 
     def stop(signum, frame):
         api.stopping = True
