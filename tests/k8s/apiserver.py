@@ -70,6 +70,9 @@ VERSION = {"major": "1", "minor": "32", "gitVersion": "v1.32.0-standin", "gitCom
 MAX_BODY = 3 * 1024 * 1024  # a real API server's request limit is 3 MiB
 DEFAULT_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
 STORAGE_CLASS = "standard"
+# A controller's repeated event (a PVC that cannot bind, a pod that cannot be
+# scheduled) is counted again at most this often.
+EVENT_REPEAT_SECONDS = 10
 PROVISIONER = "standin.k8s.io/hostpath"
 
 
@@ -1123,14 +1126,17 @@ class Api:
 
     # -- events --
     def event(self, obj, etype, reason, message, component):
-        """Record an Event about obj (the caller holds the lock); repeated
-        ones bump count and lastTimestamp as the event recorder does."""
+        """Record an Event about obj (the caller holds the lock); a repeat
+        bumps count and lastTimestamp as the event recorder does, at most
+        every EVENT_REPEAT_SECONDS (the controllers run after every write)."""
         res = by_kind(obj["kind"])
         md = obj["metadata"]
         ns = md.get("namespace", "default")
         for key, ev in self.store.objects.items():
             if key[0] == "events" and key[1] == ns and ev["involvedObject"].get("uid") == md["uid"] and \
                     ev["reason"] == reason and ev["message"] == message:
+                if time.time() - ts_seconds(ev["lastTimestamp"]) < EVENT_REPEAT_SECONDS:
+                    return  # a controller retrying: counted again only after a while
                 new = copy.deepcopy(ev)
                 new["count"] = ev.get("count", 1) + 1
                 new["lastTimestamp"] = now_ts()

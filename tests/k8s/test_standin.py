@@ -396,6 +396,10 @@ def test_failures(c):
     c.wait(lambda: "ProvisioningFailed" in [r for r, _ in events_for(c, "nobind")], 10, "ProvisioningFailed")
     got = c.api.must("GET", "/api/v1/namespaces/default/persistentvolumeclaims/nobind")
     t.eq(got["status"]["phase"], "Pending", "a PVC of an unknown storage class stays Pending (ProvisioningFailed)")
+    time.sleep(1.5)
+    counts = [e["count"] for e in c.api.must("GET", "/api/v1/namespaces/default/events", params={
+        "fieldSelector": "involvedObject.name=nobind,reason=ProvisioningFailed"})["items"]]
+    t.ok(counts and max(counts) <= 2, "the controller's repeated event is rate-limited (it once spun)", counts)
     oom = pod("oom", "head -c 200000000 /dev/zero | tail > /dev/null",
               container={"resources": {"limits": {"memory": "16Mi", "cpu": "500m"}}})
     c.api.must("POST", kclient.pod_path("default"), oom)
