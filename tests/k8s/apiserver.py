@@ -70,6 +70,9 @@ VERSION = {"major": "1", "minor": "32", "gitVersion": "v1.32.0-standin", "gitCom
 MAX_BODY = 3 * 1024 * 1024  # a real API server's request limit is 3 MiB
 DEFAULT_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
 STORAGE_CLASS = "standard"
+# A controller's repeated event (a PVC that cannot bind, a pod that cannot be
+# scheduled) is counted again at most this often.
+EVENT_REPEAT_SECONDS = 10
 PROVISIONER = "standin.k8s.io/hostpath"
 
 
@@ -1123,14 +1126,17 @@ class Api:
 
     # -- events --
     def event(self, obj, etype, reason, message, component):
-        """Record an Event about obj (the caller holds the lock); repeated
-        ones bump count and lastTimestamp as the event recorder does."""
+        """Record an Event about obj (the caller holds the lock); a repeat
+        bumps count and lastTimestamp as the event recorder does, at most
+        every EVENT_REPEAT_SECONDS (the controllers run after every write)."""
         res = by_kind(obj["kind"])
         md = obj["metadata"]
         ns = md.get("namespace", "default")
         for key, ev in self.store.objects.items():
             if key[0] == "events" and key[1] == ns and ev["involvedObject"].get("uid") == md["uid"] and \
                     ev["reason"] == reason and ev["message"] == message:
+                if time.time() - ts_seconds(ev["lastTimestamp"]) < EVENT_REPEAT_SECONDS:
+                    return  # a controller retrying: counted again only after a while
                 new = copy.deepcopy(ev)
                 new["count"] = ev.get("count", 1) + 1
                 new["lastTimestamp"] = now_ts()
@@ -1491,6 +1497,9 @@ class Handler(BaseHTTPRequestHandler):
     server_version = "agentbox-k8s-standin"
 
     def setup(self):
+        # headers and body go out in separate writes: without this, Nagle and
+        # the client's delayed ACK add 40 ms to every answer
+        self.request.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.request.settimeout(30)
         try:
             self.request.do_handshake()
@@ -1626,7 +1635,11 @@ class Handler(BaseHTTPRequestHandler):
                 return self.route(method, parts, q)
             if parts[:2] == ["openapi", "v3"]:
                 return self.send_json(200, openapi_v3("/".join(parts[2:])))
+            if parts == ["openapi", "v2"]:
+                return self.send_openapi_v2()
             raise ApiError(404, "NotFound", "the server could not find the requested resource")
+        except sel.SelectorError as e:
+            self.send_error_status(ApiError(400, "BadRequest", str(e)))
         except ApiError as e:
             self.close_connection = self.close_connection or e.code in (401, 413)
             self.send_error_status(e)
@@ -1636,6 +1649,30 @@ class Handler(BaseHTTPRequestHandler):
             import traceback
             traceback.print_exc()
             self.send_error_status(ApiError(500, "InternalError", "Internal error occurred: %r" % e))
+
+    def send_openapi_v2(self):
+        """/openapi/v2 for clients that validate with it (kubectl before
+        1.27): a swagger 2.0 document with no definitions, so their
+        client-side validation finds no schema and passes objects on, as
+        for a type the server does not publish. Protobuf (gnostic's
+        openapi_v2.Document) when asked, else JSON."""
+        if "protobuf" in self.headers.get("Accept", ""):
+            def field(num, data):
+                n, out = len(data), bytes([(num << 3) | 2])
+                while n > 127:
+                    out += bytes([(n & 127) | 128])
+                    n >>= 7
+                return out + bytes([n]) + data
+            info = field(1, b"Kubernetes") + field(2, VERSION["gitVersion"].encode())
+            data = field(1, b"2.0") + field(2, info)
+            self.send_response(200)
+            self.send_header("Content-Type", "application/octet-stream")  # as kube-openapi serves it
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+            return
+        self.send_json(200, {"swagger": "2.0", "info": {"title": "Kubernetes", "version": VERSION["gitVersion"]},
+                             "paths": {}, "definitions": {}})
 
     def send_text(self, code, text):
         data = text.encode() if isinstance(text, str) else text
@@ -1698,9 +1735,7 @@ class Handler(BaseHTTPRequestHandler):
                 body = self.json_body()
                 return self.send_json(201, api.create(res, ns, body, self.who, dry))
             if method == "DELETE":
-                opts = self.json_body() or {}
-                if not isinstance(opts, dict):
-                    raise ApiError(400, "BadRequest", "DeleteOptions must be an object")
+                opts = self.delete_options(q)
                 lst = api.list(res, ns, q)
                 out = []
                 for o in lst["items"]:
@@ -1733,13 +1768,7 @@ class Handler(BaseHTTPRequestHandler):
             ctype = self.headers.get("Content-Type", "").split(";")[0].strip()
             return self.send_json(200, api.patch(res, ns, name, ctype, self.read_body(), self.who, sub, dry))
         if method == "DELETE" and sub is None:
-            opts = self.json_body() or {}
-            if not isinstance(opts, dict):
-                raise ApiError(400, "BadRequest", "DeleteOptions must be an object")
-            for k in ("gracePeriodSeconds", "propagationPolicy"):
-                if k in q:
-                    opts[k] = int(q[k]) if k == "gracePeriodSeconds" else q[k]
-            obj = api.delete(res, ns, name, opts, self.who, dry)
+            obj = api.delete(res, ns, name, self.delete_options(q), self.who, dry)
             if res.name != "pods" and not dry and (res.name, ns or "", name) not in api.store.objects:
                 return self.send_json(200, {"kind": "Status", "apiVersion": "v1", "metadata": {},
                                             "status": "Success", "details": {
@@ -1761,6 +1790,23 @@ class Handler(BaseHTTPRequestHandler):
         self.server.api.delete(res, ns, name, opts, self.who)
         self.send_json(201, {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
                              "code": 201})
+
+    def delete_options(self, q):
+        """DeleteOptions from the body, overridden by the query's
+        gracePeriodSeconds / propagationPolicy / orphanDependents."""
+        opts = self.json_body() or {}
+        if not isinstance(opts, dict):
+            raise ApiError(400, "BadRequest", "DeleteOptions must be an object")
+        if "gracePeriodSeconds" in q:
+            try:
+                opts["gracePeriodSeconds"] = int(q["gracePeriodSeconds"])
+            except ValueError:
+                raise ApiError(400, "BadRequest", "gracePeriodSeconds must be an integer")
+        if "propagationPolicy" in q:
+            opts["propagationPolicy"] = q["propagationPolicy"]
+        if q.get("orphanDependents") in ("true", "false"):
+            opts["orphanDependents"] = q["orphanDependents"] == "true"
+        return opts
 
     def host(self):
         return "%s:%d" % self.server.server_address[:2]
@@ -2004,7 +2050,7 @@ def kubeconfig(server, ca, user, namespace="default"):
         "current-context": "standin"}, indent=1)
 
 
-def write_kubeconfigs(state_dir, server, token):
+def write_kubeconfigs(state_dir, server, token, namespace="default"):
     """kubeconfig (bearer token) and kubeconfig-cert (client cert/key),
     both with the CA inline."""
     pki = os.path.join(state_dir, "pki")
@@ -2018,7 +2064,7 @@ def write_kubeconfigs(state_dir, server, token):
                                              "client-key-data": b64("client.key")})):
         path = os.path.join(state_dir, fname)
         with open(path + ".tmp", "w") as f:
-            f.write(kubeconfig(server, ca, user))
+            f.write(kubeconfig(server, ca, user, namespace))
         os.chmod(path + ".tmp", 0o600)
         os.replace(path + ".tmp", path)
 
@@ -2033,6 +2079,8 @@ def main():
     ap.add_argument("--bookmark-interval", type=float, default=5.0, help="seconds between BOOKMARK events")
     ap.add_argument("--watch-timeout", type=float, default=1800.0,
                     help="seconds a watch without timeoutSeconds lasts")
+    ap.add_argument("--namespace", default="default",
+                    help="the kubeconfigs' namespace (made if missing)")
     ap.add_argument("--docker-host", default=os.environ.get("DOCKER_HOST", ""),
                     help="the kubelet's Docker engine (unix:///path), for pods/log of running containers")
     ap.add_argument("--save-delay", type=float, default=0.05,
@@ -2062,7 +2110,10 @@ def main():
     srv = Server(("127.0.0.1", args.port), Handler, api, ctx, token)
     port = srv.server_address[1]
     url = "https://127.0.0.1:%d" % port
-    write_kubeconfigs(args.state_dir, url, token)
+    write_kubeconfigs(args.state_dir, url, token, args.namespace)
+    with api.store.lock:
+        if ("namespaces", "", args.namespace) not in api.store.objects:
+            api.create(by_name("namespaces"), None, {"metadata": {"name": args.namespace}}, "system")
 
     def stop(signum, frame):
         api.stopping = True

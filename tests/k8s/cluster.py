@@ -210,7 +210,7 @@ class Cluster:
     def start_apiserver(self):
         os.makedirs(self.dir, exist_ok=True)
         argv = [sys.executable, os.path.join(HERE, "apiserver.py"), "--state-dir", self.dir,
-                "--port", str(self.port), "--history", str(self.history),
+                "--port", str(self.port), "--history", str(self.history), "--namespace", self.namespace,
                 "--bookmark-interval", str(self.bookmark_interval), "--docker-host", docker_host()]
         if self.verbose:
             argv.append("--verbose")

@@ -83,6 +83,7 @@ class Kubelet:
             with open(self.ip_path) as f:
                 self.ips = json.load(f)
         self.stopping = False
+        self.sweeping = False
 
     # -- node --
     def register_node(self):
@@ -153,6 +154,16 @@ class Kubelet:
                 self.release_ip(uid)
                 shutil.rmtree(os.path.join(self.args.state_dir, "pods", uid), ignore_errors=True)
 
+    def sweep_loop(self):
+        """Every 10 s: containers of this cluster that no pod worker owns
+        (their pod went while this kubelet was away, or a worker died) go."""
+        while True:
+            time.sleep(10)
+            try:
+                self.sweep_orphans(set())
+            except (OSError, dockerapi.DockerError) as e:
+                print("kubelet: sweep: %s" % e, file=sys.stderr, flush=True)
+
     def on_pod(self, etype, pod):
         uid = pod["metadata"]["uid"]
         with self.lock:
@@ -190,6 +201,9 @@ class Kubelet:
                 for w in gone:
                     w.update(w.pod, True)
                 self.sweep_orphans(live)
+                if not self.sweeping:
+                    self.sweeping = True
+                    threading.Thread(target=self.sweep_loop, daemon=True).start()
                 rv = lst["metadata"]["resourceVersion"]
                 while not self.stopping:
                     params = dict(sel, resourceVersion=rv, allowWatchBookmarks="true", timeoutSeconds="60")

@@ -3,8 +3,7 @@
 parse_labels("app=web,tier in (a,b),!legacy") -> requirements, matched by
 match_labels(reqs, obj); parse_fields("metadata.name=x,status.phase!=Failed")
 -> [(field, op, value)], matched by match_fields(reqs, obj, getter). Parse
-errors raise the API server's 400 BadRequest (ApiError, imported late to keep
-this module free of the server).
+errors raise SelectorError, which the API server answers 400 BadRequest.
 """
 
 import re
@@ -17,9 +16,12 @@ EXISTS_RE = re.compile(r"^\s*(!?)\s*(%s)\s*$" % KEY)
 VALUE_RE = re.compile(r"^%s$" % VALUE)
 
 
+class SelectorError(ValueError):
+    pass
+
+
 def bad(msg):
-    from apiserver import ApiError
-    return ApiError(400, "BadRequest", msg)
+    return SelectorError(msg)
 
 
 def split_terms(s):

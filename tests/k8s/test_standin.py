@@ -16,8 +16,9 @@ import tempfile
 import threading
 import time
 import traceback
-import urllib.request
 import ssl
+import urllib.parse
+import urllib.request
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
@@ -66,6 +67,12 @@ def kubectl(c, *args, kubeconfig=None, stdin=None, check=False):
     if check and r.returncode != 0:
         raise RuntimeError("kubectl %s: %s" % (" ".join(args), err))
     return r.returncode, out, err
+
+
+def kubectl_minor():
+    r = subprocess.run(["kubectl", "version", "--client", "-o", "json"], stdout=subprocess.PIPE,
+                       stderr=subprocess.DEVNULL, timeout=30)
+    return int(json.loads(r.stdout)["clientVersion"]["minor"].rstrip("+"))
 
 
 def pod(name, cmd, labels=None, **spec_extra):
@@ -124,8 +131,15 @@ def test_kubectl_basics(c):
     rc, out, err = kubectl(c, "create", "-f", "-", stdin=json.dumps(
         {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "typo-strict"},
          "spec": {"containers": [{"name": "c", "image": IMAGE, "imag": "x"}]}}))
-    t.ok(rc != 0 and 'strict decoding error: unknown field "spec.containers[0].imag"' in err,
-         "kubectl (fieldValidation=Strict): an unknown field is refused", err)
+    if kubectl_minor() >= 27:  # kubectl asks for fieldValidation=Strict by default
+        t.ok(rc != 0 and 'strict decoding error: unknown field "spec.containers[0].imag"' in err,
+             "kubectl (fieldValidation=Strict): an unknown field is refused", err)
+    else:  # older kubectl asks for nothing: Warn
+        got = c.api.must("GET", kclient.pod_path("default", "typo-strict"))
+        t.ok(rc == 0 and 'Warning: unknown field "spec.containers[0].imag"' in err and
+             "imag" not in got["spec"]["containers"][0], "kubectl (before 1.27, no fieldValidation): the "
+             "unknown field dropped, kubectl prints the Warning", (err, got["spec"]))
+        c.api.must("DELETE", kclient.pod_path("default", "typo-strict"))
     conn = c.api.conn()
     conn.request("POST", "/api/v1/namespaces/default/configmaps", headers=c.api.headers("application/json"),
                  body=json.dumps({"metadata": {"name": "typo-warn"}, "dat": {"a": "b"}}).encode())
@@ -382,6 +396,10 @@ def test_failures(c):
     c.wait(lambda: "ProvisioningFailed" in [r for r, _ in events_for(c, "nobind")], 10, "ProvisioningFailed")
     got = c.api.must("GET", "/api/v1/namespaces/default/persistentvolumeclaims/nobind")
     t.eq(got["status"]["phase"], "Pending", "a PVC of an unknown storage class stays Pending (ProvisioningFailed)")
+    time.sleep(1.5)
+    counts = [e["count"] for e in c.api.must("GET", "/api/v1/namespaces/default/events", params={
+        "fieldSelector": "involvedObject.name=nobind,reason=ProvisioningFailed"})["items"]]
+    t.ok(counts and max(counts) <= 2, "the controller's repeated event is rate-limited (it once spun)", counts)
     oom = pod("oom", "head -c 200000000 /dev/zero | tail > /dev/null",
               container={"resources": {"limits": {"memory": "16Mi", "cpu": "500m"}}})
     c.api.must("POST", kclient.pod_path("default"), oom)
@@ -608,6 +626,52 @@ def test_kubelet_restart_and_eviction(c):
     t.ok(True, "python: the policy/v1 Eviction subresource deletes the pod")
 
 
+def test_bad_input(c):
+    """Random selectors, bodies and patches: each answered with a Status
+    (never 500) and the server still serving."""
+    import random
+    rnd = random.Random(26)
+    conn = c.api.conn()
+    hdr = c.api.headers("application/json")
+    codes = {}
+
+    def call(method, path, body=None, ctype="application/json"):
+        h = dict(hdr, **{"Content-Type": ctype})
+        conn.request(method, path, body=body, headers=h)
+        r = conn.getresponse()
+        data = r.read()
+        codes.setdefault(r.status, data[:200])
+        return r.status
+    alphabet = "ab=!,() in notin !=x-_./"
+    for _ in range(50):
+        sel_ = "".join(rnd.choice(alphabet) for _ in range(rnd.randint(1, 14)))
+        call("GET", "/api/v1/namespaces/default/configmaps?" + urllib.parse.urlencode({"labelSelector": sel_}))
+        call("GET", "/api/v1/namespaces/default/pods?" + urllib.parse.urlencode({"fieldSelector": sel_}))
+    pieces = ['{', '}', '[', ']', '"metadata"', ':', '"name"', '"x"', ',', '1', 'null', '"labels"', '{"a":1}',
+              '"data"', '"spec"', '"containers"', '[]', 'true']
+    for _ in range(40):
+        body = "".join(rnd.choice(pieces) for _ in range(rnd.randint(1, 12))).encode()
+        call("POST", "/api/v1/namespaces/default/configmaps", body)
+        call("POST", kclient.pod_path("default"), body)
+    c.api.must("POST", "/api/v1/namespaces/default/configmaps", {"metadata": {"name": "patchme"}})
+    for _ in range(40):
+        body = "".join(rnd.choice(pieces + ['"op"', '"add"', '"path"', '"/data"', '"value"'])
+                       for _ in range(rnd.randint(1, 12))).encode()
+        ctype = rnd.choice(["application/merge-patch+json", "application/strategic-merge-patch+json",
+                            "application/json-patch+json"])
+        call("PATCH", "/api/v1/namespaces/default/configmaps/patchme", body, ctype)
+    conn.close()
+    t.ok(500 not in codes and set(codes) <= {200, 201, 400, 404, 409, 415, 422},
+         "random selectors, bodies and patches: Status answers, never 500",
+         {k: v for k, v in codes.items()})
+    st, _ = c.api.request("GET", "/api/v1/namespaces/default/configmaps/patchme")
+    t.eq(st, 200, "and the server still serves")
+    st, lst = c.api.request("GET", "/api/v1/namespaces/default/configmaps")
+    for cm in lst["items"]:
+        if cm["metadata"]["name"] not in ("kube-root-ca.crt",):
+            c.api.request("DELETE", "/api/v1/namespaces/default/configmaps/" + cm["metadata"]["name"])
+
+
 MANIFEST = """
 apiVersion: v1
 kind: ServiceAccount
@@ -718,7 +782,8 @@ def main():
         for fn in (test_kubectl_basics, test_python_client, test_raw_watch_410, test_pod_ready,
                    test_security_and_limits, test_failures,
                    test_pod_features, test_restart_policy, test_patches_and_names, test_gc_and_restart,
-                   test_restart_mid_watch, test_kubelet_restart_and_eviction, test_dry_run, test_schema):
+                   test_restart_mid_watch, test_kubelet_restart_and_eviction, test_bad_input, test_dry_run,
+                   test_schema):
             t0 = time.monotonic()
             try:
                 fn(c)
