@@ -13,7 +13,15 @@ ms. Which parts are the stand-in's: on kubernetes, create and start include
 the stand-in API server (Python, HTTPS), its scheduler and its kubelet's
 polling of Docker (containers start through the same engine as the Docker
 backend's); exec goes straight to init over TCP with the handshake, no
-stand-in in the path."""
+stand-in in the path.
+
+One run on the shared 2-core test machine (N=5, 2026-11-29), medians in ms:
+               docker   kubernetes
+  create        416.3        859.8
+  first exec      7.2          4.9
+  exec            2.9          3.1
+  stop           68.8        135.4
+  start         326.8        618.1"""
 import http.client
 import json
 import os
