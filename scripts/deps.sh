@@ -42,7 +42,11 @@ PACKAGES=(
         systemd
         docker-registry
         zstd
+        python3-kubernetes
 )
+# kubectl for tests/k8s: Debian's kubernetes-client, unless a kubectl is
+# already there (another package's /usr/bin/kubectl would conflict).
+command -v kubectl >/dev/null || PACKAGES+=(kubernetes-client)
 
 die() {
         echo "deps.sh: $*" >&2

@@ -14,13 +14,15 @@
 #   console      xterm.js (@xterm/xterm, @xterm/addon-fit), embedded into the
 #                binary by the build (console/embed.py), and puppeteer-core for
 #                the console's browser tests (tests/console)
+#   tests/k8s    kubernetes-models: the Kubernetes OpenAPI schema as validators,
+#                for the stand-in cluster's schema check (tests/k8s/validate.mjs)
 # Idempotent and fast: a directory whose node_modules exists is left alone;
 # installs node and npm with scripts/deps.sh when they are missing.
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
 todo=()
-for dir in tests/mcp tests/e2b tests/opensandbox tests/llm runners/js console; do
+for dir in tests/mcp tests/e2b tests/opensandbox tests/llm tests/k8s runners/js console; do
         if [ -d "$dir/node_modules" ]; then
                 echo "npm-deps.sh: $dir/node_modules already installed"
         else

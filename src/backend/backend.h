@@ -14,8 +14,8 @@
  *             subcg and vol tables - NULL where a backend has no such thing;
  *             every caller checks for NULL first and answers AB_E_UNSUPPORTED
  *             (501 over HTTP) naming the backend.
- *                      native  docker  mock  (kubernetes, planned)
- *   connect_unix       yes     yes     -     (exec into the pod: likely)
+ *                      native  docker  mock  kubernetes
+ *   connect_unix       yes     yes     -     -
  *   disk_alloc         yes     -       -     -
  *   fork, snapshot     yes     -       -     -
  *   image_config       -       yes     -     yes (the cluster pulls images)
@@ -57,6 +57,10 @@ typedef struct ab_box_spec {
          * A single backend ignores it. On a backend with image_config
          * (Docker), `image` is a reference its engine pulls (layers is NULL). */
         const char *backend;
+        /* The box's network mode ("none", "allowlist", "full"; NULL =
+         * "none"), for a backend that enforces it itself at create
+         * (kubernetes: a NetworkPolicy); the others ignore it. */
+        const char *network;
 } ab_box_spec;
 
 typedef struct ab_box_info {
@@ -162,6 +166,12 @@ typedef struct ab_backend_ops {
          * exec. AB_E_INVALID for no ref and no default image, AB_E_NOT_FOUND
          * for an image the engine cannot find. Caller decrefs *out. */
         int (*image_config)(ab_backend *b, const char *ref, json_t **out, ab_err **err);
+        /* Optional: set on a backend that enforces a box's network mode itself
+         * (kubernetes: a NetworkPolicy), NULL where the server's network code
+         * applies it to the box's netns (native, Docker). Makes box id's
+         * enforcement match mode ("none", "allowlist", "full"); AB_E_NOT_FOUND
+         * for no such box. */
+        int (*set_network)(ab_backend *b, const char *id, const char *mode, ab_err **err);
 } ab_backend_ops;
 
 /* Sub-cgroups of a running box: limits on one process tree inside it
@@ -289,6 +299,33 @@ typedef struct ab_mock_opts {
 } ab_mock_opts;
 
 int ab_mock_open(const ab_mock_opts *opts, ab_backend **out, ab_err **err);
+
+/* The kubernetes backend (backend/kubernetes.c, docs/kubernetes.md): each
+ * box is a pod of a cluster (a Secret as its record, a PVC for its files,
+ * a NetworkPolicy for its network mode), its init reached over TCP on the
+ * pod's IP with the box's secret (proto/handshake.h). pause is a stop.
+ * settings_json is the config's `kubernetes:` section as JSON text (see
+ * ab_k8s_settings_check); init_image is required. Connects to the API at
+ * open (AB_E_UNAVAILABLE or AB_E_PERMISSION when it cannot list pods) and
+ * removes boxes a create left half made. */
+typedef struct ab_k8s_opts {
+        const char *settings_json;
+        const char *data_dir; /* tells this server's boxes from others' in one namespace */
+} ab_k8s_opts;
+
+int ab_k8s_open(const ab_k8s_opts *opts, ab_backend **out, ab_err **err);
+/* Checks the settings s (a JSON object: kubeconfig, context, namespace,
+ * image, init_image, image_pull_policy, storage_class, workspace_size,
+ * node_selector, tolerations, runtime_class, labels, annotations,
+ * ready_timeout, egress_proxy), turning YAML's string numbers into numbers
+ * where the API wants them. 0, or AB_E_INVALID naming the setting. */
+int ab_k8s_settings_check(json_t *s, ab_err **err);
+/* The settings as the config file gives them (a YAML mapping node of doc),
+ * checked as ab_k8s_settings_check does, into *json (JSON text for
+ * ab_k8s_opts.settings_json; caller frees). 0 or AB_E_INVALID. */
+typedef struct yaml_document_s yaml_document_t;
+typedef struct yaml_node_s yaml_node_t;
+int ab_k8s_settings_yaml(yaml_document_t *doc, yaml_node_t *n, char **json, ab_err **err);
 
 /* A backend over several (backend/multi.c): create goes to the one
  * spec->backend names (AB_E_INVALID naming the choices for an unknown name;

@@ -1,5 +1,6 @@
 /* docker_api.c - the Docker Engine API over its unix socket (docker_api.h). */
 #include "backend/docker_api.h"
+#include "base/codec.h"
 
 #include <curl/curl.h>
 #include <pthread.h>
@@ -186,19 +187,5 @@ const char *ab_dapi_message(const ab_dapi_res *res)
 
 char *ab_dapi_escape(const char *s)
 {
-        static const char hex[] = "0123456789ABCDEF";
-        ab_buf b = {0};
-        for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
-                if ((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') ||
-                    (*p >= '0' && *p <= '9') || strchr("-._~", *p)) {
-                        ab_buf_putc(&b, (char)*p);
-                } else {
-                        ab_buf_putc(&b, '%');
-                        ab_buf_putc(&b, hex[*p >> 4]);
-                        ab_buf_putc(&b, hex[*p & 15]);
-                }
-        }
-        if (!b.p)
-                return xstrdup("");
-        return ab_buf_steal(&b);
+        return ab_pct_encode(s);
 }

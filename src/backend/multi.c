@@ -240,6 +240,18 @@ static int multi_disk_alloc(ab_backend *b, const char *id, uint64_t *bytes, ab_e
         return o->ops->disk_alloc(o, id, bytes, err);
 }
 
+static int multi_set_network(ab_backend *b, const char *id, const char *mode, ab_err **err)
+{
+        ab_backend *o = owner_of(M(b), id, err);
+        if (!o)
+                return -1;
+        if (!o->ops->set_network)
+                return ab_err_set(err, AB_E_UNSUPPORTED, 0,
+                                  "the %s backend leaves box %s's network to the server",
+                                  o->ops->name, id);
+        return o->ops->set_network(o, id, mode, err);
+}
+
 static int multi_fork(ab_backend *b, const char *src, const ab_box_spec *spec, ab_err **err)
 {
         multi *m = M(b);
@@ -331,6 +343,7 @@ static ab_backend_ops multi_ops_for(const char *name)
             .fork = multi_fork,
             .snapshot = multi_snapshot,
             .image_config = multi_image_config,
+            .set_network = multi_set_network,
         };
 }
 

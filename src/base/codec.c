@@ -1,5 +1,7 @@
 #include "base/codec.h"
 
+#include "base/buf.h"
+
 #include <ctype.h>
 #include <time.h>
 
@@ -101,4 +103,21 @@ int ab_time_parse_rfc3339(const char *s, int64_t *ms)
                 return -EINVAL;
         *ms = ((int64_t)t - off) * 1000 + frac_ms;
         return 0;
+}
+
+char *ab_pct_encode(const char *s)
+{
+        static const char hex[] = "0123456789ABCDEF";
+        ab_buf b = {0};
+        for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+                if ((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') ||
+                    (*p >= '0' && *p <= '9') || strchr("-._~", *p)) {
+                        ab_buf_putc(&b, (char)*p);
+                } else {
+                        ab_buf_putc(&b, '%');
+                        ab_buf_putc(&b, hex[*p >> 4]);
+                        ab_buf_putc(&b, hex[*p & 15]);
+                }
+        }
+        return b.p ? ab_buf_steal(&b) : xstrdup("");
 }

@@ -19,6 +19,10 @@ void ab_hex_encode(const void *b, size_t n, char *out) AB_NONNULL(3);
  * string as C sees it (the bytes after it are kept but not seen by strcmp). */
 char *ab_pct_decode(const char *s, size_t n) AB_NONNULL(1);
 
+/* s with every byte but unreserved ones (RFC 3986: A-Z a-z 0-9 - . _ ~)
+ * as "%XX", for a URL's path segment or query value (the caller frees). */
+char *ab_pct_encode(const char *s) AB_NONNULL(1);
+
 /* Room for any time ab_time_rfc3339 writes, with its NUL. */
 #define AB_TIME_LEN 32
 

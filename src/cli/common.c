@@ -1,6 +1,7 @@
 /* Error and usage messages every CLI verb prints the same way, and the
  * backends every verb opens. */
 #include "cli/cli.h"
+#include "base/log.h"
 
 void cli_error(const ab_err *e)
 {
@@ -58,14 +59,28 @@ int cli_backend_open(const ab_config *cfg, const ab_native_opts *no, ab_backend 
                 return open_mock(cfg, no->data_dir, out, err);
         bool docker = (cfg->backend && strcmp(cfg->backend, "docker") == 0) || cfg->docker_host;
         bool mock = cfg->mock_expect && *cfg->mock_expect;
-        ab_backend *v[3] = {NULL, NULL, NULL};
+        ab_backend *v[4] = {NULL, NULL, NULL, NULL};
         size_t n = 0;
+        bool k8s_default = cfg->backend && strcmp(cfg->backend, "kubernetes") == 0;
+        ab_err *ne = NULL;
         /* Docker boxes bind DATA/skills as they are made: it is mounted first. */
         ab_native_opts nopts = *no;
         nopts.lazy_skills = no->lazy_skills && !docker;
-        if (ab_native_open(&nopts, &v[n], err) < 0)
+        if (ab_native_open(&nopts, &v[n], &ne) == 0) {
+                n++;
+        } else if (k8s_default && !docker && !mock) {
+                /* A server in a pod may lack what native boxes need (root,
+                 * cgroups, loop devices): its boxes are the cluster's anyway. */
+                ab_log(AB_LOG_WARN, "native boxes unavailable; kubernetes only", "error", ne->msg,
+                       NULL);
+                ab_err_free(&ne);
+        } else {
+                if (err && !*err)
+                        *err = ne;
+                else
+                        ab_err_free(&ne);
                 return -1;
-        n++;
+        }
         if (docker) {
                 _cleanup_free_ char *skills = xasprintf("%s/skills", no->data_dir);
                 ab_docker_opts d = {.host = cfg->docker_host,
@@ -82,6 +97,12 @@ int cli_backend_open(const ab_config *cfg, const ab_native_opts *no, ab_backend 
         }
         if (mock) {
                 if (open_mock(cfg, no->data_dir, &v[n], err) < 0)
+                        goto fail;
+                n++;
+        }
+        if ((cfg->backend && strcmp(cfg->backend, "kubernetes") == 0) || cfg->kubernetes) {
+                ab_k8s_opts ko = {.settings_json = cfg->kubernetes, .data_dir = no->data_dir};
+                if (ab_k8s_open(&ko, &v[n], err) < 0)
                         goto fail;
                 n++;
         }

@@ -37,16 +37,17 @@ static bool wants_help(int argc, char **argv)
 
 /* True when the environment's config (cli_backend_open and the store's
  * open read it) needs only what this binary links: a SQLite store and the
- * native backend. */
+ * native backend (not PostgreSQL, Docker, mock or Kubernetes). */
 static bool light_enough(void)
 {
         const char *store = getenv("AGENTBOX_STORE");
         const char *backend = getenv("AGENTBOX_BACKEND");
         const char *docker = getenv("AGENTBOX_DOCKER_HOST");
         const char *mock = getenv("AGENTBOX_MOCK_EXPECT");
+        const char *k8s = getenv("AGENTBOX_KUBERNETES");
         return (!store || !*store || !strncmp(store, "sqlite:", 7)) &&
                (!backend || !*backend || !strcmp(backend, "native")) && (!docker || !*docker) &&
-               (!mock || !*mock);
+               (!mock || !*mock) && (!k8s || !*k8s);
 }
 
 int main(int argc, char **argv)

@@ -3,7 +3,7 @@
  * jobs, so no resource sampler ever posts an alert to a webhook and no
  * snapshot exports a layer; and front.c hands an exec to agentbox-full
  * before it opens a store or a backend when the environment names a
- * PostgreSQL store, the Docker backend or the mock backend. A new use of
+ * PostgreSQL store, the Docker, mock or Kubernetes backend. A new use of
  * one of these libraries in the exec path fails the link of `agentbox`
  * (tests/layout/test_light_cli.py checks what it loads), not silently here. */
 #include "backend/backend.h"
@@ -51,4 +51,12 @@ int ab_boxfs_export_layer(int upper, int workspace, uid_t base, int out_fd, ab_e
         (void)out_fd;
         return ab_err_set(err, AB_E_UNSUPPORTED, 0,
                           "this agentbox binary exports no layers " IN_FULL);
+}
+
+int ab_k8s_open(const ab_k8s_opts *opts, ab_backend **out, ab_err **err)
+{
+        (void)opts;
+        *out = NULL;
+        return ab_err_set(err, AB_E_UNSUPPORTED, 0,
+                          "this agentbox binary has no Kubernetes client " IN_FULL);
 }

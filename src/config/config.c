@@ -3,6 +3,7 @@
  * so the file and the environment parse values the same way. Loading works on
  * a copy: on error the configuration passed in is left as it was. */
 #include "config/config.h"
+#include "backend/backend.h"
 
 #include <arpa/inet.h>
 #include <ctype.h>
@@ -118,6 +119,7 @@ static void config_copy(ab_config *dst, const ab_config *src)
         dst->fleet.url = dup_or_null(src->fleet.url);
         dst->fleet.secret_file = dup_or_null(src->fleet.secret_file);
         dst->fleet.placement = dup_or_null(src->fleet.placement);
+        dst->kubernetes = dup_or_null(src->kubernetes);
         dst->keys = src->n_keys ? xcalloc(src->n_keys, sizeof(*dst->keys)) : NULL;
         for (size_t i = 0; i < src->n_keys; i++) {
                 dst->keys[i].key = dup_or_null(src->keys[i].key);
@@ -197,6 +199,7 @@ void ab_config_release(ab_config *c)
         free(c->fleet.url);
         free(c->fleet.secret_file);
         free(c->fleet.placement);
+        free(c->kubernetes);
         keys_free(c->keys, c->n_keys);
         registries_free(c->registries, c->n_registries);
         app_quotas_free(c->app_quotas, c->n_app_quotas);
@@ -1319,6 +1322,26 @@ static int fleet_pair(yctx *y, const char *k, yaml_node_t *kn, yaml_node_t *vn, 
         return w ? fail_at(y, vn, key, w) : 0;
 }
 
+/* The kubernetes: section, checked by the backend's rules and kept as JSON
+ * text for it (backend/backend.h, ab_k8s_settings_check). */
+static int load_kubernetes(yctx *y, ab_config *c, yaml_node_t *kn, yaml_node_t *vn)
+{
+        if (is_null(vn))
+                return 0;
+        if (vn->type != YAML_MAPPING_NODE)
+                return fail_at(y, vn, "kubernetes", why("expected a mapping of settings"));
+        ab_err *e = NULL;
+        char *j = NULL;
+        if (ab_k8s_settings_yaml(y->doc, vn, &j, &e) < 0) {
+                int r = fail_at(y, kn, "kubernetes", why("%s", e->msg));
+                ab_err_free(&e);
+                return r;
+        }
+        free(c->kubernetes);
+        c->kubernetes = j;
+        return 0;
+}
+
 typedef struct top_ctx {
         ab_config *c;
         bool seen[AB_ARRAY_LEN(fields)];
@@ -1355,6 +1378,8 @@ static int top_pair(yctx *y, const char *k, yaml_node_t *kn, yaml_node_t *vn, vo
                 return load_llm(y, t->c, vn);
         if (strcmp(k, "fleet") == 0)
                 return is_null(vn) ? 0 : each_pair(y, vn, "fleet", fleet_pair, t->c);
+        if (strcmp(k, "kubernetes") == 0)
+                return load_kubernetes(y, t->c, kn, vn);
         if (strcmp(k, "quotas") == 0) {
                 if (is_null(vn))
                         return 0;
@@ -1365,7 +1390,7 @@ static int top_pair(yctx *y, const char *k, yaml_node_t *kn, yaml_node_t *vn, vo
         if (!f) {
                 _cleanup_free_ char *known = xstrdup(
                     "limits, tools, api_keys, quotas, llm, registries, host_mount_prefixes, "
-                    "app_registries, allowed_hosts, fleet");
+                    "app_registries, allowed_hosts, fleet, kubernetes");
                 for (size_t i = 0; i < AB_ARRAY_LEN(fields); i++) {
                         if (strchr(fields[i].name, '.'))
                                 continue; /* a section's key (fleet.node) */
@@ -1468,6 +1493,23 @@ int ab_config_load_env(ab_config *c, ab_err **err)
                         return -1;
                 }
         }
+        /* the kubernetes: section as one JSON object (for containers and tests) */
+        const char *kv = getenv("AGENTBOX_KUBERNETES");
+        if (kv && *kv) {
+                json_t *j = json_loads(kv, 0, NULL);
+                ab_err *e = NULL;
+                if (!json_is_object(j) || ab_k8s_settings_check(j, &e) < 0) {
+                        ab_err_set(err, AB_E_INVALID, 0, "AGENTBOX_KUBERNETES: %s",
+                                   e ? e->msg : "not a JSON object of settings");
+                        ab_err_free(&e);
+                        json_decref(j);
+                        ab_config_release(&tmp);
+                        return -1;
+                }
+                free(tmp.kubernetes);
+                tmp.kubernetes = json_dumps(j, JSON_COMPACT);
+                json_decref(j);
+        }
         ab_config_release(c);
         *c = tmp;
         return 0;
@@ -1547,9 +1589,10 @@ int ab_config_validate(const ab_config *c, ab_err **err)
         if ((w = check_http_url(c->webhook_url)))
                 return invalid(err, "webhook_url", w);
         if (c->backend && strcmp(c->backend, "native") != 0 && strcmp(c->backend, "docker") != 0 &&
-            strcmp(c->backend, "mock") != 0)
-                return invalid(err, "backend",
-                               why("'%s' is not a backend (native, docker or mock)", c->backend));
+            strcmp(c->backend, "mock") != 0 && strcmp(c->backend, "kubernetes") != 0)
+                return invalid(
+                    err, "backend",
+                    why("'%s' is not a backend (native, docker, mock or kubernetes)", c->backend));
         if (c->docker_host && strncmp(c->docker_host, "unix://", 7) != 0)
                 return invalid(err, "docker_host",
                                why("'%s': only unix:// sockets are supported", c->docker_host));

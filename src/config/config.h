@@ -162,6 +162,12 @@ typedef struct ab_config {
         ab_config_app_llm *app_llm; /* per-app overrides */
         size_t n_app_llm;
         ab_config_fleet fleet;
+        /* The kubernetes backend's settings (config: kubernetes: {...},
+         * docs/kubernetes.md), checked at load and kept as JSON text for
+         * ab_k8s_open; NULL = none (env AGENTBOX_KUBERNETES: the section
+         * as a JSON object). The backend is open when it is the default or
+         * this is set. */
+        char *kubernetes;
 } ab_config;
 
 /* The model settings of app (NULL: the admin's = the server's): the app's

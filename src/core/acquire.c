@@ -267,6 +267,9 @@ static int create_backend(ab_manager *m, ab_box_rec *r, const ab_limits *lim, co
                             .mounts = mm->v,
                             .n_mounts = mm->n,
                             .backend = mgr_rec_backend(r)};
+        /* for a backend that enforces the mode itself (kubernetes) */
+        const json_t *net = r->spec ? json_object_get(r->spec, "network") : NULL;
+        spec.network = json_string_value(json_object_get(net, "mode"));
         if (spec.backend && mgr_engine_images(m, spec.backend)) {
                 /* the engine's own image: a reference it pulls itself */
                 const json_t *ri = mgr_rec_image(r);

@@ -17,6 +17,16 @@ int mgr_net_sync(ab_manager *m, const ab_box_rec *r, pid_t init_pid, bool thorou
         if (!m->o.net)
                 return 0;
         ab_netpol pol;
+        /* A pod's network is the cluster's: the kubernetes backend enforces
+         * the mode itself (a NetworkPolicy), there is no host netns to enter. */
+        const char *be = mgr_rec_backend(r);
+        ab_backend *bb = be ? ab_backend_pick(m->o.backend, be) : NULL;
+        if (bb && bb->ops->set_network) {
+                rec_policy(r, &pol);
+                int rc = bb->ops->set_network(bb, r->backend_id, ab_net_mode_name(pol.mode), err);
+                ab_netpol_clear(&pol);
+                return rc;
+        }
         rec_policy(r, &pol);
         int rc = 0;
         if (pol.mode != AB_NET_NONE || thorough || ab_net_active(m->o.net, r->id)) {

@@ -1478,7 +1478,7 @@ static void finish(exec_state *st, int sfd)
         for (;;) {
                 flush(st);
                 if (st->c->fd >= 0 && (st->gone || st->out.len == 0)) {
-                        close(st->c->fd);
+                        init_hangup(st->c->fd);
                         st->c->fd = -1;
                         /* The client has its answer: now tame what is left. */
                         limit_leftovers();

@@ -2,6 +2,8 @@
  *
  *   agentbox-init --fd N       [--workdir DIR]   serve on an inherited listening socket
  *   agentbox-init --listen PATH [--workdir DIR]  bind and listen itself
+ *   agentbox-init --listen-tcp IP:PORT --secret-file F  (also, or alone) TCP
+ *   agentbox-init --install PATH                 copy itself to PATH (pods' init container)
  *   agentbox-init --version
  *
  * The main loop only starts sessions, reaps zombies and handles SIGTERM:
@@ -11,9 +13,17 @@
  * host of docs/benchmarks.md), so one session is always forked ahead: the
  * spare waits in accept() itself and, once it has a connection, tells init,
  * which forks the next spare while the first serves. Without a spare (a
- * failed fork), init accepts and forks per connection. */
+ * failed fork), init accepts and forks per connection.
+ *
+ * Over TCP (a pod, reached by its IP), init accepts each connection itself
+ * and forks a session that first runs the mutual handshake of
+ * proto/handshake.h within ABH_DEADLINE_MS; at most TCP_PENDING_MAX
+ * connections may be in their handshake at once (more are closed at once),
+ * so connections that never authenticate cannot use up init, and the unix
+ * socket is served all along. */
 #include "base/err.h"
 #include "init/init_int.h"
+#include "proto/handshake.h"
 
 #include <fcntl.h>
 #include <poll.h>
@@ -115,6 +125,27 @@ int init_send_errno(init_conn *c, int e, const char *path)
         }
 }
 
+void init_hangup(int fd)
+{
+        int dom = 0;
+        socklen_t l = sizeof(dom);
+        if (getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &dom, &l) == 0 && dom != AF_UNIX &&
+            shutdown(fd, SHUT_WR) == 0) {
+                uint64_t until = ab_now_ms() + 2000;
+                char buf[16384];
+                for (;;) {
+                        uint64_t now = ab_now_ms();
+                        struct pollfd p = {.fd = fd, .events = POLLIN};
+                        if (now >= until || poll(&p, 1, (int)(until - now)) <= 0)
+                                break;
+                        ssize_t n = recv(fd, buf, sizeof(buf), MSG_DONTWAIT);
+                        if (n == 0 || (n < 0 && errno != EINTR && errno != EAGAIN))
+                                break;
+                }
+        }
+        close(fd);
+}
+
 /* ---- the balloon (RESERVE) ---- */
 
 /* An unlinked file on the workdir's filesystem, opened by PID 1 before it
@@ -169,12 +200,52 @@ static void init_reserve(init_conn *c, const abp_frame *f)
         abp_buf_free(&b);
 }
 
+/* ---- TCP: the listener and its unauthenticated sessions ---- */
+
+#define TCP_PENDING_MAX 16
+
+static int tcp_lfd = -1;
+static uint8_t tcp_secret[ABH_SECRET_LEN];
+/* sessions still in their handshake */
+static pid_t tcp_pending[TCP_PENDING_MAX];
+static int tcp_n_pending;
+
+static void tcp_pending_drop(pid_t pid)
+{
+        for (int i = 0; i < tcp_n_pending; i++)
+                if (tcp_pending[i] == pid) {
+                        tcp_pending[i] = tcp_pending[--tcp_n_pending];
+                        return;
+                }
+}
+
+/* A listening TCP socket on addr ("IP:PORT"), non-blocking. fd or -errno. */
+static int listen_tcp(const char *addr)
+{
+        struct sockaddr_storage ss;
+        unsigned len;
+        if (abh_parse_addr(addr, &ss, &len) < 0)
+                return -EINVAL;
+        _cleanup_close_ int s = socket(ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+        if (s < 0)
+                return -errno;
+        int one = 1;
+        setsockopt(s, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+        if (bind(s, (struct sockaddr *)&ss, len) < 0)
+                return -errno;
+        if (listen(s, 128) < 0)
+                return -errno;
+        return steal_fd(&s);
+}
+
 /* ---- the session: one connection, one request ---- */
 
 /* What a session is before it has a connection (init's child, after fork). */
 static void session_prepare(int sfd, const sigset_t *oldmask)
 {
         close(sfd);
+        if (tcp_lfd >= 0)
+                close(tcp_lfd);
         if (init_term_keeper_end >= 0)
                 close(init_term_keeper_end);
         init_term_keeper_end = -1;
@@ -199,6 +270,8 @@ static void session(int fd, const char *workdir)
         init_conn c = {.fd = fd};
         init_conf conf = {.workdir = workdir, .workdir_fd = -1};
         abp_frame f;
+
+        ab_wipe(tcp_secret, sizeof(tcp_secret)); /* nothing a request runs needs it */
 
         conf.workdir_fd = open(workdir, O_PATH | O_DIRECTORY | O_CLOEXEC);
 
@@ -254,8 +327,14 @@ static void session(int fd, const char *workdir)
                 }
         }
         abp_reader_free(&c.rd);
-        if (c.fd >= 0) /* an exec may have hung up already */
+        /* an exec may have hung up already; a terminal request handed the
+         * connection to the keeper, which must keep it whole: only close
+         * this copy */
+        bool handed = r == 0 && f.type >= ABP_TERM_OPEN && f.type <= ABP_TERM_INPUT;
+        if (c.fd >= 0 && handed)
                 close(c.fd);
+        else if (c.fd >= 0)
+                init_hangup(c.fd);
         if (conf.workdir_fd >= 0)
                 close(conf.workdir_fd);
 }
@@ -274,6 +353,9 @@ static void start_prewarm(int lfd, int sfd, const sigset_t *oldmask, const char 
         }
         close(lfd);
         close(sfd);
+        if (tcp_lfd >= 0)
+                close(tcp_lfd);
+        ab_wipe(tcp_secret, sizeof(tcp_secret));
         signal(SIGTERM, SIG_DFL);
         signal(SIGINT, SIG_DFL);
         signal(SIGHUP, SIG_DFL);
@@ -327,9 +409,15 @@ static void start_spare(int lfd, int sfd, const int taken[2], const sigset_t *ol
 
 static void usage(FILE *f)
 {
-        fprintf(f, "usage: agentbox-init (--fd N | --listen PATH) [--workdir DIR] [--max-procs N]\n"
-                   "                     [--prewarm]\n"
-                   "       agentbox-init --version\n");
+        fprintf(
+            f,
+            "usage: agentbox-init [--fd N | --listen PATH] [--listen-tcp IP:PORT --secret-file F]\n"
+            "                     [--workdir DIR] [--max-procs N] [--prewarm]\n"
+            "       agentbox-init --install PATH   (copies itself to PATH, 0755)\n"
+            "       agentbox-init --version\n"
+            "--listen-tcp and --secret-file default to $AGENTBOX_INIT_LISTEN and\n"
+            "$AGENTBOX_INIT_SECRET_FILE; TCP connections must pass the handshake of\n"
+            "docs/protocol.md with the secret in F (32 bytes, or 64 hex digits).\n");
 }
 
 /* Binds a unix socket at path, even when path is longer than sun_path. */
@@ -381,6 +469,9 @@ static void start_keeper(int lfd, int sfd, const int taken[2], const char *workd
         }
         close(lfd);
         close(sfd);
+        if (tcp_lfd >= 0)
+                close(tcp_lfd);
+        ab_wipe(tcp_secret, sizeof(tcp_secret));
         close(taken[0]);
         close(taken[1]);
         close(init_term_sock);
@@ -398,6 +489,7 @@ static void reap_all(void)
                         spare_pid = -1; /* died before it took a connection */
                 if (p == keeper_pid)
                         keeper_pid = -1;
+                tcp_pending_drop(p);
         }
 }
 
@@ -415,11 +507,81 @@ static void shutdown_all(void)
         init_kill_tree(0, NULL, NULL);
 }
 
+/* Takes one TCP connection: a session that authenticates it first, or, with
+ * TCP_PENDING_MAX sessions in their handshake already, a close. */
+static void accept_tcp(int lfd, int sfd, const int taken[2], const sigset_t *oldmask,
+                       const char *workdir)
+{
+        int cfd = accept4(tcp_lfd, NULL, NULL, SOCK_CLOEXEC);
+        if (cfd < 0) {
+                if (errno != EAGAIN && errno != EINTR && errno != ECONNABORTED)
+                        usleep(50000); /* out of fds or memory: do not spin */
+                return;
+        }
+        if (tcp_n_pending >= TCP_PENDING_MAX) {
+                close(cfd);
+                return;
+        }
+        pid_t pid = fork();
+        if (pid == 0) {
+                uint64_t deadline = ab_now_ms() + ABH_DEADLINE_MS;
+                if (lfd >= 0)
+                        close(lfd);
+                close(taken[0]);
+                session_prepare(sfd, oldmask);
+                if (abh_serve(cfd, tcp_secret, deadline) < 0)
+                        _exit(0);
+                pid_t me = -getpid();
+                (void)!write(taken[1], &me, sizeof(me));
+                session(cfd, workdir);
+                _exit(0);
+        }
+        if (pid < 0)
+                logmsg("fork: %s", strerror(errno));
+        else
+                tcp_pending[tcp_n_pending++] = pid;
+        close(cfd);
+}
+
+/* --install PATH: copies this binary to PATH (0755, through a temporary
+ * name and a rename), for an init container that carries init into a pod's
+ * shared emptyDir: the carrier image needs no shell or cp. */
+static int install_self(const char *path)
+{
+        _cleanup_close_ int in = open("/proc/self/exe", O_RDONLY | O_CLOEXEC);
+        _cleanup_free_ char *tmp = xasprintf("%s.tmp", path);
+        _cleanup_close_ int out = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0755);
+        if (in < 0 || out < 0) {
+                logmsg("--install %s: %s", path, strerror(errno));
+                return 1;
+        }
+        char buf[65536];
+        for (;;) {
+                ssize_t n = read(in, buf, sizeof(buf));
+                if (n < 0 && errno == EINTR)
+                        continue;
+                if (n < 0 || (n > 0 && ab_write_all(out, buf, (size_t)n) < 0)) {
+                        logmsg("--install %s: %s", path, strerror(errno));
+                        unlink(tmp);
+                        return 1;
+                }
+                if (n == 0)
+                        break;
+        }
+        if (fchmod(out, 0755) < 0 || fsync(out) < 0 || rename(tmp, path) < 0) {
+                logmsg("--install %s: %s", path, strerror(errno));
+                unlink(tmp);
+                return 1;
+        }
+        return 0;
+}
+
 unsigned long init_max_procs;
 
 int main(int argc, char **argv)
 {
         const char *workdir = "/workspace", *listen_path = NULL;
+        const char *tcp_addr = NULL, *secret_file = NULL;
         int lfd = -1;
         bool prewarm = false;
 
@@ -443,6 +605,12 @@ int main(int argc, char **argv)
                         lfd = (int)v;
                 } else if (i + 1 < argc && strcmp(a, "--listen") == 0) {
                         listen_path = argv[++i];
+                } else if (i + 1 < argc && strcmp(a, "--install") == 0) {
+                        return install_self(argv[i + 1]);
+                } else if (i + 1 < argc && strcmp(a, "--listen-tcp") == 0) {
+                        tcp_addr = argv[++i];
+                } else if (i + 1 < argc && strcmp(a, "--secret-file") == 0) {
+                        secret_file = argv[++i];
                 } else if (i + 1 < argc && strcmp(a, "--workdir") == 0) {
                         workdir = argv[++i];
                 } else if (strcmp(a, "--prewarm") == 0) {
@@ -461,9 +629,30 @@ int main(int argc, char **argv)
                         return 2;
                 }
         }
-        if ((lfd >= 0) == (listen_path != NULL)) {
+        if (!tcp_addr && getenv("AGENTBOX_INIT_LISTEN") && getenv("AGENTBOX_INIT_LISTEN")[0])
+                tcp_addr = xstrdup(getenv("AGENTBOX_INIT_LISTEN"));
+        if (!secret_file && getenv("AGENTBOX_INIT_SECRET_FILE") &&
+            getenv("AGENTBOX_INIT_SECRET_FILE")[0])
+                secret_file = xstrdup(getenv("AGENTBOX_INIT_SECRET_FILE"));
+        /* the box's commands inherit init's environment: these are init's own */
+        unsetenv("AGENTBOX_INIT_LISTEN");
+        unsetenv("AGENTBOX_INIT_SECRET_FILE");
+        if ((lfd >= 0 && listen_path) || (lfd < 0 && !listen_path && !tcp_addr)) {
                 usage(stderr);
                 return 2;
+        }
+        if (tcp_addr) {
+                if (!secret_file) {
+                        logmsg("--listen-tcp needs --secret-file: TCP is never served without "
+                               "the handshake");
+                        return 2;
+                }
+                int r = abh_secret_load(secret_file, tcp_secret);
+                if (r < 0) {
+                        logmsg("secret file %s: %s", secret_file,
+                               r == -EINVAL ? "not 32 bytes or 64 hex digits" : strerror(-r));
+                        return 1;
+                }
         }
 
         /* Keep the socket off 0-2 and make sure 0-2 are open, so that pipes and
@@ -503,13 +692,24 @@ int main(int argc, char **argv)
         if (getpid() != 1)
                 prctl(PR_SET_CHILD_SUBREAPER, 1);
 
+        if (tcp_addr) {
+                tcp_lfd = listen_tcp(tcp_addr);
+                if (tcp_lfd == -EINVAL) {
+                        logmsg("bad --listen-tcp %s: want IP:PORT or [IPv6]:PORT", tcp_addr);
+                        return 2;
+                }
+                if (tcp_lfd < 0) {
+                        logmsg("cannot listen on %s: %s", tcp_addr, strerror(-tcp_lfd));
+                        return 1;
+                }
+        }
         if (listen_path) {
                 lfd = listen_at(listen_path);
                 if (lfd < 0) {
                         logmsg("cannot listen on %s: %s", listen_path, strerror(-lfd));
                         return 1;
                 }
-        } else {
+        } else if (lfd >= 0) {
                 int acc = 0;
                 socklen_t sl = sizeof(acc);
                 if (getsockopt(lfd, SOL_SOCKET, SO_ACCEPTCONN, &acc, &sl) < 0 || !acc) {
@@ -518,7 +718,7 @@ int main(int argc, char **argv)
                 }
                 fcntl(lfd, F_SETFD, FD_CLOEXEC);
         }
-        int fl = fcntl(lfd, F_GETFL);
+        int fl = lfd >= 0 ? fcntl(lfd, F_GETFL) : -1;
         if (fl >= 0)
                 fcntl(lfd, F_SETFL, fl | O_NONBLOCK);
 
@@ -560,13 +760,14 @@ int main(int argc, char **argv)
         }
 
         for (;;) {
-                if (spare_pid < 0)
+                if (spare_pid < 0 && lfd >= 0)
                         start_spare(lfd, sfd, taken, &oldmask, workdir);
                 /* With a spare, connections are its to take. */
-                struct pollfd p[3] = {{.fd = spare_pid > 0 ? -1 : lfd, .events = POLLIN},
+                struct pollfd p[4] = {{.fd = spare_pid > 0 ? -1 : lfd, .events = POLLIN},
                                       {.fd = sfd, .events = POLLIN},
-                                      {.fd = taken[0], .events = POLLIN}};
-                if (poll(p, 3, -1) < 0) {
+                                      {.fd = taken[0], .events = POLLIN},
+                                      {.fd = tcp_lfd, .events = POLLIN}};
+                if (poll(p, 4, -1) < 0) {
                         if (errno != EINTR)
                                 usleep(10000);
                         continue;
@@ -587,12 +788,16 @@ int main(int argc, char **argv)
                         while (read(taken[0], &who, sizeof(who)) == sizeof(who)) {
                                 if (who == 0)
                                         want_keeper = true; /* a terminal request waits */
+                                else if (who < 0)
+                                        tcp_pending_drop(-who); /* authenticated */
                                 else if (who == spare_pid)
                                         spare_pid = -1; /* it serves a connection now */
                         }
                         if (want_keeper && keeper_pid < 0 && init_term_keeper_end >= 0)
                                 start_keeper(lfd, sfd, taken, workdir);
                 }
+                if (p[3].revents)
+                        accept_tcp(lfd, sfd, taken, &oldmask, workdir);
                 if (!p[0].revents)
                         continue;
                 int cfd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
@@ -614,7 +819,8 @@ int main(int argc, char **argv)
                 close(cfd);
         }
 
-        close(lfd);
+        if (lfd >= 0)
+                close(lfd);
         shutdown_all();
         if (listen_path)
                 unlink(listen_path);

@@ -29,6 +29,12 @@ typedef struct init_conn {
         abp_reader rd;
 } init_conn;
 
+/* Closes a client connection. Over TCP the answer is flushed first and what
+ * the client still sends (stdin a command did not read) is read and dropped
+ * until it hangs up (at most 2 s): closing with unread data would reset the
+ * connection, and the client could lose the answer. */
+void init_hangup(int fd);
+
 /* Sends ERROR{code, message}. Returns -1 (the request failed) or -errno when
  * the client is gone. */
 int init_send_error(init_conn *c, const char *code, const char *fmt, ...) AB_PRINTF(3, 4);

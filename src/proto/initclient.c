@@ -4,11 +4,14 @@
  * every allocation is bounded by the protocol maximums, and anything that is
  * not the expected answer makes the call fail with AB_E_UNAVAILABLE. */
 #include "proto/initclient.h"
+#include "proto/handshake.h"
 #include "proto/proto.h"
 
 #include <endian.h>
 #include <ctype.h>
 #include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -63,6 +66,51 @@ int abc_connect(int dirfd, const char *name, ab_err **err)
                         break;
                 return ab_err_set(err, AB_E_UNAVAILABLE, errno, "box init is not responding");
         }
+        return steal_fd(&s);
+}
+
+int abc_connect_tcp(const char *addr, const uint8_t secret[32], int timeout_ms, ab_err **err)
+{
+        struct sockaddr_storage ss;
+        unsigned len;
+        if (!addr || abh_parse_addr(addr, &ss, &len) < 0)
+                return ab_err_set(err, AB_E_INVALID, 0, "bad init address %s (want IP:PORT)",
+                                  addr ? addr : "(none)");
+        if (timeout_ms <= 0)
+                timeout_ms = ABH_DEADLINE_MS;
+        uint64_t deadline = ab_now_ms() + (uint64_t)timeout_ms;
+        _cleanup_close_ int s = socket(ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+        if (s < 0)
+                return ab_err_set(err, AB_E_INTERNAL, errno, "socket");
+        if (connect(s, (struct sockaddr *)&ss, len) < 0) {
+                if (errno != EINPROGRESS && errno != EINTR)
+                        return ab_err_set(err, AB_E_UNAVAILABLE, errno,
+                                          "box init at %s is not responding", addr);
+                struct pollfd p = {.fd = s, .events = POLLOUT};
+                int n;
+                do {
+                        uint64_t now = ab_now_ms();
+                        n = now >= deadline ? 0 : poll(&p, 1, (int)(deadline - now));
+                } while (n < 0 && errno == EINTR);
+                if (n == 0)
+                        return ab_err_set(err, AB_E_UNAVAILABLE, ETIMEDOUT,
+                                          "box init at %s is not responding", addr);
+                int soerr = 0;
+                socklen_t sl = sizeof(soerr);
+                if (n < 0 || getsockopt(s, SOL_SOCKET, SO_ERROR, &soerr, &sl) < 0 || soerr)
+                        return ab_err_set(err, AB_E_UNAVAILABLE, n < 0 ? errno : soerr,
+                                          "box init at %s is not responding", addr);
+        }
+        uint64_t now = ab_now_ms();
+        int left = now >= deadline ? 1 : (int)(deadline - now);
+        if (abh_client(s, secret, left, err) < 0)
+                return ab_err_wrap(err, "init at %s", addr);
+        /* the callers expect a blocking socket, as abc_connect's */
+        int fl = fcntl(s, F_GETFL);
+        if (fl >= 0)
+                fcntl(s, F_SETFL, fl & ~O_NONBLOCK);
+        int one = 1;
+        setsockopt(s, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
         return steal_fd(&s);
 }
 

@@ -20,6 +20,14 @@
  * sun_path). Returns the fd or a negative value with *err set. */
 int abc_connect(int dirfd, const char *name, ab_err **err);
 
+/* Connects to a box's init over TCP at addr ("IP:PORT" or "[IPv6]:PORT")
+ * and runs the mutual handshake (proto/handshake.h) with the box's 32-byte
+ * secret, all within timeout_ms (<= 0: 5 s). Returns a blocking fd that
+ * carries the framed protocol as abc_connect's does, or -1 with *err:
+ * AB_E_UNAVAILABLE (nothing listens, or it went away), AB_E_PERMISSION (the
+ * peer does not hold the secret, or refused ours), AB_E_TIMEOUT. */
+int abc_connect_tcp(const char *addr, const uint8_t secret[32], int timeout_ms, ab_err **err);
+
 /* Exactly one of command and argv (else AB_E_INVALID). */
 typedef struct abc_exec_req {
         const char *command;     /* run as bash -lc COMMAND would, or sh -lc in a box without

@@ -43,6 +43,7 @@ import json
 import os
 import re
 import secrets
+import shutil
 import signal
 import subprocess
 import sys
@@ -55,7 +56,9 @@ DEFAULT_TIMEOUT = 60.0
 # The backend the suite's boxes run on: "native", or "docker" for the runs of
 # the backend-neutral suites on a Docker engine (tests/meson.build, suite
 # "docker"): the harness then points the CLI and every server it starts at
-# AGENTBOX_TEST_DOCKER_HOST (scripts/dockerd.sh) with a Debian image.
+# AGENTBOX_TEST_DOCKER_HOST (scripts/dockerd.sh) with a Debian image; or
+# "kubernetes": the harness starts the stand-in cluster (tests/k8s/cluster.py,
+# pods on that same engine) and points the servers at it (AGENTBOX_KUBERNETES).
 BACKEND = os.environ.get("AGENTBOX_TEST_BACKEND", "native")
 CLEANUP_TIMEOUT = 30.0
 DIAG_MAX = 4000
@@ -189,6 +192,30 @@ def _killpg(pid):
         os.killpg(pid, signal.SIGKILL)
     except OSError:
         pass
+
+
+def kubernetes_init_image(host):
+    """The init carrier image of this build's agentbox-init on the Docker
+    engine at host (scripts/k8s-images.sh --init-only, made when missing or
+    older than the binary); returns its name."""
+    init = os.environ.get("AGENTBOX_INIT", "")
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    tag = "test-%d" % int(os.stat(init).st_mtime)
+    name = "agentbox/init:%s" % tag
+    import debianroot
+    import urllib.parse
+    st, _ = debianroot._docker(host, "GET", "/images/%s/json" % urllib.parse.quote(name, safe=""))
+    if st == 200:
+        return name
+    out = tempfile.mkdtemp(prefix="k8s-images-", dir=TMP_ROOT)
+    try:
+        subprocess.run([os.path.join(root, "scripts", "k8s-images.sh"), "--init-only", "--tag", tag,
+                        "--build", os.path.dirname(init), "--out", out],
+                       env=dict(os.environ, DOCKER_HOST=host), check=True, timeout=120,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    finally:
+        shutil.rmtree(out, ignore_errors=True)
+    return name
 
 
 def init_is_static(path=None):
@@ -375,6 +402,8 @@ class Harness:
         self.native = BACKEND == "native"
         if BACKEND == "docker":
             self._use_docker()
+        if BACKEND == "kubernetes":
+            self._use_kubernetes()
         sweep(self.bin)
         self.root = tempfile.mkdtemp(prefix="%s%s-" % (DIR_PREFIX, re.sub(r"[^A-Za-z0-9_-]", "_", self.name)),
                                      dir=TMP_ROOT)
@@ -402,6 +431,52 @@ class Harness:
         os.environ.update({"AGENTBOX_BACKEND": "docker", "AGENTBOX_DOCKER_HOST": host,
                            "AGENTBOX_DOCKER_IMAGE": image})
 
+    def _use_kubernetes(self):
+        """The stand-in cluster, one per test process, its pods on the private
+        Docker engine; the init carrier image built from this build's init."""
+        if not init_is_static():
+            self.skip_all("agentbox-init is dynamically linked (sanitized build): it cannot run in a "
+                          "pod's image")
+        here = os.path.dirname(os.path.abspath(__file__))
+        k8s = os.path.join(os.path.dirname(here), "k8s")
+        if not os.path.exists(os.path.join(k8s, "cluster.py")):
+            self.skip_all("no stand-in cluster (tests/k8s/cluster.py)")
+        sys.path.insert(0, k8s)
+        sys.path.insert(0, here)
+        import cluster
+        import debianroot
+        why = cluster.available()
+        if why:
+            self.skip_all("no stand-in cluster: %s" % why)
+        host = cluster.docker_host()
+        try:
+            image = debianroot.docker_image(host)
+            init_image = kubernetes_init_image(host)
+        except (RuntimeError, OSError, subprocess.SubprocessError) as e:
+            self.skip_all("no images for the stand-in cluster: %s" % e)
+        self.cluster = cluster.Cluster()
+        self.cluster.start()
+        settings = {"kubeconfig": self.cluster.kubeconfig, "image": image, "init_image": init_image,
+                    "image_pull_policy": "Never", "ready_timeout": "60s", "workspace_size": "1G"}
+        os.environ.update({"AGENTBOX_BACKEND": "kubernetes",
+                           "AGENTBOX_KUBERNETES": json.dumps(settings)})
+
+    def k8s_objects(self, box=None):
+        """Names ("kind/name") of the stand-in cluster's objects agentbox made
+        (of box, when given): pods, secrets, claims and policies."""
+        sel = "app.kubernetes.io/managed-by=agentbox"
+        if box:
+            sel += ",agentbox.dev/box=%s" % box
+        out = []
+        import urllib.parse
+        for kind, base in (("pods", "/api/v1"), ("secrets", "/api/v1"),
+                           ("persistentvolumeclaims", "/api/v1"),
+                           ("networkpolicies", "/apis/networking.k8s.io/v1")):
+            lst = self.cluster.api.must("GET", "%s/namespaces/%s/%s?labelSelector=%s" % (
+                base, self.cluster.namespace, kind, urllib.parse.quote(sel)))
+            out += ["%s/%s" % (kind, i["metadata"]["name"]) for i in lst.get("items", [])]
+        return sorted(out)
+
     def box_dirs(self, data=None):
         """Names of the boxes the backend keeps folders for in data (default:
         the harness's): DATA/boxes on native, DATA/docker on Docker runs."""
@@ -412,8 +487,10 @@ class Harness:
         """What of box is still on the host (its folder; on Docker runs its
         container too): [] once it is wholly gone."""
         left = [n for n in self.box_dirs(data) if n == box]
-        if not self.native:
+        if BACKEND == "docker":
             left += self.containers(box, data) or []
+        if BACKEND == "kubernetes":
+            left += self.k8s_objects(box)
         return left
 
     def containers(self, box, data=None):
@@ -602,6 +679,15 @@ class Harness:
             return []
         root, self.root = self.root, None
         problems = _cleanup_dir(root, self.bin, self._boxes, self._keep_dir, self._keep_boxes)
+        # the stand-in cluster goes after the boxes (their rm needs it): an
+        # exit through os._exit would skip its own atexit stop
+        cl = getattr(self, "cluster", None)
+        if cl is not None:
+            self.cluster = None
+            try:
+                cl.stop()
+            except Exception as e:  # noqa: BLE001 (cleanup goes on)
+                problems.append("stopping the stand-in cluster: %s" % e)
         if self._keep_dir:
             self.diag("abtest: kept %s (ABTEST_KEEP)" % root)
         if self._lockfd is not None:

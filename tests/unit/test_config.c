@@ -314,6 +314,39 @@ static void test_backend(void)
         TAP_IS_STR(c.mock_log, "/t/calls.jsonl", "mock_log from the environment");
         ab_config_release(&c);
 
+        /* the kubernetes section: kept as JSON, YAML's string numbers made
+         * numbers where the API wants them; bad keys named */
+        ab_config_default(&c);
+        _cleanup_free_ char *pk =
+            write_conf("backend: kubernetes\nkubernetes:\n  init_image: agentbox/init:1\n"
+                       "  node_selector: {pool: boxes}\n"
+                       "  tolerations:\n  - {key: k, operator: Exists, tolerationSeconds: 30}\n"
+                       "  ready_timeout: 90s\n");
+        tap_ok(ab_config_load_file(&c, pk, &e) == 0 && ab_config_validate(&c, &e) == 0,
+               "backend: kubernetes with a kubernetes: section loads (%s)", e ? e->msg : "ok");
+        ab_err_free(&e);
+        tap_ok(c.kubernetes && strstr(c.kubernetes, "\"init_image\":\"agentbox/init:1\"") &&
+                   strstr(c.kubernetes, "\"tolerationSeconds\":30") &&
+                   strstr(c.kubernetes, "\"pool\":\"boxes\""),
+               "the section is kept as JSON, tolerationSeconds a number (%s)",
+               c.kubernetes ? c.kubernetes : "(none)");
+        setenv("AGENTBOX_KUBERNETES", "{\"init_image\":\"x\",\"namespace\":\"boxes\"}", 1);
+        tap_ok(ab_config_load_env(&c, &e) == 0 && strstr(c.kubernetes, "\"namespace\":\"boxes\""),
+               "AGENTBOX_KUBERNETES replaces it");
+        ab_err_free(&e);
+        setenv("AGENTBOX_KUBERNETES", "{\"nope\":1}", 1);
+        tap_ok(ab_config_load_env(&c, &e) < 0 && e && strstr(e->msg, "kubernetes.nope"),
+               "an unknown key in AGENTBOX_KUBERNETES is named (%s)", e ? e->msg : "accepted");
+        ab_err_free(&e);
+        unsetenv("AGENTBOX_KUBERNETES");
+        ab_config_release(&c);
+        ab_config_default(&c);
+        _cleanup_free_ char *pk2 = write_conf("kubernetes:\n  workspace_size: lots\n");
+        tap_ok(ab_config_load_file(&c, pk2, &e) < 0 && e && strstr(e->msg, "workspace_size"),
+               "a bad workspace_size is refused, named (%s)", e ? e->msg : "accepted");
+        ab_err_free(&e);
+        ab_config_release(&c);
+
         const struct {
                 const char *backend, *host, *want;
         } bad[] = {
