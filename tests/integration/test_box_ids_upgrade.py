@@ -33,6 +33,11 @@ def to_version_3(run_sql):
                 "UPDATE boxes SET app_id = 'up', thread_id = 'th' WHERE id = '%s'" % OLD_THREAD,
                 "UPDATE boxes SET thread_id = 'ath' WHERE id = '%s'" % OLD_ADMIN_THREAD,
                 "DROP INDEX boxes_keys", "DROP INDEX boxes_thread",
+                # what versions 5 to 7 added: the chat's tables, the fleet's nodes
+                # and boxes' owner node, file metadata
+                "DROP TABLE chat_messages", "DROP TABLE chat_sessions",
+                "DROP TABLE nodes", "DROP INDEX boxes_node", "ALTER TABLE boxes DROP COLUMN node",
+                "DROP TABLE file_meta",
                 "DELETE FROM schema_migrations WHERE version >= 4"):
         run_sql(sql)
 
@@ -55,7 +60,8 @@ def run(kind, store_url, sql_fns):
     h.eq(query_sql("SELECT MAX(version) FROM schema_migrations"), "3", "%s: a database of version 3" % kind)
 
     srv.start()
-    h.eq(query_sql("SELECT MAX(version) FROM schema_migrations"), "4", "%s: migrated to version 4" % kind)
+    v = query_sql("SELECT MAX(version) FROM schema_migrations")
+    h.ok(v.isdigit() and int(v) >= 4, "%s: migrated to version 4 and on (%s)" % (kind, v))
     for what, token, body, bid in (
             ("keys", KEY, {"user_id": "u", "chat_id": "c"}, OLD_KEYS),
             ("app up's thread", KEY, {"thread_id": "th"}, OLD_THREAD),
