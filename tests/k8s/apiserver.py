@@ -1828,7 +1828,10 @@ class Handler(BaseHTTPRequestHandler):
             found = [c for c in d.containers("io.kubernetes.pod.uid=" + pod["metadata"]["uid"])
                      if c["Labels"].get("io.kubernetes.container.name") == cname]
             if found:
-                data = d.logs(max(found, key=lambda c: c["Created"])["Id"])
+                cid = max(found, key=lambda c: c["Created"])["Id"]
+                if q.get("follow") in ("true", "1"):
+                    return self.follow_log(d, cid, q.get("tailLines") or "all")
+                data = d.logs(cid)
         path = os.path.join(self.server.api.args.state_dir, "logs", "%s_%s.log" % (pod["metadata"]["uid"], cname))
         if data is None and os.path.exists(path):
             with open(path, "rb") as f:
@@ -1840,6 +1843,19 @@ class Handler(BaseHTTPRequestHandler):
         if tail:
             data = b"\n".join(data.split(b"\n")[-(int(tail) + 1):])
         self.send_text(200, data)
+
+    def follow_log(self, d, cid, tail):
+        """pods/log?follow=true: the output as it comes, chunked, until the
+        container ends or the client goes."""
+        self.send_response(200)
+        self.send_header("Content-Type", "text/plain")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        self.close_connection = True
+        for data in d.logs_follow(cid, tail):
+            self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+            self.wfile.flush()
+        self.wfile.write(b"0\r\n\r\n")
 
     def watch(self, res, ns, q):
         """A watch stream: chunked JSON lines from resourceVersion on."""

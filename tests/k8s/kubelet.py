@@ -447,6 +447,14 @@ class PodWorker:
     def start_container(self, c, st):
         """Create and start c; st is its record in self.cs. False if it cannot start yet."""
         if not self.docker.image_exists(c["image"]):
+            if c.get("imagePullPolicy") == "Never":
+                msg = 'Container image "%s" is not present with pull policy of Never' % c["image"]
+                if st.get("state", {}).get("waiting", {}).get("reason") != "ErrImageNeverPull":
+                    self.event("Warning", "ErrImageNeverPull", msg)
+                    self.event("Warning", "Failed", "Error: ErrImageNeverPull")
+                st["state"] = {"waiting": {"reason": "ErrImageNeverPull", "message": msg}}
+                st["backoff_until"] = time.monotonic() + self.backoff(2)
+                return False
             first = st.get("pull_failures", 0) == 0
             st["pull_failures"] = st.get("pull_failures", 0) + 1
             st["backoff_until"] = time.monotonic() + self.backoff(st["pull_failures"])

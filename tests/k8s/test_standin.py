@@ -320,6 +320,10 @@ def test_pod_ready(c):
     t.ok(body in (200, 404), "the pod's server answers on its pod IP", body)
     rc, out, err = kubectl(c, "logs", "web")
     t.ok(rc == 0 and "hello" in out, "kubectl logs", err)
+    follow = subprocess.Popen(["kubectl", "--kubeconfig", c.kubeconfig, "logs", "-f", "web"],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    first = follow.stdout.readline()
+    t.eq(first, b"hello\n", "kubectl logs -f streams the output")
     conds = {x["type"]: x["status"] for x in got["status"]["conditions"]}
     t.ok(conds.get("Ready") == "True" and conds.get("PodScheduled") == "True" and
          conds.get("Initialized") == "True", "conditions Ready/PodScheduled/Initialized", conds)
@@ -329,6 +333,11 @@ def test_pod_ready(c):
     # killed from outside, restartPolicy Never: Failed with the exit code
     c.kill_container("web")
     got = wait_pod(c, "web", lambda p: p["status"]["phase"] == "Failed")
+    try:
+        follow.wait(10)
+    except subprocess.TimeoutExpired:
+        follow.kill()
+    t.ok(follow.returncode == 0, "and ends when the container does", follow.returncode)
     term = got["status"]["containerStatuses"][0]["state"].get("terminated", {})
     t.ok(term.get("exitCode") == 137 and term.get("reason") == "Error",
          "a container killed from outside: terminated 137, pod Failed (restartPolicy Never)", got["status"])
@@ -390,6 +399,12 @@ def test_failures(c):
     wait_pod(c, "noimage", lambda p: p["status"]["containerStatuses"][0]["state"].get("waiting", {}).get(
         "reason") == "ImagePullBackOff")
     t.ok(True, "then ImagePullBackOff")
+    c.api.must("POST", kclient.pod_path("default"), pod("never", "true", container={
+        "image": "no/such:1", "imagePullPolicy": "Never"}))
+    wait_pod(c, "never", lambda p: (p["status"].get("containerStatuses") or [{}])[0].get(
+        "state", {}).get("waiting", {}).get("reason") == "ErrImageNeverPull")
+    t.ok(True, "imagePullPolicy Never and no image: ErrImageNeverPull")
+    c.api.must("DELETE", kclient.pod_path("default", "never"))
     c.api.must("POST", "/api/v1/namespaces/default/persistentvolumeclaims", {
         "metadata": {"name": "nobind"}, "spec": {"storageClassName": "fast", "accessModes": ["ReadWriteOnce"],
                                                  "resources": {"requests": {"storage": "1Gi"}}}})
