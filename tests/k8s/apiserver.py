@@ -109,6 +109,7 @@ RESOURCES = [
     Res("nodes", "Node", "", "v1", False, ["no"], status=True),
     Res("networkpolicies", "NetworkPolicy", "networking.k8s.io", "v1", True, ["netpol"]),
     Res("storageclasses", "StorageClass", "storage.k8s.io", "v1", False, ["sc"]),
+    Res("runtimeclasses", "RuntimeClass", "node.k8s.io", "v1", False),
     Res("deployments", "Deployment", "apps", "v1", True, ["deploy"], status=True),
     Res("roles", "Role", "rbac.authorization.k8s.io", "v1", True),
     Res("rolebindings", "RoleBinding", "rbac.authorization.k8s.io", "v1", True),
@@ -839,6 +840,7 @@ class Api:
             causes = validate_object(res, obj)
             if causes:
                 raise invalid(res, md.get("name"), causes)
+            self.admit(res, obj)
             key = (res.name, ns or "", md["name"])
             if key in self.store.objects:
                 grp = "" if not res.group else "." + res.group
@@ -856,6 +858,15 @@ class Api:
             self.store.commit("ADDED", res, key, obj, None)
             self.store.record("create", res, obj, who)
             return copy.deepcopy(obj)
+
+    def admit(self, res, obj):
+        """The admission plugins the stand-in has: RuntimeClass (a pod naming
+        a RuntimeClass that does not exist is refused)."""
+        rc = (obj.get("spec") or {}).get("runtimeClassName") if res.name == "pods" else None
+        if rc and ("runtimeclasses", "", rc) not in self.store.objects:
+            raise ApiError(403, "Forbidden", 'pods "%s" is forbidden: pod rejected: RuntimeClass "%s" not found'
+                           % (obj["metadata"].get("name", ""), rc), {"name": obj["metadata"].get("name", ""),
+                                                                     "kind": "pods"})
 
     def defaults(self, res, obj):
         """What the real API server's defaulting and admission add on create."""

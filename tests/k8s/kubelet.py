@@ -441,6 +441,13 @@ class PodWorker:
                 src = os.path.join(src, m["subPath"])
                 os.makedirs(src, exist_ok=True)
             hc["Binds"].append("%s:%s%s" % (src, m["mountPath"], ":ro" if (ro or m.get("readOnly")) else ""))
+        rc = self.pod["spec"].get("runtimeClassName")
+        if rc:
+            st, obj = self.api.request("GET", "/apis/node.k8s.io/v1/runtimeclasses/" + rc)
+            if st != 200:
+                raise PodFailure("CreateContainerConfigError", 'RuntimeClass "%s" not found' % rc)
+            if obj.get("handler") not in ("runc", ""):
+                hc["Runtime"] = obj["handler"]  # an OCI runtime the engine knows by that name
         cfg["HostConfig"] = hc
         return cfg
 

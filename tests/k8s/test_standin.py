@@ -367,6 +367,14 @@ def test_security_and_limits(c):
     t.ok(rc == 0 and "1/1" in out and "Running" in out, "kubectl get pods shows READY and STATUS", out + err)
     rc, out, err = kubectl(c, "delete", "pod", "locked")
     t.ok("Killing" in [r for r, _ in events_for(c, "locked")], "deletion: a Killing event")
+    st, body = c.api.request("POST", kclient.pod_path("default"), pod("gv", "true", runtimeClassName="gvisor"))
+    t.ok(st == 403 and 'RuntimeClass "gvisor" not found' in body["message"],
+         "a pod naming a RuntimeClass that does not exist: 403 Forbidden", body)
+    c.api.must("POST", "/apis/node.k8s.io/v1/runtimeclasses", {"metadata": {"name": "plain"}, "handler": "runc"})
+    c.api.must("POST", kclient.pod_path("default"), pod("rc", "exec sleep 100", runtimeClassName="plain"))
+    wait_pod(c, "rc", lambda p: p["status"]["phase"] == "Running")
+    t.ok(True, "a pod of an existing RuntimeClass (handler runc) runs")
+    c.api.must("DELETE", kclient.pod_path("default", "rc"), params={"gracePeriodSeconds": "0"})
 
 
 def test_failures(c):
