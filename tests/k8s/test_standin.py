@@ -384,6 +384,11 @@ def test_failures(c):
     t.ok(not got["spec"].get("nodeName") and got["status"]["phase"] == "Pending",
          "a nodeSelector no node matches: Pending, PodScheduled=False Unschedulable", got["status"])
     t.ok("FailedScheduling" in [r for r, _ in events_for(c, "picky")], "event FailedScheduling")
+    rc, out, err = kubectl(c, "get", "events", "--field-selector", "involvedObject.name=picky,type=Warning",
+                           "-o", "jsonpath={.items[*].reason}")
+    t.eq(out.split(), ["FailedScheduling"], "kubectl get events --field-selector involvedObject.name=,type=")
+    rc, out, err = kubectl(c, "get", "pods", "--field-selector", "status.phase=Pending", "-o", "name")
+    t.ok("pod/picky" in out.split(), "kubectl get pods --field-selector status.phase=Pending", out + err)
     rc, out, err = kubectl(c, "taint", "nodes", "standin-node", "dedicated=boxes:NoSchedule")
     t.ok(rc == 0, "kubectl taint a node", err)
     c.api.must("POST", kclient.pod_path("default"), pod("untolerated", "sleep 1"))
