@@ -1462,7 +1462,8 @@ def table_row(res, obj):
                 status = w["reason"]
         if obj["metadata"].get("deletionTimestamp"):
             status = "Terminating"
-        return [obj["metadata"]["name"], ready, status, sum(c.get("restartCount", 0) for c in cs), age(obj)]
+        return [obj["metadata"]["name"], ready, status, sum(c.get("restartCount", 0) for c in cs), age(obj),
+                st.get("podIP") or "<none>", obj["spec"].get("nodeName") or "<none>"]
     if res.name == "persistentvolumeclaims":
         return [obj["metadata"]["name"], st.get("phase", ""), obj["spec"].get("volumeName", ""),
                 (st.get("capacity") or {}).get("storage", ""), age(obj)]
@@ -1473,15 +1474,15 @@ def table(res, objs, rv):
     cols = [("Name", "string", "name")]
     if res.name == "pods":
         cols += [("Ready", "string", ""), ("Status", "string", ""), ("Restarts", "integer", ""),
-                 ("Age", "string", "")]
+                 ("Age", "string", ""), ("IP", "string", "", 1), ("Node", "string", "", 1)]
     elif res.name == "persistentvolumeclaims":
         cols += [("Status", "string", ""), ("Volume", "string", ""), ("Capacity", "string", ""),
                  ("Age", "string", "")]
     else:
         cols += [("Age", "string", "")]
     return {"kind": "Table", "apiVersion": "meta.k8s.io/v1", "metadata": {"resourceVersion": str(rv)},
-            "columnDefinitions": [{"name": n, "type": t, "format": f, "description": n, "priority": 0}
-                                  for n, t, f in cols],
+            "columnDefinitions": [{"name": c[0], "type": c[1], "format": c[2], "description": c[0],
+                                   "priority": c[3] if len(c) > 3 else 0} for c in cols],
             "rows": [{"cells": table_row(res, o), "object": {
                 "kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1",
                 "metadata": o["metadata"]}} for o in objs]}

@@ -503,6 +503,7 @@ class PodWorker:
             return False
         self.event("Normal", "Started", "Started container %s" % c["name"])
         info = self.docker.inspect(cid)
+        st["image_id"] = "docker://" + (info or {}).get("Image", "")
         st["state"] = {"running": {"startedAt": (info or {}).get("State", {}).get("StartedAt", now_ts())[:19] + "Z"}}
         st["started"] = time.monotonic()
         st["ready"] = False
@@ -762,7 +763,8 @@ class PodWorker:
 
     def container_status(self, c, init):
         st = self.cs[c["name"]]
-        out = {"name": c["name"], "image": c["image"], "imageID": "", "restartCount": st["restarts"],
+        out = {"name": c["name"], "image": c["image"], "imageID": st.get("image_id", ""),
+               "restartCount": st["restarts"],
                "ready": bool(st.get("ready")) if not init else "terminated" in st["state"] and
                st["state"]["terminated"]["exitCode"] == 0,
                "started": "running" in st["state"], "state": st["state"]}

@@ -363,8 +363,9 @@ def test_security_and_limits(c):
     t.ok(got["status"]["qosClass"] == "Guaranteed" and
          got["spec"]["containers"][0]["resources"]["requests"] == {"cpu": "250m", "memory": "64Mi"},
          "requests default to the limits; qosClass Guaranteed", got)
-    rc, out, err = kubectl(c, "get", "pods", "locked")
-    t.ok(rc == 0 and "1/1" in out and "Running" in out, "kubectl get pods shows READY and STATUS", out + err)
+    rc, out, err = kubectl(c, "get", "pods", "locked", "-o", "wide")
+    t.ok(rc == 0 and "1/1" in out and "Running" in out and got["status"]["podIP"] in out and
+         "standin-node" in out, "kubectl get pods -o wide shows READY, STATUS, IP and NODE", out + err)
     rc, out, err = kubectl(c, "delete", "pod", "locked")
     t.ok("Killing" in [r for r, _ in events_for(c, "locked")], "deletion: a Killing event")
     st, body = c.api.request("POST", kclient.pod_path("default"), pod("gv", "true", runtimeClassName="gvisor"))
