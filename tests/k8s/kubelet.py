@@ -21,7 +21,6 @@ ImagePullBackOff, as on a node that cannot reach the registry.
 
 import argparse
 import base64
-import copy
 import datetime
 import json
 import os

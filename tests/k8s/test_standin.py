@@ -558,7 +558,8 @@ def test_patches_and_names(c):
          (err, err2, got))
     st, body = c.api.request("POST", "/api/v1/namespaces/default/configmaps", b"{not json")
     t.ok(st == 400 and body["reason"] == "BadRequest", "bad JSON: 400 BadRequest", body)
-    st, body = c.api.request("POST", "/api/v1/namespaces/default/configmaps", {"kind": "Pod", "metadata": {"name": "k"}})
+    st, body = c.api.request("POST", "/api/v1/namespaces/default/configmaps",
+                             {"kind": "Pod", "metadata": {"name": "k"}})
     t.ok(st == 400 and body["kind"] == "Status", "a kind that is not the URL's: 400", body)
     st, body = c.api.request("POST", "/api/v1/namespaces/nowhere/configmaps", {"metadata": {"name": "k"}})
     t.ok(st == 404 and 'namespaces "nowhere" not found' in body["message"], "a missing namespace: 404", body)
