@@ -702,6 +702,7 @@ class PodWorker:
             evict = (pod["metadata"].get("annotations") or {}).get(EVICT_ANNOTATION)
             if evict and self.terminal is None:
                 self.evict(evict)
+            pause = self.args.sync_period
             if self.terminal is None:
                 try:
                     if self.volumes is None:
@@ -709,14 +710,14 @@ class PodWorker:
                     self.step(pod, inits, conts)
                 except PodFailure as e:
                     self.event("Warning", e.reason, e.message)
-                    time.sleep(self.backoff(2))
+                    pause = self.backoff(2)
                 except (OSError, dockerapi.DockerError, ApiCallError) as e:
                     print("kubelet: pod %s/%s: %s" % (self.ns, self.name, e), file=sys.stderr, flush=True)
-                    time.sleep(0.5)
+                    pause = 0.5
             self.write_status(pod, inits, conts)
             with self.cond:
                 if not self.deleted and not self.pod["metadata"].get("deletionTimestamp"):
-                    self.cond.wait(self.args.sync_period)
+                    self.cond.wait(pause)
 
     def step(self, pod, inits, conts):
         policy = pod["spec"].get("restartPolicy", "Always")

@@ -413,6 +413,15 @@ def test_failures(c):
     wait_pod(c, "noimage", lambda p: p["status"]["containerStatuses"][0]["state"].get("waiting", {}).get(
         "reason") == "ImagePullBackOff")
     t.ok(True, "then ImagePullBackOff")
+    c.api.must("POST", kclient.pod_path("default"), pod("nomount", "true", volumes=[
+        {"name": "s", "secret": {"secretName": "no-such-secret"}}], container={
+        "volumeMounts": [{"name": "s", "mountPath": "/s"}]}))
+    c.wait(lambda: "FailedMount" in [r for r, _ in events_for(c, "nomount")], 20, "FailedMount")
+    got = wait_pod(c, "nomount", lambda p: p["status"].get("containerStatuses"))
+    t.ok(got["status"]["phase"] == "Pending" and got["status"]["containerStatuses"][0]["state"]["waiting"][
+        "reason"] == "ContainerCreating", "a secret volume whose Secret is missing: FailedMount, ContainerCreating",
+        got["status"])
+    c.api.must("DELETE", kclient.pod_path("default", "nomount"))
     c.api.must("POST", kclient.pod_path("default"), pod("never", "true", container={
         "image": "no/such:1", "imagePullPolicy": "Never"}))
     wait_pod(c, "never", lambda p: (p["status"].get("containerStatuses") or [{}])[0].get(
