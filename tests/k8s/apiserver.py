@@ -465,26 +465,39 @@ def merge_patch(target, patch):
 def strategic_merge_patch(target, patch):
     """Strategic merge patch as far as the stand-in does it: maps merge as in
     a JSON merge patch; lists of objects that all have a "name" (containers,
-    volumes, env, ports) or "type" (conditions) merge by that key; other lists
-    are replaced; "$patch": "delete"/"replace" directives on list items and
-    maps are honoured."""
+    volumes, env, ports) or "type" (conditions) merge by that key;
+    finalizers merge as a set; other lists are replaced; "$patch":
+    "delete"/"replace" directives on list items and maps and
+    $deleteFromPrimitiveList are honoured, other $ directives ignored."""
     if not isinstance(patch, dict):
         return copy.deepcopy(patch)
     if patch.get("$patch") == "replace":
         return {k: v for k, v in copy.deepcopy(patch).items() if k != "$patch"}
     out = copy.deepcopy(target) if isinstance(target, dict) else {}
     for k, v in patch.items():
+        if k.startswith("$deleteFromPrimitiveList/"):
+            name = k.split("/", 1)[1]
+            if isinstance(out.get(name), list) and isinstance(v, list):
+                out[name] = [x for x in out[name] if x not in v]
+            continue
         if k.startswith("$"):
             continue
         if v is None:
             out.pop(k, None)
         elif isinstance(v, dict) and v.get("$patch") == "delete":
             out.pop(k, None)
+        elif k in MERGED_PRIMITIVE_LISTS and isinstance(v, list) and isinstance(out.get(k), list):
+            out[k] = out[k] + [x for x in v if x not in out[k]]
         elif isinstance(v, list) and isinstance(out.get(k), list):
             out[k] = merge_list(out[k], v)
         else:
             out[k] = strategic_merge_patch(out.get(k), v)
     return out
+
+
+# Lists of strings whose patch strategy is "merge" (metadata.finalizers):
+# a strategic merge patch adds to them; $deleteFromPrimitiveList/NAME removes.
+MERGED_PRIMITIVE_LISTS = {"finalizers"}
 
 
 def merge_list(cur, patch):

@@ -565,6 +565,14 @@ def test_patches_and_names(c):
     got = c.api.must("GET", "/api/v1/namespaces/default/configmaps/" + name)
     t.ok(rc == 0 and rc2 == 0 and got["data"] == {"b": "2"}, "kubectl patch --type=json and --type=merge",
          (err, err2, got))
+    kubectl(c, "patch", "configmap", name, "-p", '{"metadata":{"finalizers":["test/a"]}}', check=True)
+    kubectl(c, "patch", "configmap", name, "-p", '{"metadata":{"finalizers":["test/b"]}}', check=True)
+    fins = c.api.must("GET", "/api/v1/namespaces/default/configmaps/" + name)["metadata"].get("finalizers")
+    kubectl(c, "patch", "configmap", name, "-p",
+            '{"metadata":{"$deleteFromPrimitiveList/finalizers":["test/a","test/b"]}}', check=True)
+    after = c.api.must("GET", "/api/v1/namespaces/default/configmaps/" + name)["metadata"].get("finalizers")
+    t.ok(fins == ["test/a", "test/b"] and not after,
+         "strategic merge patch: finalizers merge, $deleteFromPrimitiveList removes", (fins, after))
     st, body = c.api.request("POST", "/api/v1/namespaces/default/configmaps", b"{not json")
     t.ok(st == 400 and body["reason"] == "BadRequest", "bad JSON: 400 BadRequest", body)
     st, body = c.api.request("POST", "/api/v1/namespaces/default/configmaps",
