@@ -109,6 +109,7 @@ RESOURCES = [
     Res("nodes", "Node", "", "v1", False, ["no"], status=True),
     Res("networkpolicies", "NetworkPolicy", "networking.k8s.io", "v1", True, ["netpol"]),
     Res("storageclasses", "StorageClass", "storage.k8s.io", "v1", False, ["sc"]),
+    Res("runtimeclasses", "RuntimeClass", "node.k8s.io", "v1", False),
     Res("deployments", "Deployment", "apps", "v1", True, ["deploy"], status=True),
     Res("roles", "Role", "rbac.authorization.k8s.io", "v1", True),
     Res("rolebindings", "RoleBinding", "rbac.authorization.k8s.io", "v1", True),
@@ -464,26 +465,39 @@ def merge_patch(target, patch):
 def strategic_merge_patch(target, patch):
     """Strategic merge patch as far as the stand-in does it: maps merge as in
     a JSON merge patch; lists of objects that all have a "name" (containers,
-    volumes, env, ports) or "type" (conditions) merge by that key; other lists
-    are replaced; "$patch": "delete"/"replace" directives on list items and
-    maps are honoured."""
+    volumes, env, ports) or "type" (conditions) merge by that key;
+    finalizers merge as a set; other lists are replaced; "$patch":
+    "delete"/"replace" directives on list items and maps and
+    $deleteFromPrimitiveList are honoured, other $ directives ignored."""
     if not isinstance(patch, dict):
         return copy.deepcopy(patch)
     if patch.get("$patch") == "replace":
         return {k: v for k, v in copy.deepcopy(patch).items() if k != "$patch"}
     out = copy.deepcopy(target) if isinstance(target, dict) else {}
     for k, v in patch.items():
+        if k.startswith("$deleteFromPrimitiveList/"):
+            name = k.split("/", 1)[1]
+            if isinstance(out.get(name), list) and isinstance(v, list):
+                out[name] = [x for x in out[name] if x not in v]
+            continue
         if k.startswith("$"):
             continue
         if v is None:
             out.pop(k, None)
         elif isinstance(v, dict) and v.get("$patch") == "delete":
             out.pop(k, None)
+        elif k in MERGED_PRIMITIVE_LISTS and isinstance(v, list) and isinstance(out.get(k), list):
+            out[k] = out[k] + [x for x in v if x not in out[k]]
         elif isinstance(v, list) and isinstance(out.get(k), list):
             out[k] = merge_list(out[k], v)
         else:
             out[k] = strategic_merge_patch(out.get(k), v)
     return out
+
+
+# Lists of strings whose patch strategy is "merge" (metadata.finalizers):
+# a strategic merge patch adds to them; $deleteFromPrimitiveList/NAME removes.
+MERGED_PRIMITIVE_LISTS = {"finalizers"}
 
 
 def merge_list(cur, patch):
@@ -839,6 +853,7 @@ class Api:
             causes = validate_object(res, obj)
             if causes:
                 raise invalid(res, md.get("name"), causes)
+            self.admit(res, obj)
             key = (res.name, ns or "", md["name"])
             if key in self.store.objects:
                 grp = "" if not res.group else "." + res.group
@@ -856,6 +871,15 @@ class Api:
             self.store.commit("ADDED", res, key, obj, None)
             self.store.record("create", res, obj, who)
             return copy.deepcopy(obj)
+
+    def admit(self, res, obj):
+        """The admission plugins the stand-in has: RuntimeClass (a pod naming
+        a RuntimeClass that does not exist is refused)."""
+        rc = (obj.get("spec") or {}).get("runtimeClassName") if res.name == "pods" else None
+        if rc and ("runtimeclasses", "", rc) not in self.store.objects:
+            raise ApiError(403, "Forbidden", 'pods "%s" is forbidden: pod rejected: RuntimeClass "%s" not found'
+                           % (obj["metadata"].get("name", ""), rc), {"name": obj["metadata"].get("name", ""),
+                                                                     "kind": "pods"})
 
     def defaults(self, res, obj):
         """What the real API server's defaulting and admission add on create."""
@@ -1451,7 +1475,8 @@ def table_row(res, obj):
                 status = w["reason"]
         if obj["metadata"].get("deletionTimestamp"):
             status = "Terminating"
-        return [obj["metadata"]["name"], ready, status, sum(c.get("restartCount", 0) for c in cs), age(obj)]
+        return [obj["metadata"]["name"], ready, status, sum(c.get("restartCount", 0) for c in cs), age(obj),
+                st.get("podIP") or "<none>", obj["spec"].get("nodeName") or "<none>"]
     if res.name == "persistentvolumeclaims":
         return [obj["metadata"]["name"], st.get("phase", ""), obj["spec"].get("volumeName", ""),
                 (st.get("capacity") or {}).get("storage", ""), age(obj)]
@@ -1462,15 +1487,15 @@ def table(res, objs, rv):
     cols = [("Name", "string", "name")]
     if res.name == "pods":
         cols += [("Ready", "string", ""), ("Status", "string", ""), ("Restarts", "integer", ""),
-                 ("Age", "string", "")]
+                 ("Age", "string", ""), ("IP", "string", "", 1), ("Node", "string", "", 1)]
     elif res.name == "persistentvolumeclaims":
         cols += [("Status", "string", ""), ("Volume", "string", ""), ("Capacity", "string", ""),
                  ("Age", "string", "")]
     else:
         cols += [("Age", "string", "")]
     return {"kind": "Table", "apiVersion": "meta.k8s.io/v1", "metadata": {"resourceVersion": str(rv)},
-            "columnDefinitions": [{"name": n, "type": t, "format": f, "description": n, "priority": 0}
-                                  for n, t, f in cols],
+            "columnDefinitions": [{"name": c[0], "type": c[1], "format": c[2], "description": c[0],
+                                   "priority": c[3] if len(c) > 3 else 0} for c in cols],
             "rows": [{"cells": table_row(res, o), "object": {
                 "kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1",
                 "metadata": o["metadata"]}} for o in objs]}
@@ -1828,7 +1853,10 @@ class Handler(BaseHTTPRequestHandler):
             found = [c for c in d.containers("io.kubernetes.pod.uid=" + pod["metadata"]["uid"])
                      if c["Labels"].get("io.kubernetes.container.name") == cname]
             if found:
-                data = d.logs(max(found, key=lambda c: c["Created"])["Id"])
+                cid = max(found, key=lambda c: c["Created"])["Id"]
+                if q.get("follow") in ("true", "1"):
+                    return self.follow_log(d, cid, q.get("tailLines") or "all")
+                data = d.logs(cid)
         path = os.path.join(self.server.api.args.state_dir, "logs", "%s_%s.log" % (pod["metadata"]["uid"], cname))
         if data is None and os.path.exists(path):
             with open(path, "rb") as f:
@@ -1840,6 +1868,19 @@ class Handler(BaseHTTPRequestHandler):
         if tail:
             data = b"\n".join(data.split(b"\n")[-(int(tail) + 1):])
         self.send_text(200, data)
+
+    def follow_log(self, d, cid, tail):
+        """pods/log?follow=true: the output as it comes, chunked, until the
+        container ends or the client goes."""
+        self.send_response(200)
+        self.send_header("Content-Type", "text/plain")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        self.close_connection = True
+        for data in d.logs_follow(cid, tail):
+            self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+            self.wfile.flush()
+        self.wfile.write(b"0\r\n\r\n")
 
     def watch(self, res, ns, q):
         """A watch stream: chunked JSON lines from resourceVersion on."""

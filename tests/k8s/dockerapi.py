@@ -96,6 +96,28 @@ class Docker:
         _, info = self.call("GET", "/exec/%s/json" % eid)
         return info.get("ExitCode", -1) if not info.get("Running") else -1
 
+    def logs_follow(self, cid, tail="all"):
+        """Yield the container's output as it comes (stdout and stderr, no
+        TTY) until it ends."""
+        c = UnixConn(self.path, None)
+        try:
+            c.request("GET", "/v1.41/containers/%s/logs?%s" % (cid, urllib.parse.urlencode(
+                {"follow": "1", "stdout": "1", "stderr": "1", "tail": tail})))
+            r = c.getresponse()
+            if r.status != 200:
+                return
+            while True:
+                head = r.read(8)
+                if len(head) < 8:
+                    return
+                n = struct.unpack(">I", head[4:8])[0]
+                data = r.read(n)
+                if not data:
+                    return
+                yield data
+        finally:
+            c.close()
+
     def logs(self, cid):
         """stdout and stderr interleaved, as bytes (a container without a TTY)."""
         st, raw = self.call("GET", "/containers/%s/logs" % cid, params={"stdout": "1", "stderr": "1"}, ok=None)

@@ -21,7 +21,6 @@ ImagePullBackOff, as on a node that cannot reach the registry.
 
 import argparse
 import base64
-import copy
 import datetime
 import json
 import os
@@ -441,12 +440,27 @@ class PodWorker:
                 src = os.path.join(src, m["subPath"])
                 os.makedirs(src, exist_ok=True)
             hc["Binds"].append("%s:%s%s" % (src, m["mountPath"], ":ro" if (ro or m.get("readOnly")) else ""))
+        rc = self.pod["spec"].get("runtimeClassName")
+        if rc:
+            st, obj = self.api.request("GET", "/apis/node.k8s.io/v1/runtimeclasses/" + rc)
+            if st != 200:
+                raise PodFailure("CreateContainerConfigError", 'RuntimeClass "%s" not found' % rc)
+            if obj.get("handler") not in ("runc", ""):
+                hc["Runtime"] = obj["handler"]  # an OCI runtime the engine knows by that name
         cfg["HostConfig"] = hc
         return cfg
 
     def start_container(self, c, st):
         """Create and start c; st is its record in self.cs. False if it cannot start yet."""
         if not self.docker.image_exists(c["image"]):
+            if c.get("imagePullPolicy") == "Never":
+                msg = 'Container image "%s" is not present with pull policy of Never' % c["image"]
+                if st.get("state", {}).get("waiting", {}).get("reason") != "ErrImageNeverPull":
+                    self.event("Warning", "ErrImageNeverPull", msg)
+                    self.event("Warning", "Failed", "Error: ErrImageNeverPull")
+                st["state"] = {"waiting": {"reason": "ErrImageNeverPull", "message": msg}}
+                st["backoff_until"] = time.monotonic() + self.backoff(2)
+                return False
             first = st.get("pull_failures", 0) == 0
             st["pull_failures"] = st.get("pull_failures", 0) + 1
             st["backoff_until"] = time.monotonic() + self.backoff(st["pull_failures"])
@@ -488,6 +502,7 @@ class PodWorker:
             return False
         self.event("Normal", "Started", "Started container %s" % c["name"])
         info = self.docker.inspect(cid)
+        st["image_id"] = "docker://" + (info or {}).get("Image", "")
         st["state"] = {"running": {"startedAt": (info or {}).get("State", {}).get("StartedAt", now_ts())[:19] + "Z"}}
         st["started"] = time.monotonic()
         st["ready"] = False
@@ -687,6 +702,7 @@ class PodWorker:
             evict = (pod["metadata"].get("annotations") or {}).get(EVICT_ANNOTATION)
             if evict and self.terminal is None:
                 self.evict(evict)
+            pause = self.args.sync_period
             if self.terminal is None:
                 try:
                     if self.volumes is None:
@@ -694,14 +710,14 @@ class PodWorker:
                     self.step(pod, inits, conts)
                 except PodFailure as e:
                     self.event("Warning", e.reason, e.message)
-                    time.sleep(self.backoff(2))
+                    pause = self.backoff(2)
                 except (OSError, dockerapi.DockerError, ApiCallError) as e:
                     print("kubelet: pod %s/%s: %s" % (self.ns, self.name, e), file=sys.stderr, flush=True)
-                    time.sleep(0.5)
+                    pause = 0.5
             self.write_status(pod, inits, conts)
             with self.cond:
                 if not self.deleted and not self.pod["metadata"].get("deletionTimestamp"):
-                    self.cond.wait(self.args.sync_period)
+                    self.cond.wait(pause)
 
     def step(self, pod, inits, conts):
         policy = pod["spec"].get("restartPolicy", "Always")
@@ -747,7 +763,8 @@ class PodWorker:
 
     def container_status(self, c, init):
         st = self.cs[c["name"]]
-        out = {"name": c["name"], "image": c["image"], "imageID": "", "restartCount": st["restarts"],
+        out = {"name": c["name"], "image": c["image"], "imageID": st.get("image_id", ""),
+               "restartCount": st["restarts"],
                "ready": bool(st.get("ready")) if not init else "terminated" in st["state"] and
                st["state"]["terminated"]["exitCode"] == 0,
                "started": "running" in st["state"], "state": st["state"]}

@@ -320,6 +320,10 @@ def test_pod_ready(c):
     t.ok(body in (200, 404), "the pod's server answers on its pod IP", body)
     rc, out, err = kubectl(c, "logs", "web")
     t.ok(rc == 0 and "hello" in out, "kubectl logs", err)
+    follow = subprocess.Popen(["kubectl", "--kubeconfig", c.kubeconfig, "logs", "-f", "web"],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    first = follow.stdout.readline()
+    t.eq(first, b"hello\n", "kubectl logs -f streams the output")
     conds = {x["type"]: x["status"] for x in got["status"]["conditions"]}
     t.ok(conds.get("Ready") == "True" and conds.get("PodScheduled") == "True" and
          conds.get("Initialized") == "True", "conditions Ready/PodScheduled/Initialized", conds)
@@ -329,6 +333,11 @@ def test_pod_ready(c):
     # killed from outside, restartPolicy Never: Failed with the exit code
     c.kill_container("web")
     got = wait_pod(c, "web", lambda p: p["status"]["phase"] == "Failed")
+    try:
+        follow.wait(10)
+    except subprocess.TimeoutExpired:
+        follow.kill()
+    t.ok(follow.returncode == 0, "and ends when the container does", follow.returncode)
     term = got["status"]["containerStatuses"][0]["state"].get("terminated", {})
     t.ok(term.get("exitCode") == 137 and term.get("reason") == "Error",
          "a container killed from outside: terminated 137, pod Failed (restartPolicy Never)", got["status"])
@@ -354,10 +363,19 @@ def test_security_and_limits(c):
     t.ok(got["status"]["qosClass"] == "Guaranteed" and
          got["spec"]["containers"][0]["resources"]["requests"] == {"cpu": "250m", "memory": "64Mi"},
          "requests default to the limits; qosClass Guaranteed", got)
-    rc, out, err = kubectl(c, "get", "pods", "locked")
-    t.ok(rc == 0 and "1/1" in out and "Running" in out, "kubectl get pods shows READY and STATUS", out + err)
+    rc, out, err = kubectl(c, "get", "pods", "locked", "-o", "wide")
+    t.ok(rc == 0 and "1/1" in out and "Running" in out and got["status"]["podIP"] in out and
+         "standin-node" in out, "kubectl get pods -o wide shows READY, STATUS, IP and NODE", out + err)
     rc, out, err = kubectl(c, "delete", "pod", "locked")
     t.ok("Killing" in [r for r, _ in events_for(c, "locked")], "deletion: a Killing event")
+    st, body = c.api.request("POST", kclient.pod_path("default"), pod("gv", "true", runtimeClassName="gvisor"))
+    t.ok(st == 403 and 'RuntimeClass "gvisor" not found' in body["message"],
+         "a pod naming a RuntimeClass that does not exist: 403 Forbidden", body)
+    c.api.must("POST", "/apis/node.k8s.io/v1/runtimeclasses", {"metadata": {"name": "plain"}, "handler": "runc"})
+    c.api.must("POST", kclient.pod_path("default"), pod("rc", "exec sleep 100", runtimeClassName="plain"))
+    wait_pod(c, "rc", lambda p: p["status"]["phase"] == "Running")
+    t.ok(True, "a pod of an existing RuntimeClass (handler runc) runs")
+    c.api.must("DELETE", kclient.pod_path("default", "rc"), params={"gracePeriodSeconds": "0"})
 
 
 def test_failures(c):
@@ -367,6 +385,11 @@ def test_failures(c):
     t.ok(not got["spec"].get("nodeName") and got["status"]["phase"] == "Pending",
          "a nodeSelector no node matches: Pending, PodScheduled=False Unschedulable", got["status"])
     t.ok("FailedScheduling" in [r for r, _ in events_for(c, "picky")], "event FailedScheduling")
+    rc, out, err = kubectl(c, "get", "events", "--field-selector", "involvedObject.name=picky,type=Warning",
+                           "-o", "jsonpath={.items[*].reason}")
+    t.eq(out.split(), ["FailedScheduling"], "kubectl get events --field-selector involvedObject.name=,type=")
+    rc, out, err = kubectl(c, "get", "pods", "--field-selector", "status.phase=Pending", "-o", "name")
+    t.ok("pod/picky" in out.split(), "kubectl get pods --field-selector status.phase=Pending", out + err)
     rc, out, err = kubectl(c, "taint", "nodes", "standin-node", "dedicated=boxes:NoSchedule")
     t.ok(rc == 0, "kubectl taint a node", err)
     c.api.must("POST", kclient.pod_path("default"), pod("untolerated", "sleep 1"))
@@ -390,6 +413,21 @@ def test_failures(c):
     wait_pod(c, "noimage", lambda p: p["status"]["containerStatuses"][0]["state"].get("waiting", {}).get(
         "reason") == "ImagePullBackOff")
     t.ok(True, "then ImagePullBackOff")
+    c.api.must("POST", kclient.pod_path("default"), pod("nomount", "true", volumes=[
+        {"name": "s", "secret": {"secretName": "no-such-secret"}}], container={
+        "volumeMounts": [{"name": "s", "mountPath": "/s"}]}))
+    c.wait(lambda: "FailedMount" in [r for r, _ in events_for(c, "nomount")], 20, "FailedMount")
+    got = wait_pod(c, "nomount", lambda p: p["status"].get("containerStatuses"))
+    t.ok(got["status"]["phase"] == "Pending" and got["status"]["containerStatuses"][0]["state"]["waiting"][
+        "reason"] == "ContainerCreating", "a secret volume whose Secret is missing: FailedMount, ContainerCreating",
+        got["status"])
+    c.api.must("DELETE", kclient.pod_path("default", "nomount"))
+    c.api.must("POST", kclient.pod_path("default"), pod("never", "true", container={
+        "image": "no/such:1", "imagePullPolicy": "Never"}))
+    wait_pod(c, "never", lambda p: (p["status"].get("containerStatuses") or [{}])[0].get(
+        "state", {}).get("waiting", {}).get("reason") == "ErrImageNeverPull")
+    t.ok(True, "imagePullPolicy Never and no image: ErrImageNeverPull")
+    c.api.must("DELETE", kclient.pod_path("default", "never"))
     c.api.must("POST", "/api/v1/namespaces/default/persistentvolumeclaims", {
         "metadata": {"name": "nobind"}, "spec": {"storageClassName": "fast", "accessModes": ["ReadWriteOnce"],
                                                  "resources": {"requests": {"storage": "1Gi"}}}})
@@ -527,9 +565,18 @@ def test_patches_and_names(c):
     got = c.api.must("GET", "/api/v1/namespaces/default/configmaps/" + name)
     t.ok(rc == 0 and rc2 == 0 and got["data"] == {"b": "2"}, "kubectl patch --type=json and --type=merge",
          (err, err2, got))
+    kubectl(c, "patch", "configmap", name, "-p", '{"metadata":{"finalizers":["test/a"]}}', check=True)
+    kubectl(c, "patch", "configmap", name, "-p", '{"metadata":{"finalizers":["test/b"]}}', check=True)
+    fins = c.api.must("GET", "/api/v1/namespaces/default/configmaps/" + name)["metadata"].get("finalizers")
+    kubectl(c, "patch", "configmap", name, "-p",
+            '{"metadata":{"$deleteFromPrimitiveList/finalizers":["test/a","test/b"]}}', check=True)
+    after = c.api.must("GET", "/api/v1/namespaces/default/configmaps/" + name)["metadata"].get("finalizers")
+    t.ok(fins == ["test/a", "test/b"] and not after,
+         "strategic merge patch: finalizers merge, $deleteFromPrimitiveList removes", (fins, after))
     st, body = c.api.request("POST", "/api/v1/namespaces/default/configmaps", b"{not json")
     t.ok(st == 400 and body["reason"] == "BadRequest", "bad JSON: 400 BadRequest", body)
-    st, body = c.api.request("POST", "/api/v1/namespaces/default/configmaps", {"kind": "Pod", "metadata": {"name": "k"}})
+    st, body = c.api.request("POST", "/api/v1/namespaces/default/configmaps",
+                             {"kind": "Pod", "metadata": {"name": "k"}})
     t.ok(st == 400 and body["kind"] == "Status", "a kind that is not the URL's: 400", body)
     st, body = c.api.request("POST", "/api/v1/namespaces/nowhere/configmaps", {"metadata": {"name": "k"}})
     t.ok(st == 404 and 'namespaces "nowhere" not found' in body["message"], "a missing namespace: 404", body)
