@@ -35,6 +35,9 @@ enum MHD_Result aio_err(ab_req *r, ab_err *e);
 
 /* The box of the call (checked from the request's head: routes.c). */
 const char *aio_box(const ab_req *r);
+/* The box id of DeerFlow sandbox sid of r's caller's app into out[17];
+ * false when sid is not a valid sandbox id (provisioner.c). */
+bool aio_sandbox_box_id(ab_req *r, const char *sid, char out[17]);
 /* Begins a use of the call's box; answers the error itself (-1). */
 int aio_use(ab_req *r, ab_use *u, enum MHD_Result *ret);
 

@@ -47,11 +47,13 @@ static bool safe_id(const char *s, size_t max)
         return true;
 }
 
-/* The box id of sandbox sid for the caller's app. */
-static void sandbox_box_id(ab_req *r, const char *sid, char out[17])
+bool aio_sandbox_box_id(ab_req *r, const char *sid, char out[17])
 {
+        if (!safe_id(sid, ID_MAX))
+                return false;
         _cleanup_free_ char *key = xasprintf(AIO_THREAD_KEY "%s", sid);
         ab_manager_thread_id(r->scope, key, out);
+        return true;
 }
 
 /* A pod's phase for the box: DeerFlow takes "Running" as alive. A stopped
@@ -269,9 +271,8 @@ enum MHD_Result aio_sandbox_list(ab_req *r, const char *id)
 static int lookup_sandbox(ab_req *r, const char *sid, ab_box_rec *rec, ab_err **err)
 {
         char id[17];
-        if (!safe_id(sid, ID_MAX))
+        if (!aio_sandbox_box_id(r, sid, id))
                 return 0;
-        sandbox_box_id(r, sid, id);
         if (ab_manager_get(r->srv->mgr, id, r->scope, rec, err) < 0) {
                 if ((*err)->code != AB_E_NOT_FOUND)
                         return -1;

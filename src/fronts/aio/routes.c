@@ -254,6 +254,29 @@ static enum MHD_Result route_aio(ab_req *r, const char *rest)
 
 /* ---- the table --------------------------------------------------------- */
 
+/* The box a request is about, for forwarding it to the box's fleet node
+ * (kit/forward.h): an AIO call's (the sandbox URL's, aio_authenticate), or
+ * for DELETE PREFIX/api/sandboxes/{sid} the box of the caller's sandbox
+ * sid (kept in r->front_box). Creates, lists and gets are answered here
+ * from the store. */
+static const char *aio_box_of(ab_req *r)
+{
+        if (r->n_seg <= prefix_segs)
+                return NULL;
+        if (!strcmp(r->seg[prefix_segs], "aio"))
+                return r->front_box;
+        if (r->n_seg != prefix_segs + 3 || strcmp(r->method, "DELETE") != 0 ||
+            strcmp(r->seg[prefix_segs], "api") != 0 ||
+            strcmp(r->seg[prefix_segs + 1], "sandboxes") != 0)
+                return NULL;
+        char id[17];
+        if (!aio_sandbox_box_id(r, r->seg[prefix_segs + 2], id))
+                return NULL;
+        free(r->front_box);
+        r->front_box = xstrdup(id);
+        return r->front_box;
+}
+
 enum { R_HEALTH, R_CREATE, R_LIST, R_GET, R_DELETE, R_AIO_GET, R_AIO_POST, R_AIO_DELETE, R_N };
 
 static char patterns[R_N][PREFIX_MAX + 32];
@@ -319,6 +342,7 @@ const ab_route_table *ab_aio_routes(const char *pfx, ab_err **err)
             .key_header = "X-API-Key", /* where DeerFlow sends provisioner_api_key */
             /* sessions' commands wait on workers: they give up at a stop */
             .quiesce = aio_shell_quiesce,
+            .box_of = aio_box_of,
         };
         return &table;
 }

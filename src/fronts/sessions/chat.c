@@ -12,6 +12,7 @@
 #include "fronts/sessions/sessions_int.h"
 #include "agent/loop.h"
 #include "kit/exec.h"
+#include "kit/forward.h"
 #include "kit/toolcall.h"
 #include "skills/skills.h"
 #include "base/log.h"
@@ -416,10 +417,13 @@ enum MHD_Result sessions_chat(ab_req *r, const char *id)
         }
         chat_job *j = job_new(r, id, message, &l);
         char box[17];
-        if (session_box(r->srv, r->scope, id, box, &e) < 0) {
+        _cleanup_free_ char *node = NULL;
+        if (session_box(r->srv, r->scope, id, box, &node, &e) < 0 || node) {
                 running_release(j->app, j->thread);
                 job_free(j);
-                return resp_err(r, e);
+                if (node && !r->forwarded) /* its turn runs there, one at a time */
+                        return kit_forward_buffered(r, node);
+                return node ? session_elsewhere(r, id, node) : resp_err(r, e);
         }
         j->box = xstrdup(box);
         return start(r, j);

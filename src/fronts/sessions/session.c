@@ -3,6 +3,7 @@
  * /mnt/user-data/uploads, download by path. */
 #include "fronts/sessions/sessions_int.h"
 #include "kit/files.h"
+#include "kit/forward.h"
 #include "kit/multipart.h"
 #include "base/id.h"
 
@@ -41,16 +42,27 @@ bool session_check(ab_req *r, const char *id, enum MHD_Result *ret)
         return true;
 }
 
-int session_box(ab_server *s, const char *scope, const char *thread, char out[17], ab_err **err)
+int session_box(ab_server *s, const char *scope, const char *thread, char out[17], char **node,
+                ab_err **err)
 {
         ab_acquire_req q = {.thread_id = thread};
         ab_box_rec rec;
         bool created;
+        *node = NULL;
         if (ab_manager_acquire(s->mgr, &q, scope, &rec, &created, err) < 0)
                 return -1;
         snprintf(out, 17, "%s", rec.id);
+        if (!kit_box_local(s, &rec))
+                *node = steal_pointer(&rec.node);
         ab_box_rec_clear(&rec);
         return 0;
+}
+
+enum MHD_Result session_elsewhere(ab_req *r, const char *thread, const char *node)
+{
+        return resp_error(r, 409, "conflict",
+                          "thread %s's box was just made on fleet node %s: send the request again",
+                          thread, node);
 }
 
 /* POST /api/sessions {"thread_id"?}: a new thread (a random id unless the
@@ -182,11 +194,18 @@ enum MHD_Result sessions_upload(ab_req *r, const char *id)
         kit_part *parts = NULL;
         size_t n = 0;
         char box[17];
+        _cleanup_free_ char *node = NULL;
         ab_use u;
         json_t *files = json_array();
         int rc = kit_multipart_split(map, r->upload_len, delim, UPLOAD_PARTS_MAX, &parts, &n, &e);
         if (rc == 0)
-                rc = session_box(r->srv, r->scope, id, box, &e);
+                rc = session_box(r->srv, r->scope, id, box, &node, &e);
+        if (rc == 0 && node) {
+                kit_parts_free(parts, n);
+                munmap(map, r->upload_len);
+                json_decref(files);
+                return session_elsewhere(r, id, node);
+        }
         if (rc == 0 && (rc = ab_manager_use_begin(r->srv->mgr, box, r->scope, &u, &e)) == 0) {
                 rc = write_parts(r->srv, &u, parts, n, files, &e);
                 ab_manager_use_end(r->srv->mgr, &u);
@@ -213,9 +232,13 @@ enum MHD_Result sessions_download(ab_req *r, const char *id)
         _cleanup_free_ char *path = q[0] == '/' ? xstrdup(q) : xasprintf("/mnt/user-data/%s", q);
         ab_err *e = NULL;
         char box[17];
+        _cleanup_free_ char *node = NULL;
         ab_use u;
-        if (session_box(r->srv, r->scope, id, box, &e) < 0 ||
-            ab_manager_use_begin(r->srv->mgr, box, r->scope, &u, &e) < 0)
+        if (session_box(r->srv, r->scope, id, box, &node, &e) < 0)
+                return resp_err(r, e);
+        if (node)
+                return session_elsewhere(r, id, node);
+        if (ab_manager_use_begin(r->srv->mgr, box, r->scope, &u, &e) < 0)
                 return resp_err(r, e);
         abc_stat st = {0};
         int rc = ab_manager_file_stat(r->srv->mgr, &u, path, false, &st, &e);
