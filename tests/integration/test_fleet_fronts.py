@@ -12,6 +12,7 @@ import json
 import os
 import secrets
 import sys
+import threading
 import time
 import urllib.parse
 
@@ -117,6 +118,30 @@ try:
          "DELETE of the thread through n3 deletes n1's box", r.describe())
     h.ok(abserver.wait_for(lambda: n1.get("/v1/sandboxes/%s" % box.get("id"), token=KEY).status == 404,
                            timeout=20), "... it is gone on n1")
+
+    # a new thread's first chats through two nodes at once: one box, one turn at a time
+    r = n1.post("/api/sessions", {}, token=KEY)
+    T2 = r.get("thread_id") or "none"
+    answers = []
+
+    def racer(node):
+        t = chat_stream(node, T2, "race [[text]]")
+        got = t.collect(until=lambda e: e.type == "done", timeout=30) if t.status == 200 else []
+        answers.append((node.host, t.status, [e.type for e in got][-1:]))
+        t.close()
+    ths = [threading.Thread(target=racer, args=(n,)) for n in (n2, n3)]
+    for t in ths:
+        t.start()
+    for t in ths:
+        t.join(60)
+    h.ok(len(answers) == 2 and all(a[1] == 409 or (a[1] == 200 and a[2] == ["done"]) for a in answers)
+         and any(a[1] == 200 for a in answers),
+         "first chats of a new thread racing through n2 and n3: each a whole turn or 409", repr(answers))
+    r = n1.get("/v1/sandboxes", token=KEY)
+    mine = [b for b in (r.json or {}).get("sandboxes", []) if b.get("thread_id") == T2]
+    h.eq(len(mine), 1, "... and the thread has one box", repr(mine))
+    r = n2.post("/api/chat/%s" % T2, {"message": "after [[text]]"}, token=KEY)
+    h.eq(r.status, 200, "the thread's next chat through n2", r.describe())
 
     # ---- DeerFlow's provisioner and AIO calls ------------------------------------------------
     PK = {"X-API-Key": KEY}

@@ -8,7 +8,9 @@
  * client's hang-up closes the pipe's other end: the model request and the
  * loop stop at their next check (at least once a second). One turn runs
  * per thread at once (a second is 409): the turns in flight are a list
- * here, in memory. */
+ * here, in memory. In a fleet that holds for the fleet: a chat is passed on
+ * to the node of its thread's box (routes.c, kit/forward.h), so every turn
+ * of a thread runs on one node. */
 #include "fronts/sessions/sessions_int.h"
 #include "agent/loop.h"
 #include "kit/exec.h"
