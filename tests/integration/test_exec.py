@@ -50,6 +50,17 @@ def wait_gone(box, args, timeout=5.0):
         time.sleep(0.2)
 
 
+def wait_running(box, args, timeout=5.0):
+    """running(), given the time for a command started with `&` to exec: the
+    shell that forked it may have answered before the child's execve."""
+    end = time.monotonic() + timeout
+    while True:
+        pids = running(box, args)
+        if pids or time.monotonic() > end:
+            return pids
+        time.sleep(0.1)
+
+
 def timed(*args, **kw):
     t0 = time.monotonic()
     r = h.run(*args, **kw)
@@ -73,13 +84,13 @@ status0, pid0 = init_pid(box)
 r, dt = timed("exec", box, "--", "sleep 300 & echo started", timeout=60)
 h.eq((r.rc, r.out), (0, "started\n"), "exec of 'sleep 300 &' exits 0 with its output", r.describe())
 h.ok(dt < 20, "... and returns quickly (%.1fs), not after the background sleep" % dt)
-h.ok(running(box, "sleep 300"), "a later exec sees the background 'sleep 300' still running",
+h.ok(wait_running(box, "sleep 300"), "a later exec sees the background 'sleep 300' still running",
      lambda: repr(procs(box)))
 
 r, dt = timed("exec", box, "--", "nohup sleep 301 >/dev/null 2>&1 &", timeout=60)
 h.eq(r.rc, 0, "exec of 'nohup sleep 301 >/dev/null 2>&1 &' exits 0", r.describe())
 h.ok(dt < 20, "... and returns quickly (%.1fs)" % dt)
-h.ok(running(box, "sleep 301"), "a later exec sees the nohup'd sleep still running",
+h.ok(wait_running(box, "sleep 301"), "a later exec sees the nohup'd sleep still running",
      lambda: repr(procs(box)))
 
 r, dt = timed("exec", box, "--",
