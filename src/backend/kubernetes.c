@@ -1000,15 +1000,35 @@ static int k_resume(ab_backend *b, const char *id, ab_err **err)
         return k_start(b, id, err);
 }
 
+/* The pod's usage, from its init (the container's cgroup as init sees
+ * it: the host here cannot read a node's cgroups); the limits are the
+ * box's. No disk use: the claim's filesystem is the cluster's business. */
 static int k_stats(ab_backend *b, const char *id, ab_box_stats *out, ab_err **err)
 {
         memset(out, 0, sizeof(*out));
         ab_box_info i;
         if (k_info(b, id, &i, err) < 0)
                 return -1;
-        out->memory_limit = i.limits.memory_mib * 1024 * 1024;
-        out->disk_limit_bytes = i.limits.disk_mib * 1024 * 1024;
+        ab_box_status st = i.status;
+        uint64_t mem_mib = i.limits.memory_mib, disk_mib = i.limits.disk_mib;
         ab_box_info_clear(&i);
+        if (st != AB_BOX_RUNNING)
+                return ab_err_set(err, AB_E_CONFLICT, 0, "box '%s' is %s", id,
+                                  ab_box_status_name(st));
+        int fd = k_connect(b, id, err);
+        if (fd < 0)
+                return ab_err_wrap(err, "box '%s': stats", id);
+        abp_stats s;
+        int r = abc_stats(fd, &s, err);
+        close(fd);
+        if (r < 0)
+                return ab_err_wrap(err, "box '%s': stats", id);
+        out->memory_bytes = s.memory;
+        out->memory_limit = s.has_memory_max ? s.memory_max : mem_mib * 1024 * 1024;
+        out->pids = s.pids;
+        out->cpu_usage_ns = s.cpu_ns;
+        out->oom_kills = s.oom_kills;
+        out->disk_limit_bytes = disk_mib * 1024 * 1024;
         return 0;
 }
 
