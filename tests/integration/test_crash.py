@@ -91,7 +91,7 @@ half_made = [b for b, x in boxes.items() if not h.native and x["status"] == "err
              "a create that did not finish" in (x.get("error") or "")]
 for b in half_made:
     r = h.run("rm", b)
-    h.eq(r.rc, 0, "a half-made Docker box (%s) says so and deletes cleanly" % b, r.describe())
+    h.eq(r.rc, 0, "a half-made %s box (%s) says so and deletes cleanly" % (h.backend, b), r.describe())
     del boxes[b]
 h.ok(all(b["status"] in ("running", "stopped") for b in boxes.values()),
      "after killed creates every box is running or stopped",
