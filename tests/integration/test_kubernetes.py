@@ -106,6 +106,23 @@ h.eq((r.status, r.get("stdout")), (200, "kept\n"), "the next exec starts a new p
      r.describe())
 h.eq(srv.get("/v1/sandboxes/k-ok").get("status"), "running", "... and the box runs again")
 
+# ---- pause is a stop on this backend ------------------------------------------
+# (serve_pause checks a freeze and does not run here: docs/kubernetes.md)
+
+PROBE = "cat /workspace/k.txt; grep -qas '9876[5]' /proc/[0-9]*/cmdline && echo alive || echo gone"
+r = srv.exec("k-ok", "(nohup sleep 98765 >/dev/null 2>&1 &); sleep 0.2; " + PROBE)
+h.eq(r.get("stdout"), "kept\nalive\n", "control: a background process runs in the box", r.describe())
+r = srv.post("/v1/sandboxes/k-ok/pause")
+h.eq((r.status, r.get("status")), (200, "paused"), "POST /pause answers the box, paused", r.describe())
+h.ok(wait_for(lambda: "pods/ab-k-ok" not in objects("k-ok"), 30), "pause deletes the pod, as a stop does",
+     lambda: repr(objects("k-ok")))
+h.ok("persistentvolumeclaims/ab-k-ok" in objects("k-ok"), "... and keeps the claim", repr(objects("k-ok")))
+h.eq(srv.get("/v1/sandboxes/k-ok").get("status"), "paused", "the server shows the box paused")
+r = srv.exec("k-ok", PROBE)
+h.eq((r.status, r.get("stdout")), (200, "kept\ngone\n"),
+     "an exec resumes it on a new pod: the files are kept, the processes are not (no freeze)", r.describe())
+h.eq(srv.get("/v1/sandboxes/k-ok").get("status"), "running", "... and the box runs again")
+
 # ---- the API server restarts while a create waits on its watch ----------------
 
 
