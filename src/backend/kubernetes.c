@@ -12,8 +12,10 @@
  *   Secret NAME         the box's record and the root of its objects: the
  *                       init secret (32 random bytes, key init-secret), and
  *                       annotations agentbox.dev/{id,created,limits,image,
- *                       network,state}; state "creating" until the first
- *                       pod is Ready, then "ready"
+ *                       network,state,creator}; state "creating" until the
+ *                       first pod is Ready, then "ready"; creator names the
+ *                       process making it (a "creating" box whose creator
+ *                       died on this machine reads as half made at once)
  *   PVC NAME            the box's files (workspace/, uploads/, outputs/ as
  *                       subPaths), sized from disk_mib; kept by stop
  *   NetworkPolicy NAME  for network modes none and allowlist
@@ -43,6 +45,7 @@
 #define ANN_LIMITS     "agentbox.dev/limits"
 #define ANN_IMAGE      "agentbox.dev/image"
 #define ANN_STATE      "agentbox.dev/state"
+#define ANN_CREATOR    "agentbox.dev/creator"
 #define SECRET_KEY     "init-secret"
 #define IN_BIN         "/.agentbox/bin"
 #define IN_SECRET      "/.agentbox/secret"
@@ -288,6 +291,65 @@ static json_t *meta(kb *k, const char *id, const char *name, const json_t *owner
         return m;
 }
 
+/* The start time (clock ticks after boot) of process pid, or 0. */
+static unsigned long long proc_start(pid_t pid)
+{
+        char p[64], buf[1024];
+        snprintf(p, sizeof(p), "/proc/%d/stat", (int)pid);
+        FILE *f = fopen(p, "re");
+        if (!f)
+                return 0;
+        size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+        fclose(f);
+        buf[n] = '\0';
+        const char *c = strrchr(buf, ')'); /* after the command's name, which may hold spaces */
+        unsigned long long t = 0;
+        /* fields 3.. follow; the start time is field 22 */
+        for (int field = 2; c && field < 22; field++)
+                c = strchr(c + 1, ' ');
+        if (c)
+                t = strtoull(c + 1, NULL, 10);
+        return t;
+}
+
+static char *boot_id(void)
+{
+        char buf[64] = "";
+        FILE *f = fopen("/proc/sys/kernel/random/boot_id", "re");
+        if (f) {
+                if (!fgets(buf, sizeof(buf), f))
+                        buf[0] = '\0';
+                fclose(f);
+        }
+        buf[strcspn(buf, "\n")] = '\0';
+        return xstrdup(buf);
+}
+
+/* Who is making a box: "BOOT_ID/PID/START" of this process, so that a
+ * create whose process died (a CLI killed midway) reads as half made at
+ * once on this machine rather than after HALF_MADE_SECS. */
+static char *creator_mark(void)
+{
+        _cleanup_free_ char *b = boot_id();
+        return xasprintf("%s/%d/%llu", b, (int)getpid(), proc_start(getpid()));
+}
+
+/* Whether the creator that mark names is known to be gone: it ran on this
+ * machine since its boot and no process of that pid and start time is
+ * left. false when it cannot tell (another machine, no mark). */
+static bool creator_gone(const char *mark)
+{
+        int pid = 0;
+        unsigned long long start = 0;
+        char b[64];
+        if (!mark || sscanf(mark, "%63[^/]/%d/%llu", b, &pid, &start) != 3 || pid <= 0)
+                return false;
+        _cleanup_free_ char *mine = boot_id();
+        if (!*mine || strcmp(mine, b) != 0)
+                return false;
+        return proc_start(pid) != start;
+}
+
 static json_t *secret_body(kb *k, const ab_box_spec *spec, const char *name, const uint8_t *key)
 {
         _cleanup_free_ char *b64 = ab_kapi_base64(key, ABH_SECRET_LEN);
@@ -297,12 +359,13 @@ static json_t *secret_body(kb *k, const ab_box_spec *spec, const char *name, con
         _cleanup_free_ char *lims = json_dumps(lim, JSON_COMPACT);
         json_decref(lim);
         _cleanup_free_ char *now = xasprintf("%lld", (long long)time(NULL));
+        _cleanup_free_ char *creator = creator_mark();
         json_t *m = meta(k, spec->id, name, NULL);
         json_object_set_new(m, "annotations",
-                            json_pack("{s:s,s:s,s:s,s:s,s:s}", ANN_ID, spec->id, ANN_CREATED, now,
-                                      ANN_LIMITS, lims, ANN_IMAGE,
+                            json_pack("{s:s,s:s,s:s,s:s,s:s,s:s}", ANN_ID, spec->id, ANN_CREATED,
+                                      now, ANN_LIMITS, lims, ANN_IMAGE,
                                       spec->image ? spec->image : sget(k, "image"), ANN_STATE,
-                                      "creating"));
+                                      "creating", ANN_CREATOR, creator));
         json_t *j = json_pack("{s:s,s:s,s:o,s:s,s:{s:s}}", "apiVersion", "v1", "kind", "Secret",
                               "metadata", m, "type", "Opaque", "data", SECRET_KEY, b64);
         ab_wipe(b64, strlen(b64));
@@ -771,7 +834,11 @@ static void info_from(const char *id, const json_t *rec, const json_t *pod, ab_b
         out->image = ann(rec, ANN_IMAGE) ? xstrdup(ann(rec, ANN_IMAGE)) : NULL;
         const char *state = ann(rec, ANN_STATE);
         if (state && !strcmp(state, "creating") && !(pod && pod_ready(pod))) {
-                bool old = time(NULL) - out->created_at > HALF_MADE_SECS;
+                /* a create that died with no pod that may still get Ready
+                 * will not finish: no need to wait out HALF_MADE_SECS */
+                bool old =
+                    time(NULL) - out->created_at > HALF_MADE_SECS ||
+                    ((!pod || pod_gone_or_going(pod)) && creator_gone(ann(rec, ANN_CREATOR)));
                 out->status = old ? AB_BOX_ERROR : AB_BOX_CREATING;
                 if (old)
                         out->error = xstrdup("a create that did not finish: delete the box");
@@ -1000,15 +1067,35 @@ static int k_resume(ab_backend *b, const char *id, ab_err **err)
         return k_start(b, id, err);
 }
 
+/* The pod's usage, from its init (the container's cgroup as init sees
+ * it: the host here cannot read a node's cgroups); the limits are the
+ * box's. No disk use: the claim's filesystem is the cluster's business. */
 static int k_stats(ab_backend *b, const char *id, ab_box_stats *out, ab_err **err)
 {
         memset(out, 0, sizeof(*out));
         ab_box_info i;
         if (k_info(b, id, &i, err) < 0)
                 return -1;
-        out->memory_limit = i.limits.memory_mib * 1024 * 1024;
-        out->disk_limit_bytes = i.limits.disk_mib * 1024 * 1024;
+        ab_box_status st = i.status;
+        uint64_t mem_mib = i.limits.memory_mib, disk_mib = i.limits.disk_mib;
         ab_box_info_clear(&i);
+        if (st != AB_BOX_RUNNING)
+                return ab_err_set(err, AB_E_CONFLICT, 0, "box '%s' is %s", id,
+                                  ab_box_status_name(st));
+        int fd = k_connect(b, id, err);
+        if (fd < 0)
+                return ab_err_wrap(err, "box '%s': stats", id);
+        abp_stats s;
+        int r = abc_stats(fd, &s, err);
+        close(fd);
+        if (r < 0)
+                return ab_err_wrap(err, "box '%s': stats", id);
+        out->memory_bytes = s.memory;
+        out->memory_limit = s.has_memory_max ? s.memory_max : mem_mib * 1024 * 1024;
+        out->pids = s.pids;
+        out->cpu_usage_ns = s.cpu_ns;
+        out->oom_kills = s.oom_kills;
+        out->disk_limit_bytes = disk_mib * 1024 * 1024;
         return 0;
 }
 

@@ -321,6 +321,9 @@ static void session(int fd, const char *workdir)
                 case ABP_WATCH:
                         init_watch(&c, &f, &conf);
                         break;
+                case ABP_STATS:
+                        init_stats(&c, &f);
+                        break;
                 default:
                         init_send_error(&c, "invalid_argument", "unknown request type %u", f.type);
                         break;

@@ -52,6 +52,8 @@ void init_exec_prewarm(const init_conf *conf);
 /* Handles a WATCH request frame (watch.c): streams the directory's
  * changes until the client hangs up. */
 void init_watch(init_conn *c, const abp_frame *f, const init_conf *conf);
+/* Handles a STATS request frame (stats.c): init's own cgroup's usage. */
+void init_stats(init_conn *c, const abp_frame *f);
 /* Handles a GREP request frame (grep.c). */
 void init_grep(init_conn *c, const abp_frame *f, const init_conf *conf);
 /* Handles READ WRITE LIST STAT DELETE MKDIR RENAME request frames. */

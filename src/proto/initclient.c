@@ -867,6 +867,23 @@ int abc_reserve(int fd, uint64_t want, abc_reserve_res *res, ab_err **err)
         return r;
 }
 
+int abc_stats(int fd, abp_stats *out, ab_err **err)
+{
+        abp_buf b = {0};
+        *out = (abp_stats){0};
+        if (abp_enc_empty(&b, ABP_STATS) < 0)
+                abort();
+        send_req(fd, &b);
+        abp_buf_free(&b);
+        abp_reader rd = {0};
+        abp_frame f;
+        int r = next_frame(fd, &rd, &f, err);
+        if (r == 0 && abp_dec_stats(&f, out) < 0)
+                r = unavailable(err);
+        abp_reader_free(&rd);
+        return r;
+}
+
 int abc_ping(int fd, char **version, ab_err **err)
 {
         abp_buf b = {0};

@@ -13,6 +13,7 @@
 #define AB_INITCLIENT_H
 
 #include "base/err.h"
+#include "proto/proto.h"
 #include <stdbool.h>
 #include <sys/types.h>
 
@@ -152,6 +153,12 @@ typedef struct abc_reserve_res {
         uint64_t held, free;
 } abc_reserve_res;
 int abc_reserve(int fd, uint64_t want, abc_reserve_res *res, ab_err **err);
+
+/* STATS: the usage of the box init's own cgroup, as init sees it (where the
+ * host cannot read the box's cgroup: a Kubernetes pod). A counter init
+ * could not read has its has_* false. AB_E_UNAVAILABLE when init can read
+ * no memory usage; AB_E_INVALID from an init that predates STATS. */
+int abc_stats(int fd, abp_stats *out, ab_err **err);
 
 /* GREP (docs/protocol.md): init searches the files `paths` (box paths, in
  * that order) for lines matching `pattern`, in the box. */

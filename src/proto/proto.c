@@ -319,7 +319,7 @@ static int val_str(const abp_field *fl, const char **s)
 bool abp_is_request(uint32_t type)
 {
         return (type >= ABP_PING && type <= ABP_TERM_INPUT) || type == ABP_RESERVE ||
-               type == ABP_GREP || type == ABP_WATCH;
+               type == ABP_GREP || type == ABP_WATCH || type == ABP_STATS;
 }
 
 bool abp_is_term_request(uint32_t type)
@@ -485,6 +485,41 @@ int abp_dec_ok(const abp_frame *f, abp_ok *m)
                         break;
                 case ABP_F_PROTO:
                         r = val_u32(&fl, &m->proto);
+                        break;
+                }
+        });
+        return 0;
+}
+
+int abp_dec_stats(const abp_frame *f, abp_stats *m)
+{
+        abp_field fl;
+        int r = 0;
+
+        *m = (abp_stats){0};
+        if (f->type != ABP_OK)
+                return -EBADMSG;
+        FOR_FIELDS(f, fl, r, {
+                switch (fl.tag) {
+                case ABP_F_MEMORY:
+                        r = val_u64(&fl, &m->memory);
+                        m->has_memory = true;
+                        break;
+                case ABP_F_MEMORY_MAX:
+                        r = val_u64(&fl, &m->memory_max);
+                        m->has_memory_max = true;
+                        break;
+                case ABP_F_PIDS:
+                        r = val_u64(&fl, &m->pids);
+                        m->has_pids = true;
+                        break;
+                case ABP_F_CPU_NS:
+                        r = val_u64(&fl, &m->cpu_ns);
+                        m->has_cpu_ns = true;
+                        break;
+                case ABP_F_OOM_KILLS:
+                        r = val_u64(&fl, &m->oom_kills);
+                        m->has_oom_kills = true;
                         break;
                 }
         });

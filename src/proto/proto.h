@@ -63,6 +63,11 @@
  *            every line (TIMED_OUT=1: what was found was sent); the search
  *            also stops when the client hangs up. A bad PATTERN is ERROR
  *            invalid_argument "Invalid regex pattern: MSG at position N".
+ *   STATS:   C: STATS                         I: OK{MEMORY,MEMORY_MAX,PIDS,CPU_NS,OOM_KILLS}
+ *            or ERROR: the usage of init's own cgroup (the pod's container
+ *            on Kubernetes), v1 or v2, read from /proc/self/cgroup and
+ *            /sys/fs/cgroup as init sees them; a counter it cannot read is
+ *            absent; ERROR unavailable when it can read no memory usage.
  * Either side treats the other as untrusted: every decoder bounds-checks and
  * returns -EBADMSG on anything malformed. */
 #ifndef AB_PROTO_H
@@ -110,6 +115,7 @@ enum {
         ABP_RESERVE = 40, /* apart from the file operations' range */
         ABP_GREP = 41,
         ABP_WATCH = 42, /* a directory's changes, streamed (ABP_WATCH_EVENT) */
+        ABP_STATS = 43, /* init's own cgroup's usage (abp_stats) */
         /* streams, both ways */
         ABP_DATA = 0x100,
         ABP_EOF = 0x101,
@@ -184,6 +190,11 @@ enum {
         ABP_F_MERGE = 108,       /* u32 bool: TERM_OPEN of a process: stderr into stdout */
         ABP_F_LINES = 109,       /* u64: TERM: newlines a process wrote to stdout in all */
         ABP_F_FREE = 90,         /* u64: RESERVE's answer, bytes the box could write */
+        ABP_F_MEMORY = 91,       /* u64: STATS' answer: memory in use (bytes) */
+        ABP_F_MEMORY_MAX = 92,   /* u64: STATS' answer: memory limit (bytes; absent = none) */
+        ABP_F_PIDS = 93,         /* u64: STATS' answer: tasks in the cgroup */
+        ABP_F_CPU_NS = 94,       /* u64: STATS' answer: CPU time used (ns) */
+        ABP_F_OOM_KILLS = 95,    /* u64: STATS' answer: OOM kills in the cgroup */
 };
 
 #define ABP_TERM_ID_MAX  40           /* longest terminal id ("t_" + hex) */
@@ -271,6 +282,14 @@ typedef struct abp_ok {
         const char *version; /* or NULL */
         uint32_t proto;
 } abp_ok;
+
+/* STATS' answer (an OK frame): the usage of init's own cgroup, as init sees
+ * it (v1 or v2). A counter the cgroup does not have is absent: its has_*
+ * is false. */
+typedef struct abp_stats {
+        uint64_t memory, memory_max, pids, cpu_ns, oom_kills;
+        bool has_memory, has_memory_max, has_pids, has_cpu_ns, has_oom_kills;
+} abp_stats;
 
 typedef struct abp_error {
         const char *code;
@@ -412,6 +431,8 @@ int abp_dec_file(const abp_frame *f, abp_file_req *m) __attribute__((warn_unused
 int abp_dec_data(const abp_frame *f, abp_data *m) __attribute__((warn_unused_result));
 int abp_dec_ok(const abp_frame *f, abp_ok *m) __attribute__((warn_unused_result));
 int abp_dec_error(const abp_frame *f, abp_error *m) __attribute__((warn_unused_result));
+/* STATS' answer: an OK frame with ABP_F_MEMORY... (any may be absent). */
+int abp_dec_stats(const abp_frame *f, abp_stats *m) __attribute__((warn_unused_result));
 int abp_dec_exit(const abp_frame *f, abp_exit *m) __attribute__((warn_unused_result));
 int abp_dec_entry(const abp_frame *f, abp_entry *m) __attribute__((warn_unused_result));
 /* Checks what the type needs: an id (all but OPEN and LIST), cols and rows in

@@ -26,6 +26,9 @@ import abtest  # noqa: E402
 PORT = 7433
 h = abtest.Harness(need_root=True)
 cl = h.cluster
+if getattr(cl, "real", False):
+    h.skip_all("the stand-in cluster's own checks (it kills containers, restarts its API server and "
+               "reaches pod IPs from the test host); not run against AGENTBOX_TEST_KUBECONFIG")
 
 
 def pod_ip(box):

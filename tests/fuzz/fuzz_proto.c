@@ -44,6 +44,8 @@ static void decode_all(const abp_frame *f)
         (void)!abp_dec_ok(f, &ok);
         abp_error er;
         (void)!abp_dec_error(f, &er);
+        abp_stats st;
+        (void)!abp_dec_stats(f, &st);
         abp_exit ei;
         (void)!abp_dec_exit(f, &ei);
         abp_entry en;

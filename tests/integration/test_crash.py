@@ -30,8 +30,10 @@ def spawn(*args):
 
 def box_processes(box):
     """Host pids in the box's cgroups (any hierarchy); on a Docker run, the
-    processes of its container (the engine's top)."""
+    processes of its container (the engine's top); on Kubernetes, its pod."""
     pids = set()
+    if h.backend == "kubernetes":  # (no host pids: the box's pod, if the cluster has one)
+        return set(n for n in h.k8s_objects(box) if n.startswith("pods/"))
     if not h.native:
         import debianroot
         st, out = debianroot._docker(os.environ["AGENTBOX_DOCKER_HOST"], "GET",
@@ -89,7 +91,7 @@ half_made = [b for b, x in boxes.items() if not h.native and x["status"] == "err
              "a create that did not finish" in (x.get("error") or "")]
 for b in half_made:
     r = h.run("rm", b)
-    h.eq(r.rc, 0, "a half-made Docker box (%s) says so and deletes cleanly" % b, r.describe())
+    h.eq(r.rc, 0, "a half-made %s box (%s) says so and deletes cleanly" % (h.backend, b), r.describe())
     del boxes[b]
 h.ok(all(b["status"] in ("running", "stopped") for b in boxes.values()),
      "after killed creates every box is running or stopped",
@@ -105,6 +107,11 @@ if h.native:
     h.run("ls")
     leftover_new = [n for n in os.listdir(trash) if not n.startswith(".")]
     h.eq(leftover_new, [], "the next CLI swept half-made boxes out of trash/")
+elif h.backend == "kubernetes":
+    for b in ids:
+        o = h.k8s_objects(b)
+        h.ok(o == [] or b in boxes, "the cluster's objects of a killed create (%s) belong to a listed box" % b,
+             repr(o))
 else:
     for b in ids:
         c = h.containers(b)
@@ -188,8 +195,13 @@ for i, d in enumerate([0.0, 0.003, 0.006, 0.01, 0.02, 0.04]):
 
 r = h.run("start", box)
 h.eq(r.rc, 0, "box starts after killed starts", r.describe())
-r = h.exec(box, "cat /workspace/keep.txt /usr/local/keep/k")
-h.eq(r.out.split(), [secret, secret], "workspace and upper layer intact after killed starts", r.describe())
+if h.backend == "kubernetes":  # (only the claim's paths outlive a pod: /usr/local is the image's)
+    r = h.exec(box, "cat /workspace/keep.txt; test -e /usr/local/keep/k && echo KEPT")
+    h.eq(r.out.split(), [secret], "workspace intact after killed starts (the image's /usr/local is new)",
+         r.describe())
+else:
+    r = h.exec(box, "cat /workspace/keep.txt /usr/local/keep/k")
+    h.eq(r.out.split(), [secret, secret], "workspace and upper layer intact after killed starts", r.describe())
 
 # The disk is consistent: stop the box and check the image read-only.
 h.eq(h.run("stop", box).rc, 0, "stop")

@@ -25,6 +25,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 h = abserver.ServerHarness(budget=400)
 cl = h.cluster
+if getattr(cl, "real", False):
+    h.skip_all("the stand-in cluster's own checks (it kills containers, restarts its API server and "
+               "reaches pod IPs from the test host); not run against AGENTBOX_TEST_KUBECONFIG")
 base = json.loads(os.environ["AGENTBOX_KUBERNETES"])
 
 
@@ -103,6 +106,23 @@ h.eq((r.status, r.get("stdout")), (200, "kept\n"), "the next exec starts a new p
      r.describe())
 h.eq(srv.get("/v1/sandboxes/k-ok").get("status"), "running", "... and the box runs again")
 
+# ---- pause is a stop on this backend ------------------------------------------
+# (serve_pause checks a freeze and does not run here: docs/kubernetes.md)
+
+PROBE = "cat /workspace/k.txt; grep -qas '9876[5]' /proc/[0-9]*/cmdline && echo alive || echo gone"
+r = srv.exec("k-ok", "(nohup sleep 98765 >/dev/null 2>&1 &); sleep 0.2; " + PROBE)
+h.eq(r.get("stdout"), "kept\nalive\n", "control: a background process runs in the box", r.describe())
+r = srv.post("/v1/sandboxes/k-ok/pause")
+h.eq((r.status, r.get("status")), (200, "paused"), "POST /pause answers the box, paused", r.describe())
+h.ok(wait_for(lambda: "pods/ab-k-ok" not in objects("k-ok"), 30), "pause deletes the pod, as a stop does",
+     lambda: repr(objects("k-ok")))
+h.ok("persistentvolumeclaims/ab-k-ok" in objects("k-ok"), "... and keeps the claim", repr(objects("k-ok")))
+h.eq(srv.get("/v1/sandboxes/k-ok").get("status"), "paused", "the server shows the box paused")
+r = srv.exec("k-ok", PROBE)
+h.eq((r.status, r.get("stdout")), (200, "kept\ngone\n"),
+     "an exec resumes it on a new pod: the files are kept, the processes are not (no freeze)", r.describe())
+h.eq(srv.get("/v1/sandboxes/k-ok").get("status"), "running", "... and the box runs again")
+
 # ---- the API server restarts while a create waits on its watch ----------------
 
 
@@ -174,6 +194,34 @@ s3 = server("nopvc", storage_class="no-such-class", ready_timeout="6s")
 failing_create(s3, "k-nopvc", ["no-such-class", "Pending", "ProvisioningFailed"],
                "a claim that does not bind")
 s3.stop()
+
+# ---- a create whose process died ------------------------------------------------
+# A create killed midway (the CLI's process gone) before its pod got Ready is
+# half made at once: error, delete it; not "creating" for ten minutes. The
+# box is made whole, then put back as a killed create leaves it: record state
+# "creating", its creator a process that has ended, no pod.
+
+r = h.run("create", "--id", "k-half")
+h.eq(r.rc, 0, "k-half made through the CLI", r.describe())
+h.track("k-half")
+dead = subprocess.Popen(["true"])
+dead.wait()
+with open("/proc/sys/kernel/random/boot_id") as f:
+    boot = f.read().strip()
+sec = "/api/v1/namespaces/%s/secrets/ab-k-half" % cl.namespace
+cl.api.must("PATCH", sec, {"metadata": {"annotations": {
+    "agentbox.dev/state": "creating", "agentbox.dev/creator": "%s/%d/1" % (boot, dead.pid)}}},
+    ctype="application/merge-patch+json")
+cl.api.request("DELETE", "/api/v1/namespaces/%s/pods/ab-k-half" % cl.namespace, {"gracePeriodSeconds": 0})
+wait_for(lambda: cl.api.request("GET", "/api/v1/namespaces/%s/pods/ab-k-half" % cl.namespace)[0] == 404, 30)
+r = h.run("inspect", "k-half")
+info = json.loads(r.out or "{}") if r.rc == 0 else {}
+h.eq((info.get("status"), "a create that did not finish" in (info.get("error") or "")), ("error", True),
+     "a create whose process died and left no pod reads as half made at once", r.describe())
+r = h.run("rm", "k-half")
+h.eq(r.rc, 0, "... and deletes", r.describe())
+h.ok(wait_for(lambda: h.k8s_objects("k-half") == [], 30), "... leaving nothing in the cluster",
+     repr(h.k8s_objects("k-half")))
 
 # ---- what was sent, and the deploy kit ---------------------------------------
 

@@ -79,8 +79,8 @@ def verify(what, pids_before=None):
     h.eq({k: (cli.get(k) or {}).get("status") for k in backend}, backend,
          "%s: the backend (agentbox ls --json) agrees on each box's status" % what)
     h.eq(sorted(set(cli) - set(backend)), [], "%s: the backend has no box the server does not know" % what)
-    h.eq(h.box_dirs(), sorted(cli), "%s: DATA/%s holds exactly the backend's boxes"
-         % (what, "boxes" if h.native else "docker"))
+    h.eq(h.box_dirs(), sorted(cli), "%s: %s holds exactly the backend's boxes"
+         % (what, {"native": "DATA/boxes", "docker": "DATA/docker"}.get(h.backend, "the cluster's claims")))
     if pids_before:
         now = init_pids()
         kept = {b: now.get(b) for b in pids_before if expect.get(b) == "running"}
@@ -143,7 +143,11 @@ put_file("crash-d", b"before-init-kill")
 pids = init_pids()
 srv.kill9()
 dpid = pids.get("crash-d")
-if h.ok(isinstance(dpid, int), "crash-d has an init pid", repr(pids)):
+if h.backend == "kubernetes":  # (no host pid: init is killed in its pod, which then fails)
+    h.cluster.kill_container("ab-crash-d")
+    h.ok(wait_for(lambda: h.cluster.api.must("GET", "/api/v1/namespaces/%s/pods/ab-crash-d" % h.cluster.namespace)
+                  ["status"].get("phase") == "Failed", 15), "crash-d's init killed in its pod: the pod failed")
+elif h.ok(isinstance(dpid, int) and dpid > 0, "crash-d has an init pid", repr(pids)):
     os.kill(dpid, signal.SIGKILL)
     wait_for(lambda: pid_gone(dpid), 5)
 expect["crash-d"] = "stopped"

@@ -194,6 +194,38 @@ def _killpg(pid):
         pass
 
 
+class RealCluster:
+    """A real cluster for the kubernetes runs (AGENTBOX_TEST_KUBECONFIG), in
+    place of the stand-in: .api (tests/k8s/kclient.py), .namespace,
+    .kubeconfig; .real is True, so suites that need the stand-in's own
+    controls (killing containers, restarting the API server, reaching pod
+    IPs from the test host) skip. A YAML kubeconfig is turned into JSON for
+    kclient by `kubectl config view --raw --flatten -o json`."""
+    real = True
+
+    def __init__(self, kubeconfig, namespace=None):
+        here = os.path.dirname(os.path.abspath(__file__))
+        sys.path.insert(0, os.path.join(os.path.dirname(here), "k8s"))
+        import kclient
+        self.kubeconfig = kubeconfig
+        path = kubeconfig
+        try:
+            with open(kubeconfig) as f:
+                json.load(f)
+        except ValueError:
+            out = subprocess.run(["kubectl", "config", "view", "--raw", "--flatten", "-o", "json"],
+                                 env=dict(os.environ, KUBECONFIG=kubeconfig), check=True,
+                                 capture_output=True, timeout=60).stdout
+            fd, path = tempfile.mkstemp(prefix="kubeconfig-", suffix=".json", dir=TMP_ROOT)
+            with os.fdopen(fd, "wb") as f:
+                f.write(out)
+        self.api = kclient.Client(path)
+        self.namespace = namespace or self.api.namespace
+
+    def stop(self):
+        pass
+
+
 def kubernetes_init_image(host):
     """The init carrier image of this build's agentbox-init on the Docker
     engine at host (scripts/k8s-images.sh --init-only, made when missing or
@@ -433,7 +465,10 @@ class Harness:
 
     def _use_kubernetes(self):
         """The stand-in cluster, one per test process, its pods on the private
-        Docker engine; the init carrier image built from this build's init."""
+        Docker engine; the init carrier image built from this build's init.
+        With AGENTBOX_TEST_KUBECONFIG, that real cluster instead."""
+        if os.environ.get("AGENTBOX_TEST_KUBECONFIG"):
+            return self._use_real_cluster(os.environ["AGENTBOX_TEST_KUBECONFIG"])
         if not init_is_static():
             self.skip_all("agentbox-init is dynamically linked (sanitized build): it cannot run in a "
                           "pod's image")
@@ -461,9 +496,28 @@ class Harness:
         os.environ.update({"AGENTBOX_BACKEND": "kubernetes",
                            "AGENTBOX_KUBERNETES": json.dumps(settings)})
 
-    def k8s_objects(self, box=None):
+    def _use_real_cluster(self, kubeconfig):
+        """A real cluster (docs/testing.md): its kubeconfig, the namespace of
+        AGENTBOX_TEST_K8S_NAMESPACE (else the context's), the images of
+        AGENTBOX_TEST_K8S_INIT_IMAGE and AGENTBOX_TEST_K8S_BOX_IMAGE, which
+        its nodes must be able to pull (scripts/k8s-images.sh builds the init
+        carrier; push it to a registry the cluster reads)."""
+        init_image = os.environ.get("AGENTBOX_TEST_K8S_INIT_IMAGE", "")
+        image = os.environ.get("AGENTBOX_TEST_K8S_BOX_IMAGE", "")
+        if not init_image or not image:
+            self.skip_all("AGENTBOX_TEST_KUBECONFIG needs AGENTBOX_TEST_K8S_INIT_IMAGE and "
+                          "AGENTBOX_TEST_K8S_BOX_IMAGE (images the cluster can pull)")
+        self.cluster = RealCluster(kubeconfig, os.environ.get("AGENTBOX_TEST_K8S_NAMESPACE") or None)
+        settings = {"kubeconfig": os.path.abspath(kubeconfig), "namespace": self.cluster.namespace,
+                    "image": image, "init_image": init_image, "ready_timeout": "300s",
+                    "workspace_size": "1G"}
+        os.environ.update({"AGENTBOX_BACKEND": "kubernetes",
+                           "AGENTBOX_KUBERNETES": json.dumps(settings)})
+
+    def k8s_objects(self, box=None, label=None):
         """Names ("kind/name") of the stand-in cluster's objects agentbox made
-        (of box, when given): pods, secrets, claims and policies."""
+        (of box, when given): pods, secrets, claims and policies; with label,
+        "kind/VALUE" of that label instead of the name."""
         sel = "app.kubernetes.io/managed-by=agentbox"
         if box:
             sel += ",agentbox.dev/box=%s" % box
@@ -474,12 +528,18 @@ class Harness:
                            ("networkpolicies", "/apis/networking.k8s.io/v1")):
             lst = self.cluster.api.must("GET", "%s/namespaces/%s/%s?labelSelector=%s" % (
                 base, self.cluster.namespace, kind, urllib.parse.quote(sel)))
-            out += ["%s/%s" % (kind, i["metadata"]["name"]) for i in lst.get("items", [])]
+            out += ["%s/%s" % (kind, (i["metadata"].get("labels") or {}).get(label, "") if label
+                               else i["metadata"]["name"]) for i in lst.get("items", [])]
         return sorted(out)
 
     def box_dirs(self, data=None):
         """Names of the boxes the backend keeps folders for in data (default:
-        the harness's): DATA/boxes on native, DATA/docker on Docker runs."""
+        the harness's): DATA/boxes on native, DATA/docker on Docker runs; on
+        Kubernetes runs (no folders: the cluster holds them) the boxes that
+        have a claim in the test's cluster."""
+        if BACKEND == "kubernetes":
+            return sorted({n.split("/", 1)[1] for n in self.k8s_objects(label="agentbox.dev/box")
+                           if n.startswith("persistentvolumeclaims/")})
         d = os.path.join(data or self.data, "boxes" if self.native else "docker")
         return sorted(n for n in os.listdir(d) if not n.startswith(".")) if os.path.isdir(d) else []
 

@@ -2693,6 +2693,30 @@ static void test_reserve(void)
         close(fd);
 }
 
+/* STATS: init's own cgroup (here the test's, as init sees it). */
+static void test_stats(void)
+{
+        abp_stats st;
+        ab_err *e = NULL;
+        int fd = conn();
+        int rc = fd >= 0 ? abc_stats(fd, &st, &e) : -1;
+        tap_ok(rc == 0, "STATS answers (%s)", e ? e->msg : "ok");
+        ab_err_free(&e);
+        if (fd >= 0)
+                close(fd);
+        if (rc < 0)
+                return;
+        tap_ok(st.has_memory && st.memory > 0, "STATS: the memory in use (%llu bytes)",
+               (unsigned long long)st.memory);
+        /* (a root cgroup, as a test machine's may be, has no pids.current) */
+        tap_ok(!st.has_pids || st.pids >= 1, "STATS: the cgroup's tasks, init among them (%llu)",
+               (unsigned long long)st.pids);
+        tap_ok(st.has_cpu_ns && st.cpu_ns > 0, "STATS: CPU time used (%llu ns)",
+               (unsigned long long)st.cpu_ns);
+        tap_ok(!st.has_memory_max || st.memory_max > 0,
+               "STATS: a limit, when there is one, is set");
+}
+
 int main(int argc, char **argv)
 {
         const char *name = argc > 0 ? strrchr(argv[0], '/') : NULL;
@@ -2740,6 +2764,7 @@ int main(int argc, char **argv)
                 test_chmod_chown_symlink();
                 test_mount_errors();
                 test_reserve();
+                test_stats();
                 test_watch();
                 stop_init();
         }

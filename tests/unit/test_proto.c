@@ -164,6 +164,26 @@ static void test_roundtrips(void)
                "bare OK round trip");
         b.len = 0;
 
+        /* STATS' answer: an OK with counters, each optional. */
+        abp_stats sm;
+        abp_frame_begin(&b, ABP_OK);
+        abp_put_u64(&b, ABP_F_MEMORY, 123456);
+        abp_put_u64(&b, ABP_F_PIDS, 3);
+        tap_ok(abp_frame_end(&b) == 0 && reparse(&b, &f) == 0 && abp_dec_stats(&f, &sm) == 0 &&
+                   sm.has_memory && sm.memory == 123456 && sm.has_pids && sm.pids == 3 &&
+                   !sm.has_memory_max && !sm.has_cpu_ns && !sm.has_oom_kills,
+               "STATS answer round trip: absent counters stay absent");
+        b.len = 0;
+        abp_frame_begin(&b, ABP_OK);
+        abp_put_u32(&b, ABP_F_MEMORY, 1);
+        tap_ok(abp_frame_end(&b) == 0 && reparse(&b, &f) == 0 && abp_dec_stats(&f, &sm) == -EBADMSG,
+               "STATS answer with a 4-byte MEMORY is malformed");
+        b.len = 0;
+        tap_ok(abp_enc_empty(&b, ABP_STATS) == 0 && reparse(&b, &f) == 0 &&
+                   abp_is_request(f.type) && abp_dec_stats(&f, &sm) == -EBADMSG,
+               "STATS is a request; its answer decoder wants an OK");
+        b.len = 0;
+
         /* ERROR */
         abp_error er;
         tap_ok(abp_enc_error(&b, "not_found", "no such file: x") == 0 && reparse(&b, &f) == 0 &&
