@@ -77,7 +77,8 @@ int kit_multipart_split(const char *body, size_t len, const char *delim, size_t 
         if (max > KIT_MULTIPART_MAX_PARTS)
                 max = KIT_MULTIPART_MAX_PARTS;
         _cleanup_free_ char *nd = xasprintf("\r\n%s", delim);
-        const char *p = dl ? memmem(body, len, delim, dl) : NULL;
+        const char *p =
+            dl && body && len ? memmem(body, len, delim, dl) : NULL; /* no body: NULL, 0 */
         if (!p)
                 return ab_err_set(err, AB_E_INVALID, 0, "multipart: no boundary in the body");
         for (;;) {
