@@ -74,11 +74,12 @@ int kit_multipart_split(const char *body, size_t len, const char *delim, size_t 
         int rc = 0;
         *parts = NULL;
         *n = 0;
+        if (!body || !len) /* memmem wants a buffer */
+                return ab_err_set(err, AB_E_INVALID, 0, "multipart: an empty body");
         if (max > KIT_MULTIPART_MAX_PARTS)
                 max = KIT_MULTIPART_MAX_PARTS;
         _cleanup_free_ char *nd = xasprintf("\r\n%s", delim);
-        const char *p =
-            dl && body && len ? memmem(body, len, delim, dl) : NULL; /* no body: NULL, 0 */
+        const char *p = dl ? memmem(body, len, delim, dl) : NULL;
         if (!p)
                 return ab_err_set(err, AB_E_INVALID, 0, "multipart: no boundary in the body");
         for (;;) {
