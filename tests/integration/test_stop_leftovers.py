@@ -88,6 +88,15 @@ def nothing_left(what):
     h.eq(mounts_of_data(), [], "%s: no mount under DATA in any mount namespace" % what)
     h.eq(loops_of_data(), [], "%s: no loop device backed by a file of DATA" % what)
     dirs, procs = sysbox_left()
+    for pid in sorted(set(procs)):  # what they are, should any be left (seen once under load)
+        try:
+            with open("/proc/%s/cmdline" % pid, "rb") as f:
+                cmd = f.read().replace(b"\0", b" ").decode("utf-8", "replace")
+            with open("/proc/%s/stat" % pid) as f:
+                st = f.read().rsplit(")", 1)[1].split()
+            h.diag("left: pid %s state %s ppid %s start %s: %s" % (pid, st[0], st[1], st[19], cmd))
+        except OSError as e:
+            h.diag("left: pid %s: %s" % (pid, e))
     h.eq(procs, [], "%s: no process of the system box" % what)
     h.eq(dirs, [], "%s: no cgroup of the system box" % what)
 
