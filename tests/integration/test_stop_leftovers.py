@@ -69,8 +69,11 @@ def loops_of_data():
 
 
 def sysbox_left():
-    """Cgroup dirs of the system box and the processes in them."""
-    dirs = abtest.cgroup_dirs(SYSBOX)
+    """Cgroup dirs of this data folder's system box and the processes in them
+    (other tests' servers running at the same time have system boxes of the
+    same name under their own cgroup parents)."""
+    parent = abserver.cgroup_parent(DATA)
+    dirs = sorted(d for d in abtest.cgroup_dirs(SYSBOX) if os.path.basename(os.path.dirname(d)) == parent)
     procs = []
     for d in dirs:
         try:
