@@ -534,8 +534,7 @@ static int acquire_once(ab_manager *m, const ab_acquire_req *q, const char *scop
                         ab_box_rec_clear(&r);
                         break;
                 }
-                int ins = ab_store_box_insert(m->o.store, &r, &e);
-                mgr_quota_end(m, &qt);
+                int ins = mgr_quota_insert(m, &qt, &r, &e);
                 if (ins < 0) {
                         mgr_disk_end(m, &dt);
                         ab_box_rec_clear(&r);

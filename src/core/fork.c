@@ -161,8 +161,7 @@ int ab_manager_fork(ab_manager *m, const char *src_id, const ab_acquire_req *q, 
                 json_object_set_new(r.spec, "image",
                                     json_pack("{s:s,s:s}", "ref", image, "id", image));
         json_object_set_new(r.spec, "forked_from", json_string(src.id));
-        int ins = ab_store_box_insert(m->o.store, &r, &e);
-        mgr_quota_end(m, &qt);
+        int ins = mgr_quota_insert(m, &qt, &r, &e);
         if (ins < 0) {
                 mgr_disk_end(m, &dt);
                 if (e->code == AB_E_CONFLICT) {

@@ -60,6 +60,19 @@ int mgr_pause_locked(ab_manager *m, ab_box_rec *r, const char *reason, ab_err **
 /* Makes the box's backend run it (a paused box is resumed). Caller holds the
  * slot lock. Returns 1 when it had to start or resume the box, 0 when it ran
  * already, -1 on failure. */
+/* The record of a box that just started reads running: mgr_quota_commit's step. */
+typedef struct running_set {
+        ab_manager *m;
+        ab_box_rec *r;
+} running_set;
+
+static int set_running(void *arg)
+{
+        running_set *x = arg;
+        mgr_set_status(x->m, x->r, AB_BOX_RUNNING, NULL);
+        return 0;
+}
+
 int mgr_ensure_running(ab_manager *m, ab_box_rec *r, ab_err **err)
 {
         ab_backend *b = m->o.backend;
@@ -115,8 +128,8 @@ int mgr_ensure_running(ab_manager *m, ab_box_rec *r, ab_err **err)
                 return -1;
         }
         ab_metrics_op(m->o.metrics, "start", true);
-        mgr_set_status(m, r, AB_BOX_RUNNING, NULL);
-        mgr_quota_end(m, &qt); /* the record counts it now */
+        running_set rs = {.m = m, .r = r};
+        mgr_quota_commit(m, &qt, set_running, &rs); /* the record counts it now */
         started = 1;
         mgr_emit(m, "box.started", r,
                  json_pack("{s:I}", "duration_ms", (json_int_t)((ab_now_ns() - t0) / 1000000)));

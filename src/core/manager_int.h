@@ -265,6 +265,13 @@ int mgr_quota_image_begin(ab_manager *m, const char *app, uint64_t *budget, mgr_
 /* Starting the stopped box r: max_running. */
 int mgr_quota_start_begin(ab_manager *m, const ab_box_rec *r, mgr_ticket *t, ab_err **err);
 void mgr_quota_end(ab_manager *m, mgr_ticket *t);
+/* mgr_quota_end after fn(arg) - the write that makes the store count what the
+ * ticket reserved (a record inserted, a status set) - as one step for the
+ * app's counts: another reservation never sees both the record and the
+ * reservation (which would count the box twice). Returns fn's result. */
+int mgr_quota_commit(ab_manager *m, mgr_ticket *t, int (*fn)(void *arg), void *arg);
+/* mgr_quota_commit of the insert of the new record r. */
+int mgr_quota_insert(ab_manager *m, mgr_ticket *t, const ab_box_rec *r, ab_err **err);
 /* An exec in box r begins: max_execs and exec_rate (a token is taken).
  * 0 when admitted (then mgr_quota_exec_end once it is over). */
 int mgr_quota_exec_begin(ab_manager *m, const ab_box_rec *r, ab_err **err);

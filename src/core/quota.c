@@ -425,18 +425,59 @@ int mgr_quota_start_begin(ab_manager *m, const ab_box_rec *r, mgr_ticket *t, ab_
         return rc;
 }
 
-void mgr_quota_end(ab_manager *m, mgr_ticket *t)
+/* Gives back what t reserved. Caller holds the quota lock. */
+static void unreserve(mgr_ticket *t)
 {
-        fleet_unlock(m, &t->fleet_lock);
         mgr_app *a = t->app;
-        if (!a)
-                return;
-        pthread_mutex_lock(&m->quota->lock);
         a->rsv_boxes -= t->boxes;
         a->rsv_running -= t->running;
         a->rsv_disk_mib -= t->disk_mib;
+}
+
+void mgr_quota_end(ab_manager *m, mgr_ticket *t)
+{
+        fleet_unlock(m, &t->fleet_lock);
+        if (!t->app)
+                return;
+        pthread_mutex_lock(&m->quota->lock);
+        unreserve(t);
         pthread_mutex_unlock(&m->quota->lock);
         memset(t, 0, sizeof(*t));
+}
+
+int mgr_quota_commit(ab_manager *m, mgr_ticket *t, int (*fn)(void *arg), void *arg)
+{
+        if (!t->app) {
+                int r = fn(arg);
+                mgr_quota_end(m, t);
+                return r;
+        }
+        /* quota lock, then the store's: the order reserve() takes them in */
+        pthread_mutex_lock(&m->quota->lock);
+        int r = fn(arg);
+        unreserve(t);
+        pthread_mutex_unlock(&m->quota->lock);
+        fleet_unlock(m, &t->fleet_lock);
+        memset(t, 0, sizeof(*t));
+        return r;
+}
+
+typedef struct box_insert {
+        ab_store *store;
+        const ab_box_rec *r;
+        ab_err **err;
+} box_insert;
+
+static int insert_fn(void *arg)
+{
+        box_insert *x = arg;
+        return ab_store_box_insert(x->store, x->r, x->err);
+}
+
+int mgr_quota_insert(ab_manager *m, mgr_ticket *t, const ab_box_rec *r, ab_err **err)
+{
+        box_insert x = {.store = m->o.store, .r = r, .err = err};
+        return mgr_quota_commit(m, t, insert_fn, &x);
 }
 
 /* The bucket of the exec rate: the app's, or the caller key's own when the

@@ -19,7 +19,8 @@ import abtest  # noqa: E402
 h = abtest.Harness()
 
 # Lists every process of the box as "PID<TAB>ARGS" from /proc (does not rely on ps).
-PROCS = r"""for d in /proc/[0-9]*; do a=$(tr '\0' ' ' < $d/cmdline 2>/dev/null) && printf '%s\t%s\n' "${d#/proc/}" "$a"; done"""
+# A process may end while it is listed: its /proc entry is skipped, quietly.
+PROCS = r"""for d in /proc/[0-9]*; do a=$(tr '\0' ' ' 2>/dev/null < $d/cmdline) && printf '%s\t%s\n' "${d#/proc/}" "$a"; done 2>/dev/null; exit 0"""
 
 
 def procs(box):
