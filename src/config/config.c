@@ -1534,6 +1534,21 @@ static bool domain_ok(const char *d)
         return !strstr(d, "..");
 }
 
+/* ports_domain: a domain name, maybe with ":PORT" (where clients reach it,
+ * e.g. a TLS proxy's port: E2B's SDK builds its envd URLs from it). */
+static bool ports_domain_ok(const char *d)
+{
+        const char *colon = strchr(d, ':');
+        if (!colon)
+                return domain_ok(d);
+        char *end = NULL;
+        long port = strtol(colon + 1, &end, 10);
+        if (colon[1] < '1' || colon[1] > '9' || *end || port > 65535)
+                return false;
+        _cleanup_free_ char *name = xstrndup(d, (size_t)(colon - d));
+        return domain_ok(name);
+}
+
 /* A fleet node needs an id the others can name in URLs and headers, a URL
  * they reach it at, a secret, and the store they share. */
 static why_t check_fleet(const ab_config *c)
@@ -1596,9 +1611,10 @@ int ab_config_validate(const ab_config *c, ab_err **err)
         if (c->docker_host && strncmp(c->docker_host, "unix://", 7) != 0)
                 return invalid(err, "docker_host",
                                why("'%s': only unix:// sockets are supported", c->docker_host));
-        if (c->ports_domain && !domain_ok(c->ports_domain))
+        if (c->ports_domain && !ports_domain_ok(c->ports_domain))
                 return invalid(err, "ports_domain",
-                               why("'%s' is not a domain name (letters, digits, '-' and '.')",
+                               why("'%s' is not a domain name (letters, digits, '-' and '.') "
+                                   "with maybe a :PORT",
                                    c->ports_domain));
 
         const struct {

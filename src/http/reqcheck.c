@@ -110,6 +110,40 @@ bool ab_req_host_is(const char *host, const char *entry)
         return !strcmp(hn, en) && (ep < 0 || ep == hp);
 }
 
+/* Length of a Host-like s without its ":N" and a trailing dot. */
+static size_t host_name_len(const char *s)
+{
+        size_t n = strcspn(s, ":");
+        if (n > 0 && s[n - 1] == '.') /* a fully qualified name */
+                n--;
+        return n;
+}
+
+bool ab_req_host_box(const char *host, const char *domain, char port[AB_HOST_PORT_MAX + 1],
+                     char box[AB_HOST_BOX_MAX + 1])
+{
+        if (!host || !domain || !*domain)
+                return false;
+        size_t hl = host_name_len(host), dl = host_name_len(domain);
+        if (dl == 0 || hl < dl + 4 || host[hl - dl - 1] != '.' ||
+            strncasecmp(host + hl - dl, domain, dl))
+                return false;
+        size_t pl = 0;
+        while (pl < hl && isdigit((unsigned char)host[pl]))
+                pl++;
+        if (pl == 0 || pl > AB_HOST_PORT_MAX || host[pl] != '-')
+                return false;
+        size_t il = hl - dl - 1 - pl - 1;
+        if (il == 0 || il > AB_HOST_BOX_MAX)
+                return false;
+        memcpy(port, host, pl);
+        port[pl] = 0;
+        for (size_t i = 0; i < il; i++)
+                box[i] = (char)tolower((unsigned char)host[pl + 1 + i]);
+        box[il] = 0;
+        return true;
+}
+
 bool ab_req_origin_same(const char *origin, const char *host)
 {
         if (!origin || !host)

@@ -29,6 +29,19 @@ bool ab_req_host_is(const char *host, const char *entry);
  * scheme or anything malformed is not. */
 bool ab_req_origin_same(const char *origin, const char *host);
 
+/* Most characters of the port and of the box id a box's host name holds. */
+#define AB_HOST_PORT_MAX 5
+#define AB_HOST_BOX_MAX  63
+
+/* True when the Host header value host names a box's port:
+ * "PORT-ID.DOMAIN[:N]" (any case, a trailing dot allowed) with domain as
+ * ports_domain spells it; a ":N" of host or of domain is not compared (a
+ * domain "example.com:8080" matches "3000-ID.example.com:8080"). Fills port
+ * (1 to AB_HOST_PORT_MAX digits) and box (1 to AB_HOST_BOX_MAX characters,
+ * lowercased), NUL-terminated. */
+bool ab_req_host_box(const char *host, const char *domain, char port[AB_HOST_PORT_MAX + 1],
+                     char box[AB_HOST_BOX_MAX + 1]);
+
 /* True when the Content-Type ctype is one a browser sends to another site
  * without asking first (a CORS "simple" type: text/plain,
  * application/x-www-form-urlencoded, multipart/form-data; parameters and

@@ -233,6 +233,7 @@ static void req_free(ab_req *r)
         free(r->scope_buf);
         free(r->key_id);
         free(r->front_box);
+        free(r->host_box);
         free(r->body);
         free(r->seg);
         free(r->segbuf);
@@ -249,13 +250,34 @@ static int open_upload(ab_req *r)
         return 0;
 }
 
+/* A table's box host name (ab_route_table.host_port): r's path goes under
+ * the table's prefix and r->host_box names the box. False when none. */
+static bool route_by_host(ab_req *r)
+{
+        char port[AB_HOST_PORT_MAX + 1], box[AB_HOST_BOX_MAX + 1];
+        if (!ab_req_host_box(req_header(r, "Host"), r->srv->cfg->ports_domain, port, box))
+                return false;
+        for (size_t t = 0; t < r->srv->n_tables; t++) {
+                const ab_route_table *tb = r->srv->tables[t];
+                if (!tb->host_port || !tb->host_prefix || atoi(port) != tb->host_port)
+                        continue;
+                char *path = xasprintf("%s/%s", tb->host_prefix, r->path);
+                free(r->path);
+                r->path = path;
+                r->host_box = xstrdup(box);
+                return true;
+        }
+        return false;
+}
+
 /* Routes r (cheap, on MHD's thread): answers 404/405 itself (*done). */
 static enum MHD_Result route_request(ab_req *r, bool *done)
 {
         *done = false;
+        bool by_host = route_by_host(r);
         split_path(r);
         /* a box's port: any method, the body passed on */
-        if (r->srv->proxy && r->srv->proxy->match(r)) {
+        if (!by_host && r->srv->proxy && r->srv->proxy->match(r)) {
                 static const ab_route port_route = {"*", "", AUTH_USER, BODY_PROXY, NULL};
                 r->route = &port_route;
                 r->pxops = r->srv->proxy;

@@ -119,6 +119,7 @@ typedef struct ab_req {
         const struct ab_proxy_ops *pxops; /* how proxy's body and answer go */
         bool forwarded;                   /* from another fleet node: never forwarded again */
         char *front_box;                  /* owned, or NULL: the box an E2B access token opened */
+        char *host_box; /* owned, or NULL: the box a table's host name named (host_port) */
 } ab_req;
 
 /* ---- routes: each user of the server (REST, a front) registers its table ---- */
@@ -190,6 +191,14 @@ typedef struct ab_route_table {
          * auth), for forwarding it to the box's fleet node (kit/forward.h);
          * NULL: the "*" after "sandboxes" in the route's pattern. */
         const char *(*box_of)(ab_req *r);
+        /* Requests whose Host names port host_port of a box ("PORT-ID." +
+         * ports_domain, the port proxy's host names) are this table's, under
+         * host_prefix: such a host's "/files" is routed as host_prefix +
+         * "/files", with r->host_box the ID (E2B's envd, which E2B serves on
+         * each sandbox's own host name). The port proxy does not see them.
+         * 0: none. */
+        int host_port;
+        const char *host_prefix;
 } ab_route_table;
 
 /* Adds t to the server's routes (before ab_server_start*). Tables are

@@ -8,6 +8,7 @@
  * (kit/relay.h) passes the body on and streams the answer back, an upgrade
  * (WebSocket) byte for byte. */
 #include "http/httpmsg.h"
+#include "http/reqcheck.h"
 #include "rest/rest.h"
 #include "kit/relay.h"
 #include "http/ws.h"
@@ -51,29 +52,11 @@ static void port_req_free(void *p)
 /* Port and id from a host name "PORT-ID.DOMAIN[:N]" (any case). */
 static bool host_match(const char *host, const char *domain, char **port, char **box)
 {
-        if (!host || !domain || !*domain)
+        char p[AB_HOST_PORT_MAX + 1], b[AB_HOST_BOX_MAX + 1];
+        if (!ab_req_host_box(host, domain, p, b))
                 return false;
-        size_t hl = strlen(host), dl = strlen(domain);
-        const char *colon = memchr(host, ':', hl);
-        if (colon)
-                hl = (size_t)(colon - host);
-        if (hl > 0 && host[hl - 1] == '.') /* a fully qualified name */
-                hl--;
-        if (hl < dl + 4 || host[hl - dl - 1] != '.' || strncasecmp(host + hl - dl, domain, dl))
-                return false;
-        size_t pl = 0;
-        while (pl < hl && isdigit((unsigned char)host[pl]))
-                pl++;
-        if (pl == 0 || pl > 5 || host[pl] != '-')
-                return false;
-        size_t il = hl - dl - 1 - pl - 1;
-        if (il == 0 || il > 63)
-                return false;
-        char *id = xstrndup(host + pl + 1, il);
-        for (char *p = id; *p; p++)
-                *p = (char)tolower((unsigned char)*p);
-        *port = xstrndup(host, pl);
-        *box = id;
+        *port = xstrdup(p);
+        *box = xstrdup(b);
         return true;
 }
 

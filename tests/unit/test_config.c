@@ -211,7 +211,7 @@ static void test_full_file(void)
         ab_config_release(&c);
 }
 
-/* ports_domain must be a host name; ports_timeout at least 100 ms. */
+/* ports_domain must be a host name (maybe with :PORT); ports_timeout at least 100 ms. */
 static void test_ports(void)
 {
         const struct {
@@ -223,6 +223,13 @@ static void test_ports(void)
             {"http://boxes.example.com", 60000, "ports_domain"},
             {"a..b", 60000, "ports_domain"},
             {".example.com", 60000, "ports_domain"},
+            /* with the port clients reach it at (a TLS proxy's) */
+            {"boxes.example.com:8443", 60000, NULL},
+            {"boxes.example.com:", 60000, "ports_domain"},
+            {"boxes.example.com:0", 60000, "ports_domain"},
+            {"boxes.example.com:65536", 60000, "ports_domain"},
+            {"boxes.example.com:80x", 60000, "ports_domain"},
+            {"a..b:80", 60000, "ports_domain"},
             {"boxes.example.com", 10, "ports_timeout"},
         };
         for (size_t i = 0; i < AB_ARRAY_LEN(cases); i++) {

@@ -99,6 +99,36 @@ static void test_ctype(void)
         tap_ok(!ab_req_ctype_simple(NULL), "none");
 }
 
+/* A box's host name: PORT-ID.DOMAIN, the domain maybe with a port. */
+static void test_host_box(void)
+{
+        char port[AB_HOST_PORT_MAX + 1], box[AB_HOST_BOX_MAX + 1];
+        tap_ok(ab_req_host_box("49983-AbC12.sbx.example.com", "sbx.example.com", port, box) &&
+                   !strcmp(port, "49983") && !strcmp(box, "abc12"),
+               "PORT-ID.DOMAIN: port and id, the id lowercased (%s, %s)", port, box);
+        tap_ok(ab_req_host_box("3000-x.SBX.example.com.:8443", "sbx.example.com", port, box) &&
+                   !strcmp(port, "3000") && !strcmp(box, "x"),
+               "any case, a trailing dot and a port of the host");
+        tap_ok(ab_req_host_box("49983-x.sbx.test:8443", "sbx.test:8443", port, box),
+               "a domain with a port (where a TLS proxy listens)");
+        tap_ok(ab_req_host_box("49983-x.sbx.test", "sbx.test:8443", port, box),
+               "... whose port is not compared");
+        tap_ok(!ab_req_host_box("49983-x.other.test", "sbx.test", port, box), "another domain");
+        tap_ok(!ab_req_host_box("49983-x.evilsbx.test", "sbx.test", port, box),
+               "a name that only ends like the domain");
+        tap_ok(!ab_req_host_box("sbx.test", "sbx.test", port, box), "the domain itself");
+        tap_ok(!ab_req_host_box("x-49983.sbx.test", "sbx.test", port, box), "no port first");
+        tap_ok(!ab_req_host_box("123456-x.sbx.test", "sbx.test", port, box), "a port of 6 digits");
+        tap_ok(!ab_req_host_box("49983-.sbx.test", "sbx.test", port, box), "no id");
+        char longer[128];
+        snprintf(longer, sizeof(longer), "1-%064d.sbx.test", 0);
+        tap_ok(!ab_req_host_box(longer, "sbx.test", port, box), "an id of 64 characters");
+        tap_ok(!ab_req_host_box("1-x.sbx.test", NULL, port, box) &&
+                   !ab_req_host_box("1-x.sbx.test", "", port, box) &&
+                   !ab_req_host_box(NULL, "sbx.test", port, box),
+               "no domain, no host");
+}
+
 int main(void)
 {
         test_target();
@@ -106,5 +136,6 @@ int main(void)
         test_host_is();
         test_origin();
         test_ctype();
+        test_host_box();
         return tap_done();
 }

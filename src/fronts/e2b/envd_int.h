@@ -85,6 +85,22 @@ void envd_meta_removed(ab_req *r, const char *box, const char *path);
 /* Sets entry's "metadata" to map[entry.path] ({} when none). */
 void envd_entry_meta(json_t *entry, json_t *map);
 
+/* envd_sign.c: signed /files URLs (the SDK's uploadUrl, downloadUrl). */
+/* True when r is a call a signed URL may make: GET or POST of /files with a
+ * "signature" query parameter. */
+bool envd_sign_asked(ab_req *r);
+/* Checks the signature of such a call for box id (E2B's envd's v1 signing of
+ * path, operation, username and the box's access token, and the expiration):
+ * 1 when one of the box's tokens signed it and it has not expired (*rec
+ * filled: clear it; *key_id the store API key that token is bound to, or
+ * NULL: free it); 0 when not (*status 401, or 400 for a malformed
+ * expiration; *why a static message); -1 with *err when the store or the
+ * secret fails. Reads the store. */
+int envd_sign_box(ab_req *r, const char *id, ab_box_rec *rec, char **key_id, unsigned *status,
+                  const char **why, ab_err **err);
+/* True when a and b are both NULL or the same string (apps). */
+bool envd_same_app(const char *a, const char *b);
+
 /* Shutdown halves (envd_shutdown): every process stream detached (the
  * processes and PTYs live on in their boxes), every watch stopped; each
  * waits for its threads (up to 10 s, 5 s). */

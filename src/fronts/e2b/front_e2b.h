@@ -9,6 +9,10 @@
 
 #include "kit/server.h"
 
+/* envd's port in E2B's sandbox host names (49983-ID.DOMAIN): served by this
+ * front on ports_domain's host names. */
+#define E2B_ENVD_PORT 49983
+
 #define E2B_TOKEN_LEN     64 /* the MAC: hex characters */
 #define E2B_TOKEN_KEY_MAX 64 /* the longest key id a token carries */
 /* The longest token: "<key id>.<MAC>" */
@@ -37,13 +41,16 @@ int e2b_access_token(ab_server *s, const ab_box_rec *rec, const char *key_id,
 bool e2b_token_parse(const char *tok, char **key_id);
 
 /* Authenticates an envd call from its head, before any body is read: the
- * box named by E2b-Sandbox-Id exists, X-Access-Token is the token of this
- * creation of it and, for a key-bound token, its key still exists. Then sets
+ * box named by its host name (49983-ID.ports_domain) or else by
+ * E2b-Sandbox-Id exists, X-Access-Token is the token of this creation of it
+ * (or, on /files without X-Access-Token, the URL is signed with it:
+ * envd_sign.c) and, for a key-bound token, its key still exists. Then sets
  * r->scope to the box's app (NULL: a box of the admin's), r->front_box to
  * its id and, for a key-bound token, r->key_id to the key, whose deletion
  * then shuts the connection (ab_conns_bind_key) (*ok true); else answers
- * 400 (no id), 401 (a bad token, an unknown or deleted box, a deleted key)
- * or 500 itself. Reads the store: call it on a worker. */
+ * 400 (no id, a host name and E2b-Sandbox-Id naming two boxes, a malformed
+ * signature_expiration), 401 (a bad token or signature, an expired one, an unknown or deleted box,
+ * a deleted key) or 500 itself. Reads the store: call it on a worker. */
 enum MHD_Result envd_authenticate(ab_req *r, bool *ok);
 
 /* Detaches this server's streams of box id's E2B processes and waits for

@@ -179,8 +179,7 @@ bool e2b_token_parse(const char *tok, char **key_id)
         return true;
 }
 
-/* True when a and b are both NULL or the same string. */
-static bool same_app(const char *a, const char *b)
+bool envd_same_app(const char *a, const char *b)
 {
         return a == b || (a && b && !strcmp(a, b));
 }
@@ -217,7 +216,7 @@ static int token_box(ab_server *s, const char *id, const char *tok, ab_box_rec *
                                 ab_err_free(err);
                         goto no;
                 }
-                bool ok = same_app(k.app_id, rec->app_id);
+                bool ok = envd_same_app(k.app_id, rec->app_id);
                 ab_api_key_clear(&k);
                 if (!ok)
                         goto no;
@@ -230,21 +229,47 @@ no:
         return *err ? -1 : 0;
 }
 
+/* The box a call names: its host name's (49983-ID.ports_domain), else its
+ * E2b-Sandbox-Id header's. NULL (answered 400) when neither names one, or
+ * when both do and not the same. */
+static const char *named_box(ab_req *r, enum MHD_Result *ret)
+{
+        const char *hdr = req_header(r, "E2b-Sandbox-Id");
+        if (r->host_box) {
+                if (hdr && strcasecmp(hdr, r->host_box)) {
+                        *ret = envd_deny(r, 400,
+                                         "E2b-Sandbox-Id names another sandbox than the host name");
+                        return NULL;
+                }
+                return r->host_box;
+        }
+        if (!hdr || !*hdr || strlen(hdr) > 64) {
+                *ret = envd_deny(r, 400, "missing E2b-Sandbox-Id header");
+                return NULL;
+        }
+        return hdr;
+}
+
 enum MHD_Result envd_authenticate(ab_req *r, bool *ok)
 {
         *ok = false;
-        const char *id = req_header(r, "E2b-Sandbox-Id");
+        enum MHD_Result ret;
+        const char *id = named_box(r, &ret);
+        if (!id)
+                return ret;
         const char *tok = req_header(r, "X-Access-Token");
-        if (!id || !*id || strlen(id) > 64)
-                return envd_deny(r, 400, "missing E2b-Sandbox-Id header");
         ab_box_rec rec;
         ab_err *e = NULL;
         char *key_id = NULL;
-        int rc = token_box(r->srv, id, tok, &rec, &key_id, &e);
+        unsigned status = 401;
+        const char *why = "invalid or missing X-Access-Token for this sandbox";
+        int rc = !tok && envd_sign_asked(r) /* a signed URL (uploadUrl, downloadUrl) */
+                     ? envd_sign_box(r, id, &rec, &key_id, &status, &why, &e)
+                     : token_box(r->srv, id, tok, &rec, &key_id, &e);
         if (rc < 0)
                 return resp_err(r, e);
         if (rc == 0)
-                return envd_deny(r, 401, "invalid or missing X-Access-Token for this sandbox");
+                return envd_deny(r, status, why);
         if (key_id) { /* deleting the key ends this call and its stream */
                 free(r->key_id);
                 r->key_id = key_id;
@@ -763,15 +788,19 @@ enum MHD_Result envd_filesystem_rpc(ab_req *r, const char *method)
 
 /* ---- /health ----------------------------------------------------------- */
 
-/* GET /health: 204 while the server is up. With E2b-Sandbox-Id, 204 only
+/* GET /health: 204 while the server is up. With E2b-Sandbox-Id (or on the
+ * box's host name), 204 only
  * while that box runs (not paused: E2B's envd is frozen with its sandbox and
  * answers nothing) and X-Access-Token is its token, else
  * 502 (the SDK's "not running"): a caller without the token learns nothing,
  * not even whether the box exists. */
 enum MHD_Result envd_health(ab_req *r, const char *id)
 {
-        const char *box = req_header(r, "E2b-Sandbox-Id");
-        if (box) {
+        if (r->host_box || req_header(r, "E2b-Sandbox-Id")) {
+                enum MHD_Result ret;
+                const char *box = named_box(r, &ret);
+                if (!box)
+                        return ret;
                 ab_box_rec rec;
                 ab_err *e = NULL;
                 int rc = token_box(r->srv, box, req_header(r, "X-Access-Token"), &rec, NULL, &e);

@@ -33,5 +33,7 @@ const ab_route_table ab_e2b_routes = {
     .n_routes = AB_ARRAY_LEN(routes),
     .authenticate = envd_authenticate, /* a box's access token: its record */
     .auth_blocks = true,
-    .shutdown = envd_shutdown, /* its processes use the manager from threads of their own */
+    .shutdown = envd_shutdown,  /* its processes use the manager from threads of their own */
+    .host_port = E2B_ENVD_PORT, /* envd on 49983-ID.ports_domain, as E2B's sandbox hosts */
+    .host_prefix = "e2b/envd",
 };
