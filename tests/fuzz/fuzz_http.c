@@ -12,7 +12,8 @@
  * The first byte picks the client's address (loopback or not) and whether
  * the server has an admin token (without one, the Host, Origin and
  * content-type checks run; allowed_hosts is "devbox.lan" and
- * "[fd00::1]:8080") ("admin-token"; the API key "key-a" of app
+ * "[fd00::1]:8080") ("admin-token"; ports_domain is "sbx.fuzz:8443", so
+ * 49983-box1.sbx.fuzz is box1's E2B envd; the API key "key-a" of app
  * "app-a" is always configured). The manager runs on an in-memory fake
  * backend (create/start/stop/pause/destroy only flip a state; connecting to
  * a box's init fails), so a request costs no box; the store is SQLite in a
@@ -272,6 +273,9 @@ static world *world_new(void)
         w->cfg.allowed_hosts = xcalloc(3, sizeof(char *));
         w->cfg.allowed_hosts[0] = xstrdup("devbox.lan");
         w->cfg.allowed_hosts[1] = xstrdup("[fd00::1]:8080");
+        /* box host names: PORT-ID.sbx.fuzz (E2B's envd on 49983) */
+        free(w->cfg.ports_domain);
+        w->cfg.ports_domain = xstrdup("sbx.fuzz:8443");
         ab_err *e = NULL;
         check(ab_store_open(NULL, w->dir, &w->store, &e) == 0);
         w->events = ab_events_new(256);

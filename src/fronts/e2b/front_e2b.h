@@ -2,8 +2,10 @@
  * API under /e2b (front_e2b.c) and envd, the API E2B's SDK talks to inside a
  * sandbox, under /e2b/envd (front_envd.c, envd_*.c: Connect RPC for processes and the
  * filesystem, /files, /health). The SDK is pointed here by E2B_API_URL and
- * E2B_SANDBOX_URL; envd calls name their box by the E2b-Sandbox-Id header and
- * prove it with the X-Access-Token the create answer gave. */
+ * E2B_SANDBOX_URL (or E2B_DOMAIN = ports_domain: envd on 49983-ID.ports_domain);
+ * envd calls name their box by that host name or the E2b-Sandbox-Id header
+ * and prove it with the X-Access-Token the create answer gave (or a URL
+ * signed with it, on /files). */
 #ifndef AB_FRONT_E2B_H
 #define AB_FRONT_E2B_H
 

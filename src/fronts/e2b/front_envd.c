@@ -1,8 +1,10 @@
 /* envd, the in-sandbox API of E2B's SDK, served by the server under
- * /e2b/envd for every box (docs/compat-e2b.md): Connect RPC with JSON for
+ * /e2b/envd for every box and on each box's host name 49983-ID.ports_domain
+ * (docs/compat-e2b.md): Connect RPC with JSON for
  * process.Process (envd_proc.c) and filesystem.Filesystem (here; watches in
- * envd_watch.c), /files (envd_files.c) and /health (here). A call names its
- * box by E2b-Sandbox-Id and proves it with X-Access-Token, an HMAC with the
+ * envd_watch.c), /files (envd_files.c; signed URLs: envd_sign.c) and /health
+ * (here). A call names its box by its host name or E2b-Sandbox-Id and
+ * proves it with X-Access-Token, an HMAC with the
  * server's E2B secret of the box's id, its creation and its app: it opens
  * that box only, while it exists, as its app. This file: the tokens, what
  * the envd files share (envd_int.h), the filesystem calls, /health, the
