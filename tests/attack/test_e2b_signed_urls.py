@@ -91,6 +91,11 @@ r = get(A, signed("/tmp/a.txt", "read", TA, user="user", exp=later))
 h.ok(r.status == 200 and r.body == body, "with a username and an expiration to come: 200", r.describe())
 r = get(A, {"path": "/tmp/a.txt"}, headers={"X-Access-Token": TA})
 h.ok(r.status == 200 and r.body == body, "the access token on the host name: 200", r.describe())
+r = get(A, signed("/tmp/a.txt", "read", TA), headers={"X-Access-Token": ""})
+h.ok(r.status == 200 and r.body == body, "a signed URL with an empty X-Access-Token (none, as in envd)",
+     r.describe())
+r = get(A, signed("/tmp/a.txt", "read", TA), headers={"X-Access-Token": TB})
+h.eq(r.status, 401, "a good signature with a wrong X-Access-Token: the token is checked, 401", r.describe())
 r = srv.request("GET", "/e2b/envd/files", headers={"E2b-Sandbox-Id": A}, token=None,
                 query=signed("/tmp/a.txt", "read", TA))
 h.ok(r.status == 200 and r.body == body, "a signed URL on /e2b/envd with E2b-Sandbox-Id: 200", r.describe())

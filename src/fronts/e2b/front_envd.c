@@ -265,7 +265,8 @@ enum MHD_Result envd_authenticate(ab_req *r, bool *ok)
         char *key_id = NULL;
         unsigned status = 401;
         const char *why = "invalid or missing X-Access-Token for this sandbox";
-        int rc = !tok && envd_sign_asked(r) /* a signed URL (uploadUrl, downloadUrl) */
+        /* a signed URL (uploadUrl, downloadUrl); an empty token is none, as in envd */
+        int rc = (!tok || !*tok) && envd_sign_asked(r)
                      ? envd_sign_box(r, id, &rec, &key_id, &status, &why, &e)
                      : token_box(r->srv, id, tok, &rec, &key_id, &e);
         if (rc < 0)
