@@ -241,9 +241,15 @@ static int listen_tcp(const char *addr)
 /* ---- the session: one connection, one request ---- */
 
 /* What a session is before it has a connection (init's child, after fork). */
+/* The box's sudo socket (init/sudo.c) when init is the box's PID 1, else -1. */
+static int sudo_lfd = -1;
+
 static void session_prepare(int sfd, const sigset_t *oldmask)
 {
         close(sfd);
+        if (sudo_lfd >= 0)
+                close(sudo_lfd);
+        sudo_lfd = -1;
         if (tcp_lfd >= 0)
                 close(tcp_lfd);
         if (init_term_keeper_end >= 0)
@@ -546,6 +552,30 @@ static void accept_tcp(int lfd, int sfd, const int taken[2], const sigset_t *old
         close(cfd);
 }
 
+/* Serves a connection to the sudo socket in a child of its own. */
+static void accept_sudo(int lfd, int sfd, const int taken[2], const sigset_t *oldmask,
+                        const char *workdir)
+{
+        int cfd = accept4(sudo_lfd, NULL, NULL, SOCK_CLOEXEC);
+        if (cfd < 0) {
+                if (errno != EAGAIN && errno != EINTR && errno != ECONNABORTED)
+                        usleep(50000); /* out of fds or memory: do not spin */
+                return;
+        }
+        pid_t pid = fork();
+        if (pid == 0) {
+                if (lfd >= 0)
+                        close(lfd);
+                close(taken[0]);
+                session_prepare(sfd, oldmask);
+                init_sudo_serve(cfd, workdir);
+                _exit(0);
+        }
+        if (pid < 0)
+                logmsg("fork: %s", strerror(errno));
+        close(cfd);
+}
+
 /* --install PATH: copies this binary to PATH (0755, through a temporary
  * name and a rename), for an init container that carries init into a pod's
  * shared emptyDir: the carrier image needs no shell or cp. */
@@ -587,6 +617,10 @@ int main(int argc, char **argv)
         const char *tcp_addr = NULL, *secret_file = NULL;
         int lfd = -1;
         bool prewarm = false;
+
+        const char *name = strrchr(argv[0], '/') ? strrchr(argv[0], '/') + 1 : argv[0];
+        if (!strcmp(name, "sudo"))
+                return init_sudo_main(argc, argv);
 
         for (int i = 1; i < argc; i++) {
                 const char *a = argv[i];
@@ -762,15 +796,25 @@ int main(int argc, char **argv)
                 logmsg("socketpair (terminals): %s", strerror(errno));
         }
 
+        /* sudo is served by the box's PID 1 only: an init run by hand (tests,
+         * a pod's sidecar) never offers root to the host's processes. */
+        if (getpid() == 1) {
+                sudo_lfd = init_sudo_listen();
+                if (sudo_lfd < 0)
+                        logmsg("sudo socket: %s (sudo will not work in this box)",
+                               strerror(-sudo_lfd));
+        }
+
         for (;;) {
                 if (spare_pid < 0 && lfd >= 0)
                         start_spare(lfd, sfd, taken, &oldmask, workdir);
                 /* With a spare, connections are its to take. */
-                struct pollfd p[4] = {{.fd = spare_pid > 0 ? -1 : lfd, .events = POLLIN},
+                struct pollfd p[5] = {{.fd = spare_pid > 0 ? -1 : lfd, .events = POLLIN},
                                       {.fd = sfd, .events = POLLIN},
                                       {.fd = taken[0], .events = POLLIN},
-                                      {.fd = tcp_lfd, .events = POLLIN}};
-                if (poll(p, 4, -1) < 0) {
+                                      {.fd = tcp_lfd, .events = POLLIN},
+                                      {.fd = sudo_lfd, .events = POLLIN}};
+                if (poll(p, 5, -1) < 0) {
                         if (errno != EINTR)
                                 usleep(10000);
                         continue;
@@ -801,6 +845,8 @@ int main(int argc, char **argv)
                 }
                 if (p[3].revents)
                         accept_tcp(lfd, sfd, taken, &oldmask, workdir);
+                if (p[4].revents)
+                        accept_sudo(lfd, sfd, taken, &oldmask, workdir);
                 if (!p[0].revents)
                         continue;
                 int cfd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);

@@ -1,0 +1,34 @@
+"""E2B's account `user` and its sudo (docs/compat-e2b.md, "Users"), driven
+by both E2B JS SDKs the project pins (tests/e2b/user.mjs): commands and file
+calls run as `user` (uid 1000, home /home/user, a folder of its own), root
+on request, files written through envd are the call's user's, and `sudo`
+(the box's init running the command) in the forms people type. Then, over
+plain HTTP: a box made through agentbox's own API keeps running E2B calls
+as root (it has no account `user`).
+
+Without node or the SDKs installed (and no way to install them) the file is
+skipped."""
+import os
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
+import abserver  # noqa: E402
+import taprelay  # noqa: E402
+
+ROOT = os.path.realpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
+E2B_DIR = os.path.join(ROOT, "tests", "e2b")
+
+h = abserver.ServerHarness(budget=240)
+node = taprelay.need_e2b_sdks(h)
+
+TOKEN = "e2b-user-token-%s-0123456789" % os.getpid()
+srv = h.start_server(token=TOKEN)
+
+for sdk in taprelay.E2B_SDKS:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("E2B_")}
+    env.update({"E2B_API_URL": srv.url + "/e2b", "E2B_SANDBOX_URL": srv.url + "/e2b/envd", "E2B_API_KEY": TOKEN,
+                "E2B_SDK_MODULE": sdk, "E2B_VALIDATE_API_KEY": "false"})
+    taprelay.relay(h, [node, os.path.join(E2B_DIR, "user.mjs")], env, E2B_DIR, label=sdk, timeout=150,
+                   min_checks=30)
+
+h.done()
