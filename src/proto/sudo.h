@@ -27,7 +27,7 @@
 
 #define ABS_SOCKET_NAME "agentbox-sudo" /* abstract: a leading NUL, no file */
 #define ABS_MAGIC       "absudo1"
-#define ABS_REQ_MAX     (256u << 10) /* largest REQUEST */
+#define ABS_REQ_MAX     (160u << 10) /* largest REQUEST: below a socket's default send buffer */
 #define ABS_ARGS_MAX    4096         /* arguments in a REQUEST */
 #define ABS_ENV_MAX     4096         /* environment entries in a REQUEST */
 #define ABS_SPEC_MAX    256          /* longest target user */
