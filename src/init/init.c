@@ -426,7 +426,10 @@ static void usage(FILE *f)
             "       agentbox-init --version\n"
             "--listen-tcp and --secret-file default to $AGENTBOX_INIT_LISTEN and\n"
             "$AGENTBOX_INIT_SECRET_FILE; TCP connections must pass the handshake of\n"
-            "docs/protocol.md with the secret in F (32 bytes, or 64 hex digits).\n");
+            "docs/protocol.md with the secret in F (32 bytes, or 64 hex digits).\n"
+            "As a box's PID 1 it also serves the box's sudo on the abstract socket\n"
+            "@agentbox-sudo; run under the name `sudo` (a copy named so) it is that\n"
+            "sudo (`sudo --help`).\n");
 }
 
 /* Binds a unix socket at path, even when path is longer than sun_path. */

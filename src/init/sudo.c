@@ -387,7 +387,7 @@ void init_sudo_serve(int cfd, const char *workdir)
                 say(cfd, 'm', "%s is not in the sudoers file.", caller);
         } else if (abs_req_parse(buf, len, &q, &bad) < 0) {
                 say(cfd, 'm', "bad request: %s", bad);
-        } else if (init_user_resolve(&conf, q.user ? q.user : "root", &t, &why) < 0) {
+        } else if (init_user_resolve(&conf, q.user ? q.user : "0", &t, &why) < 0) {
                 say(cfd, 'm', "unknown user %s (%s)", q.user ? q.user : "root", why);
                 abs_req_free(&q);
         } else {
