@@ -111,5 +111,35 @@ await step('sudo ends with its caller', async () => {
   ok(left === '0', 'killing the command that ran sudo kills what sudo started', left);
 });
 
+await step('sudo in a terminal', async () => {
+  const chunks = [];
+  const dec = new TextDecoder();
+  const term = await sbx.pty.create({ cols: 100, rows: 30, onData: (d) => chunks.push(dec.decode(d)) });
+  const send = (t) => sbx.pty.sendInput(term.pid, new TextEncoder().encode(t));
+  await send('sudo -s\n');
+  await new Promise((res) => setTimeout(res, 500));
+  await send('echo "in-$(id -u)-$([ -t 0 ] && echo tty)"; exit\n');
+  await send('echo "out-$(id -u)"\n');
+  for (let i = 0; i < 40 && !chunks.join('').includes('out-'); i++) await new Promise((res) => setTimeout(res, 100));
+  const text = chunks.join('');
+  ok(/in-0-tty/.test(text) && /out-[1-9]/.test(text), 'sudo -s in a PTY: a root shell on the terminal, then user again',
+    text.slice(-400));
+  await sbx.pty.kill(term.pid);
+});
+
+// a box made before E2B's account (its /home/user a link to /workspace):
+// E2B calls run as root there, as they did
+if (process.env.LEGACY_BOX) {
+  await step('an older box', async () => {
+    const old = await Sandbox.connect(process.env.LEGACY_BOX);
+    const r = await old.commands.run('whoami; echo "$HOME"; pwd');
+    ok(r.stdout === 'root\n/home/user\n/home/user\n', 'commands run as root in /home/user', r.stdout);
+    const w = await old.files.write('legacy.txt', 'old');
+    const seen = await old.commands.run('cat /workspace/legacy.txt; stat -c %U /workspace/legacy.txt');
+    ok(w.path === '/home/user/legacy.txt' && seen.stdout === 'oldroot\n', 'files land in /workspace through the link, root\'s',
+      [w, seen.stdout]);
+  });
+}
+
 await sbx.kill();
 finish();
