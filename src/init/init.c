@@ -519,28 +519,45 @@ static void shutdown_all(void)
         init_kill_tree(0, NULL, NULL);
 }
 
+/* accept4 on a listening socket of init's: the connection, or -1 (a busy
+ * loop is slowed down when init is out of fds or memory). */
+static int accept_one(int fd)
+{
+        int cfd = accept4(fd, NULL, NULL, SOCK_CLOEXEC);
+        if (cfd < 0 && errno != EAGAIN && errno != EINTR && errno != ECONNABORTED)
+                usleep(50000);
+        return cfd;
+}
+
+/* fork for a session of init's: in the child (0), what only init keeps is
+ * closed and the session prepared. */
+static pid_t fork_session(int lfd, int sfd, const int taken[2], const sigset_t *oldmask)
+{
+        pid_t pid = fork();
+        if (pid == 0) {
+                if (lfd >= 0)
+                        close(lfd);
+                close(taken[0]);
+                session_prepare(sfd, oldmask);
+        }
+        return pid;
+}
+
 /* Takes one TCP connection: a session that authenticates it first, or, with
  * TCP_PENDING_MAX sessions in their handshake already, a close. */
 static void accept_tcp(int lfd, int sfd, const int taken[2], const sigset_t *oldmask,
                        const char *workdir)
 {
-        int cfd = accept4(tcp_lfd, NULL, NULL, SOCK_CLOEXEC);
-        if (cfd < 0) {
-                if (errno != EAGAIN && errno != EINTR && errno != ECONNABORTED)
-                        usleep(50000); /* out of fds or memory: do not spin */
+        int cfd = accept_one(tcp_lfd);
+        if (cfd < 0)
                 return;
-        }
         if (tcp_n_pending >= TCP_PENDING_MAX) {
                 close(cfd);
                 return;
         }
-        pid_t pid = fork();
+        uint64_t deadline = ab_now_ms() + ABH_DEADLINE_MS;
+        pid_t pid = fork_session(lfd, sfd, taken, oldmask);
         if (pid == 0) {
-                uint64_t deadline = ab_now_ms() + ABH_DEADLINE_MS;
-                if (lfd >= 0)
-                        close(lfd);
-                close(taken[0]);
-                session_prepare(sfd, oldmask);
                 if (abh_serve(cfd, tcp_secret, deadline) < 0)
                         _exit(0);
                 pid_t me = -getpid();
@@ -559,18 +576,11 @@ static void accept_tcp(int lfd, int sfd, const int taken[2], const sigset_t *old
 static void accept_sudo(int lfd, int sfd, const int taken[2], const sigset_t *oldmask,
                         const char *workdir)
 {
-        int cfd = accept4(sudo_lfd, NULL, NULL, SOCK_CLOEXEC);
-        if (cfd < 0) {
-                if (errno != EAGAIN && errno != EINTR && errno != ECONNABORTED)
-                        usleep(50000); /* out of fds or memory: do not spin */
+        int cfd = accept_one(sudo_lfd);
+        if (cfd < 0)
                 return;
-        }
-        pid_t pid = fork();
+        pid_t pid = fork_session(lfd, sfd, taken, oldmask);
         if (pid == 0) {
-                if (lfd >= 0)
-                        close(lfd);
-                close(taken[0]);
-                session_prepare(sfd, oldmask);
                 init_sudo_serve(cfd, workdir);
                 _exit(0);
         }

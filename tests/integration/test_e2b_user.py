@@ -15,9 +15,6 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import abserver  # noqa: E402
 import taprelay  # noqa: E402
 
-ROOT = os.path.realpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
-E2B_DIR = os.path.join(ROOT, "tests", "e2b")
-
 h = abserver.ServerHarness(budget=240)
 node = taprelay.need_e2b_sdks(h)
 
@@ -29,11 +26,5 @@ legacy = srv.post("/v1/sandboxes", {}).get("id") or ""
 r = srv.post("/v1/sandboxes/%s/exec" % legacy, {"command": "mkdir -p /home && ln -s /workspace /home/user"})
 h.ok(r.status == 200 and r.get("exit_code") == 0, "an older box: /home/user a link to /workspace", r.describe())
 
-for sdk in taprelay.E2B_SDKS:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("E2B_")}
-    env.update({"E2B_API_URL": srv.url + "/e2b", "E2B_SANDBOX_URL": srv.url + "/e2b/envd", "E2B_API_KEY": TOKEN,
-                "E2B_SDK_MODULE": sdk, "E2B_VALIDATE_API_KEY": "false", "LEGACY_BOX": legacy})
-    taprelay.relay(h, [node, os.path.join(E2B_DIR, "user.mjs")], env, E2B_DIR, label=sdk, timeout=150,
-                   min_checks=34)
-
+taprelay.relay_e2b_sdks(h, node, "user.mjs", srv, TOKEN, min_checks=34, LEGACY_BOX=legacy)
 h.done()
