@@ -99,6 +99,12 @@ await step('sudo', async () => {
   ok(sig.exitCode === 143 || sig.exitCode === -1 || sig.exitCode === 128 + 15, 'a command killed by a signal: sudo dies of it', sig);
 });
 
+await step('signals reach the command', async () => {
+  const r = await run("sudo sh -c 'trap \"echo got-term; exit 3\" TERM; sleep 30 & wait' & p=$!; sleep 0.5; " +
+    "kill -TERM $p; wait $p; echo \"status $?\"", { timeoutMs: 20_000 });
+  ok(r.stdout === 'got-term\nstatus 3\n', 'a TERM sent to sudo reaches its command, and sudo exits as it did', r);
+});
+
 await step('sudo ends with its caller', async () => {
   const h = await sbx.commands.run('sudo sleep 471', { background: true });
   await new Promise((res) => setTimeout(res, 500));
