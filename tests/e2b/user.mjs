@@ -68,6 +68,12 @@ await step('files as user', async () => {
   ok(listed && listed.owner === 'user' && listed.path === '/home/user/x', 'files.list shows them as user\'s', listed);
   await sbx.files.write('/tmp/as-root.txt', 'r', { user: 'root' });
   ok((await sbx.files.getInfo('/tmp/as-root.txt')).owner === 'root', 'files.write with user: root is root\'s');
+  await sbx.files.write('/tmp/by-nobody.txt', 'n', { user: 'nobody' });
+  ok((await sbx.files.getInfo('/tmp/by-nobody.txt')).owner === 'nobody', 'files.write with user: nobody is nobody\'s');
+  const unknown = await thrown(() => sbx.files.write('/tmp/by-ghost.txt', 'g', { user: 'ghost' }));
+  const ghost = await thrown(() => sbx.files.getInfo('/tmp/by-ghost.txt'));
+  ok(unknown && /ghost/.test(unknown.message) && ghost, 'a user the box does not have: refused, nothing written',
+    [unknown && unknown.message, ghost && ghost.message]);
   const e = await thrown(() => sbx.files.write('/etc/x.txt', 'no'));
   ok(e === null || /denied|permission/i.test(e.message), 'a write is allowed or refused, never a crash', e && e.message);
 });

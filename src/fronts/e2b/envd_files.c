@@ -87,7 +87,8 @@ static int up_write(ab_manager *m, ab_use *u, void *ud, ab_err **err)
 {
         up_call *c = ud;
         _cleanup_strv_ char **made = NULL;
-        if (c->owner && envd_missing_parents(m, u, c->f->path, &made, err) < 0)
+        if (c->owner && (envd_owner_check(m, u, c->owner, err) < 0 ||
+                         envd_missing_parents(m, u, c->f->path, &made, err) < 0))
                 return -1;
         if (ab_manager_file_write(m, u, c->f->path, c->f->data, c->f->len, c->src_fd,
                                   ABC_W_MKPARENTS, 0, err) < 0)

@@ -31,6 +31,9 @@ void envd_who_clear(envd_who *w);
 /* The folders above path that do not exist yet (deepest first, a strv in
  * *out), so that what a call makes can be given to its user. 0 or -1. */
 int envd_missing_parents(ab_manager *m, ab_use *u, const char *path, char ***out, ab_err **err);
+/* Checks, before a call makes anything for owner, that the box has that
+ * account (E2B's `user` and uids pass). 0, or -1 with AB_E_INVALID. */
+int envd_owner_check(ab_manager *m, ab_use *u, const char *owner, ab_err **err);
 /* Gives path (when not NULL) and the folders made[] (a strv or NULL) to
  * owner (and, for E2B's `user`, its group); nothing when owner is NULL
  * (root's already). 0 or -1. */

@@ -590,7 +590,8 @@ static int fs_mkdir(ab_manager *m, ab_use *u, void *ud, ab_err **err)
 {
         fs_call *c = ud;
         _cleanup_strv_ char **made = NULL;
-        if (c->owner && envd_missing_parents(m, u, c->path, &made, err) < 0)
+        if (c->owner && (envd_owner_check(m, u, c->owner, err) < 0 ||
+                         envd_missing_parents(m, u, c->path, &made, err) < 0))
                 return -1;
         if (ab_manager_file_mkdir(m, u, c->path, true, 0755, err) < 0)
                 return -1;
