@@ -28,6 +28,7 @@
 #include <sys/syscall.h>
 #include <sys/un.h>
 #include <sys/wait.h>
+#include <termios.h>
 
 #define SUDO_REQ_TIMEOUT_MS 10000 /* for the request after connect */
 #define SUDO_PATH           "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -313,6 +314,34 @@ __attribute__((noreturn)) static void run_child(const int fds[3], const init_use
         _exit(1);
 }
 
+/* A terminal for the command (flag T, when the caller's stdin is one):
+ * its master and slave, the slave set as the caller's terminal is (modes,
+ * size). Both stay -1 when none can be made: the command then gets the
+ * caller's terminal as its stdin, stdout and stderr, not as its
+ * controlling one. */
+static void open_terminal(int caller, int *master, int *slave)
+{
+        *master = *slave = -1;
+        if (!isatty(caller))
+                return;
+        int m = posix_openpt(O_RDWR | O_NOCTTY | O_CLOEXEC);
+        int s =
+            m >= 0 && unlockpt(m) == 0 ? ioctl(m, TIOCGPTPEER, O_RDWR | O_NOCTTY | O_CLOEXEC) : -1;
+        if (s < 0) {
+                if (m >= 0)
+                        close(m);
+                return;
+        }
+        struct termios tio;
+        struct winsize ws;
+        if (tcgetattr(caller, &tio) == 0)
+                tcsetattr(s, TCSANOW, &tio);
+        if (ioctl(caller, TIOCGWINSZ, &ws) == 0)
+                ioctl(s, TIOCSWINSZ, &ws);
+        *master = m;
+        *slave = s;
+}
+
 /* Forwards the client's signals until the command ends or the client goes;
  * then answers its status (or kills it all). */
 static void supervise(int cfd, pid_t pid)
@@ -400,12 +429,22 @@ void init_sudo_serve(int cfd, const char *workdir)
                 envv env = {.v = xcalloc(1, sizeof(char *))};
                 build_env(&env, &q, &t, cr.uid, cr.gid, caller, shell, command);
                 const char *cwd = (q.flags & ABS_F_LOGIN) && t.home ? t.home : q.cwd;
+                int master = -1, slave = -1;
+                if (q.flags & ABS_F_TTY)
+                        open_terminal(fds[0], &master, &slave);
                 pid_t pid = fork();
                 if (pid == 0)
-                        run_child(fds, &t, cwd, argv[0][0] == '-' ? shell : argv[0], argv, env.v);
+                        run_child(slave >= 0 ? (int[3]){slave, slave, slave} : fds, &t, cwd,
+                                  argv[0][0] == '-' ? shell : argv[0], argv, env.v);
                 ab_strvfreep(&env.v);
                 for (int i = 0; i < 3; i++)
                         close(fds[i]);
+                if (slave >= 0)
+                        close(slave);
+                if (master >= 0 && pid > 0) /* "t" with the terminal's master */
+                        (void)!abs_send(cfd, "t", 2, &master, 1);
+                if (master >= 0)
+                        close(master);
                 if (pid < 0)
                         say(cfd, 'm', "cannot start the command: %s", strerror(errno));
                 else

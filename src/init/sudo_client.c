@@ -12,9 +12,11 @@
 #include <poll.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <sys/ioctl.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <sys/un.h>
+#include <termios.h>
 
 extern char **environ;
 
@@ -92,28 +94,69 @@ static int send_req(int sock, const ab_buf *b)
                 if (fds[i] < 0)
                         return -errno;
         }
-        union {
-                char b[CMSG_SPACE(sizeof(fds))];
-                struct cmsghdr align;
-        } cm = {0};
-        struct iovec iov = {.iov_base = b->p, .iov_len = b->n};
-        struct msghdr mh = {
-            .msg_iov = &iov, .msg_iovlen = 1, .msg_control = cm.b, .msg_controllen = sizeof(cm.b)};
-        struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
-        c->cmsg_level = SOL_SOCKET;
-        c->cmsg_type = SCM_RIGHTS;
-        c->cmsg_len = CMSG_LEN(sizeof(fds));
-        memcpy(CMSG_DATA(c), fds, sizeof(fds));
+        return abs_send(sock, b->p, b->n, fds, 3);
+}
+
+/* The terminal init made for the command (flag T): its master, relayed
+ * to and from ours, which is raw meanwhile. -1 when there is none. */
+static int master = -1;
+static struct termios saved;
+static bool raw;
+
+static void restore_terminal(void)
+{
+        if (raw)
+                tcsetattr(0, TCSADRAIN, &saved);
+        raw = false;
+}
+
+static void copy_size(void)
+{
+        struct winsize ws;
+        if (master >= 0 && ioctl(0, TIOCGWINSZ, &ws) == 0)
+                ioctl(master, TIOCSWINSZ, &ws);
+}
+
+static void take_master(int fd)
+{
+        master = fd;
+        copy_size();
+        if (tcgetattr(0, &saved) == 0) {
+                struct termios t = saved;
+                cfmakeraw(&t);
+                raw = tcsetattr(0, TCSADRAIN, &t) == 0;
+        }
+}
+
+/* Copies what is there from `from` to `to`: false at its end (or an error:
+ * EIO is a master whose terminal has no one left). */
+static bool pump(int from, int to)
+{
+        char buf[16384];
+        ssize_t n = read(from, buf, sizeof(buf));
+        if (n < 0 && (errno == EINTR || errno == EAGAIN))
+                return true;
+        return n > 0 && ab_write_all(to, buf, (size_t)n) == 0;
+}
+
+/* What the command wrote last, once it is over. */
+static void drain(void)
+{
+        if (master < 0)
+                return;
+        int fl = fcntl(master, F_GETFL);
+        fcntl(master, F_SETFL, fl | O_NONBLOCK);
+        char buf[16384];
         ssize_t n;
-        do
-                n = sendmsg(sock, &mh, MSG_NOSIGNAL);
-        while (n < 0 && errno == EINTR);
-        return n < 0 ? -errno : 0;
+        while ((n = read(master, buf, sizeof(buf))) > 0 && ab_write_all(1, buf, (size_t)n) == 0) {
+        }
 }
 
 /* Exits as the command did: its code, or its signal. */
 static int finish(char kind, const char *val)
 {
+        drain();
+        restore_terminal();
         int v;
         if (kind == 'x' && abs_msg_int(val, 0, 255, &v) == 0)
                 return v;
@@ -131,7 +174,27 @@ static int finish(char kind, const char *val)
         return fail("unexpected answer from this box's init");
 }
 
-/* Waits for the command's status, forwarding the signals a sudo forwards. */
+/* One message from init, with the fd a "t" carries. The length, or -1. */
+static ssize_t recv_msg(int sock, char *msg, size_t cap, int *fd)
+{
+        union {
+                char b[CMSG_SPACE(sizeof(int))];
+                struct cmsghdr align;
+        } cm;
+        struct iovec iov = {.iov_base = msg, .iov_len = cap};
+        struct msghdr mh = {
+            .msg_iov = &iov, .msg_iovlen = 1, .msg_control = cm.b, .msg_controllen = sizeof(cm.b)};
+        ssize_t n = recvmsg(sock, &mh, MSG_CMSG_CLOEXEC);
+        *fd = -1;
+        for (struct cmsghdr *c = n >= 0 ? CMSG_FIRSTHDR(&mh) : NULL; c; c = CMSG_NXTHDR(&mh, c))
+                if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS &&
+                    c->cmsg_len == CMSG_LEN(sizeof(int)))
+                        memcpy(fd, CMSG_DATA(c), sizeof(int));
+        return n;
+}
+
+/* Waits for the command's status, forwarding the signals a sudo forwards
+ * (and relaying the command's terminal, when init made one). */
 static int wait_status(int sock)
 {
         static const int fwd[] = {SIGINT,  SIGTERM,  SIGHUP,  SIGQUIT, SIGUSR1,
@@ -142,12 +205,16 @@ static int wait_status(int sock)
                 sigaddset(&set, fwd[i]);
         sigprocmask(SIG_BLOCK, &set, NULL);
         int sfd = signalfd(-1, &set, SFD_CLOEXEC);
+        bool in_open = true, out_open = true;
         for (;;) {
-                struct pollfd p[2] = {{.fd = sock, .events = POLLIN},
-                                      {.fd = sfd, .events = POLLIN}};
-                if (poll(p, 2, -1) < 0) {
+                struct pollfd p[4] = {{.fd = sock, .events = POLLIN},
+                                      {.fd = sfd, .events = POLLIN},
+                                      {.fd = master >= 0 && in_open ? 0 : -1, .events = POLLIN},
+                                      {.fd = out_open ? master : -1, .events = POLLIN}};
+                if (poll(p, 4, -1) < 0) {
                         if (errno == EINTR)
                                 continue;
+                        restore_terminal();
                         return fail("poll: %s", strerror(errno));
                 }
                 if (sfd >= 0 && p[1].revents) {
@@ -155,19 +222,37 @@ static int wait_status(int sock)
                         if (read(sfd, &si, sizeof(si)) == sizeof(si)) {
                                 char m[16];
                                 int n = snprintf(m, sizeof(m), "s%u", si.ssi_signo);
-                                (void)!send(sock, m, (size_t)n + 1, MSG_NOSIGNAL);
+                                if (master >= 0 && si.ssi_signo == SIGWINCH)
+                                        copy_size(); /* the terminal tells its programs */
+                                else
+                                        (void)!send(sock, m, (size_t)n + 1, MSG_NOSIGNAL);
                         }
                 }
+                if (p[2].revents)
+                        in_open = pump(0, master);
+                if (p[3].revents)
+                        out_open = pump(master, 1);
                 if (!p[0].revents)
                         continue;
                 char msg[ABS_MSG_MAX];
-                ssize_t n = recv(sock, msg, sizeof(msg), 0);
+                int fd;
+                ssize_t n = recv_msg(sock, msg, sizeof(msg), &fd);
                 if (n < 0 && errno == EINTR)
                         continue;
                 char kind;
                 const char *val;
-                if (n <= 0 || abs_msg_parse(msg, (size_t)n, &kind, &val) < 0)
+                if (n <= 0 || abs_msg_parse(msg, (size_t)n, &kind, &val) < 0) {
+                        if (fd >= 0)
+                                close(fd);
+                        restore_terminal();
                         return fail("this box's init ended the command without a status");
+                }
+                if (kind == 't' && fd >= 0 && master < 0) {
+                        take_master(fd);
+                        continue;
+                }
+                if (fd >= 0)
+                        close(fd);
                 return finish(kind, val);
         }
 }
@@ -261,6 +346,8 @@ int init_sudo_main(int argc, char **argv)
         size_t envc = 0;
         while (environ && environ[envc])
                 envc++;
+        if (isatty(0) && isatty(1) && isatty(2))
+                flags |= ABS_F_TTY; /* the command gets a terminal of its own */
         abs_req q = {.flags = flags,
                      .user = spec,
                      .cwd = cwd,

@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 
 static void put_field(ab_buf *out, char kind, const char *val)
 {
@@ -22,7 +23,7 @@ int abs_req_encode(const abs_req *q, ab_buf *out)
                 return -EINVAL;
         size_t start = out->n;
         ab_buf_add(out, ABS_MAGIC, sizeof(ABS_MAGIC));
-        char flags[4] = {0};
+        char flags[5] = {0};
         size_t nf = 0;
         if (q->flags & ABS_F_PRESERVE_ENV)
                 flags[nf++] = 'E';
@@ -30,6 +31,8 @@ int abs_req_encode(const abs_req *q, ab_buf *out)
                 flags[nf++] = 'i';
         if (q->flags & ABS_F_SHELL)
                 flags[nf++] = 's';
+        if (q->flags & ABS_F_TTY)
+                flags[nf++] = 'T';
         put_field(out, 'f', flags);
         if (q->user)
                 put_field(out, 'u', q->user);
@@ -100,6 +103,7 @@ int abs_req_parse(const char *buf, size_t len, abs_req *q, const char **why)
                                 uint32_t bit = *c == 'E'   ? ABS_F_PRESERVE_ENV
                                                : *c == 'i' ? ABS_F_LOGIN
                                                : *c == 's' ? ABS_F_SHELL
+                                               : *c == 'T' ? ABS_F_TTY
                                                            : 0;
                                 if (!bit || (q->flags & bit))
                                         return bad(q, why, "unknown or repeated flag");
@@ -162,4 +166,30 @@ int abs_msg_int(const char *val, int lo, int hi, int *out)
                 return -1;
         *out = (int)v;
         return 0;
+}
+
+int abs_send(int sock, const void *buf, size_t len, const int *fds, size_t nfds)
+{
+        union {
+                char b[CMSG_SPACE(3 * sizeof(int))];
+                struct cmsghdr align;
+        } cm = {0};
+        if (nfds > 3)
+                return -EINVAL;
+        struct iovec iov = {.iov_base = (void *)buf, .iov_len = len};
+        struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1};
+        if (nfds) {
+                mh.msg_control = cm.b;
+                mh.msg_controllen = CMSG_SPACE(nfds * sizeof(int));
+                struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
+                c->cmsg_level = SOL_SOCKET;
+                c->cmsg_type = SCM_RIGHTS;
+                c->cmsg_len = CMSG_LEN(nfds * sizeof(int));
+                memcpy(CMSG_DATA(c), fds, nfds * sizeof(int));
+        }
+        ssize_t n;
+        do
+                n = sendmsg(sock, &mh, MSG_NOSIGNAL);
+        while (n < 0 && errno == EINTR);
+        return n < 0 ? -errno : 0;
 }

@@ -6,12 +6,15 @@
  *   client -> init  REQUEST (below) with SCM_RIGHTS: its stdin, stdout,
  *                   stderr, exactly three fds
  *   client -> init  "s<signo>\0"  a signal the client got, for the command
+ *   init -> client  "t\0"          with SCM_RIGHTS: the master of the terminal
+ *                                  init made for the command (flag T), which
+ *                                  the client relays to and from its own
  *   init -> client  "x<code>\0"   the command exited with code
  *                   "k<signo>\0"  the command was killed by signo
  *                   "m<text>\0"   refused or failed: sudo prints "sudo: text"
  *
  * A REQUEST is the magic "absudo1\0" then fields, each a kind letter, its
- * value and a NUL: 'f' flags (letters E i s, at most once), 'u' the target
+ * value and a NUL: 'f' flags (letters E i s T, at most once), 'u' the target
  * user (init's USER spec: name, uid, name:group, uid:gid; at most once),
  * 'd' the caller's cwd (absolute; exactly once), 'a' one argument
  * (repeated, in order), 'e' one NAME=VALUE of the caller's environment
@@ -34,7 +37,10 @@
 #define ABS_PATH_MAX    4096         /* longest cwd */
 #define ABS_MSG_MAX     1024         /* largest message but a REQUEST */
 
-enum { ABS_F_PRESERVE_ENV = 1, ABS_F_LOGIN = 2, ABS_F_SHELL = 4 };
+/* E keep the environment, i a login shell, s a shell, T the client's
+ * stdin, stdout and stderr are terminals: the command gets a terminal of its
+ * own (its controlling one, with job control), relayed by the client. */
+enum { ABS_F_PRESERVE_ENV = 1, ABS_F_LOGIN = 2, ABS_F_SHELL = 4, ABS_F_TTY = 8 };
 
 /* A REQUEST. Parsed: the strings point into the parsed buffer (which must
  * outlive it), the arrays are the request's own (abs_req_free). */
@@ -57,6 +63,10 @@ int abs_req_encode(const abs_req *q, ab_buf *out) __attribute__((warn_unused_res
 int abs_req_parse(const char *buf, size_t len, abs_req *q, const char **why)
     __attribute__((warn_unused_result));
 void abs_req_free(abs_req *q);
+
+/* Sends one message of len bytes with the nfds (at most 3) fds as
+ * SCM_RIGHTS. 0 or -errno. */
+int abs_send(int sock, const void *buf, size_t len, const int *fds, size_t nfds);
 
 /* Parses a short message ("x12\0"): *kind its letter, *val its text (in
  * buf). 0, or -1 when it is not one letter, text and a single final NUL. */

@@ -128,14 +128,25 @@ await step('sudo in a terminal', async () => {
   const dec = new TextDecoder();
   const term = await sbx.pty.create({ cols: 100, rows: 30, onData: (d) => chunks.push(dec.decode(d)) });
   const send = (t) => sbx.pty.sendInput(term.pid, new TextEncoder().encode(t));
+  const until = async (re) => {
+    for (let i = 0; i < 150 && !re.test(chunks.join('')); i++) await new Promise((res) => setTimeout(res, 100));
+    return re.test(chunks.join(''));
+  };
   await send('sudo -s\n');
-  await new Promise((res) => setTimeout(res, 500));
-  await send('echo "in-$(id -u)-$([ -t 0 ] && echo tty)"; exit\n');
+  await until(/root@/);
+  await send('echo "in-$(id -u)-$([ -t 0 ] && echo tty)-$(ps -o stat= -p $$ | tr -d " ")"\n');
+  await until(/in-0-/);
+  await send('stty size\n');
+  await until(/[\r\n]30 100/);
+  await send('exit\n');
+  await until(/exit[\s\S]*user@/); // what is typed before sudo is over may be lost, as with sudo
   await send('echo "out-$(id -u)"\n');
-  for (let i = 0; i < 40 && !chunks.join('').includes('out-'); i++) await new Promise((res) => setTimeout(res, 100));
+  await until(/out-[1-9]/);
   const text = chunks.join('');
-  ok(/in-0-tty/.test(text) && /out-[1-9]/.test(text), 'sudo -s in a PTY: a root shell on the terminal, then user again',
-    text.slice(-400));
+  ok(/in-0-tty-\S*\+/.test(text) && /out-[1-9]/.test(text),
+    'sudo -s in a PTY: a root shell in the foreground of a terminal of its own, then user again', text.slice(-600));
+  ok(!/no job control/.test(text), 'with job control (the terminal is the shell\'s controlling one)', text.slice(-600));
+  ok(/[\r\n]30 100/.test(text), 'the terminal has the caller\'s size', text.slice(-600));
   await sbx.pty.kill(term.pid);
 });
 

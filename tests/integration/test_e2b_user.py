@@ -26,5 +26,5 @@ legacy = srv.post("/v1/sandboxes", {}).get("id") or ""
 r = srv.post("/v1/sandboxes/%s/exec" % legacy, {"command": "mkdir -p /home && ln -s /workspace /home/user"})
 h.ok(r.status == 200 and r.get("exit_code") == 0, "an older box: /home/user a link to /workspace", r.describe())
 
-taprelay.relay_e2b_sdks(h, node, "user.mjs", srv, TOKEN, min_checks=37, LEGACY_BOX=legacy)
+taprelay.relay_e2b_sdks(h, node, "user.mjs", srv, TOKEN, min_checks=39, LEGACY_BOX=legacy)
 h.done()

@@ -20,7 +20,7 @@ static void test_round_trip(void)
 {
         const char *argv[] = {"sh", "-c", "echo \"$HOME\"", ""};
         const char *env[] = {"PATH=/bin", "EMPTY=", "NOEQUALS", "=x"};
-        abs_req q = {.flags = ABS_F_PRESERVE_ENV,
+        abs_req q = {.flags = ABS_F_PRESERVE_ENV | ABS_F_TTY,
                      .user = "user:user",
                      .cwd = "/home/user",
                      .argv = argv,
@@ -32,7 +32,7 @@ static void test_round_trip(void)
         abs_req p;
         const char *why;
         TAP_IS_INT(abs_req_parse(b.p, b.n, &p, &why), 0, "parse what was encoded");
-        tap_ok(p.flags == ABS_F_PRESERVE_ENV && !strcmp(p.user, "user:user") &&
+        tap_ok(p.flags == (ABS_F_PRESERVE_ENV | ABS_F_TTY) && !strcmp(p.user, "user:user") &&
                    !strcmp(p.cwd, "/home/user"),
                "flags, user and cwd come back");
         tap_ok(p.argc == 4 && !strcmp(p.argv[2], "echo \"$HOME\"") && !strcmp(p.argv[3], "") &&
