@@ -179,22 +179,6 @@ int envd_missing_parents(ab_manager *m, ab_use *u, const char *path, char ***out
         return 0;
 }
 
-static int read_small(ab_manager *m, ab_use *u, const char *path, ab_buf *b, ab_err **err);
-static bool db_has(const ab_buf *db, const char *name, unsigned id);
-
-int envd_owner_check(ab_manager *m, ab_use *u, const char *owner, ab_err **err)
-{
-        if (!owner || !strcmp(owner, E2B_USER) || strspn(owner, "0123456789") == strlen(owner))
-                return 0; /* none, E2B's (made at create), or a uid */
-        _cleanup_buf_ ab_buf pw = {0};
-        if (read_small(m, u, "/etc/passwd", &pw, err) < 0)
-                return -1;
-        if (!db_has(&pw, owner, 0))
-                return ab_err_set(err, AB_E_INVALID, 0, "no user '%s' in this box's /etc/passwd",
-                                  owner);
-        return 0;
-}
-
 int envd_give(ab_manager *m, ab_use *u, const char *owner, const char *path, char **made,
               ab_err **err)
 {
@@ -246,6 +230,19 @@ static bool db_has(const ab_buf *db, const char *name, unsigned id)
                 line = eol ? eol + 1 : end;
         }
         return false;
+}
+
+int envd_owner_check(ab_manager *m, ab_use *u, const char *owner, ab_err **err)
+{
+        if (!owner || !strcmp(owner, E2B_USER) || strspn(owner, "0123456789") == strlen(owner))
+                return 0; /* none, E2B's (made at create), or a uid */
+        _cleanup_buf_ ab_buf pw = {0};
+        if (read_small(m, u, "/etc/passwd", &pw, err) < 0)
+                return -1;
+        if (!db_has(&pw, owner, 0))
+                return ab_err_set(err, AB_E_INVALID, 0, "no user '%s' in this box's /etc/passwd",
+                                  owner);
+        return 0;
 }
 
 /* The first id from USER_UID_FIRST free in both passwd and group. */
