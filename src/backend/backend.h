@@ -359,4 +359,11 @@ static inline void ab_backend_freep(ab_backend **b)
 }
 #define _cleanup_backend_ __attribute__((cleanup(ab_backend_freep)))
 
+/* agentbox-init: `given` (init_path, AGENTBOX_INIT) made canonical and
+ * checked executable, else found next to the running binary (or in the
+ * libexec folders of an install). Also what a front copies into a box as
+ * its sudo (init run under that name). Caller frees; NULL with *err naming
+ * where it looked. */
+char *ab_backend_find_init(const char *given, ab_err **err);
+
 #endif

@@ -7,11 +7,6 @@
 #include <stdbool.h>
 #include <sys/types.h>
 
-/* agentbox-init: `given` (init_path, AGENTBOX_INIT) made canonical and
- * checked executable, else found next to the running binary (or in the
- * libexec folders of an install). Caller frees; NULL with *err naming
- * where it looked. */
-char *ab_backend_find_init(const char *given, ab_err **err);
 /* mkdir -p: parents 0755, the last one `mode`; 0 or -errno. */
 int ab_backend_mkdir_p(const char *path, mode_t mode);
 /* path equals dir or lies below it (both canonical). */

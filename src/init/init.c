@@ -241,9 +241,15 @@ static int listen_tcp(const char *addr)
 /* ---- the session: one connection, one request ---- */
 
 /* What a session is before it has a connection (init's child, after fork). */
+/* The box's sudo socket (init/sudo.c) when init is the box's PID 1, else -1. */
+static int sudo_lfd = -1;
+
 static void session_prepare(int sfd, const sigset_t *oldmask)
 {
         close(sfd);
+        if (sudo_lfd >= 0)
+                close(sudo_lfd);
+        sudo_lfd = -1;
         if (tcp_lfd >= 0)
                 close(tcp_lfd);
         if (init_term_keeper_end >= 0)
@@ -420,7 +426,10 @@ static void usage(FILE *f)
             "       agentbox-init --version\n"
             "--listen-tcp and --secret-file default to $AGENTBOX_INIT_LISTEN and\n"
             "$AGENTBOX_INIT_SECRET_FILE; TCP connections must pass the handshake of\n"
-            "docs/protocol.md with the secret in F (32 bytes, or 64 hex digits).\n");
+            "docs/protocol.md with the secret in F (32 bytes, or 64 hex digits).\n"
+            "As a box's PID 1 it also serves the box's sudo on the abstract socket\n"
+            "@agentbox-sudo; run under the name `sudo` (a copy named so) it is that\n"
+            "sudo (`sudo --help`).\n");
 }
 
 /* Binds a unix socket at path, even when path is longer than sun_path. */
@@ -510,28 +519,45 @@ static void shutdown_all(void)
         init_kill_tree(0, NULL, NULL);
 }
 
+/* accept4 on a listening socket of init's: the connection, or -1 (a busy
+ * loop is slowed down when init is out of fds or memory). */
+static int accept_one(int fd)
+{
+        int cfd = accept4(fd, NULL, NULL, SOCK_CLOEXEC);
+        if (cfd < 0 && errno != EAGAIN && errno != EINTR && errno != ECONNABORTED)
+                usleep(50000);
+        return cfd;
+}
+
+/* fork for a session of init's: in the child (0), what only init keeps is
+ * closed and the session prepared. */
+static pid_t fork_session(int lfd, int sfd, const int taken[2], const sigset_t *oldmask)
+{
+        pid_t pid = fork();
+        if (pid == 0) {
+                if (lfd >= 0)
+                        close(lfd);
+                close(taken[0]);
+                session_prepare(sfd, oldmask);
+        }
+        return pid;
+}
+
 /* Takes one TCP connection: a session that authenticates it first, or, with
  * TCP_PENDING_MAX sessions in their handshake already, a close. */
 static void accept_tcp(int lfd, int sfd, const int taken[2], const sigset_t *oldmask,
                        const char *workdir)
 {
-        int cfd = accept4(tcp_lfd, NULL, NULL, SOCK_CLOEXEC);
-        if (cfd < 0) {
-                if (errno != EAGAIN && errno != EINTR && errno != ECONNABORTED)
-                        usleep(50000); /* out of fds or memory: do not spin */
+        int cfd = accept_one(tcp_lfd);
+        if (cfd < 0)
                 return;
-        }
         if (tcp_n_pending >= TCP_PENDING_MAX) {
                 close(cfd);
                 return;
         }
-        pid_t pid = fork();
+        uint64_t deadline = ab_now_ms() + ABH_DEADLINE_MS;
+        pid_t pid = fork_session(lfd, sfd, taken, oldmask);
         if (pid == 0) {
-                uint64_t deadline = ab_now_ms() + ABH_DEADLINE_MS;
-                if (lfd >= 0)
-                        close(lfd);
-                close(taken[0]);
-                session_prepare(sfd, oldmask);
                 if (abh_serve(cfd, tcp_secret, deadline) < 0)
                         _exit(0);
                 pid_t me = -getpid();
@@ -543,6 +569,23 @@ static void accept_tcp(int lfd, int sfd, const int taken[2], const sigset_t *old
                 logmsg("fork: %s", strerror(errno));
         else
                 tcp_pending[tcp_n_pending++] = pid;
+        close(cfd);
+}
+
+/* Serves a connection to the sudo socket in a child of its own. */
+static void accept_sudo(int lfd, int sfd, const int taken[2], const sigset_t *oldmask,
+                        const char *workdir)
+{
+        int cfd = accept_one(sudo_lfd);
+        if (cfd < 0)
+                return;
+        pid_t pid = fork_session(lfd, sfd, taken, oldmask);
+        if (pid == 0) {
+                init_sudo_serve(cfd, workdir);
+                _exit(0);
+        }
+        if (pid < 0)
+                logmsg("fork: %s", strerror(errno));
         close(cfd);
 }
 
@@ -587,6 +630,10 @@ int main(int argc, char **argv)
         const char *tcp_addr = NULL, *secret_file = NULL;
         int lfd = -1;
         bool prewarm = false;
+
+        const char *name = strrchr(argv[0], '/') ? strrchr(argv[0], '/') + 1 : argv[0];
+        if (!strcmp(name, "sudo"))
+                return init_sudo_main(argc, argv);
 
         for (int i = 1; i < argc; i++) {
                 const char *a = argv[i];
@@ -762,15 +809,25 @@ int main(int argc, char **argv)
                 logmsg("socketpair (terminals): %s", strerror(errno));
         }
 
+        /* sudo is served by the box's PID 1 only: an init run by hand (tests,
+         * a pod's sidecar) never offers root to the host's processes. */
+        if (getpid() == 1) {
+                sudo_lfd = init_sudo_listen();
+                if (sudo_lfd < 0)
+                        logmsg("sudo socket: %s (sudo will not work in this box)",
+                               strerror(-sudo_lfd));
+        }
+
         for (;;) {
                 if (spare_pid < 0 && lfd >= 0)
                         start_spare(lfd, sfd, taken, &oldmask, workdir);
                 /* With a spare, connections are its to take. */
-                struct pollfd p[4] = {{.fd = spare_pid > 0 ? -1 : lfd, .events = POLLIN},
+                struct pollfd p[5] = {{.fd = spare_pid > 0 ? -1 : lfd, .events = POLLIN},
                                       {.fd = sfd, .events = POLLIN},
                                       {.fd = taken[0], .events = POLLIN},
-                                      {.fd = tcp_lfd, .events = POLLIN}};
-                if (poll(p, 4, -1) < 0) {
+                                      {.fd = tcp_lfd, .events = POLLIN},
+                                      {.fd = sudo_lfd, .events = POLLIN}};
+                if (poll(p, 5, -1) < 0) {
                         if (errno != EINTR)
                                 usleep(10000);
                         continue;
@@ -801,6 +858,8 @@ int main(int argc, char **argv)
                 }
                 if (p[3].revents)
                         accept_tcp(lfd, sfd, taken, &oldmask, workdir);
+                if (p[4].revents)
+                        accept_sudo(lfd, sfd, taken, &oldmask, workdir);
                 if (!p[0].revents)
                         continue;
                 int cfd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);

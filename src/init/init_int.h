@@ -68,8 +68,9 @@ typedef struct init_user {
         gid_t gid;
         gid_t *groups; /* the groups setgroups gets: gid, then supplementary ones */
         size_t n_groups;
-        char *name; /* of its /etc/passwd entry, or NULL (a uid without one) */
-        char *home; /* from the same entry, or NULL */
+        char *name;  /* of its /etc/passwd entry, or NULL (a uid without one) */
+        char *home;  /* from the same entry, or NULL */
+        char *shell; /* from the same entry, or NULL */
 } init_user;
 
 /* Resolves a request's USER ("name", "uid", "uid:gid", "name:group",
@@ -91,6 +92,19 @@ void init_id_names(const init_conf *conf, uint32_t uid, uint32_t gid, char **own
 /* In a child before exec: setgroups, setgid, setuid to u (nothing when u is
  * NULL or not set). 0 or -errno. */
 int init_user_apply(const init_user *u);
+
+/* ---- sudo (sudo.c, sudo_client.c) ---- */
+
+/* The box's sudo socket (proto/sudo.h), listening, non-blocking: made by
+ * init when it is the box's PID 1. fd or -errno. */
+int init_sudo_listen(void);
+/* Serves one sudo connection cfd (in a forked child of init, after the
+ * session's preparation): checks who asks, runs the command, answers its
+ * status. Returns when done; the caller exits. */
+void init_sudo_serve(int cfd, const char *workdir);
+/* agentbox-init run under the name "sudo": the box's sudo command. Returns
+ * its exit status (or does not return: the command's signal). */
+int init_sudo_main(int argc, char **argv);
 
 /* ---- shells and environments (exec.c) ---- */
 

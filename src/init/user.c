@@ -134,6 +134,7 @@ static int find_passwd(const char *db, size_t len, const char *name, bool want_i
                 u->gid = gid;
                 u->name = xstrndup(f[PW_NAME].p, f[PW_NAME].n);
                 u->home = f[PW_HOME].n ? xstrndup(f[PW_HOME].p, f[PW_HOME].n) : NULL;
+                u->shell = f[PW_SHELL].n ? xstrndup(f[PW_SHELL].p, f[PW_SHELL].n) : NULL;
                 return 1;
         }
         return 0;
@@ -252,6 +253,7 @@ void init_user_free(init_user *u)
         free(u->groups);
         free(u->name);
         free(u->home);
+        free(u->shell);
         *u = (init_user){0};
 }
 

@@ -64,7 +64,7 @@ await step('commands.run', async () => {
   const who = await sbx.commands.run('id -un', { user: 'nobody' });
   const root = await sbx.commands.run('id -un', { user: 'root' });
   const dflt = await sbx.commands.run('id -un; pwd');
-  ok(who.stdout === 'nobody\n' && root.stdout === 'root\n' && dflt.stdout === 'root\n/home/user\n',
+  ok(who.stdout === 'nobody\n' && root.stdout === 'root\n' && dflt.stdout === 'user\n/home/user\n',
     'run: the user option (nobody, root), the default user and cwd', [who.stdout, root.stdout, dflt.stdout]);
 });
 
@@ -240,8 +240,8 @@ await step('files', async () => {
   ok(Array.isArray(multi) && multi.length === 2, 'files.write of several files (one multipart request)', multi);
   const c = await sbx.files.read('/home/user/dir/sub/c.bin', { format: 'bytes' });
   ok(c.length === 4 && c[3] === 255, 'binary content kept', Array.from(c));
-  const rel = await sbx.commands.run('cat /workspace/dir/b.txt');
-  ok(rel.stdout === 'beta', '/home/user is the box workspace', rel);
+  const rel = await sbx.commands.run('cat dir/b.txt');
+  ok(rel.stdout === 'beta', 'a command in /home/user reads what files.write put there', rel);
   const list = await sbx.files.list('/home/user/dir');
   const names = list.map((e) => `${e.name}:${e.type}`).sort();
   ok(JSON.stringify(names) === JSON.stringify(['a.txt:file', 'b.txt:file', 'sub:dir']), 'files.list', list);

@@ -60,3 +60,15 @@ def need_e2b_sdks(h):
         h.skip_all("the e2b SDKs (2.51.0, 2.45.0) are not installed and scripts/npm-deps.sh could not "
                    "install them (offline?)")
     return node
+
+
+def relay_e2b_sdks(h, node, script, srv, token, timeout=150, min_checks=1, **extra_env):
+    """Runs tests/e2b/SCRIPT once with each of E2B_SDKS against srv (E2B's
+    API and envd URLs on it, token as the API key, E2B's key form check off,
+    extra_env added) and relays its TAP, labelled with the SDK."""
+    for sdk in E2B_SDKS:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("E2B_")}
+        env.update({"E2B_API_URL": srv.url + "/e2b", "E2B_SANDBOX_URL": srv.url + "/e2b/envd",
+                    "E2B_API_KEY": token, "E2B_SDK_MODULE": sdk, "E2B_VALIDATE_API_KEY": "false"}, **extra_env)
+        relay(h, [node, os.path.join(E2B_DIR, script)], env, E2B_DIR, label=sdk, timeout=timeout,
+              min_checks=min_checks)

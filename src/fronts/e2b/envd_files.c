@@ -79,14 +79,21 @@ enum MHD_Result envd_files_get(ab_req *r, const char *id)
 
 typedef struct up_call {
         up_file *f;
-        int src_fd; /* octet-stream: the upload itself, or -1 */
+        int src_fd;        /* octet-stream: the upload itself, or -1 */
+        const char *owner; /* the call's user, who gets the file; NULL = root */
 } up_call;
 
 static int up_write(ab_manager *m, ab_use *u, void *ud, ab_err **err)
 {
         up_call *c = ud;
-        return ab_manager_file_write(m, u, c->f->path, c->f->data, c->f->len, c->src_fd,
-                                     ABC_W_MKPARENTS, 0, err);
+        _cleanup_strv_ char **made = NULL;
+        if (c->owner && (envd_owner_check(m, u, c->owner, err) < 0 ||
+                         envd_missing_parents(m, u, c->f->path, &made, err) < 0))
+                return -1;
+        if (ab_manager_file_write(m, u, c->f->path, c->f->data, c->f->len, c->src_fd,
+                                  ABC_W_MKPARENTS, 0, err) < 0)
+                return -1;
+        return envd_give(m, u, c->owner, c->f->path, made, err);
 }
 
 int envd_parse_multipart(const char *body, size_t len, const char *ctype, up_file **out, size_t *n,
@@ -183,13 +190,15 @@ enum MHD_Result envd_files_post(ab_req *r, const char *id)
                 n = 1;
                 src_fd = r->upload_fd;
         }
+        __attribute__((cleanup(envd_who_clear))) envd_who who;
+        envd_who_of(r, box, &who);
         json_t *a = json_array();
         int rc = 0;
         for (size_t i = 0; i < n && rc == 0; i++) {
                 char *full = envd_abs_path(files[i].path, NULL);
                 free(files[i].path);
                 files[i].path = full;
-                up_call c = {.f = &files[i], .src_fd = src_fd};
+                up_call c = {.f = &files[i], .src_fd = src_fd, .owner = who.user};
                 rc = envd_with_box(r->srv, box, r->scope, up_write, &c, &e);
                 if (rc == 0) /* a new file: what was kept for the path goes */
                         rc = envd_meta_set(r, box, full, meta, &e);

@@ -15,9 +15,30 @@
 /* The box a call is for, whose access token envd_authenticate checked from
  * the request's head (borrowed from r); r->scope is then the box's app. */
 const char *envd_box(ab_req *r, enum MHD_Result *ret);
-/* The exec user of a call (Authorization: Basic base64("name:")): NULL =
- * the box's default (also for E2B's "user" and "root"). Free it. */
-char *envd_user(ab_req *r);
+/* Who a call acts as (envd_user.c): E2B's user, from Authorization: Basic
+ * base64("name:") or the username query parameter, "user" when neither.
+ * In a box with E2B's account `user` (/home/user a folder of its own):
+ * "user" is that account, "root" root with HOME /root. In an older box (a
+ * /home/user link), "user" and "root" are root, as they always were.
+ * Another name is that account of the box. */
+typedef struct envd_who {
+        char *user;       /* the exec's user: NULL = root */
+        char *name;       /* USER of commands: NULL = left to the box */
+        const char *home; /* HOME and default cwd of commands: NULL = E2B_HOME */
+} envd_who;
+void envd_who_of(ab_req *r, const char *box, envd_who *w);
+void envd_who_clear(envd_who *w);
+/* The folders above path that do not exist yet (deepest first, a strv in
+ * *out), so that what a call makes can be given to its user. 0 or -1. */
+int envd_missing_parents(ab_manager *m, ab_use *u, const char *path, char ***out, ab_err **err);
+/* Checks, before a call makes anything for owner, that the box has that
+ * account (E2B's `user` and uids pass). 0, or -1 with AB_E_INVALID. */
+int envd_owner_check(ab_manager *m, ab_use *u, const char *owner, ab_err **err);
+/* Gives path (when not NULL) and the folders made[] (a strv or NULL) to
+ * owner (and, for E2B's `user`, its group); nothing when owner is NULL
+ * (root's already). 0 or -1. */
+int envd_give(ab_manager *m, ab_use *u, const char *owner, const char *path, char **made,
+              ab_err **err);
 /* Unary Connect errors: from an agentbox error (freed), or a code and text. */
 enum MHD_Result envd_rpc_err(ab_req *r, ab_err *e);
 enum MHD_Result envd_rpc_error(ab_req *r, const char *code, const char *msg);

@@ -447,15 +447,21 @@ static enum MHD_Result process_start(ab_req *r, const char *box, json_t *msg)
                 argv[1 + i] = steal_pointer(&args[i]);
         json_t *envs = json_object_get(pc, "envs");
         size_t ne = json_is_object(envs) ? json_object_size(envs) : 0, k = 0;
-        _cleanup_strv_ char **env = xcalloc(ne + 3, sizeof(char *));
+        _cleanup_strv_ char **env = xcalloc(ne + 4, sizeof(char *));
         const char *cwd = json_string_value(json_object_get(pc, "cwd"));
-        /* Commands start in E2B's home unless told otherwise, with HOME
-         * there, as in E2B; PWD names the cwd as given (pwd shows
-         * /home/user, not the /workspace its link leads to). The call's
-         * envs come after: they win. */
-        _cleanup_free_ char *abs_cwd = envd_abs_path(cwd && *cwd ? cwd : E2B_HOME, NULL);
-        env[k++] = xstrdup("HOME=" E2B_HOME);
+        /* Commands run as the call's user (envd_who_of) and start in its
+         * home unless told otherwise, with HOME, USER and PWD as E2B sets
+         * them (PWD the cwd as given: in an older box pwd shows /home/user,
+         * not the /workspace its link leads to). The call's envs come
+         * after: they win. */
+        __attribute__((cleanup(envd_who_clear))) envd_who who;
+        envd_who_of(r, box, &who);
+        const char *home = who.home ? who.home : E2B_HOME;
+        _cleanup_free_ char *abs_cwd = envd_abs_path(cwd && *cwd ? cwd : home, NULL);
+        env[k++] = xasprintf("HOME=%s", home);
         env[k++] = xasprintf("PWD=%s", abs_cwd);
+        if (who.name)
+                env[k++] = xasprintf("USER=%s", who.name);
         const char *key;
         json_t *val;
         json_object_foreach(envs, key, val)
@@ -463,7 +469,6 @@ static enum MHD_Result process_start(ab_req *r, const char *box, json_t *msg)
                 if (json_is_string(val) && *key && !strchr(key, '='))
                         env[k++] = xasprintf("%s=%s", key, json_string_value(val));
         }
-        _cleanup_free_ char *user = envd_user(r);
         uint32_t timeout_ms = call_timeout_ms(r);
         json_t *size = json_object_get(pty, "size");
         json_t *cj = json_object_get(size, "cols"), *rj = json_object_get(size, "rows");
@@ -471,7 +476,7 @@ static enum MHD_Result process_start(ab_req *r, const char *box, json_t *msg)
             .argv = (const char *const *)argv,
             .env = (const char *const *)env,
             .cwd = abs_cwd,
-            .user = user,
+            .user = who.user,
             .pipes = !json_is_object(pty),
             .close_stdin = !json_is_true(json_object_get(msg, "stdin")),
             .tag = tag,

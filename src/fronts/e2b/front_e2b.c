@@ -146,35 +146,8 @@ static int strings_only(json_t *o, const char *what, ab_err **err)
 }
 
 /* What a new sandbox's TTL holds while it is being set up (created, its
- * home link made): its own timeout is then set counted from the answer. */
+ * account `user` made): its own timeout is then set counted from the answer. */
 #define SETUP_MARGIN_S 600
-
-/* Makes /home/user, E2B's home, a link to /workspace (where relative paths
- * and commands start) unless the box's image has one: file operations
- * through the manager's doors, never an exec of the user's. */
-static void home_link(ab_server *s, const char *id)
-{
-        ab_use u;
-        ab_err *e = NULL;
-        if (ab_manager_use_begin(s->mgr, id, NULL, &u, &e) < 0) {
-                ab_err_free(&e);
-                return;
-        }
-        abc_stat st = {0};
-        int rc = ab_manager_file_stat(s->mgr, &u, "/home/user", false, &st, &e);
-        abc_stat_clear(&st);
-        if (rc < 0 && e->code == AB_E_NOT_FOUND) {
-                ab_err_free(&e);
-                rc = ab_manager_file_mkdir(s->mgr, &u, "/home", true, 0755, &e);
-                if (rc == 0)
-                        rc = ab_manager_file_symlink(s->mgr, &u, "/home/user", "/workspace", &e);
-                if (rc < 0 && e->code != AB_E_CONFLICT) /* a race with the box: it has one */
-                        ab_log(AB_LOG_WARN, "e2b: no /home/user link", "box", id, "error", e->msg,
-                               NULL);
-        }
-        ab_err_free(&e);
-        ab_manager_use_end(s->mgr, &u);
-}
 
 /* POST /v2/sandboxes (and /sandboxes) {templateID, timeout, metadata,
  * envVars, autoPause, allow_internet_access, ...} -> 201 Sandbox. */
@@ -249,7 +222,7 @@ enum MHD_Result e2b_create(ab_req *r, const char *id)
                         return e2b_error(r, 400, "template %s: %s", tpl ? tpl : "base", e->msg);
                 return e2b_err(r, e);
         }
-        home_link(r->srv, sid);
+        e2b_user_setup(r->srv, sid);
         ab_box_rec_clear(&rec);
         if (ab_manager_set_ttl(r->srv->mgr, sid, r->scope, timeout, auto_pause ? "pause" : NULL,
                                &rec, &e) < 0) {
@@ -568,7 +541,7 @@ enum MHD_Result e2b_fork(ab_req *r, const char *id)
                         fork_error(a, &e);
                         continue;
                 }
-                home_link(r->srv, sid);
+                e2b_user_setup(r->srv, sid);
                 ab_box_rec_clear(&rec);
                 if (ab_manager_set_ttl(r->srv->mgr, sid, r->scope, t, NULL, &rec, &e) < 0) {
                         ab_manager_delete(r->srv->mgr, sid, r->scope, NULL);

@@ -88,4 +88,9 @@ enum MHD_Result envd_files_post(ab_req *r, const char *id);
 enum MHD_Result envd_process_rpc(ab_req *r, const char *method);
 enum MHD_Result envd_filesystem_rpc(ab_req *r, const char *method);
 
+/* At create (and fork) of a sandbox: E2B's account `user`, its home
+ * /home/user and the box's sudo, unless the image has them (envd_user.c,
+ * docs/compat-e2b.md "Users"). Logged, never fatal. */
+void e2b_user_setup(ab_server *s, const char *id);
+
 #endif

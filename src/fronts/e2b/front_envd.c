@@ -298,28 +298,6 @@ const char *envd_box(ab_req *r, enum MHD_Result *ret)
         return r->front_box;
 }
 
-/* The user of a call (Authorization: Basic base64("name:")), as an exec's
- * user: NULL = the box's default (root). E2B's default user "user" is the
- * box's default too: agentbox boxes have no such account. */
-char *envd_user(ab_req *r)
-{
-        const char *h = req_header(r, "Authorization");
-        if (!h || strncasecmp(h, "Basic ", 6))
-                return NULL;
-        char *dec = NULL;
-        size_t n = 0;
-        if (crpc_b64_decode(h + 6, &dec, &n) < 0)
-                return NULL;
-        char *colon = strchr(dec, ':');
-        if (colon)
-                *colon = 0;
-        if (!*dec || !strcmp(dec, "user") || !strcmp(dec, "root")) {
-                free(dec);
-                return NULL;
-        }
-        return dec;
-}
-
 /* A unary Connect error (frees e). */
 enum MHD_Result envd_rpc_err(ab_req *r, ab_err *e)
 {
@@ -487,6 +465,7 @@ int envd_with_box(ab_server *s, const char *id, const char *scope, box_fn fn, vo
 
 typedef struct fs_call {
         const char *path, *path2;
+        const char *owner; /* MakeDir: the call's user, who gets the folders; NULL = root */
         int depth;
         abc_stat st;
         abc_dirent *ents;
@@ -638,7 +617,13 @@ int envd_stat_follow(ab_server *s, const char *box, const char *scope, const cha
 static int fs_mkdir(ab_manager *m, ab_use *u, void *ud, ab_err **err)
 {
         fs_call *c = ud;
-        return ab_manager_file_mkdir(m, u, c->path, true, 0755, err);
+        _cleanup_strv_ char **made = NULL;
+        if (c->owner && (envd_owner_check(m, u, c->owner, err) < 0 ||
+                         envd_missing_parents(m, u, c->path, &made, err) < 0))
+                return -1;
+        if (ab_manager_file_mkdir(m, u, c->path, true, 0755, err) < 0)
+                return -1;
+        return envd_give(m, u, c->owner, c->path, made, err);
 }
 
 static int fs_move(ab_manager *m, ab_use *u, void *ud, ab_err **err)
@@ -680,13 +665,20 @@ static enum MHD_Result fs_unary(ab_req *r, const char *box, const char *method, 
 {
         ab_err *e = NULL;
         fs_call c = {0};
+        /* relative paths are E2B's home's, not the manager's /workspace */
+        _cleanup_free_ char *abs1 = NULL, *abs2 = NULL;
         c.path = json_string_value(json_object_get(msg, "path"));
+        if (c.path && *c.path)
+                c.path = abs1 = envd_abs_path(c.path, NULL);
         if (!strcmp(method, "Move")) {
                 c.path = json_string_value(json_object_get(msg, "source"));
                 c.path2 = json_string_value(json_object_get(msg, "destination"));
                 if (!c.path || !c.path2 || !*c.path || !*c.path2)
                         return envd_rpc_error(r, "invalid_argument",
                                               "source and destination: required");
+                free(abs1);
+                c.path = abs1 = envd_abs_path(c.path, NULL);
+                c.path2 = abs2 = envd_abs_path(c.path2, NULL);
                 if (envd_with_box(r->srv, box, r->scope, fs_move, &c, &e) < 0)
                         return envd_rpc_err(r, e);
                 _cleanup_free_ char *from = envd_abs_path(c.path, NULL);
@@ -711,6 +703,9 @@ static enum MHD_Result fs_unary(ab_req *r, const char *box, const char *method, 
                         return envd_rpc_error(r, "already_exists", "the path exists already");
                 }
                 ab_err_free(&e);
+                __attribute__((cleanup(envd_who_clear))) envd_who who;
+                envd_who_of(r, box, &who);
+                c.owner = who.user;
                 if (envd_with_box(r->srv, box, r->scope, fs_mkdir, &c, &e) < 0)
                         return envd_rpc_err(r, e);
                 if (fs_stat_after(r, box, &c, &e) < 0)
