@@ -25,7 +25,18 @@ struct ab_fleet {
         ab_node_rec *nodes;
         size_t n_nodes;
         fleet_events *events;
+        unsigned beats; /* heartbeats so far (the heartbeat thread's) */
 };
+
+ab_store *fleet_store(ab_fleet *f)
+{
+        return f->o.store;
+}
+
+ab_manager *fleet_mgr(ab_fleet *f)
+{
+        return f->o.mgr;
+}
 
 static int64_t wall_ms(void)
 {
@@ -108,6 +119,7 @@ static void *heartbeat_main(void *arg)
                 _cleanup_err_ ab_err *e = NULL;
                 int rc = beat(f, &e);
                 refresh_nodes(f);
+                fleet_move_sweep(f, ++f->beats % 15 == 0);
                 pthread_mutex_lock(&f->lock);
                 if (rc < 0 && !f->beat_failed)
                         ab_log(AB_LOG_WARN, "fleet: cannot record this node's heartbeat", "node",
@@ -156,6 +168,7 @@ int ab_fleet_start(const ab_fleet_opts *o, ab_fleet **out, ab_err **err)
                 return ab_err_wrap(err, "fleet: register node %s", o->node);
         }
         refresh_nodes(f);
+        fleet_move_sweep(f, true); /* what moves left while this node was away */
         int e = pthread_create(&f->thread, NULL, heartbeat_main, f);
         if (e) {
                 fleet_free(f);
