@@ -1722,7 +1722,9 @@ static int n_recv_open(ab_backend *b, const char *id, const char *config, int *l
         ab_box_config c = {0};
         if (r < 0)
                 ab_err_set(err, AB_E_INTERNAL, -r, "write the settings of box %s", id);
-        else if ((r = ab_box_config_read(sfd, &c, err)) == 0) {
+        else if ((r = ab_box_config_read(sfd, &c, err)) < 0)
+                (*err)->code = AB_E_INVALID; /* what the other node sent */
+        else {
                 if (strcmp(c.id, id) != 0)
                         r = ab_err_set(err, AB_E_INVALID, 0,
                                        "the settings sent are box %s's, not box %s's", c.id, id);
