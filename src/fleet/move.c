@@ -69,15 +69,34 @@ static void sweep_staged(ab_fleet *f, ab_backend *b)
         free(age);
 }
 
+static bool listed(const ab_box_rec *rs, size_t n, const char *id)
+{
+        for (size_t i = 0; i < n; i++)
+                if (rs[i].backend_id && !strcmp(rs[i].backend_id, id))
+                        return true;
+        return false;
+}
+
 static void sweep_leftovers(ab_fleet *f, ab_backend *b)
 {
+        /* one read of this node's records; only boxes not among them are
+         * looked up one by one */
+        ab_box_filter flt = {.provider = ab_manager_backend(fleet_mgr(f))->ops->name,
+                             .node = ab_fleet_node(f)};
+        ab_box_rec *rs = NULL;
+        size_t nr = 0;
+        if (ab_store_box_list(fleet_store(f), &flt, &rs, &nr, NULL) < 0)
+                return;
         ab_box_info *bi = NULL;
         size_t n = 0;
-        if (b->ops->list(b, &bi, &n, NULL) < 0)
+        if (b->ops->list(b, &bi, &n, NULL) < 0) {
+                ab_box_recs_free(rs, nr);
                 return;
+        }
         for (size_t i = 0; i < n; i++) {
                 bool mine = true;
-                if (bi[i].status != AB_BOX_STOPPED || owner_of(f, bi[i].id, &mine) != 1 || mine)
+                if (bi[i].status != AB_BOX_STOPPED || listed(rs, nr, bi[i].id) ||
+                    owner_of(f, bi[i].id, &mine) != 1 || mine)
                         continue;
                 /* the store gives the box to another node: this copy is a
                  * moved box's old one */
@@ -92,6 +111,7 @@ static void sweep_leftovers(ab_fleet *f, ab_backend *b)
         for (size_t i = 0; i < n; i++)
                 ab_box_info_clear(&bi[i]);
         free(bi);
+        ab_box_recs_free(rs, nr);
 }
 
 void fleet_move_sweep(ab_fleet *f, bool leftovers)

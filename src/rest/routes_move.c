@@ -31,12 +31,11 @@
 #include <time.h>
 #include <unistd.h>
 
-#define MOVE_CHUNK      (1u << 20)
-#define MOVE_IDLE_MS    60000            /* the owner silent this long: the copy failed */
-#define MOVE_MARGIN     (256ull << 20)   /* disk the target keeps free after a copy */
-#define MOVE_LOG_EVERY  (256ull << 20)   /* a progress line per this many bytes */
-#define TICKET_MAX_AGE  (10 * 60 * 1000) /* a ticket not used by then is dropped */
-#define COMMIT_DEADLINE (5 * 60 * 1000)  /* after the copy, the switch is this soon or never */
+#define MOVE_CHUNK     (1u << 20)
+#define MOVE_IDLE_MS   60000            /* the owner silent this long: the copy failed */
+#define MOVE_MARGIN    (256ull << 20)   /* disk the target keeps free after a copy */
+#define MOVE_LOG_EVERY (256ull << 20)   /* a progress line per this many bytes */
+#define TICKET_MAX_AGE (10 * 60 * 1000) /* a ticket not used by then is dropped */
 
 /* ---- the owner's tickets: which disk a target may pull ---- */
 
@@ -719,16 +718,6 @@ static enum MHD_Result move_run(move_ctx *m)
         if (status != 200)
                 return pass_on(r, m->node, status, answer);
         json_decref(answer);
-        if (ab_now_ms() - t0 > COMMIT_DEADLINE) {
-                /* the target may have given its copy up: never switch to it */
-                _cleanup_free_ char *t =
-                    xasprintf("/v1/fleet/moves/%s/abort?box=%s", m->rec.backend_id, m->rec.id);
-                if (call_target(r, m->node, t, NULL, &status, &answer, NULL) == 0)
-                        json_decref(answer);
-                return resp_error(r, 504, "timeout",
-                                  "the copy of box %s took too long: it stays on node %s",
-                                  m->rec.id, m->self);
-        }
         if (ab_store_box_set_node(s->store, m->rec.provider, m->rec.id, m->node, m->self, &e) < 0) {
                 _cleanup_free_ char *t =
                     xasprintf("/v1/fleet/moves/%s/abort?box=%s", m->rec.backend_id, m->rec.id);

@@ -24,6 +24,7 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
 import abserver  # noqa: E402
 import abfleet  # noqa: E402
+import abtest  # noqa: E402
 
 h = abserver.ServerHarness(budget=240)
 mroot = os.path.join(h.root, "mock")
@@ -156,8 +157,14 @@ try:
          "... n2 has it, n1 has no copy left")
     h.eq((n1.box(B) or {}).get("node"), "n2", "... and the store names n2")
     check_files(n1, K, B, "one", SHA, "moved to n2, used through n1")
-    r = n2.post("/v1/sandboxes/%s/move" % B, {"node": "n1"}, token=K, timeout=120)
-    h.eq((r.status, r.get("node")), (200, "n1"), "... and back to n1", r.describe())
+    env = {k: v for k, v in os.environ.items() if k not in abtest._SCRUBBED_ENV}
+    env.update(AGENTBOX_TOKEN=abfleet.TOKEN, AGENTBOX_URL=n3.url)
+    res = abtest._run([h.bin, "move", B, "--node", "n1"], 120, env=env)
+    h.ok(res.rc == 0 and "moved from node n2 to node n1" in res.out,
+         "... and back to n1 with `agentbox move ID --node n1` (through n3)", res.describe())
+    res = abtest._run([h.bin, "move", B, "--node", "n9"], 60, env=env)
+    h.ok(res.rc == 1 and "404" in res.err, "`agentbox move` to an unknown node fails, saying why",
+         res.describe())
     check_files(n2, K, B, "one", SHA, "back on n1")
     h.ok(has_box(n1, B) and not has_box(n2, B), "... n1 has it again, n2 has none")
 
