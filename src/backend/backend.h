@@ -226,16 +226,17 @@ typedef struct ab_move_ops {
         /* Locks the stopped box id (its start and delete wait until *lockfd
          * is closed), opens its disk read-only (*disk) and reads its
          * settings as JSON text (*config; the caller frees). AB_E_CONFLICT
-         * while it runs or is paused; AB_E_UNSUPPORTED when it uses named
-         * volumes or host folders (they stay on this host). */
+         * while it runs or is paused, or when it uses named volumes or host
+         * folders (they stay on this host). */
         int (*send_open)(ab_backend *b, const char *id, int *lockfd, int *disk, char **config,
                          ab_err **err);
         /* Stages a copy of box id from another host: a folder of the data
          * folder's incoming/, locked (*lockfd) while it is received, with
          * config (send_open's text) written and an empty disk (*disk,
          * read-write). AB_E_CONFLICT when the box exists here or a copy of
-         * it is being received; AB_E_INVALID for a config of another box, or
-         * with a rootfs or image layers this host does not have. */
+         * it is being received, or when config names a rootfs or image
+         * layers this host does not have; AB_E_INVALID for a config that is
+         * no box's or another box's. */
         int (*recv_open)(ab_backend *b, const char *id, const char *config, int *lockfd, int *disk,
                          ab_err **err);
         /* Records the staged copy of id as complete (its disk received,

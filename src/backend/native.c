@@ -1642,7 +1642,7 @@ static int n_send_open(ab_backend *b, const char *id, int *lockfd, int *disk, ch
         size_t mounts = c.n_mounts;
         ab_box_config_clear(&c);
         if (mounts)
-                return ab_err_set(err, AB_E_UNSUPPORTED, 0,
+                return ab_err_set(err, AB_E_CONFLICT, 0,
                                   "box %s uses named volumes or host folders, which stay on "
                                   "this host: it cannot move",
                                   id);
@@ -1663,16 +1663,16 @@ static int check_paths(const ab_box_config *c, ab_err **err)
 {
         struct stat st;
         if (c->rootfs && (stat(c->rootfs, &st) < 0 || !S_ISDIR(st.st_mode)))
-                return ab_err_set(err, AB_E_INVALID, 0,
+                return ab_err_set(err, AB_E_CONFLICT, 0,
                                   "the box's root file system %s is not on this host", c->rootfs);
         for (char **l = c->layers; l && *l; l++)
                 if ((*l)[0] != '/' || stat(*l, &st) < 0 || !S_ISDIR(st.st_mode))
-                        return ab_err_set(err, AB_E_INVALID, 0,
+                        return ab_err_set(err, AB_E_CONFLICT, 0,
                                           "the box's image %s is not on this host (its layer %s "
                                           "is missing): pull it here first",
                                           c->image ? c->image : "?", *l);
         if (c->n_mounts)
-                return ab_err_set(err, AB_E_INVALID, 0,
+                return ab_err_set(err, AB_E_CONFLICT, 0,
                                   "the box uses named volumes or host folders: it cannot move");
         return 0;
 }
