@@ -14,14 +14,21 @@ typedef struct fleet_events fleet_events;
 fleet_events *fleet_events_start(ab_events *ev, ab_store *store, const char *url, const char *node);
 void fleet_events_stop(fleet_events *fe);
 
-/* The store and manager of f (its options'). */
+/* The store, manager and heartbeat period of f (its options'). */
 ab_store *fleet_store(ab_fleet *f);
 ab_manager *fleet_mgr(ab_fleet *f);
+int64_t fleet_heartbeat_ms(ab_fleet *f);
 
 /* Settles what moves left on this node (move.c): complete copies whose box
  * the store gives to this node are adopted, copies of moves that did not
  * happen removed; with leftovers, the old copies of boxes the store gives to
  * another node are removed too. */
 void fleet_move_sweep(ab_fleet *f, bool leftovers);
+
+/* The thread that sweeps every heartbeat period (the old copies every 15),
+ * or NULL when it cannot start (logged). Stop before f is freed. */
+typedef struct fleet_mover fleet_mover;
+fleet_mover *fleet_mover_start(ab_fleet *f);
+void fleet_mover_stop(fleet_mover *m);
 
 #endif

@@ -8,6 +8,9 @@
 #include "base/log.h"
 #include "base/util.h"
 
+#include <pthread.h>
+#include <time.h>
+
 /* A complete copy whose box the store still gives to another node is kept
  * this long: its sender records the new owner seconds after the copy
  * completes, and gives up (leaving its box where it was) well before. */
@@ -51,7 +54,8 @@ static void sweep_staged(ab_fleet *f, ab_backend *b)
                 if (o < 0)
                         continue; /* the store is away: decide later */
                 if (o == 1 && mine && complete[i]) {
-                        if (b->move->adopt(b, ids[i], &e) < 0)
+                        /* a conflict: the commit of its move adopts it now */
+                        if (b->move->adopt(b, ids[i], &e) < 0 && e->code != AB_E_CONFLICT)
                                 ab_log(AB_LOG_WARN, "fleet: cannot adopt a moved box", "box",
                                        ids[i], "error", e->msg, NULL);
                         continue;
@@ -122,4 +126,72 @@ void fleet_move_sweep(ab_fleet *f, bool leftovers)
         sweep_staged(f, b);
         if (leftovers)
                 sweep_leftovers(f, b);
+}
+
+/* The sweeps run on a thread of their own: removing an old copy waits for
+ * the box's lock (a move in progress holds it), which must never hold up
+ * the heartbeat. */
+struct fleet_mover {
+        ab_fleet *f;
+        pthread_t thread;
+        pthread_mutex_t mu;
+        pthread_cond_t cv;
+        bool stop;
+};
+
+static void *mover_main(void *arg)
+{
+        fleet_mover *m = arg;
+        int64_t period = fleet_heartbeat_ms(m->f);
+        unsigned n = 0;
+        pthread_mutex_lock(&m->mu);
+        while (!m->stop) {
+                struct timespec ts;
+                clock_gettime(CLOCK_MONOTONIC, &ts);
+                int64_t ns = ts.tv_nsec + (period % 1000) * 1000000;
+                ts.tv_sec += period / 1000 + ns / 1000000000;
+                ts.tv_nsec = ns % 1000000000;
+                pthread_cond_timedwait(&m->cv, &m->mu, &ts);
+                if (m->stop)
+                        break;
+                pthread_mutex_unlock(&m->mu);
+                fleet_move_sweep(m->f, ++n % 15 == 0);
+                pthread_mutex_lock(&m->mu);
+        }
+        pthread_mutex_unlock(&m->mu);
+        return NULL;
+}
+
+fleet_mover *fleet_mover_start(ab_fleet *f)
+{
+        fleet_mover *m = xzalloc(sizeof(*m));
+        m->f = f;
+        pthread_mutex_init(&m->mu, NULL);
+        pthread_condattr_t ca;
+        pthread_condattr_init(&ca);
+        pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+        pthread_cond_init(&m->cv, &ca);
+        pthread_condattr_destroy(&ca);
+        if (pthread_create(&m->thread, NULL, mover_main, m) != 0) {
+                ab_log(AB_LOG_WARN, "fleet: cannot start the sweeper of moves", NULL);
+                pthread_mutex_destroy(&m->mu);
+                pthread_cond_destroy(&m->cv);
+                free(m);
+                return NULL;
+        }
+        return m;
+}
+
+void fleet_mover_stop(fleet_mover *m)
+{
+        if (!m)
+                return;
+        pthread_mutex_lock(&m->mu);
+        m->stop = true;
+        pthread_cond_signal(&m->cv);
+        pthread_mutex_unlock(&m->mu);
+        pthread_join(m->thread, NULL);
+        pthread_mutex_destroy(&m->mu);
+        pthread_cond_destroy(&m->cv);
+        free(m);
 }

@@ -25,7 +25,7 @@ struct ab_fleet {
         ab_node_rec *nodes;
         size_t n_nodes;
         fleet_events *events;
-        unsigned beats; /* heartbeats so far (the heartbeat thread's) */
+        fleet_mover *mover; /* what moves left, swept (move.c) */
 };
 
 ab_store *fleet_store(ab_fleet *f)
@@ -36,6 +36,11 @@ ab_store *fleet_store(ab_fleet *f)
 ab_manager *fleet_mgr(ab_fleet *f)
 {
         return f->o.mgr;
+}
+
+int64_t fleet_heartbeat_ms(ab_fleet *f)
+{
+        return f->o.heartbeat_ms;
 }
 
 static int64_t wall_ms(void)
@@ -119,7 +124,6 @@ static void *heartbeat_main(void *arg)
                 _cleanup_err_ ab_err *e = NULL;
                 int rc = beat(f, &e);
                 refresh_nodes(f);
-                fleet_move_sweep(f, ++f->beats % 15 == 0);
                 pthread_mutex_lock(&f->lock);
                 if (rc < 0 && !f->beat_failed)
                         ab_log(AB_LOG_WARN, "fleet: cannot record this node's heartbeat", "node",
@@ -176,6 +180,7 @@ int ab_fleet_start(const ab_fleet_opts *o, ab_fleet **out, ab_err **err)
         }
         if (o->events && o->store_url)
                 f->events = fleet_events_start(o->events, o->store, o->store_url, o->node);
+        f->mover = fleet_mover_start(f);
         ab_log(AB_LOG_INFO, "fleet: node registered", "node", f->node, "url", f->url, NULL);
         *out = f;
         return 0;
@@ -190,6 +195,7 @@ void ab_fleet_stop(ab_fleet *f)
         pthread_cond_signal(&f->wake);
         pthread_mutex_unlock(&f->lock);
         pthread_join(f->thread, NULL);
+        fleet_mover_stop(f->mover);
         fleet_events_stop(f->events);
         fleet_free(f);
 }

@@ -116,10 +116,11 @@ static int put(sender *s, ab_sha256_ctx *h, const void *p, size_t n)
         return ab_write_all(s->out, p, n);
 }
 
-/* A test-only knob: a pause after each chunk, so a test can kill a node mid-copy. */
-static void test_delay(void)
+/* Test-only knobs (docs/fleet.md): a pause after each chunk sent, or
+ * after the store's switch, so a test can kill a node at that point. */
+static void test_delay(const char *knob)
 {
-        const char *d = getenv("AGENTBOX_TEST_MOVE_CHUNK_DELAY_MS");
+        const char *d = getenv(knob);
         long ms = d ? strtol(d, NULL, 10) : 0;
         if (ms > 0)
                 usleep((useconds_t)ms * 1000);
@@ -157,7 +158,7 @@ static int send_disk(sender *s)
                         if (r == 0)
                                 r = put(s, &h, buf, (size_t)got);
                         o += got;
-                        test_delay();
+                        test_delay("AGENTBOX_TEST_MOVE_CHUNK_DELAY_MS");
                 }
                 pos = hole;
         }
@@ -486,7 +487,14 @@ enum MHD_Result route_fleet_move_commit(ab_req *r, const char *id)
         if (!mine)
                 return resp_error(r, 409, "conflict",
                                   "the store does not name this node box %s's owner", box);
-        if (nb->move->adopt(nb, id, &e) < 0)
+        /* the node's sweeper may be adopting it this moment: wait for it */
+        int rc;
+        for (int i = 0;
+             (rc = nb->move->adopt(nb, id, &e)) < 0 && e->code == AB_E_CONFLICT && i < 100; i++) {
+                ab_err_free(&e);
+                usleep(50 * 1000);
+        }
+        if (rc < 0)
                 return resp_err(r, e);
         return resp_json(r, 200, json_pack("{s:b}", "adopted", true));
 }
@@ -730,6 +738,7 @@ static enum MHD_Result move_run(move_ctx *m)
         snprintf(mib, sizeof(mib), "%" PRIu64, m->data >> 20);
         ab_log(AB_LOG_INFO, "fleet: box moved", "box", m->rec.id, "from", m->self, "to", m->node,
                "data_mib", mib, "ms", ms, NULL);
+        test_delay("AGENTBOX_TEST_MOVE_SWITCH_DELAY_MS");
         return move_commit(m);
 }
 

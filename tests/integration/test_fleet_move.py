@@ -13,7 +13,11 @@ box"): three nodes on 127.0.0.1-3 sharing the suite's PostgreSQL.
 - kill -9 of the owner mid-copy, and of the target mid-copy (the owner
   sends slowly: AGENTBOX_TEST_MOVE_CHUNK_DELAY_MS, a test-only knob): the box
   stays usable on exactly one node with its files, and the half copy is
-  removed (by the target as the copy breaks, or at its start)."""
+  removed (by the target as the copy breaks, or at its start).
+- kill -9 of the target, and of the owner, after the store names the target
+  and before it took the box up (AGENTBOX_TEST_MOVE_SWITCH_DELAY_MS): the
+  target takes it up (at its start, or by itself), the owner's old copy goes
+  (by its sweep, or at its start); the box is usable on the target."""
 import json
 import os
 import subprocess
@@ -178,8 +182,10 @@ try:
 
     def move_in_background(node, target):
         result.clear()
+        box = Z
+
         def run():
-            result["r"] = node.post("/v1/sandboxes/%s/move" % Z, {"node": target}, token=K,
+            result["r"] = node.post("/v1/sandboxes/%s/move" % box, {"node": target}, token=K,
                                     timeout=120)
         t = threading.Thread(target=run, daemon=True)
         t.start()
@@ -223,6 +229,46 @@ try:
     r = n3.post("/v1/sandboxes/%s/move" % Z, {"node": "n2"}, token=K, timeout=120)
     h.eq((r.status, r.get("node")), (200, "n2"), "... and it moves when asked again", r.describe())
     check_files(n3, K, Z, "zed", ZSHA, "Z on n2")
+
+    # ---- kill -9 between the store's switch and the adoption -------------------------------------
+    n1.stop()
+    n1.extra_env["AGENTBOX_TEST_MOVE_SWITCH_DELAY_MS"] = "4000"
+    h.ok(not n1.start(new_port=False), "n1 restarted pausing 4 s after the store's switch")
+    W, WSHA = make_box(n1, K, "wee", 1)
+
+    def owner(b):
+        return (n3.box(b) or {}).get("node")
+
+    Z = W
+    t = move_in_background(n1, "n2")
+    h.ok(abserver.wait_for(lambda: owner(W) == "n2", timeout=30), "a move of W to n2: the store names n2")
+    n2.kill9()
+    t.join(60)
+    rr = result.get("r")
+    h.ok(rr is not None and rr.status == 503 and "n2" in (rr.err_message or ""),
+         "the target killed after the switch: the move answers 503, naming it", rr.describe() if rr else "")
+    h.ok(incoming(n2, W) and not has_box(n2, W), "... its complete copy waits in incoming/")
+    h.ok(abserver.wait_for(lambda: not has_box(n1, W), timeout=20),
+         "... n1 removes its old copy (the store gives the box to n2)")
+    h.ok(not n2.start(new_port=False), "n2 back")
+    h.ok(has_box(n2, W) and not incoming(n2, W), "... it took the box up at its start")
+    time.sleep(1.0)  # the other nodes see it up at their next heartbeat
+    check_files(n3, K, W, "wee", WSHA, "W after the target's kill")
+
+    Z = B
+    t = move_in_background(n1, "n2")
+    h.ok(abserver.wait_for(lambda: owner(B) == "n2", timeout=60), "a move of B to n2: the store names n2")
+    n1.kill9()
+    t.join(30)
+    h.ok(abserver.wait_for(lambda: has_box(n2, B) and not incoming(n2, B), timeout=10),
+         "the owner killed after the switch: n2 takes the box up by itself")
+    check_files(n3, K, B, "one", SHA, "B while n1 is down")
+    h.ok(has_box(n1, B), "... n1's old copy is still on its disk while it is down")
+    n1.extra_env.pop("AGENTBOX_TEST_MOVE_SWITCH_DELAY_MS")
+    h.ok(not n1.start(new_port=False), "n1 back")
+    h.ok(not has_box(n1, B), "... it removed its old copy at its start")
+    time.sleep(1.0)
+    h.eq(owner(B), "n2", "... and the store still names n2")
 finally:
     F.close()
     for m in mounted:
