@@ -1762,17 +1762,24 @@ static int n_recv_complete(ab_backend *b, const char *id, ab_err **err)
         return r < 0 ? ab_err_set(err, AB_E_INTERNAL, -r, "record the copy of box %s", id) : 0;
 }
 
+/* The staged copy of id, locked (*l): its folder's fd, or -1 with *err
+ * (AB_E_NOT_FOUND when none is staged; AB_E_CONFLICT while received). */
+static int staged_open(native *n, const char *id, int *inc, int *l, ab_err **err)
+{
+        if (ab_id_check(id, err) < 0)
+                return -1;
+        *inc = incoming_fd(n, err);
+        if (*inc < 0)
+                return -1;
+        return lock_staged(*inc, id, l, err);
+}
+
 static int n_adopt(ab_backend *b, const char *id, ab_err **err)
 {
         native *n = N(b);
-        if (ab_id_check(id, err) < 0)
-                return -1;
-        _cleanup_close_ int inc = incoming_fd(n, err);
-        if (inc < 0)
-                return -1;
-        _cleanup_close_ int l = -1;
+        _cleanup_close_ int inc = -1, l = -1;
         ab_err *le = NULL;
-        _cleanup_close_ int sfd = lock_staged(inc, id, &l, &le);
+        _cleanup_close_ int sfd = staged_open(n, id, &inc, &l, &le);
         if (sfd < 0 && le->code == AB_E_NOT_FOUND &&
             faccessat(n->boxes_fd, id, F_OK, AT_SYMLINK_NOFOLLOW) == 0) {
                 ab_err_free(&le);
@@ -1812,15 +1819,10 @@ static int n_adopt(ab_backend *b, const char *id, ab_err **err)
 static int n_drop(ab_backend *b, const char *id, ab_err **err)
 {
         native *n = N(b);
-        if (ab_id_check(id, err) < 0)
-                return -1;
-        _cleanup_close_ int inc = incoming_fd(n, err);
-        if (inc < 0)
-                return -1;
-        _cleanup_close_ int l = -1;
+        _cleanup_close_ int inc = -1, l = -1;
         ab_err *le = NULL;
-        _cleanup_close_ int sfd = lock_staged(inc, id, &l, &le);
-        if (sfd < 0 && le->code == AB_E_NOT_FOUND) {
+        _cleanup_close_ int sfd = staged_open(n, id, &inc, &l, &le);
+        if (sfd < 0 && le->code == AB_E_NOT_FOUND && inc >= 0) {
                 ab_err_free(&le);
                 return 0;
         }

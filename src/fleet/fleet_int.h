@@ -5,6 +5,29 @@
 #include "fleet/fleet.h"
 
 #include <pthread.h>
+#include <time.h>
+
+/* Waits on cv (mu held) until ms from now on CLOCK_MONOTONIC (cv must be
+ * made with that clock), or a signal: the fleet's periodic threads. */
+static inline void fleet_wait_ms(pthread_cond_t *cv, pthread_mutex_t *mu, int64_t ms)
+{
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        int64_t ns = ts.tv_nsec + (ms % 1000) * 1000000;
+        ts.tv_sec += ms / 1000 + ns / 1000000000;
+        ts.tv_nsec = ns % 1000000000;
+        pthread_cond_timedwait(cv, mu, &ts);
+}
+
+/* A condition variable on CLOCK_MONOTONIC, for fleet_wait_ms. */
+static inline void fleet_cond_init(pthread_cond_t *cv)
+{
+        pthread_condattr_t ca;
+        pthread_condattr_init(&ca);
+        pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+        pthread_cond_init(cv, &ca);
+        pthread_condattr_destroy(&ca);
+}
 
 typedef struct fleet_events fleet_events;
 

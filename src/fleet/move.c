@@ -146,12 +146,7 @@ static void *mover_main(void *arg)
         unsigned n = 0;
         pthread_mutex_lock(&m->mu);
         while (!m->stop) {
-                struct timespec ts;
-                clock_gettime(CLOCK_MONOTONIC, &ts);
-                int64_t ns = ts.tv_nsec + (period % 1000) * 1000000;
-                ts.tv_sec += period / 1000 + ns / 1000000000;
-                ts.tv_nsec = ns % 1000000000;
-                pthread_cond_timedwait(&m->cv, &m->mu, &ts);
+                fleet_wait_ms(&m->cv, &m->mu, period);
                 if (m->stop)
                         break;
                 pthread_mutex_unlock(&m->mu);
@@ -167,11 +162,7 @@ fleet_mover *fleet_mover_start(ab_fleet *f)
         fleet_mover *m = xzalloc(sizeof(*m));
         m->f = f;
         pthread_mutex_init(&m->mu, NULL);
-        pthread_condattr_t ca;
-        pthread_condattr_init(&ca);
-        pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-        pthread_cond_init(&m->cv, &ca);
-        pthread_condattr_destroy(&ca);
+        fleet_cond_init(&m->cv);
         if (pthread_create(&m->thread, NULL, mover_main, m) != 0) {
                 ab_log(AB_LOG_WARN, "fleet: cannot start the sweeper of moves", NULL);
                 pthread_mutex_destroy(&m->mu);

@@ -112,12 +112,7 @@ static void *heartbeat_main(void *arg)
         ab_fleet *f = arg;
         pthread_mutex_lock(&f->lock);
         while (!f->stopping) {
-                struct timespec ts;
-                clock_gettime(CLOCK_MONOTONIC, &ts);
-                int64_t ns = ts.tv_nsec + (f->o.heartbeat_ms % 1000) * 1000000;
-                ts.tv_sec += f->o.heartbeat_ms / 1000 + ns / 1000000000;
-                ts.tv_nsec = ns % 1000000000;
-                pthread_cond_timedwait(&f->wake, &f->lock, &ts);
+                fleet_wait_ms(&f->wake, &f->lock, f->o.heartbeat_ms);
                 if (f->stopping)
                         break;
                 pthread_mutex_unlock(&f->lock);
@@ -162,11 +157,7 @@ int ab_fleet_start(const ab_fleet_opts *o, ab_fleet **out, ab_err **err)
         f->secret = xstrdup(o->secret);
         f->started_at = wall_ms();
         pthread_mutex_init(&f->lock, NULL);
-        pthread_condattr_t ca;
-        pthread_condattr_init(&ca);
-        pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-        pthread_cond_init(&f->wake, &ca);
-        pthread_condattr_destroy(&ca);
+        fleet_cond_init(&f->wake);
         if (beat(f, err) < 0) {
                 fleet_free(f);
                 return ab_err_wrap(err, "fleet: register node %s", o->node);

@@ -467,27 +467,44 @@ enum MHD_Result route_fleet_move_recv(ab_req *r, const char *id)
         return resp_json(r, 200, out);
 }
 
-enum MHD_Result route_fleet_move_commit(ab_req *r, const char *id)
+/* The commit's and the abort's common part: this node takes moved boxes,
+ * and whether the store names it the owner of the box the call names
+ * (?box=, whose backend id is id). NULL when answered (*ret). */
+static ab_backend *staged_call(ab_req *r, const char *id, bool *mine, enum MHD_Result *ret)
 {
         ab_server *s = r->srv;
         ab_backend *nb = native_backend(s);
-        ab_err *e = NULL;
-        if (!s->fleet || !nb)
-                return resp_error(r, 501, "unsupported", "this node cannot take moved boxes");
         const char *box = req_query(r, "box");
         ab_box_rec rec = {0};
-        if (!box || ab_store_box_get(s->store, s->backend->ops->name, box, &rec, &e) < 0) {
-                if (!box)
-                        return resp_error(r, 400, "invalid_argument", "a commit names its box");
-                return resp_err(r, e);
+        ab_err *e = NULL;
+        if (!s->fleet || !nb)
+                *ret = resp_error(r, 501, "unsupported", "this node cannot take moved boxes");
+        else if (!box)
+                *ret = resp_error(r, 400, "invalid_argument", "the call names its box (?box=)");
+        else if (ab_store_box_get(s->store, s->backend->ops->name, box, &rec, &e) < 0)
+                *ret = resp_err(r, e);
+        else {
+                *mine = rec.node && !strcmp(rec.node, ab_fleet_node(s->fleet)) && rec.backend_id &&
+                        !strcmp(rec.backend_id, id);
+                ab_box_rec_clear(&rec);
+                return nb;
         }
-        bool mine = rec.node && !strcmp(rec.node, ab_fleet_node(s->fleet)) && rec.backend_id &&
-                    !strcmp(rec.backend_id, id);
-        ab_box_rec_clear(&rec);
+        return NULL;
+}
+
+enum MHD_Result route_fleet_move_commit(ab_req *r, const char *id)
+{
+        bool mine = false;
+        enum MHD_Result ret;
+        ab_backend *nb = staged_call(r, id, &mine, &ret);
+        if (!nb)
+                return ret;
         if (!mine)
                 return resp_error(r, 409, "conflict",
-                                  "the store does not name this node box %s's owner", box);
+                                  "the store does not name this node box %s's owner",
+                                  req_query(r, "box"));
         /* the node's sweeper may be adopting it this moment: wait for it */
+        ab_err *e = NULL;
         int rc;
         for (int i = 0;
              (rc = nb->move->adopt(nb, id, &e)) < 0 && e->code == AB_E_CONFLICT && i < 100; i++) {
@@ -501,22 +518,16 @@ enum MHD_Result route_fleet_move_commit(ab_req *r, const char *id)
 
 enum MHD_Result route_fleet_move_abort(ab_req *r, const char *id)
 {
-        ab_server *s = r->srv;
-        ab_backend *nb = native_backend(s);
+        bool mine = false;
+        enum MHD_Result ret;
+        ab_backend *nb = staged_call(r, id, &mine, &ret);
+        if (!nb)
+                return ret;
+        if (mine)
+                return resp_error(r, 409, "conflict",
+                                  "the store names this node box %s's owner: its copy stays",
+                                  req_query(r, "box"));
         ab_err *e = NULL;
-        if (!s->fleet || !nb)
-                return resp_error(r, 501, "unsupported", "this node cannot take moved boxes");
-        const char *box = req_query(r, "box");
-        ab_box_rec rec = {0};
-        if (box && ab_store_box_get(s->store, s->backend->ops->name, box, &rec, NULL) == 0) {
-                bool mine = rec.node && !strcmp(rec.node, ab_fleet_node(s->fleet));
-                ab_box_rec_clear(&rec);
-                if (mine)
-                        return resp_error(r, 409, "conflict",
-                                          "the store names this node box %s's owner: its copy "
-                                          "stays",
-                                          box);
-        }
         if (nb->move->drop(nb, id, &e) < 0)
                 return resp_err(r, e);
         return resp_json(r, 200, json_pack("{s:b}", "dropped", true));
