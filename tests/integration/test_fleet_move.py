@@ -57,6 +57,13 @@ def nodes_state(via):
     return {n["id"]: n["state"] for n in r.get("nodes") or []}
 
 
+def settle():
+    """Waits until the store has every node up, and a heartbeat more: each
+    node's view of the others is its last heartbeat's."""
+    abserver.wait_for(lambda: set(nodes_state(F.nodes[0]).values()) == {"up"}, timeout=20)
+    time.sleep(1.0)
+
+
 def make_box(via, key, name, mib):
     """A stopped box with a text file, a file of mib MiB of random bytes, and a
     file owned by a user of the box; returns (id, the big file's sha256)."""
@@ -177,6 +184,7 @@ try:
     n1.extra_env["AGENTBOX_TEST_MOVE_CHUNK_DELAY_MS"] = "150"
     why = n1.start(new_port=False)
     h.ok(not why, "n1 restarted sending slowly (150 ms per MiB)", why)
+    settle()
     Z, ZSHA = make_box(n1, K, "zed", 24)
     result = {}
 
@@ -201,6 +209,7 @@ try:
     n1.extra_env.pop("AGENTBOX_TEST_MOVE_CHUNK_DELAY_MS")
     why = n1.start(new_port=False)
     h.ok(not why, "n1 back", why)
+    settle()
     h.eq((n2.box(Z) or {}).get("node"), "n1", "... the store still names n1")
     h.ok(has_box(n1, Z) and not has_box(n2, Z), "... which alone has the box")
     check_files(n2, K, Z, "zed", ZSHA, "after the owner's kill")
@@ -209,6 +218,7 @@ try:
     n1.stop()
     n1.extra_env["AGENTBOX_TEST_MOVE_CHUNK_DELAY_MS"] = "150"
     h.ok(not n1.start(new_port=False) and not n2.start(new_port=False), "n1 sending slowly again")
+    settle()
     t = move_in_background(n1, "n2")
     h.ok(abserver.wait_for(lambda: incoming(n2, Z), timeout=20), "a slow move of Z to n2 begins")
     time.sleep(1.0)
@@ -221,10 +231,12 @@ try:
     why = n2.start(new_port=False)
     h.ok(not why, "n2 back", why)
     h.ok(not incoming(n2, Z) and not has_box(n2, Z), "... it removed the half copy at its start")
+    settle()
     h.eq((n3.box(Z) or {}).get("node"), "n1", "... the store still names n1")
     n1.stop()
     n1.extra_env.pop("AGENTBOX_TEST_MOVE_CHUNK_DELAY_MS")
     h.ok(not n1.start(new_port=False), "n1 at full speed")
+    settle()
     check_files(n3, K, Z, "zed", ZSHA, "after the target's kill")
     r = n3.post("/v1/sandboxes/%s/move" % Z, {"node": "n2"}, token=K, timeout=120)
     h.eq((r.status, r.get("node")), (200, "n2"), "... and it moves when asked again", r.describe())
@@ -234,6 +246,7 @@ try:
     n1.stop()
     n1.extra_env["AGENTBOX_TEST_MOVE_SWITCH_DELAY_MS"] = "4000"
     h.ok(not n1.start(new_port=False), "n1 restarted pausing 4 s after the store's switch")
+    settle()
     W, WSHA = make_box(n1, K, "wee", 1)
 
     def owner(b):
@@ -252,7 +265,7 @@ try:
          "... n1 removes its old copy (the store gives the box to n2)")
     h.ok(not n2.start(new_port=False), "n2 back")
     h.ok(has_box(n2, W) and not incoming(n2, W), "... it took the box up at its start")
-    time.sleep(1.0)  # the other nodes see it up at their next heartbeat
+    settle()
     check_files(n3, K, W, "wee", WSHA, "W after the target's kill")
 
     Z = B
@@ -267,7 +280,7 @@ try:
     n1.extra_env.pop("AGENTBOX_TEST_MOVE_SWITCH_DELAY_MS")
     h.ok(not n1.start(new_port=False), "n1 back")
     h.ok(not has_box(n1, B), "... it removed its old copy at its start")
-    time.sleep(1.0)
+    settle()
     h.eq(owner(B), "n2", "... and the store still names n2")
 finally:
     F.close()
