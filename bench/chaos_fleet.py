@@ -2,7 +2,8 @@
 """chaos_fleet.py - the chaos soak's fleet mode (bench/chaos.sh --fleet;
 docs/fleet.md): three nodes on 127.0.0.1-3 sharing a PostgreSQL database of
 their own (AGENTBOX_TEST_PG_URL, from scripts/pg.sh). Clients create boxes,
-write files and exec through random nodes while a killer SIGKILLs a random
+write files, exec, and stop boxes and move them to random nodes, through
+random nodes while a killer SIGKILLs a random
 node at random moments and starts it again. Every client records what the
 fleet acknowledged: a box made (201), a file written (2xx), a box deleted
 (202); a request that got no answer (its node died under it) may or may not
@@ -82,7 +83,8 @@ class Client(threading.Thread):
         while not stop.is_set():
             live = [b for b in self.boxes.values() if b.state == "yes"]
             op = self.rng.choice(["create"] * (3 if len(live) < 3 else 0) + ["write"] * 4 + ["exec"] * 3 +
-                                 ["delete"] * (1 if live else 0)) if live else "create"
+                                 ["delete"] * (1 if live else 0) + ["move"] * (1 if live else 0)) \
+                if live else "create"
             s = self.node()
             if op == "create":
                 n += 1
@@ -104,6 +106,14 @@ class Client(threading.Thread):
             elif op == "exec":
                 r = s.exec(b.id, "true", http_timeout=60)
                 note(op, r.status)
+            elif op == "move":
+                # a stopped box moves to a random node (its own: nothing done);
+                # its next use starts it there
+                r = s.post("/v1/sandboxes/%s/stop" % b.id, {}, timeout=60)
+                note("stop", r.status)
+                if r.status == 200:
+                    r = s.post("/v1/sandboxes/%s/move" % b.id, {"node": self.node().name}, timeout=120)
+                    note(op, r.status)
             else:
                 r = s.delete("/v1/sandboxes/%s" % b.id, timeout=60)
                 note(op, r.status)

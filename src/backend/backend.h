@@ -217,10 +217,51 @@ typedef struct ab_volume_ops {
         int (*remove)(ab_backend *b, const char *name, ab_err **err);
 } ab_volume_ops;
 
+/* Moving a stopped box's files to another host (a fleet's move,
+ * docs/fleet.md): the sending side opens the box, the receiving side stages
+ * a copy under its own data folder and adopts it once the store names it
+ * the owner. `id` is the backend's id of the box. A backend that cannot
+ * (every one but native) has ab_backend.move NULL. Thread-safe. */
+typedef struct ab_move_ops {
+        /* Locks the stopped box id (its start and delete wait until *lockfd
+         * is closed), opens its disk read-only (*disk) and reads its
+         * settings as JSON text (*config; the caller frees). AB_E_CONFLICT
+         * while it runs or is paused, or when it uses named volumes or host
+         * folders (they stay on this host). */
+        int (*send_open)(ab_backend *b, const char *id, int *lockfd, int *disk, char **config,
+                         ab_err **err);
+        /* Stages a copy of box id from another host: a folder of the data
+         * folder's incoming/, locked (*lockfd) while it is received, with
+         * config (send_open's text) written and an empty disk (*disk,
+         * read-write). AB_E_CONFLICT when the box exists here or a copy of
+         * it is being received, or when config names a rootfs or image
+         * layers this host does not have; AB_E_INVALID for a config that is
+         * no box's or another box's. */
+        int (*recv_open)(ab_backend *b, const char *id, const char *config, int *lockfd, int *disk,
+                         ab_err **err);
+        /* Records the staged copy of id as complete (its disk received,
+         * verified and synced); the caller still holds its lock. */
+        int (*recv_complete)(ab_backend *b, const char *id, ab_err **err);
+        /* Makes the complete staged copy of id a box of this host: a uid
+         * range of its own (the disk's files are given to it at its first
+         * start), the folder renamed into boxes/. 0 when the box is here
+         * already; AB_E_NOT_FOUND when no complete copy is staged;
+         * AB_E_CONFLICT while it is being received. */
+        int (*adopt)(ab_backend *b, const char *id, ab_err **err);
+        /* Removes the staged copy of id (0 when there is none);
+         * AB_E_CONFLICT while it is being received. */
+        int (*drop)(ab_backend *b, const char *id, ab_err **err);
+        /* The staged copies nobody is receiving: ids (NULL-terminated; the
+         * caller frees each and the array), whether each is complete, and
+         * its age in seconds (the arrays are the caller's too). */
+        int (*staged)(ab_backend *b, char ***ids, bool **complete, int64_t **age_s, ab_err **err);
+} ab_move_ops;
+
 struct ab_backend {
         const ab_backend_ops *ops;
         const ab_subcg_ops *subcg; /* NULL: no sub-cgroups */
         const ab_volume_ops *vol;  /* NULL: no volumes */
+        const ab_move_ops *move;   /* NULL: its boxes cannot move to another host */
 };
 
 typedef struct ab_native_opts {

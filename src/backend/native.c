@@ -1608,6 +1608,282 @@ typedef struct vol_use {
         char *vol;
 } vol_use;
 
+/* ---- moves to another host (backend.h's ab_move_ops, docs/fleet.md) ------ */
+
+/* A copy being received lives in DATA/incoming/ID (lock, config.json,
+ * disk.img, and `complete` once verified): never under boxes/, so nothing
+ * takes it for a box before the store names this host its owner. */
+#define MOVE_COMPLETE "complete"
+
+static int incoming_fd(native *n, ab_err **err)
+{
+        if (mkdirat(n->data_fd, "incoming", 0700) < 0 && errno != EEXIST)
+                return ab_err_set(err, AB_E_INTERNAL, errno, "create %s/incoming", n->data);
+        int fd = openat(n->data_fd, "incoming", O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+        if (fd < 0)
+                return ab_err_set(err, AB_E_INTERNAL, errno, "open %s/incoming", n->data);
+        return fd;
+}
+
+static int n_send_open(ab_backend *b, const char *id, int *lockfd, int *disk, char **config,
+                       ab_err **err)
+{
+        native *n = N(b);
+        _cleanup_close_ int lfd = -1;
+        _cleanup_close_ int bfd = lock_box(n, id, &lfd, err);
+        bool alive = false;
+        if (bfd < 0 || init_alive_locked(bfd, &alive, err) < 0)
+                return -1;
+        if (alive)
+                return ab_err_set(err, AB_E_CONFLICT, 0, "box %s is running: stop it first", id);
+        ab_box_config c;
+        if (ab_box_config_read(bfd, &c, err) < 0)
+                return ab_err_wrap(err, "box %s", id);
+        size_t mounts = c.n_mounts;
+        ab_box_config_clear(&c);
+        if (mounts)
+                return ab_err_set(err, AB_E_CONFLICT, 0,
+                                  "box %s uses named volumes or host folders, which stay on "
+                                  "this host: it cannot move",
+                                  id);
+        _cleanup_free_ char *text = NULL;
+        if (ab_read_file(bfd, "config.json", &text, NULL) < 0)
+                return ab_err_set(err, AB_E_INTERNAL, errno, "read the settings of box %s", id);
+        int dfd = openat(bfd, "disk.img", O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+        if (dfd < 0)
+                return ab_err_set(err, AB_E_INTERNAL, errno, "open the disk of box %s", id);
+        *disk = dfd;
+        *config = steal_pointer(&text);
+        *lockfd = steal_fd(&lfd);
+        return 0;
+}
+
+/* The paths a config names that must exist on this host as folders. */
+static int check_paths(const ab_box_config *c, ab_err **err)
+{
+        struct stat st;
+        if (c->rootfs && (stat(c->rootfs, &st) < 0 || !S_ISDIR(st.st_mode)))
+                return ab_err_set(err, AB_E_CONFLICT, 0,
+                                  "the box's root file system %s is not on this host", c->rootfs);
+        for (char **l = c->layers; l && *l; l++)
+                if ((*l)[0] != '/' || stat(*l, &st) < 0 || !S_ISDIR(st.st_mode))
+                        return ab_err_set(err, AB_E_CONFLICT, 0,
+                                          "the box's image %s is not on this host (its layer %s "
+                                          "is missing): pull it here first",
+                                          c->image ? c->image : "?", *l);
+        if (c->n_mounts)
+                return ab_err_set(err, AB_E_CONFLICT, 0,
+                                  "the box uses named volumes or host folders: it cannot move");
+        return 0;
+}
+
+/* Locks incoming/ID without waiting: *lfd, and the folder's fd. */
+static int lock_staged(int inc, const char *id, int *lfd, ab_err **err)
+{
+        _cleanup_close_ int sfd = openat(inc, id, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+        if (sfd < 0)
+                return ab_err_set(err, AB_E_NOT_FOUND, errno, "no copy of box %s is staged", id);
+        _cleanup_close_ int l =
+            openat(sfd, "lock", O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+        if (l < 0)
+                return ab_err_set(err, AB_E_INTERNAL, errno, "lock the copy of box %s", id);
+        if (flock(l, LOCK_EX | LOCK_NB) < 0)
+                return ab_err_set(err, AB_E_CONFLICT, 0, "a copy of box %s is being received", id);
+        *lfd = steal_fd(&l);
+        return steal_fd(&sfd);
+}
+
+static int n_recv_open(ab_backend *b, const char *id, const char *config, int *lockfd, int *disk,
+                       ab_err **err)
+{
+        native *n = N(b);
+        if (ab_id_check(id, err) < 0)
+                return -1;
+        if (faccessat(n->boxes_fd, id, F_OK, AT_SYMLINK_NOFOLLOW) == 0)
+                return ab_err_set(err, AB_E_CONFLICT, 0, "box %s exists on this host already", id);
+        _cleanup_close_ int inc = incoming_fd(n, err);
+        if (inc < 0)
+                return -1;
+        /* an older copy nobody receives (a move that failed) gives way */
+        _cleanup_close_ int old_l = -1;
+        _cleanup_close_ int old = lock_staged(inc, id, &old_l, NULL);
+        if (old >= 0)
+                ab_rm_tree_at(inc, id);
+        else if (faccessat(inc, id, F_OK, AT_SYMLINK_NOFOLLOW) == 0)
+                return ab_err_set(err, AB_E_CONFLICT, 0, "a copy of box %s is being received", id);
+        if (mkdirat(inc, id, 0700) < 0)
+                return ab_err_set(err, errno == EEXIST ? AB_E_CONFLICT : AB_E_INTERNAL, errno,
+                                  "stage a copy of box %s", id);
+        _cleanup_close_ int l = -1;
+        _cleanup_close_ int sfd = lock_staged(inc, id, &l, err);
+        if (sfd < 0)
+                return -1;
+        int r = ab_write_file_atomic(sfd, "config.json", config, strlen(config), 0600);
+        ab_box_config c = {0};
+        if (r < 0)
+                ab_err_set(err, AB_E_INTERNAL, -r, "write the settings of box %s", id);
+        else if ((r = ab_box_config_read(sfd, &c, err)) < 0)
+                (*err)->code = AB_E_INVALID; /* what the other node sent */
+        else {
+                if (strcmp(c.id, id) != 0)
+                        r = ab_err_set(err, AB_E_INVALID, 0,
+                                       "the settings sent are box %s's, not box %s's", c.id, id);
+                else
+                        r = check_paths(&c, err);
+                ab_box_config_clear(&c);
+        }
+        int d = r < 0 ? -1
+                      : openat(sfd, "disk.img", O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
+                               0600);
+        if (r == 0 && d < 0)
+                r = ab_err_set(err, AB_E_INTERNAL, errno, "create the disk of box %s", id);
+        if (r < 0) {
+                ab_rm_tree_at(inc, id);
+                return -1;
+        }
+        *disk = d;
+        *lockfd = steal_fd(&l);
+        return 0;
+}
+
+static int n_recv_complete(ab_backend *b, const char *id, ab_err **err)
+{
+        native *n = N(b);
+        _cleanup_close_ int inc = incoming_fd(n, err);
+        _cleanup_close_ int sfd =
+            inc < 0 ? -1 : openat(inc, id, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+        if (sfd < 0)
+                return ab_err_set(err, AB_E_NOT_FOUND, errno, "no copy of box %s is staged", id);
+        int r = ab_write_file_atomic(sfd, MOVE_COMPLETE, "1\n", 2, 0600);
+        if (r == 0 && fsync(sfd) < 0)
+                r = -errno;
+        if (r == 0 && fsync(inc) < 0)
+                r = -errno;
+        return r < 0 ? ab_err_set(err, AB_E_INTERNAL, -r, "record the copy of box %s", id) : 0;
+}
+
+/* The staged copy of id, locked (*l): its folder's fd, or -1 with *err
+ * (AB_E_NOT_FOUND when none is staged; AB_E_CONFLICT while received). */
+static int staged_open(native *n, const char *id, int *inc, int *l, ab_err **err)
+{
+        if (ab_id_check(id, err) < 0)
+                return -1;
+        *inc = incoming_fd(n, err);
+        if (*inc < 0)
+                return -1;
+        return lock_staged(*inc, id, l, err);
+}
+
+static int n_adopt(ab_backend *b, const char *id, ab_err **err)
+{
+        native *n = N(b);
+        _cleanup_close_ int inc = -1, l = -1;
+        ab_err *le = NULL;
+        _cleanup_close_ int sfd = staged_open(n, id, &inc, &l, &le);
+        if (sfd < 0 && le->code == AB_E_NOT_FOUND &&
+            faccessat(n->boxes_fd, id, F_OK, AT_SYMLINK_NOFOLLOW) == 0) {
+                ab_err_free(&le);
+                return 0; /* adopted already */
+        }
+        if (sfd < 0) {
+                *err = le;
+                return -1;
+        }
+        if (faccessat(sfd, MOVE_COMPLETE, F_OK, AT_SYMLINK_NOFOLLOW) < 0)
+                return ab_err_set(err, AB_E_NOT_FOUND, 0,
+                                  "the copy of box %s was not received whole", id);
+        ab_box_config c;
+        if (ab_box_config_read(sfd, &c, err) < 0)
+                return ab_err_wrap(err, "the copy of box %s", id);
+        /* the disk's files keep the sending host's owners until the first
+         * start shifts them (native/rootfs.c reads the disk's own record) */
+        if (!c.disk_uid_base)
+                c.disk_uid_base = c.uid_base;
+        int r = alloc_uid_base(n, id, &c.uid_base, err);
+        if (r == 0)
+                r = ab_box_config_write(sfd, &c, err);
+        if (r == 0 && renameat2(inc, id, n->boxes_fd, id, RENAME_NOREPLACE) < 0)
+                r = ab_err_set(err, errno == EEXIST ? AB_E_CONFLICT : AB_E_INTERNAL, errno,
+                               "put box %s in place", id);
+        if (r < 0)
+                release_uid_base(n, id, c.uid_base);
+        ab_box_config_clear(&c);
+        if (r < 0)
+                return -1;
+        unlinkat(sfd, MOVE_COMPLETE, 0);
+        fsync(n->boxes_fd);
+        ab_log(AB_LOG_INFO, "moved box adopted", "box", id, NULL);
+        return 0;
+}
+
+static int n_drop(ab_backend *b, const char *id, ab_err **err)
+{
+        native *n = N(b);
+        _cleanup_close_ int inc = -1, l = -1;
+        ab_err *le = NULL;
+        _cleanup_close_ int sfd = staged_open(n, id, &inc, &l, &le);
+        if (sfd < 0 && le->code == AB_E_NOT_FOUND && inc >= 0) {
+                ab_err_free(&le);
+                return 0;
+        }
+        if (sfd < 0) {
+                *err = le;
+                return -1;
+        }
+        int r = ab_rm_tree_at(inc, id);
+        return r < 0 ? ab_err_set(err, AB_E_INTERNAL, -r, "remove the copy of box %s", id) : 0;
+}
+
+static int n_staged(ab_backend *b, char ***ids, bool **complete, int64_t **age_s, ab_err **err)
+{
+        native *n = N(b);
+        int inc = incoming_fd(n, err);
+        DIR *d = inc >= 0 ? fdopendir(inc) : NULL;
+        if (!d) {
+                if (inc >= 0)
+                        close(inc);
+                return inc < 0 ? -1 : ab_err_set(err, AB_E_INTERNAL, errno, "list incoming/");
+        }
+        size_t k = 0, cap = 8;
+        char **out = xcalloc(cap + 1, sizeof(char *));
+        bool *cmp = xcalloc(cap, sizeof(bool));
+        int64_t *age = xcalloc(cap, sizeof(int64_t));
+        struct dirent *e;
+        while ((e = readdir(d))) {
+                if (e->d_name[0] == '.' || ab_id_check(e->d_name, NULL) < 0)
+                        continue;
+                _cleanup_close_ int l = -1;
+                _cleanup_close_ int sfd = lock_staged(dirfd(d), e->d_name, &l, NULL);
+                struct stat st;
+                if (sfd < 0 || fstat(sfd, &st) < 0)
+                        continue;
+                if (k == cap) {
+                        cap *= 2;
+                        out = xrealloc(out, (cap + 1) * sizeof(char *));
+                        cmp = xrealloc(cmp, cap * sizeof(bool));
+                        age = xrealloc(age, cap * sizeof(int64_t));
+                }
+                cmp[k] = faccessat(sfd, MOVE_COMPLETE, F_OK, AT_SYMLINK_NOFOLLOW) == 0;
+                age[k] = (int64_t)(time(NULL) - st.st_mtime);
+                out[k++] = xstrdup(e->d_name);
+        }
+        closedir(d);
+        out[k] = NULL;
+        *ids = out;
+        *complete = cmp;
+        *age_s = age;
+        return 0;
+}
+
+static const ab_move_ops native_move = {
+    .send_open = n_send_open,
+    .recv_open = n_recv_open,
+    .recv_complete = n_recv_complete,
+    .adopt = n_adopt,
+    .drop = n_drop,
+    .staged = n_staged,
+};
+
 static void uses_free(vol_use *u, size_t n)
 {
         for (size_t i = 0; i < n; i++)
@@ -1773,6 +2049,7 @@ int ab_native_open(const ab_native_opts *opts, ab_backend **out, ab_err **err)
         n->base.ops = &native_ops;
         n->base.subcg = &native_subcg;
         n->base.vol = &native_vol;
+        n->base.move = &native_move;
         n->boxes_fd = n->data_fd = n->cache_fd = n->init_fd = -1;
         atomic_init(&n->uid_hint, UID_SLOTS);
         pthread_mutex_init(&n->lazy, NULL);

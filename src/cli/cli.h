@@ -70,6 +70,8 @@ int cli_serve(int argc, char **argv, const char *data_flag);
 int cli_mcp(int argc, char **argv, const char *data_flag);
 /* agentbox nodes: the fleet's nodes from the shared store (nodes.c). */
 int cli_nodes(int argc, char **argv, const char *data_flag);
+/* agentbox move ID --node N: a fleet's server moves a stopped box (move.c). */
+int cli_move(int argc, char **argv);
 
 /* What `agentbox serve` and `agentbox mcp` run on (serve.c). */
 typedef struct cli_service {

@@ -54,6 +54,8 @@ static const char *usage_text =
     "                                 (`agentbox cleanup --help`)\n"
     "  nodes [--json]                 the nodes of a fleet sharing a PostgreSQL store\n"
     "                                 (docs/fleet.md; `agentbox nodes --help`)\n"
+    "  move ID --node N               move a stopped box to another fleet node\n"
+    "                                 (a server does it; `agentbox move --help`)\n"
     "  version                        print the version\n"
     "\n"
     "Limits for create (defaults in brackets):\n"
@@ -734,6 +736,8 @@ int main(int argc, char **argv)
                 return cli_cleanup(sub_argc, sub_argv, data);
         if (!strcmp(cmd, "nodes"))
                 return cli_nodes(sub_argc, sub_argv, data);
+        if (!strcmp(cmd, "move"))
+                return cli_move(sub_argc, sub_argv);
         if (!strcmp(cmd, "version")) {
                 printf("agentbox %s\n", AGENTBOX_VERSION);
                 return 0;

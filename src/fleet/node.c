@@ -25,7 +25,23 @@ struct ab_fleet {
         ab_node_rec *nodes;
         size_t n_nodes;
         fleet_events *events;
+        fleet_mover *mover; /* what moves left, swept (move.c) */
 };
+
+ab_store *fleet_store(ab_fleet *f)
+{
+        return f->o.store;
+}
+
+ab_manager *fleet_mgr(ab_fleet *f)
+{
+        return f->o.mgr;
+}
+
+int64_t fleet_heartbeat_ms(ab_fleet *f)
+{
+        return f->o.heartbeat_ms;
+}
 
 static int64_t wall_ms(void)
 {
@@ -96,12 +112,7 @@ static void *heartbeat_main(void *arg)
         ab_fleet *f = arg;
         pthread_mutex_lock(&f->lock);
         while (!f->stopping) {
-                struct timespec ts;
-                clock_gettime(CLOCK_MONOTONIC, &ts);
-                int64_t ns = ts.tv_nsec + (f->o.heartbeat_ms % 1000) * 1000000;
-                ts.tv_sec += f->o.heartbeat_ms / 1000 + ns / 1000000000;
-                ts.tv_nsec = ns % 1000000000;
-                pthread_cond_timedwait(&f->wake, &f->lock, &ts);
+                fleet_wait_ms(&f->wake, &f->lock, f->o.heartbeat_ms);
                 if (f->stopping)
                         break;
                 pthread_mutex_unlock(&f->lock);
@@ -146,16 +157,13 @@ int ab_fleet_start(const ab_fleet_opts *o, ab_fleet **out, ab_err **err)
         f->secret = xstrdup(o->secret);
         f->started_at = wall_ms();
         pthread_mutex_init(&f->lock, NULL);
-        pthread_condattr_t ca;
-        pthread_condattr_init(&ca);
-        pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-        pthread_cond_init(&f->wake, &ca);
-        pthread_condattr_destroy(&ca);
+        fleet_cond_init(&f->wake);
         if (beat(f, err) < 0) {
                 fleet_free(f);
                 return ab_err_wrap(err, "fleet: register node %s", o->node);
         }
         refresh_nodes(f);
+        fleet_move_sweep(f, true); /* what moves left while this node was away */
         int e = pthread_create(&f->thread, NULL, heartbeat_main, f);
         if (e) {
                 fleet_free(f);
@@ -163,6 +171,7 @@ int ab_fleet_start(const ab_fleet_opts *o, ab_fleet **out, ab_err **err)
         }
         if (o->events && o->store_url)
                 f->events = fleet_events_start(o->events, o->store, o->store_url, o->node);
+        f->mover = fleet_mover_start(f);
         ab_log(AB_LOG_INFO, "fleet: node registered", "node", f->node, "url", f->url, NULL);
         *out = f;
         return 0;
@@ -177,6 +186,7 @@ void ab_fleet_stop(ab_fleet *f)
         pthread_cond_signal(&f->wake);
         pthread_mutex_unlock(&f->lock);
         pthread_join(f->thread, NULL);
+        fleet_mover_stop(f->mover);
         fleet_events_stop(f->events);
         fleet_free(f);
 }

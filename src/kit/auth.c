@@ -153,6 +153,9 @@ enum MHD_Result kit_authenticate(ab_req *r, auth_level need, bool *ok)
         if (kit_fleet_identity(r, need, ok, &fret) && (!*ok || need != AUTH_OWN))
                 return fret;
         *ok = false;
+        if (need == AUTH_FLEET)
+                return resp_error(r, 401, "unauthorized",
+                                  "this route is for the fleet's nodes only (the fleet's secret)");
         if (need == AUTH_OWN) {
                 if (!r->table->authenticate) /* a table's mistake: refused, not let in */
                         return resp_error(r, 500, "internal", "route has no authenticator");

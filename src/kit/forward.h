@@ -74,6 +74,10 @@ int kit_fleet_call(ab_req *r, const char *node, const char *method, const char *
  * forwarded request is always made here. A worker only. */
 int kit_place(ab_req *r, uint64_t mem_bytes, uint64_t disk_bytes, enum MHD_Result *ret);
 
+/* Connects to a node's url (http://HOST:PORT) within a few seconds, with
+ * TCP keepalive: the socket (non-blocking, close-on-exec), or -errno. */
+int kit_fleet_connect(const char *url);
+
 /* On a fleet node, takes the caller of a node-to-node request from its
  * fleet headers (r->forwarded, r->scope, the key's id and quotas). 0 when r
  * is not one (no secret header); 1 when it is and *ok says whether the

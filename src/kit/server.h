@@ -127,8 +127,9 @@ typedef struct ab_req {
 /* Who may call a route, decided from the request's head before any body is
  * read: anyone; a user (admin token or API key); the admin; or as the
  * route's table says (its `authenticate` hook: E2B's per-box access token,
- * the code runner's token). */
-typedef enum { AUTH_ANY, AUTH_USER, AUTH_ADMIN, AUTH_OWN } auth_level;
+ * the code runner's token); or only another node of the fleet (the fleet's
+ * secret: no token or key, the admin's included, opens these). */
+typedef enum { AUTH_ANY, AUTH_USER, AUTH_ADMIN, AUTH_OWN, AUTH_FLEET } auth_level;
 
 /* A route handler. `id` is the {id} path segment (the "*" of the pattern;
  * for "**" the rest of the path) or NULL. Runs on a worker. */

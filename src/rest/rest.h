@@ -44,6 +44,13 @@ enum MHD_Result route_key_get(ab_req *r, const char *id);
 enum MHD_Result route_nodes_list(ab_req *r, const char *id);
 enum MHD_Result route_node_drain(ab_req *r, const char *id);
 enum MHD_Result route_node_undrain(ab_req *r, const char *id);
+/* routes_move.c: a stopped native box moved to another fleet node, and the
+ * node-to-node calls of the move (AUTH_FLEET) */
+enum MHD_Result route_box_move(ab_req *r, const char *id);
+enum MHD_Result route_fleet_move_recv(ab_req *r, const char *id);
+enum MHD_Result route_fleet_move_disk(ab_req *r, const char *id);
+enum MHD_Result route_fleet_move_commit(ab_req *r, const char *id);
+enum MHD_Result route_fleet_move_abort(ab_req *r, const char *id);
 /* Appends the per-app and disk series to the /metrics text (routes_quota.c). */
 char *quota_metrics_append(ab_server *s, char *txt);
 enum MHD_Result route_files_get(ab_req *r, const char *id);

@@ -76,6 +76,12 @@ static const ab_route routes[] = {
     {"GET", "v1/nodes", AUTH_ADMIN, BODY_NONE, route_nodes_list},
     {"POST", "v1/nodes/*/drain", AUTH_ADMIN, BODY_NONE, route_node_drain},
     {"POST", "v1/nodes/*/undrain", AUTH_ADMIN, BODY_NONE, route_node_undrain},
+    /* moves of boxes between nodes (routes_move.c) */
+    {"POST", "v1/sandboxes/*/move", AUTH_USER, BODY_JSON, route_box_move},
+    {"POST", "v1/fleet/moves", AUTH_FLEET, BODY_JSON, route_fleet_move_recv},
+    {"GET", "v1/fleet/moves/*/disk", AUTH_FLEET, BODY_NONE, route_fleet_move_disk},
+    {"POST", "v1/fleet/moves/*/commit", AUTH_FLEET, BODY_JSON, route_fleet_move_commit},
+    {"POST", "v1/fleet/moves/*/abort", AUTH_FLEET, BODY_JSON, route_fleet_move_abort},
 };
 
 /* Terminal WebSockets and port relays hold upgraded connections of their

@@ -575,6 +575,35 @@ int ab_store_box_set_status(ab_store *s, const char *provider, const char *id, a
                           expect ? expect : "(any)");
 }
 
+int ab_store_box_set_node(ab_store *s, const char *provider, const char *id, const char *node,
+                          const char *expect, ab_err **err)
+{
+        if (check_key(provider, id, "move box", err) < 0)
+                return -1;
+        if (!node || !*node || !expect || !*expect)
+                return ab_err_set(err, AB_E_INVALID, 0, "move box: no node");
+        _cleanup_free_ char *op = xasprintf("move box %s/%s to node %s", provider, id, node);
+        _cleanup_res_ ab_sql_res res = {0};
+        STORE_LOCKED(s);
+        box_changed(s);
+        if (EXEC(s, op,
+                 "UPDATE boxes SET node = $3 WHERE provider = $1 AND id = $2 "
+                 "AND (node = $4 OR node IS NULL) AND status = 'stopped'",
+                 &res, err, SQL_TEXT(provider), SQL_TEXT(id), SQL_TEXT(node), SQL_TEXT(expect)) < 0)
+                return -1;
+        if (res.changes)
+                return 0;
+        ab_sql_res_clear(&res);
+        if (EXEC(s, op, "SELECT node, status FROM boxes WHERE provider = $1 AND id = $2", &res, err,
+                 SQL_TEXT(provider), SQL_TEXT(id)) < 0)
+                return -1;
+        if (!res.nrows)
+                return not_found(err, op, provider, id);
+        const char *owner = cell(&res, 0, 0);
+        return ab_err_set(err, AB_E_CONFLICT, 0, "%s: the box is %s on node %s, not stopped on %s",
+                          op, cell(&res, 0, 1), owner ? owner : "(none)", expect);
+}
+
 int ab_store_box_touch(ab_store *s, const char *provider, const char *id, int64_t at_ms,
                        ab_err **err)
 {

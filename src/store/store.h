@@ -115,6 +115,13 @@ int ab_store_box_update(ab_store *s, const ab_box_rec *r, ab_err **err);
  * AB_E_NOT_FOUND when absent. */
 int ab_store_box_set_status(ab_store *s, const char *provider, const char *id, ab_box_status status,
                             ab_box_status expect, const char *error, ab_err **err);
+/* A fleet's move of a box (docs/fleet.md): makes node the box's owner in
+ * one step, only when its owner is expect and its status is stopped (a
+ * compare-and-set: no moment with two owners or none). AB_E_CONFLICT
+ * naming the owner and status when they are not those; AB_E_NOT_FOUND
+ * when absent. */
+int ab_store_box_set_node(ab_store *s, const char *provider, const char *id, const char *node,
+                          const char *expect, ab_err **err);
 /* Sets last_active_at = max(last_active_at, at_ms). AB_E_NOT_FOUND when absent. */
 int ab_store_box_touch(ab_store *s, const char *provider, const char *id, int64_t at_ms,
                        ab_err **err);

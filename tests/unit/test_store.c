@@ -1329,6 +1329,39 @@ static void test_nodes(ab_store *s)
         free(c.backend_id);
 }
 
+/* A move's switch of owner (ab_store_box_set_node): a compare-and-set on
+ * the owner and a stopped status; a box of no node is its sender's. Runs
+ * after test_nodes (its boxes fa, fc). */
+static void test_set_node(ab_store *s)
+{
+        ab_err *e = NULL;
+        is_err(ab_store_box_set_node(s, "fleet", "fa", "nb", "na", &e), &e, AB_E_CONFLICT,
+               "running", "a running box does not change owner");
+        no_err(ab_store_box_set_status(s, "fleet", "fa", AB_BOX_STOPPED, 0, NULL, &e), &e,
+               "stop fa");
+        is_err(ab_store_box_set_node(s, "fleet", "fa", "nb", "nb", &e), &e, AB_E_CONFLICT, "na",
+               "a switch from a node that is not the owner is a conflict naming the owner");
+        no_err(ab_store_box_set_node(s, "fleet", "fa", "nb", "na", &e), &e, "switch na -> nb");
+        ab_box_rec got;
+        no_err(ab_store_box_get(s, "fleet", "fa", &got, &e), &e, "get fa");
+        ok(got.node && !strcmp(got.node, "nb") && got.status == AB_BOX_STOPPED,
+           "the store names the new owner, the box still stopped");
+        ab_box_rec_clear(&got);
+        is_err(ab_store_box_set_node(s, "fleet", "fa", "nb", "na", &e), &e, AB_E_CONFLICT, "nb",
+               "the same switch again is a conflict: one owner at a time");
+        is_err(ab_store_box_set_node(s, "fleet", "nope", "nb", "na", &e), &e, AB_E_NOT_FOUND, NULL,
+               "an absent box is not_found");
+        is_err(ab_store_box_set_node(s, "fleet", "fa", "", "na", &e), &e, AB_E_INVALID, NULL,
+               "no node is invalid");
+        no_err(ab_store_box_set_status(s, "fleet", "fc", AB_BOX_STOPPED, 0, NULL, &e), &e,
+               "stop fc (no node)");
+        no_err(ab_store_box_set_node(s, "fleet", "fc", "na", "nb", &e), &e,
+               "a box of no node moves from the node that asks");
+        no_err(ab_store_box_get(s, "fleet", "fc", &got, &e), &e, "get fc");
+        is_str(got.node, "na", "... and is the new owner's");
+        ab_box_rec_clear(&got);
+}
+
 static void suite(const target *t)
 {
         K = t->kind;
@@ -1354,6 +1387,7 @@ static void suite(const target *t)
         test_file_meta(s);
         test_insert_race(s, s2);
         test_nodes(s);
+        test_set_node(s);
         if (strcmp(t->kind, "postgres") == 0)
                 test_pg_reconnect(t, s);
         ab_store_close(s);
