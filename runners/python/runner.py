@@ -810,6 +810,7 @@ def _zygote_child(conn, hello, tmpdir, js_argv):
 
 DEFAULT_MAX_RUNS = 100
 RUN_EXIT_GRACE_S = 2.0
+RUN_LINE_MAX = 64 << 20  # a result line (codeReturn + log), as the host takes
 PR_SET_DUMPABLE = 4
 PR_SET_CHILD_SUBREAPER = 36
 
@@ -889,7 +890,7 @@ def _send_all(fd, data):
         view = view[n:]
 
 
-def _relay_run(req, line, root):
+def _relay_run(req, root):
     """Forks the run, relays its protocol lines, waits for its end. Returns
     (result or None, why the worker must recycle or None, host gone)."""
     global _stdin, _tmpdir
@@ -922,9 +923,8 @@ def _relay_run(req, line, root):
     theirs.close()
     sock = mine.fileno()
     result, why, host_gone = None, None, False
-    buf_run, buf_host = b'', b''
+    buf_run, scanned = bytearray(), 0
     try:
-        _send_all(sock, line)
         open_run = True
         while open_run and result is None:
             r, _, _ = select.select([sock, 0], [], [])
@@ -933,35 +933,39 @@ def _relay_run(req, line, root):
                 if not data:
                     host_gone = True
                     break
-                buf_host += data
-                while b'\n' in buf_host:
-                    one, buf_host = buf_host.split(b'\n', 1)
-                    try:
-                        _send_all(sock, one + b'\n')
-                    except OSError:
-                        pass  # the run is gone: its end comes from its socket
+                try:
+                    _send_all(sock, data)  # the host's answers to the run's requests
+                except OSError:
+                    pass  # the run is gone: its end comes from its socket
             if sock in r:
-                data = os.read(sock, 65536)
+                data = os.read(sock, 262144)
                 if not data:
                     open_run = False
                 buf_run += data
-                while b'\n' in buf_run and result is None:
-                    one, buf_run = buf_run.split(b'\n', 1)
+                start = 0
+                while result is None:
+                    nl = buf_run.find(b'\n', max(start, scanned))
+                    if nl < 0:
+                        scanned = len(buf_run)
+                        break
+                    one = bytes(buf_run[start:nl + 1])
+                    start = nl + 1
                     try:
                         msg = _loads(one.decode('utf-8'))
                     except ValueError:
-                        msg = None
-                    if isinstance(msg, dict) and len(msg) == 1 and 'http' in msg:
-                        _send_all(_real_stdout_fd, one + b'\n')
-                    elif isinstance(msg, dict) and len(msg) == 1 and 'result' in msg:
+                        continue  # not a protocol line (a shell's echo): dropped, as the host does
+                    if isinstance(msg, dict) and 'result' in msg:
                         result = msg['result']
-                        _send_all(_real_stdout_fd, one + b'\n')
-                    else:
-                        why = 'an unexpected line from a run'
-                        open_run = False
-                        break
+                        _send_all(_real_stdout_fd, one)
+                    elif isinstance(msg, dict) and 'http' in msg:
+                        _send_all(_real_stdout_fd, one)
+                del buf_run[:start]
+                scanned = max(0, scanned - start)
+                if len(buf_run) > RUN_LINE_MAX:
+                    why = 'a run wrote a line too long'
+                    break
                 if buf_run and result is not None:
-                    why = why or 'a run wrote after its result'
+                    why = 'a run wrote after its result'
     finally:
         mine.close()
     if host_gone or why or result is None:
@@ -1008,8 +1012,7 @@ def _worker(root, max_runs):
             req = _loads(line.decode('utf-8'))
         except ValueError as e:
             req = 'Invalid request: %s' % e
-        result, why, host_gone = _relay_run(req, line if line.endswith(b'\n') else line + b'\n',
-                                            root)
+        result, why, host_gone = _relay_run(req, root)
         if host_gone:
             return
         runs += 1
