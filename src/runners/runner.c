@@ -37,6 +37,7 @@
 #define RUN_PIDS        128 /* processes + threads per run (Bun alone has ~15 threads) */
 #define ZYGOTE_RETRY_S  1
 #define RESULT_GRACE_MS 2000
+#define SETTLE_MS       50 /* a run waits this long for its app's worker to be ready again */
 
 enum { LANG_JS, LANG_PY, N_LANG };
 static const char *const lang_names[N_LANG] = {"js", "python"};
@@ -1021,17 +1022,29 @@ static int64_t clamp(int64_t v, int64_t def, int64_t max)
         return v <= 0 ? def : v > max ? max : v;
 }
 
+/* rs->lock held: true when a worker of app in lang has answered its run
+ * and will be idle again on its {"ready"}. */
+static bool settling(ab_runners *rs, int lang, const char *app)
+{
+        for (wproc *q = rs->all; q; q = q->all_next)
+                if (q->lang == lang && q->parked && !q->recycling && q->app && !strcmp(q->app, app))
+                        return true;
+        return false;
+}
+
 /* rs->lock held: an idle process for a run of app in lang, taken off its
  * idle list (the list's reference is the caller's), or NULL. A worker of app
- * first; else an unbound one, bound to app from now on (a one-shot process
- * is never bound: it runs once). */
-static wproc *take_idle(ab_runners *rs, int lang, const char *app)
+ * first; else (unless own_only and one of app's is settling) an unbound
+ * one, bound to app from now on (a one-shot process is never bound: it runs
+ * once). */
+static wproc *take_idle(ab_runners *rs, int lang, const char *app, bool own_only)
 {
         wproc *p = NULL;
         for (wproc *q = rs->idle[lang]; q && !p; q = q->next)
                 if (q->app && !strcmp(q->app, app) && !q->recycling)
                         p = q;
-        for (wproc *q = rs->idle[lang]; q && !p; q = q->next)
+        for (wproc *q = rs->idle[lang]; q && !p && !(own_only && settling(rs, lang, app));
+             q = q->next)
                 if (!q->app && !q->recycling)
                         p = q;
         if (!p || !idle_unlink(rs, p))
@@ -1127,13 +1140,22 @@ int ab_runners_run(ab_runners *rs, const char *lang_name, const ab_run_req *req,
         struct timespec until;
         deadline_in(&until, READY_WAIT_S * 1000);
         wproc *p = NULL;
+        uint64_t settle_until = ab_now_ms() + SETTLE_MS;
         while (!rs->stopping) {
-                if ((p = take_idle(rs, lang, app)))
+                if ((p = take_idle(rs, lang, app, ab_now_ms() < settle_until)))
                         break;
+                if (ab_now_ms() < settle_until && settling(rs, lang, app)) {
+                        /* its worker is between a result and its {"ready"}: it
+                         * comes back in a moment (not a second worker for app) */
+                        struct timespec t;
+                        deadline_in(&t, 2);
+                        pthread_cond_timedwait(&rs->cond, &rs->lock, &t);
+                        continue;
+                }
                 pthread_mutex_unlock(&rs->lock);
                 top_up(rs, lang);
                 pthread_mutex_lock(&rs->lock);
-                if ((p = take_idle(rs, lang, app)))
+                if ((p = take_idle(rs, lang, app, false)))
                         break;
                 /* wake at least every 300 ms: a failed start is retried */
                 struct timespec soon;
