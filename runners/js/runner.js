@@ -904,6 +904,7 @@ const _w = {
   scripts: new Map(), // module file -> vm.Script of its CommonJS wrapper
   modulesDir: _path.join(__dirname, 'node_modules'),
   root: null, // where run dirs are made
+  ownRoot: null, // the worker's own dir of run dirs (--uid without the zygote)
   uid: 0,
   gid: 0,
   t0: 0,
@@ -1038,6 +1039,7 @@ function _ownedNames(dir, uid, skip) {
 
 // Before a run: remember what the uid owns where a run could leave something.
 function _leftoverBefore(watch, skip) {
+  if (watch.uid === 0) return;
   for (const [d, st] of Object.entries(watch.dirs)) {
     const now = _dirState(d);
     if (!now) continue;
@@ -1050,6 +1052,7 @@ function _leftoverBefore(watch, skip) {
 
 // After a run: true when the uid owns something new there (skip: the run's dir).
 function _leftoverAfter(watch, skip) {
+  if (watch.uid === 0) return false; // root owns too much else to tell (a test set-up, not the box's)
   for (const [d, st] of Object.entries(watch.dirs)) {
     const now = _dirState(d);
     if (!now || now.mtime === st.mtime) continue;
@@ -1138,6 +1141,9 @@ function _makeBridge(run) {
       } catch (e) {
         throw new Error("Cannot find module '" + name + "'");
       }
+      // An ES module (Node 20's "module-sync" condition picks one where Bun
+      // takes the CommonJS file): the package's CommonJS main instead.
+      if (file.endsWith('.mjs')) file = _cjsMain(file);
       if (!file.startsWith(_w.modulesDir + '/')) throw new Error("Cannot find module '" + name + "'");
       return file;
     },
@@ -1158,6 +1164,21 @@ function _makeBridge(run) {
       _workerFinish(run, { success: false, message: String(message) }, null);
     },
   };
+}
+
+// The CommonJS entry ("main", else index.js) of the package file belongs to.
+function _cjsMain(file) {
+  for (let dir = _path.dirname(file); dir.startsWith(_w.modulesDir + '/'); dir = _path.dirname(dir)) {
+    let pkg;
+    try {
+      pkg = _parse(_fs.readFileSync(_path.join(dir, 'package.json'), 'utf8'));
+    } catch (e) {
+      continue;
+    }
+    const main = typeof pkg.main === 'string' && !pkg.main.endsWith('.mjs') ? pkg.main : 'index.js';
+    return _realRequire.resolve(_path.join(dir, main));
+  }
+  throw new Error("Cannot find module '" + file + "'");
 }
 
 function _cancelTimer(run, id) {
@@ -1252,10 +1273,25 @@ function _workerRun(req) {
   });
 }
 
+function _workerExit() {
+  if (_w.ownRoot) {
+    try {
+      _fs.rmSync(_w.ownRoot, { recursive: true, force: true });
+    } catch (e) {}
+  }
+  _exit(0);
+}
+
 async function _workerMain(args) {
   _w.t0 = Date.now();
   if (args.tmpdirRoot) {
     _w.root = _fs.realpathSync(args.tmpdirRoot);
+  } else if (args.uid !== null && _realProcess.geteuid() === 0) {
+    // Run dirs are made after the drop: under a dir of the worker's own, made
+    // (as for a one-shot run) before it, and removed when the worker ends.
+    _w.root = _w.ownRoot = _makeTmpdir(_tmpBase());
+    _fs.chownSync(_w.root, args.uid, args.uid);
+    _dropAndScrub(args.uid);
   } else {
     _w.root = _fs.realpathSync(_tmpBase());
     _dropAndScrub(args.uid);
@@ -1280,7 +1316,7 @@ async function _workerMain(args) {
     try {
       req = _readLine();
     } catch (e) {
-      if (e && e.eof) _exit(0);
+      if (e && e.eof) _workerExit();
       _writeLine({ result: { success: false, message: 'Invalid request: ' + _errMessage(e) } });
       _writeLine({ ready: true });
       continue;
@@ -1295,7 +1331,7 @@ async function _workerMain(args) {
     if (!recycle && runs >= args.maxRuns) recycle = 'max-runs';
     if (recycle) {
       _writeLine({ recycle });
-      _exit(0);
+      _workerExit();
     }
     _writeLine({ ready: true });
   }
