@@ -315,8 +315,8 @@ for lang in js python; do
                 ;;
         esac
 done
-hl -q -c 1 -n "$WARMUP" -x '"success":true' -d "$JS_BODY" "$URL/sandbox/js" >/dev/null
-hl -q -c 1 -n "$WARMUP" -x '"success":true' -d "$PY_BODY" "$URL/sandbox/python" >/dev/null
+hl -q -c "$CONC" -n "$((WARMUP * CONC))" -x '"success":true' -d "$JS_BODY" "$URL/sandbox/js" >/dev/null
+hl -q -c "$CONC" -n "$((WARMUP * CONC))" -x '"success":true' -d "$PY_BODY" "$URL/sandbox/python" >/dev/null
 sleep 3 # every warm process ready again
 echo "  /health: $(curl -s -m 5 "$URL/health" | sed -n 's/.*"concurrency":\({.*}\)}.*/\1/p')"
 server_alive || exit 1
