@@ -890,6 +890,34 @@ def _send_all(fd, data):
         view = view[n:]
 
 
+def _wait_exit(pid, seconds):
+    """Reaps the run pid; False when it is still alive after seconds."""
+    import select
+    try:
+        fd = os.pidfd_open(pid)
+    except (AttributeError, OSError):
+        fd = -1
+    try:
+        deadline = time.monotonic() + seconds
+        while True:
+            try:
+                done, _ = os.waitpid(pid, os.WNOHANG)
+            except ChildProcessError:
+                return True
+            if done:
+                return True
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            if fd >= 0:
+                select.select([fd], [], [], left)  # readable once it has exited
+            else:
+                time.sleep(0.0005)
+    finally:
+        if fd >= 0:
+            os.close(fd)
+
+
 def _relay_run(req, root):
     """Forks the run, relays its protocol lines, waits for its end. Returns
     (result or None, why the worker must recycle or None, host gone)."""
@@ -973,20 +1001,10 @@ def _relay_run(req, root):
             os.kill(pid, signal.SIGKILL)
         except OSError:
             pass
-    deadline = time.monotonic() + RUN_EXIT_GRACE_S
-    while True:
-        try:
-            done, _ = os.waitpid(pid, os.WNOHANG)
-        except ChildProcessError:
-            break
-        if done:
-            break
-        if time.monotonic() > deadline:
-            os.kill(pid, signal.SIGKILL)
-            why = why or 'a run did not exit after its result'
-            os.waitpid(pid, 0)
-            break
-        time.sleep(0.0005)
+    if not _wait_exit(pid, RUN_EXIT_GRACE_S):
+        os.kill(pid, signal.SIGKILL)
+        why = why or 'a run did not exit after its result'
+        os.waitpid(pid, 0)
     if result is None and not why:
         why = 'a run ended without a result'
     shutil.rmtree(run_dir, ignore_errors=True)
