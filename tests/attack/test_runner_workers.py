@@ -158,4 +158,27 @@ h.eq(r.get("message"), "Script execution timed out after 800ms", "a run times ou
 a6, r = who(KEY_A)
 h.ok(isinstance(a6.get("uid"), int) and a6.get("uid") != a5.get("uid"),
      "the next run is another worker's", "%s then %s" % (a5, a6))
+
+# ---- per-run memory limits on a worker's reused cgroup --------------------------------------
+big = "def main():\n    b = bytearray(150 << 20)\n    return len(b) >> 20\n"
+r = py(KEY_B, big, limits={"memoryMB": 220})
+h.eq(ret(r), 150, "a run with memoryMB 220 may take 150 MB (the worker's limit is raised)", r.describe()[:300])
+r = py(KEY_B, big, limits={"memoryMB": 64})
+h.eq((r.get("success"), r.get("message")), (False, "Memory limit exceeded"),
+     "the next run with memoryMB 64 may not (the limit is lowered again)", r.describe()[:300])
+r = py(KEY_B, "def main():\n    return len(bytearray(8 << 20))\n")
+h.eq(ret(r), 8 << 20, "the run after it works", r.describe()[:300])
+
+# ---- JS: a run's globals never reach the next run, of its app or another ---------------------
+def js(key, code):
+    return S.post("/sandbox/js", {"code": code}, headers={"Authorization": "Bearer " + key}, token=None,
+                  timeout=60)
+
+
+r = js(KEY_A, "globalThis.LEAK = 'a'; Object.prototype.polluted = 1; Array.prototype.map = () => 'x';"
+              " function main() { return 1 }")
+h.eq(ret(r), 1, "JS: app A's run sets globals and pollutes prototypes", r.describe()[:300])
+for key, who_ in ((KEY_A, "app A's next JS run"), (KEY_B, "app B's JS run")):
+    r = js(key, "function main() { return [typeof LEAK, ({}).polluted === undefined, [1].map(x => x + 1)] }")
+    h.eq(ret(r), ["undefined", True, [2]], who_ + " sees none of it", r.describe()[:300])
 h.done()
