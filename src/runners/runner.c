@@ -416,13 +416,19 @@ static int wait_ms(wproc *p)
 }
 
 /* True when p, a worker, has been idle and bound for too long: it leaves the
- * idle list (its thread then ends it). */
+ * idle list here, under the lock, so no run takes it while its thread ends
+ * it. */
 static bool idle_expired(wproc *p)
 {
         ab_runners *rs = p->rs;
         pthread_mutex_lock(&rs->lock);
         bool gone = p->app && p->state == W_READY &&
-                    ab_now_ms() >= p->idle_since + (uint64_t)rs->o.idle_s * 1000;
+                    ab_now_ms() >= p->idle_since + (uint64_t)rs->o.idle_s * 1000 &&
+                    idle_unlink(rs, p);
+        if (gone) {
+                p->recycling = true;
+                p->refs--; /* the list's; the thread's own is still held */
+        }
         pthread_mutex_unlock(&rs->lock);
         return gone;
 }
@@ -1256,6 +1262,8 @@ int ab_runners_new(const ab_runners_opts *o, ab_runners **out, ab_err **err)
                 rs->o.max_runs = 100;
         if (rs->o.idle_s <= 0)
                 rs->o.idle_s = 60;
+        if (rs->o.idle_s > 86400)
+                rs->o.idle_s = 86400;
         if (rs->o.timeout_ms <= 0)
                 rs->o.timeout_ms = 10000;
         if (rs->o.max_timeout_ms <= 0)

@@ -18,15 +18,25 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
 import abserver  # noqa: E402
 
+IDLE_S = 4  # an idle worker of an app ends after this (AGENTBOX_RUNNER_IDLE_S)
 TOKEN = "tok-" + secrets.token_hex(8)
 KEY_A = "key-a-" + secrets.token_hex(8)
 KEY_B = "key-b-" + secrets.token_hex(8)
 h = abserver.ServerHarness(budget=150)
 S = h.start_server(name="runnerworkers", token=TOKEN,
-                   env={"AGENTBOX_RUNNER_WARM": "2", "SANDBOX_MAX_CONCURRENCY": "4"},
+                   env={"AGENTBOX_RUNNER_WARM": "2", "SANDBOX_MAX_CONCURRENCY": "4",
+                        "AGENTBOX_RUNNER_IDLE_S": str(IDLE_S)},
                    config={"api_keys": [{"key": KEY_A, "app_id": "appa"},
                                         {"key": KEY_B, "app_id": "appb"}]})
 BYPASS = "import random\ndef _os():\n    return random._os\n"
+# the uids of the runner box's processes, read from /proc (open() is the run's dir only)
+UIDS = ("def _uids():\n    o = _os()\n    out = set()\n    for p in o.listdir('/proc'):\n"
+        "        if not p.isdigit():\n            continue\n        try:\n"
+        "            fd = o.open('/proc/%s/status' % p, o.O_RDONLY)\n"
+        "            t = o.read(fd, 4096).decode()\n            o.close(fd)\n"
+        "        except OSError:\n            continue\n"
+        "        out.update(int(l.split()[1]) for l in t.splitlines() if l.startswith('Uid:'))\n"
+        "    return sorted(out)\n")
 WHO = BYPASS + ("def main():\n    o = _os()\n    return {'uid': o.getuid(), 'ppid': o.getppid(), "
                 "'cwd': o.getcwd()}\n")
 
@@ -52,8 +62,9 @@ def who(key):
 r = S.post("/v1/keys", {"app_id": "appc"})
 h.eq(r.status, 201, "a stored key of app appc", r.describe())
 KEY_C = r.get("key") or "none"
-r = py(KEY_C, "def main():\n    return 7\n")
-h.eq(ret(r), 7, "a stored API key runs code", r.describe()[:300])
+c1, r = who(KEY_C)
+h.ok(isinstance(c1.get("uid"), int), "a stored API key runs code", r.describe()[:300])
+c1_at = time.monotonic()
 r = py("key-nobody-" + secrets.token_hex(4), "def main():\n    return 7\n")
 h.eq(r.status, 401, "an unknown key is refused", r.describe()[:300])
 
@@ -124,12 +135,12 @@ time.sleep(0.5)
 a4, r = who(KEY_A)
 h.ok(isinstance(a4.get("uid"), int) and a4.get("uid") != u_d,
      "the next run is another worker's (the daemon's recycled)", "%s then %s" % (u_d, a4))
-r = py(KEY_A, BYPASS + ("def main():\n    o = _os()\n    import time\n"
-                        "    n1 = o.path.exists(%r)\n    time.sleep(0.5)\n"
-                        "    procs = o.popen('ps -eo uid= 2>/dev/null || true').read().split()\n"
-                        "    return [n1, o.path.exists(%r), %d in [int(x) for x in procs if x.isdigit()]]\n")
+r = py(KEY_A, BYPASS + UIDS + ("def main():\n    o = _os()\n    import time\n"
+                               "    n1 = o.path.exists(%r)\n    time.sleep(0.5)\n"
+                               "    u = _uids()\n    return [n1, o.path.exists(%r), %d in u, o.getuid() in u]\n")
        % (spy, spy, int(u_d or 0)))
-h.eq(ret(r), [False, False, False], "the daemon and its file are gone", r.describe()[:300])
+h.eq(ret(r), [False, False, False, True], "the daemon and its file are gone (no process of its uid)",
+     r.describe()[:300])
 
 # ---- a file left behind: the worker recycles, the next run sees nothing --------------------
 left = "/tmp/left-" + secrets.token_hex(4)
@@ -138,6 +149,7 @@ r = py(KEY_A, BYPASS + "def main():\n    o = _os()\n    o.close(o.open(%r, o.O_C
        % left)
 u_left = ret(r)
 h.ok(isinstance(u_left, int), "app A's run leaves a file in /tmp", r.describe()[:300])
+time.sleep(0.5)  # the sweep follows the worker's end, just after the answer (docs/security.md)
 r = py(KEY_A, BYPASS + "def main():\n    o = _os()\n    return [o.getuid(), o.path.exists(%r)]\n" % left)
 got = ret(r) or [None, None]
 h.ok(got[0] != u_left and got[1] is False, "the next run is another worker's and sees no file",
@@ -181,4 +193,11 @@ h.eq(ret(r), 1, "JS: app A's run sets globals and pollutes prototypes", r.descri
 for key, who_ in ((KEY_A, "app A's next JS run"), (KEY_B, "app B's JS run")):
     r = js(key, "function main() { return [typeof LEAK, ({}).polluted === undefined, [1].map(x => x + 1)] }")
     h.eq(ret(r), ["undefined", True, [2]], who_ + " sees none of it", r.describe()[:300])
+
+# ---- an idle worker of an app ends after AGENTBOX_RUNNER_IDLE_S -----------------------------
+time.sleep(max(0.0, c1_at + IDLE_S + 1.5 - time.monotonic()))
+r = py(TOKEN, BYPASS + UIDS + "def main():\n    return [_uids(), _os().getuid()]\n")
+got = ret(r) or [[], None]
+h.ok(got[1] in got[0] and c1.get("uid") not in got[0],
+     "app C's worker, idle for %d s, has ended" % IDLE_S, "C %s, uids %s" % (c1, got))
 h.done()
