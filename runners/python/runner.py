@@ -1018,13 +1018,13 @@ def _worker(root, max_runs):
     _prctl(PR_SET_DUMPABLE, 0)
     _prctl(PR_SET_CHILD_SUBREAPER, 1)
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-    _install_import_hook()
     # Everything the worker holds now goes to the collector's permanent
     # generation: a run's collections then never walk (and so never copy,
     # page by page, out of the shared fork) the worker's own objects.
     import gc
     gc.collect()
     gc.freeze()
+    _install_import_hook()
     limited = ('Script execution timed out after', 'Memory limit exceeded')
     runs = 0
     while True:
