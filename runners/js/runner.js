@@ -98,8 +98,9 @@ function _writeLine(obj) {
 
 // One line from fd 0, read synchronously (the protocol is strictly
 // request/answer, so nothing else can arrive meanwhile).
+let _readChunk = null; // one buffer for every read (a worker reads many lines)
 function _readLine() {
-  const chunk = _Buffer.alloc(65536);
+  const chunk = _readChunk || (_readChunk = _Buffer.allocUnsafe(65536));
   for (;;) {
     const nl = _stdinBuf.indexOf(10);
     if (nl >= 0) {
@@ -119,7 +120,7 @@ function _readLine() {
       else throw e;
     }
     if (n === 0) throw Object.assign(new Error('the host closed stdin'), { eof: true });
-    _stdinBuf = _Buffer.concat([_stdinBuf, chunk.subarray(0, n)]);
+    _stdinBuf = _stdinBuf.length ? _Buffer.concat([_stdinBuf, chunk.subarray(0, n)]) : _Buffer.from(chunk.subarray(0, n));
   }
 }
 
@@ -814,6 +815,7 @@ function _realmSetup(bridge, outer, cfgText) {
       throw new RError("Module '" + RString(name) + "' is not allowed in sandbox");
     }
     if (name === 'url' || name === 'querystring') {
+      touch();
       if (!apply(mapHas, modules, [name])) {
         const m = outer.builtins[name];
         const copy = {};
@@ -826,7 +828,29 @@ function _realmSetup(bridge, outer, cfgText) {
   }
 
   // -- the realm's globals
-  for (const name of keys(outer.globals)) G[name] = outer.globals[name];
+  // The worker's own objects (URL, Buffer, ...): a run that reaches one has its
+  // worker's intrinsics checked after it (bridge.touch).
+  let touched = false;
+  const touch = () => {
+    if (!touched) {
+      touched = true;
+      call(bridge.touch);
+    }
+  };
+  for (const name of keys(outer.globals)) {
+    const v = outer.globals[name];
+    defineProperty(G, name, {
+      configurable: true,
+      enumerable: false,
+      get() {
+        touch();
+        return v;
+      },
+      set(x) {
+        defineProperty(G, name, { value: x, writable: true, configurable: true, enumerable: false });
+      },
+    });
+  }
   G.console = consoleObj;
   G.process = proc;
   G.global = G;
@@ -915,26 +939,36 @@ const _w = {
   run: null, // the current run
 };
 
-// Objects of the worker's realm a snippet can reach (exposed ones, and the
-// intrinsics behind them) and the ones the worker itself relies on.
-function _integrityRoots() {
-  const roots = [globalThis, Object, Function, Array, String, Number, Boolean, Symbol, BigInt, Promise, RegExp,
-    Date, Error, TypeError, RangeError, SyntaxError, ReferenceError, Map, Set, WeakMap, WeakSet, ArrayBuffer,
-    DataView, Uint8Array, Object.getPrototypeOf(Uint8Array), JSON, Math, Reflect, Atomics,
-    Object.getPrototypeOf(async function () {}), Object.getPrototypeOf(function* () {}),
-    Object.getPrototypeOf(async function* () {}), Object.getPrototypeOf([][Symbol.iterator]()),
-    Object.getPrototypeOf(Object.getPrototypeOf([][Symbol.iterator]())), _fs, _path, _w.vm];
-  for (const v of Object.values(_w.globals)) roots.push(v);
+// The objects of the worker's realm a run is given (URL, Buffer, ... and the
+// url/querystring modules), with their functions' prototypes: frozen, once, so
+// no run can change them for the next.
+function _freezeExposed() {
+  const seen = new Set();
+  const freeze = (o) => {
+    if (((typeof o !== 'object' && typeof o !== 'function') || o === null) || seen.has(o)) return;
+    seen.add(o);
+    Object.freeze(o);
+    if (typeof o === 'function' && o.prototype && typeof o.prototype === 'object') freeze(o.prototype);
+  };
+  for (const v of Object.values(_w.globals)) freeze(v);
   for (const m of Object.values(_w.builtins)) {
-    roots.push(m);
-    for (const v of Object.values(m)) if (typeof v === 'function') roots.push(v);
+    freeze(m);
+    for (const v of Object.values(m)) freeze(v);
   }
+}
+
+// The intrinsics of the worker's realm a run can still reach through the
+// exposed objects (their prototype chains, what their methods return or
+// throw) or that the worker relies on: snapshotted, checked after each run.
+function _integrityRoots() {
+  const P = Object.getPrototypeOf;
+  const roots = [Object, Function, Array, Error, TypeError, RangeError, SyntaxError, URIError, ArrayBuffer,
+    Uint8Array, P(Uint8Array), P(async function () {}), P(function* () {}), P(async function* () {}),
+    P([][Symbol.iterator]()), P(P([][Symbol.iterator]())), JSON, Promise, String, Number, Boolean, Symbol];
   const all = [];
   for (const r of roots) {
-    if ((typeof r === 'object' || typeof r === 'function') && r !== null) {
-      all.push(r);
-      if (typeof r === 'function' && r.prototype && typeof r.prototype === 'object') all.push(r.prototype);
-    }
+    all.push(r);
+    if (typeof r === 'function' && r.prototype && typeof r.prototype === 'object') all.push(r.prototype);
   }
   return all;
 }
@@ -1090,6 +1124,9 @@ function _makeBridge(run) {
       const r = helpers.fs[op](p, content);
       return r === undefined ? undefined : _stringify(r);
     },
+    touch() {
+      run.touched = true;
+    },
     base64: (s) => helpers.strToBase64(s),
     hmac: (alg, secret) => _stringify(helpers.createHmac(alg, secret)),
     http(url, opts) {
@@ -1205,14 +1242,18 @@ function _workerTeardown(run) {
   for (const id of Array.from(run.timers.keys())) _cancelTimer(run, id);
   if (!run.recycle && run.late) run.recycle = 'the run was still active after its result';
   if (!run.recycle && _leftoverAfter(_w.watch, run.tmpdir)) run.recycle = 'the run left files or IPC objects';
-  if (!run.recycle && _integrityChanged(_w.snapshot)) run.recycle = "the run changed the worker's objects";
+  if (!run.recycle && (run.touched || run.late) && _integrityChanged(_w.snapshot)) run.recycle = "the run changed the worker's objects";
   try {
     _chdir(_w.root);
   } catch (e) {}
   try {
-    _fs.rmSync(run.tmpdir, { recursive: true, force: true });
+    _fs.rmdirSync(run.tmpdir); // most runs write nothing: the cheap way first
   } catch (e) {
-    if (!run.recycle) run.recycle = 'the run dir could not be removed';
+    try {
+      _fs.rmSync(run.tmpdir, { recursive: true, force: true });
+    } catch (e2) {
+      if (!run.recycle) run.recycle = 'the run dir could not be removed';
+    }
   }
   run.realm = null;
   run.ctx = null;
@@ -1241,7 +1282,7 @@ function _workerRun(req) {
     const tmpdir = _makeTmpdir(_w.root);
     _leftoverBefore(_w.watch, tmpdir);
     _chdir(tmpdir);
-    const run = { done: false, late: false, recycle: null, logs: [], timers: new Map(), tmpdir, resolve,
+    const run = { done: false, late: false, touched: false, recycle: null, logs: [], timers: new Map(), tmpdir, resolve,
       helpers: _makeHelpers(tmpdir, diskMB, maxRequests), ctx: null, realm: null, deadline: null };
     _w.run = run;
     const env = Object.assign({}, _realProcess.env, { TMPDIR: tmpdir, SANDBOX_TMPDIR: tmpdir });
@@ -1308,6 +1349,7 @@ async function _workerMain(args) {
     if (_w.run) _workerFinish(_w.run, { success: false, message: _errMessage(e) }, 'uncaught exception');
   });
   _installShims();
+  _freezeExposed();
   _w.snapshot = _integritySnapshot(_integrityRoots());
   _w.watch = _leftoverWatchStart(_w.uid);
   _writeLine({ ready: true });
