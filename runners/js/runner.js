@@ -1327,6 +1327,7 @@ async function _workerMain(args) {
   _w.t0 = Date.now();
   if (args.tmpdirRoot) {
     _w.root = _fs.realpathSync(args.tmpdirRoot);
+    _dropAndScrub(null); // the zygote's child dropped privileges and scrubbed already
   } else if (args.uid !== null && _realProcess.geteuid() === 0) {
     // Run dirs are made after the drop: under a dir of the worker's own, made
     // (as for a one-shot run) before it, and removed when the worker ends.

@@ -86,6 +86,10 @@ ESCAPES = {
     'async-ctor': 'return (async () => {}).constructor("return process")()',
     'lodash-template': 'return require("lodash").template("<%= process %>")()',
     'timer-this': 'return await new Promise((r) => setTimeout(function () { r(this) }, 1))',
+    'stack-frames': 'Error.prepareStackTrace = (e, cs) => cs; const cs = await new Promise((r) => setTimeout(() => '
+                    'r(new Error().stack), 1)); for (const c of Array.isArray(cs) ? cs : []) { for (const x of '
+                    '[c.getThis && c.getThis(), c.getFunction && c.getFunction()]) { if (x) { try { const p = '
+                    'x.constructor.constructor("return process")(); if (p) return p } catch (e) {} } } } return null',
     'callback-caller': 'return await new Promise((r) => setTimeout(function f() { r(f.caller) }, 1))',
 }
 
@@ -184,6 +188,15 @@ def check_runtime(tap, label, argv, tmp_root, naive):
            L + 'every run gets a fresh temp dir (its cwd and $TMPDIR), removed after it', desc(a, b))
 
     check_escapes(tap, L, host)
+
+    # --tmpdir-root DIR (the zygote's form): run dirs under DIR, not $TMPDIR.
+    root2 = tempfile.mkdtemp(prefix='root2-', dir=tmp_root)
+    rh = WorkerHost(argv, env=env, extra=['--tmpdir-root', root2])
+    o = rh.run('function main() { return [SystemHelper.fs.tmpDir, process.cwd()] }')
+    rh.close()
+    t = (o.ret or [''])[0]
+    tap.ok(t.startswith(os.path.realpath(root2) + '/sandbox_') and o.ret[1] == t and os.listdir(root2) == [],
+           L + '--tmpdir-root DIR: the run dir is made under DIR and removed after the run', desc(o))
 
     # After N runs: recycle.
     mh = WorkerHost(argv, env=env, extra=['--max-runs', '3'])
