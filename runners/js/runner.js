@@ -3,7 +3,7 @@
  * agentbox in-box JS snippet runner (FastGPT sandbox v5 compatible).
  * Runs on Bun (preferred) and on Node 20 (fallback).
  *
- * One process runs one snippet. The protocol (JSON lines on stdin/stdout)
+ * Without --worker one process runs one snippet. The protocol (JSON lines on stdin/stdout)
  * and the policies are described in runners/README.md. In short:
  *
  *   host starts:  bun runner.js [--uid UID]        (or: node runner.js ...)
@@ -13,6 +13,10 @@
  *   host:         {"http_result":{...}} or {"http_error":"..."}   answered)
  *   runner:       {"result":{"success":true,"data":{"codeReturn":...,"log":"..."}}}
  *                 or {"result":{"success":false,"message":"..."}}
+ *
+ * --worker (below, "worker mode"): one process serves many runs, each in a
+ * fresh realm, and after each result writes {"ready":true} or
+ * {"recycle":"<reason>"} (then exits 0).
  *
  * stdout carries protocol lines only: console.* output goes into "log". The
  * module policy and the shims below are compatibility with FastGPT; the real
