@@ -26,7 +26,7 @@ from test_python_runner import REPO, Tap, unused_uid  # noqa: E402
 from js_worker_host import WorkerHost  # noqa: E402
 
 JS_DIR = os.path.join(REPO, 'runners', 'js')
-JS_RUNNER = os.path.join(JS_DIR, 'runner.js')
+JS_RUNNER = os.environ.get('AGENTBOX_JS_RUNNER') or os.path.join(JS_DIR, 'runner.js')  # another runner.js to try
 NAIVE = os.path.join(REPO, 'tests', 'runners', 'js_worker_naive.js')
 BUN_PKG = os.path.join(JS_DIR, 'node_modules', '@oven', 'bun-linux-x64', 'bin', 'bun')
 
