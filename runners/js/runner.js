@@ -124,7 +124,8 @@ function _readLine() {
       else throw e;
     }
     if (n === 0) throw Object.assign(new Error('the host closed stdin'), { eof: true });
-    _stdinBuf = _stdinBuf.length ? _Buffer.concat([_stdinBuf, chunk.subarray(0, n)]) : _Buffer.from(chunk.subarray(0, n));
+    const got = chunk.subarray(0, n);
+    _stdinBuf = _stdinBuf.length ? _Buffer.concat([_stdinBuf, got]) : _Buffer.from(got);
   }
 }
 
@@ -875,7 +876,9 @@ function _realmSetup(bridge, outer, cfgText) {
   SafeFunction.prototype = OrigFunction.prototype;
   const fnProtos = [OrigFunction.prototype, getProto(async function () {}), getProto(function* () {}),
     getProto(async function* () {})];
-  for (const p of fnProtos) defineProperty(p, 'constructor', { value: SafeFunction, writable: false, configurable: false });
+  for (const p of fnProtos) {
+    defineProperty(p, 'constructor', { value: SafeFunction, writable: false, configurable: false });
+  }
   G.Function = SafeFunction;
   G.eval = function (src) {
     if (typeof src === 'string') checkNoImport(src);
@@ -1246,7 +1249,9 @@ function _workerTeardown(run) {
   for (const id of Array.from(run.timers.keys())) _cancelTimer(run, id);
   if (!run.recycle && run.late) run.recycle = 'the run was still active after its result';
   if (!run.recycle && _leftoverAfter(_w.watch, run.tmpdir)) run.recycle = 'the run left files or IPC objects';
-  if (!run.recycle && (run.touched || run.late) && _integrityChanged(_w.snapshot)) run.recycle = "the run changed the worker's objects";
+  if (!run.recycle && (run.touched || run.late) && _integrityChanged(_w.snapshot)) {
+    run.recycle = "the run changed the worker's objects";
+  }
   try {
     _chdir(_w.root);
   } catch (e) {}
@@ -1295,7 +1300,8 @@ function _workerRun(req) {
       importRe: _IMPORT_RE.source, modulesDir: _w.modulesDir, maxDelay: MAX_DELAY_MS,
       argv: [_realProcess.argv[0], 'main.js'], platform: _realProcess.platform, arch: _realProcess.arch,
       version: _realProcess.version, versions: _realProcess.versions, release: { name: _realProcess.release.name },
-      pid: _realProcess.pid, ppid: _realProcess.ppid, title: _isBun ? 'bun' : 'node', timeOrigin: performance.timeOrigin,
+      pid: _realProcess.pid, ppid: _realProcess.ppid, title: _isBun ? 'bun' : 'node',
+      timeOrigin: performance.timeOrigin,
     });
     run.deadline = setTimeout(() => {
       _workerFinish(run, { success: false, message: 'Script execution timed out after ' + _fmtNum(timeoutMs) + 'ms' },
@@ -1346,7 +1352,7 @@ async function _workerMain(args) {
   _w.gid = _realProcess.getgid();
   _w.vm = _realRequire('vm');
   _w.builtins = { url: _realRequire('url'), querystring: _realRequire('querystring') };
-  _w.globals = { URL, URLSearchParams, TextEncoder, TextDecoder, Buffer, atob, btoa };
+  _w.globals = { URL, URLSearchParams, TextEncoder, TextDecoder, Buffer, atob, btoa, structuredClone };
   _w.setupScript = new _w.vm.Script('(' + _realmSetup.toString() + ')', { filename: 'agentbox-realm.js' });
   _w.goScript = new _w.vm.Script('__agentbox_go__()', { filename: 'agentbox-go.js' });
   _realProcess.on('unhandledRejection', () => {}); // a run's rejected promises end with its realm

@@ -348,7 +348,8 @@ def check_runtime(tap, label, argv, tmp_root, worker=False):
         # Only runs that timed out (or ran busy) may recycle; the others reuse their worker.
         bad = [(r, c[:60]) for r, c in host.recycled if r != 'timeout']
         tap.eq(bad, [], L + 'no other run recycled its worker')
-        tap.ok(host.started < len(cases), L + 'workers were reused (%d started for %d runs)' % (host.started, len(cases)))
+        tap.ok(host.started < len(cases),
+               L + 'workers were reused (%d started for %d runs)' % (host.started, len(cases)))
         rcs = host.close()
         tap.ok(rcs and all(rc == 0 for rc in rcs), L + 'EOF on stdin: every idle worker exits 0', repr(rcs))
 
