@@ -1288,7 +1288,8 @@ function _workerRun(req) {
       _writeLine({ result: { success: false, message: 'Invalid request: variables must be an object' } });
       return resolve(null);
     }
-    const tmpdir = _makeTmpdir(_w.root);
+    // the root is a real path already, and mkdtemp makes the dir 0700
+    const tmpdir = _fs.mkdtempSync(_path.join(_w.root, 'sandbox_'));
     _leftoverBefore(_w.watch, tmpdir);
     _chdir(tmpdir);
     const run = { done: false, late: false, touched: false, recycle: null, logs: [], timers: new Map(), tmpdir, resolve,
