@@ -1128,8 +1128,10 @@ function _makeBridge(run) {
     },
     fs(op, p, content) {
       if (!live()) throw new Error('the run has ended');
-      const r = helpers.fs[op](p, content);
-      return r === undefined ? undefined : _stringify(r);
+      return _limited(run, () => {
+        const r = helpers.fs[op](p, content);
+        return r === undefined ? undefined : _stringify(r);
+      });
     },
     touch() {
       run.touched = true;
@@ -1138,7 +1140,7 @@ function _makeBridge(run) {
     hmac: (alg, secret) => _stringify(helpers.createHmac(alg, secret)),
     http(url, opts) {
       if (!live()) throw new Error('the run has ended');
-      return _stringify(helpers.httpSync(url, opts));
+      return _limited(run, () => _stringify(helpers.httpSync(url, opts)));
     },
     random: (n) => _crypto().randomBytes(Math.max(0, Math.min(Number(n) || 0, 65536))).toString('hex'),
     uuid: () => _crypto().randomUUID(),
@@ -1225,6 +1227,18 @@ function _cjsMain(file) {
   throw new Error("Cannot find module '" + file + "'");
 }
 
+// Runs a helper for the run; a limit it hits (disk quota, request count)
+// recycles the worker after the run, whether or not the snippet catches it.
+function _limited(run, f) {
+  try {
+    return f();
+  } catch (e) {
+    const m = _errMessage(e);
+    if (m.startsWith('Disk quota exceeded') || m.startsWith('Request limit exceeded')) run.limit = true;
+    throw e;
+  }
+}
+
 function _cancelTimer(run, id) {
   const t = run.timers.get(id);
   if (!t) return;
@@ -1247,6 +1261,7 @@ function _workerFinish(run, result, recycle) {
 
 function _workerTeardown(run) {
   for (const id of Array.from(run.timers.keys())) _cancelTimer(run, id);
+  if (!run.recycle && run.limit) run.recycle = 'limit';
   if (!run.recycle && run.late) run.recycle = 'the run was still active after its result';
   if (!run.recycle && _leftoverAfter(_w.watch, run.tmpdir)) run.recycle = 'the run left files or IPC objects';
   if (!run.recycle && (run.touched || run.late) && _integrityChanged(_w.snapshot)) {
@@ -1292,7 +1307,7 @@ function _workerRun(req) {
     const tmpdir = _fs.mkdtempSync(_path.join(_w.root, 'sandbox_'));
     _leftoverBefore(_w.watch, tmpdir);
     _chdir(tmpdir);
-    const run = { done: false, late: false, touched: false, recycle: null, logs: [], timers: new Map(), tmpdir, resolve,
+    const run = { done: false, late: false, touched: false, limit: false, recycle: null, logs: [], timers: new Map(), tmpdir, resolve,
       helpers: _makeHelpers(tmpdir, diskMB, maxRequests), ctx: null, realm: null, deadline: null };
     _w.run = run;
     const env = Object.assign({}, _realProcess.env, { TMPDIR: tmpdir, SANDBOX_TMPDIR: tmpdir });
