@@ -532,7 +532,9 @@ function _safeRequire(name) {
   return m;
 }
 
-function _formatLogArg(a) {
+// run: a worker's run, whose realm an inspect could hand objects of the
+// worker (a custom inspect function gets its options and inspect).
+function _formatLogArg(a, run) {
   if (typeof a === 'object' && a !== null) {
     try {
       const s = _stringify(a);
@@ -540,6 +542,7 @@ function _formatLogArg(a) {
     } catch (e) {
       /* circular or BigInt inside */
     }
+    if (run) run.touched = true;
     try {
       return _inspect(a);
     } catch (e) {
@@ -1121,7 +1124,7 @@ function _makeBridge(run) {
   const helpers = run.helpers;
   return {
     log(...args) {
-      if (live()) run.logs.push(args.map(_formatLogArg).join(' '));
+      if (live()) run.logs.push(args.map((a) => _formatLogArg(a, run)).join(' '));
     },
     write(chunk) {
       if (live()) run.logs.push(String(chunk).replace(/\n$/, ''));
@@ -1442,7 +1445,7 @@ async function _run() {
   const SystemHelper = _makeHelpers(tmpdir, diskMB, maxRequests);
   const logs = _logs;
   const logFn = (...args) => {
-    logs.push(args.map(_formatLogArg).join(' '));
+    logs.push(args.map((a) => _formatLogArg(a)).join(' '));
   };
   const safeConsole = {
     log: logFn, info: logFn, warn: logFn, error: logFn, debug: logFn, trace: logFn,

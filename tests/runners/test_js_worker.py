@@ -90,6 +90,10 @@ ESCAPES = {
                     'r(new Error().stack), 1)); for (const c of Array.isArray(cs) ? cs : []) { for (const x of '
                     '[c.getThis && c.getThis(), c.getFunction && c.getFunction()]) { if (x) { try { const p = '
                     'x.constructor.constructor("return process")(); if (p) return p } catch (e) {} } } } return null',
+    'inspect-custom': 'let got = null; const o = {[Symbol.for("nodejs.util.inspect.custom")](d, opts, insp) { '
+                      'got = [opts, insp]; return "x" }}; o.self = o; console.log(o); for (const x of got || []) { '
+                      'if (x) { try { const p = x.constructor.constructor("return process")(); if (p) return p } '
+                      'catch (e) {} } } return null',
     'callback-caller': 'return await new Promise((r) => setTimeout(function f() { r(f.caller) }, 1))',
 }
 
@@ -162,6 +166,17 @@ def check_runtime(tap, label, argv, tmp_root, naive):
            desc(a, b))
     tap.ok(a.after == {'recycle': "the run changed the worker's objects"},
            L + 'a run that changes an object of the worker recycles it', desc(a))
+
+    # console.log of a value JSON cannot take is inspected by the worker, which hands a
+    # custom inspect function objects of its own: a change through them recycles.
+    s = Seq(host)
+    a = s.run('function main() { let got = null; const o = {[Symbol.for("nodejs.util.inspect.custom")](d, opts) { '
+              'got = opts; return "x" }}; o.self = o; console.log(o); const t = got && typeof got === "object" && '
+              '(Object.getPrototypeOf(got) || (typeof got.stylize === "function" && Object.getPrototypeOf('
+              'got.stylize))); if (t) t.agentboxPolluted = 1; return !!t }')
+    s.close()
+    tap.ok(a.ret is False or a.after == {'recycle': "the run changed the worker's objects"},
+           L + 'the worker\'s objects reached through a custom inspect function: changed -> recycle', desc(a))
 
     # A timer left pending by run 1 never fires into run 2.
     a, b = pair(host, 'function main() { setTimeout(() => httpRequest("http://leak-t/"), 200); setInterval(() => '
