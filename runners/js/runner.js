@@ -3,7 +3,7 @@
  * agentbox in-box JS snippet runner (FastGPT sandbox v5 compatible).
  * Runs on Bun (preferred) and on Node 20 (fallback).
  *
- * One process runs one snippet. The protocol (JSON lines on stdin/stdout)
+ * Without --worker one process runs one snippet. The protocol (JSON lines on stdin/stdout)
  * and the policies are described in runners/README.md. In short:
  *
  *   host starts:  bun runner.js [--uid UID]        (or: node runner.js ...)
@@ -13,6 +13,10 @@
  *   host:         {"http_result":{...}} or {"http_error":"..."}   answered)
  *   runner:       {"result":{"success":true,"data":{"codeReturn":...,"log":"..."}}}
  *                 or {"result":{"success":false,"message":"..."}}
+ *
+ * --worker (below, "worker mode"): one process serves many runs, each in a
+ * fresh realm, and after each result writes {"ready":true} or
+ * {"recycle":"<reason>"} (then exits 0).
  *
  * stdout carries protocol lines only: console.* output goes into "log". The
  * module policy and the shims below are compatibility with FastGPT; the real
@@ -98,8 +102,9 @@ function _writeLine(obj) {
 
 // One line from fd 0, read synchronously (the protocol is strictly
 // request/answer, so nothing else can arrive meanwhile).
+let _readChunk = null; // one buffer for every read (a worker reads many lines)
 function _readLine() {
-  const chunk = _Buffer.alloc(65536);
+  const chunk = _readChunk || (_readChunk = _Buffer.allocUnsafe(65536));
   for (;;) {
     const nl = _stdinBuf.indexOf(10);
     if (nl >= 0) {
@@ -119,7 +124,8 @@ function _readLine() {
       else throw e;
     }
     if (n === 0) throw Object.assign(new Error('the host closed stdin'), { eof: true });
-    _stdinBuf = _Buffer.concat([_stdinBuf, chunk.subarray(0, n)]);
+    const got = chunk.subarray(0, n);
+    _stdinBuf = _stdinBuf.length ? _Buffer.concat([_stdinBuf, got]) : _Buffer.from(got);
   }
 }
 
@@ -526,7 +532,9 @@ function _safeRequire(name) {
   return m;
 }
 
-function _formatLogArg(a) {
+// run: a worker's run, whose realm an inspect could hand objects of the
+// worker (a custom inspect function gets its options and inspect).
+function _formatLogArg(a, run) {
   if (typeof a === 'object' && a !== null) {
     try {
       const s = _stringify(a);
@@ -534,6 +542,7 @@ function _formatLogArg(a) {
     } catch (e) {
       /* circular or BigInt inside */
     }
+    if (run) run.touched = true;
     try {
       return _inspect(a);
     } catch (e) {
@@ -814,6 +823,7 @@ function _realmSetup(bridge, outer, cfgText) {
       throw new RError("Module '" + RString(name) + "' is not allowed in sandbox");
     }
     if (name === 'url' || name === 'querystring') {
+      touch();
       if (!apply(mapHas, modules, [name])) {
         const m = outer.builtins[name];
         const copy = {};
@@ -826,7 +836,29 @@ function _realmSetup(bridge, outer, cfgText) {
   }
 
   // -- the realm's globals
-  for (const name of keys(outer.globals)) G[name] = outer.globals[name];
+  // The worker's own objects (URL, Buffer, ...): a run that reaches one has its
+  // worker's intrinsics checked after it (bridge.touch).
+  let touched = false;
+  const touch = () => {
+    if (!touched) {
+      touched = true;
+      call(bridge.touch);
+    }
+  };
+  for (const name of keys(outer.globals)) {
+    const v = outer.globals[name];
+    defineProperty(G, name, {
+      configurable: true,
+      enumerable: false,
+      get() {
+        touch();
+        return v;
+      },
+      set(x) {
+        defineProperty(G, name, { value: x, writable: true, configurable: true, enumerable: false });
+      },
+    });
+  }
   G.console = consoleObj;
   G.process = proc;
   G.global = G;
@@ -847,7 +879,9 @@ function _realmSetup(bridge, outer, cfgText) {
   SafeFunction.prototype = OrigFunction.prototype;
   const fnProtos = [OrigFunction.prototype, getProto(async function () {}), getProto(function* () {}),
     getProto(async function* () {})];
-  for (const p of fnProtos) defineProperty(p, 'constructor', { value: SafeFunction, writable: false, configurable: false });
+  for (const p of fnProtos) {
+    defineProperty(p, 'constructor', { value: SafeFunction, writable: false, configurable: false });
+  }
   G.Function = SafeFunction;
   G.eval = function (src) {
     if (typeof src === 'string') checkNoImport(src);
@@ -915,26 +949,36 @@ const _w = {
   run: null, // the current run
 };
 
-// Objects of the worker's realm a snippet can reach (exposed ones, and the
-// intrinsics behind them) and the ones the worker itself relies on.
-function _integrityRoots() {
-  const roots = [globalThis, Object, Function, Array, String, Number, Boolean, Symbol, BigInt, Promise, RegExp,
-    Date, Error, TypeError, RangeError, SyntaxError, ReferenceError, Map, Set, WeakMap, WeakSet, ArrayBuffer,
-    DataView, Uint8Array, Object.getPrototypeOf(Uint8Array), JSON, Math, Reflect, Atomics,
-    Object.getPrototypeOf(async function () {}), Object.getPrototypeOf(function* () {}),
-    Object.getPrototypeOf(async function* () {}), Object.getPrototypeOf([][Symbol.iterator]()),
-    Object.getPrototypeOf(Object.getPrototypeOf([][Symbol.iterator]())), _fs, _path, _w.vm];
-  for (const v of Object.values(_w.globals)) roots.push(v);
+// The objects of the worker's realm a run is given (URL, Buffer, ... and the
+// url/querystring modules), with their functions' prototypes: frozen, once, so
+// no run can change them for the next.
+function _freezeExposed() {
+  const seen = new Set();
+  const freeze = (o) => {
+    if (((typeof o !== 'object' && typeof o !== 'function') || o === null) || seen.has(o)) return;
+    seen.add(o);
+    Object.freeze(o);
+    if (typeof o === 'function' && o.prototype && typeof o.prototype === 'object') freeze(o.prototype);
+  };
+  for (const v of Object.values(_w.globals)) freeze(v);
   for (const m of Object.values(_w.builtins)) {
-    roots.push(m);
-    for (const v of Object.values(m)) if (typeof v === 'function') roots.push(v);
+    freeze(m);
+    for (const v of Object.values(m)) freeze(v);
   }
+}
+
+// The intrinsics of the worker's realm a run can still reach through the
+// exposed objects (their prototype chains, what their methods return or
+// throw) or that the worker relies on: snapshotted, checked after each run.
+function _integrityRoots() {
+  const P = Object.getPrototypeOf;
+  const roots = [Object, Function, Array, Error, TypeError, RangeError, SyntaxError, URIError, ArrayBuffer,
+    Uint8Array, P(Uint8Array), P(async function () {}), P(function* () {}), P(async function* () {}),
+    P([][Symbol.iterator]()), P(P([][Symbol.iterator]())), JSON, Promise, String, Number, Boolean, Symbol];
   const all = [];
   for (const r of roots) {
-    if ((typeof r === 'object' || typeof r === 'function') && r !== null) {
-      all.push(r);
-      if (typeof r === 'function' && r.prototype && typeof r.prototype === 'object') all.push(r.prototype);
-    }
+    all.push(r);
+    if (typeof r === 'function' && r.prototype && typeof r.prototype === 'object') all.push(r.prototype);
   }
   return all;
 }
@@ -1080,21 +1124,26 @@ function _makeBridge(run) {
   const helpers = run.helpers;
   return {
     log(...args) {
-      if (live()) run.logs.push(args.map(_formatLogArg).join(' '));
+      if (live()) run.logs.push(args.map((a) => _formatLogArg(a, run)).join(' '));
     },
     write(chunk) {
       if (live()) run.logs.push(String(chunk).replace(/\n$/, ''));
     },
     fs(op, p, content) {
       if (!live()) throw new Error('the run has ended');
-      const r = helpers.fs[op](p, content);
-      return r === undefined ? undefined : _stringify(r);
+      return _limited(run, () => {
+        const r = helpers.fs[op](p, content);
+        return r === undefined ? undefined : _stringify(r);
+      });
+    },
+    touch() {
+      run.touched = true;
     },
     base64: (s) => helpers.strToBase64(s),
     hmac: (alg, secret) => _stringify(helpers.createHmac(alg, secret)),
     http(url, opts) {
       if (!live()) throw new Error('the run has ended');
-      return _stringify(helpers.httpSync(url, opts));
+      return _limited(run, () => _stringify(helpers.httpSync(url, opts)));
     },
     random: (n) => _crypto().randomBytes(Math.max(0, Math.min(Number(n) || 0, 65536))).toString('hex'),
     uuid: () => _crypto().randomUUID(),
@@ -1181,6 +1230,18 @@ function _cjsMain(file) {
   throw new Error("Cannot find module '" + file + "'");
 }
 
+// Runs a helper for the run; a limit it hits (disk quota, request count)
+// recycles the worker after the run, whether or not the snippet catches it.
+function _limited(run, f) {
+  try {
+    return f();
+  } catch (e) {
+    const m = _errMessage(e);
+    if (m.startsWith('Disk quota exceeded') || m.startsWith('Request limit exceeded')) run.limit = true;
+    throw e;
+  }
+}
+
 function _cancelTimer(run, id) {
   const t = run.timers.get(id);
   if (!t) return;
@@ -1203,16 +1264,23 @@ function _workerFinish(run, result, recycle) {
 
 function _workerTeardown(run) {
   for (const id of Array.from(run.timers.keys())) _cancelTimer(run, id);
+  if (!run.recycle && run.limit) run.recycle = 'limit';
   if (!run.recycle && run.late) run.recycle = 'the run was still active after its result';
   if (!run.recycle && _leftoverAfter(_w.watch, run.tmpdir)) run.recycle = 'the run left files or IPC objects';
-  if (!run.recycle && _integrityChanged(_w.snapshot)) run.recycle = "the run changed the worker's objects";
+  if (!run.recycle && (run.touched || run.late) && _integrityChanged(_w.snapshot)) {
+    run.recycle = "the run changed the worker's objects";
+  }
   try {
     _chdir(_w.root);
   } catch (e) {}
   try {
-    _fs.rmSync(run.tmpdir, { recursive: true, force: true });
+    _fs.rmdirSync(run.tmpdir); // most runs write nothing: the cheap way first
   } catch (e) {
-    if (!run.recycle) run.recycle = 'the run dir could not be removed';
+    try {
+      _fs.rmSync(run.tmpdir, { recursive: true, force: true });
+    } catch (e2) {
+      if (!run.recycle) run.recycle = 'the run dir could not be removed';
+    }
   }
   run.realm = null;
   run.ctx = null;
@@ -1238,10 +1306,11 @@ function _workerRun(req) {
       _writeLine({ result: { success: false, message: 'Invalid request: variables must be an object' } });
       return resolve(null);
     }
-    const tmpdir = _makeTmpdir(_w.root);
+    // the root is a real path already, and mkdtemp makes the dir 0700
+    const tmpdir = _fs.mkdtempSync(_path.join(_w.root, 'sandbox_'));
     _leftoverBefore(_w.watch, tmpdir);
     _chdir(tmpdir);
-    const run = { done: false, late: false, recycle: null, logs: [], timers: new Map(), tmpdir, resolve,
+    const run = { done: false, late: false, touched: false, limit: false, recycle: null, logs: [], timers: new Map(), tmpdir, resolve,
       helpers: _makeHelpers(tmpdir, diskMB, maxRequests), ctx: null, realm: null, deadline: null };
     _w.run = run;
     const env = Object.assign({}, _realProcess.env, { TMPDIR: tmpdir, SANDBOX_TMPDIR: tmpdir });
@@ -1250,7 +1319,8 @@ function _workerRun(req) {
       importRe: _IMPORT_RE.source, modulesDir: _w.modulesDir, maxDelay: MAX_DELAY_MS,
       argv: [_realProcess.argv[0], 'main.js'], platform: _realProcess.platform, arch: _realProcess.arch,
       version: _realProcess.version, versions: _realProcess.versions, release: { name: _realProcess.release.name },
-      pid: _realProcess.pid, ppid: _realProcess.ppid, title: _isBun ? 'bun' : 'node', timeOrigin: performance.timeOrigin,
+      pid: _realProcess.pid, ppid: _realProcess.ppid, title: _isBun ? 'bun' : 'node',
+      timeOrigin: performance.timeOrigin,
     });
     run.deadline = setTimeout(() => {
       _workerFinish(run, { success: false, message: 'Script execution timed out after ' + _fmtNum(timeoutMs) + 'ms' },
@@ -1286,6 +1356,7 @@ async function _workerMain(args) {
   _w.t0 = Date.now();
   if (args.tmpdirRoot) {
     _w.root = _fs.realpathSync(args.tmpdirRoot);
+    _dropAndScrub(null); // the zygote's child dropped privileges and scrubbed already
   } else if (args.uid !== null && _realProcess.geteuid() === 0) {
     // Run dirs are made after the drop: under a dir of the worker's own, made
     // (as for a one-shot run) before it, and removed when the worker ends.
@@ -1300,7 +1371,7 @@ async function _workerMain(args) {
   _w.gid = _realProcess.getgid();
   _w.vm = _realRequire('vm');
   _w.builtins = { url: _realRequire('url'), querystring: _realRequire('querystring') };
-  _w.globals = { URL, URLSearchParams, TextEncoder, TextDecoder, Buffer, atob, btoa };
+  _w.globals = { URL, URLSearchParams, TextEncoder, TextDecoder, Buffer, atob, btoa, structuredClone };
   _w.setupScript = new _w.vm.Script('(' + _realmSetup.toString() + ')', { filename: 'agentbox-realm.js' });
   _w.goScript = new _w.vm.Script('__agentbox_go__()', { filename: 'agentbox-go.js' });
   _realProcess.on('unhandledRejection', () => {}); // a run's rejected promises end with its realm
@@ -1308,6 +1379,7 @@ async function _workerMain(args) {
     if (_w.run) _workerFinish(_w.run, { success: false, message: _errMessage(e) }, 'uncaught exception');
   });
   _installShims();
+  _freezeExposed();
   _w.snapshot = _integritySnapshot(_integrityRoots());
   _w.watch = _leftoverWatchStart(_w.uid);
   _writeLine({ ready: true });
@@ -1373,7 +1445,7 @@ async function _run() {
   const SystemHelper = _makeHelpers(tmpdir, diskMB, maxRequests);
   const logs = _logs;
   const logFn = (...args) => {
-    logs.push(args.map(_formatLogArg).join(' '));
+    logs.push(args.map((a) => _formatLogArg(a)).join(' '));
   };
   const safeConsole = {
     log: logFn, info: logFn, warn: logFn, error: logFn, debug: logFn, trace: logFn,

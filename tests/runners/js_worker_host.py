@@ -102,9 +102,16 @@ class WorkerHost(object):
             pool = self.idle.setdefault(key, [])
             if pool:
                 return pool.pop()
+        return self.new_worker(uid, env)
+
+    def new_worker(self, uid=None, env=None):
+        """A worker of this host's own (not pooled): pass it to run(worker=...)."""
+        with self.lock:
             self.started += 1
         argv = self.argv + (['--uid', str(uid)] if uid is not None else [])
-        return Worker(argv, env)
+        e = dict(self.env)
+        e.update(env or {})
+        return Worker(argv, e)
 
     def close(self):
         """Closes every idle worker's stdin: each must exit 0 at once."""

@@ -345,10 +345,14 @@ def check_runtime(tap, label, argv, tmp_root, worker=False):
     out = host.run(None, raw_request={'code': 'function main(v) { return v }'})
     tap.eq(out.ret, {}, L + 'variables and limits may be omitted')
     if worker:
-        # Only runs that timed out (or ran busy) may recycle; the others reuse their worker.
-        bad = [(r, c[:60]) for r, c in host.recycled if r != 'timeout']
+        # Only runs that timed out (or ran busy) or hit a limit recycle; the others reuse their worker.
+        limited = [o['disk-quota'], o['http-cap'], o['http-cap-default']]
+        tap.eq([x.after for x in limited], [{'recycle': 'limit'}] * 3,
+               L + 'a run that hit a limit (disk quota, request count) recycles its worker')
+        bad = [(r, c[:60]) for r, c in host.recycled if r not in ('timeout', 'limit')]
         tap.eq(bad, [], L + 'no other run recycled its worker')
-        tap.ok(host.started < len(cases), L + 'workers were reused (%d started for %d runs)' % (host.started, len(cases)))
+        tap.ok(host.started < len(cases),
+               L + 'workers were reused (%d started for %d runs)' % (host.started, len(cases)))
         rcs = host.close()
         tap.ok(rcs and all(rc == 0 for rc in rcs), L + 'EOF on stdin: every idle worker exits 0', repr(rcs))
 
