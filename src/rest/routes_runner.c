@@ -60,6 +60,7 @@ static bool sandbox_auth(ab_req *r, enum MHD_Result *ret)
         const char *h = req_header(r, "Authorization");
         if (!sb && !admin && !h) {
                 if (req_peer_loopback(r)) {
+                        free(r->scope_buf);
                         r->scope = r->scope_buf = xstrdup(APP_ADMIN);
                         return true;
                 }
