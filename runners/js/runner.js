@@ -3,7 +3,7 @@
  * agentbox in-box JS snippet runner (FastGPT sandbox v5 compatible).
  * Runs on Bun (preferred) and on Node 20 (fallback).
  *
- * One process runs one snippet. The protocol (JSON lines on stdin/stdout)
+ * Without --worker one process runs one snippet. The protocol (JSON lines on stdin/stdout)
  * and the policies are described in runners/README.md. In short:
  *
  *   host starts:  bun runner.js [--uid UID]        (or: node runner.js ...)
@@ -13,6 +13,10 @@
  *   host:         {"http_result":{...}} or {"http_error":"..."}   answered)
  *   runner:       {"result":{"success":true,"data":{"codeReturn":...,"log":"..."}}}
  *                 or {"result":{"success":false,"message":"..."}}
+ *
+ * --worker (below, "worker mode"): one process serves many runs, each in a
+ * fresh realm, and after each result writes {"ready":true} or
+ * {"recycle":"<reason>"} (then exits 0).
  *
  * stdout carries protocol lines only: console.* output goes into "log". The
  * module policy and the shims below are compatibility with FastGPT; the real
@@ -36,6 +40,8 @@ function _inspect(a) {
 }
 const _OriginalFunction = Function;
 const _exit = process.exit.bind(process);
+const _chdir = process.chdir.bind(process);
+const _origGetProto = Object.getPrototypeOf;
 // The runner's own JSON, taken before any snippet runs: a snippet that
 // replaces JSON.stringify/parse changes its own globals, not the protocol.
 const _stringify = JSON.stringify;
@@ -46,6 +52,7 @@ const ALLOWED_MODULES = ['lodash', 'dayjs', 'moment', 'uuid', 'crypto-js', 'qs',
 const DEFAULT_MAX_REQUESTS = 30;
 const MAX_DELAY_MS = 10000;
 const MAX_HTTP_TIMEOUT_MS = 10000;
+const DEFAULT_MAX_RUNS = 100;
 
 // The allowed modules are loaded when a snippet first requires one: loading all
 // six up front was most of a warm process's start-up (~100 ms of CPU), paid
@@ -95,8 +102,9 @@ function _writeLine(obj) {
 
 // One line from fd 0, read synchronously (the protocol is strictly
 // request/answer, so nothing else can arrive meanwhile).
+let _readChunk = null; // one buffer for every read (a worker reads many lines)
 function _readLine() {
-  const chunk = _Buffer.alloc(65536);
+  const chunk = _readChunk || (_readChunk = _Buffer.allocUnsafe(65536));
   for (;;) {
     const nl = _stdinBuf.indexOf(10);
     if (nl >= 0) {
@@ -115,8 +123,9 @@ function _readLine() {
       if (e && e.code === 'EOF') n = 0;
       else throw e;
     }
-    if (n === 0) throw new Error('the host closed stdin');
-    _stdinBuf = _Buffer.concat([_stdinBuf, chunk.subarray(0, n)]);
+    if (n === 0) throw Object.assign(new Error('the host closed stdin'), { eof: true });
+    const got = chunk.subarray(0, n);
+    _stdinBuf = _stdinBuf.length ? _Buffer.concat([_stdinBuf, got]) : _Buffer.from(got);
   }
 }
 
@@ -150,9 +159,14 @@ function _fmtNum(n) {
 // (python/runner.py --zygote) did all that before it exec'd this runner: DIR
 // is the run's temp dir (the cwd, $TMPDIR), privileges are dropped, the
 // environment is scrubbed.
+// --worker: worker mode (below); --tmpdir-root DIR: the zygote dropped to the
+// run's uid already, run dirs go under DIR; --max-runs N: recycle after N runs.
 function _parseArgs(argv) {
   let uid = null;
   let tmpdir = null;
+  let tmpdirRoot = null;
+  let worker = false;
+  let maxRuns = DEFAULT_MAX_RUNS;
   for (let i = 2; i < argv.length; i++) {
     if (argv[i] === '--uid' && i + 1 < argv.length) {
       uid = parseInt(argv[++i], 10);
@@ -160,32 +174,54 @@ function _parseArgs(argv) {
       uid = parseInt(argv[i].slice(6), 10);
     } else if (argv[i] === '--tmpdir' && i + 1 < argv.length) {
       tmpdir = argv[++i];
+    } else if (argv[i] === '--tmpdir-root' && i + 1 < argv.length) {
+      tmpdirRoot = argv[++i];
+    } else if (argv[i] === '--worker') {
+      worker = true;
+    } else if (argv[i] === '--max-runs' && i + 1 < argv.length) {
+      const n = parseInt(argv[++i], 10);
+      if (Number.isInteger(n) && n > 0) maxRuns = n;
     }
   }
-  return { uid: Number.isInteger(uid) && uid >= 0 ? uid : null, tmpdir };
+  return { uid: Number.isInteger(uid) && uid >= 0 ? uid : null, tmpdir, tmpdirRoot, worker, maxRuns };
 }
 
-function _setupProcess(uid) {
-  let base = process.env.TMPDIR || '/tmp';
-  try {
-    if (!_fs.statSync(base).isDirectory()) base = '/tmp';
-  } catch (e) {
-    base = '/tmp';
-  }
-  const dir = _fs.realpathSync(_fs.mkdtempSync(_path.join(base, 'sandbox_')));
-  _fs.chmodSync(dir, 0o700);
+// Drops to UID (when root and asked) and scrubs the environment, keeping
+// PATH, LANG, LC_ALL, TZ, HOME and NODE_ENV.
+function _dropAndScrub(uid) {
   if (uid !== null && typeof process.geteuid === 'function' && process.geteuid() === 0) {
-    _fs.chownSync(dir, uid, uid);
     process.setgroups([]);
     process.setgid(uid);
     process.setuid(uid);
     if (process.getuid() !== uid || process.getgid() !== uid) throw new Error('could not drop privileges');
   }
-  process.chdir(dir);
   const keep = ['PATH', 'LANG', 'LC_ALL', 'TZ', 'HOME', 'NODE_ENV'];
   for (const k of Object.keys(process.env)) {
     if (!keep.includes(k)) delete process.env[k];
   }
+}
+
+// The base for temp dirs: $TMPDIR when it is a directory, else /tmp.
+function _tmpBase() {
+  const base = process.env.TMPDIR || '/tmp';
+  try {
+    if (_fs.statSync(base).isDirectory()) return base;
+  } catch (e) {}
+  return '/tmp';
+}
+
+// A fresh sandbox_* dir under base, mode 0700, its real path.
+function _makeTmpdir(base) {
+  const dir = _fs.realpathSync(_fs.mkdtempSync(_path.join(base, 'sandbox_')));
+  _fs.chmodSync(dir, 0o700);
+  return dir;
+}
+
+function _setupProcess(uid) {
+  const dir = _makeTmpdir(_tmpBase());
+  if (uid !== null && typeof process.geteuid === 'function' && process.geteuid() === 0) _fs.chownSync(dir, uid, uid);
+  _dropAndScrub(uid);
+  process.chdir(dir);
   process.env.TMPDIR = dir;
   process.env.SANDBOX_TMPDIR = dir;
   return dir;
@@ -432,7 +468,7 @@ function _makeHelpers(tmpdir, diskMB, maxRequests) {
       if (ms > MAX_DELAY_MS) throw new Error('Delay must be <= ' + MAX_DELAY_MS + 'ms');
       return new Promise((resolve) => setTimeout(resolve, ms));
     },
-    async httpRequest(url, opts = {}) {
+    httpSync(url, opts = {}) {
       if (++requestCount > maxRequests) {
         throw new Error('Request limit exceeded: max ' + maxRequests + ' requests per execution');
       }
@@ -461,8 +497,13 @@ function _makeHelpers(tmpdir, diskMB, maxRequests) {
         data: res.data == null ? '' : res.data,
       };
     },
+    async httpRequest(url, opts = {}) {
+      return SystemHelper.httpSync(url, opts);
+    },
     fs: fsHelper,
   };
+  // Synchronous, for the worker's bridge; not one of the snippet's helpers.
+  Object.defineProperty(SystemHelper, 'httpSync', { enumerable: false });
   // snake_case aliases, as in the Python helper
   SystemHelper.count_token = SystemHelper.countToken;
   SystemHelper.str_to_base64 = SystemHelper.strToBase64;
@@ -491,7 +532,9 @@ function _safeRequire(name) {
   return m;
 }
 
-function _formatLogArg(a) {
+// run: a worker's run, whose realm an inspect could hand objects of the
+// worker (a custom inspect function gets its options and inspect).
+function _formatLogArg(a, run) {
   if (typeof a === 'object' && a !== null) {
     try {
       const s = _stringify(a);
@@ -499,6 +542,7 @@ function _formatLogArg(a) {
     } catch (e) {
       /* circular or BigInt inside */
     }
+    if (run) run.touched = true;
     try {
       return _inspect(a);
     } catch (e) {
@@ -513,10 +557,856 @@ function _formatLogArg(a) {
   }
 }
 
+// An exception's message as the run's message (a thrown non-Error: its string).
+function _errMessage(err) {
+  try {
+    return String(err && typeof err === 'object' && 'message' in err ? err.message : err);
+  } catch (e) {
+    return 'Error';
+  }
+}
+
 function _jsonReplacer(key, value) {
   if (typeof value === 'bigint') return value.toString();
   if (typeof value === 'function' || typeof value === 'symbol') return String(value);
   return value;
+}
+
+// ---- worker mode: many runs per process, each in a fresh realm ------------------------
+// `runner.js --worker`: after {"ready":true} every run line is answered by one
+// {"result":...} line (and the http lines between), then {"ready":true} (the
+// worker takes another run) or {"recycle":"<reason>"} and exit 0. Each run gets
+// a new vm context (a realm of its own: its own Object, Function, Array, ...),
+// its own temp dir, helpers, console, timers and `process` stand-in; the
+// allowed modules are evaluated inside that realm when the run requires them.
+// The realm reaches the worker only through a bridge of functions that take and
+// return primitives (values of the realm go out, none of the worker's come in,
+// errors are re-made in the realm). The few objects of the worker's realm a run
+// can reach (URL, Buffer, TextEncoder, ... and the url/querystring modules) are
+// snapshotted: any change to them, or to the worker's intrinsics, recycles.
+
+// Runs INSIDE each run's realm (its source is compiled once and evaluated in
+// every new context): it may use only its arguments and the realm's globals.
+// cfg is a JSON string; bridge and outer hold the worker's functions and
+// objects, kept in closures the snippet cannot reach.
+function _realmSetup(bridge, outer, cfgText) {
+  'use strict';
+  const G = globalThis;
+  const cfg = JSON.parse(cfgText);
+  const RError = Error;
+  const RTypeError = TypeError;
+  const RPromise = Promise;
+  const RMap = Map;
+  const RString = String;
+  const RNumber = Number;
+  const RBigInt = BigInt;
+  const RUint8Array = Uint8Array;
+  const RRegExp = RegExp;
+  const OrigFunction = Function;
+  const origEval = eval;
+  const apply = Reflect.apply;
+  const defineProperty = Object.defineProperty;
+  const freeze = Object.freeze;
+  const keys = Object.keys;
+  const getProto = Object.getPrototypeOf;
+  const reflectGetProto = Reflect.getPrototypeOf;
+  const jsonParse = JSON.parse;
+  const ceil = Math.ceil;
+  const floor = Math.floor;
+  const promiseThen = RPromise.prototype.then;
+  const promiseResolve = RPromise.resolve.bind(RPromise);
+  const mapGet = RMap.prototype.get;
+  const mapSet = RMap.prototype.set;
+  const mapHas = RMap.prototype.has;
+  const mapDelete = RMap.prototype.delete;
+  const regexExec = RRegExp.prototype.exec;
+  const strEndsWith = RString.prototype.endsWith;
+  const strLastIndexOf = RString.prototype.lastIndexOf;
+  const strSlice = RString.prototype.slice;
+  const arrIncludes = Array.prototype.includes;
+  const importRe = new RRegExp(cfg.importRe);
+
+  function messageOf(e) {
+    try {
+      return RString(e && typeof e === 'object' && 'message' in e ? e.message : e);
+    } catch (e2) {
+      return 'Error';
+    }
+  }
+  // Calls a bridge function; its exceptions become this realm's Errors.
+  function call(f, ...args) {
+    try {
+      return apply(f, undefined, args);
+    } catch (e) {
+      throw new RError(messageOf(e));
+    }
+  }
+  function callJson(f, ...args) {
+    const r = apply(call, undefined, [f, ...args]);
+    return r === undefined ? undefined : jsonParse(r);
+  }
+  function checkNoImport(src) {
+    const m = apply(regexExec, importRe, [src]);
+    if (m) {
+      throw new RError(m[3] !== undefined ? "Module '" + m[3] + "' is not allowed in sandbox"
+        : 'Dynamic import is not allowed in sandbox');
+    }
+  }
+
+  // -- timers: every one is the worker's, so the run's teardown can cancel it
+  const timers = new RMap();
+  let nextTimer = 0;
+  function Timeout(id) {
+    this.id = id;
+  }
+  Timeout.prototype.ref = function () { return this; };
+  Timeout.prototype.unref = function () { return this; };
+  Timeout.prototype.hasRef = function () { return true; };
+  Timeout.prototype[Symbol.toPrimitive] = function () { return this.id; };
+  function addTimer(kind, fn, ms, args) {
+    if (typeof fn !== 'function') throw new RTypeError('The "callback" argument must be of type function');
+    const id = ++nextTimer;
+    apply(mapSet, timers, [id, { fn, args, kind }]);
+    let delay = RNumber(ms);
+    if (!(delay >= 1)) delay = kind === 'immediate' ? 0 : 1;
+    call(bridge.timer, id, kind, floor(delay));
+    return kind === 'immediate' ? id : new Timeout(id);
+  }
+  function clearTimer(t) {
+    const id = t instanceof Timeout ? t.id : RNumber(t);
+    if (apply(mapHas, timers, [id])) {
+      apply(mapDelete, timers, [id]);
+      call(bridge.clearTimer, id);
+    }
+  }
+  function fire(id) {
+    const t = apply(mapGet, timers, [id]);
+    if (!t) return;
+    if (t.kind !== 'interval') apply(mapDelete, timers, [id]);
+    apply(t.fn, undefined, t.args);
+  }
+  function queueMicrotask(fn) {
+    if (typeof fn !== 'function') throw new RTypeError('The "callback" argument must be of type function');
+    apply(promiseThen, promiseResolve(), [() => fn()]);
+  }
+
+  // -- console, process
+  const log = (...args) => call(bridge.log, ...args);
+  const consoleObj = {
+    log, info: log, warn: log, error: log, debug: log, trace: log, dir: (a) => log(a), table: (a) => log(a),
+  };
+  function writer(fd) {
+    const write = (chunk, enc, cb) => {
+      call(bridge.write, RString(chunk));
+      if (typeof enc === 'function') enc();
+      else if (typeof cb === 'function') cb();
+      return true;
+    };
+    return freeze({ write, end: write, fd, isTTY: false, columns: 80 });
+  }
+  function hrtime(prev) {
+    const ns = call(bridge.hrtime);
+    let sec = floor(ns / 1e9);
+    let nsec = ns - sec * 1e9;
+    if (prev) {
+      sec -= prev[0];
+      nsec -= prev[1];
+      if (nsec < 0) {
+        sec--;
+        nsec += 1e9;
+      }
+    }
+    return [sec, nsec];
+  }
+  hrtime.bigint = () => RBigInt(call(bridge.hrtime));
+  const noop = function () { return proc; };
+  const proc = {
+    env: freeze(cfg.env),
+    argv: cfg.argv,
+    execArgv: [],
+    platform: cfg.platform,
+    arch: cfg.arch,
+    version: cfg.version,
+    versions: freeze(cfg.versions),
+    release: freeze(cfg.release),
+    pid: cfg.pid,
+    ppid: cfg.ppid,
+    title: cfg.title,
+    exitCode: undefined,
+    stdout: writer(1),
+    stderr: writer(2),
+    cwd: () => cfg.tmpdir,
+    getuid: () => cfg.uid,
+    geteuid: () => cfg.uid,
+    getgid: () => cfg.gid,
+    getegid: () => cfg.gid,
+    hrtime,
+    uptime: () => call(bridge.uptime),
+    memoryUsage: () => callJson(bridge.memoryUsage),
+    nextTick: (fn, ...args) => queueMicrotask(() => apply(fn, undefined, args)),
+    exit: (code) => call(bridge.exit, RNumber(code) || 0),
+    emitWarning: () => {},
+    on: noop, once: noop, off: noop, addListener: noop, removeListener: noop, removeAllListeners: noop,
+    emit: () => false,
+    listeners: () => [],
+  };
+  proc.process = proc;
+
+  // -- helpers: the worker's (fs confined to the run's dir, http through the host)
+  const fsHelper = {
+    writeFile: (p, c) => callJson(bridge.fs, 'writeFile', p, c),
+    readFile: (p) => callJson(bridge.fs, 'readFile', p),
+    readdir: (p = '.') => callJson(bridge.fs, 'readdir', p),
+    mkdir: (p) => callJson(bridge.fs, 'mkdir', p),
+    exists: (p) => callJson(bridge.fs, 'exists', p),
+    get tmpDir() { return cfg.tmpdir; },
+  };
+  fsHelper.write_file = fsHelper.writeFile;
+  fsHelper.read_file = fsHelper.readFile;
+  defineProperty(fsHelper, 'tmp_dir', { get: () => cfg.tmpdir, enumerable: false });
+  const SystemHelper = {
+    countToken: (text) => ceil((typeof text === 'string' ? text : RString(text)).length / 4),
+    strToBase64: (str, prefix = '') => (prefix || '') + call(bridge.base64, RString(str)),
+    createHmac: (algorithm, secret) => callJson(bridge.hmac, algorithm, secret),
+    delay(ms) {
+      if (ms > cfg.maxDelay) throw new RError('Delay must be <= ' + cfg.maxDelay + 'ms');
+      return new RPromise((resolve) => addTimer('timeout', resolve, ms, []));
+    },
+    async httpRequest(url, opts = {}) {
+      return callJson(bridge.http, url, opts);
+    },
+    fs: fsHelper,
+  };
+  SystemHelper.count_token = SystemHelper.countToken;
+  SystemHelper.str_to_base64 = SystemHelper.strToBase64;
+  SystemHelper.create_hmac = SystemHelper.createHmac;
+  SystemHelper.http_request = SystemHelper.httpRequest;
+
+  // -- require: the allow-list; modules evaluated in this realm, cached per run
+  const modules = new RMap();
+  const randomBytes = (n) => {
+    const hex = call(bridge.random, n);
+    const a = new RUint8Array(n);
+    for (let i = 0; i < n; i++) a[i] = parseInt(apply(strSlice, hex, [2 * i, 2 * i + 2]), 16);
+    return a;
+  };
+  const cryptoShim = freeze({
+    randomFillSync(buf) {
+      const bytes = randomBytes(buf.byteLength);
+      new RUint8Array(buf.buffer, buf.byteOffset, buf.byteLength).set(bytes);
+      return buf;
+    },
+    getRandomValues(buf) {
+      return cryptoShim.randomFillSync(buf);
+    },
+    randomUUID: () => call(bridge.uuid),
+  });
+  const utilShim = freeze({ inspect: (v) => RString(v) });
+  function load(file) {
+    if (apply(mapHas, modules, [file])) return apply(mapGet, modules, [file]).exports;
+    const module = { exports: {}, id: file, filename: file, loaded: false };
+    apply(mapSet, modules, [file, module]);
+    const dir = apply(strSlice, file, [0, apply(strLastIndexOf, file, ['/'])]);
+    const fn = call(bridge.compile, file);
+    const req = (name) => {
+      name = RString(name);
+      if (name === 'crypto' || name === 'node:crypto') return cryptoShim;
+      if (name === 'util' || name === 'node:util') return utilShim;
+      return load(call(bridge.resolve, name, dir));
+    };
+    apply(fn, module.exports, [module.exports, req, module, file, dir]);
+    module.loaded = true;
+    return module.exports;
+  }
+  function require(name) {
+    if (typeof name !== 'string' || !apply(arrIncludes, cfg.allowed, [name])) {
+      throw new RError("Module '" + RString(name) + "' is not allowed in sandbox");
+    }
+    if (name === 'url' || name === 'querystring') {
+      touch();
+      if (!apply(mapHas, modules, [name])) {
+        const m = outer.builtins[name];
+        const copy = {};
+        for (const k of keys(m)) copy[k] = m[k];
+        apply(mapSet, modules, [name, { exports: copy }]);
+      }
+      return apply(mapGet, modules, [name]).exports;
+    }
+    return load(call(bridge.resolve, name, cfg.modulesDir));
+  }
+
+  // -- the realm's globals
+  // The worker's own objects (URL, Buffer, ...): a run that reaches one has its
+  // worker's intrinsics checked after it (bridge.touch).
+  let touched = false;
+  const touch = () => {
+    if (!touched) {
+      touched = true;
+      call(bridge.touch);
+    }
+  };
+  for (const name of keys(outer.globals)) {
+    const v = outer.globals[name];
+    defineProperty(G, name, {
+      configurable: true,
+      enumerable: false,
+      get() {
+        touch();
+        return v;
+      },
+      set(x) {
+        defineProperty(G, name, { value: x, writable: true, configurable: true, enumerable: false });
+      },
+    });
+  }
+  G.console = consoleObj;
+  G.process = proc;
+  G.global = G;
+  G.crypto = cryptoShim;
+  G.performance = freeze({ now: () => call(bridge.now), timeOrigin: cfg.timeOrigin });
+  G.setTimeout = (fn, ms, ...args) => addTimer('timeout', fn, ms, args);
+  G.setInterval = (fn, ms, ...args) => addTimer('interval', fn, ms, args);
+  G.setImmediate = (fn, ...args) => addTimer('immediate', fn, 0, args);
+  G.clearTimeout = clearTimer;
+  G.clearInterval = clearTimer;
+  G.clearImmediate = clearTimer;
+  G.queueMicrotask = queueMicrotask;
+
+  // -- the shims of the one-shot mode, on this realm's own intrinsics
+  const SafeFunction = function Function() {
+    throw new RError('Function constructor is not allowed in sandbox');
+  };
+  SafeFunction.prototype = OrigFunction.prototype;
+  const fnProtos = [OrigFunction.prototype, getProto(async function () {}), getProto(function* () {}),
+    getProto(async function* () {})];
+  for (const p of fnProtos) {
+    defineProperty(p, 'constructor', { value: SafeFunction, writable: false, configurable: false });
+  }
+  G.Function = SafeFunction;
+  G.eval = function (src) {
+    if (typeof src === 'string') checkNoImport(src);
+    return origEval(src);
+  };
+  const hidden = (p) => fnProtos[0] === p || fnProtos[1] === p || fnProtos[2] === p || fnProtos[3] === p;
+  Object.getPrototypeOf = function getPrototypeOf(obj) {
+    const p = getProto(obj);
+    return hidden(p) ? Object.create(null) : p;
+  };
+  Reflect.getPrototypeOf = function getPrototypeOf(obj) {
+    const p = reflectGetProto(obj);
+    return hidden(p) ? Object.create(null) : p;
+  };
+  Object.setPrototypeOf = () => false;
+  Reflect.setPrototypeOf = () => false;
+  delete RError.prepareStackTrace;
+  delete RError.captureStackTrace;
+  for (const name of ['WebAssembly', 'require', 'module', 'exports']) {
+    defineProperty(G, name, { value: undefined, writable: false, configurable: false });
+  }
+
+  // The run: entered through a global the worker calls once, with the vm's
+  // timeout around the synchronous part (top level and main up to its first await).
+  defineProperty(G, '__agentbox_go__', {
+    configurable: true,
+    enumerable: false,
+    value: function go() {
+      delete G.__agentbox_go__;
+      const done = (v) => call(bridge.done, v);
+      const failed = (e) => call(bridge.fail, messageOf(e));
+      try {
+        checkNoImport(cfg.code);
+        const userFn = new OrigFunction('require', 'console', 'SystemHelper', 'countToken', 'strToBase64',
+          'createHmac', 'delay', 'httpRequest', 'variables',
+          cfg.code + "\n;return typeof main === 'function' ? main : undefined;");
+        const main = userFn(require, consoleObj, SystemHelper, SystemHelper.countToken, SystemHelper.strToBase64,
+          SystemHelper.createHmac, SystemHelper.delay, SystemHelper.httpRequest, cfg.variables);
+        if (typeof main !== 'function') throw new RError("No 'main' function defined");
+        apply(promiseThen, promiseResolve(main(cfg.variables)), [done, failed]);
+      } catch (e) {
+        failed(e);
+      }
+    },
+  });
+  return { fire };
+}
+
+// -- the worker's side ------------------------------------------------------------------
+const _w = {
+  vm: null,
+  setupScript: null, // _realmSetup compiled once
+  goScript: null, // calls the realm's __agentbox_go__
+  scripts: new Map(), // module file -> vm.Script of its CommonJS wrapper
+  modulesDir: _path.join(__dirname, 'node_modules'),
+  root: null, // where run dirs are made
+  ownRoot: null, // the worker's own dir of run dirs (--uid without the zygote)
+  uid: 0,
+  gid: 0,
+  t0: 0,
+  globals: null, // the worker's objects a realm gets (URL, Buffer, ...)
+  builtins: null, // url, querystring
+  snapshot: null, // _integritySnapshot() after set-up
+  watch: null, // _leftoverWatch
+  run: null, // the current run
+};
+
+// The objects of the worker's realm a run is given (URL, Buffer, ... and the
+// url/querystring modules), with their functions' prototypes: frozen, once, so
+// no run can change them for the next.
+function _freezeExposed() {
+  const seen = new Set();
+  const freeze = (o) => {
+    if (((typeof o !== 'object' && typeof o !== 'function') || o === null) || seen.has(o)) return;
+    seen.add(o);
+    Object.freeze(o);
+    if (typeof o === 'function' && o.prototype && typeof o.prototype === 'object') freeze(o.prototype);
+  };
+  for (const v of Object.values(_w.globals)) freeze(v);
+  for (const m of Object.values(_w.builtins)) {
+    freeze(m);
+    for (const v of Object.values(m)) freeze(v);
+  }
+}
+
+// The intrinsics of the worker's realm a run can still reach through the
+// exposed objects (their prototype chains, what their methods return or
+// throw) or that the worker relies on: snapshotted, checked after each run.
+function _integrityRoots() {
+  const P = Object.getPrototypeOf;
+  const roots = [Object, Function, Array, Error, TypeError, RangeError, SyntaxError, URIError, ArrayBuffer,
+    Uint8Array, P(Uint8Array), P(async function () {}), P(function* () {}), P(async function* () {}),
+    P([][Symbol.iterator]()), P(P([][Symbol.iterator]())), JSON, Promise, String, Number, Boolean, Symbol];
+  const all = [];
+  for (const r of roots) {
+    all.push(r);
+    if (typeof r === 'function' && r.prototype && typeof r.prototype === 'object') all.push(r.prototype);
+  }
+  return all;
+}
+
+// [object, prototype, extensible, keys, descriptor fields...] of every root:
+// compared after each run, a difference means the run reached the worker.
+function _integritySnapshot(objs) {
+  const snap = [];
+  for (const o of objs) {
+    const ks = Reflect.ownKeys(o);
+    const vals = [];
+    for (const k of ks) {
+      const d = Reflect.getOwnPropertyDescriptor(o, k);
+      vals.push(d.value, d.get, d.set, d.writable, d.enumerable, d.configurable);
+    }
+    snap.push({ o, proto: _origGetProto(o), ext: Object.isExtensible(o), ks, vals });
+  }
+  return snap;
+}
+
+function _integrityChanged(snap) {
+  for (const s of snap) {
+    if (_origGetProto(s.o) !== s.proto || Object.isExtensible(s.o) !== s.ext) return true;
+    const ks = Reflect.ownKeys(s.o);
+    if (ks.length !== s.ks.length) return true;
+    for (let i = 0, j = 0; i < ks.length; i++, j += 6) {
+      if (ks[i] !== s.ks[i]) return true;
+      const d = Reflect.getOwnPropertyDescriptor(s.o, ks[i]);
+      if (!d) return true;
+      const v = s.vals;
+      if (d.value !== v[j] && !(d.value !== d.value && v[j] !== v[j])) return true;
+      if (d.get !== v[j + 1] || d.set !== v[j + 2] || d.writable !== v[j + 3] || d.enumerable !== v[j + 4] ||
+        d.configurable !== v[j + 5]) return true;
+    }
+  }
+  return false;
+}
+
+// Files and IPC objects a run leaves outside its temp dir. The top levels of
+// /tmp, /var/tmp and /dev/shm are listed only when their mtime moved (a new
+// entry changes it); System V IPC objects are listed in /proc/sysvipc.
+const _LEFTOVER_DIRS = ['/tmp', '/var/tmp', '/dev/shm'];
+const _SYSVIPC = ['/proc/sysvipc/shm', '/proc/sysvipc/sem', '/proc/sysvipc/msg'];
+
+function _dirState(dir) {
+  try {
+    const st = _fs.statSync(dir);
+    return { mtime: st.mtimeMs, names: null };
+  } catch (e) {
+    return null;
+  }
+}
+
+function _ipcOwned(uid) {
+  const ids = [];
+  for (const f of _SYSVIPC) {
+    let text;
+    try {
+      text = _fs.readFileSync(f, 'latin1');
+    } catch (e) {
+      continue;
+    }
+    const lines = text.split('\n');
+    const head = lines[0].trim().split(/\s+/);
+    const cu = head.indexOf('uid');
+    const cc = head.indexOf('cuid');
+    for (let i = 1; i < lines.length; i++) {
+      const c = lines[i].trim().split(/\s+/);
+      if (c.length > 1 && (Number(c[cu]) === uid || Number(c[cc]) === uid)) ids.push(f + ':' + c[1]);
+    }
+  }
+  return ids.sort().join(',');
+}
+
+function _leftoverWatchStart(uid) {
+  const dirs = {};
+  for (const d of _LEFTOVER_DIRS) {
+    const st = _dirState(d);
+    if (st) dirs[d] = st;
+  }
+  return { uid, dirs, ipc: _ipcOwned(uid) };
+}
+
+// The names in dir owned by uid, but for skip.
+function _ownedNames(dir, uid, skip) {
+  const out = new Set();
+  let names;
+  try {
+    names = _fs.readdirSync(dir);
+  } catch (e) {
+    return out;
+  }
+  for (const n of names) {
+    const p = _path.join(dir, n);
+    if (p === skip) continue;
+    try {
+      if (_fs.lstatSync(p).uid === uid) out.add(n);
+    } catch (e) {}
+  }
+  return out;
+}
+
+// Before a run: remember what the uid owns where a run could leave something.
+function _leftoverBefore(watch, skip) {
+  if (watch.uid === 0) return;
+  for (const [d, st] of Object.entries(watch.dirs)) {
+    const now = _dirState(d);
+    if (!now) continue;
+    if (st.names === null || now.mtime !== st.mtime) {
+      st.names = _ownedNames(d, watch.uid, skip);
+      st.mtime = now.mtime;
+    }
+  }
+}
+
+// After a run: true when the uid owns something new there (skip: the run's dir).
+function _leftoverAfter(watch, skip) {
+  if (watch.uid === 0) return false; // root owns too much else to tell (a test set-up, not the box's)
+  for (const [d, st] of Object.entries(watch.dirs)) {
+    const now = _dirState(d);
+    if (!now || now.mtime === st.mtime) continue;
+    const names = _ownedNames(d, watch.uid, skip);
+    st.mtime = now.mtime;
+    let grew = false;
+    for (const n of names) if (!st.names.has(n)) grew = true;
+    st.names = names;
+    if (grew) return true;
+  }
+  return _ipcOwned(watch.uid) !== watch.ipc;
+}
+
+// The bridge of one run: the realm's only way into the worker. Every function
+// takes and returns primitives (or the realm's own values); after the run's
+// result a call marks the run as still alive, which recycles.
+function _makeBridge(run) {
+  const live = () => {
+    if (run.done) {
+      run.late = true;
+      return false;
+    }
+    return true;
+  };
+  const helpers = run.helpers;
+  return {
+    log(...args) {
+      if (live()) run.logs.push(args.map((a) => _formatLogArg(a, run)).join(' '));
+    },
+    write(chunk) {
+      if (live()) run.logs.push(String(chunk).replace(/\n$/, ''));
+    },
+    fs(op, p, content) {
+      if (!live()) throw new Error('the run has ended');
+      return _limited(run, () => {
+        const r = helpers.fs[op](p, content);
+        return r === undefined ? undefined : _stringify(r);
+      });
+    },
+    touch() {
+      run.touched = true;
+    },
+    base64: (s) => helpers.strToBase64(s),
+    hmac: (alg, secret) => _stringify(helpers.createHmac(alg, secret)),
+    http(url, opts) {
+      if (!live()) throw new Error('the run has ended');
+      return _limited(run, () => _stringify(helpers.httpSync(url, opts)));
+    },
+    random: (n) => _crypto().randomBytes(Math.max(0, Math.min(Number(n) || 0, 65536))).toString('hex'),
+    uuid: () => _crypto().randomUUID(),
+    hrtime: () => Number(_realProcess.hrtime.bigint()),
+    now: () => performance.now(),
+    uptime: () => _realProcess.uptime(),
+    memoryUsage: () => _stringify(_realProcess.memoryUsage()),
+    exit: () => _exit(0), // as in the one-shot mode: the process ends without a result
+    timer(id, kind, ms) {
+      if (!live()) return;
+      const fire = () => {
+        if (kind !== 'interval') run.timers.delete(id);
+        if (run.done) return;
+        try {
+          run.realm.fire(id);
+        } catch (e) {
+          _workerFinish(run, { success: false, message: _errMessage(e) }, 'uncaught exception');
+        }
+      };
+      const h = kind === 'immediate' ? setImmediate(fire) : kind === 'interval' ? setInterval(fire, ms)
+        : setTimeout(fire, ms);
+      run.timers.set(id, { kind, h });
+    },
+    clearTimer(id) {
+      _cancelTimer(run, id);
+    },
+    compile(file) {
+      if (!live()) throw new Error('the run has ended');
+      let s = _w.scripts.get(file);
+      if (!s) {
+        let src = _fs.readFileSync(file, 'utf8');
+        if (file.endsWith('.json')) src = 'module.exports = ' + src;
+        else if (src.startsWith('#!')) src = '//' + src;
+        s = new _w.vm.Script('(function (exports, require, module, __filename, __dirname) {' + src + '\n})',
+          { filename: file });
+        _w.scripts.set(file, s);
+      }
+      return s.runInContext(run.ctx);
+    },
+    resolve(name, fromDir) {
+      let file;
+      try {
+        file = _realRequire.resolve(String(name), { paths: [String(fromDir)] });
+      } catch (e) {
+        throw new Error("Cannot find module '" + name + "'");
+      }
+      // An ES module (Node 20's "module-sync" condition picks one where Bun
+      // takes the CommonJS file): the package's CommonJS main instead.
+      if (file.endsWith('.mjs')) file = _cjsMain(file);
+      if (!file.startsWith(_w.modulesDir + '/')) throw new Error("Cannot find module '" + name + "'");
+      return file;
+    },
+    done(value) {
+      if (run.done) return void (run.late = true);
+      let codeReturn;
+      try {
+        const s = _stringify(value === undefined ? null : value, _jsonReplacer);
+        codeReturn = s === undefined ? null : _parse(s);
+      } catch (err) {
+        _workerFinish(run, { success: false, message: _errMessage(err) }, null);
+        return;
+      }
+      _workerFinish(run, { success: true, data: { codeReturn, log: run.logs.join('\n') } }, null);
+    },
+    fail(message) {
+      if (run.done) return void (run.late = true);
+      _workerFinish(run, { success: false, message: String(message) }, null);
+    },
+  };
+}
+
+// The CommonJS entry ("main", else index.js) of the package file belongs to.
+function _cjsMain(file) {
+  for (let dir = _path.dirname(file); dir.startsWith(_w.modulesDir + '/'); dir = _path.dirname(dir)) {
+    let pkg;
+    try {
+      pkg = _parse(_fs.readFileSync(_path.join(dir, 'package.json'), 'utf8'));
+    } catch (e) {
+      continue;
+    }
+    const main = typeof pkg.main === 'string' && !pkg.main.endsWith('.mjs') ? pkg.main : 'index.js';
+    return _realRequire.resolve(_path.join(dir, main));
+  }
+  throw new Error("Cannot find module '" + file + "'");
+}
+
+// Runs a helper for the run; a limit it hits (disk quota, request count)
+// recycles the worker after the run, whether or not the snippet catches it.
+function _limited(run, f) {
+  try {
+    return f();
+  } catch (e) {
+    const m = _errMessage(e);
+    if (m.startsWith('Disk quota exceeded') || m.startsWith('Request limit exceeded')) run.limit = true;
+    throw e;
+  }
+}
+
+function _cancelTimer(run, id) {
+  const t = run.timers.get(id);
+  if (!t) return;
+  run.timers.delete(id);
+  if (t.kind === 'immediate') clearImmediate(t.h);
+  else if (t.kind === 'interval') clearInterval(t.h);
+  else clearTimeout(t.h);
+}
+
+// Writes the run's one result line; the teardown follows once the microtasks
+// queued so far have run. recycle: a reason the worker must not be reused.
+function _workerFinish(run, result, recycle) {
+  if (run.done) return;
+  run.done = true;
+  if (recycle && !run.recycle) run.recycle = recycle;
+  if (run.deadline) clearTimeout(run.deadline);
+  _writeLine({ result });
+  setImmediate(() => _workerTeardown(run));
+}
+
+function _workerTeardown(run) {
+  for (const id of Array.from(run.timers.keys())) _cancelTimer(run, id);
+  if (!run.recycle && run.limit) run.recycle = 'limit';
+  if (!run.recycle && run.late) run.recycle = 'the run was still active after its result';
+  if (!run.recycle && _leftoverAfter(_w.watch, run.tmpdir)) run.recycle = 'the run left files or IPC objects';
+  if (!run.recycle && (run.touched || run.late) && _integrityChanged(_w.snapshot)) {
+    run.recycle = "the run changed the worker's objects";
+  }
+  try {
+    _chdir(_w.root);
+  } catch (e) {}
+  try {
+    _fs.rmdirSync(run.tmpdir); // most runs write nothing: the cheap way first
+  } catch (e) {
+    try {
+      _fs.rmSync(run.tmpdir, { recursive: true, force: true });
+    } catch (e2) {
+      if (!run.recycle) run.recycle = 'the run dir could not be removed';
+    }
+  }
+  run.realm = null;
+  run.ctx = null;
+  _w.run = null;
+  run.resolve(run.recycle);
+}
+
+// One run line: its result is written; resolves to a recycle reason or null.
+function _workerRun(req) {
+  return new Promise((resolve) => {
+    const limits = req.limits && typeof req.limits === 'object' ? req.limits : {};
+    const num = (v, d) => (typeof v === 'number' && v > 0 ? v : d);
+    const timeoutMs = num(limits.timeoutMs, 10000);
+    const diskMB = num(limits.diskMB, 10);
+    let maxRequests = req.maxRequests;
+    if (!Number.isInteger(maxRequests) || maxRequests < 0) maxRequests = DEFAULT_MAX_REQUESTS;
+    const variables = req.variables == null ? {} : req.variables;
+    if (typeof req.code !== 'string' || req.code.trim() === '') {
+      _writeLine({ result: { success: false, message: 'Code cannot be empty' } });
+      return resolve(null);
+    }
+    if (typeof variables !== 'object' || Array.isArray(variables)) {
+      _writeLine({ result: { success: false, message: 'Invalid request: variables must be an object' } });
+      return resolve(null);
+    }
+    // the root is a real path already, and mkdtemp makes the dir 0700
+    const tmpdir = _fs.mkdtempSync(_path.join(_w.root, 'sandbox_'));
+    _leftoverBefore(_w.watch, tmpdir);
+    _chdir(tmpdir);
+    const run = { done: false, late: false, touched: false, limit: false, recycle: null, logs: [], timers: new Map(), tmpdir, resolve,
+      helpers: _makeHelpers(tmpdir, diskMB, maxRequests), ctx: null, realm: null, deadline: null };
+    _w.run = run;
+    const env = Object.assign({}, _realProcess.env, { TMPDIR: tmpdir, SANDBOX_TMPDIR: tmpdir });
+    const cfg = _stringify({
+      code: req.code, variables, tmpdir, env, uid: _w.uid, gid: _w.gid, allowed: ALLOWED_MODULES,
+      importRe: _IMPORT_RE.source, modulesDir: _w.modulesDir, maxDelay: MAX_DELAY_MS,
+      argv: [_realProcess.argv[0], 'main.js'], platform: _realProcess.platform, arch: _realProcess.arch,
+      version: _realProcess.version, versions: _realProcess.versions, release: { name: _realProcess.release.name },
+      pid: _realProcess.pid, ppid: _realProcess.ppid, title: _isBun ? 'bun' : 'node',
+      timeOrigin: performance.timeOrigin,
+    });
+    run.deadline = setTimeout(() => {
+      _workerFinish(run, { success: false, message: 'Script execution timed out after ' + _fmtNum(timeoutMs) + 'ms' },
+        'timeout');
+    }, timeoutMs);
+    try {
+      run.ctx = _w.vm.createContext({});
+      const setup = _w.setupScript.runInContext(run.ctx);
+      run.realm = setup(_makeBridge(run), { globals: _w.globals, builtins: _w.builtins }, cfg);
+      _w.goScript.runInContext(run.ctx, { timeout: timeoutMs });
+    } catch (e) {
+      // the vm's timeout (a busy synchronous part), or a failure of the set-up
+      if (/timed out/i.test(_errMessage(e)) && !run.done) {
+        _workerFinish(run, { success: false, message: 'Script execution timed out after ' + _fmtNum(timeoutMs) + 'ms' },
+          'timeout');
+      } else {
+        _workerFinish(run, { success: false, message: 'Runner error: ' + _errMessage(e) }, 'runner error');
+      }
+    }
+  });
+}
+
+function _workerExit() {
+  if (_w.ownRoot) {
+    try {
+      _fs.rmSync(_w.ownRoot, { recursive: true, force: true });
+    } catch (e) {}
+  }
+  _exit(0);
+}
+
+async function _workerMain(args) {
+  _w.t0 = Date.now();
+  if (args.tmpdirRoot) {
+    _w.root = _fs.realpathSync(args.tmpdirRoot);
+    _dropAndScrub(null); // the zygote's child dropped privileges and scrubbed already
+  } else if (args.uid !== null && _realProcess.geteuid() === 0) {
+    // Run dirs are made after the drop: under a dir of the worker's own, made
+    // (as for a one-shot run) before it, and removed when the worker ends.
+    _w.root = _w.ownRoot = _makeTmpdir(_tmpBase());
+    _fs.chownSync(_w.root, args.uid, args.uid);
+    _dropAndScrub(args.uid);
+  } else {
+    _w.root = _fs.realpathSync(_tmpBase());
+    _dropAndScrub(args.uid);
+  }
+  _w.uid = _realProcess.getuid();
+  _w.gid = _realProcess.getgid();
+  _w.vm = _realRequire('vm');
+  _w.builtins = { url: _realRequire('url'), querystring: _realRequire('querystring') };
+  _w.globals = { URL, URLSearchParams, TextEncoder, TextDecoder, Buffer, atob, btoa, structuredClone };
+  _w.setupScript = new _w.vm.Script('(' + _realmSetup.toString() + ')', { filename: 'agentbox-realm.js' });
+  _w.goScript = new _w.vm.Script('__agentbox_go__()', { filename: 'agentbox-go.js' });
+  _realProcess.on('unhandledRejection', () => {}); // a run's rejected promises end with its realm
+  _realProcess.on('uncaughtException', (e) => {
+    if (_w.run) _workerFinish(_w.run, { success: false, message: _errMessage(e) }, 'uncaught exception');
+  });
+  _installShims();
+  _freezeExposed();
+  _w.snapshot = _integritySnapshot(_integrityRoots());
+  _w.watch = _leftoverWatchStart(_w.uid);
+  _writeLine({ ready: true });
+  for (let runs = 1; ; runs++) {
+    let req;
+    try {
+      req = _readLine();
+    } catch (e) {
+      if (e && e.eof) _workerExit();
+      _writeLine({ result: { success: false, message: 'Invalid request: ' + _errMessage(e) } });
+      _writeLine({ ready: true });
+      continue;
+    }
+    let recycle;
+    if (!req || typeof req !== 'object' || Array.isArray(req)) {
+      _writeLine({ result: { success: false, message: 'Invalid request: not an object' } });
+      recycle = null;
+    } else {
+      recycle = await _workerRun(req);
+    }
+    if (!recycle && runs >= args.maxRuns) recycle = 'max-runs';
+    if (recycle) {
+      _writeLine({ recycle });
+      _workerExit();
+    }
+    _writeLine({ ready: true });
+  }
 }
 
 // ---- the run ------------------------------------------------------------------------------
@@ -555,7 +1445,7 @@ async function _run() {
   const SystemHelper = _makeHelpers(tmpdir, diskMB, maxRequests);
   const logs = _logs;
   const logFn = (...args) => {
-    logs.push(args.map(_formatLogArg).join(' '));
+    logs.push(args.map((a) => _formatLogArg(a)).join(' '));
   };
   const safeConsole = {
     log: logFn, info: logFn, warn: logFn, error: logFn, debug: logFn, trace: logFn,
@@ -588,13 +1478,7 @@ async function _run() {
     if (typeof main !== 'function') throw new Error("No 'main' function defined");
     result = await main(variables);
   } catch (err) {
-    let msg;
-    try {
-      msg = err && typeof err === 'object' && 'message' in err ? err.message : String(err);
-    } catch (e) {
-      msg = 'Error';
-    }
-    _fail(msg);
+    _fail(_errMessage(err));
     return;
   }
 
@@ -609,4 +1493,13 @@ async function _run() {
   _finish({ success: true, data: { codeReturn, log: logs.join('\n') } });
 }
 
-_run().catch((e) => _fail('Runner error: ' + (e && e.message ? e.message : String(e))));
+if (_parseArgs(process.argv).worker) {
+  _workerMain(_parseArgs(process.argv)).catch((e) => {
+    try {
+      _writeLine({ recycle: 'runner error: ' + _errMessage(e) });
+    } catch (e2) {}
+    _exit(0);
+  });
+} else {
+  _run().catch((e) => _fail('Runner error: ' + (e && e.message ? e.message : String(e))));
+}

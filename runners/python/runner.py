@@ -599,20 +599,36 @@ def _call_main(user_main, variables):
     return user_main(*args)
 
 
+_original_open = builtins.open
+_safe_import = None
+
+
+def _install_import_hook():
+    global _safe_import
+    if _safe_import is None:
+        _safe_import = _make_import_hook(builtins.__import__)
+        builtins.__import__ = _safe_import
+
+
 def _serve_run(tmpdir):
     """Everything after the set-up: ready line, the request, the run, the
     result (never returns)."""
-    original_import = builtins.__import__
-    original_open = builtins.open
-    safe_import = _make_import_hook(original_import)
-    builtins.__import__ = safe_import
-
+    _install_import_hook()
     _write_line({'ready': True})
-
     try:
         req = _read_line()
     except Exception as e:
         _fail('Invalid request: %s' % e)
+    _run_request(req, tmpdir)
+
+
+def _run_request(req, tmpdir):
+    """Runs one request line (a dict, else a failure) in this process, which
+    is the run's own: writes the result and exits (never returns)."""
+    original_open = _original_open
+    safe_import = _safe_import
+    if isinstance(req, str):
+        _fail(req)
     if not isinstance(req, dict):
         _fail('Invalid request: not an object')
 
@@ -717,6 +733,7 @@ ZYGOTE_PRELOAD = (
     'struct', 'array', 'numbers', 'cmath', 'email.utils', 'logging', 'secrets', 'ipaddress',
     'zoneinfo', 'traceback', 'weakref', 'contextlib', 'abc', 'locale', 'gzip', 'binascii',
     'quopri', 'html.parser', 'xml.etree.ElementTree', 'urllib.parse',
+    'ctypes',  # the worker's prctl (never importable by snippets: the import hook)
 )
 HELLO_MAX = 4096
 
@@ -754,10 +771,22 @@ def _zygote_child(conn, hello, tmpdir, js_argv):
         if not isinstance(reply, dict) or 'attached' not in reply:
             os._exit(2)
         uid = hello['uid']
+        if hello.get('worker') is True and hello['lang'] == 'python':
+            _worker_prepare()
         _tmpdir = _setup_process(uid, tmpdir)
+        worker = hello.get('worker') is True
+        max_runs = hello.get('maxRuns')
+        if not isinstance(max_runs, int) or isinstance(max_runs, bool) or max_runs < 1:
+            max_runs = DEFAULT_MAX_RUNS
         if hello['lang'] == 'js':
             _tmpdir = None  # the JS runner removes it
-            os.execve(js_argv[0], js_argv + ['--tmpdir', tmpdir], dict(os.environ))
+            argv = js_argv + (['--worker', '--tmpdir-root', tmpdir, '--max-runs', str(max_runs)]
+                              if worker else ['--tmpdir', tmpdir])
+            os.execve(js_argv[0], argv, dict(os.environ))
+        if worker:
+            _tmpdir = None  # the host's {"ended":UID} removes it
+            _worker(tmpdir, max_runs)
+            os._exit(0)
         _serve_run(tmpdir)
     except BaseException as e:  # noqa: B902 - a child must never return to the zygote
         try:
@@ -765,6 +794,265 @@ def _zygote_child(conn, hello, tmpdir, js_argv):
         except BaseException:
             pass
     os._exit(1)
+
+
+# ---- worker mode ----------------------------------------------------------------
+# `runner.py --worker [--uid UID] [--max-runs N]`, or a zygote child asked
+# with {"worker":true}: a warm parent that serves many runs of one app and
+# never runs user code itself. Each run is a fork of the parent's clean state
+# (fresh globals, builtins and module table: nothing a run changes survives
+# it) speaking the protocol through the parent over a socket pair of its own,
+# so only the parent ever writes on the host's connection. The parent is not
+# dumpable (a run of the same uid cannot ptrace it or read its memory) and is
+# the child subreaper of its runs: a process a run leaves behind becomes its
+# child, which it notices. After each run it writes {"ready":true}, or
+# {"recycle":"<reason>"} and exits 0 (runners/README.md lists the reasons).
+
+DEFAULT_MAX_RUNS = 100
+RUN_EXIT_GRACE_S = 2.0
+RUN_LINE_MAX = 64 << 20  # a result line (codeReturn + log), as the host takes
+PR_SET_DUMPABLE = 4
+PR_SET_CHILD_SUBREAPER = 36
+
+
+_libc = None
+
+
+def _worker_prepare():
+    """Loads what the worker needs before it drops its privileges (libc for
+    prctl: the uid may not read the interpreter's extension modules)."""
+    global _libc
+    import ctypes
+    import select  # noqa: F401
+    import socket  # noqa: F401
+    _libc = ctypes.CDLL(None, use_errno=True)
+
+
+def _prctl(option, value):
+    import ctypes
+    return _libc.prctl(option, ctypes.c_ulong(value), ctypes.c_ulong(0), ctypes.c_ulong(0),
+                       ctypes.c_ulong(0))
+
+
+def _int_arg(argv, name, default):
+    for i, a in enumerate(argv):
+        if a == name and i + 1 < len(argv):
+            return int(argv[i + 1])
+        if a.startswith(name + '='):
+            return int(a.split('=', 1)[1])
+    return default
+
+
+def _leftovers(uid, root):
+    """Why the worker cannot take another run: what its runs left outside
+    their temp dirs (entries of uid at the top of the shared temp places
+    other than the worker's own root, a non-empty root, System V IPC of
+    uid), or None. Top levels only: cheap enough for every run."""
+    for place in SHARED_WRITABLE:
+        try:
+            with os.scandir(place) as it:
+                for e in it:
+                    if e.path == root:
+                        continue
+                    try:
+                        if e.stat(follow_symlinks=False).st_uid == uid:
+                            return 'a run left %s' % e.path
+                    except OSError:
+                        continue
+        except OSError:
+            continue
+    try:
+        if os.listdir(root):
+            return 'a run left files in the worker dir'
+    except OSError:
+        return 'the worker dir is gone'
+    if uid in _ipc_uids():
+        return 'a run left System V IPC objects'
+    return None
+
+
+def _strays():
+    """Reaps exited strays; True when a process a run left is still alive
+    (the parent is their subreaper: every orphan of a run is its child)."""
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return False
+        if pid == 0:
+            return True
+
+
+def _send_all(fd, data):
+    view = memoryview(data)
+    while view:
+        n = os.write(fd, view)
+        view = view[n:]
+
+
+def _wait_exit(pid, seconds):
+    """Reaps the run pid; False when it is still alive after seconds."""
+    import select
+    try:
+        fd = os.pidfd_open(pid)
+    except (AttributeError, OSError):
+        fd = -1
+    try:
+        deadline = time.monotonic() + seconds
+        while True:
+            try:
+                done, _ = os.waitpid(pid, os.WNOHANG)
+            except ChildProcessError:
+                return True
+            if done:
+                return True
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            if fd >= 0:
+                select.select([fd], [], [], left)  # readable once it has exited
+            else:
+                time.sleep(0.0005)
+    finally:
+        if fd >= 0:
+            os.close(fd)
+
+
+def _relay_run(req, root):
+    """Forks the run, relays its protocol lines, waits for its end. Returns
+    (result or None, why the worker must recycle or None, host gone)."""
+    global _stdin, _tmpdir
+    import select
+    import socket
+    mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    run_dir = tempfile.mkdtemp(prefix='sandbox_', dir=root)
+    os.chmod(run_dir, 0o700)
+    pid = os.fork()
+    if pid == 0:
+        try:
+            mine.close()
+            fd = theirs.detach()
+            os.dup2(fd, 0)
+            os.dup2(fd, 1)
+            os.close(fd)
+            _stdin = os.fdopen(0, 'rb', closefd=False)
+            _tmpdir = run_dir
+            signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+            os.chdir(run_dir)
+            os.environ['TMPDIR'] = run_dir
+            os.environ['SANDBOX_TMPDIR'] = run_dir
+            _run_request(req, run_dir)
+        except BaseException as e:  # noqa: B902 - a run must never return to the loop
+            try:
+                _fail('Runner error: %s' % e)
+            except BaseException:
+                pass
+        os._exit(1)
+    theirs.close()
+    sock = mine.fileno()
+    result, why, host_gone = None, None, False
+    buf_run, scanned = bytearray(), 0
+    try:
+        open_run = True
+        while open_run and result is None:
+            r, _, _ = select.select([sock, 0], [], [])
+            if 0 in r:
+                data = os.read(0, 65536)
+                if not data:
+                    host_gone = True
+                    break
+                try:
+                    _send_all(sock, data)  # the host's answers to the run's requests
+                except OSError:
+                    pass  # the run is gone: its end comes from its socket
+            if sock in r:
+                data = os.read(sock, 262144)
+                if not data:
+                    open_run = False
+                buf_run += data
+                start = 0
+                while result is None:
+                    nl = buf_run.find(b'\n', max(start, scanned))
+                    if nl < 0:
+                        scanned = len(buf_run)
+                        break
+                    one = bytes(buf_run[start:nl + 1])
+                    start = nl + 1
+                    try:
+                        msg = _loads(one.decode('utf-8'))
+                    except ValueError:
+                        continue  # not a protocol line (a shell's echo): dropped, as the host does
+                    if isinstance(msg, dict) and 'result' in msg:
+                        result = msg['result']
+                        _send_all(_real_stdout_fd, one)
+                    elif isinstance(msg, dict) and 'http' in msg:
+                        _send_all(_real_stdout_fd, one)
+                del buf_run[:start]
+                scanned = max(0, scanned - start)
+                if len(buf_run) > RUN_LINE_MAX:
+                    why = 'a run wrote a line too long'
+                    break
+                if buf_run and result is not None:
+                    why = 'a run wrote after its result'
+    finally:
+        mine.close()
+    if host_gone or why or result is None:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+    if not _wait_exit(pid, RUN_EXIT_GRACE_S):
+        os.kill(pid, signal.SIGKILL)
+        why = why or 'a run did not exit after its result'
+        os.waitpid(pid, 0)
+    if result is None and not why:
+        why = 'a run ended without a result'
+    shutil.rmtree(run_dir, ignore_errors=True)
+    return result, why, host_gone
+
+
+def _worker(root, max_runs):
+    """The worker's loop, until EOF on stdin or a recycle. The process has
+    dropped to its uid and made root, its temp dir, already."""
+    uid = os.getuid()
+    _prctl(PR_SET_DUMPABLE, 0)
+    _prctl(PR_SET_CHILD_SUBREAPER, 1)
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    # Everything the worker holds now goes to the collector's permanent
+    # generation: a run's collections then never walk (and so never copy,
+    # page by page, out of the shared fork) the worker's own objects.
+    import gc
+    gc.collect()
+    gc.freeze()
+    _install_import_hook()
+    limited = ('Script execution timed out after', 'Memory limit exceeded')
+    runs = 0
+    while True:
+        _write_line({'ready': True})
+        line = _stdin.readline()
+        if not line:
+            return
+        try:
+            req = _loads(line.decode('utf-8'))
+        except ValueError as e:
+            req = 'Invalid request: %s' % e
+        result, why, host_gone = _relay_run(req, root)
+        if host_gone:
+            return
+        runs += 1
+        if why is None and isinstance(result, dict) and not result.get('success'):
+            msg = str(result.get('message', ''))
+            if msg.startswith(limited):
+                why = 'a run hit a limit'
+        if why is None and _strays():
+            why = 'a run left a process'
+        if why is None:
+            why = _leftovers(uid, root)
+        if why is None and runs >= max_runs:
+            why = 'served %d runs' % runs
+        if why is not None:
+            _write_line({'recycle': why})
+            return
 
 
 def _owned_paths(uid):
@@ -1095,7 +1383,16 @@ def main():
         return
     uid = _parse_uid(sys.argv)
     _trusted_prefixes()
+    if '--worker' in sys.argv:
+        _worker_prepare()
     tmpdir = _tmpdir = _setup_process(uid)
+    if '--worker' in sys.argv:
+        _tmpdir = None
+        try:
+            _worker(tmpdir, max(1, _int_arg(sys.argv, '--max-runs', DEFAULT_MAX_RUNS)))
+        finally:
+            shutil.rmtree(tmpdir, ignore_errors=True)
+        os._exit(0)
     _serve_run(tmpdir)
 
 

@@ -234,6 +234,8 @@ static int open_runners(cli_service *s, ab_err **err)
             .max_concurrency = (int)env_num("SANDBOX_MAX_CONCURRENCY", 0, err, &bad),
             .max_requests = (int)env_num("SANDBOX_MAX_REQUESTS", 0, err, &bad),
             .warm = (int)env_num("AGENTBOX_RUNNER_WARM", 0, err, &bad),
+            .max_runs = (int)env_num("AGENTBOX_RUNNER_MAX_RUNS", 0, err, &bad),
+            .idle_s = (int)env_num("AGENTBOX_RUNNER_IDLE_S", 0, err, &bad),
         };
         if (bad)
                 return -1;

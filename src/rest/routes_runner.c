@@ -3,10 +3,13 @@
  * HTTP 200 {"success": true, "data": {...}} or {"success": false, "message"},
  * and 400 "Invalid request: ..." for a malformed request.
  *
- * Auth as the seed: with SANDBOX_TOKEN set, `Authorization: Bearer TOKEN` is
- * required (missing 401, malformed 400, wrong 401). Without it, the admin
- * token is required when the server has one; with neither, loopback clients
- * only, like the rest of the API. */
+ * Auth as the seed: `Authorization: Bearer TOKEN` (missing 401, malformed
+ * 400, wrong 401), where TOKEN is SANDBOX_TOKEN, the admin token or an API
+ * key; with no token configured, loopback clients only, like the rest of the
+ * API. The caller's app (the key's; the SANDBOX_TOKEN and the admin token are
+ * one app each) chooses the runner's warm workers: never another app's. */
+#include "base/codec.h"
+#include "base/sha256.h"
 #include "rest/parse.h"
 #include "rest/rest.h"
 #include "runners/runner.h"
@@ -16,16 +19,51 @@ static enum MHD_Result sandbox_answer(ab_req *r, unsigned status, const char *me
         return resp_json(r, status, json_pack("{s:b,s:s}", "success", 0, "message", message));
 }
 
-/* Returns true when the request may go on; else an answer is queued in *ret. */
+/* The caller's app for the runner's pool (a warm worker serves one app):
+ * an API key's app_id, or one of these, which no app id can be (app ids
+ * have no ':'). */
+#define APP_SANDBOX_TOKEN ":sandbox-token"
+#define APP_ADMIN         ":admin"
+
+/* The app of a bearer token that is an API key (configured, or made with
+ * POST /v1/keys: the store is read, so the table's auth blocks), malloc'd,
+ * or NULL. */
+static char *key_app(ab_req *r, const char *tok)
+{
+        const ab_config *c = r->srv->cfg;
+        for (size_t i = 0; i < c->n_keys; i++)
+                if (req_secret_eq(tok, c->keys[i].key))
+                        return xstrdup(c->keys[i].app_id);
+        uint8_t md[AB_SHA256_LEN];
+        char hex[2 * AB_SHA256_LEN + 1];
+        ab_sha256(tok, strlen(tok), md);
+        ab_hex_encode(md, sizeof(md), hex);
+        ab_api_key k = {0};
+        ab_err *e = NULL;
+        char *app = NULL;
+        if (ab_store_key_find(r->srv->store, hex, &k, &e) == 0)
+                app = steal_pointer(&k.app_id);
+        ab_api_key_clear(&k);
+        ab_err_free(&e);
+        return app;
+}
+
+/* Returns true when the request may go on, with r->scope set to the
+ * caller's app (above); else an answer is queued in *ret. Callers: the
+ * SANDBOX_TOKEN, the admin token, an API key; without any token configured,
+ * loopback clients (as the rest of the API). */
 static bool sandbox_auth(ab_req *r, enum MHD_Result *ret)
 {
-        const char *want = r->srv->sandbox_token && *r->srv->sandbox_token ? r->srv->sandbox_token
-                           : r->srv->cfg->token && *r->srv->cfg->token     ? r->srv->cfg->token
-                                                                           : NULL;
+        const char *sb =
+            r->srv->sandbox_token && *r->srv->sandbox_token ? r->srv->sandbox_token : NULL;
+        const char *admin = r->srv->cfg->token && *r->srv->cfg->token ? r->srv->cfg->token : NULL;
         const char *h = req_header(r, "Authorization");
-        if (!want) {
-                if (req_peer_loopback(r))
+        if (!sb && !admin && !h) {
+                if (req_peer_loopback(r)) {
+                        free(r->scope_buf);
+                        r->scope = r->scope_buf = xstrdup(APP_ADMIN);
                         return true;
+                }
                 *ret = sandbox_answer(r, 403,
                                       "This server has no token and answers loopback "
                                       "clients only");
@@ -41,10 +79,18 @@ static bool sandbox_auth(ab_req *r, enum MHD_Result *ret)
                                       "\"Bearer <token>\"");
                 return false;
         }
-        if (!req_secret_eq(h + 7, want)) {
+        const char *tok = h + 7;
+        char *app = sb && req_secret_eq(tok, sb)         ? xstrdup(APP_SANDBOX_TOKEN)
+                    : admin && req_secret_eq(tok, admin) ? xstrdup(APP_ADMIN)
+                                                         : key_app(r, tok);
+        if (!app && !sb && !admin && req_peer_loopback(r))
+                app = xstrdup(APP_ADMIN); /* no token at all: a loopback client, as above */
+        if (!app) {
                 *ret = sandbox_answer(r, 401, "Unauthorized: invalid token");
                 return false;
         }
+        free(r->scope_buf);
+        r->scope = r->scope_buf = app;
         return true;
 }
 
@@ -109,7 +155,7 @@ static enum MHD_Result run(ab_req *r, const char *lang)
                 snprintf(msg, sizeof(msg), "Invalid request: malformed JSON: %s", je.text);
                 return sandbox_answer(r, 400, msg);
         }
-        ab_run_req q = {0};
+        ab_run_req q = {.app = r->scope};
         ab_run_res res = {0};
         ab_err *e = NULL;
         int rc = run_req_parse(body, &q, &e);

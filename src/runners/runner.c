@@ -37,6 +37,7 @@
 #define RUN_PIDS        128 /* processes + threads per run (Bun alone has ~15 threads) */
 #define ZYGOTE_RETRY_S  1
 #define RESULT_GRACE_MS 2000
+#define SETTLE_MS       50 /* a run waits this long for its app's worker to be ready again */
 
 enum { LANG_JS, LANG_PY, N_LANG };
 static const char *const lang_names[N_LANG] = {"js", "python"};
@@ -47,6 +48,14 @@ typedef struct wproc {
         struct ab_runners *rs;
         int lang;
         int uid;
+        bool worker;            /* serves many runs (worker mode), else one */
+        char *app;              /* under rs->lock: the app it serves; NULL = not bound yet */
+        int runs;               /* runs given to it */
+        int64_t mem_mb;         /* the memoryMB its cgroup's limit is set for */
+        uint64_t idle_since;    /* ab_now_ms() it went back to the idle list */
+        bool got_ready;         /* under rs->lock: {"ready"} after its current run's result */
+        bool parked;            /* under rs->lock: holds the handler's reference until ready */
+        bool recycling;         /* under rs->lock: it said {"recycle"} or must not be reused */
         int in_w;               /* the connection to the run's process (from the zygote) */
         int cancel_r, cancel_w; /* closing cancel_w ends the run's process */
         bool in_cg;             /* in its own cgroup run-UID (else: cleaned up by uid) */
@@ -80,7 +89,9 @@ struct ab_runners {
         bool no_cg;     /* per-run cgroups failed once: clean up by uid instead */
         wproc *idle[N_LANG];
         wproc *all;
-        int n_warm[N_LANG]; /* starting + ready */
+        int n_warm[N_LANG]; /* not bound to an app: starting + ready */
+        int n_total;        /* live processes (their threads), bound or not */
+        bool worker_mode[N_LANG];
         int running, queued;
         unsigned char uid_used[UID_COUNT];
         int uid_next;
@@ -135,6 +146,7 @@ static void wproc_put(ab_runners *rs, wproc *p)
                 close(p->cancel_r);
         json_decref(p->result);
         ab_buf_free(&p->line);
+        free(p->app);
         free(p);
 }
 
@@ -194,34 +206,87 @@ static void on_http(wproc *p, json_t *h)
         json_decref(ans);
 }
 
-static void on_line(wproc *p, const char *line, size_t len)
+/* rs->lock held: p goes (back) to its language's idle list, which takes
+ * the caller's reference. */
+static void idle_push(ab_runners *rs, wproc *p)
+{
+        p->state = W_READY;
+        p->idle_since = ab_now_ms();
+        p->next = rs->idle[p->lang];
+        rs->idle[p->lang] = p;
+        pthread_cond_broadcast(&rs->cond);
+}
+
+/* rs->lock held: takes p off its idle list (the list's reference is the
+ * caller's now). False when it was not on it. */
+static bool idle_unlink(ab_runners *rs, wproc *p)
+{
+        for (wproc **pp = &rs->idle[p->lang]; *pp; pp = &(*pp)->next)
+                if (*pp == p) {
+                        *pp = p->next;
+                        p->next = NULL;
+                        return true;
+                }
+        return false;
+}
+
+/* rs->lock held: ends p's process (its thread then ends the rest). */
+static void wproc_cancel(wproc *p)
+{
+        p->recycling = true;
+        if (p->cancel_w >= 0) {
+                close(p->cancel_w);
+                p->cancel_w = -1;
+        }
+}
+
+/* One protocol line from p. -1: a line it had no business writing (the
+ * process is ended: a worker that breaks the protocol is never reused). */
+static int on_line(wproc *p, const char *line, size_t len)
 {
         ab_runners *rs = p->rs;
         json_t *j = json_loadb(line, len, 0, NULL);
         if (!j)
-                return; /* not ours: the runner keeps stdout for protocol lines */
+                return p->worker ? -1 : 0; /* one-shot: not ours (stdout is for protocol lines) */
+        int rc = 0;
+        pthread_mutex_lock(&rs->lock);
+        bool busy = p->state == W_BUSY && !p->result;
+        pthread_mutex_unlock(&rs->lock);
         if (json_is_true(json_object_get(j, "ready"))) {
                 pthread_mutex_lock(&rs->lock);
-                /* not once stopping: ab_runners_free has emptied the idle
-                 * lists, and a reference taken now would never be dropped */
                 if (p->state == W_STARTING && !rs->stopping) {
-                        p->state = W_READY;
+                        /* not once stopping: ab_runners_free has emptied the idle
+                         * lists, and a reference taken now would never be dropped */
                         p->refs++; /* the idle list's */
-                        p->next = rs->idle[p->lang];
-                        rs->idle[p->lang] = p;
-                        pthread_cond_broadcast(&rs->cond);
+                        idle_push(rs, p);
+                } else if (p->worker && p->state == W_BUSY && p->result && !p->got_ready) {
+                        p->got_ready = true;
+                        if (p->parked && !p->recycling && !rs->stopping) {
+                                p->parked = false; /* the handler's reference: the list's now */
+                                idle_push(rs, p);
+                        }
+                } else if (p->worker && !rs->stopping) {
+                        rc = -1;
                 }
                 pthread_mutex_unlock(&rs->lock);
-        } else if (json_object_get(j, "http")) {
-                on_http(p, json_object_get(j, "http"));
-        } else if (json_object_get(j, "result")) {
+        } else if (json_is_string(json_object_get(j, "recycle")) && p->worker) {
                 pthread_mutex_lock(&rs->lock);
-                if (!p->result)
-                        p->result = json_incref(json_object_get(j, "result"));
+                p->recycling = true; /* it exits by itself; its thread ends the rest */
+                pthread_mutex_unlock(&rs->lock);
+                ab_log(AB_LOG_DEBUG, "runner: a worker recycles", "reason",
+                       json_string_value(json_object_get(j, "recycle")), NULL);
+        } else if (json_object_get(j, "http") && busy) {
+                on_http(p, json_object_get(j, "http"));
+        } else if (json_object_get(j, "result") && busy) {
+                pthread_mutex_lock(&rs->lock);
+                p->result = json_incref(json_object_get(j, "result"));
                 pthread_cond_broadcast(&rs->cond);
                 pthread_mutex_unlock(&rs->lock);
+        } else if (p->worker) {
+                rc = -1;
         }
         json_decref(j);
+        return rc;
 }
 
 static int on_output(void *ud, int stream, const void *buf, size_t len)
@@ -237,7 +302,8 @@ static int on_output(void *ud, int stream, const void *buf, size_t len)
                 ab_buf_add(&p->line, s + i, n);
                 i += n;
                 if (nl) {
-                        on_line(p, p->line.p, p->line.n);
+                        if (on_line(p, p->line.p, p->line.n) < 0)
+                                return -1;
                         p->line.n = 0;
                         i++;
                 }
@@ -328,6 +394,45 @@ static void end_run(ab_runners *rs, wproc *p)
         pthread_mutex_unlock(&rs->lock);
 }
 
+/* How long the thread of p may wait for its next event: a one-shot process
+ * has RESULT_GRACE_MS after its result to exit; an idle bound worker until
+ * its idle time is up. */
+static int wait_ms(wproc *p)
+{
+        ab_runners *rs = p->rs;
+        pthread_mutex_lock(&rs->lock);
+        int ms = -1;
+        if (!p->worker && p->result) {
+                ms = RESULT_GRACE_MS;
+        } else if (p->worker && p->app && p->state == W_READY) {
+                uint64_t until = p->idle_since + (uint64_t)rs->o.idle_s * 1000;
+                uint64_t now = ab_now_ms();
+                ms = until > now ? (int)(until - now) : 0;
+        } else if (p->worker && p->app) {
+                ms = rs->o.idle_s * 1000; /* look again later: it may go idle meanwhile */
+        }
+        pthread_mutex_unlock(&rs->lock);
+        return ms;
+}
+
+/* True when p, a worker, has been idle and bound for too long: it leaves the
+ * idle list here, under the lock, so no run takes it while its thread ends
+ * it. */
+static bool idle_expired(wproc *p)
+{
+        ab_runners *rs = p->rs;
+        pthread_mutex_lock(&rs->lock);
+        bool gone = p->app && p->state == W_READY &&
+                    ab_now_ms() >= p->idle_since + (uint64_t)rs->o.idle_s * 1000 &&
+                    idle_unlink(rs, p);
+        if (gone) {
+                p->recycling = true;
+                p->refs--; /* the list's; the thread's own is still held */
+        }
+        pthread_mutex_unlock(&rs->lock);
+        return gone;
+}
+
 /* One run's process, from the zygote's fork to its end: connect, let the
  * zygote fork it for this uid and language, move it into its own cgroup
  * before it does anything, then relay its protocol lines (on_output) until
@@ -355,9 +460,10 @@ static void *warm_main(void *arg)
         p->in_w = fd; /* closed with p */
         if (fd >= 0) {
                 int one = 1;
-                char hello[96];
-                snprintf(hello, sizeof(hello), "{\"uid\":%d,\"lang\":\"%s\"}\n", p->uid,
-                         lang_names[p->lang]);
+                char hello[128];
+                snprintf(hello, sizeof(hello),
+                         "{\"uid\":%d,\"lang\":\"%s\",\"worker\":%s,\"maxRuns\":%d}\n", p->uid,
+                         lang_names[p->lang], p->worker ? "true" : "false", rs->o.max_runs);
                 started = setsockopt(fd, SOL_SOCKET, SO_PASSCRED, &one, sizeof(one)) == 0 &&
                           ab_write_all(fd, hello, strlen(hello)) == 0 &&
                           read_pid_line(fd, &host_pid) == 0;
@@ -365,6 +471,7 @@ static void *warm_main(void *arg)
         if (started && !no_cg) {
                 char sub[32];
                 snprintf(sub, sizeof(sub), "run-%d", p->uid);
+                p->mem_mb = rs->o.memory_mb;
                 uint64_t mb = (uint64_t)rs->o.memory_mb +
                               (p->lang == LANG_JS ? JS_HEADROOM_MB : PY_HEADROOM_MB);
                 ab_err *ce = NULL;
@@ -396,9 +503,10 @@ static void *warm_main(void *arg)
                 struct pollfd pf[3] = {{.fd = fd, .events = POLLIN},
                                        {.fd = p->cancel_r, .events = POLLIN},
                                        {.fd = pidfd, .events = POLLIN}};
-                /* After its result a process has RESULT_GRACE_MS to exit. */
-                int n = poll(pf, pidfd >= 0 ? 3 : 2, p->result ? RESULT_GRACE_MS : -1);
+                int n = poll(pf, pidfd >= 0 ? 3 : 2, wait_ms(p));
                 if (n < 0 && errno == EINTR)
+                        continue;
+                if (n == 0 && p->worker && !idle_expired(p))
                         continue;
                 if (n <= 0 || pf[1].revents)
                         break;
@@ -426,6 +534,17 @@ static void *warm_main(void *arg)
                 end_run(rs, p);
         pthread_mutex_lock(&rs->lock);
         bool never_ready = p->state == W_STARTING;
+        if (p->state == W_READY && idle_unlink(rs, p)) {
+                /* ended while idle: the list's reference goes */
+                if (!p->app)
+                        rs->n_warm[p->lang]--;
+                p->refs--; /* the thread's own is still held: never 0 here */
+        }
+        if (p->parked) {
+                p->parked = false;
+                p->refs--;
+        }
+        rs->n_total--;
         if (never_ready) {
                 rs->n_warm[p->lang]--;
                 rs->retry_at = ab_now_ms() + 250; /* no busy loop of failing starts */
@@ -436,7 +555,6 @@ static void *warm_main(void *arg)
         p->exited = true;
         p->state = W_DONE;
         pthread_cond_broadcast(&rs->cond);
-        int lang = p->lang;
         wproc_put(rs, p);
         rs->threads--;
         bool again = !rs->stopping && !never_ready;
@@ -444,7 +562,8 @@ static void *warm_main(void *arg)
         pthread_mutex_unlock(&rs->lock);
         ab_err_free(&e);
         if (again)
-                top_up(rs, lang);
+                for (int l = 0; l < N_LANG; l++) /* a slot of the pool is free */
+                        top_up(rs, l);
         return NULL;
 }
 
@@ -579,15 +698,44 @@ static void *zygote_main(void *arg)
         return NULL;
 }
 
-/* Starts warm processes until `warm` of lang are starting or ready. */
+/* rs->lock held: ends the idle bound worker that has waited longest (of any
+ * language), to make room in the pool. False when there is none. */
+static bool evict_one(ab_runners *rs)
+{
+        wproc *oldest = NULL;
+        for (int l = 0; l < N_LANG; l++)
+                for (wproc *q = rs->idle[l]; q; q = q->next)
+                        if (q->app && (!oldest || q->idle_since < oldest->idle_since))
+                                oldest = q;
+        if (!oldest || !idle_unlink(rs, oldest))
+                return false;
+        wproc_cancel(oldest);
+        wproc_put(rs, oldest); /* the list's reference */
+        return true;
+}
+
+/* The most processes the pool holds: a busy one per run at once, and the
+ * unbound ones kept ready. */
+static int pool_cap(ab_runners *rs)
+{
+        return rs->o.max_concurrency + N_LANG * rs->o.warm;
+}
+
+/* Starts warm processes until `warm` of lang are starting or ready (not
+ * bound to an app), within the pool's cap (idle bound workers make room). */
 static void top_up(ab_runners *rs, int lang)
 {
         pthread_mutex_lock(&rs->lock);
         while (!rs->stopping && rs->ready && rs->zy_ready && rs->n_warm[lang] < rs->o.warm &&
                ab_now_ms() >= rs->retry_at) {
+                if (rs->n_total >= pool_cap(rs)) {
+                        evict_one(rs); /* its thread's end frees the slot and tops up */
+                        break;
+                }
                 wproc *p = xzalloc(sizeof(*p));
                 p->rs = rs;
                 p->lang = lang;
+                p->worker = rs->worker_mode[lang];
                 p->in_w = p->cancel_w = p->cancel_r = -1;
                 p->uid = alloc_uid(rs);
                 p->max_http = rs->o.max_requests;
@@ -611,6 +759,7 @@ static void top_up(ab_runners *rs, int lang)
                 }
                 rs->threads++;
                 rs->n_warm[lang]++;
+                rs->n_total++;
                 p->all_next = rs->all;
                 if (rs->all)
                         rs->all->all_prev = p;
@@ -811,6 +960,11 @@ static int prepare_box(ab_runners *rs, ab_err **err)
         rs->have_bun =
             box_exec(rs, "test -x " BOX_DIR "/js/node_modules/@oven/bun-linux-x64/bin/bun", NULL) ==
             0;
+        /* Worker mode (runners/README.md): Python's always; JS's once its
+         * runner takes --worker (else one Bun per run, as before). */
+        rs->worker_mode[LANG_PY] = true;
+        rs->worker_mode[LANG_JS] =
+            box_exec(rs, "grep -q -e '--tmpdir-root' " BOX_DIR "/js/runner.js", NULL) == 0;
         return 0;
 }
 
@@ -874,11 +1028,98 @@ static int64_t clamp(int64_t v, int64_t def, int64_t max)
         return v <= 0 ? def : v > max ? max : v;
 }
 
+/* rs->lock held: true when a worker of app in lang has answered its run
+ * and will be idle again on its {"ready"}. */
+static bool settling(ab_runners *rs, int lang, const char *app)
+{
+        for (wproc *q = rs->all; q; q = q->all_next)
+                if (q->lang == lang && q->parked && !q->recycling && q->app && !strcmp(q->app, app))
+                        return true;
+        return false;
+}
+
+/* rs->lock held: an idle process for a run of app in lang, taken off its
+ * idle list (the list's reference is the caller's), or NULL. A worker of app
+ * first; else (unless own_only and one of app's is settling) an unbound
+ * one, bound to app from now on (a one-shot process is never bound: it runs
+ * once). */
+static wproc *take_idle(ab_runners *rs, int lang, const char *app, bool own_only)
+{
+        wproc *p = NULL;
+        for (wproc *q = rs->idle[lang]; q && !p; q = q->next)
+                if (q->app && !strcmp(q->app, app) && !q->recycling)
+                        p = q;
+        for (wproc *q = rs->idle[lang]; q && !p && !(own_only && settling(rs, lang, app));
+             q = q->next)
+                if (!q->app && !q->recycling)
+                        p = q;
+        if (!p || !idle_unlink(rs, p))
+                return NULL;
+        if (!p->app) {
+                rs->n_warm[lang]--;
+                if (p->worker)
+                        p->app = xstrdup(app);
+        }
+        p->state = W_BUSY;
+        p->runs++;
+        json_decref(p->result);
+        p->result = NULL;
+        p->got_ready = false;
+        return p;
+}
+
+/* The run's memory limit on its process's cgroup, rewritten only when it
+ * differs from the one set. A worker whose limit cannot be set is not
+ * reused (its run still goes on under the old limit and the box's). */
+static void set_run_memory(ab_runners *rs, wproc *p, int64_t mem)
+{
+        if (!p->in_cg || mem == p->mem_mb)
+                return;
+        char sub[32];
+        snprintf(sub, sizeof(sub), "run-%d", p->uid);
+        int64_t head = p->lang == LANG_JS ? JS_HEADROOM_MB : PY_HEADROOM_MB;
+        ab_err *me = NULL;
+        ab_backend *b = ab_manager_backend(rs->o.manager);
+        if (b->subcg->set_memory(b, BOX_ID, sub, (uint64_t)(mem + head) << 20, &me) == 0) {
+                p->mem_mb = mem;
+        } else {
+                ab_log(AB_LOG_WARN, "runner: cannot set a run's memory limit", "error", me->msg,
+                       NULL);
+                pthread_mutex_lock(&rs->lock);
+                p->recycling = true;
+                pthread_mutex_unlock(&rs->lock);
+        }
+        ab_err_free(&me);
+}
+
+/* rs->lock held: the handler is done with p (it holds the reference the
+ * idle list gave it). A worker that answered and may be reused goes back to
+ * the idle list (now, or on its {"ready"}: parked); anything else ends. */
+static void run_done(ab_runners *rs, wproc *p)
+{
+        bool reuse = p->worker && p->result && !p->exited && !p->recycling && !rs->stopping &&
+                     p->runs < rs->o.max_runs;
+        if (reuse && p->got_ready) {
+                idle_push(rs, p);
+                return;
+        }
+        if (reuse) {
+                p->parked = true;
+                return;
+        }
+        /* One-shot with a result: it removes its temp dir and exits; its
+         * thread ends what remains. Anything else is done: end it now. */
+        if (p->worker || !p->result)
+                wproc_cancel(p);
+        wproc_put(rs, p);
+}
+
 int ab_runners_run(ab_runners *rs, const char *lang_name, const ab_run_req *req, ab_run_res *out,
                    ab_err **err)
 {
         memset(out, 0, sizeof(*out));
         int lang = !strcmp(lang_name, "js") ? LANG_JS : LANG_PY;
+        const char *app = req->app ? req->app : "";
         int64_t tmo = clamp(req->timeout_ms, rs->o.timeout_ms, rs->o.max_timeout_ms);
         int64_t mem = clamp(req->memory_mb, rs->o.memory_mb, rs->o.max_memory_mb);
         int64_t disk = clamp(req->disk_mb, rs->o.disk_mb, rs->o.max_disk_mb);
@@ -900,22 +1141,28 @@ int ab_runners_run(ab_runners *rs, const char *lang_name, const ab_run_req *req,
                 pthread_cond_wait(&rs->cond, &rs->lock);
         rs->queued--;
         rs->running++;
-        /* An idle warm process (more are started if none). */
+        /* An idle worker of this app, else an unbound one (more are started
+         * if none). */
         struct timespec until;
         deadline_in(&until, READY_WAIT_S * 1000);
         wproc *p = NULL;
+        uint64_t settle_until = ab_now_ms() + SETTLE_MS;
         while (!rs->stopping) {
-                if ((p = rs->idle[lang])) {
-                        rs->idle[lang] = p->next;
-                        rs->n_warm[lang]--;
-                        p->state = W_BUSY;
+                if ((p = take_idle(rs, lang, app, ab_now_ms() < settle_until)))
                         break;
+                if (ab_now_ms() < settle_until && settling(rs, lang, app)) {
+                        /* its worker is between a result and its {"ready"}: it
+                         * comes back in a moment (not a second worker for app) */
+                        struct timespec t;
+                        deadline_in(&t, 2);
+                        pthread_cond_timedwait(&rs->cond, &rs->lock, &t);
+                        continue;
                 }
                 pthread_mutex_unlock(&rs->lock);
                 top_up(rs, lang);
                 pthread_mutex_lock(&rs->lock);
-                if (rs->idle[lang])
-                        continue;
+                if ((p = take_idle(rs, lang, app, false)))
+                        break;
                 /* wake at least every 300 ms: a failed start is retried */
                 struct timespec soon;
                 deadline_in(&soon, 300);
@@ -941,17 +1188,7 @@ int ab_runners_run(ab_runners *rs, const char *lang_name, const ab_run_req *req,
                       json_is_object(req->variables) ? json_incref(req->variables) : json_object(),
                       "limits", "timeoutMs", (json_int_t)tmo, "memoryMB", (json_int_t)mem, "diskMB",
                       (json_int_t)disk, "maxRequests", rs->o.max_requests);
-        if (p->in_cg && mem != rs->o.memory_mb) {
-                char sub[32];
-                snprintf(sub, sizeof(sub), "run-%d", p->uid);
-                int64_t head = lang == LANG_JS ? JS_HEADROOM_MB : PY_HEADROOM_MB;
-                ab_err *me = NULL;
-                ab_backend *b = ab_manager_backend(rs->o.manager);
-                if (b->subcg->set_memory(b, BOX_ID, sub, (uint64_t)(mem + head) << 20, &me) < 0)
-                        ab_log(AB_LOG_WARN, "runner: cannot set a run's memory limit", "error",
-                               me->msg, NULL);
-                ab_err_free(&me);
-        }
+        set_run_memory(rs, p, mem);
         int wr = line ? write_line(p->in_w, line) : -1;
         json_decref(line);
         pthread_mutex_lock(&rs->lock);
@@ -974,13 +1211,7 @@ int ab_runners_run(ab_runners *rs, const char *lang_name, const ab_run_req *req,
                 out->message = xstrdup("Script ended without a result (killed or crashed; see "
                                        "the server log)");
         }
-        /* Without a result this process is done: end it now. With one, it
-         * removes its temp dir and exits; its thread ends what remains. */
-        if (!p->result && p->cancel_w >= 0) {
-                close(p->cancel_w);
-                p->cancel_w = -1;
-        }
-        wproc_put(rs, p); /* the idle list's reference, now ours */
+        run_done(rs, p);
         pthread_mutex_unlock(&rs->lock);
 done:
         pthread_mutex_lock(&rs->lock);
@@ -994,9 +1225,9 @@ json_t *ab_runners_stats(ab_runners *rs)
 {
         pthread_mutex_lock(&rs->lock);
         json_t *j =
-            json_pack("{s:i,s:i,s:i,s:{s:i,s:i},s:b}", "current", rs->running, "queued", rs->queued,
-                      "max", rs->o.max_concurrency, "warm", "js", rs->n_warm[LANG_JS], "python",
-                      rs->n_warm[LANG_PY], "ready", rs->ready);
+            json_pack("{s:i,s:i,s:i,s:{s:i,s:i},s:i,s:b}", "current", rs->running, "queued",
+                      rs->queued, "max", rs->o.max_concurrency, "warm", "js", rs->n_warm[LANG_JS],
+                      "python", rs->n_warm[LANG_PY], "processes", rs->n_total, "ready", rs->ready);
         pthread_mutex_unlock(&rs->lock);
         return j;
 }
@@ -1027,6 +1258,12 @@ int ab_runners_new(const ab_runners_opts *o, ab_runners **out, ab_err **err)
                 rs->o.warm = 4;
         if (rs->o.max_concurrency <= 0)
                 rs->o.max_concurrency = 50;
+        if (rs->o.max_runs <= 0)
+                rs->o.max_runs = 100;
+        if (rs->o.idle_s <= 0)
+                rs->o.idle_s = 60;
+        if (rs->o.idle_s > 86400)
+                rs->o.idle_s = 86400;
         if (rs->o.timeout_ms <= 0)
                 rs->o.timeout_ms = 10000;
         if (rs->o.max_timeout_ms <= 0)

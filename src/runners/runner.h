@@ -1,15 +1,20 @@
 /* runner.h - the FastGPT-compatible code runner (seed 003): JS and Python
  * snippets run inside one isolated, network-less system box ("sys-runner").
  * A zygote there (a pre-imported Python parent, root in the box, that never
- * runs user code) forks every run's process ahead of time; the server moves
- * it into a cgroup of its own (the run's memory and pids limits) before it
- * makes its temp dir and drops to a uid of its own (a JS run's child then
- * execs Bun). It runs exactly one snippet and exits, so no process that ran
- * user code is ever reused and no run can see another's data; whatever it
- * leaves behind dies with its cgroup, and once it has ended the zygote
- * sweeps, as the run's uid, what that uid left in the box's shared temp
- * places and System V IPC (the isolation between runs: uid, temp dir,
- * cgroup, sweep; docs/security.md). The protocols are in runners/README.md.
+ * runs user code) forks every runner process ahead of time; the server moves
+ * it into a cgroup of its own before it drops to a uid of its own.
+ *
+ * Warm workers (runners/README.md, "Worker mode"): a runner process serves
+ * many runs, each in a fresh context (Python: a fork of the worker's clean
+ * state per run), for ONE app only: a pool per (app, language), with
+ * `warm` unbound workers per language kept ready and bound to an app on its
+ * first run. A worker is replaced after max_runs runs, when it says
+ * {"recycle":...} (a run hit a limit or left anything behind), on a
+ * timeout, an OOM kill, or any protocol error; its cgroup is reused across
+ * its runs (memory limit rewritten per run) and, when it ends, everything in
+ * it is killed and the zygote sweeps, as its uid, what it left in the box's
+ * shared temp places and System V IPC (docs/security.md). A language whose
+ * runner has no worker mode runs one process per run, as before.
  * The only way out to the network is httpRequest, made by the server itself
  * (fetch.h). Thread-safe. */
 #ifndef AB_RUNNER_H
@@ -26,7 +31,9 @@ typedef struct ab_runners_opts {
             *runtime_dir; /* host dir with python/runner.py and js/runner.js (+ node_modules) */
         const char *runtime_missing; /* instead of runtime_dir: why there is none; every run is
                                         then AB_E_UNAVAILABLE with this message */
-        int warm;                    /* run processes kept ready per language; 0 = 4 */
+        int warm;                    /* unbound processes kept ready per language; 0 = 4 */
+        int max_runs;                /* runs a worker serves before it is replaced; 0 = 100 */
+        int idle_s;                  /* an idle worker bound to an app ends after this; 0 = 60 */
         int max_concurrency;         /* runs at once; more are queued; 0 = 50 */
         int64_t timeout_ms, max_timeout_ms; /* 0 = 10000 / 60000 */
         int64_t memory_mb, max_memory_mb;   /* 0 = 64 / 256 */
@@ -42,8 +49,9 @@ void ab_runners_free(ab_runners *r);
 /* One snippet run, as FastGPT's code sandbox takes it (the HTTP shape is
  * read and checked by the route, rest/routes_runner.c). */
 typedef struct ab_run_req {
-        const char *code;                       /* NULL = "" */
-        json_t *variables;                      /* object, or NULL (borrowed) */
+        const char *app;   /* the caller's app: a worker serves one app only (NULL = "") */
+        const char *code;  /* NULL = "" */
+        json_t *variables; /* object, or NULL (borrowed) */
         int64_t timeout_ms, memory_mb, disk_mb; /* 0 = the server's default; above the
                                                    server's maximum = that maximum */
 } ab_run_req;

@@ -24,6 +24,7 @@ import urllib.parse
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from test_python_runner import (REPO, RunnerHost, Tap, canned_http, common_protocol_checks,  # noqa: E402
                                 make_sync, run_all, unused_uid)
+from js_worker_host import WorkerHost  # noqa: E402
 
 JS_DIR = os.path.join(REPO, 'runners', 'js')
 JS_RUNNER = os.path.join(JS_DIR, 'runner.js')
@@ -179,11 +180,13 @@ def js_cases(tmp_root, sync):
     return c
 
 
-def check_runtime(tap, label, argv, tmp_root):
+def check_runtime(tap, label, argv, tmp_root, worker=False):
+    """The suite on one runtime, one process per run or (worker) in warm workers."""
     facts = {}
     # Every run's temp dir under tmp_root, removed at the end (a runner
     # killed by the host cannot remove its own).
-    host = RunnerHost(argv, env=dict(os.environ, TMPDIR=tmp_root))
+    env = dict(os.environ, TMPDIR=tmp_root)
+    host = WorkerHost(argv, env=env) if worker else RunnerHost(argv, env=env)
     cases = js_cases(tmp_root, make_sync(facts))
     o = run_all(host, cases, workers=6)
     L = label + ': '
@@ -277,8 +280,15 @@ def check_runtime(tap, label, argv, tmp_root):
     tap.eq(o['timeout-pending'].message, 'Script execution timed out after 700ms',
            L + 'a never-settling main: Script execution timed out after 700ms')
     hk = o['host-kill-busy']
-    tap.ok(hk.timed_out and hk.result is None and hk.rc is not None,
-           L + 'a busy loop is left to the host, which kills the process tree', hk.describe())
+    if worker:
+        # The vm's timeout stops the synchronous part; the worker answers and recycles.
+        tap.ok((hk.message == 'Script execution timed out after 500ms' and hk.after == {'recycle': 'timeout'})
+               or (hk.timed_out and hk.result is None), L + 'a busy main: timed out, the worker recycles',
+               hk.describe())
+        tap.eq(o['timeout-pending'].after, {'recycle': 'timeout'}, L + 'a timed-out run recycles its worker')
+    else:
+        tap.ok(hk.timed_out and hk.result is None and hk.rc is not None,
+               L + 'a busy loop is left to the host, which kills the process tree', hk.describe())
 
     r = o['modules'].ret or {}
     tap.eq(r, {'sum': 6, 'chunk': [[1, 2], [3, 4]], 'merged': {'a': {'b': 1, 'c': 2}}, 'clone': {'a': [1, {'b': 2}]},
@@ -334,6 +344,17 @@ def check_runtime(tap, label, argv, tmp_root):
            L + 'a malformed request line gets a failed result, exit 0', out.describe())
     out = host.run(None, raw_request={'code': 'function main(v) { return v }'})
     tap.eq(out.ret, {}, L + 'variables and limits may be omitted')
+    if worker:
+        # Only runs that timed out (or ran busy) or hit a limit recycle; the others reuse their worker.
+        limited = [o['disk-quota'], o['http-cap'], o['http-cap-default']]
+        tap.eq([x.after for x in limited], [{'recycle': 'limit'}] * 3,
+               L + 'a run that hit a limit (disk quota, request count) recycles its worker')
+        bad = [(r, c[:60]) for r, c in host.recycled if r not in ('timeout', 'limit')]
+        tap.eq(bad, [], L + 'no other run recycled its worker')
+        tap.ok(host.started < len(cases),
+               L + 'workers were reused (%d started for %d runs)' % (host.started, len(cases)))
+        rcs = host.close()
+        tap.ok(rcs and all(rc == 0 for rc in rcs), L + 'EOF on stdin: every idle worker exits 0', repr(rcs))
 
 
 def main():
@@ -350,10 +371,12 @@ def main():
     try:
         if bun:
             check_runtime(tap, 'bun', [bun, JS_RUNNER], tmp_root)
+            check_runtime(tap, 'bun worker', [bun, JS_RUNNER], tmp_root, worker=True)
         else:
             tap.skip('bun runtime', 'bun is not installed (npm package @oven/bun-linux-x64)')
         if node:
             check_runtime(tap, 'node', [node, JS_RUNNER], tmp_root)
+            check_runtime(tap, 'node worker', [node, JS_RUNNER], tmp_root, worker=True)
         else:
             tap.skip('node runtime', 'node is not installed')
     finally:

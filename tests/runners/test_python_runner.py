@@ -712,6 +712,8 @@ def main():
     out = host.run(None, raw_request={'code': 'def main():\n    return variables', 'limits': {}})
     tap.eq(out.ret, {}, 'variables and limits may be omitted')
 
+    check_worker_mode(tap, cases, outs, tmp_root)
+
     elapsed = time.monotonic() - t_start
     tap.ok(elapsed < 60, 'the suite ran in under 60 s (%.1fs)' % elapsed)
     try:
@@ -720,6 +722,56 @@ def main():
     except Exception:
         pass
     tap.done()
+
+
+def check_worker_mode(tap, cases, outs, tmp_root):
+    """Every case once more in warm workers (runner.py --worker): the same
+    result as one process per run, except where a run reports its own
+    process, paths or times."""
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from js_worker_host import WorkerHost
+    host = WorkerHost([sys.executable, PY_RUNNER], env=dict(os.environ, TMPDIR=tmp_root))
+    reuse = os.geteuid() != 0
+    if os.geteuid() == 0 and stdlib_readable_as(unused_uid()):
+        # as root, a worker without a uid of its own cannot tell its runs'
+        # files from anyone's: it recycles after every run
+        uid = unused_uid()
+        cases = [(n, dict(kw, uid=kw.get('uid', uid))) for n, kw in cases]
+        reuse = True
+    w = run_all(host, cases)
+    differ = []
+    for name, _ in cases:
+        a, b = outs[name].result, w[name].result
+        if a != b and json.dumps(a, sort_keys=True) != json.dumps(b, sort_keys=True):
+            differ.append(name)
+            print('# %s: one-shot %s, worker %s' % (name, json.dumps(a)[:300], json.dumps(b)[:300]))
+    print('# worker mode: results that differ from one-shot: %s' % differ)
+    tap.eq([n for n in differ if n not in WORKER_DIFFER_OK], [],
+           'worker mode: the cases give the results of one-shot runs')
+    if reuse:
+        tap.ok(host.started < len(cases), 'worker mode: workers were reused (%d started for %d runs)'
+               % (host.started, len(cases)))
+    else:
+        tap.skip('worker mode: workers were reused', "this interpreter's stdlib is root's only")
+    rcs = host.close()
+    tap.ok(rcs and all(rc == 0 for rc in rcs), 'worker mode: EOF on stdin: every idle worker exits 0',
+           repr(rcs))
+
+
+# Cases whose result names the run's own temp dir or time.
+WORKER_DIFFER_OK = frozenset(['hmac', 'delay-ok', 'fs', 'tmpdir', 'tmpdir-2'])
+
+
+def stdlib_readable_as(uid):
+    """Whether uid can import from this interpreter's stdlib (a pyenv under
+    /root is root's only)."""
+    try:
+        r = subprocess.run([sys.executable, '-c', 'import pprint, uuid, shlex'], preexec_fn=lambda: (
+            os.setgroups([]), os.setgid(uid), os.setuid(uid)), stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL, cwd='/')
+    except OSError:
+        return False
+    return r.returncode == 0
 
 
 def cases_by_name(cases, name):
