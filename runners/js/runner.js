@@ -1331,7 +1331,9 @@ function _workerRun(req) {
         'timeout');
     }, timeoutMs);
     try {
-      run.ctx = _w.vm.createContext({});
+      // From a null-prototype object: with {} the realm's global would fall back on
+      // the worker's Object.prototype (globalThis.constructor, __proto__).
+      run.ctx = _w.vm.createContext(Object.create(null));
       const setup = _w.setupScript.runInContext(run.ctx);
       run.realm = setup(_makeBridge(run), { globals: _w.globals, builtins: _w.builtins }, cfg);
       _w.goScript.runInContext(run.ctx, { timeout: timeoutMs });
