@@ -101,10 +101,13 @@ function _writeLine(obj) {
 }
 
 // One line from fd 0, read synchronously (the protocol is strictly
-// request/answer, so nothing else can arrive meanwhile).
+// request/answer, so nothing else can arrive meanwhile). Node makes a socket
+// stdin non-blocking: then it polls, backing off to 16 ms (an idle worker
+// would otherwise wake up 1000 times a second).
 let _readChunk = null; // one buffer for every read (a worker reads many lines)
 function _readLine() {
   const chunk = _readChunk || (_readChunk = _Buffer.allocUnsafe(65536));
+  let wait = 1;
   for (;;) {
     const nl = _stdinBuf.indexOf(10);
     if (nl >= 0) {
@@ -117,7 +120,8 @@ function _readLine() {
       n = _fs.readSync(0, chunk, 0, chunk.length, null);
     } catch (e) {
       if (e && e.code === 'EAGAIN') {
-        _sleepMs(1);
+        _sleepMs(wait);
+        wait = Math.min(wait * 2, 16);
         continue;
       }
       if (e && e.code === 'EOF') n = 0;
@@ -1327,7 +1331,9 @@ function _workerRun(req) {
         'timeout');
     }, timeoutMs);
     try {
-      run.ctx = _w.vm.createContext({});
+      // From a null-prototype object: with {} the realm's global would fall back on
+      // the worker's Object.prototype (globalThis.constructor, __proto__).
+      run.ctx = _w.vm.createContext(Object.create(null));
       const setup = _w.setupScript.runInContext(run.ctx);
       run.realm = setup(_makeBridge(run), { globals: _w.globals, builtins: _w.builtins }, cfg);
       _w.goScript.runInContext(run.ctx, { timeout: timeoutMs });

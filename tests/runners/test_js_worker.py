@@ -167,6 +167,16 @@ def check_runtime(tap, label, argv, tmp_root, naive):
     tap.ok(a.after == {'recycle': "the run changed the worker's objects"},
            L + 'a run that changes an object of the worker recycles it', desc(a))
 
+    # The realm's global object: its constructor and prototype are the realm's own
+    # (a vm context's global falls back on the worker's Object.prototype unless made
+    # from a null-prototype object), so run 1 cannot change what run 2 reaches.
+    a, b = pair(host, 'function main() { for (const p of [globalThis.constructor && globalThis.constructor.prototype, '
+                'Object.getPrototypeOf(globalThis), (() => { try { return globalThis.__proto__ } catch (e) { '
+                'return null } })()]) { if (p) p.agentboxLeak = 1 } return 1 }',
+                'function main() { return [Buffer.from("x").toJSON().agentboxLeak, new URL("http://x/").agentboxLeak, '
+                '({}).agentboxLeak] }')
+    tap.eq(b.ret, [None, None, None], L + 'the global object of run 1 leads to nothing run 2 reaches', desc(a, b))
+
     # console.log of a value JSON cannot take is inspected by the worker, which hands a
     # custom inspect function objects of its own: a change through them recycles.
     s = Seq(host)
