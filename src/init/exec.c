@@ -1513,13 +1513,16 @@ static void drain(exec_state *st)
 }
 
 /* After EXIT is queued: deliver it, hang up, then read and discard the pipes
- * until every background writer is gone, so none of them gets SIGPIPE. */
-static void finish(exec_state *st, int sfd)
+ * until every background writer is gone, so none of them gets SIGPIPE. With
+ * `again` (nothing is left to read), deliver it and keep the connection. */
+static void finish(exec_state *st, int sfd, bool again)
 {
         uint64_t last = ab_now_ms();
         st->discard = true;
         for (;;) {
                 flush(st);
+                if (again && !st->gone && st->out.len == 0)
+                        return;
                 if (st->c->fd >= 0 && (st->gone || st->out.len == 0)) {
                         init_hangup(st->c->fd);
                         st->c->fd = -1;
@@ -1557,7 +1560,15 @@ static void finish(exec_state *st, int sfd)
         reap(st);
 }
 
-void init_exec(init_conn *c, const abp_frame *f, const init_conf *conf)
+/* Nothing the command started is left: no child of the session (a
+ * subreaper, so orphans of the command would be), none waiting to be reaped. */
+static bool nothing_left(void)
+{
+        siginfo_t si;
+        return waitid(P_ALL, 0, &si, WEXITED | WNOHANG | WNOWAIT) < 0 && errno == ECHILD;
+}
+
+bool init_exec(init_conn *c, const abp_frame *f, const init_conf *conf)
 {
         abp_exec_req req;
         const char *bad = NULL;
@@ -1567,12 +1578,14 @@ void init_exec(init_conn *c, const abp_frame *f, const init_conf *conf)
         init_user user = {0};
         sigset_t chld, old;
         int r = 0;
+        bool again = false;
+        mode_t um;
 
         if (abp_dec_exec(f, &req) < 0) {
                 init_send_error(c, "invalid_argument",
                                 "malformed exec request (a bad field, or not exactly one of "
                                 "COMMAND and ARGV)");
-                return;
+                return false;
         }
         exec_state st = {
             .c = c,
@@ -1656,6 +1669,8 @@ void init_exec(init_conn *c, const abp_frame *f, const init_conf *conf)
                 st.in_len = req.stdin_len;
         }
 
+        um = umask(022); /* spawn_child sets the command's on the session */
+        umask(um);
         st.pid = spawn_child(in[0], out[1], err[1], cwdfd, &plan);
         if (st.pid < 0)
                 st.pid = fork();
@@ -1665,6 +1680,7 @@ void init_exec(init_conn *c, const abp_frame *f, const init_conf *conf)
         }
         if (st.pid == 0)
                 run_child(in[0], out[1], err[1], cwdfd, &plan);
+        umask(um); /* the session may serve another request */
 
         /* req points into the reader's buffer, which the loop reuses. */
         abp_exec_req_clear(&req);
@@ -1712,9 +1728,14 @@ answer:
                 ex.exit_code = WEXITSTATUS(st.status);
         else if (WIFSIGNALED(st.status))
                 ex.exit_code = 128 + WTERMSIG(st.status);
+        /* The connection may carry another request when the command is
+         * all gone and no stdin frame can follow. */
+        again = !timed_out && !st.in_stream && st.o[1].fd < 0 && st.o[2].fd < 0 && nothing_left();
+        ex.again = again;
         if (abp_enc_exit(&st.out, &ex) < 0)
                 abort();
-        finish(&st, sfd);
+        finish(&st, sfd, again);
+        again = again && !st.gone && c->fd >= 0;
 
 out:
         sigprocmask(SIG_SETMASK, &old, NULL);
@@ -1730,4 +1751,5 @@ out:
         abp_exec_req_clear(&req);
         plan_free(&plan);
         init_user_free(&user);
+        return again;
 }
