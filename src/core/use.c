@@ -8,11 +8,18 @@ int ab_manager_use_begin(ab_manager *m, const char *id, const char *scope, ab_us
 {
         memset(u, 0, sizeof(*u));
         ab_box_rec r = {0};
-        if (mgr_get_scoped(m, id, scope, &r, err) < 0)
-                return -1;
-        ab_box_rec_clear(&r);
         slot *s = mgr_slot_get(m, id);
-        pthread_mutex_lock(&s->lock);
+        if (pthread_mutex_trylock(&s->lock) != 0) {
+                /* The box is busy (a create, a start, a delete): a caller
+                 * who may not see it, or asks for none, is answered now,
+                 * not after that work. */
+                if (mgr_get_scoped(m, id, scope, &r, err) < 0) {
+                        mgr_slot_put(m, s);
+                        return -1;
+                }
+                ab_box_rec_clear(&r);
+                pthread_mutex_lock(&s->lock);
+        }
         int rc = mgr_get_scoped(m, id, scope, &r, err);
         if (rc == 0 && r.status == AB_BOX_DELETING)
                 rc = ab_err_set(err, AB_E_CONFLICT, 0, "box %s is being deleted", id);
