@@ -95,6 +95,15 @@ void ab_manager_use_end(ab_manager *m, ab_use *u)
                 return;
         bool sys = u->rec.mode == AB_MODE_SYSTEM;
         _cleanup_err_ ab_err *e = NULL;
+        if (!sys && !u->touched && u->audit) { /* a late exec: both in one commit */
+                if (ab_store_exec_done(m->o.store, u->audit, mgr_wall_ms(), &e) < 0)
+                        ab_log(AB_LOG_WARN, "store: cannot record exec", "box", u->rec.id, "error",
+                               e->msg, NULL);
+                ab_err_free(&e);
+                ab_exec_audits_free(u->audit, 1);
+                u->audit = NULL;
+                u->touched = true;
+        }
         if (!sys && !u->touched &&
             ab_store_box_touch(m->o.store, m->provider, u->rec.id, mgr_wall_ms(), &e) < 0)
                 ab_log(AB_LOG_WARN, "store: cannot mark activity", "box", u->rec.id, "error",
