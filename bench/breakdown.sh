@@ -12,6 +12,11 @@
 # 3. A system-wide `perf record` of scheduler events around N execs, filtered
 #    to the CLI and the box's process tree: connect, session fork, bash, what
 #    bash -lc starts while reading /etc/profile.
+# 4. HTTP exec, where the time goes: `agentbox serve` on the same data folder,
+#    and bench/exec_pair.c taking turns between a host spawn of /bin/true,
+#    an HTTP exec of {"argv":["true"]} and of {"command":"true"}, `true` sent
+#    straight to the box's init (on a kept connection, and on a new one) and
+#    GET /health; the differences of the medians are each layer's share.
 # Everything lives in a temp dir removed at the end. Needs root and perf.
 set -u -o pipefail
 
@@ -33,9 +38,16 @@ WORK=$(mktemp -d /var/tmp/agentbox-breakdown.XXXXXX)
 D=$WORK/data
 BOXES=()
 CGP=
+SERVER_PID=
 cleanup() {
         trap - EXIT INT TERM
+        if [ -n "$SERVER_PID" ]; then
+                kill "$SERVER_PID" 2>/dev/null
+                wait "$SERVER_PID" 2>/dev/null
+        fi
         for b in "${BOXES[@]}"; do "$AB" --data "$D" rm "$b" >/dev/null 2>&1; done
+        # what a server (section 4) leaves mounted once no box runs
+        [ -d "$D" ] && "$AB" --data "$D" cleanup >/dev/null 2>&1
         # The engine's per-data-folder cgroup parent outlives the boxes.
         if [ -n "$CGP" ]; then
                 for d in /sys/fs/cgroup/*/"$CGP" /sys/fs/cgroup/"$CGP"; do
@@ -156,3 +168,46 @@ echo "   files opened by bash -lc true on the host with the box's environment:"
 env -i PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin HOME=/workspace LANG=C.UTF-8 \
         strace -f -e trace=openat,execve -o "$WORK/bash.st" /bin/bash -lc true
 grep -E 'execve\(|openat\(.*(profile|bashrc|\.sh")' "$WORK/bash.st" | grep -v ENOENT | sed -E 's/^[0-9]+ +/   /' | cut -c1-110
+
+echo
+N_HTTP=${N_HTTP:-300}
+echo "== HTTP exec: where the time goes ($N_HTTP steps, each one of every series; bench/exec_pair.c)"
+cc -std=gnu11 -O2 -Wall -Wextra "$ROOT/bench/exec_pair.c" -o "$WORK/exec_pair" || exit 1
+printf 'idle_stop: 0\npool_size: 0\nsample_interval: 0\n' >"$WORK/serve.yaml"
+PORT=
+for _ in 1 2 3 4 5; do
+        p=$((20000 + RANDOM % 40000))
+        ss -Hltn "sport = :$p" 2>/dev/null | grep -q . && continue
+        env -u AGENTBOX_TOKEN AGENTBOX_INIT="$BUILD/agentbox-init" "$AB" serve --listen "127.0.0.1:$p" \
+                --data "$D" --config "$WORK/serve.yaml" >"$WORK/serve.log" 2>&1 &
+        SERVER_PID=$!
+        for _ in $(seq 1 100); do
+                curl -s -m 1 -o /dev/null "http://127.0.0.1:$p/health" && { PORT=$p; break 2; }
+                kill -0 "$SERVER_PID" 2>/dev/null || break
+                sleep 0.1
+        done
+        kill "$SERVER_PID" 2>/dev/null
+        wait "$SERVER_PID" 2>/dev/null
+        SERVER_PID=
+done
+if [ -z "$PORT" ]; then
+        echo "  the server did not start: $(tail -3 "$WORK/serve.log")"
+        exit 1
+fi
+out=$("$WORK/exec_pair" -n "$N_HTTP" -W 30 -u "$D/boxes/$id/init.sock" -g 127.0.0.1 "$PORT" \
+        "/v1/sandboxes/$id/exec" '{"argv":["true"]}' '{"command":"true"}') || { echo "  $out"; exit 1; }
+p50() { sed -n "s/^RESULT what=$1 .* p50=\([^ ]*\).*/\1/p" <<<"$out"; }
+sp=$(p50 spawn) argv=$(p50 body1) cmd=$(p50 body2) kept=$(p50 init_kept) new=$(p50 init_new) hl=$(p50 health)
+d() { awk -v a="$1" -v b="$2" -v c="${3:-0}" 'BEGIN {printf "%.3f", a - b - c}'; }
+printf '  %-58s %7s ms\n' "host: posix_spawn /bin/true + wait (the floor)" "$sp" \
+        "init, kept connection: true (argv)" "$kept" \
+        "init, new connection: true (argv)" "$new" \
+        "HTTP exec {\"argv\":[\"true\"]}" "$argv" \
+        "HTTP exec {\"command\":\"true\"} (answered without bash)" "$cmd" \
+        "HTTP GET /health (the HTTP floor)" "$hl"
+echo "  shares of an HTTP argv exec (differences of medians; the load moves them):"
+printf '  %-58s %7s ms\n' "the program: the host's spawn" "$sp" \
+        "init: request, pipes, spawn in the box's namespaces, answer" "$(d "$kept" "$sp")" \
+        "HTTP: a request and its answer on loopback (GET /health)" "$hl" \
+        "the server: route, store, quota, init client, 2 thread hand-offs" "$(d "$argv" "$kept" "$hl")" \
+        "saved by the kept connection (connect, session fork)" "$(d "$new" "$kept")"

@@ -1,7 +1,7 @@
 /* exec_pair - an HTTP exec and the host's own spawn of /bin/true, measured
  * in alternation, for bench/exec.sh.
  *
- *   exec_pair [-n N] [-W WARM] HOST PORT PATH BODY [BODY...]
+ *   exec_pair [-n N] [-W WARM] [-u INIT_SOCK] [-g] HOST PORT PATH BODY [BODY...]
  *
  * Each round starts /bin/true with posix_spawn and waits for it (the host's
  * floor), then POSTs each BODY to PATH once on one keep-alive connection
@@ -13,6 +13,13 @@
  *   RESULT what=spawn n=N p50=... p90=...
  *   RESULT what=body1 n=N p50=... p90=... ratio_p50=...  (p50 / spawn's p50)
  *   ...
+ * With -u, each round also runs `true` (an argv, no shell) straight on the
+ * box's init at INIT_SOCK (its unix socket, the server's way in): once on a
+ * connection kept from one round to the next (what=init_kept: init's part of
+ * an exec) and once on a new connection (what=init_new: plus a connect and
+ * a session); with -g, GET /health on the HTTP connection (what=health: the
+ * HTTP floor). bench/breakdown.sh subtracts these to say where an exec's
+ * time goes.
  * Exit status 0, 1 on a failed request, 2 on bad usage. */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
@@ -22,10 +29,13 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <spawn.h>
+#include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -105,6 +115,100 @@ static int post(int fd, const char *path, const char *body)
         return strncmp(buf, "HTTP/1.1 200", 12) == 0 && strstr(end, "\"exit_code\":0") ? 0 : -1;
 }
 
+static int get_ok(int fd, const char *path)
+{
+        char req[1024], buf[65536];
+        int n = snprintf(req, sizeof(req), "GET %s HTTP/1.1\r\nHost: %s\r\n\r\n", path, host_hdr);
+        if (n < 0 || (size_t)n >= sizeof(req) || write(fd, req, (size_t)n) != n)
+                return -1;
+        size_t got = 0;
+        char *end = NULL;
+        while (!end) {
+                ssize_t k = read(fd, buf + got, sizeof(buf) - 1 - got);
+                if (k <= 0)
+                        return -1;
+                got += (size_t)k;
+                buf[got] = 0;
+                end = strstr(buf, "\r\n\r\n");
+        }
+        char *cl = strcasestr(buf, "\r\nContent-Length:");
+        size_t want = (size_t)(end + 4 - buf) + (cl && cl < end ? strtoul(cl + 17, NULL, 10) : 0);
+        while (got < want && got < sizeof(buf)) {
+                ssize_t k = read(fd, buf + got, sizeof(buf) - got);
+                if (k <= 0)
+                        return -1;
+                got += (size_t)k;
+        }
+        return strncmp(buf, "HTTP/1.1 200", 12) == 0 ? 0 : -1;
+}
+
+/* ---- straight to the box's init (proto/proto.h's frames) ---- */
+
+static int init_connect(const char *sock)
+{
+        struct sockaddr_un sa = {.sun_family = AF_UNIX};
+        if (strlen(sock) >= sizeof(sa.sun_path))
+                return -1;
+        strcpy(sa.sun_path, sock);
+        int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        if (fd >= 0 && connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
+                close(fd);
+                return -1;
+        }
+        return fd;
+}
+
+static void put32(unsigned char *p, uint32_t v)
+{
+        for (int i = 0; i < 4; i++)
+                p[i] = (unsigned char)(v >> (8 * i));
+}
+
+static uint32_t get32(const unsigned char *p)
+{
+        return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+/* EXEC{ARGV "true"}, read to EXIT. 0 with *again = EXIT's AGAIN, -1 on error. */
+static int init_true(int fd, bool *again)
+{
+        unsigned char req[8 + 8 + 5];
+        put32(req, 2);         /* EXEC */
+        put32(req + 4, 8 + 5); /* payload */
+        put32(req + 8, 8);     /* ARGV */
+        put32(req + 12, 5);    /* "true\0" */
+        memcpy(req + 16, "true", 5);
+        if (write(fd, req, sizeof(req)) != (ssize_t)sizeof(req))
+                return -1;
+        static unsigned char buf[1 << 17];
+        size_t got = 0;
+        for (;;) {
+                while (got >= 8 && got >= 8 + (size_t)get32(buf + 4)) {
+                        uint32_t type = get32(buf), len = get32(buf + 4);
+                        if (type == 0x202) { /* EXIT */
+                                *again = false;
+                                for (size_t o = 8; o + 8 <= 8 + (size_t)len;) {
+                                        uint32_t tag = get32(buf + o), fl = get32(buf + o + 4);
+                                        if (tag == 70 && fl == 4)
+                                                *again = get32(buf + o + 8) == 1;
+                                        o += 8 + fl;
+                                }
+                                return 0;
+                        }
+                        if (type != 0x201) /* DATA */
+                                return -1;
+                        memmove(buf, buf + 8 + len, got - 8 - len);
+                        got -= 8 + len;
+                }
+                if (got == sizeof(buf))
+                        return -1;
+                ssize_t k = read(fd, buf + got, sizeof(buf) - got);
+                if (k <= 0)
+                        return -1;
+                got += (size_t)k;
+        }
+}
+
 static int spawn_true(void)
 {
         static char *argv[] = {"true", NULL};
@@ -120,17 +224,24 @@ static int spawn_true(void)
 int main(int argc, char **argv)
 {
         long n = 300, warm = 20;
+        const char *isock = NULL;
+        bool health = false;
         int c;
-        while ((c = getopt(argc, argv, "n:W:")) != -1) {
+        while ((c = getopt(argc, argv, "n:W:u:g")) != -1) {
                 if (c == 'n')
                         n = atol(optarg);
                 else if (c == 'W')
                         warm = atol(optarg);
+                else if (c == 'u')
+                        isock = optarg;
+                else if (c == 'g')
+                        health = true;
                 else
                         return 2;
         }
         if (argc - optind < 4 || n < 1) {
-                fprintf(stderr, "usage: exec_pair [-n N] [-W WARM] HOST PORT PATH BODY...\n");
+                fprintf(stderr, "usage: exec_pair [-n N] [-W WARM] [-u INIT_SOCK] [-g] HOST PORT "
+                                "PATH BODY...\n");
                 return 2;
         }
         const char *host = argv[optind], *path = argv[optind + 2];
@@ -145,7 +256,10 @@ int main(int argc, char **argv)
                 perror("connect");
                 return 1;
         }
-        double *v = calloc((size_t)(n * (nb + 1)), sizeof(*v));
+        /* series: spawn, the bodies, then init_kept, init_new, health */
+        int xk = nb + 1, xn = nb + 2, xh = nb + 3;
+        double *v = calloc((size_t)(n * (nb + 4)), sizeof(*v));
+        int kept = -1;
         for (long i = -warm; i < n; i++) {
                 double t0 = now_ms();
                 if (spawn_true() < 0)
@@ -161,6 +275,40 @@ int main(int argc, char **argv)
                         if (i >= 0)
                                 v[(b + 1) * n + i] = now_ms() - t0;
                 }
+                bool again = false;
+                if (isock) {
+                        if (kept < 0)
+                                kept = init_connect(isock);
+                        t0 = now_ms();
+                        if (kept < 0 || init_true(kept, &again) < 0) {
+                                fprintf(stderr, "exec_pair: exec on %s failed\n", isock);
+                                return 1;
+                        }
+                        if (i >= 0)
+                                v[xk * n + i] = now_ms() - t0;
+                        if (!again) { /* an init before proto 4: a new connection each time */
+                                close(kept);
+                                kept = -1;
+                        }
+                        t0 = now_ms();
+                        int nfd = init_connect(isock);
+                        if (nfd < 0 || init_true(nfd, &again) < 0) {
+                                fprintf(stderr, "exec_pair: exec on %s failed\n", isock);
+                                return 1;
+                        }
+                        if (i >= 0)
+                                v[xn * n + i] = now_ms() - t0;
+                        close(nfd);
+                }
+                if (health) {
+                        t0 = now_ms();
+                        if (get_ok(fd, "/health") < 0) {
+                                fprintf(stderr, "exec_pair: GET /health failed\n");
+                                return 1;
+                        }
+                        if (i >= 0)
+                                v[xh * n + i] = now_ms() - t0;
+                }
         }
         double base = pct(v, (size_t)n, 50);
         printf("RESULT what=spawn n=%ld p50=%.3f p90=%.3f\n", n, base, pct(v, (size_t)n, 90));
@@ -169,6 +317,16 @@ int main(int argc, char **argv)
                 printf("RESULT what=body%d n=%ld p50=%.3f p90=%.3f ratio_p50=%.2f\n", b + 1, n, p50,
                        pct(w, (size_t)n, 90), p50 / base);
         }
+        static const char *const extra[] = {"init_kept", "init_new", "health"};
+        for (int x = xk; x <= xh; x++) {
+                if ((x == xh && !health) || (x < xh && !isock))
+                        continue;
+                double *w = v + x * n, p50 = pct(w, (size_t)n, 50);
+                printf("RESULT what=%s n=%ld p50=%.3f p90=%.3f ratio_p50=%.2f\n", extra[x - xk], n,
+                       p50, pct(w, (size_t)n, 90), p50 / base);
+        }
+        if (kept >= 0)
+                close(kept);
         close(fd);
         free(v);
         return 0;

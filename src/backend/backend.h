@@ -10,12 +10,13 @@
  *   required  name create start stop pause resume destroy info list connect
  *             stats free - every backend, Kubernetes too; callers call them
  *             without checking.
- *   optional  connect_unix disk_alloc fork snapshot image_config, and the
+ *   optional  connect_unix release disk_alloc fork snapshot image_config, and the
  *             subcg and vol tables - NULL where a backend has no such thing;
  *             every caller checks for NULL first and answers AB_E_UNSUPPORTED
  *             (501 over HTTP) naming the backend.
  *                      native  docker  mock  kubernetes
  *   connect_unix       yes     yes     -     -
+ *   release            yes     -       -     -
  *   disk_alloc         yes     -       -     -
  *   fork, snapshot     yes     -       -     -
  *   image_config       -       yes     -     yes (the cluster pulls images)
@@ -122,6 +123,11 @@ typedef struct ab_backend_ops {
          * init protocol (a socket; caller closes).
          * AB_E_CONFLICT when the box is not running (paused included: resume it). */
         int (*connect)(ab_backend *b, const char *id, ab_err **err);
+        /* Optional (NULL: the caller closes the connection). Takes fd, a
+         * connection from connect on which an exec answered with AGAIN
+         * (abc_exec_res.again): connect may hand it out again for box id
+         * while its init's session waits on it. Never fails (it may close fd). */
+        void (*release)(ab_backend *b, const char *id, int fd);
         /* Required. Resource usage of a running or paused box (zeros where
          * the backend measures nothing). */
         int (*stats)(ab_backend *b, const char *id, ab_box_stats *out, ab_err **err);

@@ -188,6 +188,15 @@ static int multi_connect(ab_backend *b, const char *id, ab_err **err)
         ROUTE(connect, id, err);
 }
 
+static void multi_release(ab_backend *b, const char *id, int fd)
+{
+        ab_backend *o = owner_of(M(b), id, NULL);
+        if (o && o->ops->release)
+                o->ops->release(o, id, fd);
+        else
+                close(fd);
+}
+
 static int multi_stats(ab_backend *b, const char *id, ab_box_stats *out, ab_err **err)
 {
         ROUTE(stats, id, out, err);
@@ -336,6 +345,7 @@ static ab_backend_ops multi_ops_for(const char *name)
             .info = multi_info,
             .list = multi_list,
             .connect = multi_connect,
+            .release = multi_release,
             .stats = multi_stats,
             .connect_unix = multi_connect_unix,
             .free = multi_free,

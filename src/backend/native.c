@@ -14,6 +14,7 @@
  * processes and server threads can act on the same data folder at once. */
 #include "backend/backend.h"
 #include "backend/backend_int.h"
+#include "backend/initpool.h"
 #include "base/buf.h"
 #include "base/log.h"
 #include "base/id.h"
@@ -81,6 +82,7 @@ typedef struct native {
         pthread_t spare_thread;
         pthread_mutex_t spare_mu;
         pthread_cond_t spare_cv;
+        ab_initpool pool; /* connections to inits kept after an exec (release) */
         const char *hide[4];
         ab_vols *vols; /* DATA/volumes */
 } native;
@@ -402,6 +404,7 @@ static int start_locked(native *n, int bfd, const char *id, ab_err **err)
 
 static int stop_locked(native *n, int bfd, const char *id, ab_err **err)
 {
+        ab_initpool_drop(&n->pool, id);
         ab_box_state st;
         int r = ab_state_read(bfd, &st, err);
         if (r < 0)
@@ -870,6 +873,7 @@ static int n_pause(ab_backend *b, const char *id, ab_err **err)
                                   "box '%s' is not running: only a running box can be paused", id);
         if (need_cgroups(n, err) < 0)
                 return -1;
+        ab_initpool_drop(&n->pool, id);
         mark_paused(bfd, true);
         if (ab_cg_freeze(&n->cg, id, PAUSE_TIMEOUT_MS, err) < 0) {
                 mark_paused(bfd, false);
@@ -1104,7 +1108,13 @@ static int n_connect(ab_backend *b, const char *id, ab_err **err)
                 _cleanup_close_ int bfd =
                     openat(n->boxes_fd, id, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
                 if (bfd >= 0) {
-                        int fd = abc_connect(bfd, "init.sock", NULL);
+                        /* A kept session of a frozen box would not answer either. */
+                        int fd = ab_initpool_take(&n->pool, id);
+                        if (fd >= 0 && !maybe_paused(n, bfd, id))
+                                return fd;
+                        if (fd >= 0)
+                                close(fd);
+                        fd = abc_connect(bfd, "init.sock", NULL);
                         /* A frozen init still accepts (the kernel queues the
                          * connection) but would never answer. */
                         if (fd >= 0 && !maybe_paused(n, bfd, id))
@@ -1127,6 +1137,11 @@ static int n_connect(ab_backend *b, const char *id, ab_err **err)
         if (bfd < 0)
                 return ab_err_set(err, AB_E_NOT_FOUND, 0, "no box with id '%s'", id);
         return abc_connect(bfd, "init.sock", err);
+}
+
+static void n_release(ab_backend *b, const char *id, int fd)
+{
+        ab_initpool_put(&N(b)->pool, id, fd);
 }
 
 static int n_stats(ab_backend *b, const char *id, ab_box_stats *out, ab_err **err)
@@ -1560,6 +1575,8 @@ static void n_free(ab_backend *b)
                 pthread_join(n->spare_thread, NULL);
         pthread_mutex_destroy(&n->spare_mu);
         pthread_cond_destroy(&n->spare_cv);
+        ab_initpool_clear(&n->pool);
+        pthread_mutex_destroy(&n->pool.mu);
         if (n->boxes_fd >= 0)
                 close(n->boxes_fd);
         if (n->data_fd >= 0)
@@ -1592,6 +1609,7 @@ static const ab_backend_ops native_ops = {
     .info = n_info,
     .list = n_list,
     .connect = n_connect,
+    .release = n_release,
     .stats = n_stats,
     .connect_unix = n_connect_unix,
     .disk_alloc = n_disk_alloc,
@@ -2053,6 +2071,7 @@ int ab_native_open(const ab_native_opts *opts, ab_backend **out, ab_err **err)
         n->boxes_fd = n->data_fd = n->cache_fd = n->init_fd = -1;
         atomic_init(&n->uid_hint, UID_SLOTS);
         pthread_mutex_init(&n->lazy, NULL);
+        ab_initpool_init(&n->pool);
         pthread_mutex_init(&n->spare_mu, NULL);
         pthread_cond_init(&n->spare_cv, NULL);
         n->keep_spares = opts->keep_spares;

@@ -217,6 +217,13 @@ typedef struct ab_use {
         void *audit;  /* internal: the exec audit row, written by use_end */
         bool touched; /* internal: an exec recorded the activity already */
         bool held;    /* internal: ab_manager_use_hold */
+        void *event;  /* internal: the exec's event, published by use_end when late */
+        /* Set by a caller that ends the use right after it answers, before
+         * it reads its next request (the REST exec: the HTTP thread ends it
+         * once the answer is sent): an exec's activity and event are then
+         * recorded by use_end, off the answer's path, yet before anything
+         * the client asks next. */
+        bool late;
 } ab_use;
 
 int ab_manager_use_begin(ab_manager *m, const char *id, const char *scope, ab_use *u, ab_err **err);

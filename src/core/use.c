@@ -8,11 +8,18 @@ int ab_manager_use_begin(ab_manager *m, const char *id, const char *scope, ab_us
 {
         memset(u, 0, sizeof(*u));
         ab_box_rec r = {0};
-        if (mgr_get_scoped(m, id, scope, &r, err) < 0)
-                return -1;
-        ab_box_rec_clear(&r);
         slot *s = mgr_slot_get(m, id);
-        pthread_mutex_lock(&s->lock);
+        if (pthread_mutex_trylock(&s->lock) != 0) {
+                /* The box is busy (a create, a start, a delete): a caller
+                 * who may not see it, or asks for none, is answered now,
+                 * not after that work. */
+                if (mgr_get_scoped(m, id, scope, &r, err) < 0) {
+                        mgr_slot_put(m, s);
+                        return -1;
+                }
+                ab_box_rec_clear(&r);
+                pthread_mutex_lock(&s->lock);
+        }
         int rc = mgr_get_scoped(m, id, scope, &r, err);
         if (rc == 0 && r.status == AB_BOX_DELETING)
                 rc = ab_err_set(err, AB_E_CONFLICT, 0, "box %s is being deleted", id);
@@ -88,11 +95,24 @@ void ab_manager_use_end(ab_manager *m, ab_use *u)
                 return;
         bool sys = u->rec.mode == AB_MODE_SYSTEM;
         _cleanup_err_ ab_err *e = NULL;
+        if (!sys && !u->touched && u->audit) { /* a late exec: both in one commit */
+                if (ab_store_exec_done(m->o.store, u->audit, mgr_wall_ms(), &e) < 0)
+                        ab_log(AB_LOG_WARN, "store: cannot record exec", "box", u->rec.id, "error",
+                               e->msg, NULL);
+                ab_err_free(&e);
+                ab_exec_audits_free(u->audit, 1);
+                u->audit = NULL;
+                u->touched = true;
+        }
         if (!sys && !u->touched &&
             ab_store_box_touch(m->o.store, m->provider, u->rec.id, mgr_wall_ms(), &e) < 0)
                 ab_log(AB_LOG_WARN, "store: cannot mark activity", "box", u->rec.id, "error",
                        e->msg, NULL);
         ab_err_free(&e);
+        if (u->event) {
+                mgr_emit(m, "exec", &u->rec, u->event);
+                u->event = NULL;
+        }
         if (u->audit) {
                 if (ab_store_audit_add(m->o.store, u->audit, &e) < 0)
                         ab_log(AB_LOG_WARN, "store: cannot record exec audit", "box", u->rec.id,
@@ -285,8 +305,9 @@ static void exec_end(ab_manager *m, ab_use *u, exec_mark *k, int rc, const abc_e
                 ab_exec_audits_free(u->audit, 1);
         u->audit = a;
         /* Activity is recorded before the caller answers, so whoever reads
-         * the box after the answer sees this exec (the audit row may follow). */
-        if (u->rec.mode != AB_MODE_SYSTEM) {
+         * the box after the answer sees this exec (the audit row may follow);
+         * a late use records it in use_end, before its caller reads on. */
+        if (u->rec.mode != AB_MODE_SYSTEM && !u->late) {
                 _cleanup_err_ ab_err *te = NULL;
                 if (ab_store_box_touch(m->o.store, m->provider, u->rec.id, mgr_wall_ms(), &te) < 0)
                         ab_log(AB_LOG_WARN, "store: cannot mark activity", "box", u->rec.id,
@@ -298,7 +319,13 @@ static void exec_end(ab_manager *m, ab_use *u, exec_mark *k, int rc, const abc_e
         abc_exec_res shown = *res;
         if (!shown.duration_ms)
                 shown.duration_ms = (uint64_t)(mgr_wall_ms() - k->started_ms);
-        mgr_emit(m, "exec", &u->rec, exec_event(&q, text, &shown));
+        json_t *ev = exec_event(&q, text, &shown);
+        if (u->late) {
+                json_decref(u->event);
+                u->event = ev;
+        } else {
+                mgr_emit(m, "exec", &u->rec, ev);
+        }
 }
 
 int ab_manager_exec(ab_manager *m, ab_use *u, const abc_exec_req *req, abc_output_fn out, void *ud,
@@ -329,6 +356,9 @@ int ab_manager_exec(ab_manager *m, ab_use *u, const abc_exec_req *req, abc_outpu
         _cleanup_close_ int fd = ab_manager_use_connect(m, u, err);
         if (fd >= 0)
                 rc = abc_exec(fd, &q, out, ud, res, err);
+        ab_backend *b = m->o.backend;
+        if (rc == 0 && res->again && b->ops->release) /* for the box's next request */
+                b->ops->release(b, u->rec.backend_id, steal_fd(&fd));
         exec_end(m, u, &k, rc, res);
         return rc < 0 ? -1 : 0;
 }

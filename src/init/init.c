@@ -271,70 +271,89 @@ static void session_prepare(int sfd, const sigset_t *oldmask)
         }
 }
 
+/* Serves one request on c; true when the connection may carry another
+ * (an exec that left nothing behind, see init_exec). */
+static bool serve_one(init_conn *c, const abp_frame *f, init_conf *conf)
+{
+        switch (f->type) {
+        case ABP_PING: {
+                abp_buf b = {0};
+                abp_ok ok = {.version = AGENTBOX_VERSION, .proto = ABP_PROTO_VERSION};
+                if (abp_enc_ok(&b, &ok) == 0)
+                        (void)!init_send(c, &b);
+                abp_buf_free(&b);
+                break;
+        }
+        case ABP_EXEC:
+                return init_exec(c, f, conf);
+        case ABP_TERM_OPEN:
+        case ABP_TERM_LIST:
+        case ABP_TERM_CLOSE:
+        case ABP_TERM_RESIZE:
+        case ABP_TERM_SIGNAL:
+        case ABP_TERM_ATTACH:
+        case ABP_TERM_INPUT:
+                init_term_forward(c, f);
+                break;
+        case ABP_READ:
+        case ABP_WRITE:
+        case ABP_LIST:
+        case ABP_STAT:
+        case ABP_DELETE:
+        case ABP_MKDIR:
+        case ABP_RENAME:
+        case ABP_CHMOD:
+        case ABP_CHOWN:
+        case ABP_SYMLINK:
+                init_fileop(c, f, conf);
+                break;
+        case ABP_RESERVE:
+                init_reserve(c, f);
+                break;
+        case ABP_GREP:
+                init_grep(c, f, conf);
+                break;
+        case ABP_WATCH:
+                init_watch(c, f, conf);
+                break;
+        case ABP_STATS:
+                init_stats(c, f);
+                break;
+        default:
+                init_send_error(c, "invalid_argument", "unknown request type %u", f->type);
+                break;
+        }
+        return false;
+}
+
+/* A connection serves one request, or more while each is an exec that left
+ * nothing behind (EXIT's AGAIN): the client then keeps it for its next
+ * request instead of connecting again, which saves a connect and a session
+ * fork. Between requests the session waits SESSION_IDLE_MS at most, in the
+ * directory it started in. */
 static void session(int fd, const char *workdir)
 {
         init_conn c = {.fd = fd};
         init_conf conf = {.workdir = workdir, .workdir_fd = -1};
         abp_frame f;
+        bool again = false;
 
         ab_wipe(tcp_secret, sizeof(tcp_secret)); /* nothing a request runs needs it */
 
         conf.workdir_fd = open(workdir, O_PATH | O_DIRECTORY | O_CLOEXEC);
+        _cleanup_close_ int home = open(".", O_PATH | O_DIRECTORY | O_CLOEXEC);
 
-        int r = abp_recv(fd, &c.rd, &f, INIT_IO_TIMEOUT_MS);
-        if (r == -EBADMSG) {
-                init_send_error(&c, "invalid_argument", "malformed frame");
-        } else if (r == 0) {
-                switch (f.type) {
-                case ABP_PING: {
-                        abp_buf b = {0};
-                        abp_ok ok = {.version = AGENTBOX_VERSION, .proto = ABP_PROTO_VERSION};
-                        if (abp_enc_ok(&b, &ok) == 0)
-                                (void)!init_send(&c, &b);
-                        abp_buf_free(&b);
+        int r;
+        do {
+                r = abp_recv(fd, &c.rd, &f, again ? SESSION_IDLE_MS : INIT_IO_TIMEOUT_MS);
+                if (r == -EBADMSG)
+                        init_send_error(&c, "invalid_argument", "malformed frame");
+                if (r < 0)
                         break;
-                }
-                case ABP_EXEC:
-                        init_exec(&c, &f, &conf);
-                        break;
-                case ABP_TERM_OPEN:
-                case ABP_TERM_LIST:
-                case ABP_TERM_CLOSE:
-                case ABP_TERM_RESIZE:
-                case ABP_TERM_SIGNAL:
-                case ABP_TERM_ATTACH:
-                case ABP_TERM_INPUT:
-                        init_term_forward(&c, &f);
-                        break;
-                case ABP_READ:
-                case ABP_WRITE:
-                case ABP_LIST:
-                case ABP_STAT:
-                case ABP_DELETE:
-                case ABP_MKDIR:
-                case ABP_RENAME:
-                case ABP_CHMOD:
-                case ABP_CHOWN:
-                case ABP_SYMLINK:
-                        init_fileop(&c, &f, &conf);
-                        break;
-                case ABP_RESERVE:
-                        init_reserve(&c, &f);
-                        break;
-                case ABP_GREP:
-                        init_grep(&c, &f, &conf);
-                        break;
-                case ABP_WATCH:
-                        init_watch(&c, &f, &conf);
-                        break;
-                case ABP_STATS:
-                        init_stats(&c, &f);
-                        break;
-                default:
-                        init_send_error(&c, "invalid_argument", "unknown request type %u", f.type);
-                        break;
-                }
-        }
+                again = serve_one(&c, &f, &conf);
+                if (again && home >= 0 && fchdir(home) < 0)
+                        again = false;
+        } while (again);
         abp_reader_free(&c.rd);
         /* an exec may have hung up already; a terminal request handed the
          * connection to the keeper, which must keep it whole: only close

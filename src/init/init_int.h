@@ -12,6 +12,9 @@
 /* How long a session waits for the client to send or take a frame outside of
  * an exec (an exec has its own timeout). */
 #define INIT_IO_TIMEOUT_MS (120 * 1000)
+/* How long a session kept after an exec (EXIT's AGAIN) waits for the next
+ * request; a client keeping the connection must give it up well before. */
+#define SESSION_IDLE_MS (30 * 1000)
 
 /* RLIMIT_NPROC of every command (0 = inherited): kept below the box's pids
  * limit, so processes a command leaves behind can never take the last pids
@@ -44,8 +47,10 @@ int init_send_errno(init_conn *c, int e, const char *path);
 /* Sends one frame already encoded in b. 0 or -errno. */
 int init_send(init_conn *c, abp_buf *b);
 
-/* Handles an EXEC request frame. */
-void init_exec(init_conn *c, const abp_frame *f, const init_conf *conf);
+/* Handles an EXEC request frame. True when the command left nothing behind
+ * and EXIT told the client (AGAIN) that the connection may carry another
+ * request; the connection is then still open. */
+bool init_exec(init_conn *c, const abp_frame *f, const init_conf *conf);
 /* Captures and caches the login environment now (in a child of init made for
  * it), so the first exec finds it ready. */
 void init_exec_prewarm(const init_conf *conf);

@@ -264,6 +264,8 @@ static int exec_frames(xclient *x, abc_output_fn out, void *ud, abc_exec_res *re
                             .duration_ms = e.duration_ms,
                             .stdout_bytes = e.stdout_bytes,
                             .stderr_bytes = e.stderr_bytes,
+                            /* nothing may follow EXIT on a connection kept */
+                            .again = e.again && !x->stream && x->rd.start == x->rd.end,
                         };
                         return 1;
                 } else if (f.type == ABP_ERROR) {

@@ -58,6 +58,11 @@ typedef struct abc_exec_res {
         bool truncated; /* some output was dropped at output_cap */
         uint64_t duration_ms;
         uint64_t stdout_bytes, stderr_bytes; /* produced, including dropped bytes */
+        /* init's session waits for another request on the connection: the
+         * command left nothing running, no stdin stream was sent and nothing
+         * follows EXIT. The caller may keep the connection for its next
+         * request (a backend's release), or close it. */
+        bool again;
 } abc_exec_res;
 
 /* Output callback: stream 1 = stdout, 2 = stderr. Return 0 to go on, <0 to

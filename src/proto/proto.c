@@ -223,6 +223,8 @@ int abp_enc_exit(abp_buf *b, const abp_exit *m)
         abp_put_u64(b, ABP_F_DURATION_MS, m->duration_ms);
         abp_put_u64(b, ABP_F_STDOUT_BYTES, m->stdout_bytes);
         abp_put_u64(b, ABP_F_STDERR_BYTES, m->stderr_bytes);
+        if (m->again)
+                abp_put_u32(b, ABP_F_AGAIN, 1);
         return abp_frame_end(b);
 }
 
@@ -581,6 +583,9 @@ int abp_dec_exit(const abp_frame *f, abp_exit *m)
                         break;
                 case ABP_F_STDERR_BYTES:
                         r = val_u64(&fl, &m->stderr_bytes);
+                        break;
+                case ABP_F_AGAIN:
+                        r = val_bool(&fl, &m->again);
                         break;
                 }
         });

@@ -19,6 +19,10 @@
  *   EXEC:    C: EXEC [DATA(0)* EOF]           I: DATA(1|2)* EXIT   or ERROR
  *            stdin frames only when EXEC has STDIN_STREAM=1; the client keeps
  *            the connection open until EXIT: closing it kills the exec.
+ *            EXIT with AGAIN=1 (proto 4): the command left nothing behind
+ *            and the session waits for another request on the connection
+ *            (any type, as on a new one) for a while; without it the
+ *            session hangs up after EXIT.
  *   READ:    C: READ                          I: DATA(1)* OK       or ERROR
  *   WRITE:   C: WRITE DATA(0)* EOF            I: OK                or ERROR (maybe early)
  *   LIST:    C: LIST                          I: ENTRY* OK         or ERROR
@@ -81,8 +85,10 @@
 /* PING's PROTO. 2: EXEC and TERM_OPEN take USER; an init answering 1
  * ignores it (an unknown tag) and runs the command as root. 3: CHMOD,
  * CHOWN, and UID/GID (and on request OWNER/GROUP) in ENTRY; an older init
- * answers CHMOD and CHOWN with ERROR invalid_argument "unknown request". */
-#define ABP_PROTO_VERSION 3
+ * answers CHMOD and CHOWN with ERROR invalid_argument "unknown request". 4:
+ * EXIT's AGAIN (a connection may carry several requests); an older init
+ * never sends it. */
+#define ABP_PROTO_VERSION 4
 #define ABP_HDR_SIZE      8
 #define ABP_MAX_PAYLOAD   (1u << 20)    /* hard limit on one frame's payload */
 #define ABP_CHUNK         (64u * 1024)  /* data bytes per DATA frame a sender emits */
@@ -165,6 +171,7 @@ enum {
         ABP_F_DURATION_MS = 67,  /* u64 */
         ABP_F_STDOUT_BYTES = 68, /* u64 */
         ABP_F_STDERR_BYTES = 69, /* u64 */
+        ABP_F_AGAIN = 70,        /* u32 bool: EXIT: the session takes another request here */
         ABP_F_TYPE = 80,         /* u32 ABP_T_* */
         ABP_F_SIZE = 81,         /* u64 */
         ABP_F_MTIME = 82,        /* u64 holding an int64, seconds */
@@ -300,6 +307,7 @@ typedef struct abp_exit {
         int32_t exit_code;
         bool timed_out, truncated;
         uint64_t duration_ms, stdout_bytes, stderr_bytes;
+        bool again; /* the session reads another request on this connection */
 } abp_exit;
 
 typedef struct abp_entry {

@@ -9,10 +9,23 @@
 #include <time.h>
 
 #define BUSY_TIMEOUT_MS 5000
+#define STMT_CACHE      64 /* prepared statements kept per handle */
+
+/* A statement prepared once and kept: parsing and planning the SQL costs
+ * more than running it on the hot paths (an exec reads a box and writes its
+ * activity and audit row). Kept statements are reset after every use, so
+ * none holds a read snapshot between calls. */
+typedef struct cached_stmt {
+        sqlite3_stmt *st;
+        uint64_t hash;
+        uint64_t used; /* the handle's use counter when last used */
+} cached_stmt;
 
 typedef struct sqlite_store {
         ab_store base;
         sqlite3 *db;
+        cached_stmt cache[STMT_CACHE];
+        uint64_t uses;
 } sqlite_store;
 
 static const char *const v1[] = AB_STORE_SCHEMA_V1("INTEGER PRIMARY KEY AUTOINCREMENT");
@@ -81,12 +94,49 @@ static int bind(sqlite3_stmt *st, const ab_sql_arg *args, size_t nargs)
         return SQLITE_OK;
 }
 
+static uint64_t sql_hash(const char *sql)
+{
+        uint64_t h = 1469598103934665603ULL; /* FNV-1a */
+        for (const unsigned char *p = (const unsigned char *)sql; *p; p++)
+                h = (h ^ *p) * 1099511628211ULL;
+        return h;
+}
+
+/* The prepared statement for sql: a kept one, or a new one that is kept in
+ * place of the least recently used. Calls are serialised by store.c. */
+static int stmt_get(sqlite_store *q, const char *sql, sqlite3_stmt **out)
+{
+        uint64_t h = sql_hash(sql);
+        cached_stmt *victim = &q->cache[0];
+        q->uses++;
+        for (size_t i = 0; i < STMT_CACHE; i++) {
+                cached_stmt *c = &q->cache[i];
+                if (c->st && c->hash == h && strcmp(sqlite3_sql(c->st), sql) == 0) {
+                        c->used = q->uses;
+                        *out = c->st;
+                        return SQLITE_OK;
+                }
+                if (!c->st || (victim->st && c->used < victim->used))
+                        victim = c;
+        }
+        sqlite3_stmt *st = NULL;
+        int rc = sqlite3_prepare_v3(q->db, sql, -1, SQLITE_PREPARE_PERSISTENT, &st, NULL);
+        if (rc != SQLITE_OK)
+                return rc;
+        if (!st) /* only a comment or white space: nothing to keep */
+                return SQLITE_MISUSE;
+        sqlite3_finalize(victim->st);
+        *victim = (cached_stmt){.st = st, .hash = h, .used = q->uses};
+        *out = st;
+        return SQLITE_OK;
+}
+
 static int sq_exec(ab_store *s, const char *op, const char *sql, const ab_sql_arg *args,
                    size_t nargs, ab_sql_res *res, ab_err **err)
 {
         sqlite_store *q = (sqlite_store *)s;
         sqlite3_stmt *st = NULL;
-        int rc = sqlite3_prepare_v2(q->db, sql, -1, &st, NULL);
+        int rc = stmt_get(q, sql, &st);
         if (rc != SQLITE_OK)
                 return fail(q, rc, op, err);
         rc = bind(st, args, nargs);
@@ -112,11 +162,13 @@ static int sq_exec(ab_store *s, const char *op, const char *sql, const ab_sql_ar
                 goto fail;
         if (res)
                 res->changes = sqlite3_stmt_readonly(st) ? 0 : sqlite3_changes64(q->db);
-        sqlite3_finalize(st);
+        sqlite3_reset(st);
+        sqlite3_clear_bindings(st);
         return 0;
 fail:;
         int r = fail(q, rc, op, err);
-        sqlite3_finalize(st);
+        sqlite3_reset(st);
+        sqlite3_clear_bindings(st);
         return r;
 }
 
@@ -142,6 +194,8 @@ static void sq_rollback(ab_store *s)
 static void sq_close(ab_store *s)
 {
         sqlite_store *q = (sqlite_store *)s;
+        for (size_t i = 0; i < STMT_CACHE; i++)
+                sqlite3_finalize(q->cache[i].st);
         sqlite3_close(q->db);
         free(q);
 }

@@ -604,6 +604,17 @@ int ab_store_box_set_node(ab_store *s, const char *provider, const char *id, con
                           op, cell(&res, 0, 1), owner ? owner : "(none)", expect);
 }
 
+/* last_active_at = max(last_active_at, at_ms); the caller holds the lock. */
+static int touch_locked(ab_store *s, const char *op, const char *provider, const char *id,
+                        int64_t at_ms, ab_sql_res *res, ab_err **err)
+{
+        /* CASE rather than max()/GREATEST(): both dialects know it. */
+        return EXEC(s, op,
+                    "UPDATE boxes SET last_active_at = CASE WHEN last_active_at < $3 THEN $3 "
+                    "ELSE last_active_at END WHERE provider = $1 AND id = $2",
+                    res, err, SQL_TEXT(provider), SQL_TEXT(id), SQL_INT(at_ms));
+}
+
 int ab_store_box_touch(ab_store *s, const char *provider, const char *id, int64_t at_ms,
                        ab_err **err)
 {
@@ -612,11 +623,7 @@ int ab_store_box_touch(ab_store *s, const char *provider, const char *id, int64_
         _cleanup_free_ char *op = xasprintf("touch box %s/%s", provider, id);
         _cleanup_res_ ab_sql_res res = {0};
         STORE_LOCKED(s);
-        /* CASE rather than max()/GREATEST(): both dialects know it. */
-        if (EXEC(s, op,
-                 "UPDATE boxes SET last_active_at = CASE WHEN last_active_at < $3 THEN $3 "
-                 "ELSE last_active_at END WHERE provider = $1 AND id = $2",
-                 &res, err, SQL_TEXT(provider), SQL_TEXT(id), SQL_INT(at_ms)) < 0)
+        if (touch_locked(s, op, provider, id, at_ms, &res, err) < 0)
                 return -1;
         return res.changes ? 0 : not_found(err, op, provider, id);
 }
@@ -878,19 +885,56 @@ int ab_store_pool_claim(ab_store *s, ab_box_rec *claim, ab_err **err)
 
 /* ---- exec audit ---- */
 
-int ab_store_audit_add(ab_store *s, const ab_exec_audit *a, ab_err **err)
+static int audit_check(const ab_exec_audit *a, ab_err **err)
 {
         if (!a || !a->provider || !a->box_id || !a->command)
                 return ab_err_set(err, AB_E_INVALID, 0,
                                   "add exec audit: provider, box_id and command are required");
-        _cleanup_free_ char *op = xasprintf("add exec audit of box %s/%s", a->provider, a->box_id);
-        STORE_LOCKED(s);
+        return 0;
+}
+
+/* Inserts a's row; the caller holds the lock. */
+static int audit_locked(ab_store *s, const char *op, const ab_exec_audit *a, ab_err **err)
+{
         return EXEC(s, op,
                     "INSERT INTO exec_audit (" AUDIT_COLS ") VALUES ($1, $2, $3, $4, $5, $6, "
                     "$7, $8, $9)",
                     NULL, err, SQL_TEXT(a->provider), SQL_TEXT(a->box_id), SQL_TEXT(a->command),
                     SQL_INT(a->exit_code), SQL_INT(a->timed_out ? 1 : 0), SQL_INT(a->started_at),
                     SQL_INT(a->duration_ms), SQL_INT(a->stdout_bytes), SQL_INT(a->stderr_bytes));
+}
+
+int ab_store_audit_add(ab_store *s, const ab_exec_audit *a, ab_err **err)
+{
+        if (audit_check(a, err) < 0)
+                return -1;
+        _cleanup_free_ char *op = xasprintf("add exec audit of box %s/%s", a->provider, a->box_id);
+        STORE_LOCKED(s);
+        return audit_locked(s, op, a, err);
+}
+
+typedef struct exec_done {
+        const char *op;
+        const ab_exec_audit *a;
+        int64_t touch_ms;
+} exec_done;
+
+static int exec_done_body(ab_store *s, void *ctx, ab_err **err)
+{
+        exec_done *d = ctx;
+        if (touch_locked(s, d->op, d->a->provider, d->a->box_id, d->touch_ms, NULL, err) < 0)
+                return -1;
+        return audit_locked(s, d->op, d->a, err);
+}
+
+int ab_store_exec_done(ab_store *s, const ab_exec_audit *a, int64_t touch_ms, ab_err **err)
+{
+        if (audit_check(a, err) < 0 || check_key(a->provider, a->box_id, "record exec", err) < 0)
+                return -1;
+        _cleanup_free_ char *op = xasprintf("record exec in box %s/%s", a->provider, a->box_id);
+        exec_done d = {.op = op, .a = a, .touch_ms = touch_ms};
+        STORE_LOCKED(s);
+        return in_tx(s, op, exec_done_body, &d, err);
 }
 
 int ab_store_audit_list(ab_store *s, const char *provider, const char *box_id, size_t limit,

@@ -173,6 +173,10 @@ int ab_store_pool_claim(ab_store *s, ab_box_rec *claim, ab_err **err);
 
 /* Appends one exec to the audit table. */
 int ab_store_audit_add(ab_store *s, const ab_exec_audit *a, ab_err **err);
+/* Records a finished exec in one transaction: its box's activity (as
+ * ab_store_box_touch at touch_ms; a box that is gone is no error) and its
+ * audit row (as ab_store_audit_add). One commit instead of two. */
+int ab_store_exec_done(ab_store *s, const ab_exec_audit *a, int64_t touch_ms, ab_err **err);
 /* The newest `limit` audits of a box (newest first). */
 int ab_store_audit_list(ab_store *s, const char *provider, const char *box_id, size_t limit,
                         ab_exec_audit **out, size_t *n, ab_err **err);

@@ -555,6 +555,37 @@ static void test_boxes(ab_store *s)
         is_err(ab_store_box_touch(s, "native", "nope", 1, &e), &e, AB_E_NOT_FOUND, NULL,
                "touching an absent record is not_found");
 
+        /* exec_done: the activity and the audit row in one commit */
+        ab_exec_audit done = {.provider = S("native"),
+                              .box_id = S("b1"),
+                              .command = S("done-cmd"),
+                              .exit_code = 3,
+                              .started_at = 1500,
+                              .duration_ms = 4};
+        no_err(ab_store_exec_done(s, &done, 2000, &e), &e, "exec_done");
+        no_err(ab_store_box_get(s, "native", "b1", &g, &e), &e, "get after exec_done");
+        is_int(g.last_active_at, 2000, "exec_done moves last_active_at");
+        ab_box_rec_clear(&g);
+        no_err(ab_store_exec_done(s, &done, 1200, &e), &e, "exec_done, older");
+        no_err(ab_store_box_get(s, "native", "b1", &g, &e), &e, "get after an older exec_done");
+        is_int(g.last_active_at, 2000, "... never moves it back");
+        ab_box_rec_clear(&g);
+        ab_exec_audit *da = NULL;
+        size_t dn = 0;
+        no_err(ab_store_audit_list(s, "native", "b1", 10, &da, &dn, &e), &e, "audit of b1");
+        ok(dn == 2 && !strcmp(da[0].command, "done-cmd") && da[0].exit_code == 3 &&
+               da[0].duration_ms == 4,
+           "exec_done wrote its audit rows");
+        ab_exec_audits_free(da, dn);
+        done.box_id = S("nope");
+        no_err(ab_store_exec_done(s, &done, 1, &e), &e, "exec_done of a box that is gone");
+        no_err(ab_store_audit_list(s, "native", "nope", 10, &da, &dn, &e), &e, "audit of nope");
+        is_int(dn, 1, "... records its row");
+        ab_exec_audits_free(da, dn);
+        done.command = NULL;
+        is_err(ab_store_exec_done(s, &done, 1, &e), &e, AB_E_INVALID, NULL,
+               "exec_done without a command is invalid");
+
         /* set_status: plain, compare-and-set, errors */
         no_err(ab_store_box_set_status(s, "native", "b1", AB_BOX_RUNNING, AB_BOX_STOPPED, NULL, &e),
                &e, "CAS stopped -> running");
