@@ -357,10 +357,8 @@ static const char le_script[] =
     "/bin/bash --noprofile -lc 'shopt -p; set +o' >&3; builtin printf '\\0' >&3\n"
     "exec /usr/bin/env -0 >&3 3>&-\n";
 
-/* /bin/bash too: a replaced bash is captured again (and a broken one fails
- * the capture), so what the cache stands for is always this bash's. */
 static const char *const le_etc[] = {"/etc/profile", "/etc/bash.bashrc", "/etc/environment",
-                                     "/etc/profile.d", "/bin/bash"};
+                                     "/etc/profile.d"};
 static const char *const le_home[] = {".profile", ".bash_profile", ".bash_login", ".bashrc"};
 #define LE_MAX_FILES (AB_ARRAY_LEN(le_etc) + AB_ARRAY_LEN(le_home) + LE_MAX_SCRIPTS)
 
@@ -951,40 +949,6 @@ static char *find_program(const char *word, char *const *env)
         return NULL;
 }
 
-/* ---- builtins without bash ----
- *
- * `bash --noprofile -lc true` (`:`, `false`) with the login environment
- * starts bash, which reads no file (no profile; BASH_ENV and every other
- * variable bash acts on are refused by direct_env_ok), runs the builtin and
- * exits 0 (1 for false) with no output. So the session answers that itself,
- * with no process, when the command is exactly one of those words, the
- * plan is RUN_SHELL's (root, bash, a cached login environment) and bash's
- * start would not fail: /bin/bash is part of the cache's signature (a
- * changed one is captured again, a broken one fails the capture and makes
- * execs run `bash -lc`) and the working directory resolves (else bash's
- * "shell-init: error retrieving current directory", so bash runs). The one
- * difference: no process is made, so the process limit cannot refuse it. */
-
-/* The exit status of cmd when it is a builtin answered without bash. */
-static bool builtin_status(const char *cmd, int *status)
-{
-        if (strcmp(cmd, "true") == 0 || strcmp(cmd, ":") == 0)
-                *status = 0;
-        else if (strcmp(cmd, "false") == 0)
-                *status = 1;
-        else
-                return false;
-        return true;
-}
-
-/* bash can tell where it starts (it looks the directory up when PWD is not
- * in its environment, which the login environment never holds). */
-static bool builtin_cwd_ok(int cwdfd)
-{
-        char buf[PATH_MAX];
-        return fchdir(cwdfd) == 0 && getcwd(buf, sizeof(buf)) != NULL;
-}
-
 static void queue_data(exec_state *st, int stream, const void *p, size_t n)
 {
         if (abp_enc_data(&st->out, (uint32_t)stream, p, n) < 0)
@@ -1120,11 +1084,10 @@ static void read_client(exec_state *st)
 /* ---- how the command runs ---- */
 
 typedef enum {
-        RUN_LOGIN,   /* SHELL -lc COMMAND, base environment: as before the cache */
-        RUN_SHELL,   /* bash --noprofile -lc COMMAND, login environment */
-        RUN_DIRECT,  /* the program itself, login environment */
-        RUN_BUILTIN, /* `true`, `:` or `false`: no process at all (see builtin_status) */
-        RUN_ARGV,    /* ARGV as given, base environment: no shell at all */
+        RUN_LOGIN,  /* SHELL -lc COMMAND, base environment: as before the cache */
+        RUN_SHELL,  /* bash --noprofile -lc COMMAND, login environment */
+        RUN_DIRECT, /* the program itself, login environment */
+        RUN_ARGV,   /* ARGV as given, base environment: no shell at all */
 } run_kind;
 
 typedef struct exec_plan {
@@ -1139,7 +1102,6 @@ typedef struct exec_plan {
         char **argv; /* RUN_DIRECT: its words; RUN_ARGV: ARGV */
         bool set_umask;
         mode_t umask;
-        int status; /* RUN_BUILTIN: the exit status */
 } exec_plan;
 
 static void plan_free(exec_plan *p)
@@ -1187,11 +1149,6 @@ static void plan_exec(exec_plan *p, const abp_exec_req *req, const init_conf *co
         p->umask = le.umask;
         p->env = merge_env((const char *const *)le.env, le.nenv, req, 3, &n);
         le_free(&le);
-
-        if (builtin_status(req->command, &p->status) && direct_env_ok(p->env)) {
-                p->kind = RUN_BUILTIN;
-                return;
-        }
 
         _cleanup_strv_ char **words = direct_words(req->command);
         if (!words || !direct_env_ok(p->env))
@@ -1701,14 +1658,6 @@ bool init_exec(init_conn *c, const abp_frame *f, const init_conf *conf)
         st.start_ms = ab_now_ms();
         uint64_t deadline = timeout_ms ? st.start_ms + timeout_ms : 0;
         plan_exec(&plan, &req, conf, shell, &user, sfd, deadline);
-        if (plan.kind == RUN_BUILTIN && !builtin_cwd_ok(cwdfd))
-                plan.kind = RUN_SHELL;
-        bool timed_out = false;
-        if (plan.kind == RUN_BUILTIN) {
-                st.status = W_EXITCODE(plan.status, 0);
-                st.end_ms = ab_now_ms();
-                goto answer;
-        }
 
         if (req.stdin_len > 0 || req.stdin_stream)
                 r = pipe_pair(in);
@@ -1756,7 +1705,7 @@ bool init_exec(init_conn *c, const abp_frame *f, const init_conf *conf)
         set_nonblock(st.o[1].fd);
         set_nonblock(st.o[2].fd);
 
-        timed_out = run_loop(&st, sfd, deadline);
+        bool timed_out = run_loop(&st, sfd, deadline);
         if (st.gone) {
                 /* The client hung up (or spoke garbage) mid-exec: kill the tree. */
                 init_kill_tree(st.pid, on_reaped, &st);
@@ -1770,7 +1719,6 @@ bool init_exec(init_conn *c, const abp_frame *f, const init_conf *conf)
                 init_kill_tree(st.pid, on_reaped, &st);
                 st.end_ms = ab_now_ms();
         }
-answer:
         close_stdin(&st);
         drain(&st);
 

@@ -1686,51 +1686,6 @@ static void test_login_env(void)
         if (bash_wrapped)
                 TAP_IS_INT(bash_any("ls /proc/self/fd"), 0, "... (which ran without bash)");
 
-        /* `true`, `:` and `false` alone: answered as bash would, without bash. */
-        static const struct {
-                const char *cmd;
-                int code;
-        } bi[] = {{"true", 0}, {":", 0}, {"false", 1}};
-        for (size_t i = 0; i < AB_ARRAY_LEN(bi); i++) {
-                s = run2(bi[i].cmd, NULL, 30000, &res, &err);
-                tap_ok(res.exit_code == bi[i].code && !*s && !*err && !res.timed_out,
-                       "builtin '%s' alone: exit %d, no output (got %d)", bi[i].cmd, bi[i].code,
-                       res.exit_code);
-                if (bash_wrapped)
-                        TAP_IS_INT(bash_any(bi[i].cmd), 0, "... and no bash started for it");
-                free(s);
-                free(err);
-        }
-        /* Whatever makes bash do more than the builtin: bash runs, as before. */
-        snprintf(want, sizeof(want), "BASH_ENV=%s/benv.sh", ws2);
-        snprintf(want + PATH_MAX, PATH_MAX, "%s/benv.sh", ws2);
-        put_file(want + PATH_MAX, "echo from-bash-env\n");
-        static const struct {
-                const char *env, *cmd, *out, *err;
-                int code;
-        } bb[] = {
-            {NULL, "true x", "", "", 0},
-            {NULL, "false x", "", "", 1},
-            {NULL, "true;", "", "", 0},
-            {"BASH_FUNC_true%%=() {  echo fn-true; return 3\n}", "true", "fn-true\n", "", 3},
-            {"SHELLOPTS=xtrace", "true", "", "+ true\n", 0},
-            {"", "true", "from-bash-env\n", "", 0}, /* BASH_ENV, set below */
-        };
-        for (size_t i = 0; i < AB_ARRAY_LEN(bb); i++) {
-                const char *env[] = {bb[i].env && !*bb[i].env ? want : bb[i].env, NULL};
-                int before = bash_any(bb[i].cmd);
-                s = run2(bb[i].cmd, env[0] ? env : NULL, 30000, &res, &err);
-                tap_ok(res.exit_code == bb[i].code && strcmp(s, bb[i].out) == 0 &&
-                           strcmp(err, bb[i].err) == 0,
-                       "'%s' with %.24s: bash's answer (exit %d, out '%s', err '%s')", bb[i].cmd,
-                       env[0] ? env[0] : "no env", res.exit_code, s, err);
-                if (bash_wrapped)
-                        TAP_IS_INT(bash_any(bb[i].cmd) - before, 1, "... from bash");
-                free(s);
-                free(err);
-        }
-        unlink(want + PATH_MAX);
-
         /* Builtins and shell syntax: bash, exactly as before. */
         s = run2("echo builtin-check", NULL, 30000, &res, NULL);
         TAP_IS_STR(s, "builtin-check\n", "a builtin runs");
