@@ -203,7 +203,7 @@ printf '  %-58s %7s ms\n' "host: posix_spawn /bin/true + wait (the floor)" "$sp"
         "init, kept connection: true (argv)" "$kept" \
         "init, new connection: true (argv)" "$new" \
         "HTTP exec {\"argv\":[\"true\"]}" "$argv" \
-        "HTTP exec {\"command\":\"true\"} (answered without bash)" "$cmd" \
+        "HTTP exec {\"command\":\"true\"} (bash runs the builtin)" "$cmd" \
         "HTTP GET /health (the HTTP floor)" "$hl"
 echo "  shares of an HTTP argv exec (differences of medians; the load moves them):"
 printf '  %-58s %7s ms\n' "the program: the host's spawn" "$sp" \

@@ -151,7 +151,7 @@ t1 = srv.box(B).get("last_active_at") or 0
 h.ok(t1 > t0, "... and the box's activity moved on (%s -> %s)" % (t0, t1))
 events.close()
 
-# ---- builtins answered as bash would ------------------------------------------------
+# ---- builtins: what bash answers, on a kept session ------------------------------------------------
 for cmd, code in (("true", 0), (":", 0), ("false", 1), ("true x", 0), ("false; true", 0)):
     r, j = ex({"command": cmd})
     h.eq((j.get("exit_code"), j.get("stdout"), j.get("stderr")), (code, "", ""),
