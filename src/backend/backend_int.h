@@ -5,6 +5,7 @@
 
 #include "base/err.h"
 #include <stdbool.h>
+#include <stdint.h>
 #include <sys/types.h>
 
 /* agentbox-init: `given` (init_path, AGENTBOX_INIT) made canonical and
@@ -16,5 +17,11 @@ char *ab_backend_find_init(const char *given, ab_err **err);
 int ab_backend_mkdir_p(const char *path, mode_t mode);
 /* path equals dir or lies below it (both canonical). */
 bool ab_backend_path_within(const char *path, const char *dir);
+
+/* A box's port reached inside its network namespace through its init's
+ * host pid (native, Docker: ab_backend_ops.port_connect): the fd, or -1
+ * with *err as port_connect documents. */
+int ab_backend_port_netns(pid_t init_pid, const char *id, uint16_t port, int timeout_ms,
+                          ab_err **err);
 
 #endif

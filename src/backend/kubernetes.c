@@ -34,6 +34,7 @@
 #include "base/sha256.h"
 #include "proto/handshake.h"
 
+#include <fcntl.h>
 #include <openssl/evp.h>
 #include <pthread.h>
 #include <time.h>
@@ -1054,6 +1055,24 @@ static int k_connect(ab_backend *b, const char *id, ab_err **err)
         return fd;
 }
 
+/* A port of the pod: its init connects to the port on the pod's loopback
+ * and relays (init's PORT), so what listens on 127.0.0.1 in the box is
+ * reached as on the other backends, and only init's port need be open
+ * between the server and the pods. */
+static int k_port_connect(ab_backend *b, const char *id, uint16_t port, int timeout_ms,
+                          ab_err **err)
+{
+        _cleanup_close_ int fd = k_connect(b, id, err);
+        if (fd < 0)
+                return -1;
+        if (abc_port(fd, port, timeout_ms, err) < 0)
+                return ab_err_wrap(err, "box '%s'", id);
+        int fl = fcntl(fd, F_GETFL);
+        if (fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0)
+                return ab_err_set(err, AB_E_INTERNAL, errno, "fcntl");
+        return steal_fd(&fd);
+}
+
 static int k_pause(ab_backend *b, const char *id, ab_err **err)
 {
         /* A pod cannot be frozen through the API: pause is a stop (the
@@ -1179,6 +1198,7 @@ static const ab_backend_ops k8s_ops = {
     .free = k_free,
     .image_config = k_image_config,
     .set_network = k_set_network,
+    .port_connect = k_port_connect,
     /* connect_unix, disk_alloc, fork, snapshot, subcg, vol: none (501) */
 };
 

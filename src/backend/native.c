@@ -1179,6 +1179,28 @@ static int n_disk_alloc(ab_backend *b, const char *id, uint64_t *bytes, ab_err *
         return 0;
 }
 
+static int n_port_connect(ab_backend *b, const char *id, uint16_t port, int timeout_ms,
+                          ab_err **err)
+{
+        native *n = N(b);
+        if (!ab_id_valid(id))
+                return ab_err_set(err, AB_E_NOT_FOUND, 0, "no box with id '%s'", id);
+        _cleanup_close_ int bfd =
+            openat(n->boxes_fd, id, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+        if (bfd < 0)
+                return ab_err_set(err, AB_E_NOT_FOUND, 0, "no box with id '%s'", id);
+        ab_box_state st;
+        if (ab_state_read(bfd, &st, err) < 0)
+                return -1;
+        pid_t pid = st.error ? 0 : st.init_pid;
+        ab_state_clear(&st);
+        if (pid <= 0)
+                return ab_err_set(err, AB_E_CONFLICT, 0, "box '%s' is not running", id);
+        if (maybe_paused(n, bfd, id))
+                return ab_err_set(err, AB_E_CONFLICT, 0, "box '%s' is paused: resume it first", id);
+        return ab_backend_port_netns(pid, id, port, timeout_ms, err);
+}
+
 static int n_connect_unix(ab_backend *b, const char *id, const char *path, ab_err **err)
 {
         native *n = N(b);
@@ -1594,6 +1616,7 @@ static const ab_backend_ops native_ops = {
     .connect = n_connect,
     .stats = n_stats,
     .connect_unix = n_connect_unix,
+    .port_connect = n_port_connect,
     .disk_alloc = n_disk_alloc,
     .fork = n_fork,
     .snapshot = n_snapshot,

@@ -324,6 +324,9 @@ static void session(int fd, const char *workdir)
                 case ABP_STATS:
                         init_stats(&c, &f);
                         break;
+                case ABP_PORT:
+                        init_port(&c, &f);
+                        break;
                 default:
                         init_send_error(&c, "invalid_argument", "unknown request type %u", f.type);
                         break;

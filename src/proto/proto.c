@@ -319,7 +319,7 @@ static int val_str(const abp_field *fl, const char **s)
 bool abp_is_request(uint32_t type)
 {
         return (type >= ABP_PING && type <= ABP_TERM_INPUT) || type == ABP_RESERVE ||
-               type == ABP_GREP || type == ABP_WATCH || type == ABP_STATS;
+               type == ABP_GREP || type == ABP_WATCH || type == ABP_STATS || type == ABP_PORT;
 }
 
 bool abp_is_term_request(uint32_t type)
@@ -524,6 +524,24 @@ int abp_dec_stats(const abp_frame *f, abp_stats *m)
                 }
         });
         return 0;
+}
+
+int abp_dec_port(const abp_frame *f, uint32_t *port, uint32_t *timeout_ms)
+{
+        abp_field fl;
+        int r = 0;
+
+        *port = 0;
+        *timeout_ms = 0;
+        if (f->type != ABP_PORT)
+                return -EBADMSG;
+        FOR_FIELDS(f, fl, r, {
+                if (fl.tag == ABP_F_PORT)
+                        r = val_u32(&fl, port);
+                else if (fl.tag == ABP_F_TIMEOUT_MS)
+                        r = val_u32(&fl, timeout_ms);
+        });
+        return *port >= 1 && *port <= 65535 ? 0 : -EBADMSG;
 }
 
 int abp_dec_error(const abp_frame *f, abp_error *m)

@@ -68,6 +68,15 @@
  *            on Kubernetes), v1 or v2, read from /proc/self/cgroup and
  *            /sys/fs/cgroup as init sees them; a counter it cannot read is
  *            absent; ERROR unavailable when it can read no memory usage.
+ *   PORT:    C: PORT{PORT,TIMEOUT_MS}         I: OK, then raw bytes both ways; or ERROR
+ *            init connects to 127.0.0.1:PORT, then [::1]:PORT, inside the box
+ *            (never another address: it is no way out of the box's network
+ *            mode), within TIMEOUT_MS (0 = 10 s); after OK the connection
+ *            carries the TCP stream's bytes as they are, no frames, each
+ *            side's end of input passed on as a half-close, until both
+ *            ended. ERROR unavailable: nothing listens there (refused);
+ *            timeout: no answer within TIMEOUT_MS. For a backend whose host
+ *            cannot enter the box's network namespace (a pod).
  * Either side treats the other as untrusted: every decoder bounds-checks and
  * returns -EBADMSG on anything malformed. */
 #ifndef AB_PROTO_H
@@ -81,8 +90,9 @@
 /* PING's PROTO. 2: EXEC and TERM_OPEN take USER; an init answering 1
  * ignores it (an unknown tag) and runs the command as root. 3: CHMOD,
  * CHOWN, and UID/GID (and on request OWNER/GROUP) in ENTRY; an older init
- * answers CHMOD and CHOWN with ERROR invalid_argument "unknown request". */
-#define ABP_PROTO_VERSION 3
+ * answers CHMOD and CHOWN with ERROR invalid_argument "unknown request".
+ * 4: PORT; an older init answers it the same way. */
+#define ABP_PROTO_VERSION 4
 #define ABP_HDR_SIZE      8
 #define ABP_MAX_PAYLOAD   (1u << 20)    /* hard limit on one frame's payload */
 #define ABP_CHUNK         (64u * 1024)  /* data bytes per DATA frame a sender emits */
@@ -116,6 +126,7 @@ enum {
         ABP_GREP = 41,
         ABP_WATCH = 42, /* a directory's changes, streamed (ABP_WATCH_EVENT) */
         ABP_STATS = 43, /* init's own cgroup's usage (abp_stats) */
+        ABP_PORT = 44,  /* a TCP connection to the box's loopback (abp_dec_port) */
         /* streams, both ways */
         ABP_DATA = 0x100,
         ABP_EOF = 0x101,
@@ -189,6 +200,7 @@ enum {
         ABP_F_SNAPSHOT = 107,    /* u32 bool: TERM_ATTACH: the kept output, then EOF */
         ABP_F_MERGE = 108,       /* u32 bool: TERM_OPEN of a process: stderr into stdout */
         ABP_F_LINES = 109,       /* u64: TERM: newlines a process wrote to stdout in all */
+        ABP_F_PORT = 110,        /* u32: PORT: the TCP port (1..65535) on the box's loopback */
         ABP_F_FREE = 90,         /* u64: RESERVE's answer, bytes the box could write */
         ABP_F_MEMORY = 91,       /* u64: STATS' answer: memory in use (bytes) */
         ABP_F_MEMORY_MAX = 92,   /* u64: STATS' answer: memory limit (bytes; absent = none) */
@@ -431,6 +443,9 @@ int abp_dec_file(const abp_frame *f, abp_file_req *m) __attribute__((warn_unused
 int abp_dec_data(const abp_frame *f, abp_data *m) __attribute__((warn_unused_result));
 int abp_dec_ok(const abp_frame *f, abp_ok *m) __attribute__((warn_unused_result));
 int abp_dec_error(const abp_frame *f, abp_error *m) __attribute__((warn_unused_result));
+/* PORT: PORT in 1..65535 is required; TIMEOUT_MS (0 when absent). */
+int abp_dec_port(const abp_frame *f, uint32_t *port, uint32_t *timeout_ms)
+    __attribute__((warn_unused_result));
 /* STATS' answer: an OK frame with ABP_F_MEMORY... (any may be absent). */
 int abp_dec_stats(const abp_frame *f, abp_stats *m) __attribute__((warn_unused_result));
 int abp_dec_exit(const abp_frame *f, abp_exit *m) __attribute__((warn_unused_result));
@@ -449,7 +464,7 @@ int abp_dec_match(const abp_frame *f, abp_match *m) __attribute__((warn_unused_r
 /* True for a terminal request type (TERM_OPEN..TERM_INPUT). */
 bool abp_is_term_request(uint32_t type);
 
-/* True for a request type (PING..TERM_INPUT, RESERVE, GREP, WATCH). */
+/* True for a request type (PING..TERM_INPUT, RESERVE, GREP, WATCH, STATS, PORT). */
 bool abp_is_request(uint32_t type);
 
 /* ---- reading frames from a byte stream ---- */
