@@ -13,7 +13,9 @@
  *                       init secret (32 random bytes, key init-secret), and
  *                       annotations agentbox.dev/{id,created,limits,image,
  *                       network,state,creator}; state "creating" until the
- *                       first pod is Ready, then "ready"; creator names the
+ *                       first pod is Ready, then "ready" ("paused" from a
+ *                       pause, which deletes the pod, until the next start
+ *                       or stop: the box reads as paused); creator names the
  *                       process making it (a "creating" box whose creator
  *                       died on this machine reads as half made at once)
  *   PVC NAME            the box's files (workspace/, uploads/, outputs/ as
@@ -846,7 +848,7 @@ static void info_from(const char *id, const json_t *rec, const json_t *pod, ab_b
                 return;
         }
         if (!pod || pod_gone_or_going(pod)) {
-                out->status = AB_BOX_STOPPED;
+                out->status = state && !strcmp(state, "paused") ? AB_BOX_PAUSED : AB_BOX_STOPPED;
                 return;
         }
         out->status = pod_ready(pod) ? AB_BOX_RUNNING : AB_BOX_CREATING;
@@ -934,6 +936,23 @@ static int k_list(ab_backend *b, ab_box_info **out, size_t *count, ab_err **err)
         return 0;
 }
 
+/* Writes the record's state annotation ("ready", "paused"). */
+static int set_state(kb *k, const char *id, const char *state, ab_err **err)
+{
+        json_t *patch = json_pack("{s:{s:{s:s}}}", "metadata", "annotations", ANN_STATE, state);
+        _cleanup_free_ char *name = obj_name(id);
+        _cleanup_free_ char *p = path_of(k, "secrets", name);
+        int r = ab_kapi_patch(k->api, p, patch, NULL, err);
+        json_decref(patch);
+        return r;
+}
+
+static bool rec_paused(const json_t *rec)
+{
+        const char *state = ann(rec, ANN_STATE);
+        return state && !strcmp(state, "paused");
+}
+
 static int k_start(ab_backend *b, const char *id, ab_err **err)
 {
         kb *k = K(b);
@@ -955,9 +974,13 @@ static int k_start(ab_backend *b, const char *id, ab_err **err)
                         ab_wipe(secret, sizeof(secret));
                 }
         } else if (r >= 0) {
-                /* absent, or ended (killed, evicted, OOM): a new pod on the same claim */
+                /* absent, or ended (killed, evicted, OOM): a new pod on the same claim;
+                 * a paused box is no longer paused once asked to start (a failed
+                 * start leaves it stopped) */
                 cache_forget_addr(k, id, false);
-                r = r == 1 ? delete_pod(k, id, name, err) : 0;
+                r = rec_paused(rec) ? set_state(k, id, "ready", err) : 0;
+                if (r == 0 && pod)
+                        r = delete_pod(k, id, name, err);
                 if (r == 0)
                         r = run_pod(k, id, rec, err);
         }
@@ -966,11 +989,13 @@ static int k_start(ab_backend *b, const char *id, ab_err **err)
         return r < 0 ? -1 : 0;
 }
 
-static int k_stop(ab_backend *b, const char *id, ab_err **err)
+/* Deletes the pod; the record's state becomes `state` ("ready" for a stop,
+ * "paused" for a pause) once the pod is gone. */
+static int end_pod(kb *k, const char *id, const char *state, ab_err **err)
 {
-        kb *k = K(b);
         json_t *rec = NULL;
         int r = get_record(k, id, &rec, err);
+        bool paused = r == 1 && rec_paused(rec);
         json_decref(rec);
         if (r == 0)
                 return ab_err_set(err, AB_E_NOT_FOUND, 0, "no box with id '%s'", id);
@@ -978,7 +1003,16 @@ static int k_stop(ab_backend *b, const char *id, ab_err **err)
                 return -1;
         cache_forget_addr(k, id, false);
         _cleanup_free_ char *name = obj_name(id);
-        return delete_pod(k, id, name, err) < 0 ? -1 : 0;
+        if (delete_pod(k, id, name, err) < 0)
+                return -1;
+        if (paused != !strcmp(state, "paused") && set_state(k, id, state, err) < 0)
+                return -1;
+        return 0;
+}
+
+static int k_stop(ab_backend *b, const char *id, ab_err **err)
+{
+        return end_pod(K(b), id, "ready", err);
 }
 
 static int k_destroy(ab_backend *b, const char *id, ab_err **err)
@@ -1077,12 +1111,36 @@ static int k_pause(ab_backend *b, const char *id, ab_err **err)
 {
         /* A pod cannot be frozen through the API: pause is a stop (the
          * files stay on the claim; the processes end), as agent-sandbox's
-         * Suspended mode. */
-        return k_stop(b, id, err);
+         * Suspended mode. The record remembers it, so the box reads as
+         * paused (to the server after a restart, to the CLI) until a
+         * resume, a start or a stop. Only a running box pauses. */
+        ab_box_info i;
+        if (k_info(b, id, &i, err) < 0)
+                return -1;
+        ab_box_status st = i.status;
+        ab_box_info_clear(&i);
+        if (st == AB_BOX_PAUSED)
+                return 0;
+        if (st != AB_BOX_RUNNING)
+                return ab_err_set(err, AB_E_CONFLICT, 0,
+                                  "box '%s' is %s: only a running box pauses", id,
+                                  ab_box_status_name(st));
+        return end_pod(K(b), id, "paused", err);
 }
 
 static int k_resume(ab_backend *b, const char *id, ab_err **err)
 {
+        ab_box_info i;
+        if (k_info(b, id, &i, err) < 0)
+                return -1;
+        ab_box_status st = i.status;
+        ab_box_info_clear(&i);
+        if (st == AB_BOX_RUNNING)
+                return 0;
+        if (st != AB_BOX_PAUSED)
+                return ab_err_set(err, AB_E_CONFLICT, 0,
+                                  "box '%s' is %s: only a paused box resumes", id,
+                                  ab_box_status_name(st));
         return k_start(b, id, err);
 }
 
