@@ -13,6 +13,8 @@ void ab_box_info_clear(ab_box_info *i)
         free(i->rootfs);
         free(i->image);
         free(i->error);
+        free(i->image_workdir);
+        free(i->image_user);
         memset(i, 0, sizeof(*i));
 }
 

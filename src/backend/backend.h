@@ -70,12 +70,17 @@ typedef struct ab_box_info {
         char *id;
         ab_box_status status;
         ab_limits limits;
-        int64_t created_at;  /* unix seconds */
-        int64_t started_at;  /* unix seconds of the last start, 0 if stopped */
-        pid_t init_pid;      /* host pid of the box's init (running or paused), else 0 */
-        char *rootfs;        /* NULL = host base */
-        char *image;         /* the image's id for a box made from one, else NULL */
-        char *error;         /* why the box is in AB_BOX_ERROR, else NULL */
+        int64_t created_at; /* unix seconds */
+        int64_t started_at; /* unix seconds of the last start, 0 if stopped */
+        pid_t init_pid;     /* host pid of the box's init (running or paused), else 0 */
+        char *rootfs;       /* NULL = host base */
+        char *image;        /* the image's id for a box made from one, else NULL */
+        char *error;        /* why the box is in AB_BOX_ERROR, else NULL */
+        /* The image's WorkingDir and User as the box runs them, for a backend
+         * that learns them only by running the image (kubernetes: its pod's
+         * image probe); NULL where the image has none or the backend does not
+         * tell (the others: image_config says). */
+        char *image_workdir, *image_user;
         const char *backend; /* static: the ops->name of the backend that runs it */
 } ab_box_info;
 

@@ -41,21 +41,24 @@
 #include <pthread.h>
 #include <time.h>
 
-#define LABEL_BOX      "agentbox.dev/box"
-#define LABEL_SERVER   "agentbox.dev/server"
-#define ANN_ID         "agentbox.dev/id"
-#define ANN_CREATED    "agentbox.dev/created"
-#define ANN_LIMITS     "agentbox.dev/limits"
-#define ANN_IMAGE      "agentbox.dev/image"
-#define ANN_STATE      "agentbox.dev/state"
-#define ANN_CREATOR    "agentbox.dev/creator"
-#define SECRET_KEY     "init-secret"
-#define IN_BIN         "/.agentbox/bin"
-#define IN_SECRET      "/.agentbox/secret"
-#define DEFAULT_READY  120000u
-#define GONE_WAIT_MS   60000u
-#define CONNECT_MS     5000
-#define HALF_MADE_SECS 600 /* a "creating" box older than this, at open, is half made */
+#define LABEL_BOX       "agentbox.dev/box"
+#define LABEL_SERVER    "agentbox.dev/server"
+#define ANN_ID          "agentbox.dev/id"
+#define ANN_CREATED     "agentbox.dev/created"
+#define ANN_LIMITS      "agentbox.dev/limits"
+#define ANN_IMAGE       "agentbox.dev/image"
+#define ANN_STATE       "agentbox.dev/state"
+#define ANN_CREATOR     "agentbox.dev/creator"
+#define ANN_IMAGE_RUN   "agentbox.dev/image-run"
+#define IMAGE_PROBE     IN_BIN "/image.json"
+#define IMAGE_PROBE_MAX 8192
+#define SECRET_KEY      "init-secret"
+#define IN_BIN          "/.agentbox/bin"
+#define IN_SECRET       "/.agentbox/secret"
+#define DEFAULT_READY   120000u
+#define GONE_WAIT_MS    60000u
+#define CONNECT_MS      5000
+#define HALF_MADE_SECS  600 /* a "creating" box older than this, at open, is half made */
 
 typedef struct k8s_cache {
         char *id;
@@ -481,15 +484,25 @@ static json_t *pod_body(kb *k, const char *id, const json_t *rec, const char *na
                       sget(k, "init_image"), "imagePullPolicy", pull, "command", "/agentbox-init",
                       "--install", IN_BIN "/agentbox-init", "volumeMounts", "name", "agentbox-bin",
                       "mountPath", IN_BIN);
+        /* the image's User and WorkingDir, as the runtime starts the image
+         * (no user, no working directory of our own, no capabilities): what
+         * the server cannot read of an image the cluster pulls (init's
+         * --image-probe); read back once the pod is Ready */
+        json_t *probe =
+            json_pack("{s:s,s:s,s:s,s:[s,s,s],s:[{s:s,s:s}],s:{s:b,s:{s:[s]}}}", "name",
+                      "agentbox-image", "image", image, "imagePullPolicy", pull, "command",
+                      IN_BIN "/agentbox-init", "--image-probe", IMAGE_PROBE, "volumeMounts", "name",
+                      "agentbox-bin", "mountPath", IN_BIN, "securityContext",
+                      "allowPrivilegeEscalation", 0, "capabilities", "drop", "ALL");
         _cleanup_free_ char *pvc = xstrdup(name);
         json_t *vols = json_pack("[{s:s,s:{}},{s:s,s:{s:s,s:i}},{s:s,s:{s:s}}]", "name",
                                  "agentbox-bin", "emptyDir", "name", "agentbox-secret", "secret",
                                  "secretName", name, "defaultMode", 0400, "name", "files",
                                  "persistentVolumeClaim", "claimName", pvc);
-        json_t *spec = json_pack("{s:s,s:b,s:b,s:i,s:[o],s:[o],s:o}", "restartPolicy", "Never",
+        json_t *spec = json_pack("{s:s,s:b,s:b,s:i,s:[o,o],s:[o],s:o}", "restartPolicy", "Never",
                                  "automountServiceAccountToken", 0, "enableServiceLinks", 0,
                                  "terminationGracePeriodSeconds", 5, "initContainers", carrier,
-                                 "containers", box, "volumes", vols);
+                                 probe, "containers", box, "volumes", vols);
         /* the box's id as its host name where it is a DNS label, as on
          * the other backends */
         if (!strchr(id, '_') && strlen(id) <= 63 && id[strlen(id) - 1] != '-')
@@ -753,6 +766,48 @@ static int remove_all(kb *k, const char *id, ab_err **err)
         return r < 0 ? -1 : 0;
 }
 
+static int k_connect(ab_backend *b, const char *id, ab_err **err);
+
+static int probe_out(void *ud, int stream, const void *buf, size_t len)
+{
+        ab_buf *o = ud;
+        if (o->n + len > IMAGE_PROBE_MAX)
+                return -1;
+        ab_buf_add(o, buf, len);
+        return 0;
+}
+
+/* What the pod's image probe found (IMAGE_PROBE, read through the running
+ * pod's init), checked and rewritten: {"workdir"?, "user"?} as JSON text,
+ * or NULL (logged) when it wrote nothing usable. The box's own processes
+ * have not run yet; the values only ever become its own commands'
+ * defaults. */
+static char *image_run(ab_backend *b, const char *id)
+{
+        ab_err *e = NULL;
+        _cleanup_buf_ ab_buf o = {0};
+        _cleanup_close_ int fd = k_connect(b, id, &e);
+        if (fd < 0 || abc_read(fd, IMAGE_PROBE, 0, IMAGE_PROBE_MAX, probe_out, &o, &e) < 0) {
+                ab_log(AB_LOG_WARN,
+                       "kubernetes: the image's user and working directory are unknown", "box", id,
+                       "error", e ? e->msg : "read failed", NULL);
+                ab_err_free(&e);
+                return NULL;
+        }
+        json_t *j = json_loadb(o.p ? o.p : "", o.n, 0, NULL);
+        const char *wd = json_string_value(json_object_get(j, "workdir"));
+        const char *user = json_string_value(json_object_get(j, "user"));
+        json_t *out = json_object();
+        if (wd && wd[0] == '/' && strlen(wd) < 4096)
+                json_object_set_new(out, "workdir", json_string(wd));
+        if (user && *user && strlen(user) <= 256)
+                json_object_set_new(out, "user", json_string(user));
+        json_decref(j);
+        char *text = json_dumps(out, JSON_COMPACT);
+        json_decref(out);
+        return text;
+}
+
 static int k_create(ab_backend *b, const ab_box_spec *spec, ab_err **err)
 {
         kb *k = K(b);
@@ -803,6 +858,11 @@ static int k_create(ab_backend *b, const ab_box_spec *spec, ab_err **err)
         if (r == 0) {
                 json_t *patch =
                     json_pack("{s:{s:{s:s}}}", "metadata", "annotations", ANN_STATE, "ready");
+                _cleanup_free_ char *run = image_run(b, spec->id);
+                if (run)
+                        json_object_set_new(
+                            json_object_get(json_object_get(patch, "metadata"), "annotations"),
+                            ANN_IMAGE_RUN, json_string(run));
                 _cleanup_free_ char *p = path_of(k, "secrets", name);
                 r = ab_kapi_patch(k->api, p, patch, NULL, err);
                 json_decref(patch);
@@ -835,6 +895,12 @@ static void info_from(const char *id, const json_t *rec, const json_t *pod, ab_b
         const char *c = ann(rec, ANN_CREATED);
         out->created_at = c ? strtoll(c, NULL, 10) : 0;
         out->image = ann(rec, ANN_IMAGE) ? xstrdup(ann(rec, ANN_IMAGE)) : NULL;
+        json_t *run = ann(rec, ANN_IMAGE_RUN) ? json_loads(ann(rec, ANN_IMAGE_RUN), 0, NULL) : NULL;
+        const char *wd = json_string_value(json_object_get(run, "workdir"));
+        const char *user = json_string_value(json_object_get(run, "user"));
+        out->image_workdir = wd ? xstrdup(wd) : NULL;
+        out->image_user = user ? xstrdup(user) : NULL;
+        json_decref(run);
         const char *state = ann(rec, ANN_STATE);
         if (state && !strcmp(state, "creating") && !(pod && pod_ready(pod))) {
                 /* a create that died with no pod that may still get Ready

@@ -320,6 +320,8 @@ static int create_backend(ab_manager *m, ab_box_rec *r, const ab_limits *lim, co
         mgr_set_status(m, r, AB_BOX_RUNNING, NULL);
         if (img)
                 mgr_image_own_folders(m, r);
+        else if (spec.image)
+                mgr_image_learn(m, r);
         mgr_entrypoint_start(m, r);
         mgr_emit(m, "box.created", r,
                  json_pack("{s:I,s:b}", "duration_ms", (json_int_t)((ab_now_ns() - t0) / 1000000),

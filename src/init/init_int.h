@@ -62,6 +62,10 @@ void init_grep(init_conn *c, const abp_frame *f, const init_conf *conf);
 /* Handles READ WRITE LIST STAT DELETE MKDIR RENAME request frames. */
 void init_fileop(init_conn *c, const abp_frame *f, const init_conf *conf);
 
+/* --image-probe PATH (probe.c): writes the image's workdir and user as the
+ * container runtime started this process; always 0 (the exit status). */
+int init_image_probe(const char *path);
+
 /* ---- users (user.c) ---- */
 
 /* Who a command runs as. Zeroed (set false): init's own user, root. */
