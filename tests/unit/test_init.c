@@ -14,6 +14,8 @@
 #include <dirent.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <pwd.h>
+#include <grp.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <pthread.h>
@@ -2833,6 +2835,71 @@ static void port_roundtrip(int family, size_t len, const char *what)
         close(ps.lfd);
 }
 
+/* Runs `init --image-probe DIR/NAME` in DIR as uid:gid; what it wrote. */
+static char *run_probe(const char *bin, const char *dir, uid_t uid, gid_t gid, const char *name)
+{
+        char path[512];
+        snprintf(path, sizeof(path), "%s/%s", dir, name);
+        pid_t pid = fork();
+        if (pid == 0) {
+                if (setgroups(0, NULL) < 0 || setgid(gid) < 0 || setuid(uid) < 0 || chdir(dir) < 0)
+                        _exit(127);
+                execl(bin, bin, "--image-probe", path, (char *)NULL);
+                _exit(127);
+        }
+        int st = 0;
+        waitpid(pid, &st, 0);
+        if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
+                return NULL;
+        char buf[1024];
+        int fd = open(path, O_RDONLY | O_CLOEXEC);
+        ssize_t n = fd >= 0 ? read(fd, buf, sizeof(buf) - 1) : -1;
+        if (fd >= 0)
+                close(fd);
+        if (n < 0)
+                return NULL;
+        buf[n] = 0;
+        return xstrdup(buf);
+}
+
+/* --image-probe: the user and directory it was started with, as an image's
+ * User and WorkingDir (the kubernetes backend's pods run it so). */
+static void test_image_probe(const char *bin)
+{
+        /* beside the test's own folder (0700: another uid cannot enter it) */
+        _cleanup_free_ char *dir = xasprintf("%s.probe", tmp);
+        mkdir(dir, 0777);
+        chmod(dir, 0777);
+        _cleanup_free_ char *r0 = run_probe(bin, dir, 0, 0, "root.json");
+        _cleanup_free_ char *want0 = xasprintf("{\"workdir\":\"%s\"}\n", dir);
+        TAP_IS_STR(r0, want0, "--image-probe as root: the working directory, no user");
+        struct passwd *pw = getpwnam("www-data");
+        if (pw) {
+                uid_t u = pw->pw_uid;
+                gid_t g = pw->pw_gid;
+                _cleanup_free_ char *r1 = run_probe(bin, dir, u, g, "named.json");
+                _cleanup_free_ char *want1 =
+                    xasprintf("{\"workdir\":\"%s\",\"user\":\"www-data\"}\n", dir);
+                TAP_IS_STR(r1, want1, "--image-probe as www-data: its name (its passwd group)");
+                _cleanup_free_ char *r2 = run_probe(bin, dir, u, 4242, "group.json");
+                _cleanup_free_ char *want2 =
+                    xasprintf("{\"workdir\":\"%s\",\"user\":\"www-data:4242\"}\n", dir);
+                TAP_IS_STR(r2, want2, "... with another group: name:gid");
+        } else {
+                tap_ok(true, "--image-probe as a named user # SKIP no www-data on this host");
+        }
+        _cleanup_free_ char *r3 = run_probe(bin, dir, 4343, 4242, "ids.json");
+        _cleanup_free_ char *want3 =
+            xasprintf("{\"workdir\":\"%s\",\"user\":\"4343:4242\"}\n", dir);
+        TAP_IS_STR(r3, want3, "a uid without a passwd entry: uid:gid");
+        const char *names[] = {"root.json", "named.json", "group.json", "ids.json"};
+        for (size_t i = 0; i < 4; i++) {
+                _cleanup_free_ char *p = xasprintf("%s/%s", dir, names[i]);
+                unlink(p);
+        }
+        rmdir(dir);
+}
+
 /* PORT: init connects to a port on its loopback (here the test's) and
  * relays the connection. */
 static void test_port(void)
@@ -2920,6 +2987,7 @@ int main(int argc, char **argv)
                 test_reserve();
                 test_stats();
                 test_port();
+                test_image_probe(bin);
                 test_watch();
                 stop_init();
         }
