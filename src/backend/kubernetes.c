@@ -1173,41 +1173,43 @@ static int k_port_connect(ab_backend *b, const char *id, uint16_t port, int time
         return steal_fd(&fd);
 }
 
+/* The box's status, AB_E_CONFLICT unless it is `want` or `done` (then *is_done). */
+static int status_is(ab_backend *b, const char *id, ab_box_status want, ab_box_status done,
+                     bool *is_done, const char *what, ab_err **err)
+{
+        ab_box_info i;
+        if (k_info(b, id, &i, err) < 0)
+                return -1;
+        ab_box_status st = i.status;
+        ab_box_info_clear(&i);
+        *is_done = st == done;
+        if (st != want && st != done)
+                return ab_err_set(err, AB_E_CONFLICT, 0, "box '%s' is %s: %s", id,
+                                  ab_box_status_name(st), what);
+        return 0;
+}
+
 static int k_pause(ab_backend *b, const char *id, ab_err **err)
 {
         /* A pod cannot be frozen through the API: pause is a stop (the
          * files stay on the claim; the processes end), as agent-sandbox's
          * Suspended mode. The record remembers it, so the box reads as
          * paused (to the server after a restart, to the CLI) until a
-         * resume, a start or a stop. Only a running box pauses. */
-        ab_box_info i;
-        if (k_info(b, id, &i, err) < 0)
+         * resume, a start or a stop. */
+        bool done;
+        if (status_is(b, id, AB_BOX_RUNNING, AB_BOX_PAUSED, &done, "only a running box pauses",
+                      err) < 0)
                 return -1;
-        ab_box_status st = i.status;
-        ab_box_info_clear(&i);
-        if (st == AB_BOX_PAUSED)
-                return 0;
-        if (st != AB_BOX_RUNNING)
-                return ab_err_set(err, AB_E_CONFLICT, 0,
-                                  "box '%s' is %s: only a running box pauses", id,
-                                  ab_box_status_name(st));
-        return end_pod(K(b), id, "paused", err);
+        return done ? 0 : end_pod(K(b), id, "paused", err);
 }
 
 static int k_resume(ab_backend *b, const char *id, ab_err **err)
 {
-        ab_box_info i;
-        if (k_info(b, id, &i, err) < 0)
+        bool done;
+        if (status_is(b, id, AB_BOX_PAUSED, AB_BOX_RUNNING, &done, "only a paused box resumes",
+                      err) < 0)
                 return -1;
-        ab_box_status st = i.status;
-        ab_box_info_clear(&i);
-        if (st == AB_BOX_RUNNING)
-                return 0;
-        if (st != AB_BOX_PAUSED)
-                return ab_err_set(err, AB_E_CONFLICT, 0,
-                                  "box '%s' is %s: only a paused box resumes", id,
-                                  ab_box_status_name(st));
-        return k_start(b, id, err);
+        return done ? 0 : k_start(b, id, err);
 }
 
 /* The pod's usage, from its init (the container's cgroup as init sees

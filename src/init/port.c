@@ -25,24 +25,15 @@
 /* Waits for a non-blocking connect on fd. 0 or -errno (-ETIMEDOUT). */
 static int connect_wait(int fd, uint64_t deadline)
 {
-        struct pollfd p = {.fd = fd, .events = POLLOUT};
-        for (;;) {
-                uint64_t now = ab_now_ms();
-                if (now >= deadline)
-                        return -ETIMEDOUT;
-                int n = poll(&p, 1, (int)(deadline - now));
-                if (n < 0 && errno == EINTR)
-                        continue;
-                if (n < 0)
-                        return -errno;
-                if (n == 0)
-                        return -ETIMEDOUT;
-                int so = 0;
-                socklen_t sl = sizeof(so);
-                if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &so, &sl) < 0)
-                        return -errno;
-                return so ? -so : 0;
-        }
+        uint64_t now = ab_now_ms();
+        int r = now >= deadline ? -ETIMEDOUT : abp_wait_fd(fd, POLLOUT, (int)(deadline - now));
+        if (r < 0)
+                return r;
+        int so = 0;
+        socklen_t sl = sizeof(so);
+        if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &so, &sl) < 0)
+                return -errno;
+        return so ? -so : 0;
 }
 
 /* A connected non-blocking socket to 127.0.0.1:port, else [::1]:port.

@@ -1125,7 +1125,7 @@ bool abp_reader_partial(const abp_reader *r)
 
 /* ---- blocking helpers ---- */
 
-static int wait_fd(int fd, short events, int timeout_ms)
+int abp_wait_fd(int fd, short events, int timeout_ms)
 {
         struct pollfd p = {.fd = fd, .events = events};
         for (;;) {
@@ -1156,7 +1156,7 @@ int abp_send(int fd, abp_buf *b, int timeout_ms)
                         r = -errno;
                         break;
                 }
-                r = wait_fd(fd, POLLOUT, timeout_ms);
+                r = abp_wait_fd(fd, POLLOUT, timeout_ms);
                 if (r < 0)
                         break;
         }
@@ -1173,7 +1173,7 @@ int abp_recv(int fd, abp_reader *r, abp_frame *f, int timeout_ms)
                         return k;
                 if (k > 0)
                         return 0;
-                k = wait_fd(fd, POLLIN, timeout_ms);
+                k = abp_wait_fd(fd, POLLIN, timeout_ms);
                 if (k < 0)
                         return k;
                 ssize_t n = abp_reader_fill(r, fd);

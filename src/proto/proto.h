@@ -492,6 +492,9 @@ bool abp_reader_partial(const abp_reader *r);
 
 /* ---- blocking helpers (poll-based, so they also work on O_NONBLOCK fds) ---- */
 
+/* poll(2) for events on fd, EINTR retried: 0, -ETIMEDOUT after timeout_ms
+ * (-1 = forever), -errno. */
+int abp_wait_fd(int fd, short events, int timeout_ms);
 /* Sends every byte queued in b (MSG_NOSIGNAL) and empties it. timeout_ms
  * bounds each wait for the peer (-1 = forever). 0 or -errno, -ETIMEDOUT. */
 int abp_send(int fd, abp_buf *b, int timeout_ms) __attribute__((warn_unused_result));
