@@ -487,22 +487,28 @@ static json_t *pod_body(kb *k, const char *id, const json_t *rec, const char *na
         /* the image's User and WorkingDir, as the runtime starts the image
          * (no user, no working directory of our own, no capabilities): what
          * the server cannot read of an image the cluster pulls (init's
-         * --image-probe); read back once the pod is Ready */
+         * --image-probe); read back once the pod is Ready, and left out of
+         * the pods after that (the image stays the box's) */
         json_t *probe =
-            json_pack("{s:s,s:s,s:s,s:[s,s,s],s:[{s:s,s:s}],s:{s:b,s:{s:[s]}}}", "name",
-                      "agentbox-image", "image", image, "imagePullPolicy", pull, "command",
-                      IN_BIN "/agentbox-init", "--image-probe", IMAGE_PROBE, "volumeMounts", "name",
-                      "agentbox-bin", "mountPath", IN_BIN, "securityContext",
-                      "allowPrivilegeEscalation", 0, "capabilities", "drop", "ALL");
+            ann(rec, ANN_IMAGE_RUN)
+                ? NULL
+                : json_pack("{s:s,s:s,s:s,s:[s,s,s],s:[{s:s,s:s}],s:{s:b,s:{s:[s]}}}", "name",
+                            "agentbox-image", "image", image, "imagePullPolicy", pull, "command",
+                            IN_BIN "/agentbox-init", "--image-probe", IMAGE_PROBE, "volumeMounts",
+                            "name", "agentbox-bin", "mountPath", IN_BIN, "securityContext",
+                            "allowPrivilegeEscalation", 0, "capabilities", "drop", "ALL");
         _cleanup_free_ char *pvc = xstrdup(name);
         json_t *vols = json_pack("[{s:s,s:{}},{s:s,s:{s:s,s:i}},{s:s,s:{s:s}}]", "name",
                                  "agentbox-bin", "emptyDir", "name", "agentbox-secret", "secret",
                                  "secretName", name, "defaultMode", 0400, "name", "files",
                                  "persistentVolumeClaim", "claimName", pvc);
-        json_t *spec = json_pack("{s:s,s:b,s:b,s:i,s:[o,o],s:[o],s:o}", "restartPolicy", "Never",
+        json_t *inits = json_pack("[o]", carrier);
+        if (probe)
+                json_array_append_new(inits, probe);
+        json_t *spec = json_pack("{s:s,s:b,s:b,s:i,s:o,s:[o],s:o}", "restartPolicy", "Never",
                                  "automountServiceAccountToken", 0, "enableServiceLinks", 0,
-                                 "terminationGracePeriodSeconds", 5, "initContainers", carrier,
-                                 probe, "containers", box, "volumes", vols);
+                                 "terminationGracePeriodSeconds", 5, "initContainers", inits,
+                                 "containers", box, "volumes", vols);
         /* the box's id as its host name where it is a DNS label, as on
          * the other backends */
         if (!strchr(id, '_') && strlen(id) <= 63 && id[strlen(id) - 1] != '-')
@@ -1002,15 +1008,21 @@ static int k_list(ab_backend *b, ab_box_info **out, size_t *count, ab_err **err)
         return 0;
 }
 
-/* Writes the record's state annotation ("ready", "paused"). */
-static int set_state(kb *k, const char *id, const char *state, ab_err **err)
+/* Writes an annotation of the box's record. */
+static int set_annotation(kb *k, const char *id, const char *key, const char *value, ab_err **err)
 {
-        json_t *patch = json_pack("{s:{s:{s:s}}}", "metadata", "annotations", ANN_STATE, state);
+        json_t *patch = json_pack("{s:{s:{s:s}}}", "metadata", "annotations", key, value);
         _cleanup_free_ char *name = obj_name(id);
         _cleanup_free_ char *p = path_of(k, "secrets", name);
         int r = ab_kapi_patch(k->api, p, patch, NULL, err);
         json_decref(patch);
         return r;
+}
+
+/* Writes the record's state annotation ("ready", "paused"). */
+static int set_state(kb *k, const char *id, const char *state, ab_err **err)
+{
+        return set_annotation(k, id, ANN_STATE, state, err);
 }
 
 static bool rec_paused(const json_t *rec)
@@ -1049,6 +1061,12 @@ static int k_start(ab_backend *b, const char *id, ab_err **err)
                         r = delete_pod(k, id, name, err);
                 if (r == 0)
                         r = run_pod(k, id, rec, err);
+                /* a box whose image was not told yet (made before the probe,
+                 * or its probe unread): this pod ran it */
+                _cleanup_free_ char *run =
+                    r == 0 && !ann(rec, ANN_IMAGE_RUN) ? image_run(b, id) : NULL;
+                if (run)
+                        set_annotation(k, id, ANN_IMAGE_RUN, run, NULL);
         }
         json_decref(rec);
         json_decref(pod);

@@ -174,10 +174,20 @@ h.eq(r.get("stdout"), "root\n/tmp\n", "an exec's own user and cwd win", r.descri
 r = srv.exec("k-ok", "pwd; id -un")
 h.eq(r.get("stdout"), "/workspace\nroot\n", "control: a box of an image without them runs in /workspace as root",
      r.describe())
+
+
+def init_containers(box):
+    p = cl.api.must("GET", "/api/v1/namespaces/%s/pods/ab-%s" % (cl.namespace, box))
+    return [c["name"] for c in p["spec"].get("initContainers", [])]
+
+
+h.eq(init_containers("k-img"), ["agentbox-init", "agentbox-image"],
+     "its first pod ran the image probe as an init container")
 r = srv.post("/v1/sandboxes/k-img/stop")
 h.eq(r.status, 200, "stop the image's box", r.describe())
 r = srv.exec("k-img", "pwd; id -un")
 h.eq(r.get("stdout"), "/srv/app\nwww-data\n", "... on its next pod too", r.describe())
+h.eq(init_containers("k-img"), ["agentbox-init"], "... which runs no probe (the record keeps what it told)")
 
 # ---- the agentbox server restarts: boxes adopted, files kept ---------------
 
