@@ -8,20 +8,25 @@ Starts the private dockerd (scripts/dockerd.sh), the stand-in cluster
 (tests/k8s/cluster.py: its kubelet runs pods on that same engine) and one
 `agentbox serve` with both backends. Then N rounds, interleaved, per backend:
 create (POST /v1/sandboxes until running), first exec (the first `true`),
-exec (the median of 10 more), stop, start (until running). Prints medians in
-ms. Which parts are the stand-in's: on kubernetes, create and start include
+exec (the median of 10 more), port GET (the median of 10 GETs of a small
+page through /v1/sandboxes/ID/ports/PORT/ from a server on the box's
+loopback: on kubernetes through the pod's init's PORT relay), stop, start
+(until running). Prints medians in ms. Which parts are the stand-in's: on kubernetes, create and start include
 the stand-in API server (Python, HTTPS), its scheduler and its kubelet's
 polling of Docker (containers start through the same engine as the Docker
 backend's); exec goes straight to init over TCP with the handshake, no
 stand-in in the path.
 
-One run on the shared 2-core test machine (N=5, 2026-11-29), medians in ms:
+One run on the shared 2-core test machine (N=3, 2026-11-29, loaded by other
+work: not final), medians in ms; kubernetes' create includes the pod's image
+probe (an init container of the box's image) and reading what it told:
                docker   kubernetes
-  create        416.3        859.8
-  first exec      7.2          4.9
-  exec            2.9          3.1
-  stop           68.8        135.4
-  start         326.8        618.1"""
+  create        284.6        576.1
+  first exec      3.8          2.7
+  exec            2.3          2.2
+  port GET        2.7          2.1
+  stop           59.1         84.6
+  start         221.8        379.4"""
 import http.client
 import json
 import os
@@ -85,8 +90,8 @@ def main():
                     break
             except OSError:
                 time.sleep(0.1)
-        res = {b: {k: [] for k in ("create", "first exec", "exec", "stop", "start")}
-               for b in ("docker", "kubernetes")}
+        rows = ("create", "first exec", "exec", "port GET", "stop", "start")
+        res = {b: {k: [] for k in rows} for b in ("docker", "kubernetes")}
         for i in range(N):
             for b in ("docker", "kubernetes"):
                 box = "bench-%s-%d" % (b[0], i)
@@ -96,12 +101,23 @@ def main():
                 ex = lambda: call(port, "POST", "/v1/sandboxes/%s/exec" % box, {"argv": ["true"]})
                 res[b]["first exec"].append(ms(ex)[0])
                 res[b]["exec"].append(statistics.median(ms(ex)[0] for _ in range(10)))
+                # (the stand-in's pods share the host's loopback: a free port of it)
+                pp = free_port()
+                call(port, "POST", "/v1/sandboxes/%s/exec" % box,
+                     {"command": "cd /tmp && echo hi > index.html && (nohup python3 -m http.server %d "
+                                 "--bind 127.0.0.1 >/dev/null 2>&1 &)" % pp})
+                get = lambda: call(port, "GET", "/v1/sandboxes/%s/ports/%d/index.html" % (box, pp))
+                for _ in range(100):
+                    if get()[0] == 200:
+                        break
+                    time.sleep(0.1)
+                res[b]["port GET"].append(statistics.median(ms(get)[0] for _ in range(10)))
                 res[b]["stop"].append(ms(lambda: call(port, "POST", "/v1/sandboxes/%s/stop" % box))[0])
                 res[b]["start"].append(ms(lambda: call(port, "POST", "/v1/sandboxes/%s/start" % box))[0])
                 call(port, "DELETE", "/v1/sandboxes/%s" % box)
         print("medians of %d rounds, ms (kubernetes on the stand-in cluster: see the header)" % N)
         print("%-12s %10s %12s" % ("", "docker", "kubernetes"))
-        for k in ("create", "first exec", "exec", "stop", "start"):
+        for k in rows:
             print("%-12s %10.1f %12.1f" % (k, statistics.median(res["docker"][k]),
                                            statistics.median(res["kubernetes"][k])))
     finally:

@@ -1,6 +1,7 @@
 #include "backend/backend.h"
 #include "backend/backend_int.h"
 #include "base/selfpath.h"
+#include "net/netns.h"
 #include <errno.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -12,6 +13,8 @@ void ab_box_info_clear(ab_box_info *i)
         free(i->rootfs);
         free(i->image);
         free(i->error);
+        free(i->image_workdir);
+        free(i->image_user);
         memset(i, 0, sizeof(*i));
 }
 
@@ -79,4 +82,24 @@ bool ab_backend_path_within(const char *path, const char *dir)
         if (n == 1)
                 return true;
         return !strncmp(path, dir, n) && (path[n] == '\0' || path[n] == '/');
+}
+
+int ab_backend_port_netns(pid_t init_pid, const char *id, uint16_t port, int timeout_ms,
+                          ab_err **err)
+{
+        int fd = ab_netns_connect_loopback(init_pid, port, timeout_ms);
+        if (fd >= 0)
+                return fd;
+        if (fd == -ENOENT || fd == -ESRCH) /* init is gone: the box stopped under us */
+                return ab_err_set(err, AB_E_CONFLICT, 0, "box '%s' is not running", id);
+        if (fd == -ETIMEDOUT) {
+                ab_err_set(err, AB_E_TIMEOUT, 0, "port %u of box '%s' does not answer", port, id);
+        } else {
+                ab_err_set(err, AB_E_UNAVAILABLE, 0, "port %u of box '%s': %s", port, id,
+                           fd == -ECONNREFUSED || fd == -EADDRNOTAVAIL ? "nothing listens"
+                                                                       : strerror(-fd));
+        }
+        if (err && *err)
+                (*err)->errnum = fd == -EADDRNOTAVAIL ? ECONNREFUSED : -fd;
+        return -1;
 }

@@ -10,7 +10,8 @@
  *   required  name create start stop pause resume destroy info list connect
  *             stats free - every backend, Kubernetes too; callers call them
  *             without checking.
- *   optional  connect_unix release disk_alloc fork snapshot image_config, and the
+ *   optional  connect_unix release disk_alloc fork snapshot image_config set_network
+ *             port_connect, and the
  *             subcg and vol tables - NULL where a backend has no such thing;
  *             every caller checks for NULL first and answers AB_E_UNSUPPORTED
  *             (501 over HTTP) naming the backend.
@@ -20,6 +21,8 @@
  *   disk_alloc         yes     -       -     -
  *   fork, snapshot     yes     -       -     -
  *   image_config       -       yes     -     yes (the cluster pulls images)
+ *   set_network        -       -       -     yes (a NetworkPolicy)
+ *   port_connect       yes     yes     -     yes (init relays: proto 4)
  *   subcg, vol         yes     -       -     -
  *
  * Thread-safety: every op may be called concurrently from several threads and
@@ -68,12 +71,17 @@ typedef struct ab_box_info {
         char *id;
         ab_box_status status;
         ab_limits limits;
-        int64_t created_at;  /* unix seconds */
-        int64_t started_at;  /* unix seconds of the last start, 0 if stopped */
-        pid_t init_pid;      /* host pid of the box's init (running or paused), else 0 */
-        char *rootfs;        /* NULL = host base */
-        char *image;         /* the image's id for a box made from one, else NULL */
-        char *error;         /* why the box is in AB_BOX_ERROR, else NULL */
+        int64_t created_at; /* unix seconds */
+        int64_t started_at; /* unix seconds of the last start, 0 if stopped */
+        pid_t init_pid;     /* host pid of the box's init (running or paused), else 0 */
+        char *rootfs;       /* NULL = host base */
+        char *image;        /* the image's id for a box made from one, else NULL */
+        char *error;        /* why the box is in AB_BOX_ERROR, else NULL */
+        /* The image's WorkingDir and User as the box runs them, for a backend
+         * that learns them only by running the image (kubernetes: its pod's
+         * image probe); NULL where the image has none or the backend does not
+         * tell (the others: image_config says). */
+        char *image_workdir, *image_user;
         const char *backend; /* static: the ops->name of the backend that runs it */
 } ab_box_info;
 
@@ -178,6 +186,19 @@ typedef struct ab_backend_ops {
          * enforcement match mode ("none", "allowlist", "full"); AB_E_NOT_FOUND
          * for no such box. */
         int (*set_network)(ab_backend *b, const char *id, const char *mode, ab_err **err);
+        /* Optional (NULL: ports of the backend's boxes answer 501). A TCP
+         * connection to `port` on the running box's own loopback (127.0.0.1,
+         * then [::1]), as a process of the box would open it - so a server
+         * listening on 127.0.0.1 in the box is reached, and a box without
+         * network too: native and Docker connect inside the box's network
+         * namespace; kubernetes asks the pod's init to connect and relay
+         * (init's PORT, docs/protocol.md). Connected, O_NONBLOCK, caller
+         * closes; timeout_ms bounds the connect. AB_E_NOT_FOUND for no such
+         * box; AB_E_CONFLICT when it is not running (paused included);
+         * AB_E_UNAVAILABLE with errnum ECONNREFUSED when nothing listens
+         * there; AB_E_TIMEOUT (errnum ETIMEDOUT) when it does not answer. */
+        int (*port_connect)(ab_backend *b, const char *id, uint16_t port, int timeout_ms,
+                            ab_err **err);
 } ab_backend_ops;
 
 /* Sub-cgroups of a running box: limits on one process tree inside it

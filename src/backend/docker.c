@@ -1223,18 +1223,36 @@ static int k_connect(ab_backend *b, const char *id, ab_err **err)
         return connect_init(bfd, err);
 }
 
+/* The host pid of the running box's init: AB_E_CONFLICT when it is not
+ * running or paused. */
+static int running_init(dk *d, const char *id, pid_t *pid, ab_err **err)
+{
+        ab_box_status s;
+        if (box_status(d, id, &s, pid, err) < 0)
+                return -1;
+        if (s == AB_BOX_PAUSED)
+                return ab_err_set(err, AB_E_CONFLICT, 0, "box '%s' is paused: resume it first", id);
+        if (s != AB_BOX_RUNNING || *pid <= 0)
+                return ab_err_set(err, AB_E_CONFLICT, 0, "box '%s' is not running", id);
+        return 0;
+}
+
+static int k_port_connect(ab_backend *b, const char *id, uint16_t port, int timeout_ms,
+                          ab_err **err)
+{
+        pid_t pid;
+        if (running_init(D(b), id, &pid, err) < 0)
+                return -1;
+        return ab_backend_port_netns(pid, id, port, timeout_ms, err);
+}
+
 static int k_connect_unix(ab_backend *b, const char *id, const char *path, ab_err **err)
 {
         if (!path || path[0] != '/' || strlen(path) >= PATH_MAX)
                 return ab_err_set(err, AB_E_INVALID, 0, "connect: a socket path must be absolute");
-        ab_box_status s;
         pid_t pid;
-        if (box_status(D(b), id, &s, &pid, err) < 0)
+        if (running_init(D(b), id, &pid, err) < 0)
                 return -1;
-        if (s == AB_BOX_PAUSED)
-                return ab_err_set(err, AB_E_CONFLICT, 0, "box '%s' is paused: resume it first", id);
-        if (s != AB_BOX_RUNNING || pid <= 0)
-                return ab_err_set(err, AB_E_CONFLICT, 0, "box '%s' is not running", id);
         /* The box's root is its init's; the path is resolved inside it. */
         char rp[64];
         snprintf(rp, sizeof(rp), "/proc/%d/root", (int)pid);
@@ -1508,6 +1526,7 @@ static const ab_backend_ops docker_ops = {
     .connect = k_connect,
     .stats = k_stats,
     .connect_unix = k_connect_unix,
+    .port_connect = k_port_connect,
     .free = k_free,
     .image_config = k_image_config,
     /* disk_alloc, fork, snapshot: none (the API answers 501) */

@@ -13,7 +13,9 @@
  *                       init secret (32 random bytes, key init-secret), and
  *                       annotations agentbox.dev/{id,created,limits,image,
  *                       network,state,creator}; state "creating" until the
- *                       first pod is Ready, then "ready"; creator names the
+ *                       first pod is Ready, then "ready" ("paused" from a
+ *                       pause, which deletes the pod, until the next start
+ *                       or stop: the box reads as paused); creator names the
  *                       process making it (a "creating" box whose creator
  *                       died on this machine reads as half made at once)
  *   PVC NAME            the box's files (workspace/, uploads/, outputs/ as
@@ -34,25 +36,29 @@
 #include "base/sha256.h"
 #include "proto/handshake.h"
 
+#include <fcntl.h>
 #include <openssl/evp.h>
 #include <pthread.h>
 #include <time.h>
 
-#define LABEL_BOX      "agentbox.dev/box"
-#define LABEL_SERVER   "agentbox.dev/server"
-#define ANN_ID         "agentbox.dev/id"
-#define ANN_CREATED    "agentbox.dev/created"
-#define ANN_LIMITS     "agentbox.dev/limits"
-#define ANN_IMAGE      "agentbox.dev/image"
-#define ANN_STATE      "agentbox.dev/state"
-#define ANN_CREATOR    "agentbox.dev/creator"
-#define SECRET_KEY     "init-secret"
-#define IN_BIN         "/.agentbox/bin"
-#define IN_SECRET      "/.agentbox/secret"
-#define DEFAULT_READY  120000u
-#define GONE_WAIT_MS   60000u
-#define CONNECT_MS     5000
-#define HALF_MADE_SECS 600 /* a "creating" box older than this, at open, is half made */
+#define LABEL_BOX       "agentbox.dev/box"
+#define LABEL_SERVER    "agentbox.dev/server"
+#define ANN_ID          "agentbox.dev/id"
+#define ANN_CREATED     "agentbox.dev/created"
+#define ANN_LIMITS      "agentbox.dev/limits"
+#define ANN_IMAGE       "agentbox.dev/image"
+#define ANN_STATE       "agentbox.dev/state"
+#define ANN_CREATOR     "agentbox.dev/creator"
+#define ANN_IMAGE_RUN   "agentbox.dev/image-run"
+#define IMAGE_PROBE     IN_BIN "/image.json"
+#define IMAGE_PROBE_MAX 8192
+#define SECRET_KEY      "init-secret"
+#define IN_BIN          "/.agentbox/bin"
+#define IN_SECRET       "/.agentbox/secret"
+#define DEFAULT_READY   120000u
+#define GONE_WAIT_MS    60000u
+#define CONNECT_MS      5000
+#define HALF_MADE_SECS  600 /* a "creating" box older than this, at open, is half made */
 
 typedef struct k8s_cache {
         char *id;
@@ -478,14 +484,30 @@ static json_t *pod_body(kb *k, const char *id, const json_t *rec, const char *na
                       sget(k, "init_image"), "imagePullPolicy", pull, "command", "/agentbox-init",
                       "--install", IN_BIN "/agentbox-init", "volumeMounts", "name", "agentbox-bin",
                       "mountPath", IN_BIN);
+        /* the image's User and WorkingDir, as the runtime starts the image
+         * (no user, no working directory of our own, no capabilities): what
+         * the server cannot read of an image the cluster pulls (init's
+         * --image-probe); read back once the pod is Ready, and left out of
+         * the pods after that (the image stays the box's) */
+        json_t *probe =
+            ann(rec, ANN_IMAGE_RUN)
+                ? NULL
+                : json_pack("{s:s,s:s,s:s,s:[s,s,s],s:[{s:s,s:s}],s:{s:b,s:{s:[s]}}}", "name",
+                            "agentbox-image", "image", image, "imagePullPolicy", pull, "command",
+                            IN_BIN "/agentbox-init", "--image-probe", IMAGE_PROBE, "volumeMounts",
+                            "name", "agentbox-bin", "mountPath", IN_BIN, "securityContext",
+                            "allowPrivilegeEscalation", 0, "capabilities", "drop", "ALL");
         _cleanup_free_ char *pvc = xstrdup(name);
         json_t *vols = json_pack("[{s:s,s:{}},{s:s,s:{s:s,s:i}},{s:s,s:{s:s}}]", "name",
                                  "agentbox-bin", "emptyDir", "name", "agentbox-secret", "secret",
                                  "secretName", name, "defaultMode", 0400, "name", "files",
                                  "persistentVolumeClaim", "claimName", pvc);
-        json_t *spec = json_pack("{s:s,s:b,s:b,s:i,s:[o],s:[o],s:o}", "restartPolicy", "Never",
+        json_t *inits = json_pack("[o]", carrier);
+        if (probe)
+                json_array_append_new(inits, probe);
+        json_t *spec = json_pack("{s:s,s:b,s:b,s:i,s:o,s:[o],s:o}", "restartPolicy", "Never",
                                  "automountServiceAccountToken", 0, "enableServiceLinks", 0,
-                                 "terminationGracePeriodSeconds", 5, "initContainers", carrier,
+                                 "terminationGracePeriodSeconds", 5, "initContainers", inits,
                                  "containers", box, "volumes", vols);
         /* the box's id as its host name where it is a DNS label, as on
          * the other backends */
@@ -750,6 +772,48 @@ static int remove_all(kb *k, const char *id, ab_err **err)
         return r < 0 ? -1 : 0;
 }
 
+static int k_connect(ab_backend *b, const char *id, ab_err **err);
+
+static int probe_out(void *ud, int stream, const void *buf, size_t len)
+{
+        ab_buf *o = ud;
+        if (o->n + len > IMAGE_PROBE_MAX)
+                return -1;
+        ab_buf_add(o, buf, len);
+        return 0;
+}
+
+/* What the pod's image probe found (IMAGE_PROBE, read through the running
+ * pod's init), checked and rewritten: {"workdir"?, "user"?} as JSON text,
+ * or NULL (logged) when it wrote nothing usable. The box's own processes
+ * have not run yet; the values only ever become its own commands'
+ * defaults. */
+static char *image_run(ab_backend *b, const char *id)
+{
+        ab_err *e = NULL;
+        _cleanup_buf_ ab_buf o = {0};
+        _cleanup_close_ int fd = k_connect(b, id, &e);
+        if (fd < 0 || abc_read(fd, IMAGE_PROBE, 0, IMAGE_PROBE_MAX, probe_out, &o, &e) < 0) {
+                ab_log(AB_LOG_WARN,
+                       "kubernetes: the image's user and working directory are unknown", "box", id,
+                       "error", e ? e->msg : "read failed", NULL);
+                ab_err_free(&e);
+                return NULL;
+        }
+        json_t *j = json_loadb(o.p ? o.p : "", o.n, 0, NULL);
+        const char *wd = json_string_value(json_object_get(j, "workdir"));
+        const char *user = json_string_value(json_object_get(j, "user"));
+        json_t *out = json_object();
+        if (wd && wd[0] == '/' && strlen(wd) < 4096)
+                json_object_set_new(out, "workdir", json_string(wd));
+        if (user && *user && strlen(user) <= 256)
+                json_object_set_new(out, "user", json_string(user));
+        json_decref(j);
+        char *text = json_dumps(out, JSON_COMPACT);
+        json_decref(out);
+        return text;
+}
+
 static int k_create(ab_backend *b, const ab_box_spec *spec, ab_err **err)
 {
         kb *k = K(b);
@@ -800,6 +864,11 @@ static int k_create(ab_backend *b, const ab_box_spec *spec, ab_err **err)
         if (r == 0) {
                 json_t *patch =
                     json_pack("{s:{s:{s:s}}}", "metadata", "annotations", ANN_STATE, "ready");
+                _cleanup_free_ char *run = image_run(b, spec->id);
+                if (run)
+                        json_object_set_new(
+                            json_object_get(json_object_get(patch, "metadata"), "annotations"),
+                            ANN_IMAGE_RUN, json_string(run));
                 _cleanup_free_ char *p = path_of(k, "secrets", name);
                 r = ab_kapi_patch(k->api, p, patch, NULL, err);
                 json_decref(patch);
@@ -832,6 +901,12 @@ static void info_from(const char *id, const json_t *rec, const json_t *pod, ab_b
         const char *c = ann(rec, ANN_CREATED);
         out->created_at = c ? strtoll(c, NULL, 10) : 0;
         out->image = ann(rec, ANN_IMAGE) ? xstrdup(ann(rec, ANN_IMAGE)) : NULL;
+        json_t *run = ann(rec, ANN_IMAGE_RUN) ? json_loads(ann(rec, ANN_IMAGE_RUN), 0, NULL) : NULL;
+        const char *wd = json_string_value(json_object_get(run, "workdir"));
+        const char *user = json_string_value(json_object_get(run, "user"));
+        out->image_workdir = wd ? xstrdup(wd) : NULL;
+        out->image_user = user ? xstrdup(user) : NULL;
+        json_decref(run);
         const char *state = ann(rec, ANN_STATE);
         if (state && !strcmp(state, "creating") && !(pod && pod_ready(pod))) {
                 /* a create that died with no pod that may still get Ready
@@ -845,7 +920,7 @@ static void info_from(const char *id, const json_t *rec, const json_t *pod, ab_b
                 return;
         }
         if (!pod || pod_gone_or_going(pod)) {
-                out->status = AB_BOX_STOPPED;
+                out->status = state && !strcmp(state, "paused") ? AB_BOX_PAUSED : AB_BOX_STOPPED;
                 return;
         }
         out->status = pod_ready(pod) ? AB_BOX_RUNNING : AB_BOX_CREATING;
@@ -933,6 +1008,29 @@ static int k_list(ab_backend *b, ab_box_info **out, size_t *count, ab_err **err)
         return 0;
 }
 
+/* Writes an annotation of the box's record. */
+static int set_annotation(kb *k, const char *id, const char *key, const char *value, ab_err **err)
+{
+        json_t *patch = json_pack("{s:{s:{s:s}}}", "metadata", "annotations", key, value);
+        _cleanup_free_ char *name = obj_name(id);
+        _cleanup_free_ char *p = path_of(k, "secrets", name);
+        int r = ab_kapi_patch(k->api, p, patch, NULL, err);
+        json_decref(patch);
+        return r;
+}
+
+/* Writes the record's state annotation ("ready", "paused"). */
+static int set_state(kb *k, const char *id, const char *state, ab_err **err)
+{
+        return set_annotation(k, id, ANN_STATE, state, err);
+}
+
+static bool rec_paused(const json_t *rec)
+{
+        const char *state = ann(rec, ANN_STATE);
+        return state && !strcmp(state, "paused");
+}
+
 static int k_start(ab_backend *b, const char *id, ab_err **err)
 {
         kb *k = K(b);
@@ -954,22 +1052,34 @@ static int k_start(ab_backend *b, const char *id, ab_err **err)
                         ab_wipe(secret, sizeof(secret));
                 }
         } else if (r >= 0) {
-                /* absent, or ended (killed, evicted, OOM): a new pod on the same claim */
+                /* absent, or ended (killed, evicted, OOM): a new pod on the same claim;
+                 * a paused box is no longer paused once asked to start (a failed
+                 * start leaves it stopped) */
                 cache_forget_addr(k, id, false);
-                r = r == 1 ? delete_pod(k, id, name, err) : 0;
+                r = rec_paused(rec) ? set_state(k, id, "ready", err) : 0;
+                if (r == 0 && pod)
+                        r = delete_pod(k, id, name, err);
                 if (r == 0)
                         r = run_pod(k, id, rec, err);
+                /* a box whose image was not told yet (made before the probe,
+                 * or its probe unread): this pod ran it */
+                _cleanup_free_ char *run =
+                    r == 0 && !ann(rec, ANN_IMAGE_RUN) ? image_run(b, id) : NULL;
+                if (run)
+                        set_annotation(k, id, ANN_IMAGE_RUN, run, NULL);
         }
         json_decref(rec);
         json_decref(pod);
         return r < 0 ? -1 : 0;
 }
 
-static int k_stop(ab_backend *b, const char *id, ab_err **err)
+/* Deletes the pod; the record's state becomes `state` ("ready" for a stop,
+ * "paused" for a pause) once the pod is gone. */
+static int end_pod(kb *k, const char *id, const char *state, ab_err **err)
 {
-        kb *k = K(b);
         json_t *rec = NULL;
         int r = get_record(k, id, &rec, err);
+        bool paused = r == 1 && rec_paused(rec);
         json_decref(rec);
         if (r == 0)
                 return ab_err_set(err, AB_E_NOT_FOUND, 0, "no box with id '%s'", id);
@@ -977,7 +1087,16 @@ static int k_stop(ab_backend *b, const char *id, ab_err **err)
                 return -1;
         cache_forget_addr(k, id, false);
         _cleanup_free_ char *name = obj_name(id);
-        return delete_pod(k, id, name, err) < 0 ? -1 : 0;
+        if (delete_pod(k, id, name, err) < 0)
+                return -1;
+        if (paused != !strcmp(state, "paused") && set_state(k, id, state, err) < 0)
+                return -1;
+        return 0;
+}
+
+static int k_stop(ab_backend *b, const char *id, ab_err **err)
+{
+        return end_pod(K(b), id, "ready", err);
 }
 
 static int k_destroy(ab_backend *b, const char *id, ab_err **err)
@@ -1054,17 +1173,61 @@ static int k_connect(ab_backend *b, const char *id, ab_err **err)
         return fd;
 }
 
+/* A port of the pod: its init connects to the port on the pod's loopback
+ * and relays (init's PORT), so what listens on 127.0.0.1 in the box is
+ * reached as on the other backends, and only init's port need be open
+ * between the server and the pods. */
+static int k_port_connect(ab_backend *b, const char *id, uint16_t port, int timeout_ms,
+                          ab_err **err)
+{
+        _cleanup_close_ int fd = k_connect(b, id, err);
+        if (fd < 0)
+                return -1;
+        if (abc_port(fd, port, timeout_ms, err) < 0)
+                return ab_err_wrap(err, "box '%s'", id);
+        int fl = fcntl(fd, F_GETFL);
+        if (fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0)
+                return ab_err_set(err, AB_E_INTERNAL, errno, "fcntl");
+        return steal_fd(&fd);
+}
+
+/* The box's status, AB_E_CONFLICT unless it is `want` or `done` (then *is_done). */
+static int status_is(ab_backend *b, const char *id, ab_box_status want, ab_box_status done,
+                     bool *is_done, const char *what, ab_err **err)
+{
+        ab_box_info i;
+        if (k_info(b, id, &i, err) < 0)
+                return -1;
+        ab_box_status st = i.status;
+        ab_box_info_clear(&i);
+        *is_done = st == done;
+        if (st != want && st != done)
+                return ab_err_set(err, AB_E_CONFLICT, 0, "box '%s' is %s: %s", id,
+                                  ab_box_status_name(st), what);
+        return 0;
+}
+
 static int k_pause(ab_backend *b, const char *id, ab_err **err)
 {
         /* A pod cannot be frozen through the API: pause is a stop (the
          * files stay on the claim; the processes end), as agent-sandbox's
-         * Suspended mode. */
-        return k_stop(b, id, err);
+         * Suspended mode. The record remembers it, so the box reads as
+         * paused (to the server after a restart, to the CLI) until a
+         * resume, a start or a stop. */
+        bool done;
+        if (status_is(b, id, AB_BOX_RUNNING, AB_BOX_PAUSED, &done, "only a running box pauses",
+                      err) < 0)
+                return -1;
+        return done ? 0 : end_pod(K(b), id, "paused", err);
 }
 
 static int k_resume(ab_backend *b, const char *id, ab_err **err)
 {
-        return k_start(b, id, err);
+        bool done;
+        if (status_is(b, id, AB_BOX_PAUSED, AB_BOX_RUNNING, &done, "only a paused box resumes",
+                      err) < 0)
+                return -1;
+        return done ? 0 : k_start(b, id, err);
 }
 
 /* The pod's usage, from its init (the container's cgroup as init sees
@@ -1179,6 +1342,7 @@ static const ab_backend_ops k8s_ops = {
     .free = k_free,
     .image_config = k_image_config,
     .set_network = k_set_network,
+    .port_connect = k_port_connect,
     /* connect_unix, disk_alloc, fork, snapshot, subcg, vol: none (501) */
 };
 

@@ -1309,6 +1309,8 @@ static void serve(sess *s)
                 return do_grep(s, &f);
         if (f.type == ABP_RESERVE)
                 return send_error(s, "unsupported", "no balloon on the mock backend");
+        if (f.type == ABP_PORT)
+                return send_error(s, "unsupported", "no ports on the mock backend");
         if (abp_is_term_request(f.type))
                 return do_term(s, &f);
         abp_file_req q;

@@ -214,6 +214,18 @@ static int multi_connect_unix(ab_backend *b, const char *id, const char *path, a
         return o->ops->connect_unix(o, id, path, err);
 }
 
+static int multi_port_connect(ab_backend *b, const char *id, uint16_t port, int timeout_ms,
+                              ab_err **err)
+{
+        ab_backend *o = owner_of(M(b), id, err);
+        if (!o)
+                return -1;
+        if (!o->ops->port_connect)
+                return ab_err_set(err, AB_E_UNSUPPORTED, 0,
+                                  "the %s backend cannot reach a port of box %s", o->ops->name, id);
+        return o->ops->port_connect(o, id, port, timeout_ms, err);
+}
+
 static int multi_image_config(ab_backend *b, const char *ref, json_t **out, ab_err **err)
 {
         multi *m = M(b);
@@ -354,6 +366,7 @@ static ab_backend_ops multi_ops_for(const char *name)
             .snapshot = multi_snapshot,
             .image_config = multi_image_config,
             .set_network = multi_set_network,
+            .port_connect = multi_port_connect,
         };
 }
 

@@ -1194,13 +1194,12 @@ static int n_disk_alloc(ab_backend *b, const char *id, uint64_t *bytes, ab_err *
         return 0;
 }
 
-static int n_connect_unix(ab_backend *b, const char *id, const char *path, ab_err **err)
+/* The host pid of the running box's init: AB_E_NOT_FOUND for no such box,
+ * AB_E_CONFLICT when it is not running or paused. */
+static int running_init(native *n, const char *id, pid_t *pid, ab_err **err)
 {
-        native *n = N(b);
         if (!ab_id_valid(id))
                 return ab_err_set(err, AB_E_NOT_FOUND, 0, "no box with id '%s'", id);
-        if (!path || path[0] != '/' || strlen(path) >= PATH_MAX)
-                return ab_err_set(err, AB_E_INVALID, 0, "connect: a socket path must be absolute");
         _cleanup_close_ int bfd =
             openat(n->boxes_fd, id, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
         if (bfd < 0)
@@ -1208,12 +1207,33 @@ static int n_connect_unix(ab_backend *b, const char *id, const char *path, ab_er
         ab_box_state st;
         if (ab_state_read(bfd, &st, err) < 0)
                 return -1;
-        pid_t pid = st.error ? 0 : st.init_pid;
+        *pid = st.error ? 0 : st.init_pid;
         ab_state_clear(&st);
-        if (pid <= 0)
+        if (*pid <= 0)
                 return ab_err_set(err, AB_E_CONFLICT, 0, "box '%s' is not running", id);
         if (maybe_paused(n, bfd, id))
                 return ab_err_set(err, AB_E_CONFLICT, 0, "box '%s' is paused: resume it first", id);
+        return 0;
+}
+
+static int n_port_connect(ab_backend *b, const char *id, uint16_t port, int timeout_ms,
+                          ab_err **err)
+{
+        pid_t pid;
+        if (running_init(N(b), id, &pid, err) < 0)
+                return -1;
+        return ab_backend_port_netns(pid, id, port, timeout_ms, err);
+}
+
+static int n_connect_unix(ab_backend *b, const char *id, const char *path, ab_err **err)
+{
+        if (!ab_id_valid(id))
+                return ab_err_set(err, AB_E_NOT_FOUND, 0, "no box with id '%s'", id);
+        if (!path || path[0] != '/' || strlen(path) >= PATH_MAX)
+                return ab_err_set(err, AB_E_INVALID, 0, "connect: a socket path must be absolute");
+        pid_t pid;
+        if (running_init(N(b), id, &pid, err) < 0)
+                return -1;
         /* The box's root is its init's; the path is resolved inside it. */
         char rp[64];
         snprintf(rp, sizeof(rp), "/proc/%d/root", (int)pid);
@@ -1612,6 +1632,7 @@ static const ab_backend_ops native_ops = {
     .release = n_release,
     .stats = n_stats,
     .connect_unix = n_connect_unix,
+    .port_connect = n_port_connect,
     .disk_alloc = n_disk_alloc,
     .fork = n_fork,
     .snapshot = n_snapshot,

@@ -300,8 +300,11 @@ static int create_backend(ab_manager *m, ab_box_rec *r, const ab_limits *lim, co
                 }
                 ab_metrics_op(m->o.metrics, "create", false);
                 ab_log(AB_LOG_WARN, "box cannot be created", "box", r->id, "error", e->msg, NULL);
-                if (e->code == AB_E_NOT_FOUND || e->code == AB_E_INVALID) {
-                        /* a volume deleted meanwhile, a path the box's tree refuses */
+                if (e->code == AB_E_NOT_FOUND || e->code == AB_E_INVALID ||
+                    e->code == AB_E_UNSUPPORTED) {
+                        /* a volume deleted meanwhile, a path the box's tree refuses, a
+                         * mount the backend has no way to make (501, not 503: no retry
+                         * helps) */
                         ab_err_wrap(&e, "box %s cannot be created", r->id);
                         return mgr_propagate(err, e);
                 }
@@ -317,6 +320,8 @@ static int create_backend(ab_manager *m, ab_box_rec *r, const ab_limits *lim, co
         mgr_set_status(m, r, AB_BOX_RUNNING, NULL);
         if (img)
                 mgr_image_own_folders(m, r);
+        else if (spec.image)
+                mgr_image_learn(m, r);
         mgr_entrypoint_start(m, r);
         mgr_emit(m, "box.created", r,
                  json_pack("{s:I,s:b}", "duration_ms", (json_int_t)((ab_now_ns() - t0) / 1000000),

@@ -168,6 +168,34 @@ void mgr_image_own_folders(ab_manager *m, const ab_box_rec *r)
         ab_err_free(&e);
 }
 
+void mgr_image_learn(ab_manager *m, ab_box_rec *r)
+{
+        json_t *img = (json_t *)mgr_rec_image(r);
+        if (!img || json_object_get(img, "workdir") || json_object_get(img, "user"))
+                return;
+        ab_backend *b = m->o.backend;
+        ab_box_info i;
+        ab_err *e = NULL;
+        if (b->ops->info(b, r->backend_id, &i, &e) < 0) {
+                ab_err_free(&e);
+                return;
+        }
+        bool learnt = i.image_workdir || i.image_user;
+        if (i.image_workdir)
+                json_object_set_new(img, "workdir", json_string(i.image_workdir));
+        if (i.image_user)
+                json_object_set_new(img, "user", json_string(i.image_user));
+        ab_box_info_clear(&i);
+        if (!learnt)
+                return;
+        if (ab_store_box_update(m->o.store, r, &e) < 0) {
+                ab_log(AB_LOG_WARN, "cannot record the image's user and working directory", "box",
+                       r->id, "error", e->msg, NULL);
+                ab_err_free(&e);
+        }
+        mgr_image_own_folders(m, r);
+}
+
 const char *mgr_rec_backend(const ab_box_rec *r)
 {
         return r->spec ? json_string_value(json_object_get(r->spec, "backend")) : NULL;

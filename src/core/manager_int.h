@@ -196,6 +196,12 @@ int mgr_image_hold(ab_manager *m, const char *bid, const ab_image *img, ab_err *
 /* Gives /workspace and the upload/output folders to the image's User when
  * it is not root (once, at create). */
 void mgr_image_own_folders(ab_manager *m, const ab_box_rec *r);
+/* After the create of a box of an engine's image whose backend learns the
+ * image's WorkingDir and User only by running it (ab_box_info.image_workdir,
+ * image_user: kubernetes): they join r's image record (and the store), as
+ * image_config gives them on the other backends, and the box's folders go
+ * to that user. Best effort: logged. */
+void mgr_image_learn(ab_manager *m, ab_box_rec *r);
 /* Ends bid's hold and collects what no image or box uses any more. */
 void mgr_image_release(ab_manager *m, const char *bid);
 /* The image fields of r's record, or NULL: spec.image.{env (array),

@@ -319,6 +319,9 @@ static bool serve_one(init_conn *c, const abp_frame *f, init_conf *conf)
         case ABP_STATS:
                 init_stats(c, f);
                 break;
+        case ABP_PORT:
+                init_port(c, f);
+                break;
         default:
                 init_send_error(c, "invalid_argument", "unknown request type %u", f->type);
                 break;
@@ -442,6 +445,8 @@ static void usage(FILE *f)
             "usage: agentbox-init [--fd N | --listen PATH] [--listen-tcp IP:PORT --secret-file F]\n"
             "                     [--workdir DIR] [--max-procs N] [--prewarm]\n"
             "       agentbox-init --install PATH   (copies itself to PATH, 0755)\n"
+            "       agentbox-init --image-probe PATH   (writes the user and working directory\n"
+            "                     it was started with, as JSON: an image's, on Kubernetes)\n"
             "       agentbox-init --version\n"
             "--listen-tcp and --secret-file default to $AGENTBOX_INIT_LISTEN and\n"
             "$AGENTBOX_INIT_SECRET_FILE; TCP connections must pass the handshake of\n"
@@ -676,6 +681,8 @@ int main(int argc, char **argv)
                         listen_path = argv[++i];
                 } else if (i + 1 < argc && strcmp(a, "--install") == 0) {
                         return install_self(argv[i + 1]);
+                } else if (i + 1 < argc && strcmp(a, "--image-probe") == 0) {
+                        return init_image_probe(argv[i + 1]);
                 } else if (i + 1 < argc && strcmp(a, "--listen-tcp") == 0) {
                         tcp_addr = argv[++i];
                 } else if (i + 1 < argc && strcmp(a, "--secret-file") == 0) {

@@ -59,10 +59,17 @@ void init_exec_prewarm(const init_conf *conf);
 void init_watch(init_conn *c, const abp_frame *f, const init_conf *conf);
 /* Handles a STATS request frame (stats.c): init's own cgroup's usage. */
 void init_stats(init_conn *c, const abp_frame *f);
+/* Handles a PORT request frame (port.c): connects to the port on the box's
+ * loopback and, after OK, relays the connection's bytes both ways. */
+void init_port(init_conn *c, const abp_frame *f);
 /* Handles a GREP request frame (grep.c). */
 void init_grep(init_conn *c, const abp_frame *f, const init_conf *conf);
 /* Handles READ WRITE LIST STAT DELETE MKDIR RENAME request frames. */
 void init_fileop(init_conn *c, const abp_frame *f, const init_conf *conf);
+
+/* --image-probe PATH (probe.c): writes the image's workdir and user as the
+ * container runtime started this process; always 0 (the exit status). */
+int init_image_probe(const char *path);
 
 /* ---- users (user.c) ---- */
 

@@ -8,6 +8,8 @@
 #include <linux/rtnetlink.h>
 #include <linux/veth.h>
 #include <net/if.h>
+#include <arpa/inet.h>
+#include <poll.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdio.h>
@@ -73,6 +75,45 @@ int ab_netns_socket(int nsfd, int domain, int type, int proto, const struct sock
                 return -r;
         pthread_join(t, NULL);
         return j.result;
+}
+
+int ab_netns_connect_loopback(pid_t pid, uint16_t port, int timeout_ms)
+{
+        _cleanup_close_ int ns = ab_netns_open(pid);
+        if (ns < 0)
+                return ns;
+        struct sockaddr_in a4 = {.sin_family = AF_INET, .sin_port = htons(port)};
+        a4.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        struct sockaddr_in6 a6 = {.sin6_family = AF_INET6, .sin6_port = htons(port)};
+        a6.sin6_addr = in6addr_loopback;
+        const struct sockaddr *addrs[] = {(struct sockaddr *)&a4, (struct sockaddr *)&a6};
+        socklen_t lens[] = {sizeof(a4), sizeof(a6)};
+        int err = -ECONNREFUSED;
+        for (int i = 0; i < 2; i++) {
+                int fd = ab_netns_socket(ns, addrs[i]->sa_family, SOCK_STREAM | SOCK_NONBLOCK, 0,
+                                         NULL, 0, 0);
+                if (fd < 0) {
+                        err = fd;
+                        continue;
+                }
+                if (connect(fd, addrs[i], lens[i]) == 0)
+                        return fd;
+                if (errno == EINPROGRESS) {
+                        struct pollfd p = {.fd = fd, .events = POLLOUT};
+                        int so = 0;
+                        socklen_t sl = sizeof(so);
+                        if (poll(&p, 1, timeout_ms) == 1 &&
+                            getsockopt(fd, SOL_SOCKET, SO_ERROR, &so, &sl) == 0 && so == 0)
+                                return fd;
+                        err = so ? -so : -ETIMEDOUT;
+                } else {
+                        err = -errno;
+                }
+                close(fd);
+                if (err != -ECONNREFUSED && err != -EADDRNOTAVAIL && err != -EAFNOSUPPORT)
+                        break;
+        }
+        return err;
 }
 
 /* ---- rtnetlink -------------------------------------------------------- */

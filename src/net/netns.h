@@ -10,6 +10,7 @@
 #include <netinet/in.h>
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <sys/socket.h>
 #include <sys/types.h>
 
@@ -21,6 +22,12 @@ int ab_netns_open(pid_t pid);
  * stream socket with backlog > 0, listens. */
 int ab_netns_socket(int nsfd, int domain, int type, int proto, const struct sockaddr *addr,
                     socklen_t alen, int backlog);
+
+/* A TCP connection to 127.0.0.1:port, else [::1]:port, made inside the
+ * network namespace of process pid (a box's init): connected and
+ * non-blocking (caller closes), or -errno (-ECONNREFUSED when nothing
+ * listens, -ETIMEDOUT after timeout_ms). */
+int ab_netns_connect_loopback(pid_t pid, uint16_t port, int timeout_ms);
 
 /* rtnetlink, on a NETLINK_ROUTE socket nl (made with ab_netns_socket for
  * another namespace, or socket() for the caller's). */

@@ -886,6 +886,92 @@ int abc_stats(int fd, abp_stats *out, ab_err **err)
         return r;
 }
 
+/* Reads exactly n bytes (no more: what follows is not ours). 0 or -errno. */
+static int recv_exact(int fd, void *buf, size_t n, uint64_t deadline)
+{
+        uint8_t *p = buf;
+        while (n > 0) {
+                ssize_t r = recv(fd, p, n, MSG_DONTWAIT);
+                if (r > 0) {
+                        p += r;
+                        n -= (size_t)r;
+                        continue;
+                }
+                if (r == 0)
+                        return -ECONNRESET;
+                if (errno != EAGAIN && errno != EINTR)
+                        return -errno;
+                uint64_t now = ab_now_ms();
+                struct pollfd pf = {.fd = fd, .events = POLLIN};
+                if (now >= deadline || poll(&pf, 1, (int)(deadline - now)) == 0)
+                        return -ETIMEDOUT;
+        }
+        return 0;
+}
+
+/* The next frame, read byte-exactly (at most 64 KiB of payload), into rd. */
+static int recv_frame_exact(int fd, abp_reader *rd, abp_frame *f, uint64_t deadline)
+{
+        uint8_t hdr[ABP_HDR_SIZE];
+        int r = recv_exact(fd, hdr, sizeof(hdr), deadline);
+        if (r < 0)
+                return r;
+        uint32_t len;
+        memcpy(&len, hdr + 4, 4);
+        len = le32toh(len);
+        if (len > 64 * 1024)
+                return -EBADMSG;
+        _cleanup_free_ uint8_t *pl = xmalloc(len ? len : 1);
+        if ((r = recv_exact(fd, pl, len, deadline)) < 0)
+                return r;
+        if (abp_reader_feed(rd, hdr, sizeof(hdr)) < 0 || abp_reader_feed(rd, pl, len) < 0 ||
+            abp_reader_next(rd, f) != 1)
+                return -EBADMSG;
+        return 0;
+}
+
+int abc_port(int fd, uint16_t port, int timeout_ms, ab_err **err)
+{
+        abp_buf b = {0};
+        abp_frame_begin(&b, ABP_PORT);
+        abp_put_u32(&b, ABP_F_PORT, port);
+        abp_put_u32(&b, ABP_F_TIMEOUT_MS, timeout_ms > 0 ? (uint32_t)timeout_ms : 0);
+        if (abp_frame_end(&b) < 0)
+                abort();
+        send_req(fd, &b);
+        abp_buf_free(&b);
+        /* init's own connect is bounded by timeout_ms: give its answer a moment more */
+        uint64_t deadline = ab_now_ms() + (uint64_t)(timeout_ms > 0 ? timeout_ms : 10000) + 5000;
+        abp_reader rd = {0};
+        abp_frame f;
+        int r = recv_frame_exact(fd, &rd, &f, deadline);
+        if (r < 0) {
+                abp_reader_free(&rd);
+                return unavailable(err);
+        }
+        abp_error e = {0};
+        if (f.type == ABP_OK) {
+                r = 0;
+        } else if (f.type != ABP_ERROR || abp_dec_error(&f, &e) < 0 || !e.message) {
+                r = unavailable(err);
+        } else if (!strcmp(e.code, "timeout")) {
+                r = ab_err_set(err, AB_E_TIMEOUT, 0, "%s", e.message);
+                if (err && *err)
+                        (*err)->errnum = ETIMEDOUT;
+        } else if (!strcmp(e.code, "unavailable")) {
+                r = ab_err_set(err, AB_E_UNAVAILABLE, 0, "%s", e.message);
+                if (err && *err && strstr(e.message, "nothing listens"))
+                        (*err)->errnum = ECONNREFUSED;
+        } else if (!strcmp(e.code, "invalid_argument") && strstr(e.message, "unknown request")) {
+                r = ab_err_set(err, AB_E_UNSUPPORTED, 0,
+                               "the box's agentbox-init is too old to relay ports (%s)", e.message);
+        } else {
+                r = from_error(&f, err);
+        }
+        abp_reader_free(&rd);
+        return r;
+}
+
 int abc_ping(int fd, char **version, ab_err **err)
 {
         abp_buf b = {0};

@@ -165,6 +165,15 @@ int abc_reserve(int fd, uint64_t want, abc_reserve_res *res, ab_err **err);
  * no memory usage; AB_E_INVALID from an init that predates STATS. */
 int abc_stats(int fd, abp_stats *out, ab_err **err);
 
+/* PORT: asks init to connect to `port` on the box's own loopback (127.0.0.1,
+ * then [::1]) within timeout_ms; on 0 the connection fd (which the caller
+ * keeps owning) then carries that TCP stream's bytes both ways, nothing of
+ * it read ahead. Errors: AB_E_UNAVAILABLE with errnum ECONNREFUSED when
+ * nothing listens there, AB_E_TIMEOUT (errnum ETIMEDOUT) when it did not
+ * answer in time, AB_E_UNSUPPORTED from an init older than proto 4,
+ * AB_E_UNAVAILABLE when init does not answer. */
+int abc_port(int fd, uint16_t port, int timeout_ms, ab_err **err);
+
 /* GREP (docs/protocol.md): init searches the files `paths` (box paths, in
  * that order) for lines matching `pattern`, in the box. */
 typedef struct abc_grep_req {

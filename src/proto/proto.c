@@ -321,7 +321,7 @@ static int val_str(const abp_field *fl, const char **s)
 bool abp_is_request(uint32_t type)
 {
         return (type >= ABP_PING && type <= ABP_TERM_INPUT) || type == ABP_RESERVE ||
-               type == ABP_GREP || type == ABP_WATCH || type == ABP_STATS;
+               type == ABP_GREP || type == ABP_WATCH || type == ABP_STATS || type == ABP_PORT;
 }
 
 bool abp_is_term_request(uint32_t type)
@@ -526,6 +526,24 @@ int abp_dec_stats(const abp_frame *f, abp_stats *m)
                 }
         });
         return 0;
+}
+
+int abp_dec_port(const abp_frame *f, uint32_t *port, uint32_t *timeout_ms)
+{
+        abp_field fl;
+        int r = 0;
+
+        *port = 0;
+        *timeout_ms = 0;
+        if (f->type != ABP_PORT)
+                return -EBADMSG;
+        FOR_FIELDS(f, fl, r, {
+                if (fl.tag == ABP_F_PORT)
+                        r = val_u32(&fl, port);
+                else if (fl.tag == ABP_F_TIMEOUT_MS)
+                        r = val_u32(&fl, timeout_ms);
+        });
+        return *port >= 1 && *port <= 65535 ? 0 : -EBADMSG;
 }
 
 int abp_dec_error(const abp_frame *f, abp_error *m)
@@ -1112,7 +1130,7 @@ bool abp_reader_partial(const abp_reader *r)
 
 /* ---- blocking helpers ---- */
 
-static int wait_fd(int fd, short events, int timeout_ms)
+int abp_wait_fd(int fd, short events, int timeout_ms)
 {
         struct pollfd p = {.fd = fd, .events = events};
         for (;;) {
@@ -1143,7 +1161,7 @@ int abp_send(int fd, abp_buf *b, int timeout_ms)
                         r = -errno;
                         break;
                 }
-                r = wait_fd(fd, POLLOUT, timeout_ms);
+                r = abp_wait_fd(fd, POLLOUT, timeout_ms);
                 if (r < 0)
                         break;
         }
@@ -1160,7 +1178,7 @@ int abp_recv(int fd, abp_reader *r, abp_frame *f, int timeout_ms)
                         return k;
                 if (k > 0)
                         return 0;
-                k = wait_fd(fd, POLLIN, timeout_ms);
+                k = abp_wait_fd(fd, POLLIN, timeout_ms);
                 if (k < 0)
                         return k;
                 ssize_t n = abp_reader_fill(r, fd);

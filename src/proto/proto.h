@@ -72,6 +72,15 @@
  *            on Kubernetes), v1 or v2, read from /proc/self/cgroup and
  *            /sys/fs/cgroup as init sees them; a counter it cannot read is
  *            absent; ERROR unavailable when it can read no memory usage.
+ *   PORT:    C: PORT{PORT,TIMEOUT_MS}         I: OK, then raw bytes both ways; or ERROR
+ *            init connects to 127.0.0.1:PORT, then [::1]:PORT, inside the box
+ *            (never another address: it is no way out of the box's network
+ *            mode), within TIMEOUT_MS (0 = 10 s); after OK the connection
+ *            carries the TCP stream's bytes as they are, no frames, each
+ *            side's end of input passed on as a half-close, until both
+ *            ended. ERROR unavailable: nothing listens there (refused);
+ *            timeout: no answer within TIMEOUT_MS. For a backend whose host
+ *            cannot enter the box's network namespace (a pod).
  * Either side treats the other as untrusted: every decoder bounds-checks and
  * returns -EBADMSG on anything malformed. */
 #ifndef AB_PROTO_H
@@ -86,8 +95,8 @@
  * ignores it (an unknown tag) and runs the command as root. 3: CHMOD,
  * CHOWN, and UID/GID (and on request OWNER/GROUP) in ENTRY; an older init
  * answers CHMOD and CHOWN with ERROR invalid_argument "unknown request". 4:
- * EXIT's AGAIN (a connection may carry several requests); an older init
- * never sends it. */
+ * EXIT's AGAIN (a connection may carry several requests; an older init
+ * never sends it) and PORT (an older init answers it as CHMOD above). */
 #define ABP_PROTO_VERSION 4
 #define ABP_HDR_SIZE      8
 #define ABP_MAX_PAYLOAD   (1u << 20)    /* hard limit on one frame's payload */
@@ -122,6 +131,7 @@ enum {
         ABP_GREP = 41,
         ABP_WATCH = 42, /* a directory's changes, streamed (ABP_WATCH_EVENT) */
         ABP_STATS = 43, /* init's own cgroup's usage (abp_stats) */
+        ABP_PORT = 44,  /* a TCP connection to the box's loopback (abp_dec_port) */
         /* streams, both ways */
         ABP_DATA = 0x100,
         ABP_EOF = 0x101,
@@ -196,6 +206,7 @@ enum {
         ABP_F_SNAPSHOT = 107,    /* u32 bool: TERM_ATTACH: the kept output, then EOF */
         ABP_F_MERGE = 108,       /* u32 bool: TERM_OPEN of a process: stderr into stdout */
         ABP_F_LINES = 109,       /* u64: TERM: newlines a process wrote to stdout in all */
+        ABP_F_PORT = 110,        /* u32: PORT: the TCP port (1..65535) on the box's loopback */
         ABP_F_FREE = 90,         /* u64: RESERVE's answer, bytes the box could write */
         ABP_F_MEMORY = 91,       /* u64: STATS' answer: memory in use (bytes) */
         ABP_F_MEMORY_MAX = 92,   /* u64: STATS' answer: memory limit (bytes; absent = none) */
@@ -439,6 +450,9 @@ int abp_dec_file(const abp_frame *f, abp_file_req *m) __attribute__((warn_unused
 int abp_dec_data(const abp_frame *f, abp_data *m) __attribute__((warn_unused_result));
 int abp_dec_ok(const abp_frame *f, abp_ok *m) __attribute__((warn_unused_result));
 int abp_dec_error(const abp_frame *f, abp_error *m) __attribute__((warn_unused_result));
+/* PORT: PORT in 1..65535 is required; TIMEOUT_MS (0 when absent). */
+int abp_dec_port(const abp_frame *f, uint32_t *port, uint32_t *timeout_ms)
+    __attribute__((warn_unused_result));
 /* STATS' answer: an OK frame with ABP_F_MEMORY... (any may be absent). */
 int abp_dec_stats(const abp_frame *f, abp_stats *m) __attribute__((warn_unused_result));
 int abp_dec_exit(const abp_frame *f, abp_exit *m) __attribute__((warn_unused_result));
@@ -457,7 +471,7 @@ int abp_dec_match(const abp_frame *f, abp_match *m) __attribute__((warn_unused_r
 /* True for a terminal request type (TERM_OPEN..TERM_INPUT). */
 bool abp_is_term_request(uint32_t type);
 
-/* True for a request type (PING..TERM_INPUT, RESERVE, GREP, WATCH). */
+/* True for a request type (PING..TERM_INPUT, RESERVE, GREP, WATCH, STATS, PORT). */
 bool abp_is_request(uint32_t type);
 
 /* ---- reading frames from a byte stream ---- */
@@ -485,6 +499,9 @@ bool abp_reader_partial(const abp_reader *r);
 
 /* ---- blocking helpers (poll-based, so they also work on O_NONBLOCK fds) ---- */
 
+/* poll(2) for events on fd, EINTR retried: 0, -ETIMEDOUT after timeout_ms
+ * (-1 = forever), -errno. */
+int abp_wait_fd(int fd, short events, int timeout_ms);
 /* Sends every byte queued in b (MSG_NOSIGNAL) and empties it. timeout_ms
  * bounds each wait for the peer (-1 = forever). 0 or -errno, -ETIMEDOUT. */
 int abp_send(int fd, abp_buf *b, int timeout_ms) __attribute__((warn_unused_result));

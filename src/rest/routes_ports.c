@@ -2,9 +2,11 @@
  * /v1/sandboxes/{id}/ports/{port}/... or by host name PORT-ID.DOMAIN
  * (docs/api.md, "Ports"; docs/architecture.md says how it fits the server).
  *
- * The server connects inside the box's network namespace (so a box without
- * network is reachable, and nothing of the host's own network is): a
- * worker authenticates, connects and sends the head; the relay
+ * The backend connects to the port on the box's own loopback (inside the
+ * box's network namespace, or through a pod's init: port_connect in
+ * backend.h), so a box without network is reachable, and nothing of the
+ * host's own network is: a worker authenticates, connects and sends the
+ * head; the relay
  * (kit/relay.h) passes the body on and streams the answer back, an upgrade
  * (WebSocket) byte for byte. */
 #include "http/httpmsg.h"
@@ -14,7 +16,6 @@
 #include "http/ws.h"
 #include "base/id.h"
 #include "base/log.h"
-#include "net/netns.h"
 
 #include <arpa/inet.h>
 #include <ctype.h>
@@ -136,47 +137,6 @@ static int port_num(const char *s)
         return v <= 65535 ? v : 0;
 }
 
-/* A connection to 127.0.0.1:port (then [::1]:port) inside the netns of the
- * box's init. -errno. */
-static int connect_in_box(pid_t pid, int port, int timeout_ms)
-{
-        _cleanup_close_ int ns = ab_netns_open(pid);
-        if (ns < 0)
-                return ns;
-        struct sockaddr_in a4 = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
-        a4.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-        struct sockaddr_in6 a6 = {.sin6_family = AF_INET6, .sin6_port = htons((uint16_t)port)};
-        a6.sin6_addr = in6addr_loopback;
-        const struct sockaddr *addrs[] = {(struct sockaddr *)&a4, (struct sockaddr *)&a6};
-        socklen_t lens[] = {sizeof(a4), sizeof(a6)};
-        int err = -ECONNREFUSED;
-        for (int i = 0; i < 2; i++) {
-                int fd = ab_netns_socket(ns, addrs[i]->sa_family, SOCK_STREAM | SOCK_NONBLOCK, 0,
-                                         NULL, 0, 0);
-                if (fd < 0) {
-                        err = fd;
-                        continue;
-                }
-                if (connect(fd, addrs[i], lens[i]) == 0)
-                        return fd;
-                if (errno == EINPROGRESS) {
-                        struct pollfd p = {.fd = fd, .events = POLLOUT};
-                        int so = 0;
-                        socklen_t sl = sizeof(so);
-                        if (poll(&p, 1, timeout_ms) == 1 &&
-                            getsockopt(fd, SOL_SOCKET, SO_ERROR, &so, &sl) == 0 && so == 0)
-                                return fd;
-                        err = so ? -so : -ETIMEDOUT;
-                } else {
-                        err = -errno;
-                }
-                close(fd);
-                if (err != -ECONNREFUSED && err != -EADDRNOTAVAIL && err != -EAFNOSUPPORT)
-                        break;
-        }
-        return err;
-}
-
 /* Sec-WebSocket-Protocol minus this server's own offers: a browser's token
  * ("bearer.TOKEN", http/ws.h) and the terminal protocol that carries it
  * never reach a box. */
@@ -250,38 +210,51 @@ static bool port_hdr(ab_req *r, void *arg, ab_buf *b, const char *k, const char 
         return false;
 }
 
-static enum MHD_Result unreachable(ab_req *r, port_req *px, int e)
+/* The answer for a port the backend could not reach: nothing listens 502,
+ * no answer 504, else the error as it is. Consumes e. */
+static enum MHD_Result unreachable(ab_req *r, port_req *px, ab_err *e)
 {
-        if (e == -ECONNREFUSED || e == -EADDRNOTAVAIL)
-                return resp_error(r, 502, "unavailable", "nothing listens on port %d in box %s",
-                                  px->port, px->box);
-        if (e == -ETIMEDOUT)
-                return resp_error(r, 504, "timeout", "port %d of box %s does not answer", px->port,
-                                  px->box);
-        return resp_error(r, 502, "unavailable", "cannot reach port %d in box %s: %s", px->port,
-                          px->box, strerror(-e));
+        enum MHD_Result ret;
+        if (e->errnum == ECONNREFUSED)
+                ret = resp_error(r, 502, "unavailable", "nothing listens on port %d in box %s",
+                                 px->port, px->box);
+        else if (e->code == AB_E_TIMEOUT)
+                ret = resp_error(r, 504, "timeout", "port %d of box %s does not answer", px->port,
+                                 px->box);
+        else if (e->code == AB_E_UNAVAILABLE)
+                ret = resp_error(r, 502, "unavailable", "cannot reach port %d in box %s: %s",
+                                 px->port, px->box, e->msg);
+        else
+                return resp_err(r, e);
+        ab_err_free(&e);
+        return ret;
 }
 
-/* The host pid of the box's init. A box recorded running whose init died
- * is started again, as a connection to its init would (use_connect). */
-static int init_pid(ab_server *s, ab_use *u, pid_t *pid, ab_err **err)
+/* A connection to the box's port (ab_backend_ops.port_connect). A box
+ * recorded running whose init died is started again, as a connection to
+ * its init would be (use_connect). */
+static int port_connect(ab_server *s, ab_use *u, int port, ab_err **err)
 {
         ab_backend *b = ab_manager_backend(s->mgr);
-        for (int attempt = 0; attempt < 2; attempt++) {
-                ab_box_info info = {0};
-                if (b->ops->info(b, u->rec.backend_id, &info, err) < 0)
+        if (!b->ops->port_connect)
+                return ab_err_set(err, AB_E_UNSUPPORTED, 0,
+                                  "the %s backend cannot reach a port of box %s", b->ops->name,
+                                  u->rec.id);
+        for (int attempt = 0;; attempt++) {
+                ab_err *e = NULL;
+                int fd = b->ops->port_connect(b, u->rec.backend_id, (uint16_t)port,
+                                              (int)s->cfg->ports_timeout_ms, &e);
+                if (fd >= 0 || e->code != AB_E_CONFLICT || attempt == 1) {
+                        if (fd < 0)
+                                *err = e;
+                        return fd;
+                }
+                ab_err_free(&e);
+                int ifd = ab_manager_use_connect(s->mgr, u, err);
+                if (ifd < 0)
                         return -1;
-                *pid = info.init_pid;
-                bool running = info.status == AB_BOX_RUNNING;
-                ab_box_info_clear(&info);
-                if (running && *pid > 0)
-                        return 0;
-                int fd = ab_manager_use_connect(s->mgr, u, err);
-                if (fd < 0)
-                        return -1;
-                close(fd);
+                close(ifd);
         }
-        return ab_err_set(err, AB_E_UNAVAILABLE, 0, "box %s is not running", u->rec.id);
 }
 
 enum MHD_Result ports_open(ab_req *r, bool *done)
@@ -326,16 +299,17 @@ enum MHD_Result ports_open(ab_req *r, bool *done)
                 return resp_err(r, e);
         }
         r->deferred_use = u;
-        pid_t pid = 0;
-        if (init_pid(s, u, &pid, &e) < 0)
-                return resp_err(r, e);
-        int fd = connect_in_box(pid, px->port, (int)s->cfg->ports_timeout_ms);
+        int fd = port_connect(s, u, px->port, &e);
         if (fd < 0)
-                return unreachable(r, px, fd);
+                return unreachable(r, px, e);
         relay_connected(r, r->proxy, fd);
         int rc = ab_send_all(fd, head.p, head.n, (int)s->cfg->ports_timeout_ms);
-        if (rc < 0)
-                return unreachable(r, px, rc == -EPIPE ? -ECONNREFUSED : rc);
+        if (rc < 0) {
+                ab_err_set(&e, rc == -ETIMEDOUT ? AB_E_TIMEOUT : AB_E_UNAVAILABLE, 0, "%s",
+                           strerror(rc == -EPIPE ? ECONNREFUSED : -rc));
+                e->errnum = rc == -EPIPE ? ECONNREFUSED : -rc;
+                return unreachable(r, px, e);
+        }
         *done = false;
         return MHD_YES;
 }

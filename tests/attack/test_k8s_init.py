@@ -6,8 +6,11 @@ the stand-in cluster). Each passes only when the attack fails:
   marker);
 - box A's root reads its own init secret (mounted in its pod) and uses it
   against box B's init: the handshake must fail and no command may run in B;
+- the same two with PORT (init's relay to a port on its pod's loopback):
+  box B's loopback server must see no connection;
 - a control: the same client code with A's secret against A's own init is
-  accepted (so the attacks above are not failing for a broken client).
+  accepted, and its PORT reaches A's own server (so the attacks above are
+  not failing for a broken client).
 """
 import base64
 import hashlib
@@ -81,11 +84,28 @@ def answer_of(s, t=3):
         return repr(e).encode()
 
 
+def port_frame(port):
+    """PORT (type 44) with PORT (tag 110) and TIMEOUT_MS (tag 6)."""
+    return frame(44, [(110, struct.pack("<I", port)), (6, struct.pack("<I", 3000))])
+
+
 a, b = "atk-a-" + secrets.token_hex(3), "atk-b-" + secrets.token_hex(3)
 for box in (a, b):
     h.create(box, timeout=120)
 ip_a, ip_b = pod_ip(a), pod_ip(b)
 h.diag("pods: %s at %s, %s at %s" % (a, ip_a, b, ip_b))
+
+# A server on each box's loopback that counts its connections (the stand-in's pods share the
+# host's loopback: a port each).
+SERVE = ("nohup python3 -c 'import socket\ns = socket.socket(); s.setsockopt(socket.SOL_SOCKET, "
+         "socket.SO_REUSEADDR, 1)\ns.bind((\"127.0.0.1\", %d)); s.listen(8)\nwhile True:\n"
+         "    c, _ = s.accept(); open(\"/workspace/hits\", \"a\").write(\"hit\\n\"); "
+         "c.sendall(b\"%s\"); c.close()' >/dev/null 2>&1 & sleep 1; echo up")
+PORT_A = 20000 + secrets.randbelow(20000)
+PORT_B = PORT_A + 1
+for box, port in ((a, PORT_A), (b, PORT_B)):
+    r = h.run("exec", box, "--", SERVE % (port, "served-by-" + box))
+    h.eq(r.out, "up\n", "a loopback server in %s" % box, r.describe())
 
 # ---- no secret at all ---------------------------------------------------------
 
@@ -105,6 +125,13 @@ s.close()
 r = h.run("exec", b, "--", "test -e %s && echo present || echo absent" % marker)
 h.eq(r.out, "absent\n", "an EXEC sent without a handshake runs nothing in box B", r.describe())
 
+s = socket.create_connection((ip_b, PORT), timeout=5)
+s.sendall(port_frame(PORT_B) + b"\0" * 64)
+got = answer_of(s)
+h.ok(got == b"" or got.startswith(b"ConnectionResetError"),
+     "a PORT without a handshake is met with a silent close (no frame)", repr(got))
+s.close()
+
 # ---- box A's own secret, read inside A, against B's init ---------------------
 
 r = h.run("exec", a, "--", "base64 -w0 /.agentbox/secret/init-secret")
@@ -122,8 +149,24 @@ s.close()
 r = h.run("exec", b, "--", "test -e %s && echo present || echo absent" % marker)
 h.eq(r.out, "absent\n", "... and nothing ran in box B", r.describe())
 
+ok, why, s = handshake(ip_b, key_a)
+if ok:
+    s.sendall(port_frame(PORT_B))
+    answer_of(s)
+s.close()
+time.sleep(0.5)
+r = h.run("exec", b, "--", "cat /workspace/hits 2>/dev/null | wc -l")
+h.eq(r.out.strip(), "0", "A's secret against B's init: no PORT connection reached B's loopback server",
+     r.describe())
+
 ok_a, why_a, s = handshake(ip_a, key_a)
 h.ok(ok_a, "control: the same client with A's secret is accepted by A's init", why_a)
+if ok_a:
+    s.sendall(port_frame(PORT_A))
+    head = answer_of(s)
+    body = answer_of(s) if head[:4] == struct.pack("<I", 0x200) else b""
+h.ok(ok_a and head[:4] == struct.pack("<I", 0x200) and body.startswith(b"served-b"),
+     "control: ... and its PORT reaches A's own loopback server", repr((head, body)))
 s.close()
 
 h.done()

@@ -46,6 +46,9 @@ static void decode_all(const abp_frame *f)
         (void)!abp_dec_error(f, &er);
         abp_stats st;
         (void)!abp_dec_stats(f, &st);
+        uint32_t port, port_timeout;
+        if (abp_dec_port(f, &port, &port_timeout) == 0 && (port < 1 || port > 65535))
+                abort();
         abp_exit ei;
         (void)!abp_dec_exit(f, &ei);
         abp_entry en;

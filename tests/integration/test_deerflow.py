@@ -76,8 +76,19 @@ h.ok(r.status == 403 and "host" in (r.get("detail") or "").lower(),
 
 # extra_mounts: the app's named volume, shared by two sandboxes (one read-only)
 DOCKER = os.environ.get("AGENTBOX_TEST_BACKEND") == "docker"
+K8S = os.environ.get("AGENTBOX_TEST_BACKEND") == "kubernetes"
 if DOCKER:  # a Docker box mounts no named volume (docs/docker.md): 501 there
     h.skip("extra_mounts as named volumes", "the Docker backend mounts no named volumes")
+elif K8S:  # neither does a pod (docs/kubernetes.md, "Limits"): 501 naming the backend
+    VOL = "dfvol" + secrets.token_hex(3)
+    r = srv.request("POST", "/v1/volumes", body={"name": VOL, "size_mib": 64}, headers=PK, token=None)
+    h.eq(r.status, 201, "a named volume of the app (the server's host keeps it)", r.describe())
+    r = prov("POST", "/api/sandboxes", {"sandbox_id": "volk", "extra_mounts": [
+        {"host_path": "volume:" + VOL, "container_path": "/mnt/shared"}]})
+    h.ok(r.status == 501 and "kubernetes" in (r.get("detail") or ""),
+         "a sandbox with an extra_mount volume: 501 naming the backend", r.describe())
+    h.ok(abserver.wait_for(lambda: srv.request("DELETE", "/v1/volumes/" + VOL, headers=PK, token=None).status == 200,
+                           timeout=30), "the volume goes: no sandbox was made with it")
 else:
     VOL = "dfvol" + secrets.token_hex(3)
     r = srv.request("POST", "/v1/volumes", body={"name": VOL, "size_mib": 64}, headers=PK, token=None)
@@ -392,10 +403,14 @@ h.ok(r.status == 403 and "admin" in (r.get("detail") or ""), "an app's host dire
      "host_mount_prefixes", r.describe())
 r = srv2.request("POST", "/sandbox/df/api/sandboxes", body={"sandbox_id": "hostmnt", "extra_mounts": mnt})
 u3 = urllib.parse.urlparse(r.get("sandbox_url") or "http://x/none").path
-h.eq(r.status, 200, "the admin's host directory mount under host_mount_prefixes", r.describe())
-r = srv2.request("POST", u3 + "/v1/file/read", body={"file": "/mnt/host/data.txt"}, token=None)
-h.eq(((r.json or {}).get("data") or {}).get("content"), "from the host", "the box reads the host directory",
-     r.describe())
+if K8S:  # a pod runs on a node of the cluster, not on the server's host
+    h.ok(r.status == 501 and "kubernetes" in (r.get("detail") or ""),
+         "the admin's host directory mount: 501 naming the kubernetes backend", r.describe())
+else:
+    h.eq(r.status, 200, "the admin's host directory mount under host_mount_prefixes", r.describe())
+    r = srv2.request("POST", u3 + "/v1/file/read", body={"file": "/mnt/host/data.txt"}, token=None)
+    h.eq(((r.json or {}).get("data") or {}).get("content"), "from the host", "the box reads the host directory",
+         r.describe())
 r = srv2.request("POST", "/sandbox/df/api/sandboxes", body={"sandbox_id": "hostmnt2", "extra_mounts": [
     {"host_path": "/etc", "container_path": "/mnt/etc", "read_only": True}]})
 h.eq(r.status, 403, "the admin's host mount outside host_mount_prefixes: 403", r.describe())

@@ -7,7 +7,9 @@ next exec starts it, files kept), the API server restarted while a create
 waits on its watch, the agentbox server restarted (boxes adopted, files
 kept), a delete that leaves no object, every object sent valid against the
 Kubernetes OpenAPI schema, and the deploy kit (contrib/kubernetes) accepted
-by kubectl apply --dry-run=client."""
+by kubectl apply --dry-run=client. A box of an image with a WorkingDir and a
+User (made on the suite's Docker engine) runs its commands there and as that
+user, as a box of an image does on the other backends."""
 import json
 import os
 import shutil
@@ -15,6 +17,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.parse
 
 os.environ["AGENTBOX_TEST_BACKEND"] = "kubernetes"
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
@@ -107,7 +110,7 @@ h.eq((r.status, r.get("stdout")), (200, "kept\n"), "the next exec starts a new p
 h.eq(srv.get("/v1/sandboxes/k-ok").get("status"), "running", "... and the box runs again")
 
 # ---- pause is a stop on this backend ------------------------------------------
-# (serve_pause checks a freeze and does not run here: docs/kubernetes.md)
+# (serve_pause@kubernetes checks the rest of what pause is here)
 
 PROBE = "cat /workspace/k.txt; grep -qas '9876[5]' /proc/[0-9]*/cmdline && echo alive || echo gone"
 r = srv.exec("k-ok", "(nohup sleep 98765 >/dev/null 2>&1 &); sleep 0.2; " + PROBE)
@@ -141,6 +144,51 @@ h.eq((r.status, r.get("status")), (201, "running"),
 r = srv.exec("k-restart", "echo alive")
 h.eq(r.get("stdout"), "alive\n", "... and runs commands", r.describe())
 
+# ---- an image's WorkingDir and User ------------------------------------------
+# The server cannot read an image the cluster pulls: the pod's image probe (an init container of
+# the box's image, started as the image says) tells them, as image_config does on the other backends.
+
+sys.path.insert(0, os.path.join(ROOT, "tests", "k8s"))
+import cluster as k8s_cluster  # noqa: E402
+import dockerapi  # noqa: E402
+
+dk = dockerapi.Docker(k8s_cluster.docker_host())
+USER_IMG = "agentbox-test/k8s-user-image:%d" % os.getpid()
+cid = dk.create("k8s-user-image-%d" % os.getpid(), {"Image": base["image"], "Cmd": ["mkdir", "-p", "/srv/app"]})
+dk.start(cid)
+dk.call("POST", "/containers/%s/wait" % cid, timeout=60)
+repo, tag = USER_IMG.rsplit(":", 1)
+dk.call("POST", "/commit?" + urllib.parse.urlencode(
+    [("container", cid), ("repo", repo), ("tag", tag), ("changes", "WORKDIR /srv/app"),
+     ("changes", "USER www-data")]))
+dk.remove(cid)
+r = srv.post("/v1/sandboxes", {"id": "k-img", "image": USER_IMG})
+h.eq((r.status, r.get("status")), (201, "running"), "a box of an image with WORKDIR /srv/app and USER www-data",
+     r.describe())
+WHO = "pwd; id -un; touch /workspace/mine && stat -c %U /workspace/mine"
+r = srv.exec("k-img", WHO)
+h.eq((r.get("exit_code"), r.get("stdout")), (0, "/srv/app\nwww-data\nwww-data\n"),
+     "its commands run in the image's WorkingDir as its User, who owns /workspace", r.describe())
+r = srv.post("/v1/sandboxes/k-img/exec", {"command": "id -un; pwd", "user": "root", "cwd": "/tmp"})
+h.eq(r.get("stdout"), "root\n/tmp\n", "an exec's own user and cwd win", r.describe())
+r = srv.exec("k-ok", "pwd; id -un")
+h.eq(r.get("stdout"), "/workspace\nroot\n", "control: a box of an image without them runs in /workspace as root",
+     r.describe())
+
+
+def init_containers(box):
+    p = cl.api.must("GET", "/api/v1/namespaces/%s/pods/ab-%s" % (cl.namespace, box))
+    return [c["name"] for c in p["spec"].get("initContainers", [])]
+
+
+h.eq(init_containers("k-img"), ["agentbox-init", "agentbox-image"],
+     "its first pod ran the image probe as an init container")
+r = srv.post("/v1/sandboxes/k-img/stop")
+h.eq(r.status, 200, "stop the image's box", r.describe())
+r = srv.exec("k-img", "pwd; id -un")
+h.eq(r.get("stdout"), "/srv/app\nwww-data\n", "... on its next pod too", r.describe())
+h.eq(init_containers("k-img"), ["agentbox-init"], "... which runs no probe (the record keeps what it told)")
+
 # ---- the agentbox server restarts: boxes adopted, files kept ---------------
 
 srv.stop()
@@ -148,6 +196,9 @@ srv.start()
 h.eq(srv.get("/v1/sandboxes/k-ok").get("status"), "running", "after a server restart the box is adopted")
 r = srv.exec("k-ok", "cat /workspace/k.txt")
 h.eq(r.get("stdout"), "kept\n", "... with its files", r.describe())
+r = srv.exec("k-img", "pwd; id -un")
+h.eq(r.get("stdout"), "/srv/app\nwww-data\n", "... and the image's box keeps its WorkingDir and User",
+     r.describe())
 
 # ---- stop keeps the claim, start makes a new pod ---------------------------
 
@@ -161,12 +212,14 @@ h.eq(srv.exec("k-ok", "cat /workspace/k.txt").get("stdout"), "kept\n", "start: f
 
 # ---- delete leaves nothing ---------------------------------------------------
 
-for b in ("k-ok", "k-restart"):
+for b in ("k-ok", "k-restart", "k-img"):
     r = srv.delete("/v1/sandboxes/" + b)
     h.ok(r.status in (200, 202, 204), "delete %s" % b, r.describe())
-h.ok(wait_for(lambda: objects("k-ok") == [] and objects("k-restart") == [], timeout=60),
+h.ok(wait_for(lambda: objects("k-ok") == [] and objects("k-restart") == [] and objects("k-img") == [],
+              timeout=60),
      "delete leaves no object of the boxes (listed by label)",
-     lambda: repr(objects("k-ok") + objects("k-restart")))
+     lambda: repr(objects("k-ok") + objects("k-restart") + objects("k-img")))
+dk.call("DELETE", "/images/" + urllib.parse.quote(USER_IMG, safe=""), params={"force": "1"}, ok=None)
 
 # ---- failures: a clear error, nothing left ----------------------------------
 

@@ -10,7 +10,12 @@
 #include "proto/proto.h"
 #include "tap.h"
 
+#include <arpa/inet.h>
 #include <dirent.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <pwd.h>
+#include <grp.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <pthread.h>
@@ -2717,6 +2722,222 @@ static void test_stats(void)
                "STATS: a limit, when there is one, is set");
 }
 
+/* A server on the test's loopback for PORT: it speaks first (a banner,
+ * which must not be lost to a client reading ahead), echoes what it gets
+ * and, when the client half-closes, says "bye" and closes. */
+typedef struct port_srv {
+        int lfd;
+        int port;
+} port_srv;
+
+static void *port_srv_main(void *arg)
+{
+        port_srv *ps = arg;
+        int c = accept(ps->lfd, NULL, NULL);
+        if (c < 0)
+                return NULL;
+        (void)!write(c, "hello\n", 6);
+        char buf[65536];
+        ssize_t n;
+        while ((n = read(c, buf, sizeof(buf))) > 0)
+                if (ab_write_all(c, buf, (size_t)n) < 0)
+                        break;
+        (void)!write(c, "bye", 3);
+        close(c);
+        return NULL;
+}
+
+static int port_listen(int family, int *port)
+{
+        int s = socket(family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        struct sockaddr_storage ss = {0};
+        socklen_t len;
+        if (family == AF_INET) {
+                struct sockaddr_in *a = (struct sockaddr_in *)&ss;
+                a->sin_family = AF_INET;
+                a->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+                len = sizeof(*a);
+        } else {
+                struct sockaddr_in6 *a = (struct sockaddr_in6 *)&ss;
+                a->sin6_family = AF_INET6;
+                a->sin6_addr = in6addr_loopback;
+                len = sizeof(*a);
+        }
+        if (s < 0 || bind(s, (struct sockaddr *)&ss, len) < 0 || listen(s, 4) < 0 ||
+            getsockname(s, (struct sockaddr *)&ss, &len) < 0) {
+                if (s >= 0)
+                        close(s);
+                return -1;
+        }
+        *port = ntohs(family == AF_INET ? ((struct sockaddr_in *)&ss)->sin_port
+                                        : ((struct sockaddr_in6 *)&ss)->sin6_port);
+        return s;
+}
+
+/* One relayed connection to a server on `family`'s loopback: banner, a
+ * payload of `len` bytes echoed whole, the client's half-close passed on. */
+static void port_roundtrip(int family, size_t len, const char *what)
+{
+        port_srv ps = {0};
+        ps.lfd = port_listen(family, &ps.port);
+        if (ps.lfd < 0) {
+                tap_ok(true, "PORT %s # SKIP no loopback for this family here", what);
+                return;
+        }
+        pthread_t t;
+        pthread_create(&t, NULL, port_srv_main, &ps);
+        ab_err *e = NULL;
+        int fd = conn();
+        int rc = fd >= 0 ? abc_port(fd, (uint16_t)ps.port, 2000, &e) : -1;
+        _cleanup_free_ char *data = xmalloc(len + 1);
+        for (size_t i = 0; i < len; i++)
+                data[i] = (char)('a' + i % 26);
+        size_t cap = len + 64;
+        _cleanup_free_ char *got = xzalloc(cap + 1);
+        size_t n = 0;
+        if (rc == 0) {
+                /* the banner first, before anything is sent */
+                n = (size_t)recv(fd, got, 6, MSG_WAITALL);
+                /* write and read at once, so a large payload cannot fill
+                 * both directions' buffers */
+                size_t off = 0;
+                int fl = fcntl(fd, F_GETFL);
+                fcntl(fd, F_SETFL, fl | O_NONBLOCK);
+                while (off < len || n < cap) {
+                        struct pollfd p = {.fd = fd, .events = POLLIN | (off < len ? POLLOUT : 0)};
+                        if (poll(&p, 1, 5000) != 1)
+                                break;
+                        if ((p.revents & POLLOUT) && off < len) {
+                                ssize_t k = send(fd, data + off, len - off, MSG_NOSIGNAL);
+                                if (k > 0)
+                                        off += (size_t)k;
+                                if (off == len)
+                                        shutdown(fd, SHUT_WR);
+                        }
+                        if (p.revents & (POLLIN | POLLHUP)) {
+                                ssize_t k = read(fd, got + n, cap - n);
+                                if (k <= 0)
+                                        break;
+                                n += (size_t)k;
+                        }
+                }
+        }
+        tap_ok(rc == 0 && n == 6 + len + 3 && !memcmp(got, "hello\n", 6) &&
+                   !memcmp(got + 6, data, len) && !memcmp(got + 6 + len, "bye", 3),
+               "PORT %s: the server's banner, %zu bytes echoed, the half-close passed on (%s, "
+               "%zu bytes back)",
+               what, len, e ? e->msg : "ok", n);
+        ab_err_free(&e);
+        if (fd >= 0)
+                close(fd);
+        shutdown(ps.lfd, SHUT_RDWR);
+        pthread_join(t, NULL);
+        close(ps.lfd);
+}
+
+/* Runs `init --image-probe DIR/NAME` in DIR as uid:gid; what it wrote. */
+static char *run_probe(const char *bin, const char *dir, uid_t uid, gid_t gid, const char *name)
+{
+        char path[512];
+        snprintf(path, sizeof(path), "%s/%s", dir, name);
+        pid_t pid = fork();
+        if (pid == 0) {
+                if (setgroups(0, NULL) < 0 || setgid(gid) < 0 || setuid(uid) < 0 || chdir(dir) < 0)
+                        _exit(127);
+                execl(bin, bin, "--image-probe", path, (char *)NULL);
+                _exit(127);
+        }
+        int st = 0;
+        waitpid(pid, &st, 0);
+        if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
+                return NULL;
+        char buf[1024];
+        int fd = open(path, O_RDONLY | O_CLOEXEC);
+        ssize_t n = fd >= 0 ? read(fd, buf, sizeof(buf) - 1) : -1;
+        if (fd >= 0)
+                close(fd);
+        if (n < 0)
+                return NULL;
+        buf[n] = 0;
+        return xstrdup(buf);
+}
+
+/* --image-probe: the user and directory it was started with, as an image's
+ * User and WorkingDir (the kubernetes backend's pods run it so). */
+static void test_image_probe(const char *bin)
+{
+        /* beside the test's own folder (0700: another uid cannot enter it) */
+        _cleanup_free_ char *dir = xasprintf("%s.probe", tmp);
+        mkdir(dir, 0777);
+        chmod(dir, 0777);
+        _cleanup_free_ char *r0 = run_probe(bin, dir, 0, 0, "root.json");
+        _cleanup_free_ char *want0 = xasprintf("{\"workdir\":\"%s\"}\n", dir);
+        TAP_IS_STR(r0, want0, "--image-probe as root: the working directory, no user");
+        struct passwd *pw = getpwnam("www-data");
+        if (pw) {
+                uid_t u = pw->pw_uid;
+                gid_t g = pw->pw_gid;
+                _cleanup_free_ char *r1 = run_probe(bin, dir, u, g, "named.json");
+                _cleanup_free_ char *want1 =
+                    xasprintf("{\"workdir\":\"%s\",\"user\":\"www-data\"}\n", dir);
+                TAP_IS_STR(r1, want1, "--image-probe as www-data: its name (its passwd group)");
+                _cleanup_free_ char *r2 = run_probe(bin, dir, u, 4242, "group.json");
+                _cleanup_free_ char *want2 =
+                    xasprintf("{\"workdir\":\"%s\",\"user\":\"www-data:4242\"}\n", dir);
+                TAP_IS_STR(r2, want2, "... with another group: name:gid");
+        } else {
+                tap_ok(true, "--image-probe as a named user # SKIP no www-data on this host");
+        }
+        _cleanup_free_ char *r3 = run_probe(bin, dir, 4343, 4242, "ids.json");
+        _cleanup_free_ char *want3 =
+            xasprintf("{\"workdir\":\"%s\",\"user\":\"4343:4242\"}\n", dir);
+        TAP_IS_STR(r3, want3, "a uid without a passwd entry: uid:gid");
+        const char *names[] = {"root.json", "named.json", "group.json", "ids.json"};
+        for (size_t i = 0; i < 4; i++) {
+                _cleanup_free_ char *p = xasprintf("%s/%s", dir, names[i]);
+                unlink(p);
+        }
+        rmdir(dir);
+}
+
+/* PORT: init connects to a port on its loopback (here the test's) and
+ * relays the connection. */
+static void test_port(void)
+{
+        port_roundtrip(AF_INET, 5, "127.0.0.1");
+        port_roundtrip(AF_INET, 3 * 1024 * 1024, "127.0.0.1, 3 MiB");
+        port_roundtrip(AF_INET6, 100, "[::1] only");
+
+        /* nothing listens: a port just closed */
+        int free_port = 0;
+        int s = port_listen(AF_INET, &free_port);
+        close(s);
+        ab_err *e = NULL;
+        int fd = conn();
+        int rc = fd >= 0 ? abc_port(fd, (uint16_t)free_port, 2000, &e) : -1;
+        tap_ok(rc < 0 && e && e->code == AB_E_UNAVAILABLE && e->errnum == ECONNREFUSED,
+               "PORT to a port nothing listens on: unavailable, refused (%s)", e ? e->msg : "ok");
+        ab_err_free(&e);
+        if (fd >= 0)
+                close(fd);
+
+        /* a request without a port */
+        fd = conn();
+        abp_buf b = {0};
+        abp_reader rd = {0};
+        abp_frame f;
+        abp_error er;
+        bool refused = false;
+        if (fd >= 0 && abp_enc_empty(&b, ABP_PORT) == 0 && abp_send(fd, &b, 2000) == 0 &&
+            abp_recv(fd, &rd, &f, 2000) == 0 && f.type == ABP_ERROR && abp_dec_error(&f, &er) == 0)
+                refused = !strcmp(er.code, "invalid_argument");
+        tap_ok(refused, "PORT without a port: invalid_argument");
+        abp_buf_free(&b);
+        abp_reader_free(&rd);
+        if (fd >= 0)
+                close(fd);
+}
+
 int main(int argc, char **argv)
 {
         const char *name = argc > 0 ? strrchr(argv[0], '/') : NULL;
@@ -2765,6 +2986,8 @@ int main(int argc, char **argv)
                 test_mount_errors();
                 test_reserve();
                 test_stats();
+                test_port();
+                test_image_probe(bin);
                 test_watch();
                 stop_init();
         }

@@ -184,6 +184,29 @@ static void test_roundtrips(void)
                "STATS is a request; its answer decoder wants an OK");
         b.len = 0;
 
+        /* PORT */
+        uint32_t port, pto;
+        abp_frame_begin(&b, ABP_PORT);
+        abp_put_u32(&b, ABP_F_PORT, 8080);
+        abp_put_u32(&b, ABP_F_TIMEOUT_MS, 1500);
+        tap_ok(abp_frame_end(&b) == 0 && reparse(&b, &f) == 0 && abp_is_request(f.type) &&
+                   abp_dec_port(&f, &port, &pto) == 0 && port == 8080 && pto == 1500,
+               "PORT round trip: a request with its port and timeout");
+        b.len = 0;
+        const uint32_t bad_ports[] = {0, 65536, 0xffffffffu};
+        for (size_t i = 0; i < sizeof(bad_ports) / sizeof(bad_ports[0]); i++) {
+                abp_frame_begin(&b, ABP_PORT);
+                abp_put_u32(&b, ABP_F_PORT, bad_ports[i]);
+                tap_ok(abp_frame_end(&b) == 0 && reparse(&b, &f) == 0 &&
+                           abp_dec_port(&f, &port, &pto) == -EBADMSG,
+                       "PORT %u is malformed", bad_ports[i]);
+                b.len = 0;
+        }
+        tap_ok(abp_enc_empty(&b, ABP_PORT) == 0 && reparse(&b, &f) == 0 &&
+                   abp_dec_port(&f, &port, &pto) == -EBADMSG,
+               "PORT without a port is malformed");
+        b.len = 0;
+
         /* ERROR */
         abp_error er;
         tap_ok(abp_enc_error(&b, "not_found", "no such file: x") == 0 && reparse(&b, &f) == 0 &&
