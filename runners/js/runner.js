@@ -100,21 +100,37 @@ function _writeLine(obj) {
   _writeAll(1, _stringify(obj) + '\n');
 }
 
-// One line from fd 0, read synchronously (the protocol is strictly
-// request/answer, so nothing else can arrive meanwhile). Node makes a socket
-// stdin non-blocking: then it polls, backing off to 16 ms (an idle worker
-// would otherwise wake up 1000 times a second).
+// The next line of fd 0 already read, parsed; undefined when none is whole yet.
+function _takeLine() {
+  const nl = _stdinBuf.indexOf(10);
+  if (nl < 0) return undefined;
+  const line = _stdinBuf.subarray(0, nl).toString('utf8');
+  _stdinBuf = _stdinBuf.subarray(nl + 1);
+  return _parse(line);
+}
+
+// Appends n bytes read into chunk (0: the host closed stdin).
+function _gotStdin(chunk, n) {
+  if (n === 0) throw Object.assign(new Error('the host closed stdin'), { eof: true });
+  const got = chunk.subarray(0, n);
+  _stdinBuf = _stdinBuf.length ? _Buffer.concat([_stdinBuf, got]) : _Buffer.from(got);
+}
+
 let _readChunk = null; // one buffer for every read (a worker reads many lines)
+function _stdinChunk() {
+  return _readChunk || (_readChunk = _Buffer.allocUnsafe(65536));
+}
+
+// One line from fd 0, read synchronously: the answer to an http line, which the
+// host sends as soon as it has it (the protocol is strictly request/answer, so
+// nothing else can arrive meanwhile). Node makes a socket stdin non-blocking:
+// then it polls, backing off to 16 ms.
 function _readLine() {
-  const chunk = _readChunk || (_readChunk = _Buffer.allocUnsafe(65536));
+  const chunk = _stdinChunk();
   let wait = 1;
   for (;;) {
-    const nl = _stdinBuf.indexOf(10);
-    if (nl >= 0) {
-      const line = _stdinBuf.subarray(0, nl).toString('utf8');
-      _stdinBuf = _stdinBuf.subarray(nl + 1);
-      return _parse(line);
-    }
+    const line = _takeLine();
+    if (line !== undefined) return line;
     let n;
     try {
       n = _fs.readSync(0, chunk, 0, chunk.length, null);
@@ -127,10 +143,45 @@ function _readLine() {
       if (e && e.code === 'EOF') n = 0;
       else throw e;
     }
-    if (n === 0) throw Object.assign(new Error('the host closed stdin'), { eof: true });
-    const got = chunk.subarray(0, n);
-    _stdinBuf = _stdinBuf.length ? _Buffer.concat([_stdinBuf, got]) : _Buffer.from(got);
+    _gotStdin(chunk, n);
   }
+}
+
+// The next request line, waited for in the event loop (the read runs on the
+// runtime's thread pool). An idle process must not wait in a synchronous read:
+// its JS thread then blocks inside the VM, and once Bun's garbage collector
+// wants the heap (a few seconds after the last run) it signals that thread
+// (tgkill SIGPWR) every millisecond to reach a safepoint it never reaches until
+// the next request comes: ~35-50 ms of CPU a second per idle worker.
+function _nextRequest() {
+  const chunk = _stdinChunk();
+  return new Promise((resolve, reject) => {
+    let wait = 1;
+    const step = () => {
+      try {
+        const line = _takeLine();
+        if (line !== undefined) return resolve(line);
+      } catch (e) {
+        return reject(e);
+      }
+      _fs.read(0, chunk, 0, chunk.length, null, (e, n) => {
+        if (e && e.code === 'EAGAIN') {
+          setTimeout(step, wait);
+          wait = Math.min(wait * 2, 16);
+          return;
+        }
+        try {
+          if (e && e.code !== 'EOF') throw e;
+          _gotStdin(chunk, e ? 0 : n);
+        } catch (e2) {
+          return reject(e2);
+        }
+        wait = 1;
+        step();
+      });
+    };
+    step();
+  });
 }
 
 function _finish(result) {
@@ -1392,7 +1443,7 @@ async function _workerMain(args) {
   for (let runs = 1; ; runs++) {
     let req;
     try {
-      req = _readLine();
+      req = await _nextRequest();
     } catch (e) {
       if (e && e.eof) _workerExit();
       _writeLine({ result: { success: false, message: 'Invalid request: ' + _errMessage(e) } });
@@ -1424,7 +1475,7 @@ async function _run() {
 
   let req;
   try {
-    req = _readLine();
+    req = await _nextRequest();
   } catch (e) {
     _fail('Invalid request: ' + (e && e.message));
   }

@@ -327,6 +327,22 @@ _builtins_proxy = _BuiltinsProxy()
 _user_builtins = {}
 
 
+def _fill_user_builtins():
+    """The builtins a run's code sees (the real ones but those that read a
+    terminal or exit), made once: a worker fills them before it forks its
+    runs, so a run does not touch (and copy, page by page, out of the shared
+    fork) every builtin object to build them again. Returns the dict; a run
+    then sets its own __import__, print and open in its copy."""
+    ub = _user_builtins
+    if not ub:
+        for name in dir(builtins):
+            ub[name] = getattr(builtins, name)
+        for name in ('input', 'breakpoint', 'help', 'exit', 'quit', 'copyright', 'credits',
+                     'license', '__loader__', '__spec__'):
+            ub.pop(name, None)
+    return ub
+
+
 # ---- helpers --------------------------------------------------------------------
 
 class _SandboxFs(object):
@@ -652,12 +668,7 @@ def _run_request(req, tmpdir):
     helper = _SystemHelper(_SandboxFs(tmpdir, disk_mb), max_requests)
     log = []
 
-    ub = _user_builtins
-    for name in dir(builtins):
-        ub[name] = getattr(builtins, name)
-    for name in ('input', 'breakpoint', 'help', 'exit', 'quit', 'copyright', 'credits', 'license',
-                 '__loader__', '__spec__'):
-        ub.pop(name, None)
+    ub = _fill_user_builtins()
     ub['__import__'] = safe_import
     ub['print'] = _make_print(log)
     ub['open'] = _make_open(tmpdir, original_open)
@@ -1021,10 +1032,11 @@ def _worker(root, max_runs):
     # Everything the worker holds now goes to the collector's permanent
     # generation: a run's collections then never walk (and so never copy,
     # page by page, out of the shared fork) the worker's own objects.
+    _install_import_hook()
+    _fill_user_builtins()
     import gc
     gc.collect()
     gc.freeze()
-    _install_import_hook()
     limited = ('Script execution timed out after', 'Memory limit exceeded')
     runs = 0
     while True:

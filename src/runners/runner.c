@@ -63,6 +63,7 @@ typedef struct wproc {
         wstate state;           /* under rs->lock */
         int refs;               /* under rs->lock: the thread and a handler */
         json_t *result;         /* the "result" object, once it came */
+        pthread_cond_t done;    /* under rs->lock: signalled when result or exited is set */
         ab_buf line;            /* partial stdout line */
         int n_http, max_http;
         bool exited;
@@ -125,6 +126,18 @@ static int alloc_uid(ab_runners *rs)
         return -1;
 }
 
+/* The condition its handler waits on for the run's end: one per process, so
+ * a result wakes its own handler, not every handler waiting on rs->cond (at
+ * 10 connections each result woke all 10). */
+static void wproc_cond_init(wproc *p)
+{
+        pthread_condattr_t ca;
+        pthread_condattr_init(&ca);
+        pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+        pthread_cond_init(&p->done, &ca);
+        pthread_condattr_destroy(&ca);
+}
+
 static void wproc_put(ab_runners *rs, wproc *p)
 {
         /* rs->lock held */
@@ -147,6 +160,7 @@ static void wproc_put(ab_runners *rs, wproc *p)
         json_decref(p->result);
         ab_buf_free(&p->line);
         free(p->app);
+        pthread_cond_destroy(&p->done);
         free(p);
 }
 
@@ -280,7 +294,7 @@ static int on_line(wproc *p, const char *line, size_t len)
         } else if (json_object_get(j, "result") && busy) {
                 pthread_mutex_lock(&rs->lock);
                 p->result = json_incref(json_object_get(j, "result"));
-                pthread_cond_broadcast(&rs->cond);
+                pthread_cond_signal(&p->done);
                 pthread_mutex_unlock(&rs->lock);
         } else if (p->worker) {
                 rc = -1;
@@ -554,7 +568,7 @@ static void *warm_main(void *arg)
         }
         p->exited = true;
         p->state = W_DONE;
-        pthread_cond_broadcast(&rs->cond);
+        pthread_cond_signal(&p->done);
         wproc_put(rs, p);
         rs->threads--;
         bool again = !rs->stopping && !never_ready;
@@ -734,6 +748,7 @@ static void top_up(ab_runners *rs, int lang)
                 }
                 wproc *p = xzalloc(sizeof(*p));
                 p->rs = rs;
+                wproc_cond_init(p);
                 p->lang = lang;
                 p->worker = rs->worker_mode[lang];
                 p->in_w = p->cancel_w = p->cancel_r = -1;
@@ -1195,7 +1210,7 @@ int ab_runners_run(ab_runners *rs, const char *lang_name, const ab_run_req *req,
         deadline_in(&until, tmo);
         bool timed_out = false;
         while (wr == 0 && !p->result && !p->exited) {
-                if (pthread_cond_timedwait(&rs->cond, &rs->lock, &until) == ETIMEDOUT) {
+                if (pthread_cond_timedwait(&p->done, &rs->lock, &until) == ETIMEDOUT) {
                         timed_out = !p->result;
                         break;
                 }
@@ -1216,7 +1231,8 @@ int ab_runners_run(ab_runners *rs, const char *lang_name, const ab_run_req *req,
 done:
         pthread_mutex_lock(&rs->lock);
         rs->running--;
-        pthread_cond_broadcast(&rs->cond);
+        if (rs->queued > 0 || rs->stopping) /* a queued request may go, or the end waits */
+                pthread_cond_broadcast(&rs->cond);
         pthread_mutex_unlock(&rs->lock);
         return rc;
 }
