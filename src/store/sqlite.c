@@ -209,6 +209,9 @@ static const ab_store_ops sqlite_ops = {
     .claim_select = "SELECT id, backend_id FROM boxes WHERE provider = $1 AND mode = 'pool' "
                     "AND status = 'running' AND COALESCE(node, '') = COALESCE($2, '') ORDER BY "
                     "created_at, id LIMIT 1",
+    /* Moves on other connections' commits only, which this handle's own
+     * writes (box_gen) complement. */
+    .outside_version = "PRAGMA data_version",
     .exec = sq_exec,
     .begin = sq_begin,
     .commit = sq_commit,

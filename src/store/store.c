@@ -463,6 +463,7 @@ void ab_store_close(ab_store *s)
 {
         if (!s)
                 return;
+        ab_box_cache_clear(s);
         pthread_mutex_destroy(&s->lock);
         s->ops->close(s);
 }
@@ -496,6 +497,26 @@ int ab_store_box_insert(ab_store *s, const ab_box_rec *r, ab_err **err)
                             a, BOX_NCOLS, NULL, err);
 }
 
+/* The store's outside version (ab_store_ops.outside_version) into *ver;
+ * false when it has none or cannot read it now (then nothing is cached).
+ * The caller holds the lock. */
+static bool outside_version(ab_store *s, uint64_t *ver)
+{
+        _cleanup_res_ ab_sql_res res = {0};
+        _cleanup_err_ ab_err *e = NULL;
+        if (!s->ops->outside_version ||
+            s->ops->exec(s, "read the data version", s->ops->outside_version, NULL, 0, &res, &e) <
+                0)
+                return false;
+        const char *v = cell(&res, 0, 0);
+        char *end;
+        if (!v || !*v)
+                return false;
+        errno = 0;
+        *ver = strtoull(v, &end, 10);
+        return errno == 0 && !*end;
+}
+
 int ab_store_box_get(ab_store *s, const char *provider, const char *id, ab_box_rec *out,
                      ab_err **err)
 {
@@ -505,12 +526,20 @@ int ab_store_box_get(ab_store *s, const char *provider, const char *id, ab_box_r
         _cleanup_free_ char *op = xasprintf("get box %s/%s", provider, id);
         _cleanup_res_ ab_sql_res res = {0};
         STORE_LOCKED(s);
+        /* The outside version first: a commit between it and the SELECT
+         * leaves an entry that the next read finds out of date. */
+        uint64_t ver;
+        bool cacheable = outside_version(s, &ver);
+        if (cacheable && ab_box_cache_get(s, provider, id, ver, out))
+                return 0;
         if (EXEC(s, op, "SELECT " BOX_COLS " FROM boxes WHERE provider = $1 AND id = $2", &res, err,
                  SQL_TEXT(provider), SQL_TEXT(id)) < 0)
                 return -1;
         if (!res.nrows)
                 return not_found(err, op, provider, id);
         row_to_box(&res, 0, out);
+        if (cacheable)
+                ab_box_cache_put(s, out, ver);
         return 0;
 }
 
@@ -623,8 +652,11 @@ int ab_store_box_touch(ab_store *s, const char *provider, const char *id, int64_
         _cleanup_free_ char *op = xasprintf("touch box %s/%s", provider, id);
         _cleanup_res_ ab_sql_res res = {0};
         STORE_LOCKED(s);
-        if (touch_locked(s, op, provider, id, at_ms, &res, err) < 0)
+        if (touch_locked(s, op, provider, id, at_ms, &res, err) < 0) {
+                ab_box_cache_drop(s, provider, id);
                 return -1;
+        }
+        ab_box_cache_touch(s, provider, id, at_ms);
         return res.changes ? 0 : not_found(err, op, provider, id);
 }
 
@@ -934,7 +966,12 @@ int ab_store_exec_done(ab_store *s, const ab_exec_audit *a, int64_t touch_ms, ab
         _cleanup_free_ char *op = xasprintf("record exec in box %s/%s", a->provider, a->box_id);
         exec_done d = {.op = op, .a = a, .touch_ms = touch_ms};
         STORE_LOCKED(s);
-        return in_tx(s, op, exec_done_body, &d, err);
+        int r = in_tx(s, op, exec_done_body, &d, err);
+        if (r < 0) /* rolled back, or not known to be */
+                ab_box_cache_drop(s, a->provider, a->box_id);
+        else
+                ab_box_cache_touch(s, a->provider, a->box_id, touch_ms);
+        return r;
 }
 
 int ab_store_audit_list(ab_store *s, const char *provider, const char *box_id, size_t limit,

@@ -62,6 +62,11 @@ typedef struct ab_store_ops {
         const char *lock_try, *lock_release;
         /* SELECT that sends $2 on channel $1 to the store's listeners; NULL: none */
         const char *notify;
+        /* SELECT of one integer that moves whenever another connection (any
+         * process) commits a change to the database, and not on this
+         * handle's own commits (SQLite: PRAGMA data_version); NULL where the
+         * database cannot tell cheaply: box records are then never cached. */
+        const char *outside_version;
 
         /* Runs one statement with args bound to $1..$nargs. res may be NULL.
          * On failure sets *err to "OP: database message" with the code that
@@ -77,12 +82,44 @@ typedef struct ab_store_ops {
         void (*close)(ab_store *s);
 } ab_store_ops;
 
+/* A box record kept by ab_store_box_get (boxcache.c). */
+typedef struct ab_box_cached {
+        ab_box_rec rec; /* owned; rec.id NULL = a free entry */
+        uint64_t gen;   /* the handle's box_gen when read */
+        uint64_t ver;   /* the outside version read before it */
+        uint64_t used;  /* the cache's use counter when last read */
+} ab_box_cached;
+
+#define AB_BOX_CACHE_N 64
+
 /* The common head of every driver's handle. */
 struct ab_store {
         const ab_store_ops *ops;
         pthread_mutex_t lock;
-        _Atomic uint64_t box_gen; /* ab_store_box_gen */
+        _Atomic uint64_t box_gen;                /* ab_store_box_gen */
+        ab_box_cached box_cache[AB_BOX_CACHE_N]; /* under lock */
+        uint64_t box_cache_uses;
 };
+
+/* The box record cache of a handle (boxcache.c), all under its lock. An
+ * entry serves a read only while the handle's box_gen (every write of box
+ * rows through this handle but touches) and the outside version (commits of
+ * other connections and processes) are those it was read under; a touch
+ * through this handle updates the entry's last_active_at as the row's. */
+
+/* Copies the entry of (provider, id) into *out (a deep copy the caller
+ * owns) when it is valid under `ver`; false (out untouched) otherwise. */
+bool ab_box_cache_get(ab_store *s, const char *provider, const char *id, uint64_t ver,
+                      ab_box_rec *out);
+/* Keeps a copy of r, read under `ver` and the current box_gen (replacing
+ * the entry of the same box, else a free or the least recently used one). */
+void ab_box_cache_put(ab_store *s, const ab_box_rec *r, uint64_t ver);
+/* The row's last_active_at became max(itself, at_ms) (a committed touch). */
+void ab_box_cache_touch(ab_store *s, const char *provider, const char *id, int64_t at_ms);
+/* Forgets the entry of (provider, id), if any. */
+void ab_box_cache_drop(ab_store *s, const char *provider, const char *id);
+/* Forgets every entry (at close). */
+void ab_box_cache_clear(ab_store *s);
 
 /* Driver constructors: connect and configure; store.c then migrates. They
  * fill s->ops; store.c initialises the mutex. */

@@ -17,6 +17,9 @@
 #include <time.h>
 
 #define S(x) ((char *)(x))
+/* Half the boxes test_box_cache reads in turn: together more than a
+ * handle keeps (64). */
+#define BOX_CACHE_MORE 40
 
 typedef struct target {
         const char *kind; /* "sqlite" | "postgres" */
@@ -1393,6 +1396,103 @@ static void test_set_node(ab_store *s)
         ab_box_rec_clear(&got);
 }
 
+/* The box records ab_store_box_get keeps (boxcache.c): a read after any
+ * change sees it, whether the change went through this handle, another
+ * handle, or another process's connection (raw SQL). */
+static void get_check(ab_store *s, const char *id, const char *want_status, int64_t want_active,
+                      const char *want_node, const char *what)
+{
+        ab_box_rec r = {0};
+        ab_err *e = NULL;
+        no_err(ab_store_box_get(s, "cache", id, &r, &e), &e, "get %s (%s)", id, what);
+        is_str(ab_box_status_name(r.status), want_status, "%s: status", what);
+        is_int(r.last_active_at, want_active, "%s: last_active_at", what);
+        is_str(r.node ? r.node : "(none)", want_node, "%s: node", what);
+        ab_box_rec_clear(&r);
+}
+
+static void test_box_cache(const target *t, ab_store *s, ab_store *s2)
+{
+        ab_err *e = NULL;
+        ab_box_rec b = box("cache", "c1", "running", "session", 1, 10);
+        b.spec = json_pack("{s:{s:s}}", "env", "A", "1");
+        insert(s, b);
+        json_decref(b.spec);
+        get_check(s, "c1", "running", 10, "(none)", "first read");
+        get_check(s, "c1", "running", 10, "(none)", "second read");
+
+        /* the copy handed out is the caller's own */
+        ab_box_rec r = {0};
+        no_err(ab_store_box_get(s, "cache", "c1", &r, &e), &e, "get to change the copy");
+        json_object_set_new(json_object_get(r.spec, "env"), "A", json_string("changed"));
+        free(r.app_id);
+        r.app_id = xstrdup("mine");
+        ab_box_rec_clear(&r);
+        no_err(ab_store_box_get(s, "cache", "c1", &r, &e), &e, "get after changing a copy");
+        is_str(json_string_value(json_object_get(json_object_get(r.spec, "env"), "A")), "1",
+               "a caller's change to its copy is not the next reader's");
+        ok(r.app_id == NULL, "nor is its app_id");
+        ab_box_rec_clear(&r);
+
+        /* this handle's writes */
+        no_err(ab_store_box_touch(s, "cache", "c1", 50, &e), &e, "touch");
+        get_check(s, "c1", "running", 50, "(none)", "after a touch");
+        no_err(ab_store_box_touch(s, "cache", "c1", 20, &e), &e, "touch back in time");
+        get_check(s, "c1", "running", 50, "(none)", "a touch never moves it back");
+        ab_exec_audit a = {.provider = S("cache"), .box_id = S("c1"), .command = S("true")};
+        no_err(ab_store_exec_done(s, &a, 70, &e), &e, "exec done");
+        get_check(s, "c1", "running", 70, "(none)", "after an exec's record");
+        no_err(ab_store_box_set_status(s, "cache", "c1", AB_BOX_STOPPED, 0, NULL, &e), &e, "stop");
+        get_check(s, "c1", "stopped", 70, "(none)", "after a status change");
+
+        /* another handle's: another connection, as another process */
+        get_check(s, "c1", "stopped", 70, "(none)", "cached again");
+        no_err(ab_store_box_set_status(s2, "cache", "c1", AB_BOX_RUNNING, 0, NULL, &e), &e,
+               "start through the second handle");
+        get_check(s, "c1", "running", 70, "(none)", "after the second handle's status change");
+        no_err(ab_store_box_touch(s2, "cache", "c1", 90, &e), &e,
+               "touch through the second handle");
+        get_check(s, "c1", "running", 90, "(none)", "after the second handle's touch");
+
+        /* behind the store's back */
+        ok(raw(t, "UPDATE boxes SET status = 'paused', node = 'n2' WHERE id = 'c1'", NULL) == 0,
+           "raw update");
+        get_check(s, "c1", "paused", 90, "n2", "after a raw update (status, node)");
+        ok(raw(t, "DELETE FROM boxes WHERE id = 'c1'", NULL) == 0, "raw delete");
+        is_err(ab_store_box_get(s, "cache", "c1", &r, &e), &e, AB_E_NOT_FOUND, NULL,
+               "a box deleted by another process is not found");
+
+        /* a deleted box is not served, nor one inserted again */
+        insert(s, box("cache", "c2", "running", "session", 1, 5));
+        get_check(s, "c2", "running", 5, "(none)", "c2");
+        no_err(ab_store_box_delete(s2, "cache", "c2", &e), &e, "delete c2 (second handle)");
+        is_err(ab_store_box_get(s, "cache", "c2", &r, &e), &e, AB_E_NOT_FOUND, NULL,
+               "a box deleted through another handle is not found");
+        insert(s2, box("cache", "c2", "stopped", "session", 1, 6));
+        get_check(s, "c2", "stopped", 6, "(none)", "c2 made again");
+        no_err(ab_store_box_delete(s, "cache", "c2", &e), &e, "delete c2");
+        is_err(ab_store_box_get(s, "cache", "c2", &r, &e), &e, AB_E_NOT_FOUND, NULL,
+               "a box deleted through this handle is not found");
+
+        /* more boxes than entries: every read is still right */
+        char id[16];
+        for (int i = 0; i < 2 * BOX_CACHE_MORE; i++) {
+                snprintf(id, sizeof(id), "m%d", i);
+                insert(s, box("cache", id, "running", "session", 1, i));
+        }
+        bool all = true;
+        for (int round = 0; round < 2; round++)
+                for (int i = 0; i < 2 * BOX_CACHE_MORE; i++) {
+                        snprintf(id, sizeof(id), "m%d", i);
+                        ab_box_rec m = {0};
+                        all &= ab_store_box_get(s, "cache", id, &m, &e) == 0 &&
+                               m.last_active_at == i && !strcmp(m.id, id);
+                        ab_err_free(&e);
+                        ab_box_rec_clear(&m);
+                }
+        ok(all, "%d boxes read twice each, every record right", 2 * BOX_CACHE_MORE);
+}
+
 static void suite(const target *t)
 {
         K = t->kind;
@@ -1419,6 +1519,7 @@ static void suite(const target *t)
         test_insert_race(s, s2);
         test_nodes(s);
         test_set_node(s);
+        test_box_cache(t, s, s2);
         if (strcmp(t->kind, "postgres") == 0)
                 test_pg_reconnect(t, s);
         ab_store_close(s);
