@@ -28,12 +28,7 @@ h = abserver.ServerHarness(budget=150)
 F = abfleet.Fleet(h, name="fleetauth")
 try:
     n1, n2, n3 = F.nodes
-    KA = n1.post("/v1/keys", {"app_id": "appa"}).get("key") or "none"
-    KB = n1.post("/v1/keys", {"app_id": "appb"}).get("key") or "none"
-    r = n1.post("/v1/sandboxes", {"app_id": "appb", "user_id": "u", "chat_id": "c"}, token=KB)
-    h.eq((r.status, r.get("node")), (201, "n1"), "app B's box on n1", r.describe())
-    BB = r.get("id") or "none"
-    n1.exec(BB, "echo b-secret > /workspace/b.txt", token=KB)
+    KA, KB, BB = F.two_apps()
 
     # ---- forged identity headers ------------------------------------------------------------
     FORGED = {"X-Agentbox-Fleet-App": "appb", "X-Agentbox-Fleet-Admin": "1",

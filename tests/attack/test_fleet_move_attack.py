@@ -34,12 +34,7 @@ def staged(node):
 
 try:
     n1, n2, n3 = F.nodes
-    KA = n1.post("/v1/keys", {"app_id": "appa"}).get("key") or "none"
-    KB = n1.post("/v1/keys", {"app_id": "appb"}).get("key") or "none"
-    r = n1.post("/v1/sandboxes", {"app_id": "appb", "user_id": "u", "chat_id": "c"}, token=KB)
-    h.eq((r.status, r.get("node")), (201, "n1"), "app B's box on n1", r.describe())
-    BB = r.get("id") or "none"
-    n1.exec(BB, "echo b-secret > /workspace/b.txt", token=KB)
+    KA, KB, BB = F.two_apps()
     r = n1.post("/v1/sandboxes/%s/stop" % BB, {}, token=KB)
     h.eq(r.status, 200, "... stopped", r.describe())
 

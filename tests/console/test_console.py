@@ -27,7 +27,6 @@ import io
 import json
 import os
 import shutil
-import subprocess
 import sys
 import zipfile
 
@@ -35,6 +34,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "llm"))
 import abserver  # noqa: E402
 import standin  # noqa: E402
+import taprelay  # noqa: E402
 
 ROOT = os.path.realpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 CONSOLE_DIR = os.path.join(ROOT, "console")
@@ -102,34 +102,8 @@ def run_browser(srv, token, label, shots):
         json.dump(cfg, f)
     env = {k: v for k, v in os.environ.items() if not k.startswith("AGENTBOX_TOKEN")}
     env["HOME"] = work  # Chromium's profile and crash dirs
-    try:
-        p = subprocess.run([node, os.path.join(os.path.dirname(os.path.abspath(__file__)), "console.mjs"), cfg_path],
-                           capture_output=True, text=True, timeout=200 * h.slow, env=env, cwd=work)
-        out, err, rc = p.stdout, p.stderr, p.returncode
-    except subprocess.TimeoutExpired as e:
-        out = e.stdout.decode() if isinstance(e.stdout, bytes) else (e.stdout or "")
-        err = e.stderr.decode() if isinstance(e.stderr, bytes) else (e.stderr or "")
-        rc = "timeout"
-    n = 0
-    pending = None
-    for line in out.splitlines() + [""]:
-        if line.startswith("# ") and pending:
-            pending[1].append(line[2:])
-            continue
-        if pending:
-            good, diag, name = pending
-            if " # SKIP " in name:
-                name, reason = name.split(" # SKIP ", 1)
-                h.skip("%s: %s" % (label, name), reason)
-            else:
-                h.ok(good, "%s: %s" % (label, name), "\n".join(diag) + ("\nnode stderr:\n" + err[-1500:] if not good else ""))
-            pending = None
-        if line.startswith("ok ") or line.startswith("not ok "):
-            pending = (line.startswith("ok "), [], line.split(" - ", 1)[1] if " - " in line else line)
-            n += 1
-    h.ok(rc == 0 and n > 0, "%s: console.mjs ran %d tests and exited 0" % (label, n),
-         "exit %s\nstdout:\n%s\nstderr:\n%s" % (rc, out[-2000:], err[-3000:]))
-
+    taprelay.relay(h, [node, os.path.join(os.path.dirname(os.path.abspath(__file__)), "console.mjs"), cfg_path],
+                   env, work, label=label, timeout=200)
 
 run_browser(srv, TOKEN, "browser", shots)
 # A server without a token, on a data folder of its own: the console logs in

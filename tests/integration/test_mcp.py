@@ -28,6 +28,7 @@ import sys
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
 import abserver  # noqa: E402
 import abtest  # noqa: E402
+import taprelay  # noqa: E402
 
 ROOT = os.path.realpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 MCP_DIR = os.path.join(ROOT, "tests", "mcp")
@@ -249,35 +250,6 @@ if len(answers) == 4:
 # ---- the official TypeScript SDK ------------------------------------------------------
 
 
-def relay(argv, what):
-    """Runs client.mjs and relays its TAP lines as this file's tests."""
-    try:
-        p = subprocess.run(argv, capture_output=True, text=True, timeout=150 * h.slow, env=env, cwd=MCP_DIR)
-        out, err, rc = p.stdout, p.stderr, p.returncode
-    except subprocess.TimeoutExpired as e:
-        out = e.stdout.decode() if isinstance(e.stdout, bytes) else (e.stdout or "")
-        err = e.stderr.decode() if isinstance(e.stderr, bytes) else (e.stderr or "")
-        rc = "timeout"
-    n = 0
-    pending = None
-    for line in out.splitlines() + [""]:
-        if line.startswith("# ") and pending:
-            pending[1].append(line[2:])
-            continue
-        if pending:
-            h.ok(pending[0], pending[2], "\n".join(pending[1]) + ("\nclient stderr:\n" + err[-1500:] if not pending[0] else ""))
-            pending = None
-        if line.startswith("ok ") or line.startswith("not ok "):
-            good = line.startswith("ok ")
-            name = line.split(" - ", 1)[1] if " - " in line else line
-            pending = (good, [], "SDK " + name)
-            n += 1
-        elif line.startswith("Bail out!"):
-            h.ok(False, "SDK %s: %s" % (what, line), "client stderr:\n" + err[-3000:])
-    h.ok(rc == 0 and n > 0, "SDK %s: client.mjs ran %d tests and exited 0" % (what, n),
-         "exit %s\nstdout:\n%s\nstderr:\n%s" % (rc, out[-2000:], err[-3000:]))
-
-
 node = shutil.which("node")
 if not node:
     h.skip("SDK over HTTP and stdio", "node is not installed (scripts/npm-deps.sh installs it)")
@@ -288,9 +260,10 @@ else:
         h.skip("SDK over HTTP and stdio", "@modelcontextprotocol/sdk is not installed and scripts/npm-deps.sh "
                "could not install it (offline?)")
     else:
-        relay([node, os.path.join(MCP_DIR, "client.mjs"), "http", srv.url, TOKEN], "http")
-        relay([node, os.path.join(MCP_DIR, "client.mjs"), "stdio", h.bin, h.new_data_dir("stdio-sdk"),
-               srv.config_path], "stdio")
+        taprelay.relay(h, [node, os.path.join(MCP_DIR, "client.mjs"), "http", srv.url, TOKEN], env, MCP_DIR,
+                       label="SDK http", timeout=150)
+        taprelay.relay(h, [node, os.path.join(MCP_DIR, "client.mjs"), "stdio", h.bin, h.new_data_dir("stdio-sdk"),
+                           srv.config_path], env, MCP_DIR, label="SDK stdio", timeout=150)
 
 # ---- tool limits from the config file -----------------------------------------------
 small = h.start_server(name="small-tools", data=h.new_data_dir("small-tools"), token=TOKEN,

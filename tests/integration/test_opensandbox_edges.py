@@ -13,17 +13,17 @@ import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
 import abserver  # noqa: E402
-import nodetap  # noqa: E402
+import taprelay  # noqa: E402
 
-OSB_DIR = os.path.join(nodetap.ROOT, "tests", "opensandbox")
-node = nodetap.find_node()
+OSB_DIR = os.path.join(taprelay.ROOT, "tests", "opensandbox")
+node = taprelay.find_node()
 h = abserver.ServerHarness(budget=120)
-have_sdk = nodetap.ensure_sdk(h, os.path.join(OSB_DIR, "node_modules", "@alibaba-group", "opensandbox"),
+have_sdk = taprelay.ensure_sdk(h, os.path.join(OSB_DIR, "node_modules", "@alibaba-group", "opensandbox"),
                               "the OpenSandbox SDK (tests/opensandbox)")
 
 TOKEN = "osb-edges-token-%s-0123456789" % os.getpid()
 srv = h.start_server(token=TOKEN)
 if have_sdk:
-    nodetap.run(h, node, os.path.join(OSB_DIR, "edges.mjs"), [srv.url, TOKEN], OSB_DIR,
-                dict(os.environ, OPENSANDBOX_DISABLE_METRICS="1"), 100 * h.slow, "edges: ", srv)
+    taprelay.relay(h, [node, os.path.join(OSB_DIR, "edges.mjs"), srv.url, TOKEN],
+                   dict(os.environ, OPENSANDBOX_DISABLE_METRICS="1"), OSB_DIR, label="edges", timeout=100, srv=srv)
 h.done()

@@ -16,12 +16,12 @@ import sys
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
 import abserver  # noqa: E402
 import imagelib  # noqa: E402
-import nodetap  # noqa: E402
+import taprelay  # noqa: E402
 
-OSB_DIR = os.path.join(nodetap.ROOT, "tests", "opensandbox")
-node = nodetap.find_node()
+OSB_DIR = os.path.join(taprelay.ROOT, "tests", "opensandbox")
+node = taprelay.find_node()
 h = abserver.ServerHarness(budget=240)
-have_sdk = nodetap.ensure_sdk(h, os.path.join(OSB_DIR, "node_modules", "@alibaba-group", "opensandbox"),
+have_sdk = taprelay.ensure_sdk(h, os.path.join(OSB_DIR, "node_modules", "@alibaba-group", "opensandbox"),
                               "the OpenSandbox SDK (tests/opensandbox)")
 
 TOKEN = "osb-admin-token-%s-0123456789" % os.getpid()
@@ -46,6 +46,6 @@ else:
     h.skip("an image of the store", "no %s on this host to build one from" % imagelib.BUSYBOX)
 
 if have_sdk:
-    nodetap.run(h, node, os.path.join(OSB_DIR, "sdk.mjs"), [srv.url, TOKEN, IMAGE], OSB_DIR,
-                dict(os.environ, OPENSANDBOX_DISABLE_METRICS="1"), 200 * h.slow, "SDK: ", srv)
+    taprelay.relay(h, [node, os.path.join(OSB_DIR, "sdk.mjs"), srv.url, TOKEN, IMAGE],
+                   dict(os.environ, OPENSANDBOX_DISABLE_METRICS="1"), OSB_DIR, label="SDK", timeout=200, srv=srv)
 h.done()

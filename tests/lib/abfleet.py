@@ -58,6 +58,19 @@ class Fleet:
                 self.close()  # bail_server exits at once
                 h.bail_server(s, why)
 
+    def two_apps(self):
+        """Keys of two apps made on n1 (A's, B's) and app B's box there, with
+        /workspace/b.txt holding "b-secret" (checked: the box is made on n1);
+        returns (A's key, B's key, B's box id)."""
+        n1 = self.nodes[0]
+        ka = n1.post("/v1/keys", {"app_id": "appa"}).get("key") or "none"
+        kb = n1.post("/v1/keys", {"app_id": "appb"}).get("key") or "none"
+        r = n1.post("/v1/sandboxes", {"app_id": "appb", "user_id": "u", "chat_id": "c"}, token=kb)
+        self.h.eq((r.status, r.get("node")), (201, "n1"), "app B's box on n1", r.describe())
+        bb = r.get("id") or "none"
+        n1.exec(bb, "echo b-secret > /workspace/b.txt", token=kb)
+        return ka, kb, bb
+
     def node(self, name):
         return self.nodes[int(name[1:]) - 1]
 
