@@ -78,24 +78,54 @@ static int path_field(json_t *b, const char *name, const char **out, ab_err **er
         return 0;
 }
 
-/* The body of a file call, its path field and a use of the box: 0, or -1
- * having answered. */
-static int begin_file_call(ab_req *r, const char *name, json_t **b, const char **path, ab_use *u,
-                           enum MHD_Result *ret)
+/* A file call: its body, its path field (within the body) and a use of
+ * the box, held until end_use. */
+typedef struct file_call {
+        ab_req *r;
+        json_t *b;
+        const char *path;
+        ab_use u;
+        bool held;
+} file_call;
+
+/* Ends fc's use of the box (once). */
+static void end_use(file_call *fc)
 {
-        if (aio_body(r, b, ret) < 0)
-                return -1;
+        if (fc->held)
+                ab_manager_use_end(fc->r->srv->mgr, &fc->u);
+        fc->held = false;
+}
+
+/* Ends fc's use on a bad field e (freed): 422. */
+static enum MHD_Result bad_call(file_call *fc, ab_err *e)
+{
+        end_use(fc);
+        return bad_field(fc->r, e);
+}
+
+/* What a file call does once begun: answers it, having ended fc's use
+ * (the body, b, holds path, and is released after the answer). */
+typedef enum MHD_Result (*file_fn)(ab_req *r, file_call *fc, json_t *b, const char *path);
+
+/* Runs fn as the file call of r: reads the body, its path field name and
+ * begins a use of the box (answering a failure of these itself), then
+ * releases what fn left. */
+static enum MHD_Result file_call_run(ab_req *r, const char *name, file_fn fn)
+{
+        file_call fc = {.r = r};
+        enum MHD_Result ret;
+        if (aio_body(r, &fc.b, &ret) < 0)
+                return ret;
         ab_err *e = NULL;
-        if (path_field(*b, name, path, &e) < 0) {
-                *ret = bad_field(r, e);
-                json_decref(*b);
-                return -1;
+        if (path_field(fc.b, name, &fc.path, &e) < 0) {
+                ret = bad_field(r, e);
+        } else if (aio_use(r, &fc.u, &ret) == 0) {
+                fc.held = true;
+                ret = fn(r, &fc, fc.b, fc.path);
+                end_use(&fc);
         }
-        if (aio_use(r, u, ret) < 0) {
-                json_decref(*b);
-                return -1;
-        }
-        return 0;
+        json_decref(fc.b);
+        return ret;
 }
 
 /* ---- read, write, replace ----------------------------------------------------- */
@@ -130,48 +160,30 @@ static int read_all(ab_req *r, ab_use *u, const char *path, ab_buf *b, ab_err **
 }
 
 /* POST /v1/file/read {file, start_line?, end_line?}: {content, file}. */
-enum MHD_Result aio_file_read(ab_req *r)
+static enum MHD_Result read_call(ab_req *r, file_call *fc, json_t *b, const char *path)
 {
-        json_t *b;
-        const char *path;
-        ab_use u;
-        enum MHD_Result ret;
-        if (begin_file_call(r, "file", &b, &path, &u, &ret) < 0)
-                return ret;
         ab_err *e = NULL;
         int64_t start = 0, end = -1;
         if (aio_opt_int(b, "start_line", 0, INT32_MAX, &start, &e) < 0 ||
             aio_opt_int(b, "end_line", 0, INT32_MAX, &end, &e) < 0) {
-                ab_manager_use_end(r->srv->mgr, &u);
-                json_decref(b);
-                return bad_field(r, e);
+                return bad_call(fc, e);
         }
         _cleanup_buf_ ab_buf data = {0};
-        int rc = read_all(r, &u, path, &data, &e);
-        ab_manager_use_end(r->srv->mgr, &u);
+        int rc = read_all(r, &fc->u, path, &data, &e);
+        end_use(fc);
         if (rc < 0) {
-                ret = file_err(r, e, path, "read");
-                json_decref(b);
-                return ret;
+                return file_err(r, e, path, "read");
         }
         const char *p;
         size_t n;
         aio_lines_cut(data.p, data.n, start, end, &p, &n);
-        ret = aio_ok(r, json_pack("{s:o,s:s}", "content", json_bytes(p, n), "file", path));
-        json_decref(b);
-        return ret;
+        return aio_ok(r, json_pack("{s:o,s:s}", "content", json_bytes(p, n), "file", path));
 }
 
 /* POST /v1/file/write {file, content, encoding?, append?, leading_newline?,
  * trailing_newline?}: {file, bytes_written}; parents are made. */
-enum MHD_Result aio_file_write(ab_req *r)
+static enum MHD_Result write_call(ab_req *r, file_call *fc, json_t *b, const char *path)
 {
-        json_t *b;
-        const char *path;
-        ab_use u;
-        enum MHD_Result ret;
-        if (begin_file_call(r, "file", &b, &path, &u, &ret) < 0)
-                return ret;
         ab_err *e = NULL;
         const char *content = NULL, *enc = "utf-8";
         bool append = false, lead = false, trail = false;
@@ -183,17 +195,14 @@ enum MHD_Result aio_file_write(ab_req *r)
             (!content && ab_err_set(&e, AB_E_INVALID, 0, "content: required") < 0) ||
             (strcmp(enc, "utf-8") && strcmp(enc, "base64") &&
              ab_err_set(&e, AB_E_INVALID, 0, "encoding: utf-8 or base64") < 0)) {
-                ab_manager_use_end(r->srv->mgr, &u);
-                json_decref(b);
-                return bad_field(r, e);
+                return bad_call(fc, e);
         }
         _cleanup_buf_ ab_buf data = {0};
         if (!strcmp(enc, "base64")) {
                 _cleanup_free_ char *raw = NULL;
                 size_t n = 0;
                 if (crpc_b64_decode(content, &raw, &n) < 0) {
-                        ab_manager_use_end(r->srv->mgr, &u);
-                        json_decref(b);
+                        end_use(fc);
                         return aio_fail(r, 422, NULL, "content: not valid base64");
                 }
                 ab_buf_add(&data, raw, n);
@@ -205,37 +214,27 @@ enum MHD_Result aio_file_write(ab_req *r)
                         ab_buf_add(&data, "\n", 1);
         }
         uint32_t flags = ABC_W_MKPARENTS | (append ? ABC_W_APPEND : 0);
-        int rc = ab_manager_file_write(r->srv->mgr, &u, path, data.p ? data.p : "", data.n, -1,
+        int rc = ab_manager_file_write(r->srv->mgr, &fc->u, path, data.p ? data.p : "", data.n, -1,
                                        flags, 0644, &e);
-        ab_manager_use_end(r->srv->mgr, &u);
-        ret = rc < 0 ? file_err(r, e, path, "write")
-                     : aio_ok(r, json_pack("{s:s,s:I}", "file", path, "bytes_written",
-                                           (json_int_t)data.n));
-        json_decref(b);
-        return ret;
+        end_use(fc);
+        return rc < 0 ? file_err(r, e, path, "write")
+                      : aio_ok(r, json_pack("{s:s,s:I}", "file", path, "bytes_written",
+                                            (json_int_t)data.n));
 }
 
 /* POST /v1/file/replace {file, old_str, new_str}: every occurrence;
  * {file, replaced_count}. */
-enum MHD_Result aio_file_replace(ab_req *r)
+static enum MHD_Result replace_call(ab_req *r, file_call *fc, json_t *b, const char *path)
 {
-        json_t *b;
-        const char *path;
-        ab_use u;
-        enum MHD_Result ret;
-        if (begin_file_call(r, "file", &b, &path, &u, &ret) < 0)
-                return ret;
         ab_err *e = NULL;
         const char *from = NULL, *to = NULL;
         if (aio_opt_str(b, "old_str", &from, &e) < 0 || aio_opt_str(b, "new_str", &to, &e) < 0 ||
             ((!from || !*from || !to) &&
              ab_err_set(&e, AB_E_INVALID, 0, "old_str (not empty) and new_str: required") < 0)) {
-                ab_manager_use_end(r->srv->mgr, &u);
-                json_decref(b);
-                return bad_field(r, e);
+                return bad_call(fc, e);
         }
         _cleanup_buf_ ab_buf data = {0}, out = {0};
-        int rc = read_all(r, &u, path, &data, &e);
+        int rc = read_all(r, &fc->u, path, &data, &e);
         size_t count = 0, fl = strlen(from);
         if (rc == 0) {
                 const char *p = data.p ? data.p : "", *lim = p + data.n, *m;
@@ -251,14 +250,12 @@ enum MHD_Result aio_file_replace(ab_req *r)
                                         READ_MAX);
         }
         if (rc == 0 && count)
-                rc = ab_manager_file_write(r->srv->mgr, &u, path, out.p ? out.p : "", out.n, -1, 0,
-                                           0644, &e);
-        ab_manager_use_end(r->srv->mgr, &u);
-        ret = rc < 0 ? file_err(r, e, path, "replace")
-                     : aio_ok(r, json_pack("{s:s,s:I}", "file", path, "replaced_count",
-                                           (json_int_t)count));
-        json_decref(b);
-        return ret;
+                rc = ab_manager_file_write(r->srv->mgr, &fc->u, path, out.p ? out.p : "", out.n, -1,
+                                           0, 0644, &e);
+        end_use(fc);
+        return rc < 0 ? file_err(r, e, path, "replace")
+                      : aio_ok(r, json_pack("{s:s,s:I}", "file", path, "replaced_count",
+                                            (json_int_t)count));
 }
 
 /* ---- list, find, grep ---------------------------------------------------------- */
@@ -348,14 +345,8 @@ static bool type_ok(json_t *types, const char *rel)
 
 /* POST /v1/file/list {path, recursive?, show_hidden?, max_depth?,
  * file_types?, sort_by?, sort_desc?, include_permissions?}. */
-enum MHD_Result aio_file_list(ab_req *r)
+static enum MHD_Result list_call(ab_req *r, file_call *fc, json_t *b, const char *path)
 {
-        json_t *b;
-        const char *path;
-        ab_use u;
-        enum MHD_Result ret;
-        if (begin_file_call(r, "path", &b, &path, &u, &ret) < 0)
-                return ret;
         ab_err *e = NULL;
         bool rec = false, show_hidden = true, desc = false, perms = false;
         int64_t depth = LIST_DEPTH_MAX;
@@ -372,18 +363,14 @@ enum MHD_Result aio_file_list(ab_req *r)
             (strcmp(by, "name") && strcmp(by, "size") && strcmp(by, "modified") &&
              strcmp(by, "type") &&
              ab_err_set(&e, AB_E_INVALID, 0, "sort_by: name, size, modified or type") < 0)) {
-                ab_manager_use_end(r->srv->mgr, &u);
-                json_decref(b);
-                return bad_field(r, e);
+                return bad_call(fc, e);
         }
         abc_dirent *d = NULL;
         size_t n = 0;
-        int rc = ab_manager_file_list(r->srv->mgr, &u, path, rec ? (int)depth : 1, &d, &n, &e);
-        ab_manager_use_end(r->srv->mgr, &u);
+        int rc = ab_manager_file_list(r->srv->mgr, &fc->u, path, rec ? (int)depth : 1, &d, &n, &e);
+        end_use(fc);
         if (rc < 0) {
-                ret = file_err(r, e, path, "list");
-                json_decref(b);
-                return ret;
+                return file_err(r, e, path, "list");
         }
         size_t cnt = 0;
         json_t **v = xcalloc(n ? n : 1, sizeof(json_t *));
@@ -405,11 +392,9 @@ enum MHD_Result aio_file_list(ab_req *r)
         }
         free(v);
         abc_dirents_free(d, n);
-        ret = aio_ok(r, json_pack("{s:s,s:o,s:I,s:I,s:I}", "path", path, "files", files,
-                                  "total_count", (json_int_t)cnt, "directory_count",
-                                  (json_int_t)dirs, "file_count", (json_int_t)(cnt - dirs)));
-        json_decref(b);
-        return ret;
+        return aio_ok(r, json_pack("{s:s,s:o,s:I,s:I,s:I}", "path", path, "files", files,
+                                   "total_count", (json_int_t)cnt, "directory_count",
+                                   (json_int_t)dirs, "file_count", (json_int_t)(cnt - dirs)));
 }
 
 /* Whether glob matches rel (a path under the searched directory): a glob
@@ -441,30 +426,20 @@ static int files_under(ab_req *r, ab_use *u, const char *dir, int depth, abc_dir
 }
 
 /* POST /v1/file/find {path, glob}: {path, files} (the files' paths). */
-enum MHD_Result aio_file_find(ab_req *r)
+static enum MHD_Result find_call(ab_req *r, file_call *fc, json_t *b, const char *path)
 {
-        json_t *b;
-        const char *path;
-        ab_use u;
-        enum MHD_Result ret;
-        if (begin_file_call(r, "path", &b, &path, &u, &ret) < 0)
-                return ret;
         ab_err *e = NULL;
         const char *glob = NULL;
         if (aio_opt_str(b, "glob", &glob, &e) < 0 ||
             ((!glob || !*glob) && ab_err_set(&e, AB_E_INVALID, 0, "glob: required") < 0)) {
-                ab_manager_use_end(r->srv->mgr, &u);
-                json_decref(b);
-                return bad_field(r, e);
+                return bad_call(fc, e);
         }
         abc_dirent *d = NULL;
         size_t n = 0;
-        int rc = ab_manager_file_list(r->srv->mgr, &u, path, LIST_DEPTH_MAX, &d, &n, &e);
-        ab_manager_use_end(r->srv->mgr, &u);
+        int rc = ab_manager_file_list(r->srv->mgr, &fc->u, path, LIST_DEPTH_MAX, &d, &n, &e);
+        end_use(fc);
         if (rc < 0) {
-                ret = file_err(r, e, path, "find");
-                json_decref(b);
-                return ret;
+                return file_err(r, e, path, "find");
         }
         json_t *files = json_array();
         for (size_t i = 0; i < n && json_array_size(files) < SEARCH_FILES_MAX; i++) {
@@ -474,9 +449,7 @@ enum MHD_Result aio_file_find(ab_req *r)
                 json_array_append_new(files, json_bytes(full, strlen(full)));
         }
         abc_dirents_free(d, n);
-        ret = aio_ok(r, json_pack("{s:s,s:o}", "path", path, "files", files));
-        json_decref(b);
-        return ret;
+        return aio_ok(r, json_pack("{s:s,s:o}", "path", path, "files", files));
 }
 
 /* A list of globs; each string. */
@@ -583,25 +556,17 @@ static int grep_files(ab_req *r, ab_use *u, const grep_opts *o, const char *cons
 
 /* POST /v1/file/grep {path, pattern, include?, exclude?, case_insensitive?,
  * fixed_strings?, max_results?, offset?, max_file_size?, recursive?}. */
-enum MHD_Result aio_file_grep(ab_req *r)
+static enum MHD_Result grep_call(ab_req *r, file_call *fc, json_t *b, const char *path)
 {
-        json_t *b;
-        const char *path;
-        ab_use u;
-        enum MHD_Result ret;
-        if (begin_file_call(r, "path", &b, &path, &u, &ret) < 0)
-                return ret;
         ab_err *e = NULL;
         grep_opts o;
         if (grep_parse(b, &o, &e) < 0) {
-                ab_manager_use_end(r->srv->mgr, &u);
-                json_decref(b);
-                return bad_field(r, e);
+                return bad_call(fc, e);
         }
         abc_dirent *d = NULL;
         size_t n = 0, nf = 0;
         bool is_file = false, truncated = false;
-        int rc = files_under(r, &u, path, o.rec ? LIST_DEPTH_MAX : 1, &d, &n, &is_file, &e);
+        int rc = files_under(r, &fc->u, path, o.rec ? LIST_DEPTH_MAX : 1, &d, &n, &is_file, &e);
         char **files = xcalloc(n + 2, sizeof(char *));
         if (rc == 0 && is_file)
                 files[nf++] = xstrdup(path);
@@ -624,8 +589,8 @@ enum MHD_Result aio_file_grep(ab_req *r)
         json_t *matches = json_array();
         grep_acc g = {.matches = matches, .skip = o.offset, .left = o.max, .seen = seen};
         if (rc == 0)
-                rc = grep_files(r, &u, &o, (const char *const *)files, nf, &g, &truncated, &e);
-        ab_manager_use_end(r->srv->mgr, &u);
+                rc = grep_files(r, &fc->u, &o, (const char *const *)files, nf, &g, &truncated, &e);
+        end_use(fc);
         size_t matched = 0;
         for (size_t i = 0; i < nf; i++)
                 matched += seen[i];
@@ -633,19 +598,47 @@ enum MHD_Result aio_file_grep(ab_req *r)
         ab_strvfreep(&files);
         if (rc < 0) {
                 json_decref(matches);
-                ret = file_err(r, e, path, "grep");
-                json_decref(b);
-                return ret;
+                return file_err(r, e, path, "grep");
         }
         if (g.left <= 0)
                 truncated = true;
-        ret = aio_ok(r, json_pack("{s:s,s:s,s:o,s:I,s:I,s:I,s:b}", "path", path, "pattern",
-                                  o.pattern, "matches", matches, "match_count",
-                                  (json_int_t)json_array_size(matches), "files_searched",
-                                  (json_int_t)nf, "files_matched", (json_int_t)matched, "truncated",
-                                  truncated));
-        json_decref(b);
-        return ret;
+        return aio_ok(r, json_pack("{s:s,s:s,s:o,s:I,s:I,s:I,s:b}", "path", path, "pattern",
+                                   o.pattern, "matches", matches, "match_count",
+                                   (json_int_t)json_array_size(matches), "files_searched",
+                                   (json_int_t)nf, "files_matched", (json_int_t)matched,
+                                   "truncated", truncated));
+}
+
+/* ---- the file calls' routes -------------------------------------------------- */
+
+enum MHD_Result aio_file_read(ab_req *r)
+{
+        return file_call_run(r, "file", read_call);
+}
+
+enum MHD_Result aio_file_write(ab_req *r)
+{
+        return file_call_run(r, "file", write_call);
+}
+
+enum MHD_Result aio_file_replace(ab_req *r)
+{
+        return file_call_run(r, "file", replace_call);
+}
+
+enum MHD_Result aio_file_list(ab_req *r)
+{
+        return file_call_run(r, "path", list_call);
+}
+
+enum MHD_Result aio_file_find(ab_req *r)
+{
+        return file_call_run(r, "path", find_call);
+}
+
+enum MHD_Result aio_file_grep(ab_req *r)
+{
+        return file_call_run(r, "path", grep_call);
 }
 
 /* ---- download ---------------------------------------------------------------- */

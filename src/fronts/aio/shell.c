@@ -604,92 +604,93 @@ static int lookup(ab_req *r, ab_use *u, const char *sid, sess *s, run *x, bool *
         return 0;
 }
 
-/* The body's session, with a use of the box; answers itself (-1). */
-static int begin_session_call(ab_req *r, json_t **b, const char **sid, ab_use *u, sess *s, run *x,
-                              bool *has_run, enum MHD_Result *ret)
+/* A session call: its body, the session its `id` names (sid, within the
+ * body), that session's last run (has_run: it ran something) and a use of
+ * the box. */
+typedef struct session_call {
+        ab_req *r;
+        json_t *b;
+        const char *sid;
+        ab_use u;
+        sess s;
+        run x;
+        bool has_run;
+        bool bad; /* the call's error is a bad field */
+} session_call;
+
+/* A session call's bad field: its answer is 422 (with the error). */
+static json_t *bad_call(session_call *sc)
 {
-        *s = (sess){0};
-        *x = (run){0};
-        if (aio_body(r, b, ret) < 0)
-                return -1;
-        ab_err *e = NULL;
-        if (body_sid(*b, "id", NULL, sid, &e) < 0) {
-                *ret = bad_field(r, e);
-                json_decref(*b);
-                return -1;
-        }
-        if (aio_use(r, u, ret) < 0) {
-                json_decref(*b);
-                return -1;
-        }
-        if (lookup(r, u, *sid, s, x, has_run, ret) < 0) {
-                ab_manager_use_end(r->srv->mgr, u);
-                json_decref(*b);
-                return -1;
-        }
-        return 0;
+        sc->bad = true;
+        return NULL;
 }
 
-static void end_session_call(ab_req *r, json_t *b, ab_use *u, sess *s, run *x)
+/* What a session call does once begun: its answer's data, or NULL with
+ * *err (a bad field: bad_call). */
+typedef json_t *(*session_fn)(ab_req *r, session_call *sc, ab_err **err);
+
+/* Runs fn as the session call of r: reads the body, finds the session its
+ * `id` names and begins a use of the box (answering a failure of these
+ * itself), then ends the call and answers what fn gave. */
+static enum MHD_Result session_call_run(ab_req *r, session_fn fn)
 {
-        ab_manager_use_end(r->srv->mgr, u);
-        json_decref(b);
-        sess_clear(s);
-        run_clear(x);
+        session_call sc = {.r = r};
+        enum MHD_Result ret;
+        if (aio_body(r, &sc.b, &ret) < 0)
+                return ret;
+        ab_err *e = NULL;
+        json_t *ans;
+        if (body_sid(sc.b, "id", NULL, &sc.sid, &e) < 0) {
+                ret = bad_field(r, e);
+                goto out_body;
+        }
+        if (aio_use(r, &sc.u, &ret) < 0)
+                goto out_body;
+        if (lookup(r, &sc.u, sc.sid, &sc.s, &sc.x, &sc.has_run, &ret) < 0)
+                goto out_use;
+        ans = fn(r, &sc, &e);
+        ab_manager_use_end(r->srv->mgr, &sc.u);
+        json_decref(sc.b);
+        sess_clear(&sc.s);
+        run_clear(&sc.x);
+        if (ans)
+                return aio_ok(r, ans);
+        return sc.bad ? bad_field(r, e) : aio_err(r, e);
+out_use:
+        ab_manager_use_end(r->srv->mgr, &sc.u);
+out_body:
+        json_decref(sc.b);
+        return ret;
 }
 
 /* The state of the session's last run ("completed" with no output when it
  * ran nothing). */
-static int session_state(ab_req *r, ab_use *u, sess *s, run *x, bool has_run, run_state *st,
-                         ab_err **err)
+static int session_state(session_call *sc, run_state *st, ab_err **err)
 {
-        if (!has_run) {
+        if (!sc->has_run) {
                 *st = (run_state){.status = "completed", .output = json_string("")};
                 return 0;
         }
-        return state_of(r, s, x, st, err);
+        return state_of(sc->r, &sc->s, &sc->x, st, err);
 }
 
 /* POST /v1/shell/view {id}: the last run's output and status. */
-enum MHD_Result aio_shell_view(ab_req *r)
+static json_t *view_call(ab_req *r, session_call *sc, ab_err **err)
 {
-        json_t *b;
-        const char *sid;
-        ab_use u;
-        sess s;
-        run x;
-        bool has_run;
-        enum MHD_Result ret;
-        if (begin_session_call(r, &b, &sid, &u, &s, &x, &has_run, &ret) < 0)
-                return ret;
         run_state st;
-        ab_err *e = NULL;
-        json_t *ans = NULL;
-        if (session_state(r, &u, &s, &x, has_run, &st, &e) == 0)
-                ans = state_json(sid, has_run ? x.command : "", &st);
-        end_session_call(r, b, &u, &s, &x);
-        return ans ? aio_ok(r, ans) : aio_err(r, e);
+        if (session_state(sc, &st, err) != 0)
+                return NULL;
+        return state_json(sc->sid, sc->has_run ? sc->x.command : "", &st);
 }
 
 /* POST /v1/shell/wait {id, seconds?, max_wait_seconds?}: until the run
  * ends or the time is up: {status}. */
-enum MHD_Result aio_shell_wait(ab_req *r)
+static json_t *wait_call(ab_req *r, session_call *sc, ab_err **err)
 {
-        json_t *b;
-        const char *sid;
-        ab_use u;
-        sess s;
-        run x;
-        bool has_run;
-        enum MHD_Result ret;
-        if (begin_session_call(r, &b, &sid, &u, &s, &x, &has_run, &ret) < 0)
-                return ret;
-        ab_err *e = NULL;
         int64_t secs = 30, max = -1;
-        if (aio_opt_int(b, "seconds", 0, AB_MAX_TIMEOUT_S, &secs, &e) < 0 ||
-            aio_opt_int(b, "max_wait_seconds", 0, AB_MAX_TIMEOUT_S, &max, &e) < 0) {
-                end_session_call(r, b, &u, &s, &x);
-                return bad_field(r, e);
+        if (aio_opt_int(sc->b, "seconds", 0, AB_MAX_TIMEOUT_S, &secs, err) < 0 ||
+            aio_opt_int(sc->b, "max_wait_seconds", 0, AB_MAX_TIMEOUT_S, &max, err) < 0) {
+                return bad_call(sc);
         }
         if (max >= 0 && max < secs)
                 secs = max;
@@ -697,7 +698,7 @@ enum MHD_Result aio_shell_wait(ab_req *r)
         run_state st = {0};
         int rc;
         for (;;) {
-                rc = session_state(r, &u, &s, &x, has_run, &st, &e);
+                rc = session_state(sc, &st, err);
                 if (rc < 0 || strcmp(st.status, "running") || ab_now_ms() >= until ||
                     atomic_load(&stopping) || req_client_gone(r))
                         break;
@@ -706,41 +707,31 @@ enum MHD_Result aio_shell_wait(ab_req *r)
         }
         json_t *ans = rc == 0 ? json_pack("{s:s}", "status", st.status) : NULL;
         json_decref(st.output);
-        end_session_call(r, b, &u, &s, &x);
-        return ans ? aio_ok(r, ans) : aio_err(r, e);
+        return ans;
 }
 
 /* POST /v1/shell/kill {id}: ^C to the run; a run that ignores it loses its
  * shell (the session gets a new one). {status, exit_code}. */
-enum MHD_Result aio_shell_kill(ab_req *r)
+static json_t *kill_call(ab_req *r, session_call *sc, ab_err **err)
 {
-        json_t *b;
-        const char *sid;
-        ab_use u;
-        sess s;
-        run x;
-        bool has_run;
-        enum MHD_Result ret;
-        if (begin_session_call(r, &b, &sid, &u, &s, &x, &has_run, &ret) < 0)
-                return ret;
-        ab_err *e = NULL;
         run_state st = {0};
-        int rc = session_state(r, &u, &s, &x, has_run, &st, &e);
+        int rc = session_state(sc, &st, err);
         bool was_running = rc == 0 && !strcmp(st.status, "running");
         if (was_running) {
-                ab_manager_term_input(r->srv->mgr, aio_box(r), r->scope, s.tid, "\003", 1, NULL);
+                ab_manager_term_input(r->srv->mgr, aio_box(r), r->scope, sc->s.tid, "\003", 1,
+                                      NULL);
                 uint64_t until = ab_now_ms() + KILL_GRACE_MS;
                 while (rc == 0 && !strcmp(st.status, "running") && ab_now_ms() < until) {
                         usleep(100 * 1000);
                         json_decref(st.output);
-                        rc = state_of(r, &s, &x, &st, &e);
+                        rc = state_of(r, &sc->s, &sc->x, &st, err);
                 }
                 if (rc == 0 && !strcmp(st.status, "running"))
-                        ab_manager_term_close(r->srv->mgr, aio_box(r), r->scope, s.tid, NULL);
-                free(x.ended);
-                x.ended = xstrdup("terminated");
+                        ab_manager_term_close(r->srv->mgr, aio_box(r), r->scope, sc->s.tid, NULL);
+                free(sc->x.ended);
+                sc->x.ended = xstrdup("terminated");
                 if (rc == 0)
-                        rc = run_write(r, &u, sid, &x, &e);
+                        rc = run_write(r, &sc->u, sc->sid, &sc->x, err);
         }
         json_t *ans = NULL;
         if (rc == 0) {
@@ -751,45 +742,56 @@ enum MHD_Result aio_shell_kill(ab_req *r)
                                     st.has_code ? json_integer(st.code) : json_null());
         }
         json_decref(st.output);
-        end_session_call(r, b, &u, &s, &x);
-        return ans ? aio_ok(r, ans) : aio_err(r, e);
+        return ans;
 }
 
 /* POST /v1/shell/write {id, input, press_enter}: keystrokes to the run. */
-enum MHD_Result aio_shell_write(ab_req *r)
+static json_t *write_call(ab_req *r, session_call *sc, ab_err **err)
 {
-        json_t *b;
-        const char *sid;
-        ab_use u;
-        sess s;
-        run x;
-        bool has_run;
-        enum MHD_Result ret;
-        if (begin_session_call(r, &b, &sid, &u, &s, &x, &has_run, &ret) < 0)
-                return ret;
-        ab_err *e = NULL;
         const char *input = NULL;
         bool enter = false;
-        if (aio_opt_str(b, "input", &input, &e) < 0 ||
-            aio_opt_bool(b, "press_enter", &enter, &e) < 0 ||
-            (!input && ab_err_set(&e, AB_E_INVALID, 0, "input: required") < 0) ||
+        if (aio_opt_str(sc->b, "input", &input, err) < 0 ||
+            aio_opt_bool(sc->b, "press_enter", &enter, err) < 0 ||
+            (!input && ab_err_set(err, AB_E_INVALID, 0, "input: required") < 0) ||
             (strlen(input) > 60000 &&
-             ab_err_set(&e, AB_E_INVALID, 0, "input: at most 60000 bytes") < 0)) {
-                end_session_call(r, b, &u, &s, &x);
-                return bad_field(r, e);
+             ab_err_set(err, AB_E_INVALID, 0, "input: at most 60000 bytes") < 0)) {
+                return bad_call(sc);
         }
         _cleanup_free_ char *data = xasprintf("%s%s", input, enter ? "\n" : "");
         run_state st = {0};
-        int rc = s.running ? 0 : ab_err_set(&e, AB_E_CONFLICT, 0, "session %s has no shell", sid);
+        int rc = sc->s.running
+                     ? 0
+                     : ab_err_set(err, AB_E_CONFLICT, 0, "session %s has no shell", sc->sid);
         if (rc == 0)
-                rc = ab_manager_term_input(r->srv->mgr, aio_box(r), r->scope, s.tid, data,
-                                           strlen(data), &e);
+                rc = ab_manager_term_input(r->srv->mgr, aio_box(r), r->scope, sc->s.tid, data,
+                                           strlen(data), err);
         if (rc == 0)
-                rc = session_state(r, &u, &s, &x, has_run, &st, &e);
+                rc = session_state(sc, &st, err);
         json_t *ans = rc == 0 ? json_pack("{s:s}", "status", st.status) : NULL;
         json_decref(st.output);
-        end_session_call(r, b, &u, &s, &x);
-        return ans ? aio_ok(r, ans) : aio_err(r, e);
+        return ans;
+}
+
+/* ---- the session calls' routes ------------------------------------------ */
+
+enum MHD_Result aio_shell_view(ab_req *r)
+{
+        return session_call_run(r, view_call);
+}
+
+enum MHD_Result aio_shell_wait(ab_req *r)
+{
+        return session_call_run(r, wait_call);
+}
+
+enum MHD_Result aio_shell_kill(ab_req *r)
+{
+        return session_call_run(r, kill_call);
+}
+
+enum MHD_Result aio_shell_write(ab_req *r)
+{
+        return session_call_run(r, write_call);
 }
 
 /* POST /v1/shell/sessions/create {id?, exec_dir?}: {session_id,
