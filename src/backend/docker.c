@@ -1329,34 +1329,12 @@ static char *cg_dir(pid_t pid, const char *ctrl)
 {
         char p[64];
         snprintf(p, sizeof(p), "/proc/%d/cgroup", (int)pid);
-        FILE *f = fopen(p, "re");
-        if (!f)
+        _cleanup_free_ char *ctrls = NULL;
+        _cleanup_free_ char *path = ab_proc_cgroup_path(p, ctrl, &ctrls);
+        if (!path)
                 return NULL;
-        char line[1024];
-        char *out = NULL;
-        while (!out && fgets(line, sizeof(line), f)) {
-                line[strcspn(line, "\n")] = '\0';
-                char *c1 = strchr(line, ':');
-                char *c2 = c1 ? strchr(c1 + 1, ':') : NULL;
-                if (!c2)
-                        continue;
-                *c2 = '\0';
-                const char *ctrls = c1 + 1, *path = c2 + 1;
-                if (!ctrl) {
-                        if (!*ctrls && !strncmp(line, "0:", 2))
-                                out = xasprintf("/sys/fs/cgroup%s", path);
-                        continue;
-                }
-                _cleanup_free_ char *list = xstrdup(ctrls);
-                char *save = NULL;
-                for (char *t = strtok_r(list, ",", &save); t; t = strtok_r(NULL, ",", &save))
-                        if (!strcmp(t, ctrl)) {
-                                out = xasprintf("/sys/fs/cgroup/%s%s", ctrls, path);
-                                break;
-                        }
-        }
-        fclose(f);
-        return out;
+        return ctrl ? xasprintf("/sys/fs/cgroup/%s%s", ctrls, path)
+                    : xasprintf("/sys/fs/cgroup%s", path);
 }
 
 /* The engine's own numbers (GET /containers/NAME/stats, one sample), for

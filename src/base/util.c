@@ -325,3 +325,38 @@ char *ab_name_escape(const char *name, bool *changed)
                 *changed = any;
         return out;
 }
+
+bool ab_csv_has(const char *list, const char *item)
+{
+        size_t n = strlen(item);
+        for (const char *p = list; p; p = strchr(p, ',') ? strchr(p, ',') + 1 : NULL)
+                if (strncmp(p, item, n) == 0 && (p[n] == ',' || p[n] == '\0'))
+                        return true;
+        return false;
+}
+
+char *ab_proc_cgroup_path(const char *file, const char *ctrl, char **ctrls)
+{
+        FILE *f = fopen(file, "re");
+        if (!f)
+                return NULL;
+        char line[1024];
+        char *out = NULL;
+        while (!out && fgets(line, sizeof(line), f)) {
+                line[strcspn(line, "\n")] = '\0';
+                char *c1 = strchr(line, ':');
+                char *c2 = c1 ? strchr(c1 + 1, ':') : NULL;
+                if (!c2)
+                        continue;
+                *c2 = '\0';
+                const char *list = c1 + 1;
+                bool match = ctrl ? ab_csv_has(list, ctrl) : !*list && !strncmp(line, "0:", 2);
+                if (match) {
+                        out = xstrdup(c2 + 1);
+                        if (ctrls)
+                                *ctrls = xstrdup(list);
+                }
+        }
+        fclose(f);
+        return out;
+}

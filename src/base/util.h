@@ -115,6 +115,17 @@ int ab_write_file_atomic(int dirfd, const char *path, const void *data, size_t l
  * caller frees the result. */
 char *ab_name_escape(const char *name, bool *changed);
 
+/* Whether the comma-separated list ("cpu,cpuacct") has item as one of its
+ * entries. */
+bool ab_csv_has(const char *list, const char *item);
+
+/* From a /proc/PID/cgroup file, the path of the process's cgroup in the
+ * hierarchy that has controller ctrl ("N:cpu,cpuacct:PATH"), or in the v2
+ * one ("0::PATH") when ctrl is NULL. *ctrls (may be NULL) gets that line's
+ * controller list ("" for v2). Both malloc'd; NULL when the file cannot be
+ * read or has no such line. */
+char *ab_proc_cgroup_path(const char *file, const char *ctrl, char **ctrls);
+
 /* Monotonic clock in nanoseconds / milliseconds. */
 uint64_t ab_now_ns(void);
 static inline uint64_t ab_now_ms(void)

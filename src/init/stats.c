@@ -54,50 +54,12 @@ static bool cg_read(const char *dir, const char *name, const char *key, uint64_t
         return found;
 }
 
-/* Whether the comma-separated list has item. */
-static bool list_has(const char *list, const char *item)
-{
-        size_t n = strlen(item);
-        for (const char *p = list; p; p = strchr(p, ',') ? strchr(p, ',') + 1 : NULL)
-                if (strncmp(p, item, n) == 0 && (p[n] == ',' || p[n] == '\0'))
-                        return true;
-        return false;
-}
-
-/* The path of init's cgroup in the hierarchy that has controller ctrl
- * (NULL: the v2 one), from /proc/self/cgroup. */
-static char *self_path(const char *ctrl)
-{
-        FILE *f = fopen("/proc/self/cgroup", "re");
-        if (!f)
-                return NULL;
-        char line[1024];
-        char *out = NULL;
-        while (!out && fgets(line, sizeof(line), f)) {
-                line[strcspn(line, "\n")] = '\0';
-                char *c1 = strchr(line, ':');
-                char *c2 = c1 ? strchr(c1 + 1, ':') : NULL;
-                if (!c2)
-                        continue;
-                *c2 = '\0';
-                if (!ctrl) {
-                        if (strncmp(line, "0:", 2) == 0 && c1[1] == '\0')
-                                out = xstrdup(c2 + 1);
-                        continue;
-                }
-                if (list_has(c1 + 1, ctrl))
-                        out = xstrdup(c2 + 1);
-        }
-        fclose(f);
-        return out;
-}
-
 /* The folder of init's cgroup in the hierarchy of ctrl (NULL: v2): the
  * mount of that hierarchy (fstype cgroup2, or cgroup with ctrl among its
  * options) plus the part of init's path below the mount's root. */
 static char *cg_folder(const char *ctrl)
 {
-        _cleanup_free_ char *self = self_path(ctrl);
+        _cleanup_free_ char *self = ab_proc_cgroup_path("/proc/self/cgroup", ctrl, NULL);
         if (!self)
                 return NULL;
         FILE *f = fopen("/proc/self/mountinfo", "re");
@@ -125,8 +87,9 @@ static char *cg_folder(const char *ctrl)
                 char *super = strtok_r(NULL, " ", &save2);
                 if (!root || !mnt || !fstype)
                         continue;
-                bool match = ctrl ? strcmp(fstype, "cgroup") == 0 && super && list_has(super, ctrl)
-                                  : strcmp(fstype, "cgroup2") == 0;
+                bool match = ctrl
+                                 ? strcmp(fstype, "cgroup") == 0 && super && ab_csv_has(super, ctrl)
+                                 : strcmp(fstype, "cgroup2") == 0;
                 if (!match)
                         continue;
                 size_t rl = strcmp(root, "/") == 0 ? 0 : strlen(root);

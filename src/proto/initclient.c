@@ -165,6 +165,15 @@ static int enc_file(abp_buf *b, uint32_t type, const abp_file_req *m, ab_err **e
         return 0;
 }
 
+/* Sends a file request of this type and expects a bare OK. */
+static int file_simple(int fd, uint32_t type, const abp_file_req *m, ab_err **err)
+{
+        abp_buf b = {0};
+        if (enc_file(&b, type, m, err) < 0)
+                return -1;
+        return simple(fd, &b, err);
+}
+
 /* ---- exec ---- */
 
 typedef struct xclient {
@@ -773,62 +782,44 @@ int abc_stat_names(int fd, const char *path, abc_stat *st, ab_err **err)
 
 int abc_chmod(int fd, const char *path, uint32_t mode, ab_err **err)
 {
-        abp_buf b = {0};
         abp_file_req m = {.path = path, .mode = mode & 07777};
-        if (enc_file(&b, ABP_CHMOD, &m, err) < 0)
-                return -1;
-        return simple(fd, &b, err);
+        return file_simple(fd, ABP_CHMOD, &m, err);
 }
 
 int abc_chown(int fd, const char *path, const char *owner, const char *group, ab_err **err)
 {
-        abp_buf b = {0};
         abp_file_req m = {.path = path, .owner = owner, .group = group};
         if (!owner && !group)
                 return ab_err_set(err, AB_E_INVALID, 0, "chown: an owner or a group is needed");
-        if (enc_file(&b, ABP_CHOWN, &m, err) < 0)
-                return -1;
-        return simple(fd, &b, err);
+        return file_simple(fd, ABP_CHOWN, &m, err);
 }
 
 int abc_symlink(int fd, const char *path, const char *target, ab_err **err)
 {
-        abp_buf b = {0};
         abp_file_req m = {.path = path, .to = target};
         if (!target || !target[0])
                 return ab_err_set(err, AB_E_INVALID, 0, "empty symlink target");
-        if (enc_file(&b, ABP_SYMLINK, &m, err) < 0)
-                return -1;
-        return simple(fd, &b, err);
+        return file_simple(fd, ABP_SYMLINK, &m, err);
 }
 
 int abc_delete(int fd, const char *path, bool recursive, ab_err **err)
 {
-        abp_buf b = {0};
         abp_file_req m = {.path = path, .flags = recursive ? ABP_RECURSIVE : 0};
-        if (enc_file(&b, ABP_DELETE, &m, err) < 0)
-                return -1;
-        return simple(fd, &b, err);
+        return file_simple(fd, ABP_DELETE, &m, err);
 }
 
 int abc_mkdir(int fd, const char *path, bool parents, uint32_t mode, ab_err **err)
 {
-        abp_buf b = {0};
         abp_file_req m = {.path = path, .flags = parents ? ABP_PARENTS : 0, .mode = mode};
-        if (enc_file(&b, ABP_MKDIR, &m, err) < 0)
-                return -1;
-        return simple(fd, &b, err);
+        return file_simple(fd, ABP_MKDIR, &m, err);
 }
 
 int abc_rename(int fd, const char *from, const char *to, ab_err **err)
 {
-        abp_buf b = {0};
         abp_file_req m = {.path = from, .to = to};
         if (!to || !to[0])
                 return ab_err_set(err, AB_E_INVALID, 0, "empty target path");
-        if (enc_file(&b, ABP_RENAME, &m, err) < 0)
-                return -1;
-        return simple(fd, &b, err);
+        return file_simple(fd, ABP_RENAME, &m, err);
 }
 
 int abc_reserve(int fd, uint64_t want, abc_reserve_res *res, ab_err **err)
@@ -1360,11 +1351,8 @@ void abc_term_stream_free(abc_term_stream *s)
 
 int abc_watch_open(int fd, const char *path, bool recursive, ab_err **err)
 {
-        abp_buf b = {0};
         abp_file_req m = {.path = path, .flags = recursive ? ABP_RECURSIVE : 0};
-        if (enc_file(&b, ABP_WATCH, &m, err) < 0)
-                return -1;
-        return simple(fd, &b, err);
+        return file_simple(fd, ABP_WATCH, &m, err);
 }
 
 int abc_watch_next(int fd, abp_reader *rd, int timeout_ms, uint32_t *kind, char **name,

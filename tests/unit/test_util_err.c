@@ -175,6 +175,45 @@ static void test_send_all(void)
         free(buf);
 }
 
+/* ab_proc_cgroup_path on a written /proc/PID/cgroup: v1 lines (a
+ * controller list, a named hierarchy), the v2 line, a missing controller. */
+static void test_proc_cgroup(void)
+{
+        char file[] = "/tmp/ab-cgroup-XXXXXX";
+        int fd = mkstemp(file);
+        static const char text[] = "12:pids:/docker/abc\n"
+                                   "4:cpu,cpuacct:/docker/abc/cpu\n"
+                                   "1:name=systemd:/init.scope\n"
+                                   "0::/box/v2\n";
+        tap_ok(fd >= 0 && ab_write_all(fd, text, sizeof(text) - 1) == 0, "cgroup file written");
+        if (fd >= 0)
+                close(fd);
+        char *ctrls = NULL;
+        char *p = ab_proc_cgroup_path(file, "cpuacct", &ctrls);
+        TAP_IS_STR(p, "/docker/abc/cpu", "v1: controller in a list");
+        TAP_IS_STR(ctrls, "cpu,cpuacct", "v1: the line's controller list");
+        free(p);
+        free(ctrls);
+        p = ab_proc_cgroup_path(file, "cpu", NULL);
+        TAP_IS_STR(p, "/docker/abc/cpu", "v1: first of a list");
+        free(p);
+        p = ab_proc_cgroup_path(file, "pids", NULL);
+        TAP_IS_STR(p, "/docker/abc", "v1: a single controller");
+        free(p);
+        ctrls = NULL;
+        p = ab_proc_cgroup_path(file, NULL, &ctrls);
+        TAP_IS_STR(p, "/box/v2", "v2: the 0:: line");
+        TAP_IS_STR(ctrls, "", "v2: no controller list");
+        free(p);
+        free(ctrls);
+        tap_ok(ab_proc_cgroup_path(file, "memory", NULL) == NULL, "missing controller: NULL");
+        tap_ok(ab_proc_cgroup_path(file, "cpuac", NULL) == NULL, "a prefix is no match");
+        tap_ok(ab_csv_has("cpu,cpuacct", "cpuacct") && !ab_csv_has("cpu,cpuacct", "acct"),
+               "csv entries match whole");
+        unlink(file);
+        tap_ok(ab_proc_cgroup_path(file, NULL, NULL) == NULL, "no file: NULL");
+}
+
 int main(void)
 {
         test_send_all();
@@ -182,6 +221,7 @@ int main(void)
         test_name_escape();
         test_buf();
         test_files();
+        test_proc_cgroup();
         tap_ok(xadd(1, 2) == 3 && xmul(3, 4) == 12, "checked arithmetic");
         char *s = xasprintf("%s-%d", "a", 7);
         TAP_IS_STR(s, "a-7", "xasprintf");
