@@ -78,6 +78,29 @@ await step('files as user', async () => {
   ok(e === null || /denied|permission/i.test(e.message), 'a write is allowed or refused, never a crash', e && e.message);
 });
 
+// E2B's envd resolves a relative path, "~" and "~/..." in the home of the
+// call's user (permissions.ExpandAndResolve): root's are in /root.
+await step('relative paths and ~ are the user\'s home', async () => {
+  const w = await sbx.files.write('rel-root.txt', 'r', { user: 'root' });
+  ok(w.path === '/root/rel-root.txt', 'files.write("rel-root.txt", user root): /root/rel-root.txt', w);
+  ok((await run('cat /root/rel-root.txt', { user: 'root' })).stdout === 'r', 'the file is in /root');
+  ok((await sbx.files.read('rel-root.txt', { user: 'root' })) === 'r', 'files.read of the relative path as root');
+  ok(!(await sbx.files.exists('rel-root.txt')), 'the same relative path as user is in /home/user: not there');
+  ok((await sbx.files.read('~/x')) === 'hello', 'files.read("~/x") as user: /home/user/x');
+  const home = await sbx.files.getInfo('~', { user: 'root' });
+  ok(home.path === '/root' && home.type === 'dir', 'getInfo("~") as root: /root', home);
+  ok((await sbx.files.list('~')).some((e) => e.path === '/home/user/x'), 'files.list("~") as user: /home/user');
+  const mv = await sbx.files.rename('~/rel-mv.txt', '/tmp/moved.txt').catch((e) => e);
+  ok(mv instanceof Error, 'rename of a missing ~/ path: an error', mv);
+  await sbx.files.write('~/mv-src.txt', 'm');
+  const moved = await sbx.files.rename('~/mv-src.txt', 'mv-dst.txt');
+  ok(moved.path === '/home/user/mv-dst.txt', 'rename("~/a", "b"): both in /home/user', moved);
+  const other = await thrown(() => sbx.files.read('~ghost/x'));
+  ok(other && /home/.test(other.message), "~name (another user's home): refused", other && other.message);
+  const pwd = await run('pwd', { user: 'root', cwd: '~' });
+  ok(pwd.stdout === '/root\n', 'commands.run with cwd "~" as root: /root', pwd);
+});
+
 await step('sudo', async () => {
   ok((await run('sudo whoami')).stdout === 'root\n', 'sudo whoami: root');
   ok((await run('sudo -u root id -u')).stdout === '0\n', 'sudo -u root id -u: 0');

@@ -58,9 +58,11 @@ enum MHD_Result envd_files_get(ab_req *r, const char *id)
         if (!path || !*path)
                 return resp_json(r, 400,
                                  json_pack("{s:i,s:s}", "code", 400, "message", "path: required"));
-        _cleanup_free_ char *abs = envd_abs_path(path, NULL);
-        ab_use use;
         ab_err *e = NULL;
+        _cleanup_free_ char *abs = envd_call_path(envd_call_home(r, box), path, &e);
+        if (!abs)
+                return files_error(r, e);
+        ab_use use;
         if (ab_manager_use_begin(r->srv->mgr, box, r->scope, &use, &e) < 0)
                 return files_error(r, e);
         abc_stat st = {0};
@@ -194,8 +196,13 @@ enum MHD_Result envd_files_post(ab_req *r, const char *id)
         envd_who_of(r, box, &who);
         json_t *a = json_array();
         int rc = 0;
+        const char *home = who.home ? who.home : E2B_HOME;
         for (size_t i = 0; i < n && rc == 0; i++) {
-                char *full = envd_abs_path(files[i].path, NULL);
+                char *full = envd_call_path(home, files[i].path, &e);
+                if (!full) {
+                        rc = -1;
+                        break;
+                }
                 free(files[i].path);
                 files[i].path = full;
                 up_call c = {.f = &files[i], .src_fd = src_fd, .owner = who.user};

@@ -53,6 +53,15 @@ enum MHD_Result envd_stream_error(ab_req *r, const char *code, const char *msg);
 /* base + "/" + rel (rel NULL or "": base), absolute: a relative base is
  * relative to E2B_HOME. Free it. */
 char *envd_abs_path(const char *base, const char *rel);
+/* The absolute, cleaned path a call names, as E2B's envd resolves it for
+ * the call's user: "~" and "~/..." are in home, a relative path is relative
+ * to home (NULL: E2B_HOME, the home of E2B's `user` and of every call in an
+ * older box). "~name/..." (another account's home) is refused: NULL, with
+ * AB_E_INVALID in *err. Free it. */
+char *envd_call_path(const char *home, const char *path, ab_err **err);
+/* The home of the call's user (envd_who_of's), where its relative paths
+ * resolve: "/root" for root in a box with E2B's account, else E2B_HOME. */
+const char *envd_call_home(ab_req *r, const char *box);
 /* filesystem.EntryInfo of absolute path with st. */
 json_t *envd_entry_info(const char *path, const abc_stat *st);
 

@@ -457,7 +457,12 @@ static enum MHD_Result process_start(ab_req *r, const char *box, json_t *msg)
         __attribute__((cleanup(envd_who_clear))) envd_who who;
         envd_who_of(r, box, &who);
         const char *home = who.home ? who.home : E2B_HOME;
-        _cleanup_free_ char *abs_cwd = envd_abs_path(cwd && *cwd ? cwd : home, NULL);
+        _cleanup_free_ char *abs_cwd = envd_call_path(home, cwd && *cwd ? cwd : home, &e);
+        if (!abs_cwd) {
+                enum MHD_Result ret = envd_stream_error(r, "invalid_argument", e->msg);
+                ab_err_free(&e);
+                return ret;
+        }
         env[k++] = xasprintf("HOME=%s", home);
         env[k++] = xasprintf("PWD=%s", abs_cwd);
         if (who.name)

@@ -318,9 +318,12 @@ static watch *watch_new(ab_req *r, const char *box, json_t *msg, int fd, ab_err 
                 ab_err_set(err, AB_E_INVALID, 0, "path: required");
                 return NULL;
         }
+        _cleanup_free_ char *abs = envd_call_path(envd_call_home(r, box), path, err);
+        if (!abs)
+                return NULL;
         abc_stat st = {0};
         char *real = NULL;
-        if (envd_stat_follow(r->srv, box, r->scope, path, &st, &real, err) < 0)
+        if (envd_stat_follow(r->srv, box, r->scope, abs, &st, &real, err) < 0)
                 return NULL;
         bool dir = st.type == ABC_DIR;
         abc_stat_clear(&st);

@@ -382,6 +382,29 @@ char *envd_abs_path(const char *base, const char *rel)
         return path_clean(joined);
 }
 
+char *envd_call_path(const char *home, const char *path, ab_err **err)
+{
+        if (!home)
+                home = E2B_HOME;
+        if (path[0] == '~') {
+                if (path[1] && path[1] != '/') {
+                        ab_err_set(err, AB_E_INVALID, 0,
+                                   "%s: another user's home (~name) cannot be expanded", path);
+                        return NULL;
+                }
+                return envd_abs_path(home, path[1] ? path + 2 : NULL);
+        }
+        return path[0] == '/' ? envd_abs_path(path, NULL) : envd_abs_path(home, path);
+}
+
+const char *envd_call_home(ab_req *r, const char *box)
+{
+        __attribute__((cleanup(envd_who_clear))) envd_who who;
+        envd_who_of(r, box, &who);
+        /* who.home is a literal ("/root" or E2B_HOME) or NULL */
+        return who.home ? who.home : E2B_HOME;
+}
+
 static void perm_string(char out[11], abc_ftype t, uint32_t mode)
 {
         out[0] = t == ABC_DIR ? 'd' : t == ABC_SYMLINK ? 'l' : '-';
@@ -665,11 +688,13 @@ static enum MHD_Result fs_unary(ab_req *r, const char *box, const char *method, 
 {
         ab_err *e = NULL;
         fs_call c = {0};
-        /* relative paths are E2B's home's, not the manager's /workspace */
+        /* relative paths and ~ are the call's user's home's, as in E2B (not
+         * the manager's /workspace) */
+        const char *home = envd_call_home(r, box);
         _cleanup_free_ char *abs1 = NULL, *abs2 = NULL;
         c.path = json_string_value(json_object_get(msg, "path"));
-        if (c.path && *c.path)
-                c.path = abs1 = envd_abs_path(c.path, NULL);
+        if (c.path && *c.path && !(c.path = abs1 = envd_call_path(home, c.path, &e)))
+                return envd_rpc_err(r, e);
         if (!strcmp(method, "Move")) {
                 c.path = json_string_value(json_object_get(msg, "source"));
                 c.path2 = json_string_value(json_object_get(msg, "destination"));
@@ -677,8 +702,9 @@ static enum MHD_Result fs_unary(ab_req *r, const char *box, const char *method, 
                         return envd_rpc_error(r, "invalid_argument",
                                               "source and destination: required");
                 free(abs1);
-                c.path = abs1 = envd_abs_path(c.path, NULL);
-                c.path2 = abs2 = envd_abs_path(c.path2, NULL);
+                c.path = abs1 = envd_call_path(home, c.path, &e);
+                if (!abs1 || !(c.path2 = abs2 = envd_call_path(home, c.path2, &e)))
+                        return envd_rpc_err(r, e);
                 if (envd_with_box(r->srv, box, r->scope, fs_move, &c, &e) < 0)
                         return envd_rpc_err(r, e);
                 _cleanup_free_ char *from = envd_abs_path(c.path, NULL);
