@@ -25,9 +25,10 @@ static const char *const v4[] = AB_STORE_SCHEMA_V4;
 static const char *const v5[] = AB_STORE_SCHEMA_V5;
 static const char *const v6[] = AB_STORE_SCHEMA_V6;
 static const char *const v7[] = AB_STORE_SCHEMA_V7;
+static const char *const v8[] = AB_STORE_SCHEMA_V8;
 
 static const ab_store_migration migrations[] = {
-    {1, v1}, {2, v2}, {3, v3}, {4, v4}, {5, v5}, {6, v6}, {7, v7},
+    {1, v1}, {2, v2}, {3, v3}, {4, v4}, {5, v5}, {6, v6}, {7, v7}, {8, v8},
 };
 
 /* libpq messages end in a newline and may span lines; keep them on one. */

@@ -1059,6 +1059,16 @@ int ab_store_key_find(ab_store *s, const char *key_hash, ab_api_key *out, ab_err
         return 0;
 }
 
+static void rows_to_keys(ab_sql_res *res, ab_api_key **out, size_t *n)
+{
+        if (!res->nrows)
+                return;
+        *out = xcalloc(res->nrows, sizeof(**out));
+        for (size_t i = 0; i < res->nrows; i++)
+                row_to_key(res, i, &(*out)[i]);
+        *n = res->nrows;
+}
+
 int ab_store_key_list(ab_store *s, ab_api_key **out, size_t *n, ab_err **err)
 {
         *out = NULL;
@@ -1068,12 +1078,24 @@ int ab_store_key_list(ab_store *s, ab_api_key **out, size_t *n, ab_err **err)
         if (EXEC0(s, "list API keys",
                   "SELECT " KEY_COLS " FROM api_keys ORDER BY created_at, key_id", &res, err) < 0)
                 return -1;
-        if (!res.nrows)
+        rows_to_keys(&res, out, n);
+        return 0;
+}
+
+int ab_store_key_list_app(ab_store *s, const char *app_id, ab_api_key **out, size_t *n,
+                          ab_err **err)
+{
+        *out = NULL;
+        *n = 0;
+        if (!app_id)
                 return 0;
-        *out = xcalloc(res.nrows, sizeof(**out));
-        for (size_t i = 0; i < res.nrows; i++)
-                row_to_key(&res, i, &(*out)[i]);
-        *n = res.nrows;
+        _cleanup_res_ ab_sql_res res = {0};
+        STORE_LOCKED(s);
+        if (EXEC(s, "list API keys of an app",
+                 "SELECT " KEY_COLS " FROM api_keys WHERE app_id = $1 ORDER BY created_at, key_id",
+                 &res, err, SQL_TEXT(app_id)) < 0)
+                return -1;
+        rows_to_keys(&res, out, n);
         return 0;
 }
 

@@ -186,6 +186,10 @@ int ab_store_key_insert(ab_store *s, const ab_api_key *k, ab_err **err);
 /* Finds the key with this hash. AB_E_NOT_FOUND when absent. */
 int ab_store_key_find(ab_store *s, const char *key_hash, ab_api_key *out, ab_err **err);
 int ab_store_key_list(ab_store *s, ab_api_key **out, size_t *n, ab_err **err);
+/* The keys of app app_id only (oldest first; none for NULL: a key always
+ * has an app). */
+int ab_store_key_list_app(ab_store *s, const char *app_id, ab_api_key **out, size_t *n,
+                          ab_err **err);
 /* The key with this key_id. AB_E_NOT_FOUND when absent. */
 int ab_store_key_get(ab_store *s, const char *key_id, ab_api_key *out, ab_err **err);
 int ab_store_key_delete(ab_store *s, const char *key_id, ab_err **err);

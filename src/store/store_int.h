@@ -218,4 +218,11 @@ int ab_store_pg_open(const char *url, ab_store **out, ab_err **err);
                     NULL,                                                                          \
         }
 
+/* Version 8: the keys of an app found without a scan (a signed E2B /files
+ * URL is checked against the tokens of its box's app's keys). */
+#define AB_STORE_SCHEMA_V8                                                                         \
+        {                                                                                          \
+                "CREATE INDEX api_keys_app ON api_keys (app_id, created_at)", NULL,                \
+        }
+
 #endif

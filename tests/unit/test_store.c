@@ -270,10 +270,13 @@ static void test_concurrent_fresh_open(const target *t)
         is_int(good, N, "%d processes opening a fresh database at once all succeed", N);
 }
 
-/* Undoes versions 7 (file metadata) and 6 (the fleet's table and column). */
+/* Undoes versions 8 (the keys-by-app index), 7 (file metadata) and 6 (the
+ * fleet's table and column). */
 static bool undo_v6(const target *t)
 {
-        return raw(t, "DROP TABLE file_meta", NULL) == 0 &&
+        return raw(t, "DROP INDEX api_keys_app", NULL) == 0 &&
+               raw(t, "DELETE FROM schema_migrations WHERE version >= 8", NULL) == 0 &&
+               raw(t, "DROP TABLE file_meta", NULL) == 0 &&
                raw(t, "DELETE FROM schema_migrations WHERE version >= 7", NULL) == 0 &&
                raw(t, "DROP TABLE nodes", NULL) == 0 &&
                raw(t, "DROP INDEX boxes_node", NULL) == 0 &&
@@ -1108,6 +1111,14 @@ static void test_keys(ab_store *s)
                !strcmp(l[1].key_id, "k_1"),
            "both keys, oldest first");
         ab_api_keys_free(l, n);
+        no_err(ab_store_key_list_app(s, "app1", &l, &n, &e), &e, "list the keys of app1");
+        ok(n == 1 && !strcmp(l[0].key_id, "k_1") && !strcmp(l[0].app_id, "app1"),
+           "the keys of one app: only its own");
+        ab_api_keys_free(l, n);
+        no_err(ab_store_key_list_app(s, "app3", &l, &n, &e), &e, "list the keys of app3");
+        ok(n == 0 && !l, "an app without keys: none");
+        no_err(ab_store_key_list_app(s, NULL, &l, &n, &e), &e, "list the keys of no app");
+        ok(n == 0 && !l, "no app (the admin's boxes): no keys");
         no_err(ab_store_key_delete(s, "k_1", &e), &e, "delete key 1");
         is_err(ab_store_key_delete(s, "k_1", &e), &e, AB_E_NOT_FOUND, NULL,
                "deleting it again is not_found");

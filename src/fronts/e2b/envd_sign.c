@@ -88,12 +88,10 @@ static int signer(ab_req *r, const ab_box_rec *rec, const char *sig, const char 
                 return -1;
         ab_api_key *keys = NULL;
         size_t n = 0;
-        if (ab_store_key_list(r->srv->store, &keys, &n, err) < 0)
+        if (ab_store_key_list_app(r->srv->store, rec->app_id, &keys, &n, err) < 0)
                 return -1;
         int rc = 0;
         for (size_t i = 0; i < n && rc == 0; i++) {
-                if (!envd_same_app(keys[i].app_id, rec->app_id))
-                        continue;
                 if (signed_with(r, rec, keys[i].key_id, sig, exp, err)) {
                         *key_id = steal_pointer(&keys[i].key_id);
                         rc = 1;
