@@ -83,6 +83,10 @@ typedef struct ab_box_info {
          * tell (the others: image_config says). */
         char *image_workdir, *image_user;
         const char *backend; /* static: the ops->name of the backend that runs it */
+        /* Its move to another host was being recorded (ab_move_ops.send_mark):
+         * with no store record it is a moved box deleted since, not a box to
+         * adopt. */
+        bool moved_away;
 } ab_box_info;
 
 void ab_box_info_clear(ab_box_info *i);
@@ -257,6 +261,10 @@ typedef struct ab_move_ops {
          * folders (they stay on this host). */
         int (*send_open)(ab_backend *b, const char *id, int *lockfd, int *disk, char **config,
                          ab_err **err);
+        /* Marks the box id as leaving (away: before the store names the
+         * other host its owner, so a crash after that switch leaves a folder
+         * that says so) or not (the move did not happen). Synced. */
+        int (*send_mark)(ab_backend *b, const char *id, bool away, ab_err **err);
         /* Stages a copy of box id from another host: a folder of the data
          * folder's incoming/, locked (*lockfd) while it is received, with
          * config (send_open's text) written and an empty disk (*disk,

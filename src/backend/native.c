@@ -991,6 +991,11 @@ static ab_box_status reap_orphans(native *n, int bfd, const char *id)
         return AB_BOX_STOPPED;
 }
 
+/* In a box's own folder on the host it leaves: its move was about to be
+ * recorded (n_send_mark). Such a box with no record is a deleted moved box,
+ * never one to adopt (ab_box_info.moved_away). */
+#define MOVED_AWAY "moved-away"
+
 /* Fills info from the box files; a box whose init died is recorded as stopped. */
 static int info_at(native *n, const char *id, ab_box_info *out, ab_err **err)
 {
@@ -1011,6 +1016,7 @@ static int info_at(native *n, const char *id, ab_box_info *out, ab_err **err)
                 ab_err_free(&e);
                 return 0;
         }
+        out->moved_away = faccessat(bfd, MOVED_AWAY, F_OK, AT_SYMLINK_NOFOLLOW) == 0;
         out->limits = c.limits;
         out->created_at = c.created_at;
         out->rootfs = c.rootfs ? xstrdup(c.rootfs) : NULL;
@@ -1697,6 +1703,26 @@ static int n_send_open(ab_backend *b, const char *id, int *lockfd, int *disk, ch
         return 0;
 }
 
+static int n_send_mark(ab_backend *b, const char *id, bool away, ab_err **err)
+{
+        native *n = N(b);
+        if (ab_id_check(id, err) < 0)
+                return -1;
+        _cleanup_close_ int bfd =
+            openat(n->boxes_fd, id, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+        if (bfd < 0)
+                return ab_err_set(err, AB_E_NOT_FOUND, errno, "no box with id '%s'", id);
+        if (away) {
+                int rc = ab_write_file_atomic(bfd, MOVED_AWAY, "1\n", 2, 0600);
+                return rc < 0 ? ab_err_set(err, AB_E_INTERNAL, -rc, "mark box %s as moving", id)
+                              : 0;
+        }
+        if (unlinkat(bfd, MOVED_AWAY, 0) < 0 && errno != ENOENT)
+                return ab_err_set(err, AB_E_INTERNAL, errno, "unmark box %s", id);
+        fsync(bfd);
+        return 0;
+}
+
 /* The paths a config names that must exist on this host as folders. */
 static int check_paths(const ab_box_config *c, ab_err **err)
 {
@@ -1916,6 +1942,7 @@ static int n_staged(ab_backend *b, char ***ids, bool **complete, int64_t **age_s
 
 static const ab_move_ops native_move = {
     .send_open = n_send_open,
+    .send_mark = n_send_mark,
     .recv_open = n_recv_open,
     .recv_complete = n_recv_complete,
     .adopt = n_adopt,

@@ -55,6 +55,16 @@ void mgr_slot_put(ab_manager *m, slot *s)
         pthread_mutex_unlock(&m->slots_lock);
 }
 
+int ab_manager_box_locked(ab_manager *m, const char *id, ab_locked_fn fn, void *ud, ab_err **err)
+{
+        slot *s = mgr_slot_get(m, id);
+        pthread_mutex_lock(&s->lock);
+        int r = fn(m, ud, err);
+        pthread_mutex_unlock(&s->lock);
+        mgr_slot_put(m, s);
+        return r;
+}
+
 void mgr_emit(ab_manager *m, const char *type, const ab_box_rec *r, json_t *data)
 {
         if (!data)

@@ -148,6 +148,13 @@ int ab_manager_acquire(ab_manager *m, const ab_acquire_req *req, const char *sco
                        bool *created, ab_err **err);
 
 int ab_manager_get(ab_manager *m, const char *id, const char *scope, ab_box_rec *out, ab_err **err);
+
+/* Runs fn(m, ud, err) under box id's lifecycle lock in this process: no
+ * create, start, stop, pause or delete of the box runs meanwhile (a fleet
+ * node takes a moved box up this way, so a delete comes before or after,
+ * never between its look at the record and its rename). Returns fn's. */
+typedef int (*ab_locked_fn)(ab_manager *m, void *ud, ab_err **err);
+int ab_manager_box_locked(ab_manager *m, const char *id, ab_locked_fn fn, void *ud, ab_err **err);
 /* Lists non-pool boxes matching f (f->app_id is forced to scope). */
 int ab_manager_list(ab_manager *m, const ab_box_filter *f, const char *scope, ab_box_rec **out,
                     size_t *n, ab_err **err);

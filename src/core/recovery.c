@@ -282,6 +282,16 @@ int mgr_reconcile(ab_manager *m, ab_err **err)
                                 fixed++;
                                 continue;
                         }
+                        if (bi[i].moved_away) {
+                                /* its move to another node was recorded, and the
+                                 * box deleted there since: an old copy */
+                                ab_log(AB_LOG_INFO,
+                                       "removed the old copy of a moved box deleted since", "box",
+                                       bi[i].id, NULL);
+                                b->ops->destroy(b, bi[i].id, NULL);
+                                fixed++;
+                                continue;
+                        }
                         if (adopt(m, &bi[i], NULL) == 0)
                                 fixed++;
                 }

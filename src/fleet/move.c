@@ -40,6 +40,26 @@ static int owner_of(ab_fleet *f, const char *id, bool *mine)
         return same ? 1 : 0;
 }
 
+typedef struct adopt_call {
+        ab_fleet *f;
+        ab_backend *b;
+        const char *id;
+} adopt_call;
+
+/* Under the box's lock, so that a delete of it on this node comes before
+ * (the record is gone: nothing adopted, the copy goes with the next sweep)
+ * or after (it removes the adopted box), never between: adopts the copy
+ * while the store still names this node its owner. */
+static int adopt_locked(ab_manager *m, void *ud, ab_err **err)
+{
+        (void)m;
+        adopt_call *c = ud;
+        bool mine = false;
+        if (owner_of(c->f, c->id, &mine) != 1 || !mine)
+                return 0;
+        return c->b->move->adopt(c->b, c->id, err);
+}
+
 static void sweep_staged(ab_fleet *f, ab_backend *b)
 {
         char **ids = NULL;
@@ -55,7 +75,9 @@ static void sweep_staged(ab_fleet *f, ab_backend *b)
                         continue; /* the store is away: decide later */
                 if (o == 1 && mine && complete[i]) {
                         /* a conflict: the commit of its move adopts it now */
-                        if (b->move->adopt(b, ids[i], &e) < 0 && e->code != AB_E_CONFLICT)
+                        adopt_call c = {.f = f, .b = b, .id = ids[i]};
+                        if (ab_manager_box_locked(fleet_mgr(f), ids[i], adopt_locked, &c, &e) < 0 &&
+                            e->code != AB_E_CONFLICT)
                                 ab_log(AB_LOG_WARN, "fleet: cannot adopt a moved box", "box",
                                        ids[i], "error", e->msg, NULL);
                         continue;

@@ -467,21 +467,33 @@ enum MHD_Result route_fleet_move_recv(ab_req *r, const char *id)
         return resp_json(r, 200, out);
 }
 
-/* The commit's and the abort's common part: this node takes moved boxes,
- * and whether the store names it the owner of the box the call names
- * (?box=, whose backend id is id). NULL when answered (*ret). */
+/* This node's backend that takes moved boxes, when it does and the call
+ * names its box (?box=); NULL when answered (*ret). */
+static ab_backend *staged_backend(ab_req *r, enum MHD_Result *ret)
+{
+        ab_backend *nb = native_backend(r->srv);
+        if (!r->srv->fleet || !nb)
+                *ret = resp_error(r, 501, "unsupported", "this node cannot take moved boxes");
+        else if (!req_query(r, "box"))
+                *ret = resp_error(r, 400, "invalid_argument", "the call names its box (?box=)");
+        else
+                return nb;
+        return NULL;
+}
+
+/* The abort's look: this node takes moved boxes, and whether the store
+ * names it the owner of the box the call names (?box=, whose backend id is
+ * id). NULL when answered (*ret). */
 static ab_backend *staged_call(ab_req *r, const char *id, bool *mine, enum MHD_Result *ret)
 {
         ab_server *s = r->srv;
-        ab_backend *nb = native_backend(s);
+        ab_backend *nb = staged_backend(r, ret);
         const char *box = req_query(r, "box");
         ab_box_rec rec = {0};
         ab_err *e = NULL;
-        if (!s->fleet || !nb)
-                *ret = resp_error(r, 501, "unsupported", "this node cannot take moved boxes");
-        else if (!box)
-                *ret = resp_error(r, 400, "invalid_argument", "the call names its box (?box=)");
-        else if (ab_store_box_get(s->store, s->backend->ops->name, box, &rec, &e) < 0)
+        if (!nb)
+                return NULL;
+        if (ab_store_box_get(s->store, s->backend->ops->name, box, &rec, &e) < 0)
                 *ret = resp_err(r, e);
         else {
                 *mine = rec.node && !strcmp(rec.node, ab_fleet_node(s->fleet)) && rec.backend_id &&
@@ -492,27 +504,62 @@ static ab_backend *staged_call(ab_req *r, const char *id, bool *mine, enum MHD_R
         return NULL;
 }
 
-enum MHD_Result route_fleet_move_commit(ab_req *r, const char *id)
+typedef struct commit_call {
+        ab_server *s;
+        ab_backend *nb;
+        const char *box, *id;
+        bool deleted; /* the box's record is gone: its copy was dropped */
+} commit_call;
+
+/* Under the box's lock (a delete of it on this node comes before or after):
+ * adopts the copy when the store names this node the box's owner; drops it
+ * when the box was deleted meanwhile (no record: nothing would ever name
+ * the folder); AB_E_CONFLICT when another node is named. */
+static int commit_locked(ab_manager *m, void *ud, ab_err **err)
 {
-        bool mine = false;
-        enum MHD_Result ret;
-        ab_backend *nb = staged_call(r, id, &mine, &ret);
-        if (!nb)
-                return ret;
+        (void)m;
+        commit_call *c = ud;
+        ab_box_rec rec = {0};
+        if (ab_store_box_get(c->s->store, c->s->backend->ops->name, c->box, &rec, err) < 0) {
+                if ((*err)->code != AB_E_NOT_FOUND)
+                        return -1;
+                ab_err_free(err);
+                ab_log(AB_LOG_INFO, "fleet: a moved box was deleted before it was taken up", "box",
+                       c->box, NULL);
+                c->deleted = true;
+                return c->nb->move->drop(c->nb, c->id, err);
+        }
+        bool mine = rec.node && !strcmp(rec.node, ab_fleet_node(c->s->fleet)) && rec.backend_id &&
+                    !strcmp(rec.backend_id, c->id);
+        ab_box_rec_clear(&rec);
         if (!mine)
-                return resp_error(r, 409, "conflict",
-                                  "the store does not name this node box %s's owner",
-                                  req_query(r, "box"));
+                return ab_err_set(err, AB_E_CONFLICT, 0,
+                                  "the store does not name this node box %s's owner", c->box);
         /* the node's sweeper may be adopting it this moment: wait for it */
-        ab_err *e = NULL;
         int rc;
-        for (int i = 0;
-             (rc = nb->move->adopt(nb, id, &e)) < 0 && e->code == AB_E_CONFLICT && i < 100; i++) {
-                ab_err_free(&e);
+        for (int i = 0; (rc = c->nb->move->adopt(c->nb, c->id, err)) < 0 &&
+                        (*err)->code == AB_E_CONFLICT && i < 100;
+             i++) {
+                ab_err_free(err);
                 usleep(50 * 1000);
         }
-        if (rc < 0)
+        return rc;
+}
+
+enum MHD_Result route_fleet_move_commit(ab_req *r, const char *id)
+{
+        enum MHD_Result ret;
+        ab_backend *nb = staged_backend(r, &ret);
+        if (!nb)
+                return ret;
+        commit_call c = {.s = r->srv, .nb = nb, .box = req_query(r, "box"), .id = id};
+        ab_err *e = NULL;
+        if (ab_manager_box_locked(r->srv->mgr, c.box, commit_locked, &c, &e) < 0)
                 return resp_err(r, e);
+        if (c.deleted)
+                return resp_error(r, 410, "gone",
+                                  "box %s was deleted while it moved: its copy here is removed",
+                                  c.box);
         return resp_json(r, 200, json_pack("{s:b}", "adopted", true));
 }
 
@@ -664,13 +711,21 @@ static enum MHD_Result move_commit(move_ctx *m)
         json_decref(answer);
         if (rc == 0 && status == 404) {
                 /* the target lost its copy: the box stays here */
-                ab_store_box_set_node(s->store, m->rec.provider, m->rec.id, m->self, m->node, NULL);
+                if (ab_store_box_set_node(s->store, m->rec.provider, m->rec.id, m->self, m->node,
+                                          NULL) == 0)
+                        m->nb->move->send_mark(m->nb, m->rec.backend_id, false, NULL);
                 return resp_error(r, 502, "failed",
                                   "node %s lost the copy of box %s before taking it: the box "
                                   "stays on node %s",
                                   m->node, m->rec.id, m->self);
         }
-        if (rc < 0 || status != 200) {
+        bool deleted = rc == 0 && status == 410;
+        if (deleted) {
+                /* deleted through the target since the switch: the target
+                 * dropped its copy, this one goes too (no record names it) */
+                ab_log(AB_LOG_INFO, "fleet: a moving box was deleted meanwhile", "box", m->rec.id,
+                       "node", m->node, NULL);
+        } else if (rc < 0 || status != 200) {
                 ab_log(AB_LOG_WARN, "fleet: a moved box's new node did not confirm", "box",
                        m->rec.id, "node", m->node, "error", e ? e->msg : "", NULL);
                 ab_err_free(&e);
@@ -688,6 +743,9 @@ static enum MHD_Result move_commit(move_ctx *m)
                        "error", e->msg, NULL);
                 ab_err_free(&e);
         }
+        if (deleted)
+                return resp_error(r, 404, "not_found", "box %s was deleted while it moved",
+                                  m->rec.id);
         ab_box_rec rec = {0};
         if (ab_store_box_get(s->store, m->rec.provider, m->rec.id, &rec, &e) < 0)
                 return resp_err(r, e);
@@ -737,7 +795,12 @@ static enum MHD_Result move_run(move_ctx *m)
         if (status != 200)
                 return pass_on(r, m->node, status, answer);
         json_decref(answer);
-        if (ab_store_box_set_node(s->store, m->rec.provider, m->rec.id, m->node, m->self, &e) < 0) {
+        /* the folder says it leaves before the store says so: an owner killed
+         * after the switch finds it so at its start, whatever became of the
+         * box on the target meanwhile (recovery.c never adopts it) */
+        if (m->nb->move->send_mark(m->nb, m->rec.backend_id, true, &e) < 0 ||
+            ab_store_box_set_node(s->store, m->rec.provider, m->rec.id, m->node, m->self, &e) < 0) {
+                m->nb->move->send_mark(m->nb, m->rec.backend_id, false, NULL);
                 _cleanup_free_ char *t =
                     xasprintf("/v1/fleet/moves/%s/abort?box=%s", m->rec.backend_id, m->rec.id);
                 if (call_target(r, m->node, t, NULL, &status, &answer, NULL) == 0)

@@ -17,7 +17,11 @@ box"): three nodes on 127.0.0.1-3 sharing the suite's PostgreSQL.
 - kill -9 of the target, and of the owner, after the store names the target
   and before it took the box up (AGENTBOX_TEST_MOVE_SWITCH_DELAY_MS): the
   target takes it up (at its start, or by itself), the owner's old copy goes
-  (by its sweep, or at its start); the box is usable on the target."""
+  (by its sweep, or at its start); the box is usable on the target.
+- A delete of the box on the target between the store's switch and the
+  adoption: no record and no copy on either node is left; and an owner
+  killed after the switch, whose box is deleted on the target while it is
+  down, removes its old copy at its start instead of taking it up again."""
 import json
 import os
 import subprocess
@@ -260,7 +264,11 @@ try:
     rr = result.get("r")
     h.ok(rr is not None and rr.status == 503 and "n2" in (rr.err_message or ""),
          "the target killed after the switch: the move answers 503, naming it", rr.describe() if rr else "")
-    h.ok(incoming(n2, W) and not has_box(n2, W), "... its complete copy waits in incoming/")
+    # n2's own sweep (every heartbeat) may have taken it up in the moment
+    # between the switch and the kill: then it is in place already
+    h.ok(incoming(n2, W) != has_box(n2, W),
+         "... its complete copy waits in incoming/ (or n2 took it up just before it was killed)",
+         [incoming(n2, W), has_box(n2, W)])
     h.ok(abserver.wait_for(lambda: not has_box(n1, W), timeout=20),
          "... n1 removes its old copy (the store gives the box to n2)")
     h.ok(not n2.start(new_port=False), "n2 back")
@@ -282,6 +290,50 @@ try:
     h.ok(not has_box(n1, B), "... it removed its old copy at its start")
     settle()
     h.eq(owner(B), "n2", "... and the store still names n2")
+
+    # ---- a delete of a box whose move is between the store's switch and the adoption ------------
+    n1.stop()
+    n1.extra_env["AGENTBOX_TEST_MOVE_SWITCH_DELAY_MS"] = "4000"
+    h.ok(not n1.start(new_port=False), "n1 restarted pausing 4 s after the store's switch again")
+    settle()
+
+    def gone(b):
+        return n3.get("/v1/sandboxes/%s" % b, token=K).status == 404
+
+    V, _ = make_box(n1, K, "vee", 1)
+    Z = V
+    t = move_in_background(n1, "n2")
+    h.ok(abserver.wait_for(lambda: owner(V) == "n2", timeout=30), "a move of V to n2: the store names n2")
+    d = n2.delete("/v1/sandboxes/%s" % V, token=K)
+    h.ok(d.status in (200, 202, 204), "V deleted through n2 before the owner asked n2 to take it up",
+         d.describe())
+    t.join(60)
+    rr = result.get("r")
+    h.ok(rr is not None and (rr.status == 200 or (rr.status == 404 and "deleted" in (rr.err_message or ""))),
+         "the move answers (200, or 404: deleted while it moved)", rr.describe() if rr else "no answer")
+    h.ok(abserver.wait_for(lambda: gone(V) and not has_box(n1, V) and not has_box(n2, V) and
+                           not incoming(n2, V), timeout=20),
+         "... no record, and no copy on either node (nor in n2's incoming/)",
+         [gone(V), has_box(n1, V), has_box(n2, V), incoming(n2, V)])
+
+    V2, _ = make_box(n1, K, "vee2", 1)
+    Z = V2
+    t = move_in_background(n1, "n2")
+    h.ok(abserver.wait_for(lambda: owner(V2) == "n2", timeout=30), "a move of V2 to n2: the store names n2")
+    n1.kill9()
+    t.join(30)
+    h.ok(abserver.wait_for(lambda: has_box(n2, V2) and not incoming(n2, V2), timeout=10),
+         "the owner killed after the switch: n2 takes V2 up by itself")
+    d = n2.delete("/v1/sandboxes/%s" % V2, token=K)
+    h.ok(d.status in (200, 202, 204), "... and V2 is deleted through n2 while n1 is down", d.describe())
+    h.ok(abserver.wait_for(lambda: gone(V2) and not has_box(n2, V2), timeout=20), "... gone from n2")
+    h.ok(has_box(n1, V2), "... n1's old copy is still on its disk while it is down")
+    n1.extra_env.pop("AGENTBOX_TEST_MOVE_SWITCH_DELAY_MS")
+    h.ok(not n1.start(new_port=False), "n1 back")
+    h.ok(not has_box(n1, V2), "... it removed its old copy at its start (its folder says it left)")
+    h.ok(gone(V2), "... and the deleted box did not come back (no record)",
+         n3.get("/v1/sandboxes/%s" % V2, token=K).describe())
+    settle()
 finally:
     F.close()
     for m in mounted:

@@ -126,7 +126,7 @@ h.eq((r.status, r.get("id")), (200, CA), "after the restart the same keys acquir
 
 put_file(CA, b"before-exec-kill")
 s = srv.sse("/v1/sandboxes/%s/exec" % CA, method="POST",
-            body={"command": "echo started; echo x > /workspace/during.txt; sleep 20"})
+            body={"command": "echo x > /workspace/during.txt; echo started; sleep 20"})
 first = s.next(10)
 h.ok(first is not None and first.type == "stdout", "a long exec is streaming", s.describe())
 pids = init_pids()
