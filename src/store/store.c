@@ -386,6 +386,19 @@ static int migrate_body(ab_store *s, void *ctx, ab_err **err)
         return migrate_tx(s, err);
 }
 
+/* True when the schema is at this agentbox's latest version, read without a
+ * write transaction: every open after the first (a CLI exec opens the store
+ * each time) then takes no write lock. Anything else (no table yet, an
+ * older or newer version, an error) is for migrate_tx, which reads again
+ * under the lock. The caller holds s->lock. */
+static bool schema_current(ab_store *s)
+{
+        _cleanup_err_ ab_err *e = NULL;
+        int cur;
+        return read_version(s, "read the schema version", &cur, &e) == 0 &&
+               cur == latest_version(s);
+}
+
 /* ---- open / close ---- */
 
 /* mkdir -p with mode for the directories it creates. 0 or -errno. */
@@ -449,7 +462,8 @@ int ab_store_open(const char *url, const char *data_dir, ab_store **out, ab_err 
         pthread_mutex_init(&s->lock, NULL);
         {
                 STORE_LOCKED(s);
-                r = in_tx(s, "migrate the schema", migrate_body, NULL, err);
+                if (!schema_current(s))
+                        r = in_tx(s, "migrate the schema", migrate_body, NULL, err);
         }
         if (r < 0) {
                 ab_store_close(s);
