@@ -1026,8 +1026,10 @@ static int info_at(native *n, const char *id, ab_box_info *out, ab_err **err)
                 out->status = AB_BOX_ERROR;
                 out->error = xstrdup(st.error);
         } else if (ab_init_alive(st.init_pid, st.init_start)) {
-                /* A frozen init is alive (it just does not run). */
-                out->status = box_frozen(n, id) ? AB_BOX_PAUSED : AB_BOX_RUNNING;
+                /* A frozen init is alive (it just does not run). The cgroup
+                 * is read only when the marker says the box may be frozen, as
+                 * on connect: a look at a running box opens no cgroup. */
+                out->status = maybe_paused(n, bfd, id) ? AB_BOX_PAUSED : AB_BOX_RUNNING;
                 out->init_pid = st.init_pid;
                 out->started_at = st.started_at;
         } else {
