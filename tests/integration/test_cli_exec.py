@@ -1,0 +1,81 @@
+#!/usr/bin/env python3
+"""`agentbox exec` does each piece of its work once (issue 29: a CLI exec is
+run in loops, and its cost beside `nsenter` is its own work). Under strace,
+an exec in a running box made by `agentbox create`:
+- reads the box's config.json once (one look at the box, not two);
+- opens and makes nothing under /sys/fs/cgroup (a running box is not read
+  from its cgroup: the paused marker says when it may be frozen);
+- takes the store's write lock once: the activity and the audit row go in
+  one transaction, and opening a database at the latest schema writes
+  nothing (SQLite's WAL write lock is byte 120 of the -shm file, a fixed
+  place of its file format; another connection keeps the store open, as a
+  server does, so that the exec does not rebuild the WAL's index);
+and still records what an exec records: the audit row, the box's activity.
+Native backend only (the files and cgroups are the native backend's)."""
+import os
+import re
+import shutil
+import sqlite3
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
+import abtest  # noqa: E402
+
+h = abtest.Harness()
+if not h.native:
+    h.skip_all("the native backend's files and cgroups")
+box = h.create()
+r = h.run("exec", box, "--", "true", "x")
+h.eq(r.rc, 0, "a first exec (the store learns the box of `agentbox create`)", r.describe())
+
+
+def store_row(command):
+    """(audit rows of command, the box's last_active_at) from the data folder's store."""
+    db = sqlite3.connect("file:%s?mode=ro" % os.path.join(h.data, "agentbox.db"), uri=True,
+                         timeout=10)
+    try:
+        n = db.execute("SELECT COUNT(*) FROM exec_audit WHERE box_id = ? AND command = ?",
+                       (box, command)).fetchone()[0]
+        at = db.execute("SELECT last_active_at FROM boxes WHERE id = ?", (box,)).fetchone()[0]
+        return n, at
+    finally:
+        db.close()
+
+
+strace = shutil.which("strace")
+word = "w%d" % os.getpid()
+command = "echo hi " + word
+n0, at0 = store_row(command)
+if not strace:
+    h.skip("the exec's system calls", "strace is not installed")
+else:
+    log = os.path.join(h.root, "strace.log")
+    time.sleep(0.01)  # last_active_at is in ms: let it move
+    env = {k: v for k, v in os.environ.items() if k not in ("AGENTBOX_DATA", "AGENTBOX_STORE")}
+    # Another connection has the store open, as a server would: the exec is
+    # not the first one and does not rebuild the WAL's index (a recovery
+    # that takes the write lock too).
+    keep = sqlite3.connect(os.path.join(h.data, "agentbox.db"), timeout=10)
+    keep.execute("SELECT COUNT(*) FROM boxes").fetchone()
+    p = subprocess.run([strace, "-f", "-qq", "-o", log, "-e", "trace=open,openat,mkdir,mkdirat,fcntl",
+                        h.bin, "--data", h.data, "exec", box, "--", "echo", "hi", word],
+                       capture_output=True, text=True, timeout=60, env=env)
+    h.eq((p.returncode, p.stdout), (0, "hi %s\n" % word), "the exec under strace runs", p.stderr[-2000:])
+    keep.close()
+    with open(log) as f:
+        calls = f.read().splitlines()
+    config = [c for c in calls if re.search(r'open(at)?\(.*config\.json"', c)]
+    h.eq(len(config), 1, "the box's config.json is read once", "\n".join(config))
+    cg = [c for c in calls if "/sys/fs/cgroup" in c]
+    h.eq(cg, [], "nothing under /sys/fs/cgroup is opened or made for an exec in a running box")
+    wlock = [c for c in calls if re.search(r"F_SETLKW?, \{l_type=F_WRLCK, l_whence=SEEK_SET, l_start=120, l_len=1\}", c)]
+    h.eq(len(wlock), 1, "the store's write lock is taken once (one transaction: activity and audit row)",
+         "\n".join(wlock))
+n1, at1 = store_row(command)
+if strace:
+    h.eq(n1, n0 + 1, "the exec has its audit row")
+    h.ok(at1 is not None and at0 is not None and at1 > at0, "the exec marks the box active",
+         "last_active_at %r -> %r" % (at0, at1))
+h.done()
