@@ -56,6 +56,8 @@ else:
     log = os.path.join(h.root, "strace.log")
     time.sleep(0.01)  # last_active_at is in ms: let it move
     env = {k: v for k, v in os.environ.items() if k not in ("AGENTBOX_DATA", "AGENTBOX_STORE")}
+    # A sanitized build: LeakSanitizer cannot run under ptrace.
+    env["ASAN_OPTIONS"] = (env.get("ASAN_OPTIONS", "") + ":detect_leaks=0").lstrip(":")
     # Another connection has the store open, as a server would: the exec is
     # not the first one and does not rebuild the WAL's index (a recovery
     # that takes the write lock too).
