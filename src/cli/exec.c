@@ -44,7 +44,7 @@ int cli_local_open(cli_local *l, const char *data, const char *id, ab_err **err)
                         ab_box_info_clear(&bi);
                 }
         }
-        if (ab_store_open(url, no.data_dir, &l->store, err) < 0)
+        if (ab_store_open_brief(url, no.data_dir, &l->store, err) < 0)
                 goto fail;
         l->events = ab_events_new(16);
         l->metrics = ab_metrics_new();
