@@ -32,9 +32,7 @@ typedef struct cli_local {
  * AGENTBOX_STORE (default SQLite in the data folder). When that SQLite file
  * does not exist yet, it is made only for box `id` if the backend has it
  * (else its error: not found, invalid id); with id NULL, l->store and
- * l->mgr stay NULL then (nothing to record). With an id, a connection to
- * that box's init is made before the store opens and kept in the backend's
- * pool for the use's first connect (none when the box does not answer). */
+ * l->mgr stay NULL then (nothing to record). */
 int cli_local_open(cli_local *l, const char *data, const char *id, ab_err **err);
 void cli_local_close(cli_local *l);
 /* ab_manager_use_begin of box id, adopting a box of `agentbox create` that

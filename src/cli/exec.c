@@ -8,28 +8,12 @@
 #include <getopt.h>
 #include <signal.h>
 
-/* Connects to box id's init now and keeps the connection in the backend's
- * pool, where the use's first connect finds it: init's session wakes and
- * waits for the request while this process opens the store, instead of
- * after. Nothing is kept when the box does not answer (not running,
- * paused, no such box): the use finds out as before. */
-static void cli_preconnect(ab_backend *b, const char *id)
-{
-        if (!b->ops->release)
-                return;
-        int fd = b->ops->connect(b, id, NULL);
-        if (fd >= 0)
-                b->ops->release(b, id, fd);
-}
-
 int cli_local_open(cli_local *l, const char *data, const char *id, ab_err **err)
 {
         memset(l, 0, sizeof(*l));
         ab_native_opts no = {.data_dir = data && *data ? data : "./data"};
         if (cli_backend_open_env(no.data_dir, true, &l->backend, err) < 0)
                 goto fail;
-        if (id)
-                cli_preconnect(l->backend, id);
         const char *url = getenv("AGENTBOX_STORE");
         if (!url || !*url) {
                 /* A data folder without a store has no records: unless the box is
