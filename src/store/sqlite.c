@@ -198,8 +198,9 @@ static void sq_close(ab_store *s)
 {
         sqlite_store *q = (sqlite_store *)s;
         if (q->empty_wal_at_close && q->wal_frames >= AB_STORE_BRIEF_WAL_FRAMES) {
-                /* Not worth a wait: a process that opened the database since
-                 * is one that restarts the WAL itself. */
+                /* No waiting for others: a process that opened the database
+                 * since and is reading it keeps the WAL (a server restarts it
+                 * as it writes; another CLI command empties it as it closes). */
                 sqlite3_busy_timeout(q->db, 0);
                 sqlite3_wal_checkpoint_v2(q->db, "main", SQLITE_CHECKPOINT_TRUNCATE, NULL, NULL);
         }
