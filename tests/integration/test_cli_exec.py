@@ -3,7 +3,8 @@
 run in loops, and its cost beside `nsenter` is its own work). Under strace,
 an exec in a running box made by `agentbox create`:
 - reads the box's config.json once (one look at the box, not two);
-- connects to the box's init once;
+- connects to the box's init once, and does not look for agentbox-init
+  (only a start needs it);
 - opens and makes nothing under /sys/fs/cgroup (a running box is not read
   from its cgroup: the paused marker says when it may be frozen);
 - takes the store's write lock once: the activity and the audit row go in
@@ -121,6 +122,11 @@ if strace:
     h.eq(n1, n0 + 1, "the exec has its audit row")
     h.ok(at1 is not None and at0 is not None and at1 > at0, "the exec marks the box active",
          "last_active_at %r -> %r" % (at0, at1))
+
+# What only a start needs is looked for only by a start: an exec in a
+# running box does not look for agentbox-init.
+r = h.run("exec", box, "--", "echo", "no-init", env={"AGENTBOX_INIT": "/nonexistent/agentbox-init"})
+h.eq((r.rc, r.out), (0, "no-init\n"), "an exec in a running box needs no agentbox-init", r.describe())
 
 # No other process on the store (no server): each exec's process rebuilds
 # SQLite's WAL index from the whole WAL, so the execs keep it short: the one
