@@ -323,6 +323,11 @@ typedef struct ab_native_opts {
          * leave it mounted after an `ls`. The server mounts it at open (its
          * skills routes write there). */
         bool lazy_skills;
+        /* Find agentbox-init (init_path, AGENTBOX_INIT, or beside this
+         * binary) before the first start of a box, not at open: for a
+         * process that only uses boxes (the CLI's exec); a missing one is
+         * then that start's error. */
+        bool lazy_init;
 } ab_native_opts;
 
 #define AB_SKILLS_DISK_MIB 1024

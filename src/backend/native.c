@@ -53,10 +53,11 @@
 
 typedef struct native {
         ab_backend base;
-        char *data;   /* absolute */
-        char *boxes;  /* DATA/boxes */
-        char *skills; /* DATA/skills */
-        char *init_path;
+        char *data;       /* absolute */
+        char *boxes;      /* DATA/boxes */
+        char *skills;     /* DATA/skills */
+        char *init_path;  /* found: at open, or by init_memfd (opts.lazy_init) */
+        char *init_given; /* opts.init_path, kept until then; NULL = none */
         int boxes_fd;
         int data_fd;
         int cache_fd; /* DATA/cache: formatted disk templates */
@@ -166,6 +167,12 @@ static int need_bpf(native *n, ab_err **err)
  * costs a stat instead of a 1 MiB copy, and the pages are shared. */
 static int init_memfd(native *n, ab_err **err)
 {
+        pthread_mutex_lock(&n->lazy);
+        if (!n->init_path)
+                n->init_path = ab_backend_find_init(n->init_given, err);
+        pthread_mutex_unlock(&n->lazy);
+        if (!n->init_path)
+                return -1;
         struct stat st;
         if (stat(n->init_path, &st) < 0)
                 return ab_err_set(err, AB_E_INTERNAL, errno, "cannot open agentbox-init at %s",
@@ -1032,8 +1039,10 @@ static int info_at(native *n, const char *id, ab_box_info *out, ab_err **err)
                 out->status = AB_BOX_ERROR;
                 out->error = xstrdup(st.error);
         } else if (ab_init_alive(st.init_pid, st.init_start)) {
-                /* A frozen init is alive (it just does not run). */
-                out->status = box_frozen(n, id) ? AB_BOX_PAUSED : AB_BOX_RUNNING;
+                /* A frozen init is alive (it just does not run). The cgroup
+                 * is read only when the marker says the box may be frozen, as
+                 * on connect: a look at a running box opens no cgroup. */
+                out->status = maybe_paused(n, bfd, id) ? AB_BOX_PAUSED : AB_BOX_RUNNING;
                 out->init_pid = st.init_pid;
                 out->started_at = st.started_at;
         } else {
@@ -1621,6 +1630,7 @@ static void n_free(ab_backend *b)
         free(n->boxes);
         free(n->skills);
         free(n->init_path);
+        free(n->init_given);
         free(n);
 }
 
@@ -2155,8 +2165,9 @@ int ab_native_open(const ab_native_opts *opts, ab_backend **out, ab_err **err)
         if (!opts->lazy_skills && need_skills(n, err) < 0)
                 return -1;
         n->hide[0] = n->data;
-        n->init_path = ab_backend_find_init(opts->init_path, err);
-        if (!n->init_path)
+        if (opts->lazy_init)
+                n->init_given = opts->init_path ? xstrdup(opts->init_path) : NULL;
+        else if (!(n->init_path = ab_backend_find_init(opts->init_path, err)))
                 return -1;
         if (!opts->no_sweeps) {
                 sweep_trash(n);

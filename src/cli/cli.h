@@ -37,8 +37,10 @@ int cli_local_open(cli_local *l, const char *data, const char *id, ab_err **err)
 void cli_local_close(cli_local *l);
 /* ab_manager_use_begin of box id, adopting a box of `agentbox create` that
  * the store does not know yet; AB_E_CONFLICT for a stopped box (the CLI
- * starts boxes only with `agentbox start`). */
-int cli_local_use(cli_local *l, const char *id, ab_use *u, ab_err **err);
+ * starts boxes only with `agentbox start`). limits (may be NULL) gets the
+ * box's limits as its backend keeps them (the output cap of `agentbox
+ * create --output-cap`), read in the same look at the box. */
+int cli_local_use(cli_local *l, const char *id, ab_use *u, ab_limits *limits, ab_err **err);
 
 /* agentbox exec [...] ID -- CMD [ARG...]: one word is a shell command line,
  * several are an argv. Returns the command's exit code or an agentbox one. */

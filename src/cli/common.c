@@ -126,7 +126,8 @@ int cli_backend_open_env(const char *data, bool quick, ab_backend **out, ab_err 
                 ab_native_opts no = {.data_dir = data && *data ? data : "./data",
                                      .init_path = cfg.init_path,
                                      .no_sweeps = quick,
-                                     .lazy_skills = true};
+                                     .lazy_skills = true,
+                                     .lazy_init = quick};
                 rc = cli_backend_open(&cfg, &no, out, err);
         }
         ab_config_release(&cfg);

@@ -28,7 +28,7 @@ int cli_local_open(cli_local *l, const char *data, const char *id, ab_err **err)
                         ab_box_info_clear(&bi);
                 }
         }
-        if (ab_store_open(url, no.data_dir, &l->store, err) < 0)
+        if (ab_store_open_brief(url, no.data_dir, &l->store, err) < 0)
                 goto fail;
         l->events = ab_events_new(16);
         l->metrics = ab_metrics_new();
@@ -62,7 +62,7 @@ void cli_local_close(cli_local *l)
         memset(l, 0, sizeof(*l));
 }
 
-int cli_local_use(cli_local *l, const char *id, ab_use *u, ab_err **err)
+int cli_local_use(cli_local *l, const char *id, ab_use *u, ab_limits *limits, ab_err **err)
 {
         /* As `docker exec`: the CLI does not start a stopped box behind its
          * user's back (`agentbox start` does); a paused one it resumes, as
@@ -76,6 +76,8 @@ int cli_local_use(cli_local *l, const char *id, ab_use *u, ab_err **err)
                         rc = ab_err_set(err, AB_E_CONFLICT, 0,
                                         "box %s is stopped: start it with `agentbox start %s`", id,
                                         id);
+                else if (limits)
+                        *limits = bi.limits;
                 ab_box_info_clear(&bi);
         }
         ab_box_rec_clear(&r);
@@ -188,7 +190,8 @@ int cli_exec(int argc, char **argv, const char *data)
         if (cli_local_open(&l, data, id, &e) < 0)
                 return cli_fail(&e);
         ab_use u;
-        if (cli_local_use(&l, id, &u, &e) < 0) {
+        ab_limits box_limits;
+        if (cli_local_use(&l, id, &u, &box_limits, &e) < 0) {
                 cli_local_close(&l);
                 return cli_fail(&e);
         }
@@ -197,11 +200,7 @@ int cli_exec(int argc, char **argv, const char *data)
         if (!timeout_ms && u.rec.has_limits && !tty)
                 timeout_ms = (uint64_t)u.rec.limits.timeout_s * 1000;
         /* The box's own output cap (agentbox create --output-cap). */
-        ab_box_info info;
-        if (l.backend->ops->info(l.backend, u.rec.backend_id, &info, NULL) == 0) {
-                req.output_cap = info.limits.output_cap;
-                ab_box_info_clear(&info);
-        }
+        req.output_cap = box_limits.output_cap;
         if (tty) {
                 /* One word is a shell command line, as without -t. */
                 const char *shell[] = {"bash", "-lc", req.command, NULL};
@@ -214,6 +213,9 @@ int cli_exec(int argc, char **argv, const char *data)
         }
         abc_exec_res res;
         signal(SIGPIPE, SIG_IGN);
+        /* The use ends right after the exec: its activity, audit row and
+         * event are written then, in one store transaction (not two). */
+        u.late = true;
         int rc = ab_manager_exec(l.mgr, &u, &req, write_out, NULL, &res, &e);
         ab_manager_use_end(l.mgr, &u);
         cli_local_close(&l);

@@ -664,7 +664,7 @@ static int cmd_tool(const char *data, bool help, int argc, char **argv)
         }
         cli_local l;
         ab_use u;
-        if (cli_local_open(&l, data, id, &e) < 0 || cli_local_use(&l, id, &u, &e) < 0) {
+        if (cli_local_open(&l, data, id, &e) < 0 || cli_local_use(&l, id, &u, NULL, &e) < 0) {
                 json_decref(args);
                 cli_local_close(&l);
                 return cli_fail(&e);

@@ -237,7 +237,7 @@ int cli_attach(int argc, char **argv, const char *data)
         if (cli_local_open(&l, data, id, &e) < 0)
                 return cli_fail(&e);
         ab_use u;
-        if (cli_local_use(&l, id, &u, &e) < 0) {
+        if (cli_local_use(&l, id, &u, NULL, &e) < 0) {
                 cli_local_close(&l);
                 return cli_fail(&e);
         }

@@ -9,7 +9,8 @@
 #include <time.h>
 
 #define BUSY_TIMEOUT_MS 5000
-#define STMT_CACHE      64 /* prepared statements kept per handle */
+#define STMT_CACHE      64   /* prepared statements kept per handle */
+#define AUTOCHECKPOINT  1000 /* frames: SQLite's default wal_autocheckpoint */
 
 /* A statement prepared once and kept: parsing and planning the SQL costs
  * more than running it on the hot paths (an exec reads a box and writes its
@@ -26,6 +27,8 @@ typedef struct sqlite_store {
         sqlite3 *db;
         cached_stmt cache[STMT_CACHE];
         uint64_t uses;
+        bool empty_wal_at_close; /* brief, and no other process had the database open */
+        int wal_frames;          /* frames in the WAL after this handle's last commit */
 } sqlite_store;
 
 static const char *const v1[] = AB_STORE_SCHEMA_V1("INTEGER PRIMARY KEY AUTOINCREMENT");
@@ -195,6 +198,13 @@ static void sq_rollback(ab_store *s)
 static void sq_close(ab_store *s)
 {
         sqlite_store *q = (sqlite_store *)s;
+        if (q->empty_wal_at_close && q->wal_frames >= AB_STORE_BRIEF_WAL_FRAMES) {
+                /* No waiting for others: a process that opened the database
+                 * since and is reading it keeps the WAL (a server restarts it
+                 * as it writes; another CLI command empties it as it closes). */
+                sqlite3_busy_timeout(q->db, 0);
+                sqlite3_wal_checkpoint_v2(q->db, "main", SQLITE_CHECKPOINT_TRUNCATE, NULL, NULL);
+        }
         for (size_t i = 0; i < STMT_CACHE; i++)
                 sqlite3_finalize(q->cache[i].st);
         sqlite3_close(q->db);
@@ -252,7 +262,34 @@ static int set_wal(sqlite_store *q, const char *path, ab_err **err)
         }
 }
 
-int ab_store_sqlite_open(const char *path, ab_store **out, ab_err **err)
+/* True when no other process has the database at path open: SQLite's unix
+ * VFS holds a shared lock on byte 128 of PATH-shm (its "DMS" lock, fixed by
+ * the WAL-index format every version shares) in every process that has the
+ * WAL index open. Call it only while this process has no handle on the
+ * database: closing the probe's descriptor drops every POSIX lock this
+ * process holds on the file. */
+static bool no_other_process(const char *path)
+{
+        _cleanup_free_ char *shm = xasprintf("%s-shm", path);
+        _cleanup_close_ int fd = open(shm, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NOCTTY);
+        if (fd < 0)
+                return errno == ENOENT; /* made by the first connection */
+        struct flock f = {.l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = 128, .l_len = 1};
+        return fcntl(fd, F_GETLK, &f) == 0 && f.l_type == F_UNLCK;
+}
+
+/* SQLite's own auto-checkpoint (a passive one at 1,000 frames), which a WAL
+ * hook replaces, and a count of the frames for sq_close. */
+static int on_wal_commit(void *ud, sqlite3 *db, const char *name, int frames)
+{
+        sqlite_store *q = ud;
+        q->wal_frames = frames;
+        if (frames >= AUTOCHECKPOINT)
+                sqlite3_wal_checkpoint_v2(db, name, SQLITE_CHECKPOINT_PASSIVE, NULL, NULL);
+        return SQLITE_OK;
+}
+
+int ab_store_sqlite_open(const char *path, bool brief, ab_store **out, ab_err **err)
 {
         *out = NULL;
         /* Create the file ourselves so that it is private from the start (SQLite
@@ -262,6 +299,7 @@ int ab_store_sqlite_open(const char *path, ab_store **out, ab_err **err)
                 return ab_err_set(err, errno == EACCES ? AB_E_PERMISSION : AB_E_UNAVAILABLE, errno,
                                   "open SQLite database %s", path);
         close(fd);
+        bool alone = brief && no_other_process(path);
         sqlite3 *db = NULL;
         int rc = sqlite3_open_v2(
             path, &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX, NULL);
@@ -283,6 +321,10 @@ int ab_store_sqlite_open(const char *path, ab_store **out, ab_err **err)
         sqlite_store *q = xzalloc(sizeof(*q));
         q->base.ops = &sqlite_ops;
         q->db = db;
+        if (alone) {
+                q->empty_wal_at_close = true;
+                sqlite3_wal_hook(db, on_wal_commit, q);
+        }
         if (set_wal(q, path, err) < 0 ||
             sq_exec(&q->base, "open SQLite database: set synchronous", "PRAGMA synchronous=NORMAL",
                     NULL, 0, NULL, err) < 0) {

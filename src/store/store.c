@@ -386,6 +386,19 @@ static int migrate_body(ab_store *s, void *ctx, ab_err **err)
         return migrate_tx(s, err);
 }
 
+/* True when the schema is at this agentbox's latest version, read without a
+ * write transaction: every open after the first (a CLI exec opens the store
+ * each time) then takes no write lock. Anything else (no table yet, an
+ * older or newer version, an error) is for migrate_tx, which reads again
+ * under the lock. The caller holds s->lock. */
+static bool schema_current(ab_store *s)
+{
+        _cleanup_err_ ab_err *e = NULL;
+        int cur;
+        return read_version(s, "read the schema version", &cur, &e) == 0 &&
+               cur == latest_version(s);
+}
+
 /* ---- open / close ---- */
 
 /* mkdir -p with mode for the directories it creates. 0 or -errno. */
@@ -414,7 +427,8 @@ static bool has_prefix(const char *s, const char *p)
         return strncmp(s, p, strlen(p)) == 0;
 }
 
-int ab_store_open(const char *url, const char *data_dir, ab_store **out, ab_err **err)
+static int store_open(const char *url, const char *data_dir, bool brief, ab_store **out,
+                      ab_err **err)
 {
         *out = NULL;
         ab_store *s = NULL;
@@ -428,12 +442,12 @@ int ab_store_open(const char *url, const char *data_dir, ab_store **out, ab_err 
                         return ab_err_set(err, r == -EACCES ? AB_E_PERMISSION : AB_E_UNAVAILABLE,
                                           -r, "open store: cannot create data folder %s", data_dir);
                 _cleanup_free_ char *path = xasprintf("%s/agentbox.db", data_dir);
-                r = ab_store_sqlite_open(path, &s, err);
+                r = ab_store_sqlite_open(path, brief, &s, err);
         } else if (has_prefix(url, "sqlite:")) {
                 if (!url[7])
                         return ab_err_set(err, AB_E_INVALID, 0,
                                           "open store: 'sqlite:' needs a path (sqlite:PATH)");
-                r = ab_store_sqlite_open(url + 7, &s, err);
+                r = ab_store_sqlite_open(url + 7, brief, &s, err);
         } else if (has_prefix(url, "postgres://") || has_prefix(url, "postgresql://")) {
                 r = ab_store_pg_open(url, &s, err);
         } else {
@@ -449,7 +463,8 @@ int ab_store_open(const char *url, const char *data_dir, ab_store **out, ab_err 
         pthread_mutex_init(&s->lock, NULL);
         {
                 STORE_LOCKED(s);
-                r = in_tx(s, "migrate the schema", migrate_body, NULL, err);
+                if (!schema_current(s))
+                        r = in_tx(s, "migrate the schema", migrate_body, NULL, err);
         }
         if (r < 0) {
                 ab_store_close(s);
@@ -457,6 +472,16 @@ int ab_store_open(const char *url, const char *data_dir, ab_store **out, ab_err 
         }
         *out = s;
         return 0;
+}
+
+int ab_store_open(const char *url, const char *data_dir, ab_store **out, ab_err **err)
+{
+        return store_open(url, data_dir, false, out, err);
+}
+
+int ab_store_open_brief(const char *url, const char *data_dir, ab_store **out, ab_err **err)
+{
+        return store_open(url, data_dir, true, out, err);
 }
 
 void ab_store_close(ab_store *s)

@@ -93,6 +93,16 @@ void ab_api_keys_free(ab_api_key *k, size_t n);
  * be reached, AB_E_INVALID for a bad url, AB_E_CONFLICT when the database
  * has a newer schema than this binary knows. */
 int ab_store_open(const char *url, const char *data_dir, ab_store **out, ab_err **err);
+/* ab_store_open for a handle that a command closes within moments (a CLI
+ * exec), the only one on its database in this process. SQLite rebuilds its
+ * WAL index from the whole WAL in the first connection of a process when
+ * no other process has the database open, and a WAL that only such
+ * commands write is never restarted: so when no other process has the
+ * database open, closing this handle empties the WAL (a checkpoint that
+ * truncates it) once it holds AB_STORE_BRIEF_WAL_FRAMES frames or more. A
+ * server's handle is ab_store_open's. PostgreSQL: ab_store_open. */
+int ab_store_open_brief(const char *url, const char *data_dir, ab_store **out, ab_err **err);
+#define AB_STORE_BRIEF_WAL_FRAMES 100
 void ab_store_close(ab_store *s);
 /* "sqlite" or "postgres". */
 const char *ab_store_kind(const ab_store *s);

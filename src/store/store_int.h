@@ -123,7 +123,7 @@ void ab_box_cache_clear(ab_store *s);
 
 /* Driver constructors: connect and configure; store.c then migrates. They
  * fill s->ops; store.c initialises the mutex. */
-int ab_store_sqlite_open(const char *path, ab_store **out, ab_err **err);
+int ab_store_sqlite_open(const char *path, bool brief, ab_store **out, ab_err **err);
 int ab_store_pg_open(const char *url, ab_store **out, ab_err **err);
 
 /* Schema version 1, the same for every dialect but for the type of the

@@ -270,6 +270,55 @@ static void test_concurrent_fresh_open(const target *t)
         is_int(good, N, "%d processes opening a fresh database at once all succeed", N);
 }
 
+/* Another handle holds the database's write lock (SQLite: BEGIN IMMEDIATE;
+ * PostgreSQL: the migration's advisory lock): opening a database whose
+ * schema is current must not wait for it (a CLI exec opens the store every
+ * time). The open runs in a child that an alarm ends after 3 s (SQLite would
+ * wait 5 s for the lock, PostgreSQL forever). */
+static void test_open_while_locked(const target *t)
+{
+        bool lite = strcmp(t->kind, "sqlite") == 0;
+        sqlite3 *db = NULL;
+        PGconn *pg = NULL;
+        bool locked = false;
+        if (lite) {
+                locked =
+                    sqlite3_open_v2(t->url + 7, &db, SQLITE_OPEN_READWRITE, NULL) == SQLITE_OK &&
+                    sqlite3_exec(db, "BEGIN IMMEDIATE", NULL, NULL, NULL) == SQLITE_OK;
+        } else {
+                pg = PQconnectdb(t->url);
+                PGresult *r =
+                    PQexec(pg, "BEGIN; SELECT pg_advisory_xact_lock(7215470930366857001)");
+                locked = PQresultStatus(r) == PGRES_TUPLES_OK;
+                PQclear(r);
+        }
+        ok(locked, "another handle holds the write lock");
+        pid_t pid = fork();
+        if (pid == 0) {
+                alarm(3);
+                ab_store *s = NULL;
+                ab_err *e = NULL;
+                int r = ab_store_open(t->url, NULL, &s, &e);
+                if (e)
+                        fprintf(stderr, "open: %s\n", e->msg);
+                ab_store_close(s);
+                _exit(r == 0 ? 0 : 1);
+        }
+        int st = 0;
+        waitpid(pid, &st, 0);
+        ok(WIFEXITED(st) && WEXITSTATUS(st) == 0,
+           "a database at the latest schema opens without waiting for the write lock");
+        if (!(WIFEXITED(st) && WEXITSTATUS(st) == 0))
+                tap_diag("  the open %s", WIFSIGNALED(st) ? "waited 3 s (alarm)" : "failed");
+        if (lite) {
+                sqlite3_exec(db, "ROLLBACK", NULL, NULL, NULL);
+                sqlite3_close(db);
+        } else {
+                PQclear(PQexec(pg, "ROLLBACK"));
+                PQfinish(pg);
+        }
+}
+
 /* Undoes versions 8 (the keys-by-app index), 7 (file metadata) and 6 (the
  * fleet's table and column). */
 static bool undo_v6(const target *t)
@@ -1509,6 +1558,7 @@ static void suite(const target *t)
         K = t->kind;
         test_concurrent_fresh_open(t);
         test_migrations(t);
+        test_open_while_locked(t);
         ab_store *s = open_store(t, "main handle");
         ab_store *s2 = open_store(t, "second handle");
         if (!s || !s2) {
