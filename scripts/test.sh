@@ -18,16 +18,19 @@
 # Exit status: 0 when nothing failed, else 1.
 #
 # Environment:
-#   AGENTBOX_TEST_JOBS   parallel meson tests of ./build (default: nproc)
+#   AGENTBOX_TEST_JOBS   parallel meson tests of ./build (default: nproc + 1)
 #   AGENTBOX_ASAN_JOBS   parallel meson tests of the ASan run, alongside
-#                        those of ./build (default: AGENTBOX_TEST_JOBS)
+#                        those of ./build (default: nproc)
 #   AGENTBOX_TEST_SERIAL 1 = no lanes: one stage after another
 #   AGENTBOX_ASAN_LEAKS  1 = LeakSanitizer on in the ASan run (default 1)
 set -u -o pipefail
 
 cd "$(dirname "$0")/.." || exit 1
-jobs=${AGENTBOX_TEST_JOBS:-$(nproc 2>/dev/null || echo 2)}
-asan_jobs=${AGENTBOX_ASAN_JOBS:-$jobs}
+ncpu=$(nproc 2>/dev/null || echo 2)
+# The tests wait more than they compute: one more than the CPUs for ./build,
+# as many as the CPUs for the ASan run beside it.
+jobs=${AGENTBOX_TEST_JOBS:-$((ncpu + 1))}
+asan_jobs=${AGENTBOX_ASAN_JOBS:-$ncpu}
 serial=${AGENTBOX_TEST_SERIAL:-0}
 asan_leaks=${AGENTBOX_ASAN_LEAKS:-1}
 
