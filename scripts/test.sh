@@ -229,6 +229,10 @@ if [ $build_ok = 1 ] && [ -x build/agentbox ] && command -v python3 >/dev/null; 
 fi
 
 stage "summary"
+# How busy the run kept the CPUs: the CPU time of every process it started
+# and waited for (boxes' and containers' processes are not counted).
+echo "CPU time in ${SECONDS}s (user, system; the script itself, then what it started):"
+times
 args=("format=$format_result")
 for r in "${runs[@]}"; do
         args+=("run=$r")
