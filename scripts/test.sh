@@ -13,8 +13,9 @@
 # After the first build two lanes run at once (see "two lanes" below): the
 # meson tests of ./build, and the other builds, the format check, the ASan
 # run and the fuzz run. Every stage runs even when an earlier one failed.
-# Counted as tests: every meson test of the three runs, plus "format". A failed stage that is no test
-# (deps, a build, a meson run that left no log) counts as one failed test.
+# Counted as tests: every meson test of the three runs, plus "format". A
+# failed stage that is no test (deps, a build, a meson run that left no log)
+# counts as one failed test.
 # Exit status: 0 when nothing failed, else 1.
 #
 # Environment:
