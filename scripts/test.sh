@@ -10,24 +10,34 @@
 #
 #   N passed, N failed, N skipped
 #
-# Every stage runs even when an earlier one failed. Counted as tests: every
-# meson test of both runs, plus "format". A failed stage that is no test
-# (deps, a build, a meson run that left no log) counts as one failed test.
+# After the first build two lanes run at once (see "two lanes" below): the
+# meson tests of ./build, and the other builds, the format check, the ASan
+# run and the fuzz run. Every stage runs even when an earlier one failed.
+# Counted as tests: every meson test of the three runs, plus "format". A
+# failed stage that is no test (deps, a build, a meson run that left no log)
+# counts as one failed test.
 # Exit status: 0 when nothing failed, else 1.
 #
 # Environment:
-#   AGENTBOX_TEST_JOBS   parallel meson tests (default: nproc)
+#   AGENTBOX_TEST_JOBS   parallel meson tests of ./build (default: nproc + 1)
+#   AGENTBOX_ASAN_JOBS   parallel meson tests of the ASan run, alongside
+#                        those of ./build (default: nproc)
+#   AGENTBOX_TEST_SERIAL 1 = no lanes: one stage after another
 #   AGENTBOX_ASAN_LEAKS  1 = LeakSanitizer on in the ASan run (default 1)
 set -u -o pipefail
 
 cd "$(dirname "$0")/.." || exit 1
-jobs=${AGENTBOX_TEST_JOBS:-$(nproc 2>/dev/null || echo 2)}
+ncpu=$(nproc 2>/dev/null || echo 2)
+# The tests wait more than they compute: one more than the CPUs for ./build,
+# as many as the CPUs for the ASan run beside it.
+jobs=${AGENTBOX_TEST_JOBS:-$((ncpu + 1))}
+asan_jobs=${AGENTBOX_ASAN_JOBS:-$ncpu}
+serial=${AGENTBOX_TEST_SERIAL:-0}
 asan_leaks=${AGENTBOX_ASAN_LEAKS:-1}
 
 failures=()     # "stage: why" for stages that count as one failed test each
 format_result=  # OK | FAIL
-runs=()         # "label=BUILDDIR" of meson test runs to count
-declare -A meson_rc
+runs=()         # "label=BUILDDIR=EXIT" of meson test runs to count
 
 stage() {
         printf '\n===== [%4ds] %s =====\n' "$SECONDS" "$*"
@@ -67,22 +77,54 @@ stage "build: build"
 build_ok=1
 ./scripts/build.sh build || { build_ok=0; failures+=("build: build failed"); }
 
-stage "build: build-asan (ASan+UBSan)"
-asan_ok=1
-./scripts/build.sh build-asan -Db_sanitize=address,undefined -Db_lundef=false ||
-        { asan_ok=0; failures+=("build-asan: build failed"); }
+# Two lanes: from here on they run at once. The end-to-end tests mostly wait
+# (servers starting, boxes booting, polls, deadlines) and leave the CPUs
+# idle. The main lane runs the meson tests of ./build, its output live. The
+# side lane builds ./build-asan, ./build-fuzz and checks formatting at nice
+# 10 (the compilers take the CPU the waiting tests leave), starts the ASan
+# test run as soon as ./build-asan is built, then runs the fuzz targets one
+# at a time. Its output goes to files, printed after the main lane's in the
+# usual stage order. AGENTBOX_TEST_SERIAL=1: one stage after another.
+side=$(mktemp -d "${TMPDIR:-/tmp}/agentbox-test.XXXXXX") || exit 1
+trap 'rm -rf "$side"' EXIT
 
-stage "build: build-fuzz (clang, libFuzzer + ASan + UBSan: scripts/fuzz.sh --build-only)"
-fuzz_ok=1
-./scripts/fuzz.sh --build-only || { fuzz_ok=0; failures+=("build-fuzz: build failed"); }
+# mark WHAT: a line of the side lane in the live output.
+mark() {
+        printf '[%4ds] side lane: %s\n' "$SECONDS" "$*"
+}
 
-stage "format: clang-format --dry-run --Werror (src/ tests/ bench/)"
-if ! command -v clang-format >/dev/null; then
-        format_result=FAIL
-        echo "clang-format not found"
-else
-        bad=()
-        n=0
+# side_stage LOG TITLE: starts $side/LOG.log with the stage's header.
+side_stage() {
+        mark "$2"
+        printf '\n===== [%4ds] %s =====\n' "$SECONDS" "$2" >"$side/$1.log"
+}
+
+# side_step LOG TITLE CMD...: runs CMD (a command or a function) at nice
+# 10 into $side/LOG.log.
+side_step() {
+        local log=$1 rc
+        side_stage "$log" "$2"
+        shift 2
+        (
+                renice -n 10 -p "$BASHPID" >/dev/null
+                "$@"
+        ) >>"$side/$log.log" 2>&1
+        rc=$?
+        printf '(ended at %ds, exit %d)\n' "$SECONDS" $rc >>"$side/$log.log"
+        return $rc
+}
+
+# side_fail WHY: a stage that is no test failed; counts as one failed test.
+side_fail() {
+        printf '%s\n' "$*" >>"$side/failures"
+}
+
+format_check() {
+        if ! command -v clang-format >/dev/null; then
+                echo "clang-format not found"
+                return 1
+        fi
+        local bad=() n=0 f out
         while IFS= read -r -d '' f; do
                 n=$((n + 1))
                 if ! out=$(clang-format --dry-run --Werror --ferror-limit=1 "$f" 2>&1); then
@@ -91,47 +133,94 @@ else
                 fi
         done < <(find src tests bench \( -name '*.c' -o -name '*.h' \) -type f -print0 2>/dev/null | sort -z)
         if [ ${#bad[@]} -eq 0 ]; then
-                format_result=OK
                 echo "$n files formatted correctly"
-        else
-                format_result=FAIL
-                echo "${#bad[@]} of $n files need formatting; fix with:"
-                echo "  clang-format -i ${bad[*]}"
+                return 0
         fi
-fi
+        echo "${#bad[@]} of $n files need formatting; fix with:"
+        echo "  clang-format -i ${bad[*]}"
+        return 1
+}
 
-# meson_test LABEL BUILDDIR [MESON-TEST-ARGS...]
+# meson_test LABEL BUILDDIR [MESON-TEST-ARGS...]: its exit status goes to
+# $side/LABEL.rc for the summary.
 meson_test() {
         local label=$1 dir=$2
         shift 2
         rm -f "$dir/meson-logs/testlog.json"
-        meson test -C "$dir" --print-errorlogs --num-processes "$jobs" "$@"
-        meson_rc[$label]=$?
-        runs+=("$label=$dir")
+        meson test -C "$dir" --print-errorlogs "$@"
+        echo $? >"$side/$label.rc"
 }
+
+asan_tests() {
+        side_stage test-asan "test: build-asan (unit + integration suites under ASan+UBSan)"
+        ASAN_OPTIONS="detect_leaks=$asan_leaks:halt_on_error=1:abort_on_error=0:print_summary=1" \
+                UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1" \
+                meson_test build-asan build-asan --suite unit --suite integration --timeout-multiplier 3 \
+                --num-processes "$asan_jobs" >>"$side/test-asan.log" 2>&1
+        mark "test: build-asan ended"
+}
+
+side_lane() {
+        local asan_pid=
+        if side_step build-asan "build: build-asan (ASan+UBSan)" \
+                ./scripts/build.sh build-asan -Db_sanitize=address,undefined -Db_lundef=false; then
+                if [ "$serial" = 1 ]; then
+                        asan_tests
+                else
+                        asan_tests &
+                        asan_pid=$!
+                fi
+        else
+                side_fail "build-asan: build failed"
+        fi
+        local fuzz_ok=1
+        side_step build-fuzz "build: build-fuzz (clang, libFuzzer + ASan + UBSan: scripts/fuzz.sh --build-only)" \
+                ./scripts/fuzz.sh --build-only || { fuzz_ok=0; side_fail "build-fuzz: build failed"; }
+        if side_step format "format: clang-format --dry-run --Werror (src/ tests/ bench/)" format_check; then
+                echo OK >"$side/format.result"
+        else
+                echo FAIL >"$side/format.result"
+        fi
+        if [ $fuzz_ok = 1 ]; then
+                # One target at a time: a fuzzer computes flat out for its seconds.
+                side_stage test-fuzz "test: build-fuzz (every fuzz target for a few seconds from its corpus)"
+                AGENTBOX_FUZZ_SECS=${AGENTBOX_FUZZ_SECS:-3} meson_test build-fuzz build-fuzz --suite fuzz \
+                        --no-rebuild --num-processes 1 >>"$side/test-fuzz.log" 2>&1
+                mark "test: build-fuzz ended"
+        fi
+        [ -z "$asan_pid" ] || wait "$asan_pid"
+}
+
+side_pid=
+if [ "$serial" = 1 ]; then
+        side_lane
+else
+        side_lane &
+        side_pid=$!
+fi
 
 stage "test: build (all suites)"
 if [ $build_ok = 1 ]; then
-        meson_test build build
+        meson_test build build --num-processes "$jobs"
 else
         echo "skipped: the build failed"
+fi
+if [ -n "$side_pid" ]; then
+        stage "waiting for the side lane"
+        wait "$side_pid"
 fi
 
-stage "test: build-asan (unit + integration suites under ASan+UBSan)"
-if [ $asan_ok = 1 ]; then
-        ASAN_OPTIONS="detect_leaks=$asan_leaks:halt_on_error=1:abort_on_error=0:print_summary=1" \
-                UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1" \
-                meson_test build-asan build-asan --suite unit --suite integration --timeout-multiplier 3
-else
-        echo "skipped: the build failed"
-fi
-
-stage "test: build-fuzz (every fuzz target for a few seconds from its corpus)"
-if [ $fuzz_ok = 1 ]; then
-        AGENTBOX_FUZZ_SECS=${AGENTBOX_FUZZ_SECS:-3} meson_test build-fuzz build-fuzz --suite fuzz --no-rebuild
-else
-        echo "skipped: the build failed"
-fi
+# The side lane's output, in stage order.
+for log in build-asan build-fuzz format test-asan test-fuzz; do
+        [ ! -f "$side/$log.log" ] || cat "$side/$log.log"
+done
+[ -f "$side/failures" ] && mapfile -t -O ${#failures[@]} failures <"$side/failures"
+format_result=$(cat "$side/format.result" 2>/dev/null)
+for label in build build-asan build-fuzz; do
+        [ ! -f "$side/$label.rc" ] || runs+=("$label=$label=$(cat "$side/$label.rc")")
+done
+[ -f "$side/test-asan.log" ] || echo "test: build-asan skipped: the build failed"
+[ -f "$side/test-fuzz.log" ] || echo "test: build-fuzz skipped: the build failed"
 
 # Boxes left behind by an end-to-end test that was killed (timeout) are
 # removed now rather than by the next run.
@@ -141,9 +230,13 @@ if [ $build_ok = 1 ] && [ -x build/agentbox ] && command -v python3 >/dev/null; 
 fi
 
 stage "summary"
+# How busy the run kept the CPUs: the CPU time of every process it started
+# and waited for (boxes' and containers' processes are not counted).
+echo "CPU time in ${SECONDS}s (user, system; the script itself, then what it started):"
+times
 args=("format=$format_result")
 for r in "${runs[@]}"; do
-        args+=("run=$r=${meson_rc[${r%%=*}]}")
+        args+=("run=$r")
 done
 for f in "${failures[@]}"; do
         args+=("stagefail=$f")

@@ -54,8 +54,8 @@ abserver.wait_for(lambda: srv.get("/v1/sandboxes/%s/ports/8000/echo" % BOX).stat
 # ---- streams, on raw sockets: "ended" is the server closing the connection ----------------
 
 
-def raw_request(method, path, token, body=None, headers=None):
-    return rawstream.open_stream(srv, method, path, token, body, headers)
+def raw_request(method, path, token, body=None, headers=None, timeout=10.0):
+    return rawstream.open_stream(srv, method, path, token, body, headers, timeout)
 
 
 def open_streams(token):
@@ -73,7 +73,9 @@ def open_streams(token):
     w = wsclient.connect(srv, "/v1/sandboxes/%s/terminals/%s" % (BOX, r.get("id") or "none"), token=token)
     h.eq(w.status, 101, "a terminal WebSocket attaches", w.head)
     out.append(("a terminal's WebSocket", w.sock))
-    s, st = raw_request("GET", "/v1/sandboxes/%s/ports/8000/slow?s=120" % BOX, token)
+    # its head comes after 120 s: no use waiting 10 s for it (the sleep below
+    # lets the request reach the box)
+    s, st = raw_request("GET", "/v1/sandboxes/%s/ports/8000/slow?s=120" % BOX, token, timeout=0.5)
     out.append(("an HTTP request relayed to the box's port", s))
     w = wsclient.connect(srv, "/v1/sandboxes/%s/ports/8000/ws" % BOX, token=token)
     h.eq(w.status, 101, "a WebSocket to the box's port upgrades", w.head)

@@ -94,11 +94,10 @@ b1, b2 = S1.box(CID2) or {}, S2.box(CID2) or {}
 h.eq(b1.get("created_at"), b2.get("created_at"), "both servers answer the same record")
 S2.stop()
 
-# Long execs in some boxes do not block anything else.
-for i in range(4):
-    S1.post("/v1/sandboxes", {"id": "long-%d" % i})
-S1.post("/v1/sandboxes", {"id": "quick"})
-S1.post("/v1/sandboxes", {"id": "doomed"})
+# Long execs in some boxes do not block anything else. (Boxes are made at
+# once where their order does not matter: a pod takes seconds to start.)
+parallel([lambda b=b: S1.post("/v1/sandboxes", {"id": b}, timeout=60)
+          for b in ["long-%d" % i for i in range(4)] + ["quick", "doomed"]])
 long_res = [None] * 4
 
 
@@ -150,8 +149,7 @@ def busy_exec(box):
     busy_res[box] = (r, time.monotonic() - t0)
 
 
-S1.post("/v1/sandboxes", {"id": "stop-busy"})
-S1.post("/v1/sandboxes", {"id": "del-busy"})
+parallel([lambda b=b: S1.post("/v1/sandboxes", {"id": b}, timeout=60) for b in ("stop-busy", "del-busy")])
 bts = [threading.Thread(target=busy_exec, args=(b,), daemon=True) for b in ("stop-busy", "del-busy")]
 for t in bts:
     t.start()
@@ -189,10 +187,8 @@ D = h.new_data_dir("data-idle")
 IDLE_S = 4 if h.backend == "kubernetes" else 2
 SI = h.start_server(name="idle", data=D, config={"idle_stop": "%ds" % IDLE_S, "reaper_interval": "500ms"})
 evs = SI.sse("/v1/events?types=box.stopped,box.started")
-SI.post("/v1/sandboxes", {"id": "idle-1"})
-SI.post("/v1/sandboxes", {"id": "never", "idle_stop_s": -1})
-SI.post("/v1/sandboxes", {"id": "busy"})
-SI.post("/v1/sandboxes", {"id": "filebusy"})
+parallel([lambda b=b: SI.post("/v1/sandboxes", b, timeout=60)
+          for b in ({"id": "idle-1"}, {"id": "never", "idle_stop_s": -1}, {"id": "busy"}, {"id": "filebusy"})])
 SI.put(SI.file_path("filebusy", "x.txt"), b"x")
 r = SI.exec("idle-1", "echo idle-data > /workspace/f.txt; mkdir -p /usr/local/idle; echo up > /usr/local/idle/u")
 h.eq(r.get("exit_code"), 0, "wrote files in the box that will go idle", r.describe())
