@@ -79,6 +79,7 @@ import os
 import secrets
 import shutil
 import socket
+import signal
 import socketserver
 import subprocess
 import tarfile
@@ -88,6 +89,13 @@ import time
 import urllib.parse
 
 REGISTRY_BIN = "/usr/bin/docker-registry"
+PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent():
+    """In the child before exec: SIGKILL when the test process dies."""
+    import ctypes
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
 ZSTD_BIN = "zstd"
 
 MT_OCI_INDEX = "application/vnd.oci.image.index.v1+json"
@@ -186,8 +194,12 @@ class Registry:
         self.log_path = os.path.join(self.dir, "registry.log")
         logf = open(self.log_path, "ab")
         try:
+            # it dies with this process: a test killed by its timeout must
+            # not leave a registry behind (it would keep a copy of the test's
+            # mount namespace, and so its mounts and loop devices, alive)
             self.proc = subprocess.Popen([REGISTRY_BIN, "serve", conf], stdin=subprocess.DEVNULL,
-                                         stdout=logf, stderr=logf, start_new_session=True)
+                                         stdout=logf, stderr=logf, start_new_session=True,
+                                         preexec_fn=_die_with_parent)
         finally:
             logf.close()
         deadline = time.monotonic() + self.start_timeout
