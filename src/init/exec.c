@@ -310,11 +310,23 @@ static void sb_add(ab_buf *b, const char *s)
         ab_buf_add(b, s, strlen(s) + 1);
 }
 
+/* For an end of a pipe made here (pipe2 with O_CLOEXEC only): it has no
+ * status flag to keep, so one F_SETFL does (F_SETFL ignores the access mode). */
 static void set_nonblock(int fd)
 {
-        int fl = fcntl(fd, F_GETFL);
-        if (fl >= 0)
-                fcntl(fd, F_SETFL, fl | O_NONBLOCK);
+        fcntl(fd, F_SETFL, O_NONBLOCK);
+}
+
+/* /dev/null opened once per session for the stdin of every exec without
+ * stdin (never closed: the session keeps it, O_CLOEXEC, for its life), or
+ * -1 when the box has none. Opening and closing it per exec was two of the
+ * exec's syscalls. */
+static int shared_null(void)
+{
+        static int fd = -2;
+        if (fd == -2)
+                fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+        return fd;
 }
 
 /* ---- the login environment ----
@@ -1291,8 +1303,11 @@ __attribute__((noreturn)) static void run_child(int in, int out, int err, int cw
  * errors as it always has. */
 
 /* Where an argv's program is: as is with a '/', else the first executable
- * regular file along the PATH of env (an empty entry is the cwd, which the
- * session has entered). NULL when none is (run_child then says why). */
+ * file along the PATH of env (an empty entry is the cwd, which the session
+ * has entered). NULL when none is (run_child then says why). One access
+ * check per entry: an executable directory found first makes vspawn's
+ * execve fail, and run_child's PATH walk (which skips it, as execvp does)
+ * then runs the right program or reports as it always has. */
 static char *argv_program(const char *file, char *const *env)
 {
         if (strchr(file, '/'))
@@ -1304,8 +1319,7 @@ static char *argv_program(const char *file, char *const *env)
                 const char *end = strchrnul(d, ':');
                 int dlen = (int)(end - d);
                 char *f = dlen ? xasprintf("%.*s/%s", dlen, d, file) : xstrdup(file);
-                struct stat st;
-                if (stat(f, &st) == 0 && S_ISREG(st.st_mode) && access(f, X_OK) == 0)
+                if (faccessat(AT_FDCWD, f, X_OK, AT_EACCESS) == 0)
                         return f;
                 free(f);
                 if (!*end)
@@ -1398,16 +1412,15 @@ static pid_t vspawn(const char *prog, char *const *argv, char *const *env, int i
         return pid;
 }
 
-/* Spawns the command of p with stdin in, stdout out, stderr err, in cwdfd.
- * Returns its pid, or -1 (nothing started: fork run_child instead). */
+/* Spawns the command of p with stdin in, stdout out, stderr err, in cwdfd
+ * (the caller has set the session's umask to p's). Returns its pid, or -1
+ * (nothing started: fork run_child instead). */
 static pid_t spawn_child(int in, int out, int err, int cwdfd, exec_plan *p)
 {
         if (p->user->set)
                 return -1; /* posix_spawn cannot change users: run_child does */
         if (fchdir(cwdfd) < 0)
                 return -1;
-        if (p->set_umask)
-                umask(p->umask);
         if (init_max_procs) {
                 struct rlimit nproc = {init_max_procs, init_max_procs};
                 setrlimit(RLIMIT_NPROC, &nproc);
@@ -1593,9 +1606,9 @@ bool init_exec(init_conn *c, const abp_frame *f, const init_conf *conf)
         exec_plan plan = {0};
         init_user user = {0};
         sigset_t chld, old;
-        int r = 0;
+        int r = 0, null_in = -1;
         bool again = false;
-        mode_t um;
+        mode_t um = 0;
 
         if (abp_dec_exec(f, &req) < 0) {
                 init_send_error(c, "invalid_argument",
@@ -1661,7 +1674,7 @@ bool init_exec(init_conn *c, const abp_frame *f, const init_conf *conf)
 
         if (req.stdin_len > 0 || req.stdin_stream)
                 r = pipe_pair(in);
-        else if ((in[0] = open("/dev/null", O_RDONLY | O_CLOEXEC)) < 0)
+        else if ((null_in = shared_null()) < 0)
                 r = pipe_pair(in); /* no /dev/null: an empty pipe, closed at once */
         if (r == 0)
                 r = pipe_pair(out);
@@ -1677,23 +1690,28 @@ bool init_exec(init_conn *c, const abp_frame *f, const init_conf *conf)
                 st.in_len = req.stdin_len;
         }
 
-        um = umask(022); /* spawn_child sets the command's on the session */
-        umask(um);
-        st.pid = spawn_child(in[0], out[1], err[1], cwdfd, &plan);
+        /* The command's umask on the session, for vspawn's child; put back
+         * for the session's next request. */
+        if (plan.set_umask)
+                um = umask(plan.umask);
+        int child_in = in[0] >= 0 ? in[0] : null_in;
+        st.pid = spawn_child(child_in, out[1], err[1], cwdfd, &plan);
         if (st.pid < 0)
                 st.pid = fork();
+        if (st.pid == 0)
+                run_child(child_in, out[1], err[1], cwdfd, &plan);
+        if (plan.set_umask)
+                umask(um);
         if (st.pid < 0) {
                 init_send_error(c, "internal", "cannot fork: %s", strerror(errno));
                 goto out;
         }
-        if (st.pid == 0)
-                run_child(in[0], out[1], err[1], cwdfd, &plan);
-        umask(um); /* the session may serve another request */
 
         /* req points into the reader's buffer, which the loop reuses. */
         abp_exec_req_clear(&req);
         plan_free(&plan);
-        close(in[0]);
+        if (in[0] >= 0)
+                close(in[0]);
         close(out[1]);
         close(err[1]);
         in[0] = out[1] = err[1] = -1;
