@@ -1589,6 +1589,18 @@ static void finish(exec_state *st, int sfd, bool again)
         reap(st);
 }
 
+/* The session's signalfd for SIGCHLD, made at its first exec and kept (two
+ * system calls less per exec than one per exec): it reports SIGCHLD only while
+ * an exec blocks it, which is all a new one would report; between execs the
+ * signal is unblocked and ignored, as before. */
+static int session_sigchld(const sigset_t *chld)
+{
+        static int fd = -1;
+        if (fd < 0)
+                fd = signalfd(-1, chld, SFD_CLOEXEC | SFD_NONBLOCK);
+        return fd;
+}
+
 /* Nothing the command started is left: no child of the session (a
  * subreaper, so orphans of the command would be), none waiting to be reaped. */
 static bool nothing_left(void)
@@ -1602,7 +1614,8 @@ bool init_exec(init_conn *c, const abp_frame *f, const init_conf *conf)
         abp_exec_req req;
         const char *bad = NULL;
         int in[2] = {-1, -1}, out[2] = {-1, -1}, err[2] = {-1, -1};
-        _cleanup_close_ int cwdfd = -1, sfd = -1;
+        _cleanup_close_ int cwdfd = -1;
+        int sfd = -1;
         exec_plan plan = {0};
         init_user user = {0};
         sigset_t chld, old;
@@ -1662,7 +1675,7 @@ bool init_exec(init_conn *c, const abp_frame *f, const init_conf *conf)
                 }
         }
 
-        sfd = signalfd(-1, &chld, SFD_CLOEXEC | SFD_NONBLOCK);
+        sfd = session_sigchld(&chld);
         if (sfd < 0) {
                 init_send_error(c, "internal", "signalfd: %s", strerror(errno));
                 goto out;
