@@ -374,6 +374,18 @@ static const char *const le_etc[] = {"/etc/profile", "/etc/bash.bashrc", "/etc/e
 static const char *const le_home[] = {".profile", ".bash_profile", ".bash_login", ".bashrc"};
 #define LE_MAX_FILES (AB_ARRAY_LEN(le_etc) + AB_ARRAY_LEN(le_home) + LE_MAX_SCRIPTS)
 
+/* A file's signature (file_sig's text) parsed, so that a check compares
+ * numbers instead of formatting one: is_stat with the five stat fields, or
+ * the errno stat failed with. ok is false when the text did not parse (the
+ * text is compared then). */
+typedef struct le_sig {
+        bool ok, is_stat;
+        int err;
+        unsigned long long dev, ino, size;
+        long long mtime_s, ctime_s;
+        long mtime_ns, ctime_ns;
+} le_sig;
+
 /* A cache entry, serialised as NUL-terminated strings:
  *   "abenv1" "STATE UMASK TAKEN_MS" "NFILES" NFILES*(PATH SIGNATURE) ENV*
  * (ENV entries only in state LE_ENV). A login_env is a parsed private copy. */
@@ -387,12 +399,18 @@ typedef struct login_env {
         size_t nfiles;     /* tok[3 + 2i]: path, tok[4 + 2i]: its signature */
         char *const *env;
         size_t nenv;
+        uint64_t gen;  /* the cache generation copied (0: a capture's own) */
+        le_sig *sigs;  /* nfiles parsed signatures, or NULL */
+        bool borrowed; /* the session's kept copy (le_get): le_free leaves it */
 } login_env;
 
 static void le_free(login_env *le)
 {
-        free(le->blob);
-        free(le->tok);
+        if (!le->borrowed) {
+                free(le->blob);
+                free(le->tok);
+                free(le->sigs);
+        }
         *le = (login_env){.state = LE_FAILED};
 }
 
@@ -451,10 +469,48 @@ static void file_sig(const char *path, char sig[LE_SIG_MAX], int64_t *ctime_ns)
         *ctime_ns = (int64_t)st.st_ctim.tv_sec * 1000000000 + st.st_ctim.tv_nsec;
 }
 
+/* Parses every signature of le into le->sigs. */
+static void le_parse_sigs(login_env *le)
+{
+        le->sigs = xcalloc(le->nfiles ? le->nfiles : 1, sizeof(*le->sigs));
+        for (size_t i = 0; i < le->nfiles; i++) {
+                const char *t = le->tok[4 + 2 * i];
+                le_sig *g = &le->sigs[i];
+                int end = -1;
+                if (t[0] == '-') {
+                        g->ok = sscanf(t, "-%d%n", &g->err, &end) == 1 && t[end] == 0;
+                        continue;
+                }
+                g->is_stat = true;
+                g->ok = sscanf(t, "%llx:%llx:%llx:%lld.%ld:%lld.%ld%n", &g->dev, &g->ino, &g->size,
+                               &g->mtime_s, &g->mtime_ns, &g->ctime_s, &g->ctime_ns, &end) == 7 &&
+                        t[end] == 0;
+        }
+}
+
+/* The file at path has signature g: what comparing file_sig's text with
+ * g's would say. */
+static bool sig_same(const char *path, const le_sig *g)
+{
+        struct stat st;
+        if (stat(path, &st) < 0)
+                return !g->is_stat && g->err == errno;
+        return g->is_stat && g->dev == (unsigned long long)st.st_dev &&
+               g->ino == (unsigned long long)st.st_ino &&
+               g->size == (unsigned long long)st.st_size && g->mtime_s == st.st_mtim.tv_sec &&
+               g->mtime_ns == st.st_mtim.tv_nsec && g->ctime_s == st.st_ctim.tv_sec &&
+               g->ctime_ns == st.st_ctim.tv_nsec;
+}
+
 /* The files of an entry are as they were when it was captured. */
 static bool le_fresh(const login_env *le)
 {
         for (size_t i = 0; i < le->nfiles; i++) {
+                if (le->sigs && le->sigs[i].ok) {
+                        if (!sig_same(le->tok[3 + 2 * i], &le->sigs[i]))
+                                return false;
+                        continue;
+                }
                 char sig[LE_SIG_MAX];
                 int64_t ct;
                 file_sig(le->tok[3 + 2 * i], sig, &ct);
@@ -552,6 +608,7 @@ static int le_load(login_env *le)
                 atomic_thread_fence(memory_order_acquire);
                 if (atomic_load_explicit(&s->gen, memory_order_relaxed) != c)
                         return -EAGAIN; /* rewritten while we copied */
+                le->gen = c;
                 return le_parse(le);
         }
         return -ENOENT;
@@ -831,17 +888,43 @@ static void le_capture(login_env *le, const init_conf *conf, int sfd, uint64_t d
                 le_store(le->blob, le->len);
 }
 
+/* The session's copy of the newest cache entry, parsed once per generation
+ * (generations are never reused, so the same one is the same entry): an exec
+ * then copies, splits and parses nothing, and checks the files' signatures
+ * as numbers. */
+static login_env le_kept = {.state = LE_FAILED};
+
+/* le_kept, refreshed when the cache holds a newer entry; NULL when none. */
+static const login_env *le_newest(void)
+{
+        uint64_t c = atomic_load_explicit(&le_shm->cur, memory_order_acquire);
+        if (c && le_kept.blob && le_kept.gen == c)
+                return &le_kept;
+        login_env copy = {.state = LE_FAILED};
+        if (le_load(&copy) < 0) {
+                le_free(&copy);
+                return NULL;
+        }
+        le_parse_sigs(&copy);
+        le_free(&le_kept);
+        le_kept = copy;
+        return &le_kept;
+}
+
 /* The login environment for this exec: the cached one when its files are
- * unchanged, else a new capture. */
+ * unchanged (lent: le_free leaves it), else a new capture. */
 static void le_get(login_env *le, const init_conf *conf, int sfd, uint64_t deadline)
 {
         *le = (login_env){.state = LE_FAILED};
         if (!le_shm)
                 return;
-        if (le_load(le) == 0 && le_fresh(le) &&
-            (le->state != LE_FAILED || ab_now_ms() - le->taken_ms < LE_RETRY_MS))
+        const login_env *k = le_newest();
+        if (k && le_fresh(k) &&
+            (k->state != LE_FAILED || ab_now_ms() - k->taken_ms < LE_RETRY_MS)) {
+                *le = *k;
+                le->borrowed = true;
                 return;
-        le_free(le);
+        }
         le_capture(le, conf, sfd, deadline);
 }
 
