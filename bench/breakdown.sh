@@ -13,10 +13,12 @@
 #    to the CLI and the box's process tree: connect, session fork, bash, what
 #    bash -lc starts while reading /etc/profile.
 # 4. HTTP exec, where the time goes: `agentbox serve` on the same data folder,
-#    and bench/exec_pair.c taking turns between a host spawn of /bin/true,
-#    an HTTP exec of {"argv":["true"]} and of {"command":"true"}, `true` sent
-#    straight to the box's init (on a kept connection, and on a new one) and
-#    GET /health; the differences of the medians are each layer's share.
+#    and bench/exec_pair.c taking turns between a host spawn of /bin/true, a
+#    host spawn of `bash --noprofile -lc true` (the box's login LANG and
+#    PATH), an HTTP exec of {"argv":["true"]}, of {"command":"true"} and of
+#    {"argv":["bash","--noprofile","-lc","true"]}, `true` sent straight to
+#    the box's init (on a kept connection, and on a new one) and GET
+#    /health; the differences of the medians are each layer's share.
 # Everything lives in a temp dir removed at the end. Needs root and perf.
 set -u -o pipefail
 
@@ -194,16 +196,23 @@ if [ -z "$PORT" ]; then
         echo "  the server did not start: $(tail -3 "$WORK/serve.log")"
         exit 1
 fi
-out=$("$WORK/exec_pair" -n "$N_HTTP" -W 30 -u "$D/boxes/$id/init.sock" -g 127.0.0.1 "$PORT" \
-        "/v1/sandboxes/$id/exec" '{"argv":["true"]}' '{"command":"true"}') || { echo "  $out"; exit 1; }
+BOX_PATH=$(abx exec "$id" -- 'printf %s "$PATH"')
+BOX_LANG=$(abx exec "$id" -- 'printf %s "$LANG"')
+out=$("$WORK/exec_pair" -n "$N_HTTP" -W 30 -u "$D/boxes/$id/init.sock" -g \
+        -S "bash --noprofile -lc true" -E "PATH=$BOX_PATH" -E "LANG=$BOX_LANG" 127.0.0.1 "$PORT" \
+        "/v1/sandboxes/$id/exec" '{"argv":["true"]}' '{"command":"true"}' \
+        '{"argv":["bash","--noprofile","-lc","true"]}') || { echo "  $out"; exit 1; }
 p50() { sed -n "s/^RESULT what=$1 .* p50=\([^ ]*\).*/\1/p" <<<"$out"; }
 sp=$(p50 spawn) argv=$(p50 body1) cmd=$(p50 body2) kept=$(p50 init_kept) new=$(p50 init_new) hl=$(p50 health)
+hb=$(p50 spawn2) ab=$(p50 body3)
 d() { awk -v a="$1" -v b="$2" -v c="${3:-0}" 'BEGIN {printf "%.3f", a - b - c}'; }
 printf '  %-58s %7s ms\n' "host: posix_spawn /bin/true + wait (the floor)" "$sp" \
+        "host: bash --noprofile -lc true (the box's LANG, PATH)" "$hb" \
         "init, kept connection: true (argv)" "$kept" \
         "init, new connection: true (argv)" "$new" \
         "HTTP exec {\"argv\":[\"true\"]}" "$argv" \
         "HTTP exec {\"command\":\"true\"} (bash runs the builtin)" "$cmd" \
+        "HTTP exec {\"argv\":[\"bash\",\"--noprofile\",\"-lc\",\"true\"]}" "$ab" \
         "HTTP GET /health (the HTTP floor)" "$hl"
 echo "  shares of an HTTP argv exec (differences of medians; the load moves them):"
 printf '  %-58s %7s ms\n' "the program: the host's spawn" "$sp" \
@@ -211,3 +220,6 @@ printf '  %-58s %7s ms\n' "the program: the host's spawn" "$sp" \
         "HTTP: a request and its answer on loopback (GET /health)" "$hl" \
         "the server: route, store, quota, init client, 2 thread hand-offs" "$(d "$argv" "$kept" "$hl")" \
         "saved by the kept connection (connect, session fork)" "$(d "$new" "$kept")"
+echo "  shares of an HTTP shell-string exec:"
+printf '  %-58s %7s ms\n' "bash's own start over /bin/true's (host)" "$(d "$hb" "$sp")" \
+        "the shell-string path over the same bash by argv (ours)" "$(d "$cmd" "$ab")"

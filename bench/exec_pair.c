@@ -1,7 +1,8 @@
 /* exec_pair - an HTTP exec and the host's own spawn of /bin/true, measured
  * in alternation, for bench/exec.sh.
  *
- *   exec_pair [-n N] [-W WARM] [-u INIT_SOCK] [-g] HOST PORT PATH BODY [BODY...]
+ *   exec_pair [-n N] [-W WARM] [-u INIT_SOCK] [-g] [-S 'PROG ARG...' [-E NAME=VALUE]...]
+ *             HOST PORT PATH BODY [BODY...]
  *
  * Each round starts /bin/true with posix_spawn and waits for it (the host's
  * floor), then POSTs each BODY to PATH once on one keep-alive connection
@@ -13,8 +14,12 @@
  *   RESULT what=spawn n=N p50=... p90=...
  *   RESULT what=body1 n=N p50=... p90=... ratio_p50=...  (p50 / spawn's p50)
  *   ...
- * With -u, each round also runs `true` (an argv, no shell) straight on the
- * box's init at INIT_SOCK (its unix socket, the server's way in): once on a
+ * With -S, each round also starts a second host program right after
+ * /bin/true (PROG and its arguments, split at spaces; PROG found along PATH
+ * of -E's environment, else /usr/bin:/bin) with only the -E entries as its
+ * environment (what=spawn2, ratio_p50 over spawn's: e.g. bash's own start,
+ * the floor of a shell-string exec). With -u, each round also runs `true` (an argv, no shell)
+ * straight on the box's init at INIT_SOCK (its unix socket, the server's way in): once on a
  * connection kept from one round to the next (what=init_kept: init's part of
  * an exec) and once on a new connection (what=init_new: plus a connect and
  * a session); with -g, GET /health on the HTTP connection (what=health: the
@@ -209,25 +214,69 @@ static int init_true(int fd, bool *again)
         }
 }
 
-static int spawn_true(void)
+/* Starts prog (a path) with argv and env, waits; 0 when it exited 0. */
+static int spawn_wait(const char *prog, char *const *argv, char *const *env)
 {
-        static char *argv[] = {"true", NULL};
         pid_t pid;
-        if (posix_spawn(&pid, "/bin/true", NULL, NULL, argv, environ) != 0)
+        if (posix_spawn(&pid, prog, NULL, NULL, argv, env) != 0)
                 return -1;
         int st;
         while (waitpid(pid, &st, 0) < 0)
                 ;
-        return 0;
+        return WIFEXITED(st) && WEXITSTATUS(st) == 0 ? 0 : -1;
+}
+
+static int spawn_true(void)
+{
+        static char *argv[] = {"true", NULL};
+        return spawn_wait("/bin/true", argv, environ);
+}
+
+/* -S's program: its words, the path of its first along env's PATH, env. */
+typedef struct second {
+        char *argv[32];
+        char prog[4096];
+        char *env[33];
+} second;
+
+static int second_init(second *p, char *words, char **env, int nenv)
+{
+        int n = 0;
+        for (char *w = strtok(words, " "); w; w = strtok(NULL, " "))
+                if (n < 31)
+                        p->argv[n++] = w;
+        p->argv[n] = NULL;
+        memcpy(p->env, env, sizeof(*env) * (size_t)nenv);
+        p->env[nenv] = NULL;
+        if (n == 0)
+                return -1;
+        if (strchr(p->argv[0], '/')) {
+                snprintf(p->prog, sizeof(p->prog), "%s", p->argv[0]);
+                return 0;
+        }
+        const char *path = "/usr/bin:/bin";
+        for (int i = 0; i < nenv; i++)
+                if (strncmp(env[i], "PATH=", 5) == 0)
+                        path = env[i] + 5;
+        for (const char *d = path; *d;) {
+                size_t len = strcspn(d, ":");
+                snprintf(p->prog, sizeof(p->prog), "%.*s/%s", (int)len, d, p->argv[0]);
+                if (len && access(p->prog, X_OK) == 0)
+                        return 0;
+                d += len + (d[len] == ':');
+        }
+        return -1;
 }
 
 int main(int argc, char **argv)
 {
         long n = 300, warm = 20;
         const char *isock = NULL;
+        char *words = NULL, *env2[32];
+        int nenv2 = 0;
         bool health = false;
         int c;
-        while ((c = getopt(argc, argv, "n:W:u:g")) != -1) {
+        while ((c = getopt(argc, argv, "n:W:u:gS:E:")) != -1) {
                 if (c == 'n')
                         n = atol(optarg);
                 else if (c == 'W')
@@ -236,12 +285,21 @@ int main(int argc, char **argv)
                         isock = optarg;
                 else if (c == 'g')
                         health = true;
+                else if (c == 'S')
+                        words = optarg;
+                else if (c == 'E' && nenv2 < 32)
+                        env2[nenv2++] = optarg;
                 else
                         return 2;
         }
         if (argc - optind < 4 || n < 1) {
-                fprintf(stderr, "usage: exec_pair [-n N] [-W WARM] [-u INIT_SOCK] [-g] HOST PORT "
-                                "PATH BODY...\n");
+                fprintf(stderr, "usage: exec_pair [-n N] [-W WARM] [-u INIT_SOCK] [-g] [-S 'PROG "
+                                "ARG...' [-E NAME=VALUE]...] HOST PORT PATH BODY...\n");
+                return 2;
+        }
+        static second sec;
+        if (words && second_init(&sec, words, env2, nenv2) < 0) {
+                fprintf(stderr, "exec_pair: -S %s: no such program\n", words);
                 return 2;
         }
         const char *host = argv[optind], *path = argv[optind + 2];
@@ -256,9 +314,9 @@ int main(int argc, char **argv)
                 perror("connect");
                 return 1;
         }
-        /* series: spawn, the bodies, then init_kept, init_new, health */
-        int xk = nb + 1, xn = nb + 2, xh = nb + 3;
-        double *v = calloc((size_t)(n * (nb + 4)), sizeof(*v));
+        /* series: spawn, the bodies, then init_kept, init_new, health, spawn2 */
+        int xk = nb + 1, xn = nb + 2, xh = nb + 3, x2 = nb + 4;
+        double *v = calloc((size_t)(n * (nb + 5)), sizeof(*v));
         int kept = -1;
         for (long i = -warm; i < n; i++) {
                 double t0 = now_ms();
@@ -266,6 +324,15 @@ int main(int argc, char **argv)
                         return 1;
                 if (i >= 0)
                         v[i] = now_ms() - t0;
+                if (words) {
+                        t0 = now_ms();
+                        if (spawn_wait(sec.prog, sec.argv, sec.env) < 0) {
+                                fprintf(stderr, "exec_pair: %s failed\n", sec.prog);
+                                return 1;
+                        }
+                        if (i >= 0)
+                                v[x2 * n + i] = now_ms() - t0;
+                }
                 for (int b = 0; b < nb; b++) {
                         t0 = now_ms();
                         if (post(fd, path, bodies[b]) < 0) {
@@ -317,9 +384,9 @@ int main(int argc, char **argv)
                 printf("RESULT what=body%d n=%ld p50=%.3f p90=%.3f ratio_p50=%.2f\n", b + 1, n, p50,
                        pct(w, (size_t)n, 90), p50 / base);
         }
-        static const char *const extra[] = {"init_kept", "init_new", "health"};
-        for (int x = xk; x <= xh; x++) {
-                if ((x == xh && !health) || (x < xh && !isock))
+        static const char *const extra[] = {"init_kept", "init_new", "health", "spawn2"};
+        for (int x = xk; x <= x2; x++) {
+                if ((x == xh && !health) || (x < xh && !isock) || (x == x2 && !words))
                         continue;
                 double *w = v + x * n, p50 = pct(w, (size_t)n, 50);
                 printf("RESULT what=%s n=%ld p50=%.3f p90=%.3f ratio_p50=%.2f\n", extra[x - xk], n,

@@ -14,6 +14,7 @@
 
 #include <arpa/inet.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
@@ -73,7 +74,11 @@ struct ab_conns {
         conn_ent *conns; /* open connections */
         addr_ent *addrs[ADDR_BUCKETS];
         int64_t open, streams;
-        ab_park *parked;    /* parked readers */
+        ab_park *parked; /* parked readers */
+        /* Parked readers waiting on the event bus: events_news wakes the
+         * timer thread only when there is one (an exec emits an event, and
+         * a wake-up per exec that nobody waits for costs a switch). */
+        atomic_int event_parks;
         ab_park *graveyard; /* parks freed by their responses, for the timer to free */
         bool stopping;
         /* counters */
@@ -491,6 +496,8 @@ static struct MHD_Connection *unpark(ab_conns *c, ab_park *p)
         p->prev = p->next = NULL;
         p->parked = false;
         p->fd = -1;
+        if (p->on_events)
+                atomic_fetch_sub(&c->event_parks, 1);
         return p->conn;
 }
 
@@ -507,23 +514,18 @@ void ab_park_free(ab_park *p)
         pthread_mutex_unlock(&c->mu);
 }
 
-static ab_park_result park(ab_park *p, int fd, uint32_t fd_events, bool on_events,
-                           int64_t deadline_ms, bool (*ready)(void *arg), void *arg)
+/* park's work under c->mu, which it leaves held. */
+static ab_park_result park_locked(ab_park *p, int fd, uint32_t fd_events, bool on_events,
+                                  int64_t deadline_ms, bool (*ready)(void *arg), void *arg)
 {
         ab_conns *c = p->c;
-        pthread_mutex_lock(&c->mu);
-        if (c->stopping || p->hup) {
-                pthread_mutex_unlock(&c->mu);
+        if (c->stopping || p->hup)
                 return AB_PARK_GONE;
-        }
-        if (ready && ready(arg)) {
-                pthread_mutex_unlock(&c->mu);
+        if (ready && ready(arg))
                 return AB_PARK_RETRY;
-        }
         struct epoll_event ev = {.events = fd_events, .data.ptr = &p->tag[W_DATA]};
         if (fd >= 0 && epoll_ctl(c->ep, EPOLL_CTL_ADD, fd, &ev) < 0) {
                 int e = errno;
-                pthread_mutex_unlock(&c->mu);
                 ab_log(AB_LOG_WARN, "cannot watch a stream's fd", "error", strerror(e), NULL);
                 return AB_PARK_GONE;
         }
@@ -534,7 +536,6 @@ static ab_park_result park(ab_park *p, int fd, uint32_t fd_events, bool on_event
                 int e = errno;
                 if (fd >= 0)
                         epoll_ctl(c->ep, EPOLL_CTL_DEL, fd, NULL);
-                pthread_mutex_unlock(&c->mu);
                 ab_log(AB_LOG_WARN, "cannot watch a stream's client", "error", strerror(e), NULL);
                 return AB_PARK_GONE;
         }
@@ -547,8 +548,24 @@ static ab_park_result park(ab_park *p, int fd, uint32_t fd_events, bool on_event
                 c->parked->prev = p;
         c->parked = p;
         MHD_suspend_connection(p->conn);
-        pthread_mutex_unlock(&c->mu);
         return AB_PARK_SUSPENDED;
+}
+
+static ab_park_result park(ab_park *p, int fd, uint32_t fd_events, bool on_events,
+                           int64_t deadline_ms, bool (*ready)(void *arg), void *arg)
+{
+        ab_conns *c = p->c;
+        pthread_mutex_lock(&c->mu);
+        /* Counted before ready() looks at the bus: an event published after
+         * that look then sees the count and wakes us (the bus's lock orders
+         * the two). */
+        if (on_events)
+                atomic_fetch_add(&c->event_parks, 1);
+        ab_park_result r = park_locked(p, fd, fd_events, on_events, deadline_ms, ready, arg);
+        if (on_events && r != AB_PARK_SUSPENDED)
+                atomic_fetch_sub(&c->event_parks, 1);
+        pthread_mutex_unlock(&c->mu);
+        return r;
 }
 
 ab_park_result ab_park_suspend(ab_park *p, int fd, bool on_events, int64_t deadline_ms,
@@ -612,6 +629,8 @@ void ab_conns_stop_streams(ab_conns *c)
 static void events_news(void *arg)
 {
         ab_conns *c = arg;
+        if (atomic_load(&c->event_parks) == 0 && !c->quit)
+                return;
         uint64_t one = 1;
         ssize_t n = write(c->evfd, &one, sizeof(one));
         (void)n; /* a full counter already means "news" */

@@ -108,7 +108,12 @@ void ab_workers_run(ab_workers *w, void (*fn)(void *arg), void *arg)
         for (job *q = w->head; q; q = q->next)
                 queued++;
         if (w->waiting >= queued) {
+                /* Signalled once the lock is dropped: a thread woken under
+                 * it would only block again on the mutex (a second switch
+                 * on every request). */
+                pthread_mutex_unlock(&w->mu);
                 pthread_cond_signal(&w->work);
+                return;
         } else {
                 pthread_attr_t a;
                 pthread_attr_init(&a);

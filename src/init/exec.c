@@ -310,11 +310,23 @@ static void sb_add(ab_buf *b, const char *s)
         ab_buf_add(b, s, strlen(s) + 1);
 }
 
+/* For an end of a pipe made here (pipe2 with O_CLOEXEC only): it has no
+ * status flag to keep, so one F_SETFL does (F_SETFL ignores the access mode). */
 static void set_nonblock(int fd)
 {
-        int fl = fcntl(fd, F_GETFL);
-        if (fl >= 0)
-                fcntl(fd, F_SETFL, fl | O_NONBLOCK);
+        fcntl(fd, F_SETFL, O_NONBLOCK);
+}
+
+/* /dev/null opened once per session for the stdin of every exec without
+ * stdin (never closed: the session keeps it, O_CLOEXEC, for its life), or
+ * -1 when the box has none. Opening and closing it per exec was two of the
+ * exec's syscalls. */
+static int shared_null(void)
+{
+        static int fd = -2;
+        if (fd == -2)
+                fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+        return fd;
 }
 
 /* ---- the login environment ----
@@ -362,6 +374,18 @@ static const char *const le_etc[] = {"/etc/profile", "/etc/bash.bashrc", "/etc/e
 static const char *const le_home[] = {".profile", ".bash_profile", ".bash_login", ".bashrc"};
 #define LE_MAX_FILES (AB_ARRAY_LEN(le_etc) + AB_ARRAY_LEN(le_home) + LE_MAX_SCRIPTS)
 
+/* A file's signature (file_sig's text) parsed, so that a check compares
+ * numbers instead of formatting one: is_stat with the five stat fields, or
+ * the errno stat failed with. ok is false when the text did not parse (the
+ * text is compared then). */
+typedef struct le_sig {
+        bool ok, is_stat;
+        int err;
+        unsigned long long dev, ino, size;
+        long long mtime_s, ctime_s;
+        long mtime_ns, ctime_ns;
+} le_sig;
+
 /* A cache entry, serialised as NUL-terminated strings:
  *   "abenv1" "STATE UMASK TAKEN_MS" "NFILES" NFILES*(PATH SIGNATURE) ENV*
  * (ENV entries only in state LE_ENV). A login_env is a parsed private copy. */
@@ -375,12 +399,18 @@ typedef struct login_env {
         size_t nfiles;     /* tok[3 + 2i]: path, tok[4 + 2i]: its signature */
         char *const *env;
         size_t nenv;
+        uint64_t gen;  /* the cache generation copied (0: a capture's own) */
+        le_sig *sigs;  /* nfiles parsed signatures, or NULL */
+        bool borrowed; /* the session's kept copy (le_get): le_free leaves it */
 } login_env;
 
 static void le_free(login_env *le)
 {
-        free(le->blob);
-        free(le->tok);
+        if (!le->borrowed) {
+                free(le->blob);
+                free(le->tok);
+                free(le->sigs);
+        }
         *le = (login_env){.state = LE_FAILED};
 }
 
@@ -439,10 +469,48 @@ static void file_sig(const char *path, char sig[LE_SIG_MAX], int64_t *ctime_ns)
         *ctime_ns = (int64_t)st.st_ctim.tv_sec * 1000000000 + st.st_ctim.tv_nsec;
 }
 
+/* Parses every signature of le into le->sigs. */
+static void le_parse_sigs(login_env *le)
+{
+        le->sigs = xcalloc(le->nfiles ? le->nfiles : 1, sizeof(*le->sigs));
+        for (size_t i = 0; i < le->nfiles; i++) {
+                const char *t = le->tok[4 + 2 * i];
+                le_sig *g = &le->sigs[i];
+                int end = -1;
+                if (t[0] == '-') {
+                        g->ok = sscanf(t, "-%d%n", &g->err, &end) == 1 && t[end] == 0;
+                        continue;
+                }
+                g->is_stat = true;
+                g->ok = sscanf(t, "%llx:%llx:%llx:%lld.%ld:%lld.%ld%n", &g->dev, &g->ino, &g->size,
+                               &g->mtime_s, &g->mtime_ns, &g->ctime_s, &g->ctime_ns, &end) == 7 &&
+                        t[end] == 0;
+        }
+}
+
+/* The file at path has signature g: what comparing file_sig's text with
+ * g's would say. */
+static bool sig_same(const char *path, const le_sig *g)
+{
+        struct stat st;
+        if (stat(path, &st) < 0)
+                return !g->is_stat && g->err == errno;
+        return g->is_stat && g->dev == (unsigned long long)st.st_dev &&
+               g->ino == (unsigned long long)st.st_ino &&
+               g->size == (unsigned long long)st.st_size && g->mtime_s == st.st_mtim.tv_sec &&
+               g->mtime_ns == st.st_mtim.tv_nsec && g->ctime_s == st.st_ctim.tv_sec &&
+               g->ctime_ns == st.st_ctim.tv_nsec;
+}
+
 /* The files of an entry are as they were when it was captured. */
 static bool le_fresh(const login_env *le)
 {
         for (size_t i = 0; i < le->nfiles; i++) {
+                if (le->sigs && le->sigs[i].ok) {
+                        if (!sig_same(le->tok[3 + 2 * i], &le->sigs[i]))
+                                return false;
+                        continue;
+                }
                 char sig[LE_SIG_MAX];
                 int64_t ct;
                 file_sig(le->tok[3 + 2 * i], sig, &ct);
@@ -540,6 +608,7 @@ static int le_load(login_env *le)
                 atomic_thread_fence(memory_order_acquire);
                 if (atomic_load_explicit(&s->gen, memory_order_relaxed) != c)
                         return -EAGAIN; /* rewritten while we copied */
+                le->gen = c;
                 return le_parse(le);
         }
         return -ENOENT;
@@ -819,17 +888,43 @@ static void le_capture(login_env *le, const init_conf *conf, int sfd, uint64_t d
                 le_store(le->blob, le->len);
 }
 
+/* The session's copy of the newest cache entry, parsed once per generation
+ * (generations are never reused, so the same one is the same entry): an exec
+ * then copies, splits and parses nothing, and checks the files' signatures
+ * as numbers. */
+static login_env le_kept = {.state = LE_FAILED};
+
+/* le_kept, refreshed when the cache holds a newer entry; NULL when none. */
+static const login_env *le_newest(void)
+{
+        uint64_t c = atomic_load_explicit(&le_shm->cur, memory_order_acquire);
+        if (c && le_kept.blob && le_kept.gen == c)
+                return &le_kept;
+        login_env copy = {.state = LE_FAILED};
+        if (le_load(&copy) < 0) {
+                le_free(&copy);
+                return NULL;
+        }
+        le_parse_sigs(&copy);
+        le_free(&le_kept);
+        le_kept = copy;
+        return &le_kept;
+}
+
 /* The login environment for this exec: the cached one when its files are
- * unchanged, else a new capture. */
+ * unchanged (lent: le_free leaves it), else a new capture. */
 static void le_get(login_env *le, const init_conf *conf, int sfd, uint64_t deadline)
 {
         *le = (login_env){.state = LE_FAILED};
         if (!le_shm)
                 return;
-        if (le_load(le) == 0 && le_fresh(le) &&
-            (le->state != LE_FAILED || ab_now_ms() - le->taken_ms < LE_RETRY_MS))
+        const login_env *k = le_newest();
+        if (k && le_fresh(k) &&
+            (k->state != LE_FAILED || ab_now_ms() - k->taken_ms < LE_RETRY_MS)) {
+                *le = *k;
+                le->borrowed = true;
                 return;
-        le_free(le);
+        }
         le_capture(le, conf, sfd, deadline);
 }
 
@@ -1291,8 +1386,11 @@ __attribute__((noreturn)) static void run_child(int in, int out, int err, int cw
  * errors as it always has. */
 
 /* Where an argv's program is: as is with a '/', else the first executable
- * regular file along the PATH of env (an empty entry is the cwd, which the
- * session has entered). NULL when none is (run_child then says why). */
+ * file along the PATH of env (an empty entry is the cwd, which the session
+ * has entered). NULL when none is (run_child then says why). One access
+ * check per entry: an executable directory found first makes vspawn's
+ * execve fail, and run_child's PATH walk (which skips it, as execvp does)
+ * then runs the right program or reports as it always has. */
 static char *argv_program(const char *file, char *const *env)
 {
         if (strchr(file, '/'))
@@ -1304,8 +1402,7 @@ static char *argv_program(const char *file, char *const *env)
                 const char *end = strchrnul(d, ':');
                 int dlen = (int)(end - d);
                 char *f = dlen ? xasprintf("%.*s/%s", dlen, d, file) : xstrdup(file);
-                struct stat st;
-                if (stat(f, &st) == 0 && S_ISREG(st.st_mode) && access(f, X_OK) == 0)
+                if (faccessat(AT_FDCWD, f, X_OK, AT_EACCESS) == 0)
                         return f;
                 free(f);
                 if (!*end)
@@ -1398,16 +1495,15 @@ static pid_t vspawn(const char *prog, char *const *argv, char *const *env, int i
         return pid;
 }
 
-/* Spawns the command of p with stdin in, stdout out, stderr err, in cwdfd.
- * Returns its pid, or -1 (nothing started: fork run_child instead). */
+/* Spawns the command of p with stdin in, stdout out, stderr err, in cwdfd
+ * (the caller has set the session's umask to p's). Returns its pid, or -1
+ * (nothing started: fork run_child instead). */
 static pid_t spawn_child(int in, int out, int err, int cwdfd, exec_plan *p)
 {
         if (p->user->set)
                 return -1; /* posix_spawn cannot change users: run_child does */
         if (fchdir(cwdfd) < 0)
                 return -1;
-        if (p->set_umask)
-                umask(p->umask);
         if (init_max_procs) {
                 struct rlimit nproc = {init_max_procs, init_max_procs};
                 setrlimit(RLIMIT_NPROC, &nproc);
@@ -1576,6 +1672,18 @@ static void finish(exec_state *st, int sfd, bool again)
         reap(st);
 }
 
+/* The session's signalfd for SIGCHLD, made at its first exec and kept (two
+ * system calls less per exec than one per exec): it reports SIGCHLD only while
+ * an exec blocks it, which is all a new one would report; between execs the
+ * signal is unblocked and ignored, as before. */
+static int session_sigchld(const sigset_t *chld)
+{
+        static int fd = -1;
+        if (fd < 0)
+                fd = signalfd(-1, chld, SFD_CLOEXEC | SFD_NONBLOCK);
+        return fd;
+}
+
 /* Nothing the command started is left: no child of the session (a
  * subreaper, so orphans of the command would be), none waiting to be reaped. */
 static bool nothing_left(void)
@@ -1589,13 +1697,14 @@ bool init_exec(init_conn *c, const abp_frame *f, const init_conf *conf)
         abp_exec_req req;
         const char *bad = NULL;
         int in[2] = {-1, -1}, out[2] = {-1, -1}, err[2] = {-1, -1};
-        _cleanup_close_ int cwdfd = -1, sfd = -1;
+        _cleanup_close_ int cwdfd = -1;
+        int sfd = -1;
         exec_plan plan = {0};
         init_user user = {0};
         sigset_t chld, old;
-        int r = 0;
+        int r = 0, null_in = -1;
         bool again = false;
-        mode_t um;
+        mode_t um = 0;
 
         if (abp_dec_exec(f, &req) < 0) {
                 init_send_error(c, "invalid_argument",
@@ -1649,7 +1758,7 @@ bool init_exec(init_conn *c, const abp_frame *f, const init_conf *conf)
                 }
         }
 
-        sfd = signalfd(-1, &chld, SFD_CLOEXEC | SFD_NONBLOCK);
+        sfd = session_sigchld(&chld);
         if (sfd < 0) {
                 init_send_error(c, "internal", "signalfd: %s", strerror(errno));
                 goto out;
@@ -1661,7 +1770,7 @@ bool init_exec(init_conn *c, const abp_frame *f, const init_conf *conf)
 
         if (req.stdin_len > 0 || req.stdin_stream)
                 r = pipe_pair(in);
-        else if ((in[0] = open("/dev/null", O_RDONLY | O_CLOEXEC)) < 0)
+        else if ((null_in = shared_null()) < 0)
                 r = pipe_pair(in); /* no /dev/null: an empty pipe, closed at once */
         if (r == 0)
                 r = pipe_pair(out);
@@ -1677,23 +1786,28 @@ bool init_exec(init_conn *c, const abp_frame *f, const init_conf *conf)
                 st.in_len = req.stdin_len;
         }
 
-        um = umask(022); /* spawn_child sets the command's on the session */
-        umask(um);
-        st.pid = spawn_child(in[0], out[1], err[1], cwdfd, &plan);
+        /* The command's umask on the session, for vspawn's child; put back
+         * for the session's next request. */
+        if (plan.set_umask)
+                um = umask(plan.umask);
+        int child_in = in[0] >= 0 ? in[0] : null_in;
+        st.pid = spawn_child(child_in, out[1], err[1], cwdfd, &plan);
         if (st.pid < 0)
                 st.pid = fork();
+        if (st.pid == 0)
+                run_child(child_in, out[1], err[1], cwdfd, &plan);
+        if (plan.set_umask)
+                umask(um);
         if (st.pid < 0) {
                 init_send_error(c, "internal", "cannot fork: %s", strerror(errno));
                 goto out;
         }
-        if (st.pid == 0)
-                run_child(in[0], out[1], err[1], cwdfd, &plan);
-        umask(um); /* the session may serve another request */
 
         /* req points into the reader's buffer, which the loop reuses. */
         abp_exec_req_clear(&req);
         plan_free(&plan);
-        close(in[0]);
+        if (in[0] >= 0)
+                close(in[0]);
         close(out[1]);
         close(err[1]);
         in[0] = out[1] = err[1] = -1;

@@ -10,6 +10,7 @@
 
 #include <fcntl.h>
 #include <inttypes.h>
+#include <pthread.h>
 #include <sys/socket.h>
 
 /* ---- before routing: an exact target, one framing, and for a server
@@ -430,14 +431,52 @@ static void worker_first_call(void *arg)
         MHD_resume_connection(r->conn); /* r belongs to MHD's thread again */
 }
 
+/* A use a worker ends after handing its answer back (ab_req.ending_use):
+ * on_completed waits for done before the connection reads on. */
+typedef struct use_ending {
+        pthread_mutex_t mu;
+        pthread_cond_t cv;
+        bool done;
+} use_ending;
+
+static void ending_wait(use_ending *w)
+{
+        pthread_mutex_lock(&w->mu);
+        while (!w->done)
+                pthread_cond_wait(&w->cv, &w->mu);
+        pthread_mutex_unlock(&w->mu);
+        pthread_cond_destroy(&w->cv);
+        pthread_mutex_destroy(&w->mu);
+        free(w);
+}
+
 static void worker_handler(void *arg)
 {
         ab_req *r = arg;
         const char *id = NULL;
         route_matches(r->route, r, &id);
         r->worker_ret = route_call(r, r->route->fn, id); /* the caller's quotas */
+        ab_manager *mgr = r->srv->mgr;
+        ab_use *u = steal_pointer(&r->ending_use);
+        use_ending *w = NULL;
+        if (u) {
+                w = xzalloc(sizeof(*w));
+                pthread_mutex_init(&w->mu, NULL);
+                pthread_cond_init(&w->cv, NULL);
+                r->ending = w;
+        }
         r->on_worker = false;
-        MHD_resume_connection(r->conn);
+        MHD_resume_connection(r->conn); /* r is MHD's again; w stays until done */
+        if (!u)
+                return;
+        /* The exec's store commit (~0.1 ms) runs while MHD sends the answer
+         * and the client reads it, no longer after, on the HTTP thread. */
+        ab_manager_use_end(mgr, u);
+        free(u);
+        pthread_mutex_lock(&w->mu);
+        w->done = true;
+        pthread_cond_signal(&w->cv);
+        pthread_mutex_unlock(&w->mu);
 }
 
 /* Runs fn(r) on a worker while the connection is suspended; answers 503 when
@@ -579,6 +618,12 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
         snprintf(dur, sizeof(dur), "%.2f", ms);
         ab_log(AB_LOG_DEBUG, "request", "method", r->method, "path", r->path, "status", st, "ms",
                dur, NULL);
+        if (r->ending)
+                ending_wait(r->ending);
+        if (r->ending_use) { /* set by a handler that did not run on a worker */
+                ab_manager_use_end(r->srv->mgr, r->ending_use);
+                free(r->ending_use);
+        }
         if (r->deferred_use) {
                 ab_manager_use_end(r->srv->mgr, r->deferred_use);
                 free(r->deferred_use);

@@ -102,7 +102,14 @@ typedef struct ab_req {
         bool tmp_full;        /* the spool's global cap refused the upload */
         ab_use *deferred_use; /* ended once the response is sent (its store writes then
                                * cost the client nothing) */
-        int status;           /* the status answered, for logs */
+        /* An exec's use whose ending (the activity, audit row and event it
+         * records) the worker does while the answer goes out; the
+         * connection's next request is read only after it (on_completed
+         * waits), so whoever asks next still sees the records. Set by a
+         * handler that runs on a worker; taken by the worker. */
+        ab_use *ending_use;
+        struct use_ending *ending; /* server.c's: the worker's ending in progress */
+        int status;                /* the status answered, for logs */
         uint64_t t0;
         int phase;                 /* server.c's life cycle */
         bool on_worker;            /* a worker runs the handler: answers wait in resp */

@@ -745,10 +745,10 @@ static enum MHD_Result run_exec(ab_req *r, exec_job *j, const char *sandbox_id)
         }
         abc_exec_res res;
         ab_err *e = NULL;
-        j->use.late = true; /* ended by on_completed, once the answer is sent */
+        j->use.late = true; /* ended as the answer goes out (ab_req.ending_use) */
         int rc = ab_manager_exec(r->srv->mgr, &j->use, &q, collect, j, &res, &e);
-        r->deferred_use = xmalloc(sizeof(ab_use));
-        *r->deferred_use = j->use; /* ended after the answer is sent */
+        r->ending_use = xmalloc(sizeof(ab_use));
+        *r->ending_use = j->use;
         if (rc < 0) {
                 exec_job_free(j);
                 return exec_unavailable(r, e, sandbox_id);
