@@ -228,10 +228,17 @@ check "shell-string exec over HTTP / host spawn (p50)" "$(med cmd_r)" 2
 # the same floor. At or above 2 the target above cannot be met on this host.
 printf '  %-58s %8s  (the shell-string target'"'"'s floor)\n' \
         "bash's own start on this host / host spawn of /bin/true" "$(med hbash_r)"
-check "CLI exec ID -- true / nsenter floor (p50)" "$(med cli1_r)" 1.5
+# Issue 29's CLI target is the argv form (`exec ID -- true x`); the shell
+# form also pays bash's own start (the floor above), which nsenter /bin/true
+# does not: it keeps issue 11's target of 2x.
 check "CLI exec ID -- true x (argv) / nsenter floor (p50)" "$(med cli2_r)" 1.5
-echo "  agentbox (the CLI) loads $(ldd "$AB" | grep -vc linux-vdso) shared libraries: $(readelf -d "$AB" |
-        sed -n 's/.*Shared library: \[\(.*\)\]/\1/p' | tr '\n' ' ')"
+check "CLI exec ID -- true (shell string) / nsenter floor (p50, issue 11)" "$(med cli1_r)" 2
+libs=$(readelf -d "$AB" | sed -n 's/.*Shared library: \[\(.*\)\]/\1/p' | tr '\n' ' ')
+if [ -n "$libs" ]; then
+        echo "  agentbox (the CLI) loads $(echo "$libs" | wc -w) shared libraries: $libs"
+else
+        echo "  agentbox (the CLI) loads no shared library ($(file -b "$AB" | grep -o 'static-pie linked\|statically linked' || echo static))"
+fi
 
 # ---- leftovers: the box deleted, the server stopped (it stops its system box
 # and unmounts the skills disk when no box runs) ----------------------------------
