@@ -67,6 +67,7 @@ MAX_HTTP_TIMEOUT_MS = 10000
 AS_HEADROOM_MB = 64
 
 _real_stdout_fd = 1
+_PAGE_SIZE = os.sysconf('SC_PAGE_SIZE')
 # The runner's own JSON, taken before any snippet runs: a snippet that
 # replaces json.dumps/loads changes its own module, not the protocol.
 _dumps = json.dumps
@@ -94,6 +95,9 @@ def _write_line(obj):
 
 
 def _read_line():
+    global _stdin
+    if _stdin is None:  # a worker's run: its socket pair, opened on first use
+        _stdin = os.fdopen(0, 'rb', closefd=False)
     line = _stdin.readline()
     if not line:
         raise EOFError('the host closed stdin')
@@ -205,14 +209,16 @@ def _setup_process(uid, tmpdir=None):
 
 
 def _vm_size_bytes():
+    """The address space mapped now (/proc/self/statm's first field: raw
+    reads, no file object: a run pays for every page it touches)."""
     try:
-        with open('/proc/self/status') as f:
-            for line in f:
-                if line.startswith('VmSize:'):
-                    return int(line.split()[1]) * 1024
+        fd = os.open('/proc/self/statm', os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            return int(os.read(fd, 256).split(None, 1)[0]) * _PAGE_SIZE
+        finally:
+            os.close(fd)
     except (OSError, ValueError, IndexError):
-        pass
-    return 0
+        return 0
 
 
 def _apply_limits(limits):
@@ -830,17 +836,30 @@ PR_SET_DUMPABLE = 4
 PR_SET_CHILD_SUBREAPER = 36
 
 
+RUN_DIR_NAME = 'sandbox_run'  # every run's temp dir, made anew under the worker's dir
+# A shared temp place whose directory has not changed since a scan found
+# nothing of the worker's uid there has nothing new: creating, removing or
+# renaming an entry updates the directory's mtime. A scan is trusted only
+# when it began this long after that mtime, so a later change cannot carry
+# the same (coarse-grained) timestamp.
+MTIME_SETTLED_NS = 100 * 1000 * 1000
+READY_LINE = b'{"ready":true}\n'
+
 _libc = None
+_select = None
+_socket = None
+_clean_places = {}  # place -> (st_dev, st_ino, st_mtime_ns, st_ctime_ns) when last found clean
 
 
 def _worker_prepare():
     """Loads what the worker needs before it drops its privileges (libc for
     prctl: the uid may not read the interpreter's extension modules)."""
-    global _libc
+    global _libc, _select, _socket
     import ctypes
-    import select  # noqa: F401
-    import socket  # noqa: F401
+    import select
+    import socket
     _libc = ctypes.CDLL(None, use_errno=True)
+    _select, _socket = select, socket
 
 
 def _prctl(option, value):
@@ -858,30 +877,74 @@ def _int_arg(argv, name, default):
     return default
 
 
+def _place_left(place, uid, root):
+    """The first entry of uid at the top of place (other than root), or
+    None. A place whose directory is as it was when last found clean is not
+    read again (MTIME_SETTLED_NS)."""
+    began = time.time_ns()
+    try:
+        st = os.stat(place)
+    except OSError:
+        return None
+    key = (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_ctime_ns)
+    if _clean_places.get(place) == key:
+        return None
+    try:
+        with os.scandir(place) as it:
+            for e in it:
+                if e.path == root:
+                    continue
+                try:
+                    if e.stat(follow_symlinks=False).st_uid == uid:
+                        return e.path
+                except OSError:
+                    continue
+    except OSError:
+        return None
+    if began - max(st.st_mtime_ns, st.st_ctime_ns) >= MTIME_SETTLED_NS:
+        _clean_places[place] = key
+    return None
+
+
+def _ipc_any():
+    """Whether any System V IPC object exists in the box (raw reads of
+    /proc/sysvipc/*: a header line and nothing else when there is none)."""
+    for kind in ('shm', 'sem', 'msg'):
+        try:
+            fd = os.open('/proc/sysvipc/' + kind, os.O_RDONLY | os.O_CLOEXEC)
+        except OSError:
+            continue
+        try:
+            data = b''
+            while True:
+                chunk = os.read(fd, 65536)
+                if not chunk:
+                    break
+                data += chunk
+        except OSError:
+            return True  # unreadable: let the full look decide
+        finally:
+            os.close(fd)
+        if data.count(b'\n') > 1:
+            return True
+    return False
+
+
 def _leftovers(uid, root):
     """Why the worker cannot take another run: what its runs left outside
     their temp dirs (entries of uid at the top of the shared temp places
-    other than the worker's own root, a non-empty root, System V IPC of
+    other than the worker's own root, anything in root, System V IPC of
     uid), or None. Top levels only: cheap enough for every run."""
     for place in SHARED_WRITABLE:
-        try:
-            with os.scandir(place) as it:
-                for e in it:
-                    if e.path == root:
-                        continue
-                    try:
-                        if e.stat(follow_symlinks=False).st_uid == uid:
-                            return 'a run left %s' % e.path
-                    except OSError:
-                        continue
-        except OSError:
-            continue
+        left = _place_left(place, uid, root)
+        if left:
+            return 'a run left %s' % left
     try:
         if os.listdir(root):
             return 'a run left files in the worker dir'
     except OSError:
         return 'the worker dir is gone'
-    if uid in _ipc_uids():
+    if _ipc_any() and uid in _ipc_uids():
         return 'a run left System V IPC objects'
     return None
 
@@ -907,7 +970,11 @@ def _send_all(fd, data):
 
 def _wait_exit(pid, seconds):
     """Reaps the run pid; False when it is still alive after seconds."""
-    import select
+    try:
+        if os.waitpid(pid, os.WNOHANG)[0]:
+            return True
+    except ChildProcessError:
+        return True
     try:
         fd = os.pidfd_open(pid)
     except (AttributeError, OSError):
@@ -925,7 +992,7 @@ def _wait_exit(pid, seconds):
             if left <= 0:
                 return False
             if fd >= 0:
-                select.select([fd], [], [], left)  # readable once it has exited
+                _select.select([fd], [], [], left)  # readable once it has exited
             else:
                 time.sleep(0.0005)
     finally:
@@ -936,26 +1003,33 @@ def _wait_exit(pid, seconds):
 def _relay_run(req, root):
     """Forks the run, relays its protocol lines, waits for its end. Returns
     (result or None, why the worker must recycle or None, host gone)."""
-    global _stdin, _tmpdir
-    import select
-    import socket
-    mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-    run_dir = tempfile.mkdtemp(prefix='sandbox_', dir=root)
-    os.chmod(run_dir, 0o700)
+    global _stdin
+    select = _select
+    run_dir = os.path.join(root, RUN_DIR_NAME)
+    try:
+        # A new directory at the worker's one run path (the environment,
+        # TMPDIR, was set for it once); the last run's went after its end.
+        os.mkdir(run_dir, 0o700)
+        os.chmod(run_dir, 0o700)
+    except OSError as e:
+        result = {'success': False, 'message': 'Runner error: the run dir: %s' % e}
+        _write_line({'result': result})
+        return result, 'no run dir', False
+    mine, theirs = _socket.socketpair(_socket.AF_UNIX, _socket.SOCK_STREAM)
     pid = os.fork()
     if pid == 0:
+        # As little as can be here: every page the run touches is copied out
+        # of the worker's. SIGCHLD is already the default, the environment
+        # already names run_dir, the run's stdin is opened on first use, and
+        # the worker removes run_dir (_tmpdir stays None).
         try:
-            mine.close()
+            os.close(mine.detach())
             fd = theirs.detach()
             os.dup2(fd, 0)
             os.dup2(fd, 1)
             os.close(fd)
-            _stdin = os.fdopen(0, 'rb', closefd=False)
-            _tmpdir = run_dir
-            signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+            _stdin = None
             os.chdir(run_dir)
-            os.environ['TMPDIR'] = run_dir
-            os.environ['SANDBOX_TMPDIR'] = run_dir
             _run_request(req, run_dir)
         except BaseException as e:  # noqa: B902 - a run must never return to the loop
             try:
@@ -1022,7 +1096,12 @@ def _relay_run(req, root):
         os.waitpid(pid, 0)
     if result is None and not why:
         why = 'a run ended without a result'
-    shutil.rmtree(run_dir, ignore_errors=True)
+    try:
+        os.rmdir(run_dir)  # most runs leave it empty
+    except FileNotFoundError:
+        pass
+    except OSError:
+        shutil.rmtree(run_dir, ignore_errors=True)  # what stays makes the worker recycle
     return result, why, host_gone
 
 
@@ -1041,10 +1120,15 @@ def _worker(root, max_runs):
     import gc
     gc.collect()
     gc.freeze()
+    # every run's temp dir has this one path: its environment is set here,
+    # once, for every fork
+    run_dir = os.path.join(root, RUN_DIR_NAME)
+    os.environ['TMPDIR'] = run_dir
+    os.environ['SANDBOX_TMPDIR'] = run_dir
     limited = ('Script execution timed out after', 'Memory limit exceeded')
     runs = 0
     while True:
-        _write_line({'ready': True})
+        _send_all(_real_stdout_fd, READY_LINE)
         line = _stdin.readline()
         if not line:
             return
