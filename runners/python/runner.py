@@ -968,44 +968,21 @@ def _send_all(fd, data):
         view = view[n:]
 
 
-def _wait_exit(pid, seconds):
-    """Reaps the run pid; False when it is still alive after seconds."""
-    try:
-        if os.waitpid(pid, os.WNOHANG)[0]:
-            return True
-    except ChildProcessError:
+def _wait_exit(pidfd, seconds):
+    """Whether the run of pidfd has exited (within seconds): its pidfd is
+    readable once it has."""
+    r, _, _ = _select.select([pidfd], [], [], 0)
+    if r:
         return True
-    try:
-        fd = os.pidfd_open(pid)
-    except (AttributeError, OSError):
-        fd = -1
-    try:
-        deadline = time.monotonic() + seconds
-        while True:
-            try:
-                done, _ = os.waitpid(pid, os.WNOHANG)
-            except ChildProcessError:
-                return True
-            if done:
-                return True
-            left = deadline - time.monotonic()
-            if left <= 0:
-                return False
-            if fd >= 0:
-                _select.select([fd], [], [], left)  # readable once it has exited
-            else:
-                time.sleep(0.0005)
-    finally:
-        if fd >= 0:
-            os.close(fd)
+    r, _, _ = _select.select([pidfd], [], [], seconds)
+    return bool(r)
 
 
-def _relay_run(req, root):
-    """Forks the run, relays its protocol lines, waits for its end. Returns
-    (result or None, why the worker must recycle or None, host gone)."""
-    global _stdin
+def _relay_run(line, run_dir, ctl):
+    """Has the template fork the run, gives it the request line, relays its
+    protocol lines, waits for its end. Returns (result or None, why the
+    worker must recycle or None, host gone)."""
     select = _select
-    run_dir = os.path.join(root, RUN_DIR_NAME)
     try:
         # A new directory at the worker's one run path (the environment,
         # TMPDIR, was set for it once); the last run's went after its end.
@@ -1016,35 +993,28 @@ def _relay_run(req, root):
         _write_line({'result': result})
         return result, 'no run dir', False
     mine, theirs = _socket.socketpair(_socket.AF_UNIX, _socket.SOCK_STREAM)
-    pid = os.fork()
-    if pid == 0:
-        # As little as can be here: every page the run touches is copied out
-        # of the worker's. SIGCHLD is already the default, the environment
-        # already names run_dir, the run's stdin is opened on first use, and
-        # the worker removes run_dir (_tmpdir stays None).
-        try:
-            os.close(mine.detach())
-            fd = theirs.detach()
-            os.dup2(fd, 0)
-            os.dup2(fd, 1)
-            os.close(fd)
-            _stdin = None
-            os.chdir(run_dir)
-            _run_request(req, run_dir)
-        except BaseException as e:  # noqa: B902 - a run must never return to the loop
-            try:
-                _fail('Runner error: %s' % e)
-            except BaseException:
-                pass
-        os._exit(1)
-    theirs.close()
+    try:
+        _socket.send_fds(ctl, [b'r'], [theirs.fileno()])
+        pid = int(ctl.recv(32))
+        pidfd = os.pidfd_open(pid)  # the template reaps it only when told: pid stays its
+    except (OSError, ValueError):
+        os._exit(1)  # the template is gone: the host ends this worker
+    finally:
+        theirs.close()
+    try:
+        _send_all(mine.fileno(), line)  # the run reads its request first
+    except OSError:
+        pass  # the run is gone: its end comes from its socket
     sock = mine.fileno()
     result, why, host_gone = None, None, False
     buf_run, scanned = bytearray(), 0
     try:
         open_run = True
         while open_run and result is None:
-            r, _, _ = select.select([sock, 0], [], [])
+            r, _, _ = select.select([sock, 0, ctl], [], [])
+            if ctl in r:
+                why = 'the worker\'s template is gone'
+                break
             if 0 in r:
                 data = os.read(0, 65536)
                 if not data:
@@ -1086,14 +1056,18 @@ def _relay_run(req, root):
     finally:
         mine.close()
     if host_gone or why or result is None:
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except OSError:
-            pass
-    if not _wait_exit(pid, RUN_EXIT_GRACE_S):
-        os.kill(pid, signal.SIGKILL)
+        _kill_run(pidfd)
+    if not _wait_exit(pidfd, RUN_EXIT_GRACE_S):
+        _kill_run(pidfd)
         why = why or 'a run did not exit after its result'
-        os.waitpid(pid, 0)
+        _wait_exit(pidfd, RUN_EXIT_GRACE_S)
+    os.close(pidfd)
+    try:
+        ctl.send(b'e')  # the template reaps it and looks for strays
+        if ctl.recv(8) != b'0':
+            why = why or 'a run left a process'
+    except OSError:
+        why = why or 'the worker\'s template is gone'
     if result is None and not why:
         why = 'a run ended without a result'
     try:
@@ -1103,6 +1077,77 @@ def _relay_run(req, root):
     except OSError:
         shutil.rmtree(run_dir, ignore_errors=True)  # what stays makes the worker recycle
     return result, why, host_gone
+
+
+def _kill_run(pidfd):
+    try:
+        signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+    except OSError:
+        pass
+
+
+def _template(ctl, run_dir):
+    """The worker's clean state, forked once before its first run: it forks
+    every run and does nothing else, so the pages a run copies out of it are
+    only those the run itself touches (the relay, which touches many, runs
+    in the worker, which never forks a run). It is the runs' parent and
+    child subreaper: on b'e' it reaps the run and answers whether anything
+    of it is alive. Never returns."""
+    try:
+        _prctl(PR_SET_CHILD_SUBREAPER, 1)
+        null = os.open('/dev/null', os.O_RDWR)
+        os.dup2(null, 0)  # the host's connection is the worker's alone
+        os.dup2(null, 1)
+        os.close(null)
+        run_pid = 0
+        while True:
+            msg, fds, _, _ = _socket.recv_fds(ctl, 16, 1)
+            if msg == b'e' and not fds:
+                if run_pid:
+                    try:
+                        os.waitpid(run_pid, 0)
+                    except ChildProcessError:
+                        pass
+                    run_pid = 0
+                ctl.send(b'1' if _strays() else b'0')
+                continue
+            if msg != b'r' or len(fds) != 1:
+                break  # the worker is gone (EOF) or speaks nonsense
+            pid = os.fork()
+            if pid == 0:
+                _run_child(fds[0], run_dir, ctl)
+            os.close(fds[0])
+            run_pid = pid
+            ctl.send(b'%d' % pid)
+    except BaseException:  # noqa: B902 - the template must never return to the loop
+        pass
+    os._exit(0)
+
+
+def _run_child(fd, run_dir, ctl):
+    """A run, in a fork of the template: as little as can be done here
+    (every page it touches is copied out of the template's): SIGCHLD is
+    already the default, the environment already names run_dir, the request
+    is read from the run's socket. Never returns."""
+    global _stdin
+    try:
+        os.close(ctl.detach())  # the run cannot speak to the template
+        os.dup2(fd, 0)
+        os.dup2(fd, 1)
+        os.close(fd)
+        _stdin = None
+        os.chdir(run_dir)
+        try:
+            req = _read_line()
+        except Exception as e:
+            _fail('Invalid request: %s' % e)
+        _run_request(req, run_dir)
+    except BaseException as e:  # noqa: B902 - a run must never return to the loop
+        try:
+            _fail('Runner error: %s' % e)
+        except BaseException:
+            pass
+    os._exit(1)
 
 
 def _worker(root, max_runs):
@@ -1125,6 +1170,11 @@ def _worker(root, max_runs):
     run_dir = os.path.join(root, RUN_DIR_NAME)
     os.environ['TMPDIR'] = run_dir
     os.environ['SANDBOX_TMPDIR'] = run_dir
+    ctl, ctl_t = _socket.socketpair(_socket.AF_UNIX, _socket.SOCK_SEQPACKET)
+    if os.fork() == 0:
+        ctl.close()
+        _template(ctl_t, run_dir)
+    ctl_t.close()
     limited = ('Script execution timed out after', 'Memory limit exceeded')
     runs = 0
     while True:
@@ -1132,11 +1182,7 @@ def _worker(root, max_runs):
         line = _stdin.readline()
         if not line:
             return
-        try:
-            req = _loads(line.decode('utf-8'))
-        except ValueError as e:
-            req = 'Invalid request: %s' % e
-        result, why, host_gone = _relay_run(req, root)
+        result, why, host_gone = _relay_run(line, run_dir, ctl)
         if host_gone:
             return
         runs += 1
@@ -1144,8 +1190,6 @@ def _worker(root, max_runs):
             msg = str(result.get('message', ''))
             if msg.startswith(limited):
                 why = 'a run hit a limit'
-        if why is None and _strays():
-            why = 'a run left a process'
         if why is None:
             why = _leftovers(uid, root)
         if why is None and runs >= max_runs:
