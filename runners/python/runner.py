@@ -122,6 +122,16 @@ def _fail(message):
     _finish({'success': False, 'message': str(message)})
 
 
+def _child_failed(e):
+    """In a forked child whose set-up or run raised e: answers `Runner error`
+    when it still can, then exits 1 (never returns)."""
+    try:
+        _fail('Runner error: %s' % e)
+    except BaseException:  # noqa: B902 - a child must never return to its parent's loop
+        pass
+    os._exit(1)
+
+
 def _jsonable(value, _depth=0):
     """A copy of value that json.dumps accepts: non-finite floats become
     null (as in JS), keys become strings, anything else non-JSON is str()."""
@@ -810,10 +820,7 @@ def _zygote_child(conn, hello, tmpdir, js_argv):
             os._exit(0)
         _serve_run(tmpdir)
     except BaseException as e:  # noqa: B902 - a child must never return to the zygote
-        try:
-            _fail('Runner error: %s' % e)
-        except BaseException:
-            pass
+        _child_failed(e)
     os._exit(1)
 
 
@@ -968,14 +975,17 @@ def _send_all(fd, data):
         view = view[n:]
 
 
-def _wait_exit(pidfd, seconds):
-    """Whether the run of pidfd has exited (within seconds): its pidfd is
-    readable once it has."""
-    r, _, _ = _select.select([pidfd], [], [], 0)
-    if r:
-        return True
-    r, _, _ = _select.select([pidfd], [], [], seconds)
-    return bool(r)
+def _run_end(ctl, seconds):
+    """The template's word that the run has ended (it has reaped it): b'0',
+    or b'1' when another child of its is alive (a process the run left);
+    b'' when the template is gone; None when nothing came within seconds."""
+    r, _, _ = _select.select([ctl], [], [], seconds)
+    if not r:
+        return None
+    try:
+        return ctl.recv(8)
+    except OSError:
+        return b''
 
 
 def _relay_run(line, run_dir, ctl):
@@ -995,9 +1005,9 @@ def _relay_run(line, run_dir, ctl):
     mine, theirs = _socket.socketpair(_socket.AF_UNIX, _socket.SOCK_STREAM)
     try:
         _socket.send_fds(ctl, [b'r'], [theirs.fileno()])
-        pid = int(ctl.recv(32))
-        pidfd = os.pidfd_open(pid)  # the template reaps it only when told: pid stays its
-    except (OSError, ValueError):
+        _, fds, _, _ = _socket.recv_fds(ctl, 32, 1)  # the run's pidfd: signals reach it alone
+        pidfd = fds[0]
+    except (OSError, IndexError):
         os._exit(1)  # the template is gone: the host ends this worker
     finally:
         theirs.close()
@@ -1007,14 +1017,23 @@ def _relay_run(line, run_dir, ctl):
         pass  # the run is gone: its end comes from its socket
     sock = mine.fileno()
     result, why, host_gone = None, None, False
+    end = None  # the template's word on the run's end: b'0', b'1' (strays), b'' (it is gone)
     buf_run, scanned = bytearray(), 0
     try:
         open_run = True
         while open_run and result is None:
-            r, _, _ = select.select([sock, 0, ctl], [], [])
+            if end is None:
+                r, _, _ = select.select([sock, 0, ctl], [], [])
+            else:  # the run has ended: what it wrote before, and no more
+                r, _, _ = select.select([sock], [], [], 0)
+                if not r:
+                    break
             if ctl in r:
-                why = 'the worker\'s template is gone'
-                break
+                end = _run_end(ctl, 0)
+                if not end:
+                    why = 'the worker\'s template is gone'
+                    break
+                continue
             if 0 in r:
                 data = os.read(0, 65536)
                 if not data:
@@ -1057,17 +1076,17 @@ def _relay_run(line, run_dir, ctl):
         mine.close()
     if host_gone or why or result is None:
         _kill_run(pidfd)
-    if not _wait_exit(pidfd, RUN_EXIT_GRACE_S):
-        _kill_run(pidfd)
-        why = why or 'a run did not exit after its result'
-        _wait_exit(pidfd, RUN_EXIT_GRACE_S)
+    if end is None:
+        end = _run_end(ctl, RUN_EXIT_GRACE_S)
+        if end is None:
+            _kill_run(pidfd)
+            why = why or 'a run did not exit after its result'
+            end = _run_end(ctl, RUN_EXIT_GRACE_S)
     os.close(pidfd)
-    try:
-        ctl.send(b'e')  # the template reaps it and looks for strays
-        if ctl.recv(8) != b'0':
-            why = why or 'a run left a process'
-    except OSError:
+    if not end:
         why = why or 'the worker\'s template is gone'
+    elif end != b'0':
+        why = why or 'a run left a process'
     if result is None and not why:
         why = 'a run ended without a result'
     try:
@@ -1090,35 +1109,40 @@ def _template(ctl, run_dir):
     """The worker's clean state, forked once before its first run: it forks
     every run and does nothing else, so the pages a run copies out of it are
     only those the run itself touches (the relay, which touches many, runs
-    in the worker, which never forks a run). It is the runs' parent and
-    child subreaper: on b'e' it reaps the run and answers whether anything
-    of it is alive. Never returns."""
+    in the worker, which never forks a run). For b'r' and a socket it forks
+    the run and answers with a pidfd of it (the worker's way to kill it,
+    never another process); once the run has exited it reaps it and says
+    whether any other child of its is alive (b'1': it is the runs' child
+    subreaper, so that is a process a run left). Never returns."""
+    select = _select
     try:
         _prctl(PR_SET_CHILD_SUBREAPER, 1)
         null = os.open('/dev/null', os.O_RDWR)
         os.dup2(null, 0)  # the host's connection is the worker's alone
         os.dup2(null, 1)
         os.close(null)
-        run_pid = 0
+        run_pid, run_fd = 0, -1
         while True:
-            msg, fds, _, _ = _socket.recv_fds(ctl, 16, 1)
-            if msg == b'e' and not fds:
-                if run_pid:
+            if run_fd >= 0:
+                r, _, _ = select.select([ctl, run_fd], [], [])
+                if run_fd in r:  # the run has exited
                     try:
                         os.waitpid(run_pid, 0)
                     except ChildProcessError:
                         pass
-                    run_pid = 0
-                ctl.send(b'1' if _strays() else b'0')
-                continue
-            if msg != b'r' or len(fds) != 1:
+                    os.close(run_fd)
+                    run_fd = -1
+                    ctl.send(b'1' if _strays() else b'0')
+                    continue
+            msg, fds, _, _ = _socket.recv_fds(ctl, 16, 1)
+            if msg != b'r' or len(fds) != 1 or run_fd >= 0:
                 break  # the worker is gone (EOF) or speaks nonsense
             pid = os.fork()
             if pid == 0:
                 _run_child(fds[0], run_dir, ctl)
             os.close(fds[0])
-            run_pid = pid
-            ctl.send(b'%d' % pid)
+            run_pid, run_fd = pid, os.pidfd_open(pid)
+            _socket.send_fds(ctl, [b'%d' % pid], [run_fd])
     except BaseException:  # noqa: B902 - the template must never return to the loop
         pass
     os._exit(0)
@@ -1162,10 +1186,7 @@ def _run_child(fd, run_dir, ctl):
             _fail('Invalid request: %s' % e)
         _run_request(req, run_dir)
     except BaseException as e:  # noqa: B902 - a run must never return to the loop
-        try:
-            _fail('Runner error: %s' % e)
-        except BaseException:
-            pass
+        _child_failed(e)
     os._exit(1)
 
 
