@@ -2,14 +2,16 @@
 """The Python runner's warm worker alone (runners/python/runner.py, worker
 mode through the zygote, issue 29), beside a bare interpreter start per run.
 
-    sudo python3 bench/py_worker.py [--runs 1000] [--starts 30] [--python /usr/bin/python3]
+    sudo python3 bench/py_worker.py [--runs 1000] [--starts 30] [--pause-ms 0] [--python /usr/bin/python3]
     sudo PY_RUNNER=/other/runner.py python3 bench/py_worker.py   # another runner.py
 
 Starts `runner.py --zygote` as the server does (root, `python3 -S -u`),
 asks it for one worker of uid 65534 (`{"worker":true}`; `{"attached":false}`:
 no cgroup here), warms it with 20 runs, then drives RUNS runs of
 `def main(a, b): return a + b` with {"a":1,"b":2} (each: run line -> result
--> ready) and prints the median and p95 latency per run, the CPU per run and
+-> ready; --pause-ms between a ready and the next run line, as a client's
+round trip through the server would leave) and prints the median and p95
+latency per run (run line -> result), the CPU per run and
 the page faults per run of the worker and its children (the template and
 the runs it forked: utime+stime and minflt from /proc, the runs' through the
 template's cutime/cstime). Beside it: STARTS times `PYTHON -c` evaluating the
@@ -86,7 +88,7 @@ def pct(xs, q):
     return xs[min(len(xs) - 1, int(q * len(xs)))]
 
 
-def bench_worker(python, runs):
+def bench_worker(python, runs, pause_s):
     zyg = subprocess.Popen([python, '-S', '-u', RUNNER, '--zygote'], stdin=subprocess.PIPE,
                            stdout=subprocess.PIPE, env=dict(os.environ, TMPDIR='/tmp'))
     try:
@@ -103,22 +105,25 @@ def bench_worker(python, runs):
         line = (json.dumps({'code': CODE, 'variables': {'a': 1, 'b': 2}}) + '\n').encode()
 
         def one():
+            t = time.perf_counter()
             s.sendall(line)
             r = json.loads(f.readline())
+            took = (time.perf_counter() - t) * 1000
             if not r.get('result', {}).get('success'):
                 sys.exit('py_worker: a run failed: %s' % r)
             after = json.loads(f.readline())
             if after != {'ready': True}:
                 sys.exit('py_worker: the worker recycled: %s' % after)
+            if pause_s:
+                time.sleep(pause_s)
+            return took
 
         for _ in range(20):
             one()
         cpu0, flt0 = tree_stat(pid)
         lat = []
         for _ in range(runs):
-            t = time.perf_counter()
-            one()
-            lat.append((time.perf_counter() - t) * 1000)
+            lat.append(one())
         cpu1, flt1 = tree_stat(pid)
         s.close()
         return lat, (cpu1 - cpu0) * 1000 / runs, (flt1 - flt0) / runs
@@ -145,6 +150,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
     ap.add_argument('--runs', type=int, default=1000)
     ap.add_argument('--starts', type=int, default=30)
+    ap.add_argument('--pause-ms', type=float, default=0)
     ap.add_argument('--python', default='/usr/bin/python3' if os.path.exists('/usr/bin/python3')
                     else sys.executable)
     a = ap.parse_args()
@@ -155,7 +161,7 @@ def main():
         print('load %s; %s' % (' '.join(f.read().split()[:3]),
                                subprocess.run([a.python, '-V'], stdout=subprocess.PIPE,
                                               text=True).stdout.strip()))
-    lat, cpu, flt = bench_worker(a.python, a.runs)
+    lat, cpu, flt = bench_worker(a.python, a.runs, a.pause_ms / 1000)
     print('worker (zygote, uid 65534): %d runs  p50 %.2f ms  p95 %.2f ms  CPU/run %.2f ms  '
           'page faults/run %.0f' % (a.runs, statistics.median(lat), pct(lat, 0.95), cpu, flt))
     blat, bcpu = bench_bare(a.python, a.starts)

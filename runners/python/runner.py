@@ -988,29 +988,39 @@ def _run_end(ctl, seconds):
         return b''
 
 
-def _relay_run(line, run_dir, ctl):
-    """Has the template fork the run, gives it the request line, relays its
-    protocol lines, waits for its end. Returns (result or None, why the
-    worker must recycle or None, host gone)."""
-    select = _select
+def _fork_run(run_dir, ctl):
+    """The next run, made ahead of its request (its fork is then off the
+    request's path): a new directory at the worker's one run path (the
+    environment, TMPDIR, was set for it once; the last run's went after its
+    end), a socket pair, the template's fork. The run waits for its request
+    line. Returns (the worker's end of the run's socket, the run's pidfd),
+    or the message of a failure (the run dir)."""
     try:
-        # A new directory at the worker's one run path (the environment,
-        # TMPDIR, was set for it once); the last run's went after its end.
         os.mkdir(run_dir, 0o700)
         os.chmod(run_dir, 0o700)
     except OSError as e:
-        result = {'success': False, 'message': 'Runner error: the run dir: %s' % e}
-        _write_line({'result': result})
-        return result, 'no run dir', False
+        return 'Runner error: the run dir: %s' % e
     mine, theirs = _socket.socketpair(_socket.AF_UNIX, _socket.SOCK_STREAM)
     try:
         _socket.send_fds(ctl, [b'r'], [theirs.fileno()])
         _, fds, _, _ = _socket.recv_fds(ctl, 32, 1)  # the run's pidfd: signals reach it alone
-        pidfd = fds[0]
+        return mine, fds[0]
     except (OSError, IndexError):
         os._exit(1)  # the template is gone: the host ends this worker
     finally:
         theirs.close()
+
+
+def _relay_run(line, run, run_dir, ctl):
+    """Gives the run (_fork_run's) its request line, relays its protocol
+    lines, waits for its end. Returns (result or None, why the worker must
+    recycle or None, host gone)."""
+    select = _select
+    if isinstance(run, str):
+        result = {'success': False, 'message': run}
+        _write_line({'result': result})
+        return result, 'no run dir', False
+    mine, pidfd = run
     try:
         _send_all(mine.fileno(), line)  # the run reads its request first
     except OSError:
@@ -1219,10 +1229,11 @@ def _worker(root, max_runs):
     runs = 0
     while True:
         _send_all(_real_stdout_fd, READY_LINE)
+        run = _fork_run(run_dir, ctl)
         line = _stdin.readline()
         if not line:
             return
-        result, why, host_gone = _relay_run(line, run_dir, ctl)
+        result, why, host_gone = _relay_run(line, run, run_dir, ctl)
         if host_gone:
             return
         runs += 1
