@@ -67,6 +67,7 @@ MAX_HTTP_TIMEOUT_MS = 10000
 AS_HEADROOM_MB = 64
 
 _real_stdout_fd = 1
+_PAGE_SIZE = os.sysconf('SC_PAGE_SIZE')
 # The runner's own JSON, taken before any snippet runs: a snippet that
 # replaces json.dumps/loads changes its own module, not the protocol.
 _dumps = json.dumps
@@ -94,6 +95,9 @@ def _write_line(obj):
 
 
 def _read_line():
+    global _stdin
+    if _stdin is None:  # a worker's run: its socket pair, opened on first use
+        _stdin = os.fdopen(0, 'rb', closefd=False)
     line = _stdin.readline()
     if not line:
         raise EOFError('the host closed stdin')
@@ -116,6 +120,16 @@ def _finish(result):
 
 def _fail(message):
     _finish({'success': False, 'message': str(message)})
+
+
+def _child_failed(e):
+    """In a forked child whose set-up or run raised e: answers `Runner error`
+    when it still can, then exits 1 (never returns)."""
+    try:
+        _fail('Runner error: %s' % e)
+    except BaseException:  # noqa: B902 - a child must never return to its parent's loop
+        pass
+    os._exit(1)
 
 
 def _jsonable(value, _depth=0):
@@ -205,14 +219,16 @@ def _setup_process(uid, tmpdir=None):
 
 
 def _vm_size_bytes():
+    """The address space mapped now (/proc/self/statm's first field: raw
+    reads, no file object: a run pays for every page it touches)."""
     try:
-        with open('/proc/self/status') as f:
-            for line in f:
-                if line.startswith('VmSize:'):
-                    return int(line.split()[1]) * 1024
+        fd = os.open('/proc/self/statm', os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            return int(os.read(fd, 256).split(None, 1)[0]) * _PAGE_SIZE
+        finally:
+            os.close(fd)
     except (OSError, ValueError, IndexError):
-        pass
-    return 0
+        return 0
 
 
 def _apply_limits(limits):
@@ -737,11 +753,15 @@ def _run_request(req, tmpdir):
 # stdin/stdout. See runners/README.md.
 
 # Modules snippets commonly import: loaded once here, free in every child.
+# Not logging: it imports threading, and both register handlers that run in
+# every child a worker forks (threading's _after_fork, logging's lock
+# re-init): ~0.5 ms of CPU and ~70-150 page faults added to every run,
+# against a few ms once for the rare snippet that imports logging.
 ZYGOTE_PRELOAD = (
     'collections', 'decimal', 'statistics', 'random', 'string', 'itertools', 'functools',
     'operator', 'copy', 'bisect', 'heapq', 'fractions', 'textwrap', 'unicodedata', 'uuid',
     'typing', 'dataclasses', 'enum', 'html', 'calendar', 'csv', 'difflib', 'pprint', 'zlib',
-    'struct', 'array', 'numbers', 'cmath', 'email.utils', 'logging', 'secrets', 'ipaddress',
+    'struct', 'array', 'numbers', 'cmath', 'email.utils', 'secrets', 'ipaddress',
     'zoneinfo', 'traceback', 'weakref', 'contextlib', 'abc', 'locale', 'gzip', 'binascii',
     'quopri', 'html.parser', 'xml.etree.ElementTree', 'urllib.parse',
     'ctypes',  # the worker's prctl (never importable by snippets: the import hook)
@@ -800,10 +820,7 @@ def _zygote_child(conn, hello, tmpdir, js_argv):
             os._exit(0)
         _serve_run(tmpdir)
     except BaseException as e:  # noqa: B902 - a child must never return to the zygote
-        try:
-            _fail('Runner error: %s' % e)
-        except BaseException:
-            pass
+        _child_failed(e)
     os._exit(1)
 
 
@@ -826,17 +843,30 @@ PR_SET_DUMPABLE = 4
 PR_SET_CHILD_SUBREAPER = 36
 
 
+RUN_DIR_NAME = 'sandbox_run'  # every run's temp dir, made anew under the worker's dir
+# A shared temp place whose directory has not changed since a scan found
+# nothing of the worker's uid there has nothing new: creating, removing or
+# renaming an entry updates the directory's mtime. A scan is trusted only
+# when it began this long after that mtime, so a later change cannot carry
+# the same (coarse-grained) timestamp.
+MTIME_SETTLED_NS = 100 * 1000 * 1000
+READY_LINE = b'{"ready":true}\n'
+
 _libc = None
+_select = None
+_socket = None
+_clean_places = {}  # place -> (st_dev, st_ino, st_mtime_ns, st_ctime_ns) when last found clean
 
 
 def _worker_prepare():
     """Loads what the worker needs before it drops its privileges (libc for
     prctl: the uid may not read the interpreter's extension modules)."""
-    global _libc
+    global _libc, _select, _socket
     import ctypes
-    import select  # noqa: F401
-    import socket  # noqa: F401
+    import select
+    import socket
     _libc = ctypes.CDLL(None, use_errno=True)
+    _select, _socket = select, socket
 
 
 def _prctl(option, value):
@@ -854,30 +884,74 @@ def _int_arg(argv, name, default):
     return default
 
 
+def _place_left(place, uid, root):
+    """The first entry of uid at the top of place (other than root), or
+    None. A place whose directory is as it was when last found clean is not
+    read again (MTIME_SETTLED_NS)."""
+    began = time.time_ns()
+    try:
+        st = os.stat(place)
+    except OSError:
+        return None
+    key = (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_ctime_ns)
+    if _clean_places.get(place) == key:
+        return None
+    try:
+        with os.scandir(place) as it:
+            for e in it:
+                if e.path == root:
+                    continue
+                try:
+                    if e.stat(follow_symlinks=False).st_uid == uid:
+                        return e.path
+                except OSError:
+                    continue
+    except OSError:
+        return None
+    if began - max(st.st_mtime_ns, st.st_ctime_ns) >= MTIME_SETTLED_NS:
+        _clean_places[place] = key
+    return None
+
+
+def _ipc_any():
+    """Whether any System V IPC object exists in the box (raw reads of
+    /proc/sysvipc/*: a header line and nothing else when there is none)."""
+    for kind in ('shm', 'sem', 'msg'):
+        try:
+            fd = os.open('/proc/sysvipc/' + kind, os.O_RDONLY | os.O_CLOEXEC)
+        except OSError:
+            continue
+        try:
+            data = b''
+            while True:
+                chunk = os.read(fd, 65536)
+                if not chunk:
+                    break
+                data += chunk
+        except OSError:
+            return True  # unreadable: let the full look decide
+        finally:
+            os.close(fd)
+        if data.count(b'\n') > 1:
+            return True
+    return False
+
+
 def _leftovers(uid, root):
     """Why the worker cannot take another run: what its runs left outside
     their temp dirs (entries of uid at the top of the shared temp places
-    other than the worker's own root, a non-empty root, System V IPC of
+    other than the worker's own root, anything in root, System V IPC of
     uid), or None. Top levels only: cheap enough for every run."""
     for place in SHARED_WRITABLE:
-        try:
-            with os.scandir(place) as it:
-                for e in it:
-                    if e.path == root:
-                        continue
-                    try:
-                        if e.stat(follow_symlinks=False).st_uid == uid:
-                            return 'a run left %s' % e.path
-                    except OSError:
-                        continue
-        except OSError:
-            continue
+        left = _place_left(place, uid, root)
+        if left:
+            return 'a run left %s' % left
     try:
         if os.listdir(root):
             return 'a run left files in the worker dir'
     except OSError:
         return 'the worker dir is gone'
-    if uid in _ipc_uids():
+    if _ipc_any() and uid in _ipc_uids():
         return 'a run left System V IPC objects'
     return None
 
@@ -901,72 +975,75 @@ def _send_all(fd, data):
         view = view[n:]
 
 
-def _wait_exit(pid, seconds):
-    """Reaps the run pid; False when it is still alive after seconds."""
-    import select
+def _run_end(ctl, seconds):
+    """The template's word that the run has ended (it has reaped it): b'0',
+    or b'1' when another child of its is alive (a process the run left);
+    b'' when the template is gone; None when nothing came within seconds."""
+    r, _, _ = _select.select([ctl], [], [], seconds)
+    if not r:
+        return None
     try:
-        fd = os.pidfd_open(pid)
-    except (AttributeError, OSError):
-        fd = -1
+        return ctl.recv(8)
+    except OSError:
+        return b''
+
+
+def _fork_run(run_dir, ctl):
+    """The next run, made ahead of its request (its fork is then off the
+    request's path): a new directory at the worker's one run path (the
+    environment, TMPDIR, was set for it once; the last run's went after its
+    end), a socket pair, the template's fork. The run waits for its request
+    line. Returns (the worker's end of the run's socket, the run's pidfd),
+    or the message of a failure (the run dir)."""
     try:
-        deadline = time.monotonic() + seconds
-        while True:
-            try:
-                done, _ = os.waitpid(pid, os.WNOHANG)
-            except ChildProcessError:
-                return True
-            if done:
-                return True
-            left = deadline - time.monotonic()
-            if left <= 0:
-                return False
-            if fd >= 0:
-                select.select([fd], [], [], left)  # readable once it has exited
-            else:
-                time.sleep(0.0005)
+        os.mkdir(run_dir, 0o700)
+        os.chmod(run_dir, 0o700)
+    except OSError as e:
+        return 'Runner error: the run dir: %s' % e
+    mine, theirs = _socket.socketpair(_socket.AF_UNIX, _socket.SOCK_STREAM)
+    try:
+        _socket.send_fds(ctl, [b'r'], [theirs.fileno()])
+        _, fds, _, _ = _socket.recv_fds(ctl, 32, 1)  # the run's pidfd: signals reach it alone
+        return mine, fds[0]
+    except (OSError, IndexError):
+        os._exit(1)  # the template is gone: the host ends this worker
     finally:
-        if fd >= 0:
-            os.close(fd)
+        theirs.close()
 
 
-def _relay_run(req, root):
-    """Forks the run, relays its protocol lines, waits for its end. Returns
-    (result or None, why the worker must recycle or None, host gone)."""
-    global _stdin, _tmpdir
-    import select
-    import socket
-    mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-    run_dir = tempfile.mkdtemp(prefix='sandbox_', dir=root)
-    os.chmod(run_dir, 0o700)
-    pid = os.fork()
-    if pid == 0:
-        try:
-            mine.close()
-            fd = theirs.detach()
-            os.dup2(fd, 0)
-            os.dup2(fd, 1)
-            os.close(fd)
-            _stdin = os.fdopen(0, 'rb', closefd=False)
-            _tmpdir = run_dir
-            signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-            os.chdir(run_dir)
-            os.environ['TMPDIR'] = run_dir
-            os.environ['SANDBOX_TMPDIR'] = run_dir
-            _run_request(req, run_dir)
-        except BaseException as e:  # noqa: B902 - a run must never return to the loop
-            try:
-                _fail('Runner error: %s' % e)
-            except BaseException:
-                pass
-        os._exit(1)
-    theirs.close()
+def _relay_run(line, run, run_dir, ctl):
+    """Gives the run (_fork_run's) its request line, relays its protocol
+    lines, waits for its end. Returns (result or None, why the worker must
+    recycle or None, host gone)."""
+    select = _select
+    if isinstance(run, str):
+        result = {'success': False, 'message': run}
+        _write_line({'result': result})
+        return result, 'no run dir', False
+    mine, pidfd = run
+    try:
+        _send_all(mine.fileno(), line)  # the run reads its request first
+    except OSError:
+        pass  # the run is gone: its end comes from its socket
     sock = mine.fileno()
     result, why, host_gone = None, None, False
+    end = None  # the template's word on the run's end: b'0', b'1' (strays), b'' (it is gone)
     buf_run, scanned = bytearray(), 0
     try:
         open_run = True
         while open_run and result is None:
-            r, _, _ = select.select([sock, 0], [], [])
+            if end is None:
+                r, _, _ = select.select([sock, 0, ctl], [], [])
+            else:  # the run has ended: what it wrote before, and no more
+                r, _, _ = select.select([sock], [], [], 0)
+                if not r:
+                    break
+            if ctl in r:
+                end = _run_end(ctl, 0)
+                if not end:
+                    why = 'the worker\'s template is gone'
+                    break
+                continue
             if 0 in r:
                 data = os.read(0, 65536)
                 if not data:
@@ -1008,18 +1085,119 @@ def _relay_run(req, root):
     finally:
         mine.close()
     if host_gone or why or result is None:
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except OSError:
-            pass
-    if not _wait_exit(pid, RUN_EXIT_GRACE_S):
-        os.kill(pid, signal.SIGKILL)
-        why = why or 'a run did not exit after its result'
-        os.waitpid(pid, 0)
+        _kill_run(pidfd)
+    if end is None:
+        end = _run_end(ctl, RUN_EXIT_GRACE_S)
+        if end is None:
+            _kill_run(pidfd)
+            why = why or 'a run did not exit after its result'
+            end = _run_end(ctl, RUN_EXIT_GRACE_S)
+    os.close(pidfd)
+    if not end:
+        why = why or 'the worker\'s template is gone'
+    elif end != b'0':
+        why = why or 'a run left a process'
     if result is None and not why:
         why = 'a run ended without a result'
-    shutil.rmtree(run_dir, ignore_errors=True)
+    try:
+        os.rmdir(run_dir)  # most runs leave it empty
+    except FileNotFoundError:
+        pass
+    except OSError:
+        shutil.rmtree(run_dir, ignore_errors=True)  # what stays makes the worker recycle
     return result, why, host_gone
+
+
+def _kill_run(pidfd):
+    try:
+        signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+    except OSError:
+        pass
+
+
+def _template(ctl, run_dir):
+    """The worker's clean state, forked once before its first run: it forks
+    every run and does nothing else, so the pages a run copies out of it are
+    only those the run itself touches (the relay, which touches many, runs
+    in the worker, which never forks a run). For b'r' and a socket it forks
+    the run and answers with a pidfd of it (the worker's way to kill it,
+    never another process); once the run has exited it reaps it and says
+    whether any other child of its is alive (b'1': it is the runs' child
+    subreaper, so that is a process a run left). Never returns."""
+    select = _select
+    try:
+        _prctl(PR_SET_CHILD_SUBREAPER, 1)
+        null = os.open('/dev/null', os.O_RDWR)
+        os.dup2(null, 0)  # the host's connection is the worker's alone
+        os.dup2(null, 1)
+        os.close(null)
+        run_pid, run_fd = 0, -1
+        while True:
+            if run_fd >= 0:
+                r, _, _ = select.select([ctl, run_fd], [], [])
+                if run_fd in r:  # the run has exited
+                    try:
+                        os.waitpid(run_pid, 0)
+                    except ChildProcessError:
+                        pass
+                    os.close(run_fd)
+                    run_fd = -1
+                    ctl.send(b'1' if _strays() else b'0')
+                    continue
+            msg, fds, _, _ = _socket.recv_fds(ctl, 16, 1)
+            if msg != b'r' or len(fds) != 1 or run_fd >= 0:
+                break  # the worker is gone (EOF) or speaks nonsense
+            pid = os.fork()
+            if pid == 0:
+                _run_child(fds[0], run_dir, ctl)
+            os.close(fds[0])
+            run_pid, run_fd = pid, os.pidfd_open(pid)
+            _socket.send_fds(ctl, [b'%d' % pid], [run_fd])
+    except BaseException:  # noqa: B902 - the template must never return to the loop
+        pass
+    os._exit(0)
+
+
+def _read_request():
+    """The request line on fd 0 with raw reads (no buffered file object: a
+    run pays for every page it touches). Nothing follows it until the run
+    writes an http line, so nothing past it is read."""
+    data = os.read(0, 65536)
+    if data.endswith(b'\n') or not data:
+        if not data:
+            raise EOFError('the worker closed the run\'s socket')
+        return data
+    chunks = [data]
+    while True:
+        data = os.read(0, 1 << 20)
+        if not data:
+            raise EOFError('the worker closed the run\'s socket')
+        chunks.append(data)
+        if data.endswith(b'\n'):
+            return b''.join(chunks)
+
+
+def _run_child(fd, run_dir, ctl):
+    """A run, in a fork of the template: as little as can be done here
+    (every page it touches is copied out of the template's): SIGCHLD is
+    already the default, the environment already names run_dir, the request
+    is read from the run's socket. Never returns."""
+    global _stdin
+    try:
+        os.close(ctl.detach())  # the run cannot speak to the template
+        os.dup2(fd, 0)
+        os.dup2(fd, 1)
+        os.close(fd)
+        _stdin = None
+        os.chdir(run_dir)
+        try:
+            req = _loads(_read_request().decode('utf-8', errors='replace'))
+        except Exception as e:
+            _fail('Invalid request: %s' % e)
+        _run_request(req, run_dir)
+    except BaseException as e:  # noqa: B902 - a run must never return to the loop
+        _child_failed(e)
+    os._exit(1)
 
 
 def _worker(root, max_runs):
@@ -1037,18 +1215,25 @@ def _worker(root, max_runs):
     import gc
     gc.collect()
     gc.freeze()
+    # every run's temp dir has this one path: its environment is set here,
+    # once, for every fork
+    run_dir = os.path.join(root, RUN_DIR_NAME)
+    os.environ['TMPDIR'] = run_dir
+    os.environ['SANDBOX_TMPDIR'] = run_dir
+    ctl, ctl_t = _socket.socketpair(_socket.AF_UNIX, _socket.SOCK_SEQPACKET)
+    if os.fork() == 0:
+        ctl.close()
+        _template(ctl_t, run_dir)
+    ctl_t.close()
     limited = ('Script execution timed out after', 'Memory limit exceeded')
     runs = 0
     while True:
-        _write_line({'ready': True})
+        _send_all(_real_stdout_fd, READY_LINE)
+        run = _fork_run(run_dir, ctl)
         line = _stdin.readline()
         if not line:
             return
-        try:
-            req = _loads(line.decode('utf-8'))
-        except ValueError as e:
-            req = 'Invalid request: %s' % e
-        result, why, host_gone = _relay_run(req, root)
+        result, why, host_gone = _relay_run(line, run, run_dir, ctl)
         if host_gone:
             return
         runs += 1
@@ -1056,8 +1241,6 @@ def _worker(root, max_runs):
             msg = str(result.get('message', ''))
             if msg.startswith(limited):
                 why = 'a run hit a limit'
-        if why is None and _strays():
-            why = 'a run left a process'
         if why is None:
             why = _leftovers(uid, root)
         if why is None and runs >= max_runs:
@@ -1298,6 +1481,13 @@ def _zygote(argv):
         except ImportError:
             pass
     _trusted_prefixes()
+    # What the preloads made goes to the collector's permanent generation
+    # here, once: a worker's own collection before it serves (_worker) then
+    # walks only what it made itself, instead of touching, and copying out
+    # of this process page by page, every object of the preloads.
+    import gc
+    gc.collect()
+    gc.freeze()
     js_argv = [_zygote_arg(argv, '--js-runtime'), _zygote_arg(argv, '--js-runner')]
     if not all(js_argv):
         js_argv = None
