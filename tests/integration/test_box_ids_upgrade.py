@@ -33,11 +33,11 @@ def to_version_3(run_sql):
                 "UPDATE boxes SET app_id = 'up', thread_id = 'th' WHERE id = '%s'" % OLD_THREAD,
                 "UPDATE boxes SET thread_id = 'ath' WHERE id = '%s'" % OLD_ADMIN_THREAD,
                 "DROP INDEX boxes_keys", "DROP INDEX boxes_thread",
-                # what versions 5 to 7 added: the chat's tables, the fleet's nodes
-                # and boxes' owner node, file metadata
+                # what versions 5 to 8 added: the chat's tables, the fleet's nodes
+                # and boxes' owner node, file metadata, the keys-by-app index
                 "DROP TABLE chat_messages", "DROP TABLE chat_sessions",
                 "DROP TABLE nodes", "DROP INDEX boxes_node", "ALTER TABLE boxes DROP COLUMN node",
-                "DROP TABLE file_meta",
+                "DROP TABLE file_meta", "DROP INDEX api_keys_app",
                 "DELETE FROM schema_migrations WHERE version >= 4"):
         run_sql(sql)
 
