@@ -1909,7 +1909,10 @@ static int n_drop(ab_backend *b, const char *id, ab_err **err)
                 return 0;
         }
         if (sfd < 0) {
-                *err = le;
+                if (err) /* the sweep passes none */
+                        *err = le;
+                else
+                        ab_err_free(&le);
                 return -1;
         }
         int r = ab_rm_tree_at(inc, id);

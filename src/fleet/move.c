@@ -60,6 +60,15 @@ static int adopt_locked(ab_manager *m, void *ud, ab_err **err)
         return c->b->move->adopt(c->b, c->id, err);
 }
 
+/* Under the box's lock too: a commit of the box's move drops or adopts its
+ * copy under it, and two removals of one folder at once trip each other. */
+static int drop_locked(ab_manager *m, void *ud, ab_err **err)
+{
+        (void)m;
+        adopt_call *c = ud;
+        return c->b->move->drop(c->b, c->id, err);
+}
+
 static void sweep_staged(ab_fleet *f, ab_backend *b)
 {
         char **ids = NULL;
@@ -86,7 +95,8 @@ static void sweep_staged(ab_fleet *f, ab_backend *b)
                         continue; /* its sender may record this node as the owner now */
                 ab_log(AB_LOG_INFO, "fleet: removing a copy of a move that did not happen", "box",
                        ids[i], "complete", complete[i] ? "yes" : "no", NULL);
-                b->move->drop(b, ids[i], NULL);
+                adopt_call c = {.f = f, .b = b, .id = ids[i]};
+                ab_manager_box_locked(fleet_mgr(f), ids[i], drop_locked, &c, NULL);
         }
         for (size_t i = 0; ids[i]; i++)
                 free(ids[i]);

@@ -527,7 +527,14 @@ static int commit_locked(ab_manager *m, void *ud, ab_err **err)
                 ab_log(AB_LOG_INFO, "fleet: a moved box was deleted before it was taken up", "box",
                        c->box, NULL);
                 c->deleted = true;
-                return c->nb->move->drop(c->nb, c->id, err);
+                /* best effort: the node's sweep removes what is left (a copy
+                 * no record names is never taken up) */
+                if (c->nb->move->drop(c->nb, c->id, err) < 0) {
+                        ab_log(AB_LOG_WARN, "fleet: the copy of a deleted box stays for the sweep",
+                               "box", c->box, "error", (*err)->msg, NULL);
+                        ab_err_free(err);
+                }
+                return 0;
         }
         bool mine = rec.node && !strcmp(rec.node, ab_fleet_node(c->s->fleet)) && rec.backend_id &&
                     !strcmp(rec.backend_id, c->id);

@@ -276,13 +276,20 @@ try:
     settle()
     check_files(n3, K, W, "wee", WSHA, "W after the target's kill")
 
-    Z = B
-    t = move_in_background(n1, "n2")
-    h.ok(abserver.wait_for(lambda: owner(B) == "n2", timeout=60), "a move of B to n2: the store names n2")
-    n1.kill9()
-    t.join(30)
-    h.ok(abserver.wait_for(lambda: has_box(n2, B) and not incoming(n2, B), timeout=10),
-         "the owner killed after the switch: n2 takes the box up by itself")
+    def owner_killed_after_switch(b):
+        """Moves b from n1 to n2 and kills n1 -9 in its pause after the
+        store's switch: n2 takes the box up by itself."""
+        global Z
+        Z = b
+        t = move_in_background(n1, "n2")
+        h.ok(abserver.wait_for(lambda: owner(b) == "n2", timeout=60),
+             "a move of %s to n2: the store names n2" % b)
+        n1.kill9()
+        t.join(30)
+        h.ok(abserver.wait_for(lambda: has_box(n2, b) and not incoming(n2, b), timeout=10),
+             "the owner killed after the switch: n2 takes %s up by itself" % b)
+
+    owner_killed_after_switch(B)
     check_files(n3, K, B, "one", SHA, "B while n1 is down")
     h.ok(has_box(n1, B), "... n1's old copy is still on its disk while it is down")
     n1.extra_env.pop("AGENTBOX_TEST_MOVE_SWITCH_DELAY_MS")
@@ -317,13 +324,7 @@ try:
          [gone(V), has_box(n1, V), has_box(n2, V), incoming(n2, V)])
 
     V2, _ = make_box(n1, K, "vee2", 1)
-    Z = V2
-    t = move_in_background(n1, "n2")
-    h.ok(abserver.wait_for(lambda: owner(V2) == "n2", timeout=30), "a move of V2 to n2: the store names n2")
-    n1.kill9()
-    t.join(30)
-    h.ok(abserver.wait_for(lambda: has_box(n2, V2) and not incoming(n2, V2), timeout=10),
-         "the owner killed after the switch: n2 takes V2 up by itself")
+    owner_killed_after_switch(V2)
     d = n2.delete("/v1/sandboxes/%s" % V2, token=K)
     h.ok(d.status in (200, 202, 204), "... and V2 is deleted through n2 while n1 is down", d.describe())
     h.ok(abserver.wait_for(lambda: gone(V2) and not has_box(n2, V2), timeout=20), "... gone from n2")
