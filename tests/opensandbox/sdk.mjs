@@ -150,8 +150,14 @@ const resp = await fetch(`${execdBase}/command`, {
 const rd = resp.body.getReader();
 const first = new TextDecoder().decode((await rd.read()).value);
 ok(resp.status === 200 && first.includes('"init"'), "a raw POST /command streams its init event", first);
-let seen = await sbx.commands.run("pgrep -x sleep || echo none");
-ok(out(seen).trim() !== "none", "the command runs while its client reads", seen);
+// (the init event may come before the command's process has started: a
+// loaded host can take a moment to exec it)
+let seen = null;
+const running = await until(async () => {
+  seen = await sbx.commands.run("pgrep -x sleep || echo none");
+  return out(seen).trim() !== "none";
+}, 5000, 100);
+ok(running, "the command runs while its client reads", seen);
 ac.abort();
 const reaped = await until(async () => {
   const r = await sbx.commands.run("pgrep -x sleep || echo none");
