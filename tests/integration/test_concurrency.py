@@ -85,7 +85,7 @@ def leftovers():
         except OSError:
             pass
     for box in ids:
-        left += ["cgroup: " + d for d in cgroup_dirs(box, seen_cgroups)]
+        left += ["cgroup: " + d for d in cgroup_dirs(box, seen_cgroups, data=h.data)]
     return left
 
 

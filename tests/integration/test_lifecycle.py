@@ -344,7 +344,7 @@ info, r = inspect(box)
 h.eq((info or {}).get("status"), "stopped", "inspect shows the box stopped", r.describe())
 h.ok("init_pid" not in (info or {}), "inspect of a stopped box has no init_pid", r.out)
 h.ok(wait_for(lambda: pid_gone(pid1)), "the old init process is gone (or a zombie awaiting the host's init)")
-h.eq(settle(lambda: cgroup_dirs(box, cg1)), [],
+h.eq(settle(lambda: cgroup_dirs(box, cg1, data=h.data)), [],
      "the box's cgroups are removed on stop")
 if h.native:
     h.ok(not os.path.exists(os.path.join(h.data, "boxes", box, "state.json")),
@@ -421,7 +421,8 @@ h.eq(settle(lambda: loop_devices_for(os.path.join(h.data, "boxes"))), [],
 h.eq(settle(lambda: [m for m in mounts_referencing(h.root)
                      if " %s " % os.path.join(os.path.realpath(h.data), "skills") not in m]), [],
      "no mount of any process references the data dir (but the skills disk's, on the host)")
-h.eq(settle(lambda: cgroup_dirs(box, cg1 + (cg2 if not k8s else []))), [], "no cgroup of the box is left (/sys/fs/cgroup/*/agentbox*/ID)")
+h.eq(settle(lambda: cgroup_dirs(box, cg1 + (cg2 if not k8s else []), data=h.data)), [],
+     "no cgroup of the box is left (/sys/fs/cgroup/*/PARENT/ID)")
 r = h.run("inspect", box)
 h.eq(r.rc, 125, "inspect of the removed box exits 125", r.describe())
 h.contains(r.err, box, "... naming the box")

@@ -62,7 +62,7 @@ def box_file(init_pid, rel):
 
 def freezer_state(box):
     """freezer.state (v1) or cgroup.freeze (v2) of the box's cgroup, or None."""
-    for d in cgroup_dirs(box):
+    for d in cgroup_dirs(box, data=h.data):
         for f in ("freezer.state", "cgroup.freeze"):
             p = os.path.join(d, f)
             if os.path.exists(p):
@@ -160,7 +160,7 @@ r = h.run("stop", box)
 h.eq(r.rc, 0, "stop of a paused box", r.describe())
 h.eq(h.ls_status(box), "stopped", "... it is stopped")
 h.ok(wait_for(lambda: pid_gone(init_pid)), "... its init is gone")
-h.eq(cgroup_dirs(box, cgs), [], "... and its cgroups are removed")
+h.eq(cgroup_dirs(box, cgs, data=h.data), [], "... and its cgroups are removed")
 r = h.run("pause", box)
 h.eq(r.rc, 125, "pause of a stopped box is refused", r.describe())
 h.contains(r.err, "not running", "... saying the box is not running")
@@ -181,7 +181,7 @@ r = h.rm(box)
 h.eq(r.rc, 0, "rm of a paused box", r.describe())
 h.eq(h.ls_status(box), None, "... it is gone from ls")
 h.ok(wait_for(lambda: pid_gone(init2)), "... its init is gone")
-h.eq(cgroup_dirs(box, cgs), [], "... and its cgroups are removed")
+h.eq(cgroup_dirs(box, cgs, data=h.data), [], "... and its cgroups are removed")
 
 r = h.run("pause", "no-such-box")
 h.eq(r.rc, 125, "pause of a missing box fails", r.describe())

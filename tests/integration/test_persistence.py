@@ -164,7 +164,7 @@ if h.ok(isinstance(pid, int) and pid > 1, "inspect gives the init pid", repr(pid
     h.ok("init_pid" not in info, "inspect of the dead box shows no init_pid", json.dumps(info))
     h.ok(not os.path.exists(os.path.join(h.data, "boxes", a, "state.json")),
          "state.json is gone once the dead init was noticed")
-    h.eq(cgroup_dirs(a, cg), [], "the dead box's cgroups are cleaned up")
+    h.eq(cgroup_dirs(a, cg, data=h.data), [], "the dead box's cgroups are cleaned up")
     r = h.run("exec", a, "--", "echo x")
     h.eq(r.rc, 125, "exec into the dead box exits 125", r.describe())
     h.contains(r.err, "stopped", "... saying it is stopped")

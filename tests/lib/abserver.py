@@ -125,13 +125,7 @@ def free_port():
         s.close()
 
 
-def cgroup_parent(data_dir):
-    """The cgroup parent the native backend uses for boxes of data_dir
-    (agentbox-%08x of an FNV-1a hash of its realpath, see backend/native.c)."""
-    h = 1469598103934665603
-    for c in os.path.realpath(data_dir).encode():
-        h = ((h ^ c) * 1099511628211) & 0xFFFFFFFFFFFFFFFF
-    return "agentbox-%08x" % ((h ^ (h >> 32)) & 0xFFFFFFFF)
+cgroup_parent = abtest.cgroup_parent
 
 
 def cgroup_children(parent):

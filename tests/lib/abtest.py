@@ -318,11 +318,24 @@ def cgroups_of(pid):
     return sorted(dirs)
 
 
-def cgroup_dirs(box, known=()):
-    """Cgroup dirs of box that exist: those it was seen in, plus any agentbox*/ID."""
+def cgroup_parent(data_dir):
+    """The cgroup parent the native backend uses for boxes of data_dir
+    (agentbox-%08x of an FNV-1a hash of its realpath, see backend/native.c)."""
+    h = 1469598103934665603
+    for c in os.path.realpath(data_dir).encode():
+        h = ((h ^ c) * 1099511628211) & 0xFFFFFFFFFFFFFFFF
+    return "agentbox-%08x" % ((h ^ (h >> 32)) & 0xFFFFFFFF)
+
+
+def cgroup_dirs(box, known=(), data=None):
+    """Cgroup dirs of box that exist: those it was seen in, plus PARENT/ID in
+    every hierarchy, PARENT being data's (cgroup_parent) or, without data,
+    any agentbox* (then a box of the same id in another data folder, such as
+    the same test's run in the other lane of scripts/test.sh, counts too)."""
+    parent = cgroup_parent(data) if data else "agentbox*"
     found = set(d for d in known if os.path.isdir(d))
-    found.update(glob.glob("/sys/fs/cgroup/*/agentbox*/%s" % box))
-    found.update(glob.glob("/sys/fs/cgroup/agentbox*/%s" % box))
+    found.update(glob.glob("/sys/fs/cgroup/*/%s/%s" % (parent, box)))
+    found.update(glob.glob("/sys/fs/cgroup/%s/%s" % (parent, box)))
     return sorted(found)
 
 
