@@ -14,6 +14,7 @@ import time
 import attacklib as al
 from attacklib import abtest
 
+abtest.host_exclusive("resources")  # it reads host-wide memory: never beside its twin
 h = abtest.Harness()
 MEM_MIB, PIDS, DISK_MIB, CPUS = 128, 64, 64, 0.5
 box = h.create(None, "--memory", "%dM" % MEM_MIB, "--pids", str(PIDS), "--disk", "%dM" % DISK_MIB,

@@ -318,6 +318,21 @@ def cgroups_of(pid):
     return sorted(dirs)
 
 
+_exclusive = []
+
+
+def host_exclusive(name):
+    """Waits until no other test process holds NAME on this host, then holds
+    it until this process exits (an flock on /run/lock). For a test that
+    must not run beside another run of itself: scripts/test.sh runs a test
+    file in both of its lanes (./build and the ASan run), and meson's
+    is_parallel: false only keeps a run's own tests apart."""
+    os.makedirs("/run/lock", exist_ok=True)
+    fd = os.open("/run/lock/agentbox-test-%s.lock" % name, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    _exclusive.append(fd)
+
+
 def cgroup_parent(data_dir):
     """The cgroup parent the native backend uses for boxes of data_dir
     (agentbox-%08x of an FNV-1a hash of its realpath, see backend/native.c)."""
