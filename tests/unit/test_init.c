@@ -2784,6 +2784,29 @@ static void port_roundtrip(int family, size_t len, const char *what)
                 tap_ok(true, "PORT %s # SKIP no loopback for this family here", what);
                 return;
         }
+        /* An [::1]-only server: 127.0.0.1 at the same port is held bound (not
+         * listening), so init's first try is refused there, never answered
+         * by another process that happens to listen on that port */
+        _cleanup_close_ int v4 = -1;
+        for (int i = 0; family == AF_INET6 && v4 < 0 && i < 20; i++) {
+                struct sockaddr_in a = {.sin_family = AF_INET,
+                                        .sin_port = htons((uint16_t)ps.port),
+                                        .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+                v4 = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+                if (v4 >= 0 && bind(v4, (struct sockaddr *)&a, sizeof(a)) == 0)
+                        break;
+                if (v4 >= 0)
+                        close(v4);
+                v4 = -1;
+                close(ps.lfd); /* taken on IPv4: another port */
+                ps.lfd = port_listen(family, &ps.port);
+                if (ps.lfd < 0)
+                        break;
+        }
+        if (ps.lfd < 0) {
+                tap_ok(false, "PORT %s: a loopback port of its own", what);
+                return;
+        }
         pthread_t t;
         pthread_create(&t, NULL, port_srv_main, &ps);
         ab_err *e = NULL;
