@@ -38,7 +38,7 @@ class Fleet:
         fd = os.open(self.secret_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         os.write(fd, (SECRET + "\n").encode())
         os.close(fd)
-        self.port = abserver.free_port()
+        self.port = abserver.free_port(tuple("127.0.0.%d" % (i + 1) for i in range(n)))
         self.nodes = []
         for i in range(n):
             host = "127.0.0.%d" % (i + 1)

@@ -116,13 +116,28 @@ def wait_for(pred, timeout=10.0, step=0.1):
         time.sleep(step)
 
 
-def free_port():
-    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    try:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-    finally:
-        s.close()
+def free_port(hosts=("127.0.0.1",)):
+    """A port nothing listens on at any of hosts (a fleet's nodes share one
+    port on 127.0.0.1-3: a port free on the first may be another test's on
+    the second)."""
+    for _ in range(100):
+        socks = []
+        try:
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            socks.append(s)
+            s.bind((hosts[0], 0))
+            port = s.getsockname()[1]
+            for host in hosts[1:]:
+                t = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+                socks.append(t)
+                t.bind((host, port))
+            return port
+        except OSError:
+            continue
+        finally:
+            for s in socks:
+                s.close()
+    raise RuntimeError("no port free on all of %s" % (hosts,))
 
 
 cgroup_parent = abtest.cgroup_parent
