@@ -262,8 +262,13 @@ static void *ps_main(void *arg)
         ab_err *e = NULL;
         _cleanup_buf_ ab_buf b = {0};
         if (ab_manager_term_attach(m, ps->box, ps->scope, ps->tid, &a, &e) < 0) {
-                crpc_end(&b, e->code == AB_E_NOT_FOUND ? "not_found" : crpc_code_of(e->code),
-                         e->msg);
+                /* The start event is out (the process was there): gone before
+                 * this thread attached means killed (a kill can follow the start
+                 * event at once), and the stream ends as a killed one's does. */
+                if (e->code == AB_E_NOT_FOUND)
+                        end_envelope(&b, false, -1);
+                else
+                        crpc_end(&b, crpc_code_of(e->code), e->msg);
                 ab_err_free(&e);
                 (void)ps_write(ps, b.p, b.n);
                 ps_free(ps);
