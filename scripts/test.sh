@@ -19,20 +19,29 @@
 # Exit status: 0 when nothing failed, else 1.
 #
 # Environment:
-#   AGENTBOX_TEST_JOBS   parallel meson tests of ./build (default: nproc + 1)
-#   AGENTBOX_ASAN_JOBS   parallel meson tests of the ASan run, alongside
-#                        those of ./build (default: nproc)
-#   AGENTBOX_TEST_SERIAL 1 = no lanes: one stage after another
+#   AGENTBOX_TEST_JOBS   parallel meson tests of ./build (default: nproc, or
+#                        nproc + 1 with lanes)
+#   AGENTBOX_ASAN_JOBS   parallel meson tests of the ASan run (default: nproc)
+#   AGENTBOX_TEST_SERIAL 1 (the default) = one stage after another; 0 = two
+#                        lanes, the ASan and fuzz builds and runs beside the
+#                        ./build tests (docs/testing.md: faster, but timing-
+#                        sensitive tests such as serve_fulldisk then run under
+#                        twice the load)
 #   AGENTBOX_ASAN_LEAKS  1 = LeakSanitizer on in the ASan run (default 1)
 set -u -o pipefail
 
 cd "$(dirname "$0")/.." || exit 1
 ncpu=$(nproc 2>/dev/null || echo 2)
-# The tests wait more than they compute: one more than the CPUs for ./build,
-# as many as the CPUs for the ASan run beside it.
-jobs=${AGENTBOX_TEST_JOBS:-$((ncpu + 1))}
+# One stage after another by default. With lanes (AGENTBOX_TEST_SERIAL=0) the
+# tests wait more than they compute: one more than the CPUs for ./build, as
+# many as the CPUs for the ASan run beside it.
+serial=${AGENTBOX_TEST_SERIAL:-1}
+if [ "$serial" = 1 ]; then
+        jobs=${AGENTBOX_TEST_JOBS:-$ncpu}
+else
+        jobs=${AGENTBOX_TEST_JOBS:-$((ncpu + 1))}
+fi
 asan_jobs=${AGENTBOX_ASAN_JOBS:-$ncpu}
-serial=${AGENTBOX_TEST_SERIAL:-0}
 asan_leaks=${AGENTBOX_ASAN_LEAKS:-1}
 
 failures=()     # "stage: why" for stages that count as one failed test each
